@@ -1,0 +1,55 @@
+# FreeToken front door. `make deps`, `make`, `make test`, `make test-gpu`, `make serve`, `make bench`.
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+APT_PKGS = g++ cmake ninja-build ccache pkg-config \
+           libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
+           libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
+           libbenchmark-dev libopenblas-dev
+
+.PHONY: all deps configure build test test-cpu test-asan test-gpu serve bench clean
+
+all: build
+
+# Installs every build/test dependency from Debian packages. Idempotent: apt is only
+# called when a package is missing. Node.js (with npm) is installed only when absent,
+# because some machines carry a nodesource build that conflicts with Debian's npm.
+deps:
+	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if ! command -v npm >/dev/null 2>&1; then missing="$$missing nodejs npm"; fi; \
+	if [ -n "$$(echo $$missing | tr -d ' ')" ]; then \
+	  echo "deps: installing $$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	else echo "deps: all installed"; fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+configure: $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every CPU test plus the ASan+UBSan build of the parser tests. GPU tests skip without a device.
+test: deps build test-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+test-asan:
+	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFT_SANITIZE=ON -DFT_CUDA=OFF
+	cmake --build $(BUILD_ASAN) -j $(JOBS) --target test_formats
+	cd $(BUILD_ASAN) && FT_FUZZ_VARIANTS=10000 ./tests/test_formats
+
+# GPU tests only; fail (rather than skip) when no device is present.
+test-gpu: build
+	cd $(BUILD) && FT_REQUIRE_GPU=1 ctest --output-on-failure -L gpu
+
+serve: build
+	./$(BUILD)/ft serve $(ARGS)
+
+bench: build
+	./$(BUILD)/ft bench $(ARGS)
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)
