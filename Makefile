@@ -39,7 +39,7 @@ test: deps build test-asan
 test-asan:
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFT_SANITIZE=ON -DFT_CUDA=OFF
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target test_formats
-	cd $(BUILD_ASAN) && FT_FUZZ_VARIANTS=10000 ./tests/test_formats
+	cd $(BUILD_ASAN) && FT_FUZZ_VARIANTS=10000 ./test_formats
 
 # GPU tests only; fail (rather than skip) when no device is present.
 test-gpu: build

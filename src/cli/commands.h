@@ -1,0 +1,13 @@
+#pragma once
+// Each `ft` subcommand lives in its own file and registers itself here from main.cpp.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace ft::cli {
+
+/** A subcommand's action returns the process exit code (0 ok, 1 internal error, 2 bad input, 3 out of memory). */
+using Action = std::function<int()>;
+
+void add_inspect_command(CLI::App& app, Action& action);
+
+}  // namespace ft::cli

@@ -1,0 +1,42 @@
+// `ft`: FreeToken's command line. Errors become exit codes here and nowhere below.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace {
+
+int exit_code_for(ft::ErrorCode code) {
+  switch (code) {
+    case ft::ErrorCode::kInternal: return 1;
+    case ft::ErrorCode::kOutOfMemory: return 3;
+    default: return 2;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"FreeToken: serve large Mixture-of-Experts models on small GPUs"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  ft::cli::Action action;
+  ft::cli::add_inspect_command(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    ft::set_log_level(log_level);
+    return action ? action() : 0;
+  } catch (const ft::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return exit_code_for(e.code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+}
