@@ -1,0 +1,74 @@
+#pragma once
+// Token sampler: penalties, temperature, top-k, top-p, min-p, seeded per request.
+// Order of operations follows Hugging Face transformers' LogitsProcessor chain (repetition
+// penalty -> OpenAI presence/frequency penalties -> min_tokens EOS mask -> temperature ->
+// top-k -> top-p -> min-p) so results are predictable for users of either.
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace ft {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // <= 0: greedy (argmax)
+  int top_k = 0;                    // <= 0: disabled
+  float top_p = 1.0f;               // (0, 1]; 1: disabled
+  float min_p = 0.0f;               // [0, 1]; 0: disabled
+  float repetition_penalty = 1.0f;  // CTRL-style, over prompt + generated tokens; 1: disabled
+  float presence_penalty = 0.0f;    // OpenAI: minus this once per token id already generated
+  float frequency_penalty = 0.0f;   // OpenAI: minus this times the count of the id among generated tokens
+  std::optional<uint64_t> seed;     // same seed + same logits -> same tokens; none: a random seed
+  int min_tokens = 0;               // EOS ids are masked until this many tokens were generated
+  int top_logprobs = 0;             // how many alternatives sample() reports (0..20)
+
+  /** Throws ft::Error(kInvalidArgument) naming the field when a value is out of range. */
+  void validate() const;
+};
+
+/** One sampled token, with its log-probability under the model's distribution (log-softmax of the raw
+ *  logits, before penalties and temperature, as vLLM reports) and the top alternatives when asked. */
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), best first; top_logprobs entries
+};
+
+/** Per-request sampler. Owns its random generator and token counts, so a request samples the same
+ *  tokens whether it runs alone or batched with others. Scratch buffers are sized once (vocab). */
+class Sampler {
+ public:
+  /** `eos_ids`: token ids masked while fewer than min_tokens were generated.
+   *  `prompt`: the prompt ids (repetition_penalty applies to them too). Throws ft::Error on bad params. */
+  Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> eos_ids,
+          const std::vector<int32_t>& prompt = {});
+
+  /** Chooses the next token from `logits` (float32 [vocab_size]; not modified) and records it as generated.
+   *  NaN logits count as -inf. A row with no finite logit (fully masked) yields the lowest allowed id with
+   *  logprob -inf: a defined result, never NaN. */
+  SampledToken sample(const float* logits);
+
+  /** Records a token as generated without sampling it (e.g. forced or teacher-forced tokens). */
+  void accept(int32_t id);
+
+  int generated() const { return n_generated_; }
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void apply_penalties(std::vector<float>& z) const;
+  int32_t sample_from(std::vector<float>& z);
+  void fill_logprobs(const float* logits, SampledToken& out);
+
+  SamplingParams params_;
+  int32_t vocab_;
+  std::vector<int32_t> eos_ids_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> counts_;                             // [vocab] count among generated tokens (if penalised)
+  std::vector<uint8_t> seen_;                               // prompt or generated (repetition penalty)
+  int n_generated_ = 0;
+  std::vector<float> work_;                                 // [vocab] penalised logits
+  std::vector<float> scratch_;                              // [vocab] candidate probabilities
+  std::vector<int32_t> order_;                              // [vocab] candidate ids
+};
+
+}  // namespace ft
