@@ -1,0 +1,210 @@
+#pragma once
+// Ops: the compute interface every backend implements (backend/cpu, backend/cuda) and the only
+// thing model/, moe/ and engine/ call to touch tensors. One method per op; each backend gives
+// every op the same signature and the same semantics (tests/backend checks them against naive
+// scalar references, and later CPU against CUDA).
+//
+// Conventions for every op:
+// - Shapes are row-major, written [rows, cols]; every tensor must be contiguous and live on
+//   this backend's device() (weights: made resident with make_resident first).
+// - Activations have dtype activation_dtype() (F32 on CPU, BF16 on CUDA); ops read the dtype from
+//   the tensor, never assume it. Index tensors are I32. Accumulation is always fp32.
+// - Weights may be F32, F16, BF16 or any GGUF block type that quant/ can dequantize; they are
+//   dequantized inside the kernel, never expanded in memory.
+// - Violated preconditions on shapes/dtypes/devices throw ft::Error(kInvalidArgument) naming the
+//   op and the argument ("matmul: w [64, 96] BF16 does not match x [37, 64]"); an unsupported
+//   dtype throws kUnsupported. Ops never allocate per call on hot paths beyond one-time scratch.
+// - Ops may run asynchronously on the device; results are visible to the host after copy() to a
+//   host tensor or synchronize().
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace ft {
+
+// ----------------------------------------------------------------------------------------------
+// Batch description shared by kv_write and attention.
+
+/** One forward's batch: S sequences, each contributing a run of consecutive tokens (a prefill
+ *  chunk or one decode token), T tokens in all. Tokens of a sequence are contiguous rows of the
+ *  activations, in increasing position order. The index tensors live on the backend's device;
+ *  the integers are host copies used to size kernel launches. */
+struct BatchInfo {
+  int32_t n_tokens = 0;    // T
+  int32_t n_seqs = 0;      // S
+  int32_t max_blocks = 0;  // columns of block_tables
+  int32_t max_kv_len = 0;  // max over tokens of (position + 1): the longest key range any query sees
+  Tensor positions;        // I32 [T]: absolute position of each token within its sequence
+  Tensor seq_index;        // I32 [T]: batch sequence (0..S-1) of each token
+  Tensor seq_start;        // I32 [S+1]: sequence s owns token rows seq_start[s] .. seq_start[s+1]-1
+  Tensor block_tables;     // I32 [S, max_blocks]: page id holding positions [j*page, (j+1)*page) of seq s
+};
+
+/** One layer's paged KV storage. Page p, slot i holds the key/value of one token:
+ *  k[p, i, h, :] for kv head h. dtype F32 on CPU (BF16 allowed on CUDA). */
+struct KvLayer {
+  Tensor k;  // [n_pages, page_size, n_head_kv, head_dim]
+  Tensor v;  // [n_pages, page_size, n_head_kv, head_dim]
+};
+
+// ----------------------------------------------------------------------------------------------
+// Params structs.
+
+struct RmsNormParams {
+  float eps = 1e-6f;
+  /** out = x / rms(x) * (weight + weight_offset); Gemma-style checkpoints store w and use 1 + w. */
+  float weight_offset = 0.0f;
+};
+
+enum class RopeMode : uint8_t {
+  /** GGML "normal" mode: rotates adjacent pairs (x[2i], x[2i+1]) with frequency inv_freq[i]
+   *  (llama.cpp's LLAMA_ROPE_TYPE_NORM; GGUF llama files carry Q/K rows permuted for it). */
+  kNormal = 0,
+  /** GPT-NeoX mode: rotates (x[i], x[i + n_rot/2]) with frequency inv_freq[i] (Hugging Face
+   *  `rotate_half`). */
+  kNeox = 1,
+};
+
+struct RopeParams {
+  RopeMode mode = RopeMode::kNeox;
+  int32_t head_dim = 0;  // row length of one head; x's last dim must be a multiple of it
+  int32_t n_rot = 0;     // rotated dims at the start of each head (even, <= head_dim); the rest pass through
+  /** F32 [n_rot / 2] on the device: angle of pair i at position p is p * inv_freq[i]. Scaling variants
+   *  (linear, yarn, llama3, ...) are folded into it on the host once (model/rope.h). */
+  Tensor inv_freq;
+  /** cos and sin are multiplied by this (YaRN's attention factor; 1 otherwise). */
+  float attn_factor = 1.0f;
+};
+
+struct AttentionParams {
+  int32_t n_head = 0;       // query heads
+  int32_t n_head_kv = 0;    // key/value heads (GQA: n_head % n_head_kv == 0; query head h uses kv head h / (n_head/n_head_kv))
+  int32_t head_dim = 0;
+  float scale = 0.0f;       // logits = scale * q.k (usually 1/sqrt(head_dim))
+  int32_t sliding_window = 0;  // > 0: a query at position p sees keys at positions > p - sliding_window
+};
+
+enum class RouterScoring : uint8_t { kSoftmax = 0, kSigmoid = 1 };
+
+struct RouterParams {
+  int32_t n_expert_used = 0;  // k
+  RouterScoring scoring = RouterScoring::kSoftmax;
+  /** Divide the k selected weights by their sum (Mixtral, Qwen3-MoE); false keeps the raw scores
+   *  of the full softmax (Qwen2-MoE, OLMoE). */
+  bool norm_topk_prob = false;
+  /** Selected weights are multiplied by this after normalisation (DeepSeek's routed_scaling_factor). */
+  float scaling = 1.0f;
+};
+
+/** One MoE layer's routed experts as individually addressed views (expert e = entry e), so
+ *  stacked GGUF tensors (views of [n_expert, N, K]), separate HF tensors and cache slots all fit. */
+struct ExpertBank {
+  std::vector<Tensor> gate;  // [n_expert] each [n_ff, n_embd]
+  std::vector<Tensor> up;    // [n_expert] each [n_ff, n_embd]
+  std::vector<Tensor> down;  // [n_expert] each [n_embd, n_ff]
+  int32_t n_expert() const { return static_cast<int32_t>(gate.size()); }
+};
+
+struct MoeExpertsParams {
+  /** false: out = sum; true: out += sum (lets partial results from several executors add up). */
+  bool accumulate = false;
+};
+
+// ----------------------------------------------------------------------------------------------
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  /** "cpu", "cuda". */
+  virtual const char* name() const = 0;
+  /** Where this backend's tensors live. */
+  virtual Device device() const = 0;
+  /** dtype of activations this backend computes in: F32 (CPU), BF16 (CUDA). */
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+
+  /** `bytes` of uninitialised device memory (host memory on CPU). Throws kOutOfMemory naming the size. */
+  virtual Buffer alloc(int64_t bytes) = 0;
+  /** Makes a host weight view usable by this backend. CPU: returns `host` unchanged (weights stay in
+   *  the mapped file) and leaves `storage` empty. CUDA: copies it into device memory owned by
+   *  `storage` and returns a view of that. */
+  virtual Tensor make_resident(const Tensor& host, Buffer& storage) = 0;
+  /** dst = src, between any two devices. Same numel; dtypes equal, or both in {F32, F16, BF16}
+   *  (converted, round to nearest even). Blocks until the copy is done when dst is on the host. */
+  virtual void copy(const Tensor& src, Tensor dst) = 0;
+  /** Sets every element of an F32/F16/BF16/I32 tensor to zero. */
+  virtual void zero(Tensor t) = 0;
+  /** Waits for all queued work. */
+  virtual void synchronize() = 0;
+
+  // ---- elementwise and normalisation ----------------------------------------------------------
+
+  /** out[t, :] = table[ids[t], :]. table [V, H] in any weight dtype (also an activation, as a row
+   *  gather); ids I32 [T]; out [T, H] activation dtype. Throws kInvalidArgument for an id outside
+   *  [0, V) (CPU checks; CUDA clamps, so validate ids on the host first). */
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+
+  /** out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * (w + weight_offset). x, out [R, D] (may alias);
+   *  w [D] F32/F16/BF16. For per-head norms pass x reshaped to [T * n_head, head_dim]. */
+  virtual void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) = 0;
+
+  /** Rotary embedding in place: x [T, n_heads * head_dim], positions I32 [T]. Each head's first
+   *  n_rot dims are rotated per `p.mode` by angle positions[t] * inv_freq[i]; the rest are kept. */
+  virtual void rope(const RopeParams& p, Tensor x, const Tensor& positions) = 0;
+
+  /** y = x W^T (+ bias): x [T, K] activations, w [N, K] any weight dtype (K a whole number of
+   *  blocks), bias [N] F32/F16/BF16 or empty, y [T, N] activation dtype. fp32 accumulation. y must
+   *  not alias x. */
+  virtual void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) = 0;
+
+  /** out = silu(gate) * up, elementwise; gate, up, out [T, F] (out may alias either). */
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  /** out = a + b, elementwise, equal shapes (out may alias a or b). */
+  virtual void add(const Tensor& a, const Tensor& b, Tensor out) = 0;
+  /** out = s * x (out may alias x). */
+  virtual void scale(const Tensor& x, float s, Tensor out) = 0;
+  /** out = 1 / (1 + exp(-x)) (out may alias x). */
+  virtual void sigmoid(const Tensor& x, Tensor out) = 0;
+  /** y[t, :] += alpha * row_scale[t] * x[t, :]; x, y [T, D]; row_scale F32 or activation dtype, [T]
+   *  or [T, 1], or empty (= 1). Used for gated shared experts and weighted sums. */
+  virtual void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) = 0;
+
+  /** Row softmax: x, out [R, C] F32 or activation dtype (may alias); max-subtracted, fp32 sums. */
+  virtual void softmax(const Tensor& x, Tensor out) = 0;
+  /** The k largest entries of each row, descending; ties go to the lower column index. x [R, C];
+   *  ids I32 [R, k]; values F32 [R, k]. Throws kInvalidArgument if k > C or k < 1. */
+  virtual void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) = 0;
+
+  // ---- attention ------------------------------------------------------------------------------
+
+  /** Stores the batch's new keys and values into the pages: token t (sequence s = seq_index[t],
+   *  position p = positions[t]) goes to page block_tables[s, p / page_size], slot p % page_size.
+   *  k, v [T, n_head_kv * head_dim] activation dtype; kv pages as in KvLayer. */
+  virtual void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) = 0;
+
+  /** Causal GQA attention over the paged cache (after kv_write of this layer): query t at
+   *  position p of sequence s attends to that sequence's keys at positions 0..p (and > p -
+   *  sliding_window when set). q, out [T, n_head * head_dim] activation dtype (QK-norm and RoPE
+   *  already applied by the model). Softmax in fp32. */
+  virtual void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                         Tensor out) = 0;
+
+  // ---- mixture of experts ---------------------------------------------------------------------
+
+  /** Router: logits [T, E] (F32 or activation dtype) -> ids I32 [T, k], weights F32 [T, k]. Scores
+   *  are softmax (over all E) or sigmoid of the logits; the k best are selected (descending, ties to
+   *  the lower id), optionally renormalised to sum 1, then multiplied by p.scaling. */
+  virtual void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) = 0;
+
+  /** Routed expert FFN: out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t])
+   *  with e = ids[t, j]. x, out [T, H] activation dtype; ids I32 [T, k] (entries < 0 are skipped:
+   *  another executor computes them); weights F32 [T, k]; bank experts in any weight dtype.
+   *  Throws kInvalidArgument for an id >= bank.n_expert(). */
+  virtual void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const ExpertBank& bank, Tensor out) = 0;
+};
+
+}  // namespace ft
