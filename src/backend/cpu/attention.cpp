@@ -1,0 +1,79 @@
+// attention: causal GQA attention of the batch's queries over the paged KV cache (CPU backend).
+// One work item per (token, query head): scores over the sequence's keys in position order, fp32
+// max-subtracted softmax, weighted sum of values. Independent of what else is in the batch.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd.h"
+#include "util/error.h"
+
+namespace ft {
+
+void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
+  cpu::check_batch("attention", batch);
+  cpu::check_dtype("attention", "q", q, DType::F32);
+  cpu::check_dtype("attention", "out", out, DType::F32);
+  cpu::check_dtype("attention", "kv.k", kv.k, DType::F32);
+  cpu::check_dtype("attention", "kv.v", kv.v, DType::F32);
+  cpu::check_same_shape("attention", "out", out, q);
+  cpu::check_same_shape("attention", "kv.v", kv.v, kv.k);
+  const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
+  if (H <= 0 || G <= 0 || D <= 0 || H % G != 0)
+    fail(ErrorCode::kInvalidArgument, "attention: n_head {} must be a positive multiple of n_head_kv {} (head_dim {})",
+         H, G, D);
+  if (q.rows() != T || q.cols() != H * D)
+    fail(ErrorCode::kInvalidArgument, "attention: q {} must be [{}, {}] (tokens, n_head x head_dim)", q.str(), T, H * D);
+  if (kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D)
+    fail(ErrorCode::kInvalidArgument, "attention: kv.k {} must be [pages, page_size, {}, {}]", kv.k.str(), G, D);
+  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), W = G * D;
+  const int32_t* pos = batch.positions.ptr<int32_t>();
+  const int32_t* si = batch.seq_index.ptr<int32_t>();
+  const int64_t window = p.sliding_window;
+  auto first_pos = [window](int64_t pp) { return window > 0 ? std::max<int64_t>(0, pp - window + 1) : 0; };
+  // Validate every page the queries will read before going parallel (no throwing inside OpenMP).
+  int64_t max_len = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = first_pos(pos[t]) / page; b <= pos[t] / page; ++b)
+      cpu::page_slot("attention", batch, n_pages, page, si[t], static_cast<int32_t>(b * page));
+    max_len = std::max<int64_t>(max_len, pos[t] - first_pos(pos[t]) + 1);
+  }
+  const int32_t* table = batch.block_tables.ptr<int32_t>();
+  const float* kd = kv.k.ptr<float>();
+  const float* vd = kv.v.ptr<float>();
+  const int64_t group = H / G;
+#pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 4) if (T * H > 1)
+  for (int64_t item = 0; item < T * H; ++item) {
+    const int64_t t = item / H, h = item % H, g = h / group;
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(max_len));
+    const float* qv = q.ptr<float>() + t * H * D + h * D;
+    const int32_t* bt = table + static_cast<int64_t>(si[t]) * batch.max_blocks;
+    const int64_t lo = first_pos(pos[t]), hi = pos[t];
+    float mx = -INFINITY;
+    for (int64_t j = lo; j <= hi; ++j) {
+      const float* kr = kd + (bt[j / page] * page + j % page) * W + g * D;
+      float s;
+      cpu::dot_rows(qv, kr, 0, 1, D, &s);
+      s *= p.scale;
+      scores[static_cast<size_t>(j - lo)] = s;
+      mx = std::max(mx, s);
+    }
+    float sum = 0.0f;
+    for (int64_t j = lo; j <= hi; ++j) {
+      float& s = scores[static_cast<size_t>(j - lo)];
+      s = std::exp(s - mx);
+      sum += s;
+    }
+    float* o = out.ptr<float>() + t * H * D + h * D;
+    std::memset(o, 0, static_cast<size_t>(D) * 4);
+    for (int64_t j = lo; j <= hi; ++j)
+      cpu::axpy(scores[static_cast<size_t>(j - lo)], vd + (bt[j / page] * page + j % page) * W + g * D, o, D);
+    const float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+  }
+}
+
+}  // namespace ft

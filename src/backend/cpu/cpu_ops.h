@@ -1,0 +1,81 @@
+#pragma once
+// CpuOps: the CPU backend. F32 activations, OpenMP threads, AVX-512/AVX2 inner loops chosen at run
+// time (backend/cpu/simd.h) with a scalar fallback. Each op lives in its own file in this folder.
+// Results are deterministic and independent of batch composition: every output element is
+// computed by the same sequence of floating-point operations whatever else is in the batch.
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace ft {
+
+class CpuOps final : public Ops {
+ public:
+  /** n_threads <= 0: OpenMP's default (all cores). */
+  explicit CpuOps(int n_threads = 0);
+
+  const char* name() const override { return "cpu"; }
+  Device device() const override { return Device::kCpu; }
+  DType activation_dtype() const override { return DType::F32; }
+  int n_threads() const { return n_threads_; }
+
+  Buffer alloc(int64_t bytes) override;
+  Tensor make_resident(const Tensor& host, Buffer& storage) override;
+  void copy(const Tensor& src, Tensor dst) override;
+  void zero(Tensor t) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
+  void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor out) override;
+  void scale(const Tensor& x, float s, Tensor out) override;
+  void sigmoid(const Tensor& x, Tensor out) override;
+  void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) override;
+  void softmax(const Tensor& x, Tensor out) override;
+  void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
+  void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                 Tensor out) override;
+  void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
+  void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const ExpertBank& bank, Tensor out) override;
+
+ private:
+  int n_threads_;
+  std::vector<float> moe_scratch_;  // grown once to the largest batch seen (moe_experts)
+  std::vector<int32_t> moe_index_;
+};
+
+// ---- helpers shared by the op files (cpu backend internal) ----
+namespace cpu {
+
+/** y[t, n] = dot(x[t, :], w[n, :]) (+ bias[n]) for rows t < T: x F32 with row stride ldx, y F32 with
+ *  row stride ldy, w [N, K] any weight dtype. Parallel over (row tiles of w, token blocks); each
+ *  element's summation order is fixed (independent of T). */
+void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const Tensor& bias, float* y, int64_t ldy,
+                int n_threads);
+
+/** Indices of the k best values of row[0..C) into idx: descending, ties to the lower index, NaN last. */
+void topk_row(const float* row, int64_t C, int32_t k, int32_t* idx);
+
+/** Page id and slot of position `pos` of batch sequence `s`; throws kInvalidArgument naming the op when
+ *  the block table or page id is out of range. */
+struct PageSlot {
+  int64_t page, slot;
+};
+PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t page_size, int32_t s, int32_t pos);
+/** Validates a BatchInfo's index tensors (CPU, I32, shapes) for `op`. */
+void check_batch(const char* op, const BatchInfo& b);
+
+/** Throws kInvalidArgument "<op>: <arg> must be on the CPU" / "... must be F32" etc. */
+void check_cpu(const char* op, const char* arg, const Tensor& t);
+void check_dtype(const char* op, const char* arg, const Tensor& t, DType want);
+/** Throws kInvalidArgument "<op>: <arg> has shape [..], expected [..]". */
+void check_same_shape(const char* op, const char* arg, const Tensor& t, const Tensor& ref);
+
+}  // namespace cpu
+}  // namespace ft

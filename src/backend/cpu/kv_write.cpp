@@ -1,0 +1,67 @@
+// kv_write: scatter the batch's new keys/values into their KV pages (CPU backend).
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/error.h"
+
+namespace ft {
+namespace cpu {
+
+void check_batch(const char* op, const BatchInfo& b) {
+  const int64_t T = b.n_tokens, S = b.n_seqs;
+  check_dtype(op, "batch.positions", b.positions, DType::I32);
+  check_dtype(op, "batch.seq_index", b.seq_index, DType::I32);
+  check_dtype(op, "batch.seq_start", b.seq_start, DType::I32);
+  check_dtype(op, "batch.block_tables", b.block_tables, DType::I32);
+  if (b.positions.numel() != T || b.seq_index.numel() != T || b.seq_start.numel() != S + 1 ||
+      b.block_tables.numel() != S * static_cast<int64_t>(b.max_blocks))
+    fail(ErrorCode::kInvalidArgument,
+         "{}: batch index shapes positions {}, seq_index {}, seq_start {}, block_tables {} do not fit T={}, S={}, "
+         "max_blocks={}",
+         op, b.positions.shape_str(), b.seq_index.shape_str(), b.seq_start.shape_str(), b.block_tables.shape_str(), T,
+         S, b.max_blocks);
+  const int32_t* si = b.seq_index.ptr<int32_t>();
+  const int32_t* pos = b.positions.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    if (si[t] < 0 || si[t] >= S || pos[t] < 0)
+      fail(ErrorCode::kInvalidArgument, "{}: token {} has sequence {} (of {}) and position {}", op, t, si[t], S,
+           pos[t]);
+}
+
+PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t page_size, int32_t s, int32_t pos) {
+  const int64_t blk = pos / page_size;
+  if (blk >= b.max_blocks)
+    fail(ErrorCode::kInvalidArgument, "{}: position {} of sequence {} needs block {} but the block table has {}", op,
+         pos, s, blk, b.max_blocks);
+  const int64_t page = b.block_tables.ptr<int32_t>()[s * static_cast<int64_t>(b.max_blocks) + blk];
+  if (page < 0 || page >= n_pages)
+    fail(ErrorCode::kInvalidArgument, "{}: block {} of sequence {} holds page {} (pool has {})", op, blk, s, page,
+         n_pages);
+  return {page, pos % page_size};
+}
+
+}  // namespace cpu
+
+void CpuOps::kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) {
+  cpu::check_batch("kv_write", batch);
+  cpu::check_dtype("kv_write", "k", k, DType::F32);
+  cpu::check_dtype("kv_write", "v", v, DType::F32);
+  cpu::check_dtype("kv_write", "kv.k", kv.k, DType::F32);
+  cpu::check_dtype("kv_write", "kv.v", kv.v, DType::F32);
+  cpu::check_same_shape("kv_write", "kv.v", kv.v, kv.k);
+  if (kv.k.ndim != 4) fail(ErrorCode::kInvalidArgument, "kv_write: kv.k {} must be 4-D", kv.k.str());
+  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), W = kv.k.dim(2) * kv.k.dim(3), T = batch.n_tokens;
+  if (k.rows() != T || k.cols() != W)
+    fail(ErrorCode::kInvalidArgument, "kv_write: k {} must be [{}, {}] (tokens, kv heads x head_dim)", k.str(), T, W);
+  cpu::check_same_shape("kv_write", "v", v, k);
+  const int32_t* pos = batch.positions.ptr<int32_t>();
+  const int32_t* si = batch.seq_index.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    const auto ps = cpu::page_slot("kv_write", batch, n_pages, page, si[t], pos[t]);
+    const int64_t off = (ps.page * page + ps.slot) * W;
+    std::memcpy(kv.k.ptr<float>() + off, k.ptr<float>() + t * W, static_cast<size_t>(W) * 4);
+    std::memcpy(kv.v.ptr<float>() + off, v.ptr<float>() + t * W, static_cast<size_t>(W) * 4);
+  }
+}
+
+}  // namespace ft

@@ -1,0 +1,85 @@
+// matmul: y = x W^T (+ bias) with W in any stored dtype (CPU backend). W is processed in tiles of
+// kRowTile rows: each tile is dequantized once per token block into a thread-local f32 buffer
+// (F32 weights are read in place), then every token's dot products run over it with the SIMD
+// kernel. Summation order per output element is fixed, so results do not depend on T.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd.h"
+#include "util/error.h"
+
+namespace ft {
+namespace cpu {
+
+namespace {
+constexpr int64_t kRowTile = 16;    // rows of W per work item
+constexpr int64_t kTokenBlock = 64;  // tokens per work item
+}  // namespace
+
+void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const Tensor& bias, float* y, int64_t ldy,
+                int n_threads) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const int64_t rb = w.row_bytes();
+  const int64_t n_tiles = (N + kRowTile - 1) / kRowTile, t_blocks = (T + kTokenBlock - 1) / kTokenBlock;
+  const bool direct = w.dtype == DType::F32;
+  thread_local std::vector<float> bias_f;
+  if (!bias.empty()) {
+    bias_f.resize(static_cast<size_t>(N));
+    to_f32(bias.dtype, bias.data, bias_f.data(), N);
+  }
+  const float* b = bias.empty() ? nullptr : bias_f.data();
+  const int64_t work = n_tiles * t_blocks;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (work > 1 && T * N * K > 32768)
+  for (int64_t item = 0; item < work; ++item) {
+    const int64_t tile = item % n_tiles, tb = item / n_tiles;
+    const int64_t n0 = tile * kRowTile, nr = std::min(kRowTile, N - n0);
+    const int64_t t0 = tb * kTokenBlock, t1 = std::min(T, t0 + kTokenBlock);
+    thread_local std::vector<float> wbuf;
+    const float* wt;
+    if (direct) {
+      wt = reinterpret_cast<const float*>(w.bytes_ptr() + n0 * rb);
+    } else {
+      wbuf.resize(static_cast<size_t>(kRowTile * K));
+      for (int64_t r = 0; r < nr; ++r) to_f32(w.dtype, w.bytes_ptr() + (n0 + r) * rb, wbuf.data() + r * K, K);
+      wt = wbuf.data();
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xt = x + t * ldx;
+      float* yt = y + t * ldy + n0;
+      for (int64_t r = 0; r < nr; r += 4) {
+        const int rows = static_cast<int>(std::min<int64_t>(4, nr - r));
+        dot_rows(xt, wt + r * K, K, rows, K, yt + r);
+      }
+      if (b)
+        for (int64_t r = 0; r < nr; ++r) yt[r] += b[n0 + r];
+    }
+  }
+}
+
+}  // namespace cpu
+
+void CpuOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) {
+  cpu::check_dtype("matmul", "x", x, DType::F32);
+  cpu::check_dtype("matmul", "y", y, DType::F32);
+  cpu::check_cpu("matmul", "w", w);
+  if (w.ndim != 2) fail(ErrorCode::kInvalidArgument, "matmul: w {} must be 2-D [N, K]", w.str());
+  const int64_t N = w.dim(0), K = w.dim(1), T = x.rows();
+  if (x.cols() != K)
+    fail(ErrorCode::kInvalidArgument, "matmul: w {} does not match x {} (K = {} vs {})", w.str(), x.str(), K, x.cols());
+  if (y.rows() != T || y.cols() != N)
+    fail(ErrorCode::kInvalidArgument, "matmul: y {} must be [{}, {}] for x {} and w {}", y.str(), T, N, x.str(),
+         w.str());
+  if (K % dtype_info(w.dtype).block_size != 0)
+    fail(ErrorCode::kInvalidArgument, "matmul: w {} row length is not a whole number of {} blocks", w.str(),
+         dtype_name(w.dtype));
+  if (!bias.empty()) {
+    cpu::check_cpu("matmul", "bias", bias);
+    if (bias.numel() != N)
+      fail(ErrorCode::kInvalidArgument, "matmul: bias {} must have N = {} entries", bias.str(), N);
+  }
+  if (x.data == y.data) fail(ErrorCode::kInvalidArgument, "matmul: y must not alias x");
+  cpu::matmul_f32(x.ptr<float>(), T, K, w, bias, y.ptr<float>(), N, n_threads_);
+}
+
+}  // namespace ft

@@ -1,0 +1,47 @@
+// rope: rotary position embedding in place, GGML normal (adjacent pairs) or NeoX (split halves)
+// layout, partial rotary dims (CPU backend). Angle = position * inv_freq[i] in fp32, as Hugging
+// Face computes it (inv_freq @ position_ids in float32, then cos/sin).
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/error.h"
+
+namespace ft {
+
+void CpuOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
+  cpu::check_dtype("rope", "x", x, DType::F32);
+  cpu::check_dtype("rope", "positions", positions, DType::I32);
+  cpu::check_dtype("rope", "inv_freq", p.inv_freq, DType::F32);
+  const int64_t T = x.rows(), W = x.cols(), hd = p.head_dim, n_rot = p.n_rot;
+  if (hd <= 0 || W % hd != 0)
+    fail(ErrorCode::kInvalidArgument, "rope: row length {} of x {} is not a multiple of head_dim {}", W, x.str(), hd);
+  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > hd)
+    fail(ErrorCode::kInvalidArgument, "rope: n_rot {} must be even and in (0, head_dim {}]", n_rot, hd);
+  if (p.inv_freq.numel() != n_rot / 2)
+    fail(ErrorCode::kInvalidArgument, "rope: inv_freq {} must have n_rot/2 = {} entries", p.inv_freq.str(), n_rot / 2);
+  if (positions.numel() != T)
+    fail(ErrorCode::kInvalidArgument, "rope: positions {} must have one entry per row of x {}", positions.str(),
+         x.str());
+  const int64_t n_head = W / hd, half = n_rot / 2;
+  const float* inv = p.inv_freq.ptr<float>();
+  const int32_t* pos = positions.ptr<int32_t>();
+  float* data = x.ptr<float>();
+#pragma omp parallel for num_threads(n_threads_) schedule(static) if (T * W > 65536)
+  for (int64_t t = 0; t < T; ++t) {
+    const float fp = static_cast<float>(pos[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = fp * inv[i];
+      const float c = std::cos(angle) * p.attn_factor, s = std::sin(angle) * p.attn_factor;
+      for (int64_t h = 0; h < n_head; ++h) {
+        float* r = data + t * W + h * hd;
+        const int64_t i0 = p.mode == RopeMode::kNormal ? 2 * i : i;
+        const int64_t i1 = p.mode == RopeMode::kNormal ? 2 * i + 1 : i + half;
+        const float a = r[i0], b = r[i1];
+        r[i0] = a * c - b * s;
+        r[i1] = b * c + a * s;
+      }
+    }
+  }
+}
+
+}  // namespace ft

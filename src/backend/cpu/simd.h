@@ -1,0 +1,26 @@
+#pragma once
+// SIMD inner loops of the CPU backend with run-time dispatch: AVX-512F, AVX2+FMA+F16C, or scalar,
+// chosen once from __builtin_cpu_supports (ft_core is compiled for x86-64-v2; the fast paths use
+// target attributes). Every function gives the same result for a given input on a given machine,
+// whatever the surrounding batch, so batched and single-sequence runs agree bit for bit.
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace ft::cpu {
+
+/** Name of the selected instruction set: "avx512", "avx2" or "scalar". */
+const char* simd_level();
+
+/** out[r] = sum_i x[i] * w[r * ldw + i] for r < rows (rows <= 4), fp32. A row's result does not
+ *  depend on `rows` or on the other rows. */
+void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out);
+
+/** Converts `n` stored elements of `type` at `src` to float32: F32 copy, F16/BF16 exact widening,
+ *  block types through quant/ dequantize_row. Throws kUnsupported for a type without a dequantizer. */
+void to_f32(DType type, const void* src, float* dst, int64_t n);
+
+/** y[i] += a * x[i]. */
+void axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace ft::cpu
