@@ -45,9 +45,11 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::TQ2_0, "TQ2_0", 256, 66, false, true},
     DTypeInfo{DType::MXFP4, "MXFP4", 32, 17, false, true},
     DTypeInfo{DType::NVFP4, "NVFP4", 64, 36, false, true},
-    // Q1_0 / Q2_0: 128 elements per block, one fp16 scale (ggml-common.h block_q1_0 / block_q2_0).
+    // Q1_0: 128 elements = fp16 d + 16 bytes of sign bits (ggml-common.h block_q1_0, QK1_0 = 128).
+    // Q2_0: 64 elements = fp16 d + 16 bytes of 2-bit codes (ggml-common.h block_q2_0, QK2_0 = 64);
+    // gguf-py GGML_QUANT_SIZES agrees: Q1_0 (128, 2 + 16), Q2_0 (64, 2 + 16).
     DTypeInfo{DType::Q1_0, "Q1_0", 128, 18, false, true},
-    DTypeInfo{DType::Q2_0, "Q2_0", 128, 34, false, true},
+    DTypeInfo{DType::Q2_0, "Q2_0", 64, 18, false, true},
     DTypeInfo{DType::F8_E4M3, "F8_E4M3", 1, 1, true, false},
     DTypeInfo{DType::F8_E5M2, "F8_E5M2", 1, 1, true, false},
     DTypeInfo{DType::U8, "U8", 1, 1, false, false},
