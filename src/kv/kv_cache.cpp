@@ -1,0 +1,45 @@
+#include "kv/kv_cache.h"
+
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+int32_t pages_for(const KvCacheConfig& c) {
+  if (c.n_layer < 1 || c.n_head_kv < 1 || c.head_dim < 1 || c.page_size < 1 || c.token_budget < 1)
+    fail(ErrorCode::kInvalidArgument,
+         "KV cache: n_layer {}, n_head_kv {}, head_dim {}, page_size {}, token budget {} (all must be >= 1)", c.n_layer,
+         c.n_head_kv, c.head_dim, c.page_size, c.token_budget);
+  const int64_t pages = (c.token_budget + c.page_size - 1) / c.page_size;
+  if (pages > INT32_MAX) fail(ErrorCode::kInvalidArgument, "KV cache: {} pages is too many", pages);
+  return static_cast<int32_t>(pages);
+}
+
+}  // namespace
+
+int64_t KvCache::bytes_for(const KvCacheConfig& c) {
+  return 2LL * c.n_layer * pages_for(c) * c.page_size * dtype_bytes(c.dtype, int64_t{c.n_head_kv} * c.head_dim);
+}
+
+KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_(pages_for(config), config.page_size) {
+  const int64_t n_pages = pool_.n_pages();
+  for (int32_t l = 0; l < config.n_layer; ++l) {
+    KvLayer kv;
+    for (Tensor* t : {&kv.k, &kv.v}) {
+      Tensor view(nullptr, config.dtype, {n_pages, config.page_size, config.n_head_kv, config.head_dim}, ops.device());
+      storage_.push_back(ops.alloc(view.bytes()));
+      view.data = storage_.back().data();
+      *t = view;
+    }
+    layers_.push_back(kv);
+  }
+}
+
+KvLayer KvCache::layer(int32_t l) const {
+  FT_CHECK(l >= 0 && l < static_cast<int32_t>(layers_.size()));
+  return layers_[static_cast<size_t>(l)];
+}
+
+int64_t KvCache::bytes() const { return bytes_for(config_); }
+
+}  // namespace ft

@@ -1,0 +1,46 @@
+#pragma once
+// KvCache: the paged K/V storage of every attention layer on one backend, plus its page pool.
+// Layer l's keys are one tensor [n_pages, page_size, n_head_kv, head_dim] (values likewise); the
+// pool is sized from a token budget. Sequences hold pages through their BlockTable.
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+#include "kv/page_pool.h"
+
+namespace ft {
+
+struct KvCacheConfig {
+  int32_t n_layer = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t page_size = 64;     // tokens per page (--page-size)
+  int64_t token_budget = 0;   // tokens of KV to hold across all sequences; rounded up to whole pages
+  DType dtype = DType::F32;   // element type (F32 on CPU)
+};
+
+class KvCache {
+ public:
+  /** Allocates 2 * n_layer tensors through `ops`. Throws kInvalidArgument for a bad config,
+   *  kOutOfMemory (naming the bytes) when the backend cannot allocate it. */
+  KvCache(Ops& ops, const KvCacheConfig& config);
+
+  const KvCacheConfig& config() const { return config_; }
+  /** Layer `l`'s pages. Throws kInternal for l out of range. */
+  KvLayer layer(int32_t l) const;
+  PagePool& pool() { return pool_; }
+  const PagePool& pool() const { return pool_; }
+  /** Bytes of K and V storage in all layers. */
+  int64_t bytes() const;
+
+  /** Bytes a cache of `config` needs (without allocating). */
+  static int64_t bytes_for(const KvCacheConfig& config);
+
+ private:
+  KvCacheConfig config_;
+  PagePool pool_;
+  std::vector<Buffer> storage_;
+  std::vector<KvLayer> layers_;
+};
+
+}  // namespace ft
