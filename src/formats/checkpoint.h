@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +48,13 @@ class Checkpoint {
   const TensorInfo* find(std::string_view name) const;
   /** The tensor named `name`. Throws ft::Error(kNotFound) naming it and the checkpoint. */
   const TensorInfo& get(std::string_view name) const;
+
+ protected:
+  /** Builds the name index find() uses (call once tensors() is final); without it find() scans linearly. */
+  void index_tensors();
+
+ private:
+  std::unordered_map<std::string_view, size_t> index_;  // name -> position in tensors()
 };
 
 /** Opens a GGUF file (first split of a multi-file GGUF too) or a Hugging Face folder (config.json +

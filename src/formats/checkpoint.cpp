@@ -1,0 +1,90 @@
+#include "formats/checkpoint.h"
+
+#include <filesystem>
+
+#include "formats/gguf_reader.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+class GgufCheckpoint final : public Checkpoint {
+ public:
+  explicit GgufCheckpoint(const std::string& path) : path_(path), reader_(path) {
+    tensors_.reserve(reader_.tensors().size());
+    for (const GgufTensor& t : reader_.tensors()) tensors_.push_back(t.info);
+    metadata_ = reader_.metadata_json();
+    index_tensors();
+  }
+  std::string format() const override { return "gguf"; }
+  const std::string& path() const override { return path_; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  const nlohmann::json& metadata() const override { return metadata_; }
+
+ private:
+  std::string path_;
+  GgufReader reader_;
+  std::vector<TensorInfo> tensors_;
+  nlohmann::json metadata_;
+};
+
+class SafetensorsCheckpoint final : public Checkpoint {
+ public:
+  explicit SafetensorsCheckpoint(const std::string& folder) : path_(folder), set_(folder) {
+    HfConfig cfg = read_hf_config(folder);
+    metadata_ = {{"config", cfg.raw}, {"generation_config", cfg.generation_config},
+                 {"tokenizer_config", cfg.tokenizer_config}};
+    index_tensors();
+  }
+  std::string format() const override { return "safetensors"; }
+  const std::string& path() const override { return path_; }
+  const std::vector<TensorInfo>& tensors() const override { return set_.tensors(); }
+  const nlohmann::json& metadata() const override { return metadata_; }
+
+ private:
+  std::string path_;
+  SafetensorsSet set_;
+  nlohmann::json metadata_;
+};
+
+}  // namespace
+
+void Checkpoint::index_tensors() {
+  index_.clear();
+  const auto& ts = tensors();
+  index_.reserve(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) index_.emplace(ts[i].name, i);
+}
+
+const TensorInfo* Checkpoint::find(std::string_view name) const {
+  const auto& ts = tensors();
+  if (!index_.empty()) {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &ts[it->second];
+  }
+  for (const auto& t : ts)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const TensorInfo& Checkpoint::get(std::string_view name) const {
+  if (const TensorInfo* t = find(name)) return *t;
+  fail(ErrorCode::kNotFound, "{}: no tensor named {}", path(), name);
+}
+
+std::unique_ptr<Checkpoint> open_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(ErrorCode::kNotFound, "{}: no such file or folder", path);
+  if (fs::is_directory(path, ec)) {
+    if (!fs::exists(fs::path(path) / "config.json"))
+      fail(ErrorCode::kNotFound, "{}: folder has no config.json (expected a Hugging Face checkpoint)", path);
+    return std::make_unique<SafetensorsCheckpoint>(path);
+  }
+  return std::make_unique<GgufCheckpoint>(path);
+}
+
+}  // namespace ft
