@@ -1,0 +1,129 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "model/registry.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft {
+
+std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOptions& options) {
+  auto ckpt = open_checkpoint(path);
+  return std::make_unique<Engine>(std::move(ckpt), std::make_unique<CpuOps>(options.threads), options);
+}
+
+Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
+    : options_(options), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
+  if (options_.max_step_tokens < 1 || options_.max_logit_rows < 1 || options_.max_seqs < 1)
+    fail(ErrorCode::kInvalidArgument, "engine: max_step_tokens {}, max_logit_rows {}, max_seqs {} must be >= 1",
+         options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
+  model_ = load_model(*ckpt_, *ops_);
+  const ModelConfig& c = model_->config();
+  bool moe = false;
+  for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
+  if (moe) experts_ = std::make_unique<ResidentExperts>(*ops_, model_->host_experts());
+  if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
+  kv_ = std::make_unique<KvCache>(*ops_, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
+                                                       static_cast<int32_t>(c.head_dim), options_.page_size,
+                                                       options_.kv_tokens, ops_->activation_dtype()});
+  max_blocks_ = kv_->pool().n_pages();
+  options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
+  state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
+  auto make = [&](DType dt, std::initializer_list<int64_t> shape) {
+    Tensor t(nullptr, dt, shape, ops_->device());
+    storage_.push_back(ops_->alloc(t.bytes()));
+    t.data = storage_.back().data();
+    return t;
+  };
+  const int64_t T = options_.max_step_tokens, S = options_.max_seqs, R = options_.max_logit_rows;
+  d_ids_ = make(DType::I32, {T});
+  d_pos_ = make(DType::I32, {T});
+  d_seq_ = make(DType::I32, {T});
+  d_start_ = make(DType::I32, {S + 1});
+  d_tables_ = make(DType::I32, {S * max_blocks_});
+  d_rows_ = make(DType::I32, {R});
+  d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
+  spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
+                c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
+                static_cast<double>(kv_->bytes()) / (1 << 20), T);
+}
+
+Engine::~Engine() = default;
+
+const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
+  const ModelConfig& c = model_->config();
+  const int64_t S = static_cast<int64_t>(items.size()), page = kv_->config().page_size;
+  if (S < 1 || S > options_.max_seqs)
+    fail(ErrorCode::kInvalidArgument, "engine step: {} sequences (1..{} allowed)", S, options_.max_seqs);
+  h_ids_.clear();
+  h_pos_.clear();
+  h_seq_.clear();
+  h_rows_.clear();
+  h_start_.assign(1, 0);
+  int64_t mb = 1;
+  for (const StepItem& it : items) {
+    if (!it.pages || it.n < 1 || it.start < 0)
+      fail(ErrorCode::kInvalidArgument, "engine step: an item has no pages, {} tokens or start {}", it.n, it.start);
+    const int64_t need = (it.start + it.n + page - 1) / page;
+    if (static_cast<int64_t>(it.pages->size()) < need)
+      fail(ErrorCode::kInvalidArgument, "engine step: positions up to {} need {} pages, the block table has {}",
+           it.start + it.n, need, it.pages->size());
+    mb = std::max<int64_t>(mb, static_cast<int64_t>(it.pages->size()));
+    if (it.n_logits != 0 && it.n_logits != 1 && it.n_logits != it.n)
+      fail(ErrorCode::kInvalidArgument, "engine step: n_logits {} must be 0, 1 or the item's {} tokens", it.n_logits,
+           it.n);
+  }
+  if (mb > max_blocks_) fail(ErrorCode::kInvalidArgument, "engine step: a block table has {} pages, pool {}", mb, max_blocks_);
+  for (int64_t s = 0; s < S; ++s) {
+    const StepItem& it = items[static_cast<size_t>(s)];
+    const int64_t base = static_cast<int64_t>(h_ids_.size());
+    for (int64_t i = 0; i < it.n; ++i) {
+      const int32_t id = it.tokens[i];
+      if (id < 0 || id >= c.n_vocab)
+        fail(ErrorCode::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", id, c.n_vocab - 1);
+      h_ids_.push_back(id);
+      h_pos_.push_back(static_cast<int32_t>(it.start + i));
+      h_seq_.push_back(static_cast<int32_t>(s));
+    }
+    for (int64_t r = it.n - it.n_logits; r < it.n; ++r) h_rows_.push_back(static_cast<int32_t>(base + r));
+    h_start_.push_back(static_cast<int32_t>(h_ids_.size()));
+  }
+  const int64_t T = static_cast<int64_t>(h_ids_.size()), R = static_cast<int64_t>(h_rows_.size());
+  if (T > options_.max_step_tokens)
+    fail(ErrorCode::kInvalidArgument, "engine step: {} tokens exceed the planned {} per step", T,
+         options_.max_step_tokens);
+  if (R > options_.max_logit_rows)
+    fail(ErrorCode::kInvalidArgument, "engine step: {} logit rows exceed the planned {}", R, options_.max_logit_rows);
+  h_tables_.assign(static_cast<size_t>(S * mb), 0);
+  for (int64_t s = 0; s < S; ++s) {
+    const auto& pages = *items[static_cast<size_t>(s)].pages;
+    std::copy(pages.begin(), pages.end(), h_tables_.begin() + s * mb);
+  }
+  auto upload = [&](std::vector<int32_t>& host, const Tensor& dev, std::initializer_list<int64_t> shape) {
+    Tensor h(host.data(), DType::I32, shape);
+    Tensor d(dev.data, DType::I32, shape, dev.device);
+    ops_->copy(h, d);
+    return d;
+  };
+  BatchInfo batch;
+  batch.n_tokens = static_cast<int32_t>(T);
+  batch.n_seqs = static_cast<int32_t>(S);
+  batch.max_blocks = static_cast<int32_t>(mb);
+  for (int32_t p : h_pos_) batch.max_kv_len = std::max(batch.max_kv_len, p + 1);
+  batch.positions = upload(h_pos_, d_pos_, {T});
+  batch.seq_index = upload(h_seq_, d_seq_, {T});
+  batch.seq_start = upload(h_start_, d_start_, {S + 1});
+  batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
+  Tensor logits = R > 0 ? d_logits_.slice(0, R) : Tensor();
+  ForwardContext ctx{*ops_, batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
+                     logits, *kv_, experts_.get(), *state_, dump_ ? &dump_ : nullptr};
+  model_->forward(ctx);
+  h_logits_.resize(static_cast<size_t>(R * c.n_vocab));
+  if (R > 0) ops_->copy(logits, Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
+  return h_logits_;
+}
+
+}  // namespace ft

@@ -1,0 +1,80 @@
+#pragma once
+// Engine: a loaded checkpoint + model on a backend, its KV cache and planned step buffers, and one
+// forward step over a batch of sequences (prefill chunks and decode tokens mixed). Generation
+// loops (engine/generate.h) and the scheduler build on step().
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "formats/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace ft {
+
+struct EngineOptions {
+  int threads = 0;                   // CPU threads (0: all cores)
+  int32_t page_size = 64;            // KV page size in tokens (--page-size)
+  int64_t kv_tokens = 0;             // KV budget in tokens over all sequences (0: min(context length, 8192))
+  int64_t max_step_tokens = 8192;    // most tokens in one forward (>= --max-prefill-tokens)
+  int64_t max_logit_rows = 256;      // most logit rows one forward returns
+  int32_t max_seqs = 16;             // most sequences in one forward
+};
+
+/** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
+ *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
+ *  (page j holds positions [j * page_size, (j + 1) * page_size)) and must cover start + n positions.
+ *  The caller owns page allocation (kv/page_pool.h BlockTable, or the scheduler). */
+struct StepItem {
+  const std::vector<int32_t>* pages = nullptr;
+  int64_t start = 0;
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  /** Logit rows wanted: 0 none, 1 the last token, n every token (others are invalid). */
+  int64_t n_logits = 1;
+};
+
+class Engine {
+ public:
+  /** Opens `path` (GGUF or HF folder), builds the model on the CPU backend and plans KV and step
+   *  buffers. Throws ft::Error from the loader (missing tensor, bad shape, unsupported arch...). */
+  static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
+  /** Same over an opened checkpoint and a backend (tests; the CUDA backend later). */
+  Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const { return model_->config(); }
+  const Checkpoint& checkpoint() const { return *ckpt_; }
+  Ops& ops() { return *ops_; }
+  const EngineOptions& options() const { return options_; }
+  KvCache& kv() { return *kv_; }
+
+  /** Runs one forward: writes the items' K/V into their pages and returns the logits [R, n_vocab]
+   *  (R = sum of n_logits, in item order) as host floats, valid until the next step. Throws
+   *  kInvalidArgument for limits exceeded (tokens, sequences, logit rows, pages) or bad token ids. */
+  const std::vector<float>& step(const std::vector<StepItem>& items);
+
+  /** Optional hook receiving every named intermediate of the next steps (debugging). */
+  void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
+
+ private:
+  EngineOptions options_;
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ExpertCompute> experts_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<ForwardState> state_;
+  int32_t max_blocks_ = 0;
+  // Planned device-side step inputs and output.
+  std::vector<Buffer> storage_;
+  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_;
+  // Host staging.
+  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_;
+  std::vector<float> h_logits_;
+  DumpHook dump_;
+};
+
+}  // namespace ft

@@ -1,0 +1,46 @@
+#pragma once
+// Batched generation over an Engine: chunked prefill (at most max_prefill_tokens per forward, chunks
+// of several prompts packed together), then incremental decode of all unfinished sequences in one
+// forward per step. Sampling through ft::Sampler (temperature <= 0: greedy). A simple fixed-batch
+// loop for `ft run`, benchmarks and tests; the server uses the scheduler.
+#include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+namespace ft {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // token ids (BOS included by the caller if wanted)
+  int32_t max_tokens = 16;      // tokens to generate
+  SamplingParams sampling;
+  bool stop_at_eos = true;      // stop after sampling an EOS id of the model config
+  bool prompt_logits = false;   // keep the logits of every prompt position
+  bool step_logits = false;     // keep the logits each generated token was sampled from
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;        // generated ids (EOS included when it stopped there)
+  std::vector<float> prompt_logits;   // [prompt, n_vocab] if requested
+  std::vector<float> step_logits;     // [tokens, n_vocab] if requested
+};
+
+struct GenerateOptions {
+  int64_t max_prefill_tokens = 8192;  // prompt tokens per forward (--max-prefill-tokens)
+};
+
+struct GenerateStats {
+  int64_t prefill_tokens = 0;
+  double prefill_seconds = 0;
+  int64_t decode_tokens = 0;   // tokens produced by decode steps (the first token comes from prefill)
+  double decode_seconds = 0;
+};
+
+/** Runs every request to completion together. Pages for prompt + max_tokens of every request are
+ *  reserved up front: throws ft::Error(kOutOfMemory) naming the need when the KV pool is too small,
+ *  kInvalidArgument for an empty prompt or more requests than the engine's max_seqs. */
+std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateRequest>& requests,
+                                     const GenerateOptions& options = {}, GenerateStats* stats = nullptr);
+
+}  // namespace ft

@@ -1,0 +1,17 @@
+#pragma once
+// Builders of the architecture files (model/<arch>.cpp), listed in registry.cpp.
+#include <memory>
+
+#include "model/registry.h"
+
+namespace ft {
+
+std::unique_ptr<Model> build_llama(ModelConfig config, WeightLoader& ld, Ops& ops);      // llama.cpp
+std::unique_ptr<Model> build_qwen2(ModelConfig config, WeightLoader& ld, Ops& ops);      // qwen2.cpp
+std::unique_ptr<Model> build_qwen3(ModelConfig config, WeightLoader& ld, Ops& ops);      // qwen3.cpp
+std::unique_ptr<Model> build_qwen3_moe(ModelConfig config, WeightLoader& ld, Ops& ops);  // qwen3_moe.cpp
+std::unique_ptr<Model> build_mixtral(ModelConfig config, WeightLoader& ld, Ops& ops);    // mixtral.cpp
+std::unique_ptr<Model> build_qwen2_moe(ModelConfig config, WeightLoader& ld, Ops& ops);  // qwen2_moe.cpp
+std::unique_ptr<Model> build_olmoe(ModelConfig config, WeightLoader& ld, Ops& ops);      // olmoe.cpp
+
+}  // namespace ft

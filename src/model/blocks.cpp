@@ -1,0 +1,166 @@
+#include "model/blocks.h"
+
+#include <cmath>
+
+#include "kv/kv_cache.h"
+#include "model/rope.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace ft {
+
+// ---- attention ----
+
+AttentionSpec attention_spec(const ModelConfig& c, const Tensor& inv_freq, float attn_factor) {
+  AttentionSpec s;
+  s.attn = {static_cast<int32_t>(c.n_head), static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
+            1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window};
+  s.rope = {c.rope_mode, static_cast<int32_t>(c.head_dim), static_cast<int32_t>(c.n_rot), inv_freq, attn_factor};
+  s.qk_norm_params = {static_cast<float>(c.rms_eps), 0.0f};
+  s.qk_norm = c.qk_norm;
+  return s;
+}
+
+AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t l) {
+  const int64_t H = c.n_embd, qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
+  AttentionWeights w;
+  w.wq = ld.get(layer_weight(l, "attn_q", "self_attn.q_proj"), {qd, H});
+  w.wk = ld.get(layer_weight(l, "attn_k", "self_attn.k_proj"), {kvd, H});
+  w.wv = ld.get(layer_weight(l, "attn_v", "self_attn.v_proj"), {kvd, H});
+  w.wo = ld.get(layer_weight(l, "attn_output", "self_attn.o_proj"), {H, qd});
+  if (c.attn_bias) {
+    w.bq = ld.get(layer_weight(l, "attn_q", "self_attn.q_proj", "bias"), {qd}, WeightKind::kVector);
+    w.bk = ld.get(layer_weight(l, "attn_k", "self_attn.k_proj", "bias"), {kvd}, WeightKind::kVector);
+    w.bv = ld.get(layer_weight(l, "attn_v", "self_attn.v_proj", "bias"), {kvd}, WeightKind::kVector);
+  }
+  if (c.qk_norm != QkNorm::kNone) {
+    const bool full = c.qk_norm == QkNorm::kFull;
+    w.q_norm = ld.get(layer_weight(l, "attn_q_norm", "self_attn.q_norm"), {full ? qd : c.head_dim}, WeightKind::kVector);
+    w.k_norm = ld.get(layer_weight(l, "attn_k_norm", "self_attn.k_norm"), {full ? kvd : c.head_dim}, WeightKind::kVector);
+  }
+  return w;
+}
+
+void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
+                     const Tensor& h, Tensor out) {
+  Ops& ops = ctx.ops;
+  ForwardState& s = ctx.state;
+  const int64_t T = h.rows(), hd = spec.attn.head_dim;
+  Tensor q = s.q.slice(0, T), k = s.k.slice(0, T), v = s.v.slice(0, T), attn = s.attn.slice(0, T);
+  ops.matmul(h, w.wq, q, w.bq);  // [T, n_head * hd]
+  ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * hd]
+  ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * hd]
+  if (spec.qk_norm == QkNorm::kPerHead) {
+    Tensor qh = q.reshape({T * spec.attn.n_head, hd}), kh = k.reshape({T * spec.attn.n_head_kv, hd});
+    ops.rms_norm(spec.qk_norm_params, qh, w.q_norm, qh);
+    ops.rms_norm(spec.qk_norm_params, kh, w.k_norm, kh);
+  } else if (spec.qk_norm == QkNorm::kFull) {
+    ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
+    ops.rms_norm(spec.qk_norm_params, k, w.k_norm, k);
+  }
+  ops.rope(spec.rope, q, ctx.batch.positions);
+  ops.rope(spec.rope, k, ctx.batch.positions);
+  const KvLayer kv = ctx.kv.layer(static_cast<int32_t>(l));
+  ops.kv_write(ctx.batch, k, v, kv);
+  ops.attention(spec.attn, ctx.batch, q, kv, attn);  // [T, n_head * hd]
+  ctx.dump_if("kqv_out", l, attn);
+  ops.matmul(attn, w.wo, out, Tensor());  // [T, H]
+}
+
+// ---- feed-forward ----
+
+MlpWeights load_mlp(WeightLoader& ld, const ModelConfig& c, int64_t l, int64_t F) {
+  const int64_t H = c.n_embd;
+  return {ld.get(layer_weight(l, "ffn_gate", "mlp.gate_proj"), {F, H}),
+          ld.get(layer_weight(l, "ffn_up", "mlp.up_proj"), {F, H}),
+          ld.get(layer_weight(l, "ffn_down", "mlp.down_proj"), {H, F})};
+}
+
+void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out) {
+  const int64_t T = h.rows(), F = w.gate.dim(0);
+  Tensor g = ctx.state.ff_gate.reshape({ctx.state.max_tokens * ctx.state.ff_gate.cols()})
+                 .slice(0, T * F).reshape({T, F});
+  Tensor u = ctx.state.ff_up.reshape({ctx.state.max_tokens * ctx.state.ff_up.cols()}).slice(0, T * F).reshape({T, F});
+  ctx.ops.matmul(h, w.gate, g, Tensor());  // [T, F]
+  ctx.ops.matmul(h, w.up, u, Tensor());    // [T, F]
+  ctx.ops.swiglu(g, u, g);
+  ctx.ops.matmul(g, w.down, out, Tensor());  // [T, H]
+}
+
+ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, const ExpertNames& n) {
+  const int64_t E = c.n_expert, F = c.n_ff_exp, H = c.n_embd;
+  ExpertBank b;
+  b.gate = ld.host_experts(l, "ffn_gate_exps", n.gate, E, F, H);
+  b.up = ld.host_experts(l, "ffn_up_exps", n.up, E, F, H);
+  b.down = ld.host_experts(l, "ffn_down_exps", n.down, E, H, F);
+  return b;
+}
+
+void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
+               Tensor out) {
+  if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
+  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out);
+}
+
+// ---- embeddings and output ----
+
+OutputWeights load_output(WeightLoader& ld, ModelConfig& c) {
+  OutputWeights w;
+  const WeightName embd{"token_embd.weight", "model.embed_tokens.weight"};
+  if (c.n_vocab == 0) {
+    if (const TensorInfo* t = ld.checkpoint().find(ld.name(embd)); t && t->shape.size() == 2) c.n_vocab = t->shape[0];
+  }
+  const int64_t V = c.n_vocab, H = c.n_embd;
+  w.tok_embd = ld.get(embd, {V, H});
+  w.output_norm = ld.get({"output_norm.weight", "model.norm.weight"}, {H}, WeightKind::kVector);
+  const WeightName out{"output.weight", "lm_head.weight"};
+  w.output = c.tie_embeddings && !ld.has(out) ? w.tok_embd : ld.get_optional(out, {V, H});
+  if (w.output.empty()) {
+    if (!ld.is_gguf()) ld.get(out, {V, H});  // throws: an untied HF checkpoint must have lm_head
+    w.output = w.tok_embd;                   // llama.cpp: no output.weight means tied
+  }
+  return w;
+}
+
+Tensor embed(ForwardContext& ctx, const Tensor& tok_embd) {
+  Tensor x = ctx.state.x.slice(0, ctx.batch.n_tokens);
+  ctx.ops.embedding(tok_embd, ctx.token_ids, x);  // [T, H]
+  return x;
+}
+
+void lm_head(ForwardContext& ctx, const OutputWeights& w, const RmsNormParams& norm, const Tensor& x) {
+  if (ctx.logit_rows.empty()) return;  // a prefill chunk whose logits nobody needs
+  Tensor rows = ctx.state.out_rows.slice(0, ctx.logit_rows.numel());  // [R, H]
+  ctx.ops.embedding(x, ctx.logit_rows, rows);
+  ctx.ops.rms_norm(norm, rows, w.output_norm, rows);
+  ctx.dump_if("result_norm", -1, rows);
+  ctx.ops.matmul(rows, w.output, ctx.logits, Tensor());  // [R, V]
+  ctx.dump_if("result_output", -1, ctx.logits);
+}
+
+Tensor load_norm(WeightLoader& ld, const ModelConfig& c, int64_t l, const char* gguf, const char* hf) {
+  return ld.get(layer_weight(l, gguf, hf), {c.n_embd}, WeightKind::kVector);
+}
+
+AttentionSpec load_attention_spec(WeightLoader& ld, Ops& ops, const ModelConfig& c, std::vector<Buffer>& storage) {
+  std::vector<float> factors;
+  const WeightName freqs{"rope_freqs.weight", ""};
+  if (ld.is_gguf() && ld.has(freqs)) {
+    Tensor f = ld.host(freqs, {c.n_rot / 2}, WeightKind::kVector);
+    factors.resize(static_cast<size_t>(c.n_rot / 2));
+    dequantize_row(f.dtype, f.data, factors.data(), c.n_rot / 2);
+  }
+  const RopeTable rope = rope_table(c, factors);
+  return attention_spec(c, upload_f32(ops, rope.inv_freq, storage), rope.attn_factor);
+}
+
+Tensor upload_f32(Ops& ops, const std::vector<float>& values, std::vector<Buffer>& storage) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor host(const_cast<float*>(values.data()), DType::F32, {n});
+  storage.push_back(ops.alloc(n * 4));
+  Tensor dev(storage.back().data(), DType::F32, {n}, ops.device());
+  ops.copy(host, dev);
+  return dev;
+}
+
+}  // namespace ft

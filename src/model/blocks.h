@@ -1,0 +1,99 @@
+#pragma once
+// Shared transformer blocks every architecture file is written with: token embedding, attention
+// (QKV projections with optional bias, optional QK-norm, RoPE, paged KV, output projection), the
+// gated (SwiGLU) MLP, the MoE FFN (calling moe/), and the final norm + LM head. Also the weight
+// loading helpers for them, with GGUF and HF names side by side.
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "moe/moe_ffn.h"
+
+namespace ft {
+
+// ---- attention ----
+
+struct AttentionWeights {
+  Tensor wq, wk, wv;      // [n_head * hd, H], [n_kv * hd, H], [n_kv * hd, H]
+  Tensor wo;              // [H, n_head * hd]
+  Tensor bq, bk, bv;      // optional biases [n_head * hd], [n_kv * hd], [n_kv * hd]
+  Tensor q_norm, k_norm;  // optional QK-norm: [hd] (per head) or [n_head * hd] / [n_kv * hd] (full)
+};
+
+/** Attention hyperparameters of one layer, derived from the config once. */
+struct AttentionSpec {
+  AttentionParams attn;
+  RopeParams rope;
+  RmsNormParams qk_norm_params;
+  QkNorm qk_norm = QkNorm::kNone;
+};
+
+/** Spec for `config` with `inv_freq` (resident F32 [n_rot/2]) and YaRN attention factor. */
+AttentionSpec attention_spec(const ModelConfig& config, const Tensor& inv_freq, float attn_factor);
+
+/** Loads layer `l`'s attention: attn_q/k/v/output (self_attn.q/k/v/o_proj), biases when config.attn_bias,
+ *  attn_q_norm/attn_k_norm (self_attn.q_norm/k_norm) per config.qk_norm. */
+AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l);
+
+/** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache). */
+void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
+                     const Tensor& h, Tensor out);
+
+// ---- feed-forward ----
+
+struct MlpWeights {
+  Tensor gate, up;  // [F, H]
+  Tensor down;      // [H, F]
+};
+
+/** Layer `l`'s dense SwiGLU MLP: ffn_gate/up/down (mlp.gate_proj/up_proj/down_proj by default). */
+MlpWeights load_mlp(WeightLoader& ld, const ModelConfig& config, int64_t l, int64_t n_ff);
+
+/** out [T, H] = down(silu(gate h) * up h). */
+void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out);
+
+/** HF per-expert name patterns ("{}" = expert index) of one architecture's routed experts. */
+struct ExpertNames {
+  const char* gate = "mlp.experts.{}.gate_proj";
+  const char* up = "mlp.experts.{}.up_proj";
+  const char* down = "mlp.experts.{}.down_proj";
+};
+
+/** Host views of layer `l`'s routed experts (ffn_{gate,up,down}_exps, stacked, or HF per expert). */
+ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
+
+/** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts. */
+void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
+               Tensor out);
+
+// ---- embeddings and output ----
+
+struct OutputWeights {
+  Tensor tok_embd;     // [V, H]
+  Tensor output_norm;  // [H]
+  Tensor output;       // [V, H] (tok_embd when tied)
+};
+
+/** token_embd / model.embed_tokens, output_norm / model.norm, output / lm_head (tied: the embedding
+ *  table, also when a GGUF simply has no output.weight). Sets config.n_vocab from the table if 0. */
+OutputWeights load_output(WeightLoader& ld, ModelConfig& config);
+
+/** ctx.state.x [T, H] = tok_embd[token_ids]. Returns that view. */
+Tensor embed(ForwardContext& ctx, const Tensor& tok_embd);
+
+/** ctx.logits [R, V] = output(rms_norm(x[logit_rows])). */
+void lm_head(ForwardContext& ctx, const OutputWeights& w, const RmsNormParams& norm, const Tensor& x);
+
+/** Layer `l`'s RMSNorm weight [H] (e.g. "attn_norm" / "input_layernorm"). */
+Tensor load_norm(WeightLoader& ld, const ModelConfig& config, int64_t l, const char* gguf, const char* hf);
+
+/** The model's RoPE table made resident (owned by `storage`) as an AttentionSpec. A GGUF
+ *  `rope_freqs.weight` (llama3-style per-dim factors) is applied when present. */
+AttentionSpec load_attention_spec(WeightLoader& ld, Ops& ops, const ModelConfig& config, std::vector<Buffer>& storage);
+
+/** A resident F32 copy of host values (RoPE tables), owned by `storage`. */
+Tensor upload_f32(Ops& ops, const std::vector<float>& values, std::vector<Buffer>& storage);
+
+}  // namespace ft

@@ -1,0 +1,199 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+using json = nlohmann::json;
+
+// ---- typed field access with errors that name the source and field ----
+
+const json* field(const json& obj, const std::string& key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t get_int(const json& obj, const std::string& key, const char* src, std::optional<int64_t> def = std::nullopt) {
+  const json* v = field(obj, key);
+  if (!v) {
+    if (def) return *def;
+    fail(ErrorCode::kInvalidFile, "{}: {}: missing (required)", src, key);
+  }
+  if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == static_cast<int64_t>(v->get<double>())))
+    fail(ErrorCode::kInvalidFile, "{}: {}: expected an integer, got {}", src, key, v->dump());
+  return v->is_number_integer() ? v->get<int64_t>() : static_cast<int64_t>(v->get<double>());
+}
+
+double get_num(const json& obj, const std::string& key, const char* src, std::optional<double> def = std::nullopt) {
+  const json* v = field(obj, key);
+  if (!v) {
+    if (def) return *def;
+    fail(ErrorCode::kInvalidFile, "{}: {}: missing (required)", src, key);
+  }
+  if (!v->is_number()) fail(ErrorCode::kInvalidFile, "{}: {}: expected a number, got {}", src, key, v->dump());
+  return v->get<double>();
+}
+
+bool get_bool(const json& obj, const std::string& key, const char* src, bool def) {
+  const json* v = field(obj, key);
+  if (!v) return def;
+  if (!v->is_boolean()) fail(ErrorCode::kInvalidFile, "{}: {}: expected true/false, got {}", src, key, v->dump());
+  return v->get<bool>();
+}
+
+std::string get_str(const json& obj, const std::string& key, const char* src, const std::string& def) {
+  const json* v = field(obj, key);
+  if (!v) return def;
+  if (!v->is_string()) fail(ErrorCode::kInvalidFile, "{}: {}: expected a string, got {}", src, key, v->dump());
+  return v->get<std::string>();
+}
+
+std::vector<int32_t> get_ids(const json& obj, const std::string& key, const char* src) {
+  const json* v = field(obj, key);
+  std::vector<int32_t> out;
+  if (!v) return out;
+  if (v->is_number_integer()) return {v->get<int32_t>()};
+  if (!v->is_array()) fail(ErrorCode::kInvalidFile, "{}: {}: expected an id or a list of ids", src, key);
+  for (const json& e : *v) {
+    if (!e.is_number_integer()) fail(ErrorCode::kInvalidFile, "{}: {}: expected integer ids", src, key);
+    out.push_back(e.get<int32_t>());
+  }
+  return out;
+}
+
+void read_hf_rope(const json& c, ModelConfig& m) {
+  const char* src = "config.json";
+  // transformers 5 puts theta and scaling in rope_parameters; older configs use rope_theta + rope_scaling.
+  const json* rp = field(c, "rope_parameters");
+  const json* rs = field(c, "rope_scaling");
+  const json& p = rp ? *rp : (rs ? *rs : c);
+  m.rope_theta = get_num(rp ? *rp : c, "rope_theta", src, 10000.0);
+  RopeScaling& s = m.rope_scaling;
+  s.type = get_str(p, "rope_type", src, get_str(p, "type", src, "default"));
+  if (s.type == "dynamic") s.type = "default";  // identical below the original context length
+  s.factor = get_num(p, "factor", src, 1.0);
+  s.original_max_position = get_int(p, "original_max_position_embeddings", src, m.n_ctx_train);
+  s.low_freq_factor = get_num(p, "low_freq_factor", src, 1.0);
+  s.high_freq_factor = get_num(p, "high_freq_factor", src, 4.0);
+  s.beta_fast = get_num(p, "beta_fast", src, 32.0);
+  s.beta_slow = get_num(p, "beta_slow", src, 1.0);
+  s.attention_factor = get_num(p, "attention_factor", src, 0.0);
+  s.mscale = get_num(p, "mscale", src, 0.0);
+  s.mscale_all_dim = get_num(p, "mscale_all_dim", src, 0.0);
+  s.truncate = get_bool(p, "truncate", src, true);
+  const double partial = get_num(rp ? *rp : c, "partial_rotary_factor", src, get_num(c, "partial_rotary_factor", src, 1.0));
+  m.n_rot = static_cast<int64_t>(static_cast<double>(m.head_dim) * partial);
+}
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(int64_t l) const {
+  if (n_expert == 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), l) != mlp_only_layers.end()) return false;
+  return decoder_sparse_step <= 1 || (l + 1) % decoder_sparse_step == 0;
+}
+
+void ModelConfig::validate() const {
+  auto need = [&](int64_t v, const char* what) {
+    if (v <= 0) fail(ErrorCode::kInvalidFile, "{} model config: {} is {} (must be > 0)", arch, what, v);
+  };
+  need(n_vocab, "vocab size");
+  need(n_embd, "hidden size");
+  need(n_layer, "layer count");
+  need(n_head, "attention head count");
+  need(n_head_kv, "key/value head count");
+  need(head_dim, "head dim");
+  if (n_head % n_head_kv != 0)
+    fail(ErrorCode::kInvalidFile, "{} model config: {} attention heads are not a multiple of {} key/value heads", arch,
+         n_head, n_head_kv);
+  if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0)
+    fail(ErrorCode::kInvalidFile, "{} model config: rotary dims {} must be even and in (0, head_dim {}]", arch, n_rot,
+         head_dim);
+  if (n_expert > 0) {
+    need(n_expert_used, "experts per token");
+    need(n_ff_exp, "expert FFN width");
+    if (n_expert_used > n_expert)
+      fail(ErrorCode::kInvalidFile, "{} model config: {} experts per token but only {} experts", arch, n_expert_used,
+           n_expert);
+  }
+}
+
+ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
+  const char* src = "config.json";
+  ModelConfig m;
+  m.arch = arch;
+  m.format = "safetensors";
+  m.n_vocab = get_int(c, "vocab_size", src);
+  m.n_embd = get_int(c, "hidden_size", src);
+  m.n_layer = get_int(c, "num_hidden_layers", src);
+  m.n_head = get_int(c, "num_attention_heads", src);
+  m.n_head_kv = get_int(c, "num_key_value_heads", src, m.n_head);
+  m.head_dim = get_int(c, "head_dim", src, m.n_head > 0 ? m.n_embd / m.n_head : 0);
+  m.n_ff = get_int(c, "intermediate_size", src, 0);
+  m.rms_eps = get_num(c, "rms_norm_eps", src, 1e-6);
+  m.n_ctx_train = get_int(c, "max_position_embeddings", src, 0);
+  read_hf_rope(c, m);
+  m.tie_embeddings = get_bool(c, "tie_word_embeddings", src, false);
+  m.attn_bias = get_bool(c, "attention_bias", src, false);
+  if (get_bool(c, "use_sliding_window", src, field(c, "use_sliding_window") == nullptr))
+    m.sliding_window = static_cast<int32_t>(get_int(c, "sliding_window", src, 0));
+  m.n_expert = get_int(c, "num_experts", src, get_int(c, "num_local_experts", src, 0));
+  m.n_expert_used = get_int(c, "num_experts_per_tok", src, 0);
+  m.n_ff_exp = get_int(c, "moe_intermediate_size", src, m.n_ff);
+  m.n_ff_shexp = get_int(c, "shared_expert_intermediate_size", src, 0);
+  m.norm_topk_prob = get_bool(c, "norm_topk_prob", src, false);
+  m.decoder_sparse_step = get_int(c, "decoder_sparse_step", src, 1);
+  if (const json* v = field(c, "mlp_only_layers"); v && v->is_array())
+    for (const json& e : *v) m.mlp_only_layers.push_back(e.get<int64_t>());
+  m.bos_id = static_cast<int32_t>(get_int(c, "bos_token_id", src, -1));
+  m.eos_ids = get_ids(c, "eos_token_id", src);
+  return m;
+}
+
+ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, const std::string& arch) {
+  const char* src = "GGUF metadata";
+  auto key = [&](const char* k) { return ga + "." + k; };
+  ModelConfig m;
+  m.arch = arch;
+  m.format = "gguf";
+  m.n_embd = get_int(meta, key("embedding_length"), src);
+  m.n_layer = get_int(meta, key("block_count"), src);
+  m.n_head = get_int(meta, key("attention.head_count"), src);
+  m.n_head_kv = get_int(meta, key("attention.head_count_kv"), src, m.n_head);
+  m.head_dim = get_int(meta, key("attention.key_length"), src, m.n_head > 0 ? m.n_embd / m.n_head : 0);
+  m.n_ff = get_int(meta, key("feed_forward_length"), src, 0);
+  m.rms_eps = get_num(meta, key("attention.layer_norm_rms_epsilon"), src, 1e-5);
+  m.n_ctx_train = get_int(meta, key("context_length"), src, 0);
+  m.rope_theta = get_num(meta, key("rope.freq_base"), src, 10000.0);
+  m.n_rot = get_int(meta, key("rope.dimension_count"), src, m.head_dim);
+  RopeScaling& s = m.rope_scaling;
+  s.type = get_str(meta, key("rope.scaling.type"), src, "none");
+  if (s.type == "none") s.type = "default";
+  s.factor = get_num(meta, key("rope.scaling.factor"), src, 1.0);
+  s.original_max_position = get_int(meta, key("rope.scaling.original_context_length"), src, m.n_ctx_train);
+  s.attention_factor = get_num(meta, key("rope.scaling.attn_factor"), src, 0.0);
+  s.beta_fast = get_num(meta, key("rope.scaling.yarn_beta_fast"), src, 32.0);
+  s.beta_slow = get_num(meta, key("rope.scaling.yarn_beta_slow"), src, 1.0);
+  m.sliding_window = static_cast<int32_t>(get_int(meta, key("attention.sliding_window"), src, 0));
+  m.n_expert = get_int(meta, key("expert_count"), src, 0);
+  m.n_expert_used = get_int(meta, key("expert_used_count"), src, 0);
+  m.n_ff_exp = get_int(meta, key("expert_feed_forward_length"), src, m.n_ff);
+  m.n_ff_shexp = get_int(meta, key("expert_shared_feed_forward_length"), src, 0);
+  m.norm_topk_prob = get_bool(meta, key("expert_weights_norm"), src, false);
+  m.n_vocab = get_int(meta, key("vocab_size"), src, 0);
+  if (m.n_vocab == 0)
+    if (const json* toks = field(meta, "tokenizer.ggml.tokens"); toks && toks->is_array())
+      m.n_vocab = static_cast<int64_t>(toks->size());
+  m.bos_id = static_cast<int32_t>(get_int(meta, "tokenizer.ggml.bos_token_id", src, -1));
+  m.eos_ids = get_ids(meta, "tokenizer.ggml.eos_token_id", src);
+  for (int32_t id : get_ids(meta, "tokenizer.ggml.eot_token_id", src))
+    if (std::find(m.eos_ids.begin(), m.eos_ids.end(), id) == m.eos_ids.end()) m.eos_ids.push_back(id);
+  return m;
+}
+
+}  // namespace ft

@@ -1,0 +1,81 @@
+#pragma once
+// ModelConfig: the hyperparameters of every supported architecture, read from a Hugging Face
+// config.json (transformers field names) or GGUF metadata (llama.cpp `{arch}.*` keys).
+// Architecture-specific defaults are applied by the architecture's file (model/<arch>.cpp).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/ops.h"
+
+namespace ft {
+
+/** RoPE frequency scaling (HF `rope_parameters` / `rope_scaling`, GGUF `rope.scaling.*`). */
+struct RopeScaling {
+  std::string type = "default";        // default | linear | yarn | llama3 (dynamic is default below its limit)
+  double factor = 1.0;
+  int64_t original_max_position = 0;  // yarn, llama3
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  double beta_fast = 32.0;             // yarn
+  double beta_slow = 1.0;              // yarn
+  double attention_factor = 0.0;       // yarn: 0 = derive from factor (0.1 ln(factor) + 1)
+  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek)
+  bool truncate = true;                // yarn: round the correction range to whole dims
+};
+
+/** Where the QK-norm weight applies: per head ([head_dim], Qwen3) or over the whole projection
+ *  ([n_head * head_dim], OLMoE). */
+enum class QkNorm : uint8_t { kNone = 0, kPerHead = 1, kFull = 2 };
+
+struct ModelConfig {
+  std::string arch;           // registry name: "llama", "qwen3_moe", ...
+  std::string format;         // "gguf" or "safetensors"
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;         // hidden size
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;           // dense FFN width
+  double rms_eps = 1e-6;
+  int64_t n_ctx_train = 0;    // max_position_embeddings / context_length
+
+  double rope_theta = 10000.0;
+  int64_t n_rot = 0;          // rotated dims per head (partial rotary: < head_dim)
+  RopeMode rope_mode = RopeMode::kNeox;
+  RopeScaling rope_scaling;
+
+  bool tie_embeddings = false;
+  bool attn_bias = false;     // q/k/v projections have biases (Qwen2)
+  QkNorm qk_norm = QkNorm::kNone;
+  int32_t sliding_window = 0;  // 0 = full attention
+
+  // Mixture of experts (n_expert == 0: dense).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;        // per-expert FFN width
+  int64_t n_ff_shexp = 0;      // shared expert FFN width (0: none)
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  int32_t bos_id = -1;
+  std::vector<int32_t> eos_ids;
+
+  /** True if layer `l` has a MoE FFN (n_expert > 0, not in mlp_only_layers, on the sparse step). */
+  bool is_moe_layer(int64_t l) const;
+  /** Throws ft::Error(kInvalidFile) naming the field when a size is missing or inconsistent. */
+  void validate() const;
+};
+
+/** Reads the architecture-independent fields from HF config.json. `arch` is the registry name.
+ *  Throws ft::Error(kInvalidFile) "config.json: <field>: ..." for a missing or mistyped field. */
+ModelConfig config_from_hf(const nlohmann::json& config, const std::string& arch);
+
+/** Reads `{gguf_arch}.*` keys and tokenizer ids from GGUF metadata. Throws kInvalidFile naming the key. */
+ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& gguf_arch, const std::string& arch);
+
+}  // namespace ft

@@ -1,0 +1,43 @@
+// ForwardState: the planned per-step activation buffers of a model.
+#include <algorithm>
+
+#include "model/model.h"
+#include "util/error.h"
+
+namespace ft {
+
+ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) : max_tokens(max_tokens_) {
+  if (max_tokens < 1) fail(ErrorCode::kInvalidArgument, "forward state: max_tokens {} must be >= 1", max_tokens);
+  const DType act = ops.activation_dtype();
+  auto make = [&](DType dt, int64_t cols) {
+    Tensor t(nullptr, dt, {max_tokens, std::max<int64_t>(cols, 1)}, ops.device());
+    storage.push_back(ops.alloc(t.bytes()));
+    t.data = storage.back().data();
+    return t;
+  };
+  const int64_t H = c.n_embd, qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
+  const int64_t F = std::max({c.n_ff, c.n_ff_exp, c.n_ff_shexp, int64_t{1}});
+  x = make(act, H);
+  h = make(act, H);
+  q = make(act, qd);
+  k = make(act, kvd);
+  v = make(act, kvd);
+  attn = make(act, qd);
+  sub_out = make(act, H);
+  ff_gate = make(act, F);
+  ff_up = make(act, F);
+  out_rows = make(act, H);
+  if (c.n_expert > 0) {
+    moe.router_logits = make(act, c.n_expert);
+    moe.ids = make(DType::I32, c.n_expert_used);
+    moe.weights = make(DType::F32, c.n_expert_used);
+    if (c.n_ff_shexp > 0) {
+      moe.sh_gate = make(act, c.n_ff_shexp);
+      moe.sh_up = make(act, c.n_ff_shexp);
+      moe.sh_out = make(act, H);
+      moe.sh_score = make(act, 1);
+    }
+  }
+}
+
+}  // namespace ft

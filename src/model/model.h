@@ -1,0 +1,82 @@
+#pragma once
+// Model: an immutable, loaded architecture (config + resident weights) with one forward over a
+// batch. Per-step buffers live in ForwardState (planned once for a maximum batch size); the batch,
+// KV layers and expert executor arrive in a ForwardContext. Model code calls only Ops, blocks and
+// moe/, never a specific backend.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/config.h"
+#include "moe/expert_compute.h"
+#include "moe/moe_ffn.h"
+
+namespace ft {
+
+class KvCache;
+
+/** Called with (name, layer, tensor) for every named intermediate (attn_norm, attn_out, ffn_inp,
+ *  ffn_norm, ffn_out / ffn_moe_out, l_out per layer; layer -1 for result_norm and logits) when set. */
+using DumpHook = std::function<void(const std::string& name, int64_t layer, const Tensor& t)>;
+
+/** Planned activations for up to max_tokens tokens per forward (views sliced to T rows per step). */
+struct ForwardState {
+  int64_t max_tokens = 0;
+  Tensor x;          // [T, H] residual stream
+  Tensor h;          // [T, H] normed input of a sub-block
+  Tensor q;          // [T, n_head * head_dim]
+  Tensor k;          // [T, n_head_kv * head_dim]
+  Tensor v;          // [T, n_head_kv * head_dim]
+  Tensor attn;       // [T, n_head * head_dim]
+  Tensor sub_out;    // [T, H] output of a sub-block (attention or FFN)
+  Tensor ff_gate;    // [T, max FFN width]
+  Tensor ff_up;      // [T, max FFN width]
+  MoeScratch moe;
+  Tensor out_rows;   // [T, H] rows whose logits are wanted
+  std::vector<Buffer> storage;
+
+  /** Allocates every buffer through `ops` for `config` and `max_tokens`. Throws kOutOfMemory. */
+  ForwardState(Ops& ops, const ModelConfig& config, int64_t max_tokens);
+};
+
+/** Everything one forward needs besides the weights. */
+struct ForwardContext {
+  Ops& ops;
+  const BatchInfo& batch;
+  Tensor token_ids;    // I32 [T]
+  Tensor logit_rows;   // I32 [R]: token rows (0..T-1) whose logits are computed (empty: none)
+  Tensor logits;       // [R, n_vocab] activation dtype: output
+  const KvCache& kv;
+  ExpertCompute* experts;  // required for MoE models
+  ForwardState& state;
+  const DumpHook* dump = nullptr;
+
+  void dump_if(const char* name, int64_t layer, const Tensor& t) const {
+    if (dump && *dump) (*dump)(name, layer, t);
+  }
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+
+  /** Runs the batch: writes this step's K/V into the cache pages and the logits of ctx.logit_rows.
+   *  Throws ft::Error for inconsistent inputs (sizes, ids) from the ops it calls. */
+  virtual void forward(ForwardContext& ctx) const = 0;
+
+  /** Host views of the routed experts of every layer (empty banks for dense layers; empty vector for
+   *  a dense model), for building an ExpertCompute. */
+  const HostExpertBanks& host_experts() const { return host_experts_; }
+
+ protected:
+  explicit Model(ModelConfig config) : config_(std::move(config)) {}
+
+  ModelConfig config_;
+  HostExpertBanks host_experts_;
+  std::vector<Buffer> storage_;  // device copies of resident weights (empty on CPU)
+};
+
+}  // namespace ft

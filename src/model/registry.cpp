@@ -1,0 +1,71 @@
+#include "model/registry.h"
+
+#include <algorithm>
+
+#include "model/architectures.h"
+#include "util/error.h"
+
+namespace ft {
+
+const std::vector<ArchEntry>& architectures() {
+  static const std::vector<ArchEntry> kArchs = {
+      {"llama", {"llama", "mistral"}, {"llama"}, build_llama},
+      {"qwen2", {"qwen2"}, {"qwen2"}, build_qwen2},
+      {"qwen3", {"qwen3"}, {"qwen3"}, build_qwen3},
+      {"qwen3_moe", {"qwen3_moe"}, {"qwen3moe"}, build_qwen3_moe},
+      {"mixtral", {"mixtral"}, {}, build_mixtral},
+      {"qwen2_moe", {"qwen2_moe"}, {"qwen2moe"}, build_qwen2_moe},
+      {"olmoe", {"olmoe"}, {"olmoe"}, build_olmoe},
+  };
+  return kArchs;
+}
+
+std::string supported_architectures() {
+  std::string s;
+  for (const ArchEntry& a : architectures()) {
+    for (const std::string& t : a.hf_model_types) s += (s.empty() ? "" : ", ") + t;
+    for (const std::string& t : a.gguf_archs)
+      if (std::find(a.hf_model_types.begin(), a.hf_model_types.end(), t) == a.hf_model_types.end())
+        s += ", " + t + " (GGUF)";
+  }
+  return s;
+}
+
+ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry_out) {
+  const nlohmann::json& meta = ckpt.metadata();
+  const bool gguf = ckpt.format() == "gguf";
+  const char* key = gguf ? "general.architecture" : "model_type";
+  const nlohmann::json& src = gguf ? meta : meta.value("config", nlohmann::json::object());
+  auto it = src.find(key);
+  if (it == src.end() || !it->is_string())
+    fail(ErrorCode::kInvalidFile, "{}: no '{}' naming the architecture ({})", ckpt.path(), key,
+         gguf ? "GGUF metadata" : "config.json");
+  std::string name = it->get<std::string>();
+  std::string lookup = name;
+  if (gguf && name == "llama") {
+    auto ec = meta.find("llama.expert_count");
+    if (ec != meta.end() && ec->is_number_integer() && ec->get<int64_t>() > 0) lookup = "mixtral";
+  }
+  for (const ArchEntry& a : architectures()) {
+    const auto& names = gguf ? a.gguf_archs : a.hf_model_types;
+    const bool hit = std::find(names.begin(), names.end(), lookup) != names.end() || (gguf && lookup == a.name);
+    if (!hit) continue;
+    if (entry_out) *entry_out = &a;
+    return gguf ? config_from_gguf(meta, name, a.name) : config_from_hf(src, a.name);
+  }
+  fail(ErrorCode::kUnsupported, "{}: unsupported architecture '{}' (supported: {})", ckpt.path(), name,
+       supported_architectures());
+}
+
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops) {
+  const ArchEntry* entry = nullptr;
+  ModelConfig config = read_model_config(ckpt, &entry);
+  WeightLoader ld(ckpt, ops);
+  try {
+    return entry->build(std::move(config), ld, ops);
+  } catch (const Error& e) {
+    throw e.with_context(fmt::format("loading {} model from {}", entry->name, ckpt.path()));
+  }
+}
+
+}  // namespace ft

@@ -1,0 +1,40 @@
+#pragma once
+// Architecture registry: maps a checkpoint's architecture (HF config.json `model_type`, GGUF
+// `general.architecture`) to the model file that builds it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "formats/checkpoint.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace ft {
+
+/** Builds a model from its parsed config (architecture defaults are applied by the builder). */
+using ArchBuilder = std::unique_ptr<Model> (*)(ModelConfig config, WeightLoader& ld, Ops& ops);
+
+struct ArchEntry {
+  const char* name;                         // registry name ("qwen3_moe")
+  std::vector<std::string> hf_model_types;  // config.json model_type values
+  std::vector<std::string> gguf_archs;      // general.architecture values
+  ArchBuilder build;
+};
+
+/** Every supported architecture. */
+const std::vector<ArchEntry>& architectures();
+
+/** "llama, mistral, qwen2, ..." for messages. */
+std::string supported_architectures();
+
+/** The architecture of `ckpt` and its parsed config. GGUF "llama" files with experts are Mixtral
+ *  (llama.cpp stores Mixtral under the llama architecture). Throws ft::Error(kUnsupported)
+ *  "unsupported architecture 'X' (supported: ...)", kInvalidFile when the name is missing. */
+ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry = nullptr);
+
+/** Reads the config, builds the model and validates every weight (name, shape, dtype). Weights are
+ *  made resident through `ops`; the checkpoint must outlive the model. */
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops);
+
+}  // namespace ft

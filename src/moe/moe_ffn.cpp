@@ -1,0 +1,25 @@
+#include "moe/moe_ffn.h"
+
+namespace ft {
+
+void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
+             const Tensor& x, MoeScratch& s, Tensor out) {
+  const int64_t T = x.rows();
+  Tensor logits = s.router_logits.slice(0, T), ids = s.ids.slice(0, T), weights = s.weights.slice(0, T);
+  ops.matmul(x, w.gate_inp, logits, Tensor());        // [T, n_expert]
+  ops.moe_route(router, logits, ids, weights);        // [T, k]
+  experts.compute(layer, x, ids, weights, out);       // [T, H]
+  if (w.shexp_gate.empty()) return;
+  Tensor g = s.sh_gate.slice(0, T), u = s.sh_up.slice(0, T), y = s.sh_out.slice(0, T);
+  ops.matmul(x, w.shexp_gate, g, Tensor());           // [T, F_sh]
+  ops.matmul(x, w.shexp_up, u, Tensor());
+  ops.swiglu(g, u, g);
+  ops.matmul(g, w.shexp_down, y, Tensor());           // [T, H]
+  if (w.shexp_gate_inp.empty()) return ops.add(out, y, out);
+  Tensor score = s.sh_score.slice(0, T);              // [T, 1]
+  ops.matmul(x, w.shexp_gate_inp, score, Tensor());
+  ops.sigmoid(score, score);
+  ops.add_scaled_rows(y, score, 1.0f, out);
+}
+
+}  // namespace ft

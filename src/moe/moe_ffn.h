@@ -1,0 +1,34 @@
+#pragma once
+// The MoE feed-forward block: router -> top-k routed experts (through ExpertCompute) -> optional
+// shared expert (optionally scaled by a sigmoid gate, Qwen2-MoE), summed.
+#include "backend/ops.h"
+#include "moe/expert_compute.h"
+
+namespace ft {
+
+/** One MoE layer's dense weights (routed experts live behind ExpertCompute). */
+struct MoeWeights {
+  Tensor gate_inp;       // [n_expert, H] router
+  Tensor shexp_gate;     // [F_sh, H] shared expert (empty: none)
+  Tensor shexp_up;       // [F_sh, H]
+  Tensor shexp_down;     // [H, F_sh]
+  Tensor shexp_gate_inp;  // [1, H] sigmoid gate of the shared expert (empty: ungated)
+};
+
+/** Per-step scratch, each with at least T rows. */
+struct MoeScratch {
+  Tensor router_logits;  // [T, n_expert] activation dtype
+  Tensor ids;            // I32 [T, k]
+  Tensor weights;        // F32 [T, k]
+  Tensor sh_gate;        // [T, F_sh]
+  Tensor sh_up;          // [T, F_sh]
+  Tensor sh_out;         // [T, H]
+  Tensor sh_score;       // [T, 1]
+};
+
+/** out [T, H] = routed(x) (+ sigmoid(x . shexp_gate_inp) * shared(x)). x [T, H]; out must not alias x.
+ *  Scratch views are sliced to T rows here. */
+void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
+             const Tensor& x, MoeScratch& scratch, Tensor out);
+
+}  // namespace ft

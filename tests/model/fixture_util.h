@@ -1,0 +1,84 @@
+#pragma once
+// Shared helpers of the model/engine tests: reference.json cases, relative L2 per position, and
+// running a checkpoint through the engine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace ft::testing {
+
+struct RefCase {
+  std::string name;
+  std::vector<int32_t> input_ids;
+  std::vector<float> logits;  // [tokens, vocab]
+  std::vector<int32_t> greedy;
+};
+
+/** The cases of `dir`/`file` (reference.json layout), logits files read from `dir`. Empty if missing. */
+inline std::vector<RefCase> read_reference(const std::string& dir, const std::string& file = "reference.json") {
+  std::vector<RefCase> out;
+  const std::string text = read_file(dir + "/" + file);
+  if (text.empty()) return out;
+  const nlohmann::json j = nlohmann::json::parse(text);
+  for (const auto& c : j.at("cases")) {
+    RefCase r;
+    r.name = c.at("name").get<std::string>();
+    r.input_ids = c.at("input_ids").get<std::vector<int32_t>>();
+    r.logits = read_f32(dir + "/" + c.at("logits_file").get<std::string>());
+    r.greedy = c.at("greedy_new_tokens").get<std::vector<int32_t>>();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+/** Relative L2 error of row `r` (length n) of got vs want. */
+inline double row_rel_l2(const float* got, const float* want, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+/** Max over rows of the per-row relative L2 error ([rows, n] each). */
+inline double max_row_rel_l2(const std::vector<float>& got, const std::vector<float>& want, int64_t n) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t r = 0; r * n < std::min(got.size(), want.size()); ++r)
+    worst = std::max(worst, row_rel_l2(got.data() + r * n, want.data() + r * n, n));
+  return worst;
+}
+
+inline EngineOptions small_engine_options() {
+  EngineOptions o;
+  o.threads = 2;
+  o.kv_tokens = 1024;
+  o.max_step_tokens = 512;
+  o.max_logit_rows = 512;
+  o.page_size = 16;
+  return o;
+}
+
+/** Greedy request for a reference case: every prompt logit + n greedy tokens, not stopping at EOS. */
+inline GenerateRequest greedy_request(const std::vector<int32_t>& prompt, int32_t n) {
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  r.sampling.temperature = 0.0f;
+  r.stop_at_eos = false;
+  r.prompt_logits = true;
+  return r;
+}
+
+}  // namespace ft::testing

@@ -1,0 +1,55 @@
+// Every supported architecture end to end against its Hugging Face fixture (shared/fixtures/hf):
+// logits of every prompt position within 1e-4 relative L2, and the 16 greedy tokens identical.
+#include <cstdio>
+
+#include "fixture_util.h"
+#include "model/registry.h"
+
+namespace ft::testing {
+namespace {
+
+class HfFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfFixture, LogitsAndGreedyMatchReference) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
+  auto engine = Engine::load(dir, small_engine_options());
+  const int64_t V = engine->config().n_vocab;
+  for (const RefCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.logits.size(), c.input_ids.size() * static_cast<size_t>(V));
+    auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
+    const double err = max_row_rel_l2(res[0].prompt_logits, c.logits, V);
+    std::printf("[ fixture ] hf/%s %s: max rel L2 %.3g\n", GetParam().c_str(), c.name.c_str(), err);
+    EXPECT_LE(err, 1e-4);
+    EXPECT_EQ(res[0].tokens, c.greedy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, HfFixture,
+                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
+                                           "mixtral", "qwen2_moe", "olmoe"));
+
+TEST(Registry, EveryArchitectureHasAFixture) {
+  // An architecture registered without an end-to-end fixture test fails here.
+  const std::vector<std::string> tested = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe", "olmoe"};
+  for (const ArchEntry& a : architectures())
+    EXPECT_NE(std::find(tested.begin(), tested.end(), a.name), tested.end()) << a.name << " has no fixture test";
+}
+
+TEST(Registry, UnsupportedArchitectureIsNamed) {
+  const std::string dir = shared_dir() + "/fixtures/hf/gpt_oss";
+  try {
+    auto engine = Engine::load(dir, small_engine_options());
+    FAIL() << "expected ft::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(msg.find("'gpt_oss'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("qwen3_moe"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
