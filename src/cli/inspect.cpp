@@ -1,0 +1,270 @@
+// `ft inspect PATH [--json] [--dump TENSOR --out FILE]`: what a checkpoint holds — architecture, key
+// hyperparameters (GGUF `{arch}.*` keys or config.json), tokenizer summary, tensor table, bytes per
+// dtype and total — as text or one JSON object; or one tensor dequantized to float32.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "formats/checkpoint.h"
+#include "formats/hf_config.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace ft::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Summary {
+  std::string format;
+  std::string architecture;
+  int64_t block_count = 0, embedding_length = 0, feed_forward_length = 0, head_count = 0, head_count_kv = 0,
+          head_dim = 0, vocab_size = 0, context_length = 0, expert_count = 0, expert_used_count = 0,
+          expert_feed_forward_length = 0;
+  json rope_freq_base;  // number, or null when the checkpoint does not say
+  std::string tokenizer_model;
+  json bos_token_id, eos_token_id;  // id / list of ids, or null
+};
+
+// An integer metadata value; for a per-layer array, its largest element; 0 if absent or not integral.
+int64_t int_of(const json& meta, const std::string& key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return 0;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_array()) {
+    int64_t best = 0;
+    for (const auto& x : *it)
+      if (x.is_number_integer()) best = std::max(best, x.get<int64_t>());
+    return best;
+  }
+  return 0;
+}
+
+json value_or_null(const json& meta, const std::string& key) {
+  auto it = meta.find(key);
+  return it == meta.end() ? json(nullptr) : *it;
+}
+
+Summary summarize_gguf(const Checkpoint& ck) {
+  const json& m = ck.metadata();
+  Summary s;
+  s.format = "gguf";
+  auto arch = m.find("general.architecture");
+  s.architecture = arch != m.end() && arch->is_string() ? arch->get<std::string>() : "";
+  const std::string p = s.architecture + ".";
+  s.block_count = int_of(m, p + "block_count");
+  s.embedding_length = int_of(m, p + "embedding_length");
+  s.feed_forward_length = int_of(m, p + "feed_forward_length");
+  s.head_count = int_of(m, p + "attention.head_count");
+  s.head_count_kv = m.contains(p + "attention.head_count_kv") ? int_of(m, p + "attention.head_count_kv") : s.head_count;
+  s.head_dim = int_of(m, p + "attention.key_length");
+  if (s.head_dim == 0 && s.head_count > 0) s.head_dim = s.embedding_length / s.head_count;
+  s.context_length = int_of(m, p + "context_length");
+  s.expert_count = int_of(m, p + "expert_count");
+  s.expert_used_count = int_of(m, p + "expert_used_count");
+  s.expert_feed_forward_length = int_of(m, p + "expert_feed_forward_length");
+  s.rope_freq_base = value_or_null(m, p + "rope.freq_base");
+  s.vocab_size = int_of(m, p + "vocab_size");
+  auto tokens = m.find("tokenizer.ggml.tokens");
+  if (s.vocab_size == 0 && tokens != m.end() && tokens->is_array()) s.vocab_size = static_cast<int64_t>(tokens->size());
+  auto model = m.find("tokenizer.ggml.model");
+  s.tokenizer_model = model != m.end() && model->is_string() ? model->get<std::string>() : "none";
+  if (auto pre = m.find("tokenizer.ggml.pre"); pre != m.end() && pre->is_string())
+    s.tokenizer_model += " (pre " + pre->get<std::string>() + ")";
+  s.bos_token_id = value_or_null(m, "tokenizer.ggml.bos_token_id");
+  s.eos_token_id = value_or_null(m, "tokenizer.ggml.eos_token_id");
+  return s;
+}
+
+Summary summarize_hf(const Checkpoint& ck) {
+  HfConfig c = read_hf_config(ck.path());
+  Summary s;
+  s.format = "safetensors";
+  s.architecture = c.model_type;
+  s.block_count = c.num_hidden_layers;
+  s.embedding_length = c.hidden_size;
+  s.feed_forward_length = c.intermediate_size;
+  s.head_count = c.num_attention_heads;
+  s.head_count_kv = c.num_key_value_heads;
+  s.head_dim = c.head_dim;
+  s.vocab_size = c.vocab_size;
+  s.context_length = c.max_position_embeddings;
+  s.expert_count = c.n_experts;
+  s.expert_used_count = c.n_experts_used;
+  s.expert_feed_forward_length = c.moe_intermediate_size;
+  s.rope_freq_base = c.rope_theta > 0 ? json(c.rope_theta) : json(nullptr);
+  s.tokenizer_model = "none";
+  fs::path tok = fs::path(ck.path()) / "tokenizer.json";
+  if (fs::exists(tok)) {
+    json t = read_json_file(tok.string());
+    s.tokenizer_model = "tokenizer.json";
+    if (t.is_object() && t.contains("model") && t["model"].is_object() && t["model"].contains("type") &&
+        t["model"]["type"].is_string())
+      s.tokenizer_model = t["model"]["type"].get<std::string>();
+  }
+  if (c.bos_token_id >= 0) s.bos_token_id = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) s.eos_token_id = c.eos_token_ids[0];
+  else if (!c.eos_token_ids.empty()) s.eos_token_id = c.eos_token_ids;
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return "[" + fmt::format("{}", fmt::join(shape, ", ")) + "]";
+}
+
+std::string human_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+json to_json(const Checkpoint& ck, const Summary& s) {
+  json tensors = json::array();
+  std::map<std::string, int64_t> per_dtype;
+  int64_t total = 0;
+  for (const TensorInfo& t : ck.tensors()) {
+    tensors.push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"bytes", t.bytes}});
+    per_dtype[dtype_name(t.dtype)] += t.bytes;
+    total += t.bytes;
+  }
+  return {
+      {"path", ck.path()},
+      {"format", s.format},
+      {"architecture", s.architecture},
+      {"block_count", s.block_count},
+      {"embedding_length", s.embedding_length},
+      {"feed_forward_length", s.feed_forward_length},
+      {"head_count", s.head_count},
+      {"head_count_kv", s.head_count_kv},
+      {"head_dim", s.head_dim},
+      {"vocab_size", s.vocab_size},
+      {"context_length", s.context_length},
+      {"expert_count", s.expert_count},
+      {"expert_used_count", s.expert_used_count},
+      {"expert_feed_forward_length", s.expert_feed_forward_length},
+      {"rope_freq_base", s.rope_freq_base},
+      {"tokenizer",
+       {{"model", s.tokenizer_model}, {"vocab_size", s.vocab_size}, {"bos_token_id", s.bos_token_id},
+        {"eos_token_id", s.eos_token_id}}},
+      {"tensors", tensors},
+      {"bytes_per_dtype", per_dtype},
+      {"total_bytes", total},
+  };
+}
+
+std::string id_str(const json& v) { return v.is_null() ? "not set" : v.dump(); }
+
+void print_text(const json& j) {
+  auto row = [](const char* k, const std::string& v) { std::printf("%-26s %s\n", k, v.c_str()); };
+  auto num = [&](const char* k, const char* key) { row(k, std::to_string(j[key].get<int64_t>())); };
+  row("path", j["path"].get<std::string>());
+  row("format", j["format"].get<std::string>());
+  row("architecture", j["architecture"].get<std::string>().empty() ? "-" : j["architecture"].get<std::string>());
+  num("layers", "block_count");
+  num("hidden size", "embedding_length");
+  num("feed-forward size", "feed_forward_length");
+  num("attention heads", "head_count");
+  num("KV heads", "head_count_kv");
+  num("head dim", "head_dim");
+  num("experts", "expert_count");
+  num("experts per token", "expert_used_count");
+  num("expert feed-forward size", "expert_feed_forward_length");
+  num("context length", "context_length");
+  row("RoPE base", id_str(j["rope_freq_base"]));
+  const json& t = j["tokenizer"];
+  row("tokenizer", fmt::format("{}, vocab {}, BOS {}, EOS {}", t["model"].get<std::string>(), j["vocab_size"].get<int64_t>(),
+                               id_str(t["bos_token_id"]), id_str(t["eos_token_id"])));
+  size_t name_w = 4;
+  for (const auto& x : j["tensors"]) name_w = std::max(name_w, x["name"].get<std::string>().size());
+  std::printf("\n%-*s  %-7s  %-22s  %s\n", static_cast<int>(name_w), "name", "dtype", "shape", "bytes");
+  for (const auto& x : j["tensors"])
+    std::printf("%-*s  %-7s  %-22s  %lld\n", static_cast<int>(name_w), x["name"].get<std::string>().c_str(),
+                x["dtype"].get<std::string>().c_str(), shape_str(x["shape"].get<std::vector<int64_t>>()).c_str(),
+                static_cast<long long>(x["bytes"].get<int64_t>()));
+  std::printf("\nbytes per dtype\n");
+  for (const auto& [name, b] : j["bytes_per_dtype"].items())
+    std::printf("  %-8s %14lld  %s\n", name.c_str(), static_cast<long long>(b.get<int64_t>()), human_bytes(b.get<int64_t>()).c_str());
+  int64_t total = j["total_bytes"].get<int64_t>();
+  std::printf("  %-8s %14lld  %s  (%zu tensors)\n", "total", static_cast<long long>(total), human_bytes(total).c_str(),
+              j["tensors"].size());
+}
+
+// Writes `t` as little-endian float32, row-major, dequantizing one row (last dim) at a time.
+void dump_tensor(const TensorInfo& t, const std::string& out) {
+  if (!can_dequantize(t.dtype)) fail(ErrorCode::kUnsupported, "{}: cannot convert {} to float32", t.name, dtype_name(t.dtype));
+  const int64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  const int64_t rows = cols == 0 ? 0 : t.numel() / cols;
+  const int64_t row_bytes = dtype_bytes(t.dtype, cols);
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  if (!f) fail(ErrorCode::kIo, "{}: cannot open for writing", out);
+  std::vector<float> buf(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(t.dtype, t.data + r * row_bytes, buf.data(), cols);
+    f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(cols * 4));
+  }
+  f.close();
+  if (!f) fail(ErrorCode::kIo, "{}: write failed", out);
+}
+
+// Errors reach the user as one line: control characters from file contents (tensor names, keys) are escaped.
+std::string one_line(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+struct Options {
+  std::string path;
+  bool json = false;
+  std::string dump;
+  std::string out;
+};
+
+int run(const Options& o) {
+  try {
+    std::unique_ptr<Checkpoint> ck = open_checkpoint(o.path);
+    if (!o.dump.empty()) {
+      const TensorInfo& t = ck->get(o.dump);
+      dump_tensor(t, o.out);
+      std::printf("%s: %s %s -> %s (float32, %lld values)\n", t.name.c_str(), dtype_name(t.dtype),
+                  shape_str(t.shape).c_str(), o.out.c_str(), static_cast<long long>(t.numel()));
+      return 0;
+    }
+    Summary s = ck->format() == "gguf" ? summarize_gguf(*ck) : summarize_hf(*ck);
+    json j = to_json(*ck, s);
+    if (o.json) std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    else print_text(j);
+    return 0;
+  } catch (const Error& e) {
+    throw Error(e.code(), one_line(e.what()));
+  }
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, Action& action) {
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Show what a GGUF file or Hugging Face folder holds");
+  cmd->add_option("path", opts->path, "GGUF file (first split of a split set too) or Hugging Face folder")->required();
+  cmd->add_flag("--json", opts->json, "Print one JSON object");
+  CLI::Option* dump = cmd->add_option("--dump", opts->dump, "Write this tensor dequantized to float32 (needs --out)");
+  CLI::Option* out = cmd->add_option("--out", opts->out, "Output file for --dump (little-endian float32, row-major)");
+  dump->needs(out);
+  out->needs(dump);
+  cmd->callback([&action, opts] { action = [opts] { return run(*opts); }; });
+}
+
+}  // namespace ft::cli
