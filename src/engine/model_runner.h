@@ -1,0 +1,42 @@
+#pragma once
+// ModelRunner: what the serving loop (engine/service.h) needs from a model: one forward over a batch of
+// sequences of different lengths, writing their tokens' K/V into the paged cache and returning the
+// logits of each sequence's last token. The CPU/CUDA engine implements it; tests use fakes.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+/** One step's batch on the host: S sequences, T tokens. Sequence s owns token rows
+ *  seq_start[s] .. seq_start[s+1]-1 (consecutive positions), and block_tables[s] lists its KV pages
+ *  in position order (page j holds positions [j * page_size, (j + 1) * page_size)). */
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // [T] token ids
+  std::vector<int32_t> positions;  // [T] absolute positions
+  std::vector<int32_t> seq_start;  // [S + 1]
+  std::vector<std::span<const int32_t>> block_tables;  // [S] pages of each sequence (covering its positions)
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t n_seqs() const { return static_cast<int32_t>(block_tables.size()); }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seq_start.assign(1, 0);
+    block_tables.clear();
+  }
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  /** Rows of the logits (the model's vocabulary size). */
+  virtual int32_t vocab_size() const = 0;
+  /** Runs the model over `batch` and writes logits (float32 [S, vocab_size], row s = the last token of
+   *  sequence s) to `logits`, resized as needed. Results of one sequence must not depend on the other
+   *  sequences of the batch (batch-invariant kernels), so batched and solo runs agree. Throws ft::Error. */
+  virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+};
+
+}  // namespace ft

@@ -1,0 +1,143 @@
+#pragma once
+// Scheduler: continuous batching policy as plain bookkeeping (no model, no threads, no HTTP).
+//
+// Every step the engine asks schedule() for a plan: which sequences run and how many of their tokens
+// (a prefill chunk or one decode token). Requests join and leave between any two steps:
+//  1. every running sequence with one token left to compute (decoding) gets it;
+//  2. running sequences still prefilling, then waiting ones in FIFO order, get prefill chunks while
+//     the step's prefill budget (max_prefill_tokens) lasts, so a long prompt is split over several
+//     steps and never stalls the decodes of the others;
+//  3. at most max_running sequences hold KV at once; the rest wait (a full queue refuses new ones).
+// A waiting sequence first looks up the prefix cache: whole pages of its prompt that another sequence
+// computed are shared (only the rest is prefilled). Pages a sequence fills are offered to the cache
+// after each step. When the pool runs short, unreferenced cached pages are evicted (LRU); if that is
+// not enough, the youngest running sequence is preempted (its pages are returned and it waits again at
+// the front of the queue, to be recomputed, mostly from the prefix cache).
+//
+// Page ownership: a sequence's block table is `pages`; the first `nodes.size()` entries are prefix-cache
+// nodes it references, the rest are private pages it took from the pool. check_integrity() verifies that
+// pool, cache and sequences account for every page exactly once.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/page_pool.h"
+#include "kv/prefix_cache.h"
+
+namespace ft {
+
+struct SchedulerConfig {
+  int32_t max_running = 16;          // --max-running-requests
+  int32_t max_prefill_tokens = 512;  // --max-prefill-tokens: prefill tokens per step (>= 1)
+  int32_t max_waiting = 1024;        // requests queued beyond max_running; more are refused (HTTP 503)
+  int64_t max_seq_len = 4096;        // model context limit (prompt + generated tokens)
+  bool prefix_cache = true;          // share whole pages of equal prompt prefixes
+
+  /** Throws ft::Error(kInvalidArgument) naming the field for a value out of range. */
+  void validate() const;
+};
+
+enum class SeqState : uint8_t { kWaiting, kRunning, kFinished };
+
+/** One request's tokens and KV bookkeeping. */
+struct Sequence {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;   // prompt, then generated tokens
+  int32_t n_prompt = 0;
+  int32_t max_new_tokens = 0;    // generation budget (the caller stops at it; used for admission checks)
+  int32_t n_computed = 0;        // tokens whose KV is in the pages (positions [0, n_computed))
+  int32_t n_cached = 0;          // prompt tokens taken from the prefix cache at first admission (-1: not yet)
+  bool admitted_once = false;
+  int32_t n_preempted = 0;
+  SeqState state = SeqState::kWaiting;
+  std::vector<int32_t> pages;                 // block table: page of positions [j*page, (j+1)*page)
+  std::vector<PrefixCache::NodeId> nodes;     // cache nodes backing pages[0, nodes.size())
+
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+};
+
+/** One sequence's share of a step: compute tokens [start, start + n_tokens) at those positions. */
+struct ScheduledSeq {
+  Sequence* seq = nullptr;
+  int32_t start = 0;
+  int32_t n_tokens = 0;
+  bool sample = false;  // the chunk ends at the last known token: the step yields its next token
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;  // decodes first, then prefill chunks
+  int32_t n_tokens = 0;
+  int32_t n_prefill_tokens = 0;
+  int32_t n_decode = 0;
+  std::vector<uint64_t> preempted;  // sequences moved back to the queue while planning
+  bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  /** `pool` (the KV pages; must outlive the scheduler). Throws ft::Error for a bad config. */
+  Scheduler(const SchedulerConfig& config, PagePool& pool);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /** Positions one sequence may use: min(max_seq_len, every page of the pool). */
+  int64_t context_limit() const;
+
+  /** Queues a sequence (prompt ids, generation budget). Throws ft::Error: kInvalidArgument for an empty
+   *  prompt or a duplicate id, kContextLength when prompt + max_new_tokens > context_limit() (naming the
+   *  numbers), kOverloaded when max_waiting sequences already wait. */
+  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens);
+
+  /** Plans the next step (see the header comment). Sequences in the plan stay valid until the next call
+   *  to submit/schedule/finish/cancel. An empty plan means nothing can run. */
+  StepPlan schedule();
+
+  /** Records that the plan ran: advances n_computed of every planned sequence and offers the pages it
+   *  filled to the prefix cache. Call before append(). */
+  void complete(const StepPlan& plan);
+
+  /** Appends a generated token to a running sequence (its KV is computed by the next step). */
+  void append(uint64_t id, int32_t token);
+
+  /** Ends a sequence (finished or cancelled, waiting or running): its pages go back to the pool or the
+   *  prefix cache at once. Returns false for an unknown id. */
+  bool finish(uint64_t id);
+
+  const Sequence* find(uint64_t id) const;
+  int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+
+  /** Pages held by sequences (private pages plus cache pages they reference). */
+  int32_t pages_in_use() const;
+  /** Pages held by the prefix cache and referenced by no sequence. */
+  int32_t pages_cached_idle() const { return cache_.n_unreferenced(); }
+  /** Pages in the prefix cache (referenced or not). */
+  int32_t pages_cached() const { return cache_.n_pages(); }
+  const PagePool& pool() const { return *pool_; }
+  const SchedulerConfig& config() const { return config_; }
+
+  /** Verifies the prefix cache and that pool, cache and sequences hold every page exactly once, with
+   *  block tables covering each running sequence's computed tokens. Throws ft::Error(kInternal). */
+  void check_integrity() const;
+
+ private:
+  bool alloc_pages(int32_t n, std::vector<int32_t>& out);
+  bool reserve(Sequence& s, int64_t n_positions);
+  void release_pages(Sequence& s);
+  void cache_full_pages(Sequence& s);
+  void preempt(Sequence& s, StepPlan& plan);
+  bool admit(Sequence& s, int32_t& budget, StepPlan& plan);
+
+  SchedulerConfig config_;
+  PagePool* pool_;
+  PrefixCache cache_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // admission order (oldest first)
+};
+
+}  // namespace ft

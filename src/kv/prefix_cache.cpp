@@ -1,0 +1,243 @@
+#include "kv/prefix_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.h"
+
+namespace ft {
+
+namespace {
+
+// 64-bit FNV-1a over the parent id and the token ids, then a final avalanche (splitmix64).
+uint64_t mix(uint64_t h, uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+uint64_t finish(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(PagePool& pool) : pool_(&pool), page_size_(pool.page_size()) {
+  nodes_.emplace_back();
+  nodes_[0].live = true;
+  page_owner_.assign(static_cast<size_t>(pool.n_pages()), -1);
+}
+
+uint64_t PrefixCache::key_of(NodeId parent, std::span<const int32_t> tokens) const {
+  uint64_t h = mix(0xcbf29ce484222325ull, static_cast<uint64_t>(static_cast<uint32_t>(parent)));
+  for (int32_t t : tokens) h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(t)));
+  return finish(h);
+}
+
+PrefixCache::NodeId PrefixCache::find_child(NodeId parent, std::span<const int32_t> tokens, uint64_t key) const {
+  auto [lo, hi] = index_.equal_range(key);
+  for (auto it = lo; it != hi; ++it) {
+    const Node& n = nodes_[static_cast<size_t>(it->second)];
+    if (n.parent == parent && std::equal(n.tokens.begin(), n.tokens.end(), tokens.begin(), tokens.end()))
+      return it->second;
+  }
+  return -1;
+}
+
+PrefixCache::NodeId PrefixCache::new_node() {
+  if (!free_ids_.empty()) {
+    NodeId id = free_ids_.back();
+    free_ids_.pop_back();
+    return id;
+  }
+  nodes_.emplace_back();
+  return static_cast<NodeId>(nodes_.size() - 1);
+}
+
+void PrefixCache::lru_insert_if_evictable(NodeId id) {
+  const Node& n = nodes_[static_cast<size_t>(id)];
+  if (id != kRoot && n.live && n.ref == 0 && n.n_children == 0) lru_.emplace(n.last_used, id);
+}
+
+void PrefixCache::lru_erase(NodeId id) { lru_.erase({nodes_[static_cast<size_t>(id)].last_used, id}); }
+
+void PrefixCache::add_ref(NodeId id) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  if (n.ref == 0) {
+    lru_erase(id);
+    ++n_referenced_;
+  }
+  ++n.ref;
+  n.last_used = ++clock_;
+}
+
+PrefixCache::Match PrefixCache::acquire(std::span<const int32_t> tokens, int64_t max_tokens) {
+  Match m;
+  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
+  NodeId parent = kRoot;
+  for (int64_t start = 0; start + page_size_ <= limit; start += page_size_) {
+    auto page_tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(page_size_));
+    NodeId child = find_child(parent, page_tokens, key_of(parent, page_tokens));
+    if (child < 0) break;
+    add_ref(child);
+    m.nodes.push_back(child);
+    m.pages.push_back(nodes_[static_cast<size_t>(child)].page);
+    parent = child;
+  }
+  m.n_tokens = static_cast<int64_t>(m.nodes.size()) * page_size_;
+  return m;
+}
+
+PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page) {
+  if (static_cast<int32_t>(page_tokens.size()) != page_size_)
+    fail(ErrorCode::kInternal, "prefix cache: insert of {} tokens, pages hold {}", page_tokens.size(), page_size_);
+  if (parent < 0 || parent >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(parent)].live)
+    fail(ErrorCode::kInternal, "prefix cache: insert under dead node {}", parent);
+  if (parent != kRoot && nodes_[static_cast<size_t>(parent)].ref == 0)
+    fail(ErrorCode::kInternal, "prefix cache: insert under node {} the caller does not reference", parent);
+  if (page < 0 || page >= static_cast<int32_t>(page_owner_.size()))
+    fail(ErrorCode::kInternal, "prefix cache: page {} out of range", page);
+
+  const uint64_t key = key_of(parent, page_tokens);
+  if (NodeId existing = find_child(parent, page_tokens, key); existing >= 0) {
+    add_ref(existing);
+    return {existing, nodes_[static_cast<size_t>(existing)].page, false};
+  }
+  if (page_owner_[static_cast<size_t>(page)] >= 0)
+    fail(ErrorCode::kInternal, "prefix cache: page {} is already held by node {}", page,
+         page_owner_[static_cast<size_t>(page)]);
+
+  const NodeId id = new_node();
+  Node& n = nodes_[static_cast<size_t>(id)];
+  n = Node{};
+  n.live = true;
+  n.parent = parent;
+  n.page = page;
+  n.hash = key;
+  n.tokens.assign(page_tokens.begin(), page_tokens.end());
+  index_.emplace(key, id);
+  page_owner_[static_cast<size_t>(page)] = id;
+  ++n_nodes_;
+
+  Node& p = nodes_[static_cast<size_t>(parent)];
+  if (p.n_children == 0) lru_erase(parent);  // no longer a leaf
+  ++p.n_children;
+
+  add_ref(id);  // ref 0 -> 1: never entered the LRU set, erase is a no-op
+  return {id, page, true};
+}
+
+void PrefixCache::release(std::span<const NodeId> nodes) {
+  const uint64_t now = ++clock_;
+  for (NodeId id : nodes) {
+    if (id <= kRoot || id >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(id)].live)
+      fail(ErrorCode::kInternal, "prefix cache: release of dead node {}", id);
+    Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.ref <= 0) fail(ErrorCode::kInternal, "prefix cache: release of node {} without references", id);
+    --n.ref;
+    n.last_used = now;
+    if (n.ref == 0) {
+      --n_referenced_;
+      lru_insert_if_evictable(id);
+    }
+  }
+}
+
+int32_t PrefixCache::evict(int32_t n) {
+  int32_t freed = 0;
+  std::vector<int32_t> pages;
+  while (freed < n && !lru_.empty()) {
+    const NodeId id = lru_.begin()->second;
+    lru_.erase(lru_.begin());
+    Node& node = nodes_[static_cast<size_t>(id)];
+    auto [lo, hi] = index_.equal_range(node.hash);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == id) {
+        index_.erase(it);
+        break;
+      }
+    }
+    pages.push_back(node.page);
+    page_owner_[static_cast<size_t>(node.page)] = -1;
+    const NodeId parent = node.parent;
+    node = Node{};
+    free_ids_.push_back(id);
+    --n_nodes_;
+    ++freed;
+    Node& p = nodes_[static_cast<size_t>(parent)];
+    --p.n_children;
+    lru_insert_if_evictable(parent);
+  }
+  pool_->release(pages);
+  return freed;
+}
+
+bool PrefixCache::holds_page(int32_t page) const {
+  return page >= 0 && page < static_cast<int32_t>(page_owner_.size()) && page_owner_[static_cast<size_t>(page)] >= 0;
+}
+
+int32_t PrefixCache::node_page(NodeId node) const {
+  if (node <= kRoot || node >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(node)].live)
+    fail(ErrorCode::kInternal, "prefix cache: node {} is not live", node);
+  return nodes_[static_cast<size_t>(node)].page;
+}
+
+int32_t PrefixCache::node_ref(NodeId node) const {
+  node_page(node);  // validates
+  return nodes_[static_cast<size_t>(node)].ref;
+}
+
+void PrefixCache::check_integrity() const {
+  auto bad = [](const std::string& what) { fail(ErrorCode::kInternal, "prefix cache integrity: {}", what); };
+  std::vector<int32_t> children(nodes_.size(), 0);
+  int32_t live = 0, referenced = 0;
+  size_t evictable = 0;
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.live) continue;
+    const NodeId id = static_cast<NodeId>(i);
+    ++live;
+    if (n.ref < 0) bad(fmt::format("node {} has ref {}", id, n.ref));
+    if (n.ref > 0) ++referenced;
+    if (static_cast<int32_t>(n.tokens.size()) != page_size_) bad(fmt::format("node {} holds {} tokens", id, n.tokens.size()));
+    if (n.parent < 0 || n.parent >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(n.parent)].live)
+      bad(fmt::format("node {} has dead parent {}", id, n.parent));
+    ++children[static_cast<size_t>(n.parent)];
+    const Node& p = nodes_[static_cast<size_t>(n.parent)];
+    if (n.parent != kRoot && p.ref < n.ref) bad(fmt::format("node {} ref {} > parent {} ref {}", id, n.ref, n.parent, p.ref));
+    if (n.page < 0 || n.page >= static_cast<int32_t>(page_owner_.size()) || page_owner_[static_cast<size_t>(n.page)] != id)
+      bad(fmt::format("node {} page {} is not recorded as its own", id, n.page));
+    if (n.hash != key_of(n.parent, n.tokens)) bad(fmt::format("node {} hash does not match its tokens", id));
+    if (find_child(n.parent, n.tokens, n.hash) != id) bad(fmt::format("node {} not found by its tokens (or a sibling is equal)", id));
+    const bool in_lru = lru_.count({n.last_used, id}) > 0;
+    if (n.ref == 0 && n.n_children == 0) {
+      ++evictable;
+      if (!in_lru) bad(fmt::format("evictable leaf {} missing from the LRU set", id));
+    } else if (in_lru) {
+      bad(fmt::format("node {} (ref {}, {} children) is in the LRU set", id, n.ref, n.n_children));
+    }
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].live && nodes_[i].n_children != children[i])
+      bad(fmt::format("node {} counts {} children, has {}", i, nodes_[i].n_children, children[i]));
+  if (evictable != lru_.size()) bad(fmt::format("LRU set has {} entries, {} evictable leaves", lru_.size(), evictable));
+  if (live != n_nodes_) bad(fmt::format("{} live nodes, counter says {}", live, n_nodes_));
+  if (referenced != n_referenced_) bad(fmt::format("{} referenced nodes, counter says {}", referenced, n_referenced_));
+  if (index_.size() != static_cast<size_t>(live)) bad(fmt::format("index has {} entries for {} nodes", index_.size(), live));
+  int32_t owned = 0;
+  for (size_t p = 0; p < page_owner_.size(); ++p) {
+    const NodeId o = page_owner_[p];
+    if (o < 0) continue;
+    ++owned;
+    if (o >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(o)].live ||
+        nodes_[static_cast<size_t>(o)].page != static_cast<int32_t>(p))
+      bad(fmt::format("page {} recorded for node {} which does not hold it", p, o));
+  }
+  if (owned != live) bad(fmt::format("{} pages recorded for {} nodes", owned, live));
+}
+
+}  // namespace ft

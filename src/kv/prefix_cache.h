@@ -1,0 +1,120 @@
+#pragma once
+// PrefixCache: a radix tree over page-aligned token prefixes, so a request whose prompt starts with
+// tokens another request already computed reuses that KV instead of prefilling it again (the idea of
+// SGLang's RadixAttention, at page granularity as in vLLM's automatic prefix caching).
+//
+// Each node below the root stands for one full KV page: the `page_size` tokens at positions
+// [depth * page_size, (depth + 1) * page_size) of every prompt whose path from the root passes through
+// it. The tree owns the pages of its nodes (taken from a PagePool by a sequence and handed over with
+// insert()); a sequence using a node holds a reference on it and on every ancestor.
+//
+// Invariants (check_integrity() verifies all of them):
+//  - every node except the root holds exactly page_size tokens and one page, and no page is held twice;
+//  - a child is found through the index by (parent, hash of its tokens) and confirmed by comparing the
+//    tokens, never by the hash alone; siblings never hold equal tokens;
+//  - ref(parent) >= ref(child), because a reference is always taken on a whole root path;
+//  - the LRU set holds exactly the nodes with ref == 0 and no children (the evictable leaves), keyed by
+//    their last-use tick; the counters (pages, referenced nodes) match a full recount.
+// Not thread-safe: the engine thread that runs the scheduler owns it.
+#include <cstdint>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/page_pool.h"
+
+namespace ft {
+
+class PrefixCache {
+ public:
+  using NodeId = int32_t;
+  static constexpr NodeId kRoot = 0;
+
+  /** Pages freed by evict() go back to `pool`, which must outlive the cache. */
+  explicit PrefixCache(PagePool& pool);
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  int32_t page_size() const { return page_size_; }
+
+  /** The longest cached path for a prompt: node ids and their pages, root excluded, in position order. */
+  struct Match {
+    std::vector<NodeId> nodes;
+    std::vector<int32_t> pages;
+    int64_t n_tokens = 0;  // nodes.size() * page_size
+  };
+
+  /** Walks from the root along the whole pages of tokens[0, min(max_tokens, tokens.size())) that are
+   *  cached and takes a reference on every node of the path (release() gives them back). */
+  Match acquire(std::span<const int32_t> tokens, int64_t max_tokens);
+
+  /** Result of insert(): the node now caching the page's tokens and the page holding their KV. */
+  struct Inserted {
+    NodeId node = kRoot;
+    int32_t page = -1;
+    bool adopted = false;  // true: the caller's page now belongs to the cache; false: an equal node existed
+  };
+
+  /** Offers `page` (KV of `page_tokens`, exactly page_size tokens) as the child of `parent` (kRoot for
+   *  the first page; the caller must hold a reference on `parent`). When a child with equal tokens
+   *  exists it is returned and the caller keeps `page` (free it and use the node's page instead);
+   *  otherwise a new node adopts `page`. Either way the caller gets a reference on the returned node.
+   *  Throws ft::Error(kInternal) for a wrong token count, a dead parent or a page the cache holds. */
+  Inserted insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page);
+
+  /** Drops one reference from each node (the nodes a sequence acquired or inserted) and marks them used
+   *  now, for LRU order. Throws ft::Error(kInternal) for a node without references. */
+  void release(std::span<const NodeId> nodes);
+
+  /** Frees up to `n` pages back to the pool by removing unreferenced leaves, least recently used
+   *  first (a parent becomes a leaf once its children are gone). Returns the number of pages freed. */
+  int32_t evict(int32_t n);
+
+  /** Pages held by the tree. */
+  int32_t n_pages() const { return n_nodes_; }
+  /** Pages held by nodes nobody references (all of them can be evicted, leaves first). */
+  int32_t n_unreferenced() const { return n_nodes_ - n_referenced_; }
+  /** True when `page` is held by a node of the tree. */
+  bool holds_page(int32_t page) const;
+  /** The page of a live node (for callers checking their own bookkeeping). Throws kInternal otherwise. */
+  int32_t node_page(NodeId node) const;
+  /** References held on a live node. Throws kInternal otherwise. */
+  int32_t node_ref(NodeId node) const;
+
+  /** Verifies every invariant in the header comment; throws ft::Error(kInternal) describing the first
+   *  violation. O(nodes * page_size). */
+  void check_integrity() const;
+
+ private:
+  struct Node {
+    bool live = false;
+    NodeId parent = -1;
+    int32_t page = -1;
+    int32_t ref = 0;
+    int32_t n_children = 0;
+    uint64_t last_used = 0;
+    uint64_t hash = 0;  // of (parent, tokens)
+    std::vector<int32_t> tokens;  // [page_size]
+  };
+
+  uint64_t key_of(NodeId parent, std::span<const int32_t> tokens) const;
+  NodeId find_child(NodeId parent, std::span<const int32_t> tokens, uint64_t key) const;
+  NodeId new_node();
+  void add_ref(NodeId id);
+  void lru_insert_if_evictable(NodeId id);
+  void lru_erase(NodeId id);
+
+  PagePool* pool_;
+  int32_t page_size_;
+  std::vector<Node> nodes_;          // nodes_[0] is the root
+  std::vector<NodeId> free_ids_;     // dead node slots for reuse
+  std::unordered_multimap<uint64_t, NodeId> index_;  // key_of(parent, tokens) -> node
+  std::set<std::pair<uint64_t, NodeId>> lru_;         // evictable leaves by (last_used, id)
+  std::vector<NodeId> page_owner_;   // [pool pages] node holding each page, -1 if none
+  uint64_t clock_ = 0;
+  int32_t n_nodes_ = 0;        // live nodes below the root
+  int32_t n_referenced_ = 0;   // live nodes with ref > 0
+};
+
+}  // namespace ft

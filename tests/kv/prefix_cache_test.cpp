@@ -1,0 +1,178 @@
+// PrefixCache: matching whole pages by tokens, references, LRU eviction of unreferenced leaves, and
+// check_integrity() after every operation of a randomised run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "kv/prefix_cache.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+std::vector<int32_t> seq(int32_t start, int32_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Inserts every whole page of `tokens` the way a sequence would (allocating a page per new node) and
+// returns the nodes (referenced once).
+std::vector<PrefixCache::NodeId> insert_all(PrefixCache& c, PagePool& pool, const std::vector<int32_t>& tokens) {
+  std::vector<PrefixCache::NodeId> nodes;
+  const int32_t ps = c.page_size();
+  for (size_t j = 0; (j + 1) * ps <= tokens.size(); ++j) {
+    std::vector<int32_t> page;
+    EXPECT_TRUE(pool.allocate(1, page));
+    auto r = c.insert(nodes.empty() ? PrefixCache::kRoot : nodes.back(),
+                      std::span<const int32_t>(tokens).subspan(j * ps, static_cast<size_t>(ps)), page[0]);
+    if (!r.adopted) pool.release(page);
+    nodes.push_back(r.node);
+  }
+  return nodes;
+}
+
+TEST(PrefixCache, MatchesWholePagesOnlyAndUpToMaxTokens) {
+  PagePool pool(16, 4);
+  PrefixCache c(pool);
+  auto a = seq(100, 10);  // pages [100..103] [104..107], 2 tokens left over
+  auto nodes = insert_all(c, pool, a);
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(c.n_pages(), 2);
+  EXPECT_EQ(pool.n_free(), 14);
+  c.check_integrity();
+
+  auto m = c.acquire(a, 100);
+  EXPECT_EQ(m.n_tokens, 8);
+  EXPECT_EQ(m.nodes, nodes);
+  c.release(m.nodes);
+  m = c.acquire(a, 7);  // only one whole page below 7 tokens
+  EXPECT_EQ(m.n_tokens, 4);
+  c.release(m.nodes);
+
+  auto b = a;
+  b[5] = 999;  // differs in the second page
+  m = c.acquire(b, 100);
+  EXPECT_EQ(m.n_tokens, 4);
+  EXPECT_EQ(m.pages[0], c.node_page(nodes[0]));
+  c.release(m.nodes);
+
+  auto d = seq(100, 3);  // shorter than one page
+  EXPECT_EQ(c.acquire(d, 100).n_tokens, 0);
+  c.release(nodes);
+  c.check_integrity();
+}
+
+TEST(PrefixCache, DuplicateInsertReturnsExistingNodeAndCallerKeepsPage) {
+  PagePool pool(8, 2);
+  PrefixCache c(pool);
+  auto a = insert_all(c, pool, {1, 2, 3, 4});
+  std::vector<int32_t> p;
+  ASSERT_TRUE(pool.allocate(1, p));
+  auto r = c.insert(PrefixCache::kRoot, std::vector<int32_t>{1, 2}, p[0]);
+  EXPECT_FALSE(r.adopted);
+  EXPECT_EQ(r.node, a[0]);
+  EXPECT_NE(r.page, p[0]);
+  EXPECT_EQ(c.node_ref(a[0]), 2);
+  EXPECT_FALSE(c.holds_page(p[0]));
+  EXPECT_EQ(c.n_pages(), 2);
+  pool.release(p);
+  c.release(std::vector<PrefixCache::NodeId>{r.node});
+  c.release(a);
+  c.check_integrity();
+  EXPECT_THROW(c.release(a), Error);  // no references left
+  EXPECT_THROW(c.insert(PrefixCache::kRoot, std::vector<int32_t>{1}, 7), Error);  // not a whole page
+}
+
+TEST(PrefixCache, EvictsUnreferencedLeavesLeastRecentlyUsedFirst) {
+  PagePool pool(6, 2);
+  PrefixCache c(pool);
+  auto x = insert_all(c, pool, {1, 1, 2, 2, 3, 3});  // chain of 3
+  auto y = insert_all(c, pool, {1, 1, 5, 5});        // shares the first page: 1 new node
+  EXPECT_EQ(c.n_pages(), 4);
+  EXPECT_EQ(pool.n_free(), 2);
+  EXPECT_EQ(c.evict(10), 0);  // everything referenced
+  c.release(y);               // y's leaf [5,5] becomes evictable; [1,1] still held by x
+  c.release(x);               // now all unreferenced; x's leaf was used last
+  EXPECT_EQ(c.n_unreferenced(), 4);
+  c.check_integrity();
+  const int32_t y_leaf_page = c.node_page(y[1]);
+  EXPECT_EQ(c.evict(1), 1);  // y's leaf: released first
+  EXPECT_TRUE(!c.holds_page(y_leaf_page));
+  c.check_integrity();
+  // x's chain [1,1]->[2,2]->[3,3] is now evicted leaf first; the root page goes last.
+  EXPECT_EQ(c.evict(2), 2);
+  auto m = c.acquire(std::vector<int32_t>{1, 1, 2, 2, 3, 3}, 6);
+  EXPECT_EQ(m.n_tokens, 2);
+  c.release(m.nodes);
+  EXPECT_EQ(c.evict(5), 1);
+  EXPECT_EQ(c.n_pages(), 0);
+  EXPECT_EQ(pool.n_free(), 6);
+  c.check_integrity();
+}
+
+TEST(PrefixCache, RandomisedOperationsKeepInvariants) {
+  std::mt19937 rng(1234);
+  PagePool pool(40, 3);
+  PrefixCache c(pool);
+  std::vector<std::vector<int32_t>> bases;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> b(30);
+    for (auto& t : b) t = static_cast<int32_t>(rng() % 5);  // small alphabet: many shared prefixes
+    bases.push_back(b);
+  }
+  std::vector<std::vector<PrefixCache::NodeId>> held;  // reference sets of live "sequences"
+  std::map<int32_t, std::vector<int32_t>> content;     // page -> tokens it caches (must never change)
+  for (int it = 0; it < 3000; ++it) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0 && !held.empty()) {
+      size_t i = rng() % held.size();
+      c.release(held[i]);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (op == 1) {
+      c.evict(static_cast<int32_t>(rng() % 4));
+    } else {
+      auto tokens = bases[rng() % bases.size()];
+      tokens.resize(rng() % tokens.size());
+      for (size_t k = tokens.size() / 2; k < tokens.size(); ++k)
+        if (rng() % 8 == 0) tokens[k] = static_cast<int32_t>(rng() % 5);
+      auto m = c.acquire(tokens, static_cast<int64_t>(tokens.size()));
+      for (size_t j = 0; j < m.nodes.size(); ++j) {  // a hit returns pages holding exactly these tokens
+        std::vector<int32_t> want(tokens.begin() + static_cast<std::ptrdiff_t>(j * 3),
+                                  tokens.begin() + static_cast<std::ptrdiff_t>(j * 3 + 3));
+        ASSERT_EQ(content.at(m.pages[j]), want);
+      }
+      std::vector<PrefixCache::NodeId> nodes = m.nodes;
+      for (size_t j = nodes.size(); (j + 1) * 3 <= tokens.size(); ++j) {
+        std::vector<int32_t> page;
+        if (pool.n_free() == 0) c.evict(1);
+        if (!pool.allocate(1, page)) break;
+        std::vector<int32_t> pt(tokens.begin() + static_cast<std::ptrdiff_t>(j * 3),
+                                tokens.begin() + static_cast<std::ptrdiff_t>(j * 3 + 3));
+        auto r = c.insert(nodes.empty() ? PrefixCache::kRoot : nodes.back(), pt, page[0]);
+        if (r.adopted) {
+          content[page[0]] = pt;
+        } else {
+          pool.release(page);
+        }
+        nodes.push_back(r.node);
+      }
+      held.push_back(nodes);
+    }
+    c.check_integrity();
+    for (auto it2 = content.begin(); it2 != content.end();)  // forget pages the cache gave back
+      it2 = c.holds_page(it2->first) ? std::next(it2) : content.erase(it2);
+    ASSERT_EQ(c.n_pages() + pool.n_free(), pool.n_pages());
+  }
+  for (auto& h : held) c.release(h);
+  EXPECT_EQ(c.n_unreferenced(), c.n_pages());
+  c.evict(1000);
+  EXPECT_EQ(pool.n_free(), pool.n_pages());
+  c.check_integrity();
+}
+
+}  // namespace
+}  // namespace ft
