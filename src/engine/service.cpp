@@ -1,0 +1,254 @@
+#include "engine/service.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft {
+
+using Clock = std::chrono::steady_clock;
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+EngineService::EngineService(ModelRunner& runner, PagePool& pool, const ServiceConfig& config)
+    : runner_(&runner), config_(config), context_limit_(0), sched_(config.scheduler, pool), started_(Clock::now()) {
+  context_limit_ = sched_.context_limit();
+  worker_ = std::thread([this] { loop(); });
+}
+
+EngineService::~EngineService() { shutdown(std::chrono::milliseconds(0)); }
+
+uint64_t EngineService::submit(GenerationRequest request) {
+  auto reject = [this](const Error& e) -> Error {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++totals_.requests_rejected;
+    return e;
+  };
+  if (!request.sink) throw reject(Error(ErrorCode::kInternal, "submit: a request needs a sink"));
+  const int32_t vocab = runner_->vocab_size();
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    if (request.prompt[i] < 0 || request.prompt[i] >= vocab)
+      throw reject(Error(ErrorCode::kInvalidArgument,
+                         fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})",
+                                     request.prompt[i], i, vocab)));
+  }
+  Active a;
+  try {
+    a.sampler = std::make_unique<Sampler>(request.sampling, vocab, request.eog_ids, request.prompt);
+  } catch (const Error& e) {
+    throw reject(e);
+  }
+  a.eog.insert(request.eog_ids.begin(), request.eog_ids.end());
+  a.submitted = Clock::now();
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!accepting_) {
+      ++totals_.requests_rejected;
+      fail(ErrorCode::kOverloaded, "the server is shutting down");
+    }
+    id = next_id_++;
+    try {
+      sched_.submit(id, request.prompt, request.max_tokens);
+    } catch (const Error&) {
+      ++totals_.requests_rejected;
+      throw;
+    }
+    ++totals_.requests_total;
+    totals_.prompt_tokens_total += static_cast<int64_t>(request.prompt.size());
+    a.req = std::move(request);
+    active_.emplace(id, std::move(a));
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void EngineService::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!active_.count(id)) return;
+    cancels_.insert(id);
+  }
+  cv_.notify_all();
+}
+
+void EngineService::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    accepting_ = false;
+    idle_cv_.wait_for(lk, grace, [&] { return sched_.idle(); });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void EngineService::finish_locked(uint64_t id, FinishReason reason, const std::string& error) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  FinishInfo info;
+  info.reason = reason;
+  info.error = error;
+  info.prompt_tokens = static_cast<int32_t>(it->second.req.prompt.size());
+  info.completion_tokens = it->second.generated;
+  if (const Sequence* s = sched_.find(id); s && s->admitted_once) info.cached_tokens = s->n_cached;
+  sched_.finish(id);
+  ++totals_.requests_finished;
+  if (reason == FinishReason::kCancelled) ++totals_.requests_cancelled;
+  totals_.cached_tokens_total += info.cached_tokens;
+  std::shared_ptr<TokenSink> sink = it->second.req.sink;
+  active_.erase(it);
+  cancels_.erase(id);
+  sink->on_finish(info);
+}
+
+void EngineService::record_rates_locked(int64_t prompt_tokens, int64_t gen_tokens) {
+  const auto now = Clock::now();
+  window_.push_back({now, prompt_tokens, gen_tokens});
+  const auto horizon = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stats_window_s));
+  while (!window_.empty() && window_.front().t < horizon) window_.pop_front();
+  totals_.prompt_tokens_computed_total += prompt_tokens;
+  totals_.generation_tokens_total += gen_tokens;
+  ++totals_.steps_total;
+}
+
+void EngineService::loop() {
+  std::vector<Active*> planned;
+  for (;;) {
+    StepPlan plan;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !sched_.idle() || !cancels_.empty(); });
+      for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
+      cancels_.clear();
+      if (stop_) {
+        std::vector<uint64_t> ids;
+        for (const auto& kv : active_) ids.push_back(kv.first);
+        for (uint64_t id : ids) finish_locked(id, FinishReason::kCancelled);
+        idle_cv_.notify_all();
+        return;
+      }
+      if (sched_.idle()) {
+        idle_cv_.notify_all();
+        continue;
+      }
+      plan = sched_.schedule();
+      if (plan.empty()) {  // nothing fits right now (should not happen: a lone sequence always fits)
+        cv_.wait_for(lk, std::chrono::milliseconds(5));
+        continue;
+      }
+      batch_.clear();
+      planned.clear();
+      for (const ScheduledSeq& e : plan.seqs) {
+        const Sequence& s = *e.seq;
+        for (int32_t k = 0; k < e.n_tokens; ++k) {
+          batch_.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
+          batch_.positions.push_back(e.start + k);
+        }
+        batch_.seq_start.push_back(batch_.n_tokens());
+        batch_.block_tables.emplace_back(s.pages);
+        planned.push_back(&active_.at(s.id));
+      }
+    }
+    step(plan);
+    // Sampling and the sinks run without the lock; only this thread erases from active_.
+    std::string error;
+    if (logits_.size() < static_cast<size_t>(plan.seqs.size()) * static_cast<size_t>(runner_->vocab_size()))
+      error = "internal error: the model returned too few logits";
+    sampled_.clear();
+    int64_t gen = 0;
+    if (error.empty()) {
+      const size_t vocab = static_cast<size_t>(runner_->vocab_size());
+      for (size_t i = 0; i < plan.seqs.size(); ++i) {
+        if (!plan.seqs[i].sample) continue;
+        Active& a = *planned[i];
+        const SampledToken tok = a.sampler->sample(logits_.data() + i * vocab);
+        ++a.generated;
+        ++gen;
+        if (!a.first_token) {
+          a.first_token = true;
+          const double ttft = std::chrono::duration<double>(Clock::now() - a.submitted).count();
+          std::lock_guard<std::mutex> lk(mu_);
+          ttft_sum_s_ += ttft;
+          ++ttft_count_;
+        }
+        const bool eog = !a.req.ignore_eos && a.eog.count(tok.id) > 0;
+        const bool go_on = a.req.sink->on_token(tok, eog);
+        Sampled s{plan.seqs[i].seq->id, tok.id, false, FinishReason::kStop};
+        if (eog || !go_on) {
+          s.finish = true;
+        } else if (a.generated >= a.req.max_tokens) {
+          s.finish = true;
+          s.reason = FinishReason::kLength;
+        }
+        sampled_.push_back(s);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error.empty()) {
+        for (const ScheduledSeq& e : plan.seqs) finish_locked(e.seq->id, FinishReason::kError, error);
+      } else {
+        sched_.complete(plan);
+        for (const Sampled& s : sampled_) {
+          if (s.finish) {
+            finish_locked(s.id, s.reason);
+          } else {
+            sched_.append(s.id, s.token);
+          }
+        }
+        record_rates_locked(plan.n_prefill_tokens, gen);
+      }
+      if (config_.check_integrity) sched_.check_integrity();
+      if (sched_.idle()) idle_cv_.notify_all();
+    }
+  }
+}
+
+void EngineService::step(StepPlan& plan) {
+  try {
+    runner_->forward(batch_, logits_);
+  } catch (const std::exception& e) {
+    spdlog::error("forward failed for a batch of {} sequences: {}", plan.seqs.size(), e.what());
+    logits_.clear();
+  }
+}
+
+EngineStats EngineService::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineStats s = totals_;
+  const auto now = Clock::now();
+  s.uptime_s = std::chrono::duration<double>(now - started_).count();
+  s.running = sched_.n_running();
+  s.waiting = sched_.n_waiting();
+  s.context_limit = context_limit_;
+  s.page_size = sched_.pool().page_size();
+  s.kv_pages_total = sched_.pool().n_pages();
+  s.kv_pages_free = sched_.pool().n_free();
+  s.kv_pages_used = sched_.pages_in_use();
+  s.kv_pages_cached = sched_.pages_cached();
+  s.window_s = config_.stats_window_s;
+  const double span = std::max(1e-3, std::min(config_.stats_window_s, s.uptime_s));
+  const auto horizon = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stats_window_s));
+  int64_t p = 0, g = 0;
+  for (const Sample& w : window_) {
+    if (w.t < horizon) continue;
+    p += w.prompt;
+    g += w.gen;
+  }
+  s.prompt_tokens_per_s = static_cast<double>(p) / span;
+  s.generation_tokens_per_s = static_cast<double>(g) / span;
+  s.mean_ttft_s = ttft_count_ ? ttft_sum_s_ / static_cast<double>(ttft_count_) : 0.0;
+  return s;
+}
+
+}  // namespace ft

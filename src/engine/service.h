@@ -1,0 +1,177 @@
+#pragma once
+// EngineService: the serving loop. One worker thread owns the model and runs steps: it asks the
+// Scheduler for a plan, runs ModelRunner::forward over it, samples each finished row with the
+// request's own Sampler and hands tokens to the request's TokenSink. Any thread may submit or cancel.
+// Requests join and leave between steps; a cancelled request (client gone) is finished and its KV pages
+// returned at the next step boundary.
+//
+// Text is not the engine's business: the server's TokenSink detokenizes and matches stop strings and
+// tells the engine to stop by returning false.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+namespace ft {
+
+enum class FinishReason : uint8_t {
+  kStop,       // an end-of-generation token or a stop string
+  kLength,     // max_tokens or the context limit
+  kCancelled,  // the client went away, or the server is shutting down
+  kError,      // the forward failed (message in FinishInfo::error)
+};
+
+/** "stop", "length", "cancelled", "error". */
+const char* finish_reason_name(FinishReason r);
+
+struct FinishInfo {
+  FinishReason reason = FinishReason::kStop;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;  // sampled tokens, including a final end-of-generation token
+  int32_t cached_tokens = 0;      // prompt tokens reused from the prefix cache
+  std::string error;
+};
+
+/** Receives one request's tokens. Called on the engine thread; must return quickly and must not call
+ *  back into the EngineService. */
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  /** A sampled token. `eog`: it is an end-of-generation id and the request ends with it. Return false
+   *  to end the request after this token (a stop string was found): it then finishes with kStop. */
+  virtual bool on_token(const SampledToken& token, bool eog) = 0;
+  /** Called exactly once per accepted request, last. */
+  virtual void on_finish(const FinishInfo& info) = 0;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;          // >= 1
+  SamplingParams sampling;
+  std::vector<int32_t> eog_ids;     // ids that end generation; also masked by sampling.min_tokens
+  bool ignore_eos = false;          // eog ids do not end generation (still masked for min_tokens)
+  std::shared_ptr<TokenSink> sink;  // required
+};
+
+/** Figures for /v1/stats and /metrics. Rates are over the last `window_s` seconds. */
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t context_limit = 0;
+  int32_t page_size = 0;
+  int32_t kv_pages_total = 0;
+  int32_t kv_pages_used = 0;    // held by requests (private pages + cached pages they reference)
+  int32_t kv_pages_cached = 0;  // held by the prefix cache (some may also count as used)
+  int32_t kv_pages_free = 0;
+  double window_s = 0;
+  double prompt_tokens_per_s = 0;      // prompt tokens computed (prefill) per second
+  double generation_tokens_per_s = 0;  // tokens sampled per second
+  double mean_ttft_s = 0;              // submit -> first token, over all requests that produced one
+  int64_t requests_total = 0;          // accepted
+  int64_t requests_finished = 0;       // finished for any reason
+  int64_t requests_cancelled = 0;
+  int64_t requests_rejected = 0;       // refused by submit (context length, overload, bad params)
+  int64_t prompt_tokens_total = 0;     // prompt tokens of accepted requests
+  int64_t prompt_tokens_computed_total = 0;  // prefill tokens actually run (cache hits excluded)
+  int64_t cached_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t steps_total = 0;
+  double uptime_s = 0;
+};
+
+struct ServiceConfig {
+  SchedulerConfig scheduler;
+  double stats_window_s = 10.0;
+  bool check_integrity = false;  // run Scheduler::check_integrity() after every step (tests)
+};
+
+class EngineService {
+ public:
+  /** `runner` and `pool` must outlive the service. The worker thread starts at once. */
+  EngineService(ModelRunner& runner, PagePool& pool, const ServiceConfig& config);
+  /** Cancels whatever is left and joins the worker. */
+  ~EngineService();
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  /** Queues a request; returns its id. The sink then receives its tokens and exactly one on_finish.
+   *  Throws ft::Error (and never calls the sink): kInvalidArgument for bad sampling params, an empty
+   *  prompt, max_tokens < 1 or a token id outside the vocabulary; kContextLength when prompt +
+   *  max_tokens exceed context_limit(); kOverloaded when the queue is full or the service stops. */
+  uint64_t submit(GenerationRequest request);
+
+  /** Ends a request at the next step boundary (finish reason kCancelled). Unknown ids are ignored. */
+  void cancel(uint64_t id);
+
+  /** Stops accepting requests, lets running and waiting ones finish for up to `grace`, cancels the rest
+   *  and joins the worker. Idempotent. */
+  void shutdown(std::chrono::milliseconds grace);
+
+  int64_t context_limit() const { return context_limit_; }
+  EngineStats stats() const;
+
+ private:
+  struct Active {
+    GenerationRequest req;
+    std::unique_ptr<Sampler> sampler;
+    std::unordered_set<int32_t> eog;
+    std::chrono::steady_clock::time_point submitted;
+    bool first_token = false;
+    int32_t generated = 0;
+  };
+  struct Sampled {
+    uint64_t id;
+    int32_t token;
+    bool finish;
+    FinishReason reason;
+  };
+
+  void loop();
+  void step(StepPlan& plan);
+  void finish_locked(uint64_t id, FinishReason reason, const std::string& error = {});
+  void record_rates_locked(int64_t prompt_tokens, int64_t gen_tokens);
+
+  ModelRunner* runner_;
+  ServiceConfig config_;
+  int64_t context_limit_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // work arrived / shutting down
+  std::condition_variable idle_cv_;  // the scheduler became idle
+  Scheduler sched_;
+  std::unordered_map<uint64_t, Active> active_;
+  std::unordered_set<uint64_t> cancels_;
+  uint64_t next_id_ = 1;
+  bool accepting_ = true;
+  bool stop_ = false;
+
+  // Statistics (under mu_).
+  struct Sample {
+    std::chrono::steady_clock::time_point t;
+    int64_t prompt, gen;
+  };
+  std::deque<Sample> window_;
+  std::chrono::steady_clock::time_point started_;
+  double ttft_sum_s_ = 0;
+  int64_t ttft_count_ = 0;
+  EngineStats totals_;
+
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+  std::vector<Sampled> sampled_;
+  std::thread worker_;
+};
+
+}  // namespace ft
