@@ -1,0 +1,37 @@
+#pragma once
+// Detokenizer: incremental decoding for streaming. Feeding ids one at a time returns exactly the
+// text Vocab::decode gives for the whole sequence, split into chunks: bytes of an unfinished UTF-8
+// character (byte-fallback or byte-level tokens) are held back until the character completes, and
+// a sequence that cannot complete becomes U+FFFD exactly where decode puts it. The first piece's
+// leading space is dropped for vocabularies that strip it (SentencePiece "▁Hello" -> "Hello").
+#include <cstdint>
+#include <string>
+
+#include "tokenizer/vocab.h"
+
+namespace ft {
+
+class Detokenizer {
+ public:
+  /** `vocab` must outlive the detokenizer. `skip_special`: control tokens give no text. */
+  explicit Detokenizer(const Vocab& vocab, bool skip_special = true) : vocab_(&vocab), skip_special_(skip_special) {}
+
+  /** Feeds one token id; returns the newly complete text (valid UTF-8, possibly empty).
+   *  Throws ft::Error(kInvalidArgument) for an id out of range (state unchanged). */
+  std::string feed(int32_t id);
+
+  /** Ends the stream: returns the held-back bytes, an unfinished sequence repaired to U+FFFD. The
+   *  detokenizer is then ready for a new sequence. */
+  std::string flush();
+
+  /** Bytes held back (an unfinished UTF-8 sequence), at most 3. */
+  size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  const Vocab* vocab_;
+  bool skip_special_;
+  bool first_ = true;
+  std::string pending_;
+};
+
+}  // namespace ft

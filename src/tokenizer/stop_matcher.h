@@ -1,0 +1,42 @@
+#pragma once
+// StopMatcher: stop strings over streamed text. Text is fed as it is decoded; the matcher returns
+// the part that is safe to send. A stop string may span several feeds (tokens); a tail that could
+// still grow into a stop string is held back until it is disambiguated, so no prefix of a stop
+// string is ever streamed. On a match the text before the stop string is returned and the stream
+// ends (the stop string itself is not returned).
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ft {
+
+class StopMatcher {
+ public:
+  struct Result {
+    std::string text;      // safe to stream now
+    bool stopped = false;  // a stop string was found; `text` ends right before it
+    int stop_index = -1;   // which stop string (index into the constructor's list)
+  };
+
+  /** `stops`: stop strings (UTF-8); empty strings are ignored. */
+  explicit StopMatcher(std::vector<std::string> stops);
+
+  /** Feeds newly decoded text. After a stop, returns empty results. When several stop strings
+   *  occur, the one that starts first wins (the earliest in the list on a tie). */
+  Result feed(std::string_view text);
+
+  /** End of generation without a stop: returns the held-back text and resets. */
+  std::string flush();
+
+  bool stopped() const { return stopped_; }
+  /** Bytes currently held back. */
+  size_t held_bytes() const { return buf_.size(); }
+
+ private:
+  std::vector<std::string> stops_;
+  std::vector<int> index_;  // original index of each non-empty stop
+  std::string buf_;
+  bool stopped_ = false;
+};
+
+}  // namespace ft
