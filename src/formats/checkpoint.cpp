@@ -84,6 +84,8 @@ std::unique_ptr<Checkpoint> open_checkpoint(const std::string& path) {
       fail(ErrorCode::kNotFound, "{}: folder has no config.json (expected a Hugging Face checkpoint)", path);
     return std::make_unique<SafetensorsCheckpoint>(path);
   }
+  if (fs::path(path).extension() == ".safetensors" || fs::path(path).filename() == "model.safetensors.index.json")
+    fail(ErrorCode::kInvalidArgument, "{}: open the Hugging Face folder holding it and config.json, not the file", path);
   return std::make_unique<GgufCheckpoint>(path);
 }
 

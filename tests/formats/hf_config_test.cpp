@@ -175,6 +175,7 @@ TEST(Checkpoint, GgufAndHf) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   }
+  EXPECT_THROW(open_checkpoint(hf("mixtral") + "/model.safetensors"), Error);  // the folder is the checkpoint
   TempDir tmp("ck_empty");
   EXPECT_THROW(open_checkpoint(tmp.path().string()), Error);  // folder without config.json
 }
