@@ -1,0 +1,298 @@
+// attention: causal GQA attention of the batch's queries over the paged KV cache (after kv_write).
+// q, out [T, n_head * head_dim] F32 or BF16; kv pages [n_pages, page_size, n_head_kv, head_dim]
+// F32 or BF16; head_dim <= 256. Query t (sequence s, position p) attends to s's keys at positions
+// max(0, p - window + 1) .. p. fp32 scores and online softmax (flash-attention recurrence).
+//
+// One kernel serves prefill and decode. A block owns up to 16 query rows = nt consecutive tokens x
+// hc query heads of one kv head g, and one split of the key range; it streams the keys in tiles of
+// 32 through shared memory (K and V read once per block, shared by the rows), lane j of a warp
+// scoring key j of the tile for the warp's rows. Tokens of different sequences in one block are
+// handled as consecutive runs. When few blocks would be launched (decode), the key range is split
+// (flash-decoding): each split writes (max, sum, unnormalised output) partials and a combine
+// kernel merges them. Bytes moved: per block, its keys' K and V once; q and out once; partials
+// 2 * n_split * T * n_head * (head_dim + 2) * 4 when split.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 4, kRows = 16, kRowsPerWarp = kRows / kWarps, kTile = 32, kMaxHeadDim = 256;
+
+struct AttnArgs {
+  const void* q;
+  int q_code;
+  void* out;
+  bool out_f32;
+  const void* k;
+  const void* v;
+  bool kv_f32;
+  int64_t T;
+  int H, G, D;
+  float scale;
+  int window;
+  int64_t page_size, n_pages;
+  const int32_t* pos;
+  const int32_t* seq;
+  int64_t n_seqs;
+  const int32_t* bt;
+  int max_blocks;
+  int nt, hc, n_hchunks;
+  int n_split, split_len;
+  float* part;  // [n_split, T * H, D + 2] when n_split > 1: m, l, o[D]
+};
+
+__device__ __forceinline__ float kv_load(const void* p, bool f32, int64_t i) {
+  return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
+}
+
+template <int DPL>  // head dims per lane: ceil(D / 32)
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
+  extern __shared__ float smem[];
+  const int D = a.D, group = a.H / a.G;
+  float* q_s = smem;                    // [kRows][D], pre-scaled
+  float* k_s = q_s + kRows * D;         // [kTile][D + 1]
+  float* v_s = k_s + kTile * (D + 1);   // [kTile][D]
+  __shared__ int row_t[kRows], row_h[kRows], row_pos[kRows], row_seq[kRows];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * a.nt;
+  const int g = blockIdx.y / a.n_hchunks, hchunk = blockIdx.y % a.n_hchunks;
+  const int split = blockIdx.z;
+  const int rows = a.nt * a.hc;
+
+  if (threadIdx.x < kRows) {
+    const int r = threadIdx.x;
+    const int64_t t = t0 + r / a.hc;
+    const int hh = hchunk * a.hc + r % a.hc;
+    bool valid = r < rows && t < a.T && hh < group;
+    int s = valid ? a.seq[t] : -1;
+    if (s < 0 || s >= a.n_seqs) valid = false;
+    row_t[r] = valid ? static_cast<int>(t) : -1;
+    row_h[r] = g * group + hh;
+    row_pos[r] = valid ? a.pos[t] : -1;
+    row_seq[r] = valid ? s : -1;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    q_s[i] = row_t[r] >= 0
+                 ? a.scale * load_any(a.q, a.q_code, (static_cast<int64_t>(row_t[r]) * a.H + row_h[r]) * D + d)
+                 : 0.0f;
+  }
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    m[rr] = -INFINITY, l[rr] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[rr][i] = 0.0f;
+  }
+  const int64_t split_lo = static_cast<int64_t>(split) * a.split_len;
+  const int64_t split_hi = split + 1 == a.n_split ? INT64_MAX : split_lo + a.split_len;
+  __syncthreads();
+
+  for (int run_begin = 0; run_begin < a.nt;) {  // runs of tokens of one sequence
+    const int seq = row_seq[run_begin * a.hc];
+    if (seq < 0) break;  // invalid tokens only at the end of the batch
+    int run_end = run_begin + 1;
+    while (run_end < a.nt && row_seq[run_end * a.hc] == seq) ++run_end;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int tt = run_begin; tt < run_end; ++tt) {
+      const int64_t p = row_pos[tt * a.hc];
+      lo = min(lo, a.window > 0 ? max(int64_t{0}, p - a.window + 1) : int64_t{0});
+      hi = max(hi, p);
+    }
+    const int64_t kbeg = max(lo, split_lo), kend = min(hi + 1, split_hi);
+    const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
+    for (int64_t j0 = kbeg; j0 < kend; j0 += kTile) {
+      for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) {
+        const int kk = i / D, d = i % D;
+        const int64_t j = j0 + kk;
+        float kv = 0.0f, vv = 0.0f;
+        if (j < kend) {
+          const int64_t blk = j / a.page_size;
+          const int64_t page = blk < a.max_blocks ? table[blk] : -1;
+          if (page >= 0 && page < a.n_pages) {
+            const int64_t off = ((page * a.page_size + j % a.page_size) * a.G + g) * D + d;
+            kv = kv_load(a.k, a.kv_f32, off);
+            vv = kv_load(a.v, a.kv_f32, off);
+          }
+        }
+        k_s[kk * (D + 1) + d] = kv;
+        v_s[kk * D + d] = vv;
+      }
+      __syncthreads();
+      const int64_t j = j0 + lane;
+      float s[kRowsPerWarp];
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) s[rr] = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        const float kd = k_s[lane * (D + 1) + d];
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) s[rr] = fmaf(q_s[(warp + kWarps * rr) * D + d], kd, s[rr]);
+      }
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const int r = warp + kWarps * rr;
+        const int tt = r / a.hc;
+        if (r >= rows || tt < run_begin || tt >= run_end || row_t[r] < 0) continue;  // warp-uniform
+        const int64_t p = row_pos[r];
+        const bool ok = j < kend && j <= p && (a.window <= 0 || j > p - a.window);
+        const float sc = ok ? s[rr] : -INFINITY;
+        const float tile_max = warp_max(sc);
+        if (tile_max == -INFINITY) continue;
+        const float m_new = fmaxf(m[rr], tile_max);
+        const float alpha = __expf(m[rr] - m_new);
+        const float pj = ok ? __expf(sc - m_new) : 0.0f;
+        l[rr] = l[rr] * alpha + warp_sum(pj);
+        m[rr] = m_new;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) o[rr][i] *= alpha;
+        for (int kk = 0; kk < kTile; ++kk) {
+          const float pk = __shfl_sync(0xffffffffu, pj, kk);
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) {
+            const int d = lane + 32 * i;
+            if (d < D) o[rr][i] = fmaf(pk, v_s[kk * D + d], o[rr][i]);
+          }
+        }
+      }
+      __syncthreads();
+    }
+    run_begin = run_end;
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp + kWarps * rr;
+    if (r >= rows || row_t[r] < 0) continue;
+    const int64_t qrow = static_cast<int64_t>(row_t[r]) * a.H + row_h[r];
+    if (a.n_split == 1) {
+      const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int d = lane + 32 * i;
+        if (d >= D) continue;
+        const float v = o[rr][i] * inv;
+        if (a.out_f32) static_cast<float*>(a.out)[qrow * D + d] = v;
+        else static_cast<bf16*>(a.out)[qrow * D + d] = __float2bfloat16_rn(v);
+      }
+    } else {
+      float* pp = a.part + (static_cast<int64_t>(split) * a.T * a.H + qrow) * (D + 2);
+      if (lane == 0) pp[0] = m[rr], pp[1] = l[rr];
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const int d = lane + 32 * i;
+        if (d < D) pp[2 + d] = o[rr][i];
+      }
+    }
+  }
+}
+
+/** Merges the split partials of each (token, head): one warp per query row. */
+__global__ void attention_combine_kernel(const float* part, int n_split, int64_t rows, int D, void* out,
+                                         bool out_f32) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float M = -INFINITY;
+  for (int s = 0; s < n_split; ++s) M = fmaxf(M, part[(s * rows + r) * (D + 2)]);
+  float L = 0.0f;
+  for (int s = 0; s < n_split; ++s) {
+    const float* pp = part + (s * rows + r) * (D + 2);
+    if (pp[0] != -INFINITY) L += pp[1] * __expf(pp[0] - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int d = lane; d < D; d += 32) {
+    float acc = 0.0f;
+    for (int s = 0; s < n_split; ++s) {
+      const float* pp = part + (s * rows + r) * (D + 2);
+      if (pp[0] != -INFINITY) acc += pp[2 + d] * __expf(pp[0] - M);
+    }
+    if (out_f32) static_cast<float*>(out)[r * D + d] = acc * inv;
+    else static_cast<bf16*>(out)[r * D + d] = __float2bfloat16_rn(acc * inv);
+  }
+}
+
+template <int DPL>
+void launch_attention(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
+  static bool configured = false;  // raise the dynamic shared memory limit once per instantiation
+  if (!configured) {
+    FT_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>((kRows * kMaxHeadDim + kTile * (2 * kMaxHeadDim + 1)) * 4)));
+    configured = true;
+  }
+  attention_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(a);
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
+  cuda::check_batch("attention", batch);
+  cuda::check_act("attention", "q", q);
+  cuda::check_act("attention", "out", out);
+  cuda::check_same_shape("attention", "out", out, q);
+  cuda::check_act("attention", "kv.k", kv.k);
+  cuda::check_act("attention", "kv.v", kv.v);
+  cuda::check_same_shape("attention", "kv.v", kv.v, kv.k);
+  cuda::check_same_dtype("attention", "kv.v", kv.v, kv.k);
+  const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
+  if (H <= 0 || G <= 0 || D <= 0 || H % G != 0)
+    fail(ErrorCode::kInvalidArgument, "attention: n_head {} must be a positive multiple of n_head_kv {} (head_dim {})",
+         H, G, D);
+  if (D > cuda::kMaxHeadDim)
+    fail(ErrorCode::kUnsupported, "attention: head_dim {} (the CUDA kernel supports up to {})", D, cuda::kMaxHeadDim);
+  if (q.rows() != T || q.cols() != H * D)
+    fail(ErrorCode::kInvalidArgument, "attention: q {} must be [{}, {}] (tokens, n_head x head_dim)", q.str(), T, H * D);
+  if (kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D)
+    fail(ErrorCode::kInvalidArgument, "attention: kv.k {} must be [pages, page_size, {}, {}]", kv.k.str(), G, D);
+  if (T == 0) return;
+
+  cuda::AttnArgs a{};
+  a.q = q.data, a.q_code = cuda::float_code("attention", "q", q.dtype);
+  a.out = out.data, a.out_f32 = out.dtype == DType::F32;
+  a.k = kv.k.data, a.v = kv.v.data, a.kv_f32 = kv.k.dtype == DType::F32;
+  a.T = T, a.H = static_cast<int>(H), a.G = static_cast<int>(G), a.D = static_cast<int>(D);
+  a.scale = p.scale, a.window = p.sliding_window;
+  a.page_size = kv.k.dim(1), a.n_pages = kv.k.dim(0);
+  a.pos = batch.positions.ptr<int32_t>(), a.seq = batch.seq_index.ptr<int32_t>(), a.n_seqs = batch.n_seqs;
+  a.bt = batch.block_tables.ptr<int32_t>(), a.max_blocks = batch.max_blocks;
+  const int group = static_cast<int>(H / G);
+  a.hc = std::min(group, cuda::kRows);
+  a.n_hchunks = (group + a.hc - 1) / a.hc;
+  // Pure decode (one token per sequence): one token per block, so sequences never share a block.
+  a.nt = batch.n_tokens == batch.n_seqs ? 1 : std::max(1, cuda::kRows / a.hc);
+  const int64_t token_blocks = (T + a.nt - 1) / a.nt;
+  const int64_t base = token_blocks * G * a.n_hchunks;
+  const int64_t target = 2LL * sm_count_;
+  const int64_t kv_len = std::max<int64_t>(batch.max_kv_len, 1);
+  int64_t n_split = 1;
+  if (base < target && kv_len > 2 * cuda::kTile)
+    n_split = std::min((target + base - 1) / base, (kv_len + 2 * cuda::kTile - 1) / (2 * cuda::kTile));
+  const int64_t per = (kv_len + n_split - 1) / n_split;
+  a.split_len = static_cast<int>((per + cuda::kTile - 1) / cuda::kTile * cuda::kTile);
+  a.n_split = static_cast<int>((kv_len + a.split_len - 1) / a.split_len);
+  if (a.n_split > 1)
+    a.part = static_cast<float*>(scratch(Scratch::kAttention, a.n_split * T * H * (D + 2) * 4));
+  const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
+                  static_cast<unsigned>(a.n_split));
+  const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 1)) * 4);
+  if (D <= 32) cuda::launch_attention<1>(a, grid, smem, stream_);
+  else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
+  else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);
+  else cuda::launch_attention<8>(a, grid, smem, stream_);
+  if (a.n_split > 1) {
+    const int64_t rows = T * H;
+    cuda::attention_combine_kernel<<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream_>>>(
+        a.part, a.n_split, rows, a.D, out.data, a.out_f32);
+    FT_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace ft

@@ -1,0 +1,27 @@
+#pragma once
+// Host-side argument checks of the CUDA backend's op entries. Each throws ft::Error naming the op
+// and the argument: kInvalidArgument for a wrong shape or device, kUnsupported for a dtype the
+// CUDA kernels do not handle.
+#include <initializer_list>
+
+#include "backend/ops.h"
+#include "tensor/tensor.h"
+
+namespace ft::cuda {
+
+/** `t` is non-empty and on the CUDA device. */
+void check_dev(const char* op, const char* arg, const Tensor& t);
+/** check_dev, and dtype is one of `allowed`. */
+void check_dtype(const char* op, const char* arg, const Tensor& t, std::initializer_list<DType> allowed);
+/** F32 or BF16 (an activation tensor) on the device. */
+void check_act(const char* op, const char* arg, const Tensor& t);
+/** Same ndim and dims as `ref`. */
+void check_same_shape(const char* op, const char* arg, const Tensor& t, const Tensor& ref);
+/** Same dtype as `ref`. */
+void check_same_dtype(const char* op, const char* arg, const Tensor& t, const Tensor& ref);
+/** 0 = F32, 1 = F16, 2 = BF16 (the codes the kernels' load_any takes); throws kUnsupported otherwise. */
+int float_code(const char* op, const char* arg, DType t);
+/** The BatchInfo index tensors: I32 on the device with the shapes its integers announce. */
+void check_batch(const char* op, const BatchInfo& b);
+
+}  // namespace ft::cuda

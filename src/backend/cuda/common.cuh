@@ -1,0 +1,101 @@
+#pragma once
+// Internal helpers of the CUDA backend shared by the op files: error checking of CUDA/cuBLAS
+// calls, bf16 <-> float element access, warp reductions, and the dtype -> template dispatch
+// for activation tensors (F32 or BF16). Only included from src/backend/cuda/*.cu.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/checks.h"
+#include "backend/cuda/cuda_check.h"
+#include "util/error.h"
+
+namespace ft::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- element access -------------------------------------------------------------------------
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+/** Element i of an F32/F16/BF16 array whose dtype is only known at run time (uniform branch). */
+__device__ __forceinline__ float load_any(const void* p, int dtype_code, int64_t i) {
+  if (dtype_code == 0) return static_cast<const float*>(p)[i];
+  if (dtype_code == 1) return __half2float(static_cast<const __half*>(p)[i]);
+  return __bfloat162float(static_cast<const bf16*>(p)[i]);
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/** Sum over a block of blockDim.x (a multiple of 32, <= 1024) threads; every thread gets the total.
+ *  `red` is 32 floats of shared memory; the call contains __syncthreads(). */
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? red[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? red[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 32) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  return static_cast<unsigned>(b < cap ? b : cap);
+}
+
+}  // namespace ft::cuda
+
+/** Calls `body` with `T` bound to float or bf16 for an activation dtype; other dtypes throw
+ *  kUnsupported naming op and arg. Use: FT_DISPATCH_ACT(op, "x", x.dtype, { kernel<T><<<..>>>(..); }) */
+#define FT_DISPATCH_ACT(op, arg, dtype, ...)                                                    \
+  do {                                                                                          \
+    if ((dtype) == ::ft::DType::F32) {                                                          \
+      using T = float;                                                                          \
+      __VA_ARGS__;                                                                              \
+    } else if ((dtype) == ::ft::DType::BF16) {                                                  \
+      using T = ::ft::cuda::bf16;                                                               \
+      __VA_ARGS__;                                                                              \
+    } else {                                                                                    \
+      ::ft::fail(::ft::ErrorCode::kUnsupported, "{}: {} has dtype {}; the CUDA backend computes in F32 or BF16", \
+                 op, arg, ::ft::dtype_name(dtype));                                             \
+    }                                                                                           \
+  } while (0)

@@ -1,0 +1,148 @@
+// CudaOps: construction, memory (alloc, make_resident, zero, synchronize), scratch regions and
+// the cached expert pointer tables. The ops themselves live one per file in this folder.
+#include "backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "backend/cuda/checks.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda_factory.h"
+#include "util/error.h"
+
+namespace ft {
+
+namespace {
+constexpr int64_t kCublasWorkspace = 32ll << 20;  // fixed, so cuBLAS never allocates (graph capture)
+}
+
+CudaOps::CudaOps(int device) : device_(device) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (device < 0 || device >= n)
+    fail(ErrorCode::kInvalidArgument, "cuda: device {} requested but {} CUDA device(s) are visible", device, n);
+  FT_CUDA_CHECK(cudaSetDevice(device));
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FT_CUBLAS_CHECK(cublasCreate(&cublas_));
+  FT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  FT_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+  FT_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+}
+
+CudaOps::~CudaOps() {
+  // Destructors must not throw: errors here are ignored (the process is tearing the backend down).
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (Region& r : scratch_)
+    if (r.ptr) cudaFree(r.ptr);
+  for (auto& [bank, t] : bank_tables_)
+    if (t.dev) cudaFree(t.dev);
+  if (pinned_.ptr) cudaFreeHost(pinned_.ptr);
+  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_workspace_) cudaFree(cublas_workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Buffer CudaOps::alloc(int64_t bytes) {
+  if (bytes < 0) fail(ErrorCode::kInvalidArgument, "cuda alloc: negative size {}", bytes);
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 256)));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail(ErrorCode::kOutOfMemory, "cuda: cannot allocate {} bytes of device memory ({} free of {}): {}", bytes, free_b,
+         total_b, cudaGetErrorString(err));
+  }
+  return Buffer(p, bytes, Device::kCuda, [](void* q) { cudaFree(q); });
+}
+
+Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
+  if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_resident: tensor is empty");
+  if (host.device != Device::kCpu)
+    fail(ErrorCode::kInvalidArgument, "make_resident: tensor {} is already on {}", host.str(), device_name(host.device));
+  storage = alloc(host.bytes());
+  FT_CUDA_CHECK(cudaMemcpyAsync(storage.data(), host.data, static_cast<size_t>(host.bytes()), cudaMemcpyHostToDevice,
+                                stream_));
+  FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  Tensor t = host;
+  t.data = storage.data();
+  t.device = Device::kCuda;
+  return t;
+}
+
+void CudaOps::zero(Tensor t) {
+  cuda::check_dtype("zero", "t", t, {DType::F32, DType::F16, DType::BF16, DType::I32});
+  FT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, static_cast<size_t>(t.bytes()), stream_));
+}
+
+void CudaOps::synchronize() { FT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaOps::scratch(Scratch slot, int64_t bytes) {
+  Region& r = scratch_[static_cast<int>(slot)];
+  if (bytes > r.bytes) {
+    if (r.ptr) {
+      FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      FT_CUDA_CHECK(cudaFree(r.ptr));
+      r = Region{};
+    }
+    const int64_t want = std::max<int64_t>(bytes + bytes / 4, 1 << 20);  // headroom: fewer regrowths
+    if (cudaMalloc(&r.ptr, static_cast<size_t>(want)) != cudaSuccess) {
+      cudaGetLastError();
+      r.ptr = nullptr;
+      fail(ErrorCode::kOutOfMemory, "cuda: cannot allocate {} bytes of scratch (slot {})", want,
+           static_cast<int>(slot));
+    }
+    r.bytes = want;
+  }
+  return r.ptr;
+}
+
+void* CudaOps::pinned(int64_t bytes) {
+  if (bytes > pinned_.bytes) {
+    if (pinned_.ptr) {
+      FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      FT_CUDA_CHECK(cudaFreeHost(pinned_.ptr));
+      pinned_ = Region{};
+    }
+    const int64_t want = std::max<int64_t>(bytes, 4096);
+    FT_CUDA_CHECK(cudaMallocHost(&pinned_.ptr, static_cast<size_t>(want)));
+    pinned_.bytes = want;
+  }
+  return pinned_.ptr;
+}
+
+const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {
+  const int64_t E = bank.n_expert();
+  std::vector<uint64_t> want(static_cast<size_t>(3 * E));
+  for (int64_t e = 0; e < E; ++e) {
+    const Tensor* parts[3] = {&bank.gate[static_cast<size_t>(e)], &bank.up[static_cast<size_t>(e)],
+                              &bank.down[static_cast<size_t>(e)]};
+    for (int j = 0; j < 3; ++j) want[static_cast<size_t>(3 * e + j)] = reinterpret_cast<uint64_t>(parts[j]->data);
+  }
+  BankTable& t = bank_tables_[&bank];
+  if (t.host == want && t.dev) return static_cast<const uint64_t*>(t.dev);
+  const int64_t bytes = static_cast<int64_t>(want.size() * sizeof(uint64_t));
+  if (bytes > t.capacity) {
+    if (t.dev) {
+      FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      FT_CUDA_CHECK(cudaFree(t.dev));
+      t.dev = nullptr;
+    }
+    FT_CUDA_CHECK(cudaMalloc(&t.dev, static_cast<size_t>(std::max<int64_t>(bytes, 256))));
+    t.capacity = std::max<int64_t>(bytes, 256);
+  }
+  // Stream-ordered: kernels queued before still read the old table, later ones the new one.
+  FT_CUDA_CHECK(cudaMemcpyAsync(t.dev, want.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+  FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  t.host = std::move(want);
+  return static_cast<const uint64_t*>(t.dev);
+}
+
+std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
+
+}  // namespace ft

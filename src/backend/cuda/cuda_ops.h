@@ -1,0 +1,104 @@
+#pragma once
+// CudaOps: the CUDA backend. BF16 activations (F32 accepted wherever an activation is read),
+// fp32 accumulation, weights kept in their stored dtype and decoded inside the kernels. All work
+// is queued on one stream owned by the backend (so a caller can capture it as a CUDA graph);
+// host-visible results need copy() to a host tensor or synchronize(). One op per file in this
+// folder: <op>.cu holds the kernel, its launcher and the CudaOps entry that validates arguments.
+//
+// Only compiled when CMake finds nvcc (FT_HAVE_CUDA); other code reaches it through
+// make_cuda_ops() in backend/cuda_factory.h.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace ft {
+
+class CudaOps final : public Ops {
+ public:
+  /** Uses CUDA device `device` (made current for this thread). Throws kInvalidArgument for a bad
+   *  index, kInternal when the stream or cuBLAS cannot be created. */
+  explicit CudaOps(int device = 0);
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  Device device() const override { return Device::kCuda; }
+  DType activation_dtype() const override { return DType::BF16; }
+
+  Buffer alloc(int64_t bytes) override;
+  Tensor make_resident(const Tensor& host, Buffer& storage) override;
+  void copy(const Tensor& src, Tensor dst) override;
+  void zero(Tensor t) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
+  void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor out) override;
+  void scale(const Tensor& x, float s, Tensor out) override;
+  void sigmoid(const Tensor& x, Tensor out) override;
+  void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) override;
+  void softmax(const Tensor& x, Tensor out) override;
+  void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
+  void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                 Tensor out) override;
+  void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
+  void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const ExpertBank& bank, Tensor out) override;
+
+  // ---- for the engine (CUDA graphs) and for the op files of this backend ----------------------
+
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
+  int sm_count() const { return sm_count_; }
+
+  /** Scratch regions: grown on demand (the first large call pays a cudaMalloc, which
+   *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
+  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kMoe, kCub, kCount };
+  void* scratch(Scratch slot, int64_t bytes);
+  /** A small pinned host buffer (for index read-backs on eager prefill paths). */
+  void* pinned(int64_t bytes);
+
+  /** y[T, N] (row stride ldy, F32 or BF16) = x[T, K] (BF16 or F32, rows contiguous) W^T (+ bias), W any
+   *  supported weight dtype. The engine of matmul and of moe_experts' per-expert GEMMs: a GEMV
+   *  kernel for small T, cuBLAS (after decoding W to bf16 tiles when W is not BF16) otherwise. */
+  void matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& w, void* y, DType y_dtype, int64_t ldy,
+                  const Tensor& bias);
+
+  /** Device table [E][3] of uint64 addresses (gate, up, down) of a bank's experts, built on first
+   *  use and rebuilt only when a view's address changes (the expert cache re-points views). */
+  const uint64_t* expert_table(const ExpertBank& bank);
+
+  cublasHandle_t cublas() const { return cublas_; }
+
+ private:
+  struct Region {
+    void* ptr = nullptr;
+    int64_t bytes = 0;
+  };
+  struct BankTable {
+    std::vector<uint64_t> host;
+    void* dev = nullptr;
+    int64_t capacity = 0;
+  };
+
+  int device_ = 0;
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  Region scratch_[static_cast<int>(Scratch::kCount)];
+  Region pinned_;
+  std::unordered_map<const ExpertBank*, BankTable> bank_tables_;
+};
+
+}  // namespace ft

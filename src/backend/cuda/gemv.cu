@@ -1,0 +1,33 @@
+// launch_gemv: host dispatch of the weight-decoding GEMV (gemv.cuh) over the weight dtype, with
+// the alignment and shape checks its vector loads rely on. Instantiations: gemv_float.cu,
+// gemv_legacy.cu, gemv_kquant.cu (split so the CUDA build compiles them in parallel).
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/launch.h"
+
+namespace ft::cuda {
+
+template <DType WT>
+void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s);
+
+void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
+  if (!cuda_weight_type(wt)) fail(ErrorCode::kUnsupported, "gemv: weight dtype {} has no CUDA kernel", dtype_name(wt));
+  const int C = chunk_elems(wt);
+  if (a.K % C != 0)
+    fail(ErrorCode::kUnsupported, "gemv: K = {} must be a multiple of {} for {} weights", a.K, C, dtype_name(wt));
+  const int x_align = C >= 8 ? 16 : 8;
+  if (reinterpret_cast<uintptr_t>(a.x) % x_align != 0 || (a.ldx * 2) % x_align != 0)
+    fail(ErrorCode::kUnsupported, "gemv: activations must be {}-byte aligned (row stride {} elements)", x_align, a.ldx);
+  const bool vec_w = wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q4_K;
+  if (vec_w && !a.table && (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || a.row_bytes % 16 != 0))
+    fail(ErrorCode::kUnsupported, "gemv: {} weights must be 16-byte aligned (row of {} bytes)", dtype_name(wt),
+         a.row_bytes);
+  if (n_problems <= 0 || a.N <= 0) return;
+  FT_CHECK(maxt == 1 || maxt == 8);
+  FT_CHECK(!glu || (a.table && maxt == 1));
+  FT_DISPATCH_WEIGHT(wt, launch_gemv_t<WT>(maxt, glu, a, n_problems, s));
+}
+
+}  // namespace ft::cuda

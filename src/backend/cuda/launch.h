@@ -1,0 +1,58 @@
+#pragma once
+// Launchers shared between op files of the CUDA backend (kernels that more than one op uses).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace ft::cuda {
+
+/** Arguments of the weight-decoding GEMV (gemv.cuh). A launch computes `n_problems` problems; problem
+ *  p multiplies up to `maxt` consecutive activation rows by one weight matrix [N, K]:
+ *  - plain mode (table == nullptr): weight `w`; problem p covers tokens [p*maxt, min(T, (p+1)*maxt))
+ *    and writes the same rows of y;
+ *  - expert mode (table != nullptr): weight = table[ids[p] * 3 + col_a] (an expert of a bank), one
+ *    activation row x[p / x_div], output row y[p]; problems whose id is outside [0, n_expert) write
+ *    nothing. With glu, y = silu(x Wa^T) * (x Wb^T), Wb = table[ids[p] * 3 + col_b].
+ *  x is BF16 with row stride ldx (elements); y is F32 or BF16 with row stride ldy; bias (plain mode)
+ *  is F32/F16/BF16 (bias_code 0/1/2) or null. */
+struct GemvArgs {
+  const uint8_t* w = nullptr;
+  const uint64_t* table = nullptr;
+  int col_a = 0, col_b = 1;
+  const int32_t* ids = nullptr;
+  int32_t n_expert = 0;
+  int64_t N = 0, K = 0, row_bytes = 0;
+  const void* x = nullptr;
+  int64_t ldx = 0;
+  int x_div = 1;
+  int64_t T = 1;
+  void* y = nullptr;
+  bool y_f32 = false;
+  int64_t ldy = 0;
+  const void* bias = nullptr;
+  int bias_code = 0;
+};
+
+/** Launches the GEMV for weight dtype `wt` (cuda_weight_type), `maxt` in {1, 8}, `glu` only with
+ *  table mode and maxt 1. Throws kUnsupported for a K or address the vector loads cannot serve. */
+void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t stream);
+
+/** out[r, :] = decode(w[src_row(r), :]) for r < n_rows, src_row(r) = ids ? clamp(ids[r], 0, V-1) : row0 + r.
+ *  w rows of `row_bytes` bytes holding K elements of `wt`; out F32 or BF16 with row stride ldo. */
+void launch_dequant_rows(DType wt, const void* w, int64_t row_bytes, int64_t K, const int32_t* ids, int64_t V,
+                         int64_t row0, int64_t n_rows, void* out, DType out_dtype, int64_t ldo, cudaStream_t stream);
+
+/** Elementwise dtype conversion between F32/F16/BF16 device arrays of n elements. */
+void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);
+
+/** Stable sort of the T*k (token, slot) pairs of `ids` by expert, on the device (CUB radix sort).
+ *  Outputs: order[r] = pair index of sorted position r (pairs with an id outside [0, E) last),
+ *  offsets_host[e] = first sorted position of expert e, e = 0..E (offsets_host[E] = valid pairs).
+ *  `temp` must hold moe_sort_temp_bytes(P, E) bytes. Synchronizes the stream (eager prefill only). */
+int64_t moe_sort_temp_bytes(int64_t P, int32_t E);
+void moe_sort_pairs(const int32_t* ids, int64_t P, int32_t E, void* temp, int32_t* order, int32_t* offsets_host,
+                    cudaStream_t stream);
+
+}  // namespace ft::cuda

@@ -1,0 +1,223 @@
+// moe_experts: routed expert FFNs and their weighted sum,
+//   out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = ids[t, j].
+// x, out [T, H] F32 or BF16; ids I32 [T, k] (ids outside [0, E) are skipped: another executor owns
+// them; the CPU backend throws for ids >= E); weights F32 [T, k]; bank experts gate/up [F, H] and
+// down [H, F], each kind in one cuda_weight_type for all experts.
+//
+// Decode (T <= kDecodeMaxTokens): no host synchronisation, fixed launch shapes (graph-capturable).
+// Experts are addressed through the bank's device pointer table (CudaOps::expert_table), so an
+// expert cache only re-points the views. Per (token, slot) pair: one GEMV fused over gate and up
+// with SwiGLU -> h [P, F] bf16, one GEMV for down -> y [P, H] f32, then a combine kernel forms the
+// weighted sum in slot order. Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
+// Prefill: pairs sorted by expert (moe_sort.cu, one host sync), rows gathered, and per expert
+// gate/up/down GEMMs (CudaOps::matmul_raw: cuBLAS, quantized experts decoded to bf16 tiles first),
+// then the same combine. Bytes moved: every used expert's matrices once + O(P(H+F)).
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/launch.h"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+constexpr int64_t kDecodeMaxTokens = 32;
+
+/** Carves 256-byte aligned sub-buffers out of one scratch region. */
+class Carver {
+ public:
+  int64_t add(int64_t bytes) {
+    const int64_t off = size_;
+    size_ += (bytes + 255) / 256 * 256;
+    return off;
+  }
+  int64_t size() const { return size_; }
+
+ private:
+  int64_t size_ = 0;
+};
+
+template <typename T>
+__global__ void moe_combine_kernel(const int32_t* ids, const float* w, int64_t T_, int k, int32_t E, const float* y,
+                                   const int32_t* row_of_pair, int64_t H, bool accumulate, T* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T_ * H;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / H, d = i % H;
+    float acc = accumulate ? to_f(out[i]) : 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int64_t pair = t * k + j;
+      const int32_t e = ids[pair];
+      if (e < 0 || e >= E) continue;
+      const int64_t row = row_of_pair ? row_of_pair[pair] : pair;
+      acc += w[pair] * y[row * H + d];
+    }
+    out[i] = from_f<T>(acc);
+  }
+}
+
+/** xs[r] = x[order[r] / k] for r < n_valid; inv[order[r]] = r for every r. */
+__global__ void moe_gather_kernel(const bf16* x, int64_t H, int k, const int32_t* order, int64_t P, int64_t n_valid,
+                                  bf16* xs, int32_t* inv) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < P * H;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / H, d = i % H;
+    const int32_t pair = order[r];
+    if (d == 0) inv[pair] = static_cast<int32_t>(r);
+    if (r < n_valid) xs[i] = x[(pair / k) * H + d];
+  }
+}
+
+__global__ void swiglu_bf16_kernel(bf16* g, const bf16* u, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    g[i] = __float2bfloat16_rn(silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
+}
+
+struct BankShape {
+  int64_t F = 0;
+  DType gate = DType::F32, up = DType::F32, down = DType::F32;
+};
+
+BankShape check_bank(const ExpertBank& bank, int64_t H) {
+  if (bank.up.size() != bank.gate.size() || bank.down.size() != bank.gate.size())
+    fail(ErrorCode::kInvalidArgument, "moe_experts: bank has {} gate, {} up, {} down experts", bank.gate.size(),
+         bank.up.size(), bank.down.size());
+  if (bank.gate.empty()) fail(ErrorCode::kInvalidArgument, "moe_experts: bank has no experts");
+  BankShape s;
+  s.F = bank.gate[0].ndim == 2 ? bank.gate[0].dim(0) : -1;
+  s.gate = bank.gate[0].dtype, s.up = bank.up[0].dtype, s.down = bank.down[0].dtype;
+  for (size_t e = 0; e < bank.gate.size(); ++e) {
+    const Tensor &g = bank.gate[e], &u = bank.up[e], &d = bank.down[e];
+    check_dev("moe_experts", "bank.gate", g);
+    check_dev("moe_experts", "bank.up", u);
+    check_dev("moe_experts", "bank.down", d);
+    if (!g.has_shape({s.F, H}) || !u.has_shape({s.F, H}) || !d.has_shape({H, s.F}))
+      fail(ErrorCode::kInvalidArgument,
+           "moe_experts: expert {} has gate {}, up {}, down {}; expected [{}, {}], [{}, {}], [{}, {}]", e, g.str(),
+           u.str(), d.str(), s.F, H, s.F, H, H, s.F);
+    if (g.dtype != s.gate || u.dtype != s.up || d.dtype != s.down)
+      fail(ErrorCode::kUnsupported, "moe_experts: expert {} has dtypes {}/{}/{}, expert 0 {}/{}/{}; a bank needs one "
+           "dtype per matrix kind", e, dtype_name(g.dtype), dtype_name(u.dtype), dtype_name(d.dtype),
+           dtype_name(s.gate), dtype_name(s.up), dtype_name(s.down));
+  }
+  for (DType t : {s.gate, s.up, s.down})
+    if (!cuda_weight_type(t))
+      fail(ErrorCode::kUnsupported, "moe_experts: expert weight dtype {} has no CUDA kernel", dtype_name(t));
+  return s;
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const ExpertBank& bank, Tensor out) {
+  cuda::check_act("moe_experts", "x", x);
+  cuda::check_act("moe_experts", "out", out);
+  cuda::check_same_shape("moe_experts", "out", out, x);
+  cuda::check_dtype("moe_experts", "ids", ids, {DType::I32});
+  cuda::check_dtype("moe_experts", "weights", weights, {DType::F32});
+  const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
+  if (ids.rows() != T || weights.rows() != T || weights.cols() != k || k < 1)
+    fail(ErrorCode::kInvalidArgument, "moe_experts: ids {} and weights {} must both be [{}, k]", ids.str(),
+         weights.str(), T);
+  const cuda::BankShape bs = cuda::check_bank(bank, H);
+  const int64_t F = bs.F, P = T * k;
+  const int32_t E = bank.n_expert();
+  if (T == 0) return;
+
+  const bool decode = T <= cuda::kDecodeMaxTokens;
+  const bool glu = bs.gate == bs.up;
+  cuda::Carver c;
+  const int64_t o_x = x.dtype == DType::BF16 ? -1 : c.add(T * H * 2);
+  int64_t o_h = 0, o_u = 0, o_y = 0, o_order = 0, o_inv = 0, o_xs = 0, o_sort = 0;
+  if (decode) {
+    o_h = c.add(P * F * 2);
+    o_u = glu ? -1 : c.add(P * F * 2);
+    o_y = c.add(P * H * 4);
+  } else {
+    o_order = c.add(P * 4), o_inv = c.add(P * 4), o_xs = c.add(P * H * 2);
+    o_h = c.add(P * F * 2), o_u = c.add(P * F * 2), o_y = c.add(P * H * 4);
+    o_sort = c.add(cuda::moe_sort_temp_bytes(P, E));
+  }
+  auto* base = static_cast<uint8_t*>(scratch(Scratch::kMoe, c.size()));
+  const cuda::bf16* xb = x.ptr<cuda::bf16>();
+  if (o_x >= 0) {
+    cuda::launch_convert(x.data, x.dtype, base + o_x, DType::BF16, T * H, stream_);
+    xb = reinterpret_cast<const cuda::bf16*>(base + o_x);
+  }
+  auto* h = reinterpret_cast<cuda::bf16*>(base + o_h);
+  auto* y = reinterpret_cast<float*>(base + o_y);
+  const int32_t* row_of_pair = nullptr;
+
+  if (decode) {
+    const uint64_t* table = expert_table(bank);
+    for (size_t e = 0; e < bank.gate.size(); ++e)  // the GEMV's vector loads need aligned experts
+      for (const Tensor* t : {&bank.gate[e], &bank.up[e], &bank.down[e]})
+        if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
+          fail(ErrorCode::kUnsupported, "moe_experts: expert {} weights are not 16-byte aligned", e);
+    cuda::GemvArgs a;
+    a.table = table, a.ids = ids.ptr<int32_t>(), a.n_expert = E;
+    a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();
+    a.x = xb, a.ldx = H, a.x_div = static_cast<int>(k);
+    a.y = h, a.y_f32 = false, a.ldy = F;
+    if (glu) {
+      a.col_a = 0, a.col_b = 1;
+      cuda::launch_gemv(bs.gate, 1, true, a, P, stream_);
+    } else {  // gate and up in different dtypes: two GEMVs, then SwiGLU
+      auto* u = reinterpret_cast<cuda::bf16*>(base + o_u);
+      a.col_a = 0;
+      cuda::launch_gemv(bs.gate, 1, false, a, P, stream_);
+      a.col_a = 1, a.y = u, a.row_bytes = bank.up[0].row_bytes();
+      cuda::launch_gemv(bs.up, 1, false, a, P, stream_);
+      cuda::swiglu_bf16_kernel<<<cuda::grid_1d(P * F, 256), 256, 0, stream_>>>(h, u, P * F);
+      FT_CUDA_LAUNCH_CHECK();
+    }
+    cuda::GemvArgs d;
+    d.table = table, d.col_a = 2, d.ids = ids.ptr<int32_t>(), d.n_expert = E;
+    d.N = H, d.K = F, d.row_bytes = bank.down[0].row_bytes();
+    d.x = h, d.ldx = F, d.x_div = 1;
+    d.y = y, d.y_f32 = true, d.ldy = H;
+    cuda::launch_gemv(bs.down, 1, false, d, P, stream_);
+  } else {
+    auto* order = reinterpret_cast<int32_t*>(base + o_order);
+    auto* inv = reinterpret_cast<int32_t*>(base + o_inv);
+    auto* xs = reinterpret_cast<cuda::bf16*>(base + o_xs);
+    auto* u = reinterpret_cast<cuda::bf16*>(base + o_u);
+    auto* offsets = static_cast<int32_t*>(pinned((E + 1) * 4));
+    cuda::moe_sort_pairs(ids.ptr<int32_t>(), P, E, base + o_sort, order, offsets, stream_);
+    const std::vector<int32_t> off(offsets, offsets + E + 1);  // pinned buffer may be reused below
+    const int64_t n_valid = off[static_cast<size_t>(E)];
+    cuda::moe_gather_kernel<<<cuda::grid_1d(P * H, 256), 256, 0, stream_>>>(xb, H, static_cast<int>(k), order, P,
+                                                                             n_valid, xs, inv);
+    FT_CUDA_LAUNCH_CHECK();
+    for (int32_t e = 0; e < E; ++e) {
+      const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
+      if (n == 0) continue;
+      matmul_raw(xs + b * H, DType::BF16, n, bank.gate[static_cast<size_t>(e)], h + b * F, DType::BF16, F, Tensor());
+      matmul_raw(xs + b * H, DType::BF16, n, bank.up[static_cast<size_t>(e)], u + b * F, DType::BF16, F, Tensor());
+    }
+    if (n_valid > 0) {
+      cuda::swiglu_bf16_kernel<<<cuda::grid_1d(n_valid * F, 256), 256, 0, stream_>>>(h, u, n_valid * F);
+      FT_CUDA_LAUNCH_CHECK();
+    }
+    for (int32_t e = 0; e < E; ++e) {
+      const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
+      if (n == 0) continue;
+      matmul_raw(h + b * F, DType::BF16, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H, Tensor());
+    }
+    row_of_pair = inv;
+  }
+
+  const unsigned combine_grid = cuda::grid_1d(T * H, 256);
+  FT_DISPATCH_ACT("moe_experts", "out", out.dtype, {
+    cuda::moe_combine_kernel<T><<<combine_grid, 256, 0, stream_>>>(
+        ids.ptr<int32_t>(), weights.ptr<float>(), x.rows(), static_cast<int>(k), E, y, row_of_pair, H, p.accumulate,
+        out.ptr<T>());
+  });
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft

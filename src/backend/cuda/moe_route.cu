@@ -1,0 +1,74 @@
+// moe_route: router logits [T, E] (F32 or BF16) -> ids I32 [T, k], weights F32 [T, k]. Scores are the
+// softmax over all E (or the sigmoid) of each row; the k best are picked (descending, ties to the
+// lower id, block_topk in topk.cuh), optionally renormalised to sum 1, then multiplied by
+// p.scaling. One block per token, scores staged in shared memory (E floats).
+// Bytes moved: T * E * element size + 8 * T * k.
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/topk.cuh"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+__global__ void moe_route_kernel(const void* logits, int code, int E, int k, bool sigmoid, bool norm, float scaling,
+                                 int32_t* ids, float* weights) {
+  extern __shared__ float score[];
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const int64_t base = t * E;
+  if (sigmoid) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) score[e] = 1.0f / (1.0f + expf(-load_any(logits, code, base + e)));
+    __syncthreads();
+  } else {
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, load_any(logits, code, base + e));
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      const float v = expf(load_any(logits, code, base + e) - mx);
+      score[e] = v;
+      sum += v;
+    }
+    sum = block_sum(sum, red);  // also orders the score[] writes before the reads below
+    const float inv = 1.0f / sum;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) score[e] *= inv;
+    __syncthreads();
+  }
+  int32_t* it = ids + t * k;
+  float* wt = weights + t * k;
+  block_topk([&](int e) { return score[e]; }, E, k, [&](int j, int idx, float v) {
+    it[j] = idx;
+    wt[j] = v;
+  });
+  if (threadIdx.x == 0) {  // thread 0 wrote every entry above, so it reads them back coherently
+    float sel = 0.0f;
+    for (int j = 0; j < k; ++j) sel += wt[j];
+    const float f = norm && sel > 0.0f ? scaling / sel : scaling;
+    for (int j = 0; j < k; ++j) wt[j] *= f;
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) {
+  cuda::check_act("moe_route", "logits", logits);
+  cuda::check_dtype("moe_route", "ids", ids, {DType::I32});
+  cuda::check_dtype("moe_route", "weights", weights, {DType::F32});
+  const int64_t T = logits.rows(), E = logits.cols();
+  const int32_t k = p.n_expert_used;
+  if (k < 1 || k > E)
+    fail(ErrorCode::kInvalidArgument, "moe_route: n_expert_used {} must be in [1, {}] (experts in logits {})", k, E,
+         logits.str());
+  if (E > 16384) fail(ErrorCode::kUnsupported, "moe_route: {} experts (at most 16384 supported)", E);
+  if (ids.rows() != T || ids.cols() != k || weights.rows() != T || weights.cols() != k)
+    fail(ErrorCode::kInvalidArgument, "moe_route: ids {} and weights {} must be [{}, {}]", ids.str(), weights.str(), T,
+         k);
+  if (T == 0) return;
+  cuda::moe_route_kernel<<<static_cast<unsigned>(T), 128, static_cast<size_t>(E) * 4, stream_>>>(
+      logits.data, cuda::float_code("moe_route", "logits", logits.dtype), static_cast<int>(E), k,
+      p.scoring == RouterScoring::kSigmoid, p.norm_topk_prob, p.scaling, ids.ptr<int32_t>(), weights.ptr<float>());
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft

@@ -1,0 +1,15 @@
+// make_cuda_ops for builds without CUDA (the real one is in backend/cuda/cuda_ops.cpp).
+#include "backend/cuda_factory.h"
+
+#include "util/error.h"
+
+namespace ft {
+
+#ifndef FT_HAVE_CUDA
+std::unique_ptr<Ops> make_cuda_ops(int device) {
+  fail(ErrorCode::kUnsupported, "cuda device {} requested, but this build of FreeToken has no CUDA backend "
+       "(rebuild on a machine with nvcc, or use --device cpu)", device);
+}
+#endif
+
+}  // namespace ft
