@@ -24,10 +24,12 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   ft::cli::Action action;
   ft::cli::add_inspect_command(app, action);
+  ft::cli::add_run_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help / --version exit 0; a usage error is bad input like any other: exit 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     ft::set_log_level(log_level);
