@@ -9,5 +9,6 @@ namespace ft::cli {
 using Action = std::function<int()>;
 
 void add_inspect_command(CLI::App& app, Action& action);
+void add_run_command(CLI::App& app, Action& action);
 
 }  // namespace ft::cli

@@ -60,9 +60,11 @@ inline double max_row_rel_l2(const std::vector<float>& got, const std::vector<fl
   return worst;
 }
 
+/** Engine options for the tiny fixtures. One thread: the models are far below the op parallelism
+ *  thresholds, and OpenMP's spinning barriers crawl when `make test` shares two busy cores. */
 inline EngineOptions small_engine_options() {
   EngineOptions o;
-  o.threads = 2;
+  o.threads = 1;
   o.kv_tokens = 1024;
   o.max_step_tokens = 512;
   o.max_logit_rows = 512;

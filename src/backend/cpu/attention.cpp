@@ -44,7 +44,7 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
   const float* kd = kv.k.ptr<float>();
   const float* vd = kv.v.ptr<float>();
   const int64_t group = H / G;
-#pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 4) if (T * H > 1)
+#pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 4) if (T * H * max_len * D > 262144)
   for (int64_t item = 0; item < T * H; ++item) {
     const int64_t t = item / H, h = item % H, g = h / group;
     thread_local std::vector<float> scores;

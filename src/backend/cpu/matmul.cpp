@@ -30,7 +30,7 @@ void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const T
   }
   const float* b = bias.empty() ? nullptr : bias_f.data();
   const int64_t work = n_tiles * t_blocks;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (work > 1 && T * N * K > 32768)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (work > 1 && T * N * K > 262144)
   for (int64_t item = 0; item < work; ++item) {
     const int64_t tile = item % n_tiles, tb = item / n_tiles;
     const int64_t n0 = tile * kRowTile, nr = std::min(kRowTile, N - n0);

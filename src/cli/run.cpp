@@ -1,0 +1,146 @@
+// `ft run --model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
+//  [--threads N] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N]`: one generation on the
+// CPU. Prints the generated token ids on stdout (text once the checkpoint's tokenizer is wired in),
+// then prefill and decode speed on stderr. --logits-out writes float32 logits of every prompt
+// position, row-major [prompt_tokens, vocab].
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "util/error.h"
+
+namespace ft::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  int32_t max_tokens = 128;
+  float temperature = 0.8f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  int threads = 0;
+  std::string logits_out;
+  int32_t page_size = 64;
+  int64_t max_prefill_tokens = 8192;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b == std::string::npos) fail(ErrorCode::kInvalidArgument, "--prompt-ids: empty entry in '{}'", text);
+    const std::string tok = item.substr(b, e - b + 1);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != tok.size() || v < 0 || v > INT32_MAX)
+      fail(ErrorCode::kInvalidArgument, "--prompt-ids: '{}' is not a token id", tok);
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) fail(ErrorCode::kInvalidArgument, "--prompt-ids: no ids given");
+  return ids;
+}
+
+int run(const RunArgs& a) {
+  if (a.prompt.empty() == a.prompt_ids.empty())
+    fail(ErrorCode::kInvalidArgument, "give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
+  if (!a.prompt.empty())
+    fail(ErrorCode::kUnsupported, "--prompt needs the tokenizer, which is not wired into `ft run` yet; use --prompt-ids");
+  if (a.max_tokens < 0) fail(ErrorCode::kInvalidArgument, "--max-tokens {} must be >= 0", a.max_tokens);
+  if (a.max_prefill_tokens < 1)
+    fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", a.max_prefill_tokens);
+  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+
+  EngineOptions eo;
+  eo.threads = a.threads;
+  eo.page_size = a.page_size;
+  eo.kv_tokens = n_prompt + a.max_tokens + 1;
+  eo.max_step_tokens = std::min(a.max_prefill_tokens, n_prompt);
+  eo.max_logit_rows = a.logits_out.empty() ? 1 : eo.max_step_tokens;
+  eo.max_seqs = 1;
+  auto engine = Engine::load(a.model, eo);
+
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = a.max_tokens;
+  req.sampling.temperature = a.temperature;
+  req.sampling.top_k = a.top_k;
+  req.sampling.top_p = a.top_p;
+  req.sampling.min_p = a.min_p;
+  req.sampling.repetition_penalty = a.repeat_penalty;
+  req.sampling.presence_penalty = a.presence_penalty;
+  req.sampling.frequency_penalty = a.frequency_penalty;
+  if (a.seed >= 0) req.sampling.seed = static_cast<uint64_t>(a.seed);
+  req.sampling.validate();
+  req.stop_at_eos = !a.ignore_eos;
+  req.prompt_logits = !a.logits_out.empty();
+  GenerateOptions go;
+  go.max_prefill_tokens = a.max_prefill_tokens;
+  GenerateStats stats;
+  const GenerateResult res = generate(*engine, {req}, go, &stats)[0];
+
+  if (!a.logits_out.empty()) {
+    std::ofstream out(a.logits_out, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(res.prompt_logits.data()),
+              static_cast<std::streamsize>(res.prompt_logits.size() * sizeof(float)));
+    if (!out) fail(ErrorCode::kIo, "--logits-out: cannot write {}", a.logits_out);
+  }
+  std::string line;
+  for (size_t i = 0; i < res.tokens.size(); ++i) line += (i ? " " : "") + std::to_string(res.tokens[i]);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
+  std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s)\n", static_cast<long long>(stats.prefill_tokens),
+               stats.prefill_seconds, rate(stats.prefill_tokens, stats.prefill_seconds));
+  std::fprintf(stderr, "decode: %lld tokens in %.3f s (%.1f tokens/s)\n", static_cast<long long>(stats.decode_tokens),
+               stats.decode_seconds, rate(stats.decode_tokens, stats.decode_seconds));
+  return 0;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt on the CPU (prints token ids, then speed)");
+  cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder")->required();
+  cmd->add_option("--prompt", args->prompt, "Prompt text (needs the checkpoint's tokenizer)");
+  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
+  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p x the best probability")->capture_default_str();
+  cmd->add_option("--repeat-penalty", args->repeat_penalty, "CTRL repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--presence-penalty", args->presence_penalty, "OpenAI presence penalty")->capture_default_str();
+  cmd->add_option("--frequency-penalty", args->frequency_penalty, "OpenAI frequency penalty")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")->capture_default_str();
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");
+  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
+      ->capture_default_str();
+  cmd->callback([args, &action] { action = [args] { return run(*args); }; });
+}
+
+}  // namespace ft::cli
