@@ -1,0 +1,77 @@
+#pragma once
+// Tree-walking renderer for parsed Jinja templates. Scoping follows jinja2's compiled code: `if` shares
+// its enclosing scope, each for-loop iteration, macro call, with/filter/set block body gets a child
+// scope (assignments inside do not leak out), macros see their defining scope at call time (late
+// binding, like Python closures), and namespace() objects carry state across scopes.
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tokenizer/jinja/ast.h"
+
+namespace ft::jinja {
+
+/** Variables of one scope; lookups walk the parent chain. */
+struct Scope {
+  std::shared_ptr<Scope> parent;
+  std::vector<std::pair<std::string, Value>> vars;
+
+  explicit Scope(std::shared_ptr<Scope> p = nullptr) : parent(std::move(p)) {}
+  /** Nearest binding of name, or null. */
+  const Value* find(std::string_view name) const;
+  /** Binds name in this scope. */
+  void set(std::string_view name, Value v);
+};
+
+struct RenderOptions {
+  /** Clock read by strftime_now(); nullopt = the current local time. */
+  std::optional<std::tm> now;
+};
+
+class Interpreter {
+ public:
+  explicit Interpreter(const RenderOptions& options) : options_(options) {}
+
+  /** Renders body with `globals` as the outermost scope. Throws TemplateError with the line. */
+  std::string render(const Body& body, std::shared_ptr<Scope> globals);
+
+  /** Evaluates an expression. */
+  Value eval(const Expr& e, Scope& scope);
+  /** Calls a callable value (macro, builtin, bound method); TypeError/UndefinedError otherwise. */
+  Value call_value(const Value& callee, CallArgs& args);
+  /** Applies filter `name` (for map/select style filters that take a filter or test name). */
+  Value apply_filter(const std::string& name, const Value& input, CallArgs& args);
+  bool apply_test(const std::string& name, const Value& input, CallArgs& args);
+  /** Renders a macro body with its own output buffer; returns the text. */
+  std::string render_body(const Body& body, const std::shared_ptr<Scope>& scope);
+  /** Runs a for statement over `iterable` (used by recursive loops: loop(children)). */
+  std::string render_loop(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
+
+  const RenderOptions& options() const { return options_; }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  Flow exec_body(const Body& body, const std::shared_ptr<Scope>& scope);
+  Flow exec(const Stmt& s, const std::shared_ptr<Scope>& scope);
+  Flow exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
+  void assign(const Target& t, const Value& v, Scope& scope);
+  Value eval_call(const Expr& e, Scope& scope);
+  Value eval_filter_chain(const Expr& f, Scope& scope, const Value& block_input);
+  void eval_args(const Expr& e, Scope& scope, CallArgs& out);
+  Value lookup(const std::string& name, Scope& scope);
+
+  const RenderOptions& options_;
+  std::string* out_ = nullptr;
+  int depth_ = 0;  // macro call depth (recursion guard)
+};
+
+/** Python-style sequence view of a value for iteration: list/tuple items, dict keys, str characters;
+ *  Undefined iterates as empty. TypeError ("'int' object is not iterable") otherwise. */
+std::vector<Value> iterate(const Value& v);
+
+}  // namespace ft::jinja
