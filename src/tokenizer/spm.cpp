@@ -26,6 +26,10 @@ struct BigramLess {
   }
 };
 
+constexpr std::string_view kMark = "\xE2\x96\x81";  // U+2581
+
+void encode_segment(const TokenTable& table, std::string_view text, int32_t unk, std::vector<int32_t>& out);
+
 }  // namespace
 
 int32_t spm_byte_token(const TokenTable& table, uint8_t b) {
@@ -37,7 +41,33 @@ int32_t spm_byte_token(const TokenTable& table, uint8_t b) {
   return table.find(std::string_view(&c, 1));
 }
 
-void spm_encode(const TokenTable& table, std::string_view text, int32_t unk, std::vector<int32_t>& out) {
+bool spm_can_split_words(const TokenTable& table) {
+  for (const TokenData& t : table.tokens) {
+    for (size_t pos = t.text.find(kMark, 1); pos != std::string::npos; pos = t.text.find(kMark, pos + 1)) {
+      if (pos < kMark.size() || t.text.compare(pos - kMark.size(), kMark.size(), kMark) != 0) return false;
+    }
+  }
+  return true;
+}
+
+void spm_encode(const TokenTable& table, std::string_view text, int32_t unk, bool split_words,
+                std::vector<int32_t>& out) {
+  if (!split_words) {
+    encode_segment(table, text, unk, out);
+    return;
+  }
+  size_t start = 0;
+  for (size_t pos = text.find(kMark, 1); pos != std::string_view::npos; pos = text.find(kMark, pos + 1)) {
+    if (pos >= kMark.size() && text.compare(pos - kMark.size(), kMark.size(), kMark) == 0) continue;  // a run
+    encode_segment(table, text.substr(start, pos - start), unk, out);
+    start = pos;
+  }
+  encode_segment(table, text.substr(start), unk, out);
+}
+
+namespace {
+
+void encode_segment(const TokenTable& table, std::string_view text, int32_t unk, std::vector<int32_t>& out) {
   std::vector<Sym> syms;
   syms.reserve(text.size());
   for (size_t off = 0; off < text.size();) {
@@ -82,5 +112,7 @@ void spm_encode(const TokenTable& table, std::string_view text, int32_t unk, std
     }
   }
 }
+
+}  // namespace
 
 }  // namespace ft

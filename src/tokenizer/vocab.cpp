@@ -126,6 +126,7 @@ void Vocab::finalize() {
       byte_tokens_[b] = table_.find(s);
     }
   }
+  if (type_ == VocabType::kSpm) spm_split_words_ = spm_can_split_words(table_);
   specials_.build(table_);
 }
 
@@ -167,7 +168,7 @@ std::vector<int32_t> Vocab::encode(std::string_view text, const EncodeOptions& o
       if (add_space_prefix_ && prev_special) s = " ";
       s.append(f.text);
       replace_all(s, " ", kSpaceMark);
-      spm_encode(table_, s, unk_, out);
+      spm_encode(table_, s, unk_, spm_split_words_, out);
     } else if (type_ == VocabType::kWordPiece) {
       wordpiece_encode(table_, f.text, wordpiece_, unk_, out);
     } else {

@@ -23,6 +23,7 @@
 namespace ft {
 
 struct EncodeState;
+class Checkpoint;
 
 /** Tokenization algorithm of a vocabulary. */
 enum class VocabType {
@@ -55,6 +56,10 @@ class Vocab {
   /** Reads `tokenizer_json` and, when it exists, tokenizer_config.json next to it. Throws
    *  ft::Error(kNotFound / kInvalidFile) naming the file. */
   static Vocab from_hf_file(const std::string& tokenizer_json);
+
+  /** The tokenizer of an opened checkpoint: its GGUF metadata, or the tokenizer.json of a Hugging
+   *  Face folder. Throws ft::Error(kNotFound) when the folder has no tokenizer.json. */
+  static Vocab from_checkpoint(const Checkpoint& checkpoint);
 
   Vocab(const Vocab&) = delete;
   Vocab& operator=(const Vocab&) = delete;
@@ -127,6 +132,7 @@ class Vocab {
   bool ignore_merges_ = false;     // a word that is a token is taken whole (Llama 3)
   bool fuse_unk_ = false;          // consecutive unknowns -> one unk
   bool add_space_prefix_ = false;  // SPM: " " before the first text (and after special tokens)
+  bool spm_split_words_ = false;   // SPM: merge word by word (no token spans a word start)
   bool escape_spaces_ = false;     // SPM-style: ' ' -> U+2581 before the model
   bool strip_leading_space_ = false;
   bool add_bos_ = false, add_eos_ = false, add_sep_ = false;

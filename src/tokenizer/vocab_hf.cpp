@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "formats/checkpoint.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 
@@ -307,6 +308,20 @@ Vocab Vocab::from_hf_file(const std::string& tokenizer_json) {
   } catch (const Error& e) {
     throw e.with_context(tokenizer_json);
   }
+}
+
+Vocab Vocab::from_checkpoint(const Checkpoint& checkpoint) {
+  if (checkpoint.format() == "gguf") {
+    try {
+      return from_gguf_metadata(checkpoint.metadata());
+    } catch (const Error& e) {
+      throw e.with_context(checkpoint.path());
+    }
+  }
+  const auto path = std::filesystem::path(checkpoint.path()) / "tokenizer.json";
+  if (!std::filesystem::exists(path))
+    fail(ErrorCode::kNotFound, "{}: no tokenizer.json in the checkpoint folder", checkpoint.path());
+  return from_hf_file(path.string());
 }
 
 }  // namespace ft

@@ -115,3 +115,28 @@ TEST(TokenizerFuzz, Utf8Repair) {
 
 }  // namespace
 }  // namespace ft::testing
+
+namespace ft::testing {
+namespace {
+
+// Long runs stress the regex engine (backtracking, JIT stack) and the merge loops.
+TEST(TokenizerFuzz, LongRunsEncodeAndRoundTrip) {
+  std::vector<std::string> runs = {
+      std::string(30000, ' '), std::string(30000, 'a'), std::string(20000, '7'),
+      std::string(20000, '\n'), std::string(20000, '!'), std::string(),
+  };
+  for (int i = 0; i < 10000; ++i) runs.back() += "\xE6\x88\x91";  // 我
+  for (const std::string& name : loadable_vocab_names()) {
+    const Vocab* v = shared_vocab(name);
+    for (const std::string& s : runs) {
+      const auto ids = v->encode(s, {.add_special = false});
+      ASSERT_TRUE(!ids.empty() || v->type() == VocabType::kWordPiece) << name;  // WordPiece drops whitespace
+      if (covers_all_bytes(*v)) {
+        EXPECT_EQ(v->decode(ids), s) << name << " run of " << s.substr(0, 3);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing

@@ -147,3 +147,23 @@ TEST(TokenizerCases, NormalizersNfcNfkc) {
 
 }  // namespace
 }  // namespace ft::testing
+
+namespace ft::testing {
+namespace {
+
+TEST(TokenizerCases, FromCheckpoint) {
+  const std::string dir = shared_dir() + "/fixtures/gguf/qwen3";
+  const Vocab v = Vocab::from_checkpoint(*open_checkpoint(dir + "/qwen3-f32.gguf"));
+  EXPECT_EQ(v.encode("Hello world", {.add_special = false}), (std::vector<int32_t>{42, 71, 278, 81, 404, 297}));
+  // The HF fixtures carry no tokenizer.json.
+  try {
+    Vocab::from_checkpoint(*open_checkpoint(shared_dir() + "/fixtures/hf/qwen3"));
+    FAIL() << "expected kNotFound";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/utf8.h"
 #include "vocab_fixtures.h"
 
@@ -164,6 +165,34 @@ TEST(VocabGguf, RejectsBadMetadata) {
   md["tokenizer.ggml.model"] = "gpt2";
   md["tokenizer.ggml.tokens"] = {"a", "b", "a"};
   EXPECT_THROW(Vocab::from_gguf_metadata(md), Error);  // duplicate token
+}
+
+}  // namespace
+}  // namespace ft::testing
+
+namespace ft::testing {
+namespace {
+
+// Word-by-word SentencePiece merging (spm_encode split_words) must equal one queue over the text.
+TEST(VocabGguf, SpmWordSplitMatchesWholeText) {
+  const Vocab* v = shared_vocab("llama-spm");
+  ASSERT_NE(v, nullptr);
+  TokenTable table;
+  for (int32_t id = 0; id < v->n_tokens(); ++id) {
+    table.tokens.push_back(v->token(id));
+    table.index.emplace(v->token(id).text, id);
+  }
+  ASSERT_TRUE(spm_can_split_words(table));
+  std::string text = " " + mixed_script_text();
+  for (size_t p; (p = text.find(' ')) != std::string::npos;) text.replace(p, 1, "\xE2\x96\x81");
+  std::vector<int32_t> whole, split;
+  spm_encode(table, text, v->unk(), false, whole);
+  spm_encode(table, text, v->unk(), true, split);
+  EXPECT_EQ(split, whole);
+  EXPECT_GT(whole.size(), 1000u);
+  // A vocabulary with a token that spans a word start cannot be split.
+  table.tokens.push_back({"a\xE2\x96\x81" "b", 0.0f, token_attr::kNormal});
+  EXPECT_FALSE(spm_can_split_words(table));
 }
 
 }  // namespace
