@@ -1,0 +1,73 @@
+#include "moe/cache_admission.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace ft {
+
+void reset_cache_state(const CacheStateRefs& s) {
+  std::fill(s.slot_of, s.slot_of + static_cast<int64_t>(s.n_layers) * s.n_expert, -1);
+  std::fill(s.owner, s.owner + s.n_slots, -1);
+  std::fill(s.stamp, s.stamp + s.n_slots, int64_t{0});
+  *s.tick = 0;
+  std::fill(s.stats, s.stats + static_cast<int64_t>(s.n_layers) * kCacheStatCount, int64_t{0});
+}
+
+int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* scratch) {
+  if (a.layer < 0 || a.layer >= s.n_layers)
+    fail(ErrorCode::kInvalidArgument, "expert cache: layer {} outside [0, {})", a.layer, s.n_layers);
+  if (a.n_pairs < 0) fail(ErrorCode::kInvalidArgument, "expert cache: {} routed pairs", a.n_pairs);
+  const int32_t E = s.n_expert;
+  int32_t* seen = scratch;          // [E]: 1 once listed, 2 when left to the CPU
+  int32_t* distinct = scratch + E;  // [E]: distinct ids in first-appearance order
+  std::fill(seen, seen + E, 0);
+  const int64_t tick = ++*s.tick;
+  int32_t n_distinct = 0;
+  for (int32_t i = 0; i < a.n_pairs; ++i) {  // 2. distinct ids
+    const int32_t e = a.ids[i];
+    if (e < 0 || e >= E || seen[e]) continue;
+    seen[e] = 1;
+    distinct[n_distinct++] = e;
+  }
+  int32_t* map = s.slot_of + static_cast<int64_t>(a.layer) * E;
+  int64_t hits = 0, cpu = 0;
+  for (int32_t d = 0; d < n_distinct; ++d) {  // 3. hits
+    const int32_t slot = map[distinct[d]];
+    if (slot >= 0) s.stamp[slot] = tick, ++hits;
+  }
+  int32_t n_miss = 0;
+  for (int32_t d = 0; d < n_distinct; ++d) {  // 4. misses
+    const int32_t e = distinct[d];
+    if (map[e] >= 0) continue;
+    int32_t victim = -1;
+    if (a.fetch_cap < 0 || n_miss < a.fetch_cap)
+      for (int32_t slot = 0; slot < s.n_slots; ++slot)
+        if (s.stamp[slot] < tick && (victim < 0 || s.stamp[slot] < s.stamp[victim])) victim = slot;
+    if (victim < 0) {
+      seen[e] = 2;
+      ++cpu;
+      continue;
+    }
+    if (s.owner[victim] >= 0) s.slot_of[s.owner[victim]] = -1;
+    s.owner[victim] = a.layer * E + e;
+    map[e] = victim;
+    s.stamp[victim] = tick;
+    a.misses[n_miss++] = CacheMiss{a.layer, e, victim};
+  }
+  for (int32_t i = 0; i < a.n_pairs; ++i) {  // 5. per-pair outputs
+    const int32_t e = a.ids[i];
+    const bool valid = e >= 0 && e < E;
+    a.slot_ids[i] = valid ? map[e] : -1;  // -1 for CPU-computed ids (never mapped above)
+    if (a.cpu_ids) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
+  }
+  int64_t* st = s.stats + static_cast<int64_t>(a.layer) * kCacheStatCount;  // 6. stats
+  st[kCacheHits] += hits;
+  st[kCacheMisses] += n_miss;
+  st[kCacheCpu] += cpu;
+  st[kCacheBytes] += n_miss * a.record_bytes;
+  *a.n_misses = n_miss;
+  return n_miss;
+}
+
+}  // namespace ft

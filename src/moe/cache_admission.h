@@ -1,0 +1,72 @@
+#pragma once
+// Expert-cache admission: the algorithm, on plain arrays, shared word for word by the CPU
+// reference (admit_reference, below) and the device kernel (backend/cuda/moe_cache_admit.cu).
+//
+// State: a pool of n_slots slots shared by all layers; slot_of maps (layer, expert) -> slot,
+// owner maps slot -> (layer, expert) (an exact inverse on mapped entries), stamp[s] is the tick of
+// the last admission that used slot s (0: never), tick counts admissions (one per MoE layer per
+// step, so "least recently used" follows the order in which layers touch experts).
+//
+// One admission for MoE layer l with routed ids [T, k] (fixed shape; ids < 0 mean "not routed
+// here", ids >= n_expert are treated the same way, the device cannot throw):
+//   1. tick += 1;
+//   2. the distinct ids in order of first appearance (row-major over [T, k]);
+//   3. hits: every distinct id already mapped gets stamp = tick;
+//   4. misses, in first-appearance order: while fewer than fetch_cap misses were fetched (cap < 0:
+//      unlimited), take the victim slot with the smallest (stamp, slot index) among slots with
+//      stamp < tick (so never one this admission uses), unmap its owner, map the id to it, stamp it
+//      and append {l, e, slot} to the miss list; a miss over the cap (or, impossible when
+//      n_slots >= n_expert, with no victim left) is left to the CPU;
+//   5. slot_ids[i] = slot of ids[i] (-1 for CPU-computed or absent ids) and cpu_ids[i] = ids[i]
+//      for CPU-computed ids (-1 otherwise);
+//   6. stats of layer l: hits, misses, cpu (distinct experts each), bytes = misses * record bytes.
+// The gather then copies each miss's record from the host bank into its slot.
+// C++17-clean: included from CUDA sources.
+#include <cstdint>
+
+namespace ft {
+
+/** One fetch: copy the host record of (layer, expert) into `slot`. */
+struct CacheMiss {
+  int32_t layer = 0;
+  int32_t expert = 0;
+  int32_t slot = 0;
+};
+
+/** Per-layer counters, stored as int64 [n_layers][kCacheStatCount] in this order. */
+enum CacheStat : int { kCacheHits = 0, kCacheMisses = 1, kCacheCpu = 2, kCacheBytes = 3, kCacheStatCount = 4 };
+
+/** The cache's state arrays (host memory for the reference, device memory for the kernel). */
+struct CacheStateRefs {
+  int32_t n_layers = 0;
+  int32_t n_expert = 0;       // map width: (l, e) -> l * n_expert + e
+  int32_t n_slots = 0;
+  int32_t* slot_of = nullptr;  // [n_layers * n_expert]: slot or -1
+  int32_t* owner = nullptr;    // [n_slots]: l * n_expert + e, or -1 when empty
+  int64_t* stamp = nullptr;    // [n_slots]: tick of last use, 0 = never
+  int64_t* tick = nullptr;     // [1]: last tick issued (starts at 0)
+  int64_t* stats = nullptr;    // [n_layers * kCacheStatCount]
+};
+
+/** One admission's inputs and outputs. */
+struct AdmitArgs {
+  int32_t layer = 0;
+  int32_t n_pairs = 0;          // T * k
+  int32_t fetch_cap = -1;       // most misses fetched; < 0: unlimited
+  int64_t record_bytes = 0;     // bytes one miss copies (stats)
+  const int32_t* ids = nullptr;  // [n_pairs] expert ids
+  int32_t* slot_ids = nullptr;   // [n_pairs] out
+  int32_t* cpu_ids = nullptr;    // [n_pairs] out, may be null
+  CacheMiss* misses = nullptr;   // out, capacity >= min(n_pairs, n_expert)
+  int32_t* n_misses = nullptr;   // [1] out
+};
+
+/** Sets the state to empty: every map entry and owner -1, stamps, tick and stats 0. */
+void reset_cache_state(const CacheStateRefs& s);
+
+/** The admission above on host arrays. `scratch` holds 2 * n_expert int32 (reused, no allocation).
+ *  Returns the number of misses. Throws ft::Error(kInvalidArgument) for a layer outside
+ *  [0, n_layers) or n_pairs < 0 (the arrays themselves are trusted: the caller owns them). */
+int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* scratch);
+
+}  // namespace ft

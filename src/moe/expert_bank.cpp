@@ -1,0 +1,150 @@
+#include "moe/expert_bank.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+int64_t align_up(int64_t v) { return (v + kExpertAlign - 1) / kExpertAlign * kExpertAlign; }
+
+}  // namespace
+
+Tensor ExpertLayout::gate(uint8_t* base, Device device) const {
+  return Tensor(base + gate_offset, gate_type, {n_ff, n_embd}, device);
+}
+Tensor ExpertLayout::up(uint8_t* base, Device device) const {
+  return Tensor(base + up_offset, up_type, {n_ff, n_embd}, device);
+}
+Tensor ExpertLayout::down(uint8_t* base, Device device) const {
+  return Tensor(base + down_offset, down_type, {n_embd, n_ff}, device);
+}
+
+bool ExpertLayout::operator==(const ExpertLayout& o) const {
+  return gate_type == o.gate_type && up_type == o.up_type && down_type == o.down_type && n_ff == o.n_ff &&
+         n_embd == o.n_embd && gate_offset == o.gate_offset && up_offset == o.up_offset &&
+         down_offset == o.down_offset && bytes == o.bytes;
+}
+
+ExpertLayout expert_layout(const ExpertBank& bank, int64_t layer) {
+  if (bank.n_expert() == 0) fail(ErrorCode::kInvalidArgument, "expert bank: layer {} has no experts", layer);
+  if (bank.up.size() != bank.gate.size() || bank.down.size() != bank.gate.size())
+    fail(ErrorCode::kInvalidArgument, "expert bank: layer {} has {} gate, {} up, {} down experts", layer,
+         bank.gate.size(), bank.up.size(), bank.down.size());
+  const Tensor &g0 = bank.gate[0], &u0 = bank.up[0], &d0 = bank.down[0];
+  if (g0.ndim != 2) fail(ErrorCode::kInvalidArgument, "expert bank: layer {} expert 0 gate {} is not 2-D", layer, g0.str());
+  ExpertLayout l;
+  l.n_ff = g0.dim(0), l.n_embd = g0.dim(1);
+  l.gate_type = g0.dtype, l.up_type = u0.dtype, l.down_type = d0.dtype;
+  for (size_t e = 0; e < bank.gate.size(); ++e) {
+    const Tensor &g = bank.gate[e], &u = bank.up[e], &d = bank.down[e];
+    if (!g.has_shape({l.n_ff, l.n_embd}) || !u.has_shape({l.n_ff, l.n_embd}) || !d.has_shape({l.n_embd, l.n_ff}))
+      fail(ErrorCode::kInvalidArgument,
+           "expert bank: layer {} expert {} has gate {}, up {}, down {}; expected [{}, {}], [{}, {}], [{}, {}]", layer,
+           e, g.str(), u.str(), d.str(), l.n_ff, l.n_embd, l.n_ff, l.n_embd, l.n_embd, l.n_ff);
+    if (g.dtype != l.gate_type || u.dtype != l.up_type || d.dtype != l.down_type)
+      fail(ErrorCode::kInvalidArgument, "expert bank: layer {} expert {} has dtypes {}/{}/{}, expert 0 {}/{}/{}", layer,
+           e, dtype_name(g.dtype), dtype_name(u.dtype), dtype_name(d.dtype), dtype_name(l.gate_type),
+           dtype_name(l.up_type), dtype_name(l.down_type));
+    if (g.device != Device::kCpu || u.device != Device::kCpu || d.device != Device::kCpu)
+      fail(ErrorCode::kInvalidArgument, "expert bank: layer {} expert {} is not in host memory", layer, e);
+  }
+  l.gate_offset = 0;
+  l.up_offset = align_up(g0.bytes());
+  l.down_offset = l.up_offset + align_up(u0.bytes());
+  l.bytes = l.down_offset + align_up(d0.bytes());
+  return l;
+}
+
+void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, Device device, ExpertBank& bank) {
+  for (int64_t e = 0; e < n; ++e) {
+    uint8_t* r = base + e * layout.bytes;
+    bank.gate.push_back(layout.gate(r, device));
+    bank.up.push_back(layout.up(r, device));
+    bank.down.push_back(layout.down(r, device));
+  }
+}
+
+ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads) {
+  layers_.resize(host.size());
+  std::vector<std::pair<int64_t, int32_t>> items;  // (layer, expert) records to fill
+  for (size_t l = 0; l < host.size(); ++l) {
+    if (host[l].n_expert() == 0) continue;
+    Layer& L = layers_[l];
+    L.layout = expert_layout(host[l], static_cast<int64_t>(l));
+    L.n_expert = host[l].n_expert();
+    L.memory = alloc.allocate(L.layout.bytes * L.n_expert);
+    L.base = static_cast<uint8_t*>(L.memory.data());
+    ++n_moe_layers_;
+    max_experts_ = std::max(max_experts_, L.n_expert);
+    slot_bytes_ = std::max(slot_bytes_, L.layout.bytes);
+    total_bytes_ += L.layout.bytes * L.n_expert;
+    for (int32_t e = 0; e < L.n_expert; ++e) items.emplace_back(static_cast<int64_t>(l), e);
+  }
+  // Parallel fill: each worker copies whole records (reads fault the mapped checkpoint in).
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int nt = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : hw, static_cast<int64_t>(items.size())));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto worker = [&] {
+    try {
+      for (size_t i = next++; i < items.size(); i = next++) {
+        const auto [l, e] = items[i];
+        const Layer& L = layers_[static_cast<size_t>(l)];
+        const ExpertBank& src = host[static_cast<size_t>(l)];
+        uint8_t* r = L.base + e * L.layout.bytes;
+        const Tensor* parts[3] = {&src.gate[static_cast<size_t>(e)], &src.up[static_cast<size_t>(e)],
+                                  &src.down[static_cast<size_t>(e)]};
+        const int64_t offs[4] = {L.layout.gate_offset, L.layout.up_offset, L.layout.down_offset, L.layout.bytes};
+        for (int j = 0; j < 3; ++j) {
+          const int64_t n = parts[j]->bytes();
+          std::memcpy(r + offs[j], parts[j]->data, static_cast<size_t>(n));
+          std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+      next = items.size();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < nt; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  // Pin after fill, then build the host views.
+  for (Layer& L : layers_) {
+    if (L.n_expert == 0) continue;
+    L.device = alloc.pin(L.memory);
+    append_record_views(L.layout, L.base, L.n_expert, Device::kCpu, L.views);
+  }
+}
+
+const ExpertBanks::Layer& ExpertBanks::at(int64_t layer) const {
+  if (layer < 0 || layer >= n_layers())
+    fail(ErrorCode::kInvalidArgument, "expert banks: layer {} outside [0, {})", layer, n_layers());
+  return layers_[static_cast<size_t>(layer)];
+}
+
+const ExpertLayout& ExpertBanks::layout(int64_t layer) const {
+  const Layer& L = at(layer);
+  if (L.n_expert == 0) fail(ErrorCode::kInvalidArgument, "expert banks: layer {} has no routed experts", layer);
+  return L.layout;
+}
+
+const uint8_t* ExpertBanks::record(int64_t layer, int32_t expert) const {
+  const Layer& L = at(layer);
+  if (expert < 0 || expert >= L.n_expert)
+    fail(ErrorCode::kInvalidArgument, "expert banks: expert {} outside layer {}'s {} experts", expert, layer, L.n_expert);
+  return L.base + expert * L.layout.bytes;
+}
+
+}  // namespace ft

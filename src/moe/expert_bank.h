@@ -1,0 +1,97 @@
+#pragma once
+// ExpertBanks: every MoE layer's routed experts copied out of the checkpoint into host memory, one
+// contiguous record per (layer, expert) holding gate, up and down in their stored dtype, so one
+// copy (a cudaMemcpy, a gather kernel's loop, a memcpy) moves one whole expert. Records of a layer
+// are consecutive: record(l, e) = base(l) + e * layout(l).bytes. The memory comes from a
+// HostAllocator (pinned + mapped in a CUDA build), filled with parallel reads, then pinned.
+// C++17-clean: included from CUDA sources.
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+#include "moe/host_memory.h"
+
+namespace ft {
+
+/** Alignment of each matrix inside a record and of record sizes (16-byte vector loads need 16;
+ *  256 keeps every matrix on its own cache lines and suits the GPU's GEMV loads). */
+constexpr int64_t kExpertAlign = 256;
+
+/** Where one expert's three matrices sit inside its record. Shapes: gate, up [n_ff, n_embd];
+ *  down [n_embd, n_ff]; each in its stored dtype. Offsets and bytes are multiples of kExpertAlign. */
+struct ExpertLayout {
+  DType gate_type = DType::F32, up_type = DType::F32, down_type = DType::F32;
+  int64_t n_ff = 0, n_embd = 0;
+  int64_t gate_offset = 0, up_offset = 0, down_offset = 0;  // bytes from the record start
+  int64_t bytes = 0;                                        // record size (padded)
+
+  /** Views of the record at `base` (on `device`) as gate/up/down tensors. */
+  Tensor gate(uint8_t* base, Device device = Device::kCpu) const;
+  Tensor up(uint8_t* base, Device device = Device::kCpu) const;
+  Tensor down(uint8_t* base, Device device = Device::kCpu) const;
+
+  bool operator==(const ExpertLayout& o) const;
+  bool operator!=(const ExpertLayout& o) const { return !(*this == o); }
+};
+
+/** The layout of every expert of `bank` (MoE layer `layer`, for messages). Throws
+ *  ft::Error(kInvalidArgument) naming the layer and expert when experts differ in shape or dtype,
+ *  or the shapes are not gate/up [F, H], down [H, F]; for an empty bank. */
+ExpertLayout expert_layout(const ExpertBank& bank, int64_t layer);
+
+/** Appends to `bank` the views of `n` consecutive records starting at `base` (stride layout.bytes). */
+void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, Device device, ExpertBank& bank);
+
+class ExpertBanks {
+ public:
+  /** Copies the routed experts of every layer of `host` (views into the mapped checkpoint, empty
+   *  for dense layers; see Model::host_experts) into records, `n_threads` parallel copies (<= 0:
+   *  hardware threads), then pins each layer's memory with `alloc`. Throws what expert_layout and
+   *  the allocator throw. */
+  ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0);
+  ExpertBanks(const ExpertBanks&) = delete;
+  ExpertBanks& operator=(const ExpertBanks&) = delete;
+
+  /** Layers, dense ones included (same indexing as the model's layers). */
+  int64_t n_layers() const { return static_cast<int64_t>(layers_.size()); }
+  /** Layers with routed experts. */
+  int64_t n_moe_layers() const { return n_moe_layers_; }
+  /** Experts of `layer` (0 for a dense layer). Throws kInvalidArgument for a layer out of range. */
+  int32_t n_expert(int64_t layer) const { return at(layer).n_expert; }
+  /** Largest n_expert over layers (the cache's map width). */
+  int32_t max_experts() const { return max_experts_; }
+  /** Largest record over layers: the size of one cache slot. */
+  int64_t slot_bytes() const { return slot_bytes_; }
+  /** Sum of all records' bytes. */
+  int64_t total_bytes() const { return total_bytes_; }
+  /** Record layout of `layer` (throws kInvalidArgument for a dense layer). */
+  const ExpertLayout& layout(int64_t layer) const;
+  /** Host address of the record of (layer, expert). Throws kInvalidArgument out of range. */
+  const uint8_t* record(int64_t layer, int32_t expert) const;
+  /** Host address of `layer`'s first record (nullptr for a dense layer). */
+  const uint8_t* host_base(int64_t layer) const { return at(layer).base; }
+  /** Address device kernels read `layer`'s first record at (UVA), nullptr when not pinned for a
+   *  device or a dense layer. */
+  const void* device_base(int64_t layer) const { return at(layer).device; }
+  /** Host views of `layer`'s experts (the input of CpuOps::moe_experts and the CPU executor). */
+  const ExpertBank& bank(int64_t layer) const { return at(layer).views; }
+
+ private:
+  struct Layer {
+    ExpertLayout layout;
+    int32_t n_expert = 0;
+    Buffer memory;
+    uint8_t* base = nullptr;
+    void* device = nullptr;
+    ExpertBank views;
+  };
+  const Layer& at(int64_t layer) const;
+
+  std::vector<Layer> layers_;
+  int64_t n_moe_layers_ = 0;
+  int32_t max_experts_ = 0;
+  int64_t slot_bytes_ = 0;
+  int64_t total_bytes_ = 0;
+};
+
+}  // namespace ft

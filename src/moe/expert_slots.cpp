@@ -1,0 +1,101 @@
+#include "moe/expert_slots.h"
+
+#include <cstring>
+
+#include "util/error.h"
+
+namespace ft {
+
+void SlotBanks::build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device) {
+  banks.clear();
+  bank_of.assign(static_cast<size_t>(src.n_layers()), -1);
+  std::vector<ExpertLayout> layouts;
+  for (int64_t l = 0; l < src.n_layers(); ++l) {
+    if (src.n_expert(l) == 0) continue;
+    const ExpertLayout& lay = src.layout(l);
+    size_t i = 0;
+    while (i < layouts.size() && layouts[i] != lay) ++i;
+    if (i == layouts.size()) {
+      layouts.push_back(lay);
+      banks.emplace_back();
+      ExpertBank& b = banks.back();
+      // Every slot viewed with this layout: slot s = pool + s * slot_bytes.
+      for (int32_t s = 0; s < n_slots; ++s) {
+        uint8_t* r = pool + static_cast<int64_t>(s) * src.slot_bytes();
+        b.gate.push_back(lay.gate(r, device));
+        b.up.push_back(lay.up(r, device));
+        b.down.push_back(lay.down(r, device));
+      }
+    }
+    bank_of[static_cast<size_t>(l)] = static_cast<int32_t>(i);
+  }
+}
+
+const ExpertBank& SlotBanks::at(int32_t layer) const {
+  if (layer < 0 || static_cast<size_t>(layer) >= bank_of.size() || bank_of[static_cast<size_t>(layer)] < 0)
+    fail(ErrorCode::kInvalidArgument, "expert slots: layer {} has no routed experts", layer);
+  return banks[static_cast<size_t>(bank_of[static_cast<size_t>(layer)])];
+}
+
+void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs, int32_t layer, const Tensor& ids,
+                      const Tensor& slot_ids, const Tensor& cpu_ids) {
+  if (layer < 0 || layer >= banks.n_layers() || banks.n_expert(layer) == 0)
+    fail(ErrorCode::kInvalidArgument, "expert slots: layer {} has no routed experts", layer);
+  if (ids.dtype != DType::I32 || ids.ndim != 2 || ids.device != device)
+    fail(ErrorCode::kInvalidArgument, "expert slots: ids {} on {} must be I32 [T, k] on {}", ids.str(),
+         device_name(ids.device), device_name(device));
+  if (ids.numel() > max_pairs)
+    fail(ErrorCode::kInvalidArgument, "expert slots: ids {} has more than the {} pairs planned per admission",
+         ids.str(), max_pairs);
+  const char* names[2] = {"slot_ids", "cpu_ids"};
+  const Tensor* outs[2] = {&slot_ids, &cpu_ids};
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1 && cpu_ids.empty()) continue;
+    const Tensor& t = *outs[i];
+    if (t.dtype != DType::I32 || !t.has_shape({ids.dim(0), ids.dim(1)}) || t.device != device)
+      fail(ErrorCode::kInvalidArgument, "expert slots: {} {} must be I32 {} on {}", names[i], t.str(), ids.shape_str(),
+           device_name(device));
+  }
+}
+
+HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs)
+    : banks_(banks), cache_(static_cast<int32_t>(banks.n_layers()), banks.max_experts(), n_slots, max_pairs) {
+  if (banks.n_moe_layers() == 0) fail(ErrorCode::kInvalidArgument, "expert slots: the model has no routed experts");
+  pool_ = allocate_host_pages(static_cast<int64_t>(n_slots) * banks.slot_bytes());
+  slot_banks_.build(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
+}
+
+void HostExpertSlots::admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) {
+  check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, slot_ids, cpu_ids);
+  const int64_t rb = banks_.layout(layer).bytes;
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, rb, slot_ids.ptr<int32_t>(),
+               cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>());
+  // The gather's twin: one copy per missed record.
+  uint8_t* pool = static_cast<uint8_t*>(pool_.data());
+  for (int32_t i = 0; i < cache_.n_misses(); ++i) {
+    const CacheMiss& m = cache_.misses()[i];
+    std::memcpy(pool + static_cast<int64_t>(m.slot) * banks_.slot_bytes(), banks_.record(m.layer, m.expert),
+                static_cast<size_t>(rb));
+  }
+}
+
+std::vector<CacheLayerStats> HostExpertSlots::stats() {
+  std::vector<CacheLayerStats> out;
+  for (int32_t l = 0; l < cache_.n_layers(); ++l) out.push_back(cache_.stats(l));
+  return out;
+}
+
+const uint8_t* HostExpertSlots::slot_data(int32_t slot) const {
+  if (slot < 0 || slot >= cache_.n_slots())
+    fail(ErrorCode::kInvalidArgument, "expert slots: slot {} outside [0, {})", slot, cache_.n_slots());
+  return static_cast<const uint8_t*>(pool_.data()) + static_cast<int64_t>(slot) * banks_.slot_bytes();
+}
+
+#ifndef FT_HAVE_CUDA
+std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops&, const ExpertBanks&, int32_t n_slots, int32_t) {
+  fail(ErrorCode::kUnsupported, "a GPU expert cache of {} slots requested, but this build of FreeToken has no CUDA "
+       "backend", n_slots);
+}
+#endif
+
+}  // namespace ft

@@ -1,0 +1,92 @@
+#pragma once
+// ExpertSlots: an expert cache with its storage. A pool of n_slots slots (each slot_bytes, the
+// largest expert record), admission of a layer's routed ids (moe/cache_admission.h) and the gather
+// that copies missed records from the host banks into their slots. The pool is also seen, per
+// layer, as an ExpertBank of n_slots experts in that layer's layout, so Ops::moe_experts computes
+// cached experts with slot ids exactly as it computes resident experts with expert ids (same
+// kernels: offload and fused give identical results).
+//
+// Two implementations: the host twin (this file; the CPU build and the reference) and the CUDA one
+// (backend/cuda/moe_cache_slots.cu: device state, admission kernel and UVA gather kernel on the
+// backend's stream, no host synchronisation).
+// C++17-clean: included from CUDA sources.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "moe/expert_bank.h"
+#include "moe/expert_cache.h"
+
+namespace ft {
+
+class ExpertSlots {
+ public:
+  virtual ~ExpertSlots() = default;
+
+  virtual int32_t n_slots() const = 0;
+  /** Where the slots, ids and outputs live. */
+  virtual Device device() const = 0;
+
+  /** Admission + gather for MoE layer `layer`: ids I32 [T, k] (expert ids, < 0 absent) ->
+   *  slot_ids I32 [T, k] (slot per pair, -1 where not computed from a slot) and cpu_ids I32 [T, k]
+   *  (expert id where the CPU must compute the pair, else -1; may be an empty tensor), all on
+   *  device(). fetch_cap < 0: unlimited fetches; otherwise misses beyond the cap go to cpu_ids.
+   *  When this returns (host) or in stream order (CUDA), the slots named by slot_ids hold their
+   *  experts. Throws ft::Error(kInvalidArgument) for a layer without experts, T * k over the
+   *  max_pairs the slots were made for, or mismatched shapes. */
+  virtual void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) = 0;
+
+  /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
+  virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
+
+  /** Per-layer counters since creation (CUDA: read back from the device, synchronizing). */
+  virtual std::vector<CacheLayerStats> stats() = 0;
+};
+
+/** Slot banks shared by the implementations: one bank per distinct layer layout over a pool at
+ *  `pool` (n_slots records of slot_bytes each) on `device`; bank_of[l] indexes banks (-1 dense). */
+struct SlotBanks {
+  std::vector<ExpertBank> banks;
+  std::vector<int32_t> bank_of;
+  void build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
+  const ExpertBank& at(int32_t layer) const;
+};
+
+/** The host twin: slots in host memory, admission by ExpertCache, gather by memcpy. */
+class HostExpertSlots final : public ExpertSlots {
+ public:
+  /** `n_slots` (>= banks.max_experts()) slots for admissions of up to `max_pairs` pairs. Throws
+   *  kInvalidArgument for a bad count (from ExpertCache), kOutOfMemory. */
+  HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs);
+
+  int32_t n_slots() const override { return cache_.n_slots(); }
+  Device device() const override { return Device::kCpu; }
+  void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
+  const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
+  std::vector<CacheLayerStats> stats() override;
+
+  /** The admission state (tests). */
+  const ExpertCache& cache() const { return cache_; }
+  /** Host address of `slot`'s bytes. */
+  const uint8_t* slot_data(int32_t slot) const;
+
+ private:
+  const ExpertBanks& banks_;
+  ExpertCache cache_;
+  Buffer pool_;
+  SlotBanks slot_banks_;
+};
+
+/** The CUDA implementation on the backend `ops` (must be CudaOps; banks pinned for its device).
+ *  Throws ft::Error(kUnsupported) in a build without CUDA. Defined in
+ *  backend/cuda/moe_cache_slots.cu. */
+std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots,
+                                                    int32_t max_pairs);
+
+/** Validates admit()'s tensors: ids, slot_ids (and cpu_ids unless empty) I32 [T, k] on `device`,
+ *  T * k <= max_pairs, layer has experts. Throws kInvalidArgument naming the tensor. */
+void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs, int32_t layer, const Tensor& ids,
+                      const Tensor& slot_ids, const Tensor& cpu_ids);
+
+}  // namespace ft

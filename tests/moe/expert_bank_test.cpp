@@ -1,0 +1,111 @@
+// ExpertBanks: one record per (layer, expert) holding the stored bytes of gate/up/down, aligned
+// views, mixed layouts across layers, dense layers, errors for inconsistent experts.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "moe/expert_bank.h"
+#include "moe_test_util.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+SyntheticExperts mixed_model() {
+  SyntheticExperts s;
+  s.add_dense_layer();
+  s.add_layer(6, 64, 96, DType::BF16, DType::BF16, 1);
+  s.add_dense_layer();
+  s.add_layer(8, 64, 256, DType::Q4_K, DType::Q8_0, 2);  // K-quants need 256-element rows
+  s.add_layer(6, 64, 96, DType::BF16, DType::BF16, 3);
+  return s;
+}
+
+TEST(ExpertBanks, RecordsHoldTheStoredBytes) {
+  SyntheticExperts s = mixed_model();
+  auto alloc = make_host_allocator();
+  ExpertBanks banks(s.banks, *alloc, 3);
+  EXPECT_EQ(banks.n_layers(), 5);
+  EXPECT_EQ(banks.n_moe_layers(), 3);
+  EXPECT_EQ(banks.max_experts(), 8);
+  EXPECT_EQ(banks.n_expert(0), 0);
+  EXPECT_EQ(banks.n_expert(3), 8);
+  EXPECT_EQ(banks.host_base(2), nullptr);
+  EXPECT_EQ(banks.device_base(1), nullptr);  // host allocator: nothing pinned
+  int64_t total = 0, max_bytes = 0;
+  for (int64_t l : {1, 3, 4}) {
+    const ExpertLayout& lay = banks.layout(l);
+    const ExpertBank& src = s.banks[static_cast<size_t>(l)];
+    EXPECT_EQ(lay.gate_type, src.gate[0].dtype);
+    EXPECT_EQ(lay.down_type, src.down[0].dtype);
+    EXPECT_EQ(lay.bytes % kExpertAlign, 0);
+    EXPECT_GE(lay.up_offset, src.gate[0].bytes());
+    EXPECT_GE(lay.down_offset, lay.up_offset + src.up[0].bytes());
+    EXPECT_GE(lay.bytes, lay.down_offset + src.down[0].bytes());
+    const ExpertBank& view = banks.bank(l);
+    ASSERT_EQ(view.n_expert(), src.n_expert());
+    for (int32_t e = 0; e < src.n_expert(); ++e) {
+      const uint8_t* r = banks.record(l, e);
+      EXPECT_EQ(r, banks.host_base(l) + e * lay.bytes);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(r) % kExpertAlign, 0u);
+      const Tensor* want[3] = {&src.gate[e], &src.up[e], &src.down[e]};
+      const Tensor* got[3] = {&view.gate[e], &view.up[e], &view.down[e]};
+      for (int j = 0; j < 3; ++j) {
+        EXPECT_EQ(got[j]->dtype, want[j]->dtype);
+        EXPECT_TRUE(got[j]->has_shape({want[j]->dim(0), want[j]->dim(1)}));
+        EXPECT_GE(got[j]->bytes_ptr(), r);
+        EXPECT_LE(got[j]->bytes_ptr() + got[j]->bytes(), r + lay.bytes);
+        EXPECT_EQ(std::memcmp(got[j]->data, want[j]->data, static_cast<size_t>(want[j]->bytes())), 0)
+            << "layer " << l << " expert " << e << " part " << j;
+      }
+    }
+    total += lay.bytes * src.n_expert();
+    max_bytes = std::max(max_bytes, lay.bytes);
+  }
+  EXPECT_EQ(banks.total_bytes(), total);
+  EXPECT_EQ(banks.slot_bytes(), max_bytes);
+  EXPECT_NE(banks.layout(1), banks.layout(3));
+  EXPECT_EQ(banks.layout(1), banks.layout(4));
+  EXPECT_THROW(banks.layout(0), Error);
+  EXPECT_THROW(banks.record(1, 6), Error);
+  EXPECT_THROW(banks.record(5, 0), Error);
+}
+
+TEST(ExpertBanks, FillDoesNotDependOnThreads) {
+  SyntheticExperts s = mixed_model();
+  auto alloc = make_host_allocator();
+  ExpertBanks a(s.banks, *alloc, 1), b(s.banks, *alloc, 4);
+  for (int64_t l : {1, 3, 4})
+    EXPECT_EQ(std::memcmp(a.host_base(l), b.host_base(l), static_cast<size_t>(a.layout(l).bytes * a.n_expert(l))), 0);
+}
+
+TEST(ExpertBanks, InconsistentExpertsAreRejected) {
+  SyntheticExperts s;
+  s.add_layer(3, 32, 64, DType::BF16, DType::BF16, 1);
+  auto alloc = make_host_allocator();
+  {
+    HostExpertBanks bad = s.banks;
+    std::mt19937 rng(1);
+    bad[0].up[2] = s.make(DType::F16, 32, 64, rng);  // dtype differs from expert 0
+    EXPECT_THROW(ExpertBanks(bad, *alloc), Error);
+  }
+  {
+    HostExpertBanks bad = s.banks;
+    std::mt19937 rng(1);
+    bad[0].down[1] = s.make(DType::BF16, 32, 64, rng);  // down must be [H, F] = [64, 32]
+    try {
+      ExpertBanks b(bad, *alloc);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expert 1"), std::string::npos) << e.what();
+    }
+  }
+  {
+    HostExpertBanks bad = s.banks;
+    bad[0].down.pop_back();
+    EXPECT_THROW(ExpertBanks(bad, *alloc), Error);
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing

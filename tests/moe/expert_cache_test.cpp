@@ -1,0 +1,264 @@
+// Expert-cache admission (moe/cache_admission.h, ExpertCache, HostExpertSlots): randomised routes
+// against an independent list-based LRU model, integrity after every admission (bijective map,
+// stamps in range and monotone, slots used by the admission never evicted), the smallest legal
+// cache (2 x experts per layer), fetch caps, and the host gather's slot contents.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <list>
+#include <map>
+#include <set>
+
+#include "moe/expert_cache.h"
+#include "moe/expert_slots.h"
+#include "moe_test_util.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+/** LRU kept as a list of slots, least recent first. After an admission, the slots it used move to
+ *  the back in slot order (equal recency, ties to the lower slot). Written without stamps. */
+class LruModel {
+ public:
+  LruModel(int32_t n_expert, int32_t n_slots) : E_(n_expert), owner_(static_cast<size_t>(n_slots), -1) {
+    for (int32_t s = 0; s < n_slots; ++s) order_.push_back(s);
+  }
+
+  struct Result {
+    std::vector<int32_t> slot_ids, cpu_ids;
+    std::vector<CacheMiss> misses;
+    int64_t hits = 0, cpu = 0;
+  };
+
+  Result admit(int32_t layer, const std::vector<int32_t>& ids, int32_t cap) {
+    Result r;
+    std::vector<int32_t> distinct;
+    for (int32_t e : ids)
+      if (e >= 0 && e < E_ && std::find(distinct.begin(), distinct.end(), e) == distinct.end()) distinct.push_back(e);
+    std::set<int32_t> used, cpu;
+    for (int32_t e : distinct)
+      if (auto it = map_.find(key(layer, e)); it != map_.end()) used.insert(it->second), ++r.hits;
+    for (int32_t e : distinct) {
+      if (map_.count(key(layer, e))) continue;
+      if (cap >= 0 && static_cast<int32_t>(r.misses.size()) >= cap) {
+        cpu.insert(e);
+        continue;
+      }
+      auto v = std::find_if(order_.begin(), order_.end(), [&](int32_t s) { return !used.count(s); });
+      EXPECT_NE(v, order_.end());
+      const int32_t slot = *v;
+      if (owner_[slot] >= 0) map_.erase(owner_[slot]);
+      owner_[slot] = key(layer, e);
+      map_[key(layer, e)] = slot;
+      used.insert(slot);
+      r.misses.push_back(CacheMiss{layer, e, slot});
+    }
+    for (int32_t s : used) order_.remove(s);
+    for (int32_t s : used) order_.push_back(s);  // std::set iterates in slot order
+    for (int32_t e : ids) {
+      const bool valid = e >= 0 && e < E_;
+      r.slot_ids.push_back(valid && map_.count(key(layer, e)) && !cpu.count(e) ? map_[key(layer, e)] : -1);
+      r.cpu_ids.push_back(valid && cpu.count(e) ? e : -1);
+    }
+    r.cpu = static_cast<int64_t>(cpu.size());
+    return r;
+  }
+
+ private:
+  int32_t key(int32_t layer, int32_t e) const { return layer * E_ + e; }
+  int32_t E_;
+  std::list<int32_t> order_;
+  std::map<int32_t, int32_t> map_;
+  std::vector<int32_t> owner_;
+};
+
+struct Scenario {
+  int32_t n_layers, E, k, n_slots, max_T, cap;
+  double skew;
+};
+
+void run_scenario(const Scenario& sc, uint32_t seed, int steps) {
+  SCOPED_TRACE(::testing::Message() << "layers " << sc.n_layers << " E " << sc.E << " k " << sc.k << " slots "
+                                    << sc.n_slots << " cap " << sc.cap << " skew " << sc.skew << " seed " << seed);
+  std::mt19937 rng(seed);
+  ExpertCache cache(sc.n_layers, sc.E, sc.n_slots, sc.max_T * sc.k);
+  LruModel model(sc.E, sc.n_slots);
+  std::vector<CacheLayerStats> want_stats(static_cast<size_t>(sc.n_layers));
+  std::vector<int64_t> prev_stamp(static_cast<size_t>(sc.n_slots), 0);
+  for (int step = 0; step < steps; ++step) {
+    for (int32_t layer = 0; layer < sc.n_layers; ++layer) {
+      const int64_t T = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(sc.max_T));
+      std::vector<int32_t> ids = random_routes(T, sc.k, sc.E, sc.skew, rng);
+      if (rng() % 4 == 0) ids[rng() % ids.size()] = -1;  // a pair another executor owns
+      std::vector<int32_t> before(static_cast<size_t>(sc.E));
+      for (int32_t e = 0; e < sc.E; ++e) before[static_cast<size_t>(e)] = cache.slot_of(layer, e);
+      std::vector<int32_t> slots(ids.size(), -7), cpu(ids.size(), -7);
+      const int32_t n = cache.admit(layer, ids.data(), static_cast<int32_t>(ids.size()), sc.cap, 100, slots.data(),
+                                    cpu.data());
+      const LruModel::Result want = model.admit(layer, ids, sc.cap);
+      ASSERT_EQ(slots, want.slot_ids) << "step " << step << " layer " << layer;
+      ASSERT_EQ(cpu, want.cpu_ids);
+      ASSERT_EQ(n, static_cast<int32_t>(want.misses.size()));
+      for (int32_t i = 0; i < n; ++i) {
+        EXPECT_EQ(cache.misses()[i].layer, want.misses[i].layer);
+        EXPECT_EQ(cache.misses()[i].expert, want.misses[i].expert);
+        EXPECT_EQ(cache.misses()[i].slot, want.misses[i].slot);
+      }
+      CacheLayerStats& ws = want_stats[static_cast<size_t>(layer)];
+      ws.hits += want.hits, ws.misses += n, ws.cpu += want.cpu, ws.bytes += 100 * n;
+      cache.check_integrity();
+      // Everything this admission routes to a slot is there; hits kept their slot.
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (slots[i] < 0) continue;
+        EXPECT_EQ(cache.owner(slots[i]), layer * sc.E + ids[i]);
+        EXPECT_EQ(cache.stamp(slots[i]), cache.tick());
+        if (before[static_cast<size_t>(ids[i])] >= 0) {
+          EXPECT_EQ(slots[i], before[static_cast<size_t>(ids[i])]);
+        }
+      }
+      for (int32_t s = 0; s < sc.n_slots; ++s) {
+        EXPECT_GE(cache.stamp(s), prev_stamp[static_cast<size_t>(s)]);
+        prev_stamp[static_cast<size_t>(s)] = cache.stamp(s);
+      }
+    }
+  }
+  for (int32_t l = 0; l < sc.n_layers; ++l) {
+    const CacheLayerStats got = cache.stats(l), want = want_stats[static_cast<size_t>(l)];
+    EXPECT_EQ(got.hits, want.hits) << "layer " << l;
+    EXPECT_EQ(got.misses, want.misses);
+    EXPECT_EQ(got.cpu, want.cpu);
+    EXPECT_EQ(got.bytes, want.bytes);
+  }
+}
+
+TEST(ExpertCache, MatchesAnIndependentLruModel) {
+  const Scenario scenarios[] = {
+      {4, 16, 2, 32, 1, -1, 0.0},    // smallest legal cache (2E), decode, uniform
+      {4, 16, 2, 32, 6, -1, 1.0},    // 2E, small batches, skewed
+      {3, 8, 8, 8, 3, -1, 0.0},      // n_slots = E, k = E: every admission needs every expert
+      {6, 64, 8, 200, 4, -1, 1.0},   // qwen3_moe_64e-like
+      {5, 32, 4, 70, 2, 2, 0.0},     // hybrid: at most 2 fetches per layer
+      {5, 32, 4, 96, 5, 0, 0.5},     // cap 0: only hits served from slots
+      {2, 8, 2, 16, 1, -1, 0.0},     // every expert fits: misses only while warming up
+  };
+  uint32_t seed = 1;
+  for (const Scenario& sc : scenarios) run_scenario(sc, seed++, 40);
+}
+
+TEST(ExpertCache, SmallestLegalCacheHoldsTwoFullLayers) {
+  const int32_t E = 16, L = 3;
+  ExpertCache cache(L, E, 2 * E, E);
+  std::vector<int32_t> all(E), slots(E);
+  for (int32_t e = 0; e < E; ++e) all[static_cast<size_t>(e)] = E - 1 - e;  // prefill-like: every expert
+  EXPECT_EQ(cache.admit(0, all.data(), E, -1, 1, slots.data(), nullptr), E);
+  EXPECT_EQ(cache.admit(1, all.data(), E, -1, 1, slots.data(), nullptr), E);
+  EXPECT_EQ(cache.admit(0, all.data(), E, -1, 1, slots.data(), nullptr), 0);  // both layers resident
+  EXPECT_EQ(cache.admit(2, all.data(), E, -1, 1, slots.data(), nullptr), E);  // evicts layer 1 (older)
+  for (int32_t e = 0; e < E; ++e) {
+    EXPECT_GE(cache.slot_of(0, e), 0);
+    EXPECT_EQ(cache.slot_of(1, e), -1);
+    EXPECT_GE(cache.slot_of(2, e), 0);
+  }
+  cache.check_integrity();
+  EXPECT_THROW(ExpertCache(L, E, E - 1, 8), Error);  // cannot hold one layer
+  EXPECT_THROW(cache.admit(3, all.data(), E, -1, 1, slots.data(), nullptr), Error);
+  EXPECT_THROW(cache.admit(0, all.data(), E + 1, -1, 1, slots.data(), nullptr), Error);
+}
+
+TEST(ExpertCache, VictimsAreLeastRecentlyUsedNeverInUse) {
+  // A hand-checked trace: 2 layers of 2 experts, 2 slots.
+  ExpertCache cache(2, 2, 2, 4);
+  int32_t slots[2], cpu[2];
+  const int32_t a[2] = {0, 1};
+  EXPECT_EQ(cache.admit(0, a, 2, -1, 1, slots, cpu), 2);  // slots 0, 1 (empty, lowest first)
+  EXPECT_EQ(slots[0], 0);
+  EXPECT_EQ(slots[1], 1);
+  const int32_t b[2] = {1, -1};
+  EXPECT_EQ(cache.admit(1, b, 2, -1, 1, slots, cpu), 1);  // (1,1) evicts slot 0 (ties to lower slot)
+  EXPECT_EQ(slots[0], 0);
+  EXPECT_EQ(slots[1], -1);
+  EXPECT_EQ(cpu[1], -1);
+  EXPECT_EQ(cache.slot_of(0, 0), -1);
+  const int32_t c[2] = {0, 1};
+  EXPECT_EQ(cache.admit(0, c, 2, -1, 1, slots, cpu), 1);  // (0,1) hit in slot 1; (0,0) must evict slot 0
+  EXPECT_EQ(slots[0], 0);
+  EXPECT_EQ(slots[1], 1);
+  EXPECT_EQ(cache.admit(0, c, 2, 0, 1, slots, cpu), 0);   // all hits, cap irrelevant
+  const int32_t d[2] = {0, 1};
+  EXPECT_EQ(cache.admit(1, d, 2, 1, 1, slots, cpu), 1);   // cap 1: (1,0) fetched, (1,1) to the CPU
+  EXPECT_EQ(cpu[0], -1);
+  EXPECT_EQ(cpu[1], 1);
+  EXPECT_EQ(slots[1], -1);
+  const CacheLayerStats s1 = cache.stats(1);
+  EXPECT_EQ(s1.misses, 2);
+  EXPECT_EQ(s1.cpu, 1);
+  EXPECT_EQ(s1.hits, 0);
+  EXPECT_EQ(cache.stats(0).hits, 3);
+  cache.check_integrity();
+}
+
+TEST(ExpertCache, IntegrityCheckCatchesCorruption) {
+  ExpertCache cache(2, 4, 8, 4);
+  const int32_t ids[2] = {1, 2};
+  int32_t slots[2];
+  cache.admit(0, ids, 2, -1, 1, slots, nullptr);
+  cache.check_integrity();
+  CacheStateRefs r = cache.refs();
+  std::swap(r.owner[slots[0]], r.owner[slots[1]]);
+  EXPECT_THROW(cache.check_integrity(), Error);
+  std::swap(r.owner[slots[0]], r.owner[slots[1]]);
+  r.stamp[7] = 3;  // an empty slot with a stamp
+  EXPECT_THROW(cache.check_integrity(), Error);
+  r.stamp[7] = 0;
+  r.slot_of[4 + 3] = slots[0];  // two keys on one slot
+  EXPECT_THROW(cache.check_integrity(), Error);
+}
+
+TEST(HostExpertSlots, GatherCopiesRecordsAndSlotBanksViewThem) {
+  SyntheticExperts s;
+  s.add_layer(6, 32, 64, DType::BF16, DType::BF16, 1);
+  s.add_dense_layer();
+  s.add_layer(6, 32, 256, DType::Q4_K, DType::Q8_0, 2);
+  auto alloc = make_host_allocator();
+  ExpertBanks banks(s.banks, *alloc, 2);
+  HostExpertSlots slots(banks, 12, 8);
+  EXPECT_EQ(slots.n_slots(), 12);
+  std::mt19937 rng(3);
+  std::vector<int32_t> sid(8), cid(8);
+  for (int step = 0; step < 30; ++step) {
+    for (int32_t layer : {0, 2}) {
+      std::vector<int32_t> ids = random_routes(4, 2, 6, 0.5, rng);
+      slots.admit(layer, Tensor(ids.data(), DType::I32, {4, 2}), -1, Tensor(sid.data(), DType::I32, {4, 2}),
+                  Tensor(cid.data(), DType::I32, {4, 2}));
+      const ExpertBank& sb = slots.slot_bank(layer);
+      ASSERT_EQ(sb.n_expert(), 12);
+      const ExpertLayout& lay = banks.layout(layer);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_GE(sid[i], 0);
+        EXPECT_EQ(cid[i], -1);
+        EXPECT_EQ(std::memcmp(slots.slot_data(sid[i]), banks.record(layer, ids[i]), static_cast<size_t>(lay.bytes)), 0);
+        EXPECT_EQ(sb.gate[sid[i]].data, slots.slot_data(sid[i]) + lay.gate_offset);
+        EXPECT_EQ(sb.down[sid[i]].dtype, lay.down_type);
+      }
+      slots.cache().check_integrity();
+    }
+  }
+  const std::vector<CacheLayerStats> st = slots.stats();
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_EQ(st[1].hits + st[1].misses, 0);
+  EXPECT_EQ(st[0].bytes, st[0].misses * banks.layout(0).bytes);
+  EXPECT_GT(st[2].hits, 0);
+  std::vector<int32_t> ids(10, 0);
+  EXPECT_THROW(slots.admit(1, Tensor(ids.data(), DType::I32, {4, 2}), -1, Tensor(sid.data(), DType::I32, {4, 2}),
+                           Tensor()),
+               Error);  // dense layer
+  EXPECT_THROW(slots.admit(0, Tensor(ids.data(), DType::I32, {5, 2}), -1, Tensor(sid.data(), DType::I32, {5, 2}),
+                           Tensor()),
+               Error);  // more pairs than planned
+  EXPECT_THROW(HostExpertSlots(banks, 5, 8), Error);  // fewer slots than one layer's experts
+}
+
+}  // namespace
+}  // namespace ft::testing

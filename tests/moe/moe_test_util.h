@@ -1,0 +1,68 @@
+#pragma once
+// Synthetic routed experts for the moe tests: random weights stored in a chosen dtype (quantized
+// with quant/), held as host ExpertBanks, like the views Model::host_experts() gives.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/ops.h"
+#include "moe/expert_compute.h"
+#include "quant/quant.h"
+
+namespace ft::testing {
+
+/** Storage-owning host expert banks: layer l has n_expert[l] experts (0 = dense layer). */
+struct SyntheticExperts {
+  HostExpertBanks banks;
+  std::vector<std::vector<uint8_t>> storage;
+
+  /** Random weights in [-a, a] with a = 1/sqrt(cols), stored as `type` (quantize_row). */
+  Tensor make(DType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const float a = 1.0f / std::sqrt(static_cast<float>(cols));
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& f : v) f = a * dist(rng);
+    storage.emplace_back(static_cast<size_t>(dtype_bytes(type, rows * cols)));
+    quantize_row(type, v.data(), storage.back().data(), rows * cols);
+    return Tensor(storage.back().data(), type, {rows, cols});
+  }
+
+  /** Appends a layer of `E` experts (gate/up [F, H] in `gu`, down [H, F] in `dn`). */
+  void add_layer(int32_t E, int64_t F, int64_t H, DType gu, DType dn, uint32_t seed) {
+    std::mt19937 rng(seed);
+    ExpertBank b;
+    for (int32_t e = 0; e < E; ++e) {
+      b.gate.push_back(make(gu, F, H, rng));
+      b.up.push_back(make(gu, F, H, rng));
+      b.down.push_back(make(dn, H, F, rng));
+    }
+    banks.push_back(std::move(b));
+  }
+  void add_dense_layer() { banks.emplace_back(); }
+};
+
+/** Router-like ids [T, k]: k distinct experts of E per row, drawn with a skew (Zipf exponent s over a
+ *  fixed permutation; s = 0 uniform). */
+inline std::vector<int32_t> random_routes(int64_t T, int32_t k, int32_t E, double s, std::mt19937& rng) {
+  std::vector<double> w(static_cast<size_t>(E));
+  std::vector<int32_t> perm(static_cast<size_t>(E));
+  for (int32_t e = 0; e < E; ++e) perm[static_cast<size_t>(e)] = e;
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(1234));
+  for (int32_t e = 0; e < E; ++e) w[static_cast<size_t>(e)] = 1.0 / std::pow(static_cast<double>(e + 1), s);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> ww = w;
+    for (int32_t j = 0; j < k; ++j) {
+      std::discrete_distribution<int32_t> d(ww.begin(), ww.end());
+      const int32_t r = d(rng);
+      ww[static_cast<size_t>(r)] = 0;
+      ids.push_back(perm[static_cast<size_t>(r)]);
+    }
+  }
+  return ids;
+}
+
+}  // namespace ft::testing
