@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   ft::cli::Action action;
   ft::cli::add_inspect_command(app, action);
   ft::cli::add_run_command(app, action);
+  ft::cli::add_serve_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

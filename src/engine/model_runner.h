@@ -3,7 +3,6 @@
 // sequences of different lengths, writing their tokens' K/V into the paged cache and returning the
 // logits of each sequence's last token. The CPU/CUDA engine implements it; tests use fakes.
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -16,7 +15,7 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;     // [T] token ids
   std::vector<int32_t> positions;  // [T] absolute positions
   std::vector<int32_t> seq_start;  // [S + 1]
-  std::vector<std::span<const int32_t>> block_tables;  // [S] pages of each sequence (covering its positions)
+  std::vector<const std::vector<int32_t>*> block_tables;  // [S] pages of each sequence (covering its positions)
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(block_tables.size()); }

@@ -155,7 +155,7 @@ void EngineService::loop() {
           batch_.positions.push_back(e.start + k);
         }
         batch_.seq_start.push_back(batch_.n_tokens());
-        batch_.block_tables.emplace_back(s.pages);
+        batch_.block_tables.push_back(&s.pages);
         planned.push_back(&active_.at(s.id));
       }
     }

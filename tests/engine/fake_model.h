@@ -6,7 +6,6 @@
 // gives the expected tokens.
 #include <algorithm>
 #include <cstdint>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,7 +46,7 @@ class FakeModel : public ModelRunner {
     ++steps;
     max_batch_tokens = std::max(max_batch_tokens, b.n_tokens());
     for (int32_t s = 0; s < S; ++s) {
-      const auto& pages = b.block_tables[static_cast<size_t>(s)];
+      const std::vector<int32_t>& pages = *b.block_tables[static_cast<size_t>(s)];
       int32_t last = -1;
       for (int32_t t = b.seq_start[s]; t < b.seq_start[s + 1]; ++t) {
         const int32_t pos = b.positions[static_cast<size_t>(t)];
@@ -94,7 +93,7 @@ class FakeModel : public ModelRunner {
 
  private:
   static constexpr uint64_t kUnwritten = ~0ull;
-  size_t slot(std::span<const int32_t> pages, int32_t pos) const {
+  size_t slot(const std::vector<int32_t>& pages, int32_t pos) const {
     const size_t j = static_cast<size_t>(pos / page_size_);
     if (j >= pages.size()) throw std::runtime_error("fake model: position " + std::to_string(pos) + " beyond the block table");
     return static_cast<size_t>(pages[j]) * page_size_ + static_cast<size_t>(pos % page_size_);

@@ -51,7 +51,7 @@ struct Driver {
         b.positions.push_back(e.start + k);
       }
       b.seq_start.push_back(b.n_tokens());
-      b.block_tables.emplace_back(e.seq->pages);
+      b.block_tables.push_back(&e.seq->pages);
     }
     std::vector<float> logits;
     if (!plan.empty()) model.forward(b, logits);

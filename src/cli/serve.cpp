@@ -1,0 +1,259 @@
+// `ft serve`: the OpenAI-compatible HTTP server. Loads a checkpoint (or builds the demo model), its
+// tokenizer and chat template, starts the engine service and the HTTP server, prints one start-up
+// summary, and on SIGINT/SIGTERM stops accepting, lets running requests finish for a few seconds,
+// cancels the rest and exits 0.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "engine/demo_model.h"
+#include "engine/engine.h"
+#include "engine/engine_runner.h"
+#include "engine/service.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 1919;
+  std::string served_model_name;
+  std::string api_key;
+  int max_running = 16;
+  int64_t max_seq_len = 0;       // 0: the model's context length
+  int max_prefill_tokens = 512;
+  int64_t kv_tokens = 0;         // 0: the engine's default
+  std::string chat_template;
+  int threads = 0;
+  std::string device = "auto";
+  double max_body_mb = 32;
+  int page_size = 64;
+  int max_waiting = 128;
+  std::optional<uint64_t> seed;
+  int shutdown_grace_s = 5;
+};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorCode::kNotFound, "--chat-template {}: cannot read the file", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Vocab load_vocab(const Checkpoint& ck) {
+  if (ck.format() == "gguf") return Vocab::from_gguf_metadata(ck.metadata());
+  const fs::path tj = fs::path(ck.path()) / "tokenizer.json";
+  if (!fs::exists(tj)) fail(ErrorCode::kNotFound, "{}: no tokenizer.json next to the model", ck.path());
+  return Vocab::from_hf_file(tj.string());
+}
+
+std::string token_text(const Vocab& v, int32_t id) { return id >= 0 && id < v.n_tokens() ? v.token(id).text : ""; }
+
+/** --chat-template, else the checkpoint's own template, else ChatML. Returns (source, where it came from). */
+std::pair<std::string, std::string> load_template(const ServeFlags& f, const Checkpoint& ck) {
+  if (!f.chat_template.empty()) return {read_text_file(f.chat_template), f.chat_template};
+  if (ck.format() == "gguf") {
+    auto it = ck.metadata().find("tokenizer.chat_template");
+    if (it != ck.metadata().end() && it->is_string()) return {it->get<std::string>(), "the GGUF metadata"};
+  } else if (auto t = find_chat_template(ck.path())) {
+    return {*t, "the model folder"};
+  }
+  return {kChatMLTemplate, "built-in ChatML (the model has none)"};
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+std::string human_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f} M", n / 1e6);
+  return fmt::format("{:.1f} K", n / 1e3);
+}
+
+int run_serve(const ServeFlags& f) {
+  if (f.device == "cuda")
+    fail(ErrorCode::kUnsupported, "--device cuda: ft serve runs on the CPU engine only for now (use cpu or auto)");
+  if (f.device != "cpu" && f.device != "auto")
+    fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", f.device);
+  if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
+  if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
+  if (f.page_size < 1) fail(ErrorCode::kInvalidArgument, "--page-size must be >= 1 (got {})", f.page_size);
+
+  // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
+
+  const bool demo = f.model.empty();
+  std::string path = f.model;
+  if (demo) {
+    path = write_demo_model();
+    std::printf("No --model given: serving the built-in DEMO model (random weights). Its text is noise.\n");
+  } else {
+    std::error_code ec;
+    const auto size = fs::is_directory(path, ec) ? 0 : fs::file_size(path, ec);
+    std::printf("Loading %s%s...\n", path.c_str(), size ? fmt::format(" ({})", human_bytes(static_cast<double>(size))).c_str() : "");
+  }
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  EngineOptions eo;
+  eo.threads = f.threads;
+  eo.page_size = f.page_size;
+  eo.kv_tokens = f.kv_tokens;
+  eo.max_seqs = f.max_running;
+  eo.max_logit_rows = f.max_running;
+  eo.max_step_tokens = static_cast<int64_t>(f.max_prefill_tokens) + f.max_running;
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = Engine::load(path, eo);
+  } catch (...) {
+    if (demo) fs::remove(path);
+    throw;
+  }
+  if (demo) fs::remove(path);  // the mapping stays valid
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const Checkpoint& ck = engine->checkpoint();
+  const ModelConfig& mc = engine->config();
+  Vocab vocab = load_vocab(ck);
+  auto [template_src, template_from] = load_template(f, ck);
+  ChatTemplate chat_template(template_src, token_text(vocab, vocab.bos()), token_text(vocab, vocab.eos()));
+
+  int64_t n_params = 0, weight_bytes = 0;
+  for (const TensorInfo& t : ck.tensors()) {
+    n_params += t.numel();
+    weight_bytes += t.bytes;
+  }
+
+  EngineRunner runner(*engine);
+  ServiceConfig sc;
+  sc.scheduler.max_running = f.max_running;
+  sc.scheduler.max_prefill_tokens = f.max_prefill_tokens;
+  sc.scheduler.max_waiting = f.max_waiting;
+  sc.scheduler.max_seq_len = f.max_seq_len > 0 ? f.max_seq_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
+  EngineService service(runner, engine->kv().pool(), sc);
+
+  server::ServerOptions so;
+  so.host = f.host;
+  so.port = f.port;
+  so.api_key = f.api_key;
+  so.max_body_mb = f.max_body_mb;
+  so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
+  so.default_seed = f.seed;
+  server::ServedModel sm;
+  sm.name = !f.served_model_name.empty() ? f.served_model_name
+            : demo                       ? "freetoken-demo"
+                                         : fs::path(path).filename().replace_extension().string();
+  sm.arch = mc.arch;
+  sm.path = demo ? "" : path;
+  sm.n_params = n_params;
+  sm.n_ctx_train = mc.n_ctx_train;
+  sm.demo = demo;
+  sm.vocab = &vocab;
+  sm.chat_template = &chat_template;
+  server::HttpServer http(so, sm, service);
+  const int port = http.bind();
+
+  const KvCacheConfig& kc = engine->kv().config();
+  std::printf("FreeToken serve\n");
+  std::printf("  model     %s  [%s%s, %lld layers, %s params%s]%s\n", sm.name.c_str(), mc.arch.c_str(),
+              demo ? " DEMO, random weights: text is noise" : "", static_cast<long long>(mc.n_layer),
+              human_count(static_cast<double>(n_params)).c_str(),
+              mc.n_expert > 0 ? fmt::format(", {} experts top-{}", mc.n_expert, mc.n_expert_used).c_str() : "",
+              demo ? "" : fmt::format("  {}", path).c_str());
+  std::printf("  tokenizer %d tokens; chat template from %s\n", vocab.n_tokens(), template_from.c_str());
+  std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device cpu, %s threads\n",
+              human_bytes(static_cast<double>(weight_bytes)).c_str(),
+              static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
+              kc.page_size, human_bytes(static_cast<double>(engine->kv().bytes())).c_str(),
+              f.threads > 0 ? std::to_string(f.threads).c_str() : "all");
+  std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %.0f MB\n",
+              static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
+              f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
+  std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
+  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)\n", f.host.c_str(), port);
+  if (f.api_key.empty() && !server::is_loopback_host(f.host))
+    std::printf("WARNING: %s is reachable from other machines and no --api-key is set: anyone can use this server.\n",
+                f.host.c_str());
+  std::fflush(stdout);
+
+  std::atomic<bool> served{false};
+  std::thread http_thread([&] {
+    http.serve();
+    served = true;
+  });
+  int sig = 0;
+  while (!served) {
+    timespec ts{0, 200 * 1000 * 1000};
+    const int s = sigtimedwait(&stop_signals, nullptr, &ts);
+    if (s > 0) {
+      sig = s;
+      break;
+    }
+  }
+  if (sig) std::printf("\n%s received: stopping (running requests get %d s to finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                       f.shutdown_grace_s);
+  std::fflush(stdout);
+  http.stop();
+  service.shutdown(std::chrono::seconds(f.shutdown_grace_s));
+  http_thread.join();
+  std::printf("stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, Action& action) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("--model", f->model, "GGUF file or Hugging Face folder (default: the built-in demo model)");
+  cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--served-model-name", f->served_model_name, "Model name clients use (default: the file name)");
+  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health");
+  cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")->capture_default_str();
+  cmd->add_option("--max-waiting-requests", f->max_waiting, "Requests queued beyond those (more get 503)")->capture_default_str();
+  cmd->add_option("--max-seq-len", f->max_seq_len, "Context limit per request (default: the model's)");
+  cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "Prompt tokens per step (chunked prefill)")->capture_default_str();
+  cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))");
+  cmd->add_option("--page-size", f->page_size, "KV page size in tokens")->capture_default_str();
+  cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
+  cmd->add_option("--threads", f->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--device", f->device, "cpu, cuda or auto")->capture_default_str();
+  cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");
+  cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
+      ->capture_default_str();
+  cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,27 @@
+#include "engine/engine_runner.h"
+
+#include "util/error.h"
+
+namespace ft {
+
+void EngineRunner::forward(const ForwardBatch& batch, std::vector<float>& logits) {
+  const int32_t S = batch.n_seqs();
+  FT_CHECK(static_cast<int32_t>(batch.seq_start.size()) == S + 1);
+  items_.resize(static_cast<size_t>(S));
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t begin = batch.seq_start[static_cast<size_t>(s)];
+    const int32_t end = batch.seq_start[static_cast<size_t>(s) + 1];
+    StepItem& it = items_[static_cast<size_t>(s)];
+    it.pages = batch.block_tables[static_cast<size_t>(s)];
+    it.start = batch.positions[static_cast<size_t>(begin)];
+    it.tokens = batch.tokens.data() + begin;
+    it.n = end - begin;
+    it.n_logits = 1;
+  }
+  const std::vector<float>& out = engine_->step(items_);
+  const size_t want = static_cast<size_t>(S) * static_cast<size_t>(vocab_size());
+  FT_CHECK(out.size() >= want);
+  logits.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(want));
+}
+
+}  // namespace ft

@@ -1,0 +1,45 @@
+#pragma once
+// Native forms of the OpenAI request bodies, produced by request_parse.h. Route handlers work on these;
+// JSON stays at the edge. Message lists stay JSON (ordered) because they go to the chat template as is,
+// but only after validation and with text parts joined into plain strings.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+
+namespace ft::server {
+
+/** Fields shared by /v1/chat/completions and /v1/completions. */
+struct GenerationParams {
+  std::string model;                  // requested model name; empty: the served model
+  std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens; none: up to the context limit
+  SamplingParams sampling;            // temperature (default 1), top_p, top_k, min_p, penalties, seed, min_tokens
+  std::vector<std::string> stop;      // stop strings (excluded from the output)
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  bool logprobs = false;              // chat: logprobs; completions: logprobs != null
+  int32_t top_logprobs = 0;           // chat: top_logprobs; completions: the logprobs integer
+  bool ignore_eos = false;
+};
+
+struct ChatRequest {
+  GenerationParams gen;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // validated; content strings or null
+  nlohmann::ordered_json tools;                                     // null or array
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
+  bool add_generation_prompt = true;
+};
+
+struct CompletionRequest {
+  GenerationParams gen;
+  bool prompt_is_ids = false;
+  std::string prompt_text;          // when !prompt_is_ids
+  std::vector<int32_t> prompt_ids;  // when prompt_is_ids
+  bool echo = false;
+};
+
+}  // namespace ft::server

@@ -1,0 +1,65 @@
+#include "server/context.h"
+
+#include <chrono>
+#include <random>
+
+#include "server/auth.h"
+#include "util/log.h"
+
+namespace ft::server {
+
+std::string ServerContext::new_id(const char* prefix) {
+  static const uint64_t salt = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(created);
+  const uint64_t n = ++counter;
+  uint64_t a = salt ^ (n * 0xbf58476d1ce4e5b9ull);
+  a ^= a >> 31;
+  return fmt::format("{}{:016x}{:08x}", prefix, a, static_cast<uint32_t>(n));
+}
+
+bool ServerContext::authorized(const httplib::Request& req) const {
+  return api_key_ok(options.api_key, req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+}
+
+void ServerContext::check_model(const std::string& requested) const {
+  if (requested.empty() || requested == model.name) return;
+  throw ApiException(ApiError{404,
+                              fmt::format("The model '{}' does not exist. This server serves '{}'.", requested, model.name),
+                              "invalid_request_error", "model", "model_not_found"});
+}
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+
+void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, bool auth,
+             const std::function<void()>& fn) {
+  try {
+    if (auth && !ctx.authorized(req)) {
+      ApiError e = api_error_for_status(401, req.path);
+      send_error(res, e);
+      return;
+    }
+    fn();
+  } catch (const ApiException& e) {
+    send_error(res, e.error);
+  } catch (const Error& e) {
+    send_error(res, api_error_from(e));
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: {}", req.method, req.path, e.what());
+    send_error(res, ApiError{500, std::string("internal error: ") + e.what(), "server_error", "", "internal_error"});
+  }
+}
+
+}  // namespace ft::server

@@ -1,0 +1,72 @@
+#pragma once
+// ServerContext: what every route handler shares (options, the served model, the engine service) and
+// the small helpers they all use: auth, JSON responses, error responses, ids.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/service.h"
+#include "server/errors.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/vocab.h"
+
+namespace ft::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 1919;               // 0: any free port (see HttpServer::bind)
+  std::string api_key;           // empty: no auth
+  double max_body_mb = 32.0;     // larger bodies get 413
+  int http_threads = 0;          // 0: max_running + max_waiting + 16, capped at 512
+  int keepalive_ms = 250;        // SSE comment sent when a stream was silent this long (disconnect probe)
+  std::optional<uint64_t> default_seed;  // sampling seed of requests that give none (--seed)
+};
+
+/** The model behind the API. Pointers must outlive the server. */
+struct ServedModel {
+  std::string name;              // --served-model-name (what `model` must equal)
+  std::string arch;
+  std::string path;              // checkpoint path, or "" for the demo model
+  int64_t n_params = 0;
+  int64_t n_ctx_train = 0;       // the model's own context length
+  bool demo = false;
+  const Vocab* vocab = nullptr;
+  const ChatTemplate* chat_template = nullptr;
+  nlohmann::json expert_cache;   // the MoE expert-cache block for /v1/stats (null until it exists)
+};
+
+struct ServerContext {
+  ServerOptions options;
+  ServedModel model;
+  EngineService* service = nullptr;
+  int64_t created = 0;  // unix seconds at start-up
+  std::atomic<uint64_t> counter{0};
+
+  /** "chatcmpl-" + 24 hex digits, unique per process. */
+  std::string new_id(const char* prefix);
+  /** True when the request carries the API key (or none is configured). */
+  bool authorized(const httplib::Request& req) const;
+  /** Throws ApiException 404 model_not_found unless `requested` is empty or the served name. */
+  void check_model(const std::string& requested) const;
+};
+
+/** Seconds since the Unix epoch. */
+int64_t unix_time();
+
+/** Writes `body` as application/json with `status`. */
+void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body);
+/** Writes the OpenAI error body for `e`. */
+void send_error(httplib::Response& res, const ApiError& e);
+
+/** Runs `fn` and turns whatever it throws into an error response (ApiException as is, ft::Error via
+ *  api_error_from, anything else 500). Checks the API key first when `auth` is true. */
+void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, bool auth,
+             const std::function<void()>& fn);
+
+}  // namespace ft::server

@@ -1,0 +1,143 @@
+#include "server/generation.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ft::server {
+
+using ojson = nlohmann::ordered_json;
+
+Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
+                            const char* what) {
+  const int64_t limit = ctx.service->context_limit();
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  if (prompt.empty()) bad_request(what, fmt::format("The {} produced no tokens", what));
+  if (gen.max_tokens ? p + *gen.max_tokens > limit : p >= limit) {
+    std::string msg = gen.max_tokens
+                          ? fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                        "tokens ({} in the {}, {} in the completion). Please reduce the length of the "
+                                        "{} or completion.",
+                                        limit, p + *gen.max_tokens, p, what, *gen.max_tokens, what)
+                          : fmt::format("This model's maximum context length is {} tokens. However, your {} resulted "
+                                        "in {} tokens. Please reduce the length of the {}.",
+                                        limit, what, p, what);
+    throw ApiException(ApiError{400, msg, "invalid_request_error", what, "context_length_exceeded"});
+  }
+  Submitted s;
+  s.prompt_tokens = static_cast<int32_t>(p);
+  s.stream = std::make_shared<RequestStream>(*ctx.model.vocab, gen.stop, gen.logprobs);
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = gen.max_tokens ? *gen.max_tokens : static_cast<int32_t>(limit - p);
+  r.sampling = gen.sampling;
+  if (!r.sampling.seed) r.sampling.seed = ctx.options.default_seed;
+  r.sampling.top_logprobs = gen.logprobs ? gen.top_logprobs : 0;
+  r.eog_ids = ctx.model.vocab->eog_ids();
+  r.ignore_eos = gen.ignore_eos;
+  r.sink = s.stream;
+  s.id = ctx.service->submit(std::move(r));
+  return s;
+}
+
+StreamUpdate collect(const Submitted& s) {
+  StreamUpdate all, u;
+  while (!all.finished) {
+    if (!s.stream->take(u, std::chrono::milliseconds(1000))) continue;
+    all.text += u.text;
+    all.logprobs.insert(all.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+    all.finished = u.finished;
+    all.finish = u.finish;
+  }
+  return all;
+}
+
+namespace {
+
+struct SseState {
+  Submitted sub;
+  std::shared_ptr<SseFormatter> fmt;
+  bool started = false;
+  bool finished = false;
+};
+
+}  // namespace
+
+void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::shared_ptr<SseFormatter> fmt) {
+  auto st = std::make_shared<SseState>();
+  st->sub = std::move(s);
+  st->fmt = std::move(fmt);
+  EngineService* svc = ctx.service;
+  const auto keepalive = std::chrono::milliseconds(std::max(10, ctx.options.keepalive_ms));
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, svc, keepalive](size_t, httplib::DataSink& sink) -> bool {
+        auto send = [&](const std::vector<std::string>& chunks) {
+          for (const std::string& c : chunks)
+            if (!sink.write(c.data(), c.size())) return false;
+          return true;
+        };
+        if (!st->started) {
+          st->started = true;
+          if (!send(st->fmt->begin())) {
+            svc->cancel(st->sub.id);
+            return false;
+          }
+        }
+        StreamUpdate u;
+        if (!st->sub.stream->take(u, keepalive)) {
+          static const std::string kPing = ": keep-alive\n\n";
+          if (!send({kPing})) {
+            svc->cancel(st->sub.id);
+            return false;
+          }
+          return true;
+        }
+        bool ok = true;
+        if (!u.text.empty() || !u.logprobs.empty()) ok = send(st->fmt->update(u));
+        if (ok && u.finished) {
+          st->finished = true;
+          std::vector<std::string> tail = st->fmt->finish(u.finish);
+          tail.emplace_back("data: [DONE]\n\n");
+          ok = send(tail);
+          if (ok) sink.done();
+        }
+        if (!ok) svc->cancel(st->sub.id);
+        return ok;
+      },
+      [st, svc](bool success) {
+        if (!success || !st->finished) svc->cancel(st->sub.id);
+      });
+}
+
+std::string sse_data(const ojson& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string sse_data(const nlohmann::json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+ojson usage_json(const FinishInfo& f) {
+  ojson u;
+  u["prompt_tokens"] = f.prompt_tokens;
+  u["completion_tokens"] = f.completion_tokens;
+  u["total_tokens"] = f.prompt_tokens + f.completion_tokens;
+  u["prompt_tokens_details"] = {{"cached_tokens", f.cached_tokens}};
+  return u;
+}
+
+const char* finish_reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+float json_logprob(float lp) { return std::isfinite(lp) ? lp : -9999.0f; }
+
+ApiError generation_error(const FinishInfo& f) {
+  return ApiError{500, "generation failed: " + f.error, "server_error", "", "internal_error"};
+}
+
+}  // namespace ft::server

@@ -1,0 +1,65 @@
+#pragma once
+// What the two generation endpoints share: the context-length check and submission to the engine, the
+// blocking wait of a non-streaming response, and the SSE pump of a streaming one (a disconnected
+// client cancels its request), plus the usage block and finish reasons.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/api_types.h"
+#include "server/context.h"
+#include "server/request_stream.h"
+
+namespace ft::server {
+
+struct Submitted {
+  uint64_t id = 0;
+  std::shared_ptr<RequestStream> stream;
+  int32_t prompt_tokens = 0;
+};
+
+/** Checks prompt + max_tokens against the context limit (400 context_length_exceeded naming the
+ *  numbers; `what` is "messages" or "prompt" for the wording and param), fills the default max_tokens
+ *  (the rest of the context), and submits. Throws ApiException / ft::Error (overload -> 503). */
+Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
+                            const char* what);
+
+/** Blocks until the request finishes; returns all of its text and log-probabilities and the finish. */
+StreamUpdate collect(const Submitted& s);
+
+/** Builds one endpoint's SSE chunks ("data: {...}\n\n" strings). */
+class SseFormatter {
+ public:
+  virtual ~SseFormatter() = default;
+  /** Chunks sent as soon as the stream opens (e.g. the assistant role). */
+  virtual std::vector<std::string> begin() = 0;
+  /** Chunks for new text / log-probabilities (called only when there is some). */
+  virtual std::vector<std::string> update(const StreamUpdate& u) = 0;
+  /** Final chunks (finish reason, usage, or an error event); "data: [DONE]" is added after them. */
+  virtual std::vector<std::string> finish(const FinishInfo& f) = 0;
+};
+
+/** Turns `res` into an SSE stream fed by the request's updates. When the client goes away (a write
+ *  fails; an SSE comment is written after keepalive_ms of silence to find out) the request is cancelled. */
+void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::shared_ptr<SseFormatter> fmt);
+
+/** "data: <json>\n\n". */
+std::string sse_data(const nlohmann::ordered_json& j);
+std::string sse_data(const nlohmann::json& j);
+
+/** {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}. */
+nlohmann::ordered_json usage_json(const FinishInfo& f);
+
+/** OpenAI finish_reason: "stop", "length"; "abort" for cancelled requests; "error". */
+const char* finish_reason_text(FinishReason r);
+
+/** Log-probabilities are finite in JSON: -inf becomes -9999. */
+float json_logprob(float lp);
+
+/** Error response of a request that failed after it was accepted (finish reason kError). */
+ApiError generation_error(const FinishInfo& f);
+
+}  // namespace ft::server

@@ -1,0 +1,69 @@
+#include "server/http_server.h"
+
+#include <algorithm>
+
+#include "server/routes.h"
+#include "util/log.h"
+
+namespace ft::server {
+
+HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineService& service)
+    : ctx_(std::make_unique<ServerContext>()) {
+  ctx_->options = options;
+  ctx_->model = std::move(model);
+  ctx_->service = &service;
+  ctx_->created = unix_time();
+  FT_CHECK(ctx_->model.vocab && ctx_->model.chat_template);
+
+  int threads = options.http_threads;
+  if (threads <= 0) threads = 64;
+  threads = std::clamp(threads, 4, 1024);
+  svr_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr_.set_payload_max_length(static_cast<size_t>(std::max(0.0, options.max_body_mb) * 1024.0 * 1024.0));
+  svr_.set_keep_alive_timeout(2);
+  svr_.set_read_timeout(30);
+  svr_.set_write_timeout(10);
+  svr_.set_tcp_nodelay(true);
+
+  ServerContext* ctx = ctx_.get();
+  svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.body.empty() && !res.content_provider_) send_error(res, api_error_for_status(res.status, req.path));
+  });
+  svr_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("{} {}: {}", req.method, req.path, what);
+    send_error(res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
+  });
+  add_chat_routes(svr_, *ctx);
+  add_completion_routes(svr_, *ctx);
+  add_model_routes(svr_, *ctx);
+  add_stats_routes(svr_, *ctx);
+  add_health_routes(svr_, *ctx);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const ServerOptions& o = ctx_->options;
+  int port = o.port;
+  if (port == 0) {
+    port = svr_.bind_to_any_port(o.host);
+    if (port < 0) fail(ErrorCode::kIo, "cannot bind {} on any port", o.host);
+  } else if (!svr_.bind_to_port(o.host, port)) {
+    fail(ErrorCode::kIo, "cannot bind {}:{} (in use, or not an address of this machine?)", o.host, port);
+  }
+  ctx_->options.port = port;
+  return port;
+}
+
+void HttpServer::serve() { svr_.listen_after_bind(); }
+
+void HttpServer::stop() { svr_.stop(); }
+
+}  // namespace ft::server

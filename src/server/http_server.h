@@ -1,0 +1,35 @@
+#pragma once
+// HttpServer: cpp-httplib server with every route registered, JSON error bodies for bare HTTP errors
+// (unknown route, 413 body too large), a body size limit and a thread pool sized for the queue.
+#include <memory>
+
+#include <httplib.h>
+
+#include "server/context.h"
+
+namespace ft::server {
+
+class HttpServer {
+ public:
+  /** `service` and the model's vocab/template must outlive the server. */
+  HttpServer(const ServerOptions& options, ServedModel model, EngineService& service);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  /** Binds options.host:options.port (port 0: a free port). Returns the bound port. Throws
+   *  ft::Error(kIo) naming the address when it cannot bind. */
+  int bind();
+  /** Serves until stop(); blocks the calling thread. Returns once in-flight handlers have finished. */
+  void serve();
+  /** Stops accepting connections (thread-safe, idempotent); serve() then returns. */
+  void stop();
+
+  ServerContext& context() { return *ctx_; }
+
+ private:
+  std::unique_ptr<ServerContext> ctx_;
+  httplib::Server svr_;
+};
+
+}  // namespace ft::server

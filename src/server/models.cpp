@@ -1,0 +1,41 @@
+// GET /v1/models and /v1/models/{id}: the one served model (trailing slashes accepted; an id may hold '/').
+#include "server/routes.h"
+
+namespace ft::server {
+
+namespace {
+
+nlohmann::ordered_json model_card(const ServerContext& ctx) {
+  nlohmann::ordered_json m;
+  m["id"] = ctx.model.name;
+  m["object"] = "model";
+  m["created"] = ctx.created;
+  m["owned_by"] = "freetoken";
+  m["max_model_len"] = ctx.service->context_limit();
+  return m;
+}
+
+}  // namespace
+
+void add_model_routes(httplib::Server& svr, ServerContext& ctx) {
+  svr.Get(R"(/v1/models/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(ctx, req, res, true, [&] {
+      nlohmann::ordered_json body;
+      body["object"] = "list";
+      body["data"] = nlohmann::ordered_json::array({model_card(ctx)});
+      send_json(res, 200, body);
+    });
+  });
+  svr.Get(R"(/v1/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(ctx, req, res, true, [&] {
+      std::string id = req.matches[1];
+      if (!id.empty() && id.back() == '/') id.pop_back();
+      if (id != ctx.model.name)
+        throw ApiException(ApiError{404, fmt::format("The model '{}' does not exist. This server serves '{}'.", id, ctx.model.name),
+                                    "invalid_request_error", "model", "model_not_found"});
+      send_json(res, 200, model_card(ctx));
+    });
+  });
+}
+
+}  // namespace ft::server

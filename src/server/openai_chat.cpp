@@ -1,0 +1,131 @@
+// POST /v1/chat/completions: OpenAI's chat completion API, non-streaming and SSE streaming.
+#include "server/generation.h"
+#include "server/request_parse.h"
+#include "server/routes.h"
+
+namespace ft::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+ojson bytes_of(const std::string& s) {
+  ojson b = ojson::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+/** {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]} */
+ojson chat_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& lps) {
+  ojson content = ojson::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string& piece = vocab.piece(t.id);
+    ojson top = ojson::array();
+    for (const auto& [id, lp] : t.top) {
+      const std::string& p = vocab.piece(id);
+      top.push_back({{"token", p}, {"logprob", json_logprob(lp)}, {"bytes", bytes_of(p)}});
+    }
+    content.push_back({{"token", piece}, {"logprob", json_logprob(t.logprob)}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+class ChatSse : public SseFormatter {
+ public:
+  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen)
+      : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs) {}
+
+  std::vector<std::string> begin() override {
+    return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
+  }
+  std::vector<std::string> update(const StreamUpdate& u) override {
+    ojson delta = ojson::object();
+    if (!u.text.empty()) delta["content"] = u.text;
+    ojson lp = logprobs_ && !u.logprobs.empty() ? chat_logprobs(*ctx_.model.vocab, u.logprobs) : ojson(nullptr);
+    return {sse_data(chunk(delta, lp, nullptr))};
+  }
+  std::vector<std::string> finish(const FinishInfo& f) override {
+    if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
+    std::vector<std::string> out{sse_data(chunk(ojson::object(), nullptr, finish_reason_text(f.reason)))};
+    if (include_usage_) {
+      ojson u = base();
+      u["choices"] = ojson::array();
+      u["usage"] = usage_json(f);
+      out.push_back(sse_data(u));
+    }
+    return out;
+  }
+
+ private:
+  ojson base() const {
+    ojson c;
+    c["id"] = id_;
+    c["object"] = "chat.completion.chunk";
+    c["created"] = created_;
+    c["model"] = ctx_.model.name;
+    c["system_fingerprint"] = nullptr;
+    return c;
+  }
+  ojson chunk(ojson delta, ojson logprobs, const char* finish_reason) const {
+    ojson c = base();
+    ojson choice;
+    choice["index"] = 0;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = finish_reason ? ojson(finish_reason) : ojson(nullptr);
+    c["choices"] = ojson::array({choice});
+    if (include_usage_) c["usage"] = nullptr;
+    return c;
+  }
+
+  ServerContext& ctx_;
+  std::string id_;
+  int64_t created_;
+  bool include_usage_, logprobs_;
+};
+
+void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  ChatRequest r = parse_chat_request(parse_json_body(req.body));
+  ctx.check_model(r.gen.model);
+  std::string text;
+  try {
+    text = ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
+  } catch (const Error& e) {
+    throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
+                                "invalid_request_error", "messages", ""});
+  }
+  std::vector<int32_t> ids = ctx.model.vocab->encode(text, EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
+  Submitted s = submit_generation(ctx, std::move(ids), r.gen, "messages");
+  const std::string id = ctx.new_id("chatcmpl-");
+  const int64_t created = unix_time();
+  if (r.gen.stream) {
+    start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen));
+    return;
+  }
+  StreamUpdate all = collect(s);
+  if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
+  ojson choice;
+  choice["index"] = 0;
+  choice["message"] = {{"role", "assistant"}, {"content", all.text}};
+  choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, all.logprobs) : ojson(nullptr);
+  choice["finish_reason"] = finish_reason_text(all.finish.reason);
+  ojson body;
+  body["id"] = id;
+  body["object"] = "chat.completion";
+  body["created"] = created;
+  body["model"] = ctx.model.name;
+  body["system_fingerprint"] = nullptr;
+  body["choices"] = ojson::array({choice});
+  body["usage"] = usage_json(all.finish);
+  send_json(res, 200, body);
+}
+
+}  // namespace
+
+void add_chat_routes(httplib::Server& svr, ServerContext& ctx) {
+  svr.Post(R"(/v1/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(ctx, req, res, true, [&] { chat_completions(ctx, req, res); });
+  });
+}
+
+}  // namespace ft::server

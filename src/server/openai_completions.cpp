@@ -1,0 +1,139 @@
+// POST /v1/completions: OpenAI's (legacy) text completion API, non-streaming and SSE streaming.
+#include "server/generation.h"
+#include "server/request_parse.h"
+#include "server/routes.h"
+
+namespace ft::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+/** {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}; offsets start at `offset`. */
+ojson completion_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& lps, size_t& offset) {
+  ojson tokens = ojson::array(), lp = ojson::array(), top = ojson::array(), off = ojson::array();
+  for (const TokenLogprob& t : lps) {
+    const std::string& piece = vocab.piece(t.id);
+    tokens.push_back(piece);
+    lp.push_back(json_logprob(t.logprob));
+    ojson alt = ojson::object();
+    for (const auto& [id, l] : t.top) alt[vocab.piece(id)] = json_logprob(l);
+    top.push_back(alt);
+    off.push_back(offset);
+    offset += piece.size();
+  }
+  ojson j;
+  j["tokens"] = tokens;
+  j["token_logprobs"] = lp;
+  j["top_logprobs"] = top;
+  j["text_offset"] = off;
+  return j;
+}
+
+ojson choice_json(std::string text, ojson logprobs, const char* finish_reason) {
+  ojson c;
+  c["index"] = 0;
+  c["text"] = std::move(text);
+  c["logprobs"] = std::move(logprobs);
+  c["finish_reason"] = finish_reason ? ojson(finish_reason) : ojson(nullptr);
+  return c;
+}
+
+class CompletionSse : public SseFormatter {
+ public:
+  CompletionSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, std::string echo)
+      : ctx_(ctx), id_(std::move(id)), created_(created), gen_(gen), echo_(std::move(echo)), offset_(echo_.size()) {}
+
+  std::vector<std::string> begin() override {
+    if (echo_.empty()) return {};
+    return {sse_data(chunk(choice_json(echo_, nullptr, nullptr)))};
+  }
+  std::vector<std::string> update(const StreamUpdate& u) override {
+    ojson lp = gen_.logprobs ? completion_logprobs(*ctx_.model.vocab, u.logprobs, offset_) : ojson(nullptr);
+    return {sse_data(chunk(choice_json(u.text, lp, nullptr)))};
+  }
+  std::vector<std::string> finish(const FinishInfo& f) override {
+    if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
+    std::vector<std::string> out{sse_data(chunk(choice_json("", nullptr, finish_reason_text(f.reason))))};
+    if (gen_.include_usage) {
+      ojson u = base();
+      u["choices"] = ojson::array();
+      u["usage"] = usage_json(f);
+      out.push_back(sse_data(u));
+    }
+    return out;
+  }
+
+ private:
+  ojson base() const {
+    ojson c;
+    c["id"] = id_;
+    c["object"] = "text_completion";
+    c["created"] = created_;
+    c["model"] = ctx_.model.name;
+    c["system_fingerprint"] = nullptr;
+    return c;
+  }
+  ojson chunk(ojson choice) const {
+    ojson c = base();
+    c["choices"] = ojson::array({std::move(choice)});
+    if (gen_.include_usage) c["usage"] = nullptr;
+    return c;
+  }
+
+  ServerContext& ctx_;
+  std::string id_;
+  int64_t created_;
+  GenerationParams gen_;
+  std::string echo_;
+  size_t offset_;
+};
+
+void completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  CompletionRequest r = parse_completion_request(parse_json_body(req.body));
+  ctx.check_model(r.gen.model);
+  const Vocab& vocab = *ctx.model.vocab;
+  std::vector<int32_t> ids;
+  std::string echo;
+  if (r.prompt_is_ids) {
+    for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+      if (r.prompt_ids[i] >= vocab.n_tokens())
+        bad_request("prompt", fmt::format("prompt[{}] = {} is outside the vocabulary (0..{})", i, r.prompt_ids[i],
+                                          vocab.n_tokens() - 1));
+    ids = r.prompt_ids;
+    if (r.echo) echo = vocab.decode(ids, /*skip_special=*/false);
+  } else {
+    ids = vocab.encode(r.prompt_text, EncodeOptions{/*add_special=*/true, /*parse_special=*/true});
+    if (r.echo) echo = r.prompt_text;
+  }
+  Submitted s = submit_generation(ctx, std::move(ids), r.gen, "prompt");
+  const std::string id = ctx.new_id("cmpl-");
+  const int64_t created = unix_time();
+  if (r.gen.stream) {
+    start_sse(ctx, res, std::move(s), std::make_shared<CompletionSse>(ctx, id, created, r.gen, echo));
+    return;
+  }
+  StreamUpdate all = collect(s);
+  if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
+  size_t offset = echo.size();
+  ojson lp = r.gen.logprobs ? completion_logprobs(vocab, all.logprobs, offset) : ojson(nullptr);
+  ojson body;
+  body["id"] = id;
+  body["object"] = "text_completion";
+  body["created"] = created;
+  body["model"] = ctx.model.name;
+  body["system_fingerprint"] = nullptr;
+  body["choices"] = ojson::array({choice_json(echo + all.text, lp, finish_reason_text(all.finish.reason))});
+  body["usage"] = usage_json(all.finish);
+  send_json(res, 200, body);
+}
+
+}  // namespace
+
+void add_completion_routes(httplib::Server& svr, ServerContext& ctx) {
+  svr.Post(R"(/v1/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(ctx, req, res, true, [&] { completions(ctx, req, res); });
+  });
+}
+
+}  // namespace ft::server

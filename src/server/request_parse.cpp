@@ -1,0 +1,268 @@
+#include "server/request_parse.h"
+
+#include <cmath>
+#include <limits>
+
+#include "server/errors.h"
+
+namespace ft::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+struct DepthExceeded {};
+
+const char* type_name(const ojson& v) {
+  switch (v.type()) {
+    case ojson::value_t::null: return "null";
+    case ojson::value_t::boolean: return "a boolean";
+    case ojson::value_t::string: return "a string";
+    case ojson::value_t::array: return "an array";
+    case ojson::value_t::object: return "an object";
+    case ojson::value_t::number_float: return "a number";
+    default: return "an integer";
+  }
+}
+
+/** The field if present and not null. */
+const ojson* field(const ojson& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool get_bool(const ojson& obj, const char* key, bool def) {
+  const ojson* v = field(obj, key);
+  if (!v) return def;
+  if (!v->is_boolean()) bad_request(key, fmt::format("'{}' must be a boolean, got {}", key, type_name(*v)));
+  return v->get<bool>();
+}
+
+double get_number(const ojson& obj, const char* key, double def, double lo, double hi) {
+  const ojson* v = field(obj, key);
+  if (!v) return def;
+  if (!v->is_number()) bad_request(key, fmt::format("'{}' must be a number, got {}", key, type_name(*v)));
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) bad_request(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x));
+  return x;
+}
+
+std::optional<int64_t> get_int(const ojson& obj, const char* key, int64_t lo, int64_t hi) {
+  const ojson* v = field(obj, key);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  if (v->is_number_integer()) {
+    x = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX)) : v->get<int64_t>();
+  } else if (v->is_number_float() && std::isfinite(v->get<double>()) && v->get<double>() == std::floor(v->get<double>()) &&
+             std::fabs(v->get<double>()) < 9e15) {
+    x = static_cast<int64_t>(v->get<double>());
+  } else {
+    bad_request(key, fmt::format("'{}' must be an integer, got {}", key, type_name(*v)));
+  }
+  if (x < lo || x > hi) bad_request(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x));
+  return x;
+}
+
+std::string get_string(const ojson& obj, const char* key) {
+  const ojson* v = field(obj, key);
+  if (!v) return {};
+  if (!v->is_string()) bad_request(key, fmt::format("'{}' must be a string, got {}", key, type_name(*v)));
+  return v->get<std::string>();
+}
+
+void parse_stop(const ojson& body, GenerationParams& g) {
+  const ojson* v = field(body, "stop");
+  if (!v) return;
+  if (v->is_string()) {
+    if (!v->get_ref<const std::string&>().empty()) g.stop.push_back(v->get<std::string>());
+    return;
+  }
+  if (!v->is_array()) bad_request("stop", fmt::format("'stop' must be a string or a list of strings, got {}", type_name(*v)));
+  if (v->size() > 16) bad_request("stop", fmt::format("'stop' holds {} strings; at most 16 are allowed", v->size()));
+  for (size_t i = 0; i < v->size(); ++i) {
+    const ojson& s = (*v)[i];
+    if (!s.is_string()) bad_request("stop", fmt::format("stop[{}] must be a string, got {}", i, type_name(s)));
+    if (!s.get_ref<const std::string&>().empty()) g.stop.push_back(s.get<std::string>());
+  }
+}
+
+/** Fields common to both endpoints except logprobs (their shapes differ). */
+GenerationParams parse_common(const ojson& body) {
+  GenerationParams g;
+  g.model = get_string(body, "model");
+  g.stream = get_bool(body, "stream", false);
+  if (const ojson* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad_request("stream_options", fmt::format("'stream_options' must be an object, got {}", type_name(*so)));
+    g.include_usage = get_bool(*so, "include_usage", false);
+  }
+  const int64_t kMaxTok = std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> mt = get_int(body, "max_tokens", 1, kMaxTok);
+  if (auto mct = get_int(body, "max_completion_tokens", 1, kMaxTok)) mt = mct;
+  if (mt) g.max_tokens = static_cast<int32_t>(*mt);
+  SamplingParams& s = g.sampling;
+  s.temperature = static_cast<float>(get_number(body, "temperature", 1.0, 0.0, 2.0));
+  s.top_p = static_cast<float>(get_number(body, "top_p", 1.0, 0.0, 1.0));
+  if (s.top_p <= 0.0f) bad_request("top_p", "'top_p' must be in (0, 1], got 0");
+  s.top_k = static_cast<int>(get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0));
+  s.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 0.0, 1.0));
+  s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
+  s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  s.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1.0, 1e-6, 100.0));
+  if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    s.seed = static_cast<uint64_t>(*seed);
+  s.min_tokens = static_cast<int>(get_int(body, "min_tokens", 0, kMaxTok).value_or(0));
+  if (g.max_tokens && s.min_tokens > *g.max_tokens)
+    bad_request("min_tokens", fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})", s.min_tokens, *g.max_tokens));
+  g.ignore_eos = get_bool(body, "ignore_eos", false);
+  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
+    bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));
+  if (auto b = get_int(body, "best_of", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); b && *b != 1)
+    bad_request("best_of", fmt::format("'best_of' must be 1, got {}", *b));
+  parse_stop(body, g);
+  return g;
+}
+
+/** Message content -> a string (text parts joined by "\n") or null. */
+ojson normalize_content(const ojson& content, size_t index, const std::string& role) {
+  const std::string where = fmt::format("messages[{}].content", index);
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array())
+    bad_request(where, fmt::format("'{}' must be a string or a list of content parts, got {}", where, type_name(content)));
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const ojson& part = content[j];
+    const std::string pw = fmt::format("{}[{}]", where, j);
+    if (!part.is_object()) bad_request(pw, fmt::format("'{}' must be an object, got {}", pw, type_name(part)));
+    const std::string type = get_string(part, "type");
+    if (type == "text" || type == "input_text") {
+      const ojson* t = field(part, "text");
+      if (!t || !t->is_string()) bad_request(pw + ".text", fmt::format("'{}.text' must be a string", pw));
+      if (j > 0) text += "\n";
+      text += t->get<std::string>();
+    } else if (type == "image_url" || type == "image" || type == "input_image" || type == "input_audio" ||
+               type == "audio" || type == "video" || type == "video_url" || type == "file") {
+      bad_request(pw, fmt::format("'{}' is a {} part, but this model is text-only: send text content only", pw, type));
+    } else {
+      bad_request(pw + ".type", fmt::format("'{}.type' must be \"text\", got \"{}\"", pw, type));
+    }
+  }
+  (void)role;
+  return text;
+}
+
+ojson parse_messages(const ojson& body) {
+  const ojson* msgs = field(body, "messages");
+  if (!msgs) bad_request("messages", "'messages' is required");
+  if (!msgs->is_array()) bad_request("messages", fmt::format("'messages' must be a list, got {}", type_name(*msgs)));
+  if (msgs->empty()) bad_request("messages", "'messages' must hold at least one message");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const ojson& m = (*msgs)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad_request(where, fmt::format("'{}' must be an object, got {}", where, type_name(m)));
+    const ojson* role = field(m, "role");
+    if (!role || !role->is_string()) bad_request(where + ".role", fmt::format("'{}.role' must be a string", where));
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool")
+      bad_request(where + ".role",
+                  fmt::format("'{}.role' must be one of system, developer, user, assistant, tool; got \"{}\"", where, r));
+    ojson msg = m;
+    auto it = m.find("content");
+    if (it == m.end() || it->is_null()) {
+      if (r != "assistant") bad_request(where + ".content", fmt::format("'{}.content' is required for role {}", where, r));
+      msg["content"] = nullptr;
+    } else {
+      msg["content"] = normalize_content(*it, i, r);
+    }
+    if (const ojson* tc = field(m, "tool_calls"); tc && !tc->is_array())
+      bad_request(where + ".tool_calls", fmt::format("'{}.tool_calls' must be a list", where));
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+ojson parse_json_body(std::string_view body) {
+  ojson j;
+  try {
+    j = ojson::parse(body.begin(), body.end(), [](int depth, ojson::parse_event_t, ojson&) {
+      if (depth > kMaxJsonDepth) throw DepthExceeded{};
+      return true;
+    });
+  } catch (const DepthExceeded&) {
+    bad_request("", fmt::format("The request body nests deeper than {} levels", kMaxJsonDepth));
+  } catch (const ojson::exception& e) {
+    bad_request("", fmt::format("The request body is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) bad_request("", fmt::format("The request body must be a JSON object, got {}", type_name(j)));
+  return j;
+}
+
+ChatRequest parse_chat_request(const ojson& body) {
+  ChatRequest r;
+  r.messages = parse_messages(body);
+  r.gen = parse_common(body);
+  r.gen.logprobs = get_bool(body, "logprobs", false);
+  r.gen.top_logprobs = static_cast<int32_t>(get_int(body, "top_logprobs", 0, 20).value_or(0));
+  if (r.gen.top_logprobs > 0 && !r.gen.logprobs)
+    bad_request("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+  if (const ojson* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object())
+      bad_request("chat_template_kwargs", fmt::format("'chat_template_kwargs' must be an object, got {}", type_name(*k)));
+    r.template_kwargs = *k;
+  }
+  if (const ojson* t = field(body, "tools")) {
+    if (!t->is_array()) bad_request("tools", fmt::format("'tools' must be a list, got {}", type_name(*t)));
+    if (!t->empty()) r.tools = *t;
+  }
+  r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+  return r;
+}
+
+CompletionRequest parse_completion_request(const ojson& body) {
+  CompletionRequest r;
+  const ojson* p = field(body, "prompt");
+  if (!p) bad_request("prompt", "'prompt' is required");
+  auto ids_from = [&](const ojson& arr) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const ojson& t = arr[i];
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        bad_request("prompt", fmt::format("prompt[{}] must be a non-negative token id, got {}", i, dump_json(t)));
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return ids;
+  };
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
+    if (p->size() != 1 || !(*p)[0].is_string())
+      bad_request("prompt", "'prompt' as a list must hold exactly one string (batched prompts are not supported)");
+    r.prompt_text = (*p)[0].get<std::string>();
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_array()) {
+    if (p->size() != 1) bad_request("prompt", "'prompt' as a list of token lists must hold exactly one list");
+    r.prompt_is_ids = true;
+    r.prompt_ids = ids_from((*p)[0]);
+  } else if (p->is_array()) {
+    r.prompt_is_ids = true;
+    r.prompt_ids = ids_from(*p);
+  } else {
+    bad_request("prompt", fmt::format("'prompt' must be a string or a list of token ids, got {}", type_name(*p)));
+  }
+  if (r.prompt_is_ids && r.prompt_ids.empty()) bad_request("prompt", "'prompt' must hold at least one token");
+  r.gen = parse_common(body);
+  r.echo = get_bool(body, "echo", false);
+  if (auto lp = get_int(body, "logprobs", 0, 20)) {
+    r.gen.logprobs = true;
+    r.gen.top_logprobs = static_cast<int32_t>(*lp);
+  }
+  if (r.echo && r.gen.logprobs)
+    bad_request("echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
+  if (const ojson* s = field(body, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
+    bad_request("suffix", "'suffix' is not supported");
+  return r;
+}
+
+}  // namespace ft::server

@@ -1,0 +1,29 @@
+#pragma once
+// Request bodies -> native structs, with OpenAI-style validation. Every refusal is an ApiException
+// (400 invalid_request_error) whose `param` names the field ("messages[2].content", "top_p") and whose
+// message says what was expected. Nothing here throws anything else, whatever the body holds.
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_types.h"
+
+namespace ft::server {
+
+/** Most nesting levels a request body may have (deeper bodies are refused before anything recurses). */
+inline constexpr int kMaxJsonDepth = 64;
+
+/** Parses a JSON object body. Throws ApiException 400 for malformed JSON, nesting deeper than
+ *  kMaxJsonDepth or a top level that is not an object. */
+nlohmann::ordered_json parse_json_body(std::string_view body);
+
+/** Validates a /v1/chat/completions body: messages (system, developer, user, assistant, tool; content a
+ *  string, null or text parts; image/audio parts refused as the model is text-only), sampling fields,
+ *  stop, n (only 1), logprobs/top_logprobs, stream/stream_options, chat_template_kwargs, tools. */
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
+
+/** Validates a /v1/completions body: prompt (a string, one-element list of strings, token ids, or a
+ *  one-element list of token id lists), echo, logprobs (integer 0..20), sampling fields, stop, n. */
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
+
+}  // namespace ft::server

@@ -1,0 +1,52 @@
+#include "server/request_stream.h"
+
+namespace ft::server {
+
+RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs)
+    : detok_(vocab, /*skip_special=*/true), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
+
+bool RequestStream::on_token(const SampledToken& token, bool eog) {
+  std::string text;
+  bool stopped = false;
+  if (!eog) {
+    StopMatcher::Result r = stops_.feed(detok_.feed(token.id));
+    text = std::move(r.text);
+    stopped = r.stopped;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.text += text;
+    if (want_logprobs_ && !eog) pending_.logprobs.push_back({token.id, token.logprob, token.top});
+    news_ = true;
+  }
+  cv_.notify_all();
+  return !stopped;
+}
+
+void RequestStream::on_finish(const FinishInfo& info) {
+  std::string tail;
+  if (!stops_.stopped()) {
+    StopMatcher::Result r = stops_.feed(detok_.flush());
+    tail = r.stopped ? std::move(r.text) : r.text + stops_.flush();
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_.text += tail;
+    pending_.finished = true;
+    pending_.finish = info;
+    news_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool RequestStream::take(StreamUpdate& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return news_; });
+  const bool had = news_;
+  out = std::move(pending_);
+  pending_ = StreamUpdate{};
+  news_ = false;
+  return had;
+}
+
+}  // namespace ft::server

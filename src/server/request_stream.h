@@ -1,0 +1,56 @@
+#pragma once
+// RequestStream: one request's TokenSink and the queue between the engine thread and the HTTP thread
+// that serves it. On the engine thread it turns tokens into text (incremental detokenizer), holds back
+// text that may become a stop string (StopMatcher) and asks the engine to stop when one matched; the
+// HTTP thread waits for what accumulated (text, log-probabilities, the finish) and sends it.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/service.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/stop_matcher.h"
+#include "tokenizer/vocab.h"
+
+namespace ft::server {
+
+/** One sampled token's log-probability and its top alternatives (ids; text via the vocabulary). */
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+/** What accumulated since the last take(). */
+struct StreamUpdate {
+  std::string text;                   // new output text (stop strings never included)
+  std::vector<TokenLogprob> logprobs; // tokens since the last update (only when asked for)
+  bool finished = false;
+  FinishInfo finish;                  // valid when finished
+};
+
+class RequestStream : public TokenSink {
+ public:
+  /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability. */
+  RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs);
+
+  bool on_token(const SampledToken& token, bool eog) override;
+  void on_finish(const FinishInfo& info) override;
+
+  /** Waits up to `timeout` for news, then moves everything accumulated into `out` (replacing it).
+   *  Returns true when there was news (text, log-probabilities or the finish). */
+  bool take(StreamUpdate& out, std::chrono::milliseconds timeout);
+
+ private:
+  Detokenizer detok_;
+  StopMatcher stops_;
+  bool want_logprobs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  StreamUpdate pending_;
+  bool news_ = false;
+};
+
+}  // namespace ft::server

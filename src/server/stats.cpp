@@ -1,0 +1,111 @@
+// GET /v1/stats (JSON) and GET /metrics (Prometheus text exposition format 0.0.4, names prefixed
+// freetoken_): the same figures from EngineService::stats().
+#include <sstream>
+
+#include "server/routes.h"
+
+namespace ft::server {
+
+namespace {
+
+nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s) {
+  using oj = nlohmann::ordered_json;
+  oj j;
+  j["model"] = ctx.model.name;
+  j["demo"] = ctx.model.demo;
+  j["context_limit"] = s.context_limit;
+  j["model_context_length"] = ctx.model.n_ctx_train;
+  oj kv;
+  kv["page_size"] = s.page_size;
+  kv["pages_total"] = s.kv_pages_total;
+  kv["pages_used"] = s.kv_pages_used;
+  kv["pages_cached"] = s.kv_pages_cached;
+  kv["pages_free"] = s.kv_pages_free;
+  kv["tokens_total"] = static_cast<int64_t>(s.kv_pages_total) * s.page_size;
+  j["kv"] = kv;
+  oj req;
+  req["running"] = s.running;
+  req["waiting"] = s.waiting;
+  req["total"] = s.requests_total;
+  req["finished"] = s.requests_finished;
+  req["cancelled"] = s.requests_cancelled;
+  req["rejected"] = s.requests_rejected;
+  j["requests"] = req;
+  oj tp;
+  tp["window_s"] = s.window_s;
+  tp["prompt_tokens_per_s"] = s.prompt_tokens_per_s;
+  tp["generation_tokens_per_s"] = s.generation_tokens_per_s;
+  j["throughput"] = tp;
+  j["mean_ttft_s"] = s.mean_ttft_s;
+  oj tot;
+  tot["prompt_tokens"] = s.prompt_tokens_total;
+  tot["prompt_tokens_computed"] = s.prompt_tokens_computed_total;
+  tot["cached_prompt_tokens"] = s.cached_tokens_total;
+  tot["generation_tokens"] = s.generation_tokens_total;
+  tot["steps"] = s.steps_total;
+  j["totals"] = tot;
+  j["uptime_s"] = s.uptime_s;
+  j["expert_cache"] = ctx.model.expert_cache.is_null() ? oj(nullptr) : oj::parse(ctx.model.expert_cache.dump());
+  return j;
+}
+
+std::string escape_label(const std::string& v) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\' || c == '"') o += '\\';
+    if (c == '\n') {
+      o += "\\n";
+      continue;
+    }
+    o += c;
+  }
+  return o;
+}
+
+std::string metrics_text(const ServerContext& ctx, const EngineStats& s) {
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << ' ' << type << "\nfreetoken_"
+      << name << ' ' << fmt::format("{}", value) << '\n';
+  };
+  o << "# HELP freetoken_info The served model.\n# TYPE freetoken_info gauge\nfreetoken_info{model=\""
+    << escape_label(ctx.model.name) << "\"} 1\n";
+  metric("context_limit_tokens", "gauge", "Effective context limit: min(model limit, KV capacity).", static_cast<double>(s.context_limit));
+  metric("kv_pages_total", "gauge", "KV cache pages in the pool.", s.kv_pages_total);
+  metric("kv_pages_used", "gauge", "KV cache pages held by requests.", s.kv_pages_used);
+  metric("kv_pages_cached", "gauge", "KV cache pages held by the prefix cache.", s.kv_pages_cached);
+  metric("kv_pages_free", "gauge", "KV cache pages free.", s.kv_pages_free);
+  metric("kv_page_size_tokens", "gauge", "Tokens per KV page.", s.page_size);
+  metric("requests_running", "gauge", "Requests holding KV and generating.", s.running);
+  metric("requests_waiting", "gauge", "Requests queued for a running slot.", s.waiting);
+  metric("prompt_tokens_per_second", "gauge", "Prompt tokens computed per second over the stats window.", s.prompt_tokens_per_s);
+  metric("generation_tokens_per_second", "gauge", "Tokens generated per second over the stats window.", s.generation_tokens_per_s);
+  metric("time_to_first_token_seconds_mean", "gauge", "Mean time from submission to the first token.", s.mean_ttft_s);
+  metric("requests_total", "counter", "Requests accepted.", static_cast<double>(s.requests_total));
+  metric("requests_finished_total", "counter", "Requests finished for any reason.", static_cast<double>(s.requests_finished));
+  metric("requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", static_cast<double>(s.requests_cancelled));
+  metric("requests_rejected_total", "counter", "Requests refused (context length, overload, bad input).", static_cast<double>(s.requests_rejected));
+  metric("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", static_cast<double>(s.prompt_tokens_total));
+  metric("prompt_tokens_computed_total", "counter", "Prompt tokens prefilled (prefix-cache hits excluded).", static_cast<double>(s.prompt_tokens_computed_total));
+  metric("cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.", static_cast<double>(s.cached_tokens_total));
+  metric("generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generation_tokens_total));
+  metric("steps_total", "counter", "Engine steps run.", static_cast<double>(s.steps_total));
+  metric("uptime_seconds", "gauge", "Seconds since the engine started.", s.uptime_s);
+  return o.str();
+}
+
+}  // namespace
+
+void add_stats_routes(httplib::Server& svr, ServerContext& ctx) {
+  svr.Get(R"(/v1/stats/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(ctx, req, res, true, [&] { send_json(res, 200, stats_json(ctx, ctx.service->stats())); });
+  });
+  svr.Get(R"(/metrics/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(ctx, req, res, true, [&] {
+      res.status = 200;
+      res.set_content(metrics_text(ctx, ctx.service->stats()), "text/plain; version=0.0.4; charset=utf-8");
+    });
+  });
+}
+
+}  // namespace ft::server
