@@ -1,7 +1,8 @@
 // `ft run --model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
 //  [--threads N] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N]`: one generation on the
-// CPU. Prints the generated token ids on stdout (text once the checkpoint's tokenizer is wired in),
-// then prefill and decode speed on stderr. --logits-out writes float32 logits of every prompt
+// CPU. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
+// tokenizer.json), else (or with --print-ids) the generated ids, space-separated; then prefill and
+// decode speed on stderr. --logits-out writes float32 logits of every prompt
 // position, row-major [prompt_tokens, vocab].
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,9 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/vocab.h"
+#include "util/log.h"
 #include "util/error.h"
 
 namespace ft::cli {
@@ -31,6 +35,7 @@ struct RunArgs {
   float frequency_penalty = 0.0f;
   int64_t seed = -1;
   bool ignore_eos = false;
+  bool print_ids = false;
   int threads = 0;
   std::string logits_out;
   int32_t page_size = 64;
@@ -63,12 +68,22 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 int run(const RunArgs& a) {
   if (a.prompt.empty() == a.prompt_ids.empty())
     fail(ErrorCode::kInvalidArgument, "give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
-  if (!a.prompt.empty())
-    fail(ErrorCode::kUnsupported, "--prompt needs the tokenizer, which is not wired into `ft run` yet; use --prompt-ids");
   if (a.max_tokens < 0) fail(ErrorCode::kInvalidArgument, "--max-tokens {} must be >= 0", a.max_tokens);
   if (a.max_prefill_tokens < 1)
     fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", a.max_prefill_tokens);
-  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  // The tokenizer comes from the checkpoint itself; opened once here to encode the prompt.
+  std::unique_ptr<Vocab> vocab;
+  {
+    auto ckpt = open_checkpoint(a.model);
+    try {
+      vocab = std::make_unique<Vocab>(Vocab::from_checkpoint(*ckpt));
+    } catch (const Error& e) {
+      if (!a.prompt.empty()) throw e.with_context("--prompt needs the checkpoint's tokenizer");
+      spdlog::info("no usable tokenizer ({}); printing token ids", e.what());
+    }
+  }
+  const std::vector<int32_t> prompt = a.prompt.empty() ? parse_ids(a.prompt_ids) : vocab->encode(a.prompt);
+  if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "--prompt: the text encodes to no tokens");
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
 
   EngineOptions eo;
@@ -94,6 +109,15 @@ int run(const RunArgs& a) {
   req.sampling.validate();
   req.stop_at_eos = !a.ignore_eos;
   req.prompt_logits = !a.logits_out.empty();
+  const bool text = vocab && !a.print_ids;
+  std::unique_ptr<Detokenizer> detok = text ? std::make_unique<Detokenizer>(*vocab) : nullptr;
+  bool first = true;
+  req.on_token = [&](int32_t id) {
+    const std::string piece = text ? detok->feed(id) : (first ? "" : " ") + std::to_string(id);
+    first = false;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  };
   GenerateOptions go;
   go.max_prefill_tokens = a.max_prefill_tokens;
   GenerateStats stats;
@@ -105,9 +129,11 @@ int run(const RunArgs& a) {
               static_cast<std::streamsize>(res.prompt_logits.size() * sizeof(float)));
     if (!out) fail(ErrorCode::kIo, "--logits-out: cannot write {}", a.logits_out);
   }
-  std::string line;
-  for (size_t i = 0; i < res.tokens.size(); ++i) line += (i ? " " : "") + std::to_string(res.tokens[i]);
-  std::printf("%s\n", line.c_str());
+  if (detok) {
+    const std::string rest = detok->flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+  std::printf("\n");
   std::fflush(stdout);
   auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
   std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s)\n", static_cast<long long>(stats.prefill_tokens),
@@ -121,9 +147,9 @@ int run(const RunArgs& a) {
 
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt on the CPU (prints token ids, then speed)");
+  CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt on the CPU (prints the text, then speed)");
   cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder")->required();
-  cmd->add_option("--prompt", args->prompt, "Prompt text (needs the checkpoint's tokenizer)");
+  cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
   cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
@@ -135,6 +161,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--frequency-penalty", args->frequency_penalty, "OpenAI frequency penalty")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
+  cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text");
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");
   cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();

@@ -63,6 +63,7 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
     const int32_t id = a.sampler->sample(logits).id;
     a.out->tokens.push_back(id);
     a.tokens.push_back(id);
+    if (a.req->on_token) a.req->on_token(id);
     const bool eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), id) != c.eos_ids.end();
     if ((eos && a.req->stop_at_eos) || static_cast<int32_t>(a.out->tokens.size()) >= a.req->max_tokens)
       a.finished = true;

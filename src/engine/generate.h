@@ -4,6 +4,7 @@
 // forward per step. Sampling through ft::Sampler (temperature <= 0: greedy). A simple fixed-batch
 // loop for `ft run`, benchmarks and tests; the server uses the scheduler.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/engine.h"
@@ -18,6 +19,7 @@ struct GenerateRequest {
   bool stop_at_eos = true;      // stop after sampling an EOS id of the model config
   bool prompt_logits = false;   // keep the logits of every prompt position
   bool step_logits = false;     // keep the logits each generated token was sampled from
+  std::function<void(int32_t)> on_token;  // called with each generated id as it is sampled (streaming)
 };
 
 struct GenerateResult {

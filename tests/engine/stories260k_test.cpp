@@ -34,19 +34,36 @@ TEST(Stories260K, PromptLogitsAndGreedyMatchTransformers) {
   }
 }
 
-TEST(Stories260K, FtRunPrintsTheReferenceIds) {
-  const std::string cmd = std::string(FT_BINARY) + " run --model " + shared_dir() + kModel +
-                          " --prompt-ids 1 --max-tokens 64 --temperature 0 --threads 1 2>/dev/null";
+/** Runs `ft run` with `args` on stories260K; returns stdout (asserting exit status 0). */
+std::string ft_run(const std::string& args) {
+  const std::string cmd = std::string(FT_BINARY) + " run --model " + shared_dir() + kModel + " --threads 1 " + args +
+                          " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  EXPECT_NE(p, nullptr);
+  if (!p) return "";
   std::string out;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << out;
+  return out;
+}
+
+TEST(Stories260K, FtRunPrintsTheReferenceIds) {
+  const std::string out = ft_run("--prompt-ids 1 --max-tokens 64 --temperature 0 --print-ids");
   std::vector<int32_t> ids;
   std::istringstream in(out);
   for (int32_t id; in >> id;) ids.push_back(id);
   EXPECT_EQ(ids, reference().at("greedy").at("bos").at("generated_ids").get<std::vector<int32_t>>());
+}
+
+TEST(Stories260K, FtRunPrintsTheReferenceText) {
+  // From BOS, as ids; and from the text prompt, encoded by the GGUF's SentencePiece vocabulary.
+  const std::string from_bos = ft_run("--prompt-ids 1 --max-tokens 64 --temperature 0");
+  EXPECT_EQ(from_bos.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << from_bos;
+  EXPECT_EQ(from_bos, reference().at("greedy").at("bos").at("decoded_generated_only").get<std::string>() + "\n");
+  const std::string from_text = ft_run("--prompt 'Once upon a time' --max-tokens 64 --temperature 0");
+  EXPECT_EQ(from_text,
+            reference().at("greedy").at("once_upon_a_time").at("decoded_generated_only").get<std::string>() + "\n");
 }
 
 TEST(Stories260K, FtRunWritesPromptLogits) {
