@@ -225,7 +225,7 @@ void Vocab::encode_bpe_word(std::string_view word, std::vector<int32_t>& out, En
       lens.push_back(1);
     }
   } else {
-    if (ignore_merges_) {
+    if (ignore_merges_ || (whole_newlines_ && word.find_first_not_of('\n') == std::string_view::npos)) {
       const int32_t id = table_.find(word);
       if (id >= 0) {
         out.push_back(id);

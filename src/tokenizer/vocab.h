@@ -130,10 +130,10 @@ class Vocab {
   bool byte_level_ = false;        // BPE on GPT-2 byte-level characters
   bool byte_fallback_ = false;     // unknown characters -> <0xXX> tokens
   bool ignore_merges_ = false;     // a word that is a token is taken whole (Llama 3)
+  bool whole_newlines_ = false;    // a word of only '\n' that is a token is taken whole (Gemma 4)
   bool fuse_unk_ = false;          // consecutive unknowns -> one unk
   bool add_space_prefix_ = false;  // SPM: " " before the first text (and after special tokens)
   bool spm_split_words_ = false;   // SPM: merge word by word (no token spans a word start)
-  bool escape_spaces_ = false;     // SPM-style: ' ' -> U+2581 before the model
   bool strip_leading_space_ = false;
   bool add_bos_ = false, add_eos_ = false, add_sep_ = false;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, unk_ = -1, pad_ = -1, sep_ = -1;

@@ -65,7 +65,7 @@ struct GgufVocabLoader {
       v.type_ = VocabType::kBpe;
       if (v.model_ == "gemma4") {  // SentencePiece-style BPE on raw UTF-8 (llama.cpp LLAMA_VOCAB_PRE_TYPE_GEMMA4)
         v.pre_ = "gemma4";
-        v.escape_spaces_ = true;
+        v.whole_newlines_ = true;
         v.byte_fallback_ = true;
         v.add_bos_ = true;
         v.piece_decode_ = Vocab::PieceDecode::kSpaceEscape;

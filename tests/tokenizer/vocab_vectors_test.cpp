@@ -197,3 +197,30 @@ TEST(VocabGguf, SpmWordSplitMatchesWholeText) {
 
 }  // namespace
 }  // namespace ft::testing
+
+namespace ft::testing {
+namespace {
+
+// Gemma 4 style GGUF (tokenizer.ggml.model "gemma4"): BPE on raw UTF-8 with spaces as U+2581, no
+// word splitting except at newlines, <0xXX> byte fallback, BOS always. No real vocabulary of this
+// kind is in shared/data, so a small synthetic one checks the path.
+TEST(VocabGguf, Gemma4StyleBpe) {
+  nlohmann::json md;
+  md["tokenizer.ggml.model"] = "gemma4";
+  md["tokenizer.ggml.tokens"] = {"<pad>", "<eos>", "<bos>", "<0xC3>", "<0xA9>", "\xE2\x96\x81", "h", "i",
+                                 "\xE2\x96\x81h", "\xE2\x96\x81hi", "\n\n", "\n"};
+  md["tokenizer.ggml.token_type"] = {3, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1};
+  md["tokenizer.ggml.merges"] = {"\xE2\x96\x81 h", "\xE2\x96\x81h i"};
+  md["tokenizer.ggml.bos_token_id"] = 2;
+  md["tokenizer.ggml.eos_token_id"] = 1;
+  const Vocab v = Vocab::from_gguf_metadata(md);
+  EXPECT_EQ(v.pre(), "gemma4");
+  EXPECT_TRUE(v.add_bos());
+  const auto ids = v.encode("hi hi\n\nh\xC3\xA9");
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 6, 7, 9, 10, 6, 3, 4}));
+  EXPECT_EQ(v.decode(ids), "hi hi\n\nh\xC3\xA9");
+  EXPECT_TRUE(v.is_eog(1));
+}
+
+}  // namespace
+}  // namespace ft::testing
