@@ -30,6 +30,12 @@ CacheStateRefs ExpertCache::refs() {
   return r;
 }
 
+void ExpertCache::check_same_geometry(const ExpertCache& o) const {
+  if (o.n_layers_ != n_layers_ || o.n_expert_ != n_expert_ || o.n_slots_ != n_slots_)
+    fail(ErrorCode::kInvalidArgument, "expert cache: geometry {} layers x {} experts, {} slots differs from {} x {}, {}",
+         o.n_layers_, o.n_expert_, o.n_slots_, n_layers_, n_expert_, n_slots_);
+}
+
 void ExpertCache::reset() {
   reset_cache_state(refs());
   n_misses_ = 0;

@@ -60,6 +60,8 @@ class ExpertCache {
 
   /** The state arrays (for copying to or comparing with a device cache). */
   CacheStateRefs refs();
+  /** Throws ft::Error(kInvalidArgument) unless `o` has the same layers, map width and slots. */
+  void check_same_geometry(const ExpertCache& o) const;
 
  private:
   int32_t n_layers_, n_expert_, n_slots_, max_pairs_;

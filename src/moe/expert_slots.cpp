@@ -85,6 +85,15 @@ std::vector<CacheLayerStats> HostExpertSlots::stats() {
   return out;
 }
 
+void HostExpertSlots::copy_state_to(ExpertCache& dst) {
+  cache_.check_same_geometry(dst);
+  dst = cache_;
+}
+
+std::vector<CacheMiss> HostExpertSlots::last_misses() {
+  return std::vector<CacheMiss>(cache_.misses(), cache_.misses() + cache_.n_misses());
+}
+
 const uint8_t* HostExpertSlots::slot_data(int32_t slot) const {
   if (slot < 0 || slot >= cache_.n_slots())
     fail(ErrorCode::kInvalidArgument, "expert slots: slot {} outside [0, {})", slot, cache_.n_slots());

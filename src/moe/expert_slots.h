@@ -42,6 +42,13 @@ class ExpertSlots {
 
   /** Per-layer counters since creation (CUDA: read back from the device, synchronizing). */
   virtual std::vector<CacheLayerStats> stats() = 0;
+
+  // ---- inspection (tests, debugging; CUDA: synchronizes) ----
+  /** Copies the admission state (map, owners, stamps, tick, stats) into `dst`, which must have the
+   *  same layers, map width and slots. Throws kInvalidArgument otherwise. */
+  virtual void copy_state_to(ExpertCache& dst) = 0;
+  /** The last admission's miss list. */
+  virtual std::vector<CacheMiss> last_misses() = 0;
 };
 
 /** Slot banks shared by the implementations: one bank per distinct layer layout over a pool at
@@ -65,6 +72,8 @@ class HostExpertSlots final : public ExpertSlots {
   void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
   std::vector<CacheLayerStats> stats() override;
+  void copy_state_to(ExpertCache& dst) override;
+  std::vector<CacheMiss> last_misses() override;
 
   /** The admission state (tests). */
   const ExpertCache& cache() const { return cache_; }

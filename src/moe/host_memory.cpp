@@ -9,7 +9,7 @@
 
 namespace ft {
 
-Buffer allocate_host_pages(int64_t bytes) {
+Buffer allocate_host_pages(int64_t bytes, std::function<void(void*)> before_unmap) {
   if (bytes <= 0) fail(ErrorCode::kInvalidArgument, "host memory: cannot allocate {} bytes", bytes);
   void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
@@ -17,7 +17,10 @@ Buffer allocate_host_pages(int64_t bytes) {
          std::strerror(errno));
   if (bytes >= (int64_t{2} << 20)) madvise(p, static_cast<size_t>(bytes), MADV_HUGEPAGE);  // advice only
   const size_t len = static_cast<size_t>(bytes);
-  return Buffer(p, bytes, Device::kCpu, [len](void* q) { munmap(q, len); });
+  return Buffer(p, bytes, Device::kCpu, [len, before_unmap](void* q) {
+    if (before_unmap) before_unmap(q);
+    munmap(q, len);
+  });
 }
 
 namespace {

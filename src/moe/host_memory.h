@@ -5,6 +5,7 @@
 // cudaHostAlloc and then written again), so GPU kernels can read it over UVA.
 // C++17-clean: included from CUDA sources.
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "tensor/tensor.h"
@@ -35,8 +36,9 @@ std::unique_ptr<HostAllocator> make_host_allocator();
  *  ft::Error(kUnsupported) in a build without CUDA. Defined in backend/cuda/moe_cache_host.cu. */
 std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device);
 
-/** Page-aligned anonymous host memory of `bytes` (the allocation both allocators use). Throws
- *  ft::Error(kOutOfMemory) naming the size. */
-Buffer allocate_host_pages(int64_t bytes);
+/** Page-aligned anonymous host memory of `bytes` (the allocation both allocators use);
+ *  `before_unmap`, when set, runs on the address just before the memory is returned to the OS
+ *  (the pinned allocator unregisters there). Throws ft::Error(kOutOfMemory) naming the size. */
+Buffer allocate_host_pages(int64_t bytes, std::function<void(void*)> before_unmap = nullptr);
 
 }  // namespace ft

@@ -1,0 +1,135 @@
+// Expert-cache admission on the device: the algorithm of moe/cache_admission.h (admit_reference
+// is its CPU reference and the test oracle), in one thread block so the whole admission is one
+// launch with no host synchronisation.
+//   - distinct ids in first-appearance order: thread 0 walks the [T, k] ids (T*k <= a few hundred
+//     at decode) marking a shared-memory table of n_expert entries;
+//   - hits: parallel over distinct ids;
+//   - misses: in order; each picks its victim with a block-wide argmin of (stamp, slot) over slots
+//     with stamp < tick, then thread 0 updates the maps (cost per miss ~ n_slots / blockDim loads,
+//     small next to the miss's multi-MiB copy);
+//   - per-pair outputs: parallel over pairs; stats: thread 0.
+#include <climits>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe_cache_kernels.h"
+
+namespace ft::cuda {
+namespace {
+
+constexpr int kAdmitThreads = 512;
+
+struct Cand {
+  long long stamp;
+  int slot;
+};
+
+__device__ __forceinline__ Cand better(Cand a, Cand b) {
+  return (b.stamp < a.stamp || (b.stamp == a.stamp && b.slot < a.slot)) ? b : a;
+}
+
+__device__ __forceinline__ Cand warp_best(Cand c) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Cand other;
+    other.stamp = __shfl_xor_sync(0xffffffffu, c.stamp, o);
+    other.slot = __shfl_xor_sync(0xffffffffu, c.slot, o);
+    c = better(c, other);
+  }
+  return c;
+}
+
+__global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRefs s, AdmitArgs a) {
+  extern __shared__ int32_t shm[];
+  const int32_t E = s.n_expert;
+  int32_t* seen = shm;          // [E]: 1 listed, 2 left to the CPU
+  int32_t* distinct = shm + E;  // [E]
+  __shared__ long long tick;
+  __shared__ int32_t n_distinct, n_miss, n_cpu, n_hits;
+  __shared__ Cand red[kAdmitThreads / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  for (int32_t e = tid; e < E; e += blockDim.x) seen[e] = 0;
+  __syncthreads();
+  if (tid == 0) {
+    tick = static_cast<long long>(++*s.tick);
+    int32_t n = 0;
+    for (int32_t i = 0; i < a.n_pairs; ++i) {
+      const int32_t e = a.ids[i];
+      if (e < 0 || e >= E || seen[e]) continue;
+      seen[e] = 1;
+      distinct[n++] = e;
+    }
+    n_distinct = n, n_miss = 0, n_cpu = 0, n_hits = 0;
+  }
+  __syncthreads();
+  int32_t* map = s.slot_of + static_cast<int64_t>(a.layer) * E;
+  for (int32_t d = tid; d < n_distinct; d += blockDim.x) {  // hits
+    const int32_t slot = map[distinct[d]];
+    if (slot >= 0) {
+      s.stamp[slot] = tick;
+      atomicAdd(&n_hits, 1);
+    }
+  }
+  __syncthreads();
+  for (int32_t d = 0; d < n_distinct; ++d) {  // misses, in order (uniform control flow)
+    const int32_t e = distinct[d];
+    if (map[e] >= 0) continue;
+    Cand c{LLONG_MAX, INT_MAX};
+    if (a.fetch_cap < 0 || n_miss < a.fetch_cap) {
+      for (int32_t slot = tid; slot < s.n_slots; slot += blockDim.x) {
+        const long long st = s.stamp[slot];
+        if (st < tick) c = better(c, Cand{st, slot});
+      }
+    }
+    c = warp_best(c);
+    if (lane == 0) red[warp] = c;
+    __syncthreads();
+    if (tid == 0) {
+      Cand b = red[0];
+      for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) b = better(b, red[w]);
+      if (b.slot == INT_MAX) {
+        seen[e] = 2;
+        ++n_cpu;
+      } else {
+        const int32_t victim = b.slot;
+        if (s.owner[victim] >= 0) s.slot_of[s.owner[victim]] = -1;
+        s.owner[victim] = a.layer * E + e;
+        map[e] = victim;
+        s.stamp[victim] = tick;
+        a.misses[n_miss] = CacheMiss{a.layer, e, victim};
+        ++n_miss;
+      }
+    }
+    __syncthreads();
+  }
+  for (int32_t i = tid; i < a.n_pairs; i += blockDim.x) {  // per-pair outputs
+    const int32_t e = a.ids[i];
+    const bool valid = e >= 0 && e < E;
+    a.slot_ids[i] = valid ? map[e] : -1;
+    if (a.cpu_ids) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
+  }
+  if (tid == 0) {
+    int64_t* st = s.stats + static_cast<int64_t>(a.layer) * kCacheStatCount;
+    st[kCacheHits] += n_hits;
+    st[kCacheMisses] += n_miss;
+    st[kCacheCpu] += n_cpu;
+    st[kCacheBytes] += static_cast<int64_t>(n_miss) * a.record_bytes;
+    *a.n_misses = n_miss;
+  }
+}
+
+}  // namespace
+
+void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_t stream) {
+  const size_t shm = 2 * static_cast<size_t>(s.n_expert) * sizeof(int32_t);
+  int dev = 0, max_shm = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&dev));
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&max_shm, cudaDevAttrMaxSharedMemoryPerBlock, dev));
+  if (shm > static_cast<size_t>(max_shm))
+    fail(ErrorCode::kUnsupported, "expert cache: {} experts per layer need {} bytes of shared memory (limit {})",
+         s.n_expert, shm, max_shm);
+  cache_admit_kernel<<<1, kAdmitThreads, shm, stream>>>(s, a);
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft::cuda

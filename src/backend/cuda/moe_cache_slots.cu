@@ -1,0 +1,165 @@
+// CudaExpertSlots: the expert cache on the GPU. Device arrays hold the admission state
+// (moe/cache_admission.h), the slot pool and the per-admission outputs; admit() queues the
+// admission kernel and the gather kernel on the backend's stream: no host synchronisation, fixed
+// launch shapes, so a decode step that calls it can be captured in a CUDA graph and replayed with
+// new routes. The slot pool is exposed per layer as an ExpertBank of device views, so
+// CudaOps::moe_experts computes with slot ids exactly as with resident expert ids.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/moe_cache_kernels.h"
+#include "moe/expert_slots.h"
+
+namespace ft {
+namespace {
+
+class CudaExpertSlots final : public ExpertSlots {
+ public:
+  CudaExpertSlots(CudaOps& ops, const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs)
+      : ops_(ops), banks_(banks), host_(static_cast<int32_t>(banks.n_layers()), banks.max_experts(), n_slots, max_pairs) {
+    if (banks.n_moe_layers() == 0) fail(ErrorCode::kInvalidArgument, "expert slots: the model has no routed experts");
+    const int32_t L = host_.n_layers(), E = host_.n_expert();
+    std::vector<uint64_t> base(static_cast<size_t>(L), 0);
+    std::vector<int64_t> rec(static_cast<size_t>(L), 0);
+    for (int32_t l = 0; l < L; ++l) {
+      if (banks.n_expert(l) == 0) continue;
+      if (!banks.device_base(l))
+        fail(ErrorCode::kInvalidArgument, "expert slots: layer {}'s expert bank is not pinned for a GPU (allocate the "
+             "banks with make_pinned_host_allocator)", l);
+      base[static_cast<size_t>(l)] = reinterpret_cast<uint64_t>(banks.device_base(l));
+      rec[static_cast<size_t>(l)] = banks.layout(l).bytes;
+    }
+    max_misses_ = std::min(max_pairs, E);
+    auto carve = [&](int64_t bytes) {
+      const int64_t off = state_bytes_;
+      state_bytes_ += (bytes + 255) / 256 * 256;
+      return off;
+    };
+    const int64_t o_map = carve(int64_t{4} * L * E), o_owner = carve(int64_t{4} * n_slots),
+                  o_stamp = carve(int64_t{8} * n_slots), o_tick = carve(8), o_stats = carve(int64_t{8} * L * kCacheStatCount),
+                  o_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_nmiss = carve(4),
+                  o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L);
+    state_ = ops.alloc(state_bytes_);
+    uint8_t* d = static_cast<uint8_t*>(state_.data());
+    dev_.n_layers = L, dev_.n_expert = E, dev_.n_slots = n_slots;
+    dev_.slot_of = reinterpret_cast<int32_t*>(d + o_map);
+    dev_.owner = reinterpret_cast<int32_t*>(d + o_owner);
+    dev_.stamp = reinterpret_cast<int64_t*>(d + o_stamp);
+    dev_.tick = reinterpret_cast<int64_t*>(d + o_tick);
+    dev_.stats = reinterpret_cast<int64_t*>(d + o_stats);
+    misses_ = reinterpret_cast<CacheMiss*>(d + o_miss);
+    n_misses_ = reinterpret_cast<int32_t*>(d + o_nmiss);
+    gather_.misses = misses_, gather_.n_misses = n_misses_, gather_.max_misses = max_misses_;
+    gather_.host_base = reinterpret_cast<uint64_t*>(d + o_base);
+    gather_.record_bytes = reinterpret_cast<int64_t*>(d + o_rec);
+    gather_.max_record_bytes = banks.slot_bytes();
+    gather_.slot_bytes = banks.slot_bytes();
+    upload(host_);  // empty state
+    cudaStream_t st = ops.stream();
+    FT_CUDA_CHECK(cudaMemsetAsync(n_misses_, 0, 4, st));
+    FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint64_t*>(gather_.host_base), base.data(), base.size() * 8,
+                                  cudaMemcpyHostToDevice, st));
+    FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int64_t*>(gather_.record_bytes), rec.data(), rec.size() * 8,
+                                  cudaMemcpyHostToDevice, st));
+    pool_ = ops.alloc(static_cast<int64_t>(n_slots) * banks.slot_bytes());
+    gather_.pool = static_cast<uint8_t*>(pool_.data());
+    slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
+    FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
+    gather_blocks_ = 4 * ops.sm_count();
+  }
+
+  int32_t n_slots() const override { return host_.n_slots(); }
+  Device device() const override { return Device::kCuda; }
+
+  void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override {
+    check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, slot_ids, cpu_ids);
+    AdmitArgs a;
+    a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
+    a.record_bytes = banks_.layout(layer).bytes;
+    a.ids = ids.ptr<int32_t>(), a.slot_ids = slot_ids.ptr<int32_t>();
+    a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
+    a.misses = misses_, a.n_misses = n_misses_;
+    cuda::launch_cache_admit(dev_, a, ops_.stream());
+    cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
+  }
+
+  const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
+
+  std::vector<CacheLayerStats> stats() override {
+    download();
+    std::vector<CacheLayerStats> out;
+    for (int32_t l = 0; l < host_.n_layers(); ++l) out.push_back(host_.stats(l));
+    return out;
+  }
+
+  void copy_state_to(ExpertCache& dst) override {
+    host_.check_same_geometry(dst);
+    download();
+    dst = host_;
+  }
+
+  std::vector<CacheMiss> last_misses() override {
+    int32_t n = 0;
+    FT_CUDA_CHECK(cudaMemcpyAsync(&n, n_misses_, 4, cudaMemcpyDeviceToHost, ops_.stream()));
+    FT_CUDA_CHECK(cudaStreamSynchronize(ops_.stream()));
+    std::vector<CacheMiss> out(static_cast<size_t>(n));
+    if (n > 0) {
+      FT_CUDA_CHECK(cudaMemcpyAsync(out.data(), misses_, sizeof(CacheMiss) * out.size(), cudaMemcpyDeviceToHost,
+                                    ops_.stream()));
+      FT_CUDA_CHECK(cudaStreamSynchronize(ops_.stream()));
+    }
+    return out;
+  }
+
+ private:
+  /** Copies a host state into the device arrays (blocking). */
+  void upload(ExpertCache& src) {
+    transfer(src.refs(), cudaMemcpyHostToDevice);
+  }
+  /** Copies the device state into host_ (blocking). */
+  void download() { transfer(host_.refs(), cudaMemcpyDeviceToHost); }
+
+  void transfer(const CacheStateRefs& h, cudaMemcpyKind kind) {
+    cudaStream_t st = ops_.stream();
+    const size_t n_keys = static_cast<size_t>(h.n_layers) * static_cast<size_t>(h.n_expert);
+    const size_t n_slots = static_cast<size_t>(h.n_slots);
+    const size_t n_stats = static_cast<size_t>(h.n_layers) * kCacheStatCount;
+    const bool up = kind == cudaMemcpyHostToDevice;
+    auto copy = [&](void* hp, void* dp, size_t bytes) {
+      FT_CUDA_CHECK(cudaMemcpyAsync(up ? dp : hp, up ? hp : dp, bytes, kind, st));
+    };
+    copy(h.slot_of, dev_.slot_of, n_keys * 4);
+    copy(h.owner, dev_.owner, n_slots * 4);
+    copy(h.stamp, dev_.stamp, n_slots * 8);
+    copy(h.tick, dev_.tick, 8);
+    copy(h.stats, dev_.stats, n_stats * 8);
+    FT_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  CudaOps& ops_;
+  const ExpertBanks& banks_;
+  ExpertCache host_;  // geometry, and the staging copy of the device state
+  Buffer state_, pool_;
+  int64_t state_bytes_ = 0;
+  CacheStateRefs dev_;
+  CacheMiss* misses_ = nullptr;
+  int32_t* n_misses_ = nullptr;
+  int32_t max_misses_ = 0;
+  cuda::GatherArgs gather_;
+  int gather_blocks_ = 1;
+  SlotBanks slot_banks_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots,
+                                                    int32_t max_pairs) {
+  auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
+  if (!cuda_ops)
+    fail(ErrorCode::kInvalidArgument, "expert slots: a GPU expert cache needs the cuda backend, not {}", ops.name());
+  return std::make_unique<CudaExpertSlots>(*cuda_ops, banks, n_slots, max_pairs);
+}
+
+}  // namespace ft
