@@ -1,0 +1,200 @@
+// Request parsing and validation: every refused field gives a 400 naming it; the API key check;
+// ft::Error -> HTTP status mapping and OpenAI's error body.
+#include <gtest/gtest.h>
+
+#include "server/auth.h"
+#include "server/errors.h"
+#include "server/request_parse.h"
+
+namespace ft::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ApiError refusal(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ApiException& e) {
+    return e.error;
+  }
+  ADD_FAILURE() << "no ApiException";
+  return {};
+}
+
+ApiError chat_refusal(const std::string& body) {
+  return refusal([&] { parse_chat_request(parse_json_body(body)); });
+}
+
+ApiError completion_refusal(const std::string& body) {
+  return refusal([&] { parse_completion_request(parse_json_body(body)); });
+}
+
+TEST(RequestParse, ChatFieldsBecomeNativeValues) {
+  ChatRequest r = parse_chat_request(parse_json_body(R"({
+    "model": "m", "messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "tool_calls": []},
+      {"role": "tool", "content": "42", "tool_call_id": "x"}],
+    "max_tokens": 7, "max_completion_tokens": 9, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+    "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "seed": -3,
+    "stop": ["x", ""], "n": 1, "logprobs": true, "top_logprobs": 3, "ignore_eos": true, "min_tokens": 2,
+    "stream": true, "stream_options": {"include_usage": true}, "chat_template_kwargs": {"enable_thinking": false}})"));
+  EXPECT_EQ(r.gen.model, "m");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_TRUE(r.messages[2]["content"].is_null());
+  EXPECT_EQ(r.messages[3]["tool_call_id"], "x");
+  EXPECT_EQ(r.gen.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_FLOAT_EQ(r.gen.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.gen.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.gen.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.gen.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.gen.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.gen.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.gen.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.gen.sampling.seed, static_cast<uint64_t>(-3));
+  EXPECT_EQ(r.gen.sampling.min_tokens, 2);
+  EXPECT_EQ(r.gen.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r.gen.logprobs);
+  EXPECT_EQ(r.gen.top_logprobs, 3);
+  EXPECT_TRUE(r.gen.ignore_eos);
+  EXPECT_TRUE(r.gen.stream);
+  EXPECT_TRUE(r.gen.include_usage);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+  // Defaults: OpenAI's temperature 1, no max_tokens, nulls treated as absent.
+  ChatRequest d = parse_chat_request(parse_json_body(R"({"messages":[{"role":"user","content":"hi"}],"stop":null,"seed":null})"));
+  EXPECT_FLOAT_EQ(d.gen.sampling.temperature, 1.0f);
+  EXPECT_FALSE(d.gen.max_tokens.has_value());
+  EXPECT_FALSE(d.gen.sampling.seed.has_value());
+  EXPECT_TRUE(d.gen.stop.empty());
+  EXPECT_FALSE(d.gen.stream);
+}
+
+TEST(RequestParse, ChatRefusalsNameTheField) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* says;
+  };
+  const Case cases[] = {
+      {R"({})", "messages", "required"},
+      {R"({"messages": "hi"})", "messages", "must be a list"},
+      {R"({"messages": []})", "messages", "at least one"},
+      {R"({"messages": [1]})", "messages[0]", "must be an object"},
+      {R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role", "must be one of"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role", "must be a string"},
+      {R"({"messages": [{"role": "user"}]})", "messages[0].content", "required"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content", "must be a string"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+       "messages[0].content[0]", "text-only"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages[0].content[0].text", "string"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "blob"}]}]})", "messages[0].content[0].type", "text"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature", "must be a number"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature", "[0, 2]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p", "(0, 1]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "[1,"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens", "integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n", "must be 1"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": 3})", "stop", "string or a list"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", 1]})", "stop", "stop[1]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream", "boolean"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": 1})", "stream_options", "object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "requires"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs", "[0, 20]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", "chat_template_kwargs", "object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "model": 7})", "model", "string"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "seed": "s"})", "seed", "integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "min_tokens": 6})", "min_tokens", "exceed"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = chat_refusal(c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << " -> " << e.message;
+  }
+}
+
+TEST(RequestParse, BodiesThatAreNotJsonObjects) {
+  for (const char* body : {"", "{", "nul", "[1,2]", "\"x\"", "{\"a\":}", "{\"messages\": [} ", "\xff\xfe"}) {
+    ApiError e = refusal([&] { parse_json_body(body); });
+    EXPECT_EQ(e.status, 400) << body;
+  }
+  std::string deep(100000, '[');
+  ApiError e = refusal([&] { parse_json_body("{\"a\":" + deep); });
+  EXPECT_NE(e.message.find("deeper"), std::string::npos) << e.message;
+  std::string ok = "{\"a\":" + std::string(60, '[') + std::string(60, ']') + "}";
+  EXPECT_NO_THROW(parse_json_body(ok));
+}
+
+TEST(RequestParse, CompletionPromptForms) {
+  CompletionRequest a = parse_completion_request(parse_json_body(R"({"prompt": "hello", "echo": true})"));
+  EXPECT_FALSE(a.prompt_is_ids);
+  EXPECT_EQ(a.prompt_text, "hello");
+  EXPECT_TRUE(a.echo);
+  CompletionRequest b = parse_completion_request(parse_json_body(R"({"prompt": ["hi"], "logprobs": 2})"));
+  EXPECT_EQ(b.prompt_text, "hi");
+  EXPECT_TRUE(b.gen.logprobs);
+  EXPECT_EQ(b.gen.top_logprobs, 2);
+  CompletionRequest c = parse_completion_request(parse_json_body(R"({"prompt": [1, 2, 3]})"));
+  EXPECT_TRUE(c.prompt_is_ids);
+  EXPECT_EQ(c.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  CompletionRequest d = parse_completion_request(parse_json_body(R"({"prompt": [[4, 5]], "logprobs": 0})"));
+  EXPECT_EQ(d.prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_TRUE(d.gen.logprobs);
+  EXPECT_EQ(d.gen.top_logprobs, 0);
+
+  EXPECT_EQ(completion_refusal(R"({})").param, "prompt");
+  EXPECT_EQ(completion_refusal(R"({"prompt": 5})").param, "prompt");
+  EXPECT_EQ(completion_refusal(R"({"prompt": ["a", "b"]})").param, "prompt");
+  EXPECT_EQ(completion_refusal(R"({"prompt": [1, -2]})").param, "prompt");
+  EXPECT_EQ(completion_refusal(R"({"prompt": [1, "a"]})").param, "prompt");
+  EXPECT_EQ(completion_refusal(R"({"prompt": [[1], [2]]})").param, "prompt");
+  EXPECT_EQ(completion_refusal(R"({"prompt": "x", "logprobs": 21})").param, "logprobs");
+  EXPECT_EQ(completion_refusal(R"({"prompt": "x", "echo": true, "logprobs": 1})").param, "echo");
+  EXPECT_EQ(completion_refusal(R"({"prompt": "x", "best_of": 2})").param, "best_of");
+  EXPECT_EQ(completion_refusal(R"({"prompt": "x", "suffix": "y"})").param, "suffix");
+}
+
+TEST(Auth, BearerOrXApiKeyInConstantTime) {
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abd", "abc"));
+  EXPECT_FALSE(constant_time_equal("ab", "abc"));
+  EXPECT_FALSE(constant_time_equal("abcd", "abc"));
+  EXPECT_FALSE(constant_time_equal("", "abc"));
+  EXPECT_TRUE(api_key_ok("", "", ""));
+  EXPECT_TRUE(api_key_ok("k1", "Bearer k1", ""));
+  EXPECT_TRUE(api_key_ok("k1", "bearer  k1 ", ""));
+  EXPECT_TRUE(api_key_ok("k1", "", "k1"));
+  EXPECT_TRUE(api_key_ok("k1", "Bearer wrong", "k1"));
+  EXPECT_FALSE(api_key_ok("k1", "", ""));
+  EXPECT_FALSE(api_key_ok("k1", "Bearer k2", ""));
+  EXPECT_FALSE(api_key_ok("k1", "k1", ""));  // no scheme
+  EXPECT_FALSE(api_key_ok("k1", "Basic k1", ""));
+  EXPECT_FALSE(api_key_ok("k1", "Bearer k1x", "k1x"));
+  EXPECT_TRUE(is_loopback_host("127.0.0.1"));
+  EXPECT_TRUE(is_loopback_host("localhost"));
+  EXPECT_TRUE(is_loopback_host("::1"));
+  EXPECT_FALSE(is_loopback_host("0.0.0.0"));
+  EXPECT_FALSE(is_loopback_host("192.168.1.2"));
+}
+
+TEST(Errors, StatusMappingAndBodyShape) {
+  EXPECT_EQ(api_error_from(Error(ErrorCode::kInvalidArgument, "x")).status, 400);
+  ApiError ctx = api_error_from(Error(ErrorCode::kContextLength, "too long"));
+  EXPECT_EQ(ctx.status, 400);
+  EXPECT_EQ(ctx.code, "context_length_exceeded");
+  EXPECT_EQ(api_error_from(Error(ErrorCode::kNotFound, "x")).status, 404);
+  EXPECT_EQ(api_error_from(Error(ErrorCode::kOverloaded, "x")).status, 503);
+  EXPECT_EQ(api_error_from(Error(ErrorCode::kInternal, "x")).status, 500);
+  EXPECT_EQ(api_error_from(Error(ErrorCode::kInternal, "x")).type, "server_error");
+  auto body = error_body(ApiError{400, "bad", "invalid_request_error", "top_p", ""});
+  EXPECT_EQ(body.dump(), R"({"error":{"code":null,"message":"bad","param":"top_p","type":"invalid_request_error"}})");
+  EXPECT_EQ(api_error_for_status(413, "/x").code, "request_too_large");
+  EXPECT_EQ(api_error_for_status(401, "/x").code, "invalid_api_key");
+  EXPECT_EQ(dump_json(nlohmann::json("a\xff")), "\"a\xEF\xBF\xBD\"");  // invalid UTF-8 replaced, no throw
+}
+
+}  // namespace
+}  // namespace ft::server

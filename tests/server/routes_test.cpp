@@ -1,0 +1,422 @@
+// HTTP routes against an in-process server over the paged fake model: response shapes (OpenAI's chat,
+// chunk, completion, model, error bodies), SSE streaming, logprobs, stop strings, usage, every error
+// status, auth, overload, client disconnects, and random bodies that must never take the server down.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server/server_fixture.h"
+
+namespace ft {
+namespace {
+
+using json = nlohmann::json;
+using testing::TestServer;
+using testing::TestServerConfig;
+using namespace std::chrono_literals;
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+};
+
+Reply post(httplib::Client& c, const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
+  auto r = c.Post(path.c_str(), h, body, "application/json");
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+Reply get(httplib::Client& c, const std::string& path, const httplib::Headers& h = {}) {
+  auto r = c.Get(path.c_str(), h);
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+/** The "data: " payloads of an SSE body, in order. */
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    std::string ev = body.substr(pos, end - pos);
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+void expect_error(const Reply& r, int status, const std::string& code = "") {
+  EXPECT_EQ(r.status, status) << r.raw;
+  ASSERT_TRUE(r.body.is_object()) << r.raw;
+  ASSERT_TRUE(r.body.contains("error")) << r.raw;
+  const json& e = r.body["error"];
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.raw;
+  EXPECT_TRUE(e["type"].is_string()) << r.raw;
+  EXPECT_TRUE(e.contains("param") && e.contains("code")) << r.raw;
+  if (!code.empty()) {
+    EXPECT_EQ(e["code"], code) << r.raw;
+  }
+}
+
+/** Expected greedy text of the fake model for a chat prompt: its tokens up to the first end token. */
+struct Expected {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;  // including a final end token if one came
+  std::string text;
+  bool stopped = false;
+};
+
+Expected expected_chat(TestServer& s, const std::string& user, int max_tokens) {
+  ChatTemplate t(kChatMLTemplate, "", "<|im_end|>");
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array({{{"role", "user"}, {"content", user}}});
+  const Vocab& v = testing::demo_vocab();
+  Expected e;
+  e.prompt = v.encode(t.render(msgs, nullptr, true), EncodeOptions{false, true});
+  for (int32_t tok : s.model().solo_greedy(e.prompt, max_tokens)) {
+    e.tokens.push_back(tok);
+    if (v.is_eog(tok)) {
+      e.stopped = true;
+      break;
+    }
+  }
+  e.text = v.decode(e.tokens, true);
+  return e;
+}
+
+std::string chat_body(const std::string& user, int max_tokens, const std::string& extra = "") {
+  json b = {{"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", user}}}}, {"max_tokens", max_tokens},
+            {"temperature", 0}};
+  std::string s = b.dump();
+  if (!extra.empty()) s = s.substr(0, s.size() - 1) + "," + extra + "}";
+  return s;
+}
+
+TEST(Routes, HealthModelsAndUnknownRoutes) {
+  TestServer s;
+  auto c = s.client();
+  Reply h = get(c, "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.body["status"], "ok");
+  for (const char* path : {"/v1/models", "/v1/models/"}) {
+    Reply m = get(c, path);
+    ASSERT_EQ(m.status, 200) << path;
+    EXPECT_EQ(m.body["object"], "list");
+    ASSERT_EQ(m.body["data"].size(), 1u);
+    EXPECT_EQ(m.body["data"][0]["id"], "test-model");
+    EXPECT_EQ(m.body["data"][0]["object"], "model");
+    EXPECT_EQ(m.body["data"][0]["max_model_len"], 512);
+  }
+  EXPECT_EQ(get(c, "/v1/models/test-model").body["id"], "test-model");
+  EXPECT_EQ(get(c, "/v1/models/test-model/").status, 200);
+  expect_error(get(c, "/v1/models/other"), 404, "model_not_found");
+  expect_error(get(c, "/v1/nothing"), 404);
+  expect_error(post(c, "/v1/embeddings", "{}"), 404);
+}
+
+TEST(Routes, ChatNonStreamingMatchesTheModelAndCountsUsage) {
+  TestServer s;
+  auto c = s.client();
+  const Expected e = expected_chat(s, "hello there", 40);
+  Reply r = post(c, "/v1/chat/completions", chat_body("hello there", 40));
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_TRUE(r.body["id"].get<std::string>().rfind("chatcmpl-", 0) == 0);
+  EXPECT_EQ(r.body["object"], "chat.completion");
+  EXPECT_TRUE(r.body["created"].is_number_integer());
+  EXPECT_EQ(r.body["model"], "test-model");
+  ASSERT_EQ(r.body["choices"].size(), 1u);
+  const json& ch = r.body["choices"][0];
+  EXPECT_EQ(ch["index"], 0);
+  EXPECT_EQ(ch["message"]["role"], "assistant");
+  EXPECT_EQ(ch["message"]["content"], e.text);
+  EXPECT_EQ(ch["finish_reason"], e.stopped ? "stop" : "length");
+  EXPECT_TRUE(ch["logprobs"].is_null());
+  const json& u = r.body["usage"];
+  EXPECT_EQ(u["prompt_tokens"], e.prompt.size());
+  EXPECT_EQ(u["completion_tokens"], e.tokens.size());
+  EXPECT_EQ(u["total_tokens"], e.prompt.size() + e.tokens.size());
+  EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 0);
+  // The same request again: the prompt's whole pages come from the prefix cache, output unchanged.
+  Reply again = post(c, "/v1/chat/completions", chat_body("hello there", 40));
+  EXPECT_EQ(again.body["choices"][0]["message"]["content"], e.text);
+  EXPECT_EQ(again.body["usage"]["prompt_tokens_details"]["cached_tokens"], (e.prompt.size() - 1) / 16 * 16);
+}
+
+TEST(Routes, ChatStreamingChunksInOpenAIShape) {
+  TestServer s;
+  auto c = s.client();
+  const Expected e = expected_chat(s, "stream me", 30);
+  auto r = c.Post("/v1/chat/completions", chat_body("stream me", 30, R"("stream":true,"stream_options":{"include_usage":true})"),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::vector<std::string> ev = sse_events(r->body);
+  ASSERT_GE(ev.size(), 4u) << r->body;
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string text, id;
+  int finishes = 0;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    json j = json::parse(ev[i]);
+    EXPECT_EQ(j["object"], "chat.completion.chunk");
+    EXPECT_EQ(j["model"], "test-model");
+    if (id.empty()) id = j["id"];
+    EXPECT_EQ(j["id"], id);
+    if (i == 0) {
+      EXPECT_EQ(j["choices"][0]["delta"]["role"], "assistant");
+      EXPECT_TRUE(j["usage"].is_null());
+    }
+    if (i + 2 == ev.size()) {  // the usage chunk
+      EXPECT_TRUE(j["choices"].empty());
+      EXPECT_EQ(j["usage"]["completion_tokens"], e.tokens.size());
+      EXPECT_EQ(j["usage"]["prompt_tokens"], e.prompt.size());
+      continue;
+    }
+    const json& choice = j["choices"][0];
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) {
+      ++finishes;
+      EXPECT_EQ(choice["finish_reason"], e.stopped ? "stop" : "length");
+      EXPECT_TRUE(choice["delta"].empty());
+    }
+  }
+  EXPECT_EQ(finishes, 1);
+  EXPECT_EQ(text, e.text);
+  // Without include_usage no chunk carries a usage key.
+  auto r2 = c.Post("/v1/chat/completions", chat_body("stream me", 5, R"("stream":true)"), "application/json");
+  ASSERT_TRUE(r2);
+  for (const std::string& x : sse_events(r2->body))
+    if (x != "[DONE]") {
+      EXPECT_FALSE(json::parse(x).contains("usage")) << x;
+    }
+}
+
+TEST(Routes, LogprobsAndStopStrings) {
+  TestServer s;
+  auto c = s.client();
+  Reply r = post(c, "/v1/chat/completions", chat_body("numbers", 30, R"("logprobs":true,"top_logprobs":3,"ignore_eos":true)"));
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& lp = r.body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 30u);
+  std::string joined;
+  for (const json& t : lp) {
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    EXPECT_GE(t["logprob"].get<double>(), t["top_logprobs"][2]["logprob"].get<double>());
+    EXPECT_TRUE(t["bytes"].is_array());
+    for (const json& b : t["bytes"]) joined += static_cast<char>(b.get<int>());
+  }
+  const std::string text = r.body["choices"][0]["message"]["content"];
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 30);
+  // Stop at a piece of the middle of that text: the output ends right before its first occurrence.
+  ASSERT_GE(text.size(), 8u);
+  size_t at = text.size() / 2;
+  auto ascii = [&](size_t i) { return i < text.size() && text[i] >= 32 && text[i] < 127; };
+  while (at + 1 < text.size() && !(ascii(at) && ascii(at + 1))) ++at;
+  ASSERT_TRUE(ascii(at) && ascii(at + 1)) << text;
+  const std::string stop = text.substr(at, 2);
+  json body = json::parse(chat_body("numbers", 30, R"("ignore_eos":true)"));
+  body["stop"] = {stop};
+  Reply st = post(c, "/v1/chat/completions", body.dump());
+  ASSERT_EQ(st.status, 200) << st.raw;
+  EXPECT_EQ(st.body["choices"][0]["message"]["content"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(st.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(st.body["usage"]["completion_tokens"].get<int>(), 30);
+  (void)joined;
+}
+
+TEST(Routes, CompletionsEchoIdsStreamingAndLogprobs) {
+  TestServer s;
+  auto c = s.client();
+  const Vocab& v = testing::demo_vocab();
+  const std::vector<int32_t> ids = v.encode("once upon", EncodeOptions{true, true});
+  const auto toks = s.model().solo_greedy(ids, 12);
+  Reply r = post(c, "/v1/completions", R"({"prompt":"once upon","max_tokens":12,"temperature":0,"ignore_eos":true,"echo":true})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["object"], "text_completion");
+  EXPECT_TRUE(r.body["id"].get<std::string>().rfind("cmpl-", 0) == 0);
+  EXPECT_EQ(r.body["choices"][0]["text"], "once upon" + v.decode(toks, true));
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 12);
+
+  json idb = {{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 2}};
+  Reply ri = post(c, "/v1/completions", idb.dump());
+  ASSERT_EQ(ri.status, 200) << ri.raw;
+  EXPECT_EQ(ri.body["choices"][0]["text"], v.decode(toks, true));
+  const json& lp = ri.body["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 12u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 12u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 12u);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+
+  auto sr = c.Post("/v1/completions", R"({"prompt":"once upon","max_tokens":12,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})",
+                   "application/json");
+  ASSERT_TRUE(sr);
+  auto ev = sse_events(sr->body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 2 < ev.size(); ++i) {
+    json j = json::parse(ev[i]);
+    EXPECT_EQ(j["object"], "text_completion");
+    text += j["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, v.decode(toks, true));
+  EXPECT_EQ(json::parse(ev[ev.size() - 2])["usage"]["completion_tokens"], 12);
+  expect_error(post(c, "/v1/completions", R"({"prompt":[1,2,100000]})"), 400);
+}
+
+TEST(Routes, ErrorStatusesAndBodies) {
+  TestServerConfig cfg;
+  cfg.max_body_mb = 1;
+  TestServer s(cfg);
+  auto c = s.client();
+  expect_error(post(c, "/v1/chat/completions", "{not json"), 400);
+  expect_error(post(c, "/v1/chat/completions", R"({"messages":"x"})"), 400);
+  expect_error(post(c, "/v1/chat/completions", chat_body("x", 5, R"("n":2)")), 400);
+  Reply img = post(c, "/v1/chat/completions",
+                   R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,"}}]}]})");
+  expect_error(img, 400);
+  EXPECT_NE(img.body["error"]["message"].get<std::string>().find("text-only"), std::string::npos);
+  Reply ctx = post(c, "/v1/chat/completions", chat_body("x", 600));
+  expect_error(ctx, 400, "context_length_exceeded");
+  EXPECT_NE(ctx.body["error"]["message"].get<std::string>().find("512"), std::string::npos);
+  EXPECT_NE(ctx.body["error"]["message"].get<std::string>().find("600"), std::string::npos);
+  expect_error(post(c, "/v1/completions", R"({"prompt":")" + std::string(600, 'a') + R"("})"), 400, "context_length_exceeded");
+  Reply wrong = post(c, "/v1/chat/completions", R"({"model":"gpt-4","messages":[{"role":"user","content":"x"}]})");
+  expect_error(wrong, 404, "model_not_found");
+  Reply big = post(c, "/v1/chat/completions", std::string(2 * 1024 * 1024, ' '));
+  expect_error(big, 413, "request_too_large");
+  EXPECT_EQ(get(c, "/health").status, 200);  // still up
+}
+
+TEST(Routes, ApiKeyGuardsEverythingButHealth) {
+  TestServerConfig cfg;
+  cfg.api_key = "sekret";
+  TestServer s(cfg);
+  auto c = s.client();
+  EXPECT_EQ(get(c, "/health").status, 200);
+  for (const char* path : {"/v1/models", "/v1/stats", "/metrics", "/v1/models/test-model"}) {
+    expect_error(get(c, path), 401, "invalid_api_key");
+    expect_error(get(c, path, {{"Authorization", "Bearer nope"}}), 401, "invalid_api_key");
+    EXPECT_EQ(get(c, path, {{"Authorization", "Bearer sekret"}}).status, 200) << path;
+    EXPECT_EQ(get(c, path, {{"x-api-key", "sekret"}}).status, 200) << path;
+  }
+  expect_error(post(c, "/v1/chat/completions", chat_body("x", 3)), 401);
+  expect_error(post(c, "/v1/completions", R"({"prompt":"x"})", {{"Authorization", "Bearer sekre"}}), 401);
+  EXPECT_EQ(post(c, "/v1/chat/completions", chat_body("x", 3), {{"Authorization", "Bearer sekret"}}).status, 200);
+}
+
+TEST(Routes, StatsAndMetricsReportTheSameFigures) {
+  TestServer s;
+  auto c = s.client();
+  ASSERT_EQ(post(c, "/v1/chat/completions", chat_body("stats please", 10, R"("ignore_eos":true)")).status, 200);
+  Reply st = get(c, "/v1/stats");
+  ASSERT_EQ(st.status, 200);
+  EXPECT_EQ(st.body["model"], "test-model");
+  EXPECT_EQ(st.body["context_limit"], 512);
+  EXPECT_EQ(st.body["kv"]["pages_total"], 64);
+  EXPECT_EQ(st.body["kv"]["pages_used"], 0);
+  EXPECT_EQ(st.body["requests"]["running"], 0);
+  EXPECT_EQ(st.body["requests"]["waiting"], 0);
+  EXPECT_EQ(st.body["requests"]["total"], 1);
+  EXPECT_EQ(st.body["totals"]["generation_tokens"], 10);
+  EXPECT_GT(st.body["throughput"]["generation_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(st.body["mean_ttft_s"].get<double>(), 0.0);
+  EXPECT_TRUE(st.body.contains("expert_cache"));
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("freetoken_requests_total 1\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("freetoken_generation_tokens_total 10\n"), std::string::npos);
+  EXPECT_NE(m->body.find("freetoken_kv_pages_total 64\n"), std::string::npos);
+  EXPECT_NE(m->body.find("# TYPE freetoken_requests_running gauge"), std::string::npos);
+  EXPECT_NE(m->body.find("freetoken_info{model=\"test-model\"} 1"), std::string::npos);
+}
+
+TEST(Routes, OverloadGives503) {
+  TestServerConfig cfg;
+  cfg.max_running = 1;
+  cfg.max_waiting = 0;
+  TestServer s(cfg);
+  s.model().close();  // the first request's forward blocks: it stays running
+  std::thread first([&] {
+    auto c = s.client();
+    post(c, "/v1/chat/completions", chat_body("first", 3));
+  });
+  for (int i = 0; i < 500 && s.service().stats().running == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(s.service().stats().running, 1);
+  auto c = s.client();
+  expect_error(post(c, "/v1/chat/completions", chat_body("second", 3)), 503, "overloaded");
+  s.model().open();
+  first.join();
+  EXPECT_EQ(post(c, "/v1/chat/completions", chat_body("third", 3)).status, 200);
+}
+
+TEST(Routes, ClientDisconnectCancelsTheStreamAndFreesPages) {
+  TestServer s;
+  auto c = s.client();
+  int chunks = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = chat_body("run long", 480, R"("stream":true,"ignore_eos":true)");
+  req.set_header("Content-Type", "application/json");
+  s.model().close();
+  s.model().delay = 2ms;  // ~1 s for the whole request: the hang-up must stop it early
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    if (++chunks == 1) s.model().open();  // the role chunk arrived: let it generate a little, then hang up
+    return chunks < 3;
+  };
+  c.send(req);  // returns once the receiver refused more data (the client closes the socket)
+  c.stop();
+  for (int i = 0; i < 500 && (s.service().stats().running > 0 || s.service().stats().kv_pages_used > 0); ++i)
+    std::this_thread::sleep_for(10ms);
+  EngineStats st = s.service().stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_pages_used, 0);
+  EXPECT_EQ(st.requests_cancelled, 1);
+  EXPECT_LT(st.generation_tokens_total, 480);
+}
+
+TEST(Routes, RandomBodiesNeverTakeTheServerDown) {
+  TestServer s;
+  auto c = s.client();
+  std::mt19937 rng(7);
+  const std::string seed_body =
+      R"({"model":"test-model","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":3,"temperature":0.7,"top_p":0.9,"stop":["a"],"logprobs":true,"top_logprobs":2,"stream":false,"seed":5})";
+  const std::string alphabet = "{}[]\",:0123456789.-eE truefalsn\\u00ff\x01";
+  for (int i = 0; i < 300; ++i) {
+    std::string b = seed_body;
+    const int edits = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < edits; ++k) {
+      const size_t pos = rng() % b.size();
+      switch (rng() % 3) {
+        case 0: b[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 1: b.erase(pos, 1 + rng() % 5); break;
+        default: b.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+      }
+      if (b.empty()) b = "{";
+    }
+    const char* path = rng() % 2 ? "/v1/chat/completions" : "/v1/completions";
+    Reply r = post(c, path, b);
+    ASSERT_TRUE(r.status == 200 || r.status == 400 || r.status == 404) << r.status << " for " << b;
+    if (r.status != 200) expect_error(r, r.status);
+  }
+  EXPECT_EQ(get(c, "/health").status, 200);
+  EXPECT_EQ(s.service().stats().kv_pages_used, 0);
+}
+
+}  // namespace
+}  // namespace ft

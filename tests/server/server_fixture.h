@@ -1,0 +1,133 @@
+#pragma once
+// An in-process server for route tests: the demo model's byte-level vocabulary and ChatML template, an
+// EngineService over the paged fake model (so generation is instant and deterministic), and an
+// HttpServer on a free loopback port with an httplib client pointed at it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "engine/demo_model.h"
+#include "engine/fake_model.h"
+#include "engine/service.h"
+#include "formats/checkpoint.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/vocab.h"
+
+namespace ft::testing {
+
+/** The demo vocabulary (bytes + <|endoftext|>, <|im_start|>, <|im_end|>), built once. */
+inline const Vocab& demo_vocab() {
+  static const Vocab* v = [] {
+    const std::string path = write_demo_model();
+    auto ck = open_checkpoint(path);
+    auto* vocab = new Vocab(Vocab::from_gguf_metadata(ck->metadata()));
+    std::filesystem::remove(path);
+    return vocab;
+  }();
+  return *v;
+}
+
+/** A FakeModel whose forward can be held at a gate (to keep requests running or waiting). */
+class GatedModel : public FakeModel {
+ public:
+  using FakeModel::FakeModel;
+  void forward(const ForwardBatch& b, std::vector<float>& logits) override {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return open_; });
+    }
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    FakeModel::forward(b, logits);
+  }
+  std::chrono::milliseconds delay{0};
+  void close() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = false;
+  }
+  void open() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+struct TestServerConfig {
+  std::string api_key;
+  double max_body_mb = 1.0;
+  int32_t max_running = 4;
+  int32_t max_waiting = 8;
+  int64_t max_seq_len = 512;
+  int32_t n_pages = 64;
+  int32_t page_size = 16;
+};
+
+class TestServer {
+ public:
+  explicit TestServer(const TestServerConfig& c = {})
+      : model_(kDemoVocab, c.n_pages, c.page_size),
+        pool_(c.n_pages, c.page_size),
+        template_(kChatMLTemplate, "", "<|im_end|>") {
+    signal(SIGPIPE, SIG_IGN);
+    ServiceConfig sc;
+    sc.scheduler.max_running = c.max_running;
+    sc.scheduler.max_waiting = c.max_waiting;
+    sc.scheduler.max_seq_len = c.max_seq_len;
+    sc.scheduler.max_prefill_tokens = 64;
+    sc.check_integrity = true;
+    service_ = std::make_unique<EngineService>(model_, pool_, sc);
+    server::ServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    so.api_key = c.api_key;
+    so.max_body_mb = c.max_body_mb;
+    so.keepalive_ms = 50;
+    server::ServedModel sm;
+    sm.name = "test-model";
+    sm.arch = "fake";
+    sm.n_ctx_train = c.max_seq_len;
+    sm.vocab = &demo_vocab();
+    sm.chat_template = &template_;
+    http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
+    port_ = http_->bind();
+    thread_ = std::thread([this] { http_->serve(); });
+  }
+  ~TestServer() {
+    model_.open();
+    http_->stop();
+    service_->shutdown(std::chrono::milliseconds(0));
+    thread_.join();
+  }
+
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    return c;
+  }
+  GatedModel& model() { return model_; }
+  EngineService& service() { return *service_; }
+
+ private:
+  GatedModel model_;
+  PagePool pool_;
+  ChatTemplate template_;
+  std::unique_ptr<EngineService> service_;
+  std::unique_ptr<server::HttpServer> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace ft::testing
