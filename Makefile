@@ -3,7 +3,7 @@ BUILD      ?= build
 BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
-APT_PKGS = g++ cmake ninja-build ccache pkg-config \
+APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
            libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
            libbenchmark-dev libopenblas-dev
@@ -23,6 +23,11 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	else echo "deps: all installed"; fi
+	@if [ ! -f tests/e2e/node_modules/.package-lock.json ] || \
+	   [ tests/e2e/package-lock.json -nt tests/e2e/node_modules/.package-lock.json ]; then \
+	  echo "deps: npm ci in tests/e2e (the openai client for the server's end-to-end tests)"; \
+	  cd tests/e2e && npm ci --no-audit --no-fund; \
+	else echo "deps: tests/e2e node_modules up to date"; fi
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)

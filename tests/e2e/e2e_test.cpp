@@ -1,0 +1,168 @@
+// End-to-end: starts `ft serve` twice on the qwen3_moe fixture (free loopback ports), runs the node tests
+// in tests/e2e/serve.test.mjs (the official `openai` package + curl) against them, then stops both
+// servers with SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
+// tests/e2e/node_modules (installed by `make deps`: npm ci) is missing.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const fs::path kE2eDir = fs::path(__FILE__).parent_path();
+
+bool have_program(const std::string& name) {
+  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+/** A child process with its stdout on a pipe and stderr in a log file. */
+class Server {
+ public:
+  Server(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      FILE* err = std::fopen(log.c_str(), "w");
+      if (err) dup2(fileno(err), STDERR_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+  }
+  ~Server() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_) std::fclose(out_);
+  }
+
+  /** Reads stdout until the "listening on http://HOST:PORT/v1" line; returns "http://HOST:PORT" or "". */
+  std::string wait_listening(std::string& seen) {
+    char line[4096];
+    static const std::regex re(R"(listening on (http://[0-9.]+:[0-9]+)/v1)");
+    while (std::fgets(line, sizeof line, out_)) {
+      seen += line;
+      std::cmatch m;
+      if (std::regex_search(line, m, re)) return m[1].str();
+    }
+    return "";
+  }
+
+  /** SIGTERM, then waits up to `limit`; returns the exit status, or -1 if it had to be killed. */
+  int terminate(std::chrono::seconds limit) {
+    kill(pid_, SIGTERM);
+    const auto end = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < end) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
+
+  /** Drains stdout in the background so the server never blocks on a full pipe. */
+  void drain() {
+    FILE* f = out_;
+    out_ = nullptr;
+    std::thread([f] {
+      char buf[4096];
+      while (std::fgets(buf, sizeof buf, f)) {
+      }
+      std::fclose(f);
+    }).detach();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  FILE* out_ = nullptr;
+  std::string log_;
+};
+
+std::string run_capture(const std::string& cmd, int& status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+TEST(E2E, OpenAIClientAndCurlAgainstFtServe) {
+  ASSERT_TRUE(have_program("node")) << "node is not installed: run `make deps`";
+  ASSERT_TRUE(have_program("curl")) << "curl is not installed";
+  ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / "openai" / "package.json"))
+      << kE2eDir / "node_modules" << " is missing: run `make deps` (it runs `npm ci` in tests/e2e) before the tests";
+  const std::string model = testing::shared_dir() + "/fixtures/gguf/qwen3_moe/qwen3_moe-bf16.gguf";
+  ASSERT_TRUE(fs::exists(model)) << model << " is missing (set FT_SHARED_DIR)";
+  const std::string key = "e2e-key-" + std::to_string(getpid());
+  const std::string tmp = fs::temp_directory_path().string();
+  const std::string log_main = tmp + "/ft-e2e-main-" + std::to_string(getpid()) + ".log";
+  const std::string log_small = tmp + "/ft-e2e-small-" + std::to_string(getpid()) + ".log";
+  const std::string ft = FT_BINARY;
+  const std::vector<std::string> common = {ft, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
+                                           "--served-model-name", "qwen3-moe-fixture", "--kv-tokens", "16384",
+                                           "--threads", "1"};
+  std::vector<std::string> main_args = common, small_args = common;
+  for (const char* a : {"--api-key", key.c_str(), "--max-body-mb", "1", "--max-running-requests", "8"}) main_args.push_back(a);
+  for (const char* a : {"--max-running-requests", "1", "--max-waiting-requests", "0"}) small_args.push_back(a);
+
+  Server main_srv(main_args, log_main), small_srv(small_args, log_small);
+  std::string seen_main, seen_small;
+  const std::string url_main = main_srv.wait_listening(seen_main);
+  const std::string url_small = small_srv.wait_listening(seen_small);
+  ASSERT_FALSE(url_main.empty()) << "main server did not start:\n" << seen_main << testing::read_file(log_main);
+  ASSERT_FALSE(url_small.empty()) << "small server did not start:\n" << seen_small << testing::read_file(log_small);
+  main_srv.drain();
+  small_srv.drain();
+
+  const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_URL=" + url_main + " FT_E2E_SMALL_URL=" + url_small +
+                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test serve.test.mjs 2>&1";
+  int status = 0;
+  const std::string out = run_capture(cmd, status);
+  std::printf("%s\n", out.c_str());
+  EXPECT_EQ(status, 0) << "node tests failed (output above); server logs: " << log_main << ", " << log_small << "\n"
+                       << testing::read_file(log_main);
+
+  EXPECT_EQ(main_srv.terminate(20s), 0) << "main server did not exit 0 on SIGTERM";
+  EXPECT_EQ(small_srv.terminate(20s), 0) << "small server did not exit 0 on SIGTERM";
+  if (!HasFailure()) {
+    fs::remove(log_main);
+    fs::remove(log_small);
+  }
+}
+
+}  // namespace
+}  // namespace ft
