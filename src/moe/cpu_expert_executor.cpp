@@ -1,0 +1,168 @@
+#include "moe/cpu_expert_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/simd.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+constexpr int64_t kRowTile = 16;  // weight rows per task (as the CPU backend's matmul)
+
+void check_host(const char* arg, const Tensor& t) {
+  if (t.device != Device::kCpu || t.empty())
+    fail(ErrorCode::kInvalidArgument, "cpu experts: {} {} must be a host tensor", arg, t.str());
+}
+
+/** Rows [r0, r0 + nr) of w [N, K] as fp32: in place for F32, else decoded into buf. */
+const float* rows_f32(const Tensor& w, int64_t r0, int64_t nr, std::vector<float>& buf, int64_t buf_off) {
+  const int64_t K = w.dim(1), rb = w.row_bytes();
+  if (w.dtype == DType::F32) return reinterpret_cast<const float*>(w.bytes_ptr() + r0 * rb);
+  float* dst = buf.data() + buf_off;
+  for (int64_t r = 0; r < nr; ++r) cpu::to_f32(w.dtype, w.bytes_ptr() + (r0 + r) * rb, dst + r * K, K);
+  return dst;
+}
+
+/** y[r] = dot(x, w[r, :]) for r < nr, in groups of 4 rows (a row's result does not depend on the group). */
+void dot_tile(const float* x, const float* w, int64_t K, int64_t nr, float* y) {
+  for (int64_t r = 0; r < nr; r += 4)
+    cpu::dot_rows(x, w + r * K, K, static_cast<int>(std::min<int64_t>(4, nr - r)), K, y + r);
+}
+
+}  // namespace
+
+CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin)
+    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin) {
+  wbuf_.resize(static_cast<size_t>(pool_.size()));
+}
+
+void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                            const ExpertBank& bank, Tensor out) {
+  check_host("x", x);
+  check_host("ids", ids);
+  check_host("weights", weights);
+  check_host("out", out);
+  if (x.dtype != DType::F32 && x.dtype != DType::BF16)
+    fail(ErrorCode::kInvalidArgument, "cpu experts: x {} must be F32 or BF16", x.str());
+  if (out.dtype != DType::F32) fail(ErrorCode::kInvalidArgument, "cpu experts: out {} must be F32", out.str());
+  if (ids.dtype != DType::I32) fail(ErrorCode::kInvalidArgument, "cpu experts: ids {} must be I32", ids.str());
+  if (weights.dtype != DType::F32)
+    fail(ErrorCode::kInvalidArgument, "cpu experts: weights {} must be F32", weights.str());
+  const int64_t T = x.rows(), H = x.cols(), k = ids.cols(), E = bank.n_expert();
+  if (x.ndim != 2 || !out.has_shape({T, H}))
+    fail(ErrorCode::kInvalidArgument, "cpu experts: out {} must have x's shape {}", out.str(), x.shape_str());
+  if (ids.ndim != 2 || ids.rows() != T || !weights.has_shape({T, k}))
+    fail(ErrorCode::kInvalidArgument, "cpu experts: ids {} and weights {} must both be [{}, k]", ids.str(),
+         weights.str(), T);
+  if (x.data == out.data) fail(ErrorCode::kInvalidArgument, "cpu experts: out must not alias x");
+  if (bank.up.size() != bank.gate.size() || bank.down.size() != bank.gate.size())
+    fail(ErrorCode::kInvalidArgument, "cpu experts: bank has {} gate, {} up, {} down experts", bank.gate.size(),
+         bank.up.size(), bank.down.size());
+  const int32_t* id = ids.ptr<int32_t>();
+  const float* wt = weights.ptr<float>();
+
+  // Group (token, slot) pairs by expert, token order within an expert.
+  count_.assign(static_cast<size_t>(E) + 1, 0);
+  int64_t max_ff = 0;
+  for (int64_t i = 0; i < T * k; ++i) {
+    if (id[i] < 0) continue;
+    if (id[i] >= E)
+      fail(ErrorCode::kInvalidArgument, "cpu experts: expert id {} at token {} is outside the bank's {} experts", id[i],
+           i / k, E);
+    const size_t e = static_cast<size_t>(id[i]);
+    if (count_[e + 1] == 0) {
+      const Tensor &g = bank.gate[e], &u = bank.up[e], &d = bank.down[e];
+      if (g.ndim != 2 || g.dim(1) != H || !u.has_shape({g.dim(0), H}) || !d.has_shape({H, g.dim(0)}))
+        fail(ErrorCode::kInvalidArgument,
+             "cpu experts: expert {} has gate {}, up {}, down {}; expected [F, {}], [F, {}], [{}, F]", id[i], g.str(),
+             u.str(), d.str(), H, H, H);
+      for (const Tensor* w : {&g, &u, &d}) check_host("expert weight", *w);
+      max_ff = std::max(max_ff, g.dim(0));
+    }
+    ++count_[e + 1];
+  }
+  groups_.clear();
+  int64_t n_pairs = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = count_[static_cast<size_t>(e) + 1];
+    if (n > 0) groups_.push_back(Group{static_cast<int32_t>(e), n_pairs, n, bank.gate[static_cast<size_t>(e)].dim(0)});
+    count_[static_cast<size_t>(e) + 1] = n_pairs;  // becomes the fill cursor below
+    n_pairs += n;
+  }
+  pair_index_.resize(static_cast<size_t>(n_pairs));
+  for (int64_t i = 0; i < T * k; ++i)
+    if (id[i] >= 0) pair_index_[static_cast<size_t>(count_[static_cast<size_t>(id[i]) + 1]++)] = static_cast<int32_t>(i);
+  experts_computed_ += static_cast<int64_t>(groups_.size());
+  pairs_computed_ += n_pairs;
+
+  // Activations in fp32.
+  const float* xf = x.ptr<float>();
+  if (x.dtype == DType::BF16) {
+    x_f32_.resize(static_cast<size_t>(T * H));
+    cpu::to_f32(DType::BF16, x.data, x_f32_.data(), T * H);
+    xf = x_f32_.data();
+  }
+  if (static_cast<int64_t>(h_.size()) < n_pairs * max_ff) h_.resize(static_cast<size_t>(n_pairs * max_ff));
+  if (static_cast<int64_t>(y_.size()) < T * k * H) y_.resize(static_cast<size_t>(T * k * H));
+  const int64_t wbuf_need = 2 * kRowTile * std::max(H, max_ff);
+  for (auto& b : wbuf_)
+    if (static_cast<int64_t>(b.size()) < wbuf_need) b.resize(static_cast<size_t>(wbuf_need));
+
+  // Phase 1: h = silu(x Wg^T) * (x Wu^T) per pair, tasks (expert, 16 rows of F).
+  tasks_.clear();
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (int64_t r = 0; r < groups_[g].F; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
+  pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {
+    const Task task = tasks_[static_cast<size_t>(ti)];
+    const Group& G = groups_[static_cast<size_t>(task.group)];
+    const int64_t F = G.F, nr = std::min(kRowTile, F - task.row0);
+    std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
+    const float* wg = rows_f32(bank.gate[static_cast<size_t>(G.expert)], task.row0, nr, buf, 0);
+    const float* wu = rows_f32(bank.up[static_cast<size_t>(G.expert)], task.row0, nr, buf, kRowTile * H);
+    float gv[kRowTile], uv[kRowTile];
+    for (int64_t r = 0; r < G.n; ++r) {
+      const float* xt = xf + (pair_index_[static_cast<size_t>(G.begin + r)] / k) * H;
+      dot_tile(xt, wg, H, nr, gv);
+      dot_tile(xt, wu, H, nr, uv);
+      float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
+      for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
+    }
+  });
+
+  // Phase 2: y = h Wd^T per pair, tasks (expert, 16 rows of H).
+  tasks_.clear();
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (int64_t r = 0; r < H; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
+  pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {
+    const Task task = tasks_[static_cast<size_t>(ti)];
+    const Group& G = groups_[static_cast<size_t>(task.group)];
+    const int64_t nr = std::min(kRowTile, H - task.row0);
+    const float* wd = rows_f32(bank.down[static_cast<size_t>(G.expert)], task.row0, nr,
+                               wbuf_[static_cast<size_t>(worker)], 0);
+    for (int64_t r = 0; r < G.n; ++r) {
+      const int64_t pair = pair_index_[static_cast<size_t>(G.begin + r)];
+      dot_tile(h_.data() + (G.begin + r) * max_ff, wd, G.F, nr, y_.data() + pair * H + task.row0);
+    }
+  });
+
+  // Phase 3: out[t] (=|+=) sum_j w[t, j] * y[t, j], j in order.
+  float* o = out.ptr<float>();
+  const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(H, 1));
+  pool_.run((T + rows_per_task - 1) / rows_per_task, [&](int64_t ti, int) {
+    for (int64_t t = ti * rows_per_task; t < std::min(T, (ti + 1) * rows_per_task); ++t) {
+      float* ot = o + t * H;
+      if (!p.accumulate) std::memset(ot, 0, static_cast<size_t>(H) * 4);
+      for (int64_t j = 0; j < k; ++j) {
+        if (id[t * k + j] < 0) continue;
+        const float w = wt[t * k + j];
+        const float* y = y_.data() + (t * k + j) * H;
+        for (int64_t i = 0; i < H; ++i) ot[i] += w * y[i];
+      }
+    }
+  });
+}
+
+}  // namespace ft

@@ -1,0 +1,111 @@
+#include "moe/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "util/error.h"
+
+namespace ft {
+
+ThreadPool::ThreadPool(int n_threads, int spin) : n_threads_(n_threads), spin_(spin) {
+  if (n_threads < 1) fail(ErrorCode::kInvalidArgument, "thread pool: {} threads", n_threads);
+  for (int w = 1; w < n_threads; ++w) threads_.emplace_back([this, w] { loop(w); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ThreadPool::work(int worker) {
+  for (int64_t t = next_++; t < n_tasks_; t = next_++) {
+    try {
+      call_(ctx_, t, worker);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+      next_ = n_tasks_;
+    }
+  }
+}
+
+void ThreadPool::loop(int worker) {
+  uint64_t seen = 0;
+  for (;;) {
+    for (int i = 0; i < spin_ && generation_.load(std::memory_order_acquire) == seen; ++i) __builtin_ia32_pause();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_cv_.wait(lock, [&] { return generation_.load() != seen; });
+      seen = generation_.load();
+      if (stop_) return;
+    }
+    work(worker);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--busy_ == 0) done_cv_.notify_one();
+  }
+}
+
+void ThreadPool::run_erased(int64_t n_tasks, Call call, void* ctx) {
+  if (n_tasks <= 0) return;
+  if (n_threads_ == 1 || n_tasks == 1) {
+    for (int64_t t = 0; t < n_tasks; ++t) call(ctx, t, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = call, ctx_ = ctx, n_tasks_ = n_tasks, error_ = nullptr;
+    next_ = 0;
+    busy_ = n_threads_ - 1;
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  start_cv_.notify_all();
+  work(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return busy_ == 0; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+namespace {
+
+/** Number of CPUs in a sysfs list such as "0,64", "0-1" or "3". */
+int count_cpu_list(const std::string& list) {
+  int n = 0;
+  size_t i = 0;
+  while (i < list.size()) {
+    const size_t j = list.find(',', i);
+    const std::string part = list.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    const size_t dash = part.find('-');
+    n += dash == std::string::npos ? 1 : std::stoi(part.substr(dash + 1)) - std::stoi(part.substr(0, dash)) + 1;
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return n;
+}
+
+}  // namespace
+
+int physical_core_count() {
+  cpu_set_t set;
+  int cpus = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus < 1) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  int per_core = 1;
+  std::ifstream f("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list");
+  std::string list;
+  try {
+    if (f >> list) per_core = std::max(1, count_cpu_list(list));
+  } catch (const std::exception&) {
+    per_core = 1;  // unreadable topology: assume no SMT
+  }
+  return std::max(1, cpus / per_core);
+}
+
+}  // namespace ft

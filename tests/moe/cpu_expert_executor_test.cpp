@@ -1,0 +1,148 @@
+// CpuExpertExecutor against the CPU backend's moe_experts on the same inputs: bit-identical for
+// plain and GGUF weight types, batch sizes, skipped pairs, accumulation, BF16 activations and any
+// thread count; the thread pool on its own; argument errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "moe/cpu_expert_executor.h"
+#include "moe_test_util.h"
+#include "tensor/half.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+struct Case {
+  DType gate_up, down;
+  int64_t F, H;
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+TEST(CpuExpertExecutor, EqualsCpuBackendBitForBit) {
+  const Case cases[] = {
+      {DType::BF16, DType::BF16, 48, 64},
+      {DType::F32, DType::F16, 40, 72},    // F32 read in place, odd lengths for the SIMD tails
+      {DType::Q8_0, DType::Q8_0, 64, 96},
+      {DType::Q4_K, DType::Q8_0, 64, 256},
+      {DType::Q4_0, DType::BF16, 96, 64},
+  };
+  CpuOps ops(1);
+  CpuExpertExecutor one(1), three(3);
+  uint32_t seed = 10;
+  for (const Case& c : cases) {
+    const int32_t E = 7;
+    SyntheticExperts s;
+    s.add_layer(E, c.F, c.H, c.gate_up, c.down, seed++);
+    const ExpertBank& bank = s.banks[0];
+    for (int64_t T : {1, 5, 40}) {
+      const int32_t k = 3;
+      std::mt19937 rng(seed++);
+      std::vector<int32_t> ids = random_routes(T, k, E, 0.5, rng);
+      for (size_t i = 0; i < ids.size(); i += 4) ids[i] = -1;  // pairs the GPU computes
+      std::vector<float> w = random_floats(ids.size(), seed++, 0.0f, 1.0f);
+      std::vector<float> x = random_floats(static_cast<size_t>(T * c.H), seed++);
+      std::vector<float> base = random_floats(static_cast<size_t>(T * c.H), seed++);
+      Tensor tx(x.data(), DType::F32, {T, c.H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+      for (bool acc : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(c.gate_up) << "/" << dtype_name(c.down) << " T " << T
+                                          << " accumulate " << acc);
+        std::vector<float> want = base, got1 = base, got3 = base;
+        ops.moe_experts({acc}, tx, ti, tw, bank, Tensor(want.data(), DType::F32, {T, c.H}));
+        one.run({acc}, tx, ti, tw, bank, Tensor(got1.data(), DType::F32, {T, c.H}));
+        three.run({acc}, tx, ti, tw, bank, Tensor(got3.data(), DType::F32, {T, c.H}));
+        EXPECT_EQ(std::memcmp(got1.data(), want.data(), want.size() * 4), 0);
+        EXPECT_EQ(std::memcmp(got3.data(), want.data(), want.size() * 4), 0);
+        double norm = 0;
+        for (float v : want) norm += std::fabs(v);
+        EXPECT_GT(norm, 0.0);
+      }
+      // BF16 activations (the GPU's dtype) equal F32 activations holding the same values.
+      std::vector<uint16_t> xb(x.size());
+      std::vector<float> xr(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]), xr[i] = bf16_to_f32(xb[i]);
+      std::vector<float> want(x.size()), got(x.size());
+      ops.moe_experts({}, Tensor(xr.data(), DType::F32, {T, c.H}), ti, tw, bank, Tensor(want.data(), DType::F32, {T, c.H}));
+      three.run({}, Tensor(xb.data(), DType::BF16, {T, c.H}), ti, tw, bank, Tensor(got.data(), DType::F32, {T, c.H}));
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "bf16 x, T " << T;
+    }
+  }
+  EXPECT_GT(three.experts_computed(), 0);
+  EXPECT_GT(three.pairs_computed(), three.experts_computed());
+}
+
+TEST(CpuExpertExecutor, PartialSumsAddUpToTheWhole) {
+  // GPU part (some slots) + CPU part (the others, accumulated) = all slots, up to rounding.
+  SyntheticExperts s;
+  s.add_layer(8, 32, 64, DType::BF16, DType::BF16, 3);
+  const int64_t T = 6, k = 4, H = 64;
+  std::mt19937 rng(4);
+  std::vector<int32_t> ids = random_routes(T, k, 8, 0.0, rng), gpu = ids, cpu = ids;
+  for (size_t i = 0; i < ids.size(); ++i) (i % 3 == 0 ? gpu : cpu)[i] = -1;
+  std::vector<float> w = random_floats(ids.size(), 5, 0, 1), x = random_floats(T * H, 6);
+  std::vector<float> whole(T * H), part(T * H);
+  CpuOps ops(1);
+  CpuExpertExecutor ex(2);
+  Tensor tx(x.data(), DType::F32, {T, H}), tw(w.data(), DType::F32, {T, k});
+  ops.moe_experts({}, tx, Tensor(ids.data(), DType::I32, {T, k}), tw, s.banks[0], Tensor(whole.data(), DType::F32, {T, H}));
+  ops.moe_experts({}, tx, Tensor(gpu.data(), DType::I32, {T, k}), tw, s.banks[0], Tensor(part.data(), DType::F32, {T, H}));
+  ex.run({true}, tx, Tensor(cpu.data(), DType::I32, {T, k}), tw, s.banks[0], Tensor(part.data(), DType::F32, {T, H}));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < whole.size(); ++i) num += std::pow(part[i] - whole[i], 2), den += std::pow(whole[i], 2);
+  EXPECT_LT(std::sqrt(num / den), 1e-6);
+  EXPECT_GT(den, 0);
+}
+
+TEST(CpuExpertExecutor, RejectsBadArguments) {
+  SyntheticExperts s;
+  s.add_layer(4, 32, 64, DType::BF16, DType::BF16, 3);
+  CpuExpertExecutor ex(1);
+  std::vector<float> x(2 * 64), out(2 * 64), w(4, 0.5f);
+  std::vector<int32_t> ids = {0, 1, 2, 4};  // 4 is outside the bank
+  Tensor tx(x.data(), DType::F32, {2, 64}), to(out.data(), DType::F32, {2, 64}), tw(w.data(), DType::F32, {2, 2});
+  EXPECT_THROW(ex.run({}, tx, Tensor(ids.data(), DType::I32, {2, 2}), tw, s.banks[0], to), Error);
+  ids[3] = 3;
+  EXPECT_NO_THROW(ex.run({}, tx, Tensor(ids.data(), DType::I32, {2, 2}), tw, s.banks[0], to));
+  EXPECT_THROW(ex.run({}, tx, Tensor(ids.data(), DType::I32, {1, 2}), tw, s.banks[0], to), Error);
+  EXPECT_THROW(ex.run({}, tx, Tensor(ids.data(), DType::F32, {2, 2}), tw, s.banks[0], to), Error);
+  EXPECT_THROW(ex.run({}, tx, Tensor(ids.data(), DType::I32, {2, 2}), tw, s.banks[0], tx), Error);  // alias
+  std::vector<float> x32(2 * 32);
+  EXPECT_THROW(ex.run({}, Tensor(x32.data(), DType::F32, {2, 32}), Tensor(ids.data(), DType::I32, {2, 2}), tw,
+                      s.banks[0], Tensor(out.data(), DType::F32, {2, 32})),
+               Error);  // H does not match the experts
+}
+
+TEST(ThreadPool, RunsEveryTaskOnceAndPropagatesErrors) {
+  ThreadPool pool(3);
+  for (int64_t n : {0, 1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> bad_worker{0};
+    pool.run(n, [&](int64_t t, int w) {
+      hits[static_cast<size_t>(t)]++;
+      if (w < 0 || w >= 3) bad_worker++;
+    });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+    EXPECT_EQ(bad_worker.load(), 0);
+  }
+  EXPECT_THROW(pool.run(50, [](int64_t t, int) {
+    if (t == 17) fail(ErrorCode::kInternal, "task {}", t);
+  }),
+               Error);
+  std::atomic<int> after{0};
+  pool.run(10, [&](int64_t, int) { after++; });  // still usable
+  EXPECT_EQ(after.load(), 10);
+  EXPECT_GE(physical_core_count(), 1);
+  EXPECT_THROW(ThreadPool(0), Error);
+}
+
+}  // namespace
+}  // namespace ft::testing
