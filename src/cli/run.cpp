@@ -37,6 +37,7 @@ struct RunArgs {
   bool ignore_eos = false;
   bool print_ids = false;
   int threads = 0;
+  std::string device = "auto";
   std::string logits_out;
   int32_t page_size = 64;
   int64_t max_prefill_tokens = 8192;
@@ -88,6 +89,7 @@ int run(const RunArgs& a) {
 
   EngineOptions eo;
   eo.threads = a.threads;
+  eo.device = a.device;
   eo.page_size = a.page_size;
   eo.kv_tokens = n_prompt + a.max_tokens + 1;
   eo.max_step_tokens = std::min(a.max_prefill_tokens, n_prompt);
@@ -147,7 +149,7 @@ int run(const RunArgs& a) {
 
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt on the CPU (prints the text, then speed)");
+  CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt (prints the text, then speed)");
   cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder")->required();
   cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
@@ -163,6 +165,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
   cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text");
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");
   cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")

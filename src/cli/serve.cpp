@@ -97,9 +97,7 @@ std::string human_count(double n) {
 }
 
 int run_serve(const ServeFlags& f) {
-  if (f.device == "cuda")
-    fail(ErrorCode::kUnsupported, "--device cuda: ft serve runs on the CPU engine only for now (use cpu or auto)");
-  if (f.device != "cpu" && f.device != "auto")
+  if (f.device != "cpu" && f.device != "cuda" && f.device != "auto")
     fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", f.device);
   if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
@@ -127,6 +125,7 @@ int run_serve(const ServeFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   EngineOptions eo;
   eo.threads = f.threads;
+  eo.device = f.device;
   eo.page_size = f.page_size;
   eo.kv_tokens = f.kv_tokens;
   eo.max_seqs = f.max_running;
@@ -191,10 +190,10 @@ int run_serve(const ServeFlags& f) {
               mc.n_expert > 0 ? fmt::format(", {} experts top-{}", mc.n_expert, mc.n_expert_used).c_str() : "",
               demo ? "" : fmt::format("  {}", path).c_str());
   std::printf("  tokenizer %d tokens; chat template from %s\n", vocab.n_tokens(), template_from.c_str());
-  std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device cpu, %s threads\n",
+  std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
               human_bytes(static_cast<double>(weight_bytes)).c_str(),
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
-              kc.page_size, human_bytes(static_cast<double>(engine->kv().bytes())).c_str(),
+              kc.page_size, human_bytes(static_cast<double>(engine->kv().bytes())).c_str(), engine->ops().name(),
               f.threads > 0 ? std::to_string(f.threads).c_str() : "all");
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %.0f MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,

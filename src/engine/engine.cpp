@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda_factory.h"
+#include "backend/device.h"
 #include "model/registry.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -11,8 +13,13 @@
 namespace ft {
 
 std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOptions& options) {
+  const std::string& d = options.device;
+  if (d != "cpu" && d != "cuda" && d != "auto")
+    fail(ErrorCode::kInvalidArgument, "device must be cpu, cuda or auto (got '{}')", d);
+  const bool cuda = d == "cuda" || (d == "auto" && cuda_device_count() > 0);
+  std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0) : std::make_unique<CpuOps>(options.threads);
   auto ckpt = open_checkpoint(path);
-  return std::make_unique<Engine>(std::move(ckpt), std::make_unique<CpuOps>(options.threads), options);
+  return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 
 Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)

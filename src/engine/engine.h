@@ -21,6 +21,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 8192;    // most tokens in one forward (>= --max-prefill-tokens)
   int64_t max_logit_rows = 256;      // most logit rows one forward returns
   int32_t max_seqs = 16;             // most sequences in one forward
+  std::string device = "cpu";        // backend for Engine::load: "cpu", "cuda" or "auto" (cuda when visible)
 };
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
@@ -38,8 +39,10 @@ struct StepItem {
 
 class Engine {
  public:
-  /** Opens `path` (GGUF or HF folder), builds the model on the CPU backend and plans KV and step
-   *  buffers. Throws ft::Error from the loader (missing tensor, bad shape, unsupported arch...). */
+  /** Opens `path` (GGUF or HF folder), builds the model on the backend named by options.device and
+   *  plans KV and step buffers. Throws ft::Error from the loader (missing tensor, bad shape,
+   *  unsupported arch...), kUnsupported for cuda in a build without CUDA, kInvalidArgument for an
+   *  unknown device name. */
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
   /** Same over an opened checkpoint and a backend (tests; the CUDA backend later). */
   Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options);

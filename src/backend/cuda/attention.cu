@@ -51,12 +51,14 @@ __device__ __forceinline__ float kv_load(const void* p, bool f32, int64_t i) {
 
 template <int DPL>  // head dims per lane: ceil(D / 32)
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   const int D = a.D, group = a.H / a.G;
+  const int KS = D + 4;                 // k_s row stride: 16-byte rows, conflict-free float4 reads
   float* q_s = smem;                    // [kRows][D], pre-scaled
-  float* k_s = q_s + kRows * D;         // [kTile][D + 1]
-  float* v_s = k_s + kTile * (D + 1);   // [kTile][D]
+  float* k_s = q_s + kRows * D;         // [kTile][D + 4]
+  float* v_s = k_s + kTile * KS;        // [kTile][D]
   __shared__ int row_t[kRows], row_h[kRows], row_pos[kRows], row_seq[kRows];
+  __shared__ int64_t key_off[kTile];    // element offset of each tile key's row for kv head g (-1: none)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * a.nt;
@@ -109,31 +111,75 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
     const int64_t kbeg = max(lo, split_lo), kend = min(hi + 1, split_hi);
     const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
     for (int64_t j0 = kbeg; j0 < kend; j0 += kTile) {
-      for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) {
-        const int kk = i / D, d = i % D;
-        const int64_t j = j0 + kk;
-        float kv = 0.0f, vv = 0.0f;
+      if (threadIdx.x < kTile) {  // one page-table lookup per key
+        const int64_t j = j0 + threadIdx.x;
+        int64_t off = -1;
         if (j < kend) {
           const int64_t blk = j / a.page_size;
           const int64_t page = blk < a.max_blocks ? table[blk] : -1;
-          if (page >= 0 && page < a.n_pages) {
-            const int64_t off = ((page * a.page_size + j % a.page_size) * a.G + g) * D + d;
-            kv = kv_load(a.k, a.kv_f32, off);
-            vv = kv_load(a.v, a.kv_f32, off);
+          if (page >= 0 && page < a.n_pages) off = ((page * a.page_size + j % a.page_size) * a.G + g) * D;
+        }
+        key_off[threadIdx.x] = off;
+      }
+      __syncthreads();
+      if (!a.kv_f32 && D % 8 == 0) {  // bf16 rows: 16-byte loads, all issued before any store
+        const int cpk = D / 8;         // chunks per key; kTile * cpk = 4 * D = DPL * 4 * 32 at most
+        uint4 kr[DPL], vr[DPL];
+#pragma unroll
+        for (int u = 0; u < DPL; ++u) {
+          const int i = threadIdx.x + u * kWarps * 32;
+          kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+          if (i < kTile * cpk) {
+            const int64_t off = key_off[i / cpk];
+            if (off >= 0) {
+              kr[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.k) + off) + i % cpk);
+              vr[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.v) + off) + i % cpk);
+            }
           }
         }
-        k_s[kk * (D + 1) + d] = kv;
-        v_s[kk * D + d] = vv;
+#pragma unroll
+        for (int u = 0; u < DPL; ++u) {
+          const int i = threadIdx.x + u * kWarps * 32;
+          if (i < kTile * cpk) {
+            const int kk = i / cpk, d0 = (i % cpk) * 8;
+            const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w}, vw[4] = {vr[u].x, vr[u].y, vr[u].z, vr[u].w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              k_s[kk * KS + d0 + 2 * e] = __uint_as_float(kw[e] << 16);
+              k_s[kk * KS + d0 + 2 * e + 1] = __uint_as_float(kw[e] & 0xffff0000u);
+              v_s[kk * D + d0 + 2 * e] = __uint_as_float(vw[e] << 16);
+              v_s[kk * D + d0 + 2 * e + 1] = __uint_as_float(vw[e] & 0xffff0000u);
+            }
+          }
+        }
+      } else {
+        for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) {
+          const int kk = i / D, d = i % D;
+          const int64_t off = key_off[kk];
+          k_s[kk * KS + d] = off >= 0 ? kv_load(a.k, a.kv_f32, off + d) : 0.0f;
+          v_s[kk * D + d] = off >= 0 ? kv_load(a.v, a.kv_f32, off + d) : 0.0f;
+        }
       }
       __syncthreads();
       const int64_t j = j0 + lane;
       float s[kRowsPerWarp];
 #pragma unroll
       for (int rr = 0; rr < kRowsPerWarp; ++rr) s[rr] = 0.0f;
-      for (int d = 0; d < D; ++d) {
-        const float kd = k_s[lane * (D + 1) + d];
+      if (D % 4 == 0) {
+        for (int d = 0; d < D; d += 4) {
+          const float4 kd = *reinterpret_cast<const float4*>(k_s + lane * KS + d);
 #pragma unroll
-        for (int rr = 0; rr < kRowsPerWarp; ++rr) s[rr] = fmaf(q_s[(warp + kWarps * rr) * D + d], kd, s[rr]);
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            const float4 qd = *reinterpret_cast<const float4*>(q_s + (warp + kWarps * rr) * D + d);
+            s[rr] = fmaf(qd.x, kd.x, fmaf(qd.y, kd.y, fmaf(qd.z, kd.z, fmaf(qd.w, kd.w, s[rr]))));
+          }
+        }
+      } else {
+        for (int d = 0; d < D; ++d) {
+          const float kd = k_s[lane * KS + d];
+#pragma unroll
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) s[rr] = fmaf(q_s[(warp + kWarps * rr) * D + d], kd, s[rr]);
+        }
       }
 #pragma unroll
       for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -223,7 +269,7 @@ void launch_attention(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s)
   static bool configured = false;  // raise the dynamic shared memory limit once per instantiation
   if (!configured) {
     FT_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>((kRows * kMaxHeadDim + kTile * (2 * kMaxHeadDim + 1)) * 4)));
+                                       static_cast<int>((kRows * kMaxHeadDim + kTile * (2 * kMaxHeadDim + 4)) * 4)));
     configured = true;
   }
   attention_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(a);
@@ -282,7 +328,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     a.part = static_cast<float*>(scratch(Scratch::kAttention, a.n_split * T * H * (D + 2) * 4));
   const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
                   static_cast<unsigned>(a.n_split));
-  const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 1)) * 4);
+  const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 4)) * 4);
   if (D <= 32) cuda::launch_attention<1>(a, grid, smem, stream_);
   else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
   else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);

@@ -23,9 +23,27 @@ __global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, int64_t row_b
     if (ids) src = min(max(static_cast<int64_t>(ids[r]), int64_t{0}), V - 1);
     float v[D::kChunk];
     D::load(w + src * row_bytes, c, v);
-    TO* o = out + r * ldo + c * D::kChunk;
+    TO* o = out + r * ldo + c * D::kChunk;  // 16-byte (8-byte for 4 bf16) aligned: ldo % 8 == 0
+    if constexpr (sizeof(TO) == 4) {
 #pragma unroll
-    for (int j = 0; j < D::kChunk; ++j) o[j] = from_f<TO>(v[j]);
+      for (int j = 0; j < D::kChunk; j += 4)
+        *reinterpret_cast<float4*>(o + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+    } else {
+      uint32_t packed[D::kChunk / 2];
+#pragma unroll
+      for (int j = 0; j < D::kChunk / 2; ++j) {
+        const __nv_bfloat162 h2 = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+        packed[j] = *reinterpret_cast<const uint32_t*>(&h2);
+      }
+      if constexpr (D::kChunk == 4) {
+        *reinterpret_cast<uint2*>(o) = make_uint2(packed[0], packed[1]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < D::kChunk / 8; ++j)
+          reinterpret_cast<uint4*>(o)[j] =
+              make_uint4(packed[4 * j], packed[4 * j + 1], packed[4 * j + 2], packed[4 * j + 3]);
+      }
+    }
   }
 }
 
@@ -56,6 +74,9 @@ void launch_dequant_rows(DType wt, const void* w, int64_t row_bytes, int64_t K, 
   if (vec_w && (reinterpret_cast<uintptr_t>(w) % 16 != 0 || row_bytes % 16 != 0))
     fail(ErrorCode::kUnsupported, "dequantize: {} rows must be 16-byte aligned (row of {} bytes)", dtype_name(wt),
          row_bytes);
+  const int64_t esz = out_dtype == DType::F32 ? 4 : 2;
+  if (reinterpret_cast<uintptr_t>(out) % 16 != 0 || (ldo * esz) % 16 != 0)
+    fail(ErrorCode::kUnsupported, "dequantize: output rows must be 16-byte aligned (row stride {})", ldo);
   if (n_rows <= 0) return;
   FT_DISPATCH_WEIGHT(wt, launch_t<WT>(w, row_bytes, K, ids, V, row0, n_rows, out, out_dtype, ldo, s));
 }

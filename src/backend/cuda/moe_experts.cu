@@ -154,10 +154,12 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
 
   if (decode) {
     const uint64_t* table = expert_table(bank);
-    for (size_t e = 0; e < bank.gate.size(); ++e)  // the GEMV's vector loads need aligned experts
+    auto vec = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_K; };
+    for (size_t e = 0; e < bank.gate.size(); ++e)  // the GEMV's 16-byte weight loads need aligned experts
       for (const Tensor* t : {&bank.gate[e], &bank.up[e], &bank.down[e]})
-        if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
-          fail(ErrorCode::kUnsupported, "moe_experts: expert {} weights are not 16-byte aligned", e);
+        if (vec(t->dtype) && (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || t->row_bytes() % 16 != 0))
+          fail(ErrorCode::kUnsupported, "moe_experts: expert {} {} weights are not 16-byte aligned", e,
+               dtype_name(t->dtype));
     cuda::GemvArgs a;
     a.table = table, a.ids = ids.ptr<int32_t>(), a.n_expert = E;
     a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();

@@ -1,0 +1,161 @@
+// CUDA vs CPU: swiglu, add, scale, sigmoid, add_scaled_rows, softmax, rms_norm, rope, embedding
+// on random inputs of several shapes; GPU outputs poisoned first, rel L2 <= 1e-2.
+#include "gpu_harness.h"
+
+namespace ft::testing {
+namespace {
+
+class CudaElementwise : public GpuTest {
+ protected:
+  // CPU result buffer + view
+  Tensor cpu_out(std::vector<float>& buf, std::vector<int64_t> shape) {
+    buf.assign(static_cast<size_t>(numel_of(shape)), 0.0f);
+    return Tensor(buf.data(), DType::F32, shape.data(), static_cast<int>(shape.size()));
+  }
+};
+
+const std::vector<std::vector<int64_t>> kShapes = {{1, 64}, {7, 96}, {33, 2048}};
+
+TEST_F(CudaElementwise, BinaryAndUnaryOps) {
+  uint32_t seed = 10;
+  for (const auto& shape : kShapes) {
+    const size_t n = static_cast<size_t>(numel_of(shape));
+    const auto a = rand_bf16(n, seed++, -4, 4), b = rand_bf16(n, seed++, -2, 2);
+    Tensor ha = arena().host_f32(a, shape), hb = arena().host_f32(b, shape);
+    Tensor da = arena().dev_from(a, DType::BF16, shape), db = arena().dev_from(b, DType::BF16, shape);
+    const std::string what = Tensor(nullptr, DType::BF16, shape.data(), 2).shape_str();
+    std::vector<float> ref;
+    Tensor out;
+
+    cpu().swiglu(ha, hb, cpu_out(ref, shape));
+    out = arena().dev_poisoned(DType::BF16, shape);
+    gpu().swiglu(da, db, out);
+    double e = compare(out, ref);
+    report("swiglu", what, e);
+    EXPECT_LE(e, kTol);
+
+    cpu().add(ha, hb, cpu_out(ref, shape));
+    out = arena().dev_poisoned(DType::BF16, shape);
+    gpu().add(da, db, out);
+    e = compare(out, ref);
+    report("add", what, e);
+    EXPECT_LE(e, kTol);
+
+    cpu().scale(ha, -0.37f, cpu_out(ref, shape));
+    out = arena().dev_poisoned(DType::BF16, shape);
+    gpu().scale(da, -0.37f, out);
+    e = compare(out, ref);
+    report("scale", what, e);
+    EXPECT_LE(e, kTol);
+
+    cpu().sigmoid(ha, cpu_out(ref, shape));
+    out = arena().dev_poisoned(DType::BF16, shape);
+    gpu().sigmoid(da, out);
+    e = compare(out, ref);
+    report("sigmoid", what, e);
+    EXPECT_LE(e, kTol);
+
+    // add_scaled_rows: y += alpha * s[t] * x, with F32 row scales and without
+    const int64_t T = shape[0];
+    const auto s = rand_bf16(static_cast<size_t>(T), seed++, -1, 1);
+    std::vector<float> y_ref = b;
+    cpu().add_scaled_rows(ha, arena().host_f32(s, {T}), 0.5f, Tensor(y_ref.data(), DType::F32, shape.data(), 2));
+    cpu().add_scaled_rows(ha, Tensor(), -0.25f, Tensor(y_ref.data(), DType::F32, shape.data(), 2));
+    Tensor dy = arena().dev_from(b, DType::BF16, shape);
+    gpu().add_scaled_rows(da, arena().dev_from(s, DType::F32, {T}), 0.5f, dy);
+    gpu().add_scaled_rows(da, Tensor(), -0.25f, dy);
+    e = compare(dy, y_ref);
+    report("add_scaled_rows", what, e);
+    EXPECT_LE(e, kTol);
+
+    // softmax, bf16 -> bf16 and in place in F32
+    cpu().softmax(ha, cpu_out(ref, shape));
+    out = arena().dev_poisoned(DType::BF16, shape);
+    gpu().softmax(da, out);
+    e = compare(out, ref);
+    report("softmax", what + " bf16", e);
+    EXPECT_LE(e, kTol);
+    Tensor df = arena().dev_from(a, DType::F32, shape);
+    gpu().softmax(df, df);
+    e = compare(df, ref);
+    report("softmax", what + " f32 in place", e);
+    EXPECT_LE(e, 1e-5);
+  }
+}
+
+TEST_F(CudaElementwise, RmsNorm) {
+  uint32_t seed = 100;
+  for (const auto& shape : kShapes) {
+    for (DType wdt : {DType::F32, DType::BF16}) {
+      const int64_t D = shape[1];
+      const auto x = rand_bf16(static_cast<size_t>(numel_of(shape)), seed++, -3, 3);
+      const auto w = rand_bf16(static_cast<size_t>(D), seed++, 0.5f, 1.5f);
+      RmsNormParams p;
+      p.eps = 1e-5f;
+      p.weight_offset = wdt == DType::BF16 ? 1.0f : 0.0f;
+      std::vector<float> ref(x.size());
+      cpu().rms_norm(p, arena().host_f32(x, shape), arena().host_f32(w, {D}),
+                     Tensor(ref.data(), DType::F32, shape.data(), 2));
+      Tensor out = arena().dev_poisoned(DType::BF16, shape);
+      gpu().rms_norm(p, arena().dev_from(x, DType::BF16, shape), arena().dev_from(w, wdt, {D}), out);
+      const double e = compare(out, ref);
+      report("rms_norm", Tensor(nullptr, wdt, shape.data(), 2).str(), e);
+      EXPECT_LE(e, kTol);
+    }
+  }
+}
+
+TEST_F(CudaElementwise, RopeModesAndPartialRotation) {
+  struct Case {
+    RopeMode mode;
+    int64_t T, n_head, head_dim, n_rot;
+  };
+  const Case cases[] = {{RopeMode::kNeox, 5, 4, 16, 16},
+                        {RopeMode::kNormal, 5, 4, 16, 16},
+                        {RopeMode::kNeox, 37, 8, 128, 64},
+                        {RopeMode::kNormal, 9, 2, 64, 32}};
+  uint32_t seed = 200;
+  for (const Case& c : cases) {
+    const int64_t W = c.n_head * c.head_dim;
+    const auto x = rand_bf16(static_cast<size_t>(c.T * W), seed++);
+    std::vector<int32_t> pos(static_cast<size_t>(c.T));
+    for (int64_t t = 0; t < c.T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(3 * t + (t % 2) * 1000);
+    std::vector<float> inv(static_cast<size_t>(c.n_rot / 2));
+    for (size_t i = 0; i < inv.size(); ++i)
+      inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.n_rot));
+    RopeParams p;
+    p.mode = c.mode, p.head_dim = static_cast<int32_t>(c.head_dim), p.n_rot = static_cast<int32_t>(c.n_rot);
+    p.attn_factor = 1.0f;
+    std::vector<float> ref = x;
+    p.inv_freq = arena().host_f32(inv, {c.n_rot / 2});
+    cpu().rope(p, Tensor(ref.data(), DType::F32, {c.T, W}), arena().host_i32(pos, {c.T}));
+    p.inv_freq = arena().dev_from(inv, DType::F32, {c.n_rot / 2});
+    Tensor dx = arena().dev_from(x, DType::BF16, {c.T, W});
+    gpu().rope(p, dx, arena().dev_i32(pos, {c.T}));
+    const double e = compare(dx, ref);
+    report("rope", std::string(c.mode == RopeMode::kNeox ? "neox" : "normal") + " T=" + std::to_string(c.T) +
+                       " hd=" + std::to_string(c.head_dim) + " rot=" + std::to_string(c.n_rot), e);
+    EXPECT_LE(e, kTol);
+  }
+}
+
+TEST_F(CudaElementwise, EmbeddingAnyTableDtype) {
+  const int64_t V = 50, H = 256;
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23, 1};
+  const int64_t T = static_cast<int64_t>(ids.size());
+  uint32_t seed = 300;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::IQ4_XS}) {
+    const auto w = random_weight(dt, V, H, seed++);
+    std::vector<float> ref(static_cast<size_t>(T * H));
+    cpu().embedding(arena().host_bytes(w, dt, {V, H}), arena().host_i32(ids, {T}),
+                    Tensor(ref.data(), DType::F32, {T, H}));
+    Tensor out = arena().dev_poisoned(DType::BF16, {T, H});
+    gpu().embedding(arena().dev_bytes(w, dt, {V, H}), arena().dev_i32(ids, {T}), out);
+    const double e = compare(out, ref);
+    report("embedding", dtype_name(dt), e);
+    EXPECT_LE(e, 5e-3);
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing

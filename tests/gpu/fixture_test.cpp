@@ -1,0 +1,153 @@
+// End to end on the CUDA backend: every Hugging Face fixture of the CPU-inference list
+// (shared/fixtures/hf) through the Engine with CudaOps.
+//  - prompt logits of every position match reference.json within 2e-2 relative L2 (prefill path);
+//  - teacher-forced on prompt + the 16 reference greedy tokens, the logits match the CPU backend's
+//    fp32 logits within 2e-2, with the same argmax wherever the CPU's top-2 margin exceeds 0.1;
+//  - the logits of 16 incremental decode steps (decode kernels: GEMV, split-K attention, per-pair
+//    MoE) match a CPU prefill of the same tokens within 2e-2 (free-running text is not compared:
+//    bf16 may flip near-ties).
+#include <algorithm>
+#include <cstdio>
+
+#include "formats/checkpoint.h"
+#include "gpu_harness.h"
+#include "model/fixture_util.h"
+
+namespace ft::testing {
+namespace {
+
+class CudaFixture : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) {
+      if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
+      GTEST_SKIP() << "no CUDA device visible (set FT_REQUIRE_GPU=1 to make this a failure)";
+    }
+  }
+};
+
+/** Rows of `got` vs `want` ([rows, V]) from row `first`: max rel L2; counts argmax checks/mismatches
+ *  where want's top-2 margin exceeds 0.1. */
+double compare_rows(const std::vector<float>& got, const std::vector<float>& want, int64_t V, int* checked,
+                    int* flipped, std::string* stats = nullptr) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0;
+  std::vector<double> errs;
+  const int64_t rows = static_cast<int64_t>(std::min(got.size(), want.size())) / V;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = got.data() + r * V;
+    const float* w = want.data() + r * V;
+    errs.push_back(row_rel_l2(g, w, V));
+    worst = std::max(worst, errs.back());
+    int64_t best = 0, second = -1, gbest = 0;
+    for (int64_t i = 1; i < V; ++i) {
+      if (w[i] > w[best]) second = best, best = i;
+      else if (second < 0 || w[i] > w[second]) second = i;
+      if (g[i] > g[gbest]) gbest = i;
+    }
+    if (w[best] - w[second] > 0.1f) {
+      ++*checked;
+      if (gbest != best) ++*flipped;
+    }
+  }
+  if (stats && !errs.empty()) {
+    int over = 0;
+    for (double e : errs) over += e > 2e-2;
+    std::sort(errs.begin(), errs.end());
+    *stats = "rows>2e-2 " + std::to_string(over) + "/" + std::to_string(errs.size()) + " median " +
+             std::to_string(errs[errs.size() / 2]).substr(0, 7);
+  }
+  return worst;
+}
+
+TEST_P(CudaFixture, MatchesReferenceAndCpu) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
+  const EngineOptions opts = small_engine_options();
+  Engine gpu(open_checkpoint(dir), make_cuda_ops(0), opts);
+  auto cpu = Engine::load(dir, opts);
+  const int64_t V = gpu.config().n_vocab;
+  for (const RefCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int32_t n_gen = static_cast<int32_t>(c.greedy.size());
+    // 1. prompt logits vs the reference
+    GenerateRequest req = greedy_request(c.input_ids, n_gen);
+    req.step_logits = true;
+    const GenerateResult g = generate(gpu, {req})[0];
+    int checked = 0, flipped = 0;
+    std::string st_ref, st_tf, st_dec;
+    const double e_ref = compare_rows(g.prompt_logits, c.logits, V, &checked, &flipped, &st_ref);
+    EXPECT_LE(e_ref, 2e-2);
+    EXPECT_EQ(flipped, 0) << "argmax differs from the reference at " << flipped << " of " << checked << " positions";
+    // 2. teacher-forced on prompt + reference greedy tokens vs the CPU backend
+    std::vector<int32_t> full = c.input_ids;
+    full.insert(full.end(), c.greedy.begin(), c.greedy.end());
+    const auto gf = generate(gpu, {greedy_request(full, 1)})[0];
+    const auto cf = generate(*cpu, {greedy_request(full, 1)})[0];
+    int checked2 = 0, flipped2 = 0;
+    const double e_tf = compare_rows(gf.prompt_logits, cf.prompt_logits, V, &checked2, &flipped2, &st_tf);
+    EXPECT_LE(e_tf, 2e-2);
+    EXPECT_EQ(flipped2, 0) << "argmax differs from the CPU at " << flipped2 << " of " << checked2 << " positions";
+    // 3. decode steps vs a CPU prefill of the tokens the GPU generated
+    std::vector<int32_t> own = c.input_ids;
+    own.insert(own.end(), g.tokens.begin(), g.tokens.end() - 1);
+    const auto co = generate(*cpu, {greedy_request(own, 1)})[0];
+    const std::vector<float> tail(co.prompt_logits.end() - static_cast<std::ptrdiff_t>(g.step_logits.size()),
+                                  co.prompt_logits.end());
+    int checked3 = 0, flipped3 = 0;
+    const double e_dec = compare_rows(g.step_logits, tail, V, &checked3, &flipped3, &st_dec);
+    EXPECT_LE(e_dec, 2e-2);
+    EXPECT_EQ(flipped3, 0) << "decode argmax differs from the CPU at " << flipped3 << " of " << checked3;
+    int same = 0;
+    for (size_t i = 0; i < c.greedy.size() && i < g.tokens.size(); ++i) same += g.tokens[i] == c.greedy[i];
+    report("fixture " + GetParam(), c.name + " prompt vs reference (" + st_ref + ")", e_ref);
+    report("fixture " + GetParam(), c.name + " teacher-forced vs cpu (" + st_tf + ")", e_tf);
+    report("fixture " + GetParam(), c.name + " decode steps vs cpu (greedy " + std::to_string(same) + "/16, " + st_dec + ")", e_dec);
+  }
+}
+
+/** Named intermediates of a prefill of the `short` case on both backends, compared per (name,
+ *  layer): the first layer where the GPU drifts is where a kernel (or bf16 itself) loses accuracy. */
+TEST_P(CudaFixture, IntermediatesTrackCpu) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_EQ(cases.size(), 2u);
+  const EngineOptions opts = small_engine_options();
+  Engine gpu(open_checkpoint(dir), make_cuda_ops(0), opts);
+  auto cpu = Engine::load(dir, opts);
+  using Dump = std::vector<std::pair<std::string, std::vector<float>>>;
+  Dump dg, dc;
+  auto hook = [](Ops& ops, Dump& d) {
+    return [&ops, &d](const std::string& name, int64_t layer, const Tensor& t) {
+      std::vector<float> v(static_cast<size_t>(t.numel()));
+      ops.copy(t, Tensor(v.data(), DType::F32, t.shape.data(), t.ndim));
+      d.push_back({name + "." + std::to_string(layer) + "/" + std::to_string(t.cols()), std::move(v)});
+    };
+  };
+  gpu.set_dump_hook(hook(gpu.ops(), dg));
+  cpu->set_dump_hook(hook(cpu->ops(), dc));
+  generate(gpu, {greedy_request(cases[0].input_ids, 1)});
+  generate(*cpu, {greedy_request(cases[0].input_ids, 1)});
+  ASSERT_EQ(dg.size(), dc.size());
+  std::string line;
+  for (size_t i = 0; i < dg.size() && i < dc.size(); ++i) {
+    ASSERT_EQ(dg[i].first, dc[i].first);
+    const std::string& key = dg[i].first;
+    const int64_t cols = std::stoll(key.substr(key.rfind('/') + 1));
+    int c1 = 0, f1 = 0;
+    std::string st;
+    const double worst = compare_rows(dg[i].second, dc[i].second, cols, &c1, &f1, &st);
+    const double all = rel_l2(dg[i].second, dc[i].second);
+    report("layers " + GetParam(), key.substr(0, key.rfind('/')) + " (max row " + std::to_string(worst).substr(0, 6) +
+                                       ", " + st + ")", all);
+    EXPECT_LE(all, 5e-2) << key;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CudaFixture,
+                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
+                                           "mixtral", "qwen2_moe", "olmoe"));
+
+}  // namespace
+}  // namespace ft::testing

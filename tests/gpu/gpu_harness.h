@@ -1,0 +1,185 @@
+#pragma once
+// CUDA-vs-CPU op-consistency harness. Every test runs an op on the CPU backend (fp32) and on the
+// CUDA backend (bf16 activations) with the same inputs (rounded to bf16 first, so both see equal
+// values), then compares with a relative L2 tolerance (1e-2 unless a test states otherwise) or
+// exactly (indices). GPU outputs are poisoned with NaN before each run and every element must be
+// finite afterwards, so an unwritten element fails. Without a CUDA device every test skips, or
+// fails when FT_REQUIRE_GPU=1 (make test-gpu).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda_factory.h"
+#include "backend/device.h"
+#include "quant/quant.h"
+#include "tensor/half.h"
+#include "tensor/tensor.h"
+
+namespace ft::testing {
+
+inline bool gpu_required() {
+  const char* v = std::getenv("FT_REQUIRE_GPU");
+  return v && std::string(v) == "1";
+}
+
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+inline size_t count_nonfinite(const std::vector<float>& v) {
+  size_t n = 0;
+  for (float x : v) n += !std::isfinite(x);
+  return n;
+}
+
+/** Uniform random values in [lo, hi), rounded to bf16 (exactly representable on both backends). */
+inline std::vector<float> rand_bf16(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(d(rng)));
+  return v;
+}
+
+inline int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+/** Random but valid weight bytes of `dtype` for an [N, K] matrix: quantize_row where quant/ can
+ *  (F32/F16/BF16/Q8_0/Q4_0/Q4_K), else random bytes whose scale fields are set to small fp16 values
+ *  (the layout offsets of quant/blocks.h). */
+std::vector<uint8_t> random_weight(DType dtype, int64_t N, int64_t K, uint32_t seed);
+
+/** Prints "[err] op what value" (collected into the device run's table). */
+void report(const std::string& op, const std::string& what, double err);
+
+/** Owns the device and host memory of one test; builds matching CPU/GPU tensors. */
+class DualArena {
+ public:
+  DualArena(Ops& cpu, Ops& gpu) : cpu_(cpu), gpu_(gpu) {}
+
+  /** Host F32 tensor with these values (kept alive by the arena). */
+  Tensor host_f32(const std::vector<float>& v, std::vector<int64_t> shape) {
+    host_f32_.push_back(v);
+    return Tensor(host_f32_.back().data(), DType::F32, shape.data(), static_cast<int>(shape.size()));
+  }
+  Tensor host_i32(const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+    host_i32_.push_back(v);
+    return Tensor(host_i32_.back().data(), DType::I32, shape.data(), static_cast<int>(shape.size()));
+  }
+  Tensor host_bytes(const std::vector<uint8_t>& v, DType dtype, std::vector<int64_t> shape) {
+    host_u8_.push_back(v);
+    return Tensor(host_u8_.back().data(), dtype, shape.data(), static_cast<int>(shape.size()));
+  }
+  /** Uninitialised device tensor. */
+  Tensor dev(DType dtype, std::vector<int64_t> shape) {
+    Tensor t(nullptr, dtype, shape.data(), static_cast<int>(shape.size()), Device::kCuda);
+    bufs_.push_back(gpu_.alloc(std::max<int64_t>(t.bytes(), 16)));
+    t.data = bufs_.back().data();
+    return t;
+  }
+  /** Device tensor of `dtype` holding `v` (converted). */
+  Tensor dev_from(const std::vector<float>& v, DType dtype, std::vector<int64_t> shape) {
+    Tensor d = dev(dtype, shape);
+    gpu_.copy(host_f32(v, shape), d);
+    return d;
+  }
+  Tensor dev_i32(const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+    Tensor d = dev(DType::I32, shape);
+    gpu_.copy(host_i32(v, shape), d);
+    return d;
+  }
+  Tensor dev_bytes(const std::vector<uint8_t>& v, DType dtype, std::vector<int64_t> shape) {
+    Tensor d = dev(dtype, shape);
+    gpu_.copy(host_bytes(v, dtype, shape), d);
+    return d;
+  }
+  /** Device output tensor filled with NaN (I32: with INT32_MIN). */
+  Tensor dev_poisoned(DType dtype, std::vector<int64_t> shape) {
+    Tensor d = dev(dtype, shape);
+    poison(d);
+    return d;
+  }
+  void poison(Tensor d) {
+    const int64_t n = d.numel();
+    if (d.dtype == DType::I32) {
+      gpu_.copy(host_i32(std::vector<int32_t>(static_cast<size_t>(n), std::numeric_limits<int32_t>::min()),
+                         {n}),
+                d.reshape({n}));
+    } else {
+      gpu_.copy(host_f32(std::vector<float>(static_cast<size_t>(n), std::nanf("")), {n}), d.reshape({n}));
+    }
+  }
+  /** Any F32/F16/BF16 device tensor as floats. */
+  std::vector<float> read(const Tensor& d) {
+    std::vector<float> out(static_cast<size_t>(d.numel()));
+    gpu_.copy(d, Tensor(out.data(), DType::F32, d.shape.data(), d.ndim));
+    return out;
+  }
+  std::vector<int32_t> read_i32(const Tensor& d) {
+    std::vector<int32_t> out(static_cast<size_t>(d.numel()));
+    gpu_.copy(d, Tensor(out.data(), DType::I32, d.shape.data(), d.ndim));
+    return out;
+  }
+
+ private:
+  Ops& cpu_;
+  Ops& gpu_;
+  std::vector<Buffer> bufs_;
+  std::vector<std::vector<float>> host_f32_;
+  std::vector<std::vector<int32_t>> host_i32_;
+  std::vector<std::vector<uint8_t>> host_u8_;
+};
+
+/** Base fixture: a CPU backend (2 threads) and the CUDA backend on device 0. */
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) {
+      if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
+      GTEST_SKIP() << "no CUDA device visible (set FT_REQUIRE_GPU=1 to make this a failure)";
+    }
+    cpu_ = std::make_unique<CpuOps>(2);
+    gpu_ = make_cuda_ops(0);
+    arena_ = std::make_unique<DualArena>(*cpu_, *gpu_);
+  }
+  void TearDown() override {
+    if (gpu_) gpu_->synchronize();
+    arena_.reset();
+  }
+  Ops& cpu() { return *cpu_; }
+  Ops& gpu() { return *gpu_; }
+  DualArena& arena() { return *arena_; }
+
+  /** Reads a GPU output, requires every element finite, and returns its rel L2 error vs `want`. */
+  double compare(const Tensor& got_dev, const std::vector<float>& want) {
+    const std::vector<float> got = arena().read(got_dev);
+    EXPECT_EQ(got.size(), want.size());
+    EXPECT_EQ(count_nonfinite(got), 0u) << "unwritten or non-finite GPU outputs";
+    return rel_l2(got, want);
+  }
+
+  std::unique_ptr<Ops> cpu_;
+  std::unique_ptr<Ops> gpu_;
+  std::unique_ptr<DualArena> arena_;
+};
+
+constexpr double kTol = 1e-2;  // relative L2, bf16 activations vs fp32
+
+}  // namespace ft::testing
