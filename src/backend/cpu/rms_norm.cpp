@@ -24,6 +24,7 @@ void CpuOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, 
   cpu::to_f32(w.dtype, w.data, wf.data(), D);
   for (float& v : wf) v += p.weight_offset;
   const float* a = x.ptr<float>();
+  const float* wv = wf.data();  // the caller's thread_local buffer: worker threads have their own
   float* o = out.ptr<float>();
 #pragma omp parallel for num_threads(n_threads_) schedule(static) if (R * D > 65536)
   for (int64_t r = 0; r < R; ++r) {
@@ -31,7 +32,7 @@ void CpuOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, 
     float ss = 0.0f;
     for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + p.eps);
-    for (int64_t i = 0; i < D; ++i) o[r * D + i] = xr[i] * inv * wf[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < D; ++i) o[r * D + i] = xr[i] * inv * wv[i];
   }
 }
 
