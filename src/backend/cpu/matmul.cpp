@@ -44,15 +44,15 @@ void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const T
       for (int64_t r = 0; r < nr; ++r) to_f32(w.dtype, w.bytes_ptr() + (n0 + r) * rb, wbuf.data() + r * K, K);
       wt = wbuf.data();
     }
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* xt = x + t * ldx;
-      float* yt = y + t * ldy + n0;
+    for (int64_t t = t0; t < t1; t += 4) {
+      const int nt = static_cast<int>(std::min<int64_t>(4, t1 - t));
       for (int64_t r = 0; r < nr; r += 4) {
         const int rows = static_cast<int>(std::min<int64_t>(4, nr - r));
-        dot_rows(xt, wt + r * K, K, rows, K, yt + r);
+        dot_tile(x + t * ldx, ldx, nt, wt + r * K, K, rows, K, y + t * ldy + n0 + r, ldy);
       }
       if (b)
-        for (int64_t r = 0; r < nr; ++r) yt[r] += b[n0 + r];
+        for (int64_t u = t; u < t + nt; ++u)
+          for (int64_t r = 0; r < nr; ++r) y[u * ldy + n0 + r] += b[n0 + r];
     }
   }
 }

@@ -28,19 +28,23 @@ Level detect() {
 
 const Level kLevel = detect();
 
-// ---- dot_rows: per row, two accumulators over alternating chunks, then a fixed reduction ----
+// ---- dot tiles: one accumulator per output element, lanes in order, a fixed final reduction ----
+// Every (token, row) element runs the same instruction sequence whatever the tile size, so a
+// token's result does not depend on how many tokens or rows are computed with it.
 
-template <int R>
-void dot_rows_scalar(const float* x, const float* w, int64_t ldw, int64_t n, float* out) {
-  for (int r = 0; r < R; ++r) {
-    const float* wr = w + r * ldw;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * wr[i + j];
-    for (int j = 0; i < n; ++i, ++j) acc[j] += x[i] * wr[i];
-    out[r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  }
+template <int TT, int RR>
+void tile_scalar(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy) {
+  for (int t = 0; t < TT; ++t)
+    for (int r = 0; r < RR; ++r) {
+      const float* a = x + t * ldx;
+      const float* b = w + r * ldw;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+      for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
+      y[t * ldy + r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    }
 }
 
 __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
@@ -51,56 +55,70 @@ __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-template <int R>
-__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* x, const float* w, int64_t ldw, int64_t n,
-                                                        float* out) {
-  __m256 a0[R], a1[R];
-  for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+template <int TT, int RR>
+__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int64_t ldx, const float* w, int64_t ldw,
+                                                    int64_t n, float* y, int64_t ldy) {
+  if constexpr (RR > 2) {  // 16 ymm registers: at most TT x 2 accumulators at once
+    tile_avx2<TT, 2>(x, ldx, w, ldw, n, y, ldy);
+    tile_avx2<TT, RR - 2>(x, ldx, w + 2 * ldw, ldw, n, y + 2, ldy);
+  } else {
+    __m256 acc[TT][RR];
+    for (int t = 0; t < TT; ++t)
+      for (int r = 0; r < RR; ++r) acc[t][r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 xv[TT];
+      for (int t = 0; t < TT; ++t) xv[t] = _mm256_loadu_ps(x + t * ldx + i);
+      for (int r = 0; r < RR; ++r) {
+        const __m256 wv = _mm256_loadu_ps(w + r * ldw + i);
+        for (int t = 0; t < TT; ++t) acc[t][r] = _mm256_fmadd_ps(xv[t], wv, acc[t][r]);
+      }
+    }
+    for (int t = 0; t < TT; ++t)
+      for (int r = 0; r < RR; ++r) {
+        float s = hsum256(acc[t][r]);
+        for (int64_t j = i; j < n; ++j) s += x[t * ldx + j] * w[r * ldw + j];
+        y[t * ldy + r] = s;
+      }
+  }
+}
+
+template <int TT, int RR>
+__attribute__((target("avx512f"))) void tile_avx512(const float* x, int64_t ldx, const float* w, int64_t ldw,
+                                                     int64_t n, float* y, int64_t ldy) {
+  __m512 acc[TT][RR];
+  for (int t = 0; t < TT; ++t)
+    for (int r = 0; r < RR; ++r) acc[t][r] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-    for (int r = 0; r < R; ++r) {
-      a0[r] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w + r * ldw + i), a0[r]);
-      a1[r] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w + r * ldw + i + 8), a1[r]);
+    __m512 xv[TT];
+    for (int t = 0; t < TT; ++t) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
+    for (int r = 0; r < RR; ++r) {
+      const __m512 wv = _mm512_loadu_ps(w + r * ldw + i);
+      for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_fmadd_ps(xv[t], wv, acc[t][r]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float s = hsum256(_mm256_add_ps(a0[r], a1[r]));
-    for (int64_t j = i; j < n; ++j) s += x[j] * w[r * ldw + j];
-    out[r] = s;
-  }
-}
-
-template <int R>
-__attribute__((target("avx512f"))) void dot_rows_avx512(const float* x, const float* w, int64_t ldw, int64_t n,
-                                                         float* out) {
-  __m512 a0[R], a1[R];
-  for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-    for (int r = 0; r < R; ++r) {
-      a0[r] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w + r * ldw + i), a0[r]);
-      a1[r] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w + r * ldw + i + 16), a1[r]);
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512 xv[TT];
+    for (int t = 0; t < TT; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + t * ldx + i);
+    for (int r = 0; r < RR; ++r) {
+      const __m512 wv = _mm512_maskz_loadu_ps(m, w + r * ldw + i);
+      for (int t = 0; t < TT; ++t) acc[t][r] = _mm512_fmadd_ps(xv[t], wv, acc[t][r]);
     }
   }
-  for (; i < n; i += 16) {
-    const int64_t left = n - i;
-    const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    for (int r = 0; r < R; ++r) a0[r] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, w + r * ldw + i), a0[r]);
-  }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
+  for (int t = 0; t < TT; ++t)
+    for (int r = 0; r < RR; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[t][r]);
 }
 
-template <int R>
-void dot_rows_n(const float* x, const float* w, int64_t ldw, int64_t n, float* out) {
-  switch (kLevel) {
-    case Level::kAvx512: return dot_rows_avx512<R>(x, w, ldw, n, out);
-    case Level::kAvx2: return dot_rows_avx2<R>(x, w, ldw, n, out);
-    default: return dot_rows_scalar<R>(x, w, ldw, n, out);
-  }
-}
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+
+#define FT_TILE_ROW(F, T) {F<T, 1>, F<T, 2>, F<T, 3>, F<T, 4>}
+#define FT_TILE_TABLE(F) {FT_TILE_ROW(F, 1), FT_TILE_ROW(F, 2), FT_TILE_ROW(F, 3), FT_TILE_ROW(F, 4)}
+
+const TileFn kScalarTiles[4][4] = FT_TILE_TABLE(tile_scalar);
+const TileFn kAvx2Tiles[4][4] = FT_TILE_TABLE(tile_avx2);
+const TileFn kAvx512Tiles[4][4] = FT_TILE_TABLE(tile_avx512);
 
 // ---- conversions ----
 
@@ -139,14 +157,15 @@ const char* simd_level() {
   }
 }
 
+void dot_tile(const float* x, int64_t ldx, int tokens, const float* w, int64_t ldw, int rows, int64_t n, float* y,
+              int64_t ldy) {
+  FT_CHECK(tokens >= 1 && tokens <= 4 && rows >= 1 && rows <= 4);
+  const TileFn(*table)[4] = kLevel == Level::kAvx512 ? kAvx512Tiles : kLevel == Level::kAvx2 ? kAvx2Tiles : kScalarTiles;
+  table[tokens - 1][rows - 1](x, ldx, w, ldw, n, y, ldy);
+}
+
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out) {
-  switch (rows) {
-    case 4: return dot_rows_n<4>(x, w, ldw, n, out);
-    case 3: return dot_rows_n<3>(x, w, ldw, n, out);
-    case 2: return dot_rows_n<2>(x, w, ldw, n, out);
-    case 1: return dot_rows_n<1>(x, w, ldw, n, out);
-    default: FT_CHECK(rows >= 1 && rows <= 4);
-  }
+  dot_tile(x, 0, 1, w, ldw, rows, n, out, 0);
 }
 
 void to_f32(DType type, const void* src, float* dst, int64_t n) {

@@ -12,8 +12,13 @@ namespace ft::cpu {
 /** Name of the selected instruction set: "avx512", "avx2" or "scalar". */
 const char* simd_level();
 
-/** out[r] = sum_i x[i] * w[r * ldw + i] for r < rows (rows <= 4), fp32. A row's result does not
- *  depend on `rows` or on the other rows. */
+/** y[t * ldy + r] = sum_i x[t * ldx + i] * w[r * ldw + i] for t < tokens, r < rows (both 1..4), fp32.
+ *  Register-blocked: x and w loads are shared across the tile. Each element's result is the same
+ *  whatever the tile size (one accumulator per element, fixed reduction). */
+void dot_tile(const float* x, int64_t ldx, int tokens, const float* w, int64_t ldw, int rows, int64_t n, float* y,
+              int64_t ldy);
+
+/** out[r] = sum_i x[i] * w[r * ldw + i] for r < rows (rows <= 4): dot_tile with one token. */
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out);
 
 /** Converts `n` stored elements of `type` at `src` to float32: F32 copy, F16/BF16 exact widening,
