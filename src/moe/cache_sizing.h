@@ -1,0 +1,55 @@
+#pragma once
+// Expert-cache sizing: how many slots the GPU's expert cache gets (--moe-cache-slots N,
+// --moe-cache-rate R, --moe-cache-auto), as a pure function of the memory budget. Within
+// --gpu-memory-limit, the resident weights and --kv-reserve-tokens of KV are reserved first; the
+// rest may go to slots. A cache needs at least 2 x experts-per-layer slots (prefill streams whole
+// layers through two staging regions), and more slots than routed experts are never useful.
+#include <cstdint>
+#include <string>
+
+namespace ft {
+
+enum class CacheSizeMode : uint8_t {
+  kAuto,   // --moe-cache-auto (default): every slot that fits, up to all experts
+  kSlots,  // --moe-cache-slots N
+  kRate,   // --moe-cache-rate R: ceil(R * all routed experts) slots
+};
+
+struct CacheSizeRequest {
+  CacheSizeMode mode = CacheSizeMode::kAuto;
+  int64_t slots = 0;  // kSlots
+  double rate = 0.0;  // kRate, in (0, 1]
+};
+
+/** What the GPU must hold, in bytes. */
+struct GpuMemoryBudget {
+  int64_t gpu_memory_limit = 0;    // usable GPU memory (--gpu-memory-limit, else the device's free memory)
+  int64_t resident_bytes = 0;      // dense weights + activations, workspaces, graphs
+  int64_t kv_bytes_per_token = 0;  // KV of one token over all layers
+  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens
+  int64_t slot_bytes = 0;          // one expert record (ExpertBanks::slot_bytes)
+  int32_t experts_per_layer = 0;   // largest n_expert over MoE layers
+  int64_t total_experts = 0;       // routed experts over all MoE layers
+  int64_t expert_bytes = 0;        // all routed experts resident (what `fused` needs)
+};
+
+struct CacheSize {
+  int64_t n_slots = 0;
+  int64_t pool_bytes = 0;     // n_slots * slot_bytes
+  int64_t kv_bytes = 0;       // reserved KV
+  int64_t free_bytes = 0;     // limit - resident - KV - pool
+  bool experts_fit = false;   // every routed expert fits resident next to the dense weights and KV
+  std::string note;           // how the count was adjusted ("" when as requested)
+};
+
+/** The cache size for `req` within `b`. Throws ft::Error(kInvalidArgument) for a bad request or
+ *  budget field (naming the flag: a rate outside (0, 1], slots below 2 x experts-per-layer, ...),
+ *  kOutOfMemory when not even the smallest legal cache (or the requested one) fits, saying how
+ *  much memory is missing and which flags would help (--gpu-memory-limit, --kv-reserve-tokens,
+ *  --moe-cache-slots, --moe-strategy cpu). */
+CacheSize plan_cache_size(const GpuMemoryBudget& b, const CacheSizeRequest& req);
+
+/** "1.50 GiB" / "9.0 MiB" / "512 B". */
+std::string format_bytes(int64_t bytes);
+
+}  // namespace ft
