@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
 
 namespace ft {
@@ -72,8 +75,12 @@ class Server {
   }
 
   /** SIGTERM, then waits up to `limit`; returns the exit status, or -1 if it had to be killed. */
-  int terminate(std::chrono::seconds limit) {
-    kill(pid_, SIGTERM);
+  int terminate(std::chrono::seconds limit) { return stop_with(SIGTERM, limit); }
+  int interrupt(std::chrono::seconds limit) { return stop_with(SIGINT, limit); }
+
+ private:
+  int stop_with(int sig, std::chrono::seconds limit) {
+    kill(pid_, sig);
     const auto end = std::chrono::steady_clock::now() + limit;
     int status = 0;
     while (std::chrono::steady_clock::now() < end) {
@@ -86,6 +93,7 @@ class Server {
     return -1;
   }
 
+ public:
   /** Drains stdout in the background so the server never blocks on a full pipe. */
   void drain() {
     FILE* f = out_;
@@ -162,6 +170,31 @@ TEST(E2E, OpenAIClientAndCurlAgainstFtServe) {
     fs::remove(log_main);
     fs::remove(log_small);
   }
+}
+
+// `make serve` on a fresh clone: no --model, the demo model answers a chat request, SIGINT exits 0.
+TEST(E2E, DemoModelServesWithoutAModel) {
+  const std::string log = fs::temp_directory_path().string() + "/ft-e2e-demo-" + std::to_string(getpid()) + ".log";
+  Server srv({FT_BINARY, "serve", "--port", "0", "--threads", "1"}, log);
+  std::string seen;
+  const std::string url = srv.wait_listening(seen);
+  ASSERT_FALSE(url.empty()) << seen << testing::read_file(log);
+  srv.drain();
+  EXPECT_NE(seen.find("DEMO"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("noise"), std::string::npos) << seen;
+  httplib::Client c(url);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":16})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  const auto j = nlohmann::json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->body;
+  EXPECT_EQ(j["model"], "freetoken-demo");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
+  EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 1);
+  EXPECT_EQ(srv.interrupt(20s), 0) << "ft serve did not exit 0 on SIGINT";
+  if (!HasFailure()) fs::remove(log);
 }
 
 }  // namespace
