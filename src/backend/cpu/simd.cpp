@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "quant/quant.h"
@@ -17,11 +18,14 @@ namespace {
 
 enum class Level { kScalar, kAvx2, kAvx512 };
 
+// FT_CPU_SIMD=scalar|avx2 caps the level (tests run every op on every path of one machine).
 Level detect() {
   __builtin_cpu_init();
+  const char* cap = std::getenv("FT_CPU_SIMD");
+  if (cap && std::strcmp(cap, "scalar") == 0) return Level::kScalar;
   const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  if (avx2 && __builtin_cpu_supports("avx512f")) return Level::kAvx512;
+  if (avx2 && __builtin_cpu_supports("avx512f") && !(cap && std::strcmp(cap, "avx2") == 0)) return Level::kAvx512;
   if (avx2) return Level::kAvx2;
   return Level::kScalar;
 }
