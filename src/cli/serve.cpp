@@ -118,7 +118,8 @@ int run_serve(const ServeFlags& f) {
     std::printf("No --model given: serving the built-in DEMO model (random weights). Its text is noise.\n");
   } else {
     std::error_code ec;
-    const auto size = fs::is_directory(path, ec) ? 0 : fs::file_size(path, ec);
+    uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+    if (ec) size = 0;
     std::printf("Loading %s%s...\n", path.c_str(), size ? fmt::format(" ({})", human_bytes(static_cast<double>(size))).c_str() : "");
   }
   std::fflush(stdout);

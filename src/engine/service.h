@@ -7,6 +7,11 @@
 //
 // Text is not the engine's business: the server's TokenSink detokenizes and matches stop strings and
 // tells the engine to stop by returning false.
+//
+// Determinism: every request samples with its own Sampler (own RNG, seeded from SamplingParams::seed), and
+// ModelRunner::forward must be batch-invariant, so the same request with the same seed gives the same
+// tokens alone or next to others, greedy or sampled. A request without a seed draws a random one
+// (ft serve --seed sets a default), so only seeded sampled requests repeat.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

@@ -27,7 +27,9 @@ struct Submitted {
 Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
                             const char* what);
 
-/** Blocks until the request finishes; returns all of its text and log-probabilities and the finish. */
+/** Blocks until the request finishes; returns all of its text and log-probabilities and the finish.
+ *  (cpp-httplib gives a handler no way to see a non-streaming client hang up, so such a request runs to
+ *  its end; streaming requests are cancelled on disconnect.) */
 StreamUpdate collect(const Submitted& s);
 
 /** Builds one endpoint's SSE chunks ("data: {...}\n\n" strings). */
