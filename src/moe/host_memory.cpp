@@ -37,6 +37,8 @@ class PageAllocator final : public HostAllocator {
 std::unique_ptr<HostAllocator> make_host_allocator() { return std::make_unique<PageAllocator>(); }
 
 #ifndef FT_HAVE_CUDA
+std::unique_ptr<HostAllocator> make_bank_allocator(Ops&) { return make_host_allocator(); }
+
 std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device) {
   fail(ErrorCode::kUnsupported, "pinned expert banks for cuda device {} requested, but this build of FreeToken has no "
        "CUDA backend", device);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "backend/ops.h"
 #include "tensor/tensor.h"
 
 namespace ft {
@@ -35,6 +36,10 @@ std::unique_ptr<HostAllocator> make_host_allocator();
  *  (cudaHostRegister with cudaHostRegisterMapped; released with cudaHostUnregister). Throws
  *  ft::Error(kUnsupported) in a build without CUDA. Defined in backend/cuda/moe_cache_host.cu. */
 std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device);
+
+/** The allocator expert banks for backend `ops` need: pinned for its device when `ops` is the CUDA
+ *  backend, make_host_allocator() otherwise. */
+std::unique_ptr<HostAllocator> make_bank_allocator(Ops& ops);
 
 /** Page-aligned anonymous host memory of `bytes` (the allocation both allocators use);
  *  `before_unmap`, when set, runs on the address just before the memory is returned to the OS

@@ -3,6 +3,7 @@
 // the only pass that touches the pages, where cudaHostAlloc would zero them first). Kernels read
 // the memory through the device pointer cudaHostGetDevicePointer returns (UVA).
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
 #include "moe/host_memory.h"
 
 namespace ft {
@@ -49,6 +50,11 @@ std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device) {
          n);
   }
   return std::make_unique<PinnedAllocator>(device);
+}
+
+std::unique_ptr<HostAllocator> make_bank_allocator(Ops& ops) {
+  if (auto* cuda_ops = dynamic_cast<CudaOps*>(&ops)) return make_pinned_host_allocator(cuda_ops->device_index());
+  return make_host_allocator();
 }
 
 }  // namespace ft

@@ -1,0 +1,168 @@
+#include "moe/moe_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+namespace ft {
+
+const char* moe_strategy_name(MoeStrategy s) {
+  switch (s) {
+    case MoeStrategy::kAuto: return "auto";
+    case MoeStrategy::kFused: return "fused";
+    case MoeStrategy::kOffload: return "offload";
+    case MoeStrategy::kHybrid: return "hybrid";
+    case MoeStrategy::kCpu: return "cpu";
+  }
+  return "?";
+}
+
+MoeStrategy parse_moe_strategy(std::string_view s) {
+  for (MoeStrategy m : {MoeStrategy::kAuto, MoeStrategy::kFused, MoeStrategy::kOffload, MoeStrategy::kHybrid,
+                        MoeStrategy::kCpu})
+    if (s == moe_strategy_name(m)) return m;
+  fail(ErrorCode::kInvalidArgument, "--moe-strategy {}: expected auto, fused, offload, hybrid or cpu", s);
+}
+
+namespace {
+
+[[noreturn]] void bad_cpu_layers(const std::string& spec, const std::string& why) {
+  fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers {}: {}", spec, why);
+}
+
+/** A whole number in s, or throws. */
+int64_t parse_int(const std::string& spec, const std::string& s) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    bad_cpu_layers(spec, fmt::format("'{}' is not a layer number (expected N, a fraction like 0.25, or a list like "
+                                     "0,3,8-11)", s));
+  if (s.size() > 9) bad_cpu_layers(spec, fmt::format("'{}' is too large", s));
+  return std::stoll(s);
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::vector<int64_t>& moe_layers) {
+  const int64_t n_moe = static_cast<int64_t>(moe_layers.size());
+  if (spec.empty()) return {};
+  auto first = [&](int64_t n) { return std::vector<int64_t>(moe_layers.begin(), moe_layers.begin() + n); };
+  if (spec.find_first_of(",-") == std::string::npos) {
+    if (spec.find('.') != std::string::npos) {  // FRACTION
+      char* end = nullptr;
+      const double f = std::strtod(spec.c_str(), &end);
+      if (end != spec.c_str() + spec.size() || !(f >= 0.0 && f <= 1.0))
+        bad_cpu_layers(spec, "a fraction must be a number in [0, 1]");
+      return first(static_cast<int64_t>(std::lround(f * static_cast<double>(n_moe))));
+    }
+    const int64_t n = parse_int(spec, spec);  // N
+    if (n > n_moe) bad_cpu_layers(spec, fmt::format("the model has only {} MoE layers", n_moe));
+    return first(n);
+  }
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i < spec.size()) {  // LIST
+    size_t j = spec.find(',', i);
+    if (j == std::string::npos) j = spec.size();
+    const std::string item = spec.substr(i, j - i);
+    i = j + 1;
+    if (item.empty()) bad_cpu_layers(spec, "empty list entry");  // a trailing comma ends the loop first
+    const size_t dash = item.find('-');
+    const int64_t lo = parse_int(spec, item.substr(0, dash));
+    const int64_t hi = dash == std::string::npos ? lo : parse_int(spec, item.substr(dash + 1));
+    if (hi < lo) bad_cpu_layers(spec, fmt::format("range {} is empty", item));
+    for (int64_t l = lo; l <= hi; ++l) {
+      if (!std::binary_search(moe_layers.begin(), moe_layers.end(), l))
+        bad_cpu_layers(spec, fmt::format("layer {} has no routed experts", l));
+      out.push_back(l);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+int64_t MoePlan::count(MoeLayerMode mode) const {
+  return std::count(layers.begin(), layers.end(), mode);
+}
+
+std::string MoePlan::summary() const {
+  std::string s = fmt::format("moe: strategy {}", moe_strategy_name(strategy));
+  if (cache.n_slots > 0)
+    s += fmt::format(", expert cache {} slots ({})", cache.n_slots, format_bytes(cache.pool_bytes));
+  if (count(MoeLayerMode::kCpu) > 0)
+    s += fmt::format(", {} of {} MoE layers on the CPU", count(MoeLayerMode::kCpu),
+                     static_cast<int64_t>(layers.size()) - count(MoeLayerMode::kDense));
+  if (strategy == MoeStrategy::kHybrid) {
+    int32_t cap = -1;
+    for (size_t l = 0; l < layers.size(); ++l)
+      if (layers[l] == MoeLayerMode::kCache) cap = fetch_cap[l];
+    s += calibrate_fetch_cap ? std::string(", fetch cap: calibrating") : fmt::format(", fetch cap {} per layer", cap);
+  }
+  if (!cache.note.empty()) s += " (" + cache.note + ")";
+  return s;
+}
+
+MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget) {
+  std::vector<int64_t> moe_layers;
+  int32_t max_e = 0;
+  int64_t total = 0;
+  for (size_t l = 0; l < experts_per_layer.size(); ++l) {
+    if (experts_per_layer[l] < 0)
+      fail(ErrorCode::kInvalidArgument, "moe plan: layer {} has {} experts", l, experts_per_layer[l]);
+    if (experts_per_layer[l] == 0) continue;
+    moe_layers.push_back(static_cast<int64_t>(l));
+    max_e = std::max(max_e, experts_per_layer[l]);
+    total += experts_per_layer[l];
+  }
+  MoePlan p;
+  p.layers.assign(experts_per_layer.size(), MoeLayerMode::kDense);
+  p.fetch_cap.assign(experts_per_layer.size(), -1);
+  if (moe_layers.empty()) {
+    if (o.strategy != MoeStrategy::kAuto && o.strategy != MoeStrategy::kFused)
+      fail(ErrorCode::kInvalidArgument, "--moe-strategy {}: the model has no routed experts", moe_strategy_name(o.strategy));
+    return p;
+  }
+  budget.experts_per_layer = max_e;
+  budget.total_experts = total;
+  const std::vector<int64_t> cpu_layers = parse_moe_cpu_layers(o.cpu_layers, moe_layers);
+  const int64_t kv = budget.kv_bytes_per_token * budget.kv_reserve_tokens;
+  const int64_t avail = budget.gpu_memory_limit - budget.resident_bytes - kv;
+  const bool fits = avail >= budget.expert_bytes;
+
+  MoeStrategy s = o.strategy;
+  if (s == MoeStrategy::kAuto)
+    s = fits && cpu_layers.empty() ? MoeStrategy::kFused : o.hybrid_faster ? MoeStrategy::kHybrid : MoeStrategy::kOffload;
+  p.strategy = s;
+  if (!cpu_layers.empty() && (s == MoeStrategy::kFused || s == MoeStrategy::kCpu))
+    fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy offload or hybrid (not {})",
+         moe_strategy_name(s));
+  if (avail < 0)
+    fail(ErrorCode::kOutOfMemory, "--gpu-memory-limit {} cannot hold {} of resident weights and {} of KV for "
+         "--kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit or lower --kv-reserve-tokens",
+         format_bytes(budget.gpu_memory_limit), format_bytes(budget.resident_bytes), format_bytes(kv),
+         budget.kv_reserve_tokens, format_bytes(-avail));
+  if (s == MoeStrategy::kFused && !fits)
+    fail(ErrorCode::kOutOfMemory, "--moe-strategy fused needs {} for the routed experts, but --gpu-memory-limit {} "
+         "leaves {} after the resident weights and KV ({} missing). Use --moe-strategy offload (or auto)",
+         format_bytes(budget.expert_bytes), format_bytes(budget.gpu_memory_limit), format_bytes(avail),
+         format_bytes(budget.expert_bytes - avail));
+  const MoeLayerMode mode = s == MoeStrategy::kFused ? MoeLayerMode::kResident
+                            : s == MoeStrategy::kCpu ? MoeLayerMode::kCpu
+                                                     : MoeLayerMode::kCache;
+  for (int64_t l : moe_layers) p.layers[static_cast<size_t>(l)] = mode;
+  for (int64_t l : cpu_layers) p.layers[static_cast<size_t>(l)] = MoeLayerMode::kCpu;
+  if (p.count(MoeLayerMode::kCache) > 0) {
+    p.cache = plan_cache_size(budget, o.cache);
+    if (s == MoeStrategy::kHybrid) {
+      p.calibrate_fetch_cap = o.fetch_cap < 0;
+      for (int64_t l : moe_layers)
+        if (p.layers[static_cast<size_t>(l)] == MoeLayerMode::kCache) p.fetch_cap[static_cast<size_t>(l)] = o.fetch_cap;
+    }
+  }
+  return p;
+}
+
+}  // namespace ft

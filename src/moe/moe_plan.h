@@ -1,0 +1,70 @@
+#pragma once
+// MoE strategy planning: turns the flags (--moe-strategy, --moe-cache-*, --moe-cpu-layers, the
+// hybrid fetch cap) and the memory budget into a MoePlan the engine consumes: where each layer's
+// routed experts are computed and how big the expert cache is. Pure functions, no devices.
+//   fused   every routed expert resident on the GPU (Ops::moe_experts over the bank)
+//   offload experts in host banks, a GPU expert cache of slots (admission + gather)
+//   hybrid  offload, misses over a per-layer fetch cap computed by the CPU at the same time
+//   cpu     the GPU runs everything but routed experts, which the CPU computes from the banks
+//   auto    fused when everything fits, else offload (hybrid when calibration found it faster)
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moe/cache_sizing.h"
+
+namespace ft {
+
+enum class MoeStrategy : uint8_t { kAuto, kFused, kOffload, kHybrid, kCpu };
+
+/** "auto", "fused", "offload", "hybrid", "cpu". */
+const char* moe_strategy_name(MoeStrategy s);
+/** Parses a --moe-strategy value. Throws ft::Error(kInvalidArgument) naming the flag and the choices. */
+MoeStrategy parse_moe_strategy(std::string_view s);
+
+/** Where one layer's routed experts are computed. */
+enum class MoeLayerMode : uint8_t {
+  kDense,     // no routed experts
+  kResident,  // resident on the compute device (fused)
+  kCache,     // through the expert cache (offload, hybrid)
+  kCpu,       // on the CPU from the banks (cpu, --moe-cpu-layers)
+};
+
+struct MoeOptions {
+  MoeStrategy strategy = MoeStrategy::kAuto;
+  CacheSizeRequest cache;     // --moe-cache-slots | --moe-cache-rate | --moe-cache-auto
+  std::string cpu_layers;     // --moe-cpu-layers LIST|N|FRACTION ("" = none)
+  int32_t fetch_cap = -1;     // hybrid: misses fetched per layer per step; < 0: calibrate at start
+  bool hybrid_faster = false;  // auto: the start-up calibration found hybrid faster than offload
+};
+
+struct MoePlan {
+  MoeStrategy strategy = MoeStrategy::kFused;  // resolved, never kAuto
+  std::vector<MoeLayerMode> layers;            // per model layer
+  std::vector<int32_t> fetch_cap;              // per model layer; -1: unlimited (kCache layers only)
+  bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
+  CacheSize cache;                             // n_slots = 0 without a cache
+
+  /** Layers in `mode`. */
+  int64_t count(MoeLayerMode mode) const;
+  /** One line for the log: strategy, slots and their memory, CPU layers, caps. */
+  std::string summary() const;
+};
+
+/** The model layers --moe-cpu-layers selects, ascending. `moe_layers`: the model's MoE layer ids,
+ *  ascending. Forms: "" (none); N, a whole number: the first N MoE layers; FRACTION, a number
+ *  with a '.', in [0, 1]: the first round(F * n_moe) MoE layers; LIST, ids and ranges with ',' and
+ *  '-' ("0,3,8-11"; a single id needs a comma: "5,"): those layers. Throws ft::Error
+ *  (kInvalidArgument) naming the flag for malformed input, N or F out of range, or a listed layer
+ *  that has no routed experts. */
+std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::vector<int64_t>& moe_layers);
+
+/** The plan for a model whose layer l has experts_per_layer[l] routed experts (0: dense), within
+ *  `budget` (its experts_per_layer and total_experts are taken from the vector). Throws
+ *  ft::Error(kInvalidArgument) for contradictory flags (--moe-cpu-layers with fused, a model
+ *  without MoE layers and a non-auto strategy), kOutOfMemory from plan_cache_size or when fused
+ *  (or even cpu: dense weights + KV) does not fit. */
+MoePlan plan_moe(const MoeOptions& options, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget);
+
+}  // namespace ft

@@ -1,0 +1,137 @@
+#include "moe/offloaded_experts.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace ft {
+
+OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,
+                                   const MoeRuntimeOptions& options)
+    : ops_(ops), plan_(plan), opt_(options) {
+  if (plan.layers.size() != host.size())
+    fail(ErrorCode::kInvalidArgument, "moe runtime: the plan has {} layers, the model {}", plan.layers.size(),
+         host.size());
+  if (opt_.max_tokens < 1 || opt_.n_expert_used < 1)
+    fail(ErrorCode::kInvalidArgument, "moe runtime: max_tokens {} and n_expert_used {} must be >= 1", opt_.max_tokens,
+         opt_.n_expert_used);
+  bool any = false;
+  for (size_t l = 0; l < host.size(); ++l) {
+    const MoeLayerMode m = plan.layers[l];
+    if ((m == MoeLayerMode::kDense) != (host[l].n_expert() == 0))
+      fail(ErrorCode::kInvalidArgument, "moe runtime: layer {} is {} in the plan but has {} experts", l,
+           m == MoeLayerMode::kDense ? "dense" : "MoE", host[l].n_expert());
+    if (m == MoeLayerMode::kResident)
+      fail(ErrorCode::kInvalidArgument, "moe runtime: layer {}: resident experts are served by ResidentExperts", l);
+    any = any || m != MoeLayerMode::kDense;
+  }
+  if (!any) fail(ErrorCode::kInvalidArgument, "moe runtime: the model has no routed experts");
+  alloc_ = make_bank_allocator(ops);
+  banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads);
+  const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;
+  if (pairs > INT32_MAX) fail(ErrorCode::kInvalidArgument, "moe runtime: {} routed pairs per step is too many", pairs);
+  const bool host_backend = ops.device() == Device::kCpu;
+  if (plan.count(MoeLayerMode::kCache) > 0) {
+    if (plan.cache.n_slots > INT32_MAX || plan.cache.n_slots < 1)
+      fail(ErrorCode::kInvalidArgument, "moe runtime: {} cache slots", plan.cache.n_slots);
+    const auto n_slots = static_cast<int32_t>(plan.cache.n_slots), max_pairs = static_cast<int32_t>(pairs);
+    if (host_backend)
+      slots_ = std::make_unique<HostExpertSlots>(*banks_, n_slots, max_pairs);
+    else
+      slots_ = make_cuda_expert_slots(ops, *banks_, n_slots, max_pairs);
+    slot_ids_ = alloc(DType::I32, {pairs}, false);
+    cpu_ids_ = alloc(DType::I32, {pairs}, false);
+  }
+  const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
+  if (needs_cpu) {
+    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin);
+    if (!host_backend) {
+      int64_t H = 0;
+      for (int64_t l = 0; l < banks_->n_layers(); ++l)
+        if (banks_->n_expert(l) > 0) H = std::max(H, banks_->layout(l).n_embd);
+      h_x_ = alloc(DType::F32, {opt_.max_tokens * H}, true);
+      h_out_ = alloc(DType::F32, {opt_.max_tokens * H}, true);
+      h_ids_ = alloc(DType::I32, {pairs}, true);
+      h_w_ = alloc(DType::F32, {pairs}, true);
+      d_out_ = alloc(ops.activation_dtype(), {opt_.max_tokens * H}, false);
+    }
+  }
+  cpu_experts_.assign(host.size(), 0);
+}
+
+Tensor OffloadedExperts::alloc(DType dtype, std::initializer_list<int64_t> shape, bool host) {
+  Tensor t(nullptr, dtype, shape, host ? Device::kCpu : ops_.device());
+  storage_.push_back(host ? Buffer::host(t.bytes()) : ops_.alloc(t.bytes()));
+  t.data = storage_.back().data();
+  return t;
+}
+
+namespace {
+
+/** The first rows x cols elements of a flat buffer as [rows, cols]. */
+Tensor head(const Tensor& flat, int64_t rows, int64_t cols) {
+  return Tensor(flat.data, flat.dtype, {rows, cols}, flat.device);
+}
+
+}  // namespace
+
+void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) {
+  if (layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
+      plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kDense)
+    fail(ErrorCode::kInvalidArgument, "expert compute: layer {} has no routed experts", layer);
+  const int64_t T = x.rows(), k = ids.cols();
+  if (T > opt_.max_tokens)
+    fail(ErrorCode::kInvalidArgument, "expert compute: {} tokens exceed the planned {} per step", T, opt_.max_tokens);
+  if (ids.ndim != 2 || ids.rows() != T || k != opt_.n_expert_used)
+    fail(ErrorCode::kInvalidArgument, "expert compute: ids {} must be [{}, {}]", ids.str(), T, opt_.n_expert_used);
+  if (plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCpu) return run_cpu(layer, x, ids, weights, out, false);
+  const int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
+  Tensor sid = head(slot_ids_, T, k), cid = cap >= 0 ? head(cpu_ids_, T, k) : Tensor();
+  slots_->admit(static_cast<int32_t>(layer), ids, cap, sid, cid);
+  ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
+  if (cap >= 0) run_cpu(layer, x, cid, weights, out, true);
+}
+
+void OffloadedExperts::run_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                               bool accumulate) {
+  const int64_t before = cpu_->experts_computed();
+  const ExpertBank& bank = banks_->bank(layer);
+  if (ops_.device() == Device::kCpu) {
+    cpu_->run({accumulate}, x, ids, weights, bank, out);
+  } else {
+    const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
+    Tensor hx = head(h_x_, T, H), hi = head(h_ids_, T, k), hw = head(h_w_, T, k), ho = head(h_out_, T, H);
+    ops_.copy(x, hx);  // blocking: dst on the host
+    ops_.copy(ids, hi);
+    ops_.copy(weights, hw);
+    cpu_->run({false}, hx, hi, hw, bank, ho);
+    if (accumulate) {
+      Tensor part = head(d_out_, T, H);
+      ops_.copy(ho, part);
+      ops_.add(out, part, out);
+    } else {
+      ops_.copy(ho, out);
+    }
+  }
+  cpu_experts_[static_cast<size_t>(layer)] += cpu_->experts_computed() - before;
+}
+
+std::vector<MoeLayerStats> OffloadedExperts::stats() {
+  std::vector<MoeLayerStats> out(plan_.layers.size());
+  if (slots_) {
+    const std::vector<CacheLayerStats> c = slots_->stats();
+    for (size_t l = 0; l < out.size() && l < c.size(); ++l)
+      out[l].hits = c[l].hits, out[l].misses = c[l].misses, out[l].bytes = c[l].bytes;
+  }
+  for (size_t l = 0; l < out.size(); ++l) out[l].cpu_experts = cpu_experts_[l];
+  return out;
+}
+
+std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,
+                                                   const MoeRuntimeOptions& options) {
+  if (plan.count(MoeLayerMode::kCache) + plan.count(MoeLayerMode::kCpu) == 0)
+    return std::make_unique<ResidentExperts>(ops, host);
+  return std::make_unique<OffloadedExperts>(ops, host, plan, options);
+}
+
+}  // namespace ft

@@ -1,0 +1,84 @@
+#pragma once
+// OffloadedExperts: the ExpertCompute of the offload, hybrid and cpu strategies (and of
+// --moe-cpu-layers), built from a MoePlan. It owns the expert banks (host records, pinned when the
+// backend is CUDA), the expert cache with its slots (HostExpertSlots on the CPU backend: "offload"
+// on CPU means slots in a separate buffer filled by the gather's CPU twin; CUDA slots otherwise)
+// and the CPU expert executor. Per layer:
+//   kCache: admission + gather, then ops.moe_experts over the slot bank with slot ids (the same
+//           kernel as fused, so offload equals fused bit for bit); hybrid: misses over the fetch
+//           cap come back as cpu_ids and the executor adds their share to the output;
+//   kCpu:   the executor computes the layer's routed experts from the banks.
+// On a non-CPU backend the CPU part exchanges x, ids, weights and the partial output through host
+// staging buffers with blocking copies (correct, not yet graph-capturable: the GPU half replaces
+// this with pinned buffers and a device<->host handshake).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moe/cpu_expert_executor.h"
+#include "moe/expert_bank.h"
+#include "moe/expert_compute.h"
+#include "moe/expert_slots.h"
+#include "moe/moe_plan.h"
+
+namespace ft {
+
+struct MoeRuntimeOptions {
+  int64_t max_tokens = 0;     // most tokens per compute() call (the engine's max_step_tokens)
+  int32_t n_expert_used = 0;  // k: columns of the routed ids
+  int cpu_threads = 0;        // CPU expert executor workers (<= 0: one per physical core)
+  int cpu_spin = 0;           // ThreadPool spin before sleeping
+  int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
+};
+
+/** Per-layer counters of the MoE runtime. */
+struct MoeLayerStats {
+  int64_t hits = 0;         // distinct experts found in the cache, summed over admissions
+  int64_t misses = 0;       // distinct experts fetched into the cache
+  int64_t bytes = 0;        // bytes fetched host -> cache
+  int64_t cpu_experts = 0;  // distinct experts computed by the CPU executor
+};
+
+class OffloadedExperts final : public ExpertCompute {
+ public:
+  /** Builds banks, slots (plan.cache.n_slots, when a layer uses the cache) and the executor.
+   *  Throws ft::Error(kInvalidArgument) for a plan that is not for these banks (layer count,
+   *  resident layers mixed in, no MoE layer), bad options; what the parts throw (kOutOfMemory...). */
+  OffloadedExperts(Ops& ops, const HostExpertBanks& host, const MoePlan& plan, const MoeRuntimeOptions& options);
+
+  /** out [T, H] = routed experts of `layer` (see ExpertCompute). Throws kInvalidArgument for a
+   *  dense layer, T over max_tokens, ids not [T, n_expert_used]. */
+  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
+
+  /** Counters per model layer (reads the device cache's counters: synchronizes on CUDA). */
+  std::vector<MoeLayerStats> stats();
+
+  const MoePlan& plan() const { return plan_; }
+  const ExpertBanks& banks() const { return *banks_; }
+  /** The expert cache, or nullptr when no layer uses one. */
+  ExpertSlots* slots() { return slots_.get(); }
+
+ private:
+  void run_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out, bool accumulate);
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, bool host);
+
+  Ops& ops_;
+  MoePlan plan_;
+  MoeRuntimeOptions opt_;
+  std::unique_ptr<HostAllocator> alloc_;
+  std::unique_ptr<ExpertBanks> banks_;
+  std::unique_ptr<ExpertSlots> slots_;
+  std::unique_ptr<CpuExpertExecutor> cpu_;
+  std::vector<Buffer> storage_;
+  Tensor slot_ids_, cpu_ids_;            // I32 [max_tokens * k] on the backend
+  Tensor h_x_, h_ids_, h_w_, h_out_;     // host staging (non-CPU backends)
+  Tensor d_out_;                         // [max_tokens, H] on the backend: the CPU's share
+  std::vector<int64_t> cpu_experts_;     // per layer
+};
+
+/** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), OffloadedExperts
+ *  otherwise. Throws what those constructors throw. */
+std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,
+                                                   const MoeRuntimeOptions& options);
+
+}  // namespace ft

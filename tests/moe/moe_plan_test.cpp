@@ -1,0 +1,139 @@
+// plan_moe and its flag parsers: strategy resolution (auto -> fused / offload / hybrid), per-layer
+// modes, --moe-cpu-layers forms, fetch caps, and errors for contradictory flags or memory.
+#include <gtest/gtest.h>
+
+#include "moe/moe_plan.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+constexpr int64_t GiB = int64_t{1} << 30, MiB = int64_t{1} << 20;
+
+// Layers 0 and 5 dense, 1-4 and 6-7 MoE with 16 experts of 1 MiB.
+const std::vector<int32_t> kLayers = {0, 16, 16, 16, 16, 0, 16, 16};
+
+GpuMemoryBudget budget(int64_t limit) {
+  GpuMemoryBudget b;
+  b.gpu_memory_limit = limit;
+  b.resident_bytes = 100 * MiB;
+  b.kv_bytes_per_token = 1024;
+  b.kv_reserve_tokens = 1024;  // 1 MiB
+  b.slot_bytes = MiB;
+  b.expert_bytes = 96 * MiB;
+  return b;
+}
+
+TEST(MoePlan, ParsesStrategies) {
+  EXPECT_EQ(parse_moe_strategy("hybrid"), MoeStrategy::kHybrid);
+  EXPECT_EQ(parse_moe_strategy("auto"), MoeStrategy::kAuto);
+  EXPECT_STREQ(moe_strategy_name(MoeStrategy::kOffload), "offload");
+  try {
+    parse_moe_strategy("gpu");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--moe-strategy gpu"), std::string::npos);
+  }
+}
+
+TEST(MoePlan, CpuLayerForms) {
+  const std::vector<int64_t> moe = {1, 2, 3, 4, 6, 7};
+  EXPECT_EQ(parse_moe_cpu_layers("", moe), (std::vector<int64_t>{}));
+  EXPECT_EQ(parse_moe_cpu_layers("2", moe), (std::vector<int64_t>{1, 2}));        // first N
+  EXPECT_EQ(parse_moe_cpu_layers("0", moe), (std::vector<int64_t>{}));
+  EXPECT_EQ(parse_moe_cpu_layers("6", moe), moe);
+  EXPECT_EQ(parse_moe_cpu_layers("0.5", moe), (std::vector<int64_t>{1, 2, 3}));  // round(0.5 * 6)
+  EXPECT_EQ(parse_moe_cpu_layers("1.0", moe), moe);
+  EXPECT_EQ(parse_moe_cpu_layers("7,1,3-4", moe), (std::vector<int64_t>{1, 3, 4, 7}));
+  EXPECT_EQ(parse_moe_cpu_layers("6,", moe), (std::vector<int64_t>{6}));          // one id needs a comma
+  EXPECT_EQ(parse_moe_cpu_layers("2-3,3", moe), (std::vector<int64_t>{2, 3}));
+  for (const char* bad : {"7", "1.5", "-1", "0,5", "a", "3-2", ",3", "1,,2", "0.5x"}) {
+    try {
+      parse_moe_cpu_layers(bad, moe);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(std::string("--moe-cpu-layers ") + bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(MoePlan, AutoPicksFusedWhenEverythingFits) {
+  const MoePlan p = plan_moe({}, kLayers, budget(GiB));
+  EXPECT_EQ(p.strategy, MoeStrategy::kFused);
+  EXPECT_EQ(p.count(MoeLayerMode::kResident), 6);
+  EXPECT_EQ(p.count(MoeLayerMode::kDense), 2);
+  EXPECT_EQ(p.cache.n_slots, 0);
+  EXPECT_NE(p.summary().find("strategy fused"), std::string::npos);
+}
+
+TEST(MoePlan, AutoPicksOffloadOrHybridWhenExpertsDoNotFit) {
+  // 160 MiB: 100 resident + 1 KV leaves 59 slots of 1 MiB (96 needed for fused).
+  MoeOptions o;
+  MoePlan p = plan_moe(o, kLayers, budget(160 * MiB));
+  EXPECT_EQ(p.strategy, MoeStrategy::kOffload);
+  EXPECT_EQ(p.cache.n_slots, 59);
+  EXPECT_EQ(p.count(MoeLayerMode::kCache), 6);
+  for (size_t l = 0; l < kLayers.size(); ++l) EXPECT_EQ(p.fetch_cap[l], -1);
+  EXPECT_NE(p.summary().find("expert cache 59 slots (59.0 MiB)"), std::string::npos) << p.summary();
+  o.hybrid_faster = true;
+  o.fetch_cap = 2;
+  p = plan_moe(o, kLayers, budget(160 * MiB));
+  EXPECT_EQ(p.strategy, MoeStrategy::kHybrid);
+  EXPECT_FALSE(p.calibrate_fetch_cap);
+  EXPECT_EQ(p.fetch_cap[1], 2);
+  EXPECT_EQ(p.fetch_cap[0], -1);  // dense
+  EXPECT_NE(p.summary().find("fetch cap 2 per layer"), std::string::npos) << p.summary();
+}
+
+TEST(MoePlan, ExplicitStrategies) {
+  MoeOptions o;
+  o.strategy = MoeStrategy::kHybrid;
+  MoePlan p = plan_moe(o, kLayers, budget(GiB));
+  EXPECT_TRUE(p.calibrate_fetch_cap);
+  EXPECT_EQ(p.cache.n_slots, 96);  // auto sizing stops at all experts
+  o.strategy = MoeStrategy::kCpu;
+  p = plan_moe(o, kLayers, budget(110 * MiB));  // no room for a cache: cpu needs none
+  EXPECT_EQ(p.count(MoeLayerMode::kCpu), 6);
+  EXPECT_EQ(p.cache.n_slots, 0);
+  o.strategy = MoeStrategy::kOffload;
+  o.cpu_layers = "1,2";
+  o.cache = {CacheSizeMode::kSlots, 32, 0};
+  p = plan_moe(o, kLayers, budget(GiB));
+  EXPECT_EQ(p.layers[1], MoeLayerMode::kCpu);
+  EXPECT_EQ(p.layers[3], MoeLayerMode::kCache);
+  EXPECT_EQ(p.cache.n_slots, 32);
+  EXPECT_NE(p.summary().find("2 of 6 MoE layers on the CPU"), std::string::npos) << p.summary();
+  o.cpu_layers = "6";  // every MoE layer on the CPU: no cache needed
+  p = plan_moe(o, kLayers, budget(110 * MiB));
+  EXPECT_EQ(p.cache.n_slots, 0);
+  // auto with CPU layers means offload.
+  o.strategy = MoeStrategy::kAuto;
+  o.cpu_layers = "1";
+  EXPECT_EQ(plan_moe(o, kLayers, budget(GiB)).strategy, MoeStrategy::kOffload);
+}
+
+TEST(MoePlan, Errors) {
+  MoeOptions o;
+  o.strategy = MoeStrategy::kFused;
+  ErrorCode code{};
+  try {
+    plan_moe(o, kLayers, budget(160 * MiB));
+  } catch (const Error& e) {
+    code = e.code();
+    EXPECT_NE(std::string(e.what()).find("--moe-strategy offload"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(code, ErrorCode::kOutOfMemory);
+  o.cpu_layers = "1";
+  EXPECT_THROW(plan_moe(o, kLayers, budget(GiB)), Error);  // cpu layers with fused
+  o = {};
+  o.strategy = MoeStrategy::kCpu;
+  EXPECT_THROW(plan_moe(o, kLayers, budget(100 * MiB)), Error);  // dense weights + KV do not fit
+  EXPECT_THROW(plan_moe(o, {0, 0}, budget(GiB)), Error);          // no MoE layers
+  EXPECT_EQ(plan_moe({}, {0, 0}, budget(GiB)).count(MoeLayerMode::kDense), 2);
+  o.strategy = MoeStrategy::kOffload;  // smallest legal cache = 32 slots > 16 that fit
+  EXPECT_THROW(plan_moe(o, kLayers, budget(117 * MiB)), Error);
+}
+
+}  // namespace
+}  // namespace ft::testing

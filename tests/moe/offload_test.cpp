@@ -1,0 +1,226 @@
+// The CPU build's offload, hybrid and cpu strategies compute the same function as fused:
+// OffloadedExperts vs ResidentExperts on synthetic MoE layers (offload and cpu bit-identical,
+// hybrid within float rounding), and end to end on the MoE fixtures (teacher-forced prefill +
+// decode steps through the model), including the smallest legal cache.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "formats/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "moe/offloaded_experts.h"
+#include "moe_test_util.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += std::pow(double(b[i]), 2);
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+/** A plan for layers with experts_per_layer, everything fitting (limit 1 TiB). */
+MoePlan make_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
+                  const std::string& cpu_layers = "") {
+  std::vector<int32_t> e;
+  for (const ExpertBank& b : host) e.push_back(b.n_expert());
+  GpuMemoryBudget budget;
+  budget.gpu_memory_limit = int64_t{1} << 40;
+  budget.slot_bytes = 1;
+  MoeOptions o;
+  o.strategy = s;
+  o.fetch_cap = cap;
+  o.cpu_layers = cpu_layers;
+  if (slots > 0) o.cache = {CacheSizeMode::kSlots, slots, 0};
+  return plan_moe(o, e, budget);
+}
+
+struct Variant {
+  const char* name;
+  MoeStrategy strategy;
+  int64_t slots;  // 0: auto
+  int32_t cap;
+  const char* cpu_layers;
+  bool exact;     // bit-identical to fused
+};
+
+const Variant kVariants[] = {
+    {"offload, smallest cache", MoeStrategy::kOffload, 0, -1, "", true},
+    {"offload, all experts", MoeStrategy::kOffload, -1, -1, "", true},
+    {"offload + cpu layers", MoeStrategy::kOffload, 0, -1, "1", true},
+    {"cpu", MoeStrategy::kCpu, 0, -1, "", true},
+    {"hybrid, cap 1", MoeStrategy::kHybrid, 0, 1, "", false},
+    {"hybrid, cap 0", MoeStrategy::kHybrid, 0, 0, "", false},
+};
+
+MoePlan variant_plan(const Variant& v, const HostExpertBanks& host, int32_t E) {
+  const int64_t slots = v.slots == 0 ? 2 * E : v.slots;  // -1: auto (every expert)
+  return make_plan(host, v.strategy, v.slots < 0 ? 0 : slots, v.cap, v.cpu_layers);
+}
+
+TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
+  SyntheticExperts s;
+  const int32_t E = 8, k = 3;
+  const int64_t H = 64, F = 32;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 1);
+  s.add_dense_layer();
+  s.add_layer(E, F, H, DType::Q8_0, DType::BF16, 2);
+  s.add_layer(E, F, H, DType::BF16, DType::F16, 3);
+  CpuOps ops(1);
+  ResidentExperts fused(ops, s.banks);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 16, ro.n_expert_used = k, ro.cpu_threads = 2;
+  for (const Variant& v : kVariants) {
+    SCOPED_TRACE(v.name);
+    OffloadedExperts off(ops, s.banks, variant_plan(v, s.banks, E), ro);
+    std::mt19937 rng(7);
+    for (int step = 0; step < 25; ++step) {
+      const int64_t T = step % 5 == 4 ? 16 : 1 + step % 3;
+      for (int64_t layer : {0, 2, 3}) {
+        std::vector<int32_t> ids = random_routes(T, k, E, 0.8, rng);
+        std::vector<float> x(T * H), w(T * k), want(T * H), got(T * H);
+        std::uniform_real_distribution<float> d(-1, 1);
+        for (float& f : x) f = d(rng);
+        for (float& f : w) f = 0.5f + 0.5f * d(rng);
+        Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+        fused.compute(layer, tx, ti, tw, Tensor(want.data(), DType::F32, {T, H}));
+        off.compute(layer, tx, ti, tw, Tensor(got.data(), DType::F32, {T, H}));
+        if (v.exact)
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "step " << step << " layer " << layer;
+        else
+          ASSERT_LT(rel_l2(got, want), 1e-6) << "step " << step << " layer " << layer;
+      }
+    }
+    const std::vector<MoeLayerStats> st = off.stats();
+    ASSERT_EQ(st.size(), 4u);
+    EXPECT_EQ(st[1].hits + st[1].misses + st[1].cpu_experts, 0);  // dense
+    if (v.strategy == MoeStrategy::kCpu) {
+      EXPECT_EQ(st[0].misses, 0);
+      EXPECT_GT(st[0].cpu_experts, 0);
+    } else if (v.cap == 0) {  // nothing is ever fetched: every expert runs on the CPU
+      EXPECT_EQ(st[2].misses + st[2].hits, 0);
+      EXPECT_GT(st[2].cpu_experts, 0);
+    } else {
+      EXPECT_GT(st[2].misses, 0);
+      EXPECT_GT(st[2].hits, 0);
+      EXPECT_EQ(st[2].bytes, st[2].misses * off.banks().layout(2).bytes);
+      EXPECT_EQ(st[2].cpu_experts > 0, v.cap > 0);
+    }
+    if (std::string(v.cpu_layers) == "1") {
+      EXPECT_EQ(st[0].misses, 0);
+      EXPECT_GT(st[0].cpu_experts, 0);
+    }
+  }
+}
+
+TEST(OffloadedExperts, RejectsBadUse) {
+  SyntheticExperts s;
+  s.add_layer(4, 32, 64, DType::BF16, DType::BF16, 1);
+  s.add_dense_layer();
+  CpuOps ops(1);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 4, ro.n_expert_used = 2, ro.cpu_threads = 1;
+  OffloadedExperts off(ops, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 8), ro);
+  EXPECT_NE(off.slots(), nullptr);
+  std::vector<float> x(5 * 64), out(5 * 64), w(10, 1.0f);
+  std::vector<int32_t> ids(10, 0);
+  EXPECT_THROW(off.compute(1, Tensor(x.data(), DType::F32, {1, 64}), Tensor(ids.data(), DType::I32, {1, 2}),
+                           Tensor(w.data(), DType::F32, {1, 2}), Tensor(out.data(), DType::F32, {1, 64})),
+               Error);  // dense layer
+  EXPECT_THROW(off.compute(0, Tensor(x.data(), DType::F32, {5, 64}), Tensor(ids.data(), DType::I32, {5, 2}),
+                           Tensor(w.data(), DType::F32, {5, 2}), Tensor(out.data(), DType::F32, {5, 64})),
+               Error);  // more tokens than planned
+  EXPECT_THROW(off.compute(0, Tensor(x.data(), DType::F32, {1, 64}), Tensor(ids.data(), DType::I32, {1, 1}),
+                           Tensor(w.data(), DType::F32, {1, 1}), Tensor(out.data(), DType::F32, {1, 64})),
+               Error);  // k differs
+  MoePlan wrong = make_plan(s.banks, MoeStrategy::kOffload, 8);
+  wrong.layers.pop_back();
+  EXPECT_THROW(OffloadedExperts(ops, s.banks, wrong, ro), Error);
+  EXPECT_NE(dynamic_cast<ResidentExperts*>(make_expert_compute(ops, s.banks, make_plan(s.banks, MoeStrategy::kFused, 0), ro).get()),
+            nullptr);
+  EXPECT_NE(dynamic_cast<OffloadedExperts*>(make_expert_compute(ops, s.banks, make_plan(s.banks, MoeStrategy::kCpu, 0), ro).get()),
+            nullptr);
+}
+
+// ---- end to end on the fixtures --------------------------------------------------------------
+
+/** Logits [n, V] of `tokens` through `model`: the first `prefill` tokens in one forward, the rest
+ *  one decode step each (teacher-forced), with `experts`. */
+std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute& experts, const std::vector<int32_t>& tokens,
+                             int64_t prefill) {
+  const ModelConfig& c = model.config();
+  const int64_t n = static_cast<int64_t>(tokens.size()), page = 16, n_pages = (n + page - 1) / page;
+  KvCache kv(ops, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
+                                static_cast<int32_t>(c.head_dim), static_cast<int32_t>(page), n_pages * page,
+                                DType::F32});
+  ForwardState state(ops, c, prefill);
+  std::vector<int32_t> table(static_cast<size_t>(n_pages));
+  for (int64_t p = 0; p < n_pages; ++p) table[static_cast<size_t>(p)] = static_cast<int32_t>(p);
+  std::vector<float> all;
+  for (int64_t start = 0; start < n;) {
+    const int64_t T = start == 0 ? prefill : 1;
+    std::vector<int32_t> ids(tokens.begin() + start, tokens.begin() + start + T), pos(T), seq(T, 0), rows(T);
+    for (int64_t i = 0; i < T; ++i) pos[i] = static_cast<int32_t>(start + i), rows[i] = static_cast<int32_t>(i);
+    std::vector<int32_t> seq_start = {0, static_cast<int32_t>(T)};
+    BatchInfo b;
+    b.n_tokens = static_cast<int32_t>(T), b.n_seqs = 1, b.max_blocks = static_cast<int32_t>(n_pages);
+    b.max_kv_len = static_cast<int32_t>(start + T);
+    b.positions = Tensor(pos.data(), DType::I32, {T});
+    b.seq_index = Tensor(seq.data(), DType::I32, {T});
+    b.seq_start = Tensor(seq_start.data(), DType::I32, {2});
+    b.block_tables = Tensor(table.data(), DType::I32, {1, n_pages});
+    std::vector<float> logits(static_cast<size_t>(T * c.n_vocab));
+    ForwardContext ctx{ops, b, Tensor(ids.data(), DType::I32, {T}), Tensor(rows.data(), DType::I32, {T}),
+                       Tensor(logits.data(), DType::F32, {T, c.n_vocab}), kv, &experts, state};
+    model.forward(ctx);
+    all.insert(all.end(), logits.begin(), logits.end());
+    start += T;
+  }
+  return all;
+}
+
+TEST(OffloadedExperts, SameLogitsAsFusedOnMoeFixtures) {
+  for (const char* name : {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = shared_dir() + "/fixtures/hf/" + name;
+    const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
+    const auto& cs = ref.at("cases")[0];
+    const std::vector<int32_t> tokens = cs.at("input_ids").get<std::vector<int32_t>>();
+    const std::vector<float> want_ref = read_f32(dir + "/" + cs.at("logits_file").get<std::string>());
+    CpuOps ops(1);
+    auto ckpt = open_checkpoint(dir);
+    auto model = load_model(*ckpt, ops);
+    const ModelConfig& c = model->config();
+    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 6;  // then 6 decode steps
+    ResidentExperts fused(ops, model->host_experts());
+    const std::vector<float> want = run_model(*model, ops, fused, tokens, prefill);
+    ASSERT_EQ(want.size(), want_ref.size());
+    EXPECT_LT(rel_l2(want, want_ref), 1e-4);
+    MoeRuntimeOptions ro;
+    ro.max_tokens = prefill, ro.n_expert_used = static_cast<int32_t>(c.n_expert_used), ro.cpu_threads = 2;
+    for (const Variant& v : kVariants) {
+      SCOPED_TRACE(v.name);
+      OffloadedExperts off(ops, model->host_experts(), variant_plan(v, model->host_experts(),
+                                                                   static_cast<int32_t>(c.n_expert)), ro);
+      const std::vector<float> got = run_model(*model, ops, off, tokens, prefill);
+      ASSERT_EQ(got.size(), want.size());
+      if (v.exact)
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
+      else
+        EXPECT_LT(rel_l2(got, want_ref), 1e-4);
+      int64_t fetched = 0;
+      for (const MoeLayerStats& st : off.stats()) fetched += st.misses + st.cpu_experts;
+      EXPECT_GT(fetched, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
