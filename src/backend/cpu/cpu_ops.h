@@ -48,6 +48,7 @@ class CpuOps final : public Ops {
   int n_threads_;
   std::vector<float> moe_scratch_;  // grown once to the largest batch seen (moe_experts)
   std::vector<int32_t> moe_index_;
+  std::vector<int64_t> moe_count_, moe_fill_;
 };
 
 // ---- helpers shared by the op files (cpu backend internal) ----

@@ -28,7 +28,8 @@ void CpuOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tenso
   const int32_t* id = ids.ptr<int32_t>();
   const float* wt = weights.ptr<float>();
   // Group (token, slot) pairs by expert, in token order.
-  std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0);
+  std::vector<int64_t>& count = moe_count_;  // members: no allocation per step once grown
+  count.assign(static_cast<size_t>(E) + 1, 0);
   int64_t max_ff = 0;
   for (int64_t i = 0; i < T * k; ++i) {
     if (id[i] < 0) continue;
@@ -48,7 +49,8 @@ void CpuOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tenso
   const int64_t n_pairs = count[static_cast<size_t>(E)];
   moe_index_.resize(static_cast<size_t>(n_pairs));
   {
-    std::vector<int64_t> fill(count.begin(), count.end() - 1);
+    std::vector<int64_t>& fill = moe_fill_;
+    fill.assign(count.begin(), count.end() - 1);
     for (int64_t i = 0; i < T * k; ++i)
       if (id[i] >= 0) moe_index_[static_cast<size_t>(fill[static_cast<size_t>(id[i])]++)] = static_cast<int32_t>(i);
   }
