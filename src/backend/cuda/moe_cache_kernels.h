@@ -13,7 +13,7 @@ namespace ft::cuda {
 /** One admission (the algorithm of moe/cache_admission.h, bit for bit) in one thread block.
  *  `s` and every pointer of `a` are device memory; a.layer, a.n_pairs and a.fetch_cap are launch
  *  arguments (constant per captured layer). Needs 2 * s.n_expert int32 of dynamic shared memory
- *  (throws kUnsupported above the device's limit). */
+ *  (throws kUnsupported for more than 4096 experts per layer). */
 void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_t stream);
 
 /** Arguments of the gather: miss i of *n_misses (device) copies record_bytes[m.layer] bytes from
