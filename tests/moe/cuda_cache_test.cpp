@@ -163,7 +163,7 @@ MoePlan plan_for(const HostExpertBanks& host, Strategy st, int64_t slots) {
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   SyntheticExperts s;
   const int32_t E = 8, k = 2;
-  const int64_t H = 128, F = 64, maxT = 40;
+  const int64_t H = 256, F = 256, maxT = 40;  // quantized rows of 256: 16-byte aligned for the GEMV loads
   s.add_layer(E, F, H, DType::BF16, DType::BF16, 3);
   s.add_layer(E, F, H, DType::Q8_0, DType::Q8_0, 4);
   ResidentExperts fused(*gpu_, s.banks);
