@@ -11,5 +11,6 @@ using Action = std::function<int()>;
 void add_inspect_command(CLI::App& app, Action& action);
 void add_run_command(CLI::App& app, Action& action);
 void add_serve_command(CLI::App& app, Action& action);
+void add_tokenize_command(CLI::App& app, Action& action);
 
 }  // namespace ft::cli

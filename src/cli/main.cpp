@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   ft::cli::add_inspect_command(app, action);
   ft::cli::add_run_command(app, action);
   ft::cli::add_serve_command(app, action);
+  ft::cli::add_tokenize_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

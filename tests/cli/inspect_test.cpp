@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli/run_ft.h"
 #include "test_util.h"
 
 namespace ft {
@@ -20,37 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Runs `ft <args>`; stdout through the pipe, stderr through a temp file.
-Result run_ft(const std::string& args) {
-  static int counter = 0;
-  std::string err_path = (fs::temp_directory_path() / ("ft_cli_err_" + std::to_string(::getpid()) + "_" +
-                                                      std::to_string(counter++)))
-                             .string();
-  std::string cmd = quote(FT_BINARY) + " " + args + " 2>" + quote(err_path);
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = ::ft::testing::read_file(err_path);
-  fs::remove(err_path);
-  return r;
-}
 
 std::string shared(const std::string& rel) { return ::ft::testing::shared_dir() + "/" + rel; }
 
