@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "util/error.h"
 
 namespace ft {
@@ -125,6 +127,26 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
   }
   for (size_t l = 0; l < out.size(); ++l) out[l].cpu_experts = cpu_experts_[l];
   return out;
+}
+
+MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {
+  MoeLayerStats t;
+  for (const MoeLayerStats& l : layers)
+    t.hits += l.hits, t.misses += l.misses, t.bytes += l.bytes, t.cpu_experts += l.cpu_experts;
+  return t;
+}
+
+std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::vector<MoeLayerStats>& before,
+                             int64_t steps) {
+  if (now.size() != before.size())
+    fail(ErrorCode::kInvalidArgument, "moe stats: {} layers now, {} before", now.size(), before.size());
+  const MoeLayerStats a = total_moe_stats(now), b = total_moe_stats(before);
+  const int64_t hits = a.hits - b.hits, misses = a.misses - b.misses, bytes = a.bytes - b.bytes;
+  const int64_t lookups = hits + misses;
+  return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses, {} fetched, {}/step), {} CPU experts",
+                     steps, lookups > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
+                     hits, misses, format_bytes(bytes), format_bytes(steps > 0 ? bytes / steps : 0),
+                     a.cpu_experts - b.cpu_experts);
 }
 
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,

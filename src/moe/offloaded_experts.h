@@ -13,6 +13,7 @@
 // this with pinned buffers and a device<->host handshake).
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe/cpu_expert_executor.h"
@@ -38,6 +39,15 @@ struct MoeLayerStats {
   int64_t bytes = 0;        // bytes fetched host -> cache
   int64_t cpu_experts = 0;  // distinct experts computed by the CPU executor
 };
+
+/** Sum of the per-layer counters. */
+MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers);
+
+/** The --decode-log-interval line for the counters gathered between `before` and `now` (same
+ *  layers) over `steps` decode steps: "moe: 16 steps, hit rate 87.5% (112 hits, 16 misses,
+ *  144.0 MiB fetched, 9.0 MiB/step), 4 CPU experts". Throws kInvalidArgument for mismatched sizes. */
+std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::vector<MoeLayerStats>& before,
+                             int64_t steps);
 
 class OffloadedExperts final : public ExpertCompute {
  public:

@@ -149,6 +149,17 @@ TEST(OffloadedExperts, RejectsBadUse) {
             nullptr);
 }
 
+TEST(OffloadedExperts, StatsLine) {
+  std::vector<MoeLayerStats> before(2), now(2);
+  now[0] = {100, 20, 20 * 9 * (int64_t{1} << 20), 3};
+  now[1] = {40, 0, 0, 1};
+  before[0] = {30, 4, 4 * 9 * (int64_t{1} << 20), 0};
+  EXPECT_EQ(total_moe_stats(now).hits, 140);
+  EXPECT_EQ(format_moe_stats(now, before, 8),
+            "moe: 8 steps, hit rate 87.3% (110 hits, 16 misses, 144.0 MiB fetched, 18.0 MiB/step), 4 CPU experts");
+  EXPECT_THROW(format_moe_stats(now, {}, 1), Error);
+}
+
 // ---- end to end on the fixtures --------------------------------------------------------------
 
 /** Logits [n, V] of `tokens` through `model`: the first `prefill` tokens in one forward, the rest
