@@ -6,7 +6,7 @@
 namespace ft {
 
 #ifndef FT_HAVE_CUDA
-std::unique_ptr<Ops> make_cuda_ops(int device) {
+std::unique_ptr<Ops> make_cuda_ops(int device, DType) {
   fail(ErrorCode::kUnsupported, "cuda device {} requested, but this build of FreeToken has no CUDA backend "
        "(rebuild on a machine with nvcc, or use --device cpu)", device);
 }

@@ -7,9 +7,9 @@
 
 namespace ft {
 
-/** The CUDA backend on device `device` (BF16 activations; see backend/cuda/cuda_ops.h).
- *  Throws ft::Error(kUnsupported) in a build without CUDA, kInvalidArgument when `device` is not a
- *  visible CUDA device. */
-std::unique_ptr<Ops> make_cuda_ops(int device = 0);
+/** The CUDA backend on device `device` with `activations` (BF16 or F32) as its activation dtype
+ *  (see backend/cuda/cuda_ops.h). Throws ft::Error(kUnsupported) in a build without CUDA,
+ *  kInvalidArgument when `device` is not a visible CUDA device. */
+std::unique_ptr<Ops> make_cuda_ops(int device = 0, DType activations = DType::F32);
 
 }  // namespace ft

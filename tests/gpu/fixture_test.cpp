@@ -6,8 +6,12 @@
 //  - the logits of 16 incremental decode steps (decode kernels: GEMV, split-K attention, per-pair
 //    MoE) match a CPU prefill of the same tokens within 2e-2 (free-running text is not compared:
 //    bf16 may flip near-ties).
+// Asserted with the default F32 activations; with BF16 activations only for dense models (MoE
+// routers flip near-ties on ~1% activation error and the flipped token's error reaches every later
+// position through attention), the MoE numbers being reported.
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "formats/checkpoint.h"
 #include "gpu_harness.h"
@@ -16,8 +20,18 @@
 namespace ft::testing {
 namespace {
 
-class CudaFixture : public ::testing::TestWithParam<std::string> {
+/** (fixture name, activation dtype of the CUDA backend: "bf16" or "f32"). */
+class CudaFixture : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
+  std::string model() const { return std::get<0>(GetParam()); }
+  DType act() const { return std::get<1>(GetParam()) == "f32" ? DType::F32 : DType::BF16; }
+  std::string tag() const { return model() + "/" + std::get<1>(GetParam()); }
+  /** Whether the 2e-2 bounds are asserted (see the file comment). */
+  bool strict() const {
+    const std::string m = model();
+    const bool moe = m.find("moe") != std::string::npos || m == "mixtral";
+    return act() == DType::F32 || !moe;
+  }
   void SetUp() override {
     if (cuda_device_count() == 0) {
       if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
@@ -51,21 +65,23 @@ double compare_rows(const std::vector<float>& got, const std::vector<float>& wan
     }
   }
   if (stats && !errs.empty()) {
-    int over = 0;
-    for (double e : errs) over += e > 2e-2;
+    int over = 0, first = -1;
+    for (size_t r = 0; r < errs.size(); ++r)
+      if (errs[r] > 2e-2) over += 1, first = first < 0 ? static_cast<int>(r) : first;
     std::sort(errs.begin(), errs.end());
-    *stats = "rows>2e-2 " + std::to_string(over) + "/" + std::to_string(errs.size()) + " median " +
+    *stats = "rows>2e-2 " + std::to_string(over) + "/" + std::to_string(errs.size()) +
+             (first >= 0 ? " first " + std::to_string(first) : "") + " median " +
              std::to_string(errs[errs.size() / 2]).substr(0, 7);
   }
   return worst;
 }
 
 TEST_P(CudaFixture, MatchesReferenceAndCpu) {
-  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::string dir = shared_dir() + "/fixtures/hf/" + model();
   const std::vector<RefCase> cases = read_reference(dir);
   ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
   const EngineOptions opts = small_engine_options();
-  Engine gpu(open_checkpoint(dir), make_cuda_ops(0), opts);
+  Engine gpu(open_checkpoint(dir), make_cuda_ops(0, act()), opts);
   auto cpu = Engine::load(dir, opts);
   const int64_t V = gpu.config().n_vocab;
   for (const RefCase& c : cases) {
@@ -78,8 +94,8 @@ TEST_P(CudaFixture, MatchesReferenceAndCpu) {
     int checked = 0, flipped = 0;
     std::string st_ref, st_tf, st_dec;
     const double e_ref = compare_rows(g.prompt_logits, c.logits, V, &checked, &flipped, &st_ref);
-    EXPECT_LE(e_ref, 2e-2);
-    EXPECT_EQ(flipped, 0) << "argmax differs from the reference at " << flipped << " of " << checked << " positions";
+    if (strict()) EXPECT_LE(e_ref, 2e-2);
+    if (strict()) EXPECT_EQ(flipped, 0) << "argmax differs from the reference at " << flipped << " of " << checked << " positions";
     // 2. teacher-forced on prompt + reference greedy tokens vs the CPU backend
     std::vector<int32_t> full = c.input_ids;
     full.insert(full.end(), c.greedy.begin(), c.greedy.end());
@@ -87,8 +103,8 @@ TEST_P(CudaFixture, MatchesReferenceAndCpu) {
     const auto cf = generate(*cpu, {greedy_request(full, 1)})[0];
     int checked2 = 0, flipped2 = 0;
     const double e_tf = compare_rows(gf.prompt_logits, cf.prompt_logits, V, &checked2, &flipped2, &st_tf);
-    EXPECT_LE(e_tf, 2e-2);
-    EXPECT_EQ(flipped2, 0) << "argmax differs from the CPU at " << flipped2 << " of " << checked2 << " positions";
+    if (strict()) EXPECT_LE(e_tf, 2e-2);
+    if (strict()) EXPECT_EQ(flipped2, 0) << "argmax differs from the CPU at " << flipped2 << " of " << checked2 << " positions";
     // 3. decode steps vs a CPU prefill of the tokens the GPU generated
     std::vector<int32_t> own = c.input_ids;
     own.insert(own.end(), g.tokens.begin(), g.tokens.end() - 1);
@@ -97,24 +113,24 @@ TEST_P(CudaFixture, MatchesReferenceAndCpu) {
                                   co.prompt_logits.end());
     int checked3 = 0, flipped3 = 0;
     const double e_dec = compare_rows(g.step_logits, tail, V, &checked3, &flipped3, &st_dec);
-    EXPECT_LE(e_dec, 2e-2);
-    EXPECT_EQ(flipped3, 0) << "decode argmax differs from the CPU at " << flipped3 << " of " << checked3;
+    if (strict()) EXPECT_LE(e_dec, 2e-2);
+    if (strict()) EXPECT_EQ(flipped3, 0) << "decode argmax differs from the CPU at " << flipped3 << " of " << checked3;
     int same = 0;
     for (size_t i = 0; i < c.greedy.size() && i < g.tokens.size(); ++i) same += g.tokens[i] == c.greedy[i];
-    report("fixture " + GetParam(), c.name + " prompt vs reference (" + st_ref + ")", e_ref);
-    report("fixture " + GetParam(), c.name + " teacher-forced vs cpu (" + st_tf + ")", e_tf);
-    report("fixture " + GetParam(), c.name + " decode steps vs cpu (greedy " + std::to_string(same) + "/16, " + st_dec + ")", e_dec);
+    report("fixture " + tag(), c.name + " prompt vs reference (" + st_ref + ")", e_ref);
+    report("fixture " + tag(), c.name + " teacher-forced vs cpu (" + st_tf + ")", e_tf);
+    report("fixture " + tag(), c.name + " decode steps vs cpu (greedy " + std::to_string(same) + "/16, " + st_dec + ")", e_dec);
   }
 }
 
 /** Named intermediates of a prefill of the `short` case on both backends, compared per (name,
  *  layer): the first layer where the GPU drifts is where a kernel (or bf16 itself) loses accuracy. */
 TEST_P(CudaFixture, IntermediatesTrackCpu) {
-  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::string dir = shared_dir() + "/fixtures/hf/" + model();
   const std::vector<RefCase> cases = read_reference(dir);
   ASSERT_EQ(cases.size(), 2u);
   const EngineOptions opts = small_engine_options();
-  Engine gpu(open_checkpoint(dir), make_cuda_ops(0), opts);
+  Engine gpu(open_checkpoint(dir), make_cuda_ops(0, act()), opts);
   auto cpu = Engine::load(dir, opts);
   using Dump = std::vector<std::pair<std::string, std::vector<float>>>;
   Dump dg, dc;
@@ -127,10 +143,12 @@ TEST_P(CudaFixture, IntermediatesTrackCpu) {
   };
   gpu.set_dump_hook(hook(gpu.ops(), dg));
   cpu->set_dump_hook(hook(cpu->ops(), dc));
-  generate(gpu, {greedy_request(cases[0].input_ids, 1)});
-  generate(*cpu, {greedy_request(cases[0].input_ids, 1)});
+  for (const RefCase& c : cases) {
+  dg.clear();
+  dc.clear();
+  generate(gpu, {greedy_request(c.input_ids, 1)});
+  generate(*cpu, {greedy_request(c.input_ids, 1)});
   ASSERT_EQ(dg.size(), dc.size());
-  std::string line;
   for (size_t i = 0; i < dg.size() && i < dc.size(); ++i) {
     ASSERT_EQ(dg[i].first, dc[i].first);
     const std::string& key = dg[i].first;
@@ -139,15 +157,17 @@ TEST_P(CudaFixture, IntermediatesTrackCpu) {
     std::string st;
     const double worst = compare_rows(dg[i].second, dc[i].second, cols, &c1, &f1, &st);
     const double all = rel_l2(dg[i].second, dc[i].second);
-    report("layers " + GetParam(), key.substr(0, key.rfind('/')) + " (max row " + std::to_string(worst).substr(0, 6) +
-                                       ", " + st + ")", all);
-    EXPECT_LE(all, 5e-2) << key;
+    report("layers " + tag(), c.name + " " + key.substr(0, key.rfind('/')) + " (max row " +
+                                  std::to_string(worst).substr(0, 6) + ", " + st + ")", all);
+    if (strict()) EXPECT_LE(all, 5e-2) << key;
+  }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaFixture,
-                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
-                                           "mixtral", "qwen2_moe", "olmoe"));
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe",
+                                                              "qwen3_moe_64e", "mixtral", "qwen2_moe", "olmoe"),
+                                            ::testing::Values("bf16", "f32")));
 
 }  // namespace
 }  // namespace ft::testing

@@ -9,15 +9,15 @@ namespace {
 class CudaMatmul : public GpuTest {
  protected:
   /** Runs y = x W^T (+ bias) on both backends and returns the rel L2 error of the GPU result. */
-  double run(DType wdt, int64_t T, int64_t N, int64_t K, bool bias, uint32_t seed) {
+  double run(DType wdt, int64_t T, int64_t N, int64_t K, bool bias, uint32_t seed, DType act = DType::BF16) {
     const auto x = rand_bf16(static_cast<size_t>(T * K), seed);
     const auto w = random_weight(wdt, N, K, seed + 1);
     const auto b = rand_bf16(static_cast<size_t>(N), seed + 2);
     std::vector<float> ref(static_cast<size_t>(T * N));
     cpu().matmul(arena().host_f32(x, {T, K}), arena().host_bytes(w, wdt, {N, K}),
                  Tensor(ref.data(), DType::F32, {T, N}), bias ? arena().host_f32(b, {N}) : Tensor());
-    Tensor y = arena().dev_poisoned(DType::BF16, {T, N});
-    gpu().matmul(arena().dev_from(x, DType::BF16, {T, K}), arena().dev_bytes(w, wdt, {N, K}), y,
+    Tensor y = arena().dev_poisoned(act, {T, N});
+    gpu().matmul(arena().dev_from(x, act, {T, K}), arena().dev_bytes(w, wdt, {N, K}), y,
                  bias ? arena().dev_from(b, DType::BF16, {N}) : Tensor());
     return compare(y, ref);
   }
@@ -55,6 +55,17 @@ TEST_F(CudaMatmul, SmallAndOddShapes) {
            e);
     EXPECT_LE(e, kTol) << dtype_name(c.dt) << " T=" << c.T << " N=" << c.N << " K=" << c.K;
   }
+}
+
+TEST_F(CudaMatmul, F32Activations) {
+  // F32 x and y (CudaOps with F32 activations): the GEMV reads x exactly, cuBLAS after a bf16 copy.
+  uint32_t seed = 3000;
+  for (DType dt : {DType::BF16, DType::Q4_K, DType::Q8_0, DType::F16})
+    for (int64_t T : {1, 3, 20}) {
+      const double e = run(dt, T, 64, 256, T == 3, seed += 3, DType::F32);
+      report("matmul", std::string(dtype_name(dt)) + " T=" + std::to_string(T) + " f32 x/y", e);
+      EXPECT_LE(e, T <= (dt == DType::BF16 ? 8 : 16) ? 2e-5 : kTol) << dtype_name(dt) << " T=" << T;
+    }
 }
 
 TEST_F(CudaMatmul, GreedyArgmaxOfLogitsMatches) {

@@ -33,7 +33,7 @@ class CudaMoe : public GpuTest {
     return b;
   }
 
-  double run(const Banks& b, int64_t T, int32_t k, bool accumulate, uint32_t seed) {
+  double run(const Banks& b, int64_t T, int32_t k, bool accumulate, uint32_t seed, DType act = DType::BF16) {
     const int64_t H = b.cpu.gate[0].dim(1), E = b.cpu.n_expert();
     const auto x = rand_bf16(static_cast<size_t>(T * H), seed);
     const auto w = rand_bf16(static_cast<size_t>(T * k), seed + 1, 0.1f, 1.0f);
@@ -52,8 +52,8 @@ class CudaMoe : public GpuTest {
     std::vector<float> ref = init;
     cpu().moe_experts(p, arena().host_f32(x, {T, H}), arena().host_i32(ids, {T, k}), arena().host_f32(w, {T, k}), b.cpu,
                       Tensor(ref.data(), DType::F32, {T, H}));
-    Tensor out = accumulate ? arena().dev_from(init, DType::BF16, {T, H}) : arena().dev_poisoned(DType::BF16, {T, H});
-    gpu().moe_experts(p, arena().dev_from(x, DType::BF16, {T, H}), arena().dev_i32(ids, {T, k}),
+    Tensor out = accumulate ? arena().dev_from(init, act, {T, H}) : arena().dev_poisoned(act, {T, H});
+    gpu().moe_experts(p, arena().dev_from(x, act, {T, H}), arena().dev_i32(ids, {T, k}),
                       arena().dev_from(w, DType::F32, {T, k}), b.gpu, out);
     return compare(out, ref);
   }
@@ -81,6 +81,15 @@ TEST_F(CudaMoe, DecodeAndPrefillPathsAcrossDtypes) {
       report("moe_experts", what, e);
       EXPECT_LE(e, kTol) << what;
     }
+  }
+}
+
+TEST_F(CudaMoe, F32Activations) {
+  const Banks b = make_banks(DType::Q4_K, DType::Q4_K, DType::Q6_K, 16, 256, 512, 321);
+  for (int64_t T : {2, 40}) {
+    const double e = run(b, T, 4, T == 2, 77 + static_cast<uint32_t>(T), DType::F32);
+    report("moe_experts", "Q4_K/Q4_K/Q6_K T=" + std::to_string(T) + " f32 x/out", e);
+    EXPECT_LE(e, kTol);
   }
 }
 

@@ -17,7 +17,9 @@ namespace {
 constexpr int64_t kCublasWorkspace = 32ll << 20;  // fixed, so cuBLAS never allocates (graph capture)
 }
 
-CudaOps::CudaOps(int device) : device_(device) {
+CudaOps::CudaOps(int device, DType activations) : device_(device), activations_(activations) {
+  if (activations != DType::BF16 && activations != DType::F32)
+    fail(ErrorCode::kInvalidArgument, "cuda: activations must be BF16 or F32, not {}", dtype_name(activations));
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
@@ -143,6 +145,8 @@ const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {
   return static_cast<const uint64_t*>(t.dev);
 }
 
-std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
+std::unique_ptr<Ops> make_cuda_ops(int device, DType activations) {
+  return std::make_unique<CudaOps>(device, activations);
+}
 
 }  // namespace ft

@@ -1,6 +1,9 @@
 #pragma once
-// CudaOps: the CUDA backend. BF16 activations (F32 accepted wherever an activation is read),
-// fp32 accumulation, weights kept in their stored dtype and decoded inside the kernels. All work
+// CudaOps: the CUDA backend. Activations F32 by default (BF16 selectable; every op reads either),
+// fp32 accumulation, weights kept in their stored dtype and decoded inside the kernels; cuBLAS
+// multiplies in bf16. F32 activations keep the residual stream and router inputs exact up to the
+// weights: with BF16 activations (~1% logit error) MoE routers flip near-ties and the flipped
+// token's error spreads to every later position through attention (measured on the fixtures). All work
 // is queued on one stream owned by the backend (so a caller can capture it as a CUDA graph);
 // host-visible results need copy() to a host tensor or synchronize(). One op per file in this
 // folder: <op>.cu holds the kernel, its launcher and the CudaOps entry that validates arguments.
@@ -20,16 +23,19 @@ namespace ft {
 
 class CudaOps final : public Ops {
  public:
-  /** Uses CUDA device `device` (made current for this thread). Throws kInvalidArgument for a bad
-   *  index, kInternal when the stream or cuBLAS cannot be created. */
-  explicit CudaOps(int device = 0);
+  /** Uses CUDA device `device` (made current for this thread); `activations` (BF16 or F32) is what
+   *  activation_dtype() reports, i.e. the dtype the model allocates its activations in. Weights are
+   *  multiplied in bf16 either way (F32 activations are rounded to bf16 as they enter cuBLAS; the
+   *  GEMV reads them exactly). Throws kInvalidArgument for a bad index or dtype, kInternal when the
+   *  stream or cuBLAS cannot be created. */
+  explicit CudaOps(int device = 0, DType activations = DType::F32);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
-  DType activation_dtype() const override { return DType::BF16; }
+  DType activation_dtype() const override { return activations_; }
 
   Buffer alloc(int64_t bytes) override;
   Tensor make_resident(const Tensor& host, Buffer& storage) override;
@@ -92,6 +98,7 @@ class CudaOps final : public Ops {
   };
 
   int device_ = 0;
+  DType activations_ = DType::F32;
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -17,8 +17,8 @@ void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_prob
   const int C = chunk_elems(wt);
   if (a.K % C != 0)
     fail(ErrorCode::kUnsupported, "gemv: K = {} must be a multiple of {} for {} weights", a.K, C, dtype_name(wt));
-  const int x_align = C >= 8 ? 16 : 8;
-  if (reinterpret_cast<uintptr_t>(a.x) % x_align != 0 || (a.ldx * 2) % x_align != 0)
+  const int x_align = C >= 8 || a.x_f32 ? 16 : 8;
+  if (reinterpret_cast<uintptr_t>(a.x) % x_align != 0 || (a.ldx * (a.x_f32 ? 4 : 2)) % x_align != 0)
     fail(ErrorCode::kUnsupported, "gemv: activations must be {}-byte aligned (row stride {} elements)", x_align, a.ldx);
   const bool vec_w = wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 || wt == DType::Q4_K;
   if (vec_w && !a.table && (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || a.row_bytes % 16 != 0))

@@ -36,6 +36,23 @@ __device__ __forceinline__ void load_x(const bf16* p, float* v) {
   }
 }
 
+/** Loads N (multiple of 4) f32 activations at p (16-byte aligned). */
+template <int N>
+__device__ __forceinline__ void load_x(const float* p, float* v) {
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(p) + i);
+    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+  }
+}
+
+/** Activation row `r` element offset `off` of a BF16 or F32 activation matrix, as floats. */
+template <int N>
+__device__ __forceinline__ void load_x_any(const void* x, bool f32, int64_t off, float* v) {
+  if (f32) load_x<N>(static_cast<const float*>(x) + off, v);
+  else load_x<N>(static_cast<const bf16*>(x) + off, v);
+}
+
 template <DType WT, int MAXT, bool GLU>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64_t n_problems) {
   using D = Dq<WT>;
@@ -47,7 +64,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
   for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
-    const bf16* x;
+    int64_t xoff;  // element offset of the problem's first activation row
     int nt;
     int64_t yrow;
     if (a.table) {
@@ -55,13 +72,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
       if (e < 0 || e >= a.n_expert) continue;
       wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
       if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
-      x = static_cast<const bf16*>(a.x) + (p / a.x_div) * a.ldx;
+      xoff = (p / a.x_div) * a.ldx;
       nt = 1;
       yrow = p;
     } else {
       wa = a.w;
       yrow = p * MAXT;
-      x = static_cast<const bf16*>(a.x) + yrow * a.ldx;
+      xoff = yrow * a.ldx;
       nt = static_cast<int>(min(static_cast<int64_t>(MAXT), a.T - yrow));
     }
     const uint8_t* ra = wa + n * a.row_bytes;
@@ -80,7 +97,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
       for (int t = 0; t < MAXT; ++t) {
         if (t < nt) {
           float xv[C];
-          load_x<C>(x + t * a.ldx + c * C, xv);
+          load_x_any<C>(a.x, a.x_f32, xoff + t * a.ldx + c * C, xv);
 #pragma unroll
           for (int i = 0; i < C; ++i) {
             acc[t] = fmaf(w[i], xv[i], acc[t]);

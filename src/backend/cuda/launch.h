@@ -15,7 +15,7 @@ namespace ft::cuda {
  *  - expert mode (table != nullptr): weight = table[ids[p] * 3 + col_a] (an expert of a bank), one
  *    activation row x[p / x_div], output row y[p]; problems whose id is outside [0, n_expert) write
  *    nothing. With glu, y = silu(x Wa^T) * (x Wb^T), Wb = table[ids[p] * 3 + col_b].
- *  x is BF16 with row stride ldx (elements); y is F32 or BF16 with row stride ldy; bias (plain mode)
+ *  x is BF16 (or F32 with x_f32) with row stride ldx (elements); y is F32 or BF16 with row stride ldy; bias (plain mode)
  *  is F32/F16/BF16 (bias_code 0/1/2) or null. */
 struct GemvArgs {
   const uint8_t* w = nullptr;
@@ -25,6 +25,7 @@ struct GemvArgs {
   int32_t n_expert = 0;
   int64_t N = 0, K = 0, row_bytes = 0;
   const void* x = nullptr;
+  bool x_f32 = false;
   int64_t ldx = 0;
   int x_div = 1;
   int64_t T = 1;

@@ -1,7 +1,8 @@
 // matmul: y[T, N] = x[T, K] W[N, K]^T (+ bias[N]). x, y F32 or BF16 (y may be either); W F32, F16,
 // BF16 or a GGUF block type (cuda_weight_type); bias F32/F16/BF16 or empty; fp32 accumulation.
 // Paths (bytes moved in brackets; W = weight bytes):
-//  - T <= 8 (<= 16 for non-BF16 weights): the decoding GEMV (gemv.cuh) [W per 8 tokens + x + y];
+//  - T <= 8 (<= 16 for non-BF16 weights), or any T for a small W (<= 1M elements) with F32 x: the
+//    decoding GEMV (gemv.cuh) [W per 8 tokens + x + y];
 //  - BF16 W: cuBLAS GemmEx, bf16 inputs, fp32 compute [W + x + y, tensor cores];
 //  - other W: tiles of W decoded to a bf16 scratch (dequant.cu), then cuBLAS per tile
 //    [W + 2 * N * K * 2 + x + y].
@@ -48,23 +49,26 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
                          int64_t ldy, const Tensor& bias) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (T <= 0 || N <= 0) return;
-  const cuda::bf16* xb = static_cast<const cuda::bf16*>(x);
-  if (x_dtype != DType::BF16) {
-    auto* tmp = static_cast<cuda::bf16*>(scratch(Scratch::kXConvert, T * K * 2));
-    cuda::launch_convert(x, x_dtype, tmp, DType::BF16, T * K, stream_);
-    xb = tmp;
-  }
   const int64_t gemv_max = w.dtype == DType::BF16 ? 8 : 16;
-  if (T <= gemv_max) {
+  // Small matrices (routers, shared-expert gates) with F32 activations also take the GEMV at any T:
+  // it reads x exactly, where cuBLAS would round it to bf16 (router decisions flip on such rounding).
+  const bool exact_small = x_dtype == DType::F32 && N * K <= (int64_t{1} << 20);
+  if (T <= gemv_max || exact_small) {  // the GEMV reads BF16 or F32 activations directly
     cuda::GemvArgs a;
     a.w = w.bytes_ptr();
     a.N = N, a.K = K, a.row_bytes = w.row_bytes();
-    a.x = xb, a.ldx = K, a.T = T;
+    a.x = x, a.x_f32 = x_dtype == DType::F32, a.ldx = K, a.T = T;
     a.y = y, a.y_f32 = y_dtype == DType::F32, a.ldy = ldy;
     if (!bias.empty()) a.bias = bias.data, a.bias_code = cuda::float_code("matmul", "bias", bias.dtype);
     const int maxt = T == 1 ? 1 : 8;
     cuda::launch_gemv(w.dtype, maxt, false, a, (T + maxt - 1) / maxt, stream_);
     return;
+  }
+  const cuda::bf16* xb = static_cast<const cuda::bf16*>(x);
+  if (x_dtype != DType::BF16) {  // cuBLAS multiplies bf16 by bf16: convert the activations once
+    auto* tmp = static_cast<cuda::bf16*>(scratch(Scratch::kXConvert, T * K * 2));
+    cuda::launch_convert(x, x_dtype, tmp, DType::BF16, T * K, stream_);
+    xb = tmp;
   }
   const int64_t esz = y_dtype == DType::F32 ? 4 : 2;
   if (w.dtype == DType::BF16) {

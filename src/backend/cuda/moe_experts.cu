@@ -7,7 +7,7 @@
 // Decode (T <= kDecodeMaxTokens): no host synchronisation, fixed launch shapes (graph-capturable).
 // Experts are addressed through the bank's device pointer table (CudaOps::expert_table), so an
 // expert cache only re-points the views. Per (token, slot) pair: one GEMV fused over gate and up
-// with SwiGLU -> h [P, F] bf16, one GEMV for down -> y [P, H] f32, then a combine kernel forms the
+// with SwiGLU -> h [P, F] (activation dtype), one GEMV for down -> y [P, H] f32, then a combine kernel forms the
 // weighted sum in slot order. Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
 // Prefill: pairs sorted by expert (moe_sort.cu, one host sync), rows gathered, and per expert
 // gate/up/down GEMMs (CudaOps::matmul_raw: cuBLAS, quantized experts decoded to bf16 tiles first),
@@ -59,8 +59,9 @@ __global__ void moe_combine_kernel(const int32_t* ids, const float* w, int64_t T
 }
 
 /** xs[r] = x[order[r] / k] for r < n_valid; inv[order[r]] = r for every r. */
-__global__ void moe_gather_kernel(const bf16* x, int64_t H, int k, const int32_t* order, int64_t P, int64_t n_valid,
-                                  bf16* xs, int32_t* inv) {
+template <typename T>
+__global__ void moe_gather_kernel(const T* x, int64_t H, int k, const int32_t* order, int64_t P, int64_t n_valid,
+                                  T* xs, int32_t* inv) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < P * H;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / H, d = i % H;
@@ -70,10 +71,20 @@ __global__ void moe_gather_kernel(const bf16* x, int64_t H, int k, const int32_t
   }
 }
 
-__global__ void swiglu_bf16_kernel(bf16* g, const bf16* u, int64_t n) {
+template <typename T>
+__global__ void swiglu_inplace_kernel(T* g, const T* u, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    g[i] = __float2bfloat16_rn(silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
+    g[i] = from_f<T>(silu(to_f(g[i])) * to_f(u[i]));
+}
+
+/** g = silu(g) * u over n elements of dtype `dt` (F32 or BF16). */
+void launch_swiglu_inplace(void* g, const void* u, DType dt, int64_t n, cudaStream_t s) {
+  if (dt == DType::F32)
+    swiglu_inplace_kernel<<<grid_1d(n, 256), 256, 0, s>>>(static_cast<float*>(g), static_cast<const float*>(u), n);
+  else
+    swiglu_inplace_kernel<<<grid_1d(n, 256), 256, 0, s>>>(static_cast<bf16*>(g), static_cast<const bf16*>(u), n);
+  FT_CUDA_LAUNCH_CHECK();
 }
 
 struct BankShape {
@@ -130,25 +141,23 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
 
   const bool decode = T <= cuda::kDecodeMaxTokens;
   const bool glu = bs.gate == bs.up;
+  // Intermediates (gathered rows, h = silu(gate) * up) keep the activation dtype: F32 activations
+  // stay exact up to the weights (router decisions downstream depend on it); y is always F32.
+  const DType mid = x.dtype;
+  const int64_t es = mid == DType::F32 ? 4 : 2;
   cuda::Carver c;
-  const int64_t o_x = x.dtype == DType::BF16 ? -1 : c.add(T * H * 2);
   int64_t o_h = 0, o_u = 0, o_y = 0, o_order = 0, o_inv = 0, o_xs = 0, o_sort = 0;
   if (decode) {
-    o_h = c.add(P * F * 2);
-    o_u = glu ? -1 : c.add(P * F * 2);
+    o_h = c.add(P * F * es);
+    o_u = glu ? -1 : c.add(P * F * es);
     o_y = c.add(P * H * 4);
   } else {
-    o_order = c.add(P * 4), o_inv = c.add(P * 4), o_xs = c.add(P * H * 2);
-    o_h = c.add(P * F * 2), o_u = c.add(P * F * 2), o_y = c.add(P * H * 4);
+    o_order = c.add(P * 4), o_inv = c.add(P * 4), o_xs = c.add(P * H * es);
+    o_h = c.add(P * F * es), o_u = c.add(P * F * es), o_y = c.add(P * H * 4);
     o_sort = c.add(cuda::moe_sort_temp_bytes(P, E));
   }
   auto* base = static_cast<uint8_t*>(scratch(Scratch::kMoe, c.size()));
-  const cuda::bf16* xb = x.ptr<cuda::bf16>();
-  if (o_x >= 0) {
-    cuda::launch_convert(x.data, x.dtype, base + o_x, DType::BF16, T * H, stream_);
-    xb = reinterpret_cast<const cuda::bf16*>(base + o_x);
-  }
-  auto* h = reinterpret_cast<cuda::bf16*>(base + o_h);
+  uint8_t* h = base + o_h;
   auto* y = reinterpret_cast<float*>(base + o_y);
   const int32_t* row_of_pair = nullptr;
 
@@ -163,52 +172,51 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     cuda::GemvArgs a;
     a.table = table, a.ids = ids.ptr<int32_t>(), a.n_expert = E;
     a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();
-    a.x = xb, a.ldx = H, a.x_div = static_cast<int>(k);
-    a.y = h, a.y_f32 = false, a.ldy = F;
+    a.x = x.data, a.x_f32 = x.dtype == DType::F32, a.ldx = H, a.x_div = static_cast<int>(k);
+    a.y = h, a.y_f32 = mid == DType::F32, a.ldy = F;
     if (glu) {
       a.col_a = 0, a.col_b = 1;
       cuda::launch_gemv(bs.gate, 1, true, a, P, stream_);
     } else {  // gate and up in different dtypes: two GEMVs, then SwiGLU
-      auto* u = reinterpret_cast<cuda::bf16*>(base + o_u);
+      uint8_t* u = base + o_u;
       a.col_a = 0;
       cuda::launch_gemv(bs.gate, 1, false, a, P, stream_);
       a.col_a = 1, a.y = u, a.row_bytes = bank.up[0].row_bytes();
       cuda::launch_gemv(bs.up, 1, false, a, P, stream_);
-      cuda::swiglu_bf16_kernel<<<cuda::grid_1d(P * F, 256), 256, 0, stream_>>>(h, u, P * F);
-      FT_CUDA_LAUNCH_CHECK();
+      cuda::launch_swiglu_inplace(h, u, mid, P * F, stream_);
     }
     cuda::GemvArgs d;
     d.table = table, d.col_a = 2, d.ids = ids.ptr<int32_t>(), d.n_expert = E;
     d.N = H, d.K = F, d.row_bytes = bank.down[0].row_bytes();
-    d.x = h, d.ldx = F, d.x_div = 1;
+    d.x = h, d.x_f32 = mid == DType::F32, d.ldx = F, d.x_div = 1;
     d.y = y, d.y_f32 = true, d.ldy = H;
     cuda::launch_gemv(bs.down, 1, false, d, P, stream_);
   } else {
     auto* order = reinterpret_cast<int32_t*>(base + o_order);
     auto* inv = reinterpret_cast<int32_t*>(base + o_inv);
-    auto* xs = reinterpret_cast<cuda::bf16*>(base + o_xs);
-    auto* u = reinterpret_cast<cuda::bf16*>(base + o_u);
+    uint8_t* xs = base + o_xs;
+    uint8_t* u = base + o_u;
     auto* offsets = static_cast<int32_t*>(pinned((E + 1) * 4));
     cuda::moe_sort_pairs(ids.ptr<int32_t>(), P, E, base + o_sort, order, offsets, stream_);
     const std::vector<int32_t> off(offsets, offsets + E + 1);  // pinned buffer may be reused below
     const int64_t n_valid = off[static_cast<size_t>(E)];
-    cuda::moe_gather_kernel<<<cuda::grid_1d(P * H, 256), 256, 0, stream_>>>(xb, H, static_cast<int>(k), order, P,
-                                                                             n_valid, xs, inv);
+    const unsigned gather_grid = cuda::grid_1d(P * H, 256);
+    FT_DISPATCH_ACT("moe_experts", "x", x.dtype, {
+      cuda::moe_gather_kernel<T><<<gather_grid, 256, 0, stream_>>>(x.ptr<T>(), H, static_cast<int>(k), order, P,
+                                                                   n_valid, reinterpret_cast<T*>(xs), inv);
+    });
     FT_CUDA_LAUNCH_CHECK();
     for (int32_t e = 0; e < E; ++e) {
       const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
       if (n == 0) continue;
-      matmul_raw(xs + b * H, DType::BF16, n, bank.gate[static_cast<size_t>(e)], h + b * F, DType::BF16, F, Tensor());
-      matmul_raw(xs + b * H, DType::BF16, n, bank.up[static_cast<size_t>(e)], u + b * F, DType::BF16, F, Tensor());
+      matmul_raw(xs + b * H * es, mid, n, bank.gate[static_cast<size_t>(e)], h + b * F * es, mid, F, Tensor());
+      matmul_raw(xs + b * H * es, mid, n, bank.up[static_cast<size_t>(e)], u + b * F * es, mid, F, Tensor());
     }
-    if (n_valid > 0) {
-      cuda::swiglu_bf16_kernel<<<cuda::grid_1d(n_valid * F, 256), 256, 0, stream_>>>(h, u, n_valid * F);
-      FT_CUDA_LAUNCH_CHECK();
-    }
+    if (n_valid > 0) cuda::launch_swiglu_inplace(h, u, mid, n_valid * F, stream_);
     for (int32_t e = 0; e < E; ++e) {
       const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
       if (n == 0) continue;
-      matmul_raw(h + b * F, DType::BF16, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H, Tensor());
+      matmul_raw(h + b * F * es, mid, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H, Tensor());
     }
     row_of_pair = inv;
   }
