@@ -55,6 +55,8 @@ struct Expr {
   ExprPtr dyn_args, dyn_kwargs;
   FilterFn filter = nullptr;   // kFilter resolved at parse time (null: unknown, fails when evaluated)
   TestFn test = nullptr;       // kTest resolved at parse time
+  int depth = 1;               // height of this subtree (bounded by the parser)
+  bool literal = false;        // built from literals only: jinja2 folds such {{ output }} at compile time
 
   Expr(ExprKind k, int l) : kind(k), line(l) {}
 };

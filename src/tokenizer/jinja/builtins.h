@@ -21,6 +21,8 @@ Value call_method(Interpreter& in, const Value& self, const std::string& name, C
 /** Sandboxed attribute lookup `obj.name` (jinja2 SandboxedEnvironment.getattr): methods first, then
  *  keys; unsafe (mutating or private) attributes give an undefined that raises SecurityError. */
 Value get_attr(const Value& obj, const std::string& name);
+/** Python getattr(obj, name) only (the `attr` filter): methods and object attributes, never keys. */
+Value get_python_attr(const Value& obj, const std::string& name);
 /** Sandboxed subscript `obj[key]` (SandboxedEnvironment.getitem): keys/indices first, then methods. */
 Value get_item(const Value& obj, const Value& key);
 

@@ -422,15 +422,17 @@ Value f_int(Interpreter&, const Value& v, CallArgs& args) {
   int base = static_cast<int>(a.get_or(1, Value(int64_t{10})).as_int());
   if (v.is_undefined()) v.raise_undefined();
   if (v.is_int()) return Value(v.as_int());
-  if (v.is_float()) {
-    if (!std::isfinite(v.as_float())) return dflt;
-    return Value(static_cast<int64_t>(std::trunc(v.as_float())));
-  }
+  auto from_double = [&](double d) {
+    if (!std::isfinite(d)) return dflt;  // int(inf) raises OverflowError, int(nan) ValueError: default
+    if (std::fabs(d) >= 9.2e18) raise(ErrorKind::kOverflowError, "integer too large for this engine (64-bit)");
+    return Value(static_cast<int64_t>(std::trunc(d)));
+  };
+  if (v.is_float()) return from_double(v.as_float());
   if (v.is_string()) {
     int64_t i;
     if (parse_int(v.str(), base, i)) return Value(i);
     double d;
-    if (parse_float(v.str(), d) && std::isfinite(d)) return Value(static_cast<int64_t>(std::trunc(d)));
+    if (parse_float(v.str(), d)) return from_double(d);
   }
   return dflt;
 }
@@ -477,7 +479,10 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
   std::string ind = w.is_string() ? w.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(w, "width"))), ' ');
   bool first = a.get_or(1, Value(false)).truthy();
   bool blank = a.get_or(2, Value(false)).truthy();
-  std::string s = v.to_str() + "\n";
+  if (v.is_undefined()) v.raise_undefined();
+  if (!v.is_string())  // do_indent starts with `s += "\n"`
+    raise(ErrorKind::kTypeError, "unsupported operand type(s) for +=: '{}' and 'str'", v.type_name());
+  std::string s = v.str() + "\n";
   std::vector<std::string> lines = py::splitlines(s, false);
   std::string rv;
   if (blank) {
@@ -566,12 +571,31 @@ Value f_slice(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_attr(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder a("attr", args, {"name"});
-  return get_attr(v, a.require(0).to_str());
+  return get_python_attr(v, a.require(0).to_str());
+}
+
+// pprint.pformat for short values: repr() with dict keys sorted (lines are not wrapped at 80 columns).
+std::string pformat(const Value& v) {
+  if (v.is_dict()) {
+    std::vector<std::pair<Value, Value>> items = v.dict_ref().items;
+    std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return less_than(a.first, b.first); });
+    std::string out = "{";
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + pformat(items[i].first) + ": " + pformat(items[i].second);
+    return out + "}";
+  }
+  if (v.is_list()) {
+    std::string out = v.is_tuple() ? "(" : "[";
+    const auto& items = v.list().items;
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + pformat(items[i]);
+    if (v.is_tuple() && items.size() == 1) out += ",";
+    return out + (v.is_tuple() ? ")" : "]");
+  }
+  return v.repr();
 }
 
 Value f_pprint(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder("pprint", args, {});
-  return Value(v.repr());
+  return Value(pformat(v));
 }
 
 Value f_truncate(Interpreter&, const Value& v, CallArgs& args) {
@@ -580,6 +604,13 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& args) {
   bool killwords = a.get_or(1, Value(false)).truthy();
   std::string end = a.get_or(2, Value("...")).to_str();
   int64_t leeway = int_arg(a.get_or(3, Value(int64_t{5})), "leeway");
+  if (v.is_undefined()) return v;  // len(Undefined) == 0: returned as is
+  if (!v.is_string()) {  // do_truncate calls len() on its input
+    if ((v.is_list() || v.is_dict() || (v.is_iter() && !v.list().single_pass)) &&
+        static_cast<int64_t>(length_of(v)) <= length + leeway)
+      return v;
+    raise(ErrorKind::kTypeError, "object of type '{}' has no len()", v.type_name());
+  }
   std::string s = v.to_str();
   int64_t n = static_cast<int64_t>(py::length(s)), ne = static_cast<int64_t>(py::length(end));
   if (length < ne) raise(ErrorKind::kValueError, "expected length >= {}, got {}", ne, length);

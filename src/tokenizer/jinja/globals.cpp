@@ -33,10 +33,7 @@ Value g_range(Interpreter&, CallArgs& args) {
                        : (start > stop ? (start - stop - step - 1) / (-step) : 0);
   if (n > kMaxRange)
     raise(ErrorKind::kOverflowError, "Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).", kMaxRange);
-  std::vector<Value> items;
-  items.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) items.emplace_back(start + i * step);
-  return Value::list(std::move(items));
+  return Value::range(start, stop, step);
 }
 
 // dict(mapping_or_pairs, **kwargs) / namespace(...) share the constructor rules.

@@ -1,5 +1,8 @@
 #include "tokenizer/jinja/interpreter.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/objects.h"
 #include "tokenizer/jinja/ops.h"
@@ -51,7 +54,7 @@ std::vector<Value> iterate(const Value& v) {
       for (size_t i = 0; i < s.size();) {
         size_t j = i;
         py::next_cp(s, j);
-        chars.emplace_back(s.substr(i, j - i), v.markup());
+        chars.emplace_back(s.substr(i, j - i));  // iterating a Markup yields plain str characters
         i = j;
       }
       return chars;
@@ -68,8 +71,9 @@ std::string Interpreter::render(const Body& body, std::shared_ptr<Scope> globals
   std::string out;
   out.reserve(4096);
   out_ = &out;
-  auto top = std::make_shared<Scope>(std::move(globals));
-  exec_body(body, top);
+  ScopeGuard global_guard(globals);
+  ScopeGuard top(std::make_shared<Scope>(std::move(globals)));
+  exec_body(body, top.get());
   out_ = nullptr;
   return out;
 }
@@ -92,6 +96,11 @@ std::string Interpreter::render_body(const Body& body, const std::shared_ptr<Sco
   out_ = saved;
   --depth_;
   return buf;
+}
+
+std::string Interpreter::render_child(const Body& body, const std::shared_ptr<Scope>& parent) {
+  ScopeGuard child(std::make_shared<Scope>(parent));
+  return render_body(body, child.get());
 }
 
 Interpreter::Flow Interpreter::exec_body(const Body& body, const std::shared_ptr<Scope>& scope) {
@@ -129,7 +138,22 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
     switch (s.kind) {
       case StmtKind::kText: *out_ += s.text; return Flow::kNormal;
       case StmtKind::kOutput:
-        for (const auto& e : s.exprs) eval(*e, *scope).append_to(*out_);
+        for (const auto& e : s.exprs) {
+          if (!e->literal || e->kind == ExprKind::kConst) {
+            eval(*e, *scope).append_to(*out_);
+            continue;
+          }
+          // A literal {{ output }} jinja2 could not fold into a constant (its value is undefined or has
+          // no safe repr) is still computed at compile time: same folding rules, else runtime rules.
+          Value v;
+          bool folded = true;
+          try {
+            v = eval_folding(*e);
+          } catch (const TemplateError&) {
+            folded = false;
+          }
+          (folded ? v : eval(*e, *scope)).append_to(*out_);
+        }
         return Flow::kNormal;
       case StmtKind::kIf:
         for (size_t i = 0; i < s.exprs.size(); ++i)
@@ -139,7 +163,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
       case StmtKind::kFor: return exec_for(s, scope, eval(*s.exprs[0], *scope), 0);
       case StmtKind::kSet: assign(s.target, eval(*s.exprs[0], *scope), *scope); return Flow::kNormal;
       case StmtKind::kSetBlock: {
-        Value text(render_body(s.bodies[0], std::make_shared<Scope>(scope)));
+        Value text(render_child(s.bodies[0], scope));
         assign(s.target, s.filter ? eval_filter_chain(*s.filter, *scope, text) : text, *scope);
         return Flow::kNormal;
       }
@@ -156,18 +180,18 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
         return Flow::kNormal;
       }
       case StmtKind::kFilterBlock: {
-        Value text(render_body(s.bodies[0], std::make_shared<Scope>(scope)));
+        Value text(render_child(s.bodies[0], scope));
         eval_filter_chain(*s.filter, *scope, text).append_to(*out_);
         return Flow::kNormal;
       }
       case StmtKind::kWith: {
-        auto inner = std::make_shared<Scope>(scope);
-        for (size_t i = 0; i < s.targets.size(); ++i) assign(s.targets[i], eval(*s.exprs[i], *scope), *inner);
-        return exec_body(s.bodies[0], inner);
+        ScopeGuard inner(std::make_shared<Scope>(scope));
+        for (size_t i = 0; i < s.targets.size(); ++i) assign(s.targets[i], eval(*s.exprs[i], *scope), *inner.get());
+        return exec_body(s.bodies[0], inner.get());
       }
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
-      case StmtKind::kScope: *out_ += render_body(s.bodies[0], std::make_shared<Scope>(scope)); return Flow::kNormal;
+      case StmtKind::kScope: *out_ += render_child(s.bodies[0], scope); return Flow::kNormal;
     }
   } catch (const TemplateError& e) {
     if (e.line() > 0) throw;
@@ -179,7 +203,8 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
 Interpreter::Flow Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable,
                                         int depth0) {
   std::vector<Value> items = iterate(iterable);
-  auto inner = std::make_shared<Scope>(scope);
+  ScopeGuard guard(std::make_shared<Scope>(scope));
+  const std::shared_ptr<Scope>& inner = guard.get();
   if (s.exprs.size() > 1) {  // {% for x in xs if cond %}: filter before the loop counts items
     std::vector<Value> kept;
     for (auto& v : items) {
@@ -192,7 +217,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Sco
   if (items.empty()) {
     if (!s.bodies[1].empty()) {
       inner->vars.clear();
-      return exec_body(s.bodies[1], inner) == Flow::kBreak ? Flow::kNormal : Flow::kNormal;
+      return exec_body(s.bodies[1], inner);  // break/continue here belong to an enclosing loop
     }
     return Flow::kNormal;
   }
@@ -291,7 +316,57 @@ Value Interpreter::eval_filter_chain(const Expr& f, Scope& scope, const Value& b
   return f.filter(*this, input, args);
 }
 
+Value Interpreter::slice_value(const Value& obj, const Expr& key, Scope& scope) {
+  if (obj.is_undefined()) obj.raise_undefined();
+  std::optional<int64_t> b[3];
+  for (int k = 0; k < 3; ++k) {
+    if (!key.args[k]) continue;
+    Value v = eval(*key.args[k], scope);
+    if (v.is_none()) continue;
+    if (!v.is_int())  // slices bypass the sandbox's getitem in jinja2: Python's errors show
+      raise(ErrorKind::kTypeError, "slice indices must be integers or None or have an __index__ method");
+    b[k] = v.as_int();
+  }
+  if (obj.is_string()) return Value(py::slice(obj.str(), b[0], b[1], b[2]), obj.markup());
+  if (obj.is_list()) {
+    std::vector<Value> items;
+    const auto& src = obj.list().items;
+    for (int64_t i : py::slice_indices(static_cast<int64_t>(src.size()), b[0], b[1], b[2]))
+      items.push_back(src[static_cast<size_t>(i)]);
+    return obj.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+  }
+  if (obj.is_range()) {  // range(a, b, s)[i:j:k] == range(a + i*s, a + j*s, s*k) with slice.indices(len)
+    const List& r = obj.list();
+    int64_t n = static_cast<int64_t>(r.items.size()), k = b[2].value_or(1);
+    if (k == 0) raise(ErrorKind::kValueError, "slice step cannot be zero");
+    auto bound = [&](std::optional<int64_t> v, int64_t dflt) {
+      if (!v) return dflt;
+      int64_t x = *v < 0 ? *v + n : *v;
+      return k > 0 ? std::clamp<int64_t>(x, 0, n) : std::clamp<int64_t>(x, -1, n - 1);
+    };
+    int64_t i = bound(b[0], k > 0 ? 0 : n - 1), j = bound(b[1], k > 0 ? n : -1);
+    return Value::range(r.range[0] + i * r.range[2], r.range[0] + j * r.range[2], r.range[2] * k);
+  }
+  if (obj.is_dict()) raise(ErrorKind::kTypeError, "unhashable type: 'slice'");
+  raise(ErrorKind::kTypeError, "'{}' object is not subscriptable", obj.type_name());
+}
+
+Value Interpreter::eval_folding(const Expr& e) {
+  Scope empty;
+  bool saved = folding_;
+  folding_ = true;
+  try {
+    Value v = eval(e, empty);
+    folding_ = saved;
+    return v;
+  } catch (...) {
+    folding_ = saved;
+    throw;
+  }
+}
+
 Value Interpreter::eval(const Expr& e, Scope& scope) {
+  if (folding_ && !e.literal) raise(ErrorKind::kTemplateRuntimeError, "not a constant");  // jinja2: Impossible
   switch (e.kind) {
     case ExprKind::kConst: return e.value;
     case ExprKind::kName: return lookup(e.name, scope);
@@ -312,27 +387,15 @@ Value Interpreter::eval(const Expr& e, Scope& scope) {
       Value obj = eval(*e.target, scope);
       const Expr& key = *e.args[0];
       if (key.kind != ExprKind::kSlice) return get_item(obj, eval(key, scope));
-      if (obj.is_undefined()) obj.raise_undefined();
-      std::optional<int64_t> b[3];
-      for (int k = 0; k < 3; ++k) {
-        if (!key.args[k]) continue;
-        Value v = eval(*key.args[k], scope);
-        if (v.is_none()) continue;
-        if (!v.is_int())  // TypeError inside getitem: jinja2's sandbox turns it into an undefined
-          return Value::undefined_hint(fmt::format("{} has no element slice", object_type_repr(obj)));
-        b[k] = v.as_int();
+      if (folding_) {
+        try {
+          return slice_value(obj, key, scope);
+        } catch (const TemplateError& err) {
+          if (err.kind() != ErrorKind::kTypeError) throw;
+          return Value::undefined_missing(obj.type_name(), "slice", true);
+        }
       }
-      if (obj.is_string()) return Value(py::slice(obj.str(), b[0], b[1], b[2]), obj.markup());
-      if (obj.is_list()) {
-        std::vector<Value> items;
-        const auto& src = obj.list().items;
-        for (int64_t i : py::slice_indices(static_cast<int64_t>(src.size()), b[0], b[1], b[2]))
-          items.push_back(src[static_cast<size_t>(i)]);
-        return obj.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
-      }
-      if (obj.is_none() || obj.is_number() || obj.is_object())
-        return Value::undefined_hint(fmt::format("{} has no element slice", object_type_repr(obj)));
-      raise(ErrorKind::kTypeError, "unhashable type: 'slice'");
+      return slice_value(obj, key, scope);
     }
     case ExprKind::kSlice: raise(ErrorKind::kTemplateSyntaxError, "slice outside of a subscript");
     case ExprKind::kCall: return eval_call(e, scope);
@@ -347,7 +410,14 @@ Value Interpreter::eval(const Expr& e, Scope& scope) {
     case ExprKind::kNeg: return negate(eval(*e.args[0], scope));
     case ExprKind::kPos: return unary_plus(eval(*e.args[0], scope));
     case ExprKind::kNot: return Value(!eval(*e.args[0], scope).truthy());
-    case ExprKind::kBinary: return binary_op(e.op, eval(*e.args[0], scope), eval(*e.args[1], scope));
+    case ExprKind::kBinary:
+      if (e.op == BinOp::kPow && !folding_ && e.args[0]->kind == ExprKind::kConst && e.args[0]->value.is_number() &&
+          (e.args[0]->value.is_float() ? std::signbit(e.args[0]->value.as_float()) : e.args[0]->value.as_int() < 0)) {
+        // jinja2 writes a folded negative constant into its generated Python as "-1.5", so an unfolded
+        // "-1.5 ** x" runs as -(1.5 ** x).
+        return negate(binary_op(BinOp::kPow, negate(e.args[0]->value), eval(*e.args[1], scope)));
+      }
+      return binary_op(e.op, eval(*e.args[0], scope), eval(*e.args[1], scope));
     case ExprKind::kAnd: {
       Value a = eval(*e.args[0], scope);
       return a.truthy() ? eval(*e.args[1], scope) : a;

@@ -27,6 +27,22 @@ struct Scope {
   void set(std::string_view name, Value v);
 };
 
+/** Empties a scope when it goes out of use. A macro keeps its defining scope alive and that scope
+ *  holds the macro: clearing the scope on exit (also when an error unwinds) breaks the cycle. */
+class ScopeGuard {
+ public:
+  explicit ScopeGuard(std::shared_ptr<Scope> s) : scope_(std::move(s)) {}
+  ~ScopeGuard() {
+    if (scope_) scope_->vars.clear();
+  }
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+  const std::shared_ptr<Scope>& get() const { return scope_; }
+
+ private:
+  std::shared_ptr<Scope> scope_;
+};
+
 struct RenderOptions {
   /** Clock read by strftime_now(); nullopt = the current local time. */
   std::optional<std::tm> now;
@@ -41,13 +57,17 @@ class Interpreter {
 
   /** Evaluates an expression. */
   Value eval(const Expr& e, Scope& scope);
+  /** Evaluates a literal-only expression as jinja2's compile-time constant folding does. */
+  Value eval_folding(const Expr& e);
   /** Calls a callable value (macro, builtin, bound method); TypeError/UndefinedError otherwise. */
   Value call_value(const Value& callee, CallArgs& args);
   /** Applies filter `name` (for map/select style filters that take a filter or test name). */
   Value apply_filter(const std::string& name, const Value& input, CallArgs& args);
   bool apply_test(const std::string& name, const Value& input, CallArgs& args);
-  /** Renders a macro body with its own output buffer; returns the text. */
+  /** Renders a body with its own output buffer in `scope`; returns the text. */
   std::string render_body(const Body& body, const std::shared_ptr<Scope>& scope);
+  /** Renders a body in a fresh child scope of `parent` (emptied afterwards). */
+  std::string render_child(const Body& body, const std::shared_ptr<Scope>& parent);
   /** Runs a for statement over `iterable` (used by recursive loops: loop(children)). */
   std::string render_loop(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
 
@@ -61,13 +81,15 @@ class Interpreter {
   Flow exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
   void assign(const Target& t, const Value& v, Scope& scope);
   Value eval_call(const Expr& e, Scope& scope);
+  Value slice_value(const Value& obj, const Expr& slice, Scope& scope);
   Value eval_filter_chain(const Expr& f, Scope& scope, const Value& block_input);
   void eval_args(const Expr& e, Scope& scope, CallArgs& out);
   Value lookup(const std::string& name, Scope& scope);
 
   const RenderOptions& options_;
   std::string* out_ = nullptr;
-  int depth_ = 0;  // macro call depth (recursion guard)
+  int depth_ = 0;         // macro call depth (recursion guard)
+  bool folding_ = false;  // evaluating a literal {{ output }}, which jinja2 constant-folds
 };
 
 /** Python-style sequence view of a value for iteration: list/tuple items, dict keys, str characters;

@@ -190,6 +190,7 @@ class Lexer {
 
   std::vector<Token> run() {
     std::string_view s = src_;
+    toks_.reserve(src_.size() / 6 + 16);
     while (pos_ < s.size()) root();
     push(Tok::kEof, "");
     return std::move(toks_);
@@ -330,7 +331,7 @@ class Lexer {
         syntax_error(line_, variable ? "unexpected end of template, expected end of print statement"
                                      : "unexpected end of template, expected end of statement block");
       }
-      if (balance.empty()) {
+      if (balance.empty() && (s[i] == '-' || s[i] == '+' || s[i] == '%' || s[i] == '}')) {
         size_t e = std::string_view::npos;
         if (variable) {
           if (s.compare(i, 3, "-}}") == 0) e = skip_spaces(s, i + 3);
@@ -378,8 +379,9 @@ class Lexer {
       }
       bool matched = false;
       for (const auto& o : kOps) {
-        size_t n = std::strlen(o.text);
-        if (s.compare(i, n, o.text) != 0) continue;
+        if (o.text[0] != s[i]) continue;
+        size_t n = o.text[1] ? 2 : 1;
+        if (n == 2 && (i + 1 >= s.size() || s[i + 1] != o.text[1])) continue;
         if (o.op == Op::kLBrace || o.op == Op::kLParen || o.op == Op::kLBracket) {
           balance.push_back(o.op == Op::kLBrace ? '}' : o.op == Op::kLParen ? ')' : ']');
         } else if (o.op == Op::kRBrace || o.op == Op::kRParen || o.op == Op::kRBracket) {

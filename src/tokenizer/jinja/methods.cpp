@@ -13,6 +13,10 @@
 namespace ft::jinja {
 namespace {
 
+bool is_dunder(const std::string& name) {
+  return name.size() > 4 && name.compare(0, 2, "__") == 0 && name.compare(name.size() - 2, 2, "__") == 0;
+}
+
 bool in_list(const std::string& name, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (name == n) return true;
@@ -40,16 +44,15 @@ Value unsafe(const Value& obj, const std::string& name) {
 }
 
 Value missing(const Value& obj, const Value& key) {
-  UndefinedInfo info;
-  info.name = key.repr();
-  info.owner = object_type_repr(obj);
-  info.element = !key.is_string();
-  return Value::undefined(std::move(info));
+  if (key.is_string()) return Value::undefined_missing(obj.type_name(), key.str(), false);
+  return Value::undefined_missing(obj.type_name(), key.repr(), true);
 }
+
+Value missing(const Value& obj, const std::string& name) { return Value::undefined_missing(obj.type_name(), name, false); }
 
 // Python getattr(obj, name) for builtin types: true when obj has that attribute (out = it).
 bool python_attr(const Value& obj, const std::string& name, Value& out) {
-  if (name.size() > 4 && name.compare(0, 2, "__") == 0 && name.compare(name.size() - 2, 2, "__") == 0) {
+  if (is_dunder(name)) {
     out = unsafe(obj, name);  // dunder attributes exist on every object and are never safe
     return true;
   }
@@ -73,6 +76,10 @@ bool python_attr(const Value& obj, const std::string& name, Value& out) {
       if (is_dict_mutator(name)) out = unsafe(obj, name);
       else if (is_dict_method(name)) bind();
       else return false;
+      return true;
+    case Value::Kind::kIter:
+      if (!obj.is_range() || (name != "count" && name != "index")) return false;
+      bind();
       return true;
     case Value::Kind::kInt:
     case Value::Kind::kBool:
@@ -489,14 +496,17 @@ const Value& ArgBinder::require(size_t i) const {
 }
 
 Value get_attr(const Value& obj, const std::string& name) {
-  if (obj.is_undefined()) obj.raise_undefined();
+  if (obj.is_undefined()) {
+    if (is_dunder(name)) return unsafe(obj, name);  // real Python attributes of the Undefined object
+    obj.raise_undefined();
+  }
   if (obj.is_object()) return obj.object_ptr()->get_attr(name);
   Value out;
   if (python_attr(obj, name, out)) return out;
   if (obj.is_dict()) {
     if (const Value* v = obj.dict_ref().find(std::string_view(name))) return *v;
   }
-  return missing(obj, Value(name));
+  return missing(obj, name);
 }
 
 Value get_item(const Value& obj, const Value& key) {
@@ -505,11 +515,14 @@ Value get_item(const Value& obj, const Value& key) {
     case Value::Kind::kDict:
       if (const Value* v = obj.dict_ref().find(key)) return *v;
       break;
+    case Value::Kind::kIter:
+      if (!key.is_int() || !obj.is_range()) break;  // only range is indexable
+      [[fallthrough]];
     case Value::Kind::kList:
     case Value::Kind::kString:
       if (key.is_int()) {
         int64_t i = key.as_int();
-        if (obj.is_list()) {
+        if (obj.is_list() || obj.is_iter()) {
           int64_t n = static_cast<int64_t>(obj.list().items.size());
           if (i < 0) i += n;
           if (i >= 0 && i < n) return obj.list().items[static_cast<size_t>(i)];
@@ -531,6 +544,14 @@ Value get_item(const Value& obj, const Value& key) {
     if (python_attr(obj, key.str(), out)) return out;
   }
   return missing(obj, key);
+}
+
+Value get_python_attr(const Value& obj, const std::string& name) {
+  if (obj.is_undefined()) return get_attr(obj, name);
+  if (obj.is_object()) return obj.object_ptr()->get_attr(name);
+  Value out;
+  if (python_attr(obj, name, out)) return out;
+  return missing(obj, name);
 }
 
 Value call_method(Interpreter& in, const Value& self, const std::string& name, CallArgs& args) {

@@ -86,7 +86,8 @@ Value Macro::get_attr(const std::string& name) const {
 }
 
 Value Macro::call(Interpreter& in, CallArgs& args) const {
-  auto scope = std::make_shared<Scope>(closure_);
+  ScopeGuard guard(std::make_shared<Scope>(closure_));
+  const std::shared_ptr<Scope>& scope = guard.get();
   const auto& params = def_->params;
   std::vector<bool> bound(params.size(), false);
   size_t npos = args.pos.size();

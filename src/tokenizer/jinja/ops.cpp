@@ -65,6 +65,9 @@ double float_floordiv(double vx, double wx) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  constexpr int64_t kMaxItems = int64_t{1} << 26;  // Python would raise MemoryError far sooner than we OOM
+  int64_t unit = seq.is_string() ? static_cast<int64_t>(seq.str().size()) : static_cast<int64_t>(seq.list().items.size());
+  if (n > 0 && unit > 0 && n > kMaxItems / unit) raise(ErrorKind::kOverflowError, "repeated sequence too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -151,7 +154,8 @@ std::string html_escape(const std::string& s) {
 
 Value binary_op(BinOp op, const Value& a, const Value& b) {
   if (a.is_undefined()) a.raise_undefined();
-  if (b.is_undefined()) b.raise_undefined();
+  // str % Undefined formats (Undefined has __getitem__, so CPython treats it as a mapping).
+  if (b.is_undefined() && !(op == BinOp::kMod && a.is_string())) b.raise_undefined();
   if (a.is_number() && b.is_number()) return arith(op, a, b);
   switch (op) {
     case BinOp::kAdd:
@@ -285,7 +289,8 @@ Value unary_plus(const Value& v) {
 
 std::string percent_format(const std::string& f, const Value& args) {
   std::vector<Value> pos;
-  bool is_map = args.is_dict();
+  // CPython treats any non-tuple, non-str argument with __getitem__ as a mapping: unused, no error.
+  bool is_map = args.is_dict() || args.is_undefined() || (args.is_list() && !args.is_tuple());
   if (args.is_tuple()) pos = args.list().items;
   else pos.push_back(args);
   size_t next_arg = 0;
@@ -303,6 +308,8 @@ std::string percent_format(const std::string& f, const Value& args) {
       size_t close = f.find(')', i);
       if (close == std::string::npos) raise(ErrorKind::kValueError, "incomplete format key");
       if (!is_map) raise(ErrorKind::kTypeError, "format requires a mapping");
+      if (args.is_undefined()) args.raise_undefined();
+      if (!args.is_dict()) raise(ErrorKind::kTypeError, "list indices must be integers or slices, not str");
       const Value* v = args.dict_ref().find(std::string_view(f).substr(i + 1, close - i - 1));
       if (!v) raise(ErrorKind::kKeyError, "{}", py::repr(f.substr(i + 1, close - i - 1)));
       keyed = *v;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/lexer.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -69,6 +70,11 @@ class Parser {
   }
 
   Body subparse(const EndTags& ends) {
+    if (++block_depth_ > kMaxBlockDepth) fail(cur().line, "blocks nested too deeply");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{block_depth_};
     Body body;
     if (!ends.empty()) end_stack_.push_back(ends);
     while (cur().type != Tok::kEof) {
@@ -344,7 +350,93 @@ class Parser {
     return at_end_tag(extra);
   }
 
-  ExprPtr make(ExprKind k, int line) { return std::make_unique<Expr>(k, line); }
+  ExprPtr make(ExprKind k, int line) {
+    auto e = std::make_unique<Expr>(k, line);
+    e->literal = k == ExprKind::kConst;
+    return e;
+  }
+
+  // Records the height of a finished composite node; deep trees (e.g. "1+1+...+1" with thousands of
+  // terms) would overflow the stack when evaluated or destroyed, and jinja2's recursive compiler
+  // rejects them too.
+  ExprPtr seal(ExprPtr e) {
+    int d = 0;
+    auto see = [&](const ExprPtr& c) {
+      if (c) d = std::max(d, c->depth);
+    };
+    see(e->target);
+    for (const auto& a : e->args) see(a);
+    for (const auto& kv : e->kwargs) see(kv.second);
+    see(e->dyn_args);
+    see(e->dyn_kwargs);
+    e->depth = d + 1;
+    if (e->depth > kMaxExprDepth) fail(e->line, "expression nested too deeply");
+    e->literal = foldable_shape(*e);
+    if (e->literal && e->kind != ExprKind::kSlice) return fold(std::move(e));
+    return e;
+  }
+
+  // Whether jinja2's optimizer could fold this node (Expr.as_const): no names or calls, no filters that
+  // take the context; a conditional needs only a constant test (the branch taken is folded lazily), and
+  // `and`/`or` only a constant left side.
+  static bool foldable_shape(const Expr& e) {
+    auto lit = [](const ExprPtr& c) { return !c || c->literal; };
+    switch (e.kind) {
+      case ExprKind::kConst: return true;
+      case ExprKind::kName:
+      case ExprKind::kCall: return false;
+      case ExprKind::kCondExpr: return lit(e.args[0]);
+      case ExprKind::kAnd:
+      case ExprKind::kOr: return lit(e.args[0]);
+      case ExprKind::kFilter:
+        if (!e.target || !e.filter || e.name == "map" || e.name == "select" || e.name == "reject" ||
+            e.name == "selectattr" || e.name == "rejectattr")
+          return false;
+        break;
+      case ExprKind::kTest:
+        if (!e.test) return false;
+        break;
+      default: break;
+    }
+    if (e.dyn_args || e.dyn_kwargs || !lit(e.target)) return false;
+    for (const auto& a : e.args)
+      if (!lit(a)) return false;
+    for (const auto& kv : e.kwargs)
+      if (!kv.second->literal) return false;
+    return true;
+  }
+
+  // jinja2's optimizer: a subexpression built from literals whose value has a safe repr (None, bool,
+  // numbers, strings, and lists/tuples/dicts of those) becomes a constant at compile time. Folding
+  // evaluates slices through the sandbox's getitem, so a bad literal slice folds to undefined.
+  static bool safe_repr(const Value& v) {
+    switch (v.kind()) {
+      case Value::Kind::kNone: case Value::Kind::kBool: case Value::Kind::kInt:
+      case Value::Kind::kFloat: case Value::Kind::kString: return true;
+      case Value::Kind::kList:
+        for (const auto& x : v.list().items)
+          if (!safe_repr(x)) return false;
+        return true;
+      case Value::Kind::kDict:
+        for (const auto& kv : v.dict_ref().items)
+          if (!safe_repr(kv.first) || !safe_repr(kv.second)) return false;
+        return true;
+      default: return false;
+    }
+  }
+
+  ExprPtr fold(ExprPtr e) {
+    Value v;
+    try {
+      v = folder_.eval_folding(*e);
+    } catch (const TemplateError&) {
+      return e;  // raises again when rendered, as in jinja2
+    }
+    if (!safe_repr(v)) return e;
+    auto c = make(ExprKind::kConst, e->line);
+    c->value = std::move(v);
+    return c;
+  }
 
   ExprPtr parse_tuple(bool simplified, bool with_condexpr, const EndTags& extra, bool explicit_parens) {
     int line = cur().line;
@@ -364,10 +456,22 @@ class Parser {
     }
     auto e = make(ExprKind::kTuple, line);
     e->args = std::move(args);
-    return e;
+    return seal(std::move(e));
   }
 
-  ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
+  // Bounds the parser's own recursion for pathological input such as "((((..." or "----...".
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.nest_ > kMaxExprDepth) p.fail(p.cur().line, "expression nested too deeply");
+    }
+    ~Nest() { --p.nest_; }
+  };
+
+  ExprPtr parse_expression(bool with_condexpr) {
+    Nest nest(*this);
+    return with_condexpr ? parse_condexpr() : parse_or();
+  }
 
   ExprPtr parse_condexpr() {
     int line = cur().line;
@@ -382,7 +486,7 @@ class Parser {
       e->args.push_back(std::move(expr2));
       e->args.push_back(std::move(expr1));
       e->args.push_back(std::move(expr3));
-      expr1 = std::move(e);
+      expr1 = seal(std::move(e));
       line = cur().line;
     }
     return expr1;
@@ -392,7 +496,7 @@ class Parser {
     auto e = make(k, line);
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -410,10 +514,11 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    Nest nest(*this);
     if (is_name("not")) {
       auto e = make(ExprKind::kNot, next().line);
       e->args.push_back(parse_not());
-      return e;
+      return seal(std::move(e));
     }
     return parse_compare();
   }
@@ -447,13 +552,15 @@ class Parser {
     e->args.push_back(std::move(expr));
     for (auto& o : operands) e->args.push_back(std::move(o));
     e->cmp = std::move(ops);
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr math(BinOp op, ExprPtr a, ExprPtr b, int line) {
-    auto e = binary(ExprKind::kBinary, std::move(a), std::move(b), line);
-    e->op = op;
-    return e;
+    auto e = make(ExprKind::kBinary, line);
+    e->op = op;  // before seal(), which may fold the node
+    e->args.push_back(std::move(a));
+    e->args.push_back(std::move(b));
+    return seal(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -474,7 +581,7 @@ class Parser {
     auto e = make(ExprKind::kConcat, line);
     e->args.push_back(std::move(first));
     while (skip_op(Op::kTilde)) e->args.push_back(parse_math2());
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr parse_math2() {
@@ -500,14 +607,17 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this);
     int line = cur().line;
     ExprPtr node;
     if (skip_op(Op::kSub)) {
       node = make(ExprKind::kNeg, line);
       node->args.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else if (skip_op(Op::kAdd)) {
       node = make(ExprKind::kPos, line);
       node->args.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -554,6 +664,7 @@ class Parser {
         node->args.push_back(parse_expression(true));
       }
       expect_op(Op::kRBracket, "]");
+      node = seal(std::move(node));
     } else if (is_op(Op::kLBrace)) {
       node = make(ExprKind::kDict, next().line);
       while (!is_op(Op::kRBrace)) {
@@ -564,6 +675,7 @@ class Parser {
         node->args.push_back(parse_expression(true));
       }
       expect_op(Op::kRBrace, "}");
+      node = seal(std::move(node));
     } else {
       fail(t.line, fmt::format("unexpected '{}'", describe(t)));
     }
@@ -597,7 +709,7 @@ class Parser {
         auto e = make(ExprKind::kGetattr, t.line);
         e->target = std::move(node);
         e->name = a.text;
-        return e;
+        return seal(std::move(e));
       }
       if (a.type != Tok::kInt) fail(a.line, "expected name or number");
       auto e = make(ExprKind::kGetitem, t.line);
@@ -605,7 +717,7 @@ class Parser {
       auto k = make(ExprKind::kConst, a.line);
       k->value = Value(a.ival);
       e->args.push_back(std::move(k));
-      return e;
+      return seal(std::move(e));
     }
     std::vector<ExprPtr> args;
     while (!is_op(Op::kRBracket)) {
@@ -620,9 +732,9 @@ class Parser {
     } else {
       auto tup = make(ExprKind::kTuple, t.line);
       tup->args = std::move(args);
-      e->args.push_back(std::move(tup));
+      e->args.push_back(seal(std::move(tup)));
     }
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr parse_subscribed() {
@@ -646,7 +758,7 @@ class Parser {
     }
     auto e = make(ExprKind::kSlice, line);
     e->args = std::move(parts);
-    return e;
+    return seal(std::move(e));
   }
 
   void parse_call_args(Expr& e) {
@@ -684,7 +796,7 @@ class Parser {
     auto e = make(ExprKind::kCall, cur().line);
     e->target = std::move(node);
     parse_call_args(*e);
-    return e;
+    return seal(std::move(e));
   }
 
   std::string dotted_name() {
@@ -704,7 +816,7 @@ class Parser {
       e->filter = find_filter(e->name);
       if (!e->filter && soft_ == 0)
         throw TemplateError(ErrorKind::kTemplateAssertionError, fmt::format("No filter named '{}'.", e->name), line);
-      node = std::move(e);
+      node = seal(std::move(e));
       start_inline = false;
     }
     return node;
@@ -728,10 +840,11 @@ class Parser {
     e->test = find_test(e->name);
     if (!e->test && soft_ == 0)
       throw TemplateError(ErrorKind::kTemplateAssertionError, fmt::format("No test named '{}'.", e->name), line);
+    e = seal(std::move(e));
     if (!negated) return e;
     auto n = make(ExprKind::kNot, line);
     n->args.push_back(std::move(e));
-    return n;
+    return seal(std::move(n));
   }
 
   // Marks which of caller/varargs/kwargs a macro body reads (jinja2 accepts extra arguments only then).
@@ -764,8 +877,14 @@ class Parser {
     scan_body(body, m);
   }
 
+  static constexpr int kMaxExprDepth = 400;
+  static constexpr int kMaxBlockDepth = 200;
+  RenderOptions fold_options_;
+  Interpreter folder_{fold_options_};
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int nest_ = 0;
+  int block_depth_ = 0;
   int soft_ = 0;        // >0 inside an if statement or conditional expression (same frame)
   int loop_depth_ = 0;  // enclosing for loops (break/continue allowed)
   std::vector<EndTags> end_stack_;

@@ -41,7 +41,7 @@ SIMPLE_TEST(t_iterable, "iterable",
             v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_iter() ||
                 (v.is_object() && std::string_view(v.type_name()) == "LoopContext"))
 // len() and __getitem__ exist: str, list, tuple, dict, and Undefined.
-SIMPLE_TEST(t_sequence, "sequence", v.is_string() || v.is_list() || v.is_dict() || v.is_undefined())
+SIMPLE_TEST(t_sequence, "sequence", v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_range())
 SIMPLE_TEST(t_lower, "lower", py::is_lower(v.to_str()))
 SIMPLE_TEST(t_upper, "upper", py::is_upper(v.to_str()))
 

@@ -1,5 +1,7 @@
 #include "tokenizer/jinja/value.h"
 
+#include <cstring>
+
 #include "tokenizer/jinja/pystr.h"
 
 namespace ft::jinja {
@@ -27,18 +29,7 @@ void Dict::set(Value key, Value value) {
   items.emplace_back(std::move(key), std::move(value));
 }
 
-std::string UndefinedInfo::message() const {
-  if (!hint.empty()) return hint;
-  if (owner.empty()) return fmt::format("{} is undefined", name);
-  return fmt::format("{} has no {} {}", owner, element ? "element" : "attribute", name);
-}
-
-Value Object::get_attr(const std::string& name) const {
-  UndefinedInfo info;
-  info.name = py::repr(name);
-  info.owner = fmt::format("'{} object'", type_name());
-  return Value::undefined(std::move(info));
-}
+Value Object::get_attr(const std::string& name) const { return Value::undefined_missing(type_name(), name, false); }
 
 bool Object::set_attr(const std::string&, const Value&) { return false; }
 
@@ -56,23 +47,24 @@ Value Value::none() {
   return v;
 }
 
-Value Value::undefined(UndefinedInfo info) {
+Value Value::undefined_name(std::string name) {
   Value v;
-  v.p_ = std::make_shared<UndefinedInfo>(std::move(info));
+  v.s_ = std::move(name);
   return v;
 }
 
-Value Value::undefined_name(std::string name) {
-  UndefinedInfo info;
-  info.name = py::repr(name);
-  return undefined(std::move(info));
+Value Value::undefined_missing(const char* owner_type, std::string key_text, bool element) {
+  Value v;
+  v.owner_ = owner_type;
+  v.s_ = std::move(key_text);
+  v.markup_ = element;
+  return v;
 }
 
 Value Value::undefined_hint(std::string hint, ErrorKind kind) {
-  UndefinedInfo info;
-  info.hint = std::move(hint);
-  info.kind = kind;
-  return undefined(std::move(info));
+  Value v;
+  v.p_ = std::make_shared<UndefinedInfo>(UndefinedInfo{std::move(hint), kind});
+  return v;
 }
 
 Value Value::list(std::vector<Value> items) {
@@ -99,6 +91,20 @@ Value Value::iter(std::vector<Value> items, const char* type, bool single_pass) 
   return v;
 }
 
+Value Value::range(int64_t start, int64_t stop, int64_t step) {
+  std::vector<Value> items;
+  int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                       : (start > stop ? (start - stop - step - 1) / (-step) : 0);
+  items.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) items.emplace_back(start + i * step);
+  Value v = iter(std::move(items), "range", false);
+  auto* l = static_cast<List*>(v.p_.get());
+  l->range[0] = start;
+  l->range[1] = stop;
+  l->range[2] = step;
+  return v;
+}
+
 Value Value::dict(std::shared_ptr<Dict> d) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -114,6 +120,8 @@ Value Value::object(std::shared_ptr<Object> o) {
   v.p_ = std::shared_ptr<void>(o, o.get());  // keep the Object* (base) address
   return v;
 }
+
+bool Value::is_range() const { return kind_ == Kind::kIter && std::strcmp(list().iter_type, "range") == 0; }
 
 bool Value::truthy() const {
   switch (kind_) {
@@ -172,6 +180,11 @@ void Value::append_to(std::string& out) const {
         out += " object>";
         return;
       }
+      if (std::strcmp(l.iter_type, "range") == 0) {
+        out += l.range[2] == 1 ? fmt::format("({}, {})", l.range[0], l.range[1])
+                               : fmt::format("({}, {}, {})", l.range[0], l.range[1], l.range[2]);
+        return;
+      }
       out += "([";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -216,8 +229,12 @@ const char* Value::type_name() const {
 }
 
 std::string Value::undefined_message() const {
-  if (!p_) return "value is undefined";
-  return static_cast<const UndefinedInfo*>(p_.get())->message();
+  if (p_) return static_cast<const UndefinedInfo*>(p_.get())->hint;
+  if (!owner_) return s_.empty() ? "value is undefined" : py::repr(s_) + " is undefined";
+  // jinja2 Undefined._undefined_message: "'dict object' has no attribute 'x'", "list object has no element 5"
+  bool none = std::string_view(owner_) == "NoneType";
+  if (markup_) return fmt::format("{} has no element {}", none ? "None" : fmt::format("{} object", owner_), s_);
+  return fmt::format("{} has no attribute {}", none ? "'None'" : fmt::format("'{} object'", owner_), py::repr(s_));
 }
 
 void Value::raise_undefined() const {

@@ -26,6 +26,7 @@ struct List {
   const char* iter_type = nullptr;  // kIter: "generator", "dict_items", ...
   bool single_pass = false;         // kIter: an iterator (consumed by iteration) rather than a view
   mutable size_t pos = 0;           // single_pass: items before pos were consumed
+  int64_t range[3] = {0, 0, 1};     // kIter "range": start, stop, step
 };
 
 /** An insertion-ordered dict (Python 3.7+ semantics). Lookups are linear: template dicts are small. */
@@ -37,14 +38,10 @@ struct Dict {
   void set(Value key, Value value);
 };
 
-/** Why a value is undefined: the name looked up, on which object, or an explicit hint. */
+/** An undefined value with an explicit message (and the error its use raises). */
 struct UndefinedInfo {
-  std::string name;        // repr() of the missing variable, attribute or key
-  std::string owner;       // "'dict object'"-style type of the object it was looked up on; empty = a variable
-  std::string hint;        // explicit message (overrides name/owner)
+  std::string hint;
   ErrorKind kind = ErrorKind::kUndefinedError;  // kSecurityError for unsafe attributes
-  bool element = false;    // looked up by a non-string key ("has no element 5")
-  std::string message() const;
 };
 
 /** Positional and keyword arguments of a call. */
@@ -79,7 +76,7 @@ class Value {
   enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kObject, kIter };
 
   /** A plain undefined value. */
-  Value() : kind_(Kind::kUndefined), i_(0) {}
+  Value() : kind_(Kind::kUndefined), owner_(nullptr) {}
   Value(bool b) : kind_(Kind::kBool), b_(b) {}  // NOLINT(google-explicit-constructor)
   Value(int v) : kind_(Kind::kInt), i_(v) {}    // NOLINT
   Value(int64_t v) : kind_(Kind::kInt), i_(v) {}  // NOLINT
@@ -89,15 +86,21 @@ class Value {
   Value(std::string_view s) : Value(std::string(s)) {}  // NOLINT
 
   static Value none();
-  static Value undefined(UndefinedInfo info);
   /** Undefined variable `name` ("'name' is undefined"). */
   static Value undefined_name(std::string name);
+  /** Missing attribute/key of an object of Python type `owner_type` (a string literal):
+   *  "'dict object' has no attribute 'x'"; element = looked up by a non-string key (key_text is
+   *  then its repr: "has no element 5"). No allocation for short names. */
+  static Value undefined_missing(const char* owner_type, std::string key_text, bool element);
   /** Undefined with an explicit message; kind = the error its use raises. */
   static Value undefined_hint(std::string hint, ErrorKind kind = ErrorKind::kUndefinedError);
   static Value list(std::vector<Value> items);
   static Value tuple(std::vector<Value> items);
   /** An iterator (single_pass, e.g. "generator") or a view ("dict_items") over items. */
   static Value iter(std::vector<Value> items, const char* type, bool single_pass);
+  /** Python range(start, stop, step) (step != 0; the caller bounds its length). */
+  static Value range(int64_t start, int64_t stop, int64_t step);
+  bool is_range() const;
   static Value dict(std::shared_ptr<Dict> d);
   static Value dict();
   static Value object(std::shared_ptr<Object> o);
@@ -154,9 +157,10 @@ class Value {
     bool b_;
     int64_t i_;
     double f_;
+    const char* owner_;  // kUndefined: type of the object a lookup missed on (null: a variable)
   };
-  std::string s_;
-  std::shared_ptr<void> p_;  // List, Dict, Object or UndefinedInfo by kind_
+  std::string s_;            // kString text; kUndefined: the missing name (or key repr)
+  std::shared_ptr<void> p_;  // List, Dict, Object, or UndefinedInfo (kUndefined with a hint)
 };
 
 /** Python ==. */
