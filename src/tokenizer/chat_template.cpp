@@ -23,7 +23,8 @@ const char* const kChatMLTemplate =
     "{%- endfor -%}\n"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}\n";
 
-ChatTemplate::ChatTemplate(std::string_view source, std::string bos_token, std::string eos_token)
+ChatTemplate::ChatTemplate(std::string_view source, std::optional<std::string> bos_token,
+                           std::optional<std::string> eos_token)
     : source_(source), template_(source), bos_token_(std::move(bos_token)), eos_token_(std::move(eos_token)) {}
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
@@ -40,8 +41,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   vars.items.emplace_back(Value("tools"), tools.is_null() ? Value::none() : jinja::from_json(tools));
   vars.items.emplace_back(Value("documents"), Value::none());
   vars.items.emplace_back(Value("add_generation_prompt"), Value(add_generation_prompt));
-  vars.items.emplace_back(Value("bos_token"), Value(bos_token_));
-  vars.items.emplace_back(Value("eos_token"), Value(eos_token_));
+  if (bos_token_) vars.items.emplace_back(Value("bos_token"), Value(*bos_token_));
+  if (eos_token_) vars.items.emplace_back(Value("eos_token"), Value(*eos_token_));
   if (extra.is_object())
     for (auto it = extra.begin(); it != extra.end(); ++it) vars.set(Value(it.key()), jinja::from_json(it.value()));
   return template_.render(vars, options);

@@ -23,9 +23,11 @@ extern const char* const kChatMLTemplate;
 
 class ChatTemplate {
  public:
-  /** Parses `source`. bos_token/eos_token become the template variables of those names.
+  /** Parses `source`. bos_token/eos_token become the template variables of those names; nullopt
+   *  leaves the variable undefined, as transformers does for a tokenizer without that token.
    *  Throws jinja::TemplateError (an ft::Error) naming the line when the template does not parse. */
-  ChatTemplate(std::string_view source, std::string bos_token, std::string eos_token);
+  explicit ChatTemplate(std::string_view source, std::optional<std::string> bos_token = std::nullopt,
+                        std::optional<std::string> eos_token = std::nullopt);
 
   /** Renders a conversation.
    *  messages: array of {role: system|developer|user|assistant|tool, content: string | null |
@@ -51,7 +53,7 @@ class ChatTemplate {
  private:
   std::string source_;
   jinja::Template template_;
-  std::string bos_token_, eos_token_;
+  std::optional<std::string> bos_token_, eos_token_;
 };
 
 /** The template in a tokenizer_config.json object: `chat_template` as a string, or a list of

@@ -86,7 +86,7 @@ TEST(ChatFixtures, EveryCaseRendersLikeJinja2) {
     if (!tmpl) {
       std::string src = ft::testing::read_file(c.template_path);
       ASSERT_FALSE(src.empty()) << c.template_path;
-      ASSERT_NO_THROW(tmpl = std::make_unique<ChatTemplate>(src, "", "")) << c.template_path;
+      ASSERT_NO_THROW(tmpl = std::make_unique<ChatTemplate>(src)) << c.template_path;
     }
     if (c.kind == "render") {
       std::string expected = ft::testing::read_file(c.expected_path);

@@ -46,6 +46,12 @@ TEST(ChatTemplate, VariablesToolsAndExtraKwargs) {
             "[BOS]no tools|None||False|user:weather?;assistant:None;{\"z\": 1, \"a\": \"é\"}</s>");
 }
 
+TEST(ChatTemplate, MissingSpecialTokensAreUndefined) {
+  // transformers passes only the special tokens a tokenizer has; Qwen models have no bos_token.
+  ChatTemplate t("[{{ bos_token }}]{{ bos_token is defined }}{{ eos_token is defined }}", std::nullopt, "</s>");
+  EXPECT_EQ(t.render(ordered_json::array()), "[]FalseTrue");
+}
+
 TEST(ChatTemplate, RenderConversationSplitsTopLevelKeys) {
   ChatTemplate t("{{ bos_token }}{{ messages|length }}{{ add_generation_prompt }}{{ tools is none }}{{ reasoning_effort }}", "x", "y");
   ordered_json conv = ordered_json::parse(R"({"messages": [{"role": "user", "content": "a"}], "bos_token": "<b>",
