@@ -38,8 +38,9 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Every CPU test plus the ASan+UBSan build of the parser tests. GPU tests skip without a device.
-test: deps build test-asan
+test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+	$(MAKE) test-asan
 
 test-asan:
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFT_SANITIZE=ON -DFT_CUDA=OFF
