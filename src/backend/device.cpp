@@ -19,4 +19,21 @@ int cuda_device_count() {
 #endif
 }
 
+int64_t cuda_free_memory(int device) {
+#ifdef FT_HAVE_CUDA
+  int prev = 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
+      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaSetDevice(prev);
+  return static_cast<int64_t>(free_b);
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 }  // namespace ft

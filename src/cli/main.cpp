@@ -1,5 +1,8 @@
 // `ft`: FreeToken's command line. Errors become exit codes here and nowhere below.
 #include <cstdio>
+#include <memory>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "cli/commands.h"
 #include "util/error.h"
@@ -18,6 +21,8 @@ int exit_code_for(ft::ErrorCode code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Logs go to stderr: stdout carries the output (generated text, ids, JSON).
+  spdlog::default_logger()->sinks() = {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
   CLI::App app{"FreeToken: serve large Mixture-of-Experts models on small GPUs"};
   app.require_subcommand(1);
   std::string log_level = "info";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/moe_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "tokenizer/detokenizer.h"
@@ -41,6 +42,7 @@ struct RunArgs {
   std::string logits_out;
   int32_t page_size = 64;
   int64_t max_prefill_tokens = 8192;
+  MoeFlags moe;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -72,6 +74,8 @@ int run(const RunArgs& a) {
   if (a.max_tokens < 0) fail(ErrorCode::kInvalidArgument, "--max-tokens {} must be >= 0", a.max_tokens);
   if (a.max_prefill_tokens < 1)
     fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", a.max_prefill_tokens);
+  EngineOptions eo;
+  apply_moe_flags(a.moe, eo);
   // The tokenizer comes from the checkpoint itself; opened once here to encode the prompt.
   std::unique_ptr<Vocab> vocab;
   {
@@ -87,7 +91,6 @@ int run(const RunArgs& a) {
   if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "--prompt: the text encodes to no tokens");
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
 
-  EngineOptions eo;
   eo.threads = a.threads;
   eo.device = a.device;
   eo.page_size = a.page_size;
@@ -170,6 +173,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
       ->capture_default_str();
+  add_moe_flags(cmd, args->moe);
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/moe_flags.h"
 #include "engine/demo_model.h"
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
@@ -49,6 +50,7 @@ struct ServeFlags {
   int max_waiting = 128;
   std::optional<uint64_t> seed;
   int shutdown_grace_s = 5;
+  MoeFlags moe;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -102,6 +104,8 @@ int run_serve(const ServeFlags& f) {
   if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
   if (f.page_size < 1) fail(ErrorCode::kInvalidArgument, "--page-size must be >= 1 (got {})", f.page_size);
+  EngineOptions eo;
+  apply_moe_flags(f.moe, eo);
 
   // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM.
   sigset_t stop_signals;
@@ -124,7 +128,6 @@ int run_serve(const ServeFlags& f) {
   }
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  EngineOptions eo;
   eo.threads = f.threads;
   eo.device = f.device;
   eo.page_size = f.page_size;
@@ -180,6 +183,7 @@ int run_serve(const ServeFlags& f) {
   sm.demo = demo;
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;
+  sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
 
@@ -196,6 +200,7 @@ int run_serve(const ServeFlags& f) {
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
               kc.page_size, human_bytes(static_cast<double>(engine->kv().bytes())).c_str(), engine->ops().name(),
               f.threads > 0 ? std::to_string(f.threads).c_str() : "all");
+  if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %.0f MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
@@ -253,6 +258,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");
   cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
+  add_moe_flags(cmd, f->moe);
   cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
 }
 

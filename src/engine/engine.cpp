@@ -29,9 +29,6 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
          options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
   model_ = load_model(*ckpt_, *ops_);
   const ModelConfig& c = model_->config();
-  bool moe = false;
-  for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
-  if (moe) experts_ = std::make_unique<ResidentExperts>(*ops_, model_->host_experts());
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
   kv_ = std::make_unique<KvCache>(*ops_, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
                                                        static_cast<int32_t>(c.head_dim), options_.page_size,
@@ -53,6 +50,26 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_tables_ = make(DType::I32, {S * max_blocks_});
   d_rows_ = make(DType::I32, {R});
   d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
+  bool moe = false;
+  for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
+  if (moe) {
+    MoeRuntimeConfig mc;
+    mc.moe = options_.moe;
+    mc.gpu_memory_limit = options_.gpu_memory_limit;
+    mc.kv_reserve_tokens = options_.kv_reserve_tokens;
+    mc.kv_bytes_per_token = kv_->bytes() / std::max<int64_t>(kv_->pool().n_pages() * options_.page_size, 1);
+    mc.placed_kv_tokens = kv_->pool().n_pages() * options_.page_size;
+    mc.placed_bytes = kv_->bytes();
+    for (const std::vector<Buffer>* v : {&storage_, &state_->storage})
+      for (const Buffer& b : *v) mc.placed_bytes += b.bytes();
+    for (const TensorInfo& t : ckpt_->tensors()) mc.weight_bytes += t.bytes;
+    mc.max_tokens = T;
+    mc.cpu_threads = options_.threads;
+    mc.decode_log_interval = options_.decode_log_interval;
+    moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
+  } else {
+    plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
+  }
   spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
                 static_cast<double>(kv_->bytes()) / (1 << 20), T);
@@ -61,6 +78,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
 Engine::~Engine() = default;
 
 const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
+  std::lock_guard<std::mutex> lock(step_mu_);
   const ModelConfig& c = model_->config();
   const int64_t S = static_cast<int64_t>(items.size()), page = kv_->config().page_size;
   if (S < 1 || S > options_.max_seqs)
@@ -126,11 +144,17 @@ const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
   batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
   Tensor logits = R > 0 ? d_logits_.slice(0, R) : Tensor();
   ForwardContext ctx{*ops_, batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
-                     logits, *kv_, experts_.get(), *state_, dump_ ? &dump_ : nullptr};
+                     logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_, dump_ ? &dump_ : nullptr};
   model_->forward(ctx);
+  if (moe_) moe_->after_step(std::any_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; }));
   h_logits_.resize(static_cast<size_t>(R * c.n_vocab));
   if (R > 0) ops_->copy(logits, Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
   return h_logits_;
+}
+
+std::optional<MoeReport> Engine::moe_report() {
+  std::lock_guard<std::mutex> lock(step_mu_);
+  return moe_ ? moe_->report() : std::nullopt;
 }
 
 }  // namespace ft

@@ -4,10 +4,13 @@
 // loops (engine/generate.h) and the scheduler build on step().
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/ops.h"
+#include "engine/moe_runtime.h"
 #include "formats/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
@@ -22,6 +25,11 @@ struct EngineOptions {
   int64_t max_logit_rows = 256;      // most logit rows one forward returns
   int32_t max_seqs = 16;             // most sequences in one forward
   std::string device = "cpu";        // backend for Engine::load: "cpu", "cuda" or "auto" (cuda when visible)
+  // MoE expert offload (engine/moe_runtime.h, moe/moe_plan.h); ignored for dense models.
+  MoeOptions moe;                    // --moe-strategy, --moe-cache-*, --moe-cpu-layers, --moe-fetch-cap
+  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens: KV the expert-cache sizing keeps free
+  int64_t gpu_memory_limit = 0;      // --gpu-memory-limit in bytes (0: the device's free memory; CPU: none)
+  int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
 };
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
@@ -42,7 +50,8 @@ class Engine {
   /** Opens `path` (GGUF or HF folder), builds the model on the backend named by options.device and
    *  plans KV and step buffers. Throws ft::Error from the loader (missing tensor, bad shape,
    *  unsupported arch...), kUnsupported for cuda in a build without CUDA, kInvalidArgument for an
-   *  unknown device name. */
+   *  unknown device name; from the MoE plan (options.moe..., see MoeRuntime): kInvalidArgument for
+   *  contradictory MoE flags, kOutOfMemory when the chosen strategy does not fit the memory limit. */
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
   /** Same over an opened checkpoint and a backend (tests; the CUDA backend later). */
   Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options);
@@ -59,6 +68,14 @@ class Engine {
    *  kInvalidArgument for limits exceeded (tokens, sequences, logit rows, pages) or bad token ids. */
   const std::vector<float>& step(const std::vector<StepItem>& items);
 
+  /** The MoE plan (nullptr for a dense model). */
+  const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
+  /** The memory budget the plan was made for (nullptr for a dense model). */
+  const GpuMemoryBudget* moe_budget() const { return moe_ ? &moe_->budget() : nullptr; }
+  /** The MoE counters (offload, hybrid, cpu), nullopt for fused or a dense model. Thread-safe: waits
+   *  for a running step to end. */
+  std::optional<MoeReport> moe_report();
+
   /** Optional hook receiving every named intermediate of the next steps (debugging). */
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
 
@@ -67,7 +84,8 @@ class Engine {
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<ExpertCompute> experts_;
+  std::unique_ptr<MoeRuntime> moe_;
+  std::mutex step_mu_;  // held by step() and moe_report()
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<ForwardState> state_;
   int32_t max_blocks_ = 0;

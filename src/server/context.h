@@ -10,6 +10,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/moe_runtime.h"
 #include "engine/service.h"
 #include "server/errors.h"
 #include "tokenizer/chat_template.h"
@@ -37,7 +38,7 @@ struct ServedModel {
   bool demo = false;
   const Vocab* vocab = nullptr;
   const ChatTemplate* chat_template = nullptr;
-  nlohmann::json expert_cache;   // the MoE expert-cache block for /v1/stats (null until it exists)
+  std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
 };
 
 struct ServerContext {

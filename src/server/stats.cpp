@@ -1,5 +1,6 @@
 // GET /v1/stats (JSON) and GET /metrics (Prometheus text exposition format 0.0.4, names prefixed
-// freetoken_): the same figures from EngineService::stats().
+// freetoken_): the same figures from EngineService::stats(), plus the MoE counters (`moe`, null
+// for fused and dense models; freetoken_moe_*, absent then) from ServedModel::moe_report.
 #include <sstream>
 
 #include "server/routes.h"
@@ -8,7 +9,36 @@ namespace ft::server {
 
 namespace {
 
-nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s) {
+/** The counters of one layer or of all (hit rate = hits / (hits + misses)). */
+void put_counters(nlohmann::ordered_json& j, const MoeLayerStats& s) {
+  j["hits"] = s.hits;
+  j["misses"] = s.misses;
+  j["hit_rate"] = moe_hit_rate(s);
+  j["bytes_copied"] = s.bytes;
+  j["cpu_experts"] = s.cpu_experts;
+}
+
+nlohmann::ordered_json moe_json(const MoeReport& r) {
+  using oj = nlohmann::ordered_json;
+  oj j;
+  j["strategy"] = moe_strategy_name(r.strategy);
+  j["cache_slots"] = r.cache_slots;
+  j["slot_bytes"] = r.slot_bytes;
+  put_counters(j, r.total);
+  oj layers = oj::array();
+  for (const MoeLayerReport& l : r.layers) {
+    oj e;
+    e["layer"] = l.layer;
+    e["mode"] = moe_layer_mode_name(l.mode);
+    put_counters(e, l.stats);
+    layers.push_back(e);
+  }
+  j["layers"] = layers;
+  return j;
+}
+
+nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s,
+                                  const std::optional<MoeReport>& moe) {
   using oj = nlohmann::ordered_json;
   oj j;
   j["model"] = ctx.model.name;
@@ -45,7 +75,7 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
   tot["steps"] = s.steps_total;
   j["totals"] = tot;
   j["uptime_s"] = s.uptime_s;
-  j["expert_cache"] = ctx.model.expert_cache.is_null() ? oj(nullptr) : oj::parse(ctx.model.expert_cache.dump());
+  j["moe"] = moe ? moe_json(*moe) : oj(nullptr);
   return j;
 }
 
@@ -62,7 +92,7 @@ std::string escape_label(const std::string& v) {
   return o;
 }
 
-std::string metrics_text(const ServerContext& ctx, const EngineStats& s) {
+std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const std::optional<MoeReport>& moe) {
   std::ostringstream o;
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
     o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << ' ' << type << "\nfreetoken_"
@@ -91,19 +121,42 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s) {
   metric("generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generation_tokens_total));
   metric("steps_total", "counter", "Engine steps run.", static_cast<double>(s.steps_total));
   metric("uptime_seconds", "gauge", "Seconds since the engine started.", s.uptime_s);
+  if (moe) {  // absent for fused and dense models
+    metric("moe_cache_slots", "gauge", "Expert-cache slots (0: experts on the CPU only).", static_cast<double>(moe->cache_slots));
+    metric("moe_hits_total", "counter", "Routed experts found in the expert cache.", static_cast<double>(moe->total.hits));
+    metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache.", static_cast<double>(moe->total.misses));
+    metric("moe_hit_rate", "gauge", "Expert-cache hits / (hits + misses) since start.", moe_hit_rate(moe->total));
+    metric("moe_bytes_copied_total", "counter", "Bytes copied from host expert banks into the cache.", static_cast<double>(moe->total.bytes));
+    metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
+    auto per_layer = [&](const char* name, const char* help, auto value) {
+      o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << " counter\n";
+      for (const MoeLayerReport& l : moe->layers)
+        o << "freetoken_" << name << "{layer=\"" << l.layer << "\"} " << value(l.stats) << '\n';
+    };
+    per_layer("moe_layer_hits_total", "Expert-cache hits per MoE layer.", [](const MoeLayerStats& x) { return x.hits; });
+    per_layer("moe_layer_misses_total", "Expert-cache misses per MoE layer.", [](const MoeLayerStats& x) { return x.misses; });
+    per_layer("moe_layer_bytes_copied_total", "Bytes fetched into the expert cache per MoE layer.",
+              [](const MoeLayerStats& x) { return x.bytes; });
+    per_layer("moe_layer_cpu_experts_total", "Routed experts computed on the CPU per MoE layer.",
+              [](const MoeLayerStats& x) { return x.cpu_experts; });
+  }
   return o.str();
+}
+
+std::optional<MoeReport> moe_of(const ServerContext& ctx) {
+  return ctx.model.moe_report ? ctx.model.moe_report() : std::nullopt;
 }
 
 }  // namespace
 
 void add_stats_routes(httplib::Server& svr, ServerContext& ctx) {
   svr.Get(R"(/v1/stats/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    guarded(ctx, req, res, true, [&] { send_json(res, 200, stats_json(ctx, ctx.service->stats())); });
+    guarded(ctx, req, res, true, [&] { send_json(res, 200, stats_json(ctx, ctx.service->stats(), moe_of(ctx))); });
   });
   svr.Get(R"(/metrics/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] {
       res.status = 200;
-      res.set_content(metrics_text(ctx, ctx.service->stats()), "text/plain; version=0.0.4; charset=utf-8");
+      res.set_content(metrics_text(ctx, ctx.service->stats(), moe_of(ctx)), "text/plain; version=0.0.4; charset=utf-8");
     });
   });
 }

@@ -1,0 +1,81 @@
+#include "cli/moe_flags.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace ft::cli {
+
+void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
+  const char* g = "MoE expert offload";
+  cmd->add_option("--moe-strategy", f.strategy,
+                  "auto (fused when every expert fits, else offload), fused, offload, hybrid or cpu")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_option("--moe-cache-slots", f.cache_slots, "Expert-cache slots (at least 2 x experts per layer)")->group(g);
+  cmd->add_option("--moe-cache-rate", f.cache_rate, "Expert-cache slots as a fraction of all routed experts, in (0, 1]")
+      ->group(g);
+  cmd->add_flag("--moe-cache-auto", f.cache_auto, "Every slot that fits the memory budget (the default)")->group(g);
+  cmd->add_option("--moe-cpu-layers", f.cpu_layers,
+                  "MoE layers whose experts run on the CPU under offload/hybrid: N (first N), FRACTION (0.25) or "
+                  "LIST (0,3,8-11)")
+      ->group(g);
+  cmd->add_option("--moe-fetch-cap", f.fetch_cap, "hybrid: experts fetched per layer per step (more run on the CPU)")
+      ->group(g);
+  cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens, "KV tokens kept free when sizing the expert cache")
+      ->capture_default_str()
+      ->group(g);
+  cmd->add_option("--gpu-memory-limit", f.gpu_memory_limit_gib,
+                  "GiB of device memory to plan within (default: the device's free memory; no limit on CPU)")
+      ->group(g);
+  cmd->add_option("--decode-log-interval", f.decode_log_interval,
+                  "Log expert-cache hits, misses, bytes and CPU experts every N decode steps (0: off)")
+      ->capture_default_str()
+      ->group(g);
+}
+
+void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
+  MoeOptions o;
+  o.strategy = parse_moe_strategy(f.strategy);
+  const int n_cache = (f.cache_slots ? 1 : 0) + (f.cache_rate ? 1 : 0) + (f.cache_auto ? 1 : 0);
+  if (n_cache > 1)
+    fail(ErrorCode::kInvalidArgument, "--moe-cache-slots, --moe-cache-rate and --moe-cache-auto are alternatives: give one");
+  const bool no_cache = o.strategy == MoeStrategy::kFused || o.strategy == MoeStrategy::kCpu;
+  if (n_cache > 0 && no_cache)
+    fail(ErrorCode::kInvalidArgument, "--moe-cache-{} needs --moe-strategy auto, offload or hybrid ({} has no expert cache)",
+         f.cache_slots ? "slots" : f.cache_rate ? "rate" : "auto", f.strategy);
+  if (f.cache_slots) {
+    if (*f.cache_slots < 1) fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be >= 1", *f.cache_slots);
+    o.cache = {CacheSizeMode::kSlots, *f.cache_slots, 0.0};
+  }
+  if (f.cache_rate) {
+    if (!(*f.cache_rate > 0.0 && *f.cache_rate <= 1.0))
+      fail(ErrorCode::kInvalidArgument, "--moe-cache-rate {} must be in (0, 1]", *f.cache_rate);
+    o.cache = {CacheSizeMode::kRate, 0, *f.cache_rate};
+  }
+  if (!f.cpu_layers.empty() && no_cache)
+    fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy auto, offload or hybrid (not {})",
+         f.strategy);
+  o.cpu_layers = f.cpu_layers;
+  if (f.fetch_cap) {
+    if (o.strategy != MoeStrategy::kHybrid)
+      fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap needs --moe-strategy hybrid (not {})", f.strategy);
+    if (*f.fetch_cap < 0) fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap {} must be >= 0", *f.fetch_cap);
+    o.fetch_cap = *f.fetch_cap;
+  }
+  if (f.kv_reserve_tokens < 0)
+    fail(ErrorCode::kInvalidArgument, "--kv-reserve-tokens {} must be >= 0", f.kv_reserve_tokens);
+  if (f.decode_log_interval < 0)
+    fail(ErrorCode::kInvalidArgument, "--decode-log-interval {} must be >= 0", f.decode_log_interval);
+  if (f.gpu_memory_limit_gib) {
+    const double gib = *f.gpu_memory_limit_gib;
+    if (!(gib > 0.0 && gib < 1e6)) fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit {} GiB must be > 0", gib);
+    eo.gpu_memory_limit = std::max<int64_t>(1, static_cast<int64_t>(std::llround(gib * 1073741824.0)));
+  }
+  eo.moe = o;
+  eo.kv_reserve_tokens = f.kv_reserve_tokens;
+  eo.decode_log_interval = f.decode_log_interval;
+}
+
+}  // namespace ft::cli

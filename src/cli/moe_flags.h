@@ -1,0 +1,35 @@
+#pragma once
+// The MoE expert-offload flags shared by `ft run` and `ft serve` (issue 7): --moe-strategy,
+// --moe-cache-slots | --moe-cache-rate | --moe-cache-auto, --moe-cpu-layers, --moe-fetch-cap,
+// --kv-reserve-tokens, --gpu-memory-limit (GiB), --decode-log-interval.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace ft::cli {
+
+struct MoeFlags {
+  std::string strategy = "auto";
+  std::optional<int64_t> cache_slots;
+  std::optional<double> cache_rate;
+  bool cache_auto = false;
+  std::string cpu_layers;
+  std::optional<int32_t> fetch_cap;
+  int64_t kv_reserve_tokens = 8192;
+  std::optional<double> gpu_memory_limit_gib;
+  int64_t decode_log_interval = 0;
+};
+
+/** Registers the flags on `cmd`, writing into `f` (which must outlive parsing). */
+void add_moe_flags(CLI::App* cmd, MoeFlags& f);
+
+/** Checks the combination and copies it into `eo` (moe, kv_reserve_tokens, gpu_memory_limit in
+ *  bytes, decode_log_interval). Throws ft::Error(kInvalidArgument) naming the flags for an unknown
+ *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
+ *  fused or cpu, --moe-fetch-cap without hybrid, and out-of-range values. */
+void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
+
+}  // namespace ft::cli

@@ -1,0 +1,140 @@
+#include "engine/moe_runtime.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "backend/device.h"
+#include "moe/expert_bank.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft {
+
+double moe_hit_rate(const MoeLayerStats& s) {
+  const int64_t n = s.hits + s.misses;
+  return n > 0 ? static_cast<double>(s.hits) / static_cast<double>(n) : 0.0;
+}
+
+int64_t routed_expert_bytes(const HostExpertBanks& host) {
+  int64_t bytes = 0;
+  for (const ExpertBank& b : host)
+    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
+      for (const Tensor& t : *v) bytes += t.bytes();
+  return bytes;
+}
+
+namespace {
+
+/** The memory budget of `config` for `host` on `ops` (see MoeRuntimeConfig). */
+GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRuntimeConfig& config) {
+  GpuMemoryBudget b;
+  b.expert_bytes = routed_expert_bytes(host);
+  for (size_t l = 0; l < host.size(); ++l) {
+    if (host[l].n_expert() == 0) continue;
+    b.slot_bytes = std::max(b.slot_bytes, expert_layout(host[l], static_cast<int64_t>(l)).bytes);
+    b.experts_per_layer = std::max(b.experts_per_layer, host[l].n_expert());
+    b.total_experts += host[l].n_expert();
+  }
+  b.kv_bytes_per_token = config.kv_bytes_per_token;
+  b.kv_reserve_tokens = config.kv_reserve_tokens;
+  // The KV pool already placed counts against the reserve; KV beyond it is resident like the rest.
+  const int64_t placed_kv = config.placed_kv_tokens * config.kv_bytes_per_token;
+  const int64_t extra_kv = std::max<int64_t>(config.placed_kv_tokens - config.kv_reserve_tokens, 0) * config.kv_bytes_per_token;
+  b.resident_bytes = std::max<int64_t>(config.weight_bytes - b.expert_bytes, 0) + config.placed_bytes - placed_kv + extra_kv;
+  if (config.gpu_memory_limit > 0) {
+    b.gpu_memory_limit = config.gpu_memory_limit;
+  } else if (ops.device() == Device::kCpu) {
+    b.gpu_memory_limit = std::numeric_limits<int64_t>::max() / 4;  // host memory: no limit unless one is given
+  } else {
+    const int64_t free_now = cuda_free_memory(0);
+    if (free_now <= 0) {
+      spdlog::warn("moe: cannot read the device's free memory; planning without a limit (set --gpu-memory-limit)");
+      b.gpu_memory_limit = std::numeric_limits<int64_t>::max() / 4;
+    } else {
+      // What the engine placed (dense weights, KV, buffers) is already gone from free_now.
+      b.gpu_memory_limit = free_now + b.resident_bytes + placed_kv - extra_kv;
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+const char* moe_layer_mode_name(MoeLayerMode m) {
+  switch (m) {
+    case MoeLayerMode::kDense: return "dense";
+    case MoeLayerMode::kResident: return "resident";
+    case MoeLayerMode::kCache: return "cache";
+    case MoeLayerMode::kCpu: return "cpu";
+  }
+  return "?";
+}
+
+MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config)
+    : log_interval_(config.decode_log_interval) {
+  if (config.decode_log_interval < 0)
+    fail(ErrorCode::kInvalidArgument, "--decode-log-interval {} must be >= 0", config.decode_log_interval);
+  if (config.gpu_memory_limit < 0)
+    fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit must be > 0 (got {} bytes)", config.gpu_memory_limit);
+  const HostExpertBanks& host = model.host_experts();
+  const ModelConfig& c = model.config();
+  std::vector<int32_t> experts_per_layer(host.size(), 0);
+  for (size_t l = 0; l < host.size(); ++l) experts_per_layer[l] = host[l].n_expert();
+  budget_ = make_budget(ops, host, config);
+  plan_ = plan_moe(config.moe, experts_per_layer, budget_);
+  if (plan_.calibrate_fetch_cap) {
+    // No start-up calibration yet: half the router's top-k per layer per step, at least one.
+    const int32_t cap = std::max<int32_t>(1, static_cast<int32_t>(c.n_expert_used / 2));
+    for (size_t l = 0; l < plan_.layers.size(); ++l)
+      if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
+    plan_.calibrate_fetch_cap = false;
+    spdlog::info("moe: hybrid fetch cap {} per layer per step (half of top-{}; --moe-fetch-cap sets one)", cap,
+                 c.n_expert_used);
+  }
+  spdlog::info("{}", plan_.summary());
+  MoeRuntimeOptions ro;
+  ro.max_tokens = config.max_tokens;
+  ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
+  ro.cpu_threads = config.cpu_threads;
+  experts_ = make_expert_compute(ops, host, plan_, ro);
+  offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
+  if (offloaded_) logged_ = offloaded_->stats();
+}
+
+std::optional<MoeReport> MoeRuntime::report() {
+  if (!offloaded_) return std::nullopt;
+  const std::vector<MoeLayerStats> st = offloaded_->stats();
+  MoeReport r;
+  r.strategy = plan_.strategy;
+  r.cache_slots = plan_.count(MoeLayerMode::kCache) > 0 ? plan_.cache.n_slots : 0;
+  r.slot_bytes = r.cache_slots > 0 ? budget_.slot_bytes : 0;
+  for (size_t l = 0; l < plan_.layers.size(); ++l)
+    if (plan_.layers[l] != MoeLayerMode::kDense) r.layers.push_back({static_cast<int64_t>(l), plan_.layers[l], st[l]});
+  r.total = total_moe_stats(st);
+  return r;
+}
+
+void MoeRuntime::after_step(bool decode) {
+  if (!offloaded_ || log_interval_ <= 0) return;
+  if (!decode) {  // prefill before a window's first decode step stays out of the window
+    if (decode_steps_ % log_interval_ == 0) logged_ = offloaded_->stats();
+    return;
+  }
+  if (++decode_steps_ % log_interval_ != 0) return;
+  const std::vector<MoeLayerStats> now = offloaded_->stats();
+  spdlog::info("{}", format_moe_stats(now, logged_, log_interval_));
+  std::string per_layer = "moe per layer (hits/misses/fetched/CPU experts):";
+  for (size_t l = 0; l < now.size(); ++l) {
+    if (plan_.layers[l] == MoeLayerMode::kDense) continue;
+    const MoeLayerStats& a = now[l];
+    const MoeLayerStats& b = logged_[l];
+    per_layer += fmt::format(" L{} {}/{}/{}/{}{}", l, a.hits - b.hits, a.misses - b.misses, format_bytes(a.bytes - b.bytes),
+                             a.cpu_experts - b.cpu_experts, plan_.layers[l] == MoeLayerMode::kCpu ? "(cpu)" : "");
+  }
+  spdlog::info("{}", per_layer);
+  logged_ = now;
+}
+
+}  // namespace ft

@@ -1,0 +1,89 @@
+#pragma once
+// MoeRuntime: the engine's MoE part (issue 7). From the flags (--moe-strategy, --moe-cache-*,
+// --moe-cpu-layers, --kv-reserve-tokens, --gpu-memory-limit) and what the engine already placed on
+// the backend it builds the memory budget, plans the strategy (moe/moe_plan.h: plan_moe, which calls
+// plan_cache_size) and makes the ExpertCompute the model's MoE layers call (ResidentExperts for
+// fused, OffloadedExperts for offload / hybrid / cpu). It also reports the counters: snapshots for
+// /v1/stats and /metrics (MoeReport) and the --decode-log-interval lines.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/model.h"
+#include "moe/moe_plan.h"
+#include "moe/offloaded_experts.h"
+
+namespace ft {
+
+/** What MoeRuntime needs besides the model. Sizes in bytes. */
+struct MoeRuntimeConfig {
+  MoeOptions moe;                    // strategy, cache request, CPU layers, hybrid fetch cap
+  int64_t gpu_memory_limit = 0;      // --gpu-memory-limit (0: the device's free memory; CPU backend: no limit)
+  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens
+  int64_t kv_bytes_per_token = 0;    // KV of one token over all layers on the backend
+  int64_t placed_bytes = 0;          // backend memory the engine already holds besides the weights (KV, step buffers)
+  int64_t placed_kv_tokens = 0;      // tokens of the KV pool inside placed_bytes
+  int64_t weight_bytes = 0;          // every tensor of the checkpoint (routed experts included)
+  int64_t max_tokens = 0;            // most tokens per forward
+  int cpu_threads = 0;               // CPU expert executor workers (<= 0: one per physical core)
+  int64_t decode_log_interval = 0;   // log the counters every N decode steps (0: never)
+};
+
+/** Counters of one MoE layer as reported. */
+struct MoeLayerReport {
+  int64_t layer = 0;                 // model layer index
+  MoeLayerMode mode = MoeLayerMode::kCache;
+  MoeLayerStats stats;
+};
+
+/** The MoE block of /v1/stats and /metrics (only for offload, hybrid and cpu). */
+struct MoeReport {
+  MoeStrategy strategy = MoeStrategy::kOffload;
+  int64_t cache_slots = 0;             // 0: no expert cache (cpu)
+  int64_t slot_bytes = 0;
+  std::vector<MoeLayerReport> layers;  // MoE layers only, ascending
+  MoeLayerStats total;
+};
+
+/** "dense", "resident", "cache", "cpu". */
+const char* moe_layer_mode_name(MoeLayerMode m);
+
+/** hits / (hits + misses), 0 without lookups. */
+double moe_hit_rate(const MoeLayerStats& s);
+
+/** Bytes of every routed expert of `host` (gate + up + down as stored). */
+int64_t routed_expert_bytes(const HostExpertBanks& host);
+
+class MoeRuntime {
+ public:
+  /** Plans and builds the experts of `model` (which must have routed experts) on `ops`. Throws
+   *  ft::Error: kInvalidArgument for contradictory flags (naming them), kOutOfMemory when the plan
+   *  does not fit (saying what is missing and which flags help), what the builders throw. */
+  MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config);
+
+  ExpertCompute& experts() { return *experts_; }
+  const MoePlan& plan() const { return plan_; }
+  /** The budget plan_moe was given (limit, resident bytes, KV, slot and expert bytes). */
+  const GpuMemoryBudget& budget() const { return budget_; }
+  /** The counters now, or nullopt for fused (no cache, no CPU experts). Not thread-safe against a
+   *  running forward: the engine serializes (Engine::moe_report). CUDA: synchronizes the stream. */
+  std::optional<MoeReport> report();
+  /** Called after every forward; counts decode steps (`decode`: some sequence advanced by one
+   *  token) and every decode_log_interval of them logs (spdlog info) the counters gathered since the
+   *  last line: a total line (format_moe_stats) and a per-layer line. Steps without decode tokens
+   *  before a window's first decode step are left out of that window. */
+  void after_step(bool decode);
+
+ private:
+  MoePlan plan_;
+  GpuMemoryBudget budget_;
+  int64_t log_interval_ = 0;
+  std::unique_ptr<ExpertCompute> experts_;
+  OffloadedExperts* offloaded_ = nullptr;  // experts_ when it is one
+  int64_t decode_steps_ = 0;
+  std::vector<MoeLayerStats> logged_;      // counters at the last log line
+};
+
+}  // namespace ft

@@ -1,0 +1,100 @@
+// `ft run` with the MoE flags end to end on the qwen3_moe_64e fixture: every strategy prints the
+// reference's greedy tokens, --decode-log-interval logs the counters, and bad combinations exit 2
+// (bad input) or 3 (out of memory) with a message naming the flags.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "run_ft.h"
+
+namespace ft {
+namespace {
+
+struct Fixture {
+  std::string dir, ids, greedy;
+};
+
+const Fixture& fixture() {
+  static const Fixture f = [] {
+    Fixture x;
+    x.dir = testing::shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+    const auto ref = nlohmann::json::parse(testing::read_file(x.dir + "/reference.json"));
+    const auto& c = ref.at("cases")[0];
+    for (int32_t id : c.at("input_ids").get<std::vector<int32_t>>()) x.ids += (x.ids.empty() ? "" : ",") + std::to_string(id);
+    const auto g = c.at("greedy_new_tokens").get<std::vector<int32_t>>();
+    for (size_t i = 0; i < 8; ++i) x.greedy += (i ? " " : "") + std::to_string(g[i]);
+    return x;
+  }();
+  return f;
+}
+
+Result run_moe(const std::string& flags) {
+  const Fixture& f = fixture();
+  return run_ft("run --model " + quote(f.dir) + " --prompt-ids " + f.ids +
+                " --max-tokens 8 --temperature 0 --ignore-eos --print-ids --device cpu --threads 1 " + flags);
+}
+
+TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
+  for (const char* flags : {"--moe-strategy fused", "--moe-strategy auto", "--moe-strategy offload --moe-cache-slots 128",
+                            "--moe-strategy offload --moe-cache-rate 0.6 --moe-cpu-layers 0,2",
+                            "--moe-strategy offload --moe-cache-auto", "--moe-strategy cpu",
+                            "--moe-strategy hybrid --moe-fetch-cap 2", "--moe-strategy auto --gpu-memory-limit 0.03"}) {
+    SCOPED_TRACE(flags);
+    const Result r = run_moe(flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, fixture().greedy + "\n");
+  }
+  // A limit that holds the dense weights and KV but not all experts: auto offloads.
+  const Result r = run_moe("--gpu-memory-limit 0.008 --kv-reserve-tokens 1024");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("moe: strategy offload, expert cache"), std::string::npos) << r.err;
+}
+
+TEST(RunMoeFlags, DecodeLogInterval) {
+  const Result r = run_moe("--moe-strategy offload --moe-cache-slots 128 --decode-log-interval 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 7 decode steps (the first token comes from prefill): lines after steps 3 and 6.
+  size_t n = 0;
+  for (size_t p = r.err.find("moe: 3 steps, hit rate "); p != std::string::npos; p = r.err.find("moe: 3 steps", p + 1)) ++n;
+  EXPECT_EQ(n, 2u) << r.err;
+  EXPECT_NE(r.err.find("moe per layer (hits/misses/fetched/CPU experts): L0 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" L3 "), std::string::npos) << r.err;
+  // Without the flag: no counter lines.
+  EXPECT_EQ(run_moe("--moe-strategy offload").err.find("steps, hit rate"), std::string::npos);
+}
+
+TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
+  struct Case {
+    const char* flags;
+    int code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"--moe-strategy turbo", 2, "--moe-strategy turbo: expected auto, fused, offload, hybrid or cpu"},
+      {"--moe-cache-slots 128 --moe-cache-rate 0.5", 2, "are alternatives"},
+      {"--moe-cache-auto --moe-cache-slots 128", 2, "are alternatives"},
+      {"--moe-strategy fused --moe-cache-slots 128", 2, "--moe-cache-slots needs --moe-strategy auto, offload or hybrid"},
+      {"--moe-strategy cpu --moe-cpu-layers 1", 2, "--moe-cpu-layers needs"},
+      {"--moe-strategy offload --moe-fetch-cap 1", 2, "--moe-fetch-cap needs --moe-strategy hybrid"},
+      {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
+      {"--moe-strategy offload --moe-cache-slots 64", 2, "below the minimum of 128"},
+      {"--moe-strategy offload --moe-cpu-layers 9,", 2, "layer 9 has no routed experts"},
+      {"--gpu-memory-limit 0", 2, "--gpu-memory-limit"},
+      {"--kv-reserve-tokens -1", 2, "--kv-reserve-tokens -1 must be >= 0"},
+      {"--decode-log-interval -2", 2, "--decode-log-interval -2 must be >= 0"},
+      {"--moe-strategy fused --gpu-memory-limit 0.008 --kv-reserve-tokens 1024", 3, "Use --moe-strategy offload"},
+      {"--moe-strategy offload --gpu-memory-limit 0.0059 --kv-reserve-tokens 1024", 3,
+       "the smallest legal cache (128 slots"},
+      {"--moe-strategy offload --gpu-memory-limit 0.001", 3, "Raise --gpu-memory-limit"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const Result r = run_moe(c.flags);
+    EXPECT_EQ(r.code, c.code) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace ft

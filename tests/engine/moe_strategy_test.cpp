@@ -1,0 +1,191 @@
+// The MoE strategies through Engine::load + generate on the MoE fixtures: offload with the smallest
+// legal cache (2 x experts per layer) and cpu give prompt and decode logits bit-identical to fused,
+// hybrid stays within 1e-4 of the reference; the counters add up (misses fill the cache, bytes =
+// misses x slot size, evictions on qwen3_moe_64e whose smallest cache holds half its experts);
+// auto picks fused exactly when everything fits the memory limit; bad flags fail at load.
+#include <cstring>
+
+#include "../model/fixture_util.h"
+
+namespace ft::testing {
+namespace {
+
+struct StrategyRun {
+  GenerateResult result;
+  std::optional<MoeReport> report;
+  MoePlan plan;
+};
+
+EngineOptions moe_options(MoeStrategy s, int64_t slots = 0, int32_t fetch_cap = -1) {
+  EngineOptions o = small_engine_options();
+  o.moe.strategy = s;
+  if (slots > 0) o.moe.cache = {CacheSizeMode::kSlots, slots, 0.0};
+  o.moe.fetch_cap = fetch_cap;
+  return o;
+}
+
+StrategyRun run_strategy(const std::string& dir, const EngineOptions& o, const RefCase& c, int32_t n_new) {
+  auto engine = Engine::load(dir, o);
+  GenerateRequest req = greedy_request(c.input_ids, n_new);
+  req.step_logits = true;
+  StrategyRun r;
+  r.result = generate(*engine, {req})[0];
+  r.report = engine->moe_report();
+  r.plan = *engine->moe_plan();
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class MoeStrategies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeStrategies, SameFunctionAsFused) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_FALSE(cases.empty());
+  const RefCase& c = cases[0];
+  const int32_t n_new = 6;
+  const StrategyRun fused = run_strategy(dir, moe_options(MoeStrategy::kFused), c, n_new);
+  const int64_t V = static_cast<int64_t>(fused.result.prompt_logits.size() / c.input_ids.size());
+  ASSERT_EQ(fused.plan.strategy, MoeStrategy::kFused);
+  EXPECT_FALSE(fused.report.has_value());
+  ASSERT_LE(max_row_rel_l2(fused.result.prompt_logits, c.logits, V), 1e-4);
+  ASSERT_EQ(fused.result.step_logits.size(), static_cast<size_t>(n_new * V));
+
+  int32_t E = 0;
+  int64_t total = 0, n_moe = 0;
+  for (MoeLayerMode m : fused.plan.layers) n_moe += m == MoeLayerMode::kResident;
+  {
+    auto e = Engine::load(dir, moe_options(MoeStrategy::kFused));
+    E = static_cast<int32_t>(e->config().n_expert);
+    total = e->moe_budget()->total_experts;
+  }
+  ASSERT_EQ(total, E * n_moe);
+  const int64_t smallest = std::min<int64_t>(2 * E, total);
+
+  {
+    SCOPED_TRACE("offload, smallest cache");
+    const StrategyRun off = run_strategy(dir, moe_options(MoeStrategy::kOffload, smallest), c, n_new);
+    EXPECT_EQ(off.plan.cache.n_slots, smallest);
+    EXPECT_TRUE(same_bits(off.result.prompt_logits, fused.result.prompt_logits));
+    EXPECT_TRUE(same_bits(off.result.step_logits, fused.result.step_logits));
+    EXPECT_EQ(off.result.tokens, fused.result.tokens);
+    ASSERT_TRUE(off.report.has_value());
+    const MoeReport& r = *off.report;
+    EXPECT_EQ(r.strategy, MoeStrategy::kOffload);
+    EXPECT_EQ(r.cache_slots, smallest);
+    ASSERT_EQ(static_cast<int64_t>(r.layers.size()), n_moe);
+    EXPECT_GE(r.total.misses, std::min<int64_t>(smallest, E));  // the first step fills at least a layer's worth
+    EXPECT_GT(r.total.hits, 0);                                   // decode steps reuse experts
+    EXPECT_EQ(r.total.bytes, r.total.misses * r.slot_bytes);      // one layout: every record is a slot
+    EXPECT_EQ(r.total.cpu_experts, 0);
+    if (smallest < total) {
+      EXPECT_GT(r.total.misses, smallest);  // misses beyond the slots: evictions
+    }
+  }
+  {
+    SCOPED_TRACE("cpu");
+    const StrategyRun cpu = run_strategy(dir, moe_options(MoeStrategy::kCpu), c, n_new);
+    EXPECT_TRUE(same_bits(cpu.result.prompt_logits, fused.result.prompt_logits));
+    EXPECT_TRUE(same_bits(cpu.result.step_logits, fused.result.step_logits));
+    ASSERT_TRUE(cpu.report.has_value());
+    EXPECT_EQ(cpu.report->cache_slots, 0);
+    EXPECT_EQ(cpu.report->total.hits + cpu.report->total.misses, 0);
+    EXPECT_GT(cpu.report->total.cpu_experts, 0);
+    for (const MoeLayerReport& l : cpu.report->layers) EXPECT_EQ(l.mode, MoeLayerMode::kCpu);
+  }
+  for (int32_t cap : {1, -1}) {  // -1: the engine's default cap
+    SCOPED_TRACE("hybrid, cap " + std::to_string(cap));
+    const StrategyRun hy = run_strategy(dir, moe_options(MoeStrategy::kHybrid, smallest, cap), c, n_new);
+    EXPECT_LE(max_row_rel_l2(hy.result.prompt_logits, c.logits, V), 1e-4);
+    EXPECT_LE(max_row_rel_l2(hy.result.step_logits, fused.result.step_logits, V), 1e-4);
+    EXPECT_EQ(hy.result.tokens, fused.result.tokens);
+    ASSERT_TRUE(hy.report.has_value());
+    EXPECT_GT(hy.report->total.cpu_experts, 0);  // misses over the cap went to the CPU
+    EXPECT_GT(hy.report->total.misses, 0);
+    for (size_t l = 0; l < hy.plan.layers.size(); ++l) {
+      if (hy.plan.layers[l] == MoeLayerMode::kCache) {
+        EXPECT_GE(hy.plan.fetch_cap[l], 0);
+      }
+    }
+  }
+  {
+    SCOPED_TRACE("offload + first MoE layer on the CPU");
+    const StrategyRun mixed = run_strategy(dir, [&] {
+      EngineOptions o = moe_options(MoeStrategy::kOffload, smallest);
+      o.moe.cpu_layers = "1";
+      return o;
+    }(), c, n_new);
+    EXPECT_TRUE(same_bits(mixed.result.step_logits, fused.result.step_logits));
+    ASSERT_TRUE(mixed.report.has_value());
+    EXPECT_EQ(mixed.report->layers[0].mode, MoeLayerMode::kCpu);
+    EXPECT_GT(mixed.report->layers[0].stats.cpu_experts, 0);
+    EXPECT_EQ(mixed.report->layers[0].stats.misses, 0);
+    EXPECT_GT(mixed.report->layers.back().stats.misses, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MoeStrategies,
+                         ::testing::Values("qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe"));
+
+TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = small_engine_options();
+  o.kv_reserve_tokens = 1024;
+  GpuMemoryBudget b;
+  {
+    auto e = Engine::load(dir, o);  // CPU backend, no limit: everything fits
+    EXPECT_EQ(e->moe_plan()->strategy, MoeStrategy::kFused);
+    b = *e->moe_budget();
+  }
+  EXPECT_EQ(b.kv_reserve_tokens, 1024);
+  EXPECT_GT(b.resident_bytes, 0);
+  EXPECT_GT(b.expert_bytes, b.total_experts * b.slot_bytes / 2);
+  const int64_t need = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + b.expert_bytes;
+  o.gpu_memory_limit = need;
+  EXPECT_EQ(Engine::load(dir, o)->moe_plan()->strategy, MoeStrategy::kFused);
+  // One byte short: offload, with every slot that fits (the cache-auto default).
+  o.gpu_memory_limit = need - 1;
+  auto e = Engine::load(dir, o);
+  EXPECT_EQ(e->moe_plan()->strategy, MoeStrategy::kOffload);
+  const int64_t fit = (need - 1 - b.resident_bytes - b.kv_bytes_per_token * b.kv_reserve_tokens) / b.slot_bytes;
+  EXPECT_EQ(e->moe_plan()->cache.n_slots, std::min(fit, b.total_experts));
+  // Fused demanded under that limit: out of memory, naming the fix.
+  o.moe.strategy = MoeStrategy::kFused;
+  try {
+    Engine::load(dir, o);
+    ADD_FAILURE() << "fused loaded above its limit";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kOutOfMemory);
+    EXPECT_NE(std::string(err.what()).find("--moe-strategy offload"), std::string::npos) << err.what();
+  }
+}
+
+TEST(MoeAuto, BadFlagsFailAtLoad) {
+  const std::string moe = shared_dir() + "/fixtures/hf/qwen3_moe", dense = shared_dir() + "/fixtures/hf/qwen3";
+  auto code_of = [](const std::string& dir, const EngineOptions& o) {
+    try {
+      Engine::load(dir, o);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kInternal;  // loaded: not what any case below wants
+  };
+  EXPECT_EQ(code_of(dense, moe_options(MoeStrategy::kOffload)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(moe, moe_options(MoeStrategy::kOffload, 3)), ErrorCode::kInvalidArgument);  // < 2 x experts
+  EngineOptions o = moe_options(MoeStrategy::kCpu);
+  o.moe.cpu_layers = "1";
+  EXPECT_EQ(code_of(moe, o), ErrorCode::kInvalidArgument);
+  o = moe_options(MoeStrategy::kOffload);
+  o.moe.cpu_layers = "7,";  // no such layer
+  EXPECT_EQ(code_of(moe, o), ErrorCode::kInvalidArgument);
+  o = moe_options(MoeStrategy::kOffload);
+  o.gpu_memory_limit = 1 << 20;  // not even the dense weights + KV
+  EXPECT_EQ(code_of(moe, o), ErrorCode::kOutOfMemory);
+  EXPECT_EQ(code_of(dense, small_engine_options()), ErrorCode::kInternal);  // auto on a dense model loads
+}
+
+}  // namespace
+}  // namespace ft::testing

@@ -1,0 +1,158 @@
+// The `moe` block of GET /v1/stats and the freetoken_moe_* lines of /metrics, over a real Engine
+// (the demo model: 4 MoE layers of 8 experts) behind an in-process server: with offload and the
+// smallest cache (16 slots for 32 experts, so experts are evicted) the block reports per-layer and
+// total hits, misses, hit rate, bytes copied, CPU experts and slots, equal to the engine's own
+// counters and to /metrics; with fused the block is null and /metrics has no moe lines.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/engine_runner.h"
+#include "server_fixture.h"
+
+namespace ft::testing {
+namespace {
+
+/** The demo model on the CPU engine with `strategy`, served in-process on a free port. */
+class MoeServer {
+ public:
+  explicit MoeServer(MoeStrategy strategy) : template_(kChatMLTemplate, "", "<|im_end|>") {
+    signal(SIGPIPE, SIG_IGN);
+    const std::string path = write_demo_model();
+    EngineOptions eo;
+    eo.threads = 1;
+    eo.device = "cpu";
+    eo.page_size = 16;
+    eo.kv_tokens = 512;
+    eo.max_seqs = 2;
+    eo.max_logit_rows = 2;
+    eo.max_step_tokens = 66;
+    eo.moe.strategy = strategy;
+    if (strategy == MoeStrategy::kOffload) eo.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};
+    engine_ = Engine::load(path, eo);
+    std::filesystem::remove(path);
+    runner_ = std::make_unique<EngineRunner>(*engine_);
+    ServiceConfig sc;
+    sc.scheduler.max_running = 2;
+    sc.scheduler.max_prefill_tokens = 64;
+    sc.scheduler.max_seq_len = 256;
+    service_ = std::make_unique<EngineService>(*runner_, engine_->kv().pool(), sc);
+    server::ServerOptions so;
+    so.port = 0;
+    server::ServedModel sm;
+    sm.name = "demo";
+    sm.arch = "qwen3moe";
+    sm.vocab = &demo_vocab();
+    sm.chat_template = &template_;
+    sm.moe_report = [e = engine_.get()] { return e->moe_report(); };
+    http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
+    port_ = http_->bind();
+    thread_ = std::thread([this] { http_->serve(); });
+  }
+  ~MoeServer() {
+    http_->stop();
+    service_->shutdown(std::chrono::milliseconds(0));
+    thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    return c;
+  }
+  Engine& engine() { return *engine_; }
+
+ private:
+  ChatTemplate template_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<EngineRunner> runner_;
+  std::unique_ptr<EngineService> service_;
+  std::unique_ptr<server::HttpServer> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+void chat(httplib::Client& c, const std::string& text) {
+  const nlohmann::json body = {{"model", "demo"},
+                               {"messages", {{{"role", "user"}, {"content", text}}}},
+                               {"max_tokens", 12},
+                               {"temperature", 0},
+                               {"ignore_eos", true}};
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+}
+
+std::string metrics(httplib::Client& c) {
+  auto r = c.Get("/metrics");
+  EXPECT_TRUE(r);
+  return r ? r->body : "";
+}
+
+TEST(MoeStats, OffloadReportsTheCacheCounters) {
+  MoeServer s(MoeStrategy::kOffload);
+  auto c = s.client();
+  chat(c, "a first prompt for the expert cache");
+  chat(c, "and a second, different one");
+  auto r = c.Get("/v1/stats");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const nlohmann::json st = nlohmann::json::parse(r->body);
+  ASSERT_TRUE(st.contains("moe") && st["moe"].is_object()) << r->body;
+  const nlohmann::json& m = st["moe"];
+  const std::optional<MoeReport> want = s.engine().moe_report();  // idle now: the same counters
+  ASSERT_TRUE(want.has_value());
+  EXPECT_EQ(m["strategy"], "offload");
+  EXPECT_EQ(m["cache_slots"], 16);
+  EXPECT_EQ(m["slot_bytes"], want->slot_bytes);
+  EXPECT_EQ(m["hits"], want->total.hits);
+  EXPECT_EQ(m["misses"], want->total.misses);
+  EXPECT_EQ(m["bytes_copied"], want->total.bytes);
+  EXPECT_EQ(m["cpu_experts"], 0);
+  EXPECT_GT(want->total.misses, 16);  // more experts fetched than slots: evictions happened
+  EXPECT_GT(want->total.hits, 0);
+  EXPECT_EQ(want->total.bytes, want->total.misses * want->slot_bytes);
+  EXPECT_DOUBLE_EQ(m["hit_rate"].get<double>(),
+                   static_cast<double>(want->total.hits) / static_cast<double>(want->total.hits + want->total.misses));
+  ASSERT_EQ(m["layers"].size(), 4u);
+  int64_t hits = 0, misses = 0;
+  for (size_t l = 0; l < 4; ++l) {
+    const nlohmann::json& e = m["layers"][l];
+    EXPECT_EQ(e["layer"], static_cast<int64_t>(l));
+    EXPECT_EQ(e["mode"], "cache");
+    EXPECT_EQ(e["misses"], want->layers[l].stats.misses);
+    EXPECT_GE(e["misses"].get<int64_t>(), 8);  // the first prompt's prefill touches every expert
+    hits += e["hits"].get<int64_t>();
+    misses += e["misses"].get<int64_t>();
+  }
+  EXPECT_EQ(hits, want->total.hits);
+  EXPECT_EQ(misses, want->total.misses);
+
+  const std::string text = metrics(c);
+  EXPECT_NE(text.find("freetoken_moe_cache_slots 16\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("freetoken_moe_hits_total {}\n", want->total.hits)), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("freetoken_moe_misses_total {}\n", want->total.misses)), std::string::npos);
+  EXPECT_NE(text.find(fmt::format("freetoken_moe_bytes_copied_total {}\n", want->total.bytes)), std::string::npos);
+  EXPECT_NE(text.find("freetoken_moe_cpu_experts_total 0\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE freetoken_moe_hit_rate gauge\n"), std::string::npos);
+  EXPECT_NE(text.find(fmt::format("freetoken_moe_layer_misses_total{{layer=\"3\"}} {}\n", want->layers[3].stats.misses)),
+            std::string::npos)
+      << text;
+}
+
+TEST(MoeStats, FusedHasNoMoeBlock) {
+  MoeServer s(MoeStrategy::kFused);
+  auto c = s.client();
+  chat(c, "fused");
+  auto r = c.Get("/v1/stats");
+  ASSERT_TRUE(r);
+  const nlohmann::json st = nlohmann::json::parse(r->body);
+  ASSERT_TRUE(st.contains("moe"));
+  EXPECT_TRUE(st["moe"].is_null());
+  EXPECT_EQ(metrics(c).find("freetoken_moe_"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ft::testing
