@@ -1,6 +1,6 @@
 // `ft run --model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
-//  [--threads N] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N]`: one generation on the
-// CPU. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
+//  [--threads N] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N] [MoE flags, cli/moe_flags.h]`:
+// one generation. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
 // tokenizer.json), else (or with --print-ids) the generated ids, space-separated; then prefill and
 // decode speed on stderr. --logits-out writes float32 logits of every prompt
 // position, row-major [prompt_tokens, vocab].
