@@ -95,6 +95,12 @@ int main(int argc, char** argv) {
   Bench b{*ops, {}};
   const int64_t H = 2048, QD = 4096, E = 128, F = 768, k = 8, V = 151936;
   std::printf("| %-44s | %10s | %8s |\n|---|---|---|\n", "op (qwen3-30b-a3b shapes)", "us/call", "GB/s");
+  for (DType dt : {DType::BF16, DType::Q8_0, DType::Q4_K}) {  // past L2 (50 MB): bandwidth
+    Tensor w = b.weights(dt, {32768, 4096});
+    Tensor x = b.act({1, 4096}), y = b.dev(DType::BF16, {1, 32768});
+    const double us = b.time_us([&] { ops->matmul(x, w, y, Tensor()); }, iters);
+    row((std::string("matmul ") + dtype_name(dt) + " [32768x4096] T=1").c_str(), us, static_cast<double>(w.bytes()));
+  }
   for (DType dt : {DType::BF16, DType::Q8_0, DType::Q4_K}) {
     Tensor w = b.weights(dt, {QD, H});
     for (int64_t T : {1, 8}) {

@@ -94,8 +94,12 @@ TEST_P(CudaFixture, MatchesReferenceAndCpu) {
     int checked = 0, flipped = 0;
     std::string st_ref, st_tf, st_dec;
     const double e_ref = compare_rows(g.prompt_logits, c.logits, V, &checked, &flipped, &st_ref);
-    if (strict()) EXPECT_LE(e_ref, 2e-2);
-    if (strict()) EXPECT_EQ(flipped, 0) << "argmax differs from the reference at " << flipped << " of " << checked << " positions";
+    if (strict()) {
+      EXPECT_LE(e_ref, 2e-2);
+    }
+    if (strict()) {
+      EXPECT_EQ(flipped, 0) << "argmax differs from the reference at " << flipped << " of " << checked << " positions";
+    }
     // 2. teacher-forced on prompt + reference greedy tokens vs the CPU backend
     std::vector<int32_t> full = c.input_ids;
     full.insert(full.end(), c.greedy.begin(), c.greedy.end());
@@ -103,8 +107,12 @@ TEST_P(CudaFixture, MatchesReferenceAndCpu) {
     const auto cf = generate(*cpu, {greedy_request(full, 1)})[0];
     int checked2 = 0, flipped2 = 0;
     const double e_tf = compare_rows(gf.prompt_logits, cf.prompt_logits, V, &checked2, &flipped2, &st_tf);
-    if (strict()) EXPECT_LE(e_tf, 2e-2);
-    if (strict()) EXPECT_EQ(flipped2, 0) << "argmax differs from the CPU at " << flipped2 << " of " << checked2 << " positions";
+    if (strict()) {
+      EXPECT_LE(e_tf, 2e-2);
+    }
+    if (strict()) {
+      EXPECT_EQ(flipped2, 0) << "argmax differs from the CPU at " << flipped2 << " of " << checked2 << " positions";
+    }
     // 3. decode steps vs a CPU prefill of the tokens the GPU generated
     std::vector<int32_t> own = c.input_ids;
     own.insert(own.end(), g.tokens.begin(), g.tokens.end() - 1);
@@ -113,8 +121,12 @@ TEST_P(CudaFixture, MatchesReferenceAndCpu) {
                                   co.prompt_logits.end());
     int checked3 = 0, flipped3 = 0;
     const double e_dec = compare_rows(g.step_logits, tail, V, &checked3, &flipped3, &st_dec);
-    if (strict()) EXPECT_LE(e_dec, 2e-2);
-    if (strict()) EXPECT_EQ(flipped3, 0) << "decode argmax differs from the CPU at " << flipped3 << " of " << checked3;
+    if (strict()) {
+      EXPECT_LE(e_dec, 2e-2);
+    }
+    if (strict()) {
+      EXPECT_EQ(flipped3, 0) << "decode argmax differs from the CPU at " << flipped3 << " of " << checked3;
+    }
     int same = 0;
     for (size_t i = 0; i < c.greedy.size() && i < g.tokens.size(); ++i) same += g.tokens[i] == c.greedy[i];
     report("fixture " + tag(), c.name + " prompt vs reference (" + st_ref + ")", e_ref);
@@ -159,7 +171,9 @@ TEST_P(CudaFixture, IntermediatesTrackCpu) {
     const double all = rel_l2(dg[i].second, dc[i].second);
     report("layers " + tag(), c.name + " " + key.substr(0, key.rfind('/')) + " (max row " +
                                   std::to_string(worst).substr(0, 6) + ", " + st + ")", all);
-    if (strict()) EXPECT_LE(all, 5e-2) << key;
+    if (strict()) {
+      EXPECT_LE(all, 5e-2) << key;
+    }
   }
   }
 }

@@ -69,7 +69,7 @@ class CudaOps final : public Ops {
 
   /** Scratch regions: grown on demand (the first large call pays a cudaMalloc, which
    *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
-  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kMoe, kCub, kCount };
+  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kMoe, kCub, kQ8, kCount };
   void* scratch(Scratch slot, int64_t bytes);
   /** A small pinned host buffer (for index read-backs on eager prefill paths). */
   void* pinned(int64_t bytes);

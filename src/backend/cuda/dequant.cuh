@@ -241,12 +241,19 @@ struct Dq<DType::Q4_K> {
     const uint32_t dd = *reinterpret_cast<const uint32_t*>(b);
     const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xffff)));
     const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
-    uint8_t scales[12];
-    *reinterpret_cast<uint32_t*>(scales) = *reinterpret_cast<const uint32_t*>(b + 4);
-    *reinterpret_cast<uint32_t*>(scales + 4) = *reinterpret_cast<const uint32_t*>(b + 8);
-    *reinterpret_cast<uint32_t*>(scales + 8) = *reinterpret_cast<const uint32_t*>(b + 12);
+    const uint32_t w0 = *reinterpret_cast<const uint32_t*>(b + 4), w1 = *reinterpret_cast<const uint32_t*>(b + 8),
+                   w2 = *reinterpret_cast<const uint32_t*>(b + 12);
+    auto byte = [&](int i) {  // scale byte i without a local array (a run-time index would spill it)
+      const uint32_t w = i < 4 ? w0 : (i < 8 ? w1 : w2);
+      return static_cast<int>((w >> (8 * (i & 3))) & 0xff);
+    };
     int sc, m;
-    scale_min_k4(s, scales, sc, m);
+    if (s < 4) {
+      sc = byte(s) & 63, m = byte(s + 4) & 63;
+    } else {
+      sc = (byte(s + 4) & 15) | ((byte(s - 4) >> 6) << 4);
+      m = (byte(s + 4) >> 4) | ((byte(s) >> 6) << 4);
+    }
     const float d1 = d * i2f(sc), m1 = dmin * i2f(m);
     const uint8_t* q = b + 16 + 32 * (s >> 1);
     const uint4 u0 = ld16(q), u1 = ld16(q + 16);

@@ -27,6 +27,7 @@ void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_prob
   if (n_problems <= 0 || a.N <= 0) return;
   FT_CHECK(maxt == 1 || maxt == 8);
   FT_CHECK(!glu || (a.table && maxt == 1));
+  if (a.q8 && gemv_q8_supports(wt)) return launch_gemv_q8(wt, maxt, glu, a, n_problems, s);
   FT_DISPATCH_WEIGHT(wt, launch_gemv_t<WT>(maxt, glu, a, n_problems, s));
 }
 

@@ -34,11 +34,22 @@ struct GemvArgs {
   int64_t ldy = 0;
   const void* bias = nullptr;
   int bias_code = 0;
+  /** Device scratch of gemv_q8_scratch_bytes(activation rows, K) bytes for the integer-dot path
+   *  (Q4_0/Q8_0/Q4_K/Q6_K); null keeps the float decoder. */
+  void* q8 = nullptr;
 };
 
 /** Launches the GEMV for weight dtype `wt` (cuda_weight_type), `maxt` in {1, 8}, `glu` only with
  *  table mode and maxt 1. Throws kUnsupported for a K or address the vector loads cannot serve. */
 void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t stream);
+
+/** True when the integer-dot GEMV (gemv_q8.cu: Q4_0, Q8_0, Q4_K, Q6_K; activations quantized to int8
+ *  per 32 elements first) serves weight type `wt`. launch_gemv takes it when GemvArgs::q8 is set. */
+bool gemv_q8_supports(DType wt);
+/** Bytes of GemvArgs::q8 for `rows` activation rows of K elements. */
+int64_t gemv_q8_scratch_bytes(int64_t rows, int64_t K);
+/** That GEMV; same arguments as launch_gemv (called by it). */
+void launch_gemv_q8(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t stream);
 
 /** out[r, :] = decode(w[src_row(r), :]) for r < n_rows, src_row(r) = ids ? clamp(ids[r], 0, V-1) : row0 + r.
  *  w rows of `row_bytes` bytes holding K elements of `wt`; out F32 or BF16 with row stride ldo. */

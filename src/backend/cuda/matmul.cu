@@ -60,6 +60,7 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
     a.x = x, a.x_f32 = x_dtype == DType::F32, a.ldx = K, a.T = T;
     a.y = y, a.y_f32 = y_dtype == DType::F32, a.ldy = ldy;
     if (!bias.empty()) a.bias = bias.data, a.bias_code = cuda::float_code("matmul", "bias", bias.dtype);
+    if (cuda::gemv_q8_supports(w.dtype)) a.q8 = scratch(Scratch::kQ8, cuda::gemv_q8_scratch_bytes(T, K));
     const int maxt = T == 1 ? 1 : 8;
     cuda::launch_gemv(w.dtype, maxt, false, a, (T + maxt - 1) / maxt, stream_);
     return;

@@ -169,7 +169,11 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
         if (vec(t->dtype) && (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || t->row_bytes() % 16 != 0))
           fail(ErrorCode::kUnsupported, "moe_experts: expert {} {} weights are not 16-byte aligned", e,
                dtype_name(t->dtype));
+    void* q8 = nullptr;  // int8 activations for the integer-dot GEMV: T rows of H, then P rows of F
+    if (cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down))
+      q8 = scratch(Scratch::kQ8, std::max(cuda::gemv_q8_scratch_bytes(T, H), cuda::gemv_q8_scratch_bytes(P, F)));
     cuda::GemvArgs a;
+    a.q8 = q8;
     a.table = table, a.ids = ids.ptr<int32_t>(), a.n_expert = E;
     a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();
     a.x = x.data, a.x_f32 = x.dtype == DType::F32, a.ldx = H, a.x_div = static_cast<int>(k);
@@ -186,6 +190,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
       cuda::launch_swiglu_inplace(h, u, mid, P * F, stream_);
     }
     cuda::GemvArgs d;
+    d.q8 = q8;
     d.table = table, d.col_a = 2, d.ids = ids.ptr<int32_t>(), d.n_expert = E;
     d.N = H, d.K = F, d.row_bytes = bank.down[0].row_bytes();
     d.x = h, d.x_f32 = mid == DType::F32, d.ldx = F, d.x_div = 1;
