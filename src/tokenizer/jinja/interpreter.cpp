@@ -98,9 +98,21 @@ std::string Interpreter::render_body(const Body& body, const std::shared_ptr<Sco
   return buf;
 }
 
-std::string Interpreter::render_child(const Body& body, const std::shared_ptr<Scope>& parent) {
+std::string Interpreter::render_child(const Body& body, const std::shared_ptr<Scope>& parent, int* flow) {
   ScopeGuard child(std::make_shared<Scope>(parent));
-  return render_body(body, child.get());
+  std::string buf;
+  std::string* saved = out_;
+  out_ = &buf;
+  Flow f;
+  try {
+    f = exec_body(body, child.get());
+  } catch (...) {
+    out_ = saved;
+    throw;
+  }
+  out_ = saved;
+  if (flow) *flow = static_cast<int>(f);
+  return buf;
 }
 
 Interpreter::Flow Interpreter::exec_body(const Body& body, const std::shared_ptr<Scope>& scope) {
@@ -163,7 +175,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
       case StmtKind::kFor: return exec_for(s, scope, eval(*s.exprs[0], *scope), 0);
       case StmtKind::kSet: assign(s.target, eval(*s.exprs[0], *scope), *scope); return Flow::kNormal;
       case StmtKind::kSetBlock: {
-        Value text(render_child(s.bodies[0], scope));
+        int flow = 0;
+        Value text(render_child(s.bodies[0], scope, &flow));
+        if (static_cast<Flow>(flow) != Flow::kNormal) return static_cast<Flow>(flow);
         assign(s.target, s.filter ? eval_filter_chain(*s.filter, *scope, text) : text, *scope);
         return Flow::kNormal;
       }
@@ -180,7 +194,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
         return Flow::kNormal;
       }
       case StmtKind::kFilterBlock: {
-        Value text(render_child(s.bodies[0], scope));
+        int flow = 0;
+        Value text(render_child(s.bodies[0], scope, &flow));
+        if (static_cast<Flow>(flow) != Flow::kNormal) return static_cast<Flow>(flow);
         eval_filter_chain(*s.filter, *scope, text).append_to(*out_);
         return Flow::kNormal;
       }

@@ -66,8 +66,10 @@ class Interpreter {
   bool apply_test(const std::string& name, const Value& input, CallArgs& args);
   /** Renders a body with its own output buffer in `scope`; returns the text. */
   std::string render_body(const Body& body, const std::shared_ptr<Scope>& scope);
-  /** Renders a body in a fresh child scope of `parent` (emptied afterwards). */
-  std::string render_child(const Body& body, const std::shared_ptr<Scope>& parent);
+  /** Renders a body in a fresh child scope of `parent` (emptied afterwards). A {% break %} or
+   *  {% continue %} inside ({% set %}/{% filter %} blocks are inlined in jinja2's generated code, so
+   *  they reach the enclosing loop) is returned through `flow` when given. */
+  std::string render_child(const Body& body, const std::shared_ptr<Scope>& parent, int* flow = nullptr);
   /** Runs a for statement over `iterable` (used by recursive loops: loop(children)). */
   std::string render_loop(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
 

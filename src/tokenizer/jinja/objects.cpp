@@ -73,7 +73,7 @@ std::string LoopContext::str() const {
 }
 
 Value Macro::get_attr(const std::string& name) const {
-  if (name == "name") return Value(def_->name);
+  if (name == "name") return def_->name.empty() ? Value::none() : Value(def_->name);
   if (name == "arguments") {
     std::vector<Value> a;
     for (const auto& p : def_->params) a.emplace_back(p);
@@ -106,10 +106,14 @@ Value Macro::call(Interpreter& in, CallArgs& args) const {
       if (bound[k]) raise(ErrorKind::kTypeError, "macro '{}' got multiple values for argument '{}'", def_->name, kv.first);
       scope->set(params[k], kv.second);
       bound[k] = true;
-    } else if (kv.first == "caller") {
+    } else if (kv.first == "caller" && def_->uses_caller) {
       caller = kv.second;
     } else if (def_->uses_kwargs) {
       extra_kw->set(Value(kv.first), kv.second);
+    } else if (kv.first == "caller") {
+      raise(ErrorKind::kTypeError,
+            "macro '{}' was invoked with two values for the special caller argument. This is most likely a bug.",
+            def_->name);
     } else {
       raise(ErrorKind::kTypeError, "macro '{}' takes no keyword argument '{}'", def_->name, kv.first);
     }
@@ -125,11 +129,12 @@ Value Macro::call(Interpreter& in, CallArgs& args) const {
     scope->set("varargs", Value::tuple(std::move(rest)));
   }
   if (def_->uses_kwargs) scope->set("kwargs", Value::dict(extra_kw));
-  if (def_->uses_caller || !caller.is_undefined()) scope->set("caller", caller);
+  if (def_->uses_caller)
+    scope->set("caller", caller.is_undefined() ? Value::undefined_hint("No caller defined") : caller);
   return Value(in.render_body(*body_, scope));
 }
 
-std::string Macro::str() const { return "<Macro '" + def_->name + "'>"; }
+std::string Macro::str() const { return def_->name.empty() ? "<Macro anonymous>" : "<Macro '" + def_->name + "'>"; }
 
 Value BoundMethod::call(Interpreter& in, CallArgs& args) const { return ::ft::jinja::call_method(in, self_, name_, args); }
 

@@ -249,10 +249,10 @@ StmtPtr Parser::parse_macro() {
 StmtPtr Parser::parse_call_block() {
   auto s = std::make_unique<Stmt>(StmtKind::kCallBlock, next().line);
   if (is_op(Op::kLParen)) {
-    s->macro = parse_signature("caller");
+    s->macro = parse_signature("");  // anonymous, as jinja2 names a call block's caller
   } else {
     s->macro = std::make_unique<MacroDef>();
-    s->macro->name = "caller";
+    s->macro->name = "";
   }
   ExprPtr call = parse_expression(true);
   if (call->kind != ExprKind::kCall) fail(s->line, "expected call");
@@ -350,10 +350,9 @@ void Parser::scan_body(const Body& body, MacroDef& m) {
   for (const auto& s : body) {
     for (const auto& e : s->exprs) scan_expr(e.get(), m);
     scan_expr(s->filter.get(), m);
-    if (s->kind == StmtKind::kMacro || s->kind == StmtKind::kCallBlock) {
+    // jinja2's UndeclaredNameVisitor also walks nested macro and call-block bodies.
+    if (s->macro)
       for (const auto& d : s->macro->defaults) scan_expr(d.get(), m);
-      continue;  // a nested macro's own body does not make this macro take extra arguments
-    }
     for (const auto& b : s->bodies) scan_body(b, m);
   }
 }
