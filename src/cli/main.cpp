@@ -28,10 +28,12 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   ft::cli::Action action;
+  ft::cli::add_bench_command(app, action);
   ft::cli::add_inspect_command(app, action);
   ft::cli::add_run_command(app, action);
   ft::cli::add_serve_command(app, action);
   ft::cli::add_tokenize_command(app, action);
+  ft::cli::add_template_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -23,6 +23,7 @@
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/model_template.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -52,35 +53,6 @@ struct ServeFlags {
   int shutdown_grace_s = 5;
   MoeFlags moe;
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::kNotFound, "--chat-template {}: cannot read the file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Vocab load_vocab(const Checkpoint& ck) {
-  if (ck.format() == "gguf") return Vocab::from_gguf_metadata(ck.metadata());
-  const fs::path tj = fs::path(ck.path()) / "tokenizer.json";
-  if (!fs::exists(tj)) fail(ErrorCode::kNotFound, "{}: no tokenizer.json next to the model", ck.path());
-  return Vocab::from_hf_file(tj.string());
-}
-
-std::string token_text(const Vocab& v, int32_t id) { return id >= 0 && id < v.n_tokens() ? v.token(id).text : ""; }
-
-/** --chat-template, else the checkpoint's own template, else ChatML. Returns (source, where it came from). */
-std::pair<std::string, std::string> load_template(const ServeFlags& f, const Checkpoint& ck) {
-  if (!f.chat_template.empty()) return {read_text_file(f.chat_template), f.chat_template};
-  if (ck.format() == "gguf") {
-    auto it = ck.metadata().find("tokenizer.chat_template");
-    if (it != ck.metadata().end() && it->is_string()) return {it->get<std::string>(), "the GGUF metadata"};
-  } else if (auto t = find_chat_template(ck.path())) {
-    return {*t, "the model folder"};
-  }
-  return {kChatMLTemplate, "built-in ChatML (the model has none)"};
-}
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -147,9 +119,10 @@ int run_serve(const ServeFlags& f) {
 
   const Checkpoint& ck = engine->checkpoint();
   const ModelConfig& mc = engine->config();
-  Vocab vocab = load_vocab(ck);
-  auto [template_src, template_from] = load_template(f, ck);
-  ChatTemplate chat_template(template_src, token_text(vocab, vocab.bos()), token_text(vocab, vocab.eos()));
+  Vocab vocab = Vocab::from_checkpoint(ck);
+  const ModelTemplate tmpl = model_chat_template(ck, vocab, f.chat_template);
+  const std::string& template_from = tmpl.origin;
+  ChatTemplate chat_template(tmpl.source, tmpl.bos_token, tmpl.eos_token);
 
   int64_t n_params = 0, weight_bytes = 0;
   for (const TensorInfo& t : ck.tensors()) {

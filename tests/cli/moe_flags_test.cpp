@@ -20,9 +20,15 @@ const Fixture& fixture() {
     x.dir = testing::shared_dir() + "/fixtures/hf/qwen3_moe_64e";
     const auto ref = nlohmann::json::parse(testing::read_file(x.dir + "/reference.json"));
     const auto& c = ref.at("cases")[0];
-    for (int32_t id : c.at("input_ids").get<std::vector<int32_t>>()) x.ids += (x.ids.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : c.at("input_ids").get<std::vector<int32_t>>()) {
+      if (!x.ids.empty()) x.ids += ',';
+      x.ids += std::to_string(id);
+    }
     const auto g = c.at("greedy_new_tokens").get<std::vector<int32_t>>();
-    for (size_t i = 0; i < 8; ++i) x.greedy += (i ? " " : "") + std::to_string(g[i]);
+    for (size_t i = 0; i < 8; ++i) {
+      if (i) x.greedy += ' ';
+      x.greedy += std::to_string(g[i]);
+    }
     return x;
   }();
   return f;

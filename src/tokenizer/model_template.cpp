@@ -1,0 +1,55 @@
+#include "tokenizer/model_template.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "formats/checkpoint.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+std::optional<std::string> token_text(const Vocab& v, int32_t id) {
+  if (id < 0 || id >= v.n_tokens()) return std::nullopt;
+  return v.token(id).text;
+}
+
+}  // namespace
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorCode::kNotFound, "{}: cannot read file", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ModelTemplate model_chat_template(const Checkpoint& checkpoint, const Vocab& vocab, const std::string& override_file) {
+  ModelTemplate t;
+  t.bos_token = token_text(vocab, vocab.bos());
+  t.eos_token = token_text(vocab, vocab.eos());
+  if (!override_file.empty()) {
+    t.source = read_text_file(override_file);
+    t.origin = override_file;
+    return t;
+  }
+  if (checkpoint.format() == "gguf") {
+    auto it = checkpoint.metadata().find("tokenizer.chat_template");
+    if (it != checkpoint.metadata().end() && it->is_string()) {
+      t.source = it->get<std::string>();
+      t.origin = "the GGUF metadata";
+      return t;
+    }
+  } else if (auto found = find_chat_template(checkpoint.path())) {
+    t.source = *found;
+    t.origin = "the model folder";
+    return t;
+  }
+  t.source = kChatMLTemplate;
+  t.origin = "built-in ChatML (the model has none)";
+  return t;
+}
+
+}  // namespace ft
