@@ -259,6 +259,23 @@ TEST(Jinja, MarkupEscapesWhatIsAddedToIt) {
   EXPECT_EQ(R("{{ ('<'|safe + 'x')|trim + '<' }}{{ '<'|safe ~ '<' }}{{ '<b>'|e }}"), "<x&lt;<<&lt;b&gt;");
 }
 
+TEST(Jinja, Jinja2QuirksKept) {
+  // Constant folding: jinja2 writes the folded "-2" into its generated Python, where -2 ** n is -(2 ** n).
+  EXPECT_EQ(R("{{ -2 ** n }}|{{ -2 ** 2 }}|{{ (-2) ** n }}", R"({"n": 2})"), "-4|4|-4");
+  // Slices bypass the sandbox at run time (TypeError) but literal slices are folded through it (undefined).
+  EXPECT_EQ(E("{{ n[1:] }}", R"({"n": 2})").message(), "'int' object is not subscriptable");
+  EXPECT_EQ(R("{{ 5[1:] }}|{{ 'abc'[1:] }}"), "|bc");
+  // range() is a range object: printed as such, not JSON-serializable, sliceable into a range.
+  EXPECT_EQ(R("{{ range(3) }}|{{ range(1, 10, 3)[1:] }}|{{ range(3)|list }}"), "range(0, 3)|range(4, 10, 3)|[0, 1, 2]");
+  EXPECT_EQ(E("{{ range(3)|tojson }}").message(), "Object of type range is not JSON serializable");
+  // A call block passes `caller`: into **kwargs when the macro reads kwargs but not caller, else an error.
+  EXPECT_EQ(R("{% macro m() %}{{ kwargs }}{% endmacro %}{% call m() %}x{% endcall %}"), "{'caller': <Macro anonymous>}");
+  EXPECT_EQ(E("{% macro m() %}{% endmacro %}{% call m() %}{% endcall %}").kind(), ErrorKind::kTypeError);
+  // {% set %} blocks are inlined: a break inside one leaves the enclosing loop.
+  EXPECT_EQ(R("{% for i in [1, 2, 3] %}{% set x %}{{ i }}{% if i == 2 %}{% break %}{% endif %}{% endset %}{{ x }}{% endfor %}"),
+            "1");
+}
+
 TEST(Jinja, StrftimeNowReadsThePinnedClock) {
   EXPECT_EQ(R("{{ strftime_now('%Y-%m-%d %A %B %d %j %H:%M:%S') }}"), "2026-11-30 Monday November 30 334 09:05:07");
   EXPECT_EQ(R("{{ strftime_now('%d %b %Y') }}"), "30 Nov 2026");
