@@ -239,26 +239,30 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
   }
 }
 
-/** Merges the split partials of each (token, head): one warp per query row. */
+/** Merges the split partials of each (token, head): one block per query row. The split weights
+ *  exp(m_s - M) and the total L go through shared memory; then each thread sums its head dims over
+ *  the splits (independent loads, so they overlap instead of queueing one by one). */
 __global__ void attention_combine_kernel(const float* part, int n_split, int64_t rows, int D, void* out,
                                          bool out_f32) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (r >= rows) return;
-  float M = -INFINITY;
-  for (int s = 0; s < n_split; ++s) M = fmaxf(M, part[(s * rows + r) * (D + 2)]);
-  float L = 0.0f;
-  for (int s = 0; s < n_split; ++s) {
+  extern __shared__ float wsplit[];  // [n_split]
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < n_split; s += blockDim.x) mx = fmaxf(mx, part[(s * rows + r) * (D + 2)]);
+  mx = block_max(mx, red);
+  float l = 0.0f;
+  for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
     const float* pp = part + (s * rows + r) * (D + 2);
-    if (pp[0] != -INFINITY) L += pp[1] * __expf(pp[0] - M);
+    const float w = pp[0] == -INFINITY ? 0.0f : __expf(pp[0] - mx);
+    wsplit[s] = w;
+    l += w * pp[1];
   }
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int d = lane; d < D; d += 32) {
+  l = block_sum(l, red);  // its barriers also publish wsplit[]
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.0f;
-    for (int s = 0; s < n_split; ++s) {
-      const float* pp = part + (s * rows + r) * (D + 2);
-      if (pp[0] != -INFINITY) acc += pp[2 + d] * __expf(pp[0] - M);
-    }
+#pragma unroll 4
+    for (int s = 0; s < n_split; ++s) acc = fmaf(wsplit[s], part[(s * rows + r) * (D + 2) + 2 + d], acc);
     if (out_f32) static_cast<float*>(out)[r * D + d] = acc * inv;
     else static_cast<bf16*>(out)[r * D + d] = __float2bfloat16_rn(acc * inv);
   }
@@ -316,7 +320,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   a.nt = batch.n_tokens == batch.n_seqs ? 1 : std::max(1, cuda::kRows / a.hc);
   const int64_t token_blocks = (T + a.nt - 1) / a.nt;
   const int64_t base = token_blocks * G * a.n_hchunks;
-  const int64_t target = 2LL * sm_count_;
+  const int64_t target = 4LL * sm_count_;  // enough blocks to keep every SM's loads in flight
   const int64_t kv_len = std::max<int64_t>(batch.max_kv_len, 1);
   int64_t n_split = 1;
   if (base < target && kv_len > 2 * cuda::kTile)
@@ -335,8 +339,10 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   else cuda::launch_attention<8>(a, grid, smem, stream_);
   if (a.n_split > 1) {
     const int64_t rows = T * H;
-    cuda::attention_combine_kernel<<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream_>>>(
-        a.part, a.n_split, rows, a.D, out.data, a.out_f32);
+    // weights rounded up to whole float4s: the unrolled merge loop reads them four at a time
+    const size_t wbytes = static_cast<size_t>((a.n_split + 3) / 4 * 4) * 4;
+    cuda::attention_combine_kernel<<<static_cast<unsigned>(rows), 128, wbytes, stream_>>>(a.part, a.n_split, rows,
+                                                                                          a.D, out.data, a.out_f32);
     FT_CUDA_LAUNCH_CHECK();
   }
 }
