@@ -1,5 +1,6 @@
 #include "formats/gguf_writer.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -70,8 +71,8 @@ void GgufWriter::add(const std::string& key, GgufValue value) {
   kvs_.push_back(GgufKV{key, std::move(value)});
 }
 
-void GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape, const void* data,
-                            int64_t bytes) {
+void GgufWriter::check_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape,
+                              int64_t bytes) const {
   for (const auto& t : tensors_)
     if (t.name == name) fail(ErrorCode::kInvalidArgument, "GGUF writer: duplicate tensor {}", name);
   if (!dtype_is_gguf(type)) fail(ErrorCode::kInvalidArgument, "GGUF writer: {}: {} has no GGUF type id", name, dtype_name(type));
@@ -89,11 +90,22 @@ void GgufWriter::add_tensor(const std::string& name, DType type, const std::vect
   if (bytes != expect)
     fail(ErrorCode::kInvalidArgument, "GGUF writer: {}: {} bytes given, {} {} elements need {}", name, bytes, numel,
          dtype_name(type), expect);
-  const auto* p = static_cast<const uint8_t*>(data);
-  tensors_.push_back(Tensor{name, type, shape, std::vector<uint8_t>(p, p + bytes)});
 }
 
-std::string GgufWriter::serialize() const {
+void GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape, const void* data,
+                            int64_t bytes) {
+  check_tensor(name, type, shape, bytes);
+  const auto* p = static_cast<const uint8_t*>(data);
+  tensors_.push_back(Tensor{name, type, shape, std::vector<uint8_t>(p, p + bytes), nullptr, bytes});
+}
+
+void GgufWriter::add_tensor_ref(const std::string& name, DType type, const std::vector<int64_t>& shape,
+                                const void* data, int64_t bytes) {
+  check_tensor(name, type, shape, bytes);
+  tensors_.push_back(Tensor{name, type, shape, {}, static_cast<const uint8_t*>(data), bytes});
+}
+
+std::string GgufWriter::header() const {
   std::string out;
   out.append("GGUF", 4);
   put<uint32_t>(out, version_);
@@ -111,21 +123,32 @@ std::string GgufWriter::serialize() const {
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) put<uint64_t>(out, static_cast<uint64_t>(*it));
     put<uint32_t>(out, static_cast<uint32_t>(t.type));
     put<uint64_t>(out, offset);
-    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += (static_cast<uint64_t>(t.bytes) + alignment_ - 1) / alignment_ * alignment_;
   }
   pad_to(out, alignment_);
+  return out;
+}
+
+std::string GgufWriter::serialize() const {
+  std::string out = header();
   for (const auto& t : tensors_) {
-    out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+    out.append(reinterpret_cast<const char*>(t.ptr()), static_cast<size_t>(t.bytes));
     pad_to(out, alignment_);
   }
   return out;
 }
 
 void GgufWriter::write(const std::string& path) const {
-  std::string bytes = serialize();
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) fail(ErrorCode::kIo, "{}: cannot open for writing: {}", path, std::strerror(errno));
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const std::string head = header();
+  f.write(head.data(), static_cast<std::streamsize>(head.size()));
+  const char zeros[64] = {};
+  for (const auto& t : tensors_) {
+    f.write(reinterpret_cast<const char*>(t.ptr()), static_cast<std::streamsize>(t.bytes));
+    int64_t pad = (alignment_ - t.bytes % alignment_) % alignment_;
+    for (; pad > 0; pad -= 64) f.write(zeros, static_cast<std::streamsize>(std::min<int64_t>(pad, 64)));
+  }
   f.close();
   if (!f) fail(ErrorCode::kIo, "{}: write failed: {}", path, std::strerror(errno));
 }

@@ -24,8 +24,13 @@ class GgufWriter {
    *  a non-GGUF dtype, more than 4 dims, a last dim that is not a whole number of blocks, or a wrong byte count. */
   void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape, const void* data,
                   int64_t bytes);
+  /** Like add_tensor, but keeps a pointer to `data` instead of a copy (for multi-GB tensors): the
+   *  caller keeps the bytes alive and unchanged until write()/serialize() returns. */
+  void add_tensor_ref(const std::string& name, DType type, const std::vector<int64_t>& shape, const void* data,
+                      int64_t bytes);
 
-  /** Writes the file. Throws ft::Error(kIo) if it cannot be written. */
+  /** Writes the file, streaming tensor data (no copy of the whole file in memory). Throws
+   *  ft::Error(kIo) if it cannot be written. */
   void write(const std::string& path) const;
   /** The file's bytes (what write() writes). */
   std::string serialize() const;
@@ -35,8 +40,15 @@ class GgufWriter {
     std::string name;
     DType type;
     std::vector<int64_t> shape;  // row-major
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> data;    // owned bytes (add_tensor)
+    const uint8_t* ref = nullptr;  // borrowed bytes (add_tensor_ref)
+    int64_t bytes = 0;
+    const uint8_t* ptr() const { return ref ? ref : data.data(); }
   };
+  /** Checks a tensor's name, type, shape and byte count (add_tensor's rules). */
+  void check_tensor(const std::string& name, DType type, const std::vector<int64_t>& shape, int64_t bytes) const;
+  /** Everything before the first tensor's data (header, metadata, tensor infos, padding). */
+  std::string header() const;
   uint32_t version_;
   uint32_t alignment_ = 32;
   std::vector<GgufKV> kvs_;

@@ -1,0 +1,212 @@
+// `ft bench (--model PATH | --model-preset NAME --dummy-weights [--weight-type T] [--dummy-layers N]
+//  [--dummy-router-skew S] [--seed N]) [--prompt-tokens N] [--gen-tokens N] [--batch 1,8,32]
+//  [--device cpu|cuda|auto] [--activations f32|bf16] [--json] [MoE flags]`: prefill and decode
+// throughput per batch size, weight bandwidth and peak memory (engine/benchmark.h). Also
+// `--write-gguf FILE` (write the synthetic model as GGUF for llama.cpp, then exit) and
+// `--list-presets`.
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda_factory.h"
+#include "backend/device.h"
+#include "cli/commands.h"
+#include "cli/moe_flags.h"
+#include "engine/benchmark.h"
+#include "engine/engine.h"
+#include "engine/model_presets.h"
+#include "engine/synthetic_checkpoint.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string preset;
+  bool dummy = false;
+  std::string weight_type = "bf16";
+  int64_t dummy_layers = 0;
+  double router_skew = 0;
+  uint64_t seed = 0;
+  std::string write_gguf;
+  bool list_presets = false;
+  int64_t prompt_tokens = 512;
+  int64_t gen_tokens = 128;
+  std::string batches = "1";
+  std::string device = "auto";
+  std::string activations = "f32";
+  int threads = 0;
+  int32_t page_size = 64;
+  int64_t max_prefill_tokens = 8192;
+  int64_t warmup_steps = 3;
+  int64_t route_sample_steps = 4;
+  int64_t copy_mib = 0;
+  bool json = false;
+  MoeFlags moe;
+};
+
+std::vector<int32_t> parse_batches(const std::string& text) {
+  std::vector<int32_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 1 || v > 4096)
+      fail(ErrorCode::kInvalidArgument, "--batch: '{}' is not a batch size (1..4096)", item);
+    out.push_back(static_cast<int32_t>(v));
+  }
+  if (out.empty()) fail(ErrorCode::kInvalidArgument, "--batch: no batch sizes in '{}'", text);
+  return out;
+}
+
+void list_presets() {
+  std::printf("%-18s %-10s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %8s %8s  %s\n", "preset", "arch", "runnable",
+              "layers", "hidden", "heads", "kv", "hdim", "experts", "top", "ffn_e", "vocab", "params", "active",
+              "source");
+  for (const ModelPreset& p : model_presets())
+    std::printf("%-18s %-10s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %7.1fB %7.2fB  %s\n",
+                p.name.c_str(), p.gguf_arch.c_str(), p.runnable ? "yes" : "no", static_cast<long long>(p.n_layer),
+                static_cast<long long>(p.n_embd), static_cast<long long>(p.n_head), static_cast<long long>(p.n_head_kv),
+                static_cast<long long>(p.head_dim), static_cast<long long>(p.n_expert),
+                static_cast<long long>(p.n_expert_used), static_cast<long long>(p.n_ff_exp),
+                static_cast<long long>(p.n_vocab), static_cast<double>(p.total_params()) / 1e9,
+                static_cast<double>(p.active_params()) / 1e9, p.hf_id.empty() ? "test" : p.hf_id.c_str());
+}
+
+std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
+  SyntheticSpec spec;
+  spec.preset = a.preset;
+  spec.weight_type = parse_synthetic_weight_type(a.weight_type);
+  spec.n_layer = a.dummy_layers;
+  spec.router_skew = a.router_skew;
+  spec.seed = a.seed;
+  spec.threads = a.threads;
+  return std::make_unique<SyntheticCheckpoint>(spec);
+}
+
+int bench(const BenchArgs& a) {
+  if (a.list_presets) {
+    list_presets();
+    return 0;
+  }
+  const bool synthetic = !a.preset.empty();
+  if (synthetic == !a.model.empty())
+    fail(ErrorCode::kInvalidArgument, "give exactly one of --model PATH or --model-preset NAME --dummy-weights");
+  if (synthetic && !a.dummy)
+    fail(ErrorCode::kInvalidArgument, "--model-preset {} needs --dummy-weights (a preset has shapes, not weights)",
+         a.preset);
+  if (!synthetic && a.dummy) fail(ErrorCode::kInvalidArgument, "--dummy-weights needs --model-preset NAME");
+  if (!a.write_gguf.empty()) {
+    if (!synthetic) fail(ErrorCode::kInvalidArgument, "--write-gguf writes a synthetic model: give --model-preset");
+    auto ckpt = make_synthetic(a);
+    ckpt->write_gguf(a.write_gguf);
+    std::printf("%s: %s, %zu tensors\n", a.write_gguf.c_str(), ckpt->path().c_str(), ckpt->tensors().size());
+    return 0;
+  }
+  if (a.activations != "f32" && a.activations != "bf16")
+    fail(ErrorCode::kInvalidArgument, "--activations must be f32 or bf16 (got '{}')", a.activations);
+  if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")
+    fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", a.device);
+  if (a.copy_mib < 0) fail(ErrorCode::kInvalidArgument, "--copy-mib {} must be >= 0", a.copy_mib);
+
+  BenchOptions bo;
+  bo.prompt_tokens = a.prompt_tokens;
+  bo.gen_tokens = a.gen_tokens;
+  bo.batches = parse_batches(a.batches);
+  bo.warmup_steps = a.warmup_steps;
+  bo.route_sample_steps = a.route_sample_steps;
+  bo.max_prefill_tokens = a.max_prefill_tokens;
+  bo.copy_bytes = a.copy_mib << 20;
+  bo.threads = a.threads;
+  bo.seed = a.seed;
+  EngineOptions eo;
+  apply_moe_flags(a.moe, eo);
+  eo.threads = a.threads;
+  eo.page_size = a.page_size;
+  eo.device = a.device;
+  plan_bench_engine(bo, eo);
+
+  const bool cuda = a.device == "cuda" || (a.device == "auto" && cuda_device_count() > 0);
+  if (cuda) bo.device_free_before = cuda_free_memory(0);
+  std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
+  std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0, a.activations == "bf16" ? DType::BF16 : DType::F32)
+                                  : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.threads));
+  Engine engine(std::move(ckpt), std::move(ops), eo);
+  const BenchReport report = run_bench(engine, bo);
+  if (a.json) {
+    nlohmann::json j = bench_json(report);
+    if (synthetic) {
+      const auto& s = static_cast<const SyntheticCheckpoint&>(engine.checkpoint());
+      j["synthetic"] = {{"preset", s.preset().name},
+                        {"weight_type", dtype_name(s.spec().weight_type)},
+                        {"layers", s.n_layer()},
+                        {"router_skew", s.spec().router_skew},
+                        {"seed", s.spec().seed},
+                        {"generate_s", s.generate_seconds()}};
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::fputs(bench_table(report).c_str(), stdout);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill/decode throughput, weight bandwidth and memory");
+  cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder");
+  const char* s = "Synthetic model";
+  cmd->add_option("--model-preset", args->preset, "Real shapes of a known model (see --list-presets)")->group(s);
+  cmd->add_flag("--dummy-weights", args->dummy, "Random weights for --model-preset (deterministic per --seed)")->group(s);
+  cmd->add_option("--weight-type", args->weight_type, "Weight type of the synthetic matrices (bf16, q8_0, q4_k, ...)")
+      ->capture_default_str()
+      ->group(s);
+  cmd->add_option("--dummy-layers", args->dummy_layers, "Layers of the synthetic model (0 = the preset's)")
+      ->capture_default_str()
+      ->group(s);
+  cmd->add_option("--dummy-router-skew", args->router_skew,
+                  "Zipf exponent of expert popularity per layer (0 = uniform routing)")
+      ->capture_default_str()
+      ->group(s);
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and the benchmark's token ids")
+      ->capture_default_str()
+      ->group(s);
+  cmd->add_option("--write-gguf", args->write_gguf, "Write the synthetic model to this GGUF file and exit")->group(s);
+  cmd->add_flag("--list-presets", args->list_presets, "List the model presets and exit")->group(s);
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt tokens per sequence (prefill)")->capture_default_str();
+  cmd->add_option("--gen-tokens", args->gen_tokens, "Timed decode steps per batch size")->capture_default_str();
+  cmd->add_option("--batch", args->batches, "Batch sizes: sequences decoded together, e.g. 1,8,32")
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
+  cmd->add_option("--activations", args->activations, "CUDA activation dtype: f32 or bf16")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", args->warmup_steps, "Untimed decode steps before each batch size")
+      ->capture_default_str();
+  cmd->add_option("--route-sample-steps", args->route_sample_steps,
+                  "Untimed decode steps whose routed experts are counted (0 = assume uniform routing)")
+      ->capture_default_str();
+  cmd->add_option("--copy-mib", args->copy_mib, "Size of the bandwidth-probe copy in MiB (0 = 1024 CUDA, 256 CPU)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
+  add_moe_flags(cmd, args->moe);
+  cmd->callback([args, &action] { action = [args] { return bench(*args); }; });
+}
+
+}  // namespace ft::cli

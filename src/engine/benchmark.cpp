@@ -1,0 +1,361 @@
+#include "engine/benchmark.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "backend/device.h"
+#include "engine/route_stats.h"
+#include "engine/synthetic_weights.h"
+#include "kv/page_pool.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+bool is_routed_expert(const std::string& name) {
+  return contains(name, "_exps.") || (contains(name, ".experts.") && !contains(name, "shared_expert"));
+}
+
+bool is_embedding(const std::string& name) { return name == "token_embd.weight" || name == "model.embed_tokens.weight"; }
+
+/** Layer index of "blk.N.*" or "model.layers.N.*", -1 otherwise. */
+int64_t layer_of(const std::string& name) {
+  for (const char* prefix : {"blk.", "model.layers."}) {
+    const size_t n = std::strlen(prefix);
+    if (name.compare(0, n, prefix) == 0 && name.size() > n && std::isdigit(static_cast<unsigned char>(name[n])))
+      return std::stoll(name.substr(n));
+  }
+  return -1;
+}
+
+int64_t max_batch(const BenchOptions& o) {
+  return o.batches.empty() ? 0 : *std::max_element(o.batches.begin(), o.batches.end());
+}
+
+/** Fills report fields that depend only on the checkpoint. */
+void weight_accounting(const Engine& engine, BenchReport& r) {
+  const Checkpoint& ckpt = engine.checkpoint();
+  const bool tied = !ckpt.find("output.weight") && !ckpt.find("lm_head.weight");
+  std::map<int64_t, int64_t> expert_bytes;  // layer -> routed bytes
+  std::map<DType, int64_t> by_type;
+  for (const TensorInfo& t : ckpt.tensors()) {
+    r.weight_bytes += t.bytes;
+    by_type[t.dtype] += t.bytes;
+    if (is_routed_expert(t.name)) {
+      r.routed_expert_bytes += t.bytes;
+      expert_bytes[layer_of(t.name)] += t.bytes;
+    } else if (is_embedding(t.name) && !tied) {
+      r.embedding_row_bytes = t.shape.empty() ? 0 : t.bytes / t.shape[0];
+    } else {
+      r.dense_bytes += t.bytes;
+    }
+  }
+  const int64_t E = std::max<int64_t>(engine.config().n_expert, 1);
+  for (const auto& [layer, bytes] : expert_bytes) r.expert_bytes_all_layers += bytes / E;
+  DType best = DType::F32;
+  int64_t most = -1;
+  for (const auto& [t, bytes] : by_type)
+    if (bytes > most) most = bytes, best = t;
+  r.weight_type = dtype_name(best);
+}
+
+}  // namespace
+
+void plan_bench_engine(const BenchOptions& o, EngineOptions& eo) {
+  if (o.prompt_tokens < 1) fail(ErrorCode::kInvalidArgument, "--prompt-tokens {} must be >= 1", o.prompt_tokens);
+  if (o.gen_tokens < 0) fail(ErrorCode::kInvalidArgument, "--gen-tokens {} must be >= 0", o.gen_tokens);
+  if (o.warmup_steps < 0 || o.route_sample_steps < 0)
+    fail(ErrorCode::kInvalidArgument, "--warmup-steps {} and route sample steps {} must be >= 0", o.warmup_steps,
+         o.route_sample_steps);
+  if (o.max_prefill_tokens < 1)
+    fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", o.max_prefill_tokens);
+  if (o.batches.empty()) fail(ErrorCode::kInvalidArgument, "--batch: no batch sizes given");
+  for (int32_t b : o.batches)
+    if (b < 1) fail(ErrorCode::kInvalidArgument, "--batch: batch size {} must be >= 1", b);
+  const int64_t B = max_batch(o), page = std::max<int32_t>(eo.page_size, 1);
+  const int64_t per_seq = o.prompt_tokens + o.gen_tokens + o.route_sample_steps + 1;
+  const int64_t warm = std::min<int64_t>(o.prompt_tokens, 512) + o.warmup_steps + 1;
+  eo.kv_tokens = B * ((std::max(per_seq, warm) + page - 1) / page) * page;
+  eo.max_seqs = static_cast<int32_t>(B);
+  eo.max_logit_rows = B;
+  eo.max_step_tokens = std::max(B, std::min(o.max_prefill_tokens, B * o.prompt_tokens));
+}
+
+int64_t peak_host_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads) {
+  if (bytes < 1) fail(ErrorCode::kInvalidArgument, "copy bandwidth probe: {} bytes", bytes);
+  const int reps = 5;
+  double best = 0;
+  if (ops.device() == Device::kCpu) {
+    Buffer a = Buffer::host(bytes), b = Buffer::host(bytes);
+    std::memset(a.data(), 1, static_cast<size_t>(bytes));
+    std::memset(b.data(), 0, static_cast<size_t>(bytes));
+    const int n = std::max(1, threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+    auto copy = [&] {
+      std::vector<std::thread> pool;
+      const int64_t part = (bytes + n - 1) / n;
+      for (int i = 0; i < n; ++i) {
+        const int64_t off = i * part, len = std::min(part, bytes - off);
+        if (len <= 0) break;
+        pool.emplace_back([&, off, len] {
+          std::memcpy(static_cast<uint8_t*>(b.data()) + off, static_cast<uint8_t*>(a.data()) + off,
+                      static_cast<size_t>(len));
+        });
+      }
+      for (std::thread& t : pool) t.join();
+    };
+    copy();
+    for (int i = 0; i < reps; ++i) {
+      const auto t0 = Clock::now();
+      copy();
+      best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds_since(t0));
+    }
+    return best;
+  }
+  Buffer a = ops.alloc(bytes), b = ops.alloc(bytes);
+  const Tensor src(a.data(), DType::U8, {bytes}, ops.device()), dst(b.data(), DType::U8, {bytes}, ops.device());
+  ops.copy(src, dst);
+  ops.synchronize();
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    ops.copy(src, dst);
+    ops.synchronize();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds_since(t0));
+  }
+  return best;
+}
+
+BenchReport run_bench(Engine& engine, const BenchOptions& o) {
+  const ModelConfig& c = engine.config();
+  const EngineOptions& eo = engine.options();
+  Ops& ops = engine.ops();
+  BenchReport r;
+  r.model = engine.checkpoint().path();
+  r.arch = c.arch;
+  r.device = ops.name();
+  r.activation_dtype = dtype_name(ops.activation_dtype());
+  r.n_layer = c.n_layer;
+  r.n_expert = c.n_expert;
+  r.n_expert_used = c.n_expert_used;
+  r.prompt_tokens = o.prompt_tokens;
+  r.gen_tokens = o.gen_tokens;
+  weight_accounting(engine, r);
+  const int64_t B_max = max_batch(o);
+  if (B_max > eo.max_seqs || B_max > eo.max_logit_rows)
+    fail(ErrorCode::kInvalidArgument, "bench: batch {} exceeds the engine's {} sequences / {} logit rows", B_max,
+         eo.max_seqs, eo.max_logit_rows);
+
+  const bool cuda = ops.device() == Device::kCuda;
+  int64_t min_free = o.device_free_before;
+  auto sample_device = [&] {
+    if (cuda && o.device_free_before >= 0) min_free = std::min(min_free, cuda_free_memory(0));
+  };
+  sample_device();
+  r.copy_bytes = o.copy_bytes > 0 ? o.copy_bytes : (cuda ? int64_t{1} << 30 : int64_t{256} << 20);
+  r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
+
+  RouteCounter routes(engine);
+  PagePool& pool = engine.kv().pool();
+  const int64_t N = o.prompt_tokens, G = o.gen_tokens, V = c.n_vocab;
+  SynthRng rng(mix_seed(o.seed, 0xbe7c4));
+  auto random_ids = [&](int64_t n) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(V));
+    return ids;
+  };
+  auto reserve = [&](std::vector<BlockTable>& tables, int64_t B, int64_t positions) {
+    tables.clear();
+    tables.resize(static_cast<size_t>(B));
+    for (BlockTable& t : tables)
+      if (!t.reserve(pool, positions))
+        fail(ErrorCode::kInvalidArgument, "bench: the KV pool cannot hold {} sequences of {} tokens", B, positions);
+  };
+  auto release = [&](std::vector<BlockTable>& tables) {
+    for (BlockTable& t : tables) t.release(pool);
+  };
+  // Prefill: prompts packed into forwards of at most max_step_tokens tokens.
+  auto prefill = [&](std::vector<BlockTable>& tables, const std::vector<std::vector<int32_t>>& prompts) {
+    const int64_t B = static_cast<int64_t>(tables.size()), n = static_cast<int64_t>(prompts[0].size());
+    std::vector<int64_t> done(static_cast<size_t>(B), 0);
+    for (int64_t b = 0; b < B;) {
+      std::vector<StepItem> items;
+      int64_t budget = eo.max_step_tokens;
+      for (int64_t s = b; s < B && budget > 0; ++s) {
+        const auto si = static_cast<size_t>(s);
+        const int64_t take = std::min(n - done[si], budget);
+        const bool last = done[si] + take == n;
+        items.push_back({&tables[si].pages(), done[si], prompts[si].data() + done[si], take, last ? 1 : 0});
+        done[si] += take;
+        budget -= take;
+      }
+      engine.step(items);
+      while (b < B && done[static_cast<size_t>(b)] == n) ++b;
+    }
+  };
+  auto decode = [&](std::vector<BlockTable>& tables, int64_t start, int64_t steps) {
+    const int64_t B = static_cast<int64_t>(tables.size());
+    std::vector<StepItem> items(static_cast<size_t>(B));
+    for (int64_t s = 0; s < steps; ++s) {
+      const std::vector<int32_t> ids = random_ids(B);
+      for (int64_t b = 0; b < B; ++b)
+        items[static_cast<size_t>(b)] = {&tables[static_cast<size_t>(b)].pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1};
+      engine.step(items);
+    }
+  };
+
+  for (int32_t B : o.batches) {
+    BenchBatch res;
+    res.batch = B;
+    std::vector<BlockTable> tables;
+    // 1. warm-up on throw-away sequences.
+    {
+      const int64_t nw = std::min<int64_t>(N, 512);
+      reserve(tables, B, nw + o.warmup_steps + 1);
+      std::vector<std::vector<int32_t>> prompts;
+      for (int32_t b = 0; b < B; ++b) prompts.push_back(random_ids(nw));
+      prefill(tables, prompts);
+      decode(tables, nw, o.warmup_steps);
+      ops.synchronize();
+      release(tables);
+    }
+    // 2. timed prefill.
+    reserve(tables, B, N + G + o.route_sample_steps + 1);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t b = 0; b < B; ++b) prompts.push_back(random_ids(N));
+    ops.synchronize();
+    auto t0 = Clock::now();
+    prefill(tables, prompts);
+    ops.synchronize();
+    res.prefill_seconds = seconds_since(t0);
+    res.prefill_tokens = B * N;
+    sample_device();
+    // 3. timed decode.
+    t0 = Clock::now();
+    decode(tables, N, G);
+    ops.synchronize();
+    res.decode_seconds = seconds_since(t0);
+    res.decode_steps = G;
+    sample_device();
+    // 4. routing sample.
+    const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
+    if (c.n_expert <= 0) {
+      res.experts_source = "dense";
+    } else if (routes.available() && o.route_sample_steps > 0) {
+      routes.reset();
+      routes.attach();
+      decode(tables, N + G, o.route_sample_steps);
+      routes.detach();
+      res.experts_per_layer = routes.mean_distinct();
+      res.experts_source = "measured";
+    } else {
+      res.experts_per_layer = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(B)));
+      res.experts_source = "estimated";
+    }
+    release(tables);
+    res.weight_bytes_per_step = r.dense_bytes + B * r.embedding_row_bytes +
+                                std::llround(res.experts_per_layer * static_cast<double>(r.expert_bytes_all_layers));
+    spdlog::info("bench batch {}: prefill {:.1f} tokens/s, decode {:.1f} tokens/s ({:.3f} ms/step)", B,
+                 res.prefill_tokens_per_s(), res.decode_tokens_per_s(), res.ms_per_step());
+    r.batches.push_back(res);
+  }
+  r.peak_host_rss = peak_host_rss();
+  if (!cuda) {
+    r.device_memory_note = "CPU backend: weights, KV and buffers are host memory (in peak_host_rss)";
+  } else if (o.device_free_before >= 0) {
+    r.device_memory = std::max<int64_t>(0, o.device_free_before - min_free);
+    r.device_memory_note = "free device memory before the engine was built minus the lowest free seen after load, "
+                           "prefill and decode (cudaMemGetInfo; includes cuBLAS workspaces)";
+  } else {
+    r.device_memory_note = "not measured (no free-memory reading before load)";
+  }
+  return r;
+}
+
+nlohmann::json bench_json(const BenchReport& r) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const BenchBatch& b : r.batches) {
+    const double bw = b.achieved_bandwidth();
+    results.push_back({{"batch", b.batch},
+                       {"prefill_tokens", b.prefill_tokens},
+                       {"prefill_s", b.prefill_seconds},
+                       {"prefill_tokens_per_s", b.prefill_tokens_per_s()},
+                       {"decode_steps", b.decode_steps},
+                       {"decode_s", b.decode_seconds},
+                       {"decode_tokens_per_s", b.decode_tokens_per_s()},
+                       {"ms_per_step", b.ms_per_step()},
+                       {"experts_per_layer", b.experts_per_layer},
+                       {"experts_source", b.experts_source},
+                       {"weight_bytes_per_step", b.weight_bytes_per_step},
+                       {"achieved_gbs", bw / 1e9},
+                       {"bandwidth_fraction", r.copy_bandwidth > 0 ? bw / r.copy_bandwidth : 0.0}});
+  }
+  return {{"model", r.model},
+          {"arch", r.arch},
+          {"device", r.device},
+          {"activation_dtype", r.activation_dtype},
+          {"weight_type", r.weight_type},
+          {"n_layer", r.n_layer},
+          {"n_expert", r.n_expert},
+          {"n_expert_used", r.n_expert_used},
+          {"weight_bytes", r.weight_bytes},
+          {"dense_bytes", r.dense_bytes},
+          {"routed_expert_bytes", r.routed_expert_bytes},
+          {"prompt_tokens", r.prompt_tokens},
+          {"gen_tokens", r.gen_tokens},
+          {"copy_bandwidth_gbs", r.copy_bandwidth / 1e9},
+          {"copy_bytes", r.copy_bytes},
+          {"peak_host_rss_bytes", r.peak_host_rss},
+          {"device_memory_bytes", r.device_memory >= 0 ? nlohmann::json(r.device_memory) : nlohmann::json(nullptr)},
+          {"device_memory_note", r.device_memory_note},
+          {"results", results}};
+}
+
+std::string bench_table(const BenchReport& r) {
+  auto gib = [](int64_t b) { return static_cast<double>(b) / (1 << 30); };
+  std::string s = fmt::format("model    {} ({}, {} layers", r.model, r.arch, r.n_layer);
+  if (r.n_expert > 0) s += fmt::format(", {} experts, top-{}", r.n_expert, r.n_expert_used);
+  s += fmt::format(") on {}, {} activations\n", r.device, r.activation_dtype);
+  s += fmt::format("weights  {:.2f} GiB, mostly {} (dense {:.2f} GiB, routed experts {:.2f} GiB)\n", gib(r.weight_bytes),
+                   r.weight_type, gib(r.dense_bytes), gib(r.routed_expert_bytes));
+  s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
+                   static_cast<double>(r.copy_bytes) / (1 << 20));
+  s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n\n", r.prompt_tokens, r.gen_tokens);
+  s += fmt::format("{:>6} {:>14} {:>13} {:>9} {:>15} {:>12} {:>10} {:>9}\n", "batch", "prefill tok/s", "decode tok/s",
+                   "ms/step", "experts/layer", "GB/step", "GB/s", "% copy");
+  for (const BenchBatch& b : r.batches) {
+    const std::string experts =
+        b.experts_source == "dense" ? "-" : fmt::format("{:.1f} {}", b.experts_per_layer, b.experts_source.substr(0, 4));
+    s += fmt::format("{:>6} {:>14.1f} {:>13.1f} {:>9.3f} {:>15} {:>12.3f} {:>10.1f} {:>8.1f}%\n", b.batch,
+                     b.prefill_tokens_per_s(), b.decode_tokens_per_s(), b.ms_per_step(), experts,
+                     static_cast<double>(b.weight_bytes_per_step) / 1e9, b.achieved_bandwidth() / 1e9,
+                     r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
+  }
+  s += fmt::format("\npeak host RSS {:.2f} GiB; device memory ", gib(r.peak_host_rss));
+  s += r.device_memory >= 0 ? fmt::format("{:.2f} GiB ({})\n", gib(r.device_memory), r.device_memory_note)
+                            : fmt::format("n/a ({})\n", r.device_memory_note);
+  return s;
+}
+
+}  // namespace ft

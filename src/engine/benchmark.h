@@ -1,0 +1,116 @@
+#pragma once
+// The measurements behind `ft bench`: prefill and decode throughput of a loaded Engine per batch
+// size, the weight bytes a decode step reads (dense weights + the routed experts actually used)
+// and the bandwidth that implies, compared with the device's measured copy bandwidth; peak memory.
+//
+// Per batch size B (B independent sequences, random token ids, like llama-bench):
+//   1. warm-up: B short sequences (min(N, 512) prompt tokens, then warmup_steps decode steps),
+//      released afterwards, so one-time costs (kernel selection, CUDA-graph capture) stay out;
+//   2. prefill: B prompts of N tokens, packed into forwards of at most max_prefill_tokens tokens
+//      (one logit row per finished prompt), timed from a synchronized start to a synchronized end;
+//   3. decode: G steps of B tokens each (one logit row per sequence, fed random ids), timed the same
+//      way; ms per step = time / G, decode tokens/s = B * G / time;
+//   4. routing sample: route_sample_steps more decode steps with a RouteCounter attached (untimed)
+//      give the mean distinct routed experts per MoE layer per step; without router weights the
+//      uniform-routing expectation E (1 - (1 - k/E)^B) is used instead ("estimated").
+// Weight bytes per step = every tensor except routed experts and the embedding table (an untied
+// embedding is read B rows at a time; a tied one is the LM head and counts whole), plus B embedding
+// rows, plus distinct experts x the bytes of one expert summed over MoE layers. KV-cache reads are
+// not counted. Achieved bandwidth = those bytes / step time; the fraction compares it with the copy
+// bandwidth (2 x bytes / time of a large device-to-device copy, read + write, as DESIGN.md's 4.25 TB/s
+// is measured; on the CPU a multithreaded memcpy).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace ft {
+
+struct BenchOptions {
+  int64_t prompt_tokens = 512;          // N (--prompt-tokens)
+  int64_t gen_tokens = 128;             // G (--gen-tokens)
+  std::vector<int32_t> batches = {1};   // --batch 1,8,32
+  int64_t warmup_steps = 3;             // untimed decode steps per batch size (--warmup-steps)
+  int64_t route_sample_steps = 4;       // untimed decode steps whose routing is measured
+  int64_t max_prefill_tokens = 8192;    // tokens per prefill forward (--max-prefill-tokens)
+  int64_t copy_bytes = 0;               // bandwidth-probe copy size (0: 1 GiB on CUDA, 256 MiB on CPU)
+  int threads = 0;                      // CPU copy-probe threads (0: all cores)
+  uint64_t seed = 0;                    // token ids
+  int64_t device_free_before = -1;      // cuda_free_memory(0) before the engine was built (-1: unknown)
+};
+
+/** One batch size's numbers. Rates are 0 when their time is 0. */
+struct BenchBatch {
+  int32_t batch = 0;
+  int64_t prefill_tokens = 0;
+  double prefill_seconds = 0;
+  int64_t decode_steps = 0;
+  double decode_seconds = 0;
+  double experts_per_layer = 0;         // mean distinct routed experts per MoE layer per decode step
+  std::string experts_source;           // "measured", "estimated" or "dense"
+  int64_t weight_bytes_per_step = 0;    // bytes of weights one decode step reads
+  double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
+  double decode_tokens_per_s() const {
+    return decode_seconds > 0 ? static_cast<double>(batch) * decode_steps / decode_seconds : 0;
+  }
+  double ms_per_step() const { return decode_steps > 0 ? 1e3 * decode_seconds / decode_steps : 0; }
+  /** Weight bytes read per second while decoding. */
+  double achieved_bandwidth() const {
+    return decode_seconds > 0 ? static_cast<double>(weight_bytes_per_step) * decode_steps / decode_seconds : 0;
+  }
+};
+
+struct BenchReport {
+  std::string model;                    // checkpoint path (or synthetic:...)
+  std::string arch;
+  std::string device;                   // "cpu" or "cuda"
+  std::string activation_dtype;
+  std::string weight_type;              // dtype holding most of the weight bytes
+  int64_t n_layer = 0, n_expert = 0, n_expert_used = 0;
+  int64_t weight_bytes = 0;             // all tensors
+  int64_t dense_bytes = 0;              // read every step (LM head included, embedding table excluded)
+  int64_t routed_expert_bytes = 0;      // all routed experts
+  int64_t expert_bytes_all_layers = 0;  // one expert in every MoE layer
+  int64_t embedding_row_bytes = 0;
+  int64_t prompt_tokens = 0, gen_tokens = 0;
+  double copy_bandwidth = 0;            // bytes/s (read + write)
+  int64_t copy_bytes = 0;               // size of the probe copy
+  std::vector<BenchBatch> batches;
+  int64_t peak_host_rss = 0;            // bytes (VmHWM)
+  int64_t device_memory = -1;           // bytes used on the device, -1 unknown
+  std::string device_memory_note;
+};
+
+/** Engine options the benchmark needs: KV for max(batches) sequences of N + G + route samples
+ *  tokens (whole pages each), max_seqs and max_logit_rows = max(batches), max_step_tokens =
+ *  min(max_prefill_tokens, max(batches) * N) but at least max(batches). Other fields are kept.
+ *  Throws ft::Error(kInvalidArgument) for N < 1, G < 0, an empty batch list or a batch < 1. */
+void plan_bench_engine(const BenchOptions& options, EngineOptions& eo);
+
+/** Runs the benchmark on `engine` (sized by plan_bench_engine). Throws what Engine::step throws,
+ *  kInvalidArgument for options the engine was not sized for. */
+BenchReport run_bench(Engine& engine, const BenchOptions& options);
+
+/** Copy bandwidth of `ops`' device in bytes/s: 2 x bytes per copy of `bytes` (read + write), best of
+ *  a few timed copies after a warm-up. CPU: memcpy split over `threads` threads (0: all cores).
+ *  Throws kOutOfMemory when the buffers cannot be allocated. */
+double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads);
+
+/** Peak resident set of this process in bytes (VmHWM of /proc/self/status; 0 when unknown). */
+int64_t peak_host_rss();
+
+/** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
+ *  n_expert, n_expert_used, weight_bytes, dense_bytes, routed_expert_bytes, prompt_tokens,
+ *  gen_tokens, copy_bandwidth_gbs, copy_bytes, peak_host_rss_bytes, device_memory_bytes (null when
+ *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
+ *  decode_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
+ *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction}]. GB = 1e9 bytes. */
+nlohmann::json bench_json(const BenchReport& report);
+
+/** The report as a human-readable table (several lines, ending in a newline). */
+std::string bench_table(const BenchReport& report);
+
+}  // namespace ft

@@ -1,0 +1,319 @@
+#include "engine/synthetic_checkpoint.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <numbers>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/synthetic_weights.h"
+#include "formats/gguf_writer.h"
+#include "moe/host_memory.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft {
+namespace {
+
+enum Kind : uint8_t { kOnes, kMatrix, kOutProj, kEmbedding, kRouter };
+
+constexpr int64_t kAlign = 256;              // tensor alignment inside the host buffer
+constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
+
+/** GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to U+0100 upwards. */
+std::string byte_token(int b) {
+  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
+  int cp = b;
+  if (!printable(b)) {
+    cp = 256;
+    for (int x = 0; x < b; ++x) cp += printable(x) ? 0 : 1;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+/** MemAvailable from /proc/meminfo in bytes, or -1 when unknown. */
+int64_t mem_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+/** The type a [rows, cols] matrix is stored in: `want`, or Q8_0 / F16 when cols is not a whole
+ *  number of `want` blocks. */
+DType matrix_type(DType want, int64_t cols) {
+  if (cols % dtype_info(want).block_size == 0) return want;
+  return cols % 32 == 0 ? DType::Q8_0 : DType::F16;
+}
+
+DType embedding_type(DType want, int64_t cols) {
+  const bool quantizable = want == DType::F32 || want == DType::F16 || want == DType::BF16 || want == DType::Q8_0 ||
+                           want == DType::Q4_0 || want == DType::Q4_K;
+  return matrix_type(quantizable ? want : DType::Q8_0, cols);
+}
+
+std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
+  std::vector<GgufKV> kv;
+  auto add = [&](const std::string& k, GgufValue v) { kv.push_back(GgufKV{k, std::move(v)}); };
+  auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  const std::string a = p.gguf_arch + ".";
+  const bool llama = p.gguf_arch == "llama";
+  add("general.architecture", GgufValue::string(p.gguf_arch));
+  add("general.name", GgufValue::string(fmt::format("FreeToken synthetic {} ({}, random weights)", p.name,
+                                                    dtype_name(wt))));
+  add(a + "block_count", u32(n_layer));
+  add(a + "context_length", u32(p.n_ctx));
+  add(a + "embedding_length", u32(p.n_embd));
+  // llama.cpp's llama architecture sizes its experts from feed_forward_length.
+  add(a + "feed_forward_length", u32(llama ? p.n_ff_exp : p.n_ff));
+  add(a + "attention.head_count", u32(p.n_head));
+  add(a + "attention.head_count_kv", u32(p.n_head_kv));
+  add(a + "attention.key_length", u32(p.head_dim));
+  add(a + "attention.value_length", u32(p.head_dim));
+  add(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(p.rms_eps)));
+  add(a + "rope.freq_base", GgufValue::f32(static_cast<float>(p.rope_theta)));
+  add(a + "rope.dimension_count", u32(p.head_dim));
+  add(a + "expert_count", u32(p.n_expert));
+  add(a + "expert_used_count", u32(p.n_expert_used));
+  if (!llama) add(a + "expert_feed_forward_length", u32(p.n_ff_exp));
+  add(a + "vocab_size", u32(p.n_vocab));
+
+  // Byte-level BPE vocabulary without merges: 256 byte tokens, filler tokens, 3 control tokens.
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  tokens.reserve(static_cast<size_t>(p.n_vocab));
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(byte_token(b));
+    types.push_back(1);  // normal
+  }
+  for (int64_t i = 256; i < p.n_vocab - 3; ++i) {
+    tokens.push_back(fmt::format("tok{}", i));
+    types.push_back(1);
+  }
+  for (const char* sp : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    tokens.emplace_back(sp);
+    types.push_back(3);  // control
+  }
+  const int64_t v = p.n_vocab;
+  add("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  add("tokenizer.ggml.pre", GgufValue::string(p.gguf_arch == "qwen3moe" ? "qwen2" : "default"));
+  add("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+  add("tokenizer.ggml.token_type", GgufValue::numeric_array(GgufType::I32, types.data(), types.size()));
+  add("tokenizer.ggml.merges", GgufValue::string_array({}));
+  add("tokenizer.ggml.bos_token_id", u32(v - 3));
+  add("tokenizer.ggml.eos_token_id", u32(v - 1));
+  add("tokenizer.ggml.padding_token_id", u32(v - 3));
+  add("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
+  return kv;
+}
+
+}  // namespace
+
+DType parse_synthetic_weight_type(const std::string& name) {
+  const std::optional<DType> t = dtype_from_name(name);
+  if (!t || !synthetic_type_supported(*t))
+    fail(ErrorCode::kInvalidArgument, "--weight-type {}: not a type synthetic weights can use ({})", name,
+         synthetic_type_names());
+  return *t;
+}
+
+SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec) {
+  preset_ = &require_runnable_preset(spec.preset);
+  if (spec.n_layer < 0) fail(ErrorCode::kInvalidArgument, "--dummy-layers {} must be >= 0", spec.n_layer);
+  if (!(spec.router_skew >= 0) || !std::isfinite(spec.router_skew))
+    fail(ErrorCode::kInvalidArgument, "--dummy-router-skew {} must be a finite number >= 0", spec.router_skew);
+  if (!synthetic_type_supported(spec.weight_type))
+    fail(ErrorCode::kUnsupported, "--weight-type {}: synthetic weights support {}", dtype_name(spec.weight_type),
+         synthetic_type_names());
+  n_layer_ = spec.n_layer > 0 ? spec.n_layer : preset_->n_layer;
+  path_ = fmt::format("synthetic:{}:{}:{}L:skew{}:seed{}", preset_->name, dtype_name(spec.weight_type), n_layer_,
+                      spec.router_skew, spec.seed);
+  kvs_ = build_kvs(*preset_, n_layer_, spec.weight_type);
+  metadata_ = nlohmann::json::object();
+  for (const GgufKV& kv : kvs_) metadata_[kv.key] = kv.value.to_json();
+  plan();
+  generate();
+  index_tensors();
+}
+
+void SyntheticCheckpoint::plan() {
+  const ModelPreset& p = *preset_;
+  const int64_t H = p.n_embd, E = p.n_expert, F = p.n_ff_exp, D = p.head_dim, V = p.n_vocab;
+  const DType wt = spec_.weight_type;
+  int64_t offset = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, Kind kind, DType dt) {
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.bytes = dtype_bytes(dt, t.numel());
+    tensors_.push_back(std::move(t));
+    kinds_.push_back(kind);
+    offsets_.push_back(offset);
+    offset += (tensors_.back().bytes + kAlign - 1) / kAlign * kAlign;
+  };
+  auto matrix = [&](const std::string& name, std::vector<int64_t> shape, Kind kind = kMatrix) {
+    const DType dt = matrix_type(wt, shape.back());
+    add(name, std::move(shape), kind, dt);
+  };
+  add("token_embd.weight", {V, H}, kEmbedding, embedding_type(wt, H));
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    add(b + "attn_norm.weight", {H}, kOnes, DType::F32);
+    matrix(b + "attn_q.weight", {p.n_head * D, H});
+    matrix(b + "attn_k.weight", {p.n_head_kv * D, H});
+    matrix(b + "attn_v.weight", {p.n_head_kv * D, H});
+    matrix(b + "attn_output.weight", {H, p.n_head * D}, kOutProj);
+    if (p.gguf_arch == "qwen3moe") {
+      add(b + "attn_q_norm.weight", {D}, kOnes, DType::F32);
+      add(b + "attn_k_norm.weight", {D}, kOnes, DType::F32);
+    }
+    add(b + "ffn_norm.weight", {H}, kOnes, DType::F32);
+    add(b + "ffn_gate_inp.weight", {E, H}, kRouter, DType::F32);
+    matrix(b + "ffn_gate_exps.weight", {E, F, H});
+    matrix(b + "ffn_up_exps.weight", {E, F, H});
+    matrix(b + "ffn_down_exps.weight", {E, H, F}, kOutProj);
+  }
+  add("output_norm.weight", {H}, kOnes, DType::F32);
+  matrix("output.weight", {V, H});
+
+  const int64_t avail = mem_available();
+  if (avail >= 0 && offset > avail)
+    fail(ErrorCode::kOutOfMemory,
+         "synthetic {} in {} with {} layers needs {:.1f} GiB of host memory, {:.1f} GiB is available; use fewer "
+         "--dummy-layers or a smaller --weight-type",
+         p.name, dtype_name(wt), n_layer_, static_cast<double>(offset) / (1 << 30),
+         static_cast<double>(avail) / (1 << 30));
+  storage_ = allocate_host_pages(offset);
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    tensors_[i].data = static_cast<const uint8_t*>(storage_.data()) + offsets_[i];
+
+  ranks_.resize(static_cast<size_t>(n_layer_));
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    std::vector<int32_t>& r = ranks_[static_cast<size_t>(l)];
+    r.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) r[static_cast<size_t>(e)] = static_cast<int32_t>(e + 1);
+    SynthRng rng(mix_seed(spec_.seed, 0x7a11'0000ull + static_cast<uint64_t>(l)));
+    for (int64_t e = E - 1; e > 0; --e) std::swap(r[static_cast<size_t>(e)], r[rng.next() % static_cast<uint64_t>(e + 1)]);
+  }
+}
+
+void SyntheticCheckpoint::generate() {
+  const ModelPreset& p = *preset_;
+  const int64_t H = p.n_embd;
+  struct Task {
+    size_t tensor;
+    int64_t row0, row1;
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const TensorInfo& t = tensors_[i];
+    const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+    const int64_t per = kinds_[i] == kRouter || kinds_[i] == kOnes
+                            ? rows
+                            : std::max<int64_t>(1, kChunkBytes / dtype_bytes(t.dtype, cols));
+    for (int64_t r = 0; r < rows; r += per) tasks.push_back({i, r, std::min(rows, r + per)});
+  }
+  const float out_scale = 0.2f / std::sqrt(static_cast<float>(n_layer_));
+  const float half_h = std::sqrt(static_cast<float>(H) / 2.0f);
+  const float gumbel_sd = std::numbers::pi_v<float> / std::sqrt(6.0f);
+  auto run = [&](const Task& task) {
+    const TensorInfo& t = tensors_[task.tensor];
+    const int64_t cols = t.shape.back(), row_bytes = dtype_bytes(t.dtype, cols);
+    uint8_t* base = static_cast<uint8_t*>(storage_.data()) + offsets_[task.tensor] + task.row0 * row_bytes;
+    const uint64_t seed = mix_seed(mix_seed(spec_.seed, task.tensor), static_cast<uint64_t>(task.row0));
+    const int64_t n = (task.row1 - task.row0) * cols;
+    switch (kinds_[task.tensor]) {
+      case kOnes:
+        for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(base)[i] = 1.0f;
+        break;
+      case kMatrix:
+        fill_random(t.dtype, base, n, 1.0f / std::sqrt(static_cast<float>(cols)), seed);
+        break;
+      case kOutProj:
+        fill_random(t.dtype, base, n, out_scale / std::sqrt(static_cast<float>(cols)), seed);
+        for (int64_t r = task.row0; r < task.row1; ++r)
+          if (r % H == 0) std::memset(base + (r - task.row0) * row_bytes, 0, static_cast<size_t>(row_bytes));
+        break;
+      case kEmbedding: {
+        SynthRng rng(seed);
+        std::vector<float> row(static_cast<size_t>(cols));
+        const float a = std::sqrt(3.0f);
+        for (int64_t r = task.row0; r < task.row1; ++r) {
+          row[0] = std::sqrt(static_cast<float>(cols - 1));
+          for (int64_t j = 1; j < cols; ++j) row[static_cast<size_t>(j)] = (2.0f * rng.uniform() - 1.0f) * a;
+          quantize_row(t.dtype, row.data(), base + (r - task.row0) * row_bytes, cols);
+        }
+        break;
+      }
+      case kRouter: {
+        fill_random(DType::F32, base, n, gumbel_sd / half_h, seed);
+        const int64_t layer = std::stoll(t.name.substr(4));  // "blk.<l>.ffn_gate_inp.weight"
+        const std::vector<int32_t>& rank = ranks_[static_cast<size_t>(layer)];
+        auto* w = reinterpret_cast<float*>(base);
+        for (int64_t e = task.row0; e < task.row1; ++e)
+          w[e * cols] = static_cast<float>(-spec_.router_skew * std::log(static_cast<double>(rank[static_cast<size_t>(e)]))) /
+                        half_h;
+        break;
+      }
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n_threads = std::max(1, spec_.threads > 0 ? spec_.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < tasks.size();) {
+      try {
+        run(tasks[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+        next = tasks.size();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n_threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+  generate_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("synthetic {}: {} tensors, {:.2f} GiB of {} weights generated in {:.1f} s ({} threads)", preset_->name,
+               tensors_.size(), static_cast<double>(storage_.bytes()) / (1 << 30), dtype_name(spec_.weight_type),
+               generate_seconds_, n_threads);
+}
+
+const std::vector<int32_t>& SyntheticCheckpoint::expert_ranks(int64_t layer) const {
+  if (layer < 0 || layer >= n_layer_)
+    fail(ErrorCode::kInvalidArgument, "expert_ranks: layer {} out of range (0..{})", layer, n_layer_ - 1);
+  return ranks_[static_cast<size_t>(layer)];
+}
+
+void SyntheticCheckpoint::write_gguf(const std::string& file) const {
+  GgufWriter w;
+  for (const GgufKV& kv : kvs_) w.add(kv.key, kv.value);
+  for (const TensorInfo& t : tensors_) w.add_tensor_ref(t.name, t.dtype, t.shape, t.data, t.bytes);
+  w.write(file);
+}
+
+}  // namespace ft

@@ -1,0 +1,101 @@
+#pragma once
+// SyntheticCheckpoint: a model with the real shapes of a preset (engine/model_presets.h) and
+// deterministic random weights (`--dummy-weights --model-preset NAME`), for benchmarks. It looks
+// exactly like a GGUF file to the loader: llama.cpp tensor names, `{arch}.*` metadata and a
+// byte-level tokenizer of the preset's vocabulary size, so Engine works unchanged; write_gguf()
+// writes the very same bytes as a GGUF file that llama.cpp (and `ft bench --model`) can load.
+//
+// Contents, for arch qwen3moe (llama: the same without QK-norm):
+//   token_embd [V, H]; per layer attn_norm, attn_q/k/v, attn_q_norm/k_norm, attn_output, ffn_norm,
+//   ffn_gate_inp (router, F32) [E, H], ffn_gate_exps/ffn_up_exps [E, F, H], ffn_down_exps [E, H, F];
+//   output_norm, output [V, H]. Norm weights are F32 ones; the router is F32 (as llama.cpp keeps
+//   it); every other matrix is in the weight type (a matrix whose row length is not a whole number
+//   of its blocks falls back to Q8_0, or F16); the embedding table is the weight type when
+//   quant/quantize_row can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_K), else Q8_0. Matrices have
+//   RMS 1/sqrt(row length); the residual branches' output projections (attn_output, ffn_down_exps)
+//   are scaled by 0.2/sqrt(n_layer) so the residual stream stays close to the token embedding.
+//
+// Router skew S (Zipf routing). Hidden dimension 0 carries a constant: every embedding row has
+// x[0] = C = sqrt(H - 1) (the other entries have RMS 1) and every output projection has row 0 = 0,
+// so x[0] = C in every layer and, after RMSNorm, h[0] ~ sqrt(H / 2) while |h[1:]|^2 ~ H / 2. Layer
+// l's router row e is then W[e, 1:] random with RMS s / sqrt(H / 2) (s = pi / sqrt(6), the standard
+// deviation of a standard Gumbel variable) and W[e, 0] = -S ln(rank_l(e)) / sqrt(H / 2), where
+// rank_l is a random permutation of 1..E per layer (expert_ranks()). A token's router logits are
+// thus -S ln(rank) + noise of standard deviation s: with Gumbel noise, top-1 routing picks an
+// expert with probability exactly proportional to rank^-S (the Gumbel-max trick) and top-k draws
+// without replacement from that Zipf law; the noise here is close to Gaussian, so frequencies
+// follow rank^-S approximately (the head is a little flatter). S = 0 routes uniformly.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_presets.h"
+#include "formats/checkpoint.h"
+#include "formats/gguf_value.h"
+#include "tensor/tensor.h"
+
+namespace ft {
+
+struct SyntheticSpec {
+  std::string preset = "tiny-moe";   // --model-preset
+  DType weight_type = DType::BF16;   // --weight-type
+  int64_t n_layer = 0;               // --dummy-layers (0: the preset's)
+  double router_skew = 0.0;          // --dummy-router-skew S >= 0
+  uint64_t seed = 0;                 // --seed
+  int threads = 0;                   // generator threads (0: all cores)
+};
+
+class SyntheticCheckpoint final : public Checkpoint {
+ public:
+  /** Plans and generates every tensor into one host buffer (multithreaded; the bytes depend only on
+   *  the spec, not on the thread count). Throws ft::Error: kInvalidArgument for an unknown preset,
+   *  a negative layer count or skew, kUnsupported for a preset the engine cannot run or a weight type
+   *  synthetic_type_supported() rejects, kOutOfMemory (naming the bytes and MemAvailable) when the
+   *  model does not fit in host memory. */
+  explicit SyntheticCheckpoint(const SyntheticSpec& spec);
+
+  std::string format() const override { return "gguf"; }
+  /** "synthetic:<preset>:<type>:<layers>L:skew<S>:seed<N>". */
+  const std::string& path() const override { return path_; }
+  const std::vector<TensorInfo>& tensors() const override { return tensors_; }
+  const nlohmann::json& metadata() const override { return metadata_; }
+
+  const SyntheticSpec& spec() const { return spec_; }
+  const ModelPreset& preset() const { return *preset_; }
+  int64_t n_layer() const { return n_layer_; }
+  /** The metadata as typed GGUF key/values (what write_gguf writes). */
+  const std::vector<GgufKV>& kvs() const { return kvs_; }
+  /** Layer `layer`'s expert ranks: rank[e] in 1..E, 1 = the expert routed most often when S > 0.
+   *  Throws kInvalidArgument for a layer out of range. */
+  const std::vector<int32_t>& expert_ranks(int64_t layer) const;
+  /** Seconds the generation took. */
+  double generate_seconds() const { return generate_seconds_; }
+
+  /** Writes this checkpoint as a GGUF file (same metadata, tensors and bytes; streamed, no second
+   *  copy in memory). Throws ft::Error(kIo) when the file cannot be written. */
+  void write_gguf(const std::string& file) const;
+
+ private:
+  void plan();
+  void generate();
+
+  SyntheticSpec spec_;
+  const ModelPreset* preset_ = nullptr;
+  int64_t n_layer_ = 0;
+  std::string path_;
+  std::vector<GgufKV> kvs_;
+  nlohmann::json metadata_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<uint8_t> kinds_;                 // per tensor: how it is generated
+  std::vector<int64_t> offsets_;               // per tensor: byte offset in storage_
+  std::vector<std::vector<int32_t>> ranks_;    // [layer][expert]
+  Buffer storage_;
+  double generate_seconds_ = 0;
+};
+
+/** The weight type named `name` ("q4_k", "BF16", ...) for --weight-type. Throws
+ *  ft::Error(kInvalidArgument) listing the supported types for an unknown or unsupported name. */
+DType parse_synthetic_weight_type(const std::string& name);
+
+}  // namespace ft

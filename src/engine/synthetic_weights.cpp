@@ -1,0 +1,179 @@
+#include "engine/synthetic_weights.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "quant/quant.h"
+#include "tensor/half.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+/** Where a block type keeps its scales. Elements decode as d * f(codes) (- dmin * g(codes)), so
+ *  random code bytes are always a valid block; only the fp16 scale fields need finite values. */
+struct BlockSpec {
+  DType type;
+  int d_off;          // fp16 d (or the E8M0 exponent byte for MXFP4)
+  int min_off;        // fp16 dmin / m, -1 if none
+  float min_ratio;    // dmin = min_ratio * d (K-quants: x = d*sc*q - dmin*m) or m = -min_ratio * d (Q4_1, Q5_1)
+  bool e8m0;          // MXFP4: the scale is an E8M0 exponent byte
+  bool clamp_q8;      // Q8_0: keep codes in [-127, 127] like ggml's quantizer
+};
+
+// The min ratios centre the elements: E[sc] = E[m] for the K-quants, so dmin = E[q] * d.
+const std::array<BlockSpec, 13> kBlocks = {{
+    {DType::Q4_0, 0, -1, 0, false, false},
+    {DType::Q4_1, 0, 2, 7.5f, false, false},
+    {DType::Q5_0, 0, -1, 0, false, false},
+    {DType::Q5_1, 0, 2, 15.5f, false, false},
+    {DType::Q8_0, 0, -1, 0, false, true},
+    {DType::Q2_K, 80, 82, 1.5f, false, false},
+    {DType::Q3_K, 108, -1, 0, false, false},
+    {DType::Q4_K, 0, 2, 7.5f, false, false},
+    {DType::Q5_K, 0, 2, 15.5f, false, false},
+    {DType::Q6_K, 208, -1, 0, false, false},
+    {DType::IQ4_NL, 0, -1, 0, false, false},
+    {DType::IQ4_XS, 0, -1, 0, false, false},
+    {DType::MXFP4, 0, -1, 0, true, false},
+}};
+
+const BlockSpec* block_spec(DType t) {
+  for (const BlockSpec& b : kBlocks)
+    if (b.type == t) return &b;
+  return nullptr;
+}
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+/** Random blocks with scale `d` (for MXFP4: exponent byte `e`). */
+void fill_blocks(const BlockSpec& s, uint8_t* dst, int64_t n_blocks, float d, uint8_t e, SynthRng& rng) {
+  const int64_t bb = dtype_info(s.type).block_bytes;
+  uint64_t words[32];  // 256 bytes >= the largest supported block (Q6_K, 210 bytes)
+  const int64_t nw = (bb + 7) / 8;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    uint8_t* b = dst + i * bb;
+    for (int64_t w = 0; w < nw; ++w) words[w] = rng.next();
+    std::memcpy(b, words, static_cast<size_t>(bb));
+    if (s.clamp_q8)
+      for (int j = 2; j < 34; ++j)
+        if (b[j] == 0x80) b[j] = 0x81;  // -128 -> -127
+    if (s.e8m0) {
+      b[s.d_off] = e;
+    } else {
+      put_f16(b + s.d_off, d);
+      if (s.min_off >= 0) put_f16(b + s.min_off, s.type == DType::Q4_1 || s.type == DType::Q5_1 ? -s.min_ratio * d
+                                                                                                : s.min_ratio * d);
+    }
+  }
+}
+
+/** RMS of the dequantized elements of random blocks with d = 1 (MXFP4: e = 127), per spec. */
+float unit_rms(const BlockSpec& s) {
+  const int64_t n_blocks = 64, bs = dtype_info(s.type).block_size;
+  std::vector<uint8_t> raw(static_cast<size_t>(n_blocks * dtype_info(s.type).block_bytes));
+  SynthRng rng(0x5eed);
+  fill_blocks(s, raw.data(), n_blocks, 1.0f, 127, rng);
+  std::vector<float> x(static_cast<size_t>(n_blocks * bs));
+  dequantize_row(s.type, raw.data(), x.data(), n_blocks * bs);
+  double ss = 0;
+  for (float v : x) ss += static_cast<double>(v) * v;
+  return static_cast<float>(std::sqrt(ss / static_cast<double>(x.size())));
+}
+
+float calibrated_unit_rms(DType t) {
+  static const std::array<float, kBlocks.size()> table = [] {
+    std::array<float, kBlocks.size()> r{};
+    for (size_t i = 0; i < kBlocks.size(); ++i) r[i] = unit_rms(kBlocks[i]);
+    return r;
+  }();
+  for (size_t i = 0; i < kBlocks.size(); ++i)
+    if (kBlocks[i].type == t) return table[i];
+  return 1.0f;
+}
+
+}  // namespace
+
+SynthRng::SynthRng(uint64_t seed) {
+  uint64_t z = seed;
+  for (uint64_t& s : s_) {
+    z += 0x9e3779b97f4a7c15ull;
+    uint64_t x = z;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    s = x ^ (x >> 31);
+  }
+}
+
+uint64_t SynthRng::next() {
+  auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+bool synthetic_type_supported(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || block_spec(t) != nullptr;
+}
+
+std::string synthetic_type_names() {
+  std::string s = "F32, F16, BF16";
+  for (const BlockSpec& b : kBlocks) s += std::string(", ") + dtype_name(b.type);
+  return s;
+}
+
+void fill_random(DType t, void* dst, int64_t n, float rms, uint64_t seed) {
+  if (!synthetic_type_supported(t))
+    fail(ErrorCode::kUnsupported, "synthetic weights: type {} is not supported (supported: {})", dtype_name(t),
+         synthetic_type_names());
+  const int64_t bs = dtype_info(t).block_size;
+  if (n < 0 || n % bs != 0)
+    fail(ErrorCode::kInvalidArgument, "synthetic weights: {} elements are not a whole number of {} blocks", n,
+         dtype_name(t));
+  SynthRng rng(seed);
+  const float a = std::sqrt(3.0f) * rms;  // uniform [-a, a] has RMS a / sqrt(3)
+  if (t == DType::F32) {
+    auto* p = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) p[i] = (2.0f * rng.uniform() - 1.0f) * a;
+  } else if (t == DType::F16 || t == DType::BF16) {
+    auto* p = static_cast<uint16_t*>(dst);
+    const bool bf = t == DType::BF16;
+    for (int64_t i = 0; i < n; i += 4) {
+      uint64_t r = rng.next();
+      for (int64_t j = i; j < std::min(n, i + 4); ++j, r >>= 16) {
+        const float x = ((static_cast<float>(r & 0xffff) + 0.5f) * (2.0f / 65536.0f) - 1.0f) * a;
+        p[j] = bf ? f32_to_bf16(x) : f32_to_f16(x);
+      }
+    }
+  } else {
+    const BlockSpec& s = *block_spec(t);
+    const float scale = rms / calibrated_unit_rms(t);
+    uint8_t e = 127;
+    if (s.e8m0) {
+      const long k = std::lround(std::log2(std::max(scale, 1e-30f)));
+      e = static_cast<uint8_t>(std::clamp(127L + k, 1L, 254L));
+    }
+    fill_blocks(s, static_cast<uint8_t*>(dst), n / bs, scale, e, rng);
+  }
+}
+
+}  // namespace ft

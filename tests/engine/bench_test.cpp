@@ -1,0 +1,142 @@
+// `ft bench` and the benchmark it runs (engine/benchmark.h): the JSON has the documented keys and
+// self-consistent numbers (weight accounting, experts counted per decode step), `--write-gguf`
+// writes the in-memory synthetic model byte for byte, and bad requests fail with exit code 2.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_ops.h"
+#include "cli/run_ft.h"
+#include "engine/benchmark.h"
+#include "engine/synthetic_checkpoint.h"
+#include "formats/checkpoint.h"
+
+namespace ft {
+namespace {
+
+const char* kTinyBench =
+    "bench --model-preset tiny-moe --dummy-weights --weight-type q8_0 --json --device cpu --prompt-tokens 16 "
+    "--gen-tokens 4 --batch 1,3 --copy-mib 8 --threads 1";
+
+TEST(BenchCli, JsonHasTheDocumentedKeys) {
+  const Result r = run_ft(kTinyBench);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* key :
+       {"model", "arch", "device", "activation_dtype", "weight_type", "n_layer", "n_expert", "n_expert_used",
+        "weight_bytes", "dense_bytes", "routed_expert_bytes", "prompt_tokens", "gen_tokens", "copy_bandwidth_gbs",
+        "copy_bytes", "peak_host_rss_bytes", "device_memory_bytes", "device_memory_note", "results", "synthetic"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_EQ(j["arch"], "qwen3_moe");
+  EXPECT_EQ(j["weight_type"], "Q8_0");
+  EXPECT_EQ(j["synthetic"]["preset"], "tiny-moe");
+  EXPECT_TRUE(j["device_memory_bytes"].is_null());
+  EXPECT_GT(j["copy_bandwidth_gbs"].get<double>(), 0);
+  EXPECT_GT(j["peak_host_rss_bytes"].get<int64_t>(), 0);
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& b : j["results"]) {
+    for (const char* key : {"batch", "prefill_tokens", "prefill_s", "prefill_tokens_per_s", "decode_steps", "decode_s",
+                            "decode_tokens_per_s", "ms_per_step", "experts_per_layer", "experts_source",
+                            "weight_bytes_per_step", "achieved_gbs", "bandwidth_fraction"})
+      EXPECT_TRUE(b.contains(key)) << key;
+    EXPECT_EQ(b["experts_source"], "measured");
+    EXPECT_EQ(b["decode_steps"], 4);
+    EXPECT_EQ(b["prefill_tokens"], 16 * b["batch"].get<int>());
+    EXPECT_GT(b["decode_tokens_per_s"].get<double>(), 0);
+  }
+  // One token picks exactly top-2 distinct experts; three tokens pick 2..6.
+  EXPECT_EQ(j["results"][0]["experts_per_layer"].get<double>(), 2.0);
+  const double e3 = j["results"][1]["experts_per_layer"].get<double>();
+  EXPECT_GE(e3, 2.0);
+  EXPECT_LE(e3, 6.0);
+}
+
+TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
+  SyntheticSpec spec;
+  spec.preset = "tiny-mixtral";
+  spec.weight_type = DType::Q4_0;
+  spec.threads = 1;
+  auto ckpt = std::make_unique<SyntheticCheckpoint>(spec);
+  int64_t all = 0, experts = 0, embd = 0;
+  for (const TensorInfo& t : ckpt->tensors()) {
+    all += t.bytes;
+    if (t.name.find("_exps.") != std::string::npos) experts += t.bytes;
+    if (t.name == "token_embd.weight") embd = t.bytes;
+  }
+  BenchOptions bo;
+  bo.prompt_tokens = 8;
+  bo.gen_tokens = 2;
+  bo.batches = {1, 2};
+  bo.copy_bytes = 1 << 20;
+  bo.threads = 1;
+  EngineOptions eo;
+  eo.threads = 1;
+  plan_bench_engine(bo, eo);
+  EXPECT_EQ(eo.max_seqs, 2);
+  EXPECT_EQ(eo.kv_tokens, 2 * 64);  // (8 + 2 + 4 route samples + 1) tokens -> one page each
+  Engine engine(std::move(ckpt), std::make_unique<CpuOps>(1), eo);
+  const BenchReport r = run_bench(engine, bo);
+  EXPECT_EQ(r.weight_bytes, all);
+  EXPECT_EQ(r.routed_expert_bytes, experts);
+  EXPECT_EQ(r.dense_bytes, all - experts - embd);
+  EXPECT_EQ(r.embedding_row_bytes, embd / 512);
+  EXPECT_EQ(r.expert_bytes_all_layers, experts / 4);  // 4 experts, both layers
+  ASSERT_EQ(r.batches.size(), 2u);
+  const BenchBatch& b1 = r.batches[0];
+  EXPECT_EQ(b1.experts_per_layer, 2.0);
+  EXPECT_EQ(b1.weight_bytes_per_step, r.dense_bytes + r.embedding_row_bytes + 2 * r.expert_bytes_all_layers);
+  EXPECT_NEAR(b1.achieved_bandwidth() * b1.decode_seconds, static_cast<double>(b1.weight_bytes_per_step) * 2, 1.0);
+  const std::string table = bench_table(r);
+  EXPECT_NE(table.find("decode tok/s"), std::string::npos);
+  EXPECT_NE(table.find("mixtral"), std::string::npos);
+}
+
+TEST(BenchCli, WriteGgufWritesTheSyntheticModel) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ft_bench_" + std::to_string(::getpid()) + ".gguf")).string();
+  const Result r = run_ft("bench --model-preset tiny-moe --dummy-weights --weight-type q4_k --dummy-router-skew 1 "
+                          "--seed 9 --threads 1 --write-gguf " + quote(path));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // ft bench loads the written file like any GGUF.
+  const Result b = run_ft("bench --model " + quote(path) +
+                          " --json --device cpu --prompt-tokens 4 --gen-tokens 1 --copy-mib 1 --threads 1");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(b.out)["model"], path);
+  auto file = open_checkpoint(path);
+  std::filesystem::remove(path);
+  SyntheticSpec spec;
+  spec.weight_type = DType::Q4_K;
+  spec.router_skew = 1;
+  spec.seed = 9;
+  SyntheticCheckpoint mem(spec);
+  ASSERT_EQ(file->tensors().size(), mem.tensors().size());
+  for (size_t i = 0; i < mem.tensors().size(); ++i) {
+    ASSERT_EQ(file->tensors()[i].bytes, mem.tensors()[i].bytes);
+    EXPECT_EQ(std::memcmp(file->tensors()[i].data, mem.tensors()[i].data, static_cast<size_t>(mem.tensors()[i].bytes)), 0);
+  }
+}
+
+TEST(BenchCli, BadRequestsExitWithCode2) {
+  Result r = run_ft("bench --model-preset gpt-oss-20b --dummy-weights --device cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("not supported"), std::string::npos) << r.err;
+  r = run_ft("bench --model-preset qwen3-30b-a3b --device cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--dummy-weights"), std::string::npos) << r.err;
+  r = run_ft("bench --model-preset tiny-moe --dummy-weights --batch 1,x --device cpu");
+  EXPECT_EQ(r.code, 2);
+  r = run_ft("bench --model-preset tiny-moe --dummy-weights --weight-type iq2_xxs --device cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("Q4_K"), std::string::npos) << r.err;
+  r = run_ft("bench --list-presets");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("deepseek-v2-lite"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ft

@@ -1,0 +1,276 @@
+// Synthetic benchmark models: preset shapes (parameter counts of the real models), the random
+// weight generators (valid blocks with the requested RMS), determinism, the router-skew
+// construction (Zipf over a per-layer permutation), and the GGUF written from a synthetic
+// checkpoint (reopens with the same tensors and the same logits).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/model_presets.h"
+#include "engine/route_stats.h"
+#include "engine/synthetic_checkpoint.h"
+#include "engine/synthetic_weights.h"
+#include "kv/page_pool.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+EngineOptions small_engine() {
+  EngineOptions eo;
+  eo.threads = 1;
+  eo.page_size = 16;
+  eo.kv_tokens = 1024;
+  eo.max_step_tokens = 256;
+  eo.max_logit_rows = 256;
+  eo.max_seqs = 4;
+  return eo;
+}
+
+std::unique_ptr<Engine> make_engine(std::unique_ptr<Checkpoint> ckpt) {
+  return std::make_unique<Engine>(std::move(ckpt), std::make_unique<CpuOps>(1), small_engine());
+}
+
+std::vector<int32_t> ids(int64_t n, int32_t vocab, uint64_t seed) {
+  SynthRng rng(seed);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
+  return v;
+}
+
+/** Logits of every prompt position from one prefill forward. */
+std::vector<float> prefill_logits(Engine& e, const std::vector<int32_t>& prompt) {
+  BlockTable t;
+  EXPECT_TRUE(t.reserve(e.kv().pool(), static_cast<int64_t>(prompt.size())));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  std::vector<float> out = e.step({StepItem{&t.pages(), 0, prompt.data(), n, n}});
+  t.release(e.kv().pool());
+  return out;
+}
+
+SyntheticSpec tiny(DType type, double skew = 0, uint64_t seed = 0, int threads = 1) {
+  SyntheticSpec s;
+  s.preset = "tiny-moe";
+  s.weight_type = type;
+  s.router_skew = skew;
+  s.seed = seed;
+  s.threads = threads;
+  return s;
+}
+
+TEST(ModelPresets, RealShapesGiveTheModelsParameterCounts) {
+  // Totals as the model cards state them; "active" here excludes the embedding table.
+  const ModelPreset& q30 = find_preset("Qwen3_30B_A3B");
+  EXPECT_EQ(q30.name, "qwen3-30b-a3b");
+  EXPECT_NEAR(static_cast<double>(q30.total_params()), 30.5e9, 0.2e9);
+  EXPECT_NEAR(static_cast<double>(q30.active_params() + q30.n_vocab * q30.n_embd), 3.35e9, 0.1e9);
+  const ModelPreset& q235 = find_preset("qwen3-235b-a22b");
+  EXPECT_NEAR(static_cast<double>(q235.total_params()), 235e9, 1e9);
+  EXPECT_NEAR(static_cast<double>(q235.active_params() + q235.n_vocab * q235.n_embd), 22.2e9, 0.3e9);
+  const ModelPreset& mx = find_preset("mixtral-8x7b");
+  EXPECT_NEAR(static_cast<double>(mx.total_params()), 46.7e9, 0.2e9);
+  EXPECT_NEAR(static_cast<double>(mx.active_params() + mx.n_vocab * mx.n_embd), 12.9e9, 0.1e9);
+  EXPECT_NEAR(static_cast<double>(find_preset("gpt-oss-20b").total_params()), 20.9e9, 0.3e9);
+  EXPECT_NEAR(static_cast<double>(find_preset("gpt-oss-120b").total_params()), 116.8e9, 1.0e9);
+  EXPECT_EQ(find_preset("deepseek-v2-lite").n_expert, 64);
+}
+
+TEST(ModelPresets, UnknownAndUnsupportedPresetsAreRejectedByName) {
+  try {
+    find_preset("llama-7b");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("qwen3-30b-a3b"), std::string::npos);
+  }
+  for (const char* name : {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite"}) {
+    SyntheticSpec s = tiny(DType::F32);
+    s.preset = name;
+    try {
+      SyntheticCheckpoint c(s);
+      FAIL() << name;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << name;
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+      EXPECT_NE(msg.find("qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b"), std::string::npos) << msg;
+    }
+  }
+  SyntheticSpec bad = tiny(DType::IQ2_XXS);
+  EXPECT_THROW(SyntheticCheckpoint{bad}, Error);
+  EXPECT_THROW(parse_synthetic_weight_type("q3_xyz"), Error);
+  EXPECT_EQ(parse_synthetic_weight_type("q4_k"), DType::Q4_K);
+}
+
+TEST(SyntheticWeights, EveryTypeDequantizesToTheRequestedRms) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS,
+                  DType::MXFP4}) {
+    const int64_t n = 256 * 64;
+    std::vector<uint8_t> raw(static_cast<size_t>(dtype_bytes(t, n)));
+    const float want = 0.05f;
+    fill_random(t, raw.data(), n, want, 42);
+    std::vector<float> x(static_cast<size_t>(n));
+    dequantize_row(t, raw.data(), x.data(), n);
+    double ss = 0, sum = 0;
+    for (float v : x) {
+      ASSERT_TRUE(std::isfinite(v)) << dtype_name(t);
+      ss += static_cast<double>(v) * v;
+      sum += v;
+    }
+    const double rms = std::sqrt(ss / n), mean = sum / n;
+    // MXFP4 scales are powers of two: within a factor sqrt(2).
+    const double tol = t == DType::MXFP4 ? 0.42 : 0.12;
+    EXPECT_NEAR(rms / want, 1.0, tol) << dtype_name(t);
+    EXPECT_LT(std::abs(mean), 0.25 * want) << dtype_name(t);
+    std::vector<uint8_t> again(raw.size());
+    fill_random(t, again.data(), n, want, 42);
+    EXPECT_EQ(raw, again) << dtype_name(t);
+    fill_random(t, again.data(), n, want, 43);
+    EXPECT_NE(raw, again) << dtype_name(t);
+  }
+}
+
+TEST(SyntheticCheckpoint, DeterministicAndIndependentOfThreadCount) {
+  SyntheticCheckpoint a(tiny(DType::Q4_K, 0.5, 7, 1)), b(tiny(DType::Q4_K, 0.5, 7, 2)), c(tiny(DType::Q4_K, 0.5, 8, 2));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  ASSERT_EQ(a.tensors().size(), 1 + 2 * 12 + 2u);
+  bool differs = false;
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    const TensorInfo &x = a.tensors()[i], &y = b.tensors()[i], &z = c.tensors()[i];
+    EXPECT_EQ(x.name, y.name);
+    ASSERT_EQ(x.bytes, y.bytes);
+    EXPECT_EQ(std::memcmp(x.data, y.data, static_cast<size_t>(x.bytes)), 0) << x.name;
+    differs = differs || std::memcmp(x.data, z.data, static_cast<size_t>(x.bytes)) != 0;
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_EQ(a.get("blk.1.ffn_gate_exps.weight").dtype, DType::Q4_K);
+  EXPECT_EQ(a.get("blk.1.ffn_gate_exps.weight").shape, (std::vector<int64_t>{8, 256, 256}));
+  EXPECT_EQ(a.get("blk.1.ffn_gate_inp.weight").dtype, DType::F32);
+  EXPECT_EQ(a.get("blk.0.attn_norm.weight").dtype, DType::F32);
+  EXPECT_EQ(a.get("token_embd.weight").dtype, DType::Q4_K);
+  EXPECT_EQ(a.metadata()["general.architecture"], "qwen3moe");
+  EXPECT_EQ(a.metadata()["tokenizer.ggml.tokens"].size(), 512u);
+  // Q5_K cannot be written by quantize_row: the embedding falls back to Q8_0, matrices stay Q5_K.
+  SyntheticCheckpoint q5(tiny(DType::Q5_K));
+  EXPECT_EQ(q5.get("token_embd.weight").dtype, DType::Q8_0);
+  EXPECT_EQ(q5.get("output.weight").dtype, DType::Q5_K);
+  SyntheticSpec two = tiny(DType::F16);
+  two.n_layer = 1;
+  EXPECT_EQ(SyntheticCheckpoint(two).find("blk.1.attn_q.weight"), nullptr);
+}
+
+TEST(SyntheticCheckpoint, TinyPresetsLoadAndGenerateDeterministically) {
+  for (const char* preset : {"tiny-moe", "tiny-mixtral"}) {
+    SyntheticSpec s = tiny(DType::Q8_0);
+    s.preset = preset;
+    auto e1 = make_engine(std::make_unique<SyntheticCheckpoint>(s));
+    auto e2 = make_engine(std::make_unique<SyntheticCheckpoint>(s));
+    EXPECT_EQ(e1->config().arch, std::string(preset) == "tiny-moe" ? "qwen3_moe" : "mixtral");
+    EXPECT_EQ(e1->config().n_vocab, 512);
+    GenerateRequest req;
+    req.prompt = ids(20, 512, 3);
+    req.max_tokens = 8;
+    req.sampling.temperature = 0;
+    req.stop_at_eos = false;
+    req.step_logits = true;
+    const GenerateResult r1 = generate(*e1, {req})[0], r2 = generate(*e2, {req})[0];
+    ASSERT_EQ(r1.tokens.size(), 8u);
+    EXPECT_EQ(r1.tokens, r2.tokens);
+    EXPECT_EQ(r1.step_logits, r2.step_logits);
+    for (float v : r1.step_logits) ASSERT_TRUE(std::isfinite(v));
+    s.seed = 1;
+    auto e3 = make_engine(std::make_unique<SyntheticCheckpoint>(s));
+    EXPECT_NE(generate(*e3, {req})[0].step_logits, r1.step_logits);
+  }
+}
+
+TEST(SyntheticCheckpoint, WrittenGgufReopensWithTheSameTensorsAndLogits) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ft_synth_" + std::to_string(::getpid()) + ".gguf")).string();
+  for (DType t : {DType::Q4_K, DType::BF16}) {
+    auto mem = std::make_unique<SyntheticCheckpoint>(tiny(t, 1.0, 5));
+    mem->write_gguf(path);
+    auto file = open_checkpoint(path);
+    std::filesystem::remove(path);  // mapped: stays readable
+    ASSERT_EQ(file->tensors().size(), mem->tensors().size());
+    for (size_t i = 0; i < mem->tensors().size(); ++i) {
+      const TensorInfo &a = mem->tensors()[i], &b = file->tensors()[i];
+      EXPECT_EQ(a.name, b.name);
+      EXPECT_EQ(a.dtype, b.dtype);
+      EXPECT_EQ(a.shape, b.shape);
+      ASSERT_EQ(a.bytes, b.bytes);
+      EXPECT_EQ(std::memcmp(a.data, b.data, static_cast<size_t>(a.bytes)), 0) << a.name;
+    }
+    EXPECT_EQ(file->metadata(), mem->metadata());
+    auto e_mem = make_engine(std::move(mem));
+    auto e_file = make_engine(std::move(file));
+    const std::vector<int32_t> prompt = ids(37, 512, 11);
+    const std::vector<float> a = prefill_logits(*e_mem, prompt), b = prefill_logits(*e_file, prompt);
+    ASSERT_EQ(a.size(), 37u * 512u);
+    EXPECT_EQ(a, b) << dtype_name(t);
+  }
+}
+
+/** Per-layer share of router selections, with the expert ranks, over one 256-token prefill. */
+struct RoutingShares {
+  std::vector<std::vector<double>> share;  // [layer][expert]
+  std::vector<std::vector<int32_t>> rank;  // [layer][expert]
+};
+
+RoutingShares measure_routing(double skew) {
+  auto ckpt = std::make_unique<SyntheticCheckpoint>(tiny(DType::F32, skew, 3));
+  const SyntheticCheckpoint* synth = ckpt.get();
+  auto engine = make_engine(std::move(ckpt));
+  RouteCounter counter(*engine);
+  EXPECT_TRUE(counter.available());
+  counter.attach();
+  prefill_logits(*engine, ids(256, 512, 99));
+  counter.detach();
+  EXPECT_EQ(counter.layer_steps(), 2);
+  RoutingShares r;
+  for (int64_t l = 0; l < 2; ++l) {
+    const std::vector<int64_t>& c = counter.counts()[static_cast<size_t>(l)];
+    const double total = static_cast<double>(std::accumulate(c.begin(), c.end(), int64_t{0}));
+    EXPECT_EQ(total, 256.0 * 2);  // top-2 of every token
+    std::vector<double> s;
+    for (int64_t x : c) s.push_back(static_cast<double>(x) / total);
+    r.share.push_back(s);
+    r.rank.push_back(synth->expert_ranks(l));
+  }
+  return r;
+}
+
+TEST(SyntheticCheckpoint, RouterSkewMakesLowRanksPopularLikeZipf) {
+  const RoutingShares uniform = measure_routing(0.0), skewed = measure_routing(1.5);
+  for (size_t l = 0; l < 2; ++l) {
+    const auto& u = uniform.share[l];
+    const auto& s = skewed.share[l];
+    const auto& rank = skewed.rank[l];
+    // Uniform: every expert near 1/8 of the selections.
+    EXPECT_LT(*std::max_element(u.begin(), u.end()), 0.22) << "layer " << l;
+    EXPECT_GT(*std::min_element(u.begin(), u.end()), 0.04) << "layer " << l;
+    // Zipf 1.5 over a permutation: the rank-1 expert is the most popular, far above 1/8, and the
+    // shares fall with the rank (rank 1 > rank 2 > rank 4 > rank 8).
+    std::vector<double> by_rank(9, 0);
+    for (size_t e = 0; e < 8; ++e) by_rank[static_cast<size_t>(rank[e])] = s[e];
+    EXPECT_GT(by_rank[1], 0.3) << "layer " << l;
+    EXPECT_GT(by_rank[1], by_rank[2]);
+    EXPECT_GT(by_rank[2], by_rank[4]);
+    EXPECT_GT(by_rank[4], by_rank[8]);
+    EXPECT_LT(by_rank[8], 0.06);
+  }
+  // The permutation differs between layers (seeded per layer).
+  EXPECT_NE(skewed.rank[0], skewed.rank[1]);
+}
+
+}  // namespace
+}  // namespace ft
