@@ -3,7 +3,8 @@
 // tokens. q8_0: the weights alone (dequantized exactly, fp32 activations) put typical positions at
 // 1-2.5e-2, but on these random-weight MoE models a few positions flip an expert at a router
 // near-tie and reach 0.1-0.5 (mixtral, qwen3_moe, olmoe), and dense qwen3 has positions up to
-// 4.6e-2; so the q8_0 check is the median position <= 3e-2 and the whole [T, V] matrix <= 0.1.
+// 4.6e-2; so for q8_0 dense models must hold 3e-2 over the whole [T, V] matrix (5e-2 at any position)
+// and MoE models 3e-2 at the median position and 0.1 over the whole matrix.
 // llama/mixtral files carry permuted Q/K rows (normal-mode RoPE); olmoe files hold RMS epsilon
 // 1e-5 and compare against reference_eps1e-05.json.
 #include <algorithm>
@@ -49,6 +50,10 @@ TEST_P(GgufFixture, LogitsMatchReference) {
     if (exact) {
       EXPECT_LE(err, 1e-4);
       EXPECT_EQ(res[0].tokens, c.greedy);
+    } else if (engine->config().n_expert == 0) {
+      // Dense: no router to flip, so the whole matrix holds the 3e-2.
+      EXPECT_LE(whole, 3e-2);
+      EXPECT_LE(err, 5e-2);
     } else {
       EXPECT_LE(median, 3e-2);
       EXPECT_LE(whole, 0.1);
