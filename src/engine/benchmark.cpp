@@ -262,16 +262,21 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
     if (c.n_expert <= 0) {
       res.experts_source = "dense";
-    } else if (routes.available() && o.route_sample_steps > 0) {
-      routes.reset();
-      routes.attach();
-      decode(tables, N + G, o.route_sample_steps);
-      routes.detach();
-      res.experts_per_layer = routes.mean_distinct();
-      res.experts_source = "measured";
     } else {
-      res.experts_per_layer = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(B)));
-      res.experts_source = "estimated";
+      if (routes.available() && o.route_sample_steps > 0 && G > 0) {
+        routes.reset();
+        routes.attach();
+        decode(tables, N + G, o.route_sample_steps);
+        routes.detach();
+        if (routes.layer_steps() > 0) {
+          res.experts_per_layer = routes.mean_distinct();
+          res.experts_source = "measured";
+        }
+      }
+      if (res.experts_source.empty()) {  // no routers, no samples, or the hook saw no MoE layer
+        res.experts_per_layer = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(B)));
+        res.experts_source = "estimated";
+      }
     }
     release(tables);
     res.weight_bytes_per_step = r.dense_bytes + B * r.embedding_row_bytes +
@@ -333,27 +338,33 @@ nlohmann::json bench_json(const BenchReport& r) {
 }
 
 std::string bench_table(const BenchReport& r) {
-  auto gib = [](int64_t b) { return static_cast<double>(b) / (1 << 30); };
+  auto gib = [](int64_t b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(b);
+    int u = 0;
+    for (; v >= 1024 && u < 4; ++u) v /= 1024;
+    return fmt::format("{:.2f} {}", v, units[u]);
+  };
   std::string s = fmt::format("model    {} ({}, {} layers", r.model, r.arch, r.n_layer);
   if (r.n_expert > 0) s += fmt::format(", {} experts, top-{}", r.n_expert, r.n_expert_used);
   s += fmt::format(") on {}, {} activations\n", r.device, r.activation_dtype);
-  s += fmt::format("weights  {:.2f} GiB, mostly {} (dense {:.2f} GiB, routed experts {:.2f} GiB)\n", gib(r.weight_bytes),
+  s += fmt::format("weights  {}, mostly {} (dense {}, routed experts {})\n", gib(r.weight_bytes),
                    r.weight_type, gib(r.dense_bytes), gib(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));
   s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n\n", r.prompt_tokens, r.gen_tokens);
   s += fmt::format("{:>6} {:>14} {:>13} {:>9} {:>15} {:>12} {:>10} {:>9}\n", "batch", "prefill tok/s", "decode tok/s",
-                   "ms/step", "experts/layer", "GB/step", "GB/s", "% copy");
+                   "ms/step", "experts/layer", "MB/step", "GB/s", "% copy");
   for (const BenchBatch& b : r.batches) {
     const std::string experts =
         b.experts_source == "dense" ? "-" : fmt::format("{:.1f} {}", b.experts_per_layer, b.experts_source.substr(0, 4));
-    s += fmt::format("{:>6} {:>14.1f} {:>13.1f} {:>9.3f} {:>15} {:>12.3f} {:>10.1f} {:>8.1f}%\n", b.batch,
+    s += fmt::format("{:>6} {:>14.1f} {:>13.1f} {:>9.3f} {:>15} {:>12.1f} {:>10.1f} {:>8.1f}%\n", b.batch,
                      b.prefill_tokens_per_s(), b.decode_tokens_per_s(), b.ms_per_step(), experts,
-                     static_cast<double>(b.weight_bytes_per_step) / 1e9, b.achieved_bandwidth() / 1e9,
+                     static_cast<double>(b.weight_bytes_per_step) / 1e6, b.achieved_bandwidth() / 1e9,
                      r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
   }
-  s += fmt::format("\npeak host RSS {:.2f} GiB; device memory ", gib(r.peak_host_rss));
-  s += r.device_memory >= 0 ? fmt::format("{:.2f} GiB ({})\n", gib(r.device_memory), r.device_memory_note)
+  s += fmt::format("\npeak host RSS {}; device memory ", gib(r.peak_host_rss));
+  s += r.device_memory >= 0 ? fmt::format("{} ({})\n", gib(r.device_memory), r.device_memory_note)
                             : fmt::format("n/a ({})\n", r.device_memory_note);
   return s;
 }

@@ -11,7 +11,8 @@
 //   3. decode: G steps of B tokens each (one logit row per sequence, fed random ids), timed the same
 //      way; ms per step = time / G, decode tokens/s = B * G / time;
 //   4. routing sample: route_sample_steps more decode steps with a RouteCounter attached (untimed)
-//      give the mean distinct routed experts per MoE layer per step; without router weights the
+//      give the mean distinct routed experts per MoE layer per step; without router weights, with
+//      G = 0 or when the hook saw no MoE layer (a step replayed from a CUDA graph), the
 //      uniform-routing expectation E (1 - (1 - k/E)^B) is used instead ("estimated").
 // Weight bytes per step = every tensor except routed experts and the embedding table (an untied
 // embedding is read B rows at a time; a tied one is the LM head and counts whole), plus B embedding

@@ -155,13 +155,19 @@ void fill_random(DType t, void* dst, int64_t n, float rms, uint64_t seed) {
     auto* p = static_cast<float*>(dst);
     for (int64_t i = 0; i < n; ++i) p[i] = (2.0f * rng.uniform() - 1.0f) * a;
   } else if (t == DType::F16 || t == DType::BF16) {
+    // 16 random bits per element: x = (u - 32767.5) * a / 32768, u in [0, 65535].
     auto* p = static_cast<uint16_t*>(dst);
+    const float step = a / 32768.0f;
     const bool bf = t == DType::BF16;
+    float x[4];
     for (int64_t i = 0; i < n; i += 4) {
-      uint64_t r = rng.next();
-      for (int64_t j = i; j < std::min(n, i + 4); ++j, r >>= 16) {
-        const float x = ((static_cast<float>(r & 0xffff) + 0.5f) * (2.0f / 65536.0f) - 1.0f) * a;
-        p[j] = bf ? f32_to_bf16(x) : f32_to_f16(x);
+      const uint64_t r = rng.next();
+      for (int j = 0; j < 4; ++j) x[j] = (static_cast<float>((r >> (16 * j)) & 0xffff) - 32767.5f) * step;
+      const int64_t m = std::min<int64_t>(4, n - i);
+      if (bf) {
+        for (int64_t j = 0; j < m; ++j) p[i + j] = static_cast<uint16_t>(f32_to_bits(x[j]) >> 16);  // truncate
+      } else {
+        for (int64_t j = 0; j < m; ++j) p[i + j] = f32_to_f16(x[j]);
       }
     }
   } else {
