@@ -6,88 +6,19 @@
 // llama.cpp stores Mixtral as GGUF architecture `llama` (with experts) and permutes Q/K rows for
 // GGML's normal RoPE: GGUF runs in normal mode, HF in NeoX mode.
 #include "model/architectures.h"
-#include "model/blocks.h"
+#include "model/decoder.h"
 
 namespace ft {
-namespace {
 
-// HF names: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down).
-const ExpertNames kExperts{"block_sparse_moe.experts.{}.w1", "block_sparse_moe.experts.{}.w3",
-                          "block_sparse_moe.experts.{}.w2"};
-
-class Mixtral final : public Model {
- public:
-  Mixtral(ModelConfig c, WeightLoader& ld, Ops& ops) : Model(std::move(c)) {
-    config_.rope_mode = ld.is_gguf() ? RopeMode::kNormal : RopeMode::kNeox;
-    config_.norm_topk_prob = true;  // softmax over the top-k logits == renormalised top-k probabilities
-    io_ = load_output(ld, config_);
-    config_.validate();
-    spec_ = load_attention_spec(ld, ops, config_, storage_);
-    router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
-    const int64_t H = config_.n_embd, E = config_.n_expert;
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
-      Layer L;
-      L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");         // [H]
-      L.attn = load_attention(ld, config_, l);
-      L.ffn_norm = load_norm(ld, config_, l, "ffn_norm", "post_attention_layernorm");  // [H]
-      if (config_.is_moe_layer(l)) {
-        L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", "block_sparse_moe.gate"), {E, H});  // router [E, H]
-        host_experts_.push_back(load_host_experts(ld, config_, l, kExperts));    // [E] x gate/up/down
-      } else {
-        L.mlp = load_mlp(ld, config_, l, config_.n_ff);
-        host_experts_.emplace_back();
-      }
-      layers_.push_back(std::move(L));
-    }
-    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
-  }
-
-  void forward(ForwardContext& ctx) const override {
-    Ops& ops = ctx.ops;
-    const int64_t T = ctx.batch.n_tokens;
-    const RmsNormParams norm{static_cast<float>(config_.rms_eps), 0.0f};
-    Tensor x = embed(ctx, io_.tok_embd);                                   // [T, H]
-    Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);  // [T, H]
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
-      const Layer& L = layers_[static_cast<size_t>(l)];
-      ops.rms_norm(norm, x, L.attn_norm, h);
-      ctx.dump_if("attn_norm", l, h);
-      attention_block(ctx, l, spec_, L.attn, h, o);
-      ops.add(x, o, x);
-      ctx.dump_if("ffn_inp", l, x);
-      ops.rms_norm(norm, x, L.ffn_norm, h);
-      ctx.dump_if("ffn_norm", l, h);
-      if (L.moe.gate_inp) {
-        moe_block(ctx, l, router_, L.moe, h, o);
-        ctx.dump_if("ffn_moe_out", l, o);
-      } else {
-        gated_mlp(ctx, L.mlp, h, o);
-        ctx.dump_if("ffn_out", l, o);
-      }
-      ops.add(x, o, x);
-      ctx.dump_if("l_out", l, x);
-    }
-    lm_head(ctx, io_, norm, x);
-  }
-
- private:
-  struct Layer {
-    Tensor attn_norm;
-    AttentionWeights attn;
-    Tensor ffn_norm;
-    MoeWeights moe;  // MoE layers (routed experts: host_experts_[l], run by ctx.experts)
-    MlpWeights mlp;  // dense layers
-  };
-  OutputWeights io_;
-  AttentionSpec spec_;
-  RouterParams router_;
-  std::vector<Layer> layers_;
-};
-
-}  // namespace
-
-std::unique_ptr<Model> build_mixtral(ModelConfig config, WeightLoader& ld, Ops& ops) {
-  return std::make_unique<Mixtral>(std::move(config), ld, ops);
+std::unique_ptr<Model> build_mixtral(ModelConfig c, WeightLoader& ld, Ops& ops) {
+  c.rope_mode = ld.is_gguf() ? RopeMode::kNormal : RopeMode::kNeox;
+  c.norm_topk_prob = true;  // softmax over the top-k logits == renormalised top-k probabilities
+  DecoderSpec spec;
+  spec.moe = true;
+  spec.router = "block_sparse_moe.gate";  // [E, H]
+  // HF names: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down).
+  spec.experts = {"block_sparse_moe.experts.{}.w1", "block_sparse_moe.experts.{}.w3", "block_sparse_moe.experts.{}.w2"};
+  return build_decoder(std::move(c), ld, ops, spec);
 }
 
 }  // namespace ft

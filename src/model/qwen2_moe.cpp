@@ -5,90 +5,18 @@
 //   x = h + sum_{e in top-k(softmax(W_r h'))} p_e * Expert_e(h') + sigmoid(w_g . h') * Shared(h'),
 // h' = RMSNorm(h); the top-k probabilities are not renormalised unless norm_topk_prob.
 #include "model/architectures.h"
-#include "model/blocks.h"
+#include "model/decoder.h"
 
 namespace ft {
-namespace {
 
-class Qwen2Moe final : public Model {
- public:
-  Qwen2Moe(ModelConfig c, WeightLoader& ld, Ops& ops) : Model(std::move(c)) {
-    config_.rope_mode = RopeMode::kNeox;
-    config_.attn_bias = true;
-    if (ld.is_gguf()) config_.norm_topk_prob = false;
-    io_ = load_output(ld, config_);
-    config_.validate();
-    spec_ = load_attention_spec(ld, ops, config_, storage_);
-    router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
-    const int64_t H = config_.n_embd, E = config_.n_expert;
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
-      Layer L;
-      L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");         // [H]
-      L.attn = load_attention(ld, config_, l);
-      L.ffn_norm = load_norm(ld, config_, l, "ffn_norm", "post_attention_layernorm");  // [H]
-      if (config_.is_moe_layer(l)) {
-        L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", "mlp.gate"), {E, H});  // router [E, H]
-        host_experts_.push_back(load_host_experts(ld, config_, l, ExpertNames{}));    // [E] x gate/up/down
-        const int64_t Fs = config_.n_ff_shexp;
-        L.moe.shexp_gate = ld.get(layer_weight(l, "ffn_gate_shexp", "mlp.shared_expert.gate_proj"), {Fs, H});
-        L.moe.shexp_up = ld.get(layer_weight(l, "ffn_up_shexp", "mlp.shared_expert.up_proj"), {Fs, H});
-        L.moe.shexp_down = ld.get(layer_weight(l, "ffn_down_shexp", "mlp.shared_expert.down_proj"), {H, Fs});
-        L.moe.shexp_gate_inp = ld.get(layer_weight(l, "ffn_gate_inp_shexp", "mlp.shared_expert_gate"), {1, H});
-      } else {
-        L.mlp = load_mlp(ld, config_, l, config_.n_ff);
-        host_experts_.emplace_back();
-      }
-      layers_.push_back(std::move(L));
-    }
-    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
-  }
-
-  void forward(ForwardContext& ctx) const override {
-    Ops& ops = ctx.ops;
-    const int64_t T = ctx.batch.n_tokens;
-    const RmsNormParams norm{static_cast<float>(config_.rms_eps), 0.0f};
-    Tensor x = embed(ctx, io_.tok_embd);                                   // [T, H]
-    Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);  // [T, H]
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
-      const Layer& L = layers_[static_cast<size_t>(l)];
-      ops.rms_norm(norm, x, L.attn_norm, h);
-      ctx.dump_if("attn_norm", l, h);
-      attention_block(ctx, l, spec_, L.attn, h, o);
-      ops.add(x, o, x);
-      ctx.dump_if("ffn_inp", l, x);
-      ops.rms_norm(norm, x, L.ffn_norm, h);
-      ctx.dump_if("ffn_norm", l, h);
-      if (L.moe.gate_inp) {
-        moe_block(ctx, l, router_, L.moe, h, o);
-        ctx.dump_if("ffn_moe_out", l, o);
-      } else {
-        gated_mlp(ctx, L.mlp, h, o);
-        ctx.dump_if("ffn_out", l, o);
-      }
-      ops.add(x, o, x);
-      ctx.dump_if("l_out", l, x);
-    }
-    lm_head(ctx, io_, norm, x);
-  }
-
- private:
-  struct Layer {
-    Tensor attn_norm;
-    AttentionWeights attn;
-    Tensor ffn_norm;
-    MoeWeights moe;  // MoE layers (routed experts: host_experts_[l], run by ctx.experts)
-    MlpWeights mlp;  // dense layers
-  };
-  OutputWeights io_;
-  AttentionSpec spec_;
-  RouterParams router_;
-  std::vector<Layer> layers_;
-};
-
-}  // namespace
-
-std::unique_ptr<Model> build_qwen2_moe(ModelConfig config, WeightLoader& ld, Ops& ops) {
-  return std::make_unique<Qwen2Moe>(std::move(config), ld, ops);
+std::unique_ptr<Model> build_qwen2_moe(ModelConfig c, WeightLoader& ld, Ops& ops) {
+  c.rope_mode = RopeMode::kNeox;
+  c.attn_bias = true;
+  if (ld.is_gguf()) c.norm_topk_prob = false;
+  DecoderSpec spec;
+  spec.moe = true;
+  spec.shared_expert = true;  // mlp.shared_expert.{gate,up,down}_proj + mlp.shared_expert_gate [1, H]
+  return build_decoder(std::move(c), ld, ops, spec);
 }
 
 }  // namespace ft

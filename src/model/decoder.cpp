@@ -1,0 +1,89 @@
+#include "model/decoder.h"
+
+namespace ft {
+namespace {
+
+class Decoder final : public Model {
+ public:
+  Decoder(ModelConfig c, WeightLoader& ld, Ops& ops, const DecoderSpec& spec) : Model(std::move(c)) {
+    io_ = load_output(ld, config_);
+    config_.validate();
+    spec_ = load_attention_spec(ld, ops, config_, storage_);
+    router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
+    for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, spec, l));
+    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+  }
+
+  void forward(ForwardContext& ctx) const override {
+    Ops& ops = ctx.ops;
+    const int64_t T = ctx.batch.n_tokens;
+    const RmsNormParams norm{static_cast<float>(config_.rms_eps), 0.0f};
+    Tensor x = embed(ctx, io_.tok_embd);                                   // [T, H]
+    Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);  // [T, H]
+    for (int64_t l = 0; l < config_.n_layer; ++l) {
+      const Layer& L = layers_[static_cast<size_t>(l)];
+      ops.rms_norm(norm, x, L.attn_norm, h);
+      ctx.dump_if("attn_norm", l, h);
+      attention_block(ctx, l, spec_, L.attn, h, o);
+      ops.add(x, o, x);
+      ctx.dump_if("ffn_inp", l, x);
+      ops.rms_norm(norm, x, L.ffn_norm, h);
+      ctx.dump_if("ffn_norm", l, h);
+      if (L.moe.gate_inp) {
+        moe_block(ctx, l, router_, L.moe, h, o);
+        ctx.dump_if("ffn_moe_out", l, o);
+      } else {
+        gated_mlp(ctx, L.mlp, h, o);
+        ctx.dump_if("ffn_out", l, o);
+      }
+      ops.add(x, o, x);
+      ctx.dump_if("l_out", l, x);
+    }
+    lm_head(ctx, io_, norm, x);
+  }
+
+ private:
+  struct Layer {
+    Tensor attn_norm;  // [H]
+    AttentionWeights attn;
+    Tensor ffn_norm;   // [H]
+    MoeWeights moe;    // MoE layers (routed experts: host_experts_[l], run by ctx.experts)
+    MlpWeights mlp;    // dense layers
+  };
+
+  Layer load_layer(WeightLoader& ld, const DecoderSpec& spec, int64_t l) {
+    const int64_t H = config_.n_embd;
+    Layer L;
+    L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
+    L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
+    L.ffn_norm = load_norm(ld, config_, l, "ffn_norm", "post_attention_layernorm");
+    if (spec.moe && config_.is_moe_layer(l)) {
+      L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", spec.router), {config_.n_expert, H});
+      host_experts_.push_back(load_host_experts(ld, config_, l, spec.experts));  // [E] x gate/up/down
+      if (spec.shared_expert) {
+        const int64_t Fs = config_.n_ff_shexp;
+        L.moe.shexp_gate = ld.get(layer_weight(l, "ffn_gate_shexp", "mlp.shared_expert.gate_proj"), {Fs, H});
+        L.moe.shexp_up = ld.get(layer_weight(l, "ffn_up_shexp", "mlp.shared_expert.up_proj"), {Fs, H});
+        L.moe.shexp_down = ld.get(layer_weight(l, "ffn_down_shexp", "mlp.shared_expert.down_proj"), {H, Fs});
+        L.moe.shexp_gate_inp = ld.get(layer_weight(l, "ffn_gate_inp_shexp", "mlp.shared_expert_gate"), {1, H});
+      }
+    } else {
+      L.mlp = load_mlp(ld, config_, l, config_.n_ff);  // gate, up [F, H]; down [H, F]
+      if (spec.moe) host_experts_.emplace_back();
+    }
+    return L;
+  }
+
+  OutputWeights io_;
+  AttentionSpec spec_;
+  RouterParams router_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> build_decoder(ModelConfig config, WeightLoader& ld, Ops& ops, const DecoderSpec& spec) {
+  return std::make_unique<Decoder>(std::move(config), ld, ops, spec);
+}
+
+}  // namespace ft
