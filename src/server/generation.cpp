@@ -124,6 +124,22 @@ ojson usage_json(const FinishInfo& f) {
   return u;
 }
 
+ojson response_head(const std::string& id, const char* object, int64_t created, const std::string& model) {
+  ojson c;
+  c["id"] = id;
+  c["object"] = object;
+  c["created"] = created;
+  c["model"] = model;
+  c["system_fingerprint"] = nullptr;
+  return c;
+}
+
+std::string sse_usage_chunk(ojson head, const FinishInfo& f) {
+  head["choices"] = ojson::array();
+  head["usage"] = usage_json(f);
+  return sse_data(head);
+}
+
 const char* finish_reason_text(FinishReason r) {
   switch (r) {
     case FinishReason::kStop: return "stop";

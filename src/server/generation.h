@@ -55,6 +55,15 @@ std::string sse_data(const nlohmann::json& j);
 /** {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}. */
 nlohmann::ordered_json usage_json(const FinishInfo& f);
 
+/** The fields every response object and chunk of a generation endpoint starts with: {"id", "object"
+ *  (e.g. "chat.completion.chunk"), "created" (unix seconds), "model", "system_fingerprint": null}. */
+nlohmann::ordered_json response_head(const std::string& id, const char* object, int64_t created,
+                                     const std::string& model);
+
+/** The usage chunk that ends a stream with stream_options.include_usage: `head` (response_head) with
+ *  "choices": [] and "usage" (usage_json), as an SSE event. */
+std::string sse_usage_chunk(nlohmann::ordered_json head, const FinishInfo& f);
+
 /** OpenAI finish_reason: "stop", "length"; "abort" for cancelled requests; "error". */
 const char* finish_reason_text(FinishReason r);
 

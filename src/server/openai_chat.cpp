@@ -47,25 +47,12 @@ class ChatSse : public SseFormatter {
   std::vector<std::string> finish(const FinishInfo& f) override {
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
     std::vector<std::string> out{sse_data(chunk(ojson::object(), nullptr, finish_reason_text(f.reason)))};
-    if (include_usage_) {
-      ojson u = base();
-      u["choices"] = ojson::array();
-      u["usage"] = usage_json(f);
-      out.push_back(sse_data(u));
-    }
+    if (include_usage_) out.push_back(sse_usage_chunk(base(), f));
     return out;
   }
 
  private:
-  ojson base() const {
-    ojson c;
-    c["id"] = id_;
-    c["object"] = "chat.completion.chunk";
-    c["created"] = created_;
-    c["model"] = ctx_.model.name;
-    c["system_fingerprint"] = nullptr;
-    return c;
-  }
+  ojson base() const { return response_head(id_, "chat.completion.chunk", created_, ctx_.model.name); }
   ojson chunk(ojson delta, ojson logprobs, const char* finish_reason) const {
     ojson c = base();
     ojson choice;
@@ -109,12 +96,7 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::
   choice["message"] = {{"role", "assistant"}, {"content", all.text}};
   choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, all.logprobs) : ojson(nullptr);
   choice["finish_reason"] = finish_reason_text(all.finish.reason);
-  ojson body;
-  body["id"] = id;
-  body["object"] = "chat.completion";
-  body["created"] = created;
-  body["model"] = ctx.model.name;
-  body["system_fingerprint"] = nullptr;
+  ojson body = response_head(id, "chat.completion", created, ctx.model.name);
   body["choices"] = ojson::array({choice});
   body["usage"] = usage_json(all.finish);
   send_json(res, 200, body);

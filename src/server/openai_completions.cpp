@@ -55,25 +55,12 @@ class CompletionSse : public SseFormatter {
   std::vector<std::string> finish(const FinishInfo& f) override {
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
     std::vector<std::string> out{sse_data(chunk(choice_json("", nullptr, finish_reason_text(f.reason))))};
-    if (gen_.include_usage) {
-      ojson u = base();
-      u["choices"] = ojson::array();
-      u["usage"] = usage_json(f);
-      out.push_back(sse_data(u));
-    }
+    if (gen_.include_usage) out.push_back(sse_usage_chunk(base(), f));
     return out;
   }
 
  private:
-  ojson base() const {
-    ojson c;
-    c["id"] = id_;
-    c["object"] = "text_completion";
-    c["created"] = created_;
-    c["model"] = ctx_.model.name;
-    c["system_fingerprint"] = nullptr;
-    return c;
-  }
+  ojson base() const { return response_head(id_, "text_completion", created_, ctx_.model.name); }
   ojson chunk(ojson choice) const {
     ojson c = base();
     c["choices"] = ojson::array({std::move(choice)});
@@ -117,12 +104,7 @@ void completions(ServerContext& ctx, const httplib::Request& req, httplib::Respo
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
   size_t offset = echo.size();
   ojson lp = r.gen.logprobs ? completion_logprobs(vocab, all.logprobs, offset) : ojson(nullptr);
-  ojson body;
-  body["id"] = id;
-  body["object"] = "text_completion";
-  body["created"] = created;
-  body["model"] = ctx.model.name;
-  body["system_fingerprint"] = nullptr;
+  ojson body = response_head(id, "text_completion", created, ctx.model.name);
   body["choices"] = ojson::array({choice_json(echo + all.text, lp, finish_reason_text(all.finish.reason))});
   body["usage"] = usage_json(all.finish);
   send_json(res, 200, body);

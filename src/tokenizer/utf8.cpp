@@ -89,4 +89,17 @@ size_t utf8_repair(std::string_view s, std::string& out, bool final) {
   return i;
 }
 
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+    out.append(s, pos, hit - pos);
+    out.append(to);
+  }
+  if (pos == 0) return;
+  out.append(s, pos);
+  s.swap(out);
+}
+
 }  // namespace ft

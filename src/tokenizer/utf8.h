@@ -3,6 +3,7 @@
 // is safe to stream, and lossy repair (invalid bytes -> U+FFFD). Byte sequences follow RFC 3629;
 // the repair replaces each "maximal subpart" of an ill-formed sequence with one U+FFFD, as the
 // Unicode standard (ch. 3, "U+FFFD Substitution of Maximal Subparts") and Rust's from_utf8_lossy do.
+// Also the byte-wise replace_all the normalizer and the vocab share.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -51,5 +52,9 @@ inline std::string utf8_repaired(std::string_view s) {
   utf8_repair(s, out, true);
   return out;
 }
+
+/** Replaces every non-overlapping occurrence of `from` in `s` with `to`, left to right, byte-wise
+ *  (a no-op when `from` is empty). */
+void replace_all(std::string& s, std::string_view from, std::string_view to);
 
 }  // namespace ft

@@ -23,18 +23,6 @@ constexpr std::string_view kEogTexts[] = {
     "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",  // DeepSeek
 };
 
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t pos = 0;
-  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
-    out.append(s, pos, hit - pos);
-    out.append(to);
-  }
-  if (pos == 0) return;
-  out.append(s, pos);
-  s.swap(out);
-}
-
 }  // namespace
 
 // Per-call buffers: word cache, arena for transformed text, BPE scratch.
