@@ -55,7 +55,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
       h_out_ = alloc(DType::F32, {opt_.max_tokens * H}, true);
       h_ids_ = alloc(DType::I32, {pairs}, true);
       h_w_ = alloc(DType::F32, {pairs}, true);
-      d_out_ = alloc(ops.activation_dtype(), {opt_.max_tokens * H}, false);
+      d_out_ = alloc(DType::F32, {opt_.max_tokens * H}, false);  // widest activation dtype; viewed as out's
     }
   }
   cpu_experts_.assign(host.size(), 0);
@@ -108,7 +108,7 @@ void OffloadedExperts::run_cpu(int64_t layer, const Tensor& x, const Tensor& ids
     ops_.copy(weights, hw);
     cpu_->run({false}, hx, hi, hw, bank, ho);
     if (accumulate) {
-      Tensor part = head(d_out_, T, H);
+      Tensor part(d_out_.data, out.dtype, {T, H}, d_out_.device);
       ops_.copy(ho, part);
       ops_.add(out, part, out);
     } else {

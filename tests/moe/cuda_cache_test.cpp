@@ -33,7 +33,7 @@ class CudaExpertCache : public ::testing::Test {
       if (req && std::string(req) == "1") FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible";
       GTEST_SKIP() << "no CUDA device visible";
     }
-    gpu_ = make_cuda_ops(0);
+    gpu_ = make_cuda_ops(0, DType::BF16);  // the tensors below are BF16 activations
   }
   void TearDown() override {
     if (gpu_) gpu_->synchronize();
