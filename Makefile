@@ -47,9 +47,10 @@ test-asan:
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target test_formats
 	cd $(BUILD_ASAN) && FT_FUZZ_VARIANTS=10000 ./test_formats
 
-# GPU tests only; fail (rather than skip) when no device is present.
+# GPU tests only (every suite named Cuda*: tests/gpu and the expert-cache tests in tests/moe); they
+# fail (rather than skip) when no device is present.
 test-gpu: build
-	cd $(BUILD) && FT_REQUIRE_GPU=1 ctest --output-on-failure -L gpu
+	cd $(BUILD) && FT_REQUIRE_GPU=1 ctest --output-on-failure -R Cuda
 
 serve: build
 	./$(BUILD)/ft serve $(ARGS)
