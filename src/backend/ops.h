@@ -7,7 +7,7 @@
 // Conventions for every op:
 // - Shapes are row-major, written [rows, cols]; every tensor must be contiguous and live on
 //   this backend's device() (weights: made resident with make_resident first).
-// - Activations have dtype activation_dtype() (F32 on CPU, BF16 on CUDA); ops read the dtype from
+// - Activations have dtype activation_dtype() (F32 on CPU; on CUDA F32 by default or BF16 when asked, see make_cuda_ops); ops read the dtype from
 //   the tensor, never assume it. Index tensors are I32. Accumulation is always fp32.
 // - Weights may be F32, F16, BF16 or any GGUF block type that quant/ can dequantize; they are
 //   dequantized inside the kernel, never expanded in memory.
@@ -121,7 +121,7 @@ class Ops {
   virtual const char* name() const = 0;
   /** Where this backend's tensors live. */
   virtual Device device() const = 0;
-  /** dtype of activations this backend computes in: F32 (CPU), BF16 (CUDA). */
+  /** dtype of activations this backend computes in: F32 (CPU); F32 or BF16 (CUDA, chosen at construction). */
   virtual DType activation_dtype() const = 0;
 
   // ---- memory --------------------------------------------------------------------------------
