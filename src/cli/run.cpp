@@ -74,6 +74,12 @@ int run(const RunArgs& a) {
   if (a.max_tokens < 0) fail(ErrorCode::kInvalidArgument, "--max-tokens {} must be >= 0", a.max_tokens);
   if (a.max_prefill_tokens < 1)
     fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", a.max_prefill_tokens);
+  // Open the logits file first, so a bad path fails before any loading or generation.
+  std::ofstream logits_file;
+  if (!a.logits_out.empty()) {
+    logits_file.open(a.logits_out, std::ios::binary);
+    if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
+  }
   EngineOptions eo;
   apply_moe_flags(a.moe, eo);
   // The tokenizer comes from the checkpoint itself; opened once here to encode the prompt.
@@ -129,7 +135,7 @@ int run(const RunArgs& a) {
   const GenerateResult res = generate(*engine, {req}, go, &stats)[0];
 
   if (!a.logits_out.empty()) {
-    std::ofstream out(a.logits_out, std::ios::binary);
+    std::ofstream& out = logits_file;
     out.write(reinterpret_cast<const char*>(res.prompt_logits.data()),
               static_cast<std::streamsize>(res.prompt_logits.size() * sizeof(float)));
     if (!out) fail(ErrorCode::kIo, "--logits-out: cannot write {}", a.logits_out);

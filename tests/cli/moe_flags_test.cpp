@@ -102,5 +102,12 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
   }
 }
 
+TEST(RunFlags, UnwritableLogitsOutFailsBeforeGenerating) {
+  const Result r = run_moe("--logits-out /nonexistent_dir_ft/x.f32");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;  // nothing generated
+  EXPECT_NE(r.err.find("--logits-out"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ft
