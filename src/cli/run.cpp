@@ -1,7 +1,7 @@
 // `ft run --model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
 //  [--threads N] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N] [MoE flags, cli/moe_flags.h]`:
 // one generation. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
-// tokenizer.json), else (or with --print-ids) the generated ids, space-separated; then prefill and
+// tokenizer.json), else (or with --print-ids) the generated ids, comma-separated (as --prompt-ids takes them); then prefill and
 // decode speed on stderr. --logits-out writes float32 logits of every prompt
 // position, row-major [prompt_tokens, vocab].
 #include <cstdio>
@@ -124,7 +124,7 @@ int run(const RunArgs& a) {
   std::unique_ptr<Detokenizer> detok = text ? std::make_unique<Detokenizer>(*vocab) : nullptr;
   bool first = true;
   req.on_token = [&](int32_t id) {
-    const std::string piece = text ? detok->feed(id) : (first ? "" : " ") + std::to_string(id);
+    const std::string piece = text ? detok->feed(id) : (first ? "" : ",") + std::to_string(id);
     first = false;
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

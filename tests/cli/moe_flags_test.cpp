@@ -26,7 +26,7 @@ const Fixture& fixture() {
     }
     const auto g = c.at("greedy_new_tokens").get<std::vector<int32_t>>();
     for (size_t i = 0; i < 8; ++i) {
-      if (i) x.greedy += ' ';
+      if (i) x.greedy += ',';
       x.greedy += std::to_string(g[i]);
     }
     return x;

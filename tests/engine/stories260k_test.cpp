@@ -51,8 +51,8 @@ std::string ft_run(const std::string& args) {
 TEST(Stories260K, FtRunPrintsTheReferenceIds) {
   const std::string out = ft_run("--prompt-ids 1 --max-tokens 64 --temperature 0 --print-ids");
   std::vector<int32_t> ids;
-  std::istringstream in(out);
-  for (int32_t id; in >> id;) ids.push_back(id);
+  std::istringstream in(out);  // --print-ids prints comma-separated ids
+  for (std::string tok; std::getline(in, tok, ',');) ids.push_back(std::stoi(tok));
   EXPECT_EQ(ids, reference().at("greedy").at("bos").at("generated_ids").get<std::vector<int32_t>>());
 }
 
