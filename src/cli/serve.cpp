@@ -201,8 +201,12 @@ int run_serve(const ServeFlags& f) {
   if (sig) std::printf("\n%s received: stopping (running requests get %d s to finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                        f.shutdown_grace_s);
   std::fflush(stdout);
-  http.stop();
+  // Running requests finish (new ones are refused) within the grace period; then their event
+  // streams drain to `data: [DONE]` before the listener and its connections close.
   service.shutdown(std::chrono::seconds(f.shutdown_grace_s));
+  for (int i = 0; i < 100 && http.context().open_streams.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  http.stop();
   http_thread.join();
   std::printf("stopped\n");
   return 0;

@@ -47,6 +47,8 @@ struct ServerContext {
   EngineService* service = nullptr;
   int64_t created = 0;  // unix seconds at start-up
   std::atomic<uint64_t> counter{0};
+  /** SSE responses still being written (a graceful shutdown waits for them to drain). */
+  std::atomic<int> open_streams{0};
 
   /** "chatcmpl-" + 24 hex digits, unique per process. */
   std::string new_id(const char* prefix);

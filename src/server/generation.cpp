@@ -67,6 +67,8 @@ void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::sha
   st->sub = std::move(s);
   st->fmt = std::move(fmt);
   EngineService* svc = ctx.service;
+  std::atomic<int>* open_streams = &ctx.open_streams;
+  open_streams->fetch_add(1);
   const auto keepalive = std::chrono::milliseconds(std::max(10, ctx.options.keepalive_ms));
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
@@ -107,8 +109,9 @@ void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::sha
         if (!ok) svc->cancel(st->sub.id);
         return ok;
       },
-      [st, svc](bool success) {
+      [st, svc, open_streams](bool success) {
         if (!success || !st->finished) svc->cancel(st->sub.id);
+        open_streams->fetch_sub(1);
       });
 }
 

@@ -1,0 +1,46 @@
+// `ft serve` stopped by SIGINT while a stream is running: the request finishes within the grace period
+// and its stream ends with finish_reason and `data: [DONE]` (it used to be cut off mid-stream because
+// the HTTP listener closed before the running requests finished), and the server exits 0.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli/run_ft.h"
+
+namespace ft {
+namespace {
+
+TEST(ServeShutdown, SigintLetsRunningStreamsFinish) {
+  const std::string model = ::ft::testing::shared_dir() + "/data/models/stories260K.gguf";
+  const std::string dir = (std::filesystem::temp_directory_path() / ("ft_shutdown_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  // Port 0 is not printed in a parseable way, so pick one from the pid (collisions only fail this test).
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const std::string script =
+      "FT=" + quote(FT_BINARY) + "; D=" + quote(dir) + "; P=" + port + ";"
+      "$FT serve --model " + quote(model) + " --port $P --threads 1 --shutdown-grace 30 > $D/srv.log 2>&1 & pid=$!;"
+      "for i in $(seq 300); do curl -sf localhost:$P/health >/dev/null && break; sleep 0.05; done;"
+      "curl -sN localhost:$P/v1/completions -H 'Content-Type: application/json'"
+      " -d '{\"prompt\":\"Once\",\"max_tokens\":1500,\"stream\":true,\"ignore_eos\":true}' > $D/out.txt & cpid=$!;"
+      "for i in $(seq 200); do [ -s $D/out.txt ] && break; sleep 0.01; done;"
+      "kill -INT $pid; wait $pid; echo server=$?; wait $cpid; echo curl=$?";
+  FILE* p = popen(("bash -c " + quote(script)).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  const std::string stream = ::ft::testing::read_file(dir + "/out.txt");
+  const std::string log = ::ft::testing::read_file(dir + "/srv.log");
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(out.find("server=0"), std::string::npos) << out << log;
+  EXPECT_NE(out.find("curl=0"), std::string::npos) << out;
+  EXPECT_NE(log.find("SIGINT received"), std::string::npos) << log;  // the signal came mid-stream
+  EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos) << stream.substr(stream.size() > 300 ? stream.size() - 300 : 0);
+  ASSERT_GE(stream.size(), 15u);
+  EXPECT_EQ(stream.substr(stream.size() - 14), "data: [DONE]\n\n");
+}
+
+}  // namespace
+}  // namespace ft
