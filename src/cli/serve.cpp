@@ -221,7 +221,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", f->served_model_name, "Model name clients use (default: the file name)");
-  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health");
+  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
+      ->check(CLI::Validator(
+          [](std::string& key) { return key.empty() ? std::string("--api-key must not be empty (leave the flag out to serve without auth)") : std::string(); },
+          "KEY", "non-empty"));
   cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")->capture_default_str();
   cmd->add_option("--max-waiting-requests", f->max_waiting, "Requests queued beyond those (more get 503)")->capture_default_str();
   cmd->add_option("--max-seq-len", f->max_seq_len, "Context limit per request (default: the model's)");

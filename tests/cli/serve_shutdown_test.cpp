@@ -44,3 +44,16 @@ TEST(ServeShutdown, SigintLetsRunningStreamsFinish) {
 
 }  // namespace
 }  // namespace ft
+
+namespace ft {
+namespace {
+
+TEST(ServeFlags, EmptyApiKeyIsRefused) {
+  // An unset variable in `--api-key "$KEY"` must not silently serve without auth.
+  Result r = run_ft("serve --api-key '' --port 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--api-key must not be empty"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ft
