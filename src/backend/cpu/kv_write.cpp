@@ -1,6 +1,7 @@
 // kv_write: scatter the batch's new keys/values into their KV pages (CPU backend).
 #include <cstring>
 
+#include "backend/op_checks.h"
 #include "backend/cpu/cpu_ops.h"
 #include "util/error.h"
 
@@ -8,18 +9,8 @@ namespace ft {
 namespace cpu {
 
 void check_batch(const char* op, const BatchInfo& b) {
+  op_checks::batch(op, b);  // shapes; the CPU also checks the host-side index values below
   const int64_t T = b.n_tokens, S = b.n_seqs;
-  check_dtype(op, "batch.positions", b.positions, DType::I32);
-  check_dtype(op, "batch.seq_index", b.seq_index, DType::I32);
-  check_dtype(op, "batch.seq_start", b.seq_start, DType::I32);
-  check_dtype(op, "batch.block_tables", b.block_tables, DType::I32);
-  if (b.positions.numel() != T || b.seq_index.numel() != T || b.seq_start.numel() != S + 1 ||
-      b.block_tables.numel() != S * static_cast<int64_t>(b.max_blocks))
-    fail(ErrorCode::kInvalidArgument,
-         "{}: batch index shapes positions {}, seq_index {}, seq_start {}, block_tables {} do not fit T={}, S={}, "
-         "max_blocks={}",
-         op, b.positions.shape_str(), b.seq_index.shape_str(), b.seq_start.shape_str(), b.block_tables.shape_str(), T,
-         S, b.max_blocks);
   const int32_t* si = b.seq_index.ptr<int32_t>();
   const int32_t* pos = b.positions.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/op_checks.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/simd.h"
 #include "util/error.h"
@@ -63,16 +64,8 @@ void CpuOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bi
   cpu::check_dtype("matmul", "x", x, DType::F32);
   cpu::check_dtype("matmul", "y", y, DType::F32);
   cpu::check_cpu("matmul", "w", w);
-  if (w.ndim != 2) fail(ErrorCode::kInvalidArgument, "matmul: w {} must be 2-D [N, K]", w.str());
+  op_checks::matmul(x, w, y);
   const int64_t N = w.dim(0), K = w.dim(1), T = x.rows();
-  if (x.cols() != K)
-    fail(ErrorCode::kInvalidArgument, "matmul: w {} does not match x {} (K = {} vs {})", w.str(), x.str(), K, x.cols());
-  if (y.rows() != T || y.cols() != N)
-    fail(ErrorCode::kInvalidArgument, "matmul: y {} must be [{}, {}] for x {} and w {}", y.str(), T, N, x.str(),
-         w.str());
-  if (K % dtype_info(w.dtype).block_size != 0)
-    fail(ErrorCode::kInvalidArgument, "matmul: w {} row length is not a whole number of {} blocks", w.str(),
-         dtype_name(w.dtype));
   if (!bias.empty()) {
     cpu::check_cpu("matmul", "bias", bias);
     if (bias.numel() != N)

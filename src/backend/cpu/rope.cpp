@@ -3,6 +3,7 @@
 // Face computes it (inv_freq @ position_ids in float32, then cos/sin).
 #include <cmath>
 
+#include "backend/op_checks.h"
 #include "backend/cpu/cpu_ops.h"
 #include "util/error.h"
 
@@ -12,16 +13,8 @@ void CpuOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
   cpu::check_dtype("rope", "x", x, DType::F32);
   cpu::check_dtype("rope", "positions", positions, DType::I32);
   cpu::check_dtype("rope", "inv_freq", p.inv_freq, DType::F32);
+  op_checks::rope(p, x, positions);
   const int64_t T = x.rows(), W = x.cols(), hd = p.head_dim, n_rot = p.n_rot;
-  if (hd <= 0 || W % hd != 0)
-    fail(ErrorCode::kInvalidArgument, "rope: row length {} of x {} is not a multiple of head_dim {}", W, x.str(), hd);
-  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > hd)
-    fail(ErrorCode::kInvalidArgument, "rope: n_rot {} must be even and in (0, head_dim {}]", n_rot, hd);
-  if (p.inv_freq.numel() != n_rot / 2)
-    fail(ErrorCode::kInvalidArgument, "rope: inv_freq {} must have n_rot/2 = {} entries", p.inv_freq.str(), n_rot / 2);
-  if (positions.numel() != T)
-    fail(ErrorCode::kInvalidArgument, "rope: positions {} must have one entry per row of x {}", positions.str(),
-         x.str());
   const int64_t n_head = W / hd, half = n_rot / 2;
   const float* inv = p.inv_freq.ptr<float>();
   const int32_t* pos = positions.ptr<int32_t>();

@@ -1,4 +1,5 @@
 // Host-side argument checks shared by the CUDA op entries (see checks.h).
+#include "backend/op_checks.h"
 #include "backend/cuda/checks.h"
 
 #include <string>
@@ -47,22 +48,6 @@ int float_code(const char* op, const char* arg, DType t) {
   fail(ErrorCode::kUnsupported, "{}: {} has dtype {}; F32, F16 or BF16 expected", op, arg, dtype_name(t));
 }
 
-void check_batch(const char* op, const BatchInfo& b) {
-  check_dtype(op, "batch.positions", b.positions, {DType::I32});
-  check_dtype(op, "batch.seq_index", b.seq_index, {DType::I32});
-  check_dtype(op, "batch.seq_start", b.seq_start, {DType::I32});
-  check_dtype(op, "batch.block_tables", b.block_tables, {DType::I32});
-  const int64_t T = b.n_tokens, S = b.n_seqs;
-  if (T < 0 || S < 0 || b.max_blocks < 0 || b.max_kv_len < 0)
-    fail(ErrorCode::kInvalidArgument, "{}: batch has negative sizes (T={}, S={}, max_blocks={}, max_kv_len={})", op, T,
-         S, b.max_blocks, b.max_kv_len);
-  if (b.positions.numel() != T || b.seq_index.numel() != T || b.seq_start.numel() != S + 1 ||
-      b.block_tables.numel() != S * static_cast<int64_t>(b.max_blocks))
-    fail(ErrorCode::kInvalidArgument,
-         "{}: batch index shapes positions {}, seq_index {}, seq_start {}, block_tables {} do not fit T={}, S={}, "
-         "max_blocks={}",
-         op, b.positions.shape_str(), b.seq_index.shape_str(), b.seq_start.shape_str(), b.block_tables.shape_str(), T,
-         S, b.max_blocks);
-}
+void check_batch(const char* op, const BatchInfo& b) { op_checks::batch(op, b); }
 
 }  // namespace ft::cuda

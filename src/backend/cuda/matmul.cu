@@ -8,6 +8,7 @@
 //    [W + 2 * N * K * 2 + x + y].
 #include <algorithm>
 
+#include "backend/op_checks.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dequant.cuh"
@@ -98,16 +99,11 @@ void CudaOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& b
   cuda::check_act("matmul", "x", x);
   cuda::check_act("matmul", "y", y);
   cuda::check_dev("matmul", "w", w);
-  if (w.ndim != 2) fail(ErrorCode::kInvalidArgument, "matmul: w {} must be 2-D [N, K]", w.str());
+  op_checks::matmul(x, w, y);
   if (!cuda::cuda_weight_type(w.dtype))
     fail(ErrorCode::kUnsupported, "matmul: weight dtype {} of w {} has no CUDA kernel", dtype_name(w.dtype),
          w.shape_str());
-  const int64_t N = w.dim(0), K = w.dim(1), T = x.rows();
-  if (x.cols() != K)
-    fail(ErrorCode::kInvalidArgument, "matmul: w {} does not match x {} (K = {} vs {})", w.str(), x.str(), K, x.cols());
-  if (y.rows() != T || y.cols() != N)
-    fail(ErrorCode::kInvalidArgument, "matmul: y {} must be [{}, {}] for x {} and w {}", y.str(), T, N, x.str(),
-         w.str());
+  const int64_t N = w.dim(0), T = x.rows();
   if (!bias.empty()) {
     cuda::check_dtype("matmul", "bias", bias, {DType::F32, DType::F16, DType::BF16});
     if (bias.numel() != N)

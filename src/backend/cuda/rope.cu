@@ -3,6 +3,7 @@
 // i + n_rot/2) rotates by angle positions[t] * inv_freq[i] (fp32, as Hugging Face computes it);
 // cos and sin are scaled by attn_factor; dims >= n_rot are untouched. One thread per (token, head,
 // pair). Bytes moved: 2 * T * n_heads * n_rot * element size.
+#include "backend/op_checks.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -36,16 +37,8 @@ void CudaOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
   cuda::check_act("rope", "x", x);
   cuda::check_dtype("rope", "positions", positions, {DType::I32});
   cuda::check_dtype("rope", "inv_freq", p.inv_freq, {DType::F32});
+  op_checks::rope(p, x, positions);
   const int64_t T = x.rows(), W = x.cols(), hd = p.head_dim, n_rot = p.n_rot;
-  if (hd <= 0 || W % hd != 0)
-    fail(ErrorCode::kInvalidArgument, "rope: row length {} of x {} is not a multiple of head_dim {}", W, x.str(), hd);
-  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > hd)
-    fail(ErrorCode::kInvalidArgument, "rope: n_rot {} must be even and in (0, head_dim {}]", n_rot, hd);
-  if (p.inv_freq.numel() != n_rot / 2)
-    fail(ErrorCode::kInvalidArgument, "rope: inv_freq {} must have n_rot/2 = {} entries", p.inv_freq.str(), n_rot / 2);
-  if (positions.numel() != T)
-    fail(ErrorCode::kInvalidArgument, "rope: positions {} must have one entry per row of x {}", positions.str(),
-         x.str());
   const int64_t total = T * (W / hd) * (n_rot / 2);
   if (total == 0) return;
   const bool neox = p.mode == RopeMode::kNeox;
