@@ -53,6 +53,31 @@ __device__ __forceinline__ void load_x_any(const void* x, bool f32, int64_t off,
   else load_x<N>(static_cast<const bf16*>(x) + off, v);
 }
 
+/** Shared GEMV epilogue (float and dp4a kernels): warp-reduces each token's partial dot products,
+ *  then lane 0 adds the bias (or applies silu(gate) * up for GLU pairs) and stores row n of tokens
+ *  yrow .. yrow + nt - 1 in y's dtype (F32 or BF16). */
+template <int MAXT, bool GLU>
+__device__ __forceinline__ void gemv_epilogue(const GemvArgs& a, float (&acc)[MAXT], float* accb, int nt,
+                                              int64_t yrow, int64_t n, int lane) {
+#pragma unroll
+  for (int t = 0; t < MAXT; ++t) {
+    acc[t] = warp_sum(acc[t]);
+    if constexpr (GLU) accb[t] = warp_sum(accb[t]);
+  }
+  if (lane != 0) return;
+  const float b = a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f;
+#pragma unroll
+  for (int t = 0; t < MAXT; ++t) {
+    if (t < nt) {
+      float v = acc[t] + b;
+      if constexpr (GLU) v = silu(acc[t]) * accb[t];
+      const int64_t o = (yrow + t) * a.ldy + n;
+      if (a.y_f32) static_cast<float*>(a.y)[o] = v;
+      else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
 template <DType WT, int MAXT, bool GLU>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64_t n_problems) {
   using D = Dq<WT>;
@@ -106,24 +131,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
         }
       }
     }
-#pragma unroll
-    for (int t = 0; t < MAXT; ++t) {
-      acc[t] = warp_sum(acc[t]);
-      if constexpr (GLU) accb[t] = warp_sum(accb[t]);
-    }
-    if (lane == 0) {
-      const float b = a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f;
-#pragma unroll
-      for (int t = 0; t < MAXT; ++t) {
-        if (t < nt) {
-          float v = acc[t] + b;
-          if constexpr (GLU) v = silu(acc[t]) * accb[t];
-          const int64_t o = (yrow + t) * a.ldy + n;
-          if (a.y_f32) static_cast<float*>(a.y)[o] = v;
-          else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
-        }
-      }
-    }
+    gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, lane);
   }
 }
 

@@ -10,6 +10,7 @@
 // problem N * row_bytes of weights + the int8 rows (cached).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/launch.h"
 
 namespace ft::cuda {
@@ -205,24 +206,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int6
         }
       }
     }
-#pragma unroll
-    for (int t = 0; t < MAXT; ++t) {
-      acc[t] = warp_sum(acc[t]);
-      if constexpr (GLU) accb[t] = warp_sum(accb[t]);
-    }
-    if (lane == 0) {
-      const float bias = a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f;
-#pragma unroll
-      for (int t = 0; t < MAXT; ++t) {
-        if (t < nt) {
-          float v = acc[t] + bias;
-          if constexpr (GLU) v = silu(acc[t]) * accb[t];
-          const int64_t o = (yrow + t) * a.ldy + n;
-          if (a.y_f32) static_cast<float*>(a.y)[o] = v;
-          else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
-        }
-      }
-    }
+    gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, lane);
   }
 }
 
