@@ -30,6 +30,11 @@ void SamplingParams::validate() const {
   if (min_tokens < 0) fail(ErrorCode::kInvalidArgument, "min_tokens must be >= 0, got {}", min_tokens);
   if (top_logprobs < 0 || top_logprobs > 20)
     fail(ErrorCode::kInvalidArgument, "top_logprobs must be in [0, 20], got {}", top_logprobs);
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) fail(ErrorCode::kInvalidArgument, "logit_bias: token id {} must be >= 0", id);
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      fail(ErrorCode::kInvalidArgument, "logit_bias: the bias of token {} must be in [-100, 100], got {}", id, bias);
+  }
 }
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> eos_ids,
@@ -37,6 +42,9 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<i
     : params_(params), vocab_(vocab_size), eos_ids_(std::move(eos_ids)) {
   params_.validate();
   if (vocab_ <= 0) fail(ErrorCode::kInvalidArgument, "sampler: vocab size must be positive, got {}", vocab_);
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (id >= vocab_)
+      fail(ErrorCode::kInvalidArgument, "logit_bias: token id {} is outside the vocabulary [0, {})", id, vocab_);
   rng_.seed(params_.seed ? *params_.seed : std::random_device{}());
   work_.resize(static_cast<size_t>(vocab_));
   scratch_.resize(static_cast<size_t>(vocab_));
@@ -57,6 +65,7 @@ void Sampler::accept(int32_t id) {
 }
 
 void Sampler::apply_penalties(std::vector<float>& z) const {
+  for (const auto& [id, bias] : params_.logit_bias) z[static_cast<size_t>(id)] += bias;
   if (!seen_.empty()) {
     const float p = params_.repetition_penalty;
     for (int32_t i = 0; i < vocab_; ++i)

@@ -1,11 +1,13 @@
 #pragma once
-// Token sampler: penalties, temperature, top-k, top-p, min-p, seeded per request.
-// Order of operations follows Hugging Face transformers' LogitsProcessor chain (repetition
-// penalty -> OpenAI presence/frequency penalties -> min_tokens EOS mask -> temperature ->
-// top-k -> top-p -> min-p) so results are predictable for users of either.
+// Token sampler: logit bias, penalties, temperature, top-k, top-p, min-p, seeded per request.
+// OpenAI's logit_bias is added to the raw logits first (as vLLM applies it, before any penalty); the
+// rest follows Hugging Face transformers' LogitsProcessor chain (repetition penalty -> OpenAI
+// presence/frequency penalties -> min_tokens EOS mask -> temperature -> top-k -> top-p -> min-p) so
+// results are predictable for users of either. Greedy (temperature 0) sees the biased, penalised logits.
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace ft {
@@ -21,8 +23,13 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // same seed + same logits -> same tokens; none: a random seed
   int min_tokens = 0;               // EOS ids are masked until this many tokens were generated
   int top_logprobs = 0;             // how many alternatives sample() reports (0..20)
+  /** OpenAI logit_bias: (token id, bias) pairs, bias in [-100, 100] added to that id's logit before
+   *  anything else (-100 effectively bans the token, +100 effectively forces it). Ids must be inside the
+   *  vocabulary (checked by Sampler, which knows its size). */
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
-  /** Throws ft::Error(kInvalidArgument) naming the field when a value is out of range. */
+  /** Throws ft::Error(kInvalidArgument) naming the field when a value is out of range (logit_bias: a
+   *  negative id or a bias outside [-100, 100]). */
   void validate() const;
 };
 
@@ -39,7 +46,8 @@ struct SampledToken {
 class Sampler {
  public:
   /** `eos_ids`: token ids masked while fewer than min_tokens were generated.
-   *  `prompt`: the prompt ids (repetition_penalty applies to them too). Throws ft::Error on bad params. */
+   *  `prompt`: the prompt ids (repetition_penalty applies to them too). Throws ft::Error(kInvalidArgument)
+   *  on bad params, including a logit_bias id >= vocab_size. */
   Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> eos_ids,
           const std::vector<int32_t>& prompt = {});
 
@@ -55,7 +63,7 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
-  void apply_penalties(std::vector<float>& z) const;
+  void apply_penalties(std::vector<float>& z) const;  // logit_bias, then penalties and the min_tokens mask
   int32_t sample_from(std::vector<float>& z);
   void fill_logprobs(const float* logits, SampledToken& out);
 

@@ -23,6 +23,11 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
                                         limit, what, p, what);
     throw ApiException(ApiError{400, msg, "invalid_request_error", what, "context_length_exceeded"});
   }
+  const int32_t n_vocab = ctx.model.vocab->n_tokens();
+  for (const auto& [id, bias] : gen.sampling.logit_bias)
+    if (id >= n_vocab)
+      bad_request("logit_bias", fmt::format("logit_bias key \"{}\" is outside the vocabulary (token ids 0..{})", id,
+                                            n_vocab - 1));
   Submitted s;
   s.prompt_tokens = static_cast<int32_t>(p);
   s.stream = std::make_shared<RequestStream>(*ctx.model.vocab, gen.stop, gen.logprobs);

@@ -22,8 +22,9 @@ struct Submitted {
 };
 
 /** Checks prompt + max_tokens against the context limit (400 context_length_exceeded naming the
- *  numbers; `what` is "messages" or "prompt" for the wording and param), fills the default max_tokens
- *  (the rest of the context), and submits. Throws ApiException / ft::Error (overload -> 503). */
+ *  numbers; `what` is "messages" or "prompt" for the wording and param) and logit_bias ids against the
+ *  vocabulary (400 naming logit_bias), fills the default max_tokens (the rest of the context), and
+ *  submits. Throws ApiException / ft::Error (overload -> 503). */
 Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
                             const char* what);
 

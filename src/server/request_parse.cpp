@@ -87,6 +87,32 @@ void parse_stop(const ojson& body, GenerationParams& g) {
   }
 }
 
+/** OpenAI logit_bias: {"<token id>": bias in [-100, 100], ...}. Ids are checked against the vocabulary at
+ *  submission (submit_generation), where it is known. */
+void parse_logit_bias(const ojson& body, SamplingParams& s) {
+  const ojson* v = field(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object())
+    bad_request("logit_bias", fmt::format("'logit_bias' must be an object mapping token ids to biases in [-100, 100], "
+                                          "got {}", type_name(*v)));
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos)
+      id = std::stoll(key);
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      bad_request("logit_bias", fmt::format("'logit_bias' keys must be token ids (non-negative integers as strings), "
+                                            "got \"{}\"", key));
+    const ojson& b = it.value();
+    if (!b.is_number())
+      bad_request("logit_bias", fmt::format("logit_bias[\"{}\"] must be a number in [-100, 100], got {}", key, type_name(b)));
+    const double x = b.get<double>();
+    if (!std::isfinite(x) || x < -100.0 || x > 100.0)
+      bad_request("logit_bias", fmt::format("logit_bias[\"{}\"] must be in [-100, 100], got {}", key, x));
+    s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(x));
+  }
+}
+
 /** Fields common to both endpoints except logprobs (their shapes differ). */
 GenerationParams parse_common(const ojson& body) {
   GenerationParams g;
@@ -114,6 +140,7 @@ GenerationParams parse_common(const ojson& body) {
   s.min_tokens = static_cast<int>(get_int(body, "min_tokens", 0, kMaxTok).value_or(0));
   if (g.max_tokens && s.min_tokens > *g.max_tokens)
     bad_request("min_tokens", fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})", s.min_tokens, *g.max_tokens));
+  parse_logit_bias(body, s);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));

@@ -160,5 +160,42 @@ TEST(Sampler, RejectsBadParams) {
   EXPECT_THROW(Sampler(SamplingParams{}, 0, {}), Error);
 }
 
+TEST(Sampler, LogitBiasForcesAndBansTokens) {
+  const float logits[4] = {0.0f, 2.0f, 1.0f, -1.0f};
+  // Greedy: +100 on the least likely token makes it the output; -100 on the argmax hands it to the next.
+  SamplingParams p = greedy();
+  p.logit_bias = {{3, 100.0f}};
+  Sampler forced(p, 4, {});
+  SampledToken t = forced.sample(logits);
+  EXPECT_EQ(t.id, 3);
+  // The reported log-probability stays the model's own (raw logits), as for the other processors.
+  const double z = std::exp(0.0) + std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+  EXPECT_NEAR(t.logprob, -1.0 - std::log(z), 1e-6);
+  p.logit_bias = {{1, -100.0f}};
+  Sampler banned(p, 4, {});
+  EXPECT_EQ(banned.sample(logits).id, 2);
+  // Sampled: a +100 bias leaves the others e^-97 or less of the mass.
+  SamplingParams q;
+  q.temperature = 1.0f;
+  q.seed = 5;
+  q.logit_bias = {{0, 100.0f}};
+  Sampler s(q, 4, {});
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(s.sample(logits).id, 0);
+}
+
+TEST(Sampler, LogitBiasIsValidated) {
+  SamplingParams p = greedy();
+  p.logit_bias = {{4, 1.0f}};  // vocab is 4: ids 0..3
+  EXPECT_THROW(Sampler(p, 4, {}), Error);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(Sampler(p, 4, {}), Error);
+  p.logit_bias = {{0, 100.5f}};
+  EXPECT_THROW(Sampler(p, 4, {}), Error);
+  p.logit_bias = {{0, std::nanf("")}};
+  EXPECT_THROW(Sampler(p, 4, {}), Error);
+  p.logit_bias = {{0, -100.0f}, {3, 100.0f}};
+  EXPECT_NO_THROW(Sampler(p, 4, {}));
+}
+
 }  // namespace
 }  // namespace ft

@@ -116,6 +116,27 @@ TEST(RequestParse, ChatRefusalsNameTheField) {
   }
 }
 
+TEST(RequestParse, LogitBiasIsAMapOfTokenIdsToBiases) {
+  ChatRequest r = parse_chat_request(
+      parse_json_body(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"50256":-100,"7":100,"12":0.5}})"));
+  EXPECT_EQ(r.gen.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{50256, -100.0f}, {7, 100.0f}, {12, 0.5f}}));
+  CompletionRequest c = parse_completion_request(parse_json_body(R"({"prompt":"x","logit_bias":{"3":-1}})"));
+  EXPECT_EQ(c.gen.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, -1.0f}}));
+  EXPECT_TRUE(parse_chat_request(parse_json_body(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":null})"))
+                  .gen.sampling.logit_bias.empty());
+  for (const char* bias : {R"([1])", R"("x")", R"({"abc":1})", R"({"-1":1})", R"({"1.5":1})", R"({"":1})",
+                           R"({"99999999999":1})", R"({"1":101})", R"({"1":-100.5})", R"({"1":"5"})", R"({"1":true})",
+                           R"({"1":null})"}) {
+    const std::string body = std::string(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":)") + bias + "}";
+    ApiError e = chat_refusal(body);
+    EXPECT_EQ(e.status, 400) << bias;
+    EXPECT_EQ(e.param, "logit_bias") << bias;
+    EXPECT_NE(e.message.find("logit_bias"), std::string::npos) << bias << " -> " << e.message;
+    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x","logit_bias":)") + bias + "}").param, "logit_bias") << bias;
+  }
+}
+
 TEST(RequestParse, BodiesThatAreNotJsonObjects) {
   for (const char* body : {"", "{", "nul", "[1,2]", "\"x\"", "{\"a\":}", "{\"messages\": [} ", "\xff\xfe"}) {
     ApiError e = refusal([&] { parse_json_body(body); });

@@ -277,6 +277,35 @@ TEST(Routes, CompletionsEchoIdsStreamingAndLogprobs) {
   expect_error(post(c, "/v1/completions", R"({"prompt":[1,2,100000]})"), 400);
 }
 
+TEST(Routes, LogitBiasSteersGreedyOutputAndIsValidated) {
+  TestServer s;
+  auto c = s.client();
+  const Vocab& v = testing::demo_vocab();
+  const int32_t z = v.encode("z", EncodeOptions{false, false}).at(0);
+  // Greedy with +100 on one token: every generated token is that one (the fake model's logits are in [0, 10)).
+  Reply r = post(c, "/v1/chat/completions", chat_body("hello", 6, R"("logit_bias":{")" + std::to_string(z) + R"(":100})"));
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["message"]["content"], "zzzzzz");
+  Reply rc = post(c, "/v1/completions",
+                  R"({"prompt":"ab","max_tokens":4,"temperature":0.8,"seed":1,"logit_bias":{")" + std::to_string(z) + R"(":100}})");
+  ASSERT_EQ(rc.status, 200) << rc.raw;
+  EXPECT_EQ(rc.body["choices"][0]["text"], "zzzz");
+  // -100 on the token greedy would pick first: the output starts differently.
+  const Expected e = expected_chat(s, "hello", 1);
+  ASSERT_EQ(e.tokens.size(), 1u);
+  Reply banned = post(c, "/v1/chat/completions",
+                      chat_body("hello", 1, R"("logit_bias":{")" + std::to_string(e.tokens[0]) + R"(":-100})"));
+  ASSERT_EQ(banned.status, 200) << banned.raw;
+  EXPECT_NE(banned.body["choices"][0]["message"]["content"], e.text);
+  // Ids outside the vocabulary and bad values: 400 naming logit_bias.
+  Reply out = post(c, "/v1/chat/completions", chat_body("hello", 1, R"("logit_bias":{"100000":5})"));
+  expect_error(out, 400);
+  EXPECT_EQ(out.body["error"]["param"], "logit_bias");
+  Reply val = post(c, "/v1/completions", R"({"prompt":"x","logit_bias":{"5":500}})");
+  expect_error(val, 400);
+  EXPECT_EQ(val.body["error"]["param"], "logit_bias");
+}
+
 TEST(Routes, ErrorStatusesAndBodies) {
   TestServerConfig cfg;
   cfg.max_body_mb = 1;
