@@ -3,7 +3,8 @@
 // one generation. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
 // tokenizer.json), else (or with --print-ids) the generated ids, comma-separated (as --prompt-ids takes them); then prefill and
 // decode speed on stderr. --logits-out writes float32 logits of every prompt
-// position, row-major [prompt_tokens, vocab].
+// position, row-major [prompt_tokens, vocab]. Prompt + --max-tokens beyond the model's context length
+// is refused before loading (exit 2), as `ft serve` refuses such a request.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "cli/moe_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "model/registry.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/vocab.h"
 #include "util/log.h"
@@ -68,6 +70,18 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
+/** The server's context check (server/generation.h) for one run: prompt + --max-tokens must fit the
+ *  model's context length (4096 when the checkpoint does not say, as `ft serve` assumes). Throws
+ *  ft::Error(kContextLength) naming the numbers. */
+void check_context_length(int64_t n_ctx_train, int64_t n_prompt, int64_t max_tokens) {
+  const int64_t limit = n_ctx_train > 0 ? n_ctx_train : 4096;
+  if (n_prompt + max_tokens <= limit) return;
+  fail(ErrorCode::kContextLength,
+       "this model's maximum context length is {} tokens, but {} were requested ({} in the prompt, {} from "
+       "--max-tokens): shorten the prompt or lower --max-tokens",
+       limit, n_prompt + max_tokens, n_prompt, max_tokens);
+}
+
 int run(const RunArgs& a) {
   if (a.prompt.empty() == a.prompt_ids.empty())
     fail(ErrorCode::kInvalidArgument, "give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
@@ -82,10 +96,13 @@ int run(const RunArgs& a) {
   }
   EngineOptions eo;
   apply_moe_flags(a.moe, eo);
-  // The tokenizer comes from the checkpoint itself; opened once here to encode the prompt.
+  // The tokenizer and the context length come from the checkpoint itself; opened once here to encode
+  // the prompt and check it before the (slow) load.
   std::unique_ptr<Vocab> vocab;
+  int64_t n_ctx = 0;
   {
     auto ckpt = open_checkpoint(a.model);
+    n_ctx = read_model_config(*ckpt).n_ctx_train;
     try {
       vocab = std::make_unique<Vocab>(Vocab::from_checkpoint(*ckpt));
     } catch (const Error& e) {
@@ -96,6 +113,7 @@ int run(const RunArgs& a) {
   const std::vector<int32_t> prompt = a.prompt.empty() ? parse_ids(a.prompt_ids) : vocab->encode(a.prompt);
   if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "--prompt: the text encodes to no tokens");
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  check_context_length(n_ctx, n_prompt, a.max_tokens);
 
   eo.threads = a.threads;
   eo.device = a.device;

@@ -1,0 +1,28 @@
+// `ft run` as a user runs it: prompt + --max-tokens is checked against the model's context length the
+// way `ft serve` checks a request (stories260K's context is 2048 tokens), before the model loads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "cli/run_ft.h"
+
+namespace ft {
+namespace {
+
+std::string stories() { return quote(::ft::testing::shared_dir() + "/data/models/stories260K.gguf"); }
+
+TEST(Run, PromptPlusMaxTokensMustFitTheContext) {
+  Result r = run_ft("run --model " + stories() + " --threads 1 --prompt-ids 1,403,407 --max-tokens 2046");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("maximum context length is 2048 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2049"), std::string::npos) << r.err;  // 3 prompt + 2046
+  EXPECT_NE(r.err.find("--max-tokens"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  // A request that fits still runs.
+  Result ok = run_ft("run --model " + stories() + " --threads 1 --prompt-ids 1,403,407 --max-tokens 5 --temperature 0 --print-ids");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(std::count(ok.out.begin(), ok.out.end(), ','), 4) << ok.out;
+}
+
+}  // namespace
+}  // namespace ft
