@@ -113,6 +113,27 @@ void parse_logit_bias(const ojson& body, SamplingParams& s) {
   }
 }
 
+/** OpenAI response_format: {"type": "text"} is what the server does anyway; structured output
+ *  ("json_object", "json_schema") is not implemented, so it is refused rather than silently ignored. */
+void check_response_format(const ojson& body) {
+  const ojson* v = field(body, "response_format");
+  if (!v) return;
+  if (!v->is_object())
+    bad_request("response_format", fmt::format("'response_format' must be an object such as {{\"type\": \"text\"}}, got {}",
+                                               type_name(*v)));
+  const ojson* t = field(*v, "type");
+  if (!t || !t->is_string())
+    bad_request("response_format", "'response_format.type' is required and must be a string (\"text\")");
+  const std::string& type = t->get_ref<const std::string&>();
+  if (type == "text") return;
+  if (type == "json_object" || type == "json_schema")
+    bad_request("response_format", fmt::format("'response_format' of type \"{}\" is not supported by this server "
+                                               "(no structured output); only \"text\" is",
+                                               type));
+  bad_request("response_format",
+              fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", type));
+}
+
 /** Fields common to both endpoints except logprobs (their shapes differ). */
 GenerationParams parse_common(const ojson& body) {
   GenerationParams g;
@@ -141,6 +162,7 @@ GenerationParams parse_common(const ojson& body) {
   if (g.max_tokens && s.min_tokens > *g.max_tokens)
     bad_request("min_tokens", fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})", s.min_tokens, *g.max_tokens));
   parse_logit_bias(body, s);
+  check_response_format(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));

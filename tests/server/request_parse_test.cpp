@@ -137,6 +137,33 @@ TEST(RequestParse, LogitBiasIsAMapOfTokenIdsToBiases) {
   }
 }
 
+TEST(RequestParse, ResponseFormatTextOnly) {
+  const std::string head = R"({"messages":[{"role":"user","content":"x"}],"response_format":)";
+  EXPECT_NO_THROW(parse_chat_request(parse_json_body(head + R"({"type":"text"}})")));
+  EXPECT_NO_THROW(parse_chat_request(parse_json_body(head + "null}")));
+  EXPECT_NO_THROW(parse_completion_request(parse_json_body(R"({"prompt":"x","response_format":{"type":"text"}})")));
+  struct Case {
+    const char* format;
+    const char* says;
+  };
+  const Case cases[] = {
+      {R"({"type":"json_object"})", "not supported"},
+      {R"({"type":"json_schema","json_schema":{"name":"x","schema":{}}})", "not supported"},
+      {R"({"type":"yaml"})", "must be \"text\""},
+      {R"({})", "required"},
+      {R"({"type":3})", "required"},
+      {R"("json")", "must be an object"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = chat_refusal(head + c.format + "}");
+    EXPECT_EQ(e.status, 400) << c.format;
+    EXPECT_EQ(e.param, "response_format") << c.format;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.format << " -> " << e.message;
+    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x","response_format":)") + c.format + "}").param,
+              "response_format");
+  }
+}
+
 TEST(RequestParse, BodiesThatAreNotJsonObjects) {
   for (const char* body : {"", "{", "nul", "[1,2]", "\"x\"", "{\"a\":}", "{\"messages\": [} ", "\xff\xfe"}) {
     ApiError e = refusal([&] { parse_json_body(body); });
