@@ -152,7 +152,9 @@ const char* finish_reason_text(FinishReason r) {
   switch (r) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "abort";
+    // A client that went away sees nothing; the one who can see it is a client whose request the
+    // server cut short when shutting down: its output is truncated, which OpenAI calls "length".
+    case FinishReason::kCancelled: return "length";
     case FinishReason::kError: return "error";
   }
   return "error";

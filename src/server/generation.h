@@ -65,7 +65,9 @@ nlohmann::ordered_json response_head(const std::string& id, const char* object, 
  *  "choices": [] and "usage" (usage_json), as an SSE event. */
 std::string sse_usage_chunk(nlohmann::ordered_json head, const FinishInfo& f);
 
-/** OpenAI finish_reason: "stop", "length"; "abort" for cancelled requests; "error". */
+/** OpenAI finish_reason: "stop"; "length" for max_tokens, the context limit and requests cancelled
+ *  by a server shutdown (truncated output; OpenAI has no "abort"); "error" (never sent: errors become an
+ *  error body or event, see generation_error). */
 const char* finish_reason_text(FinishReason r);
 
 /** Log-probabilities are finite in JSON: -inf becomes -9999. */

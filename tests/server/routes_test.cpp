@@ -419,6 +419,36 @@ TEST(Routes, ClientDisconnectCancelsTheStreamAndFreesPages) {
   EXPECT_LT(st.generation_tokens_total, 480);
 }
 
+TEST(Routes, RequestsCutShortByShutdownFinishWithAnOpenAIReason) {
+  TestServer s;
+  s.model().delay = 5ms;  // seconds for each request: the shutdown comes in the middle
+  Reply plain;
+  std::string streamed;
+  std::thread a([&] {
+    auto c = s.client();
+    plain = post(c, "/v1/chat/completions", chat_body("long one", 480, R"("ignore_eos":true)"));
+  });
+  std::thread b([&] {
+    auto c = s.client();
+    auto r = c.Post("/v1/chat/completions", chat_body("long two", 480, R"("ignore_eos":true,"stream":true)"), "application/json");
+    if (r) streamed = r->body;
+  });
+  for (int i = 0; i < 500 && (s.service().stats().running < 2 || s.service().stats().generation_tokens_total < 10); ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(s.service().stats().running, 2);
+  s.service().shutdown(0ms);  // what `ft serve` does once the grace period is over
+  a.join();
+  b.join();
+  ASSERT_EQ(plain.status, 200) << plain.raw;
+  EXPECT_EQ(plain.body["choices"][0]["finish_reason"], "length");
+  EXPECT_LT(plain.body["usage"]["completion_tokens"].get<int>(), 480);
+  std::vector<std::string> ev = sse_events(streamed);
+  ASSERT_GE(ev.size(), 3u) << streamed;
+  EXPECT_EQ(ev.back(), "[DONE]");
+  EXPECT_EQ(json::parse(ev[ev.size() - 2])["choices"][0]["finish_reason"], "length") << ev[ev.size() - 2];
+  EXPECT_EQ(s.service().stats().requests_cancelled, 2);
+}
+
 TEST(Routes, RandomBodiesNeverTakeTheServerDown) {
   TestServer s;
   auto c = s.client();
