@@ -3,12 +3,12 @@
 
 namespace ft::server {
 
-void add_health_routes(httplib::Server& svr, ServerContext& ctx) {
+void add_health_routes(Router& r, ServerContext& ctx) {
   auto handler = [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, false, [&] { send_json(res, 200, nlohmann::json{{"status", "ok"}}); });
   };
-  svr.Get(R"(/health/?)", handler);
-  svr.Get(R"(/v1/health/?)", handler);
+  r.get(R"(/health/?)", handler);
+  r.get(R"(/v1/health/?)", handler);
 }
 
 }  // namespace ft::server

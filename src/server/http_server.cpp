@@ -40,11 +40,12 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     spdlog::error("{} {}: {}", req.method, req.path, what);
     send_error(res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
   });
-  add_chat_routes(svr_, *ctx);
-  add_completion_routes(svr_, *ctx);
-  add_model_routes(svr_, *ctx);
-  add_stats_routes(svr_, *ctx);
-  add_health_routes(svr_, *ctx);
+  Router router(svr_);
+  add_chat_routes(router, *ctx);
+  add_completion_routes(router, *ctx);
+  add_model_routes(router, *ctx);
+  add_stats_routes(router, *ctx);
+  add_health_routes(router, *ctx);
 }
 
 HttpServer::~HttpServer() { stop(); }

@@ -17,8 +17,8 @@ nlohmann::ordered_json model_card(const ServerContext& ctx) {
 
 }  // namespace
 
-void add_model_routes(httplib::Server& svr, ServerContext& ctx) {
-  svr.Get(R"(/v1/models/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+void add_model_routes(Router& r, ServerContext& ctx) {
+  r.get(R"(/v1/models/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] {
       nlohmann::ordered_json body;
       body["object"] = "list";
@@ -26,7 +26,7 @@ void add_model_routes(httplib::Server& svr, ServerContext& ctx) {
       send_json(res, 200, body);
     });
   });
-  svr.Get(R"(/v1/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/v1/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] {
       std::string id = req.matches[1];
       if (!id.empty() && id.back() == '/') id.pop_back();

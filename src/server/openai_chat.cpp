@@ -71,8 +71,8 @@ class ChatSse : public SseFormatter {
   bool include_usage_, logprobs_;
 };
 
-void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  ChatRequest r = parse_chat_request(parse_json_body(req.body));
+void chat_completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+  ChatRequest r = parse_chat_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   std::string text;
   try {
@@ -104,9 +104,9 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::
 
 }  // namespace
 
-void add_chat_routes(httplib::Server& svr, ServerContext& ctx) {
-  svr.Post(R"(/v1/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    guarded(ctx, req, res, true, [&] { chat_completions(ctx, req, res); });
+void add_chat_routes(Router& r, ServerContext& ctx) {
+  r.post(R"(/v1/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+    guarded(ctx, req, res, true, [&] { chat_completions(ctx, body, res); });
   });
 }
 

@@ -76,8 +76,8 @@ class CompletionSse : public SseFormatter {
   size_t offset_;
 };
 
-void completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  CompletionRequest r = parse_completion_request(parse_json_body(req.body));
+void completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+  CompletionRequest r = parse_completion_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   const Vocab& vocab = *ctx.model.vocab;
   std::vector<int32_t> ids;
@@ -112,9 +112,9 @@ void completions(ServerContext& ctx, const httplib::Request& req, httplib::Respo
 
 }  // namespace
 
-void add_completion_routes(httplib::Server& svr, ServerContext& ctx) {
-  svr.Post(R"(/v1/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    guarded(ctx, req, res, true, [&] { completions(ctx, req, res); });
+void add_completion_routes(Router& r, ServerContext& ctx) {
+  r.post(R"(/v1/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+    guarded(ctx, req, res, true, [&] { completions(ctx, body, res); });
   });
 }
 

@@ -1,20 +1,19 @@
 #pragma once
 // Route registration, one function per API surface (each in its own file).
-#include <httplib.h>
-
 #include "server/context.h"
+#include "server/router.h"
 
 namespace ft::server {
 
 /** POST /v1/chat/completions (server/openai_chat.cpp). */
-void add_chat_routes(httplib::Server& svr, ServerContext& ctx);
+void add_chat_routes(Router& r, ServerContext& ctx);
 /** POST /v1/completions (server/openai_completions.cpp). */
-void add_completion_routes(httplib::Server& svr, ServerContext& ctx);
+void add_completion_routes(Router& r, ServerContext& ctx);
 /** GET /v1/models, GET /v1/models/{id} (server/models.cpp). */
-void add_model_routes(httplib::Server& svr, ServerContext& ctx);
+void add_model_routes(Router& r, ServerContext& ctx);
 /** GET /v1/stats (JSON) and GET /metrics (Prometheus text) (server/stats.cpp). */
-void add_stats_routes(httplib::Server& svr, ServerContext& ctx);
+void add_stats_routes(Router& r, ServerContext& ctx);
 /** GET /health, open without an API key (server/health.cpp). */
-void add_health_routes(httplib::Server& svr, ServerContext& ctx);
+void add_health_routes(Router& r, ServerContext& ctx);
 
 }  // namespace ft::server

@@ -149,11 +149,11 @@ std::optional<MoeReport> moe_of(const ServerContext& ctx) {
 
 }  // namespace
 
-void add_stats_routes(httplib::Server& svr, ServerContext& ctx) {
-  svr.Get(R"(/v1/stats/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+void add_stats_routes(Router& r, ServerContext& ctx) {
+  r.get(R"(/v1/stats/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] { send_json(res, 200, stats_json(ctx, ctx.service->stats(), moe_of(ctx))); });
   });
-  svr.Get(R"(/metrics/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/metrics/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] {
       res.status = 200;
       res.set_content(metrics_text(ctx, ctx.service->stats(), moe_of(ctx)), "text/plain; version=0.0.4; charset=utf-8");

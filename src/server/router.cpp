@@ -1,0 +1,44 @@
+#include "server/router.h"
+
+#include "server/context.h"
+
+namespace ft::server {
+
+namespace {
+
+/** The reader sets 413 (over the payload limit) or 400 (broken chunking, short body); the error handler
+ *  writes the body. */
+void read_failed(httplib::Response& res) {
+  if (res.status < 400) res.status = 400;
+}
+
+}  // namespace
+
+void Router::get(const std::string& pattern, httplib::Server::Handler handler) { svr_.Get(pattern, std::move(handler)); }
+
+void Router::post(const std::string& pattern, BodyHandler handler) {
+  // A content-reader handler is dispatched before httplib reads the body itself, so its form parsing
+  // (and form size cap) never runs; the payload limit is enforced by the reader.
+  svr_.Post(pattern, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                                     const httplib::ContentReader& read) {
+    std::string body;
+    if (req.is_multipart_form_data()) {
+      const bool ok = read([](const httplib::MultipartFormData&) { return true; },
+                           [](const char*, size_t) { return true; });
+      if (!ok) return read_failed(res);
+      send_error(res, ApiError{415,
+                               "The request body must be JSON sent with 'Content-Type: application/json', not "
+                               "multipart/form-data.",
+                               "invalid_request_error", "", "unsupported_media_type"});
+      return;
+    }
+    if (!read([&](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        }))
+      return read_failed(res);
+    handler(req, res, body);
+  });
+}
+
+}  // namespace ft::server
