@@ -26,8 +26,18 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   svr_.set_tcp_nodelay(true);
 
   ServerContext* ctx = ctx_.get();
-  svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.body.empty() && !res.content_provider_) send_error(res, api_error_for_status(res.status, req.path));
+  svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.content_provider_) return;  // a route already wrote its error
+    if (res.status == 404) {  // no route for this method: 405 when the path has routes for others
+      const std::string allow = router_.allowed_methods(req.path);
+      if (!allow.empty()) {
+        res.set_header("Allow", allow);
+        send_error(res, ApiError{405, fmt::format("Method {} is not allowed for {}; use {}", req.method, req.path, allow),
+                                 "invalid_request_error", "", "method_not_allowed"});
+        return;
+      }
+    }
+    send_error(res, api_error_for_status(res.status, req.path));
   });
   svr_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
@@ -40,12 +50,11 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     spdlog::error("{} {}: {}", req.method, req.path, what);
     send_error(res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
   });
-  Router router(svr_);
-  add_chat_routes(router, *ctx);
-  add_completion_routes(router, *ctx);
-  add_model_routes(router, *ctx);
-  add_stats_routes(router, *ctx);
-  add_health_routes(router, *ctx);
+  add_chat_routes(router_, *ctx);
+  add_completion_routes(router_, *ctx);
+  add_model_routes(router_, *ctx);
+  add_stats_routes(router_, *ctx);
+  add_health_routes(router_, *ctx);
 }
 
 HttpServer::~HttpServer() { stop(); }

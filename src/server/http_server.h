@@ -1,11 +1,13 @@
 #pragma once
 // HttpServer: cpp-httplib server with every route registered, JSON error bodies for bare HTTP errors
-// (unknown route, 413 body too large), a body size limit and a thread pool sized for the queue.
+// (unknown route 404, a known route asked with another method 405 + Allow, 413 body too large), a body
+// size limit and a thread pool sized for the queue.
 #include <memory>
 
 #include <httplib.h>
 
 #include "server/context.h"
+#include "server/router.h"
 
 namespace ft::server {
 
@@ -30,6 +32,7 @@ class HttpServer {
  private:
   std::unique_ptr<ServerContext> ctx_;
   httplib::Server svr_;
+  Router router_{svr_};
 };
 
 }  // namespace ft::server

@@ -14,9 +14,13 @@ void read_failed(httplib::Response& res) {
 
 }  // namespace
 
-void Router::get(const std::string& pattern, httplib::Server::Handler handler) { svr_.Get(pattern, std::move(handler)); }
+void Router::get(const std::string& pattern, httplib::Server::Handler handler) {
+  routes_.emplace_back(std::regex(pattern), "GET, HEAD");
+  svr_.Get(pattern, std::move(handler));
+}
 
 void Router::post(const std::string& pattern, BodyHandler handler) {
+  routes_.emplace_back(std::regex(pattern), "POST");
   // A content-reader handler is dispatched before httplib reads the body itself, so its form parsing
   // (and form size cap) never runs; the payload limit is enforced by the reader.
   svr_.Post(pattern, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
@@ -39,6 +43,16 @@ void Router::post(const std::string& pattern, BodyHandler handler) {
       return read_failed(res);
     handler(req, res, body);
   });
+}
+
+std::string Router::allowed_methods(const std::string& path) const {
+  std::string out;
+  for (const auto& [re, methods] : routes_) {
+    if (!std::regex_match(path, re) || out.find(methods) != std::string::npos) continue;
+    if (!out.empty()) out += ", ";
+    out += methods;
+  }
+  return out;
 }
 
 }  // namespace ft::server

@@ -123,6 +123,31 @@ TEST(Routes, HealthModelsAndUnknownRoutes) {
   expect_error(post(c, "/v1/embeddings", "{}"), 404);
 }
 
+TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
+  TestServer s;
+  auto c = s.client();
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/completions/"}) {
+    auto r = c.Get(path);
+    ASSERT_TRUE(r) << path;
+    Reply rep{r->status, json::parse(r->body, nullptr, false), r->body};
+    expect_error(rep, 405, "method_not_allowed");
+    EXPECT_EQ(r->get_header_value("Allow"), "POST") << path;
+    EXPECT_NE(rep.body["error"]["message"].get<std::string>().find("GET"), std::string::npos) << r->body;
+    auto d = c.Delete(path);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->status, 405) << path;
+  }
+  for (const char* path : {"/v1/models", "/v1/models/test-model", "/health", "/v1/stats", "/metrics"}) {
+    auto r = c.Post(path, "{}", "application/json");
+    ASSERT_TRUE(r) << path;
+    Reply rep{r->status, json::parse(r->body, nullptr, false), r->body};
+    expect_error(rep, 405, "method_not_allowed");
+    EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD") << path;
+  }
+  expect_error(get(c, "/v1/chat/completion"), 404);  // unknown paths stay 404
+  expect_error(post(c, "/v1/embeddings", "{}"), 404);
+}
+
 TEST(Routes, ChatNonStreamingMatchesTheModelAndCountsUsage) {
   TestServer s;
   auto c = s.client();
