@@ -49,6 +49,10 @@ struct ServerContext {
   std::atomic<uint64_t> counter{0};
   /** SSE responses still being written (a graceful shutdown waits for them to drain). */
   std::atomic<int> open_streams{0};
+  /** Responses sent with an error status (4xx/5xx: bad input, auth, unknown route or method, body too
+   *  large, context length, overload, ...), counted in one place: HttpServer's error handler, which
+   *  httplib runs for every such response. /v1/stats requests.rejected, /metrics requests_rejected_total. */
+  std::atomic<int64_t> requests_rejected{0};
 
   /** "chatcmpl-" + 24 hex digits, unique per process. */
   std::string new_id(const char* prefix);

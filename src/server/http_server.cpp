@@ -26,7 +26,8 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   svr_.set_tcp_nodelay(true);
 
   ServerContext* ctx = ctx_.get();
-  svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+  svr_.set_error_handler([this, ctx](const httplib::Request& req, httplib::Response& res) {
+    ctx->requests_rejected.fetch_add(1);  // httplib calls this for every response with status >= 400
     if (!res.body.empty() || res.content_provider_) return;  // a route already wrote its error
     if (res.status == 404) {  // no route for this method: 405 when the path has routes for others
       const std::string allow = router_.allowed_methods(req.path);

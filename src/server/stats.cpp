@@ -1,5 +1,6 @@
 // GET /v1/stats (JSON) and GET /metrics (Prometheus text exposition format 0.0.4, names prefixed
-// freetoken_): the same figures from EngineService::stats(), plus the MoE counters (`moe`, null
+// freetoken_): the same figures from EngineService::stats() (requests rejected: every error response the
+// server sent, ServerContext::requests_rejected), plus the MoE counters (`moe`, null
 // for fused and dense models; freetoken_moe_*, absent then) from ServedModel::moe_report.
 #include <sstream>
 
@@ -59,7 +60,7 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
   req["total"] = s.requests_total;
   req["finished"] = s.requests_finished;
   req["cancelled"] = s.requests_cancelled;
-  req["rejected"] = s.requests_rejected;
+  req["rejected"] = ctx.requests_rejected.load();  // every error response, not only the engine's refusals
   j["requests"] = req;
   oj tp;
   tp["window_s"] = s.window_s;
@@ -114,7 +115,9 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
   metric("requests_total", "counter", "Requests accepted.", static_cast<double>(s.requests_total));
   metric("requests_finished_total", "counter", "Requests finished for any reason.", static_cast<double>(s.requests_finished));
   metric("requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", static_cast<double>(s.requests_cancelled));
-  metric("requests_rejected_total", "counter", "Requests refused (context length, overload, bad input).", static_cast<double>(s.requests_rejected));
+  metric("requests_rejected_total", "counter",
+         "Requests answered with an error status (4xx/5xx: bad input, auth, unknown route, context length, overload).",
+         static_cast<double>(ctx.requests_rejected.load()));
   metric("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", static_cast<double>(s.prompt_tokens_total));
   metric("prompt_tokens_computed_total", "counter", "Prompt tokens prefilled (prefix-cache hits excluded).", static_cast<double>(s.prompt_tokens_computed_total));
   metric("cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.", static_cast<double>(s.cached_tokens_total));

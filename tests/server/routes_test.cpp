@@ -430,6 +430,29 @@ TEST(Routes, StatsAndMetricsReportTheSameFigures) {
   EXPECT_NE(m->body.find("freetoken_info{model=\"test-model\"} 1"), std::string::npos);
 }
 
+TEST(Routes, EveryErrorResponseCountsAsRejected) {
+  TestServerConfig cfg;
+  cfg.max_body_mb = 1;
+  TestServer s(cfg);
+  auto c = s.client();
+  expect_error(post(c, "/v1/chat/completions", "{not json"), 400);
+  expect_error(post(c, "/v1/chat/completions", chat_body("x", 5, R"("top_p":7)")), 400);
+  expect_error(post(c, "/v1/completions", R"({"prompt":"x","logit_bias":{"1":500}})"), 400);
+  expect_error(post(c, "/v1/chat/completions", chat_body("x", 600)), 400, "context_length_exceeded");
+  expect_error(post(c, "/v1/chat/completions", R"({"model":"gpt-4","messages":[{"role":"user","content":"x"}]})"), 404);
+  expect_error(get(c, "/v1/nothing"), 404);
+  expect_error(get(c, "/v1/chat/completions"), 405);
+  expect_error(post(c, "/v1/chat/completions", std::string(2 * 1024 * 1024, ' ')), 413);
+  ASSERT_EQ(post(c, "/v1/chat/completions", chat_body("fine", 2)).status, 200);  // not counted
+  Reply st = get(c, "/v1/stats");
+  ASSERT_EQ(st.status, 200);
+  EXPECT_EQ(st.body["requests"]["rejected"], 8) << st.raw;
+  EXPECT_EQ(st.body["requests"]["total"], 1);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("freetoken_requests_rejected_total 8\n"), std::string::npos) << m->body;
+}
+
 TEST(Routes, OverloadGives503) {
   TestServerConfig cfg;
   cfg.max_running = 1;
@@ -447,6 +470,7 @@ TEST(Routes, OverloadGives503) {
   s.model().open();
   first.join();
   EXPECT_EQ(post(c, "/v1/chat/completions", chat_body("third", 3)).status, 200);
+  EXPECT_EQ(get(c, "/v1/stats").body["requests"]["rejected"], 1);  // the 503
 }
 
 TEST(Routes, ClientDisconnectCancelsTheStreamAndFreesPages) {
