@@ -1,6 +1,7 @@
 // `ft`: FreeToken's command line. Errors become exit codes here and nowhere below.
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -9,6 +10,28 @@
 #include "util/log.h"
 
 namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+#ifdef FT_HAVE_CUDA
+constexpr const char* kBackends = "cpu, cuda";
+#else
+constexpr const char* kBackends = "cpu";
+#endif
+
+/** The first word of the command line that is not an option or the value of --log-level: the
+ *  subcommand the user meant, or "" when there is none. */
+std::string first_word(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] != '-') return a;
+  }
+  return {};
+}
 
 int exit_code_for(ft::ErrorCode code) {
   switch (code) {
@@ -27,6 +50,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  app.set_version_flag("--version", fmt::format("ft {} (FreeToken; backends: {})", kVersion, kBackends));
   ft::cli::Action action;
   ft::cli::add_bench_command(app, action);
   ft::cli::add_inspect_command(app, action);
@@ -37,6 +61,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // `ft bogus`: CLI11 would only say that a subcommand is required.
+    const std::string word = first_word(argc, argv);
+    if (e.get_exit_code() != 0 && app.get_subcommands().empty() && !word.empty()) {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      std::fprintf(stderr, "error: unknown subcommand '%s' (subcommands: %s; see ft --help)\n", word.c_str(),
+                   names.c_str());
+      return 2;
+    }
     // --help / --version exit 0; a usage error is bad input like any other: exit 2.
     return app.exit(e) == 0 ? 0 : 2;
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/moe_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -180,9 +181,9 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder")->required();
   cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
-  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str()->check(at_least(0));
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str()->check(at_least(0));
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p x the best probability")->capture_default_str();
   cmd->add_option("--repeat-penalty", args->repeat_penalty, "CTRL repetition penalty (1 = off)")->capture_default_str();
@@ -191,12 +192,13 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
   cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text");
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(at_least(0));
   cmd->add_option("--device", args->device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");
-  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str()->check(at_least(1));
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(1));
   add_moe_flags(cmd, args->moe);
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });
 }

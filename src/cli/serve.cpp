@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/moe_flags.h"
 #include "engine/demo_model.h"
 #include "engine/engine.h"
@@ -75,7 +76,6 @@ int run_serve(const ServeFlags& f) {
     fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", f.device);
   if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
-  if (f.page_size < 1) fail(ErrorCode::kInvalidArgument, "--page-size must be >= 1 (got {})", f.page_size);
   EngineOptions eo;
   apply_moe_flags(f.moe, eo);
 
@@ -135,8 +135,19 @@ int run_serve(const ServeFlags& f) {
   sc.scheduler.max_running = f.max_running;
   sc.scheduler.max_prefill_tokens = f.max_prefill_tokens;
   sc.scheduler.max_waiting = f.max_waiting;
+  // The context limit: --max-seq-len, at most the model's context length (4096 when the checkpoint
+  // does not say), and at most what the KV cache holds (the scheduler's clamp); warned when it cuts.
   sc.scheduler.max_seq_len = f.max_seq_len > 0 ? f.max_seq_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
+  if (mc.n_ctx_train > 0 && f.max_seq_len > mc.n_ctx_train) {
+    spdlog::warn("--max-seq-len {} is more than the model's context length: clamped to {}", f.max_seq_len,
+                 mc.n_ctx_train);
+    sc.scheduler.max_seq_len = mc.n_ctx_train;
+  }
   EngineService service(runner, engine->kv().pool(), sc);
+  if (f.max_seq_len > 0 && service.context_limit() < sc.scheduler.max_seq_len)
+    spdlog::warn("the KV cache holds {} tokens: the context limit per request is clamped from {} to {} (raise --kv-tokens)",
+                 static_cast<long long>(engine->kv().pool().n_pages()) * engine->kv().config().page_size,
+                 sc.scheduler.max_seq_len, service.context_limit());
 
   server::ServerOptions so;
   so.host = f.host;
@@ -225,19 +236,29 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(CLI::Validator(
           [](std::string& key) { return key.empty() ? std::string("--api-key must not be empty (leave the flag out to serve without auth)") : std::string(); },
           "KEY", "non-empty"));
-  cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")->capture_default_str();
-  cmd->add_option("--max-waiting-requests", f->max_waiting, "Requests queued beyond those (more get 503)")->capture_default_str();
-  cmd->add_option("--max-seq-len", f->max_seq_len, "Context limit per request (default: the model's)");
-  cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "Prompt tokens per step (chunked prefill)")->capture_default_str();
-  cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))");
-  cmd->add_option("--page-size", f->page_size, "KV page size in tokens")->capture_default_str();
+  cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--max-waiting-requests", f->max_waiting, "Requests queued beyond those (more get 503)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  cmd->add_option("--max-seq-len", f->max_seq_len,
+                  "Context limit per request (default and most: the model's context length)")
+      ->check(at_least(2));
+  cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "Prompt tokens per step (chunked prefill)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))")
+      ->check(at_least(0));
+  cmd->add_option("--page-size", f->page_size, "KV page size in tokens")->capture_default_str()->check(at_least(1));
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
-  cmd->add_option("--threads", f->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--threads", f->threads, "CPU threads (default: all cores)")->check(at_least(0));
   cmd->add_option("--device", f->device, "cpu, cuda or auto")->capture_default_str();
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");
   cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0));
   add_moe_flags(cmd, f->moe);
   cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
 }

@@ -1,6 +1,8 @@
 // `ft tokenize --model PATH [--special] TEXT` prints the token ids of TEXT (one line, comma-separated);
-// `ft tokenize --model PATH --ids 1,2,3` prints the text of those ids instead.
+// `ft tokenize --model PATH --ids 1,2,3` prints the text of those ids instead. Exactly one of the two
+// is required (exit 2 otherwise).
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,7 @@ namespace {
 
 struct TokenizeArgs {
   std::string model;
-  std::string text;
+  std::optional<std::string> text;  // none: not given (an empty string is a text: just BOS/EOS if any)
   std::string ids;
   bool special = false;
   bool no_bos = false;
@@ -43,6 +45,8 @@ std::vector<int32_t> parse_ids(const std::string& list) {
 }
 
 int run_tokenize(const TokenizeArgs& a) {
+  if (a.text.has_value() == !a.ids.empty())
+    fail(ErrorCode::kInvalidArgument, "give the TEXT to encode or --ids 1,2,3 to decode (exactly one)");
   auto checkpoint = open_checkpoint(a.model);
   Vocab vocab = Vocab::from_checkpoint(*checkpoint);
   if (!a.ids.empty()) {
@@ -55,7 +59,7 @@ int run_tokenize(const TokenizeArgs& a) {
   EncodeOptions opts;
   opts.parse_special = a.special;
   opts.add_special = !a.no_bos;
-  const std::vector<int32_t> ids = vocab.encode(a.text, opts);
+  const std::vector<int32_t> ids = vocab.encode(*a.text, opts);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i) line += ',';

@@ -1,0 +1,29 @@
+#pragma once
+// CLI11 validators for numeric flags, so a bad value is refused while parsing with the flag's name
+// ("--top-k: must be >= 0, got -1", exit 2) instead of failing later with engine wording.
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace ft::cli {
+
+/** Refuses an integer value below `min`. A value that is not an integer passes here and is reported by
+ *  CLI11's own conversion. */
+inline CLI::Validator at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        size_t used = 0;
+        long long x = 0;
+        try {
+          x = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          return {};
+        }
+        if (used != value.size() || x >= min) return {};
+        return fmt::format("must be >= {}, got {}", min, value);
+      },
+      fmt::format(">= {}", min));
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,78 @@
+// Usage errors a fresh user runs into: an unknown subcommand, --version, `ft tokenize` without text,
+// out-of-range numeric flags (refused while parsing, naming the flag, exit 2), and `ft serve
+// --max-seq-len` beyond the model's context (clamped with a warning that says to what).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli/run_ft.h"
+
+namespace ft {
+namespace {
+
+std::string stories() { return quote(::ft::testing::shared_dir() + "/data/models/stories260K.gguf"); }
+
+TEST(Usage, UnknownSubcommandAndVersion) {
+  Result bogus = run_ft("bogus");
+  EXPECT_EQ(bogus.code, 2);
+  EXPECT_NE(bogus.err.find("unknown subcommand 'bogus'"), std::string::npos) << bogus.err;
+  EXPECT_NE(bogus.err.find("serve"), std::string::npos) << bogus.err;  // lists the real ones
+  Result version = run_ft("--version");
+  EXPECT_EQ(version.code, 0) << version.err;
+  EXPECT_EQ(version.out.rfind("ft 0.", 0), 0u) << version.out;
+  Result none = run_ft("");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("subcommand is required"), std::string::npos) << none.err;
+}
+
+TEST(Usage, TokenizeNeedsTextOrIds) {
+  Result r = run_ft("tokenize --model " + stories());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("TEXT"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_EQ(run_ft("tokenize --model " + stories() + " hi --ids 1").code, 2);
+  Result empty = run_ft("tokenize --model " + stories() + " ''");  // an explicit empty text is a text
+  EXPECT_EQ(empty.code, 0) << empty.err;
+  EXPECT_EQ(empty.out, "1\n");
+}
+
+TEST(Usage, NumericFlagsAreCheckedAtTheFlag) {
+  const std::string run = "run --model " + stories() + " --prompt-ids 1,2 --max-tokens 2 ";
+  struct Case {
+    std::string args, flag, says;
+  };
+  const Case cases[] = {
+      {run + "--top-k -1", "--top-k", ">= 0"},
+      {run + "--threads -2", "--threads", ">= 0"},
+      {run + "--page-size 0", "--page-size", ">= 1"},
+      {run + "--max-prefill-tokens 0", "--max-prefill-tokens", ">= 1"},
+      {"serve --port 0 --threads -1", "--threads", ">= 0"},
+      {"serve --port 0 --page-size 0", "--page-size", ">= 1"},
+      {"serve --port 0 --max-running-requests 0", "--max-running-requests", ">= 1"},
+      {"serve --port 0 --max-prefill-tokens 0", "--max-prefill-tokens", ">= 1"},
+  };
+  for (const Case& c : cases) {
+    Result r = run_ft(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.flag + ": must be " + c.says), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("Loading"), std::string::npos) << c.args;  // refused before anything loads
+  }
+}
+
+TEST(Usage, ServeWarnsWhenMaxSeqLenIsClamped) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("ft_seqlen_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string script = "D=" + quote(dir) + "; " + quote(FT_BINARY) + " serve --model " + stories() +
+                             " --port 0 --threads 1 --max-seq-len 100000 --kv-tokens 4096 > $D/out 2> $D/err & pid=$!;"
+                             "for i in $(seq 400); do grep -q listening $D/out && break; sleep 0.05; done;"
+                             "kill -INT $pid; wait $pid";
+  ASSERT_EQ(std::system(("bash -c " + quote(script)).c_str()), 0);
+  const std::string out = ::ft::testing::read_file(dir + "/out"), err = ::ft::testing::read_file(dir + "/err");
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(err.find("--max-seq-len 100000 is more than the model's context length: clamped to 2048"), std::string::npos)
+      << err;
+  EXPECT_NE(out.find("context 2048 tokens"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace ft
