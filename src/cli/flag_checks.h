@@ -23,7 +23,7 @@ inline CLI::Validator at_least(long long min) {
         if (used != value.size() || x >= min) return {};
         return fmt::format("must be >= {}, got {}", min, value);
       },
-      fmt::format(">= {}", min));
+      "");  // no type decoration in --help (it would read "INT:>= 0=0")
 }
 
 }  // namespace ft::cli
