@@ -16,7 +16,7 @@
 #include "backend/cuda_factory.h"
 #include "backend/device.h"
 #include "cli/commands.h"
-#include "cli/moe_flags.h"
+#include "cli/engine_flags.h"
 #include "engine/benchmark.h"
 #include "engine/engine.h"
 #include "engine/model_presets.h"
@@ -40,16 +40,13 @@ struct BenchArgs {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 128;
   std::string batches = "1";
-  std::string device = "auto";
   std::string activations = "f32";
-  int threads = 0;
-  int32_t page_size = 64;
   int64_t max_prefill_tokens = 8192;
   int64_t warmup_steps = 3;
   int64_t route_sample_steps = 4;
   int64_t copy_mib = 0;
   bool json = false;
-  MoeFlags moe;
+  EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
 std::vector<int32_t> parse_batches(const std::string& text) {
@@ -93,7 +90,7 @@ std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
   spec.n_layer = a.dummy_layers;
   spec.router_skew = a.router_skew;
   spec.seed = a.seed;
-  spec.threads = a.threads;
+  spec.threads = a.engine.threads;
   return std::make_unique<SyntheticCheckpoint>(spec);
 }
 
@@ -118,8 +115,6 @@ int bench(const BenchArgs& a) {
   }
   if (a.activations != "f32" && a.activations != "bf16")
     fail(ErrorCode::kInvalidArgument, "--activations must be f32 or bf16 (got '{}')", a.activations);
-  if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")
-    fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", a.device);
   if (a.copy_mib < 0) fail(ErrorCode::kInvalidArgument, "--copy-mib {} must be >= 0", a.copy_mib);
 
   BenchOptions bo;
@@ -130,20 +125,16 @@ int bench(const BenchArgs& a) {
   bo.route_sample_steps = a.route_sample_steps;
   bo.max_prefill_tokens = a.max_prefill_tokens;
   bo.copy_bytes = a.copy_mib << 20;
-  bo.threads = a.threads;
+  bo.threads = a.engine.threads;
   bo.seed = a.seed;
-  EngineOptions eo;
-  apply_moe_flags(a.moe, eo);
-  eo.threads = a.threads;
-  eo.page_size = a.page_size;
-  eo.device = a.device;
+  EngineOptions eo = engine_options(a.engine);
   plan_bench_engine(bo, eo);
 
-  const bool cuda = a.device == "cuda" || (a.device == "auto" && cuda_device_count() > 0);
+  const bool cuda = a.engine.device == "cuda" || (a.engine.device == "auto" && cuda_device_count() > 0);
   if (cuda) bo.device_free_before = cuda_free_memory(0);
   std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0, a.activations == "bf16" ? DType::BF16 : DType::F32)
-                                  : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.threads));
+                                  : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.engine.threads));
   Engine engine(std::move(ckpt), std::move(ops), eo);
   const BenchReport report = run_bench(engine, bo);
   if (a.json) {
@@ -193,10 +184,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--gen-tokens", args->gen_tokens, "Timed decode steps per batch size")->capture_default_str();
   cmd->add_option("--batch", args->batches, "Batch sizes: sequences decoded together, e.g. 1,8,32")
       ->capture_default_str();
-  cmd->add_option("--device", args->device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("--activations", args->activations, "CUDA activation dtype: f32 or bf16")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
       ->capture_default_str();
   cmd->add_option("--warmup-steps", args->warmup_steps, "Untimed decode steps before each batch size")
@@ -207,7 +195,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--copy-mib", args->copy_mib, "Size of the bandwidth-probe copy in MiB (0 = 1024 CUDA, 256 CPU)")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
-  add_moe_flags(cmd, args->moe);
+  add_engine_flags(cmd, args->engine);
   cmd->callback([args, &action] { action = [args] { return bench(*args); }; });
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// The MoE expert-offload flags shared by `ft run` and `ft serve` (issue 7): --moe-strategy,
+// The MoE expert-offload flags shared by `ft run`, `ft serve` and `ft bench` (issue 7; registered with
+// the other engine flags by cli/engine_flags.h): --moe-strategy,
 // --moe-cache-slots | --moe-cache-rate | --moe-cache-auto, --moe-cpu-layers, --moe-fetch-cap,
 // --kv-reserve-tokens, --gpu-memory-limit (GiB), --decode-log-interval.
 #include <CLI/CLI.hpp>

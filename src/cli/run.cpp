@@ -1,5 +1,5 @@
 // `ft run --model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
-//  [--threads N] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N] [MoE flags, cli/moe_flags.h]`:
+//  [--threads N] [--device D] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N] [MoE flags, cli/moe_flags.h]`:
 // one generation. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
 // tokenizer.json), else (or with --print-ids) the generated ids, comma-separated (as --prompt-ids takes them); then prefill and
 // decode speed on stderr. --logits-out writes float32 logits of every prompt
@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
-#include "cli/moe_flags.h"
+#include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/registry.h"
@@ -40,12 +40,9 @@ struct RunArgs {
   int64_t seed = -1;
   bool ignore_eos = false;
   bool print_ids = false;
-  int threads = 0;
-  std::string device = "auto";
   std::string logits_out;
-  int32_t page_size = 64;
   int64_t max_prefill_tokens = 8192;
-  MoeFlags moe;
+  EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -95,8 +92,7 @@ int run(const RunArgs& a) {
     logits_file.open(a.logits_out, std::ios::binary);
     if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
   }
-  EngineOptions eo;
-  apply_moe_flags(a.moe, eo);
+  EngineOptions eo = engine_options(a.engine);
   // The tokenizer and the context length come from the checkpoint itself; opened once here to encode
   // the prompt and check it before the (slow) load.
   std::unique_ptr<Vocab> vocab;
@@ -116,9 +112,6 @@ int run(const RunArgs& a) {
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   check_context_length(n_ctx, n_prompt, a.max_tokens);
 
-  eo.threads = a.threads;
-  eo.device = a.device;
-  eo.page_size = a.page_size;
   eo.kv_tokens = n_prompt + a.max_tokens + 1;
   eo.max_step_tokens = std::min(a.max_prefill_tokens, n_prompt);
   eo.max_logit_rows = a.logits_out.empty() ? 1 : eo.max_step_tokens;
@@ -192,14 +185,11 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
   cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text");
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--device", args->device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");
-  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str()->check(at_least(1));
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
       ->capture_default_str()
       ->check(at_least(1));
-  add_moe_flags(cmd, args->moe);
+  add_engine_flags(cmd, args->engine);
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });
 }
 

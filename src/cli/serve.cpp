@@ -16,7 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
-#include "cli/moe_flags.h"
+#include "cli/engine_flags.h"
 #include "engine/demo_model.h"
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
@@ -45,14 +45,11 @@ struct ServeFlags {
   int max_prefill_tokens = 512;
   int64_t kv_tokens = 0;         // 0: the engine's default
   std::string chat_template;
-  int threads = 0;
-  std::string device = "auto";
   double max_body_mb = 32;
-  int page_size = 64;
   int max_waiting = 128;
   std::optional<uint64_t> seed;
   int shutdown_grace_s = 5;
-  MoeFlags moe;
+  EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
 std::string human_bytes(double b) {
@@ -72,12 +69,9 @@ std::string human_count(double n) {
 }
 
 int run_serve(const ServeFlags& f) {
-  if (f.device != "cpu" && f.device != "cuda" && f.device != "auto")
-    fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", f.device);
   if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
-  EngineOptions eo;
-  apply_moe_flags(f.moe, eo);
+  EngineOptions eo = engine_options(f.engine);
 
   // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM.
   sigset_t stop_signals;
@@ -100,9 +94,6 @@ int run_serve(const ServeFlags& f) {
   }
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  eo.threads = f.threads;
-  eo.device = f.device;
-  eo.page_size = f.page_size;
   eo.kv_tokens = f.kv_tokens;
   eo.max_seqs = f.max_running;
   eo.max_logit_rows = f.max_running;
@@ -183,7 +174,7 @@ int run_serve(const ServeFlags& f) {
               human_bytes(static_cast<double>(weight_bytes)).c_str(),
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
               kc.page_size, human_bytes(static_cast<double>(engine->kv().bytes())).c_str(), engine->ops().name(),
-              f.threads > 0 ? std::to_string(f.threads).c_str() : "all");
+              f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
   if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %.0f MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
@@ -250,16 +241,13 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(at_least(1));
   cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))")
       ->check(at_least(0));
-  cmd->add_option("--page-size", f->page_size, "KV page size in tokens")->capture_default_str()->check(at_least(1));
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
-  cmd->add_option("--threads", f->threads, "CPU threads (default: all cores)")->check(at_least(0));
-  cmd->add_option("--device", f->device, "cpu, cuda or auto")->capture_default_str();
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");
   cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str()
       ->check(at_least(0));
-  add_moe_flags(cmd, f->moe);
+  add_engine_flags(cmd, f->engine);
   cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
 }
 

@@ -1,0 +1,26 @@
+#include "cli/engine_flags.h"
+
+#include "cli/flag_checks.h"
+#include "util/error.h"
+
+namespace ft::cli {
+
+void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
+  cmd->add_option("--page-size", f.page_size, "KV cache page size in tokens")->capture_default_str()->check(at_least(1));
+  add_moe_flags(cmd, f.moe);
+}
+
+EngineOptions engine_options(const EngineFlags& f) {
+  if (f.device != "cpu" && f.device != "cuda" && f.device != "auto")
+    fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", f.device);
+  EngineOptions eo;
+  apply_moe_flags(f.moe, eo);
+  eo.threads = f.threads;
+  eo.device = f.device;
+  eo.page_size = f.page_size;
+  return eo;
+}
+
+}  // namespace ft::cli
