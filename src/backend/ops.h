@@ -17,6 +17,8 @@
 // - Ops may run asynchronously on the device; results are visible to the host after copy() to a
 //   host tensor or synchronize().
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "tensor/tensor.h"
@@ -39,6 +41,9 @@ struct BatchInfo {
   Tensor seq_index;        // I32 [T]: batch sequence (0..S-1) of each token
   Tensor seq_start;        // I32 [S+1]: sequence s owns token rows seq_start[s] .. seq_start[s+1]-1
   Tensor block_tables;     // I32 [S, max_blocks]: page id holding positions [j*page, (j+1)*page) of seq s
+  /** I32 [1] on the device, or empty (all rows real): rows >= n_valid[0] pad a replayed graph (token 0
+   *  at position 0 of a spare page, one sequence each); MoE layers route them nowhere. */
+  Tensor n_valid;
 };
 
 /** One layer's paged KV storage. Page p, slot i holds the key/value of one token:
@@ -111,6 +116,18 @@ struct MoeExpertsParams {
   bool accumulate = false;
 };
 
+/** Work recorded once from a backend's queue and replayed as a whole (a CUDA graph): every replay
+ *  runs the same kernels on the same buffers, so inputs change only through those buffers' contents. */
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  /** False once something the recording points at has moved (a backend scratch region regrew):
+   *  the caller records it again. */
+  virtual bool valid() const = 0;
+  /** Queues one replay on the backend's stream (asynchronous, like any op). Throws kInternal. */
+  virtual void launch() = 0;
+};
+
 // ----------------------------------------------------------------------------------------------
 
 class Ops {
@@ -139,6 +156,15 @@ class Ops {
   virtual void zero(Tensor t) = 0;
   /** Waits for all queued work. */
   virtual void synchronize() = 0;
+
+  /** Whether capture() records graphs (CUDA); false: the caller runs its steps eagerly. */
+  virtual bool supports_graphs() const { return false; }
+  /** Records the work `body` queues on this backend without running it, for replay with
+   *  StepGraph::launch(). `body` must read its inputs from buffers that outlive the graph and must
+   *  not synchronize with the host; run it eagerly once first so one-time scratch exists. Throws
+   *  kUnsupported when the backend has no graphs or `body` did something a graph cannot hold (a
+   *  host synchronisation), and rethrows what `body` throws (the recording is discarded). */
+  virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& body);
 
   // ---- elementwise and normalisation ----------------------------------------------------------
 
@@ -198,6 +224,11 @@ class Ops {
    *  are softmax (over all E) or sigmoid of the logits; the k best are selected (descending, ties to
    *  the lower id), optionally renormalised to sum 1, then multiplied by p.scaling. */
   virtual void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) = 0;
+
+  /** Padding rows route nowhere: ids[t, :] = -1 for every row t >= n_valid[0]. ids I32 [T, k];
+   *  n_valid I32 [1] on this device, read by the kernel (so a recorded graph masks however many rows
+   *  each replay pads). Throws kInvalidArgument for a wrong dtype or shape. */
+  virtual void moe_mask_rows(const Tensor& n_valid, Tensor ids) = 0;
 
   /** Routed expert FFN: out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t])
    *  with e = ids[t, j]. x, out [T, H] activation dtype; ids I32 [T, k] (entries < 0 are skipped:

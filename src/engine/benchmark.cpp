@@ -252,11 +252,13 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     res.prefill_tokens = B * N;
     sample_device();
     // 3. timed decode.
+    const int64_t replays_before = engine.graph_replays();
     t0 = Clock::now();
     decode(tables, N, G);
     ops.synchronize();
     res.decode_seconds = seconds_since(t0);
     res.decode_steps = G;
+    res.graph_steps = engine.graph_replays() - replays_before;
     sample_device();
     // 4. routing sample.
     const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
@@ -307,6 +309,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"prefill_s", b.prefill_seconds},
                        {"prefill_tokens_per_s", b.prefill_tokens_per_s()},
                        {"decode_steps", b.decode_steps},
+                       {"graph_steps", b.graph_steps},
                        {"decode_s", b.decode_seconds},
                        {"decode_tokens_per_s", b.decode_tokens_per_s()},
                        {"ms_per_step", b.ms_per_step()},

@@ -49,6 +49,7 @@ struct BenchBatch {
   int64_t prefill_tokens = 0;
   double prefill_seconds = 0;
   int64_t decode_steps = 0;
+  int64_t graph_steps = 0;              // timed decode steps replayed from a CUDA graph (the rest ran eagerly)
   double decode_seconds = 0;
   double experts_per_layer = 0;         // mean distinct routed experts per MoE layer per decode step
   std::string experts_source;           // "measured", "estimated" or "dense"
@@ -107,7 +108,7 @@ int64_t peak_host_rss();
  *  n_expert, n_expert_used, weight_bytes, dense_bytes, routed_expert_bytes, prompt_tokens,
  *  gen_tokens, copy_bandwidth_gbs, copy_bytes, peak_host_rss_bytes, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
- *  decode_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
+ *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);
 

@@ -27,12 +27,15 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   if (options_.max_step_tokens < 1 || options_.max_logit_rows < 1 || options_.max_seqs < 1)
     fail(ErrorCode::kInvalidArgument, "engine: max_step_tokens {}, max_logit_rows {}, max_seqs {} must be >= 1",
          options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
+  if (options_.cuda_graph_max_bs < 0)
+    fail(ErrorCode::kInvalidArgument, "engine: --cuda-graph-max-bs {} must be >= 0", options_.cuda_graph_max_bs);
   model_ = load_model(*ckpt_, *ops_);
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
+  const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
   kv_ = std::make_unique<KvCache>(*ops_, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
                                                        static_cast<int32_t>(c.head_dim), options_.page_size,
-                                                       options_.kv_tokens, ops_->activation_dtype()});
+                                                       options_.kv_tokens, ops_->activation_dtype(), graphs ? 1 : 0});
   max_blocks_ = kv_->pool().n_pages();
   options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
   state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
@@ -50,6 +53,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_tables_ = make(DType::I32, {S * max_blocks_});
   d_rows_ = make(DType::I32, {R});
   d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
+  d_valid_ = make(DType::I32, {1});
   bool moe = false;
   for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
   if (moe) {
@@ -57,7 +61,8 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     mc.moe = options_.moe;
     mc.gpu_memory_limit = options_.gpu_memory_limit;
     mc.kv_reserve_tokens = options_.kv_reserve_tokens;
-    mc.kv_bytes_per_token = kv_->bytes() / std::max<int64_t>(kv_->pool().n_pages() * options_.page_size, 1);
+    mc.kv_bytes_per_token =
+        kv_->bytes() / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
     mc.placed_kv_tokens = kv_->pool().n_pages() * options_.page_size;
     mc.placed_bytes = kv_->bytes();
     for (const std::vector<Buffer>* v : {&storage_, &state_->storage})
@@ -69,6 +74,31 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
   } else {
     plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
+  }
+  if (graphs && (!moe_ || moe_->experts().graph_safe())) {
+    pad_page_ = kv_->pool().n_pages();  // the spare page
+    const int64_t limit = std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R});
+    for (int64_t b = 1; b < limit; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
+    graph_sizes_.push_back(static_cast<int32_t>(limit));
+    for (int32_t b : graph_sizes_) {
+      auto gs = std::make_unique<GraphStep>();
+      gs->bs = b;
+      BatchInfo& bi = gs->batch;
+      bi.n_tokens = bi.n_seqs = b;
+      bi.max_blocks = max_blocks_;
+      bi.max_kv_len = max_blocks_ * options_.page_size;  // the whole capacity: launch shapes never change
+      bi.positions = Tensor(d_pos_.data, DType::I32, {b}, d_pos_.device);
+      bi.seq_index = Tensor(d_seq_.data, DType::I32, {b}, d_seq_.device);
+      bi.seq_start = Tensor(d_start_.data, DType::I32, {b + 1}, d_start_.device);
+      bi.block_tables = Tensor(d_tables_.data, DType::I32, {b, max_blocks_}, d_tables_.device);
+      bi.n_valid = d_valid_;
+      gs->ids = Tensor(d_ids_.data, DType::I32, {b}, d_ids_.device);
+      gs->rows = Tensor(d_rows_.data, DType::I32, {b}, d_rows_.device);
+      gs->logits = d_logits_.slice(0, b);
+      graph_steps_.push_back(std::move(gs));
+    }
+  } else if (graphs && moe_) {
+    spdlog::info("engine: decode runs eagerly (the MoE strategy exchanges with the CPU inside a step)");
   }
   spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
@@ -127,29 +157,98 @@ const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
     const auto& pages = *items[static_cast<size_t>(s)].pages;
     std::copy(pages.begin(), pages.end(), h_tables_.begin() + s * mb);
   }
-  auto upload = [&](std::vector<int32_t>& host, const Tensor& dev, std::initializer_list<int64_t> shape) {
-    Tensor h(host.data(), DType::I32, shape);
-    Tensor d(dev.data, DType::I32, shape, dev.device);
-    ops_->copy(h, d);
-    return d;
-  };
-  BatchInfo batch;
-  batch.n_tokens = static_cast<int32_t>(T);
-  batch.n_seqs = static_cast<int32_t>(S);
-  batch.max_blocks = static_cast<int32_t>(mb);
-  for (int32_t p : h_pos_) batch.max_kv_len = std::max(batch.max_kv_len, p + 1);
-  batch.positions = upload(h_pos_, d_pos_, {T});
-  batch.seq_index = upload(h_seq_, d_seq_, {T});
-  batch.seq_start = upload(h_start_, d_start_, {S + 1});
-  batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
-  Tensor logits = R > 0 ? d_logits_.slice(0, R) : Tensor();
-  ForwardContext ctx{*ops_, batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
-                     logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_, dump_ ? &dump_ : nullptr};
-  model_->forward(ctx);
-  if (moe_) moe_->after_step(std::any_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; }));
+  const bool decode = std::any_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; });
+  if (GraphStep* gs = graph_step_for(items)) {
+    run_graph_step(*gs, items);
+  } else {
+    auto upload = [&](std::vector<int32_t>& host, const Tensor& dev, std::initializer_list<int64_t> shape) {
+      Tensor h(host.data(), DType::I32, shape);
+      Tensor d(dev.data, DType::I32, shape, dev.device);
+      ops_->copy(h, d);
+      return d;
+    };
+    BatchInfo batch;
+    batch.n_tokens = static_cast<int32_t>(T);
+    batch.n_seqs = static_cast<int32_t>(S);
+    batch.max_blocks = static_cast<int32_t>(mb);
+    for (int32_t p : h_pos_) batch.max_kv_len = std::max(batch.max_kv_len, p + 1);
+    batch.positions = upload(h_pos_, d_pos_, {T});
+    batch.seq_index = upload(h_seq_, d_seq_, {T});
+    batch.seq_start = upload(h_start_, d_start_, {S + 1});
+    batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
+    forward(batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
+            R > 0 ? d_logits_.slice(0, R) : Tensor());
+  }
+  if (moe_) moe_->after_step(decode);
   h_logits_.resize(static_cast<size_t>(R * c.n_vocab));
-  if (R > 0) ops_->copy(logits, Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
+  if (R > 0) ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
   return h_logits_;
+}
+
+void Engine::forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits) {
+  ForwardContext ctx{*ops_, batch, ids, rows, logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_,
+                     dump_ ? &dump_ : nullptr};
+  model_->forward(ctx);
+}
+
+Engine::GraphStep* Engine::graph_step_for(const std::vector<StepItem>& items) {
+  if (graph_sizes_.empty() || dump_) return nullptr;
+  for (const StepItem& it : items)
+    if (it.n != 1 || it.n_logits != 1) return nullptr;
+  const auto S = static_cast<int32_t>(items.size());
+  const auto at = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), S);
+  if (at == graph_sizes_.end()) return nullptr;
+  GraphStep* gs = graph_steps_[static_cast<size_t>(at - graph_sizes_.begin())].get();
+  return gs->failed ? nullptr : gs;
+}
+
+void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
+  const int32_t b = gs.bs;
+  const auto S = static_cast<int32_t>(items.size());
+  for (int32_t s = S; s < b; ++s) {  // padding rows: token 0 at position 0 of the spare page
+    h_ids_.push_back(0);
+    h_pos_.push_back(0);
+    h_seq_.push_back(s);
+    h_rows_.push_back(s);
+    h_start_.push_back(s + 1);
+  }
+  h_tables_.assign(static_cast<size_t>(b) * max_blocks_, 0);
+  for (int32_t s = 0; s < b; ++s) {
+    int32_t* row = h_tables_.data() + static_cast<int64_t>(s) * max_blocks_;
+    if (s < S) {
+      const std::vector<int32_t>& pages = *items[static_cast<size_t>(s)].pages;
+      std::copy(pages.begin(), pages.end(), row);
+    } else {
+      row[0] = pad_page_;
+    }
+  }
+  auto upload = [&](std::vector<int32_t>& host, const Tensor& dev) {
+    ops_->copy(Tensor(host.data(), DType::I32, dev.shape.data(), dev.ndim), dev);
+  };
+  upload(h_ids_, gs.ids);
+  upload(h_pos_, gs.batch.positions);
+  upload(h_seq_, gs.batch.seq_index);
+  upload(h_start_, gs.batch.seq_start);
+  upload(h_tables_, gs.batch.block_tables);
+  upload(h_rows_, gs.rows);
+  h_valid_.assign(1, S);
+  upload(h_valid_, gs.batch.n_valid);
+  if (gs.graph && gs.graph->valid()) {
+    gs.graph->launch();
+    ++graph_replays_;
+    return;
+  }
+  gs.graph.reset();
+  // Eager first: this step's result, and every one-time scratch region sized before recording.
+  forward(gs.batch, gs.ids, gs.rows, gs.logits);
+  try {
+    GraphStep* g = &gs;
+    gs.graph = ops_->capture([this, g] { forward(g->batch, g->ids, g->rows, g->logits); });
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnsupported) throw;
+    spdlog::warn("engine: decode batch size {} runs eagerly: {}", b, e.what());
+    gs.failed = true;
+  }
 }
 
 std::optional<MoeReport> Engine::moe_report() {

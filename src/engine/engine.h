@@ -30,6 +30,10 @@ struct EngineOptions {
   int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens: KV the expert-cache sizing keeps free
   int64_t gpu_memory_limit = 0;      // --gpu-memory-limit in bytes (0: the device's free memory; CPU: none)
   int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
+  /** --cuda-graph-max-bs: decode steps of up to this many sequences are recorded once per padded
+   *  batch size (1, 2, 4, 8, ..., this) and replayed as graphs on backends that have them (CUDA);
+   *  0: every step eager. */
+  int32_t cuda_graph_max_bs = 16;
 };
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
@@ -76,10 +80,31 @@ class Engine {
    *  for a running step to end. */
   std::optional<MoeReport> moe_report();
 
-  /** Optional hook receiving every named intermediate of the next steps (debugging). */
+  /** Optional hook receiving every named intermediate of the next steps (debugging; steps with a
+   *  hook run eagerly). */
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
 
+  /** Padded decode batch sizes replayed as graphs, ascending (empty: graphs off for this engine). */
+  const std::vector<int32_t>& graph_batch_sizes() const { return graph_sizes_; }
+  /** Decode steps replayed from a graph so far (recording steps excluded). */
+  int64_t graph_replays() const { return graph_replays_; }
+
  private:
+  /** One padded decode batch size's fixed inputs (views of the planned device buffers) and graph. */
+  struct GraphStep {
+    int32_t bs = 0;
+    BatchInfo batch;
+    Tensor ids, rows, logits;
+    std::unique_ptr<StepGraph> graph;
+    bool failed = false;  // recording failed once: this size runs eagerly from now on
+  };
+  /** The graph step for a pure decode batch of `S` sequences, or nullptr (eager). */
+  GraphStep* graph_step_for(const std::vector<StepItem>& items);
+  /** Pads the staged host inputs of `items` to gs.bs rows, uploads them and replays the graph (the
+   *  first time: runs the step eagerly, then records it). */
+  void run_graph_step(GraphStep& gs, const std::vector<StepItem>& items);
+  void forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits);
+
   EngineOptions options_;
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<Ops> ops_;
@@ -91,11 +116,16 @@ class Engine {
   int32_t max_blocks_ = 0;
   // Planned device-side step inputs and output.
   std::vector<Buffer> storage_;
-  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_;
+  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_, d_valid_;
   // Host staging.
-  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_;
+  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_, h_valid_;
   std::vector<float> h_logits_;
   DumpHook dump_;
+  // Decode graphs (declared after ops_, so they are destroyed before the backend).
+  std::vector<int32_t> graph_sizes_;
+  std::vector<std::unique_ptr<GraphStep>> graph_steps_;  // parallel to graph_sizes_
+  int32_t pad_page_ = -1;                                 // spare KV page of the padding rows
+  int64_t graph_replays_ = 0;
 };
 
 }  // namespace ft

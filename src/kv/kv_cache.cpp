@@ -10,6 +10,7 @@ int32_t pages_for(const KvCacheConfig& c) {
     fail(ErrorCode::kInvalidArgument,
          "KV cache: n_layer {}, n_head_kv {}, head_dim {}, page_size {}, token budget {} (all must be >= 1)", c.n_layer,
          c.n_head_kv, c.head_dim, c.page_size, c.token_budget);
+  if (c.spare_pages < 0) fail(ErrorCode::kInvalidArgument, "KV cache: spare_pages {} must be >= 0", c.spare_pages);
   const int64_t pages = (c.token_budget + c.page_size - 1) / c.page_size;
   if (pages > INT32_MAX) fail(ErrorCode::kInvalidArgument, "KV cache: {} pages is too many", pages);
   return static_cast<int32_t>(pages);
@@ -18,11 +19,11 @@ int32_t pages_for(const KvCacheConfig& c) {
 }  // namespace
 
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
-  return 2LL * c.n_layer * pages_for(c) * c.page_size * dtype_bytes(c.dtype, int64_t{c.n_head_kv} * c.head_dim);
+  return 2LL * c.n_layer * (int64_t{pages_for(c)} + c.spare_pages) * c.page_size * dtype_bytes(c.dtype, int64_t{c.n_head_kv} * c.head_dim);
 }
 
 KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_(pages_for(config), config.page_size) {
-  const int64_t n_pages = pool_.n_pages();
+  const int64_t n_pages = int64_t{pool_.n_pages()} + config.spare_pages;
   for (int32_t l = 0; l < config.n_layer; ++l) {
     KvLayer kv;
     for (Tensor* t : {&kv.k, &kv.v}) {

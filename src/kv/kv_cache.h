@@ -17,11 +17,14 @@ struct KvCacheConfig {
   int32_t page_size = 64;     // tokens per page (--page-size)
   int64_t token_budget = 0;   // tokens of KV to hold across all sequences; rounded up to whole pages
   DType dtype = DType::F32;   // element type (F32 on CPU)
+  /** Device pages beyond the pool (ids pool.n_pages() ..), never handed out: where the padding rows
+   *  of a replayed decode graph write their K/V. */
+  int32_t spare_pages = 0;
 };
 
 class KvCache {
  public:
-  /** Allocates 2 * n_layer tensors through `ops`. Throws kInvalidArgument for a bad config,
+  /** Allocates 2 * n_layer tensors of pool + spare pages through `ops`. Throws kInvalidArgument for a bad config,
    *  kOutOfMemory (naming the bytes) when the backend cannot allocate it. */
   KvCache(Ops& ops, const KvCacheConfig& config);
 
@@ -33,7 +36,7 @@ class KvCache {
   /** Bytes of K and V storage in all layers. */
   int64_t bytes() const;
 
-  /** Bytes a cache of `config` needs (without allocating). */
+  /** Bytes a cache of `config` needs, spare pages included (without allocating). */
   static int64_t bytes_for(const KvCacheConfig& config);
 
  private:

@@ -99,7 +99,7 @@ ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, 
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
                Tensor out) {
   if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
-  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out);
+  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid);
 }
 
 // ---- embeddings and output ----

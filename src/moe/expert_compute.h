@@ -18,6 +18,10 @@ class ExpertCompute {
    *  x, out activation dtype; ids I32 [T, k] (router output, expert index within the layer);
    *  weights F32 [T, k]. Throws ft::Error(kInvalidArgument) for a layer without experts. */
   virtual void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) = 0;
+
+  /** Whether compute() only queues backend work with fixed launch shapes and no host synchronisation,
+   *  so a step calling it can be recorded as a graph (Ops::capture) and replayed with new routes. */
+  virtual bool graph_safe() const { return false; }
 };
 
 /** Host views of every layer's routed experts (empty bank for a dense layer), as loaded from the
@@ -31,6 +35,7 @@ class ResidentExperts final : public ExpertCompute {
   /** Makes every expert of `host` resident through ops.make_resident. */
   ResidentExperts(Ops& ops, const HostExpertBanks& host);
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
+  bool graph_safe() const override { return true; }
 
  private:
   Ops& ops_;

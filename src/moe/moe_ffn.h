@@ -27,8 +27,9 @@ struct MoeScratch {
 };
 
 /** out [T, H] = routed(x) (+ sigmoid(x . shexp_gate_inp) * shared(x)). x [T, H]; out must not alias x.
- *  Scratch views are sliced to T rows here. */
+ *  Scratch views are sliced to T rows here. `n_valid` (BatchInfo::n_valid, may be empty): rows from
+ *  n_valid[0] on are graph padding and route to no expert (no cache traffic, no counters). */
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
-             const Tensor& x, MoeScratch& scratch, Tensor out);
+             const Tensor& x, MoeScratch& scratch, Tensor out, const Tensor& n_valid = Tensor());
 
 }  // namespace ft

@@ -94,6 +94,14 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   if (cap >= 0) run_cpu(layer, x, cid, weights, out, true);
 }
 
+bool OffloadedExperts::graph_safe() const {
+  for (size_t l = 0; l < plan_.layers.size(); ++l) {
+    if (plan_.layers[l] == MoeLayerMode::kCpu) return false;
+    if (plan_.layers[l] == MoeLayerMode::kCache && plan_.fetch_cap[l] >= 0) return false;
+  }
+  return true;
+}
+
 void OffloadedExperts::run_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
                                bool accumulate) {
   const int64_t before = cpu_->experts_computed();

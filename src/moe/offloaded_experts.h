@@ -59,6 +59,9 @@ class OffloadedExperts final : public ExpertCompute {
   /** out [T, H] = routed experts of `layer` (see ExpertCompute). Throws kInvalidArgument for a
    *  dense layer, T over max_tokens, ids not [T, n_expert_used]. */
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
+  /** True when every routed layer goes through the expert cache without a fetch cap (offload): the
+   *  admission and gather are device-side. CPU layers and hybrid caps exchange through the host. */
+  bool graph_safe() const override;
 
   /** Counters per model layer (reads the device cache's counters: synchronizes on CUDA). */
   std::vector<MoeLayerStats> stats();

@@ -51,7 +51,7 @@ TEST_P(AttentionTest, PagedCausalGqaMatchesNaive) {
       st.push_back(static_cast<int32_t>(pos.size()));
     }
     const int32_t T = static_cast<int32_t>(pos.size());
-    BatchInfo b{T, S, max_blocks, 0, arena().i32(pos, {T}), arena().i32(si, {T}), arena().i32(st, {S + 1}), bt};
+    BatchInfo b{T, S, max_blocks, 0, arena().i32(pos, {T}), arena().i32(si, {T}), arena().i32(st, {S + 1}), bt, Tensor()};
     for (int32_t p : pos) b.max_kv_len = std::max(b.max_kv_len, p + 1);
     ops().kv_write(b, arena().act(k, {T, G * D}), arena().act(v, {T, G * D}), kv);
     if (!attend) return;
@@ -97,7 +97,7 @@ TEST_P(AttentionTest, BadBlockTableIsRejected) {
   if (GetParam() != "cpu") GTEST_SKIP() << "device backends do not validate page ids";
   Tensor kc = arena().alloc(DType::F32, {2, 4, 1, 8}), vc = arena().alloc(DType::F32, {2, 4, 1, 8});
   BatchInfo b{1, 1, 1, 6, arena().i32({5}, {1}), arena().i32({0}, {1}), arena().i32({0, 1}, {2}),
-              arena().i32({0}, {1, 1})};
+              arena().i32({0}, {1, 1}), Tensor()};
   std::vector<float> k(8, 0.0f);
   EXPECT_THROW(ops().kv_write(b, arena().f32(k, {1, 8}), arena().f32(k, {1, 8}), {kc, vc}), Error);
 }

@@ -66,7 +66,7 @@ TEST(CpuThreads, EveryOpIsThreadCountInvariant) {
     const int64_t pages = 5, page = 64, G = 2, D = 32, Hq = 8;
     KvLayer kv{a.alloc(DType::F32, {pages, page, G, D}), a.alloc(DType::F32, {pages, page, G, D})};
     BatchInfo b{static_cast<int32_t>(T), 1, static_cast<int32_t>(pages), static_cast<int32_t>(T), a.i32(pos, {T}),
-                a.i32(seq, {T}), a.i32({0, static_cast<int32_t>(T)}, {2}), a.i32({4, 2, 0, 1, 3}, {1, pages})};
+                a.i32(seq, {T}), a.i32({0, static_cast<int32_t>(T)}, {2}), a.i32({4, 2, 0, 1, 3}, {1, pages}), Tensor()};
     o.kv_write(b, a.f32(random_vec(T * G * D, 10), {T, G * D}), a.f32(random_vec(T * G * D, 11), {T, G * D}), kv);
     Tensor out = a.alloc(DType::F32, {T, Hq * D});
     o.attention({static_cast<int32_t>(Hq), static_cast<int32_t>(G), static_cast<int32_t>(D), 0.17f, 0}, b,

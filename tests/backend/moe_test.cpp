@@ -9,6 +9,19 @@ namespace {
 
 class MoeTest : public OpTest {};
 
+TEST_P(MoeTest, MaskRowsRoutesPaddingNowhere) {
+  const int64_t T = 5, k = 3;
+  std::vector<int32_t> ids_v(T * k);
+  for (size_t i = 0; i < ids_v.size(); ++i) ids_v[i] = static_cast<int32_t>(i % 7);
+  for (int32_t n : {5, 3, 0, 9, -2}) {
+    Tensor ids = arena().i32(ids_v, {T, k});
+    ops().moe_mask_rows(arena().i32({n}, {1}), ids);
+    std::vector<int32_t> want = ids_v;
+    for (int64_t i = std::clamp<int64_t>(n, 0, T) * k; i < T * k; ++i) want[i] = -1;
+    EXPECT_EQ(arena().read_i32(ids), want) << "n_valid " << n;
+  }
+}
+
 TEST_P(MoeTest, RouterScoringAndRenormalisation) {
   const int64_t T = 7, E = 8;
   const int32_t k = 3;

@@ -125,6 +125,12 @@ TEST_F(CudaAttention, PrefillDecodeAndMixedBatches) {
       {"sliding window 32 prefill+decode", 4, 2, 64, 16, 32, {{0, 100}, {200, 1}}},
       {"mqa group16 hd256", 16, 1, 256, 64, 0, {{10, 30}, {300, 1}}},
       {"hd80 odd dims", 6, 3, 80, 16, 0, {{17, 9}, {3, 1}}},
+      // >= 256 tokens: the tensor-core kernel (attention_tc.cu)
+      {"tc prefill 300 hd128 gqa4 page16", 8, 2, 128, 16, 0, {{0, 300}}},
+      {"tc 3 seqs 120+200+5, chunks mid-sequence hd64", 4, 2, 64, 64, 0, {{0, 120}, {50, 200}, {7, 5}}},
+      {"tc sliding window 64, 400 tokens hd64", 4, 1, 64, 16, 64, {{0, 400}}},
+      {"tc prefill 260 + a decode row hd128", 8, 8, 128, 64, 0, {{0, 260}, {500, 1}}},
+      {"tc hd96 mha", 4, 4, 96, 32, 0, {{0, 256}}},
   };
   uint32_t seed = 1;
   for (const Config& c : configs) run(c, seed++);

@@ -55,6 +55,19 @@ TEST_F(CudaRoute, TopkMatchesExactly) {
   }
 }
 
+TEST_F(CudaRoute, MaskRowsMatchesCpu) {
+  const int64_t T = 37, k = 8;
+  std::vector<int32_t> ids_v(T * k);
+  for (size_t i = 0; i < ids_v.size(); ++i) ids_v[i] = static_cast<int32_t>(i % 61);
+  for (int32_t n : {37, 36, 1, 0, 50}) {
+    std::vector<int32_t> want = ids_v;
+    cpu().moe_mask_rows(arena().host_i32({n}, {1}), Tensor(want.data(), DType::I32, {T, k}));
+    Tensor ids = arena().dev_i32(ids_v, {T, k});
+    gpu().moe_mask_rows(arena().dev_i32({n}, {1}), ids);
+    EXPECT_EQ(arena().read_i32(ids), want) << "n_valid " << n;
+  }
+}
+
 TEST_F(CudaRoute, MoeRouteMatches) {
   struct Case {
     RouterScoring scoring;

@@ -10,7 +10,7 @@
 
 namespace ft {
 
-class CpuOps final : public Ops {
+class CpuOps : public Ops {
  public:
   /** n_threads <= 0: OpenMP's default (all cores). */
   explicit CpuOps(int n_threads = 0);
@@ -41,6 +41,7 @@ class CpuOps final : public Ops {
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
                  Tensor out) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
+  void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
 

@@ -1,4 +1,5 @@
 // moe_route: router scores (softmax or sigmoid), top-k, optional renormalisation (CPU backend).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -43,6 +44,15 @@ void CpuOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, 
     const float f = p.norm_topk_prob && sel > 0.0f ? p.scaling / sel : p.scaling;
     for (int32_t j = 0; j < k; ++j) wt[j] *= f;
   }
+}
+
+void CpuOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
+  cpu::check_dtype("moe_mask_rows", "n_valid", n_valid, DType::I32);
+  cpu::check_dtype("moe_mask_rows", "ids", ids, DType::I32);
+  if (n_valid.numel() != 1) fail(ErrorCode::kInvalidArgument, "moe_mask_rows: n_valid {} must hold one count", n_valid.str());
+  const int64_t T = ids.rows(), k = ids.cols();
+  const int64_t from = std::max<int64_t>(0, std::min<int64_t>(T, n_valid.ptr<int32_t>()[0]));
+  std::fill(ids.ptr<int32_t>() + from * k, ids.ptr<int32_t>() + T * k, -1);
 }
 
 }  // namespace ft

@@ -7,12 +7,17 @@
 // hc query heads of one kv head g, and one split of the key range; it streams the keys in tiles of
 // 32 through shared memory (K and V read once per block, shared by the rows), lane j of a warp
 // scoring key j of the tile for the warp's rows. Tokens of different sequences in one block are
-// handled as consecutive runs. When few blocks would be launched (decode), the key range is split
-// (flash-decoding): each split writes (max, sum, unnormalised output) partials and a combine
-// kernel merges them. Bytes moved: per block, its keys' K and V once; q and out once; partials
+// handled as consecutive runs. The key range is split (flash-decoding; Dao et al., "Flash-Decoding
+// for long-context inference", 2023) when few blocks would be launched, and always for decode (one
+// token per sequence), whose split length depends only on the KV pool's capacity (so results do
+// not depend on the batch, and a graph recorded with max_kv_len = capacity equals eager decode):
+// each split writes (max, sum, unnormalised output) partials and a combine kernel merges them.
+// Prefill batches of kAttnTcMinTokens or more run the tensor-core kernel of attention_tc.cu instead.
+// Bytes moved: per block, its keys' K and V once; q and out once; partials
 // 2 * n_split * T * n_head * (head_dim + 2) * 4 when split.
 #include <algorithm>
 
+#include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -21,6 +26,12 @@ namespace cuda {
 namespace {
 
 constexpr int kWarps = 4, kRows = 16, kRowsPerWarp = kRows / kWarps, kTile = 32, kMaxHeadDim = 256;
+// Decode splits: at least kDecodeSplitMin keys each, at most kDecodeMaxSplits over the pool's capacity.
+constexpr int64_t kDecodeSplitMin = 64, kDecodeMaxSplits = 512;
+// Prefill batches of at least this many tokens go to the tensor-core kernel (attention_tc.cu, TF32
+// inputs); shorter ones (chat turns, the fixtures) stay on this kernel's exact fp32 products, where
+// the quadratic cost is small anyway.
+constexpr int64_t kAttnTcMinTokens = 256;
 
 struct AttnArgs {
   const void* q;
@@ -42,7 +53,8 @@ struct AttnArgs {
   int max_blocks;
   int nt, hc, n_hchunks;
   int n_split, split_len;
-  float* part;  // [n_split, T * H, D + 2] when n_split > 1: m, l, o[D]
+  bool use_part;  // partials to `part`, merged by attention_combine_kernel (else `out` directly)
+  float* part;    // [n_split, T * H, D + 2] when use_part: m, l, o[D]
 };
 
 __device__ __forceinline__ float kv_load(const void* p, bool f32, int64_t i) {
@@ -79,6 +91,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
     row_seq[r] = valid ? s : -1;
   }
   __syncthreads();
+  if (a.use_part && split > 0) {  // past every row's position: nothing to add (the combine skips it too)
+    int max_pos = -1;
+    for (int r = 0; r < kRows; ++r) max_pos = max(max_pos, row_pos[r]);
+    if (static_cast<int64_t>(split) * a.split_len > max_pos) return;
+  }
   for (int i = threadIdx.x; i < kRows * D; i += blockDim.x) {
     const int r = i / D, d = i % D;
     q_s[i] = row_t[r] >= 0
@@ -217,7 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
     const int r = warp + kWarps * rr;
     if (r >= rows || row_t[r] < 0) continue;
     const int64_t qrow = static_cast<int64_t>(row_t[r]) * a.H + row_h[r];
-    if (a.n_split == 1) {
+    if (!a.use_part) {
       const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
 #pragma unroll
       for (int i = 0; i < DPL; ++i) {
@@ -239,14 +256,17 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
   }
 }
 
-/** Merges the split partials of each (token, head): one block per query row. The split weights
- *  exp(m_s - M) and the total L go through shared memory; then each thread sums its head dims over
- *  the splits (independent loads, so they overlap instead of queueing one by one). */
-__global__ void attention_combine_kernel(const float* part, int n_split, int64_t rows, int D, void* out,
-                                         bool out_f32) {
+/** Merges the split partials of each (token, head): one block per query row, over the splits that
+ *  hold any of its keys (the first pos / split_len + 1; later ones were never written). The split
+ *  weights exp(m_s - M) and the total L go through shared memory; then each thread sums its head
+ *  dims over the splits (independent loads, so they overlap instead of queueing one by one). */
+__global__ void attention_combine_kernel(const float* part, int n_split_all, int64_t rows, int D, const int32_t* pos,
+                                         int H, int split_len, void* out, bool out_f32) {
   extern __shared__ float wsplit[];  // [n_split]
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
+  const int p = pos[r / H];
+  const int n_split = p < 0 ? 0 : min(n_split_all, p / split_len + 1);
   float mx = -INFINITY;
   for (int s = threadIdx.x; s < n_split; s += blockDim.x) mx = fmaxf(mx, part[(s * rows + r) * (D + 2)]);
   mx = block_max(mx, red);
@@ -304,6 +324,19 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     fail(ErrorCode::kInvalidArgument, "attention: kv.k {} must be [pages, page_size, {}, {}]", kv.k.str(), G, D);
   if (T == 0) return;
 
+  if (batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens && cuda::attention_tc_supports(D)) {
+    cuda::AttnTcArgs t{};
+    t.q = q.data, t.q_code = cuda::float_code("attention", "q", q.dtype);
+    t.out = out.data, t.out_f32 = out.dtype == DType::F32;
+    t.k = kv.k.data, t.v = kv.v.data, t.kv_f32 = kv.k.dtype == DType::F32;
+    t.T = T, t.H = static_cast<int>(H), t.G = static_cast<int>(G), t.D = static_cast<int>(D);
+    t.scale = p.scale, t.window = p.sliding_window;
+    t.page_size = kv.k.dim(1), t.n_pages = kv.k.dim(0);
+    t.pos = batch.positions.ptr<int32_t>(), t.seq = batch.seq_index.ptr<int32_t>(), t.n_seqs = batch.n_seqs;
+    t.bt = batch.block_tables.ptr<int32_t>(), t.max_blocks = batch.max_blocks;
+    return cuda::launch_attention_tc(t, stream_);
+  }
+
   cuda::AttnArgs a{};
   a.q = q.data, a.q_code = cuda::float_code("attention", "q", q.dtype);
   a.out = out.data, a.out_f32 = out.dtype == DType::F32;
@@ -319,16 +352,31 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   // Pure decode (one token per sequence): one token per block, so sequences never share a block.
   a.nt = batch.n_tokens == batch.n_seqs ? 1 : std::max(1, cuda::kRows / a.hc);
   const int64_t token_blocks = (T + a.nt - 1) / a.nt;
-  const int64_t base = token_blocks * G * a.n_hchunks;
-  const int64_t target = 4LL * sm_count_;  // enough blocks to keep every SM's loads in flight
   const int64_t kv_len = std::max<int64_t>(batch.max_kv_len, 1);
-  int64_t n_split = 1;
-  if (base < target && kv_len > 2 * cuda::kTile)
-    n_split = std::min((target + base - 1) / base, (kv_len + 2 * cuda::kTile - 1) / (2 * cuda::kTile));
-  const int64_t per = (kv_len + n_split - 1) / n_split;
-  a.split_len = static_cast<int>((per + cuda::kTile - 1) / cuda::kTile * cuda::kTile);
-  a.n_split = static_cast<int>((kv_len + a.split_len - 1) / a.split_len);
-  if (a.n_split > 1)
+  bool use_part = false;
+  if (a.nt == 1) {
+    // Decode: the split length depends only on the pool's capacity, so a query's splits (and the
+    // order its partials merge in) do not depend on the batch or on max_kv_len: a CUDA graph
+    // recorded for the whole capacity computes what eager decode computes, bit for bit.
+    const int64_t capacity = kv.k.dim(0) * kv.k.dim(1);
+    const int64_t per = std::max<int64_t>(cuda::kDecodeSplitMin, (capacity + cuda::kDecodeMaxSplits - 1) /
+                                                                    cuda::kDecodeMaxSplits);
+    a.split_len = static_cast<int>((per + cuda::kTile - 1) / cuda::kTile * cuda::kTile);
+    a.n_split = static_cast<int>((kv_len + a.split_len - 1) / a.split_len);
+    use_part = true;
+  } else {
+    const int64_t base = token_blocks * G * a.n_hchunks;
+    const int64_t target = 4LL * sm_count_;  // enough blocks to keep every SM's loads in flight
+    int64_t n_split = 1;
+    if (base < target && kv_len > 2 * cuda::kTile)
+      n_split = std::min((target + base - 1) / base, (kv_len + 2 * cuda::kTile - 1) / (2 * cuda::kTile));
+    const int64_t per = (kv_len + n_split - 1) / n_split;
+    a.split_len = static_cast<int>((per + cuda::kTile - 1) / cuda::kTile * cuda::kTile);
+    a.n_split = static_cast<int>((kv_len + a.split_len - 1) / a.split_len);
+    use_part = a.n_split > 1;
+  }
+  a.use_part = use_part;
+  if (use_part)
     a.part = static_cast<float*>(scratch(Scratch::kAttention, a.n_split * T * H * (D + 2) * 4));
   const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
                   static_cast<unsigned>(a.n_split));
@@ -337,12 +385,12 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
   else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);
   else cuda::launch_attention<8>(a, grid, smem, stream_);
-  if (a.n_split > 1) {
+  if (use_part) {
     const int64_t rows = T * H;
     // weights rounded up to whole float4s: the unrolled merge loop reads them four at a time
     const size_t wbytes = static_cast<size_t>((a.n_split + 3) / 4 * 4) * 4;
-    cuda::attention_combine_kernel<<<static_cast<unsigned>(rows), 128, wbytes, stream_>>>(a.part, a.n_split, rows,
-                                                                                          a.D, out.data, a.out_f32);
+    cuda::attention_combine_kernel<<<static_cast<unsigned>(rows), 128, wbytes, stream_>>>(
+        a.part, a.n_split, rows, a.D, a.pos, a.H, a.split_len, out.data, a.out_f32);
     FT_CUDA_LAUNCH_CHECK();
   }
 }

@@ -92,6 +92,7 @@ void* CudaOps::scratch(Scratch slot, int64_t bytes) {
       FT_CUDA_CHECK(cudaFree(r.ptr));
       r = Region{};
     }
+    ++scratch_generation_;
     const int64_t want = std::max<int64_t>(bytes + bytes / 4, 1 << 20);  // headroom: fewer regrowths
     if (cudaMalloc(&r.ptr, static_cast<size_t>(want)) != cudaSuccess) {
       cudaGetLastError();
@@ -134,6 +135,7 @@ const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {
       FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
       FT_CUDA_CHECK(cudaFree(t.dev));
       t.dev = nullptr;
+      ++scratch_generation_;  // graphs recorded before read the old table's address
     }
     FT_CUDA_CHECK(cudaMalloc(&t.dev, static_cast<size_t>(std::max<int64_t>(bytes, 256))));
     t.capacity = std::max<int64_t>(bytes, 256);

@@ -42,6 +42,11 @@ class CudaOps final : public Ops {
   void copy(const Tensor& src, Tensor dst) override;
   void zero(Tensor t) override;
   void synchronize() override;
+  bool supports_graphs() const override { return true; }
+  /** Captures `body` from this backend's stream (thread-local capture mode) into an instantiated
+   *  CUDA graph (graph.cpp). Throws kUnsupported when the capture was invalidated (a host
+   *  synchronisation, a scratch region regrowing, an allocation inside `body`). */
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
   void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
@@ -58,6 +63,7 @@ class CudaOps final : public Ops {
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
                  Tensor out) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
+  void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
 
@@ -104,6 +110,7 @@ class CudaOps final : public Ops {
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   Region scratch_[static_cast<int>(Scratch::kCount)];
+  int64_t scratch_generation_ = 0;  // bumped whenever a scratch region moves (graphs recorded before are stale)
   Region pinned_;
   std::unordered_map<const ExpertBank*, BankTable> bank_tables_;
 };

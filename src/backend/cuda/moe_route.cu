@@ -71,4 +71,30 @@ void CudaOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids,
   FT_CUDA_LAUNCH_CHECK();
 }
 
+namespace cuda {
+namespace {
+
+/** ids[t, :] = -1 for t >= *n_valid (flat [T * k]). */
+__global__ void moe_mask_rows_kernel(const int32_t* __restrict__ n_valid, int32_t* __restrict__ ids, int64_t T,
+                                     int64_t k) {
+  const int64_t from = static_cast<int64_t>(max(0, *n_valid)) * k;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * k;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (i >= from) ids[i] = -1;
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
+  cuda::check_dtype("moe_mask_rows", "n_valid", n_valid, {DType::I32});
+  cuda::check_dtype("moe_mask_rows", "ids", ids, {DType::I32});
+  if (n_valid.numel() != 1) fail(ErrorCode::kInvalidArgument, "moe_mask_rows: n_valid {} must hold one count", n_valid.str());
+  const int64_t T = ids.rows(), k = ids.cols();
+  if (T * k == 0) return;
+  cuda::moe_mask_rows_kernel<<<cuda::grid_1d(T * k, 256), 256, 0, stream_>>>(n_valid.ptr<int32_t>(), ids.ptr<int32_t>(),
+                                                                             T, k);
+  FT_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace ft

@@ -1,0 +1,98 @@
+// Decode graphs through the engine on the CPU build: ReplayOps is the CPU backend with a "graph"
+// that records the step's closure and re-runs it, so the engine's graph path (padding to recorded
+// batch sizes, the spare KV page, fixed input buffers, the capacity-wide batch description) is
+// exercised without a GPU and must equal eager decode bit for bit. tests/gpu/graph_test.cpp runs
+// the same checks with real CUDA graphs.
+#include "backend/cpu/cpu_ops.h"
+#include "graph_decode.h"
+
+namespace ft::testing {
+namespace {
+
+/** CPU backend whose capture() keeps `body` and whose launch() runs it again: a replay reads its
+ *  inputs from the same buffers, as a CUDA graph does. */
+class ReplayOps final : public CpuOps {
+ public:
+  explicit ReplayOps(int* captures) : CpuOps(1), captures_(captures) {}
+  bool supports_graphs() const override { return true; }
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
+    ++*captures_;
+    struct Replay final : StepGraph {
+      explicit Replay(std::function<void()> f) : fn(std::move(f)) {}
+      bool valid() const override { return true; }
+      void launch() override { fn(); }
+      std::function<void()> fn;
+    };
+    return std::make_unique<Replay>(body);
+  }
+
+ private:
+  int* captures_;
+};
+
+EngineOptions graph_options(int32_t max_bs) {
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = max_bs;
+  return o;
+}
+
+class GraphDecode : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GraphDecode, ReplayEqualsEagerBitForBit) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  int captures = 0;
+  Engine graphed(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), graph_options(4));
+  Engine eager(open_checkpoint(dir), std::make_unique<CpuOps>(1), graph_options(4));  // CpuOps: no graphs
+  EXPECT_EQ(graphed.graph_batch_sizes(), (std::vector<int32_t>{1, 2, 4}));
+  expect_graph_equals_eager(graphed, eager, graph_decode_requests(read_reference(dir)));
+  EXPECT_EQ(captures, 3);
+  // The padding rows wrote only the spare page: every pool page is free again.
+  EXPECT_EQ(graphed.kv().pool().n_free(), graphed.kv().pool().n_pages());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GraphDecode, ::testing::Values("qwen3", "qwen2_moe"));
+
+TEST(GraphDecode, SizesFollowTheFlagAndLimits) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3";
+  int captures = 0;
+  EngineOptions o = graph_options(16);
+  EXPECT_EQ(Engine(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o).graph_batch_sizes(),
+            (std::vector<int32_t>{1, 2, 4, 8, 16}));
+  o.cuda_graph_max_bs = 12;
+  o.max_seqs = 6;  // never more sequences than a step may hold
+  EXPECT_EQ(Engine(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o).graph_batch_sizes(),
+            (std::vector<int32_t>{1, 2, 4, 6}));
+  o.cuda_graph_max_bs = 0;
+  EXPECT_TRUE(Engine(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o).graph_batch_sizes().empty());
+  o.cuda_graph_max_bs = -1;
+  try {
+    Engine(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o);
+    ADD_FAILURE() << "a negative --cuda-graph-max-bs was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--cuda-graph-max-bs"), std::string::npos);
+  }
+  EXPECT_EQ(captures, 0);  // nothing is recorded before the first decode step
+}
+
+TEST(GraphDecode, CpuExpertsKeepDecodeEager) {
+  // The cpu strategy exchanges with the host inside a step: no graphs; offload keeps them.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen2_moe";
+  int captures = 0;
+  EngineOptions o = graph_options(4);
+  o.moe.strategy = MoeStrategy::kCpu;
+  EXPECT_TRUE(Engine(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o).graph_batch_sizes().empty());
+  o.moe.strategy = MoeStrategy::kOffload;
+  Engine offload(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o);
+  o.cuda_graph_max_bs = 0;
+  Engine eager(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o);
+  expect_graph_equals_eager(offload, eager, graph_decode_requests(read_reference(dir)));
+  // Same cache traffic: the replayed steps ran admission like the eager ones.
+  const auto a = offload.moe_report(), b = eager.moe_report();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->total.hits, b->total.hits);
+  EXPECT_EQ(a->total.misses, b->total.misses);
+}
+
+}  // namespace
+}  // namespace ft::testing
