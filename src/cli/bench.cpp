@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda_factory.h"
+#include "backend/profiling_ops.h"
 #include "backend/device.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -46,6 +47,7 @@ struct BenchArgs {
   int64_t route_sample_steps = 4;
   int64_t copy_mib = 0;
   bool json = false;
+  bool profile_ops = false;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
@@ -135,6 +137,7 @@ int bench(const BenchArgs& a) {
   std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0, a.activations == "bf16" ? DType::BF16 : DType::F32)
                                   : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.engine.threads));
+  if (a.profile_ops) ops = std::make_unique<ProfilingOps>(std::move(ops));
   Engine engine(std::move(ckpt), std::move(ops), eo);
   const BenchReport report = run_bench(engine, bo);
   if (a.json) {
@@ -195,6 +198,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--copy-mib", args->copy_mib, "Size of the bandwidth-probe copy in MiB (0 = 1024 CUDA, 256 CPU)")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
+  cmd->add_flag("--profile-ops", args->profile_ops,
+                "Time every op of the decode steps (eager, each op between synchronisations; fused MoE only)");
   add_engine_flags(cmd, args->engine);
   cmd->callback([args, &action] { action = [args] { return bench(*args); }; });
 }

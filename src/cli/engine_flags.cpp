@@ -9,6 +9,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(at_least(0));
   cmd->add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("--page-size", f.page_size, "KV cache page size in tokens")->capture_default_str()->check(at_least(1));
+  cmd->add_option("--cuda-graph-max-bs", f.cuda_graph_max_bs,
+                  "decode steps of up to this many sequences replay CUDA graphs (padded to 1, 2, 4, ...; 0 = off)")
+      ->capture_default_str()
+      ->check(at_least(0));
   add_moe_flags(cmd, f.moe);
 }
 
@@ -20,6 +24,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.threads = f.threads;
   eo.device = f.device;
   eo.page_size = f.page_size;
+  eo.cuda_graph_max_bs = f.cuda_graph_max_bs;
   return eo;
 }
 

@@ -253,12 +253,15 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     sample_device();
     // 3. timed decode.
     const int64_t replays_before = engine.graph_replays();
+    auto* profiler = dynamic_cast<ProfilingOps*>(&ops);
+    if (profiler) profiler->reset();
     t0 = Clock::now();
     decode(tables, N, G);
     ops.synchronize();
     res.decode_seconds = seconds_since(t0);
     res.decode_steps = G;
     res.graph_steps = engine.graph_replays() - replays_before;
+    if (profiler) res.decode_profile = profiler->rows();
     sample_device();
     // 4. routing sample.
     const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
@@ -318,6 +321,13 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"weight_bytes_per_step", b.weight_bytes_per_step},
                        {"achieved_gbs", bw / 1e9},
                        {"bandwidth_fraction", r.copy_bandwidth > 0 ? bw / r.copy_bandwidth : 0.0}});
+    if (!b.decode_profile.empty() && b.decode_steps > 0) {
+      nlohmann::json prof = nlohmann::json::array();
+      const double n = static_cast<double>(b.decode_steps);
+      for (const OpProfileRow& p : b.decode_profile)
+        prof.push_back({{"op", p.key}, {"calls_per_step", p.calls / n}, {"us_per_step", 1e6 * p.seconds / n}});
+      results.back()["decode_profile"] = prof;
+    }
   }
   return {{"model", r.model},
           {"arch", r.arch},
@@ -365,6 +375,13 @@ std::string bench_table(const BenchReport& r) {
                      b.prefill_tokens_per_s(), b.decode_tokens_per_s(), b.ms_per_step(), experts,
                      static_cast<double>(b.weight_bytes_per_step) / 1e6, b.achieved_bandwidth() / 1e9,
                      r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
+  }
+  for (const BenchBatch& b : r.batches) {
+    if (b.decode_profile.empty() || b.decode_steps <= 0) continue;
+    const double n = static_cast<double>(b.decode_steps);
+    s += fmt::format("\ndecode profile, batch {} (per step; each op timed between synchronisations):\n", b.batch);
+    for (const OpProfileRow& p : b.decode_profile)
+      s += fmt::format("  {:<40} {:>7.1f} calls {:>10.1f} us\n", p.key, p.calls / n, 1e6 * p.seconds / n);
   }
   s += fmt::format("\npeak host RSS {}; device memory ", gib(r.peak_host_rss));
   s += r.device_memory >= 0 ? fmt::format("{} ({})\n", gib(r.device_memory), r.device_memory_note)

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/profiling_ops.h"
 #include "engine/engine.h"
 
 namespace ft {
@@ -54,6 +55,9 @@ struct BenchBatch {
   double experts_per_layer = 0;         // mean distinct routed experts per MoE layer per decode step
   std::string experts_source;           // "measured", "estimated" or "dense"
   int64_t weight_bytes_per_step = 0;    // bytes of weights one decode step reads
+  /** Per-op time of the timed decode steps when the engine's backend is a ProfilingOps (--profile-ops;
+   *  steps then run eagerly, each op bracketed by synchronisations), by total time. */
+  std::vector<OpProfileRow> decode_profile;
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? static_cast<double>(batch) * decode_steps / decode_seconds : 0;
@@ -109,7 +113,8 @@ int64_t peak_host_rss();
  *  gen_tokens, copy_bandwidth_gbs, copy_bytes, peak_host_rss_bytes, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
- *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction}]. GB = 1e9 bytes. */
+ *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, decode_profile: [{op, calls_per_step,
+ *  us_per_step}] (only when profiled)}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);
 
 /** The report as a human-readable table (several lines, ending in a newline). */

@@ -12,11 +12,13 @@
 // token per sequence), whose split length depends only on the KV pool's capacity (so results do
 // not depend on the batch, and a graph recorded with max_kv_len = capacity equals eager decode):
 // each split writes (max, sum, unnormalised output) partials and a combine kernel merges them.
-// Prefill batches of kAttnTcMinTokens or more run the tensor-core kernel of attention_tc.cu instead.
+// Prefill batches of kAttnTcMinTokens or more run the tensor-core kernel of attention_tc.cu instead,
+// decode batches (one token per sequence) the kernel of attention_decode.cu (same splits and partials).
 // Bytes moved: per block, its keys' K and V once; q and out once; partials
 // 2 * n_split * T * n_head * (head_dim + 2) * 4 when split.
 #include <algorithm>
 
+#include "backend/cuda/attention_decode.h"
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -378,13 +380,22 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   a.use_part = use_part;
   if (use_part)
     a.part = static_cast<float*>(scratch(Scratch::kAttention, a.n_split * T * H * (D + 2) * 4));
-  const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
-                  static_cast<unsigned>(a.n_split));
-  const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 4)) * 4);
-  if (D <= 32) cuda::launch_attention<1>(a, grid, smem, stream_);
-  else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
-  else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);
-  else cuda::launch_attention<8>(a, grid, smem, stream_);
+  if (a.nt == 1 && cuda::attention_decode_supports(H, G, D)) {
+    cuda::AttnDecodeArgs d{};
+    d.q = a.q, d.q_code = a.q_code, d.k = a.k, d.v = a.v, d.kv_f32 = a.kv_f32;
+    d.T = T, d.H = a.H, d.G = a.G, d.D = a.D, d.scale = a.scale, d.window = a.window;
+    d.page_size = a.page_size, d.n_pages = a.n_pages, d.pos = a.pos, d.seq = a.seq, d.n_seqs = a.n_seqs;
+    d.bt = a.bt, d.max_blocks = a.max_blocks, d.n_split = a.n_split, d.split_len = a.split_len, d.part = a.part;
+    cuda::launch_attention_decode(d, stream_);
+  } else {
+    const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
+                    static_cast<unsigned>(a.n_split));
+    const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 4)) * 4);
+    if (D <= 32) cuda::launch_attention<1>(a, grid, smem, stream_);
+    else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
+    else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);
+    else cuda::launch_attention<8>(a, grid, smem, stream_);
+  }
   if (use_part) {
     const int64_t rows = T * H;
     // weights rounded up to whole float4s: the unrolled merge loop reads them four at a time

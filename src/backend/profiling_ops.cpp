@@ -1,0 +1,99 @@
+#include "backend/profiling_ops.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace ft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string weight_key(const char* op, const Tensor& w) {
+  return fmt::format("{} [{}x{}] {}", op, w.dim(0), w.cols(), dtype_name(w.dtype));
+}
+
+}  // namespace
+
+ProfilingOps::ProfilingOps(std::unique_ptr<Ops> inner) : inner_(std::move(inner)) {
+  inner_->synchronize();
+  double best = 1e9;
+  for (int i = 0; i < 20; ++i) {  // the cheapest of a few empty brackets
+    const auto t0 = Clock::now();
+    inner_->synchronize();
+    inner_->synchronize();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  bracket_ = best;
+}
+
+template <typename F>
+void ProfilingOps::timed(const std::string& key, F&& f) {
+  inner_->synchronize();
+  const auto t0 = Clock::now();
+  f();
+  inner_->synchronize();
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  OpProfileRow& r = acc_[key];
+  r.key = key;
+  ++r.calls;
+  r.seconds += std::max(0.0, dt - bracket_);
+}
+
+std::vector<OpProfileRow> ProfilingOps::rows() const {
+  std::vector<OpProfileRow> out;
+  for (const auto& [k, r] : acc_) out.push_back(r);
+  std::sort(out.begin(), out.end(), [](const OpProfileRow& a, const OpProfileRow& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+void ProfilingOps::copy(const Tensor& src, Tensor dst) {
+  timed(fmt::format("copy {}->{}", device_name(src.device), device_name(dst.device)), [&] { inner_->copy(src, dst); });
+}
+void ProfilingOps::zero(Tensor t) { timed("zero", [&] { inner_->zero(t); }); }
+void ProfilingOps::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+  timed("embedding", [&] { inner_->embedding(table, ids, out); });
+}
+void ProfilingOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
+  timed(fmt::format("rms_norm [{}]", x.cols()), [&] { inner_->rms_norm(p, x, w, out); });
+}
+void ProfilingOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
+  timed("rope", [&] { inner_->rope(p, x, positions); });
+}
+void ProfilingOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) {
+  timed(weight_key("matmul", w), [&] { inner_->matmul(x, w, y, bias); });
+}
+void ProfilingOps::swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
+  timed("swiglu", [&] { inner_->swiglu(gate, up, out); });
+}
+void ProfilingOps::add(const Tensor& a, const Tensor& b, Tensor out) { timed("add", [&] { inner_->add(a, b, out); }); }
+void ProfilingOps::scale(const Tensor& x, float s, Tensor out) { timed("scale", [&] { inner_->scale(x, s, out); }); }
+void ProfilingOps::sigmoid(const Tensor& x, Tensor out) { timed("sigmoid", [&] { inner_->sigmoid(x, out); }); }
+void ProfilingOps::add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) {
+  timed("add_scaled_rows", [&] { inner_->add_scaled_rows(x, row_scale, alpha, y); });
+}
+void ProfilingOps::softmax(const Tensor& x, Tensor out) { timed("softmax", [&] { inner_->softmax(x, out); }); }
+void ProfilingOps::topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) {
+  timed("topk", [&] { inner_->topk(x, k, ids, values); });
+}
+void ProfilingOps::kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) {
+  timed("kv_write", [&] { inner_->kv_write(batch, k, v, kv); });
+}
+void ProfilingOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                             Tensor out) {
+  timed(batch.n_tokens == batch.n_seqs ? "attention (decode)" : "attention (prefill)",
+        [&] { inner_->attention(p, batch, q, kv, out); });
+}
+void ProfilingOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) {
+  timed("moe_route", [&] { inner_->moe_route(p, logits, ids, weights); });
+}
+void ProfilingOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
+  timed("moe_mask_rows", [&] { inner_->moe_mask_rows(n_valid, ids); });
+}
+void ProfilingOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                               const ExpertBank& bank, Tensor out) {
+  const std::string key = bank.gate.empty() ? std::string("moe_experts") : weight_key("moe_experts", bank.gate[0]);
+  timed(key, [&] { inner_->moe_experts(p, x, ids, weights, bank, out); });
+}
+
+}  // namespace ft

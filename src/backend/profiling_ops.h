@@ -1,0 +1,73 @@
+#pragma once
+// ProfilingOps: an Ops decorator that times every op of the wrapped backend (`ft bench
+// --profile-ops`). Each call is bracketed by synchronize() and a host clock, so a time is the op's
+// device time plus one launch and one synchronisation; the empty-bracket cost (measured at start)
+// is subtracted. Graph capture is off while profiling (a capture cannot synchronise). Ops are keyed
+// by name and, for matmul and moe_experts, by weight shape and dtype ("matmul [2048x4096] Q4_K").
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace ft {
+
+/** Accumulated time of one op key. */
+struct OpProfileRow {
+  std::string key;
+  int64_t calls = 0;
+  double seconds = 0;  // bracket cost already subtracted (clamped at 0 per call)
+};
+
+class ProfilingOps final : public Ops {
+ public:
+  /** Wraps `inner` (owned). */
+  explicit ProfilingOps(std::unique_ptr<Ops> inner);
+
+  /** Rows sorted by total time, descending. */
+  std::vector<OpProfileRow> rows() const;
+  /** Forgets the times gathered so far. */
+  void reset() { acc_.clear(); }
+  /** Seconds one empty synchronize bracket costs (subtracted from every call). */
+  double bracket_seconds() const { return bracket_; }
+
+  const char* name() const override { return inner_->name(); }
+  Device device() const override { return inner_->device(); }
+  DType activation_dtype() const override { return inner_->activation_dtype(); }
+  Buffer alloc(int64_t bytes) override { return inner_->alloc(bytes); }
+  Tensor make_resident(const Tensor& host, Buffer& storage) override { return inner_->make_resident(host, storage); }
+  void copy(const Tensor& src, Tensor dst) override;
+  void zero(Tensor t) override;
+  void synchronize() override { inner_->synchronize(); }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
+  void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void add(const Tensor& a, const Tensor& b, Tensor out) override;
+  void scale(const Tensor& x, float s, Tensor out) override;
+  void sigmoid(const Tensor& x, Tensor out) override;
+  void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) override;
+  void softmax(const Tensor& x, Tensor out) override;
+  void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
+  void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override;
+  void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
+  void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
+  void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const ExpertBank& bank, Tensor out) override;
+
+ private:
+  /** Runs `f` between two synchronize() calls and adds its time to `key`. */
+  template <typename F>
+  void timed(const std::string& key, F&& f);
+
+  std::unique_ptr<Ops> inner_;
+  double bracket_ = 0;
+  std::map<std::string, OpProfileRow> acc_;
+};
+
+}  // namespace ft
