@@ -4,15 +4,16 @@
 // s's keys at max(0, p - window + 1) .. p; fp32 online softmax (FlashAttention-2 recurrence: Dao,
 // "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023).
 //
-// A block owns 64 consecutive tokens x one query head; each of its 4 warps 16 of the rows. Key
-// tiles of 32 are gathered from the pages into shared memory as floats; S = Q K^T and O += P V run
-// on the tensor cores as TF32 wmma (m16n16k8, fp32 accumulation: inputs keep 10 mantissa bits, the
-// products and sums are fp32). O lives in shared memory so each row can be rescaled by its running
-// max (wmma fragments have no defined row layout). Tokens of different sequences in one block are
-// handled as consecutive runs, like the CUDA-core kernel.
-// Bytes moved: per block, the K and V of its sequence's keys up to its last position, once; q and
-// out once. Shared memory: (64 (Q) + 64 (O) + 2 x 32 (K, V)) x (head_dim + 8) + 64 x 40 floats.
-#include <mma.h>
+// A block has 4 warps; each warp owns 16 tokens x one query head. The block's warps take HW query
+// heads of one kv head (HW = 4, 2 or 1, dividing the group) x 4 / HW token tiles, so every key tile
+// gathered into shared memory serves HW heads. Key tiles of 64 are read from the pages (16-byte
+// loads), rounded to bf16 (K row-major, V transposed); S = Q K^T and O += P V are mma.sync
+// m16n8k16 bf16 products with fp32 accumulation (PTX ISA fragment layouts), S and O stay in
+// registers, P is re-packed from the S accumulators as the next A operand. Tokens of different
+// sequences in one block are handled as consecutive runs (rows outside the run are masked).
+// Precision: Q, K, V and P rounded to bf16 (~3e-3 relative), sums in fp32.
+// Bytes moved: per block, the K and V of its keys once; q and out once.
+#include <cstdint>
 
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
@@ -21,63 +22,83 @@
 namespace ft::cuda {
 namespace {
 
-using namespace nvcuda;
+constexpr int kKeys = 64, kWarpsTc = 4, kRowsTc = 16 * kWarpsTc;
+constexpr float kLog2e = 1.4426950408889634f;
 
-constexpr int kQ = 64, kK = 32, kWarpsTc = 4, kSs = kK + 8;
-
-__device__ __forceinline__ float kv_at(const void* p, bool f32, int64_t i) {
-  return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs a) {
-  extern __shared__ __align__(32) float sm[];
-  const int D = a.D, ld = D + 8;  // row stride: 32-byte aligned fragment rows, fewer bank conflicts
-  float* q_s = sm;                // [kQ][ld], pre-scaled
-  float* o_s = q_s + kQ * ld;     // [kQ][ld] unnormalised output
-  float* k_s = o_s + kQ * ld;     // [kK][ld]
-  float* v_s = k_s + kK * ld;     // [kK][ld]
-  float* s_s = v_s + kK * ld;     // [kQ][kSs] scores, then probabilities
-  __shared__ int row_pos[kQ], row_seq[kQ];
-  __shared__ int64_t key_off[kK];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kQ;
-  const int h = blockIdx.y, g = h / (a.H / a.G);
+/** c += a (16x16 bf16, row-major fragment) x b (16x8 bf16, column fragment), fp32 accumulators. */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
-  for (int r = threadIdx.x; r < kQ; r += blockDim.x) {
-    const int64_t t = t0 + r;
+template <int D>
+__global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs a, int hw) {
+  constexpr int KS = D + 8, VS = kKeys + 8;  // padded strides (bf16 elements): conflict-free fragment loads
+  __shared__ __align__(16) bf16 k_s[kKeys * KS];
+  __shared__ __align__(16) bf16 vt_s[D * VS];
+  __shared__ int64_t key_off[kKeys];
+  __shared__ int row_seq[kRowsTc], row_pos[kRowsTc];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+  const int ts = warp / hw, n_ts = kWarpsTc / hw;
+  const int h = blockIdx.y * hw + warp % hw, g = h / (a.H / a.G);
+  const int64_t t_block = static_cast<int64_t>(blockIdx.x) * 16 * n_ts;
+  const int n_rows = 16 * n_ts;
+
+  for (int r = threadIdx.x; r < n_rows; r += blockDim.x) {
+    const int64_t t = t_block + r;
     int s = t < a.T ? a.seq[t] : -1;
     if (s >= a.n_seqs) s = -1;
     row_seq[r] = s;
     row_pos[r] = s >= 0 ? a.pos[t] : -1;
   }
-  for (int i = threadIdx.x; i < kQ * D; i += blockDim.x) {
-    const int r = i / D, d = i % D;
-    const int64_t t = t0 + r;
-    q_s[r * ld + d] = t < a.T ? a.scale * load_any(a.q, a.q_code, (t * a.H + h) * D + d) : 0.0f;
-    o_s[r * ld + d] = 0.0f;
+  // Q fragments of this warp's 16 rows, pre-scaled by scale * log2(e) (softmax in base 2).
+  const int r0 = ts * 16 + gid, r1 = r0 + 8;
+  const int64_t t0 = t_block + r0, t1 = t_block + r1;
+  uint32_t qf[D / 16][4];
+  const float qs = a.scale * kLog2e;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int64_t t = e & 2 ? t1 : t0;  // elements 0,1 / 4,5: row gid; 2,3 / 6,7: row gid + 8
+      const int d = kk * 16 + tig * 2 + (e & 1) + (e >= 4 ? 8 : 0);
+      v[e] = t < a.T ? qs * load_any(a.q, a.q_code, (t * a.H + h) * D + d) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qf[kk][i] = pack_bf16(v[2 * i], v[2 * i + 1]);
   }
-  // Each lane pair owns one row of its warp's 16: running max and sum (both lanes keep a copy).
-  const int my_row = warp * 16 + lane / 2, half = lane & 1;
-  float m = -INFINITY, l = 0.0f;
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   __syncthreads();
+  const int seq0 = row_seq[r0], seq1 = row_seq[r1];
+  const int64_t p0 = row_pos[r0], p1 = row_pos[r1];
 
-  for (int run_begin = 0; run_begin < kQ;) {  // runs of rows of one sequence
+  for (int run_begin = 0; run_begin < n_rows;) {  // runs of rows of one sequence
     const int seq = row_seq[run_begin];
     if (seq < 0) break;  // invalid rows only at the end of the batch
     int run_end = run_begin + 1;
-    while (run_end < kQ && row_seq[run_end] == seq) ++run_end;
+    while (run_end < n_rows && row_seq[run_end] == seq) ++run_end;
     int64_t lo = INT64_MAX, hi = -1;
     for (int r = run_begin; r < run_end; ++r) {
       const int64_t p = row_pos[r];
       lo = min(lo, a.window > 0 ? max(int64_t{0}, p - a.window + 1) : int64_t{0});
       hi = max(hi, p);
     }
-    lo = lo / kK * kK;
+    const bool in0 = seq0 == seq, in1 = seq1 == seq;
     const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
-    const bool in_run = my_row >= run_begin && my_row < run_end;
-    const int64_t p_row = row_pos[my_row];
-    for (int64_t j0 = lo; j0 <= hi; j0 += kK) {
-      if (threadIdx.x < kK) {
+    for (int64_t j0 = lo / kKeys * kKeys; j0 <= hi; j0 += kKeys) {
+      if (threadIdx.x < kKeys) {
         const int64_t j = j0 + threadIdx.x;
         int64_t off = -1;
         if (j <= hi) {
@@ -88,116 +109,133 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
         key_off[threadIdx.x] = off;
       }
       __syncthreads();
-      for (int i = threadIdx.x; i < kK * D; i += blockDim.x) {
-        const int kk = i / D, d = i % D;
-        const int64_t off = key_off[kk];
-        k_s[kk * ld + d] = off >= 0 ? kv_at(a.k, a.kv_f32, off + d) : 0.0f;
-        v_s[kk * ld + d] = off >= 0 ? kv_at(a.v, a.kv_f32, off + d) : 0.0f;
-      }
-      __syncthreads();
-      // S[16 x 32] of this warp = Q_w K^T.
-      {
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[kK / 16];
-#pragma unroll
-        for (int n = 0; n < kK / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
-        for (int k0 = 0; k0 < D; k0 += 8) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
-          wmma::load_matrix_sync(fa, q_s + warp * 16 * ld + k0, ld);
-#pragma unroll
-          for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
-#pragma unroll
-          for (int n = 0; n < kK / 16; ++n) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb;
-            wmma::load_matrix_sync(fb, k_s + n * 16 * ld + k0, ld);
-#pragma unroll
-            for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
-            wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      for (int c = threadIdx.x; c < kKeys * D / 4; c += blockDim.x) {  // 4 elements per chunk
+        const int key = c / (D / 4), d = (c % (D / 4)) * 4;
+        const int64_t off = key_off[key];
+        float kv[4] = {0, 0, 0, 0}, vv[4] = {0, 0, 0, 0};
+        if (off >= 0) {
+          if (a.kv_f32) {
+            const float4 k4 = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(a.k) + off + d));
+            const float4 v4 = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(a.v) + off + d));
+            kv[0] = k4.x, kv[1] = k4.y, kv[2] = k4.z, kv[3] = k4.w;
+            vv[0] = v4.x, vv[1] = v4.y, vv[2] = v4.z, vv[3] = v4.w;
+          } else {
+            const uint2 k2 = __ldg(reinterpret_cast<const uint2*>(static_cast<const bf16*>(a.k) + off + d));
+            const uint2 v2 = __ldg(reinterpret_cast<const uint2*>(static_cast<const bf16*>(a.v) + off + d));
+            kv[0] = __uint_as_float(k2.x << 16), kv[1] = __uint_as_float(k2.x & 0xffff0000u);
+            kv[2] = __uint_as_float(k2.y << 16), kv[3] = __uint_as_float(k2.y & 0xffff0000u);
+            vv[0] = __uint_as_float(v2.x << 16), vv[1] = __uint_as_float(v2.x & 0xffff0000u);
+            vv[2] = __uint_as_float(v2.y << 16), vv[3] = __uint_as_float(v2.y & 0xffff0000u);
           }
         }
+        *reinterpret_cast<uint2*>(k_s + key * KS + d) = make_uint2(pack_bf16(kv[0], kv[1]), pack_bf16(kv[2], kv[3]));
 #pragma unroll
-        for (int n = 0; n < kK / 16; ++n)
-          wmma::store_matrix_sync(s_s + warp * 16 * kSs + n * 16, acc[n], kSs, wmma::mem_row_major);
+        for (int i = 0; i < 4; ++i) vt_s[(d + i) * VS + key] = __float2bfloat16_rn(vv[i]);
       }
-      __syncwarp();
-      // Online softmax on this lane's half row (16 keys), then rescale its half of O's row.
-      float* srow = s_s + my_row * kSs + half * 16;
-      float tmax = -INFINITY;
+      __syncthreads();
+
+      // S [16 x 64] = Q K^T (base-2 logits).
+      float s[kKeys / 8][4];
 #pragma unroll
-      for (int c = 0; c < 16; ++c) {
-        const int64_t j = j0 + half * 16 + c;
-        const bool ok = in_run && j <= p_row && (a.window <= 0 || j > p_row - a.window);
-        if (!ok) srow[c] = -INFINITY;
-        tmax = fmaxf(tmax, srow[c]);
+      for (int n = 0; n < kKeys / 8; ++n) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        const bf16* kr = k_s + (n * 8 + gid) * KS + tig * 2;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          mma_bf16(s[n], qf[kk], *reinterpret_cast<const uint32_t*>(kr + kk * 16),
+                   *reinterpret_cast<const uint32_t*>(kr + kk * 16 + 8));
       }
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-      const float m_new = fmaxf(m, tmax);
-      const float alpha = m_new == -INFINITY ? 1.0f : __expf(m - m_new);
-      float psum = 0.0f;
+      // Mask, online softmax per row (the 4 lanes of a row group share it).
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-      for (int c = 0; c < 16; ++c) {
-        const float p = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - m_new);
-        srow[c] = p;
-        psum += p;
-      }
-      psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-      l = l * alpha + psum;
-      m = m_new;
-      if (alpha != 1.0f) {
-        float* orow = o_s + my_row * ld;
-        for (int d = half; d < D; d += 2) orow[d] *= alpha;
-      }
-      __syncwarp();
-      // O_w[16 x D] += P_w[16 x 32] V[32 x D].
-      for (int n0 = 0; n0 < D; n0 += 16) {
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-        wmma::load_matrix_sync(acc, o_s + warp * 16 * ld + n0, ld, wmma::mem_row_major);
+      for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
-        for (int k0 = 0; k0 < kK; k0 += 8) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
-          wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-          wmma::load_matrix_sync(fa, s_s + warp * 16 * kSs + k0, kSs);
-          wmma::load_matrix_sync(fb, v_s + k0 * ld + n0, ld);
-#pragma unroll
-          for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
-#pragma unroll
-          for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
-          wmma::mma_sync(acc, fa, fb, acc);
+        for (int e = 0; e < 4; ++e) {
+          const int64_t j = j0 + n * 8 + tig * 2 + (e & 1);
+          const bool row1 = e >= 2;
+          const int64_t p = row1 ? p1 : p0;
+          const bool ok = (row1 ? in1 : in0) && j <= p && (a.window <= 0 || j > p - a.window);
+          s[n][e] = ok ? s[n][e] : -INFINITY;
+          if (row1) mx1 = fmaxf(mx1, s[n][e]);
+          else mx0 = fmaxf(mx0, s[n][e]);
         }
-        wmma::store_matrix_sync(o_s + warp * 16 * ld + n0, acc, ld, wmma::mem_row_major);
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0), al1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+      m0 = mn0, m1 = mn1;
+      float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        s[n][0] = s[n][0] == -INFINITY ? 0.0f : exp2f(s[n][0] - mn0);
+        s[n][1] = s[n][1] == -INFINITY ? 0.0f : exp2f(s[n][1] - mn0);
+        s[n][2] = s[n][2] == -INFINITY ? 0.0f : exp2f(s[n][2] - mn1);
+        s[n][3] = s[n][3] == -INFINITY ? 0.0f : exp2f(s[n][3] - mn1);
+        sum0 += s[n][0] + s[n][1];
+        sum1 += s[n][2] + s[n][3];
       }
-      __syncthreads();  // k_s / v_s are refilled next
+      l0 = l0 * al0 + sum0;
+      l1 = l1 * al1 + sum1;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) o[n][0] *= al0, o[n][1] *= al0, o[n][2] *= al1, o[n][3] *= al1;
+      // O [16 x D] += P [16 x 64] V [64 x D]: P's A fragments are the S accumulators re-packed.
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          const bf16* vr = vt_s + (n * 8 + gid) * VS + kk * 16 + tig * 2;
+          mma_bf16(o[n], pa, *reinterpret_cast<const uint32_t*>(vr), *reinterpret_cast<const uint32_t*>(vr + 8));
+        }
+      }
+      __syncthreads();  // k_s / vt_s are refilled next
     }
     run_begin = run_end;
   }
 
-  // out = O / l for this lane's half row.
-  const int64_t t = t0 + my_row;
-  if (t < a.T && row_seq[my_row] >= 0) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float* orow = o_s + my_row * ld;
-    for (int d = half; d < D; d += 2) {
-      const float v = orow[d] * inv;
-      if (a.out_f32) static_cast<float*>(a.out)[(t * a.H + h) * D + d] = v;
-      else static_cast<bf16*>(a.out)[(t * a.H + h) * D + d] = __float2bfloat16_rn(v);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    const int d = n * 8 + tig * 2;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int64_t t = rr ? t1 : t0;
+      if (t >= a.T || (rr ? seq1 : seq0) < 0) continue;
+      const float inv = rr ? inv1 : inv0;
+      const int64_t i = (t * a.H + h) * D + d;
+      if (a.out_f32) {
+        static_cast<float*>(a.out)[i] = o[n][2 * rr] * inv;
+        static_cast<float*>(a.out)[i + 1] = o[n][2 * rr + 1] * inv;
+      } else {
+        static_cast<bf16*>(a.out)[i] = __float2bfloat16_rn(o[n][2 * rr] * inv);
+        static_cast<bf16*>(a.out)[i + 1] = __float2bfloat16_rn(o[n][2 * rr + 1] * inv);
+      }
     }
   }
 }
 
 }  // namespace
 
-bool attention_tc_supports(int64_t head_dim) { return head_dim % 16 == 0 && head_dim <= kAttnTcMaxHeadDim; }
+bool attention_tc_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
 
 void launch_attention_tc(const AttnTcArgs& a, cudaStream_t stream) {
-  const int ld = a.D + 8;
-  const size_t smem = static_cast<size_t>((2 * kQ + 2 * kK) * ld + kQ * kSs) * 4;
-  static bool configured = false;  // raise the dynamic shared memory limit once
-  if (!configured) {
-    const int most = ((2 * kQ + 2 * kK) * (kAttnTcMaxHeadDim + 8) + kQ * kSs) * 4;
-    FT_CUDA_CHECK(cudaFuncSetAttribute(attention_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    configured = true;
+  const int group = a.H / a.G;
+  const int hw = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;  // heads per block, dividing the group
+  const int64_t tokens = 16 * (kWarpsTc / hw);
+  const dim3 grid(static_cast<unsigned>((a.T + tokens - 1) / tokens), static_cast<unsigned>(a.H / hw));
+  switch (a.D) {
+    case 64: attention_tc_kernel<64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    case 96: attention_tc_kernel<96><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    default: attention_tc_kernel<128><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
   }
-  const dim3 grid(static_cast<unsigned>((a.T + kQ - 1) / kQ), static_cast<unsigned>(a.H));
-  attention_tc_kernel<<<grid, kWarpsTc * 32, smem, stream>>>(a);
   FT_CUDA_LAUNCH_CHECK();
 }
 

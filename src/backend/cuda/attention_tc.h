@@ -7,8 +7,6 @@
 
 namespace ft::cuda {
 
-constexpr int64_t kAttnTcMaxHeadDim = 128;
-
 /** Arguments of the tensor-core attention: the same tensors as Ops::attention (device pointers). */
 struct AttnTcArgs {
   const void* q;            // [T, H * D], dtype code q_code (float_code)
@@ -30,10 +28,11 @@ struct AttnTcArgs {
   int max_blocks;
 };
 
-/** Whether the kernel handles `head_dim` (a multiple of 16, at most kAttnTcMaxHeadDim). */
+/** Whether the kernel handles `head_dim` (64, 96 or 128). */
 bool attention_tc_supports(int64_t head_dim);
 
-/** Queues the kernel on `stream`: grid (ceil(T / 64), H), 128 threads. Throws kInternal on a launch error. */
+/** Queues the kernel on `stream`: 128 threads per block of 16 x (4 / HW) tokens x HW query heads (HW
+ *  = 4, 2 or 1, dividing n_head / n_head_kv). Throws kInternal on a launch error. */
 void launch_attention_tc(const AttnTcArgs& a, cudaStream_t stream);
 
 }  // namespace ft::cuda

@@ -66,5 +66,7 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 int64_t moe_sort_temp_bytes(int64_t P, int32_t E);
 void moe_sort_pairs(const int32_t* ids, int64_t P, int32_t E, void* temp, int32_t* order, int32_t* offsets_host,
                     cudaStream_t stream);
+/** The device copy of the offsets [E + 1] that moe_sort_pairs leaves inside `temp`. */
+const int32_t* moe_sort_device_offsets(const void* temp, int64_t P);
 
 }  // namespace ft::cuda

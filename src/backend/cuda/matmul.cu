@@ -1,8 +1,9 @@
 // matmul: y[T, N] = x[T, K] W[N, K]^T (+ bias[N]). x, y F32 or BF16 (y may be either); W F32, F16,
 // BF16 or a GGUF block type (cuda_weight_type); bias F32/F16/BF16 or empty; fp32 accumulation.
 // Paths (bytes moved in brackets; W = weight bytes):
-//  - T <= 8 (<= 16 for non-BF16 weights), or any T for a small W (<= 1M elements) with F32 x: the
-//    decoding GEMV (gemv.cuh) [W per 8 tokens + x + y];
+//  - T <= 8 (<= 16 for non-BF16 weights), or any T for a router-sized W (<= 256 rows, <= 1M
+//    elements) with F32 x: the decoding GEMV (gemv.cuh) [W per 8 tokens + x + y];
+//  - F32 W and F32 x, y beyond that: cuBLAS SGEMM (fp32, exact like the GEMV);
 //  - BF16 W: cuBLAS GemmEx, bf16 inputs, fp32 compute [W + x + y, tensor cores];
 //  - other W: tiles of W decoded to a bf16 scratch (dequant.cu), then cuBLAS per tile
 //    [W + 2 * N * K * 2 + x + y].
@@ -19,6 +20,7 @@ namespace cuda {
 namespace {
 
 constexpr int64_t kDequantTileBytes = 64ll << 20;  // bf16 scratch for one decoded tile of W
+constexpr int64_t kExactMaxRows = 256;             // routers (one row per expert) and gates, not projections
 
 template <typename T>
 __global__ void add_bias_kernel(T* __restrict__ y, int64_t ldy, int64_t T_, int64_t N, const void* __restrict__ bias,
@@ -51,9 +53,20 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
   const int64_t N = w.dim(0), K = w.dim(1);
   if (T <= 0 || N <= 0) return;
   const int64_t gemv_max = w.dtype == DType::BF16 ? 8 : 16;
-  // Small matrices (routers, shared-expert gates) with F32 activations also take the GEMV at any T:
-  // it reads x exactly, where cuBLAS would round it to bf16 (router decisions flip on such rounding).
-  const bool exact_small = x_dtype == DType::F32 && N * K <= (int64_t{1} << 20);
+  // Routers and shared-expert gates (few rows) with F32 activations must see x exactly, where the
+  // bf16 cuBLAS path would round it (router decisions flip on such rounding): the GEMV at any T
+  // (measured faster than SGEMM for [128 x 2048] at 4k tokens). Other F32 weights with F32
+  // activations go to cuBLAS SGEMM (fp32 throughout).
+  const bool exact_small = x_dtype == DType::F32 && N <= cuda::kExactMaxRows && N * K <= (int64_t{1} << 20);
+  if (T > gemv_max && !exact_small && x_dtype == DType::F32 && w.dtype == DType::F32 && y_dtype == DType::F32 &&
+      bias.empty()) {
+    const float alpha = 1.0f, beta = 0.0f;  // y^T[N, T] = W[N, K] x^T, as gemm_bf16
+    FT_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
+                                static_cast<int>(K), &alpha, static_cast<const float*>(w.data), static_cast<int>(K),
+                                static_cast<const float*>(x), static_cast<int>(K), &beta, static_cast<float*>(y),
+                                static_cast<int>(ldy)));
+    return;
+  }
   if (T <= gemv_max || exact_small) {  // the GEMV reads BF16 or F32 activations directly
     cuda::GemvArgs a;
     a.w = w.bytes_ptr();

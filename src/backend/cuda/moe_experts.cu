@@ -9,9 +9,10 @@
 // expert cache only re-points the views. Per (token, slot) pair: one GEMV fused over gate and up
 // with SwiGLU -> h [P, F] (activation dtype), one GEMV for down -> y [P, H] f32, then a combine kernel forms the
 // weighted sum in slot order. Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
-// Prefill: pairs sorted by expert (moe_sort.cu, one host sync), rows gathered, and per expert
-// gate/up/down GEMMs (CudaOps::matmul_raw: cuBLAS, quantized experts decoded to bf16 tiles first),
-// then the same combine. Bytes moved: every used expert's matrices once + O(P(H+F)).
+// Prefill: pairs sorted by expert (moe_sort.cu, one host sync), rows gathered, then one grouped
+// GEMM launch per matrix kind over all experts (moe_grouped_gemm.cu: gate and up fused with SwiGLU,
+// then down; weights decoded into shared memory); rows of 64-indivisible widths fall back to per
+// expert GEMMs (CudaOps::matmul_raw: cuBLAS after decoding to bf16 tiles). Then the same combine. Bytes moved: every used expert's matrices once + O(P(H+F)).
 #include <algorithm>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/moe_grouped_gemm.h"
 
 namespace ft {
 namespace cuda {
@@ -146,7 +148,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
   const DType mid = x.dtype;
   const int64_t es = mid == DType::F32 ? 4 : 2;
   cuda::Carver c;
-  int64_t o_h = 0, o_u = 0, o_y = 0, o_order = 0, o_inv = 0, o_xs = 0, o_sort = 0;
+  int64_t o_h = 0, o_u = 0, o_y = 0, o_order = 0, o_inv = 0, o_xs = 0, o_sort = 0, o_tiles = 0;
   if (decode) {
     o_h = c.add(P * F * es);
     o_u = glu ? -1 : c.add(P * F * es);
@@ -155,6 +157,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     o_order = c.add(P * 4), o_inv = c.add(P * 4), o_xs = c.add(P * H * es);
     o_h = c.add(P * F * es), o_u = c.add(P * F * es), o_y = c.add(P * H * 4);
     o_sort = c.add(cuda::moe_sort_temp_bytes(P, E));
+    o_tiles = c.add((E + 1) * 4);
   }
   auto* base = static_cast<uint8_t*>(scratch(Scratch::kMoe, c.size()));
   uint8_t* h = base + o_h;
@@ -211,17 +214,44 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
                                                                    n_valid, reinterpret_cast<T*>(xs), inv);
     });
     FT_CUDA_LAUNCH_CHECK();
-    for (int32_t e = 0; e < E; ++e) {
-      const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
-      if (n == 0) continue;
-      matmul_raw(xs + b * H * es, mid, n, bank.gate[static_cast<size_t>(e)], h + b * F * es, mid, F, Tensor());
-      matmul_raw(xs + b * H * es, mid, n, bank.up[static_cast<size_t>(e)], u + b * F * es, mid, F, Tensor());
-    }
-    if (n_valid > 0) cuda::launch_swiglu_inplace(h, u, mid, n_valid * F, stream_);
-    for (int32_t e = 0; e < E; ++e) {
-      const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
-      if (n == 0) continue;
-      matmul_raw(h + b * F * es, mid, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H, Tensor());
+    if (n_valid > 0 && cuda::grouped_gemm_supports(bs.gate, H) && cuda::grouped_gemm_supports(bs.down, F) &&
+        (glu || cuda::grouped_gemm_supports(bs.up, H))) {
+      // One launch per matrix kind over all experts (gate and up fused with SwiGLU when they share a dtype).
+      const int32_t* d_off = cuda::moe_sort_device_offsets(base + o_sort, P);
+      auto* tiles = reinterpret_cast<int32_t*>(base + o_tiles);
+      cuda::launch_tile_prefix(d_off, E, tiles, stream_);
+      cuda::GroupedGemmArgs g;
+      g.x = xs, g.x_f32 = mid == DType::F32, g.K = H, g.N = F;
+      g.table = expert_table(bank), g.offsets = d_off, g.tile_start = tiles, g.E = E;
+      g.y = h, g.y_f32 = mid == DType::F32, g.ldy = F;
+      g.row_bytes = bank.gate[0].row_bytes(), g.row_bytes_b = bank.up[0].row_bytes();
+      if (glu) {
+        g.glu = true, g.col_a = 0, g.col_b = 1;
+        cuda::launch_grouped_gemm(bs.gate, g, n_valid, stream_);
+      } else {
+        g.col_a = 0;
+        cuda::launch_grouped_gemm(bs.gate, g, n_valid, stream_);
+        g.col_a = 1, g.y = u, g.row_bytes = bank.up[0].row_bytes();
+        cuda::launch_grouped_gemm(bs.up, g, n_valid, stream_);
+        cuda::launch_swiglu_inplace(h, u, mid, n_valid * F, stream_);
+      }
+      cuda::GroupedGemmArgs d = g;
+      d.glu = false, d.x = h, d.K = F, d.N = H, d.col_a = 2, d.row_bytes = bank.down[0].row_bytes();
+      d.y = y, d.y_f32 = true, d.ldy = H;
+      cuda::launch_grouped_gemm(bs.down, d, n_valid, stream_);
+    } else {
+      for (int32_t e = 0; e < E; ++e) {
+        const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
+        if (n == 0) continue;
+        matmul_raw(xs + b * H * es, mid, n, bank.gate[static_cast<size_t>(e)], h + b * F * es, mid, F, Tensor());
+        matmul_raw(xs + b * H * es, mid, n, bank.up[static_cast<size_t>(e)], u + b * F * es, mid, F, Tensor());
+      }
+      if (n_valid > 0) cuda::launch_swiglu_inplace(h, u, mid, n_valid * F, stream_);
+      for (int32_t e = 0; e < E; ++e) {
+        const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
+        if (n == 0) continue;
+        matmul_raw(h + b * F * es, mid, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H, Tensor());
+      }
     }
     row_of_pair = inv;
   }

@@ -51,6 +51,10 @@ __global__ void expert_offsets_kernel(const int32_t* sorted_keys, int64_t P, int
 
 }  // namespace
 
+const int32_t* moe_sort_device_offsets(const void* temp, int64_t P) {
+  return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(temp) + 3 * align_up(P * 4));
+}
+
 int64_t moe_sort_temp_bytes(int64_t P, int32_t E) {
   return 3 * align_up(P * 4) + align_up((E + 1) * 4) + align_up(static_cast<int64_t>(cub_bytes(P, E)));
 }

@@ -1,0 +1,170 @@
+// Grouped GEMM of the MoE prefill path (moe_experts.cu): rows already sorted by expert, every
+// expert's rows multiplied by that expert's weight in one launch,
+//   y[r, :] = x[r, :] W_e^T             (plain), or
+//   y[r, :] = silu(x[r, :] Wa_e^T) * (x[r, :] Wb_e^T)   (glu: gate and up fused with SwiGLU),
+// for r in [offsets[e], offsets[e+1]). x [P, K] F32 or BF16; W_e [N, K] any cuda_weight_type,
+// addressed through the bank's pointer table; y [P, N] F32 or BF16.
+//
+// Tiles of 64 rows x 64 columns: tile_start[e] (tile_prefix_kernel) numbers each expert's row
+// tiles, so the grid is fixed (ceil(P / 64) + E tiles bound x N / 64) and unused blocks exit. A
+// block's 4 warps own 16 rows each; per 64-wide K step the x tile is rounded to bf16 and the weight
+// tile decoded (Dq<WT>, dequant.cuh) into shared memory, then mma.sync m16n8k16 bf16 products with
+// fp32 accumulation (the same rounding as the cuBLAS path, which multiplies bf16 by bf16).
+// Bytes moved: each used expert's weights once per 64-row tile of its rows; x once per column tile.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/moe_grouped_gemm.h"
+
+namespace ft::cuda {
+namespace {
+
+constexpr int kTM = 64, kTN = 64, kTK = 64, kPad = 8, kThreads = 128;
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/** tile_start[e] = sum over experts before e of ceil(rows / 64); tile_start[E] = the total. */
+__global__ void tile_prefix_kernel(const int32_t* offsets, int E, int32_t* tile_start) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int32_t acc = 0;
+  for (int e = 0; e < E; ++e) {
+    tile_start[e] = acc;
+    acc += (offsets[e + 1] - offsets[e] + kTM - 1) / kTM;
+  }
+  tile_start[E] = acc;
+}
+
+/** Decodes rows [n0, n0 + 64) x columns [k0, k0 + 64) of one expert weight into w_s (bf16). */
+template <DType WT>
+__device__ __forceinline__ void load_w_tile(const uint8_t* w, int64_t row_bytes, int64_t N, int64_t n0, int64_t k0,
+                                            bf16* w_s) {
+  constexpr int C = Dq<WT>::kChunk;                   // elements per decoded chunk (4, 8 or 32)
+  constexpr int kChunksPerRow = kTK / C;
+  for (int c = threadIdx.x; c < kTN * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, cc = c % kChunksPerRow;
+    float v[C];
+    if (n0 + r < N) {
+      Dq<WT>::load(w + (n0 + r) * row_bytes, k0 / C + cc, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < C; ++i) v[i] = 0.0f;
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(w_s + r * (kTK + kPad) + cc * C);
+#pragma unroll
+    for (int i = 0; i < C / 2; ++i) dst[i] = pack2(v[2 * i], v[2 * i + 1]);
+  }
+}
+
+template <DType WT, bool GLU>
+__global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs a) {
+  __shared__ __align__(16) bf16 x_s[kTM * (kTK + kPad)];
+  __shared__ __align__(16) bf16 w_s[(GLU ? 2 : 1) * kTN * (kTK + kPad)];
+  const int tile = blockIdx.x;
+  const int32_t total = a.tile_start[a.E];
+  if (tile >= total) return;
+  int lo = 0, hi = a.E - 1;  // the expert whose tiles include `tile`: last e with tile_start[e] <= tile
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.tile_start[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const int e = lo;
+  const int64_t m0 = a.offsets[e] + static_cast<int64_t>(tile - a.tile_start[e]) * kTM;
+  const int64_t m_end = a.offsets[e + 1];
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTN;
+  const uint8_t* wa = reinterpret_cast<const uint8_t*>(a.table[static_cast<int64_t>(e) * 3 + a.col_a]);
+  const uint8_t* wb = GLU ? reinterpret_cast<const uint8_t*>(a.table[static_cast<int64_t>(e) * 3 + a.col_b]) : nullptr;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+
+  float acc[GLU ? 2 : 1][kTN / 8][4];
+#pragma unroll
+  for (int g = 0; g < (GLU ? 2 : 1); ++g)
+#pragma unroll
+    for (int n = 0; n < kTN / 8; ++n) acc[g][n][0] = acc[g][n][1] = acc[g][n][2] = acc[g][n][3] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < a.K; k0 += kTK) {
+    // x tile [64 x 64] -> bf16, 4 elements per step.
+    for (int c = threadIdx.x; c < kTM * kTK / 4; c += kThreads) {
+      const int r = c / (kTK / 4), d = (c % (kTK / 4)) * 4;
+      const int64_t row = m0 + r;
+      float v[4] = {0, 0, 0, 0};
+      if (row < m_end) {
+        if (a.x_f32) {
+          const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + row * a.K + k0 + d);
+          v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        } else {
+          const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const bf16*>(a.x) + row * a.K + k0 + d);
+          v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+          v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+        }
+      }
+      *reinterpret_cast<uint2*>(x_s + r * (kTK + kPad) + d) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+    }
+    load_w_tile<WT>(wa, a.row_bytes, a.N, n0, k0, w_s);
+    if constexpr (GLU) load_w_tile<WT>(wb, a.row_bytes_b, a.N, n0, k0, w_s + kTN * (kTK + kPad));
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTK / 16; ++kk) {
+      const bf16* xr = x_s + (warp * 16 + gid) * (kTK + kPad) + kk * 16 + tig * 2;
+      const uint32_t af[4] = {*reinterpret_cast<const uint32_t*>(xr),
+                              *reinterpret_cast<const uint32_t*>(xr + 8 * (kTK + kPad)),
+                              *reinterpret_cast<const uint32_t*>(xr + 8),
+                              *reinterpret_cast<const uint32_t*>(xr + 8 * (kTK + kPad) + 8)};
+#pragma unroll
+      for (int g = 0; g < (GLU ? 2 : 1); ++g)
+#pragma unroll
+        for (int n = 0; n < kTN / 8; ++n) {
+          const bf16* wr = w_s + g * kTN * (kTK + kPad) + (n * 8 + gid) * (kTK + kPad) + kk * 16 + tig * 2;
+          mma16816(acc[g][n], af, *reinterpret_cast<const uint32_t*>(wr), *reinterpret_cast<const uint32_t*>(wr + 8));
+        }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int n = 0; n < kTN / 8; ++n)
+#pragma unroll
+    for (int e2 = 0; e2 < 4; ++e2) {
+      const int64_t row = m0 + warp * 16 + gid + (e2 >= 2 ? 8 : 0);
+      const int64_t col = n0 + n * 8 + tig * 2 + (e2 & 1);
+      if (row >= m_end || col >= a.N) continue;
+      const float v = GLU ? silu(acc[0][n][e2]) * acc[GLU ? 1 : 0][n][e2] : acc[0][n][e2];
+      if (a.y_f32) static_cast<float*>(a.y)[row * a.ldy + col] = v;
+      else static_cast<bf16*>(a.y)[row * a.ldy + col] = __float2bfloat16_rn(v);
+    }
+}
+
+}  // namespace
+
+bool grouped_gemm_supports(DType w, int64_t K) { return cuda_weight_type(w) && K % kTK == 0; }
+
+void launch_tile_prefix(const int32_t* offsets, int E, int32_t* tile_start, cudaStream_t s) {
+  tile_prefix_kernel<<<1, 32, 0, s>>>(offsets, E, tile_start);
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+int64_t grouped_gemm_max_tiles(int64_t P, int E) { return (P + kTM - 1) / kTM + E; }
+
+void launch_grouped_gemm(DType wt, const GroupedGemmArgs& a, int64_t P, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(grouped_gemm_max_tiles(P, a.E)), static_cast<unsigned>((a.N + kTN - 1) / kTN));
+  FT_DISPATCH_WEIGHT(wt, {
+    if (a.glu) grouped_gemm_kernel<WT, true><<<grid, kThreads, 0, s>>>(a);
+    else grouped_gemm_kernel<WT, false><<<grid, kThreads, 0, s>>>(a);
+  });
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft::cuda
