@@ -4,9 +4,9 @@
 // s's keys at max(0, p - window + 1) .. p; fp32 online softmax (FlashAttention-2 recurrence: Dao,
 // "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023).
 //
-// A block has 4 warps; each warp owns 16 tokens x one query head. The block's warps take HW query
-// heads of one kv head (HW = 4, 2 or 1, dividing the group) x 4 / HW token tiles, so every key tile
-// gathered into shared memory serves HW heads. Key tiles of 64 are read from the pages (16-byte
+// A block has 8 warps; each warp owns 16 tokens x one query head. The block's warps take HW query
+// heads of one kv head (HW = 4, 2 or 1, dividing the group) x 8 / HW token tiles, so every key tile
+// gathered into shared memory serves 8 warps. Key tiles of 64 are read from the pages (16-byte
 // loads), rounded to bf16 (K row-major, V transposed); S = Q K^T and O += P V are mma.sync
 // m16n8k16 bf16 products with fp32 accumulation (PTX ISA fragment layouts), S and O stay in
 // registers, P is re-packed from the S accumulators as the next A operand. Tokens of different
@@ -22,7 +22,7 @@
 namespace ft::cuda {
 namespace {
 
-constexpr int kKeys = 64, kWarpsTc = 4, kRowsTc = 16 * kWarpsTc;
+constexpr int kKeys = 64, kWarpsTc = 8, kRowsTc = 16 * kWarpsTc;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

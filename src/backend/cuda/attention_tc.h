@@ -31,7 +31,7 @@ struct AttnTcArgs {
 /** Whether the kernel handles `head_dim` (64, 96 or 128). */
 bool attention_tc_supports(int64_t head_dim);
 
-/** Queues the kernel on `stream`: 128 threads per block of 16 x (4 / HW) tokens x HW query heads (HW
+/** Queues the kernel on `stream`: 256 threads per block of 16 x (8 / HW) tokens x HW query heads (HW
  *  = 4, 2 or 1, dividing n_head / n_head_kv). Throws kInternal on a launch error. */
 void launch_attention_tc(const AttnTcArgs& a, cudaStream_t stream);
 

@@ -30,7 +30,7 @@ struct GroupedGemmArgs {
 /** Whether the kernel handles weights of dtype `w` with rows of K elements (K a multiple of 64). */
 bool grouped_gemm_supports(DType w, int64_t K);
 
-/** tile_start[e] = number of 64-row tiles of experts before e (tile_start[E]: all), on `s`. */
+/** tile_start[e] = number of row tiles (64 rows) of experts before e (tile_start[E]: all), on `s`. */
 void launch_tile_prefix(const int32_t* offsets, int E, int32_t* tile_start, cudaStream_t s);
 
 /** Upper bound of the row tiles of P rows over E experts (the grid size). */
