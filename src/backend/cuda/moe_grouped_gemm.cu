@@ -7,9 +7,11 @@
 //
 // Tiles of 64 rows x 64 columns (measured faster than 128-row tiles at 4k tokens: more blocks):
 // tile_start[e] (tile_prefix_kernel) numbers each expert's row tiles, so the grid is fixed
-// (ceil(P / 64) + E tiles bound x N / 64) and unused blocks exit. A block's 4 warps own 16 rows each; per 64-wide K step the x tile is rounded to bf16 and the weight
-// tile decoded (Dq<WT>, dequant.cuh) into shared memory, then mma.sync m16n8k16 bf16 products with
-// fp32 accumulation (the same rounding as the cuBLAS path, which multiplies bf16 by bf16).
+// (ceil(P / 64) + E tiles bound x N / 64) and unused blocks exit. A block's 4 warps own 16 rows
+// each. Per 64-wide K step the x tile is rounded to bf16 and the weight tile decoded (Dq<WT>,
+// dequant.cuh) into one of two shared-memory stages while the other stage is multiplied (one
+// barrier per step): mma.sync m16n8k16 bf16 products with fp32 accumulation (the same rounding as
+// the cuBLAS path, which multiplies bf16 by bf16).
 // Bytes moved: each used expert's weights once per 64-row tile of its rows; x once per column tile.
 #include <algorithm>
 
@@ -68,10 +70,40 @@ __device__ __forceinline__ void load_w_tile(const uint8_t* w, int64_t row_bytes,
   }
 }
 
+/** Shared memory of one pipeline stage: the bf16 x tile, then one (or two, glu) weight tiles. */
+template <bool GLU>
+constexpr int stage_elems() {
+  return (kTM + (GLU ? 2 : 1) * kTN) * (kTK + kPad);
+}
+
+/** Fills one stage with the x and weight tiles of K step k0. */
+template <DType WT, bool GLU>
+__device__ __forceinline__ void load_stage(const GroupedGemmArgs& a, int64_t m0, int64_t m_end, int64_t n0,
+                                           const uint8_t* wa, const uint8_t* wb, int64_t k0, bf16* st) {
+  for (int c = threadIdx.x; c < kTM * kTK / 4; c += kThreads) {  // x tile -> bf16, 4 elements per step
+    const int r = c / (kTK / 4), d = (c % (kTK / 4)) * 4;
+    const int64_t row = m0 + r;
+    float v[4] = {0, 0, 0, 0};
+    if (row < m_end) {
+      if (a.x_f32) {
+        const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + row * a.K + k0 + d);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+      } else {
+        const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const bf16*>(a.x) + row * a.K + k0 + d);
+        v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+        v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+      }
+    }
+    *reinterpret_cast<uint2*>(st + r * (kTK + kPad) + d) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+  }
+  bf16* w_s = st + kTM * (kTK + kPad);
+  load_w_tile<WT>(wa, a.row_bytes, a.N, n0, k0, w_s);
+  if constexpr (GLU) load_w_tile<WT>(wb, a.row_bytes_b, a.N, n0, k0, w_s + kTN * (kTK + kPad));
+}
+
 template <DType WT, bool GLU>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs a) {
-  __shared__ __align__(16) bf16 x_s[kTM * (kTK + kPad)];
-  __shared__ __align__(16) bf16 w_s[(GLU ? 2 : 1) * kTN * (kTK + kPad)];
+  extern __shared__ __align__(16) bf16 smem_bf[];  // two stages: while one is multiplied the next fills
   const int tile = blockIdx.x;
   const int32_t total = a.tile_start[a.E];
   if (tile >= total) return;
@@ -95,27 +127,12 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
 #pragma unroll
     for (int n = 0; n < kTN / 8; ++n) acc[g][n][0] = acc[g][n][1] = acc[g][n][2] = acc[g][n][3] = 0.0f;
 
-  for (int64_t k0 = 0; k0 < a.K; k0 += kTK) {
-    // x tile [64 x 64] -> bf16, 4 elements per step.
-    for (int c = threadIdx.x; c < kTM * kTK / 4; c += kThreads) {
-      const int r = c / (kTK / 4), d = (c % (kTK / 4)) * 4;
-      const int64_t row = m0 + r;
-      float v[4] = {0, 0, 0, 0};
-      if (row < m_end) {
-        if (a.x_f32) {
-          const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + row * a.K + k0 + d);
-          v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-        } else {
-          const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const bf16*>(a.x) + row * a.K + k0 + d);
-          v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
-          v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
-        }
-      }
-      *reinterpret_cast<uint2*>(x_s + r * (kTK + kPad) + d) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
-    }
-    load_w_tile<WT>(wa, a.row_bytes, a.N, n0, k0, w_s);
-    if constexpr (GLU) load_w_tile<WT>(wb, a.row_bytes_b, a.N, n0, k0, w_s + kTN * (kTK + kPad));
-    __syncthreads();
+  load_stage<WT, GLU>(a, m0, m_end, n0, wa, wb, 0, smem_bf);
+  __syncthreads();
+  for (int64_t k0 = 0, step = 0; k0 < a.K; k0 += kTK, ++step) {
+    const bf16* x_s = smem_bf + (step & 1) * stage_elems<GLU>();
+    const bf16* w_s = x_s + kTM * (kTK + kPad);
+    if (k0 + kTK < a.K) load_stage<WT, GLU>(a, m0, m_end, n0, wa, wb, k0 + kTK, smem_bf + ((step + 1) & 1) * stage_elems<GLU>());
 #pragma unroll
     for (int kk = 0; kk < kTK / 16; ++kk) {
       const bf16* xr = x_s + (warp * 16 + gid) * (kTK + kPad) + kk * 16 + tig * 2;
@@ -131,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
           mma16816(acc[g][n], af, *reinterpret_cast<const uint32_t*>(wr), *reinterpret_cast<const uint32_t*>(wr + 8));
         }
     }
-    __syncthreads();
+    __syncthreads();  // this stage's reads and the next stage's writes are done
   }
 
 #pragma unroll
@@ -145,6 +162,17 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
       if (a.y_f32) static_cast<float*>(a.y)[row * a.ldy + col] = v;
       else static_cast<bf16*>(a.y)[row * a.ldy + col] = __float2bfloat16_rn(v);
     }
+}
+
+template <DType WT, bool GLU>
+void launch_kernel(dim3 grid, const GroupedGemmArgs& a, cudaStream_t s) {
+  constexpr int bytes = 2 * stage_elems<GLU>() * 2;
+  static bool configured = false;  // more than 48 KB of dynamic shared memory needs opting in once
+  if (!configured) {
+    FT_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<WT, GLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configured = true;
+  }
+  grouped_gemm_kernel<WT, GLU><<<grid, kThreads, bytes, s>>>(a);
 }
 
 }  // namespace
@@ -161,8 +189,8 @@ int64_t grouped_gemm_max_tiles(int64_t P, int E) { return (P + kTM - 1) / kTM + 
 void launch_grouped_gemm(DType wt, const GroupedGemmArgs& a, int64_t P, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(grouped_gemm_max_tiles(P, a.E)), static_cast<unsigned>((a.N + kTN - 1) / kTN));
   FT_DISPATCH_WEIGHT(wt, {
-    if (a.glu) grouped_gemm_kernel<WT, true><<<grid, kThreads, 0, s>>>(a);
-    else grouped_gemm_kernel<WT, false><<<grid, kThreads, 0, s>>>(a);
+    if (a.glu) launch_kernel<WT, true>(grid, a, s);
+    else launch_kernel<WT, false>(grid, a, s);
   });
   FT_CUDA_LAUNCH_CHECK();
 }
