@@ -18,6 +18,7 @@
 // 2 * n_split * T * n_head * (head_dim + 2) * 4 when split.
 #include <algorithm>
 
+#include "backend/cuda/attention_args.h"
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
@@ -35,24 +36,7 @@ constexpr int64_t kDecodeSplitMin = 64, kDecodeMaxSplits = 512;
 // the quadratic cost is small anyway.
 constexpr int64_t kAttnTcMinTokens = 256;
 
-struct AttnArgs {
-  const void* q;
-  int q_code;
-  void* out;
-  bool out_f32;
-  const void* k;
-  const void* v;
-  bool kv_f32;
-  int64_t T;
-  int H, G, D;
-  float scale;
-  int window;
-  int64_t page_size, n_pages;
-  const int32_t* pos;
-  const int32_t* seq;
-  int64_t n_seqs;
-  const int32_t* bt;
-  int max_blocks;
+struct AttnArgs : AttnTensors {
   int nt, hc, n_hchunks;
   int n_split, split_len;
   bool use_part;  // partials to `part`, merged by attention_combine_kernel (else `out` directly)
@@ -326,28 +310,22 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     fail(ErrorCode::kInvalidArgument, "attention: kv.k {} must be [pages, page_size, {}, {}]", kv.k.str(), G, D);
   if (T == 0) return;
 
+  cuda::AttnTensors tensors;
+  tensors.q = q.data, tensors.q_code = cuda::float_code("attention", "q", q.dtype);
+  tensors.out = out.data, tensors.out_f32 = out.dtype == DType::F32;
+  tensors.k = kv.k.data, tensors.v = kv.v.data, tensors.kv_f32 = kv.k.dtype == DType::F32;
+  tensors.T = T, tensors.H = static_cast<int>(H), tensors.G = static_cast<int>(G), tensors.D = static_cast<int>(D);
+  tensors.scale = p.scale, tensors.window = p.sliding_window;
+  tensors.page_size = kv.k.dim(1), tensors.n_pages = kv.k.dim(0);
+  tensors.pos = batch.positions.ptr<int32_t>(), tensors.seq = batch.seq_index.ptr<int32_t>();
+  tensors.n_seqs = batch.n_seqs;
+  tensors.bt = batch.block_tables.ptr<int32_t>(), tensors.max_blocks = batch.max_blocks;
   if (batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens && cuda::attention_tc_supports(D)) {
-    cuda::AttnTcArgs t{};
-    t.q = q.data, t.q_code = cuda::float_code("attention", "q", q.dtype);
-    t.out = out.data, t.out_f32 = out.dtype == DType::F32;
-    t.k = kv.k.data, t.v = kv.v.data, t.kv_f32 = kv.k.dtype == DType::F32;
-    t.T = T, t.H = static_cast<int>(H), t.G = static_cast<int>(G), t.D = static_cast<int>(D);
-    t.scale = p.scale, t.window = p.sliding_window;
-    t.page_size = kv.k.dim(1), t.n_pages = kv.k.dim(0);
-    t.pos = batch.positions.ptr<int32_t>(), t.seq = batch.seq_index.ptr<int32_t>(), t.n_seqs = batch.n_seqs;
-    t.bt = batch.block_tables.ptr<int32_t>(), t.max_blocks = batch.max_blocks;
-    return cuda::launch_attention_tc(t, stream_);
+    return cuda::launch_attention_tc(tensors, stream_);
   }
 
   cuda::AttnArgs a{};
-  a.q = q.data, a.q_code = cuda::float_code("attention", "q", q.dtype);
-  a.out = out.data, a.out_f32 = out.dtype == DType::F32;
-  a.k = kv.k.data, a.v = kv.v.data, a.kv_f32 = kv.k.dtype == DType::F32;
-  a.T = T, a.H = static_cast<int>(H), a.G = static_cast<int>(G), a.D = static_cast<int>(D);
-  a.scale = p.scale, a.window = p.sliding_window;
-  a.page_size = kv.k.dim(1), a.n_pages = kv.k.dim(0);
-  a.pos = batch.positions.ptr<int32_t>(), a.seq = batch.seq_index.ptr<int32_t>(), a.n_seqs = batch.n_seqs;
-  a.bt = batch.block_tables.ptr<int32_t>(), a.max_blocks = batch.max_blocks;
+  static_cast<cuda::AttnTensors&>(a) = tensors;
   const int group = static_cast<int>(H / G);
   a.hc = std::min(group, cuda::kRows);
   a.n_hchunks = (group + a.hc - 1) / a.hc;
@@ -381,11 +359,9 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   if (use_part)
     a.part = static_cast<float*>(scratch(Scratch::kAttention, a.n_split * T * H * (D + 2) * 4));
   if (a.nt == 1 && cuda::attention_decode_supports(H, G, D)) {
-    cuda::AttnDecodeArgs d{};
-    d.q = a.q, d.q_code = a.q_code, d.k = a.k, d.v = a.v, d.kv_f32 = a.kv_f32;
-    d.T = T, d.H = a.H, d.G = a.G, d.D = a.D, d.scale = a.scale, d.window = a.window;
-    d.page_size = a.page_size, d.n_pages = a.n_pages, d.pos = a.pos, d.seq = a.seq, d.n_seqs = a.n_seqs;
-    d.bt = a.bt, d.max_blocks = a.max_blocks, d.n_split = a.n_split, d.split_len = a.split_len, d.part = a.part;
+    cuda::AttnDecodeArgs d;
+    static_cast<cuda::AttnTensors&>(d) = tensors;
+    d.n_split = a.n_split, d.split_len = a.split_len, d.part = a.part;
     cuda::launch_attention_decode(d, stream_);
   } else {
     const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),

@@ -5,27 +5,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_args.h"
+
 namespace ft::cuda {
 
-/** Arguments of the decode kernel: Ops::attention's tensors (device pointers) and the split plan. */
-struct AttnDecodeArgs {
-  const void* q;            // [T, H * D], dtype code q_code (float_code)
-  int q_code;
-  const void* k;            // [n_pages, page_size, G, D] F32 (kv_f32) or BF16
-  const void* v;
-  bool kv_f32;
-  int64_t T;
-  int H, G, D;
-  float scale;
-  int window;               // > 0: sliding window
-  int64_t page_size, n_pages;
-  const int32_t* pos;       // [T]
-  const int32_t* seq;       // [T]
-  int64_t n_seqs;
-  const int32_t* bt;        // [n_seqs, max_blocks]
-  int max_blocks;
-  int n_split, split_len;   // split s covers keys [s * split_len, (s + 1) * split_len) (the last: to the end)
-  float* part;              // [n_split, T * H, D + 2]: m, l, o[D] per (split, token, head)
+/** Arguments of the decode kernel: the call's tensors and the split plan. */
+struct AttnDecodeArgs : AttnTensors {
+  int n_split = 0, split_len = 0;  // split s covers keys [s * split_len, (s + 1) * split_len) (the last: to the end)
+  float* part = nullptr;           // [n_split, T * H, D + 2]: m, l, o[D] per (split, token, head)
 };
 
 /** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (or of 8 up to 256),

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/cuda_check.h"
 
 namespace ft::cuda {
@@ -24,20 +25,6 @@ namespace {
 
 constexpr int kKeys = 64, kWarpsTc = 8, kRowsTc = 16 * kWarpsTc;
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-/** c += a (16x16 bf16, row-major fragment) x b (16x8 bf16, column fragment), fp32 accumulators. */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <int D>
 __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs a, int hw) {
@@ -142,7 +129,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
         const bf16* kr = k_s + (n * 8 + gid) * KS + tig * 2;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk)
-          mma_bf16(s[n], qf[kk], *reinterpret_cast<const uint32_t*>(kr + kk * 16),
+          mma_bf16_16816(s[n], qf[kk], *reinterpret_cast<const uint32_t*>(kr + kk * 16),
                    *reinterpret_cast<const uint32_t*>(kr + kk * 16 + 8));
       }
       // Mask, online softmax per row (the 4 lanes of a row group share it).
@@ -189,7 +176,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
           const bf16* vr = vt_s + (n * 8 + gid) * VS + kk * 16 + tig * 2;
-          mma_bf16(o[n], pa, *reinterpret_cast<const uint32_t*>(vr), *reinterpret_cast<const uint32_t*>(vr + 8));
+          mma_bf16_16816(o[n], pa, *reinterpret_cast<const uint32_t*>(vr), *reinterpret_cast<const uint32_t*>(vr + 8));
         }
       }
       __syncthreads();  // k_s / vt_s are refilled next

@@ -5,28 +5,12 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_args.h"
+
 namespace ft::cuda {
 
-/** Arguments of the tensor-core attention: the same tensors as Ops::attention (device pointers). */
-struct AttnTcArgs {
-  const void* q;            // [T, H * D], dtype code q_code (float_code)
-  int q_code;
-  void* out;                // [T, H * D] F32 (out_f32) or BF16
-  bool out_f32;
-  const void* k;            // [n_pages, page_size, G, D] F32 (kv_f32) or BF16
-  const void* v;
-  bool kv_f32;
-  int64_t T;
-  int H, G, D;
-  float scale;
-  int window;               // > 0: sliding window
-  int64_t page_size, n_pages;
-  const int32_t* pos;       // [T]
-  const int32_t* seq;       // [T]
-  int64_t n_seqs;
-  const int32_t* bt;        // [n_seqs, max_blocks]
-  int max_blocks;
-};
+/** The tensor-core kernel takes the call's tensors as they are. */
+using AttnTcArgs = AttnTensors;
 
 /** Whether the kernel handles `head_dim` (64, 96 or 128). */
 bool attention_tc_supports(int64_t head_dim);

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/moe_grouped_gemm.h"
@@ -24,19 +25,6 @@ namespace ft::cuda {
 namespace {
 
 constexpr int kTM = 64, kTN = 64, kTK = 64, kPad = 8, kThreads = 128;  // 4 warps x 16 rows
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /** tile_start[e] = sum over experts before e of ceil(rows / kTM); tile_start[E] = the total. */
 __global__ void tile_prefix_kernel(const int32_t* offsets, int E, int32_t* tile_start) {
@@ -66,7 +54,7 @@ __device__ __forceinline__ void load_w_tile(const uint8_t* w, int64_t row_bytes,
     }
     uint32_t* dst = reinterpret_cast<uint32_t*>(w_s + r * (kTK + kPad) + cc * C);
 #pragma unroll
-    for (int i = 0; i < C / 2; ++i) dst[i] = pack2(v[2 * i], v[2 * i + 1]);
+    for (int i = 0; i < C / 2; ++i) dst[i] = pack_bf16(v[2 * i], v[2 * i + 1]);
   }
 }
 
@@ -94,7 +82,7 @@ __device__ __forceinline__ void load_stage(const GroupedGemmArgs& a, int64_t m0,
         v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
       }
     }
-    *reinterpret_cast<uint2*>(st + r * (kTK + kPad) + d) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
+    *reinterpret_cast<uint2*>(st + r * (kTK + kPad) + d) = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
   }
   bf16* w_s = st + kTM * (kTK + kPad);
   load_w_tile<WT>(wa, a.row_bytes, a.N, n0, k0, w_s);
@@ -145,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
 #pragma unroll
         for (int n = 0; n < kTN / 8; ++n) {
           const bf16* wr = w_s + g * kTN * (kTK + kPad) + (n * 8 + gid) * (kTK + kPad) + kk * 16 + tig * 2;
-          mma16816(acc[g][n], af, *reinterpret_cast<const uint32_t*>(wr), *reinterpret_cast<const uint32_t*>(wr + 8));
+          mma_bf16_16816(acc[g][n], af, *reinterpret_cast<const uint32_t*>(wr), *reinterpret_cast<const uint32_t*>(wr + 8));
         }
     }
     __syncthreads();  // this stage's reads and the next stage's writes are done

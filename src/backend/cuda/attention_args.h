@@ -1,0 +1,28 @@
+#pragma once
+// The tensors of one Ops::attention call as device pointers and sizes, shared by the attention
+// kernels (attention.cu, attention_decode.cu, attention_tc.cu). Plain data: passed to kernels by value.
+#include <cstdint>
+
+namespace ft::cuda {
+
+struct AttnTensors {
+  const void* q = nullptr;   // [T, H * D], dtype code q_code (float_code)
+  int q_code = 0;
+  void* out = nullptr;       // [T, H * D] F32 (out_f32) or BF16
+  bool out_f32 = false;
+  const void* k = nullptr;   // [n_pages, page_size, G, D] F32 (kv_f32) or BF16
+  const void* v = nullptr;
+  bool kv_f32 = false;
+  int64_t T = 0;
+  int H = 0, G = 0, D = 0;
+  float scale = 0.0f;
+  int window = 0;            // > 0: sliding window
+  int64_t page_size = 0, n_pages = 0;
+  const int32_t* pos = nullptr;  // [T]
+  const int32_t* seq = nullptr;  // [T]
+  int64_t n_seqs = 0;
+  const int32_t* bt = nullptr;   // [n_seqs, max_blocks]
+  int max_blocks = 0;
+};
+
+}  // namespace ft::cuda

@@ -1,0 +1,28 @@
+#pragma once
+// Tensor-core helpers shared by the mma.sync kernels (attention_tc.cu, moe_grouped_gemm.cu).
+// Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with g = lane / 4
+// and t = lane % 4, A (16 x 16, row-major) registers hold rows g / g + 8, columns 2t, 2t+1 (+ 8);
+// B (16 x 8) registers hold rows (k) 2t, 2t+1 (+ 8) of column (n) g; C (16 x 8, f32) holds rows g /
+// g + 8, columns 2t, 2t+1.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace ft::cuda {
+
+/** Two floats rounded to bf16 and packed into one register, `lo` in the low half (lower column). */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+/** c += a (16x16 bf16, row-major fragment) x b (16x8 bf16, column fragment b0, b1), fp32 accumulators. */
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace ft::cuda
