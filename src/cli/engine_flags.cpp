@@ -13,6 +13,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
                   "decode steps of up to this many sequences replay CUDA graphs (padded to 1, 2, 4, ...; 0 = off)")
       ->capture_default_str()
       ->check(at_least(0));
+  cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "KV cache element type: auto (the activation dtype), f32, or bf16 (CUDA: half the KV memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   add_moe_flags(cmd, f.moe);
 }
 
@@ -25,6 +29,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.device = f.device;
   eo.page_size = f.page_size;
   eo.cuda_graph_max_bs = f.cuda_graph_max_bs;
+  eo.kv_cache_dtype = f.kv_cache_dtype;
   return eo;
 }
 

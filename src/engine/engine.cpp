@@ -33,9 +33,16 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
   const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
+  DType kv_dtype = ops_->activation_dtype();
+  if (options_.kv_cache_dtype == "f32") kv_dtype = DType::F32;
+  else if (options_.kv_cache_dtype == "bf16") kv_dtype = DType::BF16;
+  else if (options_.kv_cache_dtype != "auto")
+    fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32 or bf16 (got '{}')", options_.kv_cache_dtype);
+  if (kv_dtype != DType::F32 && ops_->device() == Device::kCpu)
+    fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32", options_.kv_cache_dtype);
   kv_ = std::make_unique<KvCache>(*ops_, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
                                                        static_cast<int32_t>(c.head_dim), options_.page_size,
-                                                       options_.kv_tokens, ops_->activation_dtype(), graphs ? 1 : 0});
+                                                       options_.kv_tokens, kv_dtype, graphs ? 1 : 0});
   max_blocks_ = kv_->pool().n_pages();
   options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
   state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);

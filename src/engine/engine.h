@@ -34,6 +34,9 @@ struct EngineOptions {
    *  batch size (1, 2, 4, 8, ..., this) and replayed as graphs on backends that have them (CUDA);
    *  0: every step eager. */
   int32_t cuda_graph_max_bs = 16;
+  /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32" or "bf16" (CUDA only: half the KV
+   *  memory and decode attention bytes; keys and values rounded to bf16). */
+  std::string kv_cache_dtype = "auto";
 };
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions

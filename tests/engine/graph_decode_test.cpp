@@ -94,5 +94,26 @@ TEST(GraphDecode, CpuExpertsKeepDecodeEager) {
   EXPECT_EQ(a->total.misses, b->total.misses);
 }
 
+TEST(KvCacheDtype, CpuKeepsF32) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3";
+  EngineOptions o = small_engine_options();
+  auto load = [&](const std::string& dt) {
+    o.kv_cache_dtype = dt;
+    return Engine::load(dir, o);
+  };
+  EXPECT_EQ(load("auto")->kv().config().dtype, DType::F32);
+  EXPECT_EQ(load("f32")->kv().config().dtype, DType::F32);
+  for (const auto& [dt, code] : {std::pair<std::string, ErrorCode>{"bf16", ErrorCode::kUnsupported},
+                                 std::pair<std::string, ErrorCode>{"f16", ErrorCode::kInvalidArgument}}) {
+    try {
+      load(dt);
+      ADD_FAILURE() << "--kv-cache-dtype " << dt << " was accepted on the CPU backend";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << dt;
+      EXPECT_NE(std::string(e.what()).find("--kv-cache-dtype"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ft::testing

@@ -54,6 +54,26 @@ TEST_P(CudaGraphDecode, OffloadSmallestCacheReplayEqualsEager) {
   EXPECT_EQ(a->total.misses, b->total.misses);
 }
 
+TEST_P(CudaGraphDecode, Bf16KvCache) {
+  // --kv-cache-dtype bf16: prompt logits within the fixture tolerance of the reference (dense models;
+  // MoE routers may flip near-ties on bf16 keys, as with bf16 activations), graphs still exact.
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  EngineOptions o = options(4);
+  o.kv_cache_dtype = "bf16";
+  Engine graphed(open_checkpoint(dir), make_cuda_ops(0), o);
+  if (graphed.moe_plan()) GTEST_SKIP() << GetParam() << " is a MoE model";
+  EXPECT_EQ(graphed.kv().config().dtype, DType::BF16);
+  const std::vector<RefCase> cases = read_reference(dir);
+  const int64_t V = graphed.config().n_vocab;
+  for (const RefCase& c : cases) {
+    const auto r = generate(graphed, {greedy_request(c.input_ids, 1)})[0];
+    EXPECT_LE(max_row_rel_l2(r.prompt_logits, c.logits, V), 2e-2) << c.name;
+  }
+  o.cuda_graph_max_bs = 0;
+  Engine eager(open_checkpoint(dir), make_cuda_ops(0), o);
+  expect_graph_equals_eager(graphed, eager, graph_decode_requests(cases));
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphDecode, ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe"));
 
 }  // namespace
