@@ -3,7 +3,7 @@
 namespace ft::server {
 
 RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs)
-    : detok_(vocab, /*skip_special=*/true), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
+    : detok_(vocab, /*skip_special=*/true, /*starts_text=*/false), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
 
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;

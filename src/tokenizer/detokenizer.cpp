@@ -21,7 +21,7 @@ std::string Detokenizer::flush() {
   std::string out;
   utf8_repair(pending_, out, /*final=*/true);
   pending_.clear();
-  first_ = true;
+  first_ = starts_text_;
   return out;
 }
 

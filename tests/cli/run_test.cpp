@@ -24,5 +24,13 @@ TEST(Run, PromptPlusMaxTokensMustFitTheContext) {
   EXPECT_EQ(std::count(ok.out.begin(), ok.out.end(), ','), 4) << ok.out;
 }
 
+TEST(Run, GeneratedTextContinuesThePrompt) {
+  // stories260K is SentencePiece: "Once" is followed by the piece "▁upon". The generated text keeps
+  // its leading space, so prompt + output reads "Once upon a time" (the text once dropped it).
+  Result r = run_ft("run --model " + stories() + " --threads 1 --prompt Once --max-tokens 3 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(" upon a time", 0), 0u) << r.out;
+}
+
 }  // namespace
 }  // namespace ft

@@ -117,6 +117,12 @@ TEST(Detokenizer, SentencePieceLeadingSpace) {
   EXPECT_EQ(raw.feed(ids[0]), "<s>");
   EXPECT_EQ(raw.feed(ids[1]), " Hello");
   EXPECT_EQ(v->decode(ids, false), "<s> Hello world");
+  // Generated tokens continue their prompt: "Once" + " upon", never "Onceupon".
+  Detokenizer gen(*v, /*skip_special=*/true, /*starts_text=*/false);
+  EXPECT_EQ(gen.feed(ids[1]), " Hello");
+  EXPECT_EQ(gen.feed(ids[2]), " world");
+  EXPECT_EQ(gen.flush(), "");
+  EXPECT_EQ(gen.feed(ids[1]), " Hello");  // flush keeps the kind of stream
 }
 
 TEST(Detokenizer, ByteLevelPieces) {
