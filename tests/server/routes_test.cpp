@@ -1,8 +1,14 @@
 // HTTP routes against an in-process server over the paged fake model: response shapes (OpenAI's chat,
 // chunk, completion, model, error bodies), SSE streaming, logprobs, stop strings, usage, every error
 // status, auth, overload, client disconnects, and random bodies that must never take the server down.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 
 #include "server/server_fixture.h"
@@ -146,6 +152,39 @@ TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
   }
   expect_error(get(c, "/v1/chat/completion"), 404);  // unknown paths stay 404
   expect_error(post(c, "/v1/embeddings", "{}"), 404);
+}
+
+/** Sends `request` verbatim on a fresh connection; returns what arrives within `seconds` (or until close). */
+std::string raw_exchange(int port, const std::string& request, int seconds) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "connect failed";
+  timeval tv{seconds, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::send(fd, request.data(), request.size(), 0);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    if (got.find("\r\n\r\n") != std::string::npos && got.find("}") != std::string::npos) break;
+  }
+  ::close(fd);
+  return got;
+}
+
+TEST(Routes, PostWithoutBodyIsAnsweredAtOnce) {
+  // No Content-Length and no Transfer-Encoding means no body (RFC 9112); the server once waited 30 s.
+  TestServer s;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string chat = raw_exchange(s.port(), "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 5);
+  EXPECT_EQ(chat.rfind("HTTP/1.1 400", 0), 0u) << chat;
+  const std::string models = raw_exchange(s.port(), "POST /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 5);
+  EXPECT_EQ(models.rfind("HTTP/1.1 405", 0), 0u) << models;
+  EXPECT_NE(models.find("Allow: GET, HEAD"), std::string::npos) << models;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4.0);
 }
 
 TEST(Routes, ChatNonStreamingMatchesTheModelAndCountsUsage) {
