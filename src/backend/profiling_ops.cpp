@@ -52,7 +52,7 @@ void ProfilingOps::copy(const Tensor& src, Tensor dst) {
 }
 void ProfilingOps::zero(Tensor t) { timed("zero", [&] { inner_->zero(t); }); }
 void ProfilingOps::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
-  timed("embedding", [&] { inner_->embedding(table, ids, out); });
+  timed(weight_key("embedding", table), [&] { inner_->embedding(table, ids, out); });  // also row gathers
 }
 void ProfilingOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
   timed(fmt::format("rms_norm [{}]", x.cols()), [&] { inner_->rms_norm(p, x, w, out); });

@@ -104,6 +104,11 @@ int64_t peak_host_rss() {
   return 0;
 }
 
+void reset_peak_host_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";  // resets VmHWM to the current RSS; silently nothing where unsupported
+}
+
 double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads) {
   if (bytes < 1) fail(ErrorCode::kInvalidArgument, "copy bandwidth probe: {} bytes", bytes);
   const int reps = 5;
@@ -174,7 +179,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   };
   sample_device();
   r.copy_bytes = o.copy_bytes > 0 ? o.copy_bytes : (cuda ? int64_t{1} << 30 : int64_t{256} << 20);
+  // The CPU probe's two buffers would dominate a small model's peak RSS: keep the peak before the
+  // probe, then restart the high-water mark after it (Linux: "5" > /proc/self/clear_refs).
+  const int64_t rss_before_probe = peak_host_rss();
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
+  reset_peak_host_rss();
 
   RouteCounter routes(engine);
   PagePool& pool = engine.kv().pool();
@@ -244,16 +253,18 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     reserve(tables, B, N + G + o.route_sample_steps + 1);
     std::vector<std::vector<int32_t>> prompts;
     for (int32_t b = 0; b < B; ++b) prompts.push_back(random_ids(N));
+    auto* profiler = dynamic_cast<ProfilingOps*>(&ops);
+    if (profiler) profiler->reset();
     ops.synchronize();
     auto t0 = Clock::now();
     prefill(tables, prompts);
     ops.synchronize();
     res.prefill_seconds = seconds_since(t0);
+    if (profiler) res.prefill_profile = profiler->rows();
     res.prefill_tokens = B * N;
     sample_device();
     // 3. timed decode.
     const int64_t replays_before = engine.graph_replays();
-    auto* profiler = dynamic_cast<ProfilingOps*>(&ops);
     if (profiler) profiler->reset();
     t0 = Clock::now();
     decode(tables, N, G);
@@ -290,7 +301,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
                  res.prefill_tokens_per_s(), res.decode_tokens_per_s(), res.ms_per_step());
     r.batches.push_back(res);
   }
-  r.peak_host_rss = peak_host_rss();
+  r.peak_host_rss = std::max(rss_before_probe, peak_host_rss());
+  r.profiled = dynamic_cast<ProfilingOps*>(&ops) != nullptr;
   if (!cuda) {
     r.device_memory_note = "CPU backend: weights, KV and buffers are host memory (in peak_host_rss)";
   } else if (o.device_free_before >= 0) {
@@ -328,6 +340,12 @@ nlohmann::json bench_json(const BenchReport& r) {
         prof.push_back({{"op", p.key}, {"calls_per_step", p.calls / n}, {"us_per_step", 1e6 * p.seconds / n}});
       results.back()["decode_profile"] = prof;
     }
+    if (!b.prefill_profile.empty()) {
+      nlohmann::json prof = nlohmann::json::array();
+      for (const OpProfileRow& p : b.prefill_profile)
+        prof.push_back({{"op", p.key}, {"calls", p.calls}, {"us", 1e6 * p.seconds}});
+      results.back()["prefill_profile"] = prof;
+    }
   }
   return {{"model", r.model},
           {"arch", r.arch},
@@ -345,6 +363,7 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"copy_bandwidth_gbs", r.copy_bandwidth / 1e9},
           {"copy_bytes", r.copy_bytes},
           {"peak_host_rss_bytes", r.peak_host_rss},
+          {"profiled", r.profiled},
           {"device_memory_bytes", r.device_memory >= 0 ? nlohmann::json(r.device_memory) : nlohmann::json(nullptr)},
           {"device_memory_note", r.device_memory_note},
           {"results", results}};
@@ -365,7 +384,10 @@ std::string bench_table(const BenchReport& r) {
                    r.weight_type, gib(r.dense_bytes), gib(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));
-  s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n\n", r.prompt_tokens, r.gen_tokens);
+  s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n", r.prompt_tokens, r.gen_tokens);
+  if (r.profiled)
+    s += "profiled every op ran between synchronisations and eagerly: the rates below are slower than a plain run\n";
+  s += "\n";
   s += fmt::format("{:>6} {:>14} {:>13} {:>9} {:>15} {:>12} {:>10} {:>9}\n", "batch", "prefill tok/s", "decode tok/s",
                    "ms/step", "experts/layer", "MB/step", "GB/s", "% copy");
   for (const BenchBatch& b : r.batches) {
@@ -377,6 +399,11 @@ std::string bench_table(const BenchReport& r) {
                      r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
   }
   for (const BenchBatch& b : r.batches) {
+    if (!b.prefill_profile.empty()) {
+      s += fmt::format("\nprefill profile, batch {} (whole timed prefill):\n", b.batch);
+      for (const OpProfileRow& p : b.prefill_profile)
+        s += fmt::format("  {:<40} {:>7} calls {:>10.1f} us\n", p.key, p.calls, 1e6 * p.seconds);
+    }
     if (b.decode_profile.empty() || b.decode_steps <= 0) continue;
     const double n = static_cast<double>(b.decode_steps);
     s += fmt::format("\ndecode profile, batch {} (per step; each op timed between synchronisations):\n", b.batch);

@@ -58,6 +58,7 @@ struct BenchBatch {
   /** Per-op time of the timed decode steps when the engine's backend is a ProfilingOps (--profile-ops;
    *  steps then run eagerly, each op bracketed by synchronisations), by total time. */
   std::vector<OpProfileRow> decode_profile;
+  std::vector<OpProfileRow> prefill_profile;  // the same for the timed prefill
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? static_cast<double>(batch) * decode_steps / decode_seconds : 0;
@@ -87,6 +88,7 @@ struct BenchReport {
   std::vector<BenchBatch> batches;
   int64_t peak_host_rss = 0;            // bytes (VmHWM)
   int64_t device_memory = -1;           // bytes used on the device, -1 unknown
+  bool profiled = false;                // --profile-ops: every op ran between synchronisations (slower)
   std::string device_memory_note;
 };
 
@@ -108,13 +110,16 @@ double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads);
 /** Peak resident set of this process in bytes (VmHWM of /proc/self/status; 0 when unknown). */
 int64_t peak_host_rss();
 
+/** Restarts the peak at the current resident set (Linux /proc/self/clear_refs "5"; no-op elsewhere). */
+void reset_peak_host_rss();
+
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
  *  n_expert, n_expert_used, weight_bytes, dense_bytes, routed_expert_bytes, prompt_tokens,
- *  gen_tokens, copy_bandwidth_gbs, copy_bytes, peak_host_rss_bytes, device_memory_bytes (null when
+ *  gen_tokens, copy_bandwidth_gbs, copy_bytes, peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, decode_profile: [{op, calls_per_step,
- *  us_per_step}] (only when profiled)}]. GB = 1e9 bytes. */
+ *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);
 
 /** The report as a human-readable table (several lines, ending in a newline). */
