@@ -60,16 +60,16 @@ __global__ void moe_combine_kernel(const int32_t* ids, const float* w, int64_t T
   }
 }
 
-/** xs[r] = x[order[r] / k] for r < n_valid; inv[order[r]] = r for every r. */
-template <typename T>
+/** xs[r] = x[order[r] / k] for r < n_valid (converted to U); inv[order[r]] = r for every r. */
+template <typename T, typename U>
 __global__ void moe_gather_kernel(const T* x, int64_t H, int k, const int32_t* order, int64_t P, int64_t n_valid,
-                                  T* xs, int32_t* inv) {
+                                  U* xs, int32_t* inv) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < P * H;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / H, d = i % H;
     const int32_t pair = order[r];
     if (d == 0) inv[pair] = static_cast<int32_t>(r);
-    if (r < n_valid) xs[i] = x[(pair / k) * H + d];
+    if (r < n_valid) xs[i] = from_f<U>(to_f(x[(pair / k) * H + d]));
   }
 }
 
@@ -144,7 +144,8 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
   const bool decode = T <= cuda::kDecodeMaxTokens;
   const bool glu = bs.gate == bs.up;
   // Intermediates (gathered rows, h = silu(gate) * up) keep the activation dtype: F32 activations
-  // stay exact up to the weights (router decisions downstream depend on it); y is always F32.
+  // stay exact up to the weights (router decisions downstream depend on it); y is always F32. The
+  // grouped prefill GEMM rounds its inputs to bf16 anyway, so its intermediates are stored in bf16.
   const DType mid = x.dtype;
   const int64_t es = mid == DType::F32 ? 4 : 2;
   cuda::Carver c;
@@ -208,22 +209,29 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     cuda::moe_sort_pairs(ids.ptr<int32_t>(), P, E, base + o_sort, order, offsets, stream_);
     const std::vector<int32_t> off(offsets, offsets + E + 1);  // pinned buffer may be reused below
     const int64_t n_valid = off[static_cast<size_t>(E)];
+    // The grouped GEMM multiplies bf16 by bf16, so its gathered rows and h are stored in bf16 (the same
+    // rounding it would apply on load; half the bytes of the F32 copies it re-reads per column tile).
+    const bool grouped = cuda::grouped_gemm_supports(bs.gate, H) && cuda::grouped_gemm_supports(bs.down, F) &&
+                         (glu || cuda::grouped_gemm_supports(bs.up, H));
     const unsigned gather_grid = cuda::grid_1d(P * H, 256);
     FT_DISPATCH_ACT("moe_experts", "x", x.dtype, {
-      cuda::moe_gather_kernel<T><<<gather_grid, 256, 0, stream_>>>(x.ptr<T>(), H, static_cast<int>(k), order, P,
-                                                                   n_valid, reinterpret_cast<T*>(xs), inv);
+      if (grouped)
+        cuda::moe_gather_kernel<T, cuda::bf16><<<gather_grid, 256, 0, stream_>>>(
+            x.ptr<T>(), H, static_cast<int>(k), order, P, n_valid, reinterpret_cast<cuda::bf16*>(xs), inv);
+      else
+        cuda::moe_gather_kernel<T, T><<<gather_grid, 256, 0, stream_>>>(x.ptr<T>(), H, static_cast<int>(k), order, P,
+                                                                        n_valid, reinterpret_cast<T*>(xs), inv);
     });
     FT_CUDA_LAUNCH_CHECK();
-    if (n_valid > 0 && cuda::grouped_gemm_supports(bs.gate, H) && cuda::grouped_gemm_supports(bs.down, F) &&
-        (glu || cuda::grouped_gemm_supports(bs.up, H))) {
+    if (n_valid > 0 && grouped) {
       // One launch per matrix kind over all experts (gate and up fused with SwiGLU when they share a dtype).
       const int32_t* d_off = cuda::moe_sort_device_offsets(base + o_sort, P);
       auto* tiles = reinterpret_cast<int32_t*>(base + o_tiles);
       cuda::launch_tile_prefix(d_off, E, tiles, stream_);
       cuda::GroupedGemmArgs g;
-      g.x = xs, g.x_f32 = mid == DType::F32, g.K = H, g.N = F;
+      g.x = xs, g.x_f32 = false, g.K = H, g.N = F;
       g.table = expert_table(bank), g.offsets = d_off, g.tile_start = tiles, g.E = E;
-      g.y = h, g.y_f32 = mid == DType::F32, g.ldy = F;
+      g.y = h, g.y_f32 = false, g.ldy = F;
       g.row_bytes = bank.gate[0].row_bytes(), g.row_bytes_b = bank.up[0].row_bytes();
       if (glu) {
         g.glu = true, g.col_a = 0, g.col_b = 1;
@@ -233,10 +241,10 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
         cuda::launch_grouped_gemm(bs.gate, g, n_valid, stream_);
         g.col_a = 1, g.y = u, g.row_bytes = bank.up[0].row_bytes();
         cuda::launch_grouped_gemm(bs.up, g, n_valid, stream_);
-        cuda::launch_swiglu_inplace(h, u, mid, n_valid * F, stream_);
+        cuda::launch_swiglu_inplace(h, u, DType::BF16, n_valid * F, stream_);
       }
       cuda::GroupedGemmArgs d = g;
-      d.glu = false, d.x = h, d.K = F, d.N = H, d.col_a = 2, d.row_bytes = bank.down[0].row_bytes();
+      d.glu = false, d.x = h, d.x_f32 = false, d.K = F, d.N = H, d.col_a = 2, d.row_bytes = bank.down[0].row_bytes();
       d.y = y, d.y_f32 = true, d.ldy = H;
       cuda::launch_grouped_gemm(bs.down, d, n_valid, stream_);
     } else {
