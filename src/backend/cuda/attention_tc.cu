@@ -7,7 +7,8 @@
 // A block has 8 warps; each warp owns 16 tokens x one query head. The block's warps take HW query
 // heads of one kv head (HW = 4, 2 or 1, dividing the group) x 8 / HW token tiles, so every key tile
 // gathered into shared memory serves 8 warps. Key tiles of 64 are read from the pages (16-byte
-// loads), rounded to bf16 (K row-major, V transposed); S = Q K^T and O += P V are mma.sync
+// loads), rounded to bf16 into row-major K and V tiles (V's B fragments come transposed from
+// ldmatrix .trans); S = Q K^T and O += P V are mma.sync
 // m16n8k16 bf16 products with fp32 accumulation (PTX ISA fragment layouts), S and O stay in
 // registers, P is re-packed from the S accumulators as the next A operand. Tokens of different
 // sequences in one block are handled as consecutive runs (rows outside the run are masked).
@@ -28,9 +29,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
 __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs a, int hw) {
-  constexpr int KS = D + 8, VS = kKeys + 8;  // padded strides (bf16 elements): conflict-free fragment loads
+  constexpr int KS = D + 8;  // padded row stride (bf16 elements): conflict-free fragment loads
   __shared__ __align__(16) bf16 k_s[kKeys * KS];
-  __shared__ __align__(16) bf16 vt_s[D * VS];
+  __shared__ __align__(16) bf16 v_s[kKeys * KS];
   __shared__ int64_t key_off[kKeys];
   __shared__ int row_seq[kRowsTc], row_pos[kRowsTc];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
@@ -116,8 +117,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
           }
         }
         *reinterpret_cast<uint2*>(k_s + key * KS + d) = make_uint2(pack_bf16(kv[0], kv[1]), pack_bf16(kv[2], kv[3]));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) vt_s[(d + i) * VS + key] = __float2bfloat16_rn(vv[i]);
+        *reinterpret_cast<uint2*>(v_s + key * KS + d) = make_uint2(pack_bf16(vv[0], vv[1]), pack_bf16(vv[2], vv[3]));
       }
       __syncthreads();
 
@@ -175,11 +175,12 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
                                 pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
-          const bf16* vr = vt_s + (n * 8 + gid) * VS + kk * 16 + tig * 2;
-          mma_bf16_16816(o[n], pa, *reinterpret_cast<const uint32_t*>(vr), *reinterpret_cast<const uint32_t*>(vr + 8));
+          uint32_t b0, b1;  // V rows kk*16 .. +15 (keys), columns n*8 .. +7 (dims), transposed on load
+          ldmatrix_x2_trans(b0, b1, v_s + (kk * 16 + (lane & 15)) * KS + n * 8);
+          mma_bf16_16816(o[n], pa, b0, b1);
         }
       }
-      __syncthreads();  // k_s / vt_s are refilled next
+      __syncthreads();  // k_s / v_s are refilled next
     }
     run_begin = run_end;
   }

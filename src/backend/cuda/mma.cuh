@@ -25,4 +25,12 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/** Two 8x8 b16 matrices from shared memory, transposed (ldmatrix .trans): lanes 0-7 give the row
+ *  addresses of the first, lanes 8-15 of the second (16-byte aligned rows). With rows = k and
+ *  columns = n of a row-major [k][n] tile, r0 / r1 are the B fragment of mma.m16n8k16 for k 0-7 / 8-15. */
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const void* row) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
+}
+
 }  // namespace ft::cuda
