@@ -133,7 +133,7 @@ int run(const RunArgs& a) {
   req.stop_at_eos = !a.ignore_eos;
   req.prompt_logits = !a.logits_out.empty();
   const bool text = vocab && !a.print_ids;
-  std::unique_ptr<Detokenizer> detok = text ? std::make_unique<Detokenizer>(*vocab, /*skip_special=*/true, /*starts_text=*/false) : nullptr;
+  std::unique_ptr<Detokenizer> detok = text ? std::make_unique<Detokenizer>(*vocab, /*skip_special=*/true, !prompt_has_text(*vocab, prompt)) : nullptr;
   bool first = true;
   req.on_token = [&](int32_t id) {
     const std::string piece = text ? detok->feed(id) : (first ? "" : ",") + std::to_string(id);

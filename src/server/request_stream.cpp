@@ -2,8 +2,8 @@
 
 namespace ft::server {
 
-RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs)
-    : detok_(vocab, /*skip_special=*/true, /*starts_text=*/false), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
+RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text)
+    : detok_(vocab, /*skip_special=*/true, starts_text), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
 
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;

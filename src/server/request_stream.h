@@ -33,8 +33,9 @@ struct StreamUpdate {
 
 class RequestStream : public TokenSink {
  public:
-  /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability. */
-  RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs);
+  /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability.
+   *  `starts_text`: the prompt has no text (prompt_has_text), so the first piece's leading space goes. */
+  RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text);
 
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;

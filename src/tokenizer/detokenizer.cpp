@@ -4,6 +4,15 @@
 
 namespace ft {
 
+bool prompt_has_text(const Vocab& vocab, std::span<const int32_t> prompt) {
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= vocab.n_tokens()) continue;
+    if (vocab.token(id).attr & (token_attr::kControl | token_attr::kUnknown | token_attr::kUnused)) continue;
+    if (!vocab.piece(id).empty()) return true;
+  }
+  return false;
+}
+
 std::string Detokenizer::feed(int32_t id) {
   const TokenData& t = vocab_->token(id);  // range check before any state change
   std::string out;

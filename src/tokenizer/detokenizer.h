@@ -4,13 +4,19 @@
 // character (byte-fallback or byte-level tokens) are held back until the character completes, and
 // a sequence that cannot complete becomes U+FFFD exactly where decode puts it. The first piece's
 // leading space is dropped for vocabularies that strip it (SentencePiece "▁Hello" -> "Hello") when
-// the ids start a text; generated ids continue their prompt, so they keep it ("Once" + " upon").
+// the ids start a text; generated ids that continue a prompt keep it ("Once" + " upon"), those after
+// a BOS-only prompt start the text ("Once upon a time").
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "tokenizer/vocab.h"
 
 namespace ft {
+
+/** True when `prompt` holds text (a token decode shows; control tokens such as BOS do not): tokens
+ *  generated after it continue that text, so their Detokenizer takes starts_text = false. */
+bool prompt_has_text(const Vocab& vocab, std::span<const int32_t> prompt);
 
 class Detokenizer {
  public:

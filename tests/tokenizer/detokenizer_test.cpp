@@ -123,6 +123,10 @@ TEST(Detokenizer, SentencePieceLeadingSpace) {
   EXPECT_EQ(gen.feed(ids[2]), " world");
   EXPECT_EQ(gen.flush(), "");
   EXPECT_EQ(gen.feed(ids[1]), " Hello");  // flush keeps the kind of stream
+  // Which kind a generation is: a BOS-only prompt has no text (the output starts it), "Hello" has.
+  EXPECT_FALSE(prompt_has_text(*v, std::vector<int32_t>{ids[0]}));
+  EXPECT_FALSE(prompt_has_text(*v, std::vector<int32_t>{}));
+  EXPECT_TRUE(prompt_has_text(*v, std::vector<int32_t>{ids[0], ids[1]}));
 }
 
 TEST(Detokenizer, ByteLevelPieces) {
