@@ -181,6 +181,12 @@ class Ops {
    *  n_rot dims are rotated per `p.mode` by angle positions[t] * inv_freq[i]; the rest are kept. */
   virtual void rope(const RopeParams& p, Tensor x, const Tensor& positions) = 0;
 
+  /** Per-head RMSNorm (QK-norm: weight w [head_dim]) then rotary embedding, in place: x [T, n_heads *
+   *  head_dim]. The default runs rms_norm on x viewed as [T * n_heads, head_dim], then rope; a backend
+   *  may fuse them (CUDA: one kernel, the normalised head never leaves registers). */
+  virtual void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
+                         const Tensor& positions);
+
   /** y = x W^T (+ bias): x [T, K] activations, w [N, K] any weight dtype (K a whole number of
    *  blocks), bias [N] F32/F16/BF16 or empty, y [T, N] activation dtype. fp32 accumulation. y must
    *  not alias x. */

@@ -60,6 +60,10 @@ void ProfilingOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tenso
 void ProfilingOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
   timed("rope", [&] { inner_->rope(p, x, positions); });
 }
+void ProfilingOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
+                             const Tensor& positions) {
+  timed("norm_rope", [&] { inner_->norm_rope(np, w, p, x, positions); });
+}
 void ProfilingOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) {
   timed(weight_key("matmul", w), [&] { inner_->matmul(x, w, y, bias); });
 }

@@ -45,24 +45,25 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
                      const Tensor& h, Tensor out) {
   Ops& ops = ctx.ops;
   ForwardState& s = ctx.state;
-  const int64_t T = h.rows(), hd = spec.attn.head_dim;
+  const int64_t T = h.rows();
   Tensor q = s.q.slice(0, T), k = s.k.slice(0, T), v = s.v.slice(0, T), attn = s.attn.slice(0, T);
-  ops.matmul(h, w.wq, q, w.bq);  // [T, n_head * hd]
-  ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * hd]
-  ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * hd]
-  if (spec.qk_norm == QkNorm::kPerHead) {
-    Tensor qh = q.reshape({T * spec.attn.n_head, hd}), kh = k.reshape({T * spec.attn.n_head_kv, hd});
-    ops.rms_norm(spec.qk_norm_params, qh, w.q_norm, qh);
-    ops.rms_norm(spec.qk_norm_params, kh, w.k_norm, kh);
-  } else if (spec.qk_norm == QkNorm::kFull) {
-    ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
-    ops.rms_norm(spec.qk_norm_params, k, w.k_norm, k);
+  ops.matmul(h, w.wq, q, w.bq);  // [T, n_head * head_dim]
+  ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * head_dim]
+  ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
+  if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm then RoPE (one kernel on CUDA)
+    ops.norm_rope(spec.qk_norm_params, w.q_norm, spec.rope, q, ctx.batch.positions);
+    ops.norm_rope(spec.qk_norm_params, w.k_norm, spec.rope, k, ctx.batch.positions);
+  } else {
+    if (spec.qk_norm == QkNorm::kFull) {
+      ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
+      ops.rms_norm(spec.qk_norm_params, k, w.k_norm, k);
+    }
+    ops.rope(spec.rope, q, ctx.batch.positions);
+    ops.rope(spec.rope, k, ctx.batch.positions);
   }
-  ops.rope(spec.rope, q, ctx.batch.positions);
-  ops.rope(spec.rope, k, ctx.batch.positions);
   const KvLayer kv = ctx.kv.layer(static_cast<int32_t>(l));
   ops.kv_write(ctx.batch, k, v, kv);
-  ops.attention(spec.attn, ctx.batch, q, kv, attn);  // [T, n_head * hd]
+  ops.attention(spec.attn, ctx.batch, q, kv, attn);  // [T, n_head * head_dim]
   ctx.dump_if("kqv_out", l, attn);
   ops.matmul(attn, w.wo, out, Tensor());  // [T, H]
 }

@@ -139,6 +139,48 @@ TEST_F(CudaElementwise, RopeModesAndPartialRotation) {
   }
 }
 
+TEST_F(CudaElementwise, NormRopeFusedMatchesNormThenRope) {
+  // The fused QK-norm + RoPE kernel against the CPU's rms_norm then rope (Ops' default norm_rope),
+  // F32 (exact up to the angle math) and BF16 activations, both modes, partial rotation.
+  struct Case {
+    RopeMode mode;
+    int64_t T, n_head, head_dim, n_rot;
+    DType act;
+  };
+  const Case cases[] = {{RopeMode::kNeox, 7, 32, 128, 128, DType::F32},
+                        {RopeMode::kNeox, 3, 4, 128, 64, DType::BF16},
+                        {RopeMode::kNormal, 5, 4, 64, 64, DType::F32},
+                        {RopeMode::kNormal, 9, 2, 96, 32, DType::BF16},
+                        {RopeMode::kNeox, 2, 2, 256, 256, DType::F32}};
+  uint32_t seed = 250;
+  for (const Case& c : cases) {
+    const int64_t W = c.n_head * c.head_dim;
+    const auto x = rand_bf16(static_cast<size_t>(c.T * W), seed++, -3.0f, 3.0f);
+    const auto w = rand_bf16(static_cast<size_t>(c.head_dim), seed++, 0.5f, 1.5f);
+    std::vector<int32_t> pos(static_cast<size_t>(c.T));
+    for (int64_t t = 0; t < c.T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(5 * t + (t % 2) * 700);
+    std::vector<float> inv(static_cast<size_t>(c.n_rot / 2));
+    for (size_t i = 0; i < inv.size(); ++i)
+      inv[i] = std::pow(1000000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.n_rot));
+    RopeParams p;
+    p.mode = c.mode, p.head_dim = static_cast<int32_t>(c.head_dim), p.n_rot = static_cast<int32_t>(c.n_rot);
+    p.attn_factor = 1.0f;
+    const RmsNormParams np{1e-6f, 0.0f};
+    std::vector<float> ref = x;
+    p.inv_freq = arena().host_f32(inv, {c.n_rot / 2});
+    cpu().norm_rope(np, arena().host_f32(w, {c.head_dim}), p, Tensor(ref.data(), DType::F32, {c.T, W}),
+                    arena().host_i32(pos, {c.T}));
+    p.inv_freq = arena().dev_from(inv, DType::F32, {c.n_rot / 2});
+    Tensor dx = arena().dev_from(x, c.act, {c.T, W});
+    gpu().norm_rope(np, arena().dev_from(w, DType::F32, {c.head_dim}), p, dx, arena().dev_i32(pos, {c.T}));
+    const double e = compare(dx, ref);
+    report("norm_rope", std::string(c.mode == RopeMode::kNeox ? "neox" : "normal") + " hd=" +
+                            std::to_string(c.head_dim) + " rot=" + std::to_string(c.n_rot) + " " + dtype_name(c.act),
+           e);
+    EXPECT_LE(e, c.act == DType::F32 ? 1e-5 : kTol);
+  }
+}
+
 TEST_F(CudaElementwise, EmbeddingAnyTableDtype) {
   const int64_t V = 50, H = 256;
   const std::vector<int32_t> ids = {0, 49, 7, 7, 23, 1};

@@ -51,6 +51,8 @@ class CudaOps final : public Ops {
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
   void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
+  void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
+                 const Tensor& positions) override;
   void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
