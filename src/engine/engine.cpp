@@ -251,9 +251,8 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
   try {
     GraphStep* g = &gs;
     gs.graph = ops_->capture([this, g] { forward(g->batch, g->ids, g->rows, g->logits); });
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnsupported) throw;
-    spdlog::warn("engine: decode batch size {} runs eagerly: {}", b, e.what());
+  } catch (const Error& e) {  // this step's result came from the eager run; later ones stay eager
+    spdlog::warn("engine: decode batch size {} runs eagerly (graph recording failed: {})", b, e.what());
     gs.failed = true;
   }
 }

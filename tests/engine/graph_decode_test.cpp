@@ -30,6 +30,20 @@ class ReplayOps final : public CpuOps {
   int* captures_;
 };
 
+/** CPU backend that claims graphs but whose every recording fails (as a CUDA capture can). */
+class FailingGraphOps final : public CpuOps {
+ public:
+  explicit FailingGraphOps(int* attempts) : CpuOps(1), attempts_(attempts) {}
+  bool supports_graphs() const override { return true; }
+  std::unique_ptr<StepGraph> capture(const std::function<void()>&) override {
+    ++*attempts_;
+    fail(ErrorCode::kInternal, "recording failed (test)");
+  }
+
+ private:
+  int* attempts_;
+};
+
 EngineOptions graph_options(int32_t max_bs) {
   EngineOptions o = small_engine_options();
   o.cuda_graph_max_bs = max_bs;
@@ -92,6 +106,23 @@ TEST(GraphDecode, CpuExpertsKeepDecodeEager) {
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->total.hits, b->total.hits);
   EXPECT_EQ(a->total.misses, b->total.misses);
+}
+
+TEST(GraphDecode, FailedRecordingFallsBackToEagerOnce) {
+  // A recording that fails leaves that step's eager result in place and the batch size eager from
+  // then on: same tokens and logits as an engine without graphs, one attempt per batch size.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3";
+  int attempts = 0;
+  Engine failing(open_checkpoint(dir), std::make_unique<FailingGraphOps>(&attempts), graph_options(4));
+  Engine eager(open_checkpoint(dir), std::make_unique<CpuOps>(1), graph_options(4));
+  const auto reqs = graph_decode_requests(read_reference(dir));
+  const auto f = generate(failing, reqs), e = generate(eager, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(f[i].tokens, e[i].tokens);
+    EXPECT_TRUE(same_bits(f[i].step_logits, e[i].step_logits));
+  }
+  EXPECT_EQ(attempts, 3);  // batch sizes 4, 2, 1: once each
+  EXPECT_EQ(failing.graph_replays(), 0);
 }
 
 TEST(KvCacheDtype, CpuKeepsF32) {
