@@ -105,6 +105,28 @@ TEST_F(CudaElementwise, RmsNorm) {
   }
 }
 
+/** Positions step * t, odd tokens shifted by `jump` (so neighbours are far apart). */
+std::vector<int32_t> rope_positions(int64_t T, int32_t step, int32_t jump) {
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(step * t + (t % 2) * jump);
+  return pos;
+}
+
+/** The standard RoPE table: inv_freq[i] = theta^(-2i / n_rot), i < n_rot / 2. */
+std::vector<float> rope_inv_freq(int64_t n_rot, float theta) {
+  std::vector<float> inv(static_cast<size_t>(n_rot / 2));
+  for (size_t i = 0; i < inv.size(); ++i)
+    inv[i] = std::pow(theta, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+  return inv;
+}
+
+RopeParams rope_params(RopeMode mode, int64_t head_dim, int64_t n_rot) {
+  RopeParams p;
+  p.mode = mode, p.head_dim = static_cast<int32_t>(head_dim), p.n_rot = static_cast<int32_t>(n_rot);
+  p.attn_factor = 1.0f;
+  return p;
+}
+
 TEST_F(CudaElementwise, RopeModesAndPartialRotation) {
   struct Case {
     RopeMode mode;
@@ -118,14 +140,9 @@ TEST_F(CudaElementwise, RopeModesAndPartialRotation) {
   for (const Case& c : cases) {
     const int64_t W = c.n_head * c.head_dim;
     const auto x = rand_bf16(static_cast<size_t>(c.T * W), seed++);
-    std::vector<int32_t> pos(static_cast<size_t>(c.T));
-    for (int64_t t = 0; t < c.T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(3 * t + (t % 2) * 1000);
-    std::vector<float> inv(static_cast<size_t>(c.n_rot / 2));
-    for (size_t i = 0; i < inv.size(); ++i)
-      inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.n_rot));
-    RopeParams p;
-    p.mode = c.mode, p.head_dim = static_cast<int32_t>(c.head_dim), p.n_rot = static_cast<int32_t>(c.n_rot);
-    p.attn_factor = 1.0f;
+    const std::vector<int32_t> pos = rope_positions(c.T, 3, 1000);
+    const std::vector<float> inv = rope_inv_freq(c.n_rot, 10000.0f);
+    RopeParams p = rope_params(c.mode, c.head_dim, c.n_rot);
     std::vector<float> ref = x;
     p.inv_freq = arena().host_f32(inv, {c.n_rot / 2});
     cpu().rope(p, Tensor(ref.data(), DType::F32, {c.T, W}), arena().host_i32(pos, {c.T}));
@@ -157,14 +174,9 @@ TEST_F(CudaElementwise, NormRopeFusedMatchesNormThenRope) {
     const int64_t W = c.n_head * c.head_dim;
     const auto x = rand_bf16(static_cast<size_t>(c.T * W), seed++, -3.0f, 3.0f);
     const auto w = rand_bf16(static_cast<size_t>(c.head_dim), seed++, 0.5f, 1.5f);
-    std::vector<int32_t> pos(static_cast<size_t>(c.T));
-    for (int64_t t = 0; t < c.T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(5 * t + (t % 2) * 700);
-    std::vector<float> inv(static_cast<size_t>(c.n_rot / 2));
-    for (size_t i = 0; i < inv.size(); ++i)
-      inv[i] = std::pow(1000000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.n_rot));
-    RopeParams p;
-    p.mode = c.mode, p.head_dim = static_cast<int32_t>(c.head_dim), p.n_rot = static_cast<int32_t>(c.n_rot);
-    p.attn_factor = 1.0f;
+    const std::vector<int32_t> pos = rope_positions(c.T, 5, 700);
+    const std::vector<float> inv = rope_inv_freq(c.n_rot, 1000000.0f);
+    RopeParams p = rope_params(c.mode, c.head_dim, c.n_rot);
     const RmsNormParams np{1e-6f, 0.0f};
     std::vector<float> ref = x;
     p.inv_freq = arena().host_f32(inv, {c.n_rot / 2});
