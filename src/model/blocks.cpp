@@ -24,9 +24,16 @@ AttentionSpec attention_spec(const ModelConfig& c, const Tensor& inv_freq, float
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t l) {
   const int64_t H = c.n_embd, qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
   AttentionWeights w;
-  w.wq = ld.get(layer_weight(l, "attn_q", "self_attn.q_proj"), {qd, H});
-  w.wk = ld.get(layer_weight(l, "attn_k", "self_attn.k_proj"), {kvd, H});
-  w.wv = ld.get(layer_weight(l, "attn_v", "self_attn.v_proj"), {kvd, H});
+  const WeightName nq = layer_weight(l, "attn_q", "self_attn.q_proj"), nk = layer_weight(l, "attn_k", "self_attn.k_proj"),
+                   nv = layer_weight(l, "attn_v", "self_attn.v_proj");
+  if (!c.attn_bias) w.wqkv = ld.get_stacked({nq, nk, nv}, {qd, kvd, kvd}, H);
+  if (!w.wqkv.empty()) {
+    w.wq = w.wqkv.slice(0, qd), w.wk = w.wqkv.slice(qd, kvd), w.wv = w.wqkv.slice(qd + kvd, kvd);
+  } else {
+    w.wq = ld.get(nq, {qd, H});
+    w.wk = ld.get(nk, {kvd, H});
+    w.wv = ld.get(nv, {kvd, H});
+  }
   w.wo = ld.get(layer_weight(l, "attn_output", "self_attn.o_proj"), {H, qd});
   if (c.attn_bias) {
     w.bq = ld.get(layer_weight(l, "attn_q", "self_attn.q_proj", "bias"), {qd}, WeightKind::kVector);
@@ -47,9 +54,18 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
   ForwardState& s = ctx.state;
   const int64_t T = h.rows();
   Tensor q = s.q.slice(0, T), k = s.k.slice(0, T), v = s.v.slice(0, T), attn = s.attn.slice(0, T);
-  ops.matmul(h, w.wq, q, w.bq);  // [T, n_head * head_dim]
-  ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * head_dim]
-  ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
+  if (T == 1 && !w.wqkv.empty()) {  // one token: q, k, v are consecutive pieces of one output row
+    const int64_t qd = w.wq.dim(0), kvd = w.wk.dim(0);
+    Tensor qkv = s.qkv.slice(0, 1);  // [1, qd + 2 kvd]
+    ops.matmul(h, w.wqkv, qkv, Tensor());
+    q = qkv.reshape({qd + 2 * kvd}).slice(0, qd).reshape({1, qd});
+    k = qkv.reshape({qd + 2 * kvd}).slice(qd, kvd).reshape({1, kvd});
+    v = qkv.reshape({qd + 2 * kvd}).slice(qd + kvd, kvd).reshape({1, kvd});
+  } else {
+    ops.matmul(h, w.wq, q, w.bq);  // [T, n_head * head_dim]
+    ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * head_dim]
+    ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
+  }
   if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm then RoPE (one kernel on CUDA)
     ops.norm_rope(spec.qk_norm_params, w.q_norm, spec.rope, q, ctx.batch.positions);
     ops.norm_rope(spec.qk_norm_params, w.k_norm, spec.rope, k, ctx.batch.positions);

@@ -16,6 +16,9 @@ namespace ft {
 // ---- attention ----
 
 struct AttentionWeights {
+  /** q, k, v stacked [(n_head + 2 n_kv) * hd, H] when they share a dtype and have no bias (one
+   *  matmul for a single-token forward); wq, wk, wv are then row views of it. Empty otherwise. */
+  Tensor wqkv;
   Tensor wq, wk, wv;      // [n_head * hd, H], [n_kv * hd, H], [n_kv * hd, H]
   Tensor wo;              // [H, n_head * hd]
   Tensor bq, bk, bv;      // optional biases [n_head * hd], [n_kv * hd], [n_kv * hd]

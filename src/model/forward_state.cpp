@@ -9,8 +9,8 @@ namespace ft {
 ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) : max_tokens(max_tokens_) {
   if (max_tokens < 1) fail(ErrorCode::kInvalidArgument, "forward state: max_tokens {} must be >= 1", max_tokens);
   const DType act = ops.activation_dtype();
-  auto make = [&](DType dt, int64_t cols) {
-    Tensor t(nullptr, dt, {max_tokens, std::max<int64_t>(cols, 1)}, ops.device());
+  auto make = [&](DType dt, int64_t cols, int64_t rows = 0) {
+    Tensor t(nullptr, dt, {rows > 0 ? rows : max_tokens, std::max<int64_t>(cols, 1)}, ops.device());
     storage.push_back(ops.alloc(t.bytes()));
     t.data = storage.back().data();
     return t;
@@ -20,6 +20,7 @@ ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) 
   x = make(act, H);
   h = make(act, H);
   q = make(act, qd);
+  qkv = make(act, qd + 2 * kvd, 1);
   k = make(act, kvd);
   v = make(act, kvd);
   attn = make(act, qd);

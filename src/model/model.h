@@ -27,6 +27,7 @@ struct ForwardState {
   Tensor x;          // [T, H] residual stream
   Tensor h;          // [T, H] normed input of a sub-block
   Tensor q;          // [T, n_head * head_dim]
+  Tensor qkv;        // [1, (n_head + 2 n_kv) * head_dim]: the fused QKV projection of a single token
   Tensor k;          // [T, n_head_kv * head_dim]
   Tensor v;          // [T, n_head_kv * head_dim]
   Tensor attn;       // [T, n_head * head_dim]

@@ -64,6 +64,27 @@ Tensor WeightLoader::get(const WeightName& n, std::initializer_list<int64_t> sha
   return t;
 }
 
+Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,
+                                 int64_t cols) {
+  std::vector<Tensor> parts;
+  int64_t total = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    parts.push_back(host(names[i], {rows[i], cols}));
+    if (parts.back().dtype != parts.front().dtype) return Tensor();
+    total += rows[i];
+  }
+  if (parts.empty()) return Tensor();
+  Tensor stacked(nullptr, parts.front().dtype, {total, cols}, ops_.device());
+  storage_.push_back(ops_.alloc(stacked.bytes()));
+  stacked.data = storage_.back().data();
+  int64_t r0 = 0;
+  for (const Tensor& p : parts) {
+    ops_.copy(p, stacked.slice(r0, p.rows()));
+    r0 += p.rows();
+  }
+  return stacked;
+}
+
 Tensor WeightLoader::get_optional(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   return has(n) ? get(n, shape, kind) : Tensor();
 }

@@ -40,6 +40,10 @@ class WeightLoader {
    *  [1, K]. Throws ft::Error(kNotFound) "missing tensor <name> (expected shape [..]) in <path>",
    *  kInvalidFile "tensor <name>: expected shape [..], found [..]" or "... dtype I32 is not ...". */
   Tensor get(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
+  /** Matrices of one dtype and row length stacked row-wise into one resident tensor [sum rows, cols]
+   *  (e.g. q, k, v for a fused QKV projection); an empty Tensor when their dtypes differ. Throws
+   *  what get() throws for a missing or misshapen tensor. */
+  Tensor get_stacked(const std::vector<WeightName>& names, const std::vector<int64_t>& rows, int64_t cols);
   /** Like get(), but an absent tensor gives an empty Tensor. */
   Tensor get_optional(const WeightName& n, std::initializer_list<int64_t> shape,
                       WeightKind kind = WeightKind::kMatrix);
