@@ -7,33 +7,12 @@
 #include <vector>
 
 #include "formats/gguf_writer.h"
+#include "tokenizer/byte_level.h"
 #include "util/error.h"
 
 namespace ft {
 
 namespace {
-
-/** GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to U+0100 upwards. */
-std::string byte_token(int b) {
-  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  int cp = b;
-  if (!printable) {
-    int n = 0;
-    for (int x = 0; x < b; ++x) {
-      const bool p = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
-      if (!p) ++n;
-    }
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 /** splitmix64 stream -> uniform values with standard deviation `std`. */
 struct Rng {
@@ -81,7 +60,7 @@ std::string demo_model_gguf(const DemoModelSpec& s) {
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   for (int b = 0; b < 256; ++b) {
-    tokens.push_back(byte_token(b));
+    tokens.push_back(byte_level_encode(std::string(1, static_cast<char>(b))));
     types.push_back(1);  // normal
   }
   for (const char* sp : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {

@@ -17,6 +17,7 @@
 #include "formats/gguf_writer.h"
 #include "moe/host_memory.h"
 #include "quant/quant.h"
+#include "tokenizer/byte_level.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -27,24 +28,6 @@ enum Kind : uint8_t { kOnes, kMatrix, kOutProj, kEmbedding, kRouter };
 
 constexpr int64_t kAlign = 256;              // tensor alignment inside the host buffer
 constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
-
-/** GPT-2's bytes_to_unicode(): printable bytes map to themselves, the others to U+0100 upwards. */
-std::string byte_token(int b) {
-  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF); };
-  int cp = b;
-  if (!printable(b)) {
-    cp = 256;
-    for (int x = 0; x < b; ++x) cp += printable(x) ? 0 : 1;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 /** MemAvailable from /proc/meminfo in bytes, or -1 when unknown. */
 int64_t mem_available() {
@@ -101,7 +84,7 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
   std::vector<int32_t> types;
   tokens.reserve(static_cast<size_t>(p.n_vocab));
   for (int b = 0; b < 256; ++b) {
-    tokens.push_back(byte_token(b));
+    tokens.push_back(byte_level_encode(std::string(1, static_cast<char>(b))));
     types.push_back(1);  // normal
   }
   for (int64_t i = 256; i < p.n_vocab - 3; ++i) {
