@@ -147,19 +147,6 @@ struct Strategy {
   int32_t cap;
 };
 
-MoePlan plan_for(const HostExpertBanks& host, Strategy st, int64_t slots) {
-  std::vector<int32_t> e;
-  for (const ExpertBank& b : host) e.push_back(b.n_expert());
-  GpuMemoryBudget budget;
-  budget.gpu_memory_limit = int64_t{1} << 40;
-  budget.slot_bytes = 1;
-  MoeOptions o;
-  o.strategy = st.s;
-  o.fetch_cap = st.cap;
-  o.cache = {CacheSizeMode::kSlots, slots, 0};
-  return plan_moe(o, e, budget);
-}
-
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   SyntheticExperts s;
   const int32_t E = 8, k = 2;
@@ -174,7 +161,7 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kHybrid, 1},
                       Strategy{MoeStrategy::kCpu, -1}}) {
     SCOPED_TRACE(moe_strategy_name(st.s));
-    OffloadedExperts off(*gpu_, s.banks, plan_for(s.banks, st, 2 * E), ro);
+    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), ro);
     std::mt19937 rng(5);
     for (int step = 0; step < 12; ++step) {
       const int64_t T = step % 4 == 3 ? maxT : 1 + step % 3;  // decode sizes and one prefill-sized batch
@@ -208,7 +195,7 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   s.add_layer(E, F, H, DType::BF16, DType::BF16, 7);
   MoeRuntimeOptions ro;
   ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 1;
-  const MoePlan plan = plan_for(s.banks, {MoeStrategy::kOffload, -1}, 2 * E);
+  const MoePlan plan = make_plan(s.banks, MoeStrategy::kOffload, 2 * E);
   OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
   Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k});
   Tensor ids[2] = {dev(DType::I32, {1, k}), dev(DType::I32, {1, k})};

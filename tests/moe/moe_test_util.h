@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/ops.h"
 #include "moe/expert_compute.h"
+#include "moe/moe_plan.h"
 #include "quant/quant.h"
 
 namespace ft::testing {
@@ -63,6 +65,22 @@ inline std::vector<int32_t> random_routes(int64_t T, int32_t k, int32_t E, doubl
     }
   }
   return ids;
+}
+
+/** A plan for layers with experts_per_layer, everything fitting (limit 1 TiB). */
+inline MoePlan make_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
+                         const std::string& cpu_layers = "") {
+  std::vector<int32_t> e;
+  for (const ExpertBank& b : host) e.push_back(b.n_expert());
+  GpuMemoryBudget budget;
+  budget.gpu_memory_limit = int64_t{1} << 40;
+  budget.slot_bytes = 1;
+  MoeOptions o;
+  o.strategy = s;
+  o.fetch_cap = cap;
+  o.cpu_layers = cpu_layers;
+  if (slots > 0) o.cache = {CacheSizeMode::kSlots, slots, 0};
+  return plan_moe(o, e, budget);
 }
 
 }  // namespace ft::testing

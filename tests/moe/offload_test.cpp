@@ -26,22 +26,6 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-/** A plan for layers with experts_per_layer, everything fitting (limit 1 TiB). */
-MoePlan make_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
-                  const std::string& cpu_layers = "") {
-  std::vector<int32_t> e;
-  for (const ExpertBank& b : host) e.push_back(b.n_expert());
-  GpuMemoryBudget budget;
-  budget.gpu_memory_limit = int64_t{1} << 40;
-  budget.slot_bytes = 1;
-  MoeOptions o;
-  o.strategy = s;
-  o.fetch_cap = cap;
-  o.cpu_layers = cpu_layers;
-  if (slots > 0) o.cache = {CacheSizeMode::kSlots, slots, 0};
-  return plan_moe(o, e, budget);
-}
-
 struct Variant {
   const char* name;
   MoeStrategy strategy;

@@ -27,8 +27,8 @@ struct Reply {
   std::string raw;
 };
 
-Reply post(httplib::Client& c, const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
-  auto r = c.Post(path.c_str(), h, body, "application/json");
+/** Status, raw body and parsed JSON of a client result (status 0 when the request failed). */
+Reply reply_of(const httplib::Result& r) {
   Reply out;
   if (!r) return out;
   out.status = r->status;
@@ -37,14 +37,12 @@ Reply post(httplib::Client& c, const std::string& path, const std::string& body,
   return out;
 }
 
+Reply post(httplib::Client& c, const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
+  return reply_of(c.Post(path.c_str(), h, body, "application/json"));
+}
+
 Reply get(httplib::Client& c, const std::string& path, const httplib::Headers& h = {}) {
-  auto r = c.Get(path.c_str(), h);
-  Reply out;
-  if (!r) return out;
-  out.status = r->status;
-  out.raw = r->body;
-  out.body = json::parse(r->body, nullptr, false);
-  return out;
+  return reply_of(c.Get(path.c_str(), h));
 }
 
 /** The "data: " payloads of an SSE body, in order. */
@@ -135,7 +133,7 @@ TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
   for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/completions/"}) {
     auto r = c.Get(path);
     ASSERT_TRUE(r) << path;
-    Reply rep{r->status, json::parse(r->body, nullptr, false), r->body};
+    const Reply rep = reply_of(r);
     expect_error(rep, 405, "method_not_allowed");
     EXPECT_EQ(r->get_header_value("Allow"), "POST") << path;
     EXPECT_NE(rep.body["error"]["message"].get<std::string>().find("GET"), std::string::npos) << r->body;
@@ -146,7 +144,7 @@ TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
   for (const char* path : {"/v1/models", "/v1/models/test-model", "/health", "/v1/stats", "/metrics"}) {
     auto r = c.Post(path, "{}", "application/json");
     ASSERT_TRUE(r) << path;
-    Reply rep{r->status, json::parse(r->body, nullptr, false), r->body};
+    const Reply rep = reply_of(r);
     expect_error(rep, 405, "method_not_allowed");
     EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD") << path;
   }
