@@ -16,6 +16,7 @@
 #include "formats/hf_config.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace ft::cli {
 namespace {
@@ -120,14 +121,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return "[" + fmt::format("{}", fmt::join(shape, ", ")) + "]";
 }
 
-std::string human_bytes(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
-}
-
 json to_json(const Checkpoint& ck, const Summary& s) {
   json tensors = json::array();
   std::map<std::string, int64_t> per_dtype;
@@ -193,9 +186,9 @@ void print_text(const json& j) {
                 static_cast<long long>(x["bytes"].get<int64_t>()));
   std::printf("\nbytes per dtype\n");
   for (const auto& [name, b] : j["bytes_per_dtype"].items())
-    std::printf("  %-8s %14lld  %s\n", name.c_str(), static_cast<long long>(b.get<int64_t>()), human_bytes(b.get<int64_t>()).c_str());
+    std::printf("  %-8s %14lld  %s\n", name.c_str(), static_cast<long long>(b.get<int64_t>()), format_bytes(b.get<int64_t>()).c_str());
   int64_t total = j["total_bytes"].get<int64_t>();
-  std::printf("  %-8s %14lld  %s  (%zu tensors)\n", "total", static_cast<long long>(total), human_bytes(total).c_str(),
+  std::printf("  %-8s %14lld  %s  (%zu tensors)\n", "total", static_cast<long long>(total), format_bytes(total).c_str(),
               j["tensors"].size());
 }
 

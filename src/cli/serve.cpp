@@ -28,6 +28,7 @@
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/format.h"
 
 namespace ft::cli {
 namespace {
@@ -51,16 +52,6 @@ struct ServeFlags {
   int shutdown_grace_s = 5;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
 
 std::string human_count(double n) {
   if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
@@ -90,7 +81,7 @@ int run_serve(const ServeFlags& f) {
     std::error_code ec;
     uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
     if (ec) size = 0;
-    std::printf("Loading %s%s...\n", path.c_str(), size ? fmt::format(" ({})", human_bytes(static_cast<double>(size))).c_str() : "");
+    std::printf("Loading %s%s...\n", path.c_str(), size ? fmt::format(" ({})", format_bytes(static_cast<int64_t>(size))).c_str() : "");
   }
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
@@ -171,9 +162,9 @@ int run_serve(const ServeFlags& f) {
               demo ? "" : fmt::format("  {}", path).c_str());
   std::printf("  tokenizer %d tokens; chat template from %s\n", vocab.n_tokens(), template_from.c_str());
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
-              human_bytes(static_cast<double>(weight_bytes)).c_str(),
+              format_bytes(weight_bytes).c_str(),
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
-              kc.page_size, human_bytes(static_cast<double>(engine->kv().bytes())).c_str(), engine->ops().name(),
+              kc.page_size, format_bytes(engine->kv().bytes()).c_str(), engine->ops().name(),
               f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
   if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %.0f MB\n",

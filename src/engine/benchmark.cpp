@@ -17,6 +17,7 @@
 #include "kv/page_pool.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/format.h"
 
 namespace ft {
 namespace {
@@ -370,18 +371,11 @@ nlohmann::json bench_json(const BenchReport& r) {
 }
 
 std::string bench_table(const BenchReport& r) {
-  auto gib = [](int64_t b) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(b);
-    int u = 0;
-    for (; v >= 1024 && u < 4; ++u) v /= 1024;
-    return fmt::format("{:.2f} {}", v, units[u]);
-  };
   std::string s = fmt::format("model    {} ({}, {} layers", r.model, r.arch, r.n_layer);
   if (r.n_expert > 0) s += fmt::format(", {} experts, top-{}", r.n_expert, r.n_expert_used);
   s += fmt::format(") on {}, {} activations\n", r.device, r.activation_dtype);
-  s += fmt::format("weights  {}, mostly {} (dense {}, routed experts {})\n", gib(r.weight_bytes),
-                   r.weight_type, gib(r.dense_bytes), gib(r.routed_expert_bytes));
+  s += fmt::format("weights  {}, mostly {} (dense {}, routed experts {})\n", format_bytes(r.weight_bytes),
+                   r.weight_type, format_bytes(r.dense_bytes), format_bytes(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));
   s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n", r.prompt_tokens, r.gen_tokens);
@@ -410,8 +404,8 @@ std::string bench_table(const BenchReport& r) {
     for (const OpProfileRow& p : b.decode_profile)
       s += fmt::format("  {:<40} {:>7.1f} calls {:>10.1f} us\n", p.key, p.calls / n, 1e6 * p.seconds / n);
   }
-  s += fmt::format("\npeak host RSS {}; device memory ", gib(r.peak_host_rss));
-  s += r.device_memory >= 0 ? fmt::format("{} ({})\n", gib(r.device_memory), r.device_memory_note)
+  s += fmt::format("\npeak host RSS {}; device memory ", format_bytes(r.peak_host_rss));
+  s += r.device_memory >= 0 ? fmt::format("{} ({})\n", format_bytes(r.device_memory), r.device_memory_note)
                             : fmt::format("n/a ({})\n", r.device_memory_note);
   return s;
 }

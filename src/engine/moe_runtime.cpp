@@ -9,6 +9,7 @@
 #include "moe/expert_bank.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/format.h"
 
 namespace ft {
 

@@ -49,7 +49,4 @@ struct CacheSize {
  *  --moe-cache-slots, --moe-strategy cpu). */
 CacheSize plan_cache_size(const GpuMemoryBudget& b, const CacheSizeRequest& req);
 
-/** "1.50 GiB" / "9.0 MiB" / "512 B". */
-std::string format_bytes(int64_t bytes);
-
 }  // namespace ft

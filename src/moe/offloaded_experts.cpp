@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "util/error.h"
+#include "util/format.h"
 
 namespace ft {
 

@@ -4,6 +4,7 @@
 
 #include "moe/cache_sizing.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace ft::testing {
 namespace {
