@@ -9,6 +9,18 @@
 #include "util/error.h"
 
 namespace ft {
+namespace {
+
+/** A spin-wait hint to the core (x86 PAUSE, Arm YIELD); nothing elsewhere. */
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads, int spin) : n_threads_(n_threads), spin_(spin) {
   if (n_threads < 1) fail(ErrorCode::kInvalidArgument, "thread pool: {} threads", n_threads);
@@ -40,7 +52,7 @@ void ThreadPool::work(int worker) {
 void ThreadPool::loop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < spin_ && generation_.load(std::memory_order_acquire) == seen; ++i) __builtin_ia32_pause();
+    for (int i = 0; i < spin_ && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
     {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return generation_.load() != seen; });
