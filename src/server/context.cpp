@@ -20,8 +20,8 @@ bool ServerContext::authorized(const httplib::Request& req) const {
   return api_key_ok(options.api_key, req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
 }
 
-void ServerContext::check_model(const std::string& requested) const {
-  if (requested.empty() || requested == model.name) return;
+void ServerContext::check_model(const std::string& requested, bool allow_empty) const {
+  if ((allow_empty && requested.empty()) || requested == model.name) return;
   throw ApiException(ApiError{404,
                               fmt::format("The model '{}' does not exist. This server serves '{}'.", requested, model.name),
                               "invalid_request_error", "model", "model_not_found"});

@@ -58,8 +58,9 @@ struct ServerContext {
   std::string new_id(const char* prefix);
   /** True when the request carries the API key (or none is configured). */
   bool authorized(const httplib::Request& req) const;
-  /** Throws ApiException 404 model_not_found unless `requested` is empty or the served name. */
-  void check_model(const std::string& requested) const;
+  /** Throws ApiException 404 model_not_found unless `requested` is the served name (or empty, when
+   *  `allow_empty`: a request body may leave "model" out). */
+  void check_model(const std::string& requested, bool allow_empty = true) const;
 };
 
 /** Seconds since the Unix epoch. */

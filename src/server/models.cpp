@@ -30,9 +30,7 @@ void add_model_routes(Router& r, ServerContext& ctx) {
     guarded(ctx, req, res, true, [&] {
       std::string id = req.matches[1];
       if (!id.empty() && id.back() == '/') id.pop_back();
-      if (id != ctx.model.name)
-        throw ApiException(ApiError{404, fmt::format("The model '{}' does not exist. This server serves '{}'.", id, ctx.model.name),
-                                    "invalid_request_error", "model", "model_not_found"});
+      ctx.check_model(id, /*allow_empty=*/false);
       send_json(res, 200, model_card(ctx));
     });
   });
