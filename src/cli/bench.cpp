@@ -18,6 +18,7 @@
 #include "backend/device.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/int_list.h"
 #include "engine/benchmark.h"
 #include "engine/engine.h"
 #include "engine/model_presets.h"
@@ -50,26 +51,6 @@ struct BenchArgs {
   bool profile_ops = false;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
-
-std::vector<int32_t> parse_batches(const std::string& text) {
-  std::vector<int32_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < 1 || v > 4096)
-      fail(ErrorCode::kInvalidArgument, "--batch: '{}' is not a batch size (1..4096)", item);
-    out.push_back(static_cast<int32_t>(v));
-  }
-  if (out.empty()) fail(ErrorCode::kInvalidArgument, "--batch: no batch sizes in '{}'", text);
-  return out;
-}
 
 void list_presets() {
   std::printf("%-18s %-10s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %8s %8s  %s\n", "preset", "arch", "runnable",
@@ -122,7 +103,7 @@ int bench(const BenchArgs& a) {
   BenchOptions bo;
   bo.prompt_tokens = a.prompt_tokens;
   bo.gen_tokens = a.gen_tokens;
-  bo.batches = parse_batches(a.batches);
+  bo.batches = parse_int_list(a.batches, "--batch", "a batch size", 1, 4096);
   bo.warmup_steps = a.warmup_steps;
   bo.route_sample_steps = a.route_sample_steps;
   bo.max_prefill_tokens = a.max_prefill_tokens;

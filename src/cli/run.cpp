@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
+#include "cli/int_list.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/registry.h"
@@ -44,29 +45,6 @@ struct RunArgs {
   int64_t max_prefill_tokens = 8192;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b == std::string::npos) fail(ErrorCode::kInvalidArgument, "--prompt-ids: empty entry in '{}'", text);
-    const std::string tok = item.substr(b, e - b + 1);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != tok.size() || v < 0 || v > INT32_MAX)
-      fail(ErrorCode::kInvalidArgument, "--prompt-ids: '{}' is not a token id", tok);
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) fail(ErrorCode::kInvalidArgument, "--prompt-ids: no ids given");
-  return ids;
-}
 
 /** The server's context check (server/generation.h) for one run: prompt + --max-tokens must fit the
  *  model's context length (4096 when the checkpoint does not say, as `ft serve` assumes). Throws
@@ -107,7 +85,7 @@ int run(const RunArgs& a) {
       spdlog::info("no usable tokenizer ({}); printing token ids", e.what());
     }
   }
-  const std::vector<int32_t> prompt = a.prompt.empty() ? parse_ids(a.prompt_ids) : vocab->encode(a.prompt);
+  const std::vector<int32_t> prompt = a.prompt.empty() ? parse_int_list(a.prompt_ids, "--prompt-ids", "a token id", 0, INT32_MAX) : vocab->encode(a.prompt);
   if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "--prompt: the text encodes to no tokens");
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   check_context_length(n_ctx, n_prompt, a.max_tokens);

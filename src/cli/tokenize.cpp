@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/int_list.h"
 #include "formats/checkpoint.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -22,35 +23,13 @@ struct TokenizeArgs {
   bool no_bos = false;
 };
 
-std::vector<int32_t> parse_ids(const std::string& list) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(pos, end - pos);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v < 0 || v > INT32_MAX)
-      fail(ErrorCode::kInvalidArgument, "--ids: '{}' is not a token id (expected e.g. 1,2,3)", item);
-    ids.push_back(static_cast<int32_t>(v));
-    pos = end + 1;
-  }
-  return ids;
-}
-
 int run_tokenize(const TokenizeArgs& a) {
   if (a.text.has_value() == !a.ids.empty())
     fail(ErrorCode::kInvalidArgument, "give the TEXT to encode or --ids 1,2,3 to decode (exactly one)");
   auto checkpoint = open_checkpoint(a.model);
   Vocab vocab = Vocab::from_checkpoint(*checkpoint);
   if (!a.ids.empty()) {
-    const std::vector<int32_t> ids = parse_ids(a.ids);
+    const std::vector<int32_t> ids = parse_int_list(a.ids, "--ids", "a token id", 0, INT32_MAX);
     const std::string text = vocab.decode(ids, /*skip_special=*/!a.special);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);
