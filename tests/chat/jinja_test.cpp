@@ -122,6 +122,13 @@ TEST(Jinja, SetMacroCallFilterBlocks) {
   EXPECT_EQ(R("{% macro m(a) %}[{{ caller(a * 2) }}]{% endmacro %}{% call(v) m(2) %}got {{ v }}{% endcall %}"), "[got 4]");
   EXPECT_EQ(R("{% filter upper %}abc{{ 'd' }}{% endfilter %}"), "ABCD");
   EXPECT_EQ(R("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"), "321");
+  // A macro kept past its block still sees that block's variables (jinja2 closures): once "" here.
+  EXPECT_EQ(R("{% set ns = namespace(f=none) %}{% for x in [1] %}{% macro m() %}{{ x }}{% endmacro %}"
+              "{% set ns.f = m %}{% endfor %}{{ ns.f() }}"),
+            "1");
+  EXPECT_EQ(R("{% set ns = namespace(f=none) %}{% with y = 7 %}{% macro m() %}{{ y }}{% endmacro %}"
+              "{% set ns.f = m %}{% endwith %}{{ ns.f() }}"),
+            "7");
   EXPECT_EQ(R("{% generation %}gen {{ 1 }}{% endgeneration %}"), "gen 1");
   EXPECT_EQ(R("{% set j = joiner(', ') %}{% for x in [1, 2] %}{{ j() }}{{ x }}{% endfor %}"), "1, 2");
 }

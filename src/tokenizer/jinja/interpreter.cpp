@@ -71,11 +71,22 @@ std::string Interpreter::render(const Body& body, std::shared_ptr<Scope> globals
   std::string out;
   out.reserve(4096);
   out_ = &out;
-  ScopeGuard global_guard(globals);
-  ScopeGuard top(std::make_shared<Scope>(std::move(globals)));
-  exec_body(body, top.get());
+  struct Cleanup {  // empty every scope of this render (breaks scope <-> macro cycles), also on errors
+    std::vector<std::shared_ptr<Scope>>& scopes;
+    ~Cleanup() {
+      for (const auto& s : scopes) s->vars.clear();
+      scopes.clear();
+    }
+  } cleanup{scopes_};
+  scopes_.push_back(globals);
+  exec_body(body, new_scope(std::move(globals)));
   out_ = nullptr;
   return out;
+}
+
+std::shared_ptr<Scope> Interpreter::new_scope(std::shared_ptr<Scope> parent) {
+  scopes_.push_back(std::make_shared<Scope>(std::move(parent)));
+  return scopes_.back();
 }
 
 std::string Interpreter::render_body(const Body& body, const std::shared_ptr<Scope>& scope) {
@@ -99,13 +110,13 @@ std::string Interpreter::render_body(const Body& body, const std::shared_ptr<Sco
 }
 
 std::string Interpreter::render_child(const Body& body, const std::shared_ptr<Scope>& parent, int* flow) {
-  ScopeGuard child(std::make_shared<Scope>(parent));
+  const std::shared_ptr<Scope> child = new_scope(parent);
   std::string buf;
   std::string* saved = out_;
   out_ = &buf;
   Flow f;
   try {
-    f = exec_body(body, child.get());
+    f = exec_body(body, child);
   } catch (...) {
     out_ = saved;
     throw;
@@ -201,9 +212,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
         return Flow::kNormal;
       }
       case StmtKind::kWith: {
-        ScopeGuard inner(std::make_shared<Scope>(scope));
-        for (size_t i = 0; i < s.targets.size(); ++i) assign(s.targets[i], eval(*s.exprs[i], *scope), *inner.get());
-        return exec_body(s.bodies[0], inner.get());
+        const std::shared_ptr<Scope> inner = new_scope(scope);
+        for (size_t i = 0; i < s.targets.size(); ++i) assign(s.targets[i], eval(*s.exprs[i], *scope), *inner);
+        return exec_body(s.bodies[0], inner);
       }
       case StmtKind::kBreak: return Flow::kBreak;
       case StmtKind::kContinue: return Flow::kContinue;
@@ -219,8 +230,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>&
 Interpreter::Flow Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable,
                                         int depth0) {
   std::vector<Value> items = iterate(iterable);
-  ScopeGuard guard(std::make_shared<Scope>(scope));
-  const std::shared_ptr<Scope>& inner = guard.get();
+  const std::shared_ptr<Scope> inner = new_scope(scope);
   if (s.exprs.size() > 1) {  // {% for x in xs if cond %}: filter before the loop counts items
     std::vector<Value> kept;
     for (auto& v : items) {

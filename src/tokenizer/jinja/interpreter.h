@@ -27,21 +27,6 @@ struct Scope {
   void set(std::string_view name, Value v);
 };
 
-/** Empties a scope when it goes out of use. A macro keeps its defining scope alive and that scope
- *  holds the macro: clearing the scope on exit (also when an error unwinds) breaks the cycle. */
-class ScopeGuard {
- public:
-  explicit ScopeGuard(std::shared_ptr<Scope> s) : scope_(std::move(s)) {}
-  ~ScopeGuard() {
-    if (scope_) scope_->vars.clear();
-  }
-  ScopeGuard(const ScopeGuard&) = delete;
-  ScopeGuard& operator=(const ScopeGuard&) = delete;
-  const std::shared_ptr<Scope>& get() const { return scope_; }
-
- private:
-  std::shared_ptr<Scope> scope_;
-};
 
 struct RenderOptions {
   /** Clock read by strftime_now(); nullopt = the current local time. */
@@ -66,7 +51,7 @@ class Interpreter {
   bool apply_test(const std::string& name, const Value& input, CallArgs& args);
   /** Renders a body with its own output buffer in `scope`; returns the text. */
   std::string render_body(const Body& body, const std::shared_ptr<Scope>& scope);
-  /** Renders a body in a fresh child scope of `parent` (emptied afterwards). A {% break %} or
+  /** Renders a body in a fresh child scope of `parent`. A {% break %} or
    *  {% continue %} inside ({% set %}/{% filter %} blocks are inlined in jinja2's generated code, so
    *  they reach the enclosing loop) is returned through `flow` when given. */
   std::string render_child(const Body& body, const std::shared_ptr<Scope>& parent, int* flow = nullptr);
@@ -74,6 +59,12 @@ class Interpreter {
   std::string render_loop(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
 
   const RenderOptions& options() const { return options_; }
+
+  /** A new scope under `parent`, kept until render() ends. A macro holds its defining scope and that
+   *  scope may hold the macro: render() empties every scope it made when it returns (also when an
+   *  error unwinds), which breaks such cycles; until then a macro stored outside its block (in a
+   *  namespace, a returned value) still sees the variables of the scope it was defined in. */
+  std::shared_ptr<Scope> new_scope(std::shared_ptr<Scope> parent);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -91,6 +82,7 @@ class Interpreter {
   const RenderOptions& options_;
   std::string* out_ = nullptr;
   int depth_ = 0;         // macro call depth (recursion guard)
+  std::vector<std::shared_ptr<Scope>> scopes_;  // every scope of this render, emptied at its end
   bool folding_ = false;  // evaluating a literal {{ output }}, which jinja2 constant-folds
 };
 

@@ -86,8 +86,7 @@ Value Macro::get_attr(const std::string& name) const {
 }
 
 Value Macro::call(Interpreter& in, CallArgs& args) const {
-  ScopeGuard guard(std::make_shared<Scope>(closure_));
-  const std::shared_ptr<Scope>& scope = guard.get();
+  const std::shared_ptr<Scope> scope = in.new_scope(closure_);
   const auto& params = def_->params;
   std::vector<bool> bound(params.size(), false);
   size_t npos = args.pos.size();
