@@ -16,6 +16,7 @@
 #include "tokenizer/model_template.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace ft::cli {
 namespace {

@@ -2,12 +2,11 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace ft {
 namespace {
@@ -83,12 +82,7 @@ double rope_theta_of(const nlohmann::json& c, const std::string& source) {
 }  // namespace
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!fs::exists(path)) fail(ErrorCode::kNotFound, "{}: no such file", path);
-    fail(ErrorCode::kIo, "{}: cannot open: {}", path, std::strerror(errno));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_text_file(path);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

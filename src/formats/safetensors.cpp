@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace ft {
 namespace {
@@ -36,14 +37,6 @@ uint64_t get_uint(const nlohmann::json& j, const std::string& path, const std::s
   return j.get<uint64_t>();
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!fs::exists(path)) fail(ErrorCode::kNotFound, "{}: no such file", path);
-    fail(ErrorCode::kIo, "{}: cannot open: {}", path, std::strerror(errno));
-  }
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 }  // namespace
 
@@ -170,7 +163,7 @@ SafetensorsSet::SafetensorsSet(const std::string& path) {
   }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(index));
+    j = nlohmann::json::parse(read_text_file(index));
   } catch (const nlohmann::json::parse_error& e) {
     fail(ErrorCode::kInvalidFile, "{}: JSON at offset {}: {}", index, e.byte, e.what());
   }

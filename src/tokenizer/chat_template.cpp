@@ -2,10 +2,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "formats/hf_config.h"
 #include "tokenizer/jinja/json.h"
+#include "util/read_file.h"
 
 namespace ft {
 
@@ -80,31 +80,17 @@ std::optional<std::string> chat_template_from_tokenizer_config(const nlohmann::j
   return fallback;
 }
 
-static std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail(ErrorCode::kIo, "cannot read {}", p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-static nlohmann::json read_json(const std::filesystem::path& p) {
-  try {
-    return nlohmann::json::parse(read_text(p));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorCode::kInvalidFile, "{}: invalid JSON: {}", p.string(), e.what());
-  }
-}
 
 std::optional<std::string> find_chat_template(const std::string& model_dir) {
   namespace fs = std::filesystem;
   fs::path dir(model_dir);
-  if (fs::exists(dir / "chat_template.jinja")) return read_text(dir / "chat_template.jinja");
+  if (fs::exists(dir / "chat_template.jinja")) return read_text_file((dir / "chat_template.jinja").string());
   if (fs::exists(dir / "chat_template.json")) {
-    nlohmann::json j = read_json(dir / "chat_template.json");
+    nlohmann::json j = read_json_file((dir / "chat_template.json").string());
     if (auto t = chat_template_from_tokenizer_config(j)) return t;
   }
-  if (fs::exists(dir / "tokenizer_config.json")) return chat_template_from_tokenizer_config(read_json(dir / "tokenizer_config.json"));
+  if (fs::exists(dir / "tokenizer_config.json"))
+    return chat_template_from_tokenizer_config(read_json_file((dir / "tokenizer_config.json").string()));
   return std::nullopt;
 }
 

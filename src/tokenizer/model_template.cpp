@@ -1,12 +1,11 @@
 #include "tokenizer/model_template.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "formats/checkpoint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace ft {
 namespace {
@@ -17,14 +16,6 @@ std::optional<std::string> token_text(const Vocab& v, int32_t id) {
 }
 
 }  // namespace
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::kNotFound, "{}: cannot read file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 ModelTemplate model_chat_template(const Checkpoint& checkpoint, const Vocab& vocab, const std::string& override_file) {
   ModelTemplate t;

@@ -21,7 +21,4 @@ struct ModelTemplate {
 ModelTemplate model_chat_template(const Checkpoint& checkpoint, const Vocab& vocab,
                                   const std::string& override_file = "");
 
-/** Whole contents of a text file. Throws ft::Error(kNotFound) naming the path when it cannot be read. */
-std::string read_text_file(const std::string& path);
-
 }  // namespace ft

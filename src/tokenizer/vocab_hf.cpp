@@ -1,10 +1,9 @@
 // Vocab from a Hugging Face tokenizer.json (format of the `tokenizers` library: model, normalizer,
 // pre_tokenizer, post_processor, decoder, added_tokens) and tokenizer_config.json (transformers).
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "formats/checkpoint.h"
+#include "formats/hf_config.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 
@@ -289,20 +288,9 @@ Vocab Vocab::from_hf_json(const nlohmann::json& tokenizer, const nlohmann::json&
 }
 
 Vocab Vocab::from_hf_file(const std::string& tokenizer_json) {
-  auto read_json = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail(ErrorCode::kNotFound, "{}: cannot open", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    try {
-      return nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::exception& e) {
-      fail(ErrorCode::kInvalidFile, "{}: {}", path, e.what());
-    }
-  };
-  const nlohmann::json tok = read_json(tokenizer_json);
+  const nlohmann::json tok = read_json_file(tokenizer_json);
   const auto cfg_path = std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
-  const nlohmann::json cfg = std::filesystem::exists(cfg_path) ? read_json(cfg_path.string()) : nlohmann::json();
+  const nlohmann::json cfg = std::filesystem::exists(cfg_path) ? read_json_file(cfg_path.string()) : nlohmann::json();
   try {
     return from_hf_json(tok, cfg);
   } catch (const Error& e) {
