@@ -1,4 +1,5 @@
-// Ops: the defaults of the optional parts of the interface: graphs (none) and the unfused norm_rope.
+// Ops: the defaults of the optional parts of the interface: graphs (none), the unfused
+// add_rms_norm, norm_rope and qk_norm_rope.
 #include "backend/ops.h"
 
 #include "util/error.h"
@@ -11,6 +12,17 @@ void Ops::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& 
   Tensor heads = x.reshape({x.rows() * (x.cols() / p.head_dim), p.head_dim});
   rms_norm(np, heads, w, heads);
   rope(p, x, positions);
+}
+
+void Ops::qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
+                       Tensor k, const Tensor& positions) {
+  norm_rope(np, wq, p, q, positions);
+  norm_rope(np, wk, p, k, positions);
+}
+
+void Ops::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
+  add(x, r, x);
+  rms_norm(p, x, w, out);
 }
 
 std::unique_ptr<StepGraph> Ops::capture(const std::function<void()>&) {

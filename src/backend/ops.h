@@ -177,6 +177,12 @@ class Ops {
    *  w [D] F32/F16/BF16. For per-head norms pass x reshaped to [T * n_head, head_dim]. */
   virtual void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) = 0;
 
+  /** The residual add that ends a sub-block fused with the RMSNorm that starts the next: x += r,
+   *  then out = rms_norm(x) (x rounded to its dtype first, so it equals add then rms_norm). x, r,
+   *  out [R, D] activation dtype; out must not alias x or r; w [D] as in rms_norm. The default runs
+   *  add then rms_norm; CUDA does both in one pass over the row. */
+  virtual void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out);
+
   /** Rotary embedding in place: x [T, n_heads * head_dim], positions I32 [T]. Each head's first
    *  n_rot dims are rotated per `p.mode` by angle positions[t] * inv_freq[i]; the rest are kept. */
   virtual void rope(const RopeParams& p, Tensor x, const Tensor& positions) = 0;
@@ -186,6 +192,11 @@ class Ops {
    *  may fuse them (CUDA: one kernel, the normalised head never leaves registers). */
   virtual void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                          const Tensor& positions);
+  /** norm_rope of q (weight wq) and of k (weight wk), same positions and rotary parameters; q, k
+   *  [T, n_head * head_dim] and [T, n_head_kv * head_dim] of one dtype. The default makes the two
+   *  calls; CUDA does both in one launch. */
+  virtual void qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
+                            Tensor k, const Tensor& positions);
 
   /** y = x W^T (+ bias): x [T, K] activations, w [N, K] any weight dtype (K a whole number of
    *  blocks), bias [N] F32/F16/BF16 or empty, y [T, N] activation dtype. fp32 accumulation. y must

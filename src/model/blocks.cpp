@@ -66,9 +66,8 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * head_dim]
     ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
   }
-  if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm then RoPE (one kernel on CUDA)
-    ops.norm_rope(spec.qk_norm_params, w.q_norm, spec.rope, q, ctx.batch.positions);
-    ops.norm_rope(spec.qk_norm_params, w.k_norm, spec.rope, k, ctx.batch.positions);
+  if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm then RoPE (one kernel for q and k on CUDA)
+    ops.qk_norm_rope(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, q, k, ctx.batch.positions);
   } else {
     if (spec.qk_norm == QkNorm::kFull) {
       ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);

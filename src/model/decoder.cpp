@@ -20,14 +20,15 @@ class Decoder final : public Model {
     const RmsNormParams norm{static_cast<float>(config_.rms_eps), 0.0f};
     Tensor x = embed(ctx, io_.tok_embd);                                   // [T, H]
     Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);  // [T, H]
+    // Each residual add is fused with the RMSNorm after it (the last one with nothing: lm_head
+    // normalises the logit rows only).
+    if (config_.n_layer > 0) ops.rms_norm(norm, x, layers_[0].attn_norm, h);
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
-      ops.rms_norm(norm, x, L.attn_norm, h);
       ctx.dump_if("attn_norm", l, h);
       attention_block(ctx, l, spec_, L.attn, h, o);
-      ops.add(x, o, x);
+      ops.add_rms_norm(norm, x, o, L.ffn_norm, h);
       ctx.dump_if("ffn_inp", l, x);
-      ops.rms_norm(norm, x, L.ffn_norm, h);
       ctx.dump_if("ffn_norm", l, h);
       if (L.moe.gate_inp) {
         moe_block(ctx, l, router_, L.moe, h, o);
@@ -36,7 +37,8 @@ class Decoder final : public Model {
         gated_mlp(ctx, L.mlp, h, o);
         ctx.dump_if("ffn_out", l, o);
       }
-      ops.add(x, o, x);
+      if (l + 1 < config_.n_layer) ops.add_rms_norm(norm, x, o, layers_[static_cast<size_t>(l + 1)].attn_norm, h);
+      else ops.add(x, o, x);
       ctx.dump_if("l_out", l, x);
     }
     lm_head(ctx, io_, norm, x);

@@ -1,4 +1,4 @@
-// rms_norm (plain, weight offset, per-head) and rope (normal/NeoX, partial rotary) against double references.
+// rms_norm (plain, weight offset, per-head), add_rms_norm and rope (normal/NeoX, partial rotary) against double references.
 #include "op_harness.h"
 
 namespace ft::testing {
@@ -34,6 +34,20 @@ TEST_P(NormRopeTest, RmsNorm) {
       EXPECT_LT(rel_l2(arena().read(xt), ref_rms(x, wh.values, R * 4, 16, 1e-6, off)), tol());
     }
   }
+}
+
+TEST_P(NormRopeTest, AddRmsNorm) {
+  const int64_t R = 5, D = 300;
+  HostWeight w = make_weight(DType::F32, {D}, 21);
+  std::vector<float> x = random_vec(static_cast<size_t>(R * D), 22, -3.0f, 3.0f);
+  const std::vector<float> r = random_vec(static_cast<size_t>(R * D), 23, -1.0f, 1.0f);
+  Tensor xt = arena().act(x, {R, D}), rt = arena().act(r, {R, D});
+  Tensor out = arena().alloc(ops().activation_dtype(), {R, D});
+  ops().add_rms_norm({1e-5f, 0.0f}, xt, rt, arena().weight(w), out);
+  std::vector<double> sum(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] += r[i], sum[i] = x[i];
+  EXPECT_LT(rel_l2(arena().read(xt), sum), tol());  // x holds the residual sum
+  EXPECT_LT(rel_l2(arena().read(out), ref_rms(x, w.values, R, D, 1e-5, 0.0)), tol());
 }
 
 std::vector<double> ref_rope(const std::vector<float>& x, const std::vector<int32_t>& pos,

@@ -105,6 +105,35 @@ TEST_F(CudaElementwise, RmsNorm) {
   }
 }
 
+// The fused residual add + RMSNorm (one block per row for rows over 256; shorter rows take the
+// default add then rms_norm) against the CPU's add then rms_norm, in both activation dtypes.
+TEST_F(CudaElementwise, AddRmsNorm) {
+  uint32_t seed = 150;
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 2048}, {3, 4096}, {4, 96}}) {
+    for (DType act : {DType::F32, DType::BF16}) {
+      const int64_t D = shape[1];
+      const size_t n = static_cast<size_t>(numel_of(shape));
+      const auto x = rand_bf16(n, seed++, -3, 3), r = rand_bf16(n, seed++, -1, 1);
+      const auto w = rand_bf16(static_cast<size_t>(D), seed++, 0.5f, 1.5f);
+      RmsNormParams p;
+      p.eps = 1e-6f;
+      std::vector<float> sum(n), ref(n);
+      Tensor hx = arena().host_f32(x, shape), hs(sum.data(), DType::F32, shape.data(), 2);
+      cpu().add(hx, arena().host_f32(r, shape), hs);
+      cpu().rms_norm(p, hs, arena().host_f32(w, {D}), Tensor(ref.data(), DType::F32, shape.data(), 2));
+      Tensor dx = arena().dev_from(x, act, shape), out = arena().dev_poisoned(act, shape);
+      gpu().add_rms_norm(p, dx, arena().dev_from(r, act, shape), arena().dev_from(w, DType::F32, {D}), out);
+      const std::string what = Tensor(nullptr, act, shape.data(), 2).str();
+      double e = compare(dx, sum);
+      report("add_rms_norm x", what, e);
+      EXPECT_LE(e, kTol);
+      e = compare(out, ref);
+      report("add_rms_norm out", what, e);
+      EXPECT_LE(e, kTol);
+    }
+  }
+}
+
 /** Positions step * t, odd tokens shifted by `jump` (so neighbours are far apart). */
 std::vector<int32_t> rope_positions(int64_t T, int32_t step, int32_t jump) {
   std::vector<int32_t> pos(static_cast<size_t>(T));
@@ -190,6 +219,25 @@ TEST_F(CudaElementwise, NormRopeFusedMatchesNormThenRope) {
                             std::to_string(c.head_dim) + " rot=" + std::to_string(c.n_rot) + " " + dtype_name(c.act),
            e);
     EXPECT_LE(e, c.act == DType::F32 ? 1e-5 : kTol);
+
+    // q and k (half the heads, its own weight) in one launch: qk_norm_rope
+    const int64_t Wk = std::max<int64_t>(1, c.n_head / 2) * c.head_dim;
+    const auto xk = rand_bf16(static_cast<size_t>(c.T * Wk), seed++, -3.0f, 3.0f);
+    const auto wk = rand_bf16(static_cast<size_t>(c.head_dim), seed++, 0.5f, 1.5f);
+    std::vector<float> ref_q = x, ref_k = xk;
+    p.inv_freq = arena().host_f32(inv, {c.n_rot / 2});
+    cpu().qk_norm_rope(np, arena().host_f32(w, {c.head_dim}), arena().host_f32(wk, {c.head_dim}), p,
+                       Tensor(ref_q.data(), DType::F32, {c.T, W}), Tensor(ref_k.data(), DType::F32, {c.T, Wk}),
+                       arena().host_i32(pos, {c.T}));
+    p.inv_freq = arena().dev_from(inv, DType::F32, {c.n_rot / 2});
+    Tensor dq = arena().dev_from(x, c.act, {c.T, W}), dk = arena().dev_from(xk, c.act, {c.T, Wk});
+    gpu().qk_norm_rope(np, arena().dev_from(w, DType::F32, {c.head_dim}), arena().dev_from(wk, DType::F32, {c.head_dim}),
+                       p, dq, dk, arena().dev_i32(pos, {c.T}));
+    const double eq = compare(dq, ref_q), ek = compare(dk, ref_k);
+    report("qk_norm_rope q", dtype_name(c.act), eq);
+    report("qk_norm_rope k", dtype_name(c.act), ek);
+    EXPECT_LE(eq, c.act == DType::F32 ? 1e-5 : kTol);
+    EXPECT_LE(ek, c.act == DType::F32 ? 1e-5 : kTol);
   }
 }
 

@@ -13,7 +13,9 @@
 // not depend on the batch, and a graph recorded with max_kv_len = capacity equals eager decode):
 // each split writes (max, sum, unnormalised output) partials and a combine kernel merges them.
 // Prefill batches of kAttnTcMinTokens or more run the tensor-core kernel of attention_tc.cu instead,
-// decode batches (one token per sequence) the kernel of attention_decode.cu (same splits and partials).
+// decode batches (one token per sequence) the kernel of attention_decode.cu, which splits each
+// token's own key range and merges in its last block (this kernel's decode path remains for head
+// shapes that one does not take).
 // Bytes moved: per block, its keys' K and V once; q and out once; partials
 // 2 * n_split * T * n_head * (head_dim + 2) * 4 when split.
 #include <algorithm>
@@ -31,8 +33,8 @@ namespace {
 constexpr int kWarps = 4, kRows = 16, kRowsPerWarp = kRows / kWarps, kTile = 32, kMaxHeadDim = 256;
 // Decode splits: at least kDecodeSplitMin keys each, at most kDecodeMaxSplits over the pool's capacity.
 constexpr int64_t kDecodeSplitMin = 64, kDecodeMaxSplits = 512;
-// Prefill batches of at least this many tokens go to the tensor-core kernel (attention_tc.cu, TF32
-// inputs); shorter ones (chat turns, the fixtures) stay on this kernel's exact fp32 products, where
+// Prefill batches of at least this many tokens go to the tensor-core kernel (attention_tc.cu, bf16
+// mma.sync); shorter ones (chat turns, the fixtures) stay on this kernel's exact fp32 products, where
 // the quadratic cost is small anyway.
 constexpr int64_t kAttnTcMinTokens = 256;
 
@@ -324,6 +326,15 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     return cuda::launch_attention_tc(tensors, stream_);
   }
 
+  if (batch.n_tokens == batch.n_seqs && cuda::attention_decode_supports(H, G, D)) {  // pure decode
+    cuda::AttnDecodeArgs d;
+    static_cast<cuda::AttnTensors&>(d) = tensors;
+    d.n_split = cuda::decode_splits(T, kv.k.dim(0) * kv.k.dim(1));
+    d.part = static_cast<float*>(scratch(Scratch::kAttention, d.n_split * T * H * (D + 4) * 4));
+    d.done = static_cast<int*>(zeroed_scratch(Scratch::kAttentionDone, T * G * 4 * 4));
+    return cuda::launch_attention_decode(d, stream_);
+  }
+
   cuda::AttnArgs a{};
   static_cast<cuda::AttnTensors&>(a) = tensors;
   const int group = static_cast<int>(H / G);
@@ -358,12 +369,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   a.use_part = use_part;
   if (use_part)
     a.part = static_cast<float*>(scratch(Scratch::kAttention, a.n_split * T * H * (D + 2) * 4));
-  if (a.nt == 1 && cuda::attention_decode_supports(H, G, D)) {
-    cuda::AttnDecodeArgs d;
-    static_cast<cuda::AttnTensors&>(d) = tensors;
-    d.n_split = a.n_split, d.split_len = a.split_len, d.part = a.part;
-    cuda::launch_attention_decode(d, stream_);
-  } else {
+  {
     const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
                     static_cast<unsigned>(a.n_split));
     const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 4)) * 4);

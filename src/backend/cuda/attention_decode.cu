@@ -1,23 +1,39 @@
 // Decode attention (one query token per sequence) for CudaOps::attention, attention.cu: the same
-// contract and the same split partials as the general kernel there, so its combine kernel merges
-// them. Flash-decoding (split-K over the key range; Dao et al., "Flash-Decoding for long-context
-// inference", 2023) with one block per (token, kv head, split): the block's 4 warps take every 4th
-// key of the split; a warp reads one key's K and V row with 16-byte loads (lane l holds dims
-// l*DPL .. l*DPL + DPL - 1), scores it against all the group's query heads (held in registers),
-// and keeps an online softmax per head. The warps' states merge through shared memory into one
-// (max, sum, unnormalised output) partial per head. Splits that start past the token's position
-// exit at once (the combine kernel never reads them), so a graph recorded for the pool's whole
-// capacity costs little more than eager decode.
+// contract as the general kernel there. Flash-decoding (split-K over the key range; Dao et al.,
+// "Flash-Decoding for long-context inference", 2023) with one block per (token, split, kv head and
+// pair of its query heads; launch_group): the block's 4 warps take every 4th key of the split,
+// kKeysInFlight keys in flight per warp; a warp reads one key's K and V row with 16-byte loads (lane l
+// holds dims l*DPL .. l*DPL + DPL - 1), scores it against the block's query heads (held in
+// registers), and keeps an online softmax per head. The warps' states merge through shared memory.
+// Splits follow the token's own key range: n_split (fixed per launch) blocks share the range [lo, p]
+// in pieces of max(kDecodeMinKeys, ceil(len / n_split)) keys, so the plan depends only on the token's
+// position and n_split, never on the batch or on the pool: a graph recorded once equals eager decode
+// bit for bit, and short contexts use few blocks. A token whose range is one piece writes its output
+// directly; otherwise each split writes a (max, sum, unnormalised output) partial, and the split block
+// that finishes last (a per-(token, kv head) counter, reset by that block) merges them, so no
+// separate combine launch is needed (the "last block" reduction of the CUDA threadFenceReduction sample).
 // Bytes moved: each of the token's keys' K and V once per kv head; q once; partials
-// n_split * n_head * (head_dim + 2) * 4 per token.
+// n_active * GROUP * (head_dim + 4) * 4 written and read once per (token, kv head).
 #include "backend/cuda/attention_decode.h"
+
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "util/error.h"
 
 namespace ft::cuda {
 namespace {
 
 constexpr int kDecWarps = 4;
+constexpr int kDecodeMinKeys = 16;  // fewest keys a split takes (shorter ranges use fewer splits)
+constexpr int kKeysInFlight = 4;    // keys each warp loads before scoring them
+constexpr int kMergeUnroll = 8;     // splits whose partials the merge loads at once
+
+__device__ __forceinline__ void store_out(const AttnDecodeArgs& a, int64_t i, float v) {
+  if (a.out_f32) static_cast<float*>(a.out)[i] = v;
+  else static_cast<bf16*>(a.out)[i] = __float2bfloat16_rn(v);
+}
 
 template <int DPL>
 __device__ __forceinline__ void load_row(const void* base, bool f32, int64_t off, int lane, float (&out)[DPL]) {
@@ -39,29 +55,49 @@ __device__ __forceinline__ void load_row(const void* base, bool f32, int64_t off
   }
 }
 
+/** The key range [lo, p] of a token at position p and its pieces: n_active splits of `per` keys. */
+__device__ __forceinline__ void decode_plan(int64_t p, int window, int n_split, int64_t& lo, int64_t& per,
+                                            int& n_active) {
+  lo = window > 0 ? max(int64_t{0}, p - window + 1) : int64_t{0};
+  const uint32_t len = static_cast<uint32_t>(p + 1 - lo);  // 32-bit divisions: positions < 2^31
+  const uint32_t per32 = max(static_cast<uint32_t>(kDecodeMinKeys), (len + n_split - 1) / n_split);
+  per = per32;
+  n_active = static_cast<int>((len + per32 - 1) / per32);
+}
+
 template <int DPL, int GROUP>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDecodeArgs a) {
   extern __shared__ float sm[];  // [kDecWarps][GROUP][2 + D]: each warp's m, l, o per head
+  __shared__ int is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.x;
-  const int g = blockIdx.y, split = blockIdx.z, D = a.D;
+  // blockIdx.y: GROUP consecutive query heads, g * GROUP .., of kv head gk (a.hs_log2 blocks per kv head)
+  const int g = blockIdx.y, gk = g >> a.hs_log2, split = blockIdx.z, D = a.D;
   const int seq = a.seq[t];
-  if (seq < 0 || seq >= a.n_seqs) return;
   const int64_t p = a.pos[t];
-  const int64_t split_lo = static_cast<int64_t>(split) * a.split_len;
-  if (split_lo > p) return;  // past the token: never read by the combine
-  const int64_t split_hi = split + 1 == a.n_split ? p + 1 : min(p + 1, split_lo + a.split_len);
-  const int64_t lo = a.window > 0 ? max(split_lo, p - a.window + 1) : split_lo;
+  if (seq < 0 || seq >= a.n_seqs || p < 0) return;
+  int64_t lo, per;
+  int n_active;
+  decode_plan(p, a.window, a.n_split, lo, per, n_active);
+  if (split >= n_active) return;  // past the token's range: not counted, never read
+  const int64_t s_lo = lo + split * per, s_hi = min(p + 1, s_lo + per);
   const bool active = lane * DPL < D;
 
   float q[GROUP][DPL];
 #pragma unroll
-  for (int h = 0; h < GROUP; ++h)
+  for (int h = 0; h < GROUP; ++h) {
+    const int64_t qo = (t * a.H + g * GROUP + h) * D;
+    if (a.q_code != 1) {  // F32 or BF16: the vector loads of load_row
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) {
-      const int d = lane * DPL + i;
-      q[h][i] = d < D ? a.scale * load_any(a.q, a.q_code, (t * a.H + g * GROUP + h) * D + d) : 0.0f;
+      for (int i = 0; i < DPL; ++i) q[h][i] = 0.0f;
+      if (active) load_row<DPL>(a.q, a.q_code == 0, qo, lane, q[h]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) q[h][i] = lane * DPL + i < D ? load_any(a.q, a.q_code, qo + lane * DPL + i) : 0.0f;
     }
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) q[h][i] *= a.scale;
+  }
   float m[GROUP], l[GROUP], o[GROUP][DPL];
 #pragma unroll
   for (int h = 0; h < GROUP; ++h) {
@@ -69,21 +105,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[h][i] = 0.0f;
   }
-
-  const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
-  for (int64_t j = lo + warp; j < split_hi; j += kDecWarps) {
-    const int64_t blk = j / a.page_size;
-    const int64_t page = blk < a.max_blocks ? table[blk] : -1;
-    if (page < 0 || page >= a.n_pages) continue;  // warp-uniform
-    const int64_t off = ((page * a.page_size + j % a.page_size) * a.G + g) * D;
-    float k[DPL], v[DPL];
-    if (active) {
-      load_row<DPL>(a.k, a.kv_f32, off, lane, k);
-      load_row<DPL>(a.v, a.kv_f32, off, lane, v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) k[i] = v[i] = 0.0f;
-    }
+  auto score = [&](const float (&k)[DPL], const float (&v)[DPL]) {
 #pragma unroll
     for (int h = 0; h < GROUP; ++h) {
       float s = 0.0f;
@@ -98,6 +120,31 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
       for (int i = 0; i < DPL; ++i) o[h][i] = fmaf(pj, v[i], o[h][i] * alpha);
     }
+  };
+  const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
+  const uint32_t ps = static_cast<uint32_t>(a.page_size);
+  auto row_of = [&](int64_t j) -> int64_t {  // element offset of key j's row for kv head g, or -1
+    if (j >= s_hi) return -1;
+    // 32-bit division (positions < 2^31): a 64-bit one is a ~70-instruction routine per key
+    const uint32_t blk = static_cast<uint32_t>(j) / ps, in_page = static_cast<uint32_t>(j) - blk * ps;
+    const int64_t page = blk < static_cast<uint32_t>(a.max_blocks) ? table[blk] : -1;
+    if (page < 0 || page >= a.n_pages) return -1;
+    return ((page * a.page_size + in_page) * a.G + gk) * D;
+  };
+  for (int64_t j = s_lo + warp; j < s_hi; j += kKeysInFlight * kDecWarps) {  // several keys per warp in flight
+    int64_t off[kKeysInFlight];
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) off[u] = row_of(j + u * kDecWarps);  // warp-uniform
+    float kk[kKeysInFlight][DPL], vv[kKeysInFlight][DPL];
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) {
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) kk[u][i] = vv[u][i] = 0.0f;
+      if (active && off[u] >= 0) load_row<DPL>(a.k, a.kv_f32, off[u], lane, kk[u]), load_row<DPL>(a.v, a.kv_f32, off[u], lane, vv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u)
+      if (off[u] >= 0) score(kk[u], vv[u]);
   }
 
   const int stride = 2 + D;
@@ -110,42 +157,122 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       if (lane * DPL + i < D) mine[h * stride + 2 + lane * DPL + i] = o[h][i];
   }
   __syncthreads();
-  // Merge the warps: thread x handles (head, dim) pairs; the partial goes to its split's slot.
-  for (int idx = threadIdx.x; idx < GROUP * (D + 1); idx += blockDim.x) {
-    const int h = idx / (D + 1), d = idx % (D + 1) - 1;  // d = -1: the (m, l) pair
+  // Merge the warps: thread x handles (head, 4 dims) slices.
+  const int d4 = D / 4;
+  for (int idx = threadIdx.x; idx < GROUP * d4; idx += blockDim.x) {
+    const int h = idx / d4, d = 4 * (idx - h * d4);
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, sm[(w * GROUP + h) * stride]);
-    float acc = 0.0f;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, L = 0.0f;
 #pragma unroll
     for (int w = 0; w < kDecWarps; ++w) {
       const float* st = sm + (w * GROUP + h) * stride;
       const float sc = st[0] == -INFINITY ? 0.0f : __expf(st[0] - M);
-      acc = fmaf(sc, d < 0 ? st[1] : st[2 + d], acc);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc[u] = fmaf(sc, st[2 + d + u], acc[u]);
+      L = fmaf(sc, st[1], L);
     }
-    float* pp = a.part + (static_cast<int64_t>(split) * a.T * a.H + t * a.H + g * GROUP + h) * (D + 2);
-    if (d < 0) pp[0] = M, pp[1] = acc;
-    else pp[2 + d] = acc;
+    const int64_t row = t * a.H + g * GROUP + h;
+    if (n_active == 1) {  // the whole range in this block: the output itself
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) store_out(a, row * D + d + u, acc[u] * inv);
+      continue;
+    }
+    float* pp = a.part + (static_cast<int64_t>(split) * a.T * a.H + row) * (D + 4);
+    if (d == 0) pp[0] = M, pp[1] = L;
+    *reinterpret_cast<float4*>(pp + 4 + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   }
+  if (n_active == 1) return;
+
+  // The last split block of this (token, kv head) merges every split's partial.
+  __threadfence();  // this block's partial is visible device-wide before it is counted
+  __syncthreads();
+  int* done = a.done + t * gridDim.y + g;
+  if (threadIdx.x == 0) is_last = atomicAdd(done, 1) == n_active - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // Split weights first, in parallel: wgt[h][s] = exp(m_s - M_h) (shared memory, reusing the warp
+  // states' space), one warp per head for the max and the total L_h. Then each thread sums its
+  // float4 slices of the group's outputs over the splits, kMergeUnroll splits' loads at a time.
+  const int64_t rs = a.T * a.H * (D + 4);  // stride between splits
+  const float* p0 = a.part + (t * a.H + g * GROUP) * (D + 4);  // split 0, head g * GROUP
+  float* wgt = sm;                     // [GROUP][n_split]
+  float* tot = sm + GROUP * a.n_split;  // [GROUP]: 1 / L_h
+  for (int i = threadIdx.x; i < GROUP * n_active; i += blockDim.x) {
+    const int h = i / n_active, s = i % n_active;
+    wgt[h * a.n_split + s] = __ldcg(p0 + s * rs + h * (D + 4));
+  }
+  __syncthreads();
+  for (int h = warp; h < GROUP; h += kDecWarps) {
+    float M = -INFINITY;
+    for (int s = lane; s < n_active; s += 32) M = fmaxf(M, wgt[h * a.n_split + s]);
+    M = warp_max(M);
+    float L = 0.0f;
+    for (int s = lane; s < n_active; s += 32) {
+      const float ms = wgt[h * a.n_split + s];
+      const float w = ms == -INFINITY ? 0.0f : __expf(ms - M);
+      wgt[h * a.n_split + s] = w;
+      L = fmaf(w, __ldcg(p0 + s * rs + h * (D + 4) + 1), L);
+    }
+    L = warp_sum(L);
+    if (lane == 0) tot[h] = L > 0.0f ? 1.0f / L : 0.0f;
+  }
+  __syncthreads();
+  constexpr int kSlots = (GROUP * DPL + 15) / 16;  // float4 slices per thread: GROUP * D / 4 over 128 threads
+  // d4 (D / 4) as in the warp merge above
+  float4 acc[kSlots];
+  int sh[kSlots], soff[kSlots];
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    const int idx = threadIdx.x + i * kDecWarps * 32;
+    sh[i] = idx < GROUP * d4 ? idx / d4 : -1;
+    soff[i] = sh[i] < 0 ? 0 : sh[i] * (D + 4) + 4 + 4 * (idx % d4);
+    acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll kMergeUnroll
+  for (int s = 0; s < n_active; ++s) {
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      if (sh[i] < 0) continue;
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p0 + s * rs + soff[i]));
+      const float w = wgt[sh[i] * a.n_split + s];
+      acc[i].x = fmaf(w, v.x, acc[i].x), acc[i].y = fmaf(w, v.y, acc[i].y);
+      acc[i].z = fmaf(w, v.z, acc[i].z), acc[i].w = fmaf(w, v.w, acc[i].w);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    if (sh[i] < 0) continue;
+    const int idx = threadIdx.x + i * kDecWarps * 32;
+    const int64_t o = (t * a.H + g * GROUP + sh[i]) * D + 4 * (idx % d4);
+    const float inv = tot[sh[i]];
+    store_out(a, o, acc[i].x * inv), store_out(a, o + 1, acc[i].y * inv);
+    store_out(a, o + 2, acc[i].z * inv), store_out(a, o + 3, acc[i].w * inv);
+  }
+  if (threadIdx.x == 0) *done = 0;  // ready for the next launch (graph replays included)
 }
 
 template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G), static_cast<unsigned>(a.n_split));
-  const size_t smem = static_cast<size_t>(kDecWarps) * GROUP * (2 + a.D) * 4;
+  const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
+  // the warps' states, later the merge's split weights and totals
+  const size_t smem = static_cast<size_t>(std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (a.n_split + 1))) * 4;
   attention_decode_kernel<DPL, GROUP><<<grid, kDecWarps * 32, smem, s>>>(a);
   FT_CUDA_LAUNCH_CHECK();
 }
 
+/** Query heads per block: 2 of a larger group, so a group of 8 takes 4 blocks per (token, kv head,
+ *  split). A block's warps run with little else on their SM, so its time is its instruction count,
+ *  which the heads it scores set: each extra block rereads the keys from L2 but shortens the path. */
 template <int DPL>
-bool launch_group(const AttnDecodeArgs& a, cudaStream_t s) {
-  switch (a.H / a.G) {
-    case 1: launch<DPL, 1>(a, s); return true;
-    case 2: launch<DPL, 2>(a, s); return true;
-    case 4: launch<DPL, 4>(a, s); return true;
-    case 8: launch<DPL, 8>(a, s); return true;
-    default: return false;
-  }
+void launch_group(AttnDecodeArgs a, cudaStream_t s) {
+  const int group = a.H / a.G;
+  a.hs_log2 = group >= 8 ? 2 : (group >= 4 ? 1 : 0);
+  if (group == 1) launch<DPL, 1>(a, s);
+  else launch<DPL, 2>(a, s);
 }
 
 }  // namespace
@@ -156,7 +283,15 @@ bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_d
          (group == 1 || group == 2 || group == 4 || group == 8);
 }
 
+int decode_splits(int64_t T, int64_t capacity) {
+  if (T > 64) return 8;
+  if (T > 16) return 32;
+  // Small batches: enough splits that one sequence's blocks spread over the SMs (at least 16 keys each).
+  return static_cast<int>(std::clamp<int64_t>(capacity / 256, 64, 128));
+}
+
 void launch_attention_decode(const AttnDecodeArgs& a, cudaStream_t stream) {
+  FT_CHECK(a.D % 4 == 0);
   if (a.D <= 128) launch_group<4>(a, stream);
   else launch_group<8>(a, stream);
 }

@@ -11,16 +11,25 @@ namespace ft::cuda {
 
 /** Arguments of the decode kernel: the call's tensors and the split plan. */
 struct AttnDecodeArgs : AttnTensors {
-  int n_split = 0, split_len = 0;  // split s covers keys [s * split_len, (s + 1) * split_len) (the last: to the end)
-  float* part = nullptr;           // [n_split, T * H, D + 2]: m, l, o[D] per (split, token, head)
+  int n_split = 0;        // blocks per (token, kv head) sharing the token's key range (decode_splits)
+  float* part = nullptr;  // [n_split, T * H, D + 4]: m, l, 2 unused, o[D] per (split, token, head)
+  int* done = nullptr;    // [T * G * 4] counters, zero before the launch and left zero after it
+  int hs_log2 = 0;        // blocks per (token, kv head, split) = 1 << hs_log2 (set by the launcher)
 };
+
+/** Splits per (token, kv head) for a decode batch of T tokens over a pool of `capacity` keys: many
+ *  for small batches (one sequence must still fill the GPU), fewer as T grows, so the partials stay
+ *  within ~35 MB. Depends on T only through power-of-two thresholds, so a batch padded to a graph's
+ *  size gets the splits eager decode gets. */
+int decode_splits(int64_t T, int64_t capacity);
 
 /** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (or of 8 up to 256),
  *  query heads per kv head 1, 2, 4 or 8. */
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
-/** Queues the kernel on `stream`: grid (T, G, n_split), 128 threads; writes the partials of every
- *  split that starts at or before each token's position. Throws kInternal on a launch error. */
+/** Queues the kernel on `stream`: grid (T, G, n_split), 128 threads; writes `out` for every token
+ *  with a valid sequence and position (through the partials when its range spans several splits).
+ *  Throws kInternal on a launch error. */
 void launch_attention_decode(const AttnDecodeArgs& a, cudaStream_t stream);
 
 }  // namespace ft::cuda

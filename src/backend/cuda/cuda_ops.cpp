@@ -105,6 +105,14 @@ void* CudaOps::scratch(Scratch slot, int64_t bytes) {
   return r.ptr;
 }
 
+void* CudaOps::zeroed_scratch(Scratch slot, int64_t bytes) {
+  const int64_t before = scratch_generation_;
+  void* p = scratch(slot, bytes);
+  if (scratch_generation_ != before)
+    FT_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(scratch_[static_cast<int>(slot)].bytes), stream_));
+  return p;
+}
+
 void* CudaOps::pinned(int64_t bytes) {
   if (bytes > pinned_.bytes) {
     if (pinned_.ptr) {

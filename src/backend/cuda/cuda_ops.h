@@ -51,6 +51,9 @@ class CudaOps final : public Ops {
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
   void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
+  void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) override;
+  void qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q, Tensor k,
+                    const Tensor& positions) override;
   void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                  const Tensor& positions) override;
   void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
@@ -77,8 +80,10 @@ class CudaOps final : public Ops {
 
   /** Scratch regions: grown on demand (the first large call pays a cudaMalloc, which
    *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
-  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kMoe, kCub, kQ8, kCount };
+  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kMoe, kCub, kQ8, kCount };
   void* scratch(Scratch slot, int64_t bytes);
+  /** scratch() whose bytes are zero when (re)allocated; for counters that their kernels return to zero. */
+  void* zeroed_scratch(Scratch slot, int64_t bytes);
   /** A small pinned host buffer (for index read-backs on eager prefill paths). */
   void* pinned(int64_t bytes);
 

@@ -1,9 +1,11 @@
 #pragma once
 // GEMV / small-batch GEMM that decodes weights in registers: y[t, n] = sum_k x[t, k] * W[n, k] for
-// up to MAXT tokens per weight pass, W in any cuda_weight_type (dequant.cuh). One warp per output
-// row n; its lanes stride over the row's chunks (kChunk elements: one 16-byte load for float
-// weights, one 32-element sub-block for block types), decode the chunk, and FMA it against the
-// matching bf16 activations of every token; a warp shuffle reduction finishes the row.
+// up to MAXT tokens per weight pass, W in any cuda_weight_type (dequant.cuh). ks warps (1, 2 or 4,
+// gemv_warps_per_row) per output row n; their lanes stride over the row's chunks (kChunk elements:
+// one 16-byte load for float weights, one 32-element sub-block for block types), decode the chunk,
+// and FMA it against the matching activations of every token; a warp shuffle reduction (then one
+// through shared memory when ks > 1) finishes the row. Small problems (a decode step's router,
+// attention projections) take ks > 1 so that more loads are in flight than one warp per row allows.
 // Bytes moved per problem: N * row_bytes of weights (read once per MAXT tokens) + x rows (cached)
 // + N * MAXT outputs. Included by the per-type-family instantiation files gemv_*.cu only.
 #include "backend/cuda/common.cuh"
@@ -53,18 +55,55 @@ __device__ __forceinline__ void load_x_any(const void* x, bool f32, int64_t off,
   else load_x<N>(static_cast<const bf16*>(x) + off, v);
 }
 
-/** Shared GEMV epilogue (float and dp4a kernels): warp-reduces each token's partial dot products,
- *  then lane 0 adds the bias (or applies silu(gate) * up for GLU pairs) and stores row n of tokens
- *  yrow .. yrow + nt - 1 in y's dtype (F32 or BF16). */
+/** Warps per output row for N rows x n_problems with `chunks` chunks per row: more (up to
+ *  kGemvWarps) while the launch has fewer than 8192 warps and each lane keeps at least
+ *  `min_per_lane` chunks. */
+inline int gemv_warps_per_row(int64_t N, int64_t n_problems, int64_t chunks, int min_per_lane) {
+  int ks = 1;
+  while (ks < kGemvWarps && N * n_problems * ks < 8192 && chunks >= 64 * ks * min_per_lane) ks *= 2;
+  return ks;
+}
+
+/** log2 of a power of two up to kGemvWarps: kernels take ks as a shift, since an integer division
+ *  by a run-time value costs tens of instructions per thread (64-bit: ~70). */
+inline int gemv_log2(int ks) { return ks >= 4 ? 2 : ks - 1; }
+
+/** Shared GEMV epilogue (float and dp4a kernels): warp-reduces each token's partial dot products
+ *  (and sums the ks warps of a row through shared memory, in warp order), then lane 0 of the row's
+ *  first warp adds the bias (or applies silu(gate) * up for GLU pairs) and stores row n of tokens
+ *  yrow .. yrow + nt - 1 in y's dtype (F32 or BF16). Every warp of the block must call it (it holds
+ *  block barriers when ks > 1); `valid` is false for rows past N. */
 template <int MAXT, bool GLU>
 __device__ __forceinline__ void gemv_epilogue(const GemvArgs& a, float (&acc)[MAXT], float* accb, int nt,
-                                              int64_t yrow, int64_t n, int lane) {
+                                              int64_t yrow, int64_t n, bool valid, int ks_log2, int warp, int lane) {
+  const int ks = 1 << ks_log2;
 #pragma unroll
   for (int t = 0; t < MAXT; ++t) {
     acc[t] = warp_sum(acc[t]);
     if constexpr (GLU) accb[t] = warp_sum(accb[t]);
   }
-  if (lane != 0) return;
+  if (ks > 1) {
+    constexpr int kVals = GLU ? 2 * MAXT : MAXT;
+    __shared__ float red[kGemvWarps][kVals];
+    __syncthreads();  // the previous problem's reads of red are done
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < MAXT; ++t) {
+        red[warp][t] = acc[t];
+        if constexpr (GLU) red[warp][MAXT + t] = accb[t];
+      }
+    }
+    __syncthreads();
+    if ((warp & (ks - 1)) != 0) return;
+    for (int w = 1; w < ks; ++w) {
+#pragma unroll
+      for (int t = 0; t < MAXT; ++t) {
+        acc[t] += red[warp + w][t];
+        if constexpr (GLU) accb[t] += red[warp + w][MAXT + t];
+      }
+    }
+  }
+  if (lane != 0 || !valid) return;
   const float b = a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f;
 #pragma unroll
   for (int t = 0; t < MAXT; ++t) {
@@ -79,13 +118,14 @@ __device__ __forceinline__ void gemv_epilogue(const GemvArgs& a, float (&acc)[MA
 }
 
 template <DType WT, int MAXT, bool GLU>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64_t n_problems) {
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
   using D = Dq<WT>;
   constexpr int C = D::kChunk;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
-  if (n >= a.N) return;  // whole warp leaves; no block-wide barrier below
-  const int64_t n_chunks = a.K / C;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> ks_log2) + (warp >> ks_log2);
+  const bool valid = n < a.N;
+  if (ks == 1 && !valid) return;  // whole warp leaves; no block barrier below when ks == 1
+  const int64_t n_chunks = a.K / C, c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
   for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
@@ -97,7 +137,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
       if (e < 0 || e >= a.n_expert) continue;
       wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
       if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
-      xoff = (p / a.x_div) * a.ldx;
+      xoff = static_cast<int64_t>(static_cast<uint32_t>(p) / static_cast<uint32_t>(a.x_div)) * a.ldx;
       nt = 1;
       yrow = p;
     } else {
@@ -114,7 +154,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
 #pragma unroll
     for (int t = 0; t < (GLU ? MAXT : 1); ++t) accb[t] = 0.0f;
 #pragma unroll 2
-    for (int64_t c = lane; c < n_chunks; c += 32) {
+    for (int64_t c = c0; valid && c < n_chunks; c += cstep) {
       float w[C], w2[GLU ? C : 1];
       D::load(ra, c, w);
       if constexpr (GLU) D::load(rb, c, w2);
@@ -131,18 +171,21 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
         }
       }
     }
-    gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, lane);
+    gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, valid, ks_log2, warp, lane);
   }
 }
 
 /** Host launcher for one weight type; explicit instantiations live in gemv_<family>.cu. */
 template <DType WT>
 void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.N + kGemvWarps - 1) / kGemvWarps),
+  const int ks = gemv_warps_per_row(a.N, n_problems, a.K / Dq<WT>::kChunk, 2);
+  const int rows = kGemvWarps / ks;
+  const dim3 grid(static_cast<unsigned>((a.N + rows - 1) / rows),
                   static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
-  if (glu) gemv_kernel<WT, 1, true><<<grid, kGemvWarps * 32, 0, s>>>(a, n_problems);
-  else if (maxt == 1) gemv_kernel<WT, 1, false><<<grid, kGemvWarps * 32, 0, s>>>(a, n_problems);
-  else gemv_kernel<WT, 8, false><<<grid, kGemvWarps * 32, 0, s>>>(a, n_problems);
+  const int lg = gemv_log2(ks);
+  if (glu) gemv_kernel<WT, 1, true><<<grid, kGemvWarps * 32, 0, s>>>(a, n_problems, lg);
+  else if (maxt == 1) gemv_kernel<WT, 1, false><<<grid, kGemvWarps * 32, 0, s>>>(a, n_problems, lg);
+  else gemv_kernel<WT, 8, false><<<grid, kGemvWarps * 32, 0, s>>>(a, n_problems, lg);
   FT_CUDA_LAUNCH_CHECK();
 }
 

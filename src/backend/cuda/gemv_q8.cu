@@ -22,12 +22,6 @@ __device__ __forceinline__ uint32_t ld_u32_2(const uint8_t* p) {  // 2-byte alig
   return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
 }
 
-/** Byte i (0..11) of the 12 packed K-quant scale bytes held in three words. */
-__device__ __forceinline__ int scale_byte(uint32_t w0, uint32_t w1, uint32_t w2, int i) {
-  const uint32_t w = i < 4 ? w0 : (i < 8 ? w1 : w2);
-  return static_cast<int>((w >> (8 * (i & 3))) & 0xff);
-}
-
 /** One 32-weight chunk unpacked to signed or unsigned int8 lanes: weight_i = s(i) * q_i - m, where
  *  s = s0 for elements 0..15 and s1 for 16..31. */
 struct WChunk {
@@ -68,14 +62,12 @@ struct Unpack<DType::Q4_K> {
     const uint4 hdr = ld16(b);  // d, dmin, 12 scale bytes
     const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x & 0xffff)));
     const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(hdr.x >> 16)));
-    int sc, m;
-    if (j < 4) {
-      sc = scale_byte(hdr.y, hdr.z, hdr.w, j) & 63;
-      m = scale_byte(hdr.y, hdr.z, hdr.w, j + 4) & 63;
-    } else {
-      sc = (scale_byte(hdr.y, hdr.z, hdr.w, j + 4) & 15) | ((scale_byte(hdr.y, hdr.z, hdr.w, j - 4) >> 6) << 4);
-      m = (scale_byte(hdr.y, hdr.z, hdr.w, j + 4) >> 4) | ((scale_byte(hdr.y, hdr.z, hdr.w, j) >> 6) << 4);
-    }
+    // ggml's get_scale_min_k4 without branches: with jj = j % 4 and b_i = byte jj of scale word i,
+    // j < 4: (b0 & 63, b1 & 63); j >= 4: ((b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4).
+    const int sh = 8 * (j & 3);
+    const int b0 = (hdr.y >> sh) & 0xff, b1 = (hdr.z >> sh) & 0xff, b2 = (hdr.w >> sh) & 0xff;
+    const int sc = j < 4 ? b0 & 63 : (b2 & 15) | ((b0 >> 6) << 4);
+    const int m = j < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
     const uint8_t* q = b + 16 + 32 * (j >> 1);
     const uint4 u0 = ld16(q), u1 = ld16(q + 16);
     const uint32_t v[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
@@ -108,21 +100,34 @@ struct Unpack<DType::Q6_K> {
   }
 };
 
+/** One 32-element chunk of a quantized activation row: both int8 terms, the scale and the sum. */
+struct XChunk {
+  int4 a, b, c, e;  // q1[0..15], q1[16..31], q2[0..15], q2[16..31]
+  float d, s;
+};
+
+__device__ __forceinline__ XChunk load_x_chunk(const int8_t* q1, const int8_t* q2, const float* xd, const float* xs,
+                                               int64_t qo, int64_t xi) {
+  XChunk x;
+  x.a = reinterpret_cast<const int4*>(q1 + qo)[0], x.b = reinterpret_cast<const int4*>(q1 + qo)[1];
+  x.c = reinterpret_cast<const int4*>(q2 + qo)[0], x.e = reinterpret_cast<const int4*>(q2 + qo)[1];
+  x.d = xd[xi], x.s = xs[xi];
+  return x;
+}
+
 /** sum_i weight_i * x_i for one chunk, x = xd * (q1 + q2 / 254), xs = sum(x) as quantized. Every
  *  unpacked weight byte is a small signed value (Q4_K nibbles 0..15 included): signed dp4a. */
-__device__ __forceinline__ float chunk_dot(const WChunk& w, const int8_t* q1, const int8_t* q2, float xd, float xs) {
-  const int4 a = reinterpret_cast<const int4*>(q1)[0], b = reinterpret_cast<const int4*>(q1)[1];
-  const int4 c = reinterpret_cast<const int4*>(q2)[0], e = reinterpret_cast<const int4*>(q2)[1];
-  int lo = __dp4a(w.q[0], a.x, 0), hi = __dp4a(w.q[4], b.x, 0);
-  lo = __dp4a(w.q[1], a.y, lo), lo = __dp4a(w.q[2], a.z, lo), lo = __dp4a(w.q[3], a.w, lo);
-  hi = __dp4a(w.q[5], b.y, hi), hi = __dp4a(w.q[6], b.z, hi), hi = __dp4a(w.q[7], b.w, hi);
-  int lo2 = __dp4a(w.q[0], c.x, 0), hi2 = __dp4a(w.q[4], e.x, 0);
-  lo2 = __dp4a(w.q[1], c.y, lo2), lo2 = __dp4a(w.q[2], c.z, lo2), lo2 = __dp4a(w.q[3], c.w, lo2);
-  hi2 = __dp4a(w.q[5], e.y, hi2), hi2 = __dp4a(w.q[6], e.z, hi2), hi2 = __dp4a(w.q[7], e.w, hi2);
+__device__ __forceinline__ float chunk_dot(const WChunk& w, const XChunk& x) {
+  int lo = __dp4a(w.q[0], x.a.x, 0), hi = __dp4a(w.q[4], x.b.x, 0);
+  lo = __dp4a(w.q[1], x.a.y, lo), lo = __dp4a(w.q[2], x.a.z, lo), lo = __dp4a(w.q[3], x.a.w, lo);
+  hi = __dp4a(w.q[5], x.b.y, hi), hi = __dp4a(w.q[6], x.b.z, hi), hi = __dp4a(w.q[7], x.b.w, hi);
+  int lo2 = __dp4a(w.q[0], x.c.x, 0), hi2 = __dp4a(w.q[4], x.e.x, 0);
+  lo2 = __dp4a(w.q[1], x.c.y, lo2), lo2 = __dp4a(w.q[2], x.c.z, lo2), lo2 = __dp4a(w.q[3], x.c.w, lo2);
+  hi2 = __dp4a(w.q[5], x.e.y, hi2), hi2 = __dp4a(w.q[6], x.e.z, hi2), hi2 = __dp4a(w.q[7], x.e.w, hi2);
   constexpr float kInv = 1.0f / 254.0f;
-  return xd * (w.s0 * fmaf(static_cast<float>(lo2), kInv, static_cast<float>(lo)) +
-               w.s1 * fmaf(static_cast<float>(hi2), kInv, static_cast<float>(hi))) -
-         w.m * xs;
+  return x.d * (w.s0 * fmaf(static_cast<float>(lo2), kInv, static_cast<float>(lo)) +
+                w.s1 * fmaf(static_cast<float>(hi2), kInv, static_cast<float>(hi))) -
+         w.m * x.s;
 }
 
 /** Two-term int8 quantization per 32-element chunk: q1 = round(x / d), d = max|x| / 127, then
@@ -158,14 +163,23 @@ struct Q8Layout {
   }
 };
 
-constexpr int kWarpsQ8 = 4;  // output rows per block (one per warp)
+constexpr int kWarpsQ8 = kGemvWarps;  // warps per block: kWarpsQ8 / ks output rows
 
-template <DType WT, int MAXT, bool GLU>
-__global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int64_t n_problems) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp;
-  if (n >= a.N) return;
-  const int64_t K = a.K, nb = K / 32, x_rows = a.table ? (n_problems + a.x_div - 1) / a.x_div : a.T;
+/** R output rows per warp (R > 1 only for one token per problem): every row's chunk loads are
+ *  issued together and the activation chunk is loaded once for all of them, so each warp keeps R
+ *  times the bytes in flight for the same fixed cost (expert-table lookup, reduction, store). */
+template <DType WT, int MAXT, bool GLU, int R>
+__global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
+  static_assert(R == 1 || MAXT == 1, "several rows per warp only for one token");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kWarpsQ8 >> ks_log2) + (warp >> ks_log2)) * R;
+  const bool valid = n0 < a.N;
+  if (ks == 1 && !valid) return;  // no block barrier in the epilogue when ks == 1
+  const int64_t c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
+  // 32-bit divisions (problems < 2^31): a 64-bit one is a ~70-instruction routine per thread
+  const uint32_t x_div = static_cast<uint32_t>(a.x_div);
+  const int64_t K = a.K, nb = K / 32,
+                x_rows = a.table ? (static_cast<uint32_t>(n_problems) + x_div - 1) / x_div : a.T;
   const Q8Layout lay(x_rows, K);
   const int8_t* xq = static_cast<const int8_t*>(a.q8);
   const int8_t* xq2 = xq + lay.q2;
@@ -178,46 +192,81 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int6
     int nt;
     if (a.table) {
       const int32_t e = a.ids[p];
-      if (e < 0 || e >= a.n_expert) continue;
+      if (e < 0 || e >= a.n_expert) continue;  // block-uniform: every warp of the block has this p
       wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
       if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
-      xrow = p / a.x_div, yrow = p, nt = 1;
+      xrow = static_cast<uint32_t>(p) / x_div, yrow = p, nt = 1;
     } else {
       wa = a.w, xrow = yrow = p * MAXT;
       nt = static_cast<int>(min(static_cast<int64_t>(MAXT), a.T - yrow));
     }
-    const uint8_t* ra = wa + n * a.row_bytes;
-    const uint8_t* rb = GLU ? wb + n * a.row_bytes : nullptr;
-    float acc[MAXT], accb[GLU ? MAXT : 1];
+    const uint8_t* ra[R];
+    const uint8_t* rb[R];
 #pragma unroll
-    for (int t = 0; t < MAXT; ++t) acc[t] = 0.0f;
+    for (int r = 0; r < R; ++r) {  // rows past N read row N - 1 and store nothing
+      const int64_t n = min(n0 + r, a.N - 1);
+      ra[r] = wa + n * a.row_bytes;
+      rb[r] = GLU ? wb + n * a.row_bytes : nullptr;
+    }
+    float acc[R][MAXT], accb[R][GLU ? MAXT : 1];
 #pragma unroll
-    for (int t = 0; t < (GLU ? MAXT : 1); ++t) accb[t] = 0.0f;
-    for (int64_t c = lane; c < nb; c += 32) {
-      WChunk w, w2;
-      Unpack<WT>::load(ra, c, w);
-      if constexpr (GLU) Unpack<WT>::load(rb, c, w2);
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < MAXT; ++t) acc[r][t] = 0.0f;
+#pragma unroll
+      for (int t = 0; t < (GLU ? MAXT : 1); ++t) accb[r][t] = 0.0f;
+    }
+#pragma unroll 2
+    for (int64_t c = c0; valid && c < nb; c += cstep) {
+      WChunk w[R], w2[GLU ? R : 1];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        Unpack<WT>::load(ra[r], c, w[r]);
+        if constexpr (GLU) Unpack<WT>::load(rb[r], c, w2[r]);
+      }
 #pragma unroll
       for (int t = 0; t < MAXT; ++t) {
         if (t < nt) {
-          const int64_t xi = (xrow + t) * nb + c, qo = (xrow + t) * K + c * 32;
-          acc[t] += chunk_dot(w, xq + qo, xq2 + qo, xd[xi], xs[xi]);
-          if constexpr (GLU) accb[t] += chunk_dot(w2, xq + qo, xq2 + qo, xd[xi], xs[xi]);
+          const XChunk x = load_x_chunk(xq, xq2, xd, xs, (xrow + t) * K + c * 32, (xrow + t) * nb + c);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            acc[r][t] += chunk_dot(w[r], x);
+            if constexpr (GLU) accb[r][t] += chunk_dot(w2[r], x);
+          }
         }
       }
     }
-    gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, lane);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      gemv_epilogue<MAXT, GLU>(a, acc[r], accb[r], nt, yrow, n0 + r, n0 + r < a.N, ks_log2, warp, lane);
   }
+}
+
+/** Rows per warp for a launch: 4 when one token per problem and at least 4096 rows in all. */
+int q8_rows_per_warp(int maxt, int64_t N, int64_t n_problems) { return maxt == 1 && N * n_problems >= 4096 ? 4 : 1; }
+
+template <DType WT, int R>
+void launch_q8_r(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
+  const int64_t row_groups = (a.N + R - 1) / R;
+  const int ks = gemv_warps_per_row(row_groups, n_problems, a.K / 32, 1);
+  const int per_block = kWarpsQ8 / ks;
+  const dim3 grid(static_cast<unsigned>((row_groups + per_block - 1) / per_block),
+                  static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
+  if constexpr (R > 1) {
+    if (glu) gemv_q8_kernel<WT, 1, true, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
+    else gemv_q8_kernel<WT, 1, false, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
+  } else {
+    if (glu) gemv_q8_kernel<WT, 1, true, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
+    else if (maxt == 1) gemv_q8_kernel<WT, 1, false, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
+    else gemv_q8_kernel<WT, 8, false, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
+  }
+  FT_CUDA_LAUNCH_CHECK();
 }
 
 template <DType WT>
 void launch_q8_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.N + kWarpsQ8 - 1) / kWarpsQ8),
-                  static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
-  if (glu) gemv_q8_kernel<WT, 1, true><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems);
-  else if (maxt == 1) gemv_q8_kernel<WT, 1, false><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems);
-  else gemv_q8_kernel<WT, 8, false><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems);
-  FT_CUDA_LAUNCH_CHECK();
+  if (q8_rows_per_warp(maxt, a.N, n_problems) == 4) return launch_q8_r<WT, 4>(maxt, glu, a, n_problems, s);
+  launch_q8_r<WT, 1>(maxt, glu, a, n_problems, s);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // Rows of up to 256 (per-head QK-norm): one warp per row. Longer rows (the hidden state): one block
 // per row, each thread holding up to 8 elements in registers, so a decode step's single row is
 // read by hundreds of threads at once instead of one warp's serial loop (measured 22-35 us -> a few).
-// Bytes moved: 2 * R * D * element size + D weights (cached).
+// add_rms_norm (x += r, then the norm) uses the same one-block-per-row layout.
+// Bytes moved: 2 * R * D * element size + D weights (cached); add_rms_norm 4 * R * D * element size.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -33,17 +34,20 @@ __global__ void rms_norm_kernel(const T* x, const void* w, int w_code, float eps
 
 constexpr int kRowPerThread = 8;
 
+/** One block per row. Every load (x, then w) is issued before the first store: a store between
+ *  them (out may alias x as far as the compiler knows) would make each wait for the one before. */
 template <typename T>
 __global__ void rms_norm_row_kernel(const T* x, const void* w, int w_code, float eps, float offset, T* out, int64_t D) {
   __shared__ float red[32];
   const T* xr = x + blockIdx.x * D;
   T* o = out + blockIdx.x * D;
-  float v[kRowPerThread];
+  float v[kRowPerThread], wv[kRowPerThread];
   float ss = 0.0f;
 #pragma unroll
   for (int u = 0; u < kRowPerThread; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
     v[u] = i < D ? to_f(xr[i]) : 0.0f;
+    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
     ss += v[u] * v[u];
   }
   ss = block_sum(ss, red);  // every thread has read its elements: out may alias x
@@ -51,12 +55,70 @@ __global__ void rms_norm_row_kernel(const T* x, const void* w, int w_code, float
 #pragma unroll
   for (int u = 0; u < kRowPerThread; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (i < D) o[i] = from_f<T>(v[u] * inv * (load_any(w, w_code, i) + offset));
+    if (i < D) o[i] = from_f<T>(v[u] * inv * wv[u]);
+  }
+}
+
+/** add_rms_norm: x[r] += res[r] (rounded to T), then out[r] = rms_norm(x[r]); one block per row. */
+template <typename T>
+__global__ void add_rms_norm_row_kernel(T* x, const T* res, const void* w, int w_code, float eps, float offset, T* out,
+                                        int64_t D) {
+  __shared__ float red[32];
+  T* xr = x + blockIdx.x * D;
+  const T* rr = res + blockIdx.x * D;
+  T* o = out + blockIdx.x * D;
+  float v[kRowPerThread], wv[kRowPerThread];
+#pragma unroll
+  for (int u = 0; u < kRowPerThread; ++u) {  // all loads first (see rms_norm_row_kernel)
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    v[u] = i < D ? to_f(from_f<T>(to_f(xr[i]) + to_f(rr[i]))) : 0.0f;
+    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kRowPerThread; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    if (i < D) xr[i] = from_f<T>(v[u]);
+    ss += v[u] * v[u];
+  }
+  ss = block_sum(ss, red);
+  const float inv = rsqrtf(ss / static_cast<float>(D) + eps);
+#pragma unroll
+  for (int u = 0; u < kRowPerThread; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    if (i < D) o[i] = from_f<T>(v[u] * inv * wv[u]);
   }
 }
 
 }  // namespace
 }  // namespace cuda
+
+void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
+  const int64_t D = x.cols();
+  if (D <= 256 || D > 1024 * cuda::kRowPerThread) return Ops::add_rms_norm(p, x, r, w, out);  // short rows: unfused
+  cuda::check_act("add_rms_norm", "x", x);
+  cuda::check_act("add_rms_norm", "r", r);
+  cuda::check_act("add_rms_norm", "out", out);
+  cuda::check_same_shape("add_rms_norm", "r", r, x);
+  cuda::check_same_shape("add_rms_norm", "out", out, x);
+  cuda::check_same_dtype("add_rms_norm", "r", r, x);
+  cuda::check_same_dtype("add_rms_norm", "out", out, x);
+  cuda::check_dev("add_rms_norm", "w", w);
+  if (w.numel() != D)
+    fail(ErrorCode::kInvalidArgument, "add_rms_norm: weight {} must have {} elements (the row length of x {})", w.str(),
+         D, x.str());
+  if (out.data == x.data || out.data == r.data)
+    fail(ErrorCode::kInvalidArgument, "add_rms_norm: out must not alias x or r");
+  const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
+  const int64_t R = x.rows();
+  if (R == 0) return;
+  const int threads = static_cast<int>(std::min<int64_t>(1024, ((D + cuda::kRowPerThread - 1) / cuda::kRowPerThread + 31) / 32 * 32));
+  FT_DISPATCH_ACT("add_rms_norm", "x", x.dtype, {
+    cuda::add_rms_norm_row_kernel<T><<<static_cast<unsigned>(R), threads, 0, stream_>>>(
+        x.ptr<T>(), r.ptr<T>(), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
+  });
+  FT_CUDA_LAUNCH_CHECK();
+}
 
 void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
   cuda::check_act("rms_norm", "x", x);
