@@ -68,6 +68,16 @@ inline int gemv_warps_per_row(int64_t N, int64_t n_problems, int64_t chunks, int
  *  by a run-time value costs tens of instructions per thread (64-bit: ~70). */
 inline int gemv_log2(int ks) { return ks >= 4 ? 2 : ks - 1; }
 
+/** Stores y[yrow, n] = dot + bias, or silu(dot) * dot_b for a GLU pair, in y's dtype (F32 or BF16). */
+template <bool GLU>
+__device__ __forceinline__ void gemv_store(const GemvArgs& a, float dot, float dot_b, int64_t yrow, int64_t n) {
+  float v = dot + (a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f);
+  if constexpr (GLU) v = silu(dot) * dot_b;
+  const int64_t o = yrow * a.ldy + n;
+  if (a.y_f32) static_cast<float*>(a.y)[o] = v;
+  else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
+}
+
 /** Shared GEMV epilogue (float and dp4a kernels): warp-reduces each token's partial dot products
  *  (and sums the ks warps of a row through shared memory, in warp order), then lane 0 of the row's
  *  first warp adds the bias (or applies silu(gate) * up for GLU pairs) and stores row n of tokens
@@ -104,17 +114,9 @@ __device__ __forceinline__ void gemv_epilogue(const GemvArgs& a, float (&acc)[MA
     }
   }
   if (lane != 0 || !valid) return;
-  const float b = a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f;
 #pragma unroll
-  for (int t = 0; t < MAXT; ++t) {
-    if (t < nt) {
-      float v = acc[t] + b;
-      if constexpr (GLU) v = silu(acc[t]) * accb[t];
-      const int64_t o = (yrow + t) * a.ldy + n;
-      if (a.y_f32) static_cast<float*>(a.y)[o] = v;
-      else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
-    }
-  }
+  for (int t = 0; t < MAXT; ++t)
+    if (t < nt) gemv_store<GLU>(a, acc[t], GLU ? accb[t] : 0.0f, yrow + t, n);
 }
 
 template <DType WT, int MAXT, bool GLU>
