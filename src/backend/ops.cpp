@@ -1,5 +1,6 @@
 // Ops: the defaults of the optional parts of the interface: graphs (none), the unfused
-// add_rms_norm, norm_rope and qk_norm_rope.
+// add_rms_norm, norm_rope, qk_norm_rope and
+// moe_router.
 #include "backend/ops.h"
 
 #include "util/error.h"
@@ -18,6 +19,13 @@ void Ops::qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& 
                        Tensor k, const Tensor& positions) {
   norm_rope(np, wq, p, q, positions);
   norm_rope(np, wk, p, k, positions);
+}
+
+void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
+                     Tensor weights, const Tensor& n_valid) {
+  matmul(x, w, logits, Tensor());
+  moe_route(p, logits, ids, weights);
+  if (!n_valid.empty()) moe_mask_rows(n_valid, ids);
 }
 
 void Ops::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {

@@ -242,6 +242,13 @@ class Ops {
    *  the lower id), optionally renormalised to sum 1, then multiplied by p.scaling. */
   virtual void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) = 0;
 
+  /** A MoE layer's whole router: logits = x w^T (matmul: x [T, H], w [E, H], logits [T, E] activation
+   *  dtype), then moe_route(p, logits, ids, weights), then moe_mask_rows(n_valid, ids) when n_valid is
+   *  not empty. The default makes those calls; CUDA does all three in one launch for small batches
+   *  (the block that computes a token's last logit routes the token). Throws what they throw. */
+  virtual void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
+                          Tensor weights, const Tensor& n_valid);
+
   /** Padding rows route nowhere: ids[t, :] = -1 for every row t >= n_valid[0]. ids I32 [T, k];
    *  n_valid I32 [1] on this device, read by the kernel (so a recorded graph masks however many rows
    *  each replay pads). Throws kInvalidArgument for a wrong dtype or shape. */

@@ -62,6 +62,8 @@ class ProfilingOps final : public Ops {
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
+  void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids, Tensor weights,
+                  const Tensor& n_valid) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
 

@@ -6,9 +6,7 @@ void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams
              const Tensor& x, MoeScratch& s, Tensor out, const Tensor& n_valid) {
   const int64_t T = x.rows();
   Tensor logits = s.router_logits.slice(0, T), ids = s.ids.slice(0, T), weights = s.weights.slice(0, T);
-  ops.matmul(x, w.gate_inp, logits, Tensor());        // [T, n_expert]
-  ops.moe_route(router, logits, ids, weights);        // [T, k]
-  if (!n_valid.empty()) ops.moe_mask_rows(n_valid, ids);
+  ops.moe_router(router, x, w.gate_inp, logits, ids, weights, n_valid);  // logits [T, n_expert]; ids, weights [T, k]
   experts.compute(layer, x, ids, weights, out);       // [T, H]
   if (w.shexp_gate.empty()) return;
   Tensor g = s.sh_gate.slice(0, T), u = s.sh_up.slice(0, T), y = s.sh_out.slice(0, T);

@@ -55,6 +55,12 @@ inline std::vector<float> rand_bf16(size_t n, uint32_t seed, float lo = -1.0f, f
   return v;
 }
 
+/** v with every value rounded to bf16 (round to nearest even, as the GPU stores bf16). */
+inline std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
 inline int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

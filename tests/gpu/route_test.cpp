@@ -104,5 +104,54 @@ TEST_F(CudaRoute, MoeRouteMatches) {
   }
 }
 
+// The fused router (one launch: logits, routing, padding mask) against the CPU's matmul, moe_route and
+// moe_mask_rows. x and w are small multiples of 1/4 and 1/16, so every logit is exact in fp32 whatever
+// the summation order, and both sides round it to bf16 the same way: ids must match exactly.
+TEST_F(CudaRoute, MoeRouterMatchesUnfused) {
+  struct Case {
+    int64_t T, H, E;
+    int32_t k;
+    DType x_dt, w_dt;
+    RouterScoring scoring;
+    int32_t n_valid;  // -1: no mask
+  };
+  const Case cases[] = {{1, 2048, 128, 8, DType::F32, DType::F32, RouterScoring::kSoftmax, -1},
+                        {4, 256, 60, 4, DType::F32, DType::BF16, RouterScoring::kSigmoid, 3},
+                        {3, 64, 256, 8, DType::BF16, DType::BF16, RouterScoring::kSoftmax, 1},
+                        {20, 64, 32, 2, DType::F32, DType::F32, RouterScoring::kSoftmax, 17}};  // 20 > 16: unfused path
+  uint32_t seed = 70;
+  for (const Case& c : cases) {
+    std::vector<float> x(static_cast<size_t>(c.T * c.H)), w(static_cast<size_t>(c.E * c.H));
+    uint32_t r = seed++;
+    for (float& v : x) v = static_cast<float>(static_cast<int>((r = r * 1664525u + 1013904223u) >> 28) - 8) / 4.0f;
+    for (float& v : w) v = static_cast<float>(static_cast<int>((r = r * 1664525u + 1013904223u) >> 27) - 16) / 16.0f;
+    RouterParams p;
+    p.n_expert_used = c.k, p.scoring = c.scoring, p.norm_topk_prob = true;
+    std::vector<float> ref_logits(static_cast<size_t>(c.T * c.E));
+    std::vector<int32_t> ref_ids(static_cast<size_t>(c.T * c.k));
+    std::vector<float> ref_w(ref_ids.size());
+    // CPU reference on the logits as the GPU stores them (rounded to x's dtype)
+    cpu().matmul(arena().host_f32(x, {c.T, c.H}), arena().host_f32(w, {c.E, c.H}),
+                 Tensor(ref_logits.data(), DType::F32, {c.T, c.E}), Tensor());
+    if (c.x_dt == DType::BF16) ref_logits = round_bf16(ref_logits);
+    cpu().moe_route(p, arena().host_f32(ref_logits, {c.T, c.E}), Tensor(ref_ids.data(), DType::I32, {c.T, c.k}),
+                    Tensor(ref_w.data(), DType::F32, {c.T, c.k}));
+    if (c.n_valid >= 0)
+      cpu().moe_mask_rows(arena().host_i32({c.n_valid}, {1}), Tensor(ref_ids.data(), DType::I32, {c.T, c.k}));
+    Tensor logits = arena().dev_poisoned(c.x_dt, {c.T, c.E});
+    Tensor ids = arena().dev_poisoned(DType::I32, {c.T, c.k}), wt = arena().dev_poisoned(DType::F32, {c.T, c.k});
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the per-token counters must be back at zero
+      gpu().moe_router(p, arena().dev_from(x, c.x_dt, {c.T, c.H}), arena().dev_from(w, c.w_dt, {c.E, c.H}), logits, ids,
+                       wt, c.n_valid >= 0 ? arena().dev_i32({c.n_valid}, {1}) : Tensor());
+      EXPECT_EQ(arena().read_i32(ids), ref_ids) << "T=" << c.T << " E=" << c.E << " rep " << rep;
+      EXPECT_LE(compare(logits, ref_logits), 1e-6);
+      const double e = compare(wt, ref_w);
+      report("moe_router", "T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) + " " + dtype_name(c.x_dt) + "/" +
+                               dtype_name(c.w_dt) + " ids exact", e);
+      EXPECT_LE(e, 1e-5);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ft::testing

@@ -69,6 +69,8 @@ class CudaOps final : public Ops {
                  Tensor out) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
+  void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids, Tensor weights,
+                  const Tensor& n_valid) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
 
@@ -80,7 +82,7 @@ class CudaOps final : public Ops {
 
   /** Scratch regions: grown on demand (the first large call pays a cudaMalloc, which
    *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
-  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kMoe, kCub, kQ8, kCount };
+  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kRouterDone, kMoe, kCub, kQ8, kCount };
   void* scratch(Scratch slot, int64_t bytes);
   /** scratch() whose bytes are zero when (re)allocated; for counters that their kernels return to zero. */
   void* zeroed_scratch(Scratch slot, int64_t bytes);

@@ -5,6 +5,7 @@
 // scores staged in shared memory (E floats).
 // Bytes moved: T * E * element size + 8 * T * k.
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/route_warp.cuh"
 #include "backend/cuda/topk.cuh"
 
 namespace ft {
@@ -49,64 +50,13 @@ __global__ void moe_route_kernel(const void* logits, int code, int E, int k, boo
   }
 }
 
-/** The same for E <= 32 * kWarpRouteMax experts, one warp per token (decode: no block barriers).
- *  Lane l keeps the scores of experts l, l + 32, ...; top-k is k rounds of a warp argmax (ties to
- *  the lower id). */
-constexpr int kWarpRouteMax = 8;
+/** The same for E <= 32 * kWarpRouteMax experts, one warp per token (decode: no block barriers). */
 __global__ void moe_route_warp_kernel(const void* logits, int code, int64_t T, int E, int k, bool sigmoid, bool norm,
                                       float scaling, int32_t* ids, float* weights) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   if (t >= T) return;
-  float s[kWarpRouteMax];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int u = 0; u < kWarpRouteMax; ++u) {
-    const int e = lane + 32 * u;
-    s[u] = e < E ? load_any(logits, code, t * E + e) : -INFINITY;
-    mx = fmaxf(mx, s[u]);
-  }
-  if (sigmoid) {
-#pragma unroll
-    for (int u = 0; u < kWarpRouteMax; ++u) s[u] = lane + 32 * u < E ? 1.0f / (1.0f + expf(-s[u])) : -INFINITY;
-  } else {
-    mx = warp_max(mx);
-    float sum = 0.0f;
-#pragma unroll
-    for (int u = 0; u < kWarpRouteMax; ++u) {
-      s[u] = lane + 32 * u < E ? expf(s[u] - mx) : 0.0f;
-      sum += s[u];
-    }
-    const float inv = 1.0f / warp_sum(sum);
-#pragma unroll
-    for (int u = 0; u < kWarpRouteMax; ++u) s[u] = lane + 32 * u < E ? s[u] * inv : -INFINITY;
-  }
-  unsigned taken = 0;
-  float sel = 0.0f;
-  int32_t* it = ids + t * k;
-  float* wt = weights + t * k;
-  for (int j = 0; j < k; ++j) {
-    float best = -INFINITY;
-    int idx = INT_MAX;
-#pragma unroll
-    for (int u = 0; u < kWarpRouteMax; ++u) {
-      const int e = lane + 32 * u;
-      if (e < E && !(taken >> u & 1u) && (s[u] > best || idx == INT_MAX)) best = s[u], idx = e;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (ob > best || (ob == best && oi < idx)) best = ob, idx = oi;
-    }
-    if (idx != INT_MAX && (idx & 31) == lane) taken |= 1u << (idx >> 5);
-    if (lane == 0) it[j] = idx, wt[j] = best;
-    sel += best;
-  }
-  if (lane == 0) {
-    const float f = norm && sel > 0.0f ? scaling / sel : scaling;
-    for (int j = 0; j < k; ++j) wt[j] *= f;
-  }
+  route_warp([&](int e) { return load_any(logits, code, t * E + e); }, E, k, sigmoid, norm, scaling, ids + t * k,
+             weights + t * k);
 }
 
 }  // namespace

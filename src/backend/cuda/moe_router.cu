@@ -1,0 +1,121 @@
+// moe_router: a MoE layer's router in one launch for small batches (decode): logits = x w^T, the
+// softmax/sigmoid top-k routing of moe_route, and the padding mask of moe_mask_rows. x [T, H] and
+// logits [T, E] F32 or BF16 (one dtype), w [E, H] F32 or BF16, ids I32 [T, k], weights F32 [T, k],
+// n_valid I32 [1] or empty. Block (e, t) computes logit (t, e) with 4 warps over H (fp32, fixed order);
+// the block that finishes token t's last logit (a per-token counter it resets, the "last block"
+// pattern of the CUDA threadFenceReduction sample) routes the token with one warp (route_warp.cuh).
+// Other shapes take Ops' default: matmul, moe_route, moe_mask_rows.
+// Bytes moved: E * H weights + T * H activations + T * E logits written and read once.
+#include "backend/cuda/checks.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/route_warp.cuh"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+constexpr int kRouterThreads = 128;
+constexpr int64_t kRouterMaxTokens = 16;  // larger batches: the GEMV and route kernels (more blocks each)
+
+/** 8 consecutive F32 or BF16 values at element offset i (16-byte aligned) as floats. */
+template <bool F32>
+__device__ __forceinline__ void load8(const void* p, int64_t i, float (&v)[8]) {
+  if constexpr (F32) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i + 4));
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(p) + i));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[2 * j] = __uint_as_float(w[j] << 16), v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+template <bool WF32, bool XF32>
+__global__ void __launch_bounds__(kRouterThreads)
+    moe_router_kernel(const void* x, const void* w, int64_t H, int E, void* logits, int k, bool sigmoid, bool norm,
+                      float scaling, const int32_t* n_valid, int32_t* ids, float* weights, int* done) {
+  __shared__ float red[kRouterThreads / 32];
+  __shared__ int is_last;
+  const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.y;
+  float acc = 0.0f;
+  for (int64_t c = threadIdx.x; c < H / 8; c += kRouterThreads) {
+    float wv[8], xv[8];
+    load8<WF32>(w, e * H + c * 8, wv);
+    load8<XF32>(x, t * H + c * 8, xv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(wv[i], xv[i], acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) red[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const float v = (red[0] + red[1]) + (red[2] + red[3]);
+    if constexpr (XF32) static_cast<float*>(logits)[t * E + e] = v;
+    else static_cast<bf16*>(logits)[t * E + e] = __float2bfloat16_rn(v);
+    __threadfence();  // the logit is visible device-wide before it is counted
+    is_last = atomicAdd(done + t, 1) == E - 1;
+  }
+  __syncthreads();
+  if (!is_last || warp != 0) return;
+  __threadfence();
+  route_warp(
+      [&](int j) {
+        if constexpr (XF32) return __ldcg(static_cast<const float*>(logits) + t * E + j);
+        else return __uint_as_float(static_cast<uint32_t>(__ldcg(static_cast<const unsigned short*>(logits) + t * E + j)) << 16);
+      },
+      E, k, sigmoid, norm, scaling, ids + t * k, weights + t * k);
+  if (lane == 0) {
+    if (n_valid && t >= max(0, *n_valid))
+      for (int j = 0; j < k; ++j) ids[t * k + j] = -1;  // graph padding: routed nowhere
+    done[t] = 0;  // ready for the next launch (graph replays included)
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
+                         Tensor weights, const Tensor& n_valid) {
+  const int64_t T = x.rows(), H = x.cols(), E = w.rows();
+  const bool fits = T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
+                    (x.dtype == DType::F32 || x.dtype == DType::BF16) && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
+                    logits.dtype == x.dtype && x.device == Device::kCuda && w.device == Device::kCuda &&
+                    w.ndim == 2 && w.cols() == H && logits.rows() == T && logits.cols() == E &&
+                    reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  if (!fits) return Ops::moe_router(p, x, w, logits, ids, weights, n_valid);
+  cuda::check_act("moe_router", "x", x);
+  cuda::check_act("moe_router", "logits", logits);
+  cuda::check_dtype("moe_router", "ids", ids, {DType::I32});
+  cuda::check_dtype("moe_router", "weights", weights, {DType::F32});
+  const int32_t k = p.n_expert_used;
+  if (k < 1 || k > E)
+    fail(ErrorCode::kInvalidArgument, "moe_router: n_expert_used {} must be in [1, {}] (experts in {})", k, E, w.str());
+  if (ids.rows() != T || ids.cols() != k || weights.rows() != T || weights.cols() != k)
+    fail(ErrorCode::kInvalidArgument, "moe_router: ids {} and weights {} must be [{}, {}]", ids.str(), weights.str(), T,
+         k);
+  if (!n_valid.empty()) {
+    cuda::check_dtype("moe_router", "n_valid", n_valid, {DType::I32});
+    if (n_valid.numel() != 1)
+      fail(ErrorCode::kInvalidArgument, "moe_router: n_valid {} must hold one count", n_valid.str());
+  }
+  int* done = static_cast<int*>(zeroed_scratch(Scratch::kRouterDone, T * 4));
+  const dim3 grid(static_cast<unsigned>(E), static_cast<unsigned>(T));
+  const bool wf = w.dtype == DType::F32, xf = x.dtype == DType::F32;
+  const bool sig = p.scoring == RouterScoring::kSigmoid;
+  const int32_t* nv = n_valid.empty() ? nullptr : n_valid.ptr<int32_t>();
+  auto go = [&](auto kernel) {
+    kernel<<<grid, cuda::kRouterThreads, 0, stream_>>>(x.data, w.data, H, static_cast<int>(E), logits.data, k, sig,
+                                                        p.norm_topk_prob, p.scaling, nv, ids.ptr<int32_t>(),
+                                                        weights.ptr<float>(), done);
+  };
+  if (wf && xf) go(cuda::moe_router_kernel<true, true>);
+  else if (wf) go(cuda::moe_router_kernel<true, false>);
+  else if (xf) go(cuda::moe_router_kernel<false, true>);
+  else go(cuda::moe_router_kernel<false, false>);
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft
