@@ -39,28 +39,43 @@ __global__ void __launch_bounds__(kNrWarps * 32)
   const int64_t n_head = first ? a.n_head : b.n_head;
   T* r = (first ? a.x : b.x) + row * hd;
   const float p = static_cast<float>(pos[static_cast<uint32_t>(row) / static_cast<uint32_t>(n_head)]);  // rows < 2^31
-  float ss = 0.0f;
-  for (int i = lane; i < hd; i += 32) {
-    const float v = to_f(r[i]);
-    head[warp][i] = v;
-    ss += v * v;
+  const int half = n_rot / 2;
+  constexpr int kPer = kNrMaxHeadDim / 32;
+  // Every global load first (x, the norm weight, the rotation frequencies): a dependent chain of
+  // round trips was most of this kernel's time.
+  float xv[kPer], wv[kPer], fr[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int i = lane + 32 * u;
+    const bool in = i < hd;
+    xv[u] = in ? to_f(r[i]) : 0.0f;
+    wv[u] = in ? load_any(w, w_code, i) + offset : 0.0f;
+    const int pair = neox ? (i < half ? i : i - half) : i / 2;
+    fr[u] = in && i < n_rot ? inv_freq[pair] : 0.0f;
   }
+  float ss = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) ss += xv[u] * xv[u];
   ss = warp_sum(ss);
   const float inv = rsqrtf(ss / static_cast<float>(hd) + eps);
-  for (int i = lane; i < hd; i += 32) head[warp][i] = head[warp][i] * inv * (load_any(w, w_code, i) + offset);
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    if (lane + 32 * u < hd) head[warp][lane + 32 * u] = xv[u] * inv * wv[u];
   __syncwarp();
-  const int half = n_rot / 2;
-  for (int i = lane; i < hd; i += 32) {
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int i = lane + 32 * u;
+    if (i >= hd) break;
     float out = head[warp][i];
     if (i < n_rot) {
       const int pair = neox ? (i < half ? i : i - half) : i / 2;
       const bool lead = neox ? i < half : (i % 2 == 0);
       const int i0 = neox ? pair : 2 * pair, i1 = neox ? pair + half : 2 * pair + 1;
-      float s, c;
-      sincosf(p * inv_freq[pair], &s, &c);
-      c *= attn_factor, s *= attn_factor;
-      const float u = head[warp][i0], v = head[warp][i1];
-      out = lead ? u * c - v * s : v * c + u * s;
+      float sn, cs;
+      sincosf(p * fr[u], &sn, &cs);
+      cs *= attn_factor, sn *= attn_factor;
+      const float a0 = head[warp][i0], a1 = head[warp][i1];
+      out = lead ? a0 * cs - a1 * sn : a1 * cs + a0 * sn;
     }
     r[i] = from_f<T>(out);
   }
