@@ -68,6 +68,17 @@ inline int gemv_warps_per_row(int64_t N, int64_t n_problems, int64_t chunks, int
  *  by a run-time value costs tens of instructions per thread (64-bit: ~70). */
 inline int gemv_log2(int ks) { return ks >= 4 ? 2 : ks - 1; }
 
+/** Problem p's weight matrices in table mode (expert ids[p], columns col_a / col_b of the bank
+ *  table); false when the id is outside [0, n_expert): that problem is another executor's. */
+template <bool GLU>
+__device__ __forceinline__ bool expert_weights(const GemvArgs& a, int64_t p, const uint8_t*& wa, const uint8_t*& wb) {
+  const int32_t e = a.ids[p];
+  if (e < 0 || e >= a.n_expert) return false;
+  wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
+  if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
+  return true;
+}
+
 /** Stores y[yrow, n] = dot + bias, or silu(dot) * dot_b for a GLU pair, in y's dtype (F32 or BF16). */
 template <bool GLU>
 __device__ __forceinline__ void gemv_store(const GemvArgs& a, float dot, float dot_b, int64_t yrow, int64_t n) {
@@ -135,10 +146,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
     int nt;
     int64_t yrow;
     if (a.table) {
-      const int32_t e = a.ids[p];
-      if (e < 0 || e >= a.n_expert) continue;
-      wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
-      if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
+      if (!expert_weights<GLU>(a, p, wa, wb)) continue;  // block-uniform: every warp of the block has this p
       xoff = static_cast<int64_t>(static_cast<uint32_t>(p) / static_cast<uint32_t>(a.x_div)) * a.ldx;
       nt = 1;
       yrow = p;

@@ -163,6 +163,24 @@ struct Q8Layout {
   }
 };
 
+/** The quantized activations of a launch, as quantize_q8_kernel wrote them into GemvArgs::q8. */
+struct Q8View {
+  const int8_t* q1;
+  const int8_t* q2;
+  const float* xd;
+  const float* xs;
+  uint32_t x_div;  // 32-bit divisions (problems < 2^31): a 64-bit one is a ~70-instruction routine
+  __device__ Q8View(const GemvArgs& a, int64_t n_problems) : x_div(static_cast<uint32_t>(a.x_div)) {
+    const int64_t rows = a.table ? (static_cast<uint32_t>(n_problems) + x_div - 1) / x_div : a.T;
+    const Q8Layout lay(rows, a.K);
+    q1 = static_cast<const int8_t*>(a.q8), q2 = q1 + lay.q2;
+    xd = reinterpret_cast<const float*>(q1 + lay.xd), xs = reinterpret_cast<const float*>(q1 + lay.xs);
+  }
+  __device__ XChunk chunk(int64_t row, int64_t c, int64_t K) const {
+    return load_x_chunk(q1, q2, xd, xs, row * K + c * 32, row * (K / 32) + c);
+  }
+};
+
 constexpr int kWarpsQ8 = kGemvWarps;  // warps per block: kWarpsQ8 / ks output rows
 
 /** R output rows per warp (R > 1 only for one token per problem): every row's chunk loads are
@@ -176,26 +194,16 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int6
   const bool valid = n0 < a.N;
   if (ks == 1 && !valid) return;  // no block barrier in the epilogue when ks == 1
   const int64_t c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
-  // 32-bit divisions (problems < 2^31): a 64-bit one is a ~70-instruction routine per thread
-  const uint32_t x_div = static_cast<uint32_t>(a.x_div);
-  const int64_t K = a.K, nb = K / 32,
-                x_rows = a.table ? (static_cast<uint32_t>(n_problems) + x_div - 1) / x_div : a.T;
-  const Q8Layout lay(x_rows, K);
-  const int8_t* xq = static_cast<const int8_t*>(a.q8);
-  const int8_t* xq2 = xq + lay.q2;
-  const float* xd = reinterpret_cast<const float*>(xq + lay.xd);
-  const float* xs = reinterpret_cast<const float*>(xq + lay.xs);
+  const Q8View xv(a, n_problems);
+  const int64_t K = a.K, nb = K / 32;
   for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
     int64_t xrow, yrow;
     int nt;
     if (a.table) {
-      const int32_t e = a.ids[p];
-      if (e < 0 || e >= a.n_expert) continue;  // block-uniform: every warp of the block has this p
-      wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
-      if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
-      xrow = static_cast<uint32_t>(p) / x_div, yrow = p, nt = 1;
+      if (!expert_weights<GLU>(a, p, wa, wb)) continue;  // block-uniform: every warp of the block has this p
+      xrow = static_cast<uint32_t>(p) / xv.x_div, yrow = p, nt = 1;
     } else {
       wa = a.w, xrow = yrow = p * MAXT;
       nt = static_cast<int>(min(static_cast<int64_t>(MAXT), a.T - yrow));
@@ -227,7 +235,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int6
 #pragma unroll
       for (int t = 0; t < MAXT; ++t) {
         if (t < nt) {
-          const XChunk x = load_x_chunk(xq, xq2, xd, xs, (xrow + t) * K + c * 32, (xrow + t) * nb + c);
+          const XChunk x = xv.chunk(xrow + t, c, K);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             acc[r][t] += chunk_dot(w[r], x);
@@ -252,23 +260,15 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_lanes_kernel(GemvArgs a
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, li = lane & (L - 1);
   const int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp) * kRows + lane / L;
   const bool valid = n < a.N;  // rows past N compute row N - 1 and store nothing (the shuffles need every lane)
-  const uint32_t x_div = static_cast<uint32_t>(a.x_div);
-  const int64_t K = a.K, nb = K / 32, x_rows = a.table ? (static_cast<uint32_t>(n_problems) + x_div - 1) / x_div : a.T;
-  const Q8Layout lay(x_rows, K);
-  const int8_t* xq = static_cast<const int8_t*>(a.q8);
-  const int8_t* xq2 = xq + lay.q2;
-  const float* xd = reinterpret_cast<const float*>(xq + lay.xd);
-  const float* xs = reinterpret_cast<const float*>(xq + lay.xs);
+  const Q8View xv(a, n_problems);
+  const int64_t K = a.K, nb = K / 32;
   for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
     int64_t xrow;
     if (a.table) {
-      const int32_t e = a.ids[p];
-      if (e < 0 || e >= a.n_expert) continue;
-      wa = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_a]);
-      if constexpr (GLU) wb = reinterpret_cast<const uint8_t*>(a.table[3 * static_cast<int64_t>(e) + a.col_b]);
-      xrow = static_cast<uint32_t>(p) / x_div;
+      if (!expert_weights<GLU>(a, p, wa, wb)) continue;
+      xrow = static_cast<uint32_t>(p) / xv.x_div;
     } else {
       wa = a.w, xrow = p;
     }
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_lanes_kernel(GemvArgs a
       WChunk w, w2;
       Unpack<WT>::load(ra, c, w);
       if constexpr (GLU) Unpack<WT>::load(rb, c, w2);
-      const XChunk x = load_x_chunk(xq, xq2, xd, xs, xrow * K + c * 32, xrow * nb + c);
+      const XChunk x = xv.chunk(xrow, c, K);
       acc += chunk_dot(w, x);
       if constexpr (GLU) accb += chunk_dot(w2, x);
     }
