@@ -23,12 +23,14 @@ int64_t cuda_free_memory(int device) {
 #ifdef FT_HAVE_CUDA
   int prev = 0;
   size_t free_b = 0, total_b = 0;
-  if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
-      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+  if (cudaGetDevice(&prev) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  cudaSetDevice(prev);
+  const bool ok = cudaSetDevice(device) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+  if (!ok) cudaGetLastError();
+  cudaSetDevice(prev);  // the caller's device, on both paths
+  if (!ok) return 0;
   return static_cast<int64_t>(free_b);
 #else
   (void)device;

@@ -25,6 +25,7 @@
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace ft {
 namespace cuda {
@@ -278,12 +279,8 @@ __global__ void attention_combine_kernel(const float* part, int n_split_all, int
 
 template <int DPL>
 void launch_attention(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
-  static bool configured = false;  // raise the dynamic shared memory limit once per instantiation
-  if (!configured) {
-    FT_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>((kRows * kMaxHeadDim + kTile * (2 * kMaxHeadDim + 4)) * 4)));
-    configured = true;
-  }
+  // the largest head_dim's tiles, once per device
+  opt_in_shared_memory(attention_kernel<DPL>, static_cast<int>((kRows * kMaxHeadDim + kTile * (2 * kMaxHeadDim + 4)) * 4));
   attention_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(a);
   FT_CUDA_LAUNCH_CHECK();
 }

@@ -22,7 +22,13 @@ class PinnedAllocator final : public HostAllocator {
   }
 
   void* pin(Buffer& buffer) override {
+    int prev = 0;  // the caller's current device is restored on every path out
+    FT_CUDA_CHECK(cudaGetDevice(&prev));
     FT_CUDA_CHECK(cudaSetDevice(device_));
+    struct Restore {
+      int device;
+      ~Restore() { cudaSetDevice(device); }
+    } restore{prev};
     const cudaError_t err = cudaHostRegister(buffer.data(), static_cast<size_t>(buffer.bytes()),
                                              cudaHostRegisterMapped | cudaHostRegisterPortable);
     if (err != cudaSuccess) {

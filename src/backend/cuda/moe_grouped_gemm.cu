@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/moe_grouped_gemm.h"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace ft::cuda {
 namespace {
@@ -155,11 +156,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
 template <DType WT, bool GLU>
 void launch_kernel(dim3 grid, const GroupedGemmArgs& a, cudaStream_t s) {
   constexpr int bytes = 2 * stage_elems<GLU>() * 2;
-  static bool configured = false;  // more than 48 KB of dynamic shared memory needs opting in once
-  if (!configured) {
-    FT_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<WT, GLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured = true;
-  }
+  opt_in_shared_memory(grouped_gemm_kernel<WT, GLU>, bytes);  // more than 48 KB, once per device
   grouped_gemm_kernel<WT, GLU><<<grid, kThreads, bytes, s>>>(a);
 }
 
