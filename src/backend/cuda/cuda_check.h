@@ -14,8 +14,9 @@
                  cudaGetErrorString(ft_err_), #expr, __FILE__, __LINE__);                                \
   } while (0)
 
-/** Checks the launch just issued (bad configurations surface here, faults at the next sync). */
-#define FT_CUDA_LAUNCH_CHECK() FT_CUDA_CHECK(cudaPeekAtLastError())
+/** Checks the launch just issued (bad configurations surface here, faults at the next sync). Takes
+ *  the error (cudaGetLastError), so one failed launch is reported once, not again by every later check. */
+#define FT_CUDA_LAUNCH_CHECK() FT_CUDA_CHECK(cudaGetLastError())
 
 /** Throws ft::Error(kInternal) naming the call when a cuBLAS call fails. */
 #define FT_CUBLAS_CHECK(expr)                                                                            \
