@@ -1,5 +1,5 @@
 // Ops: the defaults of the optional parts of the interface: graphs (none), the unfused
-// add_rms_norm, norm_rope, qk_norm_rope and
+// add_rms_norm, norm_rope, qk_norm_rope_store and
 // moe_router.
 #include "backend/ops.h"
 
@@ -15,10 +15,11 @@ void Ops::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& 
   rope(p, x, positions);
 }
 
-void Ops::qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
-                       Tensor k, const Tensor& positions) {
-  norm_rope(np, wq, p, q, positions);
-  norm_rope(np, wk, p, k, positions);
+void Ops::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
+                             Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
+  norm_rope(np, wq, p, q, batch.positions);
+  norm_rope(np, wk, p, k, batch.positions);
+  kv_write(batch, k, v, kv);
 }
 
 void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,

@@ -192,11 +192,11 @@ class Ops {
    *  may fuse them (CUDA: one kernel, the normalised head never leaves registers). */
   virtual void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                          const Tensor& positions);
-  /** norm_rope of q (weight wq) and of k (weight wk), same positions and rotary parameters; q, k
-   *  [T, n_head * head_dim] and [T, n_head_kv * head_dim] of one dtype. The default makes the two
-   *  calls; CUDA does both in one launch. */
-  virtual void qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
-                            Tensor k, const Tensor& positions);
+  /** A per-head QK-norm model's attention inputs: norm_rope of q (weight wq) and of k (weight wk)
+   *  at batch.positions, then kv_write(batch, k, v, kv). q [T, n_head * head_dim]; k, v [T, n_head_kv *
+   *  head_dim], one dtype. The default makes the three calls; CUDA does them in one launch. */
+  virtual void qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
+                                  Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv);
 
   /** y = x W^T (+ bias): x [T, K] activations, w [N, K] any weight dtype (K a whole number of
    *  blocks), bias [N] F32/F16/BF16 or empty, y [T, N] activation dtype. fp32 accumulation. y must

@@ -57,9 +57,9 @@ void ProfilingOps::embedding(const Tensor& table, const Tensor& ids, Tensor out)
 void ProfilingOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
   timed(fmt::format("rms_norm [{}]", x.cols()), [&] { inner_->rms_norm(p, x, w, out); });
 }
-void ProfilingOps::qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
-                                Tensor q, Tensor k, const Tensor& positions) {
-  timed("qk_norm_rope", [&] { inner_->qk_norm_rope(np, wq, wk, p, q, k, positions); });
+void ProfilingOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
+                                      Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
+  timed("qk_norm_rope_store", [&] { inner_->qk_norm_rope_store(np, wq, wk, p, q, k, v, batch, kv); });
 }
 void ProfilingOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
   timed(fmt::format("add_rms_norm [{}]", x.cols()), [&] { inner_->add_rms_norm(p, x, r, w, out); });

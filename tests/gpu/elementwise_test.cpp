@@ -1,5 +1,7 @@
 // CUDA vs CPU: swiglu, add, scale, sigmoid, add_scaled_rows, softmax, rms_norm, rope, embedding
 // on random inputs of several shapes; GPU outputs poisoned first, rel L2 <= 1e-2.
+#include <algorithm>
+
 #include "gpu_harness.h"
 
 namespace ft::testing {
@@ -220,24 +222,56 @@ TEST_F(CudaElementwise, NormRopeFusedMatchesNormThenRope) {
            e);
     EXPECT_LE(e, c.act == DType::F32 ? 1e-5 : kTol);
 
-    // q and k (half the heads, its own weight) in one launch: qk_norm_rope
-    const int64_t Wk = std::max<int64_t>(1, c.n_head / 2) * c.head_dim;
+    // q and k (half the heads, its own weight) in one launch, k and v stored into the pages:
+    // qk_norm_rope_store. Token t is sequence t, whose block of its position maps to page t.
+    const int64_t hk = std::max<int64_t>(1, c.n_head / 2), Wk = hk * c.head_dim, page = 16;
     const auto xk = rand_bf16(static_cast<size_t>(c.T * Wk), seed++, -3.0f, 3.0f);
+    const auto xv = rand_bf16(static_cast<size_t>(c.T * Wk), seed++, -3.0f, 3.0f);
     const auto wk = rand_bf16(static_cast<size_t>(c.head_dim), seed++, 0.5f, 1.5f);
-    std::vector<float> ref_q = x, ref_k = xk;
+    int32_t max_blocks = 0;
+    for (int32_t q_pos : pos) max_blocks = std::max<int32_t>(max_blocks, q_pos / static_cast<int32_t>(page) + 1);
+    std::vector<int32_t> seq(static_cast<size_t>(c.T)), start(static_cast<size_t>(c.T + 1));
+    std::vector<int32_t> table(static_cast<size_t>(c.T * max_blocks), -1);
+    for (int64_t t = 0; t < c.T; ++t) {
+      seq[static_cast<size_t>(t)] = static_cast<int32_t>(t), start[static_cast<size_t>(t + 1)] = static_cast<int32_t>(t + 1);
+      table[static_cast<size_t>(t * max_blocks + pos[static_cast<size_t>(t)] / page)] = static_cast<int32_t>(t);
+    }
+    auto batch_on = [&](bool dev) {
+      BatchInfo bi;
+      bi.n_tokens = static_cast<int32_t>(c.T), bi.n_seqs = static_cast<int32_t>(c.T), bi.max_blocks = max_blocks;
+      bi.max_kv_len = *std::max_element(pos.begin(), pos.end()) + 1;
+      bi.positions = dev ? arena().dev_i32(pos, {c.T}) : arena().host_i32(pos, {c.T});
+      bi.seq_index = dev ? arena().dev_i32(seq, {c.T}) : arena().host_i32(seq, {c.T});
+      bi.seq_start = dev ? arena().dev_i32(start, {c.T + 1}) : arena().host_i32(start, {c.T + 1});
+      bi.block_tables = dev ? arena().dev_i32(table, {c.T, max_blocks}) : arena().host_i32(table, {c.T, max_blocks});
+      return bi;
+    };
+    const std::vector<int64_t> kv_shape = {c.T, page, hk, c.head_dim};
+    const size_t kv_n = static_cast<size_t>(numel_of(kv_shape));
+    std::vector<float> ref_q = x, ref_k = xk, ref_v = xv, ref_kc(kv_n, 0.0f), ref_vc(kv_n, 0.0f);
     p.inv_freq = arena().host_f32(inv, {c.n_rot / 2});
-    cpu().qk_norm_rope(np, arena().host_f32(w, {c.head_dim}), arena().host_f32(wk, {c.head_dim}), p,
-                       Tensor(ref_q.data(), DType::F32, {c.T, W}), Tensor(ref_k.data(), DType::F32, {c.T, Wk}),
-                       arena().host_i32(pos, {c.T}));
+    cpu().qk_norm_rope_store(np, arena().host_f32(w, {c.head_dim}), arena().host_f32(wk, {c.head_dim}), p,
+                             Tensor(ref_q.data(), DType::F32, {c.T, W}), Tensor(ref_k.data(), DType::F32, {c.T, Wk}),
+                             Tensor(ref_v.data(), DType::F32, {c.T, Wk}), batch_on(false),
+                             KvLayer{Tensor(ref_kc.data(), DType::F32, kv_shape.data(), 4),
+                                     Tensor(ref_vc.data(), DType::F32, kv_shape.data(), 4)});
     p.inv_freq = arena().dev_from(inv, DType::F32, {c.n_rot / 2});
     Tensor dq = arena().dev_from(x, c.act, {c.T, W}), dk = arena().dev_from(xk, c.act, {c.T, Wk});
-    gpu().qk_norm_rope(np, arena().dev_from(w, DType::F32, {c.head_dim}), arena().dev_from(wk, DType::F32, {c.head_dim}),
-                       p, dq, dk, arena().dev_i32(pos, {c.T}));
-    const double eq = compare(dq, ref_q), ek = compare(dk, ref_k);
-    report("qk_norm_rope q", dtype_name(c.act), eq);
-    report("qk_norm_rope k", dtype_name(c.act), ek);
+    Tensor dkc = arena().dev_from(std::vector<float>(kv_n, 0.0f), c.act, kv_shape);
+    Tensor dvc = arena().dev_from(std::vector<float>(kv_n, 0.0f), c.act, kv_shape);
+    gpu().qk_norm_rope_store(np, arena().dev_from(w, DType::F32, {c.head_dim}),
+                             arena().dev_from(wk, DType::F32, {c.head_dim}), p, dq, dk,
+                             arena().dev_from(xv, c.act, {c.T, Wk}), batch_on(true), KvLayer{dkc, dvc});
+    const double eq = compare(dq, ref_q), ek = compare(dk, ref_k), ekc = compare(dkc, ref_kc),
+                 evc = compare(dvc, ref_vc);
+    report("qk_norm_rope_store q", dtype_name(c.act), eq);
+    report("qk_norm_rope_store k", dtype_name(c.act), ek);
+    report("qk_norm_rope_store k pages", dtype_name(c.act), ekc);
+    report("qk_norm_rope_store v pages", dtype_name(c.act), evc);
     EXPECT_LE(eq, c.act == DType::F32 ? 1e-5 : kTol);
     EXPECT_LE(ek, c.act == DType::F32 ? 1e-5 : kTol);
+    EXPECT_LE(ekc, c.act == DType::F32 ? 1e-5 : kTol);
+    EXPECT_EQ(evc, 0.0);  // v is copied
   }
 }
 

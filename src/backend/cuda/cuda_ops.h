@@ -52,8 +52,8 @@ class CudaOps final : public Ops {
   void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
   void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) override;
-  void qk_norm_rope(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q, Tensor k,
-                    const Tensor& positions) override;
+  void qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
+                          Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) override;
   void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                  const Tensor& positions) override;
   void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
