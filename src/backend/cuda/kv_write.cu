@@ -37,16 +37,7 @@ __global__ void kv_write_kernel(const void* k, const void* v, int src_code, void
 }  // namespace cuda
 
 void CudaOps::kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) {
-  cuda::check_batch("kv_write", batch);
-  cuda::check_act("kv_write", "k", k);
-  cuda::check_act("kv_write", "v", v);
-  cuda::check_same_shape("kv_write", "v", v, k);
-  cuda::check_same_dtype("kv_write", "v", v, k);
-  cuda::check_act("kv_write", "kv.k", kv.k);
-  cuda::check_act("kv_write", "kv.v", kv.v);
-  cuda::check_same_shape("kv_write", "kv.v", kv.v, kv.k);
-  cuda::check_same_dtype("kv_write", "kv.v", kv.v, kv.k);
-  if (kv.k.ndim != 4) fail(ErrorCode::kInvalidArgument, "kv_write: kv.k {} must be 4-D", kv.k.str());
+  cuda::check_kv_write("kv_write", batch, k, v, kv);
   const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), W = kv.k.dim(2) * kv.k.dim(3), T = batch.n_tokens;
   if (k.rows() != T || k.cols() != W)
     fail(ErrorCode::kInvalidArgument, "kv_write: k {} must be [{}, {}] (tokens, kv heads x head_dim)", k.str(), T, W);

@@ -157,7 +157,7 @@ void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopePara
 void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
                                  Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
   const Tensor& positions = batch.positions;
-  cuda::check_batch("qk_norm_rope_store", batch);
+  cuda::check_kv_write("qk_norm_rope_store", batch, k, v, kv);
   cuda::check_dtype("qk_norm_rope_store", "inv_freq", p.inv_freq, {DType::F32});
   for (int i = 0; i < 2; ++i) {
     const Tensor& x = i == 0 ? q : k;
@@ -170,15 +170,8 @@ void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, cons
            p.head_dim);
   }
   cuda::check_same_dtype("qk_norm_rope_store", "k", k, q);
-  cuda::check_act("qk_norm_rope_store", "v", v);
-  cuda::check_same_shape("qk_norm_rope_store", "v", v, k);
-  cuda::check_same_dtype("qk_norm_rope_store", "v", v, k);
-  cuda::check_act("qk_norm_rope_store", "kv.k", kv.k);
-  cuda::check_act("qk_norm_rope_store", "kv.v", kv.v);
-  cuda::check_same_shape("qk_norm_rope_store", "kv.v", kv.v, kv.k);
-  cuda::check_same_dtype("qk_norm_rope_store", "kv.v", kv.v, kv.k);
   const int64_t n_tok = batch.n_tokens, hk = k.cols() / p.head_dim;
-  if (kv.k.ndim != 4 || kv.k.dim(2) != hk || kv.k.dim(3) != p.head_dim || k.rows() != n_tok)
+  if (kv.k.dim(2) != hk || kv.k.dim(3) != p.head_dim || k.rows() != n_tok)
     fail(ErrorCode::kInvalidArgument, "qk_norm_rope_store: kv.k {} must be [pages, page_size, {}, {}] for k {}",
          kv.k.str(), hk, p.head_dim, k.str());
   if (p.head_dim > cuda::kNrMaxHeadDim) return Ops::qk_norm_rope_store(np, wq, wk, p, q, k, v, batch, kv);  // unfused
