@@ -180,7 +180,7 @@ class Ops {
   /** The residual add that ends a sub-block fused with the RMSNorm that starts the next: x += r,
    *  then out = rms_norm(x) (x rounded to its dtype first, so it equals add then rms_norm). x, r,
    *  out [R, D] activation dtype; out must not alias x or r; w [D] as in rms_norm. The default runs
-   *  add then rms_norm; CUDA does both in one pass over the row. */
+   *  add then rms_norm; CUDA does both in one pass over the row for 256 < D <= 8192. */
   virtual void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out);
 
   /** Rotary embedding in place: x [T, n_heads * head_dim], positions I32 [T]. Each head's first
@@ -244,8 +244,11 @@ class Ops {
 
   /** A MoE layer's whole router: logits = x w^T (matmul: x [T, H], w [E, H], logits [T, E] activation
    *  dtype), then moe_route(p, logits, ids, weights), then moe_mask_rows(n_valid, ids) when n_valid is
-   *  not empty. The default makes those calls; CUDA does all three in one launch for small batches
-   *  (the block that computes a token's last logit routes the token). Throws what they throw. */
+   *  not empty. The default makes those calls; CUDA does all three in one launch for batches of up to
+   *  16 tokens (the block that computes a token's last logit routes the token). Its logits may differ
+   *  from the unfused matmul's in the last bits (another summation order), so a router near-tie can
+   *  resolve differently above 16 tokens; graph and eager decode agree (16 is a graph-size boundary).
+   *  Throws what they throw. */
   virtual void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
                           Tensor weights, const Tensor& n_valid);
 

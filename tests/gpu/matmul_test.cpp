@@ -46,7 +46,11 @@ TEST_F(CudaMatmul, SmallAndOddShapes) {
   };
   const Case cases[] = {{DType::BF16, 37, 64, 96},   {DType::BF16, 1, 512, 64},  {DType::BF16, 130, 512, 64},
                         {DType::F32, 3, 33, 12},     {DType::F16, 21, 7, 48},    {DType::Q8_0, 130, 96, 64},
-                        {DType::Q4_K, 3, 1, 256},    {DType::Q6_K, 40, 5, 768},  {DType::BF16, 4, 3000, 2048}};
+                        {DType::Q4_K, 3, 1, 256},    {DType::Q6_K, 40, 5, 768},  {DType::BF16, 4, 3000, 2048},
+                        // the dp4a GEMV's layouts for decode shapes: 4 rows per warp with 2 warps per row
+                        // (q/k/v of qwen3-30b-a3b), 4 warps per row (its o-proj), several tokens per pass
+                        {DType::Q4_K, 1, 5120, 2048}, {DType::Q4_K, 2, 5120, 2048}, {DType::Q4_K, 1, 2048, 4096},
+                        {DType::Q8_0, 1, 4100, 1024}};
   uint32_t seed = 2000;
   for (const Case& c : cases) {
     const double e = run(c.dt, c.T, c.N, c.K, c.T % 2 == 0, seed += 3);

@@ -12,7 +12,8 @@
 // directly; otherwise each split writes a (max, sum, unnormalised output) partial, and the split block
 // that finishes last (a per-(token, kv head) counter, reset by that block) merges them, so no
 // separate combine launch is needed (the "last block" reduction of the CUDA threadFenceReduction sample).
-// Bytes moved: each of the token's keys' K and V once per kv head; q once; partials
+// Bytes moved: each of the token's keys' K and V once per block (the 1-4 blocks of a kv head share
+// them through L2); q once; partials
 // n_active * GROUP * (head_dim + 4) * 4 written and read once per (token, kv head).
 #include "backend/cuda/attention_decode.h"
 
@@ -79,7 +80,12 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   const int g = blockIdx.y, gk = g >> a.hs_log2, split = blockIdx.z, D = a.D;
   const int seq = a.seq[t];
   const int64_t p = a.pos[t];
-  if (seq < 0 || seq >= a.n_seqs || p < 0) return;
+  if (seq < 0 || seq >= a.n_seqs || p < 0) {  // no keys: zeros, as the general kernel's combine writes
+    if (split == 0)
+      for (int idx = threadIdx.x; idx < GROUP * D; idx += blockDim.x)
+        store_out(a, (t * a.H + g * GROUP + idx / D) * D + idx % D, 0.0f);
+    return;
+  }
   int64_t lo, per;
   int n_active;
   decode_plan(p, a.window, a.n_split, lo, per, n_active);

@@ -18,16 +18,17 @@ struct AttnDecodeArgs : AttnTensors {
 };
 
 /** Splits per (token, kv head) for a decode batch of T tokens over a pool of `capacity` keys: many
- *  for small batches (one sequence must still fill the GPU), fewer as T grows, so the partials stay
- *  within ~35 MB. Depends on T only through power-of-two thresholds, so a batch padded to a graph's
- *  size gets the splits eager decode gets. */
+ *  for small batches (one sequence must still fill the GPU), fewer as T grows, so the partials
+ *  (n_split * T * n_head * (head_dim + 4) * 4 bytes) stay near 35 MB for 32 heads of 128 (about 70 MB
+ *  for 64 heads, 140 MB at T = 512). Depends on T only through power-of-two thresholds, so a batch
+ *  padded to a graph's size gets the splits eager decode gets. */
 int decode_splits(int64_t T, int64_t capacity);
 
 /** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (or of 8 up to 256),
  *  query heads per kv head 1, 2, 4 or 8. */
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
-/** Queues the kernel on `stream`: grid (T, G, n_split), 128 threads; writes `out` for every token
+/** Queues the kernel on `stream`: grid (T, G << hs_log2, n_split), 128 threads; writes `out` for every token
  *  with a valid sequence and position (through the partials when its range spans several splits).
  *  Throws kInternal on a launch error. */
 void launch_attention_decode(const AttnDecodeArgs& a, cudaStream_t stream);

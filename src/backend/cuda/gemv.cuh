@@ -4,8 +4,9 @@
 // gemv_warps_per_row) per output row n; their lanes stride over the row's chunks (kChunk elements:
 // one 16-byte load for float weights, one 32-element sub-block for block types), decode the chunk,
 // and FMA it against the matching activations of every token; a warp shuffle reduction (then one
-// through shared memory when ks > 1) finishes the row. Small problems (a decode step's router,
-// attention projections) take ks > 1 so that more loads are in flight than one warp per row allows.
+// through shared memory when ks > 1) finishes the row. Small problems (attention projections, routers
+// of batches the fused moe_router does not take) get ks > 1 so that more loads are in flight than one
+// warp per row allows.
 // Bytes moved per problem: N * row_bytes of weights (read once per MAXT tokens) + x rows (cached)
 // + N * MAXT outputs. Included by the per-type-family instantiation files gemv_*.cu only.
 #include "backend/cuda/common.cuh"

@@ -2,10 +2,13 @@
 // Q8_0 files). The activation rows are first quantized in two int8 terms per element with one
 // scale per 32 elements (quantize_q8_kernel): x ~= d * (q1 + q2 / 254), |error| <= d / 508, i.e.
 // ~3e-5 relative (one int8 term, as ggml's q8_1, costs ~0.4% per dot and ~1% through an expert
-// FFN). Then each warp computes output rows: a lane unpacks a 32-weight chunk into 8 words of int8
-// once and runs 16 dp4a per token against it, instead of ~6 float instructions per weight (the
-// float decoder of gemv.cuh is instruction-bound well below the memory bandwidth). Modes as in
-// gemv.cuh (plain, expert table, GLU).
+// FFN). Then the GEMV: a lane unpacks a 32-weight chunk into 8 words of int8 once and runs 16 dp4a
+// per token against it, instead of ~6 float instructions per weight (the float decoder of gemv.cuh
+// is instruction-bound well below the memory bandwidth). A row goes to 1-4 warps (ks, as in
+// gemv.cuh), one-token launches of at least 4096 rows in all take 4 rows per warp, and expert GEMVs
+// of short rows take lane groups (gemv_q8_lanes_kernel). These choices depend on the number of
+// problems too, so a row's sum order can change with the batch size (see bench/CUDA_NOTES.md).
+// Modes as in gemv.cuh (plain, expert table, GLU).
 // Bytes moved: activations read once and written as 2 x int8 (2.25 bytes per element), then per
 // problem N * row_bytes of weights + the int8 rows (cached).
 #include "backend/cuda/common.cuh"

@@ -4,28 +4,28 @@
 // two GPUs opts in on each (a process-wide "done once" flag left the second device's launches to fail).
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
-#include <set>
-#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 
 namespace ft::cuda {
 
-/** Raises `kernel`'s dynamic shared memory limit to `bytes` on the current device, once per
- *  (kernel, device, bytes); thread-safe. Throws ft::Error(kInternal) when the runtime refuses. */
+/** Raises `kernel`'s dynamic shared memory limit on the current device to at least `bytes`, keeping the
+ *  largest size granted so far (a smaller request never lowers it); thread-safe. Throws
+ *  ft::Error(kInternal) when the runtime refuses. */
 template <typename Kernel>
 void opt_in_shared_memory(Kernel* kernel, int bytes) {
   static std::mutex mu;  // one per function type: instantiations of one kernel template share it,
-  static std::set<std::tuple<const void*, int, int>> done;  // so the kernel's address is in the key
+  static std::map<std::pair<const void*, int>, int> granted;  // so the kernel's address is in the key
   int device = 0;
   FT_CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, bytes);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), device);
   std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert(key).second) return;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) done.erase(key);
-  FT_CUDA_CHECK(err);
+  auto it = granted.find(key);
+  if (it != granted.end() && it->second >= bytes) return;
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  granted[key] = bytes;
 }
 
 }  // namespace ft::cuda
