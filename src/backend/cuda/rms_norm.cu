@@ -3,7 +3,7 @@
 // Rows of up to 256 (per-head QK-norm): one warp per row. Longer rows (the hidden state): one block
 // per row, each thread holding up to 8 elements in registers, so a decode step's single row is
 // read by hundreds of threads at once instead of one warp's serial loop (measured 22-35 us -> a few).
-// add_rms_norm (x += r, then the norm) uses the same one-block-per-row layout.
+// add_rms_norm (x += r, then the norm) is the same one-block-per-row kernel with the residual given.
 // Bytes moved: 2 * R * D * element size + D weights (cached); add_rms_norm 4 * R * D * element size.
 #include <algorithm>
 
@@ -34,23 +34,32 @@ __global__ void rms_norm_kernel(const T* x, const void* w, int w_code, float eps
 
 constexpr int kRowPerThread = 8;
 
-/** One block per row. Every load (x, then w) is issued before the first store: a store between
- *  them (out may alias x as far as the compiler knows) would make each wait for the one before. */
+/** One block per row: out = rms_norm(x), or with `res`, x += res (rounded to T) first and out =
+ *  rms_norm of that (add_rms_norm; out must then not alias x). Every load (x, res, w) is issued
+ *  before the first store: a store between them (out may alias x as far as the compiler knows)
+ *  would make each wait for the one before. */
 template <typename T>
-__global__ void rms_norm_row_kernel(const T* x, const void* w, int w_code, float eps, float offset, T* out, int64_t D) {
+__global__ void rms_norm_row_kernel(T* x, const T* res, const void* w, int w_code, float eps, float offset, T* out,
+                                    int64_t D) {
   __shared__ float red[32];
-  const T* xr = x + blockIdx.x * D;
+  T* xr = x + blockIdx.x * D;
+  const T* rr = res ? res + blockIdx.x * D : nullptr;
   T* o = out + blockIdx.x * D;
   float v[kRowPerThread], wv[kRowPerThread];
+#pragma unroll
+  for (int u = 0; u < kRowPerThread; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    v[u] = i >= D ? 0.0f : (rr ? to_f(from_f<T>(to_f(xr[i]) + to_f(rr[i]))) : to_f(xr[i]));
+    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
+  }
   float ss = 0.0f;
 #pragma unroll
   for (int u = 0; u < kRowPerThread; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    v[u] = i < D ? to_f(xr[i]) : 0.0f;
-    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
+    if (rr && i < D) xr[i] = from_f<T>(v[u]);
     ss += v[u] * v[u];
   }
-  ss = block_sum(ss, red);  // every thread has read its elements: out may alias x
+  ss = block_sum(ss, red);  // every thread has read its elements: out may alias x (without res)
   const float inv = rsqrtf(ss / static_cast<float>(D) + eps);
 #pragma unroll
   for (int u = 0; u < kRowPerThread; ++u) {
@@ -59,35 +68,19 @@ __global__ void rms_norm_row_kernel(const T* x, const void* w, int w_code, float
   }
 }
 
-/** add_rms_norm: x[r] += res[r] (rounded to T), then out[r] = rms_norm(x[r]); one block per row. */
-template <typename T>
-__global__ void add_rms_norm_row_kernel(T* x, const T* res, const void* w, int w_code, float eps, float offset, T* out,
-                                        int64_t D) {
-  __shared__ float red[32];
-  T* xr = x + blockIdx.x * D;
-  const T* rr = res + blockIdx.x * D;
-  T* o = out + blockIdx.x * D;
-  float v[kRowPerThread], wv[kRowPerThread];
-#pragma unroll
-  for (int u = 0; u < kRowPerThread; ++u) {  // all loads first (see rms_norm_row_kernel)
-    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    v[u] = i < D ? to_f(from_f<T>(to_f(xr[i]) + to_f(rr[i]))) : 0.0f;
-    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int u = 0; u < kRowPerThread; ++u) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (i < D) xr[i] = from_f<T>(v[u]);
-    ss += v[u] * v[u];
-  }
-  ss = block_sum(ss, red);
-  const float inv = rsqrtf(ss / static_cast<float>(D) + eps);
-#pragma unroll
-  for (int u = 0; u < kRowPerThread; ++u) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (i < D) o[i] = from_f<T>(v[u] * inv * wv[u]);
-  }
+/** Whether rms_norm_row_kernel takes rows of D elements (a block of up to 1024 threads, kRowPerThread each). */
+bool row_kernel_fits(int64_t D) { return D > 256 && D <= 1024 * kRowPerThread; }
+
+/** Queues rms_norm_row_kernel over R rows (res may be null). */
+void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& w, int w_code, const RmsNormParams& p,
+                Tensor out, cudaStream_t stream) {
+  const int64_t R = x.rows(), D = x.cols();
+  const int threads = static_cast<int>(std::min<int64_t>(1024, ((D + kRowPerThread - 1) / kRowPerThread + 31) / 32 * 32));
+  FT_DISPATCH_ACT(op, "x", x.dtype, {
+    rms_norm_row_kernel<T><<<static_cast<unsigned>(R), threads, 0, stream>>>(
+        x.ptr<T>(), static_cast<const T*>(res), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
+  });
+  FT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -95,7 +88,7 @@ __global__ void add_rms_norm_row_kernel(T* x, const T* res, const void* w, int w
 
 void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
   const int64_t D = x.cols();
-  if (D <= 256 || D > 1024 * cuda::kRowPerThread) return Ops::add_rms_norm(p, x, r, w, out);  // short rows: unfused
+  if (!cuda::row_kernel_fits(D)) return Ops::add_rms_norm(p, x, r, w, out);  // other row lengths: unfused
   cuda::check_act("add_rms_norm", "x", x);
   cuda::check_act("add_rms_norm", "r", r);
   cuda::check_act("add_rms_norm", "out", out);
@@ -110,14 +103,7 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
   if (out.data == x.data || out.data == r.data)
     fail(ErrorCode::kInvalidArgument, "add_rms_norm: out must not alias x or r");
   const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
-  const int64_t R = x.rows();
-  if (R == 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(1024, ((D + cuda::kRowPerThread - 1) / cuda::kRowPerThread + 31) / 32 * 32));
-  FT_DISPATCH_ACT("add_rms_norm", "x", x.dtype, {
-    cuda::add_rms_norm_row_kernel<T><<<static_cast<unsigned>(R), threads, 0, stream_>>>(
-        x.ptr<T>(), r.ptr<T>(), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
-  });
-  FT_CUDA_LAUNCH_CHECK();
+  if (x.rows() > 0) cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out, stream_);
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
@@ -132,15 +118,7 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
     fail(ErrorCode::kInvalidArgument, "rms_norm: weight {} must have {} elements (the row length of x {})", w.str(), D,
          x.str());
   if (R == 0) return;
-  if (D > 256 && D <= 1024 * cuda::kRowPerThread) {
-    const int threads = static_cast<int>(std::min<int64_t>(1024, ((D + cuda::kRowPerThread - 1) / cuda::kRowPerThread + 31) / 32 * 32));
-    FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
-      cuda::rms_norm_row_kernel<T><<<static_cast<unsigned>(R), threads, 0, stream_>>>(
-          x.ptr<T>(), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
-    });
-    FT_CUDA_LAUNCH_CHECK();
-    return;
-  }
+  if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out, stream_);
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
     cuda::rms_norm_kernel<T><<<blocks, 128, 0, stream_>>>(x.ptr<T>(), w.data, w_code, p.eps, p.weight_offset,
