@@ -1,6 +1,5 @@
-// Ops: the defaults of the optional parts of the interface: graphs (none), the unfused
-// add_rms_norm, norm_rope, qk_norm_rope_store and
-// moe_router.
+// Ops: the defaults of the optional parts of the interface: graphs (none), and the unfused
+// add_rms_norm, norm_rope, qk_norm_rope_store and moe_router.
 #include "backend/ops.h"
 
 #include "util/error.h"

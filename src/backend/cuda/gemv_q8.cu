@@ -317,14 +317,11 @@ void launch_q8_r(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cuda
   const int per_block = kWarpsQ8 / ks;
   const dim3 grid(static_cast<unsigned>((row_groups + per_block - 1) / per_block),
                   static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
-  if constexpr (R > 1) {
-    if (glu) gemv_q8_kernel<WT, 1, true, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
-    else gemv_q8_kernel<WT, 1, false, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
-  } else {
-    if (glu) gemv_q8_kernel<WT, 1, true, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
-    else if (maxt == 1) gemv_q8_kernel<WT, 1, false, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
-    else gemv_q8_kernel<WT, 8, false, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, gemv_log2(ks));
-  }
+  const int lg = gemv_log2(ks);
+  if (glu) gemv_q8_kernel<WT, 1, true, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, lg);
+  else if (maxt == 1) gemv_q8_kernel<WT, 1, false, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, lg);
+  else if constexpr (R == 1) gemv_q8_kernel<WT, 8, false, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, lg);
+  else FT_CHECK(false && "gemv_q8: several rows per warp only for one token");
   FT_CUDA_LAUNCH_CHECK();
 }
 

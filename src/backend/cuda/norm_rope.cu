@@ -131,15 +131,27 @@ __global__ void __launch_bounds__(kNrWarps * 32)
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
-                        const Tensor& positions) {
-  cuda::check_act("norm_rope", "x", x);
-  cuda::check_dev("norm_rope", "w", w);
-  cuda::check_dtype("norm_rope", "positions", positions, {DType::I32});
-  cuda::check_dtype("norm_rope", "inv_freq", p.inv_freq, {DType::F32});
+namespace cuda {
+namespace {
+
+/** One norm_rope operand: x an activation whose rows are whole heads at `positions`, w [head_dim]. */
+void check_norm_rope(const char* op, const char* x_name, const Tensor& x, const Tensor& w, const RopeParams& p,
+                     const Tensor& positions) {
+  check_act(op, x_name, x);
+  check_dev(op, "w", w);
+  check_dtype(op, "positions", positions, {DType::I32});
+  check_dtype(op, "inv_freq", p.inv_freq, {DType::F32});
   op_checks::rope(p, x, positions);
   if (w.numel() != p.head_dim)
-    fail(ErrorCode::kInvalidArgument, "norm_rope: weight {} must have head_dim {} elements", w.str(), p.head_dim);
+    fail(ErrorCode::kInvalidArgument, "{}: weight {} must have head_dim {} elements", op, w.str(), p.head_dim);
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
+                        const Tensor& positions) {
+  cuda::check_norm_rope("norm_rope", "x", x, w, p, positions);
   if (p.head_dim > cuda::kNrMaxHeadDim) return Ops::norm_rope(np, w, p, x, positions);  // unfused
   const int64_t n_head = x.cols() / p.head_dim, rows = x.rows() * n_head;
   if (rows == 0) return;
@@ -158,17 +170,8 @@ void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, cons
                                  Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
   const Tensor& positions = batch.positions;
   cuda::check_kv_write("qk_norm_rope_store", batch, k, v, kv);
-  cuda::check_dtype("qk_norm_rope_store", "inv_freq", p.inv_freq, {DType::F32});
-  for (int i = 0; i < 2; ++i) {
-    const Tensor& x = i == 0 ? q : k;
-    const Tensor& w = i == 0 ? wq : wk;
-    cuda::check_act("qk_norm_rope_store", i == 0 ? "q" : "k", x);
-    cuda::check_dev("qk_norm_rope_store", i == 0 ? "wq" : "wk", w);
-    op_checks::rope(p, x, positions);
-    if (w.numel() != p.head_dim)
-      fail(ErrorCode::kInvalidArgument, "qk_norm_rope_store: weight {} must have head_dim {} elements", w.str(),
-           p.head_dim);
-  }
+  cuda::check_norm_rope("qk_norm_rope_store", "q", q, wq, p, positions);
+  cuda::check_norm_rope("qk_norm_rope_store", "k", k, wk, p, positions);
   cuda::check_same_dtype("qk_norm_rope_store", "k", k, q);
   const int64_t n_tok = batch.n_tokens, hk = k.cols() / p.head_dim;
   if (kv.k.dim(2) != hk || kv.k.dim(3) != p.head_dim || k.rows() != n_tok)
