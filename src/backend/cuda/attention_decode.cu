@@ -40,26 +40,6 @@ __device__ __forceinline__ void store_out(const AttnDecodeArgs& a, int64_t i, fl
   else static_cast<bf16*>(a.out)[i] = __float2bfloat16_rn(v);
 }
 
-template <int DPL>
-__device__ __forceinline__ void load_row(const void* base, bool f32, int64_t off, int lane, float (&out)[DPL]) {
-  if (f32) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + off + lane * DPL);
-#pragma unroll
-    for (int i = 0; i < DPL / 4; ++i) {
-      const float4 v = __ldg(p + i);
-      out[4 * i] = v.x, out[4 * i + 1] = v.y, out[4 * i + 2] = v.z, out[4 * i + 3] = v.w;
-    }
-  } else {
-    const uint2* p = reinterpret_cast<const uint2*>(static_cast<const bf16*>(base) + off + lane * DPL);
-#pragma unroll
-    for (int i = 0; i < DPL / 4; ++i) {
-      const uint2 v = __ldg(p + i);
-      out[4 * i] = __uint_as_float(v.x << 16), out[4 * i + 1] = __uint_as_float(v.x & 0xffff0000u);
-      out[4 * i + 2] = __uint_as_float(v.y << 16), out[4 * i + 3] = __uint_as_float(v.y & 0xffff0000u);
-    }
-  }
-}
-
 /** The key range [lo, p] of a token at position p and its pieces: n_active splits of `per` keys. */
 __device__ __forceinline__ void decode_plan(int64_t p, int window, int n_split, int64_t& lo, int64_t& per,
                                             int& n_active) {
@@ -97,10 +77,10 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
   for (int h = 0; h < GROUP; ++h) {
     const int64_t qo = (t * a.H + g * GROUP + h) * D;
-    if (a.q_code != 1) {  // F32 or BF16: the vector loads of load_row
+    if (a.q_code != 1) {  // F32 or BF16: vector loads
 #pragma unroll
       for (int i = 0; i < DPL; ++i) q[h][i] = 0.0f;
-      if (active) load_row<DPL>(a.q, a.q_code == 0, qo, lane, q[h]);
+      if (active) load_x_any<DPL>(a.q, a.q_code == 0, qo + lane * DPL, q[h]);
     } else {
 #pragma unroll
       for (int i = 0; i < DPL; ++i) q[h][i] = lane * DPL + i < D ? load_any(a.q, a.q_code, qo + lane * DPL + i) : 0.0f;
@@ -150,7 +130,10 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     for (int u = 0; u < kKeysInFlight; ++u) {
 #pragma unroll
       for (int i = 0; i < DPL; ++i) kk[u][i] = vv[u][i] = 0.0f;
-      if (active && off[u] >= 0) load_row<DPL>(a.k, a.kv_f32, off[u], lane, kk[u]), load_row<DPL>(a.v, a.kv_f32, off[u], lane, vv[u]);
+      if (active && off[u] >= 0) {
+        load_x_any<DPL>(a.k, a.kv_f32, off[u] + lane * DPL, kk[u]);
+        load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u)

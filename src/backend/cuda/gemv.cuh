@@ -17,45 +17,6 @@ namespace ft::cuda {
 
 constexpr int kGemvWarps = 4;  // output rows per block
 
-/** Loads N (4, 8, 16 or 32) bf16 activations at p (aligned to min(16, 2N) bytes) as floats. */
-template <int N>
-__device__ __forceinline__ void load_x(const bf16* p, float* v) {
-  if constexpr (N % 8 == 0) {
-#pragma unroll
-    for (int i = 0; i < N / 8; ++i) {
-      const uint4 u = __ldg(reinterpret_cast<const uint4*>(p) + i);
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        v[8 * i + 2 * k] = __uint_as_float(w[k] << 16);
-        v[8 * i + 2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-      }
-    }
-  } else {
-    static_assert(N == 4, "load_x: N must be 4 or a multiple of 8");
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-    v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
-    v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
-  }
-}
-
-/** Loads N (multiple of 4) f32 activations at p (16-byte aligned). */
-template <int N>
-__device__ __forceinline__ void load_x(const float* p, float* v) {
-#pragma unroll
-  for (int i = 0; i < N / 4; ++i) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(p) + i);
-    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-  }
-}
-
-/** Activation row `r` element offset `off` of a BF16 or F32 activation matrix, as floats. */
-template <int N>
-__device__ __forceinline__ void load_x_any(const void* x, bool f32, int64_t off, float* v) {
-  if (f32) load_x<N>(static_cast<const float*>(x) + off, v);
-  else load_x<N>(static_cast<const bf16*>(x) + off, v);
-}
-
 /** Warps per output row for N rows x n_problems with `chunks` chunks per row: more (up to
  *  kGemvWarps) while the launch has fewer than 8192 warps and each lane keeps at least
  *  `min_per_lane` chunks. */

@@ -17,21 +17,6 @@ namespace {
 constexpr int kRouterThreads = 128;
 constexpr int64_t kRouterMaxTokens = 16;  // larger batches: the GEMV and route kernels (more blocks each)
 
-/** 8 consecutive F32 or BF16 values at element offset i (16-byte aligned) as floats. */
-template <bool F32>
-__device__ __forceinline__ void load8(const void* p, int64_t i, float (&v)[8]) {
-  if constexpr (F32) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i + 4));
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(p) + i));
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[2 * j] = __uint_as_float(w[j] << 16), v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-  }
-}
-
 template <bool WF32, bool XF32>
 __global__ void __launch_bounds__(kRouterThreads)
     moe_router_kernel(const void* x, const void* w, int64_t H, int E, void* logits, int k, bool sigmoid, bool norm,
@@ -43,8 +28,8 @@ __global__ void __launch_bounds__(kRouterThreads)
   float acc = 0.0f;
   for (int64_t c = threadIdx.x; c < H / 8; c += kRouterThreads) {
     float wv[8], xv[8];
-    load8<WF32>(w, e * H + c * 8, wv);
-    load8<XF32>(x, t * H + c * 8, xv);
+    load_x_any<8>(w, WF32, e * H + c * 8, wv);  // the router's F32/BF16 weights load as activations do
+    load_x_any<8>(x, XF32, t * H + c * 8, xv);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc = fmaf(wv[i], xv[i], acc);
   }
