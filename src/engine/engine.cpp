@@ -76,6 +76,8 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
       for (const Buffer& b : *v) mc.placed_bytes += b.bytes();
     for (const TensorInfo& t : ckpt_->tensors()) mc.weight_bytes += t.bytes;
     mc.max_tokens = T;
+    // Graph-captured decode batches keep the expert cache; bigger steps stream whole layers.
+    mc.stream_min_tokens = std::max<int64_t>(64, int64_t{options_.cuda_graph_max_bs} + 1);
     mc.cpu_threads = options_.threads;
     mc.decode_log_interval = options_.decode_log_interval;
     moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);

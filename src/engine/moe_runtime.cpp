@@ -97,6 +97,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   spdlog::info("{}", plan_.summary());
   MoeRuntimeOptions ro;
   ro.max_tokens = config.max_tokens;
+  ro.stream_min_tokens = config.stream_min_tokens;
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
   experts_ = make_expert_compute(ops, host, plan_, ro);

@@ -27,6 +27,7 @@ struct MoeRuntimeConfig {
   int64_t placed_kv_tokens = 0;      // tokens of the KV pool inside placed_bytes
   int64_t weight_bytes = 0;          // every tensor of the checkpoint (routed experts included)
   int64_t max_tokens = 0;            // most tokens per forward
+  int64_t stream_min_tokens = 64;    // forwards this long stream whole expert layers (MoeRuntimeOptions)
   int cpu_threads = 0;               // CPU expert executor workers (<= 0: one per physical core)
   int64_t decode_log_interval = 0;   // log the counters every N decode steps (0: never)
 };

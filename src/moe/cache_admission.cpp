@@ -70,4 +70,30 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
   return n_miss;
 }
 
+void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes) {
+  const int32_t E = s.n_expert;
+  if (layer < 0 || layer >= s.n_layers)
+    fail(ErrorCode::kInvalidArgument, "expert cache: layer {} outside [0, {})", layer, s.n_layers);
+  if (n < 0 || n > E || first < 0 || first > s.n_slots - E)
+    fail(ErrorCode::kInvalidArgument, "expert cache: region of {} experts at slot {} outside {} slots ({} per region)",
+         n, first, s.n_slots, E);
+  const int64_t tick = ++*s.tick;
+  auto empty = [&](int32_t slot) {
+    if (s.owner[slot] >= 0) s.slot_of[s.owner[slot]] = -1;
+    s.owner[slot] = -1;
+    s.stamp[slot] = 0;
+  };
+  for (int32_t slot = first; slot < first + E; ++slot) empty(slot);
+  int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
+  for (int32_t e = 0; e < n; ++e) {
+    if (map[e] >= 0) empty(map[e]);
+    map[e] = first + e;
+    s.owner[first + e] = layer * E + e;
+    s.stamp[first + e] = tick;
+  }
+  int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
+  st[kCacheMisses] += n;
+  st[kCacheBytes] += n * record_bytes;
+}
+
 }  // namespace ft

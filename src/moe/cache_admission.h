@@ -21,6 +21,18 @@
 //      for CPU-computed ids (-1 otherwise);
 //   6. stats of layer l: hits, misses, cpu (distinct experts each), bytes = misses * record bytes.
 // The gather then copies each miss's record from the host bank into its slot.
+//
+// Streaming (prefill): a step with many tokens touches nearly every expert of a layer, so the
+// whole layer is copied into a staging region of n_expert (the map width) consecutive slots
+// instead (DESIGN.md: prefill streams whole expert layers through staging regions). claim_region
+// for layer l and a region starting at slot `first`:
+//   1. tick += 1;
+//   2. every slot of the region is emptied (its owner unmapped, owner -1, stamp 0);
+//   3. each expert e < n of the layer: a slot it held elsewhere is emptied the same way, then it
+//      maps to slot first + e with stamp = tick (the copy puts its record there);
+//   4. stats of layer l: misses += n, bytes += n * record bytes.
+// So the streamed layer stays cached afterwards, like a layer admitted in full, and the state keeps
+// every invariant above.
 // C++17-clean: included from CUDA sources.
 #include <cstdint>
 
@@ -68,5 +80,10 @@ void reset_cache_state(const CacheStateRefs& s);
  *  Returns the number of misses. Throws ft::Error(kInvalidArgument) for a layer outside
  *  [0, n_layers) or n_pairs < 0 (the arrays themselves are trusted: the caller owns them). */
 int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* scratch);
+
+/** claim_region above on host arrays: the region is slots [first, first + n_expert), n (<= n_expert)
+ *  the layer's expert count. Throws ft::Error(kInvalidArgument) for a layer outside [0, n_layers),
+ *  n outside [0, n_expert] or a region outside [0, n_slots). */
+void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes);
 
 }  // namespace ft

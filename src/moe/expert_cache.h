@@ -39,6 +39,12 @@ class ExpertCache {
   int32_t admit(int32_t layer, const int32_t* ids, int32_t n_pairs, int32_t fetch_cap, int64_t record_bytes,
                 int32_t* slot_ids, int32_t* cpu_ids);
 
+  /** Maps `layer`'s n experts to the region of n_expert slots at `first` for a streamed layer (see
+   *  claim_region in cache_admission.h). Throws kInvalidArgument for arguments out of range. */
+  void claim_region(int32_t layer, int32_t first, int32_t n, int64_t record_bytes) {
+    claim_region_reference(refs(), layer, first, n, record_bytes);
+  }
+
   /** The last admission's misses, in fetch order. */
   const CacheMiss* misses() const { return misses_.data(); }
   int32_t n_misses() const { return n_misses_; }

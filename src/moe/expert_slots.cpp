@@ -37,6 +37,29 @@ const ExpertBank& SlotBanks::at(int32_t layer) const {
   return banks[static_cast<size_t>(bank_of[static_cast<size_t>(layer)])];
 }
 
+void ExpertSlots::build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device) {
+  const int32_t E = src.max_experts();
+  n_regions_ = n_slots / E >= 2 ? n_slots / E : 0;
+  regions_.assign(static_cast<size_t>(n_regions_), SlotBanks{});
+  for (int32_t r = 0; r < n_regions_; ++r)
+    regions_[static_cast<size_t>(r)].build(src, pool + static_cast<int64_t>(r) * E * src.slot_bytes(), E, device);
+}
+
+int32_t ExpertSlots::check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const {
+  if (layer < 0 || layer >= src.n_layers() || src.n_expert(layer) == 0)
+    fail(ErrorCode::kInvalidArgument, "expert slots: layer {} has no routed experts", layer);
+  if (region < 0 || region >= n_regions_)
+    fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {}) ({} slots)", region, n_regions_,
+         n_slots());
+  return region * src.max_experts();
+}
+
+const ExpertBank& ExpertSlots::region_bank(int32_t layer, int32_t region) const {
+  if (region < 0 || region >= n_regions_)
+    fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {})", region, n_regions_);
+  return regions_[static_cast<size_t>(region)].at(layer);
+}
+
 void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs, int32_t layer, const Tensor& ids,
                       const Tensor& slot_ids, const Tensor& cpu_ids) {
   if (layer < 0 || layer >= banks.n_layers() || banks.n_expert(layer) == 0)
@@ -63,6 +86,7 @@ HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int3
   if (banks.n_moe_layers() == 0) fail(ErrorCode::kInvalidArgument, "expert slots: the model has no routed experts");
   pool_ = allocate_host_pages(static_cast<int64_t>(n_slots) * banks.slot_bytes());
   slot_banks_.build(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
+  build_regions(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
 }
 
 void HostExpertSlots::admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) {
@@ -77,6 +101,16 @@ void HostExpertSlots::admit(int32_t layer, const Tensor& ids, int32_t fetch_cap,
     std::memcpy(pool + static_cast<int64_t>(m.slot) * banks_.slot_bytes(), banks_.record(m.layer, m.expert),
                 static_cast<size_t>(rb));
   }
+}
+
+void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
+  const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
+  const int64_t rb = banks_.layout(layer).bytes;
+  cache_.claim_region(layer, first, n, rb);
+  uint8_t* pool = static_cast<uint8_t*>(pool_.data());
+  for (int32_t e = 0; e < n; ++e)
+    std::memcpy(pool + static_cast<int64_t>(first + e) * banks_.slot_bytes(), banks_.record(layer, e),
+                static_cast<size_t>(rb));
 }
 
 std::vector<CacheLayerStats> HostExpertSlots::stats() {

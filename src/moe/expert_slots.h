@@ -6,6 +6,15 @@
 // cached experts with slot ids exactly as it computes resident experts with expert ids (same
 // kernels: offload and fused give identical results).
 //
+// Prefill streaming: the pool is also cut into n_slots / max_experts staging regions of
+// max_experts consecutive slots (region r starts at slot r * max_experts). stream_layer(l, r) maps
+// layer l's experts to region r in the admission state (claim_region, cache_admission.h) and copies
+// all of l's records into it in expert order (CUDA: one 2-D copy on a copy stream, after the work
+// queued before it); wait_region(r) makes later work wait for that copy; region_bank(l, r) views the
+// region as layer l's bank indexed by expert id, so Ops::moe_experts runs with the router's ids on
+// the same kernels as fused. While one layer computes from its region, the next layer streams into
+// another; a caller that takes the regions in turn leaves the last streamed layers cached.
+//
 // Two implementations: the host twin (this file; the CPU build and the reference) and the CUDA one
 // (backend/cuda/moe_cache_slots.cu: device state, admission kernel and UVA gather kernel on the
 // backend's stream, no host synchronisation).
@@ -19,6 +28,15 @@
 #include "moe/expert_cache.h"
 
 namespace ft {
+
+/** Slot banks shared by the implementations: one bank per distinct layer layout over a pool at
+ *  `pool` (n_slots records of slot_bytes each) on `device`; bank_of[l] indexes banks (-1 dense). */
+struct SlotBanks {
+  std::vector<ExpertBank> banks;
+  std::vector<int32_t> bank_of;
+  void build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
+  const ExpertBank& at(int32_t layer) const;
+};
 
 class ExpertSlots {
  public:
@@ -40,6 +58,20 @@ class ExpertSlots {
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
 
+  /** Staging regions for prefill streaming: n_slots / max_experts when that is at least 2, else 0. */
+  int32_t n_regions() const { return n_regions_; }
+  /** Starts streaming `layer`'s records into region `region` (see the top of this file): in queue
+   *  order after all work queued before, so slots other work still reads are not overwritten early;
+   *  the region's slots then hold the layer's experts in the cache. Host: done on return. Throws
+   *  kInvalidArgument for a layer without experts or a region outside [0, n_regions()). */
+  virtual void stream_layer(int32_t layer, int32_t region) = 0;
+  /** Makes work queued after this call wait until the last stream_layer into `region` finished
+   *  (host: nothing to wait for). */
+  virtual void wait_region(int32_t region) = 0;
+  /** Region `region` as `layer`'s bank: max_experts experts, expert e in slot region * max_experts + e.
+   *  Throws kInvalidArgument for a layer without experts or a bad region. */
+  const ExpertBank& region_bank(int32_t layer, int32_t region) const;
+
   /** Per-layer counters since creation (CUDA: read back from the device, synchronizing). */
   virtual std::vector<CacheLayerStats> stats() = 0;
 
@@ -49,16 +81,18 @@ class ExpertSlots {
   virtual void copy_state_to(ExpertCache& dst) = 0;
   /** The last admission's miss list. */
   virtual std::vector<CacheMiss> last_misses() = 0;
+
+ protected:
+  /** Sets up the regions' banks over `pool` (n_slots slots of src.slot_bytes() on `device`). */
+  void build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
+  /** Checks stream_layer's arguments; returns the region's first slot. */
+  int32_t check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const;
+
+ private:
+  int32_t n_regions_ = 0;
+  std::vector<SlotBanks> regions_;  // [n_regions]
 };
 
-/** Slot banks shared by the implementations: one bank per distinct layer layout over a pool at
- *  `pool` (n_slots records of slot_bytes each) on `device`; bank_of[l] indexes banks (-1 dense). */
-struct SlotBanks {
-  std::vector<ExpertBank> banks;
-  std::vector<int32_t> bank_of;
-  void build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
-  const ExpertBank& at(int32_t layer) const;
-};
 
 /** The host twin: slots in host memory, admission by ExpertCache, gather by memcpy. */
 class HostExpertSlots final : public ExpertSlots {
@@ -70,6 +104,8 @@ class HostExpertSlots final : public ExpertSlots {
   int32_t n_slots() const override { return cache_.n_slots(); }
   Device device() const override { return Device::kCpu; }
   void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
+  void stream_layer(int32_t layer, int32_t region) override;
+  void wait_region(int32_t) override {}
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
   std::vector<CacheLayerStats> stats() override;
   void copy_state_to(ExpertCache& dst) override;

@@ -60,6 +60,11 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
     }
   }
   cpu_experts_.assign(host.size(), 0);
+  next_cache_layer_.assign(host.size(), -1);
+  for (int32_t l = static_cast<int32_t>(host.size()) - 2, next = -1; l >= 0; --l) {
+    if (plan.layers[static_cast<size_t>(l + 1)] == MoeLayerMode::kCache) next = l + 1;
+    next_cache_layer_[static_cast<size_t>(l)] = next;
+  }
 }
 
 Tensor OffloadedExperts::alloc(DType dtype, std::initializer_list<int64_t> shape, bool host) {
@@ -87,12 +92,48 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
     fail(ErrorCode::kInvalidArgument, "expert compute: {} tokens exceed the planned {} per step", T, opt_.max_tokens);
   if (ids.ndim != 2 || ids.rows() != T || k != opt_.n_expert_used)
     fail(ErrorCode::kInvalidArgument, "expert compute: ids {} must be [{}, {}]", ids.str(), T, opt_.n_expert_used);
+  if (slots_ && slots_->n_regions() > 0 && T >= opt_.stream_min_tokens &&
+      plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCache)
+    return run_streamed(layer, x, ids, weights, out);
   if (plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCpu) return run_cpu(layer, x, ids, weights, out, false);
+  drain_streams();  // admission may pick victims in a region a copy still writes
   const int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
   Tensor sid = head(slot_ids_, T, k), cid = cap >= 0 ? head(cpu_ids_, T, k) : Tensor();
   slots_->admit(static_cast<int32_t>(layer), ids, cap, sid, cid);
   ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
   if (cap >= 0) run_cpu(layer, x, cid, weights, out, true);
+}
+
+void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                    Tensor out) {
+  const auto l = static_cast<int32_t>(layer);
+  int32_t r = pending_region_;
+  if (pending_layer_ != l) {  // the first streamed layer of a step: nothing was prefetched for it
+    drain_streams();
+    r = take_region();
+    slots_->stream_layer(l, r);
+  }
+  pending_layer_ = -1;
+  const int32_t next = next_cache_layer_[static_cast<size_t>(layer)];
+  if (next >= 0) {  // the next layer's copy runs while this one computes
+    pending_region_ = take_region();
+    slots_->stream_layer(next, pending_region_);
+    pending_layer_ = next;
+  }
+  slots_->wait_region(r);
+  ops_.moe_experts({false}, x, ids, weights, slots_->region_bank(l, r), out);
+}
+
+void OffloadedExperts::drain_streams() {
+  if (pending_layer_ < 0) return;
+  slots_->wait_region(pending_region_);
+  pending_layer_ = -1;
+}
+
+int32_t OffloadedExperts::take_region() {
+  const int32_t r = region_cursor_;
+  region_cursor_ = (region_cursor_ + 1) % slots_->n_regions();
+  return r;
 }
 
 bool OffloadedExperts::graph_safe() const {

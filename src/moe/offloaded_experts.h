@@ -7,6 +7,11 @@
 //   kCache: admission + gather, then ops.moe_experts over the slot bank with slot ids (the same
 //           kernel as fused, so offload equals fused bit for bit); hybrid: misses over the fetch
 //           cap come back as cpu_ids and the executor adds their share to the output;
+//           A step of at least stream_min_tokens tokens streams instead (prefill): the whole
+//           layer is copied into one of the cache's staging regions, taken in turn, while the
+//           layer before computes from its own (ExpertSlots::stream_layer), and ops.moe_experts
+//           runs with the router's ids over that region; no admission, no fetch cap, no CPU
+//           share. The last streamed layers stay cached for the decode steps after;
 //   kCpu:   the executor computes the layer's routed experts from the banks.
 // On a non-CPU backend the CPU part exchanges x, ids, weights and the partial output through host
 // staging buffers with blocking copies (correct, not yet graph-capturable: the GPU half replaces
@@ -30,6 +35,10 @@ struct MoeRuntimeOptions {
   int cpu_threads = 0;        // CPU expert executor workers (<= 0: one per physical core)
   int cpu_spin = 0;           // ThreadPool spin before sleeping
   int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
+  /** Steps of at least this many tokens stream whole layers through the staging regions instead
+   *  of admitting experts one by one (a prefill chunk touches nearly every expert; a decode batch
+   *  touches few and gains from the cache's hits). Keep it above the CUDA-graph batch sizes. */
+  int64_t stream_min_tokens = 64;
 };
 
 /** Per-layer counters of the MoE runtime. */
@@ -73,6 +82,12 @@ class OffloadedExperts final : public ExpertCompute {
 
  private:
   void run_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out, bool accumulate);
+  /** The streaming path of compute() for a cache layer. */
+  void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out);
+  /** Makes later work wait for a staging copy still pending (a streamed step that stopped early). */
+  void drain_streams();
+  /** The next staging region in turn. */
+  int32_t take_region();
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, bool host);
 
   Ops& ops_;
@@ -87,6 +102,10 @@ class OffloadedExperts final : public ExpertCompute {
   Tensor h_x_, h_ids_, h_w_, h_out_;     // host staging (non-CPU backends)
   Tensor d_out_;                         // [max_tokens, H] on the backend: the CPU's share
   std::vector<int64_t> cpu_experts_;     // per layer
+  std::vector<int32_t> next_cache_layer_;  // per layer: the next kCache layer after it, or -1
+  int32_t pending_layer_ = -1;             // the layer streaming ahead of its compute, or -1
+  int32_t pending_region_ = 0;             // ... into this staging region
+  int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
 };
 
 /** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), OffloadedExperts

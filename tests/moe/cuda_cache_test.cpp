@@ -1,8 +1,9 @@
 // The GPU expert cache (skipped without a CUDA device; FT_REQUIRE_GPU=1 makes that a failure):
 // the admission kernel against the CPU reference on random routes (slot ids, CPU ids, miss lists,
-// state, stats), the gather's slot bytes, offload == fused bit for bit and hybrid/cpu within bf16
-// tolerance through OffloadedExperts on the CUDA backend, and a decode step captured in a CUDA
-// graph and replayed with new routes equal to eager execution.
+// state, stats, staging regions emptied by streamed layers), the gather's and the streaming copy's
+// slot bytes, offload == fused bit for bit (decode steps through the cache, prefill-sized steps
+// streamed) and hybrid/cpu within bf16 tolerance through OffloadedExperts on the CUDA backend, and
+// a decode step captured in a CUDA graph and replayed with new routes equal to eager execution.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -120,6 +121,12 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
       EXPECT_EQ(dm[i].expert, hm[i].expert);
       EXPECT_EQ(dm[i].slot, hm[i].slot);
     }
+    if (step % 9 == 8) {  // a streamed layer empties a staging region on both sides
+      ASSERT_EQ(dslots->n_regions(), 2);
+      dslots->stream_layer(layer, step % 2);
+      dslots->wait_region(step % 2);
+      hslots.stream_layer(layer, step % 2);
+    }
     if (step % 10 == 9) {
       dslots->copy_state_to(dstate);
       hslots.copy_state_to(hstate);
@@ -140,6 +147,18 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
                Tensor(got.data(), DType::I32, {bytes / 4}));
     EXPECT_EQ(std::memcmp(got.data(), plain.record(layer, e), static_cast<size_t>(bytes)), 0) << "slot " << slot;
   }
+  // A streamed layer's region holds its records in expert order (read back through the region bank).
+  dslots->stream_layer(2, 1);
+  dslots->wait_region(1);
+  const int64_t bytes = plain.layout(2).bytes;
+  for (int32_t e = 0; e < E; ++e) {
+    const Tensor& g = dslots->region_bank(2, 1).gate[static_cast<size_t>(e)];
+    std::vector<int32_t> got(static_cast<size_t>(bytes / 4));
+    gpu_->copy(Tensor(static_cast<uint8_t*>(g.data) - plain.layout(2).gate_offset, DType::I32, {bytes / 4},
+                      Device::kCuda),
+               Tensor(got.data(), DType::I32, {bytes / 4}));
+    EXPECT_EQ(std::memcmp(got.data(), plain.record(2, e), static_cast<size_t>(bytes)), 0) << "expert " << e;
+  }
 }
 
 struct Strategy {
@@ -156,6 +175,7 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   ResidentExperts fused(*gpu_, s.banks);
   MoeRuntimeOptions ro;
   ro.max_tokens = maxT, ro.n_expert_used = k, ro.cpu_threads = 4;
+  ro.stream_min_tokens = maxT;  // the prefill-sized steps stream whole layers through the regions
   Tensor dx = dev(DType::BF16, {maxT * H}), di = dev(DType::I32, {maxT * k}), dw = dev(DType::F32, {maxT * k});
   Tensor dwant = dev(DType::BF16, {maxT * H}), dgot = dev(DType::BF16, {maxT * H});
   for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kHybrid, 1},

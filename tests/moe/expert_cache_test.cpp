@@ -199,6 +199,39 @@ TEST(ExpertCache, VictimsAreLeastRecentlyUsedNeverInUse) {
   cache.check_integrity();
 }
 
+TEST(ExpertCache, ClaimRegionMapsAStreamedLayer) {
+  const int32_t E = 4;
+  ExpertCache cache(3, E, 3 * E, 8);
+  const int32_t all[4] = {0, 1, 2, 3}, two[2] = {2, 3};
+  int32_t slots[4];
+  cache.admit(0, all, 4, -1, 10, slots, nullptr);  // layer 0 -> slots 0..3
+  cache.admit(1, two, 2, -1, 10, slots, nullptr);  // (1,2), (1,3) -> slots 4, 5
+  const int64_t tick = cache.tick();
+  cache.claim_region(1, 0, E, 10);  // layer 1 streamed into region 0 (slots 0..3)
+  cache.check_integrity();
+  EXPECT_EQ(cache.tick(), tick + 1);
+  for (int32_t e = 0; e < E; ++e) {
+    EXPECT_EQ(cache.slot_of(0, e), -1);  // the region's previous owners left
+    EXPECT_EQ(cache.slot_of(1, e), e);
+    EXPECT_EQ(cache.stamp(e), tick + 1);
+  }
+  EXPECT_EQ(cache.owner(4), -1);  // (1,2) and (1,3) moved into the region; their old slots are empty
+  EXPECT_EQ(cache.owner(5), -1);
+  EXPECT_EQ(cache.stamp(4), 0);
+  EXPECT_EQ(cache.stats(1).misses, 2 + E);  // admitted two, streamed four
+  EXPECT_EQ(cache.stats(1).bytes, (2 + E) * 10);
+  EXPECT_EQ(cache.admit(1, all, 4, -1, 10, slots, nullptr), 0);  // the streamed layer is cached
+  EXPECT_EQ(cache.admit(2, all, 1, -1, 10, slots, nullptr), 1);   // an emptied slot is the first victim
+  EXPECT_EQ(slots[0], 4);
+  cache.claim_region(2, 2 * E, 3, 10);  // a layer of fewer experts than the map width
+  cache.check_integrity();
+  EXPECT_EQ(cache.owner(3 * E - 1), -1);
+  EXPECT_EQ(cache.slot_of(2, 0), 2 * E);
+  EXPECT_THROW(cache.claim_region(3, 0, E, 1), Error);
+  EXPECT_THROW(cache.claim_region(0, 2 * E + 1, E, 1), Error);
+  EXPECT_THROW(cache.claim_region(0, 0, E + 1, 1), Error);
+}
+
 TEST(ExpertCache, IntegrityCheckCatchesCorruption) {
   ExpertCache cache(2, 4, 8, 4);
   const int32_t ids[2] = {1, 2};

@@ -33,6 +33,7 @@ struct Variant {
   int32_t cap;
   const char* cpu_layers;
   bool exact;     // bit-identical to fused
+  int64_t stream_min = 0;  // MoeRuntimeOptions::stream_min_tokens (0: the default)
 };
 
 const Variant kVariants[] = {
@@ -42,7 +43,15 @@ const Variant kVariants[] = {
     {"cpu", MoeStrategy::kCpu, 0, -1, "", true},
     {"hybrid, cap 1", MoeStrategy::kHybrid, 0, 1, "", false},
     {"hybrid, cap 0", MoeStrategy::kHybrid, 0, 0, "", false},
+    {"offload, streamed steps", MoeStrategy::kOffload, 0, -1, "", true, 4},
+    {"offload + cpu layers, streamed steps", MoeStrategy::kOffload, 0, -1, "1", true, 4},
+    {"hybrid, cap 1, streamed steps", MoeStrategy::kHybrid, 0, 1, "", false, 4},
 };
+
+MoeRuntimeOptions variant_options(const Variant& v, MoeRuntimeOptions ro) {
+  if (v.stream_min > 0) ro.stream_min_tokens = v.stream_min;
+  return ro;
+}
 
 MoePlan variant_plan(const Variant& v, const HostExpertBanks& host, int32_t E) {
   const int64_t slots = v.slots == 0 ? 2 * E : v.slots;  // -1: auto (every expert)
@@ -63,10 +72,12 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
   ro.max_tokens = 16, ro.n_expert_used = k, ro.cpu_threads = 2;
   for (const Variant& v : kVariants) {
     SCOPED_TRACE(v.name);
-    OffloadedExperts off(ops, s.banks, variant_plan(v, s.banks, E), ro);
+    OffloadedExperts off(ops, s.banks, variant_plan(v, s.banks, E), variant_options(v, ro));
     std::mt19937 rng(7);
     for (int step = 0; step < 25; ++step) {
       const int64_t T = step % 5 == 4 ? 16 : 1 + step % 3;
+      const bool streamed = v.stream_min > 0 && T >= v.stream_min;
+      const int64_t misses_before = off.stats()[2].misses;
       for (int64_t layer : {0, 2, 3}) {
         std::vector<int32_t> ids = random_routes(T, k, E, 0.8, rng);
         std::vector<float> x(T * H), w(T * k), want(T * H), got(T * H);
@@ -80,6 +91,22 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
           ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "step " << step << " layer " << layer;
         else
           ASSERT_LT(rel_l2(got, want), 1e-6) << "step " << step << " layer " << layer;
+      }
+      if (off.slots()) {  // streamed and admitted steps leave a consistent cache
+        auto* hs = dynamic_cast<HostExpertSlots*>(off.slots());
+        ASSERT_NE(hs, nullptr);
+        hs->cache().check_integrity();
+        if (streamed) {  // every layer went through a region; the smallest cache is 2 regions, so
+                         // the last two streamed layers (2 and 3) are what it holds afterwards
+          ASSERT_EQ(hs->n_regions(), 2);
+          for (int32_t e = 0; e < E; ++e) {
+            EXPECT_EQ(hs->cache().slot_of(0, e), -1);
+            EXPECT_EQ(hs->cache().slot_of(2, e) % E, e);
+            EXPECT_EQ(hs->cache().slot_of(3, e) % E, e);
+            EXPECT_NE(hs->cache().slot_of(2, e), hs->cache().slot_of(3, e));
+          }
+          EXPECT_EQ(off.stats()[2].misses - misses_before, E);
+        }
       }
     }
     const std::vector<MoeLayerStats> st = off.stats();
@@ -203,7 +230,8 @@ TEST(OffloadedExperts, SameLogitsAsFusedOnMoeFixtures) {
     for (const Variant& v : kVariants) {
       SCOPED_TRACE(v.name);
       OffloadedExperts off(ops, model->host_experts(), variant_plan(v, model->host_experts(),
-                                                                   static_cast<int32_t>(c.n_expert)), ro);
+                                                                   static_cast<int32_t>(c.n_expert)),
+                           variant_options(v, ro));
       const std::vector<float> got = run_model(*model, ops, off, tokens, prefill);
       ASSERT_EQ(got.size(), want.size());
       if (v.exact)

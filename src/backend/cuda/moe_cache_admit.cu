@@ -118,7 +118,46 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
   }
 }
 
+/** claim_region (moe/cache_admission.h) in one block: the region's slots are distinct, so are
+ *  their owners' map entries; the slots the layer's experts held elsewhere are outside the region
+ *  once step 2 is done, and distinct. */
+__global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32_t first, int32_t n,
+                                          int64_t record_bytes) {
+  const int32_t E = s.n_expert;
+  __shared__ long long tick;
+  if (threadIdx.x == 0) tick = static_cast<long long>(++*s.tick);
+  for (int32_t slot = first + static_cast<int32_t>(threadIdx.x); slot < first + E; slot += blockDim.x) {
+    const int32_t key = s.owner[slot];
+    if (key >= 0) s.slot_of[key] = -1;
+    s.owner[slot] = -1;
+    s.stamp[slot] = 0;
+  }
+  __syncthreads();
+  int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
+  for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += blockDim.x) {
+    const int32_t old = map[e];
+    if (old >= 0) s.owner[old] = -1, s.stamp[old] = 0;
+    map[e] = first + e;
+    s.owner[first + e] = layer * E + e;
+    s.stamp[first + e] = tick;
+  }
+  if (threadIdx.x == 0) {
+    int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
+    st[kCacheMisses] += n;
+    st[kCacheBytes] += static_cast<int64_t>(n) * record_bytes;
+  }
+}
+
 }  // namespace
+
+void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
+                               int64_t record_bytes, cudaStream_t stream) {
+  if (layer < 0 || layer >= s.n_layers || n < 0 || n > s.n_expert || first < 0 || first > s.n_slots - s.n_expert)
+    fail(ErrorCode::kInvalidArgument, "expert cache: region of {} experts at slot {} (layer {}) outside {} slots", n,
+         first, layer, s.n_slots);
+  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes);
+  FT_CUDA_LAUNCH_CHECK();
+}
 
 void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_t stream) {
   // 2 * E int32 of dynamic shared memory stays well inside the 48 KiB every device gives without

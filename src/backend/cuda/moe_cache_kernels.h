@@ -16,6 +16,12 @@ namespace ft::cuda {
  *  (throws kUnsupported for more than 4096 experts per layer). */
 void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_t stream);
 
+/** claim_region (moe/cache_admission.h, bit for bit with claim_region_reference) in one block:
+ *  maps `layer`'s n experts to the region of s.n_expert slots at `first`. Throws kInvalidArgument
+ *  for arguments out of range. */
+void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
+                               int64_t record_bytes, cudaStream_t stream);
+
 /** Arguments of the gather: miss i of *n_misses (device) copies record_bytes[m.layer] bytes from
  *  host_base[m.layer] + m.expert * record_bytes[m.layer] (mapped host memory, read over UVA) to
  *  pool + m.slot * slot_bytes (device). Addresses and sizes are multiples of 16 bytes. */

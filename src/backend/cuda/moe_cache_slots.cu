@@ -4,6 +4,9 @@
 // launch shapes, so a decode step that calls it can be captured in a CUDA graph and replayed with
 // new routes. The slot pool is exposed per layer as an ExpertBank of device views, so
 // CudaOps::moe_experts computes with slot ids exactly as with resident expert ids.
+// Prefill streaming copies a whole layer's records into a staging region with one 2-D copy on a
+// second stream (the copy engine, so the SMs keep computing), ordered by events: the copy starts
+// after the work queued before stream_layer, and wait_region makes the backend's stream wait for it.
 #include <algorithm>
 #include <vector>
 
@@ -68,6 +71,23 @@ class CudaExpertSlots final : public ExpertSlots {
     slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
     FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
     gather_blocks_ = 4 * ops.sm_count();
+    build_regions(banks, gather_.pool, n_slots, Device::kCuda);
+    if (n_regions() > 0) {
+      FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+      FT_CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
+      copied_.assign(static_cast<size_t>(n_regions()), nullptr);
+      for (cudaEvent_t& e : copied_) FT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+  }
+
+  ~CudaExpertSlots() override {
+    if (copy_stream_) {
+      cudaStreamSynchronize(copy_stream_);
+      cudaStreamDestroy(copy_stream_);
+    }
+    if (queued_) cudaEventDestroy(queued_);
+    for (cudaEvent_t e : copied_)
+      if (e) cudaEventDestroy(e);
   }
 
   int32_t n_slots() const override { return host_.n_slots(); }
@@ -83,6 +103,25 @@ class CudaExpertSlots final : public ExpertSlots {
     a.misses = misses_, a.n_misses = n_misses_;
     cuda::launch_cache_admit(dev_, a, ops_.stream());
     cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
+  }
+
+  void stream_layer(int32_t layer, int32_t region) override {
+    const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
+    const int64_t rb = banks_.layout(layer).bytes, sb = banks_.slot_bytes();
+    cudaStream_t st = ops_.stream();
+    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, st);
+    FT_CUDA_CHECK(cudaEventRecord(queued_, st));  // the copy stream takes the wait when it is queued
+    FT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued_, 0));
+    FT_CUDA_CHECK(cudaMemcpy2DAsync(gather_.pool + static_cast<int64_t>(first) * sb, static_cast<size_t>(sb),
+                                    banks_.host_base(layer), static_cast<size_t>(rb), static_cast<size_t>(rb),
+                                    static_cast<size_t>(n), cudaMemcpyHostToDevice, copy_stream_));
+    FT_CUDA_CHECK(cudaEventRecord(copied_[static_cast<size_t>(region)], copy_stream_));
+  }
+
+  void wait_region(int32_t region) override {
+    if (region < 0 || region >= n_regions())
+      fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {})", region, n_regions());
+    FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), copied_[static_cast<size_t>(region)], 0));
   }
 
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
@@ -150,6 +189,9 @@ class CudaExpertSlots final : public ExpertSlots {
   cuda::GatherArgs gather_;
   int gather_blocks_ = 1;
   SlotBanks slot_banks_;
+  cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
+  cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
+  std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
 };
 
 }  // namespace
