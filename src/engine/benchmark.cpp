@@ -15,6 +15,7 @@
 #include "engine/route_stats.h"
 #include "engine/synthetic_weights.h"
 #include "kv/page_pool.h"
+#include "moe/host_memory.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/format.h"
@@ -153,6 +154,25 @@ double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads) {
   return best;
 }
 
+double measure_h2d_bandwidth(Ops& ops, int64_t bytes) {
+  if (ops.device() == Device::kCpu) return 0;
+  auto alloc = make_bank_allocator(ops);
+  Buffer host = alloc->allocate(bytes);
+  std::memset(host.data(), 1, static_cast<size_t>(bytes));
+  alloc->pin(host);
+  Buffer dev = ops.alloc(bytes);
+  const Tensor src(host.data(), DType::U8, {bytes}), dst(dev.data(), DType::U8, {bytes}, ops.device());
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {  // the first is the warm-up
+    ops.synchronize();
+    const auto t0 = Clock::now();
+    ops.copy(src, dst);
+    ops.synchronize();
+    if (i > 0) best = std::max(best, static_cast<double>(bytes) / seconds_since(t0));
+  }
+  return best;
+}
+
 BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const ModelConfig& c = engine.config();
   const EngineOptions& eo = engine.options();
@@ -184,6 +204,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   // probe, then restart the high-water mark after it (Linux: "5" > /proc/self/clear_refs).
   const int64_t rss_before_probe = peak_host_rss();
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
+  const std::optional<MoeReport> moe_start = engine.moe_report();
+  if (moe_start && moe_start->cache_slots > 0) r.h2d_bandwidth = measure_h2d_bandwidth(ops, int64_t{256} << 20);
   reset_peak_host_rss();
 
   RouteCounter routes(engine);
@@ -266,11 +288,18 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     sample_device();
     // 3. timed decode.
     const int64_t replays_before = engine.graph_replays();
+    const std::optional<MoeReport> moe_before = engine.moe_report();  // synchronizes: before the clock
     if (profiler) profiler->reset();
     t0 = Clock::now();
     decode(tables, N, G);
     ops.synchronize();
     res.decode_seconds = seconds_since(t0);
+    if (moe_before) {
+      const MoeLayerStats a = engine.moe_report()->total, b = moe_before->total;
+      res.moe_cache = true;
+      res.moe_hits = a.hits - b.hits, res.moe_misses = a.misses - b.misses, res.moe_bytes = a.bytes - b.bytes;
+      res.moe_cpu_experts = a.cpu_experts - b.cpu_experts;
+    }
     res.decode_steps = G;
     res.graph_steps = engine.graph_replays() - replays_before;
     if (profiler) res.decode_profile = profiler->rows();
@@ -316,6 +345,18 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   return r;
 }
 
+namespace {
+
+/** Tokens/s the timed decode's fetches allow at the measured host -> device bandwidth (0: no fetches
+ *  or not measured). */
+double moe_ceiling(const BenchReport& r, const BenchBatch& b) {
+  if (b.moe_bytes <= 0 || r.h2d_bandwidth <= 0 || b.decode_steps <= 0) return 0;
+  const double per_step = static_cast<double>(b.moe_bytes) / static_cast<double>(b.decode_steps);
+  return static_cast<double>(b.batch) * r.h2d_bandwidth / per_step;
+}
+
+}  // namespace
+
 nlohmann::json bench_json(const BenchReport& r) {
   nlohmann::json results = nlohmann::json::array();
   for (const BenchBatch& b : r.batches) {
@@ -334,6 +375,15 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"weight_bytes_per_step", b.weight_bytes_per_step},
                        {"achieved_gbs", bw / 1e9},
                        {"bandwidth_fraction", r.copy_bandwidth > 0 ? bw / r.copy_bandwidth : 0.0}});
+    if (b.moe_cache) {
+      const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1));
+      results.back()["moe_cache"] = {{"hits", b.moe_hits},
+                                     {"misses", b.moe_misses},
+                                     {"hit_rate", b.moe_hit_rate()},
+                                     {"fetched_bytes_per_step", static_cast<double>(b.moe_bytes) / n},
+                                     {"cpu_experts_per_step", static_cast<double>(b.moe_cpu_experts) / n},
+                                     {"ceiling_tokens_per_s", moe_ceiling(r, b)}};
+    }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
       nlohmann::json prof = nlohmann::json::array();
       const double n = static_cast<double>(b.decode_steps);
@@ -363,6 +413,7 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"gen_tokens", r.gen_tokens},
           {"copy_bandwidth_gbs", r.copy_bandwidth / 1e9},
           {"copy_bytes", r.copy_bytes},
+          {"h2d_bandwidth_gbs", r.h2d_bandwidth / 1e9},
           {"peak_host_rss_bytes", r.peak_host_rss},
           {"profiled", r.profiled},
           {"device_memory_bytes", r.device_memory >= 0 ? nlohmann::json(r.device_memory) : nlohmann::json(nullptr)},
@@ -391,6 +442,21 @@ std::string bench_table(const BenchReport& r) {
                      b.prefill_tokens_per_s(), b.decode_tokens_per_s(), b.ms_per_step(), experts,
                      static_cast<double>(b.weight_bytes_per_step) / 1e6, b.achieved_bandwidth() / 1e9,
                      r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
+  }
+  if (std::any_of(r.batches.begin(), r.batches.end(), [](const BenchBatch& b) { return b.moe_cache; })) {
+    s += fmt::format("\nexpert cache over the timed decode steps; ceiling = batch x {:.1f} GB/s (pinned host -> device "
+                     "copy) / fetched per step\n", r.h2d_bandwidth / 1e9);
+    s += fmt::format("{:>6} {:>9} {:>14} {:>17} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
+                     "CPU experts/step", "ceiling tok/s", "% ceiling");
+    for (const BenchBatch& b : r.batches) {
+      if (!b.moe_cache) continue;
+      const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
+      s += fmt::format("{:>6} {:>8.1f}% {:>14} {:>17.1f} {:>14} {:>10}\n", b.batch, 100.0 * b.moe_hit_rate(),
+                       format_bytes(static_cast<int64_t>(static_cast<double>(b.moe_bytes) / n)),
+                       static_cast<double>(b.moe_cpu_experts) / n,
+                       ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),
+                       ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
+    }
   }
   for (const BenchBatch& b : r.batches) {
     if (!b.prefill_profile.empty()) {

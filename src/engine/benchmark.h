@@ -14,6 +14,10 @@
 //      give the mean distinct routed experts per MoE layer per step; without router weights, with
 //      G = 0 or when the hook saw no MoE layer (a step replayed from a CUDA graph), the
 //      uniform-routing expectation E (1 - (1 - k/E)^B) is used instead ("estimated").
+// With routed experts behind an expert cache (offload, hybrid, cpu), the counters of the timed decode
+// steps only (prefill and warm-up excluded): hit rate, bytes fetched host -> device per step, experts
+// the CPU computed per step, and the ceiling those fetches imply: B x (measured pinned host -> device
+// copy bandwidth) / (bytes fetched per step) tokens/s.
 // Weight bytes per step = every tensor except routed experts and the embedding table (an untied
 // embedding is read B rows at a time; a tied one is the LM head and counts whole), plus B embedding
 // rows, plus distinct experts x the bytes of one expert summed over MoE layers. KV-cache reads are
@@ -59,6 +63,12 @@ struct BenchBatch {
    *  steps then run eagerly, each op bracketed by synchronisations), by total time. */
   std::vector<OpProfileRow> decode_profile;
   std::vector<OpProfileRow> prefill_profile;  // the same for the timed prefill
+  /** Expert-cache counters of the timed decode steps (offload, hybrid, cpu strategies). */
+  bool moe_cache = false;
+  int64_t moe_hits = 0, moe_misses = 0, moe_bytes = 0, moe_cpu_experts = 0;
+  double moe_hit_rate() const {
+    return moe_hits + moe_misses > 0 ? static_cast<double>(moe_hits) / static_cast<double>(moe_hits + moe_misses) : 0;
+  }
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? static_cast<double>(batch) * decode_steps / decode_seconds : 0;
@@ -85,6 +95,7 @@ struct BenchReport {
   int64_t prompt_tokens = 0, gen_tokens = 0;
   double copy_bandwidth = 0;            // bytes/s (read + write)
   int64_t copy_bytes = 0;               // size of the probe copy
+  double h2d_bandwidth = 0;             // bytes/s of a pinned host -> device copy (measured when experts are offloaded)
   std::vector<BenchBatch> batches;
   int64_t peak_host_rss = 0;            // bytes (VmHWM)
   int64_t device_memory = -1;           // bytes used on the device, -1 unknown
@@ -107,6 +118,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& options);
  *  Throws kOutOfMemory when the buffers cannot be allocated. */
 double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads);
 
+/** Bytes/s of a `bytes` copy from pinned host memory to `ops`' device (the expert banks' path), best
+ *  of a few after a warm-up; 0 on the CPU backend. Throws kOutOfMemory when the buffers cannot be
+ *  allocated or pinned. */
+double measure_h2d_bandwidth(Ops& ops, int64_t bytes);
+
 /** Peak resident set of this process in bytes (VmHWM of /proc/self/status; 0 when unknown). */
 int64_t peak_host_rss();
 
@@ -115,10 +131,12 @@ void reset_peak_host_rss();
 
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
  *  n_expert, n_expert_used, weight_bytes, dense_bytes, routed_expert_bytes, prompt_tokens,
- *  gen_tokens, copy_bandwidth_gbs, copy_bytes, peak_host_rss_bytes, profiled, device_memory_bytes (null when
+ *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (0 unless measured), peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
- *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, decode_profile: [{op, calls_per_step,
+ *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
+ *  {hits, misses, hit_rate, fetched_bytes_per_step, cpu_experts_per_step, ceiling_tokens_per_s}),
+ *  decode_profile: [{op, calls_per_step,
  *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);
 

@@ -56,6 +56,27 @@ TEST(BenchCli, JsonHasTheDocumentedKeys) {
   EXPECT_LE(e3, 6.0);
 }
 
+TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
+  // tiny-moe: 2 layers of 8 experts, top-2; 16 slots hold every expert once the warm-up ran.
+  const Result r = run_ft(std::string(kTinyBench) + " --moe-strategy offload --moe-cache-slots 16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["h2d_bandwidth_gbs"].get<double>(), 0.0);  // CPU backend: no host -> device link
+  const int64_t L = j["n_layer"].get<int64_t>(), k = j["n_expert_used"].get<int64_t>();
+  const nlohmann::json& m = j["results"][0]["moe_cache"];  // batch 1: exactly k distinct experts per layer
+  EXPECT_EQ(m["hits"].get<int64_t>(), 4 * L * k);  // 4 decode steps; the prefill's lookups stay out
+  EXPECT_EQ(m["misses"].get<int64_t>(), 0);
+  EXPECT_EQ(m["hit_rate"].get<double>(), 1.0);
+  EXPECT_EQ(m["fetched_bytes_per_step"].get<double>(), 0.0);
+  EXPECT_EQ(m["ceiling_tokens_per_s"].get<double>(), 0.0);  // nothing fetched, nothing measured
+  const Result cpu = run_ft(std::string(kTinyBench) + " --moe-strategy cpu");
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  const nlohmann::json c = nlohmann::json::parse(cpu.out)["results"][0]["moe_cache"];
+  EXPECT_EQ(c["cpu_experts_per_step"].get<double>(), static_cast<double>(L * k));
+  EXPECT_EQ(c["hits"].get<int64_t>() + c["misses"].get<int64_t>(), 0);
+  EXPECT_EQ(run_ft(kTinyBench).out.find("moe_cache"), std::string::npos);  // fused: no cache block
+}
+
 TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
   SyntheticSpec spec;
   spec.preset = "tiny-mixtral";
