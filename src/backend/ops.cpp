@@ -2,6 +2,8 @@
 // add_rms_norm, norm_rope, qk_norm_rope_store and moe_router.
 #include "backend/ops.h"
 
+#include "backend/op_checks.h"
+
 #include "util/error.h"
 
 namespace ft {
@@ -26,6 +28,11 @@ void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Te
   matmul(x, w, logits, Tensor());
   moe_route(p, logits, ids, weights);
   if (!n_valid.empty()) moe_mask_rows(n_valid, ids);
+}
+
+void Ops::copy_to_host_async(const Tensor& src, Tensor dst) {
+  op_checks::host_copy(src, dst);
+  copy(src, dst);
 }
 
 void Ops::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {

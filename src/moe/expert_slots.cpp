@@ -89,17 +89,19 @@ HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int3
   build_regions(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
 }
 
-void HostExpertSlots::admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) {
+void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids,
+                                   Tensor cpu_ids) {
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, slot_ids, cpu_ids);
-  const int64_t rb = banks_.layout(layer).bytes;
-  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, rb, slot_ids.ptr<int32_t>(),
-               cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>());
-  // The gather's twin: one copy per missed record.
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
+               slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>());
+}
+
+void HostExpertSlots::gather_misses() {  // the gather's twin: one copy per missed record
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   for (int32_t i = 0; i < cache_.n_misses(); ++i) {
     const CacheMiss& m = cache_.misses()[i];
     std::memcpy(pool + static_cast<int64_t>(m.slot) * banks_.slot_bytes(), banks_.record(m.layer, m.expert),
-                static_cast<size_t>(rb));
+                static_cast<size_t>(banks_.layout(m.layer).bytes));
   }
 }
 

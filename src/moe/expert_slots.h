@@ -53,7 +53,15 @@ class ExpertSlots {
    *  When this returns (host) or in stream order (CUDA), the slots named by slot_ids hold their
    *  experts. Throws ft::Error(kInvalidArgument) for a layer without experts, T * k over the
    *  max_pairs the slots were made for, or mismatched shapes. */
-  virtual void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) = 0;
+  void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) {
+    admit_routes(layer, ids, fetch_cap, slot_ids, cpu_ids);
+    gather_misses();
+  }
+  /** admit() in two parts, so a caller can queue other work between them (hybrid: the copy of the
+   *  CPU's inputs to the host, which must not wait for the gather): the admission (outputs final;
+   *  the missed slots do not hold their experts yet), then the gather of that admission's misses. */
+  virtual void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) = 0;
+  virtual void gather_misses() = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
@@ -103,7 +111,8 @@ class HostExpertSlots final : public ExpertSlots {
 
   int32_t n_slots() const override { return cache_.n_slots(); }
   Device device() const override { return Device::kCpu; }
-  void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
+  void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
+  void gather_misses() override;
   void stream_layer(int32_t layer, int32_t region) override;
   void wait_region(int32_t) override {}
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }

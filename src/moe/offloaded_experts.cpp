@@ -56,7 +56,8 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
       h_out_ = alloc(DType::F32, {opt_.max_tokens * H}, true);
       h_ids_ = alloc(DType::I32, {pairs}, true);
       h_w_ = alloc(DType::F32, {pairs}, true);
-      d_out_ = alloc(DType::F32, {opt_.max_tokens * H}, false);  // widest activation dtype; viewed as out's
+      d_out_ = alloc(DType::F32, {opt_.max_tokens * H}, false);
+      d_part_ = alloc(DType::F32, {opt_.max_tokens * H}, false);  // widest activation dtype; viewed as out's
     }
   }
   cpu_experts_.assign(host.size(), 0);
@@ -69,7 +70,12 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
 
 Tensor OffloadedExperts::alloc(DType dtype, std::initializer_list<int64_t> shape, bool host) {
   Tensor t(nullptr, dtype, shape, host ? Device::kCpu : ops_.device());
-  storage_.push_back(host ? Buffer::host(t.bytes()) : ops_.alloc(t.bytes()));
+  if (host) {  // pinned for the backend's device, so copy_to_host_async and the copy back do not wait
+    storage_.push_back(alloc_->allocate(t.bytes()));
+    alloc_->pin(storage_.back());
+  } else {
+    storage_.push_back(ops_.alloc(t.bytes()));
+  }
   t.data = storage_.back().data();
   return t;
 }
@@ -95,13 +101,20 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   if (slots_ && slots_->n_regions() > 0 && T >= opt_.stream_min_tokens &&
       plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCache)
     return run_streamed(layer, x, ids, weights, out);
-  if (plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCpu) return run_cpu(layer, x, ids, weights, out, false);
+  if (plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCpu) {
+    stage_cpu(x, ids, weights);
+    return finish_cpu(layer, x, ids, weights, out, false);
+  }
   drain_streams();  // admission may pick victims in a region a copy still writes
   const int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
   Tensor sid = head(slot_ids_, T, k), cid = cap >= 0 ? head(cpu_ids_, T, k) : Tensor();
-  slots_->admit(static_cast<int32_t>(layer), ids, cap, sid, cid);
+  // Hybrid: the CPU's inputs go to the host right after the admission, so the CPU computes its
+  // experts while the GPU gathers and computes its own.
+  slots_->admit_routes(static_cast<int32_t>(layer), ids, cap, sid, cid);
+  if (cap >= 0) stage_cpu(x, cid, weights);
+  slots_->gather_misses();
   ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
-  if (cap >= 0) run_cpu(layer, x, cid, weights, out, true);
+  if (cap >= 0) finish_cpu(layer, x, cid, weights, out, true);
 }
 
 void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -144,25 +157,41 @@ bool OffloadedExperts::graph_safe() const {
   return true;
 }
 
-void OffloadedExperts::run_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
-                               bool accumulate) {
+void OffloadedExperts::stage_cpu(const Tensor& x, const Tensor& ids, const Tensor& weights) {
+  if (ops_.device() == Device::kCpu) return;
+  const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
+  ops_.copy_to_host_async(x, Tensor(h_x_.data, x.dtype, {T, H}, Device::kCpu));
+  ops_.copy_to_host_async(ids, head(h_ids_, T, k));
+  ops_.copy_to_host_async(weights, head(h_w_, T, k));
+}
+
+void OffloadedExperts::finish_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                                  bool accumulate) {
   const int64_t before = cpu_->experts_computed();
   const ExpertBank& bank = banks_->bank(layer);
   if (ops_.device() == Device::kCpu) {
     cpu_->run({accumulate}, x, ids, weights, bank, out);
   } else {
     const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
-    Tensor hx = head(h_x_, T, H), hi = head(h_ids_, T, k), hw = head(h_w_, T, k), ho = head(h_out_, T, H);
-    ops_.copy(x, hx);  // blocking: dst on the host
-    ops_.copy(ids, hi);
-    ops_.copy(weights, hw);
-    cpu_->run({false}, hx, hi, hw, bank, ho);
-    if (accumulate) {
-      Tensor part(d_out_.data, out.dtype, {T, H}, d_out_.device);
-      ops_.copy(ho, part);
-      ops_.add(out, part, out);
-    } else {
+    Tensor hx(h_x_.data, x.dtype, {T, H}, Device::kCpu), ho = head(h_out_, T, H);
+    ops_.wait_for_host();  // x, ids, weights staged; the GPU goes on with its own experts meanwhile
+    cpu_->run({false}, hx, head(h_ids_, T, k), head(h_w_, T, k), bank, ho);
+    // From pinned memory the copies back do not block the host. h_out_ is rewritten only after the
+    // next wait_for_host(), which the stream orders after them.
+    if (!accumulate && out.dtype == DType::F32) {
       ops_.copy(ho, out);
+    } else {
+      Tensor part = head(d_out_, T, H);
+      ops_.copy(ho, part);
+      if (out.dtype != DType::F32) {
+        Tensor conv(d_part_.data, out.dtype, {T, H}, d_part_.device);
+        ops_.copy(part, conv);
+        part = conv;
+      }
+      if (accumulate)
+        ops_.add(out, part, out);
+      else
+        ops_.copy(part, out);
     }
   }
   cpu_experts_[static_cast<size_t>(layer)] += cpu_->experts_computed() - before;

@@ -13,9 +13,11 @@
 //           runs with the router's ids over that region; no admission, no fetch cap, no CPU
 //           share. The last streamed layers stay cached for the decode steps after;
 //   kCpu:   the executor computes the layer's routed experts from the banks.
-// On a non-CPU backend the CPU part exchanges x, ids, weights and the partial output through host
-// staging buffers with blocking copies (correct, not yet graph-capturable: the GPU half replaces
-// this with pinned buffers and a device<->host handshake).
+// On a non-CPU backend the CPU part exchanges x, ids, weights and the partial output through pinned
+// host staging buffers: the inputs are copied right after the admission, the host waits for that
+// copy only (not for the gather), computes while the GPU gathers and computes its share, then
+// queues the copy back and the add. Hybrid thus overlaps CPU and PCIe, but the host waits once per
+// layer, so it runs eagerly (not graph-capturable).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -81,7 +83,12 @@ class OffloadedExperts final : public ExpertCompute {
   ExpertSlots* slots() { return slots_.get(); }
 
  private:
-  void run_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out, bool accumulate);
+  /** Queues the copy of the CPU executor's inputs to the host staging buffers (GPU backends). */
+  void stage_cpu(const Tensor& x, const Tensor& ids, const Tensor& weights);
+  /** Waits for the staged inputs, runs the executor, and writes (or adds, `accumulate`) its output
+   *  into `out` on the backend. */
+  void finish_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                  bool accumulate);
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out);
   /** Makes later work wait for a staging copy still pending (a streamed step that stopped early). */
@@ -99,8 +106,8 @@ class OffloadedExperts final : public ExpertCompute {
   std::unique_ptr<CpuExpertExecutor> cpu_;
   std::vector<Buffer> storage_;
   Tensor slot_ids_, cpu_ids_;            // I32 [max_tokens * k] on the backend
-  Tensor h_x_, h_ids_, h_w_, h_out_;     // host staging (non-CPU backends)
-  Tensor d_out_;                         // [max_tokens, H] on the backend: the CPU's share
+  Tensor h_x_, h_ids_, h_w_, h_out_;     // host staging, pinned (non-CPU backends)
+  Tensor d_out_, d_part_;                // [max_tokens, H] F32 on the backend: the CPU's share, converted
   std::vector<int64_t> cpu_experts_;     // per layer
   std::vector<int32_t> next_cache_layer_;  // per layer: the next kCache layer after it, or -1
   int32_t pending_layer_ = -1;             // the layer streaming ahead of its compute, or -1

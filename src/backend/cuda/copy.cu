@@ -9,6 +9,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/launch.h"
+#include "backend/op_checks.h"
 #include "tensor/half.h"
 
 namespace ft {
@@ -57,6 +58,18 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 }
 
 }  // namespace cuda
+
+void CudaOps::copy_to_host_async(const Tensor& src, Tensor dst) {
+  op_checks::host_copy(src, dst);
+  if (src.device != Device::kCuda) return copy(src, dst);
+  FT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()), cudaMemcpyDeviceToHost, stream_));
+  if (!host_copied_) FT_CUDA_CHECK(cudaEventCreateWithFlags(&host_copied_, cudaEventDisableTiming));
+  FT_CUDA_CHECK(cudaEventRecord(host_copied_, stream_));
+}
+
+void CudaOps::wait_for_host() {
+  if (host_copied_) FT_CUDA_CHECK(cudaEventSynchronize(host_copied_));
+}
 
 void CudaOps::copy(const Tensor& src, Tensor dst) {
   if (src.empty() || dst.empty()) fail(ErrorCode::kInvalidArgument, "copy: src or dst is empty");

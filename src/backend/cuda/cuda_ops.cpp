@@ -46,6 +46,7 @@ CudaOps::~CudaOps() {
   if (pinned_.ptr) cudaFreeHost(pinned_.ptr);
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
+  if (host_copied_) cudaEventDestroy(host_copied_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

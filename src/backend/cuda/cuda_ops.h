@@ -40,6 +40,8 @@ class CudaOps final : public Ops {
   Buffer alloc(int64_t bytes) override;
   Tensor make_resident(const Tensor& host, Buffer& storage) override;
   void copy(const Tensor& src, Tensor dst) override;
+  void copy_to_host_async(const Tensor& src, Tensor dst) override;
+  void wait_for_host() override;
   void zero(Tensor t) override;
   void synchronize() override;
   bool supports_graphs() const override { return true; }
@@ -116,6 +118,7 @@ class CudaOps final : public Ops {
   DType activations_ = DType::F32;
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t host_copied_ = nullptr;  // the last copy_to_host_async (created on first use)
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   Region scratch_[static_cast<int>(Scratch::kCount)];

@@ -93,7 +93,7 @@ class CudaExpertSlots final : public ExpertSlots {
   int32_t n_slots() const override { return host_.n_slots(); }
   Device device() const override { return Device::kCuda; }
 
-  void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override {
+  void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override {
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, slot_ids, cpu_ids);
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
@@ -102,8 +102,9 @@ class CudaExpertSlots final : public ExpertSlots {
     a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
     a.misses = misses_, a.n_misses = n_misses_;
     cuda::launch_cache_admit(dev_, a, ops_.stream());
-    cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
   }
+
+  void gather_misses() override { cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream()); }
 
   void stream_layer(int32_t layer, int32_t region) override {
     const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
