@@ -23,6 +23,11 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
       ->group(g);
   cmd->add_option("--moe-fetch-cap", f.fetch_cap, "hybrid: experts fetched per layer per step (more run on the CPU)")
       ->group(g);
+  cmd->add_option("--moe-prefetch", f.prefetch,
+                  "on: predict the next layer's experts (its router on this layer's input) and fetch them while "
+                  "this layer computes; auto: on for the offload strategy")
+      ->capture_default_str()
+      ->group(g);
   cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens, "KV tokens kept free when sizing the expert cache")
       ->capture_default_str()
       ->group(g);
@@ -64,6 +69,13 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
     if (*f.fetch_cap < 0) fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap {} must be >= 0", *f.fetch_cap);
     o.fetch_cap = *f.fetch_cap;
   }
+  if (f.prefetch != "on" && f.prefetch != "off" && f.prefetch != "auto")
+    fail(ErrorCode::kInvalidArgument, "--moe-prefetch {} must be auto, on or off", f.prefetch);
+  o.prefetch = f.prefetch == "on" ? MoeOptions::Prefetch::kOn
+               : f.prefetch == "off" ? MoeOptions::Prefetch::kOff : MoeOptions::Prefetch::kAuto;
+  if (o.prefetch == MoeOptions::Prefetch::kOn && no_cache)
+    fail(ErrorCode::kInvalidArgument, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid ({} has no expert "
+         "cache)", f.strategy);
   if (f.kv_reserve_tokens < 0)
     fail(ErrorCode::kInvalidArgument, "--kv-reserve-tokens {} must be >= 0", f.kv_reserve_tokens);
   if (f.decode_log_interval < 0)

@@ -1,7 +1,7 @@
 #pragma once
 // The MoE expert-offload flags shared by `ft run`, `ft serve` and `ft bench` (issue 7; registered with
 // the other engine flags by cli/engine_flags.h): --moe-strategy,
-// --moe-cache-slots | --moe-cache-rate | --moe-cache-auto, --moe-cpu-layers, --moe-fetch-cap,
+// --moe-cache-slots | --moe-cache-rate | --moe-cache-auto, --moe-cpu-layers, --moe-fetch-cap, --moe-prefetch,
 // --kv-reserve-tokens, --gpu-memory-limit (GiB), --decode-log-interval.
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -19,6 +19,7 @@ struct MoeFlags {
   bool cache_auto = false;
   std::string cpu_layers;
   std::optional<int32_t> fetch_cap;
+  std::string prefetch = "auto";
   int64_t kv_reserve_tokens = 8192;
   std::optional<double> gpu_memory_limit_gib;
   int64_t decode_log_interval = 0;
@@ -30,7 +31,8 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
 /** Checks the combination and copies it into `eo` (moe, kv_reserve_tokens, gpu_memory_limit in
  *  bytes, decode_log_interval). Throws ft::Error(kInvalidArgument) naming the flags for an unknown
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
- *  fused or cpu, --moe-fetch-cap without hybrid, and out-of-range values. */
+ *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
+ *  on|off, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 
 }  // namespace ft::cli

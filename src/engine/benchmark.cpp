@@ -299,6 +299,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
       res.moe_cache = true;
       res.moe_hits = a.hits - b.hits, res.moe_misses = a.misses - b.misses, res.moe_bytes = a.bytes - b.bytes;
       res.moe_cpu_experts = a.cpu_experts - b.cpu_experts;
+      res.moe_prefetched = a.prefetched - b.prefetched;
     }
     res.decode_steps = G;
     res.graph_steps = engine.graph_replays() - replays_before;
@@ -382,6 +383,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                                      {"hit_rate", b.moe_hit_rate()},
                                      {"fetched_bytes_per_step", static_cast<double>(b.moe_bytes) / n},
                                      {"cpu_experts_per_step", static_cast<double>(b.moe_cpu_experts) / n},
+                                     {"prefetched_per_step", static_cast<double>(b.moe_prefetched) / n},
                                      {"ceiling_tokens_per_s", moe_ceiling(r, b)}};
     }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
@@ -446,14 +448,14 @@ std::string bench_table(const BenchReport& r) {
   if (std::any_of(r.batches.begin(), r.batches.end(), [](const BenchBatch& b) { return b.moe_cache; })) {
     s += fmt::format("\nexpert cache over the timed decode steps; ceiling = batch x {:.1f} GB/s (pinned host -> device "
                      "copy) / fetched per step\n", r.h2d_bandwidth / 1e9);
-    s += fmt::format("{:>6} {:>9} {:>14} {:>17} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
-                     "CPU experts/step", "ceiling tok/s", "% ceiling");
+    s += fmt::format("{:>6} {:>9} {:>14} {:>16} {:>17} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
+                     "prefetched/step", "CPU experts/step", "ceiling tok/s", "% ceiling");
     for (const BenchBatch& b : r.batches) {
       if (!b.moe_cache) continue;
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
-      s += fmt::format("{:>6} {:>8.1f}% {:>14} {:>17.1f} {:>14} {:>10}\n", b.batch, 100.0 * b.moe_hit_rate(),
+      s += fmt::format("{:>6} {:>8.1f}% {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch, 100.0 * b.moe_hit_rate(),
                        format_bytes(static_cast<int64_t>(static_cast<double>(b.moe_bytes) / n)),
-                       static_cast<double>(b.moe_cpu_experts) / n,
+                       static_cast<double>(b.moe_prefetched) / n, static_cast<double>(b.moe_cpu_experts) / n,
                        ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),
                        ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
     }

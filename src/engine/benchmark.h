@@ -65,7 +65,7 @@ struct BenchBatch {
   std::vector<OpProfileRow> prefill_profile;  // the same for the timed prefill
   /** Expert-cache counters of the timed decode steps (offload, hybrid, cpu strategies). */
   bool moe_cache = false;
-  int64_t moe_hits = 0, moe_misses = 0, moe_bytes = 0, moe_cpu_experts = 0;
+  int64_t moe_hits = 0, moe_misses = 0, moe_bytes = 0, moe_cpu_experts = 0, moe_prefetched = 0;
   double moe_hit_rate() const {
     return moe_hits + moe_misses > 0 ? static_cast<double>(moe_hits) / static_cast<double>(moe_hits + moe_misses) : 0;
   }
@@ -135,7 +135,8 @@ void reset_peak_host_rss();
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
- *  {hits, misses, hit_rate, fetched_bytes_per_step, cpu_experts_per_step, ceiling_tokens_per_s}),
+ *  {hits, misses, hit_rate, fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
+ *  ceiling_tokens_per_s}),
  *  decode_profile: [{op, calls_per_step,
  *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);

@@ -94,12 +94,14 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     spdlog::info("moe: hybrid fetch cap {} per layer per step (half of top-{}; --moe-fetch-cap sets one)", cap,
                  c.n_expert_used);
   }
-  spdlog::info("{}", plan_.summary());
   MoeRuntimeOptions ro;
   ro.max_tokens = config.max_tokens;
   ro.stream_min_tokens = config.stream_min_tokens;
+  ro.prefetch = config.moe.prefetch == MoeOptions::Prefetch::kOn ||
+                (config.moe.prefetch == MoeOptions::Prefetch::kAuto && plan_.strategy == MoeStrategy::kOffload);
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
+  spdlog::info("{}{}", plan_.summary(), ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();

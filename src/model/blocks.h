@@ -67,9 +67,10 @@ struct ExpertNames {
 /** Host views of layer `l`'s routed experts (ffn_{gate,up,down}_exps, stacked, or HF per expert). */
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
 
-/** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts. */
+/** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts.
+ *  target_router: the router of layer ctx.experts->prefetch_target(l) (empty: no prefetch). */
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
-               Tensor out);
+               Tensor out, const Tensor& target_router = Tensor());
 
 // ---- embeddings and output ----
 

@@ -41,9 +41,10 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
     const int32_t e = distinct[d];
     if (map[e] >= 0) continue;
     int32_t victim = -1;
+    const int64_t newest = a.prefetch ? tick - 1 : tick;  // victims' stamps stay below this
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap)
       for (int32_t slot = 0; slot < s.n_slots; ++slot)
-        if (s.stamp[slot] < tick && (victim < 0 || s.stamp[slot] < s.stamp[victim])) victim = slot;
+        if (s.stamp[slot] < newest && (victim < 0 || s.stamp[slot] < s.stamp[victim])) victim = slot;
     if (victim < 0) {
       seen[e] = 2;
       ++cpu;
@@ -59,12 +60,16 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
     const int32_t e = a.ids[i];
     const bool valid = e >= 0 && e < E;
     a.slot_ids[i] = valid ? map[e] : -1;  // -1 for CPU-computed ids (never mapped above)
-    if (a.cpu_ids) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
+    if (a.cpu_ids && !a.prefetch) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
   }
   int64_t* st = s.stats + static_cast<int64_t>(a.layer) * kCacheStatCount;  // 6. stats
-  st[kCacheHits] += hits;
-  st[kCacheMisses] += n_miss;
-  st[kCacheCpu] += cpu;
+  if (a.prefetch) {
+    st[kCachePrefetched] += n_miss;
+  } else {
+    st[kCacheHits] += hits;
+    st[kCacheMisses] += n_miss;
+    st[kCacheCpu] += cpu;
+  }
   st[kCacheBytes] += n_miss * a.record_bytes;
   *a.n_misses = n_miss;
   return n_miss;

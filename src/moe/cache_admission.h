@@ -22,6 +22,13 @@
 //   6. stats of layer l: hits, misses, cpu (distinct experts each), bytes = misses * record bytes.
 // The gather then copies each miss's record from the host bank into its slot.
 //
+// Prefetch (--moe-prefetch): an admission of *predicted* ids for the next layer, made while the
+// layer before still computes from the slots it was just given. It differs in three places:
+//   4. victims need stamp < tick - 1, so the previous admission's slots (in use) are never taken;
+//   5. no CPU outputs (cpu_ids is not written; a prediction over the cap is simply not fetched);
+//   6. stats: only misses (as kCachePrefetched) and bytes; hits and cpu are not counted, so the
+//      layer's hit rate stays that of its real admissions (which find prefetched experts as hits).
+//
 // Streaming (prefill): a step with many tokens touches nearly every expert of a layer, so the
 // whole layer is copied into a staging region of n_expert (the map width) consecutive slots
 // instead (DESIGN.md: prefill streams whole expert layers through staging regions). claim_region
@@ -46,7 +53,14 @@ struct CacheMiss {
 };
 
 /** Per-layer counters, stored as int64 [n_layers][kCacheStatCount] in this order. */
-enum CacheStat : int { kCacheHits = 0, kCacheMisses = 1, kCacheCpu = 2, kCacheBytes = 3, kCacheStatCount = 4 };
+enum CacheStat : int {
+  kCacheHits = 0,
+  kCacheMisses = 1,
+  kCacheCpu = 2,
+  kCacheBytes = 3,
+  kCachePrefetched = 4,  // experts fetched by prefetch admissions (also in kCacheBytes)
+  kCacheStatCount = 5
+};
 
 /** The cache's state arrays (host memory for the reference, device memory for the kernel). */
 struct CacheStateRefs {
@@ -65,6 +79,7 @@ struct AdmitArgs {
   int32_t layer = 0;
   int32_t n_pairs = 0;          // T * k
   int32_t fetch_cap = -1;       // most misses fetched; < 0: unlimited
+  bool prefetch = false;        // a prefetch admission (see above)
   int64_t record_bytes = 0;     // bytes one miss copies (stats)
   const int32_t* ids = nullptr;  // [n_pairs] expert ids
   int32_t* slot_ids = nullptr;   // [n_pairs] out

@@ -22,6 +22,14 @@ class ExpertCompute {
   /** Whether compute() only queues backend work with fixed launch shapes and no host synchronisation,
    *  so a step calling it can be recorded as a graph (Ops::capture) and replayed with new routes. */
   virtual bool graph_safe() const { return false; }
+
+  /** The MoE layer whose routes the caller should predict (that layer's router applied to this
+   *  layer's input x) and pass to prefetch() before compute(layer), or -1 (the default: none). */
+  virtual int64_t prefetch_target(int64_t /*layer*/) const { return -1; }
+  /** Predicted routes ids I32 [T, k] for layer `target` = prefetch_target(layer) of the compute()
+   *  that follows: their experts are fetched while that layer computes. A wrong guess costs
+   *  bandwidth, never correctness. The default ignores them. */
+  virtual void prefetch(int64_t /*target*/, const Tensor& /*ids*/) {}
 };
 
 /** Host views of every layer's routed experts (empty bank for a dense layer), as loaded from the

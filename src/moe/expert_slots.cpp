@@ -96,6 +96,15 @@ void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fet
                slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>());
 }
 
+void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) {
+  prefetch_slots_.resize(static_cast<size_t>(cache_.max_pairs()));
+  Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim);
+  check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, sid, Tensor());
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
+               sid.ptr<int32_t>(), nullptr, true);
+  gather_misses();
+}
+
 void HostExpertSlots::gather_misses() {  // the gather's twin: one copy per missed record
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   for (int32_t i = 0; i < cache_.n_misses(); ++i) {

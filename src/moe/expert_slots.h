@@ -63,6 +63,13 @@ class ExpertSlots {
   virtual void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) = 0;
   virtual void gather_misses() = 0;
 
+  /** Prefetch (--moe-prefetch): a prefetch admission (cache_admission.h) of predicted ids I32
+   *  [T, k] on device() for `layer`, at most fetch_cap misses (< 0: unlimited), and the gather of
+   *  those misses. CUDA: the gather runs on a side stream after the work queued before, so it
+   *  overlaps the work queued next; the next admit_routes or stream_layer waits for it (fork and
+   *  join by events: a captured step stays one graph). Host: done on return. Throws like admit. */
+  virtual void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) = 0;
+
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
 
@@ -113,6 +120,7 @@ class HostExpertSlots final : public ExpertSlots {
   Device device() const override { return Device::kCpu; }
   void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
   void gather_misses() override;
+  void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override;
   void stream_layer(int32_t layer, int32_t region) override;
   void wait_region(int32_t) override {}
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
@@ -130,6 +138,7 @@ class HostExpertSlots final : public ExpertSlots {
   ExpertCache cache_;
   Buffer pool_;
   SlotBanks slot_banks_;
+  std::vector<int32_t> prefetch_slots_;  // [max_pairs] the prefetch admission's slot ids (unused)
 };
 
 /** The CUDA implementation on the backend `ops` (must be CudaOps; banks pinned for its device).

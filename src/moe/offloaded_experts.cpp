@@ -98,6 +98,8 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
     fail(ErrorCode::kInvalidArgument, "expert compute: {} tokens exceed the planned {} per step", T, opt_.max_tokens);
   if (ids.ndim != 2 || ids.rows() != T || k != opt_.n_expert_used)
     fail(ErrorCode::kInvalidArgument, "expert compute: ids {} must be [{}, {}]", ids.str(), T, opt_.n_expert_used);
+  const int32_t prefetch_layer = prefetch_layer_;
+  prefetch_layer_ = -1;  // a hint is for the compute() right after it only
   if (slots_ && slots_->n_regions() > 0 && T >= opt_.stream_min_tokens &&
       plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCache)
     return run_streamed(layer, x, ids, weights, out);
@@ -113,6 +115,11 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   slots_->admit_routes(static_cast<int32_t>(layer), ids, cap, sid, cid);
   if (cap >= 0) stage_cpu(x, cid, weights);
   slots_->gather_misses();
+  if (prefetch_layer >= 0) {  // on a side stream: overlaps this layer's experts and the next attention
+    if (prefetch_ids_.rows() != T || prefetch_ids_.cols() != k)
+      fail(ErrorCode::kInvalidArgument, "expert compute: predicted ids {} must be [{}, {}]", prefetch_ids_.str(), T, k);
+    slots_->prefetch(prefetch_layer, prefetch_ids_, plan_.fetch_cap[static_cast<size_t>(prefetch_layer)]);
+  }
   ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
   if (cap >= 0) finish_cpu(layer, x, cid, weights, out, true);
 }
@@ -147,6 +154,21 @@ int32_t OffloadedExperts::take_region() {
   const int32_t r = region_cursor_;
   region_cursor_ = (region_cursor_ + 1) % slots_->n_regions();
   return r;
+}
+
+int64_t OffloadedExperts::prefetch_target(int64_t layer) const {
+  if (!opt_.prefetch || !slots_ || layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
+      plan_.layers[static_cast<size_t>(layer)] != MoeLayerMode::kCache)
+    return -1;
+  return next_cache_layer_[static_cast<size_t>(layer)];
+}
+
+void OffloadedExperts::prefetch(int64_t target, const Tensor& ids) {
+  if (target < 0 || target >= static_cast<int64_t>(plan_.layers.size()) ||
+      plan_.layers[static_cast<size_t>(target)] != MoeLayerMode::kCache || !slots_)
+    fail(ErrorCode::kInvalidArgument, "expert compute: layer {} does not go through the expert cache", target);
+  prefetch_layer_ = static_cast<int32_t>(target);
+  prefetch_ids_ = ids;
 }
 
 bool OffloadedExperts::graph_safe() const {
@@ -202,7 +224,8 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
   if (slots_) {
     const std::vector<CacheLayerStats> c = slots_->stats();
     for (size_t l = 0; l < out.size() && l < c.size(); ++l)
-      out[l].hits = c[l].hits, out[l].misses = c[l].misses, out[l].bytes = c[l].bytes;
+      out[l].hits = c[l].hits, out[l].misses = c[l].misses, out[l].bytes = c[l].bytes,
+      out[l].prefetched = c[l].prefetched;
   }
   for (size_t l = 0; l < out.size(); ++l) out[l].cpu_experts = cpu_experts_[l];
   return out;
@@ -211,7 +234,8 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {
   MoeLayerStats t;
   for (const MoeLayerStats& l : layers)
-    t.hits += l.hits, t.misses += l.misses, t.bytes += l.bytes, t.cpu_experts += l.cpu_experts;
+    t.hits += l.hits, t.misses += l.misses, t.bytes += l.bytes, t.cpu_experts += l.cpu_experts,
+    t.prefetched += l.prefetched;
   return t;
 }
 
@@ -222,10 +246,11 @@ std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::v
   const MoeLayerStats a = total_moe_stats(now), b = total_moe_stats(before);
   const int64_t hits = a.hits - b.hits, misses = a.misses - b.misses, bytes = a.bytes - b.bytes;
   const int64_t lookups = hits + misses;
-  return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses, {} fetched, {}/step), {} CPU experts",
+  return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses, {} prefetched, {} fetched, {}/step), {} "
+                     "CPU experts",
                      steps, lookups > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
-                     hits, misses, format_bytes(bytes), format_bytes(steps > 0 ? bytes / steps : 0),
-                     a.cpu_experts - b.cpu_experts);
+                     hits, misses, a.prefetched - b.prefetched, format_bytes(bytes),
+                     format_bytes(steps > 0 ? bytes / steps : 0), a.cpu_experts - b.cpu_experts);
 }
 
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,

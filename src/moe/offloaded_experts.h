@@ -41,6 +41,9 @@ struct MoeRuntimeOptions {
    *  of admitting experts one by one (a prefill chunk touches nearly every expert; a decode batch
    *  touches few and gains from the cache's hits). Keep it above the CUDA-graph batch sizes. */
   int64_t stream_min_tokens = 64;
+  /** --moe-prefetch: cache layers ask for the next cache layer's predicted routes (prefetch_target)
+   *  and fetch them on a side stream while they compute. */
+  bool prefetch = false;
 };
 
 /** Per-layer counters of the MoE runtime. */
@@ -49,6 +52,7 @@ struct MoeLayerStats {
   int64_t misses = 0;       // distinct experts fetched into the cache
   int64_t bytes = 0;        // bytes fetched host -> cache
   int64_t cpu_experts = 0;  // distinct experts computed by the CPU executor
+  int64_t prefetched = 0;   // experts fetched ahead by --moe-prefetch (their bytes are in `bytes`)
 };
 
 /** Sum of the per-layer counters. */
@@ -73,6 +77,11 @@ class OffloadedExperts final : public ExpertCompute {
   /** True when every routed layer goes through the expert cache without a fetch cap (offload): the
    *  admission and gather are device-side. CPU layers and hybrid caps exchange through the host. */
   bool graph_safe() const override;
+  /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1. */
+  int64_t prefetch_target(int64_t layer) const override;
+  /** Keeps the predicted routes for the compute() that follows: its admission path prefetches them
+   *  right after its own gather (streamed and CPU layers drop them). */
+  void prefetch(int64_t target, const Tensor& ids) override;
 
   /** Counters per model layer (reads the device cache's counters: synchronizes on CUDA). */
   std::vector<MoeLayerStats> stats();
@@ -113,6 +122,8 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t pending_layer_ = -1;             // the layer streaming ahead of its compute, or -1
   int32_t pending_region_ = 0;             // ... into this staging region
   int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
+  int32_t prefetch_layer_ = -1;            // predicted routes waiting for the next compute(), or -1
+  Tensor prefetch_ids_;
 };
 
 /** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), OffloadedExperts

@@ -17,6 +17,7 @@ void put_counters(nlohmann::ordered_json& j, const MoeLayerStats& s) {
   j["hit_rate"] = moe_hit_rate(s);
   j["bytes_copied"] = s.bytes;
   j["cpu_experts"] = s.cpu_experts;
+  j["prefetched"] = s.prefetched;
 }
 
 nlohmann::ordered_json moe_json(const MoeReport& r) {
@@ -131,6 +132,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     metric("moe_hit_rate", "gauge", "Expert-cache hits / (hits + misses) since start.", moe_hit_rate(moe->total));
     metric("moe_bytes_copied_total", "counter", "Bytes copied from host expert banks into the cache.", static_cast<double>(moe->total.bytes));
     metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
+    metric("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch).",
+           static_cast<double>(moe->total.prefetched));
     auto per_layer = [&](const char* name, const char* help, auto value) {
       o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << " counter\n";
       for (const MoeLayerReport& l : moe->layers)

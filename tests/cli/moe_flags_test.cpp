@@ -44,7 +44,9 @@ TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
   for (const char* flags : {"--moe-strategy fused", "--moe-strategy auto", "--moe-strategy offload --moe-cache-slots 128",
                             "--moe-strategy offload --moe-cache-rate 0.6 --moe-cpu-layers 0,2",
                             "--moe-strategy offload --moe-cache-auto", "--moe-strategy cpu",
-                            "--moe-strategy hybrid --moe-fetch-cap 2", "--moe-strategy auto --gpu-memory-limit 0.03"}) {
+                            "--moe-strategy hybrid --moe-fetch-cap 2", "--moe-strategy auto --gpu-memory-limit 0.03",
+                            "--moe-strategy offload --moe-cache-slots 128 --moe-prefetch on",
+                            "--moe-strategy hybrid --moe-fetch-cap 1 --moe-prefetch on"}) {
     SCOPED_TRACE(flags);
     const Result r = run_moe(flags);
     ASSERT_EQ(r.code, 0) << r.err;
@@ -65,6 +67,9 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_EQ(n, 2u) << r.err;
   EXPECT_NE(r.err.find("moe per layer (hits/misses/fetched/CPU experts): L0 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" L3 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(", next-layer prefetch"), std::string::npos) << r.err;  // auto: on for offload
+  EXPECT_EQ(run_moe("--moe-strategy offload --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
+  EXPECT_EQ(run_moe("--moe-strategy hybrid").err.find("next-layer prefetch"), std::string::npos);
   // Without the flag: no counter lines.
   EXPECT_EQ(run_moe("--moe-strategy offload").err.find("steps, hit rate"), std::string::npos);
 }
@@ -83,6 +88,8 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy cpu --moe-cpu-layers 1", 2, "--moe-cpu-layers needs"},
       {"--moe-strategy offload --moe-fetch-cap 1", 2, "--moe-fetch-cap needs --moe-strategy hybrid"},
       {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
+      {"--moe-prefetch yes", 2, "--moe-prefetch yes must be auto, on or off"},
+      {"--moe-strategy cpu --moe-prefetch on", 2, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid"},
       {"--moe-strategy offload --moe-cache-slots 64", 2, "below the minimum of 128"},
       {"--moe-strategy offload --moe-cpu-layers 9,", 2, "layer 9 has no routed experts"},
       {"--gpu-memory-limit 0", 2, "--gpu-memory-limit"},

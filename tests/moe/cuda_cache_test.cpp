@@ -121,6 +121,15 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
       EXPECT_EQ(dm[i].expert, hm[i].expert);
       EXPECT_EQ(dm[i].slot, hm[i].slot);
     }
+    if (step % 4 == 1) {  // a prefetch of predicted routes for the other layer, as the next layer would
+      const int32_t other = layer == 0 ? 2 : 0;
+      std::vector<int32_t> guess = random_routes(T, k, E, 0.5, rng);
+      dslots->prefetch(other, put(d_ids, DType::I32, guess, {T, k}), step % 8 == 1 ? 2 : -1);
+      hslots.prefetch(other, Tensor(guess.data(), DType::I32, {T, k}), step % 8 == 1 ? 2 : -1);
+      const std::vector<CacheMiss> dm = dslots->last_misses(), hm = hslots.last_misses();
+      ASSERT_EQ(dm.size(), hm.size()) << "prefetch at step " << step;
+      for (size_t i = 0; i < dm.size(); ++i) EXPECT_EQ(dm[i].slot, hm[i].slot);
+    }
     if (step % 9 == 8) {  // a streamed layer empties a staging region on both sides
       ASSERT_EQ(dslots->n_regions(), 2);
       dslots->stream_layer(layer, step % 2);
@@ -178,10 +187,13 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   ro.stream_min_tokens = maxT;  // the prefill-sized steps stream whole layers through the regions
   Tensor dx = dev(DType::BF16, {maxT * H}), di = dev(DType::I32, {maxT * k}), dw = dev(DType::F32, {maxT * k});
   Tensor dwant = dev(DType::BF16, {maxT * H}), dgot = dev(DType::BF16, {maxT * H});
-  for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kHybrid, 1},
-                      Strategy{MoeStrategy::kCpu, -1}}) {
-    SCOPED_TRACE(moe_strategy_name(st.s));
-    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), ro);
+  Tensor dpf = dev(DType::I32, {maxT * k});
+  for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -2},
+                      Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kCpu, -1}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.cap == -2 ? " + prefetch" : ""));
+    MoeRuntimeOptions sro = ro;
+    sro.prefetch = st.cap == -2;  // cap -2: offload with predicted routes fetched ahead
+    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, std::max(st.cap, -1)), sro);
     std::mt19937 rng(5);
     for (int step = 0; step < 12; ++step) {
       const int64_t T = step % 4 == 3 ? maxT : 1 + step % 3;  // decode sizes and one prefill-sized batch
@@ -194,10 +206,14 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
         Tensor tx = put(dx, DType::F32, x, {T, H}), ti = put(di, DType::I32, ids, {T, k});
         Tensor tw = put(dw, DType::F32, w, {T, k});
         Tensor want(dwant.data, DType::BF16, {T, H}, Device::kCuda), got(dgot.data, DType::BF16, {T, H}, Device::kCuda);
+        if (off.prefetch_target(layer) >= 0) {  // a guess for layer 1 while layer 0 computes
+          std::vector<int32_t> guess = random_routes(T, k, E, 0.5, rng);
+          off.prefetch(off.prefetch_target(layer), put(dpf, DType::I32, guess, {T, k}));
+        }
         fused.compute(layer, tx, ti, tw, want);
         off.compute(layer, tx, ti, tw, got);
         const std::vector<float> a = read_f32(got), b = read_f32(want);
-        if (st.s == MoeStrategy::kOffload)
+        if (st.s == MoeStrategy::kOffload)  // with or without prefetch
           ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "step " << step << " layer " << layer;
         else
           ASSERT_LT(rel_l2(a, b), 2e-2) << "step " << step << " layer " << layer;
@@ -211,16 +227,19 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   SyntheticExperts s;
   const int32_t E = 8, k = 2;
   const int64_t H = 128, F = 64;
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 6);
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 7);
+  constexpr int kLayers = 3;  // 24 experts over 16 slots: steps miss
+  for (uint32_t seed : {6u, 7u, 8u}) s.add_layer(E, F, H, DType::BF16, DType::BF16, seed);
   MoeRuntimeOptions ro;
   ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 1;
+  ro.prefetch = true;  // the side-stream prefetch gathers are forked and joined inside the graph
   const MoePlan plan = make_plan(s.banks, MoeStrategy::kOffload, 2 * E);
   OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
   Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k});
-  Tensor ids[2] = {dev(DType::I32, {1, k}), dev(DType::I32, {1, k})};
-  Tensor out_g[2] = {dev(DType::BF16, {1, H}), dev(DType::BF16, {1, H})};
-  Tensor out_e[2] = {dev(DType::BF16, {1, H}), dev(DType::BF16, {1, H})};
+  Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers];
+  for (int l = 0; l < kLayers; ++l) {
+    ids[l] = dev(DType::I32, {1, k}), guess[l] = dev(DType::I32, {1, k});
+    out_g[l] = dev(DType::BF16, {1, H}), out_e[l] = dev(DType::BF16, {1, H});
+  }
   std::mt19937 rng(9);
   auto new_inputs = [&] {
     std::vector<float> xv(H), wv(k);
@@ -229,13 +248,17 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
     for (float& f : wv) f = 0.5f + 0.5f * d(rng);
     put(x, DType::F32, xv, {1, H});
     put(w, DType::F32, wv, {1, k});
-    for (Tensor& t : ids) {
-      std::vector<int32_t> iv = random_routes(1, k, E, 0.0, rng);
-      put(t, DType::I32, iv, {1, k});
-    }
+    for (Tensor* set : {ids, guess})
+      for (int l = 0; l < kLayers; ++l) {
+        std::vector<int32_t> iv = random_routes(1, k, E, 0.0, rng);
+        put(set[l], DType::I32, iv, {1, k});
+      }
   };
   auto step = [&](OffloadedExperts& ex, Tensor* out) {
-    for (int64_t l = 0; l < 2; ++l) ex.compute(l, x, ids[l], w, out[l]);
+    for (int64_t l = 0; l < kLayers; ++l) {
+      if (ex.prefetch_target(l) >= 0) ex.prefetch(ex.prefetch_target(l), guess[l + 1]);
+      ex.compute(l, x, ids[l], w, out[l]);
+    }
   };
   new_inputs();
   step(graphed, out_g);  // warm-up: scratch and expert tables exist before capture
@@ -252,20 +275,21 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
     new_inputs();
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     step(eager, out_e);
-    for (int l = 0; l < 2; ++l) {
+    for (int l = 0; l < kLayers; ++l) {
       const std::vector<float> a = read_f32(out_g[l]), b = read_f32(out_e[l]);
       ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "replay " << i << " layer " << l;
     }
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  ExpertCache a(2, E, 2 * E, k), b(2, E, 2 * E, k);
+  ExpertCache a(kLayers, E, 2 * E, k), b(kLayers, E, 2 * E, k);
   graphed.slots()->copy_state_to(a);
   eager.slots()->copy_state_to(b);
   a.check_integrity();
   expect_same_state(a, b);
   EXPECT_GT(a.stats(0).misses, 0);
   EXPECT_GT(a.stats(0).hits, 0);
+  EXPECT_GT(a.stats(1).prefetched, 0);
 }
 #endif
 

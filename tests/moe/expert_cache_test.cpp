@@ -232,6 +232,34 @@ TEST(ExpertCache, ClaimRegionMapsAStreamedLayer) {
   EXPECT_THROW(cache.claim_region(0, 0, E + 1, 1), Error);
 }
 
+TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {
+  ExpertCache cache(2, 2, 3, 4);
+  int32_t slots[2], cpu[2] = {7, 7};
+  const int32_t both[2] = {0, 1};
+  EXPECT_EQ(cache.admit(0, both, 2, -1, 5, slots, nullptr), 2);  // layer 0 -> slots 0, 1 (in use)
+  // Predicted routes of layer 1: only slot 2 is free to take; the second prediction is dropped.
+  EXPECT_EQ(cache.admit(1, both, 2, -1, 5, slots, cpu, true), 1);
+  EXPECT_EQ(slots[0], 2);
+  EXPECT_EQ(slots[1], -1);
+  EXPECT_EQ(cpu[0], 7);  // a prefetch never hands work to the CPU
+  EXPECT_EQ(cpu[1], 7);
+  EXPECT_EQ(cache.slot_of(0, 0), 0);
+  EXPECT_EQ(cache.slot_of(0, 1), 1);
+  CacheLayerStats s1 = cache.stats(1);
+  EXPECT_EQ(s1.prefetched, 1);
+  EXPECT_EQ(s1.hits + s1.misses + s1.cpu, 0);
+  EXPECT_EQ(s1.bytes, 5);
+  // The real admission of layer 1 finds the prefetched expert and fetches the other.
+  EXPECT_EQ(cache.admit(1, both, 2, -1, 5, slots, nullptr), 1);
+  EXPECT_EQ(slots[0], 2);
+  EXPECT_EQ(slots[1], 0);
+  s1 = cache.stats(1);
+  EXPECT_EQ(s1.hits, 1);
+  EXPECT_EQ(s1.misses, 1);
+  EXPECT_EQ(s1.bytes, 10);
+  cache.check_integrity();
+}
+
 TEST(ExpertCache, IntegrityCheckCatchesCorruption) {
   ExpertCache cache(2, 4, 8, 4);
   const int32_t ids[2] = {1, 2};

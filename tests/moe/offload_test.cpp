@@ -34,6 +34,7 @@ struct Variant {
   const char* cpu_layers;
   bool exact;     // bit-identical to fused
   int64_t stream_min = 0;  // MoeRuntimeOptions::stream_min_tokens (0: the default)
+  bool prefetch = false;   // MoeRuntimeOptions::prefetch
 };
 
 const Variant kVariants[] = {
@@ -46,10 +47,13 @@ const Variant kVariants[] = {
     {"offload, streamed steps", MoeStrategy::kOffload, 0, -1, "", true, 4},
     {"offload + cpu layers, streamed steps", MoeStrategy::kOffload, 0, -1, "1", true, 4},
     {"hybrid, cap 1, streamed steps", MoeStrategy::kHybrid, 0, 1, "", false, 4},
+    {"offload, smallest cache, prefetch", MoeStrategy::kOffload, 0, -1, "", true, 0, true},
+    {"hybrid, cap 1, prefetch", MoeStrategy::kHybrid, 0, 1, "", false, 0, true},
 };
 
 MoeRuntimeOptions variant_options(const Variant& v, MoeRuntimeOptions ro) {
   if (v.stream_min > 0) ro.stream_min_tokens = v.stream_min;
+  ro.prefetch = v.prefetch;
   return ro;
 }
 
@@ -85,6 +89,10 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
         for (float& f : x) f = d(rng);
         for (float& f : w) f = 0.5f + 0.5f * d(rng);
         Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+        std::vector<int32_t> guess = random_routes(T, k, E, 0.8, rng);  // a prediction, right or wrong
+        const int64_t target = off.prefetch_target(layer);
+        EXPECT_EQ(target >= 0, v.prefetch && layer != 3) << layer;
+        if (target >= 0) off.prefetch(target, Tensor(guess.data(), DType::I32, {T, k}));
         fused.compute(layer, tx, ti, tw, Tensor(want.data(), DType::F32, {T, H}));
         off.compute(layer, tx, ti, tw, Tensor(got.data(), DType::F32, {T, H}));
         if (v.exact)
@@ -121,9 +129,10 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
     } else {
       EXPECT_GT(st[2].misses, 0);
       EXPECT_GT(st[2].hits, 0);
-      EXPECT_EQ(st[2].bytes, st[2].misses * off.banks().layout(2).bytes);
+      EXPECT_EQ(st[2].bytes, (st[2].misses + st[2].prefetched) * off.banks().layout(2).bytes);
       EXPECT_EQ(st[2].cpu_experts > 0, v.cap > 0);
     }
+    EXPECT_EQ(st[2].prefetched > 0, v.prefetch);
     if (std::string(v.cpu_layers) == "1") {
       EXPECT_EQ(st[0].misses, 0);
       EXPECT_GT(st[0].cpu_experts, 0);
@@ -162,12 +171,14 @@ TEST(OffloadedExperts, RejectsBadUse) {
 
 TEST(OffloadedExperts, StatsLine) {
   std::vector<MoeLayerStats> before(2), now(2);
-  now[0] = {100, 20, 20 * 9 * (int64_t{1} << 20), 3};
-  now[1] = {40, 0, 0, 1};
-  before[0] = {30, 4, 4 * 9 * (int64_t{1} << 20), 0};
+  now[0] = {100, 20, 22 * 9 * (int64_t{1} << 20), 3, 2};
+  now[1] = {40, 0, 0, 1, 0};
+  before[0] = {30, 4, 4 * 9 * (int64_t{1} << 20), 0, 0};
   EXPECT_EQ(total_moe_stats(now).hits, 140);
-  EXPECT_EQ(format_moe_stats(now, before, 8),
-            "moe: 8 steps, hit rate 87.3% (110 hits, 16 misses, 144.0 MiB fetched, 18.0 MiB/step), 4 CPU experts");
+  EXPECT_EQ(total_moe_stats(now).prefetched, 2);
+  EXPECT_EQ(format_moe_stats(now, before, 9),
+            "moe: 9 steps, hit rate 87.3% (110 hits, 16 misses, 2 prefetched, 162.0 MiB fetched, 18.0 MiB/step), 4 CPU "
+            "experts");
   EXPECT_THROW(format_moe_stats(now, {}, 1), Error);
 }
 
@@ -238,9 +249,10 @@ TEST(OffloadedExperts, SameLogitsAsFusedOnMoeFixtures) {
         EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
       else
         EXPECT_LT(rel_l2(got, want_ref), 1e-4);
-      int64_t fetched = 0;
-      for (const MoeLayerStats& st : off.stats()) fetched += st.misses + st.cpu_experts;
+      int64_t fetched = 0, prefetched = 0;
+      for (const MoeLayerStats& st : off.stats()) fetched += st.misses + st.cpu_experts, prefetched += st.prefetched;
       EXPECT_GT(fetched, 0);
+      EXPECT_EQ(prefetched > 0, v.prefetch);  // the decoder passed the next layer's predicted routes
     }
   }
 }

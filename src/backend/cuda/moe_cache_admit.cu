@@ -75,10 +75,11 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     const int32_t e = distinct[d];
     if (map[e] >= 0) continue;
     Cand c{LLONG_MAX, INT_MAX};
+    const long long newest = a.prefetch ? tick - 1 : tick;  // victims' stamps stay below this
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap) {
       for (int32_t slot = tid; slot < s.n_slots; slot += blockDim.x) {
         const long long st = s.stamp[slot];
-        if (st < tick) c = better(c, Cand{st, slot});
+        if (st < newest) c = better(c, Cand{st, slot});
       }
     }
     c = warp_best(c);
@@ -106,13 +107,17 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     const int32_t e = a.ids[i];
     const bool valid = e >= 0 && e < E;
     a.slot_ids[i] = valid ? map[e] : -1;
-    if (a.cpu_ids) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
+    if (a.cpu_ids && !a.prefetch) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
   }
   if (tid == 0) {
     int64_t* st = s.stats + static_cast<int64_t>(a.layer) * kCacheStatCount;
-    st[kCacheHits] += n_hits;
-    st[kCacheMisses] += n_miss;
-    st[kCacheCpu] += n_cpu;
+    if (a.prefetch) {
+      st[kCachePrefetched] += n_miss;
+    } else {
+      st[kCacheHits] += n_hits;
+      st[kCacheMisses] += n_miss;
+      st[kCacheCpu] += n_cpu;
+    }
     st[kCacheBytes] += static_cast<int64_t>(n_miss) * a.record_bytes;
     *a.n_misses = n_miss;
   }

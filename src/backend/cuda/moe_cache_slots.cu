@@ -71,7 +71,16 @@ class CudaExpertSlots final : public ExpertSlots {
     slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
     FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
     gather_blocks_ = 4 * ops.sm_count();
+    // The prefetch gather runs beside the layer's kernels: a few blocks keep PCIe busy (8 to 66
+    // measured the same on the H200), while the main gather's 4 per SM there, each with its host
+    // reads in flight, stalled the co-running kernels and the copy did not overlap at all
+    // (bench/RESULTS.md, "Prefetch").
+    prefetch_blocks_ = std::max(8, ops.sm_count() / 4);
     build_regions(banks, gather_.pool, n_slots, Device::kCuda);
+    prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
+    FT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_queued_, cudaEventDisableTiming));
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_done_, cudaEventDisableTiming));
     if (n_regions() > 0) {
       FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
       FT_CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
@@ -81,6 +90,12 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
   ~CudaExpertSlots() override {
+    if (side_stream_) {
+      cudaStreamSynchronize(side_stream_);
+      cudaStreamDestroy(side_stream_);
+    }
+    if (prefetch_queued_) cudaEventDestroy(prefetch_queued_);
+    if (prefetch_done_) cudaEventDestroy(prefetch_done_);
     if (copy_stream_) {
       cudaStreamSynchronize(copy_stream_);
       cudaStreamDestroy(copy_stream_);
@@ -95,6 +110,7 @@ class CudaExpertSlots final : public ExpertSlots {
 
   void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override {
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, slot_ids, cpu_ids);
+    join_prefetch();
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
     a.record_bytes = banks_.layout(layer).bytes;
@@ -106,8 +122,27 @@ class CudaExpertSlots final : public ExpertSlots {
 
   void gather_misses() override { cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream()); }
 
+  void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override {
+    Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim, Device::kCuda);
+    check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, sid, Tensor());
+    join_prefetch();  // one prefetch in flight: its miss list is about to be rewritten
+    AdmitArgs a;
+    a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
+    a.record_bytes = banks_.layout(layer).bytes;
+    a.ids = ids.ptr<int32_t>(), a.slot_ids = sid.ptr<int32_t>();
+    a.misses = misses_, a.n_misses = n_misses_;
+    cudaStream_t st = ops_.stream();
+    cuda::launch_cache_admit(dev_, a, st);
+    FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
+    FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
+    cuda::launch_cache_gather(gather_, prefetch_blocks_, side_stream_);
+    FT_CUDA_CHECK(cudaEventRecord(prefetch_done_, side_stream_));
+    prefetch_pending_ = true;
+  }
+
   void stream_layer(int32_t layer, int32_t region) override {
     const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
+    join_prefetch();
     const int64_t rb = banks_.layout(layer).bytes, sb = banks_.slot_bytes();
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_claim_region(dev_, layer, first, n, rb, st);
@@ -154,12 +189,22 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
  private:
+  /** Makes the backend's stream wait for a prefetch gather still in flight. */
+  void join_prefetch() {
+    if (!prefetch_pending_) return;
+    FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), prefetch_done_, 0));
+    prefetch_pending_ = false;
+  }
+
   /** Copies a host state into the device arrays (blocking). */
   void upload(ExpertCache& src) {
     transfer(src.refs(), cudaMemcpyHostToDevice);
   }
   /** Copies the device state into host_ (blocking). */
-  void download() { transfer(host_.refs(), cudaMemcpyDeviceToHost); }
+  void download() {
+    join_prefetch();  // so the synchronisation below also covers a prefetch gather
+    transfer(host_.refs(), cudaMemcpyDeviceToHost);
+  }
 
   void transfer(const CacheStateRefs& h, cudaMemcpyKind kind) {
     cudaStream_t st = ops_.stream();
@@ -189,7 +234,12 @@ class CudaExpertSlots final : public ExpertSlots {
   int32_t max_misses_ = 0;
   cuda::GatherArgs gather_;
   int gather_blocks_ = 1;
+  int prefetch_blocks_ = 1;
   SlotBanks slot_banks_;
+  Buffer prefetch_slots_;                              // I32 [max_pairs]: the prefetch admission's slot ids
+  cudaStream_t side_stream_ = nullptr;                 // prefetch gathers
+  cudaEvent_t prefetch_queued_ = nullptr, prefetch_done_ = nullptr;
+  bool prefetch_pending_ = false;                      // a prefetch gather not yet joined
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
