@@ -108,7 +108,12 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
     return finish_cpu(layer, x, ids, weights, out, false);
   }
   drain_streams();  // admission may pick victims in a region a copy still writes
-  const int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
+  int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
+  const bool was_prefetched = prefetched_layer_ == layer;
+  prefetched_layer_ = -1;
+  // Hybrid with prefetch: the layer's fetches were made ahead (up to the cap, overlapped); what the
+  // guess missed runs on the CPU rather than waiting on PCIe.
+  if (cap >= 0 && was_prefetched) cap = 0;
   Tensor sid = head(slot_ids_, T, k), cid = cap >= 0 ? head(cpu_ids_, T, k) : Tensor();
   // Hybrid: the CPU's inputs go to the host right after the admission, so the CPU computes its
   // experts while the GPU gathers and computes its own.
@@ -119,6 +124,7 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
     if (prefetch_ids_.rows() != T || prefetch_ids_.cols() != k)
       fail(ErrorCode::kInvalidArgument, "expert compute: predicted ids {} must be [{}, {}]", prefetch_ids_.str(), T, k);
     slots_->prefetch(prefetch_layer, prefetch_ids_, plan_.fetch_cap[static_cast<size_t>(prefetch_layer)]);
+    prefetched_layer_ = prefetch_layer;
   }
   ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
   if (cap >= 0) finish_cpu(layer, x, cid, weights, out, true);

@@ -6,7 +6,9 @@
 // and the CPU expert executor. Per layer:
 //   kCache: admission + gather, then ops.moe_experts over the slot bank with slot ids (the same
 //           kernel as fused, so offload equals fused bit for bit); hybrid: misses over the fetch
-//           cap come back as cpu_ids and the executor adds their share to the output;
+//           cap come back as cpu_ids and the executor adds their share to the output (with
+//           prefetch the cap applies to the prefetch, and a prefetched layer's own misses all go
+//           to the CPU);
 //           A step of at least stream_min_tokens tokens streams instead (prefill): the whole
 //           layer is copied into one of the cache's staging regions, taken in turn, while the
 //           layer before computes from its own (ExpertSlots::stream_layer), and ops.moe_experts
@@ -123,6 +125,7 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t pending_region_ = 0;             // ... into this staging region
   int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
   int32_t prefetch_layer_ = -1;            // predicted routes waiting for the next compute(), or -1
+  int32_t prefetched_layer_ = -1;          // the layer whose experts the last admission prefetched
   Tensor prefetch_ids_;
 };
 
