@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -112,6 +113,50 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
                 static_cast<double>(kv_->bytes()) / (1 << 20), T);
+  if (moe_) calibrate_fetch_cap();
+}
+
+void Engine::calibrate_fetch_cap() {
+  const std::vector<int32_t> caps = moe_->fetch_cap_candidates();
+  if (caps.empty()) return;
+  constexpr int64_t kPrompt = 16, kWarm = 1, kTimed = 4;
+  const int64_t n_vocab = model_->config().n_vocab;
+  BlockTable seq;
+  if (!seq.reserve(kv_->pool(), kPrompt + static_cast<int64_t>(caps.size()) * (kWarm + kTimed))) {
+    spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using half of top-k");
+    return;
+  }
+  uint64_t rng = 0x9e3779b97f4a7c15ull;  // random token ids: routes like real traffic's, any model
+  auto token = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int32_t>((rng >> 33) % static_cast<uint64_t>(n_vocab));
+  };
+  std::vector<int32_t> ids(kPrompt);
+  for (int32_t& id : ids) id = token();
+  step({{&seq.pages(), 0, ids.data(), kPrompt, 1}});
+  int64_t pos = kPrompt;
+  auto decode = [&] {
+    const int32_t id = token();
+    step({{&seq.pages(), pos++, &id, 1, 1}});
+  };
+  int32_t best = caps.front();
+  double best_s = 1e30;
+  std::string timings;
+  for (int32_t cap : caps) {
+    moe_->set_fetch_cap(cap);
+    for (int64_t i = 0; i < kWarm; ++i) decode();
+    ops_->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < kTimed; ++i) decode();
+    ops_->synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kTimed;
+    timings += fmt::format(" {}:{:.1f}", cap, 1e3 * s);
+    if (s < best_s) best = cap, best_s = s;
+  }
+  seq.release(kv_->pool());
+  moe_->set_fetch_cap(best);
+  moe_->restart_log_window();
+  spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
 }
 
 Engine::~Engine() = default;

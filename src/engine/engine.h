@@ -93,6 +93,11 @@ class Engine {
   int64_t graph_replays() const { return graph_replays_; }
 
  private:
+  /** Hybrid without --moe-fetch-cap: times a few decode steps of a throw-away sequence at each
+   *  candidate cap (MoeRuntime::fetch_cap_candidates) and keeps the fastest; keeps the default
+   *  (half of top-k) when the KV pool cannot hold the sequence. */
+  void calibrate_fetch_cap();
+
   /** One padded decode batch size's fixed inputs (views of the planned device buffers) and graph. */
   struct GraphStep {
     int32_t bs = 0;

@@ -85,14 +85,14 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   for (size_t l = 0; l < host.size(); ++l) experts_per_layer[l] = host[l].n_expert();
   budget_ = make_budget(ops, host, config);
   plan_ = plan_moe(config.moe, experts_per_layer, budget_);
+  n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
   if (plan_.calibrate_fetch_cap) {
-    // No start-up calibration yet: half the router's top-k per layer per step, at least one.
-    const int32_t cap = std::max<int32_t>(1, static_cast<int32_t>(c.n_expert_used / 2));
+    // Until the engine's start-up calibration (Engine::calibrate_fetch_cap) picks one: half of top-k.
+    const int32_t cap = std::max<int32_t>(1, n_expert_used_ / 2);
     for (size_t l = 0; l < plan_.layers.size(); ++l)
       if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
     plan_.calibrate_fetch_cap = false;
-    spdlog::info("moe: hybrid fetch cap {} per layer per step (half of top-{}; --moe-fetch-cap sets one)", cap,
-                 c.n_expert_used);
+    calibrate_ = true;
   }
   MoeRuntimeOptions ro;
   ro.max_tokens = config.max_tokens;
@@ -104,6 +104,26 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   spdlog::info("{}{}", plan_.summary(), ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
+  if (offloaded_) logged_ = offloaded_->stats();
+}
+
+std::vector<int32_t> MoeRuntime::fetch_cap_candidates() const {
+  std::vector<int32_t> caps;
+  if (calibrate_ && offloaded_)
+    for (int32_t c = 0; c <= n_expert_used_; ++c) caps.push_back(c);
+  return caps;
+}
+
+void MoeRuntime::set_fetch_cap(int32_t cap) {
+  if (!offloaded_ || plan_.strategy != MoeStrategy::kHybrid)
+    fail(ErrorCode::kInvalidArgument, "moe: a fetch cap needs the hybrid strategy");
+  offloaded_->set_fetch_cap(cap);
+  for (size_t l = 0; l < plan_.layers.size(); ++l)
+    if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
+}
+
+void MoeRuntime::restart_log_window() {
+  decode_steps_ = 0;
   if (offloaded_) logged_ = offloaded_->stats();
 }
 

@@ -77,6 +77,15 @@ class MoeRuntime {
    *  before a window's first decode step are left out of that window. */
   void after_step(bool decode);
 
+  /** Hybrid without --moe-fetch-cap: the caps to time at start (0 .. n_expert_used), empty when
+   *  the cap is given or the strategy has none. */
+  std::vector<int32_t> fetch_cap_candidates() const;
+  /** Sets the fetch cap of every cache layer (calibration, then its choice). Throws
+   *  kInvalidArgument without a hybrid cache. */
+  void set_fetch_cap(int32_t cap);
+  /** Starts the --decode-log-interval window afresh (after the calibration's steps). */
+  void restart_log_window();
+
  private:
   MoePlan plan_;
   GpuMemoryBudget budget_;
@@ -85,6 +94,8 @@ class MoeRuntime {
   OffloadedExperts* offloaded_ = nullptr;  // experts_ when it is one
   int64_t decode_steps_ = 0;
   std::vector<MoeLayerStats> logged_;      // counters at the last log line
+  bool calibrate_ = false;                 // hybrid without an explicit cap
+  int32_t n_expert_used_ = 0;
 };
 
 }  // namespace ft

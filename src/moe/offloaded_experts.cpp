@@ -162,6 +162,14 @@ int32_t OffloadedExperts::take_region() {
   return r;
 }
 
+void OffloadedExperts::set_fetch_cap(int32_t cap) {
+  if (cap < 0 || plan_.count(MoeLayerMode::kCache) == 0)
+    fail(ErrorCode::kInvalidArgument, "moe runtime: fetch cap {} for a plan with {} cache layers", cap,
+         plan_.count(MoeLayerMode::kCache));
+  for (size_t l = 0; l < plan_.layers.size(); ++l)
+    if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
+}
+
 int64_t OffloadedExperts::prefetch_target(int64_t layer) const {
   if (!opt_.prefetch || !slots_ || layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(layer)] != MoeLayerMode::kCache)

@@ -85,6 +85,10 @@ class OffloadedExperts final : public ExpertCompute {
    *  right after its own gather (streamed and CPU layers drop them). */
   void prefetch(int64_t target, const Tensor& ids) override;
 
+  /** Sets the hybrid fetch cap of every cache layer (the start-up calibration tries several).
+   *  Throws kInvalidArgument for cap < 0 or a plan without a cache layer. */
+  void set_fetch_cap(int32_t cap);
+
   /** Counters per model layer (reads the device cache's counters: synchronizes on CUDA). */
   std::vector<MoeLayerStats> stats();
 

@@ -46,7 +46,7 @@ TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
                             "--moe-strategy offload --moe-cache-auto", "--moe-strategy cpu",
                             "--moe-strategy hybrid --moe-fetch-cap 2", "--moe-strategy auto --gpu-memory-limit 0.03",
                             "--moe-strategy offload --moe-cache-slots 128 --moe-prefetch on",
-                            "--moe-strategy hybrid --moe-fetch-cap 1 --moe-prefetch on"}) {
+                            "--moe-strategy hybrid --moe-fetch-cap 1 --moe-prefetch on", "--moe-strategy hybrid"}) {
     SCOPED_TRACE(flags);
     const Result r = run_moe(flags);
     ASSERT_EQ(r.code, 0) << r.err;
@@ -69,7 +69,12 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(r.err.find(" L3 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(", next-layer prefetch"), std::string::npos) << r.err;  // auto: on for offload
   EXPECT_EQ(run_moe("--moe-strategy offload --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
-  EXPECT_EQ(run_moe("--moe-strategy hybrid").err.find("next-layer prefetch"), std::string::npos);
+  const Result hybrid = run_moe("--moe-strategy hybrid");
+  EXPECT_EQ(hybrid.err.find("next-layer prefetch"), std::string::npos);
+  // Hybrid without --moe-fetch-cap times every cap from 0 to top-k (2 here) at start.
+  EXPECT_NE(hybrid.err.find("calibrated (cap:ms per decode step 0:"), std::string::npos) << hybrid.err;
+  EXPECT_NE(hybrid.err.find(" 2:"), std::string::npos) << hybrid.err;
+  EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-fetch-cap 1").err.find("calibrated"), std::string::npos);
   // Without the flag: no counter lines.
   EXPECT_EQ(run_moe("--moe-strategy offload").err.find("steps, hit rate"), std::string::npos);
 }

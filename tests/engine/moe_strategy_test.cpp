@@ -77,12 +77,15 @@ TEST_P(MoeStrategies, SameFunctionAsFused) {
     EXPECT_EQ(r.strategy, MoeStrategy::kOffload);
     EXPECT_EQ(r.cache_slots, smallest);
     ASSERT_EQ(static_cast<int64_t>(r.layers.size()), n_moe);
-    EXPECT_GE(r.total.misses, std::min<int64_t>(smallest, E));  // the first step fills at least a layer's worth
+    // The first step fills at least a layer's worth (at the layer or ahead of it).
+    EXPECT_GE(r.total.misses + r.total.prefetched, std::min<int64_t>(smallest, E));
     EXPECT_GT(r.total.hits, 0);                                   // decode steps reuse experts
-    EXPECT_EQ(r.total.bytes, r.total.misses * r.slot_bytes);      // one layout: every record is a slot
+    // One layout: every record is a slot; offload prefetches the next layer's guess by default.
+    EXPECT_EQ(r.total.bytes, (r.total.misses + r.total.prefetched) * r.slot_bytes);
+    EXPECT_GT(r.total.prefetched, 0);
     EXPECT_EQ(r.total.cpu_experts, 0);
     if (smallest < total) {
-      EXPECT_GT(r.total.misses, smallest);  // misses beyond the slots: evictions
+      EXPECT_GT(r.total.misses + r.total.prefetched, smallest);  // fetches beyond the slots: evictions
     }
   }
   {

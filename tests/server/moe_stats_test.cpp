@@ -111,9 +111,11 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["misses"], want->total.misses);
   EXPECT_EQ(m["bytes_copied"], want->total.bytes);
   EXPECT_EQ(m["cpu_experts"], 0);
-  EXPECT_GT(want->total.misses, 16);  // more experts fetched than slots: evictions happened
+  EXPECT_EQ(m["prefetched"], want->total.prefetched);  // offload prefetches by default (--moe-prefetch auto)
+  const int64_t fetched = want->total.misses + want->total.prefetched;
+  EXPECT_GT(fetched, 16);  // more experts fetched than slots: evictions happened
   EXPECT_GT(want->total.hits, 0);
-  EXPECT_EQ(want->total.bytes, want->total.misses * want->slot_bytes);
+  EXPECT_EQ(want->total.bytes, fetched * want->slot_bytes);
   EXPECT_DOUBLE_EQ(m["hit_rate"].get<double>(),
                    static_cast<double>(want->total.hits) / static_cast<double>(want->total.hits + want->total.misses));
   ASSERT_EQ(m["layers"].size(), 4u);
@@ -123,7 +125,8 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
     EXPECT_EQ(e["layer"], static_cast<int64_t>(l));
     EXPECT_EQ(e["mode"], "cache");
     EXPECT_EQ(e["misses"], want->layers[l].stats.misses);
-    EXPECT_GE(e["misses"].get<int64_t>(), 8);  // the first prompt's prefill touches every expert
+    // The first prompt's prefill touches every expert: fetched at the layer or ahead of it.
+    EXPECT_GE(e["misses"].get<int64_t>() + e["prefetched"].get<int64_t>(), 8);
     hits += e["hits"].get<int64_t>();
     misses += e["misses"].get<int64_t>();
   }
@@ -135,6 +138,7 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_NE(text.find(fmt::format("freetoken_moe_hits_total {}\n", want->total.hits)), std::string::npos) << text;
   EXPECT_NE(text.find(fmt::format("freetoken_moe_misses_total {}\n", want->total.misses)), std::string::npos);
   EXPECT_NE(text.find(fmt::format("freetoken_moe_bytes_copied_total {}\n", want->total.bytes)), std::string::npos);
+  EXPECT_NE(text.find(fmt::format("freetoken_moe_prefetched_total {}\n", want->total.prefetched)), std::string::npos);
   EXPECT_NE(text.find("freetoken_moe_cpu_experts_total 0\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE freetoken_moe_hit_rate gauge\n"), std::string::npos);
   EXPECT_NE(text.find(fmt::format("freetoken_moe_layer_misses_total{{layer=\"3\"}} {}\n", want->layers[3].stats.misses)),
