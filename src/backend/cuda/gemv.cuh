@@ -17,12 +17,13 @@ namespace ft::cuda {
 
 constexpr int kGemvWarps = 4;  // output rows per block
 
-/** Warps per output row for N rows x n_problems with `chunks` chunks per row: more (up to
- *  kGemvWarps) while the launch has fewer than 8192 warps and each lane keeps at least
- *  `min_per_lane` chunks. */
-inline int gemv_warps_per_row(int64_t N, int64_t n_problems, int64_t chunks, int min_per_lane) {
+/** Warps per output row for a matrix of N rows of `chunks` chunks: more (up to kGemvWarps) while
+ *  N * ks < 8192 and each lane keeps at least `min_per_lane` chunks. A function of the matrix only,
+ *  never of the batch or problem count, so a row's summation order (and its last bits) is the same
+ *  at every batch size: a decode step padded for a CUDA graph equals the eager step bit for bit. */
+inline int gemv_warps_per_row(int64_t N, int64_t chunks, int min_per_lane) {
   int ks = 1;
-  while (ks < kGemvWarps && N * n_problems * ks < 8192 && chunks >= 64 * ks * min_per_lane) ks *= 2;
+  while (ks < kGemvWarps && N * ks < 8192 && chunks >= 64 * ks * min_per_lane) ks *= 2;
   return ks;
 }
 
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
 /** Host launcher for one weight type; explicit instantiations live in gemv_<family>.cu. */
 template <DType WT>
 void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
-  const int ks = gemv_warps_per_row(a.N, n_problems, a.K / Dq<WT>::kChunk, 2);
+  const int ks = gemv_warps_per_row(a.N, a.K / Dq<WT>::kChunk, 3);
   const int rows = kGemvWarps / ks;
   const dim3 grid(static_cast<unsigned>((a.N + rows - 1) / rows),
                   static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));

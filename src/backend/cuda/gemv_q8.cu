@@ -5,9 +5,9 @@
 // FFN). Then the GEMV: a lane unpacks a 32-weight chunk into 8 words of int8 once and runs 16 dp4a
 // per token against it, instead of ~6 float instructions per weight (the float decoder of gemv.cuh
 // is instruction-bound well below the memory bandwidth). A row goes to 1-4 warps (ks, as in
-// gemv.cuh), one-token launches of at least 4096 rows in all take 4 rows per warp, and expert GEMVs
-// of short rows take lane groups (gemv_q8_lanes_kernel). These choices depend on the number of
-// problems too, so a row's sum order can change with the batch size (see bench/CUDA_NOTES.md).
+// gemv.cuh), one-token launches on matrices of at least 4096 rows take 4 rows per warp, and expert
+// GEMVs of short rows take lane groups (gemv_q8_lanes_kernel). Every choice depends on the matrix
+// (N, K) only, never on the batch, so a row's sum order is the same at every batch size.
 // Modes as in gemv.cuh (plain, expert table, GLU).
 // Bytes moved: activations read once and written as 2 x int8 (2.25 bytes per element), then per
 // problem N * row_bytes of weights + the int8 rows (cached).
@@ -307,13 +307,14 @@ void launch_q8_lanes(bool glu, const GemvArgs& a, int64_t n_problems, cudaStream
   FT_CUDA_LAUNCH_CHECK();
 }
 
-/** Rows per warp for a launch: 4 when one token per problem and at least 4096 rows in all. */
-int q8_rows_per_warp(int maxt, int64_t N, int64_t n_problems) { return maxt == 1 && N * n_problems >= 4096 ? 4 : 1; }
+/** Rows per warp: 4 for one token per problem and a matrix of at least 4096 rows (not a function of
+ *  the problem count: see gemv_warps_per_row). */
+int q8_rows_per_warp(int maxt, int64_t N) { return maxt == 1 && N >= 4096 ? 4 : 1; }
 
 template <DType WT, int R>
 void launch_q8_r(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
   const int64_t row_groups = (a.N + R - 1) / R;
-  const int ks = gemv_warps_per_row(row_groups, n_problems, a.K / 32, 1);
+  const int ks = gemv_warps_per_row(row_groups, a.K / 32, 1);
   const int per_block = kWarpsQ8 / ks;
   const dim3 grid(static_cast<unsigned>((row_groups + per_block - 1) / per_block),
                   static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
@@ -331,11 +332,11 @@ void launch_q8_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cuda
   // Expert GEMVs (one token per problem, short rows): lane groups. Measured on the H200 (qwen3-30b-a3b,
   // batch-1 decode): gate/up 13.3 -> 8.9 us, down 9.7 -> 8.2 us; dense rows (q/k/v, LM head) stay on
   // 4 rows per warp, which measured faster for them (6.3 vs 6.6 us, 86 vs 95 us).
-  if (maxt == 1 && a.table && nb <= 64 && a.N * n_problems >= 2048) {
+  if (maxt == 1 && a.table && nb <= 64 && a.N >= 256) {
     if (nb > 32) return launch_q8_lanes<WT, 16>(glu, a, n_problems, s);
     return launch_q8_lanes<WT, 8>(glu, a, n_problems, s);
   }
-  if (q8_rows_per_warp(maxt, a.N, n_problems) == 4) return launch_q8_r<WT, 4>(maxt, glu, a, n_problems, s);
+  if (q8_rows_per_warp(maxt, a.N) == 4) return launch_q8_r<WT, 4>(maxt, glu, a, n_problems, s);
   launch_q8_r<WT, 1>(maxt, glu, a, n_problems, s);
 }
 
