@@ -380,7 +380,8 @@ nlohmann::json bench_json(const BenchReport& r) {
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1));
       results.back()["moe_cache"] = {{"hits", b.moe_hits},
                                      {"misses", b.moe_misses},
-                                     {"hit_rate", b.moe_hit_rate()},
+                                     {"hit_rate", b.moe_hits + b.moe_misses > 0 ? nlohmann::json(b.moe_hit_rate())
+                                                                                : nlohmann::json(nullptr)},
                                      {"fetched_bytes_per_step", static_cast<double>(b.moe_bytes) / n},
                                      {"cpu_experts_per_step", static_cast<double>(b.moe_cpu_experts) / n},
                                      {"prefetched_per_step", static_cast<double>(b.moe_prefetched) / n},
@@ -446,14 +447,18 @@ std::string bench_table(const BenchReport& r) {
                      r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
   }
   if (std::any_of(r.batches.begin(), r.batches.end(), [](const BenchBatch& b) { return b.moe_cache; })) {
-    s += fmt::format("\nexpert cache over the timed decode steps; ceiling = batch x {:.1f} GB/s (pinned host -> device "
-                     "copy) / fetched per step\n", r.h2d_bandwidth / 1e9);
+    s += r.h2d_bandwidth > 0
+             ? fmt::format("\nexpert cache over the timed decode steps; ceiling = batch x {:.1f} GB/s (pinned host -> "
+                           "device copy) / fetched per step\n", r.h2d_bandwidth / 1e9)
+             : std::string("\nexpert cache over the timed decode steps (no host -> device link here: no ceiling)\n");
     s += fmt::format("{:>6} {:>9} {:>14} {:>16} {:>17} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
                      "prefetched/step", "CPU experts/step", "ceiling tok/s", "% ceiling");
     for (const BenchBatch& b : r.batches) {
       if (!b.moe_cache) continue;
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
-      s += fmt::format("{:>6} {:>8.1f}% {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch, 100.0 * b.moe_hit_rate(),
+      const bool lookups = b.moe_hits + b.moe_misses > 0;  // none when every expert ran on the CPU
+      s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch,
+                       lookups ? fmt::format("{:.1f}%", 100.0 * b.moe_hit_rate()) : std::string("-"),
                        format_bytes(static_cast<int64_t>(static_cast<double>(b.moe_bytes) / n)),
                        static_cast<double>(b.moe_prefetched) / n, static_cast<double>(b.moe_cpu_experts) / n,
                        ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),

@@ -135,7 +135,7 @@ void reset_peak_host_rss();
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
- *  {hits, misses, hit_rate, fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
+ *  {hits, misses, hit_rate (null without lookups), fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
  *  ceiling_tokens_per_s}),
  *  decode_profile: [{op, calls_per_step,
  *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */

@@ -133,6 +133,7 @@ void Engine::calibrate_fetch_cap() {
     spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using half of top-k");
     return;
   }
+  moe_->begin_calibration();
   uint64_t rng = 0x9e3779b97f4a7c15ull;  // random token ids: routes like real traffic's, any model
   auto token = [&] {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -159,12 +160,12 @@ void Engine::calibrate_fetch_cap() {
     ops_->synchronize();
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(timed);
-    timings += fmt::format(" {}:{:.1f}", cap, 1e3 * s);
+    timings += fmt::format(" {}:{:.2f}", cap, 1e3 * s);
     if (s < best_s) best = cap, best_s = s;
   }
   seq.release(kv_->pool());
   moe_->set_fetch_cap(best);
-  moe_->restart_log_window();
+  moe_->end_calibration();
   spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
 }
 

@@ -101,7 +101,8 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                 (config.moe.prefetch == MoeOptions::Prefetch::kAuto && plan_.strategy == MoeStrategy::kOffload);
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
-  spdlog::info("{}{}", plan_.summary(), ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
+  spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
+               ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
@@ -122,14 +123,28 @@ void MoeRuntime::set_fetch_cap(int32_t cap) {
     if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
 }
 
-void MoeRuntime::restart_log_window() {
+void MoeRuntime::end_calibration() {
+  calibrating_ = false;
   decode_steps_ = 0;
-  if (offloaded_) logged_ = offloaded_->stats();
+  if (!offloaded_) return;
+  baseline_ = offloaded_->stats();
+  logged_ = counters();
+}
+
+std::vector<MoeLayerStats> MoeRuntime::counters() {
+  std::vector<MoeLayerStats> st = offloaded_->stats();
+  for (size_t l = 0; l < baseline_.size() && l < st.size(); ++l) {
+    MoeLayerStats& s = st[l];
+    const MoeLayerStats& b = baseline_[l];
+    s.hits -= b.hits, s.misses -= b.misses, s.bytes -= b.bytes, s.cpu_experts -= b.cpu_experts;
+    s.prefetched -= b.prefetched;
+  }
+  return st;
 }
 
 std::optional<MoeReport> MoeRuntime::report() {
   if (!offloaded_) return std::nullopt;
-  const std::vector<MoeLayerStats> st = offloaded_->stats();
+  const std::vector<MoeLayerStats> st = counters();
   MoeReport r;
   r.strategy = plan_.strategy;
   r.cache_slots = plan_.count(MoeLayerMode::kCache) > 0 ? plan_.cache.n_slots : 0;
@@ -141,13 +156,13 @@ std::optional<MoeReport> MoeRuntime::report() {
 }
 
 void MoeRuntime::after_step(bool decode) {
-  if (!offloaded_ || log_interval_ <= 0) return;
+  if (!offloaded_ || log_interval_ <= 0 || calibrating_) return;
   if (!decode) {  // prefill before a window's first decode step stays out of the window
-    if (decode_steps_ % log_interval_ == 0) logged_ = offloaded_->stats();
+    if (decode_steps_ % log_interval_ == 0) logged_ = counters();
     return;
   }
   if (++decode_steps_ % log_interval_ != 0) return;
-  const std::vector<MoeLayerStats> now = offloaded_->stats();
+  const std::vector<MoeLayerStats> now = counters();
   spdlog::info("{}", format_moe_stats(now, logged_, log_interval_));
   std::string per_layer = "moe per layer (hits/misses/fetched/CPU experts):";
   for (size_t l = 0; l < now.size(); ++l) {

@@ -83,8 +83,10 @@ class MoeRuntime {
   /** Sets the fetch cap of every cache layer (calibration, then its choice). Throws
    *  kInvalidArgument without a hybrid cache. */
   void set_fetch_cap(int32_t cap);
-  /** Starts the --decode-log-interval window afresh (after the calibration's steps). */
-  void restart_log_window();
+  /** Brackets the start-up calibration's steps: while it runs nothing is logged, and afterwards
+   *  every counter (report(), the log windows) starts from zero, so only real traffic is counted. */
+  void begin_calibration() { calibrating_ = true; }
+  void end_calibration();
 
  private:
   MoePlan plan_;
@@ -94,7 +96,12 @@ class MoeRuntime {
   OffloadedExperts* offloaded_ = nullptr;  // experts_ when it is one
   int64_t decode_steps_ = 0;
   std::vector<MoeLayerStats> logged_;      // counters at the last log line
+  /** The cache's counters minus those of the calibration (the device counters never reset). */
+  std::vector<MoeLayerStats> counters();
+
   bool calibrate_ = false;                 // hybrid without an explicit cap
+  bool calibrating_ = false;
+  std::vector<MoeLayerStats> baseline_;    // counters when the calibration ended (empty: none)
   int32_t n_expert_used_ = 0;
 };
 

@@ -128,7 +128,7 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
   if (moe) {  // absent for fused and dense models
     metric("moe_cache_slots", "gauge", "Expert-cache slots (0: experts on the CPU only).", static_cast<double>(moe->cache_slots));
     metric("moe_hits_total", "counter", "Routed experts found in the expert cache.", static_cast<double>(moe->total.hits));
-    metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache.", static_cast<double>(moe->total.misses));
+    metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache by their own layer (see moe_prefetched_total).", static_cast<double>(moe->total.misses));
     metric("moe_hit_rate", "gauge", "Expert-cache hits / (hits + misses) since start.", moe_hit_rate(moe->total));
     metric("moe_bytes_copied_total", "counter", "Bytes copied from host expert banks into the cache.", static_cast<double>(moe->total.bytes));
     metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
@@ -145,6 +145,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
               [](const MoeLayerStats& x) { return x.bytes; });
     per_layer("moe_layer_cpu_experts_total", "Routed experts computed on the CPU per MoE layer.",
               [](const MoeLayerStats& x) { return x.cpu_experts; });
+    per_layer("moe_layer_prefetched_total", "Routed experts fetched ahead of their layer per MoE layer.",
+              [](const MoeLayerStats& x) { return x.prefetched; });
   }
   return o.str();
 }

@@ -75,6 +75,15 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(hybrid.err.find("calibrated (cap:ms per decode step 0:"), std::string::npos) << hybrid.err;
   EXPECT_NE(hybrid.err.find(" 2:"), std::string::npos) << hybrid.err;
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-fetch-cap 1").err.find("calibrated"), std::string::npos);
+  // The hybrid calibration's steps stay out of the counters: windows start after it.
+  const Result cal = run_moe("--moe-strategy hybrid --decode-log-interval 3");
+  ASSERT_EQ(cal.code, 0) << cal.err;
+  const size_t calibrated = cal.err.find("calibrated"), first = cal.err.find("moe: 3 steps");
+  ASSERT_NE(calibrated, std::string::npos) << cal.err;
+  EXPECT_LT(calibrated, first) << cal.err;
+  n = 0;
+  for (size_t p = first; p != std::string::npos; p = cal.err.find("moe: 3 steps", p + 1)) ++n;
+  EXPECT_EQ(n, 2u) << cal.err;
   // Without the flag: no counter lines.
   EXPECT_EQ(run_moe("--moe-strategy offload").err.find("steps, hit rate"), std::string::npos);
 }
