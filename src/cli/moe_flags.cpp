@@ -10,7 +10,8 @@ namespace ft::cli {
 void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
   const char* g = "MoE expert offload";
   cmd->add_option("--moe-strategy", f.strategy,
-                  "auto (fused when every expert fits, else offload), fused, offload, hybrid or cpu")
+                  "auto (fused when every expert fits and no cache flag is given, else offload), fused, offload, hybrid "
+                  "or cpu")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--moe-cache-slots", f.cache_slots, "Expert-cache slots (at least 2 x experts per layer)")->group(g);

@@ -134,8 +134,12 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
   const bool fits = avail >= budget.expert_bytes;
 
   MoeStrategy s = o.strategy;
+  // Auto takes fused when every expert fits, unless a flag asked for what only an expert cache has
+  // (CPU layers, a cache size, prefetch on): then the user meant offload.
+  const bool wants_cache = !cpu_layers.empty() || o.cache.mode != CacheSizeMode::kAuto ||
+                           o.prefetch == MoeOptions::Prefetch::kOn;
   if (s == MoeStrategy::kAuto)
-    s = fits && cpu_layers.empty() ? MoeStrategy::kFused : o.hybrid_faster ? MoeStrategy::kHybrid : MoeStrategy::kOffload;
+    s = fits && !wants_cache ? MoeStrategy::kFused : o.hybrid_faster ? MoeStrategy::kHybrid : MoeStrategy::kOffload;
   p.strategy = s;
   if (!cpu_layers.empty() && (s == MoeStrategy::kFused || s == MoeStrategy::kCpu))
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy offload or hybrid (not {})",

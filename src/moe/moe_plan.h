@@ -6,7 +6,8 @@
 //   offload experts in host banks, a GPU expert cache of slots (admission + gather)
 //   hybrid  offload, misses over a per-layer fetch cap computed by the CPU at the same time
 //   cpu     the GPU runs everything but routed experts, which the CPU computes from the banks
-//   auto    fused when everything fits, else offload (hybrid when calibration found it faster)
+//   auto    fused when everything fits and no cache flag (--moe-cache-*, --moe-cpu-layers, --moe-prefetch on)
+//           was given, else offload (hybrid when calibration found it faster)
 #include <cstdint>
 #include <string>
 #include <string_view>

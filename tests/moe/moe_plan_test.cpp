@@ -65,6 +65,16 @@ TEST(MoePlan, AutoPicksFusedWhenEverythingFits) {
   EXPECT_EQ(p.count(MoeLayerMode::kDense), 2);
   EXPECT_EQ(p.cache.n_slots, 0);
   EXPECT_NE(p.summary().find("strategy fused"), std::string::npos);
+  // A flag only an expert cache honours makes auto offload even when everything fits.
+  MoeOptions sized;
+  sized.cache = {CacheSizeMode::kSlots, 40, 0.0};
+  EXPECT_EQ(plan_moe(sized, kLayers, budget(GiB)).strategy, MoeStrategy::kOffload);
+  EXPECT_EQ(plan_moe(sized, kLayers, budget(GiB)).cache.n_slots, 40);
+  MoeOptions prefetch;
+  prefetch.prefetch = MoeOptions::Prefetch::kOn;
+  EXPECT_EQ(plan_moe(prefetch, kLayers, budget(GiB)).strategy, MoeStrategy::kOffload);
+  prefetch.prefetch = MoeOptions::Prefetch::kOff;
+  EXPECT_EQ(plan_moe(prefetch, kLayers, budget(GiB)).strategy, MoeStrategy::kFused);
 }
 
 TEST(MoePlan, AutoPicksOffloadOrHybridWhenExpertsDoNotFit) {
