@@ -204,6 +204,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   // probe, then restart the high-water mark after it (Linux: "5" > /proc/self/clear_refs).
   const int64_t rss_before_probe = peak_host_rss();
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
+  if (const MoePlan* plan = engine.moe_plan()) r.moe_plan = plan->summary();
   const std::optional<MoeReport> moe_start = engine.moe_report();
   if (moe_start && moe_start->cache_slots > 0) r.h2d_bandwidth = measure_h2d_bandwidth(ops, int64_t{256} << 20);
   reset_peak_host_rss();
@@ -417,6 +418,7 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"copy_bandwidth_gbs", r.copy_bandwidth / 1e9},
           {"copy_bytes", r.copy_bytes},
           {"h2d_bandwidth_gbs", r.h2d_bandwidth / 1e9},
+          {"moe_plan", r.moe_plan},
           {"peak_host_rss_bytes", r.peak_host_rss},
           {"profiled", r.profiled},
           {"device_memory_bytes", r.device_memory >= 0 ? nlohmann::json(r.device_memory) : nlohmann::json(nullptr)},
@@ -432,6 +434,8 @@ std::string bench_table(const BenchReport& r) {
                    r.weight_type, format_bytes(r.dense_bytes), format_bytes(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));
+  if (!r.moe_plan.empty())
+    s += fmt::format("experts  {}\n", r.moe_plan.rfind("moe: ", 0) == 0 ? r.moe_plan.substr(5) : r.moe_plan);
   s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n", r.prompt_tokens, r.gen_tokens);
   if (r.profiled)
     s += "profiled every op ran between synchronisations and eagerly: the rates below are slower than a plain run\n";

@@ -96,6 +96,7 @@ struct BenchReport {
   double copy_bandwidth = 0;            // bytes/s (read + write)
   int64_t copy_bytes = 0;               // size of the probe copy
   double h2d_bandwidth = 0;             // bytes/s of a pinned host -> device copy (measured when experts are offloaded)
+  std::string moe_plan;                 // MoePlan::summary() of the engine (empty: dense model)
   std::vector<BenchBatch> batches;
   int64_t peak_host_rss = 0;            // bytes (VmHWM)
   int64_t device_memory = -1;           // bytes used on the device, -1 unknown
@@ -131,7 +132,8 @@ void reset_peak_host_rss();
 
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
  *  n_expert, n_expert_used, weight_bytes, dense_bytes, routed_expert_bytes, prompt_tokens,
- *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (0 unless measured), peak_host_rss_bytes, profiled, device_memory_bytes (null when
+ *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (0 unless measured), moe_plan (the
+ *  MoE placement: strategy, cache slots, CPU layers, fetch cap; "" for a dense model), peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
