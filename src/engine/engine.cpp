@@ -122,51 +122,59 @@ void Engine::calibrate_fetch_cap() {
   // Per cap one warm-up and up to 6 timed steps; the cache is cold at start and a cold cache favours
   // large caps, so first up to 32 steps at the default cap: as much as the KV pool holds (measured on
   // the H200: 4 timed steps and no settling picked 4 where 3 decodes 17% faster).
-  constexpr int64_t kPrompt = 16, kWarm = 1;
+  const int64_t prompt = std::min<int64_t>(16, options_.max_step_tokens), warm = 1;
   const int64_t n_vocab = model_->config().n_vocab, n_caps = static_cast<int64_t>(caps.size());
   const int64_t room = int64_t{kv_->pool().n_free()} * kv_->pool().page_size();
-  const int64_t per_cap = std::clamp<int64_t>((room - kPrompt) / n_caps, kWarm + 1, kWarm + 6);
-  const int64_t timed = per_cap - kWarm, needed = kPrompt + n_caps * per_cap;
+  const int64_t per_cap = std::clamp<int64_t>((room - prompt) / n_caps, warm + 1, warm + 6);
+  const int64_t timed = per_cap - warm, needed = prompt + n_caps * per_cap;
   const int64_t settle = std::clamp<int64_t>(room - needed, 0, 32);
+  const int32_t fallback = std::max<int32_t>(1, static_cast<int32_t>(model_->config().n_expert_used / 2));
   BlockTable seq;
   if (!seq.reserve(kv_->pool(), needed + settle)) {
-    spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using half of top-k");
+    spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using {} (half of top-k)", fallback);
     return;
   }
   moe_->begin_calibration();
-  uint64_t rng = 0x9e3779b97f4a7c15ull;  // random token ids: routes like real traffic's, any model
-  auto token = [&] {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int32_t>((rng >> 33) % static_cast<uint64_t>(n_vocab));
-  };
-  std::vector<int32_t> ids(kPrompt);
-  for (int32_t& id : ids) id = token();
-  step({{&seq.pages(), 0, ids.data(), kPrompt, 1}});
-  int64_t pos = kPrompt;
-  auto decode = [&] {
-    const int32_t id = token();
-    step({{&seq.pages(), pos++, &id, 1, 1}});
-  };
-  for (int64_t i = 0; i < settle; ++i) decode();
-  int32_t best = caps.front();
-  double best_s = 1e30;
-  std::string timings;
-  for (int32_t cap : caps) {
-    moe_->set_fetch_cap(cap);
-    for (int64_t i = 0; i < kWarm; ++i) decode();
-    ops_->synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < timed; ++i) decode();
-    ops_->synchronize();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(timed);
-    timings += fmt::format(" {}:{:.2f}", cap, 1e3 * s);
-    if (s < best_s) best = cap, best_s = s;
+  try {
+    uint64_t rng = 0x9e3779b97f4a7c15ull;  // random token ids: routes like real traffic's, any model
+    auto token = [&] {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<int32_t>((rng >> 33) % static_cast<uint64_t>(n_vocab));
+    };
+    std::vector<int32_t> ids(static_cast<size_t>(prompt));
+    for (int32_t& id : ids) id = token();
+    step({{&seq.pages(), 0, ids.data(), prompt, 1}});
+    int64_t pos = prompt;
+    auto decode = [&] {
+      const int32_t id = token();
+      step({{&seq.pages(), pos++, &id, 1, 1}});
+    };
+    for (int64_t i = 0; i < settle; ++i) decode();
+    int32_t best = caps.front();
+    double best_s = 1e30;
+    std::string timings;
+    for (int32_t cap : caps) {
+      moe_->set_fetch_cap(cap);
+      for (int64_t i = 0; i < warm; ++i) decode();
+      ops_->synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < timed; ++i) decode();
+      ops_->synchronize();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(timed);
+      timings += fmt::format(" {}:{:.2f}", cap, 1e3 * s);
+      if (s < best_s) best = cap, best_s = s;
+    }
+    seq.release(kv_->pool());
+    moe_->set_fetch_cap(best);
+    moe_->end_calibration();
+    spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
+  } catch (const std::exception& e) {  // the engine still works: keep the default cap
+    seq.release(kv_->pool());
+    moe_->set_fetch_cap(fallback);
+    moe_->end_calibration();
+    spdlog::warn("moe: the hybrid fetch-cap calibration failed ({}); using {} (half of top-k)", e.what(), fallback);
   }
-  seq.release(kv_->pool());
-  moe_->set_fetch_cap(best);
-  moe_->end_calibration();
-  spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
 }
 
 Engine::~Engine() = default;

@@ -75,6 +75,13 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(hybrid.err.find("calibrated (cap:ms per decode step 0:"), std::string::npos) << hybrid.err;
   EXPECT_NE(hybrid.err.find(" 2:"), std::string::npos) << hybrid.err;
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-fetch-cap 1").err.find("calibrated"), std::string::npos);
+  // A prompt shorter than the calibration's own (16 tokens): the engine plans steps of 2 tokens, and
+  // the calibration must fit in them (it used to abort start-up).
+  const Result tiny = run_ft("run --model " + quote(fixture().dir) +
+                             " --prompt-ids 1,2 --max-tokens 3 --temperature 0 --ignore-eos --print-ids --device cpu "
+                             "--threads 1 --moe-strategy hybrid");
+  EXPECT_EQ(tiny.code, 0) << tiny.err;
+  EXPECT_NE(tiny.err.find("calibrated"), std::string::npos) << tiny.err;
   // The hybrid calibration's steps stay out of the counters: windows start after it.
   const Result cal = run_moe("--moe-strategy hybrid --decode-log-interval 3");
   ASSERT_EQ(cal.code, 0) << cal.err;
