@@ -296,11 +296,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     ops.synchronize();
     res.decode_seconds = seconds_since(t0);
     if (moe_before) {
-      const MoeLayerStats a = engine.moe_report()->total, b = moe_before->total;
       res.moe_cache = true;
-      res.moe_hits = a.hits - b.hits, res.moe_misses = a.misses - b.misses, res.moe_bytes = a.bytes - b.bytes;
-      res.moe_cpu_experts = a.cpu_experts - b.cpu_experts;
-      res.moe_prefetched = a.prefetched - b.prefetched;
+      res.moe = engine.moe_report()->total - moe_before->total;
     }
     res.decode_steps = G;
     res.graph_steps = engine.graph_replays() - replays_before;
@@ -352,8 +349,8 @@ namespace {
 /** Tokens/s the timed decode's fetches allow at the measured host -> device bandwidth (0: no fetches
  *  or not measured). */
 double moe_ceiling(const BenchReport& r, const BenchBatch& b) {
-  if (b.moe_bytes <= 0 || r.h2d_bandwidth <= 0 || b.decode_steps <= 0) return 0;
-  const double per_step = static_cast<double>(b.moe_bytes) / static_cast<double>(b.decode_steps);
+  if (b.moe.bytes <= 0 || r.h2d_bandwidth <= 0 || b.decode_steps <= 0) return 0;
+  const double per_step = static_cast<double>(b.moe.bytes) / static_cast<double>(b.decode_steps);
   return static_cast<double>(b.batch) * r.h2d_bandwidth / per_step;
 }
 
@@ -379,13 +376,13 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"bandwidth_fraction", r.copy_bandwidth > 0 ? bw / r.copy_bandwidth : 0.0}});
     if (b.moe_cache) {
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1));
-      results.back()["moe_cache"] = {{"hits", b.moe_hits},
-                                     {"misses", b.moe_misses},
-                                     {"hit_rate", b.moe_hits + b.moe_misses > 0 ? nlohmann::json(b.moe_hit_rate())
+      results.back()["moe_cache"] = {{"hits", b.moe.hits},
+                                     {"misses", b.moe.misses},
+                                     {"hit_rate", b.moe.hits + b.moe.misses > 0 ? nlohmann::json(moe_hit_rate(b.moe))
                                                                                 : nlohmann::json(nullptr)},
-                                     {"fetched_bytes_per_step", static_cast<double>(b.moe_bytes) / n},
-                                     {"cpu_experts_per_step", static_cast<double>(b.moe_cpu_experts) / n},
-                                     {"prefetched_per_step", static_cast<double>(b.moe_prefetched) / n},
+                                     {"fetched_bytes_per_step", static_cast<double>(b.moe.bytes) / n},
+                                     {"cpu_experts_per_step", static_cast<double>(b.moe.cpu_experts) / n},
+                                     {"prefetched_per_step", static_cast<double>(b.moe.prefetched) / n},
                                      {"ceiling_tokens_per_s", moe_ceiling(r, b)}};
     }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
@@ -460,11 +457,11 @@ std::string bench_table(const BenchReport& r) {
     for (const BenchBatch& b : r.batches) {
       if (!b.moe_cache) continue;
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
-      const bool lookups = b.moe_hits + b.moe_misses > 0;  // none when every expert ran on the CPU
+      const bool lookups = b.moe.hits + b.moe.misses > 0;  // none when every expert ran on the CPU
       s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch,
-                       lookups ? fmt::format("{:.1f}%", 100.0 * b.moe_hit_rate()) : std::string("-"),
-                       format_bytes(static_cast<int64_t>(static_cast<double>(b.moe_bytes) / n)),
-                       static_cast<double>(b.moe_prefetched) / n, static_cast<double>(b.moe_cpu_experts) / n,
+                       lookups ? fmt::format("{:.1f}%", 100.0 * moe_hit_rate(b.moe)) : std::string("-"),
+                       format_bytes(static_cast<int64_t>(static_cast<double>(b.moe.bytes) / n)),
+                       static_cast<double>(b.moe.prefetched) / n, static_cast<double>(b.moe.cpu_experts) / n,
                        ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),
                        ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
     }

@@ -65,10 +65,7 @@ struct BenchBatch {
   std::vector<OpProfileRow> prefill_profile;  // the same for the timed prefill
   /** Expert-cache counters of the timed decode steps (offload, hybrid, cpu strategies). */
   bool moe_cache = false;
-  int64_t moe_hits = 0, moe_misses = 0, moe_bytes = 0, moe_cpu_experts = 0, moe_prefetched = 0;
-  double moe_hit_rate() const {
-    return moe_hits + moe_misses > 0 ? static_cast<double>(moe_hits) / static_cast<double>(moe_hits + moe_misses) : 0;
-  }
+  MoeLayerStats moe;  // summed over layers
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? static_cast<double>(batch) * decode_steps / decode_seconds : 0;

@@ -128,7 +128,7 @@ void Engine::calibrate_fetch_cap() {
   const int64_t per_cap = std::clamp<int64_t>((room - prompt) / n_caps, warm + 1, warm + 6);
   const int64_t timed = per_cap - warm, needed = prompt + n_caps * per_cap;
   const int64_t settle = std::clamp<int64_t>(room - needed, 0, 32);
-  const int32_t fallback = std::max<int32_t>(1, static_cast<int32_t>(model_->config().n_expert_used / 2));
+  const int32_t fallback = moe_->default_fetch_cap();
   BlockTable seq;
   if (!seq.reserve(kv_->pool(), needed + settle)) {
     spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using {} (half of top-k)", fallback);

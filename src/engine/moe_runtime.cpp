@@ -88,7 +88,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
   if (plan_.calibrate_fetch_cap) {
     // Until the engine's start-up calibration (Engine::calibrate_fetch_cap) picks one: half of top-k.
-    const int32_t cap = std::max<int32_t>(1, n_expert_used_ / 2);
+    const int32_t cap = default_fetch_cap();
     for (size_t l = 0; l < plan_.layers.size(); ++l)
       if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
     plan_.calibrate_fetch_cap = false;
@@ -133,12 +133,7 @@ void MoeRuntime::end_calibration() {
 
 std::vector<MoeLayerStats> MoeRuntime::counters() {
   std::vector<MoeLayerStats> st = offloaded_->stats();
-  for (size_t l = 0; l < baseline_.size() && l < st.size(); ++l) {
-    MoeLayerStats& s = st[l];
-    const MoeLayerStats& b = baseline_[l];
-    s.hits -= b.hits, s.misses -= b.misses, s.bytes -= b.bytes, s.cpu_experts -= b.cpu_experts;
-    s.prefetched -= b.prefetched;
-  }
+  for (size_t l = 0; l < baseline_.size() && l < st.size(); ++l) st[l] = st[l] - baseline_[l];
   return st;
 }
 
@@ -167,10 +162,9 @@ void MoeRuntime::after_step(bool decode) {
   std::string per_layer = "moe per layer (hits/misses/fetched/CPU experts):";
   for (size_t l = 0; l < now.size(); ++l) {
     if (plan_.layers[l] == MoeLayerMode::kDense) continue;
-    const MoeLayerStats& a = now[l];
-    const MoeLayerStats& b = logged_[l];
-    per_layer += fmt::format(" L{} {}/{}/{}/{}{}", l, a.hits - b.hits, a.misses - b.misses, format_bytes(a.bytes - b.bytes),
-                             a.cpu_experts - b.cpu_experts, plan_.layers[l] == MoeLayerMode::kCpu ? "(cpu)" : "");
+    const MoeLayerStats d = now[l] - logged_[l];
+    per_layer += fmt::format(" L{} {}/{}/{}/{}{}", l, d.hits, d.misses, format_bytes(d.bytes), d.cpu_experts,
+                             plan_.layers[l] == MoeLayerMode::kCpu ? "(cpu)" : "");
   }
   spdlog::info("{}", per_layer);
   logged_ = now;

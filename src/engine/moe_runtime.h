@@ -5,6 +5,7 @@
 // plan_cache_size) and makes the ExpertCompute the model's MoE layers call (ResidentExperts for
 // fused, OffloadedExperts for offload / hybrid / cpu). It also reports the counters: snapshots for
 // /v1/stats and /metrics (MoeReport) and the --decode-log-interval lines.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -83,6 +84,8 @@ class MoeRuntime {
   /** Sets the fetch cap of every cache layer (calibration, then its choice). Throws
    *  kInvalidArgument without a hybrid cache. */
   void set_fetch_cap(int32_t cap);
+  /** The cap used until (or without) a calibration: half of top-k, at least 1. */
+  int32_t default_fetch_cap() const { return std::max<int32_t>(1, n_expert_used_ / 2); }
   /** Brackets the start-up calibration's steps: while it runs nothing is logged, and afterwards
    *  every counter (report(), the log windows) starts from zero, so only real traffic is counted. */
   void begin_calibration() { calibrating_ = true; }

@@ -82,7 +82,9 @@ void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs
 }
 
 HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs)
-    : banks_(banks), cache_(static_cast<int32_t>(banks.n_layers()), banks.max_experts(), n_slots, max_pairs) {
+    : banks_(banks),
+      cache_(static_cast<int32_t>(banks.n_layers()), banks.max_experts(), n_slots, max_pairs),
+      prefetch_slots_(static_cast<size_t>(cache_.max_pairs())) {
   if (banks.n_moe_layers() == 0) fail(ErrorCode::kInvalidArgument, "expert slots: the model has no routed experts");
   pool_ = allocate_host_pages(static_cast<int64_t>(n_slots) * banks.slot_bytes());
   slot_banks_.build(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
@@ -97,7 +99,6 @@ void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fet
 }
 
 void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) {
-  prefetch_slots_.resize(static_cast<size_t>(cache_.max_pairs()));
   Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim);
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, sid, Tensor());
   cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,

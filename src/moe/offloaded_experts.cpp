@@ -212,23 +212,19 @@ void OffloadedExperts::finish_cpu(int64_t layer, const Tensor& x, const Tensor& 
     Tensor hx(h_x_.data, x.dtype, {T, H}, Device::kCpu), ho = head(h_out_, T, H);
     ops_.wait_for_host();  // x, ids, weights staged; the GPU goes on with its own experts meanwhile
     cpu_->run({false}, hx, head(h_ids_, T, k), head(h_w_, T, k), bank, ho);
-    // From pinned memory the copies back do not block the host. h_out_ is rewritten only after the
-    // next wait_for_host(), which the stream orders after them.
-    if (!accumulate && out.dtype == DType::F32) {
-      ops_.copy(ho, out);
-    } else {
-      Tensor part = head(d_out_, T, H);
-      ops_.copy(ho, part);
-      if (out.dtype != DType::F32) {
-        Tensor conv(d_part_.data, out.dtype, {T, H}, d_part_.device);
-        ops_.copy(part, conv);
-        part = conv;
-      }
-      if (accumulate)
-        ops_.add(out, part, out);
-      else
-        ops_.copy(part, out);
+    // From pinned memory the F32 copy back does not block the host (h_out_ is rewritten only after
+    // the next wait_for_host(), which the stream orders after it); a BF16 `out` converts on the device.
+    Tensor part = head(d_out_, T, H);
+    ops_.copy(ho, part);
+    if (out.dtype != DType::F32) {
+      Tensor conv(d_part_.data, out.dtype, {T, H}, d_part_.device);
+      ops_.copy(part, conv);
+      part = conv;
     }
+    if (accumulate)
+      ops_.add(out, part, out);
+    else
+      ops_.copy(part, out);
   }
   cpu_experts_[static_cast<size_t>(layer)] += cpu_->experts_computed() - before;
 }
@@ -245,6 +241,11 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
   return out;
 }
 
+MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before) {
+  return {now.hits - before.hits, now.misses - before.misses, now.bytes - before.bytes,
+          now.cpu_experts - before.cpu_experts, now.prefetched - before.prefetched};
+}
+
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {
   MoeLayerStats t;
   for (const MoeLayerStats& l : layers)
@@ -257,14 +258,14 @@ std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::v
                              int64_t steps) {
   if (now.size() != before.size())
     fail(ErrorCode::kInvalidArgument, "moe stats: {} layers now, {} before", now.size(), before.size());
-  const MoeLayerStats a = total_moe_stats(now), b = total_moe_stats(before);
-  const int64_t hits = a.hits - b.hits, misses = a.misses - b.misses, bytes = a.bytes - b.bytes;
+  const MoeLayerStats d = total_moe_stats(now) - total_moe_stats(before);
+  const int64_t hits = d.hits, misses = d.misses, bytes = d.bytes;
   const int64_t lookups = hits + misses;
   return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses, {} prefetched, {} fetched, {}/step), {} "
                      "CPU experts",
                      steps, lookups > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
-                     hits, misses, a.prefetched - b.prefetched, format_bytes(bytes),
-                     format_bytes(steps > 0 ? bytes / steps : 0), a.cpu_experts - b.cpu_experts);
+                     hits, misses, d.prefetched, format_bytes(bytes), format_bytes(steps > 0 ? bytes / steps : 0),
+                     d.cpu_experts);
 }
 
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,

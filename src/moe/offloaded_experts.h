@@ -57,6 +57,9 @@ struct MoeLayerStats {
   int64_t prefetched = 0;   // experts fetched ahead by --moe-prefetch (their bytes are in `bytes`)
 };
 
+/** The counters gathered between `before` and `now` (field by field). */
+MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before);
+
 /** Sum of the per-layer counters. */
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers);
 
