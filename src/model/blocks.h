@@ -68,9 +68,10 @@ struct ExpertNames {
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
 
 /** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts.
- *  target_router: the router of layer ctx.experts->prefetch_target(l) (empty: no prefetch). */
+ *  target, target_router: ctx.experts->prefetch_target(l, T) and that layer's router (-1 and empty:
+ *  no prefetch). */
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
-               Tensor out, const Tensor& target_router = Tensor());
+               Tensor out, int64_t target = -1, const Tensor& target_router = Tensor());
 
 // ---- embeddings and output ----
 

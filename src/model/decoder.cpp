@@ -31,9 +31,10 @@ class Decoder final : public Model {
       ctx.dump_if("ffn_inp", l, x);
       ctx.dump_if("ffn_norm", l, h);
       if (L.moe.gate_inp) {
-        const int64_t target = ctx.experts ? ctx.experts->prefetch_target(l) : -1;
+        const int64_t target = ctx.experts ? ctx.experts->prefetch_target(l, T) : -1;
         const bool known = target > l && target < config_.n_layer && layers_[static_cast<size_t>(target)].moe.gate_inp;
-        moe_block(ctx, l, router_, L.moe, h, o, known ? layers_[static_cast<size_t>(target)].moe.gate_inp : Tensor());
+        moe_block(ctx, l, router_, L.moe, h, o, known ? target : -1,
+                  known ? layers_[static_cast<size_t>(target)].moe.gate_inp : Tensor());
         ctx.dump_if("ffn_moe_out", l, o);
       } else {
         gated_mlp(ctx, L.mlp, h, o);

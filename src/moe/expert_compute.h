@@ -24,8 +24,9 @@ class ExpertCompute {
   virtual bool graph_safe() const { return false; }
 
   /** The MoE layer whose routes the caller should predict (that layer's router applied to this
-   *  layer's input x) and pass to prefetch() before compute(layer), or -1 (the default: none). */
-  virtual int64_t prefetch_target(int64_t /*layer*/) const { return -1; }
+   *  layer's input x) and pass to prefetch() before compute(layer) on a step of n_tokens tokens, or
+   *  -1 (the default: none). */
+  virtual int64_t prefetch_target(int64_t /*layer*/, int64_t /*n_tokens*/) const { return -1; }
   /** Predicted routes ids I32 [T, k] for layer `target` = prefetch_target(layer) of the compute()
    *  that follows: their experts are fetched while that layer computes. A wrong guess costs
    *  bandwidth, never correctness. The default ignores them. */

@@ -31,10 +31,10 @@ struct MoeScratch {
 /** out [T, H] = routed(x) (+ sigmoid(x . shexp_gate_inp) * shared(x)). x [T, H]; out must not alias x.
  *  Scratch views are sliced to T rows here. `n_valid` (BatchInfo::n_valid, may be empty): rows from
  *  n_valid[0] on are graph padding and route to no expert (no cache traffic, no counters).
- *  `target_router` ([n_expert, H], may be empty): the router of layer experts.prefetch_target(layer);
- *  when given, its routes on x are predicted and passed to experts.prefetch first. */
+ *  `target` >= 0 (= experts.prefetch_target(layer, T)) with its router `target_router` ([n_expert,
+ *  H]): that layer's routes on x are predicted and passed to experts.prefetch first. */
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
              const Tensor& x, MoeScratch& scratch, Tensor out, const Tensor& n_valid = Tensor(),
-             const Tensor& target_router = Tensor());
+             int64_t target = -1, const Tensor& target_router = Tensor());
 
 }  // namespace ft

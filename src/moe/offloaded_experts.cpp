@@ -170,10 +170,11 @@ void OffloadedExperts::set_fetch_cap(int32_t cap) {
     if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
 }
 
-int64_t OffloadedExperts::prefetch_target(int64_t layer) const {
+int64_t OffloadedExperts::prefetch_target(int64_t layer, int64_t n_tokens) const {
   if (!opt_.prefetch || !slots_ || layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(layer)] != MoeLayerMode::kCache)
     return -1;
+  if (slots_->n_regions() > 0 && n_tokens >= opt_.stream_min_tokens) return -1;  // the same test as compute()
   return next_cache_layer_[static_cast<size_t>(layer)];
 }
 

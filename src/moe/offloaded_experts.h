@@ -82,8 +82,9 @@ class OffloadedExperts final : public ExpertCompute {
   /** True when every routed layer goes through the expert cache without a fetch cap (offload): the
    *  admission and gather are device-side. CPU layers and hybrid caps exchange through the host. */
   bool graph_safe() const override;
-  /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1. */
-  int64_t prefetch_target(int64_t layer) const override;
+  /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1; also -1
+   *  for a step that streams (n_tokens >= stream_min_tokens), which would drop the prediction. */
+  int64_t prefetch_target(int64_t layer, int64_t n_tokens) const override;
   /** Keeps the predicted routes for the compute() that follows: its admission path prefetches them
    *  right after its own gather (streamed and CPU layers drop them). */
   void prefetch(int64_t target, const Tensor& ids) override;

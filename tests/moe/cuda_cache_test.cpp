@@ -206,9 +206,9 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
         Tensor tx = put(dx, DType::F32, x, {T, H}), ti = put(di, DType::I32, ids, {T, k});
         Tensor tw = put(dw, DType::F32, w, {T, k});
         Tensor want(dwant.data, DType::BF16, {T, H}, Device::kCuda), got(dgot.data, DType::BF16, {T, H}, Device::kCuda);
-        if (off.prefetch_target(layer) >= 0) {  // a guess for layer 1 while layer 0 computes
+        if (off.prefetch_target(layer, T) >= 0) {  // a guess for layer 1 while layer 0 computes
           std::vector<int32_t> guess = random_routes(T, k, E, 0.5, rng);
-          off.prefetch(off.prefetch_target(layer), put(dpf, DType::I32, guess, {T, k}));
+          off.prefetch(off.prefetch_target(layer, T), put(dpf, DType::I32, guess, {T, k}));
         }
         fused.compute(layer, tx, ti, tw, want);
         off.compute(layer, tx, ti, tw, got);
@@ -256,7 +256,7 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   };
   auto step = [&](OffloadedExperts& ex, Tensor* out) {
     for (int64_t l = 0; l < kLayers; ++l) {
-      if (ex.prefetch_target(l) >= 0) ex.prefetch(ex.prefetch_target(l), guess[l + 1]);
+      if (ex.prefetch_target(l, 1) >= 0) ex.prefetch(ex.prefetch_target(l, 1), guess[l + 1]);
       ex.compute(l, x, ids[l], w, out[l]);
     }
   };

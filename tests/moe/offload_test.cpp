@@ -90,8 +90,9 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
         for (float& f : w) f = 0.5f + 0.5f * d(rng);
         Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
         std::vector<int32_t> guess = random_routes(T, k, E, 0.8, rng);  // a prediction, right or wrong
-        const int64_t target = off.prefetch_target(layer);
+        const int64_t target = off.prefetch_target(layer, T);
         EXPECT_EQ(target >= 0, v.prefetch && layer != 3) << layer;
+        EXPECT_EQ(off.prefetch_target(layer, 64), -1);  // a step that streams never predicts
         if (target >= 0) off.prefetch(target, Tensor(guess.data(), DType::I32, {T, k}));
         fused.compute(layer, tx, ti, tw, Tensor(want.data(), DType::F32, {T, H}));
         off.compute(layer, tx, ti, tw, Tensor(got.data(), DType::F32, {T, H}));
