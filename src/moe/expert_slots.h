@@ -66,8 +66,9 @@ class ExpertSlots {
   /** Prefetch (--moe-prefetch): a prefetch admission (cache_admission.h) of predicted ids I32
    *  [T, k] on device() for `layer`, at most fetch_cap misses (< 0: unlimited), and the gather of
    *  those misses. CUDA: the gather runs on a side stream after the work queued before, so it
-   *  overlaps the work queued next; the next admit_routes or stream_layer waits for it (fork and
-   *  join by events: a captured step stays one graph). Host: done on return. Throws like admit. */
+   *  overlaps the work queued next, the next layer's admit_routes included (the prefetch keeps
+   *  its own miss list); the next gather_misses or stream_layer waits for it (fork and join by
+   *  events: a captured step stays one graph). Host: done on return. Throws like admit. */
   virtual void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
@@ -94,7 +95,7 @@ class ExpertSlots {
   /** Copies the admission state (map, owners, stamps, tick, stats) into `dst`, which must have the
    *  same layers, map width and slots. Throws kInvalidArgument otherwise. */
   virtual void copy_state_to(ExpertCache& dst) = 0;
-  /** The last admission's miss list. */
+  /** The last admission's miss list (a prefetch admission's when that came last). */
   virtual std::vector<CacheMiss> last_misses() = 0;
 
  protected:

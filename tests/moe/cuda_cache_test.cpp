@@ -173,6 +173,7 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
 struct Strategy {
   MoeStrategy s;
   int32_t cap;
+  bool prefetch = false;
 };
 
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
@@ -188,12 +189,15 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   Tensor dx = dev(DType::BF16, {maxT * H}), di = dev(DType::I32, {maxT * k}), dw = dev(DType::F32, {maxT * k});
   Tensor dwant = dev(DType::BF16, {maxT * H}), dgot = dev(DType::BF16, {maxT * H});
   Tensor dpf = dev(DType::I32, {maxT * k});
-  for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -2},
-                      Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kCpu, -1}}) {
-    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.cap == -2 ? " + prefetch" : ""));
+  // With prefetch, predicted routes are fetched ahead; hybrid + prefetch sends the layer's other
+  // misses to the CPU while the prefetch's side gather may still run.
+  for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -1, true},
+                      Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kHybrid, 1, true},
+                      Strategy{MoeStrategy::kCpu, -1}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : ""));
     MoeRuntimeOptions sro = ro;
-    sro.prefetch = st.cap == -2;  // cap -2: offload with predicted routes fetched ahead
-    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, std::max(st.cap, -1)), sro);
+    sro.prefetch = st.prefetch;
+    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), sro);
     std::mt19937 rng(5);
     for (int step = 0; step < 12; ++step) {
       const int64_t T = step % 4 == 3 ? maxT : 1 + step % 3;  // decode sizes and one prefill-sized batch
@@ -290,6 +294,59 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   EXPECT_GT(a.stats(0).misses, 0);
   EXPECT_GT(a.stats(0).hits, 0);
   EXPECT_GT(a.stats(1).prefetched, 0);
+}
+
+// A step that throws while it is being captured, after a prefetch was queued, must leave the
+// cache usable: the prefetch's side work belonged to the dropped graph and never ran, so the next
+// eager step must not wait on its event (it did, and every later step failed).
+TEST_F(CudaExpertCache, AbandonedCaptureAfterAPrefetchLeavesEagerStepsWorking) {
+  SyntheticExperts s;
+  const int32_t E = 8, k = 2;
+  const int64_t H = 128, F = 64;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 11);
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 12);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true;
+  const MoePlan plan = make_plan(s.banks, MoeStrategy::kOffload, 2 * E);
+  OffloadedExperts off(*gpu_, s.banks, plan, ro);
+  ResidentExperts fused(*gpu_, s.banks);
+  Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k}), guess = dev(DType::I32, {1, k});
+  Tensor ids[2] = {dev(DType::I32, {1, k}), dev(DType::I32, {1, k})};
+  Tensor got = dev(DType::BF16, {1, H}), want = dev(DType::BF16, {1, H});
+  std::mt19937 rng(13);
+  std::vector<float> xv(H), wv(k, 0.5f);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (float& f : xv) f = d(rng);
+  put(x, DType::F32, xv, {1, H});
+  put(w, DType::F32, wv, {1, k});
+  auto routes = [&](Tensor& t) {
+    std::vector<int32_t> v = random_routes(1, k, E, 0.0, rng);
+    put(t, DType::I32, v, {1, k});
+  };
+  auto layer0 = [&] {
+    off.prefetch(off.prefetch_target(0, 1), guess);
+    off.compute(0, x, ids[0], w, got);
+  };
+  routes(ids[0]), routes(ids[1]), routes(guess);
+  layer0();  // eager warm-up: scratch exists before the capture
+  off.compute(1, x, ids[1], w, got);
+  EXPECT_THROW(gpu_->capture([&] {
+    layer0();
+    fail(ErrorCode::kInternal, "the step failed after its prefetch");
+  }),
+               Error);
+  for (int step = 0; step < 4; ++step) {
+    routes(ids[0]), routes(ids[1]), routes(guess);
+    for (int l : {0, 1}) {
+      if (l == 0) layer0(); else off.compute(1, x, ids[1], w, got);
+      fused.compute(l, x, ids[l], w, want);
+      const std::vector<float> a = read_f32(got), b = read_f32(want);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "step " << step << " layer " << l;
+    }
+  }
+  ExpertCache state(2, E, 2 * E, k);
+  off.slots()->copy_state_to(state);
+  state.check_integrity();
 }
 #endif
 

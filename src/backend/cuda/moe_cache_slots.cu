@@ -43,6 +43,7 @@ class CudaExpertSlots final : public ExpertSlots {
     const int64_t o_map = carve(int64_t{4} * L * E), o_owner = carve(int64_t{4} * n_slots),
                   o_stamp = carve(int64_t{8} * n_slots), o_tick = carve(8), o_stats = carve(int64_t{8} * L * kCacheStatCount),
                   o_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_nmiss = carve(4),
+                  o_pf_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_pf_nmiss = carve(4),
                   o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L);
     state_ = ops.alloc(state_bytes_);
     uint8_t* d = static_cast<uint8_t*>(state_.data());
@@ -59,15 +60,22 @@ class CudaExpertSlots final : public ExpertSlots {
     gather_.record_bytes = reinterpret_cast<int64_t*>(d + o_rec);
     gather_.max_record_bytes = banks.slot_bytes();
     gather_.slot_bytes = banks.slot_bytes();
+    // The prefetch has its own miss list, so a layer's admission need not wait for the side
+    // gather of the prefetch before it (only the layer's own gather and its experts do).
+    pf_misses_ = reinterpret_cast<CacheMiss*>(d + o_pf_miss);
+    pf_n_misses_ = reinterpret_cast<int32_t*>(d + o_pf_nmiss);
+    pf_gather_ = gather_;
+    pf_gather_.misses = pf_misses_, pf_gather_.n_misses = pf_n_misses_;
     upload(host_);  // empty state
     cudaStream_t st = ops.stream();
     FT_CUDA_CHECK(cudaMemsetAsync(n_misses_, 0, 4, st));
+    FT_CUDA_CHECK(cudaMemsetAsync(pf_n_misses_, 0, 4, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint64_t*>(gather_.host_base), base.data(), base.size() * 8,
                                   cudaMemcpyHostToDevice, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int64_t*>(gather_.record_bytes), rec.data(), rec.size() * 8,
                                   cudaMemcpyHostToDevice, st));
     pool_ = ops.alloc(static_cast<int64_t>(n_slots) * banks.slot_bytes());
-    gather_.pool = static_cast<uint8_t*>(pool_.data());
+    gather_.pool = pf_gather_.pool = static_cast<uint8_t*>(pool_.data());
     slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
     FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
     gather_blocks_ = 4 * ops.sm_count();
@@ -110,7 +118,8 @@ class CudaExpertSlots final : public ExpertSlots {
 
   void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override {
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, slot_ids, cpu_ids);
-    join_prefetch();
+    // No join here: the admission touches only the state, which the side gather does not; its
+    // victims may be slots that gather still writes, so gather_misses joins before its own copies.
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
     a.record_bytes = banks_.layout(layer).bytes;
@@ -118,9 +127,13 @@ class CudaExpertSlots final : public ExpertSlots {
     a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
     a.misses = misses_, a.n_misses = n_misses_;
     cuda::launch_cache_admit(dev_, a, ops_.stream());
+    last_was_prefetch_ = false;
   }
 
-  void gather_misses() override { cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream()); }
+  void gather_misses() override {
+    join_prefetch();  // the layer's experts and its misses' slots: after the prefetch's copies
+    cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
+  }
 
   void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override {
     Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim, Device::kCuda);
@@ -130,14 +143,18 @@ class CudaExpertSlots final : public ExpertSlots {
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
     a.record_bytes = banks_.layout(layer).bytes;
     a.ids = ids.ptr<int32_t>(), a.slot_ids = sid.ptr<int32_t>();
-    a.misses = misses_, a.n_misses = n_misses_;
+    a.misses = pf_misses_, a.n_misses = pf_n_misses_;
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_admit(dev_, a, st);
     FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
     FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
-    cuda::launch_cache_gather(gather_, prefetch_blocks_, side_stream_);
+    cuda::launch_cache_gather(pf_gather_, prefetch_blocks_, side_stream_);
     FT_CUDA_CHECK(cudaEventRecord(prefetch_done_, side_stream_));
     prefetch_pending_ = true;
+    last_was_prefetch_ = true;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    FT_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
+    prefetch_captured_ = cs == cudaStreamCaptureStatusActive;
   }
 
   void stream_layer(int32_t layer, int32_t region) override {
@@ -177,11 +194,13 @@ class CudaExpertSlots final : public ExpertSlots {
 
   std::vector<CacheMiss> last_misses() override {
     int32_t n = 0;
-    FT_CUDA_CHECK(cudaMemcpyAsync(&n, n_misses_, 4, cudaMemcpyDeviceToHost, ops_.stream()));
+    const CacheMiss* list = last_was_prefetch_ ? pf_misses_ : misses_;
+    FT_CUDA_CHECK(cudaMemcpyAsync(&n, last_was_prefetch_ ? pf_n_misses_ : n_misses_, 4, cudaMemcpyDeviceToHost,
+                                  ops_.stream()));
     FT_CUDA_CHECK(cudaStreamSynchronize(ops_.stream()));
     std::vector<CacheMiss> out(static_cast<size_t>(n));
     if (n > 0) {
-      FT_CUDA_CHECK(cudaMemcpyAsync(out.data(), misses_, sizeof(CacheMiss) * out.size(), cudaMemcpyDeviceToHost,
+      FT_CUDA_CHECK(cudaMemcpyAsync(out.data(), list, sizeof(CacheMiss) * out.size(), cudaMemcpyDeviceToHost,
                                     ops_.stream()));
       FT_CUDA_CHECK(cudaStreamSynchronize(ops_.stream()));
     }
@@ -189,11 +208,18 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
  private:
-  /** Makes the backend's stream wait for a prefetch gather still in flight. */
+  /** Makes the backend's stream wait for a prefetch gather still in flight. A prefetch queued
+   *  inside a capture that has ended without joining it (the step threw and the capture was
+   *  abandoned) never ran: its event belongs to the dropped graph, so there is nothing to wait for. */
   void join_prefetch() {
     if (!prefetch_pending_) return;
-    FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), prefetch_done_, 0));
     prefetch_pending_ = false;
+    if (prefetch_captured_) {
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      FT_CUDA_CHECK(cudaStreamIsCapturing(ops_.stream(), &cs));
+      if (cs != cudaStreamCaptureStatusActive) return;
+    }
+    FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), prefetch_done_, 0));
   }
 
   /** Copies a host state into the device arrays (blocking). */
@@ -229,10 +255,12 @@ class CudaExpertSlots final : public ExpertSlots {
   Buffer state_, pool_;
   int64_t state_bytes_ = 0;
   CacheStateRefs dev_;
-  CacheMiss* misses_ = nullptr;
+  CacheMiss* misses_ = nullptr;                        // the last admission's misses (gather_misses)
   int32_t* n_misses_ = nullptr;
+  CacheMiss* pf_misses_ = nullptr;                     // the last prefetch admission's misses
+  int32_t* pf_n_misses_ = nullptr;
   int32_t max_misses_ = 0;
-  cuda::GatherArgs gather_;
+  cuda::GatherArgs gather_, pf_gather_;
   int gather_blocks_ = 1;
   int prefetch_blocks_ = 1;
   SlotBanks slot_banks_;
@@ -240,6 +268,8 @@ class CudaExpertSlots final : public ExpertSlots {
   cudaStream_t side_stream_ = nullptr;                 // prefetch gathers
   cudaEvent_t prefetch_queued_ = nullptr, prefetch_done_ = nullptr;
   bool prefetch_pending_ = false;                      // a prefetch gather not yet joined
+  bool prefetch_captured_ = false;                     // ... queued during a stream capture
+  bool last_was_prefetch_ = false;                     // which miss list last_misses() reads
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
