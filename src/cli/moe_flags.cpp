@@ -26,7 +26,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
       ->group(g);
   cmd->add_option("--moe-prefetch", f.prefetch,
                   "on: predict the next layer's experts (its router on this layer's input) and fetch them while "
-                  "this layer computes; auto: on for the offload strategy")
+                  "this layer computes; auto: on for the offload and hybrid strategies")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens, "KV tokens kept free when sizing the expert cache")

@@ -70,7 +70,8 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(r.err.find(", next-layer prefetch"), std::string::npos) << r.err;  // auto: on for offload
   EXPECT_EQ(run_moe("--moe-strategy offload --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
   const Result hybrid = run_moe("--moe-strategy hybrid");
-  EXPECT_EQ(hybrid.err.find("next-layer prefetch"), std::string::npos);
+  EXPECT_NE(hybrid.err.find("next-layer prefetch"), std::string::npos) << hybrid.err;  // and for hybrid
+  EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
   // Hybrid without --moe-fetch-cap times every cap from 0 to top-k (2 here) at start.
   EXPECT_NE(hybrid.err.find("calibrated (cap:ms per decode step 0:"), std::string::npos) << hybrid.err;
   EXPECT_NE(hybrid.err.find(" 2:"), std::string::npos) << hybrid.err;
