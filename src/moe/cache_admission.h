@@ -24,10 +24,15 @@
 //
 // Prefetch (--moe-prefetch): an admission of *predicted* ids for the next layer, made while the
 // layer before still computes from the slots it was just given. It differs in three places:
-//   4. victims need stamp < tick - 1, so the previous admission's slots (in use) are never taken;
+//   4. victims need stamp < tick - 1, so the previous admission's slots (in use) are never taken
+//      (an empty slot, stamp 0, always qualifies: the first admission may be a prefetch);
 //   5. no CPU outputs (cpu_ids is not written; a prediction over the cap is simply not fetched);
 //   6. stats: only misses (as kCachePrefetched) and bytes; hits and cpu are not counted, so the
 //      layer's hit rate stays that of its real admissions (which find prefetched experts as hits).
+// The prefetch for layer l + 1 is made just before layer l's own admission, so its copies run
+// behind the previous prefetch's on the side stream with no gap; an admission made right after a
+// prefetch admission (spare_previous) therefore also needs victims with stamp < tick - 1: the
+// prefetch's slots are still being filled. With n_slots >= 2 * n_expert both always find victims.
 //
 // Streaming (prefill): a step with many tokens touches nearly every expert of a layer, so the
 // whole layer is copied into a staging region of n_expert (the map width) consecutive slots
@@ -80,6 +85,7 @@ struct AdmitArgs {
   int32_t n_pairs = 0;          // T * k
   int32_t fetch_cap = -1;       // most misses fetched; < 0: unlimited
   bool prefetch = false;        // a prefetch admission (see above)
+  bool spare_previous = false;  // victims also spare the previous admission's slots (see above)
   int64_t record_bytes = 0;     // bytes one miss copies (stats)
   const int32_t* ids = nullptr;  // [n_pairs] expert ids
   int32_t* slot_ids = nullptr;   // [n_pairs] out

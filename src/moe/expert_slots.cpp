@@ -95,7 +95,8 @@ void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fet
                                    Tensor cpu_ids) {
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, slot_ids, cpu_ids);
   cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
-               slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>());
+               slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>(), false, last_was_prefetch_);
+  last_was_prefetch_ = false;
 }
 
 void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) {
@@ -104,6 +105,7 @@ void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_c
   cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
                sid.ptr<int32_t>(), nullptr, true);
   gather_misses();
+  last_was_prefetch_ = true;
 }
 
 void HostExpertSlots::gather_misses() {  // the gather's twin: one copy per missed record
@@ -119,6 +121,7 @@ void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
   const int64_t rb = banks_.layout(layer).bytes;
   cache_.claim_region(layer, first, n, rb);
+  last_was_prefetch_ = false;
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   for (int32_t e = 0; e < n; ++e)
     std::memcpy(pool + static_cast<int64_t>(first + e) * banks_.slot_bytes(), banks_.record(layer, e),

@@ -65,10 +65,13 @@ class ExpertSlots {
 
   /** Prefetch (--moe-prefetch): a prefetch admission (cache_admission.h) of predicted ids I32
    *  [T, k] on device() for `layer`, at most fetch_cap misses (< 0: unlimited), and the gather of
-   *  those misses. CUDA: the gather runs on a side stream after the work queued before, so it
-   *  overlaps the work queued next, the next layer's admit_routes included (the prefetch keeps
-   *  its own miss list); the next gather_misses or stream_layer waits for it (fork and join by
-   *  events: a captured step stays one graph). Host: done on return. Throws like admit. */
+   *  those misses; the next admission spares its slots. A caller may issue the prefetch for layer
+   *  l + 1 just before layer l's admit_routes. CUDA: the gather runs on a side stream after the
+   *  work queued before and behind the previous prefetch's gather (at most two in flight, each
+   *  with its own miss list), so the link never idles between layers; gather_misses waits for
+   *  every prefetch except a newest one made for another layer than the last admit_routes, and
+   *  stream_layer and the inspection calls wait for all (fork and join by events: a captured step
+   *  stays one graph). Host: done on return. Throws like admit. */
   virtual void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
@@ -140,6 +143,7 @@ class HostExpertSlots final : public ExpertSlots {
   Buffer pool_;
   SlotBanks slot_banks_;
   std::vector<int32_t> prefetch_slots_;  // [max_pairs] the prefetch admission's slot ids (unused)
+  bool last_was_prefetch_ = false;       // the next admission spares the prefetch's slots
 };
 
 /** The CUDA implementation on the backend `ops` (must be CudaOps; banks pinned for its device).

@@ -83,10 +83,13 @@ class OffloadedExperts final : public ExpertCompute {
    *  admission and gather are device-side. CPU layers and hybrid caps exchange through the host. */
   bool graph_safe() const override;
   /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1; also -1
-   *  for a step that streams (n_tokens >= stream_min_tokens), which would drop the prediction. */
+   *  for a step that streams (n_tokens >= stream_min_tokens), which would drop the prediction, and
+   *  for a cache of fewer than 2 x max_experts slots (the admission after a prefetch spares its
+   *  slots and needs that many). */
   int64_t prefetch_target(int64_t layer, int64_t n_tokens) const override;
   /** Keeps the predicted routes for the compute() that follows: its admission path prefetches them
-   *  right after its own gather (streamed and CPU layers drop them). */
+   *  just before its own admission (offload) or right after its own gather (hybrid); streamed and
+   *  CPU layers drop them. */
   void prefetch(int64_t target, const Tensor& ids) override;
 
   /** Sets the hybrid fetch cap of every cache layer (the start-up calibration tries several).

@@ -260,6 +260,29 @@ TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {
   cache.check_integrity();
 }
 
+// The prefetch for the next layer comes just before a layer's own admission, whose victims then
+// spare the prefetch's slots (its side gather may still fill them); and a prefetch can be the first
+// admission of all, taking empty slots.
+TEST(ExpertCache, AdmissionAfterAPrefetchSparesItsSlots) {
+  for (bool spare : {false, true}) {
+    SCOPED_TRACE(spare ? "spare_previous" : "plain LRU");
+    ExpertCache cache(2, 4, 4, 4);
+    int32_t slots[4], cpu[4];
+    const int32_t guess[1] = {0}, first[3] = {0, 1, 2}, all[4] = {0, 1, 2, 3};
+    EXPECT_EQ(cache.admit(1, guess, 1, -1, 5, slots, nullptr, true), 1);  // tick 1: an empty slot
+    EXPECT_EQ(slots[0], 0);
+    EXPECT_EQ(cache.admit(0, first, 3, -1, 5, slots, cpu, false, spare), 3);  // slots 1, 2, 3
+    EXPECT_EQ(cache.admit(1, guess, 1, -1, 5, slots, nullptr, true), 0);     // (1, 0) still cached
+    // Layer 0 hits slots 1-3; its fourth expert's only candidate is slot 0, the prefetch's.
+    EXPECT_EQ(cache.admit(0, all, 4, -1, 5, slots, cpu, false, spare), spare ? 0 : 1);
+    EXPECT_EQ(cache.slot_of(1, 0), spare ? 0 : -1);
+    EXPECT_EQ(slots[3], spare ? -1 : 0);
+    EXPECT_EQ(cpu[3], spare ? 3 : -1);  // with no victim left, the miss goes to the CPU
+    EXPECT_EQ(cache.stats(0).cpu, spare ? 1 : 0);
+    cache.check_integrity();
+  }
+}
+
 TEST(ExpertCache, IntegrityCheckCatchesCorruption) {
   ExpertCache cache(2, 4, 8, 4);
   const int32_t ids[2] = {1, 2};

@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     const int32_t e = distinct[d];
     if (map[e] >= 0) continue;
     Cand c{LLONG_MAX, INT_MAX};
-    const long long newest = a.prefetch ? tick - 1 : tick;  // victims' stamps stay below this
+    // Victims' stamps stay below this; an empty slot (stamp 0) always qualifies.
+    const long long newest = max(a.prefetch || a.spare_previous ? tick - 1 : tick, 1LL);
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap) {
       for (int32_t slot = tid; slot < s.n_slots; slot += blockDim.x) {
         const long long st = s.stamp[slot];

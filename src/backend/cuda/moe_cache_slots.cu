@@ -43,7 +43,8 @@ class CudaExpertSlots final : public ExpertSlots {
     const int64_t o_map = carve(int64_t{4} * L * E), o_owner = carve(int64_t{4} * n_slots),
                   o_stamp = carve(int64_t{8} * n_slots), o_tick = carve(8), o_stats = carve(int64_t{8} * L * kCacheStatCount),
                   o_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_nmiss = carve(4),
-                  o_pf_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_pf_nmiss = carve(4),
+                  o_pf_miss = carve(int64_t{2} * static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_),
+                  o_pf_nmiss = carve(8),
                   o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L);
     state_ = ops.alloc(state_bytes_);
     uint8_t* d = static_cast<uint8_t*>(state_.data());
@@ -60,22 +61,25 @@ class CudaExpertSlots final : public ExpertSlots {
     gather_.record_bytes = reinterpret_cast<int64_t*>(d + o_rec);
     gather_.max_record_bytes = banks.slot_bytes();
     gather_.slot_bytes = banks.slot_bytes();
-    // The prefetch has its own miss list, so a layer's admission need not wait for the side
-    // gather of the prefetch before it (only the layer's own gather and its experts do).
-    pf_misses_ = reinterpret_cast<CacheMiss*>(d + o_pf_miss);
-    pf_n_misses_ = reinterpret_cast<int32_t*>(d + o_pf_nmiss);
-    pf_gather_ = gather_;
-    pf_gather_.misses = pf_misses_, pf_gather_.n_misses = pf_n_misses_;
+    // Two prefetch miss lists: a prefetch's side gather may still read one while the next
+    // prefetch admission writes the other, and no admission waits for a side gather.
+    for (int p = 0; p < 2; ++p) {
+      Prefetch& f = pf_[p];
+      f.misses = reinterpret_cast<CacheMiss*>(d + o_pf_miss) + p * max_misses_;
+      f.n_misses = reinterpret_cast<int32_t*>(d + o_pf_nmiss) + p;
+      f.gather = gather_;
+      f.gather.misses = f.misses, f.gather.n_misses = f.n_misses;
+    }
     upload(host_);  // empty state
     cudaStream_t st = ops.stream();
     FT_CUDA_CHECK(cudaMemsetAsync(n_misses_, 0, 4, st));
-    FT_CUDA_CHECK(cudaMemsetAsync(pf_n_misses_, 0, 4, st));
+    FT_CUDA_CHECK(cudaMemsetAsync(pf_[0].n_misses, 0, 8, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint64_t*>(gather_.host_base), base.data(), base.size() * 8,
                                   cudaMemcpyHostToDevice, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int64_t*>(gather_.record_bytes), rec.data(), rec.size() * 8,
                                   cudaMemcpyHostToDevice, st));
     pool_ = ops.alloc(static_cast<int64_t>(n_slots) * banks.slot_bytes());
-    gather_.pool = pf_gather_.pool = static_cast<uint8_t*>(pool_.data());
+    gather_.pool = pf_[0].gather.pool = pf_[1].gather.pool = static_cast<uint8_t*>(pool_.data());
     slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
     FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
     gather_blocks_ = 4 * ops.sm_count();
@@ -88,7 +92,7 @@ class CudaExpertSlots final : public ExpertSlots {
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
     FT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_queued_, cudaEventDisableTiming));
-    FT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_done_, cudaEventDisableTiming));
+    for (Prefetch& f : pf_) FT_CUDA_CHECK(cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming));
     if (n_regions() > 0) {
       FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
       FT_CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
@@ -103,7 +107,8 @@ class CudaExpertSlots final : public ExpertSlots {
       cudaStreamDestroy(side_stream_);
     }
     if (prefetch_queued_) cudaEventDestroy(prefetch_queued_);
-    if (prefetch_done_) cudaEventDestroy(prefetch_done_);
+    for (Prefetch& f : pf_)
+      if (f.done) cudaEventDestroy(f.done);
     if (copy_stream_) {
       cudaStreamSynchronize(copy_stream_);
       cudaStreamDestroy(copy_stream_);
@@ -122,44 +127,53 @@ class CudaExpertSlots final : public ExpertSlots {
     // victims may be slots that gather still writes, so gather_misses joins before its own copies.
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
+    a.spare_previous = last_was_prefetch_;  // that prefetch's slots may still be being filled
     a.record_bytes = banks_.layout(layer).bytes;
     a.ids = ids.ptr<int32_t>(), a.slot_ids = slot_ids.ptr<int32_t>();
     a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
     a.misses = misses_, a.n_misses = n_misses_;
     cuda::launch_cache_admit(dev_, a, ops_.stream());
     last_was_prefetch_ = false;
+    admitted_layer_ = layer;
   }
 
   void gather_misses() override {
-    join_prefetch();  // the layer's experts and its misses' slots: after the prefetch's copies
+    // The layer's experts and its misses' slots come after the copies of every prefetch but a
+    // newest one for another layer (made just before this admission, which spared its slots).
+    while (n_pending_ > 1 || (n_pending_ == 1 && pending(0).layer == admitted_layer_)) join_oldest();
     cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
   }
 
   void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override {
     Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim, Device::kCuda);
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, sid, Tensor());
-    join_prefetch();  // one prefetch in flight: its miss list is about to be rewritten
+    if (n_pending_ == 2) join_oldest();  // its miss list is about to be rewritten
+    Prefetch& f = pf_[next_pf_];
+    next_pf_ ^= 1;
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
     a.record_bytes = banks_.layout(layer).bytes;
     a.ids = ids.ptr<int32_t>(), a.slot_ids = sid.ptr<int32_t>();
-    a.misses = pf_misses_, a.n_misses = pf_n_misses_;
+    a.misses = f.misses, a.n_misses = f.n_misses;
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_admit(dev_, a, st);
     FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
     FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
-    cuda::launch_cache_gather(pf_gather_, prefetch_blocks_, side_stream_);
-    FT_CUDA_CHECK(cudaEventRecord(prefetch_done_, side_stream_));
-    prefetch_pending_ = true;
-    last_was_prefetch_ = true;
+    cuda::launch_cache_gather(f.gather, prefetch_blocks_, side_stream_);
+    FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
+    f.layer = layer;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     FT_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
-    prefetch_captured_ = cs == cudaStreamCaptureStatusActive;
+    f.captured = cs == cudaStreamCaptureStatusActive;
+    order_[n_pending_++] = static_cast<int>(&f - pf_);
+    last_was_prefetch_ = true;
+    last_pf_ = static_cast<int>(&f - pf_);
   }
 
   void stream_layer(int32_t layer, int32_t region) override {
     const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
-    join_prefetch();
+    join_prefetches();
+    last_was_prefetch_ = false;
     const int64_t rb = banks_.layout(layer).bytes, sb = banks_.slot_bytes();
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_claim_region(dev_, layer, first, n, rb, st);
@@ -194,8 +208,9 @@ class CudaExpertSlots final : public ExpertSlots {
 
   std::vector<CacheMiss> last_misses() override {
     int32_t n = 0;
-    const CacheMiss* list = last_was_prefetch_ ? pf_misses_ : misses_;
-    FT_CUDA_CHECK(cudaMemcpyAsync(&n, last_was_prefetch_ ? pf_n_misses_ : n_misses_, 4, cudaMemcpyDeviceToHost,
+    const bool pf = last_was_prefetch_;
+    const CacheMiss* list = pf ? pf_[last_pf_].misses : misses_;
+    FT_CUDA_CHECK(cudaMemcpyAsync(&n, pf ? pf_[last_pf_].n_misses : n_misses_, 4, cudaMemcpyDeviceToHost,
                                   ops_.stream()));
     FT_CUDA_CHECK(cudaStreamSynchronize(ops_.stream()));
     std::vector<CacheMiss> out(static_cast<size_t>(n));
@@ -208,18 +223,33 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
  private:
-  /** Makes the backend's stream wait for a prefetch gather still in flight. A prefetch queued
+  /** One prefetch: its miss list, its side gather's arguments and the event after that gather. */
+  struct Prefetch {
+    CacheMiss* misses = nullptr;
+    int32_t* n_misses = nullptr;
+    cuda::GatherArgs gather;
+    cudaEvent_t done = nullptr;
+    int32_t layer = -1;
+    bool captured = false;  // queued during a stream capture
+  };
+  const Prefetch& pending(int i) const { return pf_[order_[i]]; }
+
+  /** Makes the backend's stream wait for the oldest prefetch gather in flight. A prefetch queued
    *  inside a capture that has ended without joining it (the step threw and the capture was
    *  abandoned) never ran: its event belongs to the dropped graph, so there is nothing to wait for. */
-  void join_prefetch() {
-    if (!prefetch_pending_) return;
-    prefetch_pending_ = false;
-    if (prefetch_captured_) {
+  void join_oldest() {
+    const Prefetch& f = pending(0);
+    order_[0] = order_[1];
+    --n_pending_;
+    if (f.captured) {
       cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
       FT_CUDA_CHECK(cudaStreamIsCapturing(ops_.stream(), &cs));
       if (cs != cudaStreamCaptureStatusActive) return;
     }
-    FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), prefetch_done_, 0));
+    FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), f.done, 0));
+  }
+  void join_prefetches() {
+    while (n_pending_ > 0) join_oldest();
   }
 
   /** Copies a host state into the device arrays (blocking). */
@@ -228,7 +258,7 @@ class CudaExpertSlots final : public ExpertSlots {
   }
   /** Copies the device state into host_ (blocking). */
   void download() {
-    join_prefetch();  // so the synchronisation below also covers a prefetch gather
+    join_prefetches();  // so the synchronisation below also covers the prefetch gathers
     transfer(host_.refs(), cudaMemcpyDeviceToHost);
   }
 
@@ -257,19 +287,21 @@ class CudaExpertSlots final : public ExpertSlots {
   CacheStateRefs dev_;
   CacheMiss* misses_ = nullptr;                        // the last admission's misses (gather_misses)
   int32_t* n_misses_ = nullptr;
-  CacheMiss* pf_misses_ = nullptr;                     // the last prefetch admission's misses
-  int32_t* pf_n_misses_ = nullptr;
   int32_t max_misses_ = 0;
-  cuda::GatherArgs gather_, pf_gather_;
+  cuda::GatherArgs gather_;
   int gather_blocks_ = 1;
   int prefetch_blocks_ = 1;
   SlotBanks slot_banks_;
   Buffer prefetch_slots_;                              // I32 [max_pairs]: the prefetch admission's slot ids
   cudaStream_t side_stream_ = nullptr;                 // prefetch gathers
-  cudaEvent_t prefetch_queued_ = nullptr, prefetch_done_ = nullptr;
-  bool prefetch_pending_ = false;                      // a prefetch gather not yet joined
-  bool prefetch_captured_ = false;                     // ... queued during a stream capture
-  bool last_was_prefetch_ = false;                     // which miss list last_misses() reads
+  cudaEvent_t prefetch_queued_ = nullptr;              // the work queued before a prefetch's gather
+  Prefetch pf_[2];                                     // used in turn
+  int next_pf_ = 0;                                    // the one the next prefetch uses
+  int order_[2] = {0, 0};                              // the prefetches in flight, oldest first
+  int n_pending_ = 0;
+  int last_pf_ = 0;                                    // the last prefetch made
+  bool last_was_prefetch_ = false;                     // the next admission spares its slots
+  int32_t admitted_layer_ = -1;                        // the last admit_routes' layer
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
