@@ -104,6 +104,20 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid));
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
+  if (config.release_source)  // each contiguous run of expert matrices at once (a GGUF [E, F, H] tensor)
+    ro.bank_layer_filled = [&host, release = config.release_source](int64_t l) {
+      const ExpertBank& b = host[static_cast<size_t>(l)];
+      std::vector<std::pair<const uint8_t*, int64_t>> runs;
+      for (const std::vector<Tensor>* part : {&b.gate, &b.up, &b.down})
+        for (const Tensor& t : *part) runs.emplace_back(static_cast<const uint8_t*>(t.data), t.bytes());
+      std::sort(runs.begin(), runs.end());
+      for (size_t i = 0; i < runs.size();) {
+        const uint8_t* begin = runs[i].first;
+        const uint8_t* end = begin + runs[i].second;
+        for (++i; i < runs.size() && runs[i].first <= end; ++i) end = std::max(end, runs[i].first + runs[i].second);
+        release(begin, end - begin);
+      }
+    };
   spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
                ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
   experts_ = make_expert_compute(ops, host, plan_, ro);

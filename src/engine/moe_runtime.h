@@ -7,6 +7,7 @@
 // /v1/stats and /metrics (MoeReport) and the --decode-log-interval lines.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -31,6 +32,9 @@ struct MoeRuntimeConfig {
   int64_t stream_min_tokens = 64;    // forwards this long stream whole expert layers (MoeRuntimeOptions)
   int cpu_threads = 0;               // CPU expert executor workers (<= 0: one per physical core)
   int64_t decode_log_interval = 0;   // log the counters every N decode steps (0: never)
+  /** When set, called with each routed expert matrix of the checkpoint once the expert banks hold
+   *  a copy of it (Checkpoint::release), so a model in anonymous memory is not held twice. */
+  std::function<void(const void* data, int64_t bytes)> release_source;
 };
 
 /** Counters of one MoE layer as reported. */

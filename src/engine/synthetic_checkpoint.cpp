@@ -1,6 +1,10 @@
 #include "engine/synthetic_checkpoint.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -292,7 +296,26 @@ const std::vector<int32_t>& SyntheticCheckpoint::expert_ranks(int64_t layer) con
   return ranks_[static_cast<size_t>(layer)];
 }
 
+void SyntheticCheckpoint::release(const void* data, int64_t bytes) {
+  const auto* base = static_cast<const uint8_t*>(storage_.data());
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (bytes < 0 || p < base || p + bytes > base + storage_.bytes())
+    fail(ErrorCode::kInvalidArgument, "synthetic checkpoint: release of {} bytes at {} outside its {} bytes", bytes,
+         data, storage_.bytes());
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)) / page * page;
+  if (end <= begin) return;
+  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) != 0)
+    fail(ErrorCode::kIo, "synthetic checkpoint: madvise(MADV_DONTNEED) of {} bytes failed: {}", end - begin,
+         std::strerror(errno));
+  released_bytes_ += static_cast<int64_t>(end - begin);
+}
+
 void SyntheticCheckpoint::write_gguf(const std::string& file) const {
+  if (released_bytes_ > 0)
+    fail(ErrorCode::kInvalidArgument, "synthetic checkpoint: {} bytes of tensor data were released to the expert "
+         "banks; write the GGUF from a fresh one (ft bench --write-gguf)", released_bytes_);
   GgufWriter w;
   for (const GgufKV& kv : kvs_) w.add(kv.key, kv.value);
   for (const TensorInfo& t : tensors_) w.add_tensor_ref(t.name, t.dtype, t.shape, t.data, t.bytes);

@@ -73,8 +73,15 @@ class SyntheticCheckpoint final : public Checkpoint {
   double generate_seconds() const { return generate_seconds_; }
 
   /** Writes this checkpoint as a GGUF file (same metadata, tensors and bytes; streamed, no second
-   *  copy in memory). Throws ft::Error(kIo) when the file cannot be written. */
+   *  copy in memory). Throws ft::Error(kIo) when the file cannot be written, kInvalidArgument after
+   *  release() (the released bytes are gone). */
   void write_gguf(const std::string& file) const;
+  /** Returns the whole pages inside the range to the OS (madvise MADV_DONTNEED; they read as zeros
+   *  afterwards): a 130 GB model whose experts were copied into expert banks then needs its memory
+   *  once, not twice. */
+  void release(const void* data, int64_t bytes) override;
+  /** Bytes returned to the OS by release(). */
+  int64_t released_bytes() const { return released_bytes_; }
 
  private:
   void plan();
@@ -92,6 +99,7 @@ class SyntheticCheckpoint final : public Checkpoint {
   std::vector<std::vector<int32_t>> ranks_;    // [layer][expert]
   Buffer storage_;
   double generate_seconds_ = 0;
+  int64_t released_bytes_ = 0;
 };
 
 /** The weight type named `name` ("q4_k", "BF16", ...) for --weight-type. Throws

@@ -44,6 +44,15 @@ class Checkpoint {
    *  "generation_config": generation_config.json or null, "tokenizer_config": ... or null}. */
   virtual const nlohmann::json& metadata() const = 0;
 
+  /** Says that nothing reads the tensor bytes in [data, data + bytes) any more (the expert banks
+   *  hold their own copy), so memory only the checkpoint holds can go back to the OS. Default:
+   *  nothing (a mapped file's pages are page cache, which the OS reclaims anyway); a synthetic
+   *  checkpoint returns the whole pages inside the range, whose contents are then lost. Throws
+   *  ft::Error(kInvalidArgument) for a range outside the checkpoint's memory. */
+  virtual void release(const void* data, int64_t bytes) {
+    (void)data, (void)bytes;
+  }
+
   /** The tensor named `name`, or nullptr. */
   const TensorInfo* find(std::string_view name) const;
   /** The tensor named `name`. Throws ft::Error(kNotFound) naming it and the checkpoint. */

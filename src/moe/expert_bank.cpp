@@ -71,7 +71,8 @@ void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, D
   }
 }
 
-ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads) {
+ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads,
+                         const std::function<void(int64_t layer)>& layer_filled) {
   layers_.resize(host.size());
   std::vector<std::pair<int64_t, int32_t>> items;  // (layer, expert) records to fill
   for (size_t l = 0; l < host.size(); ++l) {
@@ -90,6 +91,8 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
   // Parallel fill: each worker copies whole records (reads fault the mapped checkpoint in).
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : hw, static_cast<int64_t>(items.size())));
+  std::vector<std::atomic<int32_t>> remaining(host.size());  // records left to copy per layer
+  for (size_t l = 0; l < host.size(); ++l) remaining[l] = layers_[l].n_expert;
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mu;
@@ -108,6 +111,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
           std::memcpy(r + offs[j], parts[j]->data, static_cast<size_t>(n));
           std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
         }
+        if (--remaining[static_cast<size_t>(l)] == 0 && layer_filled) layer_filled(l);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu);

@@ -6,6 +6,7 @@
 // HostAllocator (pinned + mapped in a CUDA build), filled with parallel reads, then pinned.
 // C++17-clean: included from CUDA sources.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/ops.h"
@@ -46,9 +47,12 @@ class ExpertBanks {
  public:
   /** Copies the routed experts of every layer of `host` (views into the mapped checkpoint, empty
    *  for dense layers; see Model::host_experts) into records, `n_threads` parallel copies (<= 0:
-   *  hardware threads), then pins each layer's memory with `alloc`. Throws what expert_layout and
-   *  the allocator throw. */
-  ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0);
+   *  hardware threads; layers are filled roughly in order), then pins each layer's memory with
+   *  `alloc`. `layer_filled`, when set, runs once per MoE layer as soon as its records are copied
+   *  (on a fill thread), so the caller can release that layer's source. Throws what expert_layout,
+   *  the allocator and layer_filled throw. */
+  ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0,
+              const std::function<void(int64_t layer)>& layer_filled = {});
   ExpertBanks(const ExpertBanks&) = delete;
   ExpertBanks& operator=(const ExpertBanks&) = delete;
 

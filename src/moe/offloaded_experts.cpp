@@ -30,7 +30,8 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   if (!any) fail(ErrorCode::kInvalidArgument, "moe runtime: the model has no routed experts");
   alloc_ = make_bank_allocator(ops);
-  banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads);
+  banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled);
+  opt_.bank_layer_filled = nullptr;  // it may refer to the caller's state
   const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;
   if (pairs > INT32_MAX) fail(ErrorCode::kInvalidArgument, "moe runtime: {} routed pairs per step is too many", pairs);
   const bool host_backend = ops.device() == Device::kCpu;

@@ -21,6 +21,7 @@
 // queues the copy back and the add. Hybrid thus overlaps CPU and PCIe, but the host waits once per
 // layer, so it runs eagerly (not graph-capturable).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ struct MoeRuntimeOptions {
   int cpu_threads = 0;        // CPU expert executor workers (<= 0: one per physical core)
   int cpu_spin = 0;           // ThreadPool spin before sleeping
   int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
+  /** Runs once per MoE layer as soon as the banks hold its experts (during construction only): the
+   *  caller may release the checkpoint's copy of them (ExpertBanks' layer_filled). */
+  std::function<void(int64_t layer)> bank_layer_filled;
   /** Steps of at least this many tokens stream whole layers through the staging regions instead
    *  of admitting experts one by one (a prefill chunk touches nearly every expert; a decode batch
    *  touches few and gains from the cache's hits). Keep it above the CUDA-graph batch sizes. */

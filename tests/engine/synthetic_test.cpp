@@ -193,6 +193,41 @@ TEST(SyntheticCheckpoint, TinyPresetsLoadAndGenerateDeterministically) {
   }
 }
 
+// Under offload the expert banks hold their own copy of every routed expert, so the synthetic
+// checkpoint's pages of them go back to the OS (a 130 GB model then needs its memory once, not
+// twice); decoding must not read them any more, so offload still equals fused bit for bit.
+TEST(SyntheticCheckpoint, ExpertBanksTakeOverTheExpertMemory) {
+  const SyntheticSpec s = tiny(DType::Q8_0);
+  auto fused = make_engine(std::make_unique<SyntheticCheckpoint>(s));
+  EngineOptions eo = small_engine();
+  eo.moe.strategy = MoeStrategy::kOffload;
+  auto off = std::make_unique<Engine>(std::make_unique<SyntheticCheckpoint>(s), std::make_unique<CpuOps>(1), eo);
+  const auto& released = static_cast<const SyntheticCheckpoint&>(off->checkpoint());
+  int64_t expert_bytes = 0;
+  for (const TensorInfo& t : released.tensors())
+    if (t.name.find("_exps.") != std::string::npos) expert_bytes += t.bytes;
+  EXPECT_GT(released.released_bytes(), expert_bytes / 2) << expert_bytes;  // whole pages inside each tensor
+  EXPECT_LE(released.released_bytes(), expert_bytes);
+  EXPECT_EQ(static_cast<const SyntheticCheckpoint&>(fused->checkpoint()).released_bytes(), 0);
+  GenerateRequest req;
+  req.prompt = ids(20, 512, 5);
+  req.max_tokens = 6;
+  req.sampling.temperature = 0;
+  req.stop_at_eos = false;
+  req.step_logits = true;
+  const GenerateResult a = generate(*fused, {req})[0], b = generate(*off, {req})[0];
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.step_logits, b.step_logits);
+  const std::string file = ::testing::TempDir() + "/released.gguf";
+  try {
+    released.write_gguf(file);
+    ADD_FAILURE() << "write_gguf wrote released tensors";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("released"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SyntheticCheckpoint, WrittenGgufReopensWithTheSameTensorsAndLogits) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("ft_synth_" + std::to_string(::getpid()) + ".gguf")).string();
