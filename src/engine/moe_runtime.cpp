@@ -86,6 +86,10 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   budget_ = make_budget(ops, host, config);
   plan_ = plan_moe(config.moe, experts_per_layer, budget_);
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
+  if (config.moe.fetch_cap > n_expert_used_)  // a cap above top-k would never send an expert to the CPU
+    fail(ErrorCode::kInvalidArgument,
+         "--moe-fetch-cap {} exceeds the {} experts each token uses (top-k); use 0..{}, or --moe-strategy offload to "
+         "fetch every miss", config.moe.fetch_cap, n_expert_used_, n_expert_used_);
   if (plan_.calibrate_fetch_cap) {
     // Until the engine's start-up calibration (Engine::calibrate_fetch_cap) picks one: half of top-k.
     const int32_t cap = default_fetch_cap();
@@ -120,6 +124,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     };
   spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
                ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
+  prefetch_ = ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0;
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
@@ -161,6 +166,9 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.strategy = plan_.strategy;
   r.cache_slots = plan_.count(MoeLayerMode::kCache) > 0 ? plan_.cache.n_slots : 0;
   r.slot_bytes = r.cache_slots > 0 ? budget_.slot_bytes : 0;
+  r.prefetch = prefetch_;
+  for (size_t l = 0; l < plan_.layers.size() && r.fetch_cap < 0; ++l)
+    if (plan_.layers[l] == MoeLayerMode::kCache) r.fetch_cap = plan_.fetch_cap[l];
   for (size_t l = 0; l < plan_.layers.size(); ++l)
     if (plan_.layers[l] != MoeLayerMode::kDense) r.layers.push_back({static_cast<int64_t>(l), plan_.layers[l], st[l]});
   r.total = total_moe_stats(st);

@@ -49,6 +49,8 @@ struct MoeReport {
   MoeStrategy strategy = MoeStrategy::kOffload;
   int64_t cache_slots = 0;             // 0: no expert cache (cpu)
   int64_t slot_bytes = 0;
+  int32_t fetch_cap = -1;              // hybrid: experts fetched per layer per step (as calibrated); -1 none
+  bool prefetch = false;               // next-layer prefetch (--moe-prefetch) in use
   std::vector<MoeLayerReport> layers;  // MoE layers only, ascending
   MoeLayerStats total;
 };
@@ -107,6 +109,7 @@ class MoeRuntime {
   std::vector<MoeLayerStats> counters();
 
   bool calibrate_ = false;                 // hybrid without an explicit cap
+  bool prefetch_ = false;                  // next-layer prefetch in use (a cache and --moe-prefetch)
   bool calibrating_ = false;
   std::vector<MoeLayerStats> baseline_;    // counters when the calibration ended (empty: none)
   int32_t n_expert_used_ = 0;

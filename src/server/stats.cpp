@@ -14,7 +14,7 @@ namespace {
 void put_counters(nlohmann::ordered_json& j, const MoeLayerStats& s) {
   j["hits"] = s.hits;
   j["misses"] = s.misses;
-  j["hit_rate"] = moe_hit_rate(s);
+  j["hit_rate"] = s.hits + s.misses > 0 ? nlohmann::ordered_json(moe_hit_rate(s)) : nlohmann::ordered_json();
   j["bytes_copied"] = s.bytes;
   j["cpu_experts"] = s.cpu_experts;
   j["prefetched"] = s.prefetched;
@@ -26,6 +26,8 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["strategy"] = moe_strategy_name(r.strategy);
   j["cache_slots"] = r.cache_slots;
   j["slot_bytes"] = r.slot_bytes;
+  j["fetch_cap"] = r.fetch_cap >= 0 ? oj(r.fetch_cap) : oj();  // hybrid only
+  j["prefetch"] = r.prefetch;
   put_counters(j, r.total);
   oj layers = oj::array();
   for (const MoeLayerReport& l : r.layers) {
@@ -129,7 +131,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     metric("moe_cache_slots", "gauge", "Expert-cache slots (0: experts on the CPU only).", static_cast<double>(moe->cache_slots));
     metric("moe_hits_total", "counter", "Routed experts found in the expert cache.", static_cast<double>(moe->total.hits));
     metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache by their own layer (see moe_prefetched_total).", static_cast<double>(moe->total.misses));
-    metric("moe_hit_rate", "gauge", "Expert-cache hits / (hits + misses) since start.", moe_hit_rate(moe->total));
+    if (moe->total.hits + moe->total.misses > 0)  // no lookups (cpu strategy, or nothing run yet): no rate
+      metric("moe_hit_rate", "gauge", "Expert-cache hits / (hits + misses) since start.", moe_hit_rate(moe->total));
     metric("moe_bytes_copied_total", "counter", "Bytes copied from host expert banks into the cache.", static_cast<double>(moe->total.bytes));
     metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
     metric("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch).",

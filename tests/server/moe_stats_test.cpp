@@ -19,7 +19,7 @@ namespace {
 /** The demo model on the CPU engine with `strategy`, served in-process on a free port. */
 class MoeServer {
  public:
-  explicit MoeServer(MoeStrategy strategy) : template_(kChatMLTemplate, "", "<|im_end|>") {
+  explicit MoeServer(MoeStrategy strategy, int32_t fetch_cap = -1) : template_(kChatMLTemplate, "", "<|im_end|>") {
     signal(SIGPIPE, SIG_IGN);
     const std::string path = write_demo_model();
     EngineOptions eo;
@@ -31,7 +31,9 @@ class MoeServer {
     eo.max_logit_rows = 2;
     eo.max_step_tokens = 66;
     eo.moe.strategy = strategy;
-    if (strategy == MoeStrategy::kOffload) eo.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};
+    if (strategy == MoeStrategy::kOffload || strategy == MoeStrategy::kHybrid)
+      eo.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};
+    eo.moe.fetch_cap = fetch_cap;
     engine_ = Engine::load(path, eo);
     std::filesystem::remove(path);
     runner_ = std::make_unique<EngineRunner>(*engine_);
@@ -112,6 +114,8 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["bytes_copied"], want->total.bytes);
   EXPECT_EQ(m["cpu_experts"], 0);
   EXPECT_EQ(m["prefetched"], want->total.prefetched);  // offload prefetches by default (--moe-prefetch auto)
+  EXPECT_EQ(m["prefetch"], true);
+  EXPECT_TRUE(m["fetch_cap"].is_null());  // hybrid only
   const int64_t fetched = want->total.misses + want->total.prefetched;
   EXPECT_GT(fetched, 16);  // more experts fetched than slots: evictions happened
   EXPECT_GT(want->total.hits, 0);
@@ -144,6 +148,41 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_NE(text.find(fmt::format("freetoken_moe_layer_misses_total{{layer=\"3\"}} {}\n", want->layers[3].stats.misses)),
             std::string::npos)
       << text;
+}
+
+// The cpu strategy has no cache: no lookups, so no hit rate (null, and no gauge), and every routed
+// expert is counted as computed on the CPU.
+TEST(MoeStats, CpuStrategyHasNoHitRate) {
+  MoeServer s(MoeStrategy::kCpu);
+  auto c = s.client();
+  chat(c, "on the host cores");
+  auto r = c.Get("/v1/stats");
+  ASSERT_TRUE(r);
+  const nlohmann::json m = nlohmann::json::parse(r->body)["moe"];
+  ASSERT_TRUE(m.is_object()) << r->body;
+  EXPECT_EQ(m["strategy"], "cpu");
+  EXPECT_EQ(m["cache_slots"], 0);
+  EXPECT_EQ(m["prefetch"], false);
+  EXPECT_TRUE(m["hit_rate"].is_null()) << m.dump();
+  EXPECT_TRUE(m["layers"][0]["hit_rate"].is_null());
+  EXPECT_GT(m["cpu_experts"].get<int64_t>(), 0);
+  const std::string text = metrics(c);
+  EXPECT_EQ(text.find("freetoken_moe_hit_rate"), std::string::npos) << text;
+  EXPECT_NE(text.find("freetoken_moe_cache_slots 0\n"), std::string::npos) << text;
+}
+
+// Hybrid reports its fetch cap (here given; otherwise the calibrated one).
+TEST(MoeStats, HybridReportsItsFetchCap) {
+  MoeServer s(MoeStrategy::kHybrid, 1);
+  auto c = s.client();
+  chat(c, "half on the host");
+  auto r = c.Get("/v1/stats");
+  ASSERT_TRUE(r);
+  const nlohmann::json m = nlohmann::json::parse(r->body)["moe"];
+  ASSERT_TRUE(m.is_object()) << r->body;
+  EXPECT_EQ(m["strategy"], "hybrid");
+  EXPECT_EQ(m["fetch_cap"], 1);
+  EXPECT_EQ(m["prefetch"], true);  // auto: on for hybrid
 }
 
 TEST(MoeStats, FusedHasNoMoeBlock) {
