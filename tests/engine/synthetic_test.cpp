@@ -56,6 +56,17 @@ std::vector<float> prefill_logits(Engine& e, const std::vector<int32_t>& prompt)
   return out;
 }
 
+/** Greedy decoding of `n` tokens after `prompt`, with every step's logits. */
+GenerateRequest greedy(std::vector<int32_t> prompt, int64_t n) {
+  GenerateRequest req;
+  req.prompt = std::move(prompt);
+  req.max_tokens = n;
+  req.sampling.temperature = 0;
+  req.stop_at_eos = false;
+  req.step_logits = true;
+  return req;
+}
+
 SyntheticSpec tiny(DType type, double skew = 0, uint64_t seed = 0, int threads = 1) {
   SyntheticSpec s;
   s.preset = "tiny-moe";
@@ -176,12 +187,7 @@ TEST(SyntheticCheckpoint, TinyPresetsLoadAndGenerateDeterministically) {
     auto e2 = make_engine(std::make_unique<SyntheticCheckpoint>(s));
     EXPECT_EQ(e1->config().arch, std::string(preset) == "tiny-moe" ? "qwen3_moe" : "mixtral");
     EXPECT_EQ(e1->config().n_vocab, 512);
-    GenerateRequest req;
-    req.prompt = ids(20, 512, 3);
-    req.max_tokens = 8;
-    req.sampling.temperature = 0;
-    req.stop_at_eos = false;
-    req.step_logits = true;
+    const GenerateRequest req = greedy(ids(20, 512, 3), 8);
     const GenerateResult r1 = generate(*e1, {req})[0], r2 = generate(*e2, {req})[0];
     ASSERT_EQ(r1.tokens.size(), 8u);
     EXPECT_EQ(r1.tokens, r2.tokens);
@@ -209,12 +215,7 @@ TEST(SyntheticCheckpoint, ExpertBanksTakeOverTheExpertMemory) {
   EXPECT_GT(released.released_bytes(), expert_bytes / 2) << expert_bytes;  // whole pages inside each tensor
   EXPECT_LE(released.released_bytes(), expert_bytes);
   EXPECT_EQ(static_cast<const SyntheticCheckpoint&>(fused->checkpoint()).released_bytes(), 0);
-  GenerateRequest req;
-  req.prompt = ids(20, 512, 5);
-  req.max_tokens = 6;
-  req.sampling.temperature = 0;
-  req.stop_at_eos = false;
-  req.step_logits = true;
+  const GenerateRequest req = greedy(ids(20, 512, 5), 6);
   const GenerateResult a = generate(*fused, {req})[0], b = generate(*off, {req})[0];
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.step_logits, b.step_logits);

@@ -87,6 +87,13 @@ void chat(httplib::Client& c, const std::string& text) {
   ASSERT_EQ(r->status, 200) << r->body;
 }
 
+/** The `moe` block of GET /v1/stats. */
+nlohmann::json moe_block(httplib::Client& c) {
+  auto r = c.Get("/v1/stats");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? nlohmann::json::parse(r->body)["moe"] : nlohmann::json();
+}
+
 std::string metrics(httplib::Client& c) {
   auto r = c.Get("/metrics");
   EXPECT_TRUE(r);
@@ -156,10 +163,8 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   MoeServer s(MoeStrategy::kCpu);
   auto c = s.client();
   chat(c, "on the host cores");
-  auto r = c.Get("/v1/stats");
-  ASSERT_TRUE(r);
-  const nlohmann::json m = nlohmann::json::parse(r->body)["moe"];
-  ASSERT_TRUE(m.is_object()) << r->body;
+  const nlohmann::json m = moe_block(c);
+  ASSERT_TRUE(m.is_object()) << m.dump();
   EXPECT_EQ(m["strategy"], "cpu");
   EXPECT_EQ(m["cache_slots"], 0);
   EXPECT_EQ(m["prefetch"], false);
@@ -176,10 +181,8 @@ TEST(MoeStats, HybridReportsItsFetchCap) {
   MoeServer s(MoeStrategy::kHybrid, 1);
   auto c = s.client();
   chat(c, "half on the host");
-  auto r = c.Get("/v1/stats");
-  ASSERT_TRUE(r);
-  const nlohmann::json m = nlohmann::json::parse(r->body)["moe"];
-  ASSERT_TRUE(m.is_object()) << r->body;
+  const nlohmann::json m = moe_block(c);
+  ASSERT_TRUE(m.is_object()) << m.dump();
   EXPECT_EQ(m["strategy"], "hybrid");
   EXPECT_EQ(m["fetch_cap"], 1);
   EXPECT_EQ(m["prefetch"], true);  // auto: on for hybrid
