@@ -86,10 +86,14 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   budget_ = make_budget(ops, host, config);
   plan_ = plan_moe(config.moe, experts_per_layer, budget_);
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
-  if (config.moe.fetch_cap > n_expert_used_)  // a cap above top-k would never send an expert to the CPU
+  // The cap counts a layer's distinct misses per step (all tokens of a batch together): above the
+  // layer's expert count it can never apply.
+  int32_t max_experts = 0;
+  for (int32_t e : experts_per_layer) max_experts = std::max(max_experts, e);
+  if (config.moe.fetch_cap > max_experts)
     fail(ErrorCode::kInvalidArgument,
-         "--moe-fetch-cap {} exceeds the {} experts each token uses (top-k); use 0..{}, or --moe-strategy offload to "
-         "fetch every miss", config.moe.fetch_cap, n_expert_used_, n_expert_used_);
+         "--moe-fetch-cap {} exceeds the {} experts of a layer (it counts a layer's distinct misses per step); use "
+         "0..{}, or --moe-strategy offload to fetch every miss", config.moe.fetch_cap, max_experts, max_experts);
   if (plan_.calibrate_fetch_cap) {
     // Until the engine's start-up calibration (Engine::calibrate_fetch_cap) picks one: half of top-k.
     const int32_t cap = default_fetch_cap();
@@ -122,12 +126,12 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
         release(begin, end - begin);
       }
     };
-  spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
-               ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0 ? ", next-layer prefetch" : "");
-  prefetch_ = ro.prefetch && plan_.count(MoeLayerMode::kCache) > 0;
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
+  prefetch_ = offloaded_ && offloaded_->prefetches();
+  spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
+               prefetch_ ? ", next-layer prefetch" : "");
 }
 
 std::vector<int32_t> MoeRuntime::fetch_cap_candidates() const {

@@ -313,9 +313,9 @@ void SyntheticCheckpoint::release(const void* data, int64_t bytes) {
 }
 
 void SyntheticCheckpoint::write_gguf(const std::string& file) const {
-  if (released_bytes_ > 0)
+  if (released_bytes() > 0)
     fail(ErrorCode::kInvalidArgument, "synthetic checkpoint: {} bytes of tensor data were released to the expert "
-         "banks; write the GGUF from a fresh one (ft bench --write-gguf)", released_bytes_);
+         "banks; write the GGUF from a fresh one (ft bench --write-gguf)", released_bytes());
   GgufWriter w;
   for (const GgufKV& kv : kvs_) w.add(kv.key, kv.value);
   for (const TensorInfo& t : tensors_) w.add_tensor_ref(t.name, t.dtype, t.shape, t.data, t.bytes);

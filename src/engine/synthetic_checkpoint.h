@@ -25,6 +25,7 @@
 // expert with probability exactly proportional to rank^-S (the Gumbel-max trick) and top-k draws
 // without replacement from that Zipf law; the noise here is close to Gaussian, so frequencies
 // follow rank^-S approximately (the head is a little flatter). S = 0 routes uniformly.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -81,7 +82,7 @@ class SyntheticCheckpoint final : public Checkpoint {
    *  once, not twice. */
   void release(const void* data, int64_t bytes) override;
   /** Bytes returned to the OS by release(). */
-  int64_t released_bytes() const { return released_bytes_; }
+  int64_t released_bytes() const { return released_bytes_.load(); }
 
  private:
   void plan();
@@ -99,7 +100,7 @@ class SyntheticCheckpoint final : public Checkpoint {
   std::vector<std::vector<int32_t>> ranks_;    // [layer][expert]
   Buffer storage_;
   double generate_seconds_ = 0;
-  int64_t released_bytes_ = 0;
+  std::atomic<int64_t> released_bytes_{0};  // release() runs on several bank-fill threads at once
 };
 
 /** The weight type named `name` ("q4_k", "BF16", ...) for --weight-type. Throws

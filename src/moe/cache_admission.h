@@ -24,15 +24,18 @@
 //
 // Prefetch (--moe-prefetch): an admission of *predicted* ids for the next layer, made while the
 // layer before still computes from the slots it was just given. It differs in three places:
-//   4. victims need stamp < tick - 1, so the previous admission's slots (in use) are never taken
-//      (an empty slot, stamp 0, always qualifies: the first admission may be a prefetch);
+//   4. victims need stamp < tick - 2, so the slots of the two admissions before it are never
+//      taken: the previous layer's (in use) and, when prefetches run ahead of the admissions (see
+//      below), the previous prefetch's (about to be used); an empty slot (stamp 0) always
+//      qualifies, since the first admission may be a prefetch. A prefetch that finds no victim
+//      simply fetches less;
 //   5. no CPU outputs (cpu_ids is not written; a prediction over the cap is simply not fetched);
 //   6. stats: only misses (as kCachePrefetched) and bytes; hits and cpu are not counted, so the
 //      layer's hit rate stays that of its real admissions (which find prefetched experts as hits).
 // The prefetch for layer l + 1 is made just before layer l's own admission, so its copies run
 // behind the previous prefetch's on the side stream with no gap; an admission made right after a
 // prefetch admission (spare_previous) therefore also needs victims with stamp < tick - 1: the
-// prefetch's slots are still being filled. With n_slots >= 2 * n_expert both always find victims.
+// prefetch's slots are still being filled. With n_slots >= 2 * n_expert it always finds victims.
 //
 // Streaming (prefill): a step with many tokens touches nearly every expert of a layer, so the
 // whole layer is copied into a staging region of n_expert (the map width) consecutive slots

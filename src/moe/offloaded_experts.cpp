@@ -191,6 +191,12 @@ int64_t OffloadedExperts::prefetch_target(int64_t layer, int64_t n_tokens) const
   return next_cache_layer_[static_cast<size_t>(layer)];
 }
 
+bool OffloadedExperts::prefetches() const {
+  for (int64_t l = 0; l < static_cast<int64_t>(plan_.layers.size()); ++l)
+    if (prefetch_target(l, 1) >= 0) return true;
+  return false;
+}
+
 void OffloadedExperts::prefetch(int64_t target, const Tensor& ids) {
   if (target < 0 || target >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(target)] != MoeLayerMode::kCache || !slots_)

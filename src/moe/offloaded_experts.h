@@ -91,6 +91,8 @@ class OffloadedExperts final : public ExpertCompute {
    *  for a cache of fewer than 2 x max_experts slots (the admission after a prefetch spares its
    *  slots and needs that many). */
   int64_t prefetch_target(int64_t layer, int64_t n_tokens) const override;
+  /** Whether any decode step prefetches (prefetch_target is >= 0 for some layer). */
+  bool prefetches() const;
   /** Keeps the predicted routes for the compute() that follows: its admission path prefetches them
    *  just before its own admission (offload) or right after its own gather (hybrid); streamed and
    *  CPU layers drop them. */

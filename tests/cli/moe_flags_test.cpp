@@ -109,7 +109,7 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy fused --moe-cache-slots 128", 2, "--moe-cache-slots needs --moe-strategy auto, offload or hybrid"},
       {"--moe-strategy cpu --moe-cpu-layers 1", 2, "--moe-cpu-layers needs"},
       {"--moe-strategy offload --moe-fetch-cap 1", 2, "--moe-fetch-cap needs --moe-strategy hybrid"},
-      {"--moe-strategy hybrid --moe-fetch-cap 9", 2, "--moe-fetch-cap 9 exceeds the 8 experts each token uses"},
+      {"--moe-strategy hybrid --moe-fetch-cap 65", 2, "--moe-fetch-cap 65 exceeds the 64 experts of a layer"},
       {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
       {"--moe-prefetch yes", 2, "--moe-prefetch yes must be auto, on or off"},
       {"--moe-strategy cpu --moe-prefetch on", 2, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid"},

@@ -283,6 +283,22 @@ TEST(ExpertCache, AdmissionAfterAPrefetchSparesItsSlots) {
   }
 }
 
+// With prefetches ahead of the admissions, the prefetch for layer l + 1 must not take the slots the
+// prefetch for layer l just filled (layer l is about to use them): it spares the last two ticks.
+TEST(ExpertCache, PrefetchSparesThePreviousPrefetch) {
+  ExpertCache cache(3, 1, 2, 1);
+  int32_t slot = -1;
+  const int32_t e0[1] = {0};
+  EXPECT_EQ(cache.admit(1, e0, 1, -1, 5, &slot, nullptr, true), 1);         // P(1), tick 1: slot 0
+  EXPECT_EQ(cache.admit(0, e0, 1, -1, 5, &slot, nullptr, false, true), 1);  // layer 0, tick 2: slot 1
+  EXPECT_EQ(cache.admit(2, e0, 1, -1, 5, &slot, nullptr, true), 0);         // P(2), tick 3: nothing free
+  EXPECT_EQ(slot, -1);
+  EXPECT_EQ(cache.slot_of(1, 0), 0);
+  EXPECT_EQ(cache.admit(1, e0, 1, -1, 5, &slot, nullptr, false, true), 0);  // layer 1 finds its expert
+  EXPECT_EQ(slot, 0);
+  cache.check_integrity();
+}
+
 TEST(ExpertCache, IntegrityCheckCatchesCorruption) {
   ExpertCache cache(2, 4, 8, 4);
   const int32_t ids[2] = {1, 2};

@@ -133,14 +133,17 @@ class CudaExpertSlots final : public ExpertSlots {
     a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
     a.misses = misses_, a.n_misses = n_misses_;
     cuda::launch_cache_admit(dev_, a, ops_.stream());
+    spared_ = last_was_prefetch_ ? last_pf_ : -1;
     last_was_prefetch_ = false;
     admitted_layer_ = layer;
   }
 
   void gather_misses() override {
-    // The layer's experts and its misses' slots come after the copies of every prefetch but a
-    // newest one for another layer (made just before this admission, which spared its slots).
-    while (n_pending_ > 1 || (n_pending_ == 1 && pending(0).layer == admitted_layer_)) join_oldest();
+    // The layer's experts and its misses' slots come after the copies of every prefetch but the
+    // one made just before this admission for another layer (the admission spared its slots).
+    while (n_pending_ > 0 &&
+           !(n_pending_ == 1 && order_[0] == spared_ && pending(0).layer != admitted_layer_))
+      join_oldest();
     cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
   }
 
@@ -149,6 +152,7 @@ class CudaExpertSlots final : public ExpertSlots {
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, sid, Tensor());
     if (n_pending_ == 2) join_oldest();  // its miss list is about to be rewritten
     Prefetch& f = pf_[next_pf_];
+    if (spared_ == next_pf_) spared_ = -1;  // reused: no admission spared this one
     next_pf_ ^= 1;
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
@@ -162,9 +166,7 @@ class CudaExpertSlots final : public ExpertSlots {
     cuda::launch_cache_gather(f.gather, prefetch_blocks_, side_stream_);
     FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
     f.layer = layer;
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    FT_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
-    f.captured = cs == cudaStreamCaptureStatusActive;
+    f.capture_id = capture_id();
     order_[n_pending_++] = static_cast<int>(&f - pf_);
     last_was_prefetch_ = true;
     last_pf_ = static_cast<int>(&f - pf_);
@@ -230,22 +232,26 @@ class CudaExpertSlots final : public ExpertSlots {
     cuda::GatherArgs gather;
     cudaEvent_t done = nullptr;
     int32_t layer = -1;
-    bool captured = false;  // queued during a stream capture
+    unsigned long long capture_id = 0;  // the stream capture it was queued in (0: none)
   };
+
+  /** The id of the backend stream's active capture, 0 when it is not capturing. */
+  unsigned long long capture_id() const {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    FT_CUDA_CHECK(cudaStreamGetCaptureInfo(ops_.stream(), &cs, &id));
+    return cs == cudaStreamCaptureStatusActive ? id : 0;
+  }
   const Prefetch& pending(int i) const { return pf_[order_[i]]; }
 
   /** Makes the backend's stream wait for the oldest prefetch gather in flight. A prefetch queued
-   *  inside a capture that has ended without joining it (the step threw and the capture was
+   *  inside a capture that has since ended without joining it (the step threw and the capture was
    *  abandoned) never ran: its event belongs to the dropped graph, so there is nothing to wait for. */
   void join_oldest() {
     const Prefetch& f = pending(0);
     order_[0] = order_[1];
     --n_pending_;
-    if (f.captured) {
-      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-      FT_CUDA_CHECK(cudaStreamIsCapturing(ops_.stream(), &cs));
-      if (cs != cudaStreamCaptureStatusActive) return;
-    }
+    if (f.capture_id != 0 && capture_id() != f.capture_id) return;
     FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), f.done, 0));
   }
   void join_prefetches() {
@@ -300,6 +306,7 @@ class CudaExpertSlots final : public ExpertSlots {
   int order_[2] = {0, 0};                              // the prefetches in flight, oldest first
   int n_pending_ = 0;
   int last_pf_ = 0;                                    // the last prefetch made
+  int spared_ = -1;                                    // the prefetch the last admission spared, or -1
   bool last_was_prefetch_ = false;                     // the next admission spares its slots
   int32_t admitted_layer_ = -1;                        // the last admit_routes' layer
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
