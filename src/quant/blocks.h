@@ -72,6 +72,19 @@ inline B load_block(const uint8_t* src, int64_t i) {
   return b;
 }
 
+/** 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of Q4_K / Q5_K: j < 4: low
+ *  6 bits of bytes j and j+4; j >= 4: a nibble of byte j+4 plus the top 2 bits of bytes j-4
+ *  (scale) and j (min). Source: ggml-quants.c get_scale_min_k4. */
+inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 /** Writes block `i` of type B into a packed byte stream (any alignment). */
 template <typename B>
 inline void store_block(uint8_t* dst, int64_t i, const B& b) {

@@ -13,19 +13,6 @@
 namespace ft::quant {
 namespace {
 
-// 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of Q4_K / Q5_K:
-// j < 4: low 6 bits of bytes j and j+4; j >= 4: a nibble of byte j+4 plus the top 2 bits of
-// bytes j-4 (scale) and j (min). Source: ggml-quants.c get_scale_min_k4.
-void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Signed 6-bit scale j (0..15) of Q3_K: low nibble from byte j (j < 8) or the high nibble of
 // byte j-8, the top 2 bits from byte 8 + j%4 at bit 2*(j/4); stored with a +32 bias.
 int q3k_scale(int j, const uint8_t* s) {

@@ -1,4 +1,7 @@
 // matmul: y = x W^T (+ bias) for every weight dtype the quantizers write, against a double reference.
+#include <cstring>
+
+#include "backend/cpu/simd.h"
 #include "op_harness.h"
 
 namespace ft::testing {
@@ -53,6 +56,20 @@ TEST_P(MatmulTest, RowResultsDoNotDependOnBatch) {
     ops().matmul(arena().act(row, {1, 64}), wt, y1, Tensor());
     std::vector<float> one = arena().read(y1);
     for (int64_t n = 0; n < 48; ++n) EXPECT_EQ(one[static_cast<size_t>(n)], all[static_cast<size_t>(t * 48 + n)]);
+  }
+}
+
+// The SIMD decoders of the hot weight types (cpu::to_f32) give exactly the floats of quant/'s
+// scalar dequantizers, on every SIMD level (simd_levels_test re-runs this suite capped).
+TEST_P(MatmulTest, RowDecodersMatchTheScalarDequantizers) {
+  for (DType dt : {DType::Q4_K, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t n = 4096 + 256;  // 17 Q4_K / 136 Q8_0 blocks
+    const HostWeight w = make_weight(dt, {n}, 21);  // its values come from quant::dequantize_row
+    std::vector<float> got(static_cast<size_t>(n), -1.0f);
+    cpu::to_f32(dt, w.bytes.data(), got.data(), n);
+    EXPECT_EQ(std::memcmp(got.data(), w.values.data(), got.size() * 4), 0) << cpu::simd_level();
+    EXPECT_THROW(cpu::to_f32(dt, w.bytes.data(), got.data(), n - 1), Error);  // not whole blocks
   }
 }
 
