@@ -32,6 +32,19 @@ void dot_tile(const float* x, const float* w, int64_t K, int64_t nr, float* y) {
     cpu::dot_rows(x, w + r * K, K, static_cast<int>(std::min<int64_t>(4, nr - r)), K, y + r);
 }
 
+/** Whether rows of `w` are dotted straight from storage (decoded in registers) when an expert has
+ *  `n_inputs` inputs: with one input a decoded tile would be read once, so decoding it into memory
+ *  only costs; with more, decoding once and reusing the tile is cheaper. Same bits either way. */
+bool fused(const Tensor& w, int64_t n_inputs) { return n_inputs == 1 && cpu::has_fused_dot(w.dtype); }
+
+/** dot_tile over rows [r0, r0 + nr) of w [N, K] as stored (cpu::dot_rows_stored). */
+void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, float* y) {
+  const int64_t K = w.dim(1), rb = w.row_bytes();
+  for (int64_t r = 0; r < nr; r += 4)
+    cpu::dot_rows_stored(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, static_cast<int>(std::min<int64_t>(4, nr - r)),
+                         K, y + r);
+}
+
 }  // namespace
 
 CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin)
@@ -120,13 +133,17 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const Group& G = groups_[static_cast<size_t>(task.group)];
     const int64_t F = G.F, nr = std::min(kRowTile, F - task.row0);
     std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
-    const float* wg = rows_f32(bank.gate[static_cast<size_t>(G.expert)], task.row0, nr, buf, 0);
-    const float* wu = rows_f32(bank.up[static_cast<size_t>(G.expert)], task.row0, nr, buf, kRowTile * H);
+    const Tensor& gate = bank.gate[static_cast<size_t>(G.expert)];
+    const Tensor& up = bank.up[static_cast<size_t>(G.expert)];
+    const float* wg = fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0);
+    const float* wu = fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H);
     float gv[kRowTile], uv[kRowTile];
     for (int64_t r = 0; r < G.n; ++r) {
       const float* xt = xf + (pair_index_[static_cast<size_t>(G.begin + r)] / k) * H;
-      dot_tile(xt, wg, H, nr, gv);
-      dot_tile(xt, wu, H, nr, uv);
+      if (wg) dot_tile(xt, wg, H, nr, gv);
+      else stored_dot_tile(xt, gate, task.row0, nr, gv);
+      if (wu) dot_tile(xt, wu, H, nr, uv);
+      else stored_dot_tile(xt, up, task.row0, nr, uv);
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
     }
@@ -140,11 +157,14 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const Task task = tasks_[static_cast<size_t>(ti)];
     const Group& G = groups_[static_cast<size_t>(task.group)];
     const int64_t nr = std::min(kRowTile, H - task.row0);
-    const float* wd = rows_f32(bank.down[static_cast<size_t>(G.expert)], task.row0, nr,
-                               wbuf_[static_cast<size_t>(worker)], 0);
+    const Tensor& down = bank.down[static_cast<size_t>(G.expert)];
+    const float* wd = fused(down, G.n) ? nullptr : rows_f32(down, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0);
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t pair = pair_index_[static_cast<size_t>(G.begin + r)];
-      dot_tile(h_.data() + (G.begin + r) * max_ff, wd, G.F, nr, y_.data() + pair * H + task.row0);
+      const float* hp = h_.data() + (G.begin + r) * max_ff;
+      float* yp = y_.data() + pair * H + task.row0;
+      if (wd) dot_tile(hp, wd, G.F, nr, yp);
+      else stored_dot_tile(hp, down, task.row0, nr, yp);
     }
   });
 

@@ -8,7 +8,9 @@
 // Arithmetic: each weight row is decoded to fp32 (cpu::to_f32: BF16/F16 widening, GGUF blocks via
 // quant/) and dotted with the SIMD kernel of the CPU backend (cpu::dot_rows: AVX-512, AVX2 or
 // scalar, chosen at run time), SwiGLU and the weighted sum in slot order written exactly as in
-// CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit.
+// CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit. An expert
+// with a single input (decode) is dotted straight from its stored rows where a fused kernel exists
+// (cpu::dot_rows_stored: same bits, no decoded tile written and read back).
 // Parallelism: a persistent ThreadPool; tasks are (expert, 16-row tile) for gate+up then down,
 // then token ranges for the sum. Scratch grows to the largest call and is reused.
 #include <cstdint>

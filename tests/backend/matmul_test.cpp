@@ -43,19 +43,24 @@ TEST_P(MatmulTest, EveryWeightTypeAndShape) {
 }
 
 TEST_P(MatmulTest, RowResultsDoNotDependOnBatch) {
-  // Each row of a batched matmul equals the same row computed alone, bit for bit on CPU.
-  HostWeight w = make_weight(DType::BF16, {48, 64}, 7);
-  std::vector<float> x = random_vec(100 * 64, 8);
-  Tensor wt = arena().weight(w);
-  Tensor y_all = arena().alloc(ops().activation_dtype(), {100, 48});
-  ops().matmul(arena().act(x, {100, 64}), wt, y_all, Tensor());
-  std::vector<float> all = arena().read(y_all);
-  for (int64_t t : {0, 37, 99}) {
-    std::vector<float> row(x.begin() + t * 64, x.begin() + (t + 1) * 64);
-    Tensor y1 = arena().alloc(ops().activation_dtype(), {1, 48});
-    ops().matmul(arena().act(row, {1, 64}), wt, y1, Tensor());
-    std::vector<float> one = arena().read(y1);
-    for (int64_t n = 0; n < 48; ++n) EXPECT_EQ(one[static_cast<size_t>(n)], all[static_cast<size_t>(t * 48 + n)]);
+  // Each row of a batched matmul equals the same row computed alone, bit for bit on CPU (a lone
+  // token takes the CPU backend's fused decode+dot path, a batch the decoded tile).
+  constexpr int64_t K = 256;
+  for (DType dt : {DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(dt));
+    HostWeight w = make_weight(dt, {48, K}, 7);
+    std::vector<float> x = random_vec(100 * K, 8);
+    Tensor wt = arena().weight(w);
+    Tensor y_all = arena().alloc(ops().activation_dtype(), {100, 48});
+    ops().matmul(arena().act(x, {100, K}), wt, y_all, Tensor());
+    std::vector<float> all = arena().read(y_all);
+    for (int64_t t : {0, 37, 99}) {
+      std::vector<float> row(x.begin() + t * K, x.begin() + (t + 1) * K);
+      Tensor y1 = arena().alloc(ops().activation_dtype(), {1, 48});
+      ops().matmul(arena().act(row, {1, K}), wt, y1, Tensor());
+      std::vector<float> one = arena().read(y1);
+      for (int64_t n = 0; n < 48; ++n) EXPECT_EQ(one[static_cast<size_t>(n)], all[static_cast<size_t>(t * 48 + n)]);
+    }
   }
 }
 
@@ -70,6 +75,31 @@ TEST_P(MatmulTest, RowDecodersMatchTheScalarDequantizers) {
     cpu::to_f32(dt, w.bytes.data(), got.data(), n);
     EXPECT_EQ(std::memcmp(got.data(), w.values.data(), got.size() * 4), 0) << cpu::simd_level();
     EXPECT_THROW(cpu::to_f32(dt, w.bytes.data(), got.data(), n - 1), Error);  // not whole blocks
+  }
+}
+
+// The fused decode + dot of stored rows equals decoding them (to_f32) and dot_rows, bit for bit,
+// for 1-4 rows, row lengths with and without a SIMD tail; it refuses where it has no kernel.
+TEST_P(MatmulTest, FusedStoredRowDotsMatchDecodeThenDot) {
+  for (DType dt : {DType::BF16, DType::Q4_K, DType::Q8_0}) {
+    for (int64_t n : {int64_t{768}, int64_t{2048}, int64_t{100}, int64_t{96}}) {
+      if (n % dtype_info(dt).block_size != 0) continue;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " n=" + std::to_string(n));
+      const HostWeight w = make_weight(dt, {4, n}, 31);
+      const std::vector<float> x = random_vec(static_cast<size_t>(n), 32);
+      const int64_t rb = dtype_bytes(dt, n);
+      if (!cpu::has_fused_dot(dt)) {
+        float y[4];
+        EXPECT_THROW(cpu::dot_rows_stored(dt, x.data(), w.bytes.data(), rb, 1, n, y), Error) << cpu::simd_level();
+        continue;
+      }
+      for (int rows = 1; rows <= 4; ++rows) {
+        float want[4], got[4];
+        cpu::dot_rows(x.data(), w.values.data(), n, rows, n, want);  // w.values: quant::dequantize_row's floats
+        cpu::dot_rows_stored(dt, x.data(), w.bytes.data(), rb, rows, n, got);
+        EXPECT_EQ(std::memcmp(got, want, static_cast<size_t>(rows) * 4), 0) << rows << " rows";
+      }
+    }
   }
 }
 

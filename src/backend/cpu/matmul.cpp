@@ -1,7 +1,9 @@
 // matmul: y = x W^T (+ bias) with W in any stored dtype (CPU backend). W is processed in tiles of
 // kRowTile rows: each tile is dequantized once per token block into a thread-local f32 buffer
 // (F32 weights are read in place), then every token's dot products run over it with the SIMD
-// kernel. Summation order per output element is fixed, so results do not depend on T.
+// kernel. A block of one token (decode) dots the stored rows directly where a fused decode+dot
+// kernel exists (dot_rows_stored: same bits, the tile is never written out). Summation order per
+// output element is fixed, so results do not depend on T.
 #include <algorithm>
 #include <vector>
 
@@ -36,6 +38,14 @@ void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const T
     const int64_t tile = item % n_tiles, tb = item / n_tiles;
     const int64_t n0 = tile * kRowTile, nr = std::min(kRowTile, N - n0);
     const int64_t t0 = tb * kTokenBlock, t1 = std::min(T, t0 + kTokenBlock);
+    if (!direct && t1 - t0 == 1 && has_fused_dot(w.dtype)) {
+      for (int64_t r = 0; r < nr; r += 4)
+        dot_rows_stored(w.dtype, x + t0 * ldx, w.bytes_ptr() + (n0 + r) * rb, rb,
+                        static_cast<int>(std::min<int64_t>(4, nr - r)), K, y + t0 * ldy + n0 + r);
+      if (b)
+        for (int64_t r = 0; r < nr; ++r) y[t0 * ldy + n0 + r] += b[n0 + r];
+      continue;
+    }
     thread_local std::vector<float> wbuf;
     const float* wt;
     if (direct) {

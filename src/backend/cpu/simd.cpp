@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -127,24 +128,6 @@ const TileFn kAvx512Tiles[4][4] = FT_TILE_TABLE(tile_avx512);
 
 // ---- conversions ----
 
-__attribute__((target("avx512f"))) void bf16_to_f32_avx512(const uint16_t* s, float* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-  }
-  for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
-}
-
-__attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* s, float* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-  }
-  for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
-}
-
 __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -159,55 +142,107 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* s, flo
 // level). The expert executor and the float matmul decode every weight row through to_f32: the
 // scalar Q4_K decoder cost 3.4x the dot product itself there (perf, CPU strategy, q4_k). ----
 
-__attribute__((target("avx512f"))) inline void put16_avx512(__m128i bytes, __m512 d, __m512 m, float* y) {
-  _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))), m));
+/** Scale and offset of sub-blocks 2j and 2j + 1 of a Q4_K block (j < 4, elements 64j .. 64j + 63),
+ *  formed as the scalar dequantizer forms them: y = (d * sc) * q - (dmin * m). */
+struct Q4KScales {
+  float d1, m1, d2, m2;
+};
+
+inline Q4KScales q4_k_scales(float d, float dmin, const uint8_t* scales, int j) {
+  int sc1, m1, sc2, m2;
+  quant::scale_min_k4(2 * j, scales, sc1, m1);
+  quant::scale_min_k4(2 * j + 1, scales, sc2, m2);
+  return {d * static_cast<float>(sc1), dmin * static_cast<float>(m1), d * static_cast<float>(sc2),
+          dmin * static_cast<float>(m2)};
+}
+
+/** The 32 quant bytes of sub-blocks 2j, 2j + 1 split into their low nibbles (elements 64j ..
+ *  64j + 31, sub-block 2j) and high nibbles (sub-block 2j + 1). */
+__attribute__((target("avx2"))) inline void q4_k_nibbles(const uint8_t* qs, int j, __m256i& lo, __m256i& hi) {
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+  lo = _mm256_and_si256(qb, low);
+  hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
+}
+
+/** The 16-byte quarter p (0..3) of the nibbles of q4_k_nibbles: elements 64j + 16p .. + 15. */
+__attribute__((target("avx2"))) inline __m128i q4_k_quarter(__m256i lo, __m256i hi, int p) {
+  const __m256i v = p < 2 ? lo : hi;
+  return (p & 1) ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v);
+}
+
+__attribute__((target("avx512f"))) inline __m512 widen_bf16_16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2"))) inline __m256 widen_bf16_8(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/** 16 Q4_K elements: d * q - m (two roundings; this file has no FP contraction). */
+__attribute__((target("avx512f"))) inline __m512 q4_chunk16(__m128i bytes, __m512 d, __m512 m) {
+  return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))), m);
+}
+
+/** 8 Q4_K elements from the low 8 bytes of `bytes`: d * q - m. */
+__attribute__((target("avx2"))) inline __m256 q4_chunk8(__m128i bytes, __m256 d, __m256 m) {
+  return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))), m);
+}
+
+/** 16 Q8_0 elements: q * d. */
+__attribute__((target("avx512f"))) inline __m512 q8_chunk16(const uint8_t* q, __m512 d) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))),
+                       d);
+}
+
+/** 8 Q8_0 elements: q * d. */
+__attribute__((target("avx2"))) inline __m256 q8_chunk8(const uint8_t* q, __m256 d) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))),
+                       d);
+}
+
+__attribute__((target("avx512f,avx2"))) void bf16_to_f32_avx512(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(d + i, widen_bf16_16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+  for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+}
+
+__attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, widen_bf16_8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
 }
 
 __attribute__((target("avx512f,avx2"))) void q4_k_to_f32_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
-  const __m256i low = _mm256_set1_epi8(0x0f);
   for (int64_t i = 0; i < n_blocks; ++i) {
     const auto b = quant::load_block<quant::BlockQ4_K>(src, i);
     const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-    const uint8_t* q = b.qs;
-    for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-      int sc1, m1, sc2, m2;
-      quant::scale_min_k4(is, b.scales, sc1, m1);
-      quant::scale_min_k4(is + 1, b.scales, sc2, m2);
-      const __m512 vd1 = _mm512_set1_ps(d * static_cast<float>(sc1)), vm1 = _mm512_set1_ps(dmin * static_cast<float>(m1));
-      const __m512 vd2 = _mm512_set1_ps(d * static_cast<float>(sc2)), vm2 = _mm512_set1_ps(dmin * static_cast<float>(m2));
-      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-      const __m256i lo = _mm256_and_si256(qb, low), hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
-      put16_avx512(_mm256_castsi256_si128(lo), vd1, vm1, y);
-      put16_avx512(_mm256_extracti128_si256(lo, 1), vd1, vm1, y + 16);
-      put16_avx512(_mm256_castsi256_si128(hi), vd2, vm2, y + 32);
-      put16_avx512(_mm256_extracti128_si256(hi, 1), vd2, vm2, y + 48);
+    for (int j = 0; j < 4; ++j, y += 64) {
+      const Q4KScales s = q4_k_scales(d, dmin, b.scales, j);
+      __m256i lo, hi;
+      q4_k_nibbles(b.qs, j, lo, hi);
+      for (int p = 0; p < 4; ++p)
+        _mm512_storeu_ps(y + 16 * p, q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(p < 2 ? s.d1 : s.d2),
+                                                _mm512_set1_ps(p < 2 ? s.m1 : s.m2)));
     }
   }
 }
 
-__attribute__((target("avx2"))) inline void put8_avx2(__m128i bytes, __m256 d, __m256 m, float* y) {
-  _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))), m));
-}
-
 __attribute__((target("avx2"))) void q4_k_to_f32_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
-  const __m256i low = _mm256_set1_epi8(0x0f);
   for (int64_t i = 0; i < n_blocks; ++i) {
     const auto b = quant::load_block<quant::BlockQ4_K>(src, i);
     const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-    const uint8_t* q = b.qs;
-    for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-      int sc1, m1, sc2, m2;
-      quant::scale_min_k4(is, b.scales, sc1, m1);
-      quant::scale_min_k4(is + 1, b.scales, sc2, m2);
-      const __m256 vd1 = _mm256_set1_ps(d * static_cast<float>(sc1)), vm1 = _mm256_set1_ps(dmin * static_cast<float>(m1));
-      const __m256 vd2 = _mm256_set1_ps(d * static_cast<float>(sc2)), vm2 = _mm256_set1_ps(dmin * static_cast<float>(m2));
-      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-      const __m256i lo = _mm256_and_si256(qb, low), hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
-      const __m128i parts[4] = {_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1), _mm256_castsi256_si128(hi),
-                                _mm256_extracti128_si256(hi, 1)};
+    for (int j = 0; j < 4; ++j, y += 64) {
+      const Q4KScales s = q4_k_scales(d, dmin, b.scales, j);
+      __m256i lo, hi;
+      q4_k_nibbles(b.qs, j, lo, hi);
       for (int p = 0; p < 4; ++p) {
-        put8_avx2(parts[p], p < 2 ? vd1 : vd2, p < 2 ? vm1 : vm2, y + 16 * p);
-        put8_avx2(_mm_srli_si128(parts[p], 8), p < 2 ? vd1 : vd2, p < 2 ? vm1 : vm2, y + 16 * p + 8);
+        const __m128i q = q4_k_quarter(lo, hi, p);
+        const __m256 vd = _mm256_set1_ps(p < 2 ? s.d1 : s.d2), vm = _mm256_set1_ps(p < 2 ? s.m1 : s.m2);
+        _mm256_storeu_ps(y + 16 * p, q4_chunk8(q, vd, vm));
+        _mm256_storeu_ps(y + 16 * p + 8, q4_chunk8(_mm_srli_si128(q, 8), vd, vm));
       }
     }
   }
@@ -217,10 +252,7 @@ __attribute__((target("avx512f"))) void q8_0_to_f32_avx512(const uint8_t* src, f
   for (int64_t i = 0; i < n_blocks; ++i, y += 32) {
     const auto b = quant::load_block<quant::BlockQ8_0>(src, i);
     const __m512 d = _mm512_set1_ps(f16_to_f32(b.d));
-    for (int h = 0; h < 2; ++h) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * h));
-      _mm512_storeu_ps(y + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
-    }
+    for (int h = 0; h < 2; ++h) _mm512_storeu_ps(y + 16 * h, q8_chunk16(reinterpret_cast<const uint8_t*>(b.qs) + 16 * h, d));
   }
 }
 
@@ -228,14 +260,188 @@ __attribute__((target("avx2"))) void q8_0_to_f32_avx2(const uint8_t* src, float*
   for (int64_t i = 0; i < n_blocks; ++i, y += 32) {
     const auto b = quant::load_block<quant::BlockQ8_0>(src, i);
     const __m256 d = _mm256_set1_ps(f16_to_f32(b.d));
-    for (int h = 0; h < 4; ++h) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * h));
-      _mm256_storeu_ps(y + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    for (int h = 0; h < 4; ++h) _mm256_storeu_ps(y + 8 * h, q8_chunk8(reinterpret_cast<const uint8_t*>(b.qs) + 8 * h, d));
+  }
+}
+
+// ---- fused decode + dot: each 16- (AVX-512) or 8-element (AVX2) chunk of a stored row is decoded
+// in registers exactly as the decoders above decode it and meets the same FMA as in tile_avx512<1,
+// RR> / tile_avx2<1, RR>, chunk by chunk in order, with the same final reduction and tail, so the
+// result equals to_f32 followed by dot_rows bit for bit, without writing the decoded row out and
+// reading it back. Rows r < RR start at w + r * rb. ----
+
+/** f16 scale(s) at the start of a block (Q8_0: d; Q4_K: d, dmin). */
+inline float block_f16(const uint8_t* blk, int k) {
+  uint16_t h;
+  std::memcpy(&h, blk + 2 * k, 2);
+  return f16_to_f32(h);
+}
+
+template <int RR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_bf16_avx512(const float* x, const uint8_t* w,
+                                                                               int64_t rb, int64_t n, float* y) {
+  __m512 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (int r = 0; r < RR; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(w + r * rb);
+      acc[r] = _mm512_fmadd_ps(xv, widen_bf16_16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i))), acc[r]);
     }
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    for (int r = 0; r < RR; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(w + r * rb);
+      acc[r] = _mm512_fmadd_ps(xv, widen_bf16_16(_mm256_maskz_loadu_epi16(m, row + i)), acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int RR>
+__attribute__((target("avx2,fma"))) void dot_bf16_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                       float* y) {
+  __m256 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    for (int r = 0; r < RR; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(w + r * rb);
+      acc[r] = _mm256_fmadd_ps(xv, widen_bf16_8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i))), acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) {
+    const auto* row = reinterpret_cast<const uint16_t*>(w + r * rb);
+    float s = hsum256(acc[r]);
+    for (int64_t j = i; j < n; ++j) s += x[j] * bf16_to_f32(row[j]);
+    y[r] = s;
+  }
+}
+
+template <int RR>
+__attribute__((target("avx512f,avx2"))) void dot_q4_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                             float* y) {
+  __m512 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
+  for (int64_t b = 0; b < n / 256; ++b)
+    for (int j = 0; j < 4; ++j) {  // elements 64j .. 64j + 63 of the block: sub-blocks 2j, 2j + 1
+      const float* xb = x + b * 256 + 64 * j;
+      const __m512 xv[4] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16), _mm512_loadu_ps(xb + 32),
+                            _mm512_loadu_ps(xb + 48)};
+      for (int r = 0; r < RR; ++r) {
+        const uint8_t* blk = w + r * rb + b * kBlock;
+        const Q4KScales s =
+            q4_k_scales(block_f16(blk, 0), block_f16(blk, 1), blk + offsetof(quant::BlockQ4_K, scales), j);
+        __m256i lo, hi;
+        q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
+        for (int p = 0; p < 4; ++p)
+          acc[r] = _mm512_fmadd_ps(xv[p],
+                                   q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(p < 2 ? s.d1 : s.d2),
+                                              _mm512_set1_ps(p < 2 ? s.m1 : s.m2)),
+                                   acc[r]);
+      }
+    }
+  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int RR>
+__attribute__((target("avx2,fma"))) void dot_q4_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                       float* y) {
+  __m256 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
+  constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
+  for (int64_t b = 0; b < n / 256; ++b)
+    for (int j = 0; j < 4; ++j)
+      for (int r = 0; r < RR; ++r) {
+        const uint8_t* blk = w + r * rb + b * kBlock;
+        const float* xb = x + b * 256 + 64 * j;
+        const Q4KScales s =
+            q4_k_scales(block_f16(blk, 0), block_f16(blk, 1), blk + offsetof(quant::BlockQ4_K, scales), j);
+        __m256i lo, hi;
+        q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
+        for (int p = 0; p < 4; ++p) {
+          const __m128i q = q4_k_quarter(lo, hi, p);
+          const __m256 vd = _mm256_set1_ps(p < 2 ? s.d1 : s.d2), vm = _mm256_set1_ps(p < 2 ? s.m1 : s.m2);
+          acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p), q4_chunk8(q, vd, vm), acc[r]);
+          acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p + 8), q4_chunk8(_mm_srli_si128(q, 8), vd, vm), acc[r]);
+        }
+      }
+  for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
+}
+
+template <int RR>
+__attribute__((target("avx512f"))) void dot_q8_0_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                        float* y) {
+  __m512 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  constexpr int64_t kBlock = sizeof(quant::BlockQ8_0);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+    for (int r = 0; r < RR; ++r) {
+      const uint8_t* blk = w + r * rb + b * kBlock;
+      const __m512 d = _mm512_set1_ps(block_f16(blk, 0));
+      const uint8_t* q = blk + offsetof(quant::BlockQ8_0, qs);
+      acc[r] = _mm512_fmadd_ps(x0, q8_chunk16(q, d), acc[r]);
+      acc[r] = _mm512_fmadd_ps(x1, q8_chunk16(q + 16, d), acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int RR>
+__attribute__((target("avx2,fma"))) void dot_q8_0_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                       float* y) {
+  __m256 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
+  constexpr int64_t kBlock = sizeof(quant::BlockQ8_0);
+  for (int64_t b = 0; b < n / 32; ++b)
+    for (int r = 0; r < RR; ++r) {
+      const uint8_t* blk = w + r * rb + b * kBlock;
+      const __m256 d = _mm256_set1_ps(block_f16(blk, 0));
+      const uint8_t* q = blk + offsetof(quant::BlockQ8_0, qs);
+      for (int h = 0; h < 4; ++h) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 32 * b + 8 * h), q8_chunk8(q + 8 * h, d), acc[r]);
+    }
+  for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
+}
+
+using StoredDotFn = void (*)(const float*, const uint8_t*, int64_t, int64_t, float*);
+#define FT_STORED_DOTS(F) {F<1>, F<2>, F<3>, F<4>}
+// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0][rows - 1]
+const StoredDotFn kStoredDots[2][3][4] = {
+    {FT_STORED_DOTS(dot_bf16_avx2), FT_STORED_DOTS(dot_q4_k_avx2), FT_STORED_DOTS(dot_q8_0_avx2)},
+    {FT_STORED_DOTS(dot_bf16_avx512), FT_STORED_DOTS(dot_q4_k_avx512), FT_STORED_DOTS(dot_q8_0_avx512)}};
+
+/** Index of `type` in kStoredDots, or -1. */
+int stored_dot_type(DType type) {
+  switch (type) {
+    case DType::BF16: return 0;
+    case DType::Q4_K: return 1;
+    case DType::Q8_0: return 2;
+    default: return -1;
   }
 }
 
 }  // namespace
+
+bool has_fused_dot(DType type) { return kLevel != Level::kScalar && stored_dot_type(type) >= 0; }
+
+void dot_rows_stored(DType type, const float* x, const void* w, int64_t row_bytes, int rows, int64_t n, float* out) {
+  FT_CHECK(rows >= 1 && rows <= 4);
+  if (!has_fused_dot(type))
+    fail(ErrorCode::kUnsupported, "dot_rows_stored: no fused kernel for {} at SIMD level {}", dtype_name(type),
+         simd_level());
+  const int64_t bs = dtype_info(type).block_size;
+  if (n % bs != 0)
+    fail(ErrorCode::kInvalidArgument, "dot_rows_stored: {} {} elements are not whole blocks of {}", n,
+         dtype_name(type), bs);
+  kStoredDots[kLevel == Level::kAvx512 ? 1 : 0][stored_dot_type(type)][rows - 1](x, static_cast<const uint8_t*>(w),
+                                                                                  row_bytes, n, out);
+}
 
 const char* simd_level() {
   switch (kLevel) {

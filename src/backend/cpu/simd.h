@@ -26,6 +26,16 @@ void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, 
  *  block types through quant/ dequantize_row. Throws kUnsupported for a type without a dequantizer. */
 void to_f32(DType type, const void* src, float* dst, int64_t n);
 
+/** Whether dot_rows_stored has a fused kernel for `type` on this machine's level (AVX-512 and AVX2:
+ *  BF16, Q4_K, Q8_0; none for scalar). */
+bool has_fused_dot(DType type);
+
+/** out[r] = sum_i x[i] * w_r[i] for r < rows (1..4), w_r being row r of n elements of `type` stored
+ *  at w + r * row_bytes: each SIMD chunk is decoded in registers, and the result equals
+ *  to_f32 of the rows followed by dot_rows bit for bit. Throws ft::Error: kUnsupported where
+ *  has_fused_dot(type) is false, kInvalidArgument for a row that is not whole blocks. */
+void dot_rows_stored(DType type, const float* x, const void* w, int64_t row_bytes, int rows, int64_t n, float* out);
+
 /** y[i] += a * x[i]. */
 void axpy(float a, const float* x, float* y, int64_t n);
 
