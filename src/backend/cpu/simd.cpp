@@ -277,13 +277,28 @@ inline float block_f16(const uint8_t* blk, int k) {
   return f16_to_f32(h);
 }
 
+/** Prefetches bytes [off, off + len) of `next`, the rows that follow the ones being dotted. A fused
+ *  kernel over RR rows calls it once per step with len = the bytes per step of all RR rows, so the
+ *  next RR rows are in cache when the caller reaches them: rows of experts are short (a Q4_K row of
+ *  2048 is 1,152 bytes), and RR interleaved short streams defeat the hardware prefetcher (measured:
+ *  a Q4_K tile from DRAM 2.1 GB/s per core without this against 2.75 for decode-then-dot; 4.6 with
+ *  it). BF16 rows of 4 KB and more stream well on their own and lose ~8% to the extra instructions
+ *  (kShortBf16Row); at 1.5 KB (an expert's down row) prefetching gains ~25%. */
+inline void prefetch_next(const uint8_t* next, int64_t off, int64_t len) {
+  for (int64_t o = off & ~int64_t{63}; o < off + len; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
+}
+
+constexpr int64_t kShortBf16Row = 4096;  // bytes: shorter BF16 rows are prefetched (prefetch_next)
+
 template <int RR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_bf16_avx512(const float* x, const uint8_t* w,
                                                                                int64_t rb, int64_t n, float* y) {
   __m512 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  const bool short_rows = rb < kShortBf16Row;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if (short_rows) prefetch_next(w + RR * rb, i * 2 * RR, 32 * RR);
     const __m512 xv = _mm512_loadu_ps(x + i);
     for (int r = 0; r < RR; ++r) {
       const auto* row = reinterpret_cast<const uint16_t*>(w + r * rb);
@@ -306,8 +321,10 @@ __attribute__((target("avx2,fma"))) void dot_bf16_avx2(const float* x, const uin
                                                        float* y) {
   __m256 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
+  const bool short_rows = rb < kShortBf16Row;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (short_rows) prefetch_next(w + RR * rb, i * 2 * RR, 16 * RR);
     const __m256 xv = _mm256_loadu_ps(x + i);
     for (int r = 0; r < RR; ++r) {
       const auto* row = reinterpret_cast<const uint16_t*>(w + r * rb);
@@ -328,15 +345,17 @@ __attribute__((target("avx512f,avx2"))) void dot_q4_k_avx512(const float* x, con
   __m512 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
   constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
-  for (int64_t b = 0; b < n / 256; ++b)
+  for (int64_t b = 0; b < n / 256; ++b) {
+    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
+    float d[RR], dmin[RR];
+    for (int r = 0; r < RR; ++r) d[r] = block_f16(w + r * rb + b * kBlock, 0), dmin[r] = block_f16(w + r * rb + b * kBlock, 1);
     for (int j = 0; j < 4; ++j) {  // elements 64j .. 64j + 63 of the block: sub-blocks 2j, 2j + 1
       const float* xb = x + b * 256 + 64 * j;
       const __m512 xv[4] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16), _mm512_loadu_ps(xb + 32),
                             _mm512_loadu_ps(xb + 48)};
       for (int r = 0; r < RR; ++r) {
         const uint8_t* blk = w + r * rb + b * kBlock;
-        const Q4KScales s =
-            q4_k_scales(block_f16(blk, 0), block_f16(blk, 1), blk + offsetof(quant::BlockQ4_K, scales), j);
+        const Q4KScales s = q4_k_scales(d[r], dmin[r], blk + offsetof(quant::BlockQ4_K, scales), j);
         __m256i lo, hi;
         q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
         for (int p = 0; p < 4; ++p)
@@ -346,6 +365,7 @@ __attribute__((target("avx512f,avx2"))) void dot_q4_k_avx512(const float* x, con
                                    acc[r]);
       }
     }
+  }
   for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
@@ -355,13 +375,15 @@ __attribute__((target("avx2,fma"))) void dot_q4_k_avx2(const float* x, const uin
   __m256 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
   constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
-  for (int64_t b = 0; b < n / 256; ++b)
+  for (int64_t b = 0; b < n / 256; ++b) {
+    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
+    float d[RR], dmin[RR];
+    for (int r = 0; r < RR; ++r) d[r] = block_f16(w + r * rb + b * kBlock, 0), dmin[r] = block_f16(w + r * rb + b * kBlock, 1);
     for (int j = 0; j < 4; ++j)
       for (int r = 0; r < RR; ++r) {
         const uint8_t* blk = w + r * rb + b * kBlock;
         const float* xb = x + b * 256 + 64 * j;
-        const Q4KScales s =
-            q4_k_scales(block_f16(blk, 0), block_f16(blk, 1), blk + offsetof(quant::BlockQ4_K, scales), j);
+        const Q4KScales s = q4_k_scales(d[r], dmin[r], blk + offsetof(quant::BlockQ4_K, scales), j);
         __m256i lo, hi;
         q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
         for (int p = 0; p < 4; ++p) {
@@ -371,6 +393,7 @@ __attribute__((target("avx2,fma"))) void dot_q4_k_avx2(const float* x, const uin
           acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p + 8), q4_chunk8(_mm_srli_si128(q, 8), vd, vm), acc[r]);
         }
       }
+  }
   for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
 }
 
@@ -381,6 +404,7 @@ __attribute__((target("avx512f"))) void dot_q8_0_avx512(const float* x, const ui
   for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
   constexpr int64_t kBlock = sizeof(quant::BlockQ8_0);
   for (int64_t b = 0; b < n / 32; ++b) {
+    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
     const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
     for (int r = 0; r < RR; ++r) {
       const uint8_t* blk = w + r * rb + b * kBlock;
@@ -399,13 +423,15 @@ __attribute__((target("avx2,fma"))) void dot_q8_0_avx2(const float* x, const uin
   __m256 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
   constexpr int64_t kBlock = sizeof(quant::BlockQ8_0);
-  for (int64_t b = 0; b < n / 32; ++b)
+  for (int64_t b = 0; b < n / 32; ++b) {
+    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
     for (int r = 0; r < RR; ++r) {
       const uint8_t* blk = w + r * rb + b * kBlock;
       const __m256 d = _mm256_set1_ps(block_f16(blk, 0));
       const uint8_t* q = blk + offsetof(quant::BlockQ8_0, qs);
       for (int h = 0; h < 4; ++h) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 32 * b + 8 * h), q8_chunk8(q + 8 * h, d), acc[r]);
     }
+  }
   for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
 }
 
