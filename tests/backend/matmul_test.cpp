@@ -1,7 +1,11 @@
 // matmul: y = x W^T (+ bias) for every weight dtype the quantizers write, against a double reference.
+#include <cstddef>
 #include <cstring>
+#include <random>
 
 #include "backend/cpu/simd.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
 #include "op_harness.h"
 
 namespace ft::testing {
@@ -75,6 +79,26 @@ TEST_P(MatmulTest, RowDecodersMatchTheScalarDequantizers) {
     cpu::to_f32(dt, w.bytes.data(), got.data(), n);
     EXPECT_EQ(std::memcmp(got.data(), w.values.data(), got.size() * 4), 0) << cpu::simd_level();
     EXPECT_THROW(cpu::to_f32(dt, w.bytes.data(), got.data(), n - 1), Error);  // not whole blocks
+  }
+  // Q4_K with every bit of its 12 packed scale bytes random (the quantizer's scales need not set
+  // the top bits the vector unpack takes apart).
+  const int64_t n = 8 * 256;
+  HostWeight w = make_weight(DType::Q4_K, {n}, 22);
+  std::mt19937 rng(23);
+  for (int64_t b = 0; b < n / 256; ++b)
+    for (int i = 0; i < 12; ++i)
+      w.bytes[static_cast<size_t>(b * sizeof(quant::BlockQ4_K) + offsetof(quant::BlockQ4_K, scales) + i)] =
+          static_cast<uint8_t>(rng());
+  std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  dequantize_row(DType::Q4_K, w.bytes.data(), want.data(), n);
+  cpu::to_f32(DType::Q4_K, w.bytes.data(), got.data(), n);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "random Q4_K scales, " << cpu::simd_level();
+  if (cpu::has_fused_dot(DType::Q4_K)) {
+    const std::vector<float> x = random_vec(static_cast<size_t>(n), 24);
+    float y_want, y_got;
+    cpu::dot_rows(x.data(), want.data(), n, 1, n, &y_want);
+    cpu::dot_rows_stored(DType::Q4_K, x.data(), w.bytes.data(), static_cast<int64_t>(w.bytes.size()), 1, n, &y_got);
+    EXPECT_EQ(std::memcmp(&y_got, &y_want, 4), 0) << "random Q4_K scales, fused dot";
   }
 }
 

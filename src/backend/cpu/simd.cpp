@@ -142,18 +142,31 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* s, flo
 // level). The expert executor and the float matmul decode every weight row through to_f32: the
 // scalar Q4_K decoder cost 3.4x the dot product itself there (perf, CPU strategy, q4_k). ----
 
-/** Scale and offset of sub-blocks 2j and 2j + 1 of a Q4_K block (j < 4, elements 64j .. 64j + 63),
- *  formed as the scalar dequantizer forms them: y = (d * sc) * q - (dmin * m). */
-struct Q4KScales {
-  float d1, m1, d2, m2;
-};
+/** f16 value k (0, 1) at the start of a block (Q8_0: d; Q4_K: d, dmin). */
+inline float block_f16(const uint8_t* blk, int k) {
+  uint16_t h;
+  std::memcpy(&h, blk + 2 * k, 2);
+  return f16_to_f32(h);
+}
 
-inline Q4KScales q4_k_scales(float d, float dmin, const uint8_t* scales, int j) {
-  int sc1, m1, sc2, m2;
-  quant::scale_min_k4(2 * j, scales, sc1, m1);
-  quant::scale_min_k4(2 * j + 1, scales, sc2, m2);
-  return {d * static_cast<float>(sc1), dmin * static_cast<float>(m1), d * static_cast<float>(sc2),
-          dmin * static_cast<float>(m2)};
+/** The scales and offsets of the 8 sub-blocks (32 elements each) of the Q4_K block at `blk`:
+ *  ds[j] = d * sc[j], dm[j] = dmin * m[j], one rounding each, exactly as the scalar dequantizer forms
+ *  them (y = ds[j] * q - dm[j]). The 12 scale bytes q[0..11] pack 6-bit values: sc[0..3] and m[0..3]
+ *  are the low 6 bits of q[0..3] and q[4..7]; sc[4..7] and m[4..7] are the low and high nibbles of
+ *  q[8..11] with their top 2 bits taken from the top 2 bits of q[0..3] and q[4..7] (ggml-quants.c
+ *  get_scale_min_k4). All 8 are unpacked at once with 32-bit word operations, then widened and
+ *  scaled in one vector multiply each. */
+__attribute__((target("avx2"))) inline void q4_k_block_scales(const uint8_t* blk, float ds[8], float dm[8]) {
+  uint32_t q[3];
+  std::memcpy(q, blk + offsetof(quant::BlockQ4_K, scales), 12);
+  const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
+  const uint32_t sc_lo = q[0] & low6, m_lo = q[1] & low6;
+  const uint32_t sc_hi = (q[2] & nib) | (((q[0] >> 6) & top2) << 4);
+  const uint32_t m_hi = ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4);
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
+  _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 0)), sc));
+  _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 1)), m));
 }
 
 /** The 32 quant bytes of sub-blocks 2j, 2j + 1 split into their low nibbles (elements 64j ..
@@ -217,30 +230,30 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* s, float* 
 
 __attribute__((target("avx512f,avx2"))) void q4_k_to_f32_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
-    const auto b = quant::load_block<quant::BlockQ4_K>(src, i);
-    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ4_K));
+    float ds[8], dm[8];
+    q4_k_block_scales(blk, ds, dm);
     for (int j = 0; j < 4; ++j, y += 64) {
-      const Q4KScales s = q4_k_scales(d, dmin, b.scales, j);
       __m256i lo, hi;
-      q4_k_nibbles(b.qs, j, lo, hi);
+      q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
       for (int p = 0; p < 4; ++p)
-        _mm512_storeu_ps(y + 16 * p, q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(p < 2 ? s.d1 : s.d2),
-                                                _mm512_set1_ps(p < 2 ? s.m1 : s.m2)));
+        _mm512_storeu_ps(y + 16 * p, q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(ds[2 * j + p / 2]),
+                                                _mm512_set1_ps(dm[2 * j + p / 2])));
     }
   }
 }
 
 __attribute__((target("avx2"))) void q4_k_to_f32_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
-    const auto b = quant::load_block<quant::BlockQ4_K>(src, i);
-    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ4_K));
+    float ds[8], dm[8];
+    q4_k_block_scales(blk, ds, dm);
     for (int j = 0; j < 4; ++j, y += 64) {
-      const Q4KScales s = q4_k_scales(d, dmin, b.scales, j);
       __m256i lo, hi;
-      q4_k_nibbles(b.qs, j, lo, hi);
+      q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
       for (int p = 0; p < 4; ++p) {
         const __m128i q = q4_k_quarter(lo, hi, p);
-        const __m256 vd = _mm256_set1_ps(p < 2 ? s.d1 : s.d2), vm = _mm256_set1_ps(p < 2 ? s.m1 : s.m2);
+        const __m256 vd = _mm256_set1_ps(ds[2 * j + p / 2]), vm = _mm256_set1_ps(dm[2 * j + p / 2]);
         _mm256_storeu_ps(y + 16 * p, q4_chunk8(q, vd, vm));
         _mm256_storeu_ps(y + 16 * p + 8, q4_chunk8(_mm_srli_si128(q, 8), vd, vm));
       }
@@ -269,13 +282,6 @@ __attribute__((target("avx2"))) void q8_0_to_f32_avx2(const uint8_t* src, float*
 // RR> / tile_avx2<1, RR>, chunk by chunk in order, with the same final reduction and tail, so the
 // result equals to_f32 followed by dot_rows bit for bit, without writing the decoded row out and
 // reading it back. Rows r < RR start at w + r * rb. ----
-
-/** f16 scale(s) at the start of a block (Q8_0: d; Q4_K: d, dmin). */
-inline float block_f16(const uint8_t* blk, int k) {
-  uint16_t h;
-  std::memcpy(&h, blk + 2 * k, 2);
-  return f16_to_f32(h);
-}
 
 /** Prefetches bytes [off, off + len) of `next`, the rows that follow the ones being dotted. A fused
  *  kernel over RR rows calls it once per step with len = the bytes per step of all RR rows, so the
@@ -347,21 +353,19 @@ __attribute__((target("avx512f,avx2"))) void dot_q4_k_avx512(const float* x, con
   constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
   for (int64_t b = 0; b < n / 256; ++b) {
     prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    float d[RR], dmin[RR];
-    for (int r = 0; r < RR; ++r) d[r] = block_f16(w + r * rb + b * kBlock, 0), dmin[r] = block_f16(w + r * rb + b * kBlock, 1);
+    float ds[RR][8], dm[RR][8];
+    for (int r = 0; r < RR; ++r) q4_k_block_scales(w + r * rb + b * kBlock, ds[r], dm[r]);
     for (int j = 0; j < 4; ++j) {  // elements 64j .. 64j + 63 of the block: sub-blocks 2j, 2j + 1
       const float* xb = x + b * 256 + 64 * j;
       const __m512 xv[4] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16), _mm512_loadu_ps(xb + 32),
                             _mm512_loadu_ps(xb + 48)};
       for (int r = 0; r < RR; ++r) {
-        const uint8_t* blk = w + r * rb + b * kBlock;
-        const Q4KScales s = q4_k_scales(d[r], dmin[r], blk + offsetof(quant::BlockQ4_K, scales), j);
         __m256i lo, hi;
-        q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
+        q4_k_nibbles(w + r * rb + b * kBlock + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
         for (int p = 0; p < 4; ++p)
           acc[r] = _mm512_fmadd_ps(xv[p],
-                                   q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(p < 2 ? s.d1 : s.d2),
-                                              _mm512_set1_ps(p < 2 ? s.m1 : s.m2)),
+                                   q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(ds[r][2 * j + p / 2]),
+                                              _mm512_set1_ps(dm[r][2 * j + p / 2])),
                                    acc[r]);
       }
     }
@@ -377,18 +381,16 @@ __attribute__((target("avx2,fma"))) void dot_q4_k_avx2(const float* x, const uin
   constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
   for (int64_t b = 0; b < n / 256; ++b) {
     prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    float d[RR], dmin[RR];
-    for (int r = 0; r < RR; ++r) d[r] = block_f16(w + r * rb + b * kBlock, 0), dmin[r] = block_f16(w + r * rb + b * kBlock, 1);
+    float ds[RR][8], dm[RR][8];
+    for (int r = 0; r < RR; ++r) q4_k_block_scales(w + r * rb + b * kBlock, ds[r], dm[r]);
     for (int j = 0; j < 4; ++j)
       for (int r = 0; r < RR; ++r) {
-        const uint8_t* blk = w + r * rb + b * kBlock;
         const float* xb = x + b * 256 + 64 * j;
-        const Q4KScales s = q4_k_scales(d[r], dmin[r], blk + offsetof(quant::BlockQ4_K, scales), j);
         __m256i lo, hi;
-        q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
+        q4_k_nibbles(w + r * rb + b * kBlock + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
         for (int p = 0; p < 4; ++p) {
           const __m128i q = q4_k_quarter(lo, hi, p);
-          const __m256 vd = _mm256_set1_ps(p < 2 ? s.d1 : s.d2), vm = _mm256_set1_ps(p < 2 ? s.m1 : s.m2);
+          const __m256 vd = _mm256_set1_ps(ds[r][2 * j + p / 2]), vm = _mm256_set1_ps(dm[r][2 * j + p / 2]);
           acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p), q4_chunk8(q, vd, vm), acc[r]);
           acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p + 8), q4_chunk8(_mm_srli_si128(q, 8), vd, vm), acc[r]);
         }
