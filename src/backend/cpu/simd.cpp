@@ -197,6 +197,12 @@ __attribute__((target("avx512f"))) inline __m512 q4_chunk16(__m128i bytes, __m51
   return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))), m);
 }
 
+/** q4_chunk16 of the nibble values 0..15: the lookup table of a sub-block with scale d, offset m. */
+__attribute__((target("avx512f"))) inline __m512 q4_k_table16(float d, float m) {
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), q), _mm512_set1_ps(m));
+}
+
 /** 8 Q4_K elements from the low 8 bytes of `bytes`: d * q - m. */
 __attribute__((target("avx2"))) inline __m256 q4_chunk8(__m128i bytes, __m256 d, __m256 m) {
   return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))), m);
@@ -362,11 +368,12 @@ __attribute__((target("avx512f,avx2"))) void dot_q4_k_avx512(const float* x, con
       for (int r = 0; r < RR; ++r) {
         __m256i lo, hi;
         q4_k_nibbles(w + r * rb + b * kBlock + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
+        // The 16 values a nibble can decode to in each sub-block, formed exactly as q4_chunk16 forms
+        // them; each element is then a table lookup (vpermps) instead of convert, multiply, subtract.
+        const __m512 table[2] = {q4_k_table16(ds[r][2 * j], dm[r][2 * j]), q4_k_table16(ds[r][2 * j + 1], dm[r][2 * j + 1])};
         for (int p = 0; p < 4; ++p)
-          acc[r] = _mm512_fmadd_ps(xv[p],
-                                   q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(ds[r][2 * j + p / 2]),
-                                              _mm512_set1_ps(dm[r][2 * j + p / 2])),
-                                   acc[r]);
+          acc[r] = _mm512_fmadd_ps(
+              xv[p], _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(q4_k_quarter(lo, hi, p)), table[p / 2]), acc[r]);
       }
     }
   }
