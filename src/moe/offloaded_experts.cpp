@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/simd.h"
 #include "util/error.h"
 #include "util/format.h"
+#include "util/log.h"
 
 namespace ft {
 
@@ -49,6 +51,8 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
     cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin);
+    spdlog::info("moe: CPU experts on {} threads ({}), SIMD {}", cpu_->n_threads(),
+                 opt_.cpu_threads > 0 ? "as asked" : "one per physical core", cpu::simd_level());
     if (!host_backend) {
       int64_t H = 0;
       for (int64_t l = 0; l < banks_->n_layers(); ++l)
