@@ -82,6 +82,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     mc.cpu_threads = options_.threads;
     mc.decode_log_interval = options_.decode_log_interval;
     mc.release_source = [ckpt = ckpt_.get()](const void* data, int64_t bytes) { ckpt->release(data, bytes); };
+    mc.source_releases_memory = ckpt_->releases_memory();
     moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
   } else {
     plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags

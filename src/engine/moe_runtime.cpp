@@ -112,6 +112,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid));
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
+  ro.source_releases_memory = config.release_source && config.source_releases_memory;
   if (config.release_source)  // each contiguous run of expert matrices at once (a GGUF [E, F, H] tensor)
     ro.bank_layer_filled = [&host, release = config.release_source](int64_t l) {
       const ExpertBank& b = host[static_cast<size_t>(l)];

@@ -35,6 +35,9 @@ struct MoeRuntimeConfig {
   /** When set, called with each routed expert matrix of the checkpoint once the expert banks hold
    *  a copy of it (Checkpoint::release), so a model in anonymous memory is not held twice. */
   std::function<void(const void* data, int64_t bytes)> release_source;
+  /** release_source gives anonymous memory back (Checkpoint::releases_memory): the banks' fill then
+   *  needs little host memory beyond what the checkpoint holds (check_bank_host_memory). */
+  bool source_releases_memory = false;
 };
 
 /** Counters of one MoE layer as reported. */

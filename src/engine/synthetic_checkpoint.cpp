@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <mutex>
 #include <numbers>
 #include <optional>
@@ -32,17 +31,6 @@ enum Kind : uint8_t { kOnes, kMatrix, kOutProj, kEmbedding, kRouter };
 
 constexpr int64_t kAlign = 256;              // tensor alignment inside the host buffer
 constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
-
-/** MemAvailable from /proc/meminfo in bytes, or -1 when unknown. */
-int64_t mem_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return -1;
-}
 
 /** The type a [rows, cols] matrix is stored in: `want`, or Q8_0 / F16 when cols is not a whole
  *  number of `want` blocks. */
@@ -182,7 +170,7 @@ void SyntheticCheckpoint::plan() {
   add("output_norm.weight", {H}, kOnes, DType::F32);
   matrix("output.weight", {V, H});
 
-  const int64_t avail = mem_available();
+  const int64_t avail = host_memory_available();
   if (avail >= 0 && offset > avail)
     fail(ErrorCode::kOutOfMemory,
          "synthetic {} in {} with {} layers needs {:.1f} GiB of host memory, {:.1f} GiB is available; use fewer "

@@ -81,6 +81,7 @@ class SyntheticCheckpoint final : public Checkpoint {
    *  afterwards): a 130 GB model whose experts were copied into expert banks then needs its memory
    *  once, not twice. */
   void release(const void* data, int64_t bytes) override;
+  bool releases_memory() const override { return true; }
   /** Bytes returned to the OS by release(). */
   int64_t released_bytes() const { return released_bytes_.load(); }
 

@@ -53,6 +53,10 @@ class Checkpoint {
     (void)data, (void)bytes;
   }
 
+  /** Whether release() gives memory back: the tensor bytes are anonymous memory the checkpoint
+   *  holds (not page cache the OS reclaims on its own). Default: false. */
+  virtual bool releases_memory() const { return false; }
+
   /** The tensor named `name`, or nullptr. */
   const TensorInfo* find(std::string_view name) const;
   /** The tensor named `name`. Throws ft::Error(kNotFound) naming it and the checkpoint. */

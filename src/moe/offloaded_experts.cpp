@@ -31,6 +31,15 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
     any = any || m != MoeLayerMode::kDense;
   }
   if (!any) fail(ErrorCode::kInvalidArgument, "moe runtime: the model has no routed experts");
+  // Before any bank memory is touched: the fill copies whole layers, at most two at once.
+  int64_t bank_bytes = 0, layer_max = 0;
+  for (size_t l = 0; l < host.size(); ++l)
+    if (host[l].n_expert() > 0) {
+      const int64_t b = expert_layout(host[l], static_cast<int64_t>(l)).bytes * host[l].n_expert();
+      bank_bytes += b;
+      layer_max = std::max(layer_max, b);
+    }
+  check_bank_host_memory(bank_bytes, 2 * layer_max, opt_.source_releases_memory, host_memory_available());
   alloc_ = make_bank_allocator(ops);
   banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled);
   opt_.bank_layer_filled = nullptr;  // it may refer to the caller's state

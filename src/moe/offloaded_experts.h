@@ -43,6 +43,9 @@ struct MoeRuntimeOptions {
   /** Runs once per MoE layer as soon as the banks hold its experts (during construction only): the
    *  caller may release the checkpoint's copy of them (ExpertBanks' layer_filled). */
   std::function<void(int64_t layer)> bank_layer_filled;
+  /** bank_layer_filled gives the checkpoint's anonymous memory back, so the banks' fill needs host
+   *  memory only for the layers in flight (check_bank_host_memory). */
+  bool source_releases_memory = false;
   /** Steps of at least this many tokens stream whole layers through the staging regions instead
    *  of admitting experts one by one (a prefill chunk touches nearly every expert; a decode batch
    *  touches few and gains from the cache's hits). Keep it above the CUDA-graph batch sizes. */

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "moe/expert_bank.h"
+#include "moe/host_memory.h"
 #include "moe_test_util.h"
 #include "util/error.h"
 
@@ -105,6 +106,33 @@ TEST(ExpertBanks, InconsistentExpertsAreRejected) {
     bad[0].down.pop_back();
     EXPECT_THROW(ExpertBanks(bad, *alloc), Error);
   }
+}
+
+// Banks that cannot be filled are refused before any memory is touched, with the numbers and what
+// would fit; a checkpoint that frees its pages as layers fill needs only the layers in flight.
+TEST(ExpertBanks, HostMemoryCheckSaysWhatWouldFit) {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  EXPECT_NO_THROW(check_bank_host_memory(100 * GiB, 2 * GiB, false, 104 * GiB));
+  EXPECT_NO_THROW(check_bank_host_memory(100 * GiB, 2 * GiB, true, 4 * GiB));   // synthetic: in flight only
+  EXPECT_NO_THROW(check_bank_host_memory(500 * GiB, 2 * GiB, false, -1));       // MemAvailable unknown
+  // The session-5 case: 123 GiB of synthetic q4_k weights on a 128 GiB host, ~1.5 GiB left.
+  try {
+    check_bank_host_memory(120 * GiB, 5 * GiB / 2, true, 3 * GiB / 2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("needs 3.50 GiB of free host memory"), std::string::npos) << m;  // 2.5 in flight + 1 reserve
+    EXPECT_NE(m.find("MemAvailable is 1.50 GiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("--dummy-layers"), std::string::npos) << m;
+  }
+  try {
+    check_bank_host_memory(100 * GiB, 2 * GiB, false, 50 * GiB);  // a mapped GGUF: every bank byte is new
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 49.00 GiB would fit"), std::string::npos) << e.what();
+  }
+  EXPECT_GT(host_memory_available(), 0);  // Linux: /proc/meminfo
 }
 
 }  // namespace
