@@ -63,6 +63,7 @@ void weight_accounting(const Engine& engine, BenchReport& r) {
       expert_bytes[layer_of(t.name)] += t.bytes;
     } else if (is_embedding(t.name) && !tied) {
       r.embedding_row_bytes = t.shape.empty() ? 0 : t.bytes / t.shape[0];
+      r.embedding_bytes += t.bytes;
     } else {
       r.dense_bytes += t.bytes;
     }
@@ -361,6 +362,8 @@ nlohmann::json bench_json(const BenchReport& r) {
   nlohmann::json results = nlohmann::json::array();
   for (const BenchBatch& b : r.batches) {
     const double bw = b.achieved_bandwidth();
+    // --gen-tokens 0 times the prefill only: the decode figures are absent, not zero.
+    const auto decoded = [&](double v) { return b.decode_steps > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
     results.push_back({{"batch", b.batch},
                        {"prefill_tokens", b.prefill_tokens},
                        {"prefill_s", b.prefill_seconds},
@@ -368,23 +371,25 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"decode_steps", b.decode_steps},
                        {"graph_steps", b.graph_steps},
                        {"decode_s", b.decode_seconds},
-                       {"decode_tokens_per_s", b.decode_tokens_per_s()},
-                       {"ms_per_step", b.ms_per_step()},
+                       {"decode_tokens_per_s", decoded(b.decode_tokens_per_s())},
+                       {"ms_per_step", decoded(b.ms_per_step())},
                        {"experts_per_layer", b.experts_per_layer},
                        {"experts_source", b.experts_source},
                        {"weight_bytes_per_step", b.weight_bytes_per_step},
-                       {"achieved_gbs", bw / 1e9},
-                       {"bandwidth_fraction", r.copy_bandwidth > 0 ? bw / r.copy_bandwidth : 0.0}});
+                       {"achieved_gbs", decoded(bw / 1e9)},
+                       {"bandwidth_fraction", r.copy_bandwidth > 0 ? decoded(bw / r.copy_bandwidth) : nlohmann::json(nullptr)}});
     if (b.moe_cache) {
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1));
       results.back()["moe_cache"] = {{"hits", b.moe.hits},
                                      {"misses", b.moe.misses},
-                                     {"hit_rate", b.moe.hits + b.moe.misses > 0 ? nlohmann::json(moe_hit_rate(b.moe))
+                                     {"cpu_misses", b.moe.cpu_misses},
+                                     {"hit_rate", b.moe.lookups() > 0 ? nlohmann::json(moe_hit_rate(b.moe))
                                                                                 : nlohmann::json(nullptr)},
                                      {"fetched_bytes_per_step", static_cast<double>(b.moe.bytes) / n},
                                      {"cpu_experts_per_step", static_cast<double>(b.moe.cpu_experts) / n},
                                      {"prefetched_per_step", static_cast<double>(b.moe.prefetched) / n},
-                                     {"ceiling_tokens_per_s", moe_ceiling(r, b)}};
+                                     {"ceiling_tokens_per_s", moe_ceiling(r, b) > 0 ? nlohmann::json(moe_ceiling(r, b))
+                                                                                    : nlohmann::json(nullptr)}};
     }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
       nlohmann::json prof = nlohmann::json::array();
@@ -410,12 +415,13 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"n_expert_used", r.n_expert_used},
           {"weight_bytes", r.weight_bytes},
           {"dense_bytes", r.dense_bytes},
+          {"embedding_bytes", r.embedding_bytes},
           {"routed_expert_bytes", r.routed_expert_bytes},
           {"prompt_tokens", r.prompt_tokens},
           {"gen_tokens", r.gen_tokens},
           {"copy_bandwidth_gbs", r.copy_bandwidth / 1e9},
           {"copy_bytes", r.copy_bytes},
-          {"h2d_bandwidth_gbs", r.h2d_bandwidth / 1e9},
+          {"h2d_bandwidth_gbs", r.h2d_bandwidth > 0 ? nlohmann::json(r.h2d_bandwidth / 1e9) : nlohmann::json(nullptr)},
           {"moe_plan", r.moe_plan},
           {"peak_host_rss_bytes", r.peak_host_rss},
           {"profiled", r.profiled},
@@ -428,8 +434,10 @@ std::string bench_table(const BenchReport& r) {
   std::string s = fmt::format("model    {} ({}, {} layers", r.model, r.arch, r.n_layer);
   if (r.n_expert > 0) s += fmt::format(", {} experts, top-{}", r.n_expert, r.n_expert_used);
   s += fmt::format(") on {}, {} activations\n", r.device, r.activation_dtype);
-  s += fmt::format("weights  {}, mostly {} (dense {}, routed experts {})\n", format_bytes(r.weight_bytes),
-                   r.weight_type, format_bytes(r.dense_bytes), format_bytes(r.routed_expert_bytes));
+  s += fmt::format("weights  {}, mostly {} (dense {}, ", format_bytes(r.weight_bytes), r.weight_type,
+                   format_bytes(r.dense_bytes));
+  if (r.embedding_bytes > 0) s += fmt::format("token embedding {}, ", format_bytes(r.embedding_bytes));
+  s += fmt::format("routed experts {})\n", format_bytes(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));
   if (!r.moe_plan.empty())
@@ -442,11 +450,14 @@ std::string bench_table(const BenchReport& r) {
                    "ms/step", "experts/layer", "MB/step", "GB/s", "% copy");
   for (const BenchBatch& b : r.batches) {
     const std::string experts =
-        b.experts_source == "dense" ? "-" : fmt::format("{:.1f} {}", b.experts_per_layer, b.experts_source.substr(0, 4));
-    s += fmt::format("{:>6} {:>14.1f} {:>13.1f} {:>9.3f} {:>15} {:>12.1f} {:>10.1f} {:>8.1f}%\n", b.batch,
-                     b.prefill_tokens_per_s(), b.decode_tokens_per_s(), b.ms_per_step(), experts,
-                     static_cast<double>(b.weight_bytes_per_step) / 1e6, b.achieved_bandwidth() / 1e9,
-                     r.copy_bandwidth > 0 ? 100.0 * b.achieved_bandwidth() / r.copy_bandwidth : 0.0);
+        b.experts_source == "dense" ? "-" : fmt::format("{:.1f} {}", b.experts_per_layer, b.experts_source == "measured" ? "meas" : "est");
+    const bool dec = b.decode_steps > 0;  // --gen-tokens 0: prefill only, no decode figures
+    const auto num = [dec](double v, const char* f) { return dec ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
+    s += fmt::format("{:>6} {:>14.1f} {:>13} {:>9} {:>15} {:>12.1f} {:>10} {:>9}\n", b.batch, b.prefill_tokens_per_s(),
+                     num(b.decode_tokens_per_s(), "{:.1f}"), num(b.ms_per_step(), "{:.3f}"), experts,
+                     static_cast<double>(b.weight_bytes_per_step) / 1e6, num(b.achieved_bandwidth() / 1e9, "{:.1f}"),
+                     r.copy_bandwidth > 0 ? num(100.0 * b.achieved_bandwidth() / r.copy_bandwidth, "{:.1f}%")
+                                          : std::string("-"));
   }
   if (std::any_of(r.batches.begin(), r.batches.end(), [](const BenchBatch& b) { return b.moe_cache; })) {
     s += r.h2d_bandwidth > 0
@@ -458,7 +469,7 @@ std::string bench_table(const BenchReport& r) {
     for (const BenchBatch& b : r.batches) {
       if (!b.moe_cache) continue;
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
-      const bool lookups = b.moe.hits + b.moe.misses > 0;  // none when every expert ran on the CPU
+      const bool lookups = b.moe.lookups() > 0;  // none when every expert ran on a CPU layer
       s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch,
                        lookups ? fmt::format("{:.1f}%", 100.0 * moe_hit_rate(b.moe)) : std::string("-"),
                        format_bytes(static_cast<int64_t>(static_cast<double>(b.moe.bytes) / n)),

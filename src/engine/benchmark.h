@@ -89,6 +89,7 @@ struct BenchReport {
   int64_t routed_expert_bytes = 0;      // all routed experts
   int64_t expert_bytes_all_layers = 0;  // one expert in every MoE layer
   int64_t embedding_row_bytes = 0;
+  int64_t embedding_bytes = 0;          // the token-embedding table (untied; a step reads B rows of it)
   int64_t prompt_tokens = 0, gen_tokens = 0;
   double copy_bandwidth = 0;            // bytes/s (read + write)
   int64_t copy_bytes = 0;               // size of the probe copy
@@ -128,14 +129,15 @@ int64_t peak_host_rss();
 void reset_peak_host_rss();
 
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
- *  n_expert, n_expert_used, weight_bytes, dense_bytes, routed_expert_bytes, prompt_tokens,
- *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (0 unless measured), moe_plan (the
+ *  n_expert, n_expert_used, weight_bytes = dense_bytes + embedding_bytes + routed_expert_bytes, prompt_tokens,
+ *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (null unless measured), moe_plan (the
  *  MoE placement: strategy, cache slots, CPU layers, fetch cap; "" for a dense model), peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
- *  {hits, misses, hit_rate (null without lookups), fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
- *  ceiling_tokens_per_s}),
+ *  {hits, misses, cpu_misses (hybrid: misses computed on the CPU), hit_rate = hits / (hits + misses +
+ *  cpu_misses) (null without lookups), fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
+ *  ceiling_tokens_per_s (null without a host -> device link)}),
  *  decode_profile: [{op, calls_per_step,
  *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);

@@ -14,7 +14,7 @@
 namespace ft {
 
 double moe_hit_rate(const MoeLayerStats& s) {
-  const int64_t n = s.hits + s.misses;
+  const int64_t n = s.lookups();
   return n > 0 ? static_cast<double>(s.hits) / static_cast<double>(n) : 0.0;
 }
 
@@ -131,6 +131,9 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
   prefetch_ = offloaded_ && offloaded_->prefetches();
+  if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !prefetch_)
+    spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
+                 "cache layer, and at least 2 x experts-per-layer cache slots)");
   spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
                prefetch_ ? ", next-layer prefetch" : "");
 }

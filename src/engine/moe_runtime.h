@@ -61,7 +61,7 @@ struct MoeReport {
 /** "dense", "resident", "cache", "cpu". */
 const char* moe_layer_mode_name(MoeLayerMode m);
 
-/** hits / (hits + misses), 0 without lookups. */
+/** hits / lookups (hits, fetched misses, and misses hybrid computed on the CPU), 0 without lookups. */
 double moe_hit_rate(const MoeLayerStats& s);
 
 /** Bytes of every routed expert of `host` (gate + up + down as stored). */

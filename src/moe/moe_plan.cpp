@@ -44,6 +44,18 @@ int64_t parse_int(const std::string& spec, const std::string& s) {
   return std::stoll(s);
 }
 
+/** Sorted layer numbers written as ranges: "0-3,5". */
+std::string layer_ranges(const std::vector<int64_t>& layers) {
+  std::string s;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    s += (s.empty() ? "" : ",") + (j > i ? fmt::format("{}-{}", layers[i], layers[j]) : fmt::to_string(layers[i]));
+    i = j + 1;
+  }
+  return s;
+}
+
 }  // namespace
 
 std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::vector<int64_t>& moe_layers) {
@@ -76,7 +88,8 @@ std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::ve
     if (hi < lo) bad_cpu_layers(spec, fmt::format("range {} is empty", item));
     for (int64_t l = lo; l <= hi; ++l) {
       if (!std::binary_search(moe_layers.begin(), moe_layers.end(), l))
-        bad_cpu_layers(spec, fmt::format("layer {} has no routed experts", l));
+        bad_cpu_layers(spec, fmt::format("layer {} is not one of the model's MoE layers ({})", l,
+                                         layer_ranges(moe_layers)));
       out.push_back(l);
     }
   }

@@ -270,20 +270,23 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
       out[l].hits = c[l].hits, out[l].misses = c[l].misses, out[l].bytes = c[l].bytes,
       out[l].prefetched = c[l].prefetched;
   }
-  for (size_t l = 0; l < out.size(); ++l) out[l].cpu_experts = cpu_experts_[l];
+  for (size_t l = 0; l < out.size(); ++l) {
+    out[l].cpu_experts = cpu_experts_[l];
+    if (plan_.layers[l] == MoeLayerMode::kCache) out[l].cpu_misses = cpu_experts_[l];
+  }
   return out;
 }
 
 MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before) {
-  return {now.hits - before.hits, now.misses - before.misses, now.bytes - before.bytes,
-          now.cpu_experts - before.cpu_experts, now.prefetched - before.prefetched};
+  return {now.hits - before.hits,           now.misses - before.misses,         now.bytes - before.bytes,
+          now.cpu_experts - before.cpu_experts, now.prefetched - before.prefetched, now.cpu_misses - before.cpu_misses};
 }
 
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {
   MoeLayerStats t;
   for (const MoeLayerStats& l : layers)
     t.hits += l.hits, t.misses += l.misses, t.bytes += l.bytes, t.cpu_experts += l.cpu_experts,
-    t.prefetched += l.prefetched;
+    t.prefetched += l.prefetched, t.cpu_misses += l.cpu_misses;
   return t;
 }
 
@@ -293,12 +296,12 @@ std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::v
     fail(ErrorCode::kInvalidArgument, "moe stats: {} layers now, {} before", now.size(), before.size());
   const MoeLayerStats d = total_moe_stats(now) - total_moe_stats(before);
   const int64_t hits = d.hits, misses = d.misses, bytes = d.bytes;
-  const int64_t lookups = hits + misses;
-  return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses, {} prefetched, {} fetched, {}/step), {} "
-                     "CPU experts",
+  const int64_t lookups = d.lookups();
+  return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses fetched, {} misses on the CPU, {} "
+                     "prefetched, {} fetched, {}/step), {} CPU experts",
                      steps, lookups > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
-                     hits, misses, d.prefetched, format_bytes(bytes), format_bytes(steps > 0 ? bytes / steps : 0),
-                     d.cpu_experts);
+                     hits, misses, d.cpu_misses, d.prefetched, format_bytes(bytes),
+                     format_bytes(steps > 0 ? bytes / steps : 0), d.cpu_experts);
 }
 
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,

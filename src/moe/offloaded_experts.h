@@ -62,6 +62,10 @@ struct MoeLayerStats {
   int64_t bytes = 0;        // bytes fetched host -> cache
   int64_t cpu_experts = 0;  // distinct experts computed by the CPU executor
   int64_t prefetched = 0;   // experts fetched ahead by --moe-prefetch (their bytes are in `bytes`)
+  int64_t cpu_misses = 0;   // of cpu_experts, those of a cache layer (hybrid, over the fetch cap): not in the cache
+
+  /** Cache lookups: hits, fetched misses, and misses the CPU computed instead of fetching. */
+  int64_t lookups() const { return hits + misses + cpu_misses; }
 };
 
 /** The counters gathered between `before` and `now` (field by field). */

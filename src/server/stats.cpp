@@ -10,14 +10,15 @@ namespace ft::server {
 
 namespace {
 
-/** The counters of one layer or of all (hit rate = hits / (hits + misses)). */
+/** The counters of one layer or of all (hit rate = hits / lookups, MoeLayerStats::lookups). */
 void put_counters(nlohmann::ordered_json& j, const MoeLayerStats& s) {
   j["hits"] = s.hits;
   j["misses"] = s.misses;
-  j["hit_rate"] = s.hits + s.misses > 0 ? nlohmann::ordered_json(moe_hit_rate(s)) : nlohmann::ordered_json();
+  j["hit_rate"] = s.lookups() > 0 ? nlohmann::ordered_json(moe_hit_rate(s)) : nlohmann::ordered_json();
   j["bytes_copied"] = s.bytes;
   j["cpu_experts"] = s.cpu_experts;
   j["prefetched"] = s.prefetched;
+  j["cpu_misses"] = s.cpu_misses;
 }
 
 nlohmann::ordered_json moe_json(const MoeReport& r) {
@@ -131,8 +132,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     metric("moe_cache_slots", "gauge", "Expert-cache slots (0: experts on the CPU only).", static_cast<double>(moe->cache_slots));
     metric("moe_hits_total", "counter", "Routed experts found in the expert cache.", static_cast<double>(moe->total.hits));
     metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache by their own layer (see moe_prefetched_total).", static_cast<double>(moe->total.misses));
-    if (moe->total.hits + moe->total.misses > 0)  // no lookups (cpu strategy, or nothing run yet): no rate
-      metric("moe_hit_rate", "gauge", "Expert-cache hits / (hits + misses) since start.", moe_hit_rate(moe->total));
+    if (moe->total.lookups() > 0)  // no lookups (cpu strategy, or nothing run yet): no rate
+      metric("moe_hit_rate", "gauge", "Expert-cache hits / lookups since start (a lookup that missed is fetched, or computed on the CPU over hybrid's fetch cap).", moe_hit_rate(moe->total));
     metric("moe_bytes_copied_total", "counter", "Bytes copied from host expert banks into the cache.", static_cast<double>(moe->total.bytes));
     metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
     metric("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch).",

@@ -56,12 +56,39 @@ TEST(BenchCli, JsonHasTheDocumentedKeys) {
   EXPECT_LE(e3, 6.0);
 }
 
+// Weights add up (dense + token embedding + routed experts); a prefill-only run (--gen-tokens 0)
+// reports no decode figures instead of zeros, in the JSON and in the table.
+TEST(BenchCli, WeightPartsAddUpAndPrefillOnlyRunsHaveNoDecodeFigures) {
+  const std::string cmd = std::string(kTinyBench).replace(std::string(kTinyBench).find("--gen-tokens 4"), 14,
+                                                          "--gen-tokens 0");
+  const Result r = run_ft(cmd);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["embedding_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(j["weight_bytes"].get<int64_t>(), j["dense_bytes"].get<int64_t>() + j["embedding_bytes"].get<int64_t>() +
+                                                  j["routed_expert_bytes"].get<int64_t>());
+  for (const auto& b : j["results"]) {
+    EXPECT_EQ(b["decode_steps"], 0);
+    EXPECT_GT(b["prefill_tokens_per_s"].get<double>(), 0);
+    for (const char* key : {"decode_tokens_per_s", "ms_per_step", "achieved_gbs", "bandwidth_fraction"})
+      EXPECT_TRUE(b[key].is_null()) << key;
+  }
+  const Result t = run_ft(cmd.substr(0, cmd.find(" --json")) + cmd.substr(cmd.find(" --json") + 7));
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("token embedding"), std::string::npos) << t.out;
+  const size_t row = t.out.find("\n     1 ");
+  ASSERT_NE(row, std::string::npos) << t.out;
+  const std::string line = t.out.substr(row + 1, t.out.find('\n', row + 1) - row - 1);
+  EXPECT_EQ(line.find(" 0.0 "), std::string::npos) << line;
+  EXPECT_NE(line.find(" - "), std::string::npos) << line;
+}
+
 TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   // tiny-moe: 2 layers of 8 experts, top-2; 16 slots hold every expert once the warm-up ran.
   const Result r = run_ft(std::string(kTinyBench) + " --moe-strategy offload --moe-cache-slots 16");
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["h2d_bandwidth_gbs"].get<double>(), 0.0);  // CPU backend: no host -> device link
+  EXPECT_TRUE(j["h2d_bandwidth_gbs"].is_null());  // CPU backend: no host -> device link
   EXPECT_NE(j["moe_plan"].get<std::string>().find("strategy offload, expert cache 16 slots"), std::string::npos)
       << j["moe_plan"];
   EXPECT_NE(j["moe_plan"].get<std::string>().find(", next-layer prefetch"), std::string::npos) << j["moe_plan"];
@@ -71,7 +98,7 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   EXPECT_EQ(m["misses"].get<int64_t>(), 0);
   EXPECT_EQ(m["hit_rate"].get<double>(), 1.0);
   EXPECT_EQ(m["fetched_bytes_per_step"].get<double>(), 0.0);
-  EXPECT_EQ(m["ceiling_tokens_per_s"].get<double>(), 0.0);  // nothing fetched, nothing measured
+  EXPECT_TRUE(m["ceiling_tokens_per_s"].is_null());  // nothing fetched, nothing measured
   const Result cpu = run_ft(std::string(kTinyBench) + " --moe-strategy cpu");
   ASSERT_EQ(cpu.code, 0) << cpu.err;
   const nlohmann::json c = nlohmann::json::parse(cpu.out)["results"][0]["moe_cache"];

@@ -139,6 +139,13 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
       EXPECT_EQ(st[0].misses, 0);
       EXPECT_GT(st[0].cpu_experts, 0);
     }
+    // A CPU layer's experts are not cache lookups; a cache layer's CPU experts (hybrid, over the
+    // fetch cap) are lookups that missed, so the hit rate counts them.
+    for (size_t l = 0; l < st.size(); ++l) {
+      const bool cache_layer = v.strategy != MoeStrategy::kCpu && l != 1 &&
+                               !(std::string(v.cpu_layers) == "1" && l == 0);
+      EXPECT_EQ(st[l].cpu_misses, cache_layer ? st[l].cpu_experts : 0) << "layer " << l;
+    }
   }
 }
 
@@ -173,14 +180,15 @@ TEST(OffloadedExperts, RejectsBadUse) {
 
 TEST(OffloadedExperts, StatsLine) {
   std::vector<MoeLayerStats> before(2), now(2);
-  now[0] = {100, 20, 22 * 9 * (int64_t{1} << 20), 3, 2};
-  now[1] = {40, 0, 0, 1, 0};
-  before[0] = {30, 4, 4 * 9 * (int64_t{1} << 20), 0, 0};
+  now[0] = {100, 20, 22 * 9 * (int64_t{1} << 20), 3, 2, 3};  // a hybrid cache layer: 3 misses on the CPU
+  now[1] = {40, 0, 0, 1, 0, 0};                              // a CPU layer: no lookups
+  before[0] = {30, 4, 4 * 9 * (int64_t{1} << 20), 0, 0, 0};
   EXPECT_EQ(total_moe_stats(now).hits, 140);
   EXPECT_EQ(total_moe_stats(now).prefetched, 2);
   EXPECT_EQ(format_moe_stats(now, before, 9),
-            "moe: 9 steps, hit rate 87.3% (110 hits, 16 misses, 2 prefetched, 162.0 MiB fetched, 18.0 MiB/step), 4 CPU "
-            "experts");
+            "moe: 9 steps, hit rate 85.3% (110 hits, 16 misses fetched, 3 misses on the CPU, 2 prefetched, 162.0 MiB "
+            "fetched, 18.0 MiB/step), 4 CPU experts");  // 110 / (110 + 16 + 3)
+  EXPECT_EQ(total_moe_stats(now).lookups(), 140 + 20 + 3);
   EXPECT_THROW(format_moe_stats(now, {}, 1), Error);
 }
 
