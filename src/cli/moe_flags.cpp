@@ -29,8 +29,9 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
                   "this layer computes; auto: on for the offload and hybrid strategies")
       ->capture_default_str()
       ->group(g);
-  cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens, "KV tokens kept free when sizing the expert cache")
-      ->capture_default_str()
+  cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens,
+                  "KV tokens kept free when sizing the expert cache (default: the KV cache allocated, --kv-tokens; "
+                  "ft bench: 8192, a server's default)")
       ->group(g);
   cmd->add_option("--gpu-memory-limit", f.gpu_memory_limit_gib,
                   "GiB of device memory to plan within (default: the device's free memory; no limit on CPU)")
@@ -77,8 +78,8 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
   if (o.prefetch == MoeOptions::Prefetch::kOn && no_cache)
     fail(ErrorCode::kInvalidArgument, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid ({} has no expert "
          "cache)", f.strategy);
-  if (f.kv_reserve_tokens < 0)
-    fail(ErrorCode::kInvalidArgument, "--kv-reserve-tokens {} must be >= 0", f.kv_reserve_tokens);
+  if (f.kv_reserve_tokens && *f.kv_reserve_tokens < 0)
+    fail(ErrorCode::kInvalidArgument, "--kv-reserve-tokens {} must be >= 0", *f.kv_reserve_tokens);
   if (f.decode_log_interval < 0)
     fail(ErrorCode::kInvalidArgument, "--decode-log-interval {} must be >= 0", f.decode_log_interval);
   if (f.gpu_memory_limit_gib) {
@@ -87,7 +88,7 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
     eo.gpu_memory_limit = std::max<int64_t>(1, static_cast<int64_t>(std::llround(gib * 1073741824.0)));
   }
   eo.moe = o;
-  eo.kv_reserve_tokens = f.kv_reserve_tokens;
+  if (f.kv_reserve_tokens) eo.kv_reserve_tokens = *f.kv_reserve_tokens;
   eo.decode_log_interval = f.decode_log_interval;
 }
 

@@ -20,7 +20,7 @@ struct MoeFlags {
   std::string cpu_layers;
   std::optional<int32_t> fetch_cap;
   std::string prefetch = "auto";
-  int64_t kv_reserve_tokens = 8192;
+  std::optional<int64_t> kv_reserve_tokens;  // unset: the engine default (the KV cache it allocates)
   std::optional<double> gpu_memory_limit_gib;
   int64_t decode_log_interval = 0;
 };

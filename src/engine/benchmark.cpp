@@ -97,6 +97,9 @@ void plan_bench_engine(const BenchOptions& o, EngineOptions& eo) {
   eo.max_seqs = static_cast<int32_t>(B);
   eo.max_logit_rows = B;
   eo.max_step_tokens = std::max(B, std::min(o.max_prefill_tokens, B * o.prompt_tokens));
+  // The bench's KV holds only its own sequences; the expert cache is sized as a server's would be,
+  // with 8192 tokens of KV kept (the issue-7 benchmarks and llama.cpp's runs assume that much).
+  if (eo.kv_reserve_tokens < 0) eo.kv_reserve_tokens = kBenchKvReserveTokens;
 }
 
 int64_t peak_host_rss() {

@@ -102,9 +102,14 @@ struct BenchReport {
   std::string device_memory_note;
 };
 
+/** KV tokens a benchmark keeps free when sizing the expert cache unless --kv-reserve-tokens says
+ *  otherwise: a server's default KV cache (min(context, 8192)). */
+inline constexpr int64_t kBenchKvReserveTokens = 8192;
+
 /** Engine options the benchmark needs: KV for max(batches) sequences of N + G + route samples
  *  tokens (whole pages each), max_seqs and max_logit_rows = max(batches), max_step_tokens =
- *  min(max_prefill_tokens, max(batches) * N) but at least max(batches). Other fields are kept.
+ *  min(max_prefill_tokens, max(batches) * N) but at least max(batches), kv_reserve_tokens =
+ *  kBenchKvReserveTokens where it is unset (< 0). Other fields are kept.
  *  Throws ft::Error(kInvalidArgument) for N < 1, G < 0, an empty batch list or a batch < 1. */
 void plan_bench_engine(const BenchOptions& options, EngineOptions& eo);
 

@@ -68,10 +68,10 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     MoeRuntimeConfig mc;
     mc.moe = options_.moe;
     mc.gpu_memory_limit = options_.gpu_memory_limit;
-    mc.kv_reserve_tokens = options_.kv_reserve_tokens;
     mc.kv_bytes_per_token =
         kv_->bytes() / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
     mc.placed_kv_tokens = kv_->pool().n_pages() * options_.page_size;
+    mc.kv_reserve_tokens = options_.kv_reserve_tokens >= 0 ? options_.kv_reserve_tokens : mc.placed_kv_tokens;
     mc.placed_bytes = kv_->bytes();
     for (const std::vector<Buffer>* v : {&storage_, &state_->storage})
       for (const Buffer& b : *v) mc.placed_bytes += b.bytes();

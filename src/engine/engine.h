@@ -27,7 +27,9 @@ struct EngineOptions {
   std::string device = "cpu";        // backend for Engine::load: "cpu", "cuda" or "auto" (cuda when visible)
   // MoE expert offload (engine/moe_runtime.h, moe/moe_plan.h); ignored for dense models.
   MoeOptions moe;                    // --moe-strategy, --moe-cache-*, --moe-cpu-layers, --moe-fetch-cap
-  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens: KV the expert-cache sizing keeps free
+  /** --kv-reserve-tokens: KV tokens the expert-cache sizing keeps free; < 0: the KV cache this engine
+   *  allocates (kv_tokens), since KV beyond it could never be used. */
+  int64_t kv_reserve_tokens = -1;
   int64_t gpu_memory_limit = 0;      // --gpu-memory-limit in bytes (0: the device's free memory; CPU: none)
   int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
   /** --cuda-graph-max-bs: decode steps of up to this many sequences are recorded once per padded

@@ -23,7 +23,7 @@ namespace ft {
 struct MoeRuntimeConfig {
   MoeOptions moe;                    // strategy, cache request, CPU layers, hybrid fetch cap
   int64_t gpu_memory_limit = 0;      // --gpu-memory-limit (0: the device's free memory; CPU backend: no limit)
-  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens
+  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens (the engine passes its KV pool when unset)
   int64_t kv_bytes_per_token = 0;    // KV of one token over all layers on the backend
   int64_t placed_bytes = 0;          // backend memory the engine already holds besides the weights (KV, step buffers)
   int64_t placed_kv_tokens = 0;      // tokens of the KV pool inside placed_bytes

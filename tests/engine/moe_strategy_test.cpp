@@ -141,6 +141,23 @@ TEST_P(MoeStrategies, SameFunctionAsFused) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeStrategies,
                          ::testing::Values("qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe"));
 
+// Without --kv-reserve-tokens the expert cache keeps exactly the KV cache the engine allocated free:
+// KV beyond it could never be used (a server run with a small --kv-tokens gives the rest to experts).
+TEST(MoeAuto, KvReserveDefaultsToTheKvCacheAllocated) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = small_engine_options();
+  ASSERT_LT(o.kv_reserve_tokens, 0);
+  for (int64_t kv_tokens : {int64_t{256}, int64_t{1024}}) {
+    o.kv_tokens = kv_tokens;
+    auto e = Engine::load(dir, o);
+    const int64_t placed = int64_t{e->kv().pool().n_pages()} * e->kv().pool().page_size();
+    EXPECT_GE(placed, kv_tokens);
+    EXPECT_EQ(e->moe_budget()->kv_reserve_tokens, placed) << kv_tokens;
+  }
+  o.kv_reserve_tokens = 8192;  // given: kept as given
+  EXPECT_EQ(Engine::load(dir, o)->moe_budget()->kv_reserve_tokens, 8192);
+}
+
 TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
   EngineOptions o = small_engine_options();
