@@ -115,6 +115,8 @@ int bench(const BenchArgs& a) {
 
   const bool cuda = a.engine.device == "cuda" || (a.engine.device == "auto" && cuda_device_count() > 0);
   if (cuda) bo.device_free_before = cuda_free_memory(0);
+  if (!cuda && a.activations != "f32")
+    spdlog::warn("--activations {}: the CPU backend computes in f32; the flag applies to --device cuda", a.activations);
   std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0, a.activations == "bf16" ? DType::BF16 : DType::F32)
                                   : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.engine.threads));
