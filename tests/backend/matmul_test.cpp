@@ -80,6 +80,31 @@ TEST_P(MatmulTest, RowDecodersMatchTheScalarDequantizers) {
     EXPECT_EQ(std::memcmp(got.data(), w.values.data(), got.size() * 4), 0) << cpu::simd_level();
     EXPECT_THROW(cpu::to_f32(dt, w.bytes.data(), got.data(), n - 1), Error);  // not whole blocks
   }
+  // Q6_K (no quantizer: random blocks with a small finite d), decoded and dotted.
+  {
+    const int64_t n6 = 4 * 256;
+    std::vector<uint8_t> q6(static_cast<size_t>(dtype_bytes(DType::Q6_K, n6)));
+    std::mt19937 r6(25);
+    for (uint8_t& byte : q6) byte = static_cast<uint8_t>(r6());
+    for (int64_t b = 0; b < n6 / 256; ++b) {
+      const uint16_t d = f32_to_f16(0.01f * static_cast<float>(b + 1));
+      std::memcpy(q6.data() + b * sizeof(quant::BlockQ6_K) + offsetof(quant::BlockQ6_K, d), &d, 2);
+    }
+    std::vector<float> want6(static_cast<size_t>(n6)), got6(static_cast<size_t>(n6), -1.0f);
+    dequantize_row(DType::Q6_K, q6.data(), want6.data(), n6);
+    cpu::to_f32(DType::Q6_K, q6.data(), got6.data(), n6);
+    EXPECT_EQ(std::memcmp(got6.data(), want6.data(), got6.size() * 4), 0) << "Q6_K, " << cpu::simd_level();
+    if (cpu::has_fused_dot(DType::Q6_K)) {
+      const std::vector<float> x6 = random_vec(static_cast<size_t>(n6), 26);
+      const int64_t rb6 = dtype_bytes(DType::Q6_K, 256);
+      for (int rows = 1; rows <= 4; ++rows) {
+        float want[4], got[4];
+        cpu::dot_rows(x6.data(), want6.data(), 256, rows, 256, want);
+        cpu::dot_rows_stored(DType::Q6_K, x6.data(), q6.data(), rb6, rows, 256, got);
+        EXPECT_EQ(std::memcmp(got, want, static_cast<size_t>(rows) * 4), 0) << "Q6_K fused, " << rows << " rows";
+      }
+    }
+  }
   // Q4_K with every bit of its 12 packed scale bytes random (the quantizer's scales need not set
   // the top bits the vector unpack takes apart).
   const int64_t n = 8 * 256;

@@ -137,12 +137,12 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* s, flo
 
 // ---- GGUF block decoders for the hot weight types. Each follows quant/'s scalar dequantizer
 // (ggml-quants.c dequantize_row_*) operation for operation: Q4_K y = (d * sc) * q - (dmin * m),
-// Q8_0 y = q * d. This file is compiled with -ffp-contract=off, so a product and a difference
+// Q6_K y = (d * sc) * q, Q8_0 y = q * d. This file is compiled with -ffp-contract=off, so a product and a difference
 // stay two roundings and the floats equal quant::dequantize_row's bit for bit (tested on every
 // level). The expert executor and the float matmul decode every weight row through to_f32: the
 // scalar Q4_K decoder cost 3.4x the dot product itself there (perf, CPU strategy, q4_k). ----
 
-/** f16 value k (0, 1) at the start of a block (Q8_0: d; Q4_K: d, dmin). */
+/** The f16 value at byte 2k of a block (Q8_0: d, k = 0; Q4_K: d, dmin, k = 0, 1; Q6_K: d, k = 104). */
 inline float block_f16(const uint8_t* blk, int k) {
   uint16_t h;
   std::memcpy(&h, blk + 2 * k, 2);
@@ -280,6 +280,58 @@ __attribute__((target("avx2"))) void q8_0_to_f32_avx2(const uint8_t* src, float*
     const auto b = quant::load_block<quant::BlockQ8_0>(src, i);
     const __m256 d = _mm256_set1_ps(f16_to_f32(b.d));
     for (int h = 0; h < 4; ++h) _mm256_storeu_ps(y + 8 * h, q8_chunk8(reinterpret_cast<const uint8_t*>(b.qs) + 8 * h, d));
+  }
+}
+
+// Q6_K (ggml-quants.c dequantize_row_q6_K): two halves of 128 elements; in half h, the 16 elements
+// 128h + 16c .. + 15 (chunk c = 0..7) have scale index 8h + c and 6-bit values from a nibble of ql
+// (low nibbles of ql[64h + 32(q & 1) + 16s ..] for quarter q = c / 2 < 2, high nibbles for q >= 2,
+// s = c % 2) and 2 bits of qh[32h + 16s ..] (bits 2q, 2q + 1), minus 32; y = (d * scale) * q.
+
+/** The 16 values (q - 32, int8) of chunk c of half h of the Q6_K block at `blk`. */
+__attribute__((target("avx2"))) inline __m128i q6_k_chunk(const uint8_t* blk, int h, int c) {
+  const int q = c / 2, s = c % 2;
+  const __m128i m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(3);
+  __m128i lo = _mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, ql) + 64 * h + 32 * (q & 1) + 16 * s));
+  if (q >= 2) lo = _mm_srli_epi16(lo, 4);
+  const __m128i hb =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, qh) + 32 * h + 16 * s));
+  const __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * q)), m2), 4);
+  return _mm_sub_epi8(_mm_or_si128(_mm_and_si128(lo, m4), hi), _mm_set1_epi8(32));
+}
+
+/** The 16 scales d * scale[j] of the Q6_K block at `blk`, one rounding each (as the scalar decoder). */
+__attribute__((target("avx2"))) inline void q6_k_block_scales(const uint8_t* blk, float ds[16]) {
+  const __m256 d = _mm256_set1_ps(block_f16(blk, offsetof(quant::BlockQ6_K, d) / 2));
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, scales)));
+  _mm256_storeu_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+  _mm256_storeu_ps(ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+}
+
+__attribute__((target("avx512f,avx2"))) void q6_k_to_f32_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ6_K));
+    float ds[16];
+    q6_k_block_scales(blk, ds);
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 8; ++c, y += 16)
+        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_set1_ps(ds[8 * h + c]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q6_k_chunk(blk, h, c)))));
+  }
+}
+
+__attribute__((target("avx2"))) void q6_k_to_f32_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ6_K));
+    float ds[16];
+    q6_k_block_scales(blk, ds);
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 8; ++c, y += 16) {
+        const __m128i q = q6_k_chunk(blk, h, c);
+        const __m256 d = _mm256_set1_ps(ds[8 * h + c]);
+        _mm256_storeu_ps(y, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))));
+      }
   }
 }
 
@@ -444,12 +496,60 @@ __attribute__((target("avx2,fma"))) void dot_q8_0_avx2(const float* x, const uin
   for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
 }
 
+template <int RR>
+__attribute__((target("avx512f,avx2"))) void dot_q6_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                             float* y) {
+  __m512 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  constexpr int64_t kBlock = sizeof(quant::BlockQ6_K);
+  for (int64_t b = 0; b < n / 256; ++b) {
+    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
+    float ds[RR][16];
+    for (int r = 0; r < RR; ++r) q6_k_block_scales(w + r * rb + b * kBlock, ds[r]);
+    for (int c = 0; c < 16; ++c) {  // elements 16c .. 16c + 15 of the block
+      const __m512 xv = _mm512_loadu_ps(x + b * 256 + 16 * c);
+      for (int r = 0; r < RR; ++r)
+        acc[r] = _mm512_fmadd_ps(
+            xv,
+            _mm512_mul_ps(_mm512_set1_ps(ds[r][c]),
+                          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q6_k_chunk(w + r * rb + b * kBlock, c / 8, c % 8)))),
+            acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int RR>
+__attribute__((target("avx2,fma"))) void dot_q6_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                       float* y) {
+  __m256 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
+  constexpr int64_t kBlock = sizeof(quant::BlockQ6_K);
+  for (int64_t b = 0; b < n / 256; ++b) {
+    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
+    float ds[RR][16];
+    for (int r = 0; r < RR; ++r) q6_k_block_scales(w + r * rb + b * kBlock, ds[r]);
+    for (int c = 0; c < 16; ++c)
+      for (int r = 0; r < RR; ++r) {
+        const __m128i q = q6_k_chunk(w + r * rb + b * kBlock, c / 8, c % 8);
+        const __m256 d = _mm256_set1_ps(ds[r][c]);
+        const float* xc = x + b * 256 + 16 * c;
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xc), _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xc + 8),
+                                 _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))), acc[r]);
+      }
+  }
+  for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
+}
+
 using StoredDotFn = void (*)(const float*, const uint8_t*, int64_t, int64_t, float*);
 #define FT_STORED_DOTS(F) {F<1>, F<2>, F<3>, F<4>}
-// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0][rows - 1]
-const StoredDotFn kStoredDots[2][3][4] = {
-    {FT_STORED_DOTS(dot_bf16_avx2), FT_STORED_DOTS(dot_q4_k_avx2), FT_STORED_DOTS(dot_q8_0_avx2)},
-    {FT_STORED_DOTS(dot_bf16_avx512), FT_STORED_DOTS(dot_q4_k_avx512), FT_STORED_DOTS(dot_q8_0_avx512)}};
+// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0, Q6_K][rows - 1]
+const StoredDotFn kStoredDots[2][4][4] = {
+    {FT_STORED_DOTS(dot_bf16_avx2), FT_STORED_DOTS(dot_q4_k_avx2), FT_STORED_DOTS(dot_q8_0_avx2),
+     FT_STORED_DOTS(dot_q6_k_avx2)},
+    {FT_STORED_DOTS(dot_bf16_avx512), FT_STORED_DOTS(dot_q4_k_avx512), FT_STORED_DOTS(dot_q8_0_avx512),
+     FT_STORED_DOTS(dot_q6_k_avx512)}};
 
 /** Index of `type` in kStoredDots, or -1. */
 int stored_dot_type(DType type) {
@@ -457,6 +557,7 @@ int stored_dot_type(DType type) {
     case DType::BF16: return 0;
     case DType::Q4_K: return 1;
     case DType::Q8_0: return 2;
+    case DType::Q6_K: return 3;
     default: return -1;
   }
 }
@@ -511,12 +612,15 @@ void to_f32(DType type, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
       return;
     case DType::Q4_K:
+    case DType::Q6_K:
     case DType::Q8_0: {
-      const int64_t bs = type == DType::Q4_K ? 256 : 32;
+      const int64_t bs = type == DType::Q8_0 ? 32 : 256;
       if (kLevel == Level::kScalar || n % bs != 0) return dequantize_row(type, src, dst, n);  // it names bad counts
       const auto* s = static_cast<const uint8_t*>(src);
       if (type == DType::Q4_K)
         return kLevel == Level::kAvx512 ? q4_k_to_f32_avx512(s, dst, n / bs) : q4_k_to_f32_avx2(s, dst, n / bs);
+      if (type == DType::Q6_K)
+        return kLevel == Level::kAvx512 ? q6_k_to_f32_avx512(s, dst, n / bs) : q6_k_to_f32_avx2(s, dst, n / bs);
       return kLevel == Level::kAvx512 ? q8_0_to_f32_avx512(s, dst, n / bs) : q8_0_to_f32_avx2(s, dst, n / bs);
     }
     default: dequantize_row(type, src, dst, n);
