@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs the benchmark matrices of the CUDA-backend and expert-offload issues in one call and prints
+# one summary line per run (decode tok/s at each batch, ms/step, prefill tok/s, and for offloaded
+# experts the hit rate, fetched bytes, CPU experts and the fraction of the hit-rate ceiling), so a
+# short lease of the GPU machine yields the whole table. Every run writes its JSON and log to
+# $OUT_DIR (default /tmp/ft-matrix) and has its own time limit, so one stuck run loses only itself.
+#
+#   bench/run_matrix.sh SET [SET...]
+#     fused       qwen3-30b-a3b q4_k and bf16, all experts on the GPU: decode at batch 1,8,32
+#                 (prompt 512, gen 256) and a 4k-token prefill            (issue 6)
+#     offload     qwen3-30b-a3b bf16 under --gpu-memory-limit 24: offload and hybrid at router skew 0
+#                 and 1, cpu at skew 0, an 8k-token prefill under offload  (issue 7)
+#     235b        qwen3-235b-a22b q4_k under --gpu-memory-limit 24, first $LAYERS layers (default
+#                 64; the full 94 need ~130 GB of host RAM): offload, hybrid, cpu at skew 0
+#     quick       one fused and one offload run, to check a build
+#
+# FT selects the binary (default build/ft), GEN the decode steps of the offload sets (default 64),
+# DEVICE the device (default cuda), LAYERS30 the layers of the qwen3-30b-a3b runs (default all; a
+# smoke test on a CPU machine: DEVICE=cpu LAYERS30=2 bench/run_matrix.sh quick). Needs python3.
+set -uo pipefail
+FT=${FT:-build/ft}
+OUT_DIR=${OUT_DIR:-/tmp/ft-matrix}
+GEN=${GEN:-64}
+LAYERS=${LAYERS:-64}
+DEVICE=${DEVICE:-cuda}
+LAYERS30=${LAYERS30:-}
+mkdir -p "$OUT_DIR"
+if [ $# -lt 1 ]; then
+  sed -n '2,21p' "$0"
+  exit 2
+fi
+
+# summary NAME: one line from $OUT_DIR/NAME.json
+summary() {
+  python3 - "$OUT_DIR/$1.json" "$1" <<'PY'
+import json, sys
+path, name = sys.argv[1], sys.argv[2]
+try:
+    j = json.load(open(path))
+except Exception as e:
+    print(f"{name:28} no result ({e.__class__.__name__})")
+    sys.exit(0)
+def f(v, fmt):
+    return "-" if v is None else format(v, fmt)
+parts = []
+for r in j["results"]:
+    s = f"b{r['batch']} {f(r['decode_tokens_per_s'], '.1f')} tok/s {f(r['ms_per_step'], '.2f')} ms"
+    m = r.get("moe_cache")
+    if m:
+        ceil = m.get("ceiling_tokens_per_s")
+        pct = 100 * r["decode_tokens_per_s"] / ceil if ceil and r["decode_tokens_per_s"] else None
+        s += (f" hit {f(m['hit_rate'] and 100 * m['hit_rate'], '.1f')}% fetched/step "
+              f"{m['fetched_bytes_per_step'] / 2**30:.2f} GiB cpu/step {m['cpu_experts_per_step']:.1f} "
+              f"ceiling {f(ceil, '.1f')} ({f(pct, '.1f')}%)")
+    parts.append(s)
+pre = j["results"][0]["prefill_tokens_per_s"]
+print(f"{name:28} prefill {pre:,.0f} tok/s | " + " | ".join(parts) + f" | {j.get('moe_plan', '')[:60]}")
+PY
+}
+
+# bench NAME LIMIT_S ARGS...: one ft bench run with a time limit
+bench() {
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$FT" bench --json "$@" > "$OUT_DIR/$name.json" 2> "$OUT_DIR/$name.log"
+  local rc=$?
+  [ $rc -ne 0 ] && echo "$name: rc $rc ($(tail -c 300 "$OUT_DIR/$name.log" | tr '\n' ' '))"
+  summary "$name"
+}
+
+Q30="--model-preset qwen3-30b-a3b --dummy-weights --device $DEVICE${LAYERS30:+ --dummy-layers $LAYERS30}"
+OFF="$Q30 --weight-type bf16 --gpu-memory-limit 24 --prompt-tokens 256 --gen-tokens $GEN --batch 1"
+B235="--model-preset qwen3-235b-a22b --dummy-weights --dummy-layers $LAYERS --device $DEVICE --weight-type q4_k \
+  --gpu-memory-limit 24 --prompt-tokens 128 --gen-tokens 24 --batch 1 --dummy-router-skew 0"
+
+for set in "$@"; do
+  case $set in
+    fused)
+      for wt in q4_k bf16; do
+        bench "fused-$wt-decode" 300 $Q30 --weight-type $wt --prompt-tokens 512 --gen-tokens 256 --batch 1,8,32
+        bench "fused-$wt-prefill4k" 200 $Q30 --weight-type $wt --prompt-tokens 4096 --gen-tokens 0 --batch 1
+      done ;;
+    offload)
+      for skew in 0 1; do
+        bench "offload-skew$skew" 120 $OFF --moe-strategy offload --dummy-router-skew $skew
+        bench "hybrid-skew$skew" 150 $OFF --moe-strategy hybrid --dummy-router-skew $skew
+      done
+      bench "cpu-skew0" 150 $OFF --moe-strategy cpu --dummy-router-skew 0
+      bench "offload-prefill8k" 200 $Q30 --weight-type bf16 --gpu-memory-limit 24 --moe-strategy offload \
+        --prompt-tokens 8192 --gen-tokens 0 --batch 1 --max-prefill-tokens 8192 ;;
+    235b)
+      for s in offload hybrid cpu; do bench "235b-${LAYERS}L-$s" 240 $B235 --moe-strategy $s; done ;;
+    quick)
+      bench "quick-fused-q4_k" 120 $Q30 --weight-type q4_k --prompt-tokens 512 --gen-tokens 64 --batch 1
+      bench "quick-offload-skew1" 120 $OFF --moe-strategy offload --dummy-router-skew 1 ;;
+    *) echo "unknown set '$set' (fused, offload, 235b, quick)"; exit 2 ;;
+  esac
+done
