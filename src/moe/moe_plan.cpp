@@ -137,6 +137,13 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
   if (moe_layers.empty()) {
     if (o.strategy != MoeStrategy::kAuto && o.strategy != MoeStrategy::kFused)
       fail(ErrorCode::kInvalidArgument, "--moe-strategy {}: the model has no routed experts", moe_strategy_name(o.strategy));
+    const char* flag = o.cache.mode == CacheSizeMode::kSlots  ? "--moe-cache-slots"
+                       : o.cache.mode == CacheSizeMode::kRate ? "--moe-cache-rate"
+                       : !o.cpu_layers.empty()                ? "--moe-cpu-layers"
+                       : o.fetch_cap >= 0                     ? "--moe-fetch-cap"
+                       : o.prefetch == MoeOptions::Prefetch::kOn ? "--moe-prefetch on"
+                                                                 : nullptr;
+    if (flag) fail(ErrorCode::kInvalidArgument, "{}: the model has no routed experts", flag);
     return p;
   }
   budget.experts_per_layer = max_e;

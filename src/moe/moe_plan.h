@@ -38,8 +38,8 @@ struct MoeOptions {
   std::string cpu_layers;     // --moe-cpu-layers LIST|N|FRACTION ("" = none)
   int32_t fetch_cap = -1;     // hybrid: misses fetched per layer per step; < 0: calibrate at start
   bool hybrid_faster = false;  // auto: the start-up calibration found hybrid faster than offload
-  /** --moe-prefetch: fetch the next layer's predicted experts ahead. Auto: on for the offload
-   *  strategy (measured faster on the H200), off for hybrid (the CPU takes the misses instead). */
+  /** --moe-prefetch: fetch the next layer's predicted experts ahead. Auto: on for the offload and
+   *  hybrid strategies (both measured faster with it on the H200). */
   enum class Prefetch { kAuto, kOn, kOff } prefetch = Prefetch::kAuto;
 };
 

@@ -141,6 +141,23 @@ TEST(MoePlan, Errors) {
   EXPECT_THROW(plan_moe(o, kLayers, budget(100 * MiB)), Error);  // dense weights + KV do not fit
   EXPECT_THROW(plan_moe(o, {0, 0}, budget(GiB)), Error);          // no MoE layers
   EXPECT_EQ(plan_moe({}, {0, 0}, budget(GiB)).count(MoeLayerMode::kDense), 2);
+  {  // a dense model refuses the flags that only an expert cache uses, as it refuses the strategies
+    MoeOptions d;
+    d.cache = {CacheSizeMode::kSlots, 4, 0.0};
+    try {
+      plan_moe(d, {0, 0}, budget(GiB));
+      ADD_FAILURE() << "--moe-cache-slots accepted on a dense model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--moe-cache-slots: the model has no routed experts"), std::string::npos)
+          << e.what();
+    }
+    d = {};
+    d.cpu_layers = "1";
+    EXPECT_THROW(plan_moe(d, {0, 0}, budget(GiB)), Error);
+    d = {};
+    d.prefetch = MoeOptions::Prefetch::kOn;
+    EXPECT_THROW(plan_moe(d, {0, 0}, budget(GiB)), Error);
+  }
   o.strategy = MoeStrategy::kOffload;  // smallest legal cache = 32 slots > 16 that fit
   EXPECT_THROW(plan_moe(o, kLayers, budget(117 * MiB)), Error);
 }
