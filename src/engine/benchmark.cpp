@@ -331,8 +331,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     release(tables);
     res.weight_bytes_per_step = r.dense_bytes + B * r.embedding_row_bytes +
                                 std::llround(res.experts_per_layer * static_cast<double>(r.expert_bytes_all_layers));
-    spdlog::info("bench batch {}: prefill {:.1f} tokens/s, decode {:.1f} tokens/s ({:.3f} ms/step)", B,
-                 res.prefill_tokens_per_s(), res.decode_tokens_per_s(), res.ms_per_step());
+    if (res.decode_steps > 0)
+      spdlog::info("bench batch {}: prefill {:.1f} tokens/s, decode {:.1f} tokens/s ({:.3f} ms/step)", B,
+                   res.prefill_tokens_per_s(), res.decode_tokens_per_s(), res.ms_per_step());
+    else
+      spdlog::info("bench batch {}: prefill {:.1f} tokens/s (no decode steps)", B, res.prefill_tokens_per_s());
     r.batches.push_back(res);
   }
   r.peak_host_rss = std::max(rss_before_probe, peak_host_rss());
@@ -388,9 +391,9 @@ nlohmann::json bench_json(const BenchReport& r) {
                                      {"cpu_misses", b.moe.cpu_misses},
                                      {"hit_rate", b.moe.lookups() > 0 ? nlohmann::json(moe_hit_rate(b.moe))
                                                                                 : nlohmann::json(nullptr)},
-                                     {"fetched_bytes_per_step", static_cast<double>(b.moe.bytes) / n},
-                                     {"cpu_experts_per_step", static_cast<double>(b.moe.cpu_experts) / n},
-                                     {"prefetched_per_step", static_cast<double>(b.moe.prefetched) / n},
+                                     {"fetched_bytes_per_step", decoded(static_cast<double>(b.moe.bytes) / n)},
+                                     {"cpu_experts_per_step", decoded(static_cast<double>(b.moe.cpu_experts) / n)},
+                                     {"prefetched_per_step", decoded(static_cast<double>(b.moe.prefetched) / n)},
                                      {"ceiling_tokens_per_s", moe_ceiling(r, b) > 0 ? nlohmann::json(moe_ceiling(r, b))
                                                                                     : nlohmann::json(nullptr)}};
     }
@@ -462,7 +465,9 @@ std::string bench_table(const BenchReport& r) {
                      r.copy_bandwidth > 0 ? num(100.0 * b.achieved_bandwidth() / r.copy_bandwidth, "{:.1f}%")
                                           : std::string("-"));
   }
-  if (std::any_of(r.batches.begin(), r.batches.end(), [](const BenchBatch& b) { return b.moe_cache; })) {
+  // The expert-cache table covers timed decode steps: none in a prefill-only run (--gen-tokens 0).
+  const auto cache_row = [](const BenchBatch& b) { return b.moe_cache && b.decode_steps > 0; };
+  if (std::any_of(r.batches.begin(), r.batches.end(), cache_row)) {
     s += r.h2d_bandwidth > 0
              ? fmt::format("\nexpert cache over the timed decode steps; ceiling = batch x {:.1f} GB/s (pinned host -> "
                            "device copy) / fetched per step\n", r.h2d_bandwidth / 1e9)
@@ -470,8 +475,8 @@ std::string bench_table(const BenchReport& r) {
     s += fmt::format("{:>6} {:>9} {:>14} {:>16} {:>17} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
                      "prefetched/step", "CPU experts/step", "ceiling tok/s", "% ceiling");
     for (const BenchBatch& b : r.batches) {
-      if (!b.moe_cache) continue;
-      const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
+      if (!cache_row(b)) continue;
+      const double n = static_cast<double>(b.decode_steps), ceiling = moe_ceiling(r, b);
       const bool lookups = b.moe.lookups() > 0;  // none when every expert ran on a CPU layer
       s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch,
                        lookups ? fmt::format("{:.1f}%", 100.0 * moe_hit_rate(b.moe)) : std::string("-"),

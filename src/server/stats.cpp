@@ -134,6 +134,7 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache by their own layer (see moe_prefetched_total).", static_cast<double>(moe->total.misses));
     if (moe->total.lookups() > 0)  // no lookups (cpu strategy, or nothing run yet): no rate
       metric("moe_hit_rate", "gauge", "Expert-cache hits / lookups since start (a lookup that missed is fetched, or computed on the CPU over hybrid's fetch cap).", moe_hit_rate(moe->total));
+    metric("moe_cpu_misses_total", "counter", "Cache lookups that missed and ran on the CPU over hybrid's fetch cap.", static_cast<double>(moe->total.cpu_misses));
     metric("moe_bytes_copied_total", "counter", "Bytes copied from host expert banks into the cache.", static_cast<double>(moe->total.bytes));
     metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
     metric("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch).",

@@ -152,6 +152,53 @@ TEST_P(MatmulTest, FusedStoredRowDotsMatchDecodeThenDot) {
   }
 }
 
+// Rows at a padded, unaligned stride (as in a slice of a wider tensor), several blocks long, for every
+// fused type; Q6_K has no quantizer, so all weights here are random bytes with finite f16 scales.
+TEST_P(MatmulTest, FusedStoredRowDotsFollowTheRowStride) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const auto put_f16 = [](uint8_t* p, float v) {
+    const uint16_t h = f32_to_f16(v);
+    std::memcpy(p, &h, 2);
+  };
+  for (DType dt : {DType::BF16, DType::Q4_K, DType::Q8_0, DType::Q6_K}) {
+    if (!cpu::has_fused_dot(dt)) continue;
+    for (int64_t n : {int64_t{768}, int64_t{2048}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " n=" + std::to_string(n));
+      const int64_t rb = dtype_bytes(dt, n), stride = rb + 3, bs = dtype_info(dt).block_size;
+      const int64_t bb = dtype_info(dt).block_bytes;
+      std::vector<uint8_t> w(static_cast<size_t>(4 * stride + 1));
+      for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+      uint8_t* base = w.data() + 1;  // unaligned
+      for (int r = 0; r < 4; ++r) {
+        uint8_t* row = base + r * stride;
+        if (dt == DType::BF16) {
+          for (int64_t i = 0; i < n; ++i) {
+            const uint16_t h = f32_to_bf16(u(rng));
+            std::memcpy(row + 2 * i, &h, 2);
+          }
+          continue;
+        }
+        for (int64_t b = 0; b < n / bs; ++b) {
+          uint8_t* blk = row + b * bb;
+          if (dt == DType::Q6_K) put_f16(blk + offsetof(quant::BlockQ6_K, d), 0.01f * u(rng));
+          if (dt == DType::Q8_0) put_f16(blk, 0.01f * u(rng));
+          if (dt == DType::Q4_K) put_f16(blk, 0.01f * u(rng)), put_f16(blk + 2, 0.01f * u(rng));
+        }
+      }
+      std::vector<float> values(static_cast<size_t>(4 * n));
+      for (int r = 0; r < 4; ++r) dequantize_row(dt, base + r * stride, values.data() + r * n, n);
+      const std::vector<float> x = random_vec(static_cast<size_t>(n), 42);
+      for (int rows = 1; rows <= 4; ++rows) {
+        float want[4], got[4];
+        cpu::dot_rows(x.data(), values.data(), n, rows, n, want);
+        cpu::dot_rows_stored(dt, x.data(), base, stride, rows, n, got);
+        EXPECT_EQ(std::memcmp(got, want, static_cast<size_t>(rows) * 4), 0) << rows << " rows";
+      }
+    }
+  }
+}
+
 TEST_P(MatmulTest, ShapeMismatchNamesTensors) {
   HostWeight w = make_weight(DType::F32, {8, 32}, 3);
   Tensor y = arena().alloc(ops().activation_dtype(), {2, 8});

@@ -186,6 +186,14 @@ TEST(MoeStats, HybridReportsItsFetchCap) {
   EXPECT_EQ(m["strategy"], "hybrid");
   EXPECT_EQ(m["fetch_cap"], 1);
   EXPECT_EQ(m["prefetch"], true);  // auto: on for hybrid
+  // Misses over the cap ran on the CPU: lookups that missed, in the hit rate and in /metrics.
+  const int64_t hits = m["hits"].get<int64_t>(), misses = m["misses"].get<int64_t>();
+  const int64_t cpu_misses = m["cpu_misses"].get<int64_t>();
+  EXPECT_GT(cpu_misses, 0) << m.dump();
+  EXPECT_EQ(cpu_misses, m["cpu_experts"].get<int64_t>());  // every MoE layer is a cache layer here
+  EXPECT_DOUBLE_EQ(m["hit_rate"].get<double>(),
+                   static_cast<double>(hits) / static_cast<double>(hits + misses + cpu_misses));
+  EXPECT_NE(metrics(c).find(fmt::format("freetoken_moe_cpu_misses_total {}\n", cpu_misses)), std::string::npos);
 }
 
 TEST(MoeStats, FusedHasNoMoeBlock) {

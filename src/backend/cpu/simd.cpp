@@ -27,7 +27,11 @@ Level detect() {
   if (cap && std::strcmp(cap, "scalar") == 0) return Level::kScalar;
   const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  if (avx2 && __builtin_cpu_supports("avx512f") && !(cap && std::strcmp(cap, "avx2") == 0)) return Level::kAvx512;
+  // The AVX-512 kernels use BW and VL too (masked 16-bit loads in the BF16 tails): every AVX-512
+  // server core since Skylake-SP has them; AVX-512F alone (Xeon Phi) takes the AVX2 level.
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl");
+  if (avx2 && avx512 && !(cap && std::strcmp(cap, "avx2") == 0)) return Level::kAvx512;
   if (avx2) return Level::kAvx2;
   return Level::kScalar;
 }
