@@ -139,54 +139,7 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* s, flo
   for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
 }
 
-// ---- GGUF block decoders for the hot weight types. Each follows quant/'s scalar dequantizer
-// (ggml-quants.c dequantize_row_*) operation for operation: Q4_K y = (d * sc) * q - (dmin * m),
-// Q6_K y = (d * sc) * q, Q8_0 y = q * d. This file is compiled with -ffp-contract=off, so a product and a difference
-// stay two roundings and the floats equal quant::dequantize_row's bit for bit (tested on every
-// level). The expert executor and the float matmul decode every weight row through to_f32: the
-// scalar Q4_K decoder cost 3.4x the dot product itself there (perf, CPU strategy, q4_k). ----
-
-/** The f16 value at byte 2k of a block (Q8_0: d, k = 0; Q4_K: d, dmin, k = 0, 1; Q6_K: d, k = 104). */
-inline float block_f16(const uint8_t* blk, int k) {
-  uint16_t h;
-  std::memcpy(&h, blk + 2 * k, 2);
-  return f16_to_f32(h);
-}
-
-/** The scales and offsets of the 8 sub-blocks (32 elements each) of the Q4_K block at `blk`:
- *  ds[j] = d * sc[j], dm[j] = dmin * m[j], one rounding each, exactly as the scalar dequantizer forms
- *  them (y = ds[j] * q - dm[j]). The 12 scale bytes q[0..11] pack 6-bit values: sc[0..3] and m[0..3]
- *  are the low 6 bits of q[0..3] and q[4..7]; sc[4..7] and m[4..7] are the low and high nibbles of
- *  q[8..11] with their top 2 bits taken from the top 2 bits of q[0..3] and q[4..7] (ggml-quants.c
- *  get_scale_min_k4). All 8 are unpacked at once with 32-bit word operations, then widened and
- *  scaled in one vector multiply each. */
-__attribute__((target("avx2"))) inline void q4_k_block_scales(const uint8_t* blk, float ds[8], float dm[8]) {
-  uint32_t q[3];
-  std::memcpy(q, blk + offsetof(quant::BlockQ4_K, scales), 12);
-  const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
-  const uint32_t sc_lo = q[0] & low6, m_lo = q[1] & low6;
-  const uint32_t sc_hi = (q[2] & nib) | (((q[0] >> 6) & top2) << 4);
-  const uint32_t m_hi = ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4);
-  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
-  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
-  _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 0)), sc));
-  _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 1)), m));
-}
-
-/** The 32 quant bytes of sub-blocks 2j, 2j + 1 split into their low nibbles (elements 64j ..
- *  64j + 31, sub-block 2j) and high nibbles (sub-block 2j + 1). */
-__attribute__((target("avx2"))) inline void q4_k_nibbles(const uint8_t* qs, int j, __m256i& lo, __m256i& hi) {
-  const __m256i low = _mm256_set1_epi8(0x0f);
-  const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
-  lo = _mm256_and_si256(qb, low);
-  hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
-}
-
-/** The 16-byte quarter p (0..3) of the nibbles of q4_k_nibbles: elements 64j + 16p .. + 15. */
-__attribute__((target("avx2"))) inline __m128i q4_k_quarter(__m256i lo, __m256i hi, int p) {
-  const __m256i v = p < 2 ? lo : hi;
-  return (p & 1) ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v);
-}
+// ---- BF16 rows ----
 
 __attribute__((target("avx512f"))) inline __m512 widen_bf16_16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -194,34 +147,6 @@ __attribute__((target("avx512f"))) inline __m512 widen_bf16_16(__m256i h) {
 
 __attribute__((target("avx2"))) inline __m256 widen_bf16_8(__m128i h) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/** 16 Q4_K elements: d * q - m (two roundings; this file has no FP contraction). */
-__attribute__((target("avx512f"))) inline __m512 q4_chunk16(__m128i bytes, __m512 d, __m512 m) {
-  return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes))), m);
-}
-
-/** q4_chunk16 of the nibble values 0..15: the lookup table of a sub-block with scale d, offset m. */
-__attribute__((target("avx512f"))) inline __m512 q4_k_table16(float d, float m) {
-  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), q), _mm512_set1_ps(m));
-}
-
-/** 8 Q4_K elements from the low 8 bytes of `bytes`: d * q - m. */
-__attribute__((target("avx2"))) inline __m256 q4_chunk8(__m128i bytes, __m256 d, __m256 m) {
-  return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes))), m);
-}
-
-/** 16 Q8_0 elements: q * d. */
-__attribute__((target("avx512f"))) inline __m512 q8_chunk16(const uint8_t* q, __m512 d) {
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)))),
-                       d);
-}
-
-/** 8 Q8_0 elements: q * d. */
-__attribute__((target("avx2"))) inline __m256 q8_chunk8(const uint8_t* q, __m256 d) {
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))),
-                       d);
 }
 
 __attribute__((target("avx512f,avx2"))) void bf16_to_f32_avx512(const uint16_t* s, float* d, int64_t n) {
@@ -238,104 +163,179 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* s, float* 
   for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
 }
 
-__attribute__((target("avx512f,avx2"))) void q4_k_to_f32_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ4_K));
+// ---- GGUF block rows. Each block type has a kernel class: prep() forms a block's scales; group16()
+// (AVX-512) and group8() (AVX2) decode group g of its elements, kGroup16 vectors of 16 or kGroup8 of
+// 8 in element order (a group is what one load of quant bytes serves), following
+// quant/'s scalar dequantizer (ggml-quants.c dequantize_row_*) operation for operation: Q4_K
+// y = (d * sc) * q - (dmin * m), Q6_K y = (d * sc) * q, Q8_0 y = q * d. This file is compiled with
+// -ffp-contract=off, so a product and a difference stay two roundings and the floats equal
+// quant::dequantize_row's bit for bit (tested on every level). One decoder and one fused dot per
+// SIMD level serve every kernel class. The expert executor and the float matmul decode every
+// weight row through them: the scalar Q4_K decoder cost 3.4x the dot product itself there (perf, CPU
+// strategy, q4_k), and the scalar Q6_K path ran at 0.7 GB/s per core. ----
+
+/** The f16 value at byte 2k of a block (Q8_0: d, k = 0; Q4_K: d, dmin, k = 0, 1; Q6_K: d, k = 104). */
+inline float block_f16(const uint8_t* blk, int k) {
+  uint16_t h;
+  std::memcpy(&h, blk + 2 * k, 2);
+  return f16_to_f32(h);
+}
+
+/** Q8_0: blocks of 32, y = q * d. */
+struct Q8_0Rows {
+  static constexpr int64_t kElems = 32, kBytes = sizeof(quant::BlockQ8_0);
+  struct Prep {
+    float d;
+  };
+  static Prep prep(const uint8_t* blk) { return {block_f16(blk, 0)}; }
+  static const uint8_t* qs(const uint8_t* blk) { return blk + offsetof(quant::BlockQ8_0, qs); }
+  static constexpr int kGroup16 = 2, kGroup8 = 4;  // a group is one block
+  __attribute__((target("avx512f"))) static void group16(const uint8_t* blk, const Prep& p, int, __m512* out) {
+    for (int c = 0; c < 2; ++c) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs(blk) + 16 * c));
+      out[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(p.d));
+    }
+  }
+  __attribute__((target("avx2"))) static void group8(const uint8_t* blk, const Prep& p, int, __m256* out) {
+    for (int c = 0; c < 4; ++c) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs(blk) + 8 * c));
+      out[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(p.d));
+    }
+  }
+};
+
+/** Q4_K: blocks of 256 in 8 sub-blocks of 32 with 6-bit scales and mins. Elements 64j .. 64j + 31
+ *  are the low nibbles of qs[32j .. 32j + 31] (sub-block 2j), elements 64j + 32 .. 64j + 63 their
+ *  high nibbles (sub-block 2j + 1). */
+struct Q4_KRows {
+  static constexpr int64_t kElems = 256, kBytes = sizeof(quant::BlockQ4_K);
+  /** ds[j] = d * sc[j], dm[j] = dmin * m[j], one rounding each, as the scalar dequantizer forms them. */
+  struct Prep {
     float ds[8], dm[8];
-    q4_k_block_scales(blk, ds, dm);
-    for (int j = 0; j < 4; ++j, y += 64) {
-      __m256i lo, hi;
-      q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
-      for (int p = 0; p < 4; ++p)
-        _mm512_storeu_ps(y + 16 * p, q4_chunk16(q4_k_quarter(lo, hi, p), _mm512_set1_ps(ds[2 * j + p / 2]),
-                                                _mm512_set1_ps(dm[2 * j + p / 2])));
+  };
+  /** The 12 scale bytes q[0..11] pack 6-bit values: sc[0..3] and m[0..3] are the low 6 bits of
+   *  q[0..3] and q[4..7]; sc[4..7] and m[4..7] are the low and high nibbles of q[8..11] with their
+   *  top 2 bits taken from the top 2 bits of q[0..3] and q[4..7] (ggml-quants.c get_scale_min_k4).
+   *  All 8 are unpacked at once with 32-bit word operations, then widened and scaled in one vector
+   *  multiply each. */
+  __attribute__((target("avx2"))) static Prep prep(const uint8_t* blk) {
+    uint32_t q[3];
+    std::memcpy(q, blk + offsetof(quant::BlockQ4_K, scales), 12);
+    const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
+    const uint32_t sc_lo = q[0] & low6, m_lo = q[1] & low6;
+    const uint32_t sc_hi = (q[2] & nib) | (((q[0] >> 6) & top2) << 4);
+    const uint32_t m_hi = ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4);
+    Prep p;
+    _mm256_storeu_ps(p.ds, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 0)), widen(sc_lo, sc_hi)));
+    _mm256_storeu_ps(p.dm, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 1)), widen(m_lo, m_hi)));
+    return p;
+  }
+  /** The 8 bytes lo, hi (little-endian) widened to floats. */
+  __attribute__((target("avx2"))) static __m256 widen(uint32_t lo, uint32_t hi) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(hi), static_cast<int>(lo))));
+  }
+  static constexpr int kGroup16 = 4, kGroup8 = 8;  // a group is 64 elements: sub-blocks 2j, 2j + 1
+  /** The 4-bit values of group j's quarters (16 elements each): low nibbles of qs[32j ..], of
+   *  qs[32j + 16 ..], then the high nibbles of both. */
+  __attribute__((target("avx2"))) static void quarters(const uint8_t* blk, int j, __m128i q[4]) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + offsetof(quant::BlockQ4_K, qs) + 32 * j));
+    const __m256i lo = _mm256_and_si256(qb, low), hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
+    q[0] = _mm256_castsi256_si128(lo), q[1] = _mm256_extracti128_si256(lo, 1);
+    q[2] = _mm256_castsi256_si128(hi), q[3] = _mm256_extracti128_si256(hi, 1);
+  }
+  /** Each sub-block's 16 possible values, formed exactly as group8 forms each one; an element is
+   *  then a vpermps lookup instead of convert, multiply and subtract (~10% faster). */
+  __attribute__((target("avx512f,avx2"))) static void group16(const uint8_t* blk, const Prep& p, int j, __m512* out) {
+    const __m512 levels = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table[2];
+    for (int s = 0; s < 2; ++s)
+      table[s] = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(p.ds[2 * j + s]), levels), _mm512_set1_ps(p.dm[2 * j + s]));
+    __m128i q[4];
+    quarters(blk, j, q);
+    for (int i = 0; i < 4; ++i) out[i] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(q[i]), table[i / 2]);
+  }
+  __attribute__((target("avx2"))) static void group8(const uint8_t* blk, const Prep& p, int j, __m256* out) {
+    __m128i q[4];
+    quarters(blk, j, q);
+    for (int i = 0; i < 4; ++i) {
+      const __m256 d = _mm256_set1_ps(p.ds[2 * j + i / 2]), m = _mm256_set1_ps(p.dm[2 * j + i / 2]);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h ? _mm_srli_si128(q[i], 8) : q[i]));
+        out[2 * i + h] = _mm256_sub_ps(_mm256_mul_ps(d, v), m);
+      }
+    }
+  }
+};
+
+/** Q6_K (ggml-quants.c dequantize_row_q6_K): blocks of 256 in two halves of 128; in half h, the 16
+ *  elements 128h + 16c .. + 15 (c = 0..7) have scale index 8h + c and 6-bit values from a nibble of
+ *  ql (low nibbles of ql[64h + 32(q & 1) + 16s ..] for quarter q = c / 2 < 2, high nibbles for
+ *  q >= 2, s = c % 2) and 2 bits of qh[32h + 16s ..] (bits 2q, 2q + 1), minus 32; y = (d * sc) * q. */
+struct Q6_KRows {
+  static constexpr int64_t kElems = 256, kBytes = sizeof(quant::BlockQ6_K);
+  /** ds[i] = d * scale[i], one rounding each. */
+  struct Prep {
+    float ds[16];
+  };
+  __attribute__((target("avx2"))) static Prep prep(const uint8_t* blk) {
+    const __m256 d = _mm256_set1_ps(block_f16(blk, offsetof(quant::BlockQ6_K, d) / 2));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, scales)));
+    Prep p;
+    _mm256_storeu_ps(p.ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_storeu_ps(p.ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    return p;
+  }
+  static constexpr int kGroup16 = 1, kGroup8 = 2;  // a group is 16 elements
+  /** The values q - 32 (int8) of elements 16c .. 16c + 15 (c = 0..15 over the whole block). */
+  __attribute__((target("avx2"))) static __m128i values(const uint8_t* blk, int c) {
+    const int half = c / 8, q = (c % 8) / 2, s = c % 2;
+    __m128i lo = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, ql) + 64 * half + 32 * (q & 1) + 16 * s));
+    if (q >= 2) lo = _mm_srli_epi16(lo, 4);
+    const __m128i hb =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, qh) + 32 * half + 16 * s));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * q)), _mm_set1_epi8(3)), 4);
+    return _mm_sub_epi8(_mm_or_si128(_mm_and_si128(lo, _mm_set1_epi8(0x0f)), hi), _mm_set1_epi8(32));
+  }
+  __attribute__((target("avx512f,avx2"))) static void group16(const uint8_t* blk, const Prep& p, int c, __m512* out) {
+    out[0] = _mm512_mul_ps(_mm512_set1_ps(p.ds[c]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(values(blk, c))));
+  }
+  __attribute__((target("avx2"))) static void group8(const uint8_t* blk, const Prep& p, int c, __m256* out) {
+    const __m128i q = values(blk, c);
+    const __m256 d = _mm256_set1_ps(p.ds[c]);
+    out[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    out[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))));
+  }
+};
+
+/** Decodes `n_blocks` blocks of kernel class K at `src` into y (AVX-512). */
+template <class K>
+__attribute__((target("avx512f,avx2"))) void decode_blocks_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const uint8_t* blk = src + i * K::kBytes;
+    const typename K::Prep p = K::prep(blk);
+#pragma GCC unroll 16
+    for (int g = 0; g < K::kElems / (16 * K::kGroup16); ++g) {
+      __m512 v[K::kGroup16];
+      K::group16(blk, p, g, v);
+      for (int i = 0; i < K::kGroup16; ++i, y += 16) _mm512_storeu_ps(y, v[i]);
     }
   }
 }
 
-__attribute__((target("avx2"))) void q4_k_to_f32_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
+/** Decodes `n_blocks` blocks of kernel class K at `src` into y (AVX2). */
+template <class K>
+__attribute__((target("avx2"))) void decode_blocks_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
-    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ4_K));
-    float ds[8], dm[8];
-    q4_k_block_scales(blk, ds, dm);
-    for (int j = 0; j < 4; ++j, y += 64) {
-      __m256i lo, hi;
-      q4_k_nibbles(blk + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
-      for (int p = 0; p < 4; ++p) {
-        const __m128i q = q4_k_quarter(lo, hi, p);
-        const __m256 vd = _mm256_set1_ps(ds[2 * j + p / 2]), vm = _mm256_set1_ps(dm[2 * j + p / 2]);
-        _mm256_storeu_ps(y + 16 * p, q4_chunk8(q, vd, vm));
-        _mm256_storeu_ps(y + 16 * p + 8, q4_chunk8(_mm_srli_si128(q, 8), vd, vm));
-      }
+    const uint8_t* blk = src + i * K::kBytes;
+    const typename K::Prep p = K::prep(blk);
+#pragma GCC unroll 16
+    for (int g = 0; g < K::kElems / (8 * K::kGroup8); ++g) {
+      __m256 v[K::kGroup8];
+      K::group8(blk, p, g, v);
+      for (int i = 0; i < K::kGroup8; ++i, y += 8) _mm256_storeu_ps(y, v[i]);
     }
-  }
-}
-
-__attribute__((target("avx512f"))) void q8_0_to_f32_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t i = 0; i < n_blocks; ++i, y += 32) {
-    const auto b = quant::load_block<quant::BlockQ8_0>(src, i);
-    const __m512 d = _mm512_set1_ps(f16_to_f32(b.d));
-    for (int h = 0; h < 2; ++h) _mm512_storeu_ps(y + 16 * h, q8_chunk16(reinterpret_cast<const uint8_t*>(b.qs) + 16 * h, d));
-  }
-}
-
-__attribute__((target("avx2"))) void q8_0_to_f32_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t i = 0; i < n_blocks; ++i, y += 32) {
-    const auto b = quant::load_block<quant::BlockQ8_0>(src, i);
-    const __m256 d = _mm256_set1_ps(f16_to_f32(b.d));
-    for (int h = 0; h < 4; ++h) _mm256_storeu_ps(y + 8 * h, q8_chunk8(reinterpret_cast<const uint8_t*>(b.qs) + 8 * h, d));
-  }
-}
-
-// Q6_K (ggml-quants.c dequantize_row_q6_K): two halves of 128 elements; in half h, the 16 elements
-// 128h + 16c .. + 15 (chunk c = 0..7) have scale index 8h + c and 6-bit values from a nibble of ql
-// (low nibbles of ql[64h + 32(q & 1) + 16s ..] for quarter q = c / 2 < 2, high nibbles for q >= 2,
-// s = c % 2) and 2 bits of qh[32h + 16s ..] (bits 2q, 2q + 1), minus 32; y = (d * scale) * q.
-
-/** The 16 values (q - 32, int8) of chunk c of half h of the Q6_K block at `blk`. */
-__attribute__((target("avx2"))) inline __m128i q6_k_chunk(const uint8_t* blk, int h, int c) {
-  const int q = c / 2, s = c % 2;
-  const __m128i m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(3);
-  __m128i lo = _mm_loadu_si128(
-      reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, ql) + 64 * h + 32 * (q & 1) + 16 * s));
-  if (q >= 2) lo = _mm_srli_epi16(lo, 4);
-  const __m128i hb =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, qh) + 32 * h + 16 * s));
-  const __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * q)), m2), 4);
-  return _mm_sub_epi8(_mm_or_si128(_mm_and_si128(lo, m4), hi), _mm_set1_epi8(32));
-}
-
-/** The 16 scales d * scale[j] of the Q6_K block at `blk`, one rounding each (as the scalar decoder). */
-__attribute__((target("avx2"))) inline void q6_k_block_scales(const uint8_t* blk, float ds[16]) {
-  const __m256 d = _mm256_set1_ps(block_f16(blk, offsetof(quant::BlockQ6_K, d) / 2));
-  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, scales)));
-  _mm256_storeu_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-  _mm256_storeu_ps(ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
-}
-
-__attribute__((target("avx512f,avx2"))) void q6_k_to_f32_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ6_K));
-    float ds[16];
-    q6_k_block_scales(blk, ds);
-    for (int h = 0; h < 2; ++h)
-      for (int c = 0; c < 8; ++c, y += 16)
-        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_set1_ps(ds[8 * h + c]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q6_k_chunk(blk, h, c)))));
-  }
-}
-
-__attribute__((target("avx2"))) void q6_k_to_f32_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    const uint8_t* blk = src + i * static_cast<int64_t>(sizeof(quant::BlockQ6_K));
-    float ds[16];
-    q6_k_block_scales(blk, ds);
-    for (int h = 0; h < 2; ++h)
-      for (int c = 0; c < 8; ++c, y += 16) {
-        const __m128i q = q6_k_chunk(blk, h, c);
-        const __m256 d = _mm256_set1_ps(ds[8 * h + c]);
-        _mm256_storeu_ps(y, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
-        _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))));
-      }
   }
 }
 
@@ -407,143 +407,79 @@ __attribute__((target("avx2,fma"))) void dot_bf16_avx2(const float* x, const uin
   }
 }
 
-template <int RR>
-__attribute__((target("avx512f,avx2"))) void dot_q4_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
-                                                             float* y) {
+
+/** y[r] = x . row r for rows of kernel class K (AVX-512): per block the rows' scales, then per
+ *  group the x vectors loaded once for all rows. */
+template <class K, int RR>
+__attribute__((target("avx512f,avx2"))) void dot_blocks_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                               float* y) {
   __m512 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
-  constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
-  for (int64_t b = 0; b < n / 256; ++b) {
-    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    float ds[RR][8], dm[RR][8];
-    for (int r = 0; r < RR; ++r) q4_k_block_scales(w + r * rb + b * kBlock, ds[r], dm[r]);
-    for (int j = 0; j < 4; ++j) {  // elements 64j .. 64j + 63 of the block: sub-blocks 2j, 2j + 1
-      const float* xb = x + b * 256 + 64 * j;
-      const __m512 xv[4] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16), _mm512_loadu_ps(xb + 32),
-                            _mm512_loadu_ps(xb + 48)};
+  for (int64_t b = 0; b < n / K::kElems; ++b) {
+    prefetch_next(w + RR * rb, b * RR * K::kBytes, RR * K::kBytes);
+    typename K::Prep p[RR];
+    for (int r = 0; r < RR; ++r) p[r] = K::prep(w + r * rb + b * K::kBytes);
+    constexpr int G = K::kGroup16;
+#pragma GCC unroll 16
+    for (int g = 0; g < K::kElems / (16 * G); ++g) {
+      __m512 xv[G];
+      for (int i = 0; i < G; ++i) xv[i] = _mm512_loadu_ps(x + b * K::kElems + 16 * (G * g + i));
       for (int r = 0; r < RR; ++r) {
-        __m256i lo, hi;
-        q4_k_nibbles(w + r * rb + b * kBlock + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
-        // The 16 values a nibble can decode to in each sub-block, formed exactly as q4_chunk16 forms
-        // them; each element is then a table lookup (vpermps) instead of convert, multiply, subtract.
-        const __m512 table[2] = {q4_k_table16(ds[r][2 * j], dm[r][2 * j]), q4_k_table16(ds[r][2 * j + 1], dm[r][2 * j + 1])};
-        for (int p = 0; p < 4; ++p)
-          acc[r] = _mm512_fmadd_ps(
-              xv[p], _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(q4_k_quarter(lo, hi, p)), table[p / 2]), acc[r]);
+        __m512 v[G];
+        K::group16(w + r * rb + b * K::kBytes, p[r], g, v);
+        for (int i = 0; i < G; ++i) acc[r] = _mm512_fmadd_ps(xv[i], v[i], acc[r]);
       }
     }
   }
   for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-template <int RR>
-__attribute__((target("avx2,fma"))) void dot_q4_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
-                                                       float* y) {
+/** dot_blocks_avx512 with 8-element chunks (AVX2). */
+template <class K, int RR>
+__attribute__((target("avx2,fma"))) void dot_blocks_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+                                                         float* y) {
   __m256 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
-  constexpr int64_t kBlock = sizeof(quant::BlockQ4_K);
-  for (int64_t b = 0; b < n / 256; ++b) {
-    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    float ds[RR][8], dm[RR][8];
-    for (int r = 0; r < RR; ++r) q4_k_block_scales(w + r * rb + b * kBlock, ds[r], dm[r]);
-    for (int j = 0; j < 4; ++j)
+  for (int64_t b = 0; b < n / K::kElems; ++b) {
+    prefetch_next(w + RR * rb, b * RR * K::kBytes, RR * K::kBytes);
+    typename K::Prep p[RR];
+    for (int r = 0; r < RR; ++r) p[r] = K::prep(w + r * rb + b * K::kBytes);
+    constexpr int G = K::kGroup8;
+#pragma GCC unroll 16
+    for (int g = 0; g < K::kElems / (8 * G); ++g)
       for (int r = 0; r < RR; ++r) {
-        const float* xb = x + b * 256 + 64 * j;
-        __m256i lo, hi;
-        q4_k_nibbles(w + r * rb + b * kBlock + offsetof(quant::BlockQ4_K, qs), j, lo, hi);
-        for (int p = 0; p < 4; ++p) {
-          const __m128i q = q4_k_quarter(lo, hi, p);
-          const __m256 vd = _mm256_set1_ps(ds[r][2 * j + p / 2]), vm = _mm256_set1_ps(dm[r][2 * j + p / 2]);
-          acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p), q4_chunk8(q, vd, vm), acc[r]);
-          acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16 * p + 8), q4_chunk8(_mm_srli_si128(q, 8), vd, vm), acc[r]);
-        }
+        __m256 v[G];
+        K::group8(w + r * rb + b * K::kBytes, p[r], g, v);
+        for (int i = 0; i < G; ++i)
+          acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + b * K::kElems + 8 * (G * g + i)), v[i], acc[r]);
       }
   }
   for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
 }
 
 template <int RR>
-__attribute__((target("avx512f"))) void dot_q8_0_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
-                                                        float* y) {
-  __m512 acc[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
-  constexpr int64_t kBlock = sizeof(quant::BlockQ8_0);
-  for (int64_t b = 0; b < n / 32; ++b) {
-    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-    for (int r = 0; r < RR; ++r) {
-      const uint8_t* blk = w + r * rb + b * kBlock;
-      const __m512 d = _mm512_set1_ps(block_f16(blk, 0));
-      const uint8_t* q = blk + offsetof(quant::BlockQ8_0, qs);
-      acc[r] = _mm512_fmadd_ps(x0, q8_chunk16(q, d), acc[r]);
-      acc[r] = _mm512_fmadd_ps(x1, q8_chunk16(q + 16, d), acc[r]);
-    }
-  }
-  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+void dot_q4_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
+  dot_blocks_avx512<Q4_KRows, RR>(x, w, rb, n, y);
 }
-
 template <int RR>
-__attribute__((target("avx2,fma"))) void dot_q8_0_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
-                                                       float* y) {
-  __m256 acc[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
-  constexpr int64_t kBlock = sizeof(quant::BlockQ8_0);
-  for (int64_t b = 0; b < n / 32; ++b) {
-    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    for (int r = 0; r < RR; ++r) {
-      const uint8_t* blk = w + r * rb + b * kBlock;
-      const __m256 d = _mm256_set1_ps(block_f16(blk, 0));
-      const uint8_t* q = blk + offsetof(quant::BlockQ8_0, qs);
-      for (int h = 0; h < 4; ++h) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 32 * b + 8 * h), q8_chunk8(q + 8 * h, d), acc[r]);
-    }
-  }
-  for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
+void dot_q6_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
+  dot_blocks_avx512<Q6_KRows, RR>(x, w, rb, n, y);
 }
-
 template <int RR>
-__attribute__((target("avx512f,avx2"))) void dot_q6_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n,
-                                                             float* y) {
-  __m512 acc[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
-  constexpr int64_t kBlock = sizeof(quant::BlockQ6_K);
-  for (int64_t b = 0; b < n / 256; ++b) {
-    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    float ds[RR][16];
-    for (int r = 0; r < RR; ++r) q6_k_block_scales(w + r * rb + b * kBlock, ds[r]);
-    for (int c = 0; c < 16; ++c) {  // elements 16c .. 16c + 15 of the block
-      const __m512 xv = _mm512_loadu_ps(x + b * 256 + 16 * c);
-      for (int r = 0; r < RR; ++r)
-        acc[r] = _mm512_fmadd_ps(
-            xv,
-            _mm512_mul_ps(_mm512_set1_ps(ds[r][c]),
-                          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q6_k_chunk(w + r * rb + b * kBlock, c / 8, c % 8)))),
-            acc[r]);
-    }
-  }
-  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+void dot_q8_0_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
+  dot_blocks_avx512<Q8_0Rows, RR>(x, w, rb, n, y);
 }
-
 template <int RR>
-__attribute__((target("avx2,fma"))) void dot_q6_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
-                                                       float* y) {
-  __m256 acc[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
-  constexpr int64_t kBlock = sizeof(quant::BlockQ6_K);
-  for (int64_t b = 0; b < n / 256; ++b) {
-    prefetch_next(w + RR * rb, b * RR * kBlock, RR * kBlock);
-    float ds[RR][16];
-    for (int r = 0; r < RR; ++r) q6_k_block_scales(w + r * rb + b * kBlock, ds[r]);
-    for (int c = 0; c < 16; ++c)
-      for (int r = 0; r < RR; ++r) {
-        const __m128i q = q6_k_chunk(w + r * rb + b * kBlock, c / 8, c % 8);
-        const __m256 d = _mm256_set1_ps(ds[r][c]);
-        const float* xc = x + b * 256 + 16 * c;
-        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xc), _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))), acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xc + 8),
-                                 _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)))), acc[r]);
-      }
-  }
-  for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
+void dot_q4_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
+  dot_blocks_avx2<Q4_KRows, RR>(x, w, rb, n, y);
+}
+template <int RR>
+void dot_q6_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
+  dot_blocks_avx2<Q6_KRows, RR>(x, w, rb, n, y);
+}
+template <int RR>
+void dot_q8_0_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
+  dot_blocks_avx2<Q8_0Rows, RR>(x, w, rb, n, y);
 }
 
 using StoredDotFn = void (*)(const float*, const uint8_t*, int64_t, int64_t, float*);
@@ -621,11 +557,12 @@ void to_f32(DType type, const void* src, float* dst, int64_t n) {
       const int64_t bs = type == DType::Q8_0 ? 32 : 256;
       if (kLevel == Level::kScalar || n % bs != 0) return dequantize_row(type, src, dst, n);  // it names bad counts
       const auto* s = static_cast<const uint8_t*>(src);
+      const bool wide = kLevel == Level::kAvx512;
       if (type == DType::Q4_K)
-        return kLevel == Level::kAvx512 ? q4_k_to_f32_avx512(s, dst, n / bs) : q4_k_to_f32_avx2(s, dst, n / bs);
+        return wide ? decode_blocks_avx512<Q4_KRows>(s, dst, n / bs) : decode_blocks_avx2<Q4_KRows>(s, dst, n / bs);
       if (type == DType::Q6_K)
-        return kLevel == Level::kAvx512 ? q6_k_to_f32_avx512(s, dst, n / bs) : q6_k_to_f32_avx2(s, dst, n / bs);
-      return kLevel == Level::kAvx512 ? q8_0_to_f32_avx512(s, dst, n / bs) : q8_0_to_f32_avx2(s, dst, n / bs);
+        return wide ? decode_blocks_avx512<Q6_KRows>(s, dst, n / bs) : decode_blocks_avx2<Q6_KRows>(s, dst, n / bs);
+      return wide ? decode_blocks_avx512<Q8_0Rows>(s, dst, n / bs) : decode_blocks_avx2<Q8_0Rows>(s, dst, n / bs);
     }
     default: dequantize_row(type, src, dst, n);
   }
