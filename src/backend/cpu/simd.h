@@ -1,9 +1,10 @@
 #pragma once
-// SIMD inner loops of the CPU backend with run-time dispatch: AVX-512F, AVX2+FMA+F16C, or scalar,
+// SIMD inner loops of the CPU backend with run-time dispatch: AVX-512 (F, BW, VL), AVX2+FMA+F16C, or scalar,
 // chosen once from __builtin_cpu_supports (ft_core is compiled for x86-64-v2; the fast paths use
 // target attributes); the environment variable FT_CPU_SIMD=scalar|avx2 caps the choice. Every
 // function gives the same result for a given input on a given machine, whatever the surrounding
-// batch, so batched and single-sequence runs agree bit for bit.
+// batch, so batched and single-sequence runs agree bit for bit. simd.cpp holds the level and the
+// float dot tiles, block_rows.cpp the stored weight rows (to_f32, dot_rows_stored).
 #include <cstdint>
 
 #include "tensor/dtype.h"
