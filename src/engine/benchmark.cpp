@@ -385,7 +385,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"achieved_gbs", decoded(bw / 1e9)},
                        {"bandwidth_fraction", r.copy_bandwidth > 0 ? decoded(bw / r.copy_bandwidth) : nlohmann::json(nullptr)}});
     if (b.moe_cache) {
-      const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1));
+      const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
       results.back()["moe_cache"] = {{"hits", b.moe.hits},
                                      {"misses", b.moe.misses},
                                      {"cpu_misses", b.moe.cpu_misses},
@@ -394,8 +394,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                                      {"fetched_bytes_per_step", decoded(static_cast<double>(b.moe.bytes) / n)},
                                      {"cpu_experts_per_step", decoded(static_cast<double>(b.moe.cpu_experts) / n)},
                                      {"prefetched_per_step", decoded(static_cast<double>(b.moe.prefetched) / n)},
-                                     {"ceiling_tokens_per_s", moe_ceiling(r, b) > 0 ? nlohmann::json(moe_ceiling(r, b))
-                                                                                    : nlohmann::json(nullptr)}};
+                                     {"ceiling_tokens_per_s", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json(nullptr)}};
     }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
       nlohmann::json prof = nlohmann::json::array();

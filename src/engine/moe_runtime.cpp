@@ -88,8 +88,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
   // The cap counts a layer's distinct misses per step (all tokens of a batch together): above the
   // layer's expert count it can never apply.
-  int32_t max_experts = 0;
-  for (int32_t e : experts_per_layer) max_experts = std::max(max_experts, e);
+  const int32_t max_experts = budget_.experts_per_layer;
   if (config.moe.fetch_cap > max_experts)
     fail(ErrorCode::kInvalidArgument,
          "--moe-fetch-cap {} exceeds the {} experts of a layer (it counts a layer's distinct misses per step); use "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -72,25 +73,36 @@ void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, D
 }
 
 ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads,
-                         const std::function<void(int64_t layer)>& layer_filled) {
+                         const std::function<void(int64_t layer)>& layer_filled, bool layer_filled_frees_memory) {
   layers_.resize(host.size());
   std::vector<std::pair<int64_t, int32_t>> items;  // (layer, expert) records to fill
+  int64_t layer_max = 0, min_experts = INT64_MAX;
   for (size_t l = 0; l < host.size(); ++l) {
     if (host[l].n_expert() == 0) continue;
     Layer& L = layers_[l];
     L.layout = expert_layout(host[l], static_cast<int64_t>(l));
     L.n_expert = host[l].n_expert();
-    L.memory = alloc.allocate(L.layout.bytes * L.n_expert);
-    L.base = static_cast<uint8_t*>(L.memory.data());
     ++n_moe_layers_;
     max_experts_ = std::max(max_experts_, L.n_expert);
     slot_bytes_ = std::max(slot_bytes_, L.layout.bytes);
     total_bytes_ += L.layout.bytes * L.n_expert;
+    layer_max = std::max(layer_max, L.layout.bytes * L.n_expert);
+    min_experts = std::min<int64_t>(min_experts, L.n_expert);
     for (int32_t e = 0; e < L.n_expert; ++e) items.emplace_back(static_cast<int64_t>(l), e);
   }
   // Parallel fill: each worker copies whole records (reads fault the mapped checkpoint in).
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : hw, static_cast<int64_t>(items.size())));
+  // Before any bank memory is touched. The workers take records in layer order, so the layers not
+  // yet complete (not yet released by layer_filled) number at most 2 + workers / experts per layer.
+  if (total_bytes_ > 0)
+    check_bank_host_memory(total_bytes_, (2 + nt / min_experts) * layer_max, layer_filled && layer_filled_frees_memory,
+                           host_memory_available());
+  for (Layer& L : layers_)
+    if (L.n_expert > 0) {
+      L.memory = alloc.allocate(L.layout.bytes * L.n_expert);
+      L.base = static_cast<uint8_t*>(L.memory.data());
+    }
   std::vector<std::atomic<int32_t>> remaining(host.size());  // records left to copy per layer
   for (size_t l = 0; l < host.size(); ++l) remaining[l] = layers_[l].n_expert;
   std::atomic<size_t> next{0};

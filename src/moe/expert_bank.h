@@ -49,10 +49,12 @@ class ExpertBanks {
    *  for dense layers; see Model::host_experts) into records, `n_threads` parallel copies (<= 0:
    *  hardware threads; layers are filled roughly in order), then pins each layer's memory with
    *  `alloc`. `layer_filled`, when set, runs once per MoE layer as soon as its records are copied
-   *  (on a fill thread), so the caller can release that layer's source. Throws what expert_layout,
-   *  the allocator and layer_filled throw. */
+   *  (on a fill thread), so the caller can release that layer's source; `layer_filled_frees_memory`
+   *  says that this gives memory back (Checkpoint::releases_memory). Before allocating, the banks
+   *  are checked against MemAvailable (check_bank_host_memory). Throws what expert_layout, the
+   *  allocator, check_bank_host_memory and layer_filled throw. */
   ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0,
-              const std::function<void(int64_t layer)>& layer_filled = {});
+              const std::function<void(int64_t layer)>& layer_filled = {}, bool layer_filled_frees_memory = false);
   ExpertBanks(const ExpertBanks&) = delete;
   ExpertBanks& operator=(const ExpertBanks&) = delete;
 

@@ -1,8 +1,6 @@
 #include "moe/offloaded_experts.h"
 
 #include <algorithm>
-#include <climits>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -33,22 +31,9 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
     any = any || m != MoeLayerMode::kDense;
   }
   if (!any) fail(ErrorCode::kInvalidArgument, "moe runtime: the model has no routed experts");
-  // Before any bank memory is touched. The fill's threads take records in layer order, so the
-  // layers not yet complete (not yet released) number at most 2 + threads / experts per layer.
-  int64_t bank_bytes = 0, layer_max = 0, min_experts = INT64_MAX;
-  for (size_t l = 0; l < host.size(); ++l)
-    if (host[l].n_expert() > 0) {
-      const int64_t b = expert_layout(host[l], static_cast<int64_t>(l)).bytes * host[l].n_expert();
-      bank_bytes += b;
-      layer_max = std::max(layer_max, b);
-      min_experts = std::min<int64_t>(min_experts, host[l].n_expert());
-    }
-  const int64_t fill_threads =
-      opt_.bank_threads > 0 ? opt_.bank_threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t in_flight = bank_bytes > 0 ? (2 + fill_threads / min_experts) * layer_max : 0;
-  check_bank_host_memory(bank_bytes, in_flight, opt_.source_releases_memory, host_memory_available());
   alloc_ = make_bank_allocator(ops);
-  banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled);
+  banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled,
+                                         opt_.source_releases_memory);
   opt_.bank_layer_filled = nullptr;  // it may refer to the caller's state
   const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;
   if (pairs > INT32_MAX) fail(ErrorCode::kInvalidArgument, "moe runtime: {} routed pairs per step is too many", pairs);

@@ -147,7 +147,9 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
       const bool cache_layer = v.strategy != MoeStrategy::kCpu && l != 1 &&
                                !(std::string(v.cpu_layers) == "1" && l == 0);
       EXPECT_EQ(st[l].cpu_misses, cache_layer ? st[l].cpu_experts : 0) << "layer " << l;
-      if (hs) EXPECT_EQ(st[l].cpu_misses, hs->cache().stats(static_cast<int32_t>(l)).cpu) << "layer " << l;
+      if (hs) {
+        EXPECT_EQ(st[l].cpu_misses, hs->cache().stats(static_cast<int32_t>(l)).cpu) << "layer " << l;
+      }
     }
   }
 }
