@@ -21,6 +21,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pdl.cuh"
 #include "util/error.h"
 
 namespace ft::cuda {
@@ -33,7 +34,7 @@ constexpr int kDecodeMinKeys = 16;  // fewest keys a split takes (shorter ranges
 // 248.5 (fewer registers); 2 is kept for longer contexts. Splits of at least 32 or 24 keys, or 8,
 // measured no better.
 constexpr int kKeysInFlight = 2;
-constexpr int kMergeUnroll = 8;     // splits whose partials the merge loads at once
+constexpr int kMergeUnroll = 16;    // splits whose partials the merge loads at once
 
 __device__ __forceinline__ void store_out(const AttnDecodeArgs& a, int64_t i, float v) {
   if (a.out_f32) static_cast<float*>(a.out)[i] = v;
@@ -58,9 +59,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   const int64_t t = blockIdx.x;
   // blockIdx.y: GROUP consecutive query heads, g * GROUP .., of kv head gk (a.hs_log2 blocks per kv head)
   const int g = blockIdx.y, gk = g >> a.hs_log2, split = blockIdx.z, D = a.D;
+  // Before the PDL wait: the token's slot, position and key plan, and its first keys' page lookups
+  // (batch info the host wrote before the step). q and the keys come after it (the kernel before
+  // this one writes q and the token's own key).
   const int seq = a.seq[t];
   const int64_t p = a.pos[t];
   if (seq < 0 || seq >= a.n_seqs || p < 0) {  // no keys: zeros, as the general kernel's combine writes
+    pdl_enter();
     if (split == 0)
       for (int idx = threadIdx.x; idx < GROUP * D; idx += blockDim.x)
         store_out(a, (t * a.H + g * GROUP + idx / D) * D + idx % D, 0.0f);
@@ -69,9 +74,25 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   int64_t lo, per;
   int n_active;
   decode_plan(p, a.window, a.n_split, lo, per, n_active);
-  if (split >= n_active) return;  // past the token's range: not counted, never read
+  if (split >= n_active) return;  // past the token's range: not counted, never read (split 0 waits)
   const int64_t s_lo = lo + split * per, s_hi = min(p + 1, s_lo + per);
   const bool active = lane * DPL < D;
+
+  const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
+  const uint32_t ps = static_cast<uint32_t>(a.page_size);
+  auto row_of = [&](int64_t j) -> int64_t {  // element offset of key j's row for kv head g, or -1
+    if (j >= s_hi) return -1;
+    // 32-bit division (positions < 2^31): a 64-bit one is a ~70-instruction routine per key
+    const uint32_t blk = static_cast<uint32_t>(j) / ps, in_page = static_cast<uint32_t>(j) - blk * ps;
+    const int64_t page = blk < static_cast<uint32_t>(a.max_blocks) ? table[blk] : -1;
+    if (page < 0 || page >= a.n_pages) return -1;
+    return ((page * a.page_size + in_page) * a.G + gk) * D;
+  };
+  constexpr int kStep = kKeysInFlight * kDecWarps;  // keys the block's warps take per iteration
+  int64_t off[kKeysInFlight];  // rows of this warp's next keys (warp-uniform), looked up one iteration ahead
+#pragma unroll
+  for (int u = 0; u < kKeysInFlight; ++u) off[u] = row_of(s_lo + warp + u * kDecWarps);
+  pdl_enter();
 
   float q[GROUP][DPL];
 #pragma unroll
@@ -111,20 +132,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       for (int i = 0; i < DPL; ++i) o[h][i] = fmaf(pj, v[i], o[h][i] * alpha);
     }
   };
-  const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
-  const uint32_t ps = static_cast<uint32_t>(a.page_size);
-  auto row_of = [&](int64_t j) -> int64_t {  // element offset of key j's row for kv head g, or -1
-    if (j >= s_hi) return -1;
-    // 32-bit division (positions < 2^31): a 64-bit one is a ~70-instruction routine per key
-    const uint32_t blk = static_cast<uint32_t>(j) / ps, in_page = static_cast<uint32_t>(j) - blk * ps;
-    const int64_t page = blk < static_cast<uint32_t>(a.max_blocks) ? table[blk] : -1;
-    if (page < 0 || page >= a.n_pages) return -1;
-    return ((page * a.page_size + in_page) * a.G + gk) * D;
-  };
-  for (int64_t j = s_lo + warp; j < s_hi; j += kKeysInFlight * kDecWarps) {  // several keys per warp in flight
-    int64_t off[kKeysInFlight];
-#pragma unroll
-    for (int u = 0; u < kKeysInFlight; ++u) off[u] = row_of(j + u * kDecWarps);  // warp-uniform
+  for (int64_t j = s_lo + warp; j < s_hi; j += kStep) {  // several keys per warp in flight
     float kk[kKeysInFlight][DPL], vv[kKeysInFlight][DPL];
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u) {
@@ -135,9 +143,15 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
         load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
       }
     }
+    bool use[kKeysInFlight];
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) {  // the next iteration's page lookups overlap these loads
+      use[u] = off[u] >= 0;
+      off[u] = row_of(j + kStep + u * kDecWarps);
+    }
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u)
-      if (off[u] >= 0) score(kk[u], vv[u]);
+      if (use[u]) score(kk[u], vv[u]);
   }
 
   const int stride = 2 + D;
@@ -192,11 +206,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   // float4 slices of the group's outputs over the splits, kMergeUnroll splits' loads at a time.
   const int64_t rs = a.T * a.H * (D + 4);  // stride between splits
   const float* p0 = a.part + (t * a.H + g * GROUP) * (D + 4);  // split 0, head g * GROUP
-  float* wgt = sm;                     // [GROUP][n_split]
-  float* tot = sm + GROUP * a.n_split;  // [GROUP]: 1 / L_h
-  for (int i = threadIdx.x; i < GROUP * n_active; i += blockDim.x) {
+  float* wgt = sm;                             // [GROUP][n_split]
+  float* lsum = sm + GROUP * a.n_split;        // [GROUP][n_split]: each split's l
+  float* tot = sm + 2 * GROUP * a.n_split;     // [GROUP]: 1 / L_h
+  for (int i = threadIdx.x; i < GROUP * n_active; i += blockDim.x) {  // each split's (m, l) in one load
     const int h = i / n_active, s = i % n_active;
-    wgt[h * a.n_split + s] = __ldcg(p0 + s * rs + h * (D + 4));
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(p0 + s * rs + h * (D + 4)));
+    wgt[h * a.n_split + s] = ml.x, lsum[h * a.n_split + s] = ml.y;
   }
   __syncthreads();
   for (int h = warp; h < GROUP; h += kDecWarps) {
@@ -208,7 +224,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       const float ms = wgt[h * a.n_split + s];
       const float w = ms == -INFINITY ? 0.0f : __expf(ms - M);
       wgt[h * a.n_split + s] = w;
-      L = fmaf(w, __ldcg(p0 + s * rs + h * (D + 4) + 1), L);
+      L = fmaf(w, lsum[h * a.n_split + s], L);
     }
     L = warp_sum(L);
     if (lane == 0) tot[h] = L > 0.0f ? 1.0f / L : 0.0f;
@@ -252,9 +268,9 @@ template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
   // the warps' states, later the merge's split weights and totals
-  const size_t smem = static_cast<size_t>(std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (a.n_split + 1))) * 4;
-  attention_decode_kernel<DPL, GROUP><<<grid, kDecWarps * 32, smem, s>>>(a);
-  FT_CUDA_LAUNCH_CHECK();
+  const size_t smem =
+      static_cast<size_t>(std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (2 * a.n_split + 1))) * 4;
+  launch_pdl(attention_decode_kernel<DPL, GROUP>, grid, kDecWarps * 32, smem, s, a);
 }
 
 /** Query heads per block: 2 of a larger group, so a group of 8 takes 4 blocks per (token, kv head,

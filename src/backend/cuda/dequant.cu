@@ -5,6 +5,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ft::cuda {
 namespace {
@@ -16,6 +17,7 @@ __global__ void dequant_rows_kernel(const uint8_t* __restrict__ w, int64_t row_b
   using D = Dq<WT>;
   const int64_t cpr = K / D::kChunk;  // chunks per row
   const int64_t total = n_rows * cpr;
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cpr, c = i % cpr;
@@ -53,12 +55,11 @@ void launch_t(const void* w, int64_t row_bytes, int64_t K, const int32_t* ids, i
   const unsigned g = grid_1d(n_rows * (K / Dq<WT>::kChunk), 256);
   const auto* wp = static_cast<const uint8_t*>(w);
   if (out_dtype == DType::F32)
-    dequant_rows_kernel<WT, float><<<g, 256, 0, s>>>(wp, row_bytes, K, ids, V, row0, n_rows,
-                                                      static_cast<float*>(out), ldo);
+    launch_pdl(dequant_rows_kernel<WT, float>, g, 256, 0, s, wp, row_bytes, K, ids, V, row0, n_rows,
+               static_cast<float*>(out), ldo);
   else
-    dequant_rows_kernel<WT, bf16><<<g, 256, 0, s>>>(wp, row_bytes, K, ids, V, row0, n_rows,
-                                                     static_cast<bf16*>(out), ldo);
-  FT_CUDA_LAUNCH_CHECK();
+    launch_pdl(dequant_rows_kernel<WT, bf16>, g, 256, 0, s, wp, row_bytes, K, ids, V, row0, n_rows,
+               static_cast<bf16*>(out), ldo);
 }
 
 }  // namespace

@@ -140,6 +140,7 @@ __global__ void quantize_q8_kernel(const void* x, bool x_f32, int64_t ldx, int64
                                    int8_t* q2, float* xd, float* xs) {
   const int lane = threadIdx.x & 31;
   const int64_t nb = K / 32, total = rows * nb;
+  pdl_enter();
   for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; i < total;
        i += (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5) {
     const int64_t r = i / nb, b = i % nb, off = r * ldx + b * 32 + lane;
@@ -194,6 +195,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int6
   static_assert(R == 1 || MAXT == 1, "several rows per warp only for one token");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kWarpsQ8 >> ks_log2) + (warp >> ks_log2)) * R;
+  gemv_enter(a);
   const bool valid = n0 < a.N;
   if (ks == 1 && !valid) return;  // no block barrier in the epilogue when ks == 1
   const int64_t c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
@@ -262,6 +264,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_lanes_kernel(GemvArgs a
   constexpr int kRows = 32 / L;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, li = lane & (L - 1);
   const int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp) * kRows + lane / L;
+  gemv_enter(a);
   const bool valid = n < a.N;  // rows past N compute row N - 1 and store nothing (the shuffles need every lane)
   const Q8View xv(a, n_problems);
   const int64_t K = a.K, nb = K / 32;
@@ -302,9 +305,8 @@ void launch_q8_lanes(bool glu, const GemvArgs& a, int64_t n_problems, cudaStream
   const int64_t rows_per_block = kWarpsQ8 * (32 / L);
   const dim3 grid(static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block),
                   static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
-  if (glu) gemv_q8_lanes_kernel<WT, true, L><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems);
-  else gemv_q8_lanes_kernel<WT, false, L><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems);
-  FT_CUDA_LAUNCH_CHECK();
+  if (glu) launch_pdl(gemv_q8_lanes_kernel<WT, true, L>, grid, kWarpsQ8 * 32, 0, s, a, n_problems);
+  else launch_pdl(gemv_q8_lanes_kernel<WT, false, L>, grid, kWarpsQ8 * 32, 0, s, a, n_problems);
 }
 
 /** Rows per warp: 4 for one token per problem and a matrix of at least 4096 rows (not a function of
@@ -319,11 +321,10 @@ void launch_q8_r(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cuda
   const dim3 grid(static_cast<unsigned>((row_groups + per_block - 1) / per_block),
                   static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
   const int lg = gemv_log2(ks);
-  if (glu) gemv_q8_kernel<WT, 1, true, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, lg);
-  else if (maxt == 1) gemv_q8_kernel<WT, 1, false, R><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, lg);
-  else if constexpr (R == 1) gemv_q8_kernel<WT, 8, false, 1><<<grid, kWarpsQ8 * 32, 0, s>>>(a, n_problems, lg);
+  if (glu) launch_pdl(gemv_q8_kernel<WT, 1, true, R>, grid, kWarpsQ8 * 32, 0, s, a, n_problems, lg);
+  else if (maxt == 1) launch_pdl(gemv_q8_kernel<WT, 1, false, R>, grid, kWarpsQ8 * 32, 0, s, a, n_problems, lg);
+  else if constexpr (R == 1) launch_pdl(gemv_q8_kernel<WT, 8, false, 1>, grid, kWarpsQ8 * 32, 0, s, a, n_problems, lg);
   else FT_CHECK(false && "gemv_q8: several rows per warp only for one token");
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 template <DType WT>
@@ -353,10 +354,8 @@ void launch_gemv_q8(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_p
   const int64_t rows = a.table ? (n_problems + a.x_div - 1) / a.x_div : a.T, K = a.K;
   auto* xq = static_cast<int8_t*>(a.q8);
   const Q8Layout lay(rows, K);
-  quantize_q8_kernel<<<grid_1d(rows * (K / 32) * 32, 256), 256, 0, s>>>(
-      a.x, a.x_f32, a.ldx, rows, K, xq, xq + lay.q2, reinterpret_cast<float*>(xq + lay.xd),
-      reinterpret_cast<float*>(xq + lay.xs));
-  FT_CUDA_LAUNCH_CHECK();
+  launch_pdl(quantize_q8_kernel, grid_1d(rows * (K / 32) * 32, 256), 256, 0, s, a.x, a.x_f32, a.ldx, rows, K, xq,
+             xq + lay.q2, reinterpret_cast<float*>(xq + lay.xd), reinterpret_cast<float*>(xq + lay.xs));
   switch (wt) {
     case DType::Q4_0: return launch_q8_t<DType::Q4_0>(maxt, glu, a, n_problems, s);
     case DType::Q8_0: return launch_q8_t<DType::Q8_0>(maxt, glu, a, n_problems, s);

@@ -21,6 +21,7 @@
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/moe_grouped_gemm.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ft {
 namespace cuda {
@@ -49,6 +50,7 @@ constexpr int kCombineSlots = 8;
 template <typename T>
 __global__ void moe_combine_kernel(const int32_t* ids, const float* w, int64_t T_, int k, int32_t E, const float* y,
                                    const int32_t* row_of_pair, int64_t H, bool accumulate, T* out) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T_ * H;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / H, d = i % H;
@@ -280,11 +282,10 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
 
   const unsigned combine_grid = cuda::grid_1d(T * H, 256);
   FT_DISPATCH_ACT("moe_experts", "out", out.dtype, {
-    cuda::moe_combine_kernel<T><<<combine_grid, 256, 0, stream_>>>(
-        ids.ptr<int32_t>(), weights.ptr<float>(), x.rows(), static_cast<int>(k), E, y, row_of_pair, H, p.accumulate,
-        out.ptr<T>());
+    cuda::launch_pdl(cuda::moe_combine_kernel<T>, combine_grid, 256, 0, stream_, ids.ptr<int32_t>(),
+                     weights.ptr<float>(), x.rows(), static_cast<int>(k), E, y, row_of_pair, H, p.accumulate,
+                     out.ptr<T>());
   });
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace ft

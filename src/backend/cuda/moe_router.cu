@@ -8,6 +8,7 @@
 // Bytes moved: E * H weights + T * H activations + T * E logits written and read once.
 #include "backend/cuda/checks.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/route_warp.cuh"
 
 namespace ft {
@@ -25,10 +26,30 @@ __global__ void __launch_bounds__(kRouterThreads)
   __shared__ int is_last;
   const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.y;
+  // The first kPre chunks of the weight row are loaded before the PDL wait (the weights are constant),
+  // the rest in the loop; the sum runs over chunks c = threadIdx.x, + 128, ... in order either way.
+  constexpr int kPre = 2;
+  float wpre[kPre][8];
+#pragma unroll
+  for (int u = 0; u < kPre; ++u) {
+    const int64_t c = threadIdx.x + u * kRouterThreads;
+    // the router's F32/BF16 weights load as activations do
+    if (c < H / 8) load_x_any<8>(w, WF32, e * H + c * 8, wpre[u]);
+  }
+  pdl_enter();
   float acc = 0.0f;
-  for (int64_t c = threadIdx.x; c < H / 8; c += kRouterThreads) {
+#pragma unroll
+  for (int u = 0; u < kPre; ++u) {
+    const int64_t c = threadIdx.x + u * kRouterThreads;
+    if (c >= H / 8) break;
+    float xv[8];
+    load_x_any<8>(x, XF32, t * H + c * 8, xv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(wpre[u][i], xv[i], acc);
+  }
+  for (int64_t c = threadIdx.x + kPre * kRouterThreads; c < H / 8; c += kRouterThreads) {
     float wv[8], xv[8];
-    load_x_any<8>(w, WF32, e * H + c * 8, wv);  // the router's F32/BF16 weights load as activations do
+    load_x_any<8>(w, WF32, e * H + c * 8, wv);
     load_x_any<8>(x, XF32, t * H + c * 8, xv);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc = fmaf(wv[i], xv[i], acc);
@@ -92,15 +113,14 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
   const bool sig = p.scoring == RouterScoring::kSigmoid;
   const int32_t* nv = n_valid.empty() ? nullptr : n_valid.ptr<int32_t>();
   auto go = [&](auto kernel) {
-    kernel<<<grid, cuda::kRouterThreads, 0, stream_>>>(x.data, w.data, H, static_cast<int>(E), logits.data, k, sig,
-                                                        p.norm_topk_prob, p.scaling, nv, ids.ptr<int32_t>(),
-                                                        weights.ptr<float>(), done);
+    cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data, H, static_cast<int>(E),
+                     logits.data, k, sig, p.norm_topk_prob, p.scaling, nv, ids.ptr<int32_t>(), weights.ptr<float>(),
+                     done);
   };
   if (wf && xf) go(cuda::moe_router_kernel<true, true>);
   else if (wf) go(cuda::moe_router_kernel<true, false>);
   else if (xf) go(cuda::moe_router_kernel<false, true>);
   else go(cuda::moe_router_kernel<false, false>);
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace ft

@@ -12,6 +12,7 @@
 #include "backend/op_checks.h"
 #include "backend/cuda/checks.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace ft {
@@ -57,6 +58,9 @@ __global__ void __launch_bounds__(kNrWarps * 32)
   const int64_t n_head = g.n_head;
   T* r = g.x + row * hd;
   const uint32_t tok = static_cast<uint32_t>(row) / static_cast<uint32_t>(n_head);  // rows < 2^31
+  // Before the PDL wait, everything the kernel before this one (the q/k/v projection) does not write:
+  // the token's position and KV page (batch info the host wrote before the step), the norm weight and
+  // the rotation. After it, only the head's own values remain to load.
   const int p_int = pos[tok];
   constexpr int kPer = kNrMaxHeadDim / 32;
   // Where this head goes in the pages (k and v rows with a store), or -1.
@@ -76,28 +80,33 @@ __global__ void __launch_bounds__(kNrWarps * 32)
     if (st.f32) static_cast<float*>(base)[dst + i] = val;
     else static_cast<bf16*>(base)[dst + i] = __float2bfloat16_rn(val);
   };
+  const void* w = g.w;
+  const int w_code = g.w_code;
+  const float p = static_cast<float>(p_int);
+  const int half = n_rot / 2;
+  float wv[kPer], sn[kPer], cs[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int i = lane + 32 * u;
+    const bool in = i < hd && which < 2;
+    wv[u] = in ? load_any(w, w_code, i) + offset : 0.0f;
+    sn[u] = 0.0f, cs[u] = 1.0f;
+    if (in && i < n_rot) {
+      const int pair = neox ? (i < half ? i : i - half) : i / 2;
+      sincosf(p * inv_freq[pair], &sn[u], &cs[u]);
+      cs[u] *= attn_factor, sn[u] *= attn_factor;
+    }
+  }
+  pdl_enter();
   if (which == 2) {  // v: stored as it is
 #pragma unroll
     for (int u = 0; u < kPer; ++u)
       if (lane + 32 * u < hd) store(lane + 32 * u, to_f(r[lane + 32 * u]));
     return;
   }
-  const void* w = g.w;
-  const int w_code = g.w_code;
-  const float p = static_cast<float>(p_int);
-  const int half = n_rot / 2;
-  // Every global load first (x, the norm weight, the rotation frequencies): a dependent chain of
-  // round trips was most of this kernel's time.
-  float xv[kPer], wv[kPer], fr[kPer];
+  float xv[kPer];
 #pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int i = lane + 32 * u;
-    const bool in = i < hd;
-    xv[u] = in ? to_f(r[i]) : 0.0f;
-    wv[u] = in ? load_any(w, w_code, i) + offset : 0.0f;
-    const int pair = neox ? (i < half ? i : i - half) : i / 2;
-    fr[u] = in && i < n_rot ? inv_freq[pair] : 0.0f;
-  }
+  for (int u = 0; u < kPer; ++u) xv[u] = lane + 32 * u < hd ? to_f(r[lane + 32 * u]) : 0.0f;
   float ss = 0.0f;
 #pragma unroll
   for (int u = 0; u < kPer; ++u) ss += xv[u] * xv[u];
@@ -116,11 +125,8 @@ __global__ void __launch_bounds__(kNrWarps * 32)
       const int pair = neox ? (i < half ? i : i - half) : i / 2;
       const bool lead = neox ? i < half : (i % 2 == 0);
       const int i0 = neox ? pair : 2 * pair, i1 = neox ? pair + half : 2 * pair + 1;
-      float sn, cs;
-      sincosf(p * fr[u], &sn, &cs);
-      cs *= attn_factor, sn *= attn_factor;
       const float a0 = head[warp][i0], a1 = head[warp][i1];
-      out = lead ? a0 * cs - a1 * sn : a1 * cs + a0 * sn;
+      out = lead ? a0 * cs[u] - a1 * sn[u] : a1 * cs[u] + a0 * sn[u];
     }
     const T o = from_f<T>(out);
     r[i] = o;
@@ -159,11 +165,10 @@ void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopePara
   FT_DISPATCH_ACT("norm_rope", "x", x.dtype, {
     const cuda::NrHeads<T> a{x.ptr<T>(), w.data, cuda::float_code("norm_rope", "w", w.dtype), rows, n_head};
     const cuda::NrHeads<T> none{nullptr, nullptr, 0, 0, 1};
-    cuda::norm_rope_kernel<T><<<blocks, cuda::kNrWarps * 32, 0, stream_>>>(
+    cuda::launch_pdl(cuda::norm_rope_kernel<T>, blocks, cuda::kNrWarps * 32, 0, stream_,
         a, none, none, cuda::KvStore{}, np.eps, np.weight_offset, positions.ptr<int32_t>(), p.inv_freq.ptr<float>(),
         p.head_dim, p.n_rot, p.mode == RopeMode::kNeox, p.attn_factor);
   });
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
@@ -190,11 +195,10 @@ void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, cons
     const cuda::NrHeads<T> a{q.ptr<T>(), wq.data, cuda::float_code("qk_norm_rope_store", "wq", wq.dtype), n_tok * hq, hq};
     const cuda::NrHeads<T> b{k.ptr<T>(), wk.data, cuda::float_code("qk_norm_rope_store", "wk", wk.dtype), n_tok * hk, hk};
     const cuda::NrHeads<T> c{const_cast<T*>(v.ptr<T>()), nullptr, 0, n_tok * hk, hk};
-    cuda::norm_rope_kernel<T><<<blocks, cuda::kNrWarps * 32, 0, stream_>>>(
+    cuda::launch_pdl(cuda::norm_rope_kernel<T>, blocks, cuda::kNrWarps * 32, 0, stream_,
         a, b, c, st, np.eps, np.weight_offset, positions.ptr<int32_t>(), p.inv_freq.ptr<float>(), p.head_dim, p.n_rot,
         p.mode == RopeMode::kNeox, p.attn_factor);
   });
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace ft

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ft {
 namespace cuda {
@@ -19,6 +20,7 @@ __global__ void rms_norm_kernel(const T* x, const void* w, int w_code, float eps
                                 int64_t D) {
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
+  pdl_enter();
   if (r >= R) return;
   const T* xr = x + r * D;
   float ss = 0.0f;
@@ -47,10 +49,15 @@ __global__ void rms_norm_row_kernel(T* x, const T* res, const void* w, int w_cod
   T* o = out + blockIdx.x * D;
   float v[kRowPerThread], wv[kRowPerThread];
 #pragma unroll
+  for (int u = 0; u < kRowPerThread; ++u) {  // the weights are constant: loaded before the PDL wait
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
+  }
+  pdl_enter();
+#pragma unroll
   for (int u = 0; u < kRowPerThread; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
     v[u] = i >= D ? 0.0f : (rr ? to_f(from_f<T>(to_f(xr[i]) + to_f(rr[i]))) : to_f(xr[i]));
-    wv[u] = i < D ? load_any(w, w_code, i) + offset : 0.0f;
   }
   float ss = 0.0f;
 #pragma unroll
@@ -77,8 +84,8 @@ void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& 
   const int64_t R = x.rows(), D = x.cols();
   const int threads = static_cast<int>(std::min<int64_t>(1024, ((D + kRowPerThread - 1) / kRowPerThread + 31) / 32 * 32));
   FT_DISPATCH_ACT(op, "x", x.dtype, {
-    rms_norm_row_kernel<T><<<static_cast<unsigned>(R), threads, 0, stream>>>(
-        x.ptr<T>(), static_cast<const T*>(res), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
+    launch_pdl(rms_norm_row_kernel<T>, static_cast<unsigned>(R), threads, 0, stream, x.ptr<T>(),
+               static_cast<const T*>(res), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
   });
   FT_CUDA_LAUNCH_CHECK();
 }
@@ -121,10 +128,9 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
   if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out, stream_);
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
-    cuda::rms_norm_kernel<T><<<blocks, 128, 0, stream_>>>(x.ptr<T>(), w.data, w_code, p.eps, p.weight_offset,
-                                                          out.ptr<T>(), R, D);
+    cuda::launch_pdl(cuda::rms_norm_kernel<T>, blocks, 128, 0, stream_, x.ptr<T>(), w.data, w_code, p.eps,
+                     p.weight_offset, out.ptr<T>(), R, D);
   });
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace ft

@@ -1,0 +1,65 @@
+#pragma once
+// Programmatic dependent launch (PDL; CUDA C++ Programming Guide, "Programmatic Dependent Launch and
+// Synchronization", sm_90 and later). A kernel launched with launch_pdl may be scheduled while the
+// kernel before it in the stream still runs; its blocks then wait in pdl_enter() until that kernel
+// has completed and its writes are visible. What the launch saves is the gap between two dependent
+// kernels (the drain of one grid and the launch of the next, ~1-2 us each in a decode graph), and a
+// kernel may use the wait to do work that reads nothing the previous kernel writes (prefetch its
+// weights into L2).
+//
+// Rules that keep it correct:
+// - a thread calls pdl_enter() before it touches memory that earlier kernels write, and at least one
+//   thread of every launch calls it (a grid that finished without waiting would let the next kernel,
+//   which waits only for it, race the one before);
+// - before pdl_enter() a kernel reads only constant data (weights, rotation tables) and the step's
+//   batch info (positions, sequence slots, block tables: copied by the host before the step's first
+//   kernel), and writes nothing. When a kernel's blocks start, the kernel before it has passed its own
+//   wait, so everything before that one is complete; only its own writes are still in flight;
+// - pdl_enter() waits first and only then lets the next kernel launch, so at most two grids of a
+//   stream are resident at once;
+// - a kernel that calls pdl_enter() but is launched with <<<>>> (or on a GPU before sm_90) behaves
+//   as before: the wait returns at once.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace ft::cuda {
+
+/** Waits for the previous kernel of the stream (a no-op without PDL), then allows the next kernel
+ *  of the stream to launch. Call at the top of a kernel launched by launch_pdl. */
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/** Asks L2 to fetch `bytes` (a multiple of 16, > 0) at `p` (16-byte aligned) of global memory
+ *  (cp.async.bulk.prefetch.L2, sm_90). No effect on results; one thread issues it. */
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+/** True when launch_pdl asks for programmatic serialization: the current device is sm_90 or later
+ *  and the environment does not set FT_CUDA_PDL=0 (kept for A/B measurements). Read once. */
+bool pdl_enabled();
+
+/** kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute
+ *  when pdl_enabled(). The kernel must call pdl_enter() (see the rules above). Throws kInternal
+ *  when the launch fails. */
+template <typename... P, typename... A>
+void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+  cfg.attrs = attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+}
+
+}  // namespace ft::cuda
