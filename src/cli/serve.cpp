@@ -231,7 +231,7 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(at_least(1));
   cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))")
-      ->check(at_least(0));
+      ->check(at_least(1));  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");

@@ -50,6 +50,7 @@ TEST(Usage, NumericFlagsAreCheckedAtTheFlag) {
       {"serve --port 0 --page-size 0", "--page-size", ">= 1"},
       {"serve --port 0 --max-running-requests 0", "--max-running-requests", ">= 1"},
       {"serve --port 0 --max-prefill-tokens 0", "--max-prefill-tokens", ">= 1"},
+      {"serve --port 0 --kv-tokens 0", "--kv-tokens", ">= 1"},  // was taken silently as the default
   };
   for (const Case& c : cases) {
     Result r = run_ft(c.args);

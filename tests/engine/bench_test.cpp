@@ -22,6 +22,23 @@ const char* kTinyBench =
     "bench --model-preset tiny-moe --dummy-weights --weight-type q8_0 --json --device cpu --prompt-tokens 16 "
     "--gen-tokens 4 --batch 1,3 --copy-mib 8 --threads 1";
 
+TEST(BenchTable, ExplainsACopyShareOverOneHundredPercent) {
+  // A model small enough to stay in the CPU's cache reads its weights faster than the copy probe.
+  BenchReport r;
+  r.device = "cpu", r.copy_bandwidth = 10e9, r.copy_bytes = int64_t{256} << 20;
+  BenchBatch b;
+  b.batch = 1, b.decode_steps = 10, b.decode_seconds = 0.01, b.weight_bytes_per_step = 20'000'000;  // 20 GB/s
+  r.batches = {b};
+  const std::string over = bench_table(r);
+  EXPECT_NE(over.find("200.0%"), std::string::npos) << over;
+  EXPECT_NE(over.find("% copy over 100%: the weights a step reads stay in a cache that is faster than the 256 MiB"),
+            std::string::npos) << over;
+  r.batches[0].weight_bytes_per_step = 5'000'000;  // 5 GB/s: no note
+  const std::string under = bench_table(r);
+  EXPECT_NE(under.find("50.0%"), std::string::npos) << under;
+  EXPECT_EQ(under.find("over 100%"), std::string::npos) << under;
+}
+
 TEST(BenchCli, JsonHasTheDocumentedKeys) {
   const Result r = run_ft(kTinyBench);
   ASSERT_EQ(r.code, 0) << r.err;
