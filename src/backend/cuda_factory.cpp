@@ -10,6 +10,9 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType) {
   fail(ErrorCode::kUnsupported, "cuda device {} requested, but this build of FreeToken has no CUDA backend "
        "(rebuild on a machine with nvcc, or use --device cpu)", device);
 }
+
+bool cuda_pdl_enabled(int) { return false; }
+void set_cuda_pdl(bool) {}
 #endif
 
 }  // namespace ft

@@ -12,4 +12,14 @@ namespace ft {
  *  kInvalidArgument when `device` is not a visible CUDA device. */
 std::unique_ptr<Ops> make_cuda_ops(int device = 0, DType activations = DType::F32);
 
+/** Whether the CUDA backend launches its decode kernels on `device` with programmatic dependent launch
+ *  (backend/cuda/pdl.cuh): the kernels loaded are sm_90 code, the GPU is sm_90 or later, and neither
+ *  FT_CUDA_PDL=0 (or off, false) nor set_cuda_pdl turned it off. False in a build without CUDA. */
+bool cuda_pdl_enabled(int device = 0);
+
+/** From now on, launches on every device use PDL where it is possible (true) or never (false),
+ *  whatever FT_CUDA_PDL says. For tests and A/B measurements; launches already recorded in a CUDA
+ *  graph keep what they had. No effect in a build without CUDA. */
+void set_cuda_pdl(bool enabled);
+
 }  // namespace ft

@@ -32,6 +32,33 @@ TEST_P(CudaGraphDecode, ReplayEqualsEagerBitForBit) {
   expect_graph_equals_eager(graphed, eager, graph_decode_requests(read_reference(dir)));
 }
 
+TEST_P(CudaGraphDecode, ProgrammaticLaunchChangesNoBit) {
+  // Launched with programmatic dependent launch (backend/cuda/pdl.cuh) the decode kernels are the same
+  // kernels, so graphed and eager decode with it equal eager decode without it bit for bit. A kernel
+  // that read, before its wait, what the kernel before it writes would show up here as a difference.
+  if (!cuda_pdl_enabled(0)) GTEST_SKIP() << "programmatic dependent launch needs sm_90 code on an sm_90+ GPU";
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const auto reqs = graph_decode_requests(read_reference(dir));
+  set_cuda_pdl(false);
+  ASSERT_FALSE(cuda_pdl_enabled(0));
+  Engine plain(open_checkpoint(dir), make_cuda_ops(0), options(0));
+  const auto want = generate(plain, reqs);
+  set_cuda_pdl(true);
+  ASSERT_TRUE(cuda_pdl_enabled(0));
+  Engine graphed(open_checkpoint(dir), make_cuda_ops(0), options(4));
+  Engine eager(open_checkpoint(dir), make_cuda_ops(0), options(0));
+  for (Engine* e : {&graphed, &eager}) {
+    const auto got = generate(*e, reqs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(std::string(e == &graphed ? "graphed" : "eager") + ", request " + std::to_string(i));
+      EXPECT_EQ(got[i].tokens, want[i].tokens);
+      EXPECT_TRUE(same_bits(got[i].step_logits, want[i].step_logits));
+    }
+  }
+  EXPECT_GT(graphed.graph_replays(), 0);
+}
+
 TEST_P(CudaGraphDecode, OffloadSmallestCacheReplayEqualsEager) {
   const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
   EngineOptions o = options(4);

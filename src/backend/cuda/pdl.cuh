@@ -44,8 +44,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-/** True when launch_pdl asks for programmatic serialization: the current device is sm_90 or later
- *  and the environment does not set FT_CUDA_PDL=0 (kept for A/B measurements). Read once. */
+/** True when launch_pdl asks for programmatic serialization on the current device
+ *  (ft::cuda_pdl_enabled of backend/cuda_factory.h: sm_90 code on an sm_90+ GPU, and neither
+ *  FT_CUDA_PDL=0 nor set_cuda_pdl(false)). */
 bool pdl_enabled();
 
 /** kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute
@@ -59,7 +60,11 @@ void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaSt
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
   cfg.attrs = attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // taken, as FT_CUDA_LAUNCH_CHECK does: one failed launch is reported once
+    FT_CUDA_CHECK(err);
+  }
 }
 
 }  // namespace ft::cuda

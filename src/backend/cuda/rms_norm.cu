@@ -87,7 +87,6 @@ void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& 
     launch_pdl(rms_norm_row_kernel<T>, static_cast<unsigned>(R), threads, 0, stream, x.ptr<T>(),
                static_cast<const T*>(res), w.data, w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
   });
-  FT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
