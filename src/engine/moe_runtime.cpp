@@ -111,6 +111,12 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid));
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
+  // With a GPU, the host cores are the CPU executor's between MoE layers (the GPU runs the rest of each
+  // layer), so its workers poll for the next layer's job instead of sleeping: a futex wake-up per
+  // layer and worker costs tens of microseconds (ThreadPool). A decode layer arrives every ~0.3-0.9 ms
+  // (qwen3 MoE models, hybrid and cpu strategies, H200); workers sleep after 2 ms without one. On the
+  // CPU backend the same cores run the rest of the layer, so they must not be held.
+  ro.cpu_spin_us = ops.device() == Device::kCuda ? 2000 : 0;
   ro.source_releases_memory = config.release_source && config.source_releases_memory;
   if (config.release_source)  // each contiguous run of expert matrices at once (a GGUF [E, F, H] tensor)
     ro.bank_layer_filled = [&host, release = config.release_source](int64_t l) {

@@ -47,8 +47,8 @@ void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, fl
 
 }  // namespace
 
-CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin)
-    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin) {
+CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us)
+    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
 }
 

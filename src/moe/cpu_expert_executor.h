@@ -23,8 +23,8 @@ namespace ft {
 
 class CpuExpertExecutor {
  public:
-  /** `n_threads` workers (<= 0: one per physical core); `spin` as in ThreadPool. */
-  explicit CpuExpertExecutor(int n_threads = 0, int spin = 0);
+  /** `n_threads` workers (<= 0: one per physical core); `spin_us` as in ThreadPool. */
+  explicit CpuExpertExecutor(int n_threads = 0, int spin_us = 0);
 
   int n_threads() const { return pool_.size(); }
 

@@ -51,7 +51,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
-    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin);
+    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us);
     spdlog::info("moe: CPU experts on {} threads ({}), SIMD {}", cpu_->n_threads(),
                  opt_.cpu_threads > 0 ? "as asked" : "one per physical core", cpu::simd_level());
     if (!host_backend) {

@@ -38,7 +38,7 @@ struct MoeRuntimeOptions {
   int64_t max_tokens = 0;     // most tokens per compute() call (the engine's max_step_tokens)
   int32_t n_expert_used = 0;  // k: columns of the routed ids
   int cpu_threads = 0;        // CPU expert executor workers (<= 0: one per physical core)
-  int cpu_spin = 0;           // ThreadPool spin before sleeping
+  int cpu_spin_us = 0;        // ThreadPool: how long workers poll for the next layer's job before sleeping
   int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
   /** Runs once per MoE layer as soon as the banks hold its experts (during construction only): the
    *  caller may release the checkpoint's copy of them (ExpertBanks' layer_filled). */

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <string>
 
@@ -22,8 +23,9 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads, int spin) : n_threads_(n_threads), spin_(spin) {
+ThreadPool::ThreadPool(int n_threads, int spin_us) : n_threads_(n_threads), spin_us_(spin_us) {
   if (n_threads < 1) fail(ErrorCode::kInvalidArgument, "thread pool: {} threads", n_threads);
+  if (spin_us < 0) fail(ErrorCode::kInvalidArgument, "thread pool: spin of {} us", spin_us);
   for (int w = 1; w < n_threads; ++w) threads_.emplace_back([this, w] { loop(w); });
 }
 
@@ -49,10 +51,23 @@ void ThreadPool::work(int worker) {
   }
 }
 
+template <typename Done>
+bool ThreadPool::poll(Done done) const {
+  if (spin_us_ <= 0) return done();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {  // the clock is read once per 64 pauses
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= end) return done();
+  }
+}
+
 void ThreadPool::loop(int worker) {
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < spin_ && generation_.load(std::memory_order_acquire) == seen; ++i) cpu_relax();
+    poll([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return generation_.load() != seen; });
@@ -60,8 +75,11 @@ void ThreadPool::loop(int worker) {
       if (stop_) return;
     }
     work(worker);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--busy_ == 0) done_cv_.notify_one();
+    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Under mu_: a caller that saw busy_ > 0 under the lock is already waiting, so this wakes it.
+      std::lock_guard<std::mutex> lock(mu_);
+      done_cv_.notify_one();
+    }
   }
 }
 
@@ -75,13 +93,14 @@ void ThreadPool::run_erased(int64_t n_tasks, Call call, void* ctx) {
     std::lock_guard<std::mutex> lock(mu_);
     call_ = call, ctx_ = ctx, n_tasks_ = n_tasks, error_ = nullptr;
     next_ = 0;
-    busy_ = n_threads_ - 1;
+    busy_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   work(0);
+  poll([&] { return busy_.load(std::memory_order_acquire) == 0; });
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return busy_ == 0; });
+  done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
   if (error_) std::rethrow_exception(error_);
 }
 
