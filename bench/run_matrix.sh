@@ -10,8 +10,9 @@
 #                 (prompt 512, gen 256) and a 4k-token prefill            (issue 6)
 #     offload     qwen3-30b-a3b bf16 under --gpu-memory-limit 24: offload and hybrid at router skew 0
 #                 and 1, cpu at skew 0, an 8k-token prefill under offload  (issue 7)
-#     235b        qwen3-235b-a22b q4_k under --gpu-memory-limit 24, first $LAYERS layers (default
-#                 64; the full 94 need ~130 GB of host RAM): offload, hybrid, cpu at skew 0
+#     235b        qwen3-235b-a22b q4_k under --gpu-memory-limit 24 on one GPU: offload at skew 0 and
+#                 1, hybrid and cpu at skew 0. All 94 layers need ~126 GiB of host RAM (the two-GPU
+#                 machine); LAYERS=64 keeps the first 64 (~86 GiB) for a 128 GiB host
 #     quick       one fused and one offload run, to check a build
 #
 # FT selects the binary (default build/ft), GEN the decode steps of the offload sets (default 64),
@@ -21,7 +22,7 @@ set -uo pipefail
 FT=${FT:-build/ft}
 OUT_DIR=${OUT_DIR:-/tmp/ft-matrix}
 GEN=${GEN:-64}
-LAYERS=${LAYERS:-64}
+LAYERS=${LAYERS:-94}
 DEVICE=${DEVICE:-cuda}
 LAYERS30=${LAYERS30:-}
 mkdir -p "$OUT_DIR"
@@ -72,7 +73,7 @@ bench() {
 Q30="--model-preset qwen3-30b-a3b --dummy-weights --device $DEVICE${LAYERS30:+ --dummy-layers $LAYERS30}"
 OFF="$Q30 --weight-type bf16 --gpu-memory-limit 24 --prompt-tokens 256 --gen-tokens $GEN --batch 1"
 B235="--model-preset qwen3-235b-a22b --dummy-weights --dummy-layers $LAYERS --device $DEVICE --weight-type q4_k \
-  --gpu-memory-limit 24 --prompt-tokens 128 --gen-tokens 24 --batch 1 --dummy-router-skew 0"
+  --gpu-memory-limit 24 --prompt-tokens 64 --gen-tokens 16 --batch 1"
 
 for set in "$@"; do
   case $set in
@@ -90,7 +91,9 @@ for set in "$@"; do
       bench "offload-prefill8k" 200 $Q30 --weight-type bf16 --gpu-memory-limit 24 --moe-strategy offload \
         --prompt-tokens 8192 --gen-tokens 0 --batch 1 --max-prefill-tokens 8192 ;;
     235b)
-      for s in offload hybrid cpu; do bench "235b-${LAYERS}L-$s" 240 $B235 --moe-strategy $s; done ;;
+      bench "235b-${LAYERS}L-offload-skew0" 240 $B235 --moe-strategy offload --dummy-router-skew 0
+      bench "235b-${LAYERS}L-offload-skew1" 240 $B235 --moe-strategy offload --dummy-router-skew 1
+      for s in hybrid cpu; do bench "235b-${LAYERS}L-$s-skew0" 240 $B235 --moe-strategy $s --dummy-router-skew 0; done ;;
     quick)
       bench "quick-fused-q4_k" 120 $Q30 --weight-type q4_k --prompt-tokens 512 --gen-tokens 64 --batch 1
       bench "quick-offload-skew1" 120 $OFF --moe-strategy offload --dummy-router-skew 1 ;;
