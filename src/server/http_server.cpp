@@ -24,6 +24,13 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   svr_.set_read_timeout(30);
   svr_.set_write_timeout(10);
   svr_.set_tcp_nodelay(true);
+  // httplib's default socket options add SO_REUSEPORT, with which a second server binds a port that
+  // one already listens on and the kernel splits the connections between the two. SO_REUSEADDR only:
+  // a restart can still take the port while old connections sit in TIME_WAIT.
+  svr_.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
 
   ServerContext* ctx = ctx_.get();
   svr_.set_error_handler([this, ctx](const httplib::Request& req, httplib::Response& res) {

@@ -105,6 +105,24 @@ std::string chat_body(const std::string& user, int max_tokens, const std::string
   return s;
 }
 
+TEST(Routes, ASecondServerCannotTakeAPortInUse) {
+  // Two servers on one port would split the requests between two models (httplib's default socket
+  // options include SO_REUSEPORT): the second must fail to bind instead.
+  TestServer a;
+  TestServerConfig c;
+  c.port = a.port();
+  try {
+    TestServer b(c);
+    ADD_FAILURE() << "a second server bound port " << c.port;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(c.port)), std::string::npos) << e.what();
+  }
+  auto r = a.client().Get("/health");  // the first still serves
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 TEST(Routes, HealthModelsAndUnknownRoutes) {
   TestServer s;
   auto c = s.client();

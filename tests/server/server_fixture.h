@@ -72,6 +72,7 @@ struct TestServerConfig {
   int64_t max_seq_len = 512;
   int32_t n_pages = 64;
   int32_t page_size = 16;
+  int port = 0;  // 0: a free one
 };
 
 class TestServer {
@@ -90,7 +91,7 @@ class TestServer {
     service_ = std::make_unique<EngineService>(model_, pool_, sc);
     server::ServerOptions so;
     so.host = "127.0.0.1";
-    so.port = 0;
+    so.port = c.port;
     so.api_key = c.api_key;
     so.max_body_mb = c.max_body_mb;
     so.keepalive_ms = 50;
