@@ -71,8 +71,11 @@ int main(int argc, char** argv) {
                    names.c_str());
       return 2;
     }
-    // --help / --version exit 0; a usage error is bad input like any other: exit 2.
-    return app.exit(e) == 0 ? 0 : 2;
+    // --help / --version exit 0; a usage error is bad input like any other: exit 2, printed as every
+    // other error is ("error: ...").
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", e.what());
+    return 2;
   }
   try {
     ft::set_log_level(log_level);

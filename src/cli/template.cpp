@@ -67,7 +67,11 @@ void add_template_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("template", "Render a conversation with a chat template");
   cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder whose template (and BOS/EOS) to use");
   cmd->add_option("--template", args->template_file, "Jinja template file");
-  cmd->add_option("--conversation", args->conversation, "Conversation JSON file")->required();
+  cmd->add_option("--conversation", args->conversation,
+                  "Conversation JSON file: {\"messages\": [...], \"add_generation_prompt\": true, \"tools\": [...]}; "
+                  "other keys are template variables. Without add_generation_prompt (default false, as in "
+                  "transformers) the prompt ends after the last message; the server adds it by default")
+      ->required();
   cmd->add_option("--now", args->now, "Pin the clock strftime_now() reads (e.g. 2026-11-30T00:00:00)");
   cmd->callback([&action, args] { action = [args] { return run_template(*args); }; });
 }

@@ -341,7 +341,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.peak_host_rss = std::max(rss_before_probe, peak_host_rss());
   r.profiled = dynamic_cast<ProfilingOps*>(&ops) != nullptr;
   if (!cuda) {
-    r.device_memory_note = "CPU backend: weights, KV and buffers are host memory (in peak_host_rss)";
+    r.device_memory_note = "on the CPU backend weights, KV and buffers are host memory, counted in the peak host RSS";
   } else if (o.device_free_before >= 0) {
     r.device_memory = std::max<int64_t>(0, o.device_free_before - min_free);
     r.device_memory_note = "free device memory before the engine was built minus the lowest free seen after load, "
@@ -464,6 +464,8 @@ std::string bench_table(const BenchReport& r) {
                      r.copy_bandwidth > 0 ? num(100.0 * b.achieved_bandwidth() / r.copy_bandwidth, "{:.1f}%")
                                           : std::string("-"));
   }
+  s += "experts/layer: distinct routed experts a MoE layer reads per step, measured (meas: routers recomputed on\n"
+       "extra steps) or estimated (est); GB/s: weight bytes read per step / step time; % copy: of the copy probe's\n";
   const auto over_copy = [&r](const BenchBatch& b) {
     return b.decode_steps > 0 && r.copy_bandwidth > 0 && b.achieved_bandwidth() > r.copy_bandwidth;
   };
@@ -490,6 +492,8 @@ std::string bench_table(const BenchReport& r) {
                        ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),
                        ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
     }
+    s += "fetched/step: bytes copied into the expert cache per decode step; prefetched/step: experts fetched\n"
+         "ahead for the next layer; CPU experts/step: experts computed on the CPU\n";
   }
   for (const BenchBatch& b : r.batches) {
     if (!b.prefill_profile.empty()) {

@@ -141,6 +141,10 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  "cache layer, and at least 2 x experts-per-layer cache slots)");
   spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
                prefetch_ ? ", next-layer prefetch" : "");
+  if (ops.device() == Device::kCpu && (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid))
+    spdlog::warn("moe: on the CPU backend the {} strategy emulates a GPU's expert cache in host memory, to test it; "
+                 "every expert is already in host memory here, so fused is faster (and what auto picks without "
+                 "--gpu-memory-limit)", plan_.strategy == MoeStrategy::kOffload ? "offload" : "hybrid");
 }
 
 std::vector<int32_t> MoeRuntime::fetch_cap_candidates() const {

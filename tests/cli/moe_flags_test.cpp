@@ -51,6 +51,10 @@ TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
     const Result r = run_moe(flags);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out, fixture().greedy + "\n");
+    // --device cpu: offload and hybrid are an emulation there, and say so.
+    const bool emulated = std::string(flags).find("offload") != std::string::npos ||
+                          std::string(flags).find("hybrid") != std::string::npos;
+    EXPECT_EQ(r.err.find("emulates a GPU's expert cache") != std::string::npos, emulated) << r.err;
   }
   // A limit that holds the dense weights and KV but not all experts: auto offloads.
   const Result r = run_moe("--gpu-memory-limit 0.008 --kv-reserve-tokens 1024");

@@ -55,7 +55,7 @@ TEST(Usage, NumericFlagsAreCheckedAtTheFlag) {
   for (const Case& c : cases) {
     Result r = run_ft(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
-    EXPECT_NE(r.err.find(c.flag + ": must be " + c.says), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find("error: " + c.flag + ": must be " + c.says), std::string::npos) << c.args << "\n" << r.err;
     EXPECT_EQ(r.err.find("Loading"), std::string::npos) << c.args;  // refused before anything loads
   }
 }

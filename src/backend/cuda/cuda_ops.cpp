@@ -26,7 +26,8 @@ CudaOps::CudaOps(int device, DType activations) : device_(device), activations_(
     n = 0;
   }
   if (device < 0 || device >= n)
-    fail(ErrorCode::kInvalidArgument, "cuda: device {} requested but {} CUDA device(s) are visible", device, n);
+    fail(ErrorCode::kInvalidArgument, "cuda: device {} requested but {} CUDA device(s) are visible (--device cpu runs on "
+         "the CPU; --device auto picks the GPU when there is one)", device, n);
   FT_CUDA_CHECK(cudaSetDevice(device));
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
