@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda_factory.h"
 #include "backend/profiling_ops.h"
@@ -52,18 +54,24 @@ struct BenchArgs {
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
+/** A parameter count as "30.5B", "12.75B" or, under a billion, "1.31M". */
+std::string param_count(int64_t n, int billions_digits) {
+  if (n >= 1'000'000'000) return fmt::format("{:.{}f}B", static_cast<double>(n) / 1e9, billions_digits);
+  return fmt::format("{:.2f}M", static_cast<double>(n) / 1e6);
+}
+
 void list_presets() {
   std::printf("%-18s %-10s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %8s %8s  %s\n", "preset", "arch", "runnable",
               "layers", "hidden", "heads", "kv", "hdim", "experts", "top", "ffn_e", "vocab", "params", "active",
               "source");
   for (const ModelPreset& p : model_presets())
-    std::printf("%-18s %-10s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %7.1fB %7.2fB  %s\n",
+    std::printf("%-18s %-10s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %8s %8s  %s\n",
                 p.name.c_str(), p.gguf_arch.c_str(), p.runnable ? "yes" : "no", static_cast<long long>(p.n_layer),
                 static_cast<long long>(p.n_embd), static_cast<long long>(p.n_head), static_cast<long long>(p.n_head_kv),
                 static_cast<long long>(p.head_dim), static_cast<long long>(p.n_expert),
                 static_cast<long long>(p.n_expert_used), static_cast<long long>(p.n_ff_exp),
-                static_cast<long long>(p.n_vocab), static_cast<double>(p.total_params()) / 1e9,
-                static_cast<double>(p.active_params()) / 1e9, p.hf_id.empty() ? "test" : p.hf_id.c_str());
+                static_cast<long long>(p.n_vocab), param_count(p.total_params(), 1).c_str(),
+                param_count(p.active_params(), 2).c_str(), p.hf_id.empty() ? "test" : p.hf_id.c_str());
 }
 
 std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {

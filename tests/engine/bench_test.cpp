@@ -204,6 +204,8 @@ TEST(BenchCli, BadRequestsExitWithCode2) {
   r = run_ft("bench --list-presets");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("deepseek-v2-lite"), std::string::npos);
+  EXPECT_NE(r.out.find("30.5B    3.04B  Qwen/Qwen3-30B-A3B"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" 0.0B"), std::string::npos) << r.out;  // tiny presets in millions, not "0.0B"
 }
 
 }  // namespace
