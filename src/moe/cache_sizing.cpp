@@ -77,8 +77,9 @@ CacheSize plan_cache_size(const GpuMemoryBudget& b, const CacheSizeRequest& req)
         fail(ErrorCode::kInvalidArgument, "--moe-cache-rate {} must be in (0, 1]", req.rate);
       n = static_cast<int64_t>(std::ceil(req.rate * static_cast<double>(b.total_experts) - 1e-9));
       if (n < min_slots) {
-        out.note = fmt::format("--moe-cache-rate {} gives {} slots, raised to the minimum {} (2 x experts per layer)",
-                               req.rate, n, min_slots);
+        out.note = fmt::format(
+            "--moe-cache-rate {} gives {} slots, raised to the minimum of {} = 2 x experts per layer", req.rate, n,
+            min_slots);
         n = min_slots;
       }
       what = fmt::format("--moe-cache-rate {}", req.rate);

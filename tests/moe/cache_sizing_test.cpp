@@ -65,7 +65,7 @@ TEST(CacheSizing, ExplicitSlotsAndRate) {
   EXPECT_EQ(plan_cache_size(b, {CacheSizeMode::kRate, 0, 0.1}).n_slots, 615);  // ceil(614.4)
   const CacheSize tiny = plan_cache_size(b, {CacheSizeMode::kRate, 0, 0.01});  // 62 < 256
   EXPECT_EQ(tiny.n_slots, 256);
-  EXPECT_NE(tiny.note.find("raised to the minimum 256"), std::string::npos) << tiny.note;
+  EXPECT_NE(tiny.note.find("raised to the minimum of 256 = 2 x experts per layer"), std::string::npos) << tiny.note;
   ErrorCode code{};
   EXPECT_NE(error_of(b, {CacheSizeMode::kSlots, 255, 0}, &code).find("--moe-cache-slots 255 is below the minimum of 256"),
             std::string::npos);
