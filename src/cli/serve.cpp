@@ -126,10 +126,13 @@ int run_serve(const ServeFlags& f) {
     sc.scheduler.max_seq_len = mc.n_ctx_train;
   }
   EngineService service(runner, engine->kv().pool(), sc);
-  if (f.max_seq_len > 0 && service.context_limit() < sc.scheduler.max_seq_len)
+  const long long kv_held = static_cast<long long>(engine->kv().pool().n_pages()) * engine->kv().config().page_size;
+  if (f.kv_tokens > 0 && kv_held > f.kv_tokens)
+    spdlog::info("--kv-tokens {} is rounded up to {} (whole pages of {} tokens)", f.kv_tokens, kv_held,
+                 engine->kv().config().page_size);
+  if ((f.max_seq_len > 0 || f.kv_tokens > 0) && service.context_limit() < sc.scheduler.max_seq_len)
     spdlog::warn("the KV cache holds {} tokens: the context limit per request is clamped from {} to {} (raise --kv-tokens)",
-                 static_cast<long long>(engine->kv().pool().n_pages()) * engine->kv().config().page_size,
-                 sc.scheduler.max_seq_len, service.context_limit());
+                 kv_held, sc.scheduler.max_seq_len, service.context_limit());
 
   server::ServerOptions so;
   so.host = f.host;

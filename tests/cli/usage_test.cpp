@@ -75,5 +75,23 @@ TEST(Usage, ServeWarnsWhenMaxSeqLenIsClamped) {
   EXPECT_NE(out.find("context 2048 tokens"), std::string::npos) << out;
 }
 
+TEST(Usage, ServeSaysWhatASmallKvCacheDoes) {
+  // --kv-tokens below a page is rounded up, and a KV cache below the model's context caps every request.
+  const std::string dir = (std::filesystem::temp_directory_path() / ("ft_kv_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string script = "D=" + quote(dir) + "; " + quote(FT_BINARY) + " serve --model " + stories() +
+                             " --port 0 --threads 1 --page-size 64 --kv-tokens 10 > $D/out 2> $D/err & pid=$!;"
+                             "for i in $(seq 400); do grep -q listening $D/out && break; sleep 0.05; done;"
+                             "kill -INT $pid; wait $pid";
+  ASSERT_EQ(std::system(("bash -c " + quote(script)).c_str()), 0);
+  const std::string out = ::ft::testing::read_file(dir + "/out"), err = ::ft::testing::read_file(dir + "/err");
+  std::filesystem::remove_all(dir);
+  EXPECT_NE(err.find("--kv-tokens 10 is rounded up to 64 (whole pages of 64 tokens)"), std::string::npos) << err;
+  EXPECT_NE(err.find("the KV cache holds 64 tokens: the context limit per request is clamped from 2048 to 64"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(out.find("context 64 tokens"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ft
