@@ -341,39 +341,17 @@ __attribute__((target("avx2,fma"))) void dot_blocks_avx2(const float* x, const u
   for (int r = 0; r < RR; ++r) y[r] = hsum256(acc[r]);
 }
 
-template <int RR>
-void dot_q4_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
-  dot_blocks_avx512<Q4_KRows, RR>(x, w, rb, n, y);
-}
-template <int RR>
-void dot_q6_k_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
-  dot_blocks_avx512<Q6_KRows, RR>(x, w, rb, n, y);
-}
-template <int RR>
-void dot_q8_0_avx512(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
-  dot_blocks_avx512<Q8_0Rows, RR>(x, w, rb, n, y);
-}
-template <int RR>
-void dot_q4_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
-  dot_blocks_avx2<Q4_KRows, RR>(x, w, rb, n, y);
-}
-template <int RR>
-void dot_q6_k_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
-  dot_blocks_avx2<Q6_KRows, RR>(x, w, rb, n, y);
-}
-template <int RR>
-void dot_q8_0_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n, float* y) {
-  dot_blocks_avx2<Q8_0Rows, RR>(x, w, rb, n, y);
-}
-
 using StoredDotFn = void (*)(const float*, const uint8_t*, int64_t, int64_t, float*);
 #define FT_STORED_DOTS(F) {F<1>, F<2>, F<3>, F<4>}
+#define FT_BLOCK_DOTS(D, K) {D<K, 1>, D<K, 2>, D<K, 3>, D<K, 4>}
 // [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0, Q6_K][rows - 1]
 const StoredDotFn kStoredDots[2][4][4] = {
-    {FT_STORED_DOTS(dot_bf16_avx2), FT_STORED_DOTS(dot_q4_k_avx2), FT_STORED_DOTS(dot_q8_0_avx2),
-     FT_STORED_DOTS(dot_q6_k_avx2)},
-    {FT_STORED_DOTS(dot_bf16_avx512), FT_STORED_DOTS(dot_q4_k_avx512), FT_STORED_DOTS(dot_q8_0_avx512),
-     FT_STORED_DOTS(dot_q6_k_avx512)}};
+    {FT_STORED_DOTS(dot_bf16_avx2), FT_BLOCK_DOTS(dot_blocks_avx2, Q4_KRows),
+     FT_BLOCK_DOTS(dot_blocks_avx2, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx2, Q6_KRows)},
+    {FT_STORED_DOTS(dot_bf16_avx512), FT_BLOCK_DOTS(dot_blocks_avx512, Q4_KRows),
+     FT_BLOCK_DOTS(dot_blocks_avx512, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx512, Q6_KRows)}};
+#undef FT_BLOCK_DOTS
+#undef FT_STORED_DOTS
 
 /** Index of `type` in kStoredDots, or -1. */
 int stored_dot_type(DType type) {
