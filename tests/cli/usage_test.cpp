@@ -1,6 +1,6 @@
 // Usage errors a fresh user runs into: an unknown subcommand, --version, `ft tokenize` without text,
 // out-of-range numeric flags (refused while parsing, naming the flag, exit 2), and `ft serve
-// --max-seq-len` beyond the model's context (clamped with a warning that says to what).
+// --max-seq-len` beyond the model's context or a small --kv-tokens (warnings that say what they do).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,37 +60,40 @@ TEST(Usage, NumericFlagsAreCheckedAtTheFlag) {
   }
 }
 
-TEST(Usage, ServeWarnsWhenMaxSeqLenIsClamped) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("ft_seqlen_" + std::to_string(::getpid()))).string();
+/** Starts `ft serve --model stories260K --port 0 --threads 1 ARGS`, stops it with SIGINT once it
+ *  listens, and returns its stdout and stderr (code 0 when it ran and stopped cleanly). */
+Result serve_until_listening(const std::string& args, const std::string& tag) {
+  const std::string dir = (std::filesystem::temp_directory_path() / (tag + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
   const std::string script = "D=" + quote(dir) + "; " + quote(FT_BINARY) + " serve --model " + stories() +
-                             " --port 0 --threads 1 --max-seq-len 100000 --kv-tokens 4096 > $D/out 2> $D/err & pid=$!;"
+                             " --port 0 --threads 1 " + args + " > $D/out 2> $D/err & pid=$!;"
                              "for i in $(seq 400); do grep -q listening $D/out && break; sleep 0.05; done;"
                              "kill -INT $pid; wait $pid";
-  ASSERT_EQ(std::system(("bash -c " + quote(script)).c_str()), 0);
-  const std::string out = ::ft::testing::read_file(dir + "/out"), err = ::ft::testing::read_file(dir + "/err");
+  Result r;
+  r.code = std::system(("bash -c " + quote(script)).c_str());
+  r.out = ::ft::testing::read_file(dir + "/out"), r.err = ::ft::testing::read_file(dir + "/err");
   std::filesystem::remove_all(dir);
-  EXPECT_NE(err.find("--max-seq-len 100000 is more than the model's context length: clamped to 2048"), std::string::npos)
-      << err;
-  EXPECT_NE(out.find("context 2048 tokens"), std::string::npos) << out;
+  return r;
+}
+
+TEST(Usage, ServeWarnsWhenMaxSeqLenIsClamped) {
+  const Result r = serve_until_listening("--max-seq-len 100000 --kv-tokens 4096", "ft_seqlen_");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("--max-seq-len 100000 is more than the model's context length: clamped to 2048"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("context 2048 tokens"), std::string::npos) << r.out;
 }
 
 TEST(Usage, ServeSaysWhatASmallKvCacheDoes) {
   // --kv-tokens below a page is rounded up, and a KV cache below the model's context caps every request.
-  const std::string dir = (std::filesystem::temp_directory_path() / ("ft_kv_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string script = "D=" + quote(dir) + "; " + quote(FT_BINARY) + " serve --model " + stories() +
-                             " --port 0 --threads 1 --page-size 64 --kv-tokens 10 > $D/out 2> $D/err & pid=$!;"
-                             "for i in $(seq 400); do grep -q listening $D/out && break; sleep 0.05; done;"
-                             "kill -INT $pid; wait $pid";
-  ASSERT_EQ(std::system(("bash -c " + quote(script)).c_str()), 0);
-  const std::string out = ::ft::testing::read_file(dir + "/out"), err = ::ft::testing::read_file(dir + "/err");
-  std::filesystem::remove_all(dir);
-  EXPECT_NE(err.find("--kv-tokens 10 is rounded up to 64 (whole pages of 64 tokens)"), std::string::npos) << err;
-  EXPECT_NE(err.find("the KV cache holds 64 tokens: the context limit per request is clamped from 2048 to 64"),
+  const Result r = serve_until_listening("--page-size 64 --kv-tokens 10", "ft_kv_");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("--kv-tokens 10 is rounded up to 64 (whole pages of 64 tokens)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the KV cache holds 64 tokens: the context limit per request is clamped from 2048 to 64"),
             std::string::npos)
-      << err;
-  EXPECT_NE(out.find("context 64 tokens"), std::string::npos) << out;
+      << r.err;
+  EXPECT_NE(r.out.find("context 64 tokens"), std::string::npos) << r.out;
 }
 
 }  // namespace
