@@ -1,6 +1,7 @@
 #include "engine/moe_runtime.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include <fmt/format.h>
@@ -116,7 +117,15 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   // layer and worker costs tens of microseconds (ThreadPool). A decode layer arrives every ~0.3-0.9 ms
   // (qwen3 MoE models, hybrid and cpu strategies, H200); workers sleep after 2 ms without one. On the
   // CPU backend the same cores run the rest of the layer, so they must not be held.
+  // FT_MOE_CPU_SPIN_US (microseconds, 0 = sleep at once) overrides it, for comparisons.
   ro.cpu_spin_us = ops.device() == Device::kCuda ? 2000 : 0;
+  if (const char* e = std::getenv("FT_MOE_CPU_SPIN_US")) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || v < 0 || v > 1000000)
+      fail(ErrorCode::kInvalidArgument, "FT_MOE_CPU_SPIN_US={}: expected microseconds in 0..1000000", e);
+    ro.cpu_spin_us = static_cast<int>(v);
+  }
   ro.source_releases_memory = config.release_source && config.source_releases_memory;
   if (config.release_source)  // each contiguous run of expert matrices at once (a GGUF [E, F, H] tensor)
     ro.bank_layer_filled = [&host, release = config.release_source](int64_t l) {
