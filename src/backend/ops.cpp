@@ -1,5 +1,5 @@
 // Ops: the defaults of the optional parts of the interface: graphs (none), and the unfused
-// add_rms_norm, norm_rope, qk_norm_rope_store and moe_router.
+// add_rms_norm, norm_rope, qk_norm_rope_store, qk_norm_rope_attention and moe_router.
 #include "backend/ops.h"
 
 #include "backend/op_checks.h"
@@ -21,6 +21,13 @@ void Ops::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Te
   norm_rope(np, wq, p, q, batch.positions);
   norm_rope(np, wk, p, k, batch.positions);
   kv_write(batch, k, v, kv);
+}
+
+void Ops::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
+                                 const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
+                                 const BatchInfo& batch, KvLayer kv, Tensor out) {
+  qk_norm_rope_store(np, wq, wk, rp, q, k, v, batch, kv);
+  attention(ap, batch, q, kv, out);
 }
 
 void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,

@@ -205,6 +205,15 @@ class Ops {
   virtual void qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
                                   Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv);
 
+  /** A per-head QK-norm model's whole attention: qk_norm_rope_store(np, wq, wk, rp, q, k, v, batch, kv),
+   *  then attention(ap, batch, q, kv, out). Shapes as there. Afterwards q and k hold either their
+   *  normalised, rotated heads or their inputs (read only out and the KV pages). The default makes
+   *  the two calls; CUDA does both in the decode attention kernel for batches of one token per
+   *  sequence (head_dim 128 or 256). Throws what they throw. */
+  virtual void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
+                                      const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
+                                      const BatchInfo& batch, KvLayer kv, Tensor out);
+
   /** y = x W^T (+ bias): x [T, K] activations, w [N, K] any weight dtype (K a whole number of
    *  blocks), bias [N] F32/F16/BF16 or empty, y [T, N] activation dtype. fp32 accumulation. y must
    *  not alias x. */

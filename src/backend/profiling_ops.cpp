@@ -69,6 +69,12 @@ void ProfilingOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq,
                                       Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
   timed("qk_norm_rope_store", [&] { inner_->qk_norm_rope_store(np, wq, wk, p, q, k, v, batch, kv); });
 }
+void ProfilingOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk,
+                                          const RopeParams& rp, const AttentionParams& ap, Tensor q, Tensor k,
+                                          const Tensor& v, const BatchInfo& batch, KvLayer kv, Tensor out) {
+  timed("qk_norm_rope_attention",
+        [&] { inner_->qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out); });
+}
 void ProfilingOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
   timed(fmt::format("add_rms_norm [{}]", x.cols()), [&] { inner_->add_rms_norm(p, x, r, w, out); });
 }

@@ -48,6 +48,9 @@ class ProfilingOps final : public Ops {
   void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
   void qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
                           Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) override;
+  void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
+                              const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch,
+                              KvLayer kv, Tensor out) override;
   void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
   void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,

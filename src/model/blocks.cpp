@@ -67,8 +67,9 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
   }
   const KvLayer kv = ctx.kv.layer(static_cast<int32_t>(l));
-  if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm, RoPE, then k and v into the pages (one kernel on CUDA)
-    ops.qk_norm_rope_store(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, q, k, v, ctx.batch, kv);
+  if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm, RoPE, k and v into the pages, attention
+    ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, spec.attn, q, k, v, ctx.batch, kv,
+                               attn);  // [T, n_head * head_dim]
   } else {
     if (spec.qk_norm == QkNorm::kFull) {
       ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
@@ -77,8 +78,8 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.rope(spec.rope, q, ctx.batch.positions);
     ops.rope(spec.rope, k, ctx.batch.positions);
     ops.kv_write(ctx.batch, k, v, kv);
+    ops.attention(spec.attn, ctx.batch, q, kv, attn);  // [T, n_head * head_dim]
   }
-  ops.attention(spec.attn, ctx.batch, q, kv, attn);  // [T, n_head * head_dim]
   ctx.dump_if("kqv_out", l, attn);
   ops.matmul(attn, w.wo, out, Tensor());  // [T, H]
 }

@@ -140,5 +140,108 @@ TEST_F(CudaAttention, PrefillDecodeAndMixedBatches) {
   for (const Config& c : configs) run(c, seed++);
 }
 
+// qk_norm_rope_attention (per-head QK-norm, RoPE, the new k and v into the pages, attention) against the
+// CPU's unfused calls. Decode batches take the fused decode kernel (the norm and the rotation in the
+// attention kernel, which also stores the token's k and v); the prefill case and head_dim 64 take the
+// default (the same calls on the GPU). Checks the output and the new tokens' rows of the pages.
+struct FusedCase {
+  Config c;
+  int32_t n_rot;
+  RopeMode mode;
+  DType act, kv;
+};
+
+TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
+  const std::vector<FusedCase> cases = {
+      {{"decode 3 seqs hd128 gqa8 neox", 16, 2, 128, 16, 0, {{300, 1}, {0, 1}, {1000, 1}}}, 128, RopeMode::kNeox,
+       DType::F32, DType::F32},
+      {{"decode hd128 gqa4 neox bf16", 8, 2, 128, 64, 0, {{640, 1}, {15, 1}}}, 128, RopeMode::kNeox, DType::BF16,
+       DType::BF16},
+      {{"decode hd128 normal mode, f32 act bf16 kv", 4, 2, 128, 32, 0, {{77, 1}}}, 128, RopeMode::kNormal, DType::F32,
+       DType::BF16},
+      {{"decode hd256 partial rotation 64", 4, 1, 256, 64, 0, {{129, 1}, {5, 1}}}, 64, RopeMode::kNeox, DType::F32,
+       DType::F32},
+      {{"decode sliding window 32 hd128", 4, 2, 128, 16, 32, {{100, 1}}}, 128, RopeMode::kNeox, DType::F32, DType::F32},
+      {{"prefill 20 after 30 hd128 (unfused)", 4, 2, 128, 16, 0, {{30, 20}}}, 128, RopeMode::kNeox, DType::F32,
+       DType::F32},
+      {{"decode hd64 (unfused)", 4, 2, 64, 16, 0, {{40, 1}}}, 64, RopeMode::kNeox, DType::F32, DType::F32},
+  };
+  uint32_t seed = 500;
+  for (const FusedCase& fc : cases) {
+    const Config& c = fc.c;
+    const int64_t S = static_cast<int64_t>(c.seqs.size()), W = c.G * c.D;
+    int32_t max_len = 0;
+    for (const SeqSpec& s : c.seqs) max_len = std::max(max_len, s.history + s.n_new);
+    const int32_t max_blocks = static_cast<int32_t>((max_len + c.page - 1) / c.page);
+    const int64_t n_pages = S * max_blocks + 3;
+    std::vector<int32_t> perm(static_cast<size_t>(n_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+    const std::vector<int32_t> table(perm.begin(), perm.begin() + S * max_blocks);
+    std::vector<float> kc(static_cast<size_t>(n_pages * c.page * W), 0.0f), vc = kc;
+    KvLayer cpu_kv{Tensor(kc.data(), DType::F32, {n_pages, c.page, c.G, c.D}),
+                   Tensor(vc.data(), DType::F32, {n_pages, c.page, c.G, c.D})};
+    KvLayer gpu_kv{arena().dev_poisoned(fc.kv, {n_pages, c.page, c.G, c.D}),
+                   arena().dev_poisoned(fc.kv, {n_pages, c.page, c.G, c.D})};
+    std::vector<std::pair<int32_t, int32_t>> hist, now;
+    for (const SeqSpec& s : c.seqs) hist.push_back({0, s.history}), now.push_back({s.history, s.n_new});
+    uint32_t sd = seed * 11;
+    const HostBatch hh = make(hist);
+    if (hh.T > 0) {  // the history, as the pages hold it on both sides
+      const auto k = rand_bf16(static_cast<size_t>(hh.T * W), sd++), v = rand_bf16(k.size(), sd++);
+      cpu().kv_write(info(hh, table, max_blocks, false), arena().host_f32(k, {hh.T, W}), arena().host_f32(v, {hh.T, W}),
+                     cpu_kv);
+      gpu().kv_write(info(hh, table, max_blocks, true), arena().dev_from(k, fc.kv, {hh.T, W}),
+                     arena().dev_from(v, fc.kv, {hh.T, W}), gpu_kv);
+    }
+    const HostBatch hb = make(now);
+    const int64_t T = hb.T, HD = c.H * c.D;
+    const auto q = rand_bf16(static_cast<size_t>(T * HD), sd++, -3.0f, 3.0f);
+    const auto k = rand_bf16(static_cast<size_t>(T * W), sd++, -3.0f, 3.0f);
+    const auto v = rand_bf16(static_cast<size_t>(T * W), sd++);
+    const auto wq = rand_bf16(static_cast<size_t>(c.D), sd++, 0.5f, 1.5f);
+    const auto wk = rand_bf16(static_cast<size_t>(c.D), sd++, 0.5f, 1.5f);
+    std::vector<float> inv(static_cast<size_t>(fc.n_rot / 2));
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / fc.n_rot);
+    AttentionParams p;
+    p.n_head = static_cast<int32_t>(c.H), p.n_head_kv = static_cast<int32_t>(c.G);
+    p.head_dim = static_cast<int32_t>(c.D), p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    p.sliding_window = c.window;
+    const RmsNormParams np{1e-6f, 0.0f};
+    RopeParams rp{fc.mode, static_cast<int32_t>(c.D), fc.n_rot, arena().host_f32(inv, {fc.n_rot / 2}), 1.0f};
+    std::vector<float> ref(static_cast<size_t>(T * HD)), cq = q, ck = k;
+    cpu().qk_norm_rope_attention(np, arena().host_f32(wq, {c.D}), arena().host_f32(wk, {c.D}), rp, p,
+                                 Tensor(cq.data(), DType::F32, {T, HD}), Tensor(ck.data(), DType::F32, {T, W}),
+                                 arena().host_f32(v, {T, W}), info(hb, table, max_blocks, false), cpu_kv,
+                                 Tensor(ref.data(), DType::F32, {T, HD}));
+    rp.inv_freq = arena().dev_from(inv, DType::F32, {fc.n_rot / 2});
+    Tensor out = arena().dev_poisoned(fc.act, {T, HD});
+    gpu().qk_norm_rope_attention(np, arena().dev_from(wq, DType::F32, {c.D}), arena().dev_from(wk, DType::BF16, {c.D}),
+                                 rp, p, arena().dev_from(q, fc.act, {T, HD}), arena().dev_from(k, fc.act, {T, W}),
+                                 arena().dev_from(v, fc.act, {T, W}), info(hb, table, max_blocks, true), gpu_kv, out);
+    const double tol = fc.act == DType::F32 && fc.kv == DType::F32 ? 1e-4 : kTol;
+    const double e = compare(out, ref);
+    report("qk_norm_rope_attention", c.name, e);
+    EXPECT_LE(e, tol) << c.name;
+    // the new tokens' k and v rows of the pages
+    const auto gk = arena().read(gpu_kv.k), gv = arena().read(gpu_kv.v);
+    double num_k = 0, den_k = 0, num_v = 0, den_v = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t pos = hb.pos[static_cast<size_t>(t)], sq = hb.seq[static_cast<size_t>(t)];
+      const int64_t page = table[static_cast<size_t>(sq * max_blocks + pos / c.page)];
+      const int64_t row = (page * c.page + pos % c.page) * W;
+      for (int64_t i = row; i < row + W; ++i) {
+        num_k += (gk[i] - kc[i]) * (gk[i] - kc[i]), den_k += kc[i] * kc[i];
+        num_v += (gv[i] - vc[i]) * (gv[i] - vc[i]), den_v += vc[i] * vc[i];
+      }
+    }
+    const double ek = std::sqrt(num_k / den_k), ev = std::sqrt(num_v / den_v);  // NaN (unwritten) fails
+    report("qk_norm_rope_attention k pages", c.name, ek);
+    EXPECT_LE(ek, tol) << c.name;
+    EXPECT_LE(ev, tol) << c.name;
+    ++seed;
+  }
+}
+
 }  // namespace
 }  // namespace ft::testing

@@ -288,29 +288,32 @@ void launch_attention(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s)
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
-  cuda::check_batch("attention", batch);
-  cuda::check_act("attention", "q", q);
-  cuda::check_act("attention", "out", out);
-  cuda::check_same_shape("attention", "out", out, q);
-  cuda::check_act("attention", "kv.k", kv.k);
-  cuda::check_act("attention", "kv.v", kv.v);
-  cuda::check_same_shape("attention", "kv.v", kv.v, kv.k);
-  cuda::check_same_dtype("attention", "kv.v", kv.v, kv.k);
+namespace cuda {
+namespace {
+
+/** attention's arguments checked and as device pointers (op names the caller in errors). */
+AttnTensors attention_tensors(const char* op, const AttentionParams& p, const BatchInfo& batch, const Tensor& q,
+                              const KvLayer& kv, const Tensor& out) {
+  check_batch(op, batch);
+  check_act(op, "q", q);
+  check_act(op, "out", out);
+  check_same_shape(op, "out", out, q);
+  check_act(op, "kv.k", kv.k);
+  check_act(op, "kv.v", kv.v);
+  check_same_shape(op, "kv.v", kv.v, kv.k);
+  check_same_dtype(op, "kv.v", kv.v, kv.k);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
   if (H <= 0 || G <= 0 || D <= 0 || H % G != 0)
-    fail(ErrorCode::kInvalidArgument, "attention: n_head {} must be a positive multiple of n_head_kv {} (head_dim {})",
+    fail(ErrorCode::kInvalidArgument, "{}: n_head {} must be a positive multiple of n_head_kv {} (head_dim {})", op,
          H, G, D);
-  if (D > cuda::kMaxHeadDim)
-    fail(ErrorCode::kUnsupported, "attention: head_dim {} (the CUDA kernel supports up to {})", D, cuda::kMaxHeadDim);
+  if (D > kMaxHeadDim)
+    fail(ErrorCode::kUnsupported, "{}: head_dim {} (the CUDA kernel supports up to {})", op, D, kMaxHeadDim);
   if (q.rows() != T || q.cols() != H * D)
-    fail(ErrorCode::kInvalidArgument, "attention: q {} must be [{}, {}] (tokens, n_head x head_dim)", q.str(), T, H * D);
+    fail(ErrorCode::kInvalidArgument, "{}: q {} must be [{}, {}] (tokens, n_head x head_dim)", op, q.str(), T, H * D);
   if (kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D)
-    fail(ErrorCode::kInvalidArgument, "attention: kv.k {} must be [pages, page_size, {}, {}]", kv.k.str(), G, D);
-  if (T == 0) return;
-
-  cuda::AttnTensors tensors;
-  tensors.q = q.data, tensors.q_code = cuda::float_code("attention", "q", q.dtype);
+    fail(ErrorCode::kInvalidArgument, "{}: kv.k {} must be [pages, page_size, {}, {}]", op, kv.k.str(), G, D);
+  AttnTensors tensors;
+  tensors.q = q.data, tensors.q_code = float_code(op, "q", q.dtype);
   tensors.out = out.data, tensors.out_f32 = out.dtype == DType::F32;
   tensors.k = kv.k.data, tensors.v = kv.v.data, tensors.kv_f32 = kv.k.dtype == DType::F32;
   tensors.T = T, tensors.H = static_cast<int>(H), tensors.G = static_cast<int>(G), tensors.D = static_cast<int>(D);
@@ -319,6 +322,56 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   tensors.pos = batch.positions.ptr<int32_t>(), tensors.seq = batch.seq_index.ptr<int32_t>();
   tensors.n_seqs = batch.n_seqs;
   tensors.bt = batch.block_tables.ptr<int32_t>(), tensors.max_blocks = batch.max_blocks;
+  return tensors;
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
+                                     const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
+                                     const BatchInfo& batch, KvLayer kv, Tensor out) {
+  const char* op = "qk_norm_rope_attention";
+  const int64_t T = batch.n_tokens, G = ap.n_head_kv, D = ap.head_dim;
+  const bool fits = T > 0 && batch.n_tokens == batch.n_seqs && cuda::attention_decode_supports(ap.n_head, G, D) &&
+                    rp.head_dim == D && cuda::attention_decode_fuses(D, rp.n_rot, rp.mode == RopeMode::kNeox) &&
+                    wq.numel() == D && wk.numel() == D && k.rows() == T && k.cols() == G * D &&
+                    v.rows() == T && v.cols() == G * D && k.dtype == q.dtype && v.dtype == q.dtype;
+  if (!fits) return Ops::qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out);
+  cuda::AttnDecodeArgs d;
+  static_cast<cuda::AttnTensors&>(d) = cuda::attention_tensors(op, ap, batch, q, kv, out);
+  cuda::check_act(op, "k", k);
+  cuda::check_act(op, "v", v);
+  cuda::check_dev(op, "wq", wq);
+  cuda::check_dev(op, "wk", wk);
+  cuda::check_dtype(op, "positions", batch.positions, {DType::I32});
+  cuda::check_dtype(op, "inv_freq", rp.inv_freq, {DType::F32});
+  cuda::check_dev(op, "inv_freq", rp.inv_freq);
+  if (rp.inv_freq.numel() < rp.n_rot / 2)
+    fail(ErrorCode::kInvalidArgument, "{}: inv_freq {} must have n_rot / 2 = {} entries", op, rp.inv_freq.str(),
+         rp.n_rot / 2);
+  d.fused = true;
+  d.nr.k = k.data, d.nr.v = v.data;
+  d.nr.wq = wq.data, d.nr.wq_code = cuda::float_code(op, "wq", wq.dtype);
+  d.nr.wk = wk.data, d.nr.wk_code = cuda::float_code(op, "wk", wk.dtype);
+  d.nr.eps = np.eps, d.nr.offset = np.weight_offset;
+  d.nr.inv_freq = rp.inv_freq.ptr<float>(), d.nr.n_rot = rp.n_rot, d.nr.neox = rp.mode == RopeMode::kNeox;
+  d.nr.attn_factor = rp.attn_factor;
+  launch_decode_attention(d, kv);
+}
+
+void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv) {
+  d.n_split = cuda::decode_splits(d.T, kv.k.dim(0) * kv.k.dim(1));
+  d.part = static_cast<float*>(scratch(Scratch::kAttention, d.n_split * d.T * d.H * (d.D + 4) * 4));
+  d.done = static_cast<int*>(zeroed_scratch(Scratch::kAttentionDone, d.T * d.G * 4 * 4));
+  cuda::launch_attention_decode(d, stream_);
+}
+
+void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
+  const cuda::AttnTensors tensors = cuda::attention_tensors("attention", p, batch, q, kv, out);
+  const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
+  if (T == 0) return;
+
   if (batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens && cuda::attention_tc_supports(D)) {
     return cuda::launch_attention_tc(tensors, stream_);
   }
@@ -326,10 +379,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   if (batch.n_tokens == batch.n_seqs && cuda::attention_decode_supports(H, G, D)) {  // pure decode
     cuda::AttnDecodeArgs d;
     static_cast<cuda::AttnTensors&>(d) = tensors;
-    d.n_split = cuda::decode_splits(T, kv.k.dim(0) * kv.k.dim(1));
-    d.part = static_cast<float*>(scratch(Scratch::kAttention, d.n_split * T * H * (D + 4) * 4));
-    d.done = static_cast<int*>(zeroed_scratch(Scratch::kAttentionDone, T * G * 4 * 4));
-    return cuda::launch_attention_decode(d, stream_);
+    return launch_decode_attention(d, kv);
   }
 
   cuda::AttnArgs a{};

@@ -51,7 +51,46 @@ __device__ __forceinline__ void decode_plan(int64_t p, int window, int n_split, 
   n_active = static_cast<int>((len + per32 - 1) / per32);
 }
 
-template <int DPL, int GROUP>
+/** Per-head RMSNorm then rotation of one head held as the decode kernel holds it (lane l: dims
+ *  l * DPL ..; D == 32 * DPL), as norm_rope.cu computes it, rounded to the activation dtype (round_bf16)
+ *  as its store would. cs, sn: the lane's cos and sin (1 and 0 past n_rot); w: norm weight + offset. */
+template <int DPL>
+__device__ __forceinline__ void head_norm_rope(float (&x)[DPL], const float (&w)[DPL], const float (&cs)[DPL],
+                                               const float (&sn)[DPL], const DecodeNormRope& nr, int D,
+                                               bool round_bf16) {
+  const int lane = threadIdx.x & 31;
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) ss += x[i] * x[i];
+  ss = warp_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(D) + nr.eps);
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) x[i] = x[i] * inv * w[i];
+  const int half = nr.n_rot / 2;
+  if (nr.neox) {  // pairs (i, i + half): a power-of-two number of lanes apart
+    const int sh = half / DPL;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const float y = __shfl_xor_sync(0xffffffffu, x[i], sh);
+      const int dim = lane * DPL + i;
+      if (dim < nr.n_rot) x[i] = dim < half ? x[i] * cs[i] - y * sn[i] : x[i] * cs[i] + y * sn[i];
+    }
+  } else {  // pairs (2i, 2i + 1): in the lane
+#pragma unroll
+    for (int i = 0; i < DPL; i += 2) {
+      if (lane * DPL + i >= nr.n_rot) break;
+      const float a0 = x[i], a1 = x[i + 1];
+      x[i] = a0 * cs[i] - a1 * sn[i];
+      x[i + 1] = a1 * cs[i + 1] + a0 * sn[i + 1];
+    }
+  }
+  if (round_bf16) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+  }
+}
+
+template <int DPL, int GROUP, bool FUSED>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDecodeArgs a) {
   extern __shared__ float sm[];  // [kDecWarps][GROUP][2 + D]: each warp's m, l, o per head
   __shared__ int is_last;
@@ -80,19 +119,81 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 
   const int32_t* table = a.bt + static_cast<int64_t>(seq) * a.max_blocks;
   const uint32_t ps = static_cast<uint32_t>(a.page_size);
-  auto row_of = [&](int64_t j) -> int64_t {  // element offset of key j's row for kv head g, or -1
-    if (j >= s_hi) return -1;
+  auto page_row = [&](int64_t j) -> int64_t {  // element offset of key j's row for kv head g, or -1
     // 32-bit division (positions < 2^31): a 64-bit one is a ~70-instruction routine per key
     const uint32_t blk = static_cast<uint32_t>(j) / ps, in_page = static_cast<uint32_t>(j) - blk * ps;
     const int64_t page = blk < static_cast<uint32_t>(a.max_blocks) ? table[blk] : -1;
     if (page < 0 || page >= a.n_pages) return -1;
     return ((page * a.page_size + in_page) * a.G + gk) * D;
   };
+  // Fused: this kernel writes key p itself (below); the split that holds it scores it from registers.
+  auto row_of = [&](int64_t j) -> int64_t { return j >= s_hi || (FUSED && j == p) ? -1 : page_row(j); };
   constexpr int kStep = kKeysInFlight * kDecWarps;  // keys the block's warps take per iteration
   int64_t off[kKeysInFlight];  // rows of this warp's next keys (warp-uniform), looked up one iteration ahead
 #pragma unroll
   for (int u = 0; u < kKeysInFlight; ++u) off[u] = row_of(s_lo + warp + u * kDecWarps);
+  // Every key of the split into L2 before the wait: the keys before p were written by earlier steps,
+  // and L2 is where the kernel before this one writes key p, so a prefetch never holds a stale copy.
+  const uint32_t row_bytes = static_cast<uint32_t>(D) * (a.kv_f32 ? 4u : 2u);
+  if (row_bytes % 16 == 0)
+    for (int64_t j = s_lo + threadIdx.x; j < s_hi; j += blockDim.x) {
+      const int64_t r = row_of(j);
+      if (r < 0) continue;
+      const int64_t byte = r * (a.kv_f32 ? 4 : 2);
+      prefetch_l2(static_cast<const char*>(a.k) + byte, row_bytes);
+      prefetch_l2(static_cast<const char*>(a.v) + byte, row_bytes);
+    }
+  // Fused: the norm weights, and the cos and sin of the token's position for the lane's dims.
+  float wq[FUSED ? DPL : 1], wk[FUSED ? DPL : 1], cs[FUSED ? DPL : 1], sn[FUSED ? DPL : 1];
+  const bool has_p = FUSED && s_hi == p + 1;  // this split ends at the token's own key
+  if constexpr (FUSED) {
+    const int half = a.nr.n_rot / 2;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int dim = lane * DPL + i;
+      wq[i] = load_any(a.nr.wq, a.nr.wq_code, dim) + a.nr.offset;
+      wk[i] = load_any(a.nr.wk, a.nr.wk_code, dim) + a.nr.offset;
+      cs[i] = 1.0f, sn[i] = 0.0f;
+      if (dim < a.nr.n_rot) {
+        const int pair = a.nr.neox ? (dim < half ? dim : dim - half) : dim / 2;
+        sincosf(static_cast<float>(p) * a.nr.inv_freq[pair], &sn[i], &cs[i]);
+        cs[i] *= a.nr.attn_factor, sn[i] *= a.nr.attn_factor;
+      }
+    }
+  }
   pdl_enter();
+
+  // Fused, the split with key p: warp 0 normalises and rotates the token's k, takes its v, both as
+  // the pages hold them, and the first block of the kv head stores them there.
+  float kp[FUSED ? DPL : 1], vp[FUSED ? DPL : 1];
+  int64_t p_row = -1;
+  if constexpr (FUSED) {
+    if (has_p && warp == 0) {
+      p_row = page_row(p);
+      const bool bf = a.q_code != 0;
+      const int64_t ko = (t * a.G + gk) * D + lane * DPL;
+      load_x_any<DPL>(a.nr.k, !bf, ko, kp);
+      load_x_any<DPL>(a.nr.v, !bf, ko, vp);
+      head_norm_rope<DPL>(kp, wk, cs, sn, a.nr, D, bf);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        if (!a.kv_f32) kp[i] = __bfloat162float(__float2bfloat16_rn(kp[i])), vp[i] = __bfloat162float(__float2bfloat16_rn(vp[i]));
+      }
+      if (p_row >= 0 && (g & ((1 << a.hs_log2) - 1)) == 0) {
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+          const int64_t o = p_row + lane * DPL + i;
+          if (a.kv_f32) {
+            const_cast<float*>(static_cast<const float*>(a.k))[o] = kp[i];
+            const_cast<float*>(static_cast<const float*>(a.v))[o] = vp[i];
+          } else {
+            const_cast<bf16*>(static_cast<const bf16*>(a.k))[o] = __float2bfloat16_rn(kp[i]);
+            const_cast<bf16*>(static_cast<const bf16*>(a.v))[o] = __float2bfloat16_rn(vp[i]);
+          }
+        }
+      }
+    }
+  }
 
   float q[GROUP][DPL];
 #pragma unroll
@@ -106,6 +207,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
       for (int i = 0; i < DPL; ++i) q[h][i] = lane * DPL + i < D ? load_any(a.q, a.q_code, qo + lane * DPL + i) : 0.0f;
     }
+    if constexpr (FUSED) head_norm_rope<DPL>(q[h], wq, cs, sn, a.nr, D, a.q_code != 0);
 #pragma unroll
     for (int i = 0; i < DPL; ++i) q[h][i] *= a.scale;
   }
@@ -152,6 +254,9 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u)
       if (use[u]) score(kk[u], vv[u]);
+  }
+  if constexpr (FUSED) {
+    if (p_row >= 0) score(kp, vp);  // warp 0 of the split with key p
   }
 
   const int stride = 2 + D;
@@ -266,11 +371,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 
 template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
+  if (a.fused) FT_CHECK(a.D == 32 * DPL);
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
   // the warps' states, later the merge's split weights and totals
   const size_t smem =
       static_cast<size_t>(std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (2 * a.n_split + 1))) * 4;
-  launch_pdl(attention_decode_kernel<DPL, GROUP>, grid, kDecWarps * 32, smem, s, a);
+  if (a.fused) launch_pdl(attention_decode_kernel<DPL, GROUP, true>, grid, kDecWarps * 32, smem, s, a);
+  else launch_pdl(attention_decode_kernel<DPL, GROUP, false>, grid, kDecWarps * 32, smem, s, a);
 }
 
 /** Query heads per block: 2 of a larger group, so a group of 8 takes 4 blocks per (token, kv head,
@@ -290,6 +397,16 @@ bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_d
   const int64_t group = n_head / n_head_kv;
   return head_dim % 4 == 0 && (head_dim <= 128 || (head_dim <= 256 && head_dim % 8 == 0)) &&
          (group == 1 || group == 2 || group == 4 || group == 8);
+}
+
+bool attention_decode_fuses(int64_t head_dim, int64_t n_rot, bool neox) {
+  if (head_dim != 128 && head_dim != 256) return false;
+  const int64_t dpl = head_dim / 32, half = n_rot / 2;
+  if (n_rot < 0 || n_rot > head_dim || n_rot % 2 != 0) return false;
+  if (!neox) return true;
+  if (half == 0) return true;
+  const int64_t sh = half / dpl;  // lanes between the pair's halves
+  return half % dpl == 0 && (sh & (sh - 1)) == 0;
 }
 
 int decode_splits(int64_t T, int64_t capacity) {

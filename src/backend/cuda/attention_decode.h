@@ -9,12 +9,30 @@
 
 namespace ft::cuda {
 
+/** The QK-norm and rotation the decode kernel applies itself (qk_norm_rope_attention): q of
+ *  AttnTensors and k, v here are the projections' outputs, and the kernel stores the token's k (normalised,
+ *  rotated) and v into the pages. */
+struct DecodeNormRope {
+  const void* k = nullptr;  // [T, G * D], q's dtype
+  const void* v = nullptr;  // [T, G * D], q's dtype
+  const void* wq = nullptr;  // [D] norm weights, dtype codes as load_any
+  const void* wk = nullptr;
+  int wq_code = 0, wk_code = 0;
+  float eps = 0.0f, offset = 0.0f;
+  const float* inv_freq = nullptr;  // [n_rot / 2]
+  int n_rot = 0;
+  bool neox = true;
+  float attn_factor = 1.0f;
+};
+
 /** Arguments of the decode kernel: the call's tensors and the split plan. */
 struct AttnDecodeArgs : AttnTensors {
   int n_split = 0;        // blocks per (token, kv head) sharing the token's key range (decode_splits)
   float* part = nullptr;  // [n_split, T * H, D + 4]: m, l, 2 unused, o[D] per (split, token, head)
   int* done = nullptr;    // [T * G * 4] counters, zero before the launch and left zero after it
   int hs_log2 = 0;        // blocks per (token, kv head, split) = 1 << hs_log2 (set by the launcher)
+  bool fused = false;     // apply nr (QK-norm, RoPE, the token's KV store) first
+  DecodeNormRope nr;
 };
 
 /** Splits per (token, kv head) for a decode batch of T tokens over a pool of `capacity` keys: many
@@ -27,6 +45,11 @@ int decode_splits(int64_t T, int64_t capacity);
 /** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (or of 8 up to 256),
  *  query heads per kv head 1, 2, 4 or 8. */
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
+
+/** Whether the kernel can apply the QK-norm and rotation itself (AttnDecodeArgs::fused): head_dim
+ *  32 * 4 or 32 * 8 (a lane holds 4 or 8 dims), and a rotation whose pairs are within a lane (normal
+ *  mode) or a power-of-two number of lanes apart (NeoX: n_rot / 2 a multiple of the lane's dims). */
+bool attention_decode_fuses(int64_t head_dim, int64_t n_rot, bool neox);
 
 /** Queues the kernel on `stream`: grid (T, G << hs_log2, n_split), 128 threads; writes `out` for every token
  *  with a valid sequence and position (through the partials when its range spans several splits).

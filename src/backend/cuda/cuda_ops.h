@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "backend/cuda/attention_decode.h"
 
 namespace ft {
 
@@ -58,6 +59,9 @@ class CudaOps final : public Ops {
                           Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) override;
   void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                  const Tensor& positions) override;
+  void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
+                              const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch,
+                              KvLayer kv, Tensor out) override;
   void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
@@ -104,6 +108,10 @@ class CudaOps final : public Ops {
   cublasHandle_t cublas() const { return cublas_; }
 
  private:
+  /** Plans the splits of the decode attention kernel (attention_decode.h) for d's batch over kv's
+   *  pool, takes its scratch and queues it. */
+  void launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv);
+
   struct Region {
     void* ptr = nullptr;
     int64_t bytes = 0;
