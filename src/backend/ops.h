@@ -208,8 +208,8 @@ class Ops {
   /** A per-head QK-norm model's whole attention: qk_norm_rope_store(np, wq, wk, rp, q, k, v, batch, kv),
    *  then attention(ap, batch, q, kv, out). Shapes as there. Afterwards q and k hold either their
    *  normalised, rotated heads or their inputs (read only out and the KV pages). The default makes
-   *  the two calls; CUDA does both in the decode attention kernel for batches of one token per
-   *  sequence (head_dim 128 or 256). Throws what they throw. */
+   *  the two calls; CUDA does both in the decode attention kernel for a batch of one decode token
+   *  (head_dim 128 or 256). Throws what they throw. */
   virtual void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                                       const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
                                       const BatchInfo& batch, KvLayer kv, Tensor out);

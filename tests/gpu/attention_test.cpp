@@ -141,8 +141,8 @@ TEST_F(CudaAttention, PrefillDecodeAndMixedBatches) {
 }
 
 // qk_norm_rope_attention (per-head QK-norm, RoPE, the new k and v into the pages, attention) against the
-// CPU's unfused calls. Decode batches take the fused decode kernel (the norm and the rotation in the
-// attention kernel, which also stores the token's k and v); the prefill case and head_dim 64 take the
+// CPU's unfused calls. A single decode token takes the fused decode kernel (the norm and the rotation
+// in the attention kernel, which also stores the token's k and v); the cases marked unfused take the
 // default (the same calls on the GPU). Checks the output and the new tokens' rows of the pages.
 struct FusedCase {
   Config c;
@@ -153,13 +153,14 @@ struct FusedCase {
 
 TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
   const std::vector<FusedCase> cases = {
-      {{"decode 3 seqs hd128 gqa8 neox", 16, 2, 128, 16, 0, {{300, 1}, {0, 1}, {1000, 1}}}, 128, RopeMode::kNeox,
+      {{"decode hd128 gqa8 neox", 16, 2, 128, 16, 0, {{300, 1}}}, 128, RopeMode::kNeox, DType::F32, DType::F32},
+      {{"decode position 0 hd128 gqa8", 16, 2, 128, 16, 0, {{0, 1}}}, 128, RopeMode::kNeox, DType::F32, DType::F32},
+      {{"decode hd128 gqa4 neox bf16", 8, 2, 128, 64, 0, {{640, 1}}}, 128, RopeMode::kNeox, DType::BF16, DType::BF16},
+      {{"decode 3 seqs hd128 (unfused)", 16, 2, 128, 16, 0, {{300, 1}, {0, 1}, {1000, 1}}}, 128, RopeMode::kNeox,
        DType::F32, DType::F32},
-      {{"decode hd128 gqa4 neox bf16", 8, 2, 128, 64, 0, {{640, 1}, {15, 1}}}, 128, RopeMode::kNeox, DType::BF16,
-       DType::BF16},
       {{"decode hd128 normal mode, f32 act bf16 kv", 4, 2, 128, 32, 0, {{77, 1}}}, 128, RopeMode::kNormal, DType::F32,
        DType::BF16},
-      {{"decode hd256 partial rotation 64", 4, 1, 256, 64, 0, {{129, 1}, {5, 1}}}, 64, RopeMode::kNeox, DType::F32,
+      {{"decode hd256 partial rotation 64", 4, 1, 256, 64, 0, {{129, 1}}}, 64, RopeMode::kNeox, DType::F32,
        DType::F32},
       {{"decode sliding window 32 hd128", 4, 2, 128, 16, 32, {{100, 1}}}, 128, RopeMode::kNeox, DType::F32, DType::F32},
       {{"prefill 20 after 30 hd128 (unfused)", 4, 2, 128, 16, 0, {{30, 20}}}, 128, RopeMode::kNeox, DType::F32,

@@ -3,17 +3,13 @@
 // logits [T, E] F32 or BF16 (one dtype), w [E, H] F32 or BF16, ids I32 [T, k], weights F32 [T, k],
 // n_valid I32 [1] or empty. Block (e, t) computes logit (t, e) with 4 warps over H (fp32, fixed order);
 // the block that finishes token t's last logit (a per-token counter it resets, the "last block"
-// pattern of the CUDA threadFenceReduction sample) routes the token with all its threads: softmax (or
-// sigmoid) through block reductions, then each expert's rank among all (a higher score, or the same
-// score and a lower id, ranks ahead) places the top k at once. Measured on the H200 (qwen3-30b-a3b,
-// batch-1 decode), one warp taking k rounds of a warp argmax cost ~6 us per layer more than a trivial
-// routing kernel.
+// pattern of the CUDA threadFenceReduction sample) routes the token with one warp (route_warp.cuh).
 // Other shapes take Ops' default: matmul, moe_route, moe_mask_rows.
 // Bytes moved: E * H weights + T * H activations + T * E logits written and read once.
 #include "backend/cuda/checks.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/route_warp.cuh"  // kWarpRouteMax: the same expert limit as moe_route
+#include "backend/cuda/route_warp.cuh"
 
 namespace ft {
 namespace cuda {
@@ -26,11 +22,8 @@ template <bool WF32, bool XF32>
 __global__ void __launch_bounds__(kRouterThreads)
     moe_router_kernel(const void* x, const void* w, int64_t H, int E, void* logits, int k, bool sigmoid, bool norm,
                       float scaling, const int32_t* n_valid, int32_t* ids, float* weights, int* done) {
-  constexpr int kPer = 32 * kWarpRouteMax / kRouterThreads;  // experts per thread when routing
-  __shared__ float red[32];
+  __shared__ float red[kRouterThreads / 32];
   __shared__ int is_last;
-  __shared__ float key_of[kPer * kRouterThreads], topv[kPer * kRouterThreads];
-  __shared__ int topi[kPer * kRouterThreads];
   const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.y;
   const bool masked = n_valid && t >= max(0, *n_valid);  // batch info the host wrote before the step
@@ -73,62 +66,19 @@ __global__ void __launch_bounds__(kRouterThreads)
     is_last = atomicAdd(done + t, 1) == E - 1;
   }
   __syncthreads();
-  if (!is_last) return;
+  if (!is_last || warp != 0) return;
   __threadfence();
-  float sc[kPer];  // thread i routes experts i, i + kRouterThreads, ...
-  float mx = -INFINITY;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int j = threadIdx.x + u * kRouterThreads;
-    if constexpr (XF32) sc[u] = j < E ? __ldcg(static_cast<const float*>(logits) + t * E + j) : -INFINITY;
-    else
-      sc[u] = j < E ? __uint_as_float(static_cast<uint32_t>(__ldcg(static_cast<const unsigned short*>(logits) + t * E + j)) << 16)
-                    : -INFINITY;
-    mx = fmaxf(mx, sc[u]);
+  route_warp(
+      [&](int j) {
+        if constexpr (XF32) return __ldcg(static_cast<const float*>(logits) + t * E + j);
+        else return __uint_as_float(static_cast<uint32_t>(__ldcg(static_cast<const unsigned short*>(logits) + t * E + j)) << 16);
+      },
+      E, k, sigmoid, norm, scaling, ids + t * k, weights + t * k);
+  if (lane == 0) {
+    if (masked)
+      for (int j = 0; j < k; ++j) ids[t * k + j] = -1;  // graph padding: routed nowhere
+    done[t] = 0;  // ready for the next launch (graph replays included)
   }
-  if (sigmoid) {
-#pragma unroll
-    for (int u = 0; u < kPer; ++u)
-      sc[u] = threadIdx.x + u * kRouterThreads < E ? 1.0f / (1.0f + expf(-sc[u])) : -INFINITY;
-  } else {
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      sc[u] = threadIdx.x + u * kRouterThreads < E ? expf(sc[u] - mx) : 0.0f;
-      sum += sc[u];
-    }
-    const float inv = 1.0f / block_sum(sum, red);
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) sc[u] = threadIdx.x + u * kRouterThreads < E ? sc[u] * inv : -INFINITY;
-  }
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int j = threadIdx.x + u * kRouterThreads;
-    if (j < E) key_of[j] = sc[u] != sc[u] ? -INFINITY : sc[u];  // NaN ranks as -inf: ranks stay a permutation
-  }
-  __syncthreads();
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int j = threadIdx.x + u * kRouterThreads;
-    if (j >= E) break;
-    const float key = key_of[j];
-    int rank = 0;
-    for (int i = 0; i < E; ++i) {
-      const float v = key_of[i];
-      rank += (v > key || (v == key && i < j)) ? 1 : 0;
-    }
-    if (rank < k) topv[rank] = sc[u], topi[rank] = j;
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < k; j += kRouterThreads) {
-    float sel = 0.0f;  // the selected scores' sum, in descending order
-    for (int i = 0; i < k; ++i) sel += topv[i];
-    const float f = norm && sel > 0.0f ? scaling / sel : scaling;
-    ids[t * k + j] = masked ? -1 : topi[j];  // graph padding: routed nowhere
-    weights[t * k + j] = topv[j] * f;
-  }
-  if (threadIdx.x == 0) done[t] = 0;  // ready for the next launch (graph replays included)
 }
 
 }  // namespace
