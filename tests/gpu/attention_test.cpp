@@ -59,26 +59,44 @@ class CudaAttention : public GpuTest {
     return b;
   }
 
-  void run(const Config& c, uint32_t seed) {
+  /** The KV pages of config c on both sides: block tables a random permutation of the pool, the CPU's
+   *  pages F32 zeros, the GPU's `kv_dtype` poisoned; hist and now: each sequence's (first position,
+   *  tokens) of its history and of this forward. */
+  struct Pool {
+    int32_t max_blocks = 0;
+    std::vector<int32_t> table;
+    std::vector<float> kc, vc;
+    KvLayer cpu_kv, gpu_kv;
+    std::vector<std::pair<int32_t, int32_t>> hist, now;
+  };
+  Pool pool(const Config& c, uint32_t seed, DType kv_dtype) {
+    Pool p;
     const int64_t S = static_cast<int64_t>(c.seqs.size()), W = c.G * c.D;
     int32_t max_len = 0;
     for (const SeqSpec& s : c.seqs) max_len = std::max(max_len, s.history + s.n_new);
-    const int32_t max_blocks = static_cast<int32_t>((max_len + c.page - 1) / c.page);
-    const int64_t n_pages = S * max_blocks + 3;
-    // block tables: a random permutation of the pool
+    p.max_blocks = static_cast<int32_t>((max_len + c.page - 1) / c.page);
+    const int64_t n_pages = S * p.max_blocks + 3;
     std::vector<int32_t> perm(static_cast<size_t>(n_pages));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
-    std::vector<int32_t> table(perm.begin(), perm.begin() + S * max_blocks);
+    p.table.assign(perm.begin(), perm.begin() + S * p.max_blocks);
+    p.kc.assign(static_cast<size_t>(n_pages * c.page * W), 0.0f), p.vc = p.kc;
+    p.cpu_kv = KvLayer{Tensor(p.kc.data(), DType::F32, {n_pages, c.page, c.G, c.D}),
+                       Tensor(p.vc.data(), DType::F32, {n_pages, c.page, c.G, c.D})};
+    p.gpu_kv = KvLayer{arena().dev_poisoned(kv_dtype, {n_pages, c.page, c.G, c.D}),
+                       arena().dev_poisoned(kv_dtype, {n_pages, c.page, c.G, c.D})};
+    for (const SeqSpec& s : c.seqs) p.hist.push_back({0, s.history}), p.now.push_back({s.history, s.n_new});
+    return p;
+  }
 
-    std::vector<float> kc(static_cast<size_t>(n_pages * c.page * W), 0.0f), vc = kc;
-    KvLayer cpu_kv{Tensor(kc.data(), DType::F32, {n_pages, c.page, c.G, c.D}),
-                   Tensor(vc.data(), DType::F32, {n_pages, c.page, c.G, c.D})};
-    KvLayer gpu_kv{arena().dev_poisoned(DType::BF16, {n_pages, c.page, c.G, c.D}),
-                   arena().dev_poisoned(DType::BF16, {n_pages, c.page, c.G, c.D})};
-
-    std::vector<std::pair<int32_t, int32_t>> hist, now;
-    for (const SeqSpec& s : c.seqs) hist.push_back({0, s.history}), now.push_back({s.history, s.n_new});
+  void run(const Config& c, uint32_t seed) {
+    const int64_t W = c.G * c.D;
+    Pool pl = pool(c, seed, DType::BF16);
+    const std::vector<int32_t>& table = pl.table;
+    const int32_t max_blocks = pl.max_blocks;
+    const std::vector<float>& kc = pl.kc;
+    const KvLayer &cpu_kv = pl.cpu_kv, &gpu_kv = pl.gpu_kv;
+    const auto &hist = pl.hist, &now = pl.now;
     uint32_t sd = seed * 7;
     for (const auto& runs : {hist, now}) {
       const HostBatch hb = make(runs);
@@ -170,24 +188,14 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
   uint32_t seed = 500;
   for (const FusedCase& fc : cases) {
     const Config& c = fc.c;
-    const int64_t S = static_cast<int64_t>(c.seqs.size()), W = c.G * c.D;
-    int32_t max_len = 0;
-    for (const SeqSpec& s : c.seqs) max_len = std::max(max_len, s.history + s.n_new);
-    const int32_t max_blocks = static_cast<int32_t>((max_len + c.page - 1) / c.page);
-    const int64_t n_pages = S * max_blocks + 3;
-    std::vector<int32_t> perm(static_cast<size_t>(n_pages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
-    const std::vector<int32_t> table(perm.begin(), perm.begin() + S * max_blocks);
-    std::vector<float> kc(static_cast<size_t>(n_pages * c.page * W), 0.0f), vc = kc;
-    KvLayer cpu_kv{Tensor(kc.data(), DType::F32, {n_pages, c.page, c.G, c.D}),
-                   Tensor(vc.data(), DType::F32, {n_pages, c.page, c.G, c.D})};
-    KvLayer gpu_kv{arena().dev_poisoned(fc.kv, {n_pages, c.page, c.G, c.D}),
-                   arena().dev_poisoned(fc.kv, {n_pages, c.page, c.G, c.D})};
-    std::vector<std::pair<int32_t, int32_t>> hist, now;
-    for (const SeqSpec& s : c.seqs) hist.push_back({0, s.history}), now.push_back({s.history, s.n_new});
+    const int64_t W = c.G * c.D;
+    Pool pl = pool(c, seed, fc.kv);
+    const std::vector<int32_t>& table = pl.table;
+    const int32_t max_blocks = pl.max_blocks;
+    const std::vector<float> &kc = pl.kc, &vc = pl.vc;
+    const KvLayer &cpu_kv = pl.cpu_kv, &gpu_kv = pl.gpu_kv;
     uint32_t sd = seed * 11;
-    const HostBatch hh = make(hist);
+    const HostBatch hh = make(pl.hist);
     if (hh.T > 0) {  // the history, as the pages hold it on both sides
       const auto k = rand_bf16(static_cast<size_t>(hh.T * W), sd++), v = rand_bf16(k.size(), sd++);
       cpu().kv_write(info(hh, table, max_blocks, false), arena().host_f32(k, {hh.T, W}), arena().host_f32(v, {hh.T, W}),
@@ -195,7 +203,7 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
       gpu().kv_write(info(hh, table, max_blocks, true), arena().dev_from(k, fc.kv, {hh.T, W}),
                      arena().dev_from(v, fc.kv, {hh.T, W}), gpu_kv);
     }
-    const HostBatch hb = make(now);
+    const HostBatch hb = make(pl.now);
     const int64_t T = hb.T, HD = c.H * c.D;
     const auto q = rand_bf16(static_cast<size_t>(T * HD), sd++, -3.0f, 3.0f);
     const auto k = rand_bf16(static_cast<size_t>(T * W), sd++, -3.0f, 3.0f);
