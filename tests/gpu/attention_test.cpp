@@ -184,6 +184,11 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
       {{"prefill 20 after 30 hd128 (unfused)", 4, 2, 128, 16, 0, {{30, 20}}}, 128, RopeMode::kNeox, DType::F32,
        DType::F32},
       {{"decode hd64 (unfused)", 4, 2, 64, 16, 0, {{40, 1}}}, 64, RopeMode::kNeox, DType::F32, DType::F32},
+      {{"decode mha hd128 (group 1)", 4, 4, 128, 16, 0, {{90, 1}}}, 128, RopeMode::kNeox, DType::F32, DType::F32},
+      {{"decode hd128 normal mode rotation 64", 8, 2, 128, 16, 0, {{33, 1}}}, 64, RopeMode::kNormal, DType::F32,
+       DType::F32},
+      {{"decode hd128 neox rotation 64", 8, 2, 128, 16, 0, {{200, 1}}}, 64, RopeMode::kNeox, DType::F32, DType::F32},
+      {{"decode bf16 act f32 kv", 8, 2, 128, 16, 0, {{150, 1}}}, 128, RopeMode::kNeox, DType::BF16, DType::F32},
   };
   uint32_t seed = 500;
   for (const FusedCase& fc : cases) {
@@ -224,10 +229,13 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
                                  arena().host_f32(v, {T, W}), info(hb, table, max_blocks, false), cpu_kv,
                                  Tensor(ref.data(), DType::F32, {T, HD}));
     rp.inv_freq = arena().dev_from(inv, DType::F32, {fc.n_rot / 2});
-    Tensor out = arena().dev_poisoned(fc.act, {T, HD});
+    Tensor out = arena().dev_poisoned(fc.act, {T, HD}), dq = arena().dev_from(q, fc.act, {T, HD});
     gpu().qk_norm_rope_attention(np, arena().dev_from(wq, DType::F32, {c.D}), arena().dev_from(wk, DType::BF16, {c.D}),
-                                 rp, p, arena().dev_from(q, fc.act, {T, HD}), arena().dev_from(k, fc.act, {T, W}),
-                                 arena().dev_from(v, fc.act, {T, W}), info(hb, table, max_blocks, true), gpu_kv, out);
+                                 rp, p, dq, arena().dev_from(k, fc.act, {T, W}), arena().dev_from(v, fc.act, {T, W}),
+                                 info(hb, table, max_blocks, true), gpu_kv, out);
+    // The fused kernel leaves q as it was (its heads are normalised in registers); the unfused calls
+    // normalise it in place. The cases not marked unfused must take the fused kernel.
+    EXPECT_EQ(arena().read(dq) == q, c.name.find("unfused") == std::string::npos) << c.name;
     const double tol = fc.act == DType::F32 && fc.kv == DType::F32 ? 1e-4 : kTol;
     const double e = compare(out, ref);
     report("qk_norm_rope_attention", c.name, e);

@@ -20,6 +20,7 @@
 // 2 * n_split * T * n_head * (head_dim + 2) * 4 when split.
 #include <algorithm>
 
+#include "backend/op_checks.h"
 #include "backend/cuda/attention_args.h"
 #include "backend/cuda/attention_decode.h"
 #include "backend/cuda/attention_tc.h"
@@ -336,10 +337,13 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
   // One decode token only. There the step is a chain of short kernels and the norm_rope launch is one
   // link less (H200, qwen3-30b-a3b q4_k, 640 keys: 332 -> 341 tok/s); with more tokens each of the
   // token's ~40 split blocks repeats its heads' norm and rotation, and batch 8 / 32 lost 5% / 9%.
-  const bool fits = T == 1 && batch.n_seqs == 1 && cuda::attention_decode_supports(ap.n_head, G, D) &&
-                    rp.head_dim == D && cuda::attention_decode_fuses(D, rp.n_rot, rp.mode == RopeMode::kNeox) &&
-                    wq.numel() == D && wk.numel() == D && k.rows() == T && k.cols() == G * D &&
-                    v.rows() == T && v.cols() == G * D && k.dtype == q.dtype && v.dtype == q.dtype;
+  // The kernel's vector loads of q, k and v need 16-byte aligned rows.
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data) % 16 == 0; };
+  const bool fits = T == 1 && batch.n_seqs == 1 && G > 0 && ap.n_head > 0 && ap.n_head % G == 0 &&
+                    cuda::attention_decode_supports(ap.n_head, G, D) && rp.head_dim == D &&
+                    cuda::attention_decode_fuses(D, rp.n_rot, rp.mode == RopeMode::kNeox) && wq.numel() == D &&
+                    wk.numel() == D && k.rows() == T && k.cols() == G * D && v.rows() == T && v.cols() == G * D &&
+                    k.dtype == q.dtype && v.dtype == q.dtype && aligned(q) && aligned(k) && aligned(v);
   if (!fits) return Ops::qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out);
   cuda::AttnDecodeArgs d;
   static_cast<cuda::AttnTensors&>(d) = cuda::attention_tensors(op, ap, batch, q, kv, out);
@@ -350,9 +354,8 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
   cuda::check_dtype(op, "positions", batch.positions, {DType::I32});
   cuda::check_dtype(op, "inv_freq", rp.inv_freq, {DType::F32});
   cuda::check_dev(op, "inv_freq", rp.inv_freq);
-  if (rp.inv_freq.numel() < rp.n_rot / 2)
-    fail(ErrorCode::kInvalidArgument, "{}: inv_freq {} must have n_rot / 2 = {} entries", op, rp.inv_freq.str(),
-         rp.n_rot / 2);
+  op_checks::rope(rp, q, batch.positions);  // the rotation's own checks, as qk_norm_rope_store makes them
+  op_checks::rope(rp, k, batch.positions);
   d.fused = true;
   d.nr.k = k.data, d.nr.v = v.data;
   d.nr.wq = wq.data, d.nr.wq_code = cuda::float_code(op, "wq", wq.dtype);

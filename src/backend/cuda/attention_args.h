@@ -10,7 +10,8 @@ struct AttnTensors {
   int q_code = 0;
   void* out = nullptr;       // [T, H * D] F32 (out_f32) or BF16
   bool out_f32 = false;
-  const void* k = nullptr;   // [n_pages, page_size, G, D] F32 (kv_f32) or BF16
+  const void* k = nullptr;   // [n_pages, page_size, G, D] F32 (kv_f32) or BF16; the fused decode kernel
+                             // (attention_decode.cu) also writes the new token's rows of k and v
   const void* v = nullptr;
   bool kv_f32 = false;
   int64_t T = 0;

@@ -52,7 +52,8 @@ bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_d
 bool attention_decode_fuses(int64_t head_dim, int64_t n_rot, bool neox);
 
 /** Queues the kernel on `stream`: grid (T, G << hs_log2, n_split), 128 threads; writes `out` for every token
- *  with a valid sequence and position (through the partials when its range spans several splits).
+ *  with a valid sequence and position (through the partials when its range spans several splits), and
+ *  when fused also the token's k and v rows of the pages.
  *  Throws kInternal on a launch error. */
 void launch_attention_decode(const AttnDecodeArgs& a, cudaStream_t stream);
 

@@ -12,8 +12,9 @@
 //   thread of every launch calls it (a grid that finished without waiting would let the next kernel,
 //   which waits only for it, race the one before);
 // - before pdl_enter() a kernel reads only constant data (weights, rotation tables) and the step's
-//   batch info (positions, sequence slots, block tables: copied by the host before the step's first
-//   kernel), and writes nothing. When a kernel's blocks start, the kernel before it has passed its own
+//   batch info (positions, sequence slots, block tables, the valid-row count: copied by the host
+//   before the step's first kernel), and writes nothing. L2 prefetches (prefetch_l2) may name any
+//   global memory: they read no value, and L2 is coherent. When a kernel's blocks start, the kernel before it has passed its own
 //   wait, so everything before that one is complete; only its own writes are still in flight;
 // - pdl_enter() waits first and only then lets the next kernel launch, so at most two grids of a
 //   stream are resident at once;
