@@ -10,9 +10,8 @@
 // position and n_split, never on the batch or on the pool: a graph recorded once equals eager decode
 // bit for bit, and short contexts use few blocks. A token whose range is one piece writes its output
 // directly; otherwise each split writes a (max, sum, unnormalised output) partial, and the split block
-// that finishes last (a per-(token, kv head) counter, reset by that block) merges them in one pass
-// (an online softmax over the splits), so no separate combine launch is needed (the "last block"
-// reduction of the CUDA threadFenceReduction sample).
+// that finishes last (a per-(token, kv head) counter, reset by that block) merges them, so no
+// separate combine launch is needed (the "last block" reduction of the CUDA threadFenceReduction sample).
 // Fused (AttnDecodeArgs::fused, qk_norm_rope_attention): q and k arrive unnormalised; each block
 // applies the per-head RMSNorm and the rotation to its q heads in registers, the split holding the
 // token's key p computes that key and scores it from registers, and the first block of its kv head
@@ -58,7 +57,8 @@ __device__ __forceinline__ void decode_plan(int64_t p, int window, int n_split, 
 
 /** Per-head RMSNorm then rotation of one head held as the decode kernel holds it (lane l: dims
  *  l * DPL ..; D == 32 * DPL), as norm_rope.cu computes it up to the order of the sum of squares,
- *  rounded to the activation dtype (round_bf16) as its store would. cs, sn: the lane's cos and sin (1 and 0 past n_rot); w: norm weight + offset. */
+ *  rounded to the activation dtype (round_bf16) as its store would. cs, sn: the lane's cos and sin
+ *  (1 and 0 past n_rot); w: norm weight + offset. */
 template <int DPL>
 __device__ __forceinline__ void head_norm_rope(float (&x)[DPL], const float (&w)[DPL], const float (&cs)[DPL],
                                                const float (&sn)[DPL], const DecodeNormRope& nr, int D,
@@ -321,16 +321,38 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  // One pass over the splits, as an online softmax: each thread keeps its float4 slices of the
-  // group's outputs, their head's running max M and sum L, and loads a split's (m, l) together with
-  // its slice, kMergeUnroll splits at a time. (Two passes, the weights of all splits through shared
-  // memory first, cost a dependent round trip and two block barriers more.)
+  // Split weights first, in parallel: wgt[h][s] = exp(m_s - M_h) (shared memory, reusing the warp
+  // states' space), one warp per head for the max and the total L_h. Then each thread sums its
+  // float4 slices of the group's outputs over the splits, kMergeUnroll splits' loads at a time.
   const int64_t rs = a.T * a.H * (D + 4);  // stride between splits
   const float* p0 = a.part + (t * a.H + g * GROUP) * (D + 4);  // split 0, head g * GROUP
+  float* wgt = sm;                             // [GROUP][n_split]
+  float* lsum = sm + GROUP * a.n_split;        // [GROUP][n_split]: each split's l
+  float* tot = sm + 2 * GROUP * a.n_split;     // [GROUP]: 1 / L_h
+  for (int i = threadIdx.x; i < GROUP * n_active; i += blockDim.x) {  // each split's (m, l) in one load
+    const int h = i / n_active, s = i % n_active;
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(p0 + s * rs + h * (D + 4)));
+    wgt[h * a.n_split + s] = ml.x, lsum[h * a.n_split + s] = ml.y;
+  }
+  __syncthreads();
+  for (int h = warp; h < GROUP; h += kDecWarps) {
+    float M = -INFINITY;
+    for (int s = lane; s < n_active; s += 32) M = fmaxf(M, wgt[h * a.n_split + s]);
+    M = warp_max(M);
+    float L = 0.0f;
+    for (int s = lane; s < n_active; s += 32) {
+      const float ms = wgt[h * a.n_split + s];
+      const float w = ms == -INFINITY ? 0.0f : __expf(ms - M);
+      wgt[h * a.n_split + s] = w;
+      L = fmaf(w, lsum[h * a.n_split + s], L);
+    }
+    L = warp_sum(L);
+    if (lane == 0) tot[h] = L > 0.0f ? 1.0f / L : 0.0f;
+  }
+  __syncthreads();
   constexpr int kSlots = (GROUP * DPL + 15) / 16;  // float4 slices per thread: GROUP * D / 4 over 128 threads
   // d4 (D / 4) as in the warp merge above
   float4 acc[kSlots];
-  float M[kSlots], L[kSlots];
   int sh[kSlots], soff[kSlots];
 #pragma unroll
   for (int i = 0; i < kSlots; ++i) {
@@ -338,24 +360,16 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     sh[i] = idx < GROUP * d4 ? idx / d4 : -1;
     soff[i] = sh[i] < 0 ? 0 : sh[i] * (D + 4) + 4 + 4 * (idx % d4);
     acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    M[i] = -INFINITY, L[i] = 0.0f;
   }
 #pragma unroll kMergeUnroll
   for (int s = 0; s < n_active; ++s) {
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
       if (sh[i] < 0) continue;
-      const float2 ml = __ldcg(reinterpret_cast<const float2*>(p0 + s * rs + sh[i] * (D + 4)));
       const float4 v = __ldcg(reinterpret_cast<const float4*>(p0 + s * rs + soff[i]));
-      // Selects, not branches, so the unrolled loads of later splits are issued first. A split
-      // without a key (m = -inf) weighs 0; sc is 0 at the first key (M = -inf).
-      const float m_new = fmaxf(M[i], ml.x);
-      const float sc = m_new == -INFINITY ? 1.0f : __expf(M[i] - m_new);
-      const float w = ml.x == -INFINITY ? 0.0f : __expf(ml.x - m_new);
-      acc[i].x = fmaf(w, v.x, acc[i].x * sc), acc[i].y = fmaf(w, v.y, acc[i].y * sc);
-      acc[i].z = fmaf(w, v.z, acc[i].z * sc), acc[i].w = fmaf(w, v.w, acc[i].w * sc);
-      L[i] = fmaf(w, ml.y, L[i] * sc);
-      M[i] = m_new;
+      const float w = wgt[sh[i] * a.n_split + s];
+      acc[i].x = fmaf(w, v.x, acc[i].x), acc[i].y = fmaf(w, v.y, acc[i].y);
+      acc[i].z = fmaf(w, v.z, acc[i].z), acc[i].w = fmaf(w, v.w, acc[i].w);
     }
   }
 #pragma unroll
@@ -363,7 +377,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     if (sh[i] < 0) continue;
     const int idx = threadIdx.x + i * kDecWarps * 32;
     const int64_t o = (t * a.H + g * GROUP + sh[i]) * D + 4 * (idx % d4);
-    const float inv = L[i] > 0.0f ? 1.0f / L[i] : 0.0f;
+    const float inv = tot[sh[i]];
     store_out(a, o, acc[i].x * inv), store_out(a, o + 1, acc[i].y * inv);
     store_out(a, o + 2, acc[i].z * inv), store_out(a, o + 3, acc[i].w * inv);
   }
@@ -374,7 +388,9 @@ template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
   if (a.fused) FT_CHECK(a.D == 32 * DPL);
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
-  const size_t smem = static_cast<size_t>(kDecWarps * GROUP * (2 + a.D)) * 4;  // the warps' states
+  // the warps' states, later the merge's split weights and totals
+  const size_t smem =
+      static_cast<size_t>(std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (2 * a.n_split + 1))) * 4;
   if (a.fused) launch_pdl(attention_decode_kernel<DPL, GROUP, true>, grid, kDecWarps * 32, smem, s, a);
   else launch_pdl(attention_decode_kernel<DPL, GROUP, false>, grid, kDecWarps * 32, smem, s, a);
 }
