@@ -144,7 +144,7 @@ int run_serve(const ServeFlags& f) {
   server::ServedModel sm;
   sm.name = !f.served_model_name.empty() ? f.served_model_name
             : demo                       ? "freetoken-demo"
-                                         : fs::path(path).filename().replace_extension().string();
+                                         : server::default_served_name(path);
   sm.arch = mc.arch;
   sm.path = demo ? "" : path;
   sm.n_params = n_params;

@@ -1,12 +1,28 @@
 #include "server/context.h"
 
 #include <chrono>
+#include <filesystem>
 #include <random>
+#include <system_error>
 
 #include "server/auth.h"
 #include "util/log.h"
 
 namespace ft::server {
+
+std::string default_served_name(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(path).lexically_normal();  // "a/b/" -> "a/b/" with an empty filename; "a/./b" -> "a/b"
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  if (p.empty() || p.filename() == "." || p.filename() == "..") {
+    std::error_code ec;
+    const fs::path abs = fs::weakly_canonical(fs::absolute(p.empty() ? fs::path(".") : p), ec);
+    if (!ec) p = abs;
+  }
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) return p.filename().string();
+  return p.filename().replace_extension().string();
+}
 
 std::string ServerContext::new_id(const char* prefix) {
   static const uint64_t salt = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(created);

@@ -41,6 +41,11 @@ struct ServedModel {
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
 };
 
+/** The name a checkpoint at `path` is served under when --served-model-name gives none: a file's
+ *  stem (`model` for /m/model.gguf), a folder's name as it is (`Qwen3-0.6B`, not cut at its dot).
+ *  Trailing slashes are ignored, and `.` or `..` name the folder they resolve to. */
+std::string default_served_name(const std::string& path);
+
 struct ServerContext {
   ServerOptions options;
   ServedModel model;
