@@ -220,7 +220,10 @@ ojson parse_messages(const ojson& body) {
     auto it = m.find("content");
     if (it == m.end() || it->is_null()) {
       if (r != "assistant") bad_request(where + ".content", fmt::format("'{}.content' is required for role {}", where, r));
-      msg["content"] = nullptr;
+      // An assistant turn that only calls tools comes with "content": null (the OpenAI SDK's agent
+      // loop) or none; templates such as Qwen3's test substrings of it, which None fails. As
+      // llama.cpp's server does, it becomes "" (a template's `if message.content` reads both alike).
+      msg["content"] = "";
     } else {
       msg["content"] = normalize_content(*it, i, r);
     }

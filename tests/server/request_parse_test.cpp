@@ -5,6 +5,8 @@
 #include "server/auth.h"
 #include "server/errors.h"
 #include "server/request_parse.h"
+#include "test_util.h"
+#include "tokenizer/chat_template.h"
 
 namespace ft::server {
 namespace {
@@ -29,6 +31,24 @@ ApiError completion_refusal(const std::string& body) {
   return refusal([&] { parse_completion_request(parse_json_body(body)); });
 }
 
+TEST(RequestParse, ToolCallTurnWithNullContentRendersOnQwen3) {
+  // The OpenAI SDK's agent loop: an assistant turn with "content": null and tool_calls, then the
+  // tool's answer. Qwen3's template tests substrings of the content, which failed on None.
+  const std::string src = ft::testing::read_file(ft::testing::shared_dir() + "/data/chat-templates/Qwen-Qwen3-0.6B.jinja");
+  ASSERT_FALSE(src.empty());
+  const ChatTemplate t(src, "", "<|im_end|>");
+  for (const char* content : {R"("content": null, )", ""}) {
+    const ChatRequest r = parse_chat_request(parse_json_body(std::string(R"({"messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", )") + content + R"("tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "content": "18 C", "tool_call_id": "c1"}]})"));
+    const std::string text = t.render(r.messages, nullptr, true);
+    EXPECT_NE(text.find("<tool_call>\n{\"name\": \"get_weather\""), std::string::npos) << text;
+    EXPECT_NE(text.find("<tool_response>\n18 C\n</tool_response>"), std::string::npos) << text;
+  }
+}
+
 TEST(RequestParse, ChatFieldsBecomeNativeValues) {
   ChatRequest r = parse_chat_request(parse_json_body(R"({
     "model": "m", "messages": [
@@ -43,7 +63,7 @@ TEST(RequestParse, ChatFieldsBecomeNativeValues) {
   EXPECT_EQ(r.gen.model, "m");
   ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[1]["content"], "a\nb");
-  EXPECT_TRUE(r.messages[2]["content"].is_null());
+  EXPECT_EQ(r.messages[2]["content"], "");  // null next to tool_calls: "" for the template
   EXPECT_EQ(r.messages[3]["tool_call_id"], "x");
   EXPECT_EQ(r.gen.max_tokens, 9);  // max_completion_tokens wins
   EXPECT_FLOAT_EQ(r.gen.sampling.temperature, 0.5f);
