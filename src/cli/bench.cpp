@@ -130,6 +130,12 @@ int bench(const BenchArgs& a) {
                                   : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.engine.threads));
   if (a.profile_ops) ops = std::make_unique<ProfilingOps>(std::move(ops));
   Engine engine(std::move(ckpt), std::move(ops), eo);
+  // As `ft run` and `ft serve` refuse such requests, but a benchmark may measure past the context on
+  // purpose (the positions' rotation is defined there): said, not refused.
+  if (const int64_t n_ctx = engine.config().n_ctx_train; n_ctx > 0 && bo.prompt_tokens + bo.gen_tokens > n_ctx)
+    spdlog::warn("--prompt-tokens {} + --gen-tokens {} is more than the model's context length {}: the positions past "
+                 "it are outside what the model was trained for (the timing still holds)",
+                 bo.prompt_tokens, bo.gen_tokens, n_ctx);
   const BenchReport report = run_bench(engine, bo);
   if (a.json) {
     nlohmann::json j = bench_json(report);

@@ -60,7 +60,7 @@ void check_context_length(int64_t n_ctx_train, int64_t n_prompt, int64_t max_tok
 
 int run(const RunArgs& a) {
   if (a.prompt.empty() == a.prompt_ids.empty())
-    fail(ErrorCode::kInvalidArgument, "give exactly one of --prompt TEXT or --prompt-ids 1,2,3");
+    fail(ErrorCode::kInvalidArgument, "give exactly one of --prompt TEXT (not empty) or --prompt-ids 1,2,3");
   if (a.max_tokens < 0) fail(ErrorCode::kInvalidArgument, "--max-tokens {} must be >= 0", a.max_tokens);
   if (a.max_prefill_tokens < 1)
     fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", a.max_prefill_tokens);

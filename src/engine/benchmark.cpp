@@ -436,7 +436,7 @@ nlohmann::json bench_json(const BenchReport& r) {
 }
 
 std::string bench_table(const BenchReport& r) {
-  std::string s = fmt::format("model    {} ({}, {} layers", r.model, r.arch, r.n_layer);
+  std::string s = fmt::format("model    {} ({}, {} layer{}", r.model, r.arch, r.n_layer, r.n_layer == 1 ? "" : "s");
   if (r.n_expert > 0) s += fmt::format(", {} experts, top-{}", r.n_expert, r.n_expert_used);
   s += fmt::format(") on {}, {} activations\n", r.device, r.activation_dtype);
   s += fmt::format("weights  {}, mostly {} (dense {}, ", format_bytes(r.weight_bytes), r.weight_type,
@@ -465,7 +465,8 @@ std::string bench_table(const BenchReport& r) {
                                           : std::string("-"));
   }
   s += "experts/layer: distinct routed experts a MoE layer reads per step, measured (meas: routers recomputed on\n"
-       "extra steps) or estimated (est); GB/s: weight bytes read per step / step time; % copy: of the copy probe's\n";
+       "extra steps) or estimated (est); GB/s: weight bytes read per step / step time; % copy: that rate as a share\n"
+       "of the device copy bandwidth the copy probe measured\n";
   const auto over_copy = [&r](const BenchBatch& b) {
     return b.decode_steps > 0 && r.copy_bandwidth > 0 && b.achieved_bandwidth() > r.copy_bandwidth;
   };

@@ -96,5 +96,15 @@ TEST(Usage, ServeSaysWhatASmallKvCacheDoes) {
   EXPECT_NE(r.out.find("context 64 tokens"), std::string::npos) << r.out;
 }
 
+TEST(Usage, BenchWarnsPastTheContextLength) {
+  // stories260K's context is 2048 tokens; bench measures past it, but says so.
+  const Result r = run_ft("bench --model " + stories() +
+                          " --device cpu --threads 1 --prompt-tokens 2100 --gen-tokens 1 --batch 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("--prompt-tokens 2100 + --gen-tokens 1 is more than the model's context length 2048"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace ft
