@@ -305,6 +305,9 @@ CompletionRequest parse_completion_request(const ojson& body) {
   }
   if (r.prompt_is_ids && r.prompt_ids.empty()) bad_request("prompt", "'prompt' must hold at least one token");
   r.gen = parse_common(body);
+  // The legacy completions endpoint generates 16 tokens unless told otherwise (OpenAI's documented
+  // default, which vLLM keeps); chat completions run to the end of the context.
+  if (!r.gen.max_tokens) r.gen.max_tokens = kCompletionDefaultMaxTokens;
   r.echo = get_bool(body, "echo", false);
   if (auto lp = get_int(body, "logprobs", 0, 20)) {
     r.gen.logprobs = true;

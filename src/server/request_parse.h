@@ -29,4 +29,7 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
  *  response_format, stop, n. */
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body);
 
+/** max_tokens of a /v1/completions request that gives neither max_tokens nor max_completion_tokens. */
+constexpr int32_t kCompletionDefaultMaxTokens = 16;
+
 }  // namespace ft::server

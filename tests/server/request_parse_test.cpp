@@ -205,7 +205,9 @@ TEST(RequestParse, CompletionPromptForms) {
   EXPECT_EQ(b.prompt_text, "hi");
   EXPECT_TRUE(b.gen.logprobs);
   EXPECT_EQ(b.gen.top_logprobs, 2);
-  CompletionRequest c = parse_completion_request(parse_json_body(R"({"prompt": [1, 2, 3]})"));
+  EXPECT_EQ(a.gen.max_tokens, 16);  // OpenAI's default for this endpoint
+  CompletionRequest c = parse_completion_request(parse_json_body(R"({"prompt": [1, 2, 3], "max_tokens": 40})"));
+  EXPECT_EQ(c.gen.max_tokens, 40);
   EXPECT_TRUE(c.prompt_is_ids);
   EXPECT_EQ(c.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
   CompletionRequest d = parse_completion_request(parse_json_body(R"({"prompt": [[4, 5]], "logprobs": 0})"));
