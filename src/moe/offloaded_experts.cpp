@@ -289,10 +289,12 @@ std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::v
   const MoeLayerStats d = total_moe_stats(now) - total_moe_stats(before);
   const int64_t hits = d.hits, misses = d.misses, bytes = d.bytes;
   const int64_t lookups = d.lookups();
-  return fmt::format("moe: {} steps, hit rate {:.1f}% ({} hits, {} misses fetched, {} misses on the CPU, {} "
+  // No lookups (every layer on the CPU): no hit rate, as /v1/stats gives null.
+  const std::string rate =
+      lookups > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(hits) / static_cast<double>(lookups)) : "-";
+  return fmt::format("moe: {} steps, hit rate {} ({} hits, {} misses fetched, {} misses on the CPU, {} "
                      "prefetched, {} fetched, {}/step), {} CPU experts",
-                     steps, lookups > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(lookups) : 0.0,
-                     hits, misses, d.cpu_misses, d.prefetched, format_bytes(bytes),
+                     steps, rate, hits, misses, d.cpu_misses, d.prefetched, format_bytes(bytes),
                      format_bytes(steps > 0 ? bytes / steps : 0), d.cpu_experts);
 }
 

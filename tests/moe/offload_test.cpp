@@ -195,6 +195,11 @@ TEST(OffloadedExperts, StatsLine) {
             "fetched, 18.0 MiB/step), 4 CPU experts");  // 110 / (110 + 16 + 3)
   EXPECT_EQ(total_moe_stats(now).lookups(), 140 + 20 + 3);
   EXPECT_THROW(format_moe_stats(now, {}, 1), Error);
+  // every layer on the CPU (--moe-strategy cpu): no lookups, so no hit rate (/v1/stats: null)
+  const std::vector<MoeLayerStats> cpu_only = {{0, 0, 0, 8, 0, 0}}, none(1);
+  EXPECT_EQ(format_moe_stats(cpu_only, none, 1),
+            "moe: 1 steps, hit rate - (0 hits, 0 misses fetched, 0 misses on the CPU, 0 prefetched, 0 B fetched, 0 "
+            "B/step), 8 CPU experts");
 }
 
 // ---- end to end on the fixtures --------------------------------------------------------------
