@@ -47,6 +47,7 @@ struct ServeFlags {
   int64_t kv_tokens = 0;         // 0: the engine's default
   std::string chat_template;
   double max_body_mb = 32;
+  std::string cors_origin = "*";
   int max_waiting = 128;
   std::optional<uint64_t> seed;
   int shutdown_grace_s = 5;
@@ -139,6 +140,7 @@ int run_serve(const ServeFlags& f) {
   so.port = f.port;
   so.api_key = f.api_key;
   so.max_body_mb = f.max_body_mb;
+  so.cors_origin = f.cors_origin;
   so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
   so.default_seed = f.seed;
   server::ServedModel sm;
@@ -237,6 +239,9 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(at_least(1));  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
+  cmd->add_option("--cors-origin", f->cors_origin,
+                  "Access-Control-Allow-Origin for browser clients ('*': any origin; '' turns CORS off)")
+      ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");
   cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str()

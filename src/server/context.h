@@ -26,6 +26,10 @@ struct ServerOptions {
   int http_threads = 0;          // 0: max_running + max_waiting + 16, capped at 512
   int keepalive_ms = 250;        // SSE comment sent when a stream was silent this long (disconnect probe)
   std::optional<uint64_t> default_seed;  // sampling seed of requests that give none (--seed)
+  /** Access-Control-Allow-Origin of every response, and the answer to CORS preflights (OPTIONS), so
+   *  browser clients can call the API ("*": any origin, as llama.cpp's server and vLLM allow by
+   *  default); empty: no CORS headers, and a preflight gets 405. */
+  std::string cors_origin = "*";
 };
 
 /** The model behind the API. Pointers must outlive the server. */

@@ -33,6 +33,23 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   });
 
   ServerContext* ctx = ctx_.get();
+  if (!options.cors_origin.empty()) {
+    svr_.set_default_headers({{"Access-Control-Allow-Origin", options.cors_origin}});
+    // A preflight (Fetch standard, "CORS protocol"): no API key (browsers send none), the route's
+    // methods, and the request headers the browser asks for (Authorization, Content-Type, ...).
+    svr_.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string allow = router_.allowed_methods(req.path);
+      if (allow.empty()) {
+        res.status = 404;
+        return;
+      }
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", allow + ", OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+      res.set_header("Access-Control-Max-Age", "86400");
+    });
+  }
   svr_.set_error_handler([this, ctx](const httplib::Request& req, httplib::Response& res) {
     ctx->requests_rejected.fetch_add(1);  // httplib calls this for every response with status >= 400
     if (!res.body.empty() || res.content_provider_) return;  // a route already wrote its error

@@ -441,6 +441,46 @@ TEST(Routes, BodiesAreJsonWhateverTheContentType) {
   EXPECT_EQ(get(c, "/health").status, 200);
 }
 
+TEST(Routes, CorsPreflightAndHeaders) {
+  // Browser clients: a preflight needs no API key and names the route's methods; every response,
+  // errors included, carries Access-Control-Allow-Origin.
+  TestServerConfig cfg;
+  cfg.api_key = "sekret";
+  TestServer s(cfg);
+  auto c = s.client();
+  const httplib::Headers ask = {{"Origin", "http://example.com"}, {"Access-Control-Request-Method", "POST"},
+                                {"Access-Control-Request-Headers", "authorization, content-type"}};
+  auto pre = c.Options("/v1/chat/completions", ask);
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(pre->status, 204);
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+  auto models = c.Options("/v1/models", ask);
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->get_header_value("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS");
+  auto unknown = c.Options("/v1/nothing", ask);
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  auto denied = c.Get("/v1/models");  // no key: 401, still readable by the page
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(denied->get_header_value("Access-Control-Allow-Origin"), "*");
+  auto ok = c.Get("/v1/models", {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
+
+  TestServerConfig off;
+  off.cors_origin = "";  // --cors-origin ''
+  TestServer s2(off);
+  auto c2 = s2.client();
+  auto pre2 = c2.Options("/v1/chat/completions", ask);
+  ASSERT_TRUE(pre2);
+  EXPECT_EQ(pre2->status, 405);
+  EXPECT_FALSE(pre2->has_header("Access-Control-Allow-Origin"));
+  EXPECT_FALSE(c2.Get("/health")->has_header("Access-Control-Allow-Origin"));
+}
+
 TEST(Routes, ApiKeyGuardsEverythingButHealth) {
   TestServerConfig cfg;
   cfg.api_key = "sekret";

@@ -73,6 +73,7 @@ struct TestServerConfig {
   int32_t n_pages = 64;
   int32_t page_size = 16;
   int port = 0;  // 0: a free one
+  std::string cors_origin = "*";
 };
 
 class TestServer {
@@ -94,6 +95,7 @@ class TestServer {
     so.port = c.port;
     so.api_key = c.api_key;
     so.max_body_mb = c.max_body_mb;
+    so.cors_origin = c.cors_origin;
     so.keepalive_ms = 50;
     server::ServedModel sm;
     sm.name = "test-model";
