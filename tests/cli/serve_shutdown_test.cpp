@@ -55,5 +55,12 @@ TEST(ServeFlags, EmptyApiKeyIsRefused) {
   EXPECT_NE(r.err.find("--api-key must not be empty"), std::string::npos) << r.err;
 }
 
+TEST(ServeFlags, EmptyServedModelNameIsRefused) {
+  // It was taken as "no name given" and the file's name served instead.
+  Result r = run_ft("serve --served-model-name '' --port 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("error: --served-model-name: must not be empty"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ft
