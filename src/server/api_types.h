@@ -30,6 +30,7 @@ struct ChatRequest {
   GenerationParams gen;
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // validated; content strings or null
   nlohmann::ordered_json tools;                                     // null or array
+  bool parse_tool_calls = false;  // tools given and tool_choice not "none": replies are split (tool_calls.h)
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
 };

@@ -1,7 +1,12 @@
-// POST /v1/chat/completions: OpenAI's chat completion API, non-streaming and SSE streaming.
+// POST /v1/chat/completions: OpenAI's chat completion API, non-streaming and SSE streaming. With
+// `tools`, replies are split into content and `tool_calls` (tool_calls.h), and a reply that ends
+// with calls finishes with "tool_calls".
+#include <optional>
+
 #include "server/generation.h"
 #include "server/request_parse.h"
 #include "server/routes.h"
+#include "server/tool_calls.h"
 
 namespace ft::server {
 
@@ -30,23 +35,43 @@ ojson chat_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& lps) {
   return {{"content", content}};
 }
 
+/** "tool_calls" for a reply that stopped after calling tools, else the usual reason. */
+const char* chat_finish_reason(FinishReason r, bool called_tools) {
+  return called_tools && r == FinishReason::kStop ? "tool_calls" : finish_reason_text(r);
+}
+
 class ChatSse : public SseFormatter {
  public:
-  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen)
-      : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs) {}
+  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, bool tool_calls)
+      : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs) {
+    if (tool_calls) tools_.emplace();
+  }
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
   }
   std::vector<std::string> update(const StreamUpdate& u) override {
     ojson delta = ojson::object();
-    if (!u.text.empty()) delta["content"] = u.text;
     ojson lp = logprobs_ && !u.logprobs.empty() ? chat_logprobs(*ctx_.model.vocab, u.logprobs) : ojson(nullptr);
+    if (!tools_) {
+      if (!u.text.empty()) delta["content"] = u.text;
+      return {sse_data(chunk(delta, lp, nullptr))};
+    }
+    // Text that may open a call is held until known; a call goes out whole, in one delta.
+    ToolCallSplit s = tools_->push(u.text);
+    if (!s.content.empty()) delta["content"] = std::move(s.content);
+    if (!s.calls.empty()) delta["tool_calls"] = calls_json(s.calls);
+    if (delta.empty() && lp.is_null()) return {};
     return {sse_data(chunk(delta, lp, nullptr))};
   }
   std::vector<std::string> finish(const FinishInfo& f) override {
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
-    std::vector<std::string> out{sse_data(chunk(ojson::object(), nullptr, finish_reason_text(f.reason)))};
+    std::vector<std::string> out;
+    if (tools_) {  // what was held back: a partial tag or an unterminated call, as text
+      const ToolCallSplit rest = tools_->finish();
+      if (!rest.content.empty()) out.push_back(sse_data(chunk(ojson{{"content", rest.content}}, nullptr, nullptr)));
+    }
+    out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0))));
     if (include_usage_) out.push_back(sse_usage_chunk(base(), f));
     return out;
   }
@@ -65,10 +90,18 @@ class ChatSse : public SseFormatter {
     return c;
   }
 
+  ojson calls_json(const std::vector<ToolCall>& calls) {
+    ojson a = ojson::array();
+    for (const ToolCall& c : calls) a.push_back(tool_call_json(c, ctx_.new_id("call_"), n_calls_++));
+    return a;
+  }
+
   ServerContext& ctx_;
   std::string id_;
   int64_t created_;
   bool include_usage_, logprobs_;
+  std::optional<ToolCallStream> tools_;
+  int n_calls_ = 0;
 };
 
 void chat_completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
@@ -86,7 +119,7 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
   const std::string id = ctx.new_id("chatcmpl-");
   const int64_t created = unix_time();
   if (r.gen.stream) {
-    start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen));
+    start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen, r.parse_tool_calls));
     return;
   }
   StreamUpdate all = collect(s);
@@ -94,8 +127,19 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
   ojson choice;
   choice["index"] = 0;
   choice["message"] = {{"role", "assistant"}, {"content", all.text}};
+  bool called = false;
+  if (r.parse_tool_calls) {
+    ToolCallSplit split = parse_tool_calls(all.text);
+    if (!split.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
+      called = true;
+      choice["message"]["content"] = split.content.empty() ? ojson(nullptr) : ojson(split.content);
+      ojson calls = ojson::array();
+      for (const ToolCall& c : split.calls) calls.push_back(tool_call_json(c, ctx.new_id("call_")));
+      choice["message"]["tool_calls"] = std::move(calls);
+    }
+  }
   choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, all.logprobs) : ojson(nullptr);
-  choice["finish_reason"] = finish_reason_text(all.finish.reason);
+  choice["finish_reason"] = chat_finish_reason(all.finish.reason, called);
   ojson body = response_head(id, "chat.completion", created, ctx.model.name);
   body["choices"] = ojson::array({choice});
   body["usage"] = usage_json(all.finish);

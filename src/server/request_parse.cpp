@@ -269,6 +269,21 @@ ChatRequest parse_chat_request(const ojson& body) {
     if (!t->is_array()) bad_request("tools", fmt::format("'tools' must be a list, got {}", type_name(*t)));
     if (!t->empty()) r.tools = *t;
   }
+  // tool_choice: "auto" (the default), "none", "required" or {"type": "function", "function": {"name"}}.
+  // Decoding is not constrained: "required" and a named function are asked of the model through the
+  // template's tools only; "none" keeps the reply as text.
+  bool none = false;
+  if (const ojson* tc = field(body, "tool_choice")) {
+    if (tc->is_string()) {
+      const std::string& c = tc->get_ref<const std::string&>();
+      if (c != "auto" && c != "none" && c != "required")
+        bad_request("tool_choice", fmt::format("'tool_choice' must be \"auto\", \"none\", \"required\" or a function, got \"{}\"", c));
+      none = c == "none";
+    } else if (!tc->is_object()) {
+      bad_request("tool_choice", fmt::format("'tool_choice' must be a string or an object, got {}", type_name(*tc)));
+    }
+  }
+  r.parse_tool_calls = !r.tools.is_null() && !none;
   r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
   return r;
 }

@@ -441,6 +441,78 @@ TEST(Routes, BodiesAreJsonWhateverTheContentType) {
   EXPECT_EQ(get(c, "/health").status, 200);
 }
 
+TEST(Routes, ToolCallsInRepliesWithTools) {
+  // The model answers with a Hermes-format tool call (as Qwen3 does); with `tools` the reply becomes
+  // message.tool_calls and finish_reason "tool_calls", streamed as a tool_calls delta; without tools,
+  // or with tool_choice "none", it stays text.
+  const std::string reply =
+      "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const Vocab& v = testing::demo_vocab();
+  std::vector<int32_t> script = v.encode(reply, EncodeOptions{false, true});
+  script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+      R"("properties":{"city":{"type":"string"}}}}}])";
+  const std::string body = R"({"messages":[{"role":"user","content":"Weather?"}],"temperature":0,"max_tokens":100)";
+  {
+    TestServer s;
+    s.model().script = script;
+    auto c = s.client();
+    const Reply r = post(c, "/v1/chat/completions", body + "," + tools + "}");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const auto& ch = r.body["choices"][0];
+    EXPECT_EQ(ch["finish_reason"], "tool_calls");
+    EXPECT_EQ(ch["message"]["content"], "Checking.");
+    ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << r.body.dump();
+    const auto& call = ch["message"]["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    EXPECT_EQ(call["function"]["arguments"], R"({"city":"Paris"})");
+  }
+  {
+    TestServer s;
+    s.model().script = script;
+    auto c = s.client();
+    auto r = c.Post("/v1/chat/completions", body + "," + tools + R"(,"stream":true})", "application/json");
+    ASSERT_TRUE(r);
+    std::string content, finish;
+    nlohmann::json calls = nlohmann::json::array();
+    size_t at = 0;
+    while ((at = r->body.find("data: ", at)) != std::string::npos) {
+      const size_t end = r->body.find("\n\n", at);
+      const std::string data = r->body.substr(at + 6, end - at - 6);
+      at = end;
+      if (data == "[DONE]") break;
+      const auto j = nlohmann::json::parse(data);
+      const auto& d = j["choices"][0]["delta"];
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls"))
+        for (const auto& t : d["tool_calls"]) calls.push_back(t);
+      if (!j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(content, "Checking.\n");  // what streamed before the call, as it came
+    ASSERT_EQ(calls.size(), 1u) << r->body;
+    EXPECT_EQ(calls[0]["index"], 0);
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+    EXPECT_EQ(finish, "tool_calls");
+  }
+  for (const std::string& extra : {std::string(), "," + tools + R"(,"tool_choice":"none")"}) {
+    TestServer s;
+    s.model().script = script;
+    auto c = s.client();
+    const Reply r = post(c, "/v1/chat/completions", body + extra + "}");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    EXPECT_EQ(r.body["choices"][0]["message"]["content"], reply) << extra;
+    EXPECT_FALSE(r.body["choices"][0]["message"].contains("tool_calls"));
+    EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+  }
+  TestServer s;
+  auto c = s.client();
+  expect_error(post(c, "/v1/chat/completions", body + R"(,"tool_choice":"always"})"), 400);
+}
+
 TEST(Routes, CorsPreflightAndHeaders) {
   // Browser clients: a preflight needs no API key and names the route's methods; every response,
   // errors included, carries Access-Control-Allow-Origin.

@@ -46,8 +46,22 @@ class GatedModel : public FakeModel {
     }
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     FakeModel::forward(b, logits);
+    if (script.empty()) return;
+    // Scripted replies (one request at a time, prompts of one prefill chunk): a sequence whose batch
+    // starts at position 0 is new and its reply starts after its last position; the reply's i-th
+    // token is script[i] (its last one repeats).
+    for (int32_t s = 0; s < b.n_seqs(); ++s) {
+      const int32_t first = b.positions[static_cast<size_t>(b.seq_start[s])];
+      const int32_t last = b.positions[static_cast<size_t>(b.seq_start[s + 1] - 1)];
+      if (first == 0) script_base_ = last + 1;
+      const size_t i = std::min(static_cast<size_t>(last + 1 - script_base_), script.size() - 1);
+      float* row = logits.data() + static_cast<size_t>(s) * static_cast<size_t>(vocab_size());
+      std::fill(row, row + vocab_size(), 0.0f);
+      row[static_cast<size_t>(script[i])] = 100.0f;
+    }
   }
   std::chrono::milliseconds delay{0};
+  std::vector<int32_t> script;  // non-empty: the tokens every reply is made of (see forward)
   void close() {
     std::lock_guard<std::mutex> lk(mu_);
     open_ = false;
@@ -62,6 +76,7 @@ class GatedModel : public FakeModel {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;
+  int32_t script_base_ = 0;
 };
 
 struct TestServerConfig {
