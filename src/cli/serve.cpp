@@ -48,6 +48,7 @@ struct ServeFlags {
   std::string chat_template;
   double max_body_mb = 32;
   std::string cors_origin = "*";
+  std::string reasoning_format = "none";
   int max_waiting = 128;
   std::optional<uint64_t> seed;
   int shutdown_grace_s = 5;
@@ -141,6 +142,7 @@ int run_serve(const ServeFlags& f) {
   so.api_key = f.api_key;
   so.max_body_mb = f.max_body_mb;
   so.cors_origin = f.cors_origin;
+  so.split_reasoning = f.reasoning_format == "deepseek";
   so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
   so.default_seed = f.seed;
   server::ServedModel sm;
@@ -246,6 +248,10 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(at_least(1));  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
+  cmd->add_option("--reasoning-format", f->reasoning_format,
+                  "none: replies as the model wrote them; deepseek: a leading <think> block goes to reasoning_content")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "deepseek"}));
   cmd->add_option("--cors-origin", f->cors_origin,
                   "Access-Control-Allow-Origin for browser clients ('*': any origin; '' turns CORS off)")
       ->capture_default_str();

@@ -30,6 +30,9 @@ struct ServerOptions {
    *  browser clients can call the API ("*": any origin, as llama.cpp's server and vLLM allow by
    *  default); empty: no CORS headers, and a preflight gets 405. */
   std::string cors_origin = "*";
+  /** --reasoning-format deepseek: a chat reply's leading <think> block goes to reasoning_content
+   *  (reasoning.h); false (none): replies are left as the model wrote them. */
+  bool split_reasoning = false;
 };
 
 /** The model behind the API. Pointers must outlive the server. */

@@ -1,9 +1,11 @@
 // POST /v1/chat/completions: OpenAI's chat completion API, non-streaming and SSE streaming. With
 // `tools`, replies are split into content and `tool_calls` (tool_calls.h), and a reply that ends
-// with calls finishes with "tool_calls".
+// with calls finishes with "tool_calls"; with --reasoning-format deepseek a leading <think> block
+// becomes `reasoning_content` (reasoning.h), and only the rest is searched for calls.
 #include <optional>
 
 #include "server/generation.h"
+#include "server/reasoning.h"
 #include "server/request_parse.h"
 #include "server/routes.h"
 #include "server/tool_calls.h"
@@ -45,31 +47,31 @@ class ChatSse : public SseFormatter {
   ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, bool tool_calls)
       : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs) {
     if (tool_calls) tools_.emplace();
+    if (ctx.options.split_reasoning) reasoning_.emplace();
   }
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
   }
   std::vector<std::string> update(const StreamUpdate& u) override {
-    ojson delta = ojson::object();
     ojson lp = logprobs_ && !u.logprobs.empty() ? chat_logprobs(*ctx_.model.vocab, u.logprobs) : ojson(nullptr);
-    if (!tools_) {
+    if (!tools_ && !reasoning_) {
+      ojson delta = ojson::object();
       if (!u.text.empty()) delta["content"] = u.text;
       return {sse_data(chunk(delta, lp, nullptr))};
     }
-    // Text that may open a call is held until known; a call goes out whole, in one delta.
-    ToolCallSplit s = tools_->push(u.text);
-    if (!s.content.empty()) delta["content"] = std::move(s.content);
-    if (!s.calls.empty()) delta["tool_calls"] = calls_json(s.calls);
+    ReasoningSplit r = reasoning_ ? reasoning_->push(u.text) : ReasoningSplit{"", u.text};
+    ojson delta = split_delta(r.reasoning, r.content, false);
     if (delta.empty() && lp.is_null()) return {};
     return {sse_data(chunk(delta, lp, nullptr))};
   }
   std::vector<std::string> finish(const FinishInfo& f) override {
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
     std::vector<std::string> out;
-    if (tools_) {  // what was held back: a partial tag or an unterminated call, as text
-      const ToolCallSplit rest = tools_->finish();
-      if (!rest.content.empty()) out.push_back(sse_data(chunk(ojson{{"content", rest.content}}, nullptr, nullptr)));
+    if (tools_ || reasoning_) {  // what was held back: partial tags, an unterminated block or call
+      const ReasoningSplit r = reasoning_ ? reasoning_->finish() : ReasoningSplit{};
+      const ojson delta = split_delta(r.reasoning, r.content, true);
+      if (!delta.empty()) out.push_back(sse_data(chunk(delta, nullptr, nullptr)));
     }
     out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0))));
     if (include_usage_) out.push_back(sse_usage_chunk(base(), f));
@@ -90,6 +92,19 @@ class ChatSse : public SseFormatter {
     return c;
   }
 
+  /** The delta for a piece split into reasoning and content; the content then goes through the tool
+   *  call splitter (text that may open a call is held until known; a call goes out whole, in one
+   *  delta). `last`: the reply ended, so what the splitter holds goes out too. */
+  ojson split_delta(const std::string& reasoning, const std::string& content, bool last) {
+    ojson delta = ojson::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    ToolCallSplit s = tools_ ? tools_->push(content) : ToolCallSplit{content, {}};
+    if (last && tools_) s.content += tools_->finish().content;
+    if (!s.content.empty()) delta["content"] = std::move(s.content);
+    if (!s.calls.empty()) delta["tool_calls"] = calls_json(s.calls);
+    return delta;
+  }
+
   ojson calls_json(const std::vector<ToolCall>& calls) {
     ojson a = ojson::array();
     for (const ToolCall& c : calls) a.push_back(tool_call_json(c, ctx_.new_id("call_"), n_calls_++));
@@ -101,6 +116,7 @@ class ChatSse : public SseFormatter {
   int64_t created_;
   bool include_usage_, logprobs_;
   std::optional<ToolCallStream> tools_;
+  std::optional<ReasoningStream> reasoning_;
   int n_calls_ = 0;
 };
 
@@ -127,9 +143,18 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
   ojson choice;
   choice["index"] = 0;
   choice["message"] = {{"role", "assistant"}, {"content", all.text}};
+  std::string content = all.text;
+  if (ctx.options.split_reasoning) {
+    ReasoningSplit rs = split_reasoning(all.text);
+    if (rs.thought) {
+      choice["message"]["content"] = rs.content;
+      choice["message"]["reasoning_content"] = rs.reasoning;
+      content = std::move(rs.content);
+    }
+  }
   bool called = false;
   if (r.parse_tool_calls) {
-    ToolCallSplit split = parse_tool_calls(all.text);
+    ToolCallSplit split = parse_tool_calls(content);
     if (!split.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
       called = true;
       choice["message"]["content"] = split.content.empty() ? ojson(nullptr) : ojson(split.content);

@@ -513,6 +513,62 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
   expect_error(post(c, "/v1/chat/completions", body + R"(,"tool_choice":"always"})"), 400);
 }
 
+TEST(Routes, ReasoningFormatDeepseekSplitsTheThinkBlock) {
+  // --reasoning-format deepseek: the leading <think> block is reasoning_content; the tool call after it
+  // is still found. Without the flag the reply is content as written.
+  const std::string reply = "<think>\nUse the tool.\n</think>\n\nOn it. <tool_call>{\"name\": \"f\"}</tool_call>";
+  const Vocab& v = testing::demo_vocab();
+  std::vector<int32_t> script = v.encode(reply, EncodeOptions{false, true});
+  script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Go"}],"temperature":0,"max_tokens":100,)"
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
+  TestServerConfig cfg;
+  cfg.split_reasoning = true;
+  {
+    TestServer s(cfg);
+    s.model().script = script;
+    auto c = s.client();
+    const Reply r = post(c, "/v1/chat/completions", body + "}");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const auto& m = r.body["choices"][0]["message"];
+    EXPECT_EQ(m["reasoning_content"], "Use the tool.");
+    EXPECT_EQ(m["content"], "On it.");
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "f");
+    EXPECT_EQ(r.body["choices"][0]["finish_reason"], "tool_calls");
+  }
+  {
+    TestServer s(cfg);
+    s.model().script = script;
+    auto c = s.client();
+    auto r = c.Post("/v1/chat/completions", body + R"(,"stream":true})", "application/json");
+    ASSERT_TRUE(r);
+    std::string reasoning, content;
+    size_t calls = 0, at = 0;
+    while ((at = r->body.find("data: ", at)) != std::string::npos) {
+      const size_t end = r->body.find("\n\n", at);
+      const std::string data = r->body.substr(at + 6, end - at - 6);
+      at = end;
+      if (data == "[DONE]") break;
+      const auto j = nlohmann::json::parse(data);
+      const auto& d = j["choices"][0]["delta"];
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls")) calls += d["tool_calls"].size();
+    }
+    EXPECT_EQ(reasoning, "\nUse the tool.\n");  // streamed as written
+    EXPECT_EQ(content, "On it. ");
+    EXPECT_EQ(calls, 1u);
+  }
+  TestServer s;  // default: none
+  s.model().script = script;
+  auto c = s.client();
+  const Reply r = post(c, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Go"}],"temperature":0})");
+  EXPECT_EQ(r.body["choices"][0]["message"]["content"], reply);
+  EXPECT_FALSE(r.body["choices"][0]["message"].contains("reasoning_content"));
+}
+
 TEST(Routes, CorsPreflightAndHeaders) {
   // Browser clients: a preflight needs no API key and names the route's methods; every response,
   // errors included, carries Access-Control-Allow-Origin.

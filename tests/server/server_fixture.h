@@ -89,6 +89,7 @@ struct TestServerConfig {
   int32_t page_size = 16;
   int port = 0;  // 0: a free one
   std::string cors_origin = "*";
+  bool split_reasoning = false;  // --reasoning-format deepseek
 };
 
 class TestServer {
@@ -111,6 +112,7 @@ class TestServer {
     so.api_key = c.api_key;
     so.max_body_mb = c.max_body_mb;
     so.cors_origin = c.cors_origin;
+    so.split_reasoning = c.split_reasoning;
     so.keepalive_ms = 50;
     server::ServedModel sm;
     sm.name = "test-model";
