@@ -1,24 +1,12 @@
 #include "server/reasoning.h"
 
+#include "server/tag_scan.h"
+
 namespace ft::server {
 
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-/** Length of the longest suffix of `s` that is a proper prefix of `tag`. */
-size_t partial_tag(std::string_view s, std::string_view tag) {
-  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
-}
-
-void trim(std::string& s) {
-  const size_t first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return s.clear();
-  s.erase(s.find_last_not_of(" \t\r\n") + 1);
-  s.erase(0, first);
-}
 
 }  // namespace
 
@@ -42,20 +30,11 @@ ReasoningSplit ReasoningStream::push(std::string_view piece) {
         }
         break;
       }
-      case State::kThinking: {
-        const size_t at = held_.find(kClose);
-        if (at == std::string::npos) {
-          const size_t keep = partial_tag(held_, kClose);
-          out.reasoning.append(held_, 0, held_.size() - keep);
-          held_.erase(0, held_.size() - keep);
-          return out;
-        }
-        out.reasoning.append(held_, 0, at);
-        held_.erase(0, at + kClose.size());
+      case State::kThinking:
+        if (!take_until_tag(held_, kClose, out.reasoning)) return out;
         state_ = State::kContent;
         strip_ = true;
         break;
-      }
       case State::kContent:
         if (strip_) {
           const size_t at = held_.find_first_not_of(" \t\r\n");
@@ -92,8 +71,8 @@ ReasoningSplit split_reasoning(std::string_view text) {
     out.content = std::string(text);
     return out;
   }
-  trim(out.reasoning);
-  trim(out.content);
+  trim_space(out.reasoning);
+  trim_space(out.content);
   return out;
 }
 

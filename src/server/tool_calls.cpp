@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "server/tag_scan.h"
+
 namespace ft::server {
 
 namespace {
@@ -24,13 +26,6 @@ std::optional<ToolCall> parse_call(const std::string& body) {
   return c;
 }
 
-/** Length of the longest suffix of `s` that is a proper prefix of `tag`. */
-size_t partial_tag(std::string_view s, std::string_view tag) {
-  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
-}
-
 }  // namespace
 
 ToolCallSplit ToolCallStream::push(std::string_view piece) {
@@ -38,18 +33,10 @@ ToolCallSplit ToolCallStream::push(std::string_view piece) {
   ToolCallSplit out;
   for (;;) {
     if (!in_call_) {
-      const size_t at = held_.find(kOpen);
-      if (at == std::string::npos) {
-        const size_t keep = partial_tag(held_, kOpen);
-        out.content.append(held_, 0, held_.size() - keep);
-        held_.erase(0, held_.size() - keep);
-        return out;
-      }
-      out.content.append(held_, 0, at);
-      held_.erase(0, at + kOpen.size());
+      if (!take_until_tag(held_, kOpen, out.content)) return out;
       in_call_ = true;
     } else {
-      const size_t at = held_.find(kClose);
+      const size_t at = held_.find(kClose);  // a call's body is held whole, tag prefix or not
       if (at == std::string::npos) return out;
       const std::string body = held_.substr(0, at);
       held_.erase(0, at + kClose.size());
@@ -72,13 +59,7 @@ ToolCallSplit parse_tool_calls(std::string_view text) {
   ToolCallStream s;
   ToolCallSplit out = s.push(text);
   out.content += s.finish().content;
-  const size_t first = out.content.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) {
-    out.content.clear();
-  } else {
-    out.content.erase(out.content.find_last_not_of(" \t\r\n") + 1);
-    out.content.erase(0, first);
-  }
+  trim_space(out.content);
   return out;
 }
 

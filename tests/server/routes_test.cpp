@@ -441,6 +441,31 @@ TEST(Routes, BodiesAreJsonWhateverTheContentType) {
   EXPECT_EQ(get(c, "/health").status, 200);
 }
 
+/** What a chat SSE stream's deltas add up to: content, reasoning_content, the tool_calls entries in
+ *  order, and the finish_reason. */
+struct ChatStream {
+  std::string content, reasoning, finish;
+  json calls = json::array();
+};
+ChatStream read_chat_stream(const std::string& sse) {
+  ChatStream out;
+  size_t at = 0;
+  while ((at = sse.find("data: ", at)) != std::string::npos) {
+    const size_t end = sse.find("\n\n", at);
+    const std::string data = sse.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    const json j = json::parse(data);
+    const json& d = j["choices"][0]["delta"];
+    if (d.contains("content")) out.content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) out.reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const json& t : d["tool_calls"]) out.calls.push_back(t);
+    if (!j["choices"][0]["finish_reason"].is_null()) out.finish = j["choices"][0]["finish_reason"];
+  }
+  return out;
+}
+
 TEST(Routes, ToolCallsInRepliesWithTools) {
   // The model answers with a Hermes-format tool call (as Qwen3 does); with `tools` the reply becomes
   // message.tool_calls and finish_reason "tool_calls", streamed as a tool_calls delta; without tools,
@@ -476,27 +501,13 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
     auto c = s.client();
     auto r = c.Post("/v1/chat/completions", body + "," + tools + R"(,"stream":true})", "application/json");
     ASSERT_TRUE(r);
-    std::string content, finish;
-    nlohmann::json calls = nlohmann::json::array();
-    size_t at = 0;
-    while ((at = r->body.find("data: ", at)) != std::string::npos) {
-      const size_t end = r->body.find("\n\n", at);
-      const std::string data = r->body.substr(at + 6, end - at - 6);
-      at = end;
-      if (data == "[DONE]") break;
-      const auto j = nlohmann::json::parse(data);
-      const auto& d = j["choices"][0]["delta"];
-      if (d.contains("content")) content += d["content"].get<std::string>();
-      if (d.contains("tool_calls"))
-        for (const auto& t : d["tool_calls"]) calls.push_back(t);
-      if (!j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
-    }
-    EXPECT_EQ(content, "Checking.\n");  // what streamed before the call, as it came
-    ASSERT_EQ(calls.size(), 1u) << r->body;
-    EXPECT_EQ(calls[0]["index"], 0);
-    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
-    EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris"})");
-    EXPECT_EQ(finish, "tool_calls");
+    const ChatStream st = read_chat_stream(r->body);
+    EXPECT_EQ(st.content, "Checking.\n");  // what streamed before the call, as it came
+    ASSERT_EQ(st.calls.size(), 1u) << r->body;
+    EXPECT_EQ(st.calls[0]["index"], 0);
+    EXPECT_EQ(st.calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(st.calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+    EXPECT_EQ(st.finish, "tool_calls");
   }
   for (const std::string& extra : {std::string(), "," + tools + R"(,"tool_choice":"none")"}) {
     TestServer s;
@@ -544,22 +555,11 @@ TEST(Routes, ReasoningFormatDeepseekSplitsTheThinkBlock) {
     auto c = s.client();
     auto r = c.Post("/v1/chat/completions", body + R"(,"stream":true})", "application/json");
     ASSERT_TRUE(r);
-    std::string reasoning, content;
-    size_t calls = 0, at = 0;
-    while ((at = r->body.find("data: ", at)) != std::string::npos) {
-      const size_t end = r->body.find("\n\n", at);
-      const std::string data = r->body.substr(at + 6, end - at - 6);
-      at = end;
-      if (data == "[DONE]") break;
-      const auto j = nlohmann::json::parse(data);
-      const auto& d = j["choices"][0]["delta"];
-      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
-      if (d.contains("content")) content += d["content"].get<std::string>();
-      if (d.contains("tool_calls")) calls += d["tool_calls"].size();
-    }
-    EXPECT_EQ(reasoning, "\nUse the tool.\n");  // streamed as written
-    EXPECT_EQ(content, "On it. ");
-    EXPECT_EQ(calls, 1u);
+    const ChatStream st = read_chat_stream(r->body);
+    EXPECT_EQ(st.reasoning, "\nUse the tool.\n");  // streamed as written
+    EXPECT_EQ(st.content, "On it. ");
+    EXPECT_EQ(st.calls.size(), 1u);
+    EXPECT_EQ(st.finish, "tool_calls");
   }
   TestServer s;  // default: none
   s.model().script = script;
