@@ -449,11 +449,7 @@ struct ChatStream {
 };
 ChatStream read_chat_stream(const std::string& sse) {
   ChatStream out;
-  size_t at = 0;
-  while ((at = sse.find("data: ", at)) != std::string::npos) {
-    const size_t end = sse.find("\n\n", at);
-    const std::string data = sse.substr(at + 6, end - at - 6);
-    at = end;
+  for (const std::string& data : sse_events(sse)) {
     if (data == "[DONE]") break;
     const json j = json::parse(data);
     const json& d = j["choices"][0]["delta"];
