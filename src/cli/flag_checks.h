@@ -26,4 +26,11 @@ inline CLI::Validator at_least(long long min) {
       "");  // no type decoration in --help (it would read "INT:>= 0=0")
 }
 
+/** Refuses an empty string value with `message` (the flag's name is put before it), e.g. an unset
+ *  variable in `--api-key "$KEY"`. `name` is the value's placeholder in --help. */
+inline CLI::Validator non_empty(std::string message, std::string name) {
+  return CLI::Validator([message](std::string& value) { return value.empty() ? message : std::string(); },
+                        std::move(name), "non-empty");
+}
+
 }  // namespace ft::cli

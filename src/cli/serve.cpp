@@ -221,17 +221,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", f->served_model_name, "Model name clients use (default: the file name)")
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            return name.empty() ? std::string("must not be empty (leave the flag out for the "
-                                              "file's name)")
-                                : std::string();
-          },
-          "NAME", "non-empty"));
+      ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"));
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
-      ->check(CLI::Validator(
-          [](std::string& key) { return key.empty() ? std::string("--api-key must not be empty (leave the flag out to serve without auth)") : std::string(); },
-          "KEY", "non-empty"));
+      ->check(non_empty("--api-key must not be empty (leave the flag out to serve without auth)", "KEY"));
   cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")
       ->capture_default_str()
       ->check(at_least(1));
