@@ -14,8 +14,9 @@
 // - before pdl_enter() a kernel reads only constant data (weights, rotation tables) and the step's
 //   batch info (positions, sequence slots, block tables, the valid-row count: copied by the host
 //   before the step's first kernel), and writes nothing. L2 prefetches (prefetch_l2) may name any
-//   global memory: they read no value, and L2 is coherent. When a kernel's blocks start, the kernel before it has passed its own
-//   wait, so everything before that one is complete; only its own writes are still in flight;
+//   global memory: they read no value, and L2 is coherent. When a kernel's blocks start, the
+//   kernel before it has passed its own wait, so everything before that one is complete; only its
+//   own writes are still in flight;
 // - pdl_enter() waits first and only then lets the next kernel launch, so at most two grids of a
 //   stream are resident at once;
 // - a kernel that calls pdl_enter() but is launched with <<<>>> (or on a GPU before sm_90) behaves
