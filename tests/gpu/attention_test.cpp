@@ -89,6 +89,12 @@ class CudaAttention : public GpuTest {
     return p;
   }
 
+  /** The decode kernel (the "decode" cases) also writes its output's int8 form, with the bytes of a
+   *  quantize launch; the other kernels do not. Called right after the attention. */
+  void check_prepared_q8(const Q8Probe& pr, const Config& c, const Tensor& out) {
+    expect_q8_probe(pr, out, c.name.rfind("decode", 0) == 0, c.name);
+  }
+
   void run(const Config& c, uint32_t seed) {
     const int64_t W = c.G * c.D;
     Pool pl = pool(c, seed, DType::BF16);
@@ -125,7 +131,11 @@ class CudaAttention : public GpuTest {
     cpu().attention(p, info(hb, table, max_blocks, false), arena().host_f32(q, {T, HD}), cpu_kv,
                     Tensor(ref.data(), DType::F32, {T, HD}));
     Tensor out = arena().dev_poisoned(DType::BF16, {T, HD});
-    gpu().attention(p, info(hb, table, max_blocks, true), arena().dev_from(q, DType::BF16, {T, HD}), gpu_kv, out);
+    const BatchInfo dev_batch = info(hb, table, max_blocks, true);
+    const Tensor dev_q = arena().dev_from(q, DType::BF16, {T, HD});
+    const Q8Probe probe = q8_probe(out);
+    gpu().attention(p, dev_batch, dev_q, gpu_kv, out);
+    check_prepared_q8(probe, c, out);
     const double e = compare(out, ref);
     report("attention", c.name, e);
     EXPECT_LE(e, kTol) << c.name;
@@ -230,9 +240,12 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
                                  Tensor(ref.data(), DType::F32, {T, HD}));
     rp.inv_freq = arena().dev_from(inv, DType::F32, {fc.n_rot / 2});
     Tensor out = arena().dev_poisoned(fc.act, {T, HD}), dq = arena().dev_from(q, fc.act, {T, HD});
-    gpu().qk_norm_rope_attention(np, arena().dev_from(wq, DType::F32, {c.D}), arena().dev_from(wk, DType::BF16, {c.D}),
-                                 rp, p, dq, arena().dev_from(k, fc.act, {T, W}), arena().dev_from(v, fc.act, {T, W}),
-                                 info(hb, table, max_blocks, true), gpu_kv, out);
+    const Tensor dwq = arena().dev_from(wq, DType::F32, {c.D}), dwk = arena().dev_from(wk, DType::BF16, {c.D});
+    const Tensor dk = arena().dev_from(k, fc.act, {T, W}), dv = arena().dev_from(v, fc.act, {T, W});
+    const BatchInfo dev_batch = info(hb, table, max_blocks, true);
+    const Q8Probe probe = q8_probe(out);
+    gpu().qk_norm_rope_attention(np, dwq, dwk, rp, p, dq, dk, dv, dev_batch, gpu_kv, out);
+    check_prepared_q8(probe, c, out);
     // The fused kernel leaves q as it was (its heads are normalised in registers); the unfused calls
     // normalise it in place. The cases not marked unfused must take the fused kernel.
     EXPECT_EQ(arena().read(dq) == q, c.name.find("unfused") == std::string::npos) << c.name;

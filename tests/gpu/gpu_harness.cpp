@@ -1,6 +1,10 @@
 // random_weight and report for the CUDA-vs-CPU harness (gpu_harness.h).
 #include "gpu_harness.h"
 
+#ifdef FT_HAVE_CUDA
+#include "backend/cuda/cuda_ops.h"
+#endif
+
 #include <cstdio>
 
 namespace ft::testing {
@@ -65,6 +69,33 @@ std::vector<uint8_t> random_weight(DType dtype, int64_t N, int64_t K, uint32_t s
 void report(const std::string& op, const std::string& what, double err) {
   std::printf("[err] %-18s %-44s %.3e\n", op.c_str(), what.c_str(), err);
   std::fflush(stdout);
+}
+
+GpuTest::Q8Probe GpuTest::q8_probe(const Tensor& like) {
+  const int64_t N = 64, T = like.rows(), K = like.cols();
+  Q8Probe pr;
+  pr.w = arena().dev_bytes(random_weight(DType::Q8_0, N, K, 3), DType::Q8_0, {N, K});
+  pr.y = arena().dev_poisoned(like.dtype, {T, N});
+  pr.y_ref = arena().dev_poisoned(like.dtype, {T, N});
+  gpu().matmul(arena().dev_from(rand_bf16(static_cast<size_t>(T * K), 2), like.dtype, {T, K}), pr.w, pr.y, Tensor());
+  return pr;
+}
+
+bool GpuTest::prepared_q8(const Tensor& t) {
+#ifdef FT_HAVE_CUDA
+  return static_cast<CudaOps&>(gpu()).prepared_q8(t.data, t.dtype, t.rows(), t.cols()) != nullptr;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+void GpuTest::expect_q8_probe(const Q8Probe& pr, const Tensor& t, bool expect, const std::string& what) {
+  EXPECT_EQ(prepared_q8(t), expect) << what;
+  gpu().matmul(t, pr.w, pr.y, Tensor());
+  gpu().matmul(clone(t), pr.w, pr.y_ref, Tensor());
+  EXPECT_TRUE(same_bits(pr.y, pr.y_ref)) << what << ": the prepared int8 form differs from a quantize launch's";
+  EXPECT_EQ(count_nonfinite(arena().read(pr.y)), 0u) << what;
 }
 
 }  // namespace ft::testing

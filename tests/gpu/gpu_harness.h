@@ -173,6 +173,30 @@ class GpuTest : public ::testing::Test {
   Ops& gpu() { return *gpu_; }
   DualArena& arena() { return *arena_; }
 
+  /** What checks a producer's int8 form (CudaOps::prepare_q8): a Q8_0 weight and two outputs,
+   *  allocated before the producer runs (an allocation's copy forgets the prepared form). Making it
+   *  runs one integer-dot GEMV, after which producers write their output's int8 form too. */
+  struct Q8Probe {
+    Tensor w, y, y_ref;
+  };
+  Q8Probe q8_probe(const Tensor& like);
+  /** Whether the CUDA backend holds a prepared int8 form of t (CudaOps::prepared_q8). */
+  bool prepared_q8(const Tensor& t);
+  /** Right after t's producer: t is prepared iff `expect`, and a product of t through its prepared
+   *  int8 form equals one through a quantize launch (of a copy of t), bit for bit. */
+  void expect_q8_probe(const Q8Probe& pr, const Tensor& t, bool expect, const std::string& what);
+  /** A device copy of t (a copy is an op that forgets any prepared int8 form). */
+  Tensor clone(const Tensor& t) {
+    Tensor c = arena().dev(t.dtype, {t.rows(), t.cols()});
+    gpu().copy(t, c);
+    return c;
+  }
+  /** Whether two device tensors hold the same values, bit for bit. */
+  bool same_bits(const Tensor& a, const Tensor& b) {
+    const std::vector<float> x = arena().read(a), y = arena().read(b);
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  }
+
   /** Reads a GPU output, requires every element finite, and returns its rel L2 error vs `want`. */
   double compare(const Tensor& got_dev, const std::vector<float>& want) {
     const std::vector<float> got = arena().read(got_dev);

@@ -332,6 +332,7 @@ AttnTensors attention_tensors(const char* op, const AttentionParams& p, const Ba
 void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                                      const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
                                      const BatchInfo& batch, KvLayer kv, Tensor out) {
+  forget_prepared();
   const char* op = "qk_norm_rope_attention";
   const int64_t T = batch.n_tokens, G = ap.n_head_kv, D = ap.head_dim;
   // One decode token only. There the step is a chain of short kernels and the norm_rope launch is one
@@ -363,10 +364,11 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
   d.nr.eps = np.eps, d.nr.offset = np.weight_offset;
   d.nr.inv_freq = rp.inv_freq.ptr<float>(), d.nr.n_rot = rp.n_rot, d.nr.neox = rp.mode == RopeMode::kNeox;
   d.nr.attn_factor = rp.attn_factor;
-  launch_decode_attention(d, kv);
+  launch_decode_attention(d, kv, out);
 }
 
-void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv) {
+void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out) {
+  if (cuda::attention_decode_writes_q8(d.H, d.G, d.D)) d.q8 = static_cast<int8_t*>(prepare_q8(out));
   d.n_split = cuda::decode_splits(d.T, kv.k.dim(0) * kv.k.dim(1));
   d.part = static_cast<float*>(scratch(Scratch::kAttention, d.n_split * d.T * d.H * (d.D + 4) * 4));
   d.done = static_cast<int*>(zeroed_scratch(Scratch::kAttentionDone, d.T * d.G * 4 * 4));
@@ -374,6 +376,7 @@ void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv
 }
 
 void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
+  forget_prepared();
   const cuda::AttnTensors tensors = cuda::attention_tensors("attention", p, batch, q, kv, out);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
   if (T == 0) return;
@@ -385,7 +388,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   if (batch.n_tokens == batch.n_seqs && cuda::attention_decode_supports(H, G, D)) {  // pure decode
     cuda::AttnDecodeArgs d;
     static_cast<cuda::AttnTensors&>(d) = tensors;
-    return launch_decode_attention(d, kv);
+    return launch_decode_attention(d, kv, out);
   }
 
   cuda::AttnArgs a{};

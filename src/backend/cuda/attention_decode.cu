@@ -16,6 +16,8 @@
 // applies the per-head RMSNorm and the rotation to its q heads in registers, the split holding the
 // token's key p computes that key and scores it from registers, and the first block of its kv head
 // stores the key and v into the pages (no other block of the launch reads that row).
+// With AttnDecodeArgs::q8 the blocks that write the output also write its int8 form for the o-proj
+// GEMV (CudaOps::prepare_q8), so that GEMV skips its quantize launch.
 // Bytes moved: each of the token's keys' K and V once per block (the 1-4 blocks of a kv head share
 // them through L2); q once; partials
 // n_active * GROUP * (head_dim + 4) * 4 written and read once per (token, kv head).
@@ -26,6 +28,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/q8_act.cuh"
 #include "util/error.h"
 
 namespace ft::cuda {
@@ -43,6 +46,52 @@ constexpr int kMergeUnroll = 16;    // splits whose partials the merge loads at 
 __device__ __forceinline__ void store_out(const AttnDecodeArgs& a, int64_t i, float v) {
   if (a.out_f32) static_cast<float*>(a.out)[i] = v;
   else static_cast<bf16*>(a.out)[i] = __float2bfloat16_rn(v);
+}
+
+/** Stores 4 consecutive outputs at element o (o % 4 == 0) and, with a.q8, their int8 form. For the
+ *  int8 form the whole warp calls it, 8 consecutive lanes holding one 32-element chunk (lane & 7: the
+ *  quad's place in it; attention_decode_writes_q8). The bytes equal quantize_q8_lane's for the stored
+ *  values: the chunk's max is exact in any order, and its sum follows warp_sum's butterfly (elements
+ *  16, 8, 4 apart are lanes 4, 2, 1 apart here; 2 and 1 apart, values of the same lane). */
+__device__ __forceinline__ void store_out4(const AttnDecodeArgs& a, int64_t o, const float (&v)[4]) {
+  float x[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    store_out(a, o + u, v[u]);
+    x[u] = a.out_f32 ? v[u] : __bfloat162float(__float2bfloat16_rn(v[u]));
+  }
+  if (!a.q8) return;
+  float m = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+#pragma unroll
+  for (int sh = 4; sh > 0; sh >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, sh));
+  const float d = m / 127.0f;
+  char4 qa, qc;
+  int8_t* pa = &qa.x;
+  int8_t* pc = &qc.x;
+  float sum[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    int q1 = 0, q2 = 0;
+    if (d > 0.0f) {
+      q1 = __float2int_rn(x[u] / d);
+      q2 = max(-127, min(127, __float2int_rn((x[u] - d * static_cast<float>(q1)) * (254.0f / d))));
+    }
+    pa[u] = static_cast<int8_t>(q1), pc[u] = static_cast<int8_t>(q2);
+    sum[u] = d * fmaf(static_cast<float>(q2), 1.0f / 254.0f, static_cast<float>(q1));
+  }
+#pragma unroll
+  for (int sh = 4; sh > 0; sh >>= 1) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) sum[u] += __shfl_xor_sync(0xffffffffu, sum[u], sh);
+  }
+  const float total = (sum[0] + sum[2]) + (sum[1] + sum[3]);
+  const Q8Layout lay(a.T, static_cast<int64_t>(a.H) * a.D);
+  *reinterpret_cast<char4*>(a.q8 + o) = qa;
+  *reinterpret_cast<char4*>(a.q8 + lay.q2 + o) = qc;
+  if ((threadIdx.x & 7) == 0) {
+    reinterpret_cast<float*>(a.q8 + lay.xd)[o / 32] = d;
+    reinterpret_cast<float*>(a.q8 + lay.xs)[o / 32] = total;
+  }
 }
 
 /** The key range [lo, p] of a token at position p and its pieces: n_active splits of `per` keys. */
@@ -111,9 +160,19 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   const int64_t p = a.pos[t];
   if (seq < 0 || seq >= a.n_seqs || p < 0) {  // no keys: zeros, as the general kernel's combine writes
     pdl_enter();
-    if (split == 0)
-      for (int idx = threadIdx.x; idx < GROUP * D; idx += blockDim.x)
-        store_out(a, (t * a.H + g * GROUP + idx / D) * D + idx % D, 0.0f);
+    if (split == 0) {
+      const int64_t o0 = (t * a.H + g * GROUP) * D;  // the block's GROUP heads: whole chunks with a.q8
+      const Q8Layout lay(a.T, static_cast<int64_t>(a.H) * D);
+      for (int idx = threadIdx.x; idx < GROUP * D; idx += blockDim.x) {
+        store_out(a, o0 + idx, 0.0f);
+        if (a.q8) {  // zeros quantize to zeros
+          a.q8[o0 + idx] = 0, a.q8[lay.q2 + o0 + idx] = 0;
+          if (idx % 32 == 0)
+            reinterpret_cast<float*>(a.q8 + lay.xd)[(o0 + idx) / 32] = 0.0f,
+            reinterpret_cast<float*>(a.q8 + lay.xs)[(o0 + idx) / 32] = 0.0f;
+        }
+      }
+    }
     return;
   }
   int64_t lo, per;
@@ -303,8 +362,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     const int64_t row = t * a.H + g * GROUP + h;
     if (n_active == 1) {  // the whole range in this block: the output itself
       const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) store_out(a, row * D + d + u, acc[u] * inv);
+      const float y[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
+      store_out4(a, row * D + d, y);
       continue;
     }
     float* pp = a.part + (static_cast<int64_t>(split) * a.T * a.H + row) * (D + 4);
@@ -374,12 +433,12 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   }
 #pragma unroll
   for (int i = 0; i < kSlots; ++i) {
-    if (sh[i] < 0) continue;
+    if (sh[i] < 0) continue;  // warp-uniform when a.q8 is set (attention_decode_writes_q8)
     const int idx = threadIdx.x + i * kDecWarps * 32;
     const int64_t o = (t * a.H + g * GROUP + sh[i]) * D + 4 * (idx % d4);
     const float inv = tot[sh[i]];
-    store_out(a, o, acc[i].x * inv), store_out(a, o + 1, acc[i].y * inv);
-    store_out(a, o + 2, acc[i].z * inv), store_out(a, o + 3, acc[i].w * inv);
+    const float y[4] = {acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv};
+    store_out4(a, o, y);
   }
   if (threadIdx.x == 0) *done = 0;  // ready for the next launch (graph replays included)
 }
@@ -412,6 +471,13 @@ bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_d
   const int64_t group = n_head / n_head_kv;
   return head_dim % 4 == 0 && (head_dim <= 128 || (head_dim <= 256 && head_dim % 8 == 0)) &&
          (group == 1 || group == 2 || group == 4 || group == 8);
+}
+
+bool attention_decode_writes_q8(int64_t n_head, int64_t n_head_kv, int64_t head_dim) {
+  // A block's output slices (4 dims each) are GROUP * head_dim / 4 consecutive threads (GROUP = 1 or 2,
+  // launch_group): whole warps, and whole chunks per head.
+  const int64_t group = n_head / n_head_kv == 1 ? 1 : 2;
+  return attention_decode_supports(n_head, n_head_kv, head_dim) && head_dim % 32 == 0 && (group * head_dim) % 128 == 0;
 }
 
 bool attention_decode_fuses(int64_t head_dim, int64_t n_rot, bool neox) {

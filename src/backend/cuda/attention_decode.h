@@ -33,6 +33,9 @@ struct AttnDecodeArgs : AttnTensors {
   int hs_log2 = 0;        // blocks per (token, kv head, split) = 1 << hs_log2 (set by the launcher)
   bool fused = false;     // apply nr (QK-norm, RoPE, the token's KV store) first
   DecodeNormRope nr;
+  /** Where the output's int8 form goes as well (q8_act.cuh, Q8Layout(T, H * D)), or null; only when
+   *  attention_decode_writes_q8. */
+  int8_t* q8 = nullptr;
 };
 
 /** Splits per (token, kv head) for a decode batch of T tokens over a pool of `capacity` keys: many
@@ -45,6 +48,11 @@ int decode_splits(int64_t T, int64_t capacity);
 /** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (or of 8 up to 256),
  *  query heads per kv head 1, 2, 4 or 8. */
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
+
+/** Whether the kernel can also write its output's int8 form (AttnDecodeArgs::q8): the lanes holding a
+ *  block's output slices must make whole warps and 32-element chunks (head_dim a multiple of 32, and
+ *  of 64 when a block takes one query head). */
+bool attention_decode_writes_q8(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
 /** Whether the kernel can apply the QK-norm and rotation itself (AttnDecodeArgs::fused): head_dim
  *  32 * 4 or 32 * 8 (a lane holds 4 or 8 dims), and a rotation whose pairs are within a lane (normal

@@ -72,6 +72,7 @@ void CudaOps::wait_for_host() {
 }
 
 void CudaOps::copy(const Tensor& src, Tensor dst) {
+  forget_prepared();
   if (src.empty() || dst.empty()) fail(ErrorCode::kInvalidArgument, "copy: src or dst is empty");
   if (src.numel() != dst.numel())
     fail(ErrorCode::kInvalidArgument, "copy: src {} and dst {} differ in size", src.str(), dst.str());

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/checks.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda_factory.h"
 #include "util/error.h"
 
@@ -66,6 +67,7 @@ Buffer CudaOps::alloc(int64_t bytes) {
 }
 
 Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
+  forget_prepared();
   if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_resident: tensor is empty");
   if (host.device != Device::kCpu)
     fail(ErrorCode::kInvalidArgument, "make_resident: tensor {} is already on {}", host.str(), device_name(host.device));
@@ -80,6 +82,7 @@ Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
 }
 
 void CudaOps::zero(Tensor t) {
+  forget_prepared();
   cuda::check_dtype("zero", "t", t, {DType::F32, DType::F16, DType::BF16, DType::I32});
   FT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, static_cast<size_t>(t.bytes()), stream_));
 }
@@ -155,6 +158,21 @@ const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {
   FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   t.host = std::move(want);
   return static_cast<const uint64_t*>(t.dev);
+}
+
+void* CudaOps::prepare_q8(const Tensor& x) {
+  constexpr int64_t kMaxRows = 16;  // the GEMV's largest batch (matmul_raw)
+  const int64_t rows = x.rows(), K = x.cols();
+  forget_prepared();
+  if (!q8_used_ || rows < 1 || rows > kMaxRows || K % 32 != 0) return nullptr;
+  void* q8 = scratch(Scratch::kQ8Prepared, cuda::gemv_q8_scratch_bytes(kMaxRows, K));
+  prepared_ = Prepared{x.data, x.dtype, rows, K, q8};
+  return q8;
+}
+
+void* CudaOps::prepared_q8(const void* x, DType dt, int64_t rows, int64_t K) const {
+  const Prepared& p = prepared_;
+  return p.q8 && p.x == x && p.dtype == dt && p.rows == rows && p.K == K ? p.q8 : nullptr;
 }
 
 std::unique_ptr<Ops> make_cuda_ops(int device, DType activations) {

@@ -9,12 +9,15 @@
 // GEMVs of short rows take lane groups (gemv_q8_lanes_kernel). Every choice depends on the matrix
 // (N, K) only, never on the batch, so a row's sum order is the same at every batch size.
 // Modes as in gemv.cuh (plain, expert table, GLU).
+// GemvArgs::q8_ready skips the quantize launch: the activation's producer or the router wrote the
+// same bytes already (CudaOps::prepared_q8).
 // Bytes moved: activations read once and written as 2 x int8 (2.25 bytes per element), then per
 // problem N * row_bytes of weights + the int8 rows (cached).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/q8_act.cuh"
 
 namespace ft::cuda {
 
@@ -133,39 +136,20 @@ __device__ __forceinline__ float chunk_dot(const WChunk& w, const XChunk& x) {
          w.m * x.s;
 }
 
-/** Two-term int8 quantization per 32-element chunk: q1 = round(x / d), d = max|x| / 127, then
- *  q2 = round((x - d q1) / (d / 254)); xd = d, xs = sum of the quantized values. One warp per
- *  chunk. Layout (gemv_q8_scratch_bytes): q1 int8 [rows, K], q2 int8 [rows, K], xd, xs [rows, K/32]. */
-__global__ void quantize_q8_kernel(const void* x, bool x_f32, int64_t ldx, int64_t rows, int64_t K, int8_t* q1,
-                                   int8_t* q2, float* xd, float* xs) {
+/** Two-term int8 quantization per 32-element chunk (quantize_q8_lane, q8_act.cuh), one warp per chunk,
+ *  into the Q8Layout(rows, K) at q8. */
+__global__ void quantize_q8_kernel(const void* x, bool x_f32, int64_t ldx, int64_t rows, int64_t K, int8_t* q8) {
   const int lane = threadIdx.x & 31;
   const int64_t nb = K / 32, total = rows * nb;
+  const Q8Layout lay(rows, K);
   pdl_enter();
   for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; i < total;
        i += (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5) {
     const int64_t r = i / nb, b = i % nb, off = r * ldx + b * 32 + lane;
     const float v = x_f32 ? static_cast<const float*>(x)[off] : __bfloat162float(static_cast<const bf16*>(x)[off]);
-    const float d = warp_max(fabsf(v)) / 127.0f;
-    int a = 0, c = 0;
-    if (d > 0.0f) {
-      a = __float2int_rn(v / d);
-      c = max(-127, min(127, __float2int_rn((v - d * static_cast<float>(a)) * (254.0f / d))));
-    }
-    const float sum = warp_sum(d * fmaf(static_cast<float>(c), 1.0f / 254.0f, static_cast<float>(a)));
-    q1[r * K + b * 32 + lane] = static_cast<int8_t>(a);
-    q2[r * K + b * 32 + lane] = static_cast<int8_t>(c);
-    if (lane == 0) xd[i] = d, xs[i] = sum;
+    quantize_q8_lane(v, q8, lay, r * K + b * 32 + lane, i);
   }
 }
-
-/** Offsets of the parts of the q8 scratch for `rows` x K activations. */
-struct Q8Layout {
-  int64_t q2, xd, xs;
-  __host__ __device__ Q8Layout(int64_t rows, int64_t K) {
-    const int64_t qbytes = (rows * K + 15) & ~int64_t{15};
-    q2 = qbytes, xd = 2 * qbytes, xs = 2 * qbytes + rows * (K / 32) * 4;
-  }
-};
 
 /** The quantized activations of a launch, as quantize_q8_kernel wrote them into GemvArgs::q8. */
 struct Q8View {
@@ -347,15 +331,14 @@ bool gemv_q8_supports(DType wt) {
   return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K || wt == DType::Q6_K;
 }
 
-int64_t gemv_q8_scratch_bytes(int64_t rows, int64_t K) { return Q8Layout(rows, K).xs + rows * (K / 32) * 4; }
+int64_t gemv_q8_scratch_bytes(int64_t rows, int64_t K) { return Q8Layout::bytes(rows, K); }
 
 void launch_gemv_q8(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
   FT_CHECK(a.q8 != nullptr && a.K % 32 == 0);
   const int64_t rows = a.table ? (n_problems + a.x_div - 1) / a.x_div : a.T, K = a.K;
-  auto* xq = static_cast<int8_t*>(a.q8);
-  const Q8Layout lay(rows, K);
-  launch_pdl(quantize_q8_kernel, grid_1d(rows * (K / 32) * 32, 256), 256, 0, s, a.x, a.x_f32, a.ldx, rows, K, xq,
-             xq + lay.q2, reinterpret_cast<float*>(xq + lay.xd), reinterpret_cast<float*>(xq + lay.xs));
+  if (!a.q8_ready)
+    launch_pdl(quantize_q8_kernel, grid_1d(rows * (K / 32) * 32, 256), 256, 0, s, a.x, a.x_f32, a.ldx, rows, K,
+               static_cast<int8_t*>(a.q8));
   switch (wt) {
     case DType::Q4_0: return launch_q8_t<DType::Q4_0>(maxt, glu, a, n_problems, s);
     case DType::Q8_0: return launch_q8_t<DType::Q8_0>(maxt, glu, a, n_problems, s);

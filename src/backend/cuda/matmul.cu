@@ -74,7 +74,12 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
     a.x = x, a.x_f32 = x_dtype == DType::F32, a.ldx = K, a.T = T;
     a.y = y, a.y_f32 = y_dtype == DType::F32, a.ldy = ldy;
     if (!bias.empty()) a.bias = bias.data, a.bias_code = cuda::float_code("matmul", "bias", bias.dtype);
-    if (cuda::gemv_q8_supports(w.dtype)) a.q8 = scratch(Scratch::kQ8, cuda::gemv_q8_scratch_bytes(T, K));
+    if (cuda::gemv_q8_supports(w.dtype)) {  // int8 activations: as their producer wrote them, or quantized first
+      note_q8_used();
+      a.q8 = prepared_q8(x, x_dtype, T, K);
+      a.q8_ready = a.q8 != nullptr;
+      if (!a.q8_ready) a.q8 = scratch(Scratch::kQ8, cuda::gemv_q8_scratch_bytes(T, K));
+    }
     const int maxt = T == 1 ? 1 : 8;
     cuda::launch_gemv(w.dtype, maxt, false, a, (T + maxt - 1) / maxt, stream_);
     return;

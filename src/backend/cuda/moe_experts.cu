@@ -189,11 +189,16 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
         if (vec(t->dtype) && (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || t->row_bytes() % 16 != 0))
           fail(ErrorCode::kUnsupported, "moe_experts: expert {} {} weights are not 16-byte aligned", e,
                dtype_name(t->dtype));
-    void* q8 = nullptr;  // int8 activations for the integer-dot GEMV: T rows of H, then P rows of F
-    if (cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down))
+    // int8 activations for the integer-dot GEMV: x's as its producer wrote them (prepared_q8), or T rows of
+    // H quantized into q8 first; then P rows of F (h) in q8.
+    void* q8 = nullptr;
+    if (cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down)) {
+      note_q8_used();
       q8 = scratch(Scratch::kQ8, std::max(cuda::gemv_q8_scratch_bytes(T, H), cuda::gemv_q8_scratch_bytes(P, F)));
+    }
+    void* x_q8 = prepared_q8(x.data, x.dtype, T, H);
     cuda::GemvArgs a;
-    a.q8 = q8;
+    a.q8 = x_q8 ? x_q8 : q8, a.q8_ready = x_q8 != nullptr;
     a.table = table, a.ids = ids.ptr<int32_t>(), a.n_expert = E;
     a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();
     a.x = x.data, a.x_f32 = x.dtype == DType::F32, a.ldx = H, a.x_div = static_cast<int>(k);

@@ -4,11 +4,14 @@
 // n_valid I32 [1] or empty. Block (e, t) computes logit (t, e) with 4 warps over H (fp32, fixed order);
 // the block that finishes token t's last logit (a per-token counter it resets, the "last block"
 // pattern of the CUDA threadFenceReduction sample) routes the token with one warp (route_warp.cuh).
-// Other shapes take Ops' default: matmul, moe_route, moe_mask_rows.
+// Other shapes take Ops' default: matmul, moe_route, moe_mask_rows. The kernel also writes x's int8
+// form for the expert GEMVs (CudaOps::prepare_q8), from warps 1-3 after their logit, off the routing
+// block's path: the experts' quantize launch is then skipped.
 // Bytes moved: E * H weights + T * H activations + T * E logits written and read once.
 #include "backend/cuda/checks.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/q8_act.cuh"
 #include "backend/cuda/route_warp.cuh"
 
 namespace ft {
@@ -21,7 +24,7 @@ constexpr int64_t kRouterMaxTokens = 16;  // larger batches: the GEMV and route 
 template <bool WF32, bool XF32>
 __global__ void __launch_bounds__(kRouterThreads)
     moe_router_kernel(const void* x, const void* w, int64_t H, int E, void* logits, int k, bool sigmoid, bool norm,
-                      float scaling, const int32_t* n_valid, int32_t* ids, float* weights, int* done) {
+                      float scaling, const int32_t* n_valid, int32_t* ids, float* weights, int* done, int8_t* q8) {
   __shared__ float red[kRouterThreads / 32];
   __shared__ int is_last;
   const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -66,6 +69,14 @@ __global__ void __launch_bounds__(kRouterThreads)
     is_last = atomicAdd(done + t, 1) == E - 1;
   }
   __syncthreads();
+  if (q8 && warp > 0) {  // x's int8 form: chunk c of token t by warp (c / E) % 3 + 1 of block c % E
+    const Q8Layout lay(gridDim.y, H);
+    for (int64_t c = e + (warp - 1) * static_cast<int64_t>(E); c < H / 32; c += 3 * static_cast<int64_t>(E)) {
+      const int64_t i = t * H + c * 32 + lane;
+      quantize_q8_lane(XF32 ? static_cast<const float*>(x)[i] : __bfloat162float(static_cast<const bf16*>(x)[i]), q8,
+                       lay, i, t * (H / 32) + c);
+    }
+  }
   if (!is_last || warp != 0) return;
   __threadfence();
   route_warp(
@@ -113,10 +124,12 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
   const bool wf = w.dtype == DType::F32, xf = x.dtype == DType::F32;
   const bool sig = p.scoring == RouterScoring::kSigmoid;
   const int32_t* nv = n_valid.empty() ? nullptr : n_valid.ptr<int32_t>();
+  // The kernel reads x whole: it also writes x's int8 form for the expert GEMV (prepare_q8).
+  auto* q8 = static_cast<int8_t*>(prepare_q8(x));
   auto go = [&](auto kernel) {
     cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data, H, static_cast<int>(E),
                      logits.data, k, sig, p.norm_topk_prob, p.scaling, nv, ids.ptr<int32_t>(), weights.ptr<float>(),
-                     done);
+                     done, q8);
   };
   if (wf && xf) go(cuda::moe_router_kernel<true, true>);
   else if (wf) go(cuda::moe_router_kernel<true, false>);

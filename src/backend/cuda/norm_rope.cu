@@ -157,6 +157,7 @@ void check_norm_rope(const char* op, const char* x_name, const Tensor& x, const 
 
 void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                         const Tensor& positions) {
+  forget_prepared();
   cuda::check_norm_rope("norm_rope", "x", x, w, p, positions);
   if (p.head_dim > cuda::kNrMaxHeadDim) return Ops::norm_rope(np, w, p, x, positions);  // unfused
   const int64_t n_head = x.cols() / p.head_dim, rows = x.rows() * n_head;
@@ -173,6 +174,7 @@ void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopePara
 
 void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
                                  Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
+  forget_prepared();
   const Tensor& positions = batch.positions;
   cuda::check_kv_write("qk_norm_rope_store", batch, k, v, kv);
   cuda::check_norm_rope("qk_norm_rope_store", "q", q, wq, p, positions);

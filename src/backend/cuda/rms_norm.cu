@@ -93,6 +93,7 @@ void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& 
 }  // namespace cuda
 
 void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
+  forget_prepared();
   const int64_t D = x.cols();
   if (!cuda::row_kernel_fits(D)) return Ops::add_rms_norm(p, x, r, w, out);  // other row lengths: unfused
   cuda::check_act("add_rms_norm", "x", x);
@@ -113,6 +114,7 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
+  forget_prepared();
   cuda::check_act("rms_norm", "x", x);
   cuda::check_act("rms_norm", "out", out);
   cuda::check_same_shape("rms_norm", "out", out, x);

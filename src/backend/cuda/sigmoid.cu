@@ -18,6 +18,7 @@ __global__ void sigmoid_kernel(const T* x, T* out, int64_t n) {
 }  // namespace cuda
 
 void CudaOps::sigmoid(const Tensor& x, Tensor out) {
+  forget_prepared();
   cuda::check_act("sigmoid", "x", x);
   cuda::check_act("sigmoid", "out", out);
   cuda::check_same_shape("sigmoid", "out", out, x);
