@@ -1,6 +1,7 @@
 // The int8 activation a kernel writes for the integer-dot GEMV besides its own output
-// (CudaOps::prepare_q8 / prepared_q8): the fused router writes its input's, which the expert GEMVs
-// (and the shared expert's matmuls) read next instead of quantizing it again. A product through the
+// (CudaOps::prepare_q8 / prepared_q8): add_rms_norm and rms_norm write their output's for decode
+// batches, and the fused router its input's when no producer did; the GEMVs that read the activation
+// next (qkv, the experts, the shared expert, the LM head) skip their quantize launch. A product through the
 // prepared form must equal one through the quantize launch, bit for bit, and any op that may write
 // the activation in between must make the readers quantize again. The decode attention's form of
 // its output is checked in attention_test.
@@ -50,6 +51,47 @@ TEST_F(CudaPreparedQ8, RouterWritesItsInputsInt8Form) {
   }
 }
 
+TEST_F(CudaPreparedQ8, NormsWriteTheirOutputsInt8Form) {
+  // add_rms_norm and rms_norm of decode batches (a cluster of blocks per row) write out's int8 form;
+  // x and out equal the one-block-per-row kernel's bit for bit (rows of a 20-row batch, which takes it).
+  const RmsNormParams np{1e-6f, 0.0f};
+  uint32_t seed = 300;
+  for (DType act : {DType::F32, DType::BF16}) {
+    for (int64_t D : {2048, 768, 4160}) {
+      for (int64_t T : {1, 5, 16}) {
+        const std::string what = std::string(dtype_name(act)) + " D=" + std::to_string(D) + " T=" + std::to_string(T);
+        const int64_t T_ref = 20;
+        const auto xv = rand_bf16(static_cast<size_t>(T_ref * D), seed++, -2.0f, 2.0f);
+        const auto rv = rand_bf16(static_cast<size_t>(T_ref * D), seed++);
+        const auto xs = std::vector<float>(xv.begin(), xv.begin() + T * D);
+        const auto rs = std::vector<float>(rv.begin(), rv.begin() + T * D);
+        Tensor nw = arena().dev_from(rand_bf16(static_cast<size_t>(D), seed++, 0.5f, 1.5f), DType::F32, {D});
+        Tensor x = arena().dev_from(xs, act, {T, D}), r = arena().dev_from(rs, act, {T, D});
+        Tensor x_ref = arena().dev_from(xv, act, {T_ref, D}), r_ref = arena().dev_from(rv, act, {T_ref, D});
+        Tensor h = arena().dev_poisoned(act, {T, D}), h_ref = arena().dev_poisoned(act, {T_ref, D});
+        gpu().add_rms_norm(np, x_ref, r_ref, nw, h_ref);
+
+        Q8Probe pr = q8_probe(h);
+        gpu().add_rms_norm(np, x, r, nw, h);
+        expect_q8_probe(pr, h, true, what + " add_rms_norm");
+        EXPECT_TRUE(same_bits(h, h_ref.slice(0, T))) << what << ": out differs from the row kernel's";
+        EXPECT_TRUE(same_bits(x, x_ref.slice(0, T))) << what << ": x += r differs from the row kernel's";
+
+        gpu().rms_norm(np, x_ref, nw, h_ref);
+        pr = q8_probe(h);
+        gpu().rms_norm(np, x, nw, h);
+        expect_q8_probe(pr, h, true, what + " rms_norm");
+        EXPECT_TRUE(same_bits(h, h_ref.slice(0, T))) << what << ": rms_norm out differs from the row kernel's";
+
+        pr = q8_probe(x);
+        gpu().rms_norm(np, x, nw, x);  // in place: every block reads the row before any writes it
+        expect_q8_probe(pr, x, true, what + " rms_norm in place");
+        EXPECT_TRUE(same_bits(x, h)) << what << ": rms_norm in place differs";
+      }
+    }
+  }
+}
+
 TEST_F(CudaPreparedQ8, MoeExpertsAfterTheRouterEqualQuantizeLaunch) {
   const int64_t E = 8, H = 512, F = 256, T = 2;
   const int32_t k = 2;
@@ -73,7 +115,7 @@ TEST_F(CudaPreparedQ8, MoeExpertsAfterTheRouterEqualQuantizeLaunch) {
     gpu().moe_router(kRouter, x, router_w, logits, ids, wts, Tensor());
     gpu().moe_experts({}, x, ids, wts, bank, out);  // an integer-dot GEMV has run
     gpu().add_rms_norm({1e-6f, 0.0f}, x, r, nw, h);
-    EXPECT_FALSE(prepared_q8(h));  // the norm writes no int8 form (one block per row: slower, measured)
+    EXPECT_TRUE(prepared_q8(h));  // written by the norm; the router keeps it
     gpu().moe_router(kRouter, h, router_w, logits, ids, wts, Tensor());
     EXPECT_TRUE(prepared_q8(h));
     gpu().moe_experts({}, h, ids, wts, bank, out);

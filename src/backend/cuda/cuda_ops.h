@@ -108,15 +108,14 @@ class CudaOps final : public Ops {
   cublasHandle_t cublas() const { return cublas_; }
 
   /** The int8 form (q8_act.cuh, Q8Layout(rows, K)) of the rows x K activations at x in dtype `dt`, when
-   *  the op that last wrote or read x also wrote that form (the decode attention for its output, the
-   *  fused router for its input, for rows <= 16) and
+   *  the op that last wrote or read x also wrote that form (add_rms_norm and rms_norm and the decode
+   *  attention for their output, the fused router for its input when no producer did; rows <= 16) and
    *  no op has run since but the ones that only read their inputs' memory (matmul, moe_router,
    *  moe_experts, copy_to_host_async); null otherwise. The integer-dot GEMV then skips its quantize
    *  launch; the bytes are the same either way. */
   void* prepared_q8(const void* x, DType dt, int64_t rows, int64_t K) const;
-  // Measured on the H200 (qwen3-30b-a3b q4_k, batch 1): the router's form +2.6%, the attention's +1.8%.
-  // add_rms_norm writing its output's form was 5% slower: one block per row does all 64 chunks of a
-  // decode row (1024 threads instead of 256: no gain), where the quantize launch spreads them.
+  // Measured on the H200 (qwen3-30b-a3b q4_k, batch 1): the router's form +2.6%, the attention's
+  // +1.8%, then the norms' (a cluster of 8 blocks per row, rms_norm.cu) +2.9% more.
   /** Notes that an integer-dot GEMV ran: from then on, prepare_q8 hands out its region. */
   void note_q8_used() { q8_used_ = true; }
 

@@ -124,8 +124,9 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
   const bool wf = w.dtype == DType::F32, xf = x.dtype == DType::F32;
   const bool sig = p.scoring == RouterScoring::kSigmoid;
   const int32_t* nv = n_valid.empty() ? nullptr : n_valid.ptr<int32_t>();
-  // The kernel reads x whole: it also writes x's int8 form for the expert GEMV (prepare_q8).
-  auto* q8 = static_cast<int8_t*>(prepare_q8(x));
+  // The kernel reads x whole: it also writes x's int8 form for the expert GEMV (prepare_q8), unless
+  // x's producer (add_rms_norm) did.
+  auto* q8 = prepared_q8(x.data, x.dtype, T, H) ? nullptr : static_cast<int8_t*>(prepare_q8(x));
   auto go = [&](auto kernel) {
     cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data, H, static_cast<int>(E),
                      logits.data, k, sig, p.norm_topk_prob, p.scaling, nv, ids.ptr<int32_t>(), weights.ptr<float>(),

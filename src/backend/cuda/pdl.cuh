@@ -51,22 +51,37 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
  *  FT_CUDA_PDL=0 nor set_cuda_pdl(false)). */
 bool pdl_enabled();
 
-/** kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute
- *  when pdl_enabled(). The kernel must call pdl_enter() (see the rules above). Throws kInternal
- *  when the launch fails. */
+/** launch_pdl with thread block clusters of `cluster_x` consecutive blocks along x (grid.x a multiple
+ *  of it; 1: no clusters). */
 template <typename... P, typename... A>
-void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_pdl_cluster(void (*kernel)(P...), dim3 grid, unsigned cluster_x, dim3 block, size_t smem,
+                        cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x, attr[n].val.clusterDim.y = 1, attr[n++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
-  cfg.attrs = attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.attrs = attr, cfg.numAttrs = n;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // taken, as FT_CUDA_LAUNCH_CHECK does: one failed launch is reported once
     FT_CUDA_CHECK(err);
   }
+}
+
+/** kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization attribute
+ *  when pdl_enabled(). The kernel must call pdl_enter() (see the rules above). Throws kInternal
+ *  when the launch fails. */
+template <typename... P, typename... A>
+void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  launch_pdl_cluster(kernel, grid, 1, block, smem, stream, std::forward<A>(args)...);
 }
 
 }  // namespace ft::cuda

@@ -2,8 +2,9 @@
 // The int8 form of an activation that the integer-dot GEMV (gemv_q8.cu) reads: per 32-element chunk
 // two int8 terms and a scale, x ~= d * (q1 + q2 / 254), and the chunk's sum as quantized. Written by
 // quantize_q8_kernel before a GEMV, or beside its own work by a kernel that writes or reads the whole
-// activation (CudaOps::prepare_q8: the fused router, through quantize_q8_lane; the decode attention,
-// attention_decode.cu's store_out4), with the same bytes either way.
+// activation (CudaOps::prepare_q8: the norms' cluster kernel and the fused router, through
+// quantize_q8_lane; the decode attention, attention_decode.cu's store_out4), with the same bytes
+// either way.
 #include "backend/cuda/common.cuh"
 
 namespace ft::cuda {
