@@ -53,6 +53,7 @@ StreamUpdate collect(const Submitted& s) {
     all.logprobs.insert(all.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
     all.finished = u.finished;
     all.finish = u.finish;
+    all.stop_index = u.stop_index;
   }
   return all;
 }
@@ -107,8 +108,8 @@ void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::sha
         if (!u.text.empty() || !u.logprobs.empty()) ok = send(st->fmt->update(u));
         if (ok && u.finished) {
           st->finished = true;
-          std::vector<std::string> tail = st->fmt->finish(u.finish);
-          tail.emplace_back("data: [DONE]\n\n");
+          std::vector<std::string> tail = st->fmt->finish(u);
+          if (st->fmt->done_marker()) tail.emplace_back("data: [DONE]\n\n");
           ok = send(tail);
           if (ok) sink.done();
         }
@@ -123,6 +124,9 @@ void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::sha
 
 std::string sse_data(const ojson& j) { return "data: " + dump_json(j) + "\n\n"; }
 std::string sse_data(const nlohmann::json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string sse_event(const char* name, const ojson& j) {
+  return std::string("event: ") + name + "\ndata: " + dump_json(j) + "\n\n";
+}
 
 ojson usage_json(const FinishInfo& f) {
   ojson u;

@@ -41,8 +41,12 @@ class SseFormatter {
   virtual std::vector<std::string> begin() = 0;
   /** Chunks for new text / log-probabilities (called only when there is some). */
   virtual std::vector<std::string> update(const StreamUpdate& u) = 0;
-  /** Final chunks (finish reason, usage, or an error event); "data: [DONE]" is added after them. */
-  virtual std::vector<std::string> finish(const FinishInfo& f) = 0;
+  /** Final chunks (finish reason, usage, or an error event) for the update that ended the request
+   *  (`end.finish`, `end.stop_index`; its text and log-probabilities went to update() already). */
+  virtual std::vector<std::string> finish(const StreamUpdate& end) = 0;
+  /** Whether "data: [DONE]" follows finish()'s chunks (OpenAI's end marker; an Anthropic stream ends
+   *  with its message_stop event instead). */
+  virtual bool done_marker() const { return true; }
 };
 
 /** Turns `res` into an SSE stream fed by the request's updates. When the client goes away (a write
@@ -52,6 +56,8 @@ void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::sha
 /** "data: <json>\n\n". */
 std::string sse_data(const nlohmann::ordered_json& j);
 std::string sse_data(const nlohmann::json& j);
+/** "event: <name>\ndata: <json>\n\n" (a named event, as Anthropic's streams send them). */
+std::string sse_event(const char* name, const nlohmann::ordered_json& j);
 
 /** {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}. */
 nlohmann::ordered_json usage_json(const FinishInfo& f);

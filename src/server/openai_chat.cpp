@@ -2,13 +2,10 @@
 // `tools`, replies are split into content and `tool_calls` (tool_calls.h), and a reply that ends
 // with calls finishes with "tool_calls"; with --reasoning-format deepseek a leading <think> block
 // becomes `reasoning_content` (reasoning.h), and only the rest is searched for calls.
-#include <optional>
-
+#include "server/chat_reply.h"
 #include "server/generation.h"
-#include "server/reasoning.h"
 #include "server/request_parse.h"
 #include "server/routes.h"
-#include "server/tool_calls.h"
 
 namespace ft::server {
 
@@ -45,32 +42,29 @@ const char* chat_finish_reason(FinishReason r, bool called_tools) {
 class ChatSse : public SseFormatter {
  public:
   ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, bool tool_calls)
-      : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs) {
-    if (tool_calls) tools_.emplace();
-    if (ctx.options.split_reasoning) reasoning_.emplace();
-  }
+      : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs),
+        split_(ctx.options.split_reasoning, tool_calls) {}
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
   }
   std::vector<std::string> update(const StreamUpdate& u) override {
     ojson lp = logprobs_ && !u.logprobs.empty() ? chat_logprobs(*ctx_.model.vocab, u.logprobs) : ojson(nullptr);
-    if (!tools_ && !reasoning_) {
+    if (!split_.splits()) {
       ojson delta = ojson::object();
       if (!u.text.empty()) delta["content"] = u.text;
       return {sse_data(chunk(delta, lp, nullptr))};
     }
-    ReasoningSplit r = reasoning_ ? reasoning_->push(u.text) : ReasoningSplit{"", u.text};
-    ojson delta = split_delta(r.reasoning, r.content, false);
+    ojson delta = piece_delta(split_.push(u.text));
     if (delta.empty() && lp.is_null()) return {};
     return {sse_data(chunk(delta, lp, nullptr))};
   }
-  std::vector<std::string> finish(const FinishInfo& f) override {
+  std::vector<std::string> finish(const StreamUpdate& end) override {
+    const FinishInfo& f = end.finish;
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
     std::vector<std::string> out;
-    if (tools_ || reasoning_) {  // what was held back: partial tags, an unterminated block or call
-      const ReasoningSplit r = reasoning_ ? reasoning_->finish() : ReasoningSplit{};
-      const ojson delta = split_delta(r.reasoning, r.content, true);
+    if (split_.splits()) {  // what was held back: partial tags, an unterminated block or call
+      const ojson delta = piece_delta(split_.finish());
       if (!delta.empty()) out.push_back(sse_data(chunk(delta, nullptr, nullptr)));
     }
     out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0))));
@@ -92,46 +86,31 @@ class ChatSse : public SseFormatter {
     return c;
   }
 
-  /** The delta for a piece split into reasoning and content; the content then goes through the tool
-   *  call splitter (text that may open a call is held until known; a call goes out whole, in one
-   *  delta). `last`: the reply ended, so what the splitter holds goes out too. */
-  ojson split_delta(const std::string& reasoning, const std::string& content, bool last) {
+  /** The delta for a split piece (a call goes out whole, in one delta). */
+  ojson piece_delta(ChatReplyPiece p) {
     ojson delta = ojson::object();
-    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
-    ToolCallSplit s = tools_ ? tools_->push(content) : ToolCallSplit{content, {}};
-    if (last && tools_) s.content += tools_->finish().content;
-    if (!s.content.empty()) delta["content"] = std::move(s.content);
-    if (!s.calls.empty()) delta["tool_calls"] = calls_json(s.calls);
+    if (!p.reasoning.empty()) delta["reasoning_content"] = std::move(p.reasoning);
+    if (!p.content.empty()) delta["content"] = std::move(p.content);
+    if (!p.calls.empty()) {
+      ojson a = ojson::array();
+      for (const ToolCall& c : p.calls) a.push_back(tool_call_json(c, ctx_.new_id("call_"), n_calls_++));
+      delta["tool_calls"] = std::move(a);
+    }
     return delta;
-  }
-
-  ojson calls_json(const std::vector<ToolCall>& calls) {
-    ojson a = ojson::array();
-    for (const ToolCall& c : calls) a.push_back(tool_call_json(c, ctx_.new_id("call_"), n_calls_++));
-    return a;
   }
 
   ServerContext& ctx_;
   std::string id_;
   int64_t created_;
   bool include_usage_, logprobs_;
-  std::optional<ToolCallStream> tools_;
-  std::optional<ReasoningStream> reasoning_;
+  ChatReplyStream split_;
   int n_calls_ = 0;
 };
 
 void chat_completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
   ChatRequest r = parse_chat_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
-  std::string text;
-  try {
-    text = ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
-  } catch (const Error& e) {
-    throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
-                                "invalid_request_error", "messages", ""});
-  }
-  std::vector<int32_t> ids = ctx.model.vocab->encode(text, EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
-  Submitted s = submit_generation(ctx, std::move(ids), r.gen, "messages");
+  Submitted s = submit_generation(ctx, render_chat_prompt(ctx, r), r.gen, "messages");
   const std::string id = ctx.new_id("chatcmpl-");
   const int64_t created = unix_time();
   if (r.gen.stream) {
@@ -140,31 +119,20 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
   }
   StreamUpdate all = collect(s);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
+  ChatReply reply = split_chat_reply(all.text, ctx.options.split_reasoning, r.parse_tool_calls);
+  ojson message = {{"role", "assistant"}, {"content", reply.content}};
+  if (reply.thought) message["reasoning_content"] = reply.reasoning;
+  if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
+    if (reply.content.empty()) message["content"] = nullptr;
+    ojson calls = ojson::array();
+    for (const ToolCall& c : reply.calls) calls.push_back(tool_call_json(c, ctx.new_id("call_")));
+    message["tool_calls"] = std::move(calls);
+  }
   ojson choice;
   choice["index"] = 0;
-  choice["message"] = {{"role", "assistant"}, {"content", all.text}};
-  std::string content = all.text;
-  if (ctx.options.split_reasoning) {
-    ReasoningSplit rs = split_reasoning(all.text);
-    if (rs.thought) {
-      choice["message"]["content"] = rs.content;
-      choice["message"]["reasoning_content"] = rs.reasoning;
-      content = std::move(rs.content);
-    }
-  }
-  bool called = false;
-  if (r.parse_tool_calls) {
-    ToolCallSplit split = parse_tool_calls(content);
-    if (!split.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
-      called = true;
-      choice["message"]["content"] = split.content.empty() ? ojson(nullptr) : ojson(split.content);
-      ojson calls = ojson::array();
-      for (const ToolCall& c : split.calls) calls.push_back(tool_call_json(c, ctx.new_id("call_")));
-      choice["message"]["tool_calls"] = std::move(calls);
-    }
-  }
+  choice["message"] = std::move(message);
   choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, all.logprobs) : ojson(nullptr);
-  choice["finish_reason"] = chat_finish_reason(all.finish.reason, called);
+  choice["finish_reason"] = chat_finish_reason(all.finish.reason, !reply.calls.empty());
   ojson body = response_head(id, "chat.completion", created, ctx.model.name);
   body["choices"] = ojson::array({choice});
   body["usage"] = usage_json(all.finish);

@@ -52,7 +52,8 @@ class CompletionSse : public SseFormatter {
     ojson lp = gen_.logprobs ? completion_logprobs(*ctx_.model.vocab, u.logprobs, offset_) : ojson(nullptr);
     return {sse_data(chunk(choice_json(u.text, lp, nullptr)))};
   }
-  std::vector<std::string> finish(const FinishInfo& f) override {
+  std::vector<std::string> finish(const StreamUpdate& end) override {
+    const FinishInfo& f = end.finish;
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
     std::vector<std::string> out{sse_data(chunk(choice_json("", nullptr, finish_reason_text(f.reason))))};
     if (gen_.include_usage) out.push_back(sse_usage_chunk(base(), f));

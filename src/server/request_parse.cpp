@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "server/errors.h"
+#include "server/json_fields.h"
 
 namespace ft::server {
 
@@ -12,64 +13,6 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 struct DepthExceeded {};
-
-const char* type_name(const ojson& v) {
-  switch (v.type()) {
-    case ojson::value_t::null: return "null";
-    case ojson::value_t::boolean: return "a boolean";
-    case ojson::value_t::string: return "a string";
-    case ojson::value_t::array: return "an array";
-    case ojson::value_t::object: return "an object";
-    case ojson::value_t::number_float: return "a number";
-    default: return "an integer";
-  }
-}
-
-/** The field if present and not null. */
-const ojson* field(const ojson& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-bool get_bool(const ojson& obj, const char* key, bool def) {
-  const ojson* v = field(obj, key);
-  if (!v) return def;
-  if (!v->is_boolean()) bad_request(key, fmt::format("'{}' must be a boolean, got {}", key, type_name(*v)));
-  return v->get<bool>();
-}
-
-double get_number(const ojson& obj, const char* key, double def, double lo, double hi) {
-  const ojson* v = field(obj, key);
-  if (!v) return def;
-  if (!v->is_number()) bad_request(key, fmt::format("'{}' must be a number, got {}", key, type_name(*v)));
-  const double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) bad_request(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x));
-  return x;
-}
-
-std::optional<int64_t> get_int(const ojson& obj, const char* key, int64_t lo, int64_t hi) {
-  const ojson* v = field(obj, key);
-  if (!v) return std::nullopt;
-  int64_t x = 0;
-  if (v->is_number_integer()) {
-    x = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX)) : v->get<int64_t>();
-  } else if (v->is_number_float() && std::isfinite(v->get<double>()) && v->get<double>() == std::floor(v->get<double>()) &&
-             std::fabs(v->get<double>()) < 9e15) {
-    x = static_cast<int64_t>(v->get<double>());
-  } else {
-    bad_request(key, fmt::format("'{}' must be an integer, got {}", key, type_name(*v)));
-  }
-  if (x < lo || x > hi) bad_request(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x));
-  return x;
-}
-
-std::string get_string(const ojson& obj, const char* key) {
-  const ojson* v = field(obj, key);
-  if (!v) return {};
-  if (!v->is_string()) bad_request(key, fmt::format("'{}' must be a string, got {}", key, type_name(*v)));
-  return v->get<std::string>();
-}
 
 void parse_stop(const ojson& body, GenerationParams& g) {
   const ojson* v = field(body, "stop");
@@ -134,8 +77,9 @@ void check_response_format(const ojson& body) {
               fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", type));
 }
 
-/** Fields common to both endpoints except logprobs (their shapes differ). */
-GenerationParams parse_common(const ojson& body) {
+}  // namespace
+
+GenerationParams parse_generation_params(const ojson& body) {
   GenerationParams g;
   g.model = get_string(body, "model");
   g.stream = get_bool(body, "stream", false);
@@ -172,6 +116,8 @@ GenerationParams parse_common(const ojson& body) {
   return g;
 }
 
+namespace {
+
 /** Message content -> a string (text parts joined by "\n") or null. */
 ojson normalize_content(const ojson& content, size_t index, const std::string& role) {
   const std::string where = fmt::format("messages[{}].content", index);
@@ -191,7 +137,7 @@ ojson normalize_content(const ojson& content, size_t index, const std::string& r
       text += t->get<std::string>();
     } else if (type == "image_url" || type == "image" || type == "input_image" || type == "input_audio" ||
                type == "audio" || type == "video" || type == "video_url" || type == "file") {
-      bad_request(pw, fmt::format("'{}' is a {} part, but this model is text-only: send text content only", pw, type));
+      refuse_non_text(pw, type);
     } else {
       bad_request(pw + ".type", fmt::format("'{}.type' must be \"text\", got \"{}\"", pw, type));
     }
@@ -236,6 +182,10 @@ ojson parse_messages(const ojson& body) {
 
 }  // namespace
 
+void refuse_non_text(const std::string& where, const std::string& type) {
+  bad_request(where, fmt::format("'{}' is a {} part, but this model is text-only: send text content only", where, type));
+}
+
 ojson parse_json_body(std::string_view body) {
   ojson j;
   try {
@@ -255,7 +205,7 @@ ojson parse_json_body(std::string_view body) {
 ChatRequest parse_chat_request(const ojson& body) {
   ChatRequest r;
   r.messages = parse_messages(body);
-  r.gen = parse_common(body);
+  r.gen = parse_generation_params(body);
   r.gen.logprobs = get_bool(body, "logprobs", false);
   r.gen.top_logprobs = static_cast<int32_t>(get_int(body, "top_logprobs", 0, 20).value_or(0));
   if (r.gen.top_logprobs > 0 && !r.gen.logprobs)
@@ -319,7 +269,7 @@ CompletionRequest parse_completion_request(const ojson& body) {
     bad_request("prompt", fmt::format("'prompt' must be a string or a list of token ids, got {}", type_name(*p)));
   }
   if (r.prompt_is_ids && r.prompt_ids.empty()) bad_request("prompt", "'prompt' must hold at least one token");
-  r.gen = parse_common(body);
+  r.gen = parse_generation_params(body);
   // The legacy completions endpoint generates 16 tokens unless told otherwise (OpenAI's documented
   // default, which vLLM keeps); chat completions run to the end of the context.
   if (!r.gen.max_tokens) r.gen.max_tokens = kCompletionDefaultMaxTokens;

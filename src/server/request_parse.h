@@ -2,6 +2,7 @@
 // Request bodies -> native structs, with OpenAI-style validation. Every refusal is an ApiException
 // (400 invalid_request_error) whose `param` names the field ("messages[2].content", "top_p") and whose
 // message says what was expected. Nothing here throws anything else, whatever the body holds.
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,16 @@ nlohmann::ordered_json parse_json_body(std::string_view body);
  *  {"type": "text"}; json_object / json_schema are refused as unsupported), stop, n (only 1),
  *  logprobs/top_logprobs, stream/stream_options, chat_template_kwargs, tools. */
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
+
+/** The generation fields both OpenAI bodies share (all but logprobs, whose shapes differ): model,
+ *  stream / stream_options, max_tokens / max_completion_tokens, sampling (temperature [0, 2], top_p,
+ *  top_k, min_p, penalties, seed, min_tokens, logit_bias), response_format, ignore_eos, n, best_of,
+ *  stop. */
+GenerationParams parse_generation_params(const nlohmann::ordered_json& body);
+
+/** Refuses (400 naming `where`) a content part of `type` (image, audio, document, ...): the model reads
+ *  text only. */
+[[noreturn]] void refuse_non_text(const std::string& where, const std::string& type);
 
 /** Validates a /v1/completions body: prompt (a string, one-element list of strings, token ids, or a
  *  one-element list of token id lists), echo, logprobs (integer 0..20), sampling fields, logit_bias,

@@ -12,6 +12,7 @@ bool RequestStream::on_token(const SampledToken& token, bool eog) {
     StopMatcher::Result r = stops_.feed(detok_.feed(token.id));
     text = std::move(r.text);
     stopped = r.stopped;
+    if (stopped) stop_index_ = r.stop_index;
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -27,6 +28,7 @@ void RequestStream::on_finish(const FinishInfo& info) {
   std::string tail;
   if (!stops_.stopped()) {
     StopMatcher::Result r = stops_.feed(detok_.flush());
+    if (r.stopped) stop_index_ = r.stop_index;
     tail = r.stopped ? std::move(r.text) : r.text + stops_.flush();
   }
   {
@@ -34,6 +36,7 @@ void RequestStream::on_finish(const FinishInfo& info) {
     pending_.text += tail;
     pending_.finished = true;
     pending_.finish = info;
+    pending_.stop_index = stop_index_;
     news_ = true;
   }
   cv_.notify_all();

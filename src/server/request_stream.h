@@ -29,6 +29,7 @@ struct StreamUpdate {
   std::vector<TokenLogprob> logprobs; // tokens since the last update (only when asked for)
   bool finished = false;
   FinishInfo finish;                  // valid when finished
+  int stop_index = -1;                // valid when finished: the stop string that ended the output, or -1
 };
 
 class RequestStream : public TokenSink {
@@ -48,6 +49,7 @@ class RequestStream : public TokenSink {
   Detokenizer detok_;
   StopMatcher stops_;
   bool want_logprobs_;
+  int stop_index_ = -1;  // engine thread only
   std::mutex mu_;
   std::condition_variable cv_;
   StreamUpdate pending_;

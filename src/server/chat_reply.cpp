@@ -1,0 +1,58 @@
+#include "server/chat_reply.h"
+
+namespace ft::server {
+
+std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r) {
+  std::string text;
+  try {
+    text = ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
+  } catch (const Error& e) {
+    throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
+                                "invalid_request_error", "messages", ""});
+  }
+  return ctx.model.vocab->encode(text, EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
+}
+
+ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls) {
+  ChatReply out;
+  out.content = text;
+  if (with_reasoning) {
+    ReasoningSplit rs = split_reasoning(text);
+    if (rs.thought) {
+      out.thought = true;
+      out.reasoning = std::move(rs.reasoning);
+      out.content = std::move(rs.content);
+    }
+  }
+  if (with_tool_calls) {
+    ToolCallSplit split = parse_tool_calls(out.content);
+    if (!split.calls.empty()) {
+      out.content = std::move(split.content);
+      out.calls = std::move(split.calls);
+    }
+  }
+  return out;
+}
+
+ChatReplyStream::ChatReplyStream(bool with_reasoning, bool with_tool_calls) {
+  if (with_reasoning) reasoning_.emplace();
+  if (with_tool_calls) tools_.emplace();
+}
+
+ChatReplyPiece ChatReplyStream::push(std::string_view piece) {
+  return split(reasoning_ ? reasoning_->push(piece) : ReasoningSplit{"", std::string(piece)}, false);
+}
+
+ChatReplyPiece ChatReplyStream::finish() { return split(reasoning_ ? reasoning_->finish() : ReasoningSplit{}, true); }
+
+ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last) {
+  ChatReplyPiece out;
+  out.reasoning = std::move(r.reasoning);
+  ToolCallSplit s = tools_ ? tools_->push(r.content) : ToolCallSplit{std::move(r.content), {}};
+  if (last && tools_) s.content += tools_->finish().content;
+  out.content = std::move(s.content);
+  out.calls = std::move(s.calls);
+  return out;
+}
+
+}  // namespace ft::server

@@ -1,0 +1,60 @@
+#pragma once
+// What the chat endpoints (OpenAI's /v1/chat/completions, Anthropic's /v1/messages) share around the
+// engine: rendering a validated ChatRequest through the model's chat template into prompt tokens, and
+// splitting the reply into reasoning (--reasoning-format deepseek, reasoning.h), content and tool
+// calls (tool_calls.h), for a whole reply or as it streams in.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/api_types.h"
+#include "server/context.h"
+#include "server/reasoning.h"
+#include "server/tool_calls.h"
+
+namespace ft::server {
+
+/** The prompt tokens of `r`: its messages and tools rendered by the served chat template, then
+ *  encoded (special tokens parsed). Throws ApiException 400 (param "messages") when the template
+ *  cannot render them. */
+std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r);
+
+/** A whole reply, split. */
+struct ChatReply {
+  bool thought = false;         // with_reasoning and the reply opened a <think> block
+  std::string reasoning;        // the block's text, trimmed (when thought)
+  std::string content;          // the rest as written; with calls, the text around them, trimmed
+  std::vector<ToolCall> calls;  // empty unless tool calls were parsed
+};
+
+/** Splits a whole reply: the leading <think> block when `with_reasoning`, then tool calls in what
+ *  follows when `with_tool_calls`. */
+ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls);
+
+/** A piece of a streamed reply, split: reasoning text, content text and the calls completed in it. */
+struct ChatReplyPiece {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+/** split_chat_reply as the reply streams in: push() returns what is known so far (text that may
+ *  open or close a tag, and an open call, are held); finish() returns what is held at the end. With
+ *  neither splitting asked for, every piece is content as it came. */
+class ChatReplyStream {
+ public:
+  ChatReplyStream(bool with_reasoning, bool with_tool_calls);
+  ChatReplyPiece push(std::string_view piece);
+  ChatReplyPiece finish();
+  /** Whether any splitting happens (otherwise push() returns its input as content). */
+  bool splits() const { return reasoning_.has_value() || tools_.has_value(); }
+
+ private:
+  ChatReplyPiece split(ReasoningSplit r, bool last);
+  std::optional<ReasoningStream> reasoning_;
+  std::optional<ToolCallStream> tools_;
+};
+
+}  // namespace ft::server
