@@ -57,24 +57,26 @@ void send_json(httplib::Response& res, int status, const nlohmann::ordered_json&
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, is_anthropic_path(req.path) ? anthropic_error_body(e) : error_body(e));
+}
 
 void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, bool auth,
              const std::function<void()>& fn) {
   try {
     if (auth && !ctx.authorized(req)) {
       ApiError e = api_error_for_status(401, req.path);
-      send_error(res, e);
+      send_error(req, res, e);
       return;
     }
     fn();
   } catch (const ApiException& e) {
-    send_error(res, e.error);
+    send_error(req, res, e.error);
   } catch (const Error& e) {
-    send_error(res, api_error_from(e));
+    send_error(req, res, api_error_from(e));
   } catch (const std::exception& e) {
     spdlog::error("{} {}: {}", req.method, req.path, e.what());
-    send_error(res, ApiError{500, std::string("internal error: ") + e.what(), "server_error", "", "internal_error"});
+    send_error(req, res, ApiError{500, std::string("internal error: ") + e.what(), "server_error", "", "internal_error"});
   }
 }
 

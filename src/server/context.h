@@ -81,11 +81,13 @@ int64_t unix_time();
 /** Writes `body` as application/json with `status`. */
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
 void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body);
-/** Writes the OpenAI error body for `e`. */
-void send_error(httplib::Response& res, const ApiError& e);
+/** Writes the error body for `e` in the shape of the API `req` went to: Anthropic's on its routes
+ *  (is_anthropic_path), OpenAI's elsewhere. */
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e);
 
 /** Runs `fn` and turns whatever it throws into an error response (ApiException as is, ft::Error via
- *  api_error_from, anything else 500). Checks the API key first when `auth` is true. */
+ *  api_error_from, anything else 500; in the shape of the route's API, see send_error). Checks the
+ *  API key first when `auth` is true. */
 void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, bool auth,
              const std::function<void()>& fn);
 

@@ -46,6 +46,26 @@ nlohmann::json error_body(const ApiError& e) {
   return {{"error", err}};
 }
 
+nlohmann::json anthropic_error_body(const ApiError& e) {
+  const char* type = "invalid_request_error";
+  switch (e.status) {
+    case 401: type = "authentication_error"; break;
+    case 403: type = "permission_error"; break;
+    case 404: type = "not_found_error"; break;
+    case 413: type = "request_too_large"; break;
+    case 429: type = "rate_limit_error"; break;
+    case 529: type = "overloaded_error"; break;
+    default:
+      if (e.status >= 500) type = e.code == "overloaded" ? "overloaded_error" : "api_error";
+  }
+  return {{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
+}
+
+bool is_anthropic_path(const std::string& path) {
+  constexpr std::string_view kPrefix = "/v1/messages";
+  return path.compare(0, kPrefix.size(), kPrefix) == 0 && (path.size() == kPrefix.size() || path[kPrefix.size()] == '/');
+}
+
 ApiError api_error_for_status(int status, const std::string& path) {
   ApiError a;
   a.status = status;

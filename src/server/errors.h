@@ -1,5 +1,6 @@
 #pragma once
-// API errors in OpenAI's shape: HTTP status + {"error": {"message", "type", "param", "code"}}.
+// API errors in OpenAI's shape: HTTP status + {"error": {"message", "type", "param", "code"}}, or in
+// Anthropic's ({"type": "error", "error": {"type", "message"}}) on the /v1/messages routes.
 // ft::Error codes are mapped to a status here, at the one boundary where errors leave the engine.
 #include <string>
 
@@ -35,6 +36,15 @@ ApiError api_error_from(const Error& e, const std::string& param = {});
 
 /** {"error": {...}} for `e`. */
 nlohmann::json error_body(const ApiError& e);
+
+/** Anthropic's error body for `e`: {"type": "error", "error": {"type", "message"}}, the type from the
+ *  status: 400/405/415 invalid_request_error, 401 authentication_error, 403 permission_error, 404
+ *  not_found_error, 413 request_too_large, 429 rate_limit_error, an overload (code "overloaded", 503)
+ *  or 529 overloaded_error, other 5xx api_error. */
+nlohmann::json anthropic_error_body(const ApiError& e);
+
+/** True for the Anthropic routes (/v1/messages and below), whose errors use anthropic_error_body. */
+bool is_anthropic_path(const std::string& path);
 
 /** Default error for a bare HTTP status (404 unknown route, 413 body too large, ...). */
 ApiError api_error_for_status(int status, const std::string& path);

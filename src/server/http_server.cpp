@@ -7,6 +7,16 @@
 
 namespace ft::server {
 
+namespace {
+
+/** The request headers a CORS preflight that names none is told are allowed: those of the OpenAI
+ *  and Anthropic clients (Anthropic's browser client adds anthropic-dangerous-direct-browser-access). */
+constexpr const char* kCorsAllowHeaders =
+    "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
+    "Anthropic-Dangerous-Direct-Browser-Access";
+
+}  // namespace
+
 HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineService& service)
     : ctx_(std::make_unique<ServerContext>()) {
   ctx_->options = options;
@@ -46,7 +56,7 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
       res.status = 204;
       res.set_header("Access-Control-Allow-Methods", allow + ", OPTIONS");
       const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? kCorsAllowHeaders : asked);
       res.set_header("Access-Control-Max-Age", "86400");
     });
   }
@@ -57,12 +67,12 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
       const std::string allow = router_.allowed_methods(req.path);
       if (!allow.empty()) {
         res.set_header("Allow", allow);
-        send_error(res, ApiError{405, fmt::format("Method {} is not allowed for {}; use {}", req.method, req.path, allow),
+        send_error(req, res, ApiError{405, fmt::format("Method {} is not allowed for {}; use {}", req.method, req.path, allow),
                                  "invalid_request_error", "", "method_not_allowed"});
         return;
       }
     }
-    send_error(res, api_error_for_status(res.status, req.path));
+    send_error(req, res, api_error_for_status(res.status, req.path));
   });
   svr_.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
@@ -73,9 +83,10 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     } catch (...) {
     }
     spdlog::error("{} {}: {}", req.method, req.path, what);
-    send_error(res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
+    send_error(req, res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
   });
   add_chat_routes(router_, *ctx);
+  add_anthropic_routes(router_, *ctx);
   add_completion_routes(router_, *ctx);
   add_model_routes(router_, *ctx);
   add_stats_routes(router_, *ctx);

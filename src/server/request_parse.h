@@ -25,6 +25,18 @@ nlohmann::ordered_json parse_json_body(std::string_view body);
  *  logprobs/top_logprobs, stream/stream_options, chat_template_kwargs, tools. */
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
 
+/** Validates an Anthropic /v1/messages body into the chat pipeline's form (the request a
+ *  /v1/chat/completions body with the same conversation would give): `model` (required), `max_tokens`
+ *  (required, >= 1, unless `count_only`: a /v1/messages/count_tokens body), `system` (a string or text
+ *  blocks: a leading system message), `messages` (user / assistant turns, content a string or blocks:
+ *  text; tool_use in assistant turns -> tool_calls with the input as JSON arguments; tool_result in
+ *  user turns -> tool messages; thinking blocks dropped; image / document refused as the model is
+ *  text-only), `tools` (-> function tools), `tool_choice` (auto, any, tool with a known name, none: the
+ *  reply stays text), `stop_sequences`, `temperature` [0, 1], `top_p`, `top_k`, `stream`, `metadata`
+ *  (ignored). The OpenAI sampling extensions of parse_chat_request (seed, min_p, penalties, ...) are
+ *  read too. Refusals name the field as Anthropic spells it ("messages[1].content[0].type"). */
+ChatRequest parse_anthropic_request(const nlohmann::ordered_json& body, bool count_only);
+
 /** The generation fields both OpenAI bodies share (all but logprobs, whose shapes differ): model,
  *  stream / stream_options, max_tokens / max_completion_tokens, sampling (temperature [0, 2], top_p,
  *  top_k, min_p, penalties, seed, min_tokens, logit_bias), response_format, ignore_eos, n, best_of,

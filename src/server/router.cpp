@@ -43,7 +43,7 @@ void Router::post(const std::string& pattern, BodyHandler handler) {
       const bool ok = read([](const httplib::MultipartFormData&) { return true; },
                            [](const char*, size_t) { return true; });
       if (!ok) return read_failed(res);
-      send_error(res, ApiError{415,
+      send_error(req, res, ApiError{415,
                                "The request body must be JSON sent with 'Content-Type: application/json', not "
                                "multipart/form-data.",
                                "invalid_request_error", "", "unsupported_media_type"});

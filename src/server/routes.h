@@ -7,6 +7,9 @@ namespace ft::server {
 
 /** POST /v1/chat/completions (server/openai_chat.cpp). */
 void add_chat_routes(Router& r, ServerContext& ctx);
+/** POST /v1/messages, POST /v1/messages/count_tokens: Anthropic's Messages API
+ *  (server/anthropic_messages.cpp). */
+void add_anthropic_routes(Router& r, ServerContext& ctx);
 /** POST /v1/completions (server/openai_completions.cpp). */
 void add_completion_routes(Router& r, ServerContext& ctx);
 /** GET /v1/models, GET /v1/models/{id} (server/models.cpp). */

@@ -1,0 +1,242 @@
+// Anthropic Messages API request bodies -> ChatRequest (the form /v1/chat/completions produces), so
+// /v1/messages shares the chat pipeline: the conversation becomes OpenAI-style messages for the chat
+// template (system first; tool_use blocks -> an assistant's tool_calls; tool_result blocks -> tool
+// messages), tools become function tools, stop_sequences the stop strings.
+#include "server/errors.h"
+#include "server/json_fields.h"
+#include "server/request_parse.h"
+
+namespace ft::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+/** The blocks of `content` (a string is one text block), each checked to be an object with a string
+ *  "type". `where` names the field in refusals. */
+ojson content_blocks(const ojson& content, const std::string& where) {
+  if (content.is_string()) return ojson::array({{{"type", "text"}, {"text", content}}});
+  if (!content.is_array())
+    bad_request(where, fmt::format("'{}' must be a string or a list of content blocks, got {}", where, type_name(content)));
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string bw = fmt::format("{}[{}]", where, j);
+    if (!content[j].is_object()) bad_request(bw, fmt::format("'{}' must be an object, got {}", bw, type_name(content[j])));
+    const ojson* t = field(content[j], "type");
+    if (!t || !t->is_string()) bad_request(bw + ".type", fmt::format("'{}.type' is required and must be a string", bw));
+  }
+  return content;
+}
+
+/** A text block's text (refuses a block without a string "text"). */
+std::string block_text(const ojson& block, const std::string& where) {
+  const ojson* t = field(block, "text");
+  if (!t || !t->is_string()) bad_request(where + ".text", fmt::format("'{}.text' must be a string", where));
+  return t->get<std::string>();
+}
+
+bool is_media(const std::string& type) {
+  return type == "image" || type == "document" || type == "search_result" || type == "container_upload";
+}
+
+[[noreturn]] void unknown_block(const std::string& where, const std::string& type, const char* allowed) {
+  bad_request(where + ".type", fmt::format("'{}.type' must be {}, got \"{}\"", where, allowed, type));
+}
+
+/** Text blocks joined by "\n" (system prompts, tool results); anything else is refused. */
+std::string join_text(const ojson& blocks, const std::string& where) {
+  std::string text;
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const std::string bw = fmt::format("{}[{}]", where, j);
+    const std::string type = blocks[j]["type"].get<std::string>();
+    if (is_media(type)) refuse_non_text(bw, type);
+    if (type != "text") unknown_block(bw, type, "\"text\"");
+    if (j > 0) text += "\n";
+    text += block_text(blocks[j], bw);
+  }
+  return text;
+}
+
+/** A user turn: its tool_result blocks as tool messages (Anthropic puts them first), then its text. */
+void user_turn(const ojson& blocks, const std::string& where, ojson& out) {
+  std::string text;
+  bool has_text = false;
+  int n_results = 0;
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const ojson& b = blocks[j];
+    const std::string bw = fmt::format("{}[{}]", where, j);
+    const std::string type = b["type"].get<std::string>();
+    if (type == "text") {
+      if (has_text) text += "\n";
+      text += block_text(b, bw);
+      has_text = true;
+    } else if (type == "tool_result") {
+      ++n_results;
+      const ojson* id = field(b, "tool_use_id");
+      if (!id || !id->is_string())
+        bad_request(bw + ".tool_use_id", fmt::format("'{}.tool_use_id' is required and must be a string", bw));
+      const ojson* c = field(b, "content");
+      const std::string result = c ? join_text(content_blocks(*c, bw + ".content"), bw + ".content") : "";
+      out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", result}});
+    } else if (is_media(type)) {
+      refuse_non_text(bw, type);
+    } else {
+      unknown_block(bw, type, "\"text\" or \"tool_result\" in a user turn");
+    }
+  }
+  if (has_text || n_results == 0) out.push_back({{"role", "user"}, {"content", text}});
+}
+
+/** An assistant turn: text blocks joined as content, tool_use blocks as tool_calls (arguments: the
+ *  input as JSON text), thinking blocks dropped. */
+void assistant_turn(const ojson& blocks, const std::string& where, ojson& out) {
+  std::string text;
+  bool has_text = false;
+  ojson calls = ojson::array();
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    const ojson& b = blocks[j];
+    const std::string bw = fmt::format("{}[{}]", where, j);
+    const std::string type = b["type"].get<std::string>();
+    if (type == "text") {
+      if (has_text) text += "\n";
+      text += block_text(b, bw);
+      has_text = true;
+    } else if (type == "tool_use") {
+      const ojson* id = field(b, "id");
+      const ojson* name = field(b, "name");
+      const ojson* input = field(b, "input");
+      if (!id || !id->is_string()) bad_request(bw + ".id", fmt::format("'{}.id' is required and must be a string", bw));
+      if (!name || !name->is_string())
+        bad_request(bw + ".name", fmt::format("'{}.name' is required and must be a string", bw));
+      if (input && !input->is_object())
+        bad_request(bw + ".input", fmt::format("'{}.input' must be an object, got {}", bw, type_name(*input)));
+      const std::string args = input ? dump_json(*input) : "{}";
+      calls.push_back({{"id", *id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", args}}}});
+    } else if (type == "thinking" || type == "redacted_thinking") {
+      continue;  // the template renders the turn's text and calls; earlier reasoning is not replayed
+    } else if (is_media(type)) {
+      refuse_non_text(bw, type);
+    } else {
+      unknown_block(bw, type, "\"text\", \"tool_use\" or \"thinking\" in an assistant turn");
+    }
+  }
+  ojson msg = {{"role", "assistant"}, {"content", text}};
+  if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+  out.push_back(std::move(msg));
+}
+
+ojson parse_conversation(const ojson& body) {
+  ojson out = ojson::array();
+  if (const ojson* sys = field(body, "system")) {
+    const std::string text = join_text(content_blocks(*sys, "system"), "system");
+    if (!text.empty()) out.push_back({{"role", "system"}, {"content", text}});
+  }
+  const ojson* msgs = field(body, "messages");
+  if (!msgs) bad_request("messages", "'messages' is required");
+  if (!msgs->is_array()) bad_request("messages", fmt::format("'messages' must be a list, got {}", type_name(*msgs)));
+  if (msgs->empty()) bad_request("messages", "'messages' must hold at least one message");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const ojson& m = (*msgs)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad_request(where, fmt::format("'{}' must be an object, got {}", where, type_name(m)));
+    const std::string role = get_string(m, "role");
+    if (role != "user" && role != "assistant")
+      bad_request(where + ".role", fmt::format("'{}.role' must be \"user\" or \"assistant\", got \"{}\"", where, role));
+    const ojson* content = field(m, "content");
+    if (!content) bad_request(where + ".content", fmt::format("'{}.content' is required", where));
+    const ojson blocks = content_blocks(*content, where + ".content");
+    if (role == "user") user_turn(blocks, where + ".content", out);
+    else assistant_turn(blocks, where + ".content", out);
+  }
+  return out;
+}
+
+/** Anthropic tools [{name, description, input_schema}] -> OpenAI function tools (null when none). */
+ojson parse_tools(const ojson& body) {
+  const ojson* t = field(body, "tools");
+  if (!t) return nullptr;
+  if (!t->is_array()) bad_request("tools", fmt::format("'tools' must be a list, got {}", type_name(*t)));
+  if (t->empty()) return nullptr;
+  ojson out = ojson::array();
+  for (size_t i = 0; i < t->size(); ++i) {
+    const ojson& tool = (*t)[i];
+    const std::string where = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) bad_request(where, fmt::format("'{}' must be an object, got {}", where, type_name(tool)));
+    const std::string type = get_string(tool, "type");
+    if (!type.empty() && type != "custom")
+      bad_request(where + ".type", fmt::format("'{}.type' \"{}\" is a server tool, which this server does not run; only "
+                                               "client tools (name, description, input_schema) are supported",
+                                               where, type));
+    const std::string name = get_string(tool, "name");
+    if (name.empty()) bad_request(where + ".name", fmt::format("'{}.name' is required", where));
+    const ojson* schema = field(tool, "input_schema");
+    if (!schema || !schema->is_object())
+      bad_request(where + ".input_schema", fmt::format("'{}.input_schema' is required and must be an object", where));
+    ojson fn = {{"name", name}};
+    if (const ojson* d = field(tool, "description")) {
+      if (!d->is_string()) bad_request(where + ".description", fmt::format("'{}.description' must be a string", where));
+      fn["description"] = *d;
+    }
+    fn["parameters"] = *schema;
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+/** tool_choice {type: auto | any | tool (with a name among the tools) | none}; true for "none".
+ *  Decoding is not constrained: "any" and "tool" reach the model only through the template's tools. */
+bool tool_choice_none(const ojson& body, const ojson& tools) {
+  const ojson* tc = field(body, "tool_choice");
+  if (!tc) return false;
+  if (!tc->is_object())
+    bad_request("tool_choice", fmt::format("'tool_choice' must be an object such as {{\"type\": \"auto\"}}, got {}",
+                                           type_name(*tc)));
+  const std::string type = get_string(*tc, "type");
+  get_bool(*tc, "disable_parallel_tool_use", false);
+  if (type == "auto" || type == "none") return type == "none";
+  if (type != "any" && type != "tool")
+    bad_request("tool_choice.type",
+                fmt::format("'tool_choice.type' must be \"auto\", \"any\", \"tool\" or \"none\", got \"{}\"", type));
+  if (tools.is_null()) bad_request("tool_choice", fmt::format("'tool_choice' of type \"{}\" requires 'tools'", type));
+  if (type == "tool") {
+    const std::string name = get_string(*tc, "name");
+    if (name.empty()) bad_request("tool_choice.name", "'tool_choice.name' is required for type \"tool\"");
+    bool known = false;
+    for (const ojson& t : tools) known = known || t["function"]["name"] == name;
+    if (!known) bad_request("tool_choice.name", fmt::format("'tool_choice.name' \"{}\" is not one of the tools", name));
+  }
+  return false;
+}
+
+void parse_stop_sequences(const ojson& body, GenerationParams& g) {
+  const ojson* v = field(body, "stop_sequences");
+  if (!v) return;
+  if (!v->is_array())
+    bad_request("stop_sequences", fmt::format("'stop_sequences' must be a list of strings, got {}", type_name(*v)));
+  for (size_t i = 0; i < v->size(); ++i) {
+    const ojson& s = (*v)[i];
+    if (!s.is_string()) bad_request("stop_sequences", fmt::format("stop_sequences[{}] must be a string, got {}", i, type_name(s)));
+    if (!s.get_ref<const std::string&>().empty()) g.stop.push_back(s.get<std::string>());
+  }
+}
+
+}  // namespace
+
+ChatRequest parse_anthropic_request(const ojson& body, bool count_only) {
+  ChatRequest r;
+  const ojson* model = field(body, "model");
+  if (!model || !model->is_string() || model->get_ref<const std::string&>().empty())
+    bad_request("model", "'model' is required and must be a string");
+  if (!count_only && !field(body, "max_tokens")) bad_request("max_tokens", "'max_tokens' is required");
+  r.messages = parse_conversation(body);
+  r.tools = parse_tools(body);
+  const bool none = tool_choice_none(body, r.tools);
+  r.parse_tool_calls = !r.tools.is_null() && !none;
+  r.gen = parse_generation_params(body);
+  get_number(body, "temperature", 1.0, 0.0, 1.0);  // Anthropic's range (the OpenAI parse allows up to 2)
+  parse_stop_sequences(body, r.gen);
+  if (const ojson* md = field(body, "metadata"); md && !md->is_object())
+    bad_request("metadata", fmt::format("'metadata' must be an object, got {}", type_name(*md)));
+  return r;
+}
+
+}  // namespace ft::server
