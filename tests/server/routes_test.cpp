@@ -17,47 +17,14 @@ namespace ft {
 namespace {
 
 using json = nlohmann::json;
+using testing::get;
+using testing::post;
+using testing::Reply;
+using testing::reply_of;
+using testing::sse_events;
 using testing::TestServer;
 using testing::TestServerConfig;
 using namespace std::chrono_literals;
-
-struct Reply {
-  int status = 0;
-  json body;
-  std::string raw;
-};
-
-/** Status, raw body and parsed JSON of a client result (status 0 when the request failed). */
-Reply reply_of(const httplib::Result& r) {
-  Reply out;
-  if (!r) return out;
-  out.status = r->status;
-  out.raw = r->body;
-  out.body = json::parse(r->body, nullptr, false);
-  return out;
-}
-
-Reply post(httplib::Client& c, const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
-  return reply_of(c.Post(path.c_str(), h, body, "application/json"));
-}
-
-Reply get(httplib::Client& c, const std::string& path, const httplib::Headers& h = {}) {
-  return reply_of(c.Get(path.c_str(), h));
-}
-
-/** The "data: " payloads of an SSE body, in order. */
-std::vector<std::string> sse_events(const std::string& body) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find("\n\n", pos);
-    if (end == std::string::npos) end = body.size();
-    std::string ev = body.substr(pos, end - pos);
-    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
-    pos = end + 2;
-  }
-  return out;
-}
 
 void expect_error(const Reply& r, int status, const std::string& code = "") {
   EXPECT_EQ(r.status, status) << r.raw;

@@ -9,9 +9,13 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/demo_model.h"
 #include "engine/fake_model.h"
@@ -90,6 +94,7 @@ struct TestServerConfig {
   int port = 0;  // 0: a free one
   std::string cors_origin = "*";
   bool split_reasoning = false;  // --reasoning-format deepseek
+  std::string chat_template = kChatMLTemplate;
 };
 
 class TestServer {
@@ -97,7 +102,7 @@ class TestServer {
   explicit TestServer(const TestServerConfig& c = {})
       : model_(kDemoVocab, c.n_pages, c.page_size),
         pool_(c.n_pages, c.page_size),
-        template_(kChatMLTemplate, "", "<|im_end|>") {
+        template_(c.chat_template, "", "<|im_end|>") {
     signal(SIGPIPE, SIG_IGN);
     ServiceConfig sc;
     sc.scheduler.max_running = c.max_running;
@@ -149,5 +154,64 @@ class TestServer {
   std::thread thread_;
   int port_ = 0;
 };
+
+/** The events of an SSE body, in order: (the "event: " name or "", the "data: " payload); events
+ *  without data (comments such as ": keep-alive") are skipped. */
+inline std::vector<std::pair<std::string, std::string>> sse_named_events(const std::string& body) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    std::string name, data;
+    bool has_data = false;
+    for (size_t at = pos; at < end;) {
+      size_t eol = body.find('\n', at);
+      if (eol == std::string::npos || eol > end) eol = end;
+      const std::string line = body.substr(at, eol - at);
+      if (line.rfind("event: ", 0) == 0) name = line.substr(7);
+      if (line.rfind("data: ", 0) == 0) {
+        data = line.substr(6);
+        has_data = true;
+      }
+      at = eol + 1;
+    }
+    if (has_data) out.emplace_back(name, data);
+    pos = end + 2;
+  }
+  return out;
+}
+
+/** A response: status (0 when the request failed), raw body and the body parsed as JSON (discarded
+ *  when it is not JSON). */
+struct Reply {
+  int status = 0;
+  nlohmann::json body;
+  std::string raw;
+};
+
+inline Reply reply_of(const httplib::Result& r) {
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = nlohmann::json::parse(r->body, nullptr, false);
+  return out;
+}
+
+inline Reply post(httplib::Client& c, const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
+  return reply_of(c.Post(path.c_str(), h, body, "application/json"));
+}
+
+inline Reply get(httplib::Client& c, const std::string& path, const httplib::Headers& h = {}) {
+  return reply_of(c.Get(path.c_str(), h));
+}
+
+/** The "data: " payloads of an SSE body, in order. */
+inline std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  for (const auto& [name, data] : sse_named_events(body)) out.push_back(data);
+  return out;
+}
 
 }  // namespace ft::testing
