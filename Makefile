@@ -25,7 +25,7 @@ deps:
 	else echo "deps: all installed"; fi
 	@if [ ! -f tests/e2e/node_modules/.package-lock.json ] || \
 	   [ tests/e2e/package-lock.json -nt tests/e2e/node_modules/.package-lock.json ]; then \
-	  echo "deps: npm ci in tests/e2e (the openai client for the server's end-to-end tests)"; \
+	  echo "deps: npm ci in tests/e2e (the openai and @anthropic-ai/sdk clients for the server's end-to-end tests)"; \
 	  cd tests/e2e && npm ci --no-audit --no-fund; \
 	else echo "deps: tests/e2e node_modules up to date"; fi
 

@@ -1,6 +1,7 @@
 // End-to-end: starts `ft serve` twice on the qwen3_moe fixture (free loopback ports), runs the node tests
-// in tests/e2e/serve.test.mjs (the official `openai` package + curl) against them, then stops both
-// servers with SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
+// in tests/e2e/serve.test.mjs (the official `openai` package + curl) and tests/e2e/messages.test.mjs (the
+// official `@anthropic-ai/sdk` package against /v1/messages) against them, then stops both servers with
+// SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
 // tests/e2e/node_modules (installed by `make deps`: npm ci) is missing.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -128,11 +129,12 @@ std::string run_capture(const std::string& cmd, int& status) {
   return out;
 }
 
-TEST(E2E, OpenAIClientAndCurlAgainstFtServe) {
+TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
   ASSERT_TRUE(have_program("node")) << "node is not installed: run `make deps`";
   ASSERT_TRUE(have_program("curl")) << "curl is not installed";
-  ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / "openai" / "package.json"))
-      << kE2eDir / "node_modules" << " is missing: run `make deps` (it runs `npm ci` in tests/e2e) before the tests";
+  for (const char* pkg : {"openai", "@anthropic-ai/sdk"})
+    ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / pkg / "package.json"))
+        << kE2eDir / "node_modules" / pkg << " is missing: run `make deps` (it runs `npm ci` in tests/e2e) before the tests";
   const std::string model = testing::shared_dir() + "/fixtures/gguf/qwen3_moe/qwen3_moe-bf16.gguf";
   ASSERT_TRUE(fs::exists(model)) << model << " is missing (set FT_SHARED_DIR)";
   const std::string key = "e2e-key-" + std::to_string(getpid());
@@ -156,8 +158,9 @@ TEST(E2E, OpenAIClientAndCurlAgainstFtServe) {
   main_srv.drain();
   small_srv.drain();
 
+  // One file at a time: both use the same servers, and some tests read /v1/stats of an idle server.
   const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_URL=" + url_main + " FT_E2E_SMALL_URL=" + url_small +
-                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test serve.test.mjs 2>&1";
+                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs 2>&1";
   int status = 0;
   const std::string out = run_capture(cmd, status);
   std::printf("%s\n", out.c_str());
