@@ -42,33 +42,43 @@ bool is_media(const std::string& type) {
   bad_request(where + ".type", fmt::format("'{}.type' must be {}, got \"{}\"", where, allowed, type));
 }
 
+/** A turn's text blocks joined with newlines. */
+struct TextJoin {
+  std::string text;
+  bool any = false;
+  void add(const std::string& t) {
+    if (any) text += "\n";
+    text += t;
+    any = true;
+  }
+};
+
+/** Calls f(block, its place in the request ("messages[2].content[0]"), its type) for each content
+ *  block, in order. */
+template <class F>
+void each_block(const ojson& blocks, const std::string& where, F&& f) {
+  for (size_t j = 0; j < blocks.size(); ++j)
+    f(blocks[j], fmt::format("{}[{}]", where, j), blocks[j]["type"].get<std::string>());
+}
+
 /** Text blocks joined by "\n" (system prompts, tool results); anything else is refused. */
 std::string join_text(const ojson& blocks, const std::string& where) {
-  std::string text;
-  for (size_t j = 0; j < blocks.size(); ++j) {
-    const std::string bw = fmt::format("{}[{}]", where, j);
-    const std::string type = blocks[j]["type"].get<std::string>();
+  TextJoin text;
+  each_block(blocks, where, [&](const ojson& b, const std::string& bw, const std::string& type) {
     if (is_media(type)) refuse_non_text(bw, type);
     if (type != "text") unknown_block(bw, type, "\"text\"");
-    if (j > 0) text += "\n";
-    text += block_text(blocks[j], bw);
-  }
-  return text;
+    text.add(block_text(b, bw));
+  });
+  return text.text;
 }
 
 /** A user turn: its tool_result blocks as tool messages (Anthropic puts them first), then its text. */
 void user_turn(const ojson& blocks, const std::string& where, ojson& out) {
-  std::string text;
-  bool has_text = false;
+  TextJoin text;
   int n_results = 0;
-  for (size_t j = 0; j < blocks.size(); ++j) {
-    const ojson& b = blocks[j];
-    const std::string bw = fmt::format("{}[{}]", where, j);
-    const std::string type = b["type"].get<std::string>();
+  each_block(blocks, where, [&](const ojson& b, const std::string& bw, const std::string& type) {
     if (type == "text") {
-      if (has_text) text += "\n";
-      text += block_text(b, bw);
-      has_text = true;
+      text.add(block_text(b, bw));
     } else if (type == "tool_result") {
       ++n_results;
       const ojson* id = field(b, "tool_use_id");
@@ -82,24 +92,18 @@ void user_turn(const ojson& blocks, const std::string& where, ojson& out) {
     } else {
       unknown_block(bw, type, "\"text\" or \"tool_result\" in a user turn");
     }
-  }
-  if (has_text || n_results == 0) out.push_back({{"role", "user"}, {"content", text}});
+  });
+  if (text.any || n_results == 0) out.push_back({{"role", "user"}, {"content", text.text}});
 }
 
 /** An assistant turn: text blocks joined as content, tool_use blocks as tool_calls (arguments: the
  *  input as JSON text), thinking blocks dropped. */
 void assistant_turn(const ojson& blocks, const std::string& where, ojson& out) {
-  std::string text;
-  bool has_text = false;
+  TextJoin text;
   ojson calls = ojson::array();
-  for (size_t j = 0; j < blocks.size(); ++j) {
-    const ojson& b = blocks[j];
-    const std::string bw = fmt::format("{}[{}]", where, j);
-    const std::string type = b["type"].get<std::string>();
+  each_block(blocks, where, [&](const ojson& b, const std::string& bw, const std::string& type) {
     if (type == "text") {
-      if (has_text) text += "\n";
-      text += block_text(b, bw);
-      has_text = true;
+      text.add(block_text(b, bw));
     } else if (type == "tool_use") {
       const ojson* id = field(b, "id");
       const ojson* name = field(b, "name");
@@ -112,14 +116,14 @@ void assistant_turn(const ojson& blocks, const std::string& where, ojson& out) {
       const std::string args = input ? dump_json(*input) : "{}";
       calls.push_back({{"id", *id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", args}}}});
     } else if (type == "thinking" || type == "redacted_thinking") {
-      continue;  // the template renders the turn's text and calls; earlier reasoning is not replayed
+      // dropped: the template renders the turn's text and calls; earlier reasoning is not replayed
     } else if (is_media(type)) {
       refuse_non_text(bw, type);
     } else {
       unknown_block(bw, type, "\"text\", \"tool_use\" or \"thinking\" in an assistant turn");
     }
-  }
-  ojson msg = {{"role", "assistant"}, {"content", text}};
+  });
+  ojson msg = {{"role", "assistant"}, {"content", text.text}};
   if (!calls.empty()) msg["tool_calls"] = std::move(calls);
   out.push_back(std::move(msg));
 }

@@ -521,18 +521,8 @@ TEST(AnthropicRoutes, OverloadKeepsItsStatusWithAnOverloadedError) {
   cfg.max_running = 1;
   cfg.max_waiting = 0;
   TestServer s(cfg);
-  s.model().close();  // the first request's forward blocks: it stays running
-  std::thread first([&] {
-    auto c = s.client();
-    post(c, "/v1/messages", msg_body("first", 3));
-  });
-  for (int i = 0; i < 500 && s.service().stats().running == 0; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(s.service().stats().running, 1);
-  auto c = s.client();
-  expect_error(post(c, "/v1/messages", msg_body("second", 3)), 503, "overloaded_error");
-  s.model().open();
-  first.join();
-  EXPECT_EQ(post(c, "/v1/messages", msg_body("third", 3)).status, 200);
+  expect_error(overloaded_reply(s, "/v1/messages", msg_body("first", 3), msg_body("second", 3), msg_body("third", 3)),
+               503, "overloaded_error");
 }
 
 TEST(AnthropicRoutes, AuthHeadersAndCorsPreflight) {
@@ -571,24 +561,8 @@ TEST(AnthropicRoutes, AuthHeadersAndCorsPreflight) {
 
 TEST(AnthropicRoutes, ClientDisconnectCancelsTheStream) {
   TestServer s;
-  auto c = s.client();
-  int chunks = 0;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/messages";
-  req.body = msg_body("run long", 480, {{"stream", true}, {"ignore_eos", true}});
-  req.set_header("Content-Type", "application/json");
-  s.model().close();
-  s.model().delay = 2ms;  // ~1 s for the whole request: the hang-up must stop it early
-  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-    if (++chunks == 1) s.model().open();  // message_start arrived: let it generate a little, then hang up
-    return chunks < 3;
-  };
-  c.send(req);
-  c.stop();
-  for (int i = 0; i < 500 && (s.service().stats().running > 0 || s.service().stats().kv_pages_used > 0); ++i)
-    std::this_thread::sleep_for(10ms);
-  EngineStats st = s.service().stats();
+  const EngineStats st =
+      hang_up_mid_stream(s, "/v1/messages", msg_body("run long", 480, {{"stream", true}, {"ignore_eos", true}}));
   EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.kv_pages_used, 0);
   EXPECT_EQ(st.requests_cancelled, 1);

@@ -207,6 +207,51 @@ inline Reply get(httplib::Client& c, const std::string& path, const httplib::Hea
   return reply_of(c.Get(path.c_str(), h));
 }
 
+/** Overload: on a server with one running slot and no waiting room (max_running 1, max_waiting 0),
+ *  posts `first` to `path` and holds it running (its forward blocked), returns the reply to `second`
+ *  (to be refused), then lets the first finish and checks that `third` is served again. */
+inline Reply overloaded_reply(TestServer& s, const std::string& path, const std::string& first,
+                              const std::string& second, const std::string& third) {
+  s.model().close();  // the first request's forward blocks: it stays running
+  std::thread held([&] {
+    auto c = s.client();
+    post(c, path, first);
+  });
+  for (int i = 0; i < 500 && s.service().stats().running == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s.service().stats().running, 1);
+  auto c = s.client();
+  Reply r = post(c, path, second);
+  s.model().open();
+  held.join();
+  EXPECT_EQ(post(c, path, third).status, 200) << "served again after the overload";
+  return r;
+}
+
+/** A client hanging up mid-stream: posts the streaming `body` (480 tokens at ~2 ms each) to `path`,
+ *  lets the first event through, reads two more chunks, closes the socket, and waits (up to 5 s) for
+ *  the request to leave the engine. Returns the engine's stats then (running, pages, cancellations). */
+inline EngineStats hang_up_mid_stream(TestServer& s, const std::string& path, const std::string& body) {
+  auto c = s.client();
+  int chunks = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  s.model().close();
+  s.model().delay = std::chrono::milliseconds(2);  // ~1 s for the whole request: the hang-up must stop it early
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    if (++chunks == 1) s.model().open();  // the first event arrived: let it generate a little, then hang up
+    return chunks < 3;
+  };
+  c.send(req);  // returns once the receiver refused more data (the client closes the socket)
+  c.stop();
+  for (int i = 0; i < 500 && (s.service().stats().running > 0 || s.service().stats().kv_pages_used > 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return s.service().stats();
+}
+
 /** The "data: " payloads of an SSE body, in order. */
 inline std::vector<std::string> sse_events(const std::string& body) {
   std::vector<std::string> out;
