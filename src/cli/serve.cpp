@@ -216,7 +216,7 @@ int run_serve(const ServeFlags& f) {
 
 void add_serve_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<ServeFlags>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over HTTP: the OpenAI API (chat, completions) and Anthropic's Messages API");
   cmd->add_option("--model", f->model, "GGUF file or Hugging Face folder (default: the built-in demo model)");
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str();

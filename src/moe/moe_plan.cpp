@@ -50,7 +50,8 @@ std::string layer_ranges(const std::vector<int64_t>& layers) {
   for (size_t i = 0; i < layers.size();) {
     size_t j = i;
     while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-    s += (s.empty() ? "" : ",") + (j > i ? fmt::format("{}-{}", layers[i], layers[j]) : fmt::to_string(layers[i]));
+    if (!s.empty()) s += ',';
+    s += j > i ? fmt::format("{}-{}", layers[i], layers[j]) : fmt::to_string(layers[i]);
     i = j + 1;
   }
   return s;

@@ -2,6 +2,8 @@
 // /v1/messages shares the chat pipeline: the conversation becomes OpenAI-style messages for the chat
 // template (system first; tool_use blocks -> an assistant's tool_calls; tool_result blocks -> tool
 // messages), tools become function tools, stop_sequences the stop strings.
+#include <cctype>
+
 #include "server/errors.h"
 #include "server/json_fields.h"
 #include "server/request_parse.h"
@@ -148,10 +150,55 @@ ojson parse_conversation(const ojson& body) {
     const ojson* content = field(m, "content");
     if (!content) bad_request(where + ".content", fmt::format("'{}.content' is required", where));
     const ojson blocks = content_blocks(*content, where + ".content");
+    const bool last = i + 1 == msgs->size();
+    const bool empty = blocks.empty() || (content->is_string() && content->get_ref<const std::string&>().empty());
+    if (empty && !(last && role == "assistant"))
+      bad_request(where + ".content", fmt::format("'{}.content' must not be empty (only the final assistant turn may be)", where));
     if (role == "user") user_turn(blocks, where + ".content", out);
     else assistant_turn(blocks, where + ".content", out);
   }
   return out;
+}
+
+/** A final assistant turn of text only is a prefill: it leaves the conversation and the reply
+ *  continues it (Anthropic's Messages API). Its text may not end in whitespace, as there. */
+std::string take_prefill(ojson& conversation) {
+  if (conversation.empty()) return "";
+  const ojson& last = conversation.back();
+  if (last["role"] != "assistant" || last.contains("tool_calls")) return "";
+  std::string text = last["content"].is_string() ? last["content"].get<std::string>() : "";
+  if (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    bad_request("messages", "the final assistant turn (a prefill the reply continues) must not end in whitespace");
+  conversation.erase(conversation.size() - 1);
+  return text;
+}
+
+/** thinking {type: "enabled", budget_tokens (>= 1024, < max_tokens)} or {type: "disabled"}: the
+ *  template's enable_thinking, and with "enabled" the reply's <think> block becomes a thinking block.
+ *  The budget is checked, not enforced: the model stops thinking when it does. */
+void parse_thinking(const ojson& body, bool count_only, ChatRequest& r) {
+  const ojson* t = field(body, "thinking");
+  if (!t) return;
+  if (!t->is_object())
+    bad_request("thinking", fmt::format("'thinking' must be an object such as {{\"type\": \"enabled\", "
+                                        "\"budget_tokens\": 2048}}, got {}", type_name(*t)));
+  const std::string type = get_string(*t, "type");
+  if (type == "disabled") {
+    r.template_kwargs["enable_thinking"] = false;
+    return;
+  }
+  if (type != "enabled")
+    bad_request("thinking.type", fmt::format("'thinking.type' must be \"enabled\" or \"disabled\", got \"{}\"", type));
+  const ojson* b = field(*t, "budget_tokens");
+  if (!b || !b->is_number_integer())
+    bad_request("thinking.budget_tokens", "'thinking.budget_tokens' is required and must be an integer");
+  const int64_t budget = b->get<int64_t>();
+  if (budget < 1024) bad_request("thinking.budget_tokens", fmt::format("'thinking.budget_tokens' must be >= 1024, got {}", budget));
+  if (!count_only && r.gen.max_tokens && budget >= *r.gen.max_tokens)
+    bad_request("thinking.budget_tokens", fmt::format("'thinking.budget_tokens' ({}) must be less than 'max_tokens' ({})",
+                                                      budget, *r.gen.max_tokens));
+  r.template_kwargs["enable_thinking"] = true;
+  r.split_reasoning = true;
 }
 
 /** Anthropic tools [{name, description, input_schema}] -> OpenAI function tools (null when none). */
@@ -232,12 +279,14 @@ ChatRequest parse_anthropic_request(const ojson& body, bool count_only) {
     bad_request("model", "'model' is required and must be a string");
   if (!count_only && !field(body, "max_tokens")) bad_request("max_tokens", "'max_tokens' is required");
   r.messages = parse_conversation(body);
+  r.assistant_prefill = take_prefill(r.messages);
   r.tools = parse_tools(body);
   const bool none = tool_choice_none(body, r.tools);
   r.parse_tool_calls = !r.tools.is_null() && !none;
+  get_number(body, "temperature", 1.0, 0.0, 1.0);  // Anthropic's range, checked first (the OpenAI parse allows 2)
   r.gen = parse_generation_params(body);
-  get_number(body, "temperature", 1.0, 0.0, 1.0);  // Anthropic's range (the OpenAI parse allows up to 2)
   parse_stop_sequences(body, r.gen);
+  parse_thinking(body, count_only, r);
   if (const ojson* md = field(body, "metadata"); md && !md->is_object())
     bad_request("metadata", fmt::format("'metadata' must be an object, got {}", type_name(*md)));
   return r;

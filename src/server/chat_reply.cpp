@@ -10,6 +10,7 @@ std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequ
     throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
                                 "invalid_request_error", "messages", ""});
   }
+  text += r.assistant_prefill;
   return ctx.model.vocab->encode(text, EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
 }
 

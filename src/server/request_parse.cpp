@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "server/errors.h"
 #include "server/json_fields.h"
@@ -183,7 +184,9 @@ ojson parse_messages(const ojson& body) {
 }  // namespace
 
 void refuse_non_text(const std::string& where, const std::string& type) {
-  bad_request(where, fmt::format("'{}' is a {} part, but this model is text-only: send text content only", where, type));
+  const bool vowel = !type.empty() && std::string_view("aeiou").find(type[0]) != std::string_view::npos;
+  bad_request(where, fmt::format("'{}' is {} {} part, but this model is text-only: send text content only", where,
+                                 vowel ? "an" : "a", type));
 }
 
 ojson parse_json_body(std::string_view body) {

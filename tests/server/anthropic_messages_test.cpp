@@ -461,6 +461,83 @@ TEST(AnthropicRoutes, ToolTurnsAndSystemReachTheTemplate) {
             prompt.size() - std::string("\nUse tools.").size());
 }
 
+/** The reply the fake model gives (greedy, up to n tokens or its end of turn) to the prompt `text`. */
+std::pair<std::string, size_t> fake_reply(TestServer& s, const std::string& text, int n) {
+  const Vocab& v = testing::demo_vocab();
+  const std::vector<int32_t> prompt = v.encode(text, EncodeOptions{false, true});
+  std::vector<int32_t> toks;
+  for (int32_t tok : s.model().solo_greedy(prompt, n)) {
+    toks.push_back(tok);
+    if (v.is_eog(tok)) break;
+  }
+  return {v.decode(toks, true), prompt.size()};
+}
+
+TEST(AnthropicRoutes, AFinalAssistantTurnIsAPrefillTheReplyContinues) {
+  TestServer s;
+  auto c = s.client();
+  const json msgs = {{{"role", "user"}, {"content", "Say JSON"}}, {{"role", "assistant"}, {"content", "{\"a\":"}}};
+  const ChatTemplate t(kChatMLTemplate, "", "<|im_end|>");
+  const nlohmann::ordered_json user_only = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Say JSON"}])");
+  // The prompt: the conversation before the prefill, the generation prompt, then the prefill itself
+  // (not closed as a finished turn).
+  const auto [expected, n_prompt] = fake_reply(s, t.render(user_only, nullptr, true) + "{\"a\":", 12);
+  const Reply r = post(c, "/v1/messages", msg_body("", 12, {{"messages", msgs}}));
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["content"][0]["text"], expected) << r.raw;  // only what follows the prefill
+  EXPECT_EQ(r.body["usage"]["input_tokens"], n_prompt);
+  const Reply ct = post(c, "/v1/messages/count_tokens", json{{"model", "test-model"}, {"messages", msgs}}.dump());
+  EXPECT_EQ(ct.body["input_tokens"], n_prompt) << ct.raw;
+  // As in Anthropic's API: a prefill may not end in whitespace, and only it may be empty.
+  json trailing = msgs;
+  trailing[1]["content"] = "{\"a\": ";
+  expect_error(post(c, "/v1/messages", msg_body("", 12, {{"messages", trailing}})), 400, "invalid_request_error");
+  json empty_prefill = msgs;
+  empty_prefill[1]["content"] = "";
+  EXPECT_EQ(post(c, "/v1/messages", msg_body("", 12, {{"messages", empty_prefill}})).status, 200);
+  for (const json& empty : {json(""), json::array()}) {
+    const Reply e = post(c, "/v1/messages", msg_body("", 12, {{"messages", {{{"role", "user"}, {"content", empty}}}}}));
+    expect_error(e, 400, "invalid_request_error");
+    EXPECT_NE(error_message(e).find("messages[0].content"), std::string::npos) << e.raw;
+  }
+}
+
+// ChatML that honours Qwen3's enable_thinking = false (an empty think block opens the reply).
+const char* const kThinkingTemplate =
+    "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}\n"
+    "{%- if enable_thinking is defined and not enable_thinking -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}\n"
+    "{%- endif -%}\n";
+
+TEST(AnthropicRoutes, ThinkingRequestField) {
+  TestServerConfig cfg;
+  cfg.chat_template = kThinkingTemplate;
+  cfg.max_seq_len = 4096, cfg.n_pages = 256;  // room for max_tokens above the 1024 budget
+  TestServer s(cfg);
+  auto c = s.client();
+  const std::string count = json{{"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}.dump();
+  const int plain = post(c, "/v1/messages/count_tokens", count).body["input_tokens"];
+  json off = json::parse(count);
+  off["thinking"] = {{"type", "disabled"}};
+  const Reply r_off = post(c, "/v1/messages/count_tokens", off.dump());
+  ASSERT_EQ(r_off.status, 200) << r_off.raw;
+  EXPECT_GT(r_off.body["input_tokens"].get<int>(), plain) << "enable_thinking = false reaches the template";
+  // Enabled: the reply's <think> block is a thinking block, without --reasoning-format.
+  s.model().script = script_of("<think>\nPlan.\n</think>\n\nDone.");
+  const Reply on = post(c, "/v1/messages", msg_body("Go", 2000, {{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}}));
+  ASSERT_EQ(on.status, 200) << on.raw;
+  EXPECT_EQ(on.body["content"], json::parse(R"([{"type":"thinking","thinking":"Plan.","signature":""},
+                                                {"type":"text","text":"Done."}])")) << on.raw;
+  const std::string bad = "invalid_request_error";
+  expect_error(post(c, "/v1/messages", msg_body("Go", 1024, {{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}})),
+               400, bad);  // the budget must be below max_tokens
+  expect_error(post(c, "/v1/messages", msg_body("Go", 2000, {{"thinking", {{"type", "enabled"}, {"budget_tokens", 512}}}})),
+               400, bad);
+  expect_error(post(c, "/v1/messages", msg_body("Go", 2000, {{"thinking", {{"type", "enabled"}}}})), 400, bad);
+  expect_error(post(c, "/v1/messages", msg_body("Go", 2000, {{"thinking", {{"type", "auto"}}}})), 400, bad);
+  expect_error(post(c, "/v1/messages", msg_body("Go", 2000, {{"thinking", true}})), 400, bad);
+}
+
 TEST(AnthropicRoutes, ErrorsUseAnthropicBodies) {
   TestServerConfig cfg;
   cfg.max_body_mb = 1;
@@ -476,7 +553,11 @@ TEST(AnthropicRoutes, ErrorsUseAnthropicBodies) {
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"messages", "x"}})), 400, bad);
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"messages", json::array()}})), 400, bad);
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"messages", {{{"role", "system"}, {"content", "x"}}}}})), 400, bad);
-  expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"temperature", 1.5}})), 400, bad);
+  for (double temp : {1.5, -1.0}) {  // Anthropic's range, named as such at either end
+    const Reply t = post(c, "/v1/messages", msg_body("x", 5, {{"temperature", temp}}));
+    expect_error(t, 400, bad);
+    EXPECT_NE(error_message(t).find("[0, 1]"), std::string::npos) << t.raw;
+  }
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"stop_sequences", "x"}})), 400, bad);
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"system", {{{"type", "image"}}}}})), 400, bad);
   for (const char* type : {"image", "document"}) {
@@ -485,6 +566,8 @@ TEST(AnthropicRoutes, ErrorsUseAnthropicBodies) {
     const Reply r = post(c, "/v1/messages", msg_body("x", 5, {{"messages", msgs}}));
     expect_error(r, 400, bad);
     EXPECT_NE(error_message(r).find("text-only"), std::string::npos) << r.raw;
+    EXPECT_NE(error_message(r).find(std::string(type == std::string("image") ? "an image" : "a document")), std::string::npos)
+        << r.raw;
   }
   const Reply unknown = post(c, "/v1/messages", msg_body("x", 5, {{"messages", {{{"role", "user"}, {"content", {{{"type", "video"}}}}}}}}));
   expect_error(unknown, 400, bad);

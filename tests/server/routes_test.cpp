@@ -104,8 +104,18 @@ TEST(Routes, HealthModelsAndUnknownRoutes) {
     EXPECT_EQ(m.body["data"][0]["id"], "test-model");
     EXPECT_EQ(m.body["data"][0]["object"], "model");
     EXPECT_EQ(m.body["data"][0]["max_model_len"], 512);
+    // Anthropic's fields too (its clients' models.list / retrieve read these)
+    EXPECT_EQ(m.body["has_more"], false);
+    EXPECT_EQ(m.body["first_id"], "test-model");
+    EXPECT_EQ(m.body["last_id"], "test-model");
+    EXPECT_EQ(m.body["data"][0]["type"], "model");
+    EXPECT_EQ(m.body["data"][0]["display_name"], "test-model");
+    const std::string at = m.body["data"][0]["created_at"];
+    EXPECT_EQ(at.size(), 20u) << at;  // 2026-12-01T13:05:00Z
+    EXPECT_EQ(at.substr(10, 1) + at.substr(19), "TZ") << at;
   }
   EXPECT_EQ(get(c, "/v1/models/test-model").body["id"], "test-model");
+  EXPECT_EQ(get(c, "/v1/models/test-model").body["type"], "model");
   EXPECT_EQ(get(c, "/v1/models/test-model/").status, 200);
   expect_error(get(c, "/v1/models/other"), 404, "model_not_found");
   expect_error(get(c, "/v1/nothing"), 404);
