@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "server/server_fixture.h"
@@ -596,6 +597,30 @@ TEST(AnthropicRoutes, ErrorsUseAnthropicBodies) {
   EXPECT_EQ(oa.status, 400);
   EXPECT_FALSE(oa.body.contains("type")) << oa.raw;
   EXPECT_EQ(oa.body["error"]["type"], bad);
+  EXPECT_EQ(s.service().stats().kv_pages_used, 0);
+}
+
+TEST(AnthropicRoutes, RandomBodiesGetAnthropicErrorsAndNeverTakeTheServerDown) {
+  TestServerConfig cfg;
+  cfg.max_seq_len = 4096, cfg.n_pages = 256;
+  TestServer s(cfg);
+  auto c = s.client();
+  std::mt19937 rng(11);
+  const std::string seed_body = json::parse(R"({"model":"test-model","max_tokens":3,"temperature":0.5,"top_k":4,
+    "system":[{"type":"text","text":"Be brief."}],"stop_sequences":["a"],
+    "tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"},
+    "messages":[{"role":"user","content":"hi"},
+                {"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},
+                {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"done"}]}],
+    "thinking":{"type":"disabled"},"metadata":{"user_id":"u"}})").dump();
+  for (int i = 0; i < 300; ++i) {
+    const std::string b = testing::mutate_body(seed_body, rng);
+    const char* path = rng() % 4 ? "/v1/messages" : "/v1/messages/count_tokens";
+    const Reply r = post(c, path, b);
+    ASSERT_TRUE(r.status == 200 || r.status == 400 || r.status == 404) << r.status << " for " << b;
+    if (r.status != 200) expect_error(r, r.status, r.status == 404 ? "not_found_error" : "invalid_request_error");
+  }
+  EXPECT_EQ(testing::get(c, "/health").status, 200);
   EXPECT_EQ(s.service().stats().kv_pages_used, 0);
 }
 

@@ -707,19 +707,8 @@ TEST(Routes, RandomBodiesNeverTakeTheServerDown) {
   std::mt19937 rng(7);
   const std::string seed_body =
       R"({"model":"test-model","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":3,"temperature":0.7,"top_p":0.9,"stop":["a"],"logprobs":true,"top_logprobs":2,"stream":false,"seed":5})";
-  const std::string alphabet = "{}[]\",:0123456789.-eE truefalsn\\u00ff\x01";
   for (int i = 0; i < 300; ++i) {
-    std::string b = seed_body;
-    const int edits = 1 + static_cast<int>(rng() % 6);
-    for (int k = 0; k < edits; ++k) {
-      const size_t pos = rng() % b.size();
-      switch (rng() % 3) {
-        case 0: b[pos] = alphabet[rng() % alphabet.size()]; break;
-        case 1: b.erase(pos, 1 + rng() % 5); break;
-        default: b.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-      }
-      if (b.empty()) b.push_back('{');
-    }
+    const std::string b = testing::mutate_body(seed_body, rng);
     const char* path = rng() % 2 ? "/v1/chat/completions" : "/v1/completions";
     Reply r = post(c, path, b);
     ASSERT_TRUE(r.status == 200 || r.status == 400 || r.status == 404) << r.status << " for " << b;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -250,6 +251,23 @@ inline EngineStats hang_up_mid_stream(TestServer& s, const std::string& path, co
   for (int i = 0; i < 500 && (s.service().stats().running > 0 || s.service().stats().kv_pages_used > 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return s.service().stats();
+}
+
+/** `body` with 1-6 random edits (a character replaced, up to 5 erased, one inserted) from JSON's
+ *  alphabet and a few odd bytes: the random-body tests' mutator. */
+inline std::string mutate_body(std::string b, std::mt19937& rng) {
+  const std::string alphabet = "{}[]\",:0123456789.-eE truefalsn\\u00ff\x01";
+  const int edits = 1 + static_cast<int>(rng() % 6);
+  for (int k = 0; k < edits; ++k) {
+    const size_t pos = rng() % b.size();
+    switch (rng() % 3) {
+      case 0: b[pos] = alphabet[rng() % alphabet.size()]; break;
+      case 1: b.erase(pos, 1 + rng() % 5); break;
+      default: b.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+    }
+    if (b.empty()) b.push_back('{');
+  }
+  return b;
 }
 
 /** The "data: " payloads of an SSE body, in order. */
