@@ -2,7 +2,7 @@
 
 namespace ft::server {
 
-std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r) {
+std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r) {
   std::string text;
   try {
     text = ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
@@ -10,8 +10,11 @@ std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequ
     throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
                                 "invalid_request_error", "messages", ""});
   }
-  text += r.assistant_prefill;
-  return ctx.model.vocab->encode(text, EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
+  return text + r.assistant_prefill;
+}
+
+std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r) {
+  return ctx.model.vocab->encode(render_chat_text(ctx, r), EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
 }
 
 ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls) {

@@ -16,8 +16,12 @@
 
 namespace ft::server {
 
-/** The prompt tokens of `r`: its messages and tools rendered by the served chat template, followed
- *  by its assistant_prefill, then encoded (special tokens parsed). Throws ApiException 400 (param "messages") when the template
+/** The prompt text of `r`: its messages and tools rendered by the served chat template, followed by
+ *  its assistant_prefill. Throws ApiException 400 (param "messages") when the template cannot
+ *  render them. */
+std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
+
+/** The prompt tokens of `r`: render_chat_text, encoded (special tokens parsed). Throws ApiException 400 (param "messages") when the template
  *  cannot render them. */
 std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r);
 

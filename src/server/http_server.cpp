@@ -91,6 +91,7 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   add_model_routes(router_, *ctx);
   add_stats_routes(router_, *ctx);
   add_health_routes(router_, *ctx);
+  add_tokenize_routes(router_, *ctx);
 }
 
 HttpServer::~HttpServer() { stop(); }

@@ -18,5 +18,8 @@ void add_model_routes(Router& r, ServerContext& ctx);
 void add_stats_routes(Router& r, ServerContext& ctx);
 /** GET /health, open without an API key (server/health.cpp). */
 void add_health_routes(Router& r, ServerContext& ctx);
+/** POST /tokenize, /detokenize, /apply-template: llama.cpp server's utility endpoints
+ *  (server/tokenize.cpp). */
+void add_tokenize_routes(Router& r, ServerContext& ctx);
 
 }  // namespace ft::server
