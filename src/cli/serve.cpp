@@ -223,7 +223,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--served-model-name", f->served_model_name, "Model name clients use (default: the file name)")
       ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"));
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
-      ->check(non_empty("--api-key must not be empty (leave the flag out to serve without auth)", "KEY"));
+      ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"));
   cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")
       ->capture_default_str()
       ->check(at_least(1));

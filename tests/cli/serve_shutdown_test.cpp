@@ -52,7 +52,8 @@ TEST(ServeFlags, EmptyApiKeyIsRefused) {
   // An unset variable in `--api-key "$KEY"` must not silently serve without auth.
   Result r = run_ft("serve --api-key '' --port 1");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--api-key must not be empty"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error: --api-key: must not be empty"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--api-key: --api-key"), std::string::npos) << "the flag named once: " << r.err;
 }
 
 TEST(ServeFlags, EmptyServedModelNameIsRefused) {
