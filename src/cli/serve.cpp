@@ -156,6 +156,7 @@ int run_serve(const ServeFlags& f) {
   sm.demo = demo;
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;
+  sm.tool_call_format = server::detect_tool_call_format(tmpl.source);
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
@@ -167,7 +168,8 @@ int run_serve(const ServeFlags& f) {
               human_count(static_cast<double>(n_params)).c_str(),
               mc.n_expert > 0 ? fmt::format(", {} experts top-{}", mc.n_expert, mc.n_expert_used).c_str() : "",
               demo ? "" : fmt::format("  {}", path).c_str());
-  std::printf("  tokenizer %d tokens; chat template from %s\n", vocab.n_tokens(), template_from.c_str());
+  std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s)\n", vocab.n_tokens(), template_from.c_str(),
+              server::tool_call_format_name(sm.tool_call_format));
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
               format_bytes(weight_bytes).c_str(),
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),

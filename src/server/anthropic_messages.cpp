@@ -85,7 +85,7 @@ class MessagesSse : public SseFormatter {
  public:
   MessagesSse(ServerContext& ctx, std::string id, int32_t prompt_tokens, const ChatRequest& r)
       : ctx_(ctx), id_(std::move(id)), prompt_tokens_(prompt_tokens), stops_(r.gen.stop),
-        split_(r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls) {}
+        split_(r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls, ctx.model.tool_call_format) {}
 
   std::vector<std::string> begin() override {
     ojson usage = {{"input_tokens", prompt_tokens_}, {"cache_creation_input_tokens", 0},
@@ -189,7 +189,8 @@ void messages(ServerContext& ctx, const std::string& body_text, httplib::Respons
   }
   StreamUpdate all = collect(s);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  ChatReply reply = split_chat_reply(all.text, r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls);
+  ChatReply reply = split_chat_reply(all.text, r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls,
+                                     ctx.model.tool_call_format);
   ojson content = ojson::array();
   if (reply.thought) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
   if (!all_space(reply.content)) content.push_back({{"type", "text"}, {"text", reply.content}});

@@ -17,7 +17,7 @@ std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequ
   return ctx.model.vocab->encode(render_chat_text(ctx, r), EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
 }
 
-ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls) {
+ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls, ToolCallFormat format) {
   ChatReply out;
   out.content = text;
   if (with_reasoning) {
@@ -29,8 +29,12 @@ ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool wi
     }
   }
   if (with_tool_calls) {
-    ToolCallSplit split = parse_tool_calls(out.content);
-    if (!split.calls.empty()) {
+    ToolCallSplit split = parse_tool_calls(out.content, format);
+    if (!split.reasoning.empty()) {  // harmony's analysis channel
+      out.thought = true;
+      out.reasoning += split.reasoning;
+    }
+    if (!split.calls.empty() || !split.reasoning.empty()) {
       out.content = std::move(split.content);
       out.calls = std::move(split.calls);
     }
@@ -38,9 +42,9 @@ ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool wi
   return out;
 }
 
-ChatReplyStream::ChatReplyStream(bool with_reasoning, bool with_tool_calls) {
+ChatReplyStream::ChatReplyStream(bool with_reasoning, bool with_tool_calls, ToolCallFormat format) {
   if (with_reasoning) reasoning_.emplace();
-  if (with_tool_calls) tools_.emplace();
+  if (with_tool_calls) tools_.emplace(format);
 }
 
 ChatReplyPiece ChatReplyStream::push(std::string_view piece) {
@@ -52,8 +56,14 @@ ChatReplyPiece ChatReplyStream::finish() { return split(reasoning_ ? reasoning_-
 ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last) {
   ChatReplyPiece out;
   out.reasoning = std::move(r.reasoning);
-  ToolCallSplit s = tools_ ? tools_->push(r.content) : ToolCallSplit{std::move(r.content), {}};
-  if (last && tools_) s.content += tools_->finish().content;
+  ToolCallSplit s = tools_ ? tools_->push(r.content) : ToolCallSplit{std::move(r.content), {}, {}};
+  if (last && tools_) {
+    ToolCallSplit rest = tools_->finish();
+    s.content += rest.content;
+    s.reasoning += rest.reasoning;
+    for (ToolCall& c : rest.calls) s.calls.push_back(std::move(c));
+  }
+  out.reasoning += s.reasoning;  // harmony's analysis channel
   out.content = std::move(s.content);
   out.calls = std::move(s.calls);
   return out;

@@ -34,8 +34,10 @@ struct ChatReply {
 };
 
 /** Splits a whole reply: the leading <think> block when `with_reasoning`, then tool calls in what
- *  follows when `with_tool_calls`. */
-ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls);
+ *  follows when `with_tool_calls`, in the served model's `format` (tool_calls.h; kHarmony's analysis
+ *  channel is reasoning too). */
+ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls,
+                           ToolCallFormat format = ToolCallFormat::kHermes);
 
 /** A piece of a streamed reply, split: reasoning text, content text and the calls completed in it. */
 struct ChatReplyPiece {
@@ -49,7 +51,7 @@ struct ChatReplyPiece {
  *  neither splitting asked for, every piece is content as it came. */
 class ChatReplyStream {
  public:
-  ChatReplyStream(bool with_reasoning, bool with_tool_calls);
+  ChatReplyStream(bool with_reasoning, bool with_tool_calls, ToolCallFormat format = ToolCallFormat::kHermes);
   ChatReplyPiece push(std::string_view piece);
   ChatReplyPiece finish();
   /** Whether any splitting happens (otherwise push() returns its input as content). */

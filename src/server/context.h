@@ -13,6 +13,7 @@
 #include "engine/moe_runtime.h"
 #include "engine/service.h"
 #include "server/errors.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
 
@@ -45,6 +46,8 @@ struct ServedModel {
   bool demo = false;
   const Vocab* vocab = nullptr;
   const ChatTemplate* chat_template = nullptr;
+  /** How replies carry tool calls: detect_tool_call_format of the chat template's source. */
+  ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
 };
 

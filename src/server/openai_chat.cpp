@@ -43,7 +43,7 @@ class ChatSse : public SseFormatter {
  public:
   ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, bool tool_calls)
       : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs),
-        split_(ctx.options.split_reasoning, tool_calls) {}
+        split_(ctx.options.split_reasoning, tool_calls, ctx.model.tool_call_format) {}
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
@@ -119,7 +119,7 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
   }
   StreamUpdate all = collect(s);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  ChatReply reply = split_chat_reply(all.text, ctx.options.split_reasoning, r.parse_tool_calls);
+  ChatReply reply = split_chat_reply(all.text, ctx.options.split_reasoning, r.parse_tool_calls, ctx.model.tool_call_format);
   ojson message = {{"role", "assistant"}, {"content", reply.content}};
   if (reply.thought) message["reasoning_content"] = reply.reasoning;
   if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)

@@ -1,65 +1,99 @@
 #include "server/tool_calls.h"
 
-#include <optional>
-
 #include "server/tag_scan.h"
+#include "server/tool_call_scan.h"
 
 namespace ft::server {
 
-namespace {
+ToolCallFormat detect_tool_call_format(std::string_view src) {
+  const auto has = [&](std::string_view m) { return src.find(m) != std::string_view::npos; };
+  if (has("<|channel|>") || has("to=functions")) return ToolCallFormat::kHarmony;
+  if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
+  if (has("<tool_call>")) return ToolCallFormat::kHermes;
+  if (has("<|python_tag|>") || has("ipython")) return ToolCallFormat::kLlama3;
+  return ToolCallFormat::kHermes;
+}
 
-constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+const char* tool_call_format_name(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::kLlama3: return "llama3_json";
+    case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kHarmony: return "harmony";
+    case ToolCallFormat::kHermes: break;
+  }
+  return "hermes";
+}
 
-/** The call in a block's body, or nothing when it is not a JSON object with a string "name". */
-std::optional<ToolCall> parse_call(const std::string& body) {
-  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+std::optional<ToolCall> call_from_json(const nlohmann::ordered_json& j) {
   if (!j.is_object()) return std::nullopt;
   const auto name = j.find("name");
   if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return std::nullopt;
   ToolCall c;
   c.name = name->get<std::string>();
   auto args = j.find("arguments");
-  if (args == j.end()) args = j.find("parameters");  // Llama-3.1-style name, seen in Hermes-format output too
+  if (args == j.end()) args = j.find("parameters");  // Llama 3.x's name, seen in Hermes-format output too
   if (args == j.end() || args->is_null()) c.arguments = "{}";
   else if (args->is_string()) c.arguments = args->get<std::string>();  // already JSON text
   else c.arguments = args->dump();
   return c;
 }
 
-}  // namespace
-
-ToolCallSplit ToolCallStream::push(std::string_view piece) {
-  held_.append(piece);
-  ToolCallSplit out;
-  for (;;) {
-    if (!in_call_) {
-      if (!take_until_tag(held_, kOpen, out.content)) return out;
-      in_call_ = true;
-    } else {
-      const size_t at = held_.find(kClose);  // a call's body is held whole, tag prefix or not
-      if (at == std::string::npos) return out;
-      const std::string body = held_.substr(0, at);
-      held_.erase(0, at + kClose.size());
-      in_call_ = false;
-      if (std::optional<ToolCall> c = parse_call(body)) out.calls.push_back(std::move(*c));
-      else out.content.append(std::string(kOpen) + body + std::string(kClose));  // not a call: text
+size_t json_value_end(std::string_view s) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      ++depth;
+    } else if ((ch == '}' || ch == ']') && --depth == 0) {
+      return i + 1;
     }
   }
+  return std::string_view::npos;
+}
+
+size_t skip_space(std::string& s) {
+  const size_t n = std::min(s.size(), s.find_first_not_of(" \t\r\n"));
+  s.erase(0, n);
+  return n;
+}
+
+ToolCallStream::ToolCallStream(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kLlama3: scanner_ = make_llama3_scanner(); break;
+    case ToolCallFormat::kMistral: scanner_ = make_mistral_scanner(); break;
+    case ToolCallFormat::kHarmony: scanner_ = make_harmony_scanner(); break;
+    case ToolCallFormat::kHermes: scanner_ = make_hermes_scanner(); break;
+  }
+}
+
+ToolCallSplit ToolCallStream::push(std::string_view piece) {
+  ToolCallSplit out;
+  scanner_->push(piece, out);
+  return out;
 }
 
 ToolCallSplit ToolCallStream::finish() {
   ToolCallSplit out;
-  out.content = in_call_ ? std::string(kOpen) + held_ : held_;
-  held_.clear();
-  in_call_ = false;
+  scanner_->finish(out);
   return out;
 }
 
-ToolCallSplit parse_tool_calls(std::string_view text) {
-  ToolCallStream s;
+ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format) {
+  ToolCallStream s(format);
   ToolCallSplit out = s.push(text);
-  out.content += s.finish().content;
+  ToolCallSplit rest = s.finish();
+  out.content += rest.content;
+  out.reasoning += rest.reasoning;
+  for (ToolCall& c : rest.calls) out.calls.push_back(std::move(c));
   trim_space(out.content);
+  trim_space(out.reasoning);
   return out;
 }
 

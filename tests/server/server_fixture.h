@@ -126,6 +126,7 @@ class TestServer {
     sm.n_ctx_train = c.max_seq_len;
     sm.vocab = &demo_vocab();
     sm.chat_template = &template_;
+    sm.tool_call_format = server::detect_tool_call_format(c.chat_template);
     http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->serve(); });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/tool_calls.h"
+#include "tool_call_testing.h"
 
 namespace ft::server {
 namespace {
@@ -45,30 +46,9 @@ TEST(ToolCalls, WholeReplies) {
 }
 
 TEST(ToolCalls, StreamingAtEverySplitEqualsWhole) {
-  const std::string text = kTwoCalls;
-  const ToolCallSplit whole = parse_tool_calls(text);
-  for (size_t a = 0; a <= text.size(); ++a) {
-    for (size_t b = a; b <= text.size(); b += 7) {  // three pieces: [0, a), [a, b), [b, end)
-      ToolCallStream s;
-      std::string content;
-      std::vector<ToolCall> calls;
-      for (const std::string_view piece : {std::string_view(text).substr(0, a), std::string_view(text).substr(a, b - a),
-                                           std::string_view(text).substr(b)}) {
-        ToolCallSplit o = s.push(piece);
-        content += o.content;
-        for (ToolCall& c : o.calls) calls.push_back(std::move(c));
-        // nothing of a tag or a call's body is shown as content
-        EXPECT_EQ(content.find("<tool"), std::string::npos) << a << " " << b;
-      }
-      content += s.finish().content;
-      ASSERT_EQ(calls.size(), whole.calls.size()) << a << " " << b;
-      for (size_t i = 0; i < calls.size(); ++i) {
-        EXPECT_EQ(calls[i].name, whole.calls[i].name);
-        EXPECT_EQ(calls[i].arguments, whole.calls[i].arguments);
-      }
-      EXPECT_EQ(content.substr(0, whole.content.size()), whole.content) << a << " " << b;
-    }
-  }
+  testing::expect_every_split_equals_whole(kTwoCalls, ToolCallFormat::kHermes, "<tool");
+  testing::expect_every_split_equals_whole("a <tool_call>{\"name\": \"f\", \"arguments\": {</tool_call> b <tool_call>{",
+                                           ToolCallFormat::kHermes, "");
   // a held partial tag that never completes comes back at the end
   ToolCallStream s;
   EXPECT_EQ(s.push("see <tool_").content, "see ");

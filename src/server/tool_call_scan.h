@@ -1,0 +1,35 @@
+#pragma once
+// What the tool-call format scanners (tool_calls_*.cpp) share: JSON → ToolCall, finding where a JSON
+// value ends in streamed text, and the factory of each format's scanner.
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "server/tool_calls.h"
+
+namespace ft::server {
+
+/** The call in a parsed JSON object: a non-empty string "name" and "arguments" (or Llama's
+ *  "parameters"): an object or array is dumped, a string is kept as the JSON text it holds, none is
+ *  "{}". Nothing when `j` is not such an object. */
+std::optional<ToolCall> call_from_json(const nlohmann::ordered_json& j);
+
+/** `s` starts with `{` or `[`: the length of that JSON value (brackets counted outside strings), or
+ *  npos when it has not closed yet. */
+size_t json_value_end(std::string_view s);
+
+/** Drops leading spaces, tabs and line breaks from `s`; returns how many. */
+size_t skip_space(std::string& s);
+
+/** Whether `s` is a proper prefix of `tag` (more text may complete it). */
+inline bool may_become(std::string_view s, std::string_view tag) {
+  return s.size() < tag.size() && tag.substr(0, s.size()) == s;
+}
+
+std::unique_ptr<ToolCallScanner> make_hermes_scanner();
+std::unique_ptr<ToolCallScanner> make_llama3_scanner();
+std::unique_ptr<ToolCallScanner> make_mistral_scanner();
+std::unique_ptr<ToolCallScanner> make_harmony_scanner();
+
+}  // namespace ft::server

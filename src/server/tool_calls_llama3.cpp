@@ -1,0 +1,102 @@
+// Llama 3.1 / 3.2 / 3.3 JSON tool calls (Meta's Llama 3.1 model card, "JSON based tool calling"; the
+// meta-llama Llama-3.x-Instruct templates; vLLM's "llama3_json" tool parser, llama.cpp's Llama 3.x
+// chat format): the reply is the call itself,
+//   {"name": "get_weather", "parameters": {"city": "Paris"}}
+// optionally after <|python_tag|>, several calls separated by `;`. A reply that starts with other
+// text has no call unless a <|python_tag|> follows; an object that is not a call (broken JSON, no
+// name) stays content, and so does all that follows it.
+#include "server/tag_scan.h"
+#include "server/tool_call_scan.h"
+
+namespace ft::server {
+
+namespace {
+
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+class Llama3Scanner : public ToolCallScanner {
+ public:
+  void push(std::string_view piece, ToolCallSplit& out) override {
+    held_.append(piece);
+    for (;;) {
+      const size_t at = std::min(held_.size(), held_.find_first_not_of(" \t\r\n"));
+      const std::string_view rest = std::string_view(held_).substr(at);
+      switch (state_) {
+        case State::kStart:  // whitespace, then <|python_tag|>, `{`, or text
+          if (rest.empty() || may_become(rest, kPythonTag)) return;
+          if (rest.substr(0, kPythonTag.size()) == kPythonTag) {
+            take(at + kPythonTag.size());
+          } else if (rest[0] == '{') {
+            take(at);
+          } else {
+            state_ = State::kText;
+            break;
+          }
+          state_ = State::kCall;
+          break;
+        case State::kText:
+          if (!take_until_tag(held_, kPythonTag, out.content)) return;
+          pending_ = kPythonTag;
+          state_ = State::kCall;
+          break;
+        case State::kCall: {  // whitespace, then a JSON object that must be a call
+          if (rest.empty()) return;
+          if (rest[0] != '{') {
+            give_up(out);
+            break;
+          }
+          const size_t end = json_value_end(rest);
+          if (end == std::string_view::npos) return;
+          const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
+          std::optional<ToolCall> c = call_from_json(j);
+          take(at + end);
+          if (!c) {
+            give_up(out);
+            break;
+          }
+          out.calls.push_back(std::move(*c));
+          pending_.clear();
+          state_ = State::kAfterCall;
+          break;
+        }
+        case State::kAfterCall:  // `;` and another call, or the end (anything else is text)
+          if (rest.empty()) return;
+          if (rest[0] == ';') {
+            take(at + 1);
+            state_ = State::kCall;
+          } else {
+            state_ = State::kText;
+          }
+          break;
+      }
+    }
+  }
+  void finish(ToolCallSplit& out) override {
+    out.content += pending_ + held_;
+    pending_.clear();
+    held_.clear();
+    state_ = State::kText;
+  }
+
+ private:
+  enum class State { kStart, kText, kCall, kAfterCall };
+  /** Moves the first n held characters to pending_ (the text of a call being read). */
+  void take(size_t n) {
+    pending_.append(held_, 0, n);
+    held_.erase(0, n);
+  }
+  /** What was read as a call is not one: it is content, as is all that follows. */
+  void give_up(ToolCallSplit& out) {
+    out.content += pending_;
+    pending_.clear();
+    state_ = State::kText;
+  }
+  State state_ = State::kStart;
+  std::string held_, pending_;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolCallScanner> make_llama3_scanner() { return std::make_unique<Llama3Scanner>(); }
+
+}  // namespace ft::server

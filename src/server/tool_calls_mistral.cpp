@@ -1,0 +1,130 @@
+// Mistral tool calls (Mistral's tokenizer v3+ templates; vLLM's "mistral" tool parser, llama.cpp's
+// Mistral Nemo / Magistral chat formats), after the [TOOL_CALLS] control token, either
+//   [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, ...]      (Mistral Nemo, 7B v0.3)
+// or, one call per token (Mistral Small 3.2, Ministral 3, Devstral: tokenizer v11+),
+//   [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}   (optionally name[CALL_ID]id[ARGS]{...})
+// Text before the token is content. What follows [TOOL_CALLS] but is not a call (broken JSON, an
+// element without a name, arguments that are not an object) stays content, the token with it.
+#include "server/tag_scan.h"
+#include "server/tool_call_scan.h"
+
+namespace ft::server {
+
+namespace {
+
+constexpr std::string_view kToolCalls = "[TOOL_CALLS]", kArgs = "[ARGS]", kCallId = "[CALL_ID]";
+
+bool name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+}
+
+class MistralScanner : public ToolCallScanner {
+ public:
+  void push(std::string_view piece, ToolCallSplit& out) override {
+    held_.append(piece);
+    for (;;) {
+      const size_t at = std::min(held_.size(), held_.find_first_not_of(" \t\r\n"));
+      const std::string_view rest = std::string_view(held_).substr(at);
+      switch (state_) {
+        case State::kText:
+          if (!take_until_tag(held_, kToolCalls, out.content)) return;
+          pending_ = kToolCalls;
+          state_ = State::kAfterTag;
+          break;
+        case State::kAfterTag: {  // a JSON list (or one object) of calls, or a name
+          if (rest.empty()) return;
+          if (rest[0] != '[' && rest[0] != '{') {
+            take(at);
+            state_ = State::kName;
+            break;
+          }
+          const size_t end = json_value_end(rest);
+          if (end == std::string_view::npos) return;
+          const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
+          take(at + end);
+          std::vector<ToolCall> calls;
+          for (const auto& e : j.is_array() ? j : nlohmann::ordered_json::array({j})) {
+            std::optional<ToolCall> c = call_from_json(e);
+            if (!c) break;
+            calls.push_back(std::move(*c));
+          }
+          if (calls.empty() || calls.size() != (j.is_array() ? j.size() : 1)) {
+            give_up(out);
+            break;
+          }
+          for (ToolCall& c : calls) out.calls.push_back(std::move(c));
+          pending_.clear();
+          state_ = State::kText;
+          break;
+        }
+        case State::kName: {  // name[ARGS] or name[CALL_ID]id[ARGS]
+          size_t i = 0;
+          while (i < held_.size() && name_char(held_[i])) ++i;
+          if (i == held_.size()) return;
+          const std::string_view tail = std::string_view(held_).substr(i);
+          if (i > 0 && tail.substr(0, kArgs.size()) == kArgs) {
+            name_ = held_.substr(0, i);
+            take(i + kArgs.size());
+            state_ = State::kArgs;
+          } else if (i > 0 && tail.substr(0, kCallId.size()) == kCallId) {
+            const size_t a = held_.find(kArgs, i + kCallId.size());
+            if (a == std::string::npos) return;
+            name_ = held_.substr(0, i);
+            take(a + kArgs.size());
+            state_ = State::kArgs;
+          } else if (i > 0 && (may_become(tail, kArgs) || may_become(tail, kCallId))) {
+            return;
+          } else {
+            give_up(out);
+          }
+          break;
+        }
+        case State::kArgs: {  // a JSON object
+          if (rest.empty()) return;
+          if (rest[0] != '{') {
+            give_up(out);
+            break;
+          }
+          const size_t end = json_value_end(rest);
+          if (end == std::string_view::npos) return;
+          const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
+          take(at + end);
+          if (!j.is_object()) {
+            give_up(out);
+            break;
+          }
+          out.calls.push_back(ToolCall{name_, j.dump()});
+          pending_.clear();
+          state_ = State::kText;
+          break;
+        }
+      }
+    }
+  }
+  void finish(ToolCallSplit& out) override {
+    out.content += pending_ + held_;
+    pending_.clear();
+    held_.clear();
+    state_ = State::kText;
+  }
+
+ private:
+  enum class State { kText, kAfterTag, kName, kArgs };
+  void take(size_t n) {
+    pending_.append(held_, 0, n);
+    held_.erase(0, n);
+  }
+  void give_up(ToolCallSplit& out) {
+    out.content += pending_;
+    pending_.clear();
+    state_ = State::kText;
+  }
+  State state_ = State::kText;
+  std::string held_, pending_, name_;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolCallScanner> make_mistral_scanner() { return std::make_unique<MistralScanner>(); }
+
+}  // namespace ft::server

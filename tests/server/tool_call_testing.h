@@ -1,0 +1,51 @@
+#pragma once
+// Checks shared by the tool-call tests: a reply streamed in pieces, split at every position, must give
+// the same content, reasoning and calls as the whole reply.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "server/tag_scan.h"
+#include "server/tool_calls.h"
+
+namespace ft::server::testing {
+
+/** Streams `text` through ToolCallStream(format) in three pieces [0, a), [a, b), [b, end) for every a
+ *  (b in steps of `b_step`) and expects parse_tool_calls' split; `hidden` (when not empty) must never
+ *  show up in the streamed content (a call's marker or body). */
+inline void expect_every_split_equals_whole(const std::string& text, ToolCallFormat format, std::string_view hidden,
+                                            size_t b_step = 7) {
+  const ToolCallSplit whole = parse_tool_calls(text, format);
+  for (size_t a = 0; a <= text.size(); ++a) {
+    for (size_t b = a; b <= text.size(); b += (b == text.size() ? 1 : std::min(b_step, text.size() - b))) {
+      ToolCallStream s(format);
+      ToolCallSplit got;
+      const std::string_view t(text);
+      for (const std::string_view piece : {t.substr(0, a), t.substr(a, b - a), t.substr(b)}) {
+        ToolCallSplit o = s.push(piece);
+        got.content += o.content;
+        got.reasoning += o.reasoning;
+        for (ToolCall& c : o.calls) got.calls.push_back(std::move(c));
+        if (!hidden.empty()) {
+          EXPECT_EQ(got.content.find(hidden), std::string::npos) << a << " " << b;
+        }
+      }
+      ToolCallSplit rest = s.finish();
+      got.content += rest.content;
+      got.reasoning += rest.reasoning;
+      for (ToolCall& c : rest.calls) got.calls.push_back(std::move(c));
+      trim_space(got.content);
+      trim_space(got.reasoning);
+      EXPECT_EQ(got.content, whole.content) << a << " " << b;
+      EXPECT_EQ(got.reasoning, whole.reasoning) << a << " " << b;
+      ASSERT_EQ(got.calls.size(), whole.calls.size()) << a << " " << b;
+      for (size_t i = 0; i < got.calls.size(); ++i) {
+        EXPECT_EQ(got.calls[i].name, whole.calls[i].name) << a << " " << b;
+        EXPECT_EQ(got.calls[i].arguments, whole.calls[i].arguments) << a << " " << b;
+      }
+    }
+  }
+}
+
+}  // namespace ft::server::testing
