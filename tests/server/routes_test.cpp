@@ -497,6 +497,67 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
   expect_error(post(c, "/v1/chat/completions", body + R"(,"tool_choice":"always"})"), 400);
 }
 
+TEST(Routes, ToolCallsInEachTemplateFormat) {
+  // The served template decides the format (detect_tool_call_format): a minimal template holding each
+  // family's marker, a scripted reply in that format, whole and streamed.
+  struct Case {
+    const char* marker;  // what the template holds
+    std::string reply;
+    const char* content;  // message.content (null when "")
+    const char* reasoning;
+  };
+  const std::string chatml = kChatMLTemplate;
+  const Case cases[] = {
+      {"<|python_tag|>", "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", ""},
+      {"[TOOL_CALLS]", "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "Checking.", ""},
+      {"<|channel|>",
+       "<|channel|>analysis<|message|>Weather tool.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+       "<|constrain|>json<|message|>{\"city\": \"Paris\"}",
+       "", "Weather tool."},
+  };
+  const Vocab& v = testing::demo_vocab();
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Weather?"}],"temperature":0,"max_tokens":200,)"
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])";
+  for (const Case& k : cases) {
+    std::vector<int32_t> script = v.encode(k.reply, EncodeOptions{false, true});
+    ASSERT_EQ(v.decode(script), k.reply) << "the demo vocab must spell the reply";
+    script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
+    TestServerConfig cfg;
+    cfg.chat_template = "{#- " + std::string(k.marker) + " -#}" + chatml;
+    {
+      TestServer s(cfg);
+      s.model().script = script;
+      auto c = s.client();
+      const Reply r = post(c, "/v1/chat/completions", body + "}");
+      ASSERT_EQ(r.status, 200) << r.body.dump();
+      const auto& ch = r.body["choices"][0];
+      EXPECT_EQ(ch["finish_reason"], "tool_calls") << k.marker;
+      if (std::string(k.content).empty()) EXPECT_TRUE(ch["message"]["content"].is_null()) << r.body.dump();
+      else EXPECT_EQ(ch["message"]["content"], k.content);
+      if (std::string(k.reasoning).empty()) EXPECT_FALSE(ch["message"].contains("reasoning_content"));
+      else EXPECT_EQ(ch["message"]["reasoning_content"], k.reasoning);
+      ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << r.body.dump();
+      EXPECT_EQ(ch["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+      EXPECT_EQ(ch["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+    }
+    {
+      TestServer s(cfg);
+      s.model().script = script;
+      auto c = s.client();
+      auto r = c.Post("/v1/chat/completions", body + R"(,"stream":true})", "application/json");
+      ASSERT_TRUE(r);
+      const ChatStream st = read_chat_stream(r->body);
+      EXPECT_EQ(st.content, k.content) << k.marker;
+      EXPECT_EQ(st.reasoning, k.reasoning) << k.marker;
+      ASSERT_EQ(st.calls.size(), 1u) << r->body;
+      EXPECT_EQ(st.calls[0]["function"]["name"], "get_weather");
+      EXPECT_EQ(st.calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+      EXPECT_EQ(st.finish, "tool_calls");
+    }
+  }
+}
+
 TEST(Routes, ReasoningFormatDeepseekSplitsTheThinkBlock) {
   // --reasoning-format deepseek: the leading <think> block is reasoning_content; the tool call after it
   // is still found. Without the flag the reply is content as written.
