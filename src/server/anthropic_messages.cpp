@@ -180,7 +180,7 @@ class MessagesSse : public SseFormatter {
 void messages(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
   ChatRequest r = parse_anthropic_request(parse_json_body(body_text), /*count_only=*/false);
   ctx.check_model(r.gen.model, /*allow_empty=*/false);
-  Submitted s = submit_generation(ctx, render_chat_prompt(ctx, r), r.gen, "messages");
+  Submitted s = submit_chat(ctx, r);
   const std::string id = ctx.new_id("msg_");
   if (r.gen.stream) {
     const int32_t prompt_tokens = s.prompt_tokens;

@@ -24,6 +24,10 @@ struct GenerationParams {
   bool logprobs = false;              // chat: logprobs; completions: logprobs != null
   int32_t top_logprobs = 0;           // chat: top_logprobs; completions: the logprobs integer
   bool ignore_eos = false;
+  /** The reply's text keeps control tokens (set by the chat routes when a tool-call format's markers
+   *  are control tokens, e.g. <|python_tag|>, [TOOL_CALLS], gpt-oss's <|channel|>); false: they are
+   *  dropped, as in any other reply. */
+  bool keep_special_tokens = false;
 };
 
 struct ChatRequest {

@@ -11,6 +11,7 @@
 
 #include "server/api_types.h"
 #include "server/context.h"
+#include "server/generation.h"
 #include "server/reasoning.h"
 #include "server/tool_calls.h"
 
@@ -24,6 +25,12 @@ std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
 /** The prompt tokens of `r`: render_chat_text, encoded (special tokens parsed). Throws ApiException 400 (param "messages") when the template
  *  cannot render them. */
 std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r);
+
+/** Renders `r` (render_chat_prompt) and submits it (submit_generation, "messages" naming the prompt
+ *  in a context-length error). When the reply is parsed for a tool-call format whose markers are
+ *  control tokens (tool_call_markers_are_special), its text keeps control tokens, so the parser
+ *  sees them. Throws what those throw. */
+Submitted submit_chat(ServerContext& ctx, const ChatRequest& r);
 
 /** A whole reply, split. */
 struct ChatReply {

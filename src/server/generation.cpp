@@ -31,7 +31,7 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   Submitted s;
   s.prompt_tokens = static_cast<int32_t>(p);
   s.stream = std::make_shared<RequestStream>(*ctx.model.vocab, gen.stop, gen.logprobs,
-                                            !prompt_has_text(*ctx.model.vocab, prompt));
+                                            !prompt_has_text(*ctx.model.vocab, prompt), gen.keep_special_tokens);
   GenerationRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = gen.max_tokens ? *gen.max_tokens : static_cast<int32_t>(limit - p);

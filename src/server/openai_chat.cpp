@@ -110,7 +110,7 @@ class ChatSse : public SseFormatter {
 void chat_completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
   ChatRequest r = parse_chat_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
-  Submitted s = submit_generation(ctx, render_chat_prompt(ctx, r), r.gen, "messages");
+  Submitted s = submit_chat(ctx, r);
   const std::string id = ctx.new_id("chatcmpl-");
   const int64_t created = unix_time();
   if (r.gen.stream) {

@@ -2,8 +2,9 @@
 
 namespace ft::server {
 
-RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text)
-    : detok_(vocab, /*skip_special=*/true, starts_text), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
+RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
+                             bool keep_special)
+    : detok_(vocab, /*skip_special=*/!keep_special, starts_text), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
 
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;

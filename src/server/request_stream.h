@@ -35,8 +35,10 @@ struct StreamUpdate {
 class RequestStream : public TokenSink {
  public:
   /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability.
-   *  `starts_text`: the prompt has no text (prompt_has_text), so the first piece's leading space goes. */
-  RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text);
+   *  `starts_text`: the prompt has no text (prompt_has_text), so the first piece's leading space goes.
+   *  `keep_special`: control tokens stay in the text (GenerationParams::keep_special_tokens). */
+  RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
+                bool keep_special = false);
 
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;

@@ -26,6 +26,11 @@ enum class ToolCallFormat { kHermes, kLlama3, kMistral, kHarmony };
  *  `<|python_tag|>` or `ipython` → kLlama3 (Llama 3.1/3.2/3.3); anything else → kHermes. */
 ToolCallFormat detect_tool_call_format(std::string_view template_source);
 
+/** Whether the format's markers are control tokens in its models' vocabularies (Llama 3's
+ *  <|python_tag|>, Mistral's [TOOL_CALLS], gpt-oss's <|channel|>...), which a reply's text drops
+ *  unless asked to keep them (GenerationParams::keep_special_tokens); Hermes' <tool_call> is text. */
+bool tool_call_markers_are_special(ToolCallFormat f);
+
 /** "hermes", "llama3_json", "mistral", "harmony" (the names of vLLM's tool parsers). */
 const char* tool_call_format_name(ToolCallFormat f);
 

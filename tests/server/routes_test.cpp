@@ -497,6 +497,36 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
   expect_error(post(c, "/v1/chat/completions", body + R"(,"tool_choice":"always"})"), 400);
 }
 
+TEST(Routes, RepliesKeepControlTokensOnlyForFormatsWhoseMarkersAreControlTokens) {
+  // Real Llama 3 / Mistral / gpt-oss vocabularies make their markers control tokens, which reply text
+  // drops. With tools and such a format the reply keeps control tokens, so the parser sees the markers;
+  // Hermes' <tool_call> is text, and its replies drop them as any reply does. The demo vocabulary's
+  // control token <|im_start|> stands in for a marker here.
+  const Vocab& v = testing::demo_vocab();
+  std::vector<int32_t> script = v.encode("<|im_start|>Hi", EncodeOptions{false, true});
+  ASSERT_TRUE(v.is_special(script.at(0)));
+  script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
+  const std::string tools = R"(,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
+  struct Case {
+    const char* marker;
+    bool with_tools;
+    const char* content;
+  };
+  for (const Case& k : {Case{"<|python_tag|>", true, "<|im_start|>Hi"}, Case{"<|python_tag|>", false, "Hi"},
+                        Case{"<tool_call>", true, "Hi"}}) {
+    TestServerConfig cfg;
+    cfg.chat_template = "{#- " + std::string(k.marker) + " -#}" + std::string(kChatMLTemplate);
+    TestServer s(cfg);
+    s.model().script = script;
+    auto c = s.client();
+    const std::string body = R"({"messages":[{"role":"user","content":"x"}],"temperature":0,"max_tokens":20)" +
+                             std::string(k.with_tools ? tools : "") + "}";
+    const Reply r = post(c, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.body["choices"][0]["message"]["content"], k.content) << k.marker << " tools " << k.with_tools;
+  }
+}
+
 TEST(Routes, ToolCallsInEachTemplateFormat) {
   // The served template decides the format (detect_tool_call_format): a minimal template holding each
   // family's marker, a scripted reply in that format, whole and streamed.
