@@ -27,6 +27,28 @@ inline bool may_become(std::string_view s, std::string_view tag) {
   return s.size() < tag.size() && tag.substr(0, s.size()) == s;
 }
 
+/** The text a scanner holds while it reads: `held`, received and not yet consumed, and `pending`,
+ *  consumed as part of what may still turn out not to be a call. */
+struct HeldText {
+  std::string held, pending;
+  /** Moves the first n held characters to pending. */
+  void take(size_t n) {
+    pending.append(held, 0, n);
+    held.erase(0, n);
+  }
+  /** What was read as a call is not one: pending is content. */
+  void give_up(ToolCallSplit& out) {
+    out.content += pending;
+    pending.clear();
+  }
+  /** The reply ended: everything held is content. */
+  void flush(ToolCallSplit& out) {
+    give_up(out);
+    out.content += held;
+    held.clear();
+  }
+};
+
 std::unique_ptr<ToolCallScanner> make_hermes_scanner();
 std::unique_ptr<ToolCallScanner> make_llama3_scanner();
 std::unique_ptr<ToolCallScanner> make_mistral_scanner();

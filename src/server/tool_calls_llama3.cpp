@@ -17,17 +17,17 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 class Llama3Scanner : public ToolCallScanner {
  public:
   void push(std::string_view piece, ToolCallSplit& out) override {
-    held_.append(piece);
+    t_.held.append(piece);
     for (;;) {
-      const size_t at = std::min(held_.size(), held_.find_first_not_of(" \t\r\n"));
-      const std::string_view rest = std::string_view(held_).substr(at);
+      const size_t at = std::min(t_.held.size(), t_.held.find_first_not_of(" \t\r\n"));
+      const std::string_view rest = std::string_view(t_.held).substr(at);
       switch (state_) {
         case State::kStart:  // whitespace, then <|python_tag|>, `{`, or text
           if (rest.empty() || may_become(rest, kPythonTag)) return;
           if (rest.substr(0, kPythonTag.size()) == kPythonTag) {
-            take(at + kPythonTag.size());
+            t_.take(at + kPythonTag.size());
           } else if (rest[0] == '{') {
-            take(at);
+            t_.take(at);
           } else {
             state_ = State::kText;
             break;
@@ -35,8 +35,8 @@ class Llama3Scanner : public ToolCallScanner {
           state_ = State::kCall;
           break;
         case State::kText:
-          if (!take_until_tag(held_, kPythonTag, out.content)) return;
-          pending_ = kPythonTag;
+          if (!take_until_tag(t_.held, kPythonTag, out.content)) return;
+          t_.pending = kPythonTag;
           state_ = State::kCall;
           break;
         case State::kCall: {  // whitespace, then a JSON object that must be a call
@@ -49,20 +49,20 @@ class Llama3Scanner : public ToolCallScanner {
           if (end == std::string_view::npos) return;
           const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
           std::optional<ToolCall> c = call_from_json(j);
-          take(at + end);
+          t_.take(at + end);
           if (!c) {
             give_up(out);
             break;
           }
           out.calls.push_back(std::move(*c));
-          pending_.clear();
+          t_.pending.clear();
           state_ = State::kAfterCall;
           break;
         }
         case State::kAfterCall:  // `;` and another call, or the end (anything else is text)
           if (rest.empty()) return;
           if (rest[0] == ';') {
-            take(at + 1);
+            t_.take(at + 1);
             state_ = State::kCall;
           } else {
             state_ = State::kText;
@@ -72,27 +72,19 @@ class Llama3Scanner : public ToolCallScanner {
     }
   }
   void finish(ToolCallSplit& out) override {
-    out.content += pending_ + held_;
-    pending_.clear();
-    held_.clear();
+    t_.flush(out);
     state_ = State::kText;
   }
 
  private:
   enum class State { kStart, kText, kCall, kAfterCall };
-  /** Moves the first n held characters to pending_ (the text of a call being read). */
-  void take(size_t n) {
-    pending_.append(held_, 0, n);
-    held_.erase(0, n);
-  }
   /** What was read as a call is not one: it is content, as is all that follows. */
   void give_up(ToolCallSplit& out) {
-    out.content += pending_;
-    pending_.clear();
+    t_.give_up(out);
     state_ = State::kText;
   }
   State state_ = State::kStart;
-  std::string held_, pending_;
+  HeldText t_;
 };
 
 }  // namespace

@@ -21,27 +21,27 @@ bool name_char(char c) {
 class MistralScanner : public ToolCallScanner {
  public:
   void push(std::string_view piece, ToolCallSplit& out) override {
-    held_.append(piece);
+    t_.held.append(piece);
     for (;;) {
-      const size_t at = std::min(held_.size(), held_.find_first_not_of(" \t\r\n"));
-      const std::string_view rest = std::string_view(held_).substr(at);
+      const size_t at = std::min(t_.held.size(), t_.held.find_first_not_of(" \t\r\n"));
+      const std::string_view rest = std::string_view(t_.held).substr(at);
       switch (state_) {
         case State::kText:
-          if (!take_until_tag(held_, kToolCalls, out.content)) return;
-          pending_ = kToolCalls;
+          if (!take_until_tag(t_.held, kToolCalls, out.content)) return;
+          t_.pending = kToolCalls;
           state_ = State::kAfterTag;
           break;
         case State::kAfterTag: {  // a JSON list (or one object) of calls, or a name
           if (rest.empty()) return;
           if (rest[0] != '[' && rest[0] != '{') {
-            take(at);
+            t_.take(at);
             state_ = State::kName;
             break;
           }
           const size_t end = json_value_end(rest);
           if (end == std::string_view::npos) return;
           const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
-          take(at + end);
+          t_.take(at + end);
           std::vector<ToolCall> calls;
           for (const auto& e : j.is_array() ? j : nlohmann::ordered_json::array({j})) {
             std::optional<ToolCall> c = call_from_json(e);
@@ -53,24 +53,24 @@ class MistralScanner : public ToolCallScanner {
             break;
           }
           for (ToolCall& c : calls) out.calls.push_back(std::move(c));
-          pending_.clear();
+          t_.pending.clear();
           state_ = State::kText;
           break;
         }
         case State::kName: {  // name[ARGS] or name[CALL_ID]id[ARGS]
           size_t i = 0;
-          while (i < held_.size() && name_char(held_[i])) ++i;
-          if (i == held_.size()) return;
-          const std::string_view tail = std::string_view(held_).substr(i);
+          while (i < t_.held.size() && name_char(t_.held[i])) ++i;
+          if (i == t_.held.size()) return;
+          const std::string_view tail = std::string_view(t_.held).substr(i);
           if (i > 0 && tail.substr(0, kArgs.size()) == kArgs) {
-            name_ = held_.substr(0, i);
-            take(i + kArgs.size());
+            name_ = t_.held.substr(0, i);
+            t_.take(i + kArgs.size());
             state_ = State::kArgs;
           } else if (i > 0 && tail.substr(0, kCallId.size()) == kCallId) {
-            const size_t a = held_.find(kArgs, i + kCallId.size());
+            const size_t a = t_.held.find(kArgs, i + kCallId.size());
             if (a == std::string::npos) return;
-            name_ = held_.substr(0, i);
-            take(a + kArgs.size());
+            name_ = t_.held.substr(0, i);
+            t_.take(a + kArgs.size());
             state_ = State::kArgs;
           } else if (i > 0 && (may_become(tail, kArgs) || may_become(tail, kCallId))) {
             return;
@@ -88,13 +88,13 @@ class MistralScanner : public ToolCallScanner {
           const size_t end = json_value_end(rest);
           if (end == std::string_view::npos) return;
           const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
-          take(at + end);
+          t_.take(at + end);
           if (!j.is_object()) {
             give_up(out);
             break;
           }
           out.calls.push_back(ToolCall{name_, j.dump()});
-          pending_.clear();
+          t_.pending.clear();
           state_ = State::kText;
           break;
         }
@@ -102,25 +102,20 @@ class MistralScanner : public ToolCallScanner {
     }
   }
   void finish(ToolCallSplit& out) override {
-    out.content += pending_ + held_;
-    pending_.clear();
-    held_.clear();
+    t_.flush(out);
     state_ = State::kText;
   }
 
  private:
   enum class State { kText, kAfterTag, kName, kArgs };
-  void take(size_t n) {
-    pending_.append(held_, 0, n);
-    held_.erase(0, n);
-  }
+  /** What was read as a call is not one: it is content, as is all that follows. */
   void give_up(ToolCallSplit& out) {
-    out.content += pending_;
-    pending_.clear();
+    t_.give_up(out);
     state_ = State::kText;
   }
   State state_ = State::kText;
-  std::string held_, pending_, name_;
+  HeldText t_;
+  std::string name_;
 };
 
 }  // namespace

@@ -249,10 +249,8 @@ TEST(AnthropicRoutes, ToolUseBlocks) {
                                    {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}});
   const json paris = {{"city", "Paris"}};
   {
-    TestServer s;
-    s.model().script = script_of(reply);
-    auto c = s.client();
-    const Reply r = post(c, "/v1/messages", msg_body("Weather?", 100, {{"tools", tools}}));
+    const Reply r = testing::scripted_post(TestServerConfig{}, script_of(reply), "/v1/messages",
+        msg_body("Weather?", 100, {{"tools", tools}}));
     ASSERT_EQ(r.status, 200) << r.raw;
     EXPECT_EQ(r.body["stop_reason"], "tool_use");
     const json& content = r.body["content"];
@@ -264,14 +262,12 @@ TEST(AnthropicRoutes, ToolUseBlocks) {
     EXPECT_EQ(content[1]["input"], paris);
   }
   {
-    TestServer s;
-    s.model().script = script_of(reply);
-    auto c = s.client();
-    auto r = c.Post("/v1/messages", msg_body("Weather?", 100, {{"tools", tools}, {"stream", true}}), "application/json");
-    ASSERT_TRUE(r);
-    const MessageStream st = read_stream(r->body);
-    EXPECT_EQ(order_problem(st.names), "") << r->body;
-    ASSERT_EQ(st.blocks.size(), 2u) << r->body;
+    const Reply r = testing::scripted_post(TestServerConfig{}, script_of(reply), "/v1/messages",
+        msg_body("Weather?", 100, {{"tools", tools}, {"stream", true}}));
+    ASSERT_EQ(r.status, 200) << r.raw;
+    const MessageStream st = read_stream(r.raw);
+    EXPECT_EQ(order_problem(st.names), "") << r.raw;
+    ASSERT_EQ(st.blocks.size(), 2u) << r.raw;
     EXPECT_EQ(st.blocks[0]["type"], "text");
     EXPECT_EQ(st.deltas[0], "Checking.\n");  // what streamed before the call, as it came
     EXPECT_EQ(st.blocks[1]["type"], "tool_use");
@@ -284,21 +280,18 @@ TEST(AnthropicRoutes, ToolUseBlocks) {
   // A reply of only a call: one tool_use block, no empty text block, streamed or not.
   const std::string only = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
   for (bool stream : {false, true}) {
-    TestServer s;
-    s.model().script = script_of(only);
-    auto c = s.client();
-    auto r = c.Post("/v1/messages", msg_body("Weather?", 100, {{"tools", tools}, {"stream", stream}}), "application/json");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
+    const Reply r = testing::scripted_post(TestServerConfig{}, script_of(only), "/v1/messages",
+        msg_body("Weather?", 100, {{"tools", tools}, {"stream", stream}}));
+    ASSERT_EQ(r.status, 200) << r.raw;
     if (!stream) {
-      const json b = json::parse(r->body);
-      ASSERT_EQ(b["content"].size(), 1u) << r->body;
+      const json b = json::parse(r.raw);
+      ASSERT_EQ(b["content"].size(), 1u) << r.raw;
       EXPECT_EQ(b["content"][0]["type"], "tool_use");
       EXPECT_EQ(b["content"][0]["input"], paris);
       EXPECT_EQ(b["stop_reason"], "tool_use");
     } else {
-      const MessageStream st = read_stream(r->body);
-      ASSERT_EQ(st.blocks.size(), 1u) << r->body;
+      const MessageStream st = read_stream(r.raw);
+      ASSERT_EQ(st.blocks.size(), 1u) << r.raw;
       EXPECT_EQ(st.blocks[0]["type"], "tool_use");
       EXPECT_EQ(json::parse(st.deltas[0]), paris);
     }
@@ -307,10 +300,8 @@ TEST(AnthropicRoutes, ToolUseBlocks) {
   for (const json& extra : {json::object(), json{{"tools", tools}, {"tool_choice", {{"type", "none"}}}},
                             json{{"tools", tools}, {"tool_choice", {{"type", "any"}}}},
                             json{{"tools", tools}, {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}}}}) {
-    TestServer s;
-    s.model().script = script_of(reply);
-    auto c = s.client();
-    const Reply r = post(c, "/v1/messages", msg_body("Weather?", 100, extra));
+    const Reply r = testing::scripted_post(TestServerConfig{}, script_of(reply), "/v1/messages",
+        msg_body("Weather?", 100, extra));
     ASSERT_EQ(r.status, 200) << r.raw;
     const bool calls = extra.contains("tool_choice") && extra["tool_choice"]["type"] != "none";
     EXPECT_EQ(r.body["stop_reason"], calls ? "tool_use" : "end_turn") << extra;
@@ -341,10 +332,8 @@ TEST(AnthropicRoutes, ReasoningFormatDeepseekGivesAThinkingBlock) {
   TestServerConfig cfg;
   cfg.split_reasoning = true;
   {
-    TestServer s(cfg);
-    s.model().script = script_of(reply);
-    auto c = s.client();
-    const Reply r = post(c, "/v1/messages", msg_body("Go", 100, {{"tools", tools}}));
+    const Reply r = testing::scripted_post(cfg, script_of(reply), "/v1/messages",
+        msg_body("Go", 100, {{"tools", tools}}));
     ASSERT_EQ(r.status, 200) << r.raw;
     const json& content = r.body["content"];
     ASSERT_EQ(content.size(), 3u) << r.raw;
@@ -356,14 +345,12 @@ TEST(AnthropicRoutes, ReasoningFormatDeepseekGivesAThinkingBlock) {
     EXPECT_EQ(r.body["stop_reason"], "tool_use");
   }
   {
-    TestServer s(cfg);
-    s.model().script = script_of(reply);
-    auto c = s.client();
-    auto r = c.Post("/v1/messages", msg_body("Go", 100, {{"tools", tools}, {"stream", true}}), "application/json");
-    ASSERT_TRUE(r);
-    const MessageStream st = read_stream(r->body);
-    EXPECT_EQ(order_problem(st.names), "") << r->body;
-    ASSERT_EQ(st.blocks.size(), 3u) << r->body;
+    const Reply r = testing::scripted_post(cfg, script_of(reply), "/v1/messages",
+        msg_body("Go", 100, {{"tools", tools}, {"stream", true}}));
+    ASSERT_EQ(r.status, 200) << r.raw;
+    const MessageStream st = read_stream(r.raw);
+    EXPECT_EQ(order_problem(st.names), "") << r.raw;
+    ASSERT_EQ(st.blocks.size(), 3u) << r.raw;
     EXPECT_EQ(st.blocks[0]["type"], "thinking");
     EXPECT_EQ(st.deltas[0], "\nUse the tool.\n");  // streamed as written
     EXPECT_EQ(st.blocks[1]["type"], "text");

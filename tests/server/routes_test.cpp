@@ -453,10 +453,8 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
       R"("properties":{"city":{"type":"string"}}}}}])";
   const std::string body = R"({"messages":[{"role":"user","content":"Weather?"}],"temperature":0,"max_tokens":100)";
   {
-    TestServer s;
-    s.model().script = script;
-    auto c = s.client();
-    const Reply r = post(c, "/v1/chat/completions", body + "," + tools + "}");
+    const Reply r = testing::scripted_post(TestServerConfig{}, script, "/v1/chat/completions",
+        body + "," + tools + "}");
     ASSERT_EQ(r.status, 200) << r.body.dump();
     const auto& ch = r.body["choices"][0];
     EXPECT_EQ(ch["finish_reason"], "tool_calls");
@@ -469,24 +467,19 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
     EXPECT_EQ(call["function"]["arguments"], R"({"city":"Paris"})");
   }
   {
-    TestServer s;
-    s.model().script = script;
-    auto c = s.client();
-    auto r = c.Post("/v1/chat/completions", body + "," + tools + R"(,"stream":true})", "application/json");
-    ASSERT_TRUE(r);
-    const ChatStream st = read_chat_stream(r->body);
+    const Reply r = testing::scripted_post(TestServerConfig{}, script, "/v1/chat/completions",
+        body + "," + tools + R"(,"stream":true})");
+    ASSERT_EQ(r.status, 200) << r.raw;
+    const ChatStream st = read_chat_stream(r.raw);
     EXPECT_EQ(st.content, "Checking.\n");  // what streamed before the call, as it came
-    ASSERT_EQ(st.calls.size(), 1u) << r->body;
+    ASSERT_EQ(st.calls.size(), 1u) << r.raw;
     EXPECT_EQ(st.calls[0]["index"], 0);
     EXPECT_EQ(st.calls[0]["function"]["name"], "get_weather");
     EXPECT_EQ(st.calls[0]["function"]["arguments"], R"({"city":"Paris"})");
     EXPECT_EQ(st.finish, "tool_calls");
   }
   for (const std::string& extra : {std::string(), "," + tools + R"(,"tool_choice":"none")"}) {
-    TestServer s;
-    s.model().script = script;
-    auto c = s.client();
-    const Reply r = post(c, "/v1/chat/completions", body + extra + "}");
+    const Reply r = testing::scripted_post(TestServerConfig{}, script, "/v1/chat/completions", body + extra + "}");
     ASSERT_EQ(r.status, 200) << r.body.dump();
     EXPECT_EQ(r.body["choices"][0]["message"]["content"], reply) << extra;
     EXPECT_FALSE(r.body["choices"][0]["message"].contains("tool_calls"));
@@ -556,10 +549,7 @@ TEST(Routes, ToolCallsInEachTemplateFormat) {
     TestServerConfig cfg;
     cfg.chat_template = "{#- " + std::string(k.marker) + " -#}" + chatml;
     {
-      TestServer s(cfg);
-      s.model().script = script;
-      auto c = s.client();
-      const Reply r = post(c, "/v1/chat/completions", body + "}");
+      const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions", body + "}");
       ASSERT_EQ(r.status, 200) << r.body.dump();
       const auto& ch = r.body["choices"][0];
       EXPECT_EQ(ch["finish_reason"], "tool_calls") << k.marker;
@@ -572,15 +562,12 @@ TEST(Routes, ToolCallsInEachTemplateFormat) {
       EXPECT_EQ(ch["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
     }
     {
-      TestServer s(cfg);
-      s.model().script = script;
-      auto c = s.client();
-      auto r = c.Post("/v1/chat/completions", body + R"(,"stream":true})", "application/json");
-      ASSERT_TRUE(r);
-      const ChatStream st = read_chat_stream(r->body);
+      const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions", body + R"(,"stream":true})");
+      ASSERT_EQ(r.status, 200) << r.raw;
+      const ChatStream st = read_chat_stream(r.raw);
       EXPECT_EQ(st.content, k.content) << k.marker;
       EXPECT_EQ(st.reasoning, k.reasoning) << k.marker;
-      ASSERT_EQ(st.calls.size(), 1u) << r->body;
+      ASSERT_EQ(st.calls.size(), 1u) << r.raw;
       EXPECT_EQ(st.calls[0]["function"]["name"], "get_weather");
       EXPECT_EQ(st.calls[0]["function"]["arguments"], R"({"city":"Paris"})");
       EXPECT_EQ(st.finish, "tool_calls");
@@ -601,10 +588,7 @@ TEST(Routes, ReasoningFormatDeepseekSplitsTheThinkBlock) {
   TestServerConfig cfg;
   cfg.split_reasoning = true;
   {
-    TestServer s(cfg);
-    s.model().script = script;
-    auto c = s.client();
-    const Reply r = post(c, "/v1/chat/completions", body + "}");
+    const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions", body + "}");
     ASSERT_EQ(r.status, 200) << r.body.dump();
     const auto& m = r.body["choices"][0]["message"];
     EXPECT_EQ(m["reasoning_content"], "Use the tool.");
@@ -614,12 +598,9 @@ TEST(Routes, ReasoningFormatDeepseekSplitsTheThinkBlock) {
     EXPECT_EQ(r.body["choices"][0]["finish_reason"], "tool_calls");
   }
   {
-    TestServer s(cfg);
-    s.model().script = script;
-    auto c = s.client();
-    auto r = c.Post("/v1/chat/completions", body + R"(,"stream":true})", "application/json");
-    ASSERT_TRUE(r);
-    const ChatStream st = read_chat_stream(r->body);
+    const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions", body + R"(,"stream":true})");
+    ASSERT_EQ(r.status, 200) << r.raw;
+    const ChatStream st = read_chat_stream(r.raw);
     EXPECT_EQ(st.reasoning, "\nUse the tool.\n");  // streamed as written
     EXPECT_EQ(st.content, "On it. ");
     EXPECT_EQ(st.calls.size(), 1u);

@@ -254,6 +254,16 @@ inline EngineStats hang_up_mid_stream(TestServer& s, const std::string& path, co
   return s.service().stats();
 }
 
+/** One POST of `body` to `path` on a fresh server of `cfg` whose fake model answers `script`
+ *  (tokens). The reply's raw body is Reply::raw (an SSE stream for "stream": true). */
+inline Reply scripted_post(const TestServerConfig& cfg, const std::vector<int32_t>& script, const std::string& path,
+                           const std::string& body) {
+  TestServer s(cfg);
+  s.model().script = script;
+  auto c = s.client();
+  return post(c, path, body);
+}
+
 /** `body` with 1-6 random edits (a character replaced, up to 5 erased, one inserted) from JSON's
  *  alphabet and a few odd bytes: the random-body tests' mutator. */
 inline std::string mutate_body(std::string b, std::mt19937& rng) {
