@@ -17,7 +17,8 @@ std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequ
   return ctx.model.vocab->encode(render_chat_text(ctx, r), EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
 }
 
-Submitted submit_chat(ServerContext& ctx, const ChatRequest& r) {
+Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
+  if (ctx.model.tool_call_format == ToolCallFormat::kHarmony) r.parse_tool_calls = true;
   GenerationParams gen = r.gen;
   gen.keep_special_tokens = r.parse_tool_calls && tool_call_markers_are_special(ctx.model.tool_call_format);
   return submit_generation(ctx, render_chat_prompt(ctx, r), gen, "messages");

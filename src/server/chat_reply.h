@@ -27,10 +27,12 @@ std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
 std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r);
 
 /** Renders `r` (render_chat_prompt) and submits it (submit_generation, "messages" naming the prompt
- *  in a context-length error). When the reply is parsed for a tool-call format whose markers are
- *  control tokens (tool_call_markers_are_special), its text keeps control tokens, so the parser
- *  sees them. Throws what those throw. */
-Submitted submit_chat(ServerContext& ctx, const ChatRequest& r);
+ *  in a context-length error). A gpt-oss (harmony) reply is always split, tools or not (sets
+ *  r.parse_tool_calls): its channels (analysis: reasoning, final: content) would otherwise run
+ *  together. When the reply is parsed for a tool-call format whose markers are control tokens
+ *  (tool_call_markers_are_special), its text keeps control tokens, so the parser sees them. Throws
+ *  what those throw. */
+Submitted submit_chat(ServerContext& ctx, ChatRequest& r);
 
 /** A whole reply, split. */
 struct ChatReply {

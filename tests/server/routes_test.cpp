@@ -520,6 +520,25 @@ TEST(Routes, RepliesKeepControlTokensOnlyForFormatsWhoseMarkersAreControlTokens)
   }
 }
 
+TEST(Routes, GptOssRepliesAreSplitByChannelWithoutTools) {
+  // Harmony's channels are the reply's structure, not only its calls: analysis is reasoning, final
+  // is content, whether or not the request has tools.
+  const Vocab& v = testing::demo_vocab();
+  std::vector<int32_t> script = v.encode(
+      "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>The answer.",
+      EncodeOptions{false, true});
+  script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
+  TestServerConfig cfg;
+  cfg.chat_template = "{#- <|channel|> -#}" + std::string(kChatMLTemplate);
+  const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions",
+                                         R"({"messages":[{"role":"user","content":"Q?"}],"temperature":0})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const auto& m = r.body["choices"][0]["message"];
+  EXPECT_EQ(m["content"], "The answer.") << r.raw;
+  EXPECT_EQ(m["reasoning_content"], "Think first.") << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+}
+
 TEST(Routes, ToolCallsInEachTemplateFormat) {
   // The served template decides the format (detect_tool_call_format): a minimal template holding each
   // family's marker, a scripted reply in that format, whole and streamed.
