@@ -41,7 +41,9 @@ ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool wi
       out.thought = true;
       out.reasoning += split.reasoning;
     }
-    if (!split.calls.empty() || !split.reasoning.empty()) {
+    // Harmony's content is its final channel's text even without calls or analysis; other formats
+    // keep a reply without calls as written.
+    if (!split.calls.empty() || !split.reasoning.empty() || format == ToolCallFormat::kHarmony) {
       out.content = std::move(split.content);
       out.calls = std::move(split.calls);
     }

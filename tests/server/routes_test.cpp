@@ -524,19 +524,28 @@ TEST(Routes, GptOssRepliesAreSplitByChannelWithoutTools) {
   // Harmony's channels are the reply's structure, not only its calls: analysis is reasoning, final
   // is content, whether or not the request has tools.
   const Vocab& v = testing::demo_vocab();
-  std::vector<int32_t> script = v.encode(
-      "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>The answer.",
-      EncodeOptions{false, true});
-  script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
   TestServerConfig cfg;
   cfg.chat_template = "{#- <|channel|> -#}" + std::string(kChatMLTemplate);
-  const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions",
-                                         R"({"messages":[{"role":"user","content":"Q?"}],"temperature":0})");
-  ASSERT_EQ(r.status, 200) << r.raw;
-  const auto& m = r.body["choices"][0]["message"];
-  EXPECT_EQ(m["content"], "The answer.") << r.raw;
-  EXPECT_EQ(m["reasoning_content"], "Think first.") << r.raw;
-  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+  const std::string body = R"({"messages":[{"role":"user","content":"Q?"}],"temperature":0)";
+  for (const char* analysis : {"Think first.", ""}) {  // with an analysis channel, and only a final one
+    const std::string reply = (*analysis ? "<|channel|>analysis<|message|>" + std::string(analysis) +
+                                               "<|end|><|start|>assistant"
+                                         : std::string()) +
+                              "<|channel|>final<|message|>The answer.";
+    std::vector<int32_t> script = v.encode(reply, EncodeOptions{false, true});
+    script.push_back(v.encode("<|im_end|>", EncodeOptions{false, true}).at(0));
+    const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions", body + "}");
+    ASSERT_EQ(r.status, 200) << r.raw;
+    const auto& m = r.body["choices"][0]["message"];
+    EXPECT_EQ(m["content"], "The answer.") << r.raw;
+    if (*analysis) EXPECT_EQ(m["reasoning_content"], analysis) << r.raw;
+    else EXPECT_FALSE(m.contains("reasoning_content")) << r.raw;
+    EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+    const Reply st = testing::scripted_post(cfg, script, "/v1/chat/completions", body + R"(,"stream":true})");
+    const ChatStream cs = read_chat_stream(st.raw);
+    EXPECT_EQ(cs.content, "The answer.") << st.raw;
+    EXPECT_EQ(cs.reasoning, analysis) << st.raw;
+  }
 }
 
 TEST(Routes, ToolCallsInEachTemplateFormat) {
