@@ -1,6 +1,7 @@
 #pragma once
 // What the tool-call format scanners (tool_calls_*.cpp) share: JSON → ToolCall, finding where a JSON
 // value ends in streamed text, and the factory of each format's scanner.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,33 @@ struct HeldText {
     out.content += held;
     held.clear();
   }
+};
+
+/** A scanner reading through HeldText that falls back to text when what it reads is not a call.
+ *  State is its enum of states, with a kText state (plain text). */
+template <class State>
+class HeldTextScanner : public ToolCallScanner {
+ public:
+  explicit HeldTextScanner(State start) : state_(start) {}
+  void finish(ToolCallSplit& out) override {
+    t_.flush(out);
+    state_ = State::kText;
+  }
+
+ protected:
+  /** Where the held text's first non-space character is, and the held text from there. */
+  size_t skip_held_space(std::string_view& rest) const {
+    const size_t at = std::min(t_.held.size(), t_.held.find_first_not_of(" \t\r\n"));
+    rest = std::string_view(t_.held).substr(at);
+    return at;
+  }
+  /** What was read as a call is not one: it is content, as is all that follows. */
+  void give_up(ToolCallSplit& out) {
+    t_.give_up(out);
+    state_ = State::kText;
+  }
+  State state_;
+  HeldText t_;
 };
 
 std::unique_ptr<ToolCallScanner> make_hermes_scanner();

@@ -14,13 +14,17 @@ namespace {
 
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-class Llama3Scanner : public ToolCallScanner {
+enum class Llama3State { kStart, kText, kCall, kAfterCall };
+
+class Llama3Scanner : public HeldTextScanner<Llama3State> {
  public:
+  using State = Llama3State;
+  Llama3Scanner() : HeldTextScanner(State::kStart) {}
   void push(std::string_view piece, ToolCallSplit& out) override {
     t_.held.append(piece);
     for (;;) {
-      const size_t at = std::min(t_.held.size(), t_.held.find_first_not_of(" \t\r\n"));
-      const std::string_view rest = std::string_view(t_.held).substr(at);
+      std::string_view rest;
+      const size_t at = skip_held_space(rest);
       switch (state_) {
         case State::kStart:  // whitespace, then <|python_tag|>, `{`, or text
           if (rest.empty() || may_become(rest, kPythonTag)) return;
@@ -71,20 +75,6 @@ class Llama3Scanner : public ToolCallScanner {
       }
     }
   }
-  void finish(ToolCallSplit& out) override {
-    t_.flush(out);
-    state_ = State::kText;
-  }
-
- private:
-  enum class State { kStart, kText, kCall, kAfterCall };
-  /** What was read as a call is not one: it is content, as is all that follows. */
-  void give_up(ToolCallSplit& out) {
-    t_.give_up(out);
-    state_ = State::kText;
-  }
-  State state_ = State::kStart;
-  HeldText t_;
 };
 
 }  // namespace

@@ -18,13 +18,17 @@ bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
 }
 
-class MistralScanner : public ToolCallScanner {
+enum class MistralState { kText, kAfterTag, kName, kArgs };
+
+class MistralScanner : public HeldTextScanner<MistralState> {
  public:
+  using State = MistralState;
+  MistralScanner() : HeldTextScanner(State::kText) {}
   void push(std::string_view piece, ToolCallSplit& out) override {
     t_.held.append(piece);
     for (;;) {
-      const size_t at = std::min(t_.held.size(), t_.held.find_first_not_of(" \t\r\n"));
-      const std::string_view rest = std::string_view(t_.held).substr(at);
+      std::string_view rest;
+      const size_t at = skip_held_space(rest);
       switch (state_) {
         case State::kText:
           if (!take_until_tag(t_.held, kToolCalls, out.content)) return;
@@ -101,20 +105,8 @@ class MistralScanner : public ToolCallScanner {
       }
     }
   }
-  void finish(ToolCallSplit& out) override {
-    t_.flush(out);
-    state_ = State::kText;
-  }
 
  private:
-  enum class State { kText, kAfterTag, kName, kArgs };
-  /** What was read as a call is not one: it is content, as is all that follows. */
-  void give_up(ToolCallSplit& out) {
-    t_.give_up(out);
-    state_ = State::kText;
-  }
-  State state_ = State::kText;
-  HeldText t_;
   std::string name_;
 };
 
