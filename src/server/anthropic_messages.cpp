@@ -122,9 +122,13 @@ class MessagesSse : public SseFormatter {
   enum class Block { kNone, kThinking, kText, kToolUse };  // the open block's kind
 
   void emit(ChatReplyPiece p, std::vector<std::string>& out) {
-    if (!p.reasoning.empty()) {
-      open_block(Block::kThinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, out);
-      delta({{"type", "thinking_delta"}, {"thinking", std::move(p.reasoning)}}, out);
+    if (!p.reasoning.empty()) {  // whitespace-only reasoning opens no block (nor does it in a whole reply)
+      held_thinking_ += p.reasoning;
+      if (open_ == Block::kThinking || !all_space(held_thinking_)) {
+        open_block(Block::kThinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, out);
+        delta({{"type", "thinking_delta"}, {"thinking", std::move(held_thinking_)}}, out);
+        held_thinking_.clear();
+      }
     }
     if (!p.content.empty()) {
       held_space_ += p.content;
@@ -175,6 +179,7 @@ class MessagesSse : public SseFormatter {
   int index_ = 0;
   int n_calls_ = 0;
   std::string held_space_;
+  std::string held_thinking_;  // reasoning that is all whitespace so far (no thinking block yet)
 };
 
 void messages(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
@@ -192,7 +197,8 @@ void messages(ServerContext& ctx, const std::string& body_text, httplib::Respons
   ChatReply reply = split_chat_reply(all.text, r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls,
                                      ctx.model.tool_call_format);
   ojson content = ojson::array();
-  if (reply.thought) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+  if (reply.thought && !reply.reasoning.empty())  // empty (trimmed) reasoning: no block, as streamed
+    content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
   if (!all_space(reply.content)) content.push_back({{"type", "text"}, {"text", reply.content}});
   for (const ToolCall& c : reply.calls) content.push_back(tool_use_block(ctx, c, tool_input(c)));
   send_json(res, 200,

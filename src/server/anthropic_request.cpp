@@ -154,6 +154,12 @@ ojson parse_conversation(const ojson& body) {
     const bool empty = blocks.empty() || (content->is_string() && content->get_ref<const std::string&>().empty());
     if (empty && !(last && role == "assistant"))
       bad_request(where + ".content", fmt::format("'{}.content' must not be empty (only the final assistant turn may be)", where));
+    for (size_t j = 0; j < blocks.size() && !(last && role == "assistant"); ++j) {
+      const ojson* text = field(blocks[j], "text");
+      if (blocks[j]["type"] == "text" && text && text->is_string() && text->get_ref<const std::string&>().empty())
+        bad_request(fmt::format("{}.content[{}].text", where, j),
+                    fmt::format("'{}.content[{}].text' must not be empty (text content blocks must be non-empty)", where, j));
+    }
     if (role == "user") user_turn(blocks, where + ".content", out);
     else assistant_turn(blocks, where + ".content", out);
   }
@@ -280,6 +286,8 @@ ChatRequest parse_anthropic_request(const ojson& body, bool count_only) {
   if (!count_only && !field(body, "max_tokens")) bad_request("max_tokens", "'max_tokens' is required");
   r.messages = parse_conversation(body);
   r.assistant_prefill = take_prefill(r.messages);
+  if (r.messages.empty() || (r.messages.size() == 1 && r.messages[0]["role"] == "system"))
+    bad_request("messages", "'messages' must hold a user turn (a lone assistant turn is a prefill with nothing before it)");
   r.tools = parse_tools(body);
   const bool none = tool_choice_none(body, r.tools);
   r.parse_tool_calls = !r.tools.is_null() && !none;

@@ -12,8 +12,8 @@
 namespace ft::server {
 
 /** The call in a parsed JSON object: a non-empty string "name" and "arguments" (or Llama's
- *  "parameters"): an object or array is dumped, a string is kept as the JSON text it holds, none is
- *  "{}". Nothing when `j` is not such an object. */
+ *  "parameters"): an object or array is dumped, a string must hold an object or array as JSON text
+ *  (kept as written), none is "{}". Nothing when `j` is not such an object. */
 std::optional<ToolCall> call_from_json(const nlohmann::ordered_json& j);
 
 /** `s` starts with `{` or `[`: the length of that JSON value (brackets counted outside strings), or

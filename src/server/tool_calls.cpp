@@ -35,8 +35,13 @@ std::optional<ToolCall> call_from_json(const nlohmann::ordered_json& j) {
   auto args = j.find("arguments");
   if (args == j.end()) args = j.find("parameters");  // Llama 3.x's name, seen in Hermes-format output too
   if (args == j.end() || args->is_null()) c.arguments = "{}";
-  else if (args->is_string()) c.arguments = args->get<std::string>();  // already JSON text
-  else c.arguments = args->dump();
+  else if (args->is_string()) {  // JSON text: a call only if it is an object or array
+    const auto parsed = nlohmann::ordered_json::parse(args->get_ref<const std::string&>(), nullptr, false);
+    if (!parsed.is_object() && !parsed.is_array()) return std::nullopt;
+    c.arguments = args->get<std::string>();  // as written
+  } else {
+    c.arguments = args->dump();
+  }
   return c;
 }
 

@@ -483,6 +483,11 @@ TEST(AnthropicRoutes, AFinalAssistantTurnIsAPrefillTheReplyContinues) {
   json empty_prefill = msgs;
   empty_prefill[1]["content"] = "";
   EXPECT_EQ(post(c, "/v1/messages", msg_body("", 12, {{"messages", empty_prefill}})).status, 200);
+  // Nothing before the prefill, or an empty text block, are refused as Anthropic refuses them.
+  expect_error(post(c, "/v1/messages", msg_body("", 12, {{"messages", {{{"role", "assistant"}, {"content", "Hi"}}}}})),
+               400, "invalid_request_error");
+  const json empty_block = {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", ""}}}}}};
+  expect_error(post(c, "/v1/messages", msg_body("", 12, {{"messages", empty_block}})), 400, "invalid_request_error");
   for (const json& empty : {json(""), json::array()}) {
     const Reply e = post(c, "/v1/messages", msg_body("", 12, {{"messages", {{{"role", "user"}, {"content", empty}}}}}));
     expect_error(e, 400, "invalid_request_error");
@@ -496,6 +501,21 @@ const char* const kThinkingTemplate =
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}\n"
     "{%- if enable_thinking is defined and not enable_thinking -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}\n"
     "{%- endif -%}\n";
+
+TEST(AnthropicRoutes, EmptyReasoningGivesNoThinkingBlockWholeOrStreamed) {
+  TestServerConfig cfg;
+  cfg.split_reasoning = true;
+  for (const char* reply : {"<think></think>Hi", "<think> \n</think>Hi"}) {
+    const Reply whole = testing::scripted_post(cfg, script_of(reply), "/v1/messages", msg_body("Go", 50));
+    ASSERT_EQ(whole.status, 200) << whole.raw;
+    EXPECT_EQ(whole.body["content"], json::parse(R"([{"type":"text","text":"Hi"}])")) << reply << ": " << whole.raw;
+    const Reply streamed =
+        testing::scripted_post(cfg, script_of(reply), "/v1/messages", msg_body("Go", 50, {{"stream", true}}));
+    const MessageStream st = read_stream(streamed.raw);
+    ASSERT_EQ(st.blocks.size(), 1u) << reply << ": " << streamed.raw;
+    EXPECT_EQ(st.blocks[0]["type"], "text");
+  }
+}
 
 TEST(AnthropicRoutes, ThinkingRequestField) {
   TestServerConfig cfg;

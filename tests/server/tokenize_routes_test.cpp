@@ -36,8 +36,7 @@ TEST(TokenizeRoutes, TokenizeAndDetokenizeUseTheServedVocabulary) {
   const Reply literal = post(c, "/tokenize", json{{"content", text}, {"parse_special", false}}.dump());
   EXPECT_EQ(ids_of(literal), v.encode(text, EncodeOptions{false, false}));
   EXPECT_NE(ids_of(literal), ids_of(plain)) << "<|im_end|> is one token only when special tokens are parsed";
-  const Reply special = post(c, "/tokenize", json{{"content", text}, {"add_special", true}}.dump());
-  EXPECT_EQ(ids_of(special), v.encode(text, EncodeOptions{true, true}));
+  // (add_special is passed to the vocabulary; the demo vocabulary adds no BOS, so it is not told apart here.)
 
   // with_pieces: each token's bytes, as text when they are valid UTF-8 alone, else as byte values.
   const Reply pieces = post(c, "/tokenize", json{{"content", text}, {"with_pieces", true}}.dump());
@@ -83,6 +82,7 @@ TEST(TokenizeRoutes, ApplyTemplateGivesTheChatPrompt) {
   EXPECT_EQ(r.body["prompt"], t.render(nlohmann::ordered_json::parse(msgs.dump()), nullptr, true));
   EXPECT_EQ(post(c, "/apply-template", json{{"messages", msgs}}.dump()).status, 401);
   EXPECT_EQ(post(c, "/tokenize", json{{"content", "x"}}.dump()).status, 401);
+  EXPECT_EQ(post(c, "/detokenize", json{{"tokens", {1}}}.dump()).status, 401);
   EXPECT_EQ(post(c, "/apply-template", json{{"model", "other"}, {"messages", msgs}}.dump(), auth).status, 404);
   expect_bad_request(post(c, "/apply-template", "{}", auth), "messages");
 }

@@ -64,6 +64,13 @@ TEST(ToolCallFormats, Llama3Json) {
   expect_every_split_equals_whole(two, f, "{\"name\"");
   expect_every_split_equals_whole("{\"name\": \"f\", \"parameters\": {\"x\": 1}}\nDone. {\"name\": \"g\"}", f, "");
   expect_every_split_equals_whole("Hi <|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": }}; x", f, "");
+
+  // A `;` after the last call ends the list: no text.
+  const std::string trailing = "{\"name\": \"f\", \"parameters\": {}} ; ";
+  s = parse_tool_calls(trailing, f);
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.content, "");
+  expect_every_split_equals_whole(trailing, f, "");
 }
 
 TEST(ToolCallFormats, Mistral) {
@@ -109,6 +116,15 @@ TEST(ToolCallFormats, Mistral) {
   expect_every_split_equals_whole(list, f, "[TOOL");
   expect_every_split_equals_whole(v11, f, "[TOOL");
   expect_every_split_equals_whole("a [TOOL_CALLS]f[ARGS]{\"x\": tru} b [TOOL_CALLS]g[ARGS]{}", f, "");
+
+  // Arguments given as a string must hold JSON: otherwise the entry is no call and stays text.
+  const std::string not_json = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"not json\"}]";
+  s = parse_tool_calls(not_json, f);
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, not_json);
+  s = parse_tool_calls("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}]", f);
+  ASSERT_EQ(s.calls.size(), 1u);
+  expect_call(s.calls[0], "f", R"({"x": 1})");  // JSON text kept as written
 }
 
 TEST(ToolCallFormats, Harmony) {

@@ -50,8 +50,9 @@ int decode_splits(int64_t T, int64_t capacity);
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
 /** Whether the kernel can also write its output's int8 form (AttnDecodeArgs::q8): the lanes holding a
- *  block's output slices must make whole warps and 32-element chunks (head_dim a multiple of 32, and
- *  of 64 when a block takes one query head). */
+ *  block's output slices (4 dims each) must make whole warps and 32-element chunks, i.e. the block's
+ *  query heads times head_dim a multiple of 128 (head_dim a multiple of 64 with two heads per block,
+ *  of 128 with one). */
 bool attention_decode_writes_q8(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
 /** Whether the kernel can apply the QK-norm and rotation itself (AttnDecodeArgs::fused): head_dim

@@ -48,6 +48,11 @@ bool possible(int device) {
 
 }  // namespace
 
+bool clusters_possible() {
+  int device = 0;
+  return cudaGetDevice(&device) == cudaSuccess && possible(device);
+}
+
 bool pdl_enabled() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;

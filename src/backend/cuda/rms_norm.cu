@@ -91,6 +91,7 @@ __global__ void rms_norm_row_kernel(T* x, const T* res, const void* w, int w_cod
 template <typename T>
 __global__ void rms_norm_cluster_kernel(T* x, const T* res, const void* w, int w_code, float eps, float offset, T* out,
                                         int64_t D, int8_t* q8) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // launched only where clusters_possible()
   __shared__ float red[32];
   const int b = static_cast<int>(blockIdx.x);
   const int64_t row = blockIdx.y, mine = threadIdx.x + static_cast<int64_t>(b) * blockDim.x;
@@ -118,6 +119,7 @@ __global__ void rms_norm_cluster_kernel(T* x, const T* res, const void* w, int w
   const T y = from_f<T>(vb * inv * wv);
   out[row * D + mine] = y;
   quantize_q8_lane(to_f(y), q8, Q8Layout(gridDim.y, D), row * D + mine, (row * D + mine) / 32);
+#endif
 }
 
 /** Whether rms_norm_row_kernel takes rows of D elements (a block of up to 1024 threads, kRowPerThread each). */
@@ -164,7 +166,9 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
   if (out.data == x.data || out.data == r.data)
     fail(ErrorCode::kInvalidArgument, "add_rms_norm: out must not alias x or r");
   const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
-  if (x.rows() > 0) cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out, prepare_q8(out), stream_);
+  if (x.rows() > 0)
+    cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out, cuda::clusters_possible() ? prepare_q8(out) : nullptr,
+                     stream_);
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
@@ -180,7 +184,8 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
     fail(ErrorCode::kInvalidArgument, "rms_norm: weight {} must have {} elements (the row length of x {})", w.str(), D,
          x.str());
   if (R == 0) return;
-  if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out, prepare_q8(out), stream_);
+  if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out,
+                                                    cuda::clusters_possible() ? prepare_q8(out) : nullptr, stream_);
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
     cuda::launch_pdl(cuda::rms_norm_kernel<T>, blocks, 128, 0, stream_, x.ptr<T>(), w.data, w_code, p.eps,
