@@ -20,6 +20,21 @@ std::optional<ToolCall> call_from_json(const nlohmann::ordered_json& j);
  *  npos when it has not closed yet. */
 size_t json_value_end(std::string_view s);
 
+/** json_value_end over a text that only grows between calls (a value streaming in): each call scans
+ *  only what was added since the last one, so a value of L bytes costs O(L), not O(L^2). reset()
+ *  before scanning a value that starts elsewhere. */
+class JsonValueScan {
+ public:
+  /** json_value_end(s), where s extends the text of the previous call since reset(). */
+  size_t end(std::string_view s);
+  void reset() { *this = JsonValueScan{}; }
+
+ private:
+  size_t pos_ = 0;  // bytes of s scanned so far
+  int depth_ = 0;
+  bool in_string_ = false, escaped_ = false;
+};
+
 /** Drops leading spaces, tabs and line breaks from `s`; returns how many. */
 size_t skip_space(std::string& s);
 
@@ -58,6 +73,7 @@ class HeldTextScanner : public ToolCallScanner {
   explicit HeldTextScanner(State start) : state_(start) {}
   void finish(ToolCallSplit& out) override {
     t_.flush(out);
+    json_.reset();
     state_ = State::kText;
   }
 
@@ -71,10 +87,19 @@ class HeldTextScanner : public ToolCallScanner {
   /** What was read as a call is not one: it is content, as is all that follows. */
   void give_up(ToolCallSplit& out) {
     t_.give_up(out);
+    json_.reset();
     state_ = State::kText;
+  }
+  /** json_value_end of the value starting at rest[0], scanning only what arrived since the last call;
+   *  the scan starts afresh after a value ends (or give_up). */
+  size_t value_end(std::string_view rest) {
+    const size_t e = json_.end(rest);
+    if (e != std::string_view::npos) json_.reset();
+    return e;
   }
   State state_;
   HeldText t_;
+  JsonValueScan json_;
 };
 
 std::unique_ptr<ToolCallScanner> make_hermes_scanner();

@@ -45,21 +45,21 @@ std::optional<ToolCall> call_from_json(const nlohmann::ordered_json& j) {
   return c;
 }
 
-size_t json_value_end(std::string_view s) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char ch = s[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
+size_t json_value_end(std::string_view s) { return JsonValueScan{}.end(s); }
+
+size_t JsonValueScan::end(std::string_view s) {
+  for (; pos_ < s.size(); ++pos_) {
+    const char ch = s[pos_];
+    if (in_string_) {
+      if (escaped_) escaped_ = false;
+      else if (ch == '\\') escaped_ = true;
+      else if (ch == '"') in_string_ = false;
     } else if (ch == '"') {
-      in_string = true;
+      in_string_ = true;
     } else if (ch == '{' || ch == '[') {
-      ++depth;
-    } else if ((ch == '}' || ch == ']') && --depth == 0) {
-      return i + 1;
+      ++depth_;
+    } else if ((ch == '}' || ch == ']') && --depth_ == 0) {
+      return ++pos_;
     }
   }
   return std::string_view::npos;

@@ -42,7 +42,7 @@ class MistralScanner : public HeldTextScanner<MistralState> {
             state_ = State::kName;
             break;
           }
-          const size_t end = json_value_end(rest);
+          const size_t end = value_end(rest);
           if (end == std::string_view::npos) return;
           const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
           t_.take(at + end);
@@ -89,7 +89,7 @@ class MistralScanner : public HeldTextScanner<MistralState> {
             give_up(out);
             break;
           }
-          const size_t end = json_value_end(rest);
+          const size_t end = value_end(rest);
           if (end == std::string_view::npos) return;
           const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
           t_.take(at + end);
