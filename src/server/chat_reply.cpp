@@ -66,12 +66,7 @@ ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last) {
   ChatReplyPiece out;
   out.reasoning = std::move(r.reasoning);
   ToolCallSplit s = tools_ ? tools_->push(r.content) : ToolCallSplit{std::move(r.content), {}, {}};
-  if (last && tools_) {
-    ToolCallSplit rest = tools_->finish();
-    s.content += rest.content;
-    s.reasoning += rest.reasoning;
-    for (ToolCall& c : rest.calls) s.calls.push_back(std::move(c));
-  }
+  if (last && tools_) s.append(tools_->finish());
   out.reasoning += s.reasoning;  // harmony's analysis channel
   out.content = std::move(s.content);
   out.calls = std::move(s.calls);

@@ -95,10 +95,7 @@ ToolCallSplit ToolCallStream::finish() {
 ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format) {
   ToolCallStream s(format);
   ToolCallSplit out = s.push(text);
-  ToolCallSplit rest = s.finish();
-  out.content += rest.content;
-  out.reasoning += rest.reasoning;
-  for (ToolCall& c : rest.calls) out.calls.push_back(std::move(c));
+  out.append(s.finish());
   trim_space(out.content);
   trim_space(out.reasoning);
   return out;

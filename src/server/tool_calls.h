@@ -45,6 +45,12 @@ struct ToolCallSplit {
   std::string content;
   std::vector<ToolCall> calls;
   std::string reasoning;
+  /** Adds a later piece of the same reply: its content, reasoning and calls after these. */
+  void append(ToolCallSplit&& more) {
+    content += more.content;
+    reasoning += more.reasoning;
+    for (ToolCall& c : more.calls) calls.push_back(std::move(c));
+  }
 };
 
 /** One format's scanner (tool_call_scan.h); ToolCallStream runs the one its format names. */

@@ -31,18 +31,12 @@ inline void expect_every_split_equals_whole(const std::string& text, ToolCallFor
       ToolCallStream s(format);
       ToolCallSplit got;
       for (const std::string_view piece : splits[n]) {
-        ToolCallSplit o = s.push(piece);
-        got.content += o.content;
-        got.reasoning += o.reasoning;
-        for (ToolCall& c : o.calls) got.calls.push_back(std::move(c));
+        got.append(s.push(piece));
         if (!hidden.empty()) {
           EXPECT_EQ(got.content.find(hidden), std::string::npos) << a << " " << b;
         }
       }
-      ToolCallSplit rest = s.finish();
-      got.content += rest.content;
-      got.reasoning += rest.reasoning;
-      for (ToolCall& c : rest.calls) got.calls.push_back(std::move(c));
+      got.append(s.finish());
       trim_space(got.content);
       trim_space(got.reasoning);
       EXPECT_EQ(got.content, whole.content) << a << " " << b;
