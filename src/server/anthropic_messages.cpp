@@ -5,12 +5,11 @@
 // and a tool_use block per parsed call. Streams are named SSE events (message_start,
 // content_block_start / _delta / _stop per block, message_delta, message_stop), without [DONE].
 // Errors on these routes use Anthropic's error body (errors.h, anthropic_error_body).
-#include <cctype>
-
 #include "server/chat_reply.h"
 #include "server/generation.h"
 #include "server/request_parse.h"
 #include "server/routes.h"
+#include "server/tag_scan.h"
 
 namespace ft::server {
 
@@ -70,12 +69,6 @@ ojson message_json(const std::string& id, const std::string& model, ojson conten
   m["stop_sequence"] = std::move(seq);
   m["usage"] = std::move(usage);
   return m;
-}
-
-bool all_space(const std::string& s) {
-  for (unsigned char c : s)
-    if (!std::isspace(c)) return false;
-  return true;
 }
 
 /** A streamed reply as Anthropic's events: one block open at a time (thinking, then text, with a

@@ -24,6 +24,9 @@ inline bool take_until_tag(std::string& held, std::string_view tag, std::string&
   return false;
 }
 
+/** Whether `s` is only spaces, tabs and line breaks (what trim_space removes), or empty. */
+inline bool all_space(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+
 /** Drops leading and trailing spaces, tabs and line breaks. */
 inline void trim_space(std::string& s) {
   const size_t first = s.find_first_not_of(" \t\r\n");

@@ -77,11 +77,10 @@ class Llama3Scanner : public HeldTextScanner<Llama3State> {
   }
   void finish(ToolCallSplit& out) override {
     // A `;` after the last call, and the space around it, ends the list: it is not text.
-    const auto space = [](const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; };
     std::string sep = t_.pending;
-    if (state_ == State::kCall && space(t_.held) && sep.find(';') != std::string::npos) {
+    if (state_ == State::kCall && all_space(t_.held) && sep.find(';') != std::string::npos) {
       sep.erase(sep.find(';'), 1);
-      if (space(sep)) t_.pending.clear(), t_.held.clear();
+      if (all_space(sep)) t_.pending.clear(), t_.held.clear();
     }
     HeldTextScanner::finish(out);
   }
