@@ -48,10 +48,7 @@ bool possible(int device) {
 
 }  // namespace
 
-bool clusters_possible() {
-  int device = 0;
-  return cudaGetDevice(&device) == cudaSuccess && possible(device);
-}
+bool clusters_possible(int device) { return possible(device); }
 
 bool pdl_enabled() {
   int device = 0;

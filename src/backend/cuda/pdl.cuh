@@ -51,9 +51,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
  *  FT_CUDA_PDL=0 nor set_cuda_pdl(false)). */
 bool pdl_enabled();
 
-/** True when thread block clusters may be launched on the current device: an sm_90+ GPU running code
- *  compiled for sm_90+ (kernels built for older archs have no cluster instructions). */
-bool clusters_possible();
+/** True when thread block clusters may be launched on CUDA device `device`: an sm_90+ GPU running
+ *  code compiled for sm_90+ (kernels built for older archs have no cluster instructions). Cached. */
+bool clusters_possible(int device);
 
 /** launch_pdl with thread block clusters of `cluster_x` consecutive blocks along x (grid.x a multiple
  *  of it; 1: no clusters). */

@@ -167,7 +167,7 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
     fail(ErrorCode::kInvalidArgument, "add_rms_norm: out must not alias x or r");
   const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
   if (x.rows() > 0)
-    cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out, cuda::clusters_possible() ? prepare_q8(out) : nullptr,
+    cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out, cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr,
                      stream_);
 }
 
@@ -185,7 +185,7 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
          x.str());
   if (R == 0) return;
   if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out,
-                                                    cuda::clusters_possible() ? prepare_q8(out) : nullptr, stream_);
+                                                    cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr, stream_);
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
     cuda::launch_pdl(cuda::rms_norm_kernel<T>, blocks, 128, 0, stream_, x.ptr<T>(), w.data, w_code, p.eps,
