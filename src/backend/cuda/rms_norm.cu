@@ -167,8 +167,8 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
     fail(ErrorCode::kInvalidArgument, "add_rms_norm: out must not alias x or r");
   const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
   if (x.rows() > 0)
-    cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out, cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr,
-                     stream_);
+    cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out,
+                     cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr, stream_);
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
