@@ -199,7 +199,10 @@ ojson parse_json_body(std::string_view body) {
   } catch (const DepthExceeded&) {
     bad_request("", fmt::format("The request body nests deeper than {} levels", kMaxJsonDepth));
   } catch (const ojson::exception& e) {
-    bad_request("", fmt::format("The request body is not valid JSON: {}", e.what()));
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at ...": drop the tag
+    if (const size_t tag = what.find("] "); what.rfind("[json.exception.", 0) == 0 && tag != std::string::npos)
+      what.erase(0, tag + 2);
+    bad_request("", fmt::format("The request body is not valid JSON: {}", what));
   }
   if (!j.is_object()) bad_request("", fmt::format("The request body must be a JSON object, got {}", type_name(j)));
   return j;
@@ -220,6 +223,18 @@ ChatRequest parse_chat_request(const ojson& body) {
   }
   if (const ojson* t = field(body, "tools")) {
     if (!t->is_array()) bad_request("tools", fmt::format("'tools' must be a list, got {}", type_name(*t)));
+    for (size_t i = 0; i < t->size(); ++i) {  // {"type": "function", "function": {"name", "parameters"?}}
+      const ojson& tool = (*t)[i];
+      const std::string where = fmt::format("tools[{}]", i);
+      const ojson* fn = tool.is_object() ? field(tool, "function") : nullptr;
+      if (!tool.is_object() || get_string(tool, "type") != "function" || !fn || !fn->is_object())
+        bad_request(where, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{\"name\", ...}}}}", where));
+      if (get_string(*fn, "name").empty())
+        bad_request(where + ".function.name", fmt::format("'{}.function.name' is required", where));
+      if (const ojson* params = field(*fn, "parameters"); params && !params->is_object())
+        bad_request(where + ".function.parameters",
+                    fmt::format("'{}.function.parameters' must be an object (a JSON Schema)", where));
+    }
     if (!t->empty()) r.tools = *t;
   }
   // tool_choice: "auto" (the default), "none", "required" or {"type": "function", "function": {"name"}}.
@@ -234,6 +249,13 @@ ChatRequest parse_chat_request(const ojson& body) {
       none = c == "none";
     } else if (!tc->is_object()) {
       bad_request("tool_choice", fmt::format("'tool_choice' must be a string or an object, got {}", type_name(*tc)));
+    } else {  // a named function: one of the tools
+      const ojson* fn = field(*tc, "function");
+      const std::string name = fn && fn->is_object() ? get_string(*fn, "name") : "";
+      bool known = false;
+      for (const ojson& t : r.tools.is_null() ? ojson::array() : r.tools) known = known || t["function"]["name"] == name;
+      if (!known)
+        bad_request("tool_choice", fmt::format("'tool_choice' names function \"{}\", which is not one of the tools", name));
     }
   }
   r.parse_tool_calls = !r.tools.is_null() && !none;

@@ -123,6 +123,15 @@ TEST(RequestParse, ChatRefusalsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "requires"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs", "[0, 20]"},
       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})", "chat_template_kwargs", "object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [1]})", "tools[0]", "\"type\": \"function\""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0]", "function"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})",
+       "tools[0].function.name", "required"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": 1}}]})",
+       "tools[0].function.parameters", "object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+       "tool_choice", "not one of the tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "model": 7})", "model", "string"},
       {R"({"messages": [{"role": "user", "content": "x"}], "seed": "s"})", "seed", "integer"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "min_tokens": 6})", "min_tokens", "exceed"},
@@ -264,6 +273,13 @@ TEST(Errors, StatusMappingAndBodyShape) {
   EXPECT_EQ(api_error_for_status(413, "/x").code, "request_too_large");
   EXPECT_EQ(api_error_for_status(401, "/x").code, "invalid_api_key");
   EXPECT_EQ(dump_json(nlohmann::json("a\xff")), "\"a\xEF\xBF\xBD\"");  // invalid UTF-8 replaced, no throw
+}
+
+TEST(RequestParse, MalformedJsonSaysWhereWithoutTheLibrarysTag) {
+  const ApiError e = chat_refusal("{not json");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(e.message.find("not valid JSON: parse error at line 1, column 3"), std::string::npos) << e.message;
+  EXPECT_EQ(e.message.find("[json.exception"), std::string::npos) << e.message;
 }
 
 }  // namespace
