@@ -22,6 +22,7 @@
 #include "engine/engine_runner.h"
 #include "engine/service.h"
 #include "server/auth.h"
+#include "server/chat_reply.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_template.h"
@@ -169,7 +170,9 @@ int run_serve(const ServeFlags& f) {
               mc.n_expert > 0 ? fmt::format(", {} experts top-{}", mc.n_expert, mc.n_expert_used).c_str() : "",
               demo ? "" : fmt::format("  {}", path).c_str());
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s)\n", vocab.n_tokens(), template_from.c_str(),
-              server::tool_call_format_name(sm.tool_call_format));
+              server::template_renders_tools(chat_template)
+                  ? server::tool_call_format_name(sm.tool_call_format)
+                  : "none: the template does not render tools, so requests' tools are dropped");
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
               format_bytes(weight_bytes).c_str(),
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),

@@ -2,6 +2,17 @@
 
 namespace ft::server {
 
+bool template_renders_tools(const ChatTemplate& t) {
+  const auto conv = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x"}])");
+  const auto tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "ft_probe", "parameters": {"type": "object"}}}])");
+  try {
+    return t.render(conv, tools, true) != t.render(conv, nullptr, true);
+  } catch (const Error&) {
+    return true;
+  }
+}
+
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r) {
   std::string text;
   try {

@@ -17,6 +17,11 @@
 
 namespace ft::server {
 
+/** Whether `t` puts a request's tools into the prompt (a one-turn conversation rendered with and
+ *  without a tool differs). Many templates (the ChatML fallback, base models') drop them; `ft serve`
+ *  says so at start-up. A template that fails to render counts as rendering them (no claim made). */
+bool template_renders_tools(const ChatTemplate& t);
+
 /** The prompt text of `r`: its messages and tools rendered by the served chat template, followed by
  *  its assistant_prefill. Throws ApiException 400 (param "messages") when the template cannot
  *  render them. */

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <random>
 
+#include "server/chat_reply.h"
 #include "server/server_fixture.h"
 
 namespace ft {
@@ -546,6 +547,13 @@ TEST(Routes, GptOssRepliesAreSplitByChannelWithoutTools) {
     EXPECT_EQ(cs.content, "The answer.") << st.raw;
     EXPECT_EQ(cs.reasoning, analysis) << st.raw;
   }
+}
+
+TEST(Routes, TemplatesThatDropToolsAreTold) {
+  // ft serve's banner says when the served template ignores tools (ChatML has no tools section).
+  EXPECT_FALSE(server::template_renders_tools(ChatTemplate(kChatMLTemplate, "", "<|im_end|>")));
+  const std::string with_tools = "{%- if tools -%}TOOLS {{ tools | tojson }}\n{%- endif -%}" + std::string(kChatMLTemplate);
+  EXPECT_TRUE(server::template_renders_tools(ChatTemplate(with_tools, "", "<|im_end|>")));
 }
 
 TEST(Routes, ToolCallsInEachTemplateFormat) {
