@@ -25,14 +25,6 @@ void rope(const RopeParams& p, const Tensor& x, const Tensor& positions) {
          x.str());
 }
 
-void host_copy(const Tensor& src, const Tensor& dst) {
-  if (src.dtype != dst.dtype || src.numel() != dst.numel())
-    fail(ErrorCode::kInvalidArgument, "copy_to_host_async: src {} and dst {} differ in dtype or size", src.str(),
-         dst.str());
-  if (dst.device != Device::kCpu)
-    fail(ErrorCode::kInvalidArgument, "copy_to_host_async: dst {} is on {}, not the host", dst.str(),
-         device_name(dst.device));
-}
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   if (w.ndim != 2) fail(ErrorCode::kInvalidArgument, "matmul: w {} must be 2-D [N, K]", w.str());

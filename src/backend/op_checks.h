@@ -17,7 +17,5 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& y);
  *  Throws ft::Error(kInvalidArgument) naming `op`. */
 void batch(const char* op, const BatchInfo& b);
 
-/** copy_to_host_async: same dtype and numel, dst on the host. Throws ft::Error(kInvalidArgument). */
-void host_copy(const Tensor& src, const Tensor& dst);
 
 }  // namespace ft::op_checks

@@ -37,11 +37,6 @@ void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Te
   if (!n_valid.empty()) moe_mask_rows(n_valid, ids);
 }
 
-void Ops::copy_to_host_async(const Tensor& src, Tensor dst) {
-  op_checks::host_copy(src, dst);
-  copy(src, dst);
-}
-
 void Ops::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
   add(x, r, x);
   rms_norm(p, x, w, out);

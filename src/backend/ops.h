@@ -152,13 +152,6 @@ class Ops {
   /** dst = src, between any two devices. Same numel; dtypes equal, or both in {F32, F16, BF16}
    *  (converted, round to nearest even). Blocks until the copy is done when dst is on the host. */
   virtual void copy(const Tensor& src, Tensor dst) = 0;
-  /** Queues dst = src from this backend's memory into host memory without waiting for it: same
-   *  dtype and numel; dst on the host, pinned for a GPU (HostAllocator::pin) or the copy is slow.
-   *  Read dst only after wait_for_host(). The default is copy() (the CPU backend: done on return).
-   *  Throws kInvalidArgument for a dtype or size mismatch or dst not on the host. */
-  virtual void copy_to_host_async(const Tensor& src, Tensor dst);
-  /** Blocks until the work queued before the last copy_to_host_async, and that copy, are done. */
-  virtual void wait_for_host() {}
   /** Sets every element of an F32/F16/BF16/I32 tensor to zero. */
   virtual void zero(Tensor t) = 0;
   /** Waits for all queued work. */

@@ -47,14 +47,6 @@ std::vector<OpProfileRow> ProfilingOps::rows() const {
   return out;
 }
 
-void ProfilingOps::copy_to_host_async(const Tensor& src, Tensor dst) {
-  timed(fmt::format("copy_to_host_async {}", device_name(src.device)), [&] { inner_->copy_to_host_async(src, dst); });
-}
-
-void ProfilingOps::wait_for_host() {
-  timed("wait_for_host", [&] { inner_->wait_for_host(); });
-}
-
 void ProfilingOps::copy(const Tensor& src, Tensor dst) {
   timed(fmt::format("copy {}->{}", device_name(src.device), device_name(dst.device)), [&] { inner_->copy(src, dst); });
 }

@@ -39,8 +39,6 @@ class ProfilingOps final : public Ops {
   Buffer alloc(int64_t bytes) override { return inner_->alloc(bytes); }
   Tensor make_resident(const Tensor& host, Buffer& storage) override { return inner_->make_resident(host, storage); }
   void copy(const Tensor& src, Tensor dst) override;
-  void copy_to_host_async(const Tensor& src, Tensor dst) override;
-  void wait_for_host() override;
   void zero(Tensor t) override;
   void synchronize() override { inner_->synchronize(); }
 

@@ -87,7 +87,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   } else {
     plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
   }
-  if (graphs && (!moe_ || moe_->experts().graph_safe())) {
+  if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
     const int64_t limit = std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R});
     for (int64_t b = 1; b < limit; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
@@ -109,8 +109,6 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
       gs->logits = d_logits_.slice(0, b);
       graph_steps_.push_back(std::move(gs));
     }
-  } else if (graphs && moe_) {
-    spdlog::info("engine: decode runs eagerly (the MoE strategy exchanges with the CPU inside a step)");
   }
   spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
@@ -157,6 +155,7 @@ void Engine::calibrate_fetch_cap() {
     std::string timings;
     for (int32_t cap : caps) {
       moe_->set_fetch_cap(cap);
+      drop_graphs();  // recorded steps hold the cap they were recorded with
       for (int64_t i = 0; i < warm; ++i) decode();
       ops_->synchronize();
       const auto t0 = std::chrono::steady_clock::now();
@@ -169,14 +168,21 @@ void Engine::calibrate_fetch_cap() {
     }
     seq.release(kv_->pool());
     moe_->set_fetch_cap(best);
+    drop_graphs();
     moe_->end_calibration();
     spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
   } catch (const std::exception& e) {  // the engine still works: keep the default cap
     seq.release(kv_->pool());
     moe_->set_fetch_cap(fallback);
+    drop_graphs();
     moe_->end_calibration();
     spdlog::warn("moe: the hybrid fetch-cap calibration failed ({}); using {} (half of top-k)", e.what(), fallback);
   }
+}
+
+void Engine::drop_graphs() {
+  ops_->synchronize();  // a replay may still be running
+  for (auto& gs : graph_steps_) gs->graph.reset();
 }
 
 Engine::~Engine() = default;
@@ -256,6 +262,7 @@ const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
   if (moe_) moe_->after_step(decode);
   h_logits_.resize(static_cast<size_t>(R * c.n_vocab));
   if (R > 0) ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
+  if (moe_) moe_->experts().check();
   return h_logits_;
 }
 

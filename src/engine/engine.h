@@ -108,6 +108,8 @@ class Engine {
     std::unique_ptr<StepGraph> graph;
     bool failed = false;  // recording failed once: this size runs eagerly from now on
   };
+  /** Forgets the recorded decode graphs (the next step of each size records again). */
+  void drop_graphs();
   /** The graph step for a pure decode batch of `S` sequences, or nullptr (eager). */
   GraphStep* graph_step_for(const std::vector<StepItem>& items);
   /** Pads the staged host inputs of `items` to gs.bs rows, uploads them and replays the graph (the

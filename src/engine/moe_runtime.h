@@ -30,7 +30,7 @@ struct MoeRuntimeConfig {
   int64_t weight_bytes = 0;          // every tensor of the checkpoint (routed experts included)
   int64_t max_tokens = 0;            // most tokens per forward
   int64_t stream_min_tokens = 64;    // forwards this long stream whole expert layers (MoeRuntimeOptions)
-  int cpu_threads = 0;               // CPU expert executor workers (<= 0: one per physical core)
+  int cpu_threads = 0;               // CPU expert executor workers (<= 0: one per physical core, less one with a GPU)
   int64_t decode_log_interval = 0;   // log the counters every N decode steps (0: never)
   /** When set, called with each routed expert matrix of the checkpoint once the expert banks hold
    *  a copy of it (Checkpoint::release), so a model in anonymous memory is not held twice. */

@@ -19,9 +19,12 @@ class ExpertCompute {
    *  weights F32 [T, k]. Throws ft::Error(kInvalidArgument) for a layer without experts. */
   virtual void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) = 0;
 
-  /** Whether compute() only queues backend work with fixed launch shapes and no host synchronisation,
-   *  so a step calling it can be recorded as a graph (Ops::capture) and replayed with new routes. */
-  virtual bool graph_safe() const { return false; }
+  // compute() only queues backend work with fixed launch shapes and no host synchronisation, so a
+  // step calling it can be recorded as a graph (Ops::capture) and replayed with new routes.
+
+  /** Throws ft::Error when work that compute() queued out of line (the CPU share of an offloaded
+   *  layer) failed; called after a step. The default has nothing to check. */
+  virtual void check() {}
 
   /** The MoE layer whose routes the caller should predict (that layer's router applied to this
    *  layer's input x) and pass to prefetch() before compute(layer) on a step of n_tokens tokens, or
@@ -44,7 +47,6 @@ class ResidentExperts final : public ExpertCompute {
   /** Makes every expert of `host` resident through ops.make_resident. */
   ResidentExperts(Ops& ops, const HostExpertBanks& host);
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
-  bool graph_safe() const override { return true; }
 
  private:
   Ops& ops_;

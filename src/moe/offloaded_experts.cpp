@@ -46,27 +46,27 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
       slots_ = std::make_unique<HostExpertSlots>(*banks_, n_slots, max_pairs);
     else
       slots_ = make_cuda_expert_slots(ops, *banks_, n_slots, max_pairs);
-    slot_ids_ = alloc(DType::I32, {pairs}, false);
-    cpu_ids_ = alloc(DType::I32, {pairs}, false);
+    slot_ids_ = alloc(DType::I32, {pairs});
+    cpu_ids_ = alloc(DType::I32, {pairs});
   }
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
     cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us);
-    spdlog::info("moe: CPU experts on {} threads ({}), SIMD {}", cpu_->n_threads(),
-                 opt_.cpu_threads > 0 ? "as asked" : "one per physical core", cpu::simd_level());
-    if (!host_backend) {
-      int64_t H = 0;
-      for (int64_t l = 0; l < banks_->n_layers(); ++l)
-        if (banks_->n_expert(l) > 0) H = std::max(H, banks_->layout(l).n_embd);
-      h_x_ = alloc(DType::F32, {opt_.max_tokens * H}, true);
-      h_out_ = alloc(DType::F32, {opt_.max_tokens * H}, true);
-      h_ids_ = alloc(DType::I32, {pairs}, true);
-      h_w_ = alloc(DType::F32, {pairs}, true);
-      d_out_ = alloc(DType::F32, {opt_.max_tokens * H}, false);
-      d_part_ = alloc(DType::F32, {opt_.max_tokens * H}, false);  // widest activation dtype; viewed as out's
-    }
+    spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}", cpu_->n_threads(),
+                 physical_core_count(), cpu::simd_level());
+    int64_t H = 0;
+    for (int64_t l = 0; l < banks_->n_layers(); ++l)
+      if (banks_->n_expert(l) > 0) H = std::max(H, banks_->layout(l).n_embd);
+    xbuf_ = std::make_unique<ExchangeBuffers>(*alloc_, opt_.max_tokens, H, opt_.n_expert_used);
+    // The dispatcher polls as long as the executor's workers do (the gap between a step's layers).
+    dispatcher_ = std::make_unique<ExchangeDispatcher>(
+        *xbuf_, [this](const ExchangeRequest& r) { serve(r); }, opt_.cpu_spin_us);
+    if (host_backend)
+      exchange_ = std::make_unique<HostExchangeDevice>(*xbuf_, *dispatcher_);
+    else
+      exchange_ = make_cuda_exchange_device(ops, *xbuf_, *dispatcher_);
   }
-  cpu_experts_.assign(host.size(), 0);
+  cpu_experts_ = std::vector<std::atomic<int64_t>>(host.size());
   next_cache_layer_.assign(host.size(), -1);
   for (int32_t l = static_cast<int32_t>(host.size()) - 2, next = -1; l >= 0; --l) {
     if (plan.layers[static_cast<size_t>(l + 1)] == MoeLayerMode::kCache) next = l + 1;
@@ -74,14 +74,18 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
 }
 
-Tensor OffloadedExperts::alloc(DType dtype, std::initializer_list<int64_t> shape, bool host) {
-  Tensor t(nullptr, dtype, shape, host ? Device::kCpu : ops_.device());
-  if (host) {  // pinned for the backend's device, so copy_to_host_async and the copy back do not wait
-    storage_.push_back(alloc_->allocate(t.bytes()));
-    alloc_->pin(storage_.back());
-  } else {
-    storage_.push_back(ops_.alloc(t.bytes()));
+OffloadedExperts::~OffloadedExperts() {
+  if (!exchange_) return;
+  try {
+    ops_.synchronize();
+  } catch (const std::exception& e) {
+    spdlog::warn("moe runtime: waiting for queued work at shutdown: {}", e.what());
   }
+}
+
+Tensor OffloadedExperts::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor t(nullptr, dtype, shape, ops_.device());
+  storage_.push_back(ops_.alloc(t.bytes()));
   t.data = storage_.back().data();
   return t;
 }
@@ -110,8 +114,8 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
       plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCache)
     return run_streamed(layer, x, ids, weights, out);
   if (plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCpu) {
-    stage_cpu(x, ids, weights);
-    return finish_cpu(layer, x, ids, weights, out, false);
+    exchange_->post(static_cast<int32_t>(layer), x, ids, weights);
+    return exchange_->collect(out, false);
   }
   drain_streams();  // admission may pick victims in a region a copy still writes
   int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
@@ -138,11 +142,11 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   // Hybrid: the CPU's inputs go to the host right after the admission, so the CPU computes its
   // experts while the GPU gathers and computes its own.
   slots_->admit_routes(static_cast<int32_t>(layer), ids, cap, sid, cid);
-  if (cap >= 0) stage_cpu(x, cid, weights);
+  if (cap >= 0) exchange_->post(static_cast<int32_t>(layer), x, cid, weights);
   slots_->gather_misses();
   if (!prefetch_first) prefetch_next();
   ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
-  if (cap >= 0) finish_cpu(layer, x, cid, weights, out, true);
+  if (cap >= 0) exchange_->collect(out, true);
 }
 
 void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -210,48 +214,16 @@ void OffloadedExperts::prefetch(int64_t target, const Tensor& ids) {
   prefetch_ids_ = ids;
 }
 
-bool OffloadedExperts::graph_safe() const {
-  for (size_t l = 0; l < plan_.layers.size(); ++l) {
-    if (plan_.layers[l] == MoeLayerMode::kCpu) return false;
-    if (plan_.layers[l] == MoeLayerMode::kCache && plan_.fetch_cap[l] >= 0) return false;
-  }
-  return true;
+void OffloadedExperts::check() {
+  if (exchange_) exchange_->check();
 }
 
-void OffloadedExperts::stage_cpu(const Tensor& x, const Tensor& ids, const Tensor& weights) {
-  if (ops_.device() == Device::kCpu) return;
-  const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
-  ops_.copy_to_host_async(x, Tensor(h_x_.data, x.dtype, {T, H}, Device::kCpu));
-  ops_.copy_to_host_async(ids, head(h_ids_, T, k));
-  ops_.copy_to_host_async(weights, head(h_w_, T, k));
-}
-
-void OffloadedExperts::finish_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
-                                  bool accumulate) {
+void OffloadedExperts::serve(const ExchangeRequest& r) {
+  if (r.layer >= banks_->n_layers() || banks_->n_expert(r.layer) == 0)
+    fail(ErrorCode::kInternal, "moe exchange: request for layer {}, which has no routed experts", r.layer);
   const int64_t before = cpu_->experts_computed();
-  const ExpertBank& bank = banks_->bank(layer);
-  if (ops_.device() == Device::kCpu) {
-    cpu_->run({accumulate}, x, ids, weights, bank, out);
-  } else {
-    const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
-    Tensor hx(h_x_.data, x.dtype, {T, H}, Device::kCpu), ho = head(h_out_, T, H);
-    ops_.wait_for_host();  // x, ids, weights staged; the GPU goes on with its own experts meanwhile
-    cpu_->run({false}, hx, head(h_ids_, T, k), head(h_w_, T, k), bank, ho);
-    // From pinned memory the F32 copy back does not block the host (h_out_ is rewritten only after
-    // the next wait_for_host(), which the stream orders after it); a BF16 `out` converts on the device.
-    Tensor part = head(d_out_, T, H);
-    ops_.copy(ho, part);
-    if (out.dtype != DType::F32) {
-      Tensor conv(d_part_.data, out.dtype, {T, H}, d_part_.device);
-      ops_.copy(part, conv);
-      part = conv;
-    }
-    if (accumulate)
-      ops_.add(out, part, out);
-    else
-      ops_.copy(part, out);
-  }
-  cpu_experts_[static_cast<size_t>(layer)] += cpu_->experts_computed() - before;
+  cpu_->run({false}, r.x, r.ids, r.weights, banks_->bank(r.layer), r.out);
+  cpu_experts_[static_cast<size_t>(r.layer)] += cpu_->experts_computed() - before;
 }
 
 std::vector<MoeLayerStats> OffloadedExperts::stats() {
@@ -263,8 +235,8 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
       out[l].prefetched = c[l].prefetched;
   }
   for (size_t l = 0; l < out.size(); ++l) {
-    out[l].cpu_experts = cpu_experts_[l];
-    if (plan_.layers[l] == MoeLayerMode::kCache) out[l].cpu_misses = cpu_experts_[l];
+    out[l].cpu_experts = cpu_experts_[l].load(std::memory_order_relaxed);
+    if (plan_.layers[l] == MoeLayerMode::kCache) out[l].cpu_misses = out[l].cpu_experts;
   }
   return out;
 }

@@ -15,11 +15,12 @@
 //           runs with the router's ids over that region; no admission, no fetch cap, no CPU
 //           share. The last streamed layers stay cached for the decode steps after;
 //   kCpu:   the executor computes the layer's routed experts from the banks.
-// On a non-CPU backend the CPU part exchanges x, ids, weights and the partial output through pinned
-// host staging buffers: the inputs are copied right after the admission, the host waits for that
-// copy only (not for the gather), computes while the GPU gathers and computes its share, then
-// queues the copy back and the add. Hybrid thus overlaps CPU and PCIe, but the host waits once per
-// layer, so it runs eagerly (not graph-capturable).
+// The CPU part goes through the exchange (moe/host_exchange.h): the device side copies x, ids and
+// weights to pinned host staging right after the admission and posts a request; a dispatcher thread
+// runs the executor on them while the GPU gathers and computes its share; the device side waits for
+// the result and adds it. No host synchronisation: hybrid and cpu decode steps are CUDA graphs too.
+// The CPU backend runs the same protocol with the host twin of the device side.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "moe/cpu_expert_executor.h"
+#include "moe/host_exchange.h"
 #include "moe/expert_bank.h"
 #include "moe/expert_compute.h"
 #include "moe/expert_slots.h"
@@ -86,13 +88,14 @@ class OffloadedExperts final : public ExpertCompute {
    *  Throws ft::Error(kInvalidArgument) for a plan that is not for these banks (layer count,
    *  resident layers mixed in, no MoE layer), bad options; what the parts throw (kOutOfMemory...). */
   OffloadedExperts(Ops& ops, const HostExpertBanks& host, const MoePlan& plan, const MoeRuntimeOptions& options);
+  /** Waits for the backend's queued work (which may wait on the exchange) before the dispatcher stops. */
+  ~OffloadedExperts() override;
 
   /** out [T, H] = routed experts of `layer` (see ExpertCompute). Throws kInvalidArgument for a
    *  dense layer, T over max_tokens, ids not [T, n_expert_used]. */
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
-  /** True when every routed layer goes through the expert cache without a fetch cap (offload): the
-   *  admission and gather are device-side. CPU layers and hybrid caps exchange through the host. */
-  bool graph_safe() const override;
+  /** Throws ft::Error(kInternal) when a CPU share since the last check failed or timed out. */
+  void check() override;
   /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1; also -1
    *  for a step that streams (n_tokens >= stream_min_tokens), which would drop the prediction, and
    *  for a cache of fewer than 2 x max_experts slots (the admission after a prefetch spares its
@@ -118,19 +121,16 @@ class OffloadedExperts final : public ExpertCompute {
   ExpertSlots* slots() { return slots_.get(); }
 
  private:
-  /** Queues the copy of the CPU executor's inputs to the host staging buffers (GPU backends). */
-  void stage_cpu(const Tensor& x, const Tensor& ids, const Tensor& weights);
-  /** Waits for the staged inputs, runs the executor, and writes (or adds, `accumulate`) its output
-   *  into `out` on the backend. */
-  void finish_cpu(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
-                  bool accumulate);
+  /** The dispatcher's handler: the executor on a request's staged inputs. */
+  void serve(const ExchangeRequest& r);
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out);
   /** Makes later work wait for a staging copy still pending (a streamed step that stopped early). */
   void drain_streams();
   /** The next staging region in turn. */
   int32_t take_region();
-  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, bool host);
+  /** A tensor on the backend, kept in storage_. */
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape);
 
   Ops& ops_;
   MoePlan plan_;
@@ -141,9 +141,11 @@ class OffloadedExperts final : public ExpertCompute {
   std::unique_ptr<CpuExpertExecutor> cpu_;
   std::vector<Buffer> storage_;
   Tensor slot_ids_, cpu_ids_;            // I32 [max_tokens * k] on the backend
-  Tensor h_x_, h_ids_, h_w_, h_out_;     // host staging, pinned (non-CPU backends)
-  Tensor d_out_, d_part_;                // [max_tokens, H] F32 on the backend: the CPU's share, converted
-  std::vector<int64_t> cpu_experts_;     // per layer
+  std::vector<std::atomic<int64_t>> cpu_experts_;  // per layer (counted on the dispatcher's thread)
+  // The exchange with the CPU executor (when a layer needs it); destroyed device side first.
+  std::unique_ptr<ExchangeBuffers> xbuf_;
+  std::unique_ptr<ExchangeDispatcher> dispatcher_;
+  std::unique_ptr<ExchangeDevice> exchange_;
   std::vector<int32_t> next_cache_layer_;  // per layer: the next kCache layer after it, or -1
   int32_t pending_layer_ = -1;             // the layer streaming ahead of its compute, or -1
   int32_t pending_region_ = 0;             // ... into this staging region

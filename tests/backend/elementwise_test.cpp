@@ -35,18 +35,6 @@ TEST_P(ElementwiseTest, ActivationsAndAdds) {
   EXPECT_LT(rel_l2(arena().read(y), want), tol());
 }
 
-TEST_P(ElementwiseTest, CopyToHostAsync) {
-  const std::vector<float> v = random_vec(40, 9);
-  Tensor src = arena().f32(v, {4, 10});
-  std::vector<float> got(40, 0.0f);
-  ops().copy_to_host_async(src, Tensor(got.data(), DType::F32, {4, 10}));
-  ops().wait_for_host();
-  EXPECT_EQ(got, v);
-  std::vector<int32_t> wrong(40);
-  EXPECT_THROW(ops().copy_to_host_async(src, Tensor(wrong.data(), DType::I32, {4, 10})), Error);
-  EXPECT_THROW(ops().copy_to_host_async(src, Tensor(got.data(), DType::F32, {4, 9})), Error);
-}
-
 TEST_P(ElementwiseTest, EmbeddingGathersRowsOfAnyDtype) {
   for (DType dt : {DType::F32, DType::BF16, DType::Q8_0}) {
     HostWeight table = make_weight(dt, {50, 64}, 5);

@@ -6,12 +6,16 @@
 // a decode step captured in a CUDA graph and replayed with new routes equal to eager execution.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "backend/cuda_factory.h"
 #include "backend/device.h"
+#include "moe/host_exchange.h"
 #include "moe/offloaded_experts.h"
 #include "moe_test_util.h"
 #include "tensor/half.h"
@@ -227,74 +231,130 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
 }
 
 #ifdef FT_HAVE_CUDA
+struct GraphCase {
+  MoeStrategy s;
+  int32_t cap;
+  const char* cpu_layers;
+};
+
+// Every strategy's decode step is one graph: offload (admission, gather and the side-stream
+// prefetch inside it), hybrid (the CPU's share through moe/host_exchange.h: copy kernel, host
+// dispatcher, wait kernel) and cpu / --moe-cpu-layers. Replays with new routes equal eager steps
+// bit for bit (same kernels, same CPU executor).
 TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   SyntheticExperts s;
   const int32_t E = 8, k = 2;
   const int64_t H = 128, F = 64;
   constexpr int kLayers = 3;  // 24 experts over 16 slots: steps miss
   for (uint32_t seed : {6u, 7u, 8u}) s.add_layer(E, F, H, DType::BF16, DType::BF16, seed);
-  MoeRuntimeOptions ro;
-  ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 1;
-  ro.prefetch = true;  // the side-stream prefetch gathers are forked and joined inside the graph
-  const MoePlan plan = make_plan(s.banks, MoeStrategy::kOffload, 2 * E);
-  OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
-  Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k});
-  Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers];
-  for (int l = 0; l < kLayers; ++l) {
-    ids[l] = dev(DType::I32, {1, k}), guess[l] = dev(DType::I32, {1, k});
-    out_g[l] = dev(DType::BF16, {1, H}), out_e[l] = dev(DType::BF16, {1, H});
-  }
-  std::mt19937 rng(9);
-  auto new_inputs = [&] {
-    std::vector<float> xv(H), wv(k);
-    std::uniform_real_distribution<float> d(-1, 1);
-    for (float& f : xv) f = d(rng);
-    for (float& f : wv) f = 0.5f + 0.5f * d(rng);
-    put(x, DType::F32, xv, {1, H});
-    put(w, DType::F32, wv, {1, k});
-    for (Tensor* set : {ids, guess})
-      for (int l = 0; l < kLayers; ++l) {
-        std::vector<int32_t> iv = random_routes(1, k, E, 0.0, rng);
-        put(set[l], DType::I32, iv, {1, k});
-      }
-  };
-  auto step = [&](OffloadedExperts& ex, Tensor* out) {
-    for (int64_t l = 0; l < kLayers; ++l) {
-      if (ex.prefetch_target(l, 1) >= 0) ex.prefetch(ex.prefetch_target(l, 1), guess[l + 1]);
-      ex.compute(l, x, ids[l], w, out[l]);
-    }
-  };
-  new_inputs();
-  step(graphed, out_g);  // warm-up: scratch and expert tables exist before capture
-  step(eager, out_e);
-  gpu_->synchronize();
-  cudaStream_t stream = dynamic_cast<CudaOps&>(*gpu_).stream();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  step(graphed, out_g);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 30; ++i) {
-    new_inputs();
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    step(eager, out_e);
+  for (GraphCase gc : {GraphCase{MoeStrategy::kOffload, -1, ""}, GraphCase{MoeStrategy::kHybrid, 1, ""},
+                       GraphCase{MoeStrategy::kCpu, -1, ""}, GraphCase{MoeStrategy::kOffload, -1, "1"}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers);
+    const bool cached = gc.s != MoeStrategy::kCpu, with_cpu = gc.s != MoeStrategy::kOffload || gc.cpu_layers[0];
+    MoeRuntimeOptions ro;
+    ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 2;
+    ro.prefetch = cached;  // the side-stream prefetch gathers are forked and joined inside the graph
+    const MoePlan plan = make_plan(s.banks, gc.s, cached ? 2 * E : 0, gc.cap, gc.cpu_layers);
+    OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
+    Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k});
+    Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers];
     for (int l = 0; l < kLayers; ++l) {
-      const std::vector<float> a = read_f32(out_g[l]), b = read_f32(out_e[l]);
-      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "replay " << i << " layer " << l;
+      ids[l] = dev(DType::I32, {1, k}), guess[l] = dev(DType::I32, {1, k});
+      out_g[l] = dev(DType::BF16, {1, H}), out_e[l] = dev(DType::BF16, {1, H});
     }
+    std::mt19937 rng(9);
+    auto new_inputs = [&] {
+      std::vector<float> xv(H), wv(k);
+      std::uniform_real_distribution<float> d(-1, 1);
+      for (float& f : xv) f = d(rng);
+      for (float& f : wv) f = 0.5f + 0.5f * d(rng);
+      put(x, DType::F32, xv, {1, H});
+      put(w, DType::F32, wv, {1, k});
+      for (Tensor* set : {ids, guess})
+        for (int l = 0; l < kLayers; ++l) {
+          std::vector<int32_t> iv = random_routes(1, k, E, 0.0, rng);
+          put(set[l], DType::I32, iv, {1, k});
+        }
+    };
+    auto step = [&](OffloadedExperts& ex, Tensor* out) {
+      for (int64_t l = 0; l < kLayers; ++l) {
+        if (ex.prefetch_target(l, 1) >= 0) ex.prefetch(ex.prefetch_target(l, 1), guess[l + 1]);
+        ex.compute(l, x, ids[l], w, out[l]);
+      }
+    };
+    new_inputs();
+    step(graphed, out_g);  // warm-up: scratch and expert tables exist before capture
+    step(eager, out_e);
+    gpu_->synchronize();
+    cudaStream_t stream = dynamic_cast<CudaOps&>(*gpu_).stream();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    step(graphed, out_g);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 30; ++i) {
+      new_inputs();
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      step(eager, out_e);
+      for (int l = 0; l < kLayers; ++l) {
+        const std::vector<float> a = read_f32(out_g[l]), b = read_f32(out_e[l]);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "replay " << i << " layer " << l;
+      }
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    EXPECT_NO_THROW(graphed.check());  // no exchange failed or timed out
+    const std::vector<MoeLayerStats> gs = graphed.stats(), es = eager.stats();
+    for (int l = 0; l < kLayers; ++l) EXPECT_EQ(gs[l].cpu_experts, es[l].cpu_experts) << l;
+    EXPECT_EQ(total_moe_stats(gs).cpu_experts > 0, with_cpu);
+    if (!cached) continue;
+    ExpertCache a(kLayers, E, 2 * E, k), b(kLayers, E, 2 * E, k);
+    graphed.slots()->copy_state_to(a);
+    eager.slots()->copy_state_to(b);
+    a.check_integrity();
+    expect_same_state(a, b);
+    EXPECT_GT(a.stats(2).prefetched, 0);
+    if (gc.cpu_layers[0]) continue;  // two cache layers: all their experts fit in the 16 slots
+    EXPECT_GT(a.stats(0).misses, 0);
+    EXPECT_GT(a.stats(0).hits, 0);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  ExpertCache a(kLayers, E, 2 * E, k), b(kLayers, E, 2 * E, k);
-  graphed.slots()->copy_state_to(a);
-  eager.slots()->copy_state_to(b);
-  a.check_integrity();
-  expect_same_state(a, b);
-  EXPECT_GT(a.stats(0).misses, 0);
-  EXPECT_GT(a.stats(0).hits, 0);
-  EXPECT_GT(a.stats(1).prefetched, 0);
 }
+
+// A device-side wait whose dispatcher never finishes gives up after its limit: the stream goes on,
+// the output is left as it was, and check() reports it.
+TEST_F(CudaExpertCache, ExchangeWaitTimesOutWithoutHangingTheGpu) {
+  auto alloc = make_bank_allocator(*gpu_);
+  const int64_t H = 256;
+  ExchangeBuffers buf(*alloc, 1, H, 2);
+  std::atomic<bool> release{false};
+  ExchangeDispatcher disp(
+      buf,
+      [&](const ExchangeRequest& r) {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        auto* o = static_cast<float*>(r.out.data);
+        for (int64_t i = 0; i < r.out.numel(); ++i) o[i] = 1.0f;
+      },
+      0);
+  std::unique_ptr<ExchangeDevice> xd = make_cuda_exchange_device(*gpu_, buf, disp);
+  xd->ack_timeout_s = 0.05, xd->done_timeout_s = 0.1;
+  Tensor x = dev(DType::BF16, {1, H}), ids = dev(DType::I32, {1, 2}), w = dev(DType::F32, {1, 2});
+  Tensor out = dev(DType::F32, {1, H});
+  for (Tensor* t : {&x, &ids, &w, &out}) gpu_->zero(*t);
+  xd->post(0, x, ids, w);
+  xd->collect(out, true);
+  gpu_->synchronize();  // returns: the wait kernel gave up
+  EXPECT_THROW(xd->check(), Error);
+  EXPECT_EQ(read_f32(out)[0], 0.0f);
+  release = true;
+  xd->ack_timeout_s = xd->done_timeout_s = 10.0;
+  xd->post(0, x, ids, w);
+  xd->collect(out, true);
+  gpu_->synchronize();
+  EXPECT_NO_THROW(xd->check());
+  EXPECT_EQ(read_f32(out)[0], 1.0f);
+}
+
 
 // A step that throws while it is being captured, after a prefetch was queued, must leave the
 // cache usable: the prefetch's side work belonged to the dropped graph and never ran, so the next

@@ -59,18 +59,6 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 
 }  // namespace cuda
 
-void CudaOps::copy_to_host_async(const Tensor& src, Tensor dst) {
-  op_checks::host_copy(src, dst);
-  if (src.device != Device::kCuda) return copy(src, dst);
-  FT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()), cudaMemcpyDeviceToHost, stream_));
-  if (!host_copied_) FT_CUDA_CHECK(cudaEventCreateWithFlags(&host_copied_, cudaEventDisableTiming));
-  FT_CUDA_CHECK(cudaEventRecord(host_copied_, stream_));
-}
-
-void CudaOps::wait_for_host() {
-  if (host_copied_) FT_CUDA_CHECK(cudaEventSynchronize(host_copied_));
-}
-
 void CudaOps::copy(const Tensor& src, Tensor dst) {
   forget_prepared();
   if (src.empty() || dst.empty()) fail(ErrorCode::kInvalidArgument, "copy: src or dst is empty");
@@ -86,7 +74,7 @@ void CudaOps::copy(const Tensor& src, Tensor dst) {
       return;
     }
     FT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()), kind, stream_));
-    if (!dst_dev) FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!dst_dev) synchronize();
     return;
   }
   if (!cuda::is_float(src.dtype) || !cuda::is_float(dst.dtype))
@@ -98,11 +86,11 @@ void CudaOps::copy(const Tensor& src, Tensor dst) {
     cuda::host_convert(src.dtype, src.data, dst.dtype, tmp.data(), n);
     // From pageable memory the call returns once `tmp` is staged, so it may be freed after.
     FT_CUDA_CHECK(cudaMemcpyAsync(dst.data, tmp.data(), tmp.size(), cudaMemcpyHostToDevice, stream_));
-    FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize();
   } else if (src_dev && !dst_dev) {
     std::vector<uint8_t> tmp(static_cast<size_t>(src.bytes()));
     FT_CUDA_CHECK(cudaMemcpyAsync(tmp.data(), src.data, tmp.size(), cudaMemcpyDeviceToHost, stream_));
-    FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize();
     cuda::host_convert(src.dtype, tmp.data(), dst.dtype, dst.data, n);
   } else {
     cuda::host_convert(src.dtype, src.data, dst.dtype, dst.data, n);

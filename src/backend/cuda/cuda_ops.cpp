@@ -46,9 +46,9 @@ CudaOps::~CudaOps() {
   for (auto& [bank, t] : bank_tables_)
     if (t.dev) cudaFree(t.dev);
   if (pinned_.ptr) cudaFreeHost(pinned_.ptr);
+  if (sleep_event_) cudaEventDestroy(sleep_event_);
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
-  if (host_copied_) cudaEventDestroy(host_copied_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -87,7 +87,16 @@ void CudaOps::zero(Tensor t) {
   FT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, static_cast<size_t>(t.bytes()), stream_));
 }
 
-void CudaOps::synchronize() { FT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaOps::synchronize() {
+  if (!host_waits_sleep_) {
+    FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  if (!sleep_event_)
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&sleep_event_, cudaEventBlockingSync | cudaEventDisableTiming));
+  FT_CUDA_CHECK(cudaEventRecord(sleep_event_, stream_));
+  FT_CUDA_CHECK(cudaEventSynchronize(sleep_event_));
+}
 
 void* CudaOps::scratch(Scratch slot, int64_t bytes) {
   Region& r = scratch_[static_cast<int>(slot)];

@@ -41,8 +41,6 @@ class CudaOps final : public Ops {
   Buffer alloc(int64_t bytes) override;
   Tensor make_resident(const Tensor& host, Buffer& storage) override;
   void copy(const Tensor& src, Tensor dst) override;
-  void copy_to_host_async(const Tensor& src, Tensor dst) override;
-  void wait_for_host() override;
   void zero(Tensor t) override;
   void synchronize() override;
   bool supports_graphs() const override { return true; }
@@ -111,13 +109,21 @@ class CudaOps final : public Ops {
    *  the op that last wrote or read x also wrote that form (add_rms_norm and rms_norm and the decode
    *  attention for their output, the fused router for its input when no producer did; rows <= 16) and
    *  no op has run since but the ones that only read their inputs' memory (matmul, moe_router,
-   *  moe_experts, copy_to_host_async); null otherwise. The integer-dot GEMV then skips its quantize
-   *  launch; the bytes are the same either way. */
+   *  moe_experts; the MoE exchange's post kernel, moe_exchange.cu); null otherwise. The integer-dot
+   *  GEMV then skips its quantize launch; the bytes are the same either way. */
   void* prepared_q8(const void* x, DType dt, int64_t rows, int64_t K) const;
   // Measured on the H200 (qwen3-30b-a3b q4_k, batch 1): the router's form +2.6%, the attention's
   // +1.8%, then the norms' (a cluster of 8 blocks per row, rms_norm.cu) +2.9% more.
   /** Notes that an integer-dot GEMV ran: from then on, prepare_q8 hands out its region. */
   void note_q8_used() { q8_used_ = true; }
+  /** Forgets the prepared activation. Every op but prepared_q8's readers calls it first (they may
+   *  write device memory), and so does code outside CudaOps that queues kernels on its stream. */
+  void forget_prepared() { prepared_ = Prepared{}; }
+  /** How synchronize() and copies to the host wait: spinning (the default: the lowest latency) or,
+   *  with `sleep`, blocked in the driver (cudaEventBlockingSync) so the waiting thread leaves its core
+   *  to others: the CPU expert executor's workers, which must all run for a layer to finish (the MoE
+   *  exchange sets it; a spinning 17th thread on 16 cores cost the cpu strategy 6x on the H200). */
+  void set_host_waits_sleep(bool sleep) { host_waits_sleep_ = sleep; }
 
  private:
   /** Plans the splits of the decode attention kernel (attention_decode.h) for d's batch over kv's
@@ -129,9 +135,6 @@ class CudaOps final : public Ops {
    *  (more than 16 rows, K not whole 32-element chunks, or no integer-dot GEMV has run yet: a model
    *  without such weights), the record then forgotten. */
   void* prepare_q8(const Tensor& x);
-  /** Forgets the prepared activation. Every op but prepared_q8's readers calls it first (they may
-   *  write device memory). */
-  void forget_prepared() { prepared_ = Prepared{}; }
 
   struct Prepared {  // the activation whose int8 form is in q8 (Scratch::kQ8Prepared)
     const void* x = nullptr;
@@ -156,7 +159,8 @@ class CudaOps final : public Ops {
   DType activations_ = DType::F32;
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t host_copied_ = nullptr;  // the last copy_to_host_async (created on first use)
+  bool host_waits_sleep_ = false;       // set_host_waits_sleep
+  cudaEvent_t sleep_event_ = nullptr;   // synchronize()'s blocking event (created on first use)
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   Region scratch_[static_cast<int>(Scratch::kCount)];
