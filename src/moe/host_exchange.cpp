@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "moe/thread_pool.h"
 #include "tensor/half.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -15,14 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 /** The control block's sequence numbers as system-wide atomics (the GPU writes them over PCIe). */
 std::atomic_ref<uint64_t> seq_ref(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 }  // namespace
 

@@ -10,19 +10,6 @@
 #include "util/error.h"
 
 namespace ft {
-namespace {
-
-/** A spin-wait hint to the core (x86 PAUSE, Arm YIELD); nothing elsewhere. */
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-}  // namespace
-
 ThreadPool::ThreadPool(int n_threads, int spin_us) : n_threads_(n_threads), spin_us_(spin_us) {
   if (n_threads < 1) fail(ErrorCode::kInvalidArgument, "thread pool: {} threads", n_threads);
   if (spin_us < 0) fail(ErrorCode::kInvalidArgument, "thread pool: spin of {} us", spin_us);

@@ -16,6 +16,15 @@
 
 namespace ft {
 
+/** A spin-wait hint to the core (x86 PAUSE, Arm YIELD); nothing elsewhere. */
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class ThreadPool {
  public:
   /** `n_threads` workers in all (>= 1; the caller counts as one). `spin_us`: microseconds a worker
