@@ -1,5 +1,6 @@
 #include "moe/host_exchange.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -13,6 +14,7 @@ namespace ft {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int64_t kMinSleepUs = 50, kMaxSleepUs = 1000;  // the idle dispatcher's waits
 
 /** The control block's sequence numbers as system-wide atomics (the GPU writes them over PCIe). */
 std::atomic_ref<uint64_t> seq_ref(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
@@ -79,19 +81,24 @@ void ExchangeDispatcher::loop(uint64_t last) {
   ExchangeControl& c = *buf_.host.ctrl;
   auto fresh = [&] { return seq_ref(c.request_seq).load(std::memory_order_acquire) != last; };
   auto idle_since = Clock::now();
+  int64_t sleep_us = kMinSleepUs;
   while (!stop_.load(std::memory_order_acquire)) {
     if (!fresh()) {
-      // Poll while requests come in quick succession (a step's layers), then sleep in short waits: the
-      // GPU cannot wake this thread, so even asleep it looks every ~50 us.
+      // Poll while requests come in quick succession (a step's layers), then sleep in waits that grow
+      // from 50 us to 1 ms: the GPU cannot wake this thread, so even asleep it must look, but an idle
+      // server should not wake 20,000 times a second. The first request after a long pause waits at
+      // most one such sleep.
       if (Clock::now() - idle_since < std::chrono::microseconds(spin_us_)) {
         for (int i = 0; i < 64 && !fresh(); ++i) cpu_relax();
       } else {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::microseconds(50),
+        cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
                      [&] { return fresh() || stop_.load(std::memory_order_acquire); });
+        sleep_us = std::min<int64_t>(2 * sleep_us, kMaxSleepUs);
       }
       continue;
     }
+    sleep_us = kMinSleepUs;
     const uint64_t seq = seq_ref(c.request_seq).load(std::memory_order_acquire);
     last = seq;
     seq_ref(c.ack_seq).store(seq, std::memory_order_release);

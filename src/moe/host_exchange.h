@@ -9,9 +9,10 @@
 //     asks with new numbers) and stores the request (layer, shape) and request_seq = the counter
 //     (release);
 //   host side, ExchangeDispatcher: a thread that polls request_seq (pausing; after spin_us without
-//     a request it sleeps in short waits); on a new value it stores ack_seq, runs the handler on the
-//     staging buffers (which writes the F32 result into `out`), then stores done_seq (release). A
-//     handler that throws marks the request failed (failed_seq) and still stores done_seq;
+//     a request it sleeps in waits of 50 us to 1 ms); on a new value it stores ack_seq, runs the
+//     handler on the staging buffers (which writes the F32 result into `out`), then stores done_seq
+//     (release). A handler that throws marks the request failed (failed_seq) and still stores
+//     done_seq;
 //   device side, collect(): waits until done_seq reaches its counter (acquire), then writes or adds
 //     the staged result into the layer's output. It gives up when the dispatcher has not
 //     acknowledged the request within ack_timeout_s or not finished it within done_timeout_s, and
@@ -96,8 +97,8 @@ class ExchangeDispatcher {
  public:
   using Handler = std::function<void(const ExchangeRequest&)>;
   /** Starts the thread. `spin_us`: how long it polls for the next request (pausing) after the last
-   *  one before it sleeps in waits of ~50 us (or until notify()). Throws ft::Error(kInvalidArgument)
-   *  for spin_us < 0. */
+   *  one before it sleeps in waits growing from 50 us to 1 ms (cut short by notify()). Throws
+   *  ft::Error(kInvalidArgument) for spin_us < 0. */
   ExchangeDispatcher(ExchangeBuffers& buffers, Handler handler, int spin_us);
   /** Stops and joins the thread (a request in flight is finished first). */
   ~ExchangeDispatcher();
