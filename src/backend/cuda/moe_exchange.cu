@@ -200,7 +200,7 @@ std::unique_ptr<ExchangeDevice> make_cuda_exchange_device(Ops& ops, ExchangeBuff
   auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
   if (!cuda_ops)
     fail(ErrorCode::kInvalidArgument, "moe exchange: the GPU device side needs the cuda backend, not {}", ops.name());
-  cuda_ops->set_host_waits_sleep(true);  // the host's cores run the CPU experts while a step waits  // the host's cores run the CPU experts while a step waits
+  cuda_ops->set_host_waits_sleep(true);  // the host's cores run the CPU experts while a step waits
   return std::make_unique<CudaExchangeDevice>(*cuda_ops, buffers, dispatcher);
 }
 
