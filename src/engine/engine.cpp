@@ -259,10 +259,12 @@ const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
     forward(batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
             R > 0 ? d_logits_.slice(0, R) : Tensor());
   }
-  if (moe_) moe_->after_step(decode);
   h_logits_.resize(static_cast<size_t>(R * c.n_vocab));
   if (R > 0) ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
-  if (moe_) moe_->experts().check();
+  if (moe_) {  // after the step's work: CPU shares it queued are done, their counters final
+    moe_->experts().check();
+    moe_->after_step(decode);
+  }
   return h_logits_;
 }
 

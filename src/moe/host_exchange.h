@@ -9,16 +9,21 @@
 //     asks with new numbers) and stores the request (layer, shape) and request_seq = the counter
 //     (release);
 //   host side, ExchangeDispatcher: a thread that polls request_seq (pausing; after spin_us without
-//     a request it sleeps in waits of 50 us to 1 ms); on a new value it stores ack_seq, runs the
+//     a request it sleeps in waits of 50 to 200 us); on a new value it stores ack_seq, runs the
 //     handler on the staging buffers (which writes the F32 result into `out`), then stores done_seq
 //     (release). A handler that throws marks the request failed (failed_seq) and still stores
 //     done_seq;
 //   device side, collect(): waits until done_seq reaches its counter (acquire), then writes or adds
 //     the staged result into the layer's output. It gives up when the dispatcher has not
-//     acknowledged the request within ack_timeout_s or not finished it within done_timeout_s, and
-//     records that in timed_out_seq instead of hanging the GPU; check() turns either failure into
-//     an error on the host after the step.
-// One request is in flight at a time: a post is always followed by its collect in stream order.
+//     acknowledged the request within ack_timeout_s of the wait's start, or not finished it within
+//     done_timeout_s, or is still busy with a request an earlier wait gave up on; it records that in
+//     timed_out_seq instead of hanging the GPU (the output is then wrong: left as it was, or only
+//     partly written on the GPU, whose blocks wait independently), and check() turns either failure
+//     into an error on the host after the step.
+// One request is in flight at a time (a post is always followed by its collect in stream order),
+// except after a timeout: the late handler may then read staging buffers the next post rewrites,
+// which can make its (already abandoned) result wrong but never a later one, since each collect
+// waits for its own sequence number.
 //
 // Two device sides: the CUDA one (backend/cuda/moe_exchange.cu: a copy kernel and a wait kernel on
 // the backend's stream, capturable in a graph) and HostExchangeDevice below, the CPU twin: the same
@@ -26,6 +31,7 @@
 // CI runs the dispatcher on every such layer) and the tests drive from a second thread.
 // C++17-clean: included from CUDA sources.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -97,18 +103,19 @@ class ExchangeDispatcher {
  public:
   using Handler = std::function<void(const ExchangeRequest&)>;
   /** Starts the thread. `spin_us`: how long it polls for the next request (pausing) after the last
-   *  one before it sleeps in waits growing from 50 us to 1 ms (cut short by notify()). Throws
+   *  one before it sleeps in waits growing from 50 us to 200 us (cut short by notify()). Throws
    *  ft::Error(kInvalidArgument) for spin_us < 0. */
   ExchangeDispatcher(ExchangeBuffers& buffers, Handler handler, int spin_us);
-  /** Stops and joins the thread (a request in flight is finished first). */
+  /** Stops and joins the thread (a request in flight is finished first: a handler that never
+   *  returns blocks this). */
   ~ExchangeDispatcher();
   ExchangeDispatcher(const ExchangeDispatcher&) = delete;
   ExchangeDispatcher& operator=(const ExchangeDispatcher&) = delete;
 
   /** Wakes the thread if it sleeps (a host-side poster; the GPU cannot, so the thread also polls). */
   void notify();
-  /** Waits up to `seconds` until done_seq >= seq, woken by the dispatcher; true when it got there. */
-  bool wait_done(uint64_t seq, double seconds);
+  /** Waits until done_seq >= seq or `until`, woken by the dispatcher; true when it got there. */
+  bool wait_done(uint64_t seq, std::chrono::steady_clock::time_point until);
   /** The message of the last handler failure ("" if none). */
   std::string last_error() const;
   /** Requests served so far. */
@@ -132,9 +139,10 @@ class ExchangeDispatcher {
 class ExchangeDevice {
  public:
   virtual ~ExchangeDevice() = default;
-  /** Queues the request for `layer`: x [T, H] (activation dtype), ids I32 [T, k] (expert ids, < 0:
-   *  not the CPU's), weights F32 [T, k], on the device side's memory. Throws
-   *  ft::Error(kInvalidArgument) for shapes over the buffers' or mismatched ones. */
+  /** Queues the request for `layer`: x [T, H] F32 or BF16 (what the CPU executor reads), ids I32
+   *  [T, k] (expert ids, < 0: not the CPU's), weights F32 [T, k], on the device side's memory.
+   *  Throws ft::Error(kInvalidArgument) for other dtypes, empty shapes, shapes over the buffers' or
+   *  mismatched ones. */
   virtual void post(int32_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights) = 0;
   /** Queues the wait for the last post's result and out [T, H] = (accumulate ? out + : ) result,
    *  rounded once to out's dtype. */
@@ -143,8 +151,9 @@ class ExchangeDevice {
    *  threw (reading the control block; call it after the step's work is done). */
   void check();
 
-  /** Seconds the device side waits for the dispatcher to start a request, then to finish it. */
-  double ack_timeout_s = 10.0, done_timeout_s = 600.0;
+  /** Seconds from the start of collect()'s wait for the dispatcher to start the request, and to
+   *  finish it. A recorded graph keeps the values of its recording. */
+  double ack_timeout_s = 10.0, done_timeout_s = 120.0;
 
  protected:
   ExchangeDevice(ExchangeBuffers& buffers, ExchangeDispatcher& dispatcher) : buf_(buffers), disp_(dispatcher) {}

@@ -134,9 +134,10 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   };
   // Offload: the next layer's prefetch goes first, so its copies queue right behind this layer's
   // on the side stream and the link does not idle while this layer admits and computes (H200,
-  // skew 1.0: 79.6% -> 81.7% of the ceiling). Hybrid: after this layer's own gather; starting it
-  // that early kept the link busy through the eager step's exchange copies and launches (23.6 ->
-  // 19.7 tok/s, same run).
+  // skew 1.0: 79.6% -> 81.7% of the ceiling). Hybrid: after this layer's own gather (measured when
+  // the host still waited once per layer, session 5: starting it first kept the link busy through
+  // the exchange copies, 23.6 -> 19.7 tok/s; not measured again since the exchange moved into the
+  // step).
   const bool prefetch_first = cap < 0;
   if (prefetch_first) prefetch_next();
   // Hybrid: the CPU's inputs go to the host right after the admission, so the CPU computes its
@@ -215,7 +216,9 @@ void OffloadedExperts::prefetch(int64_t target, const Tensor& ids) {
 }
 
 void OffloadedExperts::check() {
-  if (exchange_) exchange_->check();
+  if (!exchange_) return;
+  ops_.synchronize();  // a step without logits has not waited for its work yet
+  exchange_->check();
 }
 
 void OffloadedExperts::serve(const ExchangeRequest& r) {

@@ -119,6 +119,38 @@ TEST(GraphDecode, EveryMoeStrategyReplaysLikeEager) {
   }
 }
 
+TEST(GraphDecode, HybridCalibrationRecordsAgainForEachCap) {
+  // Without --moe-fetch-cap the engine times each cap on decode steps at start. A recorded graph
+  // holds the cap it was recorded with, so each change drops the graphs: the steps after the
+  // calibration replay graphs of the chosen cap and give what an eager engine with that cap gives
+  // (on the CPU backend the executor's experts equal the backend's bit for bit, so the cache's
+  // state after the calibration does not change the logits).
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  int captures = 0;
+  EngineOptions o = graph_options(4);
+  o.moe.strategy = MoeStrategy::kHybrid;
+  o.moe.cache.mode = CacheSizeMode::kSlots;
+  o.moe.cache.slots = 128;
+  Engine graphed(open_checkpoint(dir), std::make_unique<ReplayOps>(&captures), o);
+  const auto report = graphed.moe_report();
+  ASSERT_TRUE(report);
+  ASSERT_GE(report->fetch_cap, 0);
+  const int calibration_captures = captures;
+  EXPECT_GE(calibration_captures, 9);  // caps 0..k (k = 8): the batch-1 graph recorded once per cap
+  o.moe.fetch_cap = report->fetch_cap;
+  o.cuda_graph_max_bs = 0;
+  Engine eager(open_checkpoint(dir), std::make_unique<CpuOps>(1), o);
+  const auto reqs = graph_decode_requests(read_reference(dir));
+  const int64_t replays = graphed.graph_replays();
+  const auto g = generate(graphed, reqs), e = generate(eager, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(g[i].tokens, e[i].tokens) << i;
+    EXPECT_TRUE(same_bits(g[i].step_logits, e[i].step_logits)) << i;
+  }
+  EXPECT_EQ(graphed.graph_replays() - replays, 8);  // as in expect_graph_equals_eager
+  EXPECT_EQ(captures - calibration_captures, 3);    // batch sizes 4, 2, 1 recorded afresh
+}
+
 TEST(GraphDecode, FailedRecordingFallsBackToEagerOnce) {
   // A recording that fails leaves that step's eager result in place and the batch size eager from
   // then on: same tokens and logits as an engine without graphs, one attempt per batch size.

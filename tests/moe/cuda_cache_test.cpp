@@ -322,7 +322,9 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
 }
 
 // A device-side wait whose dispatcher never finishes gives up after its limit: the stream goes on,
-// the output is left as it was, and check() reports it.
+// the output is left as it was, and check() reports it; the next wait, while the dispatcher is
+// still stuck, gives up at once. A watchdog frees the dispatcher after 5 s, so a wait kernel that
+// never gave up fails the timing checks instead of hanging the test.
 TEST_F(CudaExpertCache, ExchangeWaitTimesOutWithoutHangingTheGpu) {
   auto alloc = make_bank_allocator(*gpu_);
   const int64_t H = 256;
@@ -330,29 +332,52 @@ TEST_F(CudaExpertCache, ExchangeWaitTimesOutWithoutHangingTheGpu) {
   std::atomic<bool> release{false};
   ExchangeDispatcher disp(
       buf,
-      [&](const ExchangeRequest& r) {
+      [&](const ExchangeRequest& r) {  // writes the request's number: a late result is told apart
         while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         auto* o = static_cast<float*>(r.out.data);
-        for (int64_t i = 0; i < r.out.numel(); ++i) o[i] = 1.0f;
+        for (int64_t i = 0; i < r.out.numel(); ++i) o[i] = static_cast<float>(r.seq);
       },
       0);
+  std::thread watchdog([&] {
+    for (int i = 0; i < 5000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    release = true;
+  });
   std::unique_ptr<ExchangeDevice> xd = make_cuda_exchange_device(*gpu_, buf, disp);
-  xd->ack_timeout_s = 0.05, xd->done_timeout_s = 0.1;
+  xd->ack_timeout_s = 2.0, xd->done_timeout_s = 0.1;
   Tensor x = dev(DType::BF16, {1, H}), ids = dev(DType::I32, {1, 2}), w = dev(DType::F32, {1, 2});
   Tensor out = dev(DType::F32, {1, H});
   for (Tensor* t : {&x, &ids, &w, &out}) gpu_->zero(*t);
+  auto seconds = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
+  auto t0 = std::chrono::steady_clock::now();
   xd->post(0, x, ids, w);
   xd->collect(out, true);
-  gpu_->synchronize();  // returns: the wait kernel gave up
+  gpu_->synchronize();  // returns: the wait kernel gave up after 0.1 s
+  EXPECT_LT(seconds(t0), 1.5);
+  try {
+    xd->check();
+    ADD_FAILURE() << "no timeout reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("started: yes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_f32(out)[0], 0.0f);
+  t0 = std::chrono::steady_clock::now();
+  xd->post(0, x, ids, w);  // the dispatcher still holds request 1
+  xd->collect(out, true);
+  gpu_->synchronize();
+  EXPECT_LT(seconds(t0), 1.5);  // at once, not after the 2 s ack limit
   EXPECT_THROW(xd->check(), Error);
   EXPECT_EQ(read_f32(out)[0], 0.0f);
   release = true;
+  watchdog.join();
+  t0 = std::chrono::steady_clock::now();  // the dispatcher catches up: request 1, then 2
+  while (std::atomic_ref<uint64_t>(buf.host.ctrl->done_seq).load() < 2 && seconds(t0) < 5.0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   xd->ack_timeout_s = xd->done_timeout_s = 10.0;
   xd->post(0, x, ids, w);
-  xd->collect(out, true);
+  xd->collect(out, false);
   gpu_->synchronize();
   EXPECT_NO_THROW(xd->check());
-  EXPECT_EQ(read_f32(out)[0], 1.0f);
+  EXPECT_EQ(read_f32(out)[0], 3.0f);  // request 3's own result
 }
 
 

@@ -154,19 +154,30 @@ TEST(HostExchangeErrors, ASlowOrStuckDispatcherTimesOutInsteadOfHanging) {
       },
       0);
   HostExchangeDevice dev(buf, disp);
-  dev.ack_timeout_s = 0.05, dev.done_timeout_s = 0.1;
+  dev.ack_timeout_s = 5.0, dev.done_timeout_s = 0.1;
   std::vector<float> x(kH, 1.0f), w(kK, 1.0f), out(kH, -7.0f);
   std::vector<int32_t> ids = {0, 1, 2};
   auto post = [&] {
     dev.post(1, Tensor(x.data(), DType::F32, {1, kH}), Tensor(ids.data(), DType::I32, {1, kK}),
              Tensor(w.data(), DType::F32, {1, kK}));
   };
-  // Started but not finished in time: collect returns, out is left as it was, check() says so.
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  /** Waits (up to 5 s) until the control block's field reaches v. */
+  auto await = [&](uint64_t& field, uint64_t v) {
+    const auto t = std::chrono::steady_clock::now();
+    while (std::atomic_ref<uint64_t>(field).load() < v && seconds_since(t) < 5.0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  // Started but not finished in time: collect returns after the done limit, out is left as it
+  // was, check() says so.
   post();
-  const auto t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   dev.collect(Tensor(out.data(), DType::F32, {1, kH}), true);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_LT(seconds_since(t0), 3.0);
   EXPECT_EQ(out[0], -7.0f);
+  await(buf.host.ctrl->ack_seq, 1);  // on a loaded machine the dispatcher may take it only now
   try {
     dev.check();
     ADD_FAILURE() << "check() did not report the timeout";
@@ -174,9 +185,12 @@ TEST(HostExchangeErrors, ASlowOrStuckDispatcherTimesOutInsteadOfHanging) {
     EXPECT_EQ(e.code(), ErrorCode::kInternal);
     EXPECT_NE(std::string(e.what()).find("started: yes"), std::string::npos) << e.what();
   }
-  // The dispatcher is still busy with it: the next request is not even started in time.
+  // The dispatcher is still busy with it: the next wait gives up at once, not after the 5 s ack
+  // limit, and the request was never started.
   post();
+  t0 = std::chrono::steady_clock::now();
   dev.collect(Tensor(out.data(), DType::F32, {1, kH}), true);
+  EXPECT_LT(seconds_since(t0), 3.0);
   try {
     dev.check();
     ADD_FAILURE() << "check() did not report the second timeout";
@@ -184,8 +198,9 @@ TEST(HostExchangeErrors, ASlowOrStuckDispatcherTimesOutInsteadOfHanging) {
     EXPECT_NE(std::string(e.what()).find("started: no"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(dev.check());
-  // Once the dispatcher is free again, requests are served.
+  // Once the dispatcher is free again and has caught up, requests are served.
   release = true;
+  await(buf.host.ctrl->done_seq, 2);
   dev.ack_timeout_s = dev.done_timeout_s = 10.0;
   post();
   dev.collect(Tensor(out.data(), DType::F32, {1, kH}), false);
@@ -207,6 +222,11 @@ TEST(HostExchangeErrors, PostRejectsShapesOverTheBuffers) {
   EXPECT_THROW(post(kMaxT + 1, kH, kK), Error);
   EXPECT_THROW(post(1, kH + 1, kK), Error);
   EXPECT_THROW(post(1, kH, kK + 1), Error);
+  EXPECT_THROW(post(1, 0, kK), Error);
+  for (DType dt : {DType::F16, DType::I32})  // the CPU executor reads F32 or BF16
+    EXPECT_THROW(dev.post(0, Tensor(x.data(), dt, {1, kH}), Tensor(ids.data(), DType::I32, {1, kK}),
+                          Tensor(w.data(), DType::F32, {1, kK})),
+                 Error);
   EXPECT_THROW(dev.post(0, Tensor(x.data(), DType::F32, {1, kH}), Tensor(ids.data(), DType::I32, {2, kK}),
                         Tensor(w.data(), DType::F32, {1, kK})),
                Error);

@@ -73,6 +73,9 @@ void CudaOps::copy(const Tensor& src, Tensor dst) {
       std::memmove(dst.data, src.data, static_cast<size_t>(src.bytes()));
       return;
     }
+    // To pageable host memory the copy call itself waits for the stream, spinning; with
+    // set_host_waits_sleep the wait for the queued work happens first, in synchronize().
+    if (!dst_dev && host_waits_sleep_) synchronize();
     FT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()), kind, stream_));
     if (!dst_dev) synchronize();
     return;
@@ -89,6 +92,7 @@ void CudaOps::copy(const Tensor& src, Tensor dst) {
     synchronize();
   } else if (src_dev && !dst_dev) {
     std::vector<uint8_t> tmp(static_cast<size_t>(src.bytes()));
+    if (host_waits_sleep_) synchronize();
     FT_CUDA_CHECK(cudaMemcpyAsync(tmp.data(), src.data, tmp.size(), cudaMemcpyDeviceToHost, stream_));
     synchronize();
     cuda::host_convert(src.dtype, tmp.data(), dst.dtype, dst.data, n);

@@ -8,7 +8,8 @@
 //   exchange_collect_kernel: thread 0 of each block polls done_seq (system-scope acquire, a short
 //     __nanosleep between reads), with the ack and done limits measured on %globaltimer; after a
 //     block barrier every thread reads its part of the mapped result (F32) and writes or adds it
-//     into out. A block that gives up stores timed_out_seq and leaves out as it was.
+//     into out. A block that gives up stores timed_out_seq and leaves its part of out as it was
+//     (blocks decide independently, so a timed-out out may be partly written).
 // Only plain loads and stores touch host memory (no atomic read-modify-write over PCIe).
 #include <algorithm>
 
@@ -90,9 +91,15 @@ struct CollectArgs {
   uint64_t ack_timeout_ns, done_timeout_ns;
 };
 
-/** Thread 0's wait: true when done_seq reached seq, false when it gave up (or another block did). */
+/** Thread 0's wait: true when done_seq reached seq, false when it gave up (or another block did, or
+ *  the dispatcher is still busy with a request an earlier wait gave up on). */
 __device__ bool wait_done(const CollectArgs& a, uint64_t seq) {
   const uint64_t t0 = global_ns();
+  if (sys(a.ctrl->timed_out_seq).load(::cuda::memory_order_acquire) >
+      sys(a.ctrl->done_seq).load(::cuda::memory_order_acquire)) {
+    sys(a.ctrl->timed_out_seq).store(seq, ::cuda::memory_order_release);
+    return false;
+  }
   unsigned sleep_ns = 32;
   for (;;) {
     if (sys(a.ctrl->done_seq).load(::cuda::memory_order_acquire) >= seq) return true;
