@@ -6,7 +6,10 @@
 namespace ft::cli {
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
-  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(at_least(0));
+  // Each thread is a persistent worker; a typo like 100000 used to exhaust the process limit.
+  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores; at most 1024)")
+      ->capture_default_str()
+      ->check(in_range(0, 1024));
   cmd->add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
   cmd->add_option("--page-size", f.page_size, "KV cache page size in tokens")->capture_default_str()->check(at_least(1));
   cmd->add_option("--cuda-graph-max-bs", f.cuda_graph_max_bs,

@@ -2,17 +2,18 @@
 // CLI11 validators for numeric flags, so a bad value is refused while parsing with the flag's name
 // ("--top-k: must be >= 0, got -1", exit 2) instead of failing later with engine wording.
 #include <CLI/CLI.hpp>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
 
 namespace ft::cli {
 
-/** Refuses an integer value below `min`. A value that is not an integer passes here and is reported by
- *  CLI11's own conversion. */
-inline CLI::Validator at_least(long long min) {
+/** Refuses an integer value outside [min, max]. A value that is not an integer passes here and is
+ *  reported by CLI11's own conversion. */
+inline CLI::Validator in_range(long long min, long long max) {
   return CLI::Validator(
-      [min](std::string& value) -> std::string {
+      [min, max](std::string& value) -> std::string {
         size_t used = 0;
         long long x = 0;
         try {
@@ -20,11 +21,15 @@ inline CLI::Validator at_least(long long min) {
         } catch (const std::exception&) {
           return {};
         }
-        if (used != value.size() || x >= min) return {};
-        return fmt::format("must be >= {}, got {}", min, value);
+        if (used != value.size() || (x >= min && x <= max)) return {};
+        return x < min ? fmt::format("must be >= {}, got {}", min, value)
+                       : fmt::format("must be <= {}, got {}", max, value);
       },
       "");  // no type decoration in --help (it would read "INT:>= 0=0")
 }
+
+/** Refuses an integer value below `min` (in_range up to the largest long long). */
+inline CLI::Validator at_least(long long min) { return in_range(min, std::numeric_limits<long long>::max()); }
 
 /** Refuses an empty string value with `message` (the flag's name is put before it), e.g. an unset
  *  variable in `--api-key "$KEY"`. `name` is the value's placeholder in --help. */

@@ -84,6 +84,8 @@ std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::ve
     i = j + 1;
     if (item.empty()) bad_cpu_layers(spec, "empty list entry");  // a trailing comma ends the loop first
     const size_t dash = item.find('-');
+    if (dash == 0 || dash + 1 == item.size() || item.find('-', dash + 1) != std::string::npos)
+      bad_cpu_layers(spec, fmt::format("'{}' is not a layer number or a range A-B (layers are numbered from 0)", item));
     const int64_t lo = parse_int(spec, item.substr(0, dash));
     const int64_t hi = dash == std::string::npos ? lo : parse_int(spec, item.substr(dash + 1));
     if (hi < lo) bad_cpu_layers(spec, fmt::format("range {} is empty", item));

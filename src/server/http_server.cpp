@@ -1,6 +1,8 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "server/routes.h"
 #include "util/log.h"
@@ -109,8 +111,17 @@ int HttpServer::bind() {
   return port;
 }
 
-void HttpServer::serve() { svr_.listen_after_bind(); }
+void HttpServer::serve() {
+  serving_ = true;  // seq_cst with stop_requested_: either this sees the stop or stop() sees it serving
+  if (!stop_requested_) svr_.listen_after_bind();
+  serving_ = false;
+}
 
-void HttpServer::stop() { svr_.stop(); }
+void HttpServer::stop() {
+  stop_requested_ = true;
+  // httplib's stop() does nothing before the listener runs: a stop that came first (a signal right
+  // after start-up) left serve() listening forever. Repeat it until serve() has returned.
+  for (svr_.stop(); serving_; svr_.stop()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 }  // namespace ft::server

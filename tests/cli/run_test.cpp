@@ -24,6 +24,14 @@ TEST(Run, PromptPlusMaxTokensMustFitTheContext) {
   EXPECT_EQ(std::count(ok.out.begin(), ok.out.end(), ','), 4) << ok.out;
 }
 
+TEST(Run, ThreadsAreBoundedAtParseTime) {
+  // --threads 100000 once started that many executor workers and exhausted the process limit.
+  Result r = run_ft("run --model " + stories() + " --threads 100000 --prompt-ids 1,403 --max-tokens 1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--threads"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("must be <= 1024, got 100000"), std::string::npos) << r.err;
+}
+
 TEST(Run, GeneratedTextContinuesThePrompt) {
   // stories260K is SentencePiece: "Once" is followed by the piece "▁upon". The generated text keeps
   // its leading space, so prompt + output reads "Once upon a time" (the text once dropped it).

@@ -54,6 +54,15 @@ TEST(MoePlan, CpuLayerForms) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
       EXPECT_NE(std::string(e.what()).find(std::string("--moe-cpu-layers ") + bad), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("''"), std::string::npos) << e.what();  // "-1" named '' once
+    }
+  }
+  for (const char* bad : {"-1", "2-", "1-2-3"}) {
+    try {
+      parse_moe_cpu_layers(bad, moe);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a layer number or a range A-B"), std::string::npos) << e.what();
     }
   }
 }

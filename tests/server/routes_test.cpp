@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <random>
 
 #include "server/chat_reply.h"
@@ -89,6 +90,20 @@ TEST(Routes, ASecondServerCannotTakeAPortInUse) {
   auto r = a.client().Get("/health");  // the first still serves
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+TEST(Routes, AStopBeforeTheListenerRunsStillEndsServe) {
+  // A signal right after start-up reached stop() before serve() had started listening; httplib's
+  // stop() alone does nothing then, so serve() listened forever and `ft serve` never exited (from
+  // a fresh user's trial).
+  TestServerConfig c;
+  c.serve = false;
+  TestServer s(c);
+  s.http().stop();
+  auto served = std::async(std::launch::async, [&] { s.http().serve(); });
+  const bool returned = served.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  if (!returned) s.http().stop();  // listening by now: this stop ends it, so the test cannot hang
+  EXPECT_TRUE(returned);
 }
 
 TEST(Routes, HealthModelsAndUnknownRoutes) {

@@ -96,6 +96,7 @@ struct TestServerConfig {
   std::string cors_origin = "*";
   bool split_reasoning = false;  // --reasoning-format deepseek
   std::string chat_template = kChatMLTemplate;
+  bool serve = true;  // false: bound but not serving (the test calls http().serve())
 };
 
 class TestServer {
@@ -129,13 +130,13 @@ class TestServer {
     sm.tool_call_format = server::detect_tool_call_format(c.chat_template);
     http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
     port_ = http_->bind();
-    thread_ = std::thread([this] { http_->serve(); });
+    if (c.serve) thread_ = std::thread([this] { http_->serve(); });
   }
   ~TestServer() {
     model_.open();
     http_->stop();
     service_->shutdown(std::chrono::milliseconds(0));
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
 
   int port() const { return port_; }
@@ -145,6 +146,7 @@ class TestServer {
     return c;
   }
   GatedModel& model() { return model_; }
+  server::HttpServer& http() { return *http_; }
   EngineService& service() { return *service_; }
 
  private:
