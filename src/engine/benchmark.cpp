@@ -210,7 +210,6 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
   if (const MoePlan* plan = engine.moe_plan()) r.moe_plan = plan->summary();
   const std::optional<MoeReport> moe_start = engine.moe_report();
-  if (moe_start && moe_start->prefetch) r.moe_plan += ", next-layer prefetch";
   if (moe_start && moe_start->cache_slots > 0) r.h2d_bandwidth = measure_h2d_bandwidth(ops, int64_t{256} << 20);
   reset_peak_host_rss();
 

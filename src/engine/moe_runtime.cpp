@@ -150,12 +150,11 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
-  prefetch_ = offloaded_ && offloaded_->prefetches();
+  prefetch_ = plan_.prefetch = offloaded_ && offloaded_->prefetches();
   if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !prefetch_)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");
-  spdlog::info("{}{}{}", plan_.summary(), calibrate_ ? " (until the start-up calibration picks one)" : "",
-               prefetch_ ? ", next-layer prefetch" : "");
+  spdlog::info("{}{}", plan_.summary(), calibrate_ ? " (the fetch cap until the start-up calibration picks one)" : "");
   if (ops.device() == Device::kCpu && (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid))
     spdlog::warn("moe: on the CPU backend the {} strategy emulates a GPU's expert cache in host memory, to test it; "
                  "every expert is already in host memory here, so fused is faster (and what auto picks without "

@@ -112,12 +112,13 @@ std::string MoePlan::summary() const {
   if (count(MoeLayerMode::kCpu) > 0)
     s += fmt::format(", {} of {} MoE layers on the CPU", count(MoeLayerMode::kCpu),
                      static_cast<int64_t>(layers.size()) - count(MoeLayerMode::kDense));
-  if (strategy == MoeStrategy::kHybrid) {
+  if (strategy == MoeStrategy::kHybrid && count(MoeLayerMode::kCache) > 0) {  // not when every layer is a CPU one
     int32_t cap = -1;
     for (size_t l = 0; l < layers.size(); ++l)
       if (layers[l] == MoeLayerMode::kCache) cap = fetch_cap[l];
     s += calibrate_fetch_cap ? std::string(", fetch cap: calibrating") : fmt::format(", fetch cap {} per layer", cap);
   }
+  if (prefetch) s += ", next-layer prefetch";
   if (!cache.note.empty()) s += " (" + cache.note + ")";
   return s;
 }

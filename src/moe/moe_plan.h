@@ -49,10 +49,11 @@ struct MoePlan {
   std::vector<int32_t> fetch_cap;              // per model layer; -1: unlimited (kCache layers only)
   bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
   CacheSize cache;                             // n_slots = 0 without a cache
+  bool prefetch = false;                       // set by the runtime: some layer fetches the next one's experts ahead
 
   /** Layers in `mode`. */
   int64_t count(MoeLayerMode mode) const;
-  /** One line for the log: strategy, slots and their memory, CPU layers, caps. */
+  /** One line for the log: strategy, slots and their memory, CPU layers, caps, prefetch. */
   std::string summary() const;
 };
 

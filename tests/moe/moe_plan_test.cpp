@@ -126,6 +126,15 @@ TEST(MoePlan, ExplicitStrategies) {
   o.cpu_layers = "6";  // every MoE layer on the CPU: no cache needed
   p = plan_moe(o, kLayers, budget(110 * MiB));
   EXPECT_EQ(p.cache.n_slots, 0);
+  o.strategy = MoeStrategy::kHybrid;  // ... nor a fetch cap to print (it said "fetch cap -1")
+  o.fetch_cap = 2;
+  p = plan_moe(o, kLayers, budget(110 * MiB));
+  EXPECT_EQ(p.summary().find("fetch cap"), std::string::npos) << p.summary();
+  EXPECT_EQ(p.summary().find("prefetch"), std::string::npos) << p.summary();
+  p.prefetch = true;  // set by the runtime
+  EXPECT_NE(p.summary().find(", next-layer prefetch"), std::string::npos) << p.summary();
+  o.strategy = MoeStrategy::kOffload;
+  o.fetch_cap = -1;
   // auto with CPU layers means offload.
   o.strategy = MoeStrategy::kAuto;
   o.cpu_layers = "1";
