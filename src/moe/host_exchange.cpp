@@ -19,6 +19,13 @@ constexpr int64_t kMinSleepUs = 50, kMaxSleepUs = 200;  // the idle dispatcher's
 /** The control block's sequence numbers as system-wide atomics (the GPU writes them over PCIe). */
 std::atomic_ref<uint64_t> seq_ref(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
 
+/** A request field, read and written relaxed: ordered by request_seq's release/acquire, and after a
+ *  timeout a post may rewrite it while an abandoned request is served (host_exchange.h). */
+int32_t load_field(int32_t& f) { return std::atomic_ref<int32_t>(f).load(std::memory_order_relaxed); }
+void store_field(int32_t& f, int64_t v) {
+  std::atomic_ref<int32_t>(f).store(static_cast<int32_t>(v), std::memory_order_relaxed);
+}
+
 }  // namespace
 
 ExchangeBuffers::ExchangeBuffers(HostAllocator& alloc, int64_t max_tokens_, int64_t n_embd_, int32_t k_)
@@ -102,17 +109,18 @@ void ExchangeDispatcher::loop(uint64_t last) {
     const uint64_t seq = seq_ref(c.request_seq).load(std::memory_order_acquire);
     last = seq;
     seq_ref(c.ack_seq).store(seq, std::memory_order_release);
-    const int64_t T = c.n_tokens, H = c.n_embd, k = c.k;
+    const int64_t T = load_field(c.n_tokens), H = load_field(c.n_embd), k = load_field(c.k);
+    const int32_t layer = load_field(c.layer), x_dtype = load_field(c.x_dtype);
     try {
-      if (T < 1 || T > buf_.max_tokens || H < 1 || H > buf_.n_embd || k < 1 || k > buf_.k || c.layer < 0)
+      if (T < 1 || T > buf_.max_tokens || H < 1 || H > buf_.n_embd || k < 1 || k > buf_.k || layer < 0)
         fail(ErrorCode::kInternal, "moe exchange: request {} has {} tokens of {} with {} routes (layer {})", seq, T,
-             H, k, c.layer);
-      const auto xdt = static_cast<DType>(c.x_dtype);
+             H, k, layer);
+      const auto xdt = static_cast<DType>(x_dtype);
       if (xdt != DType::F32 && xdt != DType::BF16)
-        fail(ErrorCode::kInternal, "moe exchange: request {} has x dtype {}", seq, c.x_dtype);
+        fail(ErrorCode::kInternal, "moe exchange: request {} has x dtype {}", seq, x_dtype);
       ExchangeRequest r;
       r.seq = seq;
-      r.layer = c.layer;
+      r.layer = layer;
       r.x = Tensor(buf_.host.x, xdt, {T, H});
       r.ids = Tensor(buf_.host.ids, DType::I32, {T, k});
       r.weights = Tensor(buf_.host.weights, DType::F32, {T, k});
@@ -123,7 +131,7 @@ void ExchangeDispatcher::loop(uint64_t last) {
         std::lock_guard<std::mutex> lock(mu_);
         error_ = e.what();
       }
-      spdlog::error("moe exchange: the CPU experts of layer {} failed: {}", c.layer, e.what());
+      spdlog::error("moe exchange: the CPU experts of layer {} failed: {}", layer, e.what());
       seq_ref(c.failed_seq).store(seq, std::memory_order_release);
     }
     served_.fetch_add(1, std::memory_order_relaxed);
@@ -173,11 +181,11 @@ void HostExchangeDevice::post(int32_t layer, const Tensor& x, const Tensor& ids,
   std::memcpy(buf_.host.ids, ids.data, static_cast<size_t>(ids.bytes()));
   std::memcpy(buf_.host.weights, weights.data, static_cast<size_t>(weights.bytes()));
   T_ = x.rows(), H_ = x.cols();
-  c.layer = layer;
-  c.n_tokens = static_cast<int32_t>(T_);
-  c.n_embd = static_cast<int32_t>(H_);
-  c.k = static_cast<int32_t>(ids.cols());
-  c.x_dtype = static_cast<int32_t>(x.dtype);
+  store_field(c.layer, layer);
+  store_field(c.n_tokens, T_);
+  store_field(c.n_embd, H_);
+  store_field(c.k, ids.cols());
+  store_field(c.x_dtype, static_cast<int32_t>(x.dtype));
   seq_ref(c.request_seq).store(++seq_, std::memory_order_release);
   disp_.notify();
 }
