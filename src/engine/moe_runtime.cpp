@@ -155,6 +155,9 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");
   spdlog::info("{}{}", plan_.summary(), calibrate_ ? " (the fetch cap until the start-up calibration picks one)" : "");
+  if (log_interval_ > 0 && !offloaded_)
+    spdlog::warn("--decode-log-interval {}: the {} strategy keeps every expert on the device, so there are no "
+                 "expert-cache counters to log", log_interval_, moe_strategy_name(plan_.strategy));
   if (ops.device() == Device::kCpu && (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid))
     spdlog::warn("moe: on the CPU backend the {} strategy emulates a GPU's expert cache in host memory, to test it; "
                  "every expert is already in host memory here, so fused is faster (and what auto picks without "

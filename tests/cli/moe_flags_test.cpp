@@ -72,6 +72,12 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(r.err.find("moe per layer (hits/misses/fetched/CPU experts): L0 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" L3 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(", next-layer prefetch"), std::string::npos) << r.err;  // auto: on for offload
+  // Fused has no cache counters: said once at start, not silently ignored.
+  const Result fused = run_moe("--moe-strategy fused --decode-log-interval 3");
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  EXPECT_NE(fused.err.find("--decode-log-interval 3: the fused strategy keeps every expert on the device"),
+            std::string::npos) << fused.err;
+  EXPECT_EQ(fused.err.find("moe: 3 steps"), std::string::npos) << fused.err;
   EXPECT_EQ(run_moe("--moe-strategy offload --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
   const Result hybrid = run_moe("--moe-strategy hybrid");
   EXPECT_NE(hybrid.err.find("next-layer prefetch"), std::string::npos) << hybrid.err;  // and for hybrid
