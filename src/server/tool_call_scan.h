@@ -90,12 +90,17 @@ class HeldTextScanner : public ToolCallScanner {
     json_.reset();
     state_ = State::kText;
   }
-  /** json_value_end of the value starting at rest[0], scanning only what arrived since the last call;
+  /** The JSON value starting at rest[0] (rest = the held text from `at`, rest[0] `{` or `[`), parsed
+   *  (a discarded value when it is not valid JSON) and taken from the held text once it has closed;
+   *  nothing while it is still streaming in. Each call scans only what arrived since the last one;
    *  the scan starts afresh after a value ends (or give_up). */
-  size_t value_end(std::string_view rest) {
-    const size_t e = json_.end(rest);
-    if (e != std::string_view::npos) json_.reset();
-    return e;
+  std::optional<nlohmann::ordered_json> take_value(size_t at, std::string_view rest) {
+    const size_t end = json_.end(rest);
+    if (end == std::string_view::npos) return std::nullopt;
+    json_.reset();
+    auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
+    t_.take(at + end);  // after the parse: rest views the held text
+    return j;
   }
   State state_;
   HeldText t_;

@@ -49,11 +49,9 @@ class Llama3Scanner : public HeldTextScanner<Llama3State> {
             give_up(out);
             break;
           }
-          const size_t end = value_end(rest);
-          if (end == std::string_view::npos) return;
-          const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
-          std::optional<ToolCall> c = call_from_json(j);
-          t_.take(at + end);
+          const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
+          if (!j) return;
+          std::optional<ToolCall> c = call_from_json(*j);
           if (!c) {
             give_up(out);
             break;

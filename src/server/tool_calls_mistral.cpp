@@ -42,10 +42,9 @@ class MistralScanner : public HeldTextScanner<MistralState> {
             state_ = State::kName;
             break;
           }
-          const size_t end = value_end(rest);
-          if (end == std::string_view::npos) return;
-          const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
-          t_.take(at + end);
+          const std::optional<nlohmann::ordered_json> parsed = take_value(at, rest);
+          if (!parsed) return;
+          const nlohmann::ordered_json& j = *parsed;
           std::vector<ToolCall> calls;
           for (const auto& e : j.is_array() ? j : nlohmann::ordered_json::array({j})) {
             std::optional<ToolCall> c = call_from_json(e);
@@ -89,15 +88,13 @@ class MistralScanner : public HeldTextScanner<MistralState> {
             give_up(out);
             break;
           }
-          const size_t end = value_end(rest);
-          if (end == std::string_view::npos) return;
-          const auto j = nlohmann::ordered_json::parse(rest.substr(0, end), nullptr, /*allow_exceptions=*/false);
-          t_.take(at + end);
-          if (!j.is_object()) {
+          const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
+          if (!j) return;
+          if (!j->is_object()) {
             give_up(out);
             break;
           }
-          out.calls.push_back(ToolCall{name_, j.dump()});
+          out.calls.push_back(ToolCall{name_, j->dump()});
           t_.pending.clear();
           state_ = State::kText;
           break;
