@@ -29,7 +29,7 @@ std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequ
 }
 
 Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
-  if (ctx.model.tool_call_format == ToolCallFormat::kHarmony) r.parse_tool_calls = true;
+  if (tool_call_format_structures_every_reply(ctx.model.tool_call_format)) r.parse_tool_calls = true;
   GenerationParams gen = r.gen;
   gen.keep_special_tokens = r.parse_tool_calls && tool_call_markers_are_special(ctx.model.tool_call_format);
   return submit_generation(ctx, render_chat_prompt(ctx, r), gen, "messages");
@@ -52,9 +52,7 @@ ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool wi
       out.thought = true;
       out.reasoning += split.reasoning;
     }
-    // Harmony's content is its final channel's text even without calls or analysis; other formats
-    // keep a reply without calls as written.
-    if (!split.calls.empty() || !split.reasoning.empty() || format == ToolCallFormat::kHarmony) {
+    if (!split.calls.empty() || !split.reasoning.empty() || tool_call_format_structures_every_reply(format)) {
       out.content = std::move(split.content);
       out.calls = std::move(split.calls);
     }

@@ -7,6 +7,8 @@ namespace ft::server {
 
 bool tool_call_markers_are_special(ToolCallFormat f) { return f != ToolCallFormat::kHermes; }
 
+bool tool_call_format_structures_every_reply(ToolCallFormat f) { return f == ToolCallFormat::kHarmony; }
+
 ToolCallFormat detect_tool_call_format(std::string_view src) {
   const auto has = [&](std::string_view m) { return src.find(m) != std::string_view::npos; };
   if (has("<|channel|>") || has("to=functions")) return ToolCallFormat::kHarmony;

@@ -31,6 +31,11 @@ ToolCallFormat detect_tool_call_format(std::string_view template_source);
  *  unless asked to keep them (GenerationParams::keep_special_tokens); Hermes' <tool_call> is text. */
 bool tool_call_markers_are_special(ToolCallFormat f);
 
+/** Whether every reply in the format is structured, so it is split with or without tools: gpt-oss's
+ *  harmony channels (analysis is reasoning, final is content, even in a reply without calls). Other
+ *  formats' replies without calls are text as written. */
+bool tool_call_format_structures_every_reply(ToolCallFormat f);
+
 /** "hermes", "llama3_json", "mistral", "harmony" (the names of vLLM's tool parsers). */
 const char* tool_call_format_name(ToolCallFormat f);
 
