@@ -66,11 +66,20 @@ struct HeldText {
 };
 
 /** A scanner reading through HeldText that falls back to text when what it reads is not a call.
- *  State is its enum of states, with a kText state (plain text). */
+ *  State is its enum of states, with a kText state (plain text). A format writes step(), one move of
+ *  its state machine; push() runs it until it waits for more text. */
 template <class State>
 class HeldTextScanner : public ToolCallScanner {
  public:
   explicit HeldTextScanner(State start) : state_(start) {}
+  void push(std::string_view piece, ToolCallSplit& out) final {
+    t_.held.append(piece);
+    for (;;) {
+      std::string_view rest;
+      const size_t at = skip_held_space(rest);  // before step() reads rest
+      if (!step(at, rest, out)) return;
+    }
+  }
   void finish(ToolCallSplit& out) override {
     t_.flush(out);
     json_.reset();
@@ -78,6 +87,9 @@ class HeldTextScanner : public ToolCallScanner {
   }
 
  protected:
+  /** One move on the held text (`rest`: from its first non-space character, at offset `at`): false
+   *  when the move needs more text, true when the state machine may move again at once. */
+  virtual bool step(size_t at, std::string_view rest, ToolCallSplit& out) = 0;
   /** Where the held text's first non-space character is, and the held text from there. */
   size_t skip_held_space(std::string_view& rest) const {
     const size_t at = std::min(t_.held.size(), t_.held.find_first_not_of(" \t\r\n"));

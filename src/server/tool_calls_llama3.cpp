@@ -20,58 +20,54 @@ class Llama3Scanner : public HeldTextScanner<Llama3State> {
  public:
   using State = Llama3State;
   Llama3Scanner() : HeldTextScanner(State::kStart) {}
-  void push(std::string_view piece, ToolCallSplit& out) override {
-    t_.held.append(piece);
-    for (;;) {
-      std::string_view rest;
-      const size_t at = skip_held_space(rest);
-      switch (state_) {
-        case State::kStart:  // whitespace, then <|python_tag|>, `{`, or text
-          if (rest.empty() || may_become(rest, kPythonTag)) return;
-          if (rest.substr(0, kPythonTag.size()) == kPythonTag) {
-            t_.take(at + kPythonTag.size());
-          } else if (rest[0] == '{') {
-            t_.take(at);
-          } else {
-            state_ = State::kText;
-            break;
-          }
-          state_ = State::kCall;
-          break;
-        case State::kText:
-          if (!take_until_tag(t_.held, kPythonTag, out.content)) return;
-          t_.pending = kPythonTag;
-          state_ = State::kCall;
-          break;
-        case State::kCall: {  // whitespace, then a JSON object that must be a call
-          if (rest.empty()) return;
-          if (rest[0] != '{') {
-            give_up(out);
-            break;
-          }
-          const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
-          if (!j) return;
-          std::optional<ToolCall> c = call_from_json(*j);
-          if (!c) {
-            give_up(out);
-            break;
-          }
-          out.calls.push_back(std::move(*c));
-          t_.pending.clear();
-          state_ = State::kAfterCall;
-          break;
+  bool step(size_t at, std::string_view rest, ToolCallSplit& out) override {
+    switch (state_) {
+      case State::kStart:  // whitespace, then <|python_tag|>, `{`, or text
+        if (rest.empty() || may_become(rest, kPythonTag)) return false;
+        if (rest.substr(0, kPythonTag.size()) == kPythonTag) {
+          t_.take(at + kPythonTag.size());
+        } else if (rest[0] == '{') {
+          t_.take(at);
+        } else {
+          state_ = State::kText;
+          return true;
         }
-        case State::kAfterCall:  // `;` and another call, or the end (anything else is text)
-          if (rest.empty()) return;
-          if (rest[0] == ';') {
-            t_.take(at + 1);
-            state_ = State::kCall;
-          } else {
-            state_ = State::kText;
-          }
-          break;
+        state_ = State::kCall;
+        return true;
+      case State::kText:
+        if (!take_until_tag(t_.held, kPythonTag, out.content)) return false;
+        t_.pending = kPythonTag;
+        state_ = State::kCall;
+        return true;
+      case State::kCall: {  // whitespace, then a JSON object that must be a call
+        if (rest.empty()) return false;
+        if (rest[0] != '{') {
+          give_up(out);
+          return true;
+        }
+        const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
+        if (!j) return false;
+        std::optional<ToolCall> c = call_from_json(*j);
+        if (!c) {
+          give_up(out);
+          return true;
+        }
+        out.calls.push_back(std::move(*c));
+        t_.pending.clear();
+        state_ = State::kAfterCall;
+        return true;
       }
+      case State::kAfterCall:  // `;` and another call, or the end (anything else is text)
+        if (rest.empty()) return false;
+        if (rest[0] == ';') {
+          t_.take(at + 1);
+          state_ = State::kCall;
+        } else {
+          state_ = State::kText;
+        }
+        return true;
     }
+    return false;  // not reached: every state returns
   }
   void finish(ToolCallSplit& out) override {
     // A `;` after the last call, and the space around it, ends the list: it is not text.

@@ -24,83 +24,79 @@ class MistralScanner : public HeldTextScanner<MistralState> {
  public:
   using State = MistralState;
   MistralScanner() : HeldTextScanner(State::kText) {}
-  void push(std::string_view piece, ToolCallSplit& out) override {
-    t_.held.append(piece);
-    for (;;) {
-      std::string_view rest;
-      const size_t at = skip_held_space(rest);
-      switch (state_) {
-        case State::kText:
-          if (!take_until_tag(t_.held, kToolCalls, out.content)) return;
-          t_.pending = kToolCalls;
-          state_ = State::kAfterTag;
-          break;
-        case State::kAfterTag: {  // a JSON list (or one object) of calls, or a name
-          if (rest.empty()) return;
-          if (rest[0] != '[' && rest[0] != '{') {
-            t_.take(at);
-            state_ = State::kName;
-            break;
-          }
-          const std::optional<nlohmann::ordered_json> parsed = take_value(at, rest);
-          if (!parsed) return;
-          const nlohmann::ordered_json& j = *parsed;
-          std::vector<ToolCall> calls;
-          for (const auto& e : j.is_array() ? j : nlohmann::ordered_json::array({j})) {
-            std::optional<ToolCall> c = call_from_json(e);
-            if (!c) break;
-            calls.push_back(std::move(*c));
-          }
-          if (calls.empty() || calls.size() != (j.is_array() ? j.size() : 1)) {
-            give_up(out);
-            break;
-          }
-          for (ToolCall& c : calls) out.calls.push_back(std::move(c));
-          t_.pending.clear();
-          state_ = State::kText;
-          break;
+  bool step(size_t at, std::string_view rest, ToolCallSplit& out) override {
+    switch (state_) {
+      case State::kText:
+        if (!take_until_tag(t_.held, kToolCalls, out.content)) return false;
+        t_.pending = kToolCalls;
+        state_ = State::kAfterTag;
+        return true;
+      case State::kAfterTag: {  // a JSON list (or one object) of calls, or a name
+        if (rest.empty()) return false;
+        if (rest[0] != '[' && rest[0] != '{') {
+          t_.take(at);
+          state_ = State::kName;
+          return true;
         }
-        case State::kName: {  // name[ARGS] or name[CALL_ID]id[ARGS]
-          size_t i = 0;
-          while (i < t_.held.size() && name_char(t_.held[i])) ++i;
-          if (i == t_.held.size()) return;
-          const std::string_view tail = std::string_view(t_.held).substr(i);
-          if (i > 0 && tail.substr(0, kArgs.size()) == kArgs) {
-            name_ = t_.held.substr(0, i);
-            t_.take(i + kArgs.size());
-            state_ = State::kArgs;
-          } else if (i > 0 && tail.substr(0, kCallId.size()) == kCallId) {
-            const size_t a = t_.held.find(kArgs, i + kCallId.size());
-            if (a == std::string::npos) return;
-            name_ = t_.held.substr(0, i);
-            t_.take(a + kArgs.size());
-            state_ = State::kArgs;
-          } else if (i > 0 && (may_become(tail, kArgs) || may_become(tail, kCallId))) {
-            return;
-          } else {
-            give_up(out);
-          }
-          break;
+        const std::optional<nlohmann::ordered_json> parsed = take_value(at, rest);
+        if (!parsed) return false;
+        const nlohmann::ordered_json& j = *parsed;
+        std::vector<ToolCall> calls;
+        for (const auto& e : j.is_array() ? j : nlohmann::ordered_json::array({j})) {
+          std::optional<ToolCall> c = call_from_json(e);
+          if (!c) break;
+          calls.push_back(std::move(*c));
         }
-        case State::kArgs: {  // a JSON object
-          if (rest.empty()) return;
-          if (rest[0] != '{') {
-            give_up(out);
-            break;
-          }
-          const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
-          if (!j) return;
-          if (!j->is_object()) {
-            give_up(out);
-            break;
-          }
-          out.calls.push_back(ToolCall{name_, j->dump()});
-          t_.pending.clear();
-          state_ = State::kText;
-          break;
+        if (calls.empty() || calls.size() != (j.is_array() ? j.size() : 1)) {
+          give_up(out);
+          return true;
         }
+        for (ToolCall& c : calls) out.calls.push_back(std::move(c));
+        t_.pending.clear();
+        state_ = State::kText;
+        return true;
+      }
+      case State::kName: {  // name[ARGS] or name[CALL_ID]id[ARGS]
+        size_t i = 0;
+        while (i < t_.held.size() && name_char(t_.held[i])) ++i;
+        if (i == t_.held.size()) return false;
+        const std::string_view tail = std::string_view(t_.held).substr(i);
+        if (i > 0 && tail.substr(0, kArgs.size()) == kArgs) {
+          name_ = t_.held.substr(0, i);
+          t_.take(i + kArgs.size());
+          state_ = State::kArgs;
+        } else if (i > 0 && tail.substr(0, kCallId.size()) == kCallId) {
+          const size_t a = t_.held.find(kArgs, i + kCallId.size());
+          if (a == std::string::npos) return false;
+          name_ = t_.held.substr(0, i);
+          t_.take(a + kArgs.size());
+          state_ = State::kArgs;
+        } else if (i > 0 && (may_become(tail, kArgs) || may_become(tail, kCallId))) {
+          return false;
+        } else {
+          give_up(out);
+        }
+        return true;
+      }
+      case State::kArgs: {  // a JSON object
+        if (rest.empty()) return false;
+        if (rest[0] != '{') {
+          give_up(out);
+          return true;
+        }
+        const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
+        if (!j) return false;
+        if (!j->is_object()) {
+          give_up(out);
+          return true;
+        }
+        out.calls.push_back(ToolCall{name_, j->dump()});
+        t_.pending.clear();
+        state_ = State::kText;
+        return true;
       }
     }
+    return false;  // not reached: every state returns
   }
 
  private:
