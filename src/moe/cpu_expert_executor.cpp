@@ -1,6 +1,7 @@
 #include "moe/cpu_expert_executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -124,12 +125,20 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   for (auto& b : wbuf_)
     if (static_cast<int64_t>(b.size()) < wbuf_need) b.resize(static_cast<size_t>(wbuf_need));
 
-  // Phase 1: h = silu(x Wg^T) * (x Wu^T) per pair, tasks (expert, 16 rows of F).
+  // Phases 1 and 2 as one job: tasks (expert, 16 rows of F) computing h = silu(x Wg^T) * (x Wu^T)
+  // per pair, then tasks (expert, 16 rows of H) computing y = h Wd^T. Tasks are handed out in
+  // order, so a down task starts once every gate/up task has been taken, and it waits only for its
+  // own expert's gate/up tasks still running: no barrier between the phases, and the workers that
+  // finish gate/up early start on the first experts' down rows.
   tasks_.clear();
   for (size_t g = 0; g < groups_.size(); ++g)
     for (int64_t r = 0; r < groups_[g].F; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
-  pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {
-    const Task task = tasks_[static_cast<size_t>(ti)];
+  const auto n_gate_up = static_cast<int64_t>(tasks_.size());
+  pending_.assign(groups_.size(), 0);
+  for (const Task& t : tasks_) ++pending_[static_cast<size_t>(t.group)];
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (int64_t r = 0; r < H; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
+  auto gate_up = [&](const Task& task, int worker) {
     const Group& G = groups_[static_cast<size_t>(task.group)];
     const int64_t F = G.F, nr = std::min(kRowTile, F - task.row0);
     std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
@@ -147,27 +156,34 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
     }
-  });
-
-  // Phase 2: y = h Wd^T per pair, tasks (expert, 16 rows of H).
-  tasks_.clear();
-  for (size_t g = 0; g < groups_.size(); ++g)
-    for (int64_t r = 0; r < H; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
-  pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {
-    const Task task = tasks_[static_cast<size_t>(ti)];
+  };
+  auto down = [&](const Task& task, int worker) {
     const Group& G = groups_[static_cast<size_t>(task.group)];
     const int64_t nr = std::min(kRowTile, H - task.row0);
-    const Tensor& down = bank.down[static_cast<size_t>(G.expert)];
-    const float* wd = fused(down, G.n) ? nullptr : rows_f32(down, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0);
+    const Tensor& dw = bank.down[static_cast<size_t>(G.expert)];
+    const float* wd = fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0);
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t pair = pair_index_[static_cast<size_t>(G.begin + r)];
       const float* hp = h_.data() + (G.begin + r) * max_ff;
       float* yp = y_.data() + pair * H + task.row0;
       if (wd) dot_tile(hp, wd, G.F, nr, yp);
-      else stored_dot_tile(hp, down, task.row0, nr, yp);
+      else stored_dot_tile(hp, dw, task.row0, nr, yp);
     }
+  };
+  pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {
+    const Task& task = tasks_[static_cast<size_t>(ti)];
+    std::atomic_ref<int32_t> pending(pending_[static_cast<size_t>(task.group)]);
+    if (ti >= n_gate_up) {
+      while (pending.load(std::memory_order_acquire) > 0) cpu_relax();
+      return down(task, worker);
+    }
+    // Counted down even when the task throws: a down task of this expert may already be waiting.
+    struct Done {
+      std::atomic_ref<int32_t>& p;
+      ~Done() { p.fetch_sub(1, std::memory_order_release); }
+    } done{pending};
+    gate_up(task, worker);
   });
-
   // Phase 3: out[t] (=|+=) sum_j w[t, j] * y[t, j], j in order.
   float* o = out.ptr<float>();
   const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(H, 1));

@@ -57,6 +57,7 @@ class CpuExpertExecutor {
   std::vector<int32_t> pair_index_;  // pairs grouped by expert, token order inside a group
   std::vector<Group> groups_;
   std::vector<Task> tasks_;
+  std::vector<int32_t> pending_;  // per group: gate/up tasks not yet finished (atomic_ref)
   std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] by group position, [T * k, H]
   std::vector<std::vector<float>> wbuf_;  // per worker: decoded weight tiles
   int64_t experts_computed_ = 0, pairs_computed_ = 0;

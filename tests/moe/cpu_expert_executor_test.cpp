@@ -82,6 +82,26 @@ TEST(CpuExpertExecutor, EqualsCpuBackendBitForBit) {
   EXPECT_GT(three.pairs_computed(), three.experts_computed());
 }
 
+TEST(CpuExpertExecutor, AnExpertThatFailsThrowsAndTheNextCallRuns) {
+  // Gate/up and down run as one job: a down task waits for its expert's gate/up tasks. When those
+  // fail (weights of a type nothing decodes), the waiting down tasks must still be released (the
+  // job ends, never hangs), the error surfaces, and the executor works on the next call.
+  const int64_t F = 128, H = 256, k = 4;
+  SyntheticExperts s;
+  s.add_layer(4, F, H, DType::BF16, DType::BF16, 7);
+  ExpertBank bad = s.banks[0];
+  std::vector<uint8_t> junk(static_cast<size_t>(F * H * 2));
+  bad.gate[3] = Tensor(junk.data(), DType::Q8_K, {F, H});  // no decoder
+  std::vector<int32_t> ids = {0, 1, 2, 3};
+  std::vector<float> w = {0.1f, 0.2f, 0.3f, 0.4f}, x = random_floats(H, 8), want(H), got(H);
+  Tensor tx(x.data(), DType::F32, {1, H}), ti(ids.data(), DType::I32, {1, k}), tw(w.data(), DType::F32, {1, k});
+  CpuExpertExecutor ex(4);
+  for (int i = 0; i < 20; ++i) EXPECT_THROW(ex.run({}, tx, ti, tw, bad, Tensor(got.data(), DType::F32, {1, H})), Error);
+  CpuOps(1).moe_experts({}, tx, ti, tw, s.banks[0], Tensor(want.data(), DType::F32, {1, H}));
+  ex.run({}, tx, ti, tw, s.banks[0], Tensor(got.data(), DType::F32, {1, H}));
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+}
+
 TEST(CpuExpertExecutor, PartialSumsAddUpToTheWhole) {
   // GPU part (some slots) + CPU part (the others, accumulated) = all slots, up to rounding.
   SyntheticExperts s;
