@@ -71,7 +71,9 @@ class ExpertSlots {
    *  with its own miss list), so the link never idles between layers; gather_misses waits for
    *  every prefetch except a newest one made for another layer than the last admit_routes, and
    *  stream_layer and the inspection calls wait for all (fork and join by events: a captured step
-   *  stays one graph). Host: done on return. Throws like admit. */
+   *  stays one graph). With fetch_cap >= 0 (hybrid: the layer's CPU share is exchanged over the
+   *  same link) the gather keeps fewer reads in flight, so the exchange's reads wait less behind
+   *  them. Host: done on return. Throws like admit. */
   virtual void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */

@@ -88,6 +88,12 @@ class CudaExpertSlots final : public ExpertSlots {
     // reads in flight, stalled the co-running kernels and the copy did not overlap at all
     // (bench/RESULTS.md, "Prefetch").
     prefetch_blocks_ = std::max(8, ops.sm_count() / 4);
+    // A hybrid layer's prefetch shares the link with the CPU exchange's reads of host memory (the
+    // wait kernel's poll, then the CPU's result), which queue behind the reads the gather has in
+    // flight, 16 KiB per block: 33 blocks held the wait ~50 us past the CPU's answer, 8 keep the
+    // link as busy (H200, hybrid skew 0 at cap 2: 42.4 -> 45.5 tok/s; 16 blocks 42.9, 4 blocks
+    // 35.3; offload skew 1.0 with 8 blocks: 66.7 -> 65.0, so offload keeps the larger grid).
+    hybrid_prefetch_blocks_ = std::max(4, ops.sm_count() / 16);
     build_regions(banks, gather_.pool, n_slots, Device::kCuda);
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
@@ -163,7 +169,7 @@ class CudaExpertSlots final : public ExpertSlots {
     cuda::launch_cache_admit(dev_, a, st);
     FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
     FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
-    cuda::launch_cache_gather(f.gather, prefetch_blocks_, side_stream_);
+    cuda::launch_cache_gather(f.gather, fetch_cap >= 0 ? hybrid_prefetch_blocks_ : prefetch_blocks_, side_stream_);
     FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
     f.layer = layer;
     f.capture_id = capture_id();
@@ -296,7 +302,8 @@ class CudaExpertSlots final : public ExpertSlots {
   int32_t max_misses_ = 0;
   cuda::GatherArgs gather_;
   int gather_blocks_ = 1;
-  int prefetch_blocks_ = 1;
+  int prefetch_blocks_ = 1;         // the prefetch gather's grid (offload)
+  int hybrid_prefetch_blocks_ = 1;  // and for a hybrid layer (fetch_cap >= 0)
   SlotBanks slot_banks_;
   Buffer prefetch_slots_;                              // I32 [max_pairs]: the prefetch admission's slot ids
   cudaStream_t side_stream_ = nullptr;                 // prefetch gathers
