@@ -87,7 +87,7 @@ class MoeRuntime {
    *  before a window's first decode step are left out of that window. */
   void after_step(bool decode);
 
-  /** Hybrid without --moe-fetch-cap: the caps to time at start (0 .. n_expert_used), empty when
+  /** Hybrid without --moe-fetch-cap: the caps to time at start (1 .. n_expert_used), empty when
    *  the cap is given or the strategy has none. */
   std::vector<int32_t> fetch_cap_candidates() const;
   /** Sets the fetch cap of every cache layer (calibration, then its choice). Throws

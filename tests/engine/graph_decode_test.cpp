@@ -136,7 +136,7 @@ TEST(GraphDecode, HybridCalibrationRecordsAgainForEachCap) {
   ASSERT_TRUE(report);
   ASSERT_GE(report->fetch_cap, 0);
   const int calibration_captures = captures;
-  EXPECT_GE(calibration_captures, 9);  // caps 0..k (k = 8): the batch-1 graph recorded once per cap
+  EXPECT_GE(calibration_captures, 8);  // caps 1..k (k = 8): the batch-1 graph recorded once per cap
   o.moe.fetch_cap = report->fetch_cap;
   o.cuda_graph_max_bs = 0;
   Engine eager(open_checkpoint(dir), std::make_unique<CpuOps>(1), o);
