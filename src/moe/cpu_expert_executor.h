@@ -11,8 +11,9 @@
 // CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit. An expert
 // with a single input (decode) is dotted straight from its stored rows where a fused kernel exists
 // (cpu::dot_rows_stored: same bits, no decoded tile written and read back).
-// Parallelism: a persistent ThreadPool; tasks are (expert, 16-row tile) for gate+up then down,
-// then token ranges for the sum. Scratch grows to the largest call and is reused.
+// Parallelism: a persistent ThreadPool; one job of tasks (expert, 16-row tile), gate+up then down
+// (a down task waits for its own expert's gate+up tasks only), then token ranges for the sum.
+// Scratch grows to the largest call and is reused.
 #include <cstdint>
 #include <vector>
 
