@@ -1,0 +1,80 @@
+// CPU expert executor (moe/cpu_expert_executor.h) at a Qwen3-30B-A3B decode layer's shapes: one
+// token, H 2048, experts of F 768 with bf16 or q4_k weights, k of them per call (8: the cpu
+// strategy's layer; 3: hybrid's typical CPU share), threads 1, 2 and one per physical core. The
+// bank holds 128 experts (1.2 GB in bf16), more than the last-level cache, and each call takes the
+// next k experts, so weights come from memory as in a real step. Reports the expert weight bytes
+// read per second: compare with the host's read bandwidth per thread count (bench/RESULTS.md).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "moe/cpu_expert_executor.h"
+#include "moe/thread_pool.h"
+#include "quant/quant.h"
+
+namespace {
+
+using namespace ft;
+
+constexpr int64_t kH = 2048, kF = 768, kExperts = 128;
+
+/** kExperts experts of `type`: one expert's gate, up and down quantized from a fixed pattern, copied
+ *  to every expert (the executor's speed does not depend on the values). */
+struct Bank {
+  DType type;
+  std::vector<uint8_t> storage;
+  ExpertBank bank;
+
+  explicit Bank(DType t) : type(t) {
+    const int64_t mat = dtype_bytes(t, kF * kH);
+    storage.resize(static_cast<size_t>(3 * mat * kExperts));
+    std::vector<float> src(static_cast<size_t>(kF * kH));
+    uint32_t s = 12345;
+    for (float& v : src) v = (static_cast<float>((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f) / 45.0f;
+    quantize_row(t, src.data(), storage.data(), kF * kH);
+    for (int64_t m = 1; m < 3 * kExperts; ++m) std::memcpy(storage.data() + m * mat, storage.data(), static_cast<size_t>(mat));
+    for (int64_t e = 0; e < kExperts; ++e) {
+      uint8_t* base = storage.data() + 3 * mat * e;
+      bank.gate.push_back(Tensor(base, t, {kF, kH}));
+      bank.up.push_back(Tensor(base + mat, t, {kF, kH}));
+      bank.down.push_back(Tensor(base + 2 * mat, t, {kH, kF}));
+    }
+  }
+  int64_t expert_bytes() const { return 3 * dtype_bytes(type, kF * kH); }
+};
+
+Bank& bank(DType t) {
+  static Bank bf16(DType::BF16), q4k(DType::Q4_K);
+  return t == DType::BF16 ? bf16 : q4k;
+}
+
+void run_layer(benchmark::State& state, DType type) {
+  const int k = static_cast<int>(state.range(0));
+  const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
+  Bank& b = bank(type);
+  CpuExpertExecutor ex(threads, 2000);
+  std::vector<float> x(kH, 0.01f), out(kH), w(static_cast<size_t>(k), 1.0f / static_cast<float>(k));
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  int32_t next = 0;
+  for (auto _ : state) {
+    for (int32_t& id : ids) id = next++ % kExperts;
+    ex.run({}, Tensor(x.data(), DType::F32, {1, kH}), Tensor(ids.data(), DType::I32, {1, k}),
+           Tensor(w.data(), DType::F32, {1, k}), b.bank, Tensor(out.data(), DType::F32, {1, kH}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * k * b.expert_bytes());
+  state.counters["threads"] = threads;
+}
+
+void bf16_layer(benchmark::State& state) { run_layer(state, DType::BF16); }
+void q4_k_layer(benchmark::State& state) { run_layer(state, DType::Q4_K); }
+
+// Args: {k experts per call, threads (0: one per physical core)}.
+BENCHMARK(bf16_layer)->ArgsProduct({{3, 8}, {1, 2, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
