@@ -53,7 +53,9 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
     fail(ErrorCode::kInvalidArgument, "--moe-cache-{} needs --moe-strategy auto, offload or hybrid ({} has no expert cache)",
          f.cache_slots ? "slots" : f.cache_rate ? "rate" : "auto", f.strategy);
   if (f.cache_slots) {
-    if (*f.cache_slots < 1) fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be >= 1", *f.cache_slots);
+    if (*f.cache_slots < 1)  // the model's own minimum is checked once it is loaded (cache_sizing)
+      fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be at least 2 x the experts of a MoE layer",
+           *f.cache_slots);
     o.cache = {CacheSizeMode::kSlots, *f.cache_slots, 0.0};
   }
   if (f.cache_rate) {
