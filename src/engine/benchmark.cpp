@@ -393,6 +393,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                                      {"fetched_bytes_per_step", decoded(static_cast<double>(b.moe.bytes) / n)},
                                      {"cpu_experts_per_step", decoded(static_cast<double>(b.moe.cpu_experts) / n)},
                                      {"prefetched_per_step", decoded(static_cast<double>(b.moe.prefetched) / n)},
+                                     {"cpu_ms_per_step", decoded(static_cast<double>(b.moe.cpu_ns) / 1e6 / n)},
                                      {"ceiling_tokens_per_s", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json(nullptr)}};
     }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
@@ -479,21 +480,23 @@ std::string bench_table(const BenchReport& r) {
              ? fmt::format("\nexpert cache over the timed decode steps; ceiling = batch x {:.1f} GB/s (pinned host -> "
                            "device copy) / fetched per step\n", r.h2d_bandwidth / 1e9)
              : std::string("\nexpert cache over the timed decode steps (no host -> device link here: no ceiling)\n");
-    s += fmt::format("{:>6} {:>9} {:>14} {:>16} {:>17} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
-                     "prefetched/step", "CPU experts/step", "ceiling tok/s", "% ceiling");
+    s += fmt::format("{:>6} {:>9} {:>14} {:>16} {:>17} {:>13} {:>14} {:>10}\n", "batch", "hit rate", "fetched/step",
+                     "prefetched/step", "CPU experts/step", "CPU ms/step", "ceiling tok/s", "% ceiling");
     for (const BenchBatch& b : r.batches) {
       if (!cache_row(b)) continue;
       const double n = static_cast<double>(b.decode_steps), ceiling = moe_ceiling(r, b);
       const bool lookups = b.moe.lookups() > 0;  // none when every expert ran on a CPU layer
-      s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>14} {:>10}\n", b.batch,
+      s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>13.2f} {:>14} {:>10}\n", b.batch,
                        lookups ? fmt::format("{:.1f}%", 100.0 * moe_hit_rate(b.moe)) : std::string("-"),
                        format_bytes(static_cast<int64_t>(static_cast<double>(b.moe.bytes) / n)),
                        static_cast<double>(b.moe.prefetched) / n, static_cast<double>(b.moe.cpu_experts) / n,
+                       static_cast<double>(b.moe.cpu_ns) / 1e6 / n,
                        ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),
                        ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
     }
     s += "fetched/step: bytes copied into the expert cache per decode step; prefetched/step: experts fetched\n"
-         "ahead for the next layer; CPU experts/step: experts computed on the CPU\n";
+         "ahead for the next layer; CPU experts/step: experts computed on the CPU; CPU ms/step: the CPU expert\n"
+         "executor's working time per step (the rest of ms/step it waits for the GPU's part of each layer)\n";
   }
   for (const BenchBatch& b : r.batches) {
     if (!b.prefill_profile.empty()) {

@@ -142,6 +142,7 @@ void reset_peak_host_rss();
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
  *  {hits, misses, cpu_misses (hybrid: misses computed on the CPU), hit_rate = hits / (hits + misses +
  *  cpu_misses) (null without lookups), fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
+ *  cpu_ms_per_step (the CPU expert executor's working time),
  *  ceiling_tokens_per_s (null without a host -> device link, without fetches or without decode steps);
  *  the per-step fields are null without decode steps}),
  *  decode_profile: [{op, calls_per_step,

@@ -1,6 +1,7 @@
 #include "moe/offloaded_experts.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -67,6 +68,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
       exchange_ = make_cuda_exchange_device(ops, *xbuf_, *dispatcher_);
   }
   cpu_experts_ = std::vector<std::atomic<int64_t>>(host.size());
+  cpu_ns_ = std::vector<std::atomic<int64_t>>(host.size());
   next_cache_layer_.assign(host.size(), -1);
   for (int32_t l = static_cast<int32_t>(host.size()) - 2, next = -1; l >= 0; --l) {
     if (plan.layers[static_cast<size_t>(l + 1)] == MoeLayerMode::kCache) next = l + 1;
@@ -225,7 +227,10 @@ void OffloadedExperts::serve(const ExchangeRequest& r) {
   if (r.layer >= banks_->n_layers() || banks_->n_expert(r.layer) == 0)
     fail(ErrorCode::kInternal, "moe exchange: request for layer {}, which has no routed experts", r.layer);
   const int64_t before = cpu_->experts_computed();
+  const auto t0 = std::chrono::steady_clock::now();
   cpu_->run({false}, r.x, r.ids, r.weights, banks_->bank(r.layer), r.out);
+  cpu_ns_[static_cast<size_t>(r.layer)] +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   cpu_experts_[static_cast<size_t>(r.layer)] += cpu_->experts_computed() - before;
 }
 
@@ -239,6 +244,7 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
   }
   for (size_t l = 0; l < out.size(); ++l) {
     out[l].cpu_experts = cpu_experts_[l].load(std::memory_order_relaxed);
+    out[l].cpu_ns = cpu_ns_[l].load(std::memory_order_relaxed);
     if (plan_.layers[l] == MoeLayerMode::kCache) out[l].cpu_misses = out[l].cpu_experts;
   }
   return out;
@@ -246,14 +252,15 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
 
 MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before) {
   return {now.hits - before.hits,           now.misses - before.misses,         now.bytes - before.bytes,
-          now.cpu_experts - before.cpu_experts, now.prefetched - before.prefetched, now.cpu_misses - before.cpu_misses};
+          now.cpu_experts - before.cpu_experts, now.prefetched - before.prefetched, now.cpu_misses - before.cpu_misses,
+          now.cpu_ns - before.cpu_ns};
 }
 
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {
   MoeLayerStats t;
   for (const MoeLayerStats& l : layers)
     t.hits += l.hits, t.misses += l.misses, t.bytes += l.bytes, t.cpu_experts += l.cpu_experts,
-    t.prefetched += l.prefetched, t.cpu_misses += l.cpu_misses;
+    t.prefetched += l.prefetched, t.cpu_misses += l.cpu_misses, t.cpu_ns += l.cpu_ns;
   return t;
 }
 
@@ -268,9 +275,10 @@ std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::v
   const std::string rate =
       lookups > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(hits) / static_cast<double>(lookups)) : "-";
   return fmt::format("moe: {} steps, hit rate {} ({} hits, {} misses fetched, {} misses on the CPU, {} "
-                     "prefetched, {} fetched, {}/step), {} CPU experts",
+                     "prefetched, {} fetched, {}/step), {} CPU experts ({:.2f} ms/step on the CPU)",
                      steps, rate, hits, misses, d.cpu_misses, d.prefetched, format_bytes(bytes),
-                     format_bytes(steps > 0 ? bytes / steps : 0), d.cpu_experts);
+                     format_bytes(steps > 0 ? bytes / steps : 0), d.cpu_experts,
+                     steps > 0 ? static_cast<double>(d.cpu_ns) / 1e6 / static_cast<double>(steps) : 0.0);
 }
 
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,

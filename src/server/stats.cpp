@@ -19,6 +19,7 @@ void put_counters(nlohmann::ordered_json& j, const MoeLayerStats& s) {
   j["cpu_experts"] = s.cpu_experts;
   j["prefetched"] = s.prefetched;
   j["cpu_misses"] = s.cpu_misses;
+  j["cpu_seconds"] = static_cast<double>(s.cpu_ns) / 1e9;
 }
 
 nlohmann::ordered_json moe_json(const MoeReport& r) {
@@ -139,6 +140,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     metric("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.", static_cast<double>(moe->total.cpu_experts));
     metric("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch).",
            static_cast<double>(moe->total.prefetched));
+    metric("moe_cpu_seconds_total", "counter", "Seconds the CPU expert executor worked (wall clock, all layers).",
+           static_cast<double>(moe->total.cpu_ns) / 1e9);
     auto per_layer = [&](const char* name, const char* help, auto value) {
       o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << " counter\n";
       for (const MoeLayerReport& l : moe->layers)

@@ -120,6 +120,10 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   ASSERT_EQ(cpu.code, 0) << cpu.err;
   const nlohmann::json c = nlohmann::json::parse(cpu.out)["results"][0]["moe_cache"];
   EXPECT_EQ(c["cpu_experts_per_step"].get<double>(), static_cast<double>(L * k));
+  // The executor's time per step: some, and less than the whole step's.
+  EXPECT_GT(c["cpu_ms_per_step"].get<double>(), 0.0);
+  EXPECT_LT(c["cpu_ms_per_step"].get<double>(), nlohmann::json::parse(cpu.out)["results"][0]["ms_per_step"].get<double>());
+  EXPECT_EQ(m["cpu_ms_per_step"].get<double>(), 0.0);  // offload: nothing on the CPU
   EXPECT_EQ(c["hits"].get<int64_t>() + c["misses"].get<int64_t>(), 0);
   EXPECT_EQ(run_ft(kTinyBench).out.find("moe_cache"), std::string::npos);  // fused: no cache block
 }

@@ -185,21 +185,22 @@ TEST(OffloadedExperts, RejectsBadUse) {
 
 TEST(OffloadedExperts, StatsLine) {
   std::vector<MoeLayerStats> before(2), now(2);
-  now[0] = {100, 20, 22 * 9 * (int64_t{1} << 20), 3, 2, 3};  // a hybrid cache layer: 3 misses on the CPU
-  now[1] = {40, 0, 0, 1, 0, 0};                              // a CPU layer: no lookups
+  now[0] = {100, 20, 22 * 9 * (int64_t{1} << 20), 3, 2, 3, 2'000'000};  // hybrid cache layer: 3 misses on the CPU
+  now[1] = {40, 0, 0, 1, 0, 0, 2'500'000};                              // a CPU layer: no lookups
   before[0] = {30, 4, 4 * 9 * (int64_t{1} << 20), 0, 0, 0};
   EXPECT_EQ(total_moe_stats(now).hits, 140);
   EXPECT_EQ(total_moe_stats(now).prefetched, 2);
+  EXPECT_EQ(total_moe_stats(now).cpu_ns, 4'500'000);
   EXPECT_EQ(format_moe_stats(now, before, 9),
             "moe: 9 steps, hit rate 85.3% (110 hits, 16 misses fetched, 3 misses on the CPU, 2 prefetched, 162.0 MiB "
-            "fetched, 18.0 MiB/step), 4 CPU experts");  // 110 / (110 + 16 + 3)
+            "fetched, 18.0 MiB/step), 4 CPU experts (0.50 ms/step on the CPU)");  // 110 / (110 + 16 + 3)
   EXPECT_EQ(total_moe_stats(now).lookups(), 140 + 20 + 3);
   EXPECT_THROW(format_moe_stats(now, {}, 1), Error);
   // every layer on the CPU (--moe-strategy cpu): no lookups, so no hit rate (/v1/stats: null)
-  const std::vector<MoeLayerStats> cpu_only = {{0, 0, 0, 8, 0, 0}}, none(1);
+  const std::vector<MoeLayerStats> cpu_only = {{0, 0, 0, 8, 0, 0, 1'250'000}}, none(1);
   EXPECT_EQ(format_moe_stats(cpu_only, none, 1),
             "moe: 1 steps, hit rate - (0 hits, 0 misses fetched, 0 misses on the CPU, 0 prefetched, 0 B fetched, 0 "
-            "B/step), 8 CPU experts");
+            "B/step), 8 CPU experts (1.25 ms/step on the CPU)");
 }
 
 // ---- end to end on the fixtures --------------------------------------------------------------

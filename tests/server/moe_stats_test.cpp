@@ -5,6 +5,7 @@
 // counters and to /metrics; with fused the block is null and /metrics has no moe lines.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,13 @@
 
 namespace ft::testing {
 namespace {
+
+/** The value of the unlabelled Prometheus sample `name` in a /metrics body; NaN when absent. */
+double prom_value(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(text.substr(at + name.size() + 2));
+}
 
 /** The demo model on the CPU engine with `strategy`, served in-process on a free port. */
 class MoeServer {
@@ -120,6 +128,7 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["misses"], want->total.misses);
   EXPECT_EQ(m["bytes_copied"], want->total.bytes);
   EXPECT_EQ(m["cpu_experts"], 0);
+  EXPECT_EQ(m["cpu_seconds"], 0.0);  // offload: the CPU computes nothing
   EXPECT_EQ(m["prefetched"], want->total.prefetched);  // offload prefetches by default (--moe-prefetch auto)
   EXPECT_EQ(m["prefetch"], true);
   EXPECT_TRUE(m["fetch_cap"].is_null());  // hybrid only
@@ -171,7 +180,15 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   EXPECT_TRUE(m["hit_rate"].is_null()) << m.dump();
   EXPECT_TRUE(m["layers"][0]["hit_rate"].is_null());
   EXPECT_GT(m["cpu_experts"].get<int64_t>(), 0);
+  // The executor's working time: positive, summed over the layers, and under the server's uptime.
+  const double cpu_s = m["cpu_seconds"].get<double>();
+  EXPECT_GT(cpu_s, 0.0);
+  double layer_s = 0;
+  for (const auto& l : m["layers"]) layer_s += l["cpu_seconds"].get<double>();
+  EXPECT_NEAR(layer_s, cpu_s, 1e-9 + 1e-9 * cpu_s);
   const std::string text = metrics(c);
+  EXPECT_LT(cpu_s, prom_value(text, "freetoken_uptime_seconds"));
+  EXPECT_NEAR(prom_value(text, "freetoken_moe_cpu_seconds_total"), cpu_s, 1e-6 + 1e-6 * cpu_s);
   EXPECT_EQ(text.find("freetoken_moe_hit_rate"), std::string::npos) << text;
   EXPECT_NE(text.find("freetoken_moe_cache_slots 0\n"), std::string::npos) << text;
 }
