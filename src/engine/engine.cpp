@@ -238,6 +238,7 @@ const std::vector<float>& Engine::step(const std::vector<StepItem>& items) {
     std::copy(pages.begin(), pages.end(), h_tables_.begin() + s * mb);
   }
   const bool decode = std::any_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; });
+  if (moe_) moe_->before_step(decode);
   if (GraphStep* gs = graph_step_for(items)) {
     run_graph_step(*gs, items);
   } else {

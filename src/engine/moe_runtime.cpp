@@ -213,10 +213,21 @@ std::optional<MoeReport> MoeRuntime::report() {
   return r;
 }
 
+void MoeRuntime::before_step(bool decode) {
+  if (!offloaded_ || log_interval_ <= 0 || calibrating_ || decode || decode_steps_ % log_interval_ == 0) return;
+  before_ = counters();  // a prefill-only step inside a window (CUDA: a synchronisation, only while logging)
+}
+
 void MoeRuntime::after_step(bool decode) {
   if (!offloaded_ || log_interval_ <= 0 || calibrating_) return;
-  if (!decode) {  // prefill before a window's first decode step stays out of the window
-    if (decode_steps_ % log_interval_ == 0) logged_ = counters();
+  if (!decode) {  // a prefill-only step stays out of the window it falls in
+    if (decode_steps_ % log_interval_ == 0) {
+      logged_ = counters();
+    } else if (before_.size() == logged_.size()) {
+      const std::vector<MoeLayerStats> now = counters();
+      for (size_t l = 0; l < logged_.size(); ++l) logged_[l] = logged_[l] + (now[l] - before_[l]);
+    }
+    before_.clear();
     return;
   }
   if (++decode_steps_ % log_interval_ != 0) return;

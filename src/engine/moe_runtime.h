@@ -81,10 +81,13 @@ class MoeRuntime {
   /** The counters now, or nullopt for fused (no cache, no CPU experts). Not thread-safe against a
    *  running forward: the engine serializes (Engine::moe_report). CUDA: synchronizes the stream. */
   std::optional<MoeReport> report();
+  /** Called before every forward (`decode` as in after_step): a step without decode tokens in the
+   *  middle of a log window reads the counters first, so after_step can leave it out. */
+  void before_step(bool decode);
   /** Called after every forward; counts decode steps (`decode`: some sequence advanced by one
    *  token) and every decode_log_interval of them logs (spdlog info) the counters gathered since the
    *  last line: a total line (format_moe_stats) and a per-layer line. Steps without decode tokens
-   *  before a window's first decode step are left out of that window. */
+   *  (prefill only) are left out of the window they fall in; a step mixing both counts in full. */
   void after_step(bool decode);
 
   /** Hybrid without --moe-fetch-cap: the caps to time at start (1 .. n_expert_used), empty when
@@ -107,7 +110,8 @@ class MoeRuntime {
   std::unique_ptr<ExpertCompute> experts_;
   OffloadedExperts* offloaded_ = nullptr;  // experts_ when it is one
   int64_t decode_steps_ = 0;
-  std::vector<MoeLayerStats> logged_;      // counters at the last log line
+  std::vector<MoeLayerStats> logged_;      // counters at the last log line, less prefill-only steps since
+  std::vector<MoeLayerStats> before_;      // counters before a prefill-only step inside a window
   /** The cache's counters minus those of the calibration (the device counters never reset). */
   std::vector<MoeLayerStats> counters();
 

@@ -256,11 +256,15 @@ MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before) {
           now.cpu_ns - before.cpu_ns};
 }
 
+MoeLayerStats operator+(const MoeLayerStats& a, const MoeLayerStats& b) {
+  return {a.hits + b.hits,           a.misses + b.misses,         a.bytes + b.bytes,
+          a.cpu_experts + b.cpu_experts, a.prefetched + b.prefetched, a.cpu_misses + b.cpu_misses,
+          a.cpu_ns + b.cpu_ns};
+}
+
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {
   MoeLayerStats t;
-  for (const MoeLayerStats& l : layers)
-    t.hits += l.hits, t.misses += l.misses, t.bytes += l.bytes, t.cpu_experts += l.cpu_experts,
-    t.prefetched += l.prefetched, t.cpu_misses += l.cpu_misses, t.cpu_ns += l.cpu_ns;
+  for (const MoeLayerStats& l : layers) t = t + l;
   return t;
 }
 

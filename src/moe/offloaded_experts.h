@@ -74,6 +74,9 @@ struct MoeLayerStats {
 /** The counters gathered between `before` and `now` (field by field). */
 MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before);
 
+/** Field-by-field sum. */
+MoeLayerStats operator+(const MoeLayerStats& a, const MoeLayerStats& b);
+
 /** Sum of the per-layer counters. */
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers);
 

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -126,6 +127,30 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   EXPECT_EQ(m["cpu_ms_per_step"].get<double>(), 0.0);  // offload: nothing on the CPU
   EXPECT_EQ(c["hits"].get<int64_t>() + c["misses"].get<int64_t>(), 0);
   EXPECT_EQ(run_ft(kTinyBench).out.find("moe_cache"), std::string::npos);  // fused: no cache block
+}
+
+TEST(BenchCli, DecodeLogWindowsLeaveThePrefillOut) {
+  // --decode-log-interval 2 over batches 1 and 2 of tiny-moe (2 layers of 8 experts, top-2): the
+  // batch-2 prefill (32 tokens, every expert of a layer) falls inside a window of decode steps. A
+  // window's lookups per layer are then at most 2 steps x 2 sequences x top-2 = 8; the prefill's
+  // would add up to 8 more.
+  const Result r = run_ft(
+      "bench --model-preset tiny-moe --dummy-weights --weight-type q8_0 --json --device cpu --prompt-tokens 16 "
+      "--gen-tokens 5 --batch 1,2 --copy-mib 8 --threads 1 --moe-strategy hybrid --moe-cache-slots 16 "
+      "--moe-fetch-cap 1 --decode-log-interval 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::regex layer(R"(L(\d+) (\d+)/(\d+)/[^/]+/(\d+))");
+  int windows = 0;
+  for (size_t at = r.err.find("moe per layer"); at != std::string::npos; at = r.err.find("moe per layer", at + 1)) {
+    const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+    ++windows;
+    for (std::sregex_iterator it(line.begin(), line.end(), layer), end; it != end; ++it) {
+      const int64_t lookups = std::stoll((*it)[2]) + std::stoll((*it)[3]) + std::stoll((*it)[4]);
+      EXPECT_LE(lookups, 8) << line;
+      EXPECT_GT(lookups, 0) << line;
+    }
+  }
+  EXPECT_GE(windows, 4) << r.err;  // 5 decode steps per batch size, and the warm-up's
 }
 
 TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
