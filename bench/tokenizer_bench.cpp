@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "formats/checkpoint.h"
 #include "tokenizer/detokenizer.h"
@@ -26,6 +27,7 @@ std::string shared_dir() {
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot be read");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -70,9 +72,25 @@ const ft::Vocab& vocab(const std::string& name) {
   return *v;
 }
 
+/** The vocabulary and the text, or false with the benchmark marked as failed when the data cannot
+ *  be read (no shared folder: the message names the file and FT_SHARED_DIR). */
+bool load(benchmark::State& state, const std::string& name, const ft::Vocab*& v, const std::string*& text) {
+  try {
+    v = &vocab(name);
+    text = &text_1mib();
+    return true;
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string(e.what()) + " (set FT_SHARED_DIR to the shared data folder)").c_str());
+    return false;
+  }
+}
+
 void encode(benchmark::State& state, const std::string& name) {
-  const ft::Vocab& v = vocab(name);
-  const std::string& text = text_1mib();
+  const ft::Vocab* vp = nullptr;
+  const std::string* tp = nullptr;
+  if (!load(state, name, vp, tp)) return;
+  const ft::Vocab& v = *vp;
+  const std::string& text = *tp;
   size_t n_tokens = 0;
   for (auto _ : state) {
     auto ids = v.encode(text, {.add_special = false});
@@ -84,8 +102,11 @@ void encode(benchmark::State& state, const std::string& name) {
 }
 
 void stream_decode(benchmark::State& state, const std::string& name) {
-  const ft::Vocab& v = vocab(name);
-  const auto ids = v.encode(text_1mib(), {.add_special = false});
+  const ft::Vocab* vp = nullptr;
+  const std::string* tp = nullptr;
+  if (!load(state, name, vp, tp)) return;
+  const ft::Vocab& v = *vp;
+  const auto ids = v.encode(*tp, {.add_special = false});
   for (auto _ : state) {
     ft::Detokenizer d(v);
     size_t bytes = 0;
@@ -93,7 +114,7 @@ void stream_decode(benchmark::State& state, const std::string& name) {
     bytes += d.flush().size();
     benchmark::DoNotOptimize(bytes);
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text_1mib().size()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * tp->size()));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * ids.size()));
 }
 
