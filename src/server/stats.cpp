@@ -108,8 +108,11 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     << escape_label(ctx.model.name) << "\"} 1\n";
   metric("context_limit_tokens", "gauge", "Effective context limit: min(model limit, KV capacity).", static_cast<double>(s.context_limit));
   metric("kv_pages_total", "gauge", "KV cache pages in the pool.", s.kv_pages_total);
-  metric("kv_pages_used", "gauge", "KV cache pages held by requests.", s.kv_pages_used);
-  metric("kv_pages_cached", "gauge", "KV cache pages held by the prefix cache.", s.kv_pages_cached);
+  metric("kv_pages_used", "gauge", "KV cache pages held by requests, prefix-cache pages they share included.",
+         s.kv_pages_used);
+  metric("kv_pages_cached", "gauge",
+         "KV cache pages held by the prefix cache; those a request shares count in kv_pages_used too.",
+         s.kv_pages_cached);
   metric("kv_pages_free", "gauge", "KV cache pages free.", s.kv_pages_free);
   metric("kv_page_size_tokens", "gauge", "Tokens per KV page.", s.page_size);
   metric("requests_running", "gauge", "Requests holding KV and generating.", s.running);
