@@ -72,6 +72,11 @@ uint64_t EngineService::submit(GenerationRequest request) {
   return id;
 }
 
+bool EngineService::accepting() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return accepting_;
+}
+
 void EngineService::cancel(uint64_t id) {
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -126,6 +126,8 @@ class EngineService {
 
   int64_t context_limit() const { return context_limit_; }
   EngineStats stats() const;
+  /** False once shutdown() began: new requests are refused while the running ones drain. */
+  bool accepting() const;
 
  private:
   struct Active {

@@ -824,6 +824,32 @@ TEST(Routes, RequestsCutShortByShutdownFinishWithAnOpenAIReason) {
   EXPECT_EQ(s.service().stats().requests_cancelled, 2);
 }
 
+TEST(Routes, HealthSays503WhileTheServerDrains) {
+  // A load balancer's health check must see the shutdown's grace period: /health turns 503 as soon
+  // as the service stops accepting, while the running request still finishes normally.
+  TestServer s;
+  s.model().delay = 5ms;
+  auto c = s.client();
+  EXPECT_EQ(get(c, "/health").status, 200);
+  Reply running;
+  std::thread a([&] {
+    auto ca = s.client();
+    running = post(ca, "/v1/chat/completions", chat_body("drain me", 40, R"("ignore_eos":true)"));
+  });
+  for (int i = 0; i < 500 && s.service().stats().running < 1; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(s.service().stats().running, 1);
+  std::thread stopper([&] { s.service().shutdown(10s); });  // the grace period: the request drains
+  for (int i = 0; i < 500 && s.service().accepting(); ++i) std::this_thread::sleep_for(1ms);
+  const Reply h = get(c, "/health");
+  EXPECT_EQ(h.status, 503) << h.raw;
+  EXPECT_EQ(h.body["status"], "shutting down") << h.raw;
+  a.join();
+  stopper.join();
+  ASSERT_EQ(running.status, 200) << running.raw;
+  EXPECT_EQ(running.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(running.body["usage"]["completion_tokens"], 40);  // drained in full, not cut short
+}
+
 TEST(Routes, RandomBodiesNeverTakeTheServerDown) {
   TestServer s;
   auto c = s.client();
