@@ -114,6 +114,23 @@ class HeldTextScanner : public ToolCallScanner {
     t_.take(at + end);  // after the parse: rest views the held text
     return j;
   }
+  /** take_value for a JSON object the format requires at rest: `ready` false while it is still
+   *  streaming in (step() then returns false); ready without an object after give_up() when the
+   *  text there is not a JSON object (step() then returns true). */
+  struct TakenObject {
+    bool ready = false;
+    std::optional<nlohmann::ordered_json> object;
+  };
+  TakenObject take_object(size_t at, std::string_view rest, ToolCallSplit& out) {
+    if (rest.empty()) return {};
+    if (rest[0] == '{') {
+      std::optional<nlohmann::ordered_json> j = take_value(at, rest);
+      if (!j) return {};
+      if (j->is_object()) return {true, std::move(j)};
+    }
+    give_up(out);
+    return {true, std::nullopt};
+  }
   State state_;
   HeldText t_;
   JsonValueScan json_;

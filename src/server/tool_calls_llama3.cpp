@@ -40,14 +40,9 @@ class Llama3Scanner : public HeldTextScanner<Llama3State> {
         state_ = State::kCall;
         return true;
       case State::kCall: {  // whitespace, then a JSON object that must be a call
-        if (rest.empty()) return false;
-        if (rest[0] != '{') {
-          give_up(out);
-          return true;
-        }
-        const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
-        if (!j) return false;
-        std::optional<ToolCall> c = call_from_json(*j);
+        const TakenObject j = take_object(at, rest, out);
+        if (!j.ready || !j.object) return j.ready;
+        std::optional<ToolCall> c = call_from_json(*j.object);
         if (!c) {
           give_up(out);
           return true;

@@ -79,18 +79,9 @@ class MistralScanner : public HeldTextScanner<MistralState> {
         return true;
       }
       case State::kArgs: {  // a JSON object
-        if (rest.empty()) return false;
-        if (rest[0] != '{') {
-          give_up(out);
-          return true;
-        }
-        const std::optional<nlohmann::ordered_json> j = take_value(at, rest);
-        if (!j) return false;
-        if (!j->is_object()) {
-          give_up(out);
-          return true;
-        }
-        out.calls.push_back(ToolCall{name_, j->dump()});
+        const TakenObject j = take_object(at, rest, out);
+        if (!j.ready || !j.object) return j.ready;
+        out.calls.push_back(ToolCall{name_, j.object->dump()});
         t_.pending.clear();
         state_ = State::kText;
         return true;
