@@ -45,6 +45,17 @@ void serve(const ExchangeRequest& r) {
     }
 }
 
+/** dev.check() throws ft::Error(kInternal) whose message holds `says`; `what` names the failure. */
+void expect_check_reports(ExchangeDevice& dev, const std::string& says, const char* what) {
+  try {
+    dev.check();
+    ADD_FAILURE() << "check() did not report " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal) << what;
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
 class HostExchange : public ::testing::TestWithParam<int> {  // the dispatcher's spin_us
  protected:
   std::unique_ptr<HostAllocator> alloc_ = make_host_allocator();
@@ -129,13 +140,7 @@ TEST(HostExchangeErrors, AHandlerThatThrowsIsReportedOnceAndTheNextRequestIsServ
     dev.collect(Tensor(out.data(), DType::F32, {1, kH}), false);  // returns: the request is marked done
   };
   round();
-  try {
-    dev.check();
-    ADD_FAILURE() << "check() did not report the failure";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInternal);
-    EXPECT_NE(std::string(e.what()).find("expert 99 is not in the bank"), std::string::npos) << e.what();
-  }
+  expect_check_reports(dev, "expert 99 is not in the bank", "the failure");
   EXPECT_NO_THROW(dev.check());  // reported once
   round();
   EXPECT_NO_THROW(dev.check());
@@ -178,25 +183,14 @@ TEST(HostExchangeErrors, ASlowOrStuckDispatcherTimesOutInsteadOfHanging) {
   EXPECT_LT(seconds_since(t0), 3.0);
   EXPECT_EQ(out[0], -7.0f);
   await(buf.host.ctrl->ack_seq, 1);  // on a loaded machine the dispatcher may take it only now
-  try {
-    dev.check();
-    ADD_FAILURE() << "check() did not report the timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInternal);
-    EXPECT_NE(std::string(e.what()).find("started: yes"), std::string::npos) << e.what();
-  }
+  expect_check_reports(dev, "started: yes", "the timeout");
   // The dispatcher is still busy with it: the next wait gives up at once, not after the 5 s ack
   // limit, and the request was never started.
   post();
   t0 = std::chrono::steady_clock::now();
   dev.collect(Tensor(out.data(), DType::F32, {1, kH}), true);
   EXPECT_LT(seconds_since(t0), 3.0);
-  try {
-    dev.check();
-    ADD_FAILURE() << "check() did not report the second timeout";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("started: no"), std::string::npos) << e.what();
-  }
+  expect_check_reports(dev, "started: no", "the second timeout");
   EXPECT_NO_THROW(dev.check());
   // Once the dispatcher is free again and has caught up, requests are served.
   release = true;
