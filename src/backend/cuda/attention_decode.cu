@@ -235,6 +235,20 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       }
     }
   }
+  // Keys before p were written by earlier steps: the first iteration's K and V rows are loaded before
+  // the wait (key p's row, which the kernel before this one writes, after it).
+  float kk[kKeysInFlight][DPL], vv[kKeysInFlight][DPL];
+  bool pre[kKeysInFlight];
+#pragma unroll
+  for (int u = 0; u < kKeysInFlight; ++u) {
+    pre[u] = s_lo + warp + u * kDecWarps < p;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) kk[u][i] = vv[u][i] = 0.0f;
+    if (pre[u] && active && off[u] >= 0) {
+      load_x_any<DPL>(a.k, a.kv_f32, off[u] + lane * DPL, kk[u]);
+      load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
+    }
+  }
   pdl_enter();
 
   // Fused, the split with key p: warp 0 normalises and rotates the token's k, takes its v, both as
@@ -309,9 +323,12 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     }
   };
   for (int64_t j = s_lo + warp; j < s_hi; j += kStep) {  // several keys per warp in flight
-    float kk[kKeysInFlight][DPL], vv[kKeysInFlight][DPL];
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u) {
+      if (pre[u]) {  // loaded before the wait (first iteration only)
+        pre[u] = false;
+        continue;
+      }
 #pragma unroll
       for (int i = 0; i < DPL; ++i) kk[u][i] = vv[u][i] = 0.0f;
       if (active && off[u] >= 0) {

@@ -47,7 +47,8 @@ __device__ __forceinline__ bool expert_weights(const GemvArgs& a, int64_t p, con
  *  previous kernel: thread 0 of each of the first (up to) 128 blocks asks L2 for its 1/128 share of the
  *  matrix's first 32 MB before the PDL wait. Those blocks start while the kernel before still runs,
  *  so the matrix streams into L2 under that kernel's tail and the GEMV then reads it from L2. Expert
- *  mode reads its matrices from ids the router writes: no prefetch there. */
+ *  mode reads its matrices from ids the router writes: no prefetch there; with GemvArgs::ids_before
+ *  (the down GEMV) the kernels load their first chunks into registers before this call instead. */
 __device__ __forceinline__ void gemv_enter(const GemvArgs& a) {
   constexpr int64_t kMaxBytes = int64_t{32} << 20, kPiece = int64_t{1} << 20;
   const unsigned pieces = min(gridDim.x, 128u);
@@ -119,10 +120,24 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
   constexpr int C = D::kChunk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> ks_log2) + (warp >> ks_log2);
+  const int64_t n_chunks = a.K / C, c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
+  // GemvArgs::ids_before: the first problem's first U chunks of the row are loaded before the PDL wait.
+  constexpr bool kPre = !GLU && MAXT == 1;
+  float wpre[kPre ? U : 1][C];
+  bool pre = false;
+  if constexpr (kPre) {
+    const uint8_t* w0;
+    const uint8_t* w1 = nullptr;
+    if (a.ids_before && a.table && blockIdx.y < n_problems && n < a.N && expert_weights<false>(a, blockIdx.y, w0, w1)) {
+      pre = true;
+#pragma unroll
+      for (int i = 0; i < U; ++i)
+        if (c0 + i * cstep < n_chunks) D::load(w0 + n * a.row_bytes, c0 + i * cstep, wpre[i]);
+    }
+  }
   gemv_enter(a);
   const bool valid = n < a.N;
   if (ks == 1 && !valid) return;  // whole warp leaves; no block barrier below when ks == 1
-  const int64_t n_chunks = a.K / C, c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
   for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
@@ -147,11 +162,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
     for (int t = 0; t < MAXT; ++t) acc[t] = 0.0f;
 #pragma unroll
     for (int t = 0; t < (GLU ? MAXT : 1); ++t) accb[t] = 0.0f;
-#pragma unroll U
-    for (int64_t c = c0; valid && c < n_chunks; c += cstep) {
-      float w[C], w2[GLU ? C : 1];
-      D::load(ra, c, w);
-      if constexpr (GLU) D::load(rb, c, w2);
+    auto dot = [&](const float (&w)[C], const float (&w2)[GLU ? C : 1], int64_t c) {
 #pragma unroll
       for (int t = 0; t < MAXT; ++t) {
         if (t < nt) {
@@ -164,6 +175,23 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
           }
         }
       }
+    };
+    int64_t cfirst = c0;
+    if constexpr (kPre) {
+      if (pre && p == blockIdx.y) {  // the same chunks, in the same order, from the registers
+        const float none[1] = {0.0f};
+#pragma unroll
+        for (int i = 0; i < U; ++i)
+          if (c0 + i * cstep < n_chunks) dot(wpre[i], none, c0 + i * cstep);
+        cfirst = c0 + U * cstep;
+      }
+    }
+#pragma unroll U
+    for (int64_t c = cfirst; valid && c < n_chunks; c += cstep) {
+      float w[C], w2[GLU ? C : 1];
+      D::load(ra, c, w);
+      if constexpr (GLU) D::load(rb, c, w2);
+      dot(w, w2, c);
     }
     gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, valid, ks_log2, warp, lane);
   }

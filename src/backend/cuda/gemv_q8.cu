@@ -248,10 +248,24 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_lanes_kernel(GemvArgs a
   constexpr int kRows = 32 / L;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, li = lane & (L - 1);
   const int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp) * kRows + lane / L;
+  const int64_t K = a.K, nb = K / 32;
+  // GemvArgs::ids_before: the first problem's first kPre chunks of the row are unpacked before the PDL wait.
+  constexpr int kPre = GLU ? 1 : 2;
+  WChunk wpre[kPre];
+  bool pre = false;
+  if constexpr (!GLU) {
+    const uint8_t* w0;
+    const uint8_t* w1 = nullptr;
+    if (a.ids_before && a.table && blockIdx.y < n_problems && expert_weights<false>(a, blockIdx.y, w0, w1)) {
+      pre = true;
+#pragma unroll
+      for (int i = 0; i < kPre; ++i)
+        if (li + i * L < nb) Unpack<WT>::load(w0 + min(n, a.N - 1) * a.row_bytes, li + i * L, wpre[i]);
+    }
+  }
   gemv_enter(a);
   const bool valid = n < a.N;  // rows past N compute row N - 1 and store nothing (the shuffles need every lane)
   const Q8View xv(a, n_problems);
-  const int64_t K = a.K, nb = K / 32;
   for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
@@ -266,8 +280,17 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_lanes_kernel(GemvArgs a
     const uint8_t* ra = wa + nr * a.row_bytes;
     const uint8_t* rb = GLU ? wb + nr * a.row_bytes : nullptr;
     float acc = 0.0f, accb = 0.0f;
+    int64_t cfirst = li;
+    if constexpr (!GLU) {
+      if (pre && p == blockIdx.y) {  // the same chunks, in the same order, from the registers
+#pragma unroll
+        for (int i = 0; i < kPre; ++i)
+          if (li + i * L < nb) acc += chunk_dot(wpre[i], xv.chunk(xrow, li + i * L, K));
+        cfirst = li + kPre * L;
+      }
+    }
 #pragma unroll 4
-    for (int64_t c = li; c < nb; c += L) {
+    for (int64_t c = cfirst; c < nb; c += L) {
       WChunk w, w2;
       Unpack<WT>::load(ra, c, w);
       if constexpr (GLU) Unpack<WT>::load(rb, c, w2);

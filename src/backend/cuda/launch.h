@@ -40,6 +40,11 @@ struct GemvArgs {
   /** q8 already holds x's int8 form (written by the kernel that produced x: CudaOps::prepared_q8);
    *  false: the launch quantizes x into q8 first. */
   bool q8_ready = false;
+  /** ids, the table and the weights they name were written before the previous kernel of the stream
+   *  started (the down GEMV of moe_experts: the gate/up GEMV runs between the router or admission and
+   *  it), so a PDL launch may read them before its wait (pdl.cuh): the one-token float and lane-group
+   *  GEMVs then load their first problem's first chunks while the kernel before still runs. */
+  bool ids_before = false;
 };
 
 /** Launches the GEMV for weight dtype `wt` (cuda_weight_type), `maxt` in {1, 8}, `glu` only with

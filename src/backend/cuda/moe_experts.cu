@@ -50,22 +50,39 @@ constexpr int kCombineSlots = 8;
 template <typename T>
 __global__ void moe_combine_kernel(const int32_t* ids, const float* w, int64_t T_, int k, int32_t E, const float* y,
                                    const int32_t* row_of_pair, int64_t H, bool accumulate, T* out) {
+  // ids, w (and row_of_pair) were written before the previous kernel (the down GEMV) started: the
+  // thread's first slots are read before the PDL wait.
+  const int64_t i0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  int32_t e0[kCombineSlots];
+  float w0[kCombineSlots];
+  int64_t r0[kCombineSlots];
+  if (i0 < T_ * H) {
+    const int64_t t = i0 / H;
+#pragma unroll
+    for (int u = 0; u < kCombineSlots; ++u) {
+      const int64_t pair = t * k + u;
+      e0[u] = u < k ? ids[pair] : -1;
+      const bool used = e0[u] >= 0 && e0[u] < E;
+      r0[u] = used ? (row_of_pair ? row_of_pair[pair] : pair) : 0;
+      w0[u] = used ? w[pair] : 0.0f;
+    }
+  }
   pdl_enter();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T_ * H;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = i0; i < T_ * H; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / H, d = i % H;
     float acc = accumulate ? to_f(out[i]) : 0.0f;
     for (int j0 = 0; j0 < k; j0 += kCombineSlots) {
       float wv[kCombineSlots], yv[kCombineSlots];
       bool used[kCombineSlots];
+      const bool have = i == i0 && j0 == 0;
 #pragma unroll
       for (int u = 0; u < kCombineSlots; ++u) {
         const int64_t pair = t * k + j0 + u;
         const bool in = j0 + u < k;
-        const int32_t e = in ? ids[pair] : -1;
+        const int32_t e = have ? e0[u] : (in ? ids[pair] : -1);
         used[u] = e >= 0 && e < E;
-        const int64_t row = used[u] ? (row_of_pair ? row_of_pair[pair] : pair) : 0;
-        wv[u] = used[u] ? w[pair] : 0.0f;
+        const int64_t row = have ? r0[u] : (used[u] ? (row_of_pair ? row_of_pair[pair] : pair) : 0);
+        wv[u] = have ? w0[u] : (used[u] ? w[pair] : 0.0f);
         yv[u] = used[u] ? y[row * H + d] : 0.0f;
       }
 #pragma unroll
@@ -220,6 +237,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     d.N = H, d.K = F, d.row_bytes = bank.down[0].row_bytes();
     d.x = h, d.x_f32 = mid == DType::F32, d.ldx = F, d.x_div = 1;
     d.y = y, d.y_f32 = true, d.ldy = H;
+    d.ids_before = true;  // the router (or the admission) ran before the gate/up GEMV
     cuda::launch_gemv(bs.down, 1, false, d, P, stream_);
   } else {
     auto* order = reinterpret_cast<int32_t*>(base + o_order);

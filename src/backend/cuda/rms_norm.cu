@@ -4,8 +4,9 @@
 // per row, each thread holding up to 8 elements in registers, so a decode step's single row is
 // read by hundreds of threads at once instead of one warp's serial loop (measured 22-35 us -> a few).
 // add_rms_norm (x += r, then the norm) is the same one-block-per-row kernel with the residual given.
-// Decode rows whose int8 form a GEMV reads next (CudaOps::prepare_q8) take a cluster of 8 blocks per
-// row that computes the same bits and writes that form too (rms_norm_cluster_kernel).
+// Decode batches (up to kClusterMaxRows rows) take a cluster of 8 blocks per row that computes the
+// same bits (rms_norm_cluster_kernel) and, when a GEMV reads the row's int8 form next
+// (CudaOps::prepare_q8), writes that form too.
 // Bytes moved: 2 * R * D * element size + D weights (cached); add_rms_norm 4 * R * D * element size.
 #include <cooperative_groups.h>
 
@@ -40,6 +41,7 @@ __global__ void rms_norm_kernel(const T* x, const void* w, int w_code, float eps
 }
 
 constexpr int kRowPerThread = 8;
+constexpr int64_t kClusterMaxRows = 16;  // decode batches: the cluster kernel (8 blocks per row)
 
 /** One block per row: out = rms_norm(x), or with `res`, x += res (rounded to T) first and out =
  *  rms_norm of that (add_rms_norm; out must then not alias x). Every load (x, res, w) is issued
@@ -82,12 +84,14 @@ __global__ void rms_norm_row_kernel(T* x, const T* res, const void* w, int w_cod
 
 /** rms_norm_row_kernel's result, bit for bit, from a cluster of kRowPerThread blocks per row (grid
  *  (kRowPerThread, R), cluster along x), which also writes out's int8 form (q8_act.cuh) for the GEMV
- *  that reads it next. Every block loads the whole row with the row kernel's layout (thread i holds
+ *  that reads it next when q8 is not null. Every block loads the whole row with the row kernel's layout (thread i holds
  *  elements i + u * blockDim.x) and computes the same sum of squares; after a cluster barrier (every
  *  block has read x, which is then written) block b stores the elements of u = b, whose 32-element
  *  chunks are one per warp, and quantizes them. H200, qwen3-30b-a3b q4_k: +2.9% at batch 1, +3.4%
  *  at batch 8, +4.5% after a 4k prompt, against the row kernel and a quantize launch. A single block
- *  quantizing the row's chunks in turn was 5% slower than the separate launch. */
+ *  quantizing the row's chunks in turn was 5% slower than the separate launch. Without the int8 form
+ *  (bf16 weights) it still beats the row kernel: bf16 batch 1 239.0 / 239.9 -> 248.4 tok/s (one
+ *  lease): 8 blocks load the row at once and each stores an eighth. */
 template <typename T>
 __global__ void rms_norm_cluster_kernel(T* x, const T* res, const void* w, int w_code, float eps, float offset, T* out,
                                         int64_t D, int8_t* q8) {
@@ -118,20 +122,23 @@ __global__ void rms_norm_cluster_kernel(T* x, const T* res, const void* w, int w
   if (rr) xr[mine] = from_f<T>(vb);
   const T y = from_f<T>(vb * inv * wv);
   out[row * D + mine] = y;
-  quantize_q8_lane(to_f(y), q8, Q8Layout(gridDim.y, D), row * D + mine, (row * D + mine) / 32);
+  if (q8) quantize_q8_lane(to_f(y), q8, Q8Layout(gridDim.y, D), row * D + mine, (row * D + mine) / 32);
 #endif
 }
 
 /** Whether rms_norm_row_kernel takes rows of D elements (a block of up to 1024 threads, kRowPerThread each). */
 bool row_kernel_fits(int64_t D) { return D > 256 && D <= 1024 * kRowPerThread; }
 
-/** Queues rms_norm_row_kernel over R rows (res may be null), or with q8 (out's int8 form, D a multiple
- *  of 32) rms_norm_cluster_kernel. */
+/** Queues rms_norm_cluster_kernel for up to kClusterMaxRows rows of a multiple of 32 elements when
+ *  `clusters` (clusters_possible), writing out's int8 form into q8 when not null (q8 requires that
+ *  case); otherwise rms_norm_row_kernel over R rows. res may be null. */
 void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& w, int w_code, const RmsNormParams& p,
-                Tensor out, void* q8, cudaStream_t stream) {
+                Tensor out, void* q8, bool clusters, cudaStream_t stream) {
   const int64_t R = x.rows(), D = x.cols();
   const int threads = static_cast<int>(std::min<int64_t>(1024, ((D + kRowPerThread - 1) / kRowPerThread + 31) / 32 * 32));
-  if (q8) {
+  const bool cluster = clusters && R <= kClusterMaxRows && D % 32 == 0;
+  FT_CHECK(cluster || !q8);  // prepare_q8 records the form only for such rows
+  if (cluster) {
     FT_DISPATCH_ACT(op, "x", x.dtype, {
       launch_pdl_cluster(rms_norm_cluster_kernel<T>, dim3(kRowPerThread, static_cast<unsigned>(R)), kRowPerThread,
                          threads, 0, stream, x.ptr<T>(), static_cast<const T*>(res), w.data, w_code, p.eps,
@@ -168,7 +175,7 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
   const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
   if (x.rows() > 0)
     cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out,
-                     cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr, stream_);
+                     cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr, cuda::clusters_possible(device_), stream_);
 }
 
 void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
@@ -185,7 +192,8 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
          x.str());
   if (R == 0) return;
   if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out,
-                                                    cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr, stream_);
+                                                    cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr,
+                                                    cuda::clusters_possible(device_), stream_);
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
     cuda::launch_pdl(cuda::rms_norm_kernel<T>, blocks, 128, 0, stream_, x.ptr<T>(), w.data, w_code, p.eps,
