@@ -53,6 +53,7 @@ for r in j["results"]:
         fetched = m.get("fetched_bytes_per_step")  # null (like the others) for prefill-only runs
         s += (f" hit {f(m.get('hit_rate') and 100 * m['hit_rate'], '.1f')}% fetched/step "
               f"{f(fetched and fetched / 2**30, '.2f')} GiB cpu/step {f(m.get('cpu_experts_per_step'), '.1f')} "
+              f"cpu ms/step {f(m.get('cpu_ms_per_step'), '.2f')} pf/step {f(m.get('prefetched_per_step'), '.1f')} "
               f"ceiling {f(ceil, '.1f')} ({f(pct, '.1f')}%)")
     parts.append(s)
 pre = j["results"][0]["prefill_tokens_per_s"]

@@ -43,9 +43,13 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
     int32_t victim = -1;
     // Victims' stamps stay below this; an empty slot (stamp 0) always qualifies.
     const int64_t newest = std::max<int64_t>(a.prefetch ? tick - 2 : a.spare_previous ? tick - 1 : tick, 1);
+    int64_t best = 0;
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap)
-      for (int32_t slot = 0; slot < s.n_slots; ++slot)
-        if (s.stamp[slot] < newest && (victim < 0 || s.stamp[slot] < s.stamp[victim])) victim = slot;
+      for (int32_t slot = 0; slot < s.n_slots; ++slot) {
+        if (s.stamp[slot] >= newest) continue;
+        const int64_t key = victim_key(s.stamp[slot], tick, s.n_layers);
+        if (victim < 0 || key < best) victim = slot, best = key;
+      }
     if (victim < 0) {
       seen[e] = 2;
       ++cpu;
@@ -100,6 +104,7 @@ void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t firs
   int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
   st[kCacheMisses] += n;
   st[kCacheBytes] += n * record_bytes;
+  *s.tick += 2 * static_cast<int64_t>(s.n_layers);  // 5. the victim order's window passes
 }
 
 }  // namespace ft

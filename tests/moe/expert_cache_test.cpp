@@ -1,5 +1,5 @@
 // Expert-cache admission (moe/cache_admission.h, ExpertCache, HostExpertSlots): randomised routes
-// against an independent list-based LRU model, integrity after every admission (bijective map,
+// against an independent list-based model of the replacement order, integrity after every admission (bijective map,
 // stamps in range and monotone, slots used by the admission never evicted), the smallest legal
 // cache (2 x experts per layer), fetch caps, and the host gather's slot contents.
 #include <gtest/gtest.h>
@@ -18,11 +18,16 @@
 namespace ft::testing {
 namespace {
 
-/** LRU kept as a list of slots, least recent first. After an admission, the slots it used move to
- *  the back in slot order (equal recency, ties to the lower slot). Written without stamps. */
-class LruModel {
+/** The replacement order kept as a list of slots, least recent first: after an admission, the slots
+ *  it used move to the back in slot order (equal recency, ties to the lower slot), and each slot
+ *  remembers the admission that last used it. A victim is the front-most slot that is empty or was
+ *  last used 2 * n_layers admissions ago or earlier; when there is none, the lowest slot of the
+ *  latest admission that used any candidate (the most recent). Written without stamps. */
+class ReplacementModel {
  public:
-  LruModel(int32_t n_expert, int32_t n_slots) : E_(n_expert), owner_(static_cast<size_t>(n_slots), -1) {
+  ReplacementModel(int32_t n_expert, int32_t n_slots, int32_t n_layers)
+      : E_(n_expert), window_(2 * n_layers), owner_(static_cast<size_t>(n_slots), -1),
+        last_(static_cast<size_t>(n_slots), 0) {
     for (int32_t s = 0; s < n_slots; ++s) order_.push_back(s);
   }
 
@@ -33,6 +38,7 @@ class LruModel {
   };
 
   Result admit(int32_t layer, const std::vector<int32_t>& ids, int32_t cap) {
+    ++n_;
     Result r;
     std::vector<int32_t> distinct;
     for (int32_t e : ids)
@@ -46,9 +52,18 @@ class LruModel {
         cpu.insert(e);
         continue;
       }
-      auto v = std::find_if(order_.begin(), order_.end(), [&](int32_t s) { return !used.count(s); });
-      EXPECT_NE(v, order_.end());
-      const int32_t slot = *v;
+      auto v = std::find_if(order_.begin(), order_.end(), [&](int32_t s) {
+        return !used.count(s) && (last_[static_cast<size_t>(s)] == 0 || last_[static_cast<size_t>(s)] <= n_ - window_);
+      });
+      int32_t slot = v == order_.end() ? -1 : *v;
+      for (auto it = order_.rbegin(); slot < 0 && it != order_.rend(); ++it) {  // the latest admission's lowest slot
+        if (used.count(*it)) continue;
+        int32_t lowest = *it;
+        for (int32_t s : order_)
+          if (!used.count(s) && last_[static_cast<size_t>(s)] == last_[static_cast<size_t>(*it)]) lowest = std::min(lowest, s);
+        slot = lowest;
+      }
+      EXPECT_GE(slot, 0);
       if (owner_[slot] >= 0) map_.erase(owner_[slot]);
       owner_[slot] = key(layer, e);
       map_[key(layer, e)] = slot;
@@ -56,7 +71,7 @@ class LruModel {
       r.misses.push_back(CacheMiss{layer, e, slot});
     }
     for (int32_t s : used) order_.remove(s);
-    for (int32_t s : used) order_.push_back(s);  // std::set iterates in slot order
+    for (int32_t s : used) order_.push_back(s), last_[static_cast<size_t>(s)] = n_;  // std::set: slot order
     for (int32_t e : ids) {
       const bool valid = e >= 0 && e < E_;
       r.slot_ids.push_back(valid && map_.count(key(layer, e)) && !cpu.count(e) ? map_[key(layer, e)] : -1);
@@ -69,9 +84,11 @@ class LruModel {
  private:
   int32_t key(int32_t layer, int32_t e) const { return layer * E_ + e; }
   int32_t E_;
+  int64_t window_, n_ = 0;  // n_: admissions so far
   std::list<int32_t> order_;
   std::map<int32_t, int32_t> map_;
   std::vector<int32_t> owner_;
+  std::vector<int64_t> last_;  // admission that last used each slot, 0 never
 };
 
 struct Scenario {
@@ -84,7 +101,7 @@ void run_scenario(const Scenario& sc, uint32_t seed, int steps) {
                                     << sc.n_slots << " cap " << sc.cap << " skew " << sc.skew << " seed " << seed);
   std::mt19937 rng(seed);
   ExpertCache cache(sc.n_layers, sc.E, sc.n_slots, sc.max_T * sc.k);
-  LruModel model(sc.E, sc.n_slots);
+  ReplacementModel model(sc.E, sc.n_slots, sc.n_layers);
   std::vector<CacheLayerStats> want_stats(static_cast<size_t>(sc.n_layers));
   std::vector<int64_t> prev_stamp(static_cast<size_t>(sc.n_slots), 0);
   for (int step = 0; step < steps; ++step) {
@@ -97,7 +114,7 @@ void run_scenario(const Scenario& sc, uint32_t seed, int steps) {
       std::vector<int32_t> slots(ids.size(), -7), cpu(ids.size(), -7);
       const int32_t n = cache.admit(layer, ids.data(), static_cast<int32_t>(ids.size()), sc.cap, 100, slots.data(),
                                     cpu.data());
-      const LruModel::Result want = model.admit(layer, ids, sc.cap);
+      const ReplacementModel::Result want = model.admit(layer, ids, sc.cap);
       ASSERT_EQ(slots, want.slot_ids) << "step " << step << " layer " << layer;
       ASSERT_EQ(cpu, want.cpu_ids);
       ASSERT_EQ(n, static_cast<int32_t>(want.misses.size()));
@@ -133,7 +150,7 @@ void run_scenario(const Scenario& sc, uint32_t seed, int steps) {
   }
 }
 
-TEST(ExpertCache, MatchesAnIndependentLruModel) {
+TEST(ExpertCache, MatchesAnIndependentReplacementModel) {
   const Scenario scenarios[] = {
       {4, 16, 2, 32, 1, -1, 0.0},    // smallest legal cache (2E), decode, uniform
       {4, 16, 2, 32, 6, -1, 1.0},    // 2E, small batches, skewed
@@ -142,6 +159,7 @@ TEST(ExpertCache, MatchesAnIndependentLruModel) {
       {5, 32, 4, 70, 2, 2, 0.0},     // hybrid: at most 2 fetches per layer
       {5, 32, 4, 96, 5, 0, 0.5},     // cap 0: only hits served from slots
       {2, 8, 2, 16, 1, -1, 0.0},     // every expert fits: misses only while warming up
+      {4, 32, 8, 64, 4, -1, 0.0},    // a step's experts outnumber the slots: the most recent go first
   };
   uint32_t seed = 1;
   for (const Scenario& sc : scenarios) run_scenario(sc, seed++, 40);
@@ -155,10 +173,11 @@ TEST(ExpertCache, SmallestLegalCacheHoldsTwoFullLayers) {
   EXPECT_EQ(cache.admit(0, all.data(), E, -1, 1, slots.data(), nullptr), E);
   EXPECT_EQ(cache.admit(1, all.data(), E, -1, 1, slots.data(), nullptr), E);
   EXPECT_EQ(cache.admit(0, all.data(), E, -1, 1, slots.data(), nullptr), 0);  // both layers resident
-  EXPECT_EQ(cache.admit(2, all.data(), E, -1, 1, slots.data(), nullptr), E);  // evicts layer 1 (older)
+  // Every slot was used within the last 2 x 3 admissions: the most recent (layer 0's) go first.
+  EXPECT_EQ(cache.admit(2, all.data(), E, -1, 1, slots.data(), nullptr), E);
   for (int32_t e = 0; e < E; ++e) {
-    EXPECT_GE(cache.slot_of(0, e), 0);
-    EXPECT_EQ(cache.slot_of(1, e), -1);
+    EXPECT_EQ(cache.slot_of(0, e), -1);
+    EXPECT_GE(cache.slot_of(1, e), 0);
     EXPECT_GE(cache.slot_of(2, e), 0);
   }
   cache.check_integrity();
@@ -199,6 +218,43 @@ TEST(ExpertCache, VictimsAreLeastRecentlyUsedNeverInUse) {
   cache.check_integrity();
 }
 
+// Three layers of 4 experts cycled through 8 slots, every expert of each: plain LRU would evict the
+// layer needed next and miss all 12 experts of every step; evicting the most recent misses every
+// other layer, which is Belady's optimum for this cycle (each eviction takes the layer used last).
+TEST(ExpertCache, AStepLargerThanTheCacheEvictsTheMostRecentFirst) {
+  const int32_t E = 4, L = 3;
+  ExpertCache cache(L, E, 2 * E, E);
+  const int32_t all[E] = {0, 1, 2, 3};
+  int32_t slots[E];
+  EXPECT_EQ(cache.admit(0, all, E, -1, 1, slots, nullptr), E);  // slots 0-3
+  EXPECT_EQ(slots[0], 0);
+  EXPECT_EQ(cache.admit(1, all, E, -1, 1, slots, nullptr), E);  // slots 4-7
+  EXPECT_EQ(slots[0], 4);
+  EXPECT_EQ(cache.admit(2, all, E, -1, 1, slots, nullptr), E);  // evicts layer 1 (the most recent), not 0
+  EXPECT_EQ(slots[0], 4);
+  EXPECT_EQ(cache.slot_of(1, 0), -1);
+  int64_t misses = 0;
+  for (int step = 0; step < 4; ++step)
+    for (int32_t l = 0; l < L; ++l) misses += cache.admit(l, all, E, -1, 1, slots, nullptr);
+  EXPECT_EQ(misses, 6 * E);  // 6 of the 12 layer admissions
+  EXPECT_EQ(cache.stats(0).hits + cache.stats(1).hits + cache.stats(2).hits, 6 * E);
+  cache.check_integrity();
+  // Slots last used 2 x 3 admissions ago or earlier go first, least recent first, before any newer one.
+  ExpertCache old(L, E, 6, E);
+  const int32_t e0[1] = {0}, e1[1] = {1};
+  EXPECT_EQ(old.admit(0, e0, 1, -1, 1, slots, nullptr), 1);  // tick 1: slot 0
+  EXPECT_EQ(old.admit(0, e1, 1, -1, 1, slots, nullptr), 1);  // tick 2: slot 1
+  EXPECT_EQ(old.admit(1, all, E, -1, 1, slots, nullptr), E);  // tick 3: slots 2-5
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(old.admit(1, all, E, -1, 1, slots, nullptr), 0);  // ticks 4-8
+  EXPECT_EQ(old.admit(2, e0, 1, -1, 1, slots, nullptr), 1);  // tick 9: slots 0 and 1 are old; 0 is older
+  EXPECT_EQ(slots[0], 0);
+  EXPECT_EQ(old.admit(2, e1, 1, -1, 1, slots, nullptr), 1);  // tick 10: slot 1 (old) before 2-5 (recent)
+  EXPECT_EQ(slots[0], 1);
+  EXPECT_EQ(old.slot_of(0, 0), -1);
+  EXPECT_EQ(old.slot_of(1, 3), 5);
+  old.check_integrity();
+}
+
 TEST(ExpertCache, ClaimRegionMapsAStreamedLayer) {
   const int32_t E = 4;
   ExpertCache cache(3, E, 3 * E, 8);
@@ -209,7 +265,7 @@ TEST(ExpertCache, ClaimRegionMapsAStreamedLayer) {
   const int64_t tick = cache.tick();
   cache.claim_region(1, 0, E, 10);  // layer 1 streamed into region 0 (slots 0..3)
   cache.check_integrity();
-  EXPECT_EQ(cache.tick(), tick + 1);
+  EXPECT_EQ(cache.tick(), tick + 1 + 2 * 3);  // the claim's tick, then the window passes
   for (int32_t e = 0; e < E; ++e) {
     EXPECT_EQ(cache.slot_of(0, e), -1);  // the region's previous owners left
     EXPECT_EQ(cache.slot_of(1, e), e);

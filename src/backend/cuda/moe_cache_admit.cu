@@ -4,8 +4,8 @@
 //   - distinct ids in first-appearance order: thread 0 walks the [T, k] ids (T*k <= a few hundred
 //     at decode) marking a shared-memory table of n_expert entries;
 //   - hits: parallel over distinct ids;
-//   - misses: in order; each picks its victim with a block-wide argmin of (stamp, slot) over slots
-//     with stamp < tick, then thread 0 updates the maps (cost per miss ~ n_slots / blockDim loads,
+//   - misses: in order; each picks its victim with a block-wide argmin of (victim_key, slot) over
+//     slots with stamp < tick, then thread 0 updates the maps (cost per miss ~ n_slots / blockDim loads,
 //     small next to the miss's multi-MiB copy);
 //   - per-pair outputs: parallel over pairs; stats: thread 0.
 #include <climits>
@@ -19,19 +19,19 @@ namespace {
 constexpr int kAdmitThreads = 512;
 
 struct Cand {
-  long long stamp;
+  long long key;  // victim_key of the slot's stamp
   int slot;
 };
 
 __device__ __forceinline__ Cand better(Cand a, Cand b) {
-  return (b.stamp < a.stamp || (b.stamp == a.stamp && b.slot < a.slot)) ? b : a;
+  return (b.key < a.key || (b.key == a.key && b.slot < a.slot)) ? b : a;
 }
 
 __device__ __forceinline__ Cand warp_best(Cand c) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     Cand other;
-    other.stamp = __shfl_xor_sync(0xffffffffu, c.stamp, o);
+    other.key = __shfl_xor_sync(0xffffffffu, c.key, o);
     other.slot = __shfl_xor_sync(0xffffffffu, c.slot, o);
     c = better(c, other);
   }
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap) {
       for (int32_t slot = tid; slot < s.n_slots; slot += blockDim.x) {
         const long long st = s.stamp[slot];
-        if (st < newest) c = better(c, Cand{st, slot});
+        if (st < newest) c = better(c, Cand{static_cast<long long>(victim_key(st, tick, s.n_layers)), slot});
       }
     }
     c = warp_best(c);
@@ -151,6 +151,7 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
     int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
     st[kCacheMisses] += n;
     st[kCacheBytes] += static_cast<int64_t>(n) * record_bytes;
+    *s.tick += 2 * static_cast<int64_t>(s.n_layers);  // 5. the victim order's window passes
   }
 }
 
