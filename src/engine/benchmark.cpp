@@ -82,9 +82,9 @@ void weight_accounting(const Engine& engine, BenchReport& r) {
 void plan_bench_engine(const BenchOptions& o, EngineOptions& eo) {
   if (o.prompt_tokens < 1) fail(ErrorCode::kInvalidArgument, "--prompt-tokens {} must be >= 1", o.prompt_tokens);
   if (o.gen_tokens < 0) fail(ErrorCode::kInvalidArgument, "--gen-tokens {} must be >= 0", o.gen_tokens);
-  if (o.warmup_steps < 0 || o.route_sample_steps < 0)
-    fail(ErrorCode::kInvalidArgument, "--warmup-steps {} and route sample steps {} must be >= 0", o.warmup_steps,
-         o.route_sample_steps);
+  if (o.warmup_steps < 0) fail(ErrorCode::kInvalidArgument, "--warmup-steps {} must be >= 0", o.warmup_steps);
+  if (o.route_sample_steps < 0)
+    fail(ErrorCode::kInvalidArgument, "--route-sample-steps {} must be >= 0", o.route_sample_steps);
   if (o.max_prefill_tokens < 1)
     fail(ErrorCode::kInvalidArgument, "--max-prefill-tokens {} must be >= 1", o.max_prefill_tokens);
   if (o.batches.empty()) fail(ErrorCode::kInvalidArgument, "--batch: no batch sizes given");

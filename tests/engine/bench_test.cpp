@@ -230,6 +230,14 @@ TEST(BenchCli, BadRequestsExitWithCode2) {
   r = run_ft("bench --model-preset tiny-moe --dummy-weights --weight-type iq2_xxs --device cpu");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("Q4_K"), std::string::npos) << r.err;
+  // Each step-count flag is named in its own error (one message named both, whichever was wrong).
+  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --warmup-steps -1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--warmup-steps -1 must be >= 0"), std::string::npos) << r.err;
+  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --route-sample-steps -1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--route-sample-steps -1 must be >= 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("warmup"), std::string::npos) << r.err;
   r = run_ft("bench --list-presets");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("deepseek-v2-lite"), std::string::npos);
