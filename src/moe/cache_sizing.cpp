@@ -39,7 +39,7 @@ void check_budget(const GpuMemoryBudget& b) {
   }
   fail(ErrorCode::kOutOfMemory,
        "expert cache: {} ({} slots of {}) needs {}, but --gpu-memory-limit {} leaves {} after {} of resident weights "
-       "and {} of KV for --kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit{}{}, or run the routed experts "
+       "and buffers and {} of KV for --kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit{}{}, or run the routed experts "
        "on the CPU with --moe-strategy cpu",
        what, slots, format_bytes(b.slot_bytes), format_bytes(need), format_bytes(b.gpu_memory_limit),
        format_bytes(std::max<int64_t>(avail, 0)), format_bytes(b.resident_bytes), format_bytes(kv_bytes),

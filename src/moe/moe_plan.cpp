@@ -109,9 +109,20 @@ std::string MoePlan::summary() const {
   std::string s = fmt::format("moe: strategy {}", moe_strategy_name(strategy));
   if (cache.n_slots > 0)
     s += fmt::format(", expert cache {} slots ({})", cache.n_slots, format_bytes(cache.pool_bytes));
-  if (count(MoeLayerMode::kCpu) > 0)
-    s += fmt::format(", {} of {} MoE layers on the CPU", count(MoeLayerMode::kCpu),
-                     static_cast<int64_t>(layers.size()) - count(MoeLayerMode::kDense));
+  const int64_t n_cpu = count(MoeLayerMode::kCpu), n_moe = static_cast<int64_t>(layers.size()) - count(MoeLayerMode::kDense);
+  if (n_cpu > 0) {
+    s += fmt::format(", {} of {} MoE layers on the CPU", n_cpu, n_moe);
+    if (n_cpu < n_moe) {  // which ones, as ranges of layer indices ("1-2, 7")
+      std::string list;
+      for (size_t l = 0; l < layers.size(); ++l) {
+        if (layers[l] != MoeLayerMode::kCpu || (l > 0 && layers[l - 1] == MoeLayerMode::kCpu)) continue;
+        size_t end = l;
+        while (end + 1 < layers.size() && layers[end + 1] == MoeLayerMode::kCpu) ++end;
+        list += fmt::format("{}{}", list.empty() ? "" : ", ", end == l ? fmt::format("{}", l) : fmt::format("{}-{}", l, end));
+      }
+      s += " (layers " + list + ")";
+    }
+  }
   if (strategy == MoeStrategy::kHybrid && count(MoeLayerMode::kCache) > 0) {  // not when every layer is a CPU one
     int32_t cap = -1;
     for (size_t l = 0; l < layers.size(); ++l)
@@ -169,13 +180,14 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy offload or hybrid (not {})",
          moe_strategy_name(s));
   if (avail < 0)
-    fail(ErrorCode::kOutOfMemory, "--gpu-memory-limit {} cannot hold {} of resident weights and {} of KV for "
+    fail(ErrorCode::kOutOfMemory, "--gpu-memory-limit {} cannot hold {} of resident weights and buffers (dense weights, "
+         "activations and workspaces for the largest batch) and {} of KV for "
          "--kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit or lower --kv-reserve-tokens",
          format_bytes(budget.gpu_memory_limit), format_bytes(budget.resident_bytes), format_bytes(kv),
          budget.kv_reserve_tokens, format_bytes(-avail));
   if (s == MoeStrategy::kFused && !fits)
     fail(ErrorCode::kOutOfMemory, "--moe-strategy fused needs {} for the routed experts, but --gpu-memory-limit {} "
-         "leaves {} after the resident weights and KV ({} missing). Use --moe-strategy offload (or auto)",
+         "leaves {} after the resident weights, buffers and KV ({} missing). Use --moe-strategy offload (or auto)",
          format_bytes(budget.expert_bytes), format_bytes(budget.gpu_memory_limit), format_bytes(avail),
          format_bytes(budget.expert_bytes - avail));
   const MoeLayerMode mode = s == MoeStrategy::kFused ? MoeLayerMode::kResident
