@@ -150,8 +150,7 @@ void Engine::calibrate_fetch_cap() {
       step({{&seq.pages(), pos++, &id, 1, 1}});
     };
     for (int64_t i = 0; i < settle; ++i) decode();
-    int32_t best = caps.front();
-    double best_s = 1e30;
+    std::vector<double> seconds;
     std::string timings;
     for (int32_t cap : caps) {
       moe_->set_fetch_cap(cap);
@@ -164,8 +163,9 @@ void Engine::calibrate_fetch_cap() {
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(timed);
       timings += fmt::format(" {}:{:.2f}", cap, 1e3 * s);
-      if (s < best_s) best = cap, best_s = s;
+      seconds.push_back(s);
     }
+    const int32_t best = MoeRuntime::choose_fetch_cap(caps, seconds);
     seq.release(kv_->pool());
     moe_->set_fetch_cap(best);
     drop_graphs();

@@ -96,7 +96,8 @@ class Engine {
 
  private:
   /** Hybrid without --moe-fetch-cap: times a few decode steps of a throw-away sequence at each
-   *  candidate cap (MoeRuntime::fetch_cap_candidates) and keeps the fastest; keeps the default
+   *  candidate cap (MoeRuntime::fetch_cap_candidates) and keeps the smallest within noise of the
+   *  fastest (MoeRuntime::choose_fetch_cap); keeps the default
    *  (half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
 

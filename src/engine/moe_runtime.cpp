@@ -175,6 +175,15 @@ std::vector<int32_t> MoeRuntime::fetch_cap_candidates() const {
   return caps;
 }
 
+int32_t MoeRuntime::choose_fetch_cap(const std::vector<int32_t>& caps, const std::vector<double>& seconds) {
+  if (caps.empty() || caps.size() != seconds.size())
+    fail(ErrorCode::kInvalidArgument, "fetch-cap calibration: {} caps and {} timings", caps.size(), seconds.size());
+  const double fastest = *std::min_element(seconds.begin(), seconds.end());
+  for (size_t i = 0; i < caps.size(); ++i)
+    if (seconds[i] <= fastest * (1.0 + kFetchCapTie)) return caps[i];
+  return caps.front();  // unreachable: the fastest itself qualifies
+}
+
 void MoeRuntime::set_fetch_cap(int32_t cap) {
   if (!offloaded_ || plan_.strategy != MoeStrategy::kHybrid)
     fail(ErrorCode::kInvalidArgument, "moe: a fetch cap needs the hybrid strategy");

@@ -93,6 +93,13 @@ class MoeRuntime {
   /** Hybrid without --moe-fetch-cap: the caps to time at start (1 .. n_expert_used), empty when
    *  the cap is given or the strategy has none. */
   std::vector<int32_t> fetch_cap_candidates() const;
+  /** The calibration's choice among `caps` (ascending) timed at `seconds` per decode step each: the
+   *  smallest cap within kFetchCapTie of the fastest. Caps that time within the noise of each other
+   *  then resolve the same way on every start (on the CPU backend's small models they differ by
+   *  ~0.3%, and runs picked caps 7, 1 and 4, each summing some experts in another order), and the
+   *  fewer fetches cost the link less. Throws kInvalidArgument for empty or unequal lists. */
+  static int32_t choose_fetch_cap(const std::vector<int32_t>& caps, const std::vector<double>& seconds);
+  static constexpr double kFetchCapTie = 0.03;
   /** Sets the fetch cap of every cache layer (calibration, then its choice). Throws
    *  kInvalidArgument without a hybrid cache. */
   void set_fetch_cap(int32_t cap);

@@ -142,6 +142,19 @@ TEST_P(MoeStrategies, SameFunctionAsFused) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeStrategies,
                          ::testing::Values("qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe"));
 
+// The calibration keeps the smallest cap within 3% of the fastest, so timings within noise of each
+// other pick the same cap on every start (they picked 7, 1 and 4 on three runs of the 64e model).
+TEST(MoeCalibration, SmallestCapWithinNoiseOfTheFastest) {
+  EXPECT_EQ(MoeRuntime::choose_fetch_cap({1, 2, 3, 4}, {1.010, 1.000, 1.005, 1.020}), 1);
+  EXPECT_EQ(MoeRuntime::choose_fetch_cap({1, 2, 3, 4}, {1.040, 1.000, 1.005, 1.020}), 2);
+  // H200 calibration logs (ms per step; RESULTS, sessions 11 and 4): clear winners stay
+  EXPECT_EQ(MoeRuntime::choose_fetch_cap({1, 2, 3}, {11.84, 13.00, 13.91}), 1);
+  EXPECT_EQ(MoeRuntime::choose_fetch_cap({1, 2, 3, 4}, {51.0, 41.6, 36.7, 41.3}), 3);
+  EXPECT_EQ(MoeRuntime::choose_fetch_cap({5}, {2.0}), 5);
+  EXPECT_THROW(MoeRuntime::choose_fetch_cap({}, {}), Error);
+  EXPECT_THROW(MoeRuntime::choose_fetch_cap({1, 2}, {1.0}), Error);
+}
+
 // Without --kv-reserve-tokens the expert cache keeps exactly the KV cache the engine allocated free:
 // KV beyond it could never be used (a server run with a small --kv-tokens gives the rest to experts).
 TEST(MoeAuto, KvReserveDefaultsToTheKvCacheAllocated) {
