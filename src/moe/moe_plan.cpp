@@ -112,15 +112,11 @@ std::string MoePlan::summary() const {
   const int64_t n_cpu = count(MoeLayerMode::kCpu), n_moe = static_cast<int64_t>(layers.size()) - count(MoeLayerMode::kDense);
   if (n_cpu > 0) {
     s += fmt::format(", {} of {} MoE layers on the CPU", n_cpu, n_moe);
-    if (n_cpu < n_moe) {  // which ones, as ranges of layer indices ("1-2, 7")
-      std::string list;
-      for (size_t l = 0; l < layers.size(); ++l) {
-        if (layers[l] != MoeLayerMode::kCpu || (l > 0 && layers[l - 1] == MoeLayerMode::kCpu)) continue;
-        size_t end = l;
-        while (end + 1 < layers.size() && layers[end + 1] == MoeLayerMode::kCpu) ++end;
-        list += fmt::format("{}{}", list.empty() ? "" : ", ", end == l ? fmt::format("{}", l) : fmt::format("{}-{}", l, end));
-      }
-      s += " (layers " + list + ")";
+    if (n_cpu < n_moe) {  // which ones, in --moe-cpu-layers' list syntax ("1-2,7")
+      std::vector<int64_t> cpu;
+      for (size_t l = 0; l < layers.size(); ++l)
+        if (layers[l] == MoeLayerMode::kCpu) cpu.push_back(static_cast<int64_t>(l));
+      s += " (layers " + layer_ranges(cpu) + ")";
     }
   }
   if (strategy == MoeStrategy::kHybrid && count(MoeLayerMode::kCache) > 0) {  // not when every layer is a CPU one

@@ -125,7 +125,7 @@ TEST(MoePlan, ExplicitStrategies) {
   // which layers, too: "1" (the first layer) and "1," (layer 1) print the same count
   EXPECT_NE(p.summary().find("2 of 6 MoE layers on the CPU (layers 1-2)"), std::string::npos) << p.summary();
   o.cpu_layers = "1,4";
-  EXPECT_NE(plan_moe(o, kLayers, budget(GiB)).summary().find("(layers 1, 4)"), std::string::npos);
+  EXPECT_NE(plan_moe(o, kLayers, budget(GiB)).summary().find("(layers 1,4)"), std::string::npos);
   o.cpu_layers = "6";  // every MoE layer on the CPU: no cache needed
   p = plan_moe(o, kLayers, budget(110 * MiB));
   EXPECT_EQ(p.cache.n_slots, 0);
