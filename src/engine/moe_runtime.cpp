@@ -150,8 +150,8 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
-  prefetch_ = plan_.prefetch = offloaded_ && offloaded_->prefetches();
-  if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !prefetch_)
+  plan_.prefetch = offloaded_ && offloaded_->prefetches();
+  if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !plan_.prefetch)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");
   spdlog::info("{}{}", plan_.summary(), calibrate_ ? " (the fetch cap until the start-up calibration picks one)" : "");
@@ -213,7 +213,7 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.strategy = plan_.strategy;
   r.cache_slots = plan_.count(MoeLayerMode::kCache) > 0 ? plan_.cache.n_slots : 0;
   r.slot_bytes = r.cache_slots > 0 ? budget_.slot_bytes : 0;
-  r.prefetch = prefetch_;
+  r.prefetch = plan_.prefetch;
   for (size_t l = 0; l < plan_.layers.size() && r.fetch_cap < 0; ++l)
     if (plan_.layers[l] == MoeLayerMode::kCache) r.fetch_cap = plan_.fetch_cap[l];
   for (size_t l = 0; l < plan_.layers.size(); ++l)

@@ -123,7 +123,6 @@ class MoeRuntime {
   std::vector<MoeLayerStats> counters();
 
   bool calibrate_ = false;                 // hybrid without an explicit cap
-  bool prefetch_ = false;                  // next-layer prefetch in use (a cache and --moe-prefetch)
   bool calibrating_ = false;
   std::vector<MoeLayerStats> baseline_;    // counters when the calibration ended (empty: none)
   int32_t n_expert_used_ = 0;
