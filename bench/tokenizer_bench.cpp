@@ -6,15 +6,14 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
-#include <stdexcept>
 
 #include "formats/checkpoint.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/vocab.h"
+#include "util/read_file.h"
 
 namespace {
 
@@ -25,17 +24,10 @@ std::string shared_dir() {
   return "../shared";
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 const std::string& text_1mib() {
   static const std::string t = [] {
-    std::string s = read_all(shared_dir() + "/data/text/war-and-peace.txt");
+    std::string s = ft::read_text_file(shared_dir() + "/data/text/war-and-peace.txt");
     if (s.size() > (1u << 20)) s.resize(1u << 20);
     while (!s.empty() && (static_cast<unsigned char>(s.back()) & 0xC0) == 0x80) s.pop_back();  // whole characters
     if (!s.empty() && static_cast<unsigned char>(s.back()) >= 0xC0) s.pop_back();
@@ -52,11 +44,11 @@ std::unique_ptr<ft::Vocab> gguf_vocab(const std::string& name) {
 // Llama 3: GPT-2 style files turned into GGUF-style metadata (tokenizer.ggml.pre = llama-bpe).
 std::unique_ptr<ft::Vocab> llama3_vocab() {
   const std::string dir = shared_dir() + "/data/tokenizers/llama3.2";
-  const nlohmann::json enc = nlohmann::json::parse(read_all(dir + "/encoder.json"));
+  const nlohmann::json enc = nlohmann::json::parse(ft::read_text_file(dir + "/encoder.json"));
   std::vector<std::string> tokens(enc.size());
   for (auto& [text, id] : enc.items()) tokens.at(id.get<size_t>()) = text;
   nlohmann::json merges = nlohmann::json::array();
-  std::stringstream bpe(read_all(dir + "/vocab.bpe"));
+  std::stringstream bpe(ft::read_text_file(dir + "/vocab.bpe"));
   for (std::string line; std::getline(bpe, line);)
     if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
   nlohmann::json md = {{"tokenizer.ggml.model", "gpt2"}, {"tokenizer.ggml.pre", "llama-bpe"}};
