@@ -159,6 +159,12 @@ class Ops {
 
   /** Whether capture() records graphs (CUDA); false: the caller runs its steps eagerly. */
   virtual bool supports_graphs() const { return false; }
+  /** A decode batch whose longest key range (BatchInfo::max_kv_len, tokens) is at most this takes
+   *  launches of another shape (CUDA: the decode attention merges its splits in a thread-block
+   *  cluster; numerically close to, not bit-equal with, the general form). A graph recorded with
+   *  max_kv_len at this bound replays any such step, so graph users record one graph per side of it.
+   *  0 (the default): one shape for every range. */
+  virtual int32_t decode_short_kv_len() const { return 0; }
   /** Records the work `body` queues on this backend without running it, for replay with
    *  StepGraph::launch(). `body` must read its inputs from buffers that outlive the graph and must
    *  not synchronize with the host; run it eagerly once first so one-time scratch exists. Throws

@@ -92,22 +92,28 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     const int64_t limit = std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R});
     for (int64_t b = 1; b < limit; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
     graph_sizes_.push_back(static_cast<int32_t>(limit));
+    // One graph per size and key-range bound: the backend's short-range form, then the whole capacity.
+    const int32_t capacity = max_blocks_ * options_.page_size, short_len = ops_->decode_short_kv_len();
+    if (short_len > 0 && short_len < capacity) graph_kv_lens_.push_back(short_len);
+    graph_kv_lens_.push_back(capacity);
     for (int32_t b : graph_sizes_) {
-      auto gs = std::make_unique<GraphStep>();
-      gs->bs = b;
-      BatchInfo& bi = gs->batch;
-      bi.n_tokens = bi.n_seqs = b;
-      bi.max_blocks = max_blocks_;
-      bi.max_kv_len = max_blocks_ * options_.page_size;  // the whole capacity: launch shapes never change
-      bi.positions = Tensor(d_pos_.data, DType::I32, {b}, d_pos_.device);
-      bi.seq_index = Tensor(d_seq_.data, DType::I32, {b}, d_seq_.device);
-      bi.seq_start = Tensor(d_start_.data, DType::I32, {b + 1}, d_start_.device);
-      bi.block_tables = Tensor(d_tables_.data, DType::I32, {b, max_blocks_}, d_tables_.device);
-      bi.n_valid = d_valid_;
-      gs->ids = Tensor(d_ids_.data, DType::I32, {b}, d_ids_.device);
-      gs->rows = Tensor(d_rows_.data, DType::I32, {b}, d_rows_.device);
-      gs->logits = d_logits_.slice(0, b);
-      graph_steps_.push_back(std::move(gs));
+      for (int32_t kv_len : graph_kv_lens_) {
+        auto gs = std::make_unique<GraphStep>();
+        gs->bs = b;
+        BatchInfo& bi = gs->batch;
+        bi.n_tokens = bi.n_seqs = b;
+        bi.max_blocks = max_blocks_;
+        bi.max_kv_len = kv_len;  // the bound, not the step's: launch shapes never change
+        bi.positions = Tensor(d_pos_.data, DType::I32, {b}, d_pos_.device);
+        bi.seq_index = Tensor(d_seq_.data, DType::I32, {b}, d_seq_.device);
+        bi.seq_start = Tensor(d_start_.data, DType::I32, {b + 1}, d_start_.device);
+        bi.block_tables = Tensor(d_tables_.data, DType::I32, {b, max_blocks_}, d_tables_.device);
+        bi.n_valid = d_valid_;
+        gs->ids = Tensor(d_ids_.data, DType::I32, {b}, d_ids_.device);
+        gs->rows = Tensor(d_rows_.data, DType::I32, {b}, d_rows_.device);
+        gs->logits = d_logits_.slice(0, b);
+        graph_steps_.push_back(std::move(gs));
+      }
     }
   }
   spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
@@ -282,7 +288,13 @@ Engine::GraphStep* Engine::graph_step_for(const std::vector<StepItem>& items) {
   const auto S = static_cast<int32_t>(items.size());
   const auto at = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), S);
   if (at == graph_sizes_.end()) return nullptr;
-  GraphStep* gs = graph_steps_[static_cast<size_t>(at - graph_sizes_.begin())].get();
+  int64_t kv_len = 0;  // the step's longest key range
+  for (const StepItem& it : items) kv_len = std::max(kv_len, it.start + 1);
+  const auto len = std::lower_bound(graph_kv_lens_.begin(), graph_kv_lens_.end(), kv_len);
+  if (len == graph_kv_lens_.end()) return nullptr;  // past the pool (the step's checks refused it already)
+  const size_t i = static_cast<size_t>(at - graph_sizes_.begin()) * graph_kv_lens_.size() +
+                   static_cast<size_t>(len - graph_kv_lens_.begin());
+  GraphStep* gs = graph_steps_[i].get();
   return gs->failed ? nullptr : gs;
 }
 
@@ -329,7 +341,8 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
     GraphStep* g = &gs;
     gs.graph = ops_->capture([this, g] { forward(g->batch, g->ids, g->rows, g->logits); });
   } catch (const Error& e) {  // this step's result came from the eager run; later ones stay eager
-    spdlog::warn("engine: decode batch size {} runs eagerly (graph recording failed: {})", b, e.what());
+    spdlog::warn("engine: decode batch size {} with key ranges up to {} runs eagerly (graph recording failed: {})", b,
+                 gs.batch.max_kv_len, e.what());
     gs.failed = true;
   }
 }

@@ -33,8 +33,9 @@ struct EngineOptions {
   int64_t gpu_memory_limit = 0;      // --gpu-memory-limit in bytes (0: the device's free memory; CPU: none)
   int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
   /** --cuda-graph-max-bs: decode steps of up to this many sequences are recorded once per padded
-   *  batch size (1, 2, 4, 8, ..., this) and replayed as graphs on backends that have them (CUDA);
-   *  0: every step eager. */
+   *  batch size (1, 2, 4, 8, ..., this) and side of the backend's short key range
+   *  (Ops::decode_short_kv_len), and replayed as graphs on backends that have them (CUDA); 0: every
+   *  step eager. */
   int32_t cuda_graph_max_bs = 16;
   /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32" or "bf16" (CUDA only: half the KV
    *  memory and decode attention bytes; keys and values rounded to bf16). */
@@ -101,13 +102,14 @@ class Engine {
    *  (half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
 
-  /** One padded decode batch size's fixed inputs (views of the planned device buffers) and graph. */
+  /** One padded decode batch size's and key-range bound's fixed inputs (views of the planned device
+   *  buffers) and graph. */
   struct GraphStep {
     int32_t bs = 0;
     BatchInfo batch;
     Tensor ids, rows, logits;
     std::unique_ptr<StepGraph> graph;
-    bool failed = false;  // recording failed once: this size runs eagerly from now on
+    bool failed = false;  // recording failed once: this size and bound run eagerly from now on
   };
   /** Forgets the recorded decode graphs (the next step of each size records again). */
   void drop_graphs();
@@ -136,7 +138,10 @@ class Engine {
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;
-  std::vector<std::unique_ptr<GraphStep>> graph_steps_;  // parallel to graph_sizes_
+  /** Key-range bounds of the recorded graphs, ascending (Ops::decode_short_kv_len, then the pool's
+   *  capacity): a step takes the graph of the first bound its longest range fits. */
+  std::vector<int32_t> graph_kv_lens_;
+  std::vector<std::unique_ptr<GraphStep>> graph_steps_;  // [size][kv-len bound], row-major
   int32_t pad_page_ = -1;                                 // spare KV page of the padding rows
   int64_t graph_replays_ = 0;
 };

@@ -3,6 +3,8 @@
 // batch sizes, the spare KV page, fixed input buffers, the capacity-wide batch description) is
 // exercised without a GPU and must equal eager decode bit for bit. tests/gpu/graph_test.cpp runs
 // the same checks with real CUDA graphs.
+#include <set>
+
 #include "backend/cpu/cpu_ops.h"
 #include "graph_decode.h"
 
@@ -28,6 +30,40 @@ class ReplayOps final : public CpuOps {
 
  private:
   int* captures_;
+};
+
+/** ReplayOps with a short key range (Ops::decode_short_kv_len) of `short_len`. Its attention records
+ *  each pure decode call's BatchInfo::max_kv_len and counts calls whose bound is shorter than a
+ *  query's key range (a launch shaped for short ranges would read too few keys). */
+class ShortRangeReplayOps final : public CpuOps {
+ public:
+  ShortRangeReplayOps(int* captures, int32_t short_len) : CpuOps(1), captures_(captures), short_len_(short_len) {}
+  bool supports_graphs() const override { return true; }
+  int32_t decode_short_kv_len() const override { return short_len_; }
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
+    ++*captures_;
+    struct Replay final : StepGraph {
+      explicit Replay(std::function<void()> f) : fn(std::move(f)) {}
+      bool valid() const override { return true; }
+      void launch() override { fn(); }
+      std::function<void()> fn;
+    };
+    return std::make_unique<Replay>(body);
+  }
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override {
+    if (batch.n_tokens == batch.n_seqs) {
+      decode_bounds.insert(batch.max_kv_len);
+      for (int32_t t = 0; t < batch.n_tokens; ++t)
+        if (batch.positions.ptr<int32_t>()[t] >= batch.max_kv_len) ++too_short;
+    }
+    CpuOps::attention(p, batch, q, kv, out);
+  }
+  std::set<int32_t> decode_bounds;
+  int too_short = 0;
+
+ private:
+  int* captures_;
+  int32_t short_len_;
 };
 
 /** CPU backend that claims graphs but whose every recording fails (as a CUDA capture can). */
@@ -65,6 +101,35 @@ TEST_P(GraphDecode, ReplayEqualsEagerBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GraphDecode, ::testing::Values("qwen3", "qwen2_moe"));
+
+TEST(GraphDecode, ShortKeyRangesGetTheirOwnGraphs) {
+  // A backend whose decode launches change shape at 44 keys: each batch size records one graph per
+  // side of that bound, and a step replays the graph whose bound holds its longest range. The
+  // requests' decode steps (prompts 37, 130 and 18; 12, 7 and 3 tokens) run at positions 37.., 130..
+  // and 18..: steps 1-2 at batch 4 and 3-6 at batch 2 reach past 44 keys, step 7 (position 43, batch 1)
+  // fits, steps 8-11 do not. So 4 recordings (4 long, 2 long, 1 short, 1 long) and 7 replays, and
+  // the logits equal an eager engine's (the CPU's attention has one shape).
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3";
+  int captures = 0;
+  auto ops = std::make_unique<ShortRangeReplayOps>(&captures, 44);
+  ShortRangeReplayOps* seen = ops.get();
+  Engine graphed(open_checkpoint(dir), std::move(ops), graph_options(4));
+  Engine eager(open_checkpoint(dir), std::make_unique<CpuOps>(1), graph_options(4));
+  const auto reqs = graph_decode_requests(read_reference(dir));
+  ASSERT_EQ(reqs[0].prompt.size(), 37u);
+  ASSERT_EQ(reqs[1].prompt.size(), 130u);
+  ASSERT_EQ(reqs[2].prompt.size(), 18u);
+  const auto g = generate(graphed, reqs), e = generate(eager, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(g[i].tokens, e[i].tokens) << i;
+    EXPECT_TRUE(same_bits(g[i].step_logits, e[i].step_logits)) << i;
+  }
+  EXPECT_EQ(captures, 4);
+  EXPECT_EQ(graphed.graph_replays(), 7);
+  const int32_t capacity = static_cast<int32_t>(graphed.kv().pool().n_pages()) * graphed.kv().pool().page_size();
+  EXPECT_EQ(seen->decode_bounds, (std::set<int32_t>{44, capacity}));  // decode steps ran only with the graphs' bounds
+  EXPECT_EQ(seen->too_short, 0);
+}
 
 TEST(GraphDecode, SizesFollowTheFlagAndLimits) {
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3";

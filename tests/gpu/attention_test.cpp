@@ -199,6 +199,8 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
        DType::F32},
       {{"decode hd128 neox rotation 64", 8, 2, 128, 16, 0, {{200, 1}}}, 64, RopeMode::kNeox, DType::F32, DType::F32},
       {{"decode bf16 act f32 kv", 8, 2, 128, 16, 0, {{150, 1}}}, 128, RopeMode::kNeox, DType::BF16, DType::F32},
+      // past kDecodeClusterKeys: many splits merged through global memory rather than in a cluster
+      {{"decode hd128 gqa4 3000 keys", 8, 2, 128, 64, 0, {{2999, 1}}}, 128, RopeMode::kNeox, DType::BF16, DType::BF16},
   };
   uint32_t seed = 500;
   for (const FusedCase& fc : cases) {

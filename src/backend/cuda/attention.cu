@@ -26,6 +26,7 @@
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/smem_opt_in.h"
 
 namespace ft {
@@ -364,14 +365,24 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
   d.nr.eps = np.eps, d.nr.offset = np.weight_offset;
   d.nr.inv_freq = rp.inv_freq.ptr<float>(), d.nr.n_rot = rp.n_rot, d.nr.neox = rp.mode == RopeMode::kNeox;
   d.nr.attn_factor = rp.attn_factor;
-  launch_decode_attention(d, kv, out);
+  launch_decode_attention(d, kv, out, batch.max_kv_len);
 }
 
-void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out) {
+int32_t CudaOps::decode_short_kv_len() const {
+  return cuda::clusters_possible(device_) ? cuda::kDecodeClusterKeys : 0;
+}
+
+void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out,
+                                      int64_t max_kv_len) {
   if (cuda::attention_decode_writes_q8(d.H, d.G, d.D)) d.q8 = static_cast<int8_t*>(prepare_q8(out));
-  d.n_split = cuda::decode_splits(d.T, kv.k.dim(0) * kv.k.dim(1));
-  d.part = static_cast<float*>(scratch(Scratch::kAttention, d.n_split * d.T * d.H * (d.D + 4) * 4));
-  d.done = static_cast<int*>(zeroed_scratch(Scratch::kAttentionDone, d.T * d.G * 4 * 4));
+  if (d.T <= cuda::kDecodeClusterMaxTokens && max_kv_len <= decode_short_kv_len()) {
+    d.cluster = true;  // the partials stay in the cluster's shared memory
+    d.n_split = cuda::kDecodeClusterSplits;
+  } else {
+    d.n_split = cuda::decode_splits(d.T, kv.k.dim(0) * kv.k.dim(1));
+    d.part = static_cast<float*>(scratch(Scratch::kAttention, d.n_split * d.T * d.H * (d.D + 4) * 4));
+    d.done = static_cast<int*>(zeroed_scratch(Scratch::kAttentionDone, d.T * d.G * 4 * 4));
+  }
   cuda::launch_attention_decode(d, stream_);
 }
 
@@ -388,7 +399,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   if (batch.n_tokens == batch.n_seqs && cuda::attention_decode_supports(H, G, D)) {  // pure decode
     cuda::AttnDecodeArgs d;
     static_cast<cuda::AttnTensors&>(d) = tensors;
-    return launch_decode_attention(d, kv, out);
+    return launch_decode_attention(d, kv, out, batch.max_kv_len);
   }
 
   cuda::AttnArgs a{};

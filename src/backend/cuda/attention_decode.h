@@ -28,15 +28,26 @@ struct DecodeNormRope {
 /** Arguments of the decode kernel: the call's tensors and the split plan. */
 struct AttnDecodeArgs : AttnTensors {
   int n_split = 0;        // blocks per (token, kv head) sharing the token's key range (decode_splits)
-  float* part = nullptr;  // [n_split, T * H, D + 4]: m, l, 2 unused, o[D] per (split, token, head)
-  int* done = nullptr;    // [T * G * 4] counters, zero before the launch and left zero after it
+  float* part = nullptr;  // [n_split, T * H, D + 4]: m, l, 2 unused, o[D] per (split, token, head); null: cluster
+  int* done = nullptr;    // [T * G * 4] counters, zero before the launch and left zero after it; null: cluster
   int hs_log2 = 0;        // blocks per (token, kv head, split) = 1 << hs_log2 (set by the launcher)
   bool fused = false;     // apply nr (QK-norm, RoPE, the token's KV store) first
   DecodeNormRope nr;
   /** Where the output's int8 form goes as well (q8_act.cuh, Q8Layout(T, H * D)), or null; only when
    *  attention_decode_writes_q8. */
   int8_t* q8 = nullptr;
+  /** Cluster merge (n_split == kDecodeClusterSplits, launched as one thread-block cluster per (token,
+   *  block of query heads)): the splits' partials merge through distributed shared memory in the
+   *  cluster's first block instead of through global memory and the last block (decode_plan). */
+  bool cluster = false;
 };
+
+/** Blocks per cluster in cluster mode: every token's range splits over these (a non-portable size). */
+constexpr int kDecodeClusterSplits = 16;
+/** Cluster mode serves batches of at most this many tokens whose longest key range (BatchInfo::max_kv_len)
+ *  is at most kDecodeClusterKeys (64 keys per block); longer ranges keep more, shorter splits. */
+constexpr int kDecodeClusterMaxTokens = 16;
+constexpr int kDecodeClusterKeys = 1024;
 
 /** Splits per (token, kv head) for a decode batch of T tokens over a pool of `capacity` keys: many
  *  for small batches (one sequence must still fill the GPU), fewer as T grows, so the partials

@@ -44,6 +44,8 @@ class CudaOps final : public Ops {
   void zero(Tensor t) override;
   void synchronize() override;
   bool supports_graphs() const override { return true; }
+  /** kDecodeClusterKeys where clusters_possible(), else 0 (attention_decode.h). */
+  int32_t decode_short_kv_len() const override;
   /** Captures `body` from this backend's stream (thread-local capture mode) into an instantiated
    *  CUDA graph (graph.cpp). Throws kUnsupported when the capture was invalidated (a host
    *  synchronisation, a scratch region regrowing, an allocation inside `body`). */
@@ -129,7 +131,9 @@ class CudaOps final : public Ops {
   /** Plans the splits of the decode attention kernel (attention_decode.h) for d's batch over kv's
    *  pool, takes its scratch and queues it; the kernel also writes out's int8 form when it can
    *  (prepare_q8). */
-  void launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out);
+  /** The decode attention kernel for d (tensors set): chooses the split plan (cluster mode when the
+   *  batch's longest key range, max_kv_len tokens, is short: decode_short_kv_len) and its scratch. */
+  void launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out, int64_t max_kv_len);
   /** Where a kernel about to write or read the rows x K activation x (its output, or an input it reads
    *  whole) writes x's int8 form as well, recorded for prepared_q8; null when that is not worth it
    *  (more than 16 rows, K not whole 32-element chunks, or no integer-dot GEMV has run yet: a model

@@ -55,20 +55,20 @@ bool pdl_enabled();
  *  code compiled for sm_90+ (kernels built for older archs have no cluster instructions). Cached. */
 bool clusters_possible(int device);
 
-/** launch_pdl with thread block clusters of `cluster_x` consecutive blocks along x (grid.x a multiple
- *  of it; 1: no clusters). */
+/** launch_pdl with thread block clusters of `cluster` blocks (each grid dimension a multiple of the
+ *  cluster's; 1 x 1 x 1: no clusters). */
 template <typename... P, typename... A>
-void launch_pdl_cluster(void (*kernel)(P...), dim3 grid, unsigned cluster_x, dim3 block, size_t smem,
-                        cudaStream_t stream, A&&... args) {
+void launch_pdl_cluster(void (*kernel)(P...), dim3 grid, dim3 cluster, dim3 block, size_t smem, cudaStream_t stream,
+                        A&&... args) {
   cudaLaunchAttribute attr[2];
   unsigned n = 0;
   if (pdl_enabled()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_x > 1) {
+  if (cluster.x * cluster.y * cluster.z > 1) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster_x, attr[n].val.clusterDim.y = 1, attr[n++].val.clusterDim.z = 1;
+    attr[n].val.clusterDim.x = cluster.x, attr[n].val.clusterDim.y = cluster.y, attr[n++].val.clusterDim.z = cluster.z;
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
@@ -85,7 +85,7 @@ void launch_pdl_cluster(void (*kernel)(P...), dim3 grid, unsigned cluster_x, dim
  *  when the launch fails. */
 template <typename... P, typename... A>
 void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
-  launch_pdl_cluster(kernel, grid, 1, block, smem, stream, std::forward<A>(args)...);
+  launch_pdl_cluster(kernel, grid, dim3(1, 1, 1), block, smem, stream, std::forward<A>(args)...);
 }
 
 }  // namespace ft::cuda

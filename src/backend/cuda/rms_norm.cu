@@ -140,7 +140,7 @@ void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& 
   FT_CHECK(cluster || !q8);  // prepare_q8 records the form only for such rows
   if (cluster) {
     FT_DISPATCH_ACT(op, "x", x.dtype, {
-      launch_pdl_cluster(rms_norm_cluster_kernel<T>, dim3(kRowPerThread, static_cast<unsigned>(R)), kRowPerThread,
+      launch_pdl_cluster(rms_norm_cluster_kernel<T>, dim3(kRowPerThread, static_cast<unsigned>(R)), dim3(kRowPerThread),
                          threads, 0, stream, x.ptr<T>(), static_cast<const T*>(res), w.data, w_code, p.eps,
                          p.weight_offset, out.ptr<T>(), D, static_cast<int8_t*>(q8));
     });
