@@ -157,6 +157,7 @@ TEST_F(CudaAttention, PrefillDecodeAndMixedBatches) {
       {"decode sliding window 64, 3 seqs hd64", 4, 2, 64, 16, 64, {{200, 1}, {30, 1}, {1000, 1}}},
       {"decode mha hd256 page32", 4, 4, 256, 32, 0, {{700, 1}, {0, 1}}},
       {"decode gqa8 hd128 long 9000", 16, 2, 128, 64, 0, {{9000, 1}, {64, 1}}},
+      {"decode 2 seqs 1900 + 40 keys hd128 gqa4 (cluster, 119 keys a block)", 8, 2, 128, 64, 0, {{1899, 1}, {39, 1}}},
       // >= 256 tokens: the tensor-core kernel (attention_tc.cu)
       {"tc prefill 300 hd128 gqa4 page16", 8, 2, 128, 16, 0, {{0, 300}}},
       {"tc 3 seqs 120+200+5, chunks mid-sequence hd64", 4, 2, 64, 64, 0, {{0, 120}, {50, 200}, {7, 5}}},

@@ -102,15 +102,20 @@ TEST_P(CudaGraphDecode, Bf16KvCache) {
 }
 
 TEST_P(CudaGraphDecode, StepsAcrossTheShortKeyRangeEqualEager) {
-  // Two sequences decode past 1024 keys (prompts of 1020 and 10 tokens, 8 tokens each): steps whose
-  // longest range fits the backend's short bound (Ops::decode_short_kv_len: the decode attention
-  // merges in a cluster) replay that bound's graph, later ones the capacity's. Eager decode picks
+  // Two sequences decode past the backend's short bound (Ops::decode_short_kv_len: the decode
+  // attention merges in a cluster up to it): prompts of bound - 4 and 10 tokens, 8 tokens each. Steps
+  // whose longest range fits replay that bound's graph, later ones the capacity's. Eager decode picks
   // its form by the same bound, so every step equals it bit for bit.
   const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const int32_t short_len = make_cuda_ops(0)->decode_short_kv_len();
+  if (cuda_pdl_enabled(0)) {
+    EXPECT_GT(short_len, 0);  // sm_90 code on an sm_90+ GPU: clusters
+  }
+  const int32_t bound = short_len > 0 ? short_len : 1024;
   EngineOptions o = options(4);
-  o.kv_tokens = 2048;
+  o.kv_tokens = 2 * bound;
   o.max_step_tokens = 1024;
-  std::vector<int32_t> long_prompt(1020);
+  std::vector<int32_t> long_prompt(static_cast<size_t>(bound - 4));
   for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>((i * 7919 + 13) % 500);
   std::vector<GenerateRequest> reqs = {greedy_request(long_prompt, 8),
                                        greedy_request(std::vector<int32_t>(long_prompt.begin(), long_prompt.begin() + 10), 8)};
@@ -124,12 +129,9 @@ TEST_P(CudaGraphDecode, StepsAcrossTheShortKeyRangeEqualEager) {
     EXPECT_EQ(g[i].tokens, e[i].tokens);
     EXPECT_TRUE(same_bits(g[i].step_logits, e[i].step_logits));
   }
-  // 7 decode steps at positions 1020..1026: 4 fit 1024 keys, 3 do not; one recording per side.
-  const int32_t short_len = make_cuda_ops(0)->decode_short_kv_len();
-  if (cuda_pdl_enabled(0)) {
-    EXPECT_EQ(short_len, 1024);  // sm_90 code on an sm_90+ GPU: clusters
-  }
-  EXPECT_EQ(graphed.graph_replays(), short_len == 1024 ? 5 : 6);
+  // 7 decode steps at positions bound - 4 .. bound + 2: 4 fit the bound, 3 do not; one recording per
+  // side (one in all without a short form).
+  EXPECT_EQ(graphed.graph_replays(), short_len > 0 ? 5 : 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphDecode, ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe"));

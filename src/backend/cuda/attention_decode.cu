@@ -18,8 +18,8 @@
 // merges them through distributed shared memory (Hopper thread-block clusters, CUDA C++ Programming
 // Guide, "Distributed Shared Memory"): no global partials, fence or counter, and only 16 blocks per
 // token. Measured on the H200 (qwen3-30b-a3b, 512 + 256 tokens): batch 1 q4_k +8%, bf16 +6%, batch 8
-// unchanged; as a launch shape for long ranges too it cost 13% at 3k keys (16-block clusters place
-// worse than free blocks), hence the bound.
+// unchanged or +2%; at 1.5-1.8k keys +1-3%; at 3k keys 8% slower than many short splits (16 blocks of
+// 200 keys leave SMs idle), hence the bound.
 // Fused (AttnDecodeArgs::fused, qk_norm_rope_attention): q and k arrive unnormalised; each block
 // applies the per-head RMSNorm and the rotation to its q heads in registers, the split holding the
 // token's key p computes that key and scores it from registers, and the first block of its kv head
