@@ -12,32 +12,11 @@ namespace ft::testing {
 namespace {
 
 /** CPU backend whose capture() keeps `body` and whose launch() runs it again: a replay reads its
- *  inputs from the same buffers, as a CUDA graph does. */
-class ReplayOps final : public CpuOps {
+ *  inputs from the same buffers, as a CUDA graph does. `short_len`: its Ops::decode_short_kv_len. */
+class ReplayOps : public CpuOps {
  public:
-  explicit ReplayOps(int* captures) : CpuOps(1), captures_(captures) {}
-  bool supports_graphs() const override { return true; }
-  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
-    ++*captures_;
-    struct Replay final : StepGraph {
-      explicit Replay(std::function<void()> f) : fn(std::move(f)) {}
-      bool valid() const override { return true; }
-      void launch() override { fn(); }
-      std::function<void()> fn;
-    };
-    return std::make_unique<Replay>(body);
-  }
-
- private:
-  int* captures_;
-};
-
-/** ReplayOps with a short key range (Ops::decode_short_kv_len) of `short_len`. Its attention records
- *  each pure decode call's BatchInfo::max_kv_len and counts calls whose bound is shorter than a
- *  query's key range (a launch shaped for short ranges would read too few keys). */
-class ShortRangeReplayOps final : public CpuOps {
- public:
-  ShortRangeReplayOps(int* captures, int32_t short_len) : CpuOps(1), captures_(captures), short_len_(short_len) {}
+  explicit ReplayOps(int* captures, int32_t short_len = 0)
+      : CpuOps(1), captures_(captures), short_len_(short_len) {}
   bool supports_graphs() const override { return true; }
   int32_t decode_short_kv_len() const override { return short_len_; }
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
@@ -50,6 +29,18 @@ class ShortRangeReplayOps final : public CpuOps {
     };
     return std::make_unique<Replay>(body);
   }
+
+ private:
+  int* captures_;
+  int32_t short_len_;
+};
+
+/** ReplayOps with a short key range of `short_len`, whose attention records each pure decode call's
+ *  BatchInfo::max_kv_len and counts calls whose bound is shorter than a query's key range (a launch
+ *  shaped for short ranges would read too few keys). */
+class ShortRangeReplayOps final : public ReplayOps {
+ public:
+  ShortRangeReplayOps(int* captures, int32_t short_len) : ReplayOps(captures, short_len) {}
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override {
     if (batch.n_tokens == batch.n_seqs) {
       decode_bounds.insert(batch.max_kv_len);
@@ -60,10 +51,6 @@ class ShortRangeReplayOps final : public CpuOps {
   }
   std::set<int32_t> decode_bounds;
   int too_short = 0;
-
- private:
-  int* captures_;
-  int32_t short_len_;
 };
 
 /** CPU backend that claims graphs but whose every recording fails (as a CUDA capture can). */
