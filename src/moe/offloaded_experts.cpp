@@ -251,15 +251,15 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
 }
 
 MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before) {
-  return {now.hits - before.hits,           now.misses - before.misses,         now.bytes - before.bytes,
-          now.cpu_experts - before.cpu_experts, now.prefetched - before.prefetched, now.cpu_misses - before.cpu_misses,
-          now.cpu_ns - before.cpu_ns};
+  MoeLayerStats d;
+  for (int64_t MoeLayerStats::*c : kMoeLayerCounters) d.*c = now.*c - before.*c;
+  return d;
 }
 
 MoeLayerStats operator+(const MoeLayerStats& a, const MoeLayerStats& b) {
-  return {a.hits + b.hits,           a.misses + b.misses,         a.bytes + b.bytes,
-          a.cpu_experts + b.cpu_experts, a.prefetched + b.prefetched, a.cpu_misses + b.cpu_misses,
-          a.cpu_ns + b.cpu_ns};
+  MoeLayerStats s;
+  for (int64_t MoeLayerStats::*c : kMoeLayerCounters) s.*c = a.*c + b.*c;
+  return s;
 }
 
 MoeLayerStats total_moe_stats(const std::vector<MoeLayerStats>& layers) {

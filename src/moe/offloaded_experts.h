@@ -71,6 +71,13 @@ struct MoeLayerStats {
   int64_t lookups() const { return hits + misses + cpu_misses; }
 };
 
+/** Every counter of MoeLayerStats, for the code that treats them alike (operator-, operator+). */
+inline constexpr int64_t MoeLayerStats::*kMoeLayerCounters[] = {
+    &MoeLayerStats::hits,       &MoeLayerStats::misses,     &MoeLayerStats::bytes,  &MoeLayerStats::cpu_experts,
+    &MoeLayerStats::prefetched, &MoeLayerStats::cpu_misses, &MoeLayerStats::cpu_ns};
+static_assert(sizeof(MoeLayerStats) == sizeof(kMoeLayerCounters) / sizeof(kMoeLayerCounters[0]) * sizeof(int64_t),
+              "a MoeLayerStats counter is missing from kMoeLayerCounters");
+
 /** The counters gathered between `before` and `now` (field by field). */
 MoeLayerStats operator-(const MoeLayerStats& now, const MoeLayerStats& before);
 

@@ -191,6 +191,14 @@ TEST(OffloadedExperts, StatsLine) {
   EXPECT_EQ(total_moe_stats(now).hits, 140);
   EXPECT_EQ(total_moe_stats(now).prefetched, 2);
   EXPECT_EQ(total_moe_stats(now).cpu_ns, 4'500'000);
+  const MoeLayerStats d = now[0] - before[0];  // every counter, field by field
+  EXPECT_EQ(d.hits, 70);
+  EXPECT_EQ(d.misses, 16);
+  EXPECT_EQ(d.bytes, 18 * 9 * (int64_t{1} << 20));
+  EXPECT_EQ(d.cpu_experts, 3);
+  EXPECT_EQ(d.prefetched, 2);
+  EXPECT_EQ(d.cpu_misses, 3);
+  EXPECT_EQ(d.cpu_ns, 2'000'000);
   EXPECT_EQ(format_moe_stats(now, before, 9),
             "moe: 9 steps, hit rate 85.3% (110 hits, 16 misses fetched, 3 misses on the CPU, 2 prefetched, 162.0 MiB "
             "fetched, 18.0 MiB/step), 4 CPU experts (0.50 ms/step on the CPU)");  // 110 / (110 + 16 + 3)
