@@ -196,7 +196,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
   cmd->add_flag("--profile-ops", args->profile_ops,
-                "Time every op of the decode steps (eager, each op between synchronisations; fused MoE only)");
+                "Time every op of the decode steps (eager, each op between synchronisations; on CUDA the fused MoE strategy only)");
   add_engine_flags(cmd, args->engine);
   cmd->callback([args, &action] { action = [args] { return bench(*args); }; });
 }

@@ -183,7 +183,7 @@ int run_serve(const ServeFlags& f) {
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
   std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
-  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)\n", f.host.c_str(), port);
+  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)\n", server::url_host(f.host).c_str(), port);
   if (f.api_key.empty() && !server::is_loopback_host(f.host))
     std::printf("WARNING: %s is reachable from other machines and no --api-key is set: anyone can use this server.\n",
                 f.host.c_str());

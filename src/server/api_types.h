@@ -37,8 +37,9 @@ struct ChatRequest {
   bool parse_tool_calls = false;  // tools given and tool_choice not "none": replies are split (tool_calls.h)
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
-  /** Text after the generation prompt that the reply continues (Anthropic: a final assistant turn);
-   *  the reply holds only what follows it. */
+  /** Text after the generation prompt that the reply continues (Anthropic: a final assistant turn;
+   *  OpenAI route: the final assistant message with vLLM's continue_final_message); the reply holds
+   *  only what follows it. */
   std::string assistant_prefill;
   /** Whether the reply's leading <think> block is split off (Anthropic's `thinking` enabled); unset:
    *  the server's --reasoning-format decides. */

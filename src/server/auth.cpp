@@ -35,4 +35,8 @@ bool is_loopback_host(std::string_view host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || host.substr(0, 4) == "127.";
 }
 
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host;
+}
+
 }  // namespace ft::server

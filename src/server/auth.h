@@ -16,4 +16,8 @@ bool api_key_ok(std::string_view expected, std::string_view authorization, std::
 /** True for 127.0.0.0/8, ::1 and "localhost": hosts that only local clients can reach. */
 bool is_loopback_host(std::string_view host);
 
+/** `host` as a URL's host part: an IPv6 address (one with a ':') in brackets unless it has them
+ *  (RFC 3986, section 3.2.2), anything else as given. */
+std::string url_host(const std::string& host);
+
 }  // namespace ft::server

@@ -78,6 +78,36 @@ void check_response_format(const ojson& body) {
               fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", type));
 }
 
+/** llama.cpp server sampling fields this server does not implement, with the value that leaves the
+ *  output unchanged (clients such as llama.cpp's web UI send every field at its default). */
+struct ForeignSampler {
+  const char* name;
+  double neutral;
+  const char* instead;  // what to use here, or ""
+};
+constexpr ForeignSampler kForeignSamplers[] = {
+    {"repeat_penalty", 1.0, "; use 'repetition_penalty' (over the prompt and the generated tokens)"},
+    {"repeat_last_n", 64.0, "; 'repetition_penalty' covers the prompt and the generated tokens"},
+    {"mirostat", 0.0, ""},
+    {"typical_p", 1.0, ""},
+    {"tfs_z", 1.0, ""},
+    {"dry_multiplier", 0.0, ""},
+    {"xtc_probability", 0.0, ""},
+};
+
+/** A foreign sampler field at a value other than its neutral one changes the output and is refused
+ *  (400 naming the field) rather than ignored; at the neutral value it is accepted. */
+void refuse_foreign_samplers(const ojson& body) {
+  for (const ForeignSampler& f : kForeignSamplers) {
+    const ojson* v = field(body, f.name);
+    if (!v || v->is_null()) continue;
+    if (!v->is_number()) bad_request(f.name, fmt::format("'{}' must be a number, got {}", f.name, type_name(*v)));
+    if (v->get<double>() != f.neutral)
+      bad_request(f.name, fmt::format("'{}' (llama.cpp's sampler) is not supported by this server, except at {}{}",
+                                      f.name, f.neutral, f.instead));
+  }
+}
+
 }  // namespace
 
 GenerationParams parse_generation_params(const ojson& body) {
@@ -108,6 +138,7 @@ GenerationParams parse_generation_params(const ojson& body) {
     bad_request("min_tokens", fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})", s.min_tokens, *g.max_tokens));
   parse_logit_bias(body, s);
   check_response_format(body);
+  refuse_foreign_samplers(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));
@@ -247,6 +278,8 @@ ChatRequest parse_chat_request(const ojson& body) {
       if (c != "auto" && c != "none" && c != "required")
         bad_request("tool_choice", fmt::format("'tool_choice' must be \"auto\", \"none\", \"required\" or a function, got \"{}\"", c));
       none = c == "none";
+      if (c == "required" && r.tools.is_null())  // as OpenAI: nothing to require
+        bad_request("tool_choice", "'tool_choice' \"required\" requires 'tools'");
     } else if (!tc->is_object()) {
       bad_request("tool_choice", fmt::format("'tool_choice' must be a string or an object, got {}", type_name(*tc)));
     } else {  // a named function: one of the tools
@@ -260,6 +293,23 @@ ChatRequest parse_chat_request(const ojson& body) {
   }
   r.parse_tool_calls = !r.tools.is_null() && !none;
   r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+  // continue_final_message (vLLM): the reply continues the final assistant message instead of opening
+  // a new turn; like Anthropic's prefill, that message's text follows the generation prompt and the
+  // reply holds only what comes after it. As in vLLM, add_generation_prompt must not be true with it.
+  if (get_bool(body, "continue_final_message", false)) {
+    if (field(body, "add_generation_prompt") && r.add_generation_prompt)
+      bad_request("continue_final_message",
+                  "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    const ojson& last = r.messages.back();
+    if (last["role"] != "assistant" || last.contains("tool_calls") || !last["content"].is_string())
+      bad_request("continue_final_message",
+                  "'continue_final_message' needs a final assistant message of text to continue");
+    r.assistant_prefill = last["content"].get<std::string>();
+    r.messages.erase(r.messages.size() - 1);
+    if (r.messages.empty())
+      bad_request("messages", "'continue_final_message' needs a message before the assistant message it continues");
+    r.add_generation_prompt = true;  // the assistant turn opens, then the prefill follows
+  }
   return r;
 }
 

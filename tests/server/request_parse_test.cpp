@@ -132,6 +132,7 @@ TEST(RequestParse, ChatRefusalsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
           "tool_choice": {"type": "function", "function": {"name": "g"}}})",
        "tool_choice", "not one of the tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice", "requires 'tools'"},
       {R"({"messages": [{"role": "user", "content": "x"}], "model": 7})", "model", "string"},
       {R"({"messages": [{"role": "user", "content": "x"}], "seed": "s"})", "seed", "integer"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "min_tokens": 6})", "min_tokens", "exceed"},
@@ -190,6 +191,71 @@ TEST(RequestParse, ResponseFormatTextOnly) {
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.format << " -> " << e.message;
     EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x","response_format":)") + c.format + "}").param,
               "response_format");
+  }
+}
+
+TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
+  // llama.cpp's own sampler fields are accepted at the value that changes nothing (its web UI sends
+  // them all) and refused otherwise, rather than silently ignored.
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  for (const char* ok : {R"("repeat_penalty":1.0)", R"("repeat_last_n":64)", R"("mirostat":0)", R"("typical_p":1)",
+                         R"("tfs_z":1.0)", R"("dry_multiplier":0)", R"("xtc_probability":0)", R"("repeat_penalty":null)"}) {
+    EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + ok + "}"))) << ok;
+    EXPECT_NO_THROW(parse_completion_request(parse_json_body(std::string(R"({"prompt":"x",)") + ok + "}"))) << ok;
+  }
+  struct Case {
+    const char* field;
+    const char* param;
+    const char* says;
+  };
+  const Case cases[] = {{R"("repeat_penalty":1.3)", "repeat_penalty", "use 'repetition_penalty'"},
+                        {R"("repeat_last_n":256)", "repeat_last_n", "not supported"},
+                        {R"("mirostat":2)", "mirostat", "not supported"},
+                        {R"("typical_p":0.5)", "typical_p", "except at 1"},
+                        {R"("repeat_penalty":"high")", "repeat_penalty", "must be a number"}};
+  for (const Case& c : cases) {
+    ApiError e = chat_refusal(chat + c.field + "}");
+    EXPECT_EQ(e.status, 400) << c.field;
+    EXPECT_EQ(e.param, c.param) << c.field;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.field << " -> " << e.message;
+    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x",)") + c.field + "}").param, c.param);
+  }
+}
+
+TEST(RequestParse, ContinueFinalMessageMakesItAPrefill) {
+  // vLLM's continue_final_message: the final assistant message leaves the conversation and the reply
+  // continues its text (ChatRequest::assistant_prefill) after the generation prompt.
+  const std::string msgs =
+      R"("messages":[{"role":"user","content":"Count"},{"role":"assistant","content":"One, two,"}])";
+  for (const char* extra : {R"(,"continue_final_message":true,"add_generation_prompt":false)",
+                            R"(,"continue_final_message":true)"}) {
+    const ChatRequest r = parse_chat_request(parse_json_body("{" + msgs + extra + "}"));
+    EXPECT_EQ(r.assistant_prefill, "One, two,") << extra;
+    ASSERT_EQ(r.messages.size(), 1u) << extra;
+    EXPECT_EQ(r.messages[0]["role"], "user");
+    EXPECT_TRUE(r.add_generation_prompt);
+  }
+  const ChatRequest plain = parse_chat_request(parse_json_body("{" + msgs + "}"));  // without it: a new turn
+  EXPECT_EQ(plain.assistant_prefill, "");
+  EXPECT_EQ(plain.messages.size(), 2u);
+  struct Case {
+    std::string body;
+    const char* param;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"{" + msgs + R"(,"continue_final_message":true,"add_generation_prompt":true})", "continue_final_message",
+       "cannot both be true"},
+      {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})", "continue_final_message",
+       "final assistant message"},
+      {R"({"messages":[{"role":"assistant","content":"x"}],"continue_final_message":true})", "messages", "before"},
+      {"{" + msgs + R"(,"continue_final_message":"yes"})", "continue_final_message", "boolean"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = chat_refusal(c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << " -> " << e.message;
   }
 }
 
@@ -257,6 +323,11 @@ TEST(Auth, BearerOrXApiKeyInConstantTime) {
   EXPECT_TRUE(is_loopback_host("::1"));
   EXPECT_FALSE(is_loopback_host("0.0.0.0"));
   EXPECT_FALSE(is_loopback_host("192.168.1.2"));
+  EXPECT_EQ(url_host("::1"), "[::1]");  // the serve banner's URL
+  EXPECT_EQ(url_host("[::1]"), "[::1]");
+  EXPECT_EQ(url_host("fe80::2"), "[fe80::2]");
+  EXPECT_EQ(url_host("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(url_host("localhost"), "localhost");
 }
 
 TEST(Errors, StatusMappingAndBodyShape) {

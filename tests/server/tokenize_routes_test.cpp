@@ -85,6 +85,16 @@ TEST(TokenizeRoutes, ApplyTemplateGivesTheChatPrompt) {
   EXPECT_EQ(post(c, "/detokenize", json{{"tokens", {1}}}.dump()).status, 401);
   EXPECT_EQ(post(c, "/apply-template", json{{"model", "other"}, {"messages", msgs}}.dump(), auth).status, 404);
   expect_bad_request(post(c, "/apply-template", "{}", auth), "messages");
+  // vLLM's continue_final_message: the prompt ends in the assistant message's text, with no end of turn
+  json cont = msgs;
+  cont.push_back({{"role", "assistant"}, {"content", "Hello, I"}});
+  const Reply p = post(c, "/apply-template",
+                       json{{"messages", cont}, {"continue_final_message", true}, {"add_generation_prompt", false}}.dump(),
+                       auth);
+  ASSERT_EQ(p.status, 200) << p.raw;
+  EXPECT_EQ(p.body["prompt"], t.render(nlohmann::ordered_json::parse(msgs.dump()), nullptr, true) + "Hello, I");
+  const std::string prompt = p.body["prompt"].get<std::string>(), tail = "<|im_start|>assistant\nHello, I";
+  EXPECT_EQ(prompt.substr(prompt.size() - tail.size()), tail);  // one assistant turn, left open
 }
 
 }  // namespace

@@ -327,7 +327,10 @@ std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops& ops, const ExpertBanks&
                                                     int32_t max_pairs) {
   auto* cuda_ops = dynamic_cast<CudaOps*>(&ops);
   if (!cuda_ops)
-    fail(ErrorCode::kInvalidArgument, "expert slots: a GPU expert cache needs the cuda backend, not {}", ops.name());
+    fail(ErrorCode::kInvalidArgument,
+         "expert slots: a GPU expert cache needs the cuda backend itself, not {} (bench --profile-ops profiles the "
+         "fused MoE strategy only on CUDA)",
+         ops.name());
   return std::make_unique<CudaExpertSlots>(*cuda_ops, banks, n_slots, max_pairs);
 }
 
