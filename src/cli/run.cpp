@@ -7,6 +7,7 @@
 // is refused before loading (exit 2), as `ft serve` refuses such a request.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -160,7 +161,9 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--repeat-penalty", args->repeat_penalty, "CTRL repetition penalty (1 = off)")->capture_default_str();
   cmd->add_option("--presence-penalty", args->presence_penalty, "OpenAI presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", args->frequency_penalty, "OpenAI frequency penalty")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
   cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text");
   cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");

@@ -32,6 +32,15 @@ TEST(Run, ThreadsAreBoundedAtParseTime) {
   EXPECT_NE(r.err.find("must be <= 1024, got 100000"), std::string::npos) << r.err;
 }
 
+TEST(Run, SeedBelowMinusOneIsRefused) {
+  // -1 means a random seed; -5 was accepted and silently meant the same.
+  Result r = run_ft("run --model " + stories() + " --threads 1 --prompt-ids 1,403 --max-tokens 1 --seed -5");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--seed"), std::string::npos) << r.err;
+  Result ok = run_ft("run --model " + stories() + " --threads 1 --prompt-ids 1,403 --max-tokens 1 --seed -1");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
 TEST(Run, GeneratedTextContinuesThePrompt) {
   // stories260K is SentencePiece: "Once" is followed by the piece "▁upon". The generated text keeps
   // its leading space, so prompt + output reads "Once upon a time" (the text once dropped it).
