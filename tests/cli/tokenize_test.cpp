@@ -18,6 +18,18 @@ TEST(Tokenize, SentencePieceAddsBos) {
   EXPECT_EQ(r.out, "1,403,407,261,378\n");
 }
 
+TEST(Tokenize, TextStartingWithBosWarnsOfTwo) {
+  // The model adds BOS and the text's own "<s>" parses as BOS too: both are kept (as llama.cpp does),
+  // with a warning.
+  Result r = run_ft("tokenize --model " + quote(shared("data/models/stories260K.gguf")) + " --special '<s>Once'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "1,1,403\n");
+  EXPECT_NE(r.err.find("2 BOS tokens"), std::string::npos) << r.err;
+  Result one = run_ft("tokenize --model " + quote(shared("data/models/stories260K.gguf")) + " --special 'Once'");
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(one.err.find("BOS"), std::string::npos) << one.err;
+}
+
 TEST(Tokenize, MatchesHuggingFaceCasesAndRoundTrips) {
   auto cases = nlohmann::json::parse(::ft::testing::read_file(shared("fixtures/gguf/qwen3/tokenizer_cases.json")));
   const std::string model = quote(shared("fixtures/gguf/qwen3/qwen3-bf16.gguf"));
