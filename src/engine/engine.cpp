@@ -9,6 +9,7 @@
 #include "backend/device.h"
 #include "model/registry.h"
 #include "util/error.h"
+#include "util/format.h"
 #include "util/log.h"
 
 namespace ft {
@@ -86,6 +87,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
   } else {
     plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
+    check_dense_memory_limit();
   }
   if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
@@ -120,6 +122,28 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
                 static_cast<double>(kv_->bytes()) / (1 << 20), T);
   if (moe_) calibrate_fetch_cap();
+}
+
+void Engine::check_dense_memory_limit() const {
+  const int64_t limit = options_.gpu_memory_limit;
+  if (limit <= 0) return;
+  int64_t weights = 0, buffers = 0;
+  for (const TensorInfo& t : ckpt_->tensors()) weights += t.bytes;
+  for (const Buffer& b : storage_) buffers += b.bytes();
+  for (const Buffer& b : state_->storage) buffers += b.bytes();
+  const int64_t kv = kv_->bytes(), need = weights + kv + buffers;
+  if (need <= limit) return;
+  const int64_t kv_slots = (kv_->pool().n_pages() + kv_->config().spare_pages) * int64_t{options_.page_size};
+  const int64_t per_token = kv / std::max<int64_t>(kv_slots, 1), room = limit - weights - buffers;
+  const std::string fix = room > per_token * options_.page_size
+                              ? fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
+                                            room / std::max<int64_t>(per_token, 1))
+                              : std::string("Raise --gpu-memory-limit (the weights alone do not fit)");
+  fail(ErrorCode::kOutOfMemory,
+       "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
+       "of buffers ({} missing). {}",
+       format_bytes(limit), format_bytes(weights), format_bytes(kv), options_.kv_tokens, format_bytes(buffers),
+       format_bytes(need - limit), fix);
 }
 
 void Engine::calibrate_fetch_cap() {

@@ -101,6 +101,10 @@ class Engine {
    *  fastest (MoeRuntime::choose_fetch_cap); keeps the default
    *  (half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
+  /** A model without experts under --gpu-memory-limit: throws kOutOfMemory, naming the sizes and how
+   *  many KV tokens would fit, when its weights, KV cache and buffers exceed the limit. (MoE models are
+   *  planned against it by plan_moe.) */
+  void check_dense_memory_limit() const;
 
   /** One padded decode batch size's and key-range bound's fixed inputs (views of the planned device
    *  buffers) and graph. */

@@ -229,5 +229,41 @@ TEST(MoeAuto, BadFlagsFailAtLoad) {
   EXPECT_EQ(code_of(dense, small_engine_options()), ErrorCode::kInternal);  // auto on a dense model loads
 }
 
+TEST(GpuMemoryLimit, DenseModelsAreHeldToIt) {
+  // A model without experts gets the same check as a MoE plan: weights + KV + buffers within the
+  // limit, or an error naming the sizes and how many KV tokens would fit.
+  const std::string dense = shared_dir() + "/fixtures/hf/qwen3";
+  EngineOptions o = small_engine_options();
+  o.gpu_memory_limit = 1 << 20;  // below the weights
+  try {
+    Engine::load(dense, o);
+    ADD_FAILURE() << "a dense model loaded above --gpu-memory-limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("--gpu-memory-limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("weights alone"), std::string::npos) << e.what();
+  }
+  o.gpu_memory_limit = int64_t{1} << 30;  // plenty for the tiny model
+  EXPECT_NO_THROW(Engine::load(dense, o));
+  // Enough for the weights and buffers, not for a large KV cache: the error says how many tokens fit.
+  o.kv_tokens = 65536;
+  int64_t kv = 0, weights = 0;
+  {
+    o.gpu_memory_limit = 0;
+    auto e = Engine::load(dense, o);
+    kv = e->kv().bytes();
+    for (const TensorInfo& t : open_checkpoint(dense)->tensors()) weights += t.bytes;
+  }
+  ASSERT_GT(kv, int64_t{8} << 20);  // so that half of it is far more than the step buffers
+  o.gpu_memory_limit = weights + kv / 2;
+  try {
+    Engine::load(dense, o);
+    ADD_FAILURE() << "a KV cache twice what the limit leaves was allocated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("lower --kv-tokens (about"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ft::testing
