@@ -135,10 +135,11 @@ void Engine::check_dense_memory_limit() const {
   if (need <= limit) return;
   const int64_t kv_slots = (kv_->pool().n_pages() + kv_->config().spare_pages) * int64_t{options_.page_size};
   const int64_t per_token = kv / std::max<int64_t>(kv_slots, 1), room = limit - weights - buffers;
-  const std::string fix = room > per_token * options_.page_size
-                              ? fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
-                                            room / std::max<int64_t>(per_token, 1))
-                              : std::string("Raise --gpu-memory-limit (the weights alone do not fit)");
+  const std::string fix =
+      weights > limit          ? std::string("Raise --gpu-memory-limit (the weights alone do not fit)")
+      : room < per_token * options_.page_size
+          ? std::string("Raise --gpu-memory-limit (the weights and buffers leave no room for one KV page)")
+          : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)", room / std::max<int64_t>(per_token, 1));
   fail(ErrorCode::kOutOfMemory,
        "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
        "of buffers ({} missing). {}",

@@ -79,7 +79,8 @@ void check_response_format(const ojson& body) {
 }
 
 /** llama.cpp server sampling fields this server does not implement, with the value that leaves the
- *  output unchanged (clients such as llama.cpp's web UI send every field at its default). */
+ *  output unchanged (clients such as llama.cpp's web UI send every field at its default). Not listed:
+ *  fields that change nothing on their own (repeat_last_n, the window of repeat_penalty). */
 struct ForeignSampler {
   const char* name;
   double neutral;
@@ -87,7 +88,6 @@ struct ForeignSampler {
 };
 constexpr ForeignSampler kForeignSamplers[] = {
     {"repeat_penalty", 1.0, "; use 'repetition_penalty' (over the prompt and the generated tokens)"},
-    {"repeat_last_n", 64.0, "; 'repetition_penalty' covers the prompt and the generated tokens"},
     {"mirostat", 0.0, ""},
     {"typical_p", 1.0, ""},
     {"tfs_z", 1.0, ""},
@@ -301,7 +301,8 @@ ChatRequest parse_chat_request(const ojson& body) {
       bad_request("continue_final_message",
                   "'continue_final_message' and 'add_generation_prompt' cannot both be true");
     const ojson& last = r.messages.back();
-    if (last["role"] != "assistant" || last.contains("tool_calls") || !last["content"].is_string())
+    const bool calls = last.contains("tool_calls") && !last["tool_calls"].empty();
+    if (last["role"] != "assistant" || calls || !last["content"].is_string())
       bad_request("continue_final_message",
                   "'continue_final_message' needs a final assistant message of text to continue");
     r.assistant_prefill = last["content"].get<std::string>();

@@ -164,12 +164,13 @@ std::vector<int32_t> Vocab::encode(std::string_view text, const EncodeOptions& o
     }
     prev_special = false;
   }
-  if (opts.add_special && add_eos_) out.push_back(eos_);
-  if (opts.add_special && add_sep_) out.push_back(sep_);
   // The text began with the BOS token itself (parsed as special): kept, as llama.cpp keeps it, but said.
+  // (Checked before EOS is added, which may be the same id.)
   if (opts.add_special && add_bos_ && out.size() >= 2 && out[1] == bos_)
     spdlog::warn("tokenizer: the text starts with the BOS token and the model adds one too, so the ids start with 2 BOS "
                  "tokens (drop the text's, or tokenize without special tokens added)");
+  if (opts.add_special && add_eos_) out.push_back(eos_);
+  if (opts.add_special && add_sep_) out.push_back(sep_);
   return out;
 }
 

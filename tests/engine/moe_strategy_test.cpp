@@ -234,14 +234,18 @@ TEST(GpuMemoryLimit, DenseModelsAreHeldToIt) {
   // limit, or an error naming the sizes and how many KV tokens would fit.
   const std::string dense = shared_dir() + "/fixtures/hf/qwen3";
   EngineOptions o = small_engine_options();
-  o.gpu_memory_limit = 1 << 20;  // below the weights
-  try {
-    Engine::load(dense, o);
-    ADD_FAILURE() << "a dense model loaded above --gpu-memory-limit";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-    EXPECT_NE(std::string(e.what()).find("--gpu-memory-limit"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("weights alone"), std::string::npos) << e.what();
+  // Below the weights (~250 KiB), then above them but below weights + step buffers (~2.5 MiB).
+  for (const auto& [limit, says] : {std::pair<int64_t, const char*>{100 << 10, "the weights alone do not fit"},
+                                    std::pair<int64_t, const char*>{1 << 20, "leave no room for one KV page"}}) {
+    o.gpu_memory_limit = limit;
+    try {
+      Engine::load(dense, o);
+      ADD_FAILURE() << "a dense model loaded above --gpu-memory-limit " << limit;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+      EXPECT_NE(std::string(e.what()).find("--gpu-memory-limit"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
   }
   o.gpu_memory_limit = int64_t{1} << 30;  // plenty for the tiny model
   EXPECT_NO_THROW(Engine::load(dense, o));

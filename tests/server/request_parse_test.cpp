@@ -198,8 +198,9 @@ TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
   // llama.cpp's own sampler fields are accepted at the value that changes nothing (its web UI sends
   // them all) and refused otherwise, rather than silently ignored.
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
-  for (const char* ok : {R"("repeat_penalty":1.0)", R"("repeat_last_n":64)", R"("mirostat":0)", R"("typical_p":1)",
-                         R"("tfs_z":1.0)", R"("dry_multiplier":0)", R"("xtc_probability":0)", R"("repeat_penalty":null)"}) {
+  for (const char* ok : {R"("repeat_penalty":1.0)", R"("repeat_last_n":0)", R"("repeat_last_n":-1)", R"("mirostat":0)",
+                         R"("typical_p":1)", R"("tfs_z":1.0)", R"("dry_multiplier":0)", R"("xtc_probability":0)",
+                         R"("repeat_penalty":null)"}) {
     EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + ok + "}"))) << ok;
     EXPECT_NO_THROW(parse_completion_request(parse_json_body(std::string(R"({"prompt":"x",)") + ok + "}"))) << ok;
   }
@@ -209,7 +210,6 @@ TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
     const char* says;
   };
   const Case cases[] = {{R"("repeat_penalty":1.3)", "repeat_penalty", "use 'repetition_penalty'"},
-                        {R"("repeat_last_n":256)", "repeat_last_n", "not supported"},
                         {R"("mirostat":2)", "mirostat", "not supported"},
                         {R"("typical_p":0.5)", "typical_p", "except at 1"},
                         {R"("repeat_penalty":"high")", "repeat_penalty", "must be a number"}};
@@ -235,6 +235,10 @@ TEST(RequestParse, ContinueFinalMessageMakesItAPrefill) {
     EXPECT_EQ(r.messages[0]["role"], "user");
     EXPECT_TRUE(r.add_generation_prompt);
   }
+  const ChatRequest empty_calls = parse_chat_request(parse_json_body(
+      R"({"messages":[{"role":"user","content":"Count"},{"role":"assistant","content":"One,","tool_calls":[]}],)"
+      R"("continue_final_message":true})"));  // an empty tool_calls list is no call
+  EXPECT_EQ(empty_calls.assistant_prefill, "One,");
   const ChatRequest plain = parse_chat_request(parse_json_body("{" + msgs + "}"));  // without it: a new turn
   EXPECT_EQ(plain.assistant_prefill, "");
   EXPECT_EQ(plain.messages.size(), 2u);

@@ -375,7 +375,8 @@ int32_t CudaOps::decode_short_kv_len() const {
 void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out,
                                       int64_t max_kv_len) {
   if (cuda::attention_decode_writes_q8(d.H, d.G, d.D)) d.q8 = static_cast<int8_t*>(prepare_q8(out));
-  if (d.T <= cuda::kDecodeClusterMaxTokens && max_kv_len <= decode_short_kv_len()) {
+  const int32_t short_len = decode_short_kv_len();  // 0: no cluster form on this device
+  if (short_len > 0 && d.T <= cuda::kDecodeClusterMaxTokens && max_kv_len <= short_len) {
     d.cluster = true;  // the partials stay in the cluster's shared memory
     d.n_split = cuda::kDecodeClusterSplits;
   } else {

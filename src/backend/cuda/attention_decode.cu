@@ -39,6 +39,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8_act.cuh"
+#include "backend/cuda/smem_opt_in.h"
 #include "util/error.h"
 
 namespace ft::cuda {
@@ -177,7 +178,7 @@ __device__ __forceinline__ float* block_partial(float* sm, const AttnDecodeArgs&
 template <int GROUP>
 __device__ void cluster_idle_t(const AttnDecodeArgs& a, int D) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // launched only where clusters_possible()
-  extern __shared__ float sm[];
+  extern __shared__ __align__(16) float sm[];
   pdl_enter();  // nothing to wait for, but the next kernel may launch as soon as every block has passed it
   float* bp = block_partial<GROUP>(sm, a, D);
   for (int i = threadIdx.x; i < GROUP; i += blockDim.x) bp[i * (D + 4)] = -INFINITY, bp[i * (D + 4) + 1] = 0.0f;
@@ -229,7 +230,7 @@ __device__ void cluster_merge(const AttnDecodeArgs& a, float* sm, int64_t t, int
 
 template <int DPL, int GROUP, bool FUSED>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDecodeArgs a) {
-  extern __shared__ float sm[];  // [kDecWarps][GROUP][2 + D]: each warp's m, l, o per head
+  extern __shared__ __align__(16) float sm[];  // [kDecWarps][GROUP][2 + D]: each warp's m, l, o per head
   __shared__ int is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.x;
@@ -559,14 +560,8 @@ void launch(const AttnDecodeArgs& a, cudaStream_t s) {
                                     : std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (2 * a.n_split + 1))) * 4;
   if (a.cluster) {
     FT_CHECK(a.n_split == kDecodeClusterSplits);
-    static const bool opted = [] {  // once per <DPL, GROUP>, for both kernels
-      FT_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<DPL, GROUP, true>,
-                                         cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      FT_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel<DPL, GROUP, false>,
-                                         cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      return true;
-    }();
-    (void)opted;
+    opt_in_nonportable_cluster(a.fused ? attention_decode_kernel<DPL, GROUP, true>
+                                       : attention_decode_kernel<DPL, GROUP, false>);
   }
   const dim3 cluster(1, 1, a.cluster ? kDecodeClusterSplits : 1);
   if (a.fused)
