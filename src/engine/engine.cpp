@@ -65,18 +65,16 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_valid_ = make(DType::I32, {1});
   bool moe = false;
   for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
+  const PlacedMemory placed = placed_memory();
   if (moe) {
     MoeRuntimeConfig mc;
     mc.moe = options_.moe;
     mc.gpu_memory_limit = options_.gpu_memory_limit;
-    mc.kv_bytes_per_token =
-        kv_->bytes() / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
+    mc.kv_bytes_per_token = placed.kv_per_token;
     mc.placed_kv_tokens = kv_->pool().n_pages() * options_.page_size;
     mc.kv_reserve_tokens = options_.kv_reserve_tokens >= 0 ? options_.kv_reserve_tokens : mc.placed_kv_tokens;
-    mc.placed_bytes = kv_->bytes();
-    for (const std::vector<Buffer>* v : {&storage_, &state_->storage})
-      for (const Buffer& b : *v) mc.placed_bytes += b.bytes();
-    for (const TensorInfo& t : ckpt_->tensors()) mc.weight_bytes += t.bytes;
+    mc.placed_bytes = placed.kv + placed.buffers;
+    mc.weight_bytes = placed.weights;
     mc.max_tokens = T;
     // Graph-captured decode batches keep the expert cache; bigger steps stream whole layers.
     mc.stream_min_tokens = std::max<int64_t>(64, int64_t{options_.cuda_graph_max_bs} + 1);
@@ -87,7 +85,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
   } else {
     plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
-    check_dense_memory_limit();
+    check_dense_memory_limit(placed);
   }
   if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
@@ -124,26 +122,30 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   if (moe_) calibrate_fetch_cap();
 }
 
-void Engine::check_dense_memory_limit() const {
-  const int64_t limit = options_.gpu_memory_limit;
-  if (limit <= 0) return;
-  int64_t weights = 0, buffers = 0;
-  for (const TensorInfo& t : ckpt_->tensors()) weights += t.bytes;
-  for (const Buffer& b : storage_) buffers += b.bytes();
-  for (const Buffer& b : state_->storage) buffers += b.bytes();
-  const int64_t kv = kv_->bytes(), need = weights + kv + buffers;
-  if (need <= limit) return;
-  const int64_t kv_slots = (kv_->pool().n_pages() + kv_->config().spare_pages) * int64_t{options_.page_size};
-  const int64_t per_token = kv / std::max<int64_t>(kv_slots, 1), room = limit - weights - buffers;
+Engine::PlacedMemory Engine::placed_memory() const {
+  PlacedMemory m;
+  for (const TensorInfo& t : ckpt_->tensors()) m.weights += t.bytes;
+  m.kv = kv_->bytes();
+  m.kv_per_token = m.kv / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
+  for (const Buffer& b : storage_) m.buffers += b.bytes();
+  for (const Buffer& b : state_->storage) m.buffers += b.bytes();
+  return m;
+}
+
+void Engine::check_dense_memory_limit(const PlacedMemory& m) const {
+  const int64_t limit = options_.gpu_memory_limit, need = m.weights + m.kv + m.buffers;
+  if (limit <= 0 || need <= limit) return;
+  const int64_t room = limit - m.weights - m.buffers;
   const std::string fix =
-      weights > limit          ? std::string("Raise --gpu-memory-limit (the weights alone do not fit)")
-      : room < per_token * options_.page_size
+      m.weights > limit ? std::string("Raise --gpu-memory-limit (the weights alone do not fit)")
+      : room < m.kv_per_token * options_.page_size
           ? std::string("Raise --gpu-memory-limit (the weights and buffers leave no room for one KV page)")
-          : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)", room / std::max<int64_t>(per_token, 1));
+          : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
+                        room / std::max<int64_t>(m.kv_per_token, 1));
   fail(ErrorCode::kOutOfMemory,
        "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
        "of buffers ({} missing). {}",
-       format_bytes(limit), format_bytes(weights), format_bytes(kv), options_.kv_tokens, format_bytes(buffers),
+       format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), options_.kv_tokens, format_bytes(m.buffers),
        format_bytes(need - limit), fix);
 }
 

@@ -101,10 +101,16 @@ class Engine {
    *  fastest (MoeRuntime::choose_fetch_cap); keeps the default
    *  (half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
+  /** What the engine placed on its backend's device, in bytes: the checkpoint's weights, the KV cache
+   *  (and per token slot, spare pages included), and the step and forward buffers. */
+  struct PlacedMemory {
+    int64_t weights = 0, kv = 0, kv_per_token = 0, buffers = 0;
+  };
+  PlacedMemory placed_memory() const;
   /** A model without experts under --gpu-memory-limit: throws kOutOfMemory, naming the sizes and how
-   *  many KV tokens would fit, when its weights, KV cache and buffers exceed the limit. (MoE models are
-   *  planned against it by plan_moe.) */
-  void check_dense_memory_limit() const;
+   *  many KV tokens would fit, when `m` exceeds the limit. (MoE models are planned against it by
+   *  plan_moe, from the same figures.) */
+  void check_dense_memory_limit(const PlacedMemory& m) const;
 
   /** One padded decode batch size's and key-range bound's fixed inputs (views of the planned device
    *  buffers) and graph. */
