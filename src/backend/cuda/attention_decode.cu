@@ -158,8 +158,9 @@ __device__ __forceinline__ void head_norm_rope(float (&x)[DPL], const float (&w)
   }
 }
 
-/** Floats of dynamic shared memory before the cluster mode's block partial: the warp states, later
- *  the merge's split weights and totals, rounded up to 16 bytes (the partial takes float4 stores). */
+/** Floats of dynamic shared memory for the warp states, later the merge's split weights and totals,
+ *  rounded up to 16 bytes: all a block uses, and in cluster mode where its partial starts (float4
+ *  stores). */
 __host__ __device__ __forceinline__ int partial_offset(int group, int D, int n_split) {
   const int n = kDecWarps * group * (2 + D) > group * (2 * n_split + 1) ? kDecWarps * group * (2 + D)
                                                                         : group * (2 * n_split + 1);
@@ -554,10 +555,8 @@ template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
   if (a.fused) FT_CHECK(a.D == 32 * DPL);
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
-  // the warps' states, later the merge's split weights and totals; in cluster mode the block's partial
-  const size_t smem =
-      static_cast<size_t>(a.cluster ? partial_offset(GROUP, a.D, a.n_split) + GROUP * (a.D + 4)
-                                    : std::max(kDecWarps * GROUP * (2 + a.D), GROUP * (2 * a.n_split + 1))) * 4;
+  // the warps' states, later the merge's split weights and totals; in cluster mode the block's partial after them
+  const size_t smem = static_cast<size_t>(partial_offset(GROUP, a.D, a.n_split) + (a.cluster ? GROUP * (a.D + 4) : 0)) * 4;
   if (a.cluster) {
     FT_CHECK(a.n_split == kDecodeClusterSplits);
     opt_in_nonportable_cluster(a.fused ? attention_decode_kernel<DPL, GROUP, true>
