@@ -172,6 +172,17 @@ TEST(MoeAuto, KvReserveDefaultsToTheKvCacheAllocated) {
   EXPECT_EQ(Engine::load(dir, o)->moe_budget()->kv_reserve_tokens, 8192);
 }
 
+/** Expects Engine::load(dir, o) to fail with kOutOfMemory, its message holding each of `says`. */
+void expect_out_of_memory(const std::string& dir, const EngineOptions& o, std::initializer_list<const char*> says) {
+  try {
+    Engine::load(dir, o);
+    ADD_FAILURE() << dir << " loaded under --gpu-memory-limit " << o.gpu_memory_limit;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << e.what();
+    for (const char* s : says) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << s << " in " << e.what();
+  }
+}
+
 TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
   EngineOptions o = small_engine_options();
@@ -196,13 +207,7 @@ TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
   EXPECT_EQ(e->moe_plan()->cache.n_slots, std::min(fit, b.total_experts));
   // Fused demanded under that limit: out of memory, naming the fix.
   o.moe.strategy = MoeStrategy::kFused;
-  try {
-    Engine::load(dir, o);
-    ADD_FAILURE() << "fused loaded above its limit";
-  } catch (const Error& err) {
-    EXPECT_EQ(err.code(), ErrorCode::kOutOfMemory);
-    EXPECT_NE(std::string(err.what()).find("--moe-strategy offload"), std::string::npos) << err.what();
-  }
+  expect_out_of_memory(dir, o, {"--moe-strategy offload"});
 }
 
 TEST(MoeAuto, BadFlagsFailAtLoad) {
@@ -238,14 +243,7 @@ TEST(GpuMemoryLimit, DenseModelsAreHeldToIt) {
   for (const auto& [limit, says] : {std::pair<int64_t, const char*>{100 << 10, "the weights alone do not fit"},
                                     std::pair<int64_t, const char*>{1 << 20, "leave no room for one KV page"}}) {
     o.gpu_memory_limit = limit;
-    try {
-      Engine::load(dense, o);
-      ADD_FAILURE() << "a dense model loaded above --gpu-memory-limit " << limit;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-      EXPECT_NE(std::string(e.what()).find("--gpu-memory-limit"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
+    expect_out_of_memory(dense, o, {"--gpu-memory-limit", says});
   }
   o.gpu_memory_limit = int64_t{1} << 30;  // plenty for the tiny model
   EXPECT_NO_THROW(Engine::load(dense, o));
@@ -259,14 +257,8 @@ TEST(GpuMemoryLimit, DenseModelsAreHeldToIt) {
     for (const TensorInfo& t : open_checkpoint(dense)->tensors()) weights += t.bytes;
   }
   ASSERT_GT(kv, int64_t{8} << 20);  // so that half of it is far more than the step buffers
-  o.gpu_memory_limit = weights + kv / 2;
-  try {
-    Engine::load(dense, o);
-    ADD_FAILURE() << "a KV cache twice what the limit leaves was allocated";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-    EXPECT_NE(std::string(e.what()).find("lower --kv-tokens (about"), std::string::npos) << e.what();
-  }
+  o.gpu_memory_limit = weights + kv / 2;  // a KV cache twice what the limit leaves
+  expect_out_of_memory(dense, o, {"lower --kv-tokens (about"});
 }
 
 }  // namespace
