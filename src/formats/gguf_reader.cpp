@@ -250,9 +250,9 @@ void GgufFile::parse() {
       c.error_at(type_at, [&] { return what() + ": type"; }, fmt::format("byte size of {} elements overflows", numel));
     t.info.bytes = blocks * ti.block_bytes;
     size_t off_at = c.pos();
-    t.offset = c.read<uint64_t>([&] { return what() + ": offset"; });
+    t.offset = c.read<uint64_t>([&] { return what() + ": data offset field"; });
     if (t.offset % alignment_ != 0)
-      c.error_at(off_at, [&] { return what() + ": offset"; },
+      c.error_at(off_at, [&] { return what() + ": data offset field"; },
                  fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, alignment_));
     t.info.name = std::move(name);
     t.info.shape.assign(t.ne.rbegin(), t.ne.rend());
@@ -269,7 +269,7 @@ void GgufFile::parse() {
     uint64_t bytes = static_cast<uint64_t>(t.info.bytes);
     if (bytes == 0) continue;
     if (data_offset_ > size || t.offset > size - data_offset_ || bytes > size - data_offset_ - t.offset)
-      c.error_at(offset_at[i], [&] { return fmt::format("tensor info {} ({}): offset", i, t.info.name); },
+      c.error_at(offset_at[i], [&] { return fmt::format("tensor info {} ({}): data offset field", i, t.info.name); },
                  fmt::format("data [{}, {}) relative to the data section at {} runs past the end of the {}-byte file",
                              t.offset, t.offset + bytes, data_offset_, size));
     t.info.data = data_ + data_offset_ + t.offset;
@@ -282,7 +282,7 @@ void GgufFile::parse() {
     const GgufTensor& t = tensors_[idx];
     if (t.info.bytes == 0) continue;
     if (prev && prev->offset + static_cast<uint64_t>(prev->info.bytes) > t.offset)
-      c.error_at(offset_at[idx], [&] { return fmt::format("tensor info {} ({}): offset", idx, t.info.name); },
+      c.error_at(offset_at[idx], [&] { return fmt::format("tensor info {} ({}): data offset field", idx, t.info.name); },
                  fmt::format("data [{}, {}) overlaps tensor {} at [{}, {})", t.offset, t.offset + t.info.bytes,
                              prev->info.name, prev->offset, prev->offset + prev->info.bytes));
     prev = &t;

@@ -16,7 +16,8 @@ namespace ft::server {
 /** Fields shared by /v1/chat/completions and /v1/completions. */
 struct GenerationParams {
   std::string model;                  // requested model name; empty: the served model
-  std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens; none: up to the context limit
+  std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens / n_predict; none: up to the context limit
+  bool to_context_limit = false;      // llama.cpp's n_predict -1: no route default (completions' 16) applies
   SamplingParams sampling;            // temperature (default 1), top_p, top_k, min_p, penalties, seed, min_tokens
   std::vector<std::string> stop;      // stop strings (excluded from the output)
   bool stream = false;

@@ -1,4 +1,5 @@
-// GET /v1/models and /v1/models/{id}: the one served model (trailing slashes accepted; an id may hold '/').
+// GET /v1/models and /v1/models/{id} (also without /v1, as llama.cpp serves them): the one served
+// model (trailing slashes accepted; an id may hold '/').
 // The objects carry both APIs' fields: OpenAI's (object, created, owned_by) and Anthropic's (type,
 // display_name, created_at; a list's has_more, first_id, last_id), so either client reads them.
 #include <ctime>
@@ -35,7 +36,7 @@ nlohmann::ordered_json model_card(const ServerContext& ctx) {
 }  // namespace
 
 void add_model_routes(Router& r, ServerContext& ctx) {
-  r.get(R"(/v1/models/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"((?:/v1)?/models/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] {
       nlohmann::ordered_json body;
       body["object"] = "list";
@@ -46,7 +47,7 @@ void add_model_routes(Router& r, ServerContext& ctx) {
       send_json(res, 200, body);
     });
   });
-  r.get(R"(/v1/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"((?:/v1)?/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(ctx, req, res, true, [&] {
       std::string id = req.matches[1];
       if (!id.empty() && id.back() == '/') id.pop_back();

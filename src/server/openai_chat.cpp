@@ -1,4 +1,5 @@
-// POST /v1/chat/completions: OpenAI's chat completion API, non-streaming and SSE streaming. With
+// POST /v1/chat/completions (also /chat/completions, as llama.cpp serves it): OpenAI's chat
+// completion API, non-streaming and SSE streaming. With
 // `tools`, replies are split into content and `tool_calls` (tool_calls.h), and a reply that ends
 // with calls finishes with "tool_calls"; with --reasoning-format deepseek a leading <think> block
 // becomes `reasoning_content` (reasoning.h), and only the rest is searched for calls.
@@ -142,7 +143,7 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
 }  // namespace
 
 void add_chat_routes(Router& r, ServerContext& ctx) {
-  r.post(R"(/v1/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"((?:/v1)?/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { chat_completions(ctx, body, res); });
   });
 }

@@ -1,4 +1,5 @@
-// POST /v1/completions: OpenAI's (legacy) text completion API, non-streaming and SSE streaming.
+// POST /v1/completions (also /completions, as llama.cpp serves it): OpenAI's (legacy) text completion
+// API, non-streaming and SSE streaming.
 #include "server/generation.h"
 #include "server/request_parse.h"
 #include "server/routes.h"
@@ -9,7 +10,9 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-/** {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}; offsets start at `offset`. */
+/** {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}; offsets start at `offset`.
+ *  Each top_logprobs entry holds the sampled token too (up to logprobs + 1 entries), as OpenAI's
+ *  completions API documents. */
 ojson completion_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& lps, size_t& offset) {
   ojson tokens = ojson::array(), lp = ojson::array(), top = ojson::array(), off = ojson::array();
   for (const TokenLogprob& t : lps) {
@@ -18,6 +21,7 @@ ojson completion_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& l
     lp.push_back(json_logprob(t.logprob));
     ojson alt = ojson::object();
     for (const auto& [id, l] : t.top) alt[vocab.piece(id)] = json_logprob(l);
+    if (!alt.contains(piece)) alt[piece] = json_logprob(t.logprob);
     top.push_back(alt);
     off.push_back(offset);
     offset += piece.size();
@@ -89,7 +93,8 @@ void completions(ServerContext& ctx, const std::string& body_text, httplib::Resp
         bad_request("prompt", fmt::format("prompt[{}] = {} is outside the vocabulary (0..{})", i, r.prompt_ids[i],
                                           vocab.n_tokens() - 1));
     ids = r.prompt_ids;
-    if (r.echo) echo = vocab.decode(ids, /*skip_special=*/false);
+    // control tokens (BOS) are left out, as in the reply's own text and vLLM's echo
+    if (r.echo) echo = vocab.decode(ids, /*skip_special=*/true);
   } else {
     ids = vocab.encode(r.prompt_text, EncodeOptions{/*add_special=*/true, /*parse_special=*/true});
     if (r.echo) echo = r.prompt_text;
@@ -114,7 +119,7 @@ void completions(ServerContext& ctx, const std::string& body_text, httplib::Resp
 }  // namespace
 
 void add_completion_routes(Router& r, ServerContext& ctx) {
-  r.post(R"(/v1/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"((?:/v1)?/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { completions(ctx, body, res); });
   });
 }

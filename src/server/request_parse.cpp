@@ -108,30 +108,64 @@ void refuse_foreign_samplers(const ojson& body) {
   }
 }
 
+/** Constrained decoding (llama.cpp's grammar / json_schema, vLLM's guided_* and structured_outputs)
+ *  is not implemented: a field that asks for it is refused (400 naming it) rather than ignored. Empty
+ *  values (llama.cpp's web UI sends "grammar": "") ask for nothing and are accepted. */
+void refuse_constrained_decoding(const ojson& body) {
+  for (const char* name : {"grammar", "json_schema", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                           "structured_outputs"}) {
+    const ojson* v = field(body, name);
+    if (!v || v->is_null() || (v->is_string() && v->get_ref<const std::string&>().empty()) ||
+        ((v->is_object() || v->is_array()) && v->empty()))
+      continue;
+    bad_request(name, fmt::format("'{}' is not supported by this server (no constrained decoding)", name));
+  }
+}
+
+/** vLLM's stop fields beyond `stop`: stop_token_ids (a non-empty list) and include_stop_str_in_output
+ *  (true) are not implemented, so they are refused rather than ignored. */
+void refuse_vllm_stop_fields(const ojson& body) {
+  if (const ojson* v = field(body, "stop_token_ids"); v && !v->is_null() && !(v->is_array() && v->empty()))
+    bad_request("stop_token_ids", "'stop_token_ids' is not supported by this server; use 'stop' strings");
+  if (get_bool(body, "include_stop_str_in_output", false))
+    bad_request("include_stop_str_in_output", "'include_stop_str_in_output' is not supported by this server (stop "
+                                              "strings are always left out of the output)");
+}
+
 }  // namespace
 
 GenerationParams parse_generation_params(const ojson& body) {
   GenerationParams g;
   g.model = get_string(body, "model");
   g.stream = get_bool(body, "stream", false);
-  if (const ojson* so = field(body, "stream_options")) {
+  if (const ojson* so = field(body, "stream_options"); so && !so->is_null()) {
     if (!so->is_object()) bad_request("stream_options", fmt::format("'stream_options' must be an object, got {}", type_name(*so)));
+    if (!g.stream) bad_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
     g.include_usage = get_bool(*so, "include_usage", false);
   }
   const int64_t kMaxTok = std::numeric_limits<int32_t>::max();
   std::optional<int64_t> mt = get_int(body, "max_tokens", 1, kMaxTok);
   if (auto mct = get_int(body, "max_completion_tokens", 1, kMaxTok)) mt = mct;
+  // llama.cpp's n_predict, which takes precedence there too: -1 (or -2) runs to the context limit.
+  if (auto np = get_int(body, "n_predict", -2, kMaxTok)) {
+    if (*np == 0) bad_request("n_predict", "'n_predict' must be -1 (up to the context limit) or at least 1, got 0");
+    mt = *np > 0 ? np : std::nullopt;
+    g.to_context_limit = *np < 0;
+  }
   if (mt) g.max_tokens = static_cast<int32_t>(*mt);
   SamplingParams& s = g.sampling;
   s.temperature = static_cast<float>(get_number(body, "temperature", 1.0, 0.0, 2.0));
+  if (const ojson* tp = field(body, "top_p"); tp && tp->is_number() && !(tp->get<double>() > 0.0 && tp->get<double>() <= 1.0))
+    bad_request("top_p", fmt::format("'top_p' must be in (0, 1], got {}", tp->get<double>()));
   s.top_p = static_cast<float>(get_number(body, "top_p", 1.0, 0.0, 1.0));
-  if (s.top_p <= 0.0f) bad_request("top_p", "'top_p' must be in (0, 1], got 0");
   s.top_k = static_cast<int>(get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(0));
   s.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 0.0, 1.0));
   s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1.0, 1e-6, 100.0));
-  if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+  // -1 asks for a random seed, as in llama.cpp's server (whose clients send it by default)
+  if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+      seed && *seed != -1)
     s.seed = static_cast<uint64_t>(*seed);
   s.min_tokens = static_cast<int>(get_int(body, "min_tokens", 0, kMaxTok).value_or(0));
   if (g.max_tokens && s.min_tokens > *g.max_tokens)
@@ -139,6 +173,8 @@ GenerationParams parse_generation_params(const ojson& body) {
   parse_logit_bias(body, s);
   check_response_format(body);
   refuse_foreign_samplers(body);
+  refuse_constrained_decoding(body);
+  refuse_vllm_stop_fields(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));
@@ -348,7 +384,7 @@ CompletionRequest parse_completion_request(const ojson& body) {
   r.gen = parse_generation_params(body);
   // The legacy completions endpoint generates 16 tokens unless told otherwise (OpenAI's documented
   // default, which vLLM keeps); chat completions run to the end of the context.
-  if (!r.gen.max_tokens) r.gen.max_tokens = kCompletionDefaultMaxTokens;
+  if (!r.gen.max_tokens && !r.gen.to_context_limit) r.gen.max_tokens = kCompletionDefaultMaxTokens;
   r.echo = get_bool(body, "echo", false);
   if (auto lp = get_int(body, "logprobs", 0, 20)) {
     r.gen.logprobs = true;

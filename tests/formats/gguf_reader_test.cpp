@@ -218,7 +218,7 @@ TEST(GgufReaderMalformed, TensorInfos) {
   expect_invalid(one({uint64_t{1} << 63, 1}, 0, 0, 64), {"ne[0]", "does not fit in int64"});
   expect_invalid(one({uint64_t{1} << 40, uint64_t{1} << 40}, 0, 0, 64), {"ne[1]", "overflows"});
   expect_invalid(one({4, 4}, 0, 16, 128), {"offset", "not a multiple of the alignment 32"});
-  expect_invalid(one({4, 4}, 0, 0, 63), {"tensor info 0 (blk.0.attn_q.weight): offset", "past the end"});
+  expect_invalid(one({4, 4}, 0, 0, 63), {"tensor info 0 (blk.0.attn_q.weight): data offset field at offset", "past the end"});
   expect_invalid(one({4, 4}, 0, uint64_t{1} << 63, 64), {"past the end"});
   {
     Bytes b = header(2, 0);
@@ -234,13 +234,13 @@ TEST(GgufReaderMalformed, TensorInfos) {
     tensor_info(b, "b", {8}, 0, 32);  // 32 bytes at [32, 64): overlaps a
     b.pad(32);
     b.b.resize(b.size() + 64);
-    expect_invalid(b, {"tensor info 1 (b): offset", "overlaps tensor a"});
+    expect_invalid(b, {"tensor info 1 (b): data offset field at offset", "overlaps tensor a"});
   }
   {
     Bytes b = header(1, 0);
     tensor_info(b, "a", {4}, 0, 0);
     b.b.resize(b.size() - 3);  // offset field cut short
-    expect_invalid(b, {"tensor info 0 (a): offset", "file ends after 5 of 8 bytes"});
+    expect_invalid(b, {"tensor info 0 (a): data offset field at offset", "file ends after 5 of 8 bytes"});
   }
 }
 

@@ -113,6 +113,11 @@ TEST(RequestParse, ChatRefusalsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature", "must be a number"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature", "[0, 2]"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p", "(0, 1]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", "top_p", "(0, 1], got 1.5"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", "stream_options",
+       "only allowed when 'stream' is true"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n_predict": 0})", "n_predict", "-1"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n_predict": -3})", "n_predict", "[-2,"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "[1,"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens", "integer"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n", "must be 1"},
@@ -220,6 +225,56 @@ TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.field << " -> " << e.message;
     EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x",)") + c.field + "}").param, c.param);
   }
+}
+
+TEST(RequestParse, ConstrainedDecodingAndVllmStopFieldsAreRefusedNotIgnored) {
+  // No grammar or schema constrained decoding, no stop token ids: asking for them is a 400 naming the
+  // field (the reply would otherwise silently ignore the constraint); empty values ask for nothing.
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  for (const char* ok : {R"("grammar":"")", R"("json_schema":{})", R"("guided_choice":[])", R"("grammar":null)",
+                         R"("stop_token_ids":[])", R"("include_stop_str_in_output":false)"}) {
+    EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + ok + "}"))) << ok;
+    EXPECT_NO_THROW(parse_completion_request(parse_json_body(std::string(R"({"prompt":"x",)") + ok + "}"))) << ok;
+  }
+  struct Case {
+    const char* field;
+    const char* param;
+    const char* says;
+  };
+  const Case cases[] = {{R"("grammar":"root ::= [0-9]+")", "grammar", "no constrained decoding"},
+                        {R"("json_schema":{"type":"object"})", "json_schema", "no constrained decoding"},
+                        {R"("guided_json":{"type":"object"})", "guided_json", "no constrained decoding"},
+                        {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
+                        {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
+                        {R"("stop_token_ids":[432])", "stop_token_ids", "use 'stop'"},
+                        {R"("include_stop_str_in_output":true)", "include_stop_str_in_output", "not supported"}};
+  for (const Case& c : cases) {
+    ApiError e = chat_refusal(chat + c.field + "}");
+    EXPECT_EQ(e.status, 400) << c.field;
+    EXPECT_EQ(e.param, c.param) << c.field;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.field << " -> " << e.message;
+    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x",)") + c.field + "}").param, c.param);
+  }
+}
+
+TEST(RequestParse, SeedMinusOneIsRandomAndNPredictIsMaxTokens) {
+  // llama.cpp's conventions: seed -1 asks for a random seed (any other value is a fixed one), and
+  // n_predict gives the token limit (ahead of max_tokens, as there), -1 meaning the context limit.
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  EXPECT_FALSE(parse_chat_request(parse_json_body(chat + R"("seed":-1})")).gen.sampling.seed.has_value());
+  EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("seed":-2})")).gen.sampling.seed, static_cast<uint64_t>(-2));
+  EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("seed":4294967295})")).gen.sampling.seed, 4294967295u);
+  EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("n_predict":2})")).gen.max_tokens, 2);
+  EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("n_predict":2,"max_tokens":9})")).gen.max_tokens, 2);
+  const ChatRequest unlimited = parse_chat_request(parse_json_body(chat + R"("n_predict":-1,"max_tokens":9})"));
+  EXPECT_FALSE(unlimited.gen.max_tokens.has_value());
+  // completions: 16 tokens by default, n_predict -1 lifts it, n_predict N sets it
+  EXPECT_EQ(parse_completion_request(parse_json_body(R"({"prompt":"x"})")).gen.max_tokens, kCompletionDefaultMaxTokens);
+  EXPECT_FALSE(parse_completion_request(parse_json_body(R"({"prompt":"x","n_predict":-1})")).gen.max_tokens.has_value());
+  EXPECT_EQ(parse_completion_request(parse_json_body(R"({"prompt":"x","n_predict":40})")).gen.max_tokens, 40);
+  EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + R"("stream":false,"stream_options":null})")));
+  EXPECT_TRUE(parse_chat_request(parse_json_body(chat + R"("stream":true,"stream_options":{"include_usage":true}})"))
+                  .gen.include_usage);
 }
 
 TEST(RequestParse, ContinueFinalMessageMakesItAPrefill) {

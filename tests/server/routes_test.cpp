@@ -112,7 +112,7 @@ TEST(Routes, HealthModelsAndUnknownRoutes) {
   Reply h = get(c, "/health");
   EXPECT_EQ(h.status, 200);
   EXPECT_EQ(h.body["status"], "ok");
-  for (const char* path : {"/v1/models", "/v1/models/"}) {
+  for (const char* path : {"/v1/models", "/v1/models/", "/models"}) {  // llama.cpp serves it without /v1 too
     Reply m = get(c, path);
     ASSERT_EQ(m.status, 200) << path;
     EXPECT_EQ(m.body["object"], "list");
@@ -134,8 +134,17 @@ TEST(Routes, HealthModelsAndUnknownRoutes) {
   EXPECT_EQ(get(c, "/v1/models/test-model").body["type"], "model");
   EXPECT_EQ(get(c, "/v1/models/test-model/").status, 200);
   expect_error(get(c, "/v1/models/other"), 404, "model_not_found");
+  EXPECT_EQ(get(c, "/models/test-model").body["id"], "test-model");
   expect_error(get(c, "/v1/nothing"), 404);
   expect_error(post(c, "/v1/embeddings", "{}"), 404);
+  // the OpenAI routes without /v1, as llama.cpp serves them (clients given a base URL without /v1)
+  Reply chat = post(c, "/chat/completions", chat_body("hi", 3, R"("temperature":0)"));
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_EQ(chat.body["object"], "chat.completion");
+  Reply cmpl = post(c, "/completions", R"({"prompt":"once","max_tokens":2,"temperature":0})");
+  ASSERT_EQ(cmpl.status, 200) << cmpl.raw;
+  EXPECT_EQ(cmpl.body["object"], "text_completion");
+  expect_error(post(c, "/v2/completions", "{}"), 404);
 }
 
 TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
@@ -332,6 +341,30 @@ TEST(Routes, CompletionsEchoIdsStreamingAndLogprobs) {
   ASSERT_EQ(lp["top_logprobs"].size(), 12u);
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
   EXPECT_EQ(lp["text_offset"][0], 0);
+
+  // echo of a token-id prompt that starts with BOS: the text leaves the control token out
+  ASSERT_GE(v.bos(), 0);
+  std::vector<int32_t> with_bos = ids;
+  if (with_bos.front() != v.bos()) with_bos.insert(with_bos.begin(), v.bos());
+  json eb = {{"prompt", with_bos}, {"max_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}, {"echo", true}};
+  Reply re = post(c, "/v1/completions", eb.dump());
+  ASSERT_EQ(re.status, 200) << re.raw;
+  EXPECT_EQ(re.body["choices"][0]["text"].get<std::string>().rfind("once upon", 0), 0u) << re.raw;
+
+  // A token forced by logit_bias (its log-probability is of the unbiased distribution, so it is not
+  // among the top 1): each top_logprobs entry still holds the sampled token, as OpenAI documents.
+  int32_t forced = 0;
+  while (v.piece(forced) == v.piece(toks[0]) || v.piece(forced).empty()) ++forced;
+  json fb = {{"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 1},
+             {"logit_bias", {{std::to_string(forced), 100}}}};
+  Reply rf = post(c, "/v1/completions", fb.dump());
+  ASSERT_EQ(rf.status, 200) << rf.raw;
+  const json& flp = rf.body["choices"][0]["logprobs"];
+  ASSERT_EQ(flp["tokens"][0], v.piece(forced));
+  const json& alt = flp["top_logprobs"][0];
+  ASSERT_EQ(alt.size(), 2u) << alt.dump();
+  ASSERT_TRUE(alt.contains(v.piece(forced))) << alt.dump();
+  EXPECT_EQ(alt[v.piece(forced)], flp["token_logprobs"][0]);
 
   auto sr = c.Post("/v1/completions", R"({"prompt":"once upon","max_tokens":12,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})",
                    "application/json");
@@ -690,6 +723,9 @@ TEST(Routes, CorsPreflightAndHeaders) {
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 401);
   EXPECT_EQ(denied->get_header_value("Access-Control-Allow-Origin"), "*");
+  auto denied_alias = c.Post("/chat/completions", chat_body("hi", 2), "application/json");  // the alias too
+  ASSERT_TRUE(denied_alias);
+  EXPECT_EQ(denied_alias->status, 401);
   auto ok = c.Get("/v1/models", {{"Authorization", "Bearer sekret"}});
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
