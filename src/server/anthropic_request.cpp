@@ -292,6 +292,7 @@ ChatRequest parse_anthropic_request(const ojson& body, bool count_only) {
   const bool none = tool_choice_none(body, r.tools);
   r.parse_tool_calls = !r.tools.is_null() && !none;
   get_number(body, "temperature", 1.0, 0.0, 1.0);  // Anthropic's range, checked first (the OpenAI parse allows 2)
+  if (field(body, "n_predict")) bad_request("n_predict", "'n_predict' is not a Messages API field; use 'max_tokens'");
   r.gen = parse_generation_params(body);
   parse_stop_sequences(body, r.gen);
   parse_thinking(body, count_only, r);

@@ -18,6 +18,7 @@ struct GenerationParams {
   std::string model;                  // requested model name; empty: the served model
   std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens / n_predict; none: up to the context limit
   bool to_context_limit = false;      // llama.cpp's n_predict -1: no route default (completions' 16) applies
+  bool clamp_to_context = false;      // the limit came from n_predict: cut at the context's end, never a 400
   SamplingParams sampling;            // temperature (default 1), top_p, top_k, min_p, penalties, seed, min_tokens
   std::vector<std::string> stop;      // stop strings (excluded from the output)
   bool stream = false;

@@ -12,7 +12,10 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   const int64_t limit = ctx.service->context_limit();
   const int64_t p = static_cast<int64_t>(prompt.size());
   if (prompt.empty()) bad_request(what, fmt::format("The {} produced no tokens", what));
-  if (gen.max_tokens ? p + *gen.max_tokens > limit : p >= limit) {
+  std::optional<int32_t> max_tokens = gen.max_tokens;
+  if (gen.clamp_to_context && max_tokens && p < limit && p + *max_tokens > limit)
+    max_tokens = static_cast<int32_t>(limit - p);
+  if (max_tokens ? p + *max_tokens > limit : p >= limit) {
     std::string msg = gen.max_tokens
                           ? fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
                                         "tokens ({} in the {}, {} in the completion). Please reduce the length of the "
@@ -34,7 +37,7 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
                                             !prompt_has_text(*ctx.model.vocab, prompt), gen.keep_special_tokens);
   GenerationRequest r;
   r.prompt = std::move(prompt);
-  r.max_tokens = gen.max_tokens ? *gen.max_tokens : static_cast<int32_t>(limit - p);
+  r.max_tokens = max_tokens ? *max_tokens : static_cast<int32_t>(limit - p);
   r.sampling = gen.sampling;
   if (!r.sampling.seed) r.sampling.seed = ctx.options.default_seed;
   r.sampling.top_logprobs = gen.logprobs ? gen.top_logprobs : 0;

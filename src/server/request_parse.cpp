@@ -110,13 +110,14 @@ void refuse_foreign_samplers(const ojson& body) {
 
 /** Constrained decoding (llama.cpp's grammar / json_schema, vLLM's guided_* and structured_outputs)
  *  is not implemented: a field that asks for it is refused (400 naming it) rather than ignored. Empty
- *  values (llama.cpp's web UI sends "grammar": "") ask for nothing and are accepted. */
+ *  strings and lists (llama.cpp's web UI sends "grammar": "") ask for nothing and are accepted. */
 void refuse_constrained_decoding(const ojson& body) {
   for (const char* name : {"grammar", "json_schema", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
                            "structured_outputs"}) {
     const ojson* v = field(body, name);
+    // an empty schema ({}) still asks for JSON in llama.cpp and vLLM, so only these ask for nothing
     if (!v || v->is_null() || (v->is_string() && v->get_ref<const std::string&>().empty()) ||
-        ((v->is_object() || v->is_array()) && v->empty()))
+        (v->is_array() && v->empty()))
       continue;
     bad_request(name, fmt::format("'{}' is not supported by this server (no constrained decoding)", name));
   }
@@ -151,6 +152,7 @@ GenerationParams parse_generation_params(const ojson& body) {
     if (*np == 0) bad_request("n_predict", "'n_predict' must be -1 (up to the context limit) or at least 1, got 0");
     mt = *np > 0 ? np : std::nullopt;
     g.to_context_limit = *np < 0;
+    g.clamp_to_context = true;  // llama.cpp stops at the context's end rather than refusing the request
   }
   if (mt) g.max_tokens = static_cast<int32_t>(*mt);
   SamplingParams& s = g.sampling;

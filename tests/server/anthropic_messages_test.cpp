@@ -322,6 +322,10 @@ TEST(AnthropicRoutes, ToolUseBlocks) {
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"tools", {{{"name", "f"}}}}})), 400, "invalid_request_error");
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"tools", {{{"type", "web_search_20250305"}, {"name", "web_search"}}}}})),
                400, "invalid_request_error");
+  // llama.cpp's n_predict is an OpenAI-route extension; the Messages API keeps its required max_tokens
+  const Reply np = post(c, "/v1/messages", msg_body("x", 5, {{"n_predict", -1}}));
+  expect_error(np, 400, "invalid_request_error");
+  EXPECT_NE(error_message(np).find("use 'max_tokens'"), std::string::npos) << np.raw;
 }
 
 TEST(AnthropicRoutes, ReasoningFormatDeepseekGivesAThinkingBlock) {

@@ -231,7 +231,7 @@ TEST(RequestParse, ConstrainedDecodingAndVllmStopFieldsAreRefusedNotIgnored) {
   // No grammar or schema constrained decoding, no stop token ids: asking for them is a 400 naming the
   // field (the reply would otherwise silently ignore the constraint); empty values ask for nothing.
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
-  for (const char* ok : {R"("grammar":"")", R"("json_schema":{})", R"("guided_choice":[])", R"("grammar":null)",
+  for (const char* ok : {R"("grammar":"")", R"("guided_choice":[])", R"("grammar":null)",
                          R"("stop_token_ids":[])", R"("include_stop_str_in_output":false)"}) {
     EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + ok + "}"))) << ok;
     EXPECT_NO_THROW(parse_completion_request(parse_json_body(std::string(R"({"prompt":"x",)") + ok + "}"))) << ok;
@@ -243,6 +243,7 @@ TEST(RequestParse, ConstrainedDecodingAndVllmStopFieldsAreRefusedNotIgnored) {
   };
   const Case cases[] = {{R"("grammar":"root ::= [0-9]+")", "grammar", "no constrained decoding"},
                         {R"("json_schema":{"type":"object"})", "json_schema", "no constrained decoding"},
+                        {R"("json_schema":{})", "json_schema", "no constrained decoding"},  // still asks for JSON
                         {R"("guided_json":{"type":"object"})", "guided_json", "no constrained decoding"},
                         {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
                         {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
@@ -265,6 +266,8 @@ TEST(RequestParse, SeedMinusOneIsRandomAndNPredictIsMaxTokens) {
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("seed":-2})")).gen.sampling.seed, static_cast<uint64_t>(-2));
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("seed":4294967295})")).gen.sampling.seed, 4294967295u);
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("n_predict":2})")).gen.max_tokens, 2);
+  EXPECT_TRUE(parse_chat_request(parse_json_body(chat + R"("n_predict":2})")).gen.clamp_to_context);
+  EXPECT_FALSE(parse_chat_request(parse_json_body(chat + R"("max_tokens":2})")).gen.clamp_to_context);
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("n_predict":2,"max_tokens":9})")).gen.max_tokens, 2);
   const ChatRequest unlimited = parse_chat_request(parse_json_body(chat + R"("n_predict":-1,"max_tokens":9})"));
   EXPECT_FALSE(unlimited.gen.max_tokens.has_value());

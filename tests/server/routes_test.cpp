@@ -145,6 +145,18 @@ TEST(Routes, HealthModelsAndUnknownRoutes) {
   ASSERT_EQ(cmpl.status, 200) << cmpl.raw;
   EXPECT_EQ(cmpl.body["object"], "text_completion");
   expect_error(post(c, "/v2/completions", "{}"), 404);
+
+  // llama.cpp's n_predict past the context's end stops there (llama.cpp does not refuse it), where
+  // the same max_tokens is a 400 (OpenAI's context_length_exceeded)
+  json past = {{"prompt", std::vector<int32_t>(505, 100)}, {"temperature", 0}, {"ignore_eos", true}};
+  past["n_predict"] = 1000;
+  Reply cut = post(c, "/v1/completions", past.dump());
+  ASSERT_EQ(cut.status, 200) << cut.raw;
+  EXPECT_EQ(cut.body["usage"]["completion_tokens"], 512 - 505);
+  EXPECT_EQ(cut.body["choices"][0]["finish_reason"], "length");
+  past.erase("n_predict");
+  past["max_tokens"] = 1000;
+  expect_error(post(c, "/v1/completions", past.dump()), 400, "context_length_exceeded");
 }
 
 TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
@@ -723,9 +735,16 @@ TEST(Routes, CorsPreflightAndHeaders) {
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 401);
   EXPECT_EQ(denied->get_header_value("Access-Control-Allow-Origin"), "*");
-  auto denied_alias = c.Post("/chat/completions", chat_body("hi", 2), "application/json");  // the alias too
-  ASSERT_TRUE(denied_alias);
-  EXPECT_EQ(denied_alias->status, 401);
+  for (const char* alias : {"/chat/completions", "/completions"}) {  // the aliases too
+    auto denied_alias = c.Post(alias, chat_body("hi", 2), "application/json");
+    ASSERT_TRUE(denied_alias) << alias;
+    EXPECT_EQ(denied_alias->status, 401) << alias;
+  }
+  for (const char* alias : {"/models", "/models/test-model"}) {
+    auto denied_alias = c.Get(alias);
+    ASSERT_TRUE(denied_alias) << alias;
+    EXPECT_EQ(denied_alias->status, 401) << alias;
+  }
   auto ok = c.Get("/v1/models", {{"Authorization", "Bearer sekret"}});
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
