@@ -41,13 +41,20 @@ uint64_t EngineService::submit(GenerationRequest request) {
                          fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})",
                                      request.prompt[i], i, vocab)));
   }
+  for (int32_t id : request.stop_ids)
+    if (id < 0 || id >= vocab)
+      throw reject(Error(ErrorCode::kInvalidArgument,
+                         fmt::format("stop token {} is outside the vocabulary [0, {})", id, vocab)));
   Active a;
   try {
-    a.sampler = std::make_unique<Sampler>(request.sampling, vocab, request.eog_ids, request.prompt);
+    std::vector<int32_t> masked = request.eog_ids;  // what min_tokens holds back
+    masked.insert(masked.end(), request.stop_ids.begin(), request.stop_ids.end());
+    a.sampler = std::make_unique<Sampler>(request.sampling, vocab, std::move(masked), request.prompt);
   } catch (const Error& e) {
     throw reject(e);
   }
   a.eog.insert(request.eog_ids.begin(), request.eog_ids.end());
+  a.stop.insert(request.stop_ids.begin(), request.stop_ids.end());
   a.submitted = Clock::now();
   uint64_t id = 0;
   {
@@ -186,7 +193,7 @@ void EngineService::loop() {
           ttft_sum_s_ += ttft;
           ++ttft_count_;
         }
-        const bool eog = !a.req.ignore_eos && a.eog.count(tok.id) > 0;
+        const bool eog = (!a.req.ignore_eos && a.eog.count(tok.id) > 0) || a.stop.count(tok.id) > 0;
         const bool go_on = a.req.sink->on_token(tok, eog);
         Sampled s{plan.seqs[i].seq->id, tok.id, false, FinishReason::kStop};
         if (eog || !go_on) {

@@ -67,6 +67,9 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<int32_t> eog_ids;     // ids that end generation; also masked by sampling.min_tokens
   bool ignore_eos = false;          // eog ids do not end generation (still masked for min_tokens)
+  /** Ids that end generation even with ignore_eos (vLLM's stop_token_ids); masked for min_tokens and
+   *  reported to the sink as eog, like eog_ids. */
+  std::vector<int32_t> stop_ids;
   std::shared_ptr<TokenSink> sink;  // required
 };
 
@@ -134,6 +137,7 @@ class EngineService {
     GenerationRequest req;
     std::unique_ptr<Sampler> sampler;
     std::unordered_set<int32_t> eog;
+    std::unordered_set<int32_t> stop;  // GenerationRequest::stop_ids
     std::chrono::steady_clock::time_point submitted;
     bool first_token = false;
     int32_t generated = 0;

@@ -20,7 +20,9 @@ struct GenerationParams {
   bool to_context_limit = false;      // llama.cpp's n_predict -1: no route default (completions' 16) applies
   bool clamp_to_context = false;      // the limit came from n_predict: cut at the context's end, never a 400
   SamplingParams sampling;            // temperature (default 1), top_p, top_k, min_p, penalties, seed, min_tokens
-  std::vector<std::string> stop;      // stop strings (excluded from the output)
+  std::vector<std::string> stop;      // stop strings (excluded from the output unless include_stop_str)
+  std::vector<int32_t> stop_token_ids;  // vLLM's: end generation (their text stays, control tokens aside)
+  bool include_stop_str = false;      // vLLM's include_stop_str_in_output
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   bool logprobs = false;              // chat: logprobs; completions: logprobs != null

@@ -31,10 +31,15 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
     if (id >= n_vocab)
       bad_request("logit_bias", fmt::format("logit_bias key \"{}\" is outside the vocabulary (token ids 0..{})", id,
                                             n_vocab - 1));
+  for (int32_t id : gen.stop_token_ids)
+    if (id >= n_vocab)
+      bad_request("stop_token_ids", fmt::format("stop_token_ids holds {}, outside the vocabulary (token ids 0..{})", id,
+                                                n_vocab - 1));
   Submitted s;
   s.prompt_tokens = static_cast<int32_t>(p);
   s.stream = std::make_shared<RequestStream>(*ctx.model.vocab, gen.stop, gen.logprobs,
-                                            !prompt_has_text(*ctx.model.vocab, prompt), gen.keep_special_tokens);
+                                            !prompt_has_text(*ctx.model.vocab, prompt), gen.keep_special_tokens,
+                                            gen.stop_token_ids, gen.include_stop_str);
   GenerationRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens ? *max_tokens : static_cast<int32_t>(limit - p);
@@ -43,6 +48,7 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   r.sampling.top_logprobs = gen.logprobs ? gen.top_logprobs : 0;
   r.eog_ids = ctx.model.vocab->eog_ids();
   r.ignore_eos = gen.ignore_eos;
+  r.stop_ids = gen.stop_token_ids;
   r.sink = s.stream;
   s.id = ctx.service->submit(std::move(r));
   return s;

@@ -123,14 +123,21 @@ void refuse_constrained_decoding(const ojson& body) {
   }
 }
 
-/** vLLM's stop fields beyond `stop`: stop_token_ids (a non-empty list) and include_stop_str_in_output
- *  (true) are not implemented, so they are refused rather than ignored. */
-void refuse_vllm_stop_fields(const ojson& body) {
-  if (const ojson* v = field(body, "stop_token_ids"); v && !v->is_null() && !(v->is_array() && v->empty()))
-    bad_request("stop_token_ids", "'stop_token_ids' is not supported by this server; use 'stop' strings");
-  if (get_bool(body, "include_stop_str_in_output", false))
-    bad_request("include_stop_str_in_output", "'include_stop_str_in_output' is not supported by this server (stop "
-                                              "strings are always left out of the output)");
+/** vLLM's stop fields beyond `stop`: stop_token_ids (token ids that end generation, checked against the
+ *  vocabulary at submission) and include_stop_str_in_output. */
+void parse_vllm_stop_fields(const ojson& body, GenerationParams& g) {
+  if (const ojson* v = field(body, "stop_token_ids"); v && !v->is_null()) {
+    if (!v->is_array())
+      bad_request("stop_token_ids", fmt::format("'stop_token_ids' must be a list of token ids, got {}", type_name(*v)));
+    if (v->size() > 64) bad_request("stop_token_ids", fmt::format("'stop_token_ids' holds {} ids; at most 64 are allowed", v->size()));
+    for (size_t i = 0; i < v->size(); ++i) {
+      const ojson& id = (*v)[i];
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        bad_request("stop_token_ids", fmt::format("stop_token_ids[{}] must be a token id (a non-negative integer)", i));
+      g.stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  g.include_stop_str = get_bool(body, "include_stop_str_in_output", false);
 }
 
 }  // namespace
@@ -176,7 +183,7 @@ GenerationParams parse_generation_params(const ojson& body) {
   check_response_format(body);
   refuse_foreign_samplers(body);
   refuse_constrained_decoding(body);
-  refuse_vllm_stop_fields(body);
+  parse_vllm_stop_fields(body, g);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));

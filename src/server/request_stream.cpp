@@ -3,22 +3,31 @@
 namespace ft::server {
 
 RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
-                             bool keep_special)
-    : detok_(vocab, /*skip_special=*/!keep_special, starts_text), stops_(std::move(stops)), want_logprobs_(want_logprobs) {}
+                             bool keep_special, const std::vector<int32_t>& stop_ids, bool include_stop)
+    : detok_(vocab, /*skip_special=*/!keep_special, starts_text),
+      stop_strings_(stops),
+      stops_(std::move(stops)),
+      stop_ids_(stop_ids.begin(), stop_ids.end()),
+      include_stop_(include_stop),
+      want_logprobs_(want_logprobs) {}
 
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;
   bool stopped = false;
-  if (!eog) {
+  const bool as_text = !eog || stop_ids_.count(token.id) > 0;  // a stop token id's text stays
+  if (as_text) {
     StopMatcher::Result r = stops_.feed(detok_.feed(token.id));
     text = std::move(r.text);
     stopped = r.stopped;
-    if (stopped) stop_index_ = r.stop_index;
+    if (stopped) {
+      stop_index_ = r.stop_index;
+      if (include_stop_) text += stop_strings_[static_cast<size_t>(r.stop_index)];
+    }
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.text += text;
-    if (want_logprobs_ && !eog) pending_.logprobs.push_back({token.id, token.logprob, token.top});
+    if (want_logprobs_ && as_text) pending_.logprobs.push_back({token.id, token.logprob, token.top});
     news_ = true;
   }
   cv_.notify_all();
@@ -31,6 +40,7 @@ void RequestStream::on_finish(const FinishInfo& info) {
     StopMatcher::Result r = stops_.feed(detok_.flush());
     if (r.stopped) stop_index_ = r.stop_index;
     tail = r.stopped ? std::move(r.text) : r.text + stops_.flush();
+    if (r.stopped && include_stop_) tail += stop_strings_[static_cast<size_t>(r.stop_index)];
   }
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/service.h"
@@ -36,9 +37,12 @@ class RequestStream : public TokenSink {
  public:
   /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability.
    *  `starts_text`: the prompt has no text (prompt_has_text), so the first piece's leading space goes.
-   *  `keep_special`: control tokens stay in the text (GenerationParams::keep_special_tokens). */
+   *  `keep_special`: control tokens stay in the text (GenerationParams::keep_special_tokens).
+   *  `stop_ids`: end-of-generation ids whose text (and log-probability) stays in the output, as vLLM's
+   *  stop_token_ids do (control tokens still follow `keep_special`). `include_stop`: a stop string that
+   *  ends the output is kept at its end (vLLM's include_stop_str_in_output). */
   RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
-                bool keep_special = false);
+                bool keep_special = false, const std::vector<int32_t>& stop_ids = {}, bool include_stop = false);
 
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;
@@ -49,7 +53,10 @@ class RequestStream : public TokenSink {
 
  private:
   Detokenizer detok_;
+  std::vector<std::string> stop_strings_;
   StopMatcher stops_;
+  std::unordered_set<int32_t> stop_ids_;
+  bool include_stop_;
   bool want_logprobs_;
   int stop_index_ = -1;  // engine thread only
   std::mutex mu_;

@@ -140,6 +140,27 @@ TEST(EngineService, EndOfGenerationStopAndLength) {
   svc.submit(req);
   EXPECT_EQ(sink2->wait().reason, FinishReason::kLength);
   EXPECT_EQ(sink2->tokens, expect);
+  // A stop id (vLLM's stop_token_ids) ends the request even with ignore_eos, and min_tokens holds it back.
+  auto sink_s = std::make_shared<CollectSink>();
+  req = greedy(p, 20, sink_s);
+  req.stop_ids = {expect[3]};
+  req.ignore_eos = true;
+  svc.submit(req);
+  f = sink_s->wait();
+  EXPECT_EQ(f.reason, FinishReason::kStop);
+  EXPECT_EQ(f.completion_tokens, static_cast<int32_t>(first + 1));
+  EXPECT_TRUE(sink_s->last_eog);
+  auto sink_m = std::make_shared<CollectSink>();
+  req = greedy(p, static_cast<int32_t>(first) + 3, sink_m);
+  req.stop_ids = {expect[3]};
+  req.sampling.min_tokens = static_cast<int32_t>(first) + 3;
+  svc.submit(req);
+  EXPECT_EQ(sink_m->wait().reason, FinishReason::kLength);
+  for (int32_t t : sink_m->tokens) EXPECT_NE(t, expect[3]);
+  // An id outside the vocabulary is refused at submission.
+  req = greedy(p, 5, std::make_shared<CollectSink>());
+  req.stop_ids = {40};
+  EXPECT_THROW(svc.submit(req), Error);
   // The sink asks to stop after 2 tokens (a stop string).
   auto sink3 = std::make_shared<CollectSink>(2);
   svc.submit(greedy(p, 6, sink3));

@@ -227,9 +227,10 @@ TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
   }
 }
 
-TEST(RequestParse, ConstrainedDecodingAndVllmStopFieldsAreRefusedNotIgnored) {
-  // No grammar or schema constrained decoding, no stop token ids: asking for them is a 400 naming the
-  // field (the reply would otherwise silently ignore the constraint); empty values ask for nothing.
+TEST(RequestParse, ConstrainedDecodingIsRefusedAndVllmStopFieldsAreRead) {
+  // No grammar or schema constrained decoding: asking for it is a 400 naming the field (the reply would
+  // otherwise silently ignore the constraint); empty values ask for nothing. vLLM's stop fields are
+  // read (malformed ones are a 400).
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
   for (const char* ok : {R"("grammar":"")", R"("guided_choice":[])", R"("grammar":null)",
                          R"("stop_token_ids":[])", R"("include_stop_str_in_output":false)"}) {
@@ -247,8 +248,10 @@ TEST(RequestParse, ConstrainedDecodingAndVllmStopFieldsAreRefusedNotIgnored) {
                         {R"("guided_json":{"type":"object"})", "guided_json", "no constrained decoding"},
                         {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
                         {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
-                        {R"("stop_token_ids":[432])", "stop_token_ids", "use 'stop'"},
-                        {R"("include_stop_str_in_output":true)", "include_stop_str_in_output", "not supported"}};
+                        {R"("stop_token_ids":432)", "stop_token_ids", "must be a list"},
+                        {R"("stop_token_ids":[1,-2])", "stop_token_ids", "stop_token_ids[1]"},
+                        {R"("stop_token_ids":["a"])", "stop_token_ids", "non-negative integer"},
+                        {R"("include_stop_str_in_output":1)", "include_stop_str_in_output", "boolean"}};
   for (const Case& c : cases) {
     ApiError e = chat_refusal(chat + c.field + "}");
     EXPECT_EQ(e.status, 400) << c.field;
@@ -256,6 +259,10 @@ TEST(RequestParse, ConstrainedDecodingAndVllmStopFieldsAreRefusedNotIgnored) {
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.field << " -> " << e.message;
     EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x",)") + c.field + "}").param, c.param);
   }
+  const ChatRequest st = parse_chat_request(parse_json_body(chat + R"("stop_token_ids":[432,7],"include_stop_str_in_output":true})"));
+  EXPECT_EQ(st.gen.stop_token_ids, (std::vector<int32_t>{432, 7}));
+  EXPECT_TRUE(st.gen.include_stop_str);
+  EXPECT_FALSE(parse_chat_request(parse_json_body(chat + R"("stop":"x"})")).gen.include_stop_str);
 }
 
 TEST(RequestParse, SeedMinusOneIsRandomAndNPredictIsMaxTokens) {

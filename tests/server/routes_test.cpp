@@ -328,6 +328,50 @@ TEST(Routes, LogprobsAndStopStrings) {
   (void)joined;
 }
 
+TEST(Routes, StopTokenIdsAndIncludeStopStrInOutput) {
+  // vLLM's stop fields: a stop token id ends the reply with its text kept ("stop"), even with
+  // ignore_eos; include_stop_str_in_output keeps the stop string that ended it.
+  TestServer s;
+  auto c = s.client();
+  const Vocab& v = testing::demo_vocab();
+  const std::vector<int32_t> ids = v.encode("once upon", EncodeOptions{true, true});
+  const auto toks = s.model().solo_greedy(ids, 12);
+  size_t first = 0;
+  while (toks[first] != toks[3]) ++first;  // the id may occur earlier
+  json body = {{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 0}};
+  body["stop_token_ids"] = {toks[3]};
+  Reply r = post(c, "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const std::vector<int32_t> kept(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(first) + 1);
+  EXPECT_EQ(r.body["choices"][0]["text"], v.decode(kept, true));
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], static_cast<int>(first) + 1);
+  EXPECT_EQ(r.body["choices"][0]["logprobs"]["tokens"].size(), first + 1);
+  body["stop_token_ids"] = {v.n_tokens()};
+  expect_error(post(c, "/v1/completions", body.dump()), 400);
+
+  json plain = {{"prompt", ids}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string text = post(c, "/v1/completions", plain.dump()).body["choices"][0]["text"];
+  size_t at = text.size() / 2;
+  auto ascii = [&](size_t i) { return i < text.size() && text[i] >= 32 && text[i] < 127; };
+  while (at + 1 < text.size() && !(ascii(at) && ascii(at + 1))) ++at;
+  ASSERT_TRUE(ascii(at) && ascii(at + 1)) << text;
+  const std::string stop = text.substr(at, 2);
+  plain["stop"] = {stop};
+  EXPECT_EQ(post(c, "/v1/completions", plain.dump()).body["choices"][0]["text"], text.substr(0, text.find(stop)));
+  plain["include_stop_str_in_output"] = true;
+  Reply inc = post(c, "/v1/completions", plain.dump());
+  EXPECT_EQ(inc.body["choices"][0]["text"], text.substr(0, text.find(stop) + 2)) << inc.raw;
+  EXPECT_EQ(inc.body["choices"][0]["finish_reason"], "stop");
+  plain["stream"] = true;  // streamed, the same text
+  auto sr = c.Post("/v1/completions", plain.dump(), "application/json");
+  ASSERT_TRUE(sr);
+  std::string streamed;
+  for (const std::string& e : sse_events(sr->body))
+    if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, text.substr(0, text.find(stop) + 2));
+}
+
 TEST(Routes, CompletionsEchoIdsStreamingAndLogprobs) {
   TestServer s;
   auto c = s.client();
