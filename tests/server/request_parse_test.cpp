@@ -199,66 +199,60 @@ TEST(RequestParse, ResponseFormatTextOnly) {
   }
 }
 
-TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
-  // llama.cpp's own sampler fields are accepted at the value that changes nothing (its web UI sends
-  // them all) and refused otherwise, rather than silently ignored.
-  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
-  for (const char* ok : {R"("repeat_penalty":1.0)", R"("repeat_last_n":0)", R"("repeat_last_n":-1)", R"("mirostat":0)",
-                         R"("typical_p":1)", R"("tfs_z":1.0)", R"("dry_multiplier":0)", R"("xtc_probability":0)",
-                         R"("repeat_penalty":null)"}) {
-    EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + ok + "}"))) << ok;
-    EXPECT_NO_THROW(parse_completion_request(parse_json_body(std::string(R"({"prompt":"x",)") + ok + "}"))) << ok;
+/** A field refused with a 400 naming `param`, whose message holds `says`. */
+struct FieldCase {
+  const char* field;  // "name":value
+  const char* param;
+  const char* says;
+};
+
+/** Each `ok` field is accepted and each refused one refused as described, on both OpenAI routes (a
+ *  chat body and a completions body with the field added). */
+void expect_fields_on_both_routes(std::initializer_list<const char*> ok, std::initializer_list<FieldCase> refused) {
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)", cmpl = R"({"prompt":"x",)";
+  for (const char* f : ok) {
+    EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + f + "}"))) << f;
+    EXPECT_NO_THROW(parse_completion_request(parse_json_body(cmpl + f + "}"))) << f;
   }
-  struct Case {
-    const char* field;
-    const char* param;
-    const char* says;
-  };
-  const Case cases[] = {{R"("repeat_penalty":1.3)", "repeat_penalty", "use 'repetition_penalty'"},
-                        {R"("mirostat":2)", "mirostat", "not supported"},
-                        {R"("typical_p":0.5)", "typical_p", "except at 1"},
-                        {R"("repeat_penalty":"high")", "repeat_penalty", "must be a number"}};
-  for (const Case& c : cases) {
+  for (const FieldCase& c : refused) {
     ApiError e = chat_refusal(chat + c.field + "}");
     EXPECT_EQ(e.status, 400) << c.field;
     EXPECT_EQ(e.param, c.param) << c.field;
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.field << " -> " << e.message;
-    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x",)") + c.field + "}").param, c.param);
+    EXPECT_EQ(completion_refusal(cmpl + c.field + "}").param, c.param) << c.field;
   }
+}
+
+TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
+  // llama.cpp's own sampler fields are accepted at the value that changes nothing (its web UI sends
+  // them all) and refused otherwise, rather than silently ignored.
+  expect_fields_on_both_routes({R"("repeat_penalty":1.0)", R"("repeat_last_n":0)", R"("repeat_last_n":-1)",
+                                R"("mirostat":0)", R"("typical_p":1)", R"("tfs_z":1.0)", R"("dry_multiplier":0)",
+                                R"("xtc_probability":0)", R"("repeat_penalty":null)"},
+                               {{R"("repeat_penalty":1.3)", "repeat_penalty", "use 'repetition_penalty'"},
+                                {R"("mirostat":2)", "mirostat", "not supported"},
+                                {R"("typical_p":0.5)", "typical_p", "except at 1"},
+                                {R"("repeat_penalty":"high")", "repeat_penalty", "must be a number"}});
 }
 
 TEST(RequestParse, ConstrainedDecodingIsRefusedAndVllmStopFieldsAreRead) {
   // No grammar or schema constrained decoding: asking for it is a 400 naming the field (the reply would
   // otherwise silently ignore the constraint); empty values ask for nothing. vLLM's stop fields are
   // read (malformed ones are a 400).
+  expect_fields_on_both_routes(
+      {R"("grammar":"")", R"("guided_choice":[])", R"("grammar":null)", R"("stop_token_ids":[])",
+       R"("include_stop_str_in_output":false)"},
+      {{R"("grammar":"root ::= [0-9]+")", "grammar", "no constrained decoding"},
+       {R"("json_schema":{"type":"object"})", "json_schema", "no constrained decoding"},
+       {R"("json_schema":{})", "json_schema", "no constrained decoding"},  // still asks for JSON
+       {R"("guided_json":{"type":"object"})", "guided_json", "no constrained decoding"},
+       {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
+       {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
+       {R"("stop_token_ids":432)", "stop_token_ids", "must be a list"},
+       {R"("stop_token_ids":[1,-2])", "stop_token_ids", "stop_token_ids[1]"},
+       {R"("stop_token_ids":["a"])", "stop_token_ids", "non-negative integer"},
+       {R"("include_stop_str_in_output":1)", "include_stop_str_in_output", "boolean"}});
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
-  for (const char* ok : {R"("grammar":"")", R"("guided_choice":[])", R"("grammar":null)",
-                         R"("stop_token_ids":[])", R"("include_stop_str_in_output":false)"}) {
-    EXPECT_NO_THROW(parse_chat_request(parse_json_body(chat + ok + "}"))) << ok;
-    EXPECT_NO_THROW(parse_completion_request(parse_json_body(std::string(R"({"prompt":"x",)") + ok + "}"))) << ok;
-  }
-  struct Case {
-    const char* field;
-    const char* param;
-    const char* says;
-  };
-  const Case cases[] = {{R"("grammar":"root ::= [0-9]+")", "grammar", "no constrained decoding"},
-                        {R"("json_schema":{"type":"object"})", "json_schema", "no constrained decoding"},
-                        {R"("json_schema":{})", "json_schema", "no constrained decoding"},  // still asks for JSON
-                        {R"("guided_json":{"type":"object"})", "guided_json", "no constrained decoding"},
-                        {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
-                        {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
-                        {R"("stop_token_ids":432)", "stop_token_ids", "must be a list"},
-                        {R"("stop_token_ids":[1,-2])", "stop_token_ids", "stop_token_ids[1]"},
-                        {R"("stop_token_ids":["a"])", "stop_token_ids", "non-negative integer"},
-                        {R"("include_stop_str_in_output":1)", "include_stop_str_in_output", "boolean"}};
-  for (const Case& c : cases) {
-    ApiError e = chat_refusal(chat + c.field + "}");
-    EXPECT_EQ(e.status, 400) << c.field;
-    EXPECT_EQ(e.param, c.param) << c.field;
-    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.field << " -> " << e.message;
-    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x",)") + c.field + "}").param, c.param);
-  }
   const ChatRequest st = parse_chat_request(parse_json_body(chat + R"("stop_token_ids":[432,7],"include_stop_str_in_output":true})"));
   EXPECT_EQ(st.gen.stop_token_ids, (std::vector<int32_t>{432, 7}));
   EXPECT_TRUE(st.gen.include_stop_str);

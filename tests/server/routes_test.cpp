@@ -294,6 +294,15 @@ TEST(Routes, ChatStreamingChunksInOpenAIShape) {
     }
 }
 
+/** Two printable ASCII characters from the second half of `text` (a stop string that occurs in it),
+ *  or "" when it has none. */
+std::string stop_string_in(const std::string& text) {
+  auto ascii = [&](size_t i) { return i < text.size() && text[i] >= 32 && text[i] < 127; };
+  for (size_t at = text.size() / 2; at + 1 < text.size(); ++at)
+    if (ascii(at) && ascii(at + 1)) return text.substr(at, 2);
+  return "";
+}
+
 TEST(Routes, LogprobsAndStopStrings) {
   TestServer s;
   auto c = s.client();
@@ -312,12 +321,8 @@ TEST(Routes, LogprobsAndStopStrings) {
   const std::string text = r.body["choices"][0]["message"]["content"];
   EXPECT_EQ(r.body["usage"]["completion_tokens"], 30);
   // Stop at a piece of the middle of that text: the output ends right before its first occurrence.
-  ASSERT_GE(text.size(), 8u);
-  size_t at = text.size() / 2;
-  auto ascii = [&](size_t i) { return i < text.size() && text[i] >= 32 && text[i] < 127; };
-  while (at + 1 < text.size() && !(ascii(at) && ascii(at + 1))) ++at;
-  ASSERT_TRUE(ascii(at) && ascii(at + 1)) << text;
-  const std::string stop = text.substr(at, 2);
+  const std::string stop = stop_string_in(text);
+  ASSERT_EQ(stop.size(), 2u) << text;
   json body = json::parse(chat_body("numbers", 30, R"("ignore_eos":true)"));
   body["stop"] = {stop};
   Reply st = post(c, "/v1/chat/completions", body.dump());
@@ -352,11 +357,8 @@ TEST(Routes, StopTokenIdsAndIncludeStopStrInOutput) {
 
   json plain = {{"prompt", ids}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}};
   const std::string text = post(c, "/v1/completions", plain.dump()).body["choices"][0]["text"];
-  size_t at = text.size() / 2;
-  auto ascii = [&](size_t i) { return i < text.size() && text[i] >= 32 && text[i] < 127; };
-  while (at + 1 < text.size() && !(ascii(at) && ascii(at + 1))) ++at;
-  ASSERT_TRUE(ascii(at) && ascii(at + 1)) << text;
-  const std::string stop = text.substr(at, 2);
+  const std::string stop = stop_string_in(text);
+  ASSERT_EQ(stop.size(), 2u) << text;
   plain["stop"] = {stop};
   EXPECT_EQ(post(c, "/v1/completions", plain.dump()).body["choices"][0]["text"], text.substr(0, text.find(stop)));
   plain["include_stop_str_in_output"] = true;
