@@ -21,7 +21,7 @@ struct GenerationParams {
   bool clamp_to_context = false;      // the limit came from n_predict: cut at the context's end, never a 400
   SamplingParams sampling;            // temperature (default 1), top_p, top_k, min_p, penalties, seed, min_tokens
   std::vector<std::string> stop;      // stop strings (excluded from the output unless include_stop_str)
-  std::vector<int32_t> stop_token_ids;  // vLLM's: end generation (their text stays, control tokens aside)
+  std::vector<int32_t> stop_token_ids;  // vLLM's: end generation (their text only with include_stop_str)
   bool include_stop_str = false;      // vLLM's include_stop_str_in_output
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage

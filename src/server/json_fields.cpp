@@ -43,20 +43,24 @@ double get_number(const ojson& obj, const char* key, double def, double lo, doub
   return x;
 }
 
+int64_t as_int(const ojson& v, const std::string& param, const std::string& what, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  if (v.is_number_integer()) {
+    x = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX)) : v.get<int64_t>();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
+             std::fabs(v.get<double>()) < 9e15) {
+    x = static_cast<int64_t>(v.get<double>());
+  } else {
+    bad_request(param, fmt::format("'{}' must be an integer, got {}", what, type_name(v)));
+  }
+  if (x < lo || x > hi) bad_request(param, fmt::format("'{}' must be in [{}, {}], got {}", what, lo, hi, x));
+  return x;
+}
+
 std::optional<int64_t> get_int(const ojson& obj, const char* key, int64_t lo, int64_t hi) {
   const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
-  int64_t x = 0;
-  if (v->is_number_integer()) {
-    x = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX)) : v->get<int64_t>();
-  } else if (v->is_number_float() && std::isfinite(v->get<double>()) && v->get<double>() == std::floor(v->get<double>()) &&
-             std::fabs(v->get<double>()) < 9e15) {
-    x = static_cast<int64_t>(v->get<double>());
-  } else {
-    bad_request(key, fmt::format("'{}' must be an integer, got {}", key, type_name(*v)));
-  }
-  if (x < lo || x > hi) bad_request(key, fmt::format("'{}' must be in [{}, {}], got {}", key, lo, hi, x));
-  return x;
+  return as_int(*v, key, key, lo, hi);
 }
 
 std::string get_string(const ojson& obj, const char* key) {

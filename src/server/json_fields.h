@@ -22,6 +22,10 @@ bool get_bool(const nlohmann::ordered_json& obj, const char* key, bool def);
 /** A finite number in [lo, hi]; `def` when absent. */
 double get_number(const nlohmann::ordered_json& obj, const char* key, double def, double lo, double hi);
 
+/** `v` as an integer in [lo, hi] (an integral float such as 3.0 counts); otherwise a 400 naming
+ *  `param` whose message calls the value `what` (e.g. "stop_token_ids[2]"). */
+int64_t as_int(const nlohmann::ordered_json& v, const std::string& param, const std::string& what, int64_t lo, int64_t hi);
+
 /** An integer in [lo, hi] (an integral float such as 3.0 counts); nullopt when absent. */
 std::optional<int64_t> get_int(const nlohmann::ordered_json& obj, const char* key, int64_t lo, int64_t hi);
 

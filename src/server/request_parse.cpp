@@ -130,12 +130,9 @@ void parse_vllm_stop_fields(const ojson& body, GenerationParams& g) {
     if (!v->is_array())
       bad_request("stop_token_ids", fmt::format("'stop_token_ids' must be a list of token ids, got {}", type_name(*v)));
     if (v->size() > 64) bad_request("stop_token_ids", fmt::format("'stop_token_ids' holds {} ids; at most 64 are allowed", v->size()));
-    for (size_t i = 0; i < v->size(); ++i) {
-      const ojson& id = (*v)[i];
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max())
-        bad_request("stop_token_ids", fmt::format("stop_token_ids[{}] must be a token id (a non-negative integer)", i));
-      g.stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
+    for (size_t i = 0; i < v->size(); ++i)  // ids past the vocabulary are refused at submission, which knows it
+      g.stop_token_ids.push_back(static_cast<int32_t>(
+          as_int((*v)[i], "stop_token_ids", fmt::format("stop_token_ids[{}]", i), 0, std::numeric_limits<int32_t>::max())));
   }
   g.include_stop_str = get_bool(body, "include_stop_str_in_output", false);
 }
@@ -156,7 +153,7 @@ GenerationParams parse_generation_params(const ojson& body) {
   if (auto mct = get_int(body, "max_completion_tokens", 1, kMaxTok)) mt = mct;
   // llama.cpp's n_predict, which takes precedence there too: -1 (or -2) runs to the context limit.
   if (auto np = get_int(body, "n_predict", -2, kMaxTok)) {
-    if (*np == 0) bad_request("n_predict", "'n_predict' must be -1 (up to the context limit) or at least 1, got 0");
+    if (*np == 0) bad_request("n_predict", "'n_predict' must be -1 or -2 (up to the context limit) or at least 1, got 0");
     mt = *np > 0 ? np : std::nullopt;
     g.to_context_limit = *np < 0;
     g.clamp_to_context = true;  // llama.cpp stops at the context's end rather than refusing the request

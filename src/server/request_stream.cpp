@@ -14,7 +14,9 @@ RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops,
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;
   bool stopped = false;
-  const bool as_text = !eog || stop_ids_.count(token.id) > 0;  // a stop token id's text stays
+  // A stop token id's text stays only with include_stop_str_in_output, as in vLLM's detokenizer; its
+  // log-probability is reported either way.
+  const bool stop_id = eog && stop_ids_.count(token.id) > 0, as_text = !eog || (stop_id && include_stop_);
   if (as_text) {
     StopMatcher::Result r = stops_.feed(detok_.feed(token.id));
     text = std::move(r.text);
@@ -27,7 +29,7 @@ bool RequestStream::on_token(const SampledToken& token, bool eog) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.text += text;
-    if (want_logprobs_ && as_text) pending_.logprobs.push_back({token.id, token.logprob, token.top});
+    if (want_logprobs_ && (!eog || stop_id)) pending_.logprobs.push_back({token.id, token.logprob, token.top});
     news_ = true;
   }
   cv_.notify_all();

@@ -38,9 +38,9 @@ class RequestStream : public TokenSink {
   /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability.
    *  `starts_text`: the prompt has no text (prompt_has_text), so the first piece's leading space goes.
    *  `keep_special`: control tokens stay in the text (GenerationParams::keep_special_tokens).
-   *  `stop_ids`: end-of-generation ids whose text (and log-probability) stays in the output, as vLLM's
-   *  stop_token_ids do (control tokens still follow `keep_special`). `include_stop`: a stop string that
-   *  ends the output is kept at its end (vLLM's include_stop_str_in_output). */
+   *  `stop_ids`: end-of-generation ids (vLLM's stop_token_ids) whose log-probability is reported.
+   *  `include_stop`: vLLM's include_stop_str_in_output: a stop string that ends the output is kept at its
+   *  end, and so is a stop id's text (control tokens still follow `keep_special`). */
   RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
                 bool keep_special = false, const std::vector<int32_t>& stop_ids = {}, bool include_stop = false);
 

@@ -116,7 +116,7 @@ TEST(RequestParse, ChatRefusalsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", "top_p", "(0, 1], got 1.5"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", "stream_options",
        "only allowed when 'stream' is true"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "n_predict": 0})", "n_predict", "-1"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n_predict": 0})", "n_predict", "-1 or -2"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n_predict": -3})", "n_predict", "[-2,"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", "[1,"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens", "integer"},
@@ -249,12 +249,13 @@ TEST(RequestParse, ConstrainedDecodingIsRefusedAndVllmStopFieldsAreRead) {
        {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
        {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
        {R"("stop_token_ids":432)", "stop_token_ids", "must be a list"},
-       {R"("stop_token_ids":[1,-2])", "stop_token_ids", "stop_token_ids[1]"},
-       {R"("stop_token_ids":["a"])", "stop_token_ids", "non-negative integer"},
+       {R"("stop_token_ids":[1,-2])", "stop_token_ids", "'stop_token_ids[1]' must be in [0,"},
+       {R"("stop_token_ids":[4294967672])", "stop_token_ids", "must be in [0, 2147483647]"},
+       {R"("stop_token_ids":["a"])", "stop_token_ids", "'stop_token_ids[0]' must be an integer"},
        {R"("include_stop_str_in_output":1)", "include_stop_str_in_output", "boolean"}});
   const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
-  const ChatRequest st = parse_chat_request(parse_json_body(chat + R"("stop_token_ids":[432,7],"include_stop_str_in_output":true})"));
-  EXPECT_EQ(st.gen.stop_token_ids, (std::vector<int32_t>{432, 7}));
+  const ChatRequest st = parse_chat_request(parse_json_body(chat + R"("stop_token_ids":[432,7.0],"include_stop_str_in_output":true})"));
+  EXPECT_EQ(st.gen.stop_token_ids, (std::vector<int32_t>{432, 7}));  // an integral float counts, as elsewhere
   EXPECT_TRUE(st.gen.include_stop_str);
   EXPECT_FALSE(parse_chat_request(parse_json_body(chat + R"("stop":"x"})")).gen.include_stop_str);
 }

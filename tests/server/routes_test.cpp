@@ -334,8 +334,8 @@ TEST(Routes, LogprobsAndStopStrings) {
 }
 
 TEST(Routes, StopTokenIdsAndIncludeStopStrInOutput) {
-  // vLLM's stop fields: a stop token id ends the reply with its text kept ("stop"), even with
-  // ignore_eos; include_stop_str_in_output keeps the stop string that ended it.
+  // vLLM's stop fields: a stop token id ends the reply ("stop"), even with ignore_eos; its text is left
+  // out unless include_stop_str_in_output asks for it, which also keeps a stop string that ended it.
   TestServer s;
   auto c = s.client();
   const Vocab& v = testing::demo_vocab();
@@ -347,11 +347,17 @@ TEST(Routes, StopTokenIdsAndIncludeStopStrInOutput) {
   body["stop_token_ids"] = {toks[3]};
   Reply r = post(c, "/v1/completions", body.dump());
   ASSERT_EQ(r.status, 200) << r.raw;
-  const std::vector<int32_t> kept(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(first) + 1);
-  EXPECT_EQ(r.body["choices"][0]["text"], v.decode(kept, true));
+  const std::vector<int32_t> before(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(first));
+  const std::vector<int32_t> through(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(first) + 1);
+  EXPECT_EQ(r.body["choices"][0]["text"], v.decode(before, true));
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(r.body["usage"]["completion_tokens"], static_cast<int>(first) + 1);
-  EXPECT_EQ(r.body["choices"][0]["logprobs"]["tokens"].size(), first + 1);
+  EXPECT_EQ(r.body["choices"][0]["logprobs"]["tokens"].size(), first + 1);  // the stop token's is reported
+  body["include_stop_str_in_output"] = true;
+  Reply ri = post(c, "/v1/completions", body.dump());
+  ASSERT_EQ(ri.status, 200) << ri.raw;
+  EXPECT_EQ(ri.body["choices"][0]["text"], v.decode(through, true));
+  body.erase("include_stop_str_in_output");
   body["stop_token_ids"] = {v.n_tokens()};
   expect_error(post(c, "/v1/completions", body.dump()), 400);
 
