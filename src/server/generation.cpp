@@ -7,6 +7,15 @@ namespace ft::server {
 
 using ojson = nlohmann::ordered_json;
 
+std::vector<int32_t> completion_prompt_ids(const Vocab& vocab, const CompletionRequest& r) {
+  if (!r.prompt_is_ids) return vocab.encode(r.prompt_text, EncodeOptions{/*add_special=*/true, /*parse_special=*/true});
+  for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+    if (r.prompt_ids[i] >= vocab.n_tokens())
+      bad_request("prompt", fmt::format("prompt[{}] = {} is outside the vocabulary (0..{})", i, r.prompt_ids[i],
+                                        vocab.n_tokens() - 1));
+  return r.prompt_ids;
+}
+
 Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
                             const char* what) {
   const int64_t limit = ctx.service->context_limit();

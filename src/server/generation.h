@@ -21,6 +21,10 @@ struct Submitted {
   int32_t prompt_tokens = 0;
 };
 
+/** The token ids of a completions prompt: token ids as given (400 naming the first one outside the
+ *  vocabulary), or the text encoded with the model's special tokens (BOS) and control-token parsing. */
+std::vector<int32_t> completion_prompt_ids(const Vocab& vocab, const CompletionRequest& r);
+
 /** Checks prompt + max_tokens against the context limit (400 context_length_exceeded naming the
  *  numbers; `what` is "messages" or "prompt" for the wording and param) and logit_bias ids against the
  *  vocabulary (400 naming logit_bias), fills the default max_tokens (the rest of the context), and

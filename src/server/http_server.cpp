@@ -90,6 +90,7 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   add_chat_routes(router_, *ctx);
   add_anthropic_routes(router_, *ctx);
   add_completion_routes(router_, *ctx);
+  add_llama_completion_routes(router_, *ctx);
   add_model_routes(router_, *ctx);
   add_stats_routes(router_, *ctx);
   add_health_routes(router_, *ctx);

@@ -85,20 +85,9 @@ void completions(ServerContext& ctx, const std::string& body_text, httplib::Resp
   CompletionRequest r = parse_completion_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   const Vocab& vocab = *ctx.model.vocab;
-  std::vector<int32_t> ids;
-  std::string echo;
-  if (r.prompt_is_ids) {
-    for (size_t i = 0; i < r.prompt_ids.size(); ++i)
-      if (r.prompt_ids[i] >= vocab.n_tokens())
-        bad_request("prompt", fmt::format("prompt[{}] = {} is outside the vocabulary (0..{})", i, r.prompt_ids[i],
-                                          vocab.n_tokens() - 1));
-    ids = r.prompt_ids;
-    // control tokens (BOS) are left out, as in the reply's own text and vLLM's echo
-    if (r.echo) echo = vocab.decode(ids, /*skip_special=*/true);
-  } else {
-    ids = vocab.encode(r.prompt_text, EncodeOptions{/*add_special=*/true, /*parse_special=*/true});
-    if (r.echo) echo = r.prompt_text;
-  }
+  std::vector<int32_t> ids = completion_prompt_ids(vocab, r);
+  std::string echo;  // token ids: control tokens (BOS) left out, as in the reply's own text and vLLM's echo
+  if (r.echo) echo = r.prompt_is_ids ? vocab.decode(ids, /*skip_special=*/true) : r.prompt_text;
   Submitted s = submit_generation(ctx, std::move(ids), r.gen, "prompt");
   const std::string id = ctx.new_id("cmpl-");
   const int64_t created = unix_time();

@@ -12,6 +12,8 @@ void add_chat_routes(Router& r, ServerContext& ctx);
 void add_anthropic_routes(Router& r, ServerContext& ctx);
 /** POST /v1/completions (server/openai_completions.cpp). */
 void add_completion_routes(Router& r, ServerContext& ctx);
+/** POST /completion: llama.cpp server's native completion endpoint (server/llama_completion.cpp). */
+void add_llama_completion_routes(Router& r, ServerContext& ctx);
 /** GET /v1/models, GET /v1/models/{id} (server/models.cpp). */
 void add_model_routes(Router& r, ServerContext& ctx);
 /** GET /v1/stats (JSON) and GET /metrics (Prometheus text) (server/stats.cpp). */

@@ -380,6 +380,67 @@ TEST(Routes, StopTokenIdsAndIncludeStopStrInOutput) {
   EXPECT_EQ(streamed, text.substr(0, text.find(stop) + 2));
 }
 
+TEST(Routes, LlamaCppNativeCompletion) {
+  // llama.cpp's POST /completion: its request fields, its reply shape, its stream (no [DONE]).
+  TestServer s;
+  auto c = s.client();
+  const Vocab& v = testing::demo_vocab();
+  const std::vector<int32_t> ids = v.encode("once upon", EncodeOptions{true, true});
+  const auto toks = s.model().solo_greedy(ids, 12);
+  const std::string want = v.decode(toks, true);
+  Reply r = post(c, "/completion", R"({"prompt":"once upon","n_predict":12,"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["content"], want);
+  EXPECT_EQ(r.body["stop"], true);
+  EXPECT_EQ(r.body["stop_type"], "limit");
+  EXPECT_EQ(r.body["stopping_word"], "");
+  EXPECT_EQ(r.body["tokens_predicted"], 12);
+  EXPECT_EQ(r.body["tokens_evaluated"], ids.size());
+  EXPECT_EQ(r.body["model"], "test-model");
+  EXPECT_EQ(r.body["prompt"], "once upon");
+  EXPECT_EQ(r.body["generation_settings"]["n_predict"], 12);
+  EXPECT_EQ(r.body["generation_settings"]["temperature"], 0.0);
+
+  // a stop string: "word", the text before it
+  const std::string want30 = v.decode(s.model().solo_greedy(ids, 30), true);
+  const std::string stop = stop_string_in(want30);
+  ASSERT_EQ(stop.size(), 2u) << want30;
+  json sb = {{"prompt", "once upon"}, {"n_predict", 30}, {"temperature", 0}, {"ignore_eos", true}, {"stop", {stop}}};
+  Reply st = post(c, "/completion", sb.dump());
+  ASSERT_EQ(st.status, 200) << st.raw;
+  EXPECT_EQ(st.body["content"], want30.substr(0, want30.find(stop)));
+  EXPECT_EQ(st.body["stop_type"], "word");
+  EXPECT_EQ(st.body["stopping_word"], stop);
+
+  // streamed: "data: {content, stop: false}" events, then one with stop: true and the totals
+  auto sr = c.Post("/completion", R"({"prompt":"once upon","n_predict":12,"temperature":0,"ignore_eos":true,"stream":true})",
+                   "application/json");
+  ASSERT_TRUE(sr);
+  const auto ev = sse_events(sr->body);
+  ASSERT_GE(ev.size(), 2u);
+  std::string text;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    ASSERT_NE(ev[i], "[DONE]");
+    json j = json::parse(ev[i]);
+    EXPECT_EQ(j["stop"], false);
+    text += j["content"].get<std::string>();
+  }
+  const json end = json::parse(ev.back());
+  EXPECT_EQ(end["stop"], true);
+  EXPECT_EQ(end["tokens_predicted"], 12);
+  EXPECT_EQ(end["stop_type"], "limit");
+  EXPECT_EQ(text, want);
+
+  // without n_predict it runs to the context's end (llama.cpp's -1), not the OpenAI route's 16 tokens
+  json longp = {{"prompt", std::vector<int32_t>(500, 100)}, {"temperature", 0}, {"ignore_eos", true}};
+  Reply lr = post(c, "/completion", longp.dump());
+  ASSERT_EQ(lr.status, 200) << lr.raw;
+  EXPECT_EQ(lr.body["tokens_predicted"], 512 - 500);
+  // what the route does not do is refused, not ignored
+  expect_error(post(c, "/completion", R"({"prompt":"x","n_probs":3})"), 400);
+  expect_error(post(c, "/completion", R"({"prompt":"x","logprobs":1})"), 400);
+}
+
 TEST(Routes, CompletionsEchoIdsStreamingAndLogprobs) {
   TestServer s;
   auto c = s.client();
