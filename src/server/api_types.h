@@ -17,8 +17,9 @@ namespace ft::server {
 struct GenerationParams {
   std::string model;                  // requested model name; empty: the served model
   std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens / n_predict; none: up to the context limit
-  bool to_context_limit = false;      // llama.cpp's n_predict -1: no route default (completions' 16) applies
-  bool clamp_to_context = false;      // the limit came from n_predict: cut at the context's end, never a 400
+  /** The limit is llama.cpp's n_predict (none: -1, the context's end): no route default (completions'
+   *  16) applies, and a limit past the context's end stops there instead of being refused. */
+  bool from_n_predict = false;
   SamplingParams sampling;            // temperature (default 1), top_p, top_k, min_p, penalties, seed, min_tokens
   std::vector<std::string> stop;      // stop strings (excluded from the output unless include_stop_str)
   std::vector<int32_t> stop_token_ids;  // vLLM's: end generation (their text only with include_stop_str)

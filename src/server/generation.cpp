@@ -22,7 +22,7 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   const int64_t p = static_cast<int64_t>(prompt.size());
   if (prompt.empty()) bad_request(what, fmt::format("The {} produced no tokens", what));
   std::optional<int32_t> max_tokens = gen.max_tokens;
-  if (gen.clamp_to_context && max_tokens && p < limit && p + *max_tokens > limit)
+  if (gen.from_n_predict && max_tokens && p < limit && p + *max_tokens > limit)
     max_tokens = static_cast<int32_t>(limit - p);
   if (max_tokens ? p + *max_tokens > limit : p >= limit) {
     std::string msg = gen.max_tokens

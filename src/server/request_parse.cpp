@@ -155,8 +155,7 @@ GenerationParams parse_generation_params(const ojson& body) {
   if (auto np = get_int(body, "n_predict", -2, kMaxTok)) {
     if (*np == 0) bad_request("n_predict", "'n_predict' must be -1 or -2 (up to the context limit) or at least 1, got 0");
     mt = *np > 0 ? np : std::nullopt;
-    g.to_context_limit = *np < 0;
-    g.clamp_to_context = true;  // llama.cpp stops at the context's end rather than refusing the request
+    g.from_n_predict = true;
   }
   if (mt) g.max_tokens = static_cast<int32_t>(*mt);
   SamplingParams& s = g.sampling;
@@ -390,7 +389,7 @@ CompletionRequest parse_completion_request(const ojson& body) {
   r.gen = parse_generation_params(body);
   // The legacy completions endpoint generates 16 tokens unless told otherwise (OpenAI's documented
   // default, which vLLM keeps); chat completions run to the end of the context.
-  if (!r.gen.max_tokens && !r.gen.to_context_limit) r.gen.max_tokens = kCompletionDefaultMaxTokens;
+  if (!r.gen.max_tokens && !r.gen.from_n_predict) r.gen.max_tokens = kCompletionDefaultMaxTokens;
   r.echo = get_bool(body, "echo", false);
   if (auto lp = get_int(body, "logprobs", 0, 20)) {
     r.gen.logprobs = true;

@@ -5,7 +5,6 @@ namespace ft::server {
 RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
                              bool keep_special, const std::vector<int32_t>& stop_ids, bool include_stop)
     : detok_(vocab, /*skip_special=*/!keep_special, starts_text),
-      stop_strings_(stops),
       stops_(std::move(stops)),
       stop_ids_(stop_ids.begin(), stop_ids.end()),
       include_stop_(include_stop),
@@ -23,7 +22,7 @@ bool RequestStream::on_token(const SampledToken& token, bool eog) {
     stopped = r.stopped;
     if (stopped) {
       stop_index_ = r.stop_index;
-      if (include_stop_) text += stop_strings_[static_cast<size_t>(r.stop_index)];
+      if (include_stop_) text += r.stop;
     }
   }
   {
@@ -42,7 +41,7 @@ void RequestStream::on_finish(const FinishInfo& info) {
     StopMatcher::Result r = stops_.feed(detok_.flush());
     if (r.stopped) stop_index_ = r.stop_index;
     tail = r.stopped ? std::move(r.text) : r.text + stops_.flush();
-    if (r.stopped && include_stop_) tail += stop_strings_[static_cast<size_t>(r.stop_index)];
+    if (r.stopped && include_stop_) tail += r.stop;
   }
   {
     std::lock_guard<std::mutex> lk(mu_);

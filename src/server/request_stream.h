@@ -53,7 +53,6 @@ class RequestStream : public TokenSink {
 
  private:
   Detokenizer detok_;
-  std::vector<std::string> stop_strings_;
   StopMatcher stops_;
   std::unordered_set<int32_t> stop_ids_;
   bool include_stop_;

@@ -27,6 +27,7 @@ StopMatcher::Result StopMatcher::feed(std::string_view text) {
     r.text = buf_.substr(0, best);
     r.stopped = true;
     r.stop_index = index_[which];
+    r.stop = stops_[static_cast<size_t>(which)];
     stopped_ = true;
     buf_.clear();
     return r;

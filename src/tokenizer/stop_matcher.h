@@ -16,6 +16,7 @@ class StopMatcher {
     std::string text;      // safe to stream now
     bool stopped = false;  // a stop string was found; `text` ends right before it
     int stop_index = -1;   // which stop string (index into the constructor's list)
+    std::string stop;      // that stop string, when `stopped`
   };
 
   /** `stops`: stop strings (UTF-8); empty strings are ignored. */

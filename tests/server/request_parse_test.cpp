@@ -268,8 +268,8 @@ TEST(RequestParse, SeedMinusOneIsRandomAndNPredictIsMaxTokens) {
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("seed":-2})")).gen.sampling.seed, static_cast<uint64_t>(-2));
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("seed":4294967295})")).gen.sampling.seed, 4294967295u);
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("n_predict":2})")).gen.max_tokens, 2);
-  EXPECT_TRUE(parse_chat_request(parse_json_body(chat + R"("n_predict":2})")).gen.clamp_to_context);
-  EXPECT_FALSE(parse_chat_request(parse_json_body(chat + R"("max_tokens":2})")).gen.clamp_to_context);
+  EXPECT_TRUE(parse_chat_request(parse_json_body(chat + R"("n_predict":2})")).gen.from_n_predict);
+  EXPECT_FALSE(parse_chat_request(parse_json_body(chat + R"("max_tokens":2})")).gen.from_n_predict);
   EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("n_predict":2,"max_tokens":9})")).gen.max_tokens, 2);
   const ChatRequest unlimited = parse_chat_request(parse_json_body(chat + R"("n_predict":-1,"max_tokens":9})"));
   EXPECT_FALSE(unlimited.gen.max_tokens.has_value());

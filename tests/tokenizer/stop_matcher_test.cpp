@@ -50,6 +50,7 @@ TEST(StopMatcher, HeldPrefixIsReleasedWhenItDoesNotMatch) {
   EXPECT_EQ(m.feed("O").text, "");
   StopMatcher::Result r = m.feed("P!");  // "STOP!" would stop; "STOx" must release
   EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.stop, "STOP");  // the matched string itself (include_stop_str_in_output appends it)
   StopMatcher m2({"STOP"});
   EXPECT_EQ(m2.feed("abc STO").text, "abc ");
   EXPECT_EQ(m2.feed("x and more").text, "STOx and more");
