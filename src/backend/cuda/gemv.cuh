@@ -47,8 +47,8 @@ __device__ __forceinline__ bool expert_weights(const GemvArgs& a, int64_t p, con
  *  previous kernel: thread 0 of each of the first (up to) 128 blocks asks L2 for its 1/128 share of the
  *  matrix's first 32 MB before the PDL wait. Those blocks start while the kernel before still runs,
  *  so the matrix streams into L2 under that kernel's tail and the GEMV then reads it from L2. Expert
- *  mode reads its matrices from ids the router writes: no prefetch there; with GemvArgs::ids_before
- *  (the down GEMV) the kernels load their first chunks into registers before this call instead. */
+ *  mode reads its matrices from ids the router writes: no prefetch there (the int8 lane-group kernel
+ *  loads its first chunks into registers before this call instead, under GemvArgs::ids_before). */
 __device__ __forceinline__ void gemv_enter(const GemvArgs& a) {
   constexpr int64_t kMaxBytes = int64_t{32} << 20, kPiece = int64_t{1} << 20;
   const unsigned pieces = min(gridDim.x, 128u);
@@ -113,31 +113,14 @@ __device__ __forceinline__ void gemv_epilogue(const GemvArgs& a, float (&acc)[MA
     if (t < nt) gemv_store<GLU>(a, acc[t], GLU ? accb[t] : 0.0f, yrow + t, n);
 }
 
-/** U: chunks per lane whose loads the unrolled loop issues together. PRE: the launch may have
- *  GemvArgs::ids_before set, so the one-token kernel holds registers for chunks loaded before the PDL
- *  wait; launches that cannot use them take PRE = false (bf16: 40 registers instead of 80).
- *  MINB: __launch_bounds__' minimum resident blocks per SM (0: the compiler's choice). */
-template <DType WT, int MAXT, bool GLU, int U = 2, bool PRE = true, int MINB = 0>
-__global__ void __launch_bounds__(kGemvWarps * 32, MINB) gemv_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
+/** U: chunks per lane whose loads the unrolled loop issues together. */
+template <DType WT, int MAXT, bool GLU, int U = 2>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
   using D = Dq<WT>;
   constexpr int C = D::kChunk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> ks_log2) + (warp >> ks_log2);
   const int64_t n_chunks = a.K / C, c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
-  // GemvArgs::ids_before: the first problem's first U chunks of the row are loaded before the PDL wait.
-  constexpr bool kPre = PRE && !GLU && MAXT == 1;
-  float wpre[kPre ? U : 1][C];
-  bool pre = false;
-  if constexpr (kPre) {
-    const uint8_t* w0;
-    const uint8_t* w1 = nullptr;
-    if (a.ids_before && a.table && blockIdx.y < n_problems && n < a.N && expert_weights<false>(a, blockIdx.y, w0, w1)) {
-      pre = true;
-#pragma unroll
-      for (int i = 0; i < U; ++i)
-        if (c0 + i * cstep < n_chunks) D::load(w0 + n * a.row_bytes, c0 + i * cstep, wpre[i]);
-    }
-  }
   gemv_enter(a);
   const bool valid = n < a.N;
   if (ks == 1 && !valid) return;  // whole warp leaves; no block barrier below when ks == 1
@@ -179,18 +162,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MINB) gemv_kernel(GemvArgs a,
         }
       }
     };
-    int64_t cfirst = c0;
-    if constexpr (kPre) {
-      if (pre && p == blockIdx.y) {  // the same chunks, in the same order, from the registers
-        const float none[1] = {0.0f};
-#pragma unroll
-        for (int i = 0; i < U; ++i)
-          if (c0 + i * cstep < n_chunks) dot(wpre[i], none, c0 + i * cstep);
-        cfirst = c0 + U * cstep;
-      }
-    }
 #pragma unroll U
-    for (int64_t c = cfirst; valid && c < n_chunks; c += cstep) {
+    for (int64_t c = c0; valid && c < n_chunks; c += cstep) {
       float w[C], w2[GLU ? C : 1];
       D::load(ra, c, w);
       if constexpr (GLU) D::load(rb, c, w2);
@@ -212,16 +185,15 @@ void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cu
   // decode, one lease: 252.2-254.3 -> 254.6-255.0 tok/s at batch 1, +0.6-0.8% at 8 and 32); the block
   // decoders (more registers per chunk) keep 2.
   constexpr int U = WT == DType::BF16 || WT == DType::F16 || WT == DType::F32 ? 4 : 2;
-  // Occupancy bounds these GEMVs (a wave of short-lived blocks, each lane with one round of loads): a
-  // one-token launch without pre-wait loads takes the kernel without their registers, and 16-bit float
-  // launches with them are held to 64 registers (8 blocks per SM instead of 6; a few bytes spill).
-  // H200, bf16 qwen3-30b-a3b decode, one lease: batch 1 251.0 / 252.0 -> 280.0 / 277.5 tok/s, batch 8
-  // 455.6 / 456.8 -> 477.2 / 473.7 (the first change alone: 276.2 / 276.5 and 455.0 / 456.1).
-  constexpr int kPreMinBlocks = WT == DType::BF16 || WT == DType::F16 ? 8 : 0;
+  // The kernel loads no chunk before the PDL wait, even for the expert down GEMV (GemvArgs::ids_before):
+  // registers held for such chunks lowered occupancy more than the early loads gained. Occupancy bounds
+  // these GEMVs (a wave of short-lived blocks, each lane with one round of loads). H200, qwen3-30b-a3b
+  // decode, one lease, against pre-wait loads at <= 64 registers (bf16) / 146-168 (Q5_K): bf16 batch 1
+  // 278.5 / 281.7 -> 294.4 / 289.0 tok/s, batch 8 471.9 / 477.9 -> 519.2 / 513.3; q5_k batch 1
+  // 136.9 / 137.1 -> 141.3 / 142.5, batch 8 188.4 / 188.8 -> 201.2 / 201.7. (Before that, session 14:
+  // pre-wait registers in every one-token launch held bf16 at 80 registers, 251-252 tok/s at batch 1.)
   if (glu) launch_pdl(gemv_kernel<WT, 1, true, U>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
-  else if (maxt == 1 && a.table && a.ids_before)
-    launch_pdl(gemv_kernel<WT, 1, false, U, true, kPreMinBlocks>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
-  else if (maxt == 1) launch_pdl(gemv_kernel<WT, 1, false, U, false>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
+  else if (maxt == 1) launch_pdl(gemv_kernel<WT, 1, false, U>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
   else launch_pdl(gemv_kernel<WT, 8, false>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
 }
 

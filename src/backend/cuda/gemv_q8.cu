@@ -171,11 +171,21 @@ struct Q8View {
 
 constexpr int kWarpsQ8 = kGemvWarps;  // warps per block: kWarpsQ8 / ks output rows
 
+// Minimum resident blocks per SM for __launch_bounds__ (register caps: 65,536 / (128 * blocks)).
+// Occupancy bounds these GEMVs, a wave of short-lived blocks each lane of which issues one round of
+// loads: the lane-group kernels at <= 64 registers (8 blocks; 64-78 uncapped) and the dense one-token
+// 4-row kernel at <= 80 (6 blocks; 88 uncapped), each with a few bytes spilled. H200, q4_k
+// qwen3-30b-a3b decode, one lease, two runs each: batch 1 363.1 / 368.2 -> 378.7 / 379.2 tok/s, batch 8
+// 761.1 / 766.4 -> 795.0 / 793.5 (the lane-group cap alone: 372.0 / 377.9 and 776.7 / 786.0; the dense
+// kernel at <= 64 registers spills 152 bytes).
+constexpr int kLanesMinBlocks = 8;
+constexpr int q8_min_blocks(int maxt, bool glu, int r) { return maxt == 1 && !glu && r == 4 ? 6 : 0; }
+
 /** R output rows per warp (R > 1 only for one token per problem): every row's chunk loads are
  *  issued together and the activation chunk is loaded once for all of them, so each warp keeps R
  *  times the bytes in flight for the same fixed cost (expert-table lookup, reduction, store). */
 template <DType WT, int MAXT, bool GLU, int R>
-__global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
+__global__ void __launch_bounds__(kWarpsQ8 * 32, q8_min_blocks(MAXT, GLU, R)) gemv_q8_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
   static_assert(R == 1 || MAXT == 1, "several rows per warp only for one token");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kWarpsQ8 >> ks_log2) + (warp >> ks_log2)) * R;
@@ -244,7 +254,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_kernel(GemvArgs a, int6
  *  lane keeps nb / L chunks in flight instead of one or two, the reduction is log2(L) shuffles, and
  *  registers stay at one chunk per matrix (so occupancy stays high). */
 template <DType WT, bool GLU, int L>
-__global__ void __launch_bounds__(kWarpsQ8 * 32) gemv_q8_lanes_kernel(GemvArgs a, int64_t n_problems) {
+__global__ void __launch_bounds__(kWarpsQ8 * 32, kLanesMinBlocks) gemv_q8_lanes_kernel(GemvArgs a, int64_t n_problems) {
   constexpr int kRows = 32 / L;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, li = lane & (L - 1);
   const int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp) * kRows + lane / L;

@@ -42,8 +42,8 @@ struct GemvArgs {
   bool q8_ready = false;
   /** ids, the table and the weights they name were written before the previous kernel of the stream
    *  started (the down GEMV of moe_experts: the gate/up GEMV runs between the router or admission and
-   *  it), so a PDL launch may read them before its wait (pdl.cuh): the one-token float and lane-group
-   *  GEMVs then load their first problem's first chunks while the kernel before still runs. */
+   *  it), so a PDL launch may read them before its wait (pdl.cuh): the int8 lane-group GEMV
+   *  (gemv_q8.cu) then loads its first problem's first chunks while the kernel before still runs. */
   bool ids_before = false;
 };
 
