@@ -569,12 +569,24 @@ void launch(const AttnDecodeArgs& a, cudaStream_t s) {
     launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false>, grid, cluster, dim3(kDecWarps * 32), smem, s, a);
 }
 
-/** Query heads per block: 2 of a larger group, so a group of 8 takes 4 blocks per (token, kv head,
- *  split). A block's warps run with little else on their SM, so its time is its instruction count,
- *  which the heads it scores set: each extra block rereads the keys from L2 but shortens the path. */
+/** Query heads per block (GROUP): 2 of a larger group for one token, so a group of 8 takes 4 blocks
+ *  per (token, kv head, split). A block's warps then run with little else on their SM, so its time
+ *  is its instruction count, which the heads it scores set: each extra block rereads the keys from L2
+ *  but shortens the path. From kDecodeGroup4Tokens tokens (cluster launches) the SMs are full and
+ *  fewer, longer blocks win: 4 heads. H200, qwen3-30b-a3b (8 query heads per kv head), prompt 512 /
+ *  gen 128, one lease: q4_k batch 8 774.5 / 777.4 -> 852.6 tok/s, bf16 batch 8 519.5 / 520.5 -> 533.9;
+ *  at batch 1 4 heads lose (q4_k 369.9 -> 351.8), and 8 heads or 1 lose at both. The heads a block
+ *  holds change no arithmetic (each head's scores, softmax and merges are its own), so the choice may
+ *  follow the batch: a graph padded to more tokens equals eager decode bit for bit. */
+constexpr int kDecodeGroup4Tokens = 8;
+
 template <int DPL>
 void launch_group(AttnDecodeArgs a, cudaStream_t s) {
   const int group = a.H / a.G;
+  if (group >= 4 && a.cluster && a.T >= kDecodeGroup4Tokens) {
+    a.hs_log2 = group >= 8 ? 1 : 0;
+    return launch<DPL, 4>(a, s);
+  }
   a.hs_log2 = group >= 8 ? 2 : (group >= 4 ? 1 : 0);
   if (group == 1) launch<DPL, 1>(a, s);
   else launch<DPL, 2>(a, s);
@@ -589,8 +601,8 @@ bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_d
 }
 
 bool attention_decode_writes_q8(int64_t n_head, int64_t n_head_kv, int64_t head_dim) {
-  // A block's output slices (4 dims each) are GROUP * head_dim / 4 consecutive threads (GROUP = 1 or 2,
-  // launch_group): whole warps, and whole chunks per head.
+  // A block's output slices (4 dims each) are GROUP * head_dim / 4 consecutive threads (GROUP = 1, 2 or
+  // 4, launch_group): whole warps, and whole chunks per head (GROUP 4 only where 2 is also possible).
   const int64_t group = n_head / n_head_kv == 1 ? 1 : 2;
   return attention_decode_supports(n_head, n_head_kv, head_dim) && head_dim % 32 == 0 && (group * head_dim) % 128 == 0;
 }
