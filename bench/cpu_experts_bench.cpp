@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/q8_rows.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe/thread_pool.h"
 #include "quant/quant.h"
@@ -50,14 +51,17 @@ Bank& bank(DType t) {
   return t == DType::BF16 ? bf16 : q4k;
 }
 
-void run_layer(benchmark::State& state, DType type) {
+void run_layer(benchmark::State& state, DType type, bool int8 = false) {
   const int k = static_cast<int>(state.range(0));
   const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
   Bank& b = bank(type);
-  CpuExpertExecutor ex(threads, 2000);
+  CpuExpertExecutor ex(threads, 2000, int8);
   std::vector<float> x(kH, 0.01f), out(kH), w(static_cast<size_t>(k), 1.0f / static_cast<float>(k));
   std::vector<int32_t> ids(static_cast<size_t>(k));
   int32_t next = 0;
+  std::vector<float> xr(kH);  // activations of a plausible spread (the int8 path's scales see it)
+  for (int64_t i = 0; i < kH; ++i) xr[static_cast<size_t>(i)] = 0.01f * static_cast<float>((i * 37) % 101 - 50) / 50.0f;
+  x = xr;
   for (auto _ : state) {
     for (int32_t& id : ids) id = next++ % kExperts;
     ex.run({}, Tensor(x.data(), DType::F32, {1, kH}), Tensor(ids.data(), DType::I32, {1, k}),
@@ -70,10 +74,16 @@ void run_layer(benchmark::State& state, DType type) {
 
 void bf16_layer(benchmark::State& state) { run_layer(state, DType::BF16); }
 void q4_k_layer(benchmark::State& state) { run_layer(state, DType::Q4_K); }
+/** --moe-cpu-int8 on: the Q4_K rows meet int8 activations (cpu::dot_rows_q8; AVX-512 VNNI only). */
+void q4_k_int8_layer(benchmark::State& state) {
+  if (!cpu::has_q8_dot(DType::Q4_K)) return state.SkipWithError("no AVX-512 VNNI on this machine");
+  run_layer(state, DType::Q4_K, true);
+}
 
 // Args: {k experts per call, threads (0: one per physical core)}.
 BENCHMARK(bf16_layer)->ArgsProduct({{3, 8}, {1, 2, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

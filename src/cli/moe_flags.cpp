@@ -29,6 +29,11 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
                   "this layer computes; auto: on for the offload and hybrid strategies")
       ->capture_default_str()
       ->group(g);
+  cmd->add_option("--moe-cpu-int8", f.cpu_int8,
+                  "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their Q4_K weights with an "
+                  "int8 form of the activations (AVX-512 VNNI; ~2x faster, ~1e-4 relative from fp32); off: fp32")
+      ->capture_default_str()
+      ->group(g);
   cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens,
                   "KV tokens kept free when sizing the expert cache (default: the KV cache allocated, --kv-tokens; "
                   "ft bench: 8192, a server's default)")
@@ -80,6 +85,9 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
   if (o.prefetch == MoeOptions::Prefetch::kOn && no_cache)
     fail(ErrorCode::kInvalidArgument, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid ({} has no expert "
          "cache)", f.strategy);
+  if (f.cpu_int8 != "on" && f.cpu_int8 != "off")
+    fail(ErrorCode::kInvalidArgument, "--moe-cpu-int8 {} must be on or off", f.cpu_int8);
+  o.cpu_int8 = f.cpu_int8 == "on";
   if (f.kv_reserve_tokens && *f.kv_reserve_tokens < 0)
     fail(ErrorCode::kInvalidArgument, "--kv-reserve-tokens {} must be >= 0", *f.kv_reserve_tokens);
   if (f.decode_log_interval < 0)

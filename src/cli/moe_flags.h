@@ -2,6 +2,7 @@
 // The MoE expert-offload flags shared by `ft run`, `ft serve` and `ft bench` (issue 7; registered with
 // the other engine flags by cli/engine_flags.h): --moe-strategy,
 // --moe-cache-slots | --moe-cache-rate | --moe-cache-auto, --moe-cpu-layers, --moe-fetch-cap, --moe-prefetch,
+// --moe-cpu-int8,
 // --kv-reserve-tokens, --gpu-memory-limit (GiB), --decode-log-interval.
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -20,6 +21,7 @@ struct MoeFlags {
   std::string cpu_layers;
   std::optional<int32_t> fetch_cap;
   std::string prefetch = "auto";
+  std::string cpu_int8 = "on";
   std::optional<int64_t> kv_reserve_tokens;  // unset: the engine default (the KV cache it allocates)
   std::optional<double> gpu_memory_limit_gib;
   int64_t decode_log_interval = 0;
@@ -32,7 +34,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  bytes, decode_log_interval). Throws ft::Error(kInvalidArgument) naming the flags for an unknown
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
- *  on|off, and out-of-range values. */
+ *  on|off, --moe-cpu-int8 other than on|off, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 
 }  // namespace ft::cli

@@ -113,6 +113,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid));
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
+  ro.cpu_int8 = config.moe.cpu_int8;
   // With a GPU the executor runs on a dispatcher thread (moe/host_exchange.h) while the engine's thread
   // launches and waits on the steps: one core stays with it. All cores for the executor put a 17th
   // busy thread on 16 cores, and a layer waits for its descheduled worker (H200 machine, qwen3-30b-a3b

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/q8_rows.h"
 #include "backend/cpu/simd.h"
 #include "util/error.h"
 
@@ -38,6 +39,13 @@ void dot_tile(const float* x, const float* w, int64_t K, int64_t nr, float* y) {
  *  only costs; with more, decoding once and reusing the tile is cheaper. Same bits either way. */
 bool fused(const Tensor& w, int64_t n_inputs) { return n_inputs == 1 && cpu::has_fused_dot(w.dtype); }
 
+/** dot_tile over rows [r0, r0 + nr) of x's int8 form and w [N, K] as stored (cpu::dot_rows_q8). */
+void q8_dot_tile(const cpu::Q8Row& x, const Tensor& w, int64_t r0, int64_t nr, float* y) {
+  const int64_t rb = w.row_bytes();
+  for (int64_t r = 0; r < nr; r += 4)
+    cpu::dot_rows_q8(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, static_cast<int>(std::min<int64_t>(4, nr - r)), y + r);
+}
+
 /** dot_tile over rows [r0, r0 + nr) of w [N, K] as stored (cpu::dot_rows_stored). */
 void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, float* y) {
   const int64_t K = w.dim(1), rb = w.row_bytes();
@@ -48,8 +56,8 @@ void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, fl
 
 }  // namespace
 
-CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us)
-    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us) {
+CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations)
+    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us), int8_(int8_activations) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
 }
 
@@ -119,6 +127,22 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     cpu::to_f32(DType::BF16, x.data, x_f32_.data(), T * H);
     xf = x_f32_.data();
   }
+  // int8 activations (int8_): a single-input expert's weights of a type cpu::dot_rows_q8 takes are
+  // dotted with x's (and h's) int8 form; the others as above.
+  auto int8 = [&](const Tensor& w, int64_t n_inputs) {
+    return int8_ && n_inputs == 1 && w.dim(1) % 256 == 0 && cpu::has_q8_dot(w.dtype);
+  };
+  bool any_x8 = false;
+  for (const Group& g : groups_)
+    any_x8 = any_x8 || int8(bank.gate[static_cast<size_t>(g.expert)], g.n) || int8(bank.up[static_cast<size_t>(g.expert)], g.n);
+  const int64_t x8_bytes = cpu::q8_row_bytes(H), h8_bytes = cpu::q8_row_bytes(max_ff);
+  x8_rows_.clear();
+  if (any_x8) {  // H is whole 256-blocks: the Q4_K rows are
+    if (static_cast<int64_t>(x8_.size()) < T * x8_bytes) x8_.resize(static_cast<size_t>(T * x8_bytes));
+    for (int64_t t = 0; t < T; ++t) x8_rows_.push_back(cpu::quantize_q8_row(xf + t * H, H, x8_.data() + t * x8_bytes));
+  }
+  if (static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes) h8_.resize(static_cast<size_t>(n_pairs * h8_bytes));
+  h8_rows_.assign(static_cast<size_t>(n_pairs), cpu::Q8Row{});
   if (static_cast<int64_t>(h_.size()) < n_pairs * max_ff) h_.resize(static_cast<size_t>(n_pairs * max_ff));
   if (static_cast<int64_t>(y_.size()) < T * k * H) y_.resize(static_cast<size_t>(T * k * H));
   const int64_t wbuf_need = 2 * kRowTile * std::max(H, max_ff);
@@ -136,6 +160,11 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   const auto n_gate_up = static_cast<int64_t>(tasks_.size());
   pending_.assign(groups_.size(), 0);
   for (const Task& t : tasks_) ++pending_[static_cast<size_t>(t.group)];
+  // A group whose down GEMV takes h's int8 form counts one more step: its last gate/up task
+  // quantizes h, and only then do the group's down tasks start.
+  h8_stage_.assign(groups_.size(), 0);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (int8(bank.down[static_cast<size_t>(groups_[g].expert)], groups_[g].n)) h8_stage_[g] = 1, ++pending_[g];
   for (size_t g = 0; g < groups_.size(); ++g)
     for (int64_t r = 0; r < H; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
   auto gate_up = [&](const Task& task, int worker) {
@@ -144,14 +173,18 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
     const Tensor& gate = bank.gate[static_cast<size_t>(G.expert)];
     const Tensor& up = bank.up[static_cast<size_t>(G.expert)];
-    const float* wg = fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0);
-    const float* wu = fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H);
+    const bool g8 = int8(gate, G.n), u8 = int8(up, G.n);
+    const float* wg = g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0);
+    const float* wu = u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H);
     float gv[kRowTile], uv[kRowTile];
     for (int64_t r = 0; r < G.n; ++r) {
-      const float* xt = xf + (pair_index_[static_cast<size_t>(G.begin + r)] / k) * H;
-      if (wg) dot_tile(xt, wg, H, nr, gv);
+      const int64_t t = pair_index_[static_cast<size_t>(G.begin + r)] / k;
+      const float* xt = xf + t * H;
+      if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
+      else if (wg) dot_tile(xt, wg, H, nr, gv);
       else stored_dot_tile(xt, gate, task.row0, nr, gv);
-      if (wu) dot_tile(xt, wu, H, nr, uv);
+      if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
+      else if (wu) dot_tile(xt, wu, H, nr, uv);
       else stored_dot_tile(xt, up, task.row0, nr, uv);
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
@@ -161,12 +194,14 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const Group& G = groups_[static_cast<size_t>(task.group)];
     const int64_t nr = std::min(kRowTile, H - task.row0);
     const Tensor& dw = bank.down[static_cast<size_t>(G.expert)];
-    const float* wd = fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0);
+    const bool d8 = h8_stage_[static_cast<size_t>(task.group)] != 0;
+    const float* wd = d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0);
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t pair = pair_index_[static_cast<size_t>(G.begin + r)];
       const float* hp = h_.data() + (G.begin + r) * max_ff;
       float* yp = y_.data() + pair * H + task.row0;
-      if (wd) dot_tile(hp, wd, G.F, nr, yp);
+      if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
+      else if (wd) dot_tile(hp, wd, G.F, nr, yp);
       else stored_dot_tile(hp, dw, task.row0, nr, yp);
     }
   };
@@ -177,12 +212,25 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       while (pending.load(std::memory_order_acquire) > 0) cpu_relax();
       return down(task, worker);
     }
-    // Counted down even when the task throws: a down task of this expert may already be waiting.
-    struct Done {
-      std::atomic_ref<int32_t>& p;
-      ~Done() { p.fetch_sub(1, std::memory_order_release); }
-    } done{pending};
-    gate_up(task, worker);
+    // Counted down even when the task throws: a down task of this expert may already be waiting. The
+    // group's last gate/up task first quantizes its h where the down GEMV takes the int8 form (the
+    // acquire sees every task's h; the release hands the int8 rows to the down tasks).
+    const int32_t stage = h8_stage_[static_cast<size_t>(task.group)];
+    auto finish = [&] {
+      if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1 + stage || stage == 0) return;
+      const Group& G = groups_[static_cast<size_t>(task.group)];
+      for (int64_t r = 0; r < G.n; ++r)  // G.F is whole 256-blocks (int8 below)
+        h8_rows_[static_cast<size_t>(G.begin + r)] =
+            cpu::quantize_q8_row(h_.data() + (G.begin + r) * max_ff, G.F, h8_.data() + (G.begin + r) * h8_bytes);
+      pending.fetch_sub(1, std::memory_order_release);
+    };
+    try {
+      gate_up(task, worker);
+    } catch (...) {
+      finish();
+      throw;
+    }
+    finish();
   });
   // Phase 3: out[t] (=|+=) sum_j w[t, j] * y[t, j], j in order.
   float* o = out.ptr<float>();

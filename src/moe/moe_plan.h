@@ -41,6 +41,8 @@ struct MoeOptions {
   /** --moe-prefetch: fetch the next layer's predicted experts ahead. Auto: on for the offload and
    *  hybrid strategies (both measured faster with it on the H200). */
   enum class Prefetch { kAuto, kOn, kOff } prefetch = Prefetch::kAuto;
+  /** --moe-cpu-int8: the CPU expert executor's int8 activations (CpuExpertExecutor). */
+  bool cpu_int8 = true;
 };
 
 struct MoePlan {

@@ -52,7 +52,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
-    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us);
+    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us, opt_.cpu_int8);
     spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}", cpu_->n_threads(),
                  physical_core_count(), cpu::simd_level());
     int64_t H = 0;

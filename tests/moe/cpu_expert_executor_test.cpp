@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/q8_rows.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe_test_util.h"
 #include "tensor/half.h"
@@ -100,6 +102,51 @@ TEST(CpuExpertExecutor, AnExpertThatFailsThrowsAndTheNextCallRuns) {
   CpuOps(1).moe_experts({}, tx, ti, tw, s.banks[0], Tensor(want.data(), DType::F32, {1, H}));
   ex.run({}, tx, ti, tw, s.banks[0], Tensor(got.data(), DType::F32, {1, H}));
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+}
+
+TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
+  // --moe-cpu-int8: single-input experts' Q4_K rows meet int8 forms of x and h (cpu::dot_rows_q8).
+  // Against the fp32 CPU backend: within 2e-4 (relative L2), never bit-identical where the int8 path
+  // ran (it did run), the same bits at any thread count; experts with several inputs and a failing
+  // expert behave as in fp32 mode.
+  if (!cpu::has_q8_dot(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  const int64_t F = 512, H = 768;
+  SyntheticExperts s;
+  s.add_layer(8, F, H, DType::Q4_K, DType::Q4_K, 21);
+  CpuOps ops(1);
+  CpuExpertExecutor one(1, 0, true), three(3, 0, true);
+  EXPECT_TRUE(three.int8_activations());
+  EXPECT_FALSE(CpuExpertExecutor(1).int8_activations());
+  for (int64_t T : {1, 6}) {  // 6 tokens: some experts take several inputs (fp32 path), some one
+    SCOPED_TRACE(T);
+    const int64_t k = 3;
+    std::mt19937 rng(static_cast<uint32_t>(T));
+    std::vector<int32_t> ids = random_routes(T, k, 8, 0.0, rng);
+    std::vector<float> w = random_floats(ids.size(), 22, 0.0f, 1.0f), x = random_floats(T * H, 23);
+    std::vector<float> want(T * H), got1(T * H), got3(T * H);
+    Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+    ops.moe_experts({}, tx, ti, tw, s.banks[0], Tensor(want.data(), DType::F32, {T, H}));
+    one.run({}, tx, ti, tw, s.banks[0], Tensor(got1.data(), DType::F32, {T, H}));
+    three.run({}, tx, ti, tw, s.banks[0], Tensor(got3.data(), DType::F32, {T, H}));
+    EXPECT_EQ(std::memcmp(got1.data(), got3.data(), got1.size() * 4), 0);
+    EXPECT_NE(std::memcmp(got1.data(), want.data(), want.size() * 4), 0) << "the int8 path did not run";
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) num += std::pow(got1[i] - want[i], 2), den += std::pow(want[i], 2);
+    EXPECT_LT(std::sqrt(num / den), 2e-4);  // 6.3e-5 and 1.8e-5 here
+    EXPECT_GT(den, 0);
+  }
+  // A failing expert (no decoder for its gate) still releases the down tasks waiting on its h.
+  ExpertBank bad = s.banks[0];
+  std::vector<uint8_t> junk(static_cast<size_t>(F * H * 2));
+  bad.gate[2] = Tensor(junk.data(), DType::Q8_K, {F, H});
+  std::vector<int32_t> ids = {0, 1, 2, 3};
+  std::vector<float> w = {0.1f, 0.2f, 0.3f, 0.4f}, x = random_floats(H, 8), got(H);
+  Tensor tx(x.data(), DType::F32, {1, H}), ti(ids.data(), DType::I32, {1, 4}), tw(w.data(), DType::F32, {1, 4});
+  for (int i = 0; i < 10; ++i) EXPECT_THROW(three.run({}, tx, ti, tw, bad, Tensor(got.data(), DType::F32, {1, H})), Error);
+  std::vector<float> again(H);
+  three.run({}, tx, ti, tw, s.banks[0], Tensor(got.data(), DType::F32, {1, H}));
+  one.run({}, tx, ti, tw, s.banks[0], Tensor(again.data(), DType::F32, {1, H}));
+  EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0);
 }
 
 TEST(CpuExpertExecutor, PartialSumsAddUpToTheWhole) {

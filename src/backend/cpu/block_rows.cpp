@@ -229,17 +229,6 @@ __attribute__((target("avx2"))) void decode_blocks_avx2(const uint8_t* src, floa
 // result equals to_f32 followed by dot_rows bit for bit, without writing the decoded row out and
 // reading it back. Rows r < RR start at w + r * rb. ----
 
-/** Prefetches bytes [off, off + len) of `next`, the rows that follow the ones being dotted. A fused
- *  kernel over RR rows calls it once per step with len = the bytes per step of all RR rows, so the
- *  next RR rows are in cache when the caller reaches them: rows of experts are short (a Q4_K row of
- *  2048 is 1,152 bytes), and RR interleaved short streams defeat the hardware prefetcher (measured:
- *  a Q4_K tile from DRAM 2.1 GB/s per core without this against 2.75 for decode-then-dot; 4.6 with
- *  it). BF16 rows of 4 KB and more stream well on their own and lose ~8% to the extra instructions
- *  (kShortBf16Row); at 1.5 KB (an expert's down row) prefetching gains ~25%. */
-inline void prefetch_next(const uint8_t* next, int64_t off, int64_t len) {
-  for (int64_t o = off & ~int64_t{63}; o < off + len; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
-}
-
 constexpr int64_t kShortBf16Row = 4096;  // bytes: shorter BF16 rows are prefetched (prefetch_next)
 
 template <int RR>

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the CPU backend's SIMD kernels (simd.cpp: level and dot tiles; block_rows.cpp: stored
-// weight rows): the level this process runs at and helpers both use.
+// weight rows; q8_rows.cpp: int8 activations): the level this process runs at and helpers they use.
 
 // GCC 12's AVX-512 headers self-initialise _mm512_undefined_*() values, which -Wuninitialized flags
 // at every inlined use (a known false positive); silenced for the two files that include this.
@@ -24,6 +24,17 @@ __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   return _mm_cvtss_f32(lo);
+}
+
+/** Prefetches bytes [off, off + len) of `next`, the rows that follow the ones being dotted. A fused
+ *  kernel over RR rows calls it once per step with len = the bytes per step of all RR rows, so the
+ *  next RR rows are in cache when the caller reaches them: rows of experts are short (a Q4_K row of
+ *  2048 is 1,152 bytes), and RR interleaved short streams defeat the hardware prefetcher (measured:
+ *  a Q4_K tile from DRAM 2.1 GB/s per core without this against 2.75 for decode-then-dot; 4.6 with
+ *  it). BF16 rows of 4 KB and more stream well on their own and lose ~8% to the extra instructions
+ *  (kShortBf16Row); at 1.5 KB (an expert's down row) prefetching gains ~25%. */
+inline void prefetch_next(const uint8_t* next, int64_t off, int64_t len) {
+  for (int64_t o = off & ~int64_t{63}; o < off + len; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
 }
 
 }  // namespace ft::cpu

@@ -1,0 +1,201 @@
+#include "backend/cpu/q8_rows.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+#include "backend/cpu/simd.h"
+#include "backend/cpu/simd_level.h"
+#include "quant/blocks.h"
+#include "tensor/half.h"
+#include "util/error.h"
+
+namespace ft::cpu {
+namespace {
+
+constexpr int64_t kBlock = 256, kSub = 32;
+// Where sub-block j of a 256-element block sits in the stored q1 / q2 order: the order in which a
+// Q4_K block's two 64-byte loads yield their nibbles (low of bytes 0-63: sub-blocks 0 and 2; high:
+// 1 and 3; then 4, 6 and 5, 7). The permutation is its own inverse.
+constexpr int kSubPos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+/** round(v) clamped to [-127, 127]; NaN gives 0 (no undefined float-to-int conversion). */
+int8_t round_clamp(float v) {
+  if (!(v == v)) return 0;
+  if (v <= -127.0f) return -127;
+  if (v >= 127.0f) return 127;
+  return static_cast<int8_t>(std::nearbyint(v));
+}
+
+/** Q4_K x int8 rows: per 256-element block, the 4-bit values (as u8) times q1 and q2 in 16-bit
+ *  pair sums (vpmaddubsw: at most 2 * 15 * 127), then those times the sub-block's 6-bit scale
+ *  summed into int32 lanes (vpdpwssd: at most 1.9M per lane over a block), one float conversion
+ *  per block scaled by d_w * d_x, and the mins' term dmin * sum_j m_j * sums_j on 8 lanes. */
+template <int RR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void dot_q4k_vnni(const Q8Row& x,
+                                                                                            const uint8_t* w,
+                                                                                            int64_t rb, float* out) {
+  alignas(64) static const int16_t kIdx[4][32] = {
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2},
+      {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+      {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6},
+      {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
+  __m512i idx[4];
+  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(kIdx[k]);
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
+  __m512 acc[RR];
+  __m256 accm[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+  const int64_t nb = x.n / kBlock;
+  constexpr size_t kQs = offsetof(quant::BlockQ4_K, qs), kScales = offsetof(quant::BlockQ4_K, scales);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i x1[4], x2[4];
+    for (int k = 0; k < 4; ++k) {
+      x1[k] = _mm512_loadu_si512(x.q1 + b * kBlock + 64 * k);
+      x2[k] = _mm512_loadu_si512(x.q2 + b * kBlock + 64 * k);
+    }
+    const float dx = x.d[b];
+    const __m256 sums = _mm256_loadu_ps(x.sums + 8 * b);
+    constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
+    prefetch_next(w + RR * rb, b * kBytes * RR, kBytes * RR);  // the next RR rows (simd_level.h)
+    for (int r = 0; r < RR; ++r) {
+      const uint8_t* blk = w + r * rb + b * kBytes;
+      uint16_t dh[2];
+      std::memcpy(dh, blk, 4);
+      // The 6-bit scales and mins (ggml-quants.c get_scale_min_k4), as block_rows.cpp's Q4_KRows::prep.
+      uint32_t q[3];
+      std::memcpy(q, blk + kScales, 12);
+      const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
+      const uint32_t sc_lo = q[0] & low6, m_lo = q[1] & low6;
+      const uint32_t sc_hi = (q[2] & nib) | (((q[0] >> 6) & top2) << 4);
+      const uint32_t m_hi = ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4);
+      const __m512i sc16 = _mm512_castsi128_si512(
+          _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
+      const __m256 mins = _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
+      accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins), sums, accm[r]);
+      const __m512i z0 = _mm512_loadu_si512(blk + kQs), z1 = _mm512_loadu_si512(blk + kQs + 64);
+      const __m512i wq[4] = {_mm512_and_si512(z0, low), _mm512_and_si512(_mm512_srli_epi16(z0, 4), low),
+                             _mm512_and_si512(z1, low), _mm512_and_si512(_mm512_srli_epi16(z1, 4), low)};
+      __m512i a1 = _mm512_setzero_si512(), a2 = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
+        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(wq[k], x1[k]), sc);
+        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(wq[k], x2[k]), sc);
+      }
+      const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), inv254, _mm512_cvtepi32_ps(a1));
+      acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(f16_to_f32(dh[0]) * dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum256(accm[r]);
+}
+
+using Q8DotFn = void (*)(const Q8Row&, const uint8_t*, int64_t, float*);
+const Q8DotFn kQ4KDots[4] = {dot_q4k_vnni<1>, dot_q4k_vnni<2>, dot_q4k_vnni<3>, dot_q4k_vnni<4>};
+
+bool vnni() {
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") != 0;
+  }();
+  return v;
+}
+
+/** One 256-element block of quantize_q8_row, scalar: the same q1, q2 and d as the AVX-512 form
+ *  (IEEE division, one rounding per operation: the file is compiled with -ffp-contract=off, and
+ *  nearbyint rounds half to even as vroundscaleps does); the sums in element order. */
+void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sums) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const float db = amax / 127.0f;
+  const bool live = db > 0.0f && std::isfinite(db);
+  *d = live ? db : 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    float s = 0.0f;
+    for (int64_t t = 0; t < kSub; ++t) {
+      const float v = x[j * kSub + t];
+      int8_t a = 0, c = 0;
+      if (live) {
+        a = round_clamp(v / db);
+        c = round_clamp((v - db * static_cast<float>(a)) * (254.0f / db));
+      }
+      q1[kSubPos[j] * kSub + t] = a, q2[kSubPos[j] * kSub + t] = c;
+      s += *d * (static_cast<float>(a) + static_cast<float>(c) * (1.0f / 254.0f));
+    }
+    sums[j] = s;
+  }
+}
+
+/** round(v) clamped to [-127, 127] on 16 lanes (NaN lanes: 0), as int8. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i round_clamp16(__m512 v) {
+  const __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+  const __m512 z = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), c);  // NaN -> 0
+  return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(z));
+}
+
+/** quantize_block on AVX-512: 16 lanes at a time; each sub-block's sum reduced by
+ *  _mm512_reduce_add_ps of its two vectors' sum. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(const float* x, int8_t* q1,
+                                                                                int8_t* q2, float* d, float* sums) {
+  __m512 m = _mm512_setzero_ps();
+  // vmaxps returns its second operand when either is NaN, so a NaN lane leaves m as it was (as fmax).
+  for (int64_t i = 0; i < kBlock; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);
+  const float db = _mm512_reduce_max_ps(m) / 127.0f;
+  const bool live = db > 0.0f && std::isfinite(db);
+  *d = live ? db : 0.0f;
+  const __m512 vd = _mm512_set1_ps(db), vr = _mm512_set1_ps(254.0f / db), inv254 = _mm512_set1_ps(1.0f / 254.0f);
+  for (int j = 0; j < 8; ++j) {
+    __m512 s = _mm512_setzero_ps();
+    for (int h = 0; h < 2; ++h) {
+      const int64_t t = j * kSub + 16 * h, o = kSubPos[j] * kSub + 16 * h;
+      if (!live) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + o), _mm_setzero_si128());
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + o), _mm_setzero_si128());
+        continue;
+      }
+      const __m512 v = _mm512_loadu_ps(x + t);
+      const __m128i a = round_clamp16(_mm512_div_ps(v, vd));
+      const __m512 af = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a));
+      const __m128i c = round_clamp16(_mm512_mul_ps(_mm512_sub_ps(v, _mm512_mul_ps(vd, af)), vr));
+      const __m512 cf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + o), a);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + o), c);
+      s = _mm512_add_ps(s, _mm512_mul_ps(vd, _mm512_add_ps(af, _mm512_mul_ps(cf, inv254))));
+    }
+    sums[j] = live ? _mm512_reduce_add_ps(s) : 0.0f;
+  }
+}
+
+}  // namespace
+
+int64_t q8_row_bytes(int64_t n) { return 2 * n + (n / kBlock) * 4 + (n / kSub) * 4; }
+
+Q8Row quantize_q8_row(const float* x, int64_t n, void* buf) {
+  if (n <= 0 || n % kBlock != 0)
+    fail(ErrorCode::kInvalidArgument, "quantize_q8_row: {} elements are not whole blocks of {}", n, kBlock);
+  auto* base = static_cast<uint8_t*>(buf);
+  auto* q1 = reinterpret_cast<int8_t*>(base);
+  auto* q2 = q1 + n;
+  auto* d = reinterpret_cast<float*>(base + 2 * n);
+  float* sums = d + n / kBlock;
+  const bool wide = simd_level_id() == SimdLevel::kAvx512;
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    if (wide) quantize_block_avx512(x + b * kBlock, q1 + b * kBlock, q2 + b * kBlock, d + b, sums + 8 * b);
+    else quantize_block(x + b * kBlock, q1 + b * kBlock, q2 + b * kBlock, d + b, sums + 8 * b);
+  }
+  return Q8Row{q1, q2, d, sums, n};
+}
+
+bool has_q8_dot(DType type) { return type == DType::Q4_K && simd_level_id() == SimdLevel::kAvx512 && vnni(); }
+
+void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, int rows, float* out) {
+  FT_CHECK(rows >= 1 && rows <= 4);
+  if (!has_q8_dot(type))
+    fail(ErrorCode::kUnsupported, "dot_rows_q8: no int8 kernel for {} on this machine (SIMD level {})", dtype_name(type),
+         simd_level());
+  kQ4KDots[rows - 1](x, static_cast<const uint8_t*>(w), row_bytes, out);
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,132 @@
+// The CPU int8 activation form (quantize_q8_row) and the Q4_K x int8 dot (dot_rows_q8) against
+// double-precision references: the quantized values, their layout and sums; the dot against the
+// dequantized weights times the quantized activations, and against the float activations.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/q8_rows.h"
+#include "quant/quant.h"
+#include "tensor/dtype.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+constexpr int kPos[8] = {0, 2, 1, 3, 4, 6, 5, 7};  // stored place of sub-block j (q8_rows.h)
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+/** Element i's quantized value d * (q1 + q2 / 254), read through the stored order. */
+double quantized(const cpu::Q8Row& q, int64_t i) {
+  const int64_t b = i / 256, j = (i % 256) / 32, o = b * 256 + kPos[j] * 32 + i % 32;
+  return static_cast<double>(q.d[b]) * (q.q1[o] + q.q2[o] / 254.0);
+}
+
+TEST(Q8Rows, QuantizeKeepsFifteenBitsAndTheSums) {
+  const int64_t n = 768;
+  std::vector<float> x = random_floats(n, 7, 0.5f);
+  for (int64_t i = 256; i < 512; ++i) x[static_cast<size_t>(i)] = 0.0f;  // a block of zeros
+  x[600] = 9.0f;                                                          // an outlier sets its block's scale
+  std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(n)));
+  const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), n, buf.data());
+  EXPECT_EQ(q.n, n);
+  EXPECT_EQ(q.d[1], 0.0f);
+  EXPECT_FLOAT_EQ(q.d[2], 9.0f / 127.0f);
+  int mismatches = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = q.d[i / 256];
+    EXPECT_NEAR(quantized(q, i), x[static_cast<size_t>(i)], d / 254.0 * 0.5 + 1e-7 * d) << i;
+    // The terms exactly as specified (the scalar and AVX-512 forms must agree: the SimdLevels test
+    // runs this one on every level).
+    const float v = x[static_cast<size_t>(i)];
+    auto rc = [](float f) { return static_cast<int>(std::nearbyint(std::fmin(127.0f, std::fmax(-127.0f, f)))); };
+    const int a = d > 0.0f ? rc(v / d) : 0;
+    const float rest = v - d * static_cast<float>(a);
+    const int c = d > 0.0f ? rc(rest * (254.0f / d)) : 0;
+    const int64_t o = (i / 256) * 256 + kPos[(i % 256) / 32] * 32 + i % 32;
+    mismatches += q.q1[o] != a || q.q2[o] != c;
+  }
+  EXPECT_EQ(mismatches, 0);
+  for (int64_t j = 0; j < n / 32; ++j) {
+    double s = 0.0, mag = 0.0;
+    for (int64_t i = 32 * j; i < 32 * j + 32; ++i) s += quantized(q, i), mag += std::fabs(quantized(q, i));
+    EXPECT_NEAR(q.sums[j], s, 1e-6 * mag + 1e-12) << "sub-block " << j;
+  }
+  EXPECT_EQ(q.sums[8], 0.0f);
+}
+
+TEST(Q8Rows, NonFiniteInputsAndBadLengthsAreHandled) {
+  std::vector<float> x(256, 1.0f);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  x[4] = std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(256)));
+  const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), 256, buf.data());  // defined values, no trap
+  EXPECT_EQ(q.d[0], 0.0f);                                                // an infinite scale is dropped
+  try {
+    cpu::quantize_q8_row(x.data(), 100, buf.data());
+    FAIL() << "100 elements accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Q8Rows, Q4KDotEqualsTheDequantizedSum) {
+  if (!cpu::has_q8_dot(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  EXPECT_FALSE(cpu::has_q8_dot(DType::Q6_K));
+  for (int64_t K : {256, 2048}) {
+    SCOPED_TRACE(K);
+    const int rows = 4;
+    const int64_t rb = dtype_bytes(DType::Q4_K, K);
+    std::vector<float> wf = random_floats(rows * K, 11 + static_cast<uint32_t>(K), 0.05f);
+    std::vector<uint8_t> w(static_cast<size_t>(rows * rb));
+    for (int r = 0; r < rows; ++r) quantize_row(DType::Q4_K, wf.data() + r * K, w.data() + r * rb, K);
+    std::vector<float> x = random_floats(K, 3, 1.0f);
+    std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(K)));
+    const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), K, buf.data());
+    float all[4];
+    cpu::dot_rows_q8(DType::Q4_K, q, w.data(), rb, rows, all);
+    std::vector<float> wd(static_cast<size_t>(K));
+    for (int r = 0; r < rows; ++r) {
+      dequantize_row(DType::Q4_K, w.data() + r * rb, wd.data(), K);
+      double exact = 0.0, mag = 0.0, fp = 0.0, fmag = 0.0;
+      for (int64_t i = 0; i < K; ++i) {
+        exact += wd[static_cast<size_t>(i)] * quantized(q, i), mag += std::fabs(wd[static_cast<size_t>(i)] * quantized(q, i));
+        fp += static_cast<double>(wd[static_cast<size_t>(i)]) * x[static_cast<size_t>(i)];
+        fmag += std::fabs(static_cast<double>(wd[static_cast<size_t>(i)]) * x[static_cast<size_t>(i)]);
+      }
+      EXPECT_NEAR(all[r], exact, 2e-6 * mag) << "row " << r;
+      EXPECT_NEAR(all[r], fp, 1e-4 * fmag) << "row " << r << ": against the float activations";
+      float one;  // a row's result does not depend on the rows dotted with it
+      cpu::dot_rows_q8(DType::Q4_K, q, w.data() + r * rb, rb, 1, &one);
+      EXPECT_EQ(std::memcmp(&one, &all[r], 4), 0) << "row " << r;
+    }
+  }
+}
+
+TEST(Q8Rows, UnsupportedTypesAreRefused) {
+  std::vector<float> x(256, 0.5f);
+  std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(256))), w(64 * 256);
+  const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), 256, buf.data());
+  float out;
+  try {
+    cpu::dot_rows_q8(DType::Q8_0, q, w.data(), 272, 1, &out);
+    FAIL() << "Q8_0 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
