@@ -39,6 +39,9 @@ void dot_tile(const float* x, const float* w, int64_t K, int64_t nr, float* y) {
  *  only costs; with more, decoding once and reusing the tile is cheaper. Same bits either way. */
 bool fused(const Tensor& w, int64_t n_inputs) { return n_inputs == 1 && cpu::has_fused_dot(w.dtype); }
 
+/** The first 64-byte aligned address at or after p. */
+uint8_t* align64(uint8_t* p) { return p + ((64 - reinterpret_cast<uintptr_t>(p) % 64) % 64); }
+
 /** dot_tile over rows [r0, r0 + nr) of x's int8 form and w [N, K] as stored (cpu::dot_rows_q8). */
 void q8_dot_tile(const cpu::Q8Row& x, const Tensor& w, int64_t r0, int64_t nr, float* y) {
   const int64_t rb = w.row_bytes();
@@ -127,21 +130,23 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     cpu::to_f32(DType::BF16, x.data, x_f32_.data(), T * H);
     xf = x_f32_.data();
   }
-  // int8 activations (int8_): a single-input expert's weights of a type cpu::dot_rows_q8 takes are
-  // dotted with x's (and h's) int8 form; the others as above.
-  auto int8 = [&](const Tensor& w, int64_t n_inputs) {
-    return int8_ && n_inputs == 1 && w.dim(1) % 256 == 0 && cpu::has_q8_dot(w.dtype);
-  };
+  // int8 activations (int8_): weights of a type cpu::dot_rows_q8 takes are dotted with x's (and h's)
+  // int8 form, every input of the expert alike, so a pair's result does not depend on the other
+  // tokens of the step (the engine's batch invariance); other weights as above.
+  auto int8 = [&](const Tensor& w) { return int8_ && w.dim(1) % 256 == 0 && cpu::has_q8_dot(w.dtype); };
   bool any_x8 = false;
   for (const Group& g : groups_)
-    any_x8 = any_x8 || int8(bank.gate[static_cast<size_t>(g.expert)], g.n) || int8(bank.up[static_cast<size_t>(g.expert)], g.n);
-  const int64_t x8_bytes = cpu::q8_row_bytes(H), h8_bytes = cpu::q8_row_bytes(max_ff);
-  x8_rows_.clear();
+    any_x8 = any_x8 || int8(bank.gate[static_cast<size_t>(g.expert)]) || int8(bank.up[static_cast<size_t>(g.expert)]);
+  // Rows of the int8 forms start 64-byte aligned (their scales are floats).
+  const int64_t x8_bytes = (cpu::q8_row_bytes(H) + 63) & ~int64_t{63}, h8_bytes = (cpu::q8_row_bytes(max_ff) + 63) & ~int64_t{63};
+  x8_rows_.assign(any_x8 ? static_cast<size_t>(T) : 0, cpu::Q8Row{});
   if (any_x8) {  // H is whole 256-blocks: the Q4_K rows are
-    if (static_cast<int64_t>(x8_.size()) < T * x8_bytes) x8_.resize(static_cast<size_t>(T * x8_bytes));
-    for (int64_t t = 0; t < T; ++t) x8_rows_.push_back(cpu::quantize_q8_row(xf + t * H, H, x8_.data() + t * x8_bytes));
+    if (static_cast<int64_t>(x8_.size()) < T * x8_bytes + 64) x8_.resize(static_cast<size_t>(T * x8_bytes + 64));
+    uint8_t* x8 = align64(x8_.data());
+    pool_.run(T, [&](int64_t t, int) { x8_rows_[static_cast<size_t>(t)] = cpu::quantize_q8_row(xf + t * H, H, x8 + t * x8_bytes); });
   }
-  if (static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes) h8_.resize(static_cast<size_t>(n_pairs * h8_bytes));
+  if (static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes + 64) h8_.resize(static_cast<size_t>(n_pairs * h8_bytes + 64));
+  uint8_t* h8 = align64(h8_.data());
   h8_rows_.assign(static_cast<size_t>(n_pairs), cpu::Q8Row{});
   if (static_cast<int64_t>(h_.size()) < n_pairs * max_ff) h_.resize(static_cast<size_t>(n_pairs * max_ff));
   if (static_cast<int64_t>(y_.size()) < T * k * H) y_.resize(static_cast<size_t>(T * k * H));
@@ -164,7 +169,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // quantizes h, and only then do the group's down tasks start.
   h8_stage_.assign(groups_.size(), 0);
   for (size_t g = 0; g < groups_.size(); ++g)
-    if (int8(bank.down[static_cast<size_t>(groups_[g].expert)], groups_[g].n)) h8_stage_[g] = 1, ++pending_[g];
+    if (int8(bank.down[static_cast<size_t>(groups_[g].expert)])) h8_stage_[g] = 1, ++pending_[g];
   for (size_t g = 0; g < groups_.size(); ++g)
     for (int64_t r = 0; r < H; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
   auto gate_up = [&](const Task& task, int worker) {
@@ -173,7 +178,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
     const Tensor& gate = bank.gate[static_cast<size_t>(G.expert)];
     const Tensor& up = bank.up[static_cast<size_t>(G.expert)];
-    const bool g8 = int8(gate, G.n), u8 = int8(up, G.n);
+    const bool g8 = int8(gate), u8 = int8(up);
     const float* wg = g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0);
     const float* wu = u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H);
     float gv[kRowTile], uv[kRowTile];
@@ -218,11 +223,14 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const int32_t stage = h8_stage_[static_cast<size_t>(task.group)];
     auto finish = [&] {
       if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1 + stage || stage == 0) return;
+      struct Release {  // the last count goes even if quantizing throws: waiting down tasks never hang
+        std::atomic_ref<int32_t>& p;
+        ~Release() { p.fetch_sub(1, std::memory_order_release); }
+      } release{pending};
       const Group& G = groups_[static_cast<size_t>(task.group)];
-      for (int64_t r = 0; r < G.n; ++r)  // G.F is whole 256-blocks (int8 below)
+      for (int64_t r = 0; r < G.n; ++r)  // G.F is whole 256-blocks (int8 above)
         h8_rows_[static_cast<size_t>(G.begin + r)] =
-            cpu::quantize_q8_row(h_.data() + (G.begin + r) * max_ff, G.F, h8_.data() + (G.begin + r) * h8_bytes);
-      pending.fetch_sub(1, std::memory_order_release);
+            cpu::quantize_q8_row(h_.data() + (G.begin + r) * max_ff, G.F, h8 + (G.begin + r) * h8_bytes);
     };
     try {
       gate_up(task, worker);

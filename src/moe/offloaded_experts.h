@@ -41,7 +41,7 @@ struct MoeRuntimeOptions {
   int32_t n_expert_used = 0;  // k: columns of the routed ids
   int cpu_threads = 0;        // CPU expert executor workers (<= 0: one per physical core)
   int cpu_spin_us = 0;        // ThreadPool: how long workers poll for the next layer's job before sleeping
-  bool cpu_int8 = false;      // CpuExpertExecutor's int8 activations (--moe-cpu-int8)
+  bool cpu_int8 = false;      // CpuExpertExecutor's int8 activations (the engine sets --moe-cpu-int8's value, on by default)
   int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
   /** Runs once per MoE layer as soon as the banks hold its experts (during construction only): the
    *  caller may release the checkpoint's copy of them (ExpertBanks' layer_filled). */

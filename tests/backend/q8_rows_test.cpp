@@ -71,8 +71,11 @@ TEST(Q8Rows, NonFiniteInputsAndBadLengthsAreHandled) {
   x[3] = std::numeric_limits<float>::quiet_NaN();
   x[4] = std::numeric_limits<float>::infinity();
   std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(256)));
-  const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), 256, buf.data());  // defined values, no trap
-  EXPECT_EQ(q.d[0], 0.0f);                                                // an infinite scale is dropped
+  const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), 256, buf.data());  // no trap
+  EXPECT_TRUE(std::isnan(q.d[0]));  // the block's dots are NaN, as fp32 dots with it would be
+  EXPECT_TRUE(std::isnan(q.sums[0]));
+  x[3] = 1.0f;  // an infinity alone does the same
+  EXPECT_TRUE(std::isnan(cpu::quantize_q8_row(x.data(), 256, buf.data()).d[0]));
   try {
     cpu::quantize_q8_row(x.data(), 100, buf.data());
     FAIL() << "100 elements accepted";

@@ -175,7 +175,8 @@ TEST(GraphDecode, HybridCalibrationRecordsAgainForEachCap) {
   // Without --moe-fetch-cap the engine times each cap on decode steps at start. A recorded graph
   // holds the cap it was recorded with, so each change drops the graphs: the steps after the
   // calibration replay graphs of the chosen cap and give what an eager engine with that cap gives
-  // (on the CPU backend the executor's experts equal the backend's bit for bit, so the cache's
+  // (on the CPU backend the executor's experts equal the backend's bit for bit for these BF16 experts
+  // (--moe-cpu-int8 changes only Q4_K ones), so the cache's
   // state after the calibration does not change the logits).
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
   int captures = 0;

@@ -22,6 +22,7 @@ EngineOptions moe_options(MoeStrategy s, int64_t slots = 0, int32_t fetch_cap = 
   o.moe.strategy = s;
   if (slots > 0) o.moe.cache = {CacheSizeMode::kSlots, slots, 0.0};
   o.moe.fetch_cap = fetch_cap;
+  o.moe.cpu_int8 = false;  // the executor's fp32 path: bit for bit the CPU backend (the fixtures are BF16 anyway)
   return o;
 }
 

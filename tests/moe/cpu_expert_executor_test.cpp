@@ -105,10 +105,10 @@ TEST(CpuExpertExecutor, AnExpertThatFailsThrowsAndTheNextCallRuns) {
 }
 
 TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
-  // --moe-cpu-int8: single-input experts' Q4_K rows meet int8 forms of x and h (cpu::dot_rows_q8).
-  // Against the fp32 CPU backend: within 2e-4 (relative L2), never bit-identical where the int8 path
-  // ran (it did run), the same bits at any thread count; experts with several inputs and a failing
-  // expert behave as in fp32 mode.
+  // --moe-cpu-int8: Q4_K rows meet int8 forms of x and h (cpu::dot_rows_q8). Against the fp32 CPU
+  // backend: within 2e-4 (relative L2), never bit-identical where the int8 path ran (it did run);
+  // the same bits at any thread count and for a token alone or in a batch (experts with several
+  // inputs take the same path); Q4_K beside other types; a failing expert releases its down tasks.
   if (!cpu::has_q8_dot(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
   const int64_t F = 512, H = 768;
   SyntheticExperts s;
@@ -117,7 +117,8 @@ TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
   CpuExpertExecutor one(1, 0, true), three(3, 0, true);
   EXPECT_TRUE(three.int8_activations());
   EXPECT_FALSE(CpuExpertExecutor(1).int8_activations());
-  for (int64_t T : {1, 6}) {  // 6 tokens: some experts take several inputs (fp32 path), some one
+  std::vector<float> alone;  // token 0 of the T = 1 run
+  for (int64_t T : {1, 6}) {  // 6 tokens: some experts take several inputs
     SCOPED_TRACE(T);
     const int64_t k = 3;
     std::mt19937 rng(static_cast<uint32_t>(T));
@@ -133,6 +134,30 @@ TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
     double num = 0, den = 0;
     for (size_t i = 0; i < want.size(); ++i) num += std::pow(got1[i] - want[i], 2), den += std::pow(want[i], 2);
     EXPECT_LT(std::sqrt(num / den), 2e-4);  // 6.3e-5 and 1.8e-5 here
+    EXPECT_GT(den, 0);
+    if (T == 1) alone = got1;
+    else {  // token 0 again (same x row and routes), now beside 5 others: the same bits
+      std::vector<float> x0(x.begin(), x.begin() + H);
+      std::vector<int32_t> id0(ids.begin(), ids.begin() + k);
+      std::vector<float> w0(w.begin(), w.begin() + k), solo(H);
+      three.run({}, Tensor(x0.data(), DType::F32, {1, H}), Tensor(id0.data(), DType::I32, {1, k}),
+                Tensor(w0.data(), DType::F32, {1, k}), s.banks[0], Tensor(solo.data(), DType::F32, {1, H}));
+      EXPECT_EQ(std::memcmp(solo.data(), got1.data(), H * 4), 0) << "token 0 alone differs from token 0 in the batch";
+    }
+  }
+  EXPECT_EQ(alone.size(), static_cast<size_t>(H));
+  for (auto [gu, dn] : {std::pair{DType::Q4_K, DType::Q8_0}, std::pair{DType::BF16, DType::Q4_K}}) {
+    SCOPED_TRACE(std::string(dtype_name(gu)) + "/" + dtype_name(dn));
+    SyntheticExperts m;
+    m.add_layer(4, F, H, gu, dn, 31);
+    std::vector<int32_t> ids = {0, 1, 2, 3, 1, 2};
+    std::vector<float> w = {0.3f, 0.2f, 0.1f, 0.4f, 0.5f, 0.6f}, x = random_floats(2 * H, 32), want(2 * H), got(2 * H);
+    Tensor tx(x.data(), DType::F32, {2, H}), ti(ids.data(), DType::I32, {2, 3}), tw(w.data(), DType::F32, {2, 3});
+    ops.moe_experts({}, tx, ti, tw, m.banks[0], Tensor(want.data(), DType::F32, {2, H}));
+    three.run({}, tx, ti, tw, m.banks[0], Tensor(got.data(), DType::F32, {2, H}));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) num += std::pow(got[i] - want[i], 2), den += std::pow(want[i], 2);
+    EXPECT_LT(std::sqrt(num / den), 2e-4);
     EXPECT_GT(den, 0);
   }
   // A failing expert (no decoder for its gate) still releases the down tasks waiting on its h.

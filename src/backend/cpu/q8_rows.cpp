@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/simd.h"
 #include "backend/cpu/simd_level.h"
@@ -30,7 +31,7 @@ int8_t round_clamp(float v) {
 /** Q4_K x int8 rows: per 256-element block, the 4-bit values (as u8) times q1 and q2 in 16-bit
  *  pair sums (vpmaddubsw: at most 2 * 15 * 127), then those times the sub-block's 6-bit scale
  *  summed into int32 lanes (vpdpwssd: at most 1.9M per lane over a block), one float conversion
- *  per block scaled by d_w * d_x, and the mins' term dmin * sum_j m_j * sums_j on 8 lanes. */
+ *  per term and block scaled by d_w * d_x, and the mins' term dmin * sum_j m_j * sums_j on 8 lanes. */
 template <int RR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void dot_q4k_vnni(const Q8Row& x,
                                                                                             const uint8_t* w,
@@ -107,10 +108,11 @@ bool vnni() {
  *  nearbyint rounds half to even as vroundscaleps does); the sums in element order. */
 void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sums) {
   float amax = 0.0f;
-  for (int64_t i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  bool finite = true;
+  for (int64_t i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i])), finite = finite && std::isfinite(x[i]);
   const float db = amax / 127.0f;
-  const bool live = db > 0.0f && std::isfinite(db);
-  *d = live ? db : 0.0f;
+  const bool live = db > 0.0f && finite;
+  *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
   for (int j = 0; j < 8; ++j) {
     float s = 0.0f;
     for (int64_t t = 0; t < kSub; ++t) {
@@ -123,7 +125,7 @@ void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sum
       q1[kSubPos[j] * kSub + t] = a, q2[kSubPos[j] * kSub + t] = c;
       s += *d * (static_cast<float>(a) + static_cast<float>(c) * (1.0f / 254.0f));
     }
-    sums[j] = s;
+    sums[j] = finite ? s : *d;
   }
 }
 
@@ -141,10 +143,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
                                                                                 int8_t* q2, float* d, float* sums) {
   __m512 m = _mm512_setzero_ps();
   // vmaxps returns its second operand when either is NaN, so a NaN lane leaves m as it was (as fmax).
-  for (int64_t i = 0; i < kBlock; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < kBlock; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    m = _mm512_max_ps(_mm512_abs_ps(v), m);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
   const float db = _mm512_reduce_max_ps(m) / 127.0f;
-  const bool live = db > 0.0f && std::isfinite(db);
-  *d = live ? db : 0.0f;
+  const bool finite = nan == 0 && std::isfinite(db);  // an infinity makes the max infinite
+  const bool live = db > 0.0f && finite;
+  *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
   const __m512 vd = _mm512_set1_ps(db), vr = _mm512_set1_ps(254.0f / db), inv254 = _mm512_set1_ps(1.0f / 254.0f);
   for (int j = 0; j < 8; ++j) {
     __m512 s = _mm512_setzero_ps();
@@ -164,7 +172,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + o), c);
       s = _mm512_add_ps(s, _mm512_mul_ps(vd, _mm512_add_ps(af, _mm512_mul_ps(cf, inv254))));
     }
-    sums[j] = live ? _mm512_reduce_add_ps(s) : 0.0f;
+    sums[j] = live ? _mm512_reduce_add_ps(s) : *d;
   }
 }
 
@@ -192,6 +200,7 @@ bool has_q8_dot(DType type) { return type == DType::Q4_K && simd_level_id() == S
 
 void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, int rows, float* out) {
   FT_CHECK(rows >= 1 && rows <= 4);
+  FT_CHECK(x.n > 0 && x.n % kBlock == 0 && row_bytes >= dtype_bytes(type, x.n));
   if (!has_q8_dot(type))
     fail(ErrorCode::kUnsupported, "dot_rows_q8: no int8 kernel for {} on this machine (SIMD level {})", dtype_name(type),
          simd_level());

@@ -5,7 +5,8 @@
 // of Q4_K per core); here the 4-bit values meet int8 activations in 16-bit products
 // (vpmaddubsw) summed under the sub-block scales into int32 (vpdpwssd), as llama.cpp's Q4_K x Q8_K
 // dot does (ggml-cpu quants.c ggml_vec_dot_q4_K_q8_K), with two int8 terms per activation instead of
-// one (as the CUDA backend's q8_act.cuh): x ~= d * (q1 + q2 / 254), ~15 bits.
+// one, as the CUDA backend's q8_act.cuh has (which scales per 32 elements; here per 256): x ~= d *
+// (q1 + q2 / 254), ~15 bits of the block's largest magnitude.
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -28,10 +29,11 @@ struct Q8Row {
   int64_t n;
 };
 
-/** Quantizes x[0, n) (n % 256 == 0) into `buf` (q8_row_bytes(n) bytes, any alignment) and returns
+/** Quantizes x[0, n) (n % 256 == 0) into `buf` (q8_row_bytes(n) bytes, 4-byte aligned) and returns
  *  its view: d = max |x| / 127 over each 256-element block, q1 = round(x / d), q2 = round((x -
- *  d q1) * 254 / d) clamped to [-127, 127]. A block of zeros gives d = 0 and zero terms. Non-finite
- *  inputs give unspecified (but defined) values; nothing traps. Throws kInvalidArgument for n. */
+ *  d q1) * 254 / d) clamped to [-127, 127]. A block of zeros gives d = 0 and zero terms; a block
+ *  holding a NaN or an infinity gives d = NaN and NaN sums (zero terms), so a dot with it is NaN, as
+ *  the fp32 dot would be. Throws kInvalidArgument for n. */
 Q8Row quantize_q8_row(const float* x, int64_t n, void* buf);
 
 /** Whether dot_rows_q8 has a kernel for weights of `type` on this machine: Q4_K with AVX-512
@@ -40,8 +42,9 @@ bool has_q8_dot(DType type);
 
 /** out[r] = sum_i x_i w_r[i] for r < rows (1..4), w_r = row r of x.n elements of `type` stored at
  *  w + r * row_bytes, x in int8 form. Equals the exact sum of dequantized weight times quantized
- *  activation up to float rounding (the int8 products and their scaled sums are exact in int32; one
- *  float conversion per block). Throws kUnsupported where has_q8_dot(type) is false. */
+ *  activation up to float rounding (the int8 products and their scaled sums are exact in int32; two
+ *  float conversions per block, one per term). Throws kUnsupported where has_q8_dot(type) is false;
+ *  FT_CHECK fails for an empty or partial x or rows shorter than x. */
 void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, int rows, float* out);
 
 }  // namespace ft::cpu

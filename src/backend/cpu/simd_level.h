@@ -3,7 +3,7 @@
 // weight rows; q8_rows.cpp: int8 activations): the level this process runs at and helpers they use.
 
 // GCC 12's AVX-512 headers self-initialise _mm512_undefined_*() values, which -Wuninitialized flags
-// at every inlined use (a known false positive); silenced for the two files that include this.
+// at every inlined use (a known false positive); silenced for the files that include this.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
