@@ -1,9 +1,16 @@
 #pragma once
-// Helpers shared by all test folders: where ../shared is, and reading small binary files.
+// Helpers shared by all test folders: where ../shared is, reading small binary files, random Q6_K
+// blocks (quant/ has no Q6_K quantizer).
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
+
+#include "quant/blocks.h"
+#include "tensor/half.h"
 
 namespace ft::testing {
 
@@ -28,6 +35,19 @@ inline std::vector<float> read_f32(const std::string& path) {
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/** n_blocks random Q6_K blocks at dst: random 6-bit values and int8 scales, d such that the weights
+ *  stay within about [-a, a] (|q| <= 32, |scale| <= 128). */
+inline void random_q6_k(std::mt19937& rng, uint8_t* dst, int64_t n_blocks, float a) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    quant::BlockQ6_K blk;
+    auto* raw = reinterpret_cast<uint8_t*>(&blk);
+    for (size_t i = 0; i < sizeof(blk); ++i) raw[i] = static_cast<uint8_t>(byte(rng));
+    blk.d = f32_to_f16(a / 4096.0f);
+    std::memcpy(dst + b * static_cast<int64_t>(sizeof(blk)), &blk, sizeof(blk));
+  }
 }
 
 }  // namespace ft::testing

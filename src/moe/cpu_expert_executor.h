@@ -11,7 +11,7 @@
 // CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit. An expert
 // with a single input (decode) is dotted straight from its stored rows where a fused kernel exists
 // (cpu::dot_rows_stored: same bits, no decoded tile written and read back). With int8 activations
-// (the constructor's option; the engine's --moe-cpu-int8) Q4_K rows meet int8 forms of x and h
+// (the constructor's option; the engine's --moe-cpu-int8) Q4_K and Q6_K rows meet int8 forms of x and h
 // instead (cpu::dot_rows_q8), for every input: faster, and ~1e-4 relative from the fp32 result
 // (6e-5 on random data: the activations keep ~15 bits, x ~= d * (q1 + q2 / 254) per 256 elements).
 // Parallelism: a persistent ThreadPool; one job of tasks (expert, 16-row tile), gate+up then down
@@ -29,9 +29,9 @@ namespace ft {
 class CpuExpertExecutor {
  public:
   /** `n_threads` workers (<= 0: one per physical core); `spin_us` as in ThreadPool;
-   *  `int8_activations`: weights cpu::dot_rows_q8 takes (Q4_K with AVX-512 VNNI) dot int8 forms of x
+   *  `int8_activations`: weights cpu::dot_rows_q8 takes (Q4_K, Q6_K with AVX-512 VNNI) dot int8 forms of x
    *  and h (cpu::quantize_q8_row, ~15 bits) instead of fp32, for every input alike (a pair's result
-   *  does not depend on the batch): +41% per core on the development machine, and no longer
+   *  does not depend on the batch): +33-41% per core on the development machine, and no longer
    *  bit-identical to the CPU backend (~1e-4 relative from it). Off by default here and in
    *  MoeRuntimeOptions; the engine's MoeOptions (--moe-cpu-int8) turns it on. */
   explicit CpuExpertExecutor(int n_threads = 0, int spin_us = 0, bool int8_activations = false);

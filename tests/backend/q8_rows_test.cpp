@@ -1,4 +1,4 @@
-// The CPU int8 activation form (quantize_q8_row) and the Q4_K x int8 dot (dot_rows_q8) against
+// The CPU int8 activation form (quantize_q8_row) and the Q4_K / Q6_K x int8 dots (dot_rows_q8) against
 // double-precision references: the quantized values, their layout and sums; the dot against the
 // dequantized weights times the quantized activations, and against the float activations.
 #include <cmath>
@@ -12,12 +12,11 @@
 #include "backend/cpu/q8_rows.h"
 #include "quant/quant.h"
 #include "tensor/dtype.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace ft::testing {
 namespace {
-
-constexpr int kPos[8] = {0, 2, 1, 3, 4, 6, 5, 7};  // stored place of sub-block j (q8_rows.h)
 
 std::vector<float> random_floats(int64_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
@@ -27,11 +26,8 @@ std::vector<float> random_floats(int64_t n, uint32_t seed, float scale) {
   return v;
 }
 
-/** Element i's quantized value d * (q1 + q2 / 254), read through the stored order. */
-double quantized(const cpu::Q8Row& q, int64_t i) {
-  const int64_t b = i / 256, j = (i % 256) / 32, o = b * 256 + kPos[j] * 32 + i % 32;
-  return static_cast<double>(q.d[b]) * (q.q1[o] + q.q2[o] / 254.0);
-}
+/** Element i's quantized value d * (q1 + q2 / 254). */
+double quantized(const cpu::Q8Row& q, int64_t i) { return static_cast<double>(q.d[i / 256]) * (q.q1[i] + q.q2[i] / 254.0); }
 
 TEST(Q8Rows, QuantizeKeepsFifteenBitsAndTheSums) {
   const int64_t n = 768;
@@ -54,15 +50,15 @@ TEST(Q8Rows, QuantizeKeepsFifteenBitsAndTheSums) {
     const int a = d > 0.0f ? rc(v / d) : 0;
     const float rest = v - d * static_cast<float>(a);
     const int c = d > 0.0f ? rc(rest * (254.0f / d)) : 0;
-    const int64_t o = (i / 256) * 256 + kPos[(i % 256) / 32] * 32 + i % 32;
-    mismatches += q.q1[o] != a || q.q2[o] != c;
+    mismatches += q.q1[i] != a || q.q2[i] != c;
   }
   EXPECT_EQ(mismatches, 0);
-  for (int64_t j = 0; j < n / 32; ++j) {
-    double s = 0.0, mag = 0.0;
-    for (int64_t i = 32 * j; i < 32 * j + 32; ++i) s += quantized(q, i), mag += std::fabs(quantized(q, i));
-    EXPECT_NEAR(q.sums[j], s, 1e-6 * mag + 1e-12) << "sub-block " << j;
-  }
+  for (int len : {16, 32})
+    for (int64_t j = 0; j < n / len; ++j) {
+      double s = 0.0, mag = 0.0;
+      for (int64_t i = len * j; i < len * j + len; ++i) s += quantized(q, i), mag += std::fabs(quantized(q, i));
+      EXPECT_NEAR(len == 16 ? q.sums16[j] : q.sums[j], s, 1e-6 * mag + 1e-12) << len << "-element group " << j;
+    }
   EXPECT_EQ(q.sums[8], 0.0f);
 }
 
@@ -85,24 +81,30 @@ TEST(Q8Rows, NonFiniteInputsAndBadLengthsAreHandled) {
   }
 }
 
-TEST(Q8Rows, Q4KDotEqualsTheDequantizedSum) {
+TEST(Q8Rows, Q4KAndQ6KDotsEqualTheDequantizedSum) {
   if (!cpu::has_q8_dot(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
-  EXPECT_FALSE(cpu::has_q8_dot(DType::Q6_K));
+  EXPECT_TRUE(cpu::has_q8_dot(DType::Q6_K));
+  EXPECT_FALSE(cpu::has_q8_dot(DType::Q5_K));
+  for (DType type : {DType::Q4_K, DType::Q6_K})
   for (int64_t K : {256, 2048}) {
-    SCOPED_TRACE(K);
+    SCOPED_TRACE(std::string(dtype_name(type)) + " K " + std::to_string(K));
     const int rows = 4;
-    const int64_t rb = dtype_bytes(DType::Q4_K, K);
+    const int64_t rb = dtype_bytes(type, K);
     std::vector<float> wf = random_floats(rows * K, 11 + static_cast<uint32_t>(K), 0.05f);
     std::vector<uint8_t> w(static_cast<size_t>(rows * rb));
-    for (int r = 0; r < rows; ++r) quantize_row(DType::Q4_K, wf.data() + r * K, w.data() + r * rb, K);
+    std::mt19937 rng(5);
+    for (int r = 0; r < rows; ++r) {
+      if (type == DType::Q6_K) random_q6_k(rng, w.data() + r * rb, K / 256, 0.05f);  // quant/ has no Q6_K quantizer
+      else quantize_row(type, wf.data() + r * K, w.data() + r * rb, K);
+    }
     std::vector<float> x = random_floats(K, 3, 1.0f);
     std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(K)));
     const cpu::Q8Row q = cpu::quantize_q8_row(x.data(), K, buf.data());
     float all[4];
-    cpu::dot_rows_q8(DType::Q4_K, q, w.data(), rb, rows, all);
+    cpu::dot_rows_q8(type, q, w.data(), rb, rows, all);
     std::vector<float> wd(static_cast<size_t>(K));
     for (int r = 0; r < rows; ++r) {
-      dequantize_row(DType::Q4_K, w.data() + r * rb, wd.data(), K);
+      dequantize_row(type, w.data() + r * rb, wd.data(), K);
       double exact = 0.0, mag = 0.0, fp = 0.0, fmag = 0.0;
       for (int64_t i = 0; i < K; ++i) {
         exact += wd[static_cast<size_t>(i)] * quantized(q, i), mag += std::fabs(wd[static_cast<size_t>(i)] * quantized(q, i));
@@ -112,7 +114,7 @@ TEST(Q8Rows, Q4KDotEqualsTheDequantizedSum) {
       EXPECT_NEAR(all[r], exact, 2e-6 * mag) << "row " << r;
       EXPECT_NEAR(all[r], fp, 1e-4 * fmag) << "row " << r << ": against the float activations";
       float one;  // a row's result does not depend on the rows dotted with it
-      cpu::dot_rows_q8(DType::Q4_K, q, w.data() + r * rb, rb, 1, &one);
+      cpu::dot_rows_q8(type, q, w.data() + r * rb, rb, 1, &one);
       EXPECT_EQ(std::memcmp(&one, &all[r], 4), 0) << "row " << r;
     }
   }

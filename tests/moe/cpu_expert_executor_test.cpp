@@ -146,7 +146,8 @@ TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
     }
   }
   EXPECT_EQ(alone.size(), static_cast<size_t>(H));
-  for (auto [gu, dn] : {std::pair{DType::Q4_K, DType::Q8_0}, std::pair{DType::BF16, DType::Q4_K}}) {
+  for (auto [gu, dn] : {std::pair{DType::Q4_K, DType::Q8_0}, std::pair{DType::BF16, DType::Q4_K},
+                        std::pair{DType::Q4_K, DType::Q6_K}}) {  // the last: a Q4_K_M file's layers
     SCOPED_TRACE(std::string(dtype_name(gu)) + "/" + dtype_name(dn));
     SyntheticExperts m;
     m.add_layer(4, F, H, gu, dn, 31);

@@ -12,6 +12,7 @@
 #include "backend/ops.h"
 #include "moe/expert_compute.h"
 #include "moe/moe_plan.h"
+#include "test_util.h"
 #include "quant/quant.h"
 
 namespace ft::testing {
@@ -28,7 +29,8 @@ struct SyntheticExperts {
     std::vector<float> v(static_cast<size_t>(rows * cols));
     for (float& f : v) f = a * dist(rng);
     storage.emplace_back(static_cast<size_t>(dtype_bytes(type, rows * cols)));
-    quantize_row(type, v.data(), storage.back().data(), rows * cols);
+    if (type == DType::Q6_K) random_q6_k(rng, storage.back().data(), rows * cols / 256, a);  // no quantizer
+    else quantize_row(type, v.data(), storage.back().data(), rows * cols);
     return Tensor(storage.back().data(), type, {rows, cols});
   }
 

@@ -14,11 +14,7 @@
 namespace ft::cpu {
 namespace {
 
-constexpr int64_t kBlock = 256, kSub = 32;
-// Where sub-block j of a 256-element block sits in the stored q1 / q2 order: the order in which a
-// Q4_K block's two 64-byte loads yield their nibbles (low of bytes 0-63: sub-blocks 0 and 2; high:
-// 1 and 3; then 4, 6 and 5, 7). The permutation is its own inverse.
-constexpr int kSubPos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+constexpr int64_t kBlock = 256, kSub = 32, kSub16 = 16;
 
 /** round(v) clamped to [-127, 127]; NaN gives 0 (no undefined float-to-int conversion). */
 int8_t round_clamp(float v) {
@@ -28,27 +24,35 @@ int8_t round_clamp(float v) {
   return static_cast<int8_t>(std::nearbyint(v));
 }
 
-/** Q4_K x int8 rows: per 256-element block, the 4-bit values (as u8) times q1 and q2 in 16-bit
- *  pair sums (vpmaddubsw: at most 2 * 15 * 127), then those times the sub-block's 6-bit scale
- *  summed into int32 lanes (vpdpwssd: at most 1.9M per lane over a block), one float conversion
- *  per term and block scaled by d_w * d_x, and the mins' term dmin * sum_j m_j * sums_j on 8 lanes. */
+/** int16 lane indexes for vpermw: lanes 0-31 take value base[l / run] (run = 16 or 8). */
+struct ScaleIdx {
+  alignas(64) int16_t v[32];
+};
+constexpr ScaleIdx scale_idx(int first, int run) {
+  ScaleIdx s{};
+  for (int l = 0; l < 32; ++l) s.v[l] = static_cast<int16_t>(first + l / run);
+  return s;
+}
+
+/** Q4_K x int8 rows: per 64 elements (a 32-byte load of qs: low nibbles sub-block 2j, high 2j + 1,
+ *  joined in element order), the 4-bit values (as u8) times q1 and q2 in 16-bit pair sums
+ *  (vpmaddubsw: at most 2 * 15 * 127), then those times the sub-block's 6-bit scale summed into int32
+ *  lanes (vpdpwssd: at most 1.9M per lane over a block), two float conversions per block (one per
+ *  term) scaled by d_w * d_x, and the mins' term dmin * sum_j m_j * sums_j on 8 lanes. */
 template <int RR>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void dot_q4k_vnni(const Q8Row& x,
                                                                                             const uint8_t* w,
                                                                                             int64_t rb, float* out) {
-  alignas(64) static const int16_t kIdx[4][32] = {
-      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2},
-      {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
-      {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6},
-      {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
+  static constexpr ScaleIdx kIdx[4] = {scale_idx(0, 16), scale_idx(2, 16), scale_idx(4, 16), scale_idx(6, 16)};
   __m512i idx[4];
-  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(kIdx[k]);
-  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(kIdx[k].v);
+  const __m256i low = _mm256_set1_epi8(0x0f);
   const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
   __m512 acc[RR];
   __m256 accm[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
   const int64_t nb = x.n / kBlock;
+  constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
   constexpr size_t kQs = offsetof(quant::BlockQ4_K, qs), kScales = offsetof(quant::BlockQ4_K, scales);
   for (int64_t b = 0; b < nb; ++b) {
     __m512i x1[4], x2[4];
@@ -58,7 +62,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void do
     }
     const float dx = x.d[b];
     const __m256 sums = _mm256_loadu_ps(x.sums + 8 * b);
-    constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
     prefetch_next(w + RR * rb, b * kBytes * RR, kBytes * RR);  // the next RR rows (simd_level.h)
     for (int r = 0; r < RR; ++r) {
       const uint8_t* blk = w + r * rb + b * kBytes;
@@ -76,14 +79,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void do
       const __m256 mins = _mm256_cvtepi32_ps(
           _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
       accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins), sums, accm[r]);
-      const __m512i z0 = _mm512_loadu_si512(blk + kQs), z1 = _mm512_loadu_si512(blk + kQs + 64);
-      const __m512i wq[4] = {_mm512_and_si512(z0, low), _mm512_and_si512(_mm512_srli_epi16(z0, 4), low),
-                             _mm512_and_si512(z1, low), _mm512_and_si512(_mm512_srli_epi16(z1, 4), low)};
       __m512i a1 = _mm512_setzero_si512(), a2 = _mm512_setzero_si512();
       for (int k = 0; k < 4; ++k) {
+        const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * k));
+        const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
+                                              _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
         const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
-        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(wq[k], x1[k]), sc);
-        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(wq[k], x2[k]), sc);
+        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(wq, x1[k]), sc);
+        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(wq, x2[k]), sc);
       }
       const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), inv254, _mm512_cvtepi32_ps(a1));
       acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(f16_to_f32(dh[0]) * dx), acc[r]);
@@ -92,8 +95,69 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void do
   for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum256(accm[r]);
 }
 
+/** Q6_K x int8 rows: per half block (128 elements: ql 64 bytes, qh 32), the 6-bit values q + 32
+ *  (as u8, 0..63: low nibbles of ql with qh bits 0-1 and 2-3, then high nibbles with bits 4-5 and
+ *  6-7, in element order) times q1 and q2 in 16-bit pair sums (at most 2 * 63 * 127), times the
+ *  16-element groups' int8 scales into int32 (at most 16.4M per lane over a block), two float
+ *  conversions per block scaled by d_w * d_x, less the offset's term 32 d_w sum_g sc_g sums16_g. */
+template <int RR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void dot_q6k_vnni(const Q8Row& x,
+                                                                                            const uint8_t* w,
+                                                                                            int64_t rb, float* out) {
+  static constexpr ScaleIdx kIdx[4] = {scale_idx(0, 8), scale_idx(4, 8), scale_idx(8, 8), scale_idx(12, 8)};
+  __m512i idx[4];
+  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(kIdx[k].v);
+  const __m512i low = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+  const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
+  __m512 acc[RR], accm[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm512_setzero_ps();
+  const int64_t nb = x.n / kBlock;
+  constexpr int64_t kBytes = sizeof(quant::BlockQ6_K);
+  constexpr size_t kQl = offsetof(quant::BlockQ6_K, ql), kQh = offsetof(quant::BlockQ6_K, qh);
+  constexpr size_t kScales = offsetof(quant::BlockQ6_K, scales), kD = offsetof(quant::BlockQ6_K, d);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i x1[4], x2[4];
+    for (int k = 0; k < 4; ++k) {
+      x1[k] = _mm512_loadu_si512(x.q1 + b * kBlock + 64 * k);
+      x2[k] = _mm512_loadu_si512(x.q2 + b * kBlock + 64 * k);
+    }
+    const float dx = x.d[b];
+    const __m512 sums16 = _mm512_loadu_ps(x.sums16 + 16 * b);
+    prefetch_next(w + RR * rb, b * kBytes * RR, kBytes * RR);
+    for (int r = 0; r < RR; ++r) {
+      const uint8_t* blk = w + r * rb + b * kBytes;
+      uint16_t dh;
+      std::memcpy(&dh, blk + kD, 2);
+      const float dw = f16_to_f32(dh);
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScales));
+      const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+      accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(32.0f * dw), _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)), sums16),
+                                accm[r]);
+      __m512i a1 = _mm512_setzero_si512(), a2 = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(blk + kQl + 64 * h);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQh + 32 * h));
+        const __m512i qh01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+        const __m512i qh23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, 4)), _mm256_srli_epi16(qh, 6), 1);
+        const __m512i w01 = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_slli_epi16(_mm512_and_si512(qh01, three), 4));
+        const __m512i w23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                                            _mm512_slli_epi16(_mm512_and_si512(qh23, three), 4));
+        const __m512i s01 = _mm512_permutexvar_epi16(idx[2 * h], sc16), s23 = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
+        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(w01, x1[2 * h]), s01);
+        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(w23, x1[2 * h + 1]), s23);
+        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(w01, x2[2 * h]), s01);
+        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(w23, x2[2 * h + 1]), s23);
+      }
+      const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), inv254, _mm512_cvtepi32_ps(a1));
+      acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(dw * dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(accm[r]);
+}
+
 using Q8DotFn = void (*)(const Q8Row&, const uint8_t*, int64_t, float*);
 const Q8DotFn kQ4KDots[4] = {dot_q4k_vnni<1>, dot_q4k_vnni<2>, dot_q4k_vnni<3>, dot_q4k_vnni<4>};
+const Q8DotFn kQ6KDots[4] = {dot_q6k_vnni<1>, dot_q6k_vnni<2>, dot_q6k_vnni<3>, dot_q6k_vnni<4>};
 
 bool vnni() {
   static const bool v = [] {
@@ -105,28 +169,29 @@ bool vnni() {
 
 /** One 256-element block of quantize_q8_row, scalar: the same q1, q2 and d as the AVX-512 form
  *  (IEEE division, one rounding per operation: the file is compiled with -ffp-contract=off, and
- *  nearbyint rounds half to even as vroundscaleps does); the sums in element order. */
-void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sums) {
+ *  nearbyint rounds half to even as vroundscaleps does); 16-element sums in element order, each
+ *  32-element sum the sum of its two halves'. */
+void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sums, float* sums16) {
   float amax = 0.0f;
   bool finite = true;
   for (int64_t i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i])), finite = finite && std::isfinite(x[i]);
   const float db = amax / 127.0f;
   const bool live = db > 0.0f && finite;
   *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
-  for (int j = 0; j < 8; ++j) {
+  for (int g = 0; g < kBlock / kSub16; ++g) {
     float s = 0.0f;
-    for (int64_t t = 0; t < kSub; ++t) {
-      const float v = x[j * kSub + t];
+    for (int64_t t = g * kSub16; t < (g + 1) * kSub16; ++t) {
       int8_t a = 0, c = 0;
       if (live) {
-        a = round_clamp(v / db);
-        c = round_clamp((v - db * static_cast<float>(a)) * (254.0f / db));
+        a = round_clamp(x[t] / db);
+        c = round_clamp((x[t] - db * static_cast<float>(a)) * (254.0f / db));
       }
-      q1[kSubPos[j] * kSub + t] = a, q2[kSubPos[j] * kSub + t] = c;
+      q1[t] = a, q2[t] = c;
       s += *d * (static_cast<float>(a) + static_cast<float>(c) * (1.0f / 254.0f));
     }
-    sums[j] = finite ? s : *d;
+    sums16[g] = finite ? s : *d;
   }
+  for (int j = 0; j < kBlock / kSub; ++j) sums[j] = sums16[2 * j] + sums16[2 * j + 1];
 }
 
 /** round(v) clamped to [-127, 127] on 16 lanes (NaN lanes: 0), as int8. */
@@ -137,13 +202,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i round_clamp1
   return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(z));
 }
 
-/** quantize_block on AVX-512: 16 lanes at a time; each sub-block's sum reduced by
- *  _mm512_reduce_add_ps of its two vectors' sum. */
+/** quantize_block on AVX-512, 16 lanes (one 16-element group) at a time; each group's sum by
+ *  _mm512_reduce_add_ps. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(const float* x, int8_t* q1,
-                                                                                int8_t* q2, float* d, float* sums) {
+                                                                                int8_t* q2, float* d, float* sums,
+                                                                                float* sums16) {
   __m512 m = _mm512_setzero_ps();
-  // vmaxps returns its second operand when either is NaN, so a NaN lane leaves m as it was (as fmax).
   __mmask16 nan = 0;
+  // vmaxps returns its second operand when either is NaN, so a NaN lane leaves m as it was (as fmax).
   for (int64_t i = 0; i < kBlock; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     m = _mm512_max_ps(_mm512_abs_ps(v), m);
@@ -154,31 +220,29 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
   const bool live = db > 0.0f && finite;
   *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
   const __m512 vd = _mm512_set1_ps(db), vr = _mm512_set1_ps(254.0f / db), inv254 = _mm512_set1_ps(1.0f / 254.0f);
-  for (int j = 0; j < 8; ++j) {
-    __m512 s = _mm512_setzero_ps();
-    for (int h = 0; h < 2; ++h) {
-      const int64_t t = j * kSub + 16 * h, o = kSubPos[j] * kSub + 16 * h;
-      if (!live) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + o), _mm_setzero_si128());
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + o), _mm_setzero_si128());
-        continue;
-      }
-      const __m512 v = _mm512_loadu_ps(x + t);
-      const __m128i a = round_clamp16(_mm512_div_ps(v, vd));
-      const __m512 af = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a));
-      const __m128i c = round_clamp16(_mm512_mul_ps(_mm512_sub_ps(v, _mm512_mul_ps(vd, af)), vr));
-      const __m512 cf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + o), a);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + o), c);
-      s = _mm512_add_ps(s, _mm512_mul_ps(vd, _mm512_add_ps(af, _mm512_mul_ps(cf, inv254))));
+  for (int g = 0; g < kBlock / kSub16; ++g) {
+    const int64_t t = g * kSub16;
+    if (!live) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + t), _mm_setzero_si128());
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + t), _mm_setzero_si128());
+      sums16[g] = *d;
+      continue;
     }
-    sums[j] = live ? _mm512_reduce_add_ps(s) : *d;
+    const __m512 v = _mm512_loadu_ps(x + t);
+    const __m128i a = round_clamp16(_mm512_div_ps(v, vd));
+    const __m512 af = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a));
+    const __m128i c = round_clamp16(_mm512_mul_ps(_mm512_sub_ps(v, _mm512_mul_ps(vd, af)), vr));
+    const __m512 cf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + t), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + t), c);
+    sums16[g] = _mm512_reduce_add_ps(_mm512_mul_ps(vd, _mm512_add_ps(af, _mm512_mul_ps(cf, inv254))));
   }
+  for (int j = 0; j < kBlock / kSub; ++j) sums[j] = sums16[2 * j] + sums16[2 * j + 1];
 }
 
 }  // namespace
 
-int64_t q8_row_bytes(int64_t n) { return 2 * n + (n / kBlock) * 4 + (n / kSub) * 4; }
+int64_t q8_row_bytes(int64_t n) { return 2 * n + (n / kBlock) * 4 + (n / kSub) * 4 + (n / kSub16) * 4; }
 
 Q8Row quantize_q8_row(const float* x, int64_t n, void* buf) {
   if (n <= 0 || n % kBlock != 0)
@@ -188,15 +252,19 @@ Q8Row quantize_q8_row(const float* x, int64_t n, void* buf) {
   auto* q2 = q1 + n;
   auto* d = reinterpret_cast<float*>(base + 2 * n);
   float* sums = d + n / kBlock;
+  float* sums16 = sums + n / kSub;
   const bool wide = simd_level_id() == SimdLevel::kAvx512;
   for (int64_t b = 0; b < n / kBlock; ++b) {
-    if (wide) quantize_block_avx512(x + b * kBlock, q1 + b * kBlock, q2 + b * kBlock, d + b, sums + 8 * b);
-    else quantize_block(x + b * kBlock, q1 + b * kBlock, q2 + b * kBlock, d + b, sums + 8 * b);
+    int8_t *b1 = q1 + b * kBlock, *b2 = q2 + b * kBlock;
+    if (wide) quantize_block_avx512(x + b * kBlock, b1, b2, d + b, sums + 8 * b, sums16 + 16 * b);
+    else quantize_block(x + b * kBlock, b1, b2, d + b, sums + 8 * b, sums16 + 16 * b);
   }
-  return Q8Row{q1, q2, d, sums, n};
+  return Q8Row{q1, q2, d, sums, sums16, n};
 }
 
-bool has_q8_dot(DType type) { return type == DType::Q4_K && simd_level_id() == SimdLevel::kAvx512 && vnni(); }
+bool has_q8_dot(DType type) {
+  return (type == DType::Q4_K || type == DType::Q6_K) && simd_level_id() == SimdLevel::kAvx512 && vnni();
+}
 
 void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, int rows, float* out) {
   FT_CHECK(rows >= 1 && rows <= 4);
@@ -204,7 +272,7 @@ void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, i
   if (!has_q8_dot(type))
     fail(ErrorCode::kUnsupported, "dot_rows_q8: no int8 kernel for {} on this machine (SIMD level {})", dtype_name(type),
          simd_level());
-  kQ4KDots[rows - 1](x, static_cast<const uint8_t*>(w), row_bytes, out);
+  (type == DType::Q4_K ? kQ4KDots : kQ6KDots)[rows - 1](x, static_cast<const uint8_t*>(w), row_bytes, out);
 }
 
 }  // namespace ft::cpu

@@ -1,12 +1,12 @@
 #pragma once
 // Integer-dot decode kernels of the CPU expert executor: an activation row in an int8 form (Q8Row)
-// dotted with Q4_K weight rows as stored, with AVX-512 VNNI. The fp32 path (simd.h,
-// dot_rows_stored) decodes every weight element to a float, which bounds it by compute (~4.6 GB/s
-// of Q4_K per core); here the 4-bit values meet int8 activations in 16-bit products
-// (vpmaddubsw) summed under the sub-block scales into int32 (vpdpwssd), as llama.cpp's Q4_K x Q8_K
-// dot does (ggml-cpu quants.c ggml_vec_dot_q4_K_q8_K), with two int8 terms per activation instead of
-// one, as the CUDA backend's q8_act.cuh has (which scales per 32 elements; here per 256): x ~= d *
-// (q1 + q2 / 254), ~15 bits of the block's largest magnitude.
+// dotted with Q4_K or Q6_K weight rows as stored, with AVX-512 VNNI. The fp32 path (simd.h,
+// dot_rows_stored) decodes every weight element to a float, which bounds it by compute; here the
+// 4- or 6-bit values meet int8 activations in 16-bit products (vpmaddubsw) summed under the
+// sub-block scales into int32 (vpdpwssd), as llama.cpp's Q4_K / Q6_K x Q8_K dots do (ggml-cpu
+// quants.c ggml_vec_dot_q4_K_q8_K, ggml_vec_dot_q6_K_q8_K), with two int8 terms per activation
+// instead of one, as the CUDA backend's q8_act.cuh has (which scales per 32 elements; here per
+// 256): x ~= d * (q1 + q2 / 254), ~15 bits of the block's largest magnitude.
 #include <cstdint>
 
 #include "tensor/dtype.h"
@@ -14,18 +14,19 @@
 namespace ft::cpu {
 
 /** Bytes of the int8 form of n activations (n % 256 == 0): q1 and q2 int8 [n], d F32 [n / 256],
- *  sums F32 [n / 32]. */
+ *  sums F32 [n / 32], sums16 F32 [n / 16]. */
 int64_t q8_row_bytes(int64_t n);
 
-/** View of one quantized activation row inside a buffer of q8_row_bytes(n) bytes. Per 256-element
- *  block b: scale d[b]; q1, q2 in the sub-block order of a Q4_K block's nibble loads (sub-blocks
- *  0, 2, 1, 3, 4, 6, 5, 7, 32 elements each); sums[8b + j] = the sum of sub-block j's values as
- *  quantized, d * (q1 + q2 / 254), in natural order. */
+/** View of one quantized activation row inside a buffer of q8_row_bytes(n) bytes, in element
+ *  order. Per 256-element block b: scale d[b]; sums16[16b + g] = the sum of elements 16g .. 16g + 15
+ *  of the block as quantized, d * (q1 + q2 / 254) (Q6_K's scale groups); sums[8b + j] = sums16[16b
+ *  + 2j] + sums16[16b + 2j + 1] (Q4_K's sub-blocks of 32). */
 struct Q8Row {
   const int8_t* q1;
   const int8_t* q2;
   const float* d;
   const float* sums;
+  const float* sums16;
   int64_t n;
 };
 
@@ -36,8 +37,8 @@ struct Q8Row {
  *  the fp32 dot would be. Throws kInvalidArgument for n. */
 Q8Row quantize_q8_row(const float* x, int64_t n, void* buf);
 
-/** Whether dot_rows_q8 has a kernel for weights of `type` on this machine: Q4_K with AVX-512
- *  (F, BW, VL) and VNNI, unless FT_CPU_SIMD caps the level below AVX-512. */
+/** Whether dot_rows_q8 has a kernel for weights of `type` on this machine: Q4_K and Q6_K with
+ *  AVX-512 (F, BW, VL) and VNNI, unless FT_CPU_SIMD caps the level below AVX-512. */
 bool has_q8_dot(DType type);
 
 /** out[r] = sum_i x_i w_r[i] for r < rows (1..4), w_r = row r of x.n elements of `type` stored at
