@@ -97,21 +97,13 @@ struct Q4_KRows {
   struct Prep {
     float ds[8], dm[8];
   };
-  /** The 12 scale bytes q[0..11] pack 6-bit values: sc[0..3] and m[0..3] are the low 6 bits of
-   *  q[0..3] and q[4..7]; sc[4..7] and m[4..7] are the low and high nibbles of q[8..11] with their
-   *  top 2 bits taken from the top 2 bits of q[0..3] and q[4..7] (ggml-quants.c get_scale_min_k4).
-   *  All 8 are unpacked at once with 32-bit word operations, then widened and scaled in one vector
-   *  multiply each. */
+  /** The 6-bit scales and mins unpacked (unpack_q4k_scales, simd_level.h), then widened and scaled
+   *  in one vector multiply each. */
   __attribute__((target("avx2"))) static Prep prep(const uint8_t* blk) {
-    uint32_t q[3];
-    std::memcpy(q, blk + offsetof(quant::BlockQ4_K, scales), 12);
-    const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
-    const uint32_t sc_lo = q[0] & low6, m_lo = q[1] & low6;
-    const uint32_t sc_hi = (q[2] & nib) | (((q[0] >> 6) & top2) << 4);
-    const uint32_t m_hi = ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4);
+    const Q4KScales u = unpack_q4k_scales(blk + offsetof(quant::BlockQ4_K, scales));
     Prep p;
-    _mm256_storeu_ps(p.ds, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 0)), widen(sc_lo, sc_hi)));
-    _mm256_storeu_ps(p.dm, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 1)), widen(m_lo, m_hi)));
+    _mm256_storeu_ps(p.ds, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 0)), widen(u.sc_lo, u.sc_hi)));
+    _mm256_storeu_ps(p.dm, _mm256_mul_ps(_mm256_set1_ps(block_f16(blk, 1)), widen(u.m_lo, u.m_hi)));
     return p;
   }
   /** The 8 bytes lo, hi (little-endian) widened to floats. */

@@ -34,130 +34,121 @@ constexpr ScaleIdx scale_idx(int first, int run) {
   return s;
 }
 
-/** Q4_K x int8 rows: per 64 elements (a 32-byte load of qs: low nibbles sub-block 2j, high 2j + 1,
- *  joined in element order), the 4-bit values (as u8) times q1 and q2 in 16-bit pair sums
- *  (vpmaddubsw: at most 2 * 15 * 127), then those times the sub-block's 6-bit scale summed into int32
- *  lanes (vpdpwssd: at most 1.9M per lane over a block), two float conversions per block (one per
- *  term) scaled by d_w * d_x, and the mins' term dmin * sum_j m_j * sums_j on 8 lanes. */
-template <int RR>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void dot_q4k_vnni(const Q8Row& x,
-                                                                                            const uint8_t* w,
-                                                                                            int64_t rb, float* out) {
-  static constexpr ScaleIdx kIdx[4] = {scale_idx(0, 16), scale_idx(2, 16), scale_idx(4, 16), scale_idx(6, 16)};
-  __m512i idx[4];
+/** idx[k] = scale_idx(k * kStep, kRun): the vpermw indexes of the 4 vectors of 64 elements. */
+template <int kRun, int kStep>
+__attribute__((target("avx512f"))) inline void load_scale_idx(__m512i (&idx)[4]) {
+  static constexpr ScaleIdx kIdx[4] = {scale_idx(0, kRun), scale_idx(kStep, kRun), scale_idx(2 * kStep, kRun),
+                                       scale_idx(3 * kStep, kRun)};
   for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(kIdx[k].v);
-  const __m256i low = _mm256_set1_epi8(0x0f);
-  const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
-  __m512 acc[RR];
-  __m256 accm[RR];
-  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
-  const int64_t nb = x.n / kBlock;
-  constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
-  constexpr size_t kQs = offsetof(quant::BlockQ4_K, qs), kScales = offsetof(quant::BlockQ4_K, scales);
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512i x1[4], x2[4];
-    for (int k = 0; k < 4; ++k) {
-      x1[k] = _mm512_loadu_si512(x.q1 + b * kBlock + 64 * k);
-      x2[k] = _mm512_loadu_si512(x.q2 + b * kBlock + 64 * k);
-    }
-    const float dx = x.d[b];
-    const __m256 sums = _mm256_loadu_ps(x.sums + 8 * b);
-    prefetch_next(w + RR * rb, b * kBytes * RR, kBytes * RR);  // the next RR rows (simd_level.h)
-    for (int r = 0; r < RR; ++r) {
-      const uint8_t* blk = w + r * rb + b * kBytes;
-      uint16_t dh[2];
-      std::memcpy(dh, blk, 4);
-      // The 6-bit scales and mins (ggml-quants.c get_scale_min_k4), as block_rows.cpp's Q4_KRows::prep.
-      uint32_t q[3];
-      std::memcpy(q, blk + kScales, 12);
-      const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
-      const uint32_t sc_lo = q[0] & low6, m_lo = q[1] & low6;
-      const uint32_t sc_hi = (q[2] & nib) | (((q[0] >> 6) & top2) << 4);
-      const uint32_t m_hi = ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4);
-      const __m512i sc16 = _mm512_castsi128_si512(
-          _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
-      const __m256 mins = _mm256_cvtepi32_ps(
-          _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
-      accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins), sums, accm[r]);
-      __m512i a1 = _mm512_setzero_si512(), a2 = _mm512_setzero_si512();
-      for (int k = 0; k < 4; ++k) {
-        const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * k));
-        const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
-                                              _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
-        const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
-        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(wq, x1[k]), sc);
-        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(wq, x2[k]), sc);
-      }
-      const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), inv254, _mm512_cvtepi32_ps(a1));
-      acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(f16_to_f32(dh[0]) * dx), acc[r]);
-    }
-  }
-  for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - hsum256(accm[r]);
 }
 
-/** Q6_K x int8 rows: per half block (128 elements: ql 64 bytes, qh 32), the 6-bit values q + 32
+#define FT_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+/** Q4_K against int8 rows. Per 64 elements (a 32-byte load of qs: low nibbles sub-block 2k, high
+ *  2k + 1, joined in element order) the 4-bit values (as u8) times q1 and q2 in 16-bit pair sums
+ *  (vpmaddubsw: at most 2 * 15 * 127), then those times the sub-block's 6-bit scale summed into int32
+ *  lanes (vpdpwssd: at most 1.9M per lane over a block); the mins' term is dmin * sum_j m_j sums_j. */
+struct Q4KVnni {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
+  FT_VNNI_TARGET static void load_idx(__m512i (&idx)[4]) { load_scale_idx<16, 2>(idx); }  // sub-blocks 2k, 2k + 1
+  /** Block blk's int32 sums into a1 (q1) and a2 (q2), its mins' term into accm; returns d_w. */
+  FT_VNNI_TARGET static float block(const uint8_t* blk, const Q8Row& x, int64_t b, const __m512i (&idx)[4],
+                                    const __m512i (&x1)[4], const __m512i (&x2)[4], __m512i& a1, __m512i& a2,
+                                    __m512& accm) {
+    uint16_t dh[2];
+    std::memcpy(dh, blk, 4);
+    const Q4KScales u = unpack_q4k_scales(blk + offsetof(quant::BlockQ4_K, scales));
+    const __m512i sc16 = _mm512_castsi128_si512(
+        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(u.sc_hi), static_cast<int>(u.sc_lo))));
+    const __m256 mins = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(u.m_hi), static_cast<int>(u.m_lo))));
+    const __m256 term = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins), _mm256_loadu_ps(x.sums + 8 * b));
+    accm = _mm512_add_ps(accm, _mm512_zextps256_ps512(term));
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const uint8_t* qs = blk + offsetof(quant::BlockQ4_K, qs);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
+      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
+                                            _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
+      const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
+      a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(wq, x1[k]), sc);
+      a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(wq, x2[k]), sc);
+    }
+    return f16_to_f32(dh[0]);
+  }
+};
+
+/** Q6_K against int8 rows. Per half block (128 elements: ql 64 bytes, qh 32) the 6-bit values q + 32
  *  (as u8, 0..63: low nibbles of ql with qh bits 0-1 and 2-3, then high nibbles with bits 4-5 and
  *  6-7, in element order) times q1 and q2 in 16-bit pair sums (at most 2 * 63 * 127), times the
- *  16-element groups' int8 scales into int32 (at most 16.4M per lane over a block), two float
- *  conversions per block scaled by d_w * d_x, less the offset's term 32 d_w sum_g sc_g sums16_g. */
-template <int RR>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"))) void dot_q6k_vnni(const Q8Row& x,
-                                                                                            const uint8_t* w,
-                                                                                            int64_t rb, float* out) {
-  static constexpr ScaleIdx kIdx[4] = {scale_idx(0, 8), scale_idx(4, 8), scale_idx(8, 8), scale_idx(12, 8)};
+ *  16-element groups' int8 scales into int32 (at most 16.4M per lane over a block); the offset's
+ *  term is 32 d_w sum_g sc_g sums16_g. */
+struct Q6KVnni {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ6_K);
+  FT_VNNI_TARGET static void load_idx(__m512i (&idx)[4]) { load_scale_idx<8, 4>(idx); }  // groups 4k .. 4k + 3
+  FT_VNNI_TARGET static float block(const uint8_t* blk, const Q8Row& x, int64_t b, const __m512i (&idx)[4],
+                                    const __m512i (&x1)[4], const __m512i (&x2)[4], __m512i& a1, __m512i& a2,
+                                    __m512& accm) {
+    uint16_t dh;
+    std::memcpy(&dh, blk + offsetof(quant::BlockQ6_K, d), 2);
+    const float dw = f16_to_f32(dh);
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockQ6_K, scales)));
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+    const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8));
+    accm = _mm512_fmadd_ps(_mm512_set1_ps(32.0f * dw), _mm512_mul_ps(scf, _mm512_loadu_ps(x.sums16 + 16 * b)), accm);
+    const __m512i low = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(blk + offsetof(quant::BlockQ6_K, ql) + 64 * h);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + offsetof(quant::BlockQ6_K, qh) + 32 * h));
+      const __m512i qh01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+      const __m512i qh23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, 4)), _mm256_srli_epi16(qh, 6), 1);
+      const __m512i w01 = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_slli_epi16(_mm512_and_si512(qh01, three), 4));
+      const __m512i w23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                                          _mm512_slli_epi16(_mm512_and_si512(qh23, three), 4));
+      const __m512i s01 = _mm512_permutexvar_epi16(idx[2 * h], sc16), s23 = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
+      a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(w01, x1[2 * h]), s01);
+      a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(w23, x1[2 * h + 1]), s23);
+      a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(w01, x2[2 * h]), s01);
+      a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(w23, x2[2 * h + 1]), s23);
+    }
+    return dw;
+  }
+};
+
+/** RR rows of kernel class K against x: per 256-element block, x's q1 and q2 loaded once for all
+ *  rows (and the next RR rows prefetched: prefetch_next, simd_level.h), K::block's int32 sums
+ *  converted to float (two conversions, one per term) and scaled by d_w * d_x; the offset or mins'
+ *  terms summed apart and subtracted at the end. */
+template <class K, int RR>
+FT_VNNI_TARGET void dot_vnni(const Q8Row& x, const uint8_t* w, int64_t rb, float* out) {
   __m512i idx[4];
-  for (int k = 0; k < 4; ++k) idx[k] = _mm512_load_si512(kIdx[k].v);
-  const __m512i low = _mm512_set1_epi8(0x0f), three = _mm512_set1_epi8(3);
+  K::load_idx(idx);
   const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
   __m512 acc[RR], accm[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm512_setzero_ps();
-  const int64_t nb = x.n / kBlock;
-  constexpr int64_t kBytes = sizeof(quant::BlockQ6_K);
-  constexpr size_t kQl = offsetof(quant::BlockQ6_K, ql), kQh = offsetof(quant::BlockQ6_K, qh);
-  constexpr size_t kScales = offsetof(quant::BlockQ6_K, scales), kD = offsetof(quant::BlockQ6_K, d);
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < x.n / kBlock; ++b) {
     __m512i x1[4], x2[4];
     for (int k = 0; k < 4; ++k) {
       x1[k] = _mm512_loadu_si512(x.q1 + b * kBlock + 64 * k);
       x2[k] = _mm512_loadu_si512(x.q2 + b * kBlock + 64 * k);
     }
-    const float dx = x.d[b];
-    const __m512 sums16 = _mm512_loadu_ps(x.sums16 + 16 * b);
-    prefetch_next(w + RR * rb, b * kBytes * RR, kBytes * RR);
+    prefetch_next(w + RR * rb, b * K::kBytes * RR, K::kBytes * RR);
     for (int r = 0; r < RR; ++r) {
-      const uint8_t* blk = w + r * rb + b * kBytes;
-      uint16_t dh;
-      std::memcpy(&dh, blk + kD, 2);
-      const float dw = f16_to_f32(dh);
-      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kScales));
-      const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
-      accm[r] = _mm512_fmadd_ps(_mm512_set1_ps(32.0f * dw), _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)), sums16),
-                                accm[r]);
       __m512i a1 = _mm512_setzero_si512(), a2 = _mm512_setzero_si512();
-      for (int h = 0; h < 2; ++h) {
-        const __m512i ql = _mm512_loadu_si512(blk + kQl + 64 * h);
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQh + 32 * h));
-        const __m512i qh01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-        const __m512i qh23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(qh, 4)), _mm256_srli_epi16(qh, 6), 1);
-        const __m512i w01 = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_slli_epi16(_mm512_and_si512(qh01, three), 4));
-        const __m512i w23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
-                                            _mm512_slli_epi16(_mm512_and_si512(qh23, three), 4));
-        const __m512i s01 = _mm512_permutexvar_epi16(idx[2 * h], sc16), s23 = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
-        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(w01, x1[2 * h]), s01);
-        a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(w23, x1[2 * h + 1]), s23);
-        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(w01, x2[2 * h]), s01);
-        a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(w23, x2[2 * h + 1]), s23);
-      }
+      const float dw = K::block(w + r * rb + b * K::kBytes, x, b, idx, x1, x2, a1, a2, accm[r]);
       const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), inv254, _mm512_cvtepi32_ps(a1));
-      acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(dw * dx), acc[r]);
+      acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(dw * x.d[b]), acc[r]);
     }
   }
   for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(accm[r]);
 }
 
 using Q8DotFn = void (*)(const Q8Row&, const uint8_t*, int64_t, float*);
-const Q8DotFn kQ4KDots[4] = {dot_q4k_vnni<1>, dot_q4k_vnni<2>, dot_q4k_vnni<3>, dot_q4k_vnni<4>};
-const Q8DotFn kQ6KDots[4] = {dot_q6k_vnni<1>, dot_q6k_vnni<2>, dot_q6k_vnni<3>, dot_q6k_vnni<4>};
+#define FT_VNNI_DOTS(K) {dot_vnni<K, 1>, dot_vnni<K, 2>, dot_vnni<K, 3>, dot_vnni<K, 4>}
+const Q8DotFn kQ4KDots[4] = FT_VNNI_DOTS(Q4KVnni);
+const Q8DotFn kQ6KDots[4] = FT_VNNI_DOTS(Q6KVnni);
+#undef FT_VNNI_DOTS
+#undef FT_VNNI_TARGET
 
 bool vnni() {
   static const bool v = [] {

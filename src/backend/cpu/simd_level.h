@@ -8,6 +8,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace ft::cpu {
 
 enum class SimdLevel { kScalar, kAvx2, kAvx512 };
@@ -35,6 +38,22 @@ __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
  *  (kShortBf16Row); at 1.5 KB (an expert's down row) prefetching gains ~25%. */
 inline void prefetch_next(const uint8_t* next, int64_t off, int64_t len) {
   for (int64_t o = off & ~int64_t{63}; o < off + len; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T0);
+}
+
+/** A Q4_K block's 12 scale bytes q[0..11] unpacked (ggml-quants.c get_scale_min_k4): sc[0..3] and
+ *  m[0..3] are the low 6 bits of q[0..3] and q[4..7]; sc[4..7] and m[4..7] the low and high nibbles
+ *  of q[8..11] with their top 2 bits from the top 2 bits of q[0..3] and q[4..7]. Each result holds 4
+ *  values as bytes (little-endian): sc_lo = sc[0..3], sc_hi = sc[4..7], likewise m. All 8 are
+ *  unpacked at once with 32-bit word operations. */
+struct Q4KScales {
+  uint32_t sc_lo, sc_hi, m_lo, m_hi;
+};
+inline Q4KScales unpack_q4k_scales(const uint8_t* scales) {
+  uint32_t q[3];
+  std::memcpy(q, scales, 12);
+  const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
+  return {q[0] & low6, (q[2] & nib) | (((q[0] >> 6) & top2) << 4), q[1] & low6,
+          ((q[2] >> 4) & nib) | (((q[1] >> 6) & top2) << 4)};
 }
 
 }  // namespace ft::cpu
