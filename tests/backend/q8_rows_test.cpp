@@ -72,6 +72,12 @@ TEST(Q8Rows, NonFiniteInputsAndBadLengthsAreHandled) {
   EXPECT_TRUE(std::isnan(q.sums[0]));
   x[3] = 1.0f;  // an infinity alone does the same
   EXPECT_TRUE(std::isnan(cpu::quantize_q8_row(x.data(), 256, buf.data()).d[0]));
+  for (float& v : x) v = 5e-35f;  // so small that 254 / d overflows (d is still normal): q1 alone
+  const cpu::Q8Row t = cpu::quantize_q8_row(x.data(), 256, buf.data());
+  EXPECT_GT(t.d[0], 0.0f);
+  EXPECT_EQ(t.q1[7], 127);
+  EXPECT_EQ(t.q2[7], 0);
+  EXPECT_TRUE(std::isfinite(t.sums[0]));
   try {
     cpu::quantize_q8_row(x.data(), 100, buf.data());
     FAIL() << "100 elements accepted";

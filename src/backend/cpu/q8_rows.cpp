@@ -169,13 +169,14 @@ void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sum
   const float db = amax / 127.0f;
   const bool live = db > 0.0f && finite;
   *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
+  const bool fine = std::isfinite(254.0f / db);  // false below ~1e-36: q1 alone (both forms)
   for (int g = 0; g < kBlock / kSub16; ++g) {
     float s = 0.0f;
     for (int64_t t = g * kSub16; t < (g + 1) * kSub16; ++t) {
       int8_t a = 0, c = 0;
       if (live) {
         a = round_clamp(x[t] / db);
-        c = round_clamp((x[t] - db * static_cast<float>(a)) * (254.0f / db));
+        c = fine ? round_clamp((x[t] - db * static_cast<float>(a)) * (254.0f / db)) : 0;
       }
       q1[t] = a, q2[t] = c;
       s += *d * (static_cast<float>(a) + static_cast<float>(c) * (1.0f / 254.0f));
@@ -211,6 +212,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
   const bool live = db > 0.0f && finite;
   *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
   const __m512 vd = _mm512_set1_ps(db), vr = _mm512_set1_ps(254.0f / db), inv254 = _mm512_set1_ps(1.0f / 254.0f);
+  const bool fine = std::isfinite(254.0f / db);  // false below ~1e-36: q1 alone (as the scalar form)
   for (int g = 0; g < kBlock / kSub16; ++g) {
     const int64_t t = g * kSub16;
     if (!live) {
@@ -222,7 +224,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
     const __m512 v = _mm512_loadu_ps(x + t);
     const __m128i a = round_clamp16(_mm512_div_ps(v, vd));
     const __m512 af = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a));
-    const __m128i c = round_clamp16(_mm512_mul_ps(_mm512_sub_ps(v, _mm512_mul_ps(vd, af)), vr));
+    const __m128i c = fine ? round_clamp16(_mm512_mul_ps(_mm512_sub_ps(v, _mm512_mul_ps(vd, af)), vr)) : _mm_setzero_si128();
     const __m512 cf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + t), a);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + t), c);
