@@ -34,7 +34,8 @@ struct Q8Row {
  *  its view: d = max |x| / 127 over each 256-element block, q1 = round(x / d), q2 = round((x -
  *  d q1) * 254 / d) clamped to [-127, 127]. A block of zeros gives d = 0 and zero terms; a block
  *  holding a NaN or an infinity gives d = NaN and NaN sums (zero terms), so a dot with it is NaN, as
- *  the fp32 dot would be. Throws kInvalidArgument for n. */
+ *  the fp32 dot would be; a block whose 254 / d overflows (max |x| below ~1e-34) keeps q1 alone
+ *  (q2 = 0). Throws kInvalidArgument for n. */
 Q8Row quantize_q8_row(const float* x, int64_t n, void* buf);
 
 /** Whether dot_rows_q8 has a kernel for weights of `type` on this machine: Q4_K and Q6_K with
