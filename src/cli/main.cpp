@@ -8,16 +8,9 @@
 #include "cli/commands.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/version.h"
 
 namespace {
-
-constexpr const char* kVersion = "0.1.0";
-
-#ifdef FT_HAVE_CUDA
-constexpr const char* kBackends = "cpu, cuda";
-#else
-constexpr const char* kBackends = "cpu";
-#endif
 
 /** The first word of the command line that is not an option or the value of --log-level: the
  *  subcommand the user meant, or "" when there is none. */
@@ -50,7 +43,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
-  app.set_version_flag("--version", fmt::format("ft {} (FreeToken; backends: {})", kVersion, kBackends));
+  app.set_version_flag("--version", fmt::format("ft {} (FreeToken; backends: {})", ft::kVersion, ft::kBackends));
   ft::cli::Action action;
   ft::cli::add_bench_command(app, action);
   ft::cli::add_inspect_command(app, action);

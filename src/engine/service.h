@@ -128,6 +128,8 @@ class EngineService {
   void shutdown(std::chrono::milliseconds grace);
 
   int64_t context_limit() const { return context_limit_; }
+  /** Requests that run at once (SchedulerConfig::max_running, --max-running-requests). */
+  int32_t max_running() const { return config_.scheduler.max_running; }
   EngineStats stats() const;
   /** False once shutdown() began: new requests are refused while the running ones drain. */
   bool accepting() const;

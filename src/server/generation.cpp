@@ -189,4 +189,17 @@ ApiError generation_error(const FinishInfo& f) {
   return ApiError{500, "generation failed: " + f.error, "server_error", "", "internal_error"};
 }
 
+nlohmann::ordered_json llama_generation_settings(const GenerationParams& gen) {
+  nlohmann::ordered_json s;
+  s["n_predict"] = gen.max_tokens ? *gen.max_tokens : -1;
+  s["temperature"] = gen.sampling.temperature;
+  s["top_k"] = gen.sampling.top_k;
+  s["top_p"] = gen.sampling.top_p;
+  s["min_p"] = gen.sampling.min_p;
+  s["seed"] = gen.sampling.seed ? nlohmann::ordered_json(*gen.sampling.seed) : nlohmann::ordered_json(-1);
+  s["stop"] = gen.stop;
+  s["ignore_eos"] = gen.ignore_eos;
+  return s;
+}
+
 }  // namespace ft::server

@@ -32,6 +32,11 @@ std::vector<int32_t> completion_prompt_ids(const Vocab& vocab, const CompletionR
 Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
                             const char* what);
 
+/** llama.cpp's generation_settings object for `gen`: n_predict (-1: to the context's end), temperature,
+ *  top_k, top_p, min_p, seed (-1: none), stop, ignore_eos (POST /completion's reply; GET /props'
+ *  default_generation_settings.params). */
+nlohmann::ordered_json llama_generation_settings(const GenerationParams& gen);
+
 /** Blocks until the request finishes; returns all of its text and log-probabilities and the finish.
  *  (cpp-httplib gives a handler no way to see a non-streaming client hang up, so such a request runs to
  *  its end; streaming requests are cancelled on disconnect.) */

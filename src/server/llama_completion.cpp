@@ -54,16 +54,7 @@ class LlamaCompletion {
     j["stopping_word"] = end.stop_index >= 0 ? gen_.stop[static_cast<size_t>(end.stop_index)] : std::string();
     j["prompt"] = prompt_;
     j["has_new_line"] = text.find('\n') != std::string::npos;
-    ojson settings;
-    settings["n_predict"] = gen_.max_tokens ? *gen_.max_tokens : -1;
-    settings["temperature"] = gen_.sampling.temperature;
-    settings["top_k"] = gen_.sampling.top_k;
-    settings["top_p"] = gen_.sampling.top_p;
-    settings["min_p"] = gen_.sampling.min_p;
-    settings["seed"] = gen_.sampling.seed ? ojson(*gen_.sampling.seed) : ojson(-1);
-    settings["stop"] = gen_.stop;
-    settings["ignore_eos"] = gen_.ignore_eos;
-    j["generation_settings"] = settings;
+    j["generation_settings"] = llama_generation_settings(gen_);
     return j;
   }
 

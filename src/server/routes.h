@@ -18,6 +18,8 @@ void add_llama_completion_routes(Router& r, ServerContext& ctx);
 void add_model_routes(Router& r, ServerContext& ctx);
 /** GET /v1/stats (JSON) and GET /metrics (Prometheus text) (server/stats.cpp). */
 void add_stats_routes(Router& r, ServerContext& ctx);
+/** GET /props: llama.cpp server's model and default-settings properties (server/props.cpp). */
+void add_props_routes(Router& r, ServerContext& ctx);
 /** GET /health, open without an API key (server/health.cpp). */
 void add_health_routes(Router& r, ServerContext& ctx);
 /** POST /tokenize, /detokenize, /apply-template: llama.cpp server's utility endpoints

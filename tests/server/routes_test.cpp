@@ -159,6 +159,37 @@ TEST(Routes, HealthModelsAndUnknownRoutes) {
   expect_error(post(c, "/v1/completions", past.dump()), 400, "context_length_exceeded");
 }
 
+TEST(Routes, PropsAsLlamaCppServesThem) {
+  // GET /props: what llama.cpp's clients (its web UI among them) read for the context size, the chat
+  // template, the special tokens and the default sampling settings.
+  TestServerConfig cfg;
+  cfg.api_key = "k";
+  TestServer s(cfg);
+  auto c = s.client();
+  expect_error(get(c, "/props"), 401);  // behind the API key, as in llama.cpp
+  const httplib::Headers key = {{"Authorization", "Bearer k"}};
+  for (const char* path : {"/props", "/props/"}) {
+    Reply p = get(c, path, key);
+    ASSERT_EQ(p.status, 200) << path;
+    EXPECT_EQ(p.body["default_generation_settings"]["n_ctx"], 512);
+    const auto& params = p.body["default_generation_settings"]["params"];
+    EXPECT_EQ(params["n_predict"], -1);  // as POST /completion without n_predict
+    EXPECT_EQ(params["temperature"], 1.0);
+    EXPECT_EQ(params["top_p"], 1.0);
+    EXPECT_EQ(params["seed"], -1);  // no --seed
+    EXPECT_EQ(params["stop"], nlohmann::json::array());
+    EXPECT_EQ(p.body["total_slots"], 4);
+    EXPECT_EQ(p.body["model_alias"], "test-model");
+    EXPECT_EQ(p.body["chat_template"], kChatMLTemplate);
+    EXPECT_EQ(p.body["eos_token"], ft::testing::demo_vocab().piece(ft::testing::demo_vocab().eos()));
+    EXPECT_EQ(p.body["modalities"]["vision"], false);
+    EXPECT_NE(p.body["build_info"].get<std::string>().find("freetoken"), std::string::npos);
+  }
+  auto r = c.Post("/props", key, "{}", "application/json");  // llama.cpp's run-time settings: not served
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+}
+
 TEST(Routes, WrongMethodOnAKnownRouteIs405WithAllow) {
   TestServer s;
   auto c = s.client();
