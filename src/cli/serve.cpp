@@ -51,7 +51,7 @@ struct ServeFlags {
   std::string cors_origin = "*";
   std::string reasoning_format = "none";
   int max_waiting = 128;
-  std::optional<uint64_t> seed;
+  int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
   int shutdown_grace_s = 5;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
@@ -145,7 +145,7 @@ int run_serve(const ServeFlags& f) {
   so.cors_origin = f.cors_origin;
   so.split_reasoning = f.reasoning_format == "deepseek";
   so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
-  so.default_seed = f.seed;
+  if (f.seed >= 0) so.default_seed = static_cast<uint64_t>(f.seed);
   server::ServedModel sm;
   sm.name = !f.served_model_name.empty() ? f.served_model_name
             : demo                       ? "freetoken-demo"
@@ -252,7 +252,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--cors-origin", f->cors_origin,
                   "Access-Control-Allow-Origin for browser clients ('*': any origin; '' turns CORS off)")
       ->capture_default_str();
-  cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (default: random per request)");
+  cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
+      ->check(at_least(-1))
+      ->capture_default_str();
   cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str()
       ->check(at_least(0));

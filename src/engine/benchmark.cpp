@@ -496,7 +496,8 @@ std::string bench_table(const BenchReport& r) {
     }
     s += "fetched/step: bytes copied into the expert cache per decode step; prefetched/step: experts fetched\n"
          "ahead for the next layer; CPU experts/step: experts computed on the CPU; CPU ms/step: the CPU expert\n"
-         "executor's working time per step (the rest of ms/step it waits for the GPU's part of each layer)\n";
+         "executor's working time per step (with a GPU, the rest of ms/step it waits for the GPU's part of each\n"
+         "layer)\n";
   }
   for (const BenchBatch& b : r.batches) {
     if (!b.prefill_profile.empty()) {

@@ -168,9 +168,13 @@ GenerationParams parse_generation_params(const ojson& body) {
   s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1.0, 1e-6, 100.0));
-  // -1 asks for a random seed, as in llama.cpp's server (whose clients send it by default)
-  if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-      seed && *seed != -1)
+  // -1 asks for a random seed, as in llama.cpp's server (whose clients send it by default); seeds past
+  // 2^63 - 1 (any uint64, as GET /props may report one) are taken as given
+  if (const ojson* big = field(body, "seed"); big && big->is_number_unsigned() &&
+      big->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    s.seed = big->get<uint64_t>();
+  else if (auto seed = get_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+           seed && *seed != -1)
     s.seed = static_cast<uint64_t>(*seed);
   s.min_tokens = static_cast<int>(get_int(body, "min_tokens", 0, kMaxTok).value_or(0));
   if (g.max_tokens && s.min_tokens > *g.max_tokens)

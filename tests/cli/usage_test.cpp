@@ -51,6 +51,7 @@ TEST(Usage, NumericFlagsAreCheckedAtTheFlag) {
       {"serve --port 0 --max-running-requests 0", "--max-running-requests", ">= 1"},
       {"serve --port 0 --max-prefill-tokens 0", "--max-prefill-tokens", ">= 1"},
       {"serve --port 0 --kv-tokens 0", "--kv-tokens", ">= 1"},  // was taken silently as the default
+      {"serve --port 0 --seed -2", "--seed", ">= -1"},          // -1 wrapped to 2^64 - 1, a fixed seed
   };
   for (const Case& c : cases) {
     Result r = run_ft(c.args);

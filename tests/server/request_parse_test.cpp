@@ -88,6 +88,12 @@ TEST(RequestParse, ChatFieldsBecomeNativeValues) {
   EXPECT_FALSE(d.gen.max_tokens.has_value());
   EXPECT_FALSE(d.gen.sampling.seed.has_value());
   EXPECT_TRUE(d.gen.stop.empty());
+  // Any uint64 seed is taken as given (it was clamped to 2^63 - 1), -1 is none.
+  ChatRequest big = parse_chat_request(
+      parse_json_body(R"({"messages":[{"role":"user","content":"hi"}],"seed":18446744073709551615})"));
+  EXPECT_EQ(big.gen.sampling.seed, UINT64_MAX);
+  EXPECT_FALSE(parse_chat_request(parse_json_body(R"({"messages":[{"role":"user","content":"hi"}],"seed":-1})"))
+                   .gen.sampling.seed.has_value());
   EXPECT_FALSE(d.gen.stream);
 }
 
