@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/q8_rows.h"
 #include "backend/device.h"
 #include "moe/expert_bank.h"
 #include "moe/thread_pool.h"
@@ -152,6 +153,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
   plan_.prefetch = offloaded_ && offloaded_->prefetches();
+  plan_.cpu_int8 = ro.cpu_int8 && cpu::has_q8_dot(DType::Q4_K);  // what runs, so the bench's moe_plan records it
   if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !plan_.prefetch)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");

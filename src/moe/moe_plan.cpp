@@ -126,6 +126,7 @@ std::string MoePlan::summary() const {
     s += calibrate_fetch_cap ? std::string(", fetch cap: calibrating") : fmt::format(", fetch cap {} per layer", cap);
   }
   if (prefetch) s += ", next-layer prefetch";
+  if (cpu_int8 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU int8 activations for Q4_K/Q6_K";
   if (!cache.note.empty()) s += " (" + cache.note + ")";
   return s;
 }

@@ -52,6 +52,7 @@ struct MoePlan {
   bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
   CacheSize cache;                             // n_slots = 0 without a cache
   bool prefetch = false;                       // set by the runtime: some layer fetches the next one's experts ahead
+  bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K with int8 activations
 
   /** Layers in `mode`. */
   int64_t count(MoeLayerMode mode) const;
