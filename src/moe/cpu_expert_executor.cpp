@@ -143,7 +143,8 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   if (any_x8) {  // H is whole 256-blocks: the Q4_K rows are
     if (static_cast<int64_t>(x8_.size()) < T * x8_bytes + 64) x8_.resize(static_cast<size_t>(T * x8_bytes + 64));
     uint8_t* x8 = align64(x8_.data());
-    pool_.run(T, [&](int64_t t, int) { x8_rows_[static_cast<size_t>(t)] = cpu::quantize_q8_row(xf + t * H, H, x8 + t * x8_bytes); });
+    // On the calling thread: ~1 us a row, less than waking the pool for it (a decode step has one row).
+    for (int64_t t = 0; t < T; ++t) x8_rows_[static_cast<size_t>(t)] = cpu::quantize_q8_row(xf + t * H, H, x8 + t * x8_bytes);
   }
   if (static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes + 64) h8_.resize(static_cast<size_t>(n_pairs * h8_bytes + 64));
   uint8_t* h8 = align64(h8_.data());

@@ -325,6 +325,14 @@ TEST(Routes, ChatStreamingChunksInOpenAIShape) {
     }
 }
 
+/** The demo model's prompt "once upon" (BOS first, as /v1/completions encodes it) and its first `n`
+ *  greedy tokens on `s`'s model. */
+std::pair<std::vector<int32_t>, std::vector<int32_t>> once_upon(TestServer& s, int32_t n) {
+  std::vector<int32_t> ids = testing::demo_vocab().encode("once upon", EncodeOptions{true, true});
+  std::vector<int32_t> toks = s.model().solo_greedy(ids, n);
+  return {std::move(ids), std::move(toks)};
+}
+
 /** Two printable ASCII characters from the second half of `text` (a stop string that occurs in it),
  *  or "" when it has none. */
 std::string stop_string_in(const std::string& text) {
@@ -370,8 +378,7 @@ TEST(Routes, StopTokenIdsAndIncludeStopStrInOutput) {
   TestServer s;
   auto c = s.client();
   const Vocab& v = testing::demo_vocab();
-  const std::vector<int32_t> ids = v.encode("once upon", EncodeOptions{true, true});
-  const auto toks = s.model().solo_greedy(ids, 12);
+  const auto [ids, toks] = once_upon(s, 12);
   size_t first = 0;
   while (toks[first] != toks[3]) ++first;  // the id may occur earlier
   json body = {{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 0}};
@@ -416,8 +423,7 @@ TEST(Routes, LlamaCppNativeCompletion) {
   TestServer s;
   auto c = s.client();
   const Vocab& v = testing::demo_vocab();
-  const std::vector<int32_t> ids = v.encode("once upon", EncodeOptions{true, true});
-  const auto toks = s.model().solo_greedy(ids, 12);
+  const auto [ids, toks] = once_upon(s, 12);
   const std::string want = v.decode(toks, true);
   Reply r = post(c, "/completion", R"({"prompt":"once upon","n_predict":12,"temperature":0,"ignore_eos":true})");
   ASSERT_EQ(r.status, 200) << r.raw;
@@ -476,8 +482,7 @@ TEST(Routes, CompletionsEchoIdsStreamingAndLogprobs) {
   TestServer s;
   auto c = s.client();
   const Vocab& v = testing::demo_vocab();
-  const std::vector<int32_t> ids = v.encode("once upon", EncodeOptions{true, true});
-  const auto toks = s.model().solo_greedy(ids, 12);
+  const auto [ids, toks] = once_upon(s, 12);
   Reply r = post(c, "/v1/completions", R"({"prompt":"once upon","max_tokens":12,"temperature":0,"ignore_eos":true,"echo":true})");
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["object"], "text_completion");
