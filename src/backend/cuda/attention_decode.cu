@@ -118,19 +118,25 @@ __device__ __forceinline__ void decode_plan(int64_t p, int window, int n_split, 
   merge_in_cluster = cluster && n_active > 1;
 }
 
-/** Per-head RMSNorm then rotation of one head held as the decode kernel holds it (lane l: dims
- *  l * DPL ..; D == 32 * DPL), as norm_rope.cu computes it up to the order of the sum of squares,
- *  rounded to the activation dtype (round_bf16) as its store would. cs, sn: the lane's cos and sin
- *  (1 and 0 past n_rot); w: norm weight + offset. */
+/** This lane's part of the sum of squares of one head held as the decode kernel holds it. */
 template <int DPL>
-__device__ __forceinline__ void head_norm_rope(float (&x)[DPL], const float (&w)[DPL], const float (&cs)[DPL],
-                                               const float (&sn)[DPL], const DecodeNormRope& nr, int D,
-                                               bool round_bf16) {
-  const int lane = threadIdx.x & 31;
+__device__ __forceinline__ float lane_sum_sq(const float (&x)[DPL]) {
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < DPL; ++i) ss += x[i] * x[i];
-  ss = warp_sum(ss);
+  return ss;
+}
+
+/** Per-head RMSNorm then rotation of one head held as the decode kernel holds it (lane l: dims
+ *  l * DPL ..; D == 32 * DPL), as norm_rope.cu computes it up to the order of the sum of squares,
+ *  rounded to the activation dtype (round_bf16) as its store would. ss: the head's sum of squares
+ *  (lane_sum_sq warp-summed, every lane); cs, sn: the lane's cos and sin (1 and 0 past n_rot);
+ *  w: norm weight + offset. */
+template <int DPL>
+__device__ __forceinline__ void head_norm_rope(float (&x)[DPL], const float (&w)[DPL], const float (&cs)[DPL],
+                                               const float (&sn)[DPL], const DecodeNormRope& nr, int D,
+                                               bool round_bf16, float ss) {
+  const int lane = threadIdx.x & 31;
   const float inv = rsqrtf(ss / static_cast<float>(D) + nr.eps);
 #pragma unroll
   for (int i = 0; i < DPL; ++i) x[i] = x[i] * inv * w[i];
@@ -351,7 +357,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       const int64_t ko = (t * a.G + gk) * D + lane * DPL;
       load_x_any<DPL>(a.nr.k, !bf, ko, kp);
       load_x_any<DPL>(a.nr.v, !bf, ko, vp);
-      head_norm_rope<DPL>(kp, wk, cs, sn, a.nr, D, bf);
+      head_norm_rope<DPL>(kp, wk, cs, sn, a.nr, D, bf, warp_sum(lane_sum_sq<DPL>(kp)));
 #pragma unroll
       for (int i = 0; i < DPL; ++i) {
         if (!a.kv_f32) kp[i] = __bfloat162float(__float2bfloat16_rn(kp[i])), vp[i] = __bfloat162float(__float2bfloat16_rn(vp[i]));
@@ -384,7 +390,20 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
       for (int i = 0; i < DPL; ++i) q[h][i] = lane * DPL + i < D ? load_any(a.q, a.q_code, qo + lane * DPL + i) : 0.0f;
     }
-    if constexpr (FUSED) head_norm_rope<DPL>(q[h], wq, cs, sn, a.nr, D, a.q_code != 0);
+  }
+  if constexpr (FUSED) {  // the heads' sums of squares: warp_sum's butterflies, interleaved over the heads
+    float ss[GROUP];
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) ss[h] = lane_sum_sq<DPL>(q[h]);
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1)
+#pragma unroll
+      for (int h = 0; h < GROUP; ++h) ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], sh);
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) head_norm_rope<DPL>(q[h], wq, cs, sn, a.nr, D, a.q_code != 0, ss[h]);
+  }
+#pragma unroll
+  for (int h = 0; h < GROUP; ++h) {
 #pragma unroll
     for (int i = 0; i < DPL; ++i) q[h][i] *= a.scale;
   }
@@ -395,21 +414,27 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[h][i] = 0.0f;
   }
+  // Head h's score of one key (this lane's part of the dot product), and the online-softmax update
+  // with the key's warp-summed score s and its value row (Milakov & Gimelshein, "Online normalizer
+  // calculation for softmax", 2018).
+  auto partial_dot = [&](int h, const float (&k)[DPL]) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) s = fmaf(q[h][i], k[i], s);
+    return s;
+  };
+  auto accumulate = [&](int h, float s, const float (&v)[DPL]) {
+    const float m_new = fmaxf(m[h], s);
+    const float alpha = __expf(m[h] - m_new);  // m[h] = -inf the first time: 0
+    const float pj = __expf(s - m_new);
+    l[h] = l[h] * alpha + pj;
+    m[h] = m_new;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[h][i] = fmaf(pj, v[i], o[h][i] * alpha);
+  };
   auto score = [&](const float (&k)[DPL], const float (&v)[DPL]) {
 #pragma unroll
-    for (int h = 0; h < GROUP; ++h) {
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) s = fmaf(q[h][i], k[i], s);
-      s = warp_sum(s);
-      const float m_new = fmaxf(m[h], s);
-      const float alpha = __expf(m[h] - m_new);  // m[h] = -inf the first time: 0
-      const float pj = __expf(s - m_new);
-      l[h] = l[h] * alpha + pj;
-      m[h] = m_new;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) o[h][i] = fmaf(pj, v[i], o[h][i] * alpha);
-    }
+    for (int h = 0; h < GROUP; ++h) accumulate(h, warp_sum(partial_dot(h, k)), v);
   };
   for (int64_t j = s_lo + warp; j < s_hi; j += kStep) {  // several keys per warp in flight
 #pragma unroll
@@ -431,9 +456,25 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       use[u] = off[u] >= 0;
       off[u] = row_of(j + kStep + u * kDecWarps);
     }
+    // Every (key, head) dot of the iteration first, then their warp sums level by level: the
+    // shuffles of independent sums overlap instead of forming one chain of 5 per (key, head). Each
+    // sum is warp_sum's butterfly, and the softmax updates run in key order, so the bits are score's.
+    float sc[kKeysInFlight][GROUP];
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u)
-      if (use[u]) score(kk[u], vv[u]);
+#pragma unroll
+      for (int h = 0; h < GROUP; ++h) sc[u][h] = partial_dot(h, kk[u]);
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1)
+#pragma unroll
+      for (int u = 0; u < kKeysInFlight; ++u)
+#pragma unroll
+        for (int h = 0; h < GROUP; ++h) sc[u][h] += __shfl_xor_sync(0xffffffffu, sc[u][h], sh);
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u)
+      if (use[u])
+#pragma unroll
+        for (int h = 0; h < GROUP; ++h) accumulate(h, sc[u][h], vv[u]);
   }
   if constexpr (FUSED) {
     if (p_row >= 0) score(kp, vp);  // warp 0 of the split with key p
