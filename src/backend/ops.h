@@ -149,6 +149,12 @@ class Ops {
    *  the mapped file) and leaves `storage` empty. CUDA: copies it into device memory owned by
    *  `storage` and returns a view of that. */
   virtual Tensor make_resident(const Tensor& host, Buffer& storage) = 0;
+  /** Like make_resident, but the copy stays in host memory that this backend's kernels read over the
+   *  bus: for weights a step reads a few rows of (the token embedding table at decode), so their
+   *  bytes need not take GPU memory. CUDA: pinned, mapped host memory owned by `storage`, returned as
+   *  a Device::kCuda view at its UVA address. CPU: make_resident. Throws kOutOfMemory naming the
+   *  size when the memory cannot be allocated, kInvalidArgument as make_resident does. */
+  virtual Tensor make_host_mapped(const Tensor& host, Buffer& storage) { return make_resident(host, storage); }
   /** dst = src, between any two devices. Same numel; dtypes equal, or both in {F32, F16, BF16}
    *  (converted, round to nearest even). Blocks until the copy is done when dst is on the host. */
   virtual void copy(const Tensor& src, Tensor dst) = 0;

@@ -38,6 +38,9 @@ class ProfilingOps final : public Ops {
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   Buffer alloc(int64_t bytes) override { return inner_->alloc(bytes); }
   Tensor make_resident(const Tensor& host, Buffer& storage) override { return inner_->make_resident(host, storage); }
+  Tensor make_host_mapped(const Tensor& host, Buffer& storage) override {
+    return inner_->make_host_mapped(host, storage);
+  }
   void copy(const Tensor& src, Tensor dst) override;
   void zero(Tensor t) override;
   void synchronize() override { inner_->synchronize(); }

@@ -20,6 +20,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
                   "KV cache element type: auto (the activation dtype), f32, or bf16 (CUDA: half the KV memory)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  cmd->add_option("--embed-weights", f.embed_weights,
+                  "token embedding table: device, host (pinned host memory the GPU reads a few rows of per step; "
+                  "not for models whose LM head is tied to it) or auto (host when the weights exceed the GPU's "
+                  "memory or the MoE strategy is offload, hybrid or cpu)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "device", "host"}));
   add_moe_flags(cmd, f.moe);
 }
 
@@ -33,6 +39,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.page_size = f.page_size;
   eo.cuda_graph_max_bs = f.cuda_graph_max_bs;
   eo.kv_cache_dtype = f.kv_cache_dtype;
+  eo.embed_weights = f.embed_weights;
   return eo;
 }
 

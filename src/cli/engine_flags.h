@@ -1,6 +1,6 @@
 #pragma once
 // The engine flags `ft run`, `ft serve` and `ft bench` share, and their one mapping to EngineOptions:
-// --threads, --device, --page-size, --cuda-graph-max-bs, --kv-cache-dtype and the MoE offload flags (cli/moe_flags.h). Each command then sets
+// --threads, --device, --page-size, --cuda-graph-max-bs, --kv-cache-dtype, --embed-weights and the MoE offload flags (cli/moe_flags.h). Each command then sets
 // the sizing fields it owns (kv_tokens, max_seqs, max_step_tokens, max_logit_rows).
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -17,15 +17,16 @@ struct EngineFlags {
   int32_t page_size = 64;       // --page-size: KV page size in tokens
   int32_t cuda_graph_max_bs = 16;  // --cuda-graph-max-bs: largest decode batch replayed as a CUDA graph (0: off)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, f32 or bf16
+  std::string embed_weights = "auto";   // --embed-weights: auto, device or host
   MoeFlags moe;
 };
 
 /** Registers --threads (>= 0), --device, --page-size (>= 1), --cuda-graph-max-bs (>= 0), --kv-cache-dtype
- *  (auto, f32, bf16) and the MoE flags on `cmd`, writing into
+ *  (auto, f32, bf16), --embed-weights (auto, device, host) and the MoE flags on `cmd`, writing into
  *  `f` (which must outlive parsing). */
 void add_engine_flags(CLI::App* cmd, EngineFlags& f);
 
-/** EngineOptions with threads, device, page_size, cuda_graph_max_bs, kv_cache_dtype and the MoE fields (apply_moe_flags) from `f`; the
+/** EngineOptions with threads, device, page_size, cuda_graph_max_bs, kv_cache_dtype, embed_weights and the MoE fields (apply_moe_flags) from `f`; the
  *  sizing fields keep their defaults. Throws ft::Error(kInvalidArgument) for a --device other than cpu,
  *  cuda or auto, and for a bad MoE flag combination (apply_moe_flags). */
 EngineOptions engine_options(const EngineFlags& f);

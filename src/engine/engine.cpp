@@ -24,6 +24,18 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 
+bool embeddings_on_host(const std::string& mode, bool gpu, MoeStrategy strategy, int64_t weight_bytes,
+                        int64_t gpu_budget) {
+  if (mode == "host") return true;
+  if (mode == "device") return false;
+  if (mode != "auto")
+    fail(ErrorCode::kInvalidArgument, "--embed-weights must be auto, device or host (got '{}')", mode);
+  if (!gpu || strategy == MoeStrategy::kFused) return false;
+  const bool host_experts =
+      strategy == MoeStrategy::kOffload || strategy == MoeStrategy::kHybrid || strategy == MoeStrategy::kCpu;
+  return host_experts || (gpu_budget > 0 && weight_bytes > gpu_budget);
+}
+
 Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
     : options_(options), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
   if (options_.max_step_tokens < 1 || options_.max_logit_rows < 1 || options_.max_seqs < 1)
@@ -31,7 +43,23 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
          options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
   if (options_.cuda_graph_max_bs < 0)
     fail(ErrorCode::kInvalidArgument, "engine: --cuda-graph-max-bs {} must be >= 0", options_.cuda_graph_max_bs);
-  model_ = load_model(*ckpt_, *ops_);
+  const bool gpu = ops_->device() != Device::kCpu;
+  int64_t weight_bytes = 0;
+  for (const TensorInfo& t : ckpt_->tensors()) weight_bytes += t.bytes;
+  LoadOptions lo;
+  lo.embeddings_on_host =
+      embeddings_on_host(options_.embed_weights, gpu, options_.moe.strategy, weight_bytes,
+                         options_.gpu_memory_limit > 0 ? options_.gpu_memory_limit : (gpu ? cuda_free_memory(0) : 0));
+  model_ = load_model(*ckpt_, *ops_, lo);
+  if (lo.embeddings_on_host && gpu) {
+    if (model_->host_mapped_bytes() == 0 && options_.embed_weights == "host")
+      fail(ErrorCode::kInvalidArgument,
+           "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every step; "
+           "use --embed-weights device or auto", ckpt_->path());
+    if (model_->host_mapped_bytes() > 0)
+      spdlog::info("engine: token embeddings ({}) in pinned host memory (--embed-weights {})",
+                   format_bytes(model_->host_mapped_bytes()), options_.embed_weights);
+  }
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
   const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
@@ -125,6 +153,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
 Engine::PlacedMemory Engine::placed_memory() const {
   PlacedMemory m;
   for (const TensorInfo& t : ckpt_->tensors()) m.weights += t.bytes;
+  m.weights -= model_->host_mapped_bytes();  // read from host memory (--embed-weights)
   m.kv = kv_->bytes();
   m.kv_per_token = m.kv / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
   for (const Buffer& b : storage_) m.buffers += b.bytes();

@@ -40,7 +40,20 @@ struct EngineOptions {
   /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32" or "bf16" (CUDA only: half the KV
    *  memory and decode attention bytes; keys and values rounded to bf16). */
   std::string kv_cache_dtype = "auto";
+  /** --embed-weights: "device", "host" or "auto" (embeddings_on_host). */
+  std::string embed_weights = "auto";
 };
+
+/** Whether --embed-weights `mode` puts the token embedding table in pinned host memory the GPU reads
+ *  over the bus (a decode step reads one row per token, ~1 us; an 8k prompt 8k rows, ~0.6 ms at
+ *  55 GB/s for qwen3-30b-a3b's 4 KiB rows): "host" yes, "device" no, "auto" when the backend is a
+ *  GPU and either the MoE strategy keeps experts in host memory (offload, hybrid, cpu) or, the
+ *  strategy not being fused, the checkpoint's `weight_bytes` exceed `gpu_budget` (bytes; <= 0:
+ *  unknown), since there every byte
+ *  of GPU memory is worth more as expert-cache slots (llama.cpp keeps this table on the host
+ *  always). Throws ft::Error(kInvalidArgument) for another mode. */
+bool embeddings_on_host(const std::string& mode, bool gpu, MoeStrategy strategy, int64_t weight_bytes,
+                        int64_t gpu_budget);
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
@@ -82,6 +95,8 @@ class Engine {
   const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
   /** The memory budget the plan was made for (nullptr for a dense model). */
   const GpuMemoryBudget* moe_budget() const { return moe_ ? &moe_->budget() : nullptr; }
+  /** Bytes of weights in host memory the backend reads over the bus (--embed-weights host). */
+  int64_t host_mapped_weight_bytes() const { return model_->host_mapped_bytes(); }
   /** The MoE counters (offload, hybrid, cpu), nullopt for fused or a dense model. Thread-safe: waits
    *  for a running step to end. */
   std::optional<MoeReport> moe_report();

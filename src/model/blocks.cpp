@@ -128,14 +128,14 @@ OutputWeights load_output(WeightLoader& ld, ModelConfig& c) {
     if (const TensorInfo* t = ld.checkpoint().find(ld.name(embd)); t && t->shape.size() == 2) c.n_vocab = t->shape[0];
   }
   const int64_t V = c.n_vocab, H = c.n_embd;
-  w.tok_embd = ld.get(embd, {V, H});
-  w.output_norm = ld.get({"output_norm.weight", "model.norm.weight"}, {H}, WeightKind::kVector);
   const WeightName out{"output.weight", "lm_head.weight"};
-  w.output = c.tie_embeddings && !ld.has(out) ? w.tok_embd : ld.get_optional(out, {V, H});
-  if (w.output.empty()) {
-    if (!ld.is_gguf()) ld.get(out, {V, H});  // throws: an untied HF checkpoint must have lm_head
-    w.output = w.tok_embd;                   // llama.cpp: no output.weight means tied
-  }
+  // llama.cpp: a GGUF without output.weight is tied; an untied HF checkpoint must have lm_head.
+  const bool tied = !ld.has(out) && (c.tie_embeddings || ld.is_gguf());
+  if (!tied && !ld.has(out)) ld.get(out, {V, H});  // throws: missing tensor lm_head.weight
+  // Tied, the LM head reads the whole table every step: it stays on the device.
+  w.tok_embd = ld.options().embeddings_on_host && !tied ? ld.get_host_mapped(embd, {V, H}) : ld.get(embd, {V, H});
+  w.output_norm = ld.get({"output_norm.weight", "model.norm.weight"}, {H}, WeightKind::kVector);
+  w.output = tied ? w.tok_embd : ld.get(out, {V, H});
   return w;
 }
 

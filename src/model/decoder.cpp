@@ -11,6 +11,7 @@ class Decoder final : public Model {
     spec_ = load_attention_spec(ld, ops, config_, storage_);
     router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
     for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, spec, l));
+    host_mapped_bytes_ = ld.host_mapped_bytes();
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
   }
 

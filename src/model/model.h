@@ -71,6 +71,9 @@ class Model {
   /** Host views of the routed experts of every layer (empty banks for dense layers; empty vector for
    *  a dense model), for building an ExpertCompute. */
   const HostExpertBanks& host_experts() const { return host_experts_; }
+  /** Bytes of the weights kept in host memory the backend reads over the bus (LoadOptions; 0 on the
+   *  CPU backend, where make_host_mapped is make_resident). */
+  int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
 
  protected:
   explicit Model(ModelConfig config) : config_(std::move(config)) {}
@@ -78,6 +81,7 @@ class Model {
   ModelConfig config_;
   HostExpertBanks host_experts_;
   std::vector<Buffer> storage_;  // device copies of resident weights (empty on CPU)
+  int64_t host_mapped_bytes_ = 0;
 };
 
 }  // namespace ft

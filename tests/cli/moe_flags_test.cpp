@@ -47,7 +47,7 @@ TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
                             "--moe-strategy hybrid --moe-fetch-cap 2", "--moe-strategy auto --gpu-memory-limit 0.03",
                             "--moe-strategy offload --moe-cache-slots 128 --moe-prefetch on",
                             "--moe-strategy hybrid --moe-fetch-cap 1 --moe-prefetch on", "--moe-strategy hybrid",
-                            "--moe-strategy cpu --moe-cpu-int8 off"}) {
+                            "--moe-strategy cpu --moe-cpu-int8 off", "--moe-strategy offload --embed-weights host"}) {
     SCOPED_TRACE(flags);
     const Result r = run_moe(flags);
     ASSERT_EQ(r.code, 0) << r.err;
@@ -124,6 +124,7 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy hybrid --moe-fetch-cap 65", 2, "--moe-fetch-cap 65 exceeds the 64 experts of a layer"},
       {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
       {"--moe-prefetch yes", 2, "--moe-prefetch yes must be auto, on or off"},
+      {"--embed-weights pinned", 2, "--embed-weights"},
       {"--moe-strategy cpu --moe-cpu-int8 yes", 2, "--moe-cpu-int8 yes must be on or off"},
       {"--moe-strategy cpu --moe-prefetch on", 2, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid"},
       {"--moe-strategy offload --moe-cache-slots 64", 2, "below the minimum of 128"},

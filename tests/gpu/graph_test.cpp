@@ -134,6 +134,45 @@ TEST_P(CudaGraphDecode, StepsAcrossTheShortKeyRangeEqualEager) {
   EXPECT_EQ(graphed.graph_replays(), short_len > 0 ? 5 : 6);
 }
 
+TEST_P(CudaGraphDecode, HostEmbeddingsEqualDeviceBitForBit) {
+  // --embed-weights host: the same gather kernel reads the table from pinned host memory, so graphed
+  // decode equals the device table's eager decode bit for bit; the table's bytes leave the GPU's
+  // budget (the expert cache's resident bytes shrink by them). auto picks host under offload.
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  EngineOptions o = options(0);
+  o.embed_weights = "device";
+  Engine device(open_checkpoint(dir), make_cuda_ops(0), o);
+  EXPECT_EQ(device.host_mapped_weight_bytes(), 0);
+  const ModelConfig& c = device.config();
+  o = options(4);
+  o.embed_weights = device.moe_plan() ? "auto" : "host";
+  if (device.moe_plan()) o.moe.strategy = MoeStrategy::kOffload;
+  Engine host(open_checkpoint(dir), make_cuda_ops(0), o);
+  EXPECT_EQ(host.host_mapped_weight_bytes(), c.n_vocab * c.n_embd * 2);  // the fixtures' tables are bf16
+  if (device.moe_plan()) {
+    EXPECT_EQ(host.moe_budget()->resident_bytes, device.moe_budget()->resident_bytes - host.host_mapped_weight_bytes());
+  }
+  expect_graph_equals_eager(host, device, graph_decode_requests(read_reference(dir)));
+}
+
+TEST(CudaEmbedWeights, TiedTableRefusesHost) {
+  if (cuda_device_count() == 0) {
+    if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
+    GTEST_SKIP() << "no CUDA device visible";
+  }
+  // The LM head reads a tied table whole every step: host is refused (auto keeps it on the GPU).
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_tied";
+  EngineOptions o = small_engine_options();
+  o.embed_weights = "host";
+  try {
+    Engine e(open_checkpoint(dir), make_cuda_ops(0), o);
+    ADD_FAILURE() << "--embed-weights host was accepted for a tied model";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("ties its token embedding table"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphDecode, ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe"));
 
 }  // namespace

@@ -81,6 +81,29 @@ Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
   return t;
 }
 
+Tensor CudaOps::make_host_mapped(const Tensor& host, Buffer& storage) {
+  if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor is empty");
+  if (host.device != Device::kCpu)
+    fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor {} is already on {}", host.str(), device_name(host.device));
+  FT_CUDA_CHECK(cudaSetDevice(device_));
+  void* p = nullptr;
+  // Portable: usable from every context; mapped: kernels read it at its UVA address (the host pointer).
+  const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(host.bytes()), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail(ErrorCode::kOutOfMemory, "cuda: cannot allocate {} bytes of pinned host memory for {}: {}", host.bytes(),
+         host.str(), cudaGetErrorString(err));
+  }
+  storage = Buffer(p, host.bytes(), Device::kCpu, [](void* q) { cudaFreeHost(q); });
+  std::memcpy(p, host.data, static_cast<size_t>(host.bytes()));
+  void* dev = nullptr;
+  FT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+  Tensor t = host;
+  t.data = dev;
+  t.device = Device::kCuda;
+  return t;
+}
+
 void CudaOps::zero(Tensor t) {
   forget_prepared();
   cuda::check_dtype("zero", "t", t, {DType::F32, DType::F16, DType::BF16, DType::I32});
