@@ -145,6 +145,11 @@ class Ops {
 
   /** `bytes` of uninitialised device memory (host memory on CPU). Throws kOutOfMemory naming the size. */
   virtual Buffer alloc(int64_t bytes) = 0;
+  /** `bytes` of uninitialised host memory that copies to and from this backend run fastest with:
+   *  pinned on CUDA (the copy engine reads and writes it directly at the bus's speed, where pageable
+   *  memory is staged through a driver buffer: the engine's per-step inputs and logits), plain host
+   *  memory otherwise. Throws kOutOfMemory naming the size. */
+  virtual Buffer alloc_host(int64_t bytes) { return Buffer::host(bytes); }
   /** Makes a host weight view usable by this backend. CPU: returns `host` unchanged (weights stay in
    *  the mapped file) and leaves `storage` empty. CUDA: copies it into device memory owned by
    *  `storage` and returns a view of that. */

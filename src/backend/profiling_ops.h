@@ -37,6 +37,7 @@ class ProfilingOps final : public Ops {
   Device device() const override { return inner_->device(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   Buffer alloc(int64_t bytes) override { return inner_->alloc(bytes); }
+  Buffer alloc_host(int64_t bytes) override { return inner_->alloc_host(bytes); }
   Tensor make_resident(const Tensor& host, Buffer& storage) override { return inner_->make_resident(host, storage); }
   Tensor make_host_mapped(const Tensor& host, Buffer& storage) override {
     return inner_->make_host_mapped(host, storage);

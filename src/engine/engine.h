@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,9 +88,10 @@ class Engine {
   KvCache& kv() { return *kv_; }
 
   /** Runs one forward: writes the items' K/V into their pages and returns the logits [R, n_vocab]
-   *  (R = sum of n_logits, in item order) as host floats, valid until the next step. Throws
+   *  (R = sum of n_logits, in item order) as host floats (pinned memory on CUDA), valid until the
+   *  next step. Throws
    *  kInvalidArgument for limits exceeded (tokens, sequences, logit rows, pages) or bad token ids. */
-  const std::vector<float>& step(const std::vector<StepItem>& items);
+  std::span<const float> step(const std::vector<StepItem>& items);
 
   /** The MoE plan (nullptr for a dense model). */
   const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
@@ -158,8 +160,21 @@ class Engine {
   std::vector<Buffer> storage_;
   Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_, d_valid_;
   // Host staging.
-  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_, h_valid_;
-  std::vector<float> h_logits_;
+  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_;
+  Buffer h_logits_;  // F32 [R, n_vocab] of the last step (Ops::alloc_host)
+  /** Element offsets (I32) of a decode graph's inputs in one block, for batches of up to `bs`
+   *  sequences of `mb` pages: ids, positions, sequences, starts (bs + 1), logit rows, the valid count,
+   *  then the block tables [bs, mb] last (a smaller batch's tables are a prefix of the region). */
+  struct GraphInputs {
+    GraphInputs() = default;
+    GraphInputs(int64_t bs, int64_t mb)
+        : ids(0), pos(bs), seq(2 * bs), start(3 * bs), rows(4 * bs + 1), valid(5 * bs + 1), tables(5 * bs + 2),
+          count(5 * bs + 2 + bs * mb) {}
+    int64_t ids = 0, pos = 0, seq = 0, start = 0, rows = 0, valid = 0, tables = 0, count = 0;
+  };
+  GraphInputs graph_in_;
+  Tensor d_graph_in_;  // I32 [graph_in_.count] on the device
+  Buffer h_graph_in_;  // its host staging (Ops::alloc_host)
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;

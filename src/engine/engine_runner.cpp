@@ -18,7 +18,7 @@ void EngineRunner::forward(const ForwardBatch& batch, std::vector<float>& logits
     it.n = end - begin;
     it.n_logits = 1;
   }
-  const std::vector<float>& out = engine_->step(items_);
+  const std::span<const float> out = engine_->step(items_);
   const size_t want = static_cast<size_t>(S) * static_cast<size_t>(vocab_size());
   FT_CHECK(out.size() >= want);
   logits.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(want));

@@ -91,7 +91,7 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
       rows += n_logits;
     }
     if (items.empty()) break;
-    const std::vector<float>& logits = engine.step(items);
+    const std::span<const float> logits = engine.step(items);
     int64_t row = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       Active& a = *owners[i];
@@ -118,7 +118,7 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
       owners.push_back(&a);
     }
     if (items.empty()) break;
-    const std::vector<float>& logits = engine.step(items);
+    const std::span<const float> logits = engine.step(items);
     for (size_t i = 0; i < items.size(); ++i) {
       owners[i]->n_done += 1;
       accept(*owners[i], logits.data() + static_cast<int64_t>(i) * V);

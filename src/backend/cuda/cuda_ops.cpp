@@ -81,23 +81,37 @@ Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
   return t;
 }
 
+namespace {
+
+/** `bytes` of pinned host memory (cudaHostAlloc with `flags`, portable: usable from every context). */
+Buffer pinned_host(int64_t bytes, unsigned flags) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(bytes), flags | cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail(ErrorCode::kOutOfMemory, "cuda: cannot allocate {} bytes of pinned host memory: {}", bytes,
+         cudaGetErrorString(err));
+  }
+  return Buffer(p, bytes, Device::kCpu, [](void* q) { cudaFreeHost(q); });
+}
+
+}  // namespace
+
+Buffer CudaOps::alloc_host(int64_t bytes) {
+  if (bytes <= 0) fail(ErrorCode::kInvalidArgument, "alloc_host: {} bytes", bytes);
+  FT_CUDA_CHECK(cudaSetDevice(device_));
+  return pinned_host(bytes, cudaHostAllocDefault);
+}
+
 Tensor CudaOps::make_host_mapped(const Tensor& host, Buffer& storage) {
   if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor is empty");
   if (host.device != Device::kCpu)
     fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor {} is already on {}", host.str(), device_name(host.device));
   FT_CUDA_CHECK(cudaSetDevice(device_));
-  void* p = nullptr;
-  // Portable: usable from every context; mapped: kernels read it at its UVA address (the host pointer).
-  const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(host.bytes()), cudaHostAllocMapped | cudaHostAllocPortable);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    fail(ErrorCode::kOutOfMemory, "cuda: cannot allocate {} bytes of pinned host memory for {}: {}", host.bytes(),
-         host.str(), cudaGetErrorString(err));
-  }
-  storage = Buffer(p, host.bytes(), Device::kCpu, [](void* q) { cudaFreeHost(q); });
-  std::memcpy(p, host.data, static_cast<size_t>(host.bytes()));
+  storage = pinned_host(host.bytes(), cudaHostAllocMapped);  // kernels read it at its UVA address
+  std::memcpy(storage.data(), host.data, static_cast<size_t>(host.bytes()));
   void* dev = nullptr;
-  FT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+  FT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, storage.data(), 0));
   Tensor t = host;
   t.data = dev;
   t.device = Device::kCuda;

@@ -41,6 +41,7 @@ class CudaOps final : public Ops {
   Buffer alloc(int64_t bytes) override;
   Tensor make_resident(const Tensor& host, Buffer& storage) override;
   Tensor make_host_mapped(const Tensor& host, Buffer& storage) override;
+  Buffer alloc_host(int64_t bytes) override;
   void copy(const Tensor& src, Tensor dst) override;
   void zero(Tensor t) override;
   void synchronize() override;
