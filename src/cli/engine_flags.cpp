@@ -21,9 +21,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_option("--embed-weights", f.embed_weights,
-                  "token embedding table: device, host (pinned host memory the GPU reads a few rows of per step; "
-                  "not for models whose LM head is tied to it) or auto (host when the weights exceed the GPU's "
-                  "memory or the MoE strategy is offload, hybrid or cpu)")
+                  "token embedding table: device; host (host memory the GPU reads a step's rows of, ~1 us a decode "
+                  "step, so its bytes stay out of --gpu-memory-limit; refused for a model whose LM head is tied to "
+                  "the table; on the CPU backend only the memory accounting changes); or auto: host when the MoE "
+                  "plan has an expert cache (offload, hybrid), whose slots then get the table's bytes")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "device", "host"}));
   add_moe_flags(cmd, f.moe);

@@ -209,6 +209,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const int64_t rss_before_probe = peak_host_rss();
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
   if (const MoePlan* plan = engine.moe_plan()) r.moe_plan = plan->summary();
+  r.embeddings_on_host = engine.host_mapped_weight_bytes() > 0;
   const std::optional<MoeReport> moe_start = engine.moe_report();
   if (moe_start && moe_start->cache_slots > 0) r.h2d_bandwidth = measure_h2d_bandwidth(ops, int64_t{256} << 20);
   reset_peak_host_rss();
@@ -421,6 +422,7 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"weight_bytes", r.weight_bytes},
           {"dense_bytes", r.dense_bytes},
           {"embedding_bytes", r.embedding_bytes},
+          {"embeddings", r.embeddings_on_host ? "host" : "device"},
           {"routed_expert_bytes", r.routed_expert_bytes},
           {"prompt_tokens", r.prompt_tokens},
           {"gen_tokens", r.gen_tokens},
@@ -441,7 +443,8 @@ std::string bench_table(const BenchReport& r) {
   s += fmt::format(") on {}, {} activations\n", r.device, r.activation_dtype);
   s += fmt::format("weights  {}, mostly {} (dense {}, ", format_bytes(r.weight_bytes), r.weight_type,
                    format_bytes(r.dense_bytes));
-  if (r.embedding_bytes > 0) s += fmt::format("token embedding {}, ", format_bytes(r.embedding_bytes));
+  if (r.embedding_bytes > 0)
+    s += fmt::format("token embedding {}{}, ", format_bytes(r.embedding_bytes), r.embeddings_on_host ? " in host memory" : "");
   s += fmt::format("routed experts {})\n", format_bytes(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));

@@ -90,6 +90,7 @@ struct BenchReport {
   int64_t expert_bytes_all_layers = 0;  // one expert in every MoE layer
   int64_t embedding_row_bytes = 0;
   int64_t embedding_bytes = 0;          // the token-embedding table (untied; a step reads B rows of it)
+  bool embeddings_on_host = false;      // --embed-weights placed it in host memory
   int64_t prompt_tokens = 0, gen_tokens = 0;
   double copy_bandwidth = 0;            // bytes/s (read + write)
   int64_t copy_bytes = 0;               // size of the probe copy
@@ -134,7 +135,8 @@ int64_t peak_host_rss();
 void reset_peak_host_rss();
 
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
- *  n_expert, n_expert_used, weight_bytes = dense_bytes + embedding_bytes + routed_expert_bytes, prompt_tokens,
+ *  n_expert, n_expert_used, weight_bytes = dense_bytes + embedding_bytes + routed_expert_bytes,
+ *  embeddings ("host" or "device": where --embed-weights placed the table), prompt_tokens,
  *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (null unless measured), moe_plan (the
  *  MoE placement: strategy, cache slots, CPU layers, fetch cap; "" for a dense model), peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,

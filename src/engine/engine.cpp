@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda_factory.h"
 #include "backend/device.h"
+#include "model/blocks.h"
 #include "model/registry.h"
 #include "util/error.h"
 #include "util/format.h"
@@ -24,16 +25,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 
-bool embeddings_on_host(const std::string& mode, bool gpu, MoeStrategy strategy, int64_t weight_bytes,
-                        int64_t gpu_budget) {
-  if (mode == "host") return true;
-  if (mode == "device") return false;
-  if (mode != "auto")
-    fail(ErrorCode::kInvalidArgument, "--embed-weights must be auto, device or host (got '{}')", mode);
-  if (!gpu || strategy == MoeStrategy::kFused) return false;
-  const bool host_experts =
-      strategy == MoeStrategy::kOffload || strategy == MoeStrategy::kHybrid || strategy == MoeStrategy::kCpu;
-  return host_experts || (gpu_budget > 0 && weight_bytes > gpu_budget);
+bool embeddings_on_host_auto(MoeStrategy planned) {
+  return planned == MoeStrategy::kOffload || planned == MoeStrategy::kHybrid;
 }
 
 Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
@@ -43,23 +36,17 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
          options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
   if (options_.cuda_graph_max_bs < 0)
     fail(ErrorCode::kInvalidArgument, "engine: --cuda-graph-max-bs {} must be >= 0", options_.cuda_graph_max_bs);
-  const bool gpu = ops_->device() != Device::kCpu;
-  int64_t weight_bytes = 0;
-  for (const TensorInfo& t : ckpt_->tensors()) weight_bytes += t.bytes;
-  LoadOptions lo;
-  lo.embeddings_on_host =
-      embeddings_on_host(options_.embed_weights, gpu, options_.moe.strategy, weight_bytes,
-                         options_.gpu_memory_limit > 0 ? options_.gpu_memory_limit : (gpu ? cuda_free_memory(0) : 0));
-  model_ = load_model(*ckpt_, *ops_, lo);
-  if (lo.embeddings_on_host && gpu) {
-    if (model_->host_mapped_bytes() == 0 && options_.embed_weights == "host")
+  const std::string& embed = options_.embed_weights;
+  if (embed != "auto" && embed != "device" && embed != "host")
+    fail(ErrorCode::kInvalidArgument, "--embed-weights must be auto, device or host (got '{}')", embed);
+  if (embed == "host") {  // refused before the weights are loaded
+    WeightLoader probe(*ckpt_, *ops_);
+    if (output_tied(probe, read_model_config(*ckpt_)))
       fail(ErrorCode::kInvalidArgument,
-           "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every step; "
-           "use --embed-weights device or auto", ckpt_->path());
-    if (model_->host_mapped_bytes() > 0)
-      spdlog::info("engine: token embeddings ({}) in pinned host memory (--embed-weights {})",
-                   format_bytes(model_->host_mapped_bytes()), options_.embed_weights);
+           "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
+           "step; use --embed-weights device or auto", ckpt_->path());
   }
+  model_ = load_model(*ckpt_, *ops_);
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
   const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
@@ -101,8 +88,8 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   }
   bool moe = false;
   for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
-  const PlacedMemory placed = placed_memory();
-  if (moe) {
+  auto moe_config = [&] {
+    const PlacedMemory placed = placed_memory();
     MoeRuntimeConfig mc;
     mc.moe = options_.moe;
     mc.gpu_memory_limit = options_.gpu_memory_limit;
@@ -118,10 +105,28 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     mc.decode_log_interval = options_.decode_log_interval;
     mc.release_source = [ckpt = ckpt_.get()](const void* data, int64_t bytes) { ckpt->release(data, bytes); };
     mc.source_releases_memory = ckpt_->releases_memory();
+    return mc;
+  };
+  if (moe) {
+    MoeRuntimeConfig mc = moe_config();
+    bool host = embed == "host";
+    if (embed == "auto") {
+      // The plan with the table on the device: an expert cache (offload, hybrid) takes the table's bytes
+      // as slots. A plan that does not fit that way may fit without the table.
+      const MoeStrategy want = options_.moe.strategy;
+      try {
+        host = embeddings_on_host_auto(MoeRuntime::preview_plan(*ops_, *model_, mc).strategy);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
+        host = true;
+      }
+    }
+    if (host && move_embeddings_to_host()) mc = moe_config();
     moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
   } else {
     plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
-    check_dense_memory_limit(placed);
+    if (embed == "host") move_embeddings_to_host();
+    check_dense_memory_limit(placed_memory());
   }
   if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
@@ -158,6 +163,15 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
                 static_cast<double>(kv_->bytes()) / (1 << 20), T);
   if (moe_) calibrate_fetch_cap();
+}
+
+bool Engine::move_embeddings_to_host() {
+  WeightLoader ld(*ckpt_, *ops_);
+  if (!model_->move_embeddings_to_host(ld)) return false;  // tied (refused up front when asked for)
+  spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
+               format_bytes(model_->host_mapped_bytes()), ops_->device() == Device::kCpu ? "" : "pinned ",
+               options_.embed_weights);
+  return true;
 }
 
 Engine::PlacedMemory Engine::placed_memory() const {

@@ -41,20 +41,19 @@ struct EngineOptions {
   /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32" or "bf16" (CUDA only: half the KV
    *  memory and decode attention bytes; keys and values rounded to bf16). */
   std::string kv_cache_dtype = "auto";
-  /** --embed-weights: "device", "host" or "auto" (embeddings_on_host). */
+  /** --embed-weights: "device", "host" or "auto" (embeddings_on_host_auto). */
   std::string embed_weights = "auto";
 };
 
-/** Whether --embed-weights `mode` puts the token embedding table in pinned host memory the GPU reads
- *  over the bus (a decode step reads one row per token, ~1 us; an 8k prompt 8k rows, ~0.6 ms at
- *  55 GB/s for qwen3-30b-a3b's 4 KiB rows): "host" yes, "device" no, "auto" when the backend is a
- *  GPU and either the MoE strategy keeps experts in host memory (offload, hybrid, cpu) or, the
- *  strategy not being fused, the checkpoint's `weight_bytes` exceed `gpu_budget` (bytes; <= 0:
- *  unknown), since there every byte
- *  of GPU memory is worth more as expert-cache slots (llama.cpp keeps this table on the host
- *  always). Throws ft::Error(kInvalidArgument) for another mode. */
-bool embeddings_on_host(const std::string& mode, bool gpu, MoeStrategy strategy, int64_t weight_bytes,
-                        int64_t gpu_budget);
+/** Whether --embed-weights auto puts the token embedding table in host memory the backend reads over
+ *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token, ~1 us on the H200;
+ *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given the strategy the
+ *  MoE plan picks with the table on the device: yes when that plan has an expert cache (offload,
+ *  hybrid), whose slots then get the table's bytes, as llama.cpp keeps this table on the host always.
+ *  No for fused, cpu and dense models. "host" moves it for any model whose LM head is not tied to it;
+ *  "device" never. The CPU backend reads the table where it is and only its budget changes, so that
+ *  --gpu-memory-limit emulates a GPU's plan. */
+bool embeddings_on_host_auto(MoeStrategy planned);
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
@@ -146,6 +145,8 @@ class Engine {
    *  first time: runs the step eagerly, then records it). */
   void run_graph_step(GraphStep& gs, const std::vector<StepItem>& items);
   void forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits);
+  /** Model::move_embeddings_to_host, logged; false for a tied table. */
+  bool move_embeddings_to_host();
 
   EngineOptions options_;
   std::unique_ptr<Checkpoint> ckpt_;

@@ -76,6 +76,20 @@ const char* moe_layer_mode_name(MoeLayerMode m) {
   return "?";
 }
 
+namespace {
+
+std::vector<int32_t> experts_per_layer(const HostExpertBanks& host) {
+  std::vector<int32_t> n(host.size(), 0);
+  for (size_t l = 0; l < host.size(); ++l) n[l] = host[l].n_expert();
+  return n;
+}
+
+}  // namespace
+
+MoePlan MoeRuntime::preview_plan(Ops& ops, const Model& model, const MoeRuntimeConfig& config) {
+  return plan_moe(config.moe, experts_per_layer(model.host_experts()), make_budget(ops, model.host_experts(), config));
+}
+
 MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config)
     : log_interval_(config.decode_log_interval) {
   if (config.decode_log_interval < 0)
@@ -84,10 +98,8 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit must be > 0 (got {} bytes)", config.gpu_memory_limit);
   const HostExpertBanks& host = model.host_experts();
   const ModelConfig& c = model.config();
-  std::vector<int32_t> experts_per_layer(host.size(), 0);
-  for (size_t l = 0; l < host.size(); ++l) experts_per_layer[l] = host[l].n_expert();
   budget_ = make_budget(ops, host, config);
-  plan_ = plan_moe(config.moe, experts_per_layer, budget_);
+  plan_ = plan_moe(config.moe, experts_per_layer(host), budget_);
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
   // The cap counts a layer's distinct misses per step (all tokens of a batch together): above the
   // layer's expert count it can never apply.

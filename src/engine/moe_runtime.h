@@ -73,6 +73,8 @@ class MoeRuntime {
    *  ft::Error: kInvalidArgument for contradictory flags (naming them), kOutOfMemory when the plan
    *  does not fit (saying what is missing and which flags help), what the builders throw. */
   MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config);
+  /** The plan the constructor would make, without building anything. Throws what plan_moe throws. */
+  static MoePlan preview_plan(Ops& ops, const Model& model, const MoeRuntimeConfig& config);
 
   ExpertCompute& experts() { return *experts_; }
   const MoePlan& plan() const { return plan_; }

@@ -121,21 +121,31 @@ void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const
 
 // ---- embeddings and output ----
 
+namespace {
+const WeightName kTokenEmbd{"token_embd.weight", "model.embed_tokens.weight"};
+const WeightName kOutput{"output.weight", "lm_head.weight"};
+}  // namespace
+
+bool output_tied(const WeightLoader& ld, const ModelConfig& c) {
+  // llama.cpp: a GGUF without output.weight is tied; an untied HF checkpoint must have lm_head.
+  return !ld.has(kOutput) && (c.tie_embeddings || ld.is_gguf());
+}
+
+Tensor load_token_embd_host_mapped(WeightLoader& ld, const ModelConfig& c) {
+  return ld.get_host_mapped(kTokenEmbd, {c.n_vocab, c.n_embd});
+}
+
 OutputWeights load_output(WeightLoader& ld, ModelConfig& c) {
   OutputWeights w;
-  const WeightName embd{"token_embd.weight", "model.embed_tokens.weight"};
+  const WeightName& embd = kTokenEmbd;
   if (c.n_vocab == 0) {
     if (const TensorInfo* t = ld.checkpoint().find(ld.name(embd)); t && t->shape.size() == 2) c.n_vocab = t->shape[0];
   }
   const int64_t V = c.n_vocab, H = c.n_embd;
-  const WeightName out{"output.weight", "lm_head.weight"};
-  // llama.cpp: a GGUF without output.weight is tied; an untied HF checkpoint must have lm_head.
-  const bool tied = !ld.has(out) && (c.tie_embeddings || ld.is_gguf());
-  if (!tied && !ld.has(out)) ld.get(out, {V, H});  // throws: missing tensor lm_head.weight
-  // Tied, the LM head reads the whole table every step: it stays on the device.
-  w.tok_embd = ld.options().embeddings_on_host && !tied ? ld.get_host_mapped(embd, {V, H}) : ld.get(embd, {V, H});
+  const bool tied = output_tied(ld, c);
+  w.tok_embd = ld.get(embd, {V, H});
   w.output_norm = ld.get({"output_norm.weight", "model.norm.weight"}, {H}, WeightKind::kVector);
-  w.output = tied ? w.tok_embd : ld.get(out, {V, H});
+  w.output = tied ? w.tok_embd : ld.get(kOutput, {V, H});  // untied HF without lm_head: missing tensor
   return w;
 }
 

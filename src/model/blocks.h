@@ -84,6 +84,11 @@ struct OutputWeights {
 /** token_embd / model.embed_tokens, output_norm / model.norm, output / lm_head (tied: the embedding
  *  table, also when a GGUF simply has no output.weight). Sets config.n_vocab from the table if 0. */
 OutputWeights load_output(WeightLoader& ld, ModelConfig& config);
+/** Whether the LM head is the embedding table (config tie_word_embeddings without lm_head, or a GGUF
+ *  without output.weight, as llama.cpp reads it). */
+bool output_tied(const WeightLoader& ld, const ModelConfig& config);
+/** The embedding table [n_vocab, n_embd] placed by WeightLoader::get_host_mapped. */
+Tensor load_token_embd_host_mapped(WeightLoader& ld, const ModelConfig& config);
 
 /** ctx.state.x [T, H] = tok_embd[token_ids]. Returns that view. */
 Tensor embed(ForwardContext& ctx, const Tensor& tok_embd);

@@ -11,8 +11,17 @@ class Decoder final : public Model {
     spec_ = load_attention_spec(ld, ops, config_, storage_);
     router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
     for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, spec, l));
-    host_mapped_bytes_ = ld.host_mapped_bytes();
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+  }
+
+  bool move_embeddings_to_host(WeightLoader& ld) override {
+    if (io_.output.data == io_.tok_embd.data || host_mapped_bytes_ > 0) return host_mapped_bytes_ > 0;
+    const void* device_copy = io_.tok_embd.data;
+    io_.tok_embd = load_token_embd_host_mapped(ld, config_);
+    std::erase_if(storage_, [&](const Buffer& b) { return b.data() == device_copy; });  // CPU: none
+    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+    host_mapped_bytes_ = io_.tok_embd.bytes();
+    return true;
   }
 
   void forward(ForwardContext& ctx) const override {

@@ -15,6 +15,8 @@
 
 namespace ft {
 
+class WeightLoader;
+
 class KvCache;
 
 /** Called with (name, layer, tensor) for every named intermediate (attn_norm, attn_out, ffn_inp,
@@ -71,9 +73,13 @@ class Model {
   /** Host views of the routed experts of every layer (empty banks for dense layers; empty vector for
    *  a dense model), for building an ExpertCompute. */
   const HostExpertBanks& host_experts() const { return host_experts_; }
-  /** Bytes of the weights kept in host memory the backend reads over the bus (LoadOptions; 0 on the
-   *  CPU backend, where make_host_mapped is make_resident). */
+  /** Bytes of the weights kept in host memory the backend reads over the bus (move_embeddings_to_host). */
   int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
+  /** Moves the token embedding table to host memory the backend reads over the bus
+   *  (WeightLoader::get_host_mapped; a decode step reads one row per token), freeing its device copy.
+   *  Returns false, changing nothing, when the LM head is tied to the table (it reads all of it every
+   *  step). Throws what the loader throws. */
+  virtual bool move_embeddings_to_host(WeightLoader& ld) = 0;
 
  protected:
   explicit Model(ModelConfig config) : config_(std::move(config)) {}

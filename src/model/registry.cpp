@@ -57,10 +57,10 @@ ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry_ou
        supported_architectures());
 }
 
-std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, LoadOptions options) {
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops) {
   const ArchEntry* entry = nullptr;
   ModelConfig config = read_model_config(ckpt, &entry);
-  WeightLoader ld(ckpt, ops, options);
+  WeightLoader ld(ckpt, ops);
   try {
     return entry->build(std::move(config), ld, ops);
   } catch (const Error& e) {

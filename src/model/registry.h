@@ -34,7 +34,7 @@ std::string supported_architectures();
 ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry = nullptr);
 
 /** Reads the config, builds the model and validates every weight (name, shape, dtype). Weights are
- *  made resident through `ops` (placed as `options` says); the checkpoint must outlive the model. */
-std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, LoadOptions options = {});
+ *  made resident through `ops`; the checkpoint must outlive the model. */
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops);
 
 }  // namespace ft

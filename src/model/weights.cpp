@@ -20,8 +20,7 @@ WeightName layer_weight(int64_t layer, const std::string& gguf, const std::strin
   return {fmt::format("blk.{}.{}.{}", layer, gguf, suffix), fmt::format("model.layers.{}.{}.{}", layer, hf, suffix)};
 }
 
-WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops, LoadOptions options)
-    : ckpt_(ckpt), ops_(ops), options_(options), gguf_(ckpt.format() == "gguf") {}
+WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops) : ckpt_(ckpt), ops_(ops), gguf_(ckpt.format() == "gguf") {}
 
 Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
                           WeightKind kind) const {
@@ -69,10 +68,8 @@ Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<
   Tensor h = host(n, shape);
   Buffer storage;
   Tensor t = ops_.make_host_mapped(h, storage);
-  if (!storage.empty()) {
-    host_mapped_bytes_ += h.bytes();
-    storage_.push_back(std::move(storage));
-  }
+  host_mapped_bytes_ += h.bytes();
+  if (!storage.empty()) storage_.push_back(std::move(storage));
   return t;
 }
 

@@ -27,18 +27,9 @@ WeightName layer_weight(int64_t layer, const std::string& gguf, const std::strin
  *  dequantize; vectors (norms, biases) only F32/F16/BF16. */
 enum class WeightKind : uint8_t { kMatrix, kVector };
 
-/** Where load_model puts weights that are not made resident on the backend's device as usual. */
-struct LoadOptions {
-  /** The token embedding table in host memory the device reads over the bus (Ops::make_host_mapped),
-   *  unless it is tied to the LM head, which reads all of it every step (--embed-weights host). */
-  bool embeddings_on_host = false;
-};
-
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& ckpt, Ops& ops, LoadOptions options = {});
-
-  const LoadOptions& options() const { return options_; }
+  WeightLoader(const Checkpoint& ckpt, Ops& ops);
 
   bool is_gguf() const { return gguf_; }
   const Checkpoint& checkpoint() const { return ckpt_; }
@@ -53,8 +44,8 @@ class WeightLoader {
    *  (e.g. q, k, v for a fused QKV projection); an empty Tensor when their dtypes differ. Throws
    *  what get() throws for a missing or misshapen tensor. */
   Tensor get_stacked(const std::vector<WeightName>& names, const std::vector<int64_t>& rows, int64_t cols);
-  /** Like get(), but the copy stays in host memory the backend reads over the bus
-   *  (Ops::make_host_mapped); counted in host_mapped_bytes(). */
+  /** Like get(), but placed in host memory the backend reads over the bus (Ops::make_host_mapped;
+   *  on the CPU backend the view itself); counted in host_mapped_bytes() either way. */
   Tensor get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape);
   /** Bytes of the weights get_host_mapped placed in host memory. */
   int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
@@ -79,7 +70,6 @@ class WeightLoader {
 
   const Checkpoint& ckpt_;
   Ops& ops_;
-  LoadOptions options_;
   bool gguf_;
   int64_t host_mapped_bytes_ = 0;
   std::vector<Buffer> storage_;

@@ -12,28 +12,11 @@
 namespace ft::testing {
 namespace {
 
-constexpr int64_t kGiB = int64_t{1} << 30;
-
-TEST(EmbedWeights, AutoPicksHostWhenExpertsLiveInHostMemory) {
-  // "host" and "device" are what they say on any backend.
-  EXPECT_TRUE(embeddings_on_host("host", false, MoeStrategy::kAuto, 1, 0));
-  EXPECT_FALSE(embeddings_on_host("device", true, MoeStrategy::kOffload, 100 * kGiB, kGiB));
-  // auto: never without a GPU; with one, under the strategies that keep experts on the host, or when
-  // the checkpoint is larger than the budget (auto then plans offload).
-  EXPECT_FALSE(embeddings_on_host("auto", false, MoeStrategy::kOffload, 100 * kGiB, kGiB));
-  for (MoeStrategy s : {MoeStrategy::kOffload, MoeStrategy::kHybrid, MoeStrategy::kCpu})
-    EXPECT_TRUE(embeddings_on_host("auto", true, s, kGiB, 100 * kGiB)) << moe_strategy_name(s);
-  EXPECT_FALSE(embeddings_on_host("auto", true, MoeStrategy::kFused, 100 * kGiB, kGiB));
-  EXPECT_FALSE(embeddings_on_host("auto", true, MoeStrategy::kAuto, 24 * kGiB, 24 * kGiB));
-  EXPECT_TRUE(embeddings_on_host("auto", true, MoeStrategy::kAuto, 24 * kGiB + 1, 24 * kGiB));
-  EXPECT_FALSE(embeddings_on_host("auto", true, MoeStrategy::kAuto, 100 * kGiB, 0));  // budget unknown
-  try {
-    embeddings_on_host("pinned", true, MoeStrategy::kAuto, 1, 1);
-    ADD_FAILURE() << "--embed-weights pinned was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("--embed-weights"), std::string::npos) << e.what();
-  }
+TEST(EmbedWeights, AutoPicksHostWhenThePlanHasAnExpertCache) {
+  EXPECT_TRUE(embeddings_on_host_auto(MoeStrategy::kOffload));
+  EXPECT_TRUE(embeddings_on_host_auto(MoeStrategy::kHybrid));
+  EXPECT_FALSE(embeddings_on_host_auto(MoeStrategy::kFused));
+  EXPECT_FALSE(embeddings_on_host_auto(MoeStrategy::kCpu));  // no cache to give the bytes to
 }
 
 /** The CPU backend with make_host_mapped returning a copy in a buffer of its own (as CUDA's pinned
@@ -54,42 +37,102 @@ class MappedCopyOps final : public CpuOps {
   int* calls_;
 };
 
-TEST(EmbedWeights, HostTableIsTheOneTheModelReads) {
-  // qwen3_moe (untied): the table goes through make_host_mapped, its bytes leave the placed weights
-  // (the expert cache's resident bytes), and decode reads the copy: same bits as the file's table.
-  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe";
-  EngineOptions o = small_engine_options();
-  o.cuda_graph_max_bs = 0;
-  int calls = 0;
-  Engine plain(open_checkpoint(dir), std::make_unique<CpuOps>(1), o);
-  o.embed_weights = "host";
-  Engine mapped(open_checkpoint(dir), std::make_unique<MappedCopyOps>(&calls), o);
-  EXPECT_EQ(calls, 1);
-  const ModelConfig& c = plain.config();
-  EXPECT_EQ(plain.host_mapped_weight_bytes(), 0);
-  EXPECT_EQ(mapped.host_mapped_weight_bytes(), c.n_vocab * c.n_embd * 2);  // bf16 table
-  ASSERT_TRUE(plain.moe_budget() && mapped.moe_budget());
-  EXPECT_EQ(mapped.moe_budget()->resident_bytes,
-            plain.moe_budget()->resident_bytes - mapped.host_mapped_weight_bytes());
-  const auto reqs = graph_decode_requests(read_reference(dir));
-  const auto a = generate(plain, reqs), b = generate(mapped, reqs);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
-    EXPECT_TRUE(same_bits(a[i].step_logits, b[i].step_logits)) << i;
+Engine load(const std::string& fixture, EngineOptions o, std::unique_ptr<Ops> ops) {
+  return Engine(open_checkpoint(shared_dir() + "/fixtures/hf/" + fixture), std::move(ops), o);
+}
+
+void expect_same_decode(Engine& a, Engine& b, const std::string& fixture) {
+  const auto reqs = graph_decode_requests(read_reference(shared_dir() + "/fixtures/hf/" + fixture));
+  const auto x = generate(a, reqs), y = generate(b, reqs);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].tokens, y[i].tokens) << i;
+    EXPECT_TRUE(same_bits(x[i].step_logits, y[i].step_logits)) << i;
   }
 }
 
-TEST(EmbedWeights, TiedTableStaysWithTheLmHead) {
-  // qwen3_tied: the LM head is the table, so it is made resident as usual (on the CPU backend
-  // --embed-weights host is then a no-op; CUDA refuses it, tests/gpu/graph_test.cpp).
-  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_tied";
+TEST(EmbedWeights, AutoUnderOffloadMovesTheTableAndTheCacheGetsItsBytes) {
+  // qwen3_moe_64e (untied) under --moe-strategy offload and a limit: auto moves the table through
+  // make_host_mapped, its bytes leave the placed weights, the cache gets them as slots, and decode
+  // reads the copy (same bits as the device engine's, whose cache is smaller).
   EngineOptions o = small_engine_options();
-  o.embed_weights = "host";
+  o.cuda_graph_max_bs = 0;
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.gpu_memory_limit = 12 << 20;
+  o.kv_reserve_tokens = 256;
+  o.embed_weights = "device";
   int calls = 0;
-  Engine e(open_checkpoint(dir), std::make_unique<MappedCopyOps>(&calls), o);
+  Engine device = load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls));
   EXPECT_EQ(calls, 0);
-  EXPECT_EQ(e.host_mapped_weight_bytes(), 0);
+  EXPECT_EQ(device.host_mapped_weight_bytes(), 0);
+  o.embed_weights = "auto";
+  Engine host = load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(calls, 1);
+  const ModelConfig& c = host.config();
+  EXPECT_EQ(host.host_mapped_weight_bytes(), c.n_vocab * c.n_embd * 2);  // bf16 table
+  ASSERT_TRUE(device.moe_budget() && host.moe_budget());
+  EXPECT_EQ(host.moe_budget()->resident_bytes, device.moe_budget()->resident_bytes - host.host_mapped_weight_bytes());
+  EXPECT_GT(host.moe_report()->cache_slots, device.moe_report()->cache_slots);
+  expect_same_decode(device, host, "qwen3_moe_64e");
+  // A limit that holds the smallest cache only without the table: device is refused, auto moves it.
+  const GpuMemoryBudget& b = *device.moe_budget();
+  const int64_t smallest = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens +
+                           2 * b.experts_per_layer * b.slot_bytes;
+  o.gpu_memory_limit = smallest - host.host_mapped_weight_bytes() / 2;
+  EXPECT_EQ(load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(),
+            c.n_vocab * c.n_embd * 2);
+  o.embed_weights = "device";
+  try {
+    load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls));
+    ADD_FAILURE() << o.gpu_memory_limit << " bytes held the smallest cache with the table on the device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << e.what();
+  }
+}
+
+TEST(EmbedWeights, AutoKeepsTheTableWhereNoCacheWantsIt) {
+  // fused (everything fits), the cpu strategy and a dense model: auto leaves the table in place.
+  EngineOptions o = small_engine_options();
+  int calls = 0;
+  EXPECT_EQ(load("qwen3_moe", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
+  o.moe.strategy = MoeStrategy::kCpu;
+  EXPECT_EQ(load("qwen3_moe", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
+  o.moe.strategy = MoeStrategy::kAuto;
+  EXPECT_EQ(load("qwen3", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(EmbedWeights, HostMovesADenseModelsTable) {
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 0;
+  int calls = 0;
+  Engine device = load("qwen3", o, std::make_unique<CpuOps>(1));
+  o.embed_weights = "host";
+  Engine host = load("qwen3", o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(calls, 1);
+  EXPECT_GT(host.host_mapped_weight_bytes(), 0);
+  expect_same_decode(device, host, "qwen3");
+}
+
+TEST(EmbedWeights, HostIsRefusedForATiedTableAndBadModesAreNamed) {
+  // qwen3_tied: the LM head reads the whole table every step, so host is refused, before any weight is
+  // loaded (no make_host_mapped call); auto and device keep it with the LM head.
+  EngineOptions o = small_engine_options();
+  int calls = 0;
+  for (const std::string mode : {"host", "pinned"}) {
+    o.embed_weights = mode;
+    try {
+      load("qwen3_tied", o, std::make_unique<MappedCopyOps>(&calls));
+      ADD_FAILURE() << "--embed-weights " << mode << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("--embed-weights"), std::string::npos) << e.what();
+      if (mode == "host") EXPECT_NE(std::string(e.what()).find("ties its token embedding table"), std::string::npos);
+    }
+  }
+  o.embed_weights = "auto";
+  EXPECT_EQ(load("qwen3_tied", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
+  EXPECT_EQ(calls, 0);
 }
 
 }  // namespace
