@@ -351,7 +351,12 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
   const int64_t logit_bytes = R * c.n_vocab * 4;
   if (h_logits_.bytes() < logit_bytes) {
     h_logits_ = Buffer();  // the old block first: pinned memory is a scarce kind
-    h_logits_ = ops_->alloc_host(logit_bytes);
+    try {
+      h_logits_ = ops_->alloc_host(logit_bytes);
+    } catch (const Error& e) {  // no pinned memory left: pageable works, only slower
+      if (e.code() != ErrorCode::kOutOfMemory) throw;
+      h_logits_ = Buffer::host(logit_bytes);
+    }
   }
   if (R > 0) ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
   if (moe_) {  // after the step's work: CPU shares it queued are done, their counters final
