@@ -24,7 +24,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
                   "token embedding table: device; host (host memory the GPU reads a step's rows of, ~1 us a decode "
                   "step, so its bytes stay out of --gpu-memory-limit; refused for a model whose LM head is tied to "
                   "the table; on the CPU backend only the memory accounting changes); or auto: host when the MoE "
-                  "plan has an expert cache (offload, hybrid), whose slots then get the table's bytes")
+                  "plan's expert cache is sized by the memory left and short of every expert (its slots get the "
+                  "table's bytes), or when a plan fits only without the table")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "device", "host"}));
   add_moe_flags(cmd, f.moe);

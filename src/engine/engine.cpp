@@ -25,8 +25,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 
-bool embeddings_on_host_auto(MoeStrategy planned) {
-  return planned == MoeStrategy::kOffload || planned == MoeStrategy::kHybrid;
+bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts) {
+  return (plan.strategy == MoeStrategy::kOffload || plan.strategy == MoeStrategy::kHybrid) &&
+         request.mode == CacheSizeMode::kAuto && plan.cache.n_slots > 0 && plan.cache.n_slots < total_experts;
 }
 
 Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
@@ -39,13 +40,11 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   const std::string& embed = options_.embed_weights;
   if (embed != "auto" && embed != "device" && embed != "host")
     fail(ErrorCode::kInvalidArgument, "--embed-weights must be auto, device or host (got '{}')", embed);
-  if (embed == "host") {  // refused before the weights are loaded
-    WeightLoader probe(*ckpt_, *ops_);
-    if (output_tied(probe, read_model_config(*ckpt_)))
-      fail(ErrorCode::kInvalidArgument,
-           "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
-           "step; use --embed-weights device or auto", ckpt_->path());
-  }
+  const bool tied = output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_));
+  if (embed == "host" && tied)  // refused before the weights are loaded
+    fail(ErrorCode::kInvalidArgument,
+         "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
+         "step; use --embed-weights device or auto", ckpt_->path());
   model_ = load_model(*ckpt_, *ops_);
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
@@ -77,7 +76,6 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_tables_ = make(DType::I32, {S * max_blocks_});
   d_rows_ = make(DType::I32, {R});
   d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
-  d_valid_ = make(DType::I32, {1});
   // Decode graphs read their inputs from one device block, uploaded in one copy per step from pinned
   // host memory (layout: GraphInputs).
   const int64_t graph_max = graphs ? std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R}) : 0;
@@ -107,27 +105,47 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     mc.source_releases_memory = ckpt_->releases_memory();
     return mc;
   };
-  if (moe) {
-    MoeRuntimeConfig mc = moe_config();
-    bool host = embed == "host";
-    if (embed == "auto") {
-      // The plan with the table on the device: an expert cache (offload, hybrid) takes the table's bytes
-      // as slots. A plan that does not fit that way may fit without the table.
-      const MoeStrategy want = options_.moe.strategy;
-      try {
-        host = embeddings_on_host_auto(MoeRuntime::preview_plan(*ops_, *model_, mc).strategy);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
-        host = true;
+  // A plan that does not fit says so; when the table on the device is what it lacks, the flag that
+  // moves it is named too.
+  auto with_embed_hint = [&](const Error& e) {
+    if (e.code() != ErrorCode::kOutOfMemory || tied || model_->host_mapped_bytes() > 0) return e;
+    return Error(e.code(), std::string(e.what()) +
+                               " (or --embed-weights host: the token embedding table then stays in host memory)");
+  };
+  try {
+    if (moe) {
+      MoeRuntimeConfig mc = moe_config();
+      bool host = embed == "host";
+      if (embed == "auto") {
+        // The plan with the table on the device: a cache sized by what is left takes the table's bytes
+        // as slots. A plan that does not fit that way may fit without the table.
+        const MoeStrategy want = options_.moe.strategy;
+        int64_t total_experts = 0;
+        for (const ExpertBank& bank : model_->host_experts()) total_experts += bank.n_expert();
+        try {
+          host = embeddings_on_host_auto(MoeRuntime::preview_plan(*ops_, *model_, mc), options_.moe.cache, total_experts);
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
+          host = true;
+        }
       }
+      WeightLoader ld(*ckpt_, *ops_);
+      if (host && model_->move_embeddings_to_host(ld)) mc = moe_config();
+      moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
+    } else {
+      plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
+      if (embed == "host") {
+        WeightLoader ld(*ckpt_, *ops_);
+        model_->move_embeddings_to_host(ld);
+      }
+      check_dense_memory_limit(placed_memory());
     }
-    if (host && move_embeddings_to_host()) mc = moe_config();
-    moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
-  } else {
-    plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
-    if (embed == "host") move_embeddings_to_host();
-    check_dense_memory_limit(placed_memory());
+  } catch (const Error& e) {
+    throw with_embed_hint(e);
   }
+  if (model_->host_mapped_bytes() > 0)
+    spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
+                 format_bytes(model_->host_mapped_bytes()), ops_->device() == Device::kCpu ? "" : "pinned ", embed);
   if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
     for (int64_t b = 1; b < graph_max; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
@@ -163,15 +181,6 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
                 static_cast<double>(kv_->bytes()) / (1 << 20), T);
   if (moe_) calibrate_fetch_cap();
-}
-
-bool Engine::move_embeddings_to_host() {
-  WeightLoader ld(*ckpt_, *ops_);
-  if (!model_->move_embeddings_to_host(ld)) return false;  // tied (refused up front when asked for)
-  spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
-               format_bytes(model_->host_mapped_bytes()), ops_->device() == Device::kCpu ? "" : "pinned ",
-               options_.embed_weights);
-  return true;
 }
 
 Engine::PlacedMemory Engine::placed_memory() const {
@@ -359,6 +368,7 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
     }
   }
   if (R > 0) ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
+  graph_in_busy_ = false;  // the copy to the host waited for the stream
   if (moe_) {  // after the step's work: CPU shares it queued are done, their counters final
     moe_->experts().check();
     moe_->after_step(decode);
@@ -410,7 +420,10 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
     }
   }
   // Staged in pinned memory at the graph's offsets, then one copy up to the end of the used tables.
-  // The copy of the step before has completed: that step waited for its logits, copied after it.
+  // The copy of the step before has completed when that step waited for its logits, copied after it;
+  // one that threw before then may still be reading the block.
+  if (graph_in_busy_) ops_->synchronize();
+  graph_in_busy_ = true;
   auto* in = static_cast<int32_t*>(h_graph_in_.data());
   auto put = [&](const std::vector<int32_t>& v, int64_t off) { std::copy(v.begin(), v.end(), in + off); };
   put(h_ids_, graph_in_.ids);

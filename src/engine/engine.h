@@ -47,13 +47,14 @@ struct EngineOptions {
 
 /** Whether --embed-weights auto puts the token embedding table in host memory the backend reads over
  *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token, ~1 us on the H200;
- *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given the strategy the
- *  MoE plan picks with the table on the device: yes when that plan has an expert cache (offload,
- *  hybrid), whose slots then get the table's bytes, as llama.cpp keeps this table on the host always.
- *  No for fused, cpu and dense models. "host" moves it for any model whose LM head is not tied to it;
- *  "device" never. The CPU backend reads the table where it is and only its budget changes, so that
- *  --gpu-memory-limit emulates a GPU's plan. */
-bool embeddings_on_host_auto(MoeStrategy planned);
+ *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given `plan`, made with
+ *  the table on the device: yes when it has an expert cache (offload, hybrid) sized by the memory left
+ *  (`request` is --moe-cache-auto) that holds fewer than `total_experts`, so the table's bytes become
+ *  slots (llama.cpp keeps this table on the host always). The engine also moves it when a plan fits
+ *  only without it (then possibly fused). Fused, cpu and dense models keep it; "host" moves it for any
+ *  model whose LM head is not tied to it, "device" never. The CPU backend reads the table where it is
+ *  and only its budget changes, so that --gpu-memory-limit emulates a GPU's plan. */
+bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts);
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
@@ -96,7 +97,7 @@ class Engine {
   const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
   /** The memory budget the plan was made for (nullptr for a dense model). */
   const GpuMemoryBudget* moe_budget() const { return moe_ ? &moe_->budget() : nullptr; }
-  /** Bytes of weights in host memory the backend reads over the bus (--embed-weights host). */
+  /** Bytes of weights in host memory the backend reads over the bus (--embed-weights). */
   int64_t host_mapped_weight_bytes() const { return model_->host_mapped_bytes(); }
   /** The MoE counters (offload, hybrid, cpu), nullopt for fused or a dense model. Thread-safe: waits
    *  for a running step to end. */
@@ -145,8 +146,6 @@ class Engine {
    *  first time: runs the step eagerly, then records it). */
   void run_graph_step(GraphStep& gs, const std::vector<StepItem>& items);
   void forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits);
-  /** Model::move_embeddings_to_host, logged; false for a tied table. */
-  bool move_embeddings_to_host();
 
   EngineOptions options_;
   std::unique_ptr<Checkpoint> ckpt_;
@@ -159,7 +158,7 @@ class Engine {
   int32_t max_blocks_ = 0;
   // Planned device-side step inputs and output.
   std::vector<Buffer> storage_;
-  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_, d_valid_;
+  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_;
   // Host staging.
   std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_;
   Buffer h_logits_;  // F32 [R, n_vocab] of the last step (Ops::alloc_host)
@@ -176,6 +175,7 @@ class Engine {
   GraphInputs graph_in_;
   Tensor d_graph_in_;  // I32 [graph_in_.count] on the device
   Buffer h_graph_in_;  // its host staging (Ops::alloc_host)
+  bool graph_in_busy_ = false;  // an upload from h_graph_in_ may still be in flight
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;

@@ -12,11 +12,25 @@
 namespace ft::testing {
 namespace {
 
-TEST(EmbedWeights, AutoPicksHostWhenThePlanHasAnExpertCache) {
-  EXPECT_TRUE(embeddings_on_host_auto(MoeStrategy::kOffload));
-  EXPECT_TRUE(embeddings_on_host_auto(MoeStrategy::kHybrid));
-  EXPECT_FALSE(embeddings_on_host_auto(MoeStrategy::kFused));
-  EXPECT_FALSE(embeddings_on_host_auto(MoeStrategy::kCpu));  // no cache to give the bytes to
+TEST(EmbedWeights, AutoPicksHostWhenTheCacheWouldGrow) {
+  // A cache sized by the memory left (--moe-cache-auto) that holds fewer than every expert gets the
+  // table's bytes as slots: offload and hybrid. Not fused or cpu (no cache), not a cache whose size a
+  // flag fixed, not one that already holds every expert, not offload with every layer on the CPU.
+  auto plan = [](MoeStrategy s, int64_t slots) {
+    MoePlan p;
+    p.strategy = s;
+    p.cache.n_slots = slots;
+    return p;
+  };
+  const CacheSizeRequest fit{};  // --moe-cache-auto
+  EXPECT_TRUE(embeddings_on_host_auto(plan(MoeStrategy::kOffload, 100), fit, 256));
+  EXPECT_TRUE(embeddings_on_host_auto(plan(MoeStrategy::kHybrid, 255), fit, 256));
+  EXPECT_FALSE(embeddings_on_host_auto(plan(MoeStrategy::kOffload, 256), fit, 256));
+  EXPECT_FALSE(embeddings_on_host_auto(plan(MoeStrategy::kOffload, 0), fit, 256));
+  EXPECT_FALSE(embeddings_on_host_auto(plan(MoeStrategy::kOffload, 150), {CacheSizeMode::kSlots, 150, 0.0}, 256));
+  EXPECT_FALSE(embeddings_on_host_auto(plan(MoeStrategy::kHybrid, 128), {CacheSizeMode::kRate, 0, 0.5}, 256));
+  EXPECT_FALSE(embeddings_on_host_auto(plan(MoeStrategy::kFused, 0), fit, 256));
+  EXPECT_FALSE(embeddings_on_host_auto(plan(MoeStrategy::kCpu, 0), fit, 256));
 }
 
 /** The CPU backend with make_host_mapped returning a copy in a buffer of its own (as CUDA's pinned
@@ -99,7 +113,41 @@ TEST(EmbedWeights, AutoKeepsTheTableWhereNoCacheWantsIt) {
   EXPECT_EQ(load("qwen3_moe", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
   o.moe.strategy = MoeStrategy::kAuto;
   EXPECT_EQ(load("qwen3", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
+  // offload whose cache a flag sized, or that holds every expert anyway (no limit)
+  o.moe.strategy = MoeStrategy::kOffload;
+  EXPECT_EQ(load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
+  o.moe.cache = {CacheSizeMode::kSlots, 150, 0.0};
+  o.gpu_memory_limit = 12 << 20;
+  EXPECT_EQ(load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
   EXPECT_EQ(calls, 0);
+}
+
+TEST(EmbedWeights, OutOfMemoryNamesTheFlagThatMovesTheTable) {
+  // fused under a limit it misses by less than the table: refused, and the message says that
+  // --embed-weights host would do (auto does not move the table for fused: no cache gains from it).
+  EngineOptions o = small_engine_options();
+  o.kv_reserve_tokens = 256;
+  o.embed_weights = "device";
+  Engine probe = load("qwen3_moe_64e", o, std::make_unique<CpuOps>(1));
+  const GpuMemoryBudget b = *probe.moe_budget();
+  const int64_t table = probe.config().n_vocab * probe.config().n_embd * 2;  // bf16
+  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + b.expert_bytes - table / 2;
+  o.moe.strategy = MoeStrategy::kFused;
+  for (const std::string mode : {"device", "auto"}) {
+    o.embed_weights = mode;
+    try {
+      load("qwen3_moe_64e", o, std::make_unique<CpuOps>(1));
+      ADD_FAILURE() << "fused fit under " << o.gpu_memory_limit << " bytes with the table on the device";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+      EXPECT_NE(std::string(e.what()).find("--embed-weights host"), std::string::npos) << e.what();
+    }
+  }
+  o.embed_weights = "host";
+  int calls = 0;
+  Engine e = load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(e.moe_plan()->strategy, MoeStrategy::kFused);
+  EXPECT_EQ(e.host_mapped_weight_bytes(), table);
 }
 
 TEST(EmbedWeights, HostMovesADenseModelsTable) {

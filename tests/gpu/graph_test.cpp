@@ -137,7 +137,7 @@ TEST_P(CudaGraphDecode, StepsAcrossTheShortKeyRangeEqualEager) {
 TEST_P(CudaGraphDecode, HostEmbeddingsEqualDeviceBitForBit) {
   // --embed-weights host: the same gather kernel reads the table from pinned host memory, so graphed
   // decode equals the device table's bit for bit, and the table's bytes leave the GPU's budget (the
-  // expert cache's resident bytes shrink by them). MoE fixtures run offload, where auto picks host.
+  // expert cache's resident bytes shrink by them). MoE fixtures run offload.
   const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
   EngineOptions o = options(4);
   o.embed_weights = "device";
@@ -148,7 +148,7 @@ TEST_P(CudaGraphDecode, HostEmbeddingsEqualDeviceBitForBit) {
     device = std::make_unique<Engine>(open_checkpoint(dir), make_cuda_ops(0), o);
   }
   EXPECT_EQ(device->host_mapped_weight_bytes(), 0);
-  o.embed_weights = moe ? "auto" : "host";
+  o.embed_weights = "host";
   Engine host(open_checkpoint(dir), make_cuda_ops(0), o);
   const ModelConfig& c = host.config();
   EXPECT_EQ(host.host_mapped_weight_bytes(), c.n_vocab * c.n_embd * 2);  // the fixtures' tables are bf16
