@@ -4,7 +4,7 @@
 
 namespace ft {
 
-void EngineRunner::forward(const ForwardBatch& batch, std::vector<float>& logits) {
+std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
   const int32_t S = batch.n_seqs();
   FT_CHECK(static_cast<int32_t>(batch.seq_start.size()) == S + 1);
   items_.resize(static_cast<size_t>(S));
@@ -21,7 +21,7 @@ void EngineRunner::forward(const ForwardBatch& batch, std::vector<float>& logits
   const std::span<const float> out = engine_->step(items_);
   const size_t want = static_cast<size_t>(S) * static_cast<size_t>(vocab_size());
   FT_CHECK(out.size() >= want);
-  logits.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(want));
+  return out.first(want);
 }
 
 }  // namespace ft

@@ -15,9 +15,9 @@ class EngineRunner : public ModelRunner {
 
   int32_t vocab_size() const override { return static_cast<int32_t>(engine_->config().n_vocab); }
 
-  /** Engine::step over the batch's sequences; logits float32 [S, n_vocab]. Throws what step() throws
-   *  (limits exceeded, bad token ids). */
-  void forward(const ForwardBatch& batch, std::vector<float>& logits) override;
+  /** Engine::step over the batch's sequences; logits float32 [S, n_vocab] (Engine::step's buffer).
+   *  Throws what step() throws (limits exceeded, bad token ids). */
+  std::span<const float> forward(const ForwardBatch& batch) override;
 
  private:
   Engine* engine_;

@@ -4,6 +4,7 @@
 // logits of each sequence's last token. The CPU/CUDA engine implements it; tests use fakes.
 #include <cstdint>
 #include <string>
+#include <span>
 #include <vector>
 
 namespace ft {
@@ -32,10 +33,11 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
   /** Rows of the logits (the model's vocabulary size). */
   virtual int32_t vocab_size() const = 0;
-  /** Runs the model over `batch` and writes logits (float32 [S, vocab_size], row s = the last token of
-   *  sequence s) to `logits`, resized as needed. Results of one sequence must not depend on the other
-   *  sequences of the batch (batch-invariant kernels), so batched and solo runs agree. Throws ft::Error. */
-  virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+  /** Runs the model over `batch` and returns its logits (float32 [S, vocab_size], row s = the last
+   *  token of sequence s), held by the runner until its next forward (the engine's pinned buffer: no
+   *  copy). Results of one sequence must not depend on the other sequences of the batch
+   *  (batch-invariant kernels), so batched and solo runs agree. Throws ft::Error. */
+  virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
 };
 
 }  // namespace ft

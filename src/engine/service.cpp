@@ -228,10 +228,10 @@ void EngineService::loop() {
 
 void EngineService::step(StepPlan& plan) {
   try {
-    runner_->forward(batch_, logits_);
+    logits_ = runner_->forward(batch_);
   } catch (const std::exception& e) {
     spdlog::error("forward failed for a batch of {} sequences: {}", plan.seqs.size(), e.what());
-    logits_.clear();
+    logits_ = {};
   }
 }
 

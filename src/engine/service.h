@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -182,7 +183,7 @@ class EngineService {
   EngineStats totals_;
 
   ForwardBatch batch_;
-  std::vector<float> logits_;
+  std::span<const float> logits_;  // the runner's, until its next forward
   std::vector<Sampled> sampled_;
   std::thread worker_;
 };

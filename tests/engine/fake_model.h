@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,13 @@ class FakeModel : public ModelRunner {
 
   int32_t vocab_size() const override { return vocab_; }
 
-  void forward(const ForwardBatch& b, std::vector<float>& logits) override {
+  std::span<const float> forward(const ForwardBatch& b) override {
+    forward_into(b, logits_);
+    return logits_;
+  }
+
+  /** The forward's logits written into `logits` (resized). */
+  void forward_into(const ForwardBatch& b, std::vector<float>& logits) {
     const int32_t S = b.n_seqs();
     if (static_cast<int32_t>(b.seq_start.size()) != S + 1 || b.seq_start.back() != b.n_tokens())
       throw std::runtime_error("fake model: seq_start does not match the batch");
@@ -90,6 +97,9 @@ class FakeModel : public ModelRunner {
 
   int64_t steps = 0;
   int32_t max_batch_tokens = 0;
+
+ protected:
+  std::vector<float> logits_;  // what forward() returns
 
  private:
   static constexpr uint64_t kUnwritten = ~0ull;

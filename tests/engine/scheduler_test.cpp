@@ -54,7 +54,7 @@ struct Driver {
       b.block_tables.push_back(&e.seq->pages);
     }
     std::vector<float> logits;
-    if (!plan.empty()) model.forward(b, logits);
+    if (!plan.empty()) model.forward_into(b, logits);
     sched.complete(plan);
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       if (!plan.seqs[i].sample) continue;

@@ -44,14 +44,15 @@ inline const Vocab& demo_vocab() {
 class GatedModel : public FakeModel {
  public:
   using FakeModel::FakeModel;
-  void forward(const ForwardBatch& b, std::vector<float>& logits) override {
+  std::span<const float> forward(const ForwardBatch& b) override {
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return open_; });
     }
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
-    FakeModel::forward(b, logits);
-    if (script.empty()) return;
+    std::vector<float>& logits = logits_;
+    forward_into(b, logits);
+    if (script.empty()) return logits;
     // Scripted replies (one request at a time, prompts of one prefill chunk): a sequence whose batch
     // starts at position 0 is new and its reply starts after its last position; the reply's i-th
     // token is script[i] (its last one repeats).
@@ -64,6 +65,7 @@ class GatedModel : public FakeModel {
       std::fill(row, row + vocab_size(), 0.0f);
       row[static_cast<size_t>(script[i])] = 100.0f;
     }
+    return logits;
   }
   std::chrono::milliseconds delay{0};
   std::vector<int32_t> script;  // non-empty: the tokens every reply is made of (see forward)
