@@ -367,8 +367,10 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
       h_logits_ = Buffer::host(logit_bytes);
     }
   }
-  if (R > 0) ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
-  graph_in_busy_ = false;  // the copy to the host waited for the stream
+  if (R > 0) {
+    ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
+    graph_in_busy_ = false;  // the copy to the host waited for the stream
+  }
   if (moe_) {  // after the step's work: CPU shares it queued are done, their counters final
     moe_->experts().check();
     moe_->after_step(decode);
