@@ -21,7 +21,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_option("--embed-weights", f.embed_weights,
-                  "token embedding table: device; host (host memory the GPU reads a step's rows of, ~1 us a decode "
+                  "token embedding table: device; host (host memory the GPU reads a step's rows of, one bus read a decode "
                   "step, so its bytes stay out of --gpu-memory-limit; refused for a model whose LM head is tied to "
                   "the table; on the CPU backend only the memory accounting changes); or auto: host when the MoE "
                   "plan's expert cache is sized by the memory left and short of every expert (its slots get the "

@@ -46,7 +46,7 @@ struct EngineOptions {
 };
 
 /** Whether --embed-weights auto puts the token embedding table in host memory the backend reads over
- *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token, ~1 us on the H200;
+ *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token: one bus read, microseconds;
  *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given `plan`, made with
  *  the table on the device: yes when it has an expert cache (offload, hybrid) sized by the memory left
  *  (`request` is --moe-cache-auto) that holds fewer than `total_experts`, so the table's bytes become
