@@ -146,9 +146,12 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     // On the calling thread: ~1 us a row, less than waking the pool for it (a decode step has one row).
     for (int64_t t = 0; t < T; ++t) x8_rows_[static_cast<size_t>(t)] = cpu::quantize_q8_row(xf + t * H, H, x8 + t * x8_bytes);
   }
-  if (static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes + 64) h8_.resize(static_cast<size_t>(n_pairs * h8_bytes + 64));
-  uint8_t* h8 = align64(h8_.data());
-  h8_rows_.assign(static_cast<size_t>(n_pairs), cpu::Q8Row{});
+  bool any_h8 = false;  // some down GEMV takes h's int8 form: only then is room for it made
+  for (const Group& g : groups_) any_h8 = any_h8 || int8(bank.down[static_cast<size_t>(g.expert)]);
+  if (any_h8 && static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes + 64)
+    h8_.resize(static_cast<size_t>(n_pairs * h8_bytes + 64));
+  uint8_t* h8 = any_h8 ? align64(h8_.data()) : nullptr;
+  h8_rows_.assign(any_h8 ? static_cast<size_t>(n_pairs) : 0, cpu::Q8Row{});
   if (static_cast<int64_t>(h_.size()) < n_pairs * max_ff) h_.resize(static_cast<size_t>(n_pairs * max_ff));
   if (static_cast<int64_t>(y_.size()) < T * k * H) y_.resize(static_cast<size_t>(T * k * H));
   const int64_t wbuf_need = 2 * kRowTile * std::max(H, max_ff);
