@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda_factory.h"
+#include "moe/host_memory.h"
 #include "util/error.h"
 
 namespace ft {
@@ -45,7 +46,6 @@ CudaOps::~CudaOps() {
     if (r.ptr) cudaFree(r.ptr);
   for (auto& [bank, t] : bank_tables_)
     if (t.dev) cudaFree(t.dev);
-  if (pinned_.ptr) cudaFreeHost(pinned_.ptr);
   if (sleep_event_) cudaEventDestroy(sleep_event_);
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
@@ -81,12 +81,11 @@ Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
   return t;
 }
 
-namespace {
-
-/** `bytes` of pinned host memory (cudaHostAlloc with `flags`, portable: usable from every context). */
-Buffer pinned_host(int64_t bytes, unsigned flags) {
+Buffer CudaOps::alloc_host(int64_t bytes) {
+  if (bytes <= 0) fail(ErrorCode::kInvalidArgument, "alloc_host: {} bytes", bytes);
+  FT_CUDA_CHECK(cudaSetDevice(device_));
   void* p = nullptr;
-  const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(bytes), flags | cudaHostAllocPortable);
+  const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocPortable);
   if (err != cudaSuccess) {
     cudaGetLastError();
     fail(ErrorCode::kOutOfMemory, "cuda: cannot allocate {} bytes of pinned host memory: {}", bytes,
@@ -95,25 +94,16 @@ Buffer pinned_host(int64_t bytes, unsigned flags) {
   return Buffer(p, bytes, Device::kCpu, [](void* q) { cudaFreeHost(q); });
 }
 
-}  // namespace
-
-Buffer CudaOps::alloc_host(int64_t bytes) {
-  if (bytes <= 0) fail(ErrorCode::kInvalidArgument, "alloc_host: {} bytes", bytes);
-  FT_CUDA_CHECK(cudaSetDevice(device_));
-  return pinned_host(bytes, cudaHostAllocDefault);
-}
-
 Tensor CudaOps::make_host_mapped(const Tensor& host, Buffer& storage) {
   if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor is empty");
   if (host.device != Device::kCpu)
     fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor {} is already on {}", host.str(), device_name(host.device));
-  FT_CUDA_CHECK(cudaSetDevice(device_));
-  storage = pinned_host(host.bytes(), cudaHostAllocMapped);  // kernels read it at its UVA address
+  // The expert banks' allocator: pages filled first, then pinned and mapped (moe_cache_host.cu).
+  const std::unique_ptr<HostAllocator> alloc = make_pinned_host_allocator(device_);
+  storage = alloc->allocate(host.bytes());
   std::memcpy(storage.data(), host.data, static_cast<size_t>(host.bytes()));
-  void* dev = nullptr;
-  FT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, storage.data(), 0));
   Tensor t = host;
-  t.data = dev;
+  t.data = alloc->pin(storage);  // the UVA address kernels read it at
   t.device = Device::kCuda;
   return t;
 }
@@ -165,17 +155,14 @@ void* CudaOps::zeroed_scratch(Scratch slot, int64_t bytes) {
 }
 
 void* CudaOps::pinned(int64_t bytes) {
-  if (bytes > pinned_.bytes) {
-    if (pinned_.ptr) {
+  if (bytes > pinned_.bytes()) {
+    if (!pinned_.empty()) {
       FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      FT_CUDA_CHECK(cudaFreeHost(pinned_.ptr));
-      pinned_ = Region{};
+      pinned_ = Buffer();
     }
-    const int64_t want = std::max<int64_t>(bytes, 4096);
-    FT_CUDA_CHECK(cudaMallocHost(&pinned_.ptr, static_cast<size_t>(want)));
-    pinned_.bytes = want;
+    pinned_ = alloc_host(std::max<int64_t>(bytes, 4096));
   }
-  return pinned_.ptr;
+  return pinned_.data();
 }
 
 const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {

@@ -171,7 +171,7 @@ class CudaOps final : public Ops {
   void* cublas_workspace_ = nullptr;
   Region scratch_[static_cast<int>(Scratch::kCount)];
   int64_t scratch_generation_ = 0;  // bumped whenever a scratch region moves (graphs recorded before are stale)
-  Region pinned_;
+  Buffer pinned_;  // pinned() (alloc_host)
   std::unordered_map<const ExpertBank*, BankTable> bank_tables_;
 };
 
