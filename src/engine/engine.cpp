@@ -40,8 +40,8 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   const std::string& embed = options_.embed_weights;
   if (embed != "auto" && embed != "device" && embed != "host")
     fail(ErrorCode::kInvalidArgument, "--embed-weights must be auto, device or host (got '{}')", embed);
-  const bool tied = output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_));
-  if (embed == "host" && tied)  // refused before the weights are loaded
+  // Refused before the weights are loaded (load_model reads the config again: a few KB).
+  if (embed == "host" && output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_)))
     fail(ErrorCode::kInvalidArgument,
          "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
          "step; use --embed-weights device or auto", ckpt_->path());
@@ -108,7 +108,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   // A plan that does not fit says so; when the table on the device is what it lacks, the flag that
   // moves it is named too.
   auto with_embed_hint = [&](const Error& e) {
-    if (e.code() != ErrorCode::kOutOfMemory || tied || model_->host_mapped_bytes() > 0) return e;
+    if (e.code() != ErrorCode::kOutOfMemory || model_->embeddings_tied() || model_->host_mapped_bytes() > 0) return e;
     return Error(e.code(), std::string(e.what()) +
                                " (or --embed-weights host: the token embedding table then stays in host memory)");
   };

@@ -142,10 +142,10 @@ OutputWeights load_output(WeightLoader& ld, ModelConfig& c) {
     if (const TensorInfo* t = ld.checkpoint().find(ld.name(embd)); t && t->shape.size() == 2) c.n_vocab = t->shape[0];
   }
   const int64_t V = c.n_vocab, H = c.n_embd;
-  const bool tied = output_tied(ld, c);
+  w.tied = output_tied(ld, c);
   w.tok_embd = ld.get(embd, {V, H});
   w.output_norm = ld.get({"output_norm.weight", "model.norm.weight"}, {H}, WeightKind::kVector);
-  w.output = tied ? w.tok_embd : ld.get(kOutput, {V, H});  // untied HF without lm_head: missing tensor
+  w.output = w.tied ? w.tok_embd : ld.get(kOutput, {V, H});  // untied HF without lm_head: missing tensor
   return w;
 }
 

@@ -79,6 +79,7 @@ struct OutputWeights {
   Tensor tok_embd;     // [V, H]
   Tensor output_norm;  // [H]
   Tensor output;       // [V, H] (tok_embd when tied)
+  bool tied = false;   // output_tied()
 };
 
 /** token_embd / model.embed_tokens, output_norm / model.norm, output / lm_head (tied: the embedding

@@ -7,6 +7,7 @@ class Decoder final : public Model {
  public:
   Decoder(ModelConfig c, WeightLoader& ld, Ops& ops, const DecoderSpec& spec) : Model(std::move(c)) {
     io_ = load_output(ld, config_);
+    embeddings_tied_ = io_.tied;
     config_.validate();
     spec_ = load_attention_spec(ld, ops, config_, storage_);
     router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
@@ -15,7 +16,7 @@ class Decoder final : public Model {
   }
 
   bool move_embeddings_to_host(WeightLoader& ld) override {
-    if (io_.output.data == io_.tok_embd.data || host_mapped_bytes_ > 0) return host_mapped_bytes_ > 0;
+    if (io_.tied || host_mapped_bytes_ > 0) return host_mapped_bytes_ > 0;
     const void* device_copy = io_.tok_embd.data;
     io_.tok_embd = load_token_embd_host_mapped(ld, config_);
     std::erase_if(storage_, [&](const Buffer& b) { return b.data() == device_copy; });  // CPU: none

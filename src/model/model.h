@@ -75,6 +75,8 @@ class Model {
   const HostExpertBanks& host_experts() const { return host_experts_; }
   /** Bytes of the weights kept in host memory the backend reads over the bus (move_embeddings_to_host). */
   int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
+  /** Whether the LM head is the token embedding table (which then stays where the LM head reads it). */
+  bool embeddings_tied() const { return embeddings_tied_; }
   /** Moves the token embedding table to host memory the backend reads over the bus
    *  (WeightLoader::get_host_mapped; a decode step reads one row per token), freeing its device copy.
    *  Returns false, changing nothing, when the LM head is tied to the table (it reads all of it every
@@ -88,6 +90,7 @@ class Model {
   HostExpertBanks host_experts_;
   std::vector<Buffer> storage_;  // device copies of resident weights (empty on CPU)
   int64_t host_mapped_bytes_ = 0;
+  bool embeddings_tied_ = false;
 };
 
 }  // namespace ft

@@ -68,7 +68,6 @@ Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<
   Tensor h = host(n, shape);
   Buffer storage;
   Tensor t = ops_.make_host_mapped(h, storage);
-  host_mapped_bytes_ += h.bytes();
   if (!storage.empty()) storage_.push_back(std::move(storage));
   return t;
 }

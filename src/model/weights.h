@@ -45,10 +45,8 @@ class WeightLoader {
    *  what get() throws for a missing or misshapen tensor. */
   Tensor get_stacked(const std::vector<WeightName>& names, const std::vector<int64_t>& rows, int64_t cols);
   /** Like get(), but placed in host memory the backend reads over the bus (Ops::make_host_mapped;
-   *  on the CPU backend the view itself); counted in host_mapped_bytes() either way. */
+   *  on the CPU backend the view itself). */
   Tensor get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape);
-  /** Bytes of the weights get_host_mapped placed in host memory. */
-  int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
   /** Like get(), but an absent tensor gives an empty Tensor. */
   Tensor get_optional(const WeightName& n, std::initializer_list<int64_t> shape,
                       WeightKind kind = WeightKind::kMatrix);
@@ -71,7 +69,6 @@ class WeightLoader {
   const Checkpoint& ckpt_;
   Ops& ops_;
   bool gguf_;
-  int64_t host_mapped_bytes_ = 0;
   std::vector<Buffer> storage_;
 };
 
