@@ -76,6 +76,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_tables_ = make(DType::I32, {S * max_blocks_});
   d_rows_ = make(DType::I32, {R});
   d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
+  reserve_host_logits(std::min<int64_t>(R, options_.max_seqs) * c.n_vocab * 4);  // a decode step's: never regrown
   // Decode graphs read their inputs from one device block, uploaded in one copy per step from pinned
   // host memory (layout: GraphInputs).
   const int64_t graph_max = graphs ? std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R}) : 0;
@@ -181,6 +182,25 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                 c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
                 static_cast<double>(kv_->bytes()) / (1 << 20), T);
   if (moe_) calibrate_fetch_cap();
+}
+
+void Engine::reserve_host_logits(int64_t bytes) {
+  // Pinned (Ops::alloc_host): the copy runs at the bus's speed, not through the driver's staging
+  // buffer (qwen3-30b-a3b: 0.6 MB of F32 logits a row, every decode step). Grown geometrically up to
+  // max_logit_rows, pinned up to kMaxPinned (whole-prompt logits can be hundreds of MB).
+  constexpr int64_t kMaxPinned = int64_t{256} << 20;
+  const int64_t cap = options_.max_logit_rows * model_->config().n_vocab * 4;
+  const int64_t want = std::max(bytes, std::min(cap, 2 * h_logits_.bytes()));
+  h_logits_ = Buffer();  // the old block first: pinned memory is a scarce kind
+  if (want <= kMaxPinned) {
+    try {
+      h_logits_ = ops_->alloc_host(want);
+      return;
+    } catch (const Error& e) {  // no pinned memory left: pageable works, only slower
+      if (e.code() != ErrorCode::kOutOfMemory) throw;
+    }
+  }
+  h_logits_ = Buffer::host(want);
 }
 
 Engine::PlacedMemory Engine::placed_memory() const {
@@ -355,18 +375,8 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
     forward(batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
             R > 0 ? d_logits_.slice(0, R) : Tensor());
   }
-  // Pinned (Ops::alloc_host): the copy runs at the bus's speed, not through the driver's staging
-  // buffer (qwen3-30b-a3b: 0.6 MB of F32 logits a row, every decode step). Grown to the largest R seen.
   const int64_t logit_bytes = R * c.n_vocab * 4;
-  if (h_logits_.bytes() < logit_bytes) {
-    h_logits_ = Buffer();  // the old block first: pinned memory is a scarce kind
-    try {
-      h_logits_ = ops_->alloc_host(logit_bytes);
-    } catch (const Error& e) {  // no pinned memory left: pageable works, only slower
-      if (e.code() != ErrorCode::kOutOfMemory) throw;
-      h_logits_ = Buffer::host(logit_bytes);
-    }
-  }
+  if (h_logits_.bytes() < logit_bytes) reserve_host_logits(logit_bytes);
   if (R > 0) {
     ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
     graph_in_busy_ = false;  // the copy to the host waited for the stream

@@ -176,6 +176,8 @@ class Engine {
   Tensor d_graph_in_;  // I32 [graph_in_.count] on the device
   Buffer h_graph_in_;  // its host staging (Ops::alloc_host)
   bool graph_in_busy_ = false;  // an upload from h_graph_in_ may still be in flight
+  /** h_logits_ of at least `bytes` (see step()). */
+  void reserve_host_logits(int64_t bytes);
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;
