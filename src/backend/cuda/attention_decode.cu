@@ -391,14 +391,11 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       for (int i = 0; i < DPL; ++i) q[h][i] = lane * DPL + i < D ? load_any(a.q, a.q_code, qo + lane * DPL + i) : 0.0f;
     }
   }
-  if constexpr (FUSED) {  // the heads' sums of squares: warp_sum's butterflies, interleaved over the heads
+  if constexpr (FUSED) {  // the heads' sums of squares, reduced together
     float ss[GROUP];
 #pragma unroll
     for (int h = 0; h < GROUP; ++h) ss[h] = lane_sum_sq<DPL>(q[h]);
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1)
-#pragma unroll
-      for (int h = 0; h < GROUP; ++h) ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], sh);
+    warp_sum_n(ss);
 #pragma unroll
     for (int h = 0; h < GROUP; ++h) head_norm_rope<DPL>(q[h], wq, cs, sn, a.nr, D, a.q_code != 0, ss[h]);
   }
@@ -459,22 +456,17 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     // Every (key, head) dot of the iteration first, then their warp sums level by level: the
     // shuffles of independent sums overlap instead of forming one chain of 5 per (key, head). Each
     // sum is warp_sum's butterfly, and the softmax updates run in key order, so the bits are score's.
-    float sc[kKeysInFlight][GROUP];
+    float sc[kKeysInFlight * GROUP];  // [key in flight][head]
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u)
 #pragma unroll
-      for (int h = 0; h < GROUP; ++h) sc[u][h] = partial_dot(h, kk[u]);
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1)
-#pragma unroll
-      for (int u = 0; u < kKeysInFlight; ++u)
-#pragma unroll
-        for (int h = 0; h < GROUP; ++h) sc[u][h] += __shfl_xor_sync(0xffffffffu, sc[u][h], sh);
+      for (int h = 0; h < GROUP; ++h) sc[u * GROUP + h] = partial_dot(h, kk[u]);
+    warp_sum_n(sc);
 #pragma unroll
     for (int u = 0; u < kKeysInFlight; ++u)
       if (use[u])
 #pragma unroll
-        for (int h = 0; h < GROUP; ++h) accumulate(h, sc[u][h], vv[u]);
+        for (int h = 0; h < GROUP; ++h) accumulate(h, sc[u * GROUP + h], vv[u]);
   }
   if constexpr (FUSED) {
     if (p_row >= 0) score(kp, vp);  // warp 0 of the split with key p

@@ -87,6 +87,16 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/** warp_sum of N independent values at once: each takes warp_sum's butterfly (so each result is
+ *  warp_sum's bit for bit), with the N shuffles of a level in flight together. */
+template <int N>
+__device__ __forceinline__ void warp_sum_n(float (&v)[N]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
