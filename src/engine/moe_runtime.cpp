@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "backend/cpu/q8_rows.h"
 #include "backend/device.h"
+#include "moe/cpu_expert_executor.h"
 #include "moe/expert_bank.h"
 #include "moe/thread_pool.h"
 #include "util/error.h"
@@ -165,7 +165,12 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
   plan_.prefetch = offloaded_ && offloaded_->prefetches();
-  plan_.cpu_int8 = ro.cpu_int8 && cpu::has_q8_dot(DType::Q4_K);  // what runs, so the bench's moe_plan records it
+  // What runs, so the bench's moe_plan records it: on, and some expert's weights take the int8 path.
+  bool int8_weights = false;
+  for (const ExpertBank& b : host)
+    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
+      if (!v->empty()) int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
+  plan_.cpu_int8 = ro.cpu_int8 && int8_weights;
   if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !plan_.prefetch)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");

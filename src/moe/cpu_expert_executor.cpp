@@ -59,6 +59,8 @@ void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, fl
 
 }  // namespace
 
+bool CpuExpertExecutor::int8_weight(const Tensor& w) { return w.dim(1) % 256 == 0 && cpu::has_q8_dot(w.dtype); }
+
 CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations)
     : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us), int8_(int8_activations) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
@@ -133,7 +135,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // int8 activations (int8_): weights of a type cpu::dot_rows_q8 takes are dotted with x's (and h's)
   // int8 form, every input of the expert alike, so a pair's result does not depend on the other
   // tokens of the step (the engine's batch invariance); other weights as above.
-  auto int8 = [&](const Tensor& w) { return int8_ && w.dim(1) % 256 == 0 && cpu::has_q8_dot(w.dtype); };
+  auto int8 = [&](const Tensor& w) { return int8_ && int8_weight(w); };
   bool any_x8 = false;
   for (const Group& g : groups_)
     any_x8 = any_x8 || int8(bank.gate[static_cast<size_t>(g.expert)]) || int8(bank.up[static_cast<size_t>(g.expert)]);

@@ -36,6 +36,9 @@ class CpuExpertExecutor {
    *  MoeRuntimeOptions; the engine's MoeOptions (--moe-cpu-int8) turns it on. */
   explicit CpuExpertExecutor(int n_threads = 0, int spin_us = 0, bool int8_activations = false);
   bool int8_activations() const { return int8_; }
+  /** Whether weight `w` [N, K] meets int8 activations when they are on: a type cpu::dot_rows_q8
+   *  takes on this CPU, K a whole number of its 256-element blocks. */
+  static bool int8_weight(const Tensor& w);
 
   int n_threads() const { return pool_.size(); }
 

@@ -214,6 +214,16 @@ TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
   expect_out_of_memory(dir, o, {"--moe-strategy offload"});
 }
 
+TEST(MoeAuto, PlanSaysInt8OnlyWhereAnExpertTakesIt) {
+  // --moe-cpu-int8 on (the default) with bf16 experts: nothing runs int8, and the plan's summary (the
+  // log line, ft bench's moe_plan) must not say it does.
+  EngineOptions o = small_engine_options();
+  o.moe.strategy = MoeStrategy::kCpu;
+  auto e = Engine::load(shared_dir() + "/fixtures/hf/qwen3_moe_64e", o);
+  EXPECT_FALSE(e->moe_plan()->cpu_int8);
+  EXPECT_EQ(e->moe_plan()->summary().find("int8"), std::string::npos) << e->moe_plan()->summary();
+}
+
 TEST(MoeAuto, BadFlagsFailAtLoad) {
   const std::string moe = shared_dir() + "/fixtures/hf/qwen3_moe", dense = shared_dir() + "/fixtures/hf/qwen3";
   auto code_of = [](const std::string& dir, const EngineOptions& o) {
