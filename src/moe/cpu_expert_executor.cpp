@@ -145,8 +145,19 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   if (any_x8) {  // H is whole 256-blocks: the Q4_K rows are
     if (static_cast<int64_t>(x8_.size()) < T * x8_bytes + 64) x8_.resize(static_cast<size_t>(T * x8_bytes + 64));
     uint8_t* x8 = align64(x8_.data());
-    // On the calling thread: ~1 us a row, less than waking the pool for it (a decode step has one row).
-    for (int64_t t = 0; t < T; ++t) x8_rows_[static_cast<size_t>(t)] = cpu::quantize_q8_row(xf + t * H, H, x8 + t * x8_bytes);
+    // ~1 us a row: a few rows (decode) on the calling thread, where waking the pool would cost more;
+    // a prefill's rows on the pool.
+    auto quantize = [&](int64_t t) {
+      x8_rows_[static_cast<size_t>(t)] = cpu::quantize_q8_row(xf + t * H, H, x8 + t * x8_bytes);
+    };
+    constexpr int64_t kPoolRows = 64;
+    if (T < kPoolRows) {
+      for (int64_t t = 0; t < T; ++t) quantize(t);
+    } else {
+      pool_.run((T + kPoolRows - 1) / kPoolRows, [&](int64_t ti, int) {
+        for (int64_t t = ti * kPoolRows; t < std::min(T, (ti + 1) * kPoolRows); ++t) quantize(t);
+      });
+    }
   }
   bool any_h8 = false;  // some down GEMV takes h's int8 form: only then is room for it made
   for (const Group& g : groups_) any_h8 = any_h8 || int8(bank.down[static_cast<size_t>(g.expert)]);

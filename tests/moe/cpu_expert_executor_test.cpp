@@ -118,7 +118,7 @@ TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
   EXPECT_TRUE(three.int8_activations());
   EXPECT_FALSE(CpuExpertExecutor(1).int8_activations());
   std::vector<float> alone;  // token 0 of the T = 1 run
-  for (int64_t T : {1, 6}) {  // 6 tokens: some experts take several inputs
+  for (int64_t T : {1, 6, 70}) {  // 6 tokens: some experts take several inputs; 70: x quantized on the pool
     SCOPED_TRACE(T);
     const int64_t k = 3;
     std::mt19937 rng(static_cast<uint32_t>(T));
