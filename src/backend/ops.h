@@ -289,6 +289,15 @@ class Ops {
    *  Throws kInvalidArgument for an id >= bank.n_expert(). */
   virtual void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertBank& bank, Tensor out) = 0;
+  // ---- sampling -------------------------------------------------------------------------------
+  /** One token from each logit row, by the sampler backend/sampling.h defines: logits F32 [R, V]
+   *  (CUDA overwrites each row's edited entries with their edited values; the CPU leaves them); rows
+   *  U8 [R * sizeof(SampleRow)]; edits U8 [n * sizeof(LogitEdit)], each row naming its range (their
+   *  `raw` fields are written), or empty; out U8 [R * sizeof(SampleResult)] (a row with `skip` set
+   *  leaves its result as it was). All on this device. Throws kInvalidArgument for a wrong dtype or
+   *  size, and (CPU) for an edit range or id outside the row; the CUDA kernel skips such edits, so
+   *  callers validate them on the host (engine/sampler.h does). */
+  virtual void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out) = 0;
 };
 
 }  // namespace ft

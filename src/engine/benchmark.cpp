@@ -233,6 +233,15 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   auto release = [&](std::vector<BlockTable>& tables) {
     for (BlockTable& t : tables) t.release(pool);
   };
+  // Every step samples its logit rows greedily on the backend (Engine::step_sample), as a server step
+  // does, so the timed step includes the sampler and its few bytes back instead of the logits.
+  std::vector<SampleRow> greedy_rows;
+  auto run_step = [&](const std::vector<StepItem>& items) {
+    int64_t R = 0;
+    for (const StepItem& it : items) R += it.n_logits;
+    greedy_rows.assign(static_cast<size_t>(R), SampleRow{});
+    engine.step_sample(items, greedy_rows, {});
+  };
   // Prefill: prompts packed into forwards of at most max_step_tokens tokens.
   auto prefill = [&](std::vector<BlockTable>& tables, const std::vector<std::vector<int32_t>>& prompts) {
     const int64_t B = static_cast<int64_t>(tables.size()), n = static_cast<int64_t>(prompts[0].size());
@@ -248,7 +257,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
         done[si] += take;
         budget -= take;
       }
-      engine.step(items);
+      run_step(items);
       while (b < B && done[static_cast<size_t>(b)] == n) ++b;
     }
   };
@@ -259,7 +268,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
       const std::vector<int32_t> ids = random_ids(B);
       for (int64_t b = 0; b < B; ++b)
         items[static_cast<size_t>(b)] = {&tables[static_cast<size_t>(b)].pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1};
-      engine.step(items);
+      run_step(items);
     }
   };
 

@@ -305,6 +305,90 @@ Engine::~Engine() = default;
 std::span<const float> Engine::step(const std::vector<StepItem>& items) {
   std::lock_guard<std::mutex> lock(step_mu_);
   const ModelConfig& c = model_->config();
+  const StepStart st = begin_step(items);
+  const int64_t R = st.rows;
+  const int64_t logit_bytes = R * c.n_vocab * 4;
+  if (h_logits_.bytes() < logit_bytes) reserve_host_logits(logit_bytes);
+  if (R > 0) {
+    ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
+    graph_in_busy_ = false;  // the copy to the host waited for the stream
+  }
+  end_step(st);
+  return {R > 0 ? static_cast<const float*>(h_logits_.data()) : nullptr, static_cast<size_t>(R * c.n_vocab)};
+}
+
+std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& items,
+                                                  std::span<const SampleRow> rows, std::span<const LogitEdit> edits) {
+  std::lock_guard<std::mutex> lock(step_mu_);
+  const ModelConfig& c = model_->config();
+  int64_t R = 0;
+  for (const StepItem& it : items) R += it.n_logits;
+  if (static_cast<int64_t>(rows.size()) != R)
+    fail(ErrorCode::kInvalidArgument, "engine step: {} sampling rows for {} logit rows", rows.size(), R);
+  const auto n_edits = static_cast<int64_t>(edits.size());
+  for (const SampleRow& r : rows) {
+    if (r.skip) continue;
+    if (r.edit_begin < 0 || r.edit_end < r.edit_begin || r.edit_end > n_edits)
+      fail(ErrorCode::kInvalidArgument, "engine step: a sampling row names edits [{}, {}) of {}", r.edit_begin,
+           r.edit_end, n_edits);
+  }
+  for (const LogitEdit& e : edits)
+    if (e.id < 0 || e.id >= c.n_vocab)
+      fail(ErrorCode::kInvalidArgument, "engine step: a logit edit names token {} outside the vocabulary (0..{})", e.id,
+           c.n_vocab - 1);
+  const StepStart st = begin_step(items);
+  if (R == 0) {
+    end_step(st);
+    return {};
+  }
+  // Inputs: R rows then the edits, staged in pinned memory and uploaded in one copy; the results come
+  // back in one copy (a few hundred bytes a row instead of the logits' 4 * n_vocab).
+  const int64_t in_bytes = R * static_cast<int64_t>(sizeof(SampleRow)) + n_edits * static_cast<int64_t>(sizeof(LogitEdit));
+  reserve_sample_buffers(n_edits);
+  if (sample_busy_) ops_->synchronize();  // a step that threw may have left its upload in flight
+  sample_busy_ = true;
+  auto* in = static_cast<uint8_t*>(h_sample_in_.data());
+  std::memcpy(in, rows.data(), rows.size_bytes());
+  if (n_edits > 0) std::memcpy(in + rows.size_bytes(), edits.data(), edits.size_bytes());
+  auto* dev = static_cast<uint8_t*>(d_sample_.data());
+  const Device where = ops_->device();
+  ops_->copy(Tensor(in, DType::U8, {in_bytes}), Tensor(dev, DType::U8, {in_bytes}, where));
+  const auto row_bytes = static_cast<int64_t>(rows.size_bytes());
+  const Tensor d_rows(dev, DType::U8, {row_bytes}, where);
+  const Tensor d_edits = n_edits > 0 ? Tensor(dev + row_bytes, DType::U8, {in_bytes - row_bytes}, where) : Tensor();
+  const int64_t out_bytes = R * static_cast<int64_t>(sizeof(SampleResult));
+  const Tensor d_out(dev + sample_out_offset_, DType::U8, {out_bytes}, where);
+  Tensor logits = d_logits_.slice(0, R);
+  if (logits.dtype != DType::F32) {  // BF16 activations: the sampler reads F32
+    if (d_logits_f32_.bytes() < R * c.n_vocab * 4) d_logits_f32_ = ops_->alloc(R * c.n_vocab * 4);
+    Tensor f32(d_logits_f32_.data(), DType::F32, {R, c.n_vocab}, where);
+    ops_->copy(logits, f32);
+    logits = f32;
+  }
+  ops_->sample(logits, d_rows, d_edits, d_out);
+  ops_->copy(d_out, Tensor(h_sample_out_.data(), DType::U8, {out_bytes}));
+  sample_busy_ = false;
+  graph_in_busy_ = false;  // the copy to the host waited for the stream
+  end_step(st);
+  return {static_cast<const SampleResult*>(h_sample_out_.data()), static_cast<size_t>(R)};
+}
+
+void Engine::reserve_sample_buffers(int64_t n_edits) {
+  if (d_sample_.data() && n_edits <= sample_edit_cap_) return;
+  ops_->synchronize();  // the old buffers may still be in use
+  sample_edit_cap_ = std::max<int64_t>({n_edits, 2 * sample_edit_cap_, 4096});
+  const int64_t R = options_.max_logit_rows;
+  const int64_t in_bytes = R * static_cast<int64_t>(sizeof(SampleRow)) + sample_edit_cap_ * static_cast<int64_t>(sizeof(LogitEdit));
+  sample_out_offset_ = (in_bytes + 255) / 256 * 256;
+  d_sample_ = Buffer();
+  h_sample_in_ = Buffer();
+  d_sample_ = ops_->alloc(sample_out_offset_ + R * static_cast<int64_t>(sizeof(SampleResult)));
+  h_sample_in_ = ops_->alloc_host(in_bytes);
+  if (!h_sample_out_.data()) h_sample_out_ = ops_->alloc_host(R * static_cast<int64_t>(sizeof(SampleResult)));
+}
+
+Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items) {
+  const ModelConfig& c = model_->config();
   const int64_t S = static_cast<int64_t>(items.size()), page = kv_->config().page_size;
   if (S < 1 || S > options_.max_seqs)
     fail(ErrorCode::kInvalidArgument, "engine step: {} sequences (1..{} allowed)", S, options_.max_seqs);
@@ -375,17 +459,14 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
     forward(batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
             R > 0 ? d_logits_.slice(0, R) : Tensor());
   }
-  const int64_t logit_bytes = R * c.n_vocab * 4;
-  if (h_logits_.bytes() < logit_bytes) reserve_host_logits(logit_bytes);
-  if (R > 0) {
-    ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
-    graph_in_busy_ = false;  // the copy to the host waited for the stream
-  }
+  return {R, decode};
+}
+
+void Engine::end_step(const StepStart& st) {
   if (moe_) {  // after the step's work: CPU shares it queued are done, their counters final
     moe_->experts().check();
-    moe_->after_step(decode);
+    moe_->after_step(st.decode);
   }
-  return {R > 0 ? static_cast<const float*>(h_logits_.data()) : nullptr, static_cast<size_t>(R * c.n_vocab)};
 }
 
 void Engine::forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits) {

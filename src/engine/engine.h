@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "backend/sampling.h"
 #include "engine/moe_runtime.h"
 #include "formats/checkpoint.h"
 #include "kv/kv_cache.h"
@@ -92,6 +93,15 @@ class Engine {
    *  next step. Throws
    *  kInvalidArgument for limits exceeded (tokens, sequences, logit rows, pages) or bad token ids. */
   std::span<const float> step(const std::vector<StepItem>& items);
+  /** Runs one forward as step() does, then samples each logit row on the backend (Ops::sample; the
+   *  sampler of backend/sampling.h) instead of returning the logits: `rows` [R] (R = sum of n_logits,
+   *  in item order; a row with `skip` set draws nothing and its result is left unset), `edits` the
+   *  ranges they name. Returns the results [R] (pinned host memory on CUDA), valid until the next step:
+   *  a few hundred bytes a row cross the bus instead of 4 * n_vocab. Throws what step() throws, and
+   *  kInvalidArgument for a row count other than R, an edit range outside `edits` or an edit id outside
+   *  the vocabulary. */
+  std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
+                                            std::span<const LogitEdit> edits);
 
   /** The MoE plan (nullptr for a dense model). */
   const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
@@ -146,6 +156,18 @@ class Engine {
    *  first time: runs the step eagerly, then records it). */
   void run_graph_step(GraphStep& gs, const std::vector<StepItem>& items);
   void forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits);
+  /** What begin_step queued: the logit rows and whether the step decodes. */
+  struct StepStart {
+    int64_t rows = 0;
+    bool decode = false;
+  };
+  /** A step's checks, staging and forward (graph or eager), up to the logits in d_logits_ (queued, not
+   *  waited for). Throws kInvalidArgument as step() does. */
+  StepStart begin_step(const std::vector<StepItem>& items);
+  /** After the step's results reached the host: the MoE counters. */
+  void end_step(const StepStart& st);
+  /** The sampling buffers (step_sample) for at least `n_edits` edits. */
+  void reserve_sample_buffers(int64_t n_edits);
 
   EngineOptions options_;
   std::unique_ptr<Checkpoint> ckpt_;
@@ -178,6 +200,11 @@ class Engine {
   bool graph_in_busy_ = false;  // an upload from h_graph_in_ may still be in flight
   /** h_logits_ of at least `bytes` (see step()). */
   void reserve_host_logits(int64_t bytes);
+  // step_sample: device block [rows and edits (in), then from sample_out_offset_ the results], its
+  // pinned staging in each direction, and an F32 copy of BF16 logits.
+  Buffer d_sample_, h_sample_in_, h_sample_out_, d_logits_f32_;
+  int64_t sample_edit_cap_ = 0, sample_out_offset_ = 0;
+  bool sample_busy_ = false;  // an upload from h_sample_in_ may still be in flight
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;

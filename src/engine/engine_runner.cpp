@@ -4,7 +4,7 @@
 
 namespace ft {
 
-std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
+void EngineRunner::build_items(const ForwardBatch& batch) {
   const int32_t S = batch.n_seqs();
   FT_CHECK(static_cast<int32_t>(batch.seq_start.size()) == S + 1);
   items_.resize(static_cast<size_t>(S));
@@ -18,10 +18,21 @@ std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
     it.n = end - begin;
     it.n_logits = 1;
   }
+}
+
+std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
+  build_items(batch);
+  const int32_t S = batch.n_seqs();
   const std::span<const float> out = engine_->step(items_);
   const size_t want = static_cast<size_t>(S) * static_cast<size_t>(vocab_size());
   FT_CHECK(out.size() >= want);
   return out.first(want);
+}
+
+std::span<const SampleResult> EngineRunner::forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
+                                                         std::span<const LogitEdit> edits) {
+  build_items(batch);
+  return engine_->step_sample(items_, rows, edits);
 }
 
 }  // namespace ft

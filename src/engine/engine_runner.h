@@ -18,8 +18,14 @@ class EngineRunner : public ModelRunner {
   /** Engine::step over the batch's sequences; logits float32 [S, n_vocab] (Engine::step's buffer).
    *  Throws what step() throws (limits exceeded, bad token ids). */
   std::span<const float> forward(const ForwardBatch& batch) override;
+  /** Engine::step_sample over the batch's sequences (sampled on the engine's backend). */
+  std::span<const SampleResult> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
+                                               std::span<const LogitEdit> edits) override;
 
  private:
+  /** items_ for `batch`: one logit row (the last token) a sequence. */
+  void build_items(const ForwardBatch& batch);
+
   Engine* engine_;
   std::vector<StepItem> items_;
 };

@@ -58,15 +58,17 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
            total, a.table.pages_needed(pool, total), pool.n_free(), pool.n_pages());
     act.push_back(std::move(a));
   }
-  auto accept = [&](Active& a, const float* logits) {
-    if (a.req->step_logits) a.out->step_logits.insert(a.out->step_logits.end(), logits, logits + V);
-    const int32_t id = a.sampler->sample(logits).id;
+  auto record = [&](Active& a, int32_t id) {
     a.out->tokens.push_back(id);
     a.tokens.push_back(id);
     if (a.req->on_token) a.req->on_token(id);
     const bool eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), id) != c.eos_ids.end();
     if ((eos && a.req->stop_at_eos) || static_cast<int32_t>(a.out->tokens.size()) >= a.req->max_tokens)
       a.finished = true;
+  };
+  auto accept = [&](Active& a, const float* logits) {
+    if (a.req->step_logits) a.out->step_logits.insert(a.out->step_logits.end(), logits, logits + V);
+    record(a, a.sampler->sample(logits).id);
   };
 
   // Prefill: pack prompt chunks of all requests, at most `budget` tokens (and logit rows) per forward.
@@ -109,6 +111,8 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
   const double t1 = now_s();
 
   // Decode: one token for every unfinished sequence per forward.
+  std::vector<SampleRow> rows;
+  std::vector<LogitEdit> edits;
   for (;;) {
     std::vector<StepItem> items;
     std::vector<Active*> owners;
@@ -118,10 +122,21 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
       owners.push_back(&a);
     }
     if (items.empty()) break;
-    const std::span<const float> logits = engine.step(items);
-    for (size_t i = 0; i < items.size(); ++i) {
-      owners[i]->n_done += 1;
-      accept(*owners[i], logits.data() + static_cast<int64_t>(i) * V);
+    if (std::any_of(owners.begin(), owners.end(), [](const Active* a) { return a->req->step_logits; })) {
+      const std::span<const float> logits = engine.step(items);
+      for (size_t i = 0; i < items.size(); ++i) {
+        owners[i]->n_done += 1;
+        accept(*owners[i], logits.data() + static_cast<int64_t>(i) * V);
+      }
+    } else {  // sampled on the backend: a few bytes a row come back instead of the logits
+      rows.assign(items.size(), SampleRow{});
+      edits.clear();
+      for (size_t i = 0; i < items.size(); ++i) owners[i]->sampler->prepare(rows[i], edits);
+      const std::span<const SampleResult> got = engine.step_sample(items, rows, edits);
+      for (size_t i = 0; i < items.size(); ++i) {
+        owners[i]->n_done += 1;
+        record(*owners[i], owners[i]->sampler->take(got[i]).id);
+      }
     }
     if (stats) stats->decode_tokens += static_cast<int64_t>(items.size());
   }

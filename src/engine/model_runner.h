@@ -7,6 +7,9 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
+#include "backend/sampling.h"
+
 namespace ft {
 
 /** One step's batch on the host: S sequences, T tokens. Sequence s owns token rows
@@ -38,6 +41,17 @@ class ModelRunner {
    *  copy). Results of one sequence must not depend on the other sequences of the batch
    *  (batch-invariant kernels), so batched and solo runs agree. Throws ft::Error. */
   virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
+  /** Runs the model over `batch` and samples row s by rows[s] (backend/sampling.h; `edits` holds the
+   *  ranges the rows name; a row with `skip` set is not sampled), returning the results [S], held until
+   *  the next forward. The default samples forward()'s logits on the host (cpu::sample_row); the engine's
+   *  runner samples on its backend. Throws ft::Error. */
+  virtual std::span<const SampleResult> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
+                                                       std::span<const LogitEdit> edits);
+
+ private:
+  std::vector<SampleResult> host_results_;
+  std::vector<LogitEdit> host_edits_;
+  cpu::SampleScratch host_scratch_;
 };
 
 }  // namespace ft

@@ -1,14 +1,19 @@
 #pragma once
-// Token sampler: logit bias, penalties, temperature, top-k, top-p, min-p, seeded per request.
+// Token sampler: logit bias, penalties, temperature, top-k, top-p, min-p, seeded per request. The
+// algorithm is backend/sampling.h's (thresholds on the logits, one Philox draw), which the CUDA backend
+// runs on the device.
 // OpenAI's logit_bias is added to the raw logits first (as vLLM applies it, before any penalty); the
 // rest follows Hugging Face transformers' LogitsProcessor chain (repetition penalty -> OpenAI
 // presence/frequency penalties -> min_tokens EOS mask -> temperature -> top-k -> top-p -> min-p) so
 // results are predictable for users of either. Greedy (temperature 0) sees the biased, penalised logits.
 #include <cstdint>
 #include <optional>
-#include <random>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/sampling.h"
 
 namespace ft {
 
@@ -41,8 +46,11 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;  // (id, logprob), best first; top_logprobs entries
 };
 
-/** Per-request sampler. Owns its random generator and token counts, so a request samples the same
- *  tokens whether it runs alone or batched with others. Scratch buffers are sized once (vocab). */
+/** Per-request sampler state: its seed, how many tokens it generated and the logit edits its params
+ *  imply (logit_bias, the ids its penalties cover, the EOS ids min_tokens masks). The sampling itself
+ *  is backend/sampling.h's, run by a backend over a step's rows (Ops::sample, Engine::step_sample) or
+ *  on the host (sample()); both draw with Philox keyed by the seed and counted by the tokens generated,
+ *  so a request samples the same tokens whether it runs alone or batched with others. */
 class Sampler {
  public:
   /** `eos_ids`: token ids masked while fewer than min_tokens were generated.
@@ -51,9 +59,17 @@ class Sampler {
   Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> eos_ids,
           const std::vector<int32_t>& prompt = {});
 
-  /** Chooses the next token from `logits` (float32 [vocab_size]; not modified) and records it as generated.
-   *  NaN logits count as -inf. A row with no finite logit (fully masked) yields the lowest allowed id with
-   *  logprob -inf: a defined result, never NaN. */
+  /** This request's row for the next token: parameters into `row`, its edits appended to `edits` (row's
+   *  edit range indexes that vector). */
+  void prepare(SampleRow& row, std::vector<LogitEdit>& edits) const;
+  /** Takes a backend's result for the row prepare() described: records the token as generated and
+   *  returns it with its logprob and top_logprobs entries. */
+  SampledToken take(const SampleResult& result);
+
+  /** Chooses the next token from `logits` (float32 [vocab_size]; not modified) on the host and records it
+   *  as generated: prepare, the CPU backend's sample_row, take. NaN logits count as -inf. A row with no
+   *  finite logit (fully masked) yields the lowest allowed id with logprob -inf: a defined result, never
+   *  NaN. */
   SampledToken sample(const float* logits);
 
   /** Records a token as generated without sampling it (e.g. forced or teacher-forced tokens). */
@@ -63,20 +79,18 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
-  void apply_penalties(std::vector<float>& z) const;  // logit_bias, then penalties and the min_tokens mask
-  int32_t sample_from(std::vector<float>& z);
-  void fill_logprobs(const float* logits, SampledToken& out);
+  /** The edit of `id`, made on first use. */
+  LogitEdit& edit(int32_t id);
 
   SamplingParams params_;
   int32_t vocab_;
-  std::vector<int32_t> eos_ids_;
-  std::mt19937_64 rng_;
-  std::vector<int32_t> counts_;                             // [vocab] count among generated tokens (if penalised)
-  std::vector<uint8_t> seen_;                               // prompt or generated (repetition penalty)
+  uint64_t seed_ = 0;
   int n_generated_ = 0;
-  std::vector<float> work_;                                 // [vocab] penalised logits
-  std::vector<float> scratch_;                              // [vocab] candidate probabilities
-  std::vector<int32_t> order_;                              // [vocab] candidate ids
+  std::vector<LogitEdit> edits_;                  // one an id, in first-use order
+  std::unordered_map<int32_t, int32_t> edit_of_;  // id -> index in edits_
+  // Host sampling (sample()).
+  std::vector<LogitEdit> host_edits_;
+  cpu::SampleScratch scratch_;
 };
 
 }  // namespace ft

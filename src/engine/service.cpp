@@ -171,19 +171,17 @@ void EngineService::loop() {
         planned.push_back(&active_.at(s.id));
       }
     }
-    step(plan);
-    // Sampling and the sinks run without the lock; only this thread erases from active_.
+    step(plan, planned);
+    // The sinks run without the lock; only this thread erases from active_.
     std::string error;
-    if (logits_.size() < static_cast<size_t>(plan.seqs.size()) * static_cast<size_t>(runner_->vocab_size()))
-      error = "internal error: the model returned too few logits";
+    if (results_.size() < plan.seqs.size()) error = "internal error: the model returned too few samples";
     sampled_.clear();
     int64_t gen = 0;
     if (error.empty()) {
-      const size_t vocab = static_cast<size_t>(runner_->vocab_size());
       for (size_t i = 0; i < plan.seqs.size(); ++i) {
         if (!plan.seqs[i].sample) continue;
         Active& a = *planned[i];
-        const SampledToken tok = a.sampler->sample(logits_.data() + i * vocab);
+        const SampledToken tok = a.sampler->take(results_[i]);
         ++a.generated;
         ++gen;
         if (!a.first_token) {
@@ -226,12 +224,21 @@ void EngineService::loop() {
   }
 }
 
-void EngineService::step(StepPlan& plan) {
+void EngineService::step(StepPlan& plan, const std::vector<Active*>& planned) {
+  rows_.assign(plan.seqs.size(), SampleRow{});
+  edits_.clear();
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    if (plan.seqs[i].sample) {
+      planned[i]->sampler->prepare(rows_[i], edits_);
+    } else {
+      rows_[i].skip = 1;
+    }
+  }
   try {
-    logits_ = runner_->forward(batch_);
+    results_ = runner_->forward_sample(batch_, rows_, edits_);
   } catch (const std::exception& e) {
     spdlog::error("forward failed for a batch of {} sequences: {}", plan.seqs.size(), e.what());
-    logits_ = {};
+    results_ = {};
   }
 }
 

@@ -153,7 +153,9 @@ class EngineService {
   };
 
   void loop();
-  void step(StepPlan& plan);
+  /** Prepares each planned sequence's sampling row (skipped where it does not sample yet) and runs the
+   *  runner's forward_sample; on an exception results_ is empty. */
+  void step(StepPlan& plan, const std::vector<Active*>& planned);
   void finish_locked(uint64_t id, FinishReason reason, const std::string& error = {});
   void record_rates_locked(int64_t prompt_tokens, int64_t gen_tokens);
 
@@ -183,7 +185,9 @@ class EngineService {
   EngineStats totals_;
 
   ForwardBatch batch_;
-  std::span<const float> logits_;  // the runner's, until its next forward
+  std::vector<SampleRow> rows_;              // this step's sampling rows, one a sequence
+  std::vector<LogitEdit> edits_;             // their edits
+  std::span<const SampleResult> results_;    // the runner's, until its next forward
   std::vector<Sampled> sampled_;
   std::thread worker_;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "backend/sampling.h"
 
 namespace ft {
 
@@ -44,6 +45,7 @@ class CpuOps : public Ops {
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
+  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out) override;
 
  private:
   int n_threads_;
@@ -78,6 +80,18 @@ void check_cpu(const char* op, const char* arg, const Tensor& t);
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType want);
 /** Throws kInvalidArgument "<op>: <arg> has shape [..], expected [..]". */
 void check_same_shape(const char* op, const char* arg, const Tensor& t, const Tensor& ref);
+
+/** Scratch of sample_row, grown to the vocabulary once. */
+struct SampleScratch {
+  std::vector<float> z;                                // [V] edited logits
+  std::vector<int32_t> order;                          // [V] ids (top_logprobs)
+  std::vector<std::pair<uint32_t, uint64_t>> cand;     // (order key, weight) of the candidates
+  std::vector<uint32_t> keys;                          // finite keys (top-k)
+};
+/** Samples one token from the logit row x [V] (float32, not modified) as backend/sampling.h defines
+ *  it: `p` names its range of `edits`, whose `raw` fields it writes; the result goes to `out`. */
+void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits, SampleResult& out,
+                SampleScratch& s);
 
 }  // namespace cpu
 }  // namespace ft
