@@ -11,7 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
 #include "backend/cuda_factory.h"
+#include "backend/sampling.h"
 #include "backend/device.h"
 #include "quant/quant.h"
 #include "tensor/half.h"
@@ -178,6 +180,53 @@ int main(int argc, char** argv) {
         static_cast<double>(w2.bytes()));
     row("matmul q4_k [4096x2048] T=512 (decode+cuBLAS)", b.time_us([&] { ops->matmul(x2, w3, y2, Tensor()); }, 10),
         static_cast<double>(w3.bytes()));
+  }
+  {  // The sampler (Ops::sample) on F32 logits rows of the vocabulary, against what it replaces: the
+     // rows copied to pinned host memory, then the host sampler (cpu::sample_row) on one core.
+    std::vector<float> host(static_cast<size_t>(8 * V));
+    uint32_t s = 7;
+    for (float& v : host) v = static_cast<float>((s = s * 1664525u + 1013904223u) >> 8) / 1048576.0f - 8.0f;
+    Tensor logits = b.dev(DType::F32, {8, V});
+    ops->copy(Tensor(host.data(), DType::F32, {8, V}), logits);
+    auto rows_of = [](float t, int32_t top_k, float top_p, int32_t top_logprobs) {
+      SampleRow r;
+      r.temperature = t;
+      r.top_k = top_k;
+      r.top_p = top_p;
+      r.top_logprobs = top_logprobs;
+      return std::vector<SampleRow>(8, r);
+    };
+    struct Kind {
+      const char* name;
+      std::vector<SampleRow> rows;
+    };
+    const Kind kinds[] = {{"greedy", rows_of(0.0f, 0, 1.0f, 0)},
+                          {"greedy + 5 logprobs", rows_of(0.0f, 0, 1.0f, 5)},
+                          {"t 0.7 top-p 0.9", rows_of(0.7f, 0, 0.9f, 0)},
+                          {"t 0.7 top-k 40 top-p 0.9 + 5 logprobs", rows_of(0.7f, 40, 0.9f, 5)}};
+    Buffer pinned = ops->alloc_host(8 * V * 4);
+    cpu::SampleScratch scratch;
+    for (const Kind& k : kinds) {
+      for (int64_t R : {1, 8}) {
+        Tensor rows = b.dev(DType::U8, {R * static_cast<int64_t>(sizeof(SampleRow))});
+        ops->copy(Tensor(const_cast<SampleRow*>(k.rows.data()), DType::U8, {rows.bytes()}), rows);
+        Tensor out = b.dev(DType::U8, {R * static_cast<int64_t>(sizeof(SampleResult))});
+        const bool greedy = k.rows[0].temperature <= 0.0f && k.rows[0].top_logprobs == 0;
+        Tensor x = logits.slice(0, R);
+        const std::string what = std::string("sample ") + k.name + " R=" + std::to_string(R);
+        row((what + " (GPU)").c_str(), b.time_us([&] { ops->sample(x, rows, Tensor(), out, greedy); }, iters),
+            static_cast<double>(x.bytes()));
+        const double host_us = b.time_us(
+            [&] {
+              ops->copy(x, Tensor(pinned.data(), DType::F32, {R, V}));
+              SampleResult res;
+              for (int64_t r = 0; r < R; ++r)
+                cpu::sample_row(static_cast<const float*>(pinned.data()) + r * V, V, k.rows[0], nullptr, res, scratch);
+            },
+            3);
+        row((what + " (copy + host)").c_str(), host_us, static_cast<double>(x.bytes()));
+      }
+    }
   }
   return 0;
 }

@@ -336,13 +336,13 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
     if (e.id < 0 || e.id >= c.n_vocab)
       fail(ErrorCode::kInvalidArgument, "engine step: a logit edit names token {} outside the vocabulary (0..{})", e.id,
            c.n_vocab - 1);
-  const StepStart st = begin_step(items);
   if (R == 0) {
-    end_step(st);
+    end_step(begin_step(items));
     return {};
   }
-  // Inputs: R rows then the edits, staged in pinned memory and uploaded in one copy; the results come
-  // back in one copy (a few hundred bytes a row instead of the logits' 4 * n_vocab).
+  // Inputs: R rows then the edits, staged in pinned memory and uploaded in one copy queued before the
+  // forward (off the path from its last kernel to the results); the results come back in one copy (a
+  // few hundred bytes a row instead of the logits' 4 * n_vocab).
   const int64_t in_bytes = R * static_cast<int64_t>(sizeof(SampleRow)) + n_edits * static_cast<int64_t>(sizeof(LogitEdit));
   reserve_sample_buffers(n_edits);
   if (sample_busy_) ops_->synchronize();  // a step that threw may have left its upload in flight
@@ -358,6 +358,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
   const Tensor d_edits = n_edits > 0 ? Tensor(dev + row_bytes, DType::U8, {in_bytes - row_bytes}, where) : Tensor();
   const int64_t out_bytes = R * static_cast<int64_t>(sizeof(SampleResult));
   const Tensor d_out(dev + sample_out_offset_, DType::U8, {out_bytes}, where);
+  const StepStart st = begin_step(items);
   Tensor logits = d_logits_.slice(0, R);
   if (logits.dtype != DType::F32) {  // BF16 activations: the sampler reads F32
     if (d_logits_f32_.bytes() < R * c.n_vocab * 4) d_logits_f32_ = ops_->alloc(R * c.n_vocab * 4);
@@ -365,7 +366,10 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
     ops_->copy(logits, f32);
     logits = f32;
   }
-  ops_->sample(logits, d_rows, d_edits, d_out);
+  const bool greedy_only = std::all_of(rows.begin(), rows.end(), [](const SampleRow& r) {
+    return r.skip || (r.temperature <= 0.0f && r.top_logprobs <= 0);
+  });
+  ops_->sample(logits, d_rows, d_edits, d_out, greedy_only);
   ops_->copy(d_out, Tensor(h_sample_out_.data(), DType::U8, {out_bytes}));
   sample_busy_ = false;
   graph_in_busy_ = false;  // the copy to the host waited for the stream

@@ -45,7 +45,7 @@ class CpuOps : public Ops {
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
-  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out) override;
+  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only = false) override;
 
  private:
   int n_threads_;

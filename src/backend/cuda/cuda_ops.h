@@ -81,7 +81,7 @@ class CudaOps final : public Ops {
                   const Tensor& n_valid) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
-  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out) override;
+  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only = false) override;
 
   // ---- for the engine (CUDA graphs) and for the op files of this backend ----------------------
 
@@ -91,7 +91,7 @@ class CudaOps final : public Ops {
 
   /** Scratch regions: grown on demand (the first large call pays a cudaMalloc, which
    *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
-  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kRouterDone, kMoe, kCub, kQ8, kQ8Prepared, kCount };
+  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kRouterDone, kMoe, kCub, kQ8, kQ8Prepared, kSample, kSampleDone, kCount };
   void* scratch(Scratch slot, int64_t bytes);
   /** scratch() whose bytes are zero when (re)allocated; for counters that their kernels return to zero. */
   void* zeroed_scratch(Scratch slot, int64_t bytes);

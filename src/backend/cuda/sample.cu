@@ -1,16 +1,20 @@
 // sample: one token from each logit row, by the sampler backend/sampling.h defines (the CUDA twin of
-// backend/cpu/sample.cpp, which sorts where this kernel selects).
-//
-// One block of 1024 threads a row; each warp owns a contiguous run of ids (read 32 at a time), so the
-// passes that need id order (the draw, the ties of top_logprobs) keep it. The row (F32 [V], 0.6 MB for
-// a 152k vocabulary) is read from global memory once a pass:
-//   raw log-softmax 1; top_logprobs 3 radix passes + 2 gather passes; edits (only the edited ids);
-//   argmax 1 — a greedy row stops here; top-k 3 radix passes; top-p 1 + 3; the draw 2.
+// backend/cpu/sample.cpp, which sorts where these kernels select). Two kernels:
+// - sample_stats_kernel: a grid of row chunks (4096 logits, one block each) staged in shared memory:
+//   the chunk's raw max and sum of exp, its edits (raw logits saved), the edited maximum, its lowest id
+//   and the count of finite logits; the row's last block to finish merges the chunks in id order
+//   (deterministic) into the row's stats, and writes the result of a row that needs nothing more
+//   (greedy, or nothing finite, and no top_logprobs). Reads the row once with every SM: the whole
+//   sampler of a greedy step (~0.6 MB a row for a 152k vocabulary).
+// - sample_select_kernel, only for rows left: one block of 1024 threads a row; each warp owns a
+//   contiguous run of ids (read 32 at a time), so the passes that need id order (the draw, the ties
+//   of top_logprobs) keep it. Per pass the row is read from global memory (L2): top_logprobs 3 radix
+//   passes + 2 gather passes, the edits in place, then top-k 3 radix passes, top-p 1 + 3, the draw 2.
 // A threshold is a radix select on the order-preserving keys of the floats: digits of 12, 10 and 10
 // bits, each a pass building a histogram of weights (counts for top-k and top_logprobs, the integer
 // probability weights for top-p) in shared memory, then a block scan for the bin where the weight
 // from the top reaches the target. Integer weights make the sums exact and order-independent, so the
-// kernel is deterministic and equals the CPU twin up to exp()'s last bit.
+// kernels are deterministic and equal the CPU twin up to the logprobs' last bits.
 #include <cfloat>
 
 #include "backend/cuda/common.cuh"
@@ -21,6 +25,8 @@ namespace ft {
 namespace cuda {
 namespace {
 
+constexpr int kStatsThreads = 256;
+constexpr int kStatsChunk = 4096;  // logits a stats block stages (16 KiB)
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxBins = 4096;
@@ -37,6 +43,21 @@ struct SampleSmem {
   unsigned long long sel_above, draw_base, draw_r;
   float f0, raw;
   int i0, i1, sel_bin, draw_warp;
+};
+
+/** One chunk's share of a row (sample_stats_kernel). */
+struct SamplePartial {
+  float raw_max, raw_sum;  // max of the raw logits, sum of exp(x - raw_max)
+  float z_max;             // max of the edited logits
+  int z_arg, n_finite;     // its lowest id (INT_MAX: none finite), finite edited logits
+};
+
+/** A row's stats, merged by its last chunk: what sample_select_kernel starts from. */
+struct SampleStats {
+  float lse;              // raw log-sum-exp (-inf: nothing finite)
+  float m;                // max edited logit
+  int argmax, n_finite;   // lowest id holding m; finite edited logits
+  int done;               // 1: the result is written (greedy without top_logprobs)
 };
 
 __device__ __forceinline__ float clean(float x) { return isnan(x) ? kNegInf : x; }
@@ -134,42 +155,141 @@ __device__ uint32_t radix_select(const float* row, int64_t V, Weight weight, uns
   return prefix;
 }
 
-/** Row r: backend/sampling.h's steps 1-5. logits F32 [R, V] (edited entries overwritten). */
-__global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t V, const SampleRow* rows,
-                                                          LogitEdit* edits, SampleResult* out) {
+/** Block (chunk blockIdx.x, row blockIdx.y) of the stats pass; see the file comment. logits F32 [R, V]
+ *  (read only); partials [R, gridDim.x]; stats [R]; done [R] counters (zero, and left zero). */
+__global__ void __launch_bounds__(kStatsThreads) sample_stats_kernel(const float* logits, int64_t V,
+                                                                     const SampleRow* rows, LogitEdit* edits,
+                                                                     SamplePartial* partials, SampleStats* stats,
+                                                                     unsigned* done, SampleResult* out) {
+  __shared__ float chunk[kStatsChunk];
+  __shared__ float red_f[kStatsThreads / 32];
+  __shared__ int red_i[kStatsThreads / 32], red_j[kStatsThreads / 32];
+  __shared__ int last, finished, finish_id;
+  __shared__ float finish_raw, finish_lse;
+  const int r = blockIdx.y, nb = gridDim.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const SampleRow p = rows[r];
+  if (p.skip) return;
+  const float* row = logits + static_cast<int64_t>(r) * V;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kStatsChunk;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kStatsChunk), V - lo));
+  auto block_max = [&](float v) {
+    v = warp_max(v);
+    if (lane == 0) red_f[warp] = v;
+    __syncthreads();
+    v = kNegInf;
+    for (int w = 0; w < kStatsThreads / 32; ++w) v = fmaxf(v, red_f[w]);
+    __syncthreads();
+    return v;
+  };
+  float mx = kNegInf;
+  for (int i = threadIdx.x; i < n; i += kStatsThreads) {
+    const float x = clean(row[lo + i]);
+    chunk[i] = x;
+    mx = fmaxf(mx, x);
+  }
+  mx = block_max(mx);
+  float s = 0.0f;
+  if (mx != kNegInf)
+    for (int i = threadIdx.x; i < n; i += kStatsThreads) s += expf(chunk[i] - mx);
+  s = warp_sum(s);
+  if (lane == 0) red_f[warp] = s;
+  __syncthreads();
+  s = 0.0f;
+  for (int w = 0; w < kStatsThreads / 32; ++w) s += red_f[w];
+  __syncthreads();
+  // This chunk's edits (ids are unique in a row), their raw logits kept for the other blocks.
+  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kStatsThreads) {
+    const LogitEdit e = edits[j];
+    if (e.id < lo || e.id >= lo + n) continue;
+    const float raw = chunk[e.id - lo];
+    edits[j].raw = raw;
+    chunk[e.id - lo] = sample_edit_logit(raw, e, p, kNegInf);
+  }
+  __threadfence();
+  __syncthreads();
+  float zm = kNegInf;
+  int za = INT_MAX, nf = 0;
+  for (int i = threadIdx.x; i < n; i += kStatsThreads) {
+    const float z = chunk[i];
+    if (z > zm) zm = z, za = static_cast<int>(lo + i);  // ids ascend within a thread
+    nf += z != kNegInf;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, zm, o);
+    const int oa = __shfl_xor_sync(0xffffffffu, za, o);
+    if (om > zm || (om == zm && oa < za)) zm = om, za = oa;
+    nf += __shfl_xor_sync(0xffffffffu, nf, o);
+  }
+  if (lane == 0) {
+    red_f[warp] = zm;
+    red_i[warp] = za;
+    red_j[warp] = nf;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    zm = kNegInf;
+    za = INT_MAX;
+    nf = 0;
+    for (int w = 0; w < kStatsThreads / 32; ++w) {
+      if (red_f[w] > zm || (red_f[w] == zm && red_i[w] < za)) zm = red_f[w], za = red_i[w];
+      nf += red_j[w];
+    }
+    partials[static_cast<int64_t>(r) * nb + blockIdx.x] = SamplePartial{mx, s, zm, za, nf};
+    __threadfence();
+    last = atomicAdd(&done[r], 1u) == static_cast<unsigned>(nb - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  // The row's last block: merge the chunks in id order.
+  __threadfence();
+  if (threadIdx.x == 0) {
+    done[r] = 0;
+    const SamplePartial* pr = partials + static_cast<int64_t>(r) * nb;
+    float M = kNegInf, S = 0.0f, Z = kNegInf;
+    int arg = INT_MAX, finite = 0;
+    for (int b = 0; b < nb; ++b) M = fmaxf(M, __ldcg(&pr[b].raw_max));
+    for (int b = 0; b < nb; ++b) {
+      const float bm = __ldcg(&pr[b].raw_max);
+      if (bm != kNegInf) S += __ldcg(&pr[b].raw_sum) * expf(bm - M);
+      const float bz = __ldcg(&pr[b].z_max);
+      if (bz > Z) Z = bz, arg = __ldcg(&pr[b].z_arg);  // chunks ascend: the first maximum is the lowest id
+      finite += __ldcg(&pr[b].n_finite);
+    }
+    if (arg == INT_MAX) arg = 0;  // every logit -inf: id 0
+    const float lse = M == kNegInf ? kNegInf : M + logf(S);
+    finished = (p.temperature <= 0.0f || Z == kNegInf) && p.top_logprobs <= 0;
+    stats[r] = SampleStats{lse, Z, arg, finite, finished};
+    finish_id = arg;
+    finish_lse = lse;
+    finish_raw = clean(row[arg]);
+  }
+  __syncthreads();
+  if (!finished) return;
+  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kStatsThreads)
+    if (__ldcg(&edits[j].id) == finish_id) finish_raw = __ldcg(&edits[j].raw);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    SampleResult& o = out[r];
+    o.id = finish_id;
+    o.logprob = finish_lse == kNegInf ? kNegInf : finish_raw - finish_lse;
+    o.n_top = 0;
+  }
+}
+
+/** Row blockIdx.x when its stats left it: backend/sampling.h's steps 1 (top_logprobs), 2 (the edits,
+ *  now in place: logits F32 [R, V] has them overwritten) and 4-5. */
+__global__ void __launch_bounds__(kThreads) sample_select_kernel(float* logits, int64_t V, const SampleRow* rows,
+                                                                 LogitEdit* edits, const SampleStats* stats,
+                                                                 SampleResult* out) {
   __shared__ SampleSmem sm;
   const SampleRow p = rows[blockIdx.x];
   if (p.skip) return;
+  const SampleStats st = stats[blockIdx.x];
+  if (st.done) return;
   float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const WarpRun run(V);
-
-  // 1. Raw log-softmax: per-thread online max and sum, then the block's.
-  float m_t = kNegInf, s_t = 0.0f;
-  for (int64_t i = run.lo + lane; i < run.hi; i += 32) {
-    const float x = clean(row[i]);
-    if (x == kNegInf) continue;
-    if (x > m_t) {
-      s_t = s_t * expf(m_t - x) + 1.0f;
-      m_t = x;
-    } else {
-      s_t += expf(x - m_t);
-    }
-  }
-  float xmax = warp_max(m_t);
-  if (lane == 0) sm.warp_f[warp] = xmax;
-  __syncthreads();
-  xmax = kNegInf;
-  for (int w = 0; w < kWarps; ++w) xmax = fmaxf(xmax, sm.warp_f[w]);
-  __syncthreads();
-  float s_scaled = m_t == kNegInf ? 0.0f : s_t * expf(m_t - xmax);
-  s_scaled = warp_sum(s_scaled);
-  if (lane == 0) sm.warp_f[warp] = s_scaled;
-  __syncthreads();
-  float sum = 0.0f;
-  for (int w = 0; w < kWarps; ++w) sum += sm.warp_f[w];
-  __syncthreads();
-  const float lse = xmax == kNegInf ? kNegInf : xmax + logf(sum);
+  const float lse = st.lse, xmax = lse;  // -inf exactly when no raw logit is finite
 
   // top_logprobs: the N-th best raw key, then the N best in id order (ties to the lower id).
   int n_top = 0;
@@ -243,35 +363,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
   }
   __syncthreads();
 
-  // 3. Greedy: the lowest id holding the maximum, and how many are finite.
-  float m = kNegInf;
-  int id = INT_MAX, n_finite = 0;
-  for (int64_t i = run.lo + lane; i < run.hi; i += 32) {
-    const float z = clean(row[i]);
-    if (z > m) m = z, id = static_cast<int>(i);  // ids ascend within a thread
-    n_finite += z != kNegInf;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, m, o);
-    const int oid = __shfl_xor_sync(0xffffffffu, id, o);
-    if (om > m || (om == m && oid < id)) m = om, id = oid;
-    n_finite += __shfl_xor_sync(0xffffffffu, n_finite, o);
-  }
-  if (lane == 0) {
-    sm.warp_f[warp] = m;
-    sm.warp_i[warp] = id;
-    sm.warp_j[warp] = n_finite;
-  }
-  __syncthreads();
-  m = kNegInf;
-  id = INT_MAX;
-  n_finite = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    if (sm.warp_f[w] > m || (sm.warp_f[w] == m && sm.warp_i[w] < id)) m = sm.warp_f[w], id = sm.warp_i[w];
-    n_finite += sm.warp_j[w];
-  }
-  if (id == INT_MAX) id = 0;  // every logit -inf: id 0
-  __syncthreads();
+  // 3. Greedy: the stats' lowest id holding the maximum.
+  const float m = st.m;
+  const int n_finite = st.n_finite;
+  int id = st.argmax;
 
   // 4-5. Thresholds and one draw.
   if (p.temperature > 0.0f && m != kNegInf) {
@@ -367,7 +462,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int64_t
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out) {
+void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only) {
   forget_prepared();
   cuda::check_dtype("sample", "logits", logits, {DType::F32});
   cuda::check_dev("sample", "rows", rows);
@@ -386,9 +481,22 @@ void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Ten
   }
   if (V > INT_MAX) fail(ErrorCode::kInvalidArgument, "sample: row length {} of logits is too large", V);
   if (R == 0) return;
-  cuda::sample_kernel<<<static_cast<unsigned>(R), cuda::kThreads, 0, stream_>>>(
-      logits.ptr<float>(), V, static_cast<const SampleRow*>(rows.data), static_cast<LogitEdit*>(edits.data),
-      static_cast<SampleResult*>(out.data));
+  if (R > 65535) fail(ErrorCode::kInvalidArgument, "sample: {} rows exceed the grid's 65535", R);
+  const int64_t nb = (V + cuda::kStatsChunk - 1) / cuda::kStatsChunk;
+  auto* done = static_cast<unsigned*>(zeroed_scratch(Scratch::kSampleDone, R * 4));
+  auto* base = static_cast<uint8_t*>(
+      scratch(Scratch::kSample, R * static_cast<int64_t>(sizeof(cuda::SampleStats) + nb * sizeof(cuda::SamplePartial))));
+  auto* stats = reinterpret_cast<cuda::SampleStats*>(base);
+  auto* partials = reinterpret_cast<cuda::SamplePartial*>(base + R * sizeof(cuda::SampleStats));
+  const auto* rp = static_cast<const SampleRow*>(rows.data);
+  auto* ep = static_cast<LogitEdit*>(edits.data);
+  auto* op = static_cast<SampleResult*>(out.data);
+  cuda::sample_stats_kernel<<<dim3(static_cast<unsigned>(nb), static_cast<unsigned>(R)), cuda::kStatsThreads, 0,
+                              stream_>>>(logits.ptr<float>(), V, rp, ep, partials, stats, done, op);
+  FT_CUDA_LAUNCH_CHECK();
+  if (greedy_only) return;
+  cuda::sample_select_kernel<<<static_cast<unsigned>(R), cuda::kThreads, 0, stream_>>>(logits.ptr<float>(), V, rp,
+                                                                                        ep, stats, op);
   FT_CUDA_LAUNCH_CHECK();
 }
 
