@@ -211,10 +211,9 @@ int main(int argc, char** argv) {
         Tensor rows = b.dev(DType::U8, {R * static_cast<int64_t>(sizeof(SampleRow))});
         ops->copy(Tensor(const_cast<SampleRow*>(k.rows.data()), DType::U8, {rows.bytes()}), rows);
         Tensor out = b.dev(DType::U8, {R * static_cast<int64_t>(sizeof(SampleResult))});
-        const bool greedy = k.rows[0].temperature <= 0.0f && k.rows[0].top_logprobs == 0;
         Tensor x = logits.slice(0, R);
         const std::string what = std::string("sample ") + k.name + " R=" + std::to_string(R);
-        row((what + " (GPU)").c_str(), b.time_us([&] { ops->sample(x, rows, Tensor(), out, greedy); }, iters),
+        row((what + " (GPU)").c_str(), b.time_us([&] { ops->sample(x, rows, Tensor(), out, k.rows.data()); }, iters),
             static_cast<double>(x.bytes()));
         const double host_us = b.time_us(
             [&] {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "tensor/tensor.h"
 
 namespace ft {
@@ -296,10 +297,10 @@ class Ops {
    *  `raw` fields are written), or empty; out U8 [R * sizeof(SampleResult)] (a row with `skip` set
    *  leaves its result as it was). All on this device. Throws kInvalidArgument for a wrong dtype or
    *  size, and (CPU) for an edit range or id outside the row; the CUDA kernel skips such edits, so
-   *  callers validate them on the host (engine/sampler.h does). `greedy_only` promises that no row has
-   *  temperature > 0 or top_logprobs > 0 (CUDA then skips its selection kernel; a row that breaks the
-   *  promise may be left without a result). */
-  virtual void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only = false) = 0;
+   *  callers validate them on the host (engine/sampler.h does). `host_rows`, when given, are the same
+   *  R rows in host memory: CUDA then skips the stages no row needs (the thresholds, the draw). */
+  virtual void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
+                      const SampleRow* host_rows = nullptr) = 0;
 };
 
 }  // namespace ft

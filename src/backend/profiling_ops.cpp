@@ -116,8 +116,9 @@ void ProfilingOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const
   const std::string key = bank.gate.empty() ? std::string("moe_experts") : weight_key("moe_experts", bank.gate[0]);
   timed(key, [&] { inner_->moe_experts(p, x, ids, weights, bank, out); });
 }
-void ProfilingOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only) {
-  timed("sample", [&] { inner_->sample(logits, rows, edits, out, greedy_only); });
+void ProfilingOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
+                          const SampleRow* host_rows) {
+  timed("sample", [&] { inner_->sample(logits, rows, edits, out, host_rows); });
 }
 
 }  // namespace ft

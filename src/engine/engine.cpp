@@ -366,10 +366,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
     ops_->copy(logits, f32);
     logits = f32;
   }
-  const bool greedy_only = std::all_of(rows.begin(), rows.end(), [](const SampleRow& r) {
-    return r.skip || (r.temperature <= 0.0f && r.top_logprobs <= 0);
-  });
-  ops_->sample(logits, d_rows, d_edits, d_out, greedy_only);
+  ops_->sample(logits, d_rows, d_edits, d_out, rows.data());
   ops_->copy(d_out, Tensor(h_sample_out_.data(), DType::U8, {out_bytes}));
   sample_busy_ = false;
   graph_in_busy_ = false;  // the copy to the host waited for the stream

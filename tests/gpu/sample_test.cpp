@@ -106,7 +106,7 @@ TEST_F(CudaSample, MatchesCpuExactly) {
     gpu().sample(arena().dev_from(x, DType::F32, {R, V}),
                  arena().dev_bytes(bytes(rows), DType::U8, {static_cast<int64_t>(rows.size() * sizeof(SampleRow))}),
                  d_edits, d_out);
-    {  // greedy_only: the greedy rows alone, through the stats kernel only
+    {  // the greedy rows alone, given on the host too: the stats kernel only
       std::vector<SampleRow> greedy;
       std::vector<float> gx;
       std::vector<int32_t> want_ids;
@@ -125,10 +125,10 @@ TEST_F(CudaSample, MatchesCpuExactly) {
       Tensor o = arena().dev_bytes(bytes(g), DType::U8, {G * static_cast<int64_t>(sizeof(SampleResult))});
       gpu().sample(arena().dev_from(gx, DType::F32, {G, V}),
                    arena().dev_bytes(bytes(greedy), DType::U8, {G * static_cast<int64_t>(sizeof(SampleRow))}), Tensor(),
-                   o, /*greedy_only=*/true);
+                   o, greedy.data());
       gpu().copy(o, Tensor(g.data(), DType::U8, {o.bytes()}));
       for (int64_t r = 0; r < G; ++r) {
-        EXPECT_EQ(g[static_cast<size_t>(r)].id, w[static_cast<size_t>(r)].id) << "greedy_only row " << r;
+        EXPECT_EQ(g[static_cast<size_t>(r)].id, w[static_cast<size_t>(r)].id) << "greedy row " << r;
         EXPECT_NEAR(g[static_cast<size_t>(r)].logprob, w[static_cast<size_t>(r)].logprob, 1e-4);
       }
     }

@@ -45,7 +45,8 @@ class CpuOps : public Ops {
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
-  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only = false) override;
+  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
+              const SampleRow* host_rows = nullptr) override;
 
  private:
   int n_threads_;

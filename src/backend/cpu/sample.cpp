@@ -132,7 +132,8 @@ void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits,
 
 }  // namespace cpu
 
-void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool /*greedy_only*/) {
+void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
+                    const SampleRow* /*host_rows*/) {
   cpu::check_dtype("sample", "logits", logits, DType::F32);
   cpu::check_cpu("sample", "rows", rows);
   cpu::check_cpu("sample", "out", out);

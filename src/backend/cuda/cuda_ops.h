@@ -81,7 +81,8 @@ class CudaOps final : public Ops {
                   const Tensor& n_valid) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
-  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only = false) override;
+  void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
+              const SampleRow* host_rows = nullptr) override;
 
   // ---- for the engine (CUDA graphs) and for the op files of this backend ----------------------
 

@@ -1,20 +1,23 @@
 // sample: one token from each logit row, by the sampler backend/sampling.h defines (the CUDA twin of
-// backend/cpu/sample.cpp, which sorts where these kernels select). Two kernels:
-// - sample_stats_kernel: a grid of row chunks (4096 logits, one block each) staged in shared memory:
-//   the chunk's raw max and sum of exp, its edits (raw logits saved), the edited maximum, its lowest id
-//   and the count of finite logits; the row's last block to finish merges the chunks in id order
-//   (deterministic) into the row's stats, and writes the result of a row that needs nothing more
-//   (greedy, or nothing finite, and no top_logprobs). Reads the row once with every SM: the whole
-//   sampler of a greedy step (~0.6 MB a row for a 152k vocabulary).
-// - sample_select_kernel, only for rows left: one block of 1024 threads a row; each warp owns a
-//   contiguous run of ids (read 32 at a time), so the passes that need id order (the draw, the ties
-//   of top_logprobs) keep it. Per pass the row is read from global memory (L2): top_logprobs 3 radix
-//   passes + 2 gather passes, the edits in place, then top-k 3 radix passes, top-p 1 + 3, the draw 2.
-// A threshold is a radix select on the order-preserving keys of the floats: digits of 12, 10 and 10
-// bits, each a pass building a histogram of weights (counts for top-k and top_logprobs, the integer
-// probability weights for top-p) in shared memory, then a block scan for the bin where the weight
-// from the top reaches the target. Integer weights make the sums exact and order-independent, so the
-// kernels are deterministic and equal the CPU twin up to the logprobs' last bits.
+// backend/cpu/sample.cpp, which sorts where these kernels select).
+//
+// Every kernel is a grid of (chunk, row) blocks, a chunk being 4096 logits (16 KiB), so a row is read
+// by ~37 SMs at once for a 152k vocabulary (a single block a row would be bound by one SM's shared-
+// memory atomics: ~0.4-0.9 ms a sampled row, measured). The last block of a row to finish (a counter
+// a row, returned to zero) merges the chunks' shares in id order, so the results are deterministic.
+// 1. sample_stats_kernel: the chunk's raw max and sum of exp, its best top_logprobs candidates (by
+//    rounds of block argmax), its edits (raw logits saved in the edits, edited values written to the
+//    row), its edited maximum with the lowest id and its count of finite logits. The last block: the
+//    row's log-sum-exp, argmax, top_logprobs, and the result of a row that needs no draw (greedy, or
+//    nothing finite).
+// 2. sample_select_kernel, three launches (digits of 12, 10 and 10 bits of the order-preserving key)
+//    per threshold, top-k (counts) then top-p (the integer probability weights): each block builds
+//    its chunk's histogram of the keys under the prefix chosen so far in shared memory and adds it to
+//    the row's global histogram; the last block finds the bin where the weight from the top reaches
+//    the target and extends the prefix.
+// 3. sample_draw_kernel: each chunk's weight of the kept set; the last block picks the chunk holding
+//    the draw's point and walks it in id order.
+// A stage a row does not need returns at once (and the host skips stages no row needs).
 #include <cfloat>
 
 #include "backend/cuda/common.cuh"
@@ -25,226 +28,204 @@ namespace ft {
 namespace cuda {
 namespace {
 
-constexpr int kStatsThreads = 256;
-constexpr int kStatsChunk = 4096;  // logits a stats block stages (16 KiB)
-constexpr int kThreads = 1024;
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 4096;               // logits a block stages
+constexpr int kPer = kChunk / kThreads;    // 16 a thread: thread t holds chunk[t + k * kThreads]
+constexpr int kMaxChunks = 128;            // rows of up to 524288 logits
 constexpr int kMaxBins = 4096;
 constexpr float kNegInf = -INFINITY;
 
-struct SampleSmem {
-  unsigned long long hist[kMaxBins];
-  unsigned long long warp_u64[kWarps];
-  float warp_f[kWarps];
-  int warp_i[kWarps];
-  int warp_j[kWarps];
-  int top_id[kMaxTopLogprobs];
-  float top_val[kMaxTopLogprobs];
-  unsigned long long sel_above, draw_base, draw_r;
-  float f0, raw;
-  int i0, i1, sel_bin, draw_warp;
-};
-
-/** One chunk's share of a row (sample_stats_kernel). */
+/** One chunk's share of a row's stats. */
 struct SamplePartial {
   float raw_max, raw_sum;  // max of the raw logits, sum of exp(x - raw_max)
   float z_max;             // max of the edited logits
   int z_arg, n_finite;     // its lowest id (INT_MAX: none finite), finite edited logits
+  int n_cand;              // top_logprobs candidates written
 };
 
-/** A row's stats, merged by its last chunk: what sample_select_kernel starts from. */
-struct SampleStats {
-  float lse;              // raw log-sum-exp (-inf: nothing finite)
-  float m;                // max edited logit
-  int argmax, n_finite;   // lowest id holding m; finite edited logits
-  int done;               // 1: the result is written (greedy without top_logprobs)
+struct SampleCand {
+  float v;
+  int id;
+};
+
+/** A row's state between the kernels. */
+struct SampleState {
+  float lse;             // raw log-sum-exp (-inf: nothing finite)
+  float m;               // max edited logit
+  int argmax, n_finite;  // lowest id holding m; finite edited logits
+  int done;              // 1: the result is written
+  uint32_t tk, tp;       // the top-k and top-p thresholds (order keys; 0: off)
+  uint32_t prefix;       // the select in progress: key bits chosen so far
+  unsigned long long above, target;
+};
+
+/** Scratch of a launch: [R] states, [R] counters, [R, kMaxBins] histograms, [R, nb] partials,
+ *  [R, nb, kMaxTopLogprobs] candidates, [R, nb] chunk weights. */
+struct SampleScratch {
+  SampleState* state;
+  unsigned* done;
+  unsigned long long* hist;
+  SamplePartial* part;
+  SampleCand* cand;
+  unsigned long long* mass;
 };
 
 __device__ __forceinline__ float clean(float x) { return isnan(x) ? kNegInf : x; }
 __device__ __forceinline__ uint32_t key_of(float x) { return sample_order_key(__float_as_uint(x)); }
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
-/** This warp's run of ids [lo, hi) (32-aligned runs, in warp order). */
-struct WarpRun {
-  int64_t lo, hi;
-  __device__ WarpRun(int64_t V) {
-    const int64_t chunk = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
-    const int64_t w = threadIdx.x / 32;
-    lo = min(V, w * chunk);
-    hi = min(V, lo + chunk);
+/** The block's best (value, id), ties to the lower id; every thread gets it. */
+__device__ void block_best(float& v, int& i, float* red_f, int* red_i) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) v = ov, i = oi;
   }
-};
-
-__device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+  if (lane == 0) red_f[warp] = v, red_i[warp] = i;
+  __syncthreads();
+  v = kNegInf;
+  i = INT_MAX;
+  for (int w = 0; w < kWarps; ++w)
+    if (better(red_f[w], red_i[w], v, i)) v = red_f[w], i = red_i[w];
+  __syncthreads();
 }
 
-/** Sum over the block (every thread gets it). */
-__device__ unsigned long long block_sum_u64(unsigned long long v, SampleSmem& sm) {
-  v = warp_sum_u64(v);
-  if (threadIdx.x % 32 == 0) sm.warp_u64[threadIdx.x / 32] = v;
+__device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
   unsigned long long t = 0;
-  for (int w = 0; w < kWarps; ++w) t += sm.warp_u64[w];
+  for (int w = 0; w < kWarps; ++w) t += red[w];
   __syncthreads();
   return t;
 }
 
-/** Exclusive prefix sum over the threads in index order (every thread gets its own). */
-__device__ unsigned long long block_exclusive_u64(unsigned long long v, SampleSmem& sm) {
+/** Exclusive prefix sum in thread order; every thread gets its own. */
+__device__ unsigned long long block_exclusive_u64(unsigned long long v, unsigned long long* red) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   unsigned long long inc = v;
   for (int o = 1; o < 32; o <<= 1) {
     const unsigned long long up = __shfl_up_sync(0xffffffffu, inc, o);
     if (lane >= o) inc += up;
   }
-  if (lane == 31) sm.warp_u64[warp] = inc;
+  if (lane == 31) red[warp] = inc;
   __syncthreads();
   unsigned long long before = 0;
-  for (int w = 0; w < warp; ++w) before += sm.warp_u64[w];
+  for (int w = 0; w < warp; ++w) before += red[w];
   __syncthreads();
   return before + inc - v;
 }
 
-/** The largest key v such that the elements with key >= v weigh at least `target` (given that all of
- *  them together do): three radix passes. `weight(z, key)` is an element's weight (0: not a member);
- *  z is the row's value with NaN as -inf. */
-template <typename Weight>
-__device__ uint32_t radix_select(const float* row, int64_t V, Weight weight, unsigned long long target,
-                                 SampleSmem& sm) {
-  constexpr int kShift[3] = {20, 10, 0}, kBits[3] = {12, 10, 10};
-  const WarpRun run(V);
-  const int lane = threadIdx.x % 32;
-  uint32_t prefix = 0;
-  unsigned long long above = 0;
-#pragma unroll 1
-  for (int level = 0; level < 3; ++level) {
-    const int shift = kShift[level], nb = 1 << kBits[level];
-    const uint32_t mask_hi = level == 0 ? 0u : ~((1u << (shift + kBits[level])) - 1u);
-    for (int b = threadIdx.x; b < nb; b += kThreads) sm.hist[b] = 0;
-    __syncthreads();
-    for (int64_t i = run.lo + lane; i < run.hi; i += 32) {
-      const float z = clean(row[i]);
-      const uint32_t key = key_of(z);
-      if ((key & mask_hi) != prefix) continue;
-      const unsigned long long w = weight(z, key);
-      if (w) atomicAdd(&sm.hist[(key >> shift) & (nb - 1)], w);
-    }
-    __syncthreads();
-    // Thread t owns bins [nb - (t + 1) * per, nb - t * per), the highest first.
-    const int per = nb / kThreads, top = nb - static_cast<int>(threadIdx.x) * per;
-    unsigned long long mine = 0;
-    for (int b = top - 1; b >= top - per; --b) mine += sm.hist[b];
-    const unsigned long long ex = block_exclusive_u64(mine, sm);
-    if (above + ex < target && above + ex + mine >= target) {
-      unsigned long long cum = above + ex;
-      for (int b = top - 1; b >= top - per; --b) {
-        if (cum + sm.hist[b] >= target) {
-          sm.sel_bin = b;
-          sm.sel_above = cum;
-          break;
-        }
-        cum += sm.hist[b];
-      }
-    }
-    __syncthreads();
-    prefix |= static_cast<uint32_t>(sm.sel_bin) << shift;
-    above = sm.sel_above;
-    __syncthreads();
+/** Counts this block in for row r; true in the row's last block (which returns the counter to 0). */
+__device__ bool last_block(unsigned* done, int r, int* flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    *flag = atomicAdd(&done[r], 1u) == gridDim.x - 1;
+    if (*flag) done[r] = 0;
   }
-  return prefix;
+  __syncthreads();
+  if (!*flag) return false;
+  __threadfence();
+  return true;
 }
 
-/** Block (chunk blockIdx.x, row blockIdx.y) of the stats pass; see the file comment. logits F32 [R, V]
- *  (read only); partials [R, gridDim.x]; stats [R]; done [R] counters (zero, and left zero). */
-__global__ void __launch_bounds__(kStatsThreads) sample_stats_kernel(const float* logits, int64_t V,
-                                                                     const SampleRow* rows, LogitEdit* edits,
-                                                                     SamplePartial* partials, SampleStats* stats,
-                                                                     unsigned* done, SampleResult* out) {
-  __shared__ float chunk[kStatsChunk];
-  __shared__ float red_f[kStatsThreads / 32];
-  __shared__ int red_i[kStatsThreads / 32], red_j[kStatsThreads / 32];
-  __shared__ int last, finished, finish_id;
-  __shared__ float finish_raw, finish_lse;
+/** The raw logit of `id` in row r after the stats kernel: its edit's `raw` when it has one. */
+__device__ float raw_logit(const float* row, const SampleRow& p, const LogitEdit* edits, int id, float* shared) {
+  if (threadIdx.x == 0) *shared = clean(__ldcg(&row[id]));
+  __syncthreads();
+  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kThreads)
+    if (__ldcg(&edits[j].id) == id) *shared = __ldcg(&edits[j].raw);
+  __syncthreads();
+  return *shared;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_stats_kernel(float* logits, int64_t V, const SampleRow* rows,
+                                                                LogitEdit* edits, SampleScratch sc, SampleResult* out) {
+  __shared__ float chunk[kChunk];
+  __shared__ float red_f[kWarps];
+  __shared__ int red_i[kWarps], red_j[kWarps];
+  __shared__ int flag;
+  __shared__ float raw_sh;
   const int r = blockIdx.y, nb = gridDim.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const SampleRow p = rows[r];
   if (p.skip) return;
-  const float* row = logits + static_cast<int64_t>(r) * V;
-  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kStatsChunk;
-  const int n = static_cast<int>(min(static_cast<int64_t>(kStatsChunk), V - lo));
-  auto block_max = [&](float v) {
-    v = warp_max(v);
-    if (lane == 0) red_f[warp] = v;
-    __syncthreads();
-    v = kNegInf;
-    for (int w = 0; w < kStatsThreads / 32; ++w) v = fmaxf(v, red_f[w]);
-    __syncthreads();
-    return v;
-  };
+  float* row = logits + static_cast<int64_t>(r) * V;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), V - lo));
+  const int n_top = min(p.top_logprobs, kMaxTopLogprobs);
+
   float mx = kNegInf;
-  for (int i = threadIdx.x; i < n; i += kStatsThreads) {
+  for (int i = threadIdx.x; i < n; i += kThreads) {
     const float x = clean(row[lo + i]);
     chunk[i] = x;
     mx = fmaxf(mx, x);
   }
-  mx = block_max(mx);
+  mx = warp_max(mx);
+  if (lane == 0) red_f[warp] = mx;
+  __syncthreads();
+  mx = kNegInf;
+  for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_f[w]);
+  __syncthreads();
   float s = 0.0f;
   if (mx != kNegInf)
-    for (int i = threadIdx.x; i < n; i += kStatsThreads) s += expf(chunk[i] - mx);
+    for (int i = threadIdx.x; i < n; i += kThreads) s += expf(chunk[i] - mx);
   s = warp_sum(s);
   if (lane == 0) red_f[warp] = s;
   __syncthreads();
   s = 0.0f;
-  for (int w = 0; w < kStatsThreads / 32; ++w) s += red_f[w];
+  for (int w = 0; w < kWarps; ++w) s += red_f[w];
   __syncthreads();
-  // This chunk's edits (ids are unique in a row), their raw logits kept for the other blocks.
-  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kStatsThreads) {
+  // The chunk's best raw logits: rounds of block argmax, each thread skipping what it gave already.
+  const int n_cand = n_top > 0 ? min(n_top, n) : 0;
+  SampleCand* my_cand = sc.cand + (static_cast<int64_t>(r) * nb + blockIdx.x) * kMaxTopLogprobs;
+  uint32_t taken = 0;
+  for (int j = 0; j < n_cand; ++j) {
+    float bv = kNegInf;
+    int bi = INT_MAX;
+    for (int k = 0; k < kPer; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+      if (i < n && !(taken >> k & 1u) && better(chunk[i], i, bv, bi)) bv = chunk[i], bi = i;
+    }
+    block_best(bv, bi, red_f, red_i);
+    if (bi % kThreads == static_cast<int>(threadIdx.x)) taken |= 1u << (bi / kThreads);
+    if (threadIdx.x == 0) my_cand[j] = SampleCand{bv, static_cast<int>(lo) + bi};
+  }
+  // This chunk's edits (ids are unique in a row): the raw logit kept in the edit, the edited one in
+  // the chunk and in the row (the later kernels read it there).
+  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kThreads) {
     const LogitEdit e = edits[j];
     if (e.id < lo || e.id >= lo + n) continue;
     const float raw = chunk[e.id - lo];
+    const float z = sample_edit_logit(raw, e, p, kNegInf);
     edits[j].raw = raw;
-    chunk[e.id - lo] = sample_edit_logit(raw, e, p, kNegInf);
+    chunk[e.id - lo] = z;
+    row[e.id] = z;
   }
-  __threadfence();
   __syncthreads();
   float zm = kNegInf;
   int za = INT_MAX, nf = 0;
-  for (int i = threadIdx.x; i < n; i += kStatsThreads) {
+  for (int i = threadIdx.x; i < n; i += kThreads) {
     const float z = chunk[i];
     if (z > zm) zm = z, za = static_cast<int>(lo + i);  // ids ascend within a thread
     nf += z != kNegInf;
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, zm, o);
-    const int oa = __shfl_xor_sync(0xffffffffu, za, o);
-    if (om > zm || (om == zm && oa < za)) zm = om, za = oa;
-    nf += __shfl_xor_sync(0xffffffffu, nf, o);
-  }
-  if (lane == 0) {
-    red_f[warp] = zm;
-    red_i[warp] = za;
-    red_j[warp] = nf;
-  }
-  __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) nf += __shfl_xor_sync(0xffffffffu, nf, o);
+  if (lane == 0) red_j[warp] = nf;
+  block_best(zm, za, red_f, red_i);  // syncs: red_j is complete after it
   if (threadIdx.x == 0) {
-    zm = kNegInf;
-    za = INT_MAX;
     nf = 0;
-    for (int w = 0; w < kStatsThreads / 32; ++w) {
-      if (red_f[w] > zm || (red_f[w] == zm && red_i[w] < za)) zm = red_f[w], za = red_i[w];
-      nf += red_j[w];
-    }
-    partials[static_cast<int64_t>(r) * nb + blockIdx.x] = SamplePartial{mx, s, zm, za, nf};
-    __threadfence();
-    last = atomicAdd(&done[r], 1u) == static_cast<unsigned>(nb - 1);
+    for (int w = 0; w < kWarps; ++w) nf += red_j[w];
+    sc.part[static_cast<int64_t>(r) * nb + blockIdx.x] = SamplePartial{mx, s, zm, za, nf, n_cand};
   }
-  __syncthreads();
-  if (!last) return;
+  if (!last_block(sc.done, r, &flag)) return;
+
   // The row's last block: merge the chunks in id order.
-  __threadfence();
+  const SamplePartial* pr = sc.part + static_cast<int64_t>(r) * nb;
+  __shared__ SampleState st_sh;
   if (threadIdx.x == 0) {
-    done[r] = 0;
-    const SamplePartial* pr = partials + static_cast<int64_t>(r) * nb;
     float M = kNegInf, S = 0.0f, Z = kNegInf;
     int arg = INT_MAX, finite = 0;
     for (int b = 0; b < nb; ++b) M = fmaxf(M, __ldcg(&pr[b].raw_max));
@@ -256,213 +237,219 @@ __global__ void __launch_bounds__(kStatsThreads) sample_stats_kernel(const float
       finite += __ldcg(&pr[b].n_finite);
     }
     if (arg == INT_MAX) arg = 0;  // every logit -inf: id 0
-    const float lse = M == kNegInf ? kNegInf : M + logf(S);
-    finished = (p.temperature <= 0.0f || Z == kNegInf) && p.top_logprobs <= 0;
-    stats[r] = SampleStats{lse, Z, arg, finite, finished};
-    finish_id = arg;
-    finish_lse = lse;
-    finish_raw = clean(row[arg]);
+    SampleState st{};
+    st.lse = M == kNegInf ? kNegInf : M + logf(S);
+    st.m = Z;
+    st.argmax = arg;
+    st.n_finite = finite;
+    st.done = p.temperature <= 0.0f || Z == kNegInf;
+    sc.state[r] = st;
+    st_sh = st;
   }
   __syncthreads();
-  if (!finished) return;
-  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kStatsThreads)
-    if (__ldcg(&edits[j].id) == finish_id) finish_raw = __ldcg(&edits[j].raw);
-  __syncthreads();
+  const SampleState st = st_sh;
+  SampleResult& o = out[r];
+  // top_logprobs: rounds of block argmax over the chunks' candidates (each chunk's are its best, so the
+  // row's best N are among them), 4 chunks' worth a thread.
+  int got = 0;
+  if (n_top > 0 && st.lse != kNegInf) {
+    const int total = nb * kMaxTopLogprobs;
+    bool used[kMaxChunks * kMaxTopLogprobs / kThreads] = {};
+    for (int j = 0; j < n_top && j < V; ++j) {
+      float bv = kNegInf;
+      int bi = INT_MAX, bs = -1;
+      for (int k = 0; k * kThreads < total; ++k) {
+        const int c = static_cast<int>(threadIdx.x) + k * kThreads;
+        if (c >= total || used[k]) continue;
+        const int b = c / kMaxTopLogprobs;
+        if (c % kMaxTopLogprobs >= __ldcg(&pr[b].n_cand)) continue;
+        const SampleCand cd = sc.cand[(static_cast<int64_t>(r) * nb) * kMaxTopLogprobs + c];
+        if (better(cd.v, cd.id, bv, bi)) bv = cd.v, bi = cd.id, bs = k;
+      }
+      float wv = bv;
+      int wi = bi;
+      block_best(wv, wi, red_f, red_i);
+      if (wi == bi && bs >= 0) used[bs] = true;  // ids are unique: the winner's holder
+      if (threadIdx.x == 0) {
+        o.top_ids[j] = wi;
+        o.top_logprobs[j] = wv - st.lse;
+      }
+      ++got;
+    }
+  }
+  if (threadIdx.x == 0) o.n_top = got;
+  if (!st.done) return;
+  const float raw = raw_logit(row, p, edits, st.argmax, &raw_sh);
   if (threadIdx.x == 0) {
-    SampleResult& o = out[r];
-    o.id = finish_id;
-    o.logprob = finish_lse == kNegInf ? kNegInf : finish_raw - finish_lse;
-    o.n_top = 0;
+    o.id = st.argmax;
+    o.logprob = st.lse == kNegInf ? kNegInf : raw - st.lse;
   }
 }
 
-/** Row blockIdx.x when its stats left it: backend/sampling.h's steps 1 (top_logprobs), 2 (the edits,
- *  now in place: logits F32 [R, V] has them overwritten) and 4-5. */
-__global__ void __launch_bounds__(kThreads) sample_select_kernel(float* logits, int64_t V, const SampleRow* rows,
-                                                                 LogitEdit* edits, const SampleStats* stats,
-                                                                 SampleResult* out) {
-  __shared__ SampleSmem sm;
-  const SampleRow p = rows[blockIdx.x];
+/** The kept weight of edited logit z under the row's thresholds (0: not kept). */
+__device__ __forceinline__ unsigned long long kept_weight(float z, uint32_t t, float m, float inv_t, float min_p) {
+  if (z == kNegInf || key_of(z) < t) return 0ull;
+  const float pr = sample_exp((z - m) * inv_t);
+  return pr >= min_p ? sample_weight(pr) : 0ull;
+}
+
+/** One digit of a threshold (mode 0: top-k by counts; 1: top-p by weights); see the file comment. */
+__global__ void __launch_bounds__(kThreads) sample_select_kernel(const float* logits, int64_t V, const SampleRow* rows,
+                                                                 SampleScratch sc, int mode, int level) {
+  __shared__ unsigned long long hist[kMaxBins];
+  __shared__ unsigned long long red[kWarps];
+  __shared__ int flag, sel_bin;
+  __shared__ unsigned long long sel_above;
+  const int r = blockIdx.y;
+  const SampleRow p = rows[r];
   if (p.skip) return;
-  const SampleStats st = stats[blockIdx.x];
+  const SampleState st = sc.state[r];
   if (st.done) return;
-  float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const WarpRun run(V);
-  const float lse = st.lse, xmax = lse;  // -inf exactly when no raw logit is finite
-
-  // top_logprobs: the N-th best raw key, then the N best in id order (ties to the lower id).
-  int n_top = 0;
-  if (p.top_logprobs > 0 && xmax != kNegInf) {
-    n_top = static_cast<int>(min(static_cast<int64_t>(min(p.top_logprobs, kMaxTopLogprobs)), V));
-    const uint32_t v = radix_select(row, V, [](float, uint32_t) { return 1ull; }, n_top, sm);
-    int gt = 0, eq = 0;
-    for (int64_t i0 = run.lo; i0 < run.hi; i0 += 32) {
-      const int64_t i = i0 + lane;
-      const uint32_t key = i < run.hi ? key_of(clean(row[i])) : 0u;
-      gt += __popc(__ballot_sync(0xffffffffu, i < run.hi && key > v));
-      eq += __popc(__ballot_sync(0xffffffffu, i < run.hi && key == v));
-    }
-    if (lane == 0) {
-      sm.warp_i[warp] = gt;
-      sm.warp_j[warp] = eq;
-    }
-    __syncthreads();
-    int gt_base = 0, eq_base = 0, n_gt = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      if (w < warp) gt_base += sm.warp_i[w], eq_base += sm.warp_j[w];
-      n_gt += sm.warp_i[w];
-    }
-    const int need_eq = n_top - n_gt;
-    const unsigned lt = (1u << lane) - 1u;
-    for (int64_t i0 = run.lo; i0 < run.hi; i0 += 32) {
-      const int64_t i = i0 + lane;
-      const float x = i < run.hi ? clean(row[i]) : kNegInf;
-      const uint32_t key = i < run.hi ? key_of(x) : 0u;
-      const unsigned bg = __ballot_sync(0xffffffffu, i < run.hi && key > v);
-      const unsigned be = __ballot_sync(0xffffffffu, i < run.hi && key == v);
-      if (i < run.hi && key > v) {
-        const int slot = gt_base + __popc(bg & lt);
-        sm.top_id[slot] = static_cast<int>(i);
-        sm.top_val[slot] = x;
-      } else if (i < run.hi && key == v) {
-        const int r = eq_base + __popc(be & lt);
-        if (r < need_eq) {
-          sm.top_id[n_gt + r] = static_cast<int>(i);
-          sm.top_val[n_gt + r] = x;
-        }
-      }
-      gt_base += __popc(bg);
-      eq_base += __popc(be);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {  // insertion sort of n_top <= 20 by (value desc, id asc)
-      for (int a = 1; a < n_top; ++a) {
-        const int id = sm.top_id[a];
-        const float val = sm.top_val[a];
-        int b = a - 1;
-        while (b >= 0 && (sm.top_val[b] < val || (sm.top_val[b] == val && sm.top_id[b] > id))) {
-          sm.top_id[b + 1] = sm.top_id[b];
-          sm.top_val[b + 1] = sm.top_val[b];
-          --b;
-        }
-        sm.top_id[b + 1] = id;
-        sm.top_val[b + 1] = val;
-      }
-    }
-    __syncthreads();
-  }
-
-  // 2. Edits, in place; each keeps its raw logit.
-  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kThreads) {
-    LogitEdit e = edits[j];
-    if (e.id < 0 || e.id >= V) continue;
-    const float raw = clean(row[e.id]);
-    edits[j].raw = raw;
-    row[e.id] = sample_edit_logit(raw, e, p, kNegInf);
+  if (mode == 0 && !(p.top_k > 0 && p.top_k < st.n_finite)) return;
+  if (mode == 1 && !(p.top_p < 1.0f)) return;
+  constexpr int kShift[3] = {20, 10, 0}, kBits[3] = {12, 10, 10};
+  const int shift = kShift[level], nbins = 1 << kBits[level];
+  const uint32_t mask_hi = level == 0 ? 0u : ~((1u << (shift + kBits[level])) - 1u);
+  const uint32_t prefix = level == 0 ? 0u : st.prefix;
+  const float inv_t = 1.0f / p.temperature;
+  const float* row = logits + static_cast<int64_t>(r) * V;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), V - lo));
+  for (int b = threadIdx.x; b < nbins; b += kThreads) hist[b] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float z = clean(row[lo + i]);
+    const uint32_t key = key_of(z);
+    if (z == kNegInf || (key & mask_hi) != prefix) continue;
+    unsigned long long w = 1;
+    if (mode == 1) w = key >= st.tk ? sample_weight(sample_exp((z - st.m) * inv_t)) : 0ull;
+    if (w) atomicAdd(&hist[(key >> shift) & (nbins - 1)], w);
   }
   __syncthreads();
-
-  // 3. Greedy: the stats' lowest id holding the maximum.
-  const float m = st.m;
-  const int n_finite = st.n_finite;
-  int id = st.argmax;
-
-  // 4-5. Thresholds and one draw.
-  if (p.temperature > 0.0f && m != kNegInf) {
-    uint32_t tk = 0, tp = 0;
-    if (p.top_k > 0 && p.top_k < n_finite)
-      tk = radix_select(row, V, [](float z, uint32_t) { return z != kNegInf ? 1ull : 0ull; },
-                        static_cast<unsigned long long>(p.top_k), sm);
-    const float inv_t = 1.0f / p.temperature;
-    if (p.top_p < 1.0f) {
-      auto cand = [=](float z, uint32_t key) -> unsigned long long {
-        return z != kNegInf && key >= tk ? sample_weight(sample_exp((z - m) * inv_t)) : 0ull;
-      };
-      unsigned long long total = 0;
-      for (int64_t i = run.lo + lane; i < run.hi; i += 32) {
-        const float z = clean(row[i]);
-        total += cand(z, key_of(z));
-      }
-      total = block_sum_u64(total, sm);
-      tp = radix_select(row, V, cand, sample_top_p_target(p.top_p, total), sm);
-    }
-    const uint32_t t = max(tk, tp);
-    const float min_p = p.min_p;
-    auto weight = [=](float z) -> unsigned long long {
-      if (z == kNegInf || key_of(z) < t) return 0ull;
-      const float pr = sample_exp((z - m) * inv_t);
-      return pr >= min_p ? sample_weight(pr) : 0ull;
-    };
-    unsigned long long mass = 0;
-    for (int64_t i = run.lo + lane; i < run.hi; i += 32) mass += weight(clean(row[i]));
-    mass = warp_sum_u64(mass);
-    if (lane == 0) sm.warp_u64[warp] = mass;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned long long W = 0;
-      for (int w = 0; w < kWarps; ++w) W += sm.warp_u64[w];
-      const unsigned long long r = sample_mulhi(sample_random_bits(p), W);
-      unsigned long long base = 0;
-      int chosen = -1;
-      for (int w = 0; w < kWarps; ++w) {
-        if (r < base + sm.warp_u64[w]) {
-          chosen = w;
-          break;
-        }
-        base += sm.warp_u64[w];
-      }
-      sm.draw_warp = chosen;
-      sm.draw_base = base;
-      sm.draw_r = r;
-      sm.i0 = id;
-    }
-    __syncthreads();
-    if (warp == sm.draw_warp) {
-      unsigned long long base = sm.draw_base;
-      const unsigned long long r = sm.draw_r;
-      for (int64_t i0 = run.lo; i0 < run.hi; i0 += 32) {
-        const int64_t i = i0 + lane;
-        const unsigned long long w = i < run.hi ? weight(clean(row[i])) : 0ull;
-        unsigned long long inc = w;
-        for (int o = 1; o < 32; o <<= 1) {
-          const unsigned long long up = __shfl_up_sync(0xffffffffu, inc, o);
-          if (lane >= o) inc += up;
-        }
-        const unsigned hit = __ballot_sync(0xffffffffu, base + inc > r);
-        if (hit) {
-          if (lane == __ffs(hit) - 1) sm.i0 = static_cast<int>(i);
-          break;
-        }
-        base += __shfl_sync(0xffffffffu, inc, 31);
-      }
-    }
-    __syncthreads();
-    id = sm.i0;
+  unsigned long long* g = sc.hist + static_cast<int64_t>(r) * kMaxBins;
+  for (int b = threadIdx.x; b < nbins; b += kThreads)
+    if (hist[b]) atomicAdd(&g[b], hist[b]);
+  if (!last_block(sc.done, r, &flag)) return;
+  // The row's last block: the whole histogram (the global one returned to zero), then the bin.
+  unsigned long long mine_total = 0;
+  for (int b = threadIdx.x; b < nbins; b += kThreads) {
+    hist[b] = __ldcg(&g[b]);
+    g[b] = 0;
+    mine_total += hist[b];
   }
-
-  // The sampled id's raw logit (its edit's, when it has one), then the result.
-  if (threadIdx.x == 0) sm.raw = clean(row[id]);
   __syncthreads();
-  for (int j = p.edit_begin + static_cast<int>(threadIdx.x); j < p.edit_end; j += kThreads)
-    if (edits[j].id == id) sm.raw = edits[j].raw;
+  unsigned long long target = st.target, above = level == 0 ? 0ull : st.above;
+  if (threadIdx.x == 0) {  // overwritten below by the thread whose bins hold the target
+    sel_bin = 0;
+    sel_above = above;
+  }
+  if (level == 0) {
+    const unsigned long long total = block_sum_u64(mine_total, red);
+    target = mode == 0 ? static_cast<unsigned long long>(p.top_k) : sample_top_p_target(p.top_p, total);
+  }
+  // Thread t owns bins [nbins - (t + 1) * per, nbins - t * per), the highest first.
+  const int per = nbins / kThreads, top = nbins - static_cast<int>(threadIdx.x) * per;
+  unsigned long long mine = 0;
+  for (int b = top - 1; b >= top - per; --b) mine += hist[b];
+  const unsigned long long ex = block_exclusive_u64(mine, red);
+  if (above + ex < target && above + ex + mine >= target) {
+    unsigned long long cum = above + ex;
+    for (int b = top - 1; b >= top - per; --b) {
+      if (cum + hist[b] >= target) {
+        sel_bin = b;
+        sel_above = cum;
+        break;
+      }
+      cum += hist[b];
+    }
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
-    SampleResult& o = out[blockIdx.x];
-    o.id = id;
-    o.logprob = lse == kNegInf ? kNegInf : sm.raw - lse;
-    o.n_top = n_top;
-    for (int j = 0; j < n_top; ++j) {
-      o.top_ids[j] = sm.top_id[j];
-      o.top_logprobs[j] = sm.top_val[j] - lse;
+    SampleState& s = sc.state[r];
+    const uint32_t pre = prefix | (static_cast<uint32_t>(sel_bin) << shift);
+    s.prefix = pre;
+    s.above = sel_above;
+    s.target = target;
+    if (level == 2) (mode == 0 ? s.tk : s.tp) = pre;
+  }
+}
+
+/** The draw; see the file comment. */
+__global__ void __launch_bounds__(kThreads) sample_draw_kernel(const float* logits, int64_t V, const SampleRow* rows,
+                                                               const LogitEdit* edits, SampleScratch sc,
+                                                               SampleResult* out) {
+  __shared__ unsigned long long red[kWarps];
+  __shared__ int flag, chosen, pick;
+  __shared__ unsigned long long point;
+  __shared__ float raw_sh;
+  const int r = blockIdx.y, nb = gridDim.x;
+  const SampleRow p = rows[r];
+  if (p.skip) return;
+  const SampleState st = sc.state[r];
+  if (st.done) return;
+  const uint32_t t = max(st.tk, st.tp);
+  const float inv_t = 1.0f / p.temperature, min_p = p.min_p;
+  const float* row = logits + static_cast<int64_t>(r) * V;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kChunk;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), V - lo));
+  unsigned long long w = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) w += kept_weight(clean(row[lo + i]), t, st.m, inv_t, min_p);
+  w = block_sum_u64(w, red);
+  if (threadIdx.x == 0) sc.mass[static_cast<int64_t>(r) * nb + blockIdx.x] = w;
+  if (!last_block(sc.done, r, &flag)) return;
+  if (threadIdx.x == 0) {
+    const unsigned long long* mass = sc.mass + static_cast<int64_t>(r) * nb;
+    unsigned long long W = 0;
+    for (int b = 0; b < nb; ++b) W += __ldcg(&mass[b]);
+    const unsigned long long x = sample_mulhi(sample_random_bits(p), W);
+    unsigned long long base = 0;
+    chosen = -1;
+    for (int b = 0; b < nb; ++b) {
+      const unsigned long long mb = __ldcg(&mass[b]);
+      if (x < base + mb) {
+        chosen = b;
+        break;
+      }
+      base += mb;
     }
+    point = x - base;
+    pick = st.argmax;  // unreachable fallback: W > x always
+  }
+  __syncthreads();
+  if (chosen >= 0) {  // walk chunk `chosen` in id order: thread t its kPer consecutive logits
+    const int64_t clo = static_cast<int64_t>(chosen) * kChunk;
+    const int cn = static_cast<int>(min(static_cast<int64_t>(kChunk), V - clo));
+    unsigned long long wk[kPer], mine = 0;
+    for (int k = 0; k < kPer; ++k) {
+      const int i = static_cast<int>(threadIdx.x) * kPer + k;
+      wk[k] = i < cn ? kept_weight(clean(__ldcg(&row[clo + i])), t, st.m, inv_t, min_p) : 0ull;
+      mine += wk[k];
+    }
+    unsigned long long cum = block_exclusive_u64(mine, red);
+    if (cum <= point && point < cum + mine) {
+      for (int k = 0; k < kPer; ++k) {
+        cum += wk[k];
+        if (cum > point) {
+          pick = static_cast<int>(clo) + static_cast<int>(threadIdx.x) * kPer + k;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  const int id = pick;
+  const float raw = raw_logit(row, p, edits, id, &raw_sh);
+  if (threadIdx.x == 0) {
+    out[r].id = id;
+    out[r].logprob = st.lse == kNegInf ? kNegInf : raw - st.lse;
   }
 }
 
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out, bool greedy_only) {
+void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
+                     const SampleRow* host_rows) {
   forget_prepared();
   cuda::check_dtype("sample", "logits", logits, {DType::F32});
   cuda::check_dev("sample", "rows", rows);
@@ -479,25 +466,50 @@ void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Ten
     if (edits.bytes() % static_cast<int64_t>(sizeof(LogitEdit)) != 0)
       fail(ErrorCode::kInvalidArgument, "sample: edits holds {} bytes, not a whole number of edits", edits.bytes());
   }
-  if (V > INT_MAX) fail(ErrorCode::kInvalidArgument, "sample: row length {} of logits is too large", V);
-  if (R == 0) return;
+  const int64_t nb = (V + cuda::kChunk - 1) / cuda::kChunk;
+  if (nb > cuda::kMaxChunks)
+    fail(ErrorCode::kUnsupported, "sample: rows of {} logits exceed the sampler's {}", V,
+         int64_t{cuda::kMaxChunks} * cuda::kChunk);
   if (R > 65535) fail(ErrorCode::kInvalidArgument, "sample: {} rows exceed the grid's 65535", R);
-  const int64_t nb = (V + cuda::kStatsChunk - 1) / cuda::kStatsChunk;
-  auto* done = static_cast<unsigned*>(zeroed_scratch(Scratch::kSampleDone, R * 4));
-  auto* base = static_cast<uint8_t*>(
-      scratch(Scratch::kSample, R * static_cast<int64_t>(sizeof(cuda::SampleStats) + nb * sizeof(cuda::SamplePartial))));
-  auto* stats = reinterpret_cast<cuda::SampleStats*>(base);
-  auto* partials = reinterpret_cast<cuda::SamplePartial*>(base + R * sizeof(cuda::SampleStats));
+  if (R == 0) return;
+  // What the rows need (all of it when the host rows are not given).
+  bool draw = host_rows == nullptr, top_k = draw, top_p = draw;
+  for (int64_t i = 0; host_rows && i < R; ++i) {
+    const SampleRow& r = host_rows[i];
+    if (r.skip || r.temperature <= 0.0f) continue;
+    draw = true;
+    top_k = top_k || r.top_k > 0;
+    top_p = top_p || r.top_p < 1.0f;
+  }
+  cuda::SampleScratch sc{};
+  sc.done = static_cast<unsigned*>(zeroed_scratch(Scratch::kSampleDone, R * 4 + R * cuda::kMaxBins * 8));
+  sc.hist = reinterpret_cast<unsigned long long*>(sc.done + ((R + 1) / 2) * 2);
+  const int64_t state_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleState));
+  const int64_t part_bytes = R * nb * static_cast<int64_t>(sizeof(cuda::SamplePartial));
+  const int64_t cand_bytes = R * nb * kMaxTopLogprobs * static_cast<int64_t>(sizeof(cuda::SampleCand));
+  auto* base = static_cast<uint8_t*>(scratch(Scratch::kSample, state_bytes + part_bytes + cand_bytes + R * nb * 8 + 64));
+  sc.state = reinterpret_cast<cuda::SampleState*>(base);
+  sc.part = reinterpret_cast<cuda::SamplePartial*>(base + state_bytes);
+  sc.cand = reinterpret_cast<cuda::SampleCand*>(base + state_bytes + part_bytes);
+  sc.mass = reinterpret_cast<unsigned long long*>(base + (state_bytes + part_bytes + cand_bytes + 7) / 8 * 8);
   const auto* rp = static_cast<const SampleRow*>(rows.data);
   auto* ep = static_cast<LogitEdit*>(edits.data);
   auto* op = static_cast<SampleResult*>(out.data);
-  cuda::sample_stats_kernel<<<dim3(static_cast<unsigned>(nb), static_cast<unsigned>(R)), cuda::kStatsThreads, 0,
-                              stream_>>>(logits.ptr<float>(), V, rp, ep, partials, stats, done, op);
+  const dim3 grid(static_cast<unsigned>(nb), static_cast<unsigned>(R));
+  float* x = logits.ptr<float>();
+  cuda::sample_stats_kernel<<<grid, cuda::kThreads, 0, stream_>>>(x, V, rp, ep, sc, op);
   FT_CUDA_LAUNCH_CHECK();
-  if (greedy_only) return;
-  cuda::sample_select_kernel<<<static_cast<unsigned>(R), cuda::kThreads, 0, stream_>>>(logits.ptr<float>(), V, rp,
-                                                                                        ep, stats, op);
-  FT_CUDA_LAUNCH_CHECK();
+  for (int mode = 0; mode < 2; ++mode) {
+    if (!(mode == 0 ? top_k : top_p)) continue;
+    for (int level = 0; level < 3; ++level) {
+      cuda::sample_select_kernel<<<grid, cuda::kThreads, 0, stream_>>>(x, V, rp, sc, mode, level);
+      FT_CUDA_LAUNCH_CHECK();
+    }
+  }
+  if (draw) {
+    cuda::sample_draw_kernel<<<grid, cuda::kThreads, 0, stream_>>>(x, V, rp, ep, sc, op);
+    FT_CUDA_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace ft
