@@ -57,4 +57,18 @@ void batch(const char* op, const BatchInfo& b) {
          S, b.max_blocks);
 }
 
+int64_t sample(const Tensor& logits, const Tensor& rows, const Tensor& edits, const Tensor& out) {
+  const int64_t R = logits.rows();
+  if (rows.bytes() != R * static_cast<int64_t>(sizeof(SampleRow)))
+    fail(ErrorCode::kInvalidArgument, "sample: rows holds {} bytes, expected {} rows of {}", rows.bytes(), R,
+         sizeof(SampleRow));
+  if (out.bytes() != R * static_cast<int64_t>(sizeof(SampleResult)))
+    fail(ErrorCode::kInvalidArgument, "sample: out holds {} bytes, expected {} rows of {}", out.bytes(), R,
+         sizeof(SampleResult));
+  if (edits.empty()) return 0;
+  if (edits.bytes() % static_cast<int64_t>(sizeof(LogitEdit)) != 0)
+    fail(ErrorCode::kInvalidArgument, "sample: edits holds {} bytes, not a whole number of edits", edits.bytes());
+  return edits.bytes() / static_cast<int64_t>(sizeof(LogitEdit));
+}
+
 }  // namespace ft::op_checks

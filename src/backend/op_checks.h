@@ -17,5 +17,9 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& y);
  *  Throws ft::Error(kInvalidArgument) naming `op`. */
 void batch(const char* op, const BatchInfo& b);
 
+/** sample: rows and out hold logits.rows() SampleRows / SampleResults and edits (empty allowed) a whole
+ *  number of LogitEdits, whose count it returns. Throws ft::Error(kInvalidArgument) naming the argument. */
+int64_t sample(const Tensor& logits, const Tensor& rows, const Tensor& edits, const Tensor& out);
+
 
 }  // namespace ft::op_checks

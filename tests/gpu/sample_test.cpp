@@ -2,7 +2,8 @@
 // and draw with Philox, so the sampled ids, the top_logprobs ids and the edits' raw logits are
 // exact; the logprobs (each library's exp and log, other summation orders) agree to 1e-4. Rows of a
 // 152k and a 256k vocabulary run the radix selects at full size; ties, NaN, -inf, fully masked rows,
-// edits and skipped rows are in the mix. Then Engine::step_sample on the GPU against the host sampler.
+// edits and skipped rows are in the mix. Then Engine::step_sample on the GPU against the host sampler
+// (tests/engine/step_sample.h).
 #include <cstring>
 #include <random>
 
@@ -10,7 +11,7 @@
 #include "backend/cuda_factory.h"
 #include "backend/sampling.h"
 #include "gpu_harness.h"
-#include "kv/page_pool.h"
+#include "../engine/step_sample.h"
 
 namespace ft::testing {
 namespace {
@@ -172,7 +173,6 @@ TEST(CudaStepSample, EqualsTheHostSamplerOnTheStepsLogits) {
   EngineOptions o = small_engine_options();
   o.cuda_graph_max_bs = 4;
   Engine engine(open_checkpoint(dir), make_cuda_ops(0), o);
-  const auto V = static_cast<int32_t>(engine.config().n_vocab);
   std::vector<SamplingParams> params(3);
   params[0].temperature = 0.0f;
   params[0].top_logprobs = 4;
@@ -186,42 +186,8 @@ TEST(CudaStepSample, EqualsTheHostSamplerOnTheStepsLogits) {
   params[2].frequency_penalty = 0.5f;
   params[2].logit_bias = {{7, 3.0f}};
   params[2].seed = 9;
-  const std::vector<int32_t> prompt = {1, 20, 30, 40};
-  std::vector<std::unique_ptr<Sampler>> host, dev;
-  for (const SamplingParams& p : params) {
-    host.push_back(std::make_unique<Sampler>(p, V, std::vector<int32_t>{2}, prompt));
-    dev.push_back(std::make_unique<Sampler>(p, V, std::vector<int32_t>{2}, prompt));
-  }
-  PagePool& pool = engine.kv().pool();
-  const size_t S = params.size();
-  std::vector<BlockTable> tables(S);
-  std::vector<std::vector<int32_t>> tokens(S, prompt);
-  for (BlockTable& t : tables) ASSERT_TRUE(t.reserve(pool, 64));
-  std::vector<StepItem> items;
-  for (size_t s = 0; s < S; ++s)
-    items.push_back({&tables[s].pages(), 0, tokens[s].data(), static_cast<int64_t>(prompt.size()), 1});
-  for (int step = 0; step < 10; ++step) {
-    const std::span<const float> logits = engine.step(items);
-    const std::vector<float> copy(logits.begin(), logits.end());
-    std::vector<SampleRow> rows(S);
-    std::vector<LogitEdit> edits;
-    for (size_t s = 0; s < S; ++s) dev[s]->prepare(rows[s], edits);
-    const std::span<const SampleResult> got = engine.step_sample(items, rows, edits);  // the same step again
-    ASSERT_EQ(got.size(), S);
-    for (size_t s = 0; s < S; ++s) {
-      SCOPED_TRACE(::testing::Message() << "step " << step << " sequence " << s);
-      const SampledToken want = host[s]->sample(copy.data() + s * V);
-      const SampledToken t = dev[s]->take(got[s]);
-      EXPECT_EQ(t.id, want.id);
-      EXPECT_NEAR(t.logprob, want.logprob, 1e-4);
-      ASSERT_EQ(t.top.size(), want.top.size());
-      for (size_t j = 0; j < t.top.size(); ++j) EXPECT_EQ(t.top[j].first, want.top[j].first);
-      tokens[s].push_back(t.id);
-      items[s] = {&tables[s].pages(), static_cast<int64_t>(tokens[s].size()) - 1, &tokens[s].back(), 1, 1};
-    }
-  }
+  expect_step_sample_equals_host(engine, {1, 20, 30, 40}, params, 10, 1e-4f);
   EXPECT_GT(engine.graph_replays(), 0);
-  for (BlockTable& t : tables) t.release(pool);
 }
 
 }  // namespace

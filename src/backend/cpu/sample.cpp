@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "util/error.h"
 
 namespace ft {
@@ -138,15 +139,7 @@ void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tens
   cpu::check_cpu("sample", "rows", rows);
   cpu::check_cpu("sample", "out", out);
   const int64_t R = logits.rows(), V = logits.cols();
-  if (rows.bytes() != R * static_cast<int64_t>(sizeof(SampleRow)))
-    fail(ErrorCode::kInvalidArgument, "sample: rows holds {} bytes, expected {} rows of {}", rows.bytes(), R,
-         sizeof(SampleRow));
-  if (out.bytes() != R * static_cast<int64_t>(sizeof(SampleResult)))
-    fail(ErrorCode::kInvalidArgument, "sample: out holds {} bytes, expected {} rows of {}", out.bytes(), R,
-         sizeof(SampleResult));
-  const int64_t n_edits = edits.empty() ? 0 : edits.bytes() / static_cast<int64_t>(sizeof(LogitEdit));
-  if (!edits.empty() && n_edits * static_cast<int64_t>(sizeof(LogitEdit)) != edits.bytes())
-    fail(ErrorCode::kInvalidArgument, "sample: edits holds {} bytes, not a whole number of edits", edits.bytes());
+  const int64_t n_edits = op_checks::sample(logits, rows, edits, out);
   const auto* rp = static_cast<const SampleRow*>(rows.data);
   auto* ep = n_edits > 0 ? static_cast<LogitEdit*>(edits.data) : nullptr;
   auto* op = static_cast<SampleResult*>(out.data);

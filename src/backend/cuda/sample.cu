@@ -22,6 +22,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/op_checks.h"
 #include "backend/sampling.h"
 
 namespace ft {
@@ -455,17 +456,7 @@ void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Ten
   cuda::check_dev("sample", "rows", rows);
   cuda::check_dev("sample", "out", out);
   const int64_t R = logits.rows(), V = logits.cols();
-  if (rows.bytes() != R * static_cast<int64_t>(sizeof(SampleRow)))
-    fail(ErrorCode::kInvalidArgument, "sample: rows holds {} bytes, expected {} rows of {}", rows.bytes(), R,
-         sizeof(SampleRow));
-  if (out.bytes() != R * static_cast<int64_t>(sizeof(SampleResult)))
-    fail(ErrorCode::kInvalidArgument, "sample: out holds {} bytes, expected {} rows of {}", out.bytes(), R,
-         sizeof(SampleResult));
-  if (!edits.empty()) {
-    cuda::check_dev("sample", "edits", edits);
-    if (edits.bytes() % static_cast<int64_t>(sizeof(LogitEdit)) != 0)
-      fail(ErrorCode::kInvalidArgument, "sample: edits holds {} bytes, not a whole number of edits", edits.bytes());
-  }
+  if (op_checks::sample(logits, rows, edits, out) > 0) cuda::check_dev("sample", "edits", edits);
   const int64_t nb = (V + cuda::kChunk - 1) / cuda::kChunk;
   if (nb > cuda::kMaxChunks)
     fail(ErrorCode::kUnsupported, "sample: rows of {} logits exceed the sampler's {}", V,
