@@ -26,8 +26,8 @@ void SamplingParams::validate() const {
     fail(ErrorCode::kInvalidArgument, "top_logprobs must be in [0, 20], got {}", top_logprobs);
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0) fail(ErrorCode::kInvalidArgument, "logit_bias: token id {} must be >= 0", id);
-    if (!(bias >= -100.0f && bias <= 100.0f))
-      fail(ErrorCode::kInvalidArgument, "logit_bias: the bias of token {} must be in [-100, 100], got {}", id, bias);
+    if (!(bias >= -100.0f && bias <= 100.0f) && bias != -std::numeric_limits<float>::infinity())
+      fail(ErrorCode::kInvalidArgument, "logit_bias: the bias of token {} must be in [-100, 100] or -inf (a ban), got {}", id, bias);
   }
 }
 

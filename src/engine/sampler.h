@@ -29,7 +29,8 @@ struct SamplingParams {
   int min_tokens = 0;               // EOS ids are masked until this many tokens were generated
   int top_logprobs = 0;             // how many alternatives sample() reports (0..20)
   /** OpenAI logit_bias: (token id, bias) pairs, bias in [-100, 100] added to that id's logit before
-   *  anything else (-100 effectively bans the token, +100 effectively forces it). Ids must be inside the
+   *  anything else (-100 effectively bans the token, +100 effectively forces it), or -inf (a ban:
+   *  llama.cpp's false). Ids must be inside the
    *  vocabulary (checked by Sampler, which knows its size). */
   std::vector<std::pair<int32_t, float>> logit_bias;
 

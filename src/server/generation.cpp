@@ -48,7 +48,7 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   s.prompt_tokens = static_cast<int32_t>(p);
   s.stream = std::make_shared<RequestStream>(*ctx.model.vocab, gen.stop, gen.logprobs,
                                             !prompt_has_text(*ctx.model.vocab, prompt), gen.keep_special_tokens,
-                                            gen.stop_token_ids, gen.include_stop_str);
+                                            gen.stop_token_ids, gen.include_stop_str, gen.sampling.min_tokens);
   GenerationRequest r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens ? *max_tokens : static_cast<int32_t>(limit - p);

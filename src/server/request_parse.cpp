@@ -35,10 +35,33 @@ void parse_stop(const ojson& body, GenerationParams& g) {
  *  submission (submit_generation), where it is known. */
 void parse_logit_bias(const ojson& body, SamplingParams& s) {
   const ojson* v = field(body, "logit_bias");
-  if (!v) return;
+  if (!v || v->is_null()) return;
+  if (v->is_array()) {  // llama.cpp's form: [[id, bias], ...], bias false bans the token
+    for (size_t i = 0; i < v->size(); ++i) {
+      const ojson& pair = (*v)[i];
+      const std::string where = fmt::format("logit_bias[{}]", i);
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer())
+        bad_request("logit_bias", fmt::format("'{}' must be a pair [token id, bias or false]", where));
+      const int64_t id = pair[0].get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<int32_t>::max())
+        bad_request("logit_bias", fmt::format("'{}' names token {}, not a token id", where, id));
+      const ojson& b = pair[1];
+      float bias = 0.0f;
+      if (b.is_boolean() && !b.get<bool>()) {
+        bias = -std::numeric_limits<float>::infinity();
+      } else if (b.is_number() && std::isfinite(b.get<double>()) && b.get<double>() >= -100.0 && b.get<double>() <= 100.0) {
+        bias = static_cast<float>(b.get<double>());
+      } else {
+        bad_request("logit_bias", fmt::format("the bias of '{}' must be a number in [-100, 100] or false, got {}", where,
+                                              b.dump()));
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+    }
+    return;
+  }
   if (!v->is_object())
-    bad_request("logit_bias", fmt::format("'logit_bias' must be an object mapping token ids to biases in [-100, 100], "
-                                          "got {}", type_name(*v)));
+    bad_request("logit_bias", fmt::format("'logit_bias' must be an object mapping token ids to biases in [-100, 100] "
+                                          "(or llama.cpp's list of [id, bias] pairs), got {}", type_name(*v)));
   for (auto it = v->begin(); it != v->end(); ++it) {
     const std::string& key = it.key();
     int64_t id = -1;
@@ -85,6 +108,7 @@ struct ForeignSampler {
   const char* name;
   double neutral;
   const char* instead;  // what to use here, or ""
+  bool below_too = false;  // values below `neutral` are off too
 };
 constexpr ForeignSampler kForeignSamplers[] = {
     {"repeat_penalty", 1.0, "; use 'repetition_penalty' (over the prompt and the generated tokens)"},
@@ -93,6 +117,8 @@ constexpr ForeignSampler kForeignSamplers[] = {
     {"tfs_z", 1.0, ""},
     {"dry_multiplier", 0.0, ""},
     {"xtc_probability", 0.0, ""},
+    {"top_n_sigma", 0.0, "", true},
+    {"dynatemp_range", 0.0, ""},
 };
 
 /** A foreign sampler field at a value other than its neutral one changes the output and is refused
@@ -102,9 +128,24 @@ void refuse_foreign_samplers(const ojson& body) {
     const ojson* v = field(body, f.name);
     if (!v || v->is_null()) continue;
     if (!v->is_number()) bad_request(f.name, fmt::format("'{}' must be a number, got {}", f.name, type_name(*v)));
-    if (v->get<double>() != f.neutral)
-      bad_request(f.name, fmt::format("'{}' (llama.cpp's sampler) is not supported by this server, except at {}{}",
-                                      f.name, f.neutral, f.instead));
+    if (v->get<double>() != f.neutral && !(f.below_too && v->get<double>() < f.neutral))
+      bad_request(f.name, fmt::format("'{}' (llama.cpp's sampler) is not supported by this server, except at {}{}{}",
+                                      f.name, f.neutral, f.below_too ? " or below" : "", f.instead));
+  }
+}
+
+/** vLLM request fields this server does not implement, refused (400 naming the field) unless they ask
+ *  for nothing: absent, null, false, 0 or an empty list. (allowed_token_ids and bad_words restrict the
+ *  vocabulary, prompt_logprobs asks for the prompt's, use_beam_search for another search,
+ *  truncate_prompt_tokens cuts the prompt; top_a is another engines' sampler.) */
+void refuse_unimplemented_fields(const ojson& body) {
+  for (const char* name : {"allowed_token_ids", "bad_words", "prompt_logprobs", "use_beam_search",
+                           "truncate_prompt_tokens", "top_a"}) {
+    const ojson* v = field(body, name);
+    if (!v || v->is_null() || (v->is_boolean() && !v->get<bool>()) || (v->is_number() && v->get<double>() == 0.0) ||
+        (v->is_array() && v->empty()))
+      continue;
+    bad_request(name, fmt::format("'{}' is not supported by this server", name));
   }
 }
 
@@ -182,6 +223,7 @@ GenerationParams parse_generation_params(const ojson& body) {
   parse_logit_bias(body, s);
   check_response_format(body);
   refuse_foreign_samplers(body);
+  refuse_unimplemented_fields(body);
   refuse_constrained_decoding(body);
   parse_vllm_stop_fields(body, g);
   g.ignore_eos = get_bool(body, "ignore_eos", false);

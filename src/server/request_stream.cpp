@@ -3,12 +3,14 @@
 namespace ft::server {
 
 RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
-                             bool keep_special, const std::vector<int32_t>& stop_ids, bool include_stop)
+                             bool keep_special, const std::vector<int32_t>& stop_ids, bool include_stop,
+                             int32_t min_tokens)
     : detok_(vocab, /*skip_special=*/!keep_special, starts_text),
       stops_(std::move(stops)),
       stop_ids_(stop_ids.begin(), stop_ids.end()),
       include_stop_(include_stop),
-      want_logprobs_(want_logprobs) {}
+      want_logprobs_(want_logprobs),
+      min_tokens_(min_tokens) {}
 
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;
@@ -16,7 +18,9 @@ bool RequestStream::on_token(const SampledToken& token, bool eog) {
   // A stop token id's text stays only with include_stop_str_in_output, as in vLLM's detokenizer; its
   // log-probability is reported either way.
   const bool stop_id = eog && stop_ids_.count(token.id) > 0, as_text = !eog || (stop_id && include_stop_);
-  if (as_text) {
+  if (as_text && ++n_tokens_ <= min_tokens_) {
+    text = stops_.pass(detok_.feed(token.id));
+  } else if (as_text) {
     StopMatcher::Result r = stops_.feed(detok_.feed(token.id));
     text = std::move(r.text);
     stopped = r.stopped;

@@ -40,9 +40,12 @@ class RequestStream : public TokenSink {
    *  `keep_special`: control tokens stay in the text (GenerationParams::keep_special_tokens).
    *  `stop_ids`: end-of-generation ids (vLLM's stop_token_ids) whose log-probability is reported.
    *  `include_stop`: vLLM's include_stop_str_in_output: a stop string that ends the output is kept at its
-   *  end, and so is a stop id's text (control tokens still follow `keep_special`). */
+   *  end, and so is a stop id's text (control tokens still follow `keep_special`).
+   *  `min_tokens`: the text of the first min_tokens tokens is not searched for stop strings (as vLLM's
+   *  detokenizer; the engine masks the end-of-generation ids as long). */
   RequestStream(const Vocab& vocab, std::vector<std::string> stops, bool want_logprobs, bool starts_text,
-                bool keep_special = false, const std::vector<int32_t>& stop_ids = {}, bool include_stop = false);
+                bool keep_special = false, const std::vector<int32_t>& stop_ids = {}, bool include_stop = false,
+                int32_t min_tokens = 0);
 
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;
@@ -57,6 +60,8 @@ class RequestStream : public TokenSink {
   std::unordered_set<int32_t> stop_ids_;
   bool include_stop_;
   bool want_logprobs_;
+  int32_t min_tokens_;
+  int32_t n_tokens_ = 0;  // engine thread only
   int stop_index_ = -1;  // engine thread only
   std::mutex mu_;
   std::condition_variable cv_;

@@ -47,6 +47,14 @@ StopMatcher::Result StopMatcher::feed(std::string_view text) {
   return r;
 }
 
+std::string StopMatcher::pass(std::string_view text) {
+  if (stopped_) return {};
+  std::string out;
+  out.swap(buf_);
+  out.append(text);
+  return out;
+}
+
 std::string StopMatcher::flush() {
   std::string out;
   out.swap(buf_);

@@ -26,6 +26,10 @@ class StopMatcher {
    *  occur, the one that starts first wins (the earliest in the list on a tie). */
   Result feed(std::string_view text);
 
+  /** Text that is not searched for stop strings (vLLM's: the text of the first min_tokens tokens):
+   *  returned at once, after whatever was held back; later feeds search only from here on. */
+  std::string pass(std::string_view text);
+
   /** End of generation without a stop: returns the held-back text and resets. */
   std::string flush();
 

@@ -195,6 +195,16 @@ TEST(Sampler, LogitBiasIsValidated) {
   EXPECT_THROW(Sampler(p, 4, {}), Error);
   p.logit_bias = {{0, -100.0f}, {3, 100.0f}};
   EXPECT_NO_THROW(Sampler(p, 4, {}));
+  p.logit_bias = {{0, std::numeric_limits<float>::infinity()}};
+  EXPECT_THROW(Sampler(p, 4, {}), Error);
+  // -inf bans (llama.cpp's false): the best logit is skipped, greedy or sampled.
+  p.logit_bias = {{1, -std::numeric_limits<float>::infinity()}};
+  const float logits[4] = {0.0f, 50.0f, 1.0f, -1.0f};
+  EXPECT_EQ(Sampler(p, 4, {}).sample(logits).id, 2);
+  p.temperature = 1.0f;
+  p.seed = 3;
+  Sampler s(p, 4, {});
+  for (int i = 0; i < 50; ++i) EXPECT_NE(s.sample(logits).id, 1);
 }
 
 }  // namespace

@@ -166,7 +166,12 @@ TEST(RequestParse, LogitBiasIsAMapOfTokenIdsToBiases) {
   EXPECT_EQ(c.gen.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, -1.0f}}));
   EXPECT_TRUE(parse_chat_request(parse_json_body(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":null})"))
                   .gen.sampling.logit_bias.empty());
-  for (const char* bias : {R"([1])", R"("x")", R"({"abc":1})", R"({"-1":1})", R"({"1.5":1})", R"({"":1})",
+  // llama.cpp's list of [id, bias] pairs; false bans the token (-inf).
+  c = parse_completion_request(parse_json_body(R"({"prompt":"x","logit_bias":[[3,2.5],[9,false]]})"));
+  EXPECT_EQ(c.gen.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{3, 2.5f}, {9, -std::numeric_limits<float>::infinity()}}));
+  for (const char* bias : {R"([1])", R"([[1,true]])", R"([["a",1]])", R"([[1,101]])", R"([[-1,1]])", R"([[1,2,3]])",
+                           R"("x")", R"({"abc":1})", R"({"-1":1})", R"({"1.5":1})", R"({"":1})",
                            R"({"99999999999":1})", R"({"1":101})", R"({"1":-100.5})", R"({"1":"5"})", R"({"1":true})",
                            R"({"1":null})"}) {
     const std::string body = std::string(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":)") + bias + "}";
@@ -234,11 +239,26 @@ TEST(RequestParse, LlamaCppSamplersAtTheirNeutralValueOnly) {
   // them all) and refused otherwise, rather than silently ignored.
   expect_fields_on_both_routes({R"("repeat_penalty":1.0)", R"("repeat_last_n":0)", R"("repeat_last_n":-1)",
                                 R"("mirostat":0)", R"("typical_p":1)", R"("tfs_z":1.0)", R"("dry_multiplier":0)",
-                                R"("xtc_probability":0)", R"("repeat_penalty":null)"},
+                                R"("xtc_probability":0)", R"("repeat_penalty":null)", R"("top_n_sigma":-1)",
+                                R"("top_n_sigma":0)", R"("dynatemp_range":0)"},
                                {{R"("repeat_penalty":1.3)", "repeat_penalty", "use 'repetition_penalty'"},
                                 {R"("mirostat":2)", "mirostat", "not supported"},
                                 {R"("typical_p":0.5)", "typical_p", "except at 1"},
+                                {R"("top_n_sigma":1.0)", "top_n_sigma", "except at 0 or below"},
+                                {R"("dynatemp_range":0.5)", "dynatemp_range", "except at 0"},
                                 {R"("repeat_penalty":"high")", "repeat_penalty", "must be a number"}});
+}
+
+TEST(RequestParse, UnimplementedVllmFieldsAreRefusedUnlessTheyAskForNothing) {
+  // Found by a fresh-user trial: these returned 200 with the output of a request without them.
+  expect_fields_on_both_routes({R"("bad_words":[])", R"("allowed_token_ids":null)", R"("prompt_logprobs":null)",
+                                R"("use_beam_search":false)", R"("truncate_prompt_tokens":null)", R"("top_a":0)"},
+                               {{R"("bad_words":["Lily"])", "bad_words", "not supported"},
+                                {R"("allowed_token_ids":[300])", "allowed_token_ids", "not supported"},
+                                {R"("prompt_logprobs":1)", "prompt_logprobs", "not supported"},
+                                {R"("use_beam_search":true)", "use_beam_search", "not supported"},
+                                {R"("truncate_prompt_tokens":5)", "truncate_prompt_tokens", "not supported"},
+                                {R"("top_a":0.2)", "top_a", "not supported"}});
 }
 
 TEST(RequestParse, ConstrainedDecodingIsRefusedAndVllmStopFieldsAreRead) {

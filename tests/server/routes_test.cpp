@@ -369,6 +369,21 @@ TEST(Routes, LogprobsAndStopStrings) {
   EXPECT_EQ(st.body["choices"][0]["message"]["content"], text.substr(0, text.find(stop)));
   EXPECT_EQ(st.body["choices"][0]["finish_reason"], "stop");
   EXPECT_LT(st.body["usage"]["completion_tokens"].get<int>(), 30);
+  // The text of the first min_tokens tokens is not searched for stop strings (vLLM's detokenizer):
+  // all 30 tokens come back (a fresh-user trial found the stop string ending the reply early).
+  // (min_tokens also masks the end-of-generation ids, so the reply may differ from `text`: its own
+  // text without stop strings is the reference.)
+  json held = json::parse(chat_body("numbers", 30, R"("ignore_eos":true,"min_tokens":30)"));
+  Reply ref = post(c, "/v1/chat/completions", held.dump());
+  ASSERT_EQ(ref.status, 200) << ref.raw;
+  const std::string held_text = ref.body["choices"][0]["message"]["content"];
+  const std::string held_stop = stop_string_in(held_text);
+  ASSERT_EQ(held_stop.size(), 2u) << held_text;
+  held["stop"] = {held_stop};
+  Reply mt = post(c, "/v1/chat/completions", held.dump());
+  ASSERT_EQ(mt.status, 200) << mt.raw;
+  EXPECT_EQ(mt.body["choices"][0]["message"]["content"], held_text);
+  EXPECT_EQ(mt.body["usage"]["completion_tokens"], 30);
   (void)joined;
 }
 

@@ -58,6 +58,16 @@ TEST(StopMatcher, HeldPrefixIsReleasedWhenItDoesNotMatch) {
   EXPECT_EQ(m2.flush(), "S");  // end of generation: held text is released
 }
 
+TEST(StopMatcher, PassedTextIsNotSearched) {
+  StopMatcher m({"STOP"});
+  EXPECT_EQ(m.feed("a ST").text, "a ");
+  EXPECT_EQ(m.pass("OP b"), "STOP b");  // the held "ST" goes out with it, unsearched
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.feed(" STOP c").text, " ");  // searched again from here
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.pass("more"), "");  // nothing after a stop
+}
+
 TEST(StopMatcher, EarliestStopWinsAndOverlappingPrefixes) {
   StopMatcher m({"world", "lo w", "\n\n"});
   Streamed s = run(m, {"hel", "lo wor", "ld"});

@@ -223,27 +223,42 @@ __global__ void __launch_bounds__(kThreads) sample_stats_kernel(float* logits, i
   }
   if (!last_block(sc.done, r, &flag)) return;
 
-  // The row's last block: merge the chunks in id order.
+  // The row's last block: merge the chunks in id order, thread b holding chunk b's share (in one
+  // round trip to L2, then fixed reduction trees: deterministic).
   const SamplePartial* pr = sc.part + static_cast<int64_t>(r) * nb;
   __shared__ SampleState st_sh;
+  float bm = kNegInf, bsum = 0.0f, bz = kNegInf;
+  int barg = INT_MAX, bfin = 0;
+  if (static_cast<int>(threadIdx.x) < nb) {
+    const SamplePartial* q = pr + threadIdx.x;
+    bm = __ldcg(&q->raw_max);
+    bsum = __ldcg(&q->raw_sum);
+    bz = __ldcg(&q->z_max);
+    barg = __ldcg(&q->z_arg);
+    bfin = __ldcg(&q->n_finite);
+  }
+  float M = warp_max(bm);
+  if (lane == 0) red_f[warp] = M;
+  __syncthreads();
+  M = kNegInf;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_f[w]);
+  __syncthreads();
+  float S = warp_sum(bm != kNegInf ? bsum * expf(bm - M) : 0.0f);
+  for (int o = 16; o > 0; o >>= 1) bfin += __shfl_xor_sync(0xffffffffu, bfin, o);
+  if (lane == 0) red_f[warp] = S, red_j[warp] = bfin;
+  __syncthreads();
+  S = 0.0f;
+  bfin = 0;
+  for (int w = 0; w < kWarps; ++w) S += red_f[w], bfin += red_j[w];
+  __syncthreads();
+  block_best(bz, barg, red_f, red_i);  // the lowest id holding the maximum
   if (threadIdx.x == 0) {
-    float M = kNegInf, S = 0.0f, Z = kNegInf;
-    int arg = INT_MAX, finite = 0;
-    for (int b = 0; b < nb; ++b) M = fmaxf(M, __ldcg(&pr[b].raw_max));
-    for (int b = 0; b < nb; ++b) {
-      const float bm = __ldcg(&pr[b].raw_max);
-      if (bm != kNegInf) S += __ldcg(&pr[b].raw_sum) * expf(bm - M);
-      const float bz = __ldcg(&pr[b].z_max);
-      if (bz > Z) Z = bz, arg = __ldcg(&pr[b].z_arg);  // chunks ascend: the first maximum is the lowest id
-      finite += __ldcg(&pr[b].n_finite);
-    }
-    if (arg == INT_MAX) arg = 0;  // every logit -inf: id 0
     SampleState st{};
     st.lse = M == kNegInf ? kNegInf : M + logf(S);
-    st.m = Z;
-    st.argmax = arg;
-    st.n_finite = finite;
-    st.done = p.temperature <= 0.0f || Z == kNegInf;
+    st.m = bz;
+    st.argmax = barg == INT_MAX ? 0 : barg;  // every logit -inf: id 0
+    st.n_finite = bfin;
+    st.done = p.temperature <= 0.0f || bz == kNegInf;
     sc.state[r] = st;
     st_sh = st;
   }
@@ -398,25 +413,24 @@ __global__ void __launch_bounds__(kThreads) sample_draw_kernel(const float* logi
   w = block_sum_u64(w, red);
   if (threadIdx.x == 0) sc.mass[static_cast<int64_t>(r) * nb + blockIdx.x] = w;
   if (!last_block(sc.done, r, &flag)) return;
-  if (threadIdx.x == 0) {
-    const unsigned long long* mass = sc.mass + static_cast<int64_t>(r) * nb;
-    unsigned long long W = 0;
-    for (int b = 0; b < nb; ++b) W += __ldcg(&mass[b]);
-    const unsigned long long x = sample_mulhi(sample_random_bits(p), W);
-    unsigned long long base = 0;
-    chosen = -1;
-    for (int b = 0; b < nb; ++b) {
-      const unsigned long long mb = __ldcg(&mass[b]);
-      if (x < base + mb) {
-        chosen = b;
-        break;
-      }
-      base += mb;
+  {  // thread b holds chunk b's weight: the chunk holding the draw's point
+    const unsigned long long mb =
+        static_cast<int>(threadIdx.x) < nb ? __ldcg(&sc.mass[static_cast<int64_t>(r) * nb + threadIdx.x]) : 0ull;
+    const unsigned long long ex = block_exclusive_u64(mb, red);
+    if (threadIdx.x == kThreads - 1) {
+      point = sample_mulhi(sample_random_bits(p), ex + mb);  // the total weight, in [0, W)
+      chosen = -1;
+      pick = st.argmax;  // unreachable fallback: W > point always
     }
-    point = x - base;
-    pick = st.argmax;  // unreachable fallback: W > x always
+    __syncthreads();
+    const unsigned long long x = point;
+    __syncthreads();
+    if (mb > 0 && ex <= x && x < ex + mb) {
+      chosen = static_cast<int>(threadIdx.x);
+      point = x - ex;
+    }
+    __syncthreads();
   }
-  __syncthreads();
   if (chosen >= 0) {  // walk chunk `chosen` in id order: thread t its kPer consecutive logits
     const int64_t clo = static_cast<int64_t>(chosen) * kChunk;
     const int cn = static_cast<int>(min(static_cast<int64_t>(kChunk), V - clo));
