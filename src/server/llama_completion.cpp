@@ -6,8 +6,9 @@
 // {"content", "stop", "stop_type" ("eos", "word", "limit"), "stopping_word", "tokens_predicted",
 // "tokens_evaluated", "tokens_cached", ...}; a stream is "data: {"content": ..., "stop": false}" events
 // ending with one whose "stop" is true and which carries those totals (no [DONE] line, as in llama.cpp).
-// Not supported here, so refused rather than ignored: n_probs (token probabilities), and the OpenAI
-// route's echo and logprobs.
+// As in llama.cpp, a negative temperature samples greedily and temperatures above 2 are taken (up to
+// 100). Not supported here, so refused rather than ignored: n_probs (token probabilities), and the
+// OpenAI route's echo and logprobs.
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/request_parse.h"
@@ -86,13 +87,23 @@ class LlamaCompletionSse : public SseFormatter {
 };
 
 void llama_completion(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
-  const ojson body = parse_json_body(body_text);
+  ojson body = parse_json_body(body_text);
+  // llama.cpp's temperature: below 0 samples greedily, and there is no upper bound of 2 (OpenAI's,
+  // which the other routes keep); the sampler takes up to 100.
+  std::optional<float> temperature;
+  if (const ojson* t = field(body, "temperature"); t && t->is_number()) {
+    const double x = t->get<double>();
+    if (!(x <= 100.0)) bad_request("temperature", fmt::format("'temperature' must be at most 100, got {}", x));
+    temperature = static_cast<float>(std::max(x, 0.0));
+    body.erase("temperature");
+  }
   for (const char* name : {"echo", "logprobs", "suffix"})
     if (const ojson* v = field(body, name); v && !v->is_null())
       bad_request(name, fmt::format("'{}' is not supported on /completion; /v1/completions takes it", name));
   if (auto n_probs = get_int(body, "n_probs", 0, 1024); n_probs && *n_probs > 0)
     bad_request("n_probs", "'n_probs' (token probabilities) is not supported by this server");
   CompletionRequest r = parse_completion_request(body);
+  if (temperature) r.gen.sampling.temperature = *temperature;
   // llama.cpp's default n_predict is -1 (up to the context's end), not the OpenAI route's 16 tokens.
   if (!field(body, "n_predict") && !field(body, "max_tokens") && !field(body, "max_completion_tokens"))
     r.gen.max_tokens.reset();

@@ -488,6 +488,16 @@ TEST(Routes, LlamaCppNativeCompletion) {
   Reply lr = post(c, "/completion", longp.dump());
   ASSERT_EQ(lr.status, 200) << lr.raw;
   EXPECT_EQ(lr.body["tokens_predicted"], 512 - 500);
+  // llama.cpp's temperatures: a negative one samples greedily, above OpenAI's 2 is taken (up to 100)
+  Reply neg = post(c, "/completion", R"({"prompt":"once upon","n_predict":12,"temperature":-1,"ignore_eos":true})");
+  ASSERT_EQ(neg.status, 200) << neg.raw;
+  EXPECT_EQ(neg.body["content"], want);
+  EXPECT_EQ(neg.body["generation_settings"]["temperature"], 0.0);
+  Reply hot = post(c, "/completion", R"({"prompt":"once upon","n_predict":4,"temperature":5,"seed":1})");
+  ASSERT_EQ(hot.status, 200) << hot.raw;
+  EXPECT_EQ(hot.body["generation_settings"]["temperature"], 5.0);
+  expect_error(post(c, "/completion", R"({"prompt":"x","temperature":101})"), 400);
+  expect_error(post(c, "/v1/completions", R"({"prompt":"x","temperature":5})"), 400);  // OpenAI's range there
   // what the route does not do is refused, not ignored
   expect_error(post(c, "/completion", R"({"prompt":"x","n_probs":3})"), 400);
   expect_error(post(c, "/completion", R"({"prompt":"x","logprobs":1})"), 400);
