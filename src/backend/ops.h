@@ -293,14 +293,17 @@ class Ops {
   // ---- sampling -------------------------------------------------------------------------------
   /** One token from each logit row, by the sampler backend/sampling.h defines: logits F32 [R, V]
    *  (CUDA overwrites each row's edited entries with their edited values; the CPU leaves them); rows
-   *  U8 [R * sizeof(SampleRow)]; edits U8 [n * sizeof(LogitEdit)], each row naming its range (their
-   *  `raw` fields are written), or empty; out U8 [R * sizeof(SampleResult)] (a row with `skip` set
+   *  U8 [R * sizeof(SampleRow)]; edits U8 [n * sizeof(LogitEdit)], each row naming its range (ranges
+   *  disjoint, ids unique within a row; their `raw` fields are written), or empty; out U8 [R * sizeof(SampleResult)] (a row with `skip` set
    *  leaves its result as it was). All on this device. Throws kInvalidArgument for a wrong dtype or
    *  size, and (CPU) for an edit range or id outside the row; the CUDA kernel skips such edits, so
    *  callers validate them on the host (engine/sampler.h does). `host_rows`, when given, are the same
    *  R rows in host memory: CUDA then skips the stages no row needs (the thresholds, the draw). */
   virtual void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
                       const SampleRow* host_rows = nullptr) = 0;
+  /** The longest logit row sample() takes (CUDA: 524,288); the engine checks its vocabulary against it
+   *  when it loads. */
+  virtual int64_t max_sample_row() const { return INT64_MAX; }
 };
 
 }  // namespace ft

@@ -75,6 +75,7 @@ class ProfilingOps final : public Ops {
                    const ExpertBank& bank, Tensor out) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr) override;
+  int64_t max_sample_row() const override { return inner_->max_sample_row(); }
 
  private:
   /** Runs `f` between two synchronize() calls and adds its time to `key`. */

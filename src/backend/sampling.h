@@ -127,14 +127,15 @@ FT_HOST_DEVICE inline uint32_t sample_order_key(uint32_t bits) {
   return bits ^ ((bits & 0x80000000u) ? 0xFFFFFFFFu : 0x80000000u);
 }
 
-/** z after step 2 for one edited id (x already NaN-cleaned to -inf). */
+/** z after step 2 for one edited id (x already NaN-cleaned to -inf; a NaN result is -inf too). */
 FT_HOST_DEVICE inline float sample_edit_logit(float x, const LogitEdit& e, const SampleRow& p, float neg_inf) {
   float z = x + e.bias;
   if ((e.flags & kEditSeen) && p.repetition_penalty != 1.0f)
     z = z > 0.0f ? z / p.repetition_penalty : z * p.repetition_penalty;
-  if (e.count > 0) z -= p.presence_penalty + p.frequency_penalty * static_cast<float>(e.count);
+  // fmaf, written out: nvcc would contract presence + frequency * count into one itself, gcc not.
+  if (e.count > 0) z -= fmaf(p.frequency_penalty, static_cast<float>(e.count), p.presence_penalty);
   if ((e.flags & kEditEos) && p.mask_eos) z = neg_inf;
-  return z;
+  return z != z ? neg_inf : z;  // NaN (+inf biased by -inf) counts as -inf, as a NaN logit does
 }
 
 /** e^x for x <= 0 (step 4's probabilities), identical on host and device: x = n ln 2 + r with n =

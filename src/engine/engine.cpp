@@ -61,6 +61,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                                                        options_.kv_tokens, kv_dtype, graphs ? 1 : 0});
   max_blocks_ = kv_->pool().n_pages();
   options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
+  if (c.n_vocab > ops_->max_sample_row())
+    fail(ErrorCode::kUnsupported, "a vocabulary of {} tokens exceeds the {} backend's sampler ({} at most)", c.n_vocab,
+         ops_->name(), ops_->max_sample_row());
   state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
   auto make = [&](DType dt, std::initializer_list<int64_t> shape) {
     Tensor t(nullptr, dt, shape, ops_->device());
@@ -325,17 +328,37 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
   for (const StepItem& it : items) R += it.n_logits;
   if (static_cast<int64_t>(rows.size()) != R)
     fail(ErrorCode::kInvalidArgument, "engine step: {} sampling rows for {} logit rows", rows.size(), R);
+  // The limits begin_step checks, before anything is staged in buffers sized by them.
+  if (R > options_.max_logit_rows)
+    fail(ErrorCode::kInvalidArgument, "engine step: {} logit rows exceed the planned {}", R, options_.max_logit_rows);
+  if (static_cast<int64_t>(items.size()) > options_.max_seqs)
+    fail(ErrorCode::kInvalidArgument, "engine step: {} sequences (1..{} allowed)", items.size(), options_.max_seqs);
+  // The edits' contract (Ops::sample): each row's range inside `edits`, ranges disjoint, ids in the
+  // vocabulary and unique within a row (the device applies a row's edits in parallel).
   const auto n_edits = static_cast<int64_t>(edits.size());
-  for (const SampleRow& r : rows) {
-    if (r.skip) continue;
-    if (r.edit_begin < 0 || r.edit_end < r.edit_begin || r.edit_end > n_edits)
-      fail(ErrorCode::kInvalidArgument, "engine step: a sampling row names edits [{}, {}) of {}", r.edit_begin,
-           r.edit_end, n_edits);
+  edit_owner_.assign(static_cast<size_t>(n_edits), -1);
+  if (static_cast<int64_t>(edit_stamp_.size()) < c.n_vocab) edit_stamp_.assign(static_cast<size_t>(c.n_vocab), -1);
+  for (int64_t r = 0; r < R; ++r) {
+    const SampleRow& row = rows[static_cast<size_t>(r)];
+    if (row.skip) continue;
+    const int64_t stamp = ++edit_stamp_count_;  // marks this row's ids in edit_stamp_
+    if (row.edit_begin < 0 || row.edit_end < row.edit_begin || row.edit_end > n_edits)
+      fail(ErrorCode::kInvalidArgument, "engine step: a sampling row names edits [{}, {}) of {}", row.edit_begin,
+           row.edit_end, n_edits);
+    for (int32_t j = row.edit_begin; j < row.edit_end; ++j) {
+      if (edit_owner_[static_cast<size_t>(j)] >= 0)
+        fail(ErrorCode::kInvalidArgument, "engine step: sampling rows {} and {} share edit {}",
+             edit_owner_[static_cast<size_t>(j)], r, j);
+      edit_owner_[static_cast<size_t>(j)] = static_cast<int32_t>(r);
+      const int32_t id = edits[static_cast<size_t>(j)].id;
+      if (id < 0 || id >= c.n_vocab)
+        fail(ErrorCode::kInvalidArgument, "engine step: a logit edit names token {} outside the vocabulary (0..{})", id,
+             c.n_vocab - 1);
+      if (edit_stamp_[static_cast<size_t>(id)] == stamp)
+        fail(ErrorCode::kInvalidArgument, "engine step: sampling row {} edits token {} twice", r, id);
+      edit_stamp_[static_cast<size_t>(id)] = stamp;
+    }
   }
-  for (const LogitEdit& e : edits)
-    if (e.id < 0 || e.id >= c.n_vocab)
-      fail(ErrorCode::kInvalidArgument, "engine step: a logit edit names token {} outside the vocabulary (0..{})", e.id,
-           c.n_vocab - 1);
   if (R == 0) {
     end_step(begin_step(items));
     return {};

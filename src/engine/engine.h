@@ -98,8 +98,9 @@ class Engine {
    *  in item order; a row with `skip` set draws nothing and its result is left unset), `edits` the
    *  ranges they name. Returns the results [R] (pinned host memory on CUDA), valid until the next step:
    *  a few hundred bytes a row cross the bus instead of 4 * n_vocab. Throws what step() throws, and
-   *  kInvalidArgument for a row count other than R, an edit range outside `edits` or an edit id outside
-   *  the vocabulary. */
+   *  kInvalidArgument for a row count other than R, an edit range outside `edits`, two rows sharing an
+   *  edit, an edit id outside the vocabulary or twice in a row (engine/sampler.h's Sampler::prepare
+   *  makes valid rows). */
   std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
                                             std::span<const LogitEdit> edits);
 
@@ -205,6 +206,10 @@ class Engine {
   Buffer d_sample_, h_sample_in_, h_sample_out_, d_logits_f32_;
   int64_t sample_edit_cap_ = 0, sample_out_offset_ = 0;
   bool sample_busy_ = false;  // an upload from h_sample_in_ may still be in flight
+  // step_sample's checks of the edits: the row owning each edit, and per token the last row stamp.
+  std::vector<int32_t> edit_owner_;
+  std::vector<int64_t> edit_stamp_;
+  int64_t edit_stamp_count_ = 0;
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;

@@ -69,8 +69,8 @@ class Sampler {
 
   /** Chooses the next token from `logits` (float32 [vocab_size]; not modified) on the host and records it
    *  as generated: prepare, the CPU backend's sample_row, take. NaN logits count as -inf. A row with no
-   *  finite logit (fully masked) yields the lowest allowed id with logprob -inf: a defined result, never
-   *  NaN. */
+   *  finite logit after the edits (fully masked) yields id 0, with its raw logit's logprob (-inf when no
+   *  raw logit is finite either): a defined result, never NaN. */
   SampledToken sample(const float* logits);
 
   /** Records a token as generated without sampling it (e.g. forced or teacher-forced tokens). */

@@ -237,6 +237,17 @@ TEST(CpuSample, EditsApplyInTheProcessorOrderAndKeepRawLogprobs) {
   EXPECT_EQ(run(y, 4, {row}, &edits)[0].id, 2);
 }
 
+TEST(SampleEditLogit, PenaltyIsOneFmaAndNaNIsMinusInfinity) {
+  SampleRow p;
+  p.presence_penalty = 0.1f;
+  p.frequency_penalty = 0.1f;
+  const LogitEdit e{0, 0.0f, 6, 0, 0.0f};
+  // One rounding (fmaf), as the device computes it: 0.1 * 6 + 0.1 unfused rounds to another float.
+  EXPECT_EQ(sample_edit_logit(1.0f, e, p, kNegInf), 1.0f - std::fmaf(0.1f, 6.0f, 0.1f));
+  const LogitEdit ban{0, kNegInf, 0, 0, 0.0f};
+  EXPECT_EQ(sample_edit_logit(std::numeric_limits<float>::infinity(), ban, SampleRow{}, kNegInf), kNegInf);
+}
+
 TEST(CpuSample, SkippedRowsAreLeftAndBadArgumentsRefused) {
   const std::vector<float> x = {0.0f, 1.0f};
   SampleRow skip;

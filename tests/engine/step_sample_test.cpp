@@ -50,8 +50,30 @@ TEST(StepSample, RefusesRowsThatDoNotMatchTheStep) {
   EXPECT_THROW(engine->step_sample(items, one, {}), Error);
   const std::vector<LogitEdit> bad = {{100000, 1.0f, 0, 0, 0.0f}};
   EXPECT_THROW(engine->step_sample(items, one, bad), Error);
+  const std::vector<LogitEdit> twice = {{5, 1.0f, 0, 0, 0.0f}, {5, 2.0f, 0, 0, 0.0f}};  // id 5 twice in a row
+  one[0].edit_end = 2;
+  EXPECT_THROW(engine->step_sample(items, one, twice), Error);
   one[0].edit_end = 0;
   EXPECT_EQ(engine->step_sample(items, one, {}).size(), 1u);
+  // Two rows sharing an edit (the device would race on it), and more rows than planned.
+  BlockTable u;
+  ASSERT_TRUE(u.reserve(pool, 16));
+  const std::vector<StepItem> both = {{&t.pages(), 2, ids.data(), 1, 1}, {&u.pages(), 0, ids.data(), 1, 1}};
+  std::vector<SampleRow> shared(2);
+  shared[0].edit_end = shared[1].edit_end = 1;
+  const std::vector<LogitEdit> e1 = {{5, 1.0f, 0, 0, 0.0f}};
+  EXPECT_THROW(engine->step_sample(both, shared, e1), Error);
+  EngineOptions o = small_engine_options();
+  o.max_logit_rows = 1;
+  auto narrow = Engine::load(shared_dir() + "/data/models/stories260K.gguf", o);
+  BlockTable a, b;
+  ASSERT_TRUE(a.reserve(narrow->kv().pool(), 16));
+  ASSERT_TRUE(b.reserve(narrow->kv().pool(), 16));
+  const std::vector<StepItem> two_items = {{&a.pages(), 0, ids.data(), 1, 1}, {&b.pages(), 0, ids.data(), 1, 1}};
+  EXPECT_THROW(narrow->step_sample(two_items, two, {}), Error);
+  a.release(narrow->kv().pool());
+  b.release(narrow->kv().pool());
+  u.release(pool);
   t.release(pool);
 }
 

@@ -72,13 +72,13 @@ TEST_F(CudaSample, MatchesCpuExactly) {
     skip.skip = 1;
     rows.push_back(skip);
     std::vector<LogitEdit> edits = {{static_cast<int32_t>(V - 1), 5.0f, 0, 0, 0.0f},
-                                    {1, 0.0f, 2, kEditSeen, 0.0f},
+                                    {1, 0.0f, 6, kEditSeen, 0.0f},
                                     {2, 0.0f, 0, kEditEos, 0.0f},
                                     {0, -100.0f, 0, kEditSeen, 0.0f}};
     SampleRow edited = row_with(0.8f, 0, 0.95f, 0.0f, 2, 9);
     edited.repetition_penalty = 1.5f;
-    edited.presence_penalty = 0.4f;
-    edited.frequency_penalty = 0.2f;
+    edited.presence_penalty = 0.1f;  // 0.1 + 0.1 * 6 rounds differently unfused (a review's case)
+    edited.frequency_penalty = 0.1f;
     edited.mask_eos = 1;
     edited.edit_end = static_cast<int32_t>(edits.size());
     rows.push_back(edited);

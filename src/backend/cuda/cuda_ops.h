@@ -83,6 +83,7 @@ class CudaOps final : public Ops {
                    const ExpertBank& bank, Tensor out) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr) override;
+  int64_t max_sample_row() const override;
 
   // ---- for the engine (CUDA graphs) and for the op files of this backend ----------------------
 

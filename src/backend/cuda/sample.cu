@@ -463,6 +463,8 @@ __global__ void __launch_bounds__(kThreads) sample_draw_kernel(const float* logi
 }  // namespace
 }  // namespace cuda
 
+int64_t CudaOps::max_sample_row() const { return int64_t{cuda::kMaxChunks} * cuda::kChunk; }
+
 void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
                      const SampleRow* host_rows) {
   forget_prepared();
@@ -487,8 +489,9 @@ void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Ten
     top_p = top_p || r.top_p < 1.0f;
   }
   cuda::SampleScratch sc{};
-  sc.done = static_cast<unsigned*>(zeroed_scratch(Scratch::kSampleDone, R * 4 + R * cuda::kMaxBins * 8));
-  sc.hist = reinterpret_cast<unsigned long long*>(sc.done + ((R + 1) / 2) * 2);
+  const int64_t done_words = (R + 1) / 2 * 2;  // the counters, then the histograms 8-byte aligned
+  sc.done = static_cast<unsigned*>(zeroed_scratch(Scratch::kSampleDone, done_words * 4 + R * cuda::kMaxBins * 8));
+  sc.hist = reinterpret_cast<unsigned long long*>(sc.done + done_words);
   const int64_t state_bytes = R * static_cast<int64_t>(sizeof(cuda::SampleState));
   const int64_t part_bytes = R * nb * static_cast<int64_t>(sizeof(cuda::SamplePartial));
   const int64_t cand_bytes = R * nb * kMaxTopLogprobs * static_cast<int64_t>(sizeof(cuda::SampleCand));
