@@ -84,10 +84,13 @@ void check_same_shape(const char* op, const char* arg, const Tensor& t, const Te
 
 /** Scratch of sample_row, grown to the vocabulary once. */
 struct SampleScratch {
-  std::vector<float> z;                                // [V] edited logits
-  std::vector<int32_t> order;                          // [V] ids (top_logprobs)
-  std::vector<std::pair<uint32_t, uint64_t>> cand;     // (order key, weight) of the candidates
-  std::vector<uint32_t> keys;                          // finite keys (top-k)
+  std::vector<float> z;         // [V] edited logits
+  std::vector<int32_t> order;   // [V] ids (top_logprobs)
+  std::vector<float> p;         // [V] exp((z - m) / T)
+  std::vector<uint32_t> keys;   // [V] order keys of z
+  std::vector<uint64_t> w;      // [V] integer weights
+  std::vector<uint32_t> sorted; // finite keys (top-k)
+  std::vector<uint64_t> hist;   // radix histogram (top-p)
 };
 /** Samples one token from the logit row x [V] (float32, not modified) as backend/sampling.h defines
  *  it: `p` names its range of `edits`, whose `raw` fields it writes; the result goes to `out`. */
