@@ -49,6 +49,10 @@ struct BenchArgs {
   int64_t warmup_steps = 3;
   int64_t route_sample_steps = 4;
   int64_t copy_mib = 0;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
   bool json = false;
   bool profile_ops = false;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
@@ -118,6 +122,10 @@ int bench(const BenchArgs& a) {
   bo.copy_bytes = a.copy_mib << 20;
   bo.threads = a.engine.threads;
   bo.seed = a.seed;
+  bo.temperature = a.temperature;
+  bo.top_k = a.top_k;
+  bo.top_p = a.top_p;
+  bo.min_p = a.min_p;
   EngineOptions eo = engine_options(a.engine);
   plan_bench_engine(bo, eo);
 
@@ -193,6 +201,13 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "Untimed decode steps whose routed experts are counted (0 = assume uniform routing)")
       ->capture_default_str();
   cmd->add_option("--copy-mib", args->copy_mib, "Size of the bandwidth-probe copy in MiB (0 = 1024 CUDA, 256 CPU)")
+      ->capture_default_str();
+  cmd->add_option("--temperature", args->temperature,
+                  "Sampling temperature of every step's rows, on the backend (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Sampling: keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "Sampling: nucleus mass (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", args->min_p, "Sampling: drop tokens below min_p x the best probability")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
   cmd->add_flag("--profile-ops", args->profile_ops,

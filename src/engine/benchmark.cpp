@@ -13,6 +13,7 @@
 
 #include "backend/device.h"
 #include "engine/route_stats.h"
+#include "engine/sampler.h"
 #include "engine/synthetic_weights.h"
 #include "kv/page_pool.h"
 #include "moe/host_memory.h"
@@ -233,14 +234,33 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   auto release = [&](std::vector<BlockTable>& tables) {
     for (BlockTable& t : tables) t.release(pool);
   };
-  // Every step samples its logit rows greedily on the backend (Engine::step_sample), as a server step
-  // does, so the timed step includes the sampler and its few bytes back instead of the logits.
-  std::vector<SampleRow> greedy_rows;
+  // Every step samples its rows on the backend (Engine::step_sample) as a server step does, so the
+  // timed step includes the sampler and its few bytes back instead of the logits. The sampled ids
+  // are not fed back: the next step's tokens stay random, as llama-bench's.
+  SamplingParams sp;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.min_p = o.min_p;
+  sp.seed = o.seed;
+  sp.validate();
+  r.sampling = o.temperature <= 0.0f ? std::string("greedy") : fmt::format("temperature {}", o.temperature);
+  if (o.temperature > 0.0f && o.top_k > 0) r.sampling += fmt::format(", top-k {}", o.top_k);
+  if (o.temperature > 0.0f && o.top_p < 1.0f) r.sampling += fmt::format(", top-p {}", o.top_p);
+  if (o.temperature > 0.0f && o.min_p > 0.0f) r.sampling += fmt::format(", min-p {}", o.min_p);
+  const Sampler sampler(sp, static_cast<int32_t>(c.n_vocab), {});
+  std::vector<SampleRow> rows;
+  std::vector<LogitEdit> no_edits;
+  uint32_t counter = 0;
   auto run_step = [&](const std::vector<StepItem>& items) {
     int64_t R = 0;
     for (const StepItem& it : items) R += it.n_logits;
-    greedy_rows.assign(static_cast<size_t>(R), SampleRow{});
-    engine.step_sample(items, greedy_rows, {});
+    rows.resize(static_cast<size_t>(R));
+    for (SampleRow& row : rows) {
+      sampler.prepare(row, no_edits);
+      row.counter_lo = counter++;  // a fresh draw every row and step
+    }
+    engine.step_sample(items, rows, no_edits);
   };
   // Prefill: prompts packed into forwards of at most max_step_tokens tokens.
   auto prefill = [&](std::vector<BlockTable>& tables, const std::vector<std::vector<int32_t>>& prompts) {
@@ -439,6 +459,7 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"copy_bytes", r.copy_bytes},
           {"h2d_bandwidth_gbs", r.h2d_bandwidth > 0 ? nlohmann::json(r.h2d_bandwidth / 1e9) : nlohmann::json(nullptr)},
           {"moe_plan", r.moe_plan},
+          {"sampling", r.sampling},
           {"peak_host_rss_bytes", r.peak_host_rss},
           {"profiled", r.profiled},
           {"device_memory_bytes", r.device_memory >= 0 ? nlohmann::json(r.device_memory) : nlohmann::json(nullptr)},
@@ -459,7 +480,8 @@ std::string bench_table(const BenchReport& r) {
                    static_cast<double>(r.copy_bytes) / (1 << 20));
   if (!r.moe_plan.empty())
     s += fmt::format("experts  {}\n", r.moe_plan.rfind("moe: ", 0) == 0 ? r.moe_plan.substr(5) : r.moe_plan);
-  s += fmt::format("prompt   {} tokens, {} decode steps per batch size\n", r.prompt_tokens, r.gen_tokens);
+  s += fmt::format("prompt   {} tokens, {} decode steps per batch size, sampling {} on the backend\n",
+                   r.prompt_tokens, r.gen_tokens, r.sampling);
   if (r.profiled)
     s += "profiled every op ran between synchronisations and eagerly: the rates below are slower than a plain run\n";
   s += "\n";

@@ -46,6 +46,12 @@ struct BenchOptions {
   int threads = 0;                      // CPU copy-probe threads (0: all cores)
   uint64_t seed = 0;                    // token ids
   int64_t device_free_before = -1;      // cuda_free_memory(0) before the engine was built (-1: unknown)
+  /** How every step samples its rows on the backend (--temperature, --top-k, --top-p, --min-p;
+   *  default greedy); the draws are seeded by `seed`. */
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
 };
 
 /** One batch size's numbers. Rates are 0 when their time is 0. */
@@ -96,6 +102,7 @@ struct BenchReport {
   int64_t copy_bytes = 0;               // size of the probe copy
   double h2d_bandwidth = 0;             // bytes/s of a pinned host -> device copy (measured when experts are offloaded)
   std::string moe_plan;                 // MoePlan::summary() of the engine (empty: dense model)
+  std::string sampling;                 // how the steps sampled: "greedy" or "temperature 0.7, top-p 0.9"
   std::vector<BenchBatch> batches;
   int64_t peak_host_rss = 0;            // bytes (VmHWM)
   int64_t device_memory = -1;           // bytes used on the device, -1 unknown

@@ -47,9 +47,11 @@ TEST(BenchCli, JsonHasTheDocumentedKeys) {
   for (const char* key :
        {"model", "arch", "device", "activation_dtype", "weight_type", "n_layer", "n_expert", "n_expert_used",
         "weight_bytes", "dense_bytes", "routed_expert_bytes", "prompt_tokens", "gen_tokens", "copy_bandwidth_gbs",
-        "copy_bytes", "peak_host_rss_bytes", "device_memory_bytes", "device_memory_note", "results", "synthetic"})
+        "copy_bytes", "peak_host_rss_bytes", "device_memory_bytes", "device_memory_note", "results", "synthetic",
+        "sampling"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["device"], "cpu");
+  EXPECT_EQ(j["sampling"], "greedy");
   EXPECT_EQ(j["arch"], "qwen3_moe");
   EXPECT_EQ(j["weight_type"], "Q8_0");
   EXPECT_EQ(j["synthetic"]["preset"], "tiny-moe");
@@ -193,6 +195,15 @@ TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
   EXPECT_NE(table.find("mixtral"), std::string::npos);
 }
 
+TEST(BenchCli, StepsSampleAsAsked) {
+  // Every step samples on the backend with --temperature / --top-k / --top-p / --min-p (greedy by default).
+  const Result r = run_ft(std::string(kTinyBench) + " --temperature 0.7 --top-k 40 --top-p 0.9 --min-p 0.05");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["sampling"], "temperature 0.7, top-k 40, top-p 0.9, min-p 0.05");
+  for (const auto& b : j["results"]) EXPECT_EQ(b["decode_steps"], 4);
+}
+
 TEST(BenchCli, WriteGgufWritesTheSyntheticModel) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("ft_bench_" + std::to_string(::getpid()) + ".gguf")).string();
@@ -238,6 +249,9 @@ TEST(BenchCli, BadRequestsExitWithCode2) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--route-sample-steps -1 must be >= 0"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("warmup"), std::string::npos) << r.err;
+  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --temperature 0.7 --top-p 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("top_p must be in (0, 1]"), std::string::npos) << r.err;
   r = run_ft("bench --list-presets");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("deepseek-v2-lite"), std::string::npos);
