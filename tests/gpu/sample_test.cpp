@@ -164,6 +164,41 @@ TEST_F(CudaSample, MatchesCpuExactly) {
   }
 }
 
+TEST_F(CudaSample, HostRowsSkipOnlyTheStagesNoRowNeeds) {
+  // Given the rows on the host too, the backend launches only the stages some row needs: here no
+  // top-k (top-p, plain temperature and greedy rows), then no threshold at all (temperature only).
+  const int64_t V = 151936;
+  for (const bool with_top_p : {true, false}) {
+    std::vector<SampleRow> rows;
+    for (uint64_t c = 0; c < 6; ++c) {
+      rows.push_back(row_with(1.0f, 0, 1.0f, 0.0f, 0, c));
+      rows.push_back(row_with(0.0f, 0, 1.0f, 0.0f, 2, c));
+      if (with_top_p) rows.push_back(row_with(0.7f, 0, 0.9f, 0.0f, 0, c));
+    }
+    const auto R = static_cast<int64_t>(rows.size());
+    std::mt19937 rng(with_top_p ? 5u : 6u);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(R * V));
+    for (float& v : x) v = nd(rng);
+    std::vector<SampleResult> want(rows.size()), got(rows.size());
+    std::vector<float> xc = x;
+    const auto rb = R * static_cast<int64_t>(sizeof(SampleRow)), ob = R * static_cast<int64_t>(sizeof(SampleResult));
+    cpu().sample(Tensor(xc.data(), DType::F32, {R, V}), Tensor(rows.data(), DType::U8, {rb}), Tensor(),
+                 Tensor(want.data(), DType::U8, {ob}));
+    std::vector<uint8_t> rbytes(static_cast<size_t>(rb)), obytes(static_cast<size_t>(ob));
+    std::memcpy(rbytes.data(), rows.data(), rbytes.size());
+    Tensor d_out = arena().dev_bytes(obytes, DType::U8, {ob});
+    gpu().sample(arena().dev_from(x, DType::F32, {R, V}), arena().dev_bytes(rbytes, DType::U8, {rb}), Tensor(), d_out,
+                 rows.data());
+    gpu().copy(d_out, Tensor(got.data(), DType::U8, {ob}));
+    for (int64_t r = 0; r < R; ++r) {
+      EXPECT_EQ(got[static_cast<size_t>(r)].id, want[static_cast<size_t>(r)].id) << "row " << r << " top-p " << with_top_p;
+      EXPECT_NEAR(got[static_cast<size_t>(r)].logprob, want[static_cast<size_t>(r)].logprob, 1e-4);
+      EXPECT_EQ(got[static_cast<size_t>(r)].n_top, want[static_cast<size_t>(r)].n_top);
+    }
+  }
+}
+
 TEST(CudaStepSample, EqualsTheHostSamplerOnTheStepsLogits) {
   if (cuda_device_count() == 0) {
     if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
