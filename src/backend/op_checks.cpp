@@ -1,5 +1,7 @@
 #include "backend/op_checks.h"
 
+#include <vector>
+
 #include "util/error.h"
 
 namespace ft::op_checks {
@@ -69,6 +71,34 @@ int64_t sample(const Tensor& logits, const Tensor& rows, const Tensor& edits, co
   if (edits.bytes() % static_cast<int64_t>(sizeof(LogitEdit)) != 0)
     fail(ErrorCode::kInvalidArgument, "sample: edits holds {} bytes, not a whole number of edits", edits.bytes());
   return edits.bytes() / static_cast<int64_t>(sizeof(LogitEdit));
+}
+
+void sample_edits(const char* op, const SampleRow* rows, int64_t R, const LogitEdit* edits, int64_t n, int64_t V) {
+  thread_local std::vector<int32_t> owner;   // [n] the row holding each edit
+  thread_local std::vector<int64_t> stamp;   // [V] the last row (stamp) that edited each id
+  thread_local int64_t stamps = 0;
+  owner.assign(static_cast<size_t>(n), -1);
+  if (static_cast<int64_t>(stamp.size()) < V) stamp.assign(static_cast<size_t>(V), -1);
+  for (int64_t r = 0; r < R; ++r) {
+    const SampleRow& row = rows[r];
+    if (row.skip) continue;
+    if (row.edit_begin < 0 || row.edit_end < row.edit_begin || row.edit_end > n)
+      fail(ErrorCode::kInvalidArgument, "{}: sampling row {} names edits [{}, {}) of {}", op, r, row.edit_begin,
+           row.edit_end, n);
+    const int64_t mark = ++stamps;
+    for (int32_t j = row.edit_begin; j < row.edit_end; ++j) {
+      int32_t& o = owner[static_cast<size_t>(j)];
+      if (o >= 0) fail(ErrorCode::kInvalidArgument, "{}: sampling rows {} and {} share edit {}", op, o, r, j);
+      o = static_cast<int32_t>(r);
+      const int32_t id = edits[j].id;
+      if (id < 0 || id >= V)
+        fail(ErrorCode::kInvalidArgument, "{}: sampling row {} edits token {}, outside the vocabulary [0, {})", op, r,
+             id, V);
+      if (stamp[static_cast<size_t>(id)] == mark)
+        fail(ErrorCode::kInvalidArgument, "{}: sampling row {} edits token {} twice", op, r, id);
+      stamp[static_cast<size_t>(id)] = mark;
+    }
+  }
 }
 
 }  // namespace ft::op_checks

@@ -21,5 +21,10 @@ void batch(const char* op, const BatchInfo& b);
  *  number of LogitEdits, whose count it returns. Throws ft::Error(kInvalidArgument) naming the argument. */
 int64_t sample(const Tensor& logits, const Tensor& rows, const Tensor& edits, const Tensor& out);
 
+/** The edits' contract of Ops::sample, on host copies of its R rows and n edits over rows of V logits:
+ *  every row not skipped names a range inside [0, n), the ranges are disjoint, and a range's ids lie in
+ *  [0, V) and are unique. Throws ft::Error(kInvalidArgument) naming `op`. Reads its data (host code). */
+void sample_edits(const char* op, const SampleRow* rows, int64_t R, const LogitEdit* edits, int64_t n, int64_t V);
+
 
 }  // namespace ft::op_checks

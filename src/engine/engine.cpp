@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda_factory.h"
 #include "backend/device.h"
+#include "backend/op_checks.h"
 #include "model/blocks.h"
 #include "model/registry.h"
 #include "util/error.h"
@@ -324,73 +325,52 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
                                                   std::span<const SampleRow> rows, std::span<const LogitEdit> edits) {
   std::lock_guard<std::mutex> lock(step_mu_);
   const ModelConfig& c = model_->config();
-  int64_t R = 0;
-  for (const StepItem& it : items) R += it.n_logits;
-  if (static_cast<int64_t>(rows.size()) != R)
-    fail(ErrorCode::kInvalidArgument, "engine step: {} sampling rows for {} logit rows", rows.size(), R);
-  // The limits begin_step checks, before anything is staged in buffers sized by them.
-  if (R > options_.max_logit_rows)
-    fail(ErrorCode::kInvalidArgument, "engine step: {} logit rows exceed the planned {}", R, options_.max_logit_rows);
-  if (static_cast<int64_t>(items.size()) > options_.max_seqs)
-    fail(ErrorCode::kInvalidArgument, "engine step: {} sequences (1..{} allowed)", items.size(), options_.max_seqs);
-  // The edits' contract (Ops::sample): each row's range inside `edits`, ranges disjoint, ids in the
-  // vocabulary and unique within a row (the device applies a row's edits in parallel).
   const auto n_edits = static_cast<int64_t>(edits.size());
-  edit_owner_.assign(static_cast<size_t>(n_edits), -1);
-  if (static_cast<int64_t>(edit_stamp_.size()) < c.n_vocab) edit_stamp_.assign(static_cast<size_t>(c.n_vocab), -1);
-  for (int64_t r = 0; r < R; ++r) {
-    const SampleRow& row = rows[static_cast<size_t>(r)];
-    if (row.skip) continue;
-    const int64_t stamp = ++edit_stamp_count_;  // marks this row's ids in edit_stamp_
-    if (row.edit_begin < 0 || row.edit_end < row.edit_begin || row.edit_end > n_edits)
-      fail(ErrorCode::kInvalidArgument, "engine step: a sampling row names edits [{}, {}) of {}", row.edit_begin,
-           row.edit_end, n_edits);
-    for (int32_t j = row.edit_begin; j < row.edit_end; ++j) {
-      if (edit_owner_[static_cast<size_t>(j)] >= 0)
-        fail(ErrorCode::kInvalidArgument, "engine step: sampling rows {} and {} share edit {}",
-             edit_owner_[static_cast<size_t>(j)], r, j);
-      edit_owner_[static_cast<size_t>(j)] = static_cast<int32_t>(r);
-      const int32_t id = edits[static_cast<size_t>(j)].id;
-      if (id < 0 || id >= c.n_vocab)
-        fail(ErrorCode::kInvalidArgument, "engine step: a logit edit names token {} outside the vocabulary (0..{})", id,
-             c.n_vocab - 1);
-      if (edit_stamp_[static_cast<size_t>(id)] == stamp)
-        fail(ErrorCode::kInvalidArgument, "engine step: sampling row {} edits token {} twice", r, id);
-      edit_stamp_[static_cast<size_t>(id)] = stamp;
-    }
-  }
+  op_checks::sample_edits("engine step", rows.data(), static_cast<int64_t>(rows.size()), edits.data(), n_edits,
+                          c.n_vocab);
+  // Inputs: R rows then the edits, staged in pinned memory and uploaded in one copy queued after the
+  // step's checks and before its forward (off the path from the forward's last kernel to the results);
+  // the results come back in one copy (a few hundred bytes a row instead of the logits' 4 * n_vocab).
+  struct Staged {  // one capture, so the hook stays within std::function's inline storage (no allocation)
+    std::span<const SampleRow> rows;
+    std::span<const LogitEdit> edits;
+    Tensor d_rows, d_edits, d_out;
+  } staged{rows, edits, {}, {}, {}};
+  const StepStart st = begin_step(items, [this, &staged](int64_t R) {
+    const std::span<const SampleRow> rows = staged.rows;
+    const std::span<const LogitEdit> edits = staged.edits;
+    if (static_cast<int64_t>(rows.size()) != R)
+      fail(ErrorCode::kInvalidArgument, "engine step: {} sampling rows for {} logit rows", rows.size(), R);
+    if (R == 0) return;
+    reserve_sample_buffers(static_cast<int64_t>(edits.size()));
+    if (sample_busy_) ops_->synchronize();  // a step that threw may have left its upload in flight
+    sample_busy_ = true;
+    auto* in = static_cast<uint8_t*>(h_sample_in_.data());
+    std::memcpy(in, rows.data(), rows.size_bytes());
+    if (!edits.empty()) std::memcpy(in + rows.size_bytes(), edits.data(), edits.size_bytes());
+    const auto row_bytes = static_cast<int64_t>(rows.size_bytes());
+    const int64_t in_bytes = row_bytes + static_cast<int64_t>(edits.size_bytes());
+    auto* dev = static_cast<uint8_t*>(d_sample_.data());
+    const Device where = ops_->device();
+    ops_->copy(Tensor(in, DType::U8, {in_bytes}), Tensor(dev, DType::U8, {in_bytes}, where));
+    staged.d_rows = Tensor(dev, DType::U8, {row_bytes}, where);
+    if (!edits.empty()) staged.d_edits = Tensor(dev + row_bytes, DType::U8, {in_bytes - row_bytes}, where);
+    staged.d_out = Tensor(dev + sample_out_offset_, DType::U8, {R * static_cast<int64_t>(sizeof(SampleResult))}, where);
+  });
+  const int64_t R = st.rows;
   if (R == 0) {
-    end_step(begin_step(items));
+    end_step(st);
     return {};
   }
-  // Inputs: R rows then the edits, staged in pinned memory and uploaded in one copy queued before the
-  // forward (off the path from its last kernel to the results); the results come back in one copy (a
-  // few hundred bytes a row instead of the logits' 4 * n_vocab).
-  const int64_t in_bytes = R * static_cast<int64_t>(sizeof(SampleRow)) + n_edits * static_cast<int64_t>(sizeof(LogitEdit));
-  reserve_sample_buffers(n_edits);
-  if (sample_busy_) ops_->synchronize();  // a step that threw may have left its upload in flight
-  sample_busy_ = true;
-  auto* in = static_cast<uint8_t*>(h_sample_in_.data());
-  std::memcpy(in, rows.data(), rows.size_bytes());
-  if (n_edits > 0) std::memcpy(in + rows.size_bytes(), edits.data(), edits.size_bytes());
-  auto* dev = static_cast<uint8_t*>(d_sample_.data());
-  const Device where = ops_->device();
-  ops_->copy(Tensor(in, DType::U8, {in_bytes}), Tensor(dev, DType::U8, {in_bytes}, where));
-  const auto row_bytes = static_cast<int64_t>(rows.size_bytes());
-  const Tensor d_rows(dev, DType::U8, {row_bytes}, where);
-  const Tensor d_edits = n_edits > 0 ? Tensor(dev + row_bytes, DType::U8, {in_bytes - row_bytes}, where) : Tensor();
-  const int64_t out_bytes = R * static_cast<int64_t>(sizeof(SampleResult));
-  const Tensor d_out(dev + sample_out_offset_, DType::U8, {out_bytes}, where);
-  const StepStart st = begin_step(items);
   Tensor logits = d_logits_.slice(0, R);
   if (logits.dtype != DType::F32) {  // BF16 activations: the sampler reads F32
     if (d_logits_f32_.bytes() < R * c.n_vocab * 4) d_logits_f32_ = ops_->alloc(R * c.n_vocab * 4);
-    Tensor f32(d_logits_f32_.data(), DType::F32, {R, c.n_vocab}, where);
+    Tensor f32(d_logits_f32_.data(), DType::F32, {R, c.n_vocab}, ops_->device());
     ops_->copy(logits, f32);
     logits = f32;
   }
-  ops_->sample(logits, d_rows, d_edits, d_out, rows.data());
-  ops_->copy(d_out, Tensor(h_sample_out_.data(), DType::U8, {out_bytes}));
+  ops_->sample(logits, staged.d_rows, staged.d_edits, staged.d_out, rows.data());
+  ops_->copy(staged.d_out, Tensor(h_sample_out_.data(), DType::U8, {staged.d_out.bytes()}));
   sample_busy_ = false;
   graph_in_busy_ = false;  // the copy to the host waited for the stream
   end_step(st);
@@ -411,7 +391,8 @@ void Engine::reserve_sample_buffers(int64_t n_edits) {
   if (!h_sample_out_.data()) h_sample_out_ = ops_->alloc_host(R * static_cast<int64_t>(sizeof(SampleResult)));
 }
 
-Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items) {
+Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
+                                     const std::function<void(int64_t rows)>& before_forward) {
   const ModelConfig& c = model_->config();
   const int64_t S = static_cast<int64_t>(items.size()), page = kv_->config().page_size;
   if (S < 1 || S > options_.max_seqs)
@@ -461,6 +442,7 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items) {
     std::copy(pages.begin(), pages.end(), h_tables_.begin() + s * mb);
   }
   const bool decode = std::any_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; });
+  if (before_forward) before_forward(R);
   if (moe_) moe_->before_step(decode);
   if (GraphStep* gs = graph_step_for(items)) {
     run_graph_step(*gs, items);

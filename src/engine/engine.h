@@ -3,6 +3,7 @@
 // forward step over a batch of sequences (prefill chunks and decode tokens mixed). Generation
 // loops (engine/generate.h) and the scheduler build on step().
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -163,8 +164,11 @@ class Engine {
     bool decode = false;
   };
   /** A step's checks, staging and forward (graph or eager), up to the logits in d_logits_ (queued, not
-   *  waited for). Throws kInvalidArgument as step() does. */
-  StepStart begin_step(const std::vector<StepItem>& items);
+   *  waited for). `before_forward`, if set, runs after the checks and before anything is queued, with
+   *  the step's logit rows (step_sample queues its upload there). Throws kInvalidArgument as step()
+   *  does, and what before_forward throws. */
+  StepStart begin_step(const std::vector<StepItem>& items,
+                       const std::function<void(int64_t rows)>& before_forward = {});
   /** After the step's results reached the host: the MoE counters. */
   void end_step(const StepStart& st);
   /** The sampling buffers (step_sample) for at least `n_edits` edits. */
@@ -206,10 +210,6 @@ class Engine {
   Buffer d_sample_, h_sample_in_, h_sample_out_, d_logits_f32_;
   int64_t sample_edit_cap_ = 0, sample_out_offset_ = 0;
   bool sample_busy_ = false;  // an upload from h_sample_in_ may still be in flight
-  // step_sample's checks of the edits: the row owning each edit, and per token the last row stamp.
-  std::vector<int32_t> edit_owner_;
-  std::vector<int64_t> edit_stamp_;
-  int64_t edit_stamp_count_ = 0;
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).
   std::vector<int32_t> graph_sizes_;

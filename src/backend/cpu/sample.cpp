@@ -208,16 +208,11 @@ void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tens
   const auto* rp = static_cast<const SampleRow*>(rows.data);
   auto* ep = n_edits > 0 ? static_cast<LogitEdit*>(edits.data) : nullptr;
   auto* op = static_cast<SampleResult*>(out.data);
+  op_checks::sample_edits("sample", rp, R, ep, n_edits, V);
   thread_local cpu::SampleScratch scratch;
   for (int64_t r = 0; r < R; ++r) {
     const SampleRow& p = rp[r];
     if (p.skip) continue;
-    if (p.edit_begin < 0 || p.edit_end < p.edit_begin || p.edit_end > n_edits)
-      fail(ErrorCode::kInvalidArgument, "sample: row {} names edits [{}, {}) of {}", r, p.edit_begin, p.edit_end,
-           n_edits);
-    for (int32_t j = p.edit_begin; j < p.edit_end; ++j)
-      if (ep[j].id < 0 || ep[j].id >= V)
-        fail(ErrorCode::kInvalidArgument, "sample: row {} edits id {} outside the vocabulary [0, {})", r, ep[j].id, V);
     cpu::sample_row(logits.ptr<float>() + r * V, V, p, ep, op[r], scratch);
   }
 }
