@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "cli/flag_checks.h"
 #include "backend/cuda_factory.h"
 #include "backend/profiling_ops.h"
 #include "backend/device.h"
@@ -205,9 +206,13 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--temperature", args->temperature,
                   "Sampling temperature of every step's rows, on the backend (0 = greedy)")
       ->capture_default_str();
-  cmd->add_option("--top-k", args->top_k, "Sampling: keep the k most likely tokens (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", args->top_p, "Sampling: nucleus mass (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", args->min_p, "Sampling: drop tokens below min_p x the best probability")
+  cmd->add_option("--top-k", args->top_k, "Sampling (with --temperature > 0): keep the k most likely tokens (0 = off)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  cmd->add_option("--top-p", args->top_p, "Sampling (with --temperature > 0): nucleus mass (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--min-p", args->min_p,
+                  "Sampling (with --temperature > 0): drop tokens below min_p x the best probability")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
   cmd->add_flag("--profile-ops", args->profile_ops,

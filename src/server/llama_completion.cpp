@@ -97,9 +97,11 @@ void llama_completion(ServerContext& ctx, const std::string& body_text, httplib:
     temperature = static_cast<float>(std::max(x, 0.0));
     body.erase("temperature");
   }
-  for (const char* name : {"echo", "logprobs", "suffix"})
+  for (const char* name : {"echo", "logprobs"})
     if (const ojson* v = field(body, name); v && !v->is_null())
       bad_request(name, fmt::format("'{}' is not supported on /completion; /v1/completions takes it", name));
+  if (const ojson* v = field(body, "suffix"); v && !v->is_null())  // as on /v1/completions (no fill-in-the-middle)
+    bad_request("suffix", "'suffix' is not supported by this server");
   if (auto n_probs = get_int(body, "n_probs", 0, 1024); n_probs && *n_probs > 0)
     bad_request("n_probs", "'n_probs' (token probabilities) is not supported by this server");
   CompletionRequest r = parse_completion_request(body);

@@ -249,6 +249,9 @@ TEST(BenchCli, BadRequestsExitWithCode2) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--route-sample-steps -1 must be >= 0"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("warmup"), std::string::npos) << r.err;
+  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --temperature 1 --top-k -5");
+  EXPECT_EQ(r.code, 2);  // a fresh-user trial found it accepted and dropped
+  EXPECT_NE(r.err.find("--top-k"), std::string::npos) << r.err;
   r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --temperature 0.7 --top-p 0");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("top_p must be in (0, 1]"), std::string::npos) << r.err;

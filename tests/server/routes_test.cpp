@@ -500,6 +500,9 @@ TEST(Routes, LlamaCppNativeCompletion) {
   expect_error(post(c, "/v1/completions", R"({"prompt":"x","temperature":5})"), 400);  // OpenAI's range there
   // what the route does not do is refused, not ignored
   expect_error(post(c, "/completion", R"({"prompt":"x","n_probs":3})"), 400);
+  const Reply sx = post(c, "/completion", R"({"prompt":"x","suffix":"y"})");  // refused on both routes
+  expect_error(sx, 400);
+  EXPECT_EQ(sx.raw.find("/v1/completions takes it"), std::string::npos) << sx.raw;
   expect_error(post(c, "/completion", R"({"prompt":"x","logprobs":1})"), 400);
 }
 
