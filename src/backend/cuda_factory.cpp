@@ -13,6 +13,7 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType) {
 
 bool cuda_pdl_enabled(int) { return false; }
 void set_cuda_pdl(bool) {}
+void set_cuda_moe_fusion(bool) {}
 #endif
 
 }  // namespace ft

@@ -22,4 +22,10 @@ bool cuda_pdl_enabled(int device = 0);
  *  graph keep what they had. No effect in a build without CUDA. */
 void set_cuda_pdl(bool enabled);
 
+/** From now on, moe_experts' decode path on the CUDA backend fuses h's int8 quantization into the
+ *  gate/up GEMV and the weighted sum into the down GEMV where their lane-group layout allows (true,
+ *  the default unless FT_CUDA_MOE_FUSE=0), or launches both separately (false). Both give the same
+ *  bits; for tests and A/B measurements. No effect in a build without CUDA. */
+void set_cuda_moe_fusion(bool enabled);
+
 }  // namespace ft

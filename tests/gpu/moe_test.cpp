@@ -3,6 +3,7 @@
 // kind too), skipped slots (id -1), accumulate, and a bank whose views are re-pointed between
 // calls (the pointer table must follow, as the expert cache will require).
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "gpu_harness.h"
@@ -33,7 +34,10 @@ class CudaMoe : public GpuTest {
     return b;
   }
 
-  double run(const Banks& b, int64_t T, int32_t k, bool accumulate, uint32_t seed, DType act = DType::BF16) {
+  /** rel L2 of the CUDA moe_experts against the CPU's on random inputs; the CUDA output's values in
+   *  *got when given. */
+  double run(const Banks& b, int64_t T, int32_t k, bool accumulate, uint32_t seed, DType act = DType::BF16,
+             std::vector<float>* got = nullptr) {
     const int64_t H = b.cpu.gate[0].dim(1), E = b.cpu.n_expert();
     const auto x = rand_bf16(static_cast<size_t>(T * H), seed);
     const auto w = rand_bf16(static_cast<size_t>(T * k), seed + 1, 0.1f, 1.0f);
@@ -55,6 +59,7 @@ class CudaMoe : public GpuTest {
     Tensor out = accumulate ? arena().dev_from(init, act, {T, H}) : arena().dev_poisoned(act, {T, H});
     gpu().moe_experts(p, arena().dev_from(x, act, {T, H}), arena().dev_i32(ids, {T, k}),
                       arena().dev_from(w, DType::F32, {T, k}), b.gpu, out);
+    if (got) *got = arena().read(out);
     return compare(out, ref);
   }
 };
@@ -90,6 +95,41 @@ TEST_F(CudaMoe, F32Activations) {
     const double e = run(b, T, 4, T == 2, 77 + static_cast<uint32_t>(T), DType::F32);
     report("moe_experts", "Q4_K/Q4_K/Q6_K T=" + std::to_string(T) + " f32 x/out", e);
     EXPECT_LE(e, kTol);
+  }
+}
+
+// The decode path's fusions (h's int8 form written by the gate/up GEMV, the weighted sum formed by the
+// down GEMV: lane-group layouts, set_cuda_moe_fusion) give the bits of the separate launches, for
+// 1 to 16 slots (the most a fused block holds) and 17 (unfused either way), with skipped slots.
+TEST_F(CudaMoe, FusedDecodeEqualsSeparateLaunchesBitForBit) {
+  struct Case {
+    DType gate, up, down, act;
+  };
+  const Case cases[] = {{DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::BF16},
+                        {DType::Q8_0, DType::Q8_0, DType::Q4_K, DType::F32},
+                        {DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::BF16}};
+  const int64_t E = 24, H = 512, F = 256;
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    const Banks b = make_banks(c.gate, c.up, c.down, E, H, F, seed += 10);
+    for (int32_t k : {1, 2, 8, 16, 17}) {
+      for (int64_t T : {1, 3, 32}) {
+        const bool acc = T == 3;
+        std::vector<float> fused, separate;
+        set_cuda_moe_fusion(false);
+        const double e0 = run(b, T, k, acc, seed, c.act, &separate);
+        set_cuda_moe_fusion(true);
+        const double e1 = run(b, T, k, acc, seed, c.act, &fused);
+        const std::string what = std::string(dtype_name(c.gate)) + "/" + dtype_name(c.down) + " " +
+                                 dtype_name(c.act) + " k=" + std::to_string(k) + " T=" + std::to_string(T) +
+                                 (acc ? " +=" : "");
+        EXPECT_LE(e0, kTol) << what;
+        EXPECT_LE(e1, kTol) << what;
+        ASSERT_EQ(fused.size(), separate.size());
+        EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)), 0) << what;
+        seed += 3;
+      }
+    }
   }
 }
 

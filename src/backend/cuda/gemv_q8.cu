@@ -179,6 +179,7 @@ constexpr int kWarpsQ8 = kGemvWarps;  // warps per block: kWarpsQ8 / ks output r
 // 761.1 / 766.4 -> 795.0 / 793.5 (the lane-group cap alone: 372.0 / 377.9 and 776.7 / 786.0; the dense
 // kernel at <= 64 registers spills 152 bytes).
 constexpr int kLanesMinBlocks = 8;
+constexpr int kLanesMaxSlots = 16;  // GemvArgs::combine_k: warps of a kCombine block
 constexpr int q8_min_blocks(int maxt, bool glu, int r) { return maxt == 1 && !glu && r == 4 ? 6 : 0; }
 
 /** R output rows per warp (R > 1 only for one token per problem): every row's chunk loads are
@@ -249,16 +250,39 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32, q8_min_blocks(MAXT, GLU, R)) ge
   }
 }
 
+/** What a lane-group launch writes (gemv_q8_lanes_kernel):
+ *  - kY: y, as every GEMV mode does (kWarpsQ8 warps a block);
+ *  - kQ8: for a GLU pair, y's int8 form instead of y (GemvArgs::q8_out): a block holds 32 rows (one
+ *    q8 chunk) of one problem, L warps of 32 / L rows;
+ *  - kCombine: for the down GEMV, the weighted sum over each token's k slots (GemvArgs::combine):
+ *    a block holds k warps, warp j slot j of token blockIdx.y, for the same 32 / L rows. */
+enum class LanesOut { kY, kQ8, kCombine };
+
+constexpr int lanes_max_threads(LanesOut o) { return o == LanesOut::kY ? kWarpsQ8 * 32 : 512; }
+// Every mode keeps 1,024 threads a SM at <= 64 registers (kLanesMinBlocks blocks of 128).
+constexpr int lanes_min_blocks(LanesOut o) { return kLanesMinBlocks * kWarpsQ8 * 32 / lanes_max_threads(o); }
+
 /** One token per problem, short rows (up to 64 chunks: K <= 2048): L lanes per output row, 32 / L rows
  *  per warp, each lane taking every L-th chunk of its row. Compared with a whole warp per row, a
  *  lane keeps nb / L chunks in flight instead of one or two, the reduction is log2(L) shuffles, and
- *  registers stay at one chunk per matrix (so occupancy stays high). */
-template <DType WT, bool GLU, int L>
-__global__ void __launch_bounds__(kWarpsQ8 * 32, kLanesMinBlocks) gemv_q8_lanes_kernel(GemvArgs a, int64_t n_problems) {
+ *  registers stay at one chunk per matrix (so occupancy stays high). Every mode (LanesOut) computes
+ *  a row's dot products with the same chunks in the same order, so their bits agree. */
+template <DType WT, bool GLU, int L, LanesOut OUT>
+__global__ void __launch_bounds__(lanes_max_threads(OUT), lanes_min_blocks(OUT))
+    gemv_q8_lanes_kernel(GemvArgs a, int64_t n_problems) {
+  static_assert(OUT != LanesOut::kQ8 || GLU, "the int8 output is for the GLU pair");
+  static_assert(OUT != LanesOut::kCombine || !GLU, "the combine is for the down GEMV");
   constexpr int kRows = 32 / L;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, li = lane & (L - 1);
-  const int64_t n = (static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp) * kRows + lane / L;
+  const int64_t row_block = OUT == LanesOut::kY ? static_cast<int64_t>(blockIdx.x) * kWarpsQ8 + warp
+                            : OUT == LanesOut::kQ8 ? static_cast<int64_t>(blockIdx.x) * L + warp
+                                                   : static_cast<int64_t>(blockIdx.x);
+  const int64_t n = row_block * kRows + lane / L;
   const int64_t K = a.K, nb = K / 32;
+  // Problem of this warp's first round: blockIdx.y, or slot `warp` of token blockIdx.y (kCombine).
+  const int64_t p_first = OUT == LanesOut::kCombine ? static_cast<int64_t>(blockIdx.y) * a.combine_k + warp
+                                                    : static_cast<int64_t>(blockIdx.y);
+  const int64_t p_step = OUT == LanesOut::kCombine ? n_problems : gridDim.y;
   // GemvArgs::ids_before: the first problem's first kPre chunks of the row are unpacked before the PDL wait.
   constexpr int kPre = GLU ? 1 : 2;
   WChunk wpre[kPre];
@@ -266,7 +290,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32, kLanesMinBlocks) gemv_q8_lanes_
   if constexpr (!GLU) {
     const uint8_t* w0;
     const uint8_t* w1 = nullptr;
-    if (a.ids_before && a.table && blockIdx.y < n_problems && expert_weights<false>(a, blockIdx.y, w0, w1)) {
+    if (a.ids_before && a.table && p_first < n_problems && expert_weights<false>(a, p_first, w0, w1)) {
       pre = true;
 #pragma unroll
       for (int i = 0; i < kPre; ++i)
@@ -276,54 +300,107 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32, kLanesMinBlocks) gemv_q8_lanes_
   gemv_enter(a);
   const bool valid = n < a.N;  // rows past N compute row N - 1 and store nothing (the shuffles need every lane)
   const Q8View xv(a, n_problems);
-  for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
+  for (int64_t p = p_first; p < n_problems; p += p_step) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
     int64_t xrow;
+    bool used = true;
     if (a.table) {
-      if (!expert_weights<GLU>(a, p, wa, wb)) continue;
+      used = expert_weights<GLU>(a, p, wa, wb);
       xrow = static_cast<uint32_t>(p) / xv.x_div;
     } else {
       wa = a.w, xrow = p;
     }
-    const int64_t nr = min(n, a.N - 1);
-    const uint8_t* ra = wa + nr * a.row_bytes;
-    const uint8_t* rb = GLU ? wb + nr * a.row_bytes : nullptr;
+    // kY and kQ8: p is the block's, so a skipped problem skips the whole block's round. kCombine's
+    // warps hold different slots and meet at the block barrier below.
+    if (OUT != LanesOut::kCombine && !used) continue;
     float acc = 0.0f, accb = 0.0f;
-    int64_t cfirst = li;
-    if constexpr (!GLU) {
-      if (pre && p == blockIdx.y) {  // the same chunks, in the same order, from the registers
+    if (used) {
+      const int64_t nr = min(n, a.N - 1);
+      const uint8_t* ra = wa + nr * a.row_bytes;
+      const uint8_t* rb = GLU ? wb + nr * a.row_bytes : nullptr;
+      int64_t cfirst = li;
+      if constexpr (!GLU) {
+        if (pre && p == p_first) {  // the same chunks, in the same order, from the registers
 #pragma unroll
-        for (int i = 0; i < kPre; ++i)
-          if (li + i * L < nb) acc += chunk_dot(wpre[i], xv.chunk(xrow, li + i * L, K));
-        cfirst = li + kPre * L;
+          for (int i = 0; i < kPre; ++i)
+            if (li + i * L < nb) acc += chunk_dot(wpre[i], xv.chunk(xrow, li + i * L, K));
+          cfirst = li + kPre * L;
+        }
+      }
+#pragma unroll 4
+      for (int64_t c = cfirst; c < nb; c += L) {
+        WChunk w, w2;
+        Unpack<WT>::load(ra, c, w);
+        if constexpr (GLU) Unpack<WT>::load(rb, c, w2);
+        const XChunk x = xv.chunk(xrow, c, K);
+        acc += chunk_dot(w, x);
+        if constexpr (GLU) accb += chunk_dot(w2, x);
+      }
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1) {
+        acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if constexpr (GLU) accb += __shfl_xor_sync(0xffffffffu, accb, o);
       }
     }
-#pragma unroll 4
-    for (int64_t c = cfirst; c < nb; c += L) {
-      WChunk w, w2;
-      Unpack<WT>::load(ra, c, w);
-      if constexpr (GLU) Unpack<WT>::load(rb, c, w2);
-      const XChunk x = xv.chunk(xrow, c, K);
-      acc += chunk_dot(w, x);
-      if constexpr (GLU) accb += chunk_dot(w2, x);
+    if constexpr (OUT == LanesOut::kY) {
+      if (li == 0 && valid) gemv_store<GLU>(a, acc, accb, p, n);
+    } else if constexpr (OUT == LanesOut::kQ8) {
+      // y's row chunk as gemv_store would store it (rounded to y's dtype), then quantized as
+      // quantize_q8_kernel would quantize it from there: the same bytes, one launch fewer.
+      __shared__ float hs[32];
+      if (li == 0) {
+        const float v = silu(acc) * accb;
+        hs[n & 31] = a.y_f32 ? v : __bfloat162float(__float2bfloat16_rn(v));
+      }
+      __syncthreads();
+      if (warp == 0)
+        quantize_q8_lane(hs[lane], static_cast<int8_t*>(a.q8_out), Q8Layout(n_problems, a.N), p * a.N + (n & ~int64_t{31}) + lane,
+                         p * (a.N / 32) + n / 32);
+      __syncthreads();  // hs is free for the next problem
+    } else {
+      // The combine's sum (moe_experts.cu, moe_combine_kernel) for the block's rows: slots in order.
+      __shared__ float red[kLanesMaxSlots][kRows];
+      if (li == 0) red[warp][lane / L] = acc;
+      __syncthreads();
+      if (threadIdx.x < kRows) {
+        const int64_t t = blockIdx.y, row = row_block * kRows + threadIdx.x;
+        if (row < a.N) {
+          const int64_t o = t * a.combine_ld + row;
+          float* of = static_cast<float*>(a.combine_out);
+          bf16* ob = static_cast<bf16*>(a.combine_out);
+          float s = a.combine_accumulate ? (a.combine_out_f32 ? of[o] : __bfloat162float(ob[o])) : 0.0f;
+          for (int j = 0; j < a.combine_k; ++j) {
+            const int32_t e = a.ids[t * a.combine_k + j];
+            if (e >= 0 && e < a.n_expert) s = fmaf(a.combine_weights[t * a.combine_k + j], red[j][threadIdx.x], s);
+          }
+          if (a.combine_out_f32) of[o] = s;
+          else ob[o] = __float2bfloat16_rn(s);
+        }
+      }
+      return;  // one round: p_step covers every problem
     }
-#pragma unroll
-    for (int o = L / 2; o > 0; o >>= 1) {
-      acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if constexpr (GLU) accb += __shfl_xor_sync(0xffffffffu, accb, o);
-    }
-    if (li == 0 && valid) gemv_store<GLU>(a, acc, accb, p, n);
   }
 }
 
 template <DType WT, int L>
 void launch_q8_lanes(bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
-  const int64_t rows_per_block = kWarpsQ8 * (32 / L);
-  const dim3 grid(static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block),
-                  static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535));
-  if (glu) launch_pdl(gemv_q8_lanes_kernel<WT, true, L>, grid, kWarpsQ8 * 32, 0, s, a, n_problems);
-  else launch_pdl(gemv_q8_lanes_kernel<WT, false, L>, grid, kWarpsQ8 * 32, 0, s, a, n_problems);
+  const unsigned gy = static_cast<unsigned>(n_problems < 65535 ? n_problems : 65535);
+  if (a.q8_out) {
+    FT_CHECK(glu && a.N % 32 == 0);
+    launch_pdl(gemv_q8_lanes_kernel<WT, true, L, LanesOut::kQ8>, dim3(static_cast<unsigned>(a.N / 32), gy), L * 32, 0, s,
+               a, n_problems);
+  } else if (a.combine_weights) {
+    FT_CHECK(!glu && a.combine_k >= 1 && a.combine_k <= kLanesMaxSlots && n_problems % a.combine_k == 0);
+    constexpr int64_t kRows = 32 / L;
+    const dim3 grid(static_cast<unsigned>((a.N + kRows - 1) / kRows), static_cast<unsigned>(n_problems / a.combine_k));
+    launch_pdl(gemv_q8_lanes_kernel<WT, false, L, LanesOut::kCombine>, grid, a.combine_k * 32, 0, s, a, n_problems);
+  } else {
+    const int64_t rows_per_block = kWarpsQ8 * (32 / L);
+    const dim3 grid(static_cast<unsigned>((a.N + rows_per_block - 1) / rows_per_block), gy);
+    if (glu) launch_pdl(gemv_q8_lanes_kernel<WT, true, L, LanesOut::kY>, grid, kWarpsQ8 * 32, 0, s, a, n_problems);
+    else launch_pdl(gemv_q8_lanes_kernel<WT, false, L, LanesOut::kY>, grid, kWarpsQ8 * 32, 0, s, a, n_problems);
+  }
 }
 
 /** Rows per warp: 4 for one token per problem and a matrix of at least 4096 rows (not a function of
@@ -350,10 +427,11 @@ void launch_q8_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cuda
   // Expert GEMVs (one token per problem, short rows): lane groups. Measured on the H200 (qwen3-30b-a3b,
   // batch-1 decode): gate/up 13.3 -> 8.9 us, down 9.7 -> 8.2 us; dense rows (q/k/v, LM head) stay on
   // 4 rows per warp, which measured faster for them (6.3 vs 6.6 us, 86 vs 95 us).
-  if (maxt == 1 && a.table && nb <= 64 && a.N >= 256) {
+  if (maxt == 1 && a.table && gemv_q8_lanes_serves(WT, a.N, a.K)) {
     if (nb > 32) return launch_q8_lanes<WT, 16>(glu, a, n_problems, s);
     return launch_q8_lanes<WT, 8>(glu, a, n_problems, s);
   }
+  FT_CHECK(!a.q8_out && !a.combine_weights);  // lane-group outputs only
   if (q8_rows_per_warp(maxt, a.N) == 4) return launch_q8_r<WT, 4>(maxt, glu, a, n_problems, s);
   launch_q8_r<WT, 1>(maxt, glu, a, n_problems, s);
 }
@@ -362,6 +440,10 @@ void launch_q8_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cuda
 
 bool gemv_q8_supports(DType wt) {
   return wt == DType::Q4_0 || wt == DType::Q8_0 || wt == DType::Q4_K || wt == DType::Q6_K;
+}
+
+bool gemv_q8_lanes_serves(DType wt, int64_t N, int64_t K) {
+  return gemv_q8_supports(wt) && K % 32 == 0 && K / 32 <= 64 && N >= 256;
 }
 
 int64_t gemv_q8_scratch_bytes(int64_t rows, int64_t K) { return Q8Layout::bytes(rows, K); }

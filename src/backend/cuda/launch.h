@@ -45,6 +45,20 @@ struct GemvArgs {
    *  it), so a PDL launch may read them before its wait (pdl.cuh): the int8 lane-group GEMV
    *  (gemv_q8.cu) then loads its first problem's first chunks while the kernel before still runs. */
   bool ids_before = false;
+  /** Expert GLU mode, when gemv_q8_lanes_serves(the dtype, N, K) and N % 32 == 0: the launch writes
+   *  y's int8 form (Q8Layout(n_problems, N), as quantize_q8_kernel would write it from y stored in
+   *  y's dtype) here instead of y, for a GEMV that reads it with q8_ready. */
+  void* q8_out = nullptr;
+  /** Expert mode, not GLU, when gemv_q8_lanes_serves(the dtype, N, K): problems are combine_k slots of
+   *  n_problems / combine_k tokens, and the launch writes, instead of y, combine_out[t, n] (=|+= with
+   *  combine_accumulate) sum over slots j in order of combine_weights[t, j] * y[t * combine_k + j, n],
+   *  skipping ids outside [0, n_expert): moe_experts' weighted sum, the same bits as its combine
+   *  kernel. combine_out F32 (combine_out_f32) or BF16, row stride combine_ld; combine_k <= 16. */
+  const float* combine_weights = nullptr;
+  void* combine_out = nullptr;
+  bool combine_out_f32 = false, combine_accumulate = false;
+  int combine_k = 0;
+  int64_t combine_ld = 0;
 };
 
 /** Launches the GEMV for weight dtype `wt` (cuda_weight_type), `maxt` in {1, 8}, `glu` only with
@@ -54,6 +68,9 @@ void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_prob
 /** True when the integer-dot GEMV (gemv_q8.cu: Q4_0, Q8_0, Q4_K, Q6_K; activations quantized to int8
  *  per 32 elements first) serves weight type `wt`. launch_gemv takes it when GemvArgs::q8 is set. */
 bool gemv_q8_supports(DType wt);
+/** True when the integer-dot GEMV takes a one-token expert launch of weight type `wt`, [N, K], in lane
+ *  groups (gemv_q8.cu), the layout that can write GemvArgs::q8_out and GemvArgs::combine_out. */
+bool gemv_q8_lanes_serves(DType wt, int64_t N, int64_t K);
 /** Bytes of GemvArgs::q8 for `rows` activation rows of K elements. */
 int64_t gemv_q8_scratch_bytes(int64_t rows, int64_t K);
 /** That GEMV; same arguments as launch_gemv (called by it). */

@@ -8,12 +8,15 @@
 // Experts are addressed through the bank's device pointer table (CudaOps::expert_table), so an
 // expert cache only re-points the views. Per (token, slot) pair: one GEMV fused over gate and up
 // with SwiGLU -> h [P, F] (activation dtype), one GEMV for down -> y [P, H] f32, then a combine kernel forms the
-// weighted sum in slot order. Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
+// weighted sum in slot order. When both GEMVs take the int8 lane-group layout (gemv_q8_lanes_serves: Q4_K,
+// Q6_K, Q8_0, Q4_0 at expert shapes) the gate/up GEMV writes h's int8 form directly and the down GEMV
+// forms the weighted sum itself (the same bits; two launches a layer fewer). Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
 // Prefill: pairs sorted by expert (moe_sort.cu, one host sync), rows gathered, then one grouped
 // GEMM launch per matrix kind over all experts (moe_grouped_gemm.cu: gate and up fused with SwiGLU,
 // then down; weights decoded into shared memory); rows of 64-indivisible widths fall back to per
 // expert GEMMs (CudaOps::matmul_raw: cuBLAS after decoding to bf16 tiles). Then the same combine. Bytes moved: every used expert's matrices once + O(P(H+F)).
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
@@ -22,12 +25,21 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/moe_grouped_gemm.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda_factory.h"
 
 namespace ft {
 namespace cuda {
 namespace {
 
 constexpr int64_t kDecodeMaxTokens = 32;
+
+std::atomic<int> g_fusion{-1};  // set_cuda_moe_fusion: -1 unset (FT_CUDA_MOE_FUSE decides), 0 off, 1 on
+
+bool fusion_enabled() {
+  static const bool env = env_switch_on("FT_CUDA_MOE_FUSE");
+  const int o = g_fusion.load(std::memory_order_acquire);
+  return o < 0 ? env : o == 1;
+}
 
 /** Carves 256-byte aligned sub-buffers out of one scratch region. */
 class Carver {
@@ -87,7 +99,7 @@ __global__ void moe_combine_kernel(const int32_t* ids, const float* w, int64_t T
       }
 #pragma unroll
       for (int u = 0; u < kCombineSlots; ++u)
-        if (used[u]) acc += wv[u] * yv[u];
+        if (used[u]) acc = fmaf(wv[u], yv[u], acc);  // as gemv_q8.cu's fused combine
     }
     out[i] = from_f<T>(acc);
   }
@@ -208,10 +220,21 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
                dtype_name(t->dtype));
     // int8 activations for the integer-dot GEMV: x's as its producer wrote them (prepared_q8), or T rows of
     // H quantized into q8 first; then P rows of F (h) in q8.
+    // With lane-group GEMVs on both sides (Q4_K and friends at these shapes), the gate/up GEMV writes h's
+    // int8 form itself (no quantize launch before down; region q8_h, after x's) and the down GEMV
+    // forms the weighted sum (no combine launch).
+    const bool fuse = cuda::fusion_enabled();
+    const bool h_q8 = fuse && glu && F % 32 == 0 && cuda::gemv_q8_lanes_serves(bs.gate, F, H) &&
+                      cuda::gemv_q8_lanes_serves(bs.down, H, F);
+    const bool fused_combine = fuse && cuda::gemv_q8_lanes_serves(bs.down, H, F) && k <= 16;
     void* q8 = nullptr;
+    void* q8_h = nullptr;
     if (cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down)) {
       note_q8_used();
-      q8 = scratch(Scratch::kQ8, std::max(cuda::gemv_q8_scratch_bytes(T, H), cuda::gemv_q8_scratch_bytes(P, F)));
+      const int64_t x_bytes = (cuda::gemv_q8_scratch_bytes(T, H) + 255) / 256 * 256;
+      q8 = scratch(Scratch::kQ8, h_q8 ? x_bytes + cuda::gemv_q8_scratch_bytes(P, F)
+                                      : std::max(cuda::gemv_q8_scratch_bytes(T, H), cuda::gemv_q8_scratch_bytes(P, F)));
+      if (h_q8) q8_h = static_cast<uint8_t*>(q8) + x_bytes;
     }
     void* x_q8 = prepared_q8(x.data, x.dtype, T, H);
     cuda::GemvArgs a;
@@ -222,6 +245,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     a.y = h, a.y_f32 = mid == DType::F32, a.ldy = F;
     if (glu) {
       a.col_a = 0, a.col_b = 1;
+      a.q8_out = q8_h;
       cuda::launch_gemv(bs.gate, 1, true, a, P, stream_);
     } else {  // gate and up in different dtypes: two GEMVs, then SwiGLU
       uint8_t* u = base + o_u;
@@ -232,12 +256,18 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
       cuda::launch_swiglu_inplace(h, u, mid, P * F, stream_);
     }
     cuda::GemvArgs d;
-    d.q8 = q8;
+    d.q8 = q8_h ? q8_h : q8, d.q8_ready = q8_h != nullptr;
     d.table = table, d.col_a = 2, d.ids = ids.ptr<int32_t>(), d.n_expert = E;
     d.N = H, d.K = F, d.row_bytes = bank.down[0].row_bytes();
     d.x = h, d.x_f32 = mid == DType::F32, d.ldx = F, d.x_div = 1;
     d.y = y, d.y_f32 = true, d.ldy = H;
     d.ids_before = true;  // the router (or the admission) ran before the gate/up GEMV
+    if (fused_combine) {
+      d.combine_weights = weights.ptr<float>(), d.combine_out = out.data, d.combine_out_f32 = out.dtype == DType::F32;
+      d.combine_accumulate = p.accumulate, d.combine_k = static_cast<int>(k), d.combine_ld = H;
+      cuda::launch_gemv(bs.down, 1, false, d, P, stream_);
+      return;
+    }
     cuda::launch_gemv(bs.down, 1, false, d, P, stream_);
   } else {
     auto* order = reinterpret_cast<int32_t*>(base + o_order);
@@ -310,5 +340,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
                      out.ptr<T>());
   });
 }
+
+void set_cuda_moe_fusion(bool enabled) { cuda::g_fusion.store(enabled ? 1 : 0, std::memory_order_release); }
 
 }  // namespace ft

@@ -20,13 +20,7 @@ std::array<std::atomic<int>, kMaxDevices> g_device_state{};  // 0 unknown, 1 pos
 std::atomic<int> g_override{-1};                             // -1 none, 0 off, 1 on
 
 bool env_allows() {
-  static const bool allows = [] {
-    const char* e = std::getenv("FT_CUDA_PDL");
-    if (!e) return true;
-    std::string v(e);
-    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return !(v == "0" || v == "off" || v == "false" || v == "no");
-  }();
+  static const bool allows = env_switch_on("FT_CUDA_PDL");
   return allows;
 }
 
@@ -47,6 +41,14 @@ bool possible(int device) {
 }
 
 }  // namespace
+
+bool env_switch_on(const char* name) {
+  const char* e = std::getenv(name);
+  if (!e) return true;
+  std::string v(e);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return !(v == "0" || v == "off" || v == "false" || v == "no");
+}
 
 bool clusters_possible(int device) { return possible(device); }
 

@@ -51,6 +51,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
  *  FT_CUDA_PDL=0 nor set_cuda_pdl(false)). */
 bool pdl_enabled();
 
+/** False when environment variable `name` says 0, off, false or no (any case); true otherwise. */
+bool env_switch_on(const char* name);
+
 /** True when thread block clusters may be launched on CUDA device `device`: an sm_90+ GPU running
  *  code compiled for sm_90+ (kernels built for older archs have no cluster instructions). Cached. */
 bool clusters_possible(int device);
