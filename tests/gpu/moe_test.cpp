@@ -99,7 +99,8 @@ TEST_F(CudaMoe, F32Activations) {
 }
 
 // The decode path's fusions (h's int8 form written by the gate/up GEMV, the weighted sum formed by the
-// down GEMV: lane-group layouts, set_cuda_moe_fusion) give the bits of the separate launches, for
+// down GEMV: int8 lane groups or the decoding kernel, set_cuda_moe_fusion) give the bits of the
+// separate launches, for
 // 1 to 16 slots (the most a fused block holds) and 17 (unfused either way), with skipped slots.
 TEST_F(CudaMoe, FusedDecodeEqualsSeparateLaunchesBitForBit) {
   struct Case {
@@ -107,7 +108,10 @@ TEST_F(CudaMoe, FusedDecodeEqualsSeparateLaunchesBitForBit) {
   };
   const Case cases[] = {{DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::BF16},
                         {DType::Q8_0, DType::Q8_0, DType::Q4_K, DType::F32},
-                        {DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::BF16}};
+                        {DType::Q4_0, DType::Q4_0, DType::Q8_0, DType::BF16},
+                        {DType::BF16, DType::BF16, DType::BF16, DType::BF16},
+                        {DType::F16, DType::F16, DType::BF16, DType::F32},
+                        {DType::Q4_0, DType::Q8_0, DType::Q5_K, DType::BF16}};
   const int64_t E = 24, H = 512, F = 256;
   uint32_t seed = 500;
   for (const Case& c : cases) {

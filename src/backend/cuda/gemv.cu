@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/launch.h"
 
 namespace ft::cuda {
@@ -29,6 +30,12 @@ void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_prob
   FT_CHECK(!glu || (a.table && maxt == 1));
   if (a.q8 && gemv_q8_supports(wt)) return launch_gemv_q8(wt, maxt, glu, a, n_problems, s);
   FT_DISPATCH_WEIGHT(wt, launch_gemv_t<WT>(maxt, glu, a, n_problems, s));
+}
+
+bool gemv_combines(DType wt, int64_t N, int64_t K, bool q8) {
+  if (!cuda_weight_type(wt) || K % chunk_elems(wt) != 0) return false;
+  if (q8 && gemv_q8_supports(wt)) return gemv_q8_lanes_serves(wt, N, K);
+  return gemv_warps_per_row(N, K / chunk_elems(wt), 3) == 1;
 }
 
 }  // namespace ft::cuda

@@ -72,6 +72,26 @@ __device__ __forceinline__ void gemv_store(const GemvArgs& a, float dot, float d
   else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
 }
 
+/** GemvArgs::combine's store, after a block barrier, by thread r < rows of the block: combine_out[t,
+ *  n0 + r] (=|+=) sum over slots j in order of combine_weights[t, j] * red[j * rows + r], the slots
+ *  whose id is outside [0, n_expert) skipped (moe_experts.cu's moe_combine_kernel: the same sum). */
+__device__ __forceinline__ void gemv_combine_store(const GemvArgs& a, const float* red, int rows, int64_t t, int64_t n0) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (r >= rows || n0 + r >= a.N) return;
+  const int64_t o = t * a.combine_ld + n0 + r;
+  float* of = static_cast<float*>(a.combine_out);
+  bf16* ob = static_cast<bf16*>(a.combine_out);
+  float s = a.combine_accumulate ? (a.combine_out_f32 ? of[o] : __bfloat162float(ob[o])) : 0.0f;
+  for (int j = 0; j < a.combine_k; ++j) {
+    const int32_t e = a.ids[t * a.combine_k + j];
+    if (e >= 0 && e < a.n_expert) s = fmaf(a.combine_weights[t * a.combine_k + j], red[j * rows + r], s);
+  }
+  if (a.combine_out_f32) of[o] = s;
+  else ob[o] = __float2bfloat16_rn(s);
+}
+
+constexpr int kCombineMaxSlots = 16;  // GemvArgs::combine_k: one warp a slot, 512 threads a block at most
+
 /** Shared GEMV epilogue (float and dp4a kernels): warp-reduces each token's partial dot products
  *  (and sums the ks warps of a row through shared memory, in warp order), then lane 0 of the row's
  *  first warp adds the bias (or applies silu(gate) * up for GLU pairs) and stores row n of tokens
@@ -113,25 +133,36 @@ __device__ __forceinline__ void gemv_epilogue(const GemvArgs& a, float (&acc)[MA
     if (t < nt) gemv_store<GLU>(a, acc[t], GLU ? accb[t] : 0.0f, yrow + t, n);
 }
 
-/** U: chunks per lane whose loads the unrolled loop issues together. */
-template <DType WT, int MAXT, bool GLU, int U = 2>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
+/** U: chunks per lane whose loads the unrolled loop issues together. COMBINE (GemvArgs::combine, one
+ *  token per problem, ks = 1): a block holds row blockIdx.x of token blockIdx.y's combine_k slots,
+ *  warp j slot j, and stores their weighted sum instead of y. */
+template <DType WT, int MAXT, bool GLU, int U = 2, bool COMBINE = false>
+__global__ void __launch_bounds__(COMBINE ? kCombineMaxSlots * 32 : kGemvWarps * 32)
+    gemv_kernel(GemvArgs a, int64_t n_problems, int ks_log2) {
+  static_assert(!COMBINE || (MAXT == 1 && !GLU), "the combine is for the one-token down GEMV");
   using D = Dq<WT>;
   constexpr int C = D::kChunk;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = 1 << ks_log2;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> ks_log2) + (warp >> ks_log2);
+  const int64_t n = COMBINE ? static_cast<int64_t>(blockIdx.x)
+                            : static_cast<int64_t>(blockIdx.x) * (kGemvWarps >> ks_log2) + (warp >> ks_log2);
   const int64_t n_chunks = a.K / C, c0 = lane + 32 * (warp & (ks - 1)), cstep = 32 * ks;
   gemv_enter(a);
   const bool valid = n < a.N;
-  if (ks == 1 && !valid) return;  // whole warp leaves; no block barrier below when ks == 1
-  for (int64_t p = blockIdx.y; p < n_problems; p += gridDim.y) {
+  if (ks == 1 && !valid) return;  // whole warp (COMBINE: block) leaves; no block barrier below when ks == 1
+  const int64_t p_first = COMBINE ? static_cast<int64_t>(blockIdx.y) * a.combine_k + warp : blockIdx.y;
+  for (int64_t p = p_first; p < n_problems; p += COMBINE ? n_problems : gridDim.y) {
     const uint8_t* wa;
     const uint8_t* wb = nullptr;
     int64_t xoff;  // element offset of the problem's first activation row
     int nt;
     int64_t yrow;
+    bool used = true;
     if (a.table) {
-      if (!expert_weights<GLU>(a, p, wa, wb)) continue;  // block-uniform: every warp of the block has this p
+      if (!expert_weights<GLU>(a, p, wa, wb)) {
+        if constexpr (!COMBINE) continue;  // block-uniform: every warp of the block has this p
+        used = false;  // COMBINE: the warp's slot is another executor's; it still meets the barrier
+        wa = nullptr;
+      }
       xoff = static_cast<int64_t>(static_cast<uint32_t>(p) / static_cast<uint32_t>(a.x_div)) * a.ldx;
       nt = 1;
       yrow = p;
@@ -163,13 +194,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs a, int64
       }
     };
 #pragma unroll U
-    for (int64_t c = c0; valid && c < n_chunks; c += cstep) {
+    for (int64_t c = c0; valid && used && c < n_chunks; c += cstep) {
       float w[C], w2[GLU ? C : 1];
       D::load(ra, c, w);
       if constexpr (GLU) D::load(rb, c, w2);
       dot(w, w2, c);
     }
-    gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, valid, ks_log2, warp, lane);
+    if constexpr (COMBINE) {
+      __shared__ float red[kCombineMaxSlots];
+      acc[0] = warp_sum(acc[0]);
+      if (lane == 0) red[warp] = acc[0];
+      __syncthreads();
+      gemv_combine_store(a, red, 1, blockIdx.y, n);
+      return;
+    } else {
+      gemv_epilogue<MAXT, GLU>(a, acc, accb, nt, yrow, n, valid, ks_log2, warp, lane);
+    }
   }
 }
 
@@ -192,6 +232,13 @@ void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cu
   // 278.5 / 281.7 -> 294.4 / 289.0 tok/s, batch 8 471.9 / 477.9 -> 519.2 / 513.3; q5_k batch 1
   // 136.9 / 137.1 -> 141.3 / 142.5, batch 8 188.4 / 188.8 -> 201.2 / 201.7. (Before that, session 14:
   // pre-wait registers in every one-token launch held bf16 at 80 registers, 251-252 tok/s at batch 1.)
+  if (a.combine_weights) {
+    FT_CHECK(!glu && maxt == 1 && a.table && ks == 1 && a.combine_k >= 1 && a.combine_k <= kCombineMaxSlots &&
+             n_problems % a.combine_k == 0);
+    const dim3 cgrid(static_cast<unsigned>(a.N), static_cast<unsigned>(n_problems / a.combine_k));
+    return launch_pdl(gemv_kernel<WT, 1, false, U, true>, cgrid, a.combine_k * 32, 0, s, a, n_problems, 0);
+  }
+  FT_CHECK(!a.q8_out);  // the int8 output is the lane-group kernel's (gemv_q8.cu)
   if (glu) launch_pdl(gemv_kernel<WT, 1, true, U>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
   else if (maxt == 1) launch_pdl(gemv_kernel<WT, 1, false, U>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
   else launch_pdl(gemv_kernel<WT, 8, false>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);

@@ -179,7 +179,6 @@ constexpr int kWarpsQ8 = kGemvWarps;  // warps per block: kWarpsQ8 / ks output r
 // 761.1 / 766.4 -> 795.0 / 793.5 (the lane-group cap alone: 372.0 / 377.9 and 776.7 / 786.0; the dense
 // kernel at <= 64 registers spills 152 bytes).
 constexpr int kLanesMinBlocks = 8;
-constexpr int kLanesMaxSlots = 16;  // GemvArgs::combine_k: warps of a kCombine block
 constexpr int q8_min_blocks(int maxt, bool glu, int r) { return maxt == 1 && !glu && r == 4 ? 6 : 0; }
 
 /** R output rows per warp (R > 1 only for one token per problem): every row's chunk loads are
@@ -360,24 +359,10 @@ __global__ void __launch_bounds__(lanes_max_threads(OUT), lanes_min_blocks(OUT))
       __syncthreads();  // hs is free for the next problem
     } else {
       // The combine's sum (moe_experts.cu, moe_combine_kernel) for the block's rows: slots in order.
-      __shared__ float red[kLanesMaxSlots][kRows];
-      if (li == 0) red[warp][lane / L] = acc;
+      __shared__ float red[kCombineMaxSlots * kRows];  // [slot][row]
+      if (li == 0) red[warp * kRows + lane / L] = acc;
       __syncthreads();
-      if (threadIdx.x < kRows) {
-        const int64_t t = blockIdx.y, row = row_block * kRows + threadIdx.x;
-        if (row < a.N) {
-          const int64_t o = t * a.combine_ld + row;
-          float* of = static_cast<float*>(a.combine_out);
-          bf16* ob = static_cast<bf16*>(a.combine_out);
-          float s = a.combine_accumulate ? (a.combine_out_f32 ? of[o] : __bfloat162float(ob[o])) : 0.0f;
-          for (int j = 0; j < a.combine_k; ++j) {
-            const int32_t e = a.ids[t * a.combine_k + j];
-            if (e >= 0 && e < a.n_expert) s = fmaf(a.combine_weights[t * a.combine_k + j], red[j][threadIdx.x], s);
-          }
-          if (a.combine_out_f32) of[o] = s;
-          else ob[o] = __float2bfloat16_rn(s);
-        }
-      }
+      gemv_combine_store(a, red, kRows, blockIdx.y, row_block * kRows);
       return;  // one round: p_step covers every problem
     }
   }
@@ -391,7 +376,7 @@ void launch_q8_lanes(bool glu, const GemvArgs& a, int64_t n_problems, cudaStream
     launch_pdl(gemv_q8_lanes_kernel<WT, true, L, LanesOut::kQ8>, dim3(static_cast<unsigned>(a.N / 32), gy), L * 32, 0, s,
                a, n_problems);
   } else if (a.combine_weights) {
-    FT_CHECK(!glu && a.combine_k >= 1 && a.combine_k <= kLanesMaxSlots && n_problems % a.combine_k == 0);
+    FT_CHECK(!glu && a.combine_k >= 1 && a.combine_k <= kCombineMaxSlots && n_problems % a.combine_k == 0);
     constexpr int64_t kRows = 32 / L;
     const dim3 grid(static_cast<unsigned>((a.N + kRows - 1) / kRows), static_cast<unsigned>(n_problems / a.combine_k));
     launch_pdl(gemv_q8_lanes_kernel<WT, false, L, LanesOut::kCombine>, grid, a.combine_k * 32, 0, s, a, n_problems);

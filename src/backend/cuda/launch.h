@@ -49,7 +49,7 @@ struct GemvArgs {
    *  y's int8 form (Q8Layout(n_problems, N), as quantize_q8_kernel would write it from y stored in
    *  y's dtype) here instead of y, for a GEMV that reads it with q8_ready. */
   void* q8_out = nullptr;
-  /** Expert mode, not GLU, when gemv_q8_lanes_serves(the dtype, N, K): problems are combine_k slots of
+  /** Expert mode, not GLU, maxt 1, when gemv_combines(the dtype, N, K, q8 set): problems are combine_k slots of
    *  n_problems / combine_k tokens, and the launch writes, instead of y, combine_out[t, n] (=|+= with
    *  combine_accumulate) sum over slots j in order of combine_weights[t, j] * y[t * combine_k + j, n],
    *  skipping ids outside [0, n_expert): moe_experts' weighted sum, the same bits as its combine
@@ -71,6 +71,10 @@ bool gemv_q8_supports(DType wt);
 /** True when the integer-dot GEMV takes a one-token expert launch of weight type `wt`, [N, K], in lane
  *  groups (gemv_q8.cu), the layout that can write GemvArgs::q8_out and GemvArgs::combine_out. */
 bool gemv_q8_lanes_serves(DType wt, int64_t N, int64_t K);
+/** True when a one-token expert launch of weight type `wt`, [N, K], can write GemvArgs::combine_out
+ *  (the int8 lane-group kernel when `q8` is set and serves wt, else the decoding kernel at one warp a
+ *  row). */
+bool gemv_combines(DType wt, int64_t N, int64_t K, bool q8);
 /** Bytes of GemvArgs::q8 for `rows` activation rows of K elements. */
 int64_t gemv_q8_scratch_bytes(int64_t rows, int64_t K);
 /** That GEMV; same arguments as launch_gemv (called by it). */

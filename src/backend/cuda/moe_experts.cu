@@ -9,8 +9,9 @@
 // expert cache only re-points the views. Per (token, slot) pair: one GEMV fused over gate and up
 // with SwiGLU -> h [P, F] (activation dtype), one GEMV for down -> y [P, H] f32, then a combine kernel forms the
 // weighted sum in slot order. When both GEMVs take the int8 lane-group layout (gemv_q8_lanes_serves: Q4_K,
-// Q6_K, Q8_0, Q4_0 at expert shapes) the gate/up GEMV writes h's int8 form directly and the down GEMV
-// forms the weighted sum itself (the same bits; two launches a layer fewer). Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
+// Q6_K, Q8_0, Q4_0 at expert shapes) the gate/up GEMV writes h's int8 form directly; where the down
+// GEMV's layout allows (gemv_combines) it forms the weighted sum itself. The same bits either way, a
+// launch or two a layer fewer. Bytes moved: each selected expert's 3 matrices once per pair + O(P(H+F)).
 // Prefill: pairs sorted by expert (moe_sort.cu, one host sync), rows gathered, then one grouped
 // GEMM launch per matrix kind over all experts (moe_grouped_gemm.cu: gate and up fused with SwiGLU,
 // then down; weights decoded into shared memory); rows of 64-indivisible widths fall back to per
@@ -221,15 +222,16 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     // int8 activations for the integer-dot GEMV: x's as its producer wrote them (prepared_q8), or T rows of
     // H quantized into q8 first; then P rows of F (h) in q8.
     // With lane-group GEMVs on both sides (Q4_K and friends at these shapes), the gate/up GEMV writes h's
-    // int8 form itself (no quantize launch before down; region q8_h, after x's) and the down GEMV
-    // forms the weighted sum (no combine launch).
+    // int8 form itself (no quantize launch before down; region q8_h, after x's). The down GEMV forms
+    // the weighted sum (no combine launch) where its layout allows (gemv_combines: bf16 too).
     const bool fuse = cuda::fusion_enabled();
     const bool h_q8 = fuse && glu && F % 32 == 0 && cuda::gemv_q8_lanes_serves(bs.gate, F, H) &&
                       cuda::gemv_q8_lanes_serves(bs.down, H, F);
-    const bool fused_combine = fuse && cuda::gemv_q8_lanes_serves(bs.down, H, F) && k <= 16;
+    const bool any_q8 = cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down);
+    const bool fused_combine = fuse && cuda::gemv_combines(bs.down, H, F, any_q8) && k <= 16;
     void* q8 = nullptr;
     void* q8_h = nullptr;
-    if (cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down)) {
+    if (any_q8) {
       note_q8_used();
       const int64_t x_bytes = (cuda::gemv_q8_scratch_bytes(T, H) + 255) / 256 * 256;
       q8 = scratch(Scratch::kQ8, h_q8 ? x_bytes + cuda::gemv_q8_scratch_bytes(P, F)
