@@ -93,7 +93,7 @@ void plan_bench_engine(const BenchOptions& o, EngineOptions& eo) {
     if (b < 1) fail(ErrorCode::kInvalidArgument, "--batch: batch size {} must be >= 1", b);
   const int64_t B = max_batch(o), page = std::max<int32_t>(eo.page_size, 1);
   const int64_t per_seq = o.prompt_tokens + o.gen_tokens + o.route_sample_steps + 1;
-  const int64_t warm = std::min<int64_t>(o.prompt_tokens, 512) + o.warmup_steps + 1;
+  const int64_t warm = o.prompt_tokens + o.warmup_steps + 1;  // the warm-up's sequences (run_bench)
   eo.kv_tokens = B * ((std::max(per_seq, warm) + page - 1) / page) * page;
   eo.max_seqs = static_cast<int32_t>(B);
   eo.max_logit_rows = B;
@@ -296,9 +296,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     BenchBatch res;
     res.batch = B;
     std::vector<BlockTable> tables;
-    // 1. warm-up on throw-away sequences.
+    // 1. warm-up on throw-away sequences, with prompts as long as the timed ones (llama-bench warms up
+    //    with the test itself): the timed prefill then meets no first use of its shapes (scratch
+    //    regions sized, cuBLAS plans and kernels loaded for its forwards).
     {
-      const int64_t nw = std::min<int64_t>(N, 512);
+      const int64_t nw = N;
       reserve(tables, B, nw + o.warmup_steps + 1);
       std::vector<std::vector<int32_t>> prompts;
       for (int32_t b = 0; b < B; ++b) prompts.push_back(random_ids(nw));
