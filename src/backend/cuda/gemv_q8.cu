@@ -8,7 +8,8 @@
 // gemv.cuh), one-token launches on matrices of at least 4096 rows take 4 rows per warp, and expert
 // GEMVs of short rows take lane groups (gemv_q8_lanes_kernel). Every choice depends on the matrix
 // (N, K) only, never on the batch, so a row's sum order is the same at every batch size.
-// Modes as in gemv.cuh (plain, expert table, GLU).
+// Modes as in gemv.cuh (plain, expert table, GLU); the lane-group kernel can also write a GLU pair's
+// int8 form (GemvArgs::q8_out) or a down GEMV's weighted sum over slots (GemvArgs::combine_*).
 // GemvArgs::q8_ready skips the quantize launch: the activation's producer or the router wrote the
 // same bytes already (CudaOps::prepared_q8).
 // Bytes moved: activations read once and written as 2 x int8 (2.25 bytes per element), then per
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(kWarpsQ8 * 32, q8_min_blocks(MAXT, GLU, R)) ge
  *  - kY: y, as every GEMV mode does (kWarpsQ8 warps a block);
  *  - kQ8: for a GLU pair, y's int8 form instead of y (GemvArgs::q8_out): a block holds 32 rows (one
  *    q8 chunk) of one problem, L warps of 32 / L rows;
- *  - kCombine: for the down GEMV, the weighted sum over each token's k slots (GemvArgs::combine):
+ *  - kCombine: for the down GEMV, the weighted sum over each token's k slots (GemvArgs::combine_*):
  *    a block holds k warps, warp j slot j of token blockIdx.y, for the same 32 / L rows. */
 enum class LanesOut { kY, kQ8, kCombine };
 
