@@ -4,8 +4,8 @@
 // and the bandwidth that implies, compared with the device's measured copy bandwidth; peak memory.
 //
 // Per batch size B (B independent sequences, random token ids, like llama-bench):
-//   1. warm-up: B short sequences (min(N, 512) prompt tokens, then warmup_steps decode steps),
-//      released afterwards, so one-time costs (kernel selection, CUDA-graph capture) stay out;
+//   1. warm-up: B throw-away sequences (N prompt tokens, then warmup_steps decode steps), released
+//      afterwards, so one-time costs (kernel selection, scratch sizing, CUDA-graph capture) stay out;
 //   2. prefill: B prompts of N tokens, packed into forwards of at most max_prefill_tokens tokens
 //      (one logit row per finished prompt), timed from a synchronized start to a synchronized end;
 //   3. decode: G steps of B tokens each (one logit row per sequence, fed random ids), timed the same
@@ -114,8 +114,8 @@ struct BenchReport {
  *  otherwise: a server's default KV cache (min(context, 8192)). */
 inline constexpr int64_t kBenchKvReserveTokens = 8192;
 
-/** Engine options the benchmark needs: KV for max(batches) sequences of N + G + route samples
- *  tokens (whole pages each), max_seqs and max_logit_rows = max(batches), max_step_tokens =
+/** Engine options the benchmark needs: KV for max(batches) sequences of max(N + G + route samples,
+ *  N + warmup_steps) + 1 tokens (whole pages each), max_seqs and max_logit_rows = max(batches), max_step_tokens =
  *  min(max_prefill_tokens, max(batches) * N) but at least max(batches), kv_reserve_tokens =
  *  kBenchKvReserveTokens where it is unset (< 0). Other fields are kept.
  *  Throws ft::Error(kInvalidArgument) for N < 1, G < 0, an empty batch list or a batch < 1. */

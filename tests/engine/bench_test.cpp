@@ -195,6 +195,34 @@ TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
   EXPECT_NE(table.find("mixtral"), std::string::npos);
 }
 
+TEST(BenchRun, WarmUpPrefillsAsManyTokensAsTheTimedPrefill) {
+  // The warm-up's sequences hold the whole prompt plus its decode steps, so the KV is planned for
+  // them too; before, the warm-up stopped at 512 prompt tokens and the timed prefill met its shapes
+  // first (a 4k prefill on the H200 read ~1.5% slow).
+  SyntheticSpec spec;
+  spec.preset = "tiny-moe";
+  spec.weight_type = DType::Q8_0;
+  spec.threads = 1;
+  spec.n_layer = 1;
+  BenchOptions bo;
+  bo.prompt_tokens = 600;
+  bo.gen_tokens = 1;
+  bo.warmup_steps = 40;
+  bo.route_sample_steps = 0;
+  bo.batches = {1};
+  bo.copy_bytes = 1 << 20;
+  bo.threads = 1;
+  EngineOptions eo;
+  eo.threads = 1;
+  eo.page_size = 16;
+  plan_bench_engine(bo, eo);
+  EXPECT_EQ(eo.kv_tokens, 656);  // 600 + 40 + 1 = 641 tokens -> 41 pages of 16
+  Engine engine(std::make_unique<SyntheticCheckpoint>(spec), std::make_unique<CpuOps>(1), eo);
+  const BenchReport r = run_bench(engine, bo);
+  ASSERT_EQ(r.batches.size(), 1u);
+  EXPECT_EQ(r.batches[0].prefill_tokens, 600);
+}
+
 TEST(BenchCli, StepsSampleAsAsked) {
   // Every step samples on the backend with --temperature / --top-k / --top-p / --min-p (greedy by default).
   const Result r = run_ft(std::string(kTinyBench) + " --temperature 0.7 --top-k 40 --top-p 0.9 --min-p 0.05");
