@@ -50,6 +50,7 @@ test-asan:
 # GPU tests only (every suite named Cuda*: tests/gpu and the expert-cache tests in tests/moe); they
 # fail (rather than skip) when no device is present.
 test-gpu: build
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no NVIDIA GPU is visible (nvidia-smi -L fails); these tests need one (make test runs the rest)"; exit 1; }
 	cd $(BUILD) && FT_REQUIRE_GPU=1 ctest --output-on-failure -R Cuda
 
 serve: build

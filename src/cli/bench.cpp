@@ -36,7 +36,7 @@ struct BenchArgs {
   std::string model;
   std::string preset;
   bool dummy = false;
-  std::string weight_type = "bf16";
+  std::string weight_type;  // empty: bf16
   int64_t dummy_layers = 0;
   double router_skew = 0;
   uint64_t seed = 0;
@@ -82,7 +82,7 @@ void list_presets() {
 std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
   SyntheticSpec spec;
   spec.preset = a.preset;
-  spec.weight_type = parse_synthetic_weight_type(a.weight_type);
+  spec.weight_type = parse_synthetic_weight_type(a.weight_type.empty() ? "bf16" : a.weight_type);
   spec.n_layer = a.dummy_layers;
   spec.router_skew = a.router_skew;
   spec.seed = a.seed;
@@ -102,6 +102,9 @@ int bench(const BenchArgs& a) {
     fail(ErrorCode::kInvalidArgument, "--model-preset {} needs --dummy-weights (a preset has shapes, not weights)",
          a.preset);
   if (!synthetic && a.dummy) fail(ErrorCode::kInvalidArgument, "--dummy-weights needs --model-preset NAME");
+  if (!synthetic && (!a.weight_type.empty() || a.dummy_layers != 0 || a.router_skew != 0.0))
+    fail(ErrorCode::kInvalidArgument, "--weight-type, --dummy-layers and --dummy-router-skew shape a synthetic model "
+         "(--model-preset NAME --dummy-weights); --model {} runs the file's own weights", a.model);
   if (!a.write_gguf.empty()) {
     if (!synthetic) fail(ErrorCode::kInvalidArgument, "--write-gguf writes a synthetic model: give --model-preset");
     auto ckpt = make_synthetic(a);
@@ -134,9 +137,10 @@ int bench(const BenchArgs& a) {
   if (cuda) bo.device_free_before = cuda_free_memory(0);
   if (!cuda && a.activations != "f32")
     spdlog::warn("--activations {}: the CPU backend computes in f32; the flag applies to --device cuda", a.activations);
-  std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
+  // The backend first: a missing GPU is said before a synthetic model's weights are generated.
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0, a.activations == "bf16" ? DType::BF16 : DType::F32)
                                   : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.engine.threads));
+  std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
   if (a.profile_ops) ops = std::make_unique<ProfilingOps>(std::move(ops));
   Engine engine(std::move(ckpt), std::move(ops), eo);
   // As `ft run` and `ft serve` refuse such requests, but a benchmark may measure past the context on
@@ -174,8 +178,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   const char* s = "Synthetic model";
   cmd->add_option("--model-preset", args->preset, "Real shapes of a known model (see --list-presets)")->group(s);
   cmd->add_flag("--dummy-weights", args->dummy, "Random weights for --model-preset (deterministic per --seed)")->group(s);
-  cmd->add_option("--weight-type", args->weight_type, "Weight type of the synthetic matrices (bf16, q8_0, q4_k, ...)")
-      ->capture_default_str()
+  cmd->add_option("--weight-type", args->weight_type,
+                  "Weight type of the synthetic matrices (bf16, q8_0, q4_k, ...; default bf16)")
       ->group(s);
   cmd->add_option("--dummy-layers", args->dummy_layers, "Layers of the synthetic model (0 = the preset's)")
       ->capture_default_str()
@@ -196,7 +200,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--activations", args->activations, "CUDA activation dtype: f32 or bf16")->capture_default_str();
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
       ->capture_default_str();
-  cmd->add_option("--warmup-steps", args->warmup_steps, "Untimed decode steps before each batch size")
+  cmd->add_option("--warmup-steps", args->warmup_steps,
+                  "Untimed decode steps before each batch size (after an untimed prefill of the same length)")
       ->capture_default_str();
   cmd->add_option("--route-sample-steps", args->route_sample_steps,
                   "Untimed decode steps whose routed experts are counted (0 = assume uniform routing)")

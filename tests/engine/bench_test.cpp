@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/device.h"
 #include "cli/run_ft.h"
 #include "engine/benchmark.h"
 #include "engine/synthetic_checkpoint.h"
@@ -223,6 +224,16 @@ TEST(BenchRun, WarmUpPrefillsAsManyTokensAsTheTimedPrefill) {
   EXPECT_EQ(r.batches[0].prefill_tokens, 600);
 }
 
+TEST(BenchCli, MissingGpuIsSaidBeforeTheWeightsAreGenerated) {
+  // A fresh-user trial waited 50 s (16 GB of q4_k weights) for this error on a machine without a GPU.
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: --device cuda would run the benchmark";
+  const Result r = run_ft("bench --model-preset qwen3-30b-a3b --dummy-weights --dummy-layers 1 --weight-type q4_k "
+                          "--device cuda --prompt-tokens 4 --gen-tokens 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("CUDA"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("generated"), std::string::npos) << r.err;  // the synthetic model's log line
+}
+
 TEST(BenchCli, StepsSampleAsAsked) {
   // Every step samples on the backend with --temperature / --top-k / --top-p / --min-p (greedy by default).
   const Result r = run_ft(std::string(kTinyBench) + " --temperature 0.7 --top-k 40 --top-p 0.9 --min-p 0.05");
@@ -283,6 +294,14 @@ TEST(BenchCli, BadRequestsExitWithCode2) {
   r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --temperature 0.7 --top-p 0");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("top_p must be in (0, 1]"), std::string::npos) << r.err;
+  // The synthetic model's flags with a file are refused, not ignored (a fresh-user trial ran the file's
+  // own weights with --weight-type bf16 --dummy-layers 1 and no word).
+  r = run_ft("bench --model /nonexistent/model.gguf --dummy-layers 1 --device cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("shape a synthetic model"), std::string::npos) << r.err;
+  r = run_ft("bench --model /nonexistent/model.gguf --weight-type q4_k --device cpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("shape a synthetic model"), std::string::npos) << r.err;
   r = run_ft("bench --list-presets");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("deepseek-v2-lite"), std::string::npos);

@@ -64,6 +64,10 @@ VocabVectors read_vocab_vectors(const std::string& name) {
 
 std::vector<std::string> vocab_vector_names() {
   std::vector<std::string> names;
+  // Called while gtest lists the tests: a missing folder gives no names (VocabVectors'
+  // EveryVectorFileIsTestedOrListed then fails and names it) instead of an exception no test catches.
+  std::error_code ec;
+  if (!fs::is_directory(vocab_dir(), ec)) return names;
   for (const auto& e : fs::directory_iterator(vocab_dir())) {
     const std::string f = e.path().filename().string();
     const std::string pre = "ggml-vocab-", post = ".gguf.inp";

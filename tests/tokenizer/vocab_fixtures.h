@@ -23,7 +23,7 @@ struct VocabVectors {
  *  tests/test-tokenizer-0.cpp); the .out has one line of space-separated ids per case. */
 VocabVectors read_vocab_vectors(const std::string& name);
 
-/** Names NAME of every ggml-vocab-NAME.gguf.inp in data/vocab. */
+/** Names NAME of every ggml-vocab-NAME.gguf.inp in data/vocab (none when the folder is missing). */
 std::vector<std::string> vocab_vector_names();
 
 /** Vocabulary named like the vector files: "gpt-2" -> data/vocab/ggml-vocab-gpt-2.gguf through the

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "test_util.h"
 #include "util/error.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/utf8.h"
@@ -37,7 +38,8 @@ std::string ids_str(const std::vector<int32_t>& ids) {
 
 TEST(VocabVectors, EveryVectorFileIsTestedOrListed) {
   const auto names = vocab_vector_names();
-  ASSERT_GE(names.size(), 16u);
+  ASSERT_GE(names.size(), 16u) << "llama.cpp's vocabulary test vectors (ggml-vocab-*.gguf.inp) in "
+                               << shared_dir() << "/data/vocab: set FT_SHARED_DIR to the shared data folder";
   for (const std::string& n : names) {
     const bool skipped = kSkipped.count(n) > 0;
     EXPECT_NE(shared_vocab(n) != nullptr, skipped) << n << (skipped ? " is listed as skipped but loads" : " has no vocabulary");
