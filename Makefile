@@ -8,7 +8,7 @@ APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
            libbenchmark-dev libopenblas-dev
 
-.PHONY: all deps configure build test test-cpu test-asan test-gpu serve bench clean
+.PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench clean
 
 all: build
 
@@ -49,9 +49,12 @@ test-asan:
 
 # GPU tests only (every suite named Cuda*: tests/gpu and the expert-cache tests in tests/moe); they
 # fail (rather than skip) when no device is present.
-test-gpu: build
-	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no NVIDIA GPU is visible (nvidia-smi -L fails); these tests need one (make test runs the rest)"; exit 1; }
+test-gpu: gpu-check build
 	cd $(BUILD) && FT_REQUIRE_GPU=1 ctest --output-on-failure -R Cuda
+
+# Before the build, so a machine without a GPU hears it at once.
+gpu-check:
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no NVIDIA GPU is visible (nvidia-smi -L fails); these tests need one (make test runs the rest)"; exit 1; }
 
 serve: build
 	./$(BUILD)/ft serve $(ARGS)
