@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
         static_cast<double>(w3.bytes()));
   }
   {  // The sampler (Ops::sample) on F32 logits rows of the vocabulary, against what it replaces: the
-     // rows copied to pinned host memory, then the host sampler (cpu::sample_row) on one core.
+     // rows copied to pinned host memory, then the host sampler (cpu::sample_rows) on one core.
     std::vector<float> host(static_cast<size_t>(8 * V));
     uint32_t s = 7;
     for (float& v : host) v = static_cast<float>((s = s * 1664525u + 1013904223u) >> 8) / 1048576.0f - 8.0f;
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
                           {"t 0.7 top-p 0.9", rows_of(0.7f, 0, 0.9f, 0)},
                           {"t 0.7 top-k 40 top-p 0.9 + 5 logprobs", rows_of(0.7f, 40, 0.9f, 5)}};
     Buffer pinned = ops->alloc_host(8 * V * 4);
-    cpu::SampleScratch scratch;
+    std::vector<SampleResult> res(8);
     for (const Kind& k : kinds) {
       for (int64_t R : {1, 8}) {
         Tensor rows = b.dev(DType::U8, {R * static_cast<int64_t>(sizeof(SampleRow))});
@@ -218,9 +218,7 @@ int main(int argc, char** argv) {
         const double host_us = b.time_us(
             [&] {
               ops->copy(x, Tensor(pinned.data(), DType::F32, {R, V}));
-              SampleResult res;
-              for (int64_t r = 0; r < R; ++r)
-                cpu::sample_row(static_cast<const float*>(pinned.data()) + r * V, V, k.rows[0], nullptr, res, scratch);
+              cpu::sample_rows(static_cast<const float*>(pinned.data()), V, k.rows.data(), R, nullptr, res.data());
             },
             3);
         row((what + " (copy + host)").c_str(), host_us, static_cast<double>(x.bytes()));

@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include "backend/cpu/cpu_ops.h"
 #include "backend/op_checks.h"
 #include "util/error.h"
 
@@ -15,12 +16,8 @@ std::span<const SampleResult> ModelRunner::forward_sample(const ForwardBatch& ba
     fail(ErrorCode::kInternal, "forward returned {} logits for {} rows of {}", logits.size(), S, V);
   host_edits_.assign(edits.begin(), edits.end());
   host_results_.assign(S, SampleResult{});
-  for (size_t s = 0; s < S; ++s) {
-    const SampleRow& row = rows[s];
-    if (row.skip) continue;
-    cpu::sample_row(logits.data() + s * V, static_cast<int64_t>(V), row, host_edits_.data(), host_results_[s],
-                    host_scratch_);
-  }
+  cpu::sample_rows(logits.data(), static_cast<int64_t>(V), rows.data(), static_cast<int64_t>(S), host_edits_.data(),
+                   host_results_.data());
   return host_results_;
 }
 

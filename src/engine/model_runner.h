@@ -7,7 +7,6 @@
 #include <span>
 #include <vector>
 
-#include "backend/cpu/cpu_ops.h"
 #include "backend/sampling.h"
 
 namespace ft {
@@ -43,15 +42,14 @@ class ModelRunner {
   virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
   /** Runs the model over `batch` and samples row s by rows[s] (backend/sampling.h; `edits` holds the
    *  ranges the rows name; a row with `skip` set is not sampled), returning the results [S], held until
-   *  the next forward. The default samples forward()'s logits on the host (cpu::sample_row); the engine's
+   *  the next forward. The default samples forward()'s logits on the host (cpu::sample_rows); the engine's
    *  runner samples on its backend. Throws ft::Error. */
   virtual std::span<const SampleResult> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
                                                        std::span<const LogitEdit> edits);
 
  private:
   std::vector<SampleResult> host_results_;
-  std::vector<LogitEdit> host_edits_;
-  cpu::SampleScratch host_scratch_;
+  std::vector<LogitEdit> host_edits_;  // a writable copy: the sampler writes each edit's raw logit
 };
 
 }  // namespace ft

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/cpu_ops.h"
 #include "util/error.h"
 
 namespace ft {
@@ -103,7 +104,7 @@ SampledToken Sampler::sample(const float* logits) {
   host_edits_.clear();
   prepare(row, host_edits_);
   SampleResult result;
-  cpu::sample_row(logits, vocab_, row, host_edits_.data(), result, scratch_);
+  cpu::sample_rows(logits, vocab_, &row, 1, host_edits_.data(), &result);
   return take(result);
 }
 

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/cpu_ops.h"
 #include "backend/sampling.h"
 
 namespace ft {
@@ -68,7 +67,7 @@ class Sampler {
   SampledToken take(const SampleResult& result);
 
   /** Chooses the next token from `logits` (float32 [vocab_size]; not modified) on the host and records it
-   *  as generated: prepare, the CPU backend's sample_row, take. NaN logits count as -inf. A row with no
+   *  as generated: prepare, the CPU backend's sample_rows, take. NaN logits count as -inf. A row with no
    *  finite logit after the edits (fully masked) yields id 0, with its raw logit's logprob (-inf when no
    *  raw logit is finite either): a defined result, never NaN. */
   SampledToken sample(const float* logits);
@@ -91,7 +90,6 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> edit_of_;  // id -> index in edits_
   // Host sampling (sample()).
   std::vector<LogitEdit> host_edits_;
-  cpu::SampleScratch scratch_;
 };
 
 }  // namespace ft

@@ -31,31 +31,35 @@ void parse_stop(const ojson& body, GenerationParams& g) {
   }
 }
 
-/** OpenAI logit_bias: {"<token id>": bias in [-100, 100], ...}. Ids are checked against the vocabulary at
- *  submission (submit_generation), where it is known. */
+/** One logit_bias entry, `where` naming it in errors: a token id in [0, 2^31) and a bias, a number in
+ *  [-100, 100] or, in llama.cpp's list form (`ban_allowed`), false for -inf (a ban). */
+void add_logit_bias(SamplingParams& s, const std::string& where, int64_t id, const ojson& b, bool ban_allowed) {
+  if (id < 0 || id > std::numeric_limits<int32_t>::max())
+    bad_request("logit_bias", fmt::format("'{}' names token {}, not a token id", where, id));
+  float bias = 0.0f;
+  if (ban_allowed && b.is_boolean() && !b.get<bool>()) {
+    bias = -std::numeric_limits<float>::infinity();
+  } else if (b.is_number() && std::isfinite(b.get<double>()) && b.get<double>() >= -100.0 && b.get<double>() <= 100.0) {
+    bias = static_cast<float>(b.get<double>());
+  } else {
+    bad_request("logit_bias", fmt::format("the bias of '{}' must be a number in [-100, 100]{}, got {}", where,
+                                          ban_allowed ? " or false" : "", b.dump()));
+  }
+  s.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+}
+
+/** OpenAI logit_bias: {"<token id>": bias in [-100, 100], ...}, or llama.cpp's [[id, bias or false], ...].
+ *  Ids are checked against the vocabulary at submission (submit_generation), where it is known. */
 void parse_logit_bias(const ojson& body, SamplingParams& s) {
   const ojson* v = field(body, "logit_bias");
   if (!v || v->is_null()) return;
-  if (v->is_array()) {  // llama.cpp's form: [[id, bias], ...], bias false bans the token
+  if (v->is_array()) {
     for (size_t i = 0; i < v->size(); ++i) {
       const ojson& pair = (*v)[i];
       const std::string where = fmt::format("logit_bias[{}]", i);
       if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer())
         bad_request("logit_bias", fmt::format("'{}' must be a pair [token id, bias or false]", where));
-      const int64_t id = pair[0].get<int64_t>();
-      if (id < 0 || id > std::numeric_limits<int32_t>::max())
-        bad_request("logit_bias", fmt::format("'{}' names token {}, not a token id", where, id));
-      const ojson& b = pair[1];
-      float bias = 0.0f;
-      if (b.is_boolean() && !b.get<bool>()) {
-        bias = -std::numeric_limits<float>::infinity();
-      } else if (b.is_number() && std::isfinite(b.get<double>()) && b.get<double>() >= -100.0 && b.get<double>() <= 100.0) {
-        bias = static_cast<float>(b.get<double>());
-      } else {
-        bad_request("logit_bias", fmt::format("the bias of '{}' must be a number in [-100, 100] or false, got {}", where,
-                                              b.dump()));
-      }
-      s.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+      add_logit_bias(s, where, pair[0].get<int64_t>(), pair[1], true);
     }
     return;
   }
@@ -64,19 +68,10 @@ void parse_logit_bias(const ojson& body, SamplingParams& s) {
                                           "(or llama.cpp's list of [id, bias] pairs), got {}", type_name(*v)));
   for (auto it = v->begin(); it != v->end(); ++it) {
     const std::string& key = it.key();
-    int64_t id = -1;
-    if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos)
-      id = std::stoll(key);
-    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+    if (key.empty() || key.size() > 10 || key.find_first_not_of("0123456789") != std::string::npos)
       bad_request("logit_bias", fmt::format("'logit_bias' keys must be token ids (non-negative integers as strings), "
                                             "got \"{}\"", key));
-    const ojson& b = it.value();
-    if (!b.is_number())
-      bad_request("logit_bias", fmt::format("logit_bias[\"{}\"] must be a number in [-100, 100], got {}", key, type_name(b)));
-    const double x = b.get<double>();
-    if (!std::isfinite(x) || x < -100.0 || x > 100.0)
-      bad_request("logit_bias", fmt::format("logit_bias[\"{}\"] must be in [-100, 100], got {}", key, x));
-    s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(x));
+    add_logit_bias(s, fmt::format("logit_bias[\"{}\"]", key), std::stoll(key), it.value(), false);
   }
 }
 

@@ -82,20 +82,13 @@ void check_dtype(const char* op, const char* arg, const Tensor& t, DType want);
 /** Throws kInvalidArgument "<op>: <arg> has shape [..], expected [..]". */
 void check_same_shape(const char* op, const char* arg, const Tensor& t, const Tensor& ref);
 
-/** Scratch of sample_row, grown to the vocabulary once. */
-struct SampleScratch {
-  std::vector<float> z;         // [V] edited logits
-  std::vector<int32_t> order;   // [V] ids (top_logprobs)
-  std::vector<float> p;         // [V] exp((z - m) / T)
-  std::vector<uint32_t> keys;   // [V] order keys of z
-  std::vector<uint64_t> w;      // [V] integer weights
-  std::vector<uint32_t> sorted; // finite keys (top-k)
-  std::vector<uint64_t> hist;   // radix histogram (top-p)
-};
-/** Samples one token from the logit row x [V] (float32, not modified) as backend/sampling.h defines
- *  it: `p` names its range of `edits`, whose `raw` fields it writes; the result goes to `out`. */
-void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits, SampleResult& out,
-                SampleScratch& s);
+/** Samples one token from each of the R logit rows [R, V] (float32, not modified) as
+ *  backend/sampling.h defines it: row r by rows[r] (skipped when `skip` is set: out[r] untouched),
+ *  which names its range of `edits` (their `raw` fields are written); results to out [R]. Ranges and
+ *  ids are not checked here (op_checks::sample_edits). Scratch: one per calling thread, grown to the
+ *  vocabulary once. The CPU backend's sample op and the host samplers (ModelRunner, Sampler) use it. */
+void sample_rows(const float* logits, int64_t V, const SampleRow* rows, int64_t R, LogitEdit* edits,
+                 SampleResult* out);
 
 }  // namespace cpu
 }  // namespace ft

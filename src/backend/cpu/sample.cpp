@@ -107,8 +107,18 @@ void probs(const float* z, int64_t V, float m, float inv_t, float* p, uint32_t* 
   probs_base(z, V, m, inv_t, p, keys);
 }
 
-}  // namespace
+/** Scratch of sample_row, grown to the vocabulary once. */
+struct SampleScratch {
+  std::vector<float> z;         // [V] edited logits
+  std::vector<int32_t> order;   // [V] ids (top_logprobs)
+  std::vector<float> p;         // [V] exp((z - m) / T)
+  std::vector<uint32_t> keys;   // [V] order keys of z
+  std::vector<uint64_t> w;      // [V] integer weights
+  std::vector<uint32_t> sorted; // finite keys (top-k)
+  std::vector<uint64_t> hist;   // radix histogram (top-p)
+};
 
+/** Samples one token from the logit row x [V]: `p` names its range of `edits`; the result to `out`. */
 void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits, SampleResult& out,
                 SampleScratch& s) {
   // 1. Raw log-softmax and the top_logprobs.
@@ -196,6 +206,15 @@ void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits,
   out.logprob = lse == kNegInf ? kNegInf : raw - lse;
 }
 
+}  // namespace
+
+void sample_rows(const float* logits, int64_t V, const SampleRow* rows, int64_t R, LogitEdit* edits,
+                 SampleResult* out) {
+  thread_local SampleScratch scratch;
+  for (int64_t r = 0; r < R; ++r)
+    if (!rows[r].skip) sample_row(logits + r * V, V, rows[r], edits, out[r], scratch);
+}
+
 }  // namespace cpu
 
 void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
@@ -209,12 +228,7 @@ void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tens
   auto* ep = n_edits > 0 ? static_cast<LogitEdit*>(edits.data) : nullptr;
   auto* op = static_cast<SampleResult*>(out.data);
   op_checks::sample_edits("sample", rp, R, ep, n_edits, V);
-  thread_local cpu::SampleScratch scratch;
-  for (int64_t r = 0; r < R; ++r) {
-    const SampleRow& p = rp[r];
-    if (p.skip) continue;
-    cpu::sample_row(logits.ptr<float>() + r * V, V, p, ep, op[r], scratch);
-  }
+  cpu::sample_rows(logits.ptr<float>(), V, rp, R, ep, op);
 }
 
 }  // namespace ft
