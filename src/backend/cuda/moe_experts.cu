@@ -17,7 +17,6 @@
 // then down; weights decoded into shared memory); rows of 64-indivisible widths fall back to per
 // expert GEMMs (CudaOps::matmul_raw: cuBLAS after decoding to bf16 tiles). Then the same combine. Bytes moved: every used expert's matrices once + O(P(H+F)).
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
@@ -34,13 +33,7 @@ namespace {
 
 constexpr int64_t kDecodeMaxTokens = 32;
 
-std::atomic<int> g_fusion{-1};  // set_cuda_moe_fusion: -1 unset (FT_CUDA_MOE_FUSE decides), 0 off, 1 on
-
-bool fusion_enabled() {
-  static const bool env = env_switch_on("FT_CUDA_MOE_FUSE");
-  const int o = g_fusion.load(std::memory_order_acquire);
-  return o < 0 ? env : o == 1;
-}
+Switch g_fusion("FT_CUDA_MOE_FUSE");  // set_cuda_moe_fusion
 
 /** Carves 256-byte aligned sub-buffers out of one scratch region. */
 class Carver {
@@ -224,7 +217,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     // With lane-group GEMVs on both sides (Q4_K and friends at these shapes), the gate/up GEMV writes h's
     // int8 form itself (no quantize launch before down; region q8_h, after x's). The down GEMV forms
     // the weighted sum (no combine launch) where its layout allows (gemv_combines: bf16 too).
-    const bool fuse = cuda::fusion_enabled();
+    const bool fuse = cuda::g_fusion.on();
     const bool h_q8 = fuse && glu && F % 32 == 0 && cuda::gemv_q8_lanes_serves(bs.gate, F, H) &&
                       cuda::gemv_q8_lanes_serves(bs.down, H, F);
     const bool any_q8 = cuda::gemv_q8_supports(bs.gate) || cuda::gemv_q8_supports(bs.up) || cuda::gemv_q8_supports(bs.down);
@@ -343,6 +336,6 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
   });
 }
 
-void set_cuda_moe_fusion(bool enabled) { cuda::g_fusion.store(enabled ? 1 : 0, std::memory_order_release); }
+void set_cuda_moe_fusion(bool enabled) { cuda::g_fusion.set(enabled); }
 
 }  // namespace ft

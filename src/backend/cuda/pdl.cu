@@ -1,4 +1,4 @@
-// pdl_enabled() of pdl.cuh and the cuda_factory.h entries cuda_pdl_enabled / set_cuda_pdl.
+// pdl_enabled() and Switch of pdl.cuh, and the cuda_factory.h entries cuda_pdl_enabled / set_cuda_pdl.
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -17,12 +17,7 @@ __global__ void pdl_probe_kernel() {}
 
 constexpr int kMaxDevices = 64;
 std::array<std::atomic<int>, kMaxDevices> g_device_state{};  // 0 unknown, 1 possible, 2 not possible
-std::atomic<int> g_override{-1};                             // -1 none, 0 off, 1 on
-
-bool env_allows() {
-  static const bool allows = env_switch_on("FT_CUDA_PDL");
-  return allows;
-}
+Switch g_pdl("FT_CUDA_PDL");  // set_cuda_pdl
 
 /** The GPU is sm_90+ and the loaded code was compiled for sm_90+ (a build for an older arch runs
  *  there as JIT-compiled PTX whose pdl_enter() has no wait: such launches must not be relaxed). */
@@ -42,12 +37,18 @@ bool possible(int device) {
 
 }  // namespace
 
-bool env_switch_on(const char* name) {
-  const char* e = std::getenv(name);
-  if (!e) return true;
-  std::string v(e);
-  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return !(v == "0" || v == "off" || v == "false" || v == "no");
+bool Switch::on() const {
+  const int o = override_.load(std::memory_order_acquire);
+  if (o >= 0) return o == 1;
+  int e = from_env_.load(std::memory_order_acquire);
+  if (e < 0) {
+    const char* v = std::getenv(env_);
+    std::string s = v ? v : "";
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    e = v && (s == "0" || s == "off" || s == "false" || s == "no") ? 0 : 1;
+    from_env_.store(e, std::memory_order_release);
+  }
+  return e == 1;
 }
 
 bool clusters_possible(int device) { return possible(device); }
@@ -60,12 +61,8 @@ bool pdl_enabled() {
 
 }  // namespace cuda
 
-bool cuda_pdl_enabled(int device) {
-  const int o = cuda::g_override.load(std::memory_order_acquire);
-  if (o == 0 || (o < 0 && !cuda::env_allows())) return false;
-  return cuda::possible(device);
-}
+bool cuda_pdl_enabled(int device) { return cuda::g_pdl.on() && cuda::possible(device); }
 
-void set_cuda_pdl(bool enabled) { cuda::g_override.store(enabled ? 1 : 0, std::memory_order_release); }
+void set_cuda_pdl(bool enabled) { cuda::g_pdl.set(enabled); }
 
 }  // namespace ft

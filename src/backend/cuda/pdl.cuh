@@ -23,6 +23,8 @@
 //   as before: the wait returns at once.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -51,8 +53,20 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
  *  FT_CUDA_PDL=0 nor set_cuda_pdl(false)). */
 bool pdl_enabled();
 
-/** False when environment variable `name` says 0, off, false or no (any case); true otherwise. */
-bool env_switch_on(const char* name);
+/** A diagnostic on/off switch of the backend (PDL, moe_experts' fusions): set() (tests, A/B runs) wins;
+ *  otherwise environment variable `env`, read once: off when it says 0, off, false or no (any case),
+ *  on when it says anything else or is unset. */
+class Switch {
+ public:
+  explicit constexpr Switch(const char* env) : env_(env) {}
+  bool on() const;
+  void set(bool on) { override_.store(on ? 1 : 0, std::memory_order_release); }
+
+ private:
+  const char* env_;
+  std::atomic<int> override_{-1};         // -1: not set
+  mutable std::atomic<int> from_env_{-1};  // -1: not read yet
+};
 
 /** True when thread block clusters may be launched on CUDA device `device`: an sm_90+ GPU running
  *  code compiled for sm_90+ (kernels built for older archs have no cluster instructions). Cached. */
