@@ -156,24 +156,40 @@ TEST(BenchCli, DecodeLogWindowsLeaveThePrefillOut) {
   EXPECT_GE(windows, 4) << r.err;  // 5 decode steps per batch size, and the warm-up's
 }
 
-TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
+namespace {
+
+/** A synthetic model of `preset` in `type` on one thread (`layers` 0: the preset's). */
+std::unique_ptr<SyntheticCheckpoint> synthetic(const char* preset, DType type, int64_t layers = 0) {
   SyntheticSpec spec;
-  spec.preset = "tiny-mixtral";
-  spec.weight_type = DType::Q4_0;
+  spec.preset = preset;
+  spec.weight_type = type;
   spec.threads = 1;
-  auto ckpt = std::make_unique<SyntheticCheckpoint>(spec);
+  spec.n_layer = layers;
+  return std::make_unique<SyntheticCheckpoint>(spec);
+}
+
+/** Benchmark options of a small CPU run: `prompt` tokens, `gen` decode steps, these batch sizes. */
+BenchOptions small_bench(int64_t prompt, int64_t gen, std::vector<int32_t> batches) {
+  BenchOptions bo;
+  bo.prompt_tokens = prompt;
+  bo.gen_tokens = gen;
+  bo.batches = std::move(batches);
+  bo.copy_bytes = 1 << 20;
+  bo.threads = 1;
+  return bo;
+}
+
+}  // namespace
+
+TEST(BenchRun, WeightAccountingMatchesTheCheckpoint) {
+  auto ckpt = synthetic("tiny-mixtral", DType::Q4_0);
   int64_t all = 0, experts = 0, embd = 0;
   for (const TensorInfo& t : ckpt->tensors()) {
     all += t.bytes;
     if (t.name.find("_exps.") != std::string::npos) experts += t.bytes;
     if (t.name == "token_embd.weight") embd = t.bytes;
   }
-  BenchOptions bo;
-  bo.prompt_tokens = 8;
-  bo.gen_tokens = 2;
-  bo.batches = {1, 2};
-  bo.copy_bytes = 1 << 20;
-  bo.threads = 1;
+  const BenchOptions bo = small_bench(8, 2, {1, 2});
   EngineOptions eo;
   eo.threads = 1;
   plan_bench_engine(bo, eo);
@@ -200,25 +216,15 @@ TEST(BenchRun, WarmUpPrefillsAsManyTokensAsTheTimedPrefill) {
   // The warm-up's sequences hold the whole prompt plus its decode steps, so the KV is planned for
   // them too; before, the warm-up stopped at 512 prompt tokens and the timed prefill met its shapes
   // first (a 4k prefill on the H200 read ~1.5% slow).
-  SyntheticSpec spec;
-  spec.preset = "tiny-moe";
-  spec.weight_type = DType::Q8_0;
-  spec.threads = 1;
-  spec.n_layer = 1;
-  BenchOptions bo;
-  bo.prompt_tokens = 600;
-  bo.gen_tokens = 1;
+  BenchOptions bo = small_bench(600, 1, {1});
   bo.warmup_steps = 40;
   bo.route_sample_steps = 0;
-  bo.batches = {1};
-  bo.copy_bytes = 1 << 20;
-  bo.threads = 1;
   EngineOptions eo;
   eo.threads = 1;
   eo.page_size = 16;
   plan_bench_engine(bo, eo);
   EXPECT_EQ(eo.kv_tokens, 656);  // 600 + 40 + 1 = 641 tokens -> 41 pages of 16
-  Engine engine(std::make_unique<SyntheticCheckpoint>(spec), std::make_unique<CpuOps>(1), eo);
+  Engine engine(synthetic("tiny-moe", DType::Q8_0, 1), std::make_unique<CpuOps>(1), eo);
   const BenchReport r = run_bench(engine, bo);
   ASSERT_EQ(r.batches.size(), 1u);
   EXPECT_EQ(r.batches[0].prefill_tokens, 600);
