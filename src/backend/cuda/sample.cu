@@ -473,10 +473,9 @@ void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Ten
   cuda::check_dev("sample", "out", out);
   const int64_t R = logits.rows(), V = logits.cols();
   if (op_checks::sample(logits, rows, edits, out) > 0) cuda::check_dev("sample", "edits", edits);
+  if (V > max_sample_row())
+    fail(ErrorCode::kUnsupported, "sample: rows of {} logits exceed the sampler's {}", V, max_sample_row());
   const int64_t nb = (V + cuda::kChunk - 1) / cuda::kChunk;
-  if (nb > cuda::kMaxChunks)
-    fail(ErrorCode::kUnsupported, "sample: rows of {} logits exceed the sampler's {}", V,
-         int64_t{cuda::kMaxChunks} * cuda::kChunk);
   if (R > 65535) fail(ErrorCode::kInvalidArgument, "sample: {} rows exceed the grid's 65535", R);
   if (R == 0) return;
   // What the rows need (all of it when the host rows are not given).
