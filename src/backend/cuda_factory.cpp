@@ -14,6 +14,7 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType) {
 bool cuda_pdl_enabled(int) { return false; }
 void set_cuda_pdl(bool) {}
 void set_cuda_moe_fusion(bool) {}
+void set_cuda_prefetch_dma(bool) {}
 #endif
 
 }  // namespace ft

@@ -93,6 +93,11 @@ class ExpertSlots {
    *  Throws kInvalidArgument for a layer without experts or a bad region. */
   const ExpertBank& region_bank(int32_t layer, int32_t region) const;
 
+  /** Throws ft::Error(kInternal) when copies queued since the last check failed or timed out (their
+   *  step's results are then wrong); called after a step. Host and the gather kernel: nothing to
+   *  check. */
+  virtual void check() {}
+
   /** Per-layer counters since creation (CUDA: read back from the device, synchronizing). */
   virtual std::vector<CacheLayerStats> stats() = 0;
 

@@ -220,6 +220,7 @@ void OffloadedExperts::prefetch(int64_t target, const Tensor& ids) {
 }
 
 void OffloadedExperts::check() {
+  if (slots_) slots_->check();
   if (!exchange_) return;
   ops_.synchronize();  // a step without logits has not waited for its work yet
   exchange_->check();

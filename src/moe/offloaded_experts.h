@@ -107,8 +107,9 @@ class OffloadedExperts final : public ExpertCompute {
   /** out [T, H] = routed experts of `layer` (see ExpertCompute). Throws kInvalidArgument for a
    *  dense layer, T over max_tokens, ids not [T, n_expert_used]. */
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
-  /** Waits for the queued work (when a layer exchanges with the CPU), then throws
-   *  ft::Error(kInternal) when a CPU share since the last check failed or timed out. */
+  /** Throws ft::Error(kInternal) when the expert slots' prefetch copies since the last check failed
+   *  or timed out (ExpertSlots::check); then waits for the queued work (when a layer exchanges with
+   *  the CPU) and throws the same when a CPU share since the last check failed or timed out. */
   void check() override;
   /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1; also -1
    *  for a step that streams (n_tokens >= stream_min_tokens), which would drop the prediction, and

@@ -72,6 +72,11 @@ class CudaExpertCache : public ::testing::Test {
   std::vector<Buffer> keep_;
 };
 
+/** Restores offload's default prefetch copies (the copy engines) when a test that switches them ends. */
+struct PrefetchDmaGuard {
+  ~PrefetchDmaGuard() { set_cuda_prefetch_dma(true); }
+};
+
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += std::pow(double(b[i]), 2);
@@ -178,6 +183,7 @@ struct Strategy {
   MoeStrategy s;
   int32_t cap;
   bool prefetch = false;
+  bool dma = true;  // offload's prefetch by the copy engines (else the gather kernel)
 };
 
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
@@ -195,10 +201,14 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   Tensor dpf = dev(DType::I32, {maxT * k});
   // With prefetch, predicted routes are fetched ahead; hybrid + prefetch sends the layer's other
   // misses to the CPU while the prefetch's side gather may still run.
+  // Offload's prefetch copies by the copy engines (the default) and by the gather kernel.
+  PrefetchDmaGuard guard;
   for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -1, true},
-                      Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kHybrid, 1, true},
-                      Strategy{MoeStrategy::kCpu, -1}}) {
-    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : ""));
+                      Strategy{MoeStrategy::kOffload, -1, true, false}, Strategy{MoeStrategy::kHybrid, 1},
+                      Strategy{MoeStrategy::kHybrid, 1, true}, Strategy{MoeStrategy::kCpu, -1}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : "") +
+                 (st.dma ? "" : " (gather kernel)"));
+    set_cuda_prefetch_dma(st.dma);
     MoeRuntimeOptions sro = ro;
     sro.prefetch = st.prefetch;
     OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), sro);
@@ -235,6 +245,7 @@ struct GraphCase {
   MoeStrategy s;
   int32_t cap;
   const char* cpu_layers;
+  bool dma = true;  // offload's prefetch by the copy engines (else the gather kernel)
 };
 
 // Every strategy's decode step is one graph: offload (admission, gather and the side-stream
@@ -247,9 +258,13 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   const int64_t H = 128, F = 64;
   constexpr int kLayers = 3;  // 24 experts over 16 slots: steps miss
   for (uint32_t seed : {6u, 7u, 8u}) s.add_layer(E, F, H, DType::BF16, DType::BF16, seed);
-  for (GraphCase gc : {GraphCase{MoeStrategy::kOffload, -1, ""}, GraphCase{MoeStrategy::kHybrid, 1, ""},
-                       GraphCase{MoeStrategy::kCpu, -1, ""}, GraphCase{MoeStrategy::kOffload, -1, "1"}}) {
-    SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers);
+  PrefetchDmaGuard guard;
+  for (GraphCase gc : {GraphCase{MoeStrategy::kOffload, -1, ""}, GraphCase{MoeStrategy::kOffload, -1, "", false},
+                       GraphCase{MoeStrategy::kHybrid, 1, ""}, GraphCase{MoeStrategy::kCpu, -1, ""},
+                       GraphCase{MoeStrategy::kOffload, -1, "1"}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers +
+                 (gc.dma ? "" : ", gather kernel"));
+    set_cuda_prefetch_dma(gc.dma);
     const bool cached = gc.s != MoeStrategy::kCpu, with_cpu = gc.s != MoeStrategy::kOffload || gc.cpu_layers[0];
     MoeRuntimeOptions ro;
     ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 2;

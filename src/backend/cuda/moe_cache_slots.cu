@@ -8,15 +8,25 @@
 // second stream (the copy engine, so the SMs keep computing), ordered by events: the copy starts
 // after the work queued before stream_layer, and wait_region makes the backend's stream wait for it.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/moe_cache_copy.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/moe_cache_kernels.h"
+#include "backend/cuda_factory.h"
 #include "moe/expert_slots.h"
+#include "util/log.h"
 
 namespace ft {
 namespace {
+
+cuda::Switch g_prefetch_dma("FT_MOE_PREFETCH_DMA");  // set_cuda_prefetch_dma
+// The copier thread polls this long after a request before it sleeps: a decode step's layers come
+// every few hundred microseconds (the exchange dispatcher's CUDA setting).
+constexpr int kDmaSpinUs = 2000;
 
 class CudaExpertSlots final : public ExpertSlots {
  public:
@@ -96,6 +106,18 @@ class CudaExpertSlots final : public ExpertSlots {
     hybrid_prefetch_blocks_ = std::max(4, ops.sm_count() / 16);
     build_regions(banks, gather_.pool, n_slots, Device::kCuda);
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
+    // Offload's prefetch (no fetch cap) by the copy engines: a host thread copies each miss
+    // (moe_cache_copy.h). Hybrid layers keep the gather kernel (their host cores are the CPU
+    // executor's, and their fewer gather blocks are tuned against the exchange's reads).
+    if (g_prefetch_dma.on()) {
+      try {
+        dma_ = std::make_unique<cuda::DmaPrefetch>(banks, gather_.pool, banks.slot_bytes(), n_slots, max_misses_,
+                                                   ops.device_index(), kDmaSpinUs);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kUnsupported) throw;
+        spdlog::warn("{}; the prefetch uses the gather kernel", e.what());
+      }
+    }
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
     FT_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_queued_, cudaEventDisableTiming));
     for (Prefetch& f : pf_) FT_CUDA_CHECK(cudaEventCreateWithFlags(&f.done, cudaEventDisableTiming));
@@ -108,6 +130,10 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
   ~CudaExpertSlots() override {
+    if (dma_) {  // no queued wait may outlive the copier's thread
+      cudaStreamSynchronize(ops_.stream());
+      dma_.reset();
+    }
     if (side_stream_) {
       cudaStreamSynchronize(side_stream_);
       cudaStreamDestroy(side_stream_);
@@ -167,10 +193,15 @@ class CudaExpertSlots final : public ExpertSlots {
     a.misses = f.misses, a.n_misses = f.n_misses;
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_admit(dev_, a, st);
-    FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
-    FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
-    cuda::launch_cache_gather(f.gather, fetch_cap >= 0 ? hybrid_prefetch_blocks_ : prefetch_blocks_, side_stream_);
-    FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
+    f.dma = dma_ && fetch_cap < 0;
+    if (f.dma) {
+      dma_->publish(f.misses, f.n_misses, static_cast<int>(&f - pf_), st);
+    } else {
+      FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
+      FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
+      cuda::launch_cache_gather(f.gather, fetch_cap >= 0 ? hybrid_prefetch_blocks_ : prefetch_blocks_, side_stream_);
+      FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
+    }
     f.layer = layer;
     f.capture_id = capture_id();
     order_[n_pending_++] = static_cast<int>(&f - pf_);
@@ -200,6 +231,10 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
+
+  void check() override {
+    if (dma_) dma_->check();
+  }
 
   std::vector<CacheLayerStats> stats() override {
     download();
@@ -239,6 +274,7 @@ class CudaExpertSlots final : public ExpertSlots {
     cudaEvent_t done = nullptr;
     int32_t layer = -1;
     unsigned long long capture_id = 0;  // the stream capture it was queued in (0: none)
+    bool dma = false;                   // copied by dma_ (else the side stream's gather)
   };
 
   /** The id of the backend stream's active capture, 0 when it is not capturing. */
@@ -258,6 +294,7 @@ class CudaExpertSlots final : public ExpertSlots {
     order_[0] = order_[1];
     --n_pending_;
     if (f.capture_id != 0 && capture_id() != f.capture_id) return;
+    if (f.dma) return dma_->wait(static_cast<int>(&f - pf_), ops_.stream());
     FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), f.done, 0));
   }
   void join_prefetches() {
@@ -316,12 +353,15 @@ class CudaExpertSlots final : public ExpertSlots {
   int spared_ = -1;                                    // the prefetch the last admission spared, or -1
   bool last_was_prefetch_ = false;                     // the next admission spares its slots
   int32_t admitted_layer_ = -1;                        // the last admit_routes' layer
+  std::unique_ptr<cuda::DmaPrefetch> dma_;             // offload's prefetch copies, or null
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
 };
 
 }  // namespace
+
+void set_cuda_prefetch_dma(bool enabled) { g_prefetch_dma.set(enabled); }
 
 std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots,
                                                     int32_t max_pairs) {
