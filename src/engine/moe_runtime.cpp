@@ -124,6 +124,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   ro.prefetch = config.moe.prefetch == MoeOptions::Prefetch::kOn ||
                 (config.moe.prefetch == MoeOptions::Prefetch::kAuto &&
                  (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid));
+  ro.prefetch_depth = config.moe.prefetch_depth;
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
   ro.cpu_int8 = config.moe.cpu_int8;

@@ -114,9 +114,9 @@ ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, 
 }
 
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
-               Tensor out, int64_t target, const Tensor& target_router) {
+               Tensor out, const MoePrefetch& prefetch) {
   if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
-  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid, target, target_router);
+  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid, prefetch);
 }
 
 // ---- embeddings and output ----

@@ -68,10 +68,9 @@ struct ExpertNames {
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
 
 /** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts.
- *  target, target_router: ctx.experts->prefetch_target(l, T) and that layer's router (-1 and empty:
- *  no prefetch). */
+ *  prefetch: the layers of ctx.experts->prefetch_targets(l, T) with their routers (moe_ffn). */
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
-               Tensor out, int64_t target = -1, const Tensor& target_router = Tensor());
+               Tensor out, const MoePrefetch& prefetch = MoePrefetch());
 
 // ---- embeddings and output ----
 

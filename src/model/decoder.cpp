@@ -42,10 +42,15 @@ class Decoder final : public Model {
       ctx.dump_if("ffn_inp", l, x);
       ctx.dump_if("ffn_norm", l, h);
       if (L.moe.gate_inp) {
-        const int64_t target = ctx.experts ? ctx.experts->prefetch_target(l, T) : -1;
-        const bool known = target > l && target < config_.n_layer && layers_[static_cast<size_t>(target)].moe.gate_inp;
-        moe_block(ctx, l, router_, L.moe, h, o, known ? target : -1,
-                  known ? layers_[static_cast<size_t>(target)].moe.gate_inp : Tensor());
+        MoePrefetch pf;
+        const PrefetchTargets targets = ctx.experts ? ctx.experts->prefetch_targets(l, T) : PrefetchTargets();
+        for (int i = 0; i < targets.n; ++i) {
+          const int64_t t = targets.layer[i];
+          if (t <= l || t >= config_.n_layer || !layers_[static_cast<size_t>(t)].moe.gate_inp) continue;
+          pf.routers[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.gate_inp;
+          pf.targets.add(t);
+        }
+        moe_block(ctx, l, router_, L.moe, h, o, pf);
         ctx.dump_if("ffn_moe_out", l, o);
       } else {
         gated_mlp(ctx, L.mlp, h, o);

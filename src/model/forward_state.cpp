@@ -32,8 +32,10 @@ ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) 
     moe.router_logits = make(act, c.n_expert);
     moe.ids = make(DType::I32, c.n_expert_used);
     moe.weights = make(DType::F32, c.n_expert_used);
-    moe.prefetch_ids = make(DType::I32, c.n_expert_used);
-    moe.prefetch_weights = make(DType::F32, c.n_expert_used);
+    for (int i = 0; i < PrefetchTargets::kMax; ++i) {
+      moe.prefetch_ids[i] = make(DType::I32, c.n_expert_used);
+      moe.prefetch_weights[i] = make(DType::F32, c.n_expert_used);
+    }
     if (c.n_ff_shexp > 0) {
       moe.sh_gate = make(act, c.n_ff_shexp);
       moe.sh_up = make(act, c.n_ff_shexp);

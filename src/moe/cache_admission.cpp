@@ -42,7 +42,7 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
     if (map[e] >= 0) continue;
     int32_t victim = -1;
     // Victims' stamps stay below this; an empty slot (stamp 0) always qualifies.
-    const int64_t newest = std::max<int64_t>(a.prefetch ? tick - 2 : a.spare_previous ? tick - 1 : tick, 1);
+    const int64_t newest = std::max<int64_t>(tick - std::max<int32_t>(a.spare, 0), 1);
     int64_t best = 0;
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap)
       for (int32_t slot = 0; slot < s.n_slots; ++slot) {

@@ -36,20 +36,22 @@
 // Measured on the H200 (offload, prefetch on, same lease): batch 8 / 32 at skew 0 17.3 / 32.3 ->
 // 25.6 / 45.9 tok/s, batch 32 at skew 1.0 58.0 -> 105.5; batch 1 and batch 8 at skew 1.0 unchanged.
 //
-// Prefetch (--moe-prefetch): an admission of *predicted* ids for the next layer, made while the
-// layer before still computes from the slots it was just given. It differs in three places:
-//   4. victims need stamp < tick - 2, so the slots of the two admissions before it are never
-//      taken: the previous layer's (in use) and, when prefetches run ahead of the admissions (see
-//      below), the previous prefetch's (about to be used); an empty slot (stamp 0) always
-//      qualifies, since the first admission may be a prefetch. A prefetch that finds no victim
-//      simply fetches less;
+// Sparing (AdmitArgs::spare = n): victims also need stamp < tick - n, so the slots of the n
+// admissions before this one are never taken; an empty slot (stamp 0) always qualifies. The expert
+// slots set n from their PrefetchLedger (moe/expert_slots.h): back to the oldest prefetch whose
+// copies may still be filling its slots and whose layer has not been admitted yet.
+//
+// Prefetch (--moe-prefetch): an admission of *predicted* ids for a later layer, made while the
+// layers before still compute from the slots they were given. It differs in three places:
+//   4. it spares the prefetches still in flight before it (at depth 1, the next layer's prefetch
+//      two admissions back: spare = 2). A prefetch that finds no victim simply fetches less;
 //   5. no CPU outputs (cpu_ids is not written; a prediction over the cap is simply not fetched);
 //   6. stats: only misses (as kCachePrefetched) and bytes; hits and cpu are not counted, so the
 //      layer's hit rate stays that of its real admissions (which find prefetched experts as hits).
-// The prefetch for layer l + 1 is made just before layer l's own admission, so its copies run
-// behind the previous prefetch's on the side stream with no gap; an admission made right after a
-// prefetch admission (spare_previous) therefore also needs victims with stamp < tick - 1: the
-// prefetch's slots are still being filled. With n_slots >= 2 * n_expert it always finds victims.
+// The prefetch for layer l + d (depth d) is made just before layer l's own admission, so its copies
+// run behind the previous prefetch's with no gap; layer l's admission therefore spares the
+// prefetches made for later layers (depth 1: the one just before it, spare = 1; depth 2: spare = 3).
+// With n_slots >= 2 * d * n_expert it always finds victims.
 //
 // Streaming (prefill): a step with many tokens touches nearly every expert of a layer, so the
 // whole layer is copied into a staging region of n_expert (the map width) consecutive slots
@@ -106,7 +108,7 @@ struct AdmitArgs {
   int32_t n_pairs = 0;          // T * k
   int32_t fetch_cap = -1;       // most misses fetched; < 0: unlimited
   bool prefetch = false;        // a prefetch admission (see above)
-  bool spare_previous = false;  // victims also spare the previous admission's slots (see above)
+  int32_t spare = 0;            // victims spare the slots of this many admissions before it (see above)
   int64_t record_bytes = 0;     // bytes one miss copies (stats)
   const int32_t* ids = nullptr;  // [n_pairs] expert ids
   int32_t* slot_ids = nullptr;   // [n_pairs] out

@@ -43,12 +43,12 @@ void ExpertCache::reset() {
 
 int32_t ExpertCache::admit(int32_t layer, const int32_t* ids, int32_t n_pairs, int32_t fetch_cap,
                            int64_t record_bytes, int32_t* slot_ids, int32_t* cpu_ids, bool prefetch,
-                           bool spare_previous) {
+                           int32_t spare) {
   if (n_pairs < 0 || n_pairs > max_pairs_)
     fail(ErrorCode::kInvalidArgument, "expert cache: {} routed pairs, at most {} per admission", n_pairs, max_pairs_);
   AdmitArgs a;
   a.layer = layer, a.n_pairs = n_pairs, a.fetch_cap = fetch_cap, a.record_bytes = record_bytes, a.prefetch = prefetch;
-  a.spare_previous = spare_previous;
+  a.spare = spare;
   a.ids = ids, a.slot_ids = slot_ids, a.cpu_ids = cpu_ids, a.misses = misses_.data(), a.n_misses = &n_misses_;
   return admit_reference(refs(), a, scratch_.data());
 }

@@ -10,6 +10,14 @@
 
 namespace ft {
 
+/** Up to kMax MoE layers whose routes a caller predicts before a compute() (prefetch_targets). */
+struct PrefetchTargets {
+  static constexpr int kMax = 2;
+  int64_t layer[kMax] = {-1, -1};
+  int n = 0;
+  void add(int64_t l) { layer[n++] = l; }
+};
+
 class ExpertCompute {
  public:
   virtual ~ExpertCompute() = default;
@@ -26,13 +34,18 @@ class ExpertCompute {
    *  layer) failed; called after a step. The default has nothing to check. */
   virtual void check() {}
 
-  /** The MoE layer whose routes the caller should predict (that layer's router applied to this
-   *  layer's input x) and pass to prefetch() before compute(layer) on a step of n_tokens tokens, or
-   *  -1 (the default: none). */
-  virtual int64_t prefetch_target(int64_t /*layer*/, int64_t /*n_tokens*/) const { return -1; }
-  /** Predicted routes ids I32 [T, k] for layer `target` = prefetch_target(layer) of the compute()
-   *  that follows: their experts are fetched while that layer computes. A wrong guess costs
-   *  bandwidth, never correctness. The default ignores them. */
+  /** The MoE layers whose routes the caller should predict (each one's router applied to this
+   *  layer's input x) and pass to prefetch(), in this order, before compute(layer) on a step of
+   *  n_tokens tokens. The default: none. */
+  virtual PrefetchTargets prefetch_targets(int64_t /*layer*/, int64_t /*n_tokens*/) const { return {}; }
+  /** The first of prefetch_targets, or -1. */
+  int64_t prefetch_target(int64_t layer, int64_t n_tokens) const {
+    const PrefetchTargets t = prefetch_targets(layer, n_tokens);
+    return t.n > 0 ? t.layer[0] : -1;
+  }
+  /** Predicted routes ids I32 [T, k] for layer `target` (one of prefetch_targets(layer)) of the
+   *  compute() that follows: their experts are fetched while the layers before it compute. A wrong
+   *  guess costs bandwidth, never correctness. The default ignores them. */
   virtual void prefetch(int64_t /*target*/, const Tensor& /*ids*/) {}
 };
 

@@ -1,5 +1,6 @@
 #include "moe/expert_slots.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "util/error.h"
@@ -81,6 +82,52 @@ void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs
   }
 }
 
+void PrefetchLedger::add_prefetch(int32_t layer, int tag) {
+  pending_.push_back(Entry{layer, next_++, false, tag});
+}
+
+int32_t PrefetchLedger::spare_for(int32_t layer) const {
+  int64_t oldest = next_;
+  for (const Entry& e : pending_)
+    if (!e.admitted && e.layer != layer) oldest = std::min(oldest, e.index);
+  return static_cast<int32_t>(next_ - oldest);
+}
+
+int32_t PrefetchLedger::admit(int32_t layer) {
+  const int32_t spare = spare_for(layer);
+  for (Entry& e : pending_)
+    if (e.layer == layer) e.admitted = true;
+  ++next_;
+  return spare;
+}
+
+std::vector<PrefetchLedger::Entry> PrefetchLedger::take_due() {
+  std::vector<Entry> due;
+  std::vector<Entry> keep;
+  for (const Entry& e : pending_) (e.admitted || next_ - e.index > kMaxAge ? due : keep).push_back(e);
+  pending_ = std::move(keep);
+  return due;
+}
+
+PrefetchLedger::Entry PrefetchLedger::take_oldest() {
+  if (pending_.empty()) fail(ErrorCode::kInternal, "prefetch ledger: no prefetch in flight");
+  const Entry e = pending_.front();
+  pending_.erase(pending_.begin());
+  return e;
+}
+
+std::vector<PrefetchLedger::Entry> PrefetchLedger::take_all() {
+  std::vector<Entry> all = std::move(pending_);
+  pending_.clear();
+  return all;
+}
+
+bool PrefetchLedger::uses(int tag) const {
+  for (const Entry& e : pending_)
+    if (e.tag == tag) return true;
+  return false;
+}
+
 HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs)
     : banks_(banks),
       cache_(static_cast<int32_t>(banks.n_layers()), banks.max_experts(), n_slots, max_pairs),
@@ -95,17 +142,19 @@ void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fet
                                    Tensor cpu_ids) {
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, slot_ids, cpu_ids);
   cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
-               slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>(), false, last_was_prefetch_);
-  last_was_prefetch_ = false;
+               slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>(), false,
+               ledger_.admit(layer));
+  ledger_.take_due();  // copied on return: nothing to wait for
 }
 
 void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) {
   Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim);
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, sid, Tensor());
+  while (ledger_.in_flight() >= PrefetchLedger::kMaxInFlight) ledger_.take_oldest();
   cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
-               sid.ptr<int32_t>(), nullptr, true);
+               sid.ptr<int32_t>(), nullptr, true, ledger_.prefetch_spare());
+  ledger_.add_prefetch(layer, 0);
   gather_misses();
-  last_was_prefetch_ = true;
 }
 
 void HostExpertSlots::gather_misses() {  // the gather's twin: one copy per missed record
@@ -120,8 +169,8 @@ void HostExpertSlots::gather_misses() {  // the gather's twin: one copy per miss
 void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
   const int64_t rb = banks_.layout(layer).bytes;
+  ledger_.take_all();
   cache_.claim_region(layer, first, n, rb);
-  last_was_prefetch_ = false;
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   for (int32_t e = 0; e < n; ++e)
     std::memcpy(pool + static_cast<int64_t>(first + e) * banks_.slot_bytes(), banks_.record(layer, e),

@@ -19,6 +19,7 @@
 // (backend/cuda/moe_cache_slots.cu: device state, admission kernel and UVA gather kernel on the
 // backend's stream, no host synchronisation).
 // C++17-clean: included from CUDA sources.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -36,6 +37,52 @@ struct SlotBanks {
   std::vector<int32_t> bank_of;
   void build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
   const ExpertBank& at(int32_t layer) const;
+};
+
+/** The prefetches in flight and the spare counts of the admissions around them (AdmitArgs::spare,
+ *  cache_admission.h), kept alike by both ExpertSlots implementations so that their admissions take
+ *  the same victims. Every admission (prefetch or real) gets the next index; a new admission spares
+ *  every admission back to the oldest prefetch in flight that is not for its own layer and whose
+ *  layer has not been admitted yet (its copies may still be filling its slots, and that layer will
+ *  use them). A prefetch is due (to be joined before a gather writes slots) once its layer has
+ *  been admitted, or when it is more than kMaxAge admissions old (a step that ended early left it
+ *  behind). Depth 1 gives the counts of the fixed rule before it: 2 for a prefetch, 1 for the
+ *  admission right after one; depth 2: 4 and 3. A prefetch always spares at least the 2 admissions
+ *  before it (prefetch_spare). */
+class PrefetchLedger {
+ public:
+  static constexpr int kMaxInFlight = 3;  // depth 2: the prefetches of the next two layers, plus a new one
+  static constexpr int64_t kMaxAge = 8;
+  struct Entry {
+    int32_t layer = -1;
+    int64_t index = 0;      // the prefetch admission's index
+    bool admitted = false;  // its layer's own admission came
+    int tag = 0;            // the implementation's buffer for it
+  };
+
+  /** The spare count of a prefetch admission about to be made: at least 2, since the admission
+   *  just before it may be the layer about to compute (hybrid prefetches after its own admission). */
+  int32_t prefetch_spare() const { return std::max(spare_for(-1), 2); }
+  /** Records the prefetch admission just made for `layer` (after prefetch_spare()). The caller keeps
+   *  in_flight() below kMaxInFlight (take_oldest()). */
+  void add_prefetch(int32_t layer, int tag);
+  /** A real admission of `layer` about to be made: returns its spare count, records it and marks
+   *  the prefetches for `layer` admitted. */
+  int32_t admit(int32_t layer);
+  /** Removes and returns the due prefetches, oldest first. */
+  std::vector<Entry> take_due();
+  /** Removes and returns the oldest prefetch in flight (in_flight() > 0). */
+  Entry take_oldest();
+  /** Removes and returns every prefetch in flight, oldest first. */
+  std::vector<Entry> take_all();
+  int in_flight() const { return static_cast<int>(pending_.size()); }
+  /** Whether a prefetch in flight uses `tag`. */
+  bool uses(int tag) const;
+
+ private:
+  int32_t spare_for(int32_t layer) const;
+  int64_t next_ = 1;
+  std::vector<Entry> pending_;  // oldest first
 };
 
 class ExpertSlots {
@@ -64,16 +111,17 @@ class ExpertSlots {
   virtual void gather_misses() = 0;
 
   /** Prefetch (--moe-prefetch): a prefetch admission (cache_admission.h) of predicted ids I32
-   *  [T, k] on device() for `layer`, at most fetch_cap misses (< 0: unlimited), and the gather of
-   *  those misses; the next admission spares its slots. A caller may issue the prefetch for layer
-   *  l + 1 just before layer l's admit_routes. CUDA: the gather runs on a side stream after the
-   *  work queued before and behind the previous prefetch's gather (at most two in flight, each
-   *  with its own miss list), so the link never idles between layers; gather_misses waits for
-   *  every prefetch except a newest one made for another layer than the last admit_routes, and
-   *  stream_layer and the inspection calls wait for all (fork and join by events: a captured step
-   *  stays one graph). With fetch_cap >= 0 (hybrid: the layer's CPU share is exchanged over the
-   *  same link) the gather keeps fewer reads in flight, so the exchange's reads wait less behind
-   *  them. Host: done on return. Throws like admit. */
+   *  [T, k] on device() for `layer`, at most fetch_cap misses (< 0: unlimited), and the copy of
+   *  those misses; later admissions spare its slots until its layer is admitted (PrefetchLedger).
+   *  A caller may issue the prefetches for layers l + 1 and l + 2 before layer l's admit_routes.
+   *  CUDA: the copies run after the work queued before and behind the previous prefetch's (at most
+   *  PrefetchLedger::kMaxInFlight in flight, each with its own miss list), so the link does not
+   *  idle between layers: offload's by the copy engines (a host thread, moe_cache_copy.h), a
+   *  capped prefetch's (hybrid: the layer's CPU share is exchanged over the same link) by a gather
+   *  kernel with few blocks on a side stream, so the exchange's reads wait less behind them.
+   *  gather_misses waits for the prefetches the ledger says are due, stream_layer and the
+   *  inspection calls for all (a captured step stays one graph). Host: done on return. Throws
+   *  like admit. */
   virtual void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
@@ -150,7 +198,7 @@ class HostExpertSlots final : public ExpertSlots {
   Buffer pool_;
   SlotBanks slot_banks_;
   std::vector<int32_t> prefetch_slots_;  // [max_pairs] the prefetch admission's slot ids (unused)
-  bool last_was_prefetch_ = false;       // the next admission spares the prefetch's slots
+  PrefetchLedger ledger_;                // spare counts, as the CUDA slots keep them
 };
 
 /** The CUDA implementation on the backend `ops` (must be CudaOps; banks pinned for its device).

@@ -3,15 +3,14 @@
 namespace ft {
 
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
-             const Tensor& x, MoeScratch& s, Tensor out, const Tensor& n_valid, int64_t target,
-             const Tensor& target_router) {
+             const Tensor& x, MoeScratch& s, Tensor out, const Tensor& n_valid, const MoePrefetch& prefetch) {
   const int64_t T = x.rows();
   Tensor logits = s.router_logits.slice(0, T), ids = s.ids.slice(0, T), weights = s.weights.slice(0, T);
   ops.moe_router(router, x, w.gate_inp, logits, ids, weights, n_valid);  // logits [T, n_expert]; ids, weights [T, k]
-  if (target >= 0 && !target_router.empty()) {  // the next layer's router on this layer's input: its likely experts
-    Tensor pi = s.prefetch_ids.slice(0, T), pw = s.prefetch_weights.slice(0, T);
-    ops.moe_router(router, x, target_router, logits, pi, pw, n_valid);
-    experts.prefetch(target, pi);
+  for (int i = 0; i < prefetch.targets.n; ++i) {  // a later layer's router on this layer's input: its likely experts
+    Tensor pi = s.prefetch_ids[i].slice(0, T), pw = s.prefetch_weights[i].slice(0, T);
+    ops.moe_router(router, x, prefetch.routers[i], logits, pi, pw, n_valid);
+    experts.prefetch(prefetch.targets.layer[i], pi);
   }
   experts.compute(layer, x, ids, weights, out);       // [T, H]
   if (w.shexp_gate.empty()) return;

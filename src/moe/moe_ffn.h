@@ -20,21 +20,29 @@ struct MoeScratch {
   Tensor router_logits;  // [T, n_expert] activation dtype
   Tensor ids;            // I32 [T, k]
   Tensor weights;        // F32 [T, k]
-  Tensor prefetch_ids;   // I32 [T, k]: predicted routes of the next layer (--moe-prefetch)
-  Tensor prefetch_weights;  // F32 [T, k]
+  Tensor prefetch_ids[PrefetchTargets::kMax];      // I32 [T, k]: predicted routes of later layers (--moe-prefetch)
+  Tensor prefetch_weights[PrefetchTargets::kMax];  // F32 [T, k]
   Tensor sh_gate;        // [T, F_sh]
   Tensor sh_up;          // [T, F_sh]
   Tensor sh_out;         // [T, H]
   Tensor sh_score;       // [T, 1]
 };
 
+/** Layers whose routes moe_ffn predicts for experts.prefetch: targets (from
+ *  experts.prefetch_targets(layer, T), those the model has routers for) and their routers
+ *  ([n_expert, H] each). */
+struct MoePrefetch {
+  PrefetchTargets targets;
+  Tensor routers[PrefetchTargets::kMax];
+};
+
 /** out [T, H] = routed(x) (+ sigmoid(x . shexp_gate_inp) * shared(x)). x [T, H]; out must not alias x.
  *  Scratch views are sliced to T rows here. `n_valid` (BatchInfo::n_valid, may be empty): rows from
  *  n_valid[0] on are graph padding and route to no expert (no cache traffic, no counters).
- *  `target` >= 0 (= experts.prefetch_target(layer, T)) with its router `target_router` ([n_expert,
- *  H]): that layer's routes on x are predicted and passed to experts.prefetch first. */
+ *  Each of prefetch.targets: that layer's routes on x are predicted with its router and passed to
+ *  experts.prefetch first, in order. */
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
              const Tensor& x, MoeScratch& scratch, Tensor out, const Tensor& n_valid = Tensor(),
-             int64_t target = -1, const Tensor& target_router = Tensor());
+             const MoePrefetch& prefetch = MoePrefetch());
 
 }  // namespace ft

@@ -76,6 +76,8 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
     if (plan.layers[static_cast<size_t>(l + 1)] == MoeLayerMode::kCache) next = l + 1;
     next_cache_layer_[static_cast<size_t>(l)] = next;
   }
+  for (size_t l = 0; l < host.size() && first_cache_layer_ < 0; ++l)
+    if (plan.layers[l] == MoeLayerMode::kCache) first_cache_layer_ = static_cast<int32_t>(l);
 }
 
 OffloadedExperts::~OffloadedExperts() {
@@ -112,8 +114,8 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
     fail(ErrorCode::kInvalidArgument, "expert compute: {} tokens exceed the planned {} per step", T, opt_.max_tokens);
   if (ids.ndim != 2 || ids.rows() != T || k != opt_.n_expert_used)
     fail(ErrorCode::kInvalidArgument, "expert compute: ids {} must be [{}, {}]", ids.str(), T, opt_.n_expert_used);
-  const int32_t prefetch_layer = prefetch_layer_;
-  prefetch_layer_ = -1;  // a hint is for the compute() right after it only
+  const PrefetchTargets hints = hints_;
+  hints_ = PrefetchTargets();  // hints are for the compute() right after them only
   if (slots_ && slots_->n_regions() > 0 && T >= opt_.stream_min_tokens &&
       plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCache)
     return run_streamed(layer, x, ids, weights, out);
@@ -129,12 +131,15 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   // guess missed runs on the CPU rather than waiting on PCIe.
   if (cap >= 0 && was_prefetched) cap = 0;
   Tensor sid = head(slot_ids_, T, k), cid = cap >= 0 ? head(cpu_ids_, T, k) : Tensor();
-  if (prefetch_layer >= 0 && (prefetch_ids_.rows() != T || prefetch_ids_.cols() != k))
-    fail(ErrorCode::kInvalidArgument, "expert compute: predicted ids {} must be [{}, {}]", prefetch_ids_.str(), T, k);
+  for (int i = 0; i < hints.n; ++i)
+    if (hint_ids_[i].rows() != T || hint_ids_[i].cols() != k)
+      fail(ErrorCode::kInvalidArgument, "expert compute: predicted ids {} must be [{}, {}]", hint_ids_[i].str(), T, k);
   auto prefetch_next = [&] {
-    if (prefetch_layer < 0) return;
-    slots_->prefetch(prefetch_layer, prefetch_ids_, plan_.fetch_cap[static_cast<size_t>(prefetch_layer)]);
-    prefetched_layer_ = prefetch_layer;
+    for (int i = 0; i < hints.n; ++i) {
+      const auto target = static_cast<int32_t>(hints.layer[i]);
+      slots_->prefetch(target, hint_ids_[i], plan_.fetch_cap[static_cast<size_t>(target)]);
+      prefetched_layer_ = target;
+    }
   };
   // Offload: the next layer's prefetch goes first, so its copies queue right behind this layer's
   // on the side stream and the link does not idle while this layer admits and computes (H200,
@@ -194,15 +199,34 @@ void OffloadedExperts::set_fetch_cap(int32_t cap) {
     if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
 }
 
-int64_t OffloadedExperts::prefetch_target(int64_t layer, int64_t n_tokens) const {
-  if (!opt_.prefetch || !slots_ || layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
+int OffloadedExperts::prefetch_depth() const {
+  if (!opt_.prefetch || !slots_) return 0;
+  // The admissions after a prefetch spare its slots (PrefetchLedger): 1 admission at depth 1, 3 at
+  // depth 2, each of up to max_experts experts, so with fewer slots a miss might find no victim.
+  const int64_t e = banks_->max_experts();
+  if (slots_->n_slots() < 2 * e) return 0;
+  // A cache of every expert never evicts one, so no count of spared slots can leave it short.
+  int64_t total = 0;
+  for (int64_t l = 0; l < banks_->n_layers(); ++l) total += banks_->n_expert(l);
+  const bool room = slots_->n_slots() >= 4 * e || slots_->n_slots() >= total;
+  // Hybrid: a prefetched layer's own misses go to the CPU and the cap applies to the prefetch; its
+  // calibration and gather grid were measured one layer ahead.
+  if (opt_.prefetch_depth >= 2 && plan_.strategy != MoeStrategy::kHybrid && room) return 2;
+  return 1;
+}
+
+PrefetchTargets OffloadedExperts::prefetch_targets(int64_t layer, int64_t n_tokens) const {
+  PrefetchTargets t;
+  const int depth = prefetch_depth();
+  if (depth == 0 || layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(layer)] != MoeLayerMode::kCache)
-    return -1;
-  if (slots_->n_regions() > 0 && n_tokens >= opt_.stream_min_tokens) return -1;  // the same test as compute()
-  // The admission after a prefetch spares its slots: with fewer than 2 x max_experts slots it might
-  // find no victim for a miss (cache_admission.h).
-  if (slots_->n_slots() < 2 * banks_->max_experts()) return -1;
-  return next_cache_layer_[static_cast<size_t>(layer)];
+    return t;
+  if (slots_->n_regions() > 0 && n_tokens >= opt_.stream_min_tokens) return t;  // the same test as compute()
+  const int32_t next = next_cache_layer_[static_cast<size_t>(layer)];
+  if (next < 0) return t;
+  if (depth == 1 || layer == first_cache_layer_) t.add(next);  // no layer before it predicted `next`
+  if (depth == 2 && next_cache_layer_[static_cast<size_t>(next)] >= 0) t.add(next_cache_layer_[static_cast<size_t>(next)]);
+  return t;
 }
 
 bool OffloadedExperts::prefetches() const {
@@ -215,8 +239,11 @@ void OffloadedExperts::prefetch(int64_t target, const Tensor& ids) {
   if (target < 0 || target >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(target)] != MoeLayerMode::kCache || !slots_)
     fail(ErrorCode::kInvalidArgument, "expert compute: layer {} does not go through the expert cache", target);
-  prefetch_layer_ = static_cast<int32_t>(target);
-  prefetch_ids_ = ids;
+  if (hints_.n == PrefetchTargets::kMax)
+    fail(ErrorCode::kInvalidArgument, "expert compute: more than {} predictions before one compute()",
+         PrefetchTargets::kMax);
+  hint_ids_[hints_.n] = ids;
+  hints_.add(target);
 }
 
 void OffloadedExperts::check() {

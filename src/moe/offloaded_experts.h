@@ -53,9 +53,14 @@ struct MoeRuntimeOptions {
    *  of admitting experts one by one (a prefill chunk touches nearly every expert; a decode batch
    *  touches few and gains from the cache's hits). Keep it above the CUDA-graph batch sizes. */
   int64_t stream_min_tokens = 64;
-  /** --moe-prefetch: cache layers ask for the next cache layer's predicted routes (prefetch_target)
-   *  and fetch them on a side stream while they compute. */
+  /** --moe-prefetch: cache layers ask for the next cache layer's predicted routes (prefetch_targets)
+   *  and fetch them while they compute. */
   bool prefetch = false;
+  /** --moe-prefetch-depth: offload's cache layers predict the cache layer this many ahead (1 or 2;
+   *  the first cache layer of a step predicts every layer up to it). Hybrid uses 1, and so does a
+   *  cache of fewer than 4 x max_experts slots that cannot hold every expert (PrefetchLedger: the
+   *  admissions spare 3). */
+  int prefetch_depth = 1;
 };
 
 /** Per-layer counters of the MoE runtime. */
@@ -111,11 +116,15 @@ class OffloadedExperts final : public ExpertCompute {
    *  or timed out (ExpertSlots::check); then waits for the queued work (when a layer exchanges with
    *  the CPU) and throws the same when a CPU share since the last check failed or timed out. */
   void check() override;
-  /** With MoeRuntimeOptions::prefetch: the next cache layer after a cache layer, else -1; also -1
-   *  for a step that streams (n_tokens >= stream_min_tokens), which would drop the prediction, and
-   *  for a cache of fewer than 2 x max_experts slots (the admission after a prefetch spares its
-   *  slots and needs that many). */
-  int64_t prefetch_target(int64_t layer, int64_t n_tokens) const override;
+  /** With MoeRuntimeOptions::prefetch, for a cache layer: the next cache layer (depth 1), or the
+   *  cache layer two ahead (depth 2; the first cache layer of a step also names the next one, first).
+   *  None for a step that streams (n_tokens >= stream_min_tokens), which would drop the
+   *  predictions, and for a cache of fewer than 2 x max_experts slots (the admissions after a
+   *  prefetch spare its slots and need that many). */
+  PrefetchTargets prefetch_targets(int64_t layer, int64_t n_tokens) const override;
+  /** The depth in use (MoeRuntimeOptions::prefetch_depth, lowered as described there), 0 without
+   *  prefetch. */
+  int prefetch_depth() const;
   /** Whether any decode step prefetches (prefetch_target is >= 0 for some layer). */
   bool prefetches() const;
   /** Keeps the predicted routes for the compute() that follows: its admission path prefetches them
@@ -166,9 +175,10 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t pending_layer_ = -1;             // the layer streaming ahead of its compute, or -1
   int32_t pending_region_ = 0;             // ... into this staging region
   int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
-  int32_t prefetch_layer_ = -1;            // predicted routes waiting for the next compute(), or -1
+  int32_t first_cache_layer_ = -1;
+  PrefetchTargets hints_;                  // predicted routes waiting for the next compute()
+  Tensor hint_ids_[PrefetchTargets::kMax];
   int32_t prefetched_layer_ = -1;          // the layer whose experts the last admission prefetched
-  Tensor prefetch_ids_;
 };
 
 /** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), OffloadedExperts

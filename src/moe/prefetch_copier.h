@@ -36,8 +36,8 @@
 
 namespace ft {
 
-/** Entries of the ring: prefetches in flight at once (the slots' two prefetch miss lists). */
-constexpr int kCopyRingEntries = 2;
+/** Entries of the ring: prefetches in flight at once (PrefetchLedger::kMaxInFlight). */
+constexpr int kCopyRingEntries = 3;
 
 /** The ring's host view. seq and n: [kCopyRingEntries]; misses: [kCopyRingEntries * max_misses]. */
 struct CopyRing {

@@ -246,6 +246,7 @@ struct GraphCase {
   int32_t cap;
   const char* cpu_layers;
   bool dma = true;  // offload's prefetch by the copy engines (else the gather kernel)
+  int depth = 1;    // MoeRuntimeOptions::prefetch_depth (2: 4 x E slots)
 };
 
 // Every strategy's decode step is one graph: offload (admission, gather and the side-stream
@@ -261,22 +262,27 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   PrefetchDmaGuard guard;
   for (GraphCase gc : {GraphCase{MoeStrategy::kOffload, -1, ""}, GraphCase{MoeStrategy::kOffload, -1, "", false},
                        GraphCase{MoeStrategy::kHybrid, 1, ""}, GraphCase{MoeStrategy::kCpu, -1, ""},
-                       GraphCase{MoeStrategy::kOffload, -1, "1"}}) {
+                       GraphCase{MoeStrategy::kOffload, -1, "1"}, GraphCase{MoeStrategy::kOffload, -1, "", true, 2},
+                       GraphCase{MoeStrategy::kOffload, -1, "", false, 2}}) {
     SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers +
-                 (gc.dma ? "" : ", gather kernel"));
+                 (gc.dma ? "" : ", gather kernel") + ", depth " + std::to_string(gc.depth));
     set_cuda_prefetch_dma(gc.dma);
     const bool cached = gc.s != MoeStrategy::kCpu, with_cpu = gc.s != MoeStrategy::kOffload || gc.cpu_layers[0];
     MoeRuntimeOptions ro;
     ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 2;
-    ro.prefetch = cached;  // the side-stream prefetch gathers are forked and joined inside the graph
-    const MoePlan plan = make_plan(s.banks, gc.s, cached ? 2 * E : 0, gc.cap, gc.cpu_layers);
+    ro.prefetch = cached;  // the prefetches' copies are forked and joined inside the graph
+    ro.prefetch_depth = gc.depth;
+    const MoePlan plan = make_plan(s.banks, gc.s, cached ? 2 * gc.depth * E : 0, gc.cap, gc.cpu_layers);
+    const auto n_slots = static_cast<int32_t>(plan.cache.n_slots);  // depth 2: every expert (24 of 32)
     OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
     Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k});
-    Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers];
+    Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers], out_f[kLayers];
     for (int l = 0; l < kLayers; ++l) {
       ids[l] = dev(DType::I32, {1, k}), guess[l] = dev(DType::I32, {1, k});
-      out_g[l] = dev(DType::BF16, {1, H}), out_e[l] = dev(DType::BF16, {1, H});
+      out_g[l] = dev(DType::BF16, {1, H}), out_e[l] = dev(DType::BF16, {1, H}), out_f[l] = dev(DType::BF16, {1, H});
     }
+    ResidentExperts fused(*gpu_, s.banks);
+    const bool exact = gc.s == MoeStrategy::kOffload && !gc.cpu_layers[0];  // offload == fused, bit for bit
     std::mt19937 rng(9);
     auto new_inputs = [&] {
       std::vector<float> xv(H), wv(k);
@@ -293,7 +299,8 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
     };
     auto step = [&](OffloadedExperts& ex, Tensor* out) {
       for (int64_t l = 0; l < kLayers; ++l) {
-        if (ex.prefetch_target(l, 1) >= 0) ex.prefetch(ex.prefetch_target(l, 1), guess[l + 1]);
+        const PrefetchTargets t = ex.prefetch_targets(l, 1);
+        for (int i = 0; i < t.n; ++i) ex.prefetch(t.layer[i], guess[t.layer[i]]);
         ex.compute(l, x, ids[l], w, out[l]);
       }
     };
@@ -315,6 +322,10 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
       for (int l = 0; l < kLayers; ++l) {
         const std::vector<float> a = read_f32(out_g[l]), b = read_f32(out_e[l]);
         ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "replay " << i << " layer " << l;
+        if (!exact) continue;
+        fused.compute(l, x, ids[l], w, out_f[l]);
+        const std::vector<float> f = read_f32(out_f[l]);
+        ASSERT_EQ(std::memcmp(a.data(), f.data(), a.size() * 4), 0) << "replay " << i << " layer " << l << " vs fused";
       }
     }
     cudaGraphExecDestroy(exec);
@@ -324,7 +335,8 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
     for (int l = 0; l < kLayers; ++l) EXPECT_EQ(gs[l].cpu_experts, es[l].cpu_experts) << l;
     EXPECT_EQ(total_moe_stats(gs).cpu_experts > 0, with_cpu);
     if (!cached) continue;
-    ExpertCache a(kLayers, E, 2 * E, k), b(kLayers, E, 2 * E, k);
+    EXPECT_EQ(graphed.prefetch_depth(), gc.depth);
+    ExpertCache a(kLayers, E, n_slots, k), b(kLayers, E, n_slots, k);
     graphed.slots()->copy_state_to(a);
     eager.slots()->copy_state_to(b);
     a.check_integrity();
@@ -447,6 +459,67 @@ TEST_F(CudaExpertCache, AbandonedCaptureAfterAPrefetchLeavesEagerStepsWorking) {
   ExpertCache state(2, E, 2 * E, k);
   off.slots()->copy_state_to(state);
   state.check_integrity();
+}
+// Prefetch depth 2 under eviction on the GPU: six MoE layers of 4 experts in 16 slots (4 x E), so
+// admissions evict while two prefetches' copies are in flight; predictions right about half the
+// time; copies by the copy engines and by the gather kernel. Offload equals fused bit for bit.
+TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
+  SyntheticExperts s;
+  const int32_t E = 4, k = 2, kLayers = 6;
+  const int64_t H = 256, F = 256;
+  for (int32_t l = 0; l < kLayers; ++l) s.add_layer(E, F, H, DType::BF16, DType::BF16, 20 + l);
+  ResidentExperts fused(*gpu_, s.banks);
+  PrefetchDmaGuard guard;
+  for (bool dma : {true, false}) {
+    SCOPED_TRACE(dma ? "copy engines" : "gather kernel");
+    set_cuda_prefetch_dma(dma);
+    MoeRuntimeOptions ro;
+    ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 2;
+    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 4 * E), ro);
+    ASSERT_EQ(off.prefetch_depth(), 2);
+    // Per layer: inputs and both outputs, so a step's layers queue without a host wait between them
+    // (the copies of two prefetches then overlap the admissions that must spare their slots).
+    Tensor x[kLayers], w[kLayers], ids[kLayers], guess[kLayers], got[kLayers], want[kLayers];
+    for (int32_t l = 0; l < kLayers; ++l) {
+      x[l] = dev(DType::BF16, {4 * H}), w[l] = dev(DType::F32, {4 * k});
+      ids[l] = dev(DType::I32, {4 * k}), guess[l] = dev(DType::I32, {4 * k});
+      got[l] = dev(DType::BF16, {4 * H}), want[l] = dev(DType::BF16, {4 * H});
+    }
+    std::mt19937 rng(17);
+    for (int step = 0; step < 30; ++step) {
+      const int64_t T = 1 + step % 3;
+      Tensor tx[kLayers], tw[kLayers], ti[kLayers], tg[kLayers], tgot[kLayers], twant[kLayers];
+      for (int32_t l = 0; l < kLayers; ++l) {
+        std::vector<int32_t> v = random_routes(T, k, E, 0.0, rng);
+        std::vector<int32_t> g = rng() % 2 ? v : random_routes(T, k, E, 0.0, rng);
+        std::vector<float> xv(static_cast<size_t>(T * H)), wv(static_cast<size_t>(T * k));
+        std::uniform_real_distribution<float> d(-1, 1);
+        for (float& f : xv) f = d(rng);
+        for (float& f : wv) f = 0.5f + 0.5f * d(rng);
+        ti[l] = put(ids[l], DType::I32, v, {T, k}), tg[l] = put(guess[l], DType::I32, g, {T, k});
+        tx[l] = put(x[l], DType::F32, xv, {T, H}), tw[l] = put(w[l], DType::F32, wv, {T, k});
+        tgot[l] = Tensor(got[l].data, DType::BF16, {T, H}, Device::kCuda);
+        twant[l] = Tensor(want[l].data, DType::BF16, {T, H}, Device::kCuda);
+      }
+      for (int32_t l = 0; l < kLayers; ++l) {
+        const PrefetchTargets t = off.prefetch_targets(l, T);
+        for (int i = 0; i < t.n; ++i) off.prefetch(t.layer[i], tg[t.layer[i]]);
+        off.compute(l, tx[l], ti[l], tw[l], tgot[l]);
+      }
+      for (int32_t l = 0; l < kLayers; ++l) fused.compute(l, tx[l], ti[l], tw[l], twant[l]);
+      for (int32_t l = 0; l < kLayers; ++l) {
+        const std::vector<float> a = read_f32(tgot[l]), b = read_f32(twant[l]);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "step " << step << " layer " << l;
+      }
+    }
+    EXPECT_NO_THROW(off.check());
+    ExpertCache state(kLayers, E, 4 * E, k);
+    off.slots()->copy_state_to(state);
+    state.check_integrity();
+    const MoeLayerStats total = total_moe_stats(off.stats());
+    EXPECT_GT(total.prefetched, 0);
+    EXPECT_GT(total.misses, 0);
+  }
 }
 #endif
 

@@ -294,7 +294,7 @@ TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {
   const int32_t both[2] = {0, 1};
   EXPECT_EQ(cache.admit(0, both, 2, -1, 5, slots, nullptr), 2);  // layer 0 -> slots 0, 1 (in use)
   // Predicted routes of layer 1: only slot 2 is free to take; the second prediction is dropped.
-  EXPECT_EQ(cache.admit(1, both, 2, -1, 5, slots, cpu, true), 1);
+  EXPECT_EQ(cache.admit(1, both, 2, -1, 5, slots, cpu, true, 2), 1);
   EXPECT_EQ(slots[0], 2);
   EXPECT_EQ(slots[1], -1);
   EXPECT_EQ(cpu[0], 7);  // a prefetch never hands work to the CPU
@@ -321,16 +321,16 @@ TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {
 // admission of all, taking empty slots.
 TEST(ExpertCache, AdmissionAfterAPrefetchSparesItsSlots) {
   for (bool spare : {false, true}) {
-    SCOPED_TRACE(spare ? "spare_previous" : "plain LRU");
+    SCOPED_TRACE(spare ? "spare 1" : "plain LRU");
     ExpertCache cache(2, 4, 4, 4);
     int32_t slots[4], cpu[4];
     const int32_t guess[1] = {0}, first[3] = {0, 1, 2}, all[4] = {0, 1, 2, 3};
-    EXPECT_EQ(cache.admit(1, guess, 1, -1, 5, slots, nullptr, true), 1);  // tick 1: an empty slot
+    EXPECT_EQ(cache.admit(1, guess, 1, -1, 5, slots, nullptr, true, 2), 1);  // tick 1: an empty slot
     EXPECT_EQ(slots[0], 0);
-    EXPECT_EQ(cache.admit(0, first, 3, -1, 5, slots, cpu, false, spare), 3);  // slots 1, 2, 3
-    EXPECT_EQ(cache.admit(1, guess, 1, -1, 5, slots, nullptr, true), 0);     // (1, 0) still cached
+    EXPECT_EQ(cache.admit(0, first, 3, -1, 5, slots, cpu, false, spare ? 1 : 0), 3);  // slots 1, 2, 3
+    EXPECT_EQ(cache.admit(1, guess, 1, -1, 5, slots, nullptr, true, 2), 0);     // (1, 0) still cached
     // Layer 0 hits slots 1-3; its fourth expert's only candidate is slot 0, the prefetch's.
-    EXPECT_EQ(cache.admit(0, all, 4, -1, 5, slots, cpu, false, spare), spare ? 0 : 1);
+    EXPECT_EQ(cache.admit(0, all, 4, -1, 5, slots, cpu, false, spare ? 1 : 0), spare ? 0 : 1);
     EXPECT_EQ(cache.slot_of(1, 0), spare ? 0 : -1);
     EXPECT_EQ(slots[3], spare ? -1 : 0);
     EXPECT_EQ(cpu[3], spare ? 3 : -1);  // with no victim left, the miss goes to the CPU
@@ -345,12 +345,12 @@ TEST(ExpertCache, PrefetchSparesThePreviousPrefetch) {
   ExpertCache cache(3, 1, 2, 1);
   int32_t slot = -1;
   const int32_t e0[1] = {0};
-  EXPECT_EQ(cache.admit(1, e0, 1, -1, 5, &slot, nullptr, true), 1);         // P(1), tick 1: slot 0
-  EXPECT_EQ(cache.admit(0, e0, 1, -1, 5, &slot, nullptr, false, true), 1);  // layer 0, tick 2: slot 1
-  EXPECT_EQ(cache.admit(2, e0, 1, -1, 5, &slot, nullptr, true), 0);         // P(2), tick 3: nothing free
+  EXPECT_EQ(cache.admit(1, e0, 1, -1, 5, &slot, nullptr, true, 2), 1);  // P(1), tick 1: slot 0
+  EXPECT_EQ(cache.admit(0, e0, 1, -1, 5, &slot, nullptr, false, 1), 1);  // layer 0, tick 2: slot 1
+  EXPECT_EQ(cache.admit(2, e0, 1, -1, 5, &slot, nullptr, true, 2), 0);   // P(2), tick 3: nothing free
   EXPECT_EQ(slot, -1);
   EXPECT_EQ(cache.slot_of(1, 0), 0);
-  EXPECT_EQ(cache.admit(1, e0, 1, -1, 5, &slot, nullptr, false, true), 0);  // layer 1 finds its expert
+  EXPECT_EQ(cache.admit(1, e0, 1, -1, 5, &slot, nullptr, false, 1), 0);  // layer 1 finds its expert
   EXPECT_EQ(slot, 0);
   cache.check_integrity();
 }
@@ -414,6 +414,68 @@ TEST(HostExpertSlots, GatherCopiesRecordsAndSlotBanksViewThem) {
                            Tensor()),
                Error);  // more pairs than planned
   EXPECT_THROW(HostExpertSlots(banks, 5, 8), Error);  // fewer slots than one layer's experts
+}
+
+// The ledger's spare counts: at depth 1 the fixed rule it replaced (2 for a prefetch, 1 for the
+// admission right after it); at depth 2 (the first layer predicting the next two) 4 and 3; a
+// prefetch spares at least 2; a prefetch is due once its layer is admitted, and a forgotten one
+// after kMaxAge admissions.
+TEST(PrefetchLedger, SpareCountsFollowThePrefetchesInFlight) {
+  PrefetchLedger d1;
+  EXPECT_EQ(d1.prefetch_spare(), 2);  // P(1): nothing in flight, the minimum
+  d1.add_prefetch(1, 0);
+  EXPECT_EQ(d1.admit(0), 1);  // spares P(1)
+  EXPECT_TRUE(d1.take_due().empty());
+  for (int32_t l = 1; l < 4; ++l) {
+    EXPECT_EQ(d1.prefetch_spare(), 2) << l;  // P(l + 1) spares P(l), made two admissions back
+    d1.add_prefetch(l + 1, l % 2);
+    EXPECT_EQ(d1.admit(l), 1) << l;
+    const std::vector<PrefetchLedger::Entry> due = d1.take_due();
+    ASSERT_EQ(due.size(), 1u);
+    EXPECT_EQ(due[0].layer, l);
+    EXPECT_EQ(d1.in_flight(), 1);
+  }
+  EXPECT_EQ(d1.admit(4), 0);  // the last layer: nothing later in flight
+  EXPECT_EQ(d1.take_due().size(), 1u);
+
+  PrefetchLedger d2;
+  EXPECT_EQ(d2.prefetch_spare(), 2);  // P(1)
+  d2.add_prefetch(1, 0);
+  EXPECT_EQ(d2.prefetch_spare(), 2);  // P(2) spares P(1) (and the minimum)
+  d2.add_prefetch(2, 1);
+  EXPECT_EQ(d2.admit(0), 2);
+  EXPECT_TRUE(d2.take_due().empty());
+  EXPECT_EQ(d2.prefetch_spare(), 3);  // P(3): back to P(1)
+  d2.add_prefetch(3, 2);
+  EXPECT_EQ(d2.in_flight(), 3);
+  EXPECT_TRUE(d2.uses(0) && d2.uses(1) && d2.uses(2));
+  EXPECT_EQ(d2.admit(1), 3);  // spares P(2) and P(3), not its own P(1)
+  std::vector<PrefetchLedger::Entry> due = d2.take_due();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].tag, 0);
+  EXPECT_FALSE(d2.uses(0));
+  EXPECT_EQ(d2.prefetch_spare(), 4);  // P(4): back to P(2)
+  d2.add_prefetch(4, 0);
+  EXPECT_EQ(d2.admit(2), 3);
+  due = d2.take_due();
+  ASSERT_EQ(due.size(), 1u);
+  EXPECT_EQ(due[0].layer, 2);
+  EXPECT_EQ(d2.admit(3), 2);  // the next-to-last layer makes no prefetch: P(4) is still spared
+  EXPECT_EQ(d2.admit(4), 0);
+  EXPECT_EQ(d2.take_due().size(), 2u);
+  EXPECT_EQ(d2.in_flight(), 0);
+
+  PrefetchLedger stale;  // a prefetch whose layer never came (a step that ended early)
+  stale.add_prefetch(7, 0);
+  for (int64_t i = 0; i < PrefetchLedger::kMaxAge - 1; ++i) {
+    stale.admit(0);
+    EXPECT_TRUE(stale.take_due().empty()) << i;
+  }
+  stale.admit(0);
+  EXPECT_EQ(stale.take_due().size(), 1u);
+  stale.add_prefetch(1, 2);
+  EXPECT_EQ(stale.take_oldest().tag, 2);
+  EXPECT_THROW(stale.take_oldest(), Error);
 }
 
 }  // namespace

@@ -29,13 +29,16 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 struct Variant {
   const char* name;
   MoeStrategy strategy;
-  int64_t slots;  // 0: auto
+  int64_t slots;  // 0: the smallest cache (2 x E); -1: every expert; kFourE: 4 x E
   int32_t cap;
   const char* cpu_layers;
   bool exact;     // bit-identical to fused
   int64_t stream_min = 0;  // MoeRuntimeOptions::stream_min_tokens (0: the default)
   bool prefetch = false;   // MoeRuntimeOptions::prefetch
+  int depth = 1;           // MoeRuntimeOptions::prefetch_depth
 };
+
+constexpr int64_t kFourE = -4;  // Variant::slots: the smallest cache prefetch depth 2 runs in
 
 const Variant kVariants[] = {
     {"offload, smallest cache", MoeStrategy::kOffload, 0, -1, "", true},
@@ -49,17 +52,21 @@ const Variant kVariants[] = {
     {"hybrid, cap 1, streamed steps", MoeStrategy::kHybrid, 0, 1, "", false, 4},
     {"offload, smallest cache, prefetch", MoeStrategy::kOffload, 0, -1, "", true, 0, true},
     {"hybrid, cap 1, prefetch", MoeStrategy::kHybrid, 0, 1, "", false, 0, true},
+    // Depth 2 needs 4 x E slots: the first cache layer predicts the next two, the others none here.
+    {"offload, prefetch depth 2", MoeStrategy::kOffload, kFourE, -1, "", true, 0, true, 2},
+    {"offload, prefetch depth 2 on a cache too small for it", MoeStrategy::kOffload, 0, -1, "", true, 0, true, 2},
 };
 
 MoeRuntimeOptions variant_options(const Variant& v, MoeRuntimeOptions ro) {
   if (v.stream_min > 0) ro.stream_min_tokens = v.stream_min;
   ro.prefetch = v.prefetch;
+  ro.prefetch_depth = v.depth;
   return ro;
 }
 
 MoePlan variant_plan(const Variant& v, const HostExpertBanks& host, int32_t E) {
-  const int64_t slots = v.slots == 0 ? 2 * E : v.slots;  // -1: auto (every expert)
-  return make_plan(host, v.strategy, v.slots < 0 ? 0 : slots, v.cap, v.cpu_layers);
+  const int64_t slots = v.slots == 0 ? 2 * E : v.slots == kFourE ? 4 * E : v.slots;  // -1: auto (every expert)
+  return make_plan(host, v.strategy, slots < 0 ? 0 : slots, v.cap, v.cpu_layers);
 }
 
 TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
@@ -89,11 +96,16 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
         for (float& f : x) f = d(rng);
         for (float& f : w) f = 0.5f + 0.5f * d(rng);
         Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
-        std::vector<int32_t> guess = random_routes(T, k, E, 0.8, rng);  // a prediction, right or wrong
-        const int64_t target = off.prefetch_target(layer, T);
-        EXPECT_EQ(target >= 0, v.prefetch && layer != 3) << layer;
+        const PrefetchTargets targets = off.prefetch_targets(layer, T);
+        const bool deep = v.depth == 2 && v.slots == kFourE;
+        EXPECT_EQ(targets.n, !v.prefetch || layer == 3 ? 0 : !deep ? 1 : layer == 0 ? 2 : 0) << layer;
+        EXPECT_EQ(off.prefetch_depth(), !v.prefetch ? 0 : deep ? 2 : 1);
         EXPECT_EQ(off.prefetch_target(layer, 64), -1);  // a step that streams never predicts
-        if (target >= 0) off.prefetch(target, Tensor(guess.data(), DType::I32, {T, k}));
+        std::vector<int32_t> guess[PrefetchTargets::kMax];
+        for (int i = 0; i < targets.n; ++i) {  // predictions, right or wrong
+          guess[i] = random_routes(T, k, E, 0.8, rng);
+          off.prefetch(targets.layer[i], Tensor(guess[i].data(), DType::I32, {T, k}));
+        }
         fused.compute(layer, tx, ti, tw, Tensor(want.data(), DType::F32, {T, H}));
         off.compute(layer, tx, ti, tw, Tensor(got.data(), DType::F32, {T, H}));
         if (v.exact)
@@ -152,6 +164,55 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
       }
     }
   }
+}
+
+// Prefetch depth 2 under eviction: six MoE layers of 4 experts in 16 slots (4 x E, the smallest
+// cache depth 2 runs in), so admissions evict while two prefetches are in flight; predictions right
+// about half the time. Offload stays bit-identical to fused and the cache consistent.
+TEST(OffloadedExperts, PrefetchDepthTwoUnderEvictionEqualsFused) {
+  SyntheticExperts s;
+  const int32_t E = 4, k = 2, kLayers = 6;
+  const int64_t H = 32, F = 16;
+  for (int32_t l = 0; l < kLayers; ++l) s.add_layer(E, F, H, DType::BF16, DType::BF16, 10 + l);
+  CpuOps ops(1);
+  ResidentExperts fused(ops, s.banks);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 2;
+  OffloadedExperts off(ops, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 4 * E), ro);
+  ASSERT_EQ(off.prefetch_depth(), 2);
+  std::mt19937 rng(11);
+  int64_t predicted = 0;
+  for (int step = 0; step < 40; ++step) {
+    const int64_t T = 1 + step % 3;
+    std::vector<std::vector<int32_t>> ids(kLayers), guess(kLayers);
+    for (int32_t l = 0; l < kLayers; ++l) {
+      ids[l] = random_routes(T, k, E, 0.0, rng);
+      guess[l] = rng() % 2 ? ids[l] : random_routes(T, k, E, 0.0, rng);
+    }
+    for (int32_t l = 0; l < kLayers; ++l) {
+      const PrefetchTargets t = off.prefetch_targets(l, T);
+      ASSERT_EQ(t.n, l == 0 ? 2 : l + 2 < kLayers ? 1 : 0) << l;
+      for (int i = 0; i < t.n; ++i) {
+        ASSERT_EQ(t.layer[i], l == 0 ? 1 + i : l + 2);
+        off.prefetch(t.layer[i], Tensor(guess[t.layer[i]].data(), DType::I32, {T, k}));
+        ++predicted;
+      }
+      std::vector<float> x(T * H), w(T * k), want(T * H), got(T * H);
+      std::uniform_real_distribution<float> d(-1, 1);
+      for (float& f : x) f = d(rng);
+      for (float& f : w) f = 0.5f + 0.5f * d(rng);
+      Tensor tx(x.data(), DType::F32, {T, H}), ti(ids[l].data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+      fused.compute(l, tx, ti, tw, Tensor(want.data(), DType::F32, {T, H}));
+      off.compute(l, tx, ti, tw, Tensor(got.data(), DType::F32, {T, H}));
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "step " << step << " layer " << l;
+    }
+    dynamic_cast<HostExpertSlots*>(off.slots())->cache().check_integrity();
+  }
+  const MoeLayerStats total = total_moe_stats(off.stats());
+  EXPECT_GT(total.prefetched, 0);
+  EXPECT_GT(total.misses, 0);  // evictions: 24 experts over 16 slots
+  EXPECT_GT(total.hits, 0);
+  EXPECT_EQ(predicted, 40 * (kLayers - 1));  // every layer but the first is predicted once a step
 }
 
 TEST(OffloadedExperts, RejectsBadUse) {

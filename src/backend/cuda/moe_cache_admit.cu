@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     if (map[e] >= 0) continue;
     Cand c{LLONG_MAX, INT_MAX};
     // Victims' stamps stay below this; an empty slot (stamp 0) always qualifies.
-    const long long newest = max(a.prefetch ? tick - 2 : a.spare_previous ? tick - 1 : tick, 1LL);
+    const long long newest = max(tick - static_cast<long long>(a.spare > 0 ? a.spare : 0), 1LL);
     if (a.fetch_cap < 0 || n_miss < a.fetch_cap) {
       for (int32_t slot = tid; slot < s.n_slots; slot += blockDim.x) {
         const long long st = s.stamp[slot];

@@ -53,8 +53,8 @@ class CudaExpertSlots final : public ExpertSlots {
     const int64_t o_map = carve(int64_t{4} * L * E), o_owner = carve(int64_t{4} * n_slots),
                   o_stamp = carve(int64_t{8} * n_slots), o_tick = carve(8), o_stats = carve(int64_t{8} * L * kCacheStatCount),
                   o_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_nmiss = carve(4),
-                  o_pf_miss = carve(int64_t{2} * static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_),
-                  o_pf_nmiss = carve(8),
+                  o_pf_miss = carve(int64_t{kPf} * static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_),
+                  o_pf_nmiss = carve(int64_t{4} * kPf),
                   o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L);
     state_ = ops.alloc(state_bytes_);
     uint8_t* d = static_cast<uint8_t*>(state_.data());
@@ -71,9 +71,9 @@ class CudaExpertSlots final : public ExpertSlots {
     gather_.record_bytes = reinterpret_cast<int64_t*>(d + o_rec);
     gather_.max_record_bytes = banks.slot_bytes();
     gather_.slot_bytes = banks.slot_bytes();
-    // Two prefetch miss lists: a prefetch's side gather may still read one while the next
-    // prefetch admission writes the other, and no admission waits for a side gather.
-    for (int p = 0; p < 2; ++p) {
+    // A miss list per prefetch in flight: a prefetch's copies may still read one while the next
+    // prefetch admission writes another, and no admission waits for them.
+    for (int p = 0; p < kPf; ++p) {
       Prefetch& f = pf_[p];
       f.misses = reinterpret_cast<CacheMiss*>(d + o_pf_miss) + p * max_misses_;
       f.n_misses = reinterpret_cast<int32_t*>(d + o_pf_nmiss) + p;
@@ -83,13 +83,14 @@ class CudaExpertSlots final : public ExpertSlots {
     upload(host_);  // empty state
     cudaStream_t st = ops.stream();
     FT_CUDA_CHECK(cudaMemsetAsync(n_misses_, 0, 4, st));
-    FT_CUDA_CHECK(cudaMemsetAsync(pf_[0].n_misses, 0, 8, st));
+    FT_CUDA_CHECK(cudaMemsetAsync(pf_[0].n_misses, 0, 4 * kPf, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<uint64_t*>(gather_.host_base), base.data(), base.size() * 8,
                                   cudaMemcpyHostToDevice, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int64_t*>(gather_.record_bytes), rec.data(), rec.size() * 8,
                                   cudaMemcpyHostToDevice, st));
     pool_ = ops.alloc(static_cast<int64_t>(n_slots) * banks.slot_bytes());
-    gather_.pool = pf_[0].gather.pool = pf_[1].gather.pool = static_cast<uint8_t*>(pool_.data());
+    gather_.pool = static_cast<uint8_t*>(pool_.data());
+    for (Prefetch& f : pf_) f.gather.pool = gather_.pool;
     slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
     FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
     gather_blocks_ = 4 * ops.sm_count();
@@ -159,35 +160,33 @@ class CudaExpertSlots final : public ExpertSlots {
     // victims may be slots that gather still writes, so gather_misses joins before its own copies.
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
-    a.spare_previous = last_was_prefetch_;  // that prefetch's slots may still be being filled
+    a.spare = ledger_.admit(layer);  // the prefetches for later layers may still be filling theirs
     a.record_bytes = banks_.layout(layer).bytes;
     a.ids = ids.ptr<int32_t>(), a.slot_ids = slot_ids.ptr<int32_t>();
     a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
     a.misses = misses_, a.n_misses = n_misses_;
     cuda::launch_cache_admit(dev_, a, ops_.stream());
-    spared_ = last_was_prefetch_ ? last_pf_ : -1;
     last_was_prefetch_ = false;
-    admitted_layer_ = layer;
   }
 
   void gather_misses() override {
-    // The layer's experts and its misses' slots come after the copies of every prefetch but the
-    // one made just before this admission for another layer (the admission spared its slots).
-    while (n_pending_ > 0 &&
-           !(n_pending_ == 1 && order_[0] == spared_ && pending(0).layer != admitted_layer_))
-      join_oldest();
+    // The layer's experts and its misses' slots come after the copies of the prefetches the
+    // ledger says are due: the ones for this layer and any left behind (the admission spared the
+    // slots of the others, made for later layers).
+    for (const PrefetchLedger::Entry& e : ledger_.take_due()) join(e.tag);
     cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
   }
 
   void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override {
     Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim, Device::kCuda);
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, sid, Tensor());
-    if (n_pending_ == 2) join_oldest();  // its miss list is about to be rewritten
-    Prefetch& f = pf_[next_pf_];
-    if (spared_ == next_pf_) spared_ = -1;  // reused: no admission spared this one
-    next_pf_ ^= 1;
+    while (ledger_.in_flight() >= PrefetchLedger::kMaxInFlight) join(ledger_.take_oldest().tag);
+    int tag = 0;
+    while (ledger_.uses(tag)) ++tag;  // a miss list no prefetch in flight reads
+    Prefetch& f = pf_[tag];
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
+    a.spare = ledger_.prefetch_spare();
     a.record_bytes = banks_.layout(layer).bytes;
     a.ids = ids.ptr<int32_t>(), a.slot_ids = sid.ptr<int32_t>();
     a.misses = f.misses, a.n_misses = f.n_misses;
@@ -195,7 +194,7 @@ class CudaExpertSlots final : public ExpertSlots {
     cuda::launch_cache_admit(dev_, a, st);
     f.dma = dma_ && fetch_cap < 0;
     if (f.dma) {
-      dma_->publish(f.misses, f.n_misses, static_cast<int>(&f - pf_), st);
+      dma_->publish(f.misses, f.n_misses, tag, st);
     } else {
       FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
       FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
@@ -204,9 +203,9 @@ class CudaExpertSlots final : public ExpertSlots {
     }
     f.layer = layer;
     f.capture_id = capture_id();
-    order_[n_pending_++] = static_cast<int>(&f - pf_);
+    ledger_.add_prefetch(layer, tag);
     last_was_prefetch_ = true;
-    last_pf_ = static_cast<int>(&f - pf_);
+    last_pf_ = tag;
   }
 
   void stream_layer(int32_t layer, int32_t region) override {
@@ -284,21 +283,18 @@ class CudaExpertSlots final : public ExpertSlots {
     FT_CUDA_CHECK(cudaStreamGetCaptureInfo(ops_.stream(), &cs, &id));
     return cs == cudaStreamCaptureStatusActive ? id : 0;
   }
-  const Prefetch& pending(int i) const { return pf_[order_[i]]; }
 
-  /** Makes the backend's stream wait for the oldest prefetch gather in flight. A prefetch queued
-   *  inside a capture that has since ended without joining it (the step threw and the capture was
+  /** Makes the backend's stream wait for the copies of prefetch `tag`. A prefetch queued inside a
+   *  capture that has since ended without joining it (the step threw and the capture was
    *  abandoned) never ran: its event belongs to the dropped graph, so there is nothing to wait for. */
-  void join_oldest() {
-    const Prefetch& f = pending(0);
-    order_[0] = order_[1];
-    --n_pending_;
+  void join(int tag) {
+    const Prefetch& f = pf_[tag];
     if (f.capture_id != 0 && capture_id() != f.capture_id) return;
-    if (f.dma) return dma_->wait(static_cast<int>(&f - pf_), ops_.stream());
+    if (f.dma) return dma_->wait(tag, ops_.stream());
     FT_CUDA_CHECK(cudaStreamWaitEvent(ops_.stream(), f.done, 0));
   }
   void join_prefetches() {
-    while (n_pending_ > 0) join_oldest();
+    for (const PrefetchLedger::Entry& e : ledger_.take_all()) join(e.tag);
   }
 
   /** Copies a host state into the device arrays (blocking). */
@@ -345,14 +341,12 @@ class CudaExpertSlots final : public ExpertSlots {
   Buffer prefetch_slots_;                              // I32 [max_pairs]: the prefetch admission's slot ids
   cudaStream_t side_stream_ = nullptr;                 // prefetch gathers
   cudaEvent_t prefetch_queued_ = nullptr;              // the work queued before a prefetch's gather
-  Prefetch pf_[2];                                     // used in turn
-  int next_pf_ = 0;                                    // the one the next prefetch uses
-  int order_[2] = {0, 0};                              // the prefetches in flight, oldest first
-  int n_pending_ = 0;
+  static constexpr int kPf = PrefetchLedger::kMaxInFlight;
+  static_assert(kCopyRingEntries >= kPf, "the copy ring holds every prefetch in flight");
+  Prefetch pf_[kPf];                                   // by tag: a prefetch's miss list, copies, event
+  PrefetchLedger ledger_;                              // the prefetches in flight, spare counts
   int last_pf_ = 0;                                    // the last prefetch made
-  int spared_ = -1;                                    // the prefetch the last admission spared, or -1
-  bool last_was_prefetch_ = false;                     // the next admission spares its slots
-  int32_t admitted_layer_ = -1;                        // the last admit_routes' layer
+  bool last_was_prefetch_ = false;                     // last_misses() reports the prefetch's list
   std::unique_ptr<cuda::DmaPrefetch> dma_;             // offload's prefetch copies, or null
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
