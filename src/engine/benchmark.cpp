@@ -531,7 +531,7 @@ std::string bench_table(const BenchReport& r) {
                        ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
     }
     s += "fetched/step: bytes copied into the expert cache per decode step; prefetched/step: experts fetched\n"
-         "ahead for the next layer; CPU experts/step: experts computed on the CPU; CPU ms/step: the CPU expert\n"
+         "ahead of their layer; CPU experts/step: experts computed on the CPU; CPU ms/step: the CPU expert\n"
          "executor's working time per step (with a GPU, the rest of ms/step it waits for the GPU's part of each\n"
          "layer)\n";
   }

@@ -166,6 +166,12 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
   if (offloaded_) logged_ = offloaded_->stats();
   plan_.prefetch = offloaded_ && offloaded_->prefetches();
+  plan_.prefetch_depth = plan_.prefetch ? offloaded_->prefetch_depth() : 0;
+  if (plan_.prefetch && config.moe.prefetch_depth > plan_.prefetch_depth)
+    plan_.prefetch_note = plan_.strategy == MoeStrategy::kHybrid
+                              ? std::string("hybrid predicts 1 ahead")
+                              : fmt::format("--moe-prefetch-depth {} needs {} slots", config.moe.prefetch_depth,
+                                            int64_t{4} * offloaded_->banks().max_experts());
   // What runs, so the bench's moe_plan records it: on, and some expert's weights take the int8 path.
   bool int8_weights = false;
   for (const ExpertBank& b : host)
@@ -235,6 +241,7 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.cache_slots = plan_.count(MoeLayerMode::kCache) > 0 ? plan_.cache.n_slots : 0;
   r.slot_bytes = r.cache_slots > 0 ? budget_.slot_bytes : 0;
   r.prefetch = plan_.prefetch;
+  r.prefetch_depth = plan_.prefetch_depth;
   for (size_t l = 0; l < plan_.layers.size() && r.fetch_cap < 0; ++l)
     if (plan_.layers[l] == MoeLayerMode::kCache) r.fetch_cap = plan_.fetch_cap[l];
   for (size_t l = 0; l < plan_.layers.size(); ++l)

@@ -54,6 +54,7 @@ struct MoeReport {
   int64_t slot_bytes = 0;
   int32_t fetch_cap = -1;              // hybrid: experts fetched per layer per step (as calibrated); -1 none
   bool prefetch = false;               // next-layer prefetch (--moe-prefetch) in use
+  int32_t prefetch_depth = 0;          // cache layers predicted ahead (--moe-prefetch-depth, as in use); 0 off
   std::vector<MoeLayerReport> layers;  // MoE layers only, ascending
   MoeLayerStats total;
 };

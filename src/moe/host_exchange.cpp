@@ -14,7 +14,6 @@ namespace ft {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kMinSleepUs = 50, kMaxSleepUs = 200;  // the idle dispatcher's waits
 
 /** The control block's sequence numbers as system-wide atomics (the GPU writes them over PCIe). */
 std::atomic_ref<uint64_t> seq_ref(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
@@ -87,25 +86,12 @@ std::string ExchangeDispatcher::last_error() const {
 void ExchangeDispatcher::loop(uint64_t last) {
   ExchangeControl& c = *buf_.host.ctrl;
   auto fresh = [&] { return seq_ref(c.request_seq).load(std::memory_order_acquire) != last; };
-  auto idle_since = Clock::now();
-  int64_t sleep_us = kMinSleepUs;
+  RequestPoller poller(spin_us_);
   while (!stop_.load(std::memory_order_acquire)) {
     if (!fresh()) {
-      // Poll while requests come in quick succession (a step's layers), then sleep in waits that grow
-      // from 50 to 200 us: the GPU cannot wake this thread, so even asleep it must look, but an idle
-      // server should not wake 20,000 times a second. The first request after a pause waits at most
-      // one such sleep.
-      if (Clock::now() - idle_since < std::chrono::microseconds(spin_us_)) {
-        for (int i = 0; i < 64 && !fresh(); ++i) cpu_relax();
-      } else {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
-                     [&] { return fresh() || stop_.load(std::memory_order_acquire); });
-        sleep_us = std::min<int64_t>(2 * sleep_us, kMaxSleepUs);
-      }
+      poller.wait(mu_, cv_, fresh, [&] { return stop_.load(std::memory_order_acquire); });
       continue;
     }
-    sleep_us = kMinSleepUs;
     const uint64_t seq = seq_ref(c.request_seq).load(std::memory_order_acquire);
     last = seq;
     seq_ref(c.ack_seq).store(seq, std::memory_order_release);
@@ -137,7 +123,7 @@ void ExchangeDispatcher::loop(uint64_t last) {
     served_.fetch_add(1, std::memory_order_relaxed);
     seq_ref(c.done_seq).store(seq, std::memory_order_release);
     notify();
-    idle_since = Clock::now();
+    poller.served();
   }
 }
 

@@ -125,7 +125,9 @@ std::string MoePlan::summary() const {
       if (layers[l] == MoeLayerMode::kCache) cap = fetch_cap[l];
     s += calibrate_fetch_cap ? std::string(", fetch cap: calibrating") : fmt::format(", fetch cap {} per layer", cap);
   }
-  if (prefetch) s += ", next-layer prefetch";
+  if (prefetch) s += prefetch_depth >= 2 ? fmt::format(", prefetch {} cache layers ahead", prefetch_depth)
+                                         : std::string(", next-layer prefetch");
+  if (prefetch && !prefetch_note.empty()) s += " (" + prefetch_note + ")";
   if (cpu_int8 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU int8 activations for Q4_K/Q6_K";
   if (!cache.note.empty()) s += " (" + cache.note + ")";
   return s;

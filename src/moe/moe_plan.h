@@ -54,6 +54,8 @@ struct MoePlan {
   bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
   CacheSize cache;                             // n_slots = 0 without a cache
   bool prefetch = false;                       // set by the runtime: some layer fetches the next one's experts ahead
+  int32_t prefetch_depth = 0;                  // set by the runtime: cache layers ahead (0: no prefetch)
+  std::string prefetch_note;                   // set by the runtime: why the depth is below the one asked for
   bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K with int8 activations
 
   /** Layers in `mode`. */

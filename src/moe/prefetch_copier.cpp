@@ -1,7 +1,5 @@
 #include "moe/prefetch_copier.h"
 
-#include <algorithm>
-#include <chrono>
 #include <exception>
 
 #include <fmt/format.h>
@@ -11,9 +9,6 @@
 
 namespace ft {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr int64_t kMinSleepUs = 50, kMaxSleepUs = 200;  // the idle thread's waits
 
 /** A ring field the device writes over PCIe, read as a system-wide atomic. */
 template <typename T>
@@ -65,21 +60,12 @@ void PrefetchCopier::loop(std::function<void()> on_start) {
   }
   uint32_t next = 1;
   auto fresh = [&] { return load_acquire(ring_.seq[next % kCopyRingEntries]) == next; };
-  auto idle_since = Clock::now();
-  int64_t sleep_us = kMinSleepUs;
+  RequestPoller poller(spin_us_);
   while (!stop_.load(std::memory_order_acquire)) {
     if (!fresh()) {
-      if (Clock::now() - idle_since < std::chrono::microseconds(spin_us_)) {
-        for (int i = 0; i < 64 && !fresh(); ++i) cpu_relax();
-      } else {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
-                     [&] { return fresh() || stop_.load(std::memory_order_acquire); });
-        sleep_us = std::min<int64_t>(2 * sleep_us, kMaxSleepUs);
-      }
+      poller.wait(mu_, cv_, fresh, [&] { return stop_.load(std::memory_order_acquire); });
       continue;
     }
-    sleep_us = kMinSleepUs;
     const int e = static_cast<int>(next % kCopyRingEntries);
     const int32_t n = load_acquire(ring_.n[e]);
     if (n < 0 || n > ring_.max_misses) {
@@ -99,7 +85,7 @@ void PrefetchCopier::loop(std::function<void()> on_start) {
     }
     served_.fetch_add(1, std::memory_order_acq_rel);
     ++next;
-    idle_since = Clock::now();
+    poller.served();
   }
 }
 

@@ -21,8 +21,8 @@
 // the thread never reads an entry being rewritten. A copy or signal that throws is recorded
 // (last_error) and the thread goes on, signalling every request so the device never waits for one
 // that failed; the step's results are then wrong and check() on the slots reports it.
-// Idle: the thread polls (pausing) for spin_us after the last request, then sleeps in waits of 50
-// to 200 us, like the exchange dispatcher (host_exchange.h).
+// Idle: the thread waits like the exchange dispatcher (RequestPoller, moe/thread_pool.h): it polls
+// for spin_us after the last request, then sleeps in short waits.
 // C++17-clean: included from CUDA sources.
 #include <atomic>
 #include <condition_variable>
@@ -36,8 +36,10 @@
 
 namespace ft {
 
-/** Entries of the ring: prefetches in flight at once (PrefetchLedger::kMaxInFlight). */
-constexpr int kCopyRingEntries = 3;
+/** Entries of the ring: at least the prefetches in flight at once (PrefetchLedger::kMaxInFlight),
+ *  and a power of two, so that s % kCopyRingEntries keeps cycling when the 32-bit request number
+ *  wraps. */
+constexpr int kCopyRingEntries = 4;
 
 /** The ring's host view. seq and n: [kCopyRingEntries]; misses: [kCopyRingEntries * max_misses]. */
 struct CopyRing {

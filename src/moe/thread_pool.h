@@ -6,7 +6,9 @@
 // (development machine, 2 threads: 68-76 us per job sleeping, 0.7-0.8 us polling), which the short
 // gaps between MoE layers would pay once per layer. One job at a time; tasks are handed out
 // dynamically from an atomic counter.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -24,6 +26,40 @@ inline void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+/** How a thread waits for requests another device posts into memory it polls (the GPU cannot
+ *  wake it): it polls, pausing, for spin_us after the last request (a step's layers come in quick
+ *  succession), then sleeps in waits that grow from 50 to 200 us, cut short through a condition
+ *  variable (a host-side poster, or stop), so an idle server does not wake 20,000 times a second.
+ *  The first request after a pause waits at most one such sleep. The exchange dispatcher and the
+ *  prefetch copier wait this way. */
+class RequestPoller {
+ public:
+  explicit RequestPoller(int spin_us) : spin_us_(spin_us), idle_since_(std::chrono::steady_clock::now()) {}
+
+  /** One round of waiting for fresh() or stop(): a few polls, or one sleep on `cv` (under `mu`). */
+  template <typename Fresh, typename Stop>
+  void wait(std::mutex& mu, std::condition_variable& cv, Fresh&& fresh, Stop&& stop) {
+    if (std::chrono::steady_clock::now() - idle_since_ < std::chrono::microseconds(spin_us_)) {
+      for (int i = 0; i < 64 && !fresh(); ++i) cpu_relax();
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::microseconds(sleep_us_), [&] { return fresh() || stop(); });
+    sleep_us_ = std::min<int64_t>(2 * sleep_us_, kMaxSleepUs);
+  }
+  /** A request was just served: poll again, then sleep short first. */
+  void served() {
+    sleep_us_ = kMinSleepUs;
+    idle_since_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  static constexpr int64_t kMinSleepUs = 50, kMaxSleepUs = 200;
+  int spin_us_;
+  int64_t sleep_us_ = kMinSleepUs;
+  std::chrono::steady_clock::time_point idle_since_;
+};
 
 class ThreadPool {
  public:

@@ -30,6 +30,7 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["slot_bytes"] = r.slot_bytes;
   j["fetch_cap"] = r.fetch_cap >= 0 ? oj(r.fetch_cap) : oj();  // hybrid only
   j["prefetch"] = r.prefetch;
+  j["prefetch_depth"] = r.prefetch_depth;
   put_counters(j, r.total);
   oj layers = oj::array();
   for (const MoeLayerReport& l : r.layers) {

@@ -73,6 +73,13 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(r.err.find("moe per layer (hits/misses/fetched/CPU experts): L0 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" L3 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(", next-layer prefetch"), std::string::npos) << r.err;  // auto: on for offload
+  // The default depth 2 needs 4 x 64 slots here: the plan says why it runs 1 ahead; asked for 1, no note.
+  EXPECT_NE(r.err.find("next-layer prefetch (--moe-prefetch-depth 2 needs 256 slots)"), std::string::npos) << r.err;
+  const Result d1 = run_moe("--moe-strategy offload --moe-cache-slots 128 --moe-prefetch-depth 1");
+  EXPECT_NE(d1.err.find(", next-layer prefetch"), std::string::npos) << d1.err;
+  EXPECT_EQ(d1.err.find("--moe-prefetch-depth 2 needs"), std::string::npos) << d1.err;
+  const Result d2 = run_moe("--moe-strategy offload --moe-cache-slots 256");  // every expert: depth 2 runs
+  EXPECT_NE(d2.err.find(", prefetch 2 cache layers ahead"), std::string::npos) << d2.err;
   // Fused has no cache counters: said once at start, not silently ignored.
   const Result fused = run_moe("--moe-strategy fused --decode-log-interval 3");
   ASSERT_EQ(fused.code, 0) << fused.err;
@@ -124,6 +131,8 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy hybrid --moe-fetch-cap 65", 2, "--moe-fetch-cap 65 exceeds the 64 experts of a layer"},
       {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
       {"--moe-prefetch yes", 2, "--moe-prefetch yes must be auto, on or off"},
+      {"--moe-strategy offload --moe-prefetch-depth 3", 2, "--moe-prefetch-depth 3 must be 1 or 2"},
+      {"--moe-strategy offload --moe-prefetch-depth 0", 2, "--moe-prefetch-depth 0 must be 1 or 2"},
       {"--embed-weights pinned", 2, "--embed-weights"},
       {"--moe-strategy cpu --moe-cpu-int8 yes", 2, "--moe-cpu-int8 yes must be on or off"},
       {"--moe-strategy cpu --moe-prefetch on", 2, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid"},

@@ -136,6 +136,11 @@ TEST(MoePlan, ExplicitStrategies) {
   EXPECT_EQ(p.summary().find("prefetch"), std::string::npos) << p.summary();
   p.prefetch = true;  // set by the runtime
   EXPECT_NE(p.summary().find(", next-layer prefetch"), std::string::npos) << p.summary();
+  p.prefetch_note = "--moe-prefetch-depth 2 needs 32 slots";  // the runtime's reason for a lower depth
+  EXPECT_NE(p.summary().find(", next-layer prefetch (--moe-prefetch-depth 2 needs 32 slots)"), std::string::npos)
+      << p.summary();
+  p.prefetch_depth = 2, p.prefetch_note.clear();
+  EXPECT_NE(p.summary().find(", prefetch 2 cache layers ahead"), std::string::npos) << p.summary();
   EXPECT_EQ(p.summary().find("int8"), std::string::npos) << p.summary();
   p.cpu_int8 = true;  // set by the runtime (--moe-cpu-int8 where the kernels run), so ft bench's moe_plan records it
   EXPECT_NE(p.summary().find(", CPU int8 activations for Q4_K/Q6_K"), std::string::npos) << p.summary();

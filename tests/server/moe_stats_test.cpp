@@ -131,6 +131,7 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["cpu_seconds"], 0.0);  // offload: the CPU computes nothing
   EXPECT_EQ(m["prefetched"], want->total.prefetched);  // offload prefetches by default (--moe-prefetch auto)
   EXPECT_EQ(m["prefetch"], true);
+  EXPECT_EQ(m["prefetch_depth"], 1);  // 16 slots: fewer than depth 2's 4 x experts per layer
   EXPECT_TRUE(m["fetch_cap"].is_null());  // hybrid only
   const int64_t fetched = want->total.misses + want->total.prefetched;
   EXPECT_GT(fetched, 16);  // more experts fetched than slots: evictions happened
@@ -177,6 +178,7 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   EXPECT_EQ(m["strategy"], "cpu");
   EXPECT_EQ(m["cache_slots"], 0);
   EXPECT_EQ(m["prefetch"], false);
+  EXPECT_EQ(m["prefetch_depth"], 0);
   EXPECT_TRUE(m["hit_rate"].is_null()) << m.dump();
   EXPECT_TRUE(m["layers"][0]["hit_rate"].is_null());
   EXPECT_GT(m["cpu_experts"].get<int64_t>(), 0);
@@ -203,6 +205,7 @@ TEST(MoeStats, HybridReportsItsFetchCap) {
   EXPECT_EQ(m["strategy"], "hybrid");
   EXPECT_EQ(m["fetch_cap"], 1);
   EXPECT_EQ(m["prefetch"], true);  // auto: on for hybrid
+  EXPECT_EQ(m["prefetch_depth"], 1);  // hybrid predicts one layer ahead
   // Misses over the cap ran on the CPU: lookups that missed, in the hit rate and in /metrics.
   const int64_t hits = m["hits"].get<int64_t>(), misses = m["misses"].get<int64_t>();
   const int64_t cpu_misses = m["cpu_misses"].get<int64_t>();

@@ -201,7 +201,6 @@ class CudaExpertSlots final : public ExpertSlots {
       cuda::launch_cache_gather(f.gather, fetch_cap >= 0 ? hybrid_prefetch_blocks_ : prefetch_blocks_, side_stream_);
       FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
     }
-    f.layer = layer;
     f.capture_id = capture_id();
     ledger_.add_prefetch(layer, tag);
     last_was_prefetch_ = true;
@@ -271,7 +270,6 @@ class CudaExpertSlots final : public ExpertSlots {
     int32_t* n_misses = nullptr;
     cuda::GatherArgs gather;
     cudaEvent_t done = nullptr;
-    int32_t layer = -1;
     unsigned long long capture_id = 0;  // the stream capture it was queued in (0: none)
     bool dma = false;                   // copied by dma_ (else the side stream's gather)
   };
