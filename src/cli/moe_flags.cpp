@@ -30,10 +30,9 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--moe-prefetch-depth", f.prefetch_depth,
-                  "offload: prefetch this many cache layers ahead (1: the next layer's experts; 2: the layer after "
-                  "it too, so the copies queue a layer deeper; it needs 4 x the experts per layer in slots, else 1). "
-                  "Hybrid prefetches 1 ahead")
-      ->capture_default_str()
+                  "offload: prefetch this many cache layers ahead (1: the next layer's experts; 2, the default: the "
+                  "layer after it too, so the copies queue a layer deeper; it needs 4 x the experts per layer in "
+                  "slots, else 1). Hybrid prefetches 1 ahead")
       ->group(g);
   cmd->add_option("--moe-cpu-int8", f.cpu_int8,
                   "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their Q4_K/Q6_K weights with an "
@@ -92,9 +91,16 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
   if (o.prefetch == MoeOptions::Prefetch::kOn && no_cache)
     fail(ErrorCode::kInvalidArgument, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid ({} has no expert "
          "cache)", f.strategy);
-  if (f.prefetch_depth != 1 && f.prefetch_depth != 2)
-    fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth {} must be 1 or 2", f.prefetch_depth);
-  o.prefetch_depth = f.prefetch_depth;
+  if (f.prefetch_depth) {
+    if (*f.prefetch_depth != 1 && *f.prefetch_depth != 2)
+      fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth {} must be 1 or 2", *f.prefetch_depth);
+    if (no_cache)
+      fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth needs --moe-strategy auto, offload or hybrid ({} has no "
+           "expert cache)", f.strategy);
+    if (o.prefetch == MoeOptions::Prefetch::kOff)
+      fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth with --moe-prefetch off: there is no prefetch to deepen");
+    o.prefetch_depth = *f.prefetch_depth;
+  }
   if (f.cpu_int8 != "on" && f.cpu_int8 != "off")
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-int8 {} must be on or off", f.cpu_int8);
   o.cpu_int8 = f.cpu_int8 == "on";

@@ -21,7 +21,7 @@ struct MoeFlags {
   std::string cpu_layers;
   std::optional<int32_t> fetch_cap;
   std::string prefetch = "auto";
-  int32_t prefetch_depth = 2;
+  std::optional<int32_t> prefetch_depth;  // unset: MoeOptions' default (2)
   std::string cpu_int8 = "on";
   std::optional<int64_t> kv_reserve_tokens;  // unset: the engine default (the KV cache it allocates)
   std::optional<double> gpu_memory_limit_gib;
@@ -35,7 +35,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  bytes, decode_log_interval). Throws ft::Error(kInvalidArgument) naming the flags for an unknown
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
- *  on|off, --moe-prefetch-depth other than 1 or 2, --moe-cpu-int8 other than on|off, and out-of-range values. */
+ *  on|off, --moe-prefetch-depth other than 1 or 2 or without an expert cache or with --moe-prefetch off, --moe-cpu-int8 other than on|off, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 
 }  // namespace ft::cli
