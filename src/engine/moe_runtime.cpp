@@ -167,11 +167,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   if (offloaded_) logged_ = offloaded_->stats();
   plan_.prefetch = offloaded_ && offloaded_->prefetches();
   plan_.prefetch_depth = plan_.prefetch ? offloaded_->prefetch_depth() : 0;
-  if (plan_.prefetch && config.moe.prefetch_depth > plan_.prefetch_depth)
-    plan_.prefetch_note = plan_.strategy == MoeStrategy::kHybrid
-                              ? std::string("hybrid predicts 1 ahead")
-                              : fmt::format("--moe-prefetch-depth {} needs {} slots", config.moe.prefetch_depth,
-                                            int64_t{4} * offloaded_->banks().max_experts());
+  if (plan_.prefetch) plan_.prefetch_note = offloaded_->prefetch_depth_note();
   // What runs, so the bench's moe_plan records it: on, and some expert's weights take the int8 path.
   bool int8_weights = false;
   for (const ExpertBank& b : host)

@@ -83,7 +83,9 @@ void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs
 }
 
 void PrefetchLedger::add_prefetch(int32_t layer, int tag) {
-  pending_.push_back(Entry{layer, next_++, false, tag});
+  if (pending_.n == kMaxInFlight)
+    fail(ErrorCode::kInternal, "prefetch ledger: more than {} prefetches in flight", kMaxInFlight);
+  pending_.at[pending_.n++] = Entry{layer, next_++, false, tag};
 }
 
 int32_t PrefetchLedger::spare_for(int32_t layer) const {
@@ -95,30 +97,33 @@ int32_t PrefetchLedger::spare_for(int32_t layer) const {
 
 int32_t PrefetchLedger::admit(int32_t layer) {
   const int32_t spare = spare_for(layer);
-  for (Entry& e : pending_)
-    if (e.layer == layer) e.admitted = true;
+  for (int i = 0; i < pending_.n; ++i)
+    if (pending_.at[i].layer == layer) pending_.at[i].admitted = true;
   ++next_;
   return spare;
 }
 
-std::vector<PrefetchLedger::Entry> PrefetchLedger::take_due() {
-  std::vector<Entry> due;
-  std::vector<Entry> keep;
-  for (const Entry& e : pending_) (e.admitted || next_ - e.index > kMaxAge ? due : keep).push_back(e);
-  pending_ = std::move(keep);
+PrefetchLedger::Entries PrefetchLedger::take_due() {
+  Entries due, keep;
+  for (const Entry& e : pending_) {
+    Entries& to = e.admitted || next_ - e.index > kMaxAge ? due : keep;
+    to.at[to.n++] = e;
+  }
+  pending_ = keep;
   return due;
 }
 
 PrefetchLedger::Entry PrefetchLedger::take_oldest() {
-  if (pending_.empty()) fail(ErrorCode::kInternal, "prefetch ledger: no prefetch in flight");
-  const Entry e = pending_.front();
-  pending_.erase(pending_.begin());
+  if (pending_.n == 0) fail(ErrorCode::kInternal, "prefetch ledger: no prefetch in flight");
+  const Entry e = pending_.at[0];
+  for (int i = 1; i < pending_.n; ++i) pending_.at[i - 1] = pending_.at[i];
+  --pending_.n;
   return e;
 }
 
-std::vector<PrefetchLedger::Entry> PrefetchLedger::take_all() {
-  std::vector<Entry> all = std::move(pending_);
-  pending_.clear();
+PrefetchLedger::Entries PrefetchLedger::take_all() {
+  const Entries all = pending_;
+  pending_.n = 0;
   return all;
 }
 

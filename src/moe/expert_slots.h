@@ -59,30 +59,40 @@ class PrefetchLedger {
     bool admitted = false;  // its layer's own admission came
     int tag = 0;            // the implementation's buffer for it
   };
+  /** Up to kMaxInFlight entries, oldest first (no heap: the ledger runs per layer of a decode step). */
+  struct Entries {
+    Entry at[kMaxInFlight];
+    int n = 0;
+    const Entry* begin() const { return at; }
+    const Entry* end() const { return at + n; }
+    size_t size() const { return static_cast<size_t>(n); }
+    bool empty() const { return n == 0; }
+    const Entry& operator[](size_t i) const { return at[i]; }
+  };
 
   /** The spare count of a prefetch admission about to be made: at least 2, since the admission
    *  just before it may be the layer about to compute (hybrid prefetches after its own admission). */
   int32_t prefetch_spare() const { return std::max(spare_for(-1), 2); }
   /** Records the prefetch admission just made for `layer` (after prefetch_spare()). The caller keeps
-   *  in_flight() below kMaxInFlight (take_oldest()). */
+   *  in_flight() below kMaxInFlight (take_oldest()); throws ft::Error(kInternal) otherwise. */
   void add_prefetch(int32_t layer, int tag);
   /** A real admission of `layer` about to be made: returns its spare count, records it and marks
    *  the prefetches for `layer` admitted. */
   int32_t admit(int32_t layer);
   /** Removes and returns the due prefetches, oldest first. */
-  std::vector<Entry> take_due();
-  /** Removes and returns the oldest prefetch in flight (in_flight() > 0). */
+  Entries take_due();
+  /** Removes and returns the oldest prefetch in flight. Throws ft::Error(kInternal) when none is. */
   Entry take_oldest();
   /** Removes and returns every prefetch in flight, oldest first. */
-  std::vector<Entry> take_all();
-  int in_flight() const { return static_cast<int>(pending_.size()); }
+  Entries take_all();
+  int in_flight() const { return pending_.n; }
   /** Whether a prefetch in flight uses `tag`. */
   bool uses(int tag) const;
 
  private:
   int32_t spare_for(int32_t layer) const;
   int64_t next_ = 1;
-  std::vector<Entry> pending_;  // oldest first
+  Entries pending_;
 };
 
 class ExpertSlots {

@@ -78,6 +78,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   for (size_t l = 0; l < host.size() && first_cache_layer_ < 0; ++l)
     if (plan.layers[l] == MoeLayerMode::kCache) first_cache_layer_ = static_cast<int32_t>(l);
+  choose_prefetch_depth();
 }
 
 OffloadedExperts::~OffloadedExperts() {
@@ -199,25 +200,32 @@ void OffloadedExperts::set_fetch_cap(int32_t cap) {
     if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
 }
 
-int OffloadedExperts::prefetch_depth() const {
-  if (!opt_.prefetch || !slots_) return 0;
+void OffloadedExperts::choose_prefetch_depth() {
+  depth_ = 0;
+  depth_note_.clear();
+  if (!opt_.prefetch || !slots_) return;
   // The admissions after a prefetch spare its slots (PrefetchLedger): 1 admission at depth 1, 3 at
-  // depth 2, each of up to max_experts experts, so with fewer slots a miss might find no victim.
+  // depth 2, each of up to max_experts experts, so with fewer slots a miss might find no victim. A
+  // cache of every expert never evicts one, so no count of spared slots can leave it short.
   const int64_t e = banks_->max_experts();
-  if (slots_->n_slots() < 2 * e) return 0;
-  // A cache of every expert never evicts one, so no count of spared slots can leave it short.
   int64_t total = 0;
   for (int64_t l = 0; l < banks_->n_layers(); ++l) total += banks_->n_expert(l);
-  const bool room = slots_->n_slots() >= 4 * e || slots_->n_slots() >= total;
+  if (slots_->n_slots() < 2 * e) return;
+  depth_ = 1;
+  if (opt_.prefetch_depth < 2) return;
   // Hybrid: a prefetched layer's own misses go to the CPU and the cap applies to the prefetch; its
   // calibration and gather grid were measured one layer ahead.
-  if (opt_.prefetch_depth >= 2 && plan_.strategy != MoeStrategy::kHybrid && room) return 2;
-  return 1;
+  if (plan_.strategy == MoeStrategy::kHybrid)
+    depth_note_ = "hybrid predicts 1 ahead";
+  else if (slots_->n_slots() < 4 * e && slots_->n_slots() < total)
+    depth_note_ = fmt::format("--moe-prefetch-depth 2 needs {} slots", 4 * e);
+  else
+    depth_ = 2;
 }
 
 PrefetchTargets OffloadedExperts::prefetch_targets(int64_t layer, int64_t n_tokens) const {
   PrefetchTargets t;
-  const int depth = prefetch_depth();
+  const int depth = depth_;
   if (depth == 0 || layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(layer)] != MoeLayerMode::kCache)
     return t;

@@ -123,8 +123,10 @@ class OffloadedExperts final : public ExpertCompute {
    *  prefetch spare its slots and need that many). */
   PrefetchTargets prefetch_targets(int64_t layer, int64_t n_tokens) const override;
   /** The depth in use (MoeRuntimeOptions::prefetch_depth, lowered as described there), 0 without
-   *  prefetch. */
-  int prefetch_depth() const;
+   *  prefetch; chosen once, at construction. */
+  int prefetch_depth() const { return depth_; }
+  /** Why the depth in use is below the one asked for ("" when it is not, or without prefetch). */
+  const std::string& prefetch_depth_note() const { return depth_note_; }
   /** Whether any decode step prefetches (prefetch_target is >= 0 for some layer). */
   bool prefetches() const;
   /** Keeps the predicted routes for the compute() that follows: its admission path prefetches them
@@ -153,6 +155,8 @@ class OffloadedExperts final : public ExpertCompute {
   void drain_streams();
   /** The next staging region in turn. */
   int32_t take_region();
+  /** Sets depth_ and depth_note_ from the options, the plan and the slots. */
+  void choose_prefetch_depth();
   /** A tensor on the backend, kept in storage_. */
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape);
 
@@ -176,6 +180,8 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t pending_region_ = 0;             // ... into this staging region
   int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
   int32_t first_cache_layer_ = -1;
+  int depth_ = 0;                          // prefetch_depth()
+  std::string depth_note_;                 // prefetch_depth_note()
   PrefetchTargets hints_;                  // predicted routes waiting for the next compute()
   Tensor hint_ids_[PrefetchTargets::kMax];
   int32_t prefetched_layer_ = -1;          // the layer whose experts the last admission prefetched

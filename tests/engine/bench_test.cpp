@@ -277,39 +277,31 @@ TEST(BenchCli, WriteGgufWritesTheSyntheticModel) {
 }
 
 TEST(BenchCli, BadRequestsExitWithCode2) {
-  Result r = run_ft("bench --model-preset gpt-oss-20b --dummy-weights --device cpu");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("not supported"), std::string::npos) << r.err;
-  r = run_ft("bench --model-preset qwen3-30b-a3b --device cpu");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--dummy-weights"), std::string::npos) << r.err;
-  r = run_ft("bench --model-preset tiny-moe --dummy-weights --batch 1,x --device cpu");
-  EXPECT_EQ(r.code, 2);
-  r = run_ft("bench --model-preset tiny-moe --dummy-weights --weight-type iq2_xxs --device cpu");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("Q4_K"), std::string::npos) << r.err;
+  // Exit code 2 and, where given, the text the error must contain; returns the run for more checks.
+  auto refused = [](const std::string& args, const std::string& says = "") {
+    Result r = run_ft("bench " + args);
+    EXPECT_EQ(r.code, 2) << args;
+    if (!says.empty()) {
+      EXPECT_NE(r.err.find(says), std::string::npos) << args << ": " << r.err;
+    }
+    return r;
+  };
+  refused("--model-preset gpt-oss-20b --dummy-weights --device cpu", "not supported");
+  refused("--model-preset qwen3-30b-a3b --device cpu", "--dummy-weights");
+  refused("--model-preset tiny-moe --dummy-weights --batch 1,x --device cpu");
+  refused("--model-preset tiny-moe --dummy-weights --weight-type iq2_xxs --device cpu", "Q4_K");
   // Each step-count flag is named in its own error (one message named both, whichever was wrong).
-  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --warmup-steps -1");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--warmup-steps -1 must be >= 0"), std::string::npos) << r.err;
-  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --route-sample-steps -1");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("--route-sample-steps -1 must be >= 0"), std::string::npos) << r.err;
+  refused("--model-preset tiny-moe --dummy-weights --device cpu --warmup-steps -1", "--warmup-steps -1 must be >= 0");
+  Result r = refused("--model-preset tiny-moe --dummy-weights --device cpu --route-sample-steps -1",
+                     "--route-sample-steps -1 must be >= 0");
   EXPECT_EQ(r.err.find("warmup"), std::string::npos) << r.err;
-  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --temperature 1 --top-k -5");
-  EXPECT_EQ(r.code, 2);  // a fresh-user trial found it accepted and dropped
-  EXPECT_NE(r.err.find("--top-k"), std::string::npos) << r.err;
-  r = run_ft("bench --model-preset tiny-moe --dummy-weights --device cpu --temperature 0.7 --top-p 0");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("top_p must be in (0, 1]"), std::string::npos) << r.err;
+  // --top-k: a fresh-user trial found it accepted and dropped.
+  refused("--model-preset tiny-moe --dummy-weights --device cpu --temperature 1 --top-k -5", "--top-k");
+  refused("--model-preset tiny-moe --dummy-weights --device cpu --temperature 0.7 --top-p 0", "top_p must be in (0, 1]");
   // The synthetic model's flags with a file are refused, not ignored (a fresh-user trial ran the file's
   // own weights with --weight-type bf16 --dummy-layers 1 and no word).
-  r = run_ft("bench --model /nonexistent/model.gguf --dummy-layers 1 --device cpu");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("shape a synthetic model"), std::string::npos) << r.err;
-  r = run_ft("bench --model /nonexistent/model.gguf --weight-type q4_k --device cpu");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("shape a synthetic model"), std::string::npos) << r.err;
+  refused("--model /nonexistent/model.gguf --dummy-layers 1 --device cpu", "shape a synthetic model");
+  refused("--model /nonexistent/model.gguf --weight-type q4_k --device cpu", "shape a synthetic model");
   r = run_ft("bench --list-presets");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("deepseek-v2-lite"), std::string::npos);

@@ -430,7 +430,7 @@ TEST(PrefetchLedger, SpareCountsFollowThePrefetchesInFlight) {
     EXPECT_EQ(d1.prefetch_spare(), 2) << l;  // P(l + 1) spares P(l), made two admissions back
     d1.add_prefetch(l + 1, l % 2);
     EXPECT_EQ(d1.admit(l), 1) << l;
-    const std::vector<PrefetchLedger::Entry> due = d1.take_due();
+    const PrefetchLedger::Entries due = d1.take_due();
     ASSERT_EQ(due.size(), 1u);
     EXPECT_EQ(due[0].layer, l);
     EXPECT_EQ(d1.in_flight(), 1);
@@ -450,7 +450,7 @@ TEST(PrefetchLedger, SpareCountsFollowThePrefetchesInFlight) {
   EXPECT_EQ(d2.in_flight(), 3);
   EXPECT_TRUE(d2.uses(0) && d2.uses(1) && d2.uses(2));
   EXPECT_EQ(d2.admit(1), 3);  // spares P(2) and P(3), not its own P(1)
-  std::vector<PrefetchLedger::Entry> due = d2.take_due();
+  PrefetchLedger::Entries due = d2.take_due();
   ASSERT_EQ(due.size(), 1u);
   EXPECT_EQ(due[0].tag, 0);
   EXPECT_FALSE(d2.uses(0));
