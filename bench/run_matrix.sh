@@ -55,6 +55,9 @@ for r in j["results"]:
               f"{f(fetched and fetched / 2**30, '.2f')} GiB cpu/step {f(m.get('cpu_experts_per_step'), '.1f')} "
               f"cpu ms/step {f(m.get('cpu_ms_per_step'), '.2f')} pf/step {f(m.get('prefetched_per_step'), '.1f')} "
               f"ceiling {f(ceil, '.1f')} ({f(pct, '.1f')}%)")
+        hc = m.get("host_ceiling_tokens_per_s")
+        if hc:
+            s += f" host ceiling {hc:.1f} ({100 * r['decode_tokens_per_s'] / hc:.1f}%, {j.get('host_read_bandwidth_gbs') or 0:.1f} GB/s)"
     parts.append(s)
 pre = j["results"][0]["prefill_tokens_per_s"]
 print(f"{name:28} prefill {pre:,.0f} tok/s | " + " | ".join(parts) + f" | {j.get('moe_plan', '')[:60]}")

@@ -178,6 +178,42 @@ double measure_h2d_bandwidth(Ops& ops, int64_t bytes) {
   return best;
 }
 
+double measure_host_read_bandwidth(int64_t bytes, int threads) {
+  if (bytes < (int64_t{1} << 20) || threads < 1)
+    fail(ErrorCode::kInvalidArgument, "host read probe: {} bytes on {} threads (at least 1 MiB, 1 thread)", bytes, threads);
+  const auto words = static_cast<size_t>(bytes / 8);
+  std::vector<uint64_t> buf;
+  try {
+    buf.assign(words, 0x0101010101010101ull);  // touched: every page is resident before the passes
+  } catch (const std::bad_alloc&) {
+    fail(ErrorCode::kOutOfMemory, "host read probe: cannot allocate {}", format_bytes(bytes));
+  }
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);  // a cache line per thread
+  auto read_slice = [&](int t) {
+    const size_t begin = words * static_cast<size_t>(t) / static_cast<size_t>(threads) / 8 * 8;
+    const size_t end = t + 1 == threads ? words / 8 * 8 : words * static_cast<size_t>(t + 1) / static_cast<size_t>(threads) / 8 * 8;
+    uint64_t a[8] = {};  // independent sums: loads, not one add chain, bound the loop
+    for (size_t i = begin; i < end; i += 8)
+      for (int j = 0; j < 8; ++j) a[j] += buf[i + static_cast<size_t>(j)];
+    uint64_t s = 0;
+    for (uint64_t v : a) s += v;
+    sums[static_cast<size_t>(t) * 8] = s;
+  };
+  double best = 0;
+  for (int pass = 0; pass < 4; ++pass) {  // the first is the warm-up
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(read_slice, t);
+    read_slice(0);
+    for (std::thread& th : pool) th.join();
+    if (pass > 0) best = std::max(best, static_cast<double>(words / 8 * 8 * 8) / seconds_since(t0));
+  }
+  uint64_t total = 0;
+  for (uint64_t s : sums) total += s;
+  if (total == 0) fail(ErrorCode::kInternal, "host read probe: the buffer read as zeros");  // keeps the reads
+  return best;
+}
+
 BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const ModelConfig& c = engine.config();
   const EngineOptions& eo = engine.options();
@@ -213,6 +249,12 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.embeddings_on_host = engine.host_mapped_weight_bytes() > 0;
   const std::optional<MoeReport> moe_start = engine.moe_report();
   if (moe_start && moe_start->cache_slots > 0) r.h2d_bandwidth = measure_h2d_bandwidth(ops, int64_t{256} << 20);
+  // With a GPU, the CPU's experts and the link's copies read the same host memory: its read rate on
+  // the executor's threads bounds hybrid and cpu (host_memory_ceiling). 2 GiB: well past the L3.
+  if (cuda && moe_start && moe_start->cpu_threads > 0) {
+    r.host_read_threads = moe_start->cpu_threads;
+    r.host_read_bandwidth = measure_host_read_bandwidth(int64_t{2} << 30, r.host_read_threads);
+  }
   reset_peak_host_rss();
 
   RouteCounter routes(engine);
@@ -395,6 +437,12 @@ double moe_ceiling(const BenchReport& r, const BenchBatch& b) {
 
 }  // namespace
 
+double host_memory_ceiling(const BenchReport& r, const BenchBatch& b) {
+  if (b.moe.cpu_bytes <= 0 || r.host_read_bandwidth <= 0 || b.decode_steps <= 0) return 0;
+  const double per_step = static_cast<double>(b.moe.bytes + b.moe.cpu_bytes) / static_cast<double>(b.decode_steps);
+  return static_cast<double>(b.batch) * r.host_read_bandwidth / per_step;
+}
+
 nlohmann::json bench_json(const BenchReport& r) {
   nlohmann::json results = nlohmann::json::array();
   for (const BenchBatch& b : r.batches) {
@@ -417,6 +465,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                        {"bandwidth_fraction", r.copy_bandwidth > 0 ? decoded(bw / r.copy_bandwidth) : nlohmann::json(nullptr)}});
     if (b.moe_cache) {
       const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1)), ceiling = moe_ceiling(r, b);
+      const double host_ceiling = host_memory_ceiling(r, b);
       results.back()["moe_cache"] = {{"hits", b.moe.hits},
                                      {"misses", b.moe.misses},
                                      {"cpu_misses", b.moe.cpu_misses},
@@ -426,7 +475,10 @@ nlohmann::json bench_json(const BenchReport& r) {
                                      {"cpu_experts_per_step", decoded(static_cast<double>(b.moe.cpu_experts) / n)},
                                      {"prefetched_per_step", decoded(static_cast<double>(b.moe.prefetched) / n)},
                                      {"cpu_ms_per_step", decoded(static_cast<double>(b.moe.cpu_ns) / 1e6 / n)},
-                                     {"ceiling_tokens_per_s", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json(nullptr)}};
+                                     {"cpu_bytes_per_step", decoded(static_cast<double>(b.moe.cpu_bytes) / n)},
+                                     {"ceiling_tokens_per_s", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json(nullptr)},
+                                     {"host_ceiling_tokens_per_s",
+                                      host_ceiling > 0 ? nlohmann::json(host_ceiling) : nlohmann::json(nullptr)}};
     }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
       nlohmann::json prof = nlohmann::json::array();
@@ -460,6 +512,9 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"copy_bandwidth_gbs", r.copy_bandwidth / 1e9},
           {"copy_bytes", r.copy_bytes},
           {"h2d_bandwidth_gbs", r.h2d_bandwidth > 0 ? nlohmann::json(r.h2d_bandwidth / 1e9) : nlohmann::json(nullptr)},
+          {"host_read_bandwidth_gbs",
+           r.host_read_bandwidth > 0 ? nlohmann::json(r.host_read_bandwidth / 1e9) : nlohmann::json(nullptr)},
+          {"host_read_threads", r.host_read_bandwidth > 0 ? nlohmann::json(r.host_read_threads) : nlohmann::json(nullptr)},
           {"moe_plan", r.moe_plan},
           {"sampling", r.sampling},
           {"peak_host_rss_bytes", r.peak_host_rss},
@@ -534,6 +589,16 @@ std::string bench_table(const BenchReport& r) {
          "ahead of their layer; CPU experts/step: experts computed on the CPU; CPU ms/step: the CPU expert\n"
          "executor's working time per step (with a GPU, the rest of ms/step it waits for the GPU's part of each\n"
          "layer)\n";
+    for (const BenchBatch& b : r.batches) {
+      const double hc = cache_row(b) ? host_memory_ceiling(r, b) : 0;
+      if (hc <= 0) continue;
+      const double n = static_cast<double>(b.decode_steps);
+      s += fmt::format("batch {}: host memory ceiling {:.1f} tok/s ({:.1f}% reached) = batch x {:.1f} GB/s (host "
+                       "memory read on {} threads) / ({} fetched + {} read by the CPU per step)\n",
+                       b.batch, hc, 100.0 * b.decode_tokens_per_s() / hc, r.host_read_bandwidth / 1e9,
+                       r.host_read_threads, format_bytes(static_cast<int64_t>(static_cast<double>(b.moe.bytes) / n)),
+                       format_bytes(static_cast<int64_t>(static_cast<double>(b.moe.cpu_bytes) / n)));
+    }
   }
   for (const BenchBatch& b : r.batches) {
     if (!b.prefill_profile.empty()) {

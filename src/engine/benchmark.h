@@ -101,6 +101,8 @@ struct BenchReport {
   double copy_bandwidth = 0;            // bytes/s (read + write)
   int64_t copy_bytes = 0;               // size of the probe copy
   double h2d_bandwidth = 0;             // bytes/s of a pinned host -> device copy (measured when experts are offloaded)
+  double host_read_bandwidth = 0;       // bytes/s host cores read (measured on CUDA when the CPU computes experts)
+  int host_read_threads = 0;            // ... on this many threads: the CPU expert executor's
   std::string moe_plan;                 // MoePlan::summary() of the engine (empty: dense model)
   std::string sampling;                 // how the steps sampled: "greedy" or "temperature 0.7, top-p 0.9"
   std::vector<BenchBatch> batches;
@@ -135,6 +137,20 @@ double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads);
  *  allocated or pinned. */
 double measure_h2d_bandwidth(Ops& ops, int64_t bytes);
 
+/** Bytes/s that `threads` host threads read from a `bytes` buffer of host memory (each a slice,
+ *  best of a few passes after a warm-up): the bound of the CPU expert executor and, shared with it,
+ *  of the host -> device link's reads. Make `bytes` much larger than the last-level cache (the
+ *  H200 machine's: 300 MiB). Throws kInvalidArgument for bytes < 1 MiB or threads < 1,
+ *  kOutOfMemory when the buffer cannot be allocated. */
+double measure_host_read_bandwidth(int64_t bytes, int threads);
+
+/** Tokens/s a batch's decode allows when every byte it reads from host memory per step (copied into
+ *  the expert cache, and read by the CPU expert executor) moves at the measured host read bandwidth:
+ *  batch x host_read_bandwidth / ((fetched + CPU-read bytes) / step). The cpu and hybrid
+ *  strategies' bound: both paths read the same host memory. 0 when the CPU read nothing, the
+ *  bandwidth was not measured or there are no decode steps. */
+double host_memory_ceiling(const BenchReport& r, const BenchBatch& b);
+
 /** Peak resident set of this process in bytes (VmHWM of /proc/self/status; 0 when unknown). */
 int64_t peak_host_rss();
 
@@ -144,15 +160,17 @@ void reset_peak_host_rss();
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
  *  n_expert, n_expert_used, weight_bytes = dense_bytes + embedding_bytes + routed_expert_bytes,
  *  embeddings ("host" or "device": where --embed-weights placed the table), prompt_tokens,
- *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (null unless measured), moe_plan (the
+ *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (null unless measured),
+ *  host_read_bandwidth_gbs and host_read_threads (null unless measured), moe_plan (the
  *  MoE placement: strategy, cache slots, CPU layers, fetch cap; "" for a dense model), peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:
  *  {hits, misses, cpu_misses (hybrid: misses computed on the CPU), hit_rate = hits / (hits + misses +
  *  cpu_misses) (null without lookups), fetched_bytes_per_step, cpu_experts_per_step, prefetched_per_step,
- *  cpu_ms_per_step (the CPU expert executor's working time),
- *  ceiling_tokens_per_s (null without a host -> device link, without fetches or without decode steps);
+ *  cpu_ms_per_step (the CPU expert executor's working time), cpu_bytes_per_step (expert bytes it read),
+ *  ceiling_tokens_per_s (null without a host -> device link, without fetches or without decode steps),
+ *  host_ceiling_tokens_per_s (host_memory_ceiling; null where that is 0);
  *  the per-step fields are null without decode steps}),
  *  decode_profile: [{op, calls_per_step,
  *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */

@@ -238,6 +238,7 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.slot_bytes = r.cache_slots > 0 ? budget_.slot_bytes : 0;
   r.prefetch = plan_.prefetch;
   r.prefetch_depth = plan_.prefetch_depth;
+  r.cpu_threads = offloaded_->cpu_threads();
   for (size_t l = 0; l < plan_.layers.size() && r.fetch_cap < 0; ++l)
     if (plan_.layers[l] == MoeLayerMode::kCache) r.fetch_cap = plan_.fetch_cap[l];
   for (size_t l = 0; l < plan_.layers.size(); ++l)

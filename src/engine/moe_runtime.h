@@ -55,6 +55,7 @@ struct MoeReport {
   int32_t fetch_cap = -1;              // hybrid: experts fetched per layer per step (as calibrated); -1 none
   bool prefetch = false;               // next-layer prefetch (--moe-prefetch) in use
   int32_t prefetch_depth = 0;          // cache layers predicted ahead (--moe-prefetch-depth, as in use); 0 off
+  int32_t cpu_threads = 0;             // workers of the CPU expert executor; 0: no layer computes on the CPU
   std::vector<MoeLayerReport> layers;  // MoE layers only, ascending
   MoeLayerStats total;
 };

@@ -71,6 +71,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   cpu_experts_ = std::vector<std::atomic<int64_t>>(host.size());
   cpu_ns_ = std::vector<std::atomic<int64_t>>(host.size());
+  cpu_bytes_ = std::vector<std::atomic<int64_t>>(host.size());
   next_cache_layer_.assign(host.size(), -1);
   for (int32_t l = static_cast<int32_t>(host.size()) - 2, next = -1; l >= 0; --l) {
     if (plan.layers[static_cast<size_t>(l + 1)] == MoeLayerMode::kCache) next = l + 1;
@@ -269,7 +270,9 @@ void OffloadedExperts::serve(const ExchangeRequest& r) {
   cpu_->run({false}, r.x, r.ids, r.weights, banks_->bank(r.layer), r.out);
   cpu_ns_[static_cast<size_t>(r.layer)] +=
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  cpu_experts_[static_cast<size_t>(r.layer)] += cpu_->experts_computed() - before;
+  const int64_t experts = cpu_->experts_computed() - before;  // a layer's experts share one layout
+  cpu_experts_[static_cast<size_t>(r.layer)] += experts;
+  cpu_bytes_[static_cast<size_t>(r.layer)] += experts * banks_->layout(r.layer).bytes;
 }
 
 std::vector<MoeLayerStats> OffloadedExperts::stats() {
@@ -283,6 +286,7 @@ std::vector<MoeLayerStats> OffloadedExperts::stats() {
   for (size_t l = 0; l < out.size(); ++l) {
     out[l].cpu_experts = cpu_experts_[l].load(std::memory_order_relaxed);
     out[l].cpu_ns = cpu_ns_[l].load(std::memory_order_relaxed);
+    out[l].cpu_bytes = cpu_bytes_[l].load(std::memory_order_relaxed);
     if (plan_.layers[l] == MoeLayerMode::kCache) out[l].cpu_misses = out[l].cpu_experts;
   }
   return out;

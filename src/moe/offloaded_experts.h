@@ -72,6 +72,7 @@ struct MoeLayerStats {
   int64_t prefetched = 0;   // experts fetched ahead by --moe-prefetch (their bytes are in `bytes`)
   int64_t cpu_misses = 0;   // of cpu_experts, those of a cache layer (hybrid, over the fetch cap): not in the cache
   int64_t cpu_ns = 0;       // nanoseconds the CPU executor worked on this layer's experts (wall clock)
+  int64_t cpu_bytes = 0;    // bytes of expert records (gate + up + down as stored) the CPU executor read
 
   /** Cache lookups: hits, fetched misses, and misses the CPU computed instead of fetching. */
   int64_t lookups() const { return hits + misses + cpu_misses; }
@@ -80,7 +81,7 @@ struct MoeLayerStats {
 /** Every counter of MoeLayerStats, for the code that treats them alike (operator-, operator+). */
 inline constexpr int64_t MoeLayerStats::*kMoeLayerCounters[] = {
     &MoeLayerStats::hits,       &MoeLayerStats::misses,     &MoeLayerStats::bytes,  &MoeLayerStats::cpu_experts,
-    &MoeLayerStats::prefetched, &MoeLayerStats::cpu_misses, &MoeLayerStats::cpu_ns};
+    &MoeLayerStats::prefetched, &MoeLayerStats::cpu_misses, &MoeLayerStats::cpu_ns, &MoeLayerStats::cpu_bytes};
 static_assert(sizeof(MoeLayerStats) == sizeof(kMoeLayerCounters) / sizeof(kMoeLayerCounters[0]) * sizeof(int64_t),
               "a MoeLayerStats counter is missing from kMoeLayerCounters");
 
@@ -138,6 +139,9 @@ class OffloadedExperts final : public ExpertCompute {
    *  Throws kInvalidArgument for cap < 0 or a plan without a cache layer. */
   void set_fetch_cap(int32_t cap);
 
+  /** Workers of the CPU expert executor (0: no layer computes on the CPU). */
+  int cpu_threads() const { return cpu_ ? cpu_->n_threads() : 0; }
+
   /** Counters per model layer (reads the device cache's counters: synchronizes on CUDA). */
   std::vector<MoeLayerStats> stats();
 
@@ -171,6 +175,7 @@ class OffloadedExperts final : public ExpertCompute {
   Tensor slot_ids_, cpu_ids_;            // I32 [max_tokens * k] on the backend
   std::vector<std::atomic<int64_t>> cpu_experts_;  // per layer (counted on the dispatcher's thread)
   std::vector<std::atomic<int64_t>> cpu_ns_;       // per layer, likewise
+  std::vector<std::atomic<int64_t>> cpu_bytes_;    // per layer, likewise
   // The exchange with the CPU executor (when a layer needs it); destroyed device side first.
   std::unique_ptr<ExchangeBuffers> xbuf_;
   std::unique_ptr<ExchangeDispatcher> dispatcher_;

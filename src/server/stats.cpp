@@ -20,6 +20,7 @@ void put_counters(nlohmann::ordered_json& j, const MoeLayerStats& s) {
   j["prefetched"] = s.prefetched;
   j["cpu_misses"] = s.cpu_misses;
   j["cpu_seconds"] = static_cast<double>(s.cpu_ns) / 1e9;
+  j["cpu_bytes_read"] = s.cpu_bytes;
 }
 
 nlohmann::ordered_json moe_json(const MoeReport& r) {
@@ -31,6 +32,7 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["fetch_cap"] = r.fetch_cap >= 0 ? oj(r.fetch_cap) : oj();  // hybrid only
   j["prefetch"] = r.prefetch;
   j["prefetch_depth"] = r.prefetch_depth;
+  j["cpu_threads"] = r.cpu_threads;
   put_counters(j, r.total);
   oj layers = oj::array();
   for (const MoeLayerReport& l : r.layers) {
@@ -146,6 +148,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
            static_cast<double>(moe->total.prefetched));
     metric("moe_cpu_seconds_total", "counter", "Seconds the CPU expert executor worked (wall clock, all layers).",
            static_cast<double>(moe->total.cpu_ns) / 1e9);
+    metric("moe_cpu_bytes_read_total", "counter", "Bytes of expert weights the CPU expert executor read from the banks.",
+           static_cast<double>(moe->total.cpu_bytes));
     auto per_layer = [&](const char* name, const char* help, auto value) {
       o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << " counter\n";
       for (const MoeLayerReport& l : moe->layers)

@@ -14,6 +14,7 @@
 #include "backend/device.h"
 #include "cli/run_ft.h"
 #include "engine/benchmark.h"
+#include "util/error.h"
 #include "engine/synthetic_checkpoint.h"
 #include "formats/checkpoint.h"
 
@@ -39,6 +40,43 @@ TEST(BenchTable, ExplainsACopyShareOverOneHundredPercent) {
   const std::string under = bench_table(r);
   EXPECT_NE(under.find("50.0%"), std::string::npos) << under;
   EXPECT_EQ(under.find("over 100%"), std::string::npos) << under;
+}
+
+// The host-memory ceiling of hybrid and cpu: batch x host read rate / (fetched + CPU-read bytes per
+// step), in the JSON and as a line under the cache table; absent when the CPU read nothing.
+TEST(BenchTable, HostMemoryCeilingCountsBothPathsReads) {
+  BenchReport r;
+  r.device = "cuda", r.copy_bandwidth = 4000e9, r.h2d_bandwidth = 50e9, r.host_read_bandwidth = 100e9;
+  r.host_read_threads = 15;
+  BenchBatch b;
+  b.batch = 2, b.decode_steps = 10, b.decode_seconds = 0.5, b.moe_cache = true;  // 40 tok/s
+  b.moe.bytes = 10'000'000'000, b.moe.cpu_bytes = 30'000'000'000;  // 1 GB fetched + 3 GB read per step
+  b.moe.hits = 10, b.moe.cpu_experts = 100;
+  r.batches = {b};
+  EXPECT_DOUBLE_EQ(host_memory_ceiling(r, r.batches[0]), 2 * 100e9 / 4e9);  // 50 tok/s
+  const nlohmann::json j = bench_json(r);
+  EXPECT_DOUBLE_EQ(j["host_read_bandwidth_gbs"].get<double>(), 100.0);
+  EXPECT_EQ(j["host_read_threads"], 15);
+  const nlohmann::json& m = j["results"][0]["moe_cache"];
+  EXPECT_DOUBLE_EQ(m["host_ceiling_tokens_per_s"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(m["cpu_bytes_per_step"].get<double>(), 3e9);
+  EXPECT_DOUBLE_EQ(m["ceiling_tokens_per_s"].get<double>(), 2 * 50e9 / 1e9);  // the link's, fetched bytes only
+  const std::string t = bench_table(r);
+  EXPECT_NE(t.find("batch 2: host memory ceiling 50.0 tok/s (80.0% reached) = batch x 100.0 GB/s (host memory read "
+                   "on 15 threads)"), std::string::npos) << t;
+  r.batches[0].moe.cpu_bytes = 0;  // offload: the link's ceiling only
+  EXPECT_EQ(host_memory_ceiling(r, r.batches[0]), 0.0);
+  EXPECT_TRUE(bench_json(r)["results"][0]["moe_cache"]["host_ceiling_tokens_per_s"].is_null());
+  EXPECT_EQ(bench_table(r).find("host memory ceiling"), std::string::npos);
+  r.batches[0].moe.cpu_bytes = 1, r.host_read_bandwidth = 0;  // not measured (CPU backend)
+  EXPECT_EQ(host_memory_ceiling(r, r.batches[0]), 0.0);
+  EXPECT_TRUE(bench_json(r)["host_read_bandwidth_gbs"].is_null());
+}
+
+TEST(BenchRun, HostReadProbeMeasuresAndRejectsBadSizes) {
+  EXPECT_GT(measure_host_read_bandwidth(int64_t{16} << 20, 2), 1e8);  // any host reads 100 MB/s
+  EXPECT_THROW(measure_host_read_bandwidth(1000, 2), Error);
+  EXPECT_THROW(measure_host_read_bandwidth(int64_t{16} << 20, 0), Error);
 }
 
 TEST(BenchCli, JsonHasTheDocumentedKeys) {
@@ -126,6 +164,11 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   ASSERT_EQ(cpu.code, 0) << cpu.err;
   const nlohmann::json c = nlohmann::json::parse(cpu.out)["results"][0]["moe_cache"];
   EXPECT_EQ(c["cpu_experts_per_step"].get<double>(), static_cast<double>(L * k));
+  // Every expert record of tiny-moe has one size: the bytes read are the experts' records.
+  const double record = static_cast<double>(j["routed_expert_bytes"].get<int64_t>()) /
+                        static_cast<double>(L * j["n_expert"].get<int64_t>());
+  EXPECT_DOUBLE_EQ(c["cpu_bytes_per_step"].get<double>(), static_cast<double>(L * k) * record);
+  EXPECT_TRUE(c["host_ceiling_tokens_per_s"].is_null());  // the CPU backend measures no host read rate
   // The executor's time per step: some, and less than the whole step's.
   EXPECT_GT(c["cpu_ms_per_step"].get<double>(), 0.0);
   EXPECT_LT(c["cpu_ms_per_step"].get<double>(), nlohmann::json::parse(cpu.out)["results"][0]["ms_per_step"].get<double>());

@@ -129,6 +129,8 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["bytes_copied"], want->total.bytes);
   EXPECT_EQ(m["cpu_experts"], 0);
   EXPECT_EQ(m["cpu_seconds"], 0.0);  // offload: the CPU computes nothing
+  EXPECT_EQ(m["cpu_bytes_read"], 0);
+  EXPECT_EQ(m["cpu_threads"], 0);
   EXPECT_EQ(m["prefetched"], want->total.prefetched);  // offload prefetches by default (--moe-prefetch auto)
   EXPECT_EQ(m["prefetch"], true);
   EXPECT_EQ(m["prefetch_depth"], 1);  // 16 slots: fewer than depth 2's 4 x experts per layer
@@ -179,6 +181,7 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   EXPECT_EQ(m["cache_slots"], 0);
   EXPECT_EQ(m["prefetch"], false);
   EXPECT_EQ(m["prefetch_depth"], 0);
+  EXPECT_GT(m["cpu_threads"].get<int64_t>(), 0);
   EXPECT_TRUE(m["hit_rate"].is_null()) << m.dump();
   EXPECT_TRUE(m["layers"][0]["hit_rate"].is_null());
   EXPECT_GT(m["cpu_experts"].get<int64_t>(), 0);
@@ -191,6 +194,8 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   const std::string text = metrics(c);
   EXPECT_LT(cpu_s, prom_value(text, "freetoken_uptime_seconds"));
   EXPECT_NEAR(prom_value(text, "freetoken_moe_cpu_seconds_total"), cpu_s, 1e-6 + 1e-6 * cpu_s);
+  EXPECT_EQ(prom_value(text, "freetoken_moe_cpu_bytes_read_total"), m["cpu_bytes_read"].get<double>());
+  EXPECT_GT(m["cpu_bytes_read"].get<int64_t>(), 0);
   EXPECT_EQ(text.find("freetoken_moe_hit_rate"), std::string::npos) << text;
   EXPECT_NE(text.find("freetoken_moe_cache_slots 0\n"), std::string::npos) << text;
 }
@@ -211,6 +216,9 @@ TEST(MoeStats, HybridReportsItsFetchCap) {
   const int64_t cpu_misses = m["cpu_misses"].get<int64_t>();
   EXPECT_GT(cpu_misses, 0) << m.dump();
   EXPECT_EQ(cpu_misses, m["cpu_experts"].get<int64_t>());  // every MoE layer is a cache layer here
+  // The executor read each of those experts' records once (one layout, the slot's size here).
+  EXPECT_EQ(m["cpu_bytes_read"].get<int64_t>(), m["cpu_experts"].get<int64_t>() * m["slot_bytes"].get<int64_t>());
+  EXPECT_GT(m["cpu_threads"].get<int64_t>(), 0);
   EXPECT_DOUBLE_EQ(m["hit_rate"].get<double>(),
                    static_cast<double>(hits) / static_cast<double>(hits + misses + cpu_misses));
   EXPECT_NE(metrics(c).find(fmt::format("freetoken_moe_cpu_misses_total {}\n", cpu_misses)), std::string::npos);
