@@ -126,7 +126,8 @@ class ExpertSlots {
    *  A caller may issue the prefetches for layers l + 1 and l + 2 before layer l's admit_routes.
    *  CUDA: the copies run after the work queued before and behind the previous prefetch's (at most
    *  PrefetchLedger::kMaxInFlight in flight, each with its own miss list), so the link does not
-   *  idle between layers: offload's by the copy engines (a host thread, moe_cache_copy.h), a
+   *  idle between layers: offload's by the copy engines in a captured step (a host thread,
+   *  moe_cache_copy.h; an eager step's by the gather kernel, moe_cache_slots.cu says why), a
    *  capped prefetch's (hybrid: the layer's CPU share is exchanged over the same link) by a gather
    *  kernel with few blocks on a side stream, so the exchange's reads wait less behind them.
    *  gather_misses waits for the prefetches the ledger says are due, stream_layer and the

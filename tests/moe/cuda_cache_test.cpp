@@ -183,7 +183,6 @@ struct Strategy {
   MoeStrategy s;
   int32_t cap;
   bool prefetch = false;
-  bool dma = true;  // offload's prefetch by the copy engines (else the gather kernel)
 };
 
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
@@ -201,14 +200,13 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   Tensor dpf = dev(DType::I32, {maxT * k});
   // With prefetch, predicted routes are fetched ahead; hybrid + prefetch sends the layer's other
   // misses to the CPU while the prefetch's side gather may still run.
-  // Offload's prefetch copies by the copy engines (the default) and by the gather kernel.
-  PrefetchDmaGuard guard;
+  // These steps run eagerly, so offload's prefetch copies by the gather kernel whatever
+  // set_cuda_prefetch_dma says; the copy engines serve captured steps (DecodeStepReplaysAsACudaGraph,
+  // PrefetchDepthTwoUnderEvictionEqualsFused).
   for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -1, true},
-                      Strategy{MoeStrategy::kOffload, -1, true, false}, Strategy{MoeStrategy::kHybrid, 1},
-                      Strategy{MoeStrategy::kHybrid, 1, true}, Strategy{MoeStrategy::kCpu, -1}}) {
-    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : "") +
-                 (st.dma ? "" : " (gather kernel)"));
-    set_cuda_prefetch_dma(st.dma);
+                      Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kHybrid, 1, true},
+                      Strategy{MoeStrategy::kCpu, -1}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : ""));
     MoeRuntimeOptions sro = ro;
     sro.prefetch = st.prefetch;
     OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), sro);
@@ -245,7 +243,7 @@ struct GraphCase {
   MoeStrategy s;
   int32_t cap;
   const char* cpu_layers;
-  bool dma = true;  // offload's prefetch by the copy engines (else the gather kernel)
+  bool dma = true;  // offload's prefetch by the copy engines in the captured steps (else the gather kernel)
   int depth = 1;    // MoeRuntimeOptions::prefetch_depth (2: 4 x E slots)
 };
 
@@ -462,7 +460,8 @@ TEST_F(CudaExpertCache, AbandonedCaptureAfterAPrefetchLeavesEagerStepsWorking) {
 }
 // Prefetch depth 2 under eviction on the GPU: six MoE layers of 4 experts in 16 slots (4 x E), so
 // admissions evict while two prefetches' copies are in flight; predictions right about half the
-// time; copies by the copy engines and by the gather kernel. Offload equals fused bit for bit.
+// time; copies by the copy engines (each step after the first three captured as a graph: eager
+// steps use the gather kernel) and by the gather kernel. Offload equals fused bit for bit.
 TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
   SyntheticExperts s;
   const int32_t E = 4, k = 2, kLayers = 6;
@@ -501,10 +500,19 @@ TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
         tgot[l] = Tensor(got[l].data, DType::BF16, {T, H}, Device::kCuda);
         twant[l] = Tensor(want[l].data, DType::BF16, {T, H}, Device::kCuda);
       }
-      for (int32_t l = 0; l < kLayers; ++l) {
-        const PrefetchTargets t = off.prefetch_targets(l, T);
-        for (int i = 0; i < t.n; ++i) off.prefetch(t.layer[i], tg[t.layer[i]]);
-        off.compute(l, tx[l], ti[l], tw[l], tgot[l]);
+      auto body = [&] {
+        for (int32_t l = 0; l < kLayers; ++l) {
+          const PrefetchTargets t = off.prefetch_targets(l, T);
+          for (int i = 0; i < t.n; ++i) off.prefetch(t.layer[i], tg[t.layer[i]]);
+          off.compute(l, tx[l], ti[l], tw[l], tgot[l]);
+        }
+      };
+      std::unique_ptr<StepGraph> graph;  // kept until the outputs are read
+      if (dma && step >= 3) {  // every T ran eagerly once: scratch exists
+        graph = gpu_->capture(body);
+        graph->launch();
+      } else {
+        body();
       }
       for (int32_t l = 0; l < kLayers; ++l) fused.compute(l, tx[l], ti[l], tw[l], twant[l]);
       for (int32_t l = 0; l < kLayers; ++l) {

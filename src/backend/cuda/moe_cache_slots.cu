@@ -192,7 +192,14 @@ class CudaExpertSlots final : public ExpertSlots {
     a.misses = f.misses, a.n_misses = f.n_misses;
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_admit(dev_, a, st);
-    f.dma = dma_ && fetch_cap < 0;
+    // The copy engines only in a captured step (a graph). Eager steps with them did not finish on the
+    // H200: qwen3-30b-a3b bf16 under offload with a 16-token prompt (its prefill takes the admission
+    // path eagerly; ft bench ran past 90 s against ~10 s), and hybrid's start-up calibration, whose
+    // prompt step is eager, each time it was tried. Why is not known: GPU tests with 300-400 eager
+    // layers of small experts pass either way (bench/CUDA_NOTES.md, "Session 20"). Eager steps use
+    // the gather kernel, as before the copy engines came (session 19).
+    const unsigned long long capture = capture_id();
+    f.dma = dma_ && fetch_cap < 0 && capture != 0;
     if (f.dma) {
       dma_->publish(f.misses, f.n_misses, tag, st);
     } else {
@@ -201,7 +208,7 @@ class CudaExpertSlots final : public ExpertSlots {
       cuda::launch_cache_gather(f.gather, fetch_cap >= 0 ? hybrid_prefetch_blocks_ : prefetch_blocks_, side_stream_);
       FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
     }
-    f.capture_id = capture_id();
+    f.capture_id = capture;
     ledger_.add_prefetch(layer, tag);
     last_was_prefetch_ = true;
     last_pf_ = tag;
