@@ -163,6 +163,12 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
               [](const MoeLayerStats& x) { return x.cpu_experts; });
     per_layer("moe_layer_prefetched_total", "Routed experts fetched ahead of their layer per MoE layer.",
               [](const MoeLayerStats& x) { return x.prefetched; });
+    per_layer("moe_layer_cpu_misses_total", "Cache lookups that missed and ran on the CPU per MoE layer.",
+              [](const MoeLayerStats& x) { return x.cpu_misses; });
+    per_layer("moe_layer_cpu_seconds_total", "Seconds the CPU expert executor worked per MoE layer.",
+              [](const MoeLayerStats& x) { return static_cast<double>(x.cpu_ns) / 1e9; });
+    per_layer("moe_layer_cpu_bytes_read_total", "Bytes of expert weights the CPU expert executor read per MoE layer.",
+              [](const MoeLayerStats& x) { return x.cpu_bytes; });
   }
   return o.str();
 }

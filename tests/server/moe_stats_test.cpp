@@ -195,6 +195,13 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   EXPECT_LT(cpu_s, prom_value(text, "freetoken_uptime_seconds"));
   EXPECT_NEAR(prom_value(text, "freetoken_moe_cpu_seconds_total"), cpu_s, 1e-6 + 1e-6 * cpu_s);
   EXPECT_EQ(prom_value(text, "freetoken_moe_cpu_bytes_read_total"), m["cpu_bytes_read"].get<double>());
+  for (const auto& l : m["layers"]) {  // the per-layer metrics equal the JSON's per-layer counters
+    const std::string label = fmt::format("{{layer=\"{}\"}}", l["layer"].get<int64_t>());
+    EXPECT_EQ(prom_value(text, "freetoken_moe_layer_cpu_bytes_read_total" + label), l["cpu_bytes_read"].get<double>());
+    EXPECT_EQ(prom_value(text, "freetoken_moe_layer_cpu_misses_total" + label), l["cpu_misses"].get<double>());
+    EXPECT_NEAR(prom_value(text, "freetoken_moe_layer_cpu_seconds_total" + label), l["cpu_seconds"].get<double>(),
+                1e-6 + 1e-6 * l["cpu_seconds"].get<double>());
+  }
   EXPECT_GT(m["cpu_bytes_read"].get<int64_t>(), 0);
   EXPECT_EQ(text.find("freetoken_moe_hit_rate"), std::string::npos) << text;
   EXPECT_NE(text.find("freetoken_moe_cache_slots 0\n"), std::string::npos) << text;
