@@ -17,6 +17,7 @@
 #include "engine/synthetic_weights.h"
 #include "kv/page_pool.h"
 #include "moe/host_memory.h"
+#include "moe/thread_pool.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/format.h"
@@ -116,6 +117,28 @@ void reset_peak_host_rss() {
   f << "5";  // resets VmHWM to the current RSS; silently nothing where unsupported
 }
 
+namespace {
+
+/** Parts per thread of the host probes' passes: the pool hands them out as workers come, so a late
+ *  waker does not leave its share to one other thread. */
+constexpr int64_t kPartsPerThread = 4;
+
+/** The best rate (bytes / seconds of one pass) over `passes` timed passes, after an untimed warm-up,
+ *  of fn(part) for every part in [0, parts) on a ThreadPool of `threads` workers. */
+template <typename F>
+double best_pool_rate(int threads, int64_t parts, double bytes, int passes, F&& fn) {
+  ThreadPool pool(threads);
+  double best = 0;
+  for (int pass = 0; pass <= passes; ++pass) {
+    const auto t0 = Clock::now();
+    pool.run(parts, [&](int64_t part, int) { fn(part); });
+    if (pass > 0) best = std::max(best, bytes / seconds_since(t0));
+  }
+  return best;
+}
+
+}  // namespace
+
 double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads) {
   if (bytes < 1) fail(ErrorCode::kInvalidArgument, "copy bandwidth probe: {} bytes", bytes);
   const int reps = 5;
@@ -125,26 +148,11 @@ double measure_copy_bandwidth(Ops& ops, int64_t bytes, int threads) {
     std::memset(a.data(), 1, static_cast<size_t>(bytes));
     std::memset(b.data(), 0, static_cast<size_t>(bytes));
     const int n = std::max(1, threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
-    auto copy = [&] {
-      std::vector<std::thread> pool;
-      const int64_t part = (bytes + n - 1) / n;
-      for (int i = 0; i < n; ++i) {
-        const int64_t off = i * part, len = std::min(part, bytes - off);
-        if (len <= 0) break;
-        pool.emplace_back([&, off, len] {
-          std::memcpy(static_cast<uint8_t*>(b.data()) + off, static_cast<uint8_t*>(a.data()) + off,
-                      static_cast<size_t>(len));
-        });
-      }
-      for (std::thread& t : pool) t.join();
-    };
-    copy();
-    for (int i = 0; i < reps; ++i) {
-      const auto t0 = Clock::now();
-      copy();
-      best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds_since(t0));
-    }
-    return best;
+    const int64_t parts = kPartsPerThread * n;
+    return best_pool_rate(n, parts, 2.0 * static_cast<double>(bytes), reps, [&](int64_t i) {
+      const int64_t off = bytes * i / parts, len = bytes * (i + 1) / parts - off;
+      std::memcpy(static_cast<uint8_t*>(b.data()) + off, static_cast<uint8_t*>(a.data()) + off, static_cast<size_t>(len));
+    });
   }
   Buffer a = ops.alloc(bytes), b = ops.alloc(bytes);
   const Tensor src(a.data(), DType::U8, {bytes}, ops.device()), dst(b.data(), DType::U8, {bytes}, ops.device());
@@ -188,26 +196,16 @@ double measure_host_read_bandwidth(int64_t bytes, int threads) {
   } catch (const std::bad_alloc&) {
     fail(ErrorCode::kOutOfMemory, "host read probe: cannot allocate {}", format_bytes(bytes));
   }
-  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);  // a cache line per thread
-  auto read_slice = [&](int t) {
-    const size_t begin = words * static_cast<size_t>(t) / static_cast<size_t>(threads) / 8 * 8;
-    const size_t end = t + 1 == threads ? words / 8 * 8 : words * static_cast<size_t>(t + 1) / static_cast<size_t>(threads) / 8 * 8;
+  const int64_t parts = kPartsPerThread * threads, lines = static_cast<int64_t>(words / 8);
+  std::vector<uint64_t> sums(static_cast<size_t>(parts) * 8, 0);  // a cache line per part
+  const double best = best_pool_rate(threads, parts, static_cast<double>(lines * 64), 3, [&](int64_t p) {
     uint64_t a[8] = {};  // independent sums: loads, not one add chain, bound the loop
-    for (size_t i = begin; i < end; i += 8)
-      for (int j = 0; j < 8; ++j) a[j] += buf[i + static_cast<size_t>(j)];
+    for (int64_t i = lines * p / parts * 8; i < lines * (p + 1) / parts * 8; i += 8)
+      for (int j = 0; j < 8; ++j) a[j] += buf[static_cast<size_t>(i + j)];
     uint64_t s = 0;
     for (uint64_t v : a) s += v;
-    sums[static_cast<size_t>(t) * 8] = s;
-  };
-  double best = 0;
-  for (int pass = 0; pass < 4; ++pass) {  // the first is the warm-up
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(read_slice, t);
-    read_slice(0);
-    for (std::thread& th : pool) th.join();
-    if (pass > 0) best = std::max(best, static_cast<double>(words / 8 * 8 * 8) / seconds_since(t0));
-  }
+    sums[static_cast<size_t>(p) * 8] = s;
+  });
   uint64_t total = 0;
   for (uint64_t s : sums) total += s;
   if (total == 0) fail(ErrorCode::kInternal, "host read probe: the buffer read as zeros");  // keeps the reads
