@@ -2,7 +2,7 @@
 // The MoE expert-offload flags shared by `ft run`, `ft serve` and `ft bench` (issue 7; registered with
 // the other engine flags by cli/engine_flags.h): --moe-strategy,
 // --moe-cache-slots | --moe-cache-rate | --moe-cache-auto, --moe-cpu-layers, --moe-fetch-cap, --moe-prefetch,
-// --moe-cpu-int8,
+// --moe-cpu-int8, --moe-bank-format,
 // --kv-reserve-tokens, --gpu-memory-limit (GiB), --decode-log-interval.
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -23,6 +23,7 @@ struct MoeFlags {
   std::string prefetch = "auto";
   std::optional<int32_t> prefetch_depth;  // unset: MoeOptions' default (2)
   std::string cpu_int8 = "on";
+  std::string bank_format = "auto";
   std::optional<int64_t> kv_reserve_tokens;  // unset: the engine default (the KV cache it allocates)
   std::optional<double> gpu_memory_limit_gib;
   int64_t decode_log_interval = 0;
@@ -35,7 +36,8 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  bytes, decode_log_interval). Throws ft::Error(kInvalidArgument) naming the flags for an unknown
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
- *  on|off, --moe-prefetch-depth other than 1 or 2 or without an expert cache or with --moe-prefetch off, --moe-cpu-int8 other than on|off, and out-of-range values. */
+ *  on|off, --moe-prefetch-depth other than 1 or 2 or without an expert cache or with --moe-prefetch off, --moe-cpu-int8 other than on|off,
+ *  --moe-bank-format other than auto|stored|ec12 or not auto with fused, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 
 }  // namespace ft::cli

@@ -128,6 +128,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
   ro.cpu_int8 = config.moe.cpu_int8;
+  ro.bank_format = config.moe.bank_format;
   // With a GPU the executor runs on a dispatcher thread (moe/host_exchange.h) while the engine's thread
   // launches and waits on the steps: one core stays with it. All cores for the executor put a 17th
   // busy thread on 16 cores, and a layer waits for its descheduled worker (H200 machine, qwen3-30b-a3b
@@ -174,6 +175,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
       if (!v->empty()) int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
   plan_.cpu_int8 = ro.cpu_int8 && int8_weights;
+  if (offloaded_) plan_.bank_format = offloaded_->banks().format();
   if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !plan_.prefetch)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");

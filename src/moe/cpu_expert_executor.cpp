@@ -7,6 +7,7 @@
 
 #include "backend/cpu/q8_rows.h"
 #include "backend/cpu/simd.h"
+#include "moe/ec12.h"
 #include "util/error.h"
 
 namespace ft {
@@ -19,11 +20,23 @@ void check_host(const char* arg, const Tensor& t) {
     fail(ErrorCode::kInvalidArgument, "cpu experts: {} {} must be a host tensor", arg, t.str());
 }
 
-/** Rows [r0, r0 + nr) of w [N, K] as fp32: in place for F32, else decoded into buf. */
-const float* rows_f32(const Tensor& w, int64_t r0, int64_t nr, std::vector<float>& buf, int64_t buf_off) {
+/** Rows [r0, r0 + nr) of an EC12 matrix w (moe/ec12.h) as BF16, decoded into bf (nr * K). */
+const uint16_t* ec12_rows(const Tensor& w, int64_t r0, int64_t nr, std::vector<uint16_t>& bf) {
+  ec12::decode_rows(w.bytes_ptr(), w.dim(0), w.dim(1), r0, nr, bf.data());
+  return bf.data();
+}
+
+/** Rows [r0, r0 + nr) of w [N, K] as fp32: in place for F32, else decoded into buf (EC12 through
+ *  BF16 rows in bf). */
+const float* rows_f32(const Tensor& w, int64_t r0, int64_t nr, std::vector<float>& buf, int64_t buf_off,
+                      std::vector<uint16_t>& bf) {
   const int64_t K = w.dim(1), rb = w.row_bytes();
   if (w.dtype == DType::F32) return reinterpret_cast<const float*>(w.bytes_ptr() + r0 * rb);
   float* dst = buf.data() + buf_off;
+  if (w.dtype == DType::EC12) {
+    cpu::to_f32(DType::BF16, ec12_rows(w, r0, nr, bf), dst, nr * K);
+    return dst;
+  }
   for (int64_t r = 0; r < nr; ++r) cpu::to_f32(w.dtype, w.bytes_ptr() + (r0 + r) * rb, dst + r * K, K);
   return dst;
 }
@@ -37,7 +50,9 @@ void dot_tile(const float* x, const float* w, int64_t K, int64_t nr, float* y) {
 /** Whether rows of `w` are dotted straight from storage (decoded in registers) when an expert has
  *  `n_inputs` inputs: with one input a decoded tile would be read once, so decoding it into memory
  *  only costs; with more, decoding once and reusing the tile is cheaper. Same bits either way. */
-bool fused(const Tensor& w, int64_t n_inputs) { return n_inputs == 1 && cpu::has_fused_dot(w.dtype); }
+bool fused(const Tensor& w, int64_t n_inputs) {
+  return n_inputs == 1 && cpu::has_fused_dot(w.dtype == DType::EC12 ? DType::BF16 : w.dtype);
+}
 
 /** The first 64-byte aligned address at or after p. */
 uint8_t* align64(uint8_t* p) { return p + ((64 - reinterpret_cast<uintptr_t>(p) % 64) % 64); }
@@ -49,12 +64,18 @@ void q8_dot_tile(const cpu::Q8Row& x, const Tensor& w, int64_t r0, int64_t nr, f
     cpu::dot_rows_q8(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, static_cast<int>(std::min<int64_t>(4, nr - r)), y + r);
 }
 
-/** dot_tile over rows [r0, r0 + nr) of w [N, K] as stored (cpu::dot_rows_stored). */
-void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, float* y) {
+/** dot_tile over rows [r0, r0 + nr) of w [N, K] as stored (cpu::dot_rows_stored). EC12 rows are
+ *  decoded to BF16 four at a time into bf (they stay in L1) and dotted as BF16: the same bits as
+ *  the BF16 matrix they code. */
+void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, float* y, std::vector<uint16_t>& bf) {
   const int64_t K = w.dim(1), rb = w.row_bytes();
-  for (int64_t r = 0; r < nr; r += 4)
-    cpu::dot_rows_stored(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, static_cast<int>(std::min<int64_t>(4, nr - r)),
-                         K, y + r);
+  for (int64_t r = 0; r < nr; r += 4) {
+    const int rows = static_cast<int>(std::min<int64_t>(4, nr - r));
+    if (w.dtype == DType::EC12)
+      cpu::dot_rows_stored(DType::BF16, x, ec12_rows(w, r0 + r, rows, bf), 2 * K, rows, K, y + r);
+    else
+      cpu::dot_rows_stored(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, rows, K, y + r);
+  }
 }
 
 }  // namespace
@@ -64,6 +85,7 @@ bool CpuExpertExecutor::int8_weight(const Tensor& w) { return w.dim(1) % 256 == 
 CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations)
     : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us), int8_(int8_activations) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
+  wbuf16_.resize(static_cast<size_t>(pool_.size()));
 }
 
 void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -170,6 +192,9 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   const int64_t wbuf_need = 2 * kRowTile * std::max(H, max_ff);
   for (auto& b : wbuf_)
     if (static_cast<int64_t>(b.size()) < wbuf_need) b.resize(static_cast<size_t>(wbuf_need));
+  const int64_t wbuf16_need = kRowTile * std::max(H, max_ff);  // EC12 rows decoded to BF16
+  for (auto& b : wbuf16_)
+    if (static_cast<int64_t>(b.size()) < wbuf16_need) b.resize(static_cast<size_t>(wbuf16_need));
 
   // Phases 1 and 2 as one job: tasks (expert, 16 rows of F) computing h = silu(x Wg^T) * (x Wu^T)
   // per pair, then tasks (expert, 16 rows of H) computing y = h Wd^T. Tasks are handed out in
@@ -193,21 +218,22 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const Group& G = groups_[static_cast<size_t>(task.group)];
     const int64_t F = G.F, nr = std::min(kRowTile, F - task.row0);
     std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
+    std::vector<uint16_t>& bf = wbuf16_[static_cast<size_t>(worker)];
     const Tensor& gate = bank.gate[static_cast<size_t>(G.expert)];
     const Tensor& up = bank.up[static_cast<size_t>(G.expert)];
     const bool g8 = int8(gate), u8 = int8(up);
-    const float* wg = g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0);
-    const float* wu = u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H);
+    const float* wg = g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0, bf);
+    const float* wu = u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H, bf);
     float gv[kRowTile], uv[kRowTile];
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t t = pair_index_[static_cast<size_t>(G.begin + r)] / k;
       const float* xt = xf + t * H;
       if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
       else if (wg) dot_tile(xt, wg, H, nr, gv);
-      else stored_dot_tile(xt, gate, task.row0, nr, gv);
+      else stored_dot_tile(xt, gate, task.row0, nr, gv, bf);
       if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
       else if (wu) dot_tile(xt, wu, H, nr, uv);
-      else stored_dot_tile(xt, up, task.row0, nr, uv);
+      else stored_dot_tile(xt, up, task.row0, nr, uv, bf);
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
     }
@@ -217,14 +243,15 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const int64_t nr = std::min(kRowTile, H - task.row0);
     const Tensor& dw = bank.down[static_cast<size_t>(G.expert)];
     const bool d8 = h8_stage_[static_cast<size_t>(task.group)] != 0;
-    const float* wd = d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0);
+    std::vector<uint16_t>& bf = wbuf16_[static_cast<size_t>(worker)];
+    const float* wd = d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0, bf);
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t pair = pair_index_[static_cast<size_t>(G.begin + r)];
       const float* hp = h_.data() + (G.begin + r) * max_ff;
       float* yp = y_.data() + pair * H + task.row0;
       if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
       else if (wd) dot_tile(hp, wd, G.F, nr, yp);
-      else stored_dot_tile(hp, dw, task.row0, nr, yp);
+      else stored_dot_tile(hp, dw, task.row0, nr, yp, bf);
     }
   };
   pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {

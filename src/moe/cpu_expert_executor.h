@@ -14,6 +14,8 @@
 // (the constructor's option; the engine's --moe-cpu-int8) Q4_K and Q6_K rows meet int8 forms of x and h
 // instead (cpu::dot_rows_q8), for every input: faster, and ~1e-4 relative from the fp32 result
 // (6e-5 on random data: the activations keep ~15 bits, x ~= d * (q1 + q2 / 254) per 256 elements).
+// EC12 weights (expert banks in BankFormat::kEc12) are decoded to BF16 rows first (ec12::decode_rows,
+// four rows at a time for a fused dot) and then take the BF16 path: the same bits as the BF16 bank.
 // Parallelism: a persistent ThreadPool; one job of tasks (expert, 16-row tile), gate+up then down
 // (a down task waits for its own expert's gate+up tasks only), then token ranges for the sum.
 // Scratch grows to the largest call and is reused.
@@ -45,7 +47,7 @@ class CpuExpertExecutor {
   /** out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]), e = ids[t, j],
    *  over the j with ids[t, j] >= 0, in j order. x [T, H] F32 or BF16; ids I32 [T, k]; weights
    *  F32 [T, k]; out F32 [T, H] (not aliasing x); all host memory. bank: host views, gate/up
-   *  [F, H] and down [H, F] in any dtype cpu::to_f32 decodes. p.accumulate: add to out instead of
+   *  [F, H] and down [H, F] in any dtype cpu::to_f32 decodes, or EC12. p.accumulate: add to out instead of
    *  overwriting it. Throws ft::Error(kInvalidArgument) naming the tensor for bad dtypes, shapes,
    *  devices or an id >= bank.n_expert(); kUnsupported for a weight dtype without a decoder. */
   void run(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -78,6 +80,7 @@ class CpuExpertExecutor {
   std::vector<cpu::Q8Row> x8_rows_, h8_rows_;
   std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] by group position, [T * k, H]
   std::vector<std::vector<float>> wbuf_;  // per worker: decoded weight tiles
+  std::vector<std::vector<uint16_t>> wbuf16_;  // per worker: EC12 rows decoded to BF16
   int64_t experts_computed_ = 0, pairs_computed_ = 0;
 };
 

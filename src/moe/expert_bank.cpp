@@ -1,6 +1,7 @@
 #include "moe/expert_bank.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "moe/ec12.h"
 #include "util/error.h"
 
 namespace ft {
@@ -15,7 +17,52 @@ namespace {
 
 int64_t align_up(int64_t v) { return (v + kExpertAlign - 1) / kExpertAlign * kExpertAlign; }
 
+/** The three matrices of an expert of `bank`, in record order. */
+std::array<const Tensor*, 3> parts_of(const ExpertBank& bank, int32_t e) {
+  return {&bank.gate[static_cast<size_t>(e)], &bank.up[static_cast<size_t>(e)], &bank.down[static_cast<size_t>(e)]};
+}
+
+/** Geometry of matrix j (gate, up, down) of a layer laid out as `l`, `capacity` exceptions. */
+ec12::MatrixGeometry geometry(const ExpertLayout& l, int j, int64_t capacity) {
+  return j < 2 ? ec12::MatrixGeometry{l.n_ff, l.n_embd, capacity} : ec12::MatrixGeometry{l.n_embd, l.n_ff, capacity};
+}
+
+/** Runs fn(i) for i < n on `n_threads` threads (the caller's among them), items in order; the first
+ *  exception stops the rest and is rethrown. */
+void parallel_items(int64_t n, int n_threads, const std::function<void(int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto worker = [&] {
+    try {
+      for (int64_t i = next++; i < n; i = next++) fn(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+      next = n;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < n_threads; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
+
+bool ec12_bankable(const std::vector<ExpertBank>& host) {
+  bool any = false;
+  for (const ExpertBank& b : host) {
+    if (b.n_expert() == 0) continue;
+    any = true;
+    for (int32_t e = 0; e < b.n_expert(); ++e)
+      for (const Tensor* t : parts_of(b, e))
+        if (t->dtype != DType::BF16 || t->ndim != 2 || !ec12::supports(t->dim(0)) || !ec12::supports(t->dim(1)))
+          return false;
+  }
+  return any;
+}
 
 Tensor ExpertLayout::gate(uint8_t* base, Device device) const {
   return Tensor(base + gate_offset, gate_type, {n_ff, n_embd}, device);
@@ -73,26 +120,62 @@ void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, D
 }
 
 ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads,
-                         const std::function<void(int64_t layer)>& layer_filled, bool layer_filled_frees_memory) {
+                         const std::function<void(int64_t layer)>& layer_filled, bool layer_filled_frees_memory,
+                         BankFormat format)
+    : format_(format) {
+  if (format == BankFormat::kEc12 && !ec12_bankable(host))
+    fail(ErrorCode::kInvalidArgument, "expert banks: the EC12 form needs BF16 experts whose dimensions are multiples "
+         "of {} (and some routed experts)", ec12::kGroup);
   layers_.resize(host.size());
   std::vector<std::pair<int64_t, int32_t>> items;  // (layer, expert) records to fill
-  int64_t layer_max = 0, min_experts = INT64_MAX;
   for (size_t l = 0; l < host.size(); ++l) {
     if (host[l].n_expert() == 0) continue;
     Layer& L = layers_[l];
-    L.layout = expert_layout(host[l], static_cast<int64_t>(l));
+    L.layout = L.record = expert_layout(host[l], static_cast<int64_t>(l));
     L.n_expert = host[l].n_expert();
     ++n_moe_layers_;
     max_experts_ = std::max(max_experts_, L.n_expert);
     slot_bytes_ = std::max(slot_bytes_, L.layout.bytes);
-    total_bytes_ += L.layout.bytes * L.n_expert;
-    layer_max = std::max(layer_max, L.layout.bytes * L.n_expert);
-    min_experts = std::min<int64_t>(min_experts, L.n_expert);
     for (int32_t e = 0; e < L.n_expert; ++e) items.emplace_back(static_cast<int64_t>(l), e);
   }
-  // Parallel fill: each worker copies whole records (reads fault the mapped checkpoint in).
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : hw, static_cast<int64_t>(items.size())));
+  // EC12: each matrix's table and exception count first; a layer's records hold its largest count.
+  std::vector<std::array<ec12::MatrixStats, 3>> stats(format == BankFormat::kEc12 ? items.size() : 0);
+  if (format == BankFormat::kEc12) {
+    parallel_items(static_cast<int64_t>(items.size()), nt, [&](int64_t i) {
+      const auto [l, e] = items[static_cast<size_t>(i)];
+      const auto parts = parts_of(host[static_cast<size_t>(l)], e);
+      for (int j = 0; j < 3; ++j)
+        stats[static_cast<size_t>(i)][j] =
+            ec12::analyze(static_cast<const uint16_t*>(parts[j]->data), parts[j]->numel());
+    });
+    std::vector<std::array<int64_t, 3>> capacity(host.size(), {0, 0, 0});
+    for (size_t i = 0; i < items.size(); ++i)
+      for (int j = 0; j < 3; ++j) {
+        int64_t& c = capacity[static_cast<size_t>(items[i].first)][j];
+        c = std::max(c, stats[i][j].exceptions);
+      }
+    for (size_t l = 0; l < host.size(); ++l) {
+      Layer& L = layers_[l];
+      if (L.n_expert == 0) continue;
+      int64_t* offs[3] = {&L.record.gate_offset, &L.record.up_offset, &L.record.down_offset};
+      int64_t at = 0;
+      for (int j = 0; j < 3; ++j) {
+        *offs[j] = at;
+        at += align_up(geometry(L.layout, j, capacity[l][j]).bytes());
+      }
+      L.record.bytes = at;
+      L.record.gate_type = L.record.up_type = L.record.down_type = DType::EC12;
+    }
+  }
+  int64_t layer_max = 0, min_experts = INT64_MAX;
+  for (const Layer& L : layers_)
+    if (L.n_expert > 0) {
+      total_bytes_ += L.record.bytes * L.n_expert;
+      layer_max = std::max(layer_max, L.record.bytes * L.n_expert);
+      min_experts = std::min<int64_t>(min_experts, L.n_expert);
+    }
   // Before any bank memory is touched. The workers take records in layer order, so the layers not
   // yet complete (not yet released by layer_filled) number at most 2 + workers / experts per layer.
   if (total_bytes_ > 0)
@@ -100,47 +183,37 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
                            host_memory_available());
   for (Layer& L : layers_)
     if (L.n_expert > 0) {
-      L.memory = alloc.allocate(L.layout.bytes * L.n_expert);
+      L.memory = alloc.allocate(L.record.bytes * L.n_expert);
       L.base = static_cast<uint8_t*>(L.memory.data());
     }
-  std::vector<std::atomic<int32_t>> remaining(host.size());  // records left to copy per layer
+  // Parallel fill: each worker writes whole records (reads fault the mapped checkpoint in).
+  std::vector<std::atomic<int32_t>> remaining(host.size());  // records left to write per layer
   for (size_t l = 0; l < host.size(); ++l) remaining[l] = layers_[l].n_expert;
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&] {
-    try {
-      for (size_t i = next++; i < items.size(); i = next++) {
-        const auto [l, e] = items[i];
-        const Layer& L = layers_[static_cast<size_t>(l)];
-        const ExpertBank& src = host[static_cast<size_t>(l)];
-        uint8_t* r = L.base + e * L.layout.bytes;
-        const Tensor* parts[3] = {&src.gate[static_cast<size_t>(e)], &src.up[static_cast<size_t>(e)],
-                                  &src.down[static_cast<size_t>(e)]};
-        const int64_t offs[4] = {L.layout.gate_offset, L.layout.up_offset, L.layout.down_offset, L.layout.bytes};
-        for (int j = 0; j < 3; ++j) {
-          const int64_t n = parts[j]->bytes();
-          std::memcpy(r + offs[j], parts[j]->data, static_cast<size_t>(n));
-          std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
-        }
-        if (--remaining[static_cast<size_t>(l)] == 0 && layer_filled) layer_filled(l);
+  parallel_items(static_cast<int64_t>(items.size()), nt, [&](int64_t i) {
+    const auto [l, e] = items[static_cast<size_t>(i)];
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    uint8_t* r = L.base + e * L.record.bytes;
+    const auto parts = parts_of(host[static_cast<size_t>(l)], e);
+    const int64_t offs[4] = {L.record.gate_offset, L.record.up_offset, L.record.down_offset, L.record.bytes};
+    for (int j = 0; j < 3; ++j) {
+      int64_t n = parts[j]->bytes();
+      if (format == BankFormat::kEc12) {
+        const ec12::MatrixStats& st = stats[static_cast<size_t>(i)][j];
+        const ec12::MatrixGeometry g = geometry(L.layout, j, (offs[j + 1] - offs[j] - geometry(L.layout, j, 0).bytes()) / 8);
+        ec12::encode(static_cast<const uint16_t*>(parts[j]->data), g, st, r + offs[j]);
+        n = g.bytes();
+      } else {
+        std::memcpy(r + offs[j], parts[j]->data, static_cast<size_t>(n));
       }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-      next = items.size();
+      std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
     }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 1; t < nt; ++t) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+    if (--remaining[static_cast<size_t>(l)] == 0 && layer_filled) layer_filled(l);
+  });
   // Pin after fill, then build the host views.
   for (Layer& L : layers_) {
     if (L.n_expert == 0) continue;
     L.device = alloc.pin(L.memory);
-    append_record_views(L.layout, L.base, L.n_expert, Device::kCpu, L.views);
+    append_record_views(L.record, L.base, L.n_expert, Device::kCpu, L.views);
   }
 }
 
@@ -156,11 +229,34 @@ const ExpertLayout& ExpertBanks::layout(int64_t layer) const {
   return L.layout;
 }
 
+const ExpertLayout& ExpertBanks::record_layout(int64_t layer) const {
+  const Layer& L = at(layer);
+  if (L.n_expert == 0) fail(ErrorCode::kInvalidArgument, "expert banks: layer {} has no routed experts", layer);
+  return L.record;
+}
+
 const uint8_t* ExpertBanks::record(int64_t layer, int32_t expert) const {
   const Layer& L = at(layer);
   if (expert < 0 || expert >= L.n_expert)
     fail(ErrorCode::kInvalidArgument, "expert banks: expert {} outside layer {}'s {} experts", expert, layer, L.n_expert);
-  return L.base + expert * L.layout.bytes;
+  return L.base + expert * L.record.bytes;
+}
+
+void ExpertBanks::copy_record(int64_t layer, int32_t expert, uint8_t* dst) const {
+  const uint8_t* src = record(layer, expert);
+  const Layer& L = layers_[static_cast<size_t>(layer)];
+  if (format_ == BankFormat::kStored) {
+    std::memcpy(dst, src, static_cast<size_t>(L.layout.bytes));
+    return;
+  }
+  const int64_t enc[3] = {L.record.gate_offset, L.record.up_offset, L.record.down_offset};
+  const int64_t dec[4] = {L.layout.gate_offset, L.layout.up_offset, L.layout.down_offset, L.layout.bytes};
+  for (int j = 0; j < 3; ++j) {
+    const ec12::MatrixGeometry g = geometry(L.layout, j, 0);
+    const int64_t n = g.rows * g.cols * 2;
+    ec12::decode_rows(src + enc[j], g.rows, g.cols, 0, g.rows, reinterpret_cast<uint16_t*>(dst + dec[j]));
+    std::memset(dst + dec[j] + n, 0, static_cast<size_t>(dec[j + 1] - dec[j] - n));
+  }
 }
 
 }  // namespace ft

@@ -40,6 +40,15 @@ struct ExpertLayout {
  *  or the shapes are not gate/up [F, H], down [H, F]; for an empty bank. */
 ExpertLayout expert_layout(const ExpertBank& bank, int64_t layer);
 
+/** How ExpertBanks hold their records. kStored: the checkpoint's dtypes, byte for byte (the slot
+ *  layout). kEc12: BF16 matrices coded in 12 bits a value (moe/ec12.h), ~75% of the bytes; the
+ *  host views are EC12 tensors, and copy_record (and the GPU gather) decode into the slot layout. */
+enum class BankFormat { kStored, kEc12 };
+
+/** Whether every layer of `host` can be held as `kEc12`: gate, up and down BF16 with n_ff and n_embd
+ *  multiples of 64 (ec12::supports). False for banks without MoE layers. */
+bool ec12_bankable(const std::vector<ExpertBank>& host);
+
 /** Appends to `bank` the views of `n` consecutive records starting at `base` (stride layout.bytes). */
 void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, Device device, ExpertBank& bank);
 
@@ -51,10 +60,13 @@ class ExpertBanks {
    *  `alloc`. `layer_filled`, when set, runs once per MoE layer as soon as its records are copied
    *  (on a fill thread), so the caller can release that layer's source; `layer_filled_frees_memory`
    *  says that this gives memory back (Checkpoint::releases_memory). Before allocating, the banks
-   *  are checked against MemAvailable (check_bank_host_memory). Throws what expert_layout, the
-   *  allocator, check_bank_host_memory and layer_filled throw. */
+   *  are checked against MemAvailable (check_bank_host_memory). `format` kEc12 codes the records
+   *  (a first pass over the experts picks each matrix's code table and counts its exceptions, which
+   *  fixes the record size); it needs ec12_bankable(host), else throws kInvalidArgument. Throws what
+   *  expert_layout, the allocator, check_bank_host_memory and layer_filled throw. */
   ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0,
-              const std::function<void(int64_t layer)>& layer_filled = {}, bool layer_filled_frees_memory = false);
+              const std::function<void(int64_t layer)>& layer_filled = {}, bool layer_filled_frees_memory = false,
+              BankFormat format = BankFormat::kStored);
   ExpertBanks(const ExpertBanks&) = delete;
   ExpertBanks& operator=(const ExpertBanks&) = delete;
 
@@ -66,14 +78,26 @@ class ExpertBanks {
   int32_t n_expert(int64_t layer) const { return at(layer).n_expert; }
   /** Largest n_expert over layers (the cache's map width). */
   int32_t max_experts() const { return max_experts_; }
-  /** Largest record over layers: the size of one cache slot. */
+  /** The records' form. */
+  BankFormat format() const { return format_; }
+  /** Largest slot layout over layers: the size of one cache slot. */
   int64_t slot_bytes() const { return slot_bytes_; }
-  /** Sum of all records' bytes. */
+  /** Sum of all records' bytes (host memory). */
   int64_t total_bytes() const { return total_bytes_; }
-  /** Record layout of `layer` (throws kInvalidArgument for a dense layer). */
+  /** Slot layout of `layer`: one expert as the cache's slots and the GPU kernels hold it, in the
+   *  checkpoint's dtypes (throws kInvalidArgument for a dense layer). */
   const ExpertLayout& layout(int64_t layer) const;
+  /** Layout of `layer`'s host records: layout(layer) for kStored; for kEc12, EC12 matrices (their
+   *  offsets and the record's bytes). Throws kInvalidArgument for a dense layer. */
+  const ExpertLayout& record_layout(int64_t layer) const;
+  /** Bytes of one host record of `layer` (what a copy into the cache reads). */
+  int64_t record_bytes(int64_t layer) const { return record_layout(layer).bytes; }
   /** Host address of the record of (layer, expert). Throws kInvalidArgument out of range. */
   const uint8_t* record(int64_t layer, int32_t expert) const;
+  /** Writes the record of (layer, expert) to `dst` in the slot layout (layout(layer).bytes bytes):
+   *  a copy for kStored, a decode for kEc12 (the checkpoint's exact bits; padding zero). Throws
+   *  kInvalidArgument out of range. */
+  void copy_record(int64_t layer, int32_t expert, uint8_t* dst) const;
   /** Host address of `layer`'s first record (nullptr for a dense layer). */
   const uint8_t* host_base(int64_t layer) const { return at(layer).base; }
   /** Address device kernels read `layer`'s first record at (UVA), nullptr when not pinned for a
@@ -84,7 +108,8 @@ class ExpertBanks {
 
  private:
   struct Layer {
-    ExpertLayout layout;
+    ExpertLayout layout;  // slot layout
+    ExpertLayout record;  // host record layout
     int32_t n_expert = 0;
     Buffer memory;
     uint8_t* base = nullptr;
@@ -94,6 +119,7 @@ class ExpertBanks {
   const Layer& at(int64_t layer) const;
 
   std::vector<Layer> layers_;
+  BankFormat format_ = BankFormat::kStored;
   int64_t n_moe_layers_ = 0;
   int32_t max_experts_ = 0;
   int64_t slot_bytes_ = 0;

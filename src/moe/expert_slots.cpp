@@ -146,7 +146,7 @@ HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int3
 void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids,
                                    Tensor cpu_ids) {
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, slot_ids, cpu_ids);
-  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.record_bytes(layer),
                slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>(), false,
                ledger_.admit(layer));
   ledger_.take_due();  // copied on return: nothing to wait for
@@ -156,30 +156,26 @@ void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_c
   Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim);
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, sid, Tensor());
   while (ledger_.in_flight() >= PrefetchLedger::kMaxInFlight) ledger_.take_oldest();
-  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.layout(layer).bytes,
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.record_bytes(layer),
                sid.ptr<int32_t>(), nullptr, true, ledger_.prefetch_spare());
   ledger_.add_prefetch(layer, 0);
   gather_misses();
 }
 
-void HostExpertSlots::gather_misses() {  // the gather's twin: one copy per missed record
+void HostExpertSlots::gather_misses() {  // the gather's twin: one copy (or decode) per missed record
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   for (int32_t i = 0; i < cache_.n_misses(); ++i) {
     const CacheMiss& m = cache_.misses()[i];
-    std::memcpy(pool + static_cast<int64_t>(m.slot) * banks_.slot_bytes(), banks_.record(m.layer, m.expert),
-                static_cast<size_t>(banks_.layout(m.layer).bytes));
+    banks_.copy_record(m.layer, m.expert, pool + static_cast<int64_t>(m.slot) * banks_.slot_bytes());
   }
 }
 
 void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
-  const int64_t rb = banks_.layout(layer).bytes;
   ledger_.take_all();
-  cache_.claim_region(layer, first, n, rb);
+  cache_.claim_region(layer, first, n, banks_.record_bytes(layer));
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
-  for (int32_t e = 0; e < n; ++e)
-    std::memcpy(pool + static_cast<int64_t>(first + e) * banks_.slot_bytes(), banks_.record(layer, e),
-                static_cast<size_t>(rb));
+  for (int32_t e = 0; e < n; ++e) banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * banks_.slot_bytes());
 }
 
 std::vector<CacheLayerStats> HostExpertSlots::stats() {

@@ -9,11 +9,13 @@
 //   auto    fused when everything fits and no cache flag (--moe-cache-*, --moe-cpu-layers, --moe-prefetch on)
 //           was given, else offload (hybrid when calibration found it faster)
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "moe/cache_sizing.h"
+#include "moe/expert_bank.h"
 
 namespace ft {
 
@@ -45,6 +47,9 @@ struct MoeOptions {
   int32_t prefetch_depth = 2;
   /** --moe-cpu-int8: the CPU expert executor's int8 activations (CpuExpertExecutor). */
   bool cpu_int8 = true;
+  /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where
+   *  ec12_bankable (BF16 experts), else kStored. */
+  std::optional<BankFormat> bank_format;
 };
 
 struct MoePlan {
@@ -57,6 +62,7 @@ struct MoePlan {
   int32_t prefetch_depth = 0;                  // set by the runtime: cache layers ahead (0: no prefetch)
   std::string prefetch_note;                   // set by the runtime: why the depth is below the one asked for
   bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K with int8 activations
+  BankFormat bank_format = BankFormat::kStored;  // set by the runtime: the expert banks' form (no banks: kStored)
 
   /** Layers in `mode`. */
   int64_t count(MoeLayerMode mode) const;

@@ -34,8 +34,9 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   if (!any) fail(ErrorCode::kInvalidArgument, "moe runtime: the model has no routed experts");
   alloc_ = make_bank_allocator(ops);
+  const BankFormat format = opt_.bank_format.value_or(ec12_bankable(host) ? BankFormat::kEc12 : BankFormat::kStored);
   banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled,
-                                         opt_.source_releases_memory);
+                                         opt_.source_releases_memory, format);
   opt_.bank_layer_filled = nullptr;  // it may refer to the caller's state
   const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;
   if (pairs > INT32_MAX) fail(ErrorCode::kInvalidArgument, "moe runtime: {} routed pairs per step is too many", pairs);
@@ -272,7 +273,7 @@ void OffloadedExperts::serve(const ExchangeRequest& r) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const int64_t experts = cpu_->experts_computed() - before;  // a layer's experts share one layout
   cpu_experts_[static_cast<size_t>(r.layer)] += experts;
-  cpu_bytes_[static_cast<size_t>(r.layer)] += experts * banks_->layout(r.layer).bytes;
+  cpu_bytes_[static_cast<size_t>(r.layer)] += experts * banks_->record_bytes(r.layer);
 }
 
 std::vector<MoeLayerStats> OffloadedExperts::stats() {

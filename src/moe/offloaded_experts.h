@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ struct MoeRuntimeOptions {
   int cpu_spin_us = 0;        // ThreadPool: how long workers poll for the next layer's job before sleeping
   bool cpu_int8 = false;      // CpuExpertExecutor's int8 activations (the engine sets --moe-cpu-int8's value, on by default)
   int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
+  /** The banks' form; unset: kEc12 where ec12_bankable(host), else kStored. */
+  std::optional<BankFormat> bank_format;
   /** Runs once per MoE layer as soon as the banks hold its experts (during construction only): the
    *  caller may release the checkpoint's copy of them (ExpertBanks' layer_filled). */
   std::function<void(int64_t layer)> bank_layer_filled;

@@ -54,6 +54,7 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::F8_E5M2, "F8_E5M2", 1, 1, true, false},
     DTypeInfo{DType::U8, "U8", 1, 1, false, false},
     DTypeInfo{DType::BOOL, "BOOL", 1, 1, false, false},
+    DTypeInfo{DType::EC12, "EC12", 64, 96, false, false},  // moe/ec12.h: 64 values in 96 bytes
 };
 
 const DTypeInfo* find(DType t) {
@@ -83,7 +84,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   std::string upper(name);
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
   for (const auto& info : kTypes)
-    if (upper == info.name) return info.type;
+    if (upper == info.name && info.type != DType::EC12) return info.type;  // EC12: an internal form
   return std::nullopt;
 }
 

@@ -18,6 +18,11 @@ enum class DType : uint32_t {
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41, Q2_0 = 42,
   // safetensors-only element types
   F8_E4M3 = 1000, F8_E5M2 = 1001, U8 = 1002, BOOL = 1003,
+  // FreeToken's own storage forms. EC12 (moe/ec12.h): BF16 coded in 12 bits a value; a Tensor of
+  // this type points at a whole coded matrix (header, rows, exception list), so only code that
+  // knows the format reads it (the expert banks and the CPU expert executor). Its block figures
+  // count the rows alone. Not a name dtype_from_name accepts.
+  EC12 = 2000,
 };
 
 struct DTypeInfo {

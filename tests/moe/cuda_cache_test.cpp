@@ -68,6 +68,9 @@ class CudaExpertCache : public ::testing::Test {
     return v;
   }
 
+  /** Body of OffloadEqualsFusedHybridAndCpuWithinBf16 for stored or EC12 banks. */
+  void offload_equals_fused(bool ec12);
+
   std::unique_ptr<Ops> gpu_;
   std::vector<Buffer> keep_;
 };
@@ -186,11 +189,22 @@ struct Strategy {
 };
 
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
+  // Twice: a BF16 and a Q8_0 layer (stored banks), then two BF16 layers with exceptions, whose banks
+  // are EC12-coded (the decoding gather and streaming kernels).
+  for (const bool ec12 : {false, true}) {
+    SCOPED_TRACE(ec12 ? "EC12 banks" : "stored banks");
+    offload_equals_fused(ec12);
+  }
+}
+
+void CudaExpertCache::offload_equals_fused(bool ec12) {
   SyntheticExperts s;
   const int32_t E = 8, k = 2;
   const int64_t H = 256, F = 256, maxT = 40;  // quantized rows of 256: 16-byte aligned for the GEMV loads
   s.add_layer(E, F, H, DType::BF16, DType::BF16, 3);
-  s.add_layer(E, F, H, DType::Q8_0, DType::Q8_0, 4);
+  s.add_layer(E, ec12 ? 192 : F, H, ec12 ? DType::BF16 : DType::Q8_0, ec12 ? DType::BF16 : DType::Q8_0, 4);
+  if (ec12)
+    for (size_t l : {0, 1}) s.add_ec12_exceptions(l, 40, static_cast<uint32_t>(l));
   ResidentExperts fused(*gpu_, s.banks);
   MoeRuntimeOptions ro;
   ro.max_tokens = maxT, ro.n_expert_used = k, ro.cpu_threads = 4;
@@ -210,6 +224,7 @@ TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
     MoeRuntimeOptions sro = ro;
     sro.prefetch = st.prefetch;
     OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), sro);
+    ASSERT_EQ(off.banks().format(), ec12 ? BankFormat::kEc12 : BankFormat::kStored);
     std::mt19937 rng(5);
     for (int step = 0; step < 12; ++step) {
       const int64_t T = step % 4 == 3 ? maxT : 1 + step % 3;  // decode sizes and one prefill-sized batch
@@ -245,6 +260,7 @@ struct GraphCase {
   const char* cpu_layers;
   bool dma = true;  // offload's prefetch by the copy engines in the captured steps (else the gather kernel)
   int depth = 1;    // MoeRuntimeOptions::prefetch_depth (2: 4 x E slots)
+  BankFormat format = BankFormat::kStored;  // kEc12: the decoding gather in every step (no copy engines)
 };
 
 // Every strategy's decode step is one graph: offload (admission, gather and the side-stream
@@ -257,19 +273,27 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
   const int64_t H = 128, F = 64;
   constexpr int kLayers = 3;  // 24 experts over 16 slots: steps miss
   for (uint32_t seed : {6u, 7u, 8u}) s.add_layer(E, F, H, DType::BF16, DType::BF16, seed);
+  for (size_t l = 0; l < kLayers; ++l) s.add_ec12_exceptions(l, 10, static_cast<uint32_t>(l));
   PrefetchDmaGuard guard;
+  const BankFormat kEc12 = BankFormat::kEc12;
   for (GraphCase gc : {GraphCase{MoeStrategy::kOffload, -1, ""}, GraphCase{MoeStrategy::kOffload, -1, "", false},
                        GraphCase{MoeStrategy::kHybrid, 1, ""}, GraphCase{MoeStrategy::kCpu, -1, ""},
                        GraphCase{MoeStrategy::kOffload, -1, "1"}, GraphCase{MoeStrategy::kOffload, -1, "", true, 2},
-                       GraphCase{MoeStrategy::kOffload, -1, "", false, 2}}) {
+                       GraphCase{MoeStrategy::kOffload, -1, "", false, 2},
+                       GraphCase{MoeStrategy::kOffload, -1, "", true, 1, kEc12},
+                       GraphCase{MoeStrategy::kOffload, -1, "", true, 2, kEc12},
+                       GraphCase{MoeStrategy::kHybrid, 1, "", true, 1, kEc12},
+                       GraphCase{MoeStrategy::kCpu, -1, "", true, 1, kEc12}}) {
     SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers +
-                 (gc.dma ? "" : ", gather kernel") + ", depth " + std::to_string(gc.depth));
+                 (gc.dma ? "" : ", gather kernel") + ", depth " + std::to_string(gc.depth) +
+                 (gc.format == kEc12 ? ", EC12 banks" : ""));
     set_cuda_prefetch_dma(gc.dma);
     const bool cached = gc.s != MoeStrategy::kCpu, with_cpu = gc.s != MoeStrategy::kOffload || gc.cpu_layers[0];
     MoeRuntimeOptions ro;
     ro.max_tokens = 1, ro.n_expert_used = k, ro.cpu_threads = 2;
     ro.prefetch = cached;  // the prefetches' copies are forked and joined inside the graph
     ro.prefetch_depth = gc.depth;
+    ro.bank_format = gc.format;
     const MoePlan plan = make_plan(s.banks, gc.s, cached ? 2 * gc.depth * E : 0, gc.cap, gc.cpu_layers);
     const auto n_slots = static_cast<int32_t>(plan.cache.n_slots);  // depth 2: every expert (24 of 32)
     OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
@@ -461,7 +485,8 @@ TEST_F(CudaExpertCache, AbandonedCaptureAfterAPrefetchLeavesEagerStepsWorking) {
 // Prefetch depth 2 under eviction on the GPU: six MoE layers of 4 experts in 16 slots (4 x E), so
 // admissions evict while two prefetches' copies are in flight; predictions right about half the
 // time; copies by the copy engines (each step after the first three captured as a graph: eager
-// steps use the gather kernel) and by the gather kernel. Offload equals fused bit for bit.
+// steps use the gather kernel), by the gather kernel, and EC12 banks decoded by the gather (graphs
+// too). Offload equals fused bit for bit.
 TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
   SyntheticExperts s;
   const int32_t E = 4, k = 2, kLayers = 6;
@@ -469,11 +494,13 @@ TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
   for (int32_t l = 0; l < kLayers; ++l) s.add_layer(E, F, H, DType::BF16, DType::BF16, 20 + l);
   ResidentExperts fused(*gpu_, s.banks);
   PrefetchDmaGuard guard;
-  for (bool dma : {true, false}) {
-    SCOPED_TRACE(dma ? "copy engines" : "gather kernel");
+  for (int mode : {0, 1, 2}) {  // stored banks by the copy engines, by the gather kernel; EC12 banks
+    const bool dma = mode == 0, ec12 = mode == 2;
+    SCOPED_TRACE(dma ? "copy engines" : ec12 ? "EC12 banks, decoding gather" : "gather kernel");
     set_cuda_prefetch_dma(dma);
     MoeRuntimeOptions ro;
     ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 2;
+    ro.bank_format = ec12 ? BankFormat::kEc12 : BankFormat::kStored;
     OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 4 * E), ro);
     ASSERT_EQ(off.prefetch_depth(), 2);
     // Per layer: inputs and both outputs, so a step's layers queue without a host wait between them
@@ -508,7 +535,7 @@ TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
         }
       };
       std::unique_ptr<StepGraph> graph;  // kept until the outputs are read
-      if (dma && step >= 3) {  // every T ran eagerly once: scratch exists
+      if ((dma || ec12) && step >= 3) {  // every T ran eagerly once: scratch exists
         graph = gpu_->capture(body);
         graph->launch();
       } else {

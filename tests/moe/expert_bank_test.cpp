@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "moe/ec12.h"
 #include "moe/expert_bank.h"
 #include "moe/host_memory.h"
 #include "moe_test_util.h"
@@ -78,6 +79,77 @@ TEST(ExpertBanks, FillDoesNotDependOnThreads) {
   ExpertBanks a(s.banks, *alloc, 1), b(s.banks, *alloc, 4);
   for (int64_t l : {1, 3, 4})
     EXPECT_EQ(std::memcmp(a.host_base(l), b.host_base(l), static_cast<size_t>(a.layout(l).bytes * a.n_expert(l))), 0);
+}
+
+/** BF16 layers whose dimensions EC12 takes, with exceptions, and a dense layer. */
+SyntheticExperts bf16_model() {
+  SyntheticExperts s;
+  s.add_layer(5, 64, 128, DType::BF16, DType::BF16, 11);
+  s.add_dense_layer();
+  s.add_layer(3, 192, 64, DType::BF16, DType::BF16, 12);
+  s.add_ec12_exceptions(0, 9, 1);
+  s.add_ec12_exceptions(2, 4, 2);
+  return s;
+}
+
+TEST(ExpertBanks, Ec12RecordsDecodeToTheStoredBytes) {
+  SyntheticExperts s = bf16_model();
+  ASSERT_TRUE(ec12_bankable(s.banks));
+  auto alloc = make_host_allocator();
+  ExpertBanks stored(s.banks, *alloc, 2), banks(s.banks, *alloc, 3, {}, false, BankFormat::kEc12);
+  EXPECT_EQ(stored.format(), BankFormat::kStored);
+  EXPECT_EQ(banks.format(), BankFormat::kEc12);
+  EXPECT_EQ(banks.slot_bytes(), stored.slot_bytes());
+  int64_t total = 0;
+  for (int64_t l : {0, 2}) {
+    const ExpertLayout &lay = banks.layout(l), &rec = banks.record_layout(l);
+    EXPECT_EQ(lay, stored.layout(l));  // the slots hold BF16 as before
+    EXPECT_EQ(stored.record_layout(l), stored.layout(l));
+    EXPECT_EQ(rec.gate_type, DType::EC12);
+    EXPECT_EQ(rec.down_type, DType::EC12);
+    EXPECT_EQ(rec.bytes % kExpertAlign, 0);
+    EXPECT_EQ(banks.record_bytes(l), rec.bytes);
+    EXPECT_LT(rec.bytes, lay.bytes * 9 / 10) << "layer " << l;  // 12 bits a value plus the side tables
+    total += rec.bytes * banks.n_expert(l);
+    const ExpertBank& src = s.banks[static_cast<size_t>(l)];
+    const ExpertBank& view = banks.bank(l);
+    std::vector<uint8_t> slot(static_cast<size_t>(lay.bytes), 0xee), want(slot.size());
+    for (int32_t e = 0; e < src.n_expert(); ++e) {
+      EXPECT_EQ(banks.record(l, e), banks.host_base(l) + e * rec.bytes);
+      banks.copy_record(l, e, slot.data());
+      stored.copy_record(l, e, want.data());
+      EXPECT_EQ(std::memcmp(want.data(), stored.record(l, e), want.size()), 0);
+      ASSERT_EQ(std::memcmp(slot.data(), want.data(), slot.size()), 0) << "layer " << l << " expert " << e;
+      const Tensor* got[3] = {&view.gate[e], &view.up[e], &view.down[e]};
+      const Tensor* orig[3] = {&src.gate[e], &src.up[e], &src.down[e]};
+      for (int j = 0; j < 3; ++j) {  // the host views are the coded matrices
+        EXPECT_EQ(got[j]->dtype, DType::EC12);
+        EXPECT_TRUE(got[j]->has_shape({orig[j]->dim(0), orig[j]->dim(1)}));
+        std::vector<uint16_t> rows(static_cast<size_t>(orig[j]->numel()));
+        ec12::decode_rows(got[j]->bytes_ptr(), orig[j]->dim(0), orig[j]->dim(1), 0, orig[j]->dim(0), rows.data());
+        EXPECT_EQ(std::memcmp(rows.data(), orig[j]->data, rows.size() * 2), 0);
+      }
+    }
+  }
+  EXPECT_EQ(banks.total_bytes(), total);
+  EXPECT_LT(banks.total_bytes(), stored.total_bytes());
+  ExpertBanks again(s.banks, *alloc, 1, {}, false, BankFormat::kEc12);  // the fill does not depend on threads
+  for (int64_t l : {0, 2})
+    EXPECT_EQ(std::memcmp(again.host_base(l), banks.host_base(l), static_cast<size_t>(banks.record_bytes(l) * 3)), 0);
+}
+
+TEST(ExpertBanks, Ec12NeedsBf16ExpertsInWholeGroups) {
+  SyntheticExperts mixed = mixed_model();  // a Q4_K layer
+  EXPECT_FALSE(ec12_bankable(mixed.banks));
+  auto alloc = make_host_allocator();
+  EXPECT_THROW(ExpertBanks(mixed.banks, *alloc, 1, {}, false, BankFormat::kEc12), Error);
+  SyntheticExperts odd;
+  odd.add_layer(2, 32, 64, DType::BF16, DType::BF16, 1);  // down rows of 32 values: half a group
+  EXPECT_FALSE(ec12_bankable(odd.banks));
+  SyntheticExperts dense;
+  dense.add_dense_layer();
+  EXPECT_FALSE(ec12_bankable(dense.banks));
+  EXPECT_TRUE(ec12_bankable(bf16_model().banks));
 }
 
 TEST(ExpertBanks, InconsistentExpertsAreRejected) {

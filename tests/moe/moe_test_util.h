@@ -46,6 +46,25 @@ struct SyntheticExperts {
     banks.push_back(std::move(b));
   }
   void add_dense_layer() { banks.emplace_back(); }
+
+  /** Sets `n` random values of each BF16 matrix of `layer` to tiny magnitudes (2^-100 and below,
+   *  either sign) and exact zeros: high bytes no table of 16 picks, so EC12 (moe/ec12.h) holds them
+   *  as exceptions, several in some rows. The function barely changes. */
+  void add_ec12_exceptions(size_t layer, int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    ExpertBank& b = banks[layer];
+    for (std::vector<Tensor>* part : {&b.gate, &b.up, &b.down})
+      for (Tensor& t : *part) {
+        if (t.dtype != DType::BF16) continue;
+        auto* v = static_cast<uint16_t*>(t.data);
+        std::uniform_int_distribution<int64_t> at(0, t.numel() - 1);
+        for (int i = 0; i < n; ++i) {
+          const int64_t j = i % 3 == 2 ? at(rng) % t.dim(1) : at(rng);  // a third land in row 0
+          const uint16_t tiny = static_cast<uint16_t>(((27 - i % 20) << 7) | (rng() & 0x7f) | (i % 2 ? 0x8000 : 0));
+          v[j] = i % 7 == 6 ? 0 : tiny;
+        }
+      }
+  }
 };
 
 /** Router-like ids [T, k]: k distinct experts of E per row, drawn with a skew (Zipf exponent s over a

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/cpu_ops.h"
 #include "formats/checkpoint.h"
@@ -69,21 +70,19 @@ MoePlan variant_plan(const Variant& v, const HostExpertBanks& host, int32_t E) {
   return make_plan(host, v.strategy, slots < 0 ? 0 : slots, v.cap, v.cpu_layers);
 }
 
-TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
-  SyntheticExperts s;
-  const int32_t E = 8, k = 3;
-  const int64_t H = 64, F = 32;
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 1);
-  s.add_dense_layer();
-  s.add_layer(E, F, H, DType::Q8_0, DType::BF16, 2);
-  s.add_layer(E, F, H, DType::BF16, DType::F16, 3);
+/** Every variant on `s` (MoE layers 0, 2 and 3 of E experts, [*, H] inputs; layer 1 dense) against
+ *  fused, the banks in `format` (unset: the default choice; want_format: the one expected). */
+void expect_variants_equal_fused(const HostExpertBanks& banks, int32_t E, int64_t H, std::optional<BankFormat> format,
+                                 BankFormat want_format) {
+  const int32_t k = 3;
   CpuOps ops(1);
-  ResidentExperts fused(ops, s.banks);
+  ResidentExperts fused(ops, banks);
   MoeRuntimeOptions ro;
-  ro.max_tokens = 16, ro.n_expert_used = k, ro.cpu_threads = 2;
+  ro.max_tokens = 16, ro.n_expert_used = k, ro.cpu_threads = 2, ro.bank_format = format;
   for (const Variant& v : kVariants) {
     SCOPED_TRACE(v.name);
-    OffloadedExperts off(ops, s.banks, variant_plan(v, s.banks, E), variant_options(v, ro));
+    OffloadedExperts off(ops, banks, variant_plan(v, banks, E), variant_options(v, ro));
+    EXPECT_EQ(off.banks().format(), want_format);
     std::mt19937 rng(7);
     for (int step = 0; step < 25; ++step) {
       const int64_t T = step % 5 == 4 ? 16 : 1 + step % 3;
@@ -143,7 +142,7 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
       // Hybrid with prefetch: layer 2 is always prefetched, so its own misses go to the CPU.
       EXPECT_EQ(st[2].misses > 0, !(v.prefetch && v.cap >= 0));
       EXPECT_GT(st[2].hits, 0);
-      EXPECT_EQ(st[2].bytes, (st[2].misses + st[2].prefetched) * off.banks().layout(2).bytes);
+      EXPECT_EQ(st[2].bytes, (st[2].misses + st[2].prefetched) * off.banks().record_bytes(2));
       EXPECT_EQ(st[2].cpu_experts > 0, v.cap > 0);
     }
     EXPECT_EQ(st[2].prefetched > 0, v.prefetch);
@@ -164,6 +163,33 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
       }
     }
   }
+}
+
+TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
+  SyntheticExperts s;
+  const int32_t E = 8;
+  const int64_t H = 64, F = 32;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 1);
+  s.add_dense_layer();
+  s.add_layer(E, F, H, DType::Q8_0, DType::BF16, 2);
+  s.add_layer(E, F, H, DType::BF16, DType::F16, 3);
+  expect_variants_equal_fused(s.banks, E, H, std::nullopt, BankFormat::kStored);  // not all BF16: stored
+}
+
+// BF16 experts in whole 64-value groups: the banks default to EC12, decoded into the slots (the
+// gather's and the streaming copy's CPU twins) and by the CPU executor; still fused's function,
+// bit for bit where fused's kernels run. And the same model with stored banks.
+TEST(OffloadedExperts, Ec12BanksComputeTheSameFunction) {
+  SyntheticExperts s;
+  const int32_t E = 8;
+  const int64_t H = 128, F = 64;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 4);
+  s.add_dense_layer();
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 5);
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 6);
+  for (size_t l : {0, 2, 3}) s.add_ec12_exceptions(l, 6, static_cast<uint32_t>(l));
+  expect_variants_equal_fused(s.banks, E, H, std::nullopt, BankFormat::kEc12);
+  expect_variants_equal_fused(s.banks, E, H, BankFormat::kStored, BankFormat::kStored);
 }
 
 // Prefetch depth 2 under eviction: six MoE layers of 4 experts in 16 slots (4 x E, the smallest

@@ -73,6 +73,8 @@ __global__ void copy_wait_kernel(uint32_t* counters, int entry, uint32_t* timed_
 DmaPrefetch::DmaPrefetch(const ExpertBanks& banks, uint8_t* pool, int64_t slot_bytes, int32_t n_slots,
                          int32_t max_misses, int device, int spin_us)
     : banks_(banks), pool_(pool), slot_bytes_(slot_bytes), n_slots_(n_slots), device_(device) {
+  if (banks.format() != BankFormat::kStored)
+    fail(ErrorCode::kUnsupported, "expert cache: the copy engines copy stored records only (these are EC12-coded)");
   cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
   if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &write_value_, 12000, cudaEnableDefault, &q) !=
           cudaSuccess ||
@@ -110,7 +112,7 @@ DmaPrefetch::DmaPrefetch(const ExpertBanks& banks, uint8_t* pool, int64_t slot_b
                m.layer, m.expert, m.slot);
         const cudaError_t e = cudaMemcpyAsync(pool_ + static_cast<int64_t>(m.slot) * slot_bytes_,
                                               banks_.record(m.layer, m.expert),
-                                              static_cast<size_t>(banks_.layout(m.layer).bytes),
+                                              static_cast<size_t>(banks_.record_bytes(m.layer)),
                                               cudaMemcpyHostToDevice, stream_);
         if (e != cudaSuccess)
           fail(ErrorCode::kInternal, "expert cache: prefetch copy: {}", cudaGetErrorString(e));

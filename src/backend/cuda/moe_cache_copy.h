@@ -23,7 +23,8 @@ class DmaPrefetch {
   /** Copies misses of at most `max_misses` experts from `banks` (pinned for CUDA device `device`)
    *  into the slot pool `pool` (n_slots slots of slot_bytes, device memory). `spin_us`: the host
    *  thread's polling time before it sleeps (PrefetchCopier). Throws ft::Error(kUnsupported) when
-   *  the driver offers no stream memory operations, kOutOfMemory from the allocations. */
+   *  the driver offers no stream memory operations or the banks are not BankFormat::kStored,
+   *  kOutOfMemory from the allocations. */
   DmaPrefetch(const ExpertBanks& banks, uint8_t* pool, int64_t slot_bytes, int32_t n_slots, int32_t max_misses,
               int device, int spin_us);
   /** Stops the host thread; the caller must have synchronized the streams that queued publish()

@@ -22,9 +22,25 @@ void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
                                int64_t record_bytes, cudaStream_t stream);
 
+/** Where a layer's EC12 records (moe/ec12.h, BankFormat::kEc12) put each coded matrix and where
+ *  its decoded BF16 goes in a slot. Matrix j: 0 gate, 1 up, 2 down. */
+struct Ec12Layer {
+  int64_t record_offset[3] = {};  // bytes from the record start (the coded matrix)
+  int64_t slot_offset[3] = {};    // bytes from the slot start (the BF16 matrix)
+  int32_t rows[3] = {}, cols[3] = {};
+  int32_t rows_per_item[3] = {};  // rows one work item decodes
+  int32_t items[3] = {};          // ceil(rows / rows_per_item)
+};
+
+/** Ec12Layer for matrices [rows[j], cols[j]] at the given offsets; work items of ~48 KiB of coded
+ *  rows. Host side (moe_cache_gather.cu). */
+Ec12Layer make_ec12_layer(const int64_t record_offset[3], const int64_t slot_offset[3], const int64_t rows[3],
+                          const int64_t cols[3]);
+
 /** Arguments of the gather: miss i of *n_misses (device) copies record_bytes[m.layer] bytes from
  *  host_base[m.layer] + m.expert * record_bytes[m.layer] (mapped host memory, read over UVA) to
- *  pool + m.slot * slot_bytes (device). Addresses and sizes are multiples of 16 bytes. */
+ *  pool + m.slot * slot_bytes (device). Addresses and sizes are multiples of 16 bytes. With `ec12`
+ *  set the records are EC12-coded and each is decoded into its slot instead of copied. */
 struct GatherArgs {
   const CacheMiss* misses = nullptr;
   const int32_t* n_misses = nullptr;
@@ -34,10 +50,18 @@ struct GatherArgs {
   int64_t max_record_bytes = 0;
   uint8_t* pool = nullptr;
   int64_t slot_bytes = 0;
+  const Ec12Layer* ec12 = nullptr;  // [n_layers] (device) for EC12 banks; null: plain copies
+  int32_t ec12_items = 0;           // work items of one EC12 record (the largest over layers)
 };
 
 /** Copies the missed records into their slots with 16-byte loads, `blocks` blocks (a few per SM
  *  keep enough loads in flight to saturate PCIe; the grid does not depend on the miss count). */
 void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream);
+
+/** Prefill streaming for EC12 banks (a.ec12 set): decodes `layer`'s experts 0..n-1 into slots
+ *  first..first+n-1, reading the records over UVA, with `blocks` blocks on `stream` (the copy
+ *  engines cannot decode). Throws kInvalidArgument without a.ec12. */
+void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
+                              cudaStream_t stream);
 
 }  // namespace ft::cuda

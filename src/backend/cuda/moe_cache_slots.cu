@@ -5,7 +5,8 @@
 // new routes. The slot pool is exposed per layer as an ExpertBank of device views, so
 // CudaOps::moe_experts computes with slot ids exactly as with resident expert ids.
 // Prefill streaming copies a whole layer's records into a staging region with one 2-D copy on a
-// second stream (the copy engine, so the SMs keep computing), ordered by events: the copy starts
+// second stream (the copy engine, so the SMs keep computing; EC12 banks: the decoding gather kernel
+// on that stream), ordered by events: the copy starts
 // after the work queued before stream_layer, and wait_region makes the backend's stream wait for it.
 #include <algorithm>
 #include <memory>
@@ -42,7 +43,21 @@ class CudaExpertSlots final : public ExpertSlots {
         fail(ErrorCode::kInvalidArgument, "expert slots: layer {}'s expert bank is not pinned for a GPU (allocate the "
              "banks with make_pinned_host_allocator)", l);
       base[static_cast<size_t>(l)] = reinterpret_cast<uint64_t>(banks.device_base(l));
-      rec[static_cast<size_t>(l)] = banks.layout(l).bytes;
+      rec[static_cast<size_t>(l)] = banks.record_bytes(l);
+    }
+    // EC12 banks: where each layer's coded matrices sit and where they decode to (the gather decodes).
+    const bool ec12 = banks.format() == BankFormat::kEc12;
+    std::vector<cuda::Ec12Layer> ec12_layers(ec12 ? static_cast<size_t>(L) : 0);
+    int32_t ec12_items = 0;
+    for (int32_t l = 0; ec12 && l < L; ++l) {
+      if (banks.n_expert(l) == 0) continue;
+      const ExpertLayout &rl = banks.record_layout(l), &sl = banks.layout(l);
+      const int64_t ro[3] = {rl.gate_offset, rl.up_offset, rl.down_offset};
+      const int64_t so[3] = {sl.gate_offset, sl.up_offset, sl.down_offset};
+      const int64_t rows[3] = {sl.n_ff, sl.n_ff, sl.n_embd}, cols[3] = {sl.n_embd, sl.n_embd, sl.n_ff};
+      cuda::Ec12Layer& el = ec12_layers[static_cast<size_t>(l)];
+      el = cuda::make_ec12_layer(ro, so, rows, cols);
+      ec12_items = std::max(ec12_items, el.items[0] + el.items[1] + el.items[2]);
     }
     max_misses_ = std::min(max_pairs, E);
     auto carve = [&](int64_t bytes) {
@@ -55,7 +70,8 @@ class CudaExpertSlots final : public ExpertSlots {
                   o_miss = carve(static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_), o_nmiss = carve(4),
                   o_pf_miss = carve(int64_t{kPf} * static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_),
                   o_pf_nmiss = carve(int64_t{4} * kPf),
-                  o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L);
+                  o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L),
+                  o_ec12 = carve(static_cast<int64_t>(sizeof(cuda::Ec12Layer)) * static_cast<int64_t>(ec12_layers.size()));
     state_ = ops.alloc(state_bytes_);
     uint8_t* d = static_cast<uint8_t*>(state_.data());
     dev_.n_layers = L, dev_.n_expert = E, dev_.n_slots = n_slots;
@@ -69,8 +85,12 @@ class CudaExpertSlots final : public ExpertSlots {
     gather_.misses = misses_, gather_.n_misses = n_misses_, gather_.max_misses = max_misses_;
     gather_.host_base = reinterpret_cast<uint64_t*>(d + o_base);
     gather_.record_bytes = reinterpret_cast<int64_t*>(d + o_rec);
-    gather_.max_record_bytes = banks.slot_bytes();
+    gather_.max_record_bytes = *std::max_element(rec.begin(), rec.end());
     gather_.slot_bytes = banks.slot_bytes();
+    if (ec12) {
+      gather_.ec12 = reinterpret_cast<const cuda::Ec12Layer*>(d + o_ec12);
+      gather_.ec12_items = ec12_items;
+    }
     // A miss list per prefetch in flight: a prefetch's copies may still read one while the next
     // prefetch admission writes another, and no admission waits for them.
     for (int p = 0; p < kPf; ++p) {
@@ -88,6 +108,9 @@ class CudaExpertSlots final : public ExpertSlots {
                                   cudaMemcpyHostToDevice, st));
     FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<int64_t*>(gather_.record_bytes), rec.data(), rec.size() * 8,
                                   cudaMemcpyHostToDevice, st));
+    if (ec12)
+      FT_CUDA_CHECK(cudaMemcpyAsync(const_cast<cuda::Ec12Layer*>(gather_.ec12), ec12_layers.data(),
+                                    ec12_layers.size() * sizeof(cuda::Ec12Layer), cudaMemcpyHostToDevice, st));
     pool_ = ops.alloc(static_cast<int64_t>(n_slots) * banks.slot_bytes());
     gather_.pool = static_cast<uint8_t*>(pool_.data());
     for (Prefetch& f : pf_) f.gather.pool = gather_.pool;
@@ -108,9 +131,10 @@ class CudaExpertSlots final : public ExpertSlots {
     build_regions(banks, gather_.pool, n_slots, Device::kCuda);
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
     // Offload's prefetch (no fetch cap) by the copy engines: a host thread copies each miss
-    // (moe_cache_copy.h). Hybrid layers keep the gather kernel (their host cores are the CPU
+    // (moe_cache_copy.h), for stored records. Hybrid layers keep the gather kernel (their host cores are the CPU
     // executor's, and their fewer gather blocks are tuned against the exchange's reads).
-    if (g_prefetch_dma.on()) {
+    // EC12 records are decoded on the way in, which the copy engines cannot do: the gather kernel.
+    if (g_prefetch_dma.on() && !ec12) {
       try {
         dma_ = std::make_unique<cuda::DmaPrefetch>(banks, gather_.pool, banks.slot_bytes(), n_slots, max_misses_,
                                                    ops.device_index(), kDmaSpinUs);
@@ -161,7 +185,7 @@ class CudaExpertSlots final : public ExpertSlots {
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
     a.spare = ledger_.admit(layer);  // the prefetches for later layers may still be filling theirs
-    a.record_bytes = banks_.layout(layer).bytes;
+    a.record_bytes = banks_.record_bytes(layer);
     a.ids = ids.ptr<int32_t>(), a.slot_ids = slot_ids.ptr<int32_t>();
     a.cpu_ids = cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>();
     a.misses = misses_, a.n_misses = n_misses_;
@@ -187,7 +211,7 @@ class CudaExpertSlots final : public ExpertSlots {
     AdmitArgs a;
     a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
     a.spare = ledger_.prefetch_spare();
-    a.record_bytes = banks_.layout(layer).bytes;
+    a.record_bytes = banks_.record_bytes(layer);
     a.ids = ids.ptr<int32_t>(), a.slot_ids = sid.ptr<int32_t>();
     a.misses = f.misses, a.n_misses = f.n_misses;
     cudaStream_t st = ops_.stream();
@@ -218,14 +242,17 @@ class CudaExpertSlots final : public ExpertSlots {
     const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
     join_prefetches();
     last_was_prefetch_ = false;
-    const int64_t rb = banks_.layout(layer).bytes, sb = banks_.slot_bytes();
+    const int64_t rb = banks_.record_bytes(layer), sb = banks_.slot_bytes();
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_claim_region(dev_, layer, first, n, rb, st);
     FT_CUDA_CHECK(cudaEventRecord(queued_, st));  // the copy stream takes the wait when it is queued
     FT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued_, 0));
-    FT_CUDA_CHECK(cudaMemcpy2DAsync(gather_.pool + static_cast<int64_t>(first) * sb, static_cast<size_t>(sb),
-                                    banks_.host_base(layer), static_cast<size_t>(rb), static_cast<size_t>(rb),
-                                    static_cast<size_t>(n), cudaMemcpyHostToDevice, copy_stream_));
+    if (gather_.ec12)  // decoded on the way in: the decoding gather, on the copy stream all the same
+      cuda::launch_cache_stream_ec12(gather_, layer, first, n, gather_blocks_, copy_stream_);
+    else
+      FT_CUDA_CHECK(cudaMemcpy2DAsync(gather_.pool + static_cast<int64_t>(first) * sb, static_cast<size_t>(sb),
+                                      banks_.host_base(layer), static_cast<size_t>(rb), static_cast<size_t>(rb),
+                                      static_cast<size_t>(n), cudaMemcpyHostToDevice, copy_stream_));
     FT_CUDA_CHECK(cudaEventRecord(copied_[static_cast<size_t>(region)], copy_stream_));
   }
 
