@@ -47,7 +47,8 @@ TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
                             "--moe-strategy hybrid --moe-fetch-cap 2", "--moe-strategy auto --gpu-memory-limit 0.03",
                             "--moe-strategy offload --moe-cache-slots 128 --moe-prefetch on",
                             "--moe-strategy hybrid --moe-fetch-cap 1 --moe-prefetch on", "--moe-strategy hybrid",
-                            "--moe-strategy cpu --moe-cpu-int8 off", "--moe-strategy offload --embed-weights host"}) {
+                            "--moe-strategy cpu --moe-cpu-int8 off", "--moe-strategy offload --embed-weights host",
+                            "--moe-strategy cpu --moe-bank-format stored"}) {
     SCOPED_TRACE(flags);
     const Result r = run_moe(flags);
     ASSERT_EQ(r.code, 0) << r.err;
@@ -138,6 +139,8 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy offload --moe-prefetch off --moe-prefetch-depth 2", 2, "there is no prefetch to deepen"},
       {"--embed-weights pinned", 2, "--embed-weights"},
       {"--moe-strategy cpu --moe-cpu-int8 yes", 2, "--moe-cpu-int8 yes must be on or off"},
+      {"--moe-bank-format zip", 2, "--moe-bank-format zip must be auto, stored or ec12"},
+      {"--moe-strategy fused --moe-bank-format stored", 2, "--moe-bank-format stored needs expert banks"},
       {"--moe-strategy cpu --moe-prefetch on", 2, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid"},
       {"--moe-strategy offload --moe-cache-slots 64", 2, "below the minimum of 128"},
       {"--moe-strategy offload --moe-cache-slots 0", 2, "must be at least 2 x the experts of a MoE layer"},

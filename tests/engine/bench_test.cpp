@@ -177,6 +177,27 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   EXPECT_EQ(run_ft(kTinyBench).out.find("moe_cache"), std::string::npos);  // fused: no cache block
 }
 
+TEST(BenchCli, Ec12BanksReadFewerBytesPerExpert) {
+  // tiny-moe in bf16: every expert is BF16 with dimensions in whole 64-value groups, so auto codes
+  // the banks (EC12), and the CPU reads ~75% of a stored record per expert (12 bits a value).
+  std::string bf16 = kTinyBench;
+  bf16.replace(bf16.find("q8_0"), 4, "bf16");
+  const Result ec12 = run_ft(bf16 + " --moe-strategy cpu"), stored = run_ft(bf16 + " --moe-strategy cpu --moe-bank-format stored");
+  ASSERT_EQ(ec12.code, 0) << ec12.err;
+  ASSERT_EQ(stored.code, 0) << stored.err;
+  const nlohmann::json a = nlohmann::json::parse(ec12.out), b = nlohmann::json::parse(stored.out);
+  EXPECT_NE(a["moe_plan"].get<std::string>().find("EC12 expert banks"), std::string::npos) << a["moe_plan"];
+  EXPECT_EQ(b["moe_plan"].get<std::string>().find("EC12"), std::string::npos) << b["moe_plan"];
+  const double coded = a["results"][0]["moe_cache"]["cpu_bytes_per_step"].get<double>();
+  const double plain = b["results"][0]["moe_cache"]["cpu_bytes_per_step"].get<double>();
+  EXPECT_GT(coded, 0.70 * plain);
+  EXPECT_LT(coded, 0.80 * plain);
+  // Explicit ec12 on experts it cannot code: refused, naming why.
+  const Result q8 = run_ft(std::string(kTinyBench) + " --moe-strategy cpu --moe-bank-format ec12");
+  EXPECT_NE(q8.code, 0);
+  EXPECT_NE(q8.err.find("EC12 form needs BF16 experts"), std::string::npos) << q8.err;
+}
+
 TEST(BenchCli, DecodeLogWindowsLeaveThePrefillOut) {
   // --decode-log-interval 2 over batches 1 and 2 of tiny-moe (2 layers of 8 experts, top-2): the
   // batch-2 prefill (32 tokens, every expert of a layer) falls inside a window of decode steps. A

@@ -3,9 +3,8 @@
 // (miss, 64 KiB chunk); a fixed grid strides over items up to the device-side miss count, so the
 // launch shape never depends on the data (graph-capturable). Each thread keeps 4 independent
 // 16-byte loads in flight; measured on the H200 (DESIGN.md): ~51 GB/s for 9 MiB blocks.
-// EC12 banks (moe/ec12.h) take the decoding twin: work items are (miss, matrix, ~48 KiB of coded
-// rows); a thread decodes half a 64-value group from three 16-byte loads (the code bytes and two
-// 16-byte lanes of low bytes), four halves in flight, then the block patches its rows' exceptions.
+// EC12 banks (moe/ec12.h) take the decoding twin: work items are (miss, matrix, 256 groups = 24 KiB
+// of coded values), staged through shared memory (cache_gather_ec12_kernel).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -43,8 +42,9 @@ __global__ void __launch_bounds__(kGatherThreads) cache_gather_kernel(GatherArgs
   }
 }
 
-constexpr int kEc12Unroll = 4;
-constexpr int64_t kEc12ItemBytes = 48 * 1024;  // coded bytes one work item decodes (about)
+// An EC12 work item: up to 256 groups (24 KiB of coded values) of one matrix, one per thread pair.
+constexpr int64_t kEc12ItemGroups = 256;
+constexpr int kEc12Loads = static_cast<int>(kEc12ItemGroups * ec12::kGroupBytes / 16 / kGatherThreads);  // 6
 
 /** Byte i (0..15) of v. */
 __device__ __forceinline__ uint32_t byte_of(const uint4& v, int i) {
@@ -70,12 +70,20 @@ __device__ __forceinline__ uint4 decode8(const uint4& lo, const uint4& code, int
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/** Decodes work items of EC12 records into slots. Miss i is a.misses[i] (i < *a.n_misses), or with
- *  stream_n > 0 the record of (stream_layer, i) into slot stream_first + i (i < stream_n). */
+/** Decodes EC12 records into slots. Miss i is a.misses[i] (i < *a.n_misses), or with stream_n > 0
+ *  the record of (stream_layer, i) into slot stream_first + i (i < stream_n). Per work item the
+ *  block reads its groups with consecutive 16-byte loads (whole lines over PCIe, as the plain
+ *  gather: per-thread loads of a group's pieces would cut the reads into 32-byte requests) into
+ *  shared memory, with the matrix's table and its rows' exception range beside them; then each
+ *  thread decodes half a group from three 16-byte pieces (the code bytes and two 16-byte lanes of
+ *  low bytes), and last the block patches the exceptions that fall in its groups. */
 __global__ void __launch_bounds__(kGatherThreads)
     cache_gather_ec12_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n) {
+  __shared__ uint4 stage[kEc12Loads * kGatherThreads];
   __shared__ uint8_t table[ec12::kTableSize];
+  __shared__ uint32_t exc_range[2];
   const int64_t n_items = static_cast<int64_t>(stream_n > 0 ? stream_n : *a.n_misses) * a.ec12_items;
+  const int t = static_cast<int>(threadIdx.x);
   for (int64_t item = blockIdx.x; item < n_items; item += gridDim.x) {
     const int32_t mi = static_cast<int32_t>(item / a.ec12_items);
     const CacheMiss m = stream_n > 0 ? CacheMiss{stream_layer, mi, stream_first + mi} : a.misses[mi];
@@ -83,54 +91,48 @@ __global__ void __launch_bounds__(kGatherThreads)
     int j = static_cast<int>(item % a.ec12_items), mat = 0;
     while (mat < 3 && j >= L.items[mat]) j -= L.items[mat++];
     if (mat == 3) continue;  // this layer's records have fewer items than the largest
-    const int64_t rows = L.rows[mat], cols = L.cols[mat];
+    const ec12::MatrixGeometry g{L.rows[mat], L.cols[mat], 0};
     const uint8_t* src = reinterpret_cast<const uint8_t*>(a.host_base[m.layer] +
                                                           static_cast<uint64_t>(m.expert) * a.record_bytes[m.layer] +
                                                           L.record_offset[mat]);
     uint16_t* dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
-    const int64_t r0 = static_cast<int64_t>(j) * L.rows_per_item[mat];
-    const int64_t r1 = r0 + L.rows_per_item[mat] < rows ? r0 + L.rows_per_item[mat] : rows;
-    __syncthreads();  // the previous item's table reads are done
-    if (threadIdx.x < ec12::kTableSize) table[threadIdx.x] = src[threadIdx.x];
-    __syncthreads();
-    const ec12::MatrixGeometry g{rows, cols, 0};
-    const int64_t halves_per_row = cols / 32, n_halves = (r1 - r0) * halves_per_row;
-    const uint8_t* rows_src = src + ec12::kHeaderBytes + r0 * g.row_bytes();
-    uint16_t* rows_dst = dst + r0 * cols;
-    for (int64_t h0 = threadIdx.x; h0 < n_halves; h0 += kEc12Unroll * kGatherThreads) {
-      uint4 code[kEc12Unroll], lo_a[kEc12Unroll], lo_b[kEc12Unroll];
-#pragma unroll
-      for (int u = 0; u < kEc12Unroll; ++u) {
-        const int64_t h = h0 + u * kGatherThreads;
-        if (h >= n_halves) continue;
-        // Halves are consecutive in memory: group h / 2 of the rows, at 96 bytes each.
-        const uint8_t* grp = rows_src + (h >> 1) * ec12::kGroupBytes;
-        const int half = static_cast<int>(h & 1);
-        code[u] = *reinterpret_cast<const uint4*>(grp + 16 * half);
-        lo_a[u] = *reinterpret_cast<const uint4*>(grp + 32 + 16 * half);
-        lo_b[u] = *reinterpret_cast<const uint4*>(grp + 64 + 16 * half);
-      }
-#pragma unroll
-      for (int u = 0; u < kEc12Unroll; ++u) {
-        const int64_t h = h0 + u * kGatherThreads;
-        if (h >= n_halves) continue;
-        // Low-byte lane `half` holds natural values 8 half..+8 and 32 + 8 half..+8; lane half + 2
-        // (its codes in the high nibbles) 16 + 8 half..+8 and 48 + 8 half..+8.
-        const int half = static_cast<int>(h & 1);
-        uint16_t* out = rows_dst + (h >> 1) * ec12::kGroup + 8 * half;
-        *reinterpret_cast<uint4*>(out) = decode8(lo_a[u], code[u], 0, false, table);
-        *reinterpret_cast<uint4*>(out + 32) = decode8(lo_a[u], code[u], 8, false, table);
-        *reinterpret_cast<uint4*>(out + 16) = decode8(lo_b[u], code[u], 0, true, table);
-        *reinterpret_cast<uint4*>(out + 48) = decode8(lo_b[u], code[u], 8, true, table);
-      }
+    const int64_t groups_per_row = g.cols / ec12::kGroup, total = g.rows * groups_per_row;
+    const int64_t ga = static_cast<int64_t>(j) * kEc12ItemGroups;
+    const int64_t gb = ga + kEc12ItemGroups < total ? ga + kEc12ItemGroups : total;
+    const int n16 = static_cast<int>((gb - ga) * ec12::kGroupBytes / 16);
+    const uint4* from = reinterpret_cast<const uint4*>(src + ec12::kHeaderBytes + ga * ec12::kGroupBytes);
+    __syncthreads();  // the previous item's shared data is no longer read
+    if (t < ec12::kTableSize) table[t] = src[t];
+    if (t == ec12::kTableSize || t == ec12::kTableSize + 1) {
+      const int64_t row = t == ec12::kTableSize ? ga / groups_per_row : (gb - 1) / groups_per_row + 1;
+      exc_range[t - ec12::kTableSize] = reinterpret_cast<const uint32_t*>(src + g.row_index_offset())[row];
     }
-    __syncthreads();  // the decoded rows are written: now the exceptions over them
-    const uint32_t* index = reinterpret_cast<const uint32_t*>(src + g.row_index_offset());
+    uint4 v[kEc12Loads];
+#pragma unroll
+    for (int i = 0; i < kEc12Loads; ++i)
+      if (t + i * kGatherThreads < n16) v[i] = from[t + i * kGatherThreads];
+#pragma unroll
+    for (int i = 0; i < kEc12Loads; ++i)
+      if (t + i * kGatherThreads < n16) stage[t + i * kGatherThreads] = v[i];
+    __syncthreads();
+    for (int64_t h = t; h < 2 * (gb - ga); h += kGatherThreads) {
+      // Low-byte lane `half` holds natural values 8 half..+8 and 32 + 8 half..+8; lane half + 2
+      // (its codes in the high nibbles) 16 + 8 half..+8 and 48 + 8 half..+8.
+      const int half = static_cast<int>(h & 1);
+      const uint4* grp = stage + (h >> 1) * (ec12::kGroupBytes / 16);
+      const uint4 code = grp[half], lo_a = grp[2 + half], lo_b = grp[4 + half];
+      uint16_t* out = dst + (ga + (h >> 1)) * ec12::kGroup + 8 * half;
+      *reinterpret_cast<uint4*>(out) = decode8(lo_a, code, 0, false, table);
+      *reinterpret_cast<uint4*>(out + 32) = decode8(lo_a, code, 8, false, table);
+      *reinterpret_cast<uint4*>(out + 16) = decode8(lo_b, code, 0, true, table);
+      *reinterpret_cast<uint4*>(out + 48) = decode8(lo_b, code, 8, true, table);
+    }
+    __syncthreads();  // the decoded values are written: now the exceptions among them
     const uint2* exc = reinterpret_cast<const uint2*>(src + g.exceptions_offset());
-    const uint32_t e1 = index[r1];
-    for (uint32_t e = index[r0] + threadIdx.x; e < e1; e += kGatherThreads) {
+    const uint64_t lo = static_cast<uint64_t>(ga) * ec12::kGroup, hi = static_cast<uint64_t>(gb) * ec12::kGroup;
+    for (uint32_t e = exc_range[0] + t; e < exc_range[1]; e += kGatherThreads) {
       const uint2 x = exc[e];
-      dst[x.x] = static_cast<uint16_t>(x.y);
+      if (x.x >= lo && x.x < hi) dst[x.x] = static_cast<uint16_t>(x.y);
     }
   }
 }
@@ -147,15 +149,14 @@ Ec12Layer make_ec12_layer(const int64_t record_offset[3], const int64_t slot_off
                           const int64_t cols[3]) {
   Ec12Layer l;
   for (int j = 0; j < 3; ++j) {
+    const int64_t groups = rows[j] * cols[j] / ec12::kGroup;
     if (!ec12::supports(cols[j]) || rows[j] < 1 || rows[j] > INT32_MAX || cols[j] > INT32_MAX ||
-        record_offset[j] % 16 != 0 || slot_offset[j] % 16 != 0)
+        rows[j] * cols[j] > UINT32_MAX || record_offset[j] % 16 != 0 || slot_offset[j] % 16 != 0)
       fail(ErrorCode::kInvalidArgument, "expert cache gather: EC12 matrix {} of [{}, {}] at record offset {}, slot "
            "offset {}", j, rows[j], cols[j], record_offset[j], slot_offset[j]);
-    const int64_t row_bytes = ec12::MatrixGeometry{rows[j], cols[j], 0}.row_bytes();
     l.record_offset[j] = record_offset[j], l.slot_offset[j] = slot_offset[j];
     l.rows[j] = static_cast<int32_t>(rows[j]), l.cols[j] = static_cast<int32_t>(cols[j]);
-    l.rows_per_item[j] = static_cast<int32_t>(std::clamp<int64_t>(kEc12ItemBytes / row_bytes, 1, rows[j]));
-    l.items[j] = static_cast<int32_t>((rows[j] + l.rows_per_item[j] - 1) / l.rows_per_item[j]);
+    l.items[j] = static_cast<int32_t>((groups + kEc12ItemGroups - 1) / kEc12ItemGroups);
   }
   return l;
 }

@@ -28,12 +28,11 @@ struct Ec12Layer {
   int64_t record_offset[3] = {};  // bytes from the record start (the coded matrix)
   int64_t slot_offset[3] = {};    // bytes from the slot start (the BF16 matrix)
   int32_t rows[3] = {}, cols[3] = {};
-  int32_t rows_per_item[3] = {};  // rows one work item decodes
-  int32_t items[3] = {};          // ceil(rows / rows_per_item)
+  int32_t items[3] = {};  // work items: 256 groups of 64 values each (the last fewer)
 };
 
-/** Ec12Layer for matrices [rows[j], cols[j]] at the given offsets; work items of ~48 KiB of coded
- *  rows. Host side (moe_cache_gather.cu). */
+/** Ec12Layer for matrices [rows[j], cols[j]] at the given offsets. Host side (moe_cache_gather.cu).
+ *  Throws kInvalidArgument for a shape EC12 does not take or offsets not 16-byte aligned. */
 Ec12Layer make_ec12_layer(const int64_t record_offset[3], const int64_t slot_offset[3], const int64_t rows[3],
                           const int64_t cols[3]);
 
