@@ -64,15 +64,14 @@ void q8_dot_tile(const cpu::Q8Row& x, const Tensor& w, int64_t r0, int64_t nr, f
     cpu::dot_rows_q8(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, static_cast<int>(std::min<int64_t>(4, nr - r)), y + r);
 }
 
-/** dot_tile over rows [r0, r0 + nr) of w [N, K] as stored (cpu::dot_rows_stored). EC12 rows are
- *  decoded to BF16 four at a time into bf (they stay in L1) and dotted as BF16: the same bits as
- *  the BF16 matrix they code. */
-void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, float* y, std::vector<uint16_t>& bf) {
+/** dot_tile over rows [r0, r0 + nr) of w [N, K] as stored (cpu::dot_rows_stored; EC12 rows through
+ *  ec12::dot_rows: the same bits as the BF16 matrix they code). */
+void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, float* y) {
   const int64_t K = w.dim(1), rb = w.row_bytes();
   for (int64_t r = 0; r < nr; r += 4) {
     const int rows = static_cast<int>(std::min<int64_t>(4, nr - r));
     if (w.dtype == DType::EC12)
-      cpu::dot_rows_stored(DType::BF16, x, ec12_rows(w, r0 + r, rows, bf), 2 * K, rows, K, y + r);
+      ec12::dot_rows(x, w.bytes_ptr(), w.dim(0), K, r0 + r, rows, y + r);
     else
       cpu::dot_rows_stored(w.dtype, x, w.bytes_ptr() + (r0 + r) * rb, rb, rows, K, y + r);
   }
@@ -230,10 +229,10 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       const float* xt = xf + t * H;
       if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
       else if (wg) dot_tile(xt, wg, H, nr, gv);
-      else stored_dot_tile(xt, gate, task.row0, nr, gv, bf);
+      else stored_dot_tile(xt, gate, task.row0, nr, gv);
       if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
       else if (wu) dot_tile(xt, wu, H, nr, uv);
-      else stored_dot_tile(xt, up, task.row0, nr, uv, bf);
+      else stored_dot_tile(xt, up, task.row0, nr, uv);
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
     }
@@ -251,7 +250,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       float* yp = y_.data() + pair * H + task.row0;
       if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
       else if (wd) dot_tile(hp, wd, G.F, nr, yp);
-      else stored_dot_tile(hp, dw, task.row0, nr, yp, bf);
+      else stored_dot_tile(hp, dw, task.row0, nr, yp);
     }
   };
   pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {

@@ -14,8 +14,9 @@
 // (the constructor's option; the engine's --moe-cpu-int8) Q4_K and Q6_K rows meet int8 forms of x and h
 // instead (cpu::dot_rows_q8), for every input: faster, and ~1e-4 relative from the fp32 result
 // (6e-5 on random data: the activations keep ~15 bits, x ~= d * (q1 + q2 / 254) per 256 elements).
-// EC12 weights (expert banks in BankFormat::kEc12) are decoded to BF16 rows first (ec12::decode_rows,
-// four rows at a time for a fused dot) and then take the BF16 path: the same bits as the BF16 bank.
+// EC12 weights (expert banks in BankFormat::kEc12) give the same bits as the BF16 bank they code: a
+// single input meets them in ec12::dot_rows (decoded in registers with AVX-512), more inputs in BF16
+// tiles decoded by ec12::decode_rows.
 // Parallelism: a persistent ThreadPool; one job of tasks (expert, 16-row tile), gate+up then down
 // (a down task waits for its own expert's gate+up tasks only), then token ranges for the sum.
 // Scratch grows to the largest call and is reused.

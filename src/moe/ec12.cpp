@@ -10,6 +10,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/simd.h"
 #include "util/error.h"
@@ -86,6 +87,69 @@ __attribute__((target("avx512f,avx512bw"))) void decode_avx512(const uint8_t* ta
     _mm512_storeu_si512(dst, _mm512_unpacklo_epi8(low, high));       // elements 0..31
     _mm512_storeu_si512(dst + 32, _mm512_unpackhi_epi8(low, high));  // 32..63
   }
+}
+
+/** The BF16 -> fp32 widening of 16 values, as cpu/block_rows.cpp's widen_bf16_16. */
+__attribute__((target("avx512f"))) inline __m512 widen16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/** Fused decode + dot of RR rows from `rows` (consecutive coded rows, row_bytes apart): per group,
+ *  per row, four 16-value chunks in order into one accumulator per row, then _mm512_reduce_add_ps,
+ *  which is cpu/block_rows.cpp's dot_bf16_avx512 chunk for chunk. Exceptions of row r are patched
+ *  in the group they fall in (through a 128-byte buffer). The next tile's bytes are prefetched. */
+template <int RR>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_avx512(const float* x, const uint8_t* matrix,
+                                                                          const MatrixGeometry& g, int64_t r0,
+                                                                          float* y) {
+  const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(matrix)));
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const int64_t rb = g.row_bytes(), groups = g.cols / kGroup;
+  const uint8_t* rows = matrix + kHeaderBytes + r0 * rb;
+  const uint8_t* next_tile = rows + RR * rb;  // rows are consecutive: the next call's rows
+  const bool prefetch = r0 + 2 * RR <= g.rows;
+  const uint8_t* index = matrix + g.row_index_offset();
+  const uint8_t* exc = matrix + g.exceptions_offset();
+  uint32_t e[RR], e_end[RR];
+  int64_t next[RR];  // column of row r's next exception (cols: none left)
+  for (int r = 0; r < RR; ++r) {
+    e[r] = get_u32(index + 4 * (r0 + r)), e_end[r] = get_u32(index + 4 * (r0 + r + 1));
+    next[r] = e[r] < e_end[r] ? get_u32(exc + 8 * e[r]) - (r0 + r) * g.cols : g.cols;
+  }
+  __m512 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    if (prefetch)
+      for (int64_t o = 0; o < RR * kGroupBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next_tile + gi * RR * kGroupBytes + o), _MM_HINT_T0);
+    const float* xg = x + gi * kGroup;
+    const __m512 x0 = _mm512_loadu_ps(xg), x1 = _mm512_loadu_ps(xg + 16), x2 = _mm512_loadu_ps(xg + 32),
+                 x3 = _mm512_loadu_ps(xg + 48);
+    for (int r = 0; r < RR; ++r) {
+      const uint8_t* grp = rows + r * rb + gi * kGroupBytes;
+      const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp));
+      const __m512i idx = _mm512_and_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(codes), _mm256_srli_epi16(codes, 4), 1), nib);
+      const __m512i high = _mm512_shuffle_epi8(tab, idx), low = _mm512_loadu_si512(grp + 32);
+      __m512i v0 = _mm512_unpacklo_epi8(low, high), v1 = _mm512_unpackhi_epi8(low, high);  // values 0..31, 32..63
+      if (next[r] < (gi + 1) * kGroup) {
+        alignas(64) uint16_t buf[kGroup];
+        _mm512_store_si512(buf, v0);
+        _mm512_store_si512(buf + 32, v1);
+        for (; next[r] < (gi + 1) * kGroup;) {
+          buf[next[r] - gi * kGroup] = static_cast<uint16_t>(get_u32(exc + 8 * e[r] + 4));
+          ++e[r];
+          next[r] = e[r] < e_end[r] ? get_u32(exc + 8 * e[r]) - (r0 + r) * g.cols : g.cols;
+        }
+        v0 = _mm512_load_si512(buf), v1 = _mm512_load_si512(buf + 32);
+      }
+      acc[r] = _mm512_fmadd_ps(x0, widen16(_mm512_castsi512_si256(v0)), acc[r]);
+      acc[r] = _mm512_fmadd_ps(x1, widen16(_mm512_extracti64x4_epi64(v0, 1)), acc[r]);
+      acc[r] = _mm512_fmadd_ps(x2, widen16(_mm512_castsi512_si256(v1)), acc[r]);
+      acc[r] = _mm512_fmadd_ps(x3, widen16(_mm512_extracti64x4_epi64(v1, 1)), acc[r]);
+    }
+  }
+  for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
 Simd resolve(Simd s) {
@@ -205,6 +269,31 @@ void decode_rows(const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, 
     FT_CHECK(flat >= base && flat < end);
     dst[flat - base] = static_cast<uint16_t>(get_u32(exc + 8 * e + 4));
   }
+}
+
+void dot_rows(const float* x, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, int nr, float* y) {
+  if (nr < 1 || nr > 4) fail(ErrorCode::kInvalidArgument, "ec12: dot of {} rows (1..4)", nr);
+  if (!supports(cols)) fail(ErrorCode::kInvalidArgument, "ec12: cols {} is not a positive multiple of {}", cols, kGroup);
+  if (r0 < 0 || r0 + nr > rows)
+    fail(ErrorCode::kInvalidArgument, "ec12: rows [{}, {}) out of range for a matrix of {} rows", r0, r0 + nr, rows);
+  const MatrixGeometry g{rows, cols, 0};
+  if (resolve(Simd::kAuto) == Simd::kAvx512) {
+    switch (nr) {
+      case 1: return dot_avx512<1>(x, matrix, g, r0, y);
+      case 2: return dot_avx512<2>(x, matrix, g, r0, y);
+      case 3: return dot_avx512<3>(x, matrix, g, r0, y);
+      default: return dot_avx512<4>(x, matrix, g, r0, y);
+    }
+  }
+  // Decoded, widened, dotted: what dot_rows_stored(BF16) equals by its contract (and what the CPU
+  // backend does at the scalar level, which has no fused kernel).
+  thread_local std::vector<uint16_t> buf;
+  thread_local std::vector<float> wf;
+  if (static_cast<int64_t>(buf.size()) < nr * cols) buf.resize(static_cast<size_t>(nr * cols));
+  if (static_cast<int64_t>(wf.size()) < nr * cols) wf.resize(static_cast<size_t>(nr * cols));
+  decode_rows(matrix, rows, cols, r0, nr, buf.data());
+  cpu::to_f32(DType::BF16, buf.data(), wf.data(), nr * cols);
+  cpu::dot_rows(x, wf.data(), cols, nr, cols, y);
 }
 
 }  // namespace ft::ec12

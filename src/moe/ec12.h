@@ -76,4 +76,12 @@ bool simd_available(Simd s);
 void decode_rows(const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, int64_t nr, uint16_t* dst,
                  Simd simd = Simd::kAuto);
 
+/** y[r] = sum_i x[i] * w[r0 + r][i] for r < nr (1..4): rows of the coded matrix at `matrix` (rows x
+ *  cols) dotted with fp32 x [cols], bit for bit what cpu::dot_rows_stored(BF16, ...) gives on the
+ *  decoded rows. With AVX-512 each group is decoded in registers and meets the same FMAs in the same
+ *  order as that kernel's (16-value chunks, one accumulator per row, one final reduction), with
+ *  exceptions patched as their group comes; otherwise the rows are decoded and widened into
+ *  per-thread buffers and dotted by cpu::dot_rows (which dot_rows_stored equals). Throws kInvalidArgument for rows out of range or nr outside 1..4. */
+void dot_rows(const float* x, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, int nr, float* y);
+
 }  // namespace ft::ec12
