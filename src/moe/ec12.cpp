@@ -106,7 +106,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_avx512(const 
   const __m512i nib = _mm512_set1_epi8(0x0f);
   const int64_t rb = g.row_bytes(), groups = g.cols / kGroup;
   const uint8_t* rows = matrix + kHeaderBytes + r0 * rb;
-  const uint8_t* next_tile = rows + RR * rb;  // rows are consecutive: the next call's rows
+  // The next tile's bytes into L1 as this one is dotted (rows are consecutive). H200 host, cpu
+  // strategy, qwen3-30b-a3b: 26.7 tok/s with it, 20.4 without, 20.8 into L2, 24.1 two tiles ahead
+  // into L2 (stored BF16: 23.0): one core's outstanding misses, not the decode, bound the executor.
+  const uint8_t* next_tile = rows + RR * rb;
   const bool prefetch = r0 + 2 * RR <= g.rows;
   const uint8_t* index = matrix + g.row_index_offset();
   const uint8_t* exc = matrix + g.exceptions_offset();

@@ -70,13 +70,60 @@ __device__ __forceinline__ uint4 decode8(const uint4& lo, const uint4& code, int
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/** One EC12 work item: groups [ga, gb) of one coded matrix (src) and where they decode to (dst). */
+struct Ec12Item {
+  bool valid = false;  // false past the last item, or for an item a smaller layer's record lacks
+  const uint8_t* src = nullptr;
+  uint16_t* dst = nullptr;
+  int64_t rows = 0, cols = 0, ga = 0, gb = 0;
+};
+
+__device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item, int64_t n_items, int32_t stream_layer,
+                                              int32_t stream_first, int32_t stream_n) {
+  Ec12Item it;
+  if (item >= n_items) return it;
+  const int32_t mi = static_cast<int32_t>(item / a.ec12_items);
+  const CacheMiss m = stream_n > 0 ? CacheMiss{stream_layer, mi, stream_first + mi} : a.misses[mi];
+  const Ec12Layer& L = a.ec12[m.layer];
+  int j = static_cast<int>(item % a.ec12_items), mat = 0;
+  while (mat < 3 && j >= L.items[mat]) j -= L.items[mat++];
+  if (mat == 3) return it;
+  it.valid = true;
+  it.rows = L.rows[mat], it.cols = L.cols[mat];
+  it.src = reinterpret_cast<const uint8_t*>(a.host_base[m.layer] + static_cast<uint64_t>(m.expert) * a.record_bytes[m.layer] +
+                                            L.record_offset[mat]);
+  it.dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
+  const int64_t total = it.rows * it.cols / ec12::kGroup;
+  it.ga = static_cast<int64_t>(j) * kEc12ItemGroups;
+  it.gb = it.ga + kEc12ItemGroups < total ? it.ga + kEc12ItemGroups : total;
+  return it;
+}
+
+/** Thread t's share of item `it`'s reads (issued, not waited for): its 16-byte pieces of the coded
+ *  groups, the table byte t (t < 16), the first / end exception index of the item's rows (t = 16, 17). */
+__device__ __forceinline__ void ec12_load(const Ec12Item& it, int t, uint4 (&v)[kEc12Loads], uint32_t& side) {
+  const int n16 = static_cast<int>((it.gb - it.ga) * ec12::kGroupBytes / 16);
+  const uint4* from = reinterpret_cast<const uint4*>(it.src + ec12::kHeaderBytes + it.ga * ec12::kGroupBytes);
+#pragma unroll
+  for (int i = 0; i < kEc12Loads; ++i)
+    if (t + i * kGatherThreads < n16) v[i] = from[t + i * kGatherThreads];
+  if (t < ec12::kTableSize) side = it.src[t];
+  if (t == ec12::kTableSize || t == ec12::kTableSize + 1) {
+    const int64_t per_row = it.cols / ec12::kGroup;
+    const int64_t row = t == ec12::kTableSize ? it.ga / per_row : (it.gb - 1) / per_row + 1;
+    side = reinterpret_cast<const uint32_t*>(it.src + ec12::MatrixGeometry{it.rows, it.cols, 0}.row_index_offset())[row];
+  }
+}
+
 /** Decodes EC12 records into slots. Miss i is a.misses[i] (i < *a.n_misses), or with stream_n > 0
  *  the record of (stream_layer, i) into slot stream_first + i (i < stream_n). Per work item the
  *  block reads its groups with consecutive 16-byte loads (whole lines over PCIe, as the plain
- *  gather: per-thread loads of a group's pieces would cut the reads into 32-byte requests) into
- *  shared memory, with the matrix's table and its rows' exception range beside them; then each
- *  thread decodes half a group from three 16-byte pieces (the code bytes and two 16-byte lanes of
- *  low bytes), and last the block patches the exceptions that fall in its groups. */
+ *  gather: per-thread loads of a group's pieces cut the reads into 32-byte requests and ran at
+ *  22 GB/s on the H200) into shared memory, with the matrix's table and its rows' exception range
+ *  beside them; each thread then decodes half a group from three 16-byte pieces (the code bytes and
+ *  two 16-byte lanes of low bytes), and the block patches the exceptions that fall in its groups.
+ *  The next item's reads are issued before this one is decoded, so a block keeps PCIe reads in
+ *  flight throughout (a small grid, as the prefetch's 8 blocks, depends on it). */
 __global__ void __launch_bounds__(kGatherThreads)
     cache_gather_ec12_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n) {
   __shared__ uint4 stage[kEc12Loads * kGatherThreads];
@@ -84,55 +131,43 @@ __global__ void __launch_bounds__(kGatherThreads)
   __shared__ uint32_t exc_range[2];
   const int64_t n_items = static_cast<int64_t>(stream_n > 0 ? stream_n : *a.n_misses) * a.ec12_items;
   const int t = static_cast<int>(threadIdx.x);
+  uint4 v[kEc12Loads];
+  uint32_t side = 0;
+  Ec12Item next = ec12_item(a, blockIdx.x, n_items, stream_layer, stream_first, stream_n);
+  if (next.valid) ec12_load(next, t, v, side);
   for (int64_t item = blockIdx.x; item < n_items; item += gridDim.x) {
-    const int32_t mi = static_cast<int32_t>(item / a.ec12_items);
-    const CacheMiss m = stream_n > 0 ? CacheMiss{stream_layer, mi, stream_first + mi} : a.misses[mi];
-    const Ec12Layer& L = a.ec12[m.layer];
-    int j = static_cast<int>(item % a.ec12_items), mat = 0;
-    while (mat < 3 && j >= L.items[mat]) j -= L.items[mat++];
-    if (mat == 3) continue;  // this layer's records have fewer items than the largest
-    const ec12::MatrixGeometry g{L.rows[mat], L.cols[mat], 0};
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(a.host_base[m.layer] +
-                                                          static_cast<uint64_t>(m.expert) * a.record_bytes[m.layer] +
-                                                          L.record_offset[mat]);
-    uint16_t* dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
-    const int64_t groups_per_row = g.cols / ec12::kGroup, total = g.rows * groups_per_row;
-    const int64_t ga = static_cast<int64_t>(j) * kEc12ItemGroups;
-    const int64_t gb = ga + kEc12ItemGroups < total ? ga + kEc12ItemGroups : total;
-    const int n16 = static_cast<int>((gb - ga) * ec12::kGroupBytes / 16);
-    const uint4* from = reinterpret_cast<const uint4*>(src + ec12::kHeaderBytes + ga * ec12::kGroupBytes);
+    const Ec12Item it = next;
     __syncthreads();  // the previous item's shared data is no longer read
-    if (t < ec12::kTableSize) table[t] = src[t];
-    if (t == ec12::kTableSize || t == ec12::kTableSize + 1) {
-      const int64_t row = t == ec12::kTableSize ? ga / groups_per_row : (gb - 1) / groups_per_row + 1;
-      exc_range[t - ec12::kTableSize] = reinterpret_cast<const uint32_t*>(src + g.row_index_offset())[row];
+    if (it.valid) {
+      const int n16 = static_cast<int>((it.gb - it.ga) * ec12::kGroupBytes / 16);
+#pragma unroll
+      for (int i = 0; i < kEc12Loads; ++i)
+        if (t + i * kGatherThreads < n16) stage[t + i * kGatherThreads] = v[i];
+      if (t < ec12::kTableSize) table[t] = static_cast<uint8_t>(side);
+      if (t == ec12::kTableSize || t == ec12::kTableSize + 1) exc_range[t - ec12::kTableSize] = side;
     }
-    uint4 v[kEc12Loads];
-#pragma unroll
-    for (int i = 0; i < kEc12Loads; ++i)
-      if (t + i * kGatherThreads < n16) v[i] = from[t + i * kGatherThreads];
-#pragma unroll
-    for (int i = 0; i < kEc12Loads; ++i)
-      if (t + i * kGatherThreads < n16) stage[t + i * kGatherThreads] = v[i];
     __syncthreads();
-    for (int64_t h = t; h < 2 * (gb - ga); h += kGatherThreads) {
+    next = ec12_item(a, item + gridDim.x, n_items, stream_layer, stream_first, stream_n);
+    if (next.valid) ec12_load(next, t, v, side);
+    if (!it.valid) continue;  // the same for the whole block
+    for (int64_t h = t; h < 2 * (it.gb - it.ga); h += kGatherThreads) {
       // Low-byte lane `half` holds natural values 8 half..+8 and 32 + 8 half..+8; lane half + 2
       // (its codes in the high nibbles) 16 + 8 half..+8 and 48 + 8 half..+8.
       const int half = static_cast<int>(h & 1);
       const uint4* grp = stage + (h >> 1) * (ec12::kGroupBytes / 16);
       const uint4 code = grp[half], lo_a = grp[2 + half], lo_b = grp[4 + half];
-      uint16_t* out = dst + (ga + (h >> 1)) * ec12::kGroup + 8 * half;
+      uint16_t* out = it.dst + (it.ga + (h >> 1)) * ec12::kGroup + 8 * half;
       *reinterpret_cast<uint4*>(out) = decode8(lo_a, code, 0, false, table);
       *reinterpret_cast<uint4*>(out + 32) = decode8(lo_a, code, 8, false, table);
       *reinterpret_cast<uint4*>(out + 16) = decode8(lo_b, code, 0, true, table);
       *reinterpret_cast<uint4*>(out + 48) = decode8(lo_b, code, 8, true, table);
     }
     __syncthreads();  // the decoded values are written: now the exceptions among them
-    const uint2* exc = reinterpret_cast<const uint2*>(src + g.exceptions_offset());
-    const uint64_t lo = static_cast<uint64_t>(ga) * ec12::kGroup, hi = static_cast<uint64_t>(gb) * ec12::kGroup;
+    const uint2* exc = reinterpret_cast<const uint2*>(it.src + ec12::MatrixGeometry{it.rows, it.cols, 0}.exceptions_offset());
+    const uint64_t lo = static_cast<uint64_t>(it.ga) * ec12::kGroup, hi = static_cast<uint64_t>(it.gb) * ec12::kGroup;
     for (uint32_t e = exc_range[0] + t; e < exc_range[1]; e += kGatherThreads) {
       const uint2 x = exc[e];
-      if (x.x >= lo && x.x < hi) dst[x.x] = static_cast<uint16_t>(x.y);
+      if (x.x >= lo && x.x < hi) it.dst[x.x] = static_cast<uint16_t>(x.y);
     }
   }
 }

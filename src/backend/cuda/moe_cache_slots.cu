@@ -127,7 +127,11 @@ class CudaExpertSlots final : public ExpertSlots {
     // flight, 16 KiB per block: 33 blocks held the wait ~50 us past the CPU's answer, 8 keep the
     // link as busy (H200, hybrid skew 0 at cap 2: 42.4 -> 45.5 tok/s; 16 blocks 42.9, 4 blocks
     // 35.3; offload skew 1.0 with 8 blocks: 66.7 -> 65.0, so offload keeps the larger grid).
-    hybrid_prefetch_blocks_ = std::max(4, ops.sm_count() / 16);
+    // EC12 banks read 25% fewer bytes through the link and decode on the way, and there 8 blocks
+    // left hybrid's fetches short (H200, skew 0, one lease: 8 blocks 42.9 tok/s at a calibrated cap
+    // 1, 16 blocks 44.8, the offload prefetch's 33 blocks 48.7 at cap 2; stored banks at 8: 43.9).
+    hybrid_prefetch_blocks_ =
+        banks.format() == BankFormat::kEc12 ? prefetch_blocks_ : std::max(4, ops.sm_count() / 16);
     build_regions(banks, gather_.pool, n_slots, Device::kCuda);
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
     // Offload's prefetch (no fetch cap) by the copy engines: a host thread copies each miss
