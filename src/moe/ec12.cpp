@@ -164,6 +164,8 @@ Simd resolve(Simd s) {
   return level;
 }
 
+}  // namespace
+
 const char* simd_name(Simd s) {
   switch (s) {
     case Simd::kAuto: return "auto";
@@ -173,8 +175,6 @@ const char* simd_name(Simd s) {
   }
   return "?";
 }
-
-}  // namespace
 
 MatrixStats analyze(const uint16_t* bf16, int64_t n) {
   int64_t count[256] = {};

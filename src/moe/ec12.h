@@ -66,6 +66,9 @@ void encode(const uint16_t* src, const MatrixGeometry& g, const MatrixStats& sta
 /** Instruction set of decode_rows: kAuto follows cpu::simd_level() (FT_CPU_SIMD caps it). */
 enum class Simd { kAuto, kScalar, kAvx2, kAvx512 };
 
+/** "auto", "scalar", "avx2" or "avx512". */
+const char* simd_name(Simd s);
+
 /** Whether this machine runs `s` (kAuto and kScalar always). */
 bool simd_available(Simd s);
 

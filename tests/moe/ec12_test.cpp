@@ -23,15 +23,7 @@ using ec12::Simd;
 
 constexpr Simd kAllSimd[] = {Simd::kAuto, Simd::kScalar, Simd::kAvx2, Simd::kAvx512};
 
-const char* name(Simd s) {
-  switch (s) {
-    case Simd::kAuto: return "auto";
-    case Simd::kScalar: return "scalar";
-    case Simd::kAvx2: return "avx2";
-    case Simd::kAvx512: return "avx512";
-  }
-  return "?";
-}
+const char* name(Simd s) { return ec12::simd_name(s); }
 
 uint32_t u32_at(const std::vector<uint8_t>& b, int64_t off) {
   uint32_t v;
