@@ -43,7 +43,8 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
   cmd->add_option("--moe-bank-format", f.bank_format,
                   "How host expert banks hold BF16 experts: ec12 (12 bits a value, lossless: ~25% fewer bytes over "
                   "PCIe and from host memory, decoded on the way in), stored (as in the checkpoint), auto (ec12 "
-                  "where the experts are BF16 with dimensions that are multiples of 64)")
+                  "where the experts are BF16 with dimensions that are multiples of 64). Offload, hybrid and cpu "
+                  "only; ec12 is refused with fused")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--kv-reserve-tokens", f.kv_reserve_tokens,
@@ -111,10 +112,10 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-int8 {} must be on or off", f.cpu_int8);
   o.cpu_int8 = f.cpu_int8 == "on";
   if (f.bank_format != "auto" && f.bank_format != "stored" && f.bank_format != "ec12")
-    fail(ErrorCode::kInvalidArgument, "--moe-bank-format {} must be auto, stored or ec12", f.bank_format);
-  if (f.bank_format != "auto" && o.strategy == MoeStrategy::kFused)
-    fail(ErrorCode::kInvalidArgument, "--moe-bank-format {} needs expert banks: --moe-strategy auto, offload, hybrid "
-         "or cpu (fused keeps every expert on the device)", f.bank_format);
+    fail(ErrorCode::kInvalidArgument, "--moe-bank-format '{}' must be auto, stored or ec12", f.bank_format);
+  if (f.bank_format == "ec12" && o.strategy == MoeStrategy::kFused)
+    fail(ErrorCode::kInvalidArgument, "--moe-bank-format ec12 needs expert banks: --moe-strategy offload, hybrid or "
+         "cpu (fused keeps every expert on the device as the checkpoint stores it)");
   if (f.bank_format != "auto") o.bank_format = f.bank_format == "ec12" ? BankFormat::kEc12 : BankFormat::kStored;
   if (f.kv_reserve_tokens && *f.kv_reserve_tokens < 0)
     fail(ErrorCode::kInvalidArgument, "--kv-reserve-tokens {} must be >= 0", *f.kv_reserve_tokens);

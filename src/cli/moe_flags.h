@@ -37,7 +37,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
  *  on|off, --moe-prefetch-depth other than 1 or 2 or without an expert cache or with --moe-prefetch off, --moe-cpu-int8 other than on|off,
- *  --moe-bank-format other than auto|stored|ec12 or not auto with fused, and out-of-range values. */
+ *  --moe-bank-format other than auto|stored|ec12 or ec12 with fused, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 
 }  // namespace ft::cli

@@ -243,7 +243,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   // probe, then restart the high-water mark after it (Linux: "5" > /proc/self/clear_refs).
   const int64_t rss_before_probe = peak_host_rss();
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
-  if (const MoePlan* plan = engine.moe_plan()) r.moe_plan = plan->summary();
+  if (const MoePlan* plan = engine.moe_plan()) {
+    r.moe_plan = plan->summary();
+    if (plan->strategy != MoeStrategy::kFused)
+      r.moe_bank_format = plan->bank_format == BankFormat::kEc12 ? "ec12" : "stored";
+  }
   r.embeddings_on_host = engine.host_mapped_weight_bytes() > 0;
   const std::optional<MoeReport> moe_start = engine.moe_report();
   if (moe_start && moe_start->cache_slots > 0) r.h2d_bandwidth = measure_h2d_bandwidth(ops, int64_t{256} << 20);
@@ -518,6 +522,7 @@ nlohmann::json bench_json(const BenchReport& r) {
            r.host_read_bandwidth > 0 ? nlohmann::json(r.host_read_bandwidth / 1e9) : nlohmann::json(nullptr)},
           {"host_read_threads", r.host_read_bandwidth > 0 ? nlohmann::json(r.host_read_threads) : nlohmann::json(nullptr)},
           {"moe_plan", r.moe_plan},
+          {"moe_bank_format", r.moe_bank_format.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.moe_bank_format)},
           {"sampling", r.sampling},
           {"peak_host_rss_bytes", r.peak_host_rss},
           {"profiled", r.profiled},

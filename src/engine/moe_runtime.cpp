@@ -176,6 +176,9 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
       if (!v->empty()) int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
   plan_.cpu_int8 = ro.cpu_int8 && int8_weights;
   if (offloaded_) plan_.bank_format = offloaded_->banks().format();
+  if (config.moe.bank_format && !offloaded_)
+    spdlog::warn("--moe-bank-format: the {} strategy keeps every expert on the device, so there are no expert banks "
+                 "for it to shape", moe_strategy_name(plan_.strategy));
   if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !plan_.prefetch)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");

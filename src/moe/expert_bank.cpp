@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "moe/ec12.h"
 #include "util/error.h"
 
@@ -51,17 +53,28 @@ void parallel_items(int64_t n, int n_threads, const std::function<void(int64_t)>
 
 }  // namespace
 
-bool ec12_bankable(const std::vector<ExpertBank>& host) {
+bool ec12_bankable(const std::vector<ExpertBank>& host, std::string* why) {
+  auto no = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
   bool any = false;
-  for (const ExpertBank& b : host) {
+  for (size_t l = 0; l < host.size(); ++l) {
+    const ExpertBank& b = host[l];
     if (b.n_expert() == 0) continue;
     any = true;
     for (int32_t e = 0; e < b.n_expert(); ++e)
-      for (const Tensor* t : parts_of(b, e))
-        if (t->dtype != DType::BF16 || t->ndim != 2 || !ec12::supports(t->dim(0)) || !ec12::supports(t->dim(1)))
-          return false;
+      for (const Tensor* t : parts_of(b, e)) {
+        if (t->dtype != DType::BF16)
+          return no(fmt::format("layer {}'s experts are {}, not BF16", l, dtype_name(t->dtype)));
+        if (t->ndim != 2 || !ec12::supports(t->dim(0)) || !ec12::supports(t->dim(1)))
+          return no(fmt::format("layer {}'s expert matrices are {}, not multiples of {} in both dimensions", l,
+                                t->shape_str(), ec12::kGroup));
+      }
   }
-  return any;
+  if (!any) return no("the model has no routed experts");
+  if (why) why->clear();
+  return true;
 }
 
 Tensor ExpertLayout::gate(uint8_t* base, Device device) const {
@@ -123,9 +136,10 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
                          const std::function<void(int64_t layer)>& layer_filled, bool layer_filled_frees_memory,
                          BankFormat format)
     : format_(format) {
-  if (format == BankFormat::kEc12 && !ec12_bankable(host))
-    fail(ErrorCode::kInvalidArgument, "expert banks: the EC12 form needs BF16 experts whose dimensions are multiples "
-         "of {} (and some routed experts)", ec12::kGroup);
+  std::string why;
+  if (format == BankFormat::kEc12 && !ec12_bankable(host, &why))
+    fail(ErrorCode::kInvalidArgument, "expert banks: --moe-bank-format ec12 needs BF16 experts whose dimensions are "
+         "multiples of {}, but {} (use --moe-bank-format stored or auto)", ec12::kGroup, why);
   layers_.resize(host.size());
   std::vector<std::pair<int64_t, int32_t>> items;  // (layer, expert) records to fill
   for (size_t l = 0; l < host.size(); ++l) {

@@ -7,6 +7,7 @@
 // C++17-clean: included from CUDA sources.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/ops.h"
@@ -46,8 +47,9 @@ ExpertLayout expert_layout(const ExpertBank& bank, int64_t layer);
 enum class BankFormat { kStored, kEc12 };
 
 /** Whether every layer of `host` can be held as `kEc12`: gate, up and down BF16 with n_ff and n_embd
- *  multiples of 64 (ec12::supports). False for banks without MoE layers. */
-bool ec12_bankable(const std::vector<ExpertBank>& host);
+ *  multiples of 64 (ec12::supports). False for banks without MoE layers. `why`, when given, gets the
+ *  first reason it cannot ("" when it can). */
+bool ec12_bankable(const std::vector<ExpertBank>& host, std::string* why = nullptr);
 
 /** Appends to `bank` the views of `n` consecutive records starting at `base` (stride layout.bytes). */
 void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, Device device, ExpertBank& bank);

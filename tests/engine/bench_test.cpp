@@ -195,7 +195,12 @@ TEST(BenchCli, Ec12BanksReadFewerBytesPerExpert) {
   // Explicit ec12 on experts it cannot code: refused, naming why.
   const Result q8 = run_ft(std::string(kTinyBench) + " --moe-strategy cpu --moe-bank-format ec12");
   EXPECT_NE(q8.code, 0);
-  EXPECT_NE(q8.err.find("EC12 form needs BF16 experts"), std::string::npos) << q8.err;
+  EXPECT_NE(q8.err.find("but layer 0's experts are Q8_0, not BF16 (use --moe-bank-format stored or auto)"),
+            std::string::npos) << q8.err;
+  // Auto's choice is a field of its own too.
+  EXPECT_EQ(a["moe_bank_format"], "ec12");
+  EXPECT_EQ(b["moe_bank_format"], "stored");
+  EXPECT_TRUE(nlohmann::json::parse(run_ft(kTinyBench).out)["moe_bank_format"].is_null());  // fused: no banks
 }
 
 TEST(BenchCli, DecodeLogWindowsLeaveThePrefillOut) {
