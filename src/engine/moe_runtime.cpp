@@ -244,6 +244,7 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.prefetch = plan_.prefetch;
   r.prefetch_depth = plan_.prefetch_depth;
   r.cpu_threads = offloaded_->cpu_threads();
+  r.bank_format = offloaded_->banks().format();
   for (size_t l = 0; l < plan_.layers.size() && r.fetch_cap < 0; ++l)
     if (plan_.layers[l] == MoeLayerMode::kCache) r.fetch_cap = plan_.fetch_cap[l];
   for (size_t l = 0; l < plan_.layers.size(); ++l)

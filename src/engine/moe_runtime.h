@@ -56,6 +56,7 @@ struct MoeReport {
   bool prefetch = false;               // next-layer prefetch (--moe-prefetch) in use
   int32_t prefetch_depth = 0;          // cache layers predicted ahead (--moe-prefetch-depth, as in use); 0 off
   int32_t cpu_threads = 0;             // workers of the CPU expert executor; 0: no layer computes on the CPU
+  BankFormat bank_format = BankFormat::kStored;  // how the expert banks hold their records
   std::vector<MoeLayerReport> layers;  // MoE layers only, ascending
   MoeLayerStats total;
 };

@@ -33,6 +33,7 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["prefetch"] = r.prefetch;
   j["prefetch_depth"] = r.prefetch_depth;
   j["cpu_threads"] = r.cpu_threads;
+  j["bank_format"] = r.bank_format == BankFormat::kEc12 ? "ec12" : "stored";
   put_counters(j, r.total);
   oj layers = oj::array();
   for (const MoeLayerReport& l : r.layers) {

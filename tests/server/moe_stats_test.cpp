@@ -131,6 +131,7 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["cpu_seconds"], 0.0);  // offload: the CPU computes nothing
   EXPECT_EQ(m["cpu_bytes_read"], 0);
   EXPECT_EQ(m["cpu_threads"], 0);
+  EXPECT_EQ(m["bank_format"], "stored");  // this fixture's experts are not in whole 64-value groups
   EXPECT_EQ(m["prefetched"], want->total.prefetched);  // offload prefetches by default (--moe-prefetch auto)
   EXPECT_EQ(m["prefetch"], true);
   EXPECT_EQ(m["prefetch_depth"], 1);  // 16 slots: fewer than depth 2's 4 x experts per layer
