@@ -164,20 +164,18 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
         stats[static_cast<size_t>(i)][j] =
             ec12::analyze(static_cast<const uint16_t*>(parts[j]->data), parts[j]->numel());
     });
-    std::vector<std::array<int64_t, 3>> capacity(host.size(), {0, 0, 0});
     for (size_t i = 0; i < items.size(); ++i)
       for (int j = 0; j < 3; ++j) {
-        int64_t& c = capacity[static_cast<size_t>(items[i].first)][j];
+        int64_t& c = layers_[static_cast<size_t>(items[i].first)].ec12_capacity[j];
         c = std::max(c, stats[i][j].exceptions);
       }
-    for (size_t l = 0; l < host.size(); ++l) {
-      Layer& L = layers_[l];
+    for (Layer& L : layers_) {
       if (L.n_expert == 0) continue;
       int64_t* offs[3] = {&L.record.gate_offset, &L.record.up_offset, &L.record.down_offset};
       int64_t at = 0;
       for (int j = 0; j < 3; ++j) {
         *offs[j] = at;
-        at += align_up(geometry(L.layout, j, capacity[l][j]).bytes());
+        at += align_up(geometry(L.layout, j, L.ec12_capacity[j]).bytes());
       }
       L.record.bytes = at;
       L.record.gate_type = L.record.up_type = L.record.down_type = DType::EC12;
@@ -213,7 +211,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
       int64_t n = parts[j]->bytes();
       if (format == BankFormat::kEc12) {
         const ec12::MatrixStats& st = stats[static_cast<size_t>(i)][j];
-        const ec12::MatrixGeometry g = geometry(L.layout, j, (offs[j + 1] - offs[j] - geometry(L.layout, j, 0).bytes()) / 8);
+        const ec12::MatrixGeometry g = geometry(L.layout, j, L.ec12_capacity[j]);
         ec12::encode(static_cast<const uint16_t*>(parts[j]->data), g, st, r + offs[j]);
         n = g.bytes();
       } else {

@@ -5,6 +5,7 @@
 // are consecutive: record(l, e) = base(l) + e * layout(l).bytes. The memory comes from a
 // HostAllocator (pinned + mapped in a CUDA build), filled with parallel reads, then pinned.
 // C++17-clean: included from CUDA sources.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -112,6 +113,7 @@ class ExpertBanks {
   struct Layer {
     ExpertLayout layout;  // slot layout
     ExpertLayout record;  // host record layout
+    std::array<int64_t, 3> ec12_capacity = {0, 0, 0};  // kEc12: exceptions a gate / up / down matrix has room for
     int32_t n_expert = 0;
     Buffer memory;
     uint8_t* base = nullptr;
