@@ -260,7 +260,7 @@ struct GraphCase {
   const char* cpu_layers;
   bool dma = true;  // offload's prefetch by the copy engines in the captured steps (else the gather kernel)
   int depth = 1;    // MoeRuntimeOptions::prefetch_depth (2: 4 x E slots)
-  BankFormat format = BankFormat::kStored;  // kEc12: the decoding gather in every step (no copy engines)
+  BankFormat format = BankFormat::kStored;  // kEc12: copy engines into staging + decode, or the decoding gather
 };
 
 // Every strategy's decode step is one graph: offload (admission, gather and the side-stream
@@ -282,6 +282,7 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
                        GraphCase{MoeStrategy::kOffload, -1, "", false, 2},
                        GraphCase{MoeStrategy::kOffload, -1, "", true, 1, kEc12},
                        GraphCase{MoeStrategy::kOffload, -1, "", true, 2, kEc12},
+                       GraphCase{MoeStrategy::kOffload, -1, "", false, 1, kEc12},
                        GraphCase{MoeStrategy::kHybrid, 1, "", true, 1, kEc12},
                        GraphCase{MoeStrategy::kCpu, -1, "", true, 1, kEc12}}) {
     SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers +
@@ -485,18 +486,20 @@ TEST_F(CudaExpertCache, AbandonedCaptureAfterAPrefetchLeavesEagerStepsWorking) {
 // Prefetch depth 2 under eviction on the GPU: six MoE layers of 4 experts in 16 slots (4 x E), so
 // admissions evict while two prefetches' copies are in flight; predictions right about half the
 // time; copies by the copy engines (each step after the first three captured as a graph: eager
-// steps use the gather kernel), by the gather kernel, and EC12 banks decoded by the gather (graphs
-// too). Offload equals fused bit for bit.
+// steps use the gather kernel), by the gather kernel, and EC12 banks decoded by the gather or
+// copied by the copy engines into staging and decoded from there (graphs too). Offload equals
+// fused bit for bit.
 TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
   SyntheticExperts s;
   const int32_t E = 4, k = 2, kLayers = 6;
   const int64_t H = 256, F = 256;
   for (int32_t l = 0; l < kLayers; ++l) s.add_layer(E, F, H, DType::BF16, DType::BF16, 20 + l);
+  for (int32_t l = 0; l < kLayers; ++l) s.add_ec12_exceptions(static_cast<size_t>(l), 20, static_cast<uint32_t>(l));
   ResidentExperts fused(*gpu_, s.banks);
   PrefetchDmaGuard guard;
-  for (int mode : {0, 1, 2}) {  // stored banks by the copy engines, by the gather kernel; EC12 banks
-    const bool dma = mode == 0, ec12 = mode == 2;
-    SCOPED_TRACE(dma ? "copy engines" : ec12 ? "EC12 banks, decoding gather" : "gather kernel");
+  for (int mode : {0, 1, 2, 3}) {  // stored banks by the copy engines, by the gather kernel; EC12 banks: gather, copy engines
+    const bool dma = mode == 0 || mode == 3, ec12 = mode >= 2;
+    SCOPED_TRACE(std::string(ec12 ? "EC12 banks, " : "stored banks, ") + (dma ? "copy engines" : "gather kernel"));
     set_cuda_prefetch_dma(dma);
     MoeRuntimeOptions ro;
     ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 2;

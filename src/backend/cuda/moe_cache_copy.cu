@@ -70,11 +70,14 @@ __global__ void copy_wait_kernel(uint32_t* counters, int entry, uint32_t* timed_
 
 }  // namespace
 
-DmaPrefetch::DmaPrefetch(const ExpertBanks& banks, uint8_t* pool, int64_t slot_bytes, int32_t n_slots,
-                         int32_t max_misses, int device, int spin_us)
-    : banks_(banks), pool_(pool), slot_bytes_(slot_bytes), n_slots_(n_slots), device_(device) {
-  if (banks.format() != BankFormat::kStored)
-    fail(ErrorCode::kUnsupported, "expert cache: the copy engines copy stored records only (these are EC12-coded)");
+DmaPrefetch::DmaPrefetch(const ExpertBanks& banks, const GatherArgs& gather, int32_t n_slots, int32_t max_misses,
+                         int device, int spin_us, uint8_t* staging, int decode_blocks)
+    : banks_(banks), gather_(gather), n_slots_(n_slots), device_(device), staging_(staging),
+      decode_blocks_(decode_blocks < 1 ? 1 : decode_blocks) {
+  const bool ec12 = banks.format() == BankFormat::kEc12;
+  if (ec12 && (!gather.ec12 || !staging))
+    fail(ErrorCode::kInvalidArgument, "expert cache: the copy-engine prefetch of EC12 records needs their layouts "
+         "and a staging buffer to decode from");
   cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
   if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &write_value_, 12000, cudaEnableDefault, &q) !=
           cudaSuccess ||
@@ -101,34 +104,62 @@ DmaPrefetch::DmaPrefetch(const ExpertBanks& banks, uint8_t* pool, int64_t slot_b
   FT_CUDA_CHECK(cudaMalloc(&counters_, kCounters * sizeof(uint32_t)));
   FT_CUDA_CHECK(cudaMemset(counters_, 0, kCounters * sizeof(uint32_t)));
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (ec12) {
+    FT_CUDA_CHECK(cudaStreamCreateWithFlags(&decode_stream_, cudaStreamNonBlocking));
+    for (int i = 0; i < kStagingRecords; ++i) {
+      FT_CUDA_CHECK(cudaEventCreateWithFlags(&staged_[i], cudaEventDisableTiming));
+      FT_CUDA_CHECK(cudaEventCreateWithFlags(&decoded_[i], cudaEventDisableTiming));
+    }
+  }
   auto write = reinterpret_cast<WriteValue32>(write_value_);
   const CUdeviceptr done = reinterpret_cast<CUdeviceptr>(counters_ + kDone);
+  // The signal follows the request's last write to a slot: its copy, or for EC12 its decode.
+  cudaStream_t signal_stream = ec12 ? decode_stream_ : stream_;
   copier_ = std::make_unique<PrefetchCopier>(
-      ring_,
-      [this](const CacheMiss& m) {
-        if (m.layer < 0 || m.layer >= banks_.n_layers() || m.expert < 0 || m.expert >= banks_.n_expert(m.layer) ||
-            m.slot < 0 || m.slot >= n_slots_)
-          fail(ErrorCode::kInternal, "expert cache: prefetch miss (layer {}, expert {}, slot {}) out of range",
-               m.layer, m.expert, m.slot);
-        const cudaError_t e = cudaMemcpyAsync(pool_ + static_cast<int64_t>(m.slot) * slot_bytes_,
-                                              banks_.record(m.layer, m.expert),
-                                              static_cast<size_t>(banks_.record_bytes(m.layer)),
-                                              cudaMemcpyHostToDevice, stream_);
-        if (e != cudaSuccess)
-          fail(ErrorCode::kInternal, "expert cache: prefetch copy: {}", cudaGetErrorString(e));
-      },
-      [this, write, done](uint32_t seq) {
-        const CUresult r = write(reinterpret_cast<CUstream>(stream_), done, seq, 0);
+      ring_, [this](const CacheMiss& m) { copy(m); },
+      [write, done, signal_stream](uint32_t seq) {
+        const CUresult r = write(reinterpret_cast<CUstream>(signal_stream), done, seq, 0);
         if (r != CUDA_SUCCESS) fail(ErrorCode::kInternal, "expert cache: cuStreamWriteValue32 failed ({})", static_cast<int>(r));
       },
       spin_us, [device] { FT_CUDA_CHECK(cudaSetDevice(device)); });
 }
 
+void DmaPrefetch::copy(const CacheMiss& m) {
+  if (m.layer < 0 || m.layer >= banks_.n_layers() || m.expert < 0 || m.expert >= banks_.n_expert(m.layer) ||
+      m.slot < 0 || m.slot >= n_slots_)
+    fail(ErrorCode::kInternal, "expert cache: prefetch miss (layer {}, expert {}, slot {}) out of range", m.layer,
+         m.expert, m.slot);
+  auto check = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) fail(ErrorCode::kInternal, "expert cache: prefetch {}: {}", what, cudaGetErrorString(e));
+  };
+  const auto bytes = static_cast<size_t>(banks_.record_bytes(m.layer));
+  if (!staging_) {
+    check(cudaMemcpyAsync(gather_.pool + static_cast<int64_t>(m.slot) * gather_.slot_bytes,
+                          banks_.record(m.layer, m.expert), bytes, cudaMemcpyHostToDevice, stream_),
+          "copy");
+    return;
+  }
+  // EC12: into staging buffer i once its previous decode is done, then decoded from there.
+  const int i = static_cast<int>(next_stage_++ % kStagingRecords);
+  uint8_t* stage = staging_ + i * (staging_bytes(gather_) / kStagingRecords);
+  check(cudaStreamWaitEvent(stream_, decoded_[i], 0), "wait for a staging buffer");
+  check(cudaMemcpyAsync(stage, banks_.record(m.layer, m.expert), bytes, cudaMemcpyHostToDevice, stream_), "copy");
+  check(cudaEventRecord(staged_[i], stream_), "event");
+  check(cudaStreamWaitEvent(decode_stream_, staged_[i], 0), "wait for a staged record");
+  launch_cache_stream_ec12(gather_, m.layer, m.slot, 1, decode_blocks_, decode_stream_, stage);
+  check(cudaEventRecord(decoded_[i], decode_stream_), "event");
+}
+
 DmaPrefetch::~DmaPrefetch() {
   copier_.reset();
-  if (stream_) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+  for (cudaStream_t s : {stream_, decode_stream_})
+    if (s) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+  for (int i = 0; i < kStagingRecords; ++i) {
+    if (staged_[i]) cudaEventDestroy(staged_[i]);
+    if (decoded_[i]) cudaEventDestroy(decoded_[i]);
   }
   if (counters_) cudaFree(counters_);
   if (host_) cudaFreeHost(host_);

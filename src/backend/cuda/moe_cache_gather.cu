@@ -79,7 +79,7 @@ struct Ec12Item {
 };
 
 __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item, int64_t n_items, int32_t stream_layer,
-                                              int32_t stream_first, int32_t stream_n) {
+                                              int32_t stream_first, int32_t stream_n, const uint8_t* src) {
   Ec12Item it;
   if (item >= n_items) return it;
   const int32_t mi = static_cast<int32_t>(item / a.ec12_items);
@@ -90,8 +90,8 @@ __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item,
   if (mat == 3) return it;
   it.valid = true;
   it.rows = L.rows[mat], it.cols = L.cols[mat];
-  it.src = reinterpret_cast<const uint8_t*>(a.host_base[m.layer] + static_cast<uint64_t>(m.expert) * a.record_bytes[m.layer] +
-                                            L.record_offset[mat]);
+  const uint8_t* base = src ? src : reinterpret_cast<const uint8_t*>(a.host_base[m.layer]);
+  it.src = base + static_cast<int64_t>(m.expert) * a.record_bytes[m.layer] + L.record_offset[mat];
   it.dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
   const int64_t total = it.rows * it.cols / ec12::kGroup;
   it.ga = static_cast<int64_t>(j) * kEc12ItemGroups;
@@ -116,7 +116,9 @@ __device__ __forceinline__ void ec12_load(const Ec12Item& it, int t, uint4 (&v)[
 }
 
 /** Decodes EC12 records into slots. Miss i is a.misses[i] (i < *a.n_misses), or with stream_n > 0
- *  the record of (stream_layer, i) into slot stream_first + i (i < stream_n). Per work item the
+ *  the record of (stream_layer, i) into slot stream_first + i (i < stream_n). The records are read
+ *  from the banks (a.host_base), or with `src` set from src + expert * record_bytes (device memory:
+ *  the copy-engine prefetch's staging). Per work item the
  *  block reads its groups with consecutive 16-byte loads (whole lines over PCIe, as the plain
  *  gather: per-thread loads of a group's pieces cut the reads into 32-byte requests and ran at
  *  22 GB/s on the H200) into shared memory, with the matrix's table and its rows' exception range
@@ -125,7 +127,8 @@ __device__ __forceinline__ void ec12_load(const Ec12Item& it, int t, uint4 (&v)[
  *  The next item's reads are issued before this one is decoded, so a block keeps PCIe reads in
  *  flight throughout (a small grid, as the prefetch's 8 blocks, depends on it). */
 __global__ void __launch_bounds__(kGatherThreads)
-    cache_gather_ec12_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n) {
+    cache_gather_ec12_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n,
+                             const uint8_t* src) {
   __shared__ uint4 stage[kEc12Loads * kGatherThreads];
   __shared__ uint8_t table[ec12::kTableSize];
   __shared__ uint32_t exc_range[2];
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(kGatherThreads)
   const int t = static_cast<int>(threadIdx.x);
   uint4 v[kEc12Loads];
   uint32_t side = 0;
-  Ec12Item next = ec12_item(a, blockIdx.x, n_items, stream_layer, stream_first, stream_n);
+  Ec12Item next = ec12_item(a, blockIdx.x, n_items, stream_layer, stream_first, stream_n, src);
   if (next.valid) ec12_load(next, t, v, side);
   for (int64_t item = blockIdx.x; item < n_items; item += gridDim.x) {
     const Ec12Item it = next;
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(kGatherThreads)
       if (t == ec12::kTableSize || t == ec12::kTableSize + 1) exc_range[t - ec12::kTableSize] = side;
     }
     __syncthreads();
-    next = ec12_item(a, item + gridDim.x, n_items, stream_layer, stream_first, stream_n);
+    next = ec12_item(a, item + gridDim.x, n_items, stream_layer, stream_first, stream_n, src);
     if (next.valid) ec12_load(next, t, v, side);
     if (!it.valid) continue;  // the same for the whole block
     for (int64_t h = t; h < 2 * (it.gb - it.ga); h += kGatherThreads) {
@@ -199,18 +202,18 @@ Ec12Layer make_ec12_layer(const int64_t record_offset[3], const int64_t slot_off
 void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream) {
   check_pool(a);
   if (a.ec12)
-    cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, 0, 0, 0);
+    cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, 0, 0, 0, nullptr);
   else
     cache_gather_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a);
   FT_CUDA_LAUNCH_CHECK();
 }
 
 void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const uint8_t* src) {
   check_pool(a);
   if (!a.ec12) fail(ErrorCode::kInvalidArgument, "expert cache stream: the banks are not EC12-coded");
   if (n < 1) return;
-  cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, layer, first, n);
+  cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, layer, first, n, src);
   FT_CUDA_LAUNCH_CHECK();
 }
 

@@ -57,10 +57,12 @@ struct GatherArgs {
  *  keep enough loads in flight to saturate PCIe; the grid does not depend on the miss count). */
 void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream);
 
-/** Prefill streaming for EC12 banks (a.ec12 set): decodes `layer`'s experts 0..n-1 into slots
- *  first..first+n-1, reading the records over UVA, with `blocks` blocks on `stream` (the copy
- *  engines cannot decode). Throws kInvalidArgument without a.ec12. */
+/** Decodes EC12 records (a.ec12 set) of `layer`'s experts 0..n-1 into slots first..first+n-1 with
+ *  `blocks` blocks on `stream`: prefill streaming, reading the banks over UVA (src null; the copy
+ *  engines cannot decode), or, with `src` (device memory), n records laid back to back there
+ *  (record_bytes[layer] apart; the copy-engine prefetch's staging, one record at a time). Throws
+ *  kInvalidArgument without a.ec12. */
 void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
-                              cudaStream_t stream);
+                              cudaStream_t stream, const uint8_t* src = nullptr);
 
 }  // namespace ft::cuda

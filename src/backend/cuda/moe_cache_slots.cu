@@ -135,13 +135,17 @@ class CudaExpertSlots final : public ExpertSlots {
     build_regions(banks, gather_.pool, n_slots, Device::kCuda);
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
     // Offload's prefetch (no fetch cap) by the copy engines: a host thread copies each miss
-    // (moe_cache_copy.h), for stored records. Hybrid layers keep the gather kernel (their host cores are the CPU
-    // executor's, and their fewer gather blocks are tuned against the exchange's reads).
-    // EC12 records are decoded on the way in, which the copy engines cannot do: the gather kernel.
-    if (g_prefetch_dma.on() && !ec12) {
+    // (moe_cache_copy.h). Hybrid layers keep the gather kernel (their host cores are the CPU
+    // executor's, and their fewer gather blocks are tuned against the exchange's reads). EC12
+    // records go through a small device staging ring and are decoded from there into their slots
+    // (HBM to HBM, with the prefetch's grid): the decoding gather read the link at ~47 GB/s of coded
+    // bytes against the copy engines' ~54 (bench/CUDA_NOTES.md, "Session 21").
+    if (g_prefetch_dma.on()) {
       try {
-        dma_ = std::make_unique<cuda::DmaPrefetch>(banks, gather_.pool, banks.slot_bytes(), n_slots, max_misses_,
-                                                   ops.device_index(), kDmaSpinUs);
+        const int64_t staging = cuda::DmaPrefetch::staging_bytes(gather_);
+        if (staging > 0) staging_ = ops.alloc(staging);
+        dma_ = std::make_unique<cuda::DmaPrefetch>(banks, gather_, n_slots, max_misses_, ops.device_index(), kDmaSpinUs,
+                                                   static_cast<uint8_t*>(staging_.data()), prefetch_blocks_);
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kUnsupported) throw;
         spdlog::warn("{}; the prefetch uses the gather kernel", e.what());
@@ -368,6 +372,7 @@ class CudaExpertSlots final : public ExpertSlots {
   const ExpertBanks& banks_;
   ExpertCache host_;  // geometry, and the staging copy of the device state
   Buffer state_, pool_;
+  Buffer staging_;  // the copy-engine prefetch's EC12 records before their decode (DmaPrefetch::staging_bytes)
   int64_t state_bytes_ = 0;
   CacheStateRefs dev_;
   CacheMiss* misses_ = nullptr;                        // the last admission's misses (gather_misses)
@@ -387,7 +392,7 @@ class CudaExpertSlots final : public ExpertSlots {
   PrefetchLedger ledger_;                              // the prefetches in flight, spare counts
   int last_pf_ = 0;                                    // the last prefetch made
   bool last_was_prefetch_ = false;                     // last_misses() reports the prefetch's list
-  std::unique_ptr<cuda::DmaPrefetch> dma_;             // offload's prefetch copies, or null
+  std::unique_ptr<cuda::DmaPrefetch> dma_;             // offload's prefetch copies, or null (after staging_)
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
