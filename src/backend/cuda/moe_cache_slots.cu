@@ -8,6 +8,9 @@
 // second stream (the copy engine, so the SMs keep computing; EC12 banks: the decoding gather kernel
 // on that stream), ordered by events: the copy starts
 // after the work queued before stream_layer, and wait_region makes the backend's stream wait for it.
+// Offload's prefetch in a captured step goes to the copy engines through a host thread
+// (moe_cache_copy.h; EC12 records through a device staging ring and a decode), other prefetches to
+// the gather kernel on a side stream.
 #include <algorithm>
 #include <memory>
 #include <vector>
