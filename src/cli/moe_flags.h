@@ -36,7 +36,8 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  bytes, decode_log_interval). Throws ft::Error(kInvalidArgument) naming the flags for an unknown
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
- *  on|off, --moe-prefetch-depth other than 1 or 2 or without an expert cache or with --moe-prefetch off, --moe-cpu-int8 other than on|off,
+ *  on|off, --moe-prefetch-depth outside 1 to PrefetchTargets::kMax or without an expert cache or with
+ *  --moe-prefetch off, --moe-cpu-int8 other than on|off,
  *  --moe-bank-format other than auto|stored|ec12 or ec12 with fused, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 

@@ -50,7 +50,8 @@
 //      layer's hit rate stays that of its real admissions (which find prefetched experts as hits).
 // The prefetch for layer l + d (depth d) is made just before layer l's own admission, so its copies
 // run behind the previous prefetch's with no gap; layer l's admission therefore spares the
-// prefetches made for later layers (depth 1: the one just before it, spare = 1; depth 2: spare = 3).
+// prefetches made for later layers (depth 1: the one just before it, spare = 1; depth d: spare =
+// 2d - 1).
 // With n_slots >= 2 * d * n_expert it always finds victims.
 //
 // Streaming (prefill): a step with many tokens touches nearly every expert of a layer, so the

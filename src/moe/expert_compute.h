@@ -12,8 +12,8 @@ namespace ft {
 
 /** Up to kMax MoE layers whose routes a caller predicts before a compute() (prefetch_targets). */
 struct PrefetchTargets {
-  static constexpr int kMax = 2;
-  int64_t layer[kMax] = {-1, -1};
+  static constexpr int kMax = 4;  // --moe-prefetch-depth's largest
+  int64_t layer[kMax] = {-1, -1, -1, -1};
   int n = 0;
   void add(int64_t l) { layer[n++] = l; }
 };

@@ -47,12 +47,12 @@ struct SlotBanks {
  *  use them). A prefetch is due (to be joined before a gather writes slots) once its layer has
  *  been admitted, or when it is more than kMaxAge admissions old (a step that ended early left it
  *  behind). Depth 1 gives the counts of the fixed rule before it: 2 for a prefetch, 1 for the
- *  admission right after one; depth 2: 4 and 3. A prefetch always spares at least the 2 admissions
- *  before it (prefetch_spare). */
+ *  admission right after one; depth 2: 4 and 3; depth d: 2d - 1 for a layer's admission. A
+ *  prefetch always spares at least the 2 admissions before it (prefetch_spare). */
 class PrefetchLedger {
  public:
-  static constexpr int kMaxInFlight = 3;  // depth 2: the prefetches of the next two layers, plus a new one
-  static constexpr int64_t kMaxAge = 8;
+  static constexpr int kMaxInFlight = 5;  // depth 4: the prefetches of the next four layers, plus a new one
+  static constexpr int64_t kMaxAge = 10;  // depth 4: a prefetch's layer is admitted 2 x 4 + 1 admissions on
   struct Entry {
     int32_t layer = -1;
     int64_t index = 0;      // the prefetch admission's index

@@ -43,8 +43,8 @@ struct MoeOptions {
   /** --moe-prefetch: fetch the next layer's predicted experts ahead. Auto: on for the offload and
    *  hybrid strategies (both measured faster with it on the H200). */
   enum class Prefetch { kAuto, kOn, kOff } prefetch = Prefetch::kAuto;
-  /** --moe-prefetch-depth: how many cache layers ahead offload prefetches (1 or 2; hybrid uses 1). */
-  int32_t prefetch_depth = 2;
+  /** --moe-prefetch-depth: how many cache layers ahead offload prefetches (1 to 4; hybrid uses 1). */
+  int32_t prefetch_depth = 3;
   /** --moe-cpu-int8: the CPU expert executor's int8 activations (CpuExpertExecutor). */
   bool cpu_int8 = true;
   /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where

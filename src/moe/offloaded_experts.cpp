@@ -206,9 +206,10 @@ void OffloadedExperts::choose_prefetch_depth() {
   depth_ = 0;
   depth_note_.clear();
   if (!opt_.prefetch || !slots_) return;
-  // The admissions after a prefetch spare its slots (PrefetchLedger): 1 admission at depth 1, 3 at
-  // depth 2, each of up to max_experts experts, so with fewer slots a miss might find no victim. A
-  // cache of every expert never evicts one, so no count of spared slots can leave it short.
+  // The admissions after a prefetch spare its slots (PrefetchLedger): 2d - 1 admissions at depth d,
+  // each of up to max_experts experts, so with fewer than 2d x max_experts slots a miss might find
+  // no victim. A cache of every expert never evicts one, so no count of spared slots can leave it
+  // short.
   const int64_t e = banks_->max_experts();
   int64_t total = 0;
   for (int64_t l = 0; l < banks_->n_layers(); ++l) total += banks_->n_expert(l);
@@ -217,12 +218,15 @@ void OffloadedExperts::choose_prefetch_depth() {
   if (opt_.prefetch_depth < 2) return;
   // Hybrid: a prefetched layer's own misses go to the CPU and the cap applies to the prefetch; its
   // calibration and gather grid were measured one layer ahead.
-  if (plan_.strategy == MoeStrategy::kHybrid)
+  if (plan_.strategy == MoeStrategy::kHybrid) {
     depth_note_ = "hybrid predicts 1 ahead";
-  else if (slots_->n_slots() < 4 * e && slots_->n_slots() < total)
-    depth_note_ = fmt::format("--moe-prefetch-depth 2 needs {} slots", 4 * e);
-  else
-    depth_ = 2;
+    return;
+  }
+  const int want = std::min(opt_.prefetch_depth, PrefetchTargets::kMax);
+  for (int d = want; d >= 2 && depth_ == 1; --d)
+    if (slots_->n_slots() >= 2 * d * e || slots_->n_slots() >= total) depth_ = d;
+  if (depth_ < want)
+    depth_note_ = fmt::format("--moe-prefetch-depth {} needs {} slots", want, 2 * want * e);
 }
 
 PrefetchTargets OffloadedExperts::prefetch_targets(int64_t layer, int64_t n_tokens) const {
@@ -234,8 +238,13 @@ PrefetchTargets OffloadedExperts::prefetch_targets(int64_t layer, int64_t n_toke
   if (slots_->n_regions() > 0 && n_tokens >= opt_.stream_min_tokens) return t;  // the same test as compute()
   const int32_t next = next_cache_layer_[static_cast<size_t>(layer)];
   if (next < 0) return t;
-  if (depth == 1 || layer == first_cache_layer_) t.add(next);  // no layer before it predicted `next`
-  if (depth == 2 && next_cache_layer_[static_cast<size_t>(next)] >= 0) t.add(next_cache_layer_[static_cast<size_t>(next)]);
+  // The first cache layer of a step predicts every layer up to `depth` ahead (no layer before it
+  // predicted them); the others the one `depth` ahead.
+  int32_t ahead = next;
+  for (int d = 1; d <= depth && ahead >= 0; ++d) {
+    if (d == depth || layer == first_cache_layer_) t.add(ahead);
+    ahead = next_cache_layer_[static_cast<size_t>(ahead)];
+  }
   return t;
 }
 

@@ -59,10 +59,10 @@ struct MoeRuntimeOptions {
   /** --moe-prefetch: cache layers ask for the next cache layer's predicted routes (prefetch_targets)
    *  and fetch them while they compute. */
   bool prefetch = false;
-  /** --moe-prefetch-depth: offload's cache layers predict the cache layer this many ahead (1 or 2;
-   *  the first cache layer of a step predicts every layer up to it). Hybrid uses 1, and so does a
-   *  cache of fewer than 4 x max_experts slots that cannot hold every expert (PrefetchLedger: the
-   *  admissions spare 3). */
+  /** --moe-prefetch-depth: offload's cache layers predict the cache layer this many ahead (1 to
+   *  PrefetchTargets::kMax; the first cache layer of a step predicts every layer up to it). Hybrid
+   *  uses 1; a cache that cannot hold every expert runs the deepest d with 2d x max_experts slots
+   *  (PrefetchLedger: the admissions spare 2d - 1). */
   int prefetch_depth = 1;
 };
 
@@ -120,8 +120,8 @@ class OffloadedExperts final : public ExpertCompute {
    *  or timed out (ExpertSlots::check); then waits for the queued work (when a layer exchanges with
    *  the CPU) and throws the same when a CPU share since the last check failed or timed out. */
   void check() override;
-  /** With MoeRuntimeOptions::prefetch, for a cache layer: the next cache layer (depth 1), or the
-   *  cache layer two ahead (depth 2; the first cache layer of a step also names the next one, first).
+  /** With MoeRuntimeOptions::prefetch, for a cache layer: the cache layer prefetch_depth() ahead
+   *  (the first cache layer of a step names every cache layer up to it, nearest first).
    *  None for a step that streams (n_tokens >= stream_min_tokens), which would drop the
    *  predictions, and for a cache of fewer than 2 x max_experts slots (the admissions after a
    *  prefetch spare its slots and need that many). */

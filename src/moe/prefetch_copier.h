@@ -39,7 +39,7 @@ namespace ft {
 /** Entries of the ring: at least the prefetches in flight at once (PrefetchLedger::kMaxInFlight),
  *  and a power of two, so that s % kCopyRingEntries keeps cycling when the 32-bit request number
  *  wraps. */
-constexpr int kCopyRingEntries = 4;
+constexpr int kCopyRingEntries = 8;
 
 /** The ring's host view. seq and n: [kCopyRingEntries]; misses: [kCopyRingEntries * max_misses]. */
 struct CopyRing {

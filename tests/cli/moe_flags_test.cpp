@@ -74,13 +74,19 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_NE(r.err.find("moe per layer (hits/misses/fetched/CPU experts): L0 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" L3 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(", next-layer prefetch"), std::string::npos) << r.err;  // auto: on for offload
-  // The default depth 2 needs 4 x 64 slots here: the plan says why it runs 1 ahead; asked for 1, no note.
-  EXPECT_NE(r.err.find("next-layer prefetch (--moe-prefetch-depth 2 needs 256 slots)"), std::string::npos) << r.err;
+  // The default depth 3 needs 6 x 64 slots here: the plan says why it runs 1 ahead; asked for 1, no note.
+  EXPECT_NE(r.err.find("next-layer prefetch (--moe-prefetch-depth 3 needs 384 slots)"), std::string::npos) << r.err;
   const Result d1 = run_moe("--moe-strategy offload --moe-cache-slots 128 --moe-prefetch-depth 1");
   EXPECT_NE(d1.err.find(", next-layer prefetch"), std::string::npos) << d1.err;
-  EXPECT_EQ(d1.err.find("--moe-prefetch-depth 2 needs"), std::string::npos) << d1.err;
-  const Result d2 = run_moe("--moe-strategy offload --moe-cache-slots 256");  // every expert: depth 2 runs
+  EXPECT_EQ(d1.err.find("needs"), std::string::npos) << d1.err;
+  const Result d3 = run_moe("--moe-strategy offload --moe-cache-slots 256");  // every expert: depth 3 runs
+  EXPECT_NE(d3.err.find(", prefetch 3 cache layers ahead"), std::string::npos) << d3.err;
+  const Result d2 = run_moe("--moe-strategy offload --moe-cache-slots 256 --moe-prefetch-depth 2");
   EXPECT_NE(d2.err.find(", prefetch 2 cache layers ahead"), std::string::npos) << d2.err;
+  // Depth 4 needs 8 x 64 slots (or every expert): with 2 x 64 the deepest that fits runs, and the plan says why.
+  const Result d4small = run_moe("--moe-strategy offload --moe-cache-slots 128 --moe-prefetch-depth 4");
+  EXPECT_NE(d4small.err.find("next-layer prefetch (--moe-prefetch-depth 4 needs 512 slots)"), std::string::npos)
+      << d4small.err;
   // Fused has no cache counters: said once at start, not silently ignored.
   const Result fused = run_moe("--moe-strategy fused --decode-log-interval 3");
   ASSERT_EQ(fused.code, 0) << fused.err;
@@ -132,8 +138,8 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy hybrid --moe-fetch-cap 65", 2, "--moe-fetch-cap 65 exceeds the 64 experts of a layer"},
       {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
       {"--moe-prefetch yes", 2, "--moe-prefetch yes must be auto, on or off"},
-      {"--moe-strategy offload --moe-prefetch-depth 3", 2, "--moe-prefetch-depth 3 must be 1 or 2"},
-      {"--moe-strategy offload --moe-prefetch-depth 0", 2, "--moe-prefetch-depth 0 must be 1 or 2"},
+      {"--moe-strategy offload --moe-prefetch-depth 5", 2, "--moe-prefetch-depth 5 must be 1 to 4"},
+      {"--moe-strategy offload --moe-prefetch-depth 0", 2, "--moe-prefetch-depth 0 must be 1 to 4"},
       {"--moe-strategy fused --moe-prefetch-depth 1", 2, "--moe-prefetch-depth needs --moe-strategy auto, offload or hybrid (fused"},
       {"--moe-strategy cpu --moe-prefetch-depth 2", 2, "--moe-prefetch-depth needs --moe-strategy auto, offload or hybrid (cpu"},
       {"--moe-strategy offload --moe-prefetch off --moe-prefetch-depth 2", 2, "there is no prefetch to deepen"},

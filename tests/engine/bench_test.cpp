@@ -150,8 +150,8 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   EXPECT_TRUE(j["h2d_bandwidth_gbs"].is_null());  // CPU backend: no host -> device link
   EXPECT_NE(j["moe_plan"].get<std::string>().find("strategy offload, expert cache 16 slots"), std::string::npos)
       << j["moe_plan"];
-  // Every expert has a slot, so the default depth 2 runs (the first layer predicts the next two).
-  EXPECT_NE(j["moe_plan"].get<std::string>().find(", prefetch 2 cache layers ahead"), std::string::npos)
+  // Every expert has a slot, so the default depth 3 runs (the first layer predicts the next three).
+  EXPECT_NE(j["moe_plan"].get<std::string>().find(", prefetch 3 cache layers ahead"), std::string::npos)
       << j["moe_plan"];
   const int64_t L = j["n_layer"].get<int64_t>(), k = j["n_expert_used"].get<int64_t>();
   const nlohmann::json& m = j["results"][0]["moe_cache"];  // batch 1: exactly k distinct experts per layer

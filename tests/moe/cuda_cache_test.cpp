@@ -216,7 +216,7 @@ void CudaExpertCache::offload_equals_fused(bool ec12) {
   // misses to the CPU while the prefetch's side gather may still run.
   // These steps run eagerly, so offload's prefetch copies by the gather kernel whatever
   // set_cuda_prefetch_dma says; the copy engines serve captured steps (DecodeStepReplaysAsACudaGraph,
-  // PrefetchDepthTwoUnderEvictionEqualsFused).
+  // DeepPrefetchUnderEvictionEqualsFused).
   for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -1, true},
                       Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kHybrid, 1, true},
                       Strategy{MoeStrategy::kCpu, -1}}) {
@@ -259,7 +259,7 @@ struct GraphCase {
   int32_t cap;
   const char* cpu_layers;
   bool dma = true;  // offload's prefetch by the copy engines in the captured steps (else the gather kernel)
-  int depth = 1;    // MoeRuntimeOptions::prefetch_depth (2: 4 x E slots)
+  int depth = 1;    // MoeRuntimeOptions::prefetch_depth (2d x E slots: 2 and 3 hold every expert)
   BankFormat format = BankFormat::kStored;  // kEc12: copy engines into staging + decode, or the decoding gather
 };
 
@@ -283,6 +283,7 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
                        GraphCase{MoeStrategy::kOffload, -1, "", true, 1, kEc12},
                        GraphCase{MoeStrategy::kOffload, -1, "", true, 2, kEc12},
                        GraphCase{MoeStrategy::kOffload, -1, "", false, 1, kEc12},
+                       GraphCase{MoeStrategy::kOffload, -1, "", true, 3, kEc12},
                        GraphCase{MoeStrategy::kHybrid, 1, "", true, 1, kEc12},
                        GraphCase{MoeStrategy::kCpu, -1, "", true, 1, kEc12}}) {
     SCOPED_TRACE(std::string(moe_strategy_name(gc.s)) + ", cpu layers: " + gc.cpu_layers +
@@ -483,29 +484,33 @@ TEST_F(CudaExpertCache, AbandonedCaptureAfterAPrefetchLeavesEagerStepsWorking) {
   off.slots()->copy_state_to(state);
   state.check_integrity();
 }
-// Prefetch depth 2 under eviction on the GPU: six MoE layers of 4 experts in 16 slots (4 x E), so
-// admissions evict while two prefetches' copies are in flight; predictions right about half the
-// time; copies by the copy engines (each step after the first three captured as a graph: eager
+// Prefetch depths 2 to 4 under eviction on the GPU: twelve MoE layers of 4 experts in 2d x E slots
+// (16, 24 and 32 of 48), so admissions evict while d prefetches' copies are in flight; predictions
+// right about half the time; copies by the copy engines (each step after the first three captured as a graph: eager
 // steps use the gather kernel), by the gather kernel, and EC12 banks decoded by the gather or
 // copied by the copy engines into staging and decoded from there (graphs too). Offload equals
 // fused bit for bit.
-TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
+TEST_F(CudaExpertCache, DeepPrefetchUnderEvictionEqualsFused) {
   SyntheticExperts s;
-  const int32_t E = 4, k = 2, kLayers = 6;
+  const int32_t E = 4, k = 2, kLayers = 12;
   const int64_t H = 256, F = 256;
   for (int32_t l = 0; l < kLayers; ++l) s.add_layer(E, F, H, DType::BF16, DType::BF16, 20 + l);
   for (int32_t l = 0; l < kLayers; ++l) s.add_ec12_exceptions(static_cast<size_t>(l), 20, static_cast<uint32_t>(l));
   ResidentExperts fused(*gpu_, s.banks);
   PrefetchDmaGuard guard;
-  for (int mode : {0, 1, 2, 3}) {  // stored banks by the copy engines, by the gather kernel; EC12 banks: gather, copy engines
-    const bool dma = mode == 0 || mode == 3, ec12 = mode >= 2;
-    SCOPED_TRACE(std::string(ec12 ? "EC12 banks, " : "stored banks, ") + (dma ? "copy engines" : "gather kernel"));
+  // Depth 2: stored banks by the copy engines, by the gather kernel; EC12 banks: gather, copy
+  // engines. Depths 3 and 4 with the copy engines (depth 3 in both formats).
+  for (int mode : {0, 1, 2, 3, 4, 5, 6}) {
+    const bool dma = mode == 0 || mode == 3 || mode >= 4, ec12 = mode == 2 || mode == 3 || mode == 5 || mode == 6;
+    const int depth = mode == 6 ? 4 : mode >= 4 ? 3 : 2;
+    SCOPED_TRACE(std::string(ec12 ? "EC12 banks, " : "stored banks, ") + (dma ? "copy engines" : "gather kernel") +
+                 ", depth " + std::to_string(depth));
     set_cuda_prefetch_dma(dma);
     MoeRuntimeOptions ro;
-    ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 2;
+    ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = depth;
     ro.bank_format = ec12 ? BankFormat::kEc12 : BankFormat::kStored;
-    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 4 * E), ro);
-    ASSERT_EQ(off.prefetch_depth(), 2);
+    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 2 * depth * E), ro);
+    ASSERT_EQ(off.prefetch_depth(), depth);
     // Per layer: inputs and both outputs, so a step's layers queue without a host wait between them
     // (the copies of two prefetches then overlap the admissions that must spare their slots).
     Tensor x[kLayers], w[kLayers], ids[kLayers], guess[kLayers], got[kLayers], want[kLayers];
@@ -551,7 +556,7 @@ TEST_F(CudaExpertCache, PrefetchDepthTwoUnderEvictionEqualsFused) {
       }
     }
     EXPECT_NO_THROW(off.check());
-    ExpertCache state(kLayers, E, 4 * E, k);
+    ExpertCache state(kLayers, E, 2 * depth * E, k);
     off.slots()->copy_state_to(state);
     state.check_integrity();
     const MoeLayerStats total = total_moe_stats(off.stats());

@@ -465,6 +465,24 @@ TEST(PrefetchLedger, SpareCountsFollowThePrefetchesInFlight) {
   EXPECT_EQ(d2.take_due().size(), 2u);
   EXPECT_EQ(d2.in_flight(), 0);
 
+  // Depths 3 and 4: the first layer predicts the next d; then each layer's admission spares the
+  // admissions back to the oldest prefetch for a later layer: d + l at layer l (the first layer's d
+  // came in a row), at most 2d - 1 (5 and 7), and d + 1 prefetches are in flight at most.
+  for (int d : {3, 4}) {
+    PrefetchLedger led;
+    for (int32_t t = 1; t <= d; ++t) led.add_prefetch(t, t - 1);
+    EXPECT_EQ(led.admit(0), d);
+    EXPECT_TRUE(led.take_due().empty());
+    for (int32_t l = 1; l < 8; ++l) {
+      led.add_prefetch(l + d, (l + d - 1) % PrefetchLedger::kMaxInFlight);
+      EXPECT_EQ(led.in_flight(), d + 1) << d << " " << l;
+      EXPECT_EQ(led.admit(l), std::min(d + l, 2 * d - 1)) << d << " " << l;
+      const PrefetchLedger::Entries due = led.take_due();  // only the admitted layer's, none by age
+      ASSERT_EQ(due.size(), 1u) << d << " " << l;
+      EXPECT_EQ(due[0].layer, l);
+    }
+  }
+
   PrefetchLedger stale;  // a prefetch whose layer never came (a step that ended early)
   stale.add_prefetch(7, 0);
   for (int64_t i = 0; i < PrefetchLedger::kMaxAge - 1; ++i) {

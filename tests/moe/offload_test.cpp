@@ -192,20 +192,24 @@ TEST(OffloadedExperts, Ec12BanksComputeTheSameFunction) {
   expect_variants_equal_fused(s.banks, E, H, BankFormat::kStored, BankFormat::kStored);
 }
 
-// Prefetch depth 2 under eviction: six MoE layers of 4 experts in 16 slots (4 x E, the smallest
-// cache depth 2 runs in), so admissions evict while two prefetches are in flight; predictions right
-// about half the time. Offload stays bit-identical to fused and the cache consistent.
-TEST(OffloadedExperts, PrefetchDepthTwoUnderEvictionEqualsFused) {
+// Prefetch depths 2 to 4 under eviction: twelve MoE layers of 4 experts in 2d x E slots (the
+// smallest cache depth d runs in: 16, 24 and 32 of 48 experts), so admissions evict while d prefetches
+// are in flight; predictions right about half the time. Offload stays bit-identical to fused and
+// the cache consistent.
+class PrefetchDepth : public ::testing::TestWithParam<int> {};
+
+TEST_P(PrefetchDepth, UnderEvictionEqualsFused) {
+  const int depth = GetParam();
   SyntheticExperts s;
-  const int32_t E = 4, k = 2, kLayers = 6;
+  const int32_t E = 4, k = 2, kLayers = 12;
   const int64_t H = 32, F = 16;
   for (int32_t l = 0; l < kLayers; ++l) s.add_layer(E, F, H, DType::BF16, DType::BF16, 10 + l);
   CpuOps ops(1);
   ResidentExperts fused(ops, s.banks);
   MoeRuntimeOptions ro;
-  ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 2;
-  OffloadedExperts off(ops, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 4 * E), ro);
-  ASSERT_EQ(off.prefetch_depth(), 2);
+  ro.max_tokens = 4, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = depth;
+  OffloadedExperts off(ops, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 2 * depth * E), ro);
+  ASSERT_EQ(off.prefetch_depth(), depth);
   std::mt19937 rng(11);
   int64_t predicted = 0;
   for (int step = 0; step < 40; ++step) {
@@ -217,9 +221,9 @@ TEST(OffloadedExperts, PrefetchDepthTwoUnderEvictionEqualsFused) {
     }
     for (int32_t l = 0; l < kLayers; ++l) {
       const PrefetchTargets t = off.prefetch_targets(l, T);
-      ASSERT_EQ(t.n, l == 0 ? 2 : l + 2 < kLayers ? 1 : 0) << l;
+      ASSERT_EQ(t.n, l == 0 ? depth : l + depth < kLayers ? 1 : 0) << l;
       for (int i = 0; i < t.n; ++i) {
-        ASSERT_EQ(t.layer[i], l == 0 ? 1 + i : l + 2);
+        ASSERT_EQ(t.layer[i], l == 0 ? 1 + i : l + depth);
         off.prefetch(t.layer[i], Tensor(guess[t.layer[i]].data(), DType::I32, {T, k}));
         ++predicted;
       }
@@ -236,10 +240,12 @@ TEST(OffloadedExperts, PrefetchDepthTwoUnderEvictionEqualsFused) {
   }
   const MoeLayerStats total = total_moe_stats(off.stats());
   EXPECT_GT(total.prefetched, 0);
-  EXPECT_GT(total.misses, 0);  // evictions: 24 experts over 16 slots
+  EXPECT_GT(total.misses, 0);  // evictions: 32 experts over 16 or 24 slots
   EXPECT_GT(total.hits, 0);
   EXPECT_EQ(predicted, 40 * (kLayers - 1));  // every layer but the first is predicted once a step
 }
+
+INSTANTIATE_TEST_SUITE_P(OffloadedExperts, PrefetchDepth, ::testing::Values(2, 3, 4));
 
 TEST(OffloadedExperts, RejectsBadUse) {
   SyntheticExperts s;
