@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
 #include "engine/service.h"
+#include "formats/checkpoint.h"
 #include "server/auth.h"
 #include "server/chat_reply.h"
 #include "server/http_server.h"
@@ -92,22 +93,26 @@ int run_serve(const ServeFlags& f) {
   eo.max_seqs = f.max_running;
   eo.max_logit_rows = f.max_running;
   eo.max_step_tokens = static_cast<int64_t>(f.max_prefill_tokens) + f.max_running;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Checkpoint> opened;
   try {
-    engine = Engine::load(path, eo);
+    opened = open_checkpoint(path);
   } catch (...) {
     if (demo) fs::remove(path);
     throw;
   }
   if (demo) fs::remove(path);  // the mapping stays valid
+  // The tokenizer and chat template before the weights: a checkpoint without a usable tokenizer (an
+  // HF folder without tokenizer.json, say) or a bad --chat-template is refused in seconds, not after
+  // the weights have loaded.
+  Vocab vocab = Vocab::from_checkpoint(*opened);
+  const ModelTemplate tmpl = model_chat_template(*opened, vocab, f.chat_template);
+  const std::string& template_from = tmpl.origin;
+  ChatTemplate chat_template(tmpl.source, tmpl.bos_token, tmpl.eos_token);
+  std::unique_ptr<Engine> engine = Engine::load(std::move(opened), eo);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const Checkpoint& ck = engine->checkpoint();
   const ModelConfig& mc = engine->config();
-  Vocab vocab = Vocab::from_checkpoint(ck);
-  const ModelTemplate tmpl = model_chat_template(ck, vocab, f.chat_template);
-  const std::string& template_from = tmpl.origin;
-  ChatTemplate chat_template(tmpl.source, tmpl.bos_token, tmpl.eos_token);
 
   int64_t n_params = 0, weight_bytes = 0;
   for (const TensorInfo& t : ck.tensors()) {

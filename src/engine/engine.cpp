@@ -17,12 +17,15 @@
 namespace ft {
 
 std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOptions& options) {
+  return load(open_checkpoint(path), options);
+}
+
+std::unique_ptr<Engine> Engine::load(std::unique_ptr<Checkpoint> ckpt, const EngineOptions& options) {
   const std::string& d = options.device;
   if (d != "cpu" && d != "cuda" && d != "auto")
     fail(ErrorCode::kInvalidArgument, "device must be cpu, cuda or auto (got '{}')", d);
   const bool cuda = d == "cuda" || (d == "auto" && cuda_device_count() > 0);
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0) : std::make_unique<CpuOps>(options.threads);
-  auto ckpt = open_checkpoint(path);
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 

@@ -79,6 +79,8 @@ class Engine {
    *  unknown device name; from the MoE plan (options.moe..., see MoeRuntime): kInvalidArgument for
    *  contradictory MoE flags, kOutOfMemory when the chosen strategy does not fit the memory limit. */
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
+  /** Same over a checkpoint the caller opened (open_checkpoint), e.g. to read its tokenizer first. */
+  static std::unique_ptr<Engine> load(std::unique_ptr<Checkpoint> ckpt, const EngineOptions& options);
   /** Same over an opened checkpoint and a backend (tests; the CUDA backend later). */
   Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options);
   ~Engine();

@@ -56,6 +56,16 @@ TEST(ServeFlags, EmptyApiKeyIsRefused) {
   EXPECT_EQ(r.err.find("--api-key: --api-key"), std::string::npos) << "the flag named once: " << r.err;
 }
 
+TEST(ServeFlags, MissingTokenizerIsRefusedBeforeTheWeightsLoad) {
+  // An HF folder without tokenizer.json was refused only after Engine::load had read every weight
+  // (minutes for a large MoE model); the engine's "moe:" plan line showed that it had.
+  const std::string model = ::ft::testing::shared_dir() + "/fixtures/hf/qwen3_moe";  // no tokenizer.json
+  Result r = run_ft("serve --model " + quote(model) + " --port 1 --device cpu --threads 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no tokenizer.json in the checkpoint folder"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("moe: strategy"), std::string::npos) << "the weights were loaded first: " << r.err;
+}
+
 TEST(ServeFlags, EmptyServedModelNameIsRefused) {
   // It was taken as "no name given" and the file's name served instead.
   Result r = run_ft("serve --served-model-name '' --port 1");
