@@ -16,7 +16,8 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--moe-cache-slots", f.cache_slots, "Expert-cache slots (at least 2 x experts per layer)")->group(g);
-  cmd->add_option("--moe-cache-rate", f.cache_rate, "Expert-cache slots as a fraction of all routed experts, in (0, 1]")
+  cmd->add_option("--moe-cache-rate", f.cache_rate, "Expert-cache slots as a fraction of the routed experts that go through the cache (all of them unless "
+                  "--moe-cpu-layers), in (0, 1]")
       ->group(g);
   cmd->add_flag("--moe-cache-auto", f.cache_auto, "Every slot that fits the memory budget (the default)")->group(g);
   cmd->add_option("--moe-cpu-layers", f.cpu_layers,

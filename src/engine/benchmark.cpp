@@ -245,6 +245,9 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.copy_bandwidth = measure_copy_bandwidth(ops, r.copy_bytes, o.threads);
   if (const MoePlan* plan = engine.moe_plan()) {
     r.moe_plan = plan->summary();
+    r.moe_strategy = moe_strategy_name(plan->strategy);
+    r.moe_cache_slots = plan->cache.n_slots;
+    r.moe_prefetch_depth = plan->prefetch ? plan->prefetch_depth : 0;
     if (plan->strategy != MoeStrategy::kFused)
       r.moe_bank_format = plan->bank_format == BankFormat::kEc12 ? "ec12" : "stored";
   }
@@ -523,6 +526,9 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"host_read_threads", r.host_read_bandwidth > 0 ? nlohmann::json(r.host_read_threads) : nlohmann::json(nullptr)},
           {"moe_plan", r.moe_plan},
           {"moe_bank_format", r.moe_bank_format.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.moe_bank_format)},
+          {"moe_strategy", r.moe_strategy.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.moe_strategy)},
+          {"moe_cache_slots", r.moe_cache_slots},
+          {"moe_prefetch_depth", r.moe_prefetch_depth},
           {"sampling", r.sampling},
           {"peak_host_rss_bytes", r.peak_host_rss},
           {"profiled", r.profiled},

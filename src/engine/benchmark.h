@@ -105,6 +105,9 @@ struct BenchReport {
   int host_read_threads = 0;            // ... on this many threads: the CPU expert executor's
   std::string moe_plan;                 // MoePlan::summary() of the engine (empty: dense model)
   std::string moe_bank_format;          // "ec12" or "stored" (--moe-bank-format's outcome); "" without expert banks
+  std::string moe_strategy;             // the plan's resolved --moe-strategy; "" for a dense model
+  int64_t moe_cache_slots = 0;          // expert-cache slots (0: no cache)
+  int32_t moe_prefetch_depth = 0;       // cache layers prefetched ahead, as in use (0: no prefetch)
   std::string sampling;                 // how the steps sampled: "greedy" or "temperature 0.7, top-p 0.9"
   std::vector<BenchBatch> batches;
   int64_t peak_host_rss = 0;            // bytes (VmHWM)
@@ -164,7 +167,8 @@ void reset_peak_host_rss();
  *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (null unless measured),
  *  host_read_bandwidth_gbs and host_read_threads (null unless measured), moe_plan (the
  *  MoE placement: strategy, cache slots, CPU layers, fetch cap; "" for a dense model), moe_bank_format
- *  ("ec12" or "stored"; null without expert banks: fused or dense), peak_host_rss_bytes, profiled, device_memory_bytes (null when
+ *  ("ec12" or "stored"; null without expert banks: fused or dense), moe_strategy (resolved; null for
+ *  a dense model), moe_cache_slots (0: no cache), moe_prefetch_depth (in use; 0: none), peak_host_rss_bytes, profiled, device_memory_bytes (null when
  *  unknown), device_memory_note, results: [{batch, prefill_tokens, prefill_s, prefill_tokens_per_s,
  *  decode_steps, graph_steps, decode_s, decode_tokens_per_s, ms_per_step, experts_per_layer, experts_source,
  *  weight_bytes_per_step, achieved_gbs, bandwidth_fraction, moe_cache (only with an expert cache:

@@ -128,10 +128,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
         // The plan with the table on the device: a cache sized by what is left takes the table's bytes
         // as slots. A plan that does not fit that way may fit without the table.
         const MoeStrategy want = options_.moe.strategy;
-        int64_t total_experts = 0;
-        for (const ExpertBank& bank : model_->host_experts()) total_experts += bank.n_expert();
         try {
-          host = embeddings_on_host_auto(MoeRuntime::preview_plan(*ops_, *model_, mc), options_.moe.cache, total_experts);
+          const MoePlan preview = MoeRuntime::preview_plan(*ops_, *model_, mc);
+          host = embeddings_on_host_auto(preview, options_.moe.cache, preview.cache_experts);
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
           host = true;

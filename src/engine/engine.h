@@ -51,7 +51,8 @@ struct EngineOptions {
  *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token: one bus read, microseconds;
  *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given `plan`, made with
  *  the table on the device: yes when it has an expert cache (offload, hybrid) sized by the memory left
- *  (`request` is --moe-cache-auto) that holds fewer than `total_experts`, so the table's bytes become
+ *  (`request` is --moe-cache-auto) that holds fewer than `total_experts` (MoePlan::cache_experts: the
+ *  routed experts of its cache layers), so the table's bytes become
  *  slots (llama.cpp keeps this table on the host always). The engine also moves it when a plan fits
  *  only without it (then possibly fused). Fused, cpu and dense models keep it; "host" moves it for any
  *  model whose LM head is not tied to it, "device" never. The CPU backend reads the table where it is

@@ -188,8 +188,8 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  "expert-cache counters to log", log_interval_, moe_strategy_name(plan_.strategy));
   if (ops.device() == Device::kCpu && (plan_.strategy == MoeStrategy::kOffload || plan_.strategy == MoeStrategy::kHybrid))
     spdlog::warn("moe: on the CPU backend the {} strategy emulates a GPU's expert cache in host memory, to test it; "
-                 "every expert is already in host memory here, so fused is faster (and what auto picks without "
-                 "--gpu-memory-limit)", plan_.strategy == MoeStrategy::kOffload ? "offload" : "hybrid");
+                 "every expert is already in host memory here, so the cache's copies only add work (auto picks fused "
+                 "without --gpu-memory-limit)", plan_.strategy == MoeStrategy::kOffload ? "offload" : "hybrid");
 }
 
 std::vector<int32_t> MoeRuntime::fetch_cap_candidates() const {

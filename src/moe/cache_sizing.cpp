@@ -67,7 +67,8 @@ CacheSize plan_cache_size(const GpuMemoryBudget& b, const CacheSizeRequest& req)
              req.slots, min_slots, b.experts_per_layer);
       n = req.slots;
       if (n > b.total_experts) {
-        out.note = fmt::format("--moe-cache-slots {} reduced to the model's {} routed experts", n, b.total_experts);
+        out.note = fmt::format("--moe-cache-slots {} reduced to {}, every routed expert that goes through the cache", n,
+                               b.total_experts);
         n = b.total_experts;
       }
       what = fmt::format("--moe-cache-slots {}", req.slots);

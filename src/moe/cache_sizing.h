@@ -29,7 +29,7 @@ struct GpuMemoryBudget {
   int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens
   int64_t slot_bytes = 0;          // one expert record (ExpertBanks::slot_bytes)
   int32_t experts_per_layer = 0;   // largest n_expert over MoE layers
-  int64_t total_experts = 0;       // routed experts over all MoE layers
+  int64_t total_experts = 0;       // routed experts over all MoE layers (plan_moe sizes the cache with those of its layers)
   int64_t expert_bytes = 0;        // all routed experts resident (what `fused` needs)
 };
 

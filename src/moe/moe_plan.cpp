@@ -116,7 +116,7 @@ std::string MoePlan::summary() const {
       std::vector<int64_t> cpu;
       for (size_t l = 0; l < layers.size(); ++l)
         if (layers[l] == MoeLayerMode::kCpu) cpu.push_back(static_cast<int64_t>(l));
-      s += " (layers " + layer_ranges(cpu) + ")";
+      s += (cpu.size() == 1 ? " (layer " : " (layers ") + layer_ranges(cpu) + ")";
     }
   }
   if (strategy == MoeStrategy::kHybrid && count(MoeLayerMode::kCache) > 0) {  // not when every layer is a CPU one
@@ -196,7 +196,16 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
   for (int64_t l : moe_layers) p.layers[static_cast<size_t>(l)] = mode;
   for (int64_t l : cpu_layers) p.layers[static_cast<size_t>(l)] = MoeLayerMode::kCpu;
   if (p.count(MoeLayerMode::kCache) > 0) {
-    p.cache = plan_cache_size(budget, o.cache);
+    // Sized for the experts that go through the cache: --moe-cpu-layers' layers never use it.
+    GpuMemoryBudget cache_budget = budget;
+    cache_budget.experts_per_layer = 0;
+    for (int64_t l : moe_layers)
+      if (p.layers[static_cast<size_t>(l)] == MoeLayerMode::kCache) {
+        p.cache_experts += experts_per_layer[static_cast<size_t>(l)];
+        cache_budget.experts_per_layer = std::max(cache_budget.experts_per_layer, experts_per_layer[static_cast<size_t>(l)]);
+      }
+    cache_budget.total_experts = p.cache_experts;
+    p.cache = plan_cache_size(cache_budget, o.cache);
     if (s == MoeStrategy::kHybrid) {
       p.calibrate_fetch_cap = o.fetch_cap < 0;
       for (int64_t l : moe_layers)

@@ -58,6 +58,7 @@ struct MoePlan {
   std::vector<int32_t> fetch_cap;              // per model layer; -1: unlimited (kCache layers only)
   bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
   CacheSize cache;                             // n_slots = 0 without a cache
+  int64_t cache_experts = 0;                   // routed experts of the kCache layers (a cache of all of them never evicts)
   bool prefetch = false;                       // set by the runtime: some layer fetches the next one's experts ahead
   int32_t prefetch_depth = 0;                  // set by the runtime: cache layers ahead (0: no prefetch)
   std::string prefetch_note;                   // set by the runtime: why the depth is below the one asked for

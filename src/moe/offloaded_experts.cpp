@@ -208,11 +208,12 @@ void OffloadedExperts::choose_prefetch_depth() {
   if (!opt_.prefetch || !slots_) return;
   // The admissions after a prefetch spare its slots (PrefetchLedger): 2d - 1 admissions at depth d,
   // each of up to max_experts experts, so with fewer than 2d x max_experts slots a miss might find
-  // no victim. A cache of every expert never evicts one, so no count of spared slots can leave it
-  // short.
+  // no victim. A cache of every expert of the cache layers never evicts one, so no count of spared
+  // slots can leave it short. A step's n cache layers predict at most n - 1 ahead.
   const int64_t e = banks_->max_experts();
-  int64_t total = 0;
-  for (int64_t l = 0; l < banks_->n_layers(); ++l) total += banks_->n_expert(l);
+  int64_t total = 0, n_cache = 0;
+  for (int64_t l = 0; l < banks_->n_layers(); ++l)
+    if (plan_.layers[static_cast<size_t>(l)] == MoeLayerMode::kCache) total += banks_->n_expert(l), ++n_cache;
   if (slots_->n_slots() < 2 * e) return;
   depth_ = 1;
   if (opt_.prefetch_depth < 2) return;
@@ -223,10 +224,18 @@ void OffloadedExperts::choose_prefetch_depth() {
     return;
   }
   const int want = std::min(opt_.prefetch_depth, PrefetchTargets::kMax);
-  for (int d = want; d >= 2 && depth_ == 1; --d)
+  const int reach = static_cast<int>(std::min<int64_t>(want, std::max<int64_t>(n_cache - 1, 1)));
+  for (int d = reach; d >= 2 && depth_ == 1; --d)
     if (slots_->n_slots() >= 2 * d * e || slots_->n_slots() >= total) depth_ = d;
-  if (depth_ < want)
-    depth_note_ = fmt::format("--moe-prefetch-depth {} needs {} slots", want, 2 * want * e);
+  // Why the depth is below the one asked for: the cache layers, then the slots (with what the next
+  // depth up would need too).
+  if (reach < want)
+    depth_note_ = fmt::format("--moe-prefetch-depth {}: {} cache layers predict at most {} ahead", want, n_cache, reach);
+  if (depth_ < reach) {
+    depth_note_ += depth_note_.empty() ? fmt::format("--moe-prefetch-depth {} needs {} slots", want, 2 * want * e)
+                                       : fmt::format(", {} needs {} slots", reach, 2 * reach * e);
+    if (depth_ + 1 < reach) depth_note_ += fmt::format(", {} needs {}", depth_ + 1, 2 * (depth_ + 1) * e);
+  }
 }
 
 PrefetchTargets OffloadedExperts::prefetch_targets(int64_t layer, int64_t n_tokens) const {

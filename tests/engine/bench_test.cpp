@@ -150,9 +150,14 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   EXPECT_TRUE(j["h2d_bandwidth_gbs"].is_null());  // CPU backend: no host -> device link
   EXPECT_NE(j["moe_plan"].get<std::string>().find("strategy offload, expert cache 16 slots"), std::string::npos)
       << j["moe_plan"];
-  // Every expert has a slot, so the default depth 3 runs (the first layer predicts the next three).
-  EXPECT_NE(j["moe_plan"].get<std::string>().find(", prefetch 3 cache layers ahead"), std::string::npos)
+  // Every expert has a slot, but 2 cache layers predict 1 ahead at most: the default depth 3 says so.
+  EXPECT_NE(j["moe_plan"].get<std::string>().find(
+                ", next-layer prefetch (--moe-prefetch-depth 3: 2 cache layers predict at most 1 ahead)"),
+            std::string::npos)
       << j["moe_plan"];
+  EXPECT_EQ(j["moe_strategy"], "offload");  // the plan as fields too
+  EXPECT_EQ(j["moe_cache_slots"], 16);
+  EXPECT_EQ(j["moe_prefetch_depth"], 1);
   const int64_t L = j["n_layer"].get<int64_t>(), k = j["n_expert_used"].get<int64_t>();
   const nlohmann::json& m = j["results"][0]["moe_cache"];  // batch 1: exactly k distinct experts per layer
   EXPECT_EQ(m["hits"].get<int64_t>(), 4 * L * k);  // 4 decode steps; the prefill's lookups stay out
@@ -174,7 +179,10 @@ TEST(BenchCli, ExpertCacheCountersCoverTheTimedDecodeOnly) {
   EXPECT_LT(c["cpu_ms_per_step"].get<double>(), nlohmann::json::parse(cpu.out)["results"][0]["ms_per_step"].get<double>());
   EXPECT_EQ(m["cpu_ms_per_step"].get<double>(), 0.0);  // offload: nothing on the CPU
   EXPECT_EQ(c["hits"].get<int64_t>() + c["misses"].get<int64_t>(), 0);
-  EXPECT_EQ(run_ft(kTinyBench).out.find("moe_cache"), std::string::npos);  // fused: no cache block
+  const nlohmann::json fused = nlohmann::json::parse(run_ft(kTinyBench).out);
+  EXPECT_FALSE(fused["results"][0].contains("moe_cache"));  // fused: no cache block
+  EXPECT_EQ(fused["moe_strategy"], "fused");
+  EXPECT_EQ(fused["moe_cache_slots"], 0);
 }
 
 TEST(BenchCli, Ec12BanksReadFewerBytesPerExpert) {

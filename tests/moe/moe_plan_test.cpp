@@ -152,6 +152,29 @@ TEST(MoePlan, ExplicitStrategies) {
   EXPECT_EQ(plan_moe(o, kLayers, budget(GiB)).strategy, MoeStrategy::kOffload);
 }
 
+TEST(MoePlan, CacheIsSizedForTheLayersThatUseIt) {
+  // --moe-cpu-layers' layers take no slots: with 2 of the 6 MoE layers on the CPU, the cache of
+  // every expert that goes through it is 4 x 16 = 64 slots, not 96 (it was sized, and capped, for all).
+  MoeOptions o;
+  o.strategy = MoeStrategy::kOffload;
+  o.cpu_layers = "1,2";
+  MoePlan p = plan_moe(o, kLayers, budget(GiB));
+  EXPECT_EQ(p.cache_experts, 64);
+  EXPECT_EQ(p.cache.n_slots, 64);  // --moe-cache-auto with room for every expert
+  o.cache = {CacheSizeMode::kSlots, 90, 0};
+  p = plan_moe(o, kLayers, budget(GiB));
+  EXPECT_EQ(p.cache.n_slots, 64);
+  EXPECT_NE(p.cache.note.find("--moe-cache-slots 90 reduced to 64, every routed expert that goes through the cache"),
+            std::string::npos) << p.cache.note;
+  o.cache = {CacheSizeMode::kRate, 0, 0.75};  // a fraction of those 64
+  EXPECT_EQ(plan_moe(o, kLayers, budget(GiB)).cache.n_slots, 48);
+  o.cpu_layers = "";
+  EXPECT_EQ(plan_moe(o, kLayers, budget(GiB)).cache.n_slots, 72);  // of all 96
+  EXPECT_EQ(plan_moe(o, kLayers, budget(GiB)).cache_experts, 96);
+  o.cpu_layers = "1,";  // one CPU layer is named as one
+  EXPECT_NE(plan_moe(o, kLayers, budget(GiB)).summary().find("1 of 6 MoE layers on the CPU (layer 1)"), std::string::npos);
+}
+
 TEST(MoePlan, Errors) {
   MoeOptions o;
   o.strategy = MoeStrategy::kFused;

@@ -240,12 +240,37 @@ TEST_P(PrefetchDepth, UnderEvictionEqualsFused) {
   }
   const MoeLayerStats total = total_moe_stats(off.stats());
   EXPECT_GT(total.prefetched, 0);
-  EXPECT_GT(total.misses, 0);  // evictions: 32 experts over 16 or 24 slots
+  EXPECT_GT(total.misses, 0);  // evictions: 48 experts over 16, 24 or 32 slots
   EXPECT_GT(total.hits, 0);
   EXPECT_EQ(predicted, 40 * (kLayers - 1));  // every layer but the first is predicted once a step
 }
 
 INSTANTIATE_TEST_SUITE_P(OffloadedExperts, PrefetchDepth, ::testing::Values(2, 3, 4));
+
+// The prefetch depth in use counts only the cache layers: --moe-cpu-layers' experts take no slots
+// (a cache of every expert that goes through it never evicts, so any depth is safe), and n cache
+// layers predict at most n - 1 ahead. Four MoE layers of 4 experts, depth 3 asked.
+TEST(OffloadedExperts, PrefetchDepthFollowsTheCacheLayers) {
+  SyntheticExperts s;
+  for (int32_t l = 0; l < 4; ++l) s.add_layer(4, 16, 32, DType::BF16, DType::BF16, 30 + l);
+  CpuOps ops(1);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 4, ro.n_expert_used = 2, ro.cpu_threads = 1, ro.prefetch = true, ro.prefetch_depth = 3;
+  struct Case {
+    const char* cpu_layers;
+    int64_t slots;
+    int depth;
+    const char* note;
+  };
+  for (const Case& c : {Case{"2", 8, 1, "--moe-prefetch-depth 3: 2 cache layers predict at most 1 ahead"},
+                        Case{"1", 12, 2, "--moe-prefetch-depth 3: 3 cache layers predict at most 2 ahead"},
+                        Case{"", 10, 1, "--moe-prefetch-depth 3 needs 24 slots, 2 needs 16"},
+                        Case{"", 16, 3, ""}}) {
+    OffloadedExperts off(ops, s.banks, make_plan(s.banks, MoeStrategy::kOffload, c.slots, -1, c.cpu_layers), ro);
+    EXPECT_EQ(off.prefetch_depth(), c.depth) << c.cpu_layers << " " << c.slots;
+    EXPECT_EQ(off.prefetch_depth_note(), c.note) << c.cpu_layers << " " << c.slots;
+  }
+}
 
 TEST(OffloadedExperts, RejectsBadUse) {
   SyntheticExperts s;
