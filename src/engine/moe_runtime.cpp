@@ -114,7 +114,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     for (size_t l = 0; l < plan_.layers.size(); ++l)
       if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
     plan_.calibrate_fetch_cap = false;
-    calibrate_ = true;
+    plan_.fetch_cap_provisional = calibrate_ = true;
   }
   MoeRuntimeOptions ro;
   ro.max_tokens = config.max_tokens;
@@ -182,7 +182,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   if (config.moe.prefetch == MoeOptions::Prefetch::kOn && !plan_.prefetch)
     spdlog::warn("--moe-prefetch on: no layer can prefetch in this plan (it needs a cache layer followed by another "
                  "cache layer, and at least 2 x experts-per-layer cache slots)");
-  spdlog::info("{}{}", plan_.summary(), calibrate_ ? " (the fetch cap until the start-up calibration picks one)" : "");
+  spdlog::info("{}", plan_.summary());
   if (log_interval_ > 0 && !offloaded_)
     spdlog::warn("--decode-log-interval {}: the {} strategy keeps every expert on the device, so there are no "
                  "expert-cache counters to log", log_interval_, moe_strategy_name(plan_.strategy));
@@ -218,6 +218,7 @@ void MoeRuntime::set_fetch_cap(int32_t cap) {
   offloaded_->set_fetch_cap(cap);
   for (size_t l = 0; l < plan_.layers.size(); ++l)
     if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
+  plan_.fetch_cap_provisional = false;
 }
 
 void MoeRuntime::end_calibration() {

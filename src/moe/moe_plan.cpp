@@ -124,6 +124,7 @@ std::string MoePlan::summary() const {
     for (size_t l = 0; l < layers.size(); ++l)
       if (layers[l] == MoeLayerMode::kCache) cap = fetch_cap[l];
     s += calibrate_fetch_cap ? std::string(", fetch cap: calibrating") : fmt::format(", fetch cap {} per layer", cap);
+    if (fetch_cap_provisional) s += " until the start-up calibration picks one";
   }
   if (prefetch) s += prefetch_depth >= 2 ? fmt::format(", prefetch {} cache layers ahead", prefetch_depth)
                                          : std::string(", next-layer prefetch");

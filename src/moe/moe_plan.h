@@ -57,6 +57,7 @@ struct MoePlan {
   std::vector<MoeLayerMode> layers;            // per model layer
   std::vector<int32_t> fetch_cap;              // per model layer; -1: unlimited (kCache layers only)
   bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
+  bool fetch_cap_provisional = false;          // set by the runtime: fetch_cap holds until that calibration
   CacheSize cache;                             // n_slots = 0 without a cache
   int64_t cache_experts = 0;                   // routed experts of the kCache layers (a cache of all of them never evicts)
   bool prefetch = false;                       // set by the runtime: some layer fetches the next one's experts ahead

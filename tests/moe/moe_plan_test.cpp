@@ -103,6 +103,9 @@ TEST(MoePlan, AutoPicksOffloadOrHybridWhenExpertsDoNotFit) {
   EXPECT_EQ(p.fetch_cap[1], 2);
   EXPECT_EQ(p.fetch_cap[0], -1);  // dense
   EXPECT_NE(p.summary().find("fetch cap 2 per layer"), std::string::npos) << p.summary();
+  p.fetch_cap_provisional = true;  // set by the runtime until its calibration: said with the cap
+  EXPECT_NE(p.summary().find("fetch cap 2 per layer until the start-up calibration picks one"), std::string::npos)
+      << p.summary();
 }
 
 TEST(MoePlan, ExplicitStrategies) {
