@@ -137,6 +137,11 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
   metric("steps_total", "counter", "Engine steps run.", static_cast<double>(s.steps_total));
   metric("uptime_seconds", "gauge", "Seconds since the engine started.", s.uptime_s);
   if (moe) {  // absent for fused and dense models
+    // The plan as an info metric (Prometheus convention: the labels carry it, the value is 1).
+    o << "# HELP freetoken_moe_info The MoE placement: strategy, expert-bank format, prefetch depth in use (0: none), "
+         "fetch cap (hybrid; -1: none).\n# TYPE freetoken_moe_info gauge\nfreetoken_moe_info{strategy=\""
+      << moe_strategy_name(moe->strategy) << "\",bank_format=\"" << (moe->bank_format == BankFormat::kEc12 ? "ec12" : "stored")
+      << "\",prefetch_depth=\"" << moe->prefetch_depth << "\",fetch_cap=\"" << moe->fetch_cap << "\"} 1\n";
     metric("moe_cache_slots", "gauge", "Expert-cache slots (0: experts on the CPU only).", static_cast<double>(moe->cache_slots));
     metric("moe_hits_total", "counter", "Routed experts found in the expert cache.", static_cast<double>(moe->total.hits));
     metric("moe_misses_total", "counter", "Routed experts fetched into the expert cache by their own layer (see moe_prefetched_total).", static_cast<double>(moe->total.misses));

@@ -159,6 +159,10 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
 
   const std::string text = metrics(c);
   EXPECT_NE(text.find("freetoken_moe_cache_slots 16\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("freetoken_moe_info{strategy=\"offload\",bank_format=\"stored\",prefetch_depth=\"1\","
+                      "fetch_cap=\"-1\"} 1\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find(fmt::format("freetoken_moe_hits_total {}\n", want->total.hits)), std::string::npos) << text;
   EXPECT_NE(text.find(fmt::format("freetoken_moe_misses_total {}\n", want->total.misses)), std::string::npos);
   EXPECT_NE(text.find(fmt::format("freetoken_moe_bytes_copied_total {}\n", want->total.bytes)), std::string::npos);
@@ -206,6 +210,7 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   EXPECT_GT(m["cpu_bytes_read"].get<int64_t>(), 0);
   EXPECT_EQ(text.find("freetoken_moe_hit_rate"), std::string::npos) << text;
   EXPECT_NE(text.find("freetoken_moe_cache_slots 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("freetoken_moe_info{strategy=\"cpu\","), std::string::npos) << text;
 }
 
 // Hybrid reports its fetch cap (here given; otherwise the calibrated one).
