@@ -75,8 +75,8 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
          f.cache_slots ? "slots" : f.cache_rate ? "rate" : "auto", f.strategy);
   if (f.cache_slots) {
     if (*f.cache_slots < 1)  // the model's own minimum is checked once it is loaded (cache_sizing)
-      fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be at least 2 x the experts of a MoE layer",
-           *f.cache_slots);
+      fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be at least 2 x the experts of a MoE layer (the "
+           "\"experts\" line of `ft inspect MODEL`), or leave the size to --moe-cache-auto", *f.cache_slots);
     o.cache = {CacheSizeMode::kSlots, *f.cache_slots, 0.0};
   }
   if (f.cache_rate) {
