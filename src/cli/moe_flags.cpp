@@ -11,8 +11,8 @@ namespace ft::cli {
 void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
   const char* g = "MoE expert offload";
   cmd->add_option("--moe-strategy", f.strategy,
-                  "auto (fused when every expert fits and no cache flag is given, else offload), fused, offload, hybrid "
-                  "or cpu")
+                  "auto (fused when every expert fits and none of --moe-cache-slots/-rate, --moe-cpu-layers, --moe-prefetch "
+                  "on, --moe-prefetch-depth is given, else offload), fused, offload, hybrid or cpu")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--moe-cache-slots", f.cache_slots, "Expert-cache slots (at least 2 x experts per layer)")->group(g);
@@ -111,6 +111,7 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
     if (o.prefetch == MoeOptions::Prefetch::kOff)
       fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth with --moe-prefetch off: there is no prefetch to deepen");
     o.prefetch_depth = *f.prefetch_depth;
+    o.prefetch_depth_given = true;
   }
   if (f.cpu_int8 != "on" && f.cpu_int8 != "off")
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-int8 {} must be on or off", f.cpu_int8);

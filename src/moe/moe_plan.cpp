@@ -158,6 +158,7 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
                        : !o.cpu_layers.empty()                ? "--moe-cpu-layers"
                        : o.fetch_cap >= 0                     ? "--moe-fetch-cap"
                        : o.prefetch == MoeOptions::Prefetch::kOn ? "--moe-prefetch on"
+                       : o.prefetch_depth_given                  ? "--moe-prefetch-depth"
                                                                  : nullptr;
     if (flag) fail(ErrorCode::kInvalidArgument, "{}: the model has no routed experts", flag);
     return p;
@@ -171,9 +172,9 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
 
   MoeStrategy s = o.strategy;
   // Auto takes fused when every expert fits, unless a flag asked for what only an expert cache has
-  // (CPU layers, a cache size, prefetch on): then the user meant offload.
+  // (CPU layers, a cache size, prefetch on, a prefetch depth): then the user meant offload.
   const bool wants_cache = !cpu_layers.empty() || o.cache.mode != CacheSizeMode::kAuto ||
-                           o.prefetch == MoeOptions::Prefetch::kOn;
+                           o.prefetch == MoeOptions::Prefetch::kOn || o.prefetch_depth_given;
   if (s == MoeStrategy::kAuto)
     s = fits && !wants_cache ? MoeStrategy::kFused : o.hybrid_faster ? MoeStrategy::kHybrid : MoeStrategy::kOffload;
   p.strategy = s;

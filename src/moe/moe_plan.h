@@ -45,6 +45,8 @@ struct MoeOptions {
   enum class Prefetch { kAuto, kOn, kOff } prefetch = Prefetch::kAuto;
   /** --moe-prefetch-depth: how many cache layers ahead offload prefetches (1 to 4; hybrid uses 1). */
   int32_t prefetch_depth = 3;
+  /** --moe-prefetch-depth was given: like --moe-prefetch on, it asks for an expert cache (auto). */
+  bool prefetch_depth_given = false;
   /** --moe-cpu-int8: the CPU expert executor's int8 activations (CpuExpertExecutor). */
   bool cpu_int8 = true;
   /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where

@@ -84,6 +84,9 @@ TEST(MoePlan, AutoPicksFusedWhenEverythingFits) {
   EXPECT_EQ(plan_moe(prefetch, kLayers, budget(GiB)).strategy, MoeStrategy::kOffload);
   prefetch.prefetch = MoeOptions::Prefetch::kOff;
   EXPECT_EQ(plan_moe(prefetch, kLayers, budget(GiB)).strategy, MoeStrategy::kFused);
+  MoeOptions depth;  // --moe-prefetch-depth asks for a cache too (auto ran fused and ignored it)
+  depth.prefetch_depth = 2, depth.prefetch_depth_given = true;
+  EXPECT_EQ(plan_moe(depth, kLayers, budget(GiB)).strategy, MoeStrategy::kOffload);
 }
 
 TEST(MoePlan, AutoPicksOffloadOrHybridWhenExpertsDoNotFit) {
@@ -211,6 +214,9 @@ TEST(MoePlan, Errors) {
     EXPECT_THROW(plan_moe(d, {0, 0}, budget(GiB)), Error);
     d = {};
     d.prefetch = MoeOptions::Prefetch::kOn;
+    EXPECT_THROW(plan_moe(d, {0, 0}, budget(GiB)), Error);
+    d = {};
+    d.prefetch_depth_given = true;  // it was accepted silently
     EXPECT_THROW(plan_moe(d, {0, 0}, budget(GiB)), Error);
   }
   o.strategy = MoeStrategy::kOffload;  // smallest legal cache = 32 slots > 16 that fit
