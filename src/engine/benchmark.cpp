@@ -249,7 +249,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     r.moe_cache_slots = plan->cache.n_slots;
     r.moe_prefetch_depth = plan->prefetch ? plan->prefetch_depth : 0;
     if (plan->strategy != MoeStrategy::kFused)
-      r.moe_bank_format = plan->bank_format == BankFormat::kEc12 ? "ec12" : "stored";
+      r.moe_bank_format = bank_format_name(plan->bank_format);
   }
   r.embeddings_on_host = engine.host_mapped_weight_bytes() > 0;
   const std::optional<MoeReport> moe_start = engine.moe_report();

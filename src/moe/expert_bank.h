@@ -46,6 +46,8 @@ ExpertLayout expert_layout(const ExpertBank& bank, int64_t layer);
  *  layout). kEc12: BF16 matrices coded in 12 bits a value (moe/ec12.h), ~75% of the bytes; the
  *  host views are EC12 tensors, and copy_record (and the GPU gather) decode into the slot layout. */
 enum class BankFormat { kStored, kEc12 };
+/** "stored" or "ec12", as --moe-bank-format, /v1/stats, /metrics and ft bench --json spell it. */
+inline const char* bank_format_name(BankFormat f) { return f == BankFormat::kEc12 ? "ec12" : "stored"; }
 
 /** Whether every layer of `host` can be held as `kEc12`: gate, up and down BF16 with n_ff and n_embd
  *  multiples of 64 (ec12::supports). False for banks without MoE layers. `why`, when given, gets the

@@ -211,9 +211,7 @@ void OffloadedExperts::choose_prefetch_depth() {
   // no victim. A cache of every expert of the cache layers never evicts one, so no count of spared
   // slots can leave it short. A step's n cache layers predict at most n - 1 ahead.
   const int64_t e = banks_->max_experts();
-  int64_t total = 0, n_cache = 0;
-  for (int64_t l = 0; l < banks_->n_layers(); ++l)
-    if (plan_.layers[static_cast<size_t>(l)] == MoeLayerMode::kCache) total += banks_->n_expert(l), ++n_cache;
+  const int64_t total = plan_.cache_experts, n_cache = plan_.count(MoeLayerMode::kCache);
   if (slots_->n_slots() < 2 * e) return;
   depth_ = 1;
   if (opt_.prefetch_depth < 2) return;

@@ -33,7 +33,7 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["prefetch"] = r.prefetch;
   j["prefetch_depth"] = r.prefetch_depth;
   j["cpu_threads"] = r.cpu_threads;
-  j["bank_format"] = r.bank_format == BankFormat::kEc12 ? "ec12" : "stored";
+  j["bank_format"] = bank_format_name(r.bank_format);
   put_counters(j, r.total);
   oj layers = oj::array();
   for (const MoeLayerReport& l : r.layers) {
@@ -140,7 +140,7 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
     // The plan as an info metric (Prometheus convention: the labels carry it, the value is 1).
     o << "# HELP freetoken_moe_info The MoE placement: strategy, expert-bank format, prefetch depth in use (0: none), "
          "fetch cap (hybrid; -1: none).\n# TYPE freetoken_moe_info gauge\nfreetoken_moe_info{strategy=\""
-      << moe_strategy_name(moe->strategy) << "\",bank_format=\"" << (moe->bank_format == BankFormat::kEc12 ? "ec12" : "stored")
+      << moe_strategy_name(moe->strategy) << "\",bank_format=\"" << bank_format_name(moe->bank_format)
       << "\",prefetch_depth=\"" << moe->prefetch_depth << "\",fetch_cap=\"" << moe->fetch_cap << "\"} 1\n";
     metric("moe_cache_slots", "gauge", "Expert-cache slots (0: experts on the CPU only).", static_cast<double>(moe->cache_slots));
     metric("moe_hits_total", "counter", "Routed experts found in the expert cache.", static_cast<double>(moe->total.hits));
