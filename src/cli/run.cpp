@@ -72,19 +72,16 @@ int run(const RunArgs& a) {
     if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
   }
   EngineOptions eo = engine_options(a.engine);
-  // The tokenizer and the context length come from the checkpoint itself; opened once here to encode
-  // the prompt and check it before the (slow) load.
+  // The tokenizer and the context length come from the checkpoint itself, opened once: the prompt is
+  // encoded and checked before the (slow) load, which then takes the same checkpoint.
   std::unique_ptr<Vocab> vocab;
-  int64_t n_ctx = 0;
-  {
-    auto ckpt = open_checkpoint(a.model);
-    n_ctx = read_model_config(*ckpt).n_ctx_train;
-    try {
-      vocab = std::make_unique<Vocab>(Vocab::from_checkpoint(*ckpt));
-    } catch (const Error& e) {
-      if (!a.prompt.empty()) throw e.with_context("--prompt needs the checkpoint's tokenizer");
-      spdlog::info("no usable tokenizer ({}); printing token ids", e.what());
-    }
+  std::unique_ptr<Checkpoint> ckpt = open_checkpoint(a.model);
+  const int64_t n_ctx = read_model_config(*ckpt).n_ctx_train;
+  try {
+    vocab = std::make_unique<Vocab>(Vocab::from_checkpoint(*ckpt));
+  } catch (const Error& e) {
+    if (!a.prompt.empty()) throw e.with_context("--prompt needs the checkpoint's tokenizer");
+    spdlog::info("no usable tokenizer ({}); printing token ids", e.what());
   }
   const std::vector<int32_t> prompt = a.prompt.empty() ? parse_int_list(a.prompt_ids, "--prompt-ids", "a token id", 0, INT32_MAX) : vocab->encode(a.prompt);
   if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "--prompt: the text encodes to no tokens");
@@ -95,7 +92,7 @@ int run(const RunArgs& a) {
   eo.max_step_tokens = std::min(a.max_prefill_tokens, n_prompt);
   eo.max_logit_rows = a.logits_out.empty() ? 1 : eo.max_step_tokens;
   eo.max_seqs = 1;
-  auto engine = Engine::load(a.model, eo);
+  auto engine = Engine::load(std::move(ckpt), eo);
 
   GenerateRequest req;
   req.prompt = prompt;
