@@ -101,4 +101,61 @@ void sample_edits(const char* op, const SampleRow* rows, int64_t R, const LogitE
   }
 }
 
+void router(const char* op, const RouterParams& p, int64_t E) {
+  if (!p.bias.empty() && (p.bias.dtype != DType::F32 || p.bias.numel() != E))
+    fail(ErrorCode::kInvalidArgument, "{}: bias {} must be F32 [{}] (one per expert)", op, p.bias.str(), E);
+  if (p.n_group <= 1) return;
+  if (E % p.n_group != 0 || E / p.n_group < 2)
+    fail(ErrorCode::kInvalidArgument, "{}: {} experts do not split into {} groups of 2 or more", op, E, p.n_group);
+  if (p.topk_group < 1 || p.topk_group > p.n_group)
+    fail(ErrorCode::kInvalidArgument, "{}: topk_group {} must be in [1, n_group {}]", op, p.topk_group, p.n_group);
+  if (p.n_expert_used > p.topk_group * (E / p.n_group))
+    fail(ErrorCode::kInvalidArgument, "{}: {} experts per token exceed the {} experts of {} kept groups", op,
+         p.n_expert_used, p.topk_group * (E / p.n_group), p.topk_group);
+}
+
+void attention_mla(const MlaAttentionParams& p, const BatchInfo& b, const Tensor& q_lat, const Tensor& q_rope,
+                   const KvLayer& kv, const Tensor& out) {
+  batch("attention_mla", b);
+  const int64_t T = b.n_tokens, H = p.n_head, R = p.kv_lora_rank, P = p.rope_dim;
+  if (H <= 0 || R <= 0 || P <= 0)
+    fail(ErrorCode::kInvalidArgument, "attention_mla: n_head {}, kv_lora_rank {} and rope_dim {} must be > 0", H, R, P);
+  if (q_lat.rows() != T || q_lat.cols() != H * R)
+    fail(ErrorCode::kInvalidArgument, "attention_mla: q_lat {} must be [{}, {}] (tokens, n_head x kv_lora_rank)",
+         q_lat.str(), T, H * R);
+  if (out.rows() != T || out.cols() != H * R)
+    fail(ErrorCode::kInvalidArgument, "attention_mla: out {} must be [{}, {}]", out.str(), T, H * R);
+  if (q_rope.rows() != T || q_rope.cols() != H * P)
+    fail(ErrorCode::kInvalidArgument, "attention_mla: q_rope {} must be [{}, {}] (tokens, n_head x rope_dim)",
+         q_rope.str(), T, H * P);
+  if (kv.k.ndim != 4 || kv.k.dim(2) != 1 || kv.k.dim(3) != R)
+    fail(ErrorCode::kInvalidArgument, "attention_mla: kv.k {} must be [pages, page_size, 1, {}]", kv.k.str(), R);
+  if (kv.v.ndim != 4 || kv.v.dim(2) != 1 || kv.v.dim(3) != P || kv.v.dim(0) != kv.k.dim(0) ||
+      kv.v.dim(1) != kv.k.dim(1))
+    fail(ErrorCode::kInvalidArgument, "attention_mla: kv.v {} must be [{}, {}, 1, {}]", kv.v.str(), kv.k.dim(0),
+         kv.k.dim(1), P);
+}
+
+void head_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  if (w.ndim != 3) fail(ErrorCode::kInvalidArgument, "head_matmul: w {} must be 3-D [n_head, N, K]", w.str());
+  const int64_t H = w.dim(0), N = w.dim(1), K = w.dim(2), T = x.rows();
+  if (x.cols() != H * K)
+    fail(ErrorCode::kInvalidArgument, "head_matmul: x {} must be [T, {}] (n_head {} x K {}) for w {}", x.str(), H * K,
+         H, K, w.str());
+  if (y.rows() != T || y.cols() != H * N)
+    fail(ErrorCode::kInvalidArgument, "head_matmul: y {} must be [{}, {}] for w {}", y.str(), T, H * N, w.str());
+}
+
+void kv_write(const char* op, const BatchInfo& b, const Tensor& k, const Tensor& v, const KvLayer& kv) {
+  batch(op, b);
+  if (kv.k.ndim != 4 || kv.v.ndim != 4 || kv.k.dim(0) != kv.v.dim(0) || kv.k.dim(1) != kv.v.dim(1))
+    fail(ErrorCode::kInvalidArgument, "{}: kv.k {} and kv.v {} must be 4-D pages of one count and size", op,
+         kv.k.str(), kv.v.str());
+  const int64_t T = b.n_tokens, Wk = kv.k.dim(2) * kv.k.dim(3), Wv = kv.v.dim(2) * kv.v.dim(3);
+  if (k.rows() != T || k.cols() != Wk)
+    fail(ErrorCode::kInvalidArgument, "{}: k {} must be [{}, {}] (tokens, kv heads x head_dim)", op, k.str(), T, Wk);
+  if (v.rows() != T || v.cols() != Wv)
+    fail(ErrorCode::kInvalidArgument, "{}: v {} must be [{}, {}] (tokens, kv heads x head_dim)", op, v.str(), T, Wv);
+}
+
 }  // namespace ft::op_checks

@@ -26,5 +26,22 @@ int64_t sample(const Tensor& logits, const Tensor& rows, const Tensor& edits, co
  *  [0, V) and are unique. Throws ft::Error(kInvalidArgument) naming `op`. Reads its data (host code). */
 void sample_edits(const char* op, const SampleRow* rows, int64_t R, const LogitEdit* edits, int64_t n, int64_t V);
 
+/** moe_route's router params against logits of E experts: bias empty or F32 [E]; n_group <= 1, or
+ *  E a multiple of n_group with >= 2 experts a group, topk_group in [1, n_group] and k no more than
+ *  the kept groups' experts. Throws ft::Error(kInvalidArgument) naming `op`. */
+void router(const char* op, const RouterParams& p, int64_t E);
+
+/** attention_mla: q_lat and out [T, n_head * kv_lora_rank], q_rope [T, n_head * rope_dim], kv.k
+ *  [pages, page, 1, kv_lora_rank] and kv.v [pages, page, 1, rope_dim] with equal pages and page size,
+ *  positive sizes; batch as batch(). Throws ft::Error(kInvalidArgument) naming the argument. */
+void attention_mla(const MlaAttentionParams& p, const BatchInfo& b, const Tensor& q_lat, const Tensor& q_rope,
+                   const KvLayer& kv, const Tensor& out);
+
+/** head_matmul: w 3-D [n_head, N, K], x [T, n_head * K], y [T, n_head * N]. Throws kInvalidArgument. */
+void head_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
+
+/** kv_write: kv.k and kv.v 4-D with equal pages and page size; k [T, Wk] and v [T, Wv] with their
+ *  widths; batch as batch(). Throws ft::Error(kInvalidArgument) naming `op` and the argument. */
+void kv_write(const char* op, const BatchInfo& b, const Tensor& k, const Tensor& v, const KvLayer& kv);
 
 }  // namespace ft::op_checks

@@ -91,6 +91,13 @@ struct AttentionParams {
   int32_t sliding_window = 0;  // > 0: a query at position p sees keys at positions > p - sliding_window
 };
 
+struct MlaAttentionParams {
+  int32_t n_head = 0;
+  int32_t kv_lora_rank = 0;  // latent width (512 in DeepSeek-V3)
+  int32_t rope_dim = 0;      // qk_rope_head_dim (64 in DeepSeek-V3)
+  float scale = 0.0f;        // (qk_nope_head_dim + qk_rope_head_dim)^-0.5, times YaRN's mscale^2
+};
+
 enum class RouterScoring : uint8_t { kSoftmax = 0, kSigmoid = 1 };
 
 struct RouterParams {
@@ -101,6 +108,15 @@ struct RouterParams {
   bool norm_topk_prob = false;
   /** Selected weights are multiplied by this after normalisation (DeepSeek's routed_scaling_factor). */
   float scaling = 1.0f;
+  /** Group-limited selection (DeepSeek-V3, GLM-4.5): the E experts form n_group equal groups of
+   *  consecutive ids; a group's score is the sum of its two best selection scores, the topk_group best
+   *  groups are kept (ties to the lower group) and the k experts are chosen among theirs only.
+   *  n_group <= 1: every expert is eligible. E must be a multiple of n_group, each group >= 2 experts. */
+  int32_t n_group = 1;
+  int32_t topk_group = 1;
+  /** F32 [E] on the device, or empty: added to the scores for selection only (DeepSeek-V3's
+   *  e_score_correction_bias, llama.cpp's exp_probs_b); the weights are the unbiased scores. */
+  Tensor bias;
 };
 
 /** One MoE layer's routed experts as individually addressed views (expert e = entry e), so
@@ -252,7 +268,9 @@ class Ops {
 
   /** Stores the batch's new keys and values into the pages: token t (sequence s = seq_index[t],
    *  position p = positions[t]) goes to page block_tables[s, p / page_size], slot p % page_size.
-   *  k, v [T, n_head_kv * head_dim] activation dtype; kv pages as in KvLayer. */
+   *  k [T, Wk], v [T, Wv] activation dtype, where Wk, Wv are the heads x head dim of kv.k, kv.v
+   *  ([n_pages, page_size, heads, dim]; the two may differ in width, as MLA's latent and RoPE-key
+   *  pages do, but not in pages or page size). */
   virtual void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) = 0;
 
   /** Causal GQA attention over the paged cache (after kv_write of this layer): query t at
@@ -262,11 +280,29 @@ class Ops {
   virtual void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
                          Tensor out) = 0;
 
+  /** Multi-head latent attention in latent space (DeepSeek-V2 paper §2.1.2, the "absorbed" form that
+   *  FlashMLA computes): one shared latent KV head. kv.k holds each token's normalised latent c
+   *  [n_pages, page_size, 1, kv_lora_rank], kv.v its rotated RoPE key r [n_pages, page_size, 1,
+   *  rope_dim] (both written by kv_write). For query t at position p of sequence s and head h:
+   *    out[t, h] = sum_j softmax_j(scale * (q_lat[t, h] . c_j + q_rope[t, h] . r_j)) c_j
+   *  over that sequence's positions j = 0..p. q_lat, out [T, n_head * kv_lora_rank]; q_rope
+   *  [T, n_head * rope_dim]; activation dtype; softmax in fp32. Throws kInvalidArgument for shapes. */
+  virtual void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat,
+                             const Tensor& q_rope, KvLayer kv, Tensor out) = 0;
+
+  /** One matmul per head: y[t, h N .. (h+1) N) = x[t, h K .. (h+1) K) w[h]^T, for MLA's absorbed
+   *  up-projections (W_UK into the query, W_UV after attention). x [T, n_head * K] activation dtype;
+   *  w [n_head, N, K] F32/F16/BF16; y [T, n_head * N] activation dtype (must not alias x). fp32
+   *  accumulation. Throws kInvalidArgument for shapes, kUnsupported for another weight dtype. */
+  virtual void head_matmul(const Tensor& x, const Tensor& w, Tensor y) = 0;
+
   // ---- mixture of experts ---------------------------------------------------------------------
 
   /** Router: logits [T, E] (F32 or activation dtype) -> ids I32 [T, k], weights F32 [T, k]. Scores
-   *  are softmax (over all E) or sigmoid of the logits; the k best are selected (descending, ties to
-   *  the lower id), optionally renormalised to sum 1, then multiplied by p.scaling. */
+   *  are softmax (over all E) or sigmoid of the logits; the k best of score + p.bias (when given)
+   *  are selected (descending, ties to the lower id; within p.n_group's kept groups), their scores
+   *  optionally renormalised to sum 1, then multiplied by p.scaling. Throws kInvalidArgument for a
+   *  bias that is not F32 [E] or groups that do not divide E. */
   virtual void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) = 0;
 
   /** A MoE layer's whole router: logits = x w^T (matmul: x [T, H], w [E, H], logits [T, E] activation

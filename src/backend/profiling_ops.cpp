@@ -101,6 +101,13 @@ void ProfilingOps::attention(const AttentionParams& p, const BatchInfo& batch, c
   timed(batch.n_tokens == batch.n_seqs ? "attention (decode)" : "attention (prefill)",
         [&] { inner_->attention(p, batch, q, kv, out); });
 }
+void ProfilingOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat,
+                                 const Tensor& q_rope, KvLayer kv, Tensor out) {
+  timed("attention_mla", [&] { inner_->attention_mla(p, batch, q_lat, q_rope, kv, out); });
+}
+void ProfilingOps::head_matmul(const Tensor& x, const Tensor& w, Tensor y) {
+  timed("head_matmul", [&] { inner_->head_matmul(x, w, y); });
+}
 void ProfilingOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) {
   timed("moe_route", [&] { inner_->moe_route(p, logits, ids, weights); });
 }

@@ -60,9 +60,12 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32 or bf16 (got '{}')", options_.kv_cache_dtype);
   if (kv_dtype != DType::F32 && ops_->device() == Device::kCpu)
     fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32", options_.kv_cache_dtype);
-  kv_ = std::make_unique<KvCache>(*ops_, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
-                                                       static_cast<int32_t>(c.head_dim), options_.page_size,
-                                                       options_.kv_tokens, kv_dtype, graphs ? 1 : 0});
+  KvCacheConfig kv_config = kv_layout(c);
+  kv_config.page_size = options_.page_size;
+  kv_config.token_budget = options_.kv_tokens;
+  kv_config.dtype = kv_dtype;
+  kv_config.spare_pages = graphs ? 1 : 0;
+  kv_ = std::make_unique<KvCache>(*ops_, kv_config);
   max_blocks_ = kv_->pool().n_pages();
   options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
   if (c.n_vocab > ops_->max_sample_row())

@@ -16,10 +16,19 @@ int32_t pages_for(const KvCacheConfig& c) {
   return static_cast<int32_t>(pages);
 }
 
+int64_t k_width(const KvCacheConfig& c) { return int64_t{c.n_head_kv} * c.head_dim; }
+int64_t v_width(const KvCacheConfig& c) {
+  return int64_t{c.v_n_head > 0 ? c.v_n_head : c.n_head_kv} * (c.v_head_dim > 0 ? c.v_head_dim : c.head_dim);
+}
+
 }  // namespace
 
+int64_t KvCache::bytes_per_token(const KvCacheConfig& c) {
+  return c.n_layer * (dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c)));
+}
+
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
-  return 2LL * c.n_layer * (int64_t{pages_for(c)} + c.spare_pages) * c.page_size * dtype_bytes(c.dtype, int64_t{c.n_head_kv} * c.head_dim);
+  return (int64_t{pages_for(c)} + c.spare_pages) * c.page_size * bytes_per_token(c);
 }
 
 KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_(pages_for(config), config.page_size) {
@@ -27,7 +36,10 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_
   for (int32_t l = 0; l < config.n_layer; ++l) {
     KvLayer kv;
     for (Tensor* t : {&kv.k, &kv.v}) {
-      Tensor view(nullptr, config.dtype, {n_pages, config.page_size, config.n_head_kv, config.head_dim}, ops.device());
+      const bool v = t == &kv.v;
+      const int32_t heads = v && config.v_n_head > 0 ? config.v_n_head : config.n_head_kv;
+      const int32_t dim = v && config.v_head_dim > 0 ? config.v_head_dim : config.head_dim;
+      Tensor view(nullptr, config.dtype, {n_pages, config.page_size, heads, dim}, ops.device());
       storage_.push_back(ops.alloc(view.bytes()));
       view.data = storage_.back().data();
       *t = view;

@@ -1,6 +1,7 @@
 #pragma once
 // KvCache: the paged K/V storage of every attention layer on one backend, plus its page pool.
-// Layer l's keys are one tensor [n_pages, page_size, n_head_kv, head_dim] (values likewise); the
+// Layer l's keys are one tensor [n_pages, page_size, n_head_kv, head_dim], its values one of
+// [n_pages, page_size, v heads, v width] (the keys' shape unless the config says otherwise); the
 // pool is sized from a token budget. Sequences hold pages through their BlockTable.
 #include <cstdint>
 #include <vector>
@@ -20,6 +21,11 @@ struct KvCacheConfig {
   /** Device pages beyond the pool (ids pool.n_pages() ..), never handed out: where the padding rows
    *  of a replayed decode graph write their K/V. */
   int32_t spare_pages = 0;
+  /** Value pages' heads and width when they differ from the keys' (0: as the keys). MLA keeps the
+   *  latent [1, kv_lora_rank] in the key pages and the RoPE key [1, qk_rope_head_dim] in the value
+   *  pages: 576 values a token for DeepSeek-V3 instead of 2 x heads x head_dim. */
+  int32_t v_n_head = 0;
+  int32_t v_head_dim = 0;
 };
 
 class KvCache {
@@ -33,6 +39,8 @@ class KvCache {
   KvLayer layer(int32_t l) const;
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
+  /** Bytes of K and V storage of one token in every layer. */
+  static int64_t bytes_per_token(const KvCacheConfig& config);
   /** Bytes of K and V storage in all layers. */
   int64_t bytes() const;
 

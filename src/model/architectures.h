@@ -13,5 +13,8 @@ std::unique_ptr<Model> build_qwen3_moe(ModelConfig config, WeightLoader& ld, Ops
 std::unique_ptr<Model> build_mixtral(ModelConfig config, WeightLoader& ld, Ops& ops);    // mixtral.cpp
 std::unique_ptr<Model> build_qwen2_moe(ModelConfig config, WeightLoader& ld, Ops& ops);  // qwen2_moe.cpp
 std::unique_ptr<Model> build_olmoe(ModelConfig config, WeightLoader& ld, Ops& ops);      // olmoe.cpp
+std::unique_ptr<Model> build_glm4_moe(ModelConfig config, WeightLoader& ld, Ops& ops);   // glm4_moe.cpp
+std::unique_ptr<Model> build_minimax_m2(ModelConfig config, WeightLoader& ld, Ops& ops); // minimax_m2.cpp
+std::unique_ptr<Model> build_deepseek_v3(ModelConfig config, WeightLoader& ld, Ops& ops);  // deepseek_v3.cpp
 
 }  // namespace ft

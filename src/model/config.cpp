@@ -93,7 +93,7 @@ void read_hf_rope(const json& c, ModelConfig& m) {
 }  // namespace
 
 bool ModelConfig::is_moe_layer(int64_t l) const {
-  if (n_expert == 0) return false;
+  if (n_expert == 0 || l < first_k_dense) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), l) != mlp_only_layers.end()) return false;
   return decoder_sparse_step <= 1 || (l + 1) % decoder_sparse_step == 0;
 }
@@ -123,6 +123,18 @@ void ModelConfig::validate() const {
   }
 }
 
+KvCacheConfig kv_layout(const ModelConfig& c) {
+  KvCacheConfig k;
+  k.n_layer = static_cast<int32_t>(c.n_layer);
+  if (c.is_mla()) {
+    k.n_head_kv = 1, k.head_dim = static_cast<int32_t>(c.kv_lora_rank);
+    k.v_n_head = 1, k.v_head_dim = static_cast<int32_t>(c.qk_rope_dim);
+  } else {
+    k.n_head_kv = static_cast<int32_t>(c.n_head_kv), k.head_dim = static_cast<int32_t>(c.head_dim);
+  }
+  return k;
+}
+
 ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   const char* src = "config.json";
   ModelConfig m;
@@ -140,16 +152,32 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   read_hf_rope(c, m);
   m.tie_embeddings = get_bool(c, "tie_word_embeddings", src, false);
   m.attn_bias = get_bool(c, "attention_bias", src, false);
+  if (get_bool(c, "use_qk_norm", src, false)) m.qk_norm = QkNorm::kPerHead;  // GLM-4.5
+  m.rope_interleave = get_bool(c, "rope_interleave", src, true);
   if (get_bool(c, "use_sliding_window", src, field(c, "use_sliding_window") == nullptr))
     m.sliding_window = static_cast<int32_t>(get_int(c, "sliding_window", src, 0));
-  m.n_expert = get_int(c, "num_experts", src, get_int(c, "num_local_experts", src, 0));
+  m.n_expert = get_int(c, "num_experts", src, get_int(c, "num_local_experts", src, get_int(c, "n_routed_experts", src, 0)));
   m.n_expert_used = get_int(c, "num_experts_per_tok", src, 0);
   m.n_ff_exp = get_int(c, "moe_intermediate_size", src, m.n_ff);
-  m.n_ff_shexp = get_int(c, "shared_expert_intermediate_size", src, 0);
+  // Qwen2-MoE names the shared expert's width; DeepSeek-V3 and GLM-4.5 count shared experts of the
+  // routed experts' width.
+  m.n_ff_shexp = get_int(c, "shared_expert_intermediate_size", src, m.n_ff_exp * get_int(c, "n_shared_experts", src, 0));
+  m.q_lora_rank = get_int(c, "q_lora_rank", src, 0);
+  m.kv_lora_rank = get_int(c, "kv_lora_rank", src, 0);
+  m.qk_nope_dim = get_int(c, "qk_nope_head_dim", src, 0);
+  m.qk_rope_dim = get_int(c, "qk_rope_head_dim", src, 0);
+  m.v_head_dim = get_int(c, "v_head_dim", src, 0);
+  if (const json* rd = field(c, "rotary_dim"); rd && field(c, "partial_rotary_factor") == nullptr)
+    m.n_rot = get_int(c, "rotary_dim", src);  // MiniMax-M2 names the rotated dims
   m.norm_topk_prob = get_bool(c, "norm_topk_prob", src, false);
   m.decoder_sparse_step = get_int(c, "decoder_sparse_step", src, 1);
   if (const json* v = field(c, "mlp_only_layers"); v && v->is_array())
     for (const json& e : *v) m.mlp_only_layers.push_back(e.get<int64_t>());
+  m.first_k_dense = get_int(c, "first_k_dense_replace", src, 0);
+  m.routed_scaling = get_num(c, "routed_scaling_factor", src, 1.0);
+  m.n_group = get_int(c, "n_group", src, 1);
+  m.topk_group = get_int(c, "topk_group", src, 1);
+  m.n_nextn_layers = get_int(c, "num_nextn_predict_layers", src, 0);
   m.bos_id = static_cast<int32_t>(get_int(c, "bos_token_id", src, -1));
   m.eos_ids = get_ids(c, "eos_token_id", src);
   return m;

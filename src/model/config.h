@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
+#include "kv/kv_cache.h"
 
 namespace ft {
 
@@ -47,6 +48,7 @@ struct ModelConfig {
   int64_t n_rot = 0;          // rotated dims per head (partial rotary: < head_dim)
   RopeMode rope_mode = RopeMode::kNeox;
   RopeScaling rope_scaling;
+  bool rope_interleave = true;  // DeepSeek-V3's rope_interleave: adjacent pairs rotate (RopeMode::kNormal)
 
   bool tie_embeddings = false;
   bool attn_bias = false;     // q/k/v projections have biases (Qwen2)
@@ -61,15 +63,36 @@ struct ModelConfig {
   bool norm_topk_prob = false;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  int64_t first_k_dense = 0;   // first_k_dense_replace / leading_dense_block_count: layers 0..n-1 dense
+  RouterScoring router_scoring = RouterScoring::kSoftmax;  // sigmoid: DeepSeek-V3, GLM-4.5, MiniMax-M2
+  double routed_scaling = 1.0;  // routed_scaling_factor / expert_weights_scale
+  int64_t n_group = 1;          // n_group / expert_group_count (group-limited routing)
+  int64_t topk_group = 1;       // topk_group / expert_group_used_count
+  int64_t n_nextn_layers = 0;   // num_nextn_predict_layers: MTP layers, skipped at load
+
+  // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank == 0: standard attention).
+  int64_t q_lora_rank = 0;      // 0: q_proj [n_head * (nope + rope), H] without LoRA
+  int64_t kv_lora_rank = 0;     // latent width
+  int64_t qk_nope_dim = 0;      // qk_nope_head_dim
+  int64_t qk_rope_dim = 0;      // qk_rope_head_dim (= n_rot)
+  int64_t v_head_dim = 0;
 
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
 
-  /** True if layer `l` has a MoE FFN (n_expert > 0, not in mlp_only_layers, on the sparse step). */
+  /** True for multi-head latent attention (kv_lora_rank > 0). */
+  bool is_mla() const { return kv_lora_rank > 0; }
+  /** True if layer `l` has a MoE FFN (n_expert > 0, l >= first_k_dense, not in mlp_only_layers, on
+   *  the sparse step). */
   bool is_moe_layer(int64_t l) const;
   /** Throws ft::Error(kInvalidFile) naming the field when a size is missing or inconsistent. */
   void validate() const;
 };
+
+/** The KV page layout of `config` (all but the pool's size, page size, dtype and spare pages): per
+ *  layer n_head_kv x head_dim keys and values, or for MLA one latent head of kv_lora_rank in the key
+ *  pages and one RoPE-key head of qk_rope_dim in the value pages. */
+KvCacheConfig kv_layout(const ModelConfig& config);
 
 /** Reads the architecture-independent fields from HF config.json. `arch` is the registry name.
  *  Throws ft::Error(kInvalidFile) "config.json: <field>: ..." for a missing or mistyped field. */

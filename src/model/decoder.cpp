@@ -1,5 +1,9 @@
 #include "model/decoder.h"
 
+#include <fmt/format.h>
+
+#include "quant/quant.h"
+
 namespace ft {
 namespace {
 
@@ -10,8 +14,11 @@ class Decoder final : public Model {
     embeddings_tied_ = io_.tied;
     config_.validate();
     spec_ = load_attention_spec(ld, ops, config_, storage_);
-    router_ = {static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, config_.norm_topk_prob, 1.0f};
-    for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, spec, l));
+    if (config_.is_mla()) mla_spec_ = mla_spec(config_, spec_.rope.inv_freq, spec_.rope.attn_factor);
+    router_ = {static_cast<int32_t>(config_.n_expert_used), config_.router_scoring, config_.norm_topk_prob,
+               static_cast<float>(config_.routed_scaling), static_cast<int32_t>(config_.n_group),
+               static_cast<int32_t>(config_.topk_group)};
+    for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, ops, spec, l));
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
   }
 
@@ -37,7 +44,8 @@ class Decoder final : public Model {
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
       ctx.dump_if("attn_norm", l, h);
-      attention_block(ctx, l, spec_, L.attn, h, o);
+      if (config_.is_mla()) mla_block(ctx, l, mla_spec_, L.mla, h, o);
+      else attention_block(ctx, l, spec_, L.attn, h, o);
       ops.add_rms_norm(norm, x, o, L.ffn_norm, h);
       ctx.dump_if("ffn_inp", l, x);
       ctx.dump_if("ffn_norm", l, h);
@@ -48,6 +56,7 @@ class Decoder final : public Model {
           const int64_t t = targets.layer[i];
           if (t <= l || t >= config_.n_layer || !layers_[static_cast<size_t>(t)].moe.gate_inp) continue;
           pf.routers[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.gate_inp;
+          pf.biases[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.exp_probs_b;
           pf.targets.add(t);
         }
         moe_block(ctx, l, router_, L.moe, h, o, pf);
@@ -67,26 +76,37 @@ class Decoder final : public Model {
   struct Layer {
     Tensor attn_norm;  // [H]
     AttentionWeights attn;
+    MlaWeights mla;    // config.is_mla() in place of attn
     Tensor ffn_norm;   // [H]
     MoeWeights moe;    // MoE layers (routed experts: host_experts_[l], run by ctx.experts)
     MlpWeights mlp;    // dense layers
   };
 
-  Layer load_layer(WeightLoader& ld, const DecoderSpec& spec, int64_t l) {
+  Layer load_layer(WeightLoader& ld, Ops& ops, const DecoderSpec& spec, int64_t l) {
     const int64_t H = config_.n_embd;
     Layer L;
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
-    L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
+    if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
+    else L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
     L.ffn_norm = load_norm(ld, config_, l, "ffn_norm", "post_attention_layernorm");
     if (spec.moe && config_.is_moe_layer(l)) {
       L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", spec.router), {config_.n_expert, H});
+      if (spec.router_bias) {  // F32 [E], resident
+        const WeightName bn{fmt::format("blk.{}.exp_probs_b.bias", l), fmt::format("model.layers.{}.{}", l, spec.router_bias)};
+        const Tensor b = ld.host(bn, {config_.n_expert}, WeightKind::kVector);
+        std::vector<float> f(static_cast<size_t>(config_.n_expert));
+        dequantize_row(b.dtype, b.data, f.data(), config_.n_expert);
+        L.moe.exp_probs_b = upload_f32(ops, f, storage_);
+      }
       host_experts_.push_back(load_host_experts(ld, config_, l, spec.experts));  // [E] x gate/up/down
       if (spec.shared_expert) {
         const int64_t Fs = config_.n_ff_shexp;
-        L.moe.shexp_gate = ld.get(layer_weight(l, "ffn_gate_shexp", "mlp.shared_expert.gate_proj"), {Fs, H});
-        L.moe.shexp_up = ld.get(layer_weight(l, "ffn_up_shexp", "mlp.shared_expert.up_proj"), {Fs, H});
-        L.moe.shexp_down = ld.get(layer_weight(l, "ffn_down_shexp", "mlp.shared_expert.down_proj"), {H, Fs});
-        L.moe.shexp_gate_inp = ld.get(layer_weight(l, "ffn_gate_inp_shexp", "mlp.shared_expert_gate"), {1, H});
+        const std::string p = spec.shared_prefix;
+        L.moe.shexp_gate = ld.get(layer_weight(l, "ffn_gate_shexp", p + ".gate_proj"), {Fs, H});
+        L.moe.shexp_up = ld.get(layer_weight(l, "ffn_up_shexp", p + ".up_proj"), {Fs, H});
+        L.moe.shexp_down = ld.get(layer_weight(l, "ffn_down_shexp", p + ".down_proj"), {H, Fs});
+        if (spec.shared_gated)
+          L.moe.shexp_gate_inp = ld.get(layer_weight(l, "ffn_gate_inp_shexp", "mlp.shared_expert_gate"), {1, H});
       }
     } else {
       L.mlp = load_mlp(ld, config_, l, config_.n_ff);  // gate, up [F, H]; down [H, F]
@@ -97,6 +117,7 @@ class Decoder final : public Model {
 
   OutputWeights io_;
   AttentionSpec spec_;
+  MlaSpec mla_spec_;
   RouterParams router_;
   std::vector<Layer> layers_;
 };

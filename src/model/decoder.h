@@ -3,13 +3,16 @@
 //   h = x + Attn(RMSNorm_attn(x))
 //   x = h + FFN(RMSNorm_ffn(h))      FFN = SwiGLU MLP, or MoE on config.is_moe_layer(l) layers
 // then RMSNorm and the LM head. Attention differences (RoPE mode, QKV bias, QK-norm, sliding window)
-// and router differences (norm_topk_prob) are ModelConfig fields; the rest are DecoderSpec fields.
+// and router differences (scoring, norm_topk_prob, groups, scaling) are ModelConfig fields, as is
+// multi-head latent attention (config.is_mla(): model/mla.h in place of the standard attention);
+// the rest are DecoderSpec fields.
 // Both are set by the architecture file (model/<arch>.cpp), which then calls build_decoder.
 // Intermediates passed to ctx.dump_if per layer: attn_norm, ffn_inp, ffn_norm, ffn_out (dense) or
 // ffn_moe_out (MoE), l_out.
 #include <memory>
 
 #include "model/blocks.h"
+#include "model/mla.h"
 
 namespace ft {
 
@@ -18,12 +21,18 @@ struct DecoderSpec {
   bool moe = false;                  // false: dense SwiGLU in every layer (no host experts at all)
   const char* router = "mlp.gate";   // HF name of the router [n_expert, H] (GGUF ffn_gate_inp)
   ExpertNames experts;               // HF per-expert names of the routed experts
-  bool shared_expert = false;        // + sigmoid-gated shared expert (ffn_*_shexp, width n_ff_shexp)
+  bool shared_expert = false;        // + shared expert (ffn_*_shexp, width n_ff_shexp)
+  const char* shared_prefix = "mlp.shared_expert";  // its HF module (gate_proj, up_proj, down_proj)
+  bool shared_gated = true;          // scaled by sigmoid(mlp.shared_expert_gate h) (Qwen2-MoE)
+  /** HF name of the router's selection bias after "model.layers.N." (GGUF exp_probs_b.bias), e.g.
+   *  "mlp.gate.e_score_correction_bias"; nullptr: the router has none. */
+  const char* router_bias = nullptr;
 };
 
 /** Loads the decoder for `config` (already carrying the architecture's fields): output weights,
- *  RoPE table, then per layer attn_norm, attention, ffn_norm, MLP or router + experts (+ shared
- *  expert). Softmax router over n_expert_used experts, renormalised when config.norm_topk_prob.
+ *  RoPE table, then per layer attn_norm, attention (or MLA), ffn_norm, MLP or router + experts (+
+ *  shared expert). The router scores per config.router_scoring over n_expert_used experts (groups,
+ *  bias, renormalisation and scaling as the config and spec say).
  *  Throws ft::Error (kInvalidFile naming the field or tensor) for a bad config or missing weight. */
 std::unique_ptr<Model> build_decoder(ModelConfig config, WeightLoader& ld, Ops& ops, const DecoderSpec& spec);
 

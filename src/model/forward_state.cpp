@@ -23,7 +23,16 @@ ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) 
   qkv = make(act, qd + 2 * kvd, 1);
   k = make(act, kvd);
   v = make(act, kvd);
-  attn = make(act, qd);
+  attn = make(act, c.is_mla() ? std::max(qd, c.n_head * c.v_head_dim) : qd);
+  if (c.is_mla()) {
+    if (c.q_lora_rank > 0) q_a = make(act, c.q_lora_rank);
+    q_nope = make(act, c.n_head * c.qk_nope_dim);
+    q_pe = make(act, c.n_head * c.qk_rope_dim);
+    q_lat = make(act, c.n_head * c.kv_lora_rank);
+    kv_c = make(act, c.kv_lora_rank);
+    k_pe = make(act, c.qk_rope_dim);
+    attn_lat = make(act, c.n_head * c.kv_lora_rank);
+  }
   sub_out = make(act, H);
   ff_gate = make(act, F);
   ff_up = make(act, F);

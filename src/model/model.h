@@ -32,7 +32,15 @@ struct ForwardState {
   Tensor qkv;        // [1, (n_head + 2 n_kv) * head_dim]: the fused QKV projection of a single token
   Tensor k;          // [T, n_head_kv * head_dim]
   Tensor v;          // [T, n_head_kv * head_dim]
-  Tensor attn;       // [T, n_head * head_dim]
+  Tensor attn;       // [T, n_head * head_dim] (MLA: [T, n_head * v_head_dim])
+  // Multi-head latent attention only (config.is_mla()):
+  Tensor q_a;        // [T, q_lora_rank]
+  Tensor q_nope;     // [T, n_head * qk_nope]
+  Tensor q_pe;       // [T, n_head * qk_rope]
+  Tensor q_lat;      // [T, n_head * kv_lora_rank]
+  Tensor kv_c;       // [T, kv_lora_rank]
+  Tensor k_pe;       // [T, qk_rope]
+  Tensor attn_lat;   // [T, n_head * kv_lora_rank]
   Tensor sub_out;    // [T, H] output of a sub-block (attention or FFN)
   Tensor ff_gate;    // [T, max FFN width]
   Tensor ff_up;      // [T, max FFN width]

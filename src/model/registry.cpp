@@ -16,6 +16,9 @@ const std::vector<ArchEntry>& architectures() {
       {"mixtral", {"mixtral"}, {}, build_mixtral},
       {"qwen2_moe", {"qwen2_moe"}, {"qwen2moe"}, build_qwen2_moe},
       {"olmoe", {"olmoe"}, {"olmoe"}, build_olmoe},
+      {"glm4_moe", {"glm4_moe"}, {"glm4moe"}, build_glm4_moe},
+      {"minimax_m2", {"minimax_m2"}, {"minimax-m2"}, build_minimax_m2},
+      {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"deepseek2"}, build_deepseek_v3},
   };
   return kArchs;
 }

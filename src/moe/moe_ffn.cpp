@@ -6,10 +6,13 @@ void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams
              const Tensor& x, MoeScratch& s, Tensor out, const Tensor& n_valid, const MoePrefetch& prefetch) {
   const int64_t T = x.rows();
   Tensor logits = s.router_logits.slice(0, T), ids = s.ids.slice(0, T), weights = s.weights.slice(0, T);
-  ops.moe_router(router, x, w.gate_inp, logits, ids, weights, n_valid);  // logits [T, n_expert]; ids, weights [T, k]
+  RouterParams rp = router;
+  rp.bias = w.exp_probs_b;
+  ops.moe_router(rp, x, w.gate_inp, logits, ids, weights, n_valid);  // logits [T, n_expert]; ids, weights [T, k]
   for (int i = 0; i < prefetch.targets.n; ++i) {  // a later layer's router on this layer's input: its likely experts
     Tensor pi = s.prefetch_ids[i].slice(0, T), pw = s.prefetch_weights[i].slice(0, T);
-    ops.moe_router(router, x, prefetch.routers[i], logits, pi, pw, n_valid);
+    rp.bias = prefetch.biases[i];
+    ops.moe_router(rp, x, prefetch.routers[i], logits, pi, pw, n_valid);
     experts.prefetch(prefetch.targets.layer[i], pi);
   }
   experts.compute(layer, x, ids, weights, out);       // [T, H]

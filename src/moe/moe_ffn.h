@@ -9,6 +9,7 @@ namespace ft {
 /** One MoE layer's dense weights (routed experts live behind ExpertCompute). */
 struct MoeWeights {
   Tensor gate_inp;       // [n_expert, H] router
+  Tensor exp_probs_b;    // F32 [n_expert] selection bias (e_score_correction_bias; empty: none)
   Tensor shexp_gate;     // [F_sh, H] shared expert (empty: none)
   Tensor shexp_up;       // [F_sh, H]
   Tensor shexp_down;     // [H, F_sh]
@@ -34,9 +35,11 @@ struct MoeScratch {
 struct MoePrefetch {
   PrefetchTargets targets;
   Tensor routers[PrefetchTargets::kMax];
+  Tensor biases[PrefetchTargets::kMax];  // their selection biases (empty: none)
 };
 
 /** out [T, H] = routed(x) (+ sigmoid(x . shexp_gate_inp) * shared(x)). x [T, H]; out must not alias x.
+ *  The router runs with `router` and w.exp_probs_b as its bias.
  *  Scratch views are sliced to T rows here. `n_valid` (BatchInfo::n_valid, may be empty): rows from
  *  n_valid[0] on are graph padding and route to no expert (no cache traffic, no counters).
  *  Each of prefetch.targets: that layer's routes on x are predicted with its router and passed to

@@ -29,11 +29,13 @@ TEST_P(HfFixture, LogitsAndGreedyMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfFixture,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
-                                           "mixtral", "qwen2_moe", "olmoe"));
+                                           "mixtral", "qwen2_moe", "olmoe", "glm4_moe", "minimax_m2",
+                                           "deepseek_v3"));
 
 TEST(Registry, EveryArchitectureHasAFixture) {
   // An architecture registered without an end-to-end fixture test fails here.
-  const std::vector<std::string> tested = {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe", "olmoe"};
+  const std::vector<std::string> tested = {"llama",     "qwen2", "qwen3",    "qwen3_moe",  "mixtral",
+                                           "qwen2_moe", "olmoe", "glm4_moe", "minimax_m2", "deepseek_v3"};
   for (const ArchEntry& a : architectures())
     EXPECT_NE(std::find(tested.begin(), tested.end(), a.name), tested.end()) << a.name << " has no fixture test";
 }

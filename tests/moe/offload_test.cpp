@@ -337,9 +337,9 @@ std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute& expert
                              int64_t prefill) {
   const ModelConfig& c = model.config();
   const int64_t n = static_cast<int64_t>(tokens.size()), page = 16, n_pages = (n + page - 1) / page;
-  KvCache kv(ops, KvCacheConfig{static_cast<int32_t>(c.n_layer), static_cast<int32_t>(c.n_head_kv),
-                                static_cast<int32_t>(c.head_dim), static_cast<int32_t>(page), n_pages * page,
-                                DType::F32});
+  KvCacheConfig kc = kv_layout(c);
+  kc.page_size = static_cast<int32_t>(page), kc.token_budget = n_pages * page, kc.dtype = DType::F32;
+  KvCache kv(ops, kc);
   ForwardState state(ops, c, prefill);
   std::vector<int32_t> table(static_cast<size_t>(n_pages));
   for (int64_t p = 0; p < n_pages; ++p) table[static_cast<size_t>(p)] = static_cast<int32_t>(p);

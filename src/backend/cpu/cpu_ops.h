@@ -41,6 +41,9 @@ class CpuOps : public Ops {
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
                  Tensor out) override;
+  void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat, const Tensor& q_rope,
+                     KvLayer kv, Tensor out) override;
+  void head_matmul(const Tensor& x, const Tensor& w, Tensor y) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,

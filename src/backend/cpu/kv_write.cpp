@@ -34,24 +34,21 @@ PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t 
 }  // namespace cpu
 
 void CpuOps::kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) {
+  op_checks::kv_write("kv_write", batch, k, v, kv);
   cpu::check_batch("kv_write", batch);
   cpu::check_dtype("kv_write", "k", k, DType::F32);
   cpu::check_dtype("kv_write", "v", v, DType::F32);
   cpu::check_dtype("kv_write", "kv.k", kv.k, DType::F32);
   cpu::check_dtype("kv_write", "kv.v", kv.v, DType::F32);
-  cpu::check_same_shape("kv_write", "kv.v", kv.v, kv.k);
-  if (kv.k.ndim != 4) fail(ErrorCode::kInvalidArgument, "kv_write: kv.k {} must be 4-D", kv.k.str());
-  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), W = kv.k.dim(2) * kv.k.dim(3), T = batch.n_tokens;
-  if (k.rows() != T || k.cols() != W)
-    fail(ErrorCode::kInvalidArgument, "kv_write: k {} must be [{}, {}] (tokens, kv heads x head_dim)", k.str(), T, W);
-  cpu::check_same_shape("kv_write", "v", v, k);
+  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), T = batch.n_tokens;
+  const int64_t Wk = kv.k.dim(2) * kv.k.dim(3), Wv = kv.v.dim(2) * kv.v.dim(3);
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t) {
     const auto ps = cpu::page_slot("kv_write", batch, n_pages, page, si[t], pos[t]);
-    const int64_t off = (ps.page * page + ps.slot) * W;
-    std::memcpy(kv.k.ptr<float>() + off, k.ptr<float>() + t * W, static_cast<size_t>(W) * 4);
-    std::memcpy(kv.v.ptr<float>() + off, v.ptr<float>() + t * W, static_cast<size_t>(W) * 4);
+    const int64_t slot = ps.page * page + ps.slot;
+    std::memcpy(kv.k.ptr<float>() + slot * Wk, k.ptr<float>() + t * Wk, static_cast<size_t>(Wk) * 4);
+    std::memcpy(kv.v.ptr<float>() + slot * Wv, v.ptr<float>() + t * Wv, static_cast<size_t>(Wv) * 4);
   }
 }
 

@@ -1,12 +1,38 @@
-// moe_route: router scores (softmax or sigmoid), top-k, optional renormalisation (CPU backend).
+// moe_route: router scores (softmax or sigmoid), selection bias and group-limited top-k (DeepSeek-V3),
+// optional renormalisation and scaling (CPU backend).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "util/error.h"
 
 namespace ft {
+namespace {
+
+/** Sets the selection scores of every group but the `keep` best to -inf; a group's score is the sum
+ *  of its two best entries (transformers' DeepseekV3TopkRouter), ties to the lower group. */
+void mask_groups(float* choice, int64_t n_group, int64_t per_group, int64_t keep) {
+  thread_local std::vector<float> group_score;
+  thread_local std::vector<int32_t> kept;
+  group_score.resize(static_cast<size_t>(n_group));
+  kept.resize(static_cast<size_t>(keep));
+  for (int64_t g = 0; g < n_group; ++g) {
+    float a = -INFINITY, b = -INFINITY;  // the group's best two
+    for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+      if (choice[e] > a) b = a, a = choice[e];
+      else if (choice[e] > b) b = choice[e];
+    }
+    group_score[static_cast<size_t>(g)] = a + b;
+  }
+  cpu::topk_row(group_score.data(), n_group, static_cast<int32_t>(keep), kept.data());
+  for (int64_t g = 0; g < n_group; ++g)
+    if (std::find(kept.begin(), kept.end(), static_cast<int32_t>(g)) == kept.end())
+      std::fill(choice + g * per_group, choice + (g + 1) * per_group, -INFINITY);
+}
+
+}  // namespace
 
 void CpuOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) {
   cpu::check_dtype("moe_route", "logits", logits, DType::F32);
@@ -20,12 +46,16 @@ void CpuOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, 
   if (ids.rows() != T || ids.cols() != k || weights.rows() != T || weights.cols() != k)
     fail(ErrorCode::kInvalidArgument, "moe_route: ids {} and weights {} must be [{}, {}]", ids.str(), weights.str(), T,
          k);
+  op_checks::router("moe_route", p, E);
+  if (!p.bias.empty()) cpu::check_cpu("moe_route", "bias", p.bias);
+  const float* bias = p.bias.empty() ? nullptr : p.bias.ptr<float>();
+  const int64_t n_group = p.n_group > 1 ? p.n_group : 1, per_group = E / n_group;
   const float* lg = logits.ptr<float>();
   int32_t* id = ids.ptr<int32_t>();
   float* w = weights.ptr<float>();
 #pragma omp parallel for num_threads(n_threads_) schedule(static) if (T > 64)
   for (int64_t t = 0; t < T; ++t) {
-    thread_local std::vector<float> score;
+    thread_local std::vector<float> score, choice;
     score.resize(static_cast<size_t>(E));
     const float* row = lg + t * E;
     if (p.scoring == RouterScoring::kSoftmax) {
@@ -38,7 +68,15 @@ void CpuOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, 
     }
     int32_t* it = id + t * k;
     float* wt = w + t * k;
-    cpu::topk_row(score.data(), E, k, it);
+    const float* pick = score.data();
+    if (bias || n_group > 1) {  // selection by score + bias, within the best groups (DeepSeek-V3)
+      choice.assign(score.begin(), score.end());
+      if (bias)
+        for (int64_t e = 0; e < E; ++e) choice[static_cast<size_t>(e)] += bias[e];
+      if (n_group > 1) mask_groups(choice.data(), n_group, per_group, p.topk_group);
+      pick = choice.data();
+    }
+    cpu::topk_row(pick, E, k, it);
     float sel = 0.0f;
     for (int32_t j = 0; j < k; ++j) sel += (wt[j] = score[static_cast<size_t>(it[j])]);
     const float f = p.norm_topk_prob && sel > 0.0f ? p.scaling / sel : p.scaling;
