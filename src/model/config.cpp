@@ -213,6 +213,32 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   m.n_ff_exp = get_int(meta, key("expert_feed_forward_length"), src, m.n_ff);
   m.n_ff_shexp = get_int(meta, key("expert_shared_feed_forward_length"), src, 0);
   m.norm_topk_prob = get_bool(meta, key("expert_weights_norm"), src, false);
+  // DeepSeek-V3 family (llama.cpp's keys): leading dense layers, shared experts counted in routed
+  // widths, sigmoid gating (expert_gating_func 2), weight scale, group-limited routing, MTP layers.
+  m.first_k_dense = get_int(meta, key("leading_dense_block_count"), src, 0);
+  if (m.n_ff_shexp == 0) m.n_ff_shexp = m.n_ff_exp * get_int(meta, key("expert_shared_count"), src, 0);
+  const int64_t gating = get_int(meta, key("expert_gating_func"), src, 0);
+  if (gating == 2) m.router_scoring = RouterScoring::kSigmoid;
+  else if (gating != 0 && gating != 1)
+    fail(ErrorCode::kUnsupported, "{}: {}: expert gating function {} is not supported (1 softmax, 2 sigmoid)", src,
+         key("expert_gating_func"), gating);
+  m.routed_scaling = get_num(meta, key("expert_weights_scale"), src, 1.0);
+  m.n_group = get_int(meta, key("expert_group_count"), src, 1);
+  m.topk_group = get_int(meta, key("expert_group_used_count"), src, 1);
+  m.n_nextn_layers = get_int(meta, key("nextn_predict_layers"), src, 0);
+  if (m.n_nextn_layers > 0 && m.n_nextn_layers < m.n_layer) m.n_layer -= m.n_nextn_layers;  // MTP blocks come last
+  // MLA: key_length / value_length are the latent's (576 / 512) when the *_mla keys are present
+  // (llama.cpp's converters since its MLA support), else the per-head q/k and v widths.
+  m.q_lora_rank = get_int(meta, key("attention.q_lora_rank"), src, 0);
+  m.kv_lora_rank = get_int(meta, key("attention.kv_lora_rank"), src, 0);
+  if (m.kv_lora_rank > 0) {
+    m.qk_rope_dim = m.n_rot;
+    const int64_t qk = get_int(meta, key("attention.key_length_mla"), src, m.head_dim);
+    m.qk_nope_dim = qk - m.qk_rope_dim;
+    m.v_head_dim = get_int(meta, key("attention.value_length_mla"), src, get_int(meta, key("attention.value_length"), src, 0));
+    const double log_mul = get_num(meta, key("rope.scaling.yarn_log_multiplier"), src, 0.0);
+    if (log_mul > 0.0) s.mscale = s.mscale_all_dim = log_mul / 0.1;  // the converter writes 0.1 * mscale_all_dim
+  }
   m.n_vocab = get_int(meta, key("vocab_size"), src, 0);
   if (m.n_vocab == 0)
     if (const json* toks = field(meta, "tokenizer.ggml.tokens"); toks && toks->is_array())

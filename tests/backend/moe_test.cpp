@@ -56,6 +56,65 @@ TEST_P(MoeTest, RouterScoringAndRenormalisation) {
   }
 }
 
+TEST_P(MoeTest, GroupLimitedRoutingWithSelectionBias) {
+  // DeepSeek-V3's router: sigmoid scores; selection by score + bias within the topk_group groups
+  // whose two best (biased) scores sum highest; weights the unbiased scores, renormalised, scaled.
+  const int64_t T = 9, E = 16, n_group = 4, per = E / n_group, topk_group = 2;
+  const int32_t k = 3;
+  std::vector<float> logits = random_vec(T * E, 8, -3, 3), bias = random_vec(E, 9, -0.5f, 0.5f);
+  for (bool grouped : {false, true}) {
+    RouterParams p{k, RouterScoring::kSigmoid, true, 2.5f};
+    if (grouped) p.n_group = static_cast<int32_t>(n_group), p.topk_group = static_cast<int32_t>(topk_group);
+    p.bias = arena().f32(bias, {E});
+    Tensor ids = arena().alloc(DType::I32, {T, k}), w = arena().alloc(DType::F32, {T, k});
+    ops().moe_route(p, arena().f32(logits, {T, E}), ids, w);
+    const std::vector<int32_t> gi = arena().read_i32(ids);
+    std::vector<double> want;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> s(E), c(E);
+      for (int64_t e = 0; e < E; ++e) {
+        s[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[t * E + e])));
+        c[e] = s[e] + bias[e];
+      }
+      std::vector<bool> eligible(E, true);
+      if (grouped) {
+        std::vector<std::pair<double, int64_t>> gs;
+        for (int64_t g = 0; g < n_group; ++g) {
+          std::vector<double> in(c.begin() + g * per, c.begin() + (g + 1) * per);
+          std::sort(in.rbegin(), in.rend());
+          gs.push_back({in[0] + in[1], g});
+        }
+        std::stable_sort(gs.begin(), gs.end(), [](auto a, auto b) { return a.first > b.first; });
+        for (int64_t e = 0; e < E; ++e) eligible[e] = false;
+        for (int64_t i = 0; i < topk_group; ++i)
+          for (int64_t e = gs[i].second * per; e < (gs[i].second + 1) * per; ++e) eligible[e] = true;
+      }
+      std::vector<int32_t> order;
+      for (int32_t e = 0; e < E; ++e)
+        if (eligible[e]) order.push_back(e);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return c[a] > c[b]; });
+      double sel = 0;
+      for (int32_t j = 0; j < k; ++j) sel += s[order[j]];
+      for (int32_t j = 0; j < k; ++j) {
+        EXPECT_EQ(gi[t * k + j], order[j]) << "token " << t << " grouped " << grouped;
+        want.push_back(s[order[j]] / sel * 2.5);
+      }
+    }
+    EXPECT_LT(rel_l2(arena().read(w), want), tol()) << "grouped " << grouped;
+  }
+}
+
+TEST_P(MoeTest, BadGroupsOrBiasAreRejected) {
+  const int64_t T = 2, E = 12;
+  Tensor logits = arena().f32(random_vec(T * E, 1), {T, E});
+  Tensor ids = arena().alloc(DType::I32, {T, 2}), w = arena().alloc(DType::F32, {T, 2});
+  RouterParams p{2, RouterScoring::kSigmoid, true, 1.0f, 5, 1};  // 12 experts do not split into 5 groups
+  EXPECT_THROW(ops().moe_route(p, logits, ids, w), Error);
+  p.n_group = 1;
+  p.bias = arena().f32(random_vec(E - 1, 2), {E - 1});  // one short
+  EXPECT_THROW(ops().moe_route(p, logits, ids, w), Error);
+}
+
 TEST_P(MoeTest, ExpertsWeightedSum) {
   const int64_t T = 11, H = 32, F = 24, E = 6, k = 2;
   std::vector<HostWeight> g, u, d;

@@ -367,7 +367,8 @@ std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute& expert
 }
 
 TEST(OffloadedExperts, SameLogitsAsFusedOnMoeFixtures) {
-  for (const char* name : {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe"}) {
+  for (const char* name :
+       {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string dir = shared_dir() + "/fixtures/hf/" + name;
     const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));

@@ -1,0 +1,100 @@
+// Multi-head latent attention's KV cache (DeepSeek-V3 fixture): the pages hold only the latent and
+// the RoPE key per token per layer, and a prefix-cache hit on those pages gives the cold run's
+// tokens and log-probabilities.
+#include <condition_variable>
+#include <mutex>
+
+#include "engine/engine_runner.h"
+#include "engine/service.h"
+#include "fixture_util.h"
+
+namespace ft::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Collect : public TokenSink {
+ public:
+  bool on_token(const SampledToken& t, bool) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    tokens.push_back(t);
+    return true;
+  }
+  void on_finish(const FinishInfo& i) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    info = i;
+    done = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    ASSERT_TRUE(cv_.wait_for(lk, 60s, [&] { return done; }));
+  }
+  std::vector<SampledToken> tokens;
+  FinishInfo info;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done = false;
+};
+
+const std::string kDir = "/fixtures/hf/deepseek_v3";
+
+TEST(MlaKvCache, BytesPerTokenAreTheLatents) {
+  auto engine = Engine::load(shared_dir() + kDir, small_engine_options());
+  const ModelConfig& c = engine->config();
+  ASSERT_TRUE(c.is_mla());
+  const KvLayer kv = engine->kv().layer(0);
+  EXPECT_EQ(kv.k.shape_str(), fmt::format("[{}, 16, 1, {}]", kv.k.dim(0), c.kv_lora_rank));  // latent c
+  EXPECT_EQ(kv.v.shape_str(), fmt::format("[{}, 16, 1, {}]", kv.v.dim(0), c.qk_rope_dim));   // RoPE key r
+  const int64_t per_token = KvCache::bytes_per_token(engine->kv().config());
+  EXPECT_EQ(per_token, c.n_layer * (c.kv_lora_rank + c.qk_rope_dim) * 4);  // 3 x (32 + 8) floats
+  // What decompressed K and V would take: 2 x heads x (nope + rope) per layer, 4.8x more here
+  // (V3's real shapes: 576 values against 2 x 128 x 192 = 49152).
+  EXPECT_LT(per_token * 4, c.n_layer * c.n_head * (2 * (c.qk_nope_dim + c.qk_rope_dim)) * 4);
+}
+
+TEST(MlaKvCache, PrefixHitGivesTheColdRunsLogprobs) {
+  const std::vector<RefCase> cases = read_reference(shared_dir() + kDir);
+  ASSERT_EQ(cases.size(), 2u);
+  const RefCase& ref = cases[1];  // "long": 130 tokens
+  auto engine = Engine::load(shared_dir() + kDir, small_engine_options());
+  EngineRunner runner(*engine);
+  ServiceConfig sc;
+  sc.scheduler.max_running = 2;
+  sc.scheduler.max_prefill_tokens = 64;
+  sc.scheduler.max_seq_len = 512;
+  sc.check_integrity = true;
+  EngineService svc(runner, engine->kv().pool(), sc);
+  auto run = [&] {
+    auto sink = std::make_shared<Collect>();
+    GenerationRequest r;
+    r.prompt = ref.input_ids;
+    r.max_tokens = static_cast<int32_t>(ref.greedy.size());
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    r.sampling.top_logprobs = 5;
+    r.sink = sink;
+    svc.submit(r);
+    sink->wait();
+    return sink;
+  };
+  auto cold = run(), hit = run();
+  EXPECT_EQ(cold->info.cached_tokens, 0);
+  EXPECT_EQ(hit->info.cached_tokens, 128);  // 8 whole pages of 16 of the 130-token prompt
+  ASSERT_EQ(cold->tokens.size(), ref.greedy.size());
+  ASSERT_EQ(hit->tokens.size(), ref.greedy.size());
+  for (size_t i = 0; i < ref.greedy.size(); ++i) {
+    EXPECT_EQ(cold->tokens[i].id, ref.greedy[i]) << i;
+    EXPECT_EQ(hit->tokens[i].id, cold->tokens[i].id) << i;
+    ASSERT_EQ(hit->tokens[i].top.size(), cold->tokens[i].top.size());
+    for (size_t j = 0; j < cold->tokens[i].top.size(); ++j) {
+      EXPECT_EQ(hit->tokens[i].top[j].first, cold->tokens[i].top[j].first) << i << "/" << j;
+      EXPECT_NEAR(hit->tokens[i].top[j].second, cold->tokens[i].top[j].second, 1e-5) << i << "/" << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
