@@ -2,6 +2,8 @@
 // the RoPE key per token per layer, and a prefix-cache hit on those pages gives the cold run's
 // tokens and log-probabilities.
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "engine/engine_runner.h"
@@ -92,6 +94,27 @@ TEST(MlaKvCache, PrefixHitGivesTheColdRunsLogprobs) {
     for (size_t j = 0; j < cold->tokens[i].top.size(); ++j) {
       EXPECT_EQ(hit->tokens[i].top[j].first, cold->tokens[i].top[j].first) << i << "/" << j;
       EXPECT_NEAR(hit->tokens[i].top[j].second, cold->tokens[i].top[j].second, 1e-5) << i << "/" << j;
+    }
+  }
+}
+
+TEST(MlaConfig, AMissingKeyIsNamed) {
+  const std::string src = shared_dir() + kDir;
+  const nlohmann::json config = nlohmann::json::parse(read_file(src + "/config.json"));
+  for (const char* key : {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}) {
+    const std::string dir = ::testing::TempDir() + "/ft_mla_no_" + key;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    nlohmann::json c = config;
+    c.erase(key);
+    std::ofstream(dir + "/config.json") << c.dump();
+    std::filesystem::create_symlink(src + "/model.safetensors", dir + "/model.safetensors");
+    try {
+      Engine::load(dir, small_engine_options());
+      ADD_FAILURE() << "loaded without " << key;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidFile) << e.what();
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   }
 }
