@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   app.set_version_flag("--version", fmt::format("ft {} (FreeToken; backends: {})", ft::kVersion, ft::kBackends));
+  // Global options are taken after the subcommand too (`ft serve --log-level debug`): subcommands
+  // made from here on pass the options they do not know up to `ft`.
+  app.fallthrough();
   ft::cli::Action action;
   ft::cli::add_bench_command(app, action);
   ft::cli::add_inspect_command(app, action);

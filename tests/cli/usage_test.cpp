@@ -25,6 +25,21 @@ TEST(Usage, UnknownSubcommandAndVersion) {
   EXPECT_NE(none.err.find("subcommand is required"), std::string::npos) << none.err;
 }
 
+TEST(Usage, GlobalLogLevelAfterTheSubcommand) {
+  // `ft serve --log-level debug` as llama-server users type it: the global flag is taken after the
+  // subcommand as before it, and a bad level is refused either way.
+  for (const std::string& args : {"--log-level error tokenize --model " + stories() + " hi",
+                                  "tokenize --log-level error --model " + stories() + " hi"}) {
+    Result r = run_ft(args);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_FALSE(r.out.empty()) << args;
+    EXPECT_EQ(r.err.find("[info]"), std::string::npos) << args << ": " << r.err;  // error level: no info lines
+  }
+  Result bad = run_ft("tokenize --model " + stories() + " --log-level loud hi");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("loud"), std::string::npos) << bad.err;
+}
+
 TEST(Usage, TokenizeNeedsTextOrIds) {
   Result r = run_ft("tokenize --model " + stories());
   EXPECT_EQ(r.code, 2);
