@@ -30,6 +30,8 @@ struct Summary {
   int64_t block_count = 0, embedding_length = 0, feed_forward_length = 0, head_count = 0, head_count_kv = 0,
           head_dim = 0, vocab_size = 0, context_length = 0, expert_count = 0, expert_used_count = 0,
           expert_feed_forward_length = 0;
+  int64_t leading_dense = 0, shared_experts = 0, nextn_layers = 0;  // DeepSeek-V3 family
+  json mla;             // multi-head latent attention widths, or null
   json rope_freq_base;  // number, or null when the checkpoint does not say
   std::string tokenizer_model;
   json bos_token_id, eos_token_id;  // id / list of ids, or null
@@ -73,6 +75,18 @@ Summary summarize_gguf(const Checkpoint& ck) {
   s.expert_used_count = int_of(m, p + "expert_used_count");
   s.expert_feed_forward_length = int_of(m, p + "expert_feed_forward_length");
   s.rope_freq_base = value_or_null(m, p + "rope.freq_base");
+  s.leading_dense = int_of(m, p + "leading_dense_block_count");
+  s.shared_experts = int_of(m, p + "expert_shared_count");
+  s.nextn_layers = int_of(m, p + "nextn_predict_layers");
+  if (const int64_t r = int_of(m, p + "attention.kv_lora_rank"); r > 0) {
+    // key_length / value_length are the latent's here (kv_lora_rank + rope, kv_lora_rank); *_mla per head.
+    const int64_t rope = int_of(m, p + "rope.dimension_count"), qk = int_of(m, p + "attention.key_length_mla");
+    s.mla = {{"q_lora_rank", int_of(m, p + "attention.q_lora_rank")}, {"kv_lora_rank", r},
+             {"qk_nope_head_dim", qk > 0 ? qk - rope : s.head_dim - rope}, {"qk_rope_head_dim", rope},
+             {"v_head_dim", m.contains(p + "attention.value_length_mla") ? int_of(m, p + "attention.value_length_mla")
+                                                                        : int_of(m, p + "attention.value_length")}};
+    if (qk > 0) s.head_dim = qk;
+  }
   s.vocab_size = int_of(m, p + "vocab_size");
   auto tokens = m.find("tokenizer.ggml.tokens");
   if (s.vocab_size == 0 && tokens != m.end() && tokens->is_array()) s.vocab_size = static_cast<int64_t>(tokens->size());
@@ -102,6 +116,16 @@ Summary summarize_hf(const Checkpoint& ck) {
   s.expert_used_count = c.n_experts_used;
   s.expert_feed_forward_length = c.moe_intermediate_size;
   s.rope_freq_base = c.rope_theta > 0 ? json(c.rope_theta) : json(nullptr);
+  const json& r = c.raw;
+  s.leading_dense = int_of(r, "first_k_dense_replace");
+  s.shared_experts = int_of(r, "n_shared_experts");
+  s.nextn_layers = int_of(r, "num_nextn_predict_layers");
+  if (int_of(r, "kv_lora_rank") > 0) {
+    s.mla = {{"q_lora_rank", int_of(r, "q_lora_rank")}, {"kv_lora_rank", int_of(r, "kv_lora_rank")},
+             {"qk_nope_head_dim", int_of(r, "qk_nope_head_dim")}, {"qk_rope_head_dim", int_of(r, "qk_rope_head_dim")},
+             {"v_head_dim", int_of(r, "v_head_dim")}};
+    s.head_dim = int_of(r, "qk_nope_head_dim") + int_of(r, "qk_rope_head_dim");
+  }
   s.tokenizer_model = "none";
   fs::path tok = fs::path(ck.path()) / "tokenizer.json";
   if (fs::exists(tok)) {
@@ -145,6 +169,10 @@ json to_json(const Checkpoint& ck, const Summary& s) {
       {"expert_count", s.expert_count},
       {"expert_used_count", s.expert_used_count},
       {"expert_feed_forward_length", s.expert_feed_forward_length},
+      {"leading_dense_block_count", s.leading_dense},
+      {"expert_shared_count", s.shared_experts},
+      {"nextn_predict_layers", s.nextn_layers},
+      {"mla", s.mla},
       {"rope_freq_base", s.rope_freq_base},
       {"tokenizer",
        {{"model", s.tokenizer_model}, {"vocab_size", s.vocab_size}, {"bos_token_id", s.bos_token_id},
@@ -163,15 +191,25 @@ void print_text(const json& j) {
   row("path", j["path"].get<std::string>());
   row("format", j["format"].get<std::string>());
   row("architecture", j["architecture"].get<std::string>().empty() ? "-" : j["architecture"].get<std::string>());
-  num("layers", "block_count");
+  const int64_t nextn = j["nextn_predict_layers"].get<int64_t>();
+  if (nextn == 0) num("layers", "block_count");
+  else  // GGUF counts the MTP blocks in block_count (llama.cpp's glm4moe); config.json does not
+    row("layers", fmt::format("{} ({} {} MTP)", j["block_count"].get<int64_t>(),
+                              j["format"] == "gguf" ? "incl." : "+", nextn));
   num("hidden size", "embedding_length");
   num("feed-forward size", "feed_forward_length");
   num("attention heads", "head_count");
   num("KV heads", "head_count_kv");
   num("head dim", "head_dim");
+  if (const json& m = j["mla"]; !m.is_null())
+    row("MLA", fmt::format("q_lora {}, kv_lora {}, qk {} nope + {} rope, v {}", m["q_lora_rank"].get<int64_t>(),
+                           m["kv_lora_rank"].get<int64_t>(), m["qk_nope_head_dim"].get<int64_t>(),
+                           m["qk_rope_head_dim"].get<int64_t>(), m["v_head_dim"].get<int64_t>()));
   num("experts", "expert_count");
   num("experts per token", "expert_used_count");
   num("expert feed-forward size", "expert_feed_forward_length");
+  if (j["expert_shared_count"].get<int64_t>() > 0) num("shared experts", "expert_shared_count");
+  if (j["leading_dense_block_count"].get<int64_t>() > 0) num("leading dense layers", "leading_dense_block_count");
   num("context length", "context_length");
   row("RoPE base", id_str(j["rope_freq_base"]));
   const json& t = j["tokenizer"];

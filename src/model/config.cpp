@@ -227,15 +227,21 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   m.topk_group = get_int(meta, key("expert_group_used_count"), src, 1);
   m.n_nextn_layers = get_int(meta, key("nextn_predict_layers"), src, 0);
   if (m.n_nextn_layers > 0 && m.n_nextn_layers < m.n_layer) m.n_layer -= m.n_nextn_layers;  // MTP blocks come last
-  // MLA: key_length / value_length are the latent's (576 / 512) when the *_mla keys are present
-  // (llama.cpp's converters since its MLA support), else the per-head q/k and v widths.
+  // MLA: llama.cpp's converters since its absorbed-MLA support write the latent's widths in
+  // key_length / value_length (kv_lora_rank + qk_rope = 576 / kv_lora_rank = 512, head_count_kv 1)
+  // and the per-head ones in *_mla, which such a file then must have; older files hold the per-head
+  // widths in key_length / value_length and no *_mla keys. The RoPE width is always
+  // rope.dimension_count (key_length is no head's RoPE width here).
   m.q_lora_rank = get_int(meta, key("attention.q_lora_rank"), src, 0);
   m.kv_lora_rank = get_int(meta, key("attention.kv_lora_rank"), src, 0);
   if (m.kv_lora_rank > 0) {
-    m.qk_rope_dim = m.n_rot;
-    const int64_t qk = get_int(meta, key("attention.key_length_mla"), src, m.head_dim);
-    m.qk_nope_dim = qk - m.qk_rope_dim;
-    m.v_head_dim = get_int(meta, key("attention.value_length_mla"), src, get_int(meta, key("attention.value_length"), src, 0));
+    m.qk_rope_dim = m.n_rot = get_int(meta, key("rope.dimension_count"), src);
+    const bool latent = m.head_dim == m.kv_lora_rank + m.qk_rope_dim;
+    auto per_head = [&](const char* mla, int64_t legacy) {
+      return latent ? get_int(meta, key(mla), src) : get_int(meta, key(mla), src, legacy);
+    };
+    m.qk_nope_dim = per_head("attention.key_length_mla", m.head_dim) - m.qk_rope_dim;
+    m.v_head_dim = per_head("attention.value_length_mla", get_int(meta, key("attention.value_length"), src, 0));
     const double log_mul = get_num(meta, key("rope.scaling.yarn_log_multiplier"), src, 0.0);
     if (log_mul > 0.0) s.mscale = s.mscale_all_dim = log_mul / 0.1;  // the converter writes 0.1 * mscale_all_dim
   }

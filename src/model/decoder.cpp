@@ -88,7 +88,7 @@ class Decoder final : public Model {
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
     if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
     else L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
-    L.ffn_norm = load_norm(ld, config_, l, "ffn_norm", "post_attention_layernorm");
+    L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");
     if (spec.moe && config_.is_moe_layer(l)) {
       L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", spec.router), {config_.n_expert, H});
       if (spec.router_bias) {  // F32 [E], resident

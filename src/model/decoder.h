@@ -27,6 +27,9 @@ struct DecoderSpec {
   /** HF name of the router's selection bias after "model.layers.N." (GGUF exp_probs_b.bias), e.g.
    *  "mlp.gate.e_score_correction_bias"; nullptr: the router has none. */
   const char* router_bias = nullptr;
+  /** GGUF name of the pre-FFN norm (HF post_attention_layernorm): "ffn_norm", or llama.cpp's
+   *  "post_attention_norm" for glm4moe. */
+  const char* ffn_norm = "ffn_norm";
 };
 
 /** Loads the decoder for `config` (already carrying the architecture's fields): output weights,

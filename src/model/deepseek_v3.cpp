@@ -20,12 +20,18 @@ std::unique_ptr<Model> build_deepseek_v3(ModelConfig c, WeightLoader& ld, Ops& o
     if (v <= 0) fail(ErrorCode::kInvalidFile, "{}: {}: missing or not positive (deepseek_v3 needs it)", src, key);
   };
   need(c.kv_lora_rank, ld.is_gguf() ? "deepseek2.attention.kv_lora_rank" : "kv_lora_rank");
-  need(c.qk_nope_dim, ld.is_gguf() ? "deepseek2.attention.key_length" : "qk_nope_head_dim");
+  need(c.qk_nope_dim, ld.is_gguf() ? "deepseek2.attention.key_length_mla" : "qk_nope_head_dim");
   need(c.qk_rope_dim, ld.is_gguf() ? "deepseek2.rope.dimension_count" : "qk_rope_head_dim");
-  need(c.v_head_dim, ld.is_gguf() ? "deepseek2.attention.value_length" : "v_head_dim");
+  need(c.v_head_dim, ld.is_gguf() ? "deepseek2.attention.value_length_mla" : "v_head_dim");
   c.head_dim = c.n_rot = c.qk_rope_dim;  // the RoPE table's width; attention widths come from the MLA fields
   c.n_head_kv = c.n_head;
   c.rope_mode = c.rope_interleave ? RopeMode::kNormal : RopeMode::kNeox;
+  // DeepSeek-V2 / V2.5 share the GGUF architecture but route by softmax with group maxima and no
+  // selection bias (llama.cpp reads a missing expert_gating_func as softmax): not this router.
+  if (ld.is_gguf() && c.router_scoring != RouterScoring::kSigmoid)
+    fail(ErrorCode::kUnsupported,
+         "{}: deepseek2 with softmax expert gating (DeepSeek-V2 / V2.5) is not supported yet; DeepSeek-V3, R1 and "
+         "Kimi-K2 files carry deepseek2.expert_gating_func = 2 (sigmoid)", ld.checkpoint().path());
   c.router_scoring = RouterScoring::kSigmoid;
   if (c.n_nextn_layers > 0)
     spdlog::info("deepseek_v3: {} multi-token-prediction layer(s) not loaded (no speculative decoding yet)",

@@ -14,8 +14,12 @@ namespace ft {
 std::unique_ptr<Model> build_glm4_moe(ModelConfig c, WeightLoader& ld, Ops& ops) {
   c.rope_mode = RopeMode::kNeox;
   c.router_scoring = RouterScoring::kSigmoid;
-  if (ld.is_gguf() && ld.has(layer_weight(0, "attn_q_norm", ""))) c.qk_norm = QkNorm::kPerHead;
+  if (ld.is_gguf()) {  // GGUF has no flags for these: llama.cpp loads the tensors when present
+    if (ld.has(layer_weight(0, "attn_q_norm", ""))) c.qk_norm = QkNorm::kPerHead;
+    if (ld.has(layer_weight(0, "attn_q", "", "bias"))) c.attn_bias = true;  // GLM-4.5's attention_bias
+  }
   DecoderSpec spec;
+  spec.ffn_norm = "post_attention_norm";  // llama.cpp's name of post_attention_layernorm for glm4moe
   spec.moe = true;  // router mlp.gate [E, H] + mlp.gate.e_score_correction_bias; experts mlp.experts.E.*
   spec.router_bias = "mlp.gate.e_score_correction_bias";
   spec.shared_expert = c.n_ff_shexp > 0;
