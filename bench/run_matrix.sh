@@ -14,6 +14,10 @@
 #                 1, hybrid and cpu at skew 0. All 94 layers need ~126 GiB of host RAM (the two-GPU
 #                 machine); LAYERS=64 keeps the first 64 (~86 GiB) for a 128 GiB host
 #     quick       one fused and one offload run, to check a build
+#     families    deepseek-v3 (DS_LAYERS, default 18: ~93 GiB of q4_k), glm-4.5-air (GLM_LAYERS, default
+#                 0: all 46, ~72 GiB) and minimax-m2 (MM_LAYERS, default 48: ~93 GiB) in q4_k: fused
+#                 with no memory limit, then offload, hybrid and cpu under --gpu-memory-limit 24; each
+#                 run a PROMPT-token prefill (default 4096) then GEN batch-1 decode steps  (issue 33)
 #
 # FT selects the binary (default build/ft), GEN the decode steps of the offload sets (default 64),
 # DEVICE the device (default cuda), LAYERS30 the layers of the qwen3-30b-a3b runs (default all; a
@@ -25,9 +29,13 @@ GEN=${GEN:-64}
 LAYERS=${LAYERS:-94}
 DEVICE=${DEVICE:-cuda}
 LAYERS30=${LAYERS30:-}
+DS_LAYERS=${DS_LAYERS:-18}
+MM_LAYERS=${MM_LAYERS:-48}
+GLM_LAYERS=${GLM_LAYERS:-0}
+PROMPT=${PROMPT:-4096}
 mkdir -p "$OUT_DIR"
 if [ $# -lt 1 ]; then
-  sed -n '2,21p' "$0"
+  sed -n '2,25p' "$0"
   exit 2
 fi
 
@@ -101,6 +109,15 @@ for set in "$@"; do
     quick)
       bench "quick-fused-q4_k" 120 $Q30 --weight-type q4_k --prompt-tokens 512 --gen-tokens 64 --batch 1
       bench "quick-offload-skew1" 120 $OFF --moe-strategy offload --dummy-router-skew 1 ;;
-    *) echo "unknown set '$set' (fused, offload, 235b, quick)"; exit 2 ;;
+    families)
+      for m in "deepseek-v3 --dummy-layers $DS_LAYERS" "glm-4.5-air --dummy-layers $GLM_LAYERS" \
+               "minimax-m2 --dummy-layers $MM_LAYERS"; do
+        name=${m%% *}
+        FAM="--model-preset $m --dummy-weights --device $DEVICE --weight-type q4_k --prompt-tokens $PROMPT \
+          --gen-tokens $GEN --batch 1"
+        bench "$name-fused" 400 $FAM --moe-strategy fused
+        for s in offload hybrid cpu; do bench "$name-$s" 500 $FAM --gpu-memory-limit 24 --moe-strategy $s; done
+      done ;;
+    *) echo "unknown set '$set' (fused, offload, 235b, quick, families)"; exit 2 ;;
   esac
 done

@@ -5,7 +5,8 @@
 // bench_json's object plus, for a synthetic model, "synthetic": {preset, weight_type, layers,
 // router_skew, seed, generate_s}). Also
 // `--write-gguf FILE` (write the synthetic model as GGUF for llama.cpp, then exit) and
-// `--list-presets`.
+// `--list-presets` (shapes, parameter counts and the synthetic weights' GiB for --weight-type and
+// --dummy-layers).
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -65,18 +66,35 @@ std::string param_count(int64_t n, int billions_digits) {
   return fmt::format("{:.2f}M", static_cast<double>(n) / 1e6);
 }
 
-void list_presets() {
-  std::printf("%-18s %-10s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %8s %8s  %s\n", "preset", "arch", "runnable",
-              "layers", "hidden", "heads", "kv", "hdim", "experts", "top", "ffn_e", "vocab", "params", "active",
-              "source");
-  for (const ModelPreset& p : model_presets())
-    std::printf("%-18s %-10s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %8s %8s  %s\n",
-                p.name.c_str(), p.gguf_arch.c_str(), p.runnable ? "yes" : "no", static_cast<long long>(p.n_layer),
+/** The preset table: shapes, attention kind, leading dense layers, shared experts, the synthetic
+ *  weights' GiB in `type` and the parameter counts, for `layers` layers of each (0: the preset's). */
+void list_presets(const std::string& type_name, int64_t layers) {
+  const DType type = parse_synthetic_weight_type(type_name);
+  const std::string gib = fmt::format("{} GiB", dtype_name(type));
+  std::printf("%-18s %-10s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %4s %5s %5s %9s %8s %8s  %s\n", "preset", "arch",
+              "runnable", "layers", "hidden", "heads", "kv", "hdim", "experts", "top", "ffn_e", "vocab", "attn", "dense",
+              "shexp", gib.c_str(), "params", "active", "source");
+  for (const ModelPreset& p : model_presets()) {
+    const int64_t L = layers > 0 ? layers : p.n_layer;
+    std::string bytes = "-";
+    if (p.runnable) {
+      SyntheticSpec spec;
+      spec.preset = p.name;
+      spec.weight_type = type;
+      spec.n_layer = L;
+      const double g = static_cast<double>(synthetic_layout(spec).bytes) / (1 << 30);
+      bytes = fmt::format("{:.{}f}", g, g < 1 ? 3 : 1);
+    }
+    std::printf("%-18s %-10s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %4s %5lld %5lld %9s %8s %8s  %s\n",
+                p.name.c_str(), p.gguf_arch.c_str(), p.runnable ? "yes" : "no", static_cast<long long>(L),
                 static_cast<long long>(p.n_embd), static_cast<long long>(p.n_head), static_cast<long long>(p.n_head_kv),
                 static_cast<long long>(p.head_dim), static_cast<long long>(p.n_expert),
                 static_cast<long long>(p.n_expert_used), static_cast<long long>(p.n_ff_exp),
-                static_cast<long long>(p.n_vocab), param_count(p.total_params(), 1).c_str(),
-                param_count(p.active_params(), 2).c_str(), p.hf_id.empty() ? "test" : p.hf_id.c_str());
+                static_cast<long long>(p.n_vocab), p.is_mla() ? "mla" : "gqa",
+                static_cast<long long>(p.dense_layers(L)), static_cast<long long>(p.n_shared_exp), bytes.c_str(),
+                param_count(p.total_params(L), 1).c_str(), param_count(p.active_params(L), 2).c_str(),
+                p.hf_id.empty() ? "test" : p.hf_id.c_str());
+  }
 }
 
 std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
@@ -92,7 +110,7 @@ std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
 
 int bench(const BenchArgs& a) {
   if (a.list_presets) {
-    list_presets();
+    list_presets(a.weight_type.empty() ? "bf16" : a.weight_type, a.dummy_layers);
     return 0;
   }
   const bool synthetic = !a.preset.empty();
@@ -192,7 +210,9 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->group(s);
   cmd->add_option("--write-gguf", args->write_gguf, "Write the synthetic model to this GGUF file and exit")->group(s);
-  cmd->add_flag("--list-presets", args->list_presets, "List the model presets and exit")->group(s);
+  cmd->add_flag("--list-presets", args->list_presets,
+                "List the model presets (with --weight-type and --dummy-layers: the synthetic weights' size) and exit")
+      ->group(s);
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt tokens per sequence (prefill)")->capture_default_str();
   cmd->add_option("--gen-tokens", args->gen_tokens, "Timed decode steps per batch size")->capture_default_str();
   cmd->add_option("--batch", args->batches, "Batch sizes: sequences decoded together, e.g. 1,8,32")

@@ -14,48 +14,144 @@ std::string normalise(const std::string& s) {
   return out;
 }
 
+/** One layer's attention parameters: projections, biases, QK-norm or MLA's LoRA norms. */
+int64_t attention_params(const ModelPreset& p) {
+  const int64_t H = p.n_embd, nh = p.n_head;
+  if (p.is_mla()) {
+    const int64_t qk = p.qk_nope_dim + p.qk_rope_dim, qr = p.q_lora_rank, R = p.kv_lora_rank;
+    const int64_t q = qr > 0 ? H * qr + qr + qr * nh * qk : H * nh * qk;  // q_a, q_a_norm, q_b (or q_proj)
+    return q + H * (R + p.qk_rope_dim) + R                                // kv_a_proj_with_mqa, kv_a_norm
+           + R * nh * (p.qk_nope_dim + p.v_head_dim)                      // kv_b_proj
+           + nh * p.v_head_dim * H;                                       // o_proj
+  }
+  const int64_t qd = nh * p.head_dim, kvd = p.n_head_kv * p.head_dim;
+  int64_t n = H * (qd + 2 * kvd) + qd * H;
+  if (p.attn_bias) n += qd + 2 * kvd;
+  if (p.qk_norm == QkNorm::kPerHead) n += 2 * p.head_dim;
+  if (p.qk_norm == QkNorm::kFull) n += qd + kvd;
+  return n;
+}
+
+/** One layer's FFN parameters: dense SwiGLU, or router (+ bias), `experts` routed and the shared experts. */
+int64_t ffn_params(const ModelPreset& p, bool moe, int64_t experts) {
+  const int64_t H = p.n_embd;
+  if (!moe) return 3 * H * p.n_ff;
+  return p.n_expert * H + (p.router_bias ? p.n_expert : 0) + (experts + p.n_shared_exp) * 3 * H * p.n_ff_exp;
+}
+
+int64_t model_params(const ModelPreset& p, int64_t layers, bool active) {
+  const int64_t L = layers > 0 ? layers : p.n_layer, dense = p.dense_layers(L);
+  const int64_t per_layer = attention_params(p) + 2 * p.n_embd;
+  const int64_t experts = active ? p.n_expert_used : p.n_expert;
+  const int64_t ffn = dense * ffn_params(p, false, 0) + (L - dense) * ffn_params(p, true, experts);
+  return (active ? 1 : 2) * p.n_vocab * p.n_embd + p.n_embd + L * per_layer + ffn;
+}
+
 }  // namespace
 
-int64_t ModelPreset::total_params() const {
-  const int64_t attn = n_embd * (n_head + 2 * n_head_kv) * head_dim + n_head * head_dim * n_embd;
-  const int64_t layer = attn + n_expert * 3 * n_embd * n_ff_exp + n_expert * n_embd + 2 * n_embd;
-  return 2 * n_vocab * n_embd + n_layer * layer + n_embd;
+int64_t ModelPreset::rot_dims() const {
+  if (is_mla()) return qk_rope_dim;
+  return n_rot > 0 ? n_rot : head_dim;
 }
 
-int64_t ModelPreset::active_params() const {
-  const int64_t attn = n_embd * (n_head + 2 * n_head_kv) * head_dim + n_head * head_dim * n_embd;
-  const int64_t layer = attn + n_expert_used * 3 * n_embd * n_ff_exp + n_expert * n_embd + 2 * n_embd;
-  return n_vocab * n_embd + n_layer * layer + n_embd;
+int64_t ModelPreset::dense_layers(int64_t layers) const {
+  const int64_t L = layers > 0 ? layers : n_layer;
+  return std::clamp<int64_t>(L - 1, 0, n_dense_lead);
 }
+
+int64_t ModelPreset::total_params(int64_t layers) const { return model_params(*this, layers, false); }
+
+int64_t ModelPreset::active_params(int64_t layers) const { return model_params(*this, layers, true); }
 
 const std::vector<ModelPreset>& model_presets() {
   // Shapes from the models' config.json on Hugging Face (num_hidden_layers, hidden_size,
-  // num_attention_heads, num_key_value_heads, head_dim, num_experts / num_local_experts /
-  // n_routed_experts, num_experts_per_tok, moe_intermediate_size, intermediate_size, vocab_size,
-  // rope_theta, max_position_embeddings, rms_norm_eps).
+  // num_attention_heads, num_key_value_heads, head_dim, partial_rotary_factor / rotary_dim,
+  // num_experts / num_local_experts / n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+  // intermediate_size, vocab_size, rope_theta, max_position_embeddings, rms_norm_eps; DeepSeek's
+  // q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_scaling,
+  // first_k_dense_replace, n_shared_experts, scoring_func, norm_topk_prob, routed_scaling_factor,
+  // n_group, topk_group; GLM's attention_bias and use_qk_norm; MiniMax's use_qk_norm / qk_norm_type).
   static const std::vector<ModelPreset> kPresets = {
-      {"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "qwen3moe", true, 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936,
-       1e6, 40960, 1e-6, "QK-norm per head, all 48 layers MoE, no shared expert"},
-      {"qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "qwen3moe", true, 94, 4096, 64, 4, 128, 128, 8, 1536, 12288, 151936,
-       1e6, 40960, 1e-6, "QK-norm per head, all 94 layers MoE, no shared expert"},
-      {"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "llama", true, 32, 4096, 32, 8, 128, 8, 2, 14336, 14336, 32000,
-       1e6, 32768, 1e-5, "GGUF architecture llama with experts (as llama.cpp stores Mixtral)"},
-      {"tiny-moe", "", "qwen3moe", true, 2, 256, 4, 2, 64, 8, 2, 256, 512, 512, 1e6, 4096, 1e-6,
-       "Qwen3-MoE-shaped test model (CI)"},
-      {"tiny-mixtral", "", "llama", true, 2, 256, 4, 2, 64, 4, 2, 256, 256, 512, 1e6, 4096, 1e-5,
-       "Mixtral-shaped test model (CI)"},
-      {"gpt-oss-20b", "openai/gpt-oss-20b", "gpt-oss", false, 24, 2880, 64, 8, 64, 32, 4, 2880, 2880, 201088, 150000,
-       131072, 1e-5,
-       "attention sinks, QKV/expert biases, sliding window 128 on alternate layers, clamped SwiGLU, YaRN x32; "
-       "experts in MXFP4 upstream"},
-      {"gpt-oss-120b", "openai/gpt-oss-120b", "gpt-oss", false, 36, 2880, 64, 8, 64, 128, 4, 2880, 2880, 201088,
-       150000, 131072, 1e-5,
-       "attention sinks, QKV/expert biases, sliding window 128 on alternate layers, clamped SwiGLU, YaRN x32; "
-       "experts in MXFP4 upstream"},
-      {"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite", "deepseek2", false, 27, 2048, 16, 16, 192, 64, 6, 1408,
-       10944, 102400, 10000, 163840, 1e-6,
-       "MLA attention (kv_lora_rank 512, qk_nope 128 + qk_rope 64, v_head_dim 128), 2 shared experts, layer 0 "
-       "dense (ffn 10944); parameter counts here ignore MLA and shared experts"},
+      {.name = "qwen3-30b-a3b", .hf_id = "Qwen/Qwen3-30B-A3B", .gguf_arch = "qwen3moe", .runnable = true,
+       .n_layer = 48, .n_embd = 2048, .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_expert = 128,
+       .n_expert_used = 8, .n_ff_exp = 768, .n_ff = 6144, .n_vocab = 151936, .rope_theta = 1e6, .n_ctx = 40960,
+       .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead, .norm_topk_prob = true,
+       .notes = "QK-norm per head, all 48 layers MoE, no shared expert"},
+      {.name = "qwen3-235b-a22b", .hf_id = "Qwen/Qwen3-235B-A22B", .gguf_arch = "qwen3moe", .runnable = true,
+       .n_layer = 94, .n_embd = 4096, .n_head = 64, .n_head_kv = 4, .head_dim = 128, .n_expert = 128,
+       .n_expert_used = 8, .n_ff_exp = 1536, .n_ff = 12288, .n_vocab = 151936, .rope_theta = 1e6, .n_ctx = 40960,
+       .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead, .norm_topk_prob = true,
+       .notes = "QK-norm per head, all 94 layers MoE, no shared expert"},
+      {.name = "mixtral-8x7b", .hf_id = "mistralai/Mixtral-8x7B-v0.1", .gguf_arch = "llama", .runnable = true,
+       .n_layer = 32, .n_embd = 4096, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_expert = 8,
+       .n_expert_used = 2, .n_ff_exp = 14336, .n_ff = 14336, .n_vocab = 32000, .rope_theta = 1e6, .n_ctx = 32768,
+       .rms_eps = 1e-5, .notes = "GGUF architecture llama with experts (as llama.cpp stores Mixtral)"},
+      {.name = "deepseek-v3", .hf_id = "deepseek-ai/DeepSeek-V3", .gguf_arch = "deepseek2", .runnable = true,
+       .n_layer = 61, .n_embd = 7168, .n_head = 128, .n_head_kv = 128, .head_dim = 192, .n_expert = 256,
+       .n_expert_used = 8, .n_ff_exp = 2048, .n_ff = 18432, .n_vocab = 129280, .rope_theta = 10000,
+       .n_ctx = 163840, .rms_eps = 1e-6, .q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_dim = 128,
+       .qk_rope_dim = 64, .v_head_dim = 128, .yarn_factor = 40, .yarn_orig_ctx = 4096, .yarn_mscale_all_dim = 1.0,
+       .n_dense_lead = 3, .n_shared_exp = 1, .sigmoid_router = true, .router_bias = true, .norm_topk_prob = true,
+       .routed_scaling = 2.5, .n_group = 8, .topk_group = 4,
+       .notes = "MLA (q LoRA 1536, latent 512 + RoPE key 64, kv_b as BF16 k_b/v_b), layers 0-2 dense (ffn 18432), "
+                "1 shared expert, sigmoid routing with selection bias in 4 of 8 groups, YaRN x40; no MTP layer; "
+                "FP8 upstream (R1, V3.1 and V3.2 without its sparse attention share these shapes)"},
+      {.name = "glm-4.5-air", .hf_id = "zai-org/GLM-4.5-Air", .gguf_arch = "glm4moe", .runnable = true,
+       .n_layer = 46, .n_embd = 4096, .n_head = 96, .n_head_kv = 8, .head_dim = 128, .n_rot = 64, .n_expert = 128,
+       .n_expert_used = 8, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 151552, .rope_theta = 1e6, .n_ctx = 131072,
+       .rms_eps = 1e-5, .attn_bias = true, .n_dense_lead = 1, .n_shared_exp = 1, .sigmoid_router = true,
+       .router_bias = true, .norm_topk_prob = true,
+       .notes = "q/k/v biases, RoPE on 64 of 128 dims, layer 0 dense (ffn 10944), 1 shared expert, sigmoid routing "
+                "with selection bias; no MTP layer; 1408- and 10944-wide rows fall back from K-quants to Q8_0"},
+      {.name = "minimax-m2", .hf_id = "MiniMaxAI/MiniMax-M2", .gguf_arch = "minimax-m2", .runnable = true,
+       .n_layer = 62, .n_embd = 3072, .n_head = 48, .n_head_kv = 8, .head_dim = 128, .n_rot = 64, .n_expert = 256,
+       .n_expert_used = 8, .n_ff_exp = 1536, .n_ff = 1536, .n_vocab = 200064, .rope_theta = 5e6, .n_ctx = 196608,
+       .rms_eps = 1e-6, .qk_norm = QkNorm::kFull, .sigmoid_router = true, .router_bias = true,
+       .norm_topk_prob = true,
+       .notes = "QK-norm over the whole q and k projections, RoPE on 64 of 128 dims, all 62 layers MoE, no shared "
+                "expert, sigmoid routing with selection bias; no MTP modules; FP8 upstream"},
+      {.name = "deepseek-v2-lite", .hf_id = "deepseek-ai/DeepSeek-V2-Lite", .gguf_arch = "deepseek2", .runnable = false,
+       .n_layer = 27, .n_embd = 2048, .n_head = 16, .n_head_kv = 16, .head_dim = 192, .n_expert = 64,
+       .n_expert_used = 6, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 102400, .rope_theta = 10000,
+       .n_ctx = 163840, .rms_eps = 1e-6, .kv_lora_rank = 512, .qk_nope_dim = 128, .qk_rope_dim = 64,
+       .v_head_dim = 128, .yarn_factor = 40, .yarn_orig_ctx = 4096, .yarn_mscale_all_dim = 0.707,
+       .n_dense_lead = 1, .n_shared_exp = 2,
+       .notes = "MLA without q LoRA (latent 512 + RoPE key 64), layer 0 dense (ffn 10944), 2 shared experts, "
+                "softmax top-6 (DeepSeek-V2 routing, which the deepseek2 loader refuses: it routes as V3 only)"},
+      {.name = "tiny-moe", .gguf_arch = "qwen3moe", .runnable = true, .n_layer = 2, .n_embd = 256, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512,
+       .n_vocab = 512, .rope_theta = 1e6, .n_ctx = 4096, .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead,
+       .norm_topk_prob = true, .notes = "Qwen3-MoE-shaped test model (CI)"},
+      {.name = "tiny-mixtral", .gguf_arch = "llama", .runnable = true, .n_layer = 2, .n_embd = 256, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 256,
+       .n_vocab = 512, .rope_theta = 1e6, .n_ctx = 4096, .rms_eps = 1e-5, .notes = "Mixtral-shaped test model (CI)"},
+      {.name = "tiny-deepseek", .gguf_arch = "deepseek2", .runnable = true, .n_layer = 3, .n_embd = 256,
+       .n_head = 4, .n_head_kv = 4, .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256,
+       .n_ff = 512, .n_vocab = 512, .rope_theta = 10000, .n_ctx = 4096, .rms_eps = 1e-6, .q_lora_rank = 128,
+       .kv_lora_rank = 128, .qk_nope_dim = 32, .qk_rope_dim = 32, .v_head_dim = 32, .yarn_factor = 4,
+       .yarn_orig_ctx = 1024, .yarn_mscale_all_dim = 1.0, .n_dense_lead = 1, .n_shared_exp = 1,
+       .sigmoid_router = true, .router_bias = true, .norm_topk_prob = true, .routed_scaling = 2.5, .n_group = 4,
+       .topk_group = 2, .notes = "DeepSeek-V3-shaped test model (CI): MLA with q LoRA, YaRN, 1 dense layer, groups"},
+      {.name = "tiny-glm-moe", .gguf_arch = "glm4moe", .runnable = true, .n_layer = 3, .n_embd = 256, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_rot = 32, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256,
+       .n_ff = 512, .n_vocab = 512, .rope_theta = 1e6, .n_ctx = 4096, .rms_eps = 1e-5, .attn_bias = true,
+       .n_dense_lead = 1, .n_shared_exp = 1, .sigmoid_router = true, .router_bias = true, .norm_topk_prob = true,
+       .notes = "GLM-4.5-Air-shaped test model (CI)"},
+      {.name = "tiny-minimax", .gguf_arch = "minimax-m2", .runnable = true, .n_layer = 2, .n_embd = 256,
+       .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_rot = 32, .n_expert = 8, .n_expert_used = 2,
+       .n_ff_exp = 256, .n_ff = 256, .n_vocab = 512, .rope_theta = 5e6, .n_ctx = 4096, .rms_eps = 1e-6,
+       .qk_norm = QkNorm::kFull, .sigmoid_router = true, .router_bias = true, .norm_topk_prob = true,
+       .notes = "MiniMax-M2-shaped test model (CI)"},
+      {.name = "gpt-oss-20b", .hf_id = "openai/gpt-oss-20b", .gguf_arch = "gpt-oss", .n_layer = 24, .n_embd = 2880,
+       .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880,
+       .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000, .n_ctx = 131072, .rms_eps = 1e-5,
+       .notes = "attention sinks, QKV/expert biases, sliding window 128 on alternate layers, clamped SwiGLU, YaRN x32; "
+                "experts in MXFP4 upstream"},
+      {.name = "gpt-oss-120b", .hf_id = "openai/gpt-oss-120b", .gguf_arch = "gpt-oss", .n_layer = 36,
+       .n_embd = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 128, .n_expert_used = 4,
+       .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000, .n_ctx = 131072, .rms_eps = 1e-5,
+       .notes = "attention sinks, QKV/expert biases, sliding window 128 on alternate layers, clamped SwiGLU, YaRN x32; "
+                "experts in MXFP4 upstream"},
   };
   return kPresets;
 }

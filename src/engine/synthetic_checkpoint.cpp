@@ -27,7 +27,7 @@
 namespace ft {
 namespace {
 
-enum Kind : uint8_t { kOnes, kMatrix, kOutProj, kEmbedding, kRouter };
+enum Kind : uint8_t { kOnes, kZeros, kMatrix, kOutProj, kEmbedding, kRouter };
 
 constexpr int64_t kAlign = 256;              // tensor alignment inside the host buffer
 constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
@@ -49,6 +49,7 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
   std::vector<GgufKV> kv;
   auto add = [&](const std::string& k, GgufValue v) { kv.push_back(GgufKV{k, std::move(v)}); };
   auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  auto f32 = [](double v) { return GgufValue::f32(static_cast<float>(v)); };
   const std::string a = p.gguf_arch + ".";
   const bool llama = p.gguf_arch == "llama";
   add("general.architecture", GgufValue::string(p.gguf_arch));
@@ -60,15 +61,43 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
   // llama.cpp's llama architecture sizes its experts from feed_forward_length.
   add(a + "feed_forward_length", u32(llama ? p.n_ff_exp : p.n_ff));
   add(a + "attention.head_count", u32(p.n_head));
-  add(a + "attention.head_count_kv", u32(p.n_head_kv));
-  add(a + "attention.key_length", u32(p.head_dim));
-  add(a + "attention.value_length", u32(p.head_dim));
-  add(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(p.rms_eps)));
-  add(a + "rope.freq_base", GgufValue::f32(static_cast<float>(p.rope_theta)));
-  add(a + "rope.dimension_count", u32(p.head_dim));
+  if (p.is_mla()) {
+    // llama.cpp's MLA convention: one latent "KV head" of kv_lora_rank + qk_rope keys and
+    // kv_lora_rank values; the per-head widths in the *_mla keys.
+    add(a + "attention.head_count_kv", u32(1));
+    add(a + "attention.key_length", u32(p.kv_lora_rank + p.qk_rope_dim));
+    add(a + "attention.value_length", u32(p.kv_lora_rank));
+    add(a + "attention.key_length_mla", u32(p.qk_nope_dim + p.qk_rope_dim));
+    add(a + "attention.value_length_mla", u32(p.v_head_dim));
+    if (p.q_lora_rank > 0) add(a + "attention.q_lora_rank", u32(p.q_lora_rank));
+    add(a + "attention.kv_lora_rank", u32(p.kv_lora_rank));
+  } else {
+    add(a + "attention.head_count_kv", u32(p.n_head_kv));
+    add(a + "attention.key_length", u32(p.head_dim));
+    add(a + "attention.value_length", u32(p.head_dim));
+  }
+  add(a + "attention.layer_norm_rms_epsilon", f32(p.rms_eps));
+  add(a + "rope.freq_base", f32(p.rope_theta));
+  add(a + "rope.dimension_count", u32(p.rot_dims()));
+  if (p.yarn_factor > 0) {
+    add(a + "rope.scaling.type", GgufValue::string("yarn"));
+    add(a + "rope.scaling.factor", f32(p.yarn_factor));
+    add(a + "rope.scaling.original_context_length", u32(p.yarn_orig_ctx));
+    if (p.yarn_mscale_all_dim > 0) add(a + "rope.scaling.yarn_log_multiplier", f32(0.1 * p.yarn_mscale_all_dim));
+  }
   add(a + "expert_count", u32(p.n_expert));
   add(a + "expert_used_count", u32(p.n_expert_used));
   if (!llama) add(a + "expert_feed_forward_length", u32(p.n_ff_exp));
+  const int64_t dense = p.dense_layers(n_layer);
+  if (dense > 0) add(a + "leading_dense_block_count", u32(dense));
+  if (p.n_shared_exp > 0) add(a + "expert_shared_count", u32(p.n_shared_exp));
+  if (p.sigmoid_router || p.is_mla()) add(a + "expert_gating_func", u32(p.sigmoid_router ? 2 : 1));
+  if (p.norm_topk_prob) add(a + "expert_weights_norm", GgufValue::boolean(true));
+  if (p.routed_scaling != 1.0) add(a + "expert_weights_scale", f32(p.routed_scaling));
+  if (p.n_group > 1) {
+    add(a + "expert_group_count", u32(p.n_group));
+    add(a + "expert_group_used_count", u32(p.topk_group));
+  }
   add(a + "vocab_size", u32(p.n_vocab));
 
   // Byte-level BPE vocabulary without merges: 256 byte tokens, filler tokens, 3 control tokens.
@@ -100,6 +129,114 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
   return kv;
 }
 
+/** The tensors of a synthetic model (data unset), how each is generated, and their offsets in one
+ *  host buffer of `bytes` (each tensor at kAlign). Names and shapes are llama.cpp's, as the loader
+ *  (model/decoder.cpp, model/mla.cpp, model/blocks.cpp) reads them. */
+struct Plan {
+  std::vector<TensorInfo> tensors;
+  std::vector<uint8_t> kinds;
+  std::vector<int64_t> offsets;
+  int64_t bytes = 0;
+};
+
+Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt) {
+  const int64_t H = p.n_embd, E = p.n_expert, F = p.n_ff_exp, D = p.head_dim, V = p.n_vocab, nh = p.n_head;
+  Plan pl;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, Kind kind, DType dt) {
+    TensorInfo t;
+    t.name = name;
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.bytes = dtype_bytes(dt, t.numel());
+    pl.offsets.push_back(pl.bytes);
+    pl.bytes += (t.bytes + kAlign - 1) / kAlign * kAlign;
+    pl.tensors.push_back(std::move(t));
+    pl.kinds.push_back(kind);
+  };
+  auto matrix = [&](const std::string& name, std::vector<int64_t> shape, Kind kind = kMatrix) {
+    const DType dt = matrix_type(wt, shape.back());
+    add(name, std::move(shape), kind, dt);
+  };
+  auto vec = [&](const std::string& name, int64_t n, Kind kind = kOnes) { add(name, {n}, kind, DType::F32); };
+  // MLA's k_b / v_b are dequantized per head at load (model/mla.cpp): a float type keeps them at
+  // 2 bytes a value on the GPU, where a block type would become F32.
+  const DType head_type = wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 ? wt : DType::BF16;
+  const int64_t dense = p.dense_layers(n_layer);
+  // llama.cpp names HF's post_attention_layernorm attn_post_norm for glm4moe, ffn_norm elsewhere.
+  const std::string ffn_norm = p.gguf_arch == "glm4moe" ? "post_attention_norm" : "ffn_norm";
+  add("token_embd.weight", {V, H}, kEmbedding, embedding_type(wt, H));
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    vec(b + "attn_norm.weight", H);
+    if (p.is_mla()) {
+      const int64_t qk = p.qk_nope_dim + p.qk_rope_dim, R = p.kv_lora_rank;
+      if (p.q_lora_rank > 0) {
+        matrix(b + "attn_q_a.weight", {p.q_lora_rank, H});                         // q_a_proj
+        vec(b + "attn_q_a_norm.weight", p.q_lora_rank);                            // q_a_layernorm
+        matrix(b + "attn_q_b.weight", {nh * qk, p.q_lora_rank});                   // q_b_proj
+      } else {
+        matrix(b + "attn_q.weight", {nh * qk, H});                                 // q_proj
+      }
+      matrix(b + "attn_kv_a_mqa.weight", {R + p.qk_rope_dim, H});                  // kv_a_proj_with_mqa
+      vec(b + "attn_kv_a_norm.weight", R);                                         // kv_a_layernorm
+      add(b + "attn_k_b.weight", {nh, R, p.qk_nope_dim}, kMatrix, head_type);      // kv_b_proj: W_UK^T per head
+      add(b + "attn_v_b.weight", {nh, p.v_head_dim, R}, kMatrix, head_type);       // kv_b_proj: W_UV per head
+      matrix(b + "attn_output.weight", {H, nh * p.v_head_dim}, kOutProj);
+    } else {
+      const int64_t qd = nh * D, kvd = p.n_head_kv * D;
+      matrix(b + "attn_q.weight", {qd, H});
+      matrix(b + "attn_k.weight", {kvd, H});
+      matrix(b + "attn_v.weight", {kvd, H});
+      if (p.attn_bias) {
+        vec(b + "attn_q.bias", qd, kZeros);
+        vec(b + "attn_k.bias", kvd, kZeros);
+        vec(b + "attn_v.bias", kvd, kZeros);
+      }
+      matrix(b + "attn_output.weight", {H, qd}, kOutProj);
+      if (p.qk_norm != QkNorm::kNone) {
+        const bool full = p.qk_norm == QkNorm::kFull;
+        vec(b + "attn_q_norm.weight", full ? qd : D);
+        vec(b + "attn_k_norm.weight", full ? kvd : D);
+      }
+    }
+    vec(b + ffn_norm + ".weight", H);
+    if (l < dense) {
+      matrix(b + "ffn_gate.weight", {p.n_ff, H});
+      matrix(b + "ffn_up.weight", {p.n_ff, H});
+      matrix(b + "ffn_down.weight", {H, p.n_ff}, kOutProj);
+      continue;
+    }
+    add(b + "ffn_gate_inp.weight", {E, H}, kRouter, DType::F32);
+    // Zeros: selection unchanged. The deepseek2 loader needs the bias even where the model has
+    // none (DeepSeek-V2's softmax routing).
+    if (p.router_bias || p.is_mla()) vec(b + "exp_probs_b.bias", E, kZeros);
+    matrix(b + "ffn_gate_exps.weight", {E, F, H});
+    matrix(b + "ffn_up_exps.weight", {E, F, H});
+    matrix(b + "ffn_down_exps.weight", {E, H, F}, kOutProj);
+    if (p.n_shared_exp > 0) {
+      const int64_t Fs = p.n_shared_exp * F;
+      matrix(b + "ffn_gate_shexp.weight", {Fs, H});
+      matrix(b + "ffn_up_shexp.weight", {Fs, H});
+      matrix(b + "ffn_down_shexp.weight", {H, Fs}, kOutProj);
+    }
+  }
+  vec("output_norm.weight", H);
+  matrix("output.weight", {V, H});
+  return pl;
+}
+
+/** The runnable preset of a valid spec. Throws what SyntheticCheckpoint's constructor documents. */
+const ModelPreset& checked_preset(const SyntheticSpec& spec) {
+  const ModelPreset& p = require_runnable_preset(spec.preset);
+  if (spec.n_layer < 0) fail(ErrorCode::kInvalidArgument, "--dummy-layers {} must be >= 0", spec.n_layer);
+  if (!(spec.router_skew >= 0) || !std::isfinite(spec.router_skew))
+    fail(ErrorCode::kInvalidArgument, "--dummy-router-skew {} must be a finite number >= 0", spec.router_skew);
+  if (!synthetic_type_supported(spec.weight_type))
+    fail(ErrorCode::kUnsupported, "--weight-type {}: synthetic weights support {}", dtype_name(spec.weight_type),
+         synthetic_type_names());
+  return p;
+}
+
 }  // namespace
 
 DType parse_synthetic_weight_type(const std::string& name) {
@@ -110,14 +247,21 @@ DType parse_synthetic_weight_type(const std::string& name) {
   return *t;
 }
 
+SyntheticLayout synthetic_layout(const SyntheticSpec& spec) {
+  const ModelPreset& p = checked_preset(spec);
+  SyntheticLayout out;
+  out.n_layer = spec.n_layer > 0 ? spec.n_layer : p.n_layer;
+  out.kvs = build_kvs(p, out.n_layer, spec.weight_type);
+  out.metadata = nlohmann::json::object();
+  for (const GgufKV& kv : out.kvs) out.metadata[kv.key] = kv.value.to_json();
+  Plan pl = plan_tensors(p, out.n_layer, spec.weight_type);
+  out.tensors = std::move(pl.tensors);
+  out.bytes = pl.bytes;
+  return out;
+}
+
 SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec) {
-  preset_ = &require_runnable_preset(spec.preset);
-  if (spec.n_layer < 0) fail(ErrorCode::kInvalidArgument, "--dummy-layers {} must be >= 0", spec.n_layer);
-  if (!(spec.router_skew >= 0) || !std::isfinite(spec.router_skew))
-    fail(ErrorCode::kInvalidArgument, "--dummy-router-skew {} must be a finite number >= 0", spec.router_skew);
-  if (!synthetic_type_supported(spec.weight_type))
-    fail(ErrorCode::kUnsupported, "--weight-type {}: synthetic weights support {}", dtype_name(spec.weight_type),
-         synthetic_type_names());
+  preset_ = &checked_preset(spec);
   n_layer_ = spec.n_layer > 0 ? spec.n_layer : preset_->n_layer;
   path_ = fmt::format("synthetic:{}:{}:{}L:skew{}:seed{}", preset_->name, dtype_name(spec.weight_type), n_layer_,
                       spec.router_skew, spec.seed);
@@ -131,44 +275,13 @@ SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec
 
 void SyntheticCheckpoint::plan() {
   const ModelPreset& p = *preset_;
-  const int64_t H = p.n_embd, E = p.n_expert, F = p.n_ff_exp, D = p.head_dim, V = p.n_vocab;
+  const int64_t E = p.n_expert;
   const DType wt = spec_.weight_type;
-  int64_t offset = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, Kind kind, DType dt) {
-    TensorInfo t;
-    t.name = name;
-    t.dtype = dt;
-    t.shape = std::move(shape);
-    t.bytes = dtype_bytes(dt, t.numel());
-    tensors_.push_back(std::move(t));
-    kinds_.push_back(kind);
-    offsets_.push_back(offset);
-    offset += (tensors_.back().bytes + kAlign - 1) / kAlign * kAlign;
-  };
-  auto matrix = [&](const std::string& name, std::vector<int64_t> shape, Kind kind = kMatrix) {
-    const DType dt = matrix_type(wt, shape.back());
-    add(name, std::move(shape), kind, dt);
-  };
-  add("token_embd.weight", {V, H}, kEmbedding, embedding_type(wt, H));
-  for (int64_t l = 0; l < n_layer_; ++l) {
-    const std::string b = fmt::format("blk.{}.", l);
-    add(b + "attn_norm.weight", {H}, kOnes, DType::F32);
-    matrix(b + "attn_q.weight", {p.n_head * D, H});
-    matrix(b + "attn_k.weight", {p.n_head_kv * D, H});
-    matrix(b + "attn_v.weight", {p.n_head_kv * D, H});
-    matrix(b + "attn_output.weight", {H, p.n_head * D}, kOutProj);
-    if (p.gguf_arch == "qwen3moe") {
-      add(b + "attn_q_norm.weight", {D}, kOnes, DType::F32);
-      add(b + "attn_k_norm.weight", {D}, kOnes, DType::F32);
-    }
-    add(b + "ffn_norm.weight", {H}, kOnes, DType::F32);
-    add(b + "ffn_gate_inp.weight", {E, H}, kRouter, DType::F32);
-    matrix(b + "ffn_gate_exps.weight", {E, F, H});
-    matrix(b + "ffn_up_exps.weight", {E, F, H});
-    matrix(b + "ffn_down_exps.weight", {E, H, F}, kOutProj);
-  }
-  add("output_norm.weight", {H}, kOnes, DType::F32);
-  matrix("output.weight", {V, H});
+  Plan pl = plan_tensors(p, n_layer_, wt);
+  tensors_ = std::move(pl.tensors);
+  kinds_ = std::move(pl.kinds);
+  offsets_ = std::move(pl.offsets);
+  const int64_t offset = pl.bytes;
 
   const int64_t avail = host_memory_available();
   if (avail >= 0 && offset > avail)
@@ -202,7 +315,7 @@ void SyntheticCheckpoint::generate() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo& t = tensors_[i];
     const int64_t cols = t.shape.back(), rows = t.numel() / cols;
-    const int64_t per = kinds_[i] == kRouter || kinds_[i] == kOnes
+    const int64_t per = kinds_[i] == kRouter || kinds_[i] == kOnes || kinds_[i] == kZeros
                             ? rows
                             : std::max<int64_t>(1, kChunkBytes / dtype_bytes(t.dtype, cols));
     for (int64_t r = 0; r < rows; r += per) tasks.push_back({i, r, std::min(rows, r + per)});
@@ -219,6 +332,9 @@ void SyntheticCheckpoint::generate() {
     switch (kinds_[task.tensor]) {
       case kOnes:
         for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(base)[i] = 1.0f;
+        break;
+      case kZeros:
+        std::memset(base, 0, static_cast<size_t>(n) * sizeof(float));
         break;
       case kMatrix:
         fill_random(t.dtype, base, n, 1.0f / std::sqrt(static_cast<float>(cols)), seed);

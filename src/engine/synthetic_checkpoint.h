@@ -5,15 +5,31 @@
 // byte-level tokenizer of the preset's vocabulary size, so Engine works unchanged; write_gguf()
 // writes the very same bytes as a GGUF file that llama.cpp (and `ft bench --model`) can load.
 //
-// Contents, for arch qwen3moe (llama: the same without QK-norm):
-//   token_embd [V, H]; per layer attn_norm, attn_q/k/v, attn_q_norm/k_norm, attn_output, ffn_norm,
-//   ffn_gate_inp (router, F32) [E, H], ffn_gate_exps/ffn_up_exps [E, F, H], ffn_down_exps [E, H, F];
-//   output_norm, output [V, H]. Norm weights are F32 ones; the router is F32 (as llama.cpp keeps
-//   it); every other matrix is in the weight type (a matrix whose row length is not a whole number
-//   of its blocks falls back to Q8_0, or F16); the embedding table is the weight type when
-//   quant/quantize_row can write it (F32, F16, BF16, Q8_0, Q4_0, Q4_K), else Q8_0. Matrices have
-//   RMS 1/sqrt(row length); the residual branches' output projections (attn_output, ffn_down_exps)
-//   are scaled by 0.2/sqrt(n_layer) so the residual stream stays close to the token embedding.
+// Contents (llama.cpp's names; shapes row-major, GGUF lists them reversed):
+//   token_embd [V, H]; output_norm [H], output [V, H]; per layer attn_norm and ffn_norm [H]
+//   (post_attention_norm for glm4moe, as llama.cpp names it), then attention:
+//     GQA: attn_q [nh*D, H], attn_k / attn_v [nkv*D, H], attn_output [H, nh*D]; with attn_bias
+//          attn_q/k/v.bias (F32 zeros); QK-norm attn_q_norm / attn_k_norm [D] per head (qwen3moe)
+//          or [nh*D] / [nkv*D] over the whole projection (minimax-m2)
+//     MLA (deepseek2): attn_q_a [qr, H] + attn_q_a_norm [qr] + attn_q_b [nh*(nope+rope), qr] (or
+//          attn_q [nh*(nope+rope), H] without q LoRA), attn_kv_a_mqa [R+rope, H], attn_kv_a_norm [R],
+//          attn_k_b [nh, R, nope] and attn_v_b [nh, v, R] (BF16 for a block weight type: the loader
+//          dequantizes them per head), attn_output [H, nh*v]
+//   FFN: the first ModelPreset::dense_layers(n_layer) layers dense ffn_gate / ffn_up [n_ff, H],
+//     ffn_down [H, n_ff]; the others ffn_gate_inp (router, F32) [E, H], exp_probs_b.bias (F32 zeros)
+//     [E] for a router with a selection bias (and every deepseek2 preset: the loader requires it),
+//     ffn_gate_exps/ffn_up_exps [E, F, H], ffn_down_exps [E, H, F], and with shared experts
+//     ffn_gate_shexp / ffn_up_shexp [S*F, H], ffn_down_shexp [H, S*F].
+//   Norm weights are F32 ones; routers and biases F32; every other matrix is in the weight type (a
+//   matrix whose row length is not a whole number of its blocks falls back to Q8_0, or F16); the
+//   embedding table is the weight type when quant/quantize_row can write it (F32, F16, BF16, Q8_0,
+//   Q4_0, Q4_K), else Q8_0. Matrices have RMS 1/sqrt(row length); the residual branches' output
+//   projections (attn_output, ffn_down, ffn_down_exps, ffn_down_shexp) are scaled by 0.2/sqrt(n_layer)
+//   so the residual stream stays close to the token embedding. Metadata: llama.cpp's `{arch}.*` keys
+//   (for MLA its convention: head_count_kv 1, key_length kv_lora_rank + qk_rope, value_length
+//   kv_lora_rank, key_length_mla / value_length_mla the per-head widths), leading_dense_block_count,
+//   expert_shared_count, expert_gating_func, expert_weights_norm / _scale, expert_group_count /
+//   _used_count and YaRN's rope.scaling.* where the preset has them. No MTP (next-n) layers.
 //
 // Router skew S (Zipf routing). Hidden dimension 0 carries a constant: every embedding row has
 // x[0] = C = sqrt(H - 1) (the other entries have RMS 1) and every output projection has row 0 = 0,
@@ -25,6 +41,9 @@
 // expert with probability exactly proportional to rank^-S (the Gumbel-max trick) and top-k draws
 // without replacement from that Zipf law; the noise here is close to Gaussian, so frequencies
 // follow rank^-S approximately (the head is a little flatter). S = 0 routes uniformly.
+// A sigmoid router picks the same top-k (sigmoid is monotonic and the selection bias is zero);
+// group-limited routing (deepseek-v3: the best 4 of 8 groups of 32 experts) draws within the groups
+// it keeps, so the law holds only roughly there.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -103,6 +122,18 @@ class SyntheticCheckpoint final : public Checkpoint {
   double generate_seconds_ = 0;
   std::atomic<int64_t> released_bytes_{0};  // release() runs on several bank-fill threads at once
 };
+
+/** What a SyntheticCheckpoint of `spec` holds, planned without generating (no weights allocated). */
+struct SyntheticLayout {
+  int64_t n_layer = 0;              // layers of the model
+  std::vector<GgufKV> kvs;          // metadata as written to GGUF
+  nlohmann::json metadata;          // the same as Checkpoint::metadata() gives it
+  std::vector<TensorInfo> tensors;  // names, dtypes, shapes and bytes; data null
+  int64_t bytes = 0;                // host bytes of the generated weights (tensors at 256-byte alignment)
+};
+
+/** The layout of `spec`'s model. Throws what SyntheticCheckpoint(spec) throws, except kOutOfMemory. */
+SyntheticLayout synthetic_layout(const SyntheticSpec& spec);
 
 /** The weight type named `name` ("q4_k", "BF16", ...) for --weight-type. Throws
  *  ft::Error(kInvalidArgument) listing the supported types for an unknown or unsupported name. */

@@ -103,7 +103,7 @@ TEST(ModelPresets, UnknownAndUnsupportedPresetsAreRejectedByName) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("qwen3-30b-a3b"), std::string::npos);
   }
-  for (const char* name : {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite"}) {
+  for (const char* name : {"gpt-oss-20b", "gpt-oss-120b"}) {
     SyntheticSpec s = tiny(DType::F32);
     s.preset = name;
     try {
