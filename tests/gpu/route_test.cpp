@@ -1,9 +1,12 @@
 // CUDA vs CPU: topk (exact indices, including ties and NaN) and moe_route (exact expert ids,
-// weights to fp32 rounding) for softmax and sigmoid scoring, with and without renormalisation.
+// weights to fp32 rounding) for softmax and sigmoid scoring, with and without renormalisation, with a
+// selection bias and group-limited routing (DeepSeek-V3, GLM-4.5, MiniMax-M2 shapes), on the warp and
+// block kernels and the fused router.
 #include <algorithm>
 #include <numeric>
 
 #include "gpu_harness.h"
+#include "util/error.h"
 
 namespace ft::testing {
 namespace {
@@ -151,6 +154,110 @@ TEST_F(CudaRoute, MoeRouterMatchesUnfused) {
       EXPECT_LE(e, 1e-5);
     }
   }
+}
+
+/** Bias and groups: DeepSeek-V3 (256 experts, 8 groups, 4 kept, top-8, sigmoid, bias, scaling 2.5),
+ *  GLM-4.5-Air (128, no groups, bias), MiniMax-M2 (256, bias), the fixture's (8 experts, 2 groups, 1
+ *  kept), softmax with groups, and more than 32 groups or 256 experts (the block kernel). */
+struct BiasCase {
+  std::string name;
+  int64_t T, E;
+  int32_t k, n_group, topk_group;
+  RouterScoring scoring;
+  bool norm, bias;
+  float scaling;
+  DType dt;
+};
+
+const std::vector<BiasCase>& bias_cases() {
+  const RouterScoring sig = RouterScoring::kSigmoid, sm = RouterScoring::kSoftmax;
+  static const std::vector<BiasCase> cases = {
+      {"v3 E256 g8/4 k8 bias", 5, 256, 8, 8, 4, sig, true, true, 2.5f, DType::F32},
+      {"v3 E256 g8/4 k8 bias bf16 T40", 40, 256, 8, 8, 4, sig, true, true, 2.5f, DType::BF16},
+      {"glm4.5-air E128 k8 bias", 40, 128, 8, 1, 1, sig, true, true, 1.0f, DType::BF16},
+      {"minimax-m2 E256 k8 bias", 3, 256, 8, 1, 1, sig, true, true, 1.0f, DType::F32},
+      {"fixture E8 g2/1 k2 bias", 20, 8, 2, 2, 1, sig, true, true, 1.0f, DType::F32},
+      {"softmax E64 g8/3 k6 no bias", 300, 64, 6, 8, 3, sm, false, false, 1.0f, DType::F32},
+      {"E256 g64/8 k8 bias (block kernel)", 7, 256, 8, 64, 8, sig, true, true, 1.5f, DType::F32},
+      {"E512 g8/2 k8 bias (block kernel)", 6, 512, 8, 8, 2, sig, false, true, 1.0f, DType::F32},
+  };
+  return cases;
+}
+
+RouterParams bias_params(const BiasCase& c) {
+  RouterParams p;
+  p.n_expert_used = c.k, p.scoring = c.scoring, p.norm_topk_prob = c.norm, p.scaling = c.scaling;
+  p.n_group = c.n_group, p.topk_group = c.topk_group;
+  return p;
+}
+
+TEST_F(CudaRoute, MoeRouteBiasAndGroupsMatch) {
+  uint32_t seed = 90;
+  for (const BiasCase& c : bias_cases()) {
+    const auto x = distinct_rows(c.T, c.E, 1.0f / 16.0f, seed++);
+    const auto bias = distinct_rows(1, c.E, 1.0f / 256.0f, seed++);  // [-0.5, 0.5): reorders the scores
+    RouterParams p = bias_params(c);
+    if (c.bias) p.bias = arena().host_f32(bias, {c.E});
+    std::vector<int32_t> ref_ids(static_cast<size_t>(c.T * c.k));
+    std::vector<float> ref_w(ref_ids.size());
+    cpu().moe_route(p, arena().host_f32(x, {c.T, c.E}), Tensor(ref_ids.data(), DType::I32, {c.T, c.k}),
+                    Tensor(ref_w.data(), DType::F32, {c.T, c.k}));
+    if (c.bias) p.bias = arena().dev_from(bias, DType::F32, {c.E});
+    Tensor ids = arena().dev_poisoned(DType::I32, {c.T, c.k});
+    Tensor w = arena().dev_poisoned(DType::F32, {c.T, c.k});
+    gpu().moe_route(p, arena().dev_from(x, c.dt, {c.T, c.E}), ids, w);
+    EXPECT_EQ(arena().read_i32(ids), ref_ids) << c.name;
+    const double e = compare(w, ref_w);
+    report("moe_route", c.name + " ids exact", e);
+    EXPECT_LE(e, 1e-5) << c.name;
+  }
+}
+
+TEST_F(CudaRoute, MoeRouterBiasAndGroupsMatchUnfused) {
+  uint32_t seed = 120;
+  for (const BiasCase& c : bias_cases()) {
+    if (c.dt != DType::F32) continue;
+    const int64_t T = std::min<int64_t>(c.T, 16), H = 128;  // <= 16 tokens: the fused kernel where it fits
+    std::vector<float> x(static_cast<size_t>(T * H)), w(static_cast<size_t>(c.E * H));
+    uint32_t r = seed++;
+    for (float& v : x) v = static_cast<float>(static_cast<int>((r = r * 1664525u + 1013904223u) >> 28) - 8) / 4.0f;
+    for (float& v : w) v = static_cast<float>(static_cast<int>((r = r * 1664525u + 1013904223u) >> 27) - 16) / 16.0f;
+    const auto bias = distinct_rows(1, c.E, 1.0f / 256.0f, seed++);
+    RouterParams p = bias_params(c);
+    if (c.bias) p.bias = arena().host_f32(bias, {c.E});
+    std::vector<float> ref_logits(static_cast<size_t>(T * c.E));
+    std::vector<int32_t> ref_ids(static_cast<size_t>(T * c.k));
+    std::vector<float> ref_w(ref_ids.size());
+    cpu().matmul(arena().host_f32(x, {T, H}), arena().host_f32(w, {c.E, H}), Tensor(ref_logits.data(), DType::F32, {T, c.E}),
+                 Tensor());
+    cpu().moe_route(p, arena().host_f32(ref_logits, {T, c.E}), Tensor(ref_ids.data(), DType::I32, {T, c.k}),
+                    Tensor(ref_w.data(), DType::F32, {T, c.k}));
+    const int32_t n_valid = static_cast<int32_t>(T - 1);
+    cpu().moe_mask_rows(arena().host_i32({n_valid}, {1}), Tensor(ref_ids.data(), DType::I32, {T, c.k}));
+    if (c.bias) p.bias = arena().dev_from(bias, DType::F32, {c.E});
+    Tensor logits = arena().dev_poisoned(DType::F32, {T, c.E});
+    Tensor ids = arena().dev_poisoned(DType::I32, {T, c.k}), wt = arena().dev_poisoned(DType::F32, {T, c.k});
+    gpu().moe_router(p, arena().dev_from(x, DType::F32, {T, H}), arena().dev_from(w, DType::F32, {c.E, H}), logits, ids,
+                     wt, arena().dev_i32({n_valid}, {1}));
+    EXPECT_EQ(arena().read_i32(ids), ref_ids) << c.name;
+    const double e = compare(wt, ref_w);
+    report("moe_router", c.name + " T=" + std::to_string(T) + " ids exact", e);
+    EXPECT_LE(e, 1e-5) << c.name;
+  }
+}
+
+TEST_F(CudaRoute, MoeRouteRejectsBadBiasAndGroups) {
+  const Tensor logits = arena().dev(DType::F32, {2, 64});
+  Tensor ids = arena().dev(DType::I32, {2, 4}), w = arena().dev(DType::F32, {2, 4});
+  RouterParams p;
+  p.n_expert_used = 4;
+  p.bias = arena().dev(DType::F32, {63});
+  EXPECT_THROW(gpu().moe_route(p, logits, ids, w), Error);  // bias is not [E]
+  p.bias = Tensor();
+  p.n_group = 7, p.topk_group = 1;
+  EXPECT_THROW(gpu().moe_route(p, logits, ids, w), Error);  // 64 experts do not split into 7 groups
+  p.n_group = 32, p.topk_group = 1;
+  EXPECT_THROW(gpu().moe_route(p, logits, ids, w), Error);  // 4 experts needed, 1 group of 2 kept
 }
 
 }  // namespace

@@ -51,16 +51,13 @@ int float_code(const char* op, const char* arg, DType t) {
 void check_batch(const char* op, const BatchInfo& b) { op_checks::batch(op, b); }
 
 void check_kv_write(const char* op, const BatchInfo& batch, const Tensor& k, const Tensor& v, const KvLayer& kv) {
-  check_batch(op, batch);
   check_act(op, "k", k);
   check_act(op, "v", v);
-  check_same_shape(op, "v", v, k);
   check_same_dtype(op, "v", v, k);
   check_act(op, "kv.k", kv.k);
   check_act(op, "kv.v", kv.v);
-  check_same_shape(op, "kv.v", kv.v, kv.k);
   check_same_dtype(op, "kv.v", kv.v, kv.k);
-  if (kv.k.ndim != 4) fail(ErrorCode::kInvalidArgument, "{}: kv.k {} must be 4-D", op, kv.k.str());
+  op_checks::kv_write(op, batch, k, v, kv);
 }
 
 }  // namespace ft::cuda

@@ -23,8 +23,10 @@ void check_same_dtype(const char* op, const char* arg, const Tensor& t, const Te
 int float_code(const char* op, const char* arg, DType t);
 /** The BatchInfo index tensors: I32 on the device with the shapes its integers announce. */
 void check_batch(const char* op, const BatchInfo& b);
-/** A KV write's arguments (kv_write, qk_norm_rope_store): check_batch; k, v activations of one shape
- *  and dtype; kv.k, kv.v activations of one shape and dtype, 4-D [pages, page_size, heads, head_dim]. */
+/** A KV write's arguments (kv_write, qk_norm_rope_store): k, v activations of one dtype; kv.k, kv.v
+ *  activations of one dtype; then op_checks::kv_write (batch; pages 4-D [pages, page_size, heads, dim]
+ *  of one count and size, k [T, Wk] and v [T, Wv] with their widths, which may differ: MLA's latent and
+ *  RoPE-key pages). Callers that need equal shapes (qk_norm_rope_store) check that themselves. */
 void check_kv_write(const char* op, const BatchInfo& batch, const Tensor& k, const Tensor& v, const KvLayer& kv);
 
 }  // namespace ft::cuda

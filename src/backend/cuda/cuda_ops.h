@@ -75,6 +75,12 @@ class CudaOps final : public Ops {
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
                  Tensor out) override;
+  /** attention_mla.cu: exact CUDA-core kernel for F32 pages and short prefill, tensor-core kernel
+   *  (attention_mla_tc.cu) for BF16 pages and long prefill; split-K over each token's keys for decode. */
+  void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat, const Tensor& q_rope,
+                     KvLayer kv, Tensor out) override;
+  /** head_matmul.cu: a per-head GEMV for up to 16 tokens, cuBLAS strided-batched GEMM beyond. */
+  void head_matmul(const Tensor& x, const Tensor& w, Tensor y) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids, Tensor weights,

@@ -1,10 +1,12 @@
 // moe_router: a MoE layer's router in one launch for small batches (decode): logits = x w^T, the
-// softmax/sigmoid top-k routing of moe_route, and the padding mask of moe_mask_rows. x [T, H] and
+// routing of moe_route (softmax/sigmoid, selection bias, group-limited top-k: route_warp.cuh), and the
+// padding mask of moe_mask_rows. x [T, H] and
 // logits [T, E] F32 or BF16 (one dtype), w [E, H] F32 or BF16, ids I32 [T, k], weights F32 [T, k],
 // n_valid I32 [1] or empty. Block (e, t) computes logit (t, e) with 4 warps over H (fp32, fixed order);
 // the block that finishes token t's last logit (a per-token counter it resets, the "last block"
 // pattern of the CUDA threadFenceReduction sample) routes the token with one warp (route_warp.cuh).
-// Other shapes take Ops' default: matmul, moe_route, moe_mask_rows. The kernel also writes x's int8
+// Other shapes (more than 16 tokens, 256 experts or 32 groups) take Ops' default: matmul, moe_route,
+// moe_mask_rows. Throws kInvalidArgument as moe_route does (op_checks::router). The kernel also writes x's int8
 // form for the expert GEMVs (CudaOps::prepare_q8), from warps 1-3 after their logit, off the routing
 // block's path: the experts' quantize launch is then skipped.
 // Bytes moved: E * H weights + T * H activations + T * E logits written and read once.
@@ -23,11 +25,11 @@ constexpr int64_t kRouterMaxTokens = 16;  // larger batches: the GEMV and route 
 
 template <bool WF32, bool XF32>
 __global__ void __launch_bounds__(kRouterThreads)
-    moe_router_kernel(const void* x, const void* w, int64_t H, int E, void* logits, int k, bool sigmoid, bool norm,
-                      float scaling, const int32_t* n_valid, int32_t* ids, float* weights, int* done, int8_t* q8) {
+    moe_router_kernel(const void* x, const void* w, int64_t H, void* logits, RouteArgs r, const int32_t* n_valid,
+                      int32_t* ids, float* weights, int* done, int8_t* q8) {
   __shared__ float red[kRouterThreads / 32];
   __shared__ int is_last;
-  const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = r.E, k = r.k;
   const int64_t t = blockIdx.y;
   const bool masked = n_valid && t >= max(0, *n_valid);  // batch info the host wrote before the step
   // The first kPre chunks of the weight row are loaded before the PDL wait (the weights are constant),
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kRouterThreads)
         if constexpr (XF32) return __ldcg(static_cast<const float*>(logits) + t * E + j);
         else return __uint_as_float(static_cast<uint32_t>(__ldcg(static_cast<const unsigned short*>(logits) + t * E + j)) << 16);
       },
-      E, k, sigmoid, norm, scaling, ids + t * k, weights + t * k);
+      r, ids + t * k, weights + t * k);
   if (lane == 0) {
     if (masked)
       for (int j = 0; j < k; ++j) ids[t * k + j] = -1;  // graph padding: routed nowhere
@@ -99,6 +101,7 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
                          Tensor weights, const Tensor& n_valid) {
   const int64_t T = x.rows(), H = x.cols(), E = w.rows();
   const bool fits = T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
+                    p.n_group <= cuda::kWarpRouteMaxGroups &&
                     (x.dtype == DType::F32 || x.dtype == DType::BF16) && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
                     logits.dtype == x.dtype && x.device == Device::kCuda && w.device == Device::kCuda &&
                     w.ndim == 2 && w.cols() == H && logits.rows() == T && logits.cols() == E &&
@@ -119,18 +122,17 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
     if (n_valid.numel() != 1)
       fail(ErrorCode::kInvalidArgument, "moe_router: n_valid {} must hold one count", n_valid.str());
   }
+  const cuda::RouteArgs r = cuda::route_args("moe_router", p, E);
   int* done = static_cast<int*>(zeroed_scratch(Scratch::kRouterDone, T * 4));
   const dim3 grid(static_cast<unsigned>(E), static_cast<unsigned>(T));
   const bool wf = w.dtype == DType::F32, xf = x.dtype == DType::F32;
-  const bool sig = p.scoring == RouterScoring::kSigmoid;
   const int32_t* nv = n_valid.empty() ? nullptr : n_valid.ptr<int32_t>();
   // The kernel reads x whole: it also writes x's int8 form for the expert GEMV (prepare_q8), unless
   // x's producer (add_rms_norm) did.
   auto* q8 = prepared_q8(x.data, x.dtype, T, H) ? nullptr : static_cast<int8_t*>(prepare_q8(x));
   auto go = [&](auto kernel) {
-    cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data, H, static_cast<int>(E),
-                     logits.data, k, sig, p.norm_topk_prob, p.scaling, nv, ids.ptr<int32_t>(), weights.ptr<float>(),
-                     done, q8);
+    cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data, H, logits.data, r, nv,
+                     ids.ptr<int32_t>(), weights.ptr<float>(), done, q8);
   };
   if (wf && xf) go(cuda::moe_router_kernel<true, true>);
   else if (wf) go(cuda::moe_router_kernel<true, false>);

@@ -177,6 +177,8 @@ void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, cons
   forget_prepared();
   const Tensor& positions = batch.positions;
   cuda::check_kv_write("qk_norm_rope_store", batch, k, v, kv);
+  cuda::check_same_shape("qk_norm_rope_store", "v", v, k);  // one kernel stores both: equal widths
+  cuda::check_same_shape("qk_norm_rope_store", "kv.v", kv.v, kv.k);
   cuda::check_norm_rope("qk_norm_rope_store", "q", q, wq, p, positions);
   cuda::check_norm_rope("qk_norm_rope_store", "k", k, wk, p, positions);
   cuda::check_same_dtype("qk_norm_rope_store", "k", k, q);
