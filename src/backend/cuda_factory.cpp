@@ -1,5 +1,7 @@
-// make_cuda_ops for builds without CUDA (the real one is in backend/cuda/cuda_ops.cpp).
+// make_cuda_ops and the pinned host allocator for builds without CUDA (the real ones are in
+// backend/cuda/cuda_ops.cpp and backend/cuda/pinned_host_allocator.cu).
 #include "backend/cuda_factory.h"
+#include "backend/host_allocator.h"
 
 #include "util/error.h"
 
@@ -15,6 +17,11 @@ bool cuda_pdl_enabled(int) { return false; }
 void set_cuda_pdl(bool) {}
 void set_cuda_moe_fusion(bool) {}
 void set_cuda_prefetch_dma(bool) {}
+
+std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device) {
+  fail(ErrorCode::kUnsupported, "pinned host memory for cuda device {} requested, but this build of FreeToken has no "
+       "CUDA backend", device);
+}
 #endif
 
 }  // namespace ft

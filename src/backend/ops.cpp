@@ -8,6 +8,9 @@
 
 namespace ft {
 
+std::unique_ptr<HostAllocator> Ops::host_allocator() const { return make_host_allocator(); }
+
+
 void Ops::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x, const Tensor& positions) {
   if (p.head_dim < 1 || x.cols() % p.head_dim != 0)
     fail(ErrorCode::kInvalidArgument, "norm_rope: x {} rows are not whole heads of {}", x.str(), p.head_dim);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/host_allocator.h"
 #include "backend/sampling.h"
 #include "tensor/tensor.h"
 
@@ -167,6 +168,10 @@ class Ops {
    *  memory is staged through a driver buffer: the engine's per-step inputs and logits), plain host
    *  memory otherwise. Throws kOutOfMemory naming the size. */
   virtual Buffer alloc_host(int64_t bytes) { return Buffer::host(bytes); }
+  /** An allocator of large host blocks this backend's kernels read in place once filled (expert
+   *  banks): make_host_allocator() by default; CUDA: pinned and mapped after the fill for its
+   *  device (backend/host_allocator.h). */
+  virtual std::unique_ptr<HostAllocator> host_allocator() const;
   /** Makes a host weight view usable by this backend. CPU: returns `host` unchanged (weights stay in
    *  the mapped file) and leaves `storage` empty. CUDA: copies it into device memory owned by
    *  `storage` and returns a view of that. */

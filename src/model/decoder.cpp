@@ -124,6 +124,16 @@ class Decoder final : public Model {
 
 }  // namespace
 
+DecoderSpec deepseek_moe_spec(const ModelConfig& c) {
+  DecoderSpec spec;
+  spec.moe = true;
+  spec.router_bias = "mlp.gate.e_score_correction_bias";
+  spec.shared_expert = c.n_ff_shexp > 0;
+  spec.shared_prefix = "mlp.shared_experts";
+  spec.shared_gated = false;
+  return spec;
+}
+
 std::unique_ptr<Model> build_decoder(ModelConfig config, WeightLoader& ld, Ops& ops, const DecoderSpec& spec) {
   return std::make_unique<Decoder>(std::move(config), ld, ops, spec);
 }

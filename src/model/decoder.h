@@ -32,6 +32,11 @@ struct DecoderSpec {
   const char* ffn_norm = "ffn_norm";
 };
 
+/** The DeepSeek-V3-style MoE FFN layout (DeepSeek-V3, GLM-4.5): router mlp.gate with its
+ *  e_score_correction_bias, routed experts mlp.experts.E.*, and config.n_ff_shexp wide ungated
+ *  shared experts mlp.shared_experts (GGUF ffn_*_shexp) when there are any. */
+DecoderSpec deepseek_moe_spec(const ModelConfig& config);
+
 /** Loads the decoder for `config` (already carrying the architecture's fields): output weights,
  *  RoPE table, then per layer attn_norm, attention (or MLA), ffn_norm, MLP or router + experts (+
  *  shared expert). The router scores per config.router_scoring over n_expert_used experts (groups,

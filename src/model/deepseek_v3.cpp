@@ -36,12 +36,7 @@ std::unique_ptr<Model> build_deepseek_v3(ModelConfig c, WeightLoader& ld, Ops& o
   if (c.n_nextn_layers > 0)
     spdlog::info("deepseek_v3: {} multi-token-prediction layer(s) not loaded (no speculative decoding yet)",
              c.n_nextn_layers);
-  DecoderSpec spec;
-  spec.moe = true;
-  spec.router_bias = "mlp.gate.e_score_correction_bias";
-  spec.shared_expert = c.n_ff_shexp > 0;
-  spec.shared_prefix = "mlp.shared_experts";
-  spec.shared_gated = false;
+  const DecoderSpec spec = deepseek_moe_spec(c);
   return build_decoder(std::move(c), ld, ops, spec);
 }
 

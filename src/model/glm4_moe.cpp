@@ -18,13 +18,8 @@ std::unique_ptr<Model> build_glm4_moe(ModelConfig c, WeightLoader& ld, Ops& ops)
     if (ld.has(layer_weight(0, "attn_q_norm", ""))) c.qk_norm = QkNorm::kPerHead;
     if (ld.has(layer_weight(0, "attn_q", "", "bias"))) c.attn_bias = true;  // GLM-4.5's attention_bias
   }
-  DecoderSpec spec;
-  spec.ffn_norm = "post_attention_norm";  // llama.cpp's name of post_attention_layernorm for glm4moe
-  spec.moe = true;  // router mlp.gate [E, H] + mlp.gate.e_score_correction_bias; experts mlp.experts.E.*
-  spec.router_bias = "mlp.gate.e_score_correction_bias";
-  spec.shared_expert = c.n_ff_shexp > 0;
-  spec.shared_prefix = "mlp.shared_experts";
-  spec.shared_gated = false;
+  DecoderSpec spec = deepseek_moe_spec(c);  // mlp.gate + bias, mlp.experts.E.*, mlp.shared_experts
+  spec.ffn_norm = "post_attention_norm";    // llama.cpp's name of post_attention_layernorm for glm4moe
   return build_decoder(std::move(c), ld, ops, spec);
 }
 

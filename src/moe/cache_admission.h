@@ -1,6 +1,6 @@
 #pragma once
 // Expert-cache admission: the algorithm, on plain arrays, shared word for word by the CPU
-// reference (admit_reference, below) and the device kernel (backend/cuda/moe_cache_admit.cu).
+// reference (admit_reference, below) and the device kernel (moe/cuda/moe_cache_admit.cu).
 //
 // State: a pool of n_slots slots shared by all layers; slot_of maps (layer, expert) -> slot,
 // owner maps slot -> (layer, expert) (an exact inverse on mapped entries), stamp[s] is the tick of

@@ -199,11 +199,4 @@ const uint8_t* HostExpertSlots::slot_data(int32_t slot) const {
   return static_cast<const uint8_t*>(pool_.data()) + static_cast<int64_t>(slot) * banks_.slot_bytes();
 }
 
-#ifndef FT_HAVE_CUDA
-std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops&, const ExpertBanks&, int32_t n_slots, int32_t) {
-  fail(ErrorCode::kUnsupported, "a GPU expert cache of {} slots requested, but this build of FreeToken has no CUDA "
-       "backend", n_slots);
-}
-#endif
-
 }  // namespace ft

@@ -16,7 +16,7 @@
 // another; a caller that takes the regions in turn leaves the last streamed layers cached.
 //
 // Two implementations: the host twin (this file; the CPU build and the reference) and the CUDA one
-// (backend/cuda/moe_cache_slots.cu: device state, admission kernel and UVA gather kernel on the
+// (moe/cuda/moe_cache_slots.cu: device state, admission kernel and UVA gather kernel on the
 // backend's stream, no host synchronisation).
 // C++17-clean: included from CUDA sources.
 #include <algorithm>
@@ -214,7 +214,7 @@ class HostExpertSlots final : public ExpertSlots {
 
 /** The CUDA implementation on the backend `ops` (must be CudaOps; banks pinned for its device).
  *  Throws ft::Error(kUnsupported) in a build without CUDA. Defined in
- *  backend/cuda/moe_cache_slots.cu. */
+ *  moe/cuda/moe_cache_slots.cu. */
 std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots,
                                                     int32_t max_pairs);
 

@@ -213,11 +213,4 @@ void HostExchangeDevice::collect(Tensor out, bool accumulate) {
   }
 }
 
-#ifndef FT_HAVE_CUDA
-std::unique_ptr<ExchangeDevice> make_cuda_exchange_device(Ops&, ExchangeBuffers&, ExchangeDispatcher&) {
-  fail(ErrorCode::kUnsupported, "a GPU <-> CPU expert exchange requested, but this build of FreeToken has no CUDA "
-       "backend");
-}
-#endif
-
 }  // namespace ft

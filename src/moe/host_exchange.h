@@ -25,7 +25,7 @@
 // which can make its (already abandoned) result wrong but never a later one, since each collect
 // waits for its own sequence number.
 //
-// Two device sides: the CUDA one (backend/cuda/moe_exchange.cu: a copy kernel and a wait kernel on
+// Two device sides: the CUDA one (moe/cuda/moe_exchange.cu: a copy kernel and a wait kernel on
 // the backend's stream, capturable in a graph) and HostExchangeDevice below, the CPU twin: the same
 // protocol run by the calling host thread, which the CPU backend uses for its cpu/hybrid layers (so
 // CI runs the dispatcher on every such layer) and the tests drive from a second thread.
@@ -182,7 +182,7 @@ class HostExchangeDevice final : public ExchangeDevice {
 
 /** The CUDA device side on the backend `ops` (a CudaOps) and its stream. Throws
  *  ft::Error(kInvalidArgument) for another backend, kUnsupported in a build without CUDA.
- *  Defined in backend/cuda/moe_exchange.cu. */
+ *  Defined in moe/cuda/moe_exchange.cu. */
 std::unique_ptr<ExchangeDevice> make_cuda_exchange_device(Ops& ops, ExchangeBuffers& buffers,
                                                           ExchangeDispatcher& dispatcher);
 

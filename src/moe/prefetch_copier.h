@@ -15,7 +15,7 @@
 //     the CUDA engine's copy is a cudaMemcpyAsync on a copy stream and its signal a stream write of
 //     `next` into device memory, so the value lands only after the copies;
 //   device, wait: before the layer's experts are read, waits until the signalled value reaches the
-//     prefetch's s (bounded by a time limit; backend/cuda/moe_cache_copy.cu).
+//     prefetch's s (bounded by a time limit; moe/cuda/moe_cache_copy.cu).
 // An entry is rewritten only by request s + kCopyRingEntries, which the device publishes after it
 // waited for request s (the expert slots keep at most kCopyRingEntries prefetches in flight), so
 // the thread never reads an entry being rewritten. A copy or signal that throws is recorded

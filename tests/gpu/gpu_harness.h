@@ -212,4 +212,45 @@ class GpuTest : public ::testing::Test {
 
 constexpr double kTol = 1e-2;  // relative L2, bf16 activations vs fp32
 
+/** GpuTest with paged-batch helpers for the attention tests: a host batch of runs and its BatchInfo
+ *  on either side. */
+class GpuBatchTest : public GpuTest {
+ protected:
+  struct HostBatch {
+    std::vector<int32_t> pos, seq, start;
+    int32_t T = 0, S = 0, max_kv_len = 0;
+  };
+
+  /** Batch of tokens [first, first + count) of every sequence (count may be 0). */
+  static HostBatch make(const std::vector<std::pair<int32_t, int32_t>>& runs) {
+    HostBatch b;
+    b.S = static_cast<int32_t>(runs.size());
+    b.start.push_back(0);
+    for (int32_t s = 0; s < b.S; ++s) {
+      for (int32_t i = 0; i < runs[static_cast<size_t>(s)].second; ++i) {
+        const int32_t p = runs[static_cast<size_t>(s)].first + i;
+        b.pos.push_back(p);
+        b.seq.push_back(s);
+        b.max_kv_len = std::max(b.max_kv_len, p + 1);
+      }
+      b.start.push_back(static_cast<int32_t>(b.pos.size()));
+    }
+    b.T = static_cast<int32_t>(b.pos.size());
+    return b;
+  }
+
+  BatchInfo info(const HostBatch& hb, const std::vector<int32_t>& table, int32_t max_blocks, bool on_gpu) {
+    BatchInfo b;
+    b.n_tokens = hb.T, b.n_seqs = hb.S, b.max_blocks = max_blocks, b.max_kv_len = hb.max_kv_len;
+    auto mk = [&](const std::vector<int32_t>& v) {
+      const int64_t n = static_cast<int64_t>(v.size());
+      return on_gpu ? arena().dev_i32(v.empty() ? std::vector<int32_t>{0} : v, {std::max<int64_t>(n, 1)}).reshape({n})
+                    : arena().host_i32(v, {n});
+    };
+    b.positions = mk(hb.pos), b.seq_index = mk(hb.seq), b.seq_start = mk(hb.start);
+    b.block_tables = mk(table).reshape({hb.S, max_blocks});
+    return b;
+  }
+};
+
 }  // namespace ft::testing

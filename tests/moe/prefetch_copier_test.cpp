@@ -1,5 +1,5 @@
 // The host side of the copy-engine prefetch (moe/prefetch_copier.h) against a device twin on the
-// test's thread that publishes requests exactly as backend/cuda/moe_cache_copy.cu's publish kernel
+// test's thread that publishes requests exactly as moe/cuda/moe_cache_copy.cu's publish kernel
 // does (entry s % kCopyRingEntries, misses and count first, then seq with release) and waits for a
 // request's signal before rewriting its entry, as the expert slots do. The copies are memcpys from
 // a fake bank into a fake slot pool; the signal is a store the twin polls.

@@ -10,7 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda_factory.h"
-#include "moe/host_memory.h"
+#include "backend/host_allocator.h"
 #include "util/error.h"
 
 namespace ft {
@@ -98,7 +98,7 @@ Tensor CudaOps::make_host_mapped(const Tensor& host, Buffer& storage) {
   if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor is empty");
   if (host.device != Device::kCpu)
     fail(ErrorCode::kInvalidArgument, "make_host_mapped: tensor {} is already on {}", host.str(), device_name(host.device));
-  // The expert banks' allocator: pages filled first, then pinned and mapped (moe_cache_host.cu).
+  // The expert banks' allocator: pages filled first, then pinned and mapped (pinned_host_allocator.cu).
   const std::unique_ptr<HostAllocator> alloc = make_pinned_host_allocator(device_);
   storage = alloc->allocate(host.bytes());
   std::memcpy(storage.data(), host.data, static_cast<size_t>(host.bytes()));

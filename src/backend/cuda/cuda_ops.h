@@ -42,6 +42,7 @@ class CudaOps final : public Ops {
   Tensor make_resident(const Tensor& host, Buffer& storage) override;
   Tensor make_host_mapped(const Tensor& host, Buffer& storage) override;
   Buffer alloc_host(int64_t bytes) override;
+  std::unique_ptr<HostAllocator> host_allocator() const override;
   void copy(const Tensor& src, Tensor dst) override;
   void zero(Tensor t) override;
   void synchronize() override;

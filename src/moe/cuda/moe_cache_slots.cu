@@ -17,9 +17,9 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/moe_cache_copy.h"
+#include "moe/cuda/moe_cache_copy.h"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/moe_cache_kernels.h"
+#include "moe/cuda/moe_cache_kernels.h"
 #include "backend/cuda_factory.h"
 #include "moe/expert_slots.h"
 #include "util/log.h"

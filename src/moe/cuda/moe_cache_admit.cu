@@ -11,7 +11,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/moe_cache_kernels.h"
+#include "moe/cuda/moe_cache_kernels.h"
 
 namespace ft::cuda {
 namespace {

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/moe_cache_kernels.h"
+#include "moe/cuda/moe_cache_kernels.h"
 #include "moe/ec12.h"
 
 namespace ft::cuda {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/cuda/moe_cache_kernels.h"
+#include "moe/cuda/moe_cache_kernels.h"
 #include "moe/cache_admission.h"
 #include "moe/expert_bank.h"
 #include "moe/prefetch_copier.h"

@@ -1,10 +1,10 @@
-// Pinned, mapped host memory for the expert banks: allocated as ordinary anonymous pages, filled
+// Pinned, mapped host memory for what the kernels read in place (expert banks): allocated as ordinary anonymous pages, filled
 // by the caller, then page-locked and mapped with cudaHostRegister ("pin after fill": the fill is
 // the only pass that touches the pages, where cudaHostAlloc would zero them first). Kernels read
 // the memory through the device pointer cudaHostGetDevicePointer returns (UVA).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
-#include "moe/host_memory.h"
+#include "backend/host_allocator.h"
 
 namespace ft {
 namespace {
@@ -58,9 +58,6 @@ std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device) {
   return std::make_unique<PinnedAllocator>(device);
 }
 
-std::unique_ptr<HostAllocator> make_bank_allocator(Ops& ops) {
-  if (auto* cuda_ops = dynamic_cast<CudaOps*>(&ops)) return make_pinned_host_allocator(cuda_ops->device_index());
-  return make_host_allocator();
-}
+std::unique_ptr<HostAllocator> CudaOps::host_allocator() const { return make_pinned_host_allocator(device_); }
 
 }  // namespace ft

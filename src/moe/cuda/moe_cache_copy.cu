@@ -2,7 +2,7 @@
 // moe/prefetch_copier.h). Why copies instead of the gather kernel: pinned host -> device copies run
 // at ~54 GB/s per 9 MiB expert on the H200 against ~51 GB/s for SM-issued UVA reads (DESIGN.md),
 // and they leave the SMs to the layer's kernels.
-#include "backend/cuda/moe_cache_copy.h"
+#include "moe/cuda/moe_cache_copy.h"
 
 #include <cuda.h>
 
