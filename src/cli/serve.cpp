@@ -159,6 +159,7 @@ int run_serve(const ServeFlags& f) {
   sm.path = demo ? "" : path;
   sm.n_params = n_params;
   sm.n_ctx_train = mc.n_ctx_train;
+  sm.kv_bytes_per_token = KvCache::bytes_per_token(engine->kv().config());
   sm.demo = demo;
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;

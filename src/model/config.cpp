@@ -72,7 +72,7 @@ void read_hf_rope(const json& c, ModelConfig& m) {
   const json* rp = field(c, "rope_parameters");
   const json* rs = field(c, "rope_scaling");
   const json& p = rp ? *rp : (rs ? *rs : c);
-  m.rope_theta = get_num(rp ? *rp : c, "rope_theta", src, 10000.0);
+  m.rope_theta = get_num(rp ? *rp : c, "rope_theta", src, get_num(c, "rope_theta", src, 10000.0));
   RopeScaling& s = m.rope_scaling;
   s.type = get_str(p, "rope_type", src, get_str(p, "type", src, "default"));
   if (s.type == "dynamic") s.type = "default";  // identical below the original context length
@@ -114,6 +114,18 @@ void ModelConfig::validate() const {
   if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0)
     fail(ErrorCode::kInvalidFile, "{} model config: rotary dims {} must be even and in (0, head_dim {}]", arch, n_rot,
          head_dim);
+  if (n_expert > 0 && n_group > 1) {
+    const char* keys = format == "gguf" ? "expert_group_count / expert_group_used_count" : "n_group / topk_group";
+    if (n_expert % n_group != 0 || n_expert / n_group < 2)
+      fail(ErrorCode::kInvalidFile, "{} model config: {} router groups ({}) do not split the {} experts into groups of "
+           "2 or more", arch, n_group, keys, n_expert);
+    if (topk_group < 1 || topk_group > n_group)
+      fail(ErrorCode::kInvalidFile, "{} model config: {} kept groups ({}) must be in [1, {}]", arch, topk_group, keys,
+           n_group);
+    if (n_expert_used > topk_group * (n_expert / n_group))
+      fail(ErrorCode::kInvalidFile, "{} model config: {} experts per token exceed the {} experts of {} kept groups ({})",
+           arch, n_expert_used, topk_group * (n_expert / n_group), topk_group, keys);
+  }
   if (n_expert > 0) {
     need(n_expert_used, "experts per token");
     need(n_ff_exp, "expert FFN width");
@@ -173,6 +185,16 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   m.decoder_sparse_step = get_int(c, "decoder_sparse_step", src, 1);
   if (const json* v = field(c, "mlp_only_layers"); v && v->is_array())
     for (const json& e : *v) m.mlp_only_layers.push_back(e.get<int64_t>());
+  if (const std::string sf = get_str(c, "scoring_func", src, ""); !sf.empty()) {
+    if (sf != "sigmoid" && sf != "softmax")
+      fail(ErrorCode::kUnsupported, "{}: scoring_func: '{}' is not supported (sigmoid or softmax)", src, sf);
+    m.router_scoring = sf == "sigmoid" ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
+    m.router_scoring_given = true;
+  }
+  if (const std::string tm = get_str(c, "topk_method", src, ""); tm == "greedy" || tm == "group_limited_greedy") {
+    m.router_scoring = RouterScoring::kSoftmax;  // DeepSeek-V2's softmax routing (V3's is noaux_tc)
+    m.router_scoring_given = true;
+  }
   m.first_k_dense = get_int(c, "first_k_dense_replace", src, 0);
   m.routed_scaling = get_num(c, "routed_scaling_factor", src, 1.0);
   m.n_group = get_int(c, "n_group", src, 1);
@@ -218,6 +240,7 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   m.first_k_dense = get_int(meta, key("leading_dense_block_count"), src, 0);
   if (m.n_ff_shexp == 0) m.n_ff_shexp = m.n_ff_exp * get_int(meta, key("expert_shared_count"), src, 0);
   const int64_t gating = get_int(meta, key("expert_gating_func"), src, 0);
+  m.router_scoring_given = gating != 0;
   if (gating == 2) m.router_scoring = RouterScoring::kSigmoid;
   else if (gating != 0 && gating != 1)
     fail(ErrorCode::kUnsupported, "{}: {}: expert gating function {} is not supported (1 softmax, 2 sigmoid)", src,

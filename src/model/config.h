@@ -65,6 +65,7 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;
   int64_t first_k_dense = 0;   // first_k_dense_replace / leading_dense_block_count: layers 0..n-1 dense
   RouterScoring router_scoring = RouterScoring::kSoftmax;  // sigmoid: DeepSeek-V3, GLM-4.5, MiniMax-M2
+  bool router_scoring_given = false;  // the checkpoint names it (HF scoring_func / topk_method, GGUF expert_gating_func)
   double routed_scaling = 1.0;  // routed_scaling_factor / expert_weights_scale
   int64_t n_group = 1;          // n_group / expert_group_count (group-limited routing)
   int64_t topk_group = 1;       // topk_group / expert_group_used_count

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "quant/quant.h"
+#include "util/log.h"
 
 namespace ft {
 namespace {
@@ -13,6 +14,9 @@ class Decoder final : public Model {
     io_ = load_output(ld, config_);
     embeddings_tied_ = io_.tied;
     config_.validate();
+    if (config_.n_nextn_layers > 0)
+      spdlog::info("{}: {} multi-token-prediction layer(s) not loaded (no speculative decoding yet)", config_.arch,
+                   config_.n_nextn_layers);
     spec_ = load_attention_spec(ld, ops, config_, storage_);
     if (config_.is_mla()) mla_spec_ = mla_spec(config_, spec_.rope.inv_freq, spec_.rope.attn_factor);
     router_ = {static_cast<int32_t>(config_.n_expert_used), config_.router_scoring, config_.norm_topk_prob,

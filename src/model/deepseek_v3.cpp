@@ -10,7 +10,6 @@
 #include "model/architectures.h"
 #include "model/decoder.h"
 #include "util/error.h"
-#include "util/log.h"
 
 namespace ft {
 
@@ -26,16 +25,15 @@ std::unique_ptr<Model> build_deepseek_v3(ModelConfig c, WeightLoader& ld, Ops& o
   c.head_dim = c.n_rot = c.qk_rope_dim;  // the RoPE table's width; attention widths come from the MLA fields
   c.n_head_kv = c.n_head;
   c.rope_mode = c.rope_interleave ? RopeMode::kNormal : RopeMode::kNeox;
-  // DeepSeek-V2 / V2.5 share the GGUF architecture but route by softmax with group maxima and no
-  // selection bias (llama.cpp reads a missing expert_gating_func as softmax): not this router.
-  if (ld.is_gguf() && c.router_scoring != RouterScoring::kSigmoid)
+  // DeepSeek-V2 / V2.5 share the architecture but route by softmax with group maxima and no selection
+  // bias (their configs say scoring_func softmax / topk_method greedy; llama.cpp reads a deepseek2
+  // GGUF without expert_gating_func as softmax): not this router.
+  if ((ld.is_gguf() || c.router_scoring_given) && c.router_scoring != RouterScoring::kSigmoid)
     fail(ErrorCode::kUnsupported,
-         "{}: deepseek2 with softmax expert gating (DeepSeek-V2 / V2.5) is not supported yet; DeepSeek-V3, R1 and "
-         "Kimi-K2 files carry deepseek2.expert_gating_func = 2 (sigmoid)", ld.checkpoint().path());
+         "{}: softmax expert routing (DeepSeek-V2 / V2.5) is not supported yet; DeepSeek-V3, R1 and Kimi-K2 route "
+         "by sigmoid ({})", ld.checkpoint().path(),
+         ld.is_gguf() ? "deepseek2.expert_gating_func = 2" : "scoring_func sigmoid, topk_method noaux_tc");
   c.router_scoring = RouterScoring::kSigmoid;
-  if (c.n_nextn_layers > 0)
-    spdlog::info("deepseek_v3: {} multi-token-prediction layer(s) not loaded (no speculative decoding yet)",
-             c.n_nextn_layers);
   const DecoderSpec spec = deepseek_moe_spec(c);
   return build_decoder(std::move(c), ld, ops, spec);
 }

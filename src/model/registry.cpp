@@ -16,9 +16,14 @@ const std::vector<ArchEntry>& architectures() {
       {"mixtral", {"mixtral"}, {}, build_mixtral},
       {"qwen2_moe", {"qwen2_moe"}, {"qwen2moe"}, build_qwen2_moe},
       {"olmoe", {"olmoe"}, {"olmoe"}, build_olmoe},
-      {"glm4_moe", {"glm4_moe"}, {"glm4moe"}, build_glm4_moe},
-      {"minimax_m2", {"minimax_m2"}, {"minimax-m2"}, build_minimax_m2},
-      {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"deepseek2"}, build_deepseek_v3},
+      // Defaults of transformers 5.17's Glm4MoeConfig, MiniMaxM2Config and DeepseekV3Config.
+      {"glm4_moe", {"glm4_moe"}, {"glm4moe"}, build_glm4_moe,
+       R"({"partial_rotary_factor": 0.5, "first_k_dense_replace": 1, "n_shared_experts": 1, "norm_topk_prob": true,
+           "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1})"},
+      {"minimax_m2", {"minimax_m2"}, {"minimax-m2"}, build_minimax_m2, R"({"rope_theta": 5000000.0})"},
+      {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"deepseek2"}, build_deepseek_v3,
+       R"({"first_k_dense_replace": 3, "n_shared_experts": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+           "n_group": 8, "topk_group": 4})"},
   };
   return kArchs;
 }
@@ -54,7 +59,11 @@ ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry_ou
     const bool hit = std::find(names.begin(), names.end(), lookup) != names.end() || (gguf && lookup == a.name);
     if (!hit) continue;
     if (entry_out) *entry_out = &a;
-    return gguf ? config_from_gguf(meta, name, a.name) : config_from_hf(src, a.name);
+    if (gguf) return config_from_gguf(meta, name, a.name);
+    if (!a.hf_defaults) return config_from_hf(src, a.name);
+    nlohmann::json merged = nlohmann::json::parse(a.hf_defaults);
+    for (const auto& [k, v] : src.items()) merged[k] = v;
+    return config_from_hf(merged, a.name);
   }
   fail(ErrorCode::kUnsupported, "{}: unsupported architecture '{}' (supported: {})", ckpt.path(), name,
        supported_architectures());

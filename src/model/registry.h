@@ -20,6 +20,10 @@ struct ArchEntry {
   std::vector<std::string> hf_model_types;  // config.json model_type values
   std::vector<std::string> gguf_archs;      // general.architecture values
   ArchBuilder build;
+  /** config.json fields the architecture's transformers config class defaults (JSON text; nullptr:
+   *  none), applied where a config.json leaves them out, so a terse config reads as transformers
+   *  reads it. */
+  const char* hf_defaults = nullptr;
 };
 
 /** Every supported architecture. */

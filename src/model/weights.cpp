@@ -37,6 +37,10 @@ Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::
   const DType t = info.dtype;
   const bool plain = t == DType::F32 || t == DType::F16 || t == DType::BF16;
   const bool allowed = kind == WeightKind::kVector ? plain : plain || (dtype_info(t).is_quantized && can_dequantize(t));
+  if (!allowed && (t == DType::F8_E4M3 || t == DType::F8_E5M2))
+    fail(ErrorCode::kUnsupported,
+         "tensor {} {}: {} weights (an FP8 checkpoint) are not supported yet; load a BF16 release of the model "
+         "or a GGUF conversion of it", name, shape_str(info.shape), dtype_name(t));
   if (!allowed)
     fail(ErrorCode::kInvalidFile, "tensor {} {}: dtype {} is not supported here (expected {})", name,
          shape_str(info.shape), dtype_name(t),

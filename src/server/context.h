@@ -43,6 +43,8 @@ struct ServedModel {
   std::string path;              // checkpoint path, or "" for the demo model
   int64_t n_params = 0;
   int64_t n_ctx_train = 0;       // the model's own context length
+  /** KV cache bytes one token takes in every layer (MLA: its latent and RoPE key only). */
+  int64_t kv_bytes_per_token = 0;
   bool demo = false;
   const Vocab* vocab = nullptr;
   const ChatTemplate* chat_template = nullptr;

@@ -62,6 +62,8 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
   kv["pages_cached"] = s.kv_pages_cached;
   kv["pages_free"] = s.kv_pages_free;
   kv["tokens_total"] = static_cast<int64_t>(s.kv_pages_total) * s.page_size;
+  kv["bytes_per_token"] = ctx.model.kv_bytes_per_token;  // every layer's K and V (MLA: latent + RoPE key)
+  kv["bytes_total"] = static_cast<int64_t>(s.kv_pages_total) * s.page_size * ctx.model.kv_bytes_per_token;
   j["kv"] = kv;
   oj req;
   req["running"] = s.running;
@@ -119,6 +121,8 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
          s.kv_pages_cached);
   metric("kv_pages_free", "gauge", "KV cache pages free.", s.kv_pages_free);
   metric("kv_page_size_tokens", "gauge", "Tokens per KV page.", s.page_size);
+  metric("kv_bytes_per_token", "gauge", "KV cache bytes of one token in every layer (MLA: latent and RoPE key).",
+         static_cast<double>(ctx.model.kv_bytes_per_token));
   metric("requests_running", "gauge", "Requests holding KV and generating.", s.running);
   metric("requests_waiting", "gauge", "Requests queued for a running slot.", s.waiting);
   metric("prompt_tokens_per_second", "gauge", "Prompt tokens computed per second over the stats window.", s.prompt_tokens_per_s);

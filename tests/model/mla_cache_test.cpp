@@ -3,6 +3,7 @@
 // tokens and log-probabilities.
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <mutex>
 
@@ -117,6 +118,56 @@ TEST(MlaConfig, AMissingKeyIsNamed) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   }
+}
+
+/** Logits of the "short" case of `src` loaded with `edit` applied to its config.json. */
+std::vector<float> logits_with_config(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string src = shared_dir() + "/fixtures/hf/" + name;
+  const std::string dir = ::testing::TempDir() + "/ft_cfg_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  nlohmann::json c = nlohmann::json::parse(read_file(src + "/config.json"));
+  edit(c);
+  std::ofstream(dir + "/config.json") << c.dump();
+  std::filesystem::create_symlink(src + "/model.safetensors", dir + "/model.safetensors");
+  auto engine = Engine::load(dir, small_engine_options());
+  const RefCase ref = read_reference(src)[0];
+  return generate(*engine, {greedy_request(ref.input_ids, 1)})[0].prompt_logits;
+}
+
+TEST(ArchConfig, LeftOutFieldsTakeTransformersDefaults) {
+  // GLM-4.5's partial_rotary_factor (0.5) and first_k_dense_replace (1), MiniMax-M2's rope theta
+  // (5e6) are the fixtures' values: without them the logits stay the reference's.
+  for (const auto& [name, edit] : std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>>{
+           {"glm4_moe", [](nlohmann::json& c) {
+              c.erase("partial_rotary_factor");
+              c["rope_parameters"].erase("partial_rotary_factor");
+              c.erase("first_k_dense_replace");
+            }},
+           {"minimax_m2", [](nlohmann::json& c) { c.erase("rope_parameters"); }}}) {
+    SCOPED_TRACE(name);
+    const RefCase ref = read_reference(shared_dir() + "/fixtures/hf/" + name)[0];
+    EXPECT_LE(max_row_rel_l2(logits_with_config(name, edit), ref.logits, 512), 1e-4);
+  }
+}
+
+TEST(ArchConfig, BadRouterGroupsAndSoftmaxDeepseekAreRefusedAtLoad) {
+  auto load_error = [](const std::string& name, const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    try {
+      logits_with_config(name, edit);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(load_error("deepseek_v3", [](nlohmann::json& c) { c["n_group"] = 3; }).find("n_group"), std::string::npos);
+  EXPECT_NE(load_error("glm4_moe", [](nlohmann::json& c) { c["topk_group"] = 3; }).find("kept groups"),
+            std::string::npos);
+  EXPECT_NE(load_error("deepseek_v3", [](nlohmann::json& c) { c["scoring_func"] = "softmax"; }).find("DeepSeek-V2"),
+            std::string::npos);
+  EXPECT_NE(load_error("deepseek_v3", [](nlohmann::json& c) { c["topk_method"] = "greedy"; }).find("DeepSeek-V2"),
+            std::string::npos);
+  EXPECT_EQ(load_error("deepseek_v3", [](nlohmann::json& c) { c["scoring_func"] = "sigmoid"; }), "");
 }
 
 }  // namespace

@@ -964,6 +964,8 @@ TEST(Routes, StatsAndMetricsReportTheSameFigures) {
   EXPECT_EQ(st.body["context_limit"], 512);
   EXPECT_EQ(st.body["kv"]["pages_total"], 64);
   EXPECT_EQ(st.body["kv"]["pages_used"], 0);
+  EXPECT_EQ(st.body["kv"]["bytes_per_token"], 480);
+  EXPECT_EQ(st.body["kv"]["bytes_total"], 480 * st.body["kv"]["tokens_total"].get<int64_t>());
   EXPECT_EQ(st.body["requests"]["running"], 0);
   EXPECT_EQ(st.body["requests"]["waiting"], 0);
   EXPECT_EQ(st.body["requests"]["total"], 1);
@@ -977,6 +979,7 @@ TEST(Routes, StatsAndMetricsReportTheSameFigures) {
   EXPECT_NE(m->body.find("freetoken_requests_total 1\n"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("freetoken_generation_tokens_total 10\n"), std::string::npos);
   EXPECT_NE(m->body.find("freetoken_kv_pages_total 64\n"), std::string::npos);
+  EXPECT_NE(m->body.find("freetoken_kv_bytes_per_token 480\n"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("# TYPE freetoken_requests_running gauge"), std::string::npos);
   EXPECT_NE(m->body.find("freetoken_info{model=\"test-model\"} 1"), std::string::npos);
 }

@@ -127,6 +127,7 @@ class TestServer {
     sm.name = "test-model";
     sm.arch = "fake";
     sm.n_ctx_train = c.max_seq_len;
+    sm.kv_bytes_per_token = 480;  // as a 3-layer MLA model with a 32-wide latent and 8-wide RoPE key, in F32
     sm.vocab = &demo_vocab();
     sm.chat_template = &template_;
     sm.tool_call_format = server::detect_tool_call_format(c.chat_template);
