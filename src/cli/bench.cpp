@@ -1,7 +1,7 @@
 // `ft bench (--model PATH | --model-preset NAME --dummy-weights [--weight-type T] [--dummy-layers N]
 //  [--dummy-router-skew S] [--seed N]) [--prompt-tokens N] [--gen-tokens N] [--batch 1,8,32]
 //  [--device cpu|cuda|auto] [--activations f32|bf16] [--json] [MoE flags]`: prefill and decode
-// throughput per batch size, weight bandwidth and peak memory (engine/benchmark.h; --json prints
+// throughput per batch size, weight bandwidth and peak memory (tools/benchmark.h; --json prints
 // bench_json's object plus, for a synthetic model, "synthetic": {preset, weight_type, layers,
 // router_skew, seed, generate_s}). Also
 // `--write-gguf FILE` (write the synthetic model as GGUF for llama.cpp, then exit) and
@@ -23,10 +23,10 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/int_list.h"
-#include "engine/benchmark.h"
+#include "tools/benchmark.h"
 #include "engine/engine.h"
-#include "engine/model_presets.h"
-#include "engine/synthetic_checkpoint.h"
+#include "tools/model_presets.h"
+#include "tools/synthetic_checkpoint.h"
 #include "util/error.h"
 #include "util/log.h"
 

@@ -17,7 +17,7 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
-#include "engine/demo_model.h"
+#include "tools/demo_model.h"
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
 #include "engine/service.h"

@@ -18,7 +18,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/demo_model.h"
+#include "tools/demo_model.h"
 #include "engine/fake_model.h"
 #include "engine/service.h"
 #include "formats/checkpoint.h"

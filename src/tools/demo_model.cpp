@@ -1,4 +1,4 @@
-#include "engine/demo_model.h"
+#include "tools/demo_model.h"
 
 #include <unistd.h>
 

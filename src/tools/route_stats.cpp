@@ -1,4 +1,4 @@
-#include "engine/route_stats.h"
+#include "tools/route_stats.h"
 
 #include <algorithm>
 

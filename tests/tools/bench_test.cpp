@@ -1,4 +1,4 @@
-// `ft bench` and the benchmark it runs (engine/benchmark.h): the JSON has the documented keys and
+// `ft bench` and the benchmark it runs (tools/benchmark.h): the JSON has the documented keys and
 // self-consistent numbers (weight accounting, experts counted per decode step), `--write-gguf`
 // writes the in-memory synthetic model byte for byte, and bad requests fail with exit code 2.
 #include <gtest/gtest.h>
@@ -13,9 +13,9 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/device.h"
 #include "cli/run_ft.h"
-#include "engine/benchmark.h"
+#include "tools/benchmark.h"
 #include "util/error.h"
-#include "engine/synthetic_checkpoint.h"
+#include "tools/synthetic_checkpoint.h"
 #include "formats/checkpoint.h"
 
 namespace ft {

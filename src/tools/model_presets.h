@@ -1,7 +1,7 @@
 #pragma once
 // Model presets: the real shapes of well-known MoE checkpoints (numbers from each model's Hugging
 // Face config.json), for synthetic benchmark models (`--model-preset NAME --dummy-weights`, see
-// engine/synthetic_checkpoint.h). A preset names the GGUF architecture its synthetic file is
+// tools/synthetic_checkpoint.h). A preset names the GGUF architecture its synthetic file is
 // written as; presets whose architecture the engine cannot run yet are listed (so `ft bench
 // --list-presets` shows them) but rejected by require_runnable_preset.
 //

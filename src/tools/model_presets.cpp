@@ -1,4 +1,4 @@
-#include "engine/model_presets.h"
+#include "tools/model_presets.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,5 +1,5 @@
 #pragma once
-// SyntheticCheckpoint: a model with the real shapes of a preset (engine/model_presets.h) and
+// SyntheticCheckpoint: a model with the real shapes of a preset (tools/model_presets.h) and
 // deterministic random weights (`--dummy-weights --model-preset NAME`), for benchmarks. It looks
 // exactly like a GGUF file to the loader: llama.cpp tensor names, `{arch}.*` metadata and a
 // byte-level tokenizer of the preset's vocabulary size, so Engine works unchanged; write_gguf()
@@ -50,7 +50,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_presets.h"
+#include "tools/model_presets.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf_value.h"
 #include "tensor/tensor.h"

@@ -1,4 +1,4 @@
-#include "engine/benchmark.h"
+#include "tools/benchmark.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 
 #include "backend/device.h"
-#include "engine/route_stats.h"
+#include "tools/route_stats.h"
 #include "engine/sampler.h"
-#include "engine/synthetic_weights.h"
+#include "tools/synthetic_weights.h"
 #include "kv/page_pool.h"
 #include "moe/host_memory.h"
 #include "moe/thread_pool.h"

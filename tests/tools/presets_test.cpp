@@ -17,9 +17,9 @@
 #include "cli/run_ft.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "engine/model_presets.h"
-#include "engine/synthetic_checkpoint.h"
-#include "engine/synthetic_weights.h"
+#include "tools/model_presets.h"
+#include "tools/synthetic_checkpoint.h"
+#include "tools/synthetic_weights.h"
 #include "formats/checkpoint.h"
 #include "model/config.h"
 

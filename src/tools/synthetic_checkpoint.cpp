@@ -1,4 +1,4 @@
-#include "engine/synthetic_checkpoint.h"
+#include "tools/synthetic_checkpoint.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/synthetic_weights.h"
+#include "tools/synthetic_weights.h"
 #include "formats/gguf_writer.h"
 #include "moe/host_memory.h"
 #include "quant/quant.h"

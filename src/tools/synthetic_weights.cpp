@@ -1,4 +1,4 @@
-#include "engine/synthetic_weights.h"
+#include "tools/synthetic_weights.h"
 
 #include <algorithm>
 #include <array>

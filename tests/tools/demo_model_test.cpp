@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "engine/demo_model.h"
+#include "tools/demo_model.h"
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
 #include "engine/service.h"
