@@ -114,7 +114,9 @@ Summary summarize_hf(const Checkpoint& ck) {
   s.context_length = c.max_position_embeddings;
   s.expert_count = c.n_experts;
   s.expert_used_count = c.n_experts_used;
-  s.expert_feed_forward_length = c.moe_intermediate_size;
+  // Mixtral-style configs (Mixtral, MiniMax-M2) give their experts intermediate_size, as the loader reads them.
+  s.expert_feed_forward_length = c.moe_intermediate_size > 0 || c.n_experts == 0 ? c.moe_intermediate_size
+                                                                                  : c.intermediate_size;
   s.rope_freq_base = c.rope_theta > 0 ? json(c.rope_theta) : json(nullptr);
   const json& r = c.raw;
   s.leading_dense = int_of(r, "first_k_dense_replace");

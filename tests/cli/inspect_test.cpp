@@ -70,6 +70,13 @@ TEST(Inspect, MoeGgufAndHfFolder) {
   EXPECT_EQ(j["total_bytes"], 10160640);
   EXPECT_EQ(j["bytes_per_dtype"]["BF16"], 10160640);
 
+  // Mixtral-style configs give the experts' width as intermediate_size (MiniMax-M2: 96 here).
+  for (const char* name : {"mixtral", "minimax_m2"}) {
+    Result x = run_ft("inspect " + quote(shared(std::string("fixtures/hf/") + name)) + " --json");
+    ASSERT_EQ(x.code, 0) << x.err;
+    EXPECT_EQ(json::parse(x.out)["expert_feed_forward_length"], 96) << name;
+  }
+
   Result t = run_ft("inspect " + quote(shared("data/models/llama-2-tiny-random.gguf")));
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("architecture"), std::string::npos);
