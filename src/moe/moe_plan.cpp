@@ -181,12 +181,19 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
   if (!cpu_layers.empty() && (s == MoeStrategy::kFused || s == MoeStrategy::kCpu))
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy offload or hybrid (not {})",
          moe_strategy_name(s));
-  if (avail < 0)
+  if (avail < 0) {
+    const int64_t room = budget.gpu_memory_limit - budget.resident_bytes;
+    const std::string fit =
+        room > 0 && budget.kv_bytes_per_token > 0
+            ? fmt::format(" (about {} KV tokens fit beside them; --kv-reserve-tokens defaults to --kv-tokens)",
+                          room / budget.kv_bytes_per_token)
+            : std::string(" (the resident weights alone do not fit)");
     fail(ErrorCode::kOutOfMemory, "--gpu-memory-limit {} cannot hold {} of resident weights and buffers (dense weights, "
          "activations and workspaces for the largest batch) and {} of KV for "
-         "--kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit or lower --kv-reserve-tokens",
+         "--kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit or lower --kv-reserve-tokens{}",
          format_bytes(budget.gpu_memory_limit), format_bytes(budget.resident_bytes), format_bytes(kv),
-         budget.kv_reserve_tokens, format_bytes(-avail));
+         budget.kv_reserve_tokens, format_bytes(-avail), fit);
+  }
   if (s == MoeStrategy::kFused && !fits)
     fail(ErrorCode::kOutOfMemory, "--moe-strategy fused needs {} for the routed experts, but --gpu-memory-limit {} "
          "leaves {} after the resident weights, buffers and KV ({} missing). Use --moe-strategy offload (or auto)",

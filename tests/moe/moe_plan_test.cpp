@@ -197,6 +197,12 @@ TEST(MoePlan, Errors) {
   o = {};
   o.strategy = MoeStrategy::kCpu;
   EXPECT_THROW(plan_moe(o, kLayers, budget(100 * MiB)), Error);  // dense weights + KV do not fit
+  try {  // 100.5 MiB: 512 KiB beside the resident weights, 512 tokens of 1 KiB; the reserve wants 1024
+    plan_moe(o, kLayers, budget(100 * MiB + 512 * 1024));
+    ADD_FAILURE() << "planned without room for the KV reserve";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("about 512 KV tokens fit"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(plan_moe(o, {0, 0}, budget(GiB)), Error);          // no MoE layers
   EXPECT_EQ(plan_moe({}, {0, 0}, budget(GiB)).count(MoeLayerMode::kDense), 2);
   {  // a dense model refuses the flags that only an expert cache uses, as it refuses the strategies
