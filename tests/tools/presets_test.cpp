@@ -17,6 +17,7 @@
 #include "cli/run_ft.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "tools/greedy_request.h"
 #include "tools/model_presets.h"
 #include "tools/synthetic_checkpoint.h"
 #include "tools/synthetic_weights.h"
@@ -57,13 +58,7 @@ std::vector<int32_t> ids(int64_t n, uint64_t seed) {
 }
 
 GenerateRequest greedy(std::vector<int32_t> prompt, int64_t n) {
-  GenerateRequest req;
-  req.prompt = std::move(prompt);
-  req.max_tokens = n;
-  req.sampling.temperature = 0;
-  req.stop_at_eos = false;
-  req.step_logits = true;
-  return req;
+  return testing::greedy_with_logits(std::move(prompt), n);
 }
 
 const TensorInfo* find(const SyntheticLayout& l, const std::string& name) {

@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "tools/greedy_request.h"
 #include "tools/model_presets.h"
 #include "tools/route_stats.h"
 #include "tools/synthetic_checkpoint.h"
@@ -57,15 +58,8 @@ std::vector<float> prefill_logits(Engine& e, const std::vector<int32_t>& prompt)
   return out;
 }
 
-/** Greedy decoding of `n` tokens after `prompt`, with every step's logits. */
 GenerateRequest greedy(std::vector<int32_t> prompt, int64_t n) {
-  GenerateRequest req;
-  req.prompt = std::move(prompt);
-  req.max_tokens = n;
-  req.sampling.temperature = 0;
-  req.stop_at_eos = false;
-  req.step_logits = true;
-  return req;
+  return testing::greedy_with_logits(std::move(prompt), n);
 }
 
 SyntheticSpec tiny(DType type, double skew = 0, uint64_t seed = 0, int threads = 1) {
