@@ -23,6 +23,7 @@
 #include "tools/synthetic_weights.h"
 #include "formats/checkpoint.h"
 #include "model/config.h"
+#include "model/fixture_util.h"
 
 namespace ft {
 namespace {
@@ -39,9 +40,7 @@ SyntheticSpec spec_of(const std::string& preset, DType type, int64_t layers = 0)
 }
 
 std::unique_ptr<Engine> cpu_engine(std::unique_ptr<Checkpoint> ckpt, MoeStrategy strategy = MoeStrategy::kAuto) {
-  EngineOptions eo;
-  eo.threads = 1;
-  eo.page_size = 16;
+  EngineOptions eo = testing::small_engine_options();  // 1 thread, pages of 16
   eo.kv_tokens = 512;
   eo.max_step_tokens = 128;
   eo.max_logit_rows = 128;

@@ -19,6 +19,7 @@
 #include "tools/synthetic_checkpoint.h"
 #include "tools/synthetic_weights.h"
 #include "kv/page_pool.h"
+#include "model/fixture_util.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -26,10 +27,7 @@ namespace ft {
 namespace {
 
 EngineOptions small_engine() {
-  EngineOptions eo;
-  eo.threads = 1;
-  eo.page_size = 16;
-  eo.kv_tokens = 1024;
+  EngineOptions eo = testing::small_engine_options();  // 1 thread, 1024 KV tokens in pages of 16
   eo.max_step_tokens = 256;
   eo.max_logit_rows = 256;
   eo.max_seqs = 4;
