@@ -33,9 +33,9 @@ void Ops::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, cons
   attention(ap, batch, q, kv, out);
 }
 
-void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
-                     Tensor weights, const Tensor& n_valid) {
-  matmul(x, w, logits, Tensor());
+void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
+                     Tensor ids, Tensor weights, const Tensor& n_valid) {
+  matmul(x, w, logits, bias);
   moe_route(p, logits, ids, weights);
   if (!n_valid.empty()) moe_mask_rows(n_valid, ids);
 }

@@ -90,6 +90,10 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 0.0f;       // logits = scale * q.k (usually 1/sqrt(head_dim))
   int32_t sliding_window = 0;  // > 0: a query at position p sees keys at positions > p - sliding_window
+  /** F32 [n_head] on the device, or empty: one learned logit per query head that joins the softmax's
+   *  denominator and contributes no value (gpt-oss's attention sinks, transformers GptOssAttention):
+   *  p_j = exp(s_j) / (exp(sinks[h]) + sum_i exp(s_i)), s = scale * q.k. Not scaled. */
+  Tensor sinks;
 };
 
 struct MlaAttentionParams {
@@ -120,13 +124,30 @@ struct RouterParams {
   Tensor bias;
 };
 
+/** The gated unit between an expert's gate/up and down projections. */
+enum class ExpertGlu : uint8_t {
+  /** h = silu(g) * u (SwiGLU). */
+  kSwiglu = 0,
+  /** gpt-oss's clamped SwiGLU (transformers GptOssExperts; llama.cpp swiglu_oai): g = min(g, limit),
+   *  u = clamp(u, -limit, limit), h = (u + 1) * g * sigmoid(alpha * g). */
+  kSwigluOai = 1,
+};
+
 /** One MoE layer's routed experts as individually addressed views (expert e = entry e), so
  *  stacked GGUF tensors (views of [n_expert, N, K]), separate HF tensors and cache slots all fit. */
 struct ExpertBank {
   std::vector<Tensor> gate;  // [n_expert] each [n_ff, n_embd]
   std::vector<Tensor> up;    // [n_expert] each [n_ff, n_embd]
   std::vector<Tensor> down;  // [n_expert] each [n_embd, n_ff]
+  ExpertGlu glu = ExpertGlu::kSwiglu;
+  float glu_alpha = 1.702f;  // kSwigluOai
+  float glu_limit = 7.0f;    // kSwigluOai
+  /** Per-expert biases (gpt-oss), F32 on the device of whatever reads the bank, or empty (none);
+   *  indexed by expert id (not by cache slot): gate_bias, up_bias [n_expert, n_ff] are added to the
+   *  gate and up projections before the GLU, down_bias [n_expert, n_embd] to the down projection. */
+  Tensor gate_bias, up_bias, down_bias;
   int32_t n_expert() const { return static_cast<int32_t>(gate.size()); }
+  bool has_bias() const { return !gate_bias.empty() || !up_bias.empty() || !down_bias.empty(); }
 };
 
 struct MoeExpertsParams {
@@ -310,23 +331,23 @@ class Ops {
    *  bias that is not F32 [E] or groups that do not divide E. */
   virtual void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) = 0;
 
-  /** A MoE layer's whole router: logits = x w^T (matmul: x [T, H], w [E, H], logits [T, E] activation
-   *  dtype), then moe_route(p, logits, ids, weights), then moe_mask_rows(n_valid, ids) when n_valid is
+  /** A MoE layer's whole router: logits = x w^T + bias (matmul: x [T, H], w [E, H], bias [E]
+   *  F32/F16/BF16 or empty (gpt-oss's router has one), logits [T, E] activation dtype), then moe_route(p, logits, ids, weights), then moe_mask_rows(n_valid, ids) when n_valid is
    *  not empty. The default makes those calls; CUDA does all three in one launch for batches of up to
    *  16 tokens (the block that computes a token's last logit routes the token). Its logits may differ
    *  from the unfused matmul's in the last bits (another summation order), so a router near-tie can
    *  resolve differently above 16 tokens; graph and eager decode agree (16 is a graph-size boundary).
    *  Throws what they throw. */
-  virtual void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
-                          Tensor weights, const Tensor& n_valid);
+  virtual void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
+                          Tensor ids, Tensor weights, const Tensor& n_valid);
 
   /** Padding rows route nowhere: ids[t, :] = -1 for every row t >= n_valid[0]. ids I32 [T, k];
    *  n_valid I32 [1] on this device, read by the kernel (so a recorded graph masks however many rows
    *  each replay pads). Throws kInvalidArgument for a wrong dtype or shape. */
   virtual void moe_mask_rows(const Tensor& n_valid, Tensor ids) = 0;
 
-  /** Routed expert FFN: out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t])
-   *  with e = ids[t, j]. x, out [T, H] activation dtype; ids I32 [T, k] (entries < 0 are skipped:
+  /** Routed expert FFN: out[t] (=|+=) sum_j weights[t, j] * down_e(glu(gate_e x[t], up_e x[t]))
+   *  with e = ids[t, j], glu per bank.glu and the bank's biases (when given) added to each projection. x, out [T, H] activation dtype; ids I32 [T, k] (entries < 0 are skipped:
    *  another executor computes them); weights F32 [T, k]; bank experts in any weight dtype.
    *  Throws kInvalidArgument for an id >= bank.n_expert(). */
   virtual void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,

@@ -111,9 +111,9 @@ void ProfilingOps::head_matmul(const Tensor& x, const Tensor& w, Tensor y) {
 void ProfilingOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) {
   timed("moe_route", [&] { inner_->moe_route(p, logits, ids, weights); });
 }
-void ProfilingOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
-                              Tensor weights, const Tensor& n_valid) {
-  timed(weight_key("moe_router", w), [&] { inner_->moe_router(p, x, w, logits, ids, weights, n_valid); });
+void ProfilingOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
+                              Tensor ids, Tensor weights, const Tensor& n_valid) {
+  timed(weight_key("moe_router", w), [&] { inner_->moe_router(p, x, w, bias, logits, ids, weights, n_valid); });
 }
 void ProfilingOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
   timed("moe_mask_rows", [&] { inner_->moe_mask_rows(n_valid, ids); });

@@ -61,6 +61,7 @@ class Decoder final : public Model {
           if (t <= l || t >= config_.n_layer || !layers_[static_cast<size_t>(t)].moe.gate_inp) continue;
           pf.routers[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.gate_inp;
           pf.biases[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.exp_probs_b;
+          pf.router_biases[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.gate_inp_b;
           pf.targets.add(t);
         }
         moe_block(ctx, l, router_, L.moe, h, o, pf);

@@ -8,11 +8,11 @@ void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams
   Tensor logits = s.router_logits.slice(0, T), ids = s.ids.slice(0, T), weights = s.weights.slice(0, T);
   RouterParams rp = router;
   rp.bias = w.exp_probs_b;
-  ops.moe_router(rp, x, w.gate_inp, logits, ids, weights, n_valid);  // logits [T, n_expert]; ids, weights [T, k]
+  ops.moe_router(rp, x, w.gate_inp, w.gate_inp_b, logits, ids, weights, n_valid);  // logits [T, n_expert]; ids, weights [T, k]
   for (int i = 0; i < prefetch.targets.n; ++i) {  // a later layer's router on this layer's input: its likely experts
     Tensor pi = s.prefetch_ids[i].slice(0, T), pw = s.prefetch_weights[i].slice(0, T);
     rp.bias = prefetch.biases[i];
-    ops.moe_router(rp, x, prefetch.routers[i], logits, pi, pw, n_valid);
+    ops.moe_router(rp, x, prefetch.routers[i], prefetch.router_biases[i], logits, pi, pw, n_valid);
     experts.prefetch(prefetch.targets.layer[i], pi);
   }
   experts.compute(layer, x, ids, weights, out);       // [T, H]

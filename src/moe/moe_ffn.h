@@ -9,6 +9,7 @@ namespace ft {
 /** One MoE layer's dense weights (routed experts live behind ExpertCompute). */
 struct MoeWeights {
   Tensor gate_inp;       // [n_expert, H] router
+  Tensor gate_inp_b;     // [n_expert] router bias added to its logits (gpt-oss; empty: none)
   Tensor exp_probs_b;    // F32 [n_expert] selection bias (e_score_correction_bias; empty: none)
   Tensor shexp_gate;     // [F_sh, H] shared expert (empty: none)
   Tensor shexp_up;       // [F_sh, H]
@@ -36,6 +37,7 @@ struct MoePrefetch {
   PrefetchTargets targets;
   Tensor routers[PrefetchTargets::kMax];
   Tensor biases[PrefetchTargets::kMax];  // their selection biases (empty: none)
+  Tensor router_biases[PrefetchTargets::kMax];  // their routers' logit biases (empty: none)
 };
 
 /** out [T, H] = routed(x) (+ sigmoid(x . shexp_gate_inp) * shared(x)). x [T, H]; out must not alias x.

@@ -28,11 +28,11 @@ TEST_F(CudaPreparedQ8, RouterWritesItsInputsInt8Form) {
         Tensor weights = arena().dev(DType::F32, {T, 2});
 
         Q8Probe pr = q8_probe(x);
-        gpu().moe_router(kRouter, x, w, logits, ids, weights, Tensor());
+        gpu().moe_router(kRouter, x, w, Tensor(), logits, ids, weights, Tensor());
         expect_q8_probe(pr, x, fused, what);
 
         pr = q8_probe(x);
-        gpu().moe_router(kRouter, x, w, logits, ids, weights, Tensor());
+        gpu().moe_router(kRouter, x, w, Tensor(), logits, ids, weights, Tensor());
         gpu().matmul(x, pr.w, pr.y, Tensor());
         gpu().matmul(x, pr.w, pr.y, Tensor());
         EXPECT_EQ(prepared_q8(x), fused) << what << ": a reader keeps the prepared form";
@@ -43,7 +43,7 @@ TEST_F(CudaPreparedQ8, RouterWritesItsInputsInt8Form) {
 
         // An op writing x in between: the GEMV quantizes the new values.
         pr = q8_probe(x);
-        gpu().moe_router(kRouter, x, w, logits, ids, weights, Tensor());
+        gpu().moe_router(kRouter, x, w, Tensor(), logits, ids, weights, Tensor());
         gpu().scale(x, -2.0f, x);
         expect_q8_probe(pr, x, false, what + " then scale");
       }
@@ -112,11 +112,11 @@ TEST_F(CudaPreparedQ8, MoeExpertsAfterTheRouterEqualQuantizeLaunch) {
     Tensor h = arena().dev(act, {T, H}), logits = arena().dev(act, {T, E});
     Tensor ids = arena().dev(DType::I32, {T, k}), wts = arena().dev(DType::F32, {T, k});
     Tensor out = arena().dev_poisoned(act, {T, H}), out_ref = arena().dev_poisoned(act, {T, H});
-    gpu().moe_router(kRouter, x, router_w, logits, ids, wts, Tensor());
+    gpu().moe_router(kRouter, x, router_w, Tensor(), logits, ids, wts, Tensor());
     gpu().moe_experts({}, x, ids, wts, bank, out);  // an integer-dot GEMV has run
     gpu().add_rms_norm({1e-6f, 0.0f}, x, r, nw, h);
     EXPECT_TRUE(prepared_q8(h));  // written by the norm; the router keeps it
-    gpu().moe_router(kRouter, h, router_w, logits, ids, wts, Tensor());
+    gpu().moe_router(kRouter, h, router_w, Tensor(), logits, ids, wts, Tensor());
     EXPECT_TRUE(prepared_q8(h));
     gpu().moe_experts({}, h, ids, wts, bank, out);
     gpu().moe_experts({}, clone(h), ids, wts, bank, out_ref);

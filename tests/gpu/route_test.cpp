@@ -144,7 +144,7 @@ TEST_F(CudaRoute, MoeRouterMatchesUnfused) {
     Tensor logits = arena().dev_poisoned(c.x_dt, {c.T, c.E});
     Tensor ids = arena().dev_poisoned(DType::I32, {c.T, c.k}), wt = arena().dev_poisoned(DType::F32, {c.T, c.k});
     for (int rep = 0; rep < 2; ++rep) {  // twice: the per-token counters must be back at zero
-      gpu().moe_router(p, arena().dev_from(x, c.x_dt, {c.T, c.H}), arena().dev_from(w, c.w_dt, {c.E, c.H}), logits, ids,
+      gpu().moe_router(p, arena().dev_from(x, c.x_dt, {c.T, c.H}), arena().dev_from(w, c.w_dt, {c.E, c.H}), Tensor(), logits, ids,
                        wt, c.n_valid >= 0 ? arena().dev_i32({c.n_valid}, {1}) : Tensor());
       EXPECT_EQ(arena().read_i32(ids), ref_ids) << "T=" << c.T << " E=" << c.E << " rep " << rep;
       EXPECT_LE(compare(logits, ref_logits), 1e-6);
@@ -237,7 +237,7 @@ TEST_F(CudaRoute, MoeRouterBiasAndGroupsMatchUnfused) {
     if (c.bias) p.bias = arena().dev_from(bias, DType::F32, {c.E});
     Tensor logits = arena().dev_poisoned(DType::F32, {T, c.E});
     Tensor ids = arena().dev_poisoned(DType::I32, {T, c.k}), wt = arena().dev_poisoned(DType::F32, {T, c.k});
-    gpu().moe_router(p, arena().dev_from(x, DType::F32, {T, H}), arena().dev_from(w, DType::F32, {c.E, H}), logits, ids,
+    gpu().moe_router(p, arena().dev_from(x, DType::F32, {T, H}), arena().dev_from(w, DType::F32, {c.E, H}), Tensor(), logits, ids,
                      wt, arena().dev_i32({n_valid}, {1}));
     EXPECT_EQ(arena().read_i32(ids), ref_ids) << c.name;
     const double e = compare(wt, ref_w);

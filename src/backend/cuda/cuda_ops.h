@@ -84,7 +84,8 @@ class CudaOps final : public Ops {
   void head_matmul(const Tensor& x, const Tensor& w, Tensor y) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
-  void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids, Tensor weights,
+  void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits, Tensor ids,
+                  Tensor weights,
                   const Tensor& n_valid) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;

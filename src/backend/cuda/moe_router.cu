@@ -97,16 +97,16 @@ __global__ void __launch_bounds__(kRouterThreads)
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, Tensor logits, Tensor ids,
-                         Tensor weights, const Tensor& n_valid) {
+void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
+                         Tensor ids, Tensor weights, const Tensor& n_valid) {
   const int64_t T = x.rows(), H = x.cols(), E = w.rows();
-  const bool fits = T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
+  const bool fits = bias.empty() && T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
                     p.n_group <= cuda::kWarpRouteMaxGroups &&
                     (x.dtype == DType::F32 || x.dtype == DType::BF16) && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
                     logits.dtype == x.dtype && x.device == Device::kCuda && w.device == Device::kCuda &&
                     w.ndim == 2 && w.cols() == H && logits.rows() == T && logits.cols() == E &&
                     reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-  if (!fits) return Ops::moe_router(p, x, w, logits, ids, weights, n_valid);
+  if (!fits) return Ops::moe_router(p, x, w, bias, logits, ids, weights, n_valid);
   cuda::check_act("moe_router", "x", x);
   cuda::check_act("moe_router", "logits", logits);
   cuda::check_dtype("moe_router", "ids", ids, {DType::I32});
