@@ -38,6 +38,7 @@ struct BenchArgs {
   std::string preset;
   bool dummy = false;
   std::string weight_type;  // empty: bf16
+  std::string expert_type;  // empty: the preset's upstream expert type, else weight_type
   int64_t dummy_layers = 0;
   double router_skew = 0;
   uint64_t seed = 0;
@@ -101,6 +102,7 @@ std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
   SyntheticSpec spec;
   spec.preset = a.preset;
   spec.weight_type = parse_synthetic_weight_type(a.weight_type.empty() ? "bf16" : a.weight_type);
+  if (!a.expert_type.empty()) spec.expert_type = parse_synthetic_weight_type(a.expert_type, "--expert-weight-type");
   spec.n_layer = a.dummy_layers;
   spec.router_skew = a.router_skew;
   spec.seed = a.seed;
@@ -120,8 +122,8 @@ int bench(const BenchArgs& a) {
     fail(ErrorCode::kInvalidArgument, "--model-preset {} needs --dummy-weights (a preset has shapes, not weights)",
          a.preset);
   if (!synthetic && a.dummy) fail(ErrorCode::kInvalidArgument, "--dummy-weights needs --model-preset NAME");
-  if (!synthetic && (!a.weight_type.empty() || a.dummy_layers != 0 || a.router_skew != 0.0))
-    fail(ErrorCode::kInvalidArgument, "--weight-type, --dummy-layers and --dummy-router-skew shape a synthetic model "
+  if (!synthetic && (!a.weight_type.empty() || !a.expert_type.empty() || a.dummy_layers != 0 || a.router_skew != 0.0))
+    fail(ErrorCode::kInvalidArgument, "--weight-type, --expert-weight-type, --dummy-layers and --dummy-router-skew shape a synthetic model "
          "(--model-preset NAME --dummy-weights); --model {} runs the file's own weights", a.model);
   if (!a.write_gguf.empty()) {
     if (!synthetic) fail(ErrorCode::kInvalidArgument, "--write-gguf writes a synthetic model: give --model-preset");
@@ -174,6 +176,7 @@ int bench(const BenchArgs& a) {
       const auto& s = static_cast<const SyntheticCheckpoint&>(engine.checkpoint());
       j["synthetic"] = {{"preset", s.preset().name},
                         {"weight_type", dtype_name(s.spec().weight_type)},
+                        {"expert_type", dtype_name(synthetic_expert_type(s.spec()))},
                         {"layers", s.n_layer()},
                         {"router_skew", s.spec().router_skew},
                         {"seed", s.spec().seed},
@@ -198,6 +201,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_flag("--dummy-weights", args->dummy, "Random weights for --model-preset (deterministic per --seed)")->group(s);
   cmd->add_option("--weight-type", args->weight_type,
                   "Weight type of the synthetic matrices (bf16, q8_0, q4_k, ...; default bf16)")
+      ->group(s);
+  cmd->add_option("--expert-weight-type", args->expert_type,
+                  "Weight type of the synthetic routed experts (default: as released, MXFP4 for gpt-oss; else "
+                  "--weight-type)")
       ->group(s);
   cmd->add_option("--dummy-layers", args->dummy_layers, "Layers of the synthetic model (0 = the preset's)")
       ->capture_default_str()

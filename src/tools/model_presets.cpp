@@ -29,6 +29,7 @@ int64_t attention_params(const ModelPreset& p) {
   if (p.attn_bias) n += qd + 2 * kvd;
   if (p.qk_norm == QkNorm::kPerHead) n += 2 * p.head_dim;
   if (p.qk_norm == QkNorm::kFull) n += qd + kvd;
+  if (p.oai_moe) n += qd + 2 * kvd + H + nh;  // q/k/v/o biases and the sinks
   return n;
 }
 
@@ -36,7 +37,8 @@ int64_t attention_params(const ModelPreset& p) {
 int64_t ffn_params(const ModelPreset& p, bool moe, int64_t experts) {
   const int64_t H = p.n_embd;
   if (!moe) return 3 * H * p.n_ff;
-  return p.n_expert * H + (p.router_bias ? p.n_expert : 0) + (experts + p.n_shared_exp) * 3 * H * p.n_ff_exp;
+  const int64_t biases = p.oai_moe ? p.n_expert + experts * (2 * p.n_ff_exp + H) : 0;  // router and experts
+  return p.n_expert * H + (p.router_bias ? p.n_expert : 0) + (experts + p.n_shared_exp) * 3 * H * p.n_ff_exp + biases;
 }
 
 int64_t model_params(const ModelPreset& p, int64_t layers, bool active) {
@@ -110,6 +112,19 @@ const std::vector<ModelPreset>& model_presets() {
        .norm_topk_prob = true,
        .notes = "QK-norm over the whole q and k projections, RoPE on 64 of 128 dims, all 62 layers MoE, no shared "
                 "expert, sigmoid routing with selection bias; no MTP modules; FP8 upstream"},
+      {.name = "gpt-oss-120b", .hf_id = "openai/gpt-oss-120b", .gguf_arch = "gpt-oss", .runnable = true,
+       .n_layer = 36, .n_embd = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 128,
+       .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000,
+       .n_ctx = 131072, .rms_eps = 1e-5, .yarn_factor = 32, .yarn_orig_ctx = 4096, .norm_topk_prob = true,
+       .oai_moe = true, .sliding_window = 128, .expert_type = "MXFP4",
+       .notes = "attention sinks, q/k/v/o, router and expert biases, sliding window 128 on even layers, clamped "
+                "SwiGLU, YaRN x32; experts MXFP4 (as released) unless --expert-weight-type"},
+      {.name = "gpt-oss-20b", .hf_id = "openai/gpt-oss-20b", .gguf_arch = "gpt-oss", .runnable = true,
+       .n_layer = 24, .n_embd = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 32,
+       .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000,
+       .n_ctx = 131072, .rms_eps = 1e-5, .yarn_factor = 32, .yarn_orig_ctx = 4096, .norm_topk_prob = true,
+       .oai_moe = true, .sliding_window = 128, .expert_type = "MXFP4",
+       .notes = "as gpt-oss-120b with 24 layers of 32 experts"},
       {.name = "deepseek-v2-lite", .hf_id = "deepseek-ai/DeepSeek-V2-Lite", .gguf_arch = "deepseek2", .runnable = false,
        .n_layer = 27, .n_embd = 2048, .n_head = 16, .n_head_kv = 16, .head_dim = 192, .n_expert = 64,
        .n_expert_used = 6, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 102400, .rope_theta = 10000,
@@ -142,16 +157,11 @@ const std::vector<ModelPreset>& model_presets() {
        .n_ff_exp = 256, .n_ff = 256, .n_vocab = 512, .rope_theta = 5e6, .n_ctx = 4096, .rms_eps = 1e-6,
        .qk_norm = QkNorm::kFull, .sigmoid_router = true, .router_bias = true, .norm_topk_prob = true,
        .notes = "MiniMax-M2-shaped test model (CI)"},
-      {.name = "gpt-oss-20b", .hf_id = "openai/gpt-oss-20b", .gguf_arch = "gpt-oss", .n_layer = 24, .n_embd = 2880,
-       .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880,
-       .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000, .n_ctx = 131072, .rms_eps = 1e-5,
-       .notes = "attention sinks, QKV/expert biases, sliding window 128 on alternate layers, clamped SwiGLU, YaRN x32; "
-                "experts in MXFP4 upstream"},
-      {.name = "gpt-oss-120b", .hf_id = "openai/gpt-oss-120b", .gguf_arch = "gpt-oss", .n_layer = 36,
-       .n_embd = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 128, .n_expert_used = 4,
-       .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000, .n_ctx = 131072, .rms_eps = 1e-5,
-       .notes = "attention sinks, QKV/expert biases, sliding window 128 on alternate layers, clamped SwiGLU, YaRN x32; "
-                "experts in MXFP4 upstream"},
+      {.name = "tiny-gpt-oss", .gguf_arch = "gpt-oss", .runnable = true, .n_layer = 2, .n_embd = 256, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 256,
+       .n_vocab = 512, .rope_theta = 150000, .n_ctx = 4096, .rms_eps = 1e-5, .yarn_factor = 32,
+       .yarn_orig_ctx = 4096, .norm_topk_prob = true, .oai_moe = true, .sliding_window = 16,
+       .expert_type = "MXFP4", .notes = "gpt-oss-shaped test model (CI)"},
   };
   return kPresets;
 }

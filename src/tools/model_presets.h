@@ -9,7 +9,7 @@
 // q/k/v biases and QK-norm) or, with kv_lora_rank > 0, multi-head latent attention (DeepSeek-V2/V3:
 // an optional q LoRA of q_lora_rank, a latent of kv_lora_rank plus one shared RoPE key of
 // qk_rope_dim; per head qk_nope_dim + qk_rope_dim query/key dims and v_head_dim value dims). The FFN
-// is SwiGLU: the first n_dense_lead layers dense (width n_ff), the rest MoE (n_expert routed experts
+// is SwiGLU (gpt-oss: its clamped variant with biases, ModelPreset::oai_moe): the first n_dense_lead layers dense (width n_ff), the rest MoE (n_expert routed experts
 // of width n_ff_exp, top n_expert_used, plus n_shared_exp ungated shared experts of the same width).
 #include <cstdint>
 #include <string>
@@ -61,6 +61,13 @@ struct ModelPreset {
   double routed_scaling = 1.0;       // routed_scaling_factor (GGUF expert_weights_scale)
   int64_t n_group = 1;               // n_group: expert groups of group-limited routing
   int64_t topk_group = 1;            // topk_group: groups a token may route to
+  // gpt-oss (OpenAI MoE): attention sinks, biases on q/k/v/o, the router and the experts, clamped
+  // SwiGLU (limit 7), softmax over the top-k logits; even layers see the last sliding_window tokens.
+  bool oai_moe = false;
+  int64_t sliding_window = 0;        // sliding_window of the alternate layers (0: every layer full)
+  /** The routed experts' type upstream ("MXFP4" for gpt-oss; "": as the other weights): a synthetic
+   *  model's experts default to it (SyntheticSpec::expert_type). */
+  std::string expert_type{};
   std::string notes{};               // what the synthetic model leaves out or why the preset is not runnable
 
   /** True for multi-head latent attention (kv_lora_rank > 0). */

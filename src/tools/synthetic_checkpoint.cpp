@@ -98,6 +98,7 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
     add(a + "expert_group_count", u32(p.n_group));
     add(a + "expert_group_used_count", u32(p.topk_group));
   }
+  if (p.sliding_window > 0) add(a + "attention.sliding_window", u32(p.sliding_window));
   add(a + "vocab_size", u32(p.n_vocab));
 
   // Byte-level BPE vocabulary without merges: 256 byte tokens, filler tokens, 3 control tokens.
@@ -139,7 +140,7 @@ struct Plan {
   int64_t bytes = 0;
 };
 
-Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt) {
+Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
   const int64_t H = p.n_embd, E = p.n_expert, F = p.n_ff_exp, D = p.head_dim, V = p.n_vocab, nh = p.n_head;
   Plan pl;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, Kind kind, DType dt) {
@@ -163,7 +164,8 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt) {
   const DType head_type = wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 ? wt : DType::BF16;
   const int64_t dense = p.dense_layers(n_layer);
   // llama.cpp names HF's post_attention_layernorm attn_post_norm for glm4moe, ffn_norm elsewhere.
-  const std::string ffn_norm = p.gguf_arch == "glm4moe" ? "post_attention_norm" : "ffn_norm";
+  // llama.cpp names HF's post_attention_layernorm post_attention_norm for gpt-oss too.
+  const std::string ffn_norm = p.gguf_arch == "glm4moe" || p.oai_moe ? "post_attention_norm" : "ffn_norm";
   add("token_embd.weight", {V, H}, kEmbedding, embedding_type(wt, H));
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
@@ -187,12 +189,16 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt) {
       matrix(b + "attn_q.weight", {qd, H});
       matrix(b + "attn_k.weight", {kvd, H});
       matrix(b + "attn_v.weight", {kvd, H});
-      if (p.attn_bias) {
+      if (p.attn_bias || p.oai_moe) {
         vec(b + "attn_q.bias", qd, kZeros);
         vec(b + "attn_k.bias", kvd, kZeros);
         vec(b + "attn_v.bias", kvd, kZeros);
       }
       matrix(b + "attn_output.weight", {H, qd}, kOutProj);
+      if (p.oai_moe) {
+        vec(b + "attn_output.bias", H, kZeros);
+        vec(b + "attn_sinks.weight", nh, kZeros);
+      }
       if (p.qk_norm != QkNorm::kNone) {
         const bool full = p.qk_norm == QkNorm::kFull;
         vec(b + "attn_q_norm.weight", full ? qd : D);
@@ -210,9 +216,19 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt) {
     // Zeros: selection unchanged. The deepseek2 loader needs the bias even where the model has
     // none (DeepSeek-V2's softmax routing).
     if (p.router_bias || p.is_mla()) vec(b + "exp_probs_b.bias", E, kZeros);
-    matrix(b + "ffn_gate_exps.weight", {E, F, H});
-    matrix(b + "ffn_up_exps.weight", {E, F, H});
-    matrix(b + "ffn_down_exps.weight", {E, H, F}, kOutProj);
+    auto expert = [&](const std::string& name, std::vector<int64_t> shape, Kind kind) {
+      const DType dt = matrix_type(et, shape.back());
+      add(name, std::move(shape), kind, dt);
+    };
+    expert(b + "ffn_gate_exps.weight", {E, F, H}, kMatrix);
+    expert(b + "ffn_up_exps.weight", {E, F, H}, kMatrix);
+    expert(b + "ffn_down_exps.weight", {E, H, F}, kOutProj);
+    if (p.oai_moe) {
+      vec(b + "ffn_gate_inp.bias", E, kZeros);
+      add(b + "ffn_gate_exps.bias", {E, F}, kZeros, DType::F32);
+      add(b + "ffn_up_exps.bias", {E, F}, kZeros, DType::F32);
+      add(b + "ffn_down_exps.bias", {E, H}, kZeros, DType::F32);
+    }
     if (p.n_shared_exp > 0) {
       const int64_t Fs = p.n_shared_exp * F;
       matrix(b + "ffn_gate_shexp.weight", {Fs, H});
@@ -234,15 +250,27 @@ const ModelPreset& checked_preset(const SyntheticSpec& spec) {
   if (!synthetic_type_supported(spec.weight_type))
     fail(ErrorCode::kUnsupported, "--weight-type {}: synthetic weights support {}", dtype_name(spec.weight_type),
          synthetic_type_names());
+  if (spec.expert_type && !synthetic_type_supported(*spec.expert_type))
+    fail(ErrorCode::kUnsupported, "--expert-weight-type {}: synthetic weights support {}",
+         dtype_name(*spec.expert_type), synthetic_type_names());
   return p;
 }
 
 }  // namespace
 
-DType parse_synthetic_weight_type(const std::string& name) {
+DType synthetic_expert_type(const SyntheticSpec& spec) {
+  if (spec.expert_type) return *spec.expert_type;
+  const ModelPreset& p = find_preset(spec.preset);
+  if (p.expert_type.empty()) return spec.weight_type;
+  const std::optional<DType> t = dtype_from_name(p.expert_type);
+  FT_CHECK(t.has_value());
+  return *t;
+}
+
+DType parse_synthetic_weight_type(const std::string& name, const char* flag) {
   const std::optional<DType> t = dtype_from_name(name);
   if (!t || !synthetic_type_supported(*t))
-    fail(ErrorCode::kInvalidArgument, "--weight-type {}: not a type synthetic weights can use ({})", name,
+    fail(ErrorCode::kInvalidArgument, "{} {}: not a type synthetic weights can use ({})", flag, name,
          synthetic_type_names());
   return *t;
 }
@@ -254,7 +282,7 @@ SyntheticLayout synthetic_layout(const SyntheticSpec& spec) {
   out.kvs = build_kvs(p, out.n_layer, spec.weight_type);
   out.metadata = nlohmann::json::object();
   for (const GgufKV& kv : out.kvs) out.metadata[kv.key] = kv.value.to_json();
-  Plan pl = plan_tensors(p, out.n_layer, spec.weight_type);
+  Plan pl = plan_tensors(p, out.n_layer, spec.weight_type, synthetic_expert_type(spec));
   out.tensors = std::move(pl.tensors);
   out.bytes = pl.bytes;
   return out;
@@ -263,7 +291,9 @@ SyntheticLayout synthetic_layout(const SyntheticSpec& spec) {
 SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec) {
   preset_ = &checked_preset(spec);
   n_layer_ = spec.n_layer > 0 ? spec.n_layer : preset_->n_layer;
-  path_ = fmt::format("synthetic:{}:{}:{}L:skew{}:seed{}", preset_->name, dtype_name(spec.weight_type), n_layer_,
+  const DType et = synthetic_expert_type(spec);
+  path_ = fmt::format("synthetic:{}:{}{}:{}L:skew{}:seed{}", preset_->name, dtype_name(spec.weight_type),
+                      et == spec.weight_type ? "" : fmt::format("+experts-{}", dtype_name(et)), n_layer_,
                       spec.router_skew, spec.seed);
   kvs_ = build_kvs(*preset_, n_layer_, spec.weight_type);
   metadata_ = nlohmann::json::object();
@@ -277,7 +307,7 @@ void SyntheticCheckpoint::plan() {
   const ModelPreset& p = *preset_;
   const int64_t E = p.n_expert;
   const DType wt = spec_.weight_type;
-  Plan pl = plan_tensors(p, n_layer_, wt);
+  Plan pl = plan_tensors(p, n_layer_, wt, synthetic_expert_type(spec_));
   tensors_ = std::move(pl.tensors);
   kinds_ = std::move(pl.kinds);
   offsets_ = std::move(pl.offsets);

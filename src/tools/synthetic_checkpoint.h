@@ -25,7 +25,10 @@
 //   embedding table is the weight type when quant/quantize_row can write it (F32, F16, BF16, Q8_0,
 //   Q4_0, Q4_K), else Q8_0. Matrices have RMS 1/sqrt(row length); the residual branches' output
 //   projections (attn_output, ffn_down, ffn_down_exps, ffn_down_shexp) are scaled by 0.2/sqrt(n_layer)
-//   so the residual stream stays close to the token embedding. Metadata: llama.cpp's `{arch}.*` keys
+//   so the residual stream stays close to the token embedding. gpt-oss (ModelPreset::oai_moe) adds
+//   attn_output.bias, attn_sinks [nh] (F32 zeros), ffn_gate_inp.bias [E] and ffn_{gate,up}_exps.bias
+//   [E, F] / ffn_down_exps.bias [E, H] (F32 zeros), names the pre-FFN norm post_attention_norm, and
+//   stores the routed experts in SyntheticSpec::expert_type (MXFP4 by default). Metadata: llama.cpp's `{arch}.*` keys
 //   (for MLA its convention: head_count_kv 1, key_length kv_lora_rank + qk_rope, value_length
 //   kv_lora_rank, key_length_mla / value_length_mla the per-head widths), leading_dense_block_count,
 //   expert_shared_count, expert_gating_func, expert_weights_norm / _scale, expert_group_count /
@@ -47,6 +50,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +64,9 @@ namespace ft {
 struct SyntheticSpec {
   std::string preset = "tiny-moe";   // --model-preset
   DType weight_type = DType::BF16;   // --weight-type
+  /** --expert-weight-type: the routed experts' type; unset: the preset's upstream expert type
+   *  (ModelPreset::expert_type, MXFP4 for gpt-oss) if it has one, else weight_type. */
+  std::optional<DType> expert_type;
   int64_t n_layer = 0;               // --dummy-layers (0: the preset's)
   double router_skew = 0.0;          // --dummy-router-skew S >= 0
   uint64_t seed = 0;                 // --seed
@@ -135,8 +142,11 @@ struct SyntheticLayout {
 /** The layout of `spec`'s model. Throws what SyntheticCheckpoint(spec) throws, except kOutOfMemory. */
 SyntheticLayout synthetic_layout(const SyntheticSpec& spec);
 
-/** The weight type named `name` ("q4_k", "BF16", ...) for --weight-type. Throws
+/** The routed experts' type of `spec` (SyntheticSpec::expert_type, resolved against the preset). */
+DType synthetic_expert_type(const SyntheticSpec& spec);
+
+/** The weight type named `name` ("q4_k", "BF16", ...) for `flag` (--weight-type, --expert-weight-type). Throws
  *  ft::Error(kInvalidArgument) listing the supported types for an unknown or unsupported name. */
-DType parse_synthetic_weight_type(const std::string& name);
+DType parse_synthetic_weight_type(const std::string& name, const char* flag = "--weight-type");
 
 }  // namespace ft
