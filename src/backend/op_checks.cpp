@@ -1,5 +1,6 @@
 #include "backend/op_checks.h"
 
+#include <cmath>
 #include <vector>
 
 #include "util/error.h"
@@ -156,6 +157,30 @@ void kv_write(const char* op, const BatchInfo& b, const Tensor& k, const Tensor&
     fail(ErrorCode::kInvalidArgument, "{}: k {} must be [{}, {}] (tokens, kv heads x head_dim)", op, k.str(), T, Wk);
   if (v.rows() != T || v.cols() != Wv)
     fail(ErrorCode::kInvalidArgument, "{}: v {} must be [{}, {}] (tokens, kv heads x head_dim)", op, v.str(), T, Wv);
+}
+
+void attention_sinks(const char* op, const AttentionParams& p) {
+  if (p.sinks.empty()) return;
+  if (p.sinks.dtype != DType::F32 || p.sinks.ndim != 1 || p.sinks.dim(0) != p.n_head)
+    fail(ErrorCode::kInvalidArgument, "{}: sinks {} must be F32 [n_head = {}]", op, p.sinks.str(), p.n_head);
+}
+
+void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H) {
+  if (bank.glu != ExpertGlu::kSwiglu && bank.glu != ExpertGlu::kSwigluOai)
+    fail(ErrorCode::kInvalidArgument, "{}: bank glu {} is not an ExpertGlu", op, static_cast<int>(bank.glu));
+  if (bank.glu == ExpertGlu::kSwigluOai && (!std::isfinite(bank.glu_alpha) || !(bank.glu_limit > 0.0f)))
+    fail(ErrorCode::kInvalidArgument, "{}: clamped SwiGLU needs a finite alpha and a limit > 0 (alpha {}, limit {})",
+         op, bank.glu_alpha, bank.glu_limit);
+  if (!bank.has_bias()) return;
+  const int64_t E = bank.n_expert(), F = E > 0 && bank.gate[0].ndim == 2 ? bank.gate[0].dim(0) : 0;
+  const std::pair<const char*, const Tensor*> biases[] = {
+      {"gate_bias", &bank.gate_bias}, {"up_bias", &bank.up_bias}, {"down_bias", &bank.down_bias}};
+  for (const auto& [name, t] : biases) {
+    if (t->empty()) continue;
+    const int64_t cols = t == &bank.down_bias ? H : F;
+    if (t->dtype != DType::F32 || !t->has_shape({E, cols}))
+      fail(ErrorCode::kInvalidArgument, "{}: bank {} {} must be F32 [n_expert = {}, {}]", op, name, t->str(), E, cols);
+  }
 }
 
 }  // namespace ft::op_checks

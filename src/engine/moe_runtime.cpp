@@ -35,12 +35,26 @@ namespace {
 GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRuntimeConfig& config) {
   GpuMemoryBudget b;
   b.expert_bytes = routed_expert_bytes(host);
+  // The experts' biases (gpt-oss): host copies the model made, on the GPU only once an ExpertCompute
+  // holds them (every expert's, resident, under any strategy), and a row of each per cache slot
+  // (moe/expert_slots.h SlotBiases), counted with the slot.
+  // A slot has a row in each (bias kind, width) array (SlotBiases::plan).
+  int64_t bias_bytes = 0;
+  std::vector<std::pair<int, int64_t>> slot_rows;  // (bias kind, width)
   for (size_t l = 0; l < host.size(); ++l) {
     if (host[l].n_expert() == 0) continue;
+    const Tensor* biases[3] = {&host[l].gate_bias, &host[l].up_bias, &host[l].down_bias};
+    for (int j = 0; j < 3; ++j) {
+      if (biases[j]->empty()) continue;
+      bias_bytes += biases[j]->bytes();
+      const std::pair<int, int64_t> row{j, biases[j]->cols()};
+      if (std::find(slot_rows.begin(), slot_rows.end(), row) == slot_rows.end()) slot_rows.push_back(row);
+    }
     b.slot_bytes = std::max(b.slot_bytes, expert_layout(host[l], static_cast<int64_t>(l)).bytes);
     b.experts_per_layer = std::max(b.experts_per_layer, host[l].n_expert());
     b.total_experts += host[l].n_expert();
   }
+  for (const auto& row : slot_rows) b.slot_bytes += row.second * 4;
   b.kv_bytes_per_token = config.kv_bytes_per_token;
   b.kv_reserve_tokens = config.kv_reserve_tokens;
   // The KV pool already placed counts against the reserve; KV beyond it is resident like the rest.
@@ -61,6 +75,7 @@ GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRunt
       b.gpu_memory_limit = free_now + b.resident_bytes + placed_kv - extra_kv;
     }
   }
+  b.resident_bytes += bias_bytes;  // not placed yet, so not in the limit's free memory above
   return b;
 }
 

@@ -16,5 +16,6 @@ std::unique_ptr<Model> build_olmoe(ModelConfig config, WeightLoader& ld, Ops& op
 std::unique_ptr<Model> build_glm4_moe(ModelConfig config, WeightLoader& ld, Ops& ops);   // glm4_moe.cpp
 std::unique_ptr<Model> build_minimax_m2(ModelConfig config, WeightLoader& ld, Ops& ops); // minimax_m2.cpp
 std::unique_ptr<Model> build_deepseek_v3(ModelConfig config, WeightLoader& ld, Ops& ops);  // deepseek_v3.cpp
+std::unique_ptr<Model> build_gpt_oss(ModelConfig config, WeightLoader& ld, Ops& ops);      // gpt_oss.cpp
 
 }  // namespace ft

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "kv/kv_cache.h"
 #include "model/rope.h"
 #include "quant/quant.h"
@@ -18,6 +20,7 @@ AttentionSpec attention_spec(const ModelConfig& c, const Tensor& inv_freq, float
   s.rope = {c.rope_mode, static_cast<int32_t>(c.head_dim), static_cast<int32_t>(c.n_rot), inv_freq, attn_factor};
   s.qk_norm_params = {static_cast<float>(c.rms_eps), 0.0f};
   s.qk_norm = c.qk_norm;
+  s.layer_window = c.layer_window;
   return s;
 }
 
@@ -40,6 +43,10 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
     w.bk = ld.get(layer_weight(l, "attn_k", "self_attn.k_proj", "bias"), {kvd}, WeightKind::kVector);
     w.bv = ld.get(layer_weight(l, "attn_v", "self_attn.v_proj", "bias"), {kvd}, WeightKind::kVector);
   }
+  if (c.attn_out_bias) w.bo = ld.get(layer_weight(l, "attn_output", "self_attn.o_proj", "bias"), {H}, WeightKind::kVector);
+  if (c.attn_sinks)  // HF names the parameter without a .weight suffix
+    w.sinks = ld.get_f32({fmt::format("blk.{}.attn_sinks.weight", l), fmt::format("model.layers.{}.self_attn.sinks", l)},
+                         {c.n_head});
   if (c.qk_norm != QkNorm::kNone) {
     const bool full = c.qk_norm == QkNorm::kFull;
     w.q_norm = ld.get(layer_weight(l, "attn_q_norm", "self_attn.q_norm"), {full ? qd : c.head_dim}, WeightKind::kVector);
@@ -67,8 +74,11 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
   }
   const KvLayer kv = ctx.kv.layer(static_cast<int32_t>(l));
+  AttentionParams ap = spec.attn;
+  if (!spec.layer_window.empty()) ap.sliding_window = spec.layer_window[static_cast<size_t>(l)];
+  ap.sinks = w.sinks;
   if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm, RoPE, k and v into the pages, attention
-    ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, spec.attn, q, k, v, ctx.batch, kv,
+    ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, ap, q, k, v, ctx.batch, kv,
                                attn);  // [T, n_head * head_dim]
   } else {
     if (spec.qk_norm == QkNorm::kFull) {
@@ -78,10 +88,10 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.rope(spec.rope, q, ctx.batch.positions);
     ops.rope(spec.rope, k, ctx.batch.positions);
     ops.kv_write(ctx.batch, k, v, kv);
-    ops.attention(spec.attn, ctx.batch, q, kv, attn);  // [T, n_head * head_dim]
+    ops.attention(ap, ctx.batch, q, kv, attn);  // [T, n_head * head_dim]
   }
   ctx.dump_if("kqv_out", l, attn);
-  ops.matmul(attn, w.wo, out, Tensor());  // [T, H]
+  ops.matmul(attn, w.wo, out, w.bo);  // [T, H]
 }
 
 // ---- feed-forward ----
@@ -107,9 +117,26 @@ void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, const ExpertNames& n) {
   const int64_t E = c.n_expert, F = c.n_ff_exp, H = c.n_embd;
   ExpertBank b;
-  b.gate = ld.host_experts(l, "ffn_gate_exps", n.gate, E, F, H);
-  b.up = ld.host_experts(l, "ffn_up_exps", n.up, E, F, H);
-  b.down = ld.host_experts(l, "ffn_down_exps", n.down, E, H, F);
+  if (n.fused && !ld.is_gguf()) {
+    b = ld.host_fused_experts(l, n.fused, E, F, H);  // with its biases
+  } else {
+    b.gate = ld.host_experts(l, "ffn_gate_exps", n.gate, E, F, H);
+    b.up = ld.host_experts(l, "ffn_up_exps", n.up, E, F, H);
+    b.down = ld.host_experts(l, "ffn_down_exps", n.down, E, H, F);
+    if (n.bias) {
+      if (!ld.is_gguf())
+        fail(ErrorCode::kInvalidArgument, "layer {}: per-expert biases are read from fused HF experts only", l);
+      auto bias = [&](const char* gguf, int64_t cols) {
+        return ld.host_f32({fmt::format("blk.{}.{}.bias", l, gguf), ""}, {E, cols}, WeightKind::kMatrix);
+      };
+      b.gate_bias = bias("ffn_gate_exps", F);  // F32 [E, F]
+      b.up_bias = bias("ffn_up_exps", F);      // F32 [E, F]
+      b.down_bias = bias("ffn_down_exps", H);  // F32 [E, H]
+    }
+  }
+  b.glu = c.expert_glu;
+  b.glu_alpha = static_cast<float>(c.swiglu_alpha);
+  b.glu_limit = static_cast<float>(c.swiglu_limit);
   return b;
 }
 

@@ -22,6 +22,8 @@ struct AttentionWeights {
   Tensor wq, wk, wv;      // [n_head * hd, H], [n_kv * hd, H], [n_kv * hd, H]
   Tensor wo;              // [H, n_head * hd]
   Tensor bq, bk, bv;      // optional biases [n_head * hd], [n_kv * hd], [n_kv * hd]
+  Tensor bo;              // optional output bias [H] (config.attn_out_bias)
+  Tensor sinks;           // optional F32 [n_head] attention sinks (config.attn_sinks; AttentionParams::sinks)
   Tensor q_norm, k_norm;  // optional QK-norm: [hd] (per head) or [n_head * hd] / [n_kv * hd] (full)
 };
 
@@ -31,16 +33,19 @@ struct AttentionSpec {
   RopeParams rope;
   RmsNormParams qk_norm_params;
   QkNorm qk_norm = QkNorm::kNone;
+  std::vector<int32_t> layer_window;  // config.layer_window: per-layer sliding windows (empty: attn's)
 };
 
 /** Spec for `config` with `inv_freq` (resident F32 [n_rot/2]) and YaRN attention factor. */
 AttentionSpec attention_spec(const ModelConfig& config, const Tensor& inv_freq, float attn_factor);
 
 /** Loads layer `l`'s attention: attn_q/k/v/output (self_attn.q/k/v/o_proj), biases when config.attn_bias,
- *  attn_q_norm/attn_k_norm (self_attn.q_norm/k_norm) per config.qk_norm. */
+ *  the output bias when config.attn_out_bias, attn_q_norm/attn_k_norm (self_attn.q_norm/k_norm) per
+ *  config.qk_norm, attn_sinks.weight (self_attn.sinks, as F32) when config.attn_sinks. */
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l);
 
-/** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache). */
+/** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache),
+ *  with layer l's sliding window (spec.layer_window) and w's sinks when it has them. */
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
                      const Tensor& h, Tensor out);
 
@@ -62,9 +67,16 @@ struct ExpertNames {
   const char* gate = "mlp.experts.{}.gate_proj";
   const char* up = "mlp.experts.{}.up_proj";
   const char* down = "mlp.experts.{}.down_proj";
+  /** HF module of fused experts in gpt-oss's layout (WeightLoader::host_fused_experts), e.g.
+   *  "mlp.experts", in place of the per-expert names; nullptr: per-expert tensors. */
+  const char* fused = nullptr;
+  /** Per-expert biases: GGUF ffn_{gate,up,down}_exps.bias [E, F] / [E, H] (HF: the fused module's). */
+  bool bias = false;
 };
 
-/** Host views of layer `l`'s routed experts (ffn_{gate,up,down}_exps, stacked, or HF per expert). */
+/** Host views of layer `l`'s routed experts (ffn_{gate,up,down}_exps, stacked, or HF per expert, or
+ *  HF fused), with their biases as F32 host copies when names.bias, and config's expert GLU
+ *  (expert_glu, swiglu_alpha, swiglu_limit). */
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
 
 /** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts.

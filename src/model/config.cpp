@@ -90,6 +90,48 @@ void read_hf_rope(const json& c, ModelConfig& m) {
   m.n_rot = static_cast<int64_t>(static_cast<double>(m.head_dim) * partial);
 }
 
+/** transformers 5's layer_types, when every entry is "sliding_attention" (sliding_window) or
+ *  "full_attention" (0): m.layer_window. Other layer kinds (linear attention, ...) are the
+ *  architecture file's to read; the list is then left alone. */
+void read_hf_layer_types(const json& c, ModelConfig& m) {
+  const char* src = "config.json";
+  const json* lt = field(c, "layer_types");
+  if (!lt || !lt->is_array()) return;
+  std::vector<int32_t> windows;
+  for (const json& t : *lt) {
+    if (t == "full_attention") windows.push_back(0);
+    else if (t == "sliding_attention") windows.push_back(-1);
+    else return;
+  }
+  const int32_t w = static_cast<int32_t>(get_int(c, "sliding_window", src, 0));
+  for (int32_t& v : windows) {
+    if (v >= 0) continue;
+    if (w <= 0)
+      fail(ErrorCode::kInvalidFile, "{}: layer_types names sliding_attention layers but sliding_window is {}", src,
+           field(c, "sliding_window") ? std::to_string(w) : "missing");
+    v = w;
+  }
+  m.layer_window = std::move(windows);
+}
+
+/** llama.cpp's attention.sliding_window_pattern (get_key_or_arr): a period (set_swa_period) or one
+ *  bool per layer (true: sliding). Absent: m.layer_window stays empty. */
+void read_gguf_swa_pattern(const json& meta, const std::string& key, ModelConfig& m) {
+  const json* v = field(meta, key);
+  if (!v) return;
+  const char* src = "GGUF metadata";
+  if (v->is_number_integer()) return set_swa_period(m, get_int(meta, key, src));
+  if (!v->is_array())
+    fail(ErrorCode::kInvalidFile, "{}: {}: expected a period or one bool per layer, got {}", src, key, v->dump());
+  m.layer_window.clear();
+  for (const json& e : *v) {
+    if (!e.is_boolean() && !e.is_number_integer())
+      fail(ErrorCode::kInvalidFile, "{}: {}: expected bools, got {}", src, key, e.dump());
+    const bool swa = e.is_boolean() ? e.get<bool>() : e.get<int64_t>() != 0;
+    m.layer_window.push_back(swa ? m.sliding_window : 0);
+  }
+}
+
 }  // namespace
 
 bool ModelConfig::is_moe_layer(int64_t l) const {
@@ -126,6 +168,9 @@ void ModelConfig::validate() const {
       fail(ErrorCode::kInvalidFile, "{} model config: {} experts per token exceed the {} experts of {} kept groups ({})",
            arch, n_expert_used, topk_group * (n_expert / n_group), topk_group, keys);
   }
+  if (!layer_window.empty() && static_cast<int64_t>(layer_window.size()) != n_layer)
+    fail(ErrorCode::kInvalidFile, "{} model config: {} per-layer attention types (layer_types / "
+         "sliding_window_pattern) for {} layers", arch, layer_window.size(), n_layer);
   if (n_expert > 0) {
     need(n_expert_used, "experts per token");
     need(n_ff_exp, "expert FFN width");
@@ -133,6 +178,12 @@ void ModelConfig::validate() const {
       fail(ErrorCode::kInvalidFile, "{} model config: {} experts per token but only {} experts", arch, n_expert_used,
            n_expert);
   }
+}
+
+void set_swa_period(ModelConfig& c, int64_t period) {
+  c.layer_window.assign(static_cast<size_t>(std::max<int64_t>(c.n_layer, 0)), 0);
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (period == 0 || l % period < period - 1) c.layer_window[static_cast<size_t>(l)] = c.sliding_window;
 }
 
 KvCacheConfig kv_layout(const ModelConfig& c) {
@@ -168,12 +219,15 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   m.rope_interleave = get_bool(c, "rope_interleave", src, true);
   if (get_bool(c, "use_sliding_window", src, field(c, "use_sliding_window") == nullptr))
     m.sliding_window = static_cast<int32_t>(get_int(c, "sliding_window", src, 0));
+  read_hf_layer_types(c, m);
   m.n_expert = get_int(c, "num_experts", src, get_int(c, "num_local_experts", src, get_int(c, "n_routed_experts", src, 0)));
   m.n_expert_used = get_int(c, "num_experts_per_tok", src, 0);
   m.n_ff_exp = get_int(c, "moe_intermediate_size", src, m.n_ff);
   // Qwen2-MoE names the shared expert's width; DeepSeek-V3 and GLM-4.5 count shared experts of the
   // routed experts' width.
   m.n_ff_shexp = get_int(c, "shared_expert_intermediate_size", src, m.n_ff_exp * get_int(c, "n_shared_experts", src, 0));
+  m.swiglu_alpha = get_num(c, "swiglu_alpha", src, m.swiglu_alpha);
+  m.swiglu_limit = get_num(c, "swiglu_limit", src, m.swiglu_limit);
   m.q_lora_rank = get_int(c, "q_lora_rank", src, 0);
   m.kv_lora_rank = get_int(c, "kv_lora_rank", src, 0);
   m.qk_nope_dim = get_int(c, "qk_nope_head_dim", src, 0);
@@ -230,6 +284,7 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   s.beta_fast = get_num(meta, key("rope.scaling.yarn_beta_fast"), src, 32.0);
   s.beta_slow = get_num(meta, key("rope.scaling.yarn_beta_slow"), src, 1.0);
   m.sliding_window = static_cast<int32_t>(get_int(meta, key("attention.sliding_window"), src, 0));
+  read_gguf_swa_pattern(meta, key("attention.sliding_window_pattern"), m);
   m.n_expert = get_int(meta, key("expert_count"), src, 0);
   m.n_expert_used = get_int(meta, key("expert_used_count"), src, 0);
   m.n_ff_exp = get_int(meta, key("expert_feed_forward_length"), src, m.n_ff);

@@ -52,14 +52,23 @@ struct ModelConfig {
 
   bool tie_embeddings = false;
   bool attn_bias = false;     // q/k/v projections have biases (Qwen2)
+  bool attn_out_bias = false; // the output projection has a bias too (gpt-oss's o_proj.bias, GGUF attn_output.bias)
+  bool attn_sinks = false;    // per-head attention sinks (gpt-oss's self_attn.sinks, GGUF attn_sinks.weight)
   QkNorm qk_norm = QkNorm::kNone;
-  int32_t sliding_window = 0;  // 0 = full attention
+  int32_t sliding_window = 0;  // 0 = full attention; every layer's window unless layer_window is set
+  /** Per-layer sliding windows (0: full attention), n_layer entries, or empty: every layer has
+   *  sliding_window. From HF layer_types ("sliding_attention" / "full_attention") or GGUF
+   *  attention.sliding_window_pattern; read through window(l). */
+  std::vector<int32_t> layer_window;
 
   // Mixture of experts (n_expert == 0: dense).
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;        // per-expert FFN width
   int64_t n_ff_shexp = 0;      // shared expert FFN width (0: none)
+  ExpertGlu expert_glu = ExpertGlu::kSwiglu;  // the routed experts' gated unit (kSwigluOai: gpt-oss)
+  double swiglu_alpha = 1.702;  // kSwigluOai: sigmoid gain (HF swiglu_alpha)
+  double swiglu_limit = 7.0;    // kSwigluOai: clamp of gate (above) and up (both sides) (HF swiglu_limit)
   bool norm_topk_prob = false;
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
@@ -83,12 +92,22 @@ struct ModelConfig {
 
   /** True for multi-head latent attention (kv_lora_rank > 0). */
   bool is_mla() const { return kv_lora_rank > 0; }
+  /** Sliding window of layer `l` (0: full attention): layer_window[l], or sliding_window when
+   *  layer_window is empty. */
+  int32_t window(int64_t l) const {
+    return layer_window.empty() ? sliding_window : layer_window[static_cast<size_t>(l)];
+  }
   /** True if layer `l` has a MoE FFN (n_expert > 0, l >= first_k_dense, not in mlp_only_layers, on
    *  the sparse step). */
   bool is_moe_layer(int64_t l) const;
   /** Throws ft::Error(kInvalidFile) naming the field when a size is missing or inconsistent. */
   void validate() const;
 };
+
+/** llama.cpp's hparams.set_swa_pattern(period) (dense_first false): layer l has config.sliding_window
+ *  when l % period < period - 1, else full attention (period 2: even layers slide, as gpt-oss); period
+ *  0: every layer slides, 1: none. Fills config.layer_window for config.n_layer layers. */
+void set_swa_period(ModelConfig& config, int64_t period);
 
 /** The KV page layout of `config` (all but the pool's size, page size, dtype and spare pages): per
  *  layer n_head_kv x head_dim keys and values, or for MLA one latent head of kv_lora_rank in the key

@@ -24,6 +24,7 @@ class Decoder final : public Model {
                static_cast<int32_t>(config_.topk_group)};
     for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, ops, spec, l));
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+    for (Buffer& b : ld.take_host_storage()) host_storage_.push_back(std::move(b));
   }
 
   bool move_embeddings_to_host(WeightLoader& ld) override {
@@ -96,6 +97,8 @@ class Decoder final : public Model {
     L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");
     if (spec.moe && config_.is_moe_layer(l)) {
       L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", spec.router), {config_.n_expert, H});
+      if (spec.router_logit_bias)  // F32 [E], resident
+        L.moe.gate_inp_b = ld.get_f32(layer_weight(l, "ffn_gate_inp", spec.router, "bias"), {config_.n_expert});
       if (spec.router_bias) {  // F32 [E], resident
         const WeightName bn{fmt::format("blk.{}.exp_probs_b.bias", l), fmt::format("model.layers.{}.{}", l, spec.router_bias)};
         const Tensor b = ld.host(bn, {config_.n_expert}, WeightKind::kVector);

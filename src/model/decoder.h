@@ -2,8 +2,8 @@
 // The standard pre-norm decoder shared by the Llama family and its MoE variants. Per layer
 //   h = x + Attn(RMSNorm_attn(x))
 //   x = h + FFN(RMSNorm_ffn(h))      FFN = SwiGLU MLP, or MoE on config.is_moe_layer(l) layers
-// then RMSNorm and the LM head. Attention differences (RoPE mode, QKV bias, QK-norm, sliding window)
-// and router differences (scoring, norm_topk_prob, groups, scaling) are ModelConfig fields, as is
+// then RMSNorm and the LM head. Attention differences (RoPE mode, QKV(O) bias, QK-norm,
+// per-layer sliding windows, sinks) and router differences (scoring, norm_topk_prob, groups, scaling) are ModelConfig fields, as is
 // multi-head latent attention (config.is_mla(): model/mla.h in place of the standard attention);
 // the rest are DecoderSpec fields.
 // Both are set by the architecture file (model/<arch>.cpp), which then calls build_decoder.
@@ -27,8 +27,10 @@ struct DecoderSpec {
   /** HF name of the router's selection bias after "model.layers.N." (GGUF exp_probs_b.bias), e.g.
    *  "mlp.gate.e_score_correction_bias"; nullptr: the router has none. */
   const char* router_bias = nullptr;
+  /** The router has a bias added to its logits (gpt-oss: HF `<router>.bias`, GGUF ffn_gate_inp.bias). */
+  bool router_logit_bias = false;
   /** GGUF name of the pre-FFN norm (HF post_attention_layernorm): "ffn_norm", or llama.cpp's
-   *  "post_attention_norm" for glm4moe. */
+   *  "post_attention_norm" for glm4moe and gpt-oss. */
   const char* ffn_norm = "ffn_norm";
 };
 

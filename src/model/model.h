@@ -81,6 +81,12 @@ class Model {
   /** Host views of the routed experts of every layer (empty banks for dense layers; empty vector for
    *  a dense model), for building an ExpertCompute. */
   const HostExpertBanks& host_experts() const { return host_experts_; }
+  /** Bytes of the host copies made at load (host_storage_: converted expert layouts, F32 biases). */
+  int64_t host_converted_bytes() const {
+    int64_t n = 0;
+    for (const Buffer& b : host_storage_) n += b.bytes();
+    return n;
+  }
   /** Bytes of the weights kept in host memory the backend reads over the bus (move_embeddings_to_host). */
   int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
   /** Whether the LM head is the token embedding table (which then stays where the LM head reads it). */
@@ -97,6 +103,10 @@ class Model {
   ModelConfig config_;
   HostExpertBanks host_experts_;
   std::vector<Buffer> storage_;  // device copies of resident weights (empty on CPU)
+  /** Host copies of weights converted at load (WeightLoader::take_host_storage): gpt-oss's fused HF
+   *  experts re-laid out per expert (as many bytes as those experts have in the checkpoint), and F32
+   *  copies of small vectors (biases, attention sinks). Empty for checkpoints read in place. */
+  std::vector<Buffer> host_storage_;
   int64_t host_mapped_bytes_ = 0;
   bool embeddings_tied_ = false;
 };

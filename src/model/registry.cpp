@@ -24,6 +24,15 @@ const std::vector<ArchEntry>& architectures() {
       {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"deepseek2"}, build_deepseek_v3,
        R"({"first_k_dense_replace": 3, "n_shared_experts": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
            "n_group": 8, "topk_group": 4})"},
+      // Defaults of transformers 5.17's GptOssConfig (layer_types default: gpt_oss.cpp).
+      {"gpt_oss", {"gpt_oss"}, {"gpt-oss"}, build_gpt_oss,
+       R"({"num_hidden_layers": 36, "num_local_experts": 128, "vocab_size": 201088, "hidden_size": 2880,
+           "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "sliding_window": 128, "tie_word_embeddings": false, "max_position_embeddings": 131072,
+           "rms_norm_eps": 1e-5, "num_experts_per_tok": 4, "swiglu_alpha": 1.702, "swiglu_limit": 7.0,
+           "attention_bias": true, "rope_theta": 150000.0,
+           "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                               "truncate": false, "original_max_position_embeddings": 4096}})"},
   };
   return kArchs;
 }

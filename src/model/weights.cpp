@@ -1,7 +1,11 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 
+#include "quant/mxfp4.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -12,6 +16,24 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+/** dst [rows, cols] (elements of T) = src(r, c) = src[c * ld + r * step], in 32 x 32 tiles. */
+template <typename T>
+void gather_transposed(const T* src, int64_t ld, int64_t step, int64_t rows, int64_t cols, T* dst) {
+  constexpr int64_t kTile = 32;
+  for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) dst[r * cols + c] = src[c * ld + r * step];
+}
+
+/** gather_transposed over elements of `elem` bytes (2 or 4). */
+void gather_transposed(const void* src, int64_t elem, int64_t ld, int64_t step, int64_t rows, int64_t cols, void* dst) {
+  if (elem == 2)
+    gather_transposed(static_cast<const uint16_t*>(src), ld, step, rows, cols, static_cast<uint16_t*>(dst));
+  else
+    gather_transposed(static_cast<const uint32_t*>(src), ld, step, rows, cols, static_cast<uint32_t*>(dst));
 }
 
 }  // namespace
@@ -114,6 +136,112 @@ std::vector<Tensor> WeightLoader::host_experts(int64_t layer, const std::string&
     out.push_back(host({"", nm}, {rows, cols}));
   }
   return out;
+}
+
+Tensor WeightLoader::host_f32(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
+  const Tensor h = host(n, shape, kind);
+  host_storage_.push_back(Buffer::host(std::max<int64_t>(h.numel(), 1) * 4));
+  Tensor f(host_storage_.back().data(), DType::F32, h.shape.data(), h.ndim);
+  dequantize_row(h.dtype, h.data, static_cast<float*>(f.data), h.numel());
+  return f;
+}
+
+Tensor WeightLoader::get_f32(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
+  const Tensor f = host_f32(n, shape, kind);
+  Buffer storage;
+  Tensor t = ops_.make_resident(f, storage);
+  if (!storage.empty()) storage_.push_back(std::move(storage));
+  return t;
+}
+
+ExpertBank WeightLoader::host_fused_experts(int64_t layer, const std::string& module, int64_t E, int64_t F, int64_t H) {
+  const std::string p = fmt::format("model.layers.{}.{}.", layer, module);
+  const bool mxfp4 = ckpt_.find(p + "gate_up_proj_blocks") || ckpt_.find(p + "down_proj_blocks");
+  ExpertBank b = mxfp4 ? fused_mxfp4_matrices(p, E, F, H) : fused_plain_matrices(p, E, F, H);
+  // Biases: F32 [E, F] each for gate and up (de-interleaved), [E, H] for down.
+  const Tensor gub = host_f32({"", p + "gate_up_proj_bias"}, {E, 2 * F});
+  host_storage_.push_back(Buffer::host(2 * E * F * 4));
+  float* gb = static_cast<float*>(host_storage_.back().data());
+  float* ub = gb + E * F;
+  const float* s = static_cast<const float*>(gub.data);
+  for (int64_t i = 0; i < E * F; ++i) gb[i] = s[2 * i], ub[i] = s[2 * i + 1];
+  b.gate_bias = Tensor(gb, DType::F32, {E, F});
+  b.up_bias = Tensor(ub, DType::F32, {E, F});
+  b.down_bias = host_f32({"", p + "down_proj_bias"}, {E, H});
+  return b;
+}
+
+ExpertBank WeightLoader::fused_plain_matrices(const std::string& p, int64_t E, int64_t F, int64_t H) {
+  const Tensor gu = host({"", p + "gate_up_proj"}, {E, H, 2 * F});
+  const Tensor dn = host({"", p + "down_proj"}, {E, F, H});
+  for (const Tensor* t : {&gu, &dn})
+    if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
+      fail(ErrorCode::kUnsupported, "tensor {}{} {}: fused experts are read as F32, F16 or BF16, not {}", p,
+           t == &gu ? "gate_up_proj" : "down_proj", t->shape_str(), dtype_name(t->dtype));
+  if (gu.dtype != dn.dtype)
+    fail(ErrorCode::kInvalidFile, "tensors {}gate_up_proj and down_proj: dtypes {} and {} differ", p,
+         dtype_name(gu.dtype), dtype_name(dn.dtype));
+  const int64_t es = dtype_info(gu.dtype).block_bytes, mat = F * H * es;
+  host_storage_.push_back(Buffer::host(3 * E * mat));  // per expert: gate, up, down
+  uint8_t* base = static_cast<uint8_t*>(host_storage_.back().data());
+  ExpertBank b;
+  for (int64_t e = 0; e < E; ++e) {
+    uint8_t* g = base + (3 * e) * mat;
+    uint8_t* u = g + mat;
+    uint8_t* d = u + mat;
+    const uint8_t* src = gu.bytes_ptr() + e * H * 2 * F * es;  // [H, 2F]
+    gather_transposed(src, es, 2 * F, 2, F, H, g);             // gate[f, h] = gate_up[h, 2f]
+    gather_transposed(src + es, es, 2 * F, 2, F, H, u);        // up[f, h] = gate_up[h, 2f + 1]
+    gather_transposed(dn.bytes_ptr() + e * F * H * es, es, H, 1, H, F, d);  // down[h, f] = down_proj[f, h]
+    b.gate.push_back(Tensor(g, gu.dtype, {F, H}));
+    b.up.push_back(Tensor(u, gu.dtype, {F, H}));
+    b.down.push_back(Tensor(d, gu.dtype, {H, F}));
+  }
+  return b;
+}
+
+const uint8_t* WeightLoader::u8_tensor(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorInfo* info = ckpt_.find(name);
+  if (!info)
+    fail(ErrorCode::kNotFound, "missing tensor {} (expected U8 {}) in {}", name, shape_str(shape), ckpt_.path());
+  if (info->dtype != DType::U8 || info->shape != shape)
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected U8 {}, found {} {} in {}", name, shape_str(shape),
+         dtype_name(info->dtype), shape_str(info->shape), ckpt_.path());
+  return info->data;
+}
+
+ExpertBank WeightLoader::fused_mxfp4_matrices(const std::string& p, int64_t E, int64_t F, int64_t H) {
+  for (const auto& [what, n] : {std::pair{"hidden size", H}, std::pair{"expert width", F}})
+    if (n % 32 != 0)
+      fail(ErrorCode::kInvalidFile, "{}gate_up_proj_blocks: MXFP4 experts need a {} that is a multiple of 32, not {}",
+           p, what, n);
+  // OCP layout, output-major: gate_up rows interleave gate (even) and up (odd).
+  const uint8_t* gub = u8_tensor(p + "gate_up_proj_blocks", {E, 2 * F, H / 32, 16});
+  const uint8_t* gus = u8_tensor(p + "gate_up_proj_scales", {E, 2 * F, H / 32});
+  const uint8_t* dnb = u8_tensor(p + "down_proj_blocks", {E, H, F / 32, 16});
+  const uint8_t* dns = u8_tensor(p + "down_proj_scales", {E, H, F / 32});
+  const int64_t gu_row = dtype_bytes(DType::MXFP4, H);
+  const int64_t mat = F * gu_row;  // gate, up [F, H]; down [H, F] has as many bytes
+  host_storage_.push_back(Buffer::host(3 * E * mat));
+  uint8_t* base = static_cast<uint8_t*>(host_storage_.back().data());
+  ExpertBank b;
+  try {
+    for (int64_t e = 0; e < E; ++e) {
+      uint8_t* g = base + (3 * e) * mat;
+      uint8_t* u = g + mat;
+      uint8_t* d = u + mat;
+      for (int64_t r = 0; r < 2 * F; ++r)  // row r of gate_up: gate row r/2 (even r) or up row r/2 (odd r)
+        mxfp4_rows_from_ocp(gub + (e * 2 * F + r) * (H / 32) * 16, gus + (e * 2 * F + r) * (H / 32), 1, H,
+                            (r % 2 == 0 ? g : u) + (r / 2) * gu_row);
+      mxfp4_rows_from_ocp(dnb + e * H * (F / 32) * 16, dns + e * H * (F / 32), H, F, d);
+      b.gate.push_back(Tensor(g, DType::MXFP4, {F, H}));
+      b.up.push_back(Tensor(u, DType::MXFP4, {F, H}));
+      b.down.push_back(Tensor(d, DType::MXFP4, {H, F}));
+    }
+  } catch (const Error& err) {
+    throw err.with_context(fmt::format("repacking the MXFP4 experts of {}", p.substr(0, p.size() - 1)));
+  }
+  return b;
 }
 
 }  // namespace ft

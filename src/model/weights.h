@@ -53,6 +53,35 @@ class WeightLoader {
   /** Validated host view (stays in the mapped file; not made resident). */
   Tensor host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
 
+  /** F32 copy of a validated tensor (any dtype quant/ dequantizes), in host memory owned by
+   *  take_host_storage() (never a view of the checkpoint, so it outlives a released mapping). For
+   *  biases and sinks whose readers want F32. Throws what host() throws. */
+  Tensor host_f32(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kVector);
+  /** host_f32 made resident (Ops::make_resident: on CPU the host copy itself). */
+  Tensor get_f32(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kVector);
+
+  /** gpt-oss's fused HF experts of MoE layer `layer` (transformers GptOssExperts, module `module`
+   *  after "model.layers.N.", e.g. "mlp.experts"), input-major:
+   *    gate_up_proj [E, H, 2F] (gate = [..., 0::2], up = [..., 1::2]), gate_up_proj_bias [E, 2F],
+   *    down_proj [E, F, H], down_proj_bias [E, H]   (F32, F16 or BF16)
+   *  returned as the bank every reader takes: gate, up [F, H] and down [H, F] per expert in the
+   *  checkpoint's dtype (transposed and de-interleaved, exact), gate_bias / up_bias F32 [E, F],
+   *  down_bias F32 [E, H] (glu fields left at their defaults: the caller sets them).
+   *  Memory: the converted matrices are host copies owned by take_host_storage(), as many bytes as
+   *  the layer's experts have in the checkpoint (the mapped file's pages are read once and can be
+   *  dropped by the OS); BF16 gpt-oss-20b: ~38 GB, gpt-oss-120b: ~229 GB.
+   *  MXFP4 checkpoints (as OpenAI releases them; OCP layout, quant/mxfp4.h): gate_up_proj_blocks U8
+   *  [E, 2F, H/32, 16] + gate_up_proj_scales U8 [E, 2F, H/32] (output-major, rows interleaving gate
+   *  and up), down_proj_blocks [E, H, F/32, 16] + down_proj_scales [E, H, F/32] in place of the two
+   *  matrices: each row repacked losslessly into GGUF MXFP4 (mxfp4_rows_from_ocp; the bytes
+   *  llama.cpp's converter writes), even rows gate and odd rows up, no transpose; host copies of the
+   *  same size as the checkpoint's (~10 GB for gpt-oss-20b, ~61 GB for gpt-oss-120b). H and F must
+   *  be multiples of 32. Throws kNotFound / kInvalidFile as host() does for a missing or misshapen
+   *  tensor (U8 ones named with their expected shape), kUnsupported for another dtype, what
+   *  mxfp4_rows_from_ocp throws (a NaN scale) with the module as context. */
+  ExpertBank host_fused_experts(int64_t layer, const std::string& module, int64_t n_expert, int64_t n_ff,
+                                int64_t n_embd);
+
   /** One MoE layer's routed experts as host views: GGUF stacked [E, F, H] tensors (`gguf` base name,
    *  e.g. "ffn_gate_exps") or HF per-expert tensors (`hf` with "{}" for the expert index, e.g.
    *  "mlp.experts.{}.gate_proj"). */
@@ -61,15 +90,24 @@ class WeightLoader {
 
   /** Device memory owned for resident weights (empty on CPU); the model keeps it. */
   std::vector<Buffer> take_storage() { return std::move(storage_); }
+  /** Host copies made by host_f32 / get_f32 / host_fused_experts (the model keeps them). */
+  std::vector<Buffer> take_host_storage() { return std::move(host_storage_); }
 
  private:
   Tensor view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
               WeightKind kind) const;
+  /** host_fused_experts' matrices: F32/F16/BF16 gate_up_proj + down_proj, or MXFP4 *_blocks + *_scales
+   *  (`p`: "model.layers.N.<module>."). */
+  ExpertBank fused_plain_matrices(const std::string& p, int64_t n_expert, int64_t n_ff, int64_t n_embd);
+  ExpertBank fused_mxfp4_matrices(const std::string& p, int64_t n_expert, int64_t n_ff, int64_t n_embd);
+  /** The data of U8 tensor `name` of exactly `shape`; kNotFound / kInvalidFile naming it otherwise. */
+  const uint8_t* u8_tensor(const std::string& name, const std::vector<int64_t>& shape) const;
 
   const Checkpoint& ckpt_;
   Ops& ops_;
   bool gguf_;
   std::vector<Buffer> storage_;
+  std::vector<Buffer> host_storage_;
 };
 
 }  // namespace ft

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/q8_rows.h"
+#include "backend/op_checks.h"
 #include "backend/cpu/simd.h"
 #include "moe/ec12.h"
 #include "util/error.h"
@@ -79,7 +80,7 @@ void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, fl
 
 }  // namespace
 
-bool CpuExpertExecutor::int8_weight(const Tensor& w) { return w.dim(1) % 256 == 0 && cpu::has_q8_dot(w.dtype); }
+bool CpuExpertExecutor::int8_weight(const Tensor& w) { return cpu::has_q8_dot(w.dtype, w.dim(1)); }
 
 CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations)
     : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us), int8_(int8_activations) {
@@ -109,6 +110,15 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   if (bank.up.size() != bank.gate.size() || bank.down.size() != bank.gate.size())
     fail(ErrorCode::kInvalidArgument, "cpu experts: bank has {} gate, {} up, {} down experts", bank.gate.size(),
          bank.up.size(), bank.down.size());
+  op_checks::expert_bank_extras("cpu experts", bank, H);
+  for (const Tensor* b : {&bank.gate_bias, &bank.up_bias, &bank.down_bias})
+    if (!b->empty()) check_host("bank bias", *b);
+  // Biases F32 [E, F] / [E, H] (expert e's at row e) or nullptr; the GLU per bank.glu.
+  const float* gate_bias = bank.gate_bias.empty() ? nullptr : bank.gate_bias.ptr<float>();
+  const float* up_bias = bank.up_bias.empty() ? nullptr : bank.up_bias.ptr<float>();
+  const float* down_bias = bank.down_bias.empty() ? nullptr : bank.down_bias.ptr<float>();
+  const bool oai = bank.glu == ExpertGlu::kSwigluOai;
+  const float alpha = bank.glu_alpha, limit = bank.glu_limit;
   const int32_t* id = ids.ptr<int32_t>();
   const float* wt = weights.ptr<float>();
 
@@ -234,7 +244,19 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       else if (wu) dot_tile(xt, wu, H, nr, uv);
       else stored_dot_tile(xt, up, task.row0, nr, uv);
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
-      for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
+      // As CpuOps::moe_experts: y = dot, then y += bias; then the GLU, written identically.
+      if (gate_bias)
+        for (int64_t i = 0; i < nr; ++i) gv[i] += gate_bias[G.expert * F + task.row0 + i];
+      if (up_bias)
+        for (int64_t i = 0; i < nr; ++i) uv[i] += up_bias[G.expert * F + task.row0 + i];
+      if (oai) {
+        for (int64_t i = 0; i < nr; ++i) {
+          const float g = std::min(gv[i], limit), u = std::clamp(uv[i], -limit, limit);
+          h[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+        }
+      } else {
+        for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
+      }
     }
   };
   auto down = [&](const Task& task, int worker) {
@@ -251,6 +273,8 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
       else if (wd) dot_tile(hp, wd, G.F, nr, yp);
       else stored_dot_tile(hp, dw, task.row0, nr, yp);
+      if (down_bias)
+        for (int64_t i = 0; i < nr; ++i) yp[i] += down_bias[G.expert * H + task.row0 + i];
     }
   };
   pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {

@@ -7,7 +7,7 @@
 //
 // Arithmetic: each weight row is decoded to fp32 (cpu::to_f32: BF16/F16 widening, GGUF blocks via
 // quant/) and dotted with the SIMD kernel of the CPU backend (cpu::dot_rows: AVX-512, AVX2 or
-// scalar, chosen at run time), SwiGLU and the weighted sum in slot order written exactly as in
+// scalar, chosen at run time), biases, the GLU and the weighted sum in slot order written exactly as in
 // CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit. An expert
 // with a single input (decode) is dotted straight from its stored rows where a fused kernel exists
 // (cpu::dot_rows_stored: same bits, no decoded tile written and read back). With int8 activations
@@ -45,12 +45,15 @@ class CpuExpertExecutor {
 
   int n_threads() const { return pool_.size(); }
 
-  /** out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]), e = ids[t, j],
-   *  over the j with ids[t, j] >= 0, in j order. x [T, H] F32 or BF16; ids I32 [T, k]; weights
+  /** out[t] (=|+=) sum_j weights[t, j] * down_e(glu(gate_e x[t], up_e x[t])), e = ids[t, j],
+   *  over the j with ids[t, j] >= 0, in j order; glu per bank.glu (SwiGLU or gpt-oss's clamped
+   *  SwiGLU with bank.glu_alpha / glu_limit), the bank's biases (F32 [E, F] / [E, H] host tensors,
+   *  when given) added to each projection. x [T, H] F32 or BF16; ids I32 [T, k]; weights
    *  F32 [T, k]; out F32 [T, H] (not aliasing x); all host memory. bank: host views, gate/up
    *  [F, H] and down [H, F] in any dtype cpu::to_f32 decodes, or EC12. p.accumulate: add to out instead of
    *  overwriting it. Throws ft::Error(kInvalidArgument) naming the tensor for bad dtypes, shapes,
-   *  devices or an id >= bank.n_expert(); kUnsupported for a weight dtype without a decoder. */
+   *  devices, biases or GLU parameters (op_checks::expert_bank_extras) or an id >= bank.n_expert();
+   *  kUnsupported for a weight dtype without a decoder. */
   void run(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
            const ExpertBank& bank, Tensor out);
 

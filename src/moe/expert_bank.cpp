@@ -227,6 +227,13 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
     L.device = alloc.pin(L.memory);
     append_record_views(L.record, L.base, L.n_expert, Device::kCpu, L.views);
   }
+  // The host views compute as the host bank does: its GLU and its biases (host tensors the model
+  // owns, indexed by expert id; records hold the matrices only).
+  for (size_t l = 0; l < host.size(); ++l) {
+    ExpertBank& v = layers_[l].views;
+    v.glu = host[l].glu, v.glu_alpha = host[l].glu_alpha, v.glu_limit = host[l].glu_limit;
+    v.gate_bias = host[l].gate_bias, v.up_bias = host[l].up_bias, v.down_bias = host[l].down_bias;
+  }
 }
 
 const ExpertBanks::Layer& ExpertBanks::at(int64_t layer) const {

@@ -108,7 +108,9 @@ class ExpertBanks {
   /** Address device kernels read `layer`'s first record at (UVA), nullptr when not pinned for a
    *  device or a dense layer. */
   const void* device_base(int64_t layer) const { return at(layer).device; }
-  /** Host views of `layer`'s experts (the input of CpuOps::moe_experts and the CPU executor). */
+  /** Host views of `layer`'s experts (the input of CpuOps::moe_experts and the CPU executor), with
+   *  the host bank's glu, glu_alpha, glu_limit and bias tensors (which stay the caller's: the
+   *  records hold the matrices only). */
   const ExpertBank& bank(int64_t layer) const { return at(layer).views; }
 
  private:

@@ -7,13 +7,17 @@ namespace ft {
 ResidentExperts::ResidentExperts(Ops& ops, const HostExpertBanks& host) : ops_(ops) {
   for (const ExpertBank& hb : host) {
     ExpertBank b;
-    for (auto [src, dst] : {std::pair{&hb.gate, &b.gate}, std::pair{&hb.up, &b.up}, std::pair{&hb.down, &b.down}}) {
-      for (const Tensor& t : *src) {
-        Buffer storage;
-        dst->push_back(ops.make_resident(t, storage));
-        if (!storage.empty()) storage_.push_back(std::move(storage));
-      }
-    }
+    auto resident = [&](const Tensor& t) {
+      if (t.empty()) return Tensor();
+      Buffer storage;
+      Tensor r = ops.make_resident(t, storage);
+      if (!storage.empty()) storage_.push_back(std::move(storage));
+      return r;
+    };
+    for (auto [src, dst] : {std::pair{&hb.gate, &b.gate}, std::pair{&hb.up, &b.up}, std::pair{&hb.down, &b.down}})
+      for (const Tensor& t : *src) dst->push_back(resident(t));
+    b.glu = hb.glu, b.glu_alpha = hb.glu_alpha, b.glu_limit = hb.glu_limit;
+    b.gate_bias = resident(hb.gate_bias), b.up_bias = resident(hb.up_bias), b.down_bias = resident(hb.down_bias);
     banks_.push_back(std::move(b));
   }
 }

@@ -57,7 +57,8 @@ using HostExpertBanks = std::vector<ExpertBank>;
  *  computed with Ops::moe_experts. */
 class ResidentExperts final : public ExpertCompute {
  public:
-  /** Makes every expert of `host` resident through ops.make_resident. */
+  /** Makes every expert of `host` resident through ops.make_resident, with its biases (the bank's
+   *  GLU carried over). */
   ResidentExperts(Ops& ops, const HostExpertBanks& host);
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
 

@@ -7,17 +7,72 @@
 
 namespace ft {
 
-void SlotBanks::build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device) {
-  banks.clear();
-  bank_of.assign(static_cast<size_t>(src.n_layers()), -1);
-  std::vector<ExpertLayout> layouts;
+const Tensor& expert_bias(const ExpertBank& bank, int j) {
+  return j == 0 ? bank.gate_bias : j == 1 ? bank.up_bias : bank.down_bias;
+}
+
+int64_t SlotBiases::plan(const ExpertBanks& src, int32_t n_slots, float* base) {
+  rows.assign(static_cast<size_t>(src.n_layers()), {nullptr, nullptr, nullptr});
+  std::vector<std::pair<int64_t, int64_t>> arrays[3];  // per kind: (width, offset in floats)
+  int64_t total = 0;
   for (int64_t l = 0; l < src.n_layers(); ++l) {
     if (src.n_expert(l) == 0) continue;
     const ExpertLayout& lay = src.layout(l);
+    for (int j = 0; j < 3; ++j) {
+      if (expert_bias(src.bank(l), j).empty()) continue;
+      const int64_t width = j == 2 ? lay.n_embd : lay.n_ff;
+      auto& kind = arrays[j];
+      auto it = std::find_if(kind.begin(), kind.end(), [&](const auto& a) { return a.first == width; });
+      if (it == kind.end()) {
+        kind.emplace_back(width, total);
+        total += static_cast<int64_t>(n_slots) * width;
+        it = kind.end() - 1;
+      }
+      if (base) rows[static_cast<size_t>(l)][static_cast<size_t>(j)] = base + it->second;
+    }
+  }
+  return total;
+}
+
+namespace {
+
+/** What a slot bank must share with a layer besides the layout: the GLU and which biases it has. */
+struct BankForm {
+  ExpertLayout layout;
+  ExpertGlu glu = ExpertGlu::kSwiglu;
+  float alpha = 0.0f, limit = 0.0f;
+  bool bias[3] = {false, false, false};
+  bool operator==(const BankForm& o) const {
+    return layout == o.layout && glu == o.glu && alpha == o.alpha && limit == o.limit && bias[0] == o.bias[0] &&
+           bias[1] == o.bias[1] && bias[2] == o.bias[2];
+  }
+};
+
+BankForm form_of(const ExpertBanks& src, int64_t l) {
+  const ExpertBank& b = src.bank(l);
+  BankForm f;
+  f.layout = src.layout(l);
+  f.glu = b.glu;
+  if (b.glu == ExpertGlu::kSwigluOai) f.alpha = b.glu_alpha, f.limit = b.glu_limit;
+  for (int j = 0; j < 3; ++j) f.bias[j] = !expert_bias(b, j).empty();
+  return f;
+}
+
+}  // namespace
+
+void SlotBanks::build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device, const SlotBiases& biases,
+                      int32_t first_slot) {
+  banks.clear();
+  bank_of.assign(static_cast<size_t>(src.n_layers()), -1);
+  std::vector<BankForm> forms;
+  for (int64_t l = 0; l < src.n_layers(); ++l) {
+    if (src.n_expert(l) == 0) continue;
+    const BankForm form = form_of(src, l);
+    const ExpertLayout& lay = form.layout;
     size_t i = 0;
-    while (i < layouts.size() && layouts[i] != lay) ++i;
-    if (i == layouts.size()) {
-      layouts.push_back(lay);
+    while (i < forms.size() && !(forms[i] == form)) ++i;
+    if (i == forms.size()) {
+      forms.push_back(form);
       banks.emplace_back();
       ExpertBank& b = banks.back();
       // Every slot viewed with this layout: slot s = pool + s * slot_bytes.
@@ -26,6 +81,19 @@ void SlotBanks::build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, De
         b.gate.push_back(lay.gate(r, device));
         b.up.push_back(lay.up(r, device));
         b.down.push_back(lay.down(r, device));
+      }
+      const ExpertBank& sb = src.bank(l);
+      b.glu = sb.glu, b.glu_alpha = sb.glu_alpha, b.glu_limit = sb.glu_limit;
+      for (int j = 0; j < 3; ++j) {
+        if (!form.bias[j]) continue;
+        const int64_t width = j == 2 ? lay.n_embd : lay.n_ff;
+        float* rows = biases.at(l, j);  // shared by the layers of this form (one width)
+        if (!rows)
+          fail(ErrorCode::kInternal, "expert slots: layer {} has {} biases but the slots keep none", l,
+               j == 0 ? "gate" : j == 1 ? "up" : "down");
+        Tensor view(rows + static_cast<int64_t>(first_slot) * width, DType::F32, {static_cast<int64_t>(n_slots), width},
+                    device);
+        (j == 0 ? b.gate_bias : j == 1 ? b.up_bias : b.down_bias) = view;
       }
     }
     bank_of[static_cast<size_t>(l)] = static_cast<int32_t>(i);
@@ -38,12 +106,14 @@ const ExpertBank& SlotBanks::at(int32_t layer) const {
   return banks[static_cast<size_t>(bank_of[static_cast<size_t>(layer)])];
 }
 
-void ExpertSlots::build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device) {
+void ExpertSlots::build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device,
+                                const SlotBiases& biases) {
   const int32_t E = src.max_experts();
   n_regions_ = n_slots / E >= 2 ? n_slots / E : 0;
   regions_.assign(static_cast<size_t>(n_regions_), SlotBanks{});
   for (int32_t r = 0; r < n_regions_; ++r)
-    regions_[static_cast<size_t>(r)].build(src, pool + static_cast<int64_t>(r) * E * src.slot_bytes(), E, device);
+    regions_[static_cast<size_t>(r)].build(src, pool + static_cast<int64_t>(r) * E * src.slot_bytes(), E, device,
+                                           biases, r * E);
 }
 
 int32_t ExpertSlots::check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const {
@@ -139,8 +209,21 @@ HostExpertSlots::HostExpertSlots(const ExpertBanks& banks, int32_t n_slots, int3
       prefetch_slots_(static_cast<size_t>(cache_.max_pairs())) {
   if (banks.n_moe_layers() == 0) fail(ErrorCode::kInvalidArgument, "expert slots: the model has no routed experts");
   pool_ = allocate_host_pages(static_cast<int64_t>(n_slots) * banks.slot_bytes());
-  slot_banks_.build(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
-  build_regions(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu);
+  bias_pool_ = Buffer::host(std::max<int64_t>(biases_.plan(banks, n_slots, nullptr), 1) * 4);
+  biases_.plan(banks, n_slots, static_cast<float*>(bias_pool_.data()));
+  slot_banks_.build(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu, biases_);
+  build_regions(banks, static_cast<uint8_t*>(pool_.data()), n_slots, Device::kCpu, biases_);
+}
+
+void HostExpertSlots::copy_biases(int32_t layer, int32_t expert, int32_t slot) {
+  const ExpertBank& b = banks_.bank(layer);
+  for (int j = 0; j < 3; ++j) {
+    const Tensor& t = expert_bias(b, j);
+    if (t.empty()) continue;
+    const int64_t width = t.dim(1);
+    std::memcpy(biases_.at(layer, j) + static_cast<int64_t>(slot) * width, t.ptr<float>() + static_cast<int64_t>(expert) * width,
+                static_cast<size_t>(width) * 4);
+  }
 }
 
 void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids,
@@ -167,6 +250,7 @@ void HostExpertSlots::gather_misses() {  // the gather's twin: one copy (or deco
   for (int32_t i = 0; i < cache_.n_misses(); ++i) {
     const CacheMiss& m = cache_.misses()[i];
     banks_.copy_record(m.layer, m.expert, pool + static_cast<int64_t>(m.slot) * banks_.slot_bytes());
+    copy_biases(m.layer, m.expert, m.slot);
   }
 }
 
@@ -175,7 +259,10 @@ void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   ledger_.take_all();
   cache_.claim_region(layer, first, n, banks_.record_bytes(layer));
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
-  for (int32_t e = 0; e < n; ++e) banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * banks_.slot_bytes());
+  for (int32_t e = 0; e < n; ++e) {
+    banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * banks_.slot_bytes());
+    copy_biases(layer, e, first + e);
+  }
 }
 
 std::vector<CacheLayerStats> HostExpertSlots::stats() {

@@ -15,11 +15,19 @@
 // the same kernels as fused. While one layer computes from its region, the next layer streams into
 // another; a caller that takes the regions in turn leaves the last streamed layers cached.
 //
+// Biases (gpt-oss): a slot bank is indexed by slot id, so the experts' biases (ExpertBank::gate_bias,
+// up_bias, down_bias, indexed by the bank's expert index) travel with the experts: every slot has a
+// row of each bias (SlotBiases), written wherever the slot's record is (a miss, a prefetch's miss, a
+// streamed layer), from copies of every expert's biases that the implementation keeps (the CUDA one
+// on the device, uploaded once). The slot and region banks carry the layers' GLU form and views of
+// those rows, so Ops::moe_experts adds the right bias to each pair.
+//
 // Two implementations: the host twin (this file; the CPU build and the reference) and the CUDA one
 // (moe/cuda/moe_cache_slots.cu: device state, admission kernel and UVA gather kernel on the
 // backend's stream, no host synchronisation).
 // C++17-clean: included from CUDA sources.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -30,12 +38,35 @@
 
 namespace ft {
 
-/** Slot banks shared by the implementations: one bank per distinct layer layout over a pool at
- *  `pool` (n_slots records of slot_bytes each) on `device`; bank_of[l] indexes banks (-1 dense). */
+/** Per-slot rows of the experts' biases: a bias array of [n_slots, width] floats per bias kind (gate,
+ *  up, down) and width (a layer's n_ff, or n_embd for down), shared by the layers of that width; row s
+ *  of layer l's array holds the bias of the expert slot s holds while that expert is of a layer of
+ *  this width (a slot holds one expert at a time, and views of one width never see another width's
+ *  rows). */
+struct SlotBiases {
+  /** [n_layers][3]: layer l's array for bias j (0 gate, 1 up, 2 down), or null (none, a dense layer). */
+  std::vector<std::array<float*, 3>> rows;
+  float* at(int64_t layer, int j) const {
+    return layer >= 0 && static_cast<size_t>(layer) < rows.size() ? rows[static_cast<size_t>(layer)][static_cast<size_t>(j)]
+                                                                   : nullptr;
+  }
+  /** Lays the arrays for n_slots slots of src's layers out from `base` (null: only counts) and returns
+   *  the floats they take (0 when no layer has biases). */
+  int64_t plan(const ExpertBanks& src, int32_t n_slots, float* base);
+};
+
+/** Bias j (0 gate, 1 up, 2 down) of a bank, empty when it has none. */
+const Tensor& expert_bias(const ExpertBank& bank, int j);
+
+/** Slot banks shared by the implementations: one bank per distinct layer layout, GLU and set of biases
+ *  over a pool at `pool` (n_slots records of slot_bytes each) on `device`; bank_of[l] indexes banks (-1
+ *  dense). The banks' biases view rows first_slot .. first_slot + n_slots of `biases` (which must hold
+ *  every bias a layer of src has). */
 struct SlotBanks {
   std::vector<ExpertBank> banks;
   std::vector<int32_t> bank_of;
-  void build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
+  void build(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device, const SlotBiases& biases = {},
+             int32_t first_slot = 0);
   const ExpertBank& at(int32_t layer) const;
 };
 
@@ -168,8 +199,10 @@ class ExpertSlots {
   virtual std::vector<CacheMiss> last_misses() = 0;
 
  protected:
-  /** Sets up the regions' banks over `pool` (n_slots slots of src.slot_bytes() on `device`). */
-  void build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device);
+  /** Sets up the regions' banks over `pool` (n_slots slots of src.slot_bytes() on `device`), their
+   *  biases over the slots' rows of `biases`. */
+  void build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device,
+                     const SlotBiases& biases = {});
   /** Checks stream_layer's arguments; returns the region's first slot. */
   int32_t check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const;
 
@@ -204,9 +237,14 @@ class HostExpertSlots final : public ExpertSlots {
   const uint8_t* slot_data(int32_t slot) const;
 
  private:
+  /** Copies the biases of (layer, expert) into slot `slot`'s rows of biases_. */
+  void copy_biases(int32_t layer, int32_t expert, int32_t slot);
+
   const ExpertBanks& banks_;
   ExpertCache cache_;
   Buffer pool_;
+  Buffer bias_pool_;      // the SlotBiases arrays, back to back
+  SlotBiases biases_;
   SlotBanks slot_banks_;
   std::vector<int32_t> prefetch_slots_;  // [max_pairs] the prefetch admission's slot ids (unused)
   PrefetchLedger ledger_;                // spare counts, as the CUDA slots keep them

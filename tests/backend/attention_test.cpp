@@ -1,6 +1,6 @@
 // kv_write + attention over randomly assigned pages: a batch of a prefill chunk, a short chunk
-// continuing a cached sequence and a decode token, with GQA and optional sliding window, against
-// naive attention over contiguous K/V.
+// continuing a cached sequence and a decode token, with GQA, optional sliding window and optional
+// attention sinks (gpt-oss), against naive attention over contiguous K/V.
 #include <algorithm>
 #include <numeric>
 
@@ -37,7 +37,9 @@ TEST_P(AttentionTest, PagedCausalGqaMatchesNaive) {
                                                     arena().alloc(ops().activation_dtype(), {n_pages, page, G, D})};
   Tensor bt = arena().i32(table, {S, max_blocks});
   // Batch builder for position ranges [lo_s, hi_s) of each sequence.
-  auto run = [&](const std::vector<std::pair<int32_t, int32_t>>& ranges, bool attend, int32_t window) {
+  const std::vector<float> sink_logits = random_vec(H, 400, -2, 2);
+  auto run = [&](const std::vector<std::pair<int32_t, int32_t>>& ranges, bool attend, int32_t window,
+                 bool sinks = false) {
     std::vector<int32_t> pos, si, st{0};
     std::vector<float> k, v, q;
     for (int32_t s = 0; s < S; ++s) {
@@ -57,7 +59,9 @@ TEST_P(AttentionTest, PagedCausalGqaMatchesNaive) {
     if (!attend) return;
     Tensor out = arena().alloc(ops().activation_dtype(), {T, H * D});
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    ops().attention({H, G, D, scale, window}, b, arena().act(q, {T, H * D}), kv, out);
+    AttentionParams ap{H, G, D, scale, window};
+    if (sinks) ap.sinks = arena().f32(sink_logits, {H});
+    ops().attention(ap, b, arena().act(q, {T, H * D}), kv, out);
     std::vector<double> want;
     for (int32_t t = 0; t < T; ++t) {
       const int32_t s = si[t], p = pos[t], lo = window > 0 ? std::max(0, p - window + 1) : 0;
@@ -71,7 +75,8 @@ TEST_P(AttentionTest, PagedCausalGqaMatchesNaive) {
           sc.push_back(d * scale);
           mx = std::max(mx, sc.back());
         }
-        double sum = 0;
+        if (sinks) mx = std::max<double>(mx, sink_logits[h]);
+        double sum = sinks ? std::exp(sink_logits[h] - mx) : 0.0;  // joins the denominator, adds no value
         for (double& x : sc) sum += (x = std::exp(x - mx));
         for (int32_t i = 0; i < D; ++i) {
           double o = 0;
@@ -80,7 +85,7 @@ TEST_P(AttentionTest, PagedCausalGqaMatchesNaive) {
         }
       }
     }
-    EXPECT_LT(rel_l2(arena().read(out), want), tol()) << "window " << window;
+    EXPECT_LT(rel_l2(arena().read(out), want), tol()) << "window " << window << " sinks " << sinks;
   };
   // Fill the cached prefixes, then run the mixed batch (with and without a sliding window).
   std::vector<std::pair<int32_t, int32_t>> prefix, step;
@@ -91,6 +96,26 @@ TEST_P(AttentionTest, PagedCausalGqaMatchesNaive) {
   run(prefix, false, 0);
   run(step, true, 0);
   run(step, true, 5);
+  run(step, true, 0, true);
+  run(step, true, 5, true);
+}
+
+TEST_P(AttentionTest, MisshapenSinksAreRejected) {
+  if (GetParam() != "cpu") GTEST_SKIP() << "the shape check is op_checks::attention_sinks, shared";
+  Tensor kc = arena().alloc(DType::F32, {2, 4, 1, 8}), vc = arena().alloc(DType::F32, {2, 4, 1, 8});
+  BatchInfo b{1, 1, 1, 1, arena().i32({0}, {1}), arena().i32({0}, {1}), arena().i32({0, 1}, {2}),
+              arena().i32({0}, {1, 1}), Tensor()};
+  std::vector<float> k(8, 0.0f);
+  ops().kv_write(b, arena().f32(k, {1, 8}), arena().f32(k, {1, 8}), {kc, vc});
+  AttentionParams p{2, 1, 8, 0.35f, 0};
+  p.sinks = arena().f32({0.5f, 0.5f, 0.5f}, {3});  // 3 sinks for 2 heads
+  Tensor out = arena().alloc(DType::F32, {1, 16});
+  try {
+    ops().attention(p, b, arena().f32(std::vector<float>(16, 0.1f), {1, 16}), {kc, vc}, out);
+    ADD_FAILURE() << "3 sinks for 2 heads were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sinks"), std::string::npos) << e.what();
+  }
 }
 
 TEST_P(AttentionTest, BadBlockTableIsRejected) {

@@ -1,5 +1,6 @@
 // moe_route (softmax/sigmoid, with and without top-k renormalisation) and moe_experts (SwiGLU
-// experts, skipped ids, accumulate) against scalar references.
+// experts, skipped ids, accumulate; gpt-oss's clamped SwiGLU with per-expert biases) against scalar
+// references.
 #include <algorithm>
 
 #include "op_harness.h"
@@ -171,6 +172,69 @@ TEST_P(MoeTest, ExpertsWeightedSum) {
     EXPECT_THROW(ops().moe_experts({}, arena().act(x, {T, H}), arena().i32(bad, {T, k}), arena().f32(w, {T, k}), bank,
                                    out),
                  Error);
+  }
+}
+
+TEST_P(MoeTest, ClampedSwigluExpertsWithBiases) {
+  // gpt-oss: gu = W x + b; g = min(gu_g, limit), u = clamp(gu_u, -limit, limit);
+  // h = (u + 1) g sigmoid(alpha g); y = W_d h + b_d. Inputs scaled so that some values clamp.
+  const int64_t H = 32, F = 24, E = 5, k = 2;
+  const float alpha = 1.702f, limit = 1.5f;
+  std::vector<HostWeight> g, u, d;
+  ExpertBank bank;
+  bank.glu = ExpertGlu::kSwigluOai, bank.glu_alpha = alpha, bank.glu_limit = limit;
+  for (int64_t e = 0; e < E; ++e) {
+    g.push_back(make_weight(DType::BF16, {F, H}, 40 + e, 0.6f));
+    u.push_back(make_weight(DType::F32, {F, H}, 50 + e, 0.6f));
+    d.push_back(make_weight(DType::BF16, {H, F}, 60 + e));
+    bank.gate.push_back(arena().weight(g.back()));
+    bank.up.push_back(arena().weight(u.back()));
+    bank.down.push_back(arena().weight(d.back()));
+  }
+  const std::vector<float> gb = random_vec(E * F, 70), ub = random_vec(E * F, 71), db = random_vec(E * H, 72);
+  bank.gate_bias = arena().f32(gb, {E, F}), bank.up_bias = arena().f32(ub, {E, F}), bank.down_bias = arena().f32(db, {E, H});
+  int64_t clamped = 0;
+  for (int64_t T : {1, 9}) {  // one token: the fused stored-row dot; more: decoded tiles
+    std::vector<float> x = random_vec(T * H, 3 + T, -2, 2), w = random_vec(T * k, 4 + T, 0, 1);
+    std::vector<int32_t> ids(T * k);
+    for (int64_t t = 0; t < T; ++t) ids[t * k] = static_cast<int32_t>(t % E), ids[t * k + 1] = static_cast<int32_t>((t + 2) % E);
+    Tensor out = arena().alloc(ops().activation_dtype(), {T, H});
+    ops().moe_experts({}, arena().act(x, {T, H}), arena().i32(ids, {T, k}), arena().f32(w, {T, k}), bank, out);
+    std::vector<double> want(T * H, 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[t * k + j];
+        std::vector<double> hv(F);
+        for (int64_t f = 0; f < F; ++f) {
+          double gs = gb[e * F + f], us = ub[e * F + f];
+          for (int64_t i = 0; i < H; ++i) {
+            gs += static_cast<double>(x[t * H + i]) * g[e].values[f * H + i];
+            us += static_cast<double>(x[t * H + i]) * u[e].values[f * H + i];
+          }
+          clamped += gs > limit || std::abs(us) > limit;
+          gs = std::min<double>(gs, limit), us = std::clamp<double>(us, -limit, limit);
+          hv[f] = (us + 1.0) * gs / (1.0 + std::exp(-alpha * gs));
+        }
+        for (int64_t i = 0; i < H; ++i) {
+          double y = db[e * H + i];
+          for (int64_t f = 0; f < F; ++f) y += hv[f] * d[e].values[i * F + f];
+          want[t * H + i] += w[t * k + j] * y;
+        }
+      }
+    EXPECT_LT(rel_l2(arena().read(out), want), tol()) << "T " << T;
+  }
+  EXPECT_GT(clamped, 0) << "no value reached the clamp: the test does not cover it";
+  if (GetParam() == "cpu") {  // a bias of the wrong width is named
+    ExpertBank bad = bank;
+    bad.up_bias = arena().f32(random_vec(E * (F - 1), 73), {E, F - 1});
+    std::vector<float> x = random_vec(H, 5);
+    try {
+      ops().moe_experts({}, arena().act(x, {1, H}), arena().i32({0, 1}, {1, k}), arena().f32({0.5f, 0.5f}, {1, k}), bad,
+                        arena().alloc(ops().activation_dtype(), {1, H}));
+      ADD_FAILURE() << "a [E, F - 1] up_bias was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("up_bias"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-// Issue 33's GGUF acceptance for glm4_moe, minimax_m2 and deepseek_v3: each HF fixture written as
+// Issue 33's GGUF acceptance for glm4_moe, minimax_m2 and deepseek_v3 (and issue 34's for gpt_oss): each HF fixture written as
 // the GGUF llama.cpp's converter writes (hf_to_gguf.h: llama.cpp's names, keys and tensor types),
 // into a temp dir, then loaded like any GGUF:
 // - BF16 files: the configuration equals the safetensors load's, logits of every prompt position
@@ -13,7 +13,10 @@
 //   near-tied experts at a few positions).
 // - the tokenizer keys (the shared byte-level BPE of shared/fixtures/gguf) encode its
 //   tokenizer_cases.json to the same ids;
-// - a file without a key the architecture needs fails with an ft::Error naming the key.
+// - a file without a key the architecture needs fails with an ft::Error naming the key;
+// - gpt-oss: llama.cpp's names and keys, the per-layer windows from attention.sliding_window_pattern
+//   (default period 2; a bool array or another period read as llama.cpp reads them), and sinks
+//   that take effect.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -71,13 +74,17 @@ struct ExtraTensor {
   std::vector<float> values;
 };
 
-/** Copy of GGUF `file` at `out` (metadata kept): every tensor dequantized to F32 when `to_f32`
- *  (general.file_type then ALL_F32), else stored as is; plus `extra` tensors in F32. */
-void rewrite_gguf(const std::string& file, const std::string& out, bool to_f32, const std::vector<ExtraTensor>& extra = {}) {
+/** Copy of GGUF `file` at `out` (metadata kept, plus `extra_kvs`): every tensor dequantized to F32
+ *  when `to_f32` (general.file_type then ALL_F32), else stored as is; plus `extra` tensors in F32
+ *  (one named like a tensor of the file replaces it). */
+void rewrite_gguf(const std::string& file, const std::string& out, bool to_f32, const std::vector<ExtraTensor>& extra = {},
+                  const std::vector<std::pair<std::string, GgufValue>>& extra_kvs = {}) {
   const GgufReader r(file);
   GgufWriter w;
   for (const GgufKV& kv : r.kvs()) w.add(kv.key, to_f32 && kv.key == "general.file_type" ? GgufValue::u32(0) : kv.value);
+  for (const auto& [key, value] : extra_kvs) w.add(key, value);
   for (const GgufTensor& t : r.tensors()) {
+    if (std::any_of(extra.begin(), extra.end(), [&](const ExtraTensor& e) { return e.name == t.info.name; })) continue;
     if (!to_f32) {
       w.add_tensor(t.info.name, t.info.dtype, t.info.shape, t.info.data, t.info.bytes);
       continue;
@@ -187,8 +194,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ConvertedGguf,
                          ::testing::Values(ConvCase{"glm4_moe", DType::BF16}, ConvCase{"minimax_m2", DType::BF16},
                                            ConvCase{"deepseek_v3", DType::BF16},
                                            ConvCase{"deepseek_v3", DType::BF16, MlaKvB::kFused},
+                                           ConvCase{"gpt_oss", DType::BF16},
                                            ConvCase{"glm4_moe", DType::Q8_0}, ConvCase{"minimax_m2", DType::Q8_0},
-                                           ConvCase{"deepseek_v3", DType::Q8_0}),
+                                           ConvCase{"deepseek_v3", DType::Q8_0}, ConvCase{"gpt_oss", DType::Q8_0}),
                          [](const ::testing::TestParamInfo<ConvCase>& i) { return i.param.label(); });
 
 TEST(ConvertedGgufFile, NamesKeysAndTypesAreLlamaCpps) {
@@ -358,6 +366,72 @@ TEST(ConvertedGgufFile, DeepseekYarnKeysGiveTheSafetensorsLogits) {
               vs_default);
   EXPECT_LE(err, 1e-6);
   EXPECT_GT(vs_default, 1e-3);  // the scaling took effect
+}
+
+TEST(ConvertedGgufFile, GptOssNamesKeysAndLayers) {
+  // gpt_oss.py's file: llama.cpp's names (post_attention_norm, attn_sinks, the router and expert
+  // biases, de-interleaved experts), and the layers' windows from the default pattern (period 2).
+  const ConvCase p{"gpt_oss", DType::BF16};
+  auto ck = open_checkpoint(convert(p, options(p)));
+  const nlohmann::json& m = ck->metadata();
+  EXPECT_EQ(m["general.architecture"], "gpt-oss");
+  EXPECT_EQ(m["gpt-oss.attention.sliding_window"], 8);
+  EXPECT_EQ(m["gpt-oss.expert_feed_forward_length"], 96);
+  EXPECT_FALSE(m.contains("gpt-oss.expert_gating_func"));
+  EXPECT_EQ(ck->get("blk.0.attn_sinks.weight").dtype, DType::F32);
+  EXPECT_EQ(ck->get("blk.0.attn_output.bias").shape, (std::vector<int64_t>{64}));
+  EXPECT_EQ(ck->get("blk.0.ffn_gate_inp.bias").dtype, DType::F32);
+  EXPECT_EQ(ck->get("blk.0.ffn_gate_exps.weight").shape, (std::vector<int64_t>{8, 96, 64}));
+  EXPECT_EQ(ck->get("blk.0.ffn_down_exps.weight").shape, (std::vector<int64_t>{8, 64, 96}));
+  EXPECT_EQ(ck->get("blk.0.ffn_up_exps.bias").shape, (std::vector<int64_t>{8, 96}));
+  EXPECT_EQ(ck->get("blk.0.ffn_down_exps.bias").shape, (std::vector<int64_t>{8, 64}));
+  EXPECT_NE(ck->find("blk.1.post_attention_norm.weight"), nullptr);
+  EXPECT_EQ(ck->find("blk.1.ffn_norm.weight"), nullptr);
+  auto gg = Engine::load(ck->path(), small_engine_options());
+  auto hf = Engine::load(hf_dir(p.name), small_engine_options());
+  for (const ModelConfig* c : {&gg->config(), &hf->config()}) {
+    EXPECT_EQ(c->layer_window, (std::vector<int32_t>{8, 0})) << c->format;
+    EXPECT_TRUE(c->attn_sinks && c->attn_out_bias && c->attn_bias) << c->format;
+    EXPECT_EQ(c->expert_glu, ExpertGlu::kSwigluOai) << c->format;
+    EXPECT_FLOAT_EQ(static_cast<float>(c->swiglu_limit), 7.0f) << c->format;
+    EXPECT_FALSE(c->rope_scaling.truncate) << c->format;
+  }
+}
+
+TEST(ConvertedGgufFile, GptOssWindowPatternAndSinksTakeEffect) {
+  // attention.sliding_window_pattern as llama.cpp reads it (a period, or a bool per layer): the
+  // fixture's own pattern gives the safetensors logits, another does not (the prompts cross the
+  // window of 8); zeroed sinks change them too.
+  const ConvCase p{"gpt_oss", DType::BF16};
+  const std::string file = convert(p, options(p));
+  const RefCase c = read_reference(hf_dir(p.name))[1];  // long: 130 tokens
+  const std::vector<float>& st = safetensors_logits(p.name)[1];
+  const bool same_pattern[] = {true, false};
+  struct Variant {
+    const char* what;
+    std::vector<std::pair<std::string, GgufValue>> kvs;
+    std::vector<ExtraTensor> tensors;
+    bool same;
+  };
+  const std::vector<Variant> variants = {
+      {"pattern [true, false]", {{"gpt-oss.attention.sliding_window_pattern",
+                                  GgufValue::numeric_array(GgufType::BOOL, same_pattern, 2)}}, {}, true},
+      {"period 1 (no sliding layer)", {{"gpt-oss.attention.sliding_window_pattern", GgufValue::u32(1)}}, {}, false},
+      {"period 0 (every layer slides)", {{"gpt-oss.attention.sliding_window_pattern", GgufValue::u32(0)}}, {}, false},
+      {"zero sinks", {}, {{"blk.0.attn_sinks.weight", {4}, std::vector<float>(4, 0.0f)},
+                          {"blk.1.attn_sinks.weight", {4}, std::vector<float>(4, 0.0f)}}, false},
+  };
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    const std::string out = file.substr(0, file.size() - 5) + "-v" + std::to_string(i) + ".gguf";
+    rewrite_gguf(file, out, false, v.tensors, v.kvs);
+    auto engine = Engine::load(out, small_engine_options());
+    const double err = max_row_rel_l2(generate(*engine, {greedy_request(c.input_ids, 1)})[0].prompt_logits, st,
+                                      engine->config().n_vocab);
+    std::printf("[ convert ] gpt-oss %s: rel L2 vs safetensors %.3g\n", v.what, err);
+    if (v.same) EXPECT_LE(err, 1e-6) << v.what;
+    else EXPECT_GT(err, 1e-3) << v.what;
+  }
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ class Source {
   std::set<std::string> left_;
 };
 
-enum class Arch { kDeepseek2, kGlm4Moe, kMinimaxM2 };
+enum class Arch { kDeepseek2, kGlm4Moe, kMinimaxM2, kGptOss };
 
 struct ArchInfo {
   Arch arch;
@@ -126,8 +126,9 @@ ArchInfo arch_of(const json& c, const std::string& dir) {
   if (name == "DeepseekV3ForCausalLM" || name == "DeepseekV2ForCausalLM") return {Arch::kDeepseek2, "deepseek2"};
   if (name == "Glm4MoeForCausalLM") return {Arch::kGlm4Moe, "glm4moe"};
   if (name == "MiniMaxM2ForCausalLM") return {Arch::kMinimaxM2, "minimax-m2"};
+  if (name == "GptOssForCausalLM") return {Arch::kGptOss, "gpt-oss"};
   fail(ErrorCode::kUnsupported, "{}: architecture '{}' is not one this converter writes (DeepseekV3ForCausalLM, "
-       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM)", dir, name);
+       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, GptOssForCausalLM)", dir, name);
 }
 
 // ---- metadata (TextModel.set_gguf_parameters + the model class's) ----
@@ -165,11 +166,13 @@ void write_metadata(Out& o, const json& c, const ArchInfo& ai, int64_t block_cou
   o.u32("expert_used_count", need_int(c, {"num_experts_per_tok"}));
   if (const json* v = find(c, {"n_group"})) o.u32("expert_group_count", v->get<int64_t>());
   if (const json* v = find(c, {"topk_group"})) o.u32("expert_group_used_count", v->get<int64_t>());
-  // All three route with sigmoid scores (their real configs say scoring_func "sigmoid"; the tiny
-  // fixtures' configs leave it out, and glm.py writes SIGMOID unconditionally).
-  if (const json* v = find(c, {"scoring_func"}); v && v->get<std::string>() != "sigmoid")
+  // The three others route with sigmoid scores (their real configs say scoring_func "sigmoid"; the
+  // tiny fixtures' configs leave it out, and glm.py writes SIGMOID unconditionally). gpt-oss.py
+  // writes no gating key (llama.cpp hard-codes its softmax over the selected logits).
+  const bool oss = ai.arch == Arch::kGptOss;
+  if (const json* v = find(c, {"scoring_func"}); !oss && v && v->get<std::string>() != "sigmoid")
     fail(ErrorCode::kUnsupported, "config.json: scoring_func '{}' is not sigmoid", v->get<std::string>());
-  o.u32("expert_gating_func", 2);  // gguf ExpertGatingFuncType.SIGMOID
+  if (!oss) o.u32("expert_gating_func", 2);  // gguf ExpertGatingFuncType.SIGMOID
   const int64_t head_dim = find(c, {"head_dim"}) ? c["head_dim"].get<int64_t>() : need_int(c, {"hidden_size"}) / n_head;
   if (!ds) {
     o.u32("attention.key_length", head_dim);
@@ -179,6 +182,11 @@ void write_metadata(Out& o, const json& c, const ArchInfo& ai, int64_t block_cou
                                            : opt.matrix_type == DType::F32 ? 0 : 32));
   o.kv("general.quantization_version", GgufValue::u32(2));
 
+  if (oss) {  // conversion/gpt_oss.py GptOssModel: expert width = intermediate_size
+    o.u32("attention.sliding_window", need_int(c, {"sliding_window"}));
+    o.u32("expert_feed_forward_length", need_int(c, {"intermediate_size"}));
+    return;
+  }
   if (ai.arch == Arch::kMinimaxM2) {
     o.u32("expert_feed_forward_length", need_int(c, {"intermediate_size"}));
     const json* rd = find(c, {"rotary_dim"});  // llama.cpp requires it; transformers 5 may fold it into the factor
@@ -279,6 +287,7 @@ std::vector<std::pair<std::string, std::string>> layer_names(const std::string& 
       {"mlp.down_proj", "ffn_down"},
       {"mlp.gate", "ffn_gate_inp"},
       {"block_sparse_moe.gate", "ffn_gate_inp"},
+      {"mlp.router", "ffn_gate_inp"},  // gpt-oss (weight and bias)
       {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
       {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
       {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
@@ -291,6 +300,39 @@ std::vector<std::pair<std::string, std::string>> layer_names(const std::string& 
   };
 }
 
+/** gpt-oss's fused experts (gpt_oss.py modify_tensors, BF16 path): gate_up_proj [E, H, 2F]
+ *  transposed to [E, 2F, H] and split into even rows (ffn_gate_exps) and odd rows (ffn_up_exps);
+ *  down_proj [E, F, H] transposed to ffn_down_exps [E, H, F]; the biases split the same way
+ *  (ffn_{gate,up}_exps.bias [E, F], ffn_down_exps.bias [E, H]). */
+template <typename Take>
+void write_fused_experts(Out& o, Take& take, std::vector<int64_t>& shape, const std::string& p, const std::string& b) {
+  const std::vector<float> gu = take(p + "mlp.experts.gate_up_proj");
+  const int64_t E = shape[0], H = shape[1], F = shape[2] / 2;
+  std::vector<float> g(static_cast<size_t>(E * F * H)), u(g.size());
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t f = 0; f < F; ++f)
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t at = static_cast<size_t>((e * F + f) * H + h), from = static_cast<size_t>((e * H + h) * 2 * F + 2 * f);
+        g[at] = gu[from], u[at] = gu[from + 1];
+      }
+  o.tensor(b + "ffn_gate_exps.weight", g, {E, F, H});
+  o.tensor(b + "ffn_up_exps.weight", u, {E, F, H});
+  const std::vector<float> dn = take(p + "mlp.experts.down_proj");  // [E, F, H]
+  std::vector<float> d(dn.size());
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t f = 0; f < F; ++f)
+        d[static_cast<size_t>((e * H + h) * F + f)] = dn[static_cast<size_t>((e * F + f) * H + h)];
+  o.tensor(b + "ffn_down_exps.weight", d, {E, H, F});
+  const std::vector<float> gub = take(p + "mlp.experts.gate_up_proj_bias");  // [E, 2F]
+  std::vector<float> gb(static_cast<size_t>(E * F)), ub(gb.size());
+  for (size_t i = 0; i < gb.size(); ++i) gb[i] = gub[2 * i], ub[i] = gub[2 * i + 1];
+  o.tensor(b + "ffn_gate_exps.bias", gb, {E, F});
+  o.tensor(b + "ffn_up_exps.bias", ub, {E, F});
+  const std::vector<float> db = take(p + "mlp.experts.down_proj_bias");
+  o.tensor(b + "ffn_down_exps.bias", db, {E, H});
+}
+
 /** Layer `l`'s tensors written as block `blk` (blk != l: the stand-in MTP block). */
 void write_layer(Out& o, Source& src, const json& c, const ArchInfo& ai, int64_t l, int64_t blk,
                  const HfToGgufOptions& opt) {
@@ -298,7 +340,8 @@ void write_layer(Out& o, Source& src, const json& c, const ArchInfo& ai, int64_t
   std::vector<int64_t> shape;
   // the stand-in block re-reads layer l, already converted
   auto take = [&](const std::string& name) { return src.take(name, &shape, blk != l); };
-  for (const auto& [hf, gg] : layer_names(ai.arch == Arch::kGlm4Moe ? "post_attention_norm" : "ffn_norm"))
+  const bool post_norm = ai.arch == Arch::kGlm4Moe || ai.arch == Arch::kGptOss;
+  for (const auto& [hf, gg] : layer_names(post_norm ? "post_attention_norm" : "ffn_norm"))
     for (const char* suffix : {"weight", "bias"})
       if (const std::string n = p + hf + "." + suffix; src.has(n)) {
         std::vector<float> v = take(n);
@@ -328,6 +371,11 @@ void write_layer(Out& o, Source& src, const json& c, const ArchInfo& ai, int64_t
       o.tensor(b + "attn_v_b.weight", vb, {nh, vd, R});
     }
   }
+  if (const std::string n = p + "self_attn.sinks"; src.has(n)) {  // gpt_oss.py: sinks -> sinks.weight
+    std::vector<float> v = take(n);
+    o.tensor(b + "attn_sinks.weight", v, shape);
+  }
+  if (src.has(p + "mlp.experts.gate_up_proj")) write_fused_experts(o, take, shape, p, b);
   // Routed experts, stacked [E, rows, cols] (GGUF ne = [cols, rows, E]).
   const bool mm = ai.arch == Arch::kMinimaxM2;
   const std::string ep = mm ? "block_sparse_moe.experts." : "mlp.experts.";

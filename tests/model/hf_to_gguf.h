@@ -19,6 +19,13 @@
 //                                          is blk.N.post_attention_norm)
 //   MiniMaxM2ForCausalLM  -> minimax-m2  (conversion/minimax.py MiniMaxM2Model: expert width =
 //                                          intermediate_size, rope.dimension_count = rotary_dim)
+//   GptOssForCausalLM     -> gpt-oss     (conversion/gpt_oss.py GptOssModel, BF16 experts: gate_up_proj
+//                                          de-interleaved into ffn_gate_exps / ffn_up_exps and transposed
+//                                          output-major, down_proj transposed, their biases split alike
+//                                          (2-D biases take the matrix type); self_attn.sinks ->
+//                                          attn_sinks.weight; post_attention_norm; expert width =
+//                                          intermediate_size; attention.sliding_window, no pattern key
+//                                          (llama.cpp's default period 2); no gating key)
 // No Q/K permutation applies to these architectures (llama.cpp runs them with NeoX RoPE, and
 // DeepSeek's rope_interleave as normal-mode RoPE on the unpermuted rows).
 #include <set>
@@ -59,7 +66,7 @@ struct HfToGgufResult {
   int64_t block_count = 0;
 };
 
-/** Converts the HF folder `hf_dir` (config.json `architectures[0]` one of the three above,
+/** Converts the HF folder `hf_dir` (config.json `architectures[0]` one of the four above,
  *  model.safetensors with F32/F16/BF16 tensors) into the GGUF file `out_path`. Every tensor of the
  *  checkpoint must map to a GGUF name (DeepSeek MTP layers are dropped, as llama.cpp drops them).
  *  Throws ft::Error: kUnsupported for another architecture or matrix type, kInvalidFile naming a

@@ -1,6 +1,6 @@
 // CpuExpertExecutor against the CPU backend's moe_experts on the same inputs: bit-identical for
-// plain and GGUF weight types, batch sizes, skipped pairs, accumulation, BF16 activations and any
-// thread count; the thread pool on its own, sleeping or polling between jobs; argument errors.
+// plain and GGUF weight types, batch sizes, skipped pairs, accumulation, BF16 activations, any
+// thread count and gpt-oss's clamped SwiGLU with biases; the thread pool on its own, sleeping or polling between jobs; argument errors.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -84,6 +84,63 @@ TEST(CpuExpertExecutor, EqualsCpuBackendBitForBit) {
   }
   EXPECT_GT(three.experts_computed(), 0);
   EXPECT_GT(three.pairs_computed(), three.experts_computed());
+}
+
+// gpt-oss's experts: clamped SwiGLU and per-expert biases, bit-identical to the CPU backend (as
+// its header promises), directly, through ExpertBanks' host views (which carry the host bank's GLU
+// and biases) and through ResidentExperts.
+TEST(CpuExpertExecutor, ClampedSwigluWithBiasesEqualsCpuBackendBitForBit) {
+  const Case cases[] = {{DType::BF16, DType::BF16, 48, 64}, {DType::Q8_0, DType::Q8_0, 64, 96},
+                        {DType::Q4_K, DType::Q8_0, 64, 256}};
+  CpuOps ops(1);
+  CpuExpertExecutor one(1), three(3);
+  auto alloc = make_host_allocator();
+  uint32_t seed = 300;
+  for (const Case& c : cases) {
+    const int32_t E = 6, k = 2;
+    SyntheticExperts s;
+    s.add_layer(E, c.F, c.H, c.gate_up, c.down, seed++);
+    ExpertBank& bank = s.banks[0];
+    // Large biases and a small limit, so that both clamps bite.
+    std::vector<float> gb = random_floats(static_cast<size_t>(E * c.F), seed++, -2.0f, 2.0f),
+                       ub = random_floats(gb.size(), seed++, -2.0f, 2.0f),
+                       db = random_floats(static_cast<size_t>(E * c.H), seed++);
+    bank.glu = ExpertGlu::kSwigluOai, bank.glu_alpha = 1.702f, bank.glu_limit = 1.25f;
+    bank.gate_bias = Tensor(gb.data(), DType::F32, {E, c.F});
+    bank.up_bias = Tensor(ub.data(), DType::F32, {E, c.F});
+    bank.down_bias = Tensor(db.data(), DType::F32, {E, c.H});
+    ExpertBanks banks(s.banks, *alloc, 2);
+    const ExpertBank& views = banks.bank(0);
+    EXPECT_EQ(views.glu, ExpertGlu::kSwigluOai);
+    EXPECT_EQ(views.glu_limit, 1.25f);
+    EXPECT_EQ(views.up_bias.data, bank.up_bias.data);
+    ResidentExperts resident(ops, s.banks);
+    for (int64_t T : {1, 5, 40}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(c.gate_up) << "/" << dtype_name(c.down) << " T " << T);
+      std::mt19937 rng(seed++);
+      std::vector<int32_t> ids = random_routes(T, k, E, 0.5, rng);
+      if (T > 1) ids[1] = -1;  // a pair the GPU computes
+      std::vector<float> w = random_floats(ids.size(), seed++, 0.0f, 1.0f);
+      std::vector<float> x = random_floats(static_cast<size_t>(T * c.H), seed++);
+      Tensor tx(x.data(), DType::F32, {T, c.H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+      std::vector<float> want(x.size()), got1(x.size()), got3(x.size()), got_banks(x.size()), got_res(x.size());
+      ops.moe_experts({}, tx, ti, tw, bank, Tensor(want.data(), DType::F32, {T, c.H}));
+      one.run({}, tx, ti, tw, bank, Tensor(got1.data(), DType::F32, {T, c.H}));
+      three.run({}, tx, ti, tw, bank, Tensor(got3.data(), DType::F32, {T, c.H}));
+      three.run({}, tx, ti, tw, views, Tensor(got_banks.data(), DType::F32, {T, c.H}));
+      resident.compute(0, tx, ti, tw, Tensor(got_res.data(), DType::F32, {T, c.H}));
+      EXPECT_EQ(std::memcmp(got1.data(), want.data(), want.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(got3.data(), want.data(), want.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(got_banks.data(), want.data(), want.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(got_res.data(), want.data(), want.size() * 4), 0);
+      // The GLU and the biases took effect: plain SwiGLU without biases gives other values.
+      ExpertBank plain = bank;
+      plain.glu = ExpertGlu::kSwiglu, plain.gate_bias = plain.up_bias = plain.down_bias = Tensor();
+      std::vector<float> other(x.size());
+      ops.moe_experts({}, tx, ti, tw, plain, Tensor(other.data(), DType::F32, {T, c.H}));
+      EXPECT_NE(std::memcmp(other.data(), want.data(), want.size() * 4), 0);
+    }
+  }
 }
 
 // EC12 banks (moe/ec12.h) decode to the BF16 they code: the executor's result is the BF16 bank's,

@@ -363,7 +363,6 @@ TEST(BenchCli, BadRequestsExitWithCode2) {
     }
     return r;
   };
-  refused("--model-preset gpt-oss-20b --dummy-weights --device cpu", "not supported");
   refused("--model-preset qwen3-30b-a3b --device cpu", "--dummy-weights");
   refused("--model-preset tiny-moe --dummy-weights --batch 1,x --device cpu");
   refused("--model-preset tiny-moe --dummy-weights --weight-type iq2_xxs --device cpu", "Q4_K");

@@ -100,7 +100,7 @@ TEST(GptOssPresets, SyntheticLayoutHasMxfp4ExpertsAndLlamaCppNames) {
   // MXFP4 (17 bytes a 32-block) experts: 128 x 3 x 2880 x 2880 x 17 / 32 bytes a layer.
   const int64_t expert_bytes = 128LL * 3 * 2880 * 2880 / 32 * 17;
   EXPECT_GT(l.bytes, 2 * expert_bytes);
-  EXPECT_LT(l.bytes, 2 * expert_bytes + (int64_t{2} << 30));
+  EXPECT_LT(l.bytes, 2 * expert_bytes + (int64_t{5} << 29));  // + BF16 embedding, output, attention
 
   SyntheticSpec q = spec_of("gpt-oss-120b", DType::Q8_0, 1);
   q.expert_type = DType::Q4_K;
@@ -144,7 +144,7 @@ TEST(GptOssPresets, TinyPresetSurvivesAGgufRoundTrip) {
 }
 
 TEST(GptOssPresets, BenchRunsTheTinyPresetOnTheCpu) {
-  for (const char* strategy : {"fused", "hybrid --moe-cache-slots 8"}) {
+  for (const char* strategy : {"fused", "hybrid --moe-cache-slots 16"}) {
     const Result r = run_ft(std::string("bench --model-preset tiny-gpt-oss --dummy-weights --json --device cpu "
                                         "--prompt-tokens 24 --gen-tokens 4 --batch 1,2 --copy-mib 8 --threads 1 "
                                         "--moe-strategy ") + strategy);

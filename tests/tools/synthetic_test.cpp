@@ -95,19 +95,6 @@ TEST(ModelPresets, UnknownAndUnsupportedPresetsAreRejectedByName) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("qwen3-30b-a3b"), std::string::npos);
   }
-  for (const char* name : {"gpt-oss-20b", "gpt-oss-120b"}) {
-    SyntheticSpec s = tiny(DType::F32);
-    s.preset = name;
-    try {
-      SyntheticCheckpoint c(s);
-      FAIL() << name;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << name;
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find(name), std::string::npos) << msg;
-      EXPECT_NE(msg.find("qwen3-30b-a3b, qwen3-235b-a22b, mixtral-8x7b"), std::string::npos) << msg;
-    }
-  }
   SyntheticSpec bad = tiny(DType::IQ2_XXS);
   EXPECT_THROW(SyntheticCheckpoint{bad}, Error);
   EXPECT_THROW(parse_synthetic_weight_type("q3_xyz"), Error);

@@ -1,12 +1,14 @@
 // attention: causal GQA attention of the batch's queries over the paged KV cache (CPU backend).
 // One work item per (token, query head): scores over the sequence's keys in position order, fp32
-// max-subtracted softmax, weighted sum of values. Independent of what else is in the batch.
+// max-subtracted softmax (with the head's sink logit in the denominator when p.sinks is set),
+// weighted sum of values. Independent of what else is in the batch.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "backend/cpu/simd.h"
 #include "util/error.h"
 
@@ -28,6 +30,9 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
     fail(ErrorCode::kInvalidArgument, "attention: q {} must be [{}, {}] (tokens, n_head x head_dim)", q.str(), T, H * D);
   if (kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D)
     fail(ErrorCode::kInvalidArgument, "attention: kv.k {} must be [pages, page_size, {}, {}]", kv.k.str(), G, D);
+  op_checks::attention_sinks("attention", p);
+  if (!p.sinks.empty()) cpu::check_cpu("attention", "sinks", p.sinks);
+  const float* sinks = p.sinks.empty() ? nullptr : p.sinks.ptr<float>();
   const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), W = G * D;
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
@@ -61,7 +66,8 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
       scores[static_cast<size_t>(j - lo)] = s;
       mx = std::max(mx, s);
     }
-    float sum = 0.0f;
+    if (sinks) mx = std::max(mx, sinks[h]);
+    float sum = sinks ? std::exp(sinks[h] - mx) : 0.0f;  // the sink: in the denominator, no value
     for (int64_t j = lo; j <= hi; ++j) {
       float& s = scores[static_cast<size_t>(j - lo)];
       s = std::exp(s - mx);

@@ -1,5 +1,6 @@
 // Stored weight rows on the CPU: to_f32 (every stored type to float32) and the fused decode + dot
-// (dot_rows_stored) for BF16 and the hot GGUF block types, on the AVX-512 and AVX2 levels. Decoding
+// (dot_rows_stored) for BF16 and the hot GGUF block types (Q4_K, Q6_K, Q8_0, MXFP4), on the AVX-512
+// and AVX2 levels. Decoding
 // follows quant/'s scalar dequantizers operation for operation, so the floats are the same bit for
 // bit (this file is compiled with -ffp-contract=off).
 #include "backend/cpu/simd.h"
@@ -51,9 +52,9 @@ __attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t* s, float* 
 // (AVX-512) and group8() (AVX2) decode group g of its elements, kGroup16 vectors of 16 or kGroup8 of
 // 8 in element order (a group is what one load of quant bytes serves), following
 // quant/'s scalar dequantizer (ggml-quants.c dequantize_row_*) operation for operation: Q4_K
-// y = (d * sc) * q - (dmin * m), Q6_K y = (d * sc) * q, Q8_0 y = q * d. This file is compiled with
-// -ffp-contract=off, so a product and a difference stay two roundings and the floats equal
-// quant::dequantize_row's bit for bit (tested on every level). One decoder and one fused dot per
+// y = (d * sc) * q - (dmin * m), Q6_K y = (d * sc) * q, Q8_0 y = q * d, MXFP4 y = kv[q] * d. This
+// file is compiled with -ffp-contract=off, so a product and a difference stay two roundings and
+// the floats equal quant::dequantize_row's bit for bit (tested on every level). One decoder and one fused dot per
 // SIMD level serve every kernel class. The expert executor and the float matmul decode every
 // weight row through them: the scalar Q4_K decoder cost 3.4x the dot product itself there (perf, CPU
 // strategy, q4_k), and the scalar Q6_K path ran at 0.7 GB/s per core. ----
@@ -182,6 +183,56 @@ struct Q6_KRows {
     const __m256 d = _mm256_set1_ps(p.ds[c]);
     out[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
     out[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))));
+  }
+};
+
+/** E8M0 exponent byte -> 2^(e - 127) / 2, as quant/'s MXFP4 dequantizer (ggml-impl.h
+ *  ggml_e8m0_to_fp32_half) forms it: the half compensates kvalues_mxfp4 being E2M1 times two. */
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+/** MXFP4 (ggml block_mxfp4; OCP MX v1.0 E2M1 elements with an E8M0 scale): blocks of 32, scale byte
+ *  e then 16 bytes, element j in the low nibble of qs[j] and element j + 16 in its high nibble;
+ *  y = kvalues_mxfp4[q] * e8m0_half(e), one rounding (exact: the table holds small integers and
+ *  the scale is a power of two). */
+struct MXFP4Rows {
+  static constexpr int64_t kElems = 32, kBytes = sizeof(quant::BlockMXFP4);
+  struct Prep {
+    float d;
+  };
+  static Prep prep(const uint8_t* blk) { return {e8m0_half(blk[0])}; }
+  static constexpr int kGroup16 = 2, kGroup8 = 4;  // a group is one block
+  /** The 16 low and the 16 high nibbles of the block's quant bytes. */
+  __attribute__((target("avx2"))) static void nibbles(const uint8_t* blk, __m128i& lo, __m128i& hi) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + offsetof(quant::BlockMXFP4, qs)));
+    lo = _mm_and_si128(q, _mm_set1_epi8(0x0f));
+    hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+  }
+  /** The block's 16 possible values kvalues_mxfp4[c] * d (each formed as the scalar decoder forms
+   *  it), then an element is a vpermps lookup. */
+  __attribute__((target("avx512f,avx2"))) static void group16(const uint8_t* blk, const Prep& p, int, __m512* out) {
+    const __m512 kv = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m512 table = _mm512_mul_ps(kv, _mm512_set1_ps(p.d));
+    __m128i lo, hi;
+    nibbles(blk, lo, hi);
+    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(lo), table);
+    out[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(hi), table);
+  }
+  /** The int8 values kvalues_mxfp4[c] by vpshufb, widened and scaled. */
+  __attribute__((target("avx2"))) static void group8(const uint8_t* blk, const Prep& p, int, __m256* out) {
+    const __m128i kv = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    __m128i lo, hi;
+    nibbles(blk, lo, hi);
+    const __m128i v[2] = {_mm_shuffle_epi8(kv, lo), _mm_shuffle_epi8(kv, hi)};
+    const __m256 d = _mm256_set1_ps(p.d);
+    for (int i = 0; i < 2; ++i) {
+      out[2 * i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v[i])), d);
+      out[2 * i + 1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v[i], 8))), d);
+    }
   }
 };
 
@@ -325,12 +376,14 @@ __attribute__((target("avx2,fma"))) void dot_blocks_avx2(const float* x, const u
 using StoredDotFn = void (*)(const float*, const uint8_t*, int64_t, int64_t, float*);
 #define FT_STORED_DOTS(F) {F<1>, F<2>, F<3>, F<4>}
 #define FT_BLOCK_DOTS(D, K) {D<K, 1>, D<K, 2>, D<K, 3>, D<K, 4>}
-// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0, Q6_K][rows - 1]
-const StoredDotFn kStoredDots[2][4][4] = {
+// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0, Q6_K, MXFP4][rows - 1]
+const StoredDotFn kStoredDots[2][5][4] = {
     {FT_STORED_DOTS(dot_bf16_avx2), FT_BLOCK_DOTS(dot_blocks_avx2, Q4_KRows),
-     FT_BLOCK_DOTS(dot_blocks_avx2, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx2, Q6_KRows)},
+     FT_BLOCK_DOTS(dot_blocks_avx2, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx2, Q6_KRows),
+     FT_BLOCK_DOTS(dot_blocks_avx2, MXFP4Rows)},
     {FT_STORED_DOTS(dot_bf16_avx512), FT_BLOCK_DOTS(dot_blocks_avx512, Q4_KRows),
-     FT_BLOCK_DOTS(dot_blocks_avx512, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx512, Q6_KRows)}};
+     FT_BLOCK_DOTS(dot_blocks_avx512, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx512, Q6_KRows),
+     FT_BLOCK_DOTS(dot_blocks_avx512, MXFP4Rows)}};
 #undef FT_BLOCK_DOTS
 #undef FT_STORED_DOTS
 
@@ -341,6 +394,7 @@ int stored_dot_type(DType type) {
     case DType::Q4_K: return 1;
     case DType::Q8_0: return 2;
     case DType::Q6_K: return 3;
+    case DType::MXFP4: return 4;
     default: return -1;
   }
 }
@@ -377,8 +431,9 @@ void to_f32(DType type, const void* src, float* dst, int64_t n) {
       return;
     case DType::Q4_K:
     case DType::Q6_K:
-    case DType::Q8_0: {
-      const int64_t bs = type == DType::Q8_0 ? 32 : 256;
+    case DType::Q8_0:
+    case DType::MXFP4: {
+      const int64_t bs = dtype_info(type).block_size;
       if (simd_level_id() == SimdLevel::kScalar || n % bs != 0) return dequantize_row(type, src, dst, n);  // it names bad counts
       const auto* s = static_cast<const uint8_t*>(src);
       const bool wide = simd_level_id() == SimdLevel::kAvx512;
@@ -386,6 +441,8 @@ void to_f32(DType type, const void* src, float* dst, int64_t n) {
         return wide ? decode_blocks_avx512<Q4_KRows>(s, dst, n / bs) : decode_blocks_avx2<Q4_KRows>(s, dst, n / bs);
       if (type == DType::Q6_K)
         return wide ? decode_blocks_avx512<Q6_KRows>(s, dst, n / bs) : decode_blocks_avx2<Q6_KRows>(s, dst, n / bs);
+      if (type == DType::MXFP4)
+        return wide ? decode_blocks_avx512<MXFP4Rows>(s, dst, n / bs) : decode_blocks_avx2<MXFP4Rows>(s, dst, n / bs);
       return wide ? decode_blocks_avx512<Q8_0Rows>(s, dst, n / bs) : decode_blocks_avx2<Q8_0Rows>(s, dst, n / bs);
     }
     default: dequantize_row(type, src, dst, n);

@@ -1,12 +1,15 @@
-// moe_experts: routed expert FFNs (SwiGLU) and their weighted sum (CPU backend). Tokens are grouped
-// by expert; each expert runs gate/up, SwiGLU and down over its gathered rows with the shared
-// matmul kernel; every (token, slot) result is kept and summed per token in slot order, so the
-// output does not depend on which other tokens share the batch.
+// moe_experts: routed expert FFNs (SwiGLU, or gpt-oss's clamped SwiGLU, with optional per-expert
+// biases) and their weighted sum (CPU backend). Tokens are grouped by expert; each expert runs
+// gate/up (+ bias), the GLU and down (+ bias) over its gathered rows with the shared matmul kernel;
+// every (token, slot) result is kept and summed per token in slot order, so the output does not
+// depend on which other tokens share the batch. moe/cpu_expert_executor.cpp writes the same
+// arithmetic (bit-identical results).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "util/error.h"
 
 namespace ft {
@@ -25,6 +28,9 @@ void CpuOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tenso
   if (bank.up.size() != bank.gate.size() || bank.down.size() != bank.gate.size())
     fail(ErrorCode::kInvalidArgument, "moe_experts: bank has {} gate, {} up, {} down experts", bank.gate.size(),
          bank.up.size(), bank.down.size());
+  op_checks::expert_bank_extras("moe_experts", bank, H);
+  for (const Tensor* b : {&bank.gate_bias, &bank.up_bias, &bank.down_bias})
+    if (!b->empty()) cpu::check_cpu("moe_experts", "bank bias", *b);
   const int32_t* id = ids.ptr<int32_t>();
   const float* wt = weights.ptr<float>();
   // Group (token, slot) pairs by expert, in token order.
@@ -72,11 +78,20 @@ void CpuOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tenso
     for (int64_t r = 0; r < n; ++r)
       std::memcpy(xg + r * H, x.ptr<float>() + (moe_index_[static_cast<size_t>(b + r)] / k) * H,
                   static_cast<size_t>(H) * 4);
-    cpu::matmul_f32(xg, n, H, g, Tensor(), gb, F, n_threads_);
-    cpu::matmul_f32(xg, n, H, bank.up[static_cast<size_t>(e)], Tensor(), ub, F, n_threads_);
-    for (int64_t i = 0; i < n * F; ++i) gb[i] = gb[i] / (1.0f + std::exp(-gb[i])) * ub[i];
+    auto bias_row = [&](const Tensor& bias) { return bias.empty() ? Tensor() : bias.index(e); };
+    cpu::matmul_f32(xg, n, H, g, bias_row(bank.gate_bias), gb, F, n_threads_);
+    cpu::matmul_f32(xg, n, H, bank.up[static_cast<size_t>(e)], bias_row(bank.up_bias), ub, F, n_threads_);
+    if (bank.glu == ExpertGlu::kSwigluOai) {
+      const float alpha = bank.glu_alpha, limit = bank.glu_limit;
+      for (int64_t i = 0; i < n * F; ++i) {
+        const float gv = std::min(gb[i], limit), uv = std::clamp(ub[i], -limit, limit);
+        gb[i] = (uv + 1.0f) * (gv / (1.0f + std::exp(-alpha * gv)));
+      }
+    } else {
+      for (int64_t i = 0; i < n * F; ++i) gb[i] = gb[i] / (1.0f + std::exp(-gb[i])) * ub[i];
+    }
     // down: results land in the pair slots directly (row stride H, rows scattered) via a gather copy.
-    cpu::matmul_f32(gb, n, F, bank.down[static_cast<size_t>(e)], Tensor(), xg, H, n_threads_);
+    cpu::matmul_f32(gb, n, F, bank.down[static_cast<size_t>(e)], bias_row(bank.down_bias), xg, H, n_threads_);
     for (int64_t r = 0; r < n; ++r)
       std::memcpy(ypair + static_cast<int64_t>(moe_index_[static_cast<size_t>(b + r)]) * H, xg + r * H,
                   static_cast<size_t>(H) * 4);

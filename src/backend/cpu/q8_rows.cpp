@@ -1,5 +1,6 @@
 #include "backend/cpu/q8_rows.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -143,10 +144,94 @@ FT_VNNI_TARGET void dot_vnni(const Q8Row& x, const uint8_t* w, int64_t rb, float
   for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(accm[r]);
 }
 
+/** MXFP4 against int8 rows (the int8 scheme of ggml-cpu quants.c ggml_vec_dot_mxfp4_q8_0, with two
+ *  activation terms). Per chunk of 4 weight blocks (128 elements, within one 256-element activation
+ *  block; a row's last chunk may hold 1 to 3, the others read as zeros): the 16 quant bytes of
+ *  block k in 128-bit lane k; their low nibbles (elements 0..15 of each block) and high nibbles
+ *  (16..31) looked up (vpshufb) as the magnitudes |kvalues_mxfp4| = 2|E2M1| (u8, 0..12), the E2M1
+ *  sign bit (bit 3) moved onto the activations (negated under a mask; |q| <= 127, so no overflow);
+ *  vpdpbusd sums 4 products a lane (at most 4 * 12 * 127 a term and nibble half), so lane group k
+ *  of the int32 sums is block k. Converted to float (the q2 term divided by 254) and scaled per lane
+ *  group by d_x * e8m0_half(e_k). */
+struct Mxfp4Vnni {
+  static constexpr int64_t kChunk = 128, kBytes = sizeof(quant::BlockMXFP4);
+  /** The chunk's activations of term t: xl[t] holds elements 0..15 of blocks 0..3 in its lanes, xh[t]
+   *  elements 16..31 (a vshufi64x2 of two 64-element loads; `nblk` < 4 loads zeros past the row). */
+  FT_VNNI_TARGET static void activations(const Q8Row& x, int64_t base, int64_t nblk, __m512i (&xl)[2], __m512i (&xh)[2]) {
+    const __mmask64 m0 = nblk >= 2 ? ~__mmask64{0} : __mmask64{0xffffffff};
+    const __mmask64 m1 = nblk == 4 ? ~__mmask64{0} : nblk == 3 ? __mmask64{0xffffffff} : __mmask64{0};
+    for (int t = 0; t < 2; ++t) {
+      const int8_t* q = (t == 0 ? x.q1 : x.q2) + base;
+      const __m512i a = _mm512_maskz_loadu_epi8(m0, q), b = _mm512_maskz_loadu_epi8(m1, q + 64);
+      xl[t] = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+      xh[t] = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+  }
+  /** acc += the chunk of blocks at `blk` (4, or nblk < 4 when !kFull: the others read as zeros)
+   *  dotted with xl, xh, scaled by dx * e8m0_half(e_k). */
+  template <bool kFull>
+  FT_VNNI_TARGET static void chunk(const uint8_t* blk, int64_t nblk, const __m512i (&xl)[2], const __m512i (&xh)[2],
+                                   __m128 dx, __m512& acc) {
+    const __m512i mag = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
+    const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+    const auto q = [&](int k) {
+      return kFull || k < nblk ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + k * kBytes + 1)) : _mm_setzero_si128();
+    };
+    const auto e = [&](int k) { return kFull || k < nblk ? int{blk[k * kBytes]} : 0; };
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q(0)), q(1), 1)),
+                                         _mm256_inserti128_si256(_mm256_castsi128_si256(q(2)), q(3), 1), 1);
+    const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    const __mmask64 neg_lo = _mm512_test_epi8_mask(v, _mm512_set1_epi8(0x08));
+    const __mmask64 neg_hi = _mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+    const __m512i wl = _mm512_shuffle_epi8(mag, lo), wh = _mm512_shuffle_epi8(mag, hi);
+    __m512i a[2];
+    for (int t = 0; t < 2; ++t) {
+      const __m512i sl = _mm512_mask_sub_epi8(xl[t], neg_lo, zero, xl[t]);
+      const __m512i sh = _mm512_mask_sub_epi8(xh[t], neg_hi, zero, xh[t]);
+      a[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, wl, sl), wh, sh);
+    }
+    // e8m0_half of the 4 scale bytes: e < 2 -> 0x00200000 << e, else (e - 1) << 23.
+    const __m128i ev = _mm_setr_epi32(e(0), e(1), e(2), e(3));
+    const __m128i big = _mm_slli_epi32(_mm_sub_epi32(ev, _mm_set1_epi32(1)), 23);
+    const __m128i small = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), ev);
+    const __m128i half = _mm_blendv_epi8(small, big, _mm_cmpgt_epi32(ev, _mm_set1_epi32(1)));
+    const __m512i lane_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512 sv = _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(_mm_mul_ps(dx, _mm_castsi128_ps(half))));
+    const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), _mm512_set1_ps(1.0f / 254.0f), _mm512_cvtepi32_ps(a[0]));
+    acc = _mm512_fmadd_ps(f, sv, acc);
+  }
+};
+
+/** RR MXFP4 rows against x (Mxfp4Vnni): per chunk, x's terms loaded once for all rows and the next
+ *  RR rows prefetched. */
+template <int RR>
+FT_VNNI_TARGET void dot_mxfp4_vnni(const Q8Row& x, const uint8_t* w, int64_t rb, float* out) {
+  using K = Mxfp4Vnni;
+  __m512 acc[RR];
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  const int64_t full = x.n / K::kChunk;
+  __m512i xl[2], xh[2];
+  for (int64_t c = 0; c < full; ++c) {
+    const int64_t base = c * K::kChunk, off = (base / kSub) * K::kBytes;  // the chunk's first block in a row
+    K::activations(x, base, 4, xl, xh);
+    prefetch_next(w + RR * rb, off * RR, 4 * K::kBytes * RR);
+    const __m128 dx = _mm_set1_ps(x.d[base / kBlock]);
+    for (int r = 0; r < RR; ++r) K::chunk<true>(w + r * rb + off, 4, xl, xh, dx, acc[r]);
+  }
+  if (const int64_t nblk = (x.n - full * K::kChunk) / kSub; nblk > 0) {  // 1 to 3 blocks
+    const int64_t base = full * K::kChunk, off = (base / kSub) * K::kBytes;
+    K::activations(x, base, nblk, xl, xh);
+    const __m128 dx = _mm_set1_ps(x.d[base / kBlock]);
+    for (int r = 0; r < RR; ++r) K::chunk<false>(w + r * rb + off, nblk, xl, xh, dx, acc[r]);
+  }
+  for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 using Q8DotFn = void (*)(const Q8Row&, const uint8_t*, int64_t, float*);
 #define FT_VNNI_DOTS(K) {dot_vnni<K, 1>, dot_vnni<K, 2>, dot_vnni<K, 3>, dot_vnni<K, 4>}
 const Q8DotFn kQ4KDots[4] = FT_VNNI_DOTS(Q4KVnni);
 const Q8DotFn kQ6KDots[4] = FT_VNNI_DOTS(Q6KVnni);
+const Q8DotFn kMxfp4Dots[4] = {dot_mxfp4_vnni<1>, dot_mxfp4_vnni<2>, dot_mxfp4_vnni<3>, dot_mxfp4_vnni<4>};
 #undef FT_VNNI_DOTS
 #undef FT_VNNI_TARGET
 
@@ -158,19 +243,19 @@ bool vnni() {
   return v;
 }
 
-/** One 256-element block of quantize_q8_row, scalar: the same q1, q2 and d as the AVX-512 form
- *  (IEEE division, one rounding per operation: the file is compiled with -ffp-contract=off, and
- *  nearbyint rounds half to even as vroundscaleps does); 16-element sums in element order, each
- *  32-element sum the sum of its two halves'. */
-void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sums, float* sums16) {
+/** One block of quantize_q8_row (len elements: 256, or 32 .. 224 for a row's last block), scalar:
+ *  the same q1, q2 and d as the AVX-512 form (IEEE division, one rounding per operation: the file is
+ *  compiled with -ffp-contract=off, and nearbyint rounds half to even as vroundscaleps does);
+ *  16-element sums in element order, each 32-element sum the sum of its two halves'. */
+void quantize_block(const float* x, int64_t len, int8_t* q1, int8_t* q2, float* d, float* sums, float* sums16) {
   float amax = 0.0f;
   bool finite = true;
-  for (int64_t i = 0; i < kBlock; ++i) amax = std::fmax(amax, std::fabs(x[i])), finite = finite && std::isfinite(x[i]);
+  for (int64_t i = 0; i < len; ++i) amax = std::fmax(amax, std::fabs(x[i])), finite = finite && std::isfinite(x[i]);
   const float db = amax / 127.0f;
   const bool live = db > 0.0f && finite;
   *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
   const bool fine = std::isfinite(254.0f / db);  // false below ~1e-36: q1 alone (both forms)
-  for (int g = 0; g < kBlock / kSub16; ++g) {
+  for (int g = 0; g < len / kSub16; ++g) {
     float s = 0.0f;
     for (int64_t t = g * kSub16; t < (g + 1) * kSub16; ++t) {
       int8_t a = 0, c = 0;
@@ -183,7 +268,7 @@ void quantize_block(const float* x, int8_t* q1, int8_t* q2, float* d, float* sum
     }
     sums16[g] = finite ? s : *d;
   }
-  for (int j = 0; j < kBlock / kSub; ++j) sums[j] = sums16[2 * j] + sums16[2 * j + 1];
+  for (int j = 0; j < len / kSub; ++j) sums[j] = sums16[2 * j] + sums16[2 * j + 1];
 }
 
 /** round(v) clamped to [-127, 127] on 16 lanes (NaN lanes: 0), as int8. */
@@ -196,13 +281,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m128i round_clamp1
 
 /** quantize_block on AVX-512, 16 lanes (one 16-element group) at a time; each group's sum by
  *  _mm512_reduce_add_ps. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(const float* x, int8_t* q1,
-                                                                                int8_t* q2, float* d, float* sums,
-                                                                                float* sums16) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(const float* x, int64_t len,
+                                                                                int8_t* q1, int8_t* q2, float* d,
+                                                                                float* sums, float* sums16) {
   __m512 m = _mm512_setzero_ps();
   __mmask16 nan = 0;
   // vmaxps returns its second operand when either is NaN, so a NaN lane leaves m as it was (as fmax).
-  for (int64_t i = 0; i < kBlock; i += 16) {
+  for (int64_t i = 0; i < len; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     m = _mm512_max_ps(_mm512_abs_ps(v), m);
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
@@ -213,7 +298,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
   *d = finite ? (live ? db : 0.0f) : std::numeric_limits<float>::quiet_NaN();
   const __m512 vd = _mm512_set1_ps(db), vr = _mm512_set1_ps(254.0f / db), inv254 = _mm512_set1_ps(1.0f / 254.0f);
   const bool fine = std::isfinite(254.0f / db);  // false below ~1e-36: q1 alone (as the scalar form)
-  for (int g = 0; g < kBlock / kSub16; ++g) {
+  for (int g = 0; g < len / kSub16; ++g) {
     const int64_t t = g * kSub16;
     if (!live) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q1 + t), _mm_setzero_si128());
@@ -230,42 +315,53 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_block_avx512(
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q2 + t), c);
     sums16[g] = _mm512_reduce_add_ps(_mm512_mul_ps(vd, _mm512_add_ps(af, _mm512_mul_ps(cf, inv254))));
   }
-  for (int j = 0; j < kBlock / kSub; ++j) sums[j] = sums16[2 * j] + sums16[2 * j + 1];
+  for (int j = 0; j < len / kSub; ++j) sums[j] = sums16[2 * j] + sums16[2 * j + 1];
 }
 
 }  // namespace
 
-int64_t q8_row_bytes(int64_t n) { return 2 * n + (n / kBlock) * 4 + (n / kSub) * 4 + (n / kSub16) * 4; }
+int64_t q8_row_bytes(int64_t n) {
+  return 2 * n + ((n + kBlock - 1) / kBlock) * 4 + (n / kSub) * 4 + (n / kSub16) * 4;
+}
 
 Q8Row quantize_q8_row(const float* x, int64_t n, void* buf) {
-  if (n <= 0 || n % kBlock != 0)
-    fail(ErrorCode::kInvalidArgument, "quantize_q8_row: {} elements are not whole blocks of {}", n, kBlock);
+  if (n <= 0 || n % kSub != 0)
+    fail(ErrorCode::kInvalidArgument,
+         "quantize_q8_row: {} elements are not a positive multiple of {} (blocks of {}, the last one may be shorter)",
+         n, kSub, kBlock);
   auto* base = static_cast<uint8_t*>(buf);
   auto* q1 = reinterpret_cast<int8_t*>(base);
   auto* q2 = q1 + n;
   auto* d = reinterpret_cast<float*>(base + 2 * n);
-  float* sums = d + n / kBlock;
+  float* sums = d + (n + kBlock - 1) / kBlock;
   float* sums16 = sums + n / kSub;
   const bool wide = simd_level_id() == SimdLevel::kAvx512;
-  for (int64_t b = 0; b < n / kBlock; ++b) {
+  for (int64_t b = 0; b * kBlock < n; ++b) {
     int8_t *b1 = q1 + b * kBlock, *b2 = q2 + b * kBlock;
-    if (wide) quantize_block_avx512(x + b * kBlock, b1, b2, d + b, sums + 8 * b, sums16 + 16 * b);
-    else quantize_block(x + b * kBlock, b1, b2, d + b, sums + 8 * b, sums16 + 16 * b);
+    const int64_t len = std::min(kBlock, n - b * kBlock);
+    if (wide) quantize_block_avx512(x + b * kBlock, len, b1, b2, d + b, sums + 8 * b, sums16 + 16 * b);
+    else quantize_block(x + b * kBlock, len, b1, b2, d + b, sums + 8 * b, sums16 + 16 * b);
   }
   return Q8Row{q1, q2, d, sums, sums16, n};
 }
 
 bool has_q8_dot(DType type) {
-  return (type == DType::Q4_K || type == DType::Q6_K) && simd_level_id() == SimdLevel::kAvx512 && vnni();
+  return (type == DType::Q4_K || type == DType::Q6_K || type == DType::MXFP4) &&
+         simd_level_id() == SimdLevel::kAvx512 && vnni();
+}
+
+bool has_q8_dot(DType type, int64_t n) {
+  return has_q8_dot(type) && n > 0 && n % kSub == 0 && n % dtype_info(type).block_size == 0;
 }
 
 void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, int rows, float* out) {
   FT_CHECK(rows >= 1 && rows <= 4);
-  FT_CHECK(x.n > 0 && x.n % kBlock == 0 && row_bytes >= dtype_bytes(type, x.n));
   if (!has_q8_dot(type))
     fail(ErrorCode::kUnsupported, "dot_rows_q8: no int8 kernel for {} on this machine (SIMD level {})", dtype_name(type),
          simd_level());
-  (type == DType::Q4_K ? kQ4KDots : kQ6KDots)[rows - 1](x, static_cast<const uint8_t*>(w), row_bytes, out);
+  FT_CHECK(has_q8_dot(type, x.n) && row_bytes >= dtype_bytes(type, x.n));
+  const Q8DotFn* fns = type == DType::Q4_K ? kQ4KDots : type == DType::Q6_K ? kQ6KDots : kMxfp4Dots;
+  fns[rows - 1](x, static_cast<const uint8_t*>(w), row_bytes, out);
 }
 
 }  // namespace ft::cpu

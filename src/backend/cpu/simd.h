@@ -24,12 +24,12 @@ void dot_tile(const float* x, int64_t ldx, int tokens, const float* w, int64_t l
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out);
 
 /** Converts `n` stored elements of `type` at `src` to float32: F32 copy, F16/BF16 exact widening,
- *  block types through quant/ dequantize_row (Q4_K, Q6_K, Q8_0 through SIMD decoders that give the
- *  same floats). Throws kUnsupported for a type without a dequantizer. */
+ *  block types through quant/ dequantize_row (Q4_K, Q6_K, Q8_0, MXFP4 through SIMD decoders that give
+ *  the same floats). Throws kUnsupported for a type without a dequantizer. */
 void to_f32(DType type, const void* src, float* dst, int64_t n);
 
 /** Whether dot_rows_stored has a fused kernel for `type` on this machine's level (AVX-512 and AVX2:
- *  BF16, Q4_K, Q6_K, Q8_0; none for scalar). */
+ *  BF16, Q4_K, Q6_K, Q8_0, MXFP4; none for scalar). */
 bool has_fused_dot(DType type);
 
 /** out[r] = sum_i x[i] * w_r[i] for r < rows (1..4), w_r being row r of n elements of `type` stored

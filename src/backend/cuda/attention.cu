@@ -1,7 +1,11 @@
 // attention: causal GQA attention of the batch's queries over the paged KV cache (after kv_write).
 // q, out [T, n_head * head_dim] F32 or BF16; kv pages [n_pages, page_size, n_head_kv, head_dim]
 // F32 or BF16; head_dim <= 256. Query t (sequence s, position p) attends to s's keys at positions
-// max(0, p - window + 1) .. p. fp32 scores and online softmax (flash-attention recurrence).
+// max(0, p - window + 1) .. p. fp32 scores and online softmax (flash-attention recurrence). With
+// AttentionParams::sinks each query head's sink logit joins the softmax's denominator once, where its
+// row is normalised (the merge of the splits when the keys are split; attention_sink.cuh). No kernel
+// reads a key below a query's window: a KV page wholly below the window of every query of the batch
+// for its sequence is never touched (its page-table entry included), so such pages may be released.
 //
 // One kernel serves prefill and decode. A block owns up to 16 query rows = nt consecutive tokens x
 // hc query heads of one kv head g, and one split of the key range; it streams the keys in tiles of
@@ -23,6 +27,7 @@
 #include "backend/op_checks.h"
 #include "backend/cuda/attention_args.h"
 #include "backend/cuda/attention_decode.h"
+#include "backend/cuda/attention_sink.cuh"
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
     if (r >= rows || row_t[r] < 0) continue;
     const int64_t qrow = static_cast<int64_t>(row_t[r]) * a.H + row_h[r];
     if (!a.use_part) {
-      const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
+      const float inv = a.sinks ? sink_scale(m[rr], l[rr], a.sinks[row_h[r]]) : l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
 #pragma unroll
       for (int i = 0; i < DPL; ++i) {
         const int d = lane + 32 * i;
@@ -250,9 +255,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
 /** Merges the split partials of each (token, head): one block per query row, over the splits that
  *  hold any of its keys (the first pos / split_len + 1; later ones were never written). The split
  *  weights exp(m_s - M) and the total L go through shared memory; then each thread sums its head
- *  dims over the splits (independent loads, so they overlap instead of queueing one by one). */
+ *  dims over the splits (independent loads, so they overlap instead of queueing one by one). With
+ *  sinks (F32 [H], or null) the head's sink joins M and L here, once. */
 __global__ void attention_combine_kernel(const float* part, int n_split_all, int64_t rows, int D, const int32_t* pos,
-                                         int H, int split_len, void* out, bool out_f32) {
+                                         int H, int split_len, const float* sinks, void* out, bool out_f32) {
   extern __shared__ float wsplit[];  // [n_split]
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
@@ -261,6 +267,8 @@ __global__ void attention_combine_kernel(const float* part, int n_split_all, int
   float mx = -INFINITY;
   for (int s = threadIdx.x; s < n_split; s += blockDim.x) mx = fmaxf(mx, part[(s * rows + r) * (D + 2)]);
   mx = block_max(mx, red);
+  const float sink = sinks ? sinks[r % H] : -INFINITY;
+  if (sinks) mx = fmaxf(mx, sink);
   float l = 0.0f;
   for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
     const float* pp = part + (s * rows + r) * (D + 2);
@@ -269,6 +277,7 @@ __global__ void attention_combine_kernel(const float* part, int n_split_all, int
     l += w * pp[1];
   }
   l = block_sum(l, red);  // its barriers also publish wsplit[]
+  if (sinks) l += __expf(sink - mx);  // no value: the denominator only
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.0f;
@@ -314,7 +323,10 @@ AttnTensors attention_tensors(const char* op, const AttentionParams& p, const Ba
     fail(ErrorCode::kInvalidArgument, "{}: q {} must be [{}, {}] (tokens, n_head x head_dim)", op, q.str(), T, H * D);
   if (kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D)
     fail(ErrorCode::kInvalidArgument, "{}: kv.k {} must be [pages, page_size, {}, {}]", op, kv.k.str(), G, D);
+  op_checks::attention_sinks(op, p);
+  if (!p.sinks.empty()) check_dev(op, "sinks", p.sinks);
   AttnTensors tensors;
+  tensors.sinks = p.sinks.empty() ? nullptr : p.sinks.ptr<float>();
   tensors.q = q.data, tensors.q_code = float_code(op, "q", q.dtype);
   tensors.out = out.data, tensors.out_f32 = out.dtype == DType::F32;
   tensors.k = kv.k.data, tensors.v = kv.v.data, tensors.kv_f32 = kv.k.dtype == DType::F32;
@@ -451,7 +463,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     // weights rounded up to whole float4s: the unrolled merge loop reads them four at a time
     const size_t wbytes = static_cast<size_t>((a.n_split + 3) / 4 * 4) * 4;
     cuda::attention_combine_kernel<<<static_cast<unsigned>(rows), 128, wbytes, stream_>>>(
-        a.part, a.n_split, rows, a.D, a.pos, a.H, a.split_len, out.data, a.out_f32);
+        a.part, a.n_split, rows, a.D, a.pos, a.H, a.split_len, a.sinks, out.data, a.out_f32);
     FT_CUDA_LAUNCH_CHECK();
   }
 }

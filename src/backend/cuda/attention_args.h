@@ -18,6 +18,9 @@ struct AttnTensors {
   int H = 0, G = 0, D = 0;
   float scale = 0.0f;
   int window = 0;            // > 0: sliding window
+  /** F32 [H] per query head, or null: the head's sink logit joins the softmax's denominator once
+   *  (AttentionParams::sinks; not scaled, natural-log units) and contributes no value. */
+  const float* sinks = nullptr;
   int64_t page_size = 0, n_pages = 0;
   const int32_t* pos = nullptr;  // [T]
   const int32_t* seq = nullptr;  // [T]

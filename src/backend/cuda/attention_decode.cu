@@ -35,6 +35,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/attention_sink.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/pdl.cuh"
@@ -226,7 +227,7 @@ __device__ void cluster_merge(const AttnDecodeArgs& a, float* sm, int64_t t, int
         acc[2] = fmaf(w, o.z, acc[2]), acc[3] = fmaf(w, o.w, acc[3]);
         L = fmaf(w, ps[1], L);
       }
-      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+      const float inv = a.sinks ? sink_scale(M, L, a.sinks[g * GROUP + h]) : L > 0.0f ? 1.0f / L : 0.0f;
       const float y[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
       store_out4(a, (t * a.H + g * GROUP + h) * D + d, y);
     }
@@ -499,8 +500,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       L = fmaf(sc, st[1], L);
     }
     const int64_t row = t * a.H + g * GROUP + h;
-    if (n_active == 1) {  // the whole range in this block: the output itself
-      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    if (n_active == 1) {  // the whole range in this block: the output itself (the sink joins here)
+      const float inv = a.sinks ? sink_scale(M, L, a.sinks[g * GROUP + h]) : L > 0.0f ? 1.0f / L : 0.0f;
       const float y[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
       store_out4(a, row * D + d, y);
       continue;
@@ -547,7 +548,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
       L = fmaf(w, lsum[h * a.n_split + s], L);
     }
     L = warp_sum(L);
-    if (lane == 0) tot[h] = L > 0.0f ? 1.0f / L : 0.0f;
+    if (lane == 0) tot[h] = a.sinks ? sink_scale(M, L, a.sinks[g * GROUP + h]) : L > 0.0f ? 1.0f / L : 0.0f;
   }
   __syncthreads();
   constexpr int kSlots = (GROUP * DPL + 15) / 16;  // float4 slices per thread: GROUP * D / 4 over 128 threads
@@ -586,20 +587,23 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 
 template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
-  if (a.fused) FT_CHECK(a.D == 32 * DPL);
+  // The fused kernel needs head_dim 32 * DPL with DPL 4 or 8 (attention_decode_fuses): none for 2.
+  constexpr bool kFusable = DPL >= 4;
+  FT_CHECK(!a.fused || (kFusable && a.D == 32 * DPL));
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
   // the warps' states, later the merge's split weights and totals; in cluster mode the block's partial after them
   const size_t smem = static_cast<size_t>(partial_offset(GROUP, a.D, a.n_split) + (a.cluster ? GROUP * (a.D + 4) : 0)) * 4;
-  if (a.cluster) {
-    FT_CHECK(a.n_split == kDecodeClusterSplits);
-    opt_in_nonportable_cluster(a.fused ? attention_decode_kernel<DPL, GROUP, true>
-                                       : attention_decode_kernel<DPL, GROUP, false>);
-  }
   const dim3 cluster(1, 1, a.cluster ? kDecodeClusterSplits : 1);
-  if (a.fused)
-    launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, true>, grid, cluster, dim3(kDecWarps * 32), smem, s, a);
-  else
-    launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false>, grid, cluster, dim3(kDecWarps * 32), smem, s, a);
+  if (a.cluster) FT_CHECK(a.n_split == kDecodeClusterSplits);
+  if constexpr (kFusable) {
+    if (a.fused) {
+      if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, true>);
+      return launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, true>, grid, cluster, dim3(kDecWarps * 32), smem,
+                                s, a);
+    }
+  }
+  if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, false>);
+  launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false>, grid, cluster, dim3(kDecWarps * 32), smem, s, a);
 }
 
 /** Query heads per block (GROUP): 2 of a larger group for one token, so a group of 8 takes 4 blocks
@@ -658,7 +662,10 @@ int decode_splits(int64_t T, int64_t capacity) {
 
 void launch_attention_decode(const AttnDecodeArgs& a, cudaStream_t stream) {
   FT_CHECK(a.D % 4 == 0);
-  if (a.D <= 128) launch_group<4>(a, stream);
+  // head_dim <= 64 (gpt-oss): 2 dims a lane, so the whole warp holds the head (4 dims a lane left half
+  // of it idle and doubled each lane's products)
+  if (a.D <= 64) launch_group<2>(a, stream);
+  else if (a.D <= 128) launch_group<4>(a, stream);
   else launch_group<8>(a, stream);
 }
 

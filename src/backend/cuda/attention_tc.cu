@@ -13,9 +13,13 @@
 // registers, P is re-packed from the S accumulators as the next A operand. Tokens of different
 // sequences in one block are handled as consecutive runs (rows outside the run are masked).
 // Precision: Q, K, V and P rounded to bf16 (~3e-3 relative), sums in fp32.
+// Sinks (AttentionParams::sinks): the head's sink logit joins each row's denominator at the end
+// (attention_sink.cuh). Keys below the run's lowest window start are never loaded (a key tile that
+// starts below it loads zeros there), so KV pages wholly below the window are not read.
 // Bytes moved: per block, the K and V of its keys once; q and out once.
 #include <cstdint>
 
+#include "backend/cuda/attention_sink.cuh"
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
@@ -89,7 +93,7 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
       if (threadIdx.x < kKeys) {
         const int64_t j = j0 + threadIdx.x;
         int64_t off = -1;
-        if (j <= hi) {
+        if (j >= lo && j <= hi) {  // keys before lo: masked for every row, and their page may be gone
           const int64_t blk = j / a.page_size;
           const int64_t page = blk < a.max_blocks ? table[blk] : -1;
           if (page >= 0 && page < a.n_pages) off = ((page * a.page_size + j % a.page_size) * a.G + g) * D;
@@ -189,7 +193,11 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  if (a.sinks) {  // the head's sink in base 2, as the logits
+    const float sk = a.sinks[h] * kLog2e;
+    inv0 = sink_scale2(m0, l0, sk), inv1 = sink_scale2(m1, l1, sk);
+  }
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
     const int d = n * 8 + tig * 2;

@@ -40,10 +40,13 @@ __device__ __forceinline__ float load_any(const void* p, int dtype_code, int64_t
 
 // ---- vector loads of activations ------------------------------------------------------------
 
-/** Loads N (4, 8, 16 or 32) bf16 activations at p (aligned to min(16, 2N) bytes) as floats. */
+/** Loads N (2, 4, 8, 16 or 32) bf16 activations at p (aligned to min(16, 2N) bytes) as floats. */
 template <int N>
 __device__ __forceinline__ void load_x(const bf16* p, float* v) {
-  if constexpr (N % 8 == 0) {
+  if constexpr (N == 2) {
+    const uint32_t u = __ldg(reinterpret_cast<const unsigned int*>(p));
+    v[0] = __uint_as_float(u << 16), v[1] = __uint_as_float(u & 0xffff0000u);
+  } else if constexpr (N % 8 == 0) {
 #pragma unroll
     for (int i = 0; i < N / 8; ++i) {
       const uint4 u = __ldg(reinterpret_cast<const uint4*>(p) + i);
@@ -62,13 +65,19 @@ __device__ __forceinline__ void load_x(const bf16* p, float* v) {
   }
 }
 
-/** Loads N (multiple of 4) f32 activations at p (16-byte aligned). */
+/** Loads N (2, or a multiple of 4) f32 activations at p (aligned to 8 or 16 bytes). */
 template <int N>
 __device__ __forceinline__ void load_x(const float* p, float* v) {
+  static_assert(N == 2 || N % 4 == 0, "load_x: N must be 2 or a multiple of 4");
+  if constexpr (N == 2) {
+    const float2 f = __ldg(reinterpret_cast<const float2*>(p));
+    v[0] = f.x, v[1] = f.y;
+  } else {
 #pragma unroll
-  for (int i = 0; i < N / 4; ++i) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(p) + i);
-    v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    for (int i = 0; i < N / 4; ++i) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(p) + i);
+      v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 // + N * MAXT outputs. Included by the per-type-family instantiation files gemv_*.cu only.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/expert_glu.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -62,11 +63,25 @@ __device__ __forceinline__ void gemv_enter(const GemvArgs& a) {
   pdl_enter();
 }
 
-/** Stores y[yrow, n] = dot + bias, or silu(dot) * dot_b for a GLU pair, in y's dtype (F32 or BF16). */
+/** Expert mode: adds problem p's expert biases at row n (GemvArgs::ebias_a to dot, with GLU ebias_b to
+ *  dot_b); nothing without them. p must be a problem whose id is in [0, n_expert), n < N. */
+template <bool GLU>
+__device__ __forceinline__ void add_expert_bias(const GemvArgs& a, int64_t p, int64_t n, float& dot, float& dot_b) {
+  if (!a.ebias_a && !a.ebias_b) return;
+  const int64_t o = static_cast<int64_t>(a.ids[p]) * a.N + n;
+  if (a.ebias_a) dot += a.ebias_a[o];
+  if constexpr (GLU) {
+    if (a.ebias_b) dot_b += a.ebias_b[o];
+  }
+}
+
+/** Stores y[yrow, n] = dot + bias, or glu(dot, dot_b) for a GLU pair (GemvArgs::glu_kind), in y's
+ *  dtype (F32 or BF16); in expert mode (yrow = the problem) the expert's biases first. */
 template <bool GLU>
 __device__ __forceinline__ void gemv_store(const GemvArgs& a, float dot, float dot_b, int64_t yrow, int64_t n) {
+  add_expert_bias<GLU>(a, yrow, n, dot, dot_b);
   float v = dot + (a.bias ? load_any(a.bias, a.bias_code, n) : 0.0f);
-  if constexpr (GLU) v = silu(dot) * dot_b;
+  if constexpr (GLU) v = expert_glu(a.glu_kind, a.glu_alpha, a.glu_limit, dot, dot_b);
   const int64_t o = yrow * a.ldy + n;
   if (a.y_f32) static_cast<float*>(a.y)[o] = v;
   else static_cast<bf16*>(a.y)[o] = __float2bfloat16_rn(v);
@@ -203,6 +218,7 @@ __global__ void __launch_bounds__(COMBINE ? kCombineMaxSlots * 32 : kGemvWarps *
     if constexpr (COMBINE) {
       __shared__ float red[kCombineMaxSlots];
       acc[0] = warp_sum(acc[0]);
+      if (used) add_expert_bias<false>(a, p, n, acc[0], acc[0]);  // down_bias: y = dot + b before the weighted sum
       if (lane == 0) red[warp] = acc[0];
       __syncthreads();
       gemv_combine_store(a, red, 1, blockIdx.y, n);

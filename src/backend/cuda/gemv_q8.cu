@@ -350,7 +350,9 @@ __global__ void __launch_bounds__(lanes_max_threads(OUT), lanes_min_blocks(OUT))
       // quantize_q8_kernel would quantize it from there: the same bytes, one launch fewer.
       __shared__ float hs[32];
       if (li == 0) {
-        const float v = silu(acc) * accb;
+        float g = acc, u = accb;
+        add_expert_bias<true>(a, p, n, g, u);  // n < N: N % 32 == 0 here
+        const float v = expert_glu(a.glu_kind, a.glu_alpha, a.glu_limit, g, u);
         hs[n & 31] = a.y_f32 ? v : __bfloat162float(__float2bfloat16_rn(v));
       }
       __syncthreads();
@@ -361,7 +363,10 @@ __global__ void __launch_bounds__(lanes_max_threads(OUT), lanes_min_blocks(OUT))
     } else {
       // The combine's sum (moe_experts.cu, moe_combine_kernel) for the block's rows: slots in order.
       __shared__ float red[kCombineMaxSlots * kRows];  // [slot][row]
-      if (li == 0) red[warp * kRows + lane / L] = acc;
+      if (li == 0) {  // the expert's down_bias first: y = dot + b, as the kY store
+        if (used && valid) add_expert_bias<false>(a, p, n, acc, acc);
+        red[warp * kRows + lane / L] = acc;
+      }
       __syncthreads();
       gemv_combine_store(a, red, kRows, blockIdx.y, row_block * kRows);
       return;  // one round: p_step covers every problem

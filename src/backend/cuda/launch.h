@@ -14,7 +14,7 @@ namespace ft::cuda {
  *    and writes the same rows of y;
  *  - expert mode (table != nullptr): weight = table[ids[p] * 3 + col_a] (an expert of a bank), one
  *    activation row x[p / x_div], output row y[p]; problems whose id is outside [0, n_expert) write
- *    nothing. With glu, y = silu(x Wa^T) * (x Wb^T), Wb = table[ids[p] * 3 + col_b].
+ *    nothing. With glu, y = glu(x Wa^T, x Wb^T) (silu(a) * b by default; glu_kind), Wb = table[ids[p] * 3 + col_b].
  *  x is BF16 (or F32 with x_f32) with row stride ldx (elements); y is F32 or BF16 with row stride ldy; bias (plain mode)
  *  is F32/F16/BF16 (bias_code 0/1/2) or null. */
 struct GemvArgs {
@@ -34,6 +34,14 @@ struct GemvArgs {
   int64_t ldy = 0;
   const void* bias = nullptr;
   int bias_code = 0;
+  /** Expert mode: per-expert F32 biases [n_expert, N], row ids[p] (ExpertBank::gate_bias ...), added
+   *  to the products before the GLU (ebias_a to x Wa^T, ebias_b to x Wb^T), or to y without GLU
+   *  (ebias_a); null: none. Every output mode adds them (y, q8_out, combine_out). */
+  const float* ebias_a = nullptr;
+  const float* ebias_b = nullptr;
+  /** The GLU of glu mode (expert_glu.cuh: kGluSwiglu, or kGluSwigluOai with glu_alpha, glu_limit). */
+  int glu_kind = 0;
+  float glu_alpha = 1.702f, glu_limit = 7.0f;
   /** Device scratch of gemv_q8_scratch_bytes(activation rows, K) bytes for the integer-dot path
    *  (Q4_0/Q8_0/Q4_K/Q6_K); null keeps the float decoder. */
   void* q8 = nullptr;
@@ -84,6 +92,12 @@ void launch_gemv_q8(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_p
  *  w rows of `row_bytes` bytes holding K elements of `wt`; out F32 or BF16 with row stride ldo. */
 void launch_dequant_rows(DType wt, const void* w, int64_t row_bytes, int64_t K, const int32_t* ids, int64_t V,
                          int64_t row0, int64_t n_rows, void* out, DType out_dtype, int64_t ldo, cudaStream_t stream);
+
+/** The GLU of moe_experts' unfused paths in place (moe_glu.cu): g[i] = expert_glu(kind, alpha, limit,
+ *  g[i], u[i]) over n elements of dtype dt (F32 or BF16; the biases were added by the projections).
+ *  Throws kInternal on a launch error. */
+void launch_moe_glu(void* g, const void* u, DType dt, int64_t n, int kind, float alpha, float limit,
+                    cudaStream_t stream);
 
 /** Elementwise dtype conversion between F32/F16/BF16 device arrays of n elements. */
 void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, cudaStream_t stream);

@@ -1,5 +1,9 @@
 // moe_experts: routed expert FFNs and their weighted sum,
-//   out[t] (=|+=) sum_j weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = ids[t, j].
+//   out[t] (=|+=) sum_j weights[t, j] * (down_e glu(gate_e x[t] + bg_e, up_e x[t] + bu_e) + bd_e),  e = ids[t, j],
+// glu per bank.glu (SwiGLU, or gpt-oss's clamped SwiGLU: expert_glu.cuh), the biases bank.gate_bias,
+// up_bias [E, F] and down_bias [E, H] (F32 on the device, row e = the bank's expert e, i.e. the id the
+// call gets: a slot id for a cache's slot bank) or absent. Every path adds them where the products
+// are formed (the GEMV and grouped GEMM epilogues, matmul_raw's bias), so no launch is added for them.
 // x, out [T, H] F32 or BF16; ids I32 [T, k] (ids outside [0, E) are skipped: another executor owns
 // them; the CPU backend throws for ids >= E); weights F32 [T, k]; bank experts gate/up [F, H] and
 // down [H, F], each kind in one cuda_weight_type for all experts.
@@ -22,10 +26,12 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/expert_glu.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/moe_grouped_gemm.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda_factory.h"
+#include "backend/op_checks.h"
 
 namespace ft {
 namespace cuda {
@@ -112,25 +118,14 @@ __global__ void moe_gather_kernel(const T* x, int64_t H, int k, const int32_t* o
   }
 }
 
-template <typename T>
-__global__ void swiglu_inplace_kernel(T* g, const T* u, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    g[i] = from_f<T>(silu(to_f(g[i])) * to_f(u[i]));
-}
-
-/** g = silu(g) * u over n elements of dtype `dt` (F32 or BF16). */
-void launch_swiglu_inplace(void* g, const void* u, DType dt, int64_t n, cudaStream_t s) {
-  if (dt == DType::F32)
-    swiglu_inplace_kernel<<<grid_1d(n, 256), 256, 0, s>>>(static_cast<float*>(g), static_cast<const float*>(u), n);
-  else
-    swiglu_inplace_kernel<<<grid_1d(n, 256), 256, 0, s>>>(static_cast<bf16*>(g), static_cast<const bf16*>(u), n);
-  FT_CUDA_LAUNCH_CHECK();
-}
-
 struct BankShape {
   int64_t F = 0;
   DType gate = DType::F32, up = DType::F32, down = DType::F32;
+  int glu = kGluSwiglu;  // expert_glu.cuh
+  float alpha = 1.702f, limit = 7.0f;
+  const float* gate_bias = nullptr;  // [E, F] or null
+  const float* up_bias = nullptr;    // [E, F] or null
+  const float* down_bias = nullptr;  // [E, H] or null
 };
 
 BankShape check_bank(const ExpertBank& bank, int64_t H) {
@@ -158,6 +153,19 @@ BankShape check_bank(const ExpertBank& bank, int64_t H) {
   for (DType t : {s.gate, s.up, s.down})
     if (!cuda_weight_type(t))
       fail(ErrorCode::kUnsupported, "moe_experts: expert weight dtype {} has no CUDA kernel", dtype_name(t));
+  op_checks::expert_bank_extras("moe_experts", bank, H);  // the GLU's fields, the biases' dtype and shapes
+  if (bank.glu == ExpertGlu::kSwigluOai) s.glu = kGluSwigluOai;
+  else if (bank.glu != ExpertGlu::kSwiglu)
+    fail(ErrorCode::kUnsupported, "moe_experts: expert GLU {} has no CUDA kernel", static_cast<int>(bank.glu));
+  s.alpha = bank.glu_alpha, s.limit = bank.glu_limit;
+  const std::pair<const Tensor*, const float**> biases[] = {
+      {&bank.gate_bias, &s.gate_bias}, {&bank.up_bias, &s.up_bias}, {&bank.down_bias, &s.down_bias}};
+  for (const auto& [t, dst] : biases) {
+    if (t->empty()) continue;
+    check_dev("moe_experts", t == &bank.gate_bias ? "bank.gate_bias" : t == &bank.up_bias ? "bank.up_bias"
+                                                                                            : "bank.down_bias", *t);
+    *dst = t->ptr<float>();
+  }
   return s;
 }
 
@@ -238,17 +246,19 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();
     a.x = x.data, a.x_f32 = x.dtype == DType::F32, a.ldx = H, a.x_div = static_cast<int>(k);
     a.y = h, a.y_f32 = mid == DType::F32, a.ldy = F;
-    if (glu) {
+    a.glu_kind = bs.glu, a.glu_alpha = bs.alpha, a.glu_limit = bs.limit;
+    if (glu) {  // the biases and the GLU in the GEMV's epilogue
       a.col_a = 0, a.col_b = 1;
+      a.ebias_a = bs.gate_bias, a.ebias_b = bs.up_bias;
       a.q8_out = q8_h;
       cuda::launch_gemv(bs.gate, 1, true, a, P, stream_);
-    } else {  // gate and up in different dtypes: two GEMVs, then SwiGLU
+    } else {  // gate and up in different dtypes: two GEMVs (each adding its bias), then the GLU
       uint8_t* u = base + o_u;
-      a.col_a = 0;
+      a.col_a = 0, a.ebias_a = bs.gate_bias;
       cuda::launch_gemv(bs.gate, 1, false, a, P, stream_);
-      a.col_a = 1, a.y = u, a.row_bytes = bank.up[0].row_bytes();
+      a.col_a = 1, a.y = u, a.row_bytes = bank.up[0].row_bytes(), a.ebias_a = bs.up_bias;
       cuda::launch_gemv(bs.up, 1, false, a, P, stream_);
-      cuda::launch_swiglu_inplace(h, u, mid, P * F, stream_);
+      cuda::launch_moe_glu(h, u, mid, P * F, bs.glu, bs.alpha, bs.limit, stream_);
     }
     cuda::GemvArgs d;
     d.q8 = q8_h ? q8_h : q8, d.q8_ready = q8_h != nullptr;
@@ -256,6 +266,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     d.N = H, d.K = F, d.row_bytes = bank.down[0].row_bytes();
     d.x = h, d.x_f32 = mid == DType::F32, d.ldx = F, d.x_div = 1;
     d.y = y, d.y_f32 = true, d.ldy = H;
+    d.ebias_a = bs.down_bias;  // y = down h + b, then the weighted sum
     d.ids_before = true;  // the router (or the admission) ran before the gate/up GEMV
     if (fused_combine) {
       d.combine_weights = weights.ptr<float>(), d.combine_out = out.data, d.combine_out_f32 = out.dtype == DType::F32;
@@ -297,32 +308,40 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
       g.table = expert_table(bank), g.offsets = d_off, g.tile_start = tiles, g.E = E;
       g.y = h, g.y_f32 = false, g.ldy = F;
       g.row_bytes = bank.gate[0].row_bytes(), g.row_bytes_b = bank.up[0].row_bytes();
-      if (glu) {
+      g.glu_kind = bs.glu, g.glu_alpha = bs.alpha, g.glu_limit = bs.limit;
+      if (glu) {  // the biases and the GLU in the epilogue
         g.glu = true, g.col_a = 0, g.col_b = 1;
+        g.bias_a = bs.gate_bias, g.bias_b = bs.up_bias;
         cuda::launch_grouped_gemm(bs.gate, g, n_valid, stream_);
       } else {
-        g.col_a = 0;
+        g.col_a = 0, g.bias_a = bs.gate_bias;
         cuda::launch_grouped_gemm(bs.gate, g, n_valid, stream_);
-        g.col_a = 1, g.y = u, g.row_bytes = bank.up[0].row_bytes();
+        g.col_a = 1, g.y = u, g.row_bytes = bank.up[0].row_bytes(), g.bias_a = bs.up_bias;
         cuda::launch_grouped_gemm(bs.up, g, n_valid, stream_);
-        cuda::launch_swiglu_inplace(h, u, DType::BF16, n_valid * F, stream_);
+        cuda::launch_moe_glu(h, u, DType::BF16, n_valid * F, bs.glu, bs.alpha, bs.limit, stream_);
       }
       cuda::GroupedGemmArgs d = g;
       d.glu = false, d.x = h, d.x_f32 = false, d.K = F, d.N = H, d.col_a = 2, d.row_bytes = bank.down[0].row_bytes();
+      d.bias_a = bs.down_bias, d.bias_b = nullptr;
       d.y = y, d.y_f32 = true, d.ldy = H;
       cuda::launch_grouped_gemm(bs.down, d, n_valid, stream_);
     } else {
+      // expert e's bias row, as matmul_raw's bias (empty: none)
+      auto row = [](const Tensor& bias, int32_t e) { return bias.empty() ? Tensor() : bias.index(e); };
       for (int32_t e = 0; e < E; ++e) {
         const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
         if (n == 0) continue;
-        matmul_raw(xs + b * H * es, mid, n, bank.gate[static_cast<size_t>(e)], h + b * F * es, mid, F, Tensor());
-        matmul_raw(xs + b * H * es, mid, n, bank.up[static_cast<size_t>(e)], u + b * F * es, mid, F, Tensor());
+        matmul_raw(xs + b * H * es, mid, n, bank.gate[static_cast<size_t>(e)], h + b * F * es, mid, F,
+                   row(bank.gate_bias, e));
+        matmul_raw(xs + b * H * es, mid, n, bank.up[static_cast<size_t>(e)], u + b * F * es, mid, F,
+                   row(bank.up_bias, e));
       }
-      if (n_valid > 0) cuda::launch_swiglu_inplace(h, u, mid, n_valid * F, stream_);
+      if (n_valid > 0) cuda::launch_moe_glu(h, u, mid, n_valid * F, bs.glu, bs.alpha, bs.limit, stream_);
       for (int32_t e = 0; e < E; ++e) {
         const int64_t b = off[static_cast<size_t>(e)], n = off[static_cast<size_t>(e) + 1] - b;
         if (n == 0) continue;
-        matmul_raw(h + b * F * es, mid, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H, Tensor());
+        matmul_raw(h + b * F * es, mid, n, bank.down[static_cast<size_t>(e)], y + b * H, DType::F32, H,
+                   row(bank.down_bias, e));
       }
     }
     row_of_pair = inv;

@@ -1,9 +1,10 @@
 // Grouped GEMM of the MoE prefill path (moe_experts.cu): rows already sorted by expert, every
 // expert's rows multiplied by that expert's weight in one launch,
-//   y[r, :] = x[r, :] W_e^T             (plain), or
-//   y[r, :] = silu(x[r, :] Wa_e^T) * (x[r, :] Wb_e^T)   (glu: gate and up fused with SwiGLU),
+//   y[r, :] = x[r, :] W_e^T + b_e             (plain), or
+//   y[r, :] = glu(x[r, :] Wa_e^T + ba_e, x[r, :] Wb_e^T + bb_e)   (glu: gate and up fused with their GLU),
 // for r in [offsets[e], offsets[e+1]). x [P, K] F32 or BF16; W_e [N, K] any cuda_weight_type,
-// addressed through the bank's pointer table; y [P, N] F32 or BF16.
+// addressed through the bank's pointer table; y [P, N] F32 or BF16; the per-expert biases F32 [E, N]
+// or absent, the GLU SwiGLU or gpt-oss's clamped form (expert_glu.cuh).
 //
 // Tiles of 64 rows x 64 columns (measured faster than 128-row tiles at 4k tokens: more blocks):
 // tile_start[e] (tile_prefix_kernel) numbers each expert's row tiles, so the grid is fixed
@@ -19,6 +20,7 @@
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/expert_glu.cuh"
 #include "backend/cuda/moe_grouped_gemm.h"
 #include "backend/cuda/smem_opt_in.h"
 
@@ -147,7 +149,11 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(GroupedGemmArgs 
       const int64_t row = m0 + warp * 16 + gid + (e2 >= 2 ? 8 : 0);
       const int64_t col = n0 + n * 8 + tig * 2 + (e2 & 1);
       if (row >= m_end || col >= a.N) continue;
-      const float v = GLU ? silu(acc[0][n][e2]) * acc[GLU ? 1 : 0][n][e2] : acc[0][n][e2];
+      const int64_t bo = static_cast<int64_t>(e) * a.N + col;
+      const float va = acc[0][n][e2] + (a.bias_a ? a.bias_a[bo] : 0.0f);
+      float v = va;
+      if constexpr (GLU)
+        v = expert_glu(a.glu_kind, a.glu_alpha, a.glu_limit, va, acc[1][n][e2] + (a.bias_b ? a.bias_b[bo] : 0.0f));
       if (a.y_f32) static_cast<float*>(a.y)[row * a.ldy + col] = v;
       else static_cast<bf16*>(a.y)[row * a.ldy + col] = __float2bfloat16_rn(v);
     }

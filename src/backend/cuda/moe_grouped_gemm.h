@@ -18,7 +18,13 @@ struct GroupedGemmArgs {
   int64_t row_bytes_b = 0;   // the same for col_b (glu)
   const uint64_t* table = nullptr;  // [E][3] weight addresses (CudaOps::expert_table)
   int col_a = 0, col_b = 1;  // table columns: 0 gate, 1 up, 2 down
-  bool glu = false;          // y = silu(x Wa^T) * (x Wb^T)
+  bool glu = false;          // y = glu(x Wa^T + bias_a, x Wb^T + bias_b) (glu_kind: expert_glu.cuh)
+  int glu_kind = 0;
+  float glu_alpha = 1.702f, glu_limit = 7.0f;
+  /** Per-expert F32 biases [E, N] (row e for expert e's rows), or null: bias_a added to x Wa^T (plain
+   *  mode: to y), bias_b to x Wb^T (glu). */
+  const float* bias_a = nullptr;
+  const float* bias_b = nullptr;
   const int32_t* offsets = nullptr;     // [E + 1]
   const int32_t* tile_start = nullptr;  // [E + 1] from launch_tile_prefix
   int E = 0;

@@ -1,8 +1,9 @@
-// moe_router: a MoE layer's router in one launch for small batches (decode): logits = x w^T, the
+// moe_router: a MoE layer's router in one launch for small batches (decode): logits = x w^T + bias, the
 // routing of moe_route (softmax/sigmoid, selection bias, group-limited top-k: route_warp.cuh), and the
 // padding mask of moe_mask_rows. x [T, H] and
-// logits [T, E] F32 or BF16 (one dtype), w [E, H] F32 or BF16, ids I32 [T, k], weights F32 [T, k],
-// n_valid I32 [1] or empty. Block (e, t) computes logit (t, e) with 4 warps over H (fp32, fixed order);
+// logits [T, E] F32 or BF16 (one dtype), w [E, H] F32 or BF16, bias [E] F32/F16/BF16 or empty (the
+// router's logit bias, gpt-oss; added to the block's fp32 sum before the logit is stored, as matmul adds
+// it), ids I32 [T, k], weights F32 [T, k], n_valid I32 [1] or empty. Block (e, t) computes logit (t, e) with 4 warps over H (fp32, fixed order);
 // the block that finishes token t's last logit (a per-token counter it resets, the "last block"
 // pattern of the CUDA threadFenceReduction sample) routes the token with one warp (route_warp.cuh).
 // Other shapes (more than 16 tokens, 256 experts or 32 groups) take Ops' default: matmul, moe_route,
@@ -25,8 +26,8 @@ constexpr int64_t kRouterMaxTokens = 16;  // larger batches: the GEMV and route 
 
 template <bool WF32, bool XF32>
 __global__ void __launch_bounds__(kRouterThreads)
-    moe_router_kernel(const void* x, const void* w, int64_t H, void* logits, RouteArgs r, const int32_t* n_valid,
-                      int32_t* ids, float* weights, int* done, int8_t* q8) {
+    moe_router_kernel(const void* x, const void* w, const void* bias, int bias_code, int64_t H, void* logits,
+                      RouteArgs r, const int32_t* n_valid, int32_t* ids, float* weights, int* done, int8_t* q8) {
   __shared__ float red[kRouterThreads / 32];
   __shared__ int is_last;
   const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = r.E, k = r.k;
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kRouterThreads)
   if (lane == 0) red[warp] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
-    const float v = (red[0] + red[1]) + (red[2] + red[3]);
+    const float v = (red[0] + red[1]) + (red[2] + red[3]) + (bias ? load_any(bias, bias_code, e) : 0.0f);
     if constexpr (XF32) static_cast<float*>(logits)[t * E + e] = v;
     else static_cast<bf16*>(logits)[t * E + e] = __float2bfloat16_rn(v);
     __threadfence();  // the logit is visible device-wide before it is counted
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kRouterThreads)
 void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
                          Tensor ids, Tensor weights, const Tensor& n_valid) {
   const int64_t T = x.rows(), H = x.cols(), E = w.rows();
-  const bool fits = bias.empty() && T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
+  const bool fits = T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
                     p.n_group <= cuda::kWarpRouteMaxGroups &&
                     (x.dtype == DType::F32 || x.dtype == DType::BF16) && (w.dtype == DType::F32 || w.dtype == DType::BF16) &&
                     logits.dtype == x.dtype && x.device == Device::kCuda && w.device == Device::kCuda &&
@@ -123,6 +124,14 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
       fail(ErrorCode::kInvalidArgument, "moe_router: n_valid {} must hold one count", n_valid.str());
   }
   const cuda::RouteArgs r = cuda::route_args("moe_router", p, E);
+  int bias_code = 0;
+  if (!bias.empty()) {
+    cuda::check_dev("moe_router", "bias", bias);
+    bias_code = cuda::float_code("moe_router", "bias", bias.dtype);
+    if (bias.numel() != E)
+      fail(ErrorCode::kInvalidArgument, "moe_router: bias {} must have E = {} entries (experts in {})", bias.str(), E,
+           w.str());
+  }
   int* done = static_cast<int*>(zeroed_scratch(Scratch::kRouterDone, T * 4));
   const dim3 grid(static_cast<unsigned>(E), static_cast<unsigned>(T));
   const bool wf = w.dtype == DType::F32, xf = x.dtype == DType::F32;
@@ -131,7 +140,8 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
   // x's producer (add_rms_norm) did.
   auto* q8 = prepared_q8(x.data, x.dtype, T, H) ? nullptr : static_cast<int8_t*>(prepare_q8(x));
   auto go = [&](auto kernel) {
-    cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data, H, logits.data, r, nv,
+    cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data,
+                     bias.empty() ? nullptr : bias.data, bias_code, H, logits.data, r, nv,
                      ids.ptr<int32_t>(), weights.ptr<float>(), done, q8);
   };
   if (wf && xf) go(cuda::moe_router_kernel<true, true>);

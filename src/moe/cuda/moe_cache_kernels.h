@@ -1,6 +1,6 @@
 #pragma once
-// Launchers of the expert-cache kernels (moe_cache_admit.cu, moe_cache_gather.cu). Both run with
-// fixed launch shapes and read every count from device memory, so they can be captured in a CUDA
+// Launchers of the expert-cache kernels (moe_cache_admit.cu, moe_cache_gather.cu, moe_cache_bias.cu).
+// All run with fixed launch shapes and read every count from device memory, so they can be captured in a CUDA
 // graph. Host code of the CUDA backend only (includes the CUDA runtime header).
 #include <cuda_runtime.h>
 
@@ -64,5 +64,27 @@ void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream);
  *  kInvalidArgument without a.ec12. */
 void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
                               cudaStream_t stream, const uint8_t* src = nullptr);
+
+/** One layer's biases for the slot-bias copy (moe_cache_bias.cu): bias j (0 gate, 1 up, 2 down) of
+ *  expert e at src[j] + e * width[j] (resident, F32), slot s's row at dst[j] + s * width[j] (the
+ *  slots' rows, moe/expert_slots.h SlotBiases); src[j] null when the layer has none. Device memory. */
+struct SlotBiasLayer {
+  const float* src[3] = {nullptr, nullptr, nullptr};
+  float* dst[3] = {nullptr, nullptr, nullptr};
+  int32_t width[3] = {0, 0, 0};
+};
+
+/** Arguments of the slot-bias copy: for miss i of *n_misses (device), every bias of (m.layer,
+ *  m.expert) into slot m.slot's row. layers [n_layers] on the device. */
+struct SlotBiasArgs {
+  const CacheMiss* misses = nullptr;
+  const int32_t* n_misses = nullptr;
+  int32_t max_misses = 0;
+  const SlotBiasLayer* layers = nullptr;
+};
+
+/** Queues the slot-bias copy on `stream` (fixed grid, counts read on the device: graph-capturable);
+ *  device to device, a few KB a miss. Throws kInternal on a launch error. */
+void launch_cache_bias_copy(const SlotBiasArgs& a, cudaStream_t stream);
 
 }  // namespace ft::cuda

@@ -11,6 +11,11 @@
 // Offload's prefetch in a captured step goes to the copy engines through a host thread
 // (moe_cache_copy.h; EC12 records through a device staging ring and a decode), other prefetches to
 // the gather kernel on a side stream.
+// Biases (gpt-oss): every expert's biases stay resident on the device (uploaded once, indexed by
+// expert id), and each slot has a row of each (SlotBiases, moe/expert_slots.h) that the slot bank's
+// bias views read by slot id: after every admission and prefetch admission a small kernel copies the
+// misses' rows from the resident copies (moe_cache_bias.cu), and a streamed layer's rows are one
+// device-to-device copy; so offload, hybrid and prefetch compute the same biased experts as fused.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -21,6 +26,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "moe/cuda/moe_cache_kernels.h"
 #include "backend/cuda_factory.h"
+#include "backend/op_checks.h"
 #include "moe/expert_slots.h"
 #include "util/log.h"
 
@@ -117,7 +123,8 @@ class CudaExpertSlots final : public ExpertSlots {
     pool_ = ops.alloc(static_cast<int64_t>(n_slots) * banks.slot_bytes());
     gather_.pool = static_cast<uint8_t*>(pool_.data());
     for (Prefetch& f : pf_) f.gather.pool = gather_.pool;
-    slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda);
+    setup_biases(n_slots);
+    slot_banks_.build(banks, gather_.pool, n_slots, Device::kCuda, biases_);
     FT_CUDA_CHECK(cudaStreamSynchronize(st));  // host vectors above go out of scope
     gather_blocks_ = 4 * ops.sm_count();
     // The prefetch gather runs beside the layer's kernels: a few blocks keep PCIe busy (8 to 66
@@ -135,7 +142,7 @@ class CudaExpertSlots final : public ExpertSlots {
     // 1, 16 blocks 44.8, the offload prefetch's 33 blocks 48.7 at cap 2; stored banks at 8: 43.9).
     hybrid_prefetch_blocks_ =
         banks.format() == BankFormat::kEc12 ? prefetch_blocks_ : std::max(4, ops.sm_count() / 16);
-    build_regions(banks, gather_.pool, n_slots, Device::kCuda);
+    build_regions(banks, gather_.pool, n_slots, Device::kCuda, biases_);
     prefetch_slots_ = ops.alloc(int64_t{4} * max_pairs);
     // Offload's prefetch (no fetch cap) by the copy engines: a host thread copies each miss
     // (moe_cache_copy.h). Hybrid layers keep the gather kernel (their host cores are the CPU
@@ -210,6 +217,7 @@ class CudaExpertSlots final : public ExpertSlots {
     // slots of the others, made for later layers).
     for (const PrefetchLedger::Entry& e : ledger_.take_due()) join(e.tag);
     cuda::launch_cache_gather(gather_, gather_blocks_, ops_.stream());
+    copy_miss_biases(misses_, n_misses_);
   }
 
   void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override {
@@ -227,6 +235,7 @@ class CudaExpertSlots final : public ExpertSlots {
     a.misses = f.misses, a.n_misses = f.n_misses;
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_admit(dev_, a, st);
+    copy_miss_biases(f.misses, f.n_misses);  // now, on this stream: the victims' rows are free (moe_cache_bias.cu)
     // The copy engines only in a captured step (a graph). Eager steps with them did not finish on the
     // H200: qwen3-30b-a3b bf16 under offload with a 16-token prompt (its prefill takes the admission
     // path eagerly; ft bench ran past 90 s against ~10 s), and hybrid's start-up calibration, whose
@@ -256,6 +265,12 @@ class CudaExpertSlots final : public ExpertSlots {
     const int64_t rb = banks_.record_bytes(layer), sb = banks_.slot_bytes();
     cudaStream_t st = ops_.stream();
     cuda::launch_cache_claim_region(dev_, layer, first, n, rb, st);
+    const cuda::SlotBiasLayer& bl = bias_layers_[static_cast<size_t>(layer)];
+    for (int j = 0; j < 3; ++j)  // the layer's biases into the region's rows, device to device
+      if (bl.src[j])
+        FT_CUDA_CHECK(cudaMemcpyAsync(bl.dst[j] + static_cast<int64_t>(first) * bl.width[j], bl.src[j],
+                                      static_cast<size_t>(n) * static_cast<size_t>(bl.width[j]) * 4,
+                                      cudaMemcpyDeviceToDevice, st));
     FT_CUDA_CHECK(cudaEventRecord(queued_, st));  // the copy stream takes the wait when it is queued
     FT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued_, 0));
     // Decoded on the way in: the decoding gather, on the copy stream all the same, with the prefetch's
@@ -344,6 +359,60 @@ class CudaExpertSlots final : public ExpertSlots {
     for (const PrefetchLedger::Entry& e : ledger_.take_all()) join(e.tag);
   }
 
+  /** Uploads every layer's biases (banks_.bank(l), host F32) once and lays out the slots' rows
+   *  (biases_), when any layer has biases; blocking. Throws kInvalidArgument for biases that are not
+   *  F32 [n_expert, width] host tensors. */
+  void setup_biases(int32_t n_slots) {
+    const int32_t L = host_.n_layers();
+    bias_layers_.assign(static_cast<size_t>(L), cuda::SlotBiasLayer{});
+    int64_t resident = 0;  // floats
+    for (int32_t l = 0; l < L; ++l) {
+      if (banks_.n_expert(l) == 0) continue;
+      const ExpertBank& b = banks_.bank(l);
+      op_checks::expert_bank_extras("expert slots", b, banks_.layout(l).n_embd);
+      for (int j = 0; j < 3; ++j) {
+        const Tensor& t = expert_bias(b, j);
+        if (t.empty()) continue;
+        if (t.device != Device::kCpu)
+          fail(ErrorCode::kInvalidArgument, "expert slots: layer {}'s bias {} must be a host tensor", l, t.str());
+        resident += t.numel();
+      }
+    }
+    if (resident == 0) return;
+    const int64_t rows = biases_.plan(banks_, n_slots, nullptr);
+    bias_store_ = ops_.alloc((resident + rows) * 4);
+    float* d = static_cast<float*>(bias_store_.data());
+    biases_.plan(banks_, n_slots, d + resident);  // the slots' rows after the resident copies
+    cudaStream_t st = ops_.stream();
+    for (int32_t l = 0; l < L; ++l) {
+      if (banks_.n_expert(l) == 0) continue;
+      for (int j = 0; j < 3; ++j) {
+        const Tensor& t = expert_bias(banks_.bank(l), j);
+        if (t.empty()) continue;
+        FT_CUDA_CHECK(cudaMemcpyAsync(d, t.data, static_cast<size_t>(t.bytes()), cudaMemcpyHostToDevice, st));
+        cuda::SlotBiasLayer& bl = bias_layers_[static_cast<size_t>(l)];
+        bl.src[j] = d, bl.dst[j] = biases_.at(l, j), bl.width[j] = static_cast<int32_t>(t.dim(1));
+        d += t.numel();
+      }
+    }
+    FT_CUDA_CHECK(cudaMemsetAsync(d, 0, static_cast<size_t>(rows) * 4, st));  // the rows, back to back
+    bias_table_ = ops_.alloc(static_cast<int64_t>(sizeof(cuda::SlotBiasLayer)) * L);
+    FT_CUDA_CHECK(cudaMemcpyAsync(bias_table_.data(), bias_layers_.data(), sizeof(cuda::SlotBiasLayer) * bias_layers_.size(),
+                                  cudaMemcpyHostToDevice, st));
+    FT_CUDA_CHECK(cudaStreamSynchronize(st));  // the host biases may be views the caller releases later
+    has_bias_ = true;
+  }
+
+  /** Queues the copy of the biases of an admission's misses into their slots' rows (nothing without
+   *  biases). */
+  void copy_miss_biases(const CacheMiss* misses, const int32_t* n_misses) {
+    if (!has_bias_) return;
+    cuda::SlotBiasArgs a;
+    a.misses = misses, a.n_misses = n_misses, a.max_misses = max_misses_;
+    a.layers = static_cast<const cuda::SlotBiasLayer*>(bias_table_.data());
+    cuda::launch_cache_bias_copy(a, ops_.stream());
+  }
+
   /** Copies a host state into the device arrays (blocking). */
   void upload(ExpertCache& src) {
     transfer(src.refs(), cudaMemcpyHostToDevice);
@@ -386,6 +455,11 @@ class CudaExpertSlots final : public ExpertSlots {
   int prefetch_blocks_ = 1;         // the prefetch gather's grid (offload)
   int hybrid_prefetch_blocks_ = 1;  // and for a hybrid layer (fetch_cap >= 0)
   SlotBanks slot_banks_;
+  // Biases (setup_biases): every expert's, resident, then the slots' rows (biases_), in bias_store_.
+  Buffer bias_store_, bias_table_;                     // bias_table_: bias_layers_ on the device
+  std::vector<cuda::SlotBiasLayer> bias_layers_;       // [n_layers] (device addresses)
+  SlotBiases biases_;
+  bool has_bias_ = false;
   Buffer prefetch_slots_;                              // I32 [max_pairs]: the prefetch admission's slot ids
   cudaStream_t side_stream_ = nullptr;                 // prefetch gathers
   cudaEvent_t prefetch_queued_ = nullptr;              // the work queued before a prefetch's gather

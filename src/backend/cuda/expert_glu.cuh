@@ -1,0 +1,27 @@
+#pragma once
+// The gated unit between a routed expert's gate/up and down projections (ExpertGlu, backend/ops.h),
+// shared by the kernels that apply it: the expert GEMVs' epilogues (gemv.cuh, gemv_q8.cu), the grouped
+// prefill GEMM (moe_grouped_gemm.cu) and the elementwise kernel of the unfused paths (moe_glu.cu).
+// Device code only.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/common.cuh"
+
+namespace ft::cuda {
+
+/** ExpertGlu as the kernels take it (an int in their argument structs). */
+constexpr int kGluSwiglu = 0, kGluSwigluOai = 1;
+
+/** h for gate g and up u (the biases already added): kGluSwiglu silu(g) * u; kGluSwigluOai
+ *  (gpt-oss, transformers GptOssExperts) g' = min(g, limit), u' = clamp(u, -limit, limit),
+ *  h = (u' + 1) * g' * sigmoid(alpha * g'), written as CpuOps::moe_experts writes it. fp32. */
+__device__ __forceinline__ float expert_glu(int kind, float alpha, float limit, float g, float u) {
+  if (kind == kGluSwigluOai) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
+  }
+  return silu(g) * u;
+}
+
+}  // namespace ft::cuda
