@@ -133,7 +133,7 @@ int run_serve(const ServeFlags& f) {
                  mc.n_ctx_train);
     sc.scheduler.max_seq_len = mc.n_ctx_train;
   }
-  EngineService service(runner, engine->kv().pool(), sc);
+  EngineService service(runner, engine->kv().pools(), sc);
   const long long kv_held = static_cast<long long>(engine->kv().pool().n_pages()) * engine->kv().config().page_size;
   if (f.kv_tokens > 0 && kv_held > f.kv_tokens)
     spdlog::info("--kv-tokens {} is rounded up to {} (whole pages of {} tokens)", f.kv_tokens, kv_held,
@@ -160,6 +160,7 @@ int run_serve(const ServeFlags& f) {
   sm.n_params = n_params;
   sm.n_ctx_train = mc.n_ctx_train;
   sm.kv_bytes_per_token = KvCache::bytes_per_token(engine->kv().config());
+  sm.kv_bytes_total = engine->kv().bytes();
   sm.demo = demo;
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;
@@ -184,6 +185,9 @@ int run_serve(const ServeFlags& f) {
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
               kc.page_size, format_bytes(engine->kv().bytes()).c_str(), engine->ops().name(),
               f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
+  if (const PagePool* swa = engine->kv().swa_pool())
+    std::printf("  swa       sliding-window layers (window %d) keep KV for %lld tokens in all, not the context\n",
+                kc.swa_window(), static_cast<long long>(swa->n_pages()) * kc.page_size);
   if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,

@@ -65,7 +65,17 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   kv_config.token_budget = options_.kv_tokens;
   kv_config.dtype = kv_dtype;
   kv_config.spare_pages = graphs ? 1 : 0;
+  // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
+  // new tokens (page-aligned), so all sequences of a step together need at most this.
+  int32_t window = 0;
+  for (int32_t w : kv_config.layer_window) window = std::max(window, w);
+  if (window > 0)
+    kv_config.swa_token_budget = options_.max_seqs * (int64_t{window} + 2 * options_.page_size) + options_.max_step_tokens;
   kv_ = std::make_unique<KvCache>(*ops_, kv_config);
+  if (const PagePool* swa = kv_->swa_pool())
+    spdlog::info("engine: sliding-window layers (window {}) keep KV for {} tokens, the others for {}",
+                 kv_config.swa_window(), int64_t{swa->n_pages()} * swa->page_size(),
+                 int64_t{kv_->pool().n_pages()} * kv_->pool().page_size());
   max_blocks_ = kv_->pool().n_pages();
   options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
   if (c.n_vocab > ops_->max_sample_row())
@@ -84,6 +94,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_seq_ = make(DType::I32, {T});
   d_start_ = make(DType::I32, {S + 1});
   d_tables_ = make(DType::I32, {S * max_blocks_});
+  if (kv_->swa_pool()) d_swa_tables_ = make(DType::I32, {S * max_blocks_});
   d_rows_ = make(DType::I32, {R});
   d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
   reserve_host_logits(std::min<int64_t>(R, options_.max_seqs) * c.n_vocab * 4);  // a decode step's: never regrown
@@ -91,7 +102,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   // host memory (layout: GraphInputs).
   const int64_t graph_max = graphs ? std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R}) : 0;
   if (graph_max > 0) {
-    graph_in_ = GraphInputs(graph_max, max_blocks_);
+    graph_in_ = GraphInputs(graph_max, max_blocks_, kv_->swa_pool() != nullptr);
     d_graph_in_ = make(DType::I32, {graph_in_.count});
     h_graph_in_ = ops_->alloc_host(graph_in_.count * 4);
   }
@@ -158,6 +169,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                  format_bytes(model_->host_mapped_bytes()), ops_->device() == Device::kCpu ? "" : "pinned ", embed);
   if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
+    if (kv_->swa_pool()) swa_pad_page_ = kv_->swa_pool()->n_pages();
     for (int64_t b = 1; b < graph_max; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
     graph_sizes_.push_back(static_cast<int32_t>(graph_max));
     // One graph per size and key-range bound: the backend's short-range form, then the whole capacity.
@@ -180,6 +192,8 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
         bi.seq_start = in(graph_in_.start, {b + 1});
         bi.block_tables = in(graph_in_.tables, {b, max_blocks_});
         bi.n_valid = in(graph_in_.valid, {1});
+        gs->swa_batch = bi;
+        gs->swa_batch.block_tables = in(graph_in_.swa_tables, {b, max_blocks_});
         gs->ids = in(graph_in_.ids, {b});
         gs->rows = in(graph_in_.rows, {b});
         gs->logits = d_logits_.slice(0, b);
@@ -254,7 +268,8 @@ void Engine::calibrate_fetch_cap() {
   const int64_t settle = std::clamp<int64_t>(room - needed, 0, 32);
   const int32_t fallback = moe_->default_fetch_cap();
   BlockTable seq;
-  if (!seq.reserve(kv_->pool(), needed + settle)) {
+  const KvPools pools = kv_->pools();
+  if (!seq.reserve(*pools.full, needed + settle)) {
     spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using {} (half of top-k)", fallback);
     return;
   }
@@ -267,11 +282,16 @@ void Engine::calibrate_fetch_cap() {
     };
     std::vector<int32_t> ids(static_cast<size_t>(prompt));
     for (int32_t& id : ids) id = token();
-    step({{&seq.pages(), 0, ids.data(), prompt, 1}});
+    auto run = [&](int64_t start, const int32_t* tokens, int64_t n) {  // sliding-window pages as it goes
+      if (!seq.advance(pools, start, start + n))
+        fail(ErrorCode::kOutOfMemory, "the sliding-window KV pool is full");
+      step({{&seq.pages(), start, tokens, n, 1, &seq.swa_pages()}});
+    };
+    run(0, ids.data(), prompt);
     int64_t pos = prompt;
     auto decode = [&] {
       const int32_t id = token();
-      step({{&seq.pages(), pos++, &id, 1, 1}});
+      run(pos++, &id, 1);
     };
     for (int64_t i = 0; i < settle; ++i) decode();
     std::vector<double> seconds;
@@ -290,13 +310,13 @@ void Engine::calibrate_fetch_cap() {
       seconds.push_back(s);
     }
     const int32_t best = MoeRuntime::choose_fetch_cap(caps, seconds);
-    seq.release(kv_->pool());
+    seq.release(pools);
     moe_->set_fetch_cap(best);
     drop_graphs();
     moe_->end_calibration();
     spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
   } catch (const std::exception& e) {  // the engine still works: keep the default cap
-    seq.release(kv_->pool());
+    seq.release(pools);
     moe_->set_fetch_cap(fallback);
     drop_graphs();
     moe_->end_calibration();
@@ -416,6 +436,19 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
       fail(ErrorCode::kInvalidArgument, "engine step: positions up to {} need {} pages, the block table has {}",
            it.start + it.n, need, it.pages->size());
     mb = std::max<int64_t>(mb, static_cast<int64_t>(it.pages->size()));
+    if (const PagePool* swa = kv_->swa_pool()) {  // the window's sliding-window pages must be held
+      if (!it.swa_pages || static_cast<int64_t>(it.swa_pages->size()) < need)
+        fail(ErrorCode::kInvalidArgument,
+             "engine step: the model's sliding-window layers need a block table of {} pages in their pool, the item "
+             "has {}", need, it.swa_pages ? it.swa_pages->size() : 0);
+      const int64_t window = kv_->config().swa_window(), first = std::max<int64_t>(0, it.start - window + 1) / page;
+      for (int64_t j = first; j < need; ++j) {
+        const int32_t p = (*it.swa_pages)[static_cast<size_t>(j)];
+        if (p < 0 || p >= swa->n_pages())
+          fail(ErrorCode::kInvalidArgument, "engine step: sliding-window page {} of positions {}.. is {} (pool of {})",
+               j, j * page, p, swa->n_pages());
+      }
+    }
     if (it.n_logits != 0 && it.n_logits != 1 && it.n_logits != it.n)
       fail(ErrorCode::kInvalidArgument, "engine step: n_logits {} must be 0, 1 or the item's {} tokens", it.n_logits,
            it.n);
@@ -467,8 +500,13 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
     batch.seq_index = upload(h_seq_, d_seq_, {T});
     batch.seq_start = upload(h_start_, d_start_, {S + 1});
     batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
-    forward(batch, upload(h_ids_, d_ids_, {T}), R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(),
-            R > 0 ? d_logits_.slice(0, R) : Tensor());
+    BatchInfo swa_batch = batch;
+    if (kv_->swa_pool()) {
+      stage_swa_tables(items, S, mb);
+      swa_batch.block_tables = upload(h_swa_tables_, d_swa_tables_, {S, mb});
+    }
+    forward(batch, kv_->swa_pool() ? &swa_batch : nullptr, upload(h_ids_, d_ids_, {T}),
+            R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(), R > 0 ? d_logits_.slice(0, R) : Tensor());
   }
   return {R, decode};
 }
@@ -480,10 +518,24 @@ void Engine::end_step(const StepStart& st) {
   }
 }
 
-void Engine::forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits) {
+void Engine::forward(const BatchInfo& batch, const BatchInfo* swa_batch, const Tensor& ids, const Tensor& rows,
+                     const Tensor& logits) {
   ForwardContext ctx{*ops_, batch, ids, rows, logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_,
-                     dump_ ? &dump_ : nullptr};
+                     dump_ ? &dump_ : nullptr, swa_batch};
   model_->forward(ctx);
+}
+
+void Engine::stage_swa_tables(const std::vector<StepItem>& items, int64_t rows, int64_t mb) {
+  h_swa_tables_.assign(static_cast<size_t>(rows * mb), 0);
+  for (int64_t s = 0; s < rows; ++s) {
+    int32_t* row = h_swa_tables_.data() + s * mb;
+    if (s >= static_cast<int64_t>(items.size())) {
+      row[0] = swa_pad_page_;  // a graph's padding row
+      continue;
+    }
+    const std::vector<int32_t>& pages = *items[static_cast<size_t>(s)].swa_pages;
+    for (size_t j = 0; j < pages.size(); ++j) row[j] = std::max(pages[j], 0);
+  }
 }
 
 Engine::GraphStep* Engine::graph_step_for(const std::vector<StepItem>& items) {
@@ -537,6 +589,10 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
   put(h_rows_, graph_in_.rows);
   in[graph_in_.valid] = S;
   put(h_tables_, graph_in_.tables);
+  if (kv_->swa_pool()) {
+    stage_swa_tables(items, b, max_blocks_);
+    put(h_swa_tables_, graph_in_.swa_tables);
+  }
   const int64_t used = graph_in_.tables + static_cast<int64_t>(h_tables_.size());
   ops_->copy(Tensor(in, DType::I32, {used}), Tensor(d_graph_in_.ptr<int32_t>(), DType::I32, {used}, d_graph_in_.device));
   if (gs.graph && gs.graph->valid()) {
@@ -546,10 +602,11 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
   }
   gs.graph.reset();
   // Eager first: this step's result, and every one-time scratch region sized before recording.
-  forward(gs.batch, gs.ids, gs.rows, gs.logits);
+  const bool swa = kv_->swa_pool() != nullptr;
+  forward(gs.batch, swa ? &gs.swa_batch : nullptr, gs.ids, gs.rows, gs.logits);
   try {
     GraphStep* g = &gs;
-    gs.graph = ops_->capture([this, g] { forward(g->batch, g->ids, g->rows, g->logits); });
+    gs.graph = ops_->capture([this, g, swa] { forward(g->batch, swa ? &g->swa_batch : nullptr, g->ids, g->rows, g->logits); });
   } catch (const Error& e) {  // this step's result came from the eager run; later ones stay eager
     spdlog::warn("engine: decode batch size {} with key ranges up to {} runs eagerly (graph recording failed: {})", b,
                  gs.batch.max_kv_len, e.what());

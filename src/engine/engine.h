@@ -62,7 +62,9 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
  *  (page j holds positions [j * page_size, (j + 1) * page_size)) and must cover start + n positions.
- *  The caller owns page allocation (kv/page_pool.h BlockTable, or the scheduler). */
+ *  The caller owns page allocation (kv/page_pool.h BlockTable, or the scheduler). With a
+ *  sliding-window pool (KvCache::pools().swa), `swa_pages` is the sequence's block table there, indexed
+ *  like `pages`: the entries from KvPools::first_swa_page(start) to the last page must be held. */
 struct StepItem {
   const std::vector<int32_t>* pages = nullptr;
   int64_t start = 0;
@@ -70,6 +72,7 @@ struct StepItem {
   int64_t n = 0;
   /** Logit rows wanted: 0 none, 1 the last token, n every token (others are invalid). */
   int64_t n_logits = 1;
+  const std::vector<int32_t>* swa_pages = nullptr;
 };
 
 class Engine {
@@ -148,7 +151,7 @@ class Engine {
    *  buffers) and graph. */
   struct GraphStep {
     int32_t bs = 0;
-    BatchInfo batch;
+    BatchInfo batch, swa_batch;  // swa_batch: the sliding-window pool's tables (when the cache has one)
     Tensor ids, rows, logits;
     std::unique_ptr<StepGraph> graph;
     bool failed = false;  // recording failed once: this size and bound run eagerly from now on
@@ -160,7 +163,12 @@ class Engine {
   /** Pads the staged host inputs of `items` to gs.bs rows, uploads them and replays the graph (the
    *  first time: runs the step eagerly, then records it). */
   void run_graph_step(GraphStep& gs, const std::vector<StepItem>& items);
-  void forward(const BatchInfo& batch, const Tensor& ids, const Tensor& rows, const Tensor& logits);
+  void forward(const BatchInfo& batch, const BatchInfo* swa_batch, const Tensor& ids, const Tensor& rows,
+               const Tensor& logits);
+  /** Copies item s's sliding-window block table into row s of h_swa_tables_ ([rows, mb]; released
+   *  entries read page 0, which no kernel reads below a window; rows past the items are a graph's
+   *  padding rows, on the pool's spare page). */
+  void stage_swa_tables(const std::vector<StepItem>& items, int64_t rows, int64_t mb);
   /** What begin_step queued: the logit rows and whether the step decodes. */
   struct StepStart {
     int64_t rows = 0;
@@ -188,19 +196,20 @@ class Engine {
   int32_t max_blocks_ = 0;
   // Planned device-side step inputs and output.
   std::vector<Buffer> storage_;
-  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_rows_, d_logits_;
+  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_swa_tables_, d_rows_, d_logits_;
   // Host staging.
-  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_rows_;
+  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_swa_tables_, h_rows_;
   Buffer h_logits_;  // F32 [R, n_vocab] of the last step (Ops::alloc_host)
   /** Element offsets (I32) of a decode graph's inputs in one block, for batches of up to `bs`
    *  sequences of `mb` pages: ids, positions, sequences, starts (bs + 1), logit rows, the valid count,
-   *  then the block tables [bs, mb] last (a smaller batch's tables are a prefix of the region). */
+   *  the sliding-window pool's block tables [bs, mb] when `swa`, then the block tables [bs, mb] last (a
+   *  smaller batch's tables are a prefix of that region). */
   struct GraphInputs {
     GraphInputs() = default;
-    GraphInputs(int64_t bs, int64_t mb)
-        : ids(0), pos(bs), seq(2 * bs), start(3 * bs), rows(4 * bs + 1), valid(5 * bs + 1), tables(5 * bs + 2),
-          count(5 * bs + 2 + bs * mb) {}
-    int64_t ids = 0, pos = 0, seq = 0, start = 0, rows = 0, valid = 0, tables = 0, count = 0;
+    GraphInputs(int64_t bs, int64_t mb, bool swa)
+        : ids(0), pos(bs), seq(2 * bs), start(3 * bs), rows(4 * bs + 1), valid(5 * bs + 1),
+          swa_tables(5 * bs + 2), tables(5 * bs + 2 + (swa ? bs * mb : 0)), count(tables + bs * mb) {}
+    int64_t ids = 0, pos = 0, seq = 0, start = 0, rows = 0, valid = 0, swa_tables = 0, tables = 0, count = 0;
   };
   GraphInputs graph_in_;
   Tensor d_graph_in_;  // I32 [graph_in_.count] on the device
@@ -221,6 +230,7 @@ class Engine {
   std::vector<int32_t> graph_kv_lens_;
   std::vector<std::unique_ptr<GraphStep>> graph_steps_;  // [size][kv-len bound], row-major
   int32_t pad_page_ = -1;                                 // spare KV page of the padding rows
+  int32_t swa_pad_page_ = -1;                             // the sliding-window pool's spare page
   int64_t graph_replays_ = 0;
 };
 

@@ -17,6 +17,7 @@ void EngineRunner::build_items(const ForwardBatch& batch) {
     it.tokens = batch.tokens.data() + begin;
     it.n = end - begin;
     it.n_logits = 1;
+    it.swa_pages = batch.swa_block_tables.empty() ? nullptr : batch.swa_block_tables[static_cast<size_t>(s)];
   }
 }
 

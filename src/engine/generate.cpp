@@ -38,14 +38,21 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
   if (budget < 1) fail(ErrorCode::kInvalidArgument, "generate: max_prefill_tokens must be >= 1");
   std::vector<GenerateResult> results(requests.size());
   std::vector<Active> act;
-  PagePool& pool = engine.kv().pool();
+  const KvPools pools = engine.kv().pools();
+  PagePool& pool = *pools.full;
   struct Releaser {
     std::vector<Active>& a;
-    PagePool& p;
+    const KvPools& p;
     ~Releaser() {
       for (Active& x : a) x.table.release(p);
     }
-  } releaser{act, pool};
+  } releaser{act, pools};
+  // Before a sequence computes positions [start, end): its sliding-window pages (the full pool's pages
+  // are reserved for the whole request at the start).
+  auto advance = [&](Active& a, int64_t end) {
+    if (!a.table.advance(pools, a.n_done, end))
+      fail(ErrorCode::kOutOfMemory, "generate: the sliding-window KV pool ({} pages) is full", pools.swa->n_pages());
+  };
   act.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerateRequest& r = requests[i];
@@ -87,7 +94,8 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
       const bool last = n == left;
       const int64_t n_logits = a.req->prompt_logits ? n : (last && !a.finished ? 1 : 0);
       if (rows + n_logits > max_rows) continue;
-      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, n, n_logits});
+      advance(a, a.n_done + n);
+      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, n, n_logits, &a.table.swa_pages()});
       owners.push_back(&a);
       used += n;
       rows += n_logits;
@@ -102,6 +110,7 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
         a.out->prompt_logits.insert(a.out->prompt_logits.end(), logits.begin() + row * V,
                                     logits.begin() + (row + it.n_logits) * V);
       a.n_done += it.n;
+      advance(a, a.n_done);  // releases the sliding-window pages below the next position's window
       row += it.n_logits;
       if (a.n_done == static_cast<int64_t>(a.req->prompt.size()) && !a.finished)
         accept(a, logits.data() + (row - 1) * V);
@@ -118,7 +127,8 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
     std::vector<Active*> owners;
     for (Active& a : act) {
       if (a.finished) continue;
-      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, 1, 1});
+      advance(a, a.n_done + 1);
+      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, 1, 1, &a.table.swa_pages()});
       owners.push_back(&a);
     }
     if (items.empty()) break;

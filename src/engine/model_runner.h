@@ -19,6 +19,8 @@ struct ForwardBatch {
   std::vector<int32_t> positions;  // [T] absolute positions
   std::vector<int32_t> seq_start;  // [S + 1]
   std::vector<const std::vector<int32_t>*> block_tables;  // [S] pages of each sequence (covering its positions)
+  /** [S] each sequence's sliding-window pages (kv/page_pool.h KvPools::swa), or empty: no such pool. */
+  std::vector<const std::vector<int32_t>*> swa_block_tables;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(block_tables.size()); }
@@ -27,6 +29,7 @@ struct ForwardBatch {
     positions.clear();
     seq_start.assign(1, 0);
     block_tables.clear();
+    swa_block_tables.clear();
   }
 };
 

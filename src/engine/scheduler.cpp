@@ -17,8 +17,11 @@ void SchedulerConfig::validate() const {
   if (max_seq_len < 2) fail(ErrorCode::kInvalidArgument, "max_seq_len must be >= 2 (got {})", max_seq_len);
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, PagePool& pool) : config_(config), pool_(&pool), cache_(pool) {
+Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools)
+    : config_(config), pools_(pools), pool_(pools.full), swa_pool_(pools.swa), cache_(*pools.full, pools.swa) {
   config_.validate();
+  if (swa_pool_ && pools.window < 1)
+    fail(ErrorCode::kInternal, "scheduler: a sliding-window pool needs a window >= 1 (got {})", pools.window);
 }
 
 int64_t Scheduler::context_limit() const {
@@ -55,13 +58,40 @@ bool Scheduler::alloc_pages(int32_t n, std::vector<int32_t>& out) {
   return pool_->allocate(n, out);
 }
 
+bool Scheduler::alloc_swa_pages(int32_t n, std::vector<int32_t>& out) {
+  if (n <= 0) return true;
+  if (swa_pool_->n_free() < n) cache_.evict_swa(n - swa_pool_->n_free());
+  return swa_pool_->allocate(n, out);
+}
+
 bool Scheduler::reserve(Sequence& s, int64_t n_positions) {
   const int64_t ps = pool_->page_size();
-  const int64_t want = (n_positions + ps - 1) / ps - static_cast<int64_t>(s.pages.size());
-  return want <= 0 || alloc_pages(static_cast<int32_t>(want), s.pages);
+  const int64_t total = (n_positions + ps - 1) / ps;
+  const int64_t want = total - static_cast<int64_t>(s.pages.size());
+  const int64_t swa_want = swa_pool_ ? total - static_cast<int64_t>(s.swa_pages.size()) : 0;
+  if (swa_want > 0 && swa_pool_->n_free() + cache_.n_swa_unreferenced() < swa_want) return false;
+  const size_t had = s.pages.size();
+  if (want > 0 && !alloc_pages(static_cast<int32_t>(want), s.pages)) return false;
+  if (swa_want > 0 && !alloc_swa_pages(static_cast<int32_t>(swa_want), s.swa_pages)) {  // all or nothing
+    pool_->release(std::vector<int32_t>(s.pages.begin() + static_cast<std::ptrdiff_t>(had), s.pages.end()));
+    s.pages.resize(had);
+    return false;
+  }
+  return true;
 }
 
 void Scheduler::release_pages(Sequence& s) {
+  if (swa_pool_) {
+    std::vector<int32_t> priv;
+    for (size_t j = 0; j < s.swa_pages.size(); ++j) {
+      if (s.swa_pages[j] < 0) continue;
+      if (j < s.nodes.size()) cache_.release_swa(s.nodes[j]);
+      else priv.push_back(s.swa_pages[j]);
+    }
+    swa_pool_->release(priv);
+    s.swa_pages.clear();
+    s.n_swa_released = 0;
+  }
   cache_.release(s.nodes);
   std::vector<int32_t> priv(s.pages.begin() + static_cast<std::ptrdiff_t>(s.nodes.size()), s.pages.end());
   pool_->release(priv);
@@ -77,13 +107,56 @@ void Scheduler::cache_full_pages(Sequence& s) {
     const size_t j = s.nodes.size();
     const PrefixCache::NodeId parent = j == 0 ? PrefixCache::kRoot : s.nodes[j - 1];
     std::span<const int32_t> page_tokens(s.tokens.data() + j * static_cast<size_t>(ps), static_cast<size_t>(ps));
-    const PrefixCache::Inserted r = cache_.insert(parent, page_tokens, s.pages[j]);
+    const int32_t swa = swa_pool_ ? s.swa_pages[j] : -1;  // -1: already below the window
+    const PrefixCache::Inserted r = cache_.insert(parent, page_tokens, s.pages[j], swa);
     if (!r.adopted) {  // another sequence cached the same tokens first: share its page, free ours
       pool_->release({s.pages[j]});
       s.pages[j] = r.page;
     }
+    if (swa >= 0 && !r.swa_adopted) {  // the node had a swa page already: read that one
+      swa_pool_->release({swa});
+      s.swa_pages[j] = r.swa_page;
+    }
     s.nodes.push_back(r.node);
   }
+}
+
+void Scheduler::release_swa_below_window(Sequence& s) {
+  if (!swa_pool_) return;
+  const auto first = static_cast<int32_t>(
+      std::min<int64_t>(pools_.first_swa_page(s.n_computed), static_cast<int64_t>(s.swa_pages.size())));
+  std::vector<int32_t> priv;
+  for (; s.n_swa_released < first; ++s.n_swa_released) {
+    const auto j = static_cast<size_t>(s.n_swa_released);
+    if (s.swa_pages[j] < 0) continue;
+    if (j < s.nodes.size()) cache_.release_swa(s.nodes[j]);
+    else priv.push_back(s.swa_pages[j]);
+    s.swa_pages[j] = -1;
+  }
+  swa_pool_->release(priv);
+}
+
+void Scheduler::shorten_to_cached_window(Sequence& s, std::vector<int32_t> node_swa_pages) {
+  if (!swa_pool_) return;
+  const int64_t ps = pool_->page_size();
+  auto window_cached = [&](size_t k) {
+    for (auto j = static_cast<size_t>(pools_.first_swa_page(static_cast<int64_t>(k) * ps)); j < k; ++j)
+      if (node_swa_pages[j] < 0) return false;
+    return true;
+  };
+  size_t k = s.nodes.size();
+  while (k > 0 && !window_cached(k)) --k;
+  cache_.release(std::span<const PrefixCache::NodeId>(s.nodes.data() + k, s.nodes.size() - k));
+  s.nodes.resize(k);
+  s.pages.resize(k);
+  s.n_computed = static_cast<int32_t>(static_cast<int64_t>(k) * ps);
+  const auto first = static_cast<size_t>(pools_.first_swa_page(s.n_computed));
+  s.swa_pages.assign(k, -1);
+  for (size_t j = first; j < k; ++j) {
+    cache_.use_swa(s.nodes[j]);
+    s.swa_pages[j] = node_swa_pages[j];
+  }
+  s.n_swa_released = static_cast<int32_t>(std::min(first, k));
 }
 
 void Scheduler::preempt(Sequence& s, StepPlan& plan) {
@@ -96,14 +169,13 @@ void Scheduler::preempt(Sequence& s, StepPlan& plan) {
   plan.preempted.push_back(s.id);
 }
 
-namespace {
-
-int32_t positions_available(const Sequence& s, const PagePool& pool, int32_t evictable) {
-  const int64_t pages = static_cast<int64_t>(s.pages.size()) + pool.n_free() + evictable;
-  return static_cast<int32_t>(std::min<int64_t>(pages * pool.page_size(), INT32_MAX));
+int32_t Scheduler::positions_available(const Sequence& s) const {
+  int64_t pages = static_cast<int64_t>(s.pages.size()) + pool_->n_free() + cache_.n_unreferenced();
+  if (swa_pool_)
+    pages = std::min<int64_t>(
+        pages, static_cast<int64_t>(s.swa_pages.size()) + swa_pool_->n_free() + cache_.n_swa_unreferenced());
+  return static_cast<int32_t>(std::min<int64_t>(pages * pool_->page_size(), INT32_MAX));
 }
-
-}  // namespace
 
 bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
   const int32_t n_tokens = static_cast<int32_t>(s.tokens.size());
@@ -112,13 +184,14 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
     s.nodes = std::move(m.nodes);
     s.pages = std::move(m.pages);
     s.n_computed = static_cast<int32_t>(m.n_tokens);
+    shorten_to_cached_window(s, std::move(m.swa_pages));
   }
   // Admit only when the whole known sequence fits next to the running ones, so admissions do not
   // thrash with preemptions.
   const int32_t ps = pool_->page_size();
   const int32_t need = (n_tokens + ps - 1) / ps - static_cast<int32_t>(s.pages.size());
-  const int32_t chunk = std::min(n_tokens - s.n_computed, budget);
-  if (need > pool_->n_free() + cache_.n_unreferenced() || !reserve(s, s.n_computed + chunk)) {
+  const int32_t chunk = std::min({n_tokens - s.n_computed, budget, positions_available(s) - s.n_computed});
+  if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() || !reserve(s, s.n_computed + chunk)) {
     release_pages(s);
     s.n_computed = 0;
     return false;
@@ -168,7 +241,7 @@ StepPlan Scheduler::schedule() {
       const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.n_computed;
       if (remaining <= 1) continue;
       int32_t chunk = std::min(remaining, budget);
-      chunk = std::min(chunk, positions_available(s, *pool_, cache_.n_unreferenced()) - s.n_computed);
+      chunk = std::min(chunk, positions_available(s) - s.n_computed);
       if (chunk <= 0 || !reserve(s, s.n_computed + chunk)) continue;
       plan.seqs.push_back({sp, s.n_computed, chunk, s.n_computed + chunk == static_cast<int32_t>(s.tokens.size())});
       plan.n_prefill_tokens += chunk;
@@ -192,6 +265,7 @@ void Scheduler::complete(const StepPlan& plan) {
     FT_CHECK(s.state == SeqState::kRunning && e.start == s.n_computed);
     s.n_computed += e.n_tokens;
     cache_full_pages(s);
+    release_swa_below_window(s);
   }
 }
 
@@ -226,6 +300,54 @@ int32_t Scheduler::pages_in_use() const {
   int32_t priv = 0;
   for (const Sequence* s : running_) priv += static_cast<int32_t>(s->pages.size() - s->nodes.size());
   return priv + cache_.n_pages() - cache_.n_unreferenced();
+}
+
+int32_t Scheduler::swa_pages_in_use() const {
+  if (!swa_pool_) return 0;
+  int32_t priv = 0;
+  for (const Sequence* s : running_)
+    for (size_t j = s->nodes.size(); j < s->swa_pages.size(); ++j) priv += s->swa_pages[j] >= 0;
+  return priv + cache_.n_swa_pages() - cache_.n_swa_unreferenced();
+}
+
+void Scheduler::check_swa_integrity() const {
+  auto bad = [](const std::string& what) { fail(ErrorCode::kInternal, "scheduler integrity: {}", what); };
+  std::set<int32_t> priv;
+  std::unordered_map<PrefixCache::NodeId, int32_t> refs;
+  for (const auto& [id, sp] : seqs_) {
+    const Sequence& s = *sp;
+    if (!swa_pool_) {
+      if (!s.swa_pages.empty()) bad(fmt::format("sequence {} holds sliding-window pages without their pool", id));
+      continue;
+    }
+    if (s.swa_pages.size() != s.pages.size())
+      bad(fmt::format("sequence {} has {} sliding-window entries for {} pages", id, s.swa_pages.size(), s.pages.size()));
+    if (s.n_swa_released > pools_.first_swa_page(s.n_computed))
+      bad(fmt::format("sequence {} released sliding-window pages its window still reads", id));
+    for (size_t j = 0; j < s.swa_pages.size(); ++j) {
+      const int32_t p = s.swa_pages[j];
+      if ((p < 0) != (static_cast<int32_t>(j) < s.n_swa_released))
+        bad(fmt::format("sequence {} sliding-window entry {} is {} (released below {})", id, j, p, s.n_swa_released));
+      if (p < 0) continue;
+      if (j < s.nodes.size()) {
+        if (cache_.node_swa_page(s.nodes[j]) != p) bad(fmt::format("sequence {} swa page {} != its node's", id, j));
+        ++refs[s.nodes[j]];
+      } else if (!priv.insert(p).second) {
+        bad(fmt::format("sliding-window page {} held privately twice", p));
+      }
+    }
+  }
+  if (!swa_pool_) return;
+  for (const auto& [node, n] : refs)
+    if (cache_.node_swa_ref(node) != n)
+      bad(fmt::format("node {} has swa_ref {}, sequences hold {}", node, cache_.node_swa_ref(node), n));
+  if (static_cast<int32_t>(refs.size()) != cache_.n_swa_pages() - cache_.n_swa_unreferenced())
+    bad(fmt::format("{} swa pages referenced by sequences, the cache counts {}", refs.size(),
+                    cache_.n_swa_pages() - cache_.n_swa_unreferenced()));
+  const int64_t total = static_cast<int64_t>(priv.size()) + cache_.n_swa_pages() + swa_pool_->n_free();
+  if (total != swa_pool_->n_pages())
+    bad(fmt::format("{} private + {} cached + {} free sliding-window pages != {} in the pool", priv.size(),
+                    cache_.n_swa_pages(), swa_pool_->n_free(), swa_pool_->n_pages()));
 }
 
 void Scheduler::check_integrity() const {
@@ -273,6 +395,7 @@ void Scheduler::check_integrity() const {
   if (total != pool_->n_pages())
     bad(fmt::format("{} private + {} cached + {} free pages != {} in the pool", private_pages.size(), cache_.n_pages(),
                     pool_->n_free(), pool_->n_pages()));
+  check_swa_integrity();
 }
 
 }  // namespace ft

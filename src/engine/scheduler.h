@@ -17,6 +17,13 @@
 // Page ownership: a sequence's block table is `pages`; the first `nodes.size()` entries are prefix-cache
 // nodes it references, the rest are private pages it took from the pool. check_integrity() verifies that
 // pool, cache and sequences account for every page exactly once.
+//
+// Sliding-window layers (KvPools::swa): a sequence also holds `swa_pages`, indexed like `pages`; after
+// each step the entries below the window of its next position are released (-1), so its
+// sliding-window KV stays near window + one chunk however long it grows. An entry j < nodes.size()
+// that is not -1 is the node's swa page, on which the sequence holds a swa reference; the cache keeps
+// released swa pages of its nodes until the swa pool needs them. A prefix hit is shortened to the
+// longest one whose window's swa pages are all still cached.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -55,6 +62,8 @@ struct Sequence {
   SeqState state = SeqState::kWaiting;
   std::vector<int32_t> pages;                 // block table: page of positions [j*page, (j+1)*page)
   std::vector<PrefixCache::NodeId> nodes;     // cache nodes backing pages[0, nodes.size())
+  std::vector<int32_t> swa_pages;             // sliding-window pages, indexed like pages (-1: released)
+  int32_t n_swa_released = 0;                 // swa_pages[0, n_swa_released) are -1
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
@@ -78,8 +87,9 @@ struct StepPlan {
 
 class Scheduler {
  public:
-  /** `pool` (the KV pages; must outlive the scheduler). Throws ft::Error for a bad config. */
-  Scheduler(const SchedulerConfig& config, PagePool& pool);
+  /** `pools` (the KV pages, or one PagePool; must outlive the scheduler). Throws ft::Error for a bad
+   *  config. */
+  Scheduler(const SchedulerConfig& config, KvPools pools);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -117,7 +127,11 @@ class Scheduler {
   int32_t pages_cached_idle() const { return cache_.n_unreferenced(); }
   /** Pages in the prefix cache (referenced or not). */
   int32_t pages_cached() const { return cache_.n_pages(); }
+  /** Sliding-window pages held by sequences (private ones plus cached ones in their windows); 0
+   *  without a sliding-window pool. */
+  int32_t swa_pages_in_use() const;
   const PagePool& pool() const { return *pool_; }
+  const KvPools& pools() const { return pools_; }
   const SchedulerConfig& config() const { return config_; }
 
   /** Verifies the prefix cache and that pool, cache and sequences hold every page exactly once, with
@@ -126,14 +140,21 @@ class Scheduler {
 
  private:
   bool alloc_pages(int32_t n, std::vector<int32_t>& out);
+  bool alloc_swa_pages(int32_t n, std::vector<int32_t>& out);
   bool reserve(Sequence& s, int64_t n_positions);
   void release_pages(Sequence& s);
   void cache_full_pages(Sequence& s);
+  void release_swa_below_window(Sequence& s);
+  void shorten_to_cached_window(Sequence& s, std::vector<int32_t> node_swa_pages);
+  int32_t positions_available(const Sequence& s) const;
+  void check_swa_integrity() const;
   void preempt(Sequence& s, StepPlan& plan);
   bool admit(Sequence& s, int32_t& budget, StepPlan& plan);
 
   SchedulerConfig config_;
+  KvPools pools_;
   PagePool* pool_;
+  PagePool* swa_pool_;  // nullptr: no sliding-window layers
   PrefixCache cache_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;

@@ -19,8 +19,8 @@ const char* finish_reason_name(FinishReason r) {
   return "error";
 }
 
-EngineService::EngineService(ModelRunner& runner, PagePool& pool, const ServiceConfig& config)
-    : runner_(&runner), config_(config), context_limit_(0), sched_(config.scheduler, pool), started_(Clock::now()) {
+EngineService::EngineService(ModelRunner& runner, KvPools pools, const ServiceConfig& config)
+    : runner_(&runner), config_(config), context_limit_(0), sched_(config.scheduler, pools), started_(Clock::now()) {
   context_limit_ = sched_.context_limit();
   worker_ = std::thread([this] { loop(); });
 }
@@ -168,6 +168,7 @@ void EngineService::loop() {
         }
         batch_.seq_start.push_back(batch_.n_tokens());
         batch_.block_tables.push_back(&s.pages);
+        if (sched_.pools().swa) batch_.swa_block_tables.push_back(&s.swa_pages);
         planned.push_back(&active_.at(s.id));
       }
     }
@@ -255,6 +256,8 @@ EngineStats EngineService::stats() const {
   s.kv_pages_free = sched_.pool().n_free();
   s.kv_pages_used = sched_.pages_in_use();
   s.kv_pages_cached = sched_.pages_cached();
+  s.kv_swa_pages_total = sched_.pools().swa ? sched_.pools().swa->n_pages() : 0;
+  s.kv_swa_pages_used = sched_.swa_pages_in_use();
   s.window_s = config_.stats_window_s;
   const double span = std::max(1e-3, std::min(config_.stats_window_s, s.uptime_s));
   const auto horizon = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stats_window_s));

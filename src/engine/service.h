@@ -84,6 +84,8 @@ struct EngineStats {
   int32_t kv_pages_used = 0;    // held by requests (private pages + cached pages they reference)
   int32_t kv_pages_cached = 0;  // held by the prefix cache (some may also count as used)
   int32_t kv_pages_free = 0;
+  int32_t kv_swa_pages_total = 0;  // the sliding-window layers' pool (0: none)
+  int32_t kv_swa_pages_used = 0;   // its pages held by requests' windows
   double window_s = 0;
   double prompt_tokens_per_s = 0;      // prompt tokens computed (prefill) per second
   double generation_tokens_per_s = 0;  // tokens sampled per second
@@ -108,8 +110,8 @@ struct ServiceConfig {
 
 class EngineService {
  public:
-  /** `runner` and `pool` must outlive the service. The worker thread starts at once. */
-  EngineService(ModelRunner& runner, PagePool& pool, const ServiceConfig& config);
+  /** `runner` and `pools` (the KV pages, or one PagePool) must outlive the service. The worker thread starts at once. */
+  EngineService(ModelRunner& runner, KvPools pools, const ServiceConfig& config);
   /** Cancels whatever is left and joins the worker. */
   ~EngineService();
   EngineService(const EngineService&) = delete;

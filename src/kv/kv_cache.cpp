@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace ft {
@@ -16,6 +18,16 @@ int32_t pages_for(const KvCacheConfig& c) {
   return static_cast<int32_t>(pages);
 }
 
+/** Pages of the sliding-window pool (0: none). */
+int32_t swa_pages_for(const KvCacheConfig& c) {
+  if (!c.layer_window.empty() && static_cast<int32_t>(c.layer_window.size()) != c.n_layer)
+    fail(ErrorCode::kInvalidArgument, "KV cache: {} layer windows for {} layers", c.layer_window.size(), c.n_layer);
+  if (c.swa_token_budget < 0) fail(ErrorCode::kInvalidArgument, "KV cache: swa token budget {} < 0", c.swa_token_budget);
+  if (c.swa_window() == 0) return 0;
+  const int64_t tokens = std::min(c.swa_token_budget, c.token_budget);
+  return static_cast<int32_t>((tokens + c.page_size - 1) / c.page_size);
+}
+
 int64_t k_width(const KvCacheConfig& c) { return int64_t{c.n_head_kv} * c.head_dim; }
 int64_t v_width(const KvCacheConfig& c) {
   return int64_t{c.v_n_head > 0 ? c.v_n_head : c.n_head_kv} * (c.v_head_dim > 0 ? c.v_head_dim : c.head_dim);
@@ -23,17 +35,29 @@ int64_t v_width(const KvCacheConfig& c) {
 
 }  // namespace
 
+int32_t KvCacheConfig::swa_window() const {
+  if (swa_token_budget <= 0) return 0;
+  int32_t w = 0;
+  for (int32_t x : layer_window) w = std::max(w, x);
+  return w;
+}
+
 int64_t KvCache::bytes_per_token(const KvCacheConfig& c) {
   return c.n_layer * (dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c)));
 }
 
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
-  return (int64_t{pages_for(c)} + c.spare_pages) * c.page_size * bytes_per_token(c);
+  const int64_t layer_token = dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c));
+  const int64_t full_pages = int64_t{pages_for(c)} + c.spare_pages, swa_pages = int64_t{swa_pages_for(c)} + c.spare_pages;
+  int64_t bytes = 0;
+  for (int32_t l = 0; l < c.n_layer; ++l) bytes += (c.in_swa_pool(l) ? swa_pages : full_pages) * c.page_size * layer_token;
+  return bytes;
 }
 
 KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_(pages_for(config), config.page_size) {
-  const int64_t n_pages = int64_t{pool_.n_pages()} + config.spare_pages;
+  if (const int32_t swa = swa_pages_for(config); swa > 0) swa_pool_.emplace(swa, config.page_size);
   for (int32_t l = 0; l < config.n_layer; ++l) {
+    const int64_t n_pages = int64_t{in_swa_pool(l) ? swa_pool_->n_pages() : pool_.n_pages()} + config.spare_pages;
     KvLayer kv;
     for (Tensor* t : {&kv.k, &kv.v}) {
       const bool v = t == &kv.v;

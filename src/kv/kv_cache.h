@@ -3,7 +3,11 @@
 // Layer l's keys are one tensor [n_pages, page_size, n_head_kv, head_dim], its values one of
 // [n_pages, page_size, v heads, v width] (the keys' shape unless the config says otherwise); the
 // pool is sized from a token budget. Sequences hold pages through their BlockTable.
+// Sliding-window layers (KvCacheConfig::layer_window, with swa_token_budget > 0) keep theirs in a
+// second pool of swa_token_budget tokens: their tensors have that pool's pages, and a sequence holds
+// only the pages of its window there (kv/page_pool.h).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/ops.h"
@@ -26,6 +30,18 @@ struct KvCacheConfig {
    *  pages: 576 values a token for DeepSeek-V3 instead of 2 x heads x head_dim. */
   int32_t v_n_head = 0;
   int32_t v_head_dim = 0;
+  /** Sliding window of each layer (0: full attention), n_layer entries, or empty: none slides. */
+  std::vector<int32_t> layer_window;
+  /** > 0 with a sliding layer: tokens of the sliding-window layers' pool (rounded up to whole pages;
+   *  at most token_budget). 0: every layer keeps its KV in the one pool. */
+  int64_t swa_token_budget = 0;
+
+  /** True when layer `l` keeps its KV in the sliding-window pool. */
+  bool in_swa_pool(int32_t l) const {
+    return swa_token_budget > 0 && !layer_window.empty() && layer_window[static_cast<size_t>(l)] > 0;
+  }
+  /** Widest window of the layers in the sliding-window pool (0: no such pool). */
+  int32_t swa_window() const;
 };
 
 class KvCache {
@@ -39,7 +55,13 @@ class KvCache {
   KvLayer layer(int32_t l) const;
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
-  /** Bytes of K and V storage of one token in every layer. */
+  /** The pools sequences draw from (the sliding-window one when the config has it). */
+  KvPools pools() { return swa_pool_ ? KvPools(pool_, &*swa_pool_, config_.swa_window()) : KvPools(pool_); }
+  /** True when layer `l`'s pages are the sliding-window pool's. */
+  bool in_swa_pool(int32_t l) const { return swa_pool_ && config_.in_swa_pool(l); }
+  /** The sliding-window pool, nullptr without one. */
+  const PagePool* swa_pool() const { return swa_pool_ ? &*swa_pool_ : nullptr; }
+  /** Bytes of K and V storage of one token in every layer (a sliding-window layer counted too). */
   static int64_t bytes_per_token(const KvCacheConfig& config);
   /** Bytes of K and V storage in all layers. */
   int64_t bytes() const;
@@ -50,6 +72,7 @@ class KvCache {
  private:
   KvCacheConfig config_;
   PagePool pool_;
+  std::optional<PagePool> swa_pool_;
   std::vector<Buffer> storage_;
   std::vector<KvLayer> layers_;
 };

@@ -46,4 +46,33 @@ void BlockTable::release(PagePool& pool) {
   pages_.clear();
 }
 
+bool BlockTable::advance(const KvPools& pools, int64_t start, int64_t end) {
+  if (!pools.swa) return reserve(*pools.full, end);
+  const int64_t first = std::min<int64_t>(pools.first_swa_page(start), static_cast<int64_t>(swa_pages_.size()));
+  std::vector<int32_t> drop;
+  for (; swa_released_ < first; ++swa_released_) {
+    int32_t& p = swa_pages_[static_cast<size_t>(swa_released_)];
+    if (p >= 0) drop.push_back(p);
+    p = -1;
+  }
+  pools.swa->release(drop);
+  const int32_t n_full = pages_needed(*pools.full, end);
+  const int64_t want = (end + pools.full->page_size() - 1) / pools.full->page_size();
+  const auto n_swa = static_cast<int32_t>(std::max<int64_t>(0, want - static_cast<int64_t>(swa_pages_.size())));
+  if (pools.full->n_free() < n_full || pools.swa->n_free() < n_swa) return false;
+  return pools.full->allocate(n_full, pages_) && pools.swa->allocate(n_swa, swa_pages_);
+}
+
+void BlockTable::release(const KvPools& pools) {
+  if (pools.swa) {
+    std::vector<int32_t> held;
+    for (int32_t p : swa_pages_)
+      if (p >= 0) held.push_back(p);
+    pools.swa->release(held);
+  }
+  swa_pages_.clear();
+  swa_released_ = 0;
+  release(*pools.full);
+}
+
 }  // namespace ft

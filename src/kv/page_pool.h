@@ -2,6 +2,13 @@
 // PagePool: the free list of KV pages (ids 0..n_pages-1), and BlockTable: the pages one sequence
 // holds, in position order (page j holds positions [j * page_size, (j + 1) * page_size)).
 // Plain bookkeeping with no device memory, so schedulers and tests can use it alone.
+//
+// A model with sliding-window layers keeps their KV in a second pool (KvPools::swa): a query at
+// position p of such a layer sees only positions > p - window, so a sequence's sliding-window page j
+// is released once (j + 1) * page_size <= first_swa_position(p) for its next query p, and its
+// sliding-window KV stops growing at about window + one step's tokens (vLLM's hybrid KV cache
+// manager and llama.cpp's SWA cache do the same). Its block table for those layers keeps the logical
+// indexing (entry j for positions of page j); a released entry reads -1.
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +35,23 @@ class PagePool {
   std::vector<uint8_t> in_use_;  // [n_pages]
 };
 
+/** The page pools a sequence draws from: `full` for every layer that attends to all positions (and
+ *  the page bookkeeping of the context), `swa` (or nullptr) for the sliding-window layers, whose
+ *  widest window is `window` tokens. Implicit from one pool: no sliding-window group. */
+struct KvPools {
+  KvPools() = default;
+  KvPools(PagePool& pool) : full(&pool) {}  // NOLINT(google-explicit-constructor)
+  KvPools(PagePool& pool, PagePool* swa_pool, int32_t swa_window) : full(&pool), swa(swa_pool), window(swa_window) {}
+  PagePool* full = nullptr;
+  PagePool* swa = nullptr;
+  int32_t window = 0;
+
+  /** First position a query at position `next` sees in a sliding-window layer: max(0, next - window + 1). */
+  int64_t first_swa_position(int64_t next) const { return next - window + 1 > 0 ? next - window + 1 : 0; }
+  /** Sliding-window pages below this index are no longer read by a query at `next` or later. */
+  int64_t first_swa_page(int64_t next) const { return first_swa_position(next) / full->page_size(); }
+};
+
 /** Pages of one sequence. Not copyable, so a page is never owned twice. */
 class BlockTable {
  public:
@@ -45,12 +69,23 @@ class BlockTable {
   /** Returns every page to `pool` and empties the table. */
   void release(PagePool& pool);
 
+  /** For computing positions [start, end) next: releases the sliding-window pages below
+   *  pools.first_swa_page(start), then makes room for positions [0, end) in both pools. Returns false
+   *  (and allocates nothing) when either pool is short. Without pools.swa, reserve(*pools.full, end). */
+  bool advance(const KvPools& pools, int64_t start, int64_t end);
+  /** Returns every page of both pools and empties the table. */
+  void release(const KvPools& pools);
+
   const std::vector<int32_t>& pages() const { return pages_; }
+  /** Sliding-window pages, logically indexed like pages() (-1: released); empty without pools.swa. */
+  const std::vector<int32_t>& swa_pages() const { return swa_pages_; }
   /** Positions the current pages can hold. */
   int64_t capacity(const PagePool& pool) const { return static_cast<int64_t>(pages_.size()) * pool.page_size(); }
 
  private:
   std::vector<int32_t> pages_;
+  std::vector<int32_t> swa_pages_;
+  int64_t swa_released_ = 0;  // swa_pages_[0, swa_released_) are released
 };
 
 }  // namespace ft

@@ -26,10 +26,15 @@ uint64_t finish(uint64_t z) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(PagePool& pool) : pool_(&pool), page_size_(pool.page_size()) {
+PrefixCache::PrefixCache(PagePool& pool, PagePool* swa_pool)
+    : pool_(&pool), swa_pool_(swa_pool), page_size_(pool.page_size()) {
+  if (swa_pool && swa_pool->page_size() != page_size_)
+    fail(ErrorCode::kInternal, "prefix cache: sliding-window pages of {} tokens, pages of {}", swa_pool->page_size(),
+         page_size_);
   nodes_.emplace_back();
   nodes_[0].live = true;
   page_owner_.assign(static_cast<size_t>(pool.n_pages()), -1);
+  swa_owner_.assign(swa_pool ? static_cast<size_t>(swa_pool->n_pages()) : 0, -1);
 }
 
 uint64_t PrefixCache::key_of(NodeId parent, std::span<const int32_t> tokens) const {
@@ -86,13 +91,15 @@ PrefixCache::Match PrefixCache::acquire(std::span<const int32_t> tokens, int64_t
     add_ref(child);
     m.nodes.push_back(child);
     m.pages.push_back(nodes_[static_cast<size_t>(child)].page);
+    m.swa_pages.push_back(nodes_[static_cast<size_t>(child)].swa_page);
     parent = child;
   }
   m.n_tokens = static_cast<int64_t>(m.nodes.size()) * page_size_;
   return m;
 }
 
-PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page) {
+PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page,
+                                          int32_t swa_page) {
   if (static_cast<int32_t>(page_tokens.size()) != page_size_)
     fail(ErrorCode::kInternal, "prefix cache: insert of {} tokens, pages hold {}", page_tokens.size(), page_size_);
   if (parent < 0 || parent >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(parent)].live)
@@ -101,11 +108,23 @@ PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t
     fail(ErrorCode::kInternal, "prefix cache: insert under node {} the caller does not reference", parent);
   if (page < 0 || page >= static_cast<int32_t>(page_owner_.size()))
     fail(ErrorCode::kInternal, "prefix cache: page {} out of range", page);
+  if (swa_page >= 0 && (swa_page >= static_cast<int32_t>(swa_owner_.size()) || swa_owner_[static_cast<size_t>(swa_page)] >= 0))
+    fail(ErrorCode::kInternal, "prefix cache: swa page {} out of range or already held", swa_page);
 
   const uint64_t key = key_of(parent, page_tokens);
   if (NodeId existing = find_child(parent, page_tokens, key); existing >= 0) {
     add_ref(existing);
-    return {existing, nodes_[static_cast<size_t>(existing)].page, false};
+    Inserted r{existing, nodes_[static_cast<size_t>(existing)].page, false};
+    if (swa_page >= 0) {
+      if (nodes_[static_cast<size_t>(existing)].swa_page < 0) {
+        adopt_swa(existing, swa_page);
+        r.swa_adopted = true;
+      } else {
+        use_swa(existing);
+      }
+      r.swa_page = nodes_[static_cast<size_t>(existing)].swa_page;
+    }
+    return r;
   }
   if (page_owner_[static_cast<size_t>(page)] >= 0)
     fail(ErrorCode::kInternal, "prefix cache: page {} is already held by node {}", page,
@@ -128,8 +147,66 @@ PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t
   ++p.n_children;
 
   add_ref(id);  // ref 0 -> 1: never entered the LRU set, erase is a no-op
-  return {id, page, true};
+  Inserted r{id, page, true};
+  if (swa_page >= 0) {
+    adopt_swa(id, swa_page);
+    r.swa_page = swa_page;
+    r.swa_adopted = true;
+  }
+  return r;
 }
+
+void PrefixCache::adopt_swa(NodeId id, int32_t swa_page) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  n.swa_page = swa_page;
+  n.swa_ref = 1;
+  swa_owner_[static_cast<size_t>(swa_page)] = id;
+  ++n_swa_pages_;
+}
+
+const PrefixCache::Node& PrefixCache::live_node(NodeId node) const {
+  if (node <= kRoot || node >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(node)].live)
+    fail(ErrorCode::kInternal, "prefix cache: node {} is not live", node);
+  return nodes_[static_cast<size_t>(node)];
+}
+
+void PrefixCache::use_swa(NodeId node) {
+  const Node& c = live_node(node);
+  if (c.swa_page < 0 || c.swa_ref >= c.ref)
+    fail(ErrorCode::kInternal, "prefix cache: swa reference on node {} (swa page {}, ref {}, swa_ref {})", node,
+         c.swa_page, c.ref, c.swa_ref);
+  Node& n = nodes_[static_cast<size_t>(node)];
+  if (n.swa_ref++ == 0) swa_lru_.erase({n.swa_used, node});
+}
+
+void PrefixCache::release_swa(NodeId node) {
+  const Node& c = live_node(node);
+  if (c.swa_ref <= 0) fail(ErrorCode::kInternal, "prefix cache: swa release of node {} without swa references", node);
+  Node& n = nodes_[static_cast<size_t>(node)];
+  if (--n.swa_ref == 0) {
+    n.swa_used = ++clock_;
+    swa_lru_.emplace(n.swa_used, node);
+  }
+}
+
+int32_t PrefixCache::evict_swa(int32_t n) {
+  std::vector<int32_t> pages;
+  while (static_cast<int32_t>(pages.size()) < n && !swa_lru_.empty()) {
+    const NodeId id = swa_lru_.begin()->second;
+    swa_lru_.erase(swa_lru_.begin());
+    Node& node = nodes_[static_cast<size_t>(id)];
+    pages.push_back(node.swa_page);
+    swa_owner_[static_cast<size_t>(node.swa_page)] = -1;
+    node.swa_page = -1;
+    --n_swa_pages_;
+  }
+  if (!pages.empty()) swa_pool_->release(pages);
+  return static_cast<int32_t>(pages.size());
+}
+
+int32_t PrefixCache::node_swa_page(NodeId node) const { return live_node(node).swa_page; }
+
+int32_t PrefixCache::node_swa_ref(NodeId node) const { return live_node(node).swa_ref; }
 
 void PrefixCache::release(std::span<const NodeId> nodes) {
   const uint64_t now = ++clock_;
@@ -137,7 +214,9 @@ void PrefixCache::release(std::span<const NodeId> nodes) {
     if (id <= kRoot || id >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(id)].live)
       fail(ErrorCode::kInternal, "prefix cache: release of dead node {}", id);
     Node& n = nodes_[static_cast<size_t>(id)];
-    if (n.ref <= 0) fail(ErrorCode::kInternal, "prefix cache: release of node {} without references", id);
+    if (n.ref <= n.swa_ref)
+      fail(ErrorCode::kInternal, "prefix cache: release of node {} with ref {} and {} swa references", id, n.ref,
+           n.swa_ref);
     --n.ref;
     n.last_used = now;
     if (n.ref == 0) {
@@ -149,7 +228,7 @@ void PrefixCache::release(std::span<const NodeId> nodes) {
 
 int32_t PrefixCache::evict(int32_t n) {
   int32_t freed = 0;
-  std::vector<int32_t> pages;
+  std::vector<int32_t> pages, swa_pages;
   while (freed < n && !lru_.empty()) {
     const NodeId id = lru_.begin()->second;
     lru_.erase(lru_.begin());
@@ -163,6 +242,12 @@ int32_t PrefixCache::evict(int32_t n) {
     }
     pages.push_back(node.page);
     page_owner_[static_cast<size_t>(node.page)] = -1;
+    if (node.swa_page >= 0) {  // swa_ref is 0: ref is
+      swa_lru_.erase({node.swa_used, id});
+      swa_pages.push_back(node.swa_page);
+      swa_owner_[static_cast<size_t>(node.swa_page)] = -1;
+      --n_swa_pages_;
+    }
     const NodeId parent = node.parent;
     node = Node{};
     free_ids_.push_back(id);
@@ -173,6 +258,7 @@ int32_t PrefixCache::evict(int32_t n) {
     lru_insert_if_evictable(parent);
   }
   pool_->release(pages);
+  if (!swa_pages.empty()) swa_pool_->release(swa_pages);
   return freed;
 }
 
@@ -180,21 +266,14 @@ bool PrefixCache::holds_page(int32_t page) const {
   return page >= 0 && page < static_cast<int32_t>(page_owner_.size()) && page_owner_[static_cast<size_t>(page)] >= 0;
 }
 
-int32_t PrefixCache::node_page(NodeId node) const {
-  if (node <= kRoot || node >= static_cast<NodeId>(nodes_.size()) || !nodes_[static_cast<size_t>(node)].live)
-    fail(ErrorCode::kInternal, "prefix cache: node {} is not live", node);
-  return nodes_[static_cast<size_t>(node)].page;
-}
+int32_t PrefixCache::node_page(NodeId node) const { return live_node(node).page; }
 
-int32_t PrefixCache::node_ref(NodeId node) const {
-  node_page(node);  // validates
-  return nodes_[static_cast<size_t>(node)].ref;
-}
+int32_t PrefixCache::node_ref(NodeId node) const { return live_node(node).ref; }
 
 void PrefixCache::check_integrity() const {
   auto bad = [](const std::string& what) { fail(ErrorCode::kInternal, "prefix cache integrity: {}", what); };
   std::vector<int32_t> children(nodes_.size(), 0);
-  int32_t live = 0, referenced = 0;
+  int32_t live = 0, referenced = 0, swa_held = 0;
   size_t evictable = 0;
   for (size_t i = 1; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
@@ -213,6 +292,15 @@ void PrefixCache::check_integrity() const {
       bad(fmt::format("node {} page {} is not recorded as its own", id, n.page));
     if (n.hash != key_of(n.parent, n.tokens)) bad(fmt::format("node {} hash does not match its tokens", id));
     if (find_child(n.parent, n.tokens, n.hash) != id) bad(fmt::format("node {} not found by its tokens (or a sibling is equal)", id));
+    if (n.swa_ref < 0 || n.swa_ref > n.ref || (n.swa_ref > 0 && n.swa_page < 0))
+      bad(fmt::format("node {} has swa_ref {} (ref {}, swa page {})", id, n.swa_ref, n.ref, n.swa_page));
+    if (n.swa_page >= 0) {
+      ++swa_held;
+      if (n.swa_page >= static_cast<int32_t>(swa_owner_.size()) || swa_owner_[static_cast<size_t>(n.swa_page)] != id)
+        bad(fmt::format("node {} swa page {} is not recorded as its own", id, n.swa_page));
+      if ((n.swa_ref == 0) != (swa_lru_.count({n.swa_used, id}) > 0))
+        bad(fmt::format("node {} (swa_ref {}) is {} the swa LRU set", id, n.swa_ref, n.swa_ref == 0 ? "missing from" : "in"));
+    }
     const bool in_lru = lru_.count({n.last_used, id}) > 0;
     if (n.ref == 0 && n.n_children == 0) {
       ++evictable;
@@ -238,6 +326,14 @@ void PrefixCache::check_integrity() const {
       bad(fmt::format("page {} recorded for node {} which does not hold it", p, o));
   }
   if (owned != live) bad(fmt::format("{} pages recorded for {} nodes", owned, live));
+  int32_t swa_owned = 0;
+  for (NodeId o : swa_owner_) swa_owned += o >= 0;
+  for (const auto& [used, id] : swa_lru_) {
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    if (!n.live || n.swa_page < 0 || n.swa_ref != 0 || n.swa_used != used) bad(fmt::format("swa LRU entry {} is stale", id));
+  }
+  if (swa_owned != swa_held || swa_held != n_swa_pages_)
+    bad(fmt::format("{} swa pages recorded, {} held by nodes, counter says {}", swa_owned, swa_held, n_swa_pages_));
 }
 
 }  // namespace ft

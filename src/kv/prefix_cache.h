@@ -15,6 +15,14 @@
 //  - ref(parent) >= ref(child), because a reference is always taken on a whole root path;
 //  - the LRU set holds exactly the nodes with ref == 0 and no children (the evictable leaves), keyed by
 //    their last-use tick; the counters (pages, referenced nodes) match a full recount.
+//
+// Sliding-window layers (a second pool, KvPools::swa): a node may also hold the page of the same
+// tokens in those layers' KV (its swa page). A sequence needs the swa pages of only the nodes inside
+// its window, so those pages are referenced separately (swa_ref) and, once no sequence's window
+// covers them, may be evicted alone (evict_swa) while the node stays for the full-attention layers.
+// A hit is usable only where the swa pages of the window before its end are all present (the
+// scheduler shortens it otherwise). More invariants: swa_ref <= ref; a node with swa_ref > 0 holds
+// a swa page; the swa LRU set holds exactly the nodes with a swa page and swa_ref == 0.
 // Not thread-safe: the engine thread that runs the scheduler owns it.
 #include <cstdint>
 #include <set>
@@ -31,8 +39,9 @@ class PrefixCache {
   using NodeId = int32_t;
   static constexpr NodeId kRoot = 0;
 
-  /** Pages freed by evict() go back to `pool`, which must outlive the cache. */
-  explicit PrefixCache(PagePool& pool);
+  /** Pages freed by evict() go back to `pool`, and swa pages to `swa_pool` (nullptr: the model has
+   *  no sliding-window layers); both must outlive the cache. */
+  explicit PrefixCache(PagePool& pool, PagePool* swa_pool = nullptr);
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -42,6 +51,7 @@ class PrefixCache {
   struct Match {
     std::vector<NodeId> nodes;
     std::vector<int32_t> pages;
+    std::vector<int32_t> swa_pages;  // each node's swa page, -1 where it has none (no swa reference taken)
     int64_t n_tokens = 0;  // nodes.size() * page_size
   };
 
@@ -54,6 +64,9 @@ class PrefixCache {
     NodeId node = kRoot;
     int32_t page = -1;
     bool adopted = false;  // true: the caller's page now belongs to the cache; false: an equal node existed
+    /** The node's swa page when the caller offered one (and now holds a swa reference on it), else -1. */
+    int32_t swa_page = -1;
+    bool swa_adopted = false;  // true: the caller's swa page now belongs to the node; false: free it
   };
 
   /** Offers `page` (KV of `page_tokens`, exactly page_size tokens) as the child of `parent` (kRoot for
@@ -61,14 +74,31 @@ class PrefixCache {
    *  exists it is returned and the caller keeps `page` (free it and use the node's page instead);
    *  otherwise a new node adopts `page`. Either way the caller gets a reference on the returned node.
    *  Throws ft::Error(kInternal) for a wrong token count, a dead parent or a page the cache holds. */
-  Inserted insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page);
+  Inserted insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page, int32_t swa_page = -1);
+
+  /** Takes a swa reference on a node the caller references and whose swa page it will read. Throws
+   *  kInternal when the node has no swa page or the caller holds no reference. */
+  void use_swa(NodeId node);
+  /** Drops one swa reference (the caller's window moved past the node, or it ends). Throws kInternal
+   *  for a node without swa references. */
+  void release_swa(NodeId node);
+  /** Frees up to `n` swa pages of nodes without swa references, least recently used first, back to
+   *  the swa pool; the nodes stay. Returns the number freed. */
+  int32_t evict_swa(int32_t n);
+  /** Swa pages held by nodes, and those of them no sequence's window covers (all evictable). */
+  int32_t n_swa_pages() const { return n_swa_pages_; }
+  int32_t n_swa_unreferenced() const { return static_cast<int32_t>(swa_lru_.size()); }
+  /** The swa page of a live node (-1: none). Throws kInternal for a dead node. */
+  int32_t node_swa_page(NodeId node) const;
+  int32_t node_swa_ref(NodeId node) const;
 
   /** Drops one reference from each node (the nodes a sequence acquired or inserted) and marks them used
    *  now, for LRU order. Throws ft::Error(kInternal) for a node without references. */
   void release(std::span<const NodeId> nodes);
 
   /** Frees up to `n` pages back to the pool by removing unreferenced leaves, least recently used
-   *  first (a parent becomes a leaf once its children are gone). Returns the number of pages freed. */
+   *  first (a parent becomes a leaf once its children are gone), with their swa pages. Returns the
+   *  number of (full) pages freed. */
   int32_t evict(int32_t n);
 
   /** Pages held by the tree. */
@@ -95,6 +125,9 @@ class PrefixCache {
     int32_t n_children = 0;
     uint64_t last_used = 0;
     uint64_t hash = 0;  // of (parent, tokens)
+    int32_t swa_page = -1;
+    int32_t swa_ref = 0;
+    uint64_t swa_used = 0;  // key of the swa LRU entry
     std::vector<int32_t> tokens;  // [page_size]
   };
 
@@ -104,14 +137,20 @@ class PrefixCache {
   void add_ref(NodeId id);
   void lru_insert_if_evictable(NodeId id);
   void lru_erase(NodeId id);
+  const Node& live_node(NodeId node) const;
+  void adopt_swa(NodeId id, int32_t swa_page);
 
   PagePool* pool_;
+  PagePool* swa_pool_;
   int32_t page_size_;
   std::vector<Node> nodes_;          // nodes_[0] is the root
   std::vector<NodeId> free_ids_;     // dead node slots for reuse
   std::unordered_multimap<uint64_t, NodeId> index_;  // key_of(parent, tokens) -> node
   std::set<std::pair<uint64_t, NodeId>> lru_;         // evictable leaves by (last_used, id)
   std::vector<NodeId> page_owner_;   // [pool pages] node holding each page, -1 if none
+  std::set<std::pair<uint64_t, NodeId>> swa_lru_;     // nodes with a swa page and swa_ref 0
+  std::vector<NodeId> swa_owner_;    // [swa pool pages] node holding each swa page, -1 if none
+  int32_t n_swa_pages_ = 0;
   uint64_t clock_ = 0;
   int32_t n_nodes_ = 0;        // live nodes below the root
   int32_t n_referenced_ = 0;   // live nodes with ref > 0

@@ -78,8 +78,8 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
   if (!spec.layer_window.empty()) ap.sliding_window = spec.layer_window[static_cast<size_t>(l)];
   ap.sinks = w.sinks;
   if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm, RoPE, k and v into the pages, attention
-    ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, ap, q, k, v, ctx.batch, kv,
-                               attn);  // [T, n_head * head_dim]
+    ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, ap, q, k, v, ctx.kv_batch(l),
+                               kv, attn);  // [T, n_head * head_dim]
   } else {
     if (spec.qk_norm == QkNorm::kFull) {
       ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
@@ -87,8 +87,8 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     }
     ops.rope(spec.rope, q, ctx.batch.positions);
     ops.rope(spec.rope, k, ctx.batch.positions);
-    ops.kv_write(ctx.batch, k, v, kv);
-    ops.attention(ap, ctx.batch, q, kv, attn);  // [T, n_head * head_dim]
+    ops.kv_write(ctx.kv_batch(l), k, v, kv);
+    ops.attention(ap, ctx.kv_batch(l), q, kv, attn);  // [T, n_head * head_dim]
   }
   ctx.dump_if("kqv_out", l, attn);
   ops.matmul(attn, w.wo, out, w.bo);  // [T, H]

@@ -195,6 +195,10 @@ KvCacheConfig kv_layout(const ModelConfig& c) {
   } else {
     k.n_head_kv = static_cast<int32_t>(c.n_head_kv), k.head_dim = static_cast<int32_t>(c.head_dim);
   }
+  bool slides = false;
+  for (int64_t l = 0; l < c.n_layer; ++l) slides = slides || c.window(l) > 0;
+  if (slides)
+    for (int64_t l = 0; l < c.n_layer; ++l) k.layer_window.push_back(c.window(l));
   return k;
 }
 

@@ -111,7 +111,8 @@ void set_swa_period(ModelConfig& config, int64_t period);
 
 /** The KV page layout of `config` (all but the pool's size, page size, dtype and spare pages): per
  *  layer n_head_kv x head_dim keys and values, or for MLA one latent head of kv_lora_rank in the key
- *  pages and one RoPE-key head of qk_rope_dim in the value pages. */
+ *  pages and one RoPE-key head of qk_rope_dim in the value pages; each layer's sliding window when
+ *  any layer slides (the caller sets swa_token_budget to give them their own pool). */
 KvCacheConfig kv_layout(const ModelConfig& config);
 
 /** Reads the architecture-independent fields from HF config.json. `arch` is the registry name.

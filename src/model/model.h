@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "moe/expert_compute.h"
 #include "moe/moe_ffn.h"
+#include "util/error.h"
 
 namespace ft {
 
@@ -63,6 +64,17 @@ struct ForwardContext {
   ExpertCompute* experts;  // required for MoE models
   ForwardState& state;
   const DumpHook* dump = nullptr;
+  /** The batch with the sliding-window pool's block tables, for layers kv.in_swa_pool(l) (nullptr:
+   *  the cache has no such pool). */
+  const BatchInfo* swa_batch = nullptr;
+
+  /** The batch whose block tables address layer `l`'s KV pages. Throws kInternal when the layer's
+   *  pages are the sliding-window pool's and no swa_batch was given. */
+  const BatchInfo& kv_batch(int64_t l) const {
+    if (!kv.in_swa_pool(static_cast<int32_t>(l))) return batch;
+    FT_CHECK(swa_batch != nullptr);
+    return *swa_batch;
+  }
 
   void dump_if(const char* name, int64_t layer, const Tensor& t) const {
     if (dump && *dump) (*dump)(name, layer, t);

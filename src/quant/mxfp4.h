@@ -54,8 +54,8 @@ void mxfp4_rows_from_ocp(const uint8_t* blocks, const uint8_t* scales, int64_t r
  *  (an all-zero block takes -127), then each x / 2^exponent rounded to the nearest E2M1 value, ties
  *  to even (to the code with mantissa 0), saturating at +-6. Throws ft::Error(kInvalidArgument) for
  *  cols not a positive multiple of 32, negative rows, a null buffer or a non-finite input (which OCP
- *  leaves implementation-defined), naming its row and column. tests/model/gen_gpt_oss_mxfp4.py
- *  implements the same quantizer (in numpy) for the gpt_oss_mxfp4 fixture. */
+ *  leaves implementation-defined), naming its row and column. (tests/model/gen_gpt_oss_mxfp4.py
+ *  quantizes with the same section 6.3 rule in torch but breaks ties down and writes -0.) */
 void mxfp4_ocp_quantize(const float* x, int64_t rows, int64_t cols, uint8_t* blocks, uint8_t* scales);
 
 }  // namespace ft

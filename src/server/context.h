@@ -45,6 +45,8 @@ struct ServedModel {
   int64_t n_ctx_train = 0;       // the model's own context length
   /** KV cache bytes one token takes in every layer (MLA: its latent and RoPE key only). */
   int64_t kv_bytes_per_token = 0;
+  /** KV cache bytes in all (sliding-window layers hold fewer pages than the others). */
+  int64_t kv_bytes_total = 0;
   bool demo = false;
   const Vocab* vocab = nullptr;
   const ChatTemplate* chat_template = nullptr;

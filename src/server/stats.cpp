@@ -63,7 +63,13 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
   kv["pages_free"] = s.kv_pages_free;
   kv["tokens_total"] = static_cast<int64_t>(s.kv_pages_total) * s.page_size;
   kv["bytes_per_token"] = ctx.model.kv_bytes_per_token;  // every layer's K and V (MLA: latent + RoPE key)
-  kv["bytes_total"] = static_cast<int64_t>(s.kv_pages_total) * s.page_size * ctx.model.kv_bytes_per_token;
+  kv["bytes_total"] = ctx.model.kv_bytes_total > 0
+                          ? ctx.model.kv_bytes_total
+                          : static_cast<int64_t>(s.kv_pages_total) * s.page_size * ctx.model.kv_bytes_per_token;
+  if (s.kv_swa_pages_total > 0) {  // sliding-window layers: their own, smaller pool
+    kv["swa_pages_total"] = s.kv_swa_pages_total;
+    kv["swa_pages_used"] = s.kv_swa_pages_used;
+  }
   j["kv"] = kv;
   oj req;
   req["running"] = s.running;

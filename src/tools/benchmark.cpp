@@ -267,7 +267,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   reset_peak_host_rss();
 
   RouteCounter routes(engine);
-  PagePool& pool = engine.kv().pool();
+  const KvPools pools = engine.kv().pools();
+  PagePool& pool = *pools.full;
   const int64_t N = o.prompt_tokens, G = o.gen_tokens, V = c.n_vocab;
   SynthRng rng(mix_seed(o.seed, 0xbe7c4));
   auto random_ids = [&](int64_t n) {
@@ -283,7 +284,12 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
         fail(ErrorCode::kInvalidArgument, "bench: the KV pool cannot hold {} sequences of {} tokens", B, positions);
   };
   auto release = [&](std::vector<BlockTable>& tables) {
-    for (BlockTable& t : tables) t.release(pool);
+    for (BlockTable& t : tables) t.release(pools);
+  };
+  // Sliding-window pages as a sequence advances (the full pool's pages are reserved up front).
+  auto advance = [&](BlockTable& t, int64_t start, int64_t end) {
+    if (!t.advance(pools, start, end))
+      fail(ErrorCode::kInvalidArgument, "bench: the sliding-window KV pool ({} pages) is full", pools.swa->n_pages());
   };
   // Every step samples its rows on the backend (Engine::step_sample) as a server step does, so the
   // timed step includes the sampler and its few bytes back instead of the logits. The sampled ids
@@ -324,11 +330,14 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
         const auto si = static_cast<size_t>(s);
         const int64_t take = std::min(n - done[si], budget);
         const bool last = done[si] + take == n;
-        items.push_back({&tables[si].pages(), done[si], prompts[si].data() + done[si], take, last ? 1 : 0});
+        advance(tables[si], done[si], done[si] + take);
+        items.push_back({&tables[si].pages(), done[si], prompts[si].data() + done[si], take, last ? 1 : 0,
+                         &tables[si].swa_pages()});
         done[si] += take;
         budget -= take;
       }
       run_step(items);
+      for (int64_t s = b; s < B; ++s) advance(tables[static_cast<size_t>(s)], done[static_cast<size_t>(s)], done[static_cast<size_t>(s)]);
       while (b < B && done[static_cast<size_t>(b)] == n) ++b;
     }
   };
@@ -337,8 +346,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     std::vector<StepItem> items(static_cast<size_t>(B));
     for (int64_t s = 0; s < steps; ++s) {
       const std::vector<int32_t> ids = random_ids(B);
-      for (int64_t b = 0; b < B; ++b)
-        items[static_cast<size_t>(b)] = {&tables[static_cast<size_t>(b)].pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1};
+      for (int64_t b = 0; b < B; ++b) {
+        BlockTable& t = tables[static_cast<size_t>(b)];
+        advance(t, start + s, start + s + 1);
+        items[static_cast<size_t>(b)] = {&t.pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1, &t.swa_pages()};
+      }
       run_step(items);
     }
   };

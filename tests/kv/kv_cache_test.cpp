@@ -67,5 +67,61 @@ TEST(KvCache, SizedFromTokenBudget) {
   EXPECT_THROW(KvCache(ops, c), Error);
 }
 
+TEST(BlockTable, AdvanceReleasesSlidingWindowPagesBelowTheWindow) {
+  PagePool full(16, 4), swa(5, 4);
+  const KvPools pools(full, &swa, 8);  // a query at p sees p - 7 .. p
+  BlockTable t;
+  ASSERT_TRUE(t.advance(pools, 0, 16));  // a 16-token prefill: pages 0..3 in both pools
+  EXPECT_EQ(t.pages().size(), 4u);
+  EXPECT_EQ(t.swa_pages().size(), 4u);
+  EXPECT_EQ(swa.n_free(), 1);
+  // Decoding position 16 reads 9..16: page 0 (0..3) and page 1 (4..7) are below the window.
+  ASSERT_TRUE(t.advance(pools, 16, 17));
+  EXPECT_EQ(t.swa_pages()[0], -1);
+  EXPECT_EQ(t.swa_pages()[1], -1);
+  EXPECT_GE(t.swa_pages()[2], 0);
+  EXPECT_EQ(t.pages().size(), 5u);
+  EXPECT_EQ(swa.n_free(), 2);  // two released, one taken
+  // However long the sequence grows, it holds at most ceil((8 - 1 + 1) / 4) + 1 sliding-window pages.
+  for (int64_t p = 17; p < 64; ++p) {
+    ASSERT_TRUE(t.advance(pools, p, p + 1)) << p;
+    EXPECT_LE(swa.n_pages() - swa.n_free(), 3) << p;
+  }
+  EXPECT_EQ(full.n_free(), 0);
+  EXPECT_FALSE(t.advance(pools, 64, 65));  // the full pool is out of pages: nothing taken
+  EXPECT_EQ(t.swa_pages().size(), 16u);
+  t.release(pools);
+  EXPECT_EQ(full.n_free(), 16);
+  EXPECT_EQ(swa.n_free(), 5);
+  EXPECT_TRUE(t.swa_pages().empty());
+}
+
+TEST(KvCache, SlidingWindowLayersHaveTheirOwnSmallerPool) {
+  CpuOps ops(1);
+  KvCacheConfig c{4, 2, 16, 16, 256, DType::F32};
+  c.layer_window = {8, 0, 8, 0};
+  c.swa_token_budget = 40;  // 3 pages of 16
+  KvCache kv(ops, c);
+  EXPECT_EQ(kv.pool().n_pages(), 16);
+  ASSERT_NE(kv.swa_pool(), nullptr);
+  EXPECT_EQ(kv.swa_pool()->n_pages(), 3);
+  EXPECT_EQ(kv.pools().window, 8);
+  EXPECT_TRUE(kv.in_swa_pool(0));
+  EXPECT_FALSE(kv.in_swa_pool(1));
+  EXPECT_TRUE(kv.layer(2).k.has_shape({3, 16, 2, 16}));
+  EXPECT_TRUE(kv.layer(3).k.has_shape({16, 16, 2, 16}));
+  const int64_t page_layer = 16LL * 2 * 2 * 16 * 4;  // K and V of one page of one layer
+  EXPECT_EQ(kv.bytes(), 2 * 16 * page_layer + 2 * 3 * page_layer);
+  // Without a budget for it, every layer stays in the one pool.
+  c.swa_token_budget = 0;
+  KvCache one(ops, c);
+  EXPECT_EQ(one.swa_pool(), nullptr);
+  EXPECT_FALSE(one.in_swa_pool(0));
+  EXPECT_EQ(one.bytes(), 4 * 16 * page_layer);
+  c.layer_window = {8, 0};
+  c.swa_token_budget = 40;
+  EXPECT_THROW(KvCache(ops, c), Error);  // windows for 2 of 4 layers
+}
+
 }  // namespace
 }  // namespace ft

@@ -174,5 +174,55 @@ TEST(PrefixCache, RandomisedOperationsKeepInvariants) {
   c.check_integrity();
 }
 
+TEST(PrefixCache, SlidingWindowPagesAreReferencedAndEvictedApartFromTheirNodes) {
+  PagePool pool(8, 4), swa(4, 4);
+  PrefixCache c(pool, &swa);
+  std::vector<int32_t> p, q;
+  ASSERT_TRUE(pool.allocate(2, p));
+  ASSERT_TRUE(swa.allocate(2, q));
+  const auto a = seq(0, 8);
+  auto r0 = c.insert(PrefixCache::kRoot, std::span<const int32_t>(a).first(4), p[0], q[0]);
+  ASSERT_TRUE(r0.adopted && r0.swa_adopted);
+  EXPECT_EQ(r0.swa_page, q[0]);
+  auto r1 = c.insert(r0.node, std::span<const int32_t>(a).subspan(4, 4), p[1], -1);  // its window moved on
+  EXPECT_EQ(r1.swa_page, -1);
+  EXPECT_EQ(c.n_swa_pages(), 1);
+  EXPECT_EQ(c.node_swa_ref(r0.node), 1);
+  c.check_integrity();
+  // A second sequence offers the same second page with its swa page: the node adopts it.
+  std::vector<int32_t> p2;
+  ASSERT_TRUE(pool.allocate(1, p2));
+  auto m = c.acquire(a, 4);
+  ASSERT_EQ(m.swa_pages, std::vector<int32_t>{q[0]});
+  auto r1b = c.insert(r0.node, std::span<const int32_t>(a).subspan(4, 4), p2[0], q[1]);
+  EXPECT_FALSE(r1b.adopted);
+  EXPECT_TRUE(r1b.swa_adopted);
+  pool.release(p2);
+  EXPECT_EQ(c.node_swa_page(r1.node), q[1]);
+  c.check_integrity();
+  // Referenced swa pages are not evicted; released ones are, and their nodes stay.
+  EXPECT_EQ(c.evict_swa(4), 0);
+  c.release_swa(r0.node);
+  EXPECT_THROW(c.release_swa(r0.node), Error);
+  EXPECT_EQ(c.n_swa_unreferenced(), 1);
+  EXPECT_EQ(c.evict_swa(4), 1);
+  EXPECT_EQ(c.node_swa_page(r0.node), -1);
+  EXPECT_EQ(c.n_pages(), 2);
+  EXPECT_EQ(swa.n_free(), 3);
+  c.check_integrity();
+  // A node cannot drop its last references while a swa reference remains on it.
+  c.release(std::vector<PrefixCache::NodeId>{r1.node});
+  EXPECT_THROW(c.release(std::vector<PrefixCache::NodeId>{r1b.node}), Error);
+  c.release_swa(r1.node);
+  c.release(std::vector<PrefixCache::NodeId>{r1b.node});
+  c.release(std::vector<PrefixCache::NodeId>{r0.node, m.nodes[0]});
+  c.check_integrity();
+  // Evicting the nodes frees their swa pages too.
+  EXPECT_EQ(c.evict(8), 2);
+  EXPECT_EQ(pool.n_free(), 8);
+  EXPECT_EQ(swa.n_free(), 4);
+  c.check_integrity();
+}
+
 }  // namespace
 }  // namespace ft

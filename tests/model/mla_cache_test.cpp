@@ -1,6 +1,6 @@
 // Multi-head latent attention's KV cache (DeepSeek-V3 fixture): the pages hold only the latent and
-// the RoPE key per token per layer, and a prefix-cache hit on those pages gives the cold run's
-// tokens and log-probabilities.
+// the RoPE key per token per layer; a prefix-cache hit on those pages, and on gpt-oss's
+// sliding-window and full pages, gives the cold run's tokens and log-probabilities.
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -58,18 +58,23 @@ TEST(MlaKvCache, BytesPerTokenAreTheLatents) {
   EXPECT_LT(per_token * 4, c.n_layer * c.n_head * (2 * (c.qk_nope_dim + c.qk_rope_dim)) * 4);
 }
 
-TEST(MlaKvCache, PrefixHitGivesTheColdRunsLogprobs) {
-  const std::vector<RefCase> cases = read_reference(shared_dir() + kDir);
+class PrefixHit : public ::testing::TestWithParam<std::string> {};
+
+// DeepSeek-V3's latent pages, and gpt-oss's sliding-window layers (window 8: the hit reuses the cached
+// window pages before it, kv/prefix_cache.h) with its full-attention layers' pages.
+TEST_P(PrefixHit, GivesTheColdRunsLogprobs) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  const std::vector<RefCase> cases = read_reference(dir);
   ASSERT_EQ(cases.size(), 2u);
   const RefCase& ref = cases[1];  // "long": 130 tokens
-  auto engine = Engine::load(shared_dir() + kDir, small_engine_options());
+  auto engine = Engine::load(dir, small_engine_options());
   EngineRunner runner(*engine);
   ServiceConfig sc;
   sc.scheduler.max_running = 2;
   sc.scheduler.max_prefill_tokens = 64;
   sc.scheduler.max_seq_len = 512;
   sc.check_integrity = true;
-  EngineService svc(runner, engine->kv().pool(), sc);
+  EngineService svc(runner, engine->kv().pools(), sc);
   auto run = [&] {
     auto sink = std::make_shared<Collect>();
     GenerationRequest r;
@@ -98,6 +103,8 @@ TEST(MlaKvCache, PrefixHitGivesTheColdRunsLogprobs) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, PrefixHit, ::testing::Values("deepseek_v3", "gpt_oss"));
 
 TEST(MlaConfig, AMissingKeyIsNamed) {
   const std::string src = shared_dir() + kDir;

@@ -49,7 +49,7 @@ class MoeServer {
     sc.scheduler.max_running = 2;
     sc.scheduler.max_prefill_tokens = 64;
     sc.scheduler.max_seq_len = 256;
-    service_ = std::make_unique<EngineService>(*runner_, engine_->kv().pool(), sc);
+    service_ = std::make_unique<EngineService>(*runner_, engine_->kv().pools(), sc);
     server::ServerOptions so;
     so.port = 0;
     server::ServedModel sm;
