@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "engine/fake_model.h"
+#include "engine/request_log.h"
 #include "engine/scheduler.h"
 
 namespace ft {
@@ -91,7 +92,7 @@ std::vector<int32_t> tokens_of(uint32_t seed, int32_t n) {
   return t;
 }
 
-struct SwaDriver {
+struct SwaDriver : testing::RequestLog {
   SwaDriver(int32_t max_running, int32_t prefill, int32_t n_pages, int32_t n_swa, int32_t page, int32_t window,
             bool prefix = true)
       : model(50, n_pages, n_swa, page, window), pool(n_pages, page), swa(n_swa, page),
@@ -107,9 +108,7 @@ struct SwaDriver {
   }
 
   void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new) {
-    prompts[id] = prompt;
-    max_new_tokens[id] = max_new;
-    sched.submit(id, std::move(prompt), max_new);
+    RequestLog::submit(sched, id, std::move(prompt), max_new);
   }
 
   void step() {
@@ -119,15 +118,7 @@ struct SwaDriver {
     sched.complete(plan);
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       if (!plan.seqs[i].sample) continue;
-      const uint64_t id = plan.seqs[i].seq->id;
-      auto& out = generated[id];
-      out.push_back(model.argmax(hashes[i]));
-      if (static_cast<int32_t>(out.size()) >= max_new_tokens[id]) {
-        cached[id] = sched.find(id)->n_cached;
-        sched.finish(id);
-      } else {
-        sched.append(id, out.back());
-      }
+      take(sched, plan.seqs[i].seq->id, model.argmax(hashes[i]));
     }
     sched.check_integrity();
   }
@@ -142,8 +133,6 @@ struct SwaDriver {
   FakeWindowModel model;
   PagePool pool, swa;
   Scheduler sched;
-  std::map<uint64_t, std::vector<int32_t>> prompts, generated;
-  std::map<uint64_t, int32_t> max_new_tokens, cached;
   int32_t max_swa_in_use = 0;
 };
 
@@ -157,7 +146,9 @@ TEST(SchedulerSlidingWindow, ALongSequenceHoldsOnlyItsWindow) {
     d.run_until_idle();
     EXPECT_LE(d.max_swa_in_use, 7);
     EXPECT_EQ(d.sched.swa_pages_in_use(), 0);
-    if (!prefix) EXPECT_EQ(d.swa.n_free(), d.swa.n_pages());
+    if (!prefix) {
+      EXPECT_EQ(d.swa.n_free(), d.swa.n_pages());
+    }
   }
 }
 

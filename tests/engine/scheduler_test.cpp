@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/fake_model.h"
+#include "engine/request_log.h"
 #include "engine/scheduler.h"
 #include "util/error.h"
 
@@ -31,14 +32,12 @@ std::vector<int32_t> tokens_of(uint32_t seed, int32_t n, int32_t vocab) {
 }
 
 /** Runs the scheduler the way the engine does: plan, forward, complete, sample greedily, append/finish. */
-struct Driver {
+struct Driver : testing::RequestLog {
   Driver(SchedulerConfig cfg, int32_t n_pages, int32_t page_size, int32_t vocab = 50)
       : model(vocab, n_pages, page_size), pool(n_pages, page_size), sched(cfg, pool) {}
 
   void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new) {
-    prompts[id] = prompt;
-    max_new_tokens[id] = max_new;
-    sched.submit(id, std::move(prompt), max_new);
+    RequestLog::submit(sched, id, std::move(prompt), max_new);
   }
 
   StepPlan step() {
@@ -58,17 +57,7 @@ struct Driver {
     sched.complete(plan);
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       if (!plan.seqs[i].sample) continue;
-      const uint64_t id = plan.seqs[i].seq->id;
-      const int32_t tok = argmax(logits.data() + i * model.vocab_size(), model.vocab_size());
-      auto& out = generated[id];
-      out.push_back(tok);
-      if (static_cast<int32_t>(out.size()) >= max_new_tokens[id]) {
-        cached[id] = sched.find(id)->n_cached;
-        sched.finish(id);
-        done.push_back(id);
-      } else {
-        sched.append(id, tok);
-      }
+      take(sched, plan.seqs[i].seq->id, argmax(logits.data() + i * model.vocab_size(), model.vocab_size()));
     }
     sched.check_integrity();
     return plan;
@@ -87,9 +76,6 @@ struct Driver {
   FakeModel model;
   PagePool pool;
   Scheduler sched;
-  std::map<uint64_t, std::vector<int32_t>> prompts, generated;
-  std::map<uint64_t, int32_t> max_new_tokens, cached;
-  std::vector<uint64_t> done;
 };
 
 SchedulerConfig config(int32_t max_running, int32_t prefill, int32_t max_waiting = 100, bool prefix = true) {
