@@ -165,6 +165,7 @@ int run_serve(const ServeFlags& f) {
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;
   sm.tool_call_format = server::detect_tool_call_format(tmpl.source);
+  sm.object_tool_arguments = server::template_requires_object_arguments(chat_template);
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();

@@ -1,5 +1,7 @@
 #include "server/chat_reply.h"
 
+#include "server/request_parse.h"
+
 namespace ft::server {
 
 bool template_renders_tools(const ChatTemplate& t) {
@@ -13,10 +15,59 @@ bool template_renders_tools(const ChatTemplate& t) {
   }
 }
 
+bool template_requires_object_arguments(const ChatTemplate& t) {
+  auto conv = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "ft_probe", "arguments": "{\"ft_needle\": 1}"}}]},
+    {"role": "user", "content": "y"}])");
+  auto renders_keys = [&t](const nlohmann::ordered_json& c) {
+    try {
+      const std::string out = t.render(c, nullptr, true);
+      return out.find("\"ft_needle\":") != std::string::npos || out.find("'ft_needle':") != std::string::npos;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  if (renders_keys(conv)) return false;
+  return renders_keys(with_object_tool_arguments(conv));
+}
+
+nlohmann::ordered_json with_object_tool_arguments(const nlohmann::ordered_json& messages) {
+  using ojson = nlohmann::ordered_json;
+  struct TooDeep {};
+  ojson out = messages;
+  for (ojson& m : out) {
+    auto tc = m.find("tool_calls");
+    if (tc == m.end() || !tc->is_array()) continue;
+    for (ojson& call : *tc) {
+      auto fn = call.is_object() ? call.find("function") : call.end();
+      if (fn == call.end() || !fn->is_object()) continue;
+      auto args = fn->find("arguments");
+      if (args == fn->end() || args->is_null() || (args->is_string() && args->get_ref<const std::string&>().empty())) {
+        (*fn)["arguments"] = ojson::object();
+        continue;
+      }
+      if (!args->is_string()) continue;
+      try {
+        ojson parsed = ojson::parse(args->get_ref<const std::string&>(), [](int depth, ojson::parse_event_t, ojson&) {
+          if (depth > kMaxJsonDepth) throw TooDeep{};
+          return true;
+        }, false);
+        if (!parsed.is_discarded()) *args = std::move(parsed);
+      } catch (const TooDeep&) {
+      }
+    }
+  }
+  return out;
+}
+
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r) {
   std::string text;
   try {
-    text = ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
+    text = ctx.model.object_tool_arguments
+               ? ctx.model.chat_template->render(with_object_tool_arguments(r.messages), r.tools,
+                                                 r.add_generation_prompt, r.template_kwargs)
+               : ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
   } catch (const Error& e) {
     throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
                                 "invalid_request_error", "messages", ""});

@@ -22,8 +22,22 @@ namespace ft::server {
  *  says so at start-up. A template that fails to render counts as rendering them (no claim made). */
 bool template_renders_tools(const ChatTemplate& t);
 
-/** The prompt text of `r`: its messages and tools rendered by the served chat template, followed by
- *  its assistant_prefill. Throws ApiException 400 (param "messages") when the template cannot
+/** Whether `t` writes a tool call's arguments correctly only when they are a JSON object, not the
+ *  JSON text OpenAI clients send (gpt-oss's, DeepSeek-V3.1's, Llama 3.1's `arguments | tojson` quote
+ *  text as a string): a call with text arguments renders without the arguments' keys unquoted, one
+ *  with an object argument renders them (the probe of llama.cpp's minja, requires_object_arguments).
+ *  Templates that concatenate the text (some DeepSeek-R1 distills, Mistral's) or test `is string`
+ *  (Qwen) take text. */
+bool template_requires_object_arguments(const ChatTemplate& t);
+
+/** `messages` with each assistant tool call's `function.arguments` text replaced by the JSON value it
+ *  spells ({} when empty or null), as vLLM hands them to templates; text that is not JSON, or nests
+ *  deeper than a request body may (kMaxJsonDepth), stays text. */
+nlohmann::ordered_json with_object_tool_arguments(const nlohmann::ordered_json& messages);
+
+/** The prompt text of `r`: its messages and tools rendered by the served chat template (tool-call
+ *  arguments as objects where ServedModel::object_tool_arguments says so), followed by its
+ *  assistant_prefill. Throws ApiException 400 (param "messages") when the template cannot
  *  render them. */
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
 

@@ -52,6 +52,8 @@ struct ServedModel {
   const ChatTemplate* chat_template = nullptr;
   /** How replies carry tool calls: detect_tool_call_format of the chat template's source. */
   ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
+  /** The template wants tool-call arguments as JSON objects (template_requires_object_arguments). */
+  bool object_tool_arguments = false;
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
 };
 

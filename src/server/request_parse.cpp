@@ -260,6 +260,14 @@ ojson normalize_content(const ojson& content, size_t index, const std::string& r
   return text;
 }
 
+/** An assistant message's `reasoning_content` is also given to the template as `thinking`, the field
+ *  gpt-oss's template renders as the analysis channel of a turn that called tools (llama.cpp's
+ *  server does the same); other templates read reasoning_content or neither. */
+void reasoning_as_thinking(ojson& msg) {
+  if (auto rc = msg.find("reasoning_content"); rc != msg.end() && rc->is_string() && !msg.contains("thinking"))
+    msg["thinking"] = *rc;
+}
+
 ojson parse_messages(const ojson& body) {
   const ojson* msgs = field(body, "messages");
   if (!msgs) bad_request("messages", "'messages' is required");
@@ -289,6 +297,7 @@ ojson parse_messages(const ojson& body) {
     }
     if (const ojson* tc = field(m, "tool_calls"); tc && !tc->is_array())
       bad_request(where + ".tool_calls", fmt::format("'{}.tool_calls' must be a list", where));
+    if (r == "assistant") reasoning_as_thinking(msg);
     out.push_back(std::move(msg));
   }
   return out;

@@ -22,6 +22,7 @@
 #include "engine/fake_model.h"
 #include "engine/service.h"
 #include "formats/checkpoint.h"
+#include "server/chat_reply.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
@@ -54,12 +55,13 @@ class GatedModel : public FakeModel {
     forward_into(b, logits);
     if (script.empty()) return logits;
     // Scripted replies (one request at a time, prompts of one prefill chunk): a sequence whose batch
-    // starts at position 0 is new and its reply starts after its last position; the reply's i-th
-    // token is script[i] (its last one repeats).
+    // starts at position 0, or (after a prefix-cache hit) brings more than one token, is a prompt and
+    // its reply starts after its last position; the reply's i-th token is script[i] (its last one
+    // repeats).
     for (int32_t s = 0; s < b.n_seqs(); ++s) {
       const int32_t first = b.positions[static_cast<size_t>(b.seq_start[s])];
       const int32_t last = b.positions[static_cast<size_t>(b.seq_start[s + 1] - 1)];
-      if (first == 0) script_base_ = last + 1;
+      if (first == 0 || last > first) script_base_ = last + 1;
       const size_t i = std::min(static_cast<size_t>(last + 1 - script_base_), script.size() - 1);
       float* row = logits.data() + static_cast<size_t>(s) * static_cast<size_t>(vocab_size());
       std::fill(row, row + vocab_size(), 0.0f);
@@ -99,6 +101,7 @@ struct TestServerConfig {
   bool split_reasoning = false;  // --reasoning-format deepseek
   std::string chat_template = kChatMLTemplate;
   bool serve = true;  // false: bound but not serving (the test calls http().serve())
+  int32_t max_prefill_tokens = 64;  // a scripted reply needs its prompt in one chunk (GatedModel)
 };
 
 class TestServer {
@@ -112,7 +115,7 @@ class TestServer {
     sc.scheduler.max_running = c.max_running;
     sc.scheduler.max_waiting = c.max_waiting;
     sc.scheduler.max_seq_len = c.max_seq_len;
-    sc.scheduler.max_prefill_tokens = 64;
+    sc.scheduler.max_prefill_tokens = c.max_prefill_tokens;
     sc.check_integrity = true;
     service_ = std::make_unique<EngineService>(model_, pool_, sc);
     server::ServerOptions so;
@@ -131,6 +134,7 @@ class TestServer {
     sm.vocab = &demo_vocab();
     sm.chat_template = &template_;
     sm.tool_call_format = server::detect_tool_call_format(c.chat_template);
+    sm.object_tool_arguments = server::template_requires_object_arguments(template_);
     http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
     port_ = http_->bind();
     if (c.serve) thread_ = std::thread([this] { http_->serve(); });

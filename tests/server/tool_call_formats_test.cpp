@@ -8,7 +8,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/chat_reply.h"
 #include "server/tool_calls.h"
+#include "test_util.h"
 #include "tool_call_testing.h"
 
 namespace ft::server {
@@ -172,9 +174,14 @@ TEST(ToolCallFormats, Harmony) {
       "<|start|>assistant<|channel|>final<|message|>Done.<|return|>", f, "");
 }
 
+std::string real_template(const std::string& file) {
+  std::ifstream in(std::filesystem::path(ft::testing::shared_dir()) / "data" / "chat-templates" / file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 TEST(ToolCallFormats, DetectedFromRealTemplates) {
-  const char* env = std::getenv("FT_SHARED_DIR");
-  const std::filesystem::path dir = std::filesystem::path(env ? env : "../shared") / "data" / "chat-templates";
   const std::pair<const char*, ToolCallFormat> cases[] = {
       {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolCallFormat::kLlama3},
       {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolCallFormat::kLlama3},
@@ -191,13 +198,38 @@ TEST(ToolCallFormats, DetectedFromRealTemplates) {
       {"google-gemma-2-2b-it.jinja", ToolCallFormat::kHermes},  // no tool markers: the fallback
   };
   for (const auto& [file, want] : cases) {
-    const std::filesystem::path p = dir / file;
-    std::ifstream in(p);
-    if (!in) GTEST_SKIP() << "missing " << p;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    EXPECT_EQ(tool_call_format_name(detect_tool_call_format(ss.str())), std::string(tool_call_format_name(want))) << file;
+    const std::string t = real_template(file);
+    ASSERT_FALSE(t.empty()) << "missing " << file << " under " << ft::testing::shared_dir();
+    EXPECT_EQ(tool_call_format_name(detect_tool_call_format(t)), std::string(tool_call_format_name(want))) << file;
   }
+}
+
+TEST(ToolCallFormats, TemplatesThatNeedObjectArgumentsAreDetected) {
+  // `arguments | tojson` of JSON text would quote it (gpt-oss, Llama 3.x, Kimi-K2, DeepSeek-V3.1,
+  // Qwen2.5); Qwen3's template tests `is string`, some DeepSeek-R1 distills concatenate the text.
+  const std::pair<const char*, bool> cases[] = {
+      {"openai-gpt-oss-120b.jinja", true},         {"meta-llama-Llama-3.1-8B-Instruct.jinja", true},
+      {"moonshotai-Kimi-K2.jinja", true},           {"deepseek-ai-DeepSeek-V3.1.jinja", true},
+      {"Qwen-Qwen3-0.6B.jinja", false},             {"Qwen-Qwen2.5-7B-Instruct.jinja", true},
+      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", false},
+  };
+  for (const auto& [file, want] : cases) {
+    const std::string t = real_template(file);
+    ASSERT_FALSE(t.empty()) << "missing " << file << " under " << ft::testing::shared_dir();
+    EXPECT_EQ(template_requires_object_arguments(ChatTemplate(t, "<s>", "</s>")), want) << file;
+  }
+  // The conversion: JSON text becomes its value, empty text {}, other text stays.
+  const auto msgs = nlohmann::ordered_json::parse(R"([{"role": "assistant", "content": "", "tool_calls": [
+      {"function": {"name": "a", "arguments": "{\"x\": [1, 2]}"}}, {"function": {"name": "b", "arguments": ""}},
+      {"function": {"name": "c", "arguments": "not json"}}]}])");
+  const auto out = with_object_tool_arguments(msgs);
+  EXPECT_EQ(out[0]["tool_calls"][0]["function"]["arguments"].dump(), R"({"x":[1,2]})");
+  EXPECT_EQ(out[0]["tool_calls"][1]["function"]["arguments"].dump(), "{}");
+  EXPECT_EQ(out[0]["tool_calls"][2]["function"]["arguments"], "not json");
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  auto d = msgs;
+  d[0]["tool_calls"][0]["function"]["arguments"] = deep;
+  EXPECT_EQ(with_object_tool_arguments(d)[0]["tool_calls"][0]["function"]["arguments"], deep);
 }
 
 }  // namespace
