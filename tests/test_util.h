@@ -14,6 +14,13 @@
 
 namespace ft::testing {
 
+/** $FT_SOURCE_DIR (a checkout copied elsewhere, as on a GPU machine), else the source tree baked in at
+ *  configure time: where the repository's own fixtures (tests/model/fixtures) are read from. */
+inline std::string source_dir() {
+  if (const char* env = std::getenv("FT_SOURCE_DIR"); env && *env) return env;
+  return FT_SOURCE_DIR;
+}
+
 /** $FT_SHARED_DIR, else the ../shared next to the source tree (baked in at configure time). */
 inline std::string shared_dir() {
   if (const char* env = std::getenv("FT_SHARED_DIR"); env && *env) return env;

@@ -57,7 +57,7 @@ TEST(HfFixtureMxfp4, GptOssMxfp4CheckpointMatchesTransformers) {
   // layout, reference logits from transformers with Mxfp4Config(dequantize=True)
   // (tests/model/gen_gpt_oss_mxfp4.py). The experts stay MXFP4 in the banks and kernels; fused
   // (resident experts) and cpu (expert banks through the CPU executor) both match.
-  const std::string dir = std::string(FT_SOURCE_DIR) + "/tests/model/fixtures/gpt_oss_mxfp4";
+  const std::string dir = source_dir() + "/tests/model/fixtures/gpt_oss_mxfp4";
   const std::vector<RefCase> cases = read_reference(dir);
   ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
   for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {

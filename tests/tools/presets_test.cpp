@@ -186,7 +186,9 @@ TEST(SyntheticCheckpoint, NewShapeFamiliesLoadAndGenerateDeterministically) {
     EXPECT_EQ(c.router_scoring, RouterScoring::kSigmoid) << preset;
     EXPECT_EQ(c.n_group, p.n_group) << preset;
     EXPECT_EQ(c.qk_norm, p.qk_norm) << preset;
-    if (!p.is_mla()) EXPECT_EQ(c.n_rot, p.n_rot) << preset;
+    if (!p.is_mla()) {
+      EXPECT_EQ(c.n_rot, p.n_rot) << preset;
+    }
     const GenerateRequest req = greedy(ids(20, 3), 6);
     const GenerateResult r1 = generate(*e1, {req})[0], r2 = generate(*e2, {req})[0];
     ASSERT_EQ(r1.tokens.size(), 6u) << preset;
