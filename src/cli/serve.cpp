@@ -47,6 +47,7 @@ struct ServeFlags {
   int64_t max_seq_len = 0;       // 0: the model's context length
   int max_prefill_tokens = 512;
   int64_t kv_tokens = 0;         // 0: the engine's default
+  int64_t swa_kv_tokens = 0;     // 0: the engine's default
   std::string chat_template;
   double max_body_mb = 32;
   std::string cors_origin = "*";
@@ -90,6 +91,7 @@ int run_serve(const ServeFlags& f) {
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   eo.kv_tokens = f.kv_tokens;
+  eo.swa_kv_tokens = f.swa_kv_tokens;
   eo.max_seqs = f.max_running;
   eo.max_logit_rows = f.max_running;
   eo.max_step_tokens = static_cast<int64_t>(f.max_prefill_tokens) + f.max_running;
@@ -186,9 +188,13 @@ int run_serve(const ServeFlags& f) {
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
               kc.page_size, format_bytes(engine->kv().bytes()).c_str(), engine->ops().name(),
               f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
-  if (const PagePool* swa = engine->kv().swa_pool())
-    std::printf("  swa       sliding-window layers (window %d) keep KV for %lld tokens in all, not the context\n",
-                kc.swa_window(), static_cast<long long>(swa->n_pages()) * kc.page_size);
+  if (const PagePool* swa = engine->kv().swa_pool()) {
+    int n_swa = 0;
+    for (int32_t l = 0; l < kc.n_layer; ++l) n_swa += engine->kv().in_swa_pool(l);
+    std::printf("  swa       %d of %d layers slide (window %d): their KV holds %lld tokens over all requests, not the "
+                "context (--swa-kv-tokens; in the KV bytes above)\n",
+                n_swa, kc.n_layer, kc.swa_window(), static_cast<long long>(swa->n_pages()) * kc.page_size);
+  }
   if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
@@ -254,6 +260,11 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(at_least(1));
   cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))")
       ->check(at_least(1));  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
+  cmd->add_option("--swa-kv-tokens", f->swa_kv_tokens,
+                  "KV tokens of the sliding-window layers (gpt-oss's every other layer) over all requests: at least "
+                  "what the running requests' windows need (the default), at most --kv-tokens; more keeps more "
+                  "conversations' last windows for prefix-cache hits")
+      ->check(at_least(1));
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--reasoning-format", f->reasoning_format,

@@ -69,8 +69,12 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   // new tokens (page-aligned), so all sequences of a step together need at most this.
   int32_t window = 0;
   for (int32_t w : kv_config.layer_window) window = std::max(window, w);
+  if (options_.swa_kv_tokens < 0)
+    fail(ErrorCode::kInvalidArgument, "--swa-kv-tokens must be >= 0 (got {})", options_.swa_kv_tokens);
   if (window > 0)
-    kv_config.swa_token_budget = options_.max_seqs * (int64_t{window} + 2 * options_.page_size) + options_.max_step_tokens;
+    kv_config.swa_token_budget =
+        std::max(options_.swa_kv_tokens,
+                 options_.max_seqs * (int64_t{window} + 2 * options_.page_size) + options_.max_step_tokens);
   kv_ = std::make_unique<KvCache>(*ops_, kv_config);
   if (const PagePool* swa = kv_->swa_pool())
     spdlog::info("engine: sliding-window layers (window {}) keep KV for {} tokens, the others for {}",

@@ -24,6 +24,10 @@ struct EngineOptions {
   int threads = 0;                   // CPU threads (0: all cores)
   int32_t page_size = 64;            // KV page size in tokens (--page-size)
   int64_t kv_tokens = 0;             // KV budget in tokens over all sequences (0: min(context length, 8192))
+  /** --swa-kv-tokens: tokens of the sliding-window layers' pool (kv/kv_cache.h), at least what the
+   *  running sequences' windows and one step need (the default, 0), at most kv_tokens; more keeps
+   *  more conversations' last windows cached for prefix hits. */
+  int64_t swa_kv_tokens = 0;
   int64_t max_step_tokens = 8192;    // most tokens in one forward (>= --max-prefill-tokens)
   int64_t max_logit_rows = 256;      // most logit rows one forward returns
   int32_t max_seqs = 16;             // most sequences in one forward

@@ -82,10 +82,14 @@ bool Scheduler::reserve(Sequence& s, int64_t n_positions) {
 
 void Scheduler::release_pages(Sequence& s) {
   if (swa_pool_) {
+    // The window before the end of its cached pages is where the next turn's hit ends: kept longest.
+    const auto end = static_cast<int64_t>(s.nodes.size());
+    for (int64_t j = pools_.first_swa_page(end * pool_->page_size()); j < end; ++j)
+      if (s.swa_pages[static_cast<size_t>(j)] < 0) cache_.keep_swa(s.nodes[static_cast<size_t>(j)]);
     std::vector<int32_t> priv;
     for (size_t j = 0; j < s.swa_pages.size(); ++j) {
       if (s.swa_pages[j] < 0) continue;
-      if (j < s.nodes.size()) cache_.release_swa(s.nodes[j]);
+      if (j < s.nodes.size()) cache_.release_swa(s.nodes[j], PrefixCache::SwaRelease::kSequenceEnded);
       else priv.push_back(s.swa_pages[j]);
     }
     swa_pool_->release(priv);
@@ -129,7 +133,7 @@ void Scheduler::release_swa_below_window(Sequence& s) {
   for (; s.n_swa_released < first; ++s.n_swa_released) {
     const auto j = static_cast<size_t>(s.n_swa_released);
     if (s.swa_pages[j] < 0) continue;
-    if (j < s.nodes.size()) cache_.release_swa(s.nodes[j]);
+    if (j < s.nodes.size()) cache_.release_swa(s.nodes[j], PrefixCache::SwaRelease::kWindowMoved);
     else priv.push_back(s.swa_pages[j]);
     s.swa_pages[j] = -1;
   }

@@ -179,14 +179,23 @@ void PrefixCache::use_swa(NodeId node) {
   if (n.swa_ref++ == 0) swa_lru_.erase({n.swa_used, node});
 }
 
-void PrefixCache::release_swa(NodeId node) {
+void PrefixCache::release_swa(NodeId node, SwaRelease why) {
   const Node& c = live_node(node);
   if (c.swa_ref <= 0) fail(ErrorCode::kInternal, "prefix cache: swa release of node {} without swa references", node);
   Node& n = nodes_[static_cast<size_t>(node)];
   if (--n.swa_ref == 0) {
-    n.swa_used = ++clock_;
+    n.swa_used = (why == SwaRelease::kSequenceEnded ? uint64_t{1} << 63 : 0) | ++clock_;
     swa_lru_.emplace(n.swa_used, node);
   }
+}
+
+void PrefixCache::keep_swa(NodeId node) {
+  const Node& c = live_node(node);
+  if (c.swa_page < 0 || c.swa_ref > 0) return;
+  Node& n = nodes_[static_cast<size_t>(node)];
+  swa_lru_.erase({n.swa_used, node});
+  n.swa_used = (uint64_t{1} << 63) | ++clock_;
+  swa_lru_.emplace(n.swa_used, node);
 }
 
 int32_t PrefixCache::evict_swa(int32_t n) {

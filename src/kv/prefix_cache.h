@@ -79,11 +79,19 @@ class PrefixCache {
   /** Takes a swa reference on a node the caller references and whose swa page it will read. Throws
    *  kInternal when the node has no swa page or the caller holds no reference. */
   void use_swa(NodeId node);
-  /** Drops one swa reference (the caller's window moved past the node, or it ends). Throws kInternal
-   *  for a node without swa references. */
-  void release_swa(NodeId node);
-  /** Frees up to `n` swa pages of nodes without swa references, least recently used first, back to
-   *  the swa pool; the nodes stay. Returns the number freed. */
+  /** Why a swa reference is dropped: the sequence's window moved past the node (a hit ending there
+   *  is less likely: such pages are evicted first), or the sequence ended (the window at the end of
+   *  a cached conversation, where the next turn's hit ends). */
+  enum class SwaRelease : uint8_t { kWindowMoved, kSequenceEnded };
+  /** Drops one swa reference. Throws kInternal for a node without swa references. */
+  void release_swa(NodeId node, SwaRelease why);
+  /** Moves an unreferenced swa page of `node` (if it has one) to the kSequenceEnded tier, as if
+   *  released now at a sequence's end: an ending sequence keeps the window before its last cached
+   *  page, which its window may have passed already. Throws kInternal for a dead node. */
+  void keep_swa(NodeId node);
+  /** Frees up to `n` swa pages of nodes without swa references back to the swa pool, those released
+   *  as a window moved before those released at a sequence's end, least recently used first within
+   *  each; the nodes stay. Returns the number freed. */
   int32_t evict_swa(int32_t n);
   /** Swa pages held by nodes, and those of them no sequence's window covers (all evictable). */
   int32_t n_swa_pages() const { return n_swa_pages_; }
@@ -127,7 +135,7 @@ class PrefixCache {
     uint64_t hash = 0;  // of (parent, tokens)
     int32_t swa_page = -1;
     int32_t swa_ref = 0;
-    uint64_t swa_used = 0;  // key of the swa LRU entry
+    uint64_t swa_used = 0;  // key of the swa LRU entry: (1 << 63 for kSequenceEnded) | release tick
     std::vector<int32_t> tokens;  // [page_size]
   };
 

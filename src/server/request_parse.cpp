@@ -343,6 +343,15 @@ ChatRequest parse_chat_request(const ojson& body) {
       bad_request("chat_template_kwargs", fmt::format("'chat_template_kwargs' must be an object, got {}", type_name(*k)));
     r.template_kwargs = *k;
   }
+  // OpenAI's reasoning_effort reaches the template as the variable of that name (gpt-oss's
+  // "Reasoning: low|medium|high", as vLLM passes it); chat_template_kwargs' own value wins.
+  if (const ojson* e = field(body, "reasoning_effort"); e && !e->is_null()) {
+    const std::string v = e->is_string() ? e->get<std::string>() : std::string();
+    if (v != "minimal" && v != "low" && v != "medium" && v != "high")
+      bad_request("reasoning_effort", fmt::format("'reasoning_effort' must be \"minimal\", \"low\", \"medium\" or "
+                                                  "\"high\", got {}", e->dump()));
+    if (!r.template_kwargs.contains("reasoning_effort")) r.template_kwargs["reasoning_effort"] = v;
+  }
   if (const ojson* t = field(body, "tools")) {
     if (!t->is_array()) bad_request("tools", fmt::format("'tools' must be a list, got {}", type_name(*t)));
     for (size_t i = 0; i < t->size(); ++i) {  // {"type": "function", "function": {"name", "parameters"?}}

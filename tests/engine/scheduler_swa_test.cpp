@@ -193,5 +193,22 @@ TEST(SchedulerSlidingWindow, APrefixHitNeedsTheWindowPagesBeforeIt) {
   }
 }
 
+TEST(SchedulerSlidingWindow, OtherTrafficEvictsPassedWindowsBeforeAConversationsEnd) {
+  // A finished conversation's last window pages outlive the pages another request released as its
+  // window moved on, so the next turn of the conversation still hits (the window pool holds 8 pages,
+  // request 2 streams 25 pages of its own through it).
+  const std::vector<int32_t> prompt = tokens_of(3, 41);
+  std::vector<int32_t> next_turn = prompt;
+  next_turn.push_back(7);
+  SwaDriver d(1, 8, 128, 8, 4, 6);
+  d.submit(1, prompt, 3);
+  d.run_until_idle();
+  d.submit(2, tokens_of(4, 100), 2);
+  d.run_until_idle();
+  d.submit(3, next_turn, 3);
+  d.run_until_idle();
+  EXPECT_EQ(d.cached[3], 40);
+}
+
 }  // namespace
 }  // namespace ft

@@ -202,8 +202,8 @@ TEST(PrefixCache, SlidingWindowPagesAreReferencedAndEvictedApartFromTheirNodes) 
   c.check_integrity();
   // Referenced swa pages are not evicted; released ones are, and their nodes stay.
   EXPECT_EQ(c.evict_swa(4), 0);
-  c.release_swa(r0.node);
-  EXPECT_THROW(c.release_swa(r0.node), Error);
+  c.release_swa(r0.node, PrefixCache::SwaRelease::kWindowMoved);
+  EXPECT_THROW(c.release_swa(r0.node, PrefixCache::SwaRelease::kWindowMoved), Error);
   EXPECT_EQ(c.n_swa_unreferenced(), 1);
   EXPECT_EQ(c.evict_swa(4), 1);
   EXPECT_EQ(c.node_swa_page(r0.node), -1);
@@ -213,7 +213,7 @@ TEST(PrefixCache, SlidingWindowPagesAreReferencedAndEvictedApartFromTheirNodes) 
   // A node cannot drop its last references while a swa reference remains on it.
   c.release(std::vector<PrefixCache::NodeId>{r1.node});
   EXPECT_THROW(c.release(std::vector<PrefixCache::NodeId>{r1b.node}), Error);
-  c.release_swa(r1.node);
+  c.release_swa(r1.node, PrefixCache::SwaRelease::kSequenceEnded);
   c.release(std::vector<PrefixCache::NodeId>{r1b.node});
   c.release(std::vector<PrefixCache::NodeId>{r0.node, m.nodes[0]});
   c.check_integrity();

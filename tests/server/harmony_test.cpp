@@ -83,5 +83,29 @@ TEST(Harmony, ToolCallRoundTripWithTheReleasedTemplate) {
   EXPECT_FALSE(r2.body["choices"][0]["message"].contains("tool_calls"));
 }
 
+TEST(Harmony, ReasoningEffortReachesTheTemplate) {
+  // OpenAI's top-level reasoning_effort is gpt-oss's "Reasoning: ..." line; chat_template_kwargs wins.
+  TestServerConfig cfg;
+  cfg.chat_template = gpt_oss_template();
+  ASSERT_FALSE(cfg.chat_template.empty()) << "missing the gpt-oss template under " << shared_dir();
+  cfg.max_seq_len = 4096;
+  TestServer s(cfg);
+  auto c = s.client();
+  const std::string msgs = R"({"messages":[{"role":"user","content":"Hi"}])";  // the body without its "}"
+  auto prompt_of = [&](const std::string& extra) {
+    const Reply r = post(c, "/apply-template", msgs + extra + "}");
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body.value("prompt", std::string());
+  };
+  EXPECT_NE(prompt_of("").find("Reasoning: medium"), std::string::npos);
+  EXPECT_NE(prompt_of(R"(,"reasoning_effort":"high")").find("Reasoning: high"), std::string::npos);
+  EXPECT_NE(prompt_of(R"(,"reasoning_effort":"high","chat_template_kwargs":{"reasoning_effort":"low"})")
+                .find("Reasoning: low"),
+            std::string::npos);
+  const Reply bad = post(c, "/v1/chat/completions", msgs + R"(,"reasoning_effort":"extreme"})");
+  EXPECT_EQ(bad.status, 400) << bad.raw;
+  EXPECT_EQ(bad.body["error"]["param"], "reasoning_effort") << bad.raw;
+}
+
 }  // namespace
 }  // namespace ft::testing
