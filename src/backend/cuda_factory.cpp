@@ -1,6 +1,8 @@
-// make_cuda_ops and the pinned host allocator for builds without CUDA (the real ones are in
-// backend/cuda/cuda_ops.cpp and backend/cuda/pinned_host_allocator.cu).
+// make_cuda_ops, the pinned host allocator and the CUDA weight-type list for builds without CUDA (the
+// real ones are in backend/cuda/cuda_ops.cpp, backend/cuda/pinned_host_allocator.cu and
+// backend/cuda/weight_types.cu).
 #include "backend/cuda_factory.h"
+#include "backend/cuda_weight_types.h"
 #include "backend/host_allocator.h"
 
 #include "util/error.h"
@@ -14,6 +16,8 @@ std::unique_ptr<Ops> make_cuda_ops(int device, DType) {
 }
 
 bool cuda_pdl_enabled(int) { return false; }
+bool cuda_has_weight_kernel(DType) { return false; }
+std::string cuda_weight_kernel_types() { return ""; }
 void set_cuda_pdl(bool) {}
 void set_cuda_moe_fusion(bool) {}
 void set_cuda_prefetch_dma(bool) {}

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda_weight_types.h"
 #include "backend/device.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe/expert_bank.h"
@@ -105,6 +106,26 @@ MoePlan MoeRuntime::preview_plan(Ops& ops, const Model& model, const MoeRuntimeC
   return plan_moe(config.moe, experts_per_layer(model.host_experts()), make_budget(ops, model.host_experts(), config));
 }
 
+namespace {
+
+/** Experts the plan runs on the GPU (resident or through the cache) must be of a dtype the CUDA
+ *  kernels read: refused at start, naming the layer, the type and the CPU alternatives. */
+void check_gpu_expert_types(const HostExpertBanks& host, const MoePlan& plan) {
+  for (size_t l = 0; l < plan.layers.size() && l < host.size(); ++l) {
+    const MoeLayerMode mode = plan.layers[l];
+    if ((mode != MoeLayerMode::kResident && mode != MoeLayerMode::kCache) || host[l].n_expert() == 0) continue;
+    const ExpertLayout lay = expert_layout(host[l], static_cast<int64_t>(l));
+    for (DType t : {lay.gate_type, lay.up_type, lay.down_type})
+      if (!cuda_has_weight_kernel(t))
+        fail(ErrorCode::kUnsupported,
+             "MoE layer {}: the CUDA backend has no kernel for {} experts (it reads {}); --moe-strategy cpu computes "
+             "them on the CPU, or run with --device cpu",
+             l, dtype_name(t), cuda_weight_kernel_types());
+  }
+}
+
+}  // namespace
+
 MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config)
     : log_interval_(config.decode_log_interval) {
   if (config.decode_log_interval < 0)
@@ -115,6 +136,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   const ModelConfig& c = model.config();
   budget_ = make_budget(ops, host, config);
   plan_ = plan_moe(config.moe, experts_per_layer(host), budget_);
+  if (ops.device() == Device::kCuda) check_gpu_expert_types(host, plan_);
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
   // The cap counts a layer's distinct misses per step (all tokens of a batch together): above the
   // layer's expert count it can never apply.

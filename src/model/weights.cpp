@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda_weight_types.h"
 #include "quant/mxfp4.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -82,8 +83,17 @@ Tensor WeightLoader::host(const WeightName& n, std::initializer_list<int64_t> sh
   return view(*info, nm, shape, kind);
 }
 
+void WeightLoader::check_device_kernel(const std::string& name, const Tensor& h) const {
+  if (ops_.device() != Device::kCuda || !dtype_info(h.dtype).is_quantized || cuda_has_weight_kernel(h.dtype)) return;
+  fail(ErrorCode::kUnsupported,
+       "tensor {} {}: the CUDA backend has no kernel for {} weights (it reads {}); run this file with --device cpu, "
+       "or use a file of another type",
+       name, h.shape_str(), dtype_name(h.dtype), cuda_weight_kernel_types());
+}
+
 Tensor WeightLoader::get(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   Tensor h = host(n, shape, kind);
+  check_device_kernel(name(n), h);
   Buffer storage;
   Tensor t = ops_.make_resident(h, storage);
   if (!storage.empty()) storage_.push_back(std::move(storage));
@@ -92,6 +102,7 @@ Tensor WeightLoader::get(const WeightName& n, std::initializer_list<int64_t> sha
 
 Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape) {
   Tensor h = host(n, shape);
+  check_device_kernel(name(n), h);
   Buffer storage;
   Tensor t = ops_.make_host_mapped(h, storage);
   if (!storage.empty()) storage_.push_back(std::move(storage));
@@ -104,6 +115,7 @@ Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std
   int64_t total = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     parts.push_back(host(names[i], {rows[i], cols}));
+    check_device_kernel(name(names[i]), parts.back());
     if (parts.back().dtype != parts.front().dtype) return Tensor();
     total += rows[i];
   }

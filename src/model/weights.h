@@ -94,6 +94,9 @@ class WeightLoader {
   std::vector<Buffer> take_host_storage() { return std::move(host_storage_); }
 
  private:
+  /** On the CUDA backend, refuses a quantized tensor whose dtype no CUDA kernel reads, naming it
+   *  (ft::Error kUnsupported) before it is placed, instead of failing every request later. */
+  void check_device_kernel(const std::string& name, const Tensor& h) const;
   Tensor view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
               WeightKind kind) const;
   /** host_fused_experts' matrices: F32/F16/BF16 gate_up_proj + down_proj, or MXFP4 *_blocks + *_scales
