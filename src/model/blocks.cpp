@@ -16,7 +16,7 @@ namespace ft {
 AttentionSpec attention_spec(const ModelConfig& c, const Tensor& inv_freq, float attn_factor) {
   AttentionSpec s;
   s.attn = {static_cast<int32_t>(c.n_head), static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
-            1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window};
+            1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window, Tensor()};
   s.rope = {c.rope_mode, static_cast<int32_t>(c.head_dim), static_cast<int32_t>(c.n_rot), inv_freq, attn_factor};
   s.qk_norm_params = {static_cast<float>(c.rms_eps), 0.0f};
   s.qk_norm = c.qk_norm;

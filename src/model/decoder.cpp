@@ -21,7 +21,7 @@ class Decoder final : public Model {
     if (config_.is_mla()) mla_spec_ = mla_spec(config_, spec_.rope.inv_freq, spec_.rope.attn_factor);
     router_ = {static_cast<int32_t>(config_.n_expert_used), config_.router_scoring, config_.norm_topk_prob,
                static_cast<float>(config_.routed_scaling), static_cast<int32_t>(config_.n_group),
-               static_cast<int32_t>(config_.topk_group)};
+               static_cast<int32_t>(config_.topk_group), Tensor()};
     for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, ops, spec, l));
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
     for (Buffer& b : ld.take_host_storage()) host_storage_.push_back(std::move(b));
