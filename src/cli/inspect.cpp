@@ -33,6 +33,9 @@ struct Summary {
   int64_t leading_dense = 0, shared_experts = 0, nextn_layers = 0;  // DeepSeek-V3 family
   json mla;             // multi-head latent attention widths, or null
   json rope_freq_base;  // number, or null when the checkpoint does not say
+  std::string rope_scaling;  // "yarn x32 (from 4096)", or "" without scaling
+  int64_t sliding_window = 0;   // tokens (0: none)
+  int64_t sliding_layers = -1;  // layers that slide (-1: not stated per layer)
   std::string tokenizer_model;
   json bos_token_id, eos_token_id;  // id / list of ids, or null
 };
@@ -75,6 +78,15 @@ Summary summarize_gguf(const Checkpoint& ck) {
   s.expert_used_count = int_of(m, p + "expert_used_count");
   s.expert_feed_forward_length = int_of(m, p + "expert_feed_forward_length");
   s.rope_freq_base = value_or_null(m, p + "rope.freq_base");
+  if (auto t = m.find(p + "rope.scaling.type"); t != m.end() && t->is_string() && t->get<std::string>() != "none")
+    s.rope_scaling = fmt::format("{} x{} (from {})", t->get<std::string>(),
+                                 value_or_null(m, p + "rope.scaling.factor").dump(),
+                                 int_of(m, p + "rope.scaling.original_context_length"));
+  s.sliding_window = int_of(m, p + "attention.sliding_window");
+  if (auto pat = m.find(p + "attention.sliding_window_pattern"); pat != m.end() && pat->is_array()) {
+    s.sliding_layers = 0;
+    for (const auto& x : *pat) s.sliding_layers += x.is_boolean() && x.get<bool>();
+  }
   s.leading_dense = int_of(m, p + "leading_dense_block_count");
   s.shared_experts = int_of(m, p + "expert_shared_count");
   s.nextn_layers = int_of(m, p + "nextn_predict_layers");
@@ -119,6 +131,19 @@ Summary summarize_hf(const Checkpoint& ck) {
                                                                                   : c.intermediate_size;
   s.rope_freq_base = c.rope_theta > 0 ? json(c.rope_theta) : json(nullptr);
   const json& r = c.raw;
+  if (auto rs = r.find("rope_scaling"); rs != r.end() && rs->is_object()) {
+    const std::string type = rs->value("rope_type", rs->value("type", std::string("?")));
+    if (type != "default")
+      s.rope_scaling = fmt::format("{} x{} (from {})", type, rs->value("factor", json(nullptr)).dump(),
+                                   int_of(*rs, "original_max_position_embeddings"));
+  }
+  s.sliding_window = int_of(r, "sliding_window");
+  if (auto lt = r.find("layer_types"); lt != r.end() && lt->is_array()) {
+    s.sliding_layers = 0;
+    for (const auto& x : *lt) s.sliding_layers += x == "sliding_attention";
+  }
+  if (s.sliding_layers == 0 || (r.contains("use_sliding_window") && !r.value("use_sliding_window", true)))
+    s.sliding_window = 0;
   s.leading_dense = int_of(r, "first_k_dense_replace");
   s.shared_experts = int_of(r, "n_shared_experts");
   s.nextn_layers = int_of(r, "num_nextn_predict_layers");
@@ -176,6 +201,9 @@ json to_json(const Checkpoint& ck, const Summary& s) {
       {"nextn_predict_layers", s.nextn_layers},
       {"mla", s.mla},
       {"rope_freq_base", s.rope_freq_base},
+      {"rope_scaling", s.rope_scaling},
+      {"sliding_window", s.sliding_window},
+      {"sliding_layers", s.sliding_layers},
       {"tokenizer",
        {{"model", s.tokenizer_model}, {"vocab_size", s.vocab_size}, {"bos_token_id", s.bos_token_id},
         {"eos_token_id", s.eos_token_id}}},
@@ -214,6 +242,12 @@ void print_text(const json& j) {
   if (j["leading_dense_block_count"].get<int64_t>() > 0) num("leading dense layers", "leading_dense_block_count");
   num("context length", "context_length");
   row("RoPE base", id_str(j["rope_freq_base"]));
+  if (!j["rope_scaling"].get<std::string>().empty()) row("RoPE scaling", j["rope_scaling"].get<std::string>());
+  if (const int64_t w = j["sliding_window"].get<int64_t>(); w > 0) {
+    const int64_t n = j["sliding_layers"].get<int64_t>();
+    row("sliding window", n >= 0 ? fmt::format("{} tokens on {} of {} layers", w, n, j["block_count"].get<int64_t>())
+                                 : fmt::format("{} tokens", w));
+  }
   const json& t = j["tokenizer"];
   row("tokenizer", fmt::format("{}, vocab {}, BOS {}, EOS {}", t["model"].get<std::string>(), j["vocab_size"].get<int64_t>(),
                                id_str(t["bos_token_id"]), id_str(t["eos_token_id"])));
