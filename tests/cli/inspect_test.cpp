@@ -77,6 +77,14 @@ TEST(Inspect, MoeGgufAndHfFolder) {
     EXPECT_EQ(json::parse(x.out)["expert_feed_forward_length"], 96) << name;
   }
 
+  // gpt-oss: a 8-token window on one of its two layers (layer_types), no window on qwen3.
+  j = json::parse(run_ft("inspect " + quote(shared("fixtures/hf/gpt_oss")) + " --json").out);
+  EXPECT_EQ(j["sliding_window"], 8);
+  EXPECT_EQ(j["sliding_layers"], 1);
+  Result go = run_ft("inspect " + quote(shared("fixtures/hf/gpt_oss")));
+  EXPECT_NE(go.out.find("8 tokens on 1 of 2 layers"), std::string::npos) << go.out;
+  EXPECT_EQ(json::parse(run_ft("inspect " + quote(shared("fixtures/hf/qwen3")) + " --json").out)["sliding_window"], 0);
+
   Result t = run_ft("inspect " + quote(shared("data/models/llama-2-tiny-random.gguf")));
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("architecture"), std::string::npos);
