@@ -183,4 +183,69 @@ void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H) {
   }
 }
 
+namespace {
+
+void state_slots(const char* op, const BatchInfo& b) {
+  want_i32(op, "batch.state_slots", b.state_slots);
+  if (b.state_slots.numel() != b.n_seqs)
+    fail(ErrorCode::kInvalidArgument, "{}: batch.state_slots {} must hold one slot for each of the {} sequences", op,
+         b.state_slots.shape_str(), b.n_seqs);
+}
+
+void want_shape(const char* op, const char* arg, const Tensor& t, std::initializer_list<int64_t> shape) {
+  if (!t.has_shape(shape))
+    fail(ErrorCode::kInvalidArgument, "{}: {} has shape {}, expected {}", op, arg, t.shape_str(),
+         Tensor(nullptr, DType::F32, shape).shape_str());
+}
+
+void want_f32(const char* op, const char* arg, const Tensor& t) {
+  if (t.dtype != DType::F32) fail(ErrorCode::kInvalidArgument, "{}: {} must be F32 (got {})", op, arg, dtype_name(t.dtype));
+}
+
+}  // namespace
+
+int64_t ssm_conv(const BatchInfo& b, const Tensor& x, const Tensor& w, const Tensor& conv_state, const Tensor& out) {
+  const char* op = "ssm_conv";
+  batch(op, b);
+  state_slots(op, b);
+  if (x.ndim != 2 || w.ndim != 2 || conv_state.ndim != 3)
+    fail(ErrorCode::kInvalidArgument, "{}: x {}, w {} must be 2-D and conv_state {} 3-D", op, x.shape_str(), w.shape_str(),
+         conv_state.shape_str());
+  const int64_t T = x.dim(0), C = x.dim(1), K = w.dim(1);
+  if (T != b.n_tokens) fail(ErrorCode::kInvalidArgument, "{}: x has {} rows, the batch {} tokens", op, T, b.n_tokens);
+  if (K < 2) fail(ErrorCode::kInvalidArgument, "{}: w {} needs a kernel of at least 2 taps", op, w.shape_str());
+  want_shape(op, "w", w, {C, K});
+  want_shape(op, "conv_state", conv_state, {conv_state.dim(0), K - 1, C});
+  want_shape(op, "out", out, {T, C});
+  want_f32(op, "w", w);
+  want_f32(op, "conv_state", conv_state);
+  if (out.dtype != x.dtype) fail(ErrorCode::kInvalidArgument, "{}: out must have x's dtype", op);
+  return K;
+}
+
+void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& b, const Tensor& qkv, const Tensor& a,
+                      const Tensor& beta, const Tensor& ssm_state, const Tensor& out) {
+  const char* op = "gated_delta_rule";
+  batch(op, b);
+  state_slots(op, b);
+  if (p.n_k_heads < 1 || p.n_v_heads < 1 || p.k_head_dim < 1 || p.v_head_dim < 1 || p.n_v_heads % p.n_k_heads != 0)
+    fail(ErrorCode::kInvalidArgument,
+         "{}: heads {} (key) and {} (value) of dims {} and {} must be positive, value heads a multiple of key heads", op,
+         p.n_k_heads, p.n_v_heads, p.k_head_dim, p.v_head_dim);
+  const int64_t T = b.n_tokens, Hk = p.n_k_heads, Hv = p.n_v_heads, dk = p.k_head_dim, dv = p.v_head_dim;
+  want_shape(op, "qkv", qkv, {T, 2 * Hk * dk + Hv * dv});
+  want_shape(op, "a", a, {T, Hv});
+  want_shape(op, "b", beta, {T, Hv});
+  want_shape(op, "out", out, {T, Hv * dv});
+  want_shape(op, "a_log", p.a_log, {Hv});
+  want_shape(op, "dt_bias", p.dt_bias, {Hv});
+  want_f32(op, "a_log", p.a_log);
+  want_f32(op, "dt_bias", p.dt_bias);
+  want_f32(op, "ssm_state", ssm_state);
+  if (ssm_state.ndim != 4) fail(ErrorCode::kInvalidArgument, "{}: ssm_state {} must be 4-D", op, ssm_state.shape_str());
+  want_shape(op, "ssm_state", ssm_state, {ssm_state.dim(0), Hv, dk, dv});
+  if (a.dtype != qkv.dtype || beta.dtype != qkv.dtype || out.dtype != qkv.dtype)
+    fail(ErrorCode::kInvalidArgument, "{}: a, b and out must have qkv's dtype", op);
+}
+
 }  // namespace ft::op_checks

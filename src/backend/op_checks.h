@@ -52,4 +52,16 @@ void attention_sinks(const char* op, const AttentionParams& p);
  *  rows), down_bias [E, H]. Throws ft::Error(kInvalidArgument) naming `op` and the field. */
 void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H);
 
+/** ssm_conv: x and out [T, C] of one dtype, w [C, K] F32 with K >= 2, conv_state F32 3-D
+ *  [n_slots, K-1, C], batch as batch() with state_slots I32 [S]. Throws kInvalidArgument naming the
+ *  argument. Returns K. */
+int64_t ssm_conv(const BatchInfo& b, const Tensor& x, const Tensor& w, const Tensor& conv_state, const Tensor& out);
+
+/** gated_delta_rule: positive head counts and dims, n_v_heads a multiple of n_k_heads, a_log and
+ *  dt_bias F32 [Hv], qkv [T, 2 Hk dk + Hv dv], a and b [T, Hv], out [T, Hv dv] of qkv's dtype,
+ *  ssm_state F32 [n_slots, Hv, dk, dv], batch as batch() with state_slots I32 [S]. Throws
+ *  kInvalidArgument naming the argument. */
+void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& b, const Tensor& qkv, const Tensor& a,
+                      const Tensor& beta, const Tensor& ssm_state, const Tensor& out);
+
 }  // namespace ft::op_checks

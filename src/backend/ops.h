@@ -46,6 +46,11 @@ struct BatchInfo {
   /** I32 [1] on the device, or empty (all rows real): rows >= n_valid[0] pad a replayed graph (token 0
    *  at position 0 of a spare page, one sequence each); MoE layers route them nowhere. */
   Tensor n_valid;
+  /** I32 [S] on the device, or empty (the model has no recurrent layers): the recurrent-state slot
+   *  (StateLayer) of each sequence. A sequence whose first row here is at position 0 starts from a
+   *  zero state (nothing is read from its slot); otherwise its slot holds the state after position
+   *  (first position - 1). */
+  Tensor state_slots;
 };
 
 /** One layer's paged KV storage. Page p, slot i holds the key/value of one token:
@@ -53,6 +58,13 @@ struct BatchInfo {
 struct KvLayer {
   Tensor k;  // [n_pages, page_size, n_head_kv, head_dim]
   Tensor v;  // [n_pages, page_size, n_head_kv, head_dim]
+};
+
+/** One linear-attention layer's recurrent state (Gated DeltaNet), one slot per running sequence
+ *  (BatchInfo::state_slots), F32: it is what the whole prefix left behind, so it is kept exact. */
+struct StateLayer {
+  Tensor conv;  // F32 [n_slots, conv_kernel - 1, conv_dim]: the sequence's last conv inputs, oldest first
+  Tensor ssm;   // F32 [n_slots, n_v_heads, k_head_dim, v_head_dim]: S of the gated delta rule (out = S^T q)
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -101,6 +113,18 @@ struct MlaAttentionParams {
   int32_t kv_lora_rank = 0;  // latent width (512 in DeepSeek-V3)
   int32_t rope_dim = 0;      // qk_rope_head_dim (64 in DeepSeek-V3)
   float scale = 0.0f;        // (qk_nope_head_dim + qk_rope_head_dim)^-0.5, times YaRN's mscale^2
+};
+
+/** Gated DeltaNet's recurrence (Yang, Kautz, Hatamizadeh 2024, "Gated Delta Networks", arXiv
+ *  2412.06464; transformers' torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel). */
+struct GatedDeltaParams {
+  int32_t n_k_heads = 0;   // query/key heads; value head h reads key head h / (n_v_heads / n_k_heads)
+  int32_t n_v_heads = 0;   // value heads (a multiple of n_k_heads)
+  int32_t k_head_dim = 0;
+  int32_t v_head_dim = 0;
+  Tensor a_log;            // F32 [n_v_heads] on the device: A_log (decay rate -exp(A_log))
+  Tensor dt_bias;          // F32 [n_v_heads] on the device
+  float l2_eps = 1e-6f;    // q, k <- x / sqrt(sum x^2 + l2_eps)
 };
 
 enum class RouterScoring : uint8_t { kSoftmax = 0, kSigmoid = 1 };
@@ -280,6 +304,9 @@ class Ops {
   virtual void scale(const Tensor& x, float s, Tensor out) = 0;
   /** out = 1 / (1 + exp(-x)) (out may alias x). */
   virtual void sigmoid(const Tensor& x, Tensor out) = 0;
+  /** out = x * sigmoid(gate), elementwise; gate, x, out of equal shape (out may alias x or gate): an
+   *  output gate (Qwen3-Next's gated attention). */
+  virtual void sigmoid_mul(const Tensor& gate, const Tensor& x, Tensor out) = 0;
   /** y[t, :] += alpha * row_scale[t] * x[t, :]; x, y [T, D]; row_scale F32 or activation dtype, [T]
    *  or [T, 1], or empty (= 1). Used for gated shared experts and weighted sums. */
   virtual void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) = 0;
@@ -298,6 +325,28 @@ class Ops {
    *  ([n_pages, page_size, heads, dim]; the two may differ in width, as MLA's latent and RoPE-key
    *  pages do, but not in pages or page size). */
   virtual void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) = 0;
+
+  /** Causal depthwise convolution with SiLU over each sequence's rows, carrying the last
+   *  conv_kernel - 1 inputs in the sequence's state slot (Gated DeltaNet's short convolution;
+   *  transformers causal_conv1d_fn / causal_conv1d_update with activation silu, no bias):
+   *    out[t, c] = silu(sum_{j<K} w[c, j] * x_seq[p - (K-1) + j, c]),   p = positions[t]
+   *  where inputs before the sequence's first row come from conv_state (zeros when that row is at
+   *  position 0). Afterwards the slot holds the sequence's last K-1 inputs. x, out [T, C] activation
+   *  dtype (must not alias); w F32 [C, K]; conv_state F32 [n_slots, K-1, C] (StateLayer::conv);
+   *  batch.state_slots required. Throws kInvalidArgument for shapes or a slot out of range (CPU). */
+  virtual void ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) = 0;
+
+  /** The gated delta rule over each sequence's rows, carrying S in the sequence's state slot. For
+   *  each value head h (key head kh = h / (Hv / Hk)) and token t of the sequence, in order:
+   *    q = l2norm(q_kh) / sqrt(dk),  k = l2norm(k_kh),  beta = sigmoid(b[t, h]),
+   *    g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h]),
+   *    S <- exp(g) S;  S <- S + k (beta (v_h - S^T k))^T;  out[t, h] = S^T q
+   *  (S [dk, dv], zero when the sequence's first row is at position 0). qkv [T, 2 Hk dk + Hv dv] holds
+   *  q, k, v side by side (the short convolution's output); a, b [T, Hv]; out [T, Hv dv]; activation
+   *  dtype, fp32 arithmetic. ssm_state F32 [n_slots, Hv, dk, dv] (StateLayer::ssm); batch.state_slots
+   *  required. Throws kInvalidArgument for shapes or a slot out of range (CPU). */
+  virtual void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
+                                const Tensor& b, Tensor ssm_state, Tensor out) = 0;
 
   /** Causal GQA attention over the paged cache (after kv_write of this layer): query t at
    *  position p of sequence s attends to that sequence's keys at positions 0..p (and > p -

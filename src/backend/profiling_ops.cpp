@@ -86,6 +86,16 @@ void ProfilingOps::swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
 void ProfilingOps::add(const Tensor& a, const Tensor& b, Tensor out) { timed("add", [&] { inner_->add(a, b, out); }); }
 void ProfilingOps::scale(const Tensor& x, float s, Tensor out) { timed("scale", [&] { inner_->scale(x, s, out); }); }
 void ProfilingOps::sigmoid(const Tensor& x, Tensor out) { timed("sigmoid", [&] { inner_->sigmoid(x, out); }); }
+void ProfilingOps::sigmoid_mul(const Tensor& gate, const Tensor& x, Tensor out) {
+  timed("sigmoid_mul", [&] { inner_->sigmoid_mul(gate, x, out); });
+}
+void ProfilingOps::ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) {
+  timed("ssm_conv", [&] { inner_->ssm_conv(batch, x, w, conv_state, out); });
+}
+void ProfilingOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv,
+                                    const Tensor& a, const Tensor& b, Tensor ssm_state, Tensor out) {
+  timed("gated_delta_rule", [&] { inner_->gated_delta_rule(p, batch, qkv, a, b, ssm_state, out); });
+}
 void ProfilingOps::add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) {
   timed("add_scaled_rows", [&] { inner_->add_scaled_rows(x, row_scale, alpha, y); });
 }

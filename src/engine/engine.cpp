@@ -65,6 +65,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   kv_config.token_budget = options_.kv_tokens;
   kv_config.dtype = kv_dtype;
   kv_config.spare_pages = graphs ? 1 : 0;
+  if (kv_config.has_recurrent()) kv_config.n_state_slots = options_.max_seqs;
   // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
   // new tokens (page-aligned), so all sequences of a step together need at most this.
   int32_t window = 0;
@@ -99,6 +100,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   d_start_ = make(DType::I32, {S + 1});
   d_tables_ = make(DType::I32, {S * max_blocks_});
   if (kv_->swa_pool()) d_swa_tables_ = make(DType::I32, {S * max_blocks_});
+  if (kv_->state_pool()) d_slots_ = make(DType::I32, {S});
   d_rows_ = make(DType::I32, {R});
   d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
   reserve_host_logits(std::min<int64_t>(R, options_.max_seqs) * c.n_vocab * 4);  // a decode step's: never regrown
@@ -174,6 +176,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   if (graphs) {
     pad_page_ = kv_->pool().n_pages();  // the spare page
     if (kv_->swa_pool()) swa_pad_page_ = kv_->swa_pool()->n_pages();
+    if (kv_->state_pool()) pad_state_slot_ = kv_->state_pool()->n_pages();
     for (int64_t b = 1; b < graph_max; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
     graph_sizes_.push_back(static_cast<int32_t>(graph_max));
     // One graph per size and key-range bound: the backend's short-range form, then the whole capacity.
@@ -196,6 +199,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
         bi.seq_start = in(graph_in_.start, {b + 1});
         bi.block_tables = in(graph_in_.tables, {b, max_blocks_});
         bi.n_valid = in(graph_in_.valid, {1});
+        if (kv_->state_pool()) bi.state_slots = in(graph_in_.slots, {b});
         gs->swa_batch = bi;
         gs->swa_batch.block_tables = in(graph_in_.swa_tables, {b, max_blocks_});
         gs->ids = in(graph_in_.ids, {b});
@@ -288,8 +292,8 @@ void Engine::calibrate_fetch_cap() {
     for (int32_t& id : ids) id = token();
     auto run = [&](int64_t start, const int32_t* tokens, int64_t n) {  // sliding-window pages as it goes
       if (!seq.advance(pools, start, start + n))
-        fail(ErrorCode::kOutOfMemory, "the sliding-window KV pool is full");
-      step({{&seq.pages(), start, tokens, n, 1, &seq.swa_pages()}});
+        fail(ErrorCode::kOutOfMemory, "the sliding-window KV pool or the recurrent-state slots are full");
+      step({{&seq.pages(), start, tokens, n, 1, &seq.swa_pages(), seq.state_slot()}});
     };
     run(0, ids.data(), prompt);
     int64_t pos = prompt;
@@ -430,6 +434,7 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
   h_pos_.clear();
   h_seq_.clear();
   h_rows_.clear();
+  h_slots_.clear();
   h_start_.assign(1, 0);
   int64_t mb = 1;
   for (const StepItem& it : items) {
@@ -453,6 +458,9 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
                j, j * page, p, swa->n_pages());
       }
     }
+    if (const PagePool* states = kv_->state_pool(); states && (it.state_slot < 0 || it.state_slot >= states->n_pages()))
+      fail(ErrorCode::kInvalidArgument, "engine step: the model's recurrent layers need a state slot in [0, {}), the item "
+           "has {}", states->n_pages(), it.state_slot);
     if (it.n_logits != 0 && it.n_logits != 1 && it.n_logits != it.n)
       fail(ErrorCode::kInvalidArgument, "engine step: n_logits {} must be 0, 1 or the item's {} tokens", it.n_logits,
            it.n);
@@ -471,6 +479,7 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
     }
     for (int64_t r = it.n - it.n_logits; r < it.n; ++r) h_rows_.push_back(static_cast<int32_t>(base + r));
     h_start_.push_back(static_cast<int32_t>(h_ids_.size()));
+    if (kv_->state_pool()) h_slots_.push_back(it.state_slot);
   }
   const int64_t T = static_cast<int64_t>(h_ids_.size()), R = static_cast<int64_t>(h_rows_.size());
   if (T > options_.max_step_tokens)
@@ -504,6 +513,7 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
     batch.seq_index = upload(h_seq_, d_seq_, {T});
     batch.seq_start = upload(h_start_, d_start_, {S + 1});
     batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
+    if (kv_->state_pool()) batch.state_slots = upload(h_slots_, d_slots_, {S});
     BatchInfo swa_batch = batch;
     if (kv_->swa_pool()) {
       stage_swa_tables(items, S, mb);
@@ -568,6 +578,7 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
     h_seq_.push_back(s);
     h_rows_.push_back(s);
     h_start_.push_back(s + 1);
+    if (kv_->state_pool()) h_slots_.push_back(pad_state_slot_);
   }
   h_tables_.assign(static_cast<size_t>(b) * max_blocks_, 0);
   for (int32_t s = 0; s < b; ++s) {
@@ -592,6 +603,7 @@ void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
   put(h_start_, graph_in_.start);
   put(h_rows_, graph_in_.rows);
   in[graph_in_.valid] = S;
+  put(h_slots_, graph_in_.slots);
   put(h_tables_, graph_in_.tables);
   if (kv_->swa_pool()) {
     stage_swa_tables(items, b, max_blocks_);

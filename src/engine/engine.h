@@ -77,6 +77,10 @@ struct StepItem {
   /** Logit rows wanted: 0 none, 1 the last token, n every token (others are invalid). */
   int64_t n_logits = 1;
   const std::vector<int32_t>* swa_pages = nullptr;
+  /** The sequence's recurrent-state slot (KvCache::state_pool(); BlockTable::state_slot()), required
+   *  for a model with recurrent layers, -1 otherwise. The slot carries the state after position
+   *  start - 1 (nothing when start is 0). */
+  int32_t state_slot = -1;
 };
 
 class Engine {
@@ -200,20 +204,21 @@ class Engine {
   int32_t max_blocks_ = 0;
   // Planned device-side step inputs and output.
   std::vector<Buffer> storage_;
-  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_swa_tables_, d_rows_, d_logits_;
+  Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_swa_tables_, d_slots_, d_rows_, d_logits_;
   // Host staging.
-  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_swa_tables_, h_rows_;
+  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_swa_tables_, h_slots_, h_rows_;
   Buffer h_logits_;  // F32 [R, n_vocab] of the last step (Ops::alloc_host)
   /** Element offsets (I32) of a decode graph's inputs in one block, for batches of up to `bs`
    *  sequences of `mb` pages: ids, positions, sequences, starts (bs + 1), logit rows, the valid count,
-   *  the sliding-window pool's block tables [bs, mb] when `swa`, then the block tables [bs, mb] last (a
-   *  smaller batch's tables are a prefix of that region). */
+   *  the recurrent-state slots [bs], the sliding-window pool's block tables [bs, mb] when `swa`, then the
+   *  block tables [bs, mb] last (a smaller batch's tables are a prefix of that region). */
   struct GraphInputs {
     GraphInputs() = default;
     GraphInputs(int64_t bs, int64_t mb, bool swa)
-        : ids(0), pos(bs), seq(2 * bs), start(3 * bs), rows(4 * bs + 1), valid(5 * bs + 1),
-          swa_tables(5 * bs + 2), tables(5 * bs + 2 + (swa ? bs * mb : 0)), count(tables + bs * mb) {}
-    int64_t ids = 0, pos = 0, seq = 0, start = 0, rows = 0, valid = 0, swa_tables = 0, tables = 0, count = 0;
+        : ids(0), pos(bs), seq(2 * bs), start(3 * bs), rows(4 * bs + 1), valid(5 * bs + 1), slots(5 * bs + 2),
+          swa_tables(6 * bs + 2), tables(6 * bs + 2 + (swa ? bs * mb : 0)), count(tables + bs * mb) {}
+    int64_t ids = 0, pos = 0, seq = 0, start = 0, rows = 0, valid = 0, slots = 0, swa_tables = 0, tables = 0,
+            count = 0;
   };
   GraphInputs graph_in_;
   Tensor d_graph_in_;  // I32 [graph_in_.count] on the device
@@ -235,6 +240,7 @@ class Engine {
   std::vector<std::unique_ptr<GraphStep>> graph_steps_;  // [size][kv-len bound], row-major
   int32_t pad_page_ = -1;                                 // spare KV page of the padding rows
   int32_t swa_pad_page_ = -1;                             // the sliding-window pool's spare page
+  int32_t pad_state_slot_ = -1;                           // the spare recurrent-state slot
   int64_t graph_replays_ = 0;
 };
 

@@ -18,6 +18,7 @@ void EngineRunner::build_items(const ForwardBatch& batch) {
     it.n = end - begin;
     it.n_logits = 1;
     it.swa_pages = batch.swa_block_tables.empty() ? nullptr : batch.swa_block_tables[static_cast<size_t>(s)];
+    it.state_slot = batch.state_slots.empty() ? -1 : batch.state_slots[static_cast<size_t>(s)];
   }
 }
 

@@ -51,7 +51,8 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
   // are reserved for the whole request at the start).
   auto advance = [&](Active& a, int64_t end) {
     if (!a.table.advance(pools, a.n_done, end))
-      fail(ErrorCode::kOutOfMemory, "generate: the sliding-window KV pool ({} pages) is full", pools.swa->n_pages());
+      fail(ErrorCode::kOutOfMemory, "generate: the sliding-window KV pool ({} pages) or the recurrent-state slots ({}) are full",
+           pools.swa ? pools.swa->n_pages() : 0, pools.states ? pools.states->n_pages() : 0);
   };
   act.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -95,7 +96,8 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
       const int64_t n_logits = a.req->prompt_logits ? n : (last && !a.finished ? 1 : 0);
       if (rows + n_logits > max_rows) continue;
       advance(a, a.n_done + n);
-      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, n, n_logits, &a.table.swa_pages()});
+      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, n, n_logits, &a.table.swa_pages(),
+                       a.table.state_slot()});
       owners.push_back(&a);
       used += n;
       rows += n_logits;
@@ -128,7 +130,8 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
     for (Active& a : act) {
       if (a.finished) continue;
       advance(a, a.n_done + 1);
-      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, 1, 1, &a.table.swa_pages()});
+      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, 1, 1, &a.table.swa_pages(),
+                       a.table.state_slot()});
       owners.push_back(&a);
     }
     if (items.empty()) break;

@@ -21,6 +21,8 @@ struct ForwardBatch {
   std::vector<const std::vector<int32_t>*> block_tables;  // [S] pages of each sequence (covering its positions)
   /** [S] each sequence's sliding-window pages (kv/page_pool.h KvPools::swa), or empty: no such pool. */
   std::vector<const std::vector<int32_t>*> swa_block_tables;
+  /** [S] each sequence's recurrent-state slot (kv/page_pool.h KvPools::states), or empty: none. */
+  std::vector<int32_t> state_slots;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(block_tables.size()); }
@@ -30,6 +32,7 @@ struct ForwardBatch {
     seq_start.assign(1, 0);
     block_tables.clear();
     swa_block_tables.clear();
+    state_slots.clear();
   }
 };
 

@@ -20,6 +20,12 @@ void SchedulerConfig::validate() const {
 Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools)
     : config_(config), pools_(pools), pool_(pools.full), swa_pool_(pools.swa), cache_(*pools.full, pools.swa) {
   config_.validate();
+  if (pools.states) {
+    config_.prefix_cache = false;  // no state snapshots yet: a hit could not restore the state
+    if (pools.states->n_pages() < config_.max_running)
+      fail(ErrorCode::kInternal, "scheduler: {} recurrent-state slots for up to {} running sequences",
+           pools.states->n_pages(), config_.max_running);
+  }
   if (swa_pool_ && pools.window < 1)
     fail(ErrorCode::kInternal, "scheduler: a sliding-window pool needs a window >= 1 (got {})", pools.window);
 }
@@ -81,6 +87,8 @@ bool Scheduler::reserve(Sequence& s, int64_t n_positions) {
 }
 
 void Scheduler::release_pages(Sequence& s) {
+  if (s.state_slot >= 0) pools_.states->release({s.state_slot});
+  s.state_slot = -1;
   if (swa_pool_) {
     // The window before the end of its cached pages is where the next turn's hit ends: kept longest.
     const auto end = static_cast<int64_t>(s.nodes.size());
@@ -195,11 +203,15 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
   const int32_t ps = pool_->page_size();
   const int32_t need = (n_tokens + ps - 1) / ps - static_cast<int32_t>(s.pages.size());
   const int32_t chunk = std::min({n_tokens - s.n_computed, budget, positions_available(s) - s.n_computed});
-  if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() || !reserve(s, s.n_computed + chunk)) {
+  std::vector<int32_t> slot;
+  if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() ||
+      (pools_.states && !pools_.states->allocate(1, slot)) || !reserve(s, s.n_computed + chunk)) {
+    if (!slot.empty()) pools_.states->release(slot);
     release_pages(s);
     s.n_computed = 0;
     return false;
   }
+  if (!slot.empty()) s.state_slot = slot[0];
   if (!s.admitted_once) {
     s.n_cached = s.n_computed;
     s.admitted_once = true;
@@ -354,6 +366,10 @@ void Scheduler::check_swa_integrity() const {
                     cache_.n_swa_pages(), swa_pool_->n_free(), swa_pool_->n_pages()));
 }
 
+int32_t Scheduler::state_slots_in_use() const {
+  return pools_.states ? pools_.states->n_pages() - pools_.states->n_free() : 0;
+}
+
 void Scheduler::check_integrity() const {
   auto bad = [](const std::string& what) { fail(ErrorCode::kInternal, "scheduler integrity: {}", what); };
   cache_.check_integrity();
@@ -388,6 +404,17 @@ void Scheduler::check_integrity() const {
     }
   }
   if (seqs_.size() != running_.size() + waiting_.size()) bad("sequence lists and storage disagree");
+  if (pools_.states) {
+    std::set<int32_t> slots;
+    for (const Sequence* s : running_)
+      if (s->state_slot < 0 || !slots.insert(s->state_slot).second)
+        bad(fmt::format("running sequence {} has state slot {} (missing or shared)", s->id, s->state_slot));
+    for (const Sequence* s : waiting_)
+      if (s->state_slot >= 0) bad(fmt::format("waiting sequence {} holds state slot {}", s->id, s->state_slot));
+    if (static_cast<int32_t>(slots.size()) + pools_.states->n_free() != pools_.states->n_pages())
+      bad(fmt::format("{} state slots held + {} free != {}", slots.size(), pools_.states->n_free(),
+                      pools_.states->n_pages()));
+  }
   for (const auto& [node, n] : refs)
     if (cache_.node_ref(node) != n) bad(fmt::format("node {} has ref {}, sequences hold {}", node, cache_.node_ref(node), n));
   int32_t referenced = 0;

@@ -24,6 +24,11 @@
 // that is not -1 is the node's swa page, on which the sequence holds a swa reference; the cache keeps
 // released swa pages of its nodes until the swa pool needs them. A prefix hit is shortened to the
 // longest one whose window's swa pages are all still cached.
+//
+// Recurrent layers (KvPools::states): a running sequence also holds one state slot, taken at
+// admission and returned with its pages (finish, cancel, preemption). The state is what the whole
+// prefix left behind and the prefix cache keeps no snapshots of it yet, so with recurrent layers the
+// prefix cache is off (every prompt is computed whole).
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -64,6 +69,7 @@ struct Sequence {
   std::vector<PrefixCache::NodeId> nodes;     // cache nodes backing pages[0, nodes.size())
   std::vector<int32_t> swa_pages;             // sliding-window pages, indexed like pages (-1: released)
   int32_t n_swa_released = 0;                 // swa_pages[0, n_swa_released) are -1
+  int32_t state_slot = -1;                    // recurrent-state slot while running (KvPools::states)
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
@@ -127,6 +133,8 @@ class Scheduler {
   int32_t pages_cached_idle() const { return cache_.n_unreferenced(); }
   /** Pages in the prefix cache (referenced or not). */
   int32_t pages_cached() const { return cache_.n_pages(); }
+  /** Recurrent-state slots held by sequences (0 without recurrent layers). */
+  int32_t state_slots_in_use() const;
   /** Sliding-window pages held by sequences (private ones plus cached ones in their windows); 0
    *  without a sliding-window pool. */
   int32_t swa_pages_in_use() const;

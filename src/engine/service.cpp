@@ -169,6 +169,7 @@ void EngineService::loop() {
         batch_.seq_start.push_back(batch_.n_tokens());
         batch_.block_tables.push_back(&s.pages);
         if (sched_.pools().swa) batch_.swa_block_tables.push_back(&s.swa_pages);
+        if (sched_.pools().states) batch_.state_slots.push_back(s.state_slot);
         planned.push_back(&active_.at(s.id));
       }
     }

@@ -42,21 +42,80 @@ int32_t KvCacheConfig::swa_window() const {
   return w;
 }
 
+bool KvCacheConfig::has_recurrent() const {
+  for (uint8_t r : layer_recurrent)
+    if (r) return true;
+  return false;
+}
+
+int64_t KvCacheConfig::state_bytes_per_slot() const {
+  int64_t n = 0;
+  for (int32_t l = 0; l < n_layer; ++l)
+    if (is_recurrent(l))
+      n += 4 * (int64_t{conv_kernel - 1} * conv_dim + int64_t{ssm_v_heads} * ssm_k_dim * ssm_v_dim);
+  return n;
+}
+
+namespace {
+
+int32_t attention_layers(const KvCacheConfig& c) {
+  int32_t n = 0;
+  for (int32_t l = 0; l < c.n_layer; ++l) n += c.is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+void check_recurrent(const KvCacheConfig& c) {
+  if (c.layer_recurrent.empty()) return;
+  if (static_cast<int32_t>(c.layer_recurrent.size()) != c.n_layer)
+    fail(ErrorCode::kInvalidArgument, "KV cache: {} recurrent-layer flags for {} layers", c.layer_recurrent.size(),
+         c.n_layer);
+  if (c.has_recurrent() && (c.conv_dim < 1 || c.conv_kernel < 2 || c.ssm_v_heads < 1 || c.ssm_k_dim < 1 ||
+                            c.ssm_v_dim < 1 || c.n_state_slots < 1))
+    fail(ErrorCode::kInvalidArgument,
+         "KV cache: recurrent state conv {} x {}, S {} x {} x {}, {} slots (conv kernel >= 2, the rest >= 1)",
+         c.conv_kernel, c.conv_dim, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim, c.n_state_slots);
+}
+
+}  // namespace
+
 int64_t KvCache::bytes_per_token(const KvCacheConfig& c) {
-  return c.n_layer * (dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c)));
+  return attention_layers(c) * (dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c)));
 }
 
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
   const int64_t layer_token = dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c));
   const int64_t full_pages = int64_t{pages_for(c)} + c.spare_pages, swa_pages = int64_t{swa_pages_for(c)} + c.spare_pages;
   int64_t bytes = 0;
-  for (int32_t l = 0; l < c.n_layer; ++l) bytes += (c.in_swa_pool(l) ? swa_pages : full_pages) * c.page_size * layer_token;
+  for (int32_t l = 0; l < c.n_layer; ++l)
+    if (!c.is_recurrent(l)) bytes += (c.in_swa_pool(l) ? swa_pages : full_pages) * c.page_size * layer_token;
+  if (c.has_recurrent()) bytes += (int64_t{c.n_state_slots} + c.spare_pages) * c.state_bytes_per_slot();
   return bytes;
 }
 
 KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_(pages_for(config), config.page_size) {
   if (const int32_t swa = swa_pages_for(config); swa > 0) swa_pool_.emplace(swa, config.page_size);
+  check_recurrent(config);
+  if (config.has_recurrent()) state_pool_.emplace(config.n_state_slots, 1);
+  const int64_t slots = int64_t{config.n_state_slots} + config.spare_pages;
+  auto alloc = [&](DType dt, std::initializer_list<int64_t> shape) {
+    Tensor view(nullptr, dt, shape, ops.device());
+    storage_.push_back(ops.alloc(view.bytes()));
+    view.data = storage_.back().data();
+    return view;
+  };
   for (int32_t l = 0; l < config.n_layer; ++l) {
+    StateLayer st;
+    if (config.is_recurrent(l)) {
+      st.conv = alloc(DType::F32, {slots, config.conv_kernel - 1, config.conv_dim});
+      st.ssm = alloc(DType::F32, {slots, config.ssm_v_heads, config.ssm_k_dim, config.ssm_v_dim});
+      ops.zero(st.conv);
+      ops.zero(st.ssm);
+    }
+    states_.push_back(st);
+    if (config.is_recurrent(l)) {
+      layers_.emplace_back();
+      continue;
+    }
     const int64_t n_pages = int64_t{in_swa_pool(l) ? swa_pool_->n_pages() : pool_.n_pages()} + config.spare_pages;
     KvLayer kv;
     for (Tensor* t : {&kv.k, &kv.v}) {
@@ -75,6 +134,11 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_
 KvLayer KvCache::layer(int32_t l) const {
   FT_CHECK(l >= 0 && l < static_cast<int32_t>(layers_.size()));
   return layers_[static_cast<size_t>(l)];
+}
+
+StateLayer KvCache::state(int32_t l) const {
+  FT_CHECK(l >= 0 && l < static_cast<int32_t>(states_.size()) && config_.is_recurrent(l));
+  return states_[static_cast<size_t>(l)];
 }
 
 int64_t KvCache::bytes() const { return bytes_for(config_); }

@@ -6,6 +6,9 @@
 // Sliding-window layers (KvCacheConfig::layer_window, with swa_token_budget > 0) keep theirs in a
 // second pool of swa_token_budget tokens: their tensors have that pool's pages, and a sequence holds
 // only the pages of its window there (kv/page_pool.h).
+// Recurrent layers (linear attention: KvCacheConfig::layer_recurrent) keep no pages: each holds one
+// fixed-size state per slot (StateLayer: conv window + delta-rule S), n_state_slots slots handed to
+// running sequences through KvPools::states, plus spare_pages spare slots (a replayed graph's padding).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -35,6 +38,13 @@ struct KvCacheConfig {
   /** > 0 with a sliding layer: tokens of the sliding-window layers' pool (rounded up to whole pages;
    *  at most token_budget). 0: every layer keeps its KV in the one pool. */
   int64_t swa_token_budget = 0;
+  /** Layers with a recurrent state instead of KV pages (1), n_layer entries, or empty: none. */
+  std::vector<uint8_t> layer_recurrent;
+  /** The recurrent layers' state: conv window [conv_kernel - 1, conv_dim] and S [ssm_v_heads,
+   *  ssm_k_dim, ssm_v_dim], F32, per slot. */
+  int32_t conv_dim = 0, conv_kernel = 0, ssm_v_heads = 0, ssm_k_dim = 0, ssm_v_dim = 0;
+  /** Slots of recurrent state sequences can hold (the most sequences running at once). */
+  int32_t n_state_slots = 0;
 
   /** True when layer `l` keeps its KV in the sliding-window pool. */
   bool in_swa_pool(int32_t l) const {
@@ -42,6 +52,14 @@ struct KvCacheConfig {
   }
   /** Widest window of the layers in the sliding-window pool (0: no such pool). */
   int32_t swa_window() const;
+  /** True when layer `l` keeps a recurrent state and no KV pages. */
+  bool is_recurrent(int32_t l) const {
+    return !layer_recurrent.empty() && layer_recurrent[static_cast<size_t>(l)] != 0;
+  }
+  /** True when some layer is recurrent. */
+  bool has_recurrent() const;
+  /** Bytes of one slot's state over every recurrent layer. */
+  int64_t state_bytes_per_slot() const;
 };
 
 class KvCache {
@@ -51,30 +69,41 @@ class KvCache {
   KvCache(Ops& ops, const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
-  /** Layer `l`'s pages. Throws kInternal for l out of range. */
+  /** Layer `l`'s pages (empty tensors for a recurrent layer). Throws kInternal for l out of range. */
   KvLayer layer(int32_t l) const;
+  /** Recurrent layer `l`'s state slots. Throws kInternal for l out of range or not recurrent. */
+  StateLayer state(int32_t l) const;
+  /** The recurrent-state slots (nullptr: no recurrent layer). Slot ids n_state_slots.. are spares. */
+  PagePool* state_pool() { return state_pool_ ? &*state_pool_ : nullptr; }
+  const PagePool* state_pool() const { return state_pool_ ? &*state_pool_ : nullptr; }
   PagePool& pool() { return pool_; }
   const PagePool& pool() const { return pool_; }
   /** The pools sequences draw from (the sliding-window one when the config has it). */
-  KvPools pools() { return swa_pool_ ? KvPools(pool_, &*swa_pool_, config_.swa_window()) : KvPools(pool_); }
+  KvPools pools() {
+    KvPools p = swa_pool_ ? KvPools(pool_, &*swa_pool_, config_.swa_window()) : KvPools(pool_);
+    p.states = state_pool();
+    return p;
+  }
   /** True when layer `l`'s pages are the sliding-window pool's. */
   bool in_swa_pool(int32_t l) const { return swa_pool_ && config_.in_swa_pool(l); }
   /** The sliding-window pool, nullptr without one. */
   const PagePool* swa_pool() const { return swa_pool_ ? &*swa_pool_ : nullptr; }
-  /** Bytes of K and V storage of one token in every layer (a sliding-window layer counted too). */
+  /** Bytes of K and V storage of one token in every layer with pages (a sliding-window layer counted too). */
   static int64_t bytes_per_token(const KvCacheConfig& config);
-  /** Bytes of K and V storage in all layers. */
+  /** Bytes of K and V storage in all layers, and of the recurrent states. */
   int64_t bytes() const;
 
-  /** Bytes a cache of `config` needs, spare pages included (without allocating). */
+  /** Bytes a cache of `config` needs, spare pages and state slots included (without allocating). */
   static int64_t bytes_for(const KvCacheConfig& config);
 
  private:
   KvCacheConfig config_;
   PagePool pool_;
   std::optional<PagePool> swa_pool_;
+  std::optional<PagePool> state_pool_;
   std::vector<Buffer> storage_;
   std::vector<KvLayer> layers_;
+  std::vector<StateLayer> states_;  // [n_layer]; empty tensors for attention layers
 };
 
 }  // namespace ft

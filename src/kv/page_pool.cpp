@@ -47,6 +47,18 @@ void BlockTable::release(PagePool& pool) {
 }
 
 bool BlockTable::advance(const KvPools& pools, int64_t start, int64_t end) {
+  if (pools.states && state_slot_ < 0) {
+    std::vector<int32_t> slot;
+    if (!pools.states->allocate(1, slot)) return false;
+    const bool ok = pools.swa ? advance(KvPools(*pools.full, pools.swa, pools.window), start, end)
+                              : reserve(*pools.full, end);
+    if (!ok) {
+      pools.states->release(slot);
+      return false;
+    }
+    state_slot_ = slot[0];
+    return true;
+  }
   if (!pools.swa) return reserve(*pools.full, end);
   const int64_t first = std::min<int64_t>(pools.first_swa_page(start), static_cast<int64_t>(swa_pages_.size()));
   std::vector<int32_t> drop;
@@ -64,6 +76,8 @@ bool BlockTable::advance(const KvPools& pools, int64_t start, int64_t end) {
 }
 
 void BlockTable::release(const KvPools& pools) {
+  if (pools.states && state_slot_ >= 0) pools.states->release({state_slot_});
+  state_slot_ = -1;
   if (pools.swa) {
     std::vector<int32_t> held;
     for (int32_t p : swa_pages_)

@@ -9,6 +9,10 @@
 // sliding-window KV stops growing at about window + one step's tokens (vLLM's hybrid KV cache
 // manager and llama.cpp's SWA cache do the same). Its block table for those layers keeps the logical
 // indexing (entry j for positions of page j); a released entry reads -1.
+//
+// A model with recurrent layers (linear attention) keeps, besides pages, one fixed-size state per
+// running sequence (KvPools::states, a pool of state slots of one "token" each): a sequence takes a
+// slot when it first advances and returns it with its pages.
 #include <cstdint>
 #include <vector>
 
@@ -45,6 +49,8 @@ struct KvPools {
   PagePool* full = nullptr;
   PagePool* swa = nullptr;
   int32_t window = 0;
+  /** Recurrent-state slots (kv/kv_cache.h StateLayer), or nullptr: the model has no recurrent layers. */
+  PagePool* states = nullptr;
 
   /** First position a query at position `next` sees in a sliding-window layer: max(0, next - window + 1). */
   int64_t first_swa_position(int64_t next) const { return next - window + 1 > 0 ? next - window + 1 : 0; }
@@ -70,11 +76,14 @@ class BlockTable {
   void release(PagePool& pool);
 
   /** For computing positions [start, end) next: releases the sliding-window pages below
-   *  pools.first_swa_page(start), then makes room for positions [0, end) in both pools. Returns false
-   *  (and allocates nothing) when either pool is short. Without pools.swa, reserve(*pools.full, end). */
+   *  pools.first_swa_page(start), then makes room for positions [0, end) in both pools, and takes a
+   *  state slot from pools.states when there is one and the table holds none. Returns false (and
+   *  allocates nothing) when a pool is short. Without pools.swa, the pages as reserve(*pools.full, end). */
   bool advance(const KvPools& pools, int64_t start, int64_t end);
-  /** Returns every page of both pools and empties the table. */
+  /** Returns every page of both pools (and the state slot) and empties the table. */
   void release(const KvPools& pools);
+  /** The recurrent-state slot taken by advance (-1: none). */
+  int32_t state_slot() const { return state_slot_; }
 
   const std::vector<int32_t>& pages() const { return pages_; }
   /** Sliding-window pages, logically indexed like pages() (-1: released); empty without pools.swa. */
@@ -86,6 +95,7 @@ class BlockTable {
   std::vector<int32_t> pages_;
   std::vector<int32_t> swa_pages_;
   int64_t swa_released_ = 0;  // swa_pages_[0, swa_released_) are released
+  int32_t state_slot_ = -1;
 };
 
 }  // namespace ft

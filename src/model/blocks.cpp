@@ -18,7 +18,7 @@ AttentionSpec attention_spec(const ModelConfig& c, const Tensor& inv_freq, float
   s.attn = {static_cast<int32_t>(c.n_head), static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
             1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window, Tensor()};
   s.rope = {c.rope_mode, static_cast<int32_t>(c.head_dim), static_cast<int32_t>(c.n_rot), inv_freq, attn_factor};
-  s.qk_norm_params = {static_cast<float>(c.rms_eps), 0.0f};
+  s.qk_norm_params = {static_cast<float>(c.rms_eps), c.norm_weight_offset};
   s.qk_norm = c.qk_norm;
   s.layer_window = c.layer_window;
   return s;
@@ -29,10 +29,23 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
   AttentionWeights w;
   const WeightName nq = layer_weight(l, "attn_q", "self_attn.q_proj"), nk = layer_weight(l, "attn_k", "self_attn.k_proj"),
                    nv = layer_weight(l, "attn_v", "self_attn.v_proj");
-  if (!c.attn_bias) w.wqkv = ld.get_stacked({nq, nk, nv}, {qd, kvd, kvd}, H);
+  if (c.attn_output_gate) {  // per head: hd query rows, then hd gate rows
+    std::vector<int64_t> q_rows, g_rows;
+    for (int64_t h = 0; h < c.n_head; ++h)
+      for (int64_t i = 0; i < c.head_dim; ++i) {
+        q_rows.push_back(2 * h * c.head_dim + i);
+        g_rows.push_back((2 * h + 1) * c.head_dim + i);
+      }
+    w.wq = ld.get_rows(nq, {2 * qd, H}, q_rows);
+    w.wgate = ld.get_rows(nq, {2 * qd, H}, g_rows);
+    w.wk = ld.get(nk, {kvd, H});
+    w.wv = ld.get(nv, {kvd, H});
+  } else if (!c.attn_bias) {
+    w.wqkv = ld.get_stacked({nq, nk, nv}, {qd, kvd, kvd}, H);
+  }
   if (!w.wqkv.empty()) {
     w.wq = w.wqkv.slice(0, qd), w.wk = w.wqkv.slice(qd, kvd), w.wv = w.wqkv.slice(qd + kvd, kvd);
-  } else {
+  } else if (w.wq.empty()) {
     w.wq = ld.get(nq, {qd, H});
     w.wk = ld.get(nk, {kvd, H});
     w.wv = ld.get(nv, {kvd, H});
@@ -89,6 +102,11 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.rope(spec.rope, k, ctx.batch.positions);
     ops.kv_write(ctx.kv_batch(l), k, v, kv);
     ops.attention(ap, ctx.kv_batch(l), q, kv, attn);  // [T, n_head * head_dim]
+  }
+  if (!w.wgate.empty()) {
+    Tensor gate = s.attn_gate.slice(0, T);
+    ops.matmul(h, w.wgate, gate, Tensor());  // [T, n_head * head_dim]
+    ops.sigmoid_mul(gate, attn, attn);
   }
   ctx.dump_if("kqv_out", l, attn);
   ops.matmul(attn, w.wo, out, w.bo);  // [T, H]

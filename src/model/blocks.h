@@ -24,6 +24,7 @@ struct AttentionWeights {
   Tensor bq, bk, bv;      // optional biases [n_head * hd], [n_kv * hd], [n_kv * hd]
   Tensor bo;              // optional output bias [H] (config.attn_out_bias)
   Tensor sinks;           // optional F32 [n_head] attention sinks (config.attn_sinks; AttentionParams::sinks)
+  Tensor wgate;           // optional [n_head * hd, H] output gate rows of q_proj (config.attn_output_gate)
   Tensor q_norm, k_norm;  // optional QK-norm: [hd] (per head) or [n_head * hd] / [n_kv * hd] (full)
 };
 
@@ -41,11 +42,14 @@ AttentionSpec attention_spec(const ModelConfig& config, const Tensor& inv_freq, 
 
 /** Loads layer `l`'s attention: attn_q/k/v/output (self_attn.q/k/v/o_proj), biases when config.attn_bias,
  *  the output bias when config.attn_out_bias, attn_q_norm/attn_k_norm (self_attn.q_norm/k_norm) per
- *  config.qk_norm, attn_sinks.weight (self_attn.sinks, as F32) when config.attn_sinks. */
+ *  config.qk_norm, attn_sinks.weight (self_attn.sinks, as F32) when config.attn_sinks. With
+ *  config.attn_output_gate, q_proj is [2 n_head hd, H] with each head's hd query rows followed by its
+ *  hd gate rows; they are taken apart into wq and wgate. */
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l);
 
 /** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache),
- *  with layer l's sliding window (spec.layer_window) and w's sinks when it has them. */
+ *  with layer l's sliding window (spec.layer_window) and w's sinks when it has them; multiplied by
+ *  sigmoid(h wgate^T) before the output projection when w has an output gate. */
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
                      const Tensor& h, Tensor out);
 

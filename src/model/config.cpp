@@ -90,19 +90,22 @@ void read_hf_rope(const json& c, ModelConfig& m) {
   m.n_rot = static_cast<int64_t>(static_cast<double>(m.head_dim) * partial);
 }
 
-/** transformers 5's layer_types, when every entry is "sliding_attention" (sliding_window) or
- *  "full_attention" (0): m.layer_window. Other layer kinds (linear attention, ...) are the
- *  architecture file's to read; the list is then left alone. */
+/** transformers 5's layer_types, when every entry is "sliding_attention" (sliding_window),
+ *  "full_attention" (0) or "linear_attention" (0 and m.layer_linear): m.layer_window. Other layer
+ *  kinds are the architecture file's to read; the list is then left alone. */
 void read_hf_layer_types(const json& c, ModelConfig& m) {
   const char* src = "config.json";
   const json* lt = field(c, "layer_types");
   if (!lt || !lt->is_array()) return;
   std::vector<int32_t> windows;
+  std::vector<uint8_t> linear;
   for (const json& t : *lt) {
-    if (t == "full_attention") windows.push_back(0);
+    linear.push_back(t == "linear_attention" ? 1 : 0);
+    if (t == "full_attention" || t == "linear_attention") windows.push_back(0);
     else if (t == "sliding_attention") windows.push_back(-1);
     else return;
   }
+  if (std::find(linear.begin(), linear.end(), 1) != linear.end()) m.layer_linear = std::move(linear);
   const int32_t w = static_cast<int32_t>(get_int(c, "sliding_window", src, 0));
   for (int32_t& v : windows) {
     if (v >= 0) continue;
@@ -171,6 +174,19 @@ void ModelConfig::validate() const {
   if (!layer_window.empty() && static_cast<int64_t>(layer_window.size()) != n_layer)
     fail(ErrorCode::kInvalidFile, "{} model config: {} per-layer attention types (layer_types / "
          "sliding_window_pattern) for {} layers", arch, layer_window.size(), n_layer);
+  if (!layer_linear.empty()) {
+    if (static_cast<int64_t>(layer_linear.size()) != n_layer)
+      fail(ErrorCode::kInvalidFile, "{} model config: {} layer types for {} layers", arch, layer_linear.size(), n_layer);
+    need(lin_n_k_heads, "linear-attention key head count (linear_num_key_heads)");
+    need(lin_n_v_heads, "linear-attention value head count (linear_num_value_heads)");
+    need(lin_k_dim, "linear-attention key head dim (linear_key_head_dim)");
+    need(lin_v_dim, "linear-attention value head dim (linear_value_head_dim)");
+    if (lin_conv_kernel < 2)
+      fail(ErrorCode::kInvalidFile, "{} model config: linear_conv_kernel_dim {} must be >= 2", arch, lin_conv_kernel);
+    if (lin_n_v_heads % lin_n_k_heads != 0)
+      fail(ErrorCode::kInvalidFile, "{} model config: {} linear-attention value heads are not a multiple of {} key heads",
+           arch, lin_n_v_heads, lin_n_k_heads);
+  }
   if (n_expert > 0) {
     need(n_expert_used, "experts per token");
     need(n_ff_exp, "expert FFN width");
@@ -194,6 +210,14 @@ KvCacheConfig kv_layout(const ModelConfig& c) {
     k.v_n_head = 1, k.v_head_dim = static_cast<int32_t>(c.qk_rope_dim);
   } else {
     k.n_head_kv = static_cast<int32_t>(c.n_head_kv), k.head_dim = static_cast<int32_t>(c.head_dim);
+  }
+  if (!c.layer_linear.empty()) {
+    k.layer_recurrent = c.layer_linear;
+    k.conv_dim = static_cast<int32_t>(c.lin_conv_dim());
+    k.conv_kernel = static_cast<int32_t>(c.lin_conv_kernel);
+    k.ssm_v_heads = static_cast<int32_t>(c.lin_n_v_heads);
+    k.ssm_k_dim = static_cast<int32_t>(c.lin_k_dim);
+    k.ssm_v_dim = static_cast<int32_t>(c.lin_v_dim);
   }
   bool slides = false;
   for (int64_t l = 0; l < c.n_layer; ++l) slides = slides || c.window(l) > 0;
@@ -258,6 +282,16 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   m.n_group = get_int(c, "n_group", src, 1);
   m.topk_group = get_int(c, "topk_group", src, 1);
   m.n_nextn_layers = get_int(c, "num_nextn_predict_layers", src, 0);
+  m.lin_n_k_heads = get_int(c, "linear_num_key_heads", src, 0);
+  m.lin_n_v_heads = get_int(c, "linear_num_value_heads", src, 0);
+  m.lin_k_dim = get_int(c, "linear_key_head_dim", src, 0);
+  m.lin_v_dim = get_int(c, "linear_value_head_dim", src, 0);
+  m.lin_conv_kernel = get_int(c, "linear_conv_kernel_dim", src, 0);
+  if (m.layer_linear.empty() && m.lin_n_v_heads > 0) {  // Qwen3-Next without layer_types: every interval-th attends
+    const int64_t every = get_int(c, "full_attention_interval", src, 4);
+    if (every < 1) fail(ErrorCode::kInvalidFile, "{}: full_attention_interval {} must be >= 1", src, every);
+    for (int64_t l = 0; l < m.n_layer; ++l) m.layer_linear.push_back((l + 1) % every == 0 ? 0 : 1);
+  }
   m.bos_id = static_cast<int32_t>(get_int(c, "bos_token_id", src, -1));
   m.eos_ids = get_ids(c, "eos_token_id", src);
   return m;

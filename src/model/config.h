@@ -61,6 +61,23 @@ struct ModelConfig {
    *  attention.sliding_window_pattern; read through window(l). */
   std::vector<int32_t> layer_window;
 
+  /** RMSNorm weights stored zero-centred (Qwen3-Next, Qwen3.5: out = x / rms(x) * (1 + w)): 1, else 0.
+   *  Applies to the decoder's norms and the QK-norm (RmsNormParams::weight_offset). */
+  float norm_weight_offset = 0.0f;
+  /** The query projection also yields a per-head output gate: q_proj rows alternate per head between
+   *  head_dim query rows and head_dim gate rows; attention's output is multiplied by sigmoid(gate)
+   *  before o_proj (Qwen3-Next's gated attention). */
+  bool attn_output_gate = false;
+
+  // Linear attention (Gated DeltaNet: Qwen3-Next, Qwen3.5): layers with layer_linear[l] = 1 keep a
+  // recurrent state instead of KV (HF layer_types "linear_attention"); the others attend.
+  std::vector<uint8_t> layer_linear;
+  int64_t lin_n_k_heads = 0;     // linear_num_key_heads
+  int64_t lin_n_v_heads = 0;     // linear_num_value_heads
+  int64_t lin_k_dim = 0;         // linear_key_head_dim
+  int64_t lin_v_dim = 0;         // linear_value_head_dim
+  int64_t lin_conv_kernel = 0;   // linear_conv_kernel_dim
+
   // Mixture of experts (n_expert == 0: dense).
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
@@ -90,6 +107,12 @@ struct ModelConfig {
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
 
+  /** True when layer `l` is a linear-attention (Gated DeltaNet) layer. */
+  bool is_linear_layer(int64_t l) const {
+    return !layer_linear.empty() && layer_linear[static_cast<size_t>(l)] != 0;
+  }
+  /** Width of a linear-attention layer's convolved q, k, v: 2 Hk dk + Hv dv. */
+  int64_t lin_conv_dim() const { return 2 * lin_n_k_heads * lin_k_dim + lin_n_v_heads * lin_v_dim; }
   /** True for multi-head latent attention (kv_lora_rank > 0). */
   bool is_mla() const { return kv_lora_rank > 0; }
   /** Sliding window of layer `l` (0: full attention): layer_window[l], or sliding_window when

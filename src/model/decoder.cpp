@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "model/gated_delta_net.h"
 #include "quant/quant.h"
 #include "util/log.h"
 
@@ -19,6 +20,8 @@ class Decoder final : public Model {
                    config_.n_nextn_layers);
     spec_ = load_attention_spec(ld, ops, config_, storage_);
     if (config_.is_mla()) mla_spec_ = mla_spec(config_, spec_.rope.inv_freq, spec_.rope.attn_factor);
+    gdn_ = gated_delta_params(config_);
+    gdn_norm_ = {static_cast<float>(config_.rms_eps), 0.0f};
     router_ = {static_cast<int32_t>(config_.n_expert_used), config_.router_scoring, config_.norm_topk_prob,
                static_cast<float>(config_.routed_scaling), static_cast<int32_t>(config_.n_group),
                static_cast<int32_t>(config_.topk_group), Tensor()};
@@ -40,7 +43,7 @@ class Decoder final : public Model {
   void forward(ForwardContext& ctx) const override {
     Ops& ops = ctx.ops;
     const int64_t T = ctx.batch.n_tokens;
-    const RmsNormParams norm{static_cast<float>(config_.rms_eps), 0.0f};
+    const RmsNormParams norm{static_cast<float>(config_.rms_eps), config_.norm_weight_offset};
     Tensor x = embed(ctx, io_.tok_embd);                                   // [T, H]
     Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);  // [T, H]
     // Each residual add is fused with the RMSNorm after it (the last one with nothing: lm_head
@@ -49,7 +52,8 @@ class Decoder final : public Model {
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
       ctx.dump_if("attn_norm", l, h);
-      if (config_.is_mla()) mla_block(ctx, l, mla_spec_, L.mla, h, o);
+      if (config_.is_linear_layer(l)) gated_delta_net_block(ctx, l, gdn_, gdn_norm_, L.gdn, h, o);
+      else if (config_.is_mla()) mla_block(ctx, l, mla_spec_, L.mla, h, o);
       else attention_block(ctx, l, spec_, L.attn, h, o);
       ops.add_rms_norm(norm, x, o, L.ffn_norm, h);
       ctx.dump_if("ffn_inp", l, x);
@@ -83,6 +87,7 @@ class Decoder final : public Model {
     Tensor attn_norm;  // [H]
     AttentionWeights attn;
     MlaWeights mla;    // config.is_mla() in place of attn
+    GatedDeltaNetWeights gdn;  // config.is_linear_layer(l) in place of attn
     Tensor ffn_norm;   // [H]
     MoeWeights moe;    // MoE layers (routed experts: host_experts_[l], run by ctx.experts)
     MlpWeights mlp;    // dense layers
@@ -92,7 +97,8 @@ class Decoder final : public Model {
     const int64_t H = config_.n_embd;
     Layer L;
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
-    if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
+    if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, config_, l);
+    else if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
     else L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
     L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");
     if (spec.moe && config_.is_moe_layer(l)) {
@@ -126,6 +132,8 @@ class Decoder final : public Model {
   OutputWeights io_;
   AttentionSpec spec_;
   MlaSpec mla_spec_;
+  GatedDeltaParams gdn_;      // linear-attention layers (a_log, dt_bias per layer)
+  RmsNormParams gdn_norm_;    // their gated RMSNorm (plain weights)
   RouterParams router_;
   std::vector<Layer> layers_;
 };

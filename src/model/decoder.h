@@ -4,7 +4,8 @@
 //   x = h + FFN(RMSNorm_ffn(h))      FFN = SwiGLU MLP, or MoE on config.is_moe_layer(l) layers
 // then RMSNorm and the LM head. Attention differences (RoPE mode, QKV(O) bias, QK-norm,
 // per-layer sliding windows, sinks) and router differences (scoring, norm_topk_prob, groups, scaling) are ModelConfig fields, as is
-// multi-head latent attention (config.is_mla(): model/mla.h in place of the standard attention);
+// multi-head latent attention (config.is_mla(): model/mla.h in place of the standard attention) and
+// linear attention in the layers config.is_linear_layer(l) marks (model/gated_delta_net.h);
 // the rest are DecoderSpec fields.
 // Both are set by the architecture file (model/<arch>.cpp), which then calls build_decoder.
 // Intermediates passed to ctx.dump_if per layer: attn_norm, ffn_inp, ffn_norm, ffn_out (dense) or

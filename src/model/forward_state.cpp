@@ -33,6 +33,16 @@ ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) 
     k_pe = make(act, c.qk_rope_dim);
     attn_lat = make(act, c.n_head * c.kv_lora_rank);
   }
+  if (c.attn_output_gate) attn_gate = make(act, qd);
+  if (!c.layer_linear.empty()) {
+    const int64_t vd = c.lin_n_v_heads * c.lin_v_dim;
+    lin_qkv = make(act, c.lin_conv_dim());
+    lin_conv = make(act, c.lin_conv_dim());
+    lin_z = make(act, vd);
+    lin_a = make(act, c.lin_n_v_heads);
+    lin_b = make(act, c.lin_n_v_heads);
+    lin_out = make(act, vd);
+  }
   sub_out = make(act, H);
   ff_gate = make(act, F);
   ff_up = make(act, F);

@@ -42,6 +42,14 @@ struct ForwardState {
   Tensor kv_c;       // [T, kv_lora_rank]
   Tensor k_pe;       // [T, qk_rope]
   Tensor attn_lat;   // [T, n_head * kv_lora_rank]
+  Tensor attn_gate;  // [T, n_head * head_dim] attention output gate (config.attn_output_gate)
+  // Linear attention only (config.layer_linear):
+  Tensor lin_qkv;    // [T, conv dim] q, k, v projections
+  Tensor lin_conv;   // [T, conv dim] after the short convolution
+  Tensor lin_z;      // [T, Hv * dv] output gate
+  Tensor lin_a;      // [T, Hv] decay input
+  Tensor lin_b;      // [T, Hv] beta input
+  Tensor lin_out;    // [T, Hv * dv] delta-rule output
   Tensor sub_out;    // [T, H] output of a sub-block (attention or FFN)
   Tensor ff_gate;    // [T, max FFN width]
   Tensor ff_up;      // [T, max FFN width]

@@ -24,6 +24,15 @@ const std::vector<ArchEntry>& architectures() {
       {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"deepseek2"}, build_deepseek_v3,
        R"({"first_k_dense_replace": 3, "n_shared_experts": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
            "n_group": 8, "topk_group": 4})"},
+      // Qwen3-Next (layer_types default: every full_attention_interval-th layer attends, config.cpp).
+      {"qwen3_next", {"qwen3_next"}, {}, build_qwen3_next,
+       R"({"partial_rotary_factor": 0.25, "norm_topk_prob": true, "linear_conv_kernel_dim": 4,
+           "full_attention_interval": 4})"},
+      // Qwen3.5 text models (dense and MoE), as their configs' text part names them.
+      {"qwen3_5", {"qwen3_5_text"}, {}, build_qwen3_next,
+       R"({"partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4})"},
+      {"qwen3_5_moe", {"qwen3_5_moe_text"}, {}, build_qwen3_next,
+       R"({"partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4})"},
       // Defaults of transformers 5.17's GptOssConfig (layer_types default: gpt_oss.cpp).
       {"gpt_oss", {"gpt_oss"}, {"gpt-oss"}, build_gpt_oss,
        R"({"num_hidden_layers": 36, "num_local_experts": 128, "vocab_size": 201088, "hidden_size": 2880,

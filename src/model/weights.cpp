@@ -131,6 +131,25 @@ Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std
   return stacked;
 }
 
+Tensor WeightLoader::get_rows(const WeightName& n, std::initializer_list<int64_t> shape,
+                              const std::vector<int64_t>& rows) {
+  const Tensor h = host(n, shape);
+  check_device_kernel(name(n), h);
+  const int64_t row = h.row_bytes();
+  Buffer hb = Buffer::host(std::max<int64_t>(static_cast<int64_t>(rows.size()) * row, 1));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    FT_CHECK(rows[i] >= 0 && rows[i] < h.rows());
+    std::memcpy(static_cast<char*>(hb.data()) + static_cast<int64_t>(i) * row,
+                static_cast<const char*>(h.data) + rows[i] * row, static_cast<size_t>(row));
+  }
+  const Tensor view(hb.data(), h.dtype, {static_cast<int64_t>(rows.size()), h.cols()});
+  Buffer storage;
+  Tensor t = ops_.make_resident(view, storage);
+  if (!storage.empty()) storage_.push_back(std::move(storage));
+  if (t.data == view.data) host_storage_.push_back(std::move(hb));  // read in place (CPU)
+  return t;
+}
+
 Tensor WeightLoader::get_optional(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   return has(n) ? get(n, shape, kind) : Tensor();
 }

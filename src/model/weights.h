@@ -47,6 +47,12 @@ class WeightLoader {
   /** Like get(), but placed in host memory the backend reads over the bus (Ops::make_host_mapped;
    *  on the CPU backend the view itself). */
   Tensor get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape);
+  /** Rows `rows` of the validated 2-D tensor (shape `shape`), in that order, as one resident matrix
+   *  [rows.size(), cols] of its dtype: for checkpoints whose projections interleave what the model
+   *  keeps apart (Qwen3-Next's per-head query and output gate, its grouped q/k/v/z). A host copy on the
+   *  CPU (kept by take_host_storage), a device copy on CUDA. Throws what host() throws, kInternal for a
+   *  row out of range. */
+  Tensor get_rows(const WeightName& n, std::initializer_list<int64_t> shape, const std::vector<int64_t>& rows);
   /** Like get(), but an absent tensor gives an empty Tensor. */
   Tensor get_optional(const WeightName& n, std::initializer_list<int64_t> shape,
                       WeightKind kind = WeightKind::kMatrix);

@@ -289,7 +289,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   // Sliding-window pages as a sequence advances (the full pool's pages are reserved up front).
   auto advance = [&](BlockTable& t, int64_t start, int64_t end) {
     if (!t.advance(pools, start, end))
-      fail(ErrorCode::kInvalidArgument, "bench: the sliding-window KV pool ({} pages) is full", pools.swa->n_pages());
+      fail(ErrorCode::kInvalidArgument, "bench: the sliding-window KV pool ({} pages) or the recurrent-state slots ({}) are full",
+           pools.swa ? pools.swa->n_pages() : 0, pools.states ? pools.states->n_pages() : 0);
   };
   // Every step samples its rows on the backend (Engine::step_sample) as a server step does, so the
   // timed step includes the sampler and its few bytes back instead of the logits. The sampled ids
@@ -332,7 +333,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
         const bool last = done[si] + take == n;
         advance(tables[si], done[si], done[si] + take);
         items.push_back({&tables[si].pages(), done[si], prompts[si].data() + done[si], take, last ? 1 : 0,
-                         &tables[si].swa_pages()});
+                         &tables[si].swa_pages(), tables[si].state_slot()});
         done[si] += take;
         budget -= take;
       }
@@ -349,7 +350,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
       for (int64_t b = 0; b < B; ++b) {
         BlockTable& t = tables[static_cast<size_t>(b)];
         advance(t, start + s, start + s + 1);
-        items[static_cast<size_t>(b)] = {&t.pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1, &t.swa_pages()};
+        items[static_cast<size_t>(b)] = {&t.pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1, &t.swa_pages(),
+                                         t.state_slot()};
       }
       run_step(items);
     }

@@ -30,7 +30,7 @@ TEST_P(HfFixture, LogitsAndGreedyMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Archs, HfFixture,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
                                            "mixtral", "qwen2_moe", "olmoe", "glm4_moe", "minimax_m2",
-                                           "deepseek_v3", "gpt_oss"));
+                                           "deepseek_v3", "gpt_oss", "qwen3_next", "qwen3_5", "qwen3_5_moe"));
 
 TEST(HfFixtureStrategies, GptOssOnTheCpuExecutorGivesTheFusedLogits) {
   // gpt-oss's experts through the expert banks and the CPU executor (strategy cpu: the banks' host
@@ -79,20 +79,21 @@ TEST(HfFixtureMxfp4, GptOssMxfp4CheckpointMatchesTransformers) {
 TEST(Registry, EveryArchitectureHasAFixture) {
   // An architecture registered without an end-to-end fixture test fails here.
   const std::vector<std::string> tested = {"llama",     "qwen2", "qwen3",    "qwen3_moe",  "mixtral",    "qwen2_moe",
-                                           "olmoe",     "glm4_moe", "minimax_m2", "deepseek_v3", "gpt_oss"};
+                                           "olmoe",     "glm4_moe", "minimax_m2", "deepseek_v3", "gpt_oss",
+                                           "qwen3_next", "qwen3_5", "qwen3_5_moe"};
   for (const ArchEntry& a : architectures())
     EXPECT_NE(std::find(tested.begin(), tested.end(), a.name), tested.end()) << a.name << " has no fixture test";
 }
 
 TEST(Registry, UnsupportedArchitectureIsNamed) {
-  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_next";
+  const std::string dir = shared_dir() + "/fixtures/hf/gemma4";
   try {
     auto engine = Engine::load(dir, small_engine_options());
     FAIL() << "expected ft::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(msg.find("'qwen3_next'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'gemma4_text'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("qwen3_moe"), std::string::npos) << msg;
   }
 }

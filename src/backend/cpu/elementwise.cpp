@@ -1,4 +1,4 @@
-// Elementwise ops of the CPU backend: swiglu, add, scale, sigmoid, add_scaled_rows. F32 only.
+// Elementwise ops of the CPU backend: swiglu, add, scale, sigmoid, sigmoid_mul, add_scaled_rows. F32 only.
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
@@ -50,6 +50,18 @@ void CpuOps::sigmoid(const Tensor& x, Tensor out) {
   const float* a = x.ptr<float>();
   float* o = out.ptr<float>();
   for (int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = 1.0f / (1.0f + std::exp(-a[i]));
+}
+
+void CpuOps::sigmoid_mul(const Tensor& gate, const Tensor& x, Tensor out) {
+  cpu::check_dtype("sigmoid_mul", "gate", gate, DType::F32);
+  cpu::check_dtype("sigmoid_mul", "x", x, DType::F32);
+  cpu::check_dtype("sigmoid_mul", "out", out, DType::F32);
+  cpu::check_same_shape("sigmoid_mul", "x", x, gate);
+  cpu::check_same_shape("sigmoid_mul", "out", out, gate);
+  const float* g = gate.ptr<float>();
+  const float* a = x.ptr<float>();
+  float* o = out.ptr<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = a[i] / (1.0f + std::exp(-g[i]));
 }
 
 void CpuOps::add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) {

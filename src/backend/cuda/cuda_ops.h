@@ -70,7 +70,11 @@ class CudaOps final : public Ops {
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float s, Tensor out) override;
   void sigmoid(const Tensor& x, Tensor out) override;
+  void sigmoid_mul(const Tensor& gate, const Tensor& x, Tensor out) override;
   void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) override;
+  void ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) override;
+  void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
+                        const Tensor& b, Tensor ssm_state, Tensor out) override;
   void softmax(const Tensor& x, Tensor out) override;
   void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;

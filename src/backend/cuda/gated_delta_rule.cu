@@ -1,0 +1,123 @@
+// gated_delta_rule: Gated DeltaNet's recurrence (Yang, Kautz, Hatamizadeh 2024, arXiv 2412.06464;
+// transformers' torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel), token by token.
+// Column j of a head's state S [dk, dv] evolves from k, q, v_j, beta and the decay alone, so one warp
+// takes 32 columns of one (sequence, value head) and each lane keeps its column of S in registers
+// for the whole sequence: S is read and written once per step, whatever the number of tokens. The
+// warp L2-normalises q and k of each token (shuffle sums) into shared memory, then every lane
+// updates its column: S_j <- exp(g) S_j; u = beta (v_j - S_j . k); S_j += u k; out_j = S_j . q.
+// Grid (dv / 32 column groups, Hv, S). Prefill runs the same loop (the chunked WY form would trade
+// this sequential walk for tensor-core matmuls; not done yet). Sequences with an out-of-range slot
+// are skipped (the CPU backend throws).
+// Bytes moved: T * (2 Hk dk (per column group) + Hv dv * 2 + 2 Hv) elements + S Hv dk dv * 8.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/op_checks.h"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+template <typename T, int DK>
+__global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ qkv, const T* __restrict__ a,
+                                                         const T* __restrict__ b, const float* __restrict__ a_log,
+                                                         const float* __restrict__ dt_bias, float* state, T* out,
+                                                         int Hk, int Hv, int dv, float l2_eps, const int32_t* seq_start,
+                                                         const int32_t* pos, const int32_t* slots, int64_t n_slots) {
+  constexpr int kPer = DK / 32 > 0 ? DK / 32 : 1;  // q/k elements each lane normalises
+  __shared__ float qs[DK], ks[DK];
+  const int lane = threadIdx.x, h = blockIdx.y, s = blockIdx.z;
+  const int j = blockIdx.x * 32 + lane;
+  const bool col = j < dv;
+  const int t0 = seq_start[s], t1 = seq_start[s + 1];
+  const int64_t slot = slots[s];
+  if (t1 <= t0 || slot < 0 || slot >= n_slots) return;
+  const int kh = h / (Hv / Hk);
+  const int64_t W = 2LL * Hk * DK + static_cast<int64_t>(Hv) * dv;
+  float* S = state + (slot * Hv + h) * DK * dv;
+  float Sj[DK];
+  const bool fresh = pos[t0] == 0;
+#pragma unroll
+  for (int i = 0; i < DK; ++i) Sj[i] = col && !fresh ? S[static_cast<int64_t>(i) * dv + j] : 0.0f;
+  const float A = -__expf(a_log[h]), bias = dt_bias[h], q_scale = rsqrtf(static_cast<float>(DK));
+  for (int t = t0; t < t1; ++t) {
+    const T* row = qkv + static_cast<int64_t>(t) * W;
+    float qv[kPer], kv[kPer], qq = 0.0f, kk = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int i = lane + 32 * e;
+      qv[e] = i < DK ? to_f(row[kh * DK + i]) : 0.0f;
+      kv[e] = i < DK ? to_f(row[Hk * DK + kh * DK + i]) : 0.0f;
+      qq += qv[e] * qv[e];
+      kk += kv[e] * kv[e];
+    }
+    qq = warp_sum(qq);
+    kk = warp_sum(kk);
+    const float qn = q_scale * rsqrtf(qq + l2_eps), kn = rsqrtf(kk + l2_eps);
+    __syncwarp();  // the previous token's reads of qs, ks are done
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int i = lane + 32 * e;
+      if (i < DK) qs[i] = qv[e] * qn, ks[i] = kv[e] * kn;
+    }
+    __syncwarp();
+    const float x = to_f(a[static_cast<int64_t>(t) * Hv + h]) + bias;
+    const float decay = __expf(A * (x > 20.0f ? x : log1pf(__expf(x))));
+    const float beta = 1.0f / (1.0f + __expf(-to_f(b[static_cast<int64_t>(t) * Hv + h])));
+    if (col) {
+      float u = 0.0f;
+#pragma unroll
+      for (int i = 0; i < DK; ++i) {
+        Sj[i] *= decay;
+        u += Sj[i] * ks[i];
+      }
+      u = beta * (to_f(row[2LL * Hk * DK + static_cast<int64_t>(h) * dv + j]) - u);
+      float o = 0.0f;
+#pragma unroll
+      for (int i = 0; i < DK; ++i) {
+        Sj[i] += ks[i] * u;
+        o += Sj[i] * qs[i];
+      }
+      out[static_cast<int64_t>(t) * Hv * dv + static_cast<int64_t>(h) * dv + j] = from_f<T>(o);
+    }
+  }
+  if (col)
+#pragma unroll
+    for (int i = 0; i < DK; ++i) S[static_cast<int64_t>(i) * dv + j] = Sj[i];
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
+                               const Tensor& b, Tensor ssm_state, Tensor out) {
+  forget_prepared();
+  op_checks::gated_delta_rule(p, batch, qkv, a, b, ssm_state, out);
+  cuda::check_act("gated_delta_rule", "qkv", qkv);
+  cuda::check_dev("gated_delta_rule", "ssm_state", ssm_state);
+  cuda::check_dev("gated_delta_rule", "a_log", p.a_log);
+  cuda::check_dev("gated_delta_rule", "dt_bias", p.dt_bias);
+  if (batch.n_tokens == 0 || batch.n_seqs == 0) return;
+  const dim3 grid(static_cast<unsigned>((p.v_head_dim + 31) / 32), static_cast<unsigned>(p.n_v_heads),
+                  static_cast<unsigned>(batch.n_seqs));
+  FT_DISPATCH_ACT("gated_delta_rule", "qkv", qkv.dtype, {
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, 32, 0, stream_>>>(qkv.ptr<T>(), a.ptr<T>(), b.ptr<T>(), p.a_log.ptr<float>(),
+                                       p.dt_bias.ptr<float>(), ssm_state.ptr<float>(), out.ptr<T>(), p.n_k_heads,
+                                       p.n_v_heads, p.v_head_dim, p.l2_eps, batch.seq_start.ptr<int32_t>(),
+                                       batch.positions.ptr<int32_t>(), batch.state_slots.ptr<int32_t>(),
+                                       ssm_state.dim(0));
+    };
+    switch (p.k_head_dim) {
+      case 16: launch(cuda::gated_delta_kernel<T, 16>); break;
+      case 32: launch(cuda::gated_delta_kernel<T, 32>); break;
+      case 64: launch(cuda::gated_delta_kernel<T, 64>); break;
+      case 128: launch(cuda::gated_delta_kernel<T, 128>); break;
+      default:
+        fail(ErrorCode::kUnsupported, "gated_delta_rule: key head dim {} (the CUDA backend has 16, 32, 64, 128)",
+             p.k_head_dim);
+    }
+  });
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft

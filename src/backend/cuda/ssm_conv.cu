@@ -1,0 +1,81 @@
+// ssm_conv: Gated DeltaNet's causal depthwise convolution with SiLU (transformers'
+// causal_conv1d_fn / causal_conv1d_update, no bias), each sequence carrying its last K-1 inputs in its
+// F32 state slot. One thread per (channel, sequence) walks the sequence's rows with the window in
+// registers, so reads and writes of a row are coalesced over channels and the state is read once and
+// written once. x, out [T, C] F32 or BF16; w F32 [C, K], K <= kMaxTaps; conv_state F32
+// [n_slots, K-1, C]. Sequences with an out-of-range slot are skipped (the CPU backend throws).
+// Bytes moved: T * C * (2 activation elements) + S * C * 2 (K-1) * 4 + C * K * 4.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/op_checks.h"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+constexpr int kMaxTaps = 8;
+
+template <typename T>
+__global__ void ssm_conv_kernel(const T* __restrict__ x, const float* __restrict__ w, float* state, T* out, int64_t C,
+                                int K, const int32_t* seq_start, const int32_t* pos, const int32_t* slots,
+                                int64_t n_slots) {
+  const int s = blockIdx.y;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int t0 = seq_start[s], t1 = seq_start[s + 1];
+  const int64_t slot = slots[s];
+  if (t1 <= t0 || slot < 0 || slot >= n_slots) return;
+  float* st = state + slot * (K - 1) * C;
+  const bool fresh = pos[t0] == 0;
+  float win[kMaxTaps], wk[kMaxTaps];
+#pragma unroll
+  for (int j = 0; j < kMaxTaps; ++j) {
+    wk[j] = j < K ? w[c * K + j] : 0.0f;
+    win[j] = j < K - 1 && !fresh ? st[j * C + c] : 0.0f;
+  }
+  for (int t = t0; t < t1; ++t) {
+    const float xt = to_f(x[static_cast<int64_t>(t) * C + c]);
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxTaps; ++j) {
+      if (j < K - 1) acc += wk[j] * win[j];
+      else if (j == K - 1) acc += wk[j] * xt;
+    }
+    out[static_cast<int64_t>(t) * C + c] = from_f<T>(silu(acc));
+#pragma unroll
+    for (int j = 0; j < kMaxTaps - 1; ++j)
+      if (j < K - 2) win[j] = win[j + 1];
+#pragma unroll
+    for (int j = 0; j < kMaxTaps; ++j)
+      if (j == K - 2) win[j] = xt;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxTaps; ++j)
+    if (j < K - 1) st[j * C + c] = win[j];
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) {
+  forget_prepared();
+  const int64_t K = op_checks::ssm_conv(batch, x, w, conv_state, out);
+  cuda::check_act("ssm_conv", "x", x);
+  cuda::check_dev("ssm_conv", "w", w);
+  cuda::check_dev("ssm_conv", "conv_state", conv_state);
+  if (x.data == out.data) fail(ErrorCode::kInvalidArgument, "ssm_conv: out must not alias x");
+  if (K > cuda::kMaxTaps)
+    fail(ErrorCode::kUnsupported, "ssm_conv: a kernel of {} taps (the CUDA backend has at most {})", K, cuda::kMaxTaps);
+  const int64_t C = x.cols();
+  if (batch.n_tokens == 0 || batch.n_seqs == 0) return;
+  const dim3 grid(static_cast<unsigned>((C + 127) / 128), static_cast<unsigned>(batch.n_seqs));
+  FT_DISPATCH_ACT("ssm_conv", "x", x.dtype, {
+    cuda::ssm_conv_kernel<T><<<grid, 128, 0, stream_>>>(
+        x.ptr<T>(), w.ptr<float>(), conv_state.ptr<float>(), out.ptr<T>(), C, static_cast<int>(K),
+        batch.seq_start.ptr<int32_t>(), batch.positions.ptr<int32_t>(), batch.state_slots.ptr<int32_t>(),
+        conv_state.dim(0));
+  });
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft

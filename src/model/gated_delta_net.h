@@ -1,0 +1,45 @@
+#pragma once
+// Gated DeltaNet (Yang, Kautz, Hatamizadeh 2024, "Gated Delta Networks: Improving Mamba2 with Delta
+// Rule", arXiv 2412.06464), the linear-attention layer of Qwen3-Next and Qwen3.5 (transformers
+// Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet). Per layer, for h [T, H]:
+//   qkv = silu(causal_conv1d(h W_qkv^T))          q, k [Hk dk], v [Hv dv]; conv window in the state
+//   o   = gated_delta_rule(q, k, v, a = h W_a^T, b = h W_b^T)   S [Hv, dk, dv] in the state
+//   out = (RMSNorm_per_head(o) * silu(h W_z^T)) W_out^T
+// The recurrent state (conv window + S) lives in the KV cache's state slots (kv/kv_cache.h StateLayer),
+// one per running sequence.
+#include <vector>
+
+#include "model/blocks.h"
+
+namespace ft {
+
+struct GatedDeltaNetWeights {
+  Tensor in_qkv;   // [2 Hk dk + Hv dv, H]: q, k, v rows (value head h's rows at 2 Hk dk + h dv)
+  Tensor in_z;     // [Hv dv, H] output-gate rows
+  Tensor in_b;     // [Hv, H] beta rows
+  Tensor in_a;     // [Hv, H] decay rows
+  Tensor conv;     // F32 [2 Hk dk + Hv dv, conv_kernel] depthwise taps
+  Tensor a_log;    // F32 [Hv]
+  Tensor dt_bias;  // F32 [Hv]
+  Tensor norm;     // [dv] the gated RMSNorm's weight (plain: scale by w)
+  Tensor out;      // [H, Hv dv]
+};
+
+/** Hyperparameters of every Gated DeltaNet layer of `config`, with `a_log` / `dt_bias` left empty
+ *  (per layer). */
+GatedDeltaParams gated_delta_params(const ModelConfig& config);
+
+/** Loads linear-attention layer `l` (HF linear_attn.*): Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b,
+ *  in_proj_a, or Qwen3-Next's in_proj_qkvz [Hk (2 dk + 2 r dv), H] and in_proj_ba [Hk 2 r, H] (r = Hv /
+ *  Hk; grouped per key head as q, k, v, z and b, a: transformers' fix_query_key_value_ordering), taken
+ *  apart into the same matrices; conv1d.weight [C, 1, K], A_log, dt_bias (F32), norm.weight, out_proj.
+ *  Throws what the loader throws. */
+GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, const ModelConfig& config, int64_t l);
+
+/** out [T, H] = the Gated DeltaNet of h [T, H] for layer `l`, advancing each sequence's state
+ *  (ctx.batch.state_slots) in ctx.kv.state(l). `p` from gated_delta_params; `norm` the gated
+ *  RMSNorm's params. */
+void gated_delta_net_block(ForwardContext& ctx, int64_t l, GatedDeltaParams p, const RmsNormParams& norm,
+                           const GatedDeltaNetWeights& w, const Tensor& h, Tensor out);
+
+}  // namespace ft

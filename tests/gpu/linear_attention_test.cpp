@@ -1,0 +1,95 @@
+// CUDA vs CPU: ssm_conv, gated_delta_rule and sigmoid_mul (Gated DeltaNet) on a mixed batch (a
+// fresh prefill, a continued chunk, decode tokens) with Qwen3-Next's head sizes, then a run of
+// single-token steps carrying the state; states and outputs within 1e-2 relative L2.
+#include "gpu_harness.h"
+
+namespace ft::testing {
+namespace {
+
+class CudaLinearAttention : public GpuBatchTest {
+ protected:
+  BatchInfo with_slots(BatchInfo b, const std::vector<int32_t>& slots, bool on_gpu) {
+    const auto S = static_cast<int64_t>(slots.size());
+    b.state_slots = on_gpu ? arena().dev_i32(slots, {S}) : arena().host_i32(slots, {S});
+    return b;
+  }
+};
+
+TEST_F(CudaLinearAttention, ConvAndDeltaRuleTrackCpu) {
+  const int64_t Hk = 2, Hv = 4, dk = 128, dv = 128, K = 4, slots = 5;
+  const int64_t C = 2 * Hk * dk + Hv * dv;
+  // Sequence 0: positions 0..37 (fresh, slot 3); 1: positions 20..28 (slot 1); 2 and 3: one decode token.
+  const HostBatch hb = make({{0, 38}, {20, 9}, {50, 1}, {7, 1}});
+  const std::vector<int32_t> slot_ids = {3, 1, 0, 4};
+  const int64_t T = hb.T;
+  GatedDeltaParams p;
+  p.n_k_heads = Hk, p.n_v_heads = Hv, p.k_head_dim = dk, p.v_head_dim = dv;
+  const auto a_log = rand_bf16(Hv, 1, -1, 1.5f), dt = rand_bf16(Hv, 2, -0.5f, 0.5f);
+  const auto w = rand_bf16(C * K, 3, -0.5f, 0.5f);
+  const auto conv0 = rand_bf16(slots * (K - 1) * C, 4), ssm0 = rand_bf16(slots * Hv * dk * dv, 5, -0.2f, 0.2f);
+  const auto x = rand_bf16(T * C, 6, -2, 2), a = rand_bf16(T * Hv, 7, -2, 2), b = rand_bf16(T * Hv, 8, -2, 2);
+  const std::vector<int32_t> table(static_cast<size_t>(hb.S), 0);
+  const BatchInfo cb = with_slots(info(hb, table, 1, false), slot_ids, false);
+  const BatchInfo gb = with_slots(info(hb, table, 1, true), slot_ids, true);
+
+  Tensor c_conv = arena().host_f32(conv0, {slots, K - 1, C}), g_conv = arena().dev_from(conv0, DType::F32, {slots, K - 1, C});
+  std::vector<float> c_xc(static_cast<size_t>(T * C));
+  cpu().ssm_conv(cb, arena().host_f32(x, {T, C}), arena().host_f32(w, {C, K}), c_conv, Tensor(c_xc.data(), DType::F32, {T, C}));
+  Tensor g_xc = arena().dev_poisoned(DType::BF16, {T, C});
+  gpu().ssm_conv(gb, arena().dev_from(x, DType::BF16, {T, C}), arena().dev_from(w, DType::F32, {C, K}), g_conv, g_xc);
+  double e = compare(g_xc, c_xc);
+  report("ssm_conv", "out", e);
+  EXPECT_LE(e, kTol);
+  e = compare(g_conv, std::vector<float>(c_conv.ptr<float>(), c_conv.ptr<float>() + c_conv.numel()));
+  report("ssm_conv", "state", e);
+  EXPECT_LE(e, 1e-2);
+
+  // The delta rule reads the CPU's conv output (rounded to bf16) on both sides.
+  const std::vector<float> xc = round_bf16(c_xc);
+  Tensor c_ssm = arena().host_f32(ssm0, {slots, Hv, dk, dv}), g_ssm = arena().dev_from(ssm0, DType::F32, {slots, Hv, dk, dv});
+  GatedDeltaParams cp = p, gp = p;
+  cp.a_log = arena().host_f32(a_log, {Hv}), cp.dt_bias = arena().host_f32(dt, {Hv});
+  gp.a_log = arena().dev_from(a_log, DType::F32, {Hv}), gp.dt_bias = arena().dev_from(dt, DType::F32, {Hv});
+  std::vector<float> c_out(static_cast<size_t>(T * Hv * dv));
+  cpu().gated_delta_rule(cp, cb, arena().host_f32(xc, {T, C}), arena().host_f32(a, {T, Hv}), arena().host_f32(b, {T, Hv}),
+                         c_ssm, Tensor(c_out.data(), DType::F32, {T, Hv * dv}));
+  Tensor g_out = arena().dev_poisoned(DType::BF16, {T, Hv * dv});
+  gpu().gated_delta_rule(gp, gb, arena().dev_from(xc, DType::BF16, {T, C}), arena().dev_from(a, DType::BF16, {T, Hv}),
+                         arena().dev_from(b, DType::BF16, {T, Hv}), g_ssm, g_out);
+  e = compare(g_out, c_out);
+  report("gated_delta_rule", "out 4 seqs", e);
+  EXPECT_LE(e, kTol);
+  e = compare(g_ssm, std::vector<float>(c_ssm.ptr<float>(), c_ssm.ptr<float>() + c_ssm.numel()));
+  report("gated_delta_rule", "state", e);
+  EXPECT_LE(e, kTol);
+
+  // Eight more single-token steps of sequence 0 (decode), carrying the state on both sides.
+  for (int32_t step = 0; step < 8; ++step) {
+    const HostBatch d = make({{38 + step, 1}});
+    const BatchInfo cd = with_slots(info(d, {0}, 1, false), {3}, false), gd = with_slots(info(d, {0}, 1, true), {3}, true);
+    const auto xs = rand_bf16(C, 100 + step), as = rand_bf16(Hv, 200 + step), bs = rand_bf16(Hv, 300 + step);
+    std::vector<float> co(static_cast<size_t>(Hv * dv));
+    cpu().gated_delta_rule(cp, cd, arena().host_f32(xs, {1, C}), arena().host_f32(as, {1, Hv}), arena().host_f32(bs, {1, Hv}),
+                           c_ssm, Tensor(co.data(), DType::F32, {1, Hv * dv}));
+    Tensor go = arena().dev_poisoned(DType::BF16, {1, Hv * dv});
+    gpu().gated_delta_rule(gp, gd, arena().dev_from(xs, DType::BF16, {1, C}), arena().dev_from(as, DType::BF16, {1, Hv}),
+                           arena().dev_from(bs, DType::BF16, {1, Hv}), g_ssm, go);
+    e = compare(go, co);
+    EXPECT_LE(e, kTol) << "decode step " << step;
+  }
+  report("gated_delta_rule", "8 decode steps", e);
+}
+
+TEST_F(CudaLinearAttention, SigmoidMul) {
+  const auto g = rand_bf16(7 * 300, 1, -4, 4), x = rand_bf16(7 * 300, 2);
+  std::vector<float> ref(g.size());
+  cpu().sigmoid_mul(arena().host_f32(g, {7, 300}), arena().host_f32(x, {7, 300}), Tensor(ref.data(), DType::F32, {7, 300}));
+  Tensor out = arena().dev_poisoned(DType::BF16, {7, 300});
+  gpu().sigmoid_mul(arena().dev_from(g, DType::BF16, {7, 300}), arena().dev_from(x, DType::BF16, {7, 300}), out);
+  const double e = compare(out, ref);
+  report("sigmoid_mul", "[7, 300]", e);
+  EXPECT_LE(e, kTol);
+}
+
+}  // namespace
+}  // namespace ft::testing
