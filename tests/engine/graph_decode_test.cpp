@@ -85,9 +85,10 @@ TEST_P(GraphDecode, ReplayEqualsEagerBitForBit) {
   EXPECT_EQ(captures, 3);
   // The padding rows wrote only the spare page: every pool page is free again.
   EXPECT_EQ(graphed.kv().pool().n_free(), graphed.kv().pool().n_pages());
+  if (const PagePool* states = graphed.kv().state_pool()) EXPECT_EQ(states->n_free(), states->n_pages());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GraphDecode, ::testing::Values("qwen3", "qwen2_moe"));
+INSTANTIATE_TEST_SUITE_P(Models, GraphDecode, ::testing::Values("qwen3", "qwen2_moe", "qwen3_next", "qwen3_5"));
 
 TEST(GraphDecode, ShortKeyRangesGetTheirOwnGraphs) {
   // A backend whose decode launches change shape at 44 keys: each batch size records one graph per

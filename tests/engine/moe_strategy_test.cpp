@@ -142,7 +142,7 @@ TEST_P(MoeStrategies, SameFunctionAsFused) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeStrategies,
                          ::testing::Values("qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe", "glm4_moe",
-                                           "minimax_m2", "deepseek_v3"));
+                                           "minimax_m2", "deepseek_v3", "qwen3_next", "qwen3_5_moe"));
 
 // The calibration keeps the smallest cap within 3% of the fastest, so timings within noise of each
 // other pick the same cap on every start (they picked 7, 1 and 4 on three runs of the 64e model).

@@ -183,7 +183,8 @@ TEST(CudaEmbedWeights, TiedTableRefusesHost) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaGraphDecode, ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe"));
+INSTANTIATE_TEST_SUITE_P(Models, CudaGraphDecode,
+                         ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe", "qwen3_next", "qwen3_5"));
 
 }  // namespace
 }  // namespace ft::testing
