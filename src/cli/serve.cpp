@@ -48,6 +48,7 @@ struct ServeFlags {
   int max_prefill_tokens = 512;
   int64_t kv_tokens = 0;         // 0: the engine's default
   int64_t swa_kv_tokens = 0;     // 0: the engine's default
+  int state_snapshots = 8;       // recurrent-state snapshots of the prefix cache (linear-attention models)
   std::string chat_template;
   double max_body_mb = 32;
   std::string cors_origin = "*";
@@ -92,6 +93,7 @@ int run_serve(const ServeFlags& f) {
   const auto t0 = std::chrono::steady_clock::now();
   eo.kv_tokens = f.kv_tokens;
   eo.swa_kv_tokens = f.swa_kv_tokens;
+  eo.state_snapshots = f.state_snapshots;
   eo.max_seqs = f.max_running;
   eo.max_logit_rows = f.max_running;
   eo.max_step_tokens = static_cast<int64_t>(f.max_prefill_tokens) + f.max_running;
@@ -195,6 +197,14 @@ int run_serve(const ServeFlags& f) {
                 "context (--swa-kv-tokens; in the KV bytes above)\n",
                 n_swa, kc.n_layer, kc.swa_window(), static_cast<long long>(swa->n_pages()) * kc.page_size);
   }
+  if (const PagePool* states = engine->kv().state_pool()) {
+    int n_rec = 0;
+    for (int32_t l = 0; l < kc.n_layer; ++l) n_rec += kc.is_recurrent(l);
+    std::printf("  state     %d of %d layers are linear attention: %s of recurrent state per request, %d slots (%d "
+                "running + %d prefix-cache snapshots, --state-snapshots; in the KV bytes above)\n",
+                n_rec, kc.n_layer, format_bytes(kc.state_bytes_per_slot()).c_str(), states->n_pages(), f.max_running,
+                states->n_pages() - f.max_running);
+  }
   if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
@@ -265,6 +275,11 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "what the running requests' windows need (the default), at most --kv-tokens; more keeps more "
                   "conversations' last windows for prefix-cache hits")
       ->check(at_least(1));
+  cmd->add_option("--state-snapshots", f->state_snapshots,
+                  "Linear-attention models (Qwen3-Next, Qwen3.5): recurrent states kept for prefix-cache hits beyond "
+                  "one per running request (each the state at the end of a cached prompt)")
+      ->capture_default_str()
+      ->check(at_least(0));
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--reasoning-format", f->reasoning_format,

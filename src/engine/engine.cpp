@@ -65,7 +65,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   kv_config.token_budget = options_.kv_tokens;
   kv_config.dtype = kv_dtype;
   kv_config.spare_pages = graphs ? 1 : 0;
-  if (kv_config.has_recurrent()) kv_config.n_state_slots = options_.max_seqs;
+  if (options_.state_snapshots < 0)
+    fail(ErrorCode::kInvalidArgument, "--state-snapshots must be >= 0 (got {})", options_.state_snapshots);
+  if (kv_config.has_recurrent()) kv_config.n_state_slots = options_.max_seqs + options_.state_snapshots;
   // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
   // new tokens (page-aligned), so all sequences of a step together need at most this.
   int32_t window = 0;

@@ -28,6 +28,10 @@ struct EngineOptions {
    *  running sequences' windows and one step need (the default, 0), at most kv_tokens; more keeps
    *  more conversations' last windows cached for prefix hits. */
   int64_t swa_kv_tokens = 0;
+  /** --state-snapshots: recurrent-state slots (linear-attention models) kept for the prefix cache
+   *  beyond one per running sequence: each holds the state at the end of a cached prompt, so a later
+   *  request with that prefix starts from it (kv/prefix_cache.h). Ignored without recurrent layers. */
+  int32_t state_snapshots = 8;
   int64_t max_step_tokens = 8192;    // most tokens in one forward (>= --max-prefill-tokens)
   int64_t max_logit_rows = 256;      // most logit rows one forward returns
   int32_t max_seqs = 16;             // most sequences in one forward

@@ -25,7 +25,9 @@ void EngineRunner::build_items(const ForwardBatch& batch) {
 std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
   build_items(batch);
   const int32_t S = batch.n_seqs();
+  for (const StateCopy& c : batch.copies_before) engine_->kv().copy_state(engine_->ops(), c);
   const std::span<const float> out = engine_->step(items_);
+  for (const StateCopy& c : batch.copies_after) engine_->kv().copy_state(engine_->ops(), c);
   const size_t want = static_cast<size_t>(S) * static_cast<size_t>(vocab_size());
   FT_CHECK(out.size() >= want);
   return out.first(want);
@@ -34,7 +36,10 @@ std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
 std::span<const SampleResult> EngineRunner::forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
                                                          std::span<const LogitEdit> edits) {
   build_items(batch);
-  return engine_->step_sample(items_, rows, edits);
+  for (const StateCopy& c : batch.copies_before) engine_->kv().copy_state(engine_->ops(), c);
+  const std::span<const SampleResult> out = engine_->step_sample(items_, rows, edits);
+  for (const StateCopy& c : batch.copies_after) engine_->kv().copy_state(engine_->ops(), c);
+  return out;
 }
 
 }  // namespace ft

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/sampling.h"
+#include "kv/page_pool.h"
 
 namespace ft {
 
@@ -23,6 +24,10 @@ struct ForwardBatch {
   std::vector<const std::vector<int32_t>*> swa_block_tables;
   /** [S] each sequence's recurrent-state slot (kv/page_pool.h KvPools::states), or empty: none. */
   std::vector<int32_t> state_slots;
+  /** Recurrent-state copies to queue before the forward (snapshots restored into the slots of
+   *  sequences starting from a prefix hit) and after it (slots saved as snapshots for the prefix
+   *  cache), in order. */
+  std::vector<StateCopy> copies_before, copies_after;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(block_tables.size()); }
@@ -33,6 +38,8 @@ struct ForwardBatch {
     block_tables.clear();
     swa_block_tables.clear();
     state_slots.clear();
+    copies_before.clear();
+    copies_after.clear();
   }
 };
 

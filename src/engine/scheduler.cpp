@@ -18,10 +18,10 @@ void SchedulerConfig::validate() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools)
-    : config_(config), pools_(pools), pool_(pools.full), swa_pool_(pools.swa), cache_(*pools.full, pools.swa) {
+    : config_(config), pools_(pools), pool_(pools.full), swa_pool_(pools.swa),
+      cache_(*pools.full, pools.swa, pools.states) {
   config_.validate();
   if (pools.states) {
-    config_.prefix_cache = false;  // no state snapshots yet: a hit could not restore the state
     if (pools.states->n_pages() < config_.max_running)
       fail(ErrorCode::kInternal, "scheduler: {} recurrent-state slots for up to {} running sequences",
            pools.states->n_pages(), config_.max_running);
@@ -88,7 +88,8 @@ bool Scheduler::reserve(Sequence& s, int64_t n_positions) {
 
 void Scheduler::release_pages(Sequence& s) {
   if (s.state_slot >= 0) pools_.states->release({s.state_slot});
-  s.state_slot = -1;
+  if (s.snapshot_slot >= 0) pools_.states->release({s.snapshot_slot});
+  s.state_slot = s.snapshot_slot = s.restore_from = -1;
   if (swa_pool_) {
     // The window before the end of its cached pages is where the next turn's hit ends: kept longest.
     const auto end = static_cast<int64_t>(s.nodes.size());
@@ -197,21 +198,23 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
     s.pages = std::move(m.pages);
     s.n_computed = static_cast<int32_t>(m.n_tokens);
     shorten_to_cached_window(s, std::move(m.swa_pages));
+    shorten_to_state_snapshot(s);
   }
   // Admit only when the whole known sequence fits next to the running ones, so admissions do not
   // thrash with preemptions.
   const int32_t ps = pool_->page_size();
   const int32_t need = (n_tokens + ps - 1) / ps - static_cast<int32_t>(s.pages.size());
-  const int32_t chunk = std::min({n_tokens - s.n_computed, budget, positions_available(s) - s.n_computed});
-  std::vector<int32_t> slot;
-  if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() ||
-      (pools_.states && !pools_.states->allocate(1, slot)) || !reserve(s, s.n_computed + chunk)) {
-    if (!slot.empty()) pools_.states->release(slot);
+  const int32_t chunk =
+      cut_at_snapshot(s, std::min({n_tokens - s.n_computed, budget, positions_available(s) - s.n_computed}));
+  const int32_t slot = chunk >= 1 && pools_.states ? take_state_slot() : -1;
+  if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() || (pools_.states && slot < 0) ||
+      !reserve(s, s.n_computed + chunk)) {
+    if (slot >= 0) pools_.states->release({slot});
     release_pages(s);
     s.n_computed = 0;
     return false;
   }
-  if (!slot.empty()) s.state_slot = slot[0];
+  s.state_slot = slot;
   if (!s.admitted_once) {
     s.n_cached = s.n_computed;
     s.admitted_once = true;
@@ -257,7 +260,7 @@ StepPlan Scheduler::schedule() {
       const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.n_computed;
       if (remaining <= 1) continue;
       int32_t chunk = std::min(remaining, budget);
-      chunk = std::min(chunk, positions_available(s) - s.n_computed);
+      chunk = cut_at_snapshot(s, std::min(chunk, positions_available(s) - s.n_computed));
       if (chunk <= 0 || !reserve(s, s.n_computed + chunk)) continue;
       plan.seqs.push_back({sp, s.n_computed, chunk, s.n_computed + chunk == static_cast<int32_t>(s.tokens.size())});
       plan.n_prefill_tokens += chunk;
@@ -268,7 +271,7 @@ StepPlan Scheduler::schedule() {
     while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
       if (!admit(*waiting_.front(), budget, plan)) break;
     }
-    if (!plan.empty() || running_.empty()) return plan;
+    if (!plan.empty() || running_.empty()) return finish_plan(plan);
     // Every running sequence is stuck mid-prefill with the pool full: give the youngest's pages to
     // the others and plan again (a single sequence always fits: submit() checks it).
     preempt(*running_.back(), plan);
@@ -282,7 +285,60 @@ void Scheduler::complete(const StepPlan& plan) {
     s.n_computed += e.n_tokens;
     cache_full_pages(s);
     release_swa_below_window(s);
+    if (s.snapshot_slot >= 0) {  // the step saved the state after position n_computed - 1 there
+      const auto j = static_cast<size_t>(s.n_computed / pool_->page_size());
+      FT_CHECK(s.n_computed % pool_->page_size() == 0 && j >= 1 && j <= s.nodes.size());
+      if (!cache_.attach_state(s.nodes[j - 1], s.snapshot_slot)) pools_.states->release({s.snapshot_slot});
+      s.snapshot_slot = -1;
+    }
   }
+}
+
+int32_t Scheduler::snapshot_boundary(const Sequence& s) const {
+  const int32_t ps = pool_->page_size();
+  return (static_cast<int32_t>(s.tokens.size()) - 1) / ps * ps;
+}
+
+int32_t Scheduler::cut_at_snapshot(const Sequence& s, int32_t chunk) const {
+  if (!pools_.states || !config_.prefix_cache) return chunk;
+  const int32_t b = snapshot_boundary(s);
+  return s.n_computed < b && s.n_computed + chunk > b ? b - s.n_computed : chunk;
+}
+
+void Scheduler::shorten_to_state_snapshot(Sequence& s) {
+  if (!pools_.states) return;
+  size_t k = s.nodes.size();
+  while (k > 0 && cache_.node_state(s.nodes[k - 1]) < 0) --k;
+  cache_.release(std::span<const PrefixCache::NodeId>(s.nodes.data() + k, s.nodes.size() - k));
+  s.nodes.resize(k);
+  s.pages.resize(k);
+  s.n_computed = static_cast<int32_t>(k) * pool_->page_size();
+  s.restore_from = k > 0 ? cache_.node_state(s.nodes[k - 1]) : -1;
+}
+
+int32_t Scheduler::take_state_slot() {
+  std::vector<int32_t> slot;
+  if (pools_.states->n_free() == 0) cache_.evict_states(1);
+  return pools_.states->allocate(1, slot) ? slot[0] : -1;
+}
+
+StepPlan& Scheduler::finish_plan(StepPlan& plan) {
+  if (!pools_.states) return plan;
+  for (const ScheduledSeq& e : plan.seqs) {
+    Sequence& s = *e.seq;
+    if (s.restore_from >= 0) {
+      plan.state_restores.push_back({s.restore_from, s.state_slot});
+      s.restore_from = -1;
+    }
+    const int32_t b = snapshot_boundary(s);
+    if (config_.prefix_cache && b > 0 && e.start + e.n_tokens == b && s.snapshot_slot < 0) {
+      const int32_t snap = take_state_slot();
+      if (snap < 0) continue;  // every slot is in use: no snapshot this time
+      s.snapshot_slot = snap;
+      plan.state_saves.push_back({s.state_slot, snap});
+    }
+  }
+  return plan;
 }
 
 void Scheduler::append(uint64_t id, int32_t token) {
@@ -367,7 +423,7 @@ void Scheduler::check_swa_integrity() const {
 }
 
 int32_t Scheduler::state_slots_in_use() const {
-  return pools_.states ? pools_.states->n_pages() - pools_.states->n_free() : 0;
+  return pools_.states ? pools_.states->n_pages() - pools_.states->n_free() - cache_.n_states() : 0;
 }
 
 void Scheduler::check_integrity() const {
@@ -411,9 +467,13 @@ void Scheduler::check_integrity() const {
         bad(fmt::format("running sequence {} has state slot {} (missing or shared)", s->id, s->state_slot));
     for (const Sequence* s : waiting_)
       if (s->state_slot >= 0) bad(fmt::format("waiting sequence {} holds state slot {}", s->id, s->state_slot));
-    if (static_cast<int32_t>(slots.size()) + pools_.states->n_free() != pools_.states->n_pages())
-      bad(fmt::format("{} state slots held + {} free != {}", slots.size(), pools_.states->n_free(),
-                      pools_.states->n_pages()));
+    for (const Sequence* s : running_)
+      if (s->snapshot_slot >= 0 && !slots.insert(s->snapshot_slot).second)
+        bad(fmt::format("sequence {}'s pending snapshot slot {} is held twice", s->id, s->snapshot_slot));
+    const int32_t held = static_cast<int32_t>(slots.size()) + cache_.n_states();
+    if (held + pools_.states->n_free() != pools_.states->n_pages())
+      bad(fmt::format("{} state slots held by sequences, {} by the prefix cache + {} free != {}", slots.size(),
+                      cache_.n_states(), pools_.states->n_free(), pools_.states->n_pages()));
   }
   for (const auto& [node, n] : refs)
     if (cache_.node_ref(node) != n) bad(fmt::format("node {} has ref {}, sequences hold {}", node, cache_.node_ref(node), n));

@@ -27,8 +27,12 @@
 //
 // Recurrent layers (KvPools::states): a running sequence also holds one state slot, taken at
 // admission and returned with its pages (finish, cancel, preemption). The state is what the whole
-// prefix left behind and the prefix cache keeps no snapshots of it yet, so with recurrent layers the
-// prefix cache is off (every prompt is computed whole).
+// prefix left behind, which pages do not hold, so the prefix cache keeps snapshots of it in slots of
+// the same pool: a prefill chunk is cut to end at the last page boundary before the sequence's last
+// known token, and after that step the slot is copied into a snapshot the boundary's node keeps
+// (StepPlan::state_saves). A hit is shortened to its deepest node with a snapshot, which is copied
+// into the sequence's slot before its first step (StepPlan::state_restores). When the pool runs
+// short, snapshots of nodes nobody uses are dropped, least recently used first.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -70,6 +74,8 @@ struct Sequence {
   std::vector<int32_t> swa_pages;             // sliding-window pages, indexed like pages (-1: released)
   int32_t n_swa_released = 0;                 // swa_pages[0, n_swa_released) are -1
   int32_t state_slot = -1;                    // recurrent-state slot while running (KvPools::states)
+  int32_t restore_from = -1;                  // snapshot to copy into state_slot before the next step
+  int32_t snapshot_slot = -1;                 // snapshot being saved by the planned step (see complete)
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
@@ -88,6 +94,9 @@ struct StepPlan {
   int32_t n_prefill_tokens = 0;
   int32_t n_decode = 0;
   std::vector<uint64_t> preempted;  // sequences moved back to the queue while planning
+  /** Recurrent-state copies the step needs before its forward (a hit's snapshot into the sequence's
+   *  slot) and after it (a slot saved as a snapshot for the prefix cache). */
+  std::vector<StateCopy> state_restores, state_saves;
   bool empty() const { return seqs.empty(); }
 };
 
@@ -133,8 +142,11 @@ class Scheduler {
   int32_t pages_cached_idle() const { return cache_.n_unreferenced(); }
   /** Pages in the prefix cache (referenced or not). */
   int32_t pages_cached() const { return cache_.n_pages(); }
-  /** Recurrent-state slots held by sequences (0 without recurrent layers). */
+  /** Recurrent-state slots held by sequences, theirs and the snapshots their steps are saving (0
+   *  without recurrent layers). */
   int32_t state_slots_in_use() const;
+  /** Recurrent-state snapshots the prefix cache holds. */
+  int32_t state_snapshots() const { return cache_.n_states(); }
   /** Sliding-window pages held by sequences (private ones plus cached ones in their windows); 0
    *  without a sliding-window pool. */
   int32_t swa_pages_in_use() const;
@@ -158,6 +170,19 @@ class Scheduler {
   void check_swa_integrity() const;
   void preempt(Sequence& s, StepPlan& plan);
   bool admit(Sequence& s, int32_t& budget, StepPlan& plan);
+  /** Recurrent layers: a chunk of `s` cut to end at its snapshot boundary when it would cross it. */
+  int32_t cut_at_snapshot(const Sequence& s, int32_t chunk) const;
+  /** Position after which `s`'s state is snapshotted: the last page boundary before its last known
+   *  token (0: none). */
+  int32_t snapshot_boundary(const Sequence& s) const;
+  /** Keeps the deepest node of a hit with a state snapshot (releases the rest) and marks its
+   *  snapshot for restoring. */
+  void shorten_to_state_snapshot(Sequence& s);
+  /** A free state slot, dropping an unused snapshot when none is free; -1 when all are in use. */
+  int32_t take_state_slot();
+  /** Records the plan's state copies (restores of admitted hits, snapshots of chunks ending at their
+   *  boundary). */
+  StepPlan& finish_plan(StepPlan& plan);
 
   SchedulerConfig config_;
   KvPools pools_;

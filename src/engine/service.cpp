@@ -172,6 +172,8 @@ void EngineService::loop() {
         if (sched_.pools().states) batch_.state_slots.push_back(s.state_slot);
         planned.push_back(&active_.at(s.id));
       }
+      batch_.copies_before = plan.state_restores;
+      batch_.copies_after = plan.state_saves;
     }
     step(plan, planned);
     // The sinks run without the lock; only this thread erases from active_.
@@ -259,6 +261,9 @@ EngineStats EngineService::stats() const {
   s.kv_pages_cached = sched_.pages_cached();
   s.kv_swa_pages_total = sched_.pools().swa ? sched_.pools().swa->n_pages() : 0;
   s.kv_swa_pages_used = sched_.swa_pages_in_use();
+  s.state_slots_total = sched_.pools().states ? sched_.pools().states->n_pages() : 0;
+  s.state_slots_used = sched_.state_slots_in_use();
+  s.state_snapshots = sched_.state_snapshots();
   s.window_s = config_.stats_window_s;
   const double span = std::max(1e-3, std::min(config_.stats_window_s, s.uptime_s));
   const auto horizon = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stats_window_s));

@@ -86,6 +86,9 @@ struct EngineStats {
   int32_t kv_pages_free = 0;
   int32_t kv_swa_pages_total = 0;  // the sliding-window layers' pool (0: none)
   int32_t kv_swa_pages_used = 0;   // its pages held by requests' windows
+  int32_t state_slots_total = 0;   // recurrent-state slots (linear-attention models; 0: none)
+  int32_t state_slots_used = 0;    // held by requests
+  int32_t state_snapshots = 0;     // held by the prefix cache (states at cached prompts' ends)
   double window_s = 0;
   double prompt_tokens_per_s = 0;      // prompt tokens computed (prefill) per second
   double generation_tokens_per_s = 0;  // tokens sampled per second

@@ -136,6 +136,17 @@ KvLayer KvCache::layer(int32_t l) const {
   return layers_[static_cast<size_t>(l)];
 }
 
+void KvCache::copy_state(Ops& ops, StateCopy c) const {
+  const int64_t slots = int64_t{config_.n_state_slots} + config_.spare_pages;
+  FT_CHECK(c.from >= 0 && c.from < slots && c.to >= 0 && c.to < slots);
+  if (c.from == c.to) return;
+  for (const StateLayer& st : states_) {
+    if (st.conv.empty()) continue;
+    ops.copy(st.conv.slice(c.from, 1), st.conv.slice(c.to, 1));
+    ops.copy(st.ssm.slice(c.from, 1), st.ssm.slice(c.to, 1));
+  }
+}
+
 StateLayer KvCache::state(int32_t l) const {
   FT_CHECK(l >= 0 && l < static_cast<int32_t>(states_.size()) && config_.is_recurrent(l));
   return states_[static_cast<size_t>(l)];

@@ -73,6 +73,10 @@ class KvCache {
   KvLayer layer(int32_t l) const;
   /** Recurrent layer `l`'s state slots. Throws kInternal for l out of range or not recurrent. */
   StateLayer state(int32_t l) const;
+  /** Queues on `ops` a copy of every recurrent layer's state from slot `c.from` to slot `c.to` (a
+   *  snapshot saved for the prefix cache or restored for a hit). Throws kInternal for a slot out of
+   *  range. */
+  void copy_state(Ops& ops, StateCopy c) const;
   /** The recurrent-state slots (nullptr: no recurrent layer). Slot ids n_state_slots.. are spares. */
   PagePool* state_pool() { return state_pool_ ? &*state_pool_ : nullptr; }
   const PagePool* state_pool() const { return state_pool_ ? &*state_pool_ : nullptr; }

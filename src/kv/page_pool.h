@@ -58,6 +58,12 @@ struct KvPools {
   int64_t first_swa_page(int64_t next) const { return first_swa_position(next) / full->page_size(); }
 };
 
+/** One copy of a recurrent state between slots of KvPools::states (a snapshot saved or restored). */
+struct StateCopy {
+  int32_t from = -1;
+  int32_t to = -1;
+};
+
 /** Pages of one sequence. Not copyable, so a page is never owned twice. */
 class BlockTable {
  public:

@@ -26,8 +26,8 @@ uint64_t finish(uint64_t z) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(PagePool& pool, PagePool* swa_pool)
-    : pool_(&pool), swa_pool_(swa_pool), page_size_(pool.page_size()) {
+PrefixCache::PrefixCache(PagePool& pool, PagePool* swa_pool, PagePool* state_pool)
+    : pool_(&pool), swa_pool_(swa_pool), state_pool_(state_pool), page_size_(pool.page_size()) {
   if (swa_pool && swa_pool->page_size() != page_size_)
     fail(ErrorCode::kInternal, "prefix cache: sliding-window pages of {} tokens, pages of {}", swa_pool->page_size(),
          page_size_);
@@ -235,6 +235,40 @@ void PrefixCache::release(std::span<const NodeId> nodes) {
   }
 }
 
+bool PrefixCache::attach_state(NodeId node, int32_t slot) {
+  live_node(node);  // throws for a dead node
+  Node& n = nodes_[static_cast<size_t>(node)];
+  if (n.ref < 1) fail(ErrorCode::kInternal, "prefix cache: state snapshot for node {}, which nobody references", node);
+  if (!state_pool_ || slot < 0 || slot >= state_pool_->n_pages())
+    fail(ErrorCode::kInternal, "prefix cache: state snapshot slot {} is out of range", slot);
+  if (n.state_slot >= 0) return false;
+  for (const Node& o : nodes_)
+    if (o.live && o.state_slot == slot) fail(ErrorCode::kInternal, "prefix cache: state slot {} is held twice", slot);
+  n.state_slot = slot;
+  ++n_states_;
+  return true;
+}
+
+int32_t PrefixCache::node_state(NodeId node) const { return live_node(node).state_slot; }
+
+int32_t PrefixCache::evict_states(int32_t n) {
+  std::vector<std::pair<uint64_t, NodeId>> held;  // (last use, node) of unreferenced snapshot holders
+  for (size_t i = 1; i < nodes_.size(); ++i)
+    if (nodes_[i].live && nodes_[i].ref == 0 && nodes_[i].state_slot >= 0)
+      held.emplace_back(nodes_[i].last_used, static_cast<NodeId>(i));
+  std::sort(held.begin(), held.end());
+  int32_t freed = 0;
+  for (const auto& [used, id] : held) {
+    if (freed >= n) break;
+    Node& node = nodes_[static_cast<size_t>(id)];
+    state_pool_->release({node.state_slot});
+    node.state_slot = -1;
+    --n_states_;
+    ++freed;
+  }
+  return freed;
+}
+
 int32_t PrefixCache::evict(int32_t n) {
   int32_t freed = 0;
   std::vector<int32_t> pages, swa_pages;
@@ -256,6 +290,10 @@ int32_t PrefixCache::evict(int32_t n) {
       swa_pages.push_back(node.swa_page);
       swa_owner_[static_cast<size_t>(node.swa_page)] = -1;
       --n_swa_pages_;
+    }
+    if (node.state_slot >= 0) {
+      state_pool_->release({node.state_slot});
+      --n_states_;
     }
     const NodeId parent = node.parent;
     node = Node{};
@@ -335,6 +373,13 @@ void PrefixCache::check_integrity() const {
       bad(fmt::format("page {} recorded for node {} which does not hold it", p, o));
   }
   if (owned != live) bad(fmt::format("{} pages recorded for {} nodes", owned, live));
+  std::set<int32_t> slots;
+  for (const Node& n : nodes_)
+    if (n.live && n.state_slot >= 0 &&
+        (!state_pool_ || n.state_slot >= state_pool_->n_pages() || !slots.insert(n.state_slot).second))
+      bad(fmt::format("state snapshot slot {} is out of range or held twice", n.state_slot));
+  if (static_cast<int32_t>(slots.size()) != n_states_)
+    bad(fmt::format("{} state snapshots held, counter says {}", slots.size(), n_states_));
   int32_t swa_owned = 0;
   for (NodeId o : swa_owner_) swa_owned += o >= 0;
   for (const auto& [used, id] : swa_lru_) {

@@ -23,6 +23,13 @@
 // A hit is usable only where the swa pages of the window before its end are all present (the
 // scheduler shortens it otherwise). More invariants: swa_ref <= ref; a node with swa_ref > 0 holds
 // a swa page; the swa LRU set holds exactly the nodes with a swa page and swa_ref == 0.
+//
+// Recurrent layers (linear attention, a pool of state slots): a hit must restore the recurrent state
+// the matched tokens left behind, which their pages do not hold. A node may hold a state snapshot (a
+// slot of the state pool with the state after its last token, attach_state); only a path ending at
+// such a node is a usable hit (the scheduler shortens the match). Snapshots of nodes nobody
+// references can be dropped alone (evict_states) when the pool needs slots; evicting a node frees its
+// snapshot. More invariants: snapshot slots are unique and recorded as their node's.
 // Not thread-safe: the engine thread that runs the scheduler owns it.
 #include <cstdint>
 #include <set>
@@ -39,9 +46,10 @@ class PrefixCache {
   using NodeId = int32_t;
   static constexpr NodeId kRoot = 0;
 
-  /** Pages freed by evict() go back to `pool`, and swa pages to `swa_pool` (nullptr: the model has
-   *  no sliding-window layers); both must outlive the cache. */
-  explicit PrefixCache(PagePool& pool, PagePool* swa_pool = nullptr);
+  /** Pages freed by evict() go back to `pool`, swa pages to `swa_pool` (nullptr: the model has no
+   *  sliding-window layers) and snapshot slots to `state_pool` (nullptr: no recurrent layers); all
+   *  must outlive the cache. */
+  explicit PrefixCache(PagePool& pool, PagePool* swa_pool = nullptr, PagePool* state_pool = nullptr);
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -100,6 +108,19 @@ class PrefixCache {
   int32_t node_swa_page(NodeId node) const;
   int32_t node_swa_ref(NodeId node) const;
 
+  /** Gives a node the caller references the state snapshot in `slot` (taken from the state pool: the
+   *  recurrent state after the node's last token). Returns false, taking nothing, when the node has
+   *  one already (the caller frees `slot`). Throws kInternal for a dead or unreferenced node, or a
+   *  slot out of range or held by another node. */
+  bool attach_state(NodeId node, int32_t slot);
+  /** The snapshot slot of a live node (-1: none). Throws kInternal for a dead node. */
+  int32_t node_state(NodeId node) const;
+  /** Frees up to `n` snapshot slots of nodes nobody references back to the state pool, least recently
+   *  used first; the nodes stay. Returns the number freed. */
+  int32_t evict_states(int32_t n);
+  /** Snapshot slots held by nodes. */
+  int32_t n_states() const { return n_states_; }
+
   /** Drops one reference from each node (the nodes a sequence acquired or inserted) and marks them used
    *  now, for LRU order. Throws ft::Error(kInternal) for a node without references. */
   void release(std::span<const NodeId> nodes);
@@ -136,6 +157,7 @@ class PrefixCache {
     int32_t swa_page = -1;
     int32_t swa_ref = 0;
     uint64_t swa_used = 0;  // key of the swa LRU entry: (1 << 63 for kSequenceEnded) | release tick
+    int32_t state_slot = -1;  // recurrent-state snapshot after the node's last token (-1: none)
     std::vector<int32_t> tokens;  // [page_size]
   };
 
@@ -150,6 +172,8 @@ class PrefixCache {
 
   PagePool* pool_;
   PagePool* swa_pool_;
+  PagePool* state_pool_;
+  int32_t n_states_ = 0;
   int32_t page_size_;
   std::vector<Node> nodes_;          // nodes_[0] is the root
   std::vector<NodeId> free_ids_;     // dead node slots for reuse

@@ -66,6 +66,11 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
   kv["bytes_total"] = ctx.model.kv_bytes_total > 0
                           ? ctx.model.kv_bytes_total
                           : static_cast<int64_t>(s.kv_pages_total) * s.page_size * ctx.model.kv_bytes_per_token;
+  if (s.state_slots_total > 0) {  // linear-attention layers: one recurrent state per request or snapshot
+    kv["state_slots_total"] = s.state_slots_total;
+    kv["state_slots_used"] = s.state_slots_used;
+    kv["state_snapshots"] = s.state_snapshots;
+  }
   if (s.kv_swa_pages_total > 0) {  // sliding-window layers: their own, smaller pool
     kv["swa_pages_total"] = s.kv_swa_pages_total;
     kv["swa_pages_used"] = s.kv_swa_pages_used;

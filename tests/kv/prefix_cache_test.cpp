@@ -114,6 +114,33 @@ TEST(PrefixCache, EvictsUnreferencedLeavesLeastRecentlyUsedFirst) {
   c.check_integrity();
 }
 
+TEST(PrefixCache, StateSnapshotsAreHeldDroppedAndFreedWithTheirNodes) {
+  PagePool pool(8, 2), states(3, 1);
+  PrefixCache c(pool, nullptr, &states);
+  const auto nodes = insert_all(c, pool, seq(0, 6));  // 3 nodes, referenced
+  std::vector<int32_t> s;
+  ASSERT_TRUE(states.allocate(2, s));
+  EXPECT_TRUE(c.attach_state(nodes[1], s[0]));
+  EXPECT_FALSE(c.attach_state(nodes[1], s[1]));  // has one: the caller keeps its slot
+  EXPECT_TRUE(c.attach_state(nodes[2], s[1]));
+  EXPECT_THROW(c.attach_state(nodes[0], s[1]), Error);  // a slot another node holds
+  EXPECT_EQ(c.node_state(nodes[1]), s[0]);
+  EXPECT_EQ(c.n_states(), 2);
+  c.check_integrity();
+  EXPECT_EQ(c.evict_states(2), 0);  // referenced: kept
+  c.release(nodes);
+  EXPECT_THROW(c.attach_state(nodes[0], 2), Error);  // nobody references it
+  EXPECT_EQ(c.evict_states(1), 1);  // the least recently used snapshot holder first; the node stays
+  EXPECT_EQ(c.n_states(), 1);
+  EXPECT_EQ(c.n_pages(), 3);
+  EXPECT_EQ(states.n_free(), 2);
+  c.check_integrity();
+  EXPECT_EQ(c.evict(3), 3);  // evicting the nodes frees the other snapshot
+  EXPECT_EQ(c.n_states(), 0);
+  EXPECT_EQ(states.n_free(), 3);
+  c.check_integrity();
+}
+
 TEST(PrefixCache, RandomisedOperationsKeepInvariants) {
   std::mt19937 rng(1234);
   PagePool pool(40, 3);

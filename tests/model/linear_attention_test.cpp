@@ -1,9 +1,14 @@
 // Hybrid linear-attention models (Qwen3-Next, Qwen3.5): the recurrent state carried between prefill
 // chunks gives the logits of one whole pass for chunks of 1, 7 and 64 tokens; sequences batched
 // together (each with its own state slot) give their solo logits; the KV cache holds pages only for
-// the attention layers and counts the state slots.
+// the attention layers and counts the state slots; a request sharing a prefix of random length with
+// an earlier one (a hit restores the earlier prompt's snapshot, or none applies) gives the tokens and
+// log-probabilities of a cold run, and no state slot leaks.
 #include <cstdio>
+#include <random>
 
+#include "collect_sink.h"
+#include "engine/engine_runner.h"
 #include "fixture_util.h"
 
 namespace ft::testing {
@@ -63,9 +68,78 @@ TEST_P(LinearAttention, KvCacheHoldsPagesOnlyForAttentionLayers) {
   EXPECT_EQ(per_slot, (mc.n_layer - attn_layers) * 4 *
                           ((mc.lin_conv_kernel - 1) * mc.lin_conv_dim() + mc.lin_n_v_heads * mc.lin_k_dim * mc.lin_v_dim));
   ASSERT_NE(engine->kv().state_pool(), nullptr);
-  EXPECT_EQ(engine->kv().state_pool()->n_pages(), engine->options().max_seqs);
+  EXPECT_EQ(engine->kv().state_pool()->n_pages(), engine->options().max_seqs + engine->options().state_snapshots);
   EXPECT_EQ(engine->kv().bytes(), KvCache::bytes_for(kc));
   EXPECT_GE(engine->kv().bytes(), per_slot * engine->options().max_seqs);
+}
+
+/** Runs `prompt` through `svc` greedily for 6 tokens with 5 top log-probabilities. */
+std::shared_ptr<Collect> run_greedy(EngineService& svc, const std::vector<int32_t>& prompt) {
+  auto sink = std::make_shared<Collect>();
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 6;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.sampling.top_logprobs = 5;
+  r.sink = sink;
+  svc.submit(r);
+  sink->wait();
+  return sink;
+}
+
+ServiceConfig service_config() {
+  ServiceConfig sc;
+  sc.scheduler.max_running = 2;
+  sc.scheduler.max_prefill_tokens = 24;
+  sc.scheduler.max_seq_len = 512;
+  sc.check_integrity = true;
+  return sc;
+}
+
+TEST_P(LinearAttention, PrefixHitsAtRandomSplitsGiveTheColdRun) {
+  const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
+  EngineOptions o = small_engine_options();
+  o.max_seqs = 2;
+  o.state_snapshots = 2;  // fewer snapshots than prompts: older ones are dropped
+  auto warm_engine = Engine::load(dir, o), cold_engine = Engine::load(dir, o);
+  EngineRunner warm_runner(*warm_engine), cold_runner(*cold_engine);
+  ServiceConfig cold_sc = service_config();
+  cold_sc.scheduler.prefix_cache = false;
+  EngineService warm(warm_runner, warm_engine->kv().pools(), service_config());
+  EngineService cold(cold_runner, cold_engine->kv().pools(), cold_sc);
+  std::mt19937 rng(7);
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(rng() % 500) + 3);
+    return t;
+  };
+  const std::vector<int32_t> base = tokens(90);
+  int hits = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    // Shares a random prefix (0..90 tokens) with `base`, which the warm service has seen.
+    const int shared = static_cast<int>(rng() % 91);
+    std::vector<int32_t> prompt(base.begin(), base.begin() + shared);
+    for (int32_t t : tokens(5 + static_cast<int>(rng() % 40))) prompt.push_back(t);
+    if (trial == 0 || trial == 3) run_greedy(warm, base);  // (re)cache the base prompt's snapshot
+    const auto got = run_greedy(warm, prompt), want = run_greedy(cold, prompt);
+    SCOPED_TRACE("shared " + std::to_string(shared) + " of " + std::to_string(prompt.size()));
+    hits += got->info.cached_tokens > 0;
+    EXPECT_EQ(want->info.cached_tokens, 0);
+    ASSERT_EQ(got->tokens.size(), want->tokens.size());
+    for (size_t i = 0; i < want->tokens.size(); ++i) {
+      EXPECT_EQ(got->tokens[i].id, want->tokens[i].id) << i;
+      ASSERT_EQ(got->tokens[i].top.size(), want->tokens[i].top.size());
+      for (size_t j = 0; j < want->tokens[i].top.size(); ++j)
+        EXPECT_NEAR(got->tokens[i].top[j].second, want->tokens[i].top[j].second, 1e-5) << i << "/" << j;
+    }
+  }
+  EXPECT_GT(hits, 0);
+  // Every slot is free or a snapshot: none leaked to a finished request.
+  const EngineStats st = warm.stats();
+  EXPECT_EQ(st.state_slots_total, o.max_seqs + o.state_snapshots);
+  EXPECT_EQ(st.state_slots_used, 0);
+  EXPECT_GT(st.state_snapshots, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, LinearAttention, ::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"));

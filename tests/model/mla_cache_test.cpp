@@ -7,40 +7,12 @@
 #include <fstream>
 #include <mutex>
 
+#include "collect_sink.h"
 #include "engine/engine_runner.h"
-#include "engine/service.h"
 #include "fixture_util.h"
 
 namespace ft::testing {
 namespace {
-
-using namespace std::chrono_literals;
-
-class Collect : public TokenSink {
- public:
-  bool on_token(const SampledToken& t, bool) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    tokens.push_back(t);
-    return true;
-  }
-  void on_finish(const FinishInfo& i) override {
-    std::lock_guard<std::mutex> lk(mu_);
-    info = i;
-    done = true;
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lk(mu_);
-    ASSERT_TRUE(cv_.wait_for(lk, 60s, [&] { return done; }));
-  }
-  std::vector<SampledToken> tokens;
-  FinishInfo info;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done = false;
-};
 
 const std::string kDir = "/fixtures/hf/deepseek_v3";
 
@@ -60,8 +32,10 @@ TEST(MlaKvCache, BytesPerTokenAreTheLatents) {
 
 class PrefixHit : public ::testing::TestWithParam<std::string> {};
 
-// DeepSeek-V3's latent pages, and gpt-oss's sliding-window layers (window 8: the hit reuses the cached
-// window pages before it, kv/prefix_cache.h) with its full-attention layers' pages.
+// DeepSeek-V3's latent pages, gpt-oss's sliding-window layers (window 8: the hit reuses the cached
+// window pages before it, kv/prefix_cache.h) with its full-attention layers' pages, and the
+// linear-attention models' recurrent state restored from the snapshot at the prompt's last page
+// boundary (128 of 130 tokens).
 TEST_P(PrefixHit, GivesTheColdRunsLogprobs) {
   const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
   const std::vector<RefCase> cases = read_reference(dir);
@@ -104,7 +78,8 @@ TEST_P(PrefixHit, GivesTheColdRunsLogprobs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, PrefixHit, ::testing::Values("deepseek_v3", "gpt_oss"));
+INSTANTIATE_TEST_SUITE_P(Archs, PrefixHit,
+                         ::testing::Values("deepseek_v3", "gpt_oss", "qwen3_next", "qwen3_5", "qwen3_5_moe"));
 
 TEST(MlaConfig, AMissingKeyIsNamed) {
   const std::string src = shared_dir() + kDir;
