@@ -343,6 +343,19 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   m.topk_group = get_int(meta, key("expert_group_used_count"), src, 1);
   m.n_nextn_layers = get_int(meta, key("nextn_predict_layers"), src, 0);
   if (m.n_nextn_layers > 0 && m.n_nextn_layers < m.n_layer) m.n_layer -= m.n_nextn_layers;  // MTP blocks come last
+  // Linear attention (llama.cpp's qwen3next keys): ssm.group_count key heads of ssm.state_size dims,
+  // ssm.time_step_rank value heads of ssm.inner_size in all, ssm.conv_kernel taps; every
+  // full_attention_interval-th layer attends.
+  if (const int64_t hv = get_int(meta, key("ssm.time_step_rank"), src, 0); hv > 0) {
+    m.lin_n_v_heads = hv;
+    m.lin_n_k_heads = get_int(meta, key("ssm.group_count"), src);
+    m.lin_k_dim = get_int(meta, key("ssm.state_size"), src);
+    m.lin_v_dim = get_int(meta, key("ssm.inner_size"), src) / hv;
+    m.lin_conv_kernel = get_int(meta, key("ssm.conv_kernel"), src);
+    const int64_t every = get_int(meta, key("full_attention_interval"), src, 4);
+    if (every < 1) fail(ErrorCode::kInvalidFile, "{}: {} {} must be >= 1", src, key("full_attention_interval"), every);
+    for (int64_t l = 0; l < m.n_layer; ++l) m.layer_linear.push_back((l + 1) % every == 0 ? 0 : 1);
+  }
   // MLA: llama.cpp's converters since its absorbed-MLA support write the latent's widths in
   // key_length / value_length (kv_lora_rank + qk_rope = 576 / kv_lora_rank = 512, head_count_kv 1)
   // and the per-head ones in *_mla, which such a file then must have; older files hold the per-head

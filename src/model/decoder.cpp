@@ -97,7 +97,7 @@ class Decoder final : public Model {
     const int64_t H = config_.n_embd;
     Layer L;
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
-    if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, config_, l);
+    if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, ops, config_, l, storage_);
     else if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
     else L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
     L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");

@@ -1,5 +1,7 @@
 #include "model/gated_delta_net.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "kv/kv_cache.h"
@@ -15,15 +17,25 @@ GatedDeltaParams gated_delta_params(const ModelConfig& c) {
   return p;
 }
 
-GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, const ModelConfig& c, int64_t l) {
+GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l,
+                                          std::vector<Buffer>& storage) {
   const int64_t H = c.n_embd, Hk = c.lin_n_k_heads, Hv = c.lin_n_v_heads, dk = c.lin_k_dim, dv = c.lin_v_dim;
   const int64_t C = c.lin_conv_dim(), K = c.lin_conv_kernel, r = Hv / Hk;
   auto name = [&](const char* gguf, const char* hf) { return layer_weight(l, gguf, hf); };
   GatedDeltaNetWeights w;
-  const WeightName qkvz = name("ssm_in", "linear_attn.in_proj_qkvz");
-  if (!ld.is_gguf() && ld.has(qkvz)) {  // Qwen3-Next: per key head g, rows q (dk), k (dk), v (r dv), z (r dv)
+  const WeightName qkvz = name("", "linear_attn.in_proj_qkvz");
+  // in_proj_ba / ssm_ba: per key head g, b (r rows) then a (r rows).
+  std::vector<int64_t> b_rows, a_rows;
+  for (int64_t g = 0; g < Hk; ++g)
+    for (int64_t i = 0; i < r; ++i) b_rows.push_back(g * 2 * r + i), a_rows.push_back(g * 2 * r + r + i);
+  if (ld.is_gguf()) {  // llama.cpp's qwen3next: q/k/v and z apart already, b and a still fused
+    w.in_qkv = ld.get(name("attn_qkv", ""), {C, H});
+    w.in_z = ld.get(name("attn_gate", ""), {Hv * dv, H});
+    w.in_b = ld.get_rows(name("ssm_ba", ""), {2 * Hv, H}, b_rows);
+    w.in_a = ld.get_rows(name("ssm_ba", ""), {2 * Hv, H}, a_rows);
+  } else if (ld.has(qkvz)) {  // Qwen3-Next: per key head g, rows q (dk), k (dk), v (r dv), z (r dv)
     const int64_t group = 2 * dk + 2 * r * dv;
-    std::vector<int64_t> qkv_rows, z_rows, b_rows, a_rows;
+    std::vector<int64_t> qkv_rows, z_rows;
     for (int part = 0; part < 3; ++part)  // q of every group, then k, then v
       for (int64_t g = 0; g < Hk; ++g) {
         const int64_t off = part == 0 ? 0 : part == 1 ? dk : 2 * dk, n = part == 2 ? r * dv : dk;
@@ -31,22 +43,32 @@ GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, const ModelConfig& c
       }
     for (int64_t g = 0; g < Hk; ++g)
       for (int64_t i = 0; i < r * dv; ++i) z_rows.push_back(g * group + 2 * dk + r * dv + i);
-    for (int64_t g = 0; g < Hk; ++g)  // in_proj_ba: per key head g, b (r rows) then a (r rows)
-      for (int64_t i = 0; i < r; ++i) b_rows.push_back(g * 2 * r + i), a_rows.push_back(g * 2 * r + r + i);
     w.in_qkv = ld.get_rows(qkvz, {Hk * group, H}, qkv_rows);
     w.in_z = ld.get_rows(qkvz, {Hk * group, H}, z_rows);
-    const WeightName ba = name("ssm_ba", "linear_attn.in_proj_ba");
+    const WeightName ba = name("", "linear_attn.in_proj_ba");
     w.in_b = ld.get_rows(ba, {2 * Hv, H}, b_rows);
     w.in_a = ld.get_rows(ba, {2 * Hv, H}, a_rows);
   } else {  // Qwen3.5: separate projections, q, k, v already side by side
-    w.in_qkv = ld.get(name("attn_qkv", "linear_attn.in_proj_qkv"), {C, H});
-    w.in_z = ld.get(name("attn_gate", "linear_attn.in_proj_z"), {Hv * dv, H});
-    w.in_b = ld.get(name("ssm_beta", "linear_attn.in_proj_b"), {Hv, H});
-    w.in_a = ld.get(name("ssm_alpha", "linear_attn.in_proj_a"), {Hv, H});
+    w.in_qkv = ld.get(name("", "linear_attn.in_proj_qkv"), {C, H});
+    w.in_z = ld.get(name("", "linear_attn.in_proj_z"), {Hv * dv, H});
+    w.in_b = ld.get(name("", "linear_attn.in_proj_b"), {Hv, H});
+    w.in_a = ld.get(name("", "linear_attn.in_proj_a"), {Hv, H});
   }
-  w.conv = ld.get_f32({fmt::format("blk.{}.ssm_conv1d.weight", l), fmt::format("model.layers.{}.linear_attn.conv1d.weight", l)},
-                      {C, 1, K}).reshape({C, K});
-  w.a_log = ld.get_f32({fmt::format("blk.{}.ssm_a", l), fmt::format("model.layers.{}.linear_attn.A_log", l)}, {Hv});
+  if (ld.is_gguf()) {
+    w.conv = ld.get_f32({fmt::format("blk.{}.ssm_conv1d.weight", l), ""}, {C, K}, WeightKind::kMatrix);
+    const Tensor a = ld.host_f32({fmt::format("blk.{}.ssm_a", l), ""}, {Hv});
+    std::vector<float> a_log(static_cast<size_t>(Hv));
+    for (int64_t h = 0; h < Hv; ++h) {
+      const float v = a.ptr<float>()[h];
+      if (!(v < 0.0f))
+        fail(ErrorCode::kInvalidFile, "tensor blk.{}.ssm_a: entry {} is {}; llama.cpp stores -exp(A_log) (< 0)", l, h, v);
+      a_log[static_cast<size_t>(h)] = std::log(-v);
+    }
+    w.a_log = upload_f32(ops, a_log, storage);
+  } else {
+    w.conv = ld.get_f32({"", fmt::format("model.layers.{}.linear_attn.conv1d.weight", l)}, {C, 1, K}).reshape({C, K});
+    w.a_log = ld.get_f32({"", fmt::format("model.layers.{}.linear_attn.A_log", l)}, {Hv});
+  }
   w.dt_bias = ld.get_f32({fmt::format("blk.{}.ssm_dt.bias", l), fmt::format("model.layers.{}.linear_attn.dt_bias", l)}, {Hv});
   w.norm = ld.get(name("ssm_norm", "linear_attn.norm"), {dv}, WeightKind::kVector);
   w.out = ld.get(name("ssm_out", "linear_attn.out_proj"), {H, Hv * dv});

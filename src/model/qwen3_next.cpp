@@ -8,6 +8,10 @@
 // Every RMSNorm but the DeltaNet's gated one stores its weight zero-centred (scale 1 + w). Qwen3-Next
 // keeps q/k/v/z and b/a fused per key head (in_proj_qkvz, in_proj_ba), Qwen3.5 separate; the loader
 // takes both apart into one layout. Qwen3.5-MoE's router always renormalises its top-k.
+// GGUF (llama.cpp's qwen3next, as its converter writes it): the norms hold 1 + w, q/k/v and z split
+// into attn_qkv and attn_gate, b and a fused per key head in ssm_ba, A as ssm_a = -exp(A_log), dt_bias
+// as ssm_dt.bias, the conv taps ssm_conv1d [C, K]. (Qwen3.5's GGUF, qwen35, reorders the value heads
+// and is not read yet: the architecture is refused at load.)
 #include "model/architectures.h"
 #include "model/decoder.h"
 
@@ -16,7 +20,7 @@ namespace ft {
 std::unique_ptr<Model> build_qwen3_next(ModelConfig c, WeightLoader& ld, Ops& ops) {
   c.rope_mode = RopeMode::kNeox;
   c.qk_norm = QkNorm::kPerHead;
-  c.norm_weight_offset = 1.0f;
+  c.norm_weight_offset = ld.is_gguf() ? 0.0f : 1.0f;  // llama.cpp's converter stores 1 + w
   c.attn_output_gate = true;
   if (c.arch == "qwen3_5_moe") c.norm_topk_prob = true;
   if (c.layer_linear.empty())

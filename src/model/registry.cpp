@@ -25,7 +25,7 @@ const std::vector<ArchEntry>& architectures() {
        R"({"first_k_dense_replace": 3, "n_shared_experts": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
            "n_group": 8, "topk_group": 4})"},
       // Qwen3-Next (layer_types default: every full_attention_interval-th layer attends, config.cpp).
-      {"qwen3_next", {"qwen3_next"}, {}, build_qwen3_next,
+      {"qwen3_next", {"qwen3_next"}, {"qwen3next"}, build_qwen3_next,
        R"({"partial_rotary_factor": 0.25, "norm_topk_prob": true, "linear_conv_kernel_dim": 4,
            "full_attention_interval": 4})"},
       // Qwen3.5 text models (dense and MoE), as their configs' text part names them.

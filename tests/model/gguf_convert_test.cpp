@@ -1,4 +1,5 @@
-// Issue 33's GGUF acceptance for glm4_moe, minimax_m2 and deepseek_v3 (and issue 34's for gpt_oss): each HF fixture written as
+// Issue 33's GGUF acceptance for glm4_moe, minimax_m2 and deepseek_v3 (and issues 34's and 35's for gpt_oss and
+// qwen3_next): each HF fixture written as
 // the GGUF llama.cpp's converter writes (hf_to_gguf.h: llama.cpp's names, keys and tensor types),
 // into a temp dir, then loaded like any GGUF:
 // - BF16 files: the configuration equals the safetensors load's, logits of every prompt position
@@ -10,7 +11,7 @@
 // - Q8_0 files (deepseek's 16-wide attn_k_b rows fall back to F16, as gguf-py does): against the HF
 //   reference, 3e-2 relative L2 at the median position and 0.1 over the whole [T, V] matrix, the MoE
 //   bound gguf_fixture_test.cpp states for llama.cpp's own q8_0 files (random-weight routers flip
-//   near-tied experts at a few positions).
+//   near-tied experts at a few positions); qwen3_next 0.1 and 0.3 (see the test).
 // - the tokenizer keys (the shared byte-level BPE of shared/fixtures/gguf) encode its
 //   tokenizer_cases.json to the same ids;
 // - a file without a key the architecture needs fails with an ft::Error naming the key;
@@ -184,8 +185,13 @@ TEST_P(ConvertedGguf, LogitsMatchTheSafetensorsLoad) {
       EXPECT_EQ(res[0].tokens, c.greedy);
     } else {
       EXPECT_LE(vs_same, 1e-5);
-      EXPECT_LE(median, 4e-2);
-      EXPECT_LE(whole, 0.15);
+      // The tiny random qwen3_next moves about 3x more than the others under q8_0 rounding (its
+      // decays exp(-exp(A_log) softplus(a)) with A up to 16 amplify the rounding of the a/b
+      // projections); its F32 twin, the same rounded weights, gives the same logits (vs_same), so
+      // this is the model's sensitivity, not the file's.
+      const bool sensitive = p.name == "qwen3_next";
+      EXPECT_LE(median, sensitive ? 0.1 : 4e-2);
+      EXPECT_LE(whole, sensitive ? 0.3 : 0.15);
     }
   }
 }
@@ -194,9 +200,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ConvertedGguf,
                          ::testing::Values(ConvCase{"glm4_moe", DType::BF16}, ConvCase{"minimax_m2", DType::BF16},
                                            ConvCase{"deepseek_v3", DType::BF16},
                                            ConvCase{"deepseek_v3", DType::BF16, MlaKvB::kFused},
-                                           ConvCase{"gpt_oss", DType::BF16},
+                                           ConvCase{"gpt_oss", DType::BF16}, ConvCase{"qwen3_next", DType::BF16},
                                            ConvCase{"glm4_moe", DType::Q8_0}, ConvCase{"minimax_m2", DType::Q8_0},
-                                           ConvCase{"deepseek_v3", DType::Q8_0}, ConvCase{"gpt_oss", DType::Q8_0}),
+                                           ConvCase{"deepseek_v3", DType::Q8_0}, ConvCase{"gpt_oss", DType::Q8_0},
+                                           ConvCase{"qwen3_next", DType::Q8_0}),
                          [](const ::testing::TestParamInfo<ConvCase>& i) { return i.param.label(); });
 
 TEST(ConvertedGgufFile, NamesKeysAndTypesAreLlamaCpps) {

@@ -1,5 +1,6 @@
 #include "hf_to_gguf.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -113,7 +114,7 @@ class Source {
   std::set<std::string> left_;
 };
 
-enum class Arch { kDeepseek2, kGlm4Moe, kMinimaxM2, kGptOss };
+enum class Arch { kDeepseek2, kGlm4Moe, kMinimaxM2, kGptOss, kQwen3Next };
 
 struct ArchInfo {
   Arch arch;
@@ -127,8 +128,9 @@ ArchInfo arch_of(const json& c, const std::string& dir) {
   if (name == "Glm4MoeForCausalLM") return {Arch::kGlm4Moe, "glm4moe"};
   if (name == "MiniMaxM2ForCausalLM") return {Arch::kMinimaxM2, "minimax-m2"};
   if (name == "GptOssForCausalLM") return {Arch::kGptOss, "gpt-oss"};
+  if (name == "Qwen3NextForCausalLM") return {Arch::kQwen3Next, "qwen3next"};
   fail(ErrorCode::kUnsupported, "{}: architecture '{}' is not one this converter writes (DeepseekV3ForCausalLM, "
-       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, GptOssForCausalLM)", dir, name);
+       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM)", dir, name);
 }
 
 // ---- metadata (TextModel.set_gguf_parameters + the model class's) ----
@@ -169,10 +171,10 @@ void write_metadata(Out& o, const json& c, const ArchInfo& ai, int64_t block_cou
   // The three others route with sigmoid scores (their real configs say scoring_func "sigmoid"; the
   // tiny fixtures' configs leave it out, and glm.py writes SIGMOID unconditionally). gpt-oss.py
   // writes no gating key (llama.cpp hard-codes its softmax over the selected logits).
-  const bool oss = ai.arch == Arch::kGptOss;
-  if (const json* v = find(c, {"scoring_func"}); !oss && v && v->get<std::string>() != "sigmoid")
+  const bool oss = ai.arch == Arch::kGptOss, q3n = ai.arch == Arch::kQwen3Next;
+  if (const json* v = find(c, {"scoring_func"}); !oss && !q3n && v && v->get<std::string>() != "sigmoid")
     fail(ErrorCode::kUnsupported, "config.json: scoring_func '{}' is not sigmoid", v->get<std::string>());
-  if (!oss) o.u32("expert_gating_func", 2);  // gguf ExpertGatingFuncType.SIGMOID
+  if (!oss && !q3n) o.u32("expert_gating_func", 2);  // gguf ExpertGatingFuncType.SIGMOID
   const int64_t head_dim = find(c, {"head_dim"}) ? c["head_dim"].get<int64_t>() : need_int(c, {"hidden_size"}) / n_head;
   if (!ds) {
     o.u32("attention.key_length", head_dim);
@@ -185,6 +187,33 @@ void write_metadata(Out& o, const json& c, const ArchInfo& ai, int64_t block_cou
   if (oss) {  // conversion/gpt_oss.py GptOssModel: expert width = intermediate_size
     o.u32("attention.sliding_window", need_int(c, {"sliding_window"}));
     o.u32("expert_feed_forward_length", need_int(c, {"intermediate_size"}));
+    return;
+  }
+  if (q3n) {  // Qwen2MoeModel + Qwen3NextModel.set_gguf_parameters
+    o.u32("expert_feed_forward_length", need_int(c, {"moe_intermediate_size"}));
+    o.u32("expert_shared_feed_forward_length", need_int(c, {"shared_expert_intermediate_size"}));
+    if (const json* v = find(c, {"norm_topk_prob"}); v && v->get<bool>())
+      o.kv("qwen3next.expert_weights_norm", GgufValue::boolean(true));
+    o.u32("ssm.conv_kernel", need_int(c, {"linear_conv_kernel_dim"}));
+    o.u32("ssm.state_size", need_int(c, {"linear_key_head_dim"}));
+    o.u32("ssm.group_count", need_int(c, {"linear_num_key_heads"}));
+    o.u32("ssm.time_step_rank", need_int(c, {"linear_num_value_heads"}));
+    o.u32("ssm.inner_size", need_int(c, {"linear_value_head_dim"}) * need_int(c, {"linear_num_value_heads"}));
+    // llama.cpp writes full_attention_interval (default 4) and derives the layer kinds from it; the tiny
+    // fixture names its kinds only in layer_types (every 2nd layer attends), so the interval is taken
+    // from them here, and a pattern no interval describes is refused.
+    int64_t every = find(c, {"full_attention_interval"}) ? c["full_attention_interval"].get<int64_t>() : 4;
+    if (const json* lt = find(c, {"layer_types"}); lt && lt->is_array()) {
+      every = 0;
+      for (size_t l = 0; l < lt->size() && every == 0; ++l)
+        if ((*lt)[l] == "full_attention") every = static_cast<int64_t>(l) + 1;
+      for (size_t l = 0; l < lt->size(); ++l)
+        if (every == 0 || ((*lt)[l] == "full_attention") != ((static_cast<int64_t>(l) + 1) % every == 0))
+          fail(ErrorCode::kUnsupported, "config.json: layer_types has no full_attention_interval");
+    }
+    o.u32("full_attention_interval", every);
+    const double partial = rp.value("partial_rotary_factor", c.value("partial_rotary_factor", 0.25));
+    o.u32("rope.dimension_count", static_cast<int64_t>(static_cast<double>(head_dim) * partial));
     return;
   }
   if (ai.arch == Arch::kMinimaxM2) {
@@ -291,6 +320,13 @@ std::vector<std::pair<std::string, std::string>> layer_names(const std::string& 
       {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
       {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
       {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
+      {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},  // Qwen2-MoE / Qwen3-Next
+      {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+      {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
+      {"linear_attn.norm", "ssm_norm"},  // Qwen3-Next's Gated DeltaNet
+      {"linear_attn.out_proj", "ssm_out"},
+      {"linear_attn.in_proj_ba", "ssm_ba"},
       {"eh_proj", "nextn.eh_proj"},  // GLM MTP layers
       {"enorm", "nextn.enorm"},
       {"hnorm", "nextn.hnorm"},
@@ -340,13 +376,41 @@ void write_layer(Out& o, Source& src, const json& c, const ArchInfo& ai, int64_t
   std::vector<int64_t> shape;
   // the stand-in block re-reads layer l, already converted
   auto take = [&](const std::string& name) { return src.take(name, &shape, blk != l); };
-  const bool post_norm = ai.arch == Arch::kGlm4Moe || ai.arch == Arch::kGptOss;
+  const bool post_norm = ai.arch == Arch::kGlm4Moe || ai.arch == Arch::kGptOss, q3n = ai.arch == Arch::kQwen3Next;
   for (const auto& [hf, gg] : layer_names(post_norm ? "post_attention_norm" : "ffn_norm"))
     for (const char* suffix : {"weight", "bias"})
       if (const std::string n = p + hf + "." + suffix; src.has(n)) {
         std::vector<float> v = take(n);
+        // qwen3next: every norm but the DeltaNet's gated one is stored as 1 + w (zero-centred in HF).
+        if (q3n && std::string(suffix) == "weight" && hf.ends_with("norm") && hf != "linear_attn.norm")
+          for (float& x : v) x += 1.0f;
         o.tensor(b + gg + "." + suffix, v, shape);
       }
+  if (q3n && src.has(p + "linear_attn.A_log")) {  // Qwen3NextModel.modify_tensors
+    std::vector<float> a = take(p + "linear_attn.A_log");
+    for (float& x : a) x = -std::exp(x);
+    o.tensor(b + "ssm_a", a, shape);
+    std::vector<float> dt = take(p + "linear_attn.dt_bias");
+    o.tensor(b + "ssm_dt.bias", dt, shape);
+    std::vector<float> conv = take(p + "linear_attn.conv1d.weight");  // [C, 1, K] squeezed
+    o.tensor(b + "ssm_conv1d.weight", conv, {shape[0], shape[2]});
+    // in_proj_qkvz [Hk (q dk, k dk, v r dv, z r dv), H] -> attn_qkv [q all, k all, v all], attn_gate [z all].
+    const std::vector<float> w = take(p + "linear_attn.in_proj_qkvz.weight");
+    const int64_t H = shape[1], Hk = need_int(c, {"linear_num_key_heads"}), dk = need_int(c, {"linear_key_head_dim"}),
+                  dv = need_int(c, {"linear_value_head_dim"}), r = need_int(c, {"linear_num_value_heads"}) / Hk;
+    const int64_t group = 2 * dk + 2 * r * dv;
+    std::vector<float> qkv, z;
+    auto rows = [&](std::vector<float>& out, int64_t off, int64_t n) {
+      for (int64_t g = 0; g < Hk; ++g)
+        out.insert(out.end(), w.begin() + (g * group + off) * H, w.begin() + (g * group + off + n) * H);
+    };
+    rows(qkv, 0, dk);
+    rows(qkv, dk, dk);
+    rows(qkv, 2 * dk, r * dv);
+    rows(z, 2 * dk + r * dv, r * dv);
+    o.tensor(b + "attn_qkv.weight", qkv, {static_cast<int64_t>(qkv.size()) / H, H});
+    o.tensor(b + "attn_gate.weight", z, {static_cast<int64_t>(z.size()) / H, H});
+  }
   // Router selection bias: mlp.gate.e_score_correction_bias / block_sparse_moe.e_score_correction_bias.
   for (const char* hf : {"mlp.gate.e_score_correction_bias", "block_sparse_moe.e_score_correction_bias"})
     if (src.has(p + hf)) {
@@ -430,6 +494,8 @@ HfToGgufResult convert_hf_to_gguf(const std::string& hf_dir, const std::string& 
     std::vector<float> v = src.take("model.embed_tokens.weight", &shape);
     o.tensor("token_embd.weight", v, shape);
     v = src.take("model.norm.weight", &shape);
+    if (ai.arch == Arch::kQwen3Next)
+      for (float& x : v) x += 1.0f;
     o.tensor("output_norm.weight", v, shape);
     if (src.has("lm_head.weight")) {
       v = src.take("lm_head.weight", &shape);
