@@ -26,6 +26,7 @@ int64_t attention_params(const ModelPreset& p) {
   }
   const int64_t qd = nh * p.head_dim, kvd = p.n_head_kv * p.head_dim;
   int64_t n = H * (qd + 2 * kvd) + qd * H;
+  if (p.full_attn_interval > 0) n += H * qd;  // the output gate's rows of q_proj
   if (p.attn_bias) n += qd + 2 * kvd;
   if (p.qk_norm == QkNorm::kPerHead) n += 2 * p.head_dim;
   if (p.qk_norm == QkNorm::kFull) n += qd + kvd;
@@ -41,12 +42,22 @@ int64_t ffn_params(const ModelPreset& p, bool moe, int64_t experts) {
   return p.n_expert * H + (p.router_bias ? p.n_expert : 0) + (experts + p.n_shared_exp) * 3 * H * p.n_ff_exp + biases;
 }
 
+/** One linear-attention layer's parameters: q/k/v, z, b, a and output projections, conv taps, A_log,
+ *  dt_bias and the gated norm. */
+int64_t linear_params(const ModelPreset& p) {
+  const int64_t H = p.n_embd, C = p.lin_conv_dim(), Vd = p.lin_v_heads * p.lin_v_dim;
+  return H * (C + Vd + 2 * p.lin_v_heads) + C * p.lin_conv + 2 * p.lin_v_heads + p.lin_v_dim + Vd * H;
+}
+
 int64_t model_params(const ModelPreset& p, int64_t layers, bool active) {
   const int64_t L = layers > 0 ? layers : p.n_layer, dense = p.dense_layers(L);
-  const int64_t per_layer = attention_params(p) + 2 * p.n_embd;
+  int64_t n_linear = 0;
+  for (int64_t l = 0; l < L; ++l) n_linear += p.is_linear(l);
+  const int64_t per_layer = 2 * p.n_embd + (p.full_attn_interval > 0 && p.n_shared_exp > 0 ? p.n_embd : 0);
+  const int64_t mixers = (L - n_linear) * attention_params(p) + n_linear * linear_params(p);
   const int64_t experts = active ? p.n_expert_used : p.n_expert;
   const int64_t ffn = dense * ffn_params(p, false, 0) + (L - dense) * ffn_params(p, true, experts);
-  return (active ? 1 : 2) * p.n_vocab * p.n_embd + p.n_embd + L * per_layer + ffn;
+  return (active ? 1 : 2) * p.n_vocab * p.n_embd + p.n_embd + L * per_layer + mixers + ffn;
 }
 
 }  // namespace
@@ -112,6 +123,14 @@ const std::vector<ModelPreset>& model_presets() {
        .norm_topk_prob = true,
        .notes = "QK-norm over the whole q and k projections, RoPE on 64 of 128 dims, all 62 layers MoE, no shared "
                 "expert, sigmoid routing with selection bias; no MTP modules; FP8 upstream"},
+      {.name = "qwen3-next-80b-a3b", .hf_id = "Qwen/Qwen3-Next-80B-A3B-Instruct", .gguf_arch = "qwen3next",
+       .runnable = true, .n_layer = 48, .n_embd = 2048, .n_head = 16, .n_head_kv = 2, .head_dim = 256, .n_rot = 64,
+       .n_expert = 512, .n_expert_used = 10, .n_ff_exp = 512, .n_ff = 5120, .n_vocab = 151936, .rope_theta = 1e7,
+       .n_ctx = 262144, .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead, .n_shared_exp = 1, .norm_topk_prob = true,
+       .full_attn_interval = 4, .lin_k_heads = 16, .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128,
+       .lin_conv = 4,
+       .notes = "36 Gated DeltaNet layers (16 key / 32 value heads of 128, conv 4) and 12 gated attention layers "
+                "(QK-norm, RoPE on 64 of 256 dims), 512 experts top-10 plus a sigmoid-gated shared expert; no MTP"},
       {.name = "gpt-oss-120b", .hf_id = "openai/gpt-oss-120b", .gguf_arch = "gpt-oss", .runnable = true,
        .n_layer = 36, .n_embd = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_expert = 128,
        .n_expert_used = 4, .n_ff_exp = 2880, .n_ff = 2880, .n_vocab = 201088, .rope_theta = 150000,
@@ -137,6 +156,11 @@ const std::vector<ModelPreset>& model_presets() {
        .n_head_kv = 2, .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 512,
        .n_vocab = 512, .rope_theta = 1e6, .n_ctx = 4096, .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead,
        .norm_topk_prob = true, .notes = "Qwen3-MoE-shaped test model (CI)"},
+      {.name = "tiny-qwen3-next", .gguf_arch = "qwen3next", .runnable = true, .n_layer = 4, .n_embd = 256,
+       .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128,
+       .n_ff = 512, .n_vocab = 512, .rope_theta = 1e7, .n_ctx = 4096, .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead,
+       .n_shared_exp = 1, .norm_topk_prob = true, .full_attn_interval = 4, .lin_k_heads = 2, .lin_v_heads = 4,
+       .lin_k_dim = 32, .lin_v_dim = 32, .lin_conv = 4, .notes = "Qwen3-Next-shaped test model (CI)"},
       {.name = "tiny-mixtral", .gguf_arch = "llama", .runnable = true, .n_layer = 2, .n_embd = 256, .n_head = 4,
        .n_head_kv = 2, .head_dim = 64, .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 256,
        .n_vocab = 512, .rope_theta = 1e6, .n_ctx = 4096, .rms_eps = 1e-5, .notes = "Mixtral-shaped test model (CI)"},

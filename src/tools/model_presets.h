@@ -65,6 +65,12 @@ struct ModelPreset {
   // SwiGLU (limit 7), softmax over the top-k logits; even layers see the last sliding_window tokens.
   bool oai_moe = false;
   int64_t sliding_window = 0;        // sliding_window of the alternate layers (0: every layer full)
+  // Hybrid linear attention (Qwen3-Next): layers off full_attn_interval are Gated DeltaNet layers of
+  // lin_k_heads key heads of lin_k_dim, lin_v_heads value heads of lin_v_dim and a lin_conv-tap
+  // convolution; the attention layers' q_proj also yields a per-head output gate; the shared expert
+  // is scaled by sigmoid(ffn_gate_inp_shexp h).
+  int64_t full_attn_interval = 0;    // full_attention_interval (0: every layer attends)
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, lin_conv = 0;
   /** The routed experts' type upstream ("MXFP4" for gpt-oss; "": as the other weights): a synthetic
    *  model's experts default to it (SyntheticSpec::expert_type). */
   std::string expert_type{};
@@ -72,6 +78,10 @@ struct ModelPreset {
 
   /** True for multi-head latent attention (kv_lora_rank > 0). */
   bool is_mla() const { return kv_lora_rank > 0; }
+  /** True when layer `l` is a linear-attention layer (full_attn_interval > 0 and l + 1 off it). */
+  bool is_linear(int64_t l) const { return full_attn_interval > 0 && (l + 1) % full_attn_interval != 0; }
+  /** Width of a linear-attention layer's convolved q, k, v. */
+  int64_t lin_conv_dim() const { return 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim; }
   /** Rotated dims per head: qk_rope_dim (MLA), else n_rot, else head_dim. */
   int64_t rot_dims() const;
   /** Leading dense layers of a model of `layers` layers (0: n_layer) of this preset's shapes:

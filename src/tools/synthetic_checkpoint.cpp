@@ -27,7 +27,7 @@
 namespace ft {
 namespace {
 
-enum Kind : uint8_t { kOnes, kZeros, kMatrix, kOutProj, kEmbedding, kRouter };
+enum Kind : uint8_t { kOnes, kZeros, kMatrix, kOutProj, kEmbedding, kRouter, kMinusOnes };
 
 constexpr int64_t kAlign = 256;              // tensor alignment inside the host buffer
 constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
@@ -99,6 +99,15 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
     add(a + "expert_group_used_count", u32(p.topk_group));
   }
   if (p.sliding_window > 0) add(a + "attention.sliding_window", u32(p.sliding_window));
+  if (p.full_attn_interval > 0) {  // llama.cpp's qwen3next keys
+    add(a + "expert_shared_feed_forward_length", u32(p.n_shared_exp * p.n_ff_exp));
+    add(a + "ssm.conv_kernel", u32(p.lin_conv));
+    add(a + "ssm.state_size", u32(p.lin_k_dim));
+    add(a + "ssm.group_count", u32(p.lin_k_heads));
+    add(a + "ssm.time_step_rank", u32(p.lin_v_heads));
+    add(a + "ssm.inner_size", u32(p.lin_v_heads * p.lin_v_dim));
+    add(a + "full_attention_interval", u32(p.full_attn_interval));
+  }
   add(a + "vocab_size", u32(p.n_vocab));
 
   // Byte-level BPE vocabulary without merges: 256 byte tokens, filler tokens, 3 control tokens.
@@ -170,7 +179,17 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     vec(b + "attn_norm.weight", H);
-    if (p.is_mla()) {
+    if (p.is_linear(l)) {  // Gated DeltaNet (qwen3next)
+      const int64_t C = p.lin_conv_dim(), Hv = p.lin_v_heads, Vd = Hv * p.lin_v_dim;
+      matrix(b + "attn_qkv.weight", {C, H});
+      matrix(b + "attn_gate.weight", {Vd, H});
+      matrix(b + "ssm_ba.weight", {2 * Hv, H});
+      add(b + "ssm_conv1d.weight", {C, p.lin_conv}, kMatrix, DType::F32);
+      vec(b + "ssm_a", Hv, kMinusOnes);  // -exp(A_log) with A_log 0
+      vec(b + "ssm_dt.bias", Hv, kZeros);
+      vec(b + "ssm_norm.weight", p.lin_v_dim);
+      matrix(b + "ssm_out.weight", {H, Vd}, kOutProj);
+    } else if (p.is_mla()) {
       const int64_t qk = p.qk_nope_dim + p.qk_rope_dim, R = p.kv_lora_rank;
       if (p.q_lora_rank > 0) {
         matrix(b + "attn_q_a.weight", {p.q_lora_rank, H});                         // q_a_proj
@@ -186,7 +205,7 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
       matrix(b + "attn_output.weight", {H, nh * p.v_head_dim}, kOutProj);
     } else {
       const int64_t qd = nh * D, kvd = p.n_head_kv * D;
-      matrix(b + "attn_q.weight", {qd, H});
+      matrix(b + "attn_q.weight", {p.full_attn_interval > 0 ? 2 * qd : qd, H});  // qwen3next: + output gate
       matrix(b + "attn_k.weight", {kvd, H});
       matrix(b + "attn_v.weight", {kvd, H});
       if (p.attn_bias || p.oai_moe) {
@@ -234,6 +253,7 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
       matrix(b + "ffn_gate_shexp.weight", {Fs, H});
       matrix(b + "ffn_up_shexp.weight", {Fs, H});
       matrix(b + "ffn_down_shexp.weight", {H, Fs}, kOutProj);
+      if (p.full_attn_interval > 0) vec(b + "ffn_gate_inp_shexp.weight", H, kZeros);  // gate sigmoid(0) = 1/2
     }
   }
   vec("output_norm.weight", H);
@@ -345,7 +365,7 @@ void SyntheticCheckpoint::generate() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo& t = tensors_[i];
     const int64_t cols = t.shape.back(), rows = t.numel() / cols;
-    const int64_t per = kinds_[i] == kRouter || kinds_[i] == kOnes || kinds_[i] == kZeros
+    const int64_t per = kinds_[i] == kRouter || kinds_[i] == kOnes || kinds_[i] == kZeros || kinds_[i] == kMinusOnes
                             ? rows
                             : std::max<int64_t>(1, kChunkBytes / dtype_bytes(t.dtype, cols));
     for (int64_t r = 0; r < rows; r += per) tasks.push_back({i, r, std::min(rows, r + per)});
@@ -365,6 +385,9 @@ void SyntheticCheckpoint::generate() {
         break;
       case kZeros:
         std::memset(base, 0, static_cast<size_t>(n) * sizeof(float));
+        break;
+      case kMinusOnes:
+        for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(base)[i] = -1.0f;
         break;
       case kMatrix:
         fill_random(t.dtype, base, n, 1.0f / std::sqrt(static_cast<float>(cols)), seed);

@@ -20,6 +20,10 @@
 //     [E] for a router with a selection bias (and every deepseek2 preset: the loader requires it),
 //     ffn_gate_exps/ffn_up_exps [E, F, H], ffn_down_exps [E, H, F], and with shared experts
 //     ffn_gate_shexp / ffn_up_shexp [S*F, H], ffn_down_shexp [H, S*F].
+//   qwen3next (ModelPreset::full_attn_interval): linear-attention layers hold attn_qkv [C, H], attn_gate
+//   [Hv*dv, H], ssm_ba [2*Hv, H], ssm_conv1d [C, K] (F32), ssm_a [Hv] (-1), ssm_dt.bias [Hv] (0),
+//   ssm_norm [dv], ssm_out [H, Hv*dv] in place of attention; attn_q is [2*nh*D, H] (query and output
+//   gate rows per head) and the shared expert has ffn_gate_inp_shexp [H] (zeros).
 //   Norm weights are F32 ones; routers and biases F32; every other matrix is in the weight type (a
 //   matrix whose row length is not a whole number of its blocks falls back to Q8_0, or F16); the
 //   embedding table is the weight type when quant/quantize_row can write it (F32, F16, BF16, Q8_0,
