@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -37,5 +38,21 @@ class Collect : public TokenSink {
   bool done = false;
 };
 
+
+/** Submits `prompt` to `svc` for `max_tokens` greedy tokens (EOS ignored) with 5 top log-probabilities
+ *  each, and waits for the result. */
+inline std::shared_ptr<Collect> run_greedy(EngineService& svc, const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  auto sink = std::make_shared<Collect>();
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.sampling.top_logprobs = 5;
+  r.sink = sink;
+  svc.submit(r);
+  sink->wait();
+  return sink;
+}
 
 }  // namespace ft::testing

@@ -73,21 +73,6 @@ TEST_P(LinearAttention, KvCacheHoldsPagesOnlyForAttentionLayers) {
   EXPECT_GE(engine->kv().bytes(), per_slot * engine->options().max_seqs);
 }
 
-/** Runs `prompt` through `svc` greedily for 6 tokens with 5 top log-probabilities. */
-std::shared_ptr<Collect> run_greedy(EngineService& svc, const std::vector<int32_t>& prompt) {
-  auto sink = std::make_shared<Collect>();
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.max_tokens = 6;
-  r.ignore_eos = true;
-  r.sampling.temperature = 0;
-  r.sampling.top_logprobs = 5;
-  r.sink = sink;
-  svc.submit(r);
-  sink->wait();
-  return sink;
-}
-
 ServiceConfig service_config() {
   ServiceConfig sc;
   sc.scheduler.max_running = 2;
@@ -121,8 +106,8 @@ TEST_P(LinearAttention, PrefixHitsAtRandomSplitsGiveTheColdRun) {
     const int shared = static_cast<int>(rng() % 91);
     std::vector<int32_t> prompt(base.begin(), base.begin() + shared);
     for (int32_t t : tokens(5 + static_cast<int>(rng() % 40))) prompt.push_back(t);
-    if (trial == 0 || trial == 3) run_greedy(warm, base);  // (re)cache the base prompt's snapshot
-    const auto got = run_greedy(warm, prompt), want = run_greedy(cold, prompt);
+    if (trial == 0 || trial == 3) run_greedy(warm, base, 6);  // (re)cache the base prompt's snapshot
+    const auto got = run_greedy(warm, prompt, 6), want = run_greedy(cold, prompt, 6);
     SCOPED_TRACE("shared " + std::to_string(shared) + " of " + std::to_string(prompt.size()));
     hits += got->info.cached_tokens > 0;
     EXPECT_EQ(want->info.cached_tokens, 0);

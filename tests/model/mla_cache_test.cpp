@@ -49,20 +49,8 @@ TEST_P(PrefixHit, GivesTheColdRunsLogprobs) {
   sc.scheduler.max_seq_len = 512;
   sc.check_integrity = true;
   EngineService svc(runner, engine->kv().pools(), sc);
-  auto run = [&] {
-    auto sink = std::make_shared<Collect>();
-    GenerationRequest r;
-    r.prompt = ref.input_ids;
-    r.max_tokens = static_cast<int32_t>(ref.greedy.size());
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.sampling.top_logprobs = 5;
-    r.sink = sink;
-    svc.submit(r);
-    sink->wait();
-    return sink;
-  };
-  auto cold = run(), hit = run();
+  const auto n = static_cast<int32_t>(ref.greedy.size());
+  auto cold = run_greedy(svc, ref.input_ids, n), hit = run_greedy(svc, ref.input_ids, n);
   EXPECT_EQ(cold->info.cached_tokens, 0);
   EXPECT_EQ(hit->info.cached_tokens, 128);  // 8 whole pages of 16 of the 130-token prompt
   ASSERT_EQ(cold->tokens.size(), ref.greedy.size());

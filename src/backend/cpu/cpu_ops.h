@@ -82,6 +82,8 @@ struct PageSlot {
 PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t page_size, int32_t s, int32_t pos);
 /** Validates a BatchInfo's index tensors (CPU, I32, shapes) for `op`. */
 void check_batch(const char* op, const BatchInfo& b);
+/** Throws kInvalidArgument naming `op` when a sequence's batch.state_slots entry is outside [0, n_slots). */
+void check_state_slots(const char* op, const BatchInfo& b, int64_t n_slots);
 
 /** Throws kInvalidArgument "<op>: <arg> must be on the CPU" / "... must be F32" etc. */
 void check_cpu(const char* op, const char* arg, const Tensor& t);

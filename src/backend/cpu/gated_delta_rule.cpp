@@ -20,10 +20,8 @@ void CpuOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch,
   const int64_t W = qkv.cols(), group = Hv / Hk;
   const int32_t* start = batch.seq_start.ptr<int32_t>();
   const int32_t* pos = batch.positions.ptr<int32_t>();
+  cpu::check_state_slots("gated_delta_rule", batch, n_slots);
   const int32_t* slots = batch.state_slots.ptr<int32_t>();
-  for (int32_t s = 0; s < batch.n_seqs; ++s)
-    if (slots[s] < 0 || slots[s] >= n_slots)
-      fail(ErrorCode::kInvalidArgument, "gated_delta_rule: sequence {} has state slot {} (of {})", s, slots[s], n_slots);
   const float* in = qkv.ptr<float>();
   const float* av = a.ptr<float>();
   const float* bv = b.ptr<float>();

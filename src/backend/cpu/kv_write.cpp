@@ -19,6 +19,13 @@ void check_batch(const char* op, const BatchInfo& b) {
            pos[t]);
 }
 
+void check_state_slots(const char* op, const BatchInfo& b, int64_t n_slots) {
+  const int32_t* slots = b.state_slots.ptr<int32_t>();
+  for (int32_t s = 0; s < b.n_seqs; ++s)
+    if (slots[s] < 0 || slots[s] >= n_slots)
+      fail(ErrorCode::kInvalidArgument, "{}: sequence {} has state slot {} (of {})", op, s, slots[s], n_slots);
+}
+
 PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t page_size, int32_t s, int32_t pos) {
   const int64_t blk = pos / page_size;
   if (blk >= b.max_blocks)

@@ -19,10 +19,8 @@ void CpuOps::ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, 
   const int64_t C = x.cols(), n_slots = conv_state.dim(0);
   const int32_t* start = batch.seq_start.ptr<int32_t>();
   const int32_t* pos = batch.positions.ptr<int32_t>();
+  cpu::check_state_slots("ssm_conv", batch, n_slots);
   const int32_t* slots = batch.state_slots.ptr<int32_t>();
-  for (int32_t s = 0; s < batch.n_seqs; ++s)
-    if (slots[s] < 0 || slots[s] >= n_slots)
-      fail(ErrorCode::kInvalidArgument, "ssm_conv: sequence {} has state slot {} (of {})", s, slots[s], n_slots);
   const float* xs = x.ptr<float>();
   const float* ws = w.ptr<float>();
   float* st = conv_state.ptr<float>();
