@@ -1,5 +1,6 @@
 #include "formats/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "formats/gguf_reader.h"
@@ -32,22 +33,48 @@ class GgufCheckpoint final : public Checkpoint {
   nlohmann::json metadata_;
 };
 
+/** A Hugging Face folder. A multimodal checkpoint in transformers 5's layout (config.json with a
+ *  text_config, the language model's tensors under model.language_model.: Qwen3.5, Qwen3-VL, ...) is
+ *  read as its text model: config.json's text_config is the config (top-level fields it lacks, such as
+ *  tie_word_embeddings, are kept), model.language_model.X is named model.X, and the vision tower's
+ *  (model.visual.*) and multi-token-prediction (mtp.*) tensors are left out. */
 class SafetensorsCheckpoint final : public Checkpoint {
  public:
   explicit SafetensorsCheckpoint(const std::string& folder) : path_(folder), set_(folder) {
     HfConfig cfg = read_hf_config(folder);
-    metadata_ = {{"config", cfg.raw}, {"generation_config", cfg.generation_config},
+    nlohmann::json config = cfg.raw;
+    static const std::string kText = "model.language_model.";
+    const auto text = config.find("text_config");
+    const bool multimodal = text != config.end() && text->is_object() &&
+                            std::any_of(set_.tensors().begin(), set_.tensors().end(),
+                                        [](const TensorInfo& t) { return t.name.starts_with(kText); });
+    if (multimodal) {
+      nlohmann::json tc = *text;
+      for (const auto& [k, v] : config.items())
+        if (k != "text_config" && k != "vision_config" && k != "model_type" && !tc.contains(k)) tc[k] = v;
+      config = std::move(tc);
+      for (const TensorInfo& t : set_.tensors()) {
+        if (t.name.starts_with("model.visual.") || t.name.starts_with("mtp.")) continue;
+        TensorInfo r = t;
+        if (r.name.starts_with(kText)) r.name = "model." + r.name.substr(kText.size());
+        text_tensors_.push_back(std::move(r));
+      }
+    }
+    metadata_ = {{"config", config}, {"generation_config", cfg.generation_config},
                  {"tokenizer_config", cfg.tokenizer_config}};
     index_tensors();
   }
   std::string format() const override { return "safetensors"; }
   const std::string& path() const override { return path_; }
-  const std::vector<TensorInfo>& tensors() const override { return set_.tensors(); }
+  const std::vector<TensorInfo>& tensors() const override {
+    return text_tensors_.empty() ? set_.tensors() : text_tensors_;
+  }
   const nlohmann::json& metadata() const override { return metadata_; }
 
  private:
   std::string path_;
   SafetensorsSet set_;
+  std::vector<TensorInfo> text_tensors_;  // the text model's view of a multimodal checkpoint (else empty)
   nlohmann::json metadata_;
 };
 

@@ -5,11 +5,15 @@
 // an earlier one (a hit restores the earlier prompt's snapshot, or none applies) gives the tokens and
 // log-probabilities of a cold run, and no state slot leaks.
 #include <cstdio>
+#include <fstream>
 #include <random>
 
+#include "../formats/format_test_util.h"
 #include "collect_sink.h"
 #include "engine/engine_runner.h"
 #include "fixture_util.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 
 namespace ft::testing {
 namespace {
@@ -125,6 +129,40 @@ TEST_P(LinearAttention, PrefixHitsAtRandomSplitsGiveTheColdRun) {
   EXPECT_EQ(st.state_slots_total, o.max_seqs + o.state_snapshots);
   EXPECT_EQ(st.state_slots_used, 0);
   EXPECT_GT(st.state_snapshots, 0);
+}
+
+TEST(Qwen35Multimodal, TheTextModelOfAMultimodalFolderLoads) {
+  // Qwen3.5's releases are Qwen3_5MoeForConditionalGeneration folders: the text model's config under
+  // text_config and its tensors under model.language_model., beside a vision tower and MTP weights.
+  // The fixture written that way loads as its text model and gives the reference logits.
+  const std::string src = shared_dir() + "/fixtures/hf/qwen3_5_moe";
+  const std::vector<RefCase> cases = read_reference(src);
+  ASSERT_EQ(cases.size(), 2u);
+  TempDir tmp("qwen35_multimodal");
+  const nlohmann::json text = nlohmann::json::parse(read_file(src + "/config.json"));
+  nlohmann::json config = {{"model_type", "qwen3_5_moe"},
+                           {"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+                           {"tie_word_embeddings", false},
+                           {"text_config", text},
+                           {"vision_config", {{"model_type", "qwen3_5_moe_vision"}, {"depth", 2}}}};
+  std::ofstream(tmp.file("config.json")) << config.dump(1);
+  const auto ck = open_checkpoint(src);
+  std::vector<SafetensorsTensor> ts;
+  for (const TensorInfo& t : ck->tensors()) {
+    const std::string name = t.name.starts_with("model.") ? "model.language_model." + t.name.substr(6) : t.name;
+    ts.push_back({name, t.dtype, t.shape, t.data});
+  }
+  const std::vector<float> extra(64, 0.5f);
+  ts.push_back({"model.visual.patch_embed.proj.weight", DType::F32, {8, 8}, extra.data()});
+  ts.push_back({"mtp.fc.weight", DType::F32, {8, 8}, extra.data()});
+  write_safetensors(tmp.file("model.safetensors"), ts);
+  auto engine = Engine::load(tmp.path().string(), small_engine_options());
+  EXPECT_EQ(engine->config().arch, "qwen3_5_moe");
+  for (const RefCase& c : cases) {
+    const auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
+    EXPECT_LE(max_row_rel_l2(res[0].prompt_logits, c.logits, engine->config().n_vocab), 1e-4) << c.name;
+    EXPECT_EQ(res[0].tokens, c.greedy) << c.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, LinearAttention, ::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"));
