@@ -119,6 +119,9 @@ struct MlaAttentionParams {
  *  2412.06464; transformers' torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel). */
 struct GatedDeltaParams {
   int32_t n_k_heads = 0;   // query/key heads; value head h reads key head h / (n_v_heads / n_k_heads)
+  /** Value heads ordered tiled over the key heads (llama.cpp's qwen35 files): value head h reads key
+   *  head h % n_k_heads instead. */
+  bool v_tiled = false;
   int32_t n_v_heads = 0;   // value heads (a multiple of n_k_heads)
   int32_t k_head_dim = 0;
   int32_t v_head_dim = 0;
@@ -337,7 +340,7 @@ class Ops {
   virtual void ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) = 0;
 
   /** The gated delta rule over each sequence's rows, carrying S in the sequence's state slot. For
-   *  each value head h (key head kh = h / (Hv / Hk)) and token t of the sequence, in order:
+   *  each value head h (key head kh = h / (Hv / Hk), or h % Hk with p.v_tiled) and token t of the sequence, in order:
    *    q = l2norm(q_kh) / sqrt(dk),  k = l2norm(k_kh),  beta = sigmoid(b[t, h]),
    *    g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h]),
    *    S <- exp(g) S;  S <- S + k (beta (v_h - S^T k))^T;  out[t, h] = S^T q

@@ -355,6 +355,8 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
     const int64_t every = get_int(meta, key("full_attention_interval"), src, 4);
     if (every < 1) fail(ErrorCode::kInvalidFile, "{}: {} {} must be >= 1", src, key("full_attention_interval"), every);
     for (int64_t l = 0; l < m.n_layer; ++l) m.layer_linear.push_back((l + 1) % every == 0 ? 0 : 1);
+    // llama.cpp's Qwen3.5 converter reorders the value heads from grouped (by key head) to tiled.
+    m.lin_v_tiled = ga == "qwen35" || ga == "qwen35moe";
   }
   // MLA: llama.cpp's converters since its absorbed-MLA support write the latent's widths in
   // key_length / value_length (kv_lora_rank + qk_rope = 576 / kv_lora_rank = 512, head_count_kv 1)

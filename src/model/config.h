@@ -77,6 +77,7 @@ struct ModelConfig {
   int64_t lin_k_dim = 0;         // linear_key_head_dim
   int64_t lin_v_dim = 0;         // linear_value_head_dim
   int64_t lin_conv_kernel = 0;   // linear_conv_kernel_dim
+  bool lin_v_tiled = false;      // value heads tiled over key heads (llama.cpp's qwen35 GGUF order)
 
   // Mixture of experts (n_expert == 0: dense).
   int64_t n_expert = 0;

@@ -14,6 +14,7 @@ GatedDeltaParams gated_delta_params(const ModelConfig& c) {
   p.n_v_heads = static_cast<int32_t>(c.lin_n_v_heads);
   p.k_head_dim = static_cast<int32_t>(c.lin_k_dim);
   p.v_head_dim = static_cast<int32_t>(c.lin_v_dim);
+  p.v_tiled = c.lin_v_tiled;
   return p;
 }
 
@@ -28,11 +29,16 @@ GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, Ops& ops, const Mode
   std::vector<int64_t> b_rows, a_rows;
   for (int64_t g = 0; g < Hk; ++g)
     for (int64_t i = 0; i < r; ++i) b_rows.push_back(g * 2 * r + i), a_rows.push_back(g * 2 * r + r + i);
-  if (ld.is_gguf()) {  // llama.cpp's qwen3next: q/k/v and z apart already, b and a still fused
+  if (ld.is_gguf()) {  // llama.cpp's qwen3next (b and a fused in ssm_ba) or qwen35 (ssm_beta, ssm_alpha)
     w.in_qkv = ld.get(name("attn_qkv", ""), {C, H});
     w.in_z = ld.get(name("attn_gate", ""), {Hv * dv, H});
-    w.in_b = ld.get_rows(name("ssm_ba", ""), {2 * Hv, H}, b_rows);
-    w.in_a = ld.get_rows(name("ssm_ba", ""), {2 * Hv, H}, a_rows);
+    if (ld.has(name("ssm_ba", ""))) {
+      w.in_b = ld.get_rows(name("ssm_ba", ""), {2 * Hv, H}, b_rows);
+      w.in_a = ld.get_rows(name("ssm_ba", ""), {2 * Hv, H}, a_rows);
+    } else {
+      w.in_b = ld.get(name("ssm_beta", ""), {Hv, H});
+      w.in_a = ld.get(name("ssm_alpha", ""), {Hv, H});
+    }
   } else if (ld.has(qkvz)) {  // Qwen3-Next: per key head g, rows q (dk), k (dk), v (r dv), z (r dv)
     const int64_t group = 2 * dk + 2 * r * dv;
     std::vector<int64_t> qkv_rows, z_rows;

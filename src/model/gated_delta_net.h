@@ -33,7 +33,8 @@ GatedDeltaParams gated_delta_params(const ModelConfig& config);
  *  in_proj_a, or Qwen3-Next's in_proj_qkvz [Hk (2 dk + 2 r dv), H] and in_proj_ba [Hk 2 r, H] (r = Hv /
  *  Hk; grouped per key head as q, k, v, z and b, a: transformers' fix_query_key_value_ordering), taken
  *  apart into the same matrices; conv1d.weight [C, 1, K], A_log, dt_bias (F32), norm.weight, out_proj.
- *  GGUF (llama.cpp's qwen3next): attn_qkv, attn_gate, ssm_ba (grouped as in_proj_ba), ssm_conv1d
+ *  GGUF (llama.cpp's qwen3next; qwen35 has ssm_beta and ssm_alpha for ssm_ba and tiled value heads):
+ *  attn_qkv, attn_gate, ssm_ba (grouped as in_proj_ba), ssm_conv1d
  *  [C, K], ssm_a (-exp(A_log): A_log recovered, resident F32 owned by `storage`), ssm_dt.bias, ssm_norm,
  *  ssm_out. Throws what the loader throws, kInvalidFile for an ssm_a entry that is not negative. */
 GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, Ops& ops, const ModelConfig& config, int64_t l,

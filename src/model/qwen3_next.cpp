@@ -10,8 +10,8 @@
 // takes both apart into one layout. Qwen3.5-MoE's router always renormalises its top-k.
 // GGUF (llama.cpp's qwen3next, as its converter writes it): the norms hold 1 + w, q/k/v and z split
 // into attn_qkv and attn_gate, b and a fused per key head in ssm_ba, A as ssm_a = -exp(A_log), dt_bias
-// as ssm_dt.bias, the conv taps ssm_conv1d [C, K]. (Qwen3.5's GGUF, qwen35, reorders the value heads
-// and is not read yet: the architecture is refused at load.)
+// as ssm_dt.bias, the conv taps ssm_conv1d [C, K]; Qwen3.5's (qwen35, qwen35moe) has b and a apart
+// (ssm_beta, ssm_alpha) and its value heads tiled over the key heads (GatedDeltaParams::v_tiled).
 #include "model/architectures.h"
 #include "model/decoder.h"
 

@@ -29,9 +29,9 @@ const std::vector<ArchEntry>& architectures() {
        R"({"partial_rotary_factor": 0.25, "norm_topk_prob": true, "linear_conv_kernel_dim": 4,
            "full_attention_interval": 4})"},
       // Qwen3.5 text models (dense and MoE), as their configs' text part names them.
-      {"qwen3_5", {"qwen3_5_text"}, {}, build_qwen3_next,
+      {"qwen3_5", {"qwen3_5_text"}, {"qwen35"}, build_qwen3_next,
        R"({"partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4})"},
-      {"qwen3_5_moe", {"qwen3_5_moe_text"}, {}, build_qwen3_next,
+      {"qwen3_5_moe", {"qwen3_5_moe_text"}, {"qwen35moe"}, build_qwen3_next,
        R"({"partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4})"},
       // Defaults of transformers 5.17's GptOssConfig (layer_types default: gpt_oss.cpp).
       {"gpt_oss", {"gpt_oss"}, {"gpt-oss"}, build_gpt_oss,

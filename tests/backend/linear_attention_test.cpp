@@ -61,8 +61,9 @@ TEST_P(LinearAttentionTest, ConvCarriesItsWindowAcrossCalls) {
 /** Reference gated delta rule of one sequence and value head: rows [t0, t0 + n) of the inputs. */
 void delta_reference(const std::vector<float>& qkv, const std::vector<float>& a, const std::vector<float>& b,
                      const std::vector<float>& a_log, const std::vector<float>& dt, int64_t Hk, int64_t Hv, int64_t dk,
-                     int64_t dv, int64_t h, int64_t t0, int64_t n, std::vector<double>& S, std::vector<double>& out) {
-  const int64_t W = 2 * Hk * dk + Hv * dv, kh = h / (Hv / Hk);
+                     int64_t dv, int64_t h, int64_t t0, int64_t n, std::vector<double>& S, std::vector<double>& out,
+                     bool tiled = false) {
+  const int64_t W = 2 * Hk * dk + Hv * dv, kh = tiled ? h % Hk : h / (Hv / Hk);
   for (int64_t t = t0; t < t0 + n; ++t) {
     std::vector<double> q(dk), k(dk);
     double qq = 0, kk = 0;
@@ -130,6 +131,27 @@ TEST_P(LinearAttentionTest, GatedDeltaRuleMatchesTheRecurrence) {
   const std::vector<float> one = arena().read(out), split = arena().read(out2);
   const std::vector<double> one_rows(one.begin(), one.begin() + 7 * Hv * dv);
   EXPECT_LT(rel_l2(std::vector<float>(split.begin(), split.begin() + 7 * Hv * dv), one_rows), tol());
+}
+
+TEST_P(LinearAttentionTest, TiledValueHeadsReadKeyHeadModuloTheirCount) {
+  // llama.cpp's qwen35 order: value head h reads key head h % Hk (grouped: h / (Hv / Hk)).
+  const int64_t Hk = 2, Hv = 6, dk = 8, dv = 4, W = 2 * Hk * dk + Hv * dv, T = 5;
+  const std::vector<float> qkv = random_vec(T * W, 41), a = random_vec(T * Hv, 42), b = random_vec(T * Hv, 43),
+                           a_log = random_vec(Hv, 44), dt = random_vec(Hv, 45);
+  GatedDeltaParams p;
+  p.n_k_heads = Hk, p.n_v_heads = Hv, p.k_head_dim = dk, p.v_head_dim = dv, p.v_tiled = true;
+  p.a_log = arena().f32(a_log, {Hv});
+  p.dt_bias = arena().f32(dt, {Hv});
+  Tensor st = arena().f32(std::vector<float>(static_cast<size_t>(Hv * dk * dv)), {1, Hv, dk, dv});
+  Tensor out = arena().alloc(ops().activation_dtype(), {T, Hv * dv});
+  ops().gated_delta_rule(p, batch({5}, {0}, {0}), arena().act(qkv, {T, W}), arena().act(a, {T, Hv}),
+                         arena().act(b, {T, Hv}), st, out);
+  std::vector<double> want(static_cast<size_t>(T * Hv * dv));
+  for (int64_t h = 0; h < Hv; ++h) {
+    std::vector<double> S(static_cast<size_t>(dk * dv), 0.0);
+    delta_reference(qkv, a, b, a_log, dt, Hk, Hv, dk, dv, h, 0, T, S, want, true);
+  }
+  EXPECT_LT(rel_l2(arena().read(out), want), tol());
 }
 
 TEST_P(LinearAttentionTest, SigmoidMulGates) {

@@ -114,7 +114,10 @@ class Source {
   std::set<std::string> left_;
 };
 
-enum class Arch { kDeepseek2, kGlm4Moe, kMinimaxM2, kGptOss, kQwen3Next };
+enum class Arch { kDeepseek2, kGlm4Moe, kMinimaxM2, kGptOss, kQwen3Next, kQwen35, kQwen35Moe };
+
+/** Qwen3-Next and Qwen3.5 (llama.cpp's Qwen3NextModel and its _LinearAttentionVReorderBase subclasses). */
+bool linear_arch(Arch a) { return a == Arch::kQwen3Next || a == Arch::kQwen35 || a == Arch::kQwen35Moe; }
 
 struct ArchInfo {
   Arch arch;
@@ -129,8 +132,11 @@ ArchInfo arch_of(const json& c, const std::string& dir) {
   if (name == "MiniMaxM2ForCausalLM") return {Arch::kMinimaxM2, "minimax-m2"};
   if (name == "GptOssForCausalLM") return {Arch::kGptOss, "gpt-oss"};
   if (name == "Qwen3NextForCausalLM") return {Arch::kQwen3Next, "qwen3next"};
+  if (name == "Qwen3_5ForCausalLM") return {Arch::kQwen35, "qwen35"};
+  if (name == "Qwen3_5MoeForCausalLM") return {Arch::kQwen35Moe, "qwen35moe"};
   fail(ErrorCode::kUnsupported, "{}: architecture '{}' is not one this converter writes (DeepseekV3ForCausalLM, "
-       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM)", dir, name);
+       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, GptOssForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM, "
+       "Qwen3_5MoeForCausalLM)", dir, name);
 }
 
 // ---- metadata (TextModel.set_gguf_parameters + the model class's) ----
@@ -163,15 +169,16 @@ void write_metadata(Out& o, const json& c, const ArchInfo& ai, int64_t block_cou
     o.f32("rope.scaling.factor", rp["factor"].get<double>());
   }
   o.f32("attention.layer_norm_rms_epsilon", find(c, {"rms_norm_eps"}) ? c["rms_norm_eps"].get<double>() : 1e-6);
-  const int64_t n_expert = need_int(c, {"num_local_experts", "num_experts", "n_routed_experts"});
-  o.u32("expert_count", n_expert);
-  o.u32("expert_used_count", need_int(c, {"num_experts_per_tok"}));
+  if (ai.arch != Arch::kQwen35) {  // qwen35 is dense
+    o.u32("expert_count", need_int(c, {"num_local_experts", "num_experts", "n_routed_experts"}));
+    o.u32("expert_used_count", need_int(c, {"num_experts_per_tok"}));
+  }
   if (const json* v = find(c, {"n_group"})) o.u32("expert_group_count", v->get<int64_t>());
   if (const json* v = find(c, {"topk_group"})) o.u32("expert_group_used_count", v->get<int64_t>());
   // The three others route with sigmoid scores (their real configs say scoring_func "sigmoid"; the
   // tiny fixtures' configs leave it out, and glm.py writes SIGMOID unconditionally). gpt-oss.py
   // writes no gating key (llama.cpp hard-codes its softmax over the selected logits).
-  const bool oss = ai.arch == Arch::kGptOss, q3n = ai.arch == Arch::kQwen3Next;
+  const bool oss = ai.arch == Arch::kGptOss, q3n = linear_arch(ai.arch);
   if (const json* v = find(c, {"scoring_func"}); !oss && !q3n && v && v->get<std::string>() != "sigmoid")
     fail(ErrorCode::kUnsupported, "config.json: scoring_func '{}' is not sigmoid", v->get<std::string>());
   if (!oss && !q3n) o.u32("expert_gating_func", 2);  // gguf ExpertGatingFuncType.SIGMOID
@@ -190,10 +197,12 @@ void write_metadata(Out& o, const json& c, const ArchInfo& ai, int64_t block_cou
     return;
   }
   if (q3n) {  // Qwen2MoeModel + Qwen3NextModel.set_gguf_parameters
-    o.u32("expert_feed_forward_length", need_int(c, {"moe_intermediate_size"}));
-    o.u32("expert_shared_feed_forward_length", need_int(c, {"shared_expert_intermediate_size"}));
+    if (ai.arch != Arch::kQwen35) {
+      o.u32("expert_feed_forward_length", need_int(c, {"moe_intermediate_size"}));
+      o.u32("expert_shared_feed_forward_length", need_int(c, {"shared_expert_intermediate_size"}));
+    }
     if (const json* v = find(c, {"norm_topk_prob"}); v && v->get<bool>())
-      o.kv("qwen3next.expert_weights_norm", GgufValue::boolean(true));
+      o.kv(std::string(ai.gguf) + ".expert_weights_norm", GgufValue::boolean(true));
     o.u32("ssm.conv_kernel", need_int(c, {"linear_conv_kernel_dim"}));
     o.u32("ssm.state_size", need_int(c, {"linear_key_head_dim"}));
     o.u32("ssm.group_count", need_int(c, {"linear_num_key_heads"}));
@@ -376,10 +385,11 @@ void write_layer(Out& o, Source& src, const json& c, const ArchInfo& ai, int64_t
   std::vector<int64_t> shape;
   // the stand-in block re-reads layer l, already converted
   auto take = [&](const std::string& name) { return src.take(name, &shape, blk != l); };
-  const bool post_norm = ai.arch == Arch::kGlm4Moe || ai.arch == Arch::kGptOss, q3n = ai.arch == Arch::kQwen3Next;
+  const bool post_norm = ai.arch == Arch::kGlm4Moe || ai.arch == Arch::kGptOss, q3n = linear_arch(ai.arch);
   for (const auto& [hf, gg] : layer_names(post_norm ? "post_attention_norm" : "ffn_norm"))
     for (const char* suffix : {"weight", "bias"})
-      if (const std::string n = p + hf + "." + suffix; src.has(n)) {
+      if (const std::string n = p + hf + "." + suffix;
+          src.has(n) && !(hf == "linear_attn.out_proj" && q3n && ai.arch != Arch::kQwen3Next)) {  // qwen35: below
         std::vector<float> v = take(n);
         // qwen3next: every norm but the DeltaNet's gated one is stored as 1 + w (zero-centred in HF).
         if (q3n && std::string(suffix) == "weight" && hf.ends_with("norm") && hf != "linear_attn.norm")
@@ -387,13 +397,52 @@ void write_layer(Out& o, Source& src, const json& c, const ArchInfo& ai, int64_t
         o.tensor(b + gg + "." + suffix, v, shape);
       }
   if (q3n && src.has(p + "linear_attn.A_log")) {  // Qwen3NextModel.modify_tensors
+    const int64_t Hk = need_int(c, {"linear_num_key_heads"}), dk = need_int(c, {"linear_key_head_dim"}),
+                  dv = need_int(c, {"linear_value_head_dim"}), r = need_int(c, {"linear_num_value_heads"}) / Hk;
+    // Qwen3.5 (_LinearAttentionVReorderBase): value heads from grouped (g r + i) to tiled (i Hk + g)
+    // order, rows of `dim` values each starting at row `first` (of rows of `cols` values), or columns.
+    const bool tiled = ai.arch != Arch::kQwen3Next;
+    auto tile_rows = [&](std::vector<float>& v, int64_t first, int64_t dim, int64_t cols) {
+      if (!tiled) return;
+      const std::vector<float> src_v = v;
+      for (int64_t g = 0; g < Hk; ++g)
+        for (int64_t i = 0; i < r; ++i)
+          for (int64_t d = 0; d < dim; ++d)
+            std::copy_n(src_v.begin() + (first + (g * r + i) * dim + d) * cols, cols,
+                        v.begin() + (first + (i * Hk + g) * dim + d) * cols);
+    };
     std::vector<float> a = take(p + "linear_attn.A_log");
+    tile_rows(a, 0, 1, 1);
     for (float& x : a) x = -std::exp(x);
     o.tensor(b + "ssm_a", a, shape);
     std::vector<float> dt = take(p + "linear_attn.dt_bias");
+    tile_rows(dt, 0, 1, 1);
     o.tensor(b + "ssm_dt.bias", dt, shape);
     std::vector<float> conv = take(p + "linear_attn.conv1d.weight");  // [C, 1, K] squeezed
+    tile_rows(conv, 2 * Hk * dk, dv, shape[2]);
     o.tensor(b + "ssm_conv1d.weight", conv, {shape[0], shape[2]});
+    if (tiled) {  // separate projections: qkv, z, b, a; the output projection's columns
+      std::vector<float> w = take(p + "linear_attn.in_proj_qkv.weight");
+      tile_rows(w, 2 * Hk * dk, dv, shape[1]);
+      o.tensor(b + "attn_qkv.weight", w, shape);
+      w = take(p + "linear_attn.in_proj_z.weight");
+      tile_rows(w, 0, dv, shape[1]);
+      o.tensor(b + "attn_gate.weight", w, shape);
+      for (const auto& [hf, gg] : {std::pair{"in_proj_b", "ssm_beta"}, std::pair{"in_proj_a", "ssm_alpha"}}) {
+        w = take(p + "linear_attn." + hf + ".weight");
+        tile_rows(w, 0, 1, shape[1]);
+        o.tensor(b + gg + ".weight", w, shape);
+      }
+      w = take(p + "linear_attn.out_proj.weight");  // [H, Hv dv]: columns
+      const std::vector<float> src_w = w;
+      for (int64_t row = 0; row < shape[0]; ++row)
+        for (int64_t g = 0; g < Hk; ++g)
+          for (int64_t i = 0; i < r; ++i)
+            std::copy_n(src_w.begin() + row * shape[1] + (g * r + i) * dv, dv, w.begin() + row * shape[1] + (i * Hk + g) * dv);
+      o.tensor(b + "ssm_out.weight", w, shape);
+    }
+  }
+  if (ai.arch == Arch::kQwen3Next && src.has(p + "linear_attn.in_proj_qkvz.weight")) {
     // in_proj_qkvz [Hk (q dk, k dk, v r dv, z r dv), H] -> attn_qkv [q all, k all, v all], attn_gate [z all].
     const std::vector<float> w = take(p + "linear_attn.in_proj_qkvz.weight");
     const int64_t H = shape[1], Hk = need_int(c, {"linear_num_key_heads"}), dk = need_int(c, {"linear_key_head_dim"}),
@@ -494,7 +543,7 @@ HfToGgufResult convert_hf_to_gguf(const std::string& hf_dir, const std::string& 
     std::vector<float> v = src.take("model.embed_tokens.weight", &shape);
     o.tensor("token_embd.weight", v, shape);
     v = src.take("model.norm.weight", &shape);
-    if (ai.arch == Arch::kQwen3Next)
+    if (linear_arch(ai.arch))
       for (float& x : v) x += 1.0f;
     o.tensor("output_norm.weight", v, shape);
     if (src.has("lm_head.weight")) {

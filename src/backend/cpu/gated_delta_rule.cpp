@@ -34,7 +34,7 @@ void CpuOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch,
 #pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 1) if (work > 1)
   for (int64_t w = 0; w < work; ++w) {
     const int32_t s = static_cast<int32_t>(w / Hv);
-    const int64_t h = w % Hv, kh = h / group;
+    const int64_t h = w % Hv, kh = p.v_tiled ? h % Hk : h / group;
     const int64_t t0 = start[s], t1 = start[s + 1];
     if (t1 <= t0) continue;
     float* S = st + (static_cast<int64_t>(slots[s]) * Hv + h) * dk * dv;  // [dk, dv]

@@ -21,7 +21,8 @@ template <typename T, int DK>
 __global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ qkv, const T* __restrict__ a,
                                                          const T* __restrict__ b, const float* __restrict__ a_log,
                                                          const float* __restrict__ dt_bias, float* state, T* out,
-                                                         int Hk, int Hv, int dv, float l2_eps, const int32_t* seq_start,
+                                                         int Hk, int Hv, int dv, bool v_tiled, float l2_eps,
+                                                         const int32_t* seq_start,
                                                          const int32_t* pos, const int32_t* slots, int64_t n_slots) {
   constexpr int kPer = DK / 32 > 0 ? DK / 32 : 1;  // q/k elements each lane normalises
   __shared__ float qs[DK], ks[DK];
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ q
   const int t0 = seq_start[s], t1 = seq_start[s + 1];
   const int64_t slot = slots[s];
   if (t1 <= t0 || slot < 0 || slot >= n_slots) return;
-  const int kh = h / (Hv / Hk);
+  const int kh = v_tiled ? h % Hk : h / (Hv / Hk);
   const int64_t W = 2LL * Hk * DK + static_cast<int64_t>(Hv) * dv;
   float* S = state + (slot * Hv + h) * DK * dv;
   float Sj[DK];
@@ -103,7 +104,7 @@ void CudaOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch
     auto launch = [&](auto kernel) {
       kernel<<<grid, 32, 0, stream_>>>(qkv.ptr<T>(), a.ptr<T>(), b.ptr<T>(), p.a_log.ptr<float>(),
                                        p.dt_bias.ptr<float>(), ssm_state.ptr<float>(), out.ptr<T>(), p.n_k_heads,
-                                       p.n_v_heads, p.v_head_dim, p.l2_eps, batch.seq_start.ptr<int32_t>(),
+                                       p.n_v_heads, p.v_head_dim, p.v_tiled, p.l2_eps, batch.seq_start.ptr<int32_t>(),
                                        batch.positions.ptr<int32_t>(), batch.state_slots.ptr<int32_t>(),
                                        ssm_state.dim(0));
     };
