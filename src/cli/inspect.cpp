@@ -36,6 +36,7 @@ struct Summary {
   std::string rope_scaling;  // "yarn x32 (from 4096)", or "" without scaling
   int64_t sliding_window = 0;   // tokens (0: none)
   int64_t sliding_layers = -1;  // layers that slide (-1: not stated per layer)
+  int64_t linear_layers = 0;    // linear-attention (Gated DeltaNet) layers
   std::string tokenizer_model;
   json bos_token_id, eos_token_id;  // id / list of ids, or null
 };
@@ -86,6 +87,11 @@ Summary summarize_gguf(const Checkpoint& ck) {
   if (auto pat = m.find(p + "attention.sliding_window_pattern"); pat != m.end() && pat->is_array()) {
     s.sliding_layers = 0;
     for (const auto& x : *pat) s.sliding_layers += x.is_boolean() && x.get<bool>();
+  }
+  if (int_of(m, p + "ssm.time_step_rank") > 0) {  // llama.cpp's qwen3next / qwen35: every interval-th attends
+    const int64_t every = std::max<int64_t>(1, m.contains(p + "full_attention_interval")
+                                                   ? int_of(m, p + "full_attention_interval") : 4);
+    for (int64_t l = 0; l < s.block_count; ++l) s.linear_layers += (l + 1) % every != 0;
   }
   s.leading_dense = int_of(m, p + "leading_dense_block_count");
   s.shared_experts = int_of(m, p + "expert_shared_count");
@@ -141,6 +147,7 @@ Summary summarize_hf(const Checkpoint& ck) {
   if (auto lt = r.find("layer_types"); lt != r.end() && lt->is_array()) {
     s.sliding_layers = 0;
     for (const auto& x : *lt) s.sliding_layers += x == "sliding_attention";
+    for (const auto& x : *lt) s.linear_layers += x == "linear_attention";
   }
   if (s.sliding_layers == 0 || (r.contains("use_sliding_window") && !r.value("use_sliding_window", true)))
     s.sliding_window = 0;
@@ -204,6 +211,7 @@ json to_json(const Checkpoint& ck, const Summary& s) {
       {"rope_scaling", s.rope_scaling},
       {"sliding_window", s.sliding_window},
       {"sliding_layers", s.sliding_layers},
+      {"linear_attention_layers", s.linear_layers},
       {"tokenizer",
        {{"model", s.tokenizer_model}, {"vocab_size", s.vocab_size}, {"bos_token_id", s.bos_token_id},
         {"eos_token_id", s.eos_token_id}}},
@@ -248,6 +256,9 @@ void print_text(const json& j) {
     row("sliding window", n >= 0 ? fmt::format("{} tokens on {} of {} layers", w, n, j["block_count"].get<int64_t>())
                                  : fmt::format("{} tokens", w));
   }
+  if (const int64_t n = j["linear_attention_layers"].get<int64_t>(); n > 0)
+    row("linear attention", fmt::format("{} of {} layers (Gated DeltaNet: a recurrent state per request, no KV)", n,
+                                        j["block_count"].get<int64_t>()));
   const json& t = j["tokenizer"];
   row("tokenizer", fmt::format("{}, vocab {}, BOS {}, EOS {}", t["model"].get<std::string>(), j["vocab_size"].get<int64_t>(),
                                id_str(t["bos_token_id"]), id_str(t["eos_token_id"])));

@@ -84,6 +84,11 @@ TEST(Inspect, MoeGgufAndHfFolder) {
   Result go = run_ft("inspect " + quote(shared("fixtures/hf/gpt_oss")));
   EXPECT_NE(go.out.find("8 tokens on 1 of 2 layers"), std::string::npos) << go.out;
   EXPECT_EQ(json::parse(run_ft("inspect " + quote(shared("fixtures/hf/qwen3")) + " --json").out)["sliding_window"], 0);
+  // Qwen3.5: three of its four layers are linear attention (layer_types).
+  j = json::parse(run_ft("inspect " + quote(shared("fixtures/hf/qwen3_5")) + " --json").out);
+  EXPECT_EQ(j["linear_attention_layers"], 3);
+  Result q = run_ft("inspect " + quote(shared("fixtures/hf/qwen3_5")));
+  EXPECT_NE(q.out.find("3 of 4 layers (Gated DeltaNet"), std::string::npos) << q.out;
 
   Result t = run_ft("inspect " + quote(shared("data/models/llama-2-tiny-random.gguf")));
   ASSERT_EQ(t.code, 0) << t.err;
