@@ -244,8 +244,10 @@ void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& b, const Tenso
   want_f32(op, "ssm_state", ssm_state);
   if (ssm_state.ndim != 4) fail(ErrorCode::kInvalidArgument, "{}: ssm_state {} must be 4-D", op, ssm_state.shape_str());
   want_shape(op, "ssm_state", ssm_state, {ssm_state.dim(0), Hv, dk, dv});
-  if (a.dtype != qkv.dtype || beta.dtype != qkv.dtype || out.dtype != qkv.dtype)
-    fail(ErrorCode::kInvalidArgument, "{}: a, b and out must have qkv's dtype", op);
+  if (out.dtype != qkv.dtype) fail(ErrorCode::kInvalidArgument, "{}: out must have qkv's dtype", op);
+  if (a.dtype != beta.dtype || (a.dtype != DType::F32 && a.dtype != qkv.dtype))
+    fail(ErrorCode::kInvalidArgument, "{}: a and b must be F32 or qkv's dtype, one dtype (got {} and {})", op,
+         dtype_name(a.dtype), dtype_name(beta.dtype));
 }
 
 }  // namespace ft::op_checks

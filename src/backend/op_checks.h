@@ -58,7 +58,8 @@ void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H);
 int64_t ssm_conv(const BatchInfo& b, const Tensor& x, const Tensor& w, const Tensor& conv_state, const Tensor& out);
 
 /** gated_delta_rule: positive head counts and dims, n_v_heads a multiple of n_k_heads, a_log and
- *  dt_bias F32 [Hv], qkv [T, 2 Hk dk + Hv dv], a and b [T, Hv], out [T, Hv dv] of qkv's dtype,
+ *  dt_bias F32 [Hv], qkv [T, 2 Hk dk + Hv dv], a and b [T, Hv] (F32 or qkv's dtype, one dtype),
+ *  out [T, Hv dv] of qkv's dtype,
  *  ssm_state F32 [n_slots, Hv, dk, dv], batch as batch() with state_slots I32 [S]. Throws
  *  kInvalidArgument naming the argument. */
 void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& b, const Tensor& qkv, const Tensor& a,

@@ -345,8 +345,9 @@ class Ops {
    *    g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h]),
    *    S <- exp(g) S;  S <- S + k (beta (v_h - S^T k))^T;  out[t, h] = S^T q
    *  (S [dk, dv], zero when the sequence's first row is at position 0). qkv [T, 2 Hk dk + Hv dv] holds
-   *  q, k, v side by side (the short convolution's output); a, b [T, Hv]; out [T, Hv dv]; activation
-   *  dtype, fp32 arithmetic. ssm_state F32 [n_slots, Hv, dk, dv] (StateLayer::ssm); batch.state_slots
+   *  q, k, v side by side (the short convolution's output); out [T, Hv dv]: activation dtype; a, b
+   *  [T, Hv]: F32 or the activation dtype, one dtype (F32 keeps the decay exact: its exponent
+   *  multiplies a's rounding); fp32 arithmetic. ssm_state F32 [n_slots, Hv, dk, dv] (StateLayer::ssm); batch.state_slots
    *  required. Throws kInvalidArgument for shapes or a slot out of range (CPU). */
   virtual void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
                                 const Tensor& b, Tensor ssm_state, Tensor out) = 0;

@@ -39,8 +39,10 @@ ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) 
     lin_qkv = make(act, c.lin_conv_dim());
     lin_conv = make(act, c.lin_conv_dim());
     lin_z = make(act, vd);
-    lin_a = make(act, c.lin_n_v_heads);
-    lin_b = make(act, c.lin_n_v_heads);
+    // F32 whatever the activations: the decay exp(-exp(A_log) softplus(a)) multiplies a's rounding
+    // by up to ~16 x softplus (bf16 a: percent-level errors in the state).
+    lin_a = make(DType::F32, c.lin_n_v_heads);
+    lin_b = make(DType::F32, c.lin_n_v_heads);
     lin_out = make(act, vd);
   }
   sub_out = make(act, H);

@@ -47,8 +47,8 @@ struct ForwardState {
   Tensor lin_qkv;    // [T, conv dim] q, k, v projections
   Tensor lin_conv;   // [T, conv dim] after the short convolution
   Tensor lin_z;      // [T, Hv * dv] output gate
-  Tensor lin_a;      // [T, Hv] decay input
-  Tensor lin_b;      // [T, Hv] beta input
+  Tensor lin_a;      // F32 [T, Hv] decay input
+  Tensor lin_b;      // F32 [T, Hv] beta input
   Tensor lin_out;    // [T, Hv * dv] delta-rule output
   Tensor sub_out;    // [T, H] output of a sub-block (attention or FFN)
   Tensor ff_gate;    // [T, max FFN width]

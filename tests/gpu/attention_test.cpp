@@ -128,6 +128,7 @@ TEST_F(CudaAttention, PrefillDecodeAndMixedBatches) {
       {"tc sliding window 64, 400 tokens hd64", 4, 1, 64, 16, 64, {{0, 400}}},
       {"tc prefill 260 + a decode row hd128", 8, 8, 128, 64, 0, {{0, 260}, {500, 1}}},
       {"tc hd96 mha", 4, 4, 96, 32, 0, {{0, 256}}},
+      {"tc hd256 gqa8 (Qwen3-Next), 2 seqs, 32-key tiles", 16, 2, 256, 64, 0, {{0, 300}, {40, 70}}},
   };
   uint32_t seed = 1;
   for (const Config& c : configs) run(c, seed++);

@@ -6,7 +6,7 @@
 //
 // A block has 8 warps; each warp owns 16 tokens x one query head. The block's warps take HW query
 // heads of one kv head (HW = 4, 2 or 1, dividing the group) x 8 / HW token tiles, so every key tile
-// gathered into shared memory serves 8 warps. Key tiles of 64 are read from the pages (16-byte
+// gathered into shared memory serves 8 warps. Key tiles of 64 (32 for head_dim 256) are read from the pages (16-byte
 // loads), rounded to bf16 into row-major K and V tiles (V's B fragments come transposed from
 // ldmatrix .trans); S = Q K^T and O += P V are mma.sync
 // m16n8k16 bf16 products with fp32 accumulation (PTX ISA fragment layouts), S and O stay in
@@ -28,11 +28,14 @@
 namespace ft::cuda {
 namespace {
 
-constexpr int kKeys = 64, kWarpsTc = 8, kRowsTc = 16 * kWarpsTc;
+constexpr int kWarpsTc = 8, kRowsTc = 16 * kWarpsTc;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
+/** KEYS keys a tile: 64, or 32 for head_dim 256 (the K and V tiles then fit the 48 KB of static
+ *  shared memory). */
+template <int D, int KEYS>
 __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs a, int hw) {
+  constexpr int kKeys = KEYS;
   constexpr int KS = D + 8;  // padded row stride (bf16 elements): conflict-free fragment loads
   __shared__ __align__(16) bf16 k_s[kKeys * KS];
   __shared__ __align__(16) bf16 v_s[kKeys * KS];
@@ -220,7 +223,9 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
 
 }  // namespace
 
-bool attention_tc_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 96 || head_dim == 128; }
+bool attention_tc_supports(int64_t head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
 
 void launch_attention_tc(const AttnTcArgs& a, cudaStream_t stream) {
   const int group = a.H / a.G;
@@ -228,9 +233,10 @@ void launch_attention_tc(const AttnTcArgs& a, cudaStream_t stream) {
   const int64_t tokens = 16 * (kWarpsTc / hw);
   const dim3 grid(static_cast<unsigned>((a.T + tokens - 1) / tokens), static_cast<unsigned>(a.H / hw));
   switch (a.D) {
-    case 64: attention_tc_kernel<64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
-    case 96: attention_tc_kernel<96><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
-    default: attention_tc_kernel<128><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    case 64: attention_tc_kernel<64, 64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    case 96: attention_tc_kernel<96, 64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    case 256: attention_tc_kernel<256, 32><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    default: attention_tc_kernel<128, 64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
   }
   FT_CUDA_LAUNCH_CHECK();
 }

@@ -18,8 +18,9 @@ namespace cuda {
 namespace {
 
 template <typename T, int DK>
-__global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ qkv, const T* __restrict__ a,
-                                                         const T* __restrict__ b, const float* __restrict__ a_log,
+__global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ qkv, const void* __restrict__ a,
+                                                         const void* __restrict__ b, int ab_code,
+                                                         const float* __restrict__ a_log,
                                                          const float* __restrict__ dt_bias, float* state, T* out,
                                                          int Hk, int Hv, int dv, bool v_tiled, float l2_eps,
                                                          const int32_t* seq_start,
@@ -61,9 +62,9 @@ __global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ q
       if (i < DK) qs[i] = qv[e] * qn, ks[i] = kv[e] * kn;
     }
     __syncwarp();
-    const float x = to_f(a[static_cast<int64_t>(t) * Hv + h]) + bias;
+    const float x = load_any(a, ab_code, static_cast<int64_t>(t) * Hv + h) + bias;
     const float decay = __expf(A * (x > 20.0f ? x : log1pf(__expf(x))));
-    const float beta = 1.0f / (1.0f + __expf(-to_f(b[static_cast<int64_t>(t) * Hv + h])));
+    const float beta = 1.0f / (1.0f + __expf(-load_any(b, ab_code, static_cast<int64_t>(t) * Hv + h)));
     if (col) {
       float u = 0.0f;
 #pragma unroll
@@ -97,12 +98,15 @@ void CudaOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch
   cuda::check_dev("gated_delta_rule", "ssm_state", ssm_state);
   cuda::check_dev("gated_delta_rule", "a_log", p.a_log);
   cuda::check_dev("gated_delta_rule", "dt_bias", p.dt_bias);
+  cuda::check_dev("gated_delta_rule", "a", a);
+  cuda::check_dev("gated_delta_rule", "b", b);
+  const int ab_code = cuda::float_code("gated_delta_rule", "a", a.dtype);
   if (batch.n_tokens == 0 || batch.n_seqs == 0) return;
   const dim3 grid(static_cast<unsigned>((p.v_head_dim + 31) / 32), static_cast<unsigned>(p.n_v_heads),
                   static_cast<unsigned>(batch.n_seqs));
   FT_DISPATCH_ACT("gated_delta_rule", "qkv", qkv.dtype, {
     auto launch = [&](auto kernel) {
-      kernel<<<grid, 32, 0, stream_>>>(qkv.ptr<T>(), a.ptr<T>(), b.ptr<T>(), p.a_log.ptr<float>(),
+      kernel<<<grid, 32, 0, stream_>>>(qkv.ptr<T>(), a.data, b.data, ab_code, p.a_log.ptr<float>(),
                                        p.dt_bias.ptr<float>(), ssm_state.ptr<float>(), out.ptr<T>(), p.n_k_heads,
                                        p.n_v_heads, p.v_head_dim, p.v_tiled, p.l2_eps, batch.seq_start.ptr<int32_t>(),
                                        batch.positions.ptr<int32_t>(), batch.state_slots.ptr<int32_t>(),
