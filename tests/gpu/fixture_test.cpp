@@ -8,7 +8,9 @@
 //    bf16 may flip near-ties).
 // Asserted with the default F32 activations; with BF16 activations only for dense models (MoE
 // routers flip near-ties on ~1% activation error and the flipped token's error reaches every later
-// position through attention), the MoE numbers being reported.
+// position through attention) without linear attention (a Gated DeltaNet's state integrates the
+// rounding of every bf16 q, k, v it saw: the tiny random qwen3_5 ends at ~9e-2 in BF16 and 2.2e-3 in
+// F32 on the H100/H200), those numbers being reported.
 #include <algorithm>
 #include <cstdio>
 #include <tuple>
@@ -31,7 +33,8 @@ class CudaFixture : public ::testing::TestWithParam<std::tuple<std::string, std:
     const std::string m = model();
     const bool moe = m.find("moe") != std::string::npos || m == "mixtral" || m == "minimax_m2" || m == "deepseek_v3" ||
                      m == "gpt_oss" || m == "qwen3_next";
-    return act() == DType::F32 || !moe;
+    const bool linear = m.find("qwen3_5") != std::string::npos || m == "qwen3_next";
+    return act() == DType::F32 || (!moe && !linear);
   }
   void SetUp() override {
     if (cuda_device_count() == 0) {
