@@ -1,6 +1,7 @@
 // CUDA vs CPU: ssm_conv, gated_delta_rule and sigmoid_mul (Gated DeltaNet) on a mixed batch (a
 // fresh prefill, a continued chunk, decode tokens) with Qwen3-Next's head sizes, then a run of
-// single-token steps carrying the state; states and outputs within 1e-2 relative L2.
+// single-token steps carrying the state; states and outputs within 1e-2 relative L2. Then a long
+// mixed batch (the chunked prefill kernels, across a slab of chunks) in F32 within 1e-4 and in BF16.
 #include "gpu_harness.h"
 
 namespace ft::testing {
@@ -78,6 +79,66 @@ TEST_F(CudaLinearAttention, ConvAndDeltaRuleTrackCpu) {
     EXPECT_LE(e, kTol) << "decode step " << step;
   }
   report("gated_delta_rule", "8 decode steps", e);
+}
+
+// Batches of at least 128 rows take the chunked form (gated_delta_chunked.cu): a fresh 2300-row
+// prefill (36 chunks, more than one slab of 32), a continued sequence, a decode row, an exact chunk
+// and a short continuation, with both head layouts; the conv's row tiles cross sequences too.
+TEST_F(CudaLinearAttention, ChunkedPrefillTracksCpu) {
+  struct Shape { int64_t Hk, Hv, dk, dv; bool tiled; };
+  for (const Shape sh : {Shape{2, 4, 128, 128, false}, Shape{1, 2, 64, 48, true}}) {
+    for (const DType act : {DType::F32, DType::BF16}) {
+      const int64_t Hk = sh.Hk, Hv = sh.Hv, dk = sh.dk, dv = sh.dv, K = 4, slots = 5;
+      const int64_t C = 2 * Hk * dk + Hv * dv;
+      const HostBatch hb = make({{0, 2300}, {100, 131}, {5, 1}, {0, 64}, {40, 7}});
+      const std::vector<int32_t> slot_ids = {2, 0, 4, 1, 3};
+      const int64_t T = hb.T;
+      const std::string tag = std::string(act == DType::F32 ? "f32" : "bf16") + (sh.tiled ? " tiled" : "");
+      GatedDeltaParams p;
+      p.n_k_heads = static_cast<int32_t>(Hk), p.n_v_heads = static_cast<int32_t>(Hv);
+      p.k_head_dim = static_cast<int32_t>(dk), p.v_head_dim = static_cast<int32_t>(dv), p.v_tiled = sh.tiled;
+      const auto a_log = rand_bf16(Hv, 11, -1, 1.5f), dt = rand_bf16(Hv, 12, -0.5f, 0.5f);
+      const auto w = rand_bf16(C * K, 13, -0.5f, 0.5f);
+      const auto conv0 = rand_bf16(slots * (K - 1) * C, 14), ssm0 = rand_bf16(slots * Hv * dk * dv, 15, -0.2f, 0.2f);
+      const auto x = rand_bf16(T * C, 16, -2, 2), a = rand_bf16(T * Hv, 17, -3, 3), b = rand_bf16(T * Hv, 18, -2, 2);
+      const std::vector<int32_t> table(static_cast<size_t>(hb.S), 0);
+      const BatchInfo cb = with_slots(info(hb, table, 1, false), slot_ids, false);
+      const BatchInfo gb = with_slots(info(hb, table, 1, true), slot_ids, true);
+      const double tol = act == DType::F32 ? 1e-4 : kTol;
+
+      Tensor c_conv = arena().host_f32(conv0, {slots, K - 1, C});
+      Tensor g_conv = arena().dev_from(conv0, DType::F32, {slots, K - 1, C});
+      std::vector<float> c_xc(static_cast<size_t>(T * C));
+      cpu().ssm_conv(cb, arena().host_f32(x, {T, C}), arena().host_f32(w, {C, K}), c_conv,
+                     Tensor(c_xc.data(), DType::F32, {T, C}));
+      Tensor g_xc = arena().dev_poisoned(act, {T, C});
+      gpu().ssm_conv(gb, arena().dev_from(x, act, {T, C}), arena().dev_from(w, DType::F32, {C, K}), g_conv, g_xc);
+      double e = compare(g_xc, c_xc);
+      report("ssm_conv " + tag, "out, 2503 rows", e);
+      EXPECT_LE(e, tol) << tag;
+      e = compare(g_conv, std::vector<float>(c_conv.ptr<float>(), c_conv.ptr<float>() + c_conv.numel()));
+      EXPECT_LE(e, act == DType::F32 ? 1e-6 : 1e-2) << tag;
+
+      const std::vector<float> xc = act == DType::F32 ? c_xc : round_bf16(c_xc);
+      Tensor c_ssm = arena().host_f32(ssm0, {slots, Hv, dk, dv});
+      Tensor g_ssm = arena().dev_from(ssm0, DType::F32, {slots, Hv, dk, dv});
+      GatedDeltaParams cp = p, gp = p;
+      cp.a_log = arena().host_f32(a_log, {Hv}), cp.dt_bias = arena().host_f32(dt, {Hv});
+      gp.a_log = arena().dev_from(a_log, DType::F32, {Hv}), gp.dt_bias = arena().dev_from(dt, DType::F32, {Hv});
+      std::vector<float> c_out(static_cast<size_t>(T * Hv * dv));
+      cpu().gated_delta_rule(cp, cb, arena().host_f32(xc, {T, C}), arena().host_f32(a, {T, Hv}),
+                             arena().host_f32(b, {T, Hv}), c_ssm, Tensor(c_out.data(), DType::F32, {T, Hv * dv}));
+      Tensor g_out = arena().dev_poisoned(act, {T, Hv * dv});
+      gpu().gated_delta_rule(gp, gb, arena().dev_from(xc, act, {T, C}), arena().dev_from(a, DType::F32, {T, Hv}),
+                             arena().dev_from(b, DType::F32, {T, Hv}), g_ssm, g_out);
+      e = compare(g_out, c_out);
+      report("gated_delta_rule chunked " + tag, "out, 5 seqs", e);
+      EXPECT_LE(e, tol) << tag;
+      e = compare(g_ssm, std::vector<float>(c_ssm.ptr<float>(), c_ssm.ptr<float>() + c_ssm.numel()));
+      report("gated_delta_rule chunked " + tag, "state", e);
+      EXPECT_LE(e, tol) << tag;
+    }
+  }
 }
 
 TEST_F(CudaLinearAttention, SigmoidMul) {

@@ -105,7 +105,7 @@ class CudaOps final : public Ops {
 
   /** Scratch regions: grown on demand (the first large call pays a cudaMalloc, which
    *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
-  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kRouterDone, kMoe, kCub, kQ8, kQ8Prepared, kSample, kSampleDone, kCount };
+  enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kRouterDone, kMoe, kCub, kQ8, kQ8Prepared, kSample, kSampleDone, kLinearAttention, kCount };
   void* scratch(Scratch slot, int64_t bytes);
   /** scratch() whose bytes are zero when (re)allocated; for counters that their kernels return to zero. */
   void* zeroed_scratch(Scratch slot, int64_t bytes);
