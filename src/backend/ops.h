@@ -130,6 +130,23 @@ struct GatedDeltaParams {
   float l2_eps = 1e-6f;    // q, k <- x / sqrt(sum x^2 + l2_eps)
 };
 
+/** The shapes that size a backend's step scratch (Ops::workspace_bytes): the largest step and the
+ *  model's widths. Zero fields: the model has no such layer. */
+struct WorkspaceShape {
+  int64_t tokens = 0;          // rows of the largest step (the engine's max_step_tokens)
+  int64_t max_seqs = 0;        // sequences in one step
+  int64_t logit_rows = 0;      // rows sampled in one step
+  int64_t n_vocab = 0;
+  int64_t max_matmul_k = 0;    // widest input of a matmul (hidden, attention output, FFN width)
+  int64_t hidden = 0;
+  int32_t moe_top_k = 0;       // routed experts: top-k, experts per layer, expert FFN width
+  int32_t moe_n_expert = 0;
+  int64_t moe_ffn = 0;
+  int64_t n_head = 0, head_dim = 0;  // the largest attention layer (MLA: heads and latent rank)
+  int64_t max_kv_len = 0;      // the longest key range one query attends to (the context)
+  int64_t lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0;  // Gated DeltaNet layers
+};
+
 enum class RouterScoring : uint8_t { kSoftmax = 0, kSigmoid = 1 };
 
 struct RouterParams {
@@ -419,6 +436,14 @@ class Ops {
   /** The longest logit row sample() takes (CUDA: 524,288); the engine checks its vocabulary against it
    *  when it loads. */
   virtual int64_t max_sample_row() const { return INT64_MAX; }
+
+  /** Device bytes this backend's own scratch (per-op workspaces it allocates on first use and keeps)
+   *  reaches over steps of shape `s`, for the memory plan to count against --gpu-memory-limit; 0 on
+   *  the CPU, whose scratch is host memory. An upper bound: the largest step of each op. */
+  virtual int64_t workspace_bytes(const WorkspaceShape& s) const {
+    (void)s;
+    return 0;
+  }
 };
 
 }  // namespace ft

@@ -84,6 +84,7 @@ class ProfilingOps final : public Ops {
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr) override;
   int64_t max_sample_row() const override { return inner_->max_sample_row(); }
+  int64_t workspace_bytes(const WorkspaceShape& s) const override { return inner_->workspace_bytes(s); }
 
  private:
   /** Runs `f` between two synchronize() calls and adds its time to `key`. */

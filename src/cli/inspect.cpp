@@ -153,6 +153,8 @@ Summary summarize_hf(const Checkpoint& ck) {
     s.sliding_window = 0;
   s.leading_dense = int_of(r, "first_k_dense_replace");
   s.shared_experts = int_of(r, "n_shared_experts");
+  // Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE: one shared expert of its own width.
+  if (s.shared_experts == 0 && s.expert_count > 0 && int_of(r, "shared_expert_intermediate_size") > 0) s.shared_experts = 1;
   s.nextn_layers = int_of(r, "num_nextn_predict_layers");
   if (int_of(r, "kv_lora_rank") > 0) {
     s.mla = {{"q_lora_rank", int_of(r, "q_lora_rank")}, {"kv_lora_rank", int_of(r, "kv_lora_rank")},

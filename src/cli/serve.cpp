@@ -49,6 +49,7 @@ struct ServeFlags {
   int64_t kv_tokens = 0;         // 0: the engine's default
   int64_t swa_kv_tokens = 0;     // 0: the engine's default
   int state_snapshots = 8;       // recurrent-state snapshots of the prefix cache (linear-attention models)
+  bool state_snapshots_given = false;
   std::string chat_template;
   double max_body_mb = 32;
   std::string cors_origin = "*";
@@ -197,6 +198,9 @@ int run_serve(const ServeFlags& f) {
                 "context (--swa-kv-tokens; in the KV bytes above)\n",
                 n_swa, kc.n_layer, kc.swa_window(), static_cast<long long>(swa->n_pages()) * kc.page_size);
   }
+  if (f.state_snapshots_given && !engine->kv().state_pool())
+    spdlog::warn("--state-snapshots {}: the model has no linear-attention layers, so there is no recurrent state to keep",
+                 f.state_snapshots);
   if (const PagePool* states = engine->kv().state_pool()) {
     int n_rec = 0;
     for (int32_t l = 0; l < kc.n_layer; ++l) n_rec += kc.is_recurrent(l);
@@ -277,9 +281,10 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(at_least(1));
   cmd->add_option("--state-snapshots", f->state_snapshots,
                   "Linear-attention models (Qwen3-Next, Qwen3.5): recurrent states kept for prefix-cache hits beyond "
-                  "one per running request (each the state at the end of a cached prompt)")
+                  "one per running request, each the state at the last page boundary of a cached prompt (a later "
+                  "request hits only where it repeats such a prompt whole); 0 keeps only what idle running slots hold")
       ->capture_default_str()
-      ->check(at_least(0));
+      ->check(in_range(0, kMaxStateSnapshots));
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--reasoning-format", f->reasoning_format,
@@ -296,7 +301,10 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(at_least(0));
   add_engine_flags(cmd, f->engine);
-  cmd->callback([f, &action] { action = [f] { return run_serve(*f); }; });
+  cmd->callback([f, cmd, &action] {
+    f->state_snapshots_given = cmd->count("--state-snapshots") > 0;
+    action = [f] { return run_serve(*f); };
+  });
 }
 
 }  // namespace ft::cli

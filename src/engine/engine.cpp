@@ -65,8 +65,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   kv_config.token_budget = options_.kv_tokens;
   kv_config.dtype = kv_dtype;
   kv_config.spare_pages = graphs ? 1 : 0;
-  if (options_.state_snapshots < 0)
-    fail(ErrorCode::kInvalidArgument, "--state-snapshots must be >= 0 (got {})", options_.state_snapshots);
+  if (options_.state_snapshots < 0 || options_.state_snapshots > kMaxStateSnapshots)
+    fail(ErrorCode::kInvalidArgument, "--state-snapshots must be in [0, {}] (got {})", kMaxStateSnapshots,
+         options_.state_snapshots);
   if (kv_config.has_recurrent()) kv_config.n_state_slots = options_.max_seqs + options_.state_snapshots;
   // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
   // new tokens (page-aligned), so all sequences of a step together need at most this.
@@ -78,7 +79,19 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     kv_config.swa_token_budget =
         std::max(options_.swa_kv_tokens,
                  options_.max_seqs * (int64_t{window} + 2 * options_.page_size) + options_.max_step_tokens);
-  kv_ = std::make_unique<KvCache>(*ops_, kv_config);
+  try {
+    kv_ = std::make_unique<KvCache>(*ops_, kv_config);
+  } catch (const Error& e) {  // say which flags size what did not fit
+    if (e.code() != ErrorCode::kOutOfMemory) throw;
+    const std::string states =
+        kv_config.has_recurrent()
+            ? fmt::format(" and {} recurrent-state slots of {} ({} running + --state-snapshots {})",
+                          kv_config.n_state_slots, format_bytes(kv_config.state_bytes_per_slot()), options_.max_seqs,
+                          options_.state_snapshots)
+            : std::string();
+    fail(ErrorCode::kOutOfMemory, "the KV cache ({} tokens, --kv-tokens{}) does not fit: {}", kv_config.token_budget,
+         states, e.what());
+  }
   if (const PagePool* swa = kv_->swa_pool())
     spdlog::info("engine: sliding-window layers (window {}) keep KV for {} tokens, the others for {}",
                  kv_config.swa_window(), int64_t{swa->n_pages()} * swa->page_size(),
@@ -125,6 +138,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     mc.placed_kv_tokens = kv_->pool().n_pages() * options_.page_size;
     mc.kv_reserve_tokens = options_.kv_reserve_tokens >= 0 ? options_.kv_reserve_tokens : mc.placed_kv_tokens;
     mc.placed_bytes = placed.kv + placed.buffers;
+    mc.workspace_bytes = placed.workspace;
     mc.weight_bytes = placed.weights;
     mc.max_tokens = T;
     // Graph-captured decode batches keep the expert cache; bigger steps stream whole layers.
@@ -244,24 +258,51 @@ Engine::PlacedMemory Engine::placed_memory() const {
   m.kv_per_token = m.kv / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
   for (const Buffer& b : storage_) m.buffers += b.bytes();
   for (const Buffer& b : state_->storage) m.buffers += b.bytes();
+  m.workspace = ops_->workspace_bytes(workspace_shape());
   return m;
 }
 
+WorkspaceShape Engine::workspace_shape() const {
+  const ModelConfig& c = model_->config();
+  WorkspaceShape s;
+  s.tokens = options_.max_step_tokens;
+  s.max_seqs = options_.max_seqs;
+  s.logit_rows = options_.max_logit_rows;
+  s.n_vocab = c.n_vocab;
+  s.hidden = c.n_embd;
+  s.max_matmul_k = std::max({c.n_embd, c.n_head * c.head_dim, c.n_head * c.v_head_dim, c.n_ff, c.n_ff_exp,
+                             c.n_ff_shexp, c.lin_n_v_heads * c.lin_v_dim});
+  if (c.n_expert > 0) {
+    s.moe_top_k = static_cast<int32_t>(c.n_expert_used);
+    s.moe_n_expert = static_cast<int32_t>(c.n_expert);
+    s.moe_ffn = c.n_ff_exp;
+  }
+  s.n_head = c.n_head;
+  s.head_dim = c.is_mla() ? c.kv_lora_rank : c.head_dim;
+  s.max_kv_len = int64_t{kv_->pool().n_pages()} * options_.page_size;
+  s.lin_v_heads = c.lin_n_v_heads;
+  s.lin_k_dim = c.lin_k_dim;
+  s.lin_v_dim = c.lin_v_dim;
+  return s;
+}
+
 void Engine::check_dense_memory_limit(const PlacedMemory& m) const {
-  const int64_t limit = options_.gpu_memory_limit, need = m.weights + m.kv + m.buffers;
+  const int64_t buffers = m.buffers + m.workspace;  // step buffers and the backend's scratch
+  const int64_t limit = options_.gpu_memory_limit, need = m.weights + m.kv + buffers;
   if (limit <= 0 || need <= limit) return;
-  const int64_t room = limit - m.weights - m.buffers;
+  const int64_t room = limit - m.weights - buffers;
   const std::string fix =
       m.weights > limit ? std::string("Raise --gpu-memory-limit (the weights alone do not fit)")
       : room < m.kv_per_token * options_.page_size
-          ? std::string("Raise --gpu-memory-limit (the weights and buffers leave no room for one KV page)")
+          ? std::string("Raise --gpu-memory-limit or lower --max-prefill-tokens (the weights and buffers leave no "
+                        "room for one KV page)")
           : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
                         room / std::max<int64_t>(m.kv_per_token, 1));
   fail(ErrorCode::kOutOfMemory,
        "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
-       "of buffers ({} missing). {}",
-       format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), options_.kv_tokens, format_bytes(m.buffers),
-       format_bytes(need - limit), fix);
+       "of buffers and workspaces for steps of {} tokens ({} missing). {}",
+       format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), options_.kv_tokens, format_bytes(buffers),
+       options_.max_step_tokens, format_bytes(need - limit), fix);
 }
 
 void Engine::calibrate_fetch_cap() {

@@ -20,6 +20,10 @@
 
 namespace ft {
 
+/** The most --state-snapshots: far beyond any use (each is one request's whole recurrent state, 75 MiB
+ *  for Qwen3-Next-80B), low enough that a typo is refused before memory is touched. */
+constexpr int32_t kMaxStateSnapshots = 4096;
+
 struct EngineOptions {
   int threads = 0;                   // CPU threads (0: all cores)
   int32_t page_size = 64;            // KV page size in tokens (--page-size)
@@ -29,9 +33,10 @@ struct EngineOptions {
    *  more conversations' last windows cached for prefix hits. */
   int64_t swa_kv_tokens = 0;
   /** --state-snapshots: recurrent-state slots (linear-attention models) kept for the prefix cache
-   *  beyond one per running sequence: each holds the state at the end of a cached prompt, so a later
-   *  request with that prefix starts from it (kv/prefix_cache.h). Ignored without recurrent layers. */
-  int32_t state_snapshots = 8;
+   *  beyond one per running sequence: each holds the state at the last page boundary of a cached
+   *  prompt, so a later request repeating that prompt starts from it (kv/prefix_cache.h). Ignored
+   *  without recurrent layers. */
+  int32_t state_snapshots = 8;  // at most kMaxStateSnapshots
   int64_t max_step_tokens = 8192;    // most tokens in one forward (>= --max-prefill-tokens)
   int64_t max_logit_rows = 256;      // most logit rows one forward returns
   int32_t max_seqs = 16;             // most sequences in one forward
@@ -142,18 +147,23 @@ class Engine {
   /** Decode steps replayed from a graph so far (recording steps excluded). */
   int64_t graph_replays() const { return graph_replays_; }
 
+  /** What the engine placed on its backend's device, in bytes: the checkpoint's weights (less those
+   *  read from host memory), the KV cache (and per token slot, spare pages included), the step and
+   *  forward buffers, and the backend's scratch that the largest step will allocate. */
+  struct PlacedMemory {
+    int64_t weights = 0, kv = 0, kv_per_token = 0, buffers = 0;
+    int64_t workspace = 0;  // Ops::workspace_bytes(workspace_shape()): not allocated at load
+  };
+  PlacedMemory placed_memory() const;
+  /** The shapes that size the backend's scratch: this engine's step limits and the model's widths. */
+  WorkspaceShape workspace_shape() const;
+
  private:
   /** Hybrid without --moe-fetch-cap: times a few decode steps of a throw-away sequence at each
    *  candidate cap (MoeRuntime::fetch_cap_candidates) and keeps the smallest within noise of the
    *  fastest (MoeRuntime::choose_fetch_cap); keeps the default
    *  (half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
-  /** What the engine placed on its backend's device, in bytes: the checkpoint's weights, the KV cache
-   *  (and per token slot, spare pages included), and the step and forward buffers. */
-  struct PlacedMemory {
-    int64_t weights = 0, kv = 0, kv_per_token = 0, buffers = 0;
-  };
-  PlacedMemory placed_memory() const;
   /** A model without experts under --gpu-memory-limit: throws kOutOfMemory, naming the sizes and how
    *  many KV tokens would fit, when `m` exceeds the limit. (MoE models are planned against it by
    *  plan_moe, from the same figures.) */

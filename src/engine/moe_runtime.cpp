@@ -76,7 +76,8 @@ GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRunt
       b.gpu_memory_limit = free_now + b.resident_bytes + placed_kv - extra_kv;
     }
   }
-  b.resident_bytes += bias_bytes;  // not placed yet, so not in the limit's free memory above
+  // Not placed yet, so not in the limit's free memory above.
+  b.resident_bytes += bias_bytes + config.workspace_bytes;
   return b;
 }
 

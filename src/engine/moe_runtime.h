@@ -27,6 +27,7 @@ struct MoeRuntimeConfig {
   int64_t kv_bytes_per_token = 0;    // KV of one token over all layers on the backend
   int64_t placed_bytes = 0;          // backend memory the engine already holds besides the weights (KV, step buffers)
   int64_t placed_kv_tokens = 0;      // tokens of the KV pool inside placed_bytes
+  int64_t workspace_bytes = 0;       // the backend's step scratch, allocated later (Ops::workspace_bytes)
   int64_t weight_bytes = 0;          // every tensor of the checkpoint (routed experts included)
   int64_t max_tokens = 0;            // most tokens per forward
   int64_t stream_min_tokens = 64;    // forwards this long stream whole expert layers (MoeRuntimeOptions)

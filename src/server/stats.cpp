@@ -134,6 +134,12 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
   metric("kv_page_size_tokens", "gauge", "Tokens per KV page.", s.page_size);
   metric("kv_bytes_per_token", "gauge", "KV cache bytes of one token in every layer (MLA: latent and RoPE key).",
          static_cast<double>(ctx.model.kv_bytes_per_token));
+  if (s.state_slots_total > 0) {  // linear-attention models
+    metric("kv_state_slots_total", "gauge", "Recurrent-state slots (one per running request, the rest prefix-cache snapshots).",
+           s.state_slots_total);
+    metric("kv_state_slots_used", "gauge", "Recurrent-state slots held by running requests.", s.state_slots_used);
+    metric("kv_state_snapshots", "gauge", "Recurrent-state snapshots held by the prefix cache.", s.state_snapshots);
+  }
   metric("requests_running", "gauge", "Requests holding KV and generating.", s.running);
   metric("requests_waiting", "gauge", "Requests queued for a running slot.", s.waiting);
   metric("prompt_tokens_per_second", "gauge", "Prompt tokens computed per second over the stats window.", s.prompt_tokens_per_s);

@@ -87,6 +87,10 @@ TEST(Inspect, MoeGgufAndHfFolder) {
   // Qwen3.5: three of its four layers are linear attention (layer_types).
   j = json::parse(run_ft("inspect " + quote(shared("fixtures/hf/qwen3_5")) + " --json").out);
   EXPECT_EQ(j["linear_attention_layers"], 3);
+  // One shared expert of shared_expert_intermediate_size (Qwen3-Next, Qwen2-MoE), as the GGUF says.
+  for (const char* name : {"qwen3_next", "qwen3_5_moe", "qwen2_moe"})
+    EXPECT_EQ(json::parse(run_ft("inspect " + quote(shared(std::string("fixtures/hf/") + name)) + " --json").out)
+                  ["expert_shared_count"], 1) << name;
   Result q = run_ft("inspect " + quote(shared("fixtures/hf/qwen3_5")));
   EXPECT_NE(q.out.find("3 of 4 layers (Gated DeltaNet"), std::string::npos) << q.out;
 

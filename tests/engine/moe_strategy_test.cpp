@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "../model/fixture_util.h"
+#include "backend/cpu/cpu_ops.h"
+#include "formats/checkpoint.h"
 
 namespace ft::testing {
 namespace {
@@ -213,6 +215,69 @@ TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
   // Fused demanded under that limit: out of memory, naming the fix.
   o.moe.strategy = MoeStrategy::kFused;
   expect_out_of_memory(dir, o, {"--moe-strategy offload"});
+}
+
+/** The CPU backend with a device-like scratch estimate, as CudaOps reports it. */
+class CpuOpsWithWorkspace : public CpuOps {
+ public:
+  CpuOpsWithWorkspace(int threads, int64_t bytes) : CpuOps(threads), bytes_(bytes) {}
+  int64_t workspace_bytes(const WorkspaceShape& s) const override {
+    shape = s;
+    return bytes_;
+  }
+  mutable WorkspaceShape shape;
+
+ private:
+  int64_t bytes_;
+};
+
+TEST(MoeAuto, BackendWorkspaceCountsAgainstTheLimit) {
+  // The backend's step scratch is not allocated when the cache is sized, so the plan must leave room
+  // for it: the same limit gives the cache workspace / slot_bytes fewer slots.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = small_engine_options();
+  o.kv_reserve_tokens = 1024;
+  o.embed_weights = "device";
+  GpuMemoryBudget b;
+  {
+    auto e = Engine::load(dir, o);
+    b = *e->moe_budget();
+  }
+  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + b.expert_bytes - 20 * b.slot_bytes;
+  const int64_t slots = Engine::load(dir, o)->moe_plan()->cache.n_slots;
+  const int64_t workspace = 5 * b.slot_bytes;
+  auto ops = std::make_unique<CpuOpsWithWorkspace>(1, workspace);
+  CpuOpsWithWorkspace* raw = ops.get();
+  Engine e(open_checkpoint(dir), std::move(ops), o);
+  EXPECT_EQ(e.moe_plan()->cache.n_slots, slots - 5);
+  EXPECT_EQ(e.moe_budget()->resident_bytes, b.resident_bytes + workspace);
+  // The shape it was asked for: this engine's step limits and the model's widths.
+  EXPECT_EQ(raw->shape.tokens, o.max_step_tokens);
+  EXPECT_EQ(raw->shape.max_seqs, o.max_seqs);
+  EXPECT_EQ(raw->shape.moe_top_k, e.config().n_expert_used);
+  EXPECT_EQ(raw->shape.moe_n_expert, e.config().n_expert);
+  EXPECT_EQ(raw->shape.moe_ffn, e.config().n_ff_exp);
+  EXPECT_EQ(raw->shape.hidden, e.config().n_embd);
+  EXPECT_GE(raw->shape.max_matmul_k, e.config().n_embd);
+}
+
+TEST(MoeAuto, DenseLimitCountsTheWorkspace) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3";
+  EngineOptions o = small_engine_options();
+  int64_t need = 0;
+  {
+    auto e = Engine::load(dir, o);
+    need = e->placed_memory().weights + e->placed_memory().kv + e->placed_memory().buffers;
+  }
+  o.gpu_memory_limit = need + (1 << 20);
+  Engine::load(dir, o);  // fits with the CPU backend's zero workspace
+  try {
+    Engine e(open_checkpoint(dir), std::make_unique<CpuOpsWithWorkspace>(1, 2 << 20), o);
+    ADD_FAILURE() << "a 2 MiB workspace fit in 1 MiB of room";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("workspaces for steps of"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MoeAuto, PlanSaysInt8OnlyWhereAnExpertTakesIt) {

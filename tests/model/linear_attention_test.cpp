@@ -75,6 +75,19 @@ TEST_P(LinearAttention, KvCacheHoldsPagesOnlyForAttentionLayers) {
   EXPECT_EQ(engine->kv().state_pool()->n_pages(), engine->options().max_seqs + engine->options().state_snapshots);
   EXPECT_EQ(engine->kv().bytes(), KvCache::bytes_for(kc));
   EXPECT_GE(engine->kv().bytes(), per_slot * engine->options().max_seqs);
+  // A --state-snapshots typo is refused at once, naming the flag and its range (it used to spend ~20 s
+  // and GBs of memory before an allocation failed without naming it).
+  for (int32_t bad : {-1, kMaxStateSnapshots + 1, 1000000000}) {
+    EngineOptions o = small_engine_options();
+    o.state_snapshots = bad;
+    try {
+      Engine::load(shared_dir() + "/fixtures/hf/" + GetParam(), o);
+      ADD_FAILURE() << "--state-snapshots " << bad << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("--state-snapshots must be in [0, 4096]"), std::string::npos) << e.what();
+    }
+  }
 }
 
 ServiceConfig service_config() {

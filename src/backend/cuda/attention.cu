@@ -380,6 +380,22 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
   launch_decode_attention(d, kv, out, batch.max_kv_len);
 }
 
+namespace cuda {
+
+int64_t attention_scratch_bound(int64_t max_seqs, int64_t H, int64_t D, int64_t max_kv_len, int sm_count) {
+  // Decode: a query's splits are at least kDecodeSplitMin keys long and at most kDecodeMaxSplits
+  // (the MLA decode takes at most 64). Prefill: n_split only exceeds 1 while the
+  // unsplit grid has fewer than 4 x sm_count blocks of 16 rows, so the partials of the whole step
+  // stay under 2 x 4 x sm_count x 16 rows of D + 4 floats (per head chunk and key head).
+  const int64_t splits = std::max<int64_t>(
+      64, std::min<int64_t>(kDecodeMaxSplits, (std::max<int64_t>(max_kv_len, 1) + kDecodeSplitMin - 1) / kDecodeSplitMin));
+  const int64_t decode = splits * max_seqs * H * (D + 4) * 4;
+  const int64_t prefill = 8LL * sm_count * 64 * (D + 4) * 4;
+  return std::max(decode, prefill);
+}
+
+}  // namespace cuda
+
 int32_t CudaOps::decode_short_kv_len() const {
   return cuda::clusters_possible(device_) ? cuda::kDecodeClusterKeys : 0;
 }

@@ -15,10 +15,6 @@
 
 namespace ft {
 
-namespace {
-constexpr int64_t kCublasWorkspace = 32ll << 20;  // fixed, so cuBLAS never allocates (graph capture)
-}
-
 CudaOps::CudaOps(int device, DType activations) : device_(device), activations_(activations) {
   if (activations != DType::BF16 && activations != DType::F32)
     fail(ErrorCode::kInvalidArgument, "cuda: activations must be BF16 or F32, not {}", dtype_name(activations));
@@ -35,8 +31,8 @@ CudaOps::CudaOps(int device, DType activations) : device_(device), activations_(
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   FT_CUBLAS_CHECK(cublasCreate(&cublas_));
   FT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  FT_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
-  FT_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+  FT_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+  FT_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
 }
 
 CudaOps::~CudaOps() {
@@ -134,7 +130,7 @@ void* CudaOps::scratch(Scratch slot, int64_t bytes) {
       r = Region{};
     }
     ++scratch_generation_;
-    const int64_t want = std::max<int64_t>(bytes + bytes / 4, 1 << 20);  // headroom: fewer regrowths
+    const int64_t want = region_bytes(bytes);
     if (cudaMalloc(&r.ptr, static_cast<size_t>(want)) != cudaSuccess) {
       cudaGetLastError();
       r.ptr = nullptr;
@@ -144,6 +140,12 @@ void* CudaOps::scratch(Scratch slot, int64_t bytes) {
     r.bytes = want;
   }
   return r.ptr;
+}
+
+int64_t CudaOps::scratch_bytes() const {
+  int64_t total = 0;
+  for (const Region& r : scratch_) total += r.bytes;
+  return total;
 }
 
 void* CudaOps::zeroed_scratch(Scratch slot, int64_t bytes) {

@@ -13,6 +13,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -96,6 +97,7 @@ class CudaOps final : public Ops {
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr) override;
   int64_t max_sample_row() const override;
+  int64_t workspace_bytes(const WorkspaceShape& s) const override;
 
   // ---- for the engine (CUDA graphs) and for the op files of this backend ----------------------
 
@@ -107,6 +109,11 @@ class CudaOps final : public Ops {
    *  synchronizes the device), never shrunk, distinct per slot so nested users do not clash. */
   enum class Scratch : int { kXConvert = 0, kDequant, kAttention, kAttentionDone, kRouterDone, kMoe, kCub, kQ8, kQ8Prepared, kSample, kSampleDone, kLinearAttention, kCount };
   void* scratch(Scratch slot, int64_t bytes);
+  /** What scratch() allocates for a request of `bytes` (headroom for fewer regrowths). */
+  static int64_t region_bytes(int64_t bytes) { return bytes <= 0 ? 0 : std::max<int64_t>(bytes + bytes / 4, 1 << 20); }
+  /** Bytes of every scratch region allocated so far (tests compare it with workspace_bytes). */
+  int64_t scratch_bytes() const;
+  static constexpr int64_t kCublasWorkspaceBytes = 32ll << 20;  // fixed, so cuBLAS never allocates (graph capture)
   /** scratch() whose bytes are zero when (re)allocated; for counters that their kernels return to zero. */
   void* zeroed_scratch(Scratch slot, int64_t bytes);
   /** A small pinned host buffer (for index read-backs on eager prefill paths). */

@@ -107,6 +107,23 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
  *  offsets_host[e] = first sorted position of expert e, e = 0..E (offsets_host[E] = valid pairs).
  *  `temp` must hold moe_sort_temp_bytes(P, E) bytes. Synchronizes the stream (eager prefill only). */
 int64_t moe_sort_temp_bytes(int64_t P, int32_t E);
+
+/** The bf16 scratch matmul decodes one tile of a quantized W into (cuBLAS then multiplies the tile). */
+constexpr int64_t kDequantTileBytes = 64ll << 20;
+
+/** An upper bound on the split partials attention and attention_mla keep in their scratch region, for
+ *  decode batches of up to max_seqs queries and prefill steps, H heads of width D (MLA: the latent
+ *  rank), keys up to max_kv_len, on a device of sm_count SMs. */
+int64_t attention_scratch_bound(int64_t max_seqs, int64_t H, int64_t D, int64_t max_kv_len, int sm_count);
+
+/** Byte offsets of moe_experts' intermediates in its scratch region (-1: not used) and the region's
+ *  size, for T rows of top-k over E experts of width F (hidden H, intermediates of es bytes, gate and up
+ *  fused when glu): decode steps (T <= 32) keep h (and u) and y; prefill also the sorted pairs, the
+ *  gathered rows and the sort's temp. */
+struct MoeScratch {
+  int64_t h = -1, u = -1, y = -1, order = -1, inv = -1, xs = -1, sort = -1, tiles = -1, bytes = 0;
+};
+MoeScratch moe_scratch_layout(int64_t T, int64_t k, int64_t H, int64_t F, int32_t E, int64_t es, bool glu);
 void moe_sort_pairs(const int32_t* ids, int64_t P, int32_t E, void* temp, int32_t* order, int32_t* offsets_host,
                     cudaStream_t stream);
 /** The device copy of the offsets [E + 1] that moe_sort_pairs leaves inside `temp`. */

@@ -19,7 +19,6 @@ namespace ft {
 namespace cuda {
 namespace {
 
-constexpr int64_t kDequantTileBytes = 64ll << 20;  // bf16 scratch for one decoded tile of W
 constexpr int64_t kExactMaxRows = 256;             // routers (one row per expert) and gates, not projections
 
 template <typename T>

@@ -170,6 +170,25 @@ BankShape check_bank(const ExpertBank& bank, int64_t H) {
 }
 
 }  // namespace
+
+MoeScratch moe_scratch_layout(int64_t T, int64_t k, int64_t H, int64_t F, int32_t E, int64_t es, bool glu) {
+  const int64_t P = T * k;
+  Carver c;
+  MoeScratch m;
+  if (T <= kDecodeMaxTokens) {
+    m.h = c.add(P * F * es);
+    m.u = glu ? -1 : c.add(P * F * es);
+    m.y = c.add(P * H * 4);
+  } else {
+    m.order = c.add(P * 4), m.inv = c.add(P * 4), m.xs = c.add(P * H * es);
+    m.h = c.add(P * F * es), m.u = c.add(P * F * es), m.y = c.add(P * H * 4);
+    m.sort = c.add(moe_sort_temp_bytes(P, E));
+    m.tiles = c.add((E + 1) * 4);
+  }
+  m.bytes = c.size();
+  return m;
+}
+
 }  // namespace cuda
 
 void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -195,19 +214,10 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
   // grouped prefill GEMM rounds its inputs to bf16 anyway, so its intermediates are stored in bf16.
   const DType mid = x.dtype;
   const int64_t es = mid == DType::F32 ? 4 : 2;
-  cuda::Carver c;
-  int64_t o_h = 0, o_u = 0, o_y = 0, o_order = 0, o_inv = 0, o_xs = 0, o_sort = 0, o_tiles = 0;
-  if (decode) {
-    o_h = c.add(P * F * es);
-    o_u = glu ? -1 : c.add(P * F * es);
-    o_y = c.add(P * H * 4);
-  } else {
-    o_order = c.add(P * 4), o_inv = c.add(P * 4), o_xs = c.add(P * H * es);
-    o_h = c.add(P * F * es), o_u = c.add(P * F * es), o_y = c.add(P * H * 4);
-    o_sort = c.add(cuda::moe_sort_temp_bytes(P, E));
-    o_tiles = c.add((E + 1) * 4);
-  }
-  auto* base = static_cast<uint8_t*>(scratch(Scratch::kMoe, c.size()));
+  const cuda::MoeScratch sl = cuda::moe_scratch_layout(T, k, H, F, E, es, glu);
+  const int64_t o_h = sl.h, o_u = sl.u, o_y = sl.y, o_order = sl.order, o_inv = sl.inv, o_xs = sl.xs, o_sort = sl.sort,
+                o_tiles = sl.tiles;
+  auto* base = static_cast<uint8_t*>(scratch(Scratch::kMoe, sl.bytes));
   uint8_t* h = base + o_h;
   auto* y = reinterpret_cast<float*>(base + o_y);
   const int32_t* row_of_pair = nullptr;
