@@ -71,11 +71,14 @@ int run_serve(const ServeFlags& f) {
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
   EngineOptions eo = engine_options(f.engine);
 
-  // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM.
+  // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM, and
+  // SIGHUP (a closed terminal or session), which stops the same way: its default action ended running
+  // streams without `[DONE]`.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
 
@@ -234,8 +237,9 @@ int run_serve(const ServeFlags& f) {
       break;
     }
   }
-  if (sig) std::printf("\n%s received: stopping (running requests get %d s to finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                       f.shutdown_grace_s);
+  if (sig)
+    std::printf("\n%s received: stopping (running requests get %d s to finish)\n",
+                sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM", f.shutdown_grace_s);
   std::fflush(stdout);
   // Running requests finish (new ones are refused) within the grace period; then their event
   // streams drain to `data: [DONE]` before the listener and its connections close.
@@ -297,7 +301,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
       ->check(at_least(-1))
       ->capture_default_str();
-  cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM")
+  cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM/SIGHUP")
       ->capture_default_str()
       ->check(at_least(0));
   add_engine_flags(cmd, f->engine);

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "server/errors.h"
+#include "server/json_body.h"
 #include "server/json_fields.h"
 
 namespace ft::server {
@@ -13,7 +14,6 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-struct DepthExceeded {};
 
 void parse_stop(const ojson& body, GenerationParams& g) {
   const ojson* v = field(body, "stop");
@@ -314,17 +314,11 @@ void refuse_non_text(const std::string& where, const std::string& type) {
 ojson parse_json_body(std::string_view body) {
   ojson j;
   try {
-    j = ojson::parse(body.begin(), body.end(), [](int depth, ojson::parse_event_t, ojson&) {
-      if (depth > kMaxJsonDepth) throw DepthExceeded{};
-      return true;
-    });
-  } catch (const DepthExceeded&) {
+    j = parse_json_linear(body, kMaxJsonDepth);
+  } catch (const JsonTooDeep&) {
     bad_request("", fmt::format("The request body nests deeper than {} levels", kMaxJsonDepth));
-  } catch (const ojson::exception& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at ...": drop the tag
-    if (const size_t tag = what.find("] "); what.rfind("[json.exception.", 0) == 0 && tag != std::string::npos)
-      what.erase(0, tag + 2);
-    bad_request("", fmt::format("The request body is not valid JSON: {}", what));
+  } catch (const JsonSyntaxError& e) {
+    bad_request("", fmt::format("The request body is not valid JSON: {}", e.what));
   }
   if (!j.is_object()) bad_request("", fmt::format("The request body must be a JSON object, got {}", type_name(j)));
   return j;
@@ -341,6 +335,13 @@ ChatRequest parse_chat_request(const ojson& body) {
   if (const ojson* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object())
       bad_request("chat_template_kwargs", fmt::format("'chat_template_kwargs' must be an object, got {}", type_name(*k)));
+    // The template's own inputs come from the validated request and the model, never from here.
+    for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+      if (k->contains(reserved))
+        bad_request("chat_template_kwargs",
+                    fmt::format("'chat_template_kwargs' cannot set '{}': the server sets it from the request and the "
+                                "model",
+                                reserved));
     r.template_kwargs = *k;
   }
   // OpenAI's reasoning_effort reaches the template as the variable of that name (gpt-oss's

@@ -1,6 +1,7 @@
-// `ft serve` stopped by SIGINT while a stream is running: the request finishes within the grace period
-// and its stream ends with finish_reason and `data: [DONE]` (it used to be cut off mid-stream because
-// the HTTP listener closed before the running requests finished), and the server exits 0.
+// `ft serve` stopped by SIGINT (or SIGHUP, a closed terminal) while a stream is running: the request
+// finishes within the grace period and its stream ends with finish_reason and `data: [DONE]` (it used
+// to be cut off mid-stream because the HTTP listener closed before the running requests finished;
+// SIGHUP's default action killed the process mid-stream), and the server exits 0.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,7 +11,10 @@
 namespace ft {
 namespace {
 
-TEST(ServeShutdown, SigintLetsRunningStreamsFinish) {
+class ServeShutdown : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ServeShutdown, SignalLetsRunningStreamsFinish) {
+  const std::string sig = GetParam();
   const std::string model = ::ft::testing::shared_dir() + "/data/models/stories260K.gguf";
   const std::string dir = (std::filesystem::temp_directory_path() / ("ft_shutdown_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
@@ -23,7 +27,7 @@ TEST(ServeShutdown, SigintLetsRunningStreamsFinish) {
       "curl -sN localhost:$P/v1/completions -H 'Content-Type: application/json'"
       " -d '{\"prompt\":\"Once\",\"max_tokens\":1500,\"stream\":true,\"ignore_eos\":true}' > $D/out.txt & cpid=$!;"
       "for i in $(seq 200); do [ -s $D/out.txt ] && break; sleep 0.01; done;"
-      "kill -INT $pid; wait $pid; echo server=$?; wait $cpid; echo curl=$?";
+      "kill -" + sig + " $pid; wait $pid; echo server=$?; wait $cpid; echo curl=$?";
   FILE* p = popen(("bash -c " + quote(script)).c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
@@ -36,11 +40,13 @@ TEST(ServeShutdown, SigintLetsRunningStreamsFinish) {
   std::filesystem::remove_all(dir);
   EXPECT_NE(out.find("server=0"), std::string::npos) << out << log;
   EXPECT_NE(out.find("curl=0"), std::string::npos) << out;
-  EXPECT_NE(log.find("SIGINT received"), std::string::npos) << log;  // the signal came mid-stream
+  EXPECT_NE(log.find("SIG" + sig + " received"), std::string::npos) << log;  // the signal came mid-stream
   EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos) << stream.substr(stream.size() > 300 ? stream.size() - 300 : 0);
   ASSERT_GE(stream.size(), 15u);
   EXPECT_EQ(stream.substr(stream.size() - 14), "data: [DONE]\n\n");
 }
+
+INSTANTIATE_TEST_SUITE_P(Signals, ServeShutdown, ::testing::Values("INT", "HUP"));
 
 }  // namespace
 }  // namespace ft
