@@ -397,8 +397,10 @@ class Ops {
   /** Router: logits [T, E] (F32 or activation dtype) -> ids I32 [T, k], weights F32 [T, k]. Scores
    *  are softmax (over all E) or sigmoid of the logits; the k best of score + p.bias (when given)
    *  are selected (descending, ties to the lower id; within p.n_group's kept groups), their scores
-   *  optionally renormalised to sum 1, then multiplied by p.scaling. Throws kInvalidArgument for a
-   *  bias that is not F32 [E] or groups that do not divide E. */
+   *  optionally renormalised to sum 1, then multiplied by p.scaling. A row with a NaN or inf logit
+   *  (a diverged token) gets experts 0..k-1 with weight 0: its ids stay valid and distinct for the
+   *  caches and sorts the batch shares. Throws kInvalidArgument for a bias that is not F32 [E] or
+   *  groups that do not divide E. */
   virtual void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) = 0;
 
   /** A MoE layer's whole router: logits = x w^T + bias (matmul: x [T, H], w [E, H], bias [E]

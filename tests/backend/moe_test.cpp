@@ -2,6 +2,7 @@
 // experts, skipped ids, accumulate; gpt-oss's clamped SwiGLU with per-expert biases) against scalar
 // references.
 #include <algorithm>
+#include <cmath>
 
 #include "op_harness.h"
 
@@ -53,6 +54,40 @@ TEST_P(MoeTest, RouterScoringAndRenormalisation) {
         }
       }
       EXPECT_LT(rel_l2(gw, want), tol()) << "scoring " << static_cast<int>(sc) << " norm " << norm;
+    }
+  }
+}
+
+TEST_P(MoeTest, NonFiniteRowRoutesToValidExpertsWithZeroWeight) {
+  // A diverged token (NaN or inf router logits) must not hand out-of-range or repeated ids to the
+  // expert caches and sorts the batch shares, nor change the other rows (issue 40).
+  const int64_t T = 5, E = 16;
+  const int32_t k = 4;
+  const std::vector<float> clean = random_vec(T * E, 7, -3, 3);
+  std::vector<float> dirty = clean;
+  dirty[1 * E + 5] = NAN;
+  dirty[3 * E + 0] = INFINITY;
+  dirty[4 * E + 15] = -INFINITY;
+  for (RouterScoring sc : {RouterScoring::kSoftmax, RouterScoring::kSigmoid}) {
+    RouterParams p{k, sc, true, 1.0f};
+    auto route = [&](const std::vector<float>& l) {
+      Tensor ids = arena().alloc(DType::I32, {T, k}), w = arena().alloc(DType::F32, {T, k});
+      ops().moe_route(p, arena().f32(l, {T, E}), ids, w);
+      return std::make_pair(arena().read_i32(ids), arena().read(w));
+    };
+    const auto [ci, cw] = route(clean);
+    const auto [di, dw] = route(dirty);
+    for (int64_t t = 0; t < T; ++t) {
+      const bool bad = t == 1 || t == 3 || t == 4;
+      for (int32_t j = 0; j < k; ++j) {
+        if (bad) {
+          EXPECT_EQ(di[t * k + j], j) << "row " << t;
+          EXPECT_EQ(dw[t * k + j], 0.0f) << "row " << t;
+        } else {  // bit-identical to the clean batch
+          EXPECT_EQ(di[t * k + j], ci[t * k + j]) << "row " << t;
+          EXPECT_EQ(dw[t * k + j], cw[t * k + j]) << "row " << t;
+        }
+      }
     }
   }
 }

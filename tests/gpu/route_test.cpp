@@ -3,6 +3,7 @@
 // selection bias and group-limited routing (DeepSeek-V3, GLM-4.5, MiniMax-M2 shapes), on the warp and
 // block kernels and the fused router.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "gpu_harness.h"
@@ -104,6 +105,33 @@ TEST_F(CudaRoute, MoeRouteMatches) {
                             " k=" + std::to_string(c.k) + " ids exact",
            e);
     EXPECT_LE(e, 1e-5);
+  }
+}
+
+TEST_F(CudaRoute, NonFiniteRowsRouteLikeTheCpu) {
+  // A NaN or inf logit: experts 0..k-1 with zero weight on both backends, in the warp kernel (E <= 256)
+  // and the block kernel (E = 512, Qwen3-Next); the other rows unchanged (issue 40).
+  for (const int64_t E : {int64_t{64}, int64_t{512}}) {
+    const int64_t T = 6;
+    const int32_t k = 8;
+    auto x = distinct_rows(T, E, 1.0f / 16.0f, 77);
+    x[1 * E + 3] = NAN;
+    x[2 * E + 0] = INFINITY;
+    x[4 * E + E - 1] = -INFINITY;
+    for (RouterScoring sc : {RouterScoring::kSoftmax, RouterScoring::kSigmoid}) {
+      RouterParams p;
+      p.n_expert_used = k, p.scoring = sc, p.norm_topk_prob = true;
+      std::vector<int32_t> ref_ids(static_cast<size_t>(T * k));
+      std::vector<float> ref_w(ref_ids.size());
+      cpu().moe_route(p, arena().host_f32(x, {T, E}), Tensor(ref_ids.data(), DType::I32, {T, k}),
+                      Tensor(ref_w.data(), DType::F32, {T, k}));
+      for (int32_t j = 0; j < k; ++j) EXPECT_EQ(ref_w[1 * k + j], 0.0f);
+      Tensor ids = arena().dev_poisoned(DType::I32, {T, k});
+      Tensor w = arena().dev_poisoned(DType::F32, {T, k});
+      gpu().moe_route(p, arena().dev_from(x, DType::F32, {T, E}), ids, w);
+      EXPECT_EQ(arena().read_i32(ids), ref_ids) << "E=" << E;
+      EXPECT_LE(compare(w, ref_w), 1e-5) << "E=" << E;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // moe_route: router scores (softmax or sigmoid), selection bias and group-limited top-k (DeepSeek-V3),
-// optional renormalisation and scaling (CPU backend).
+// optional renormalisation and scaling (CPU backend). A row with a NaN or inf logit routes to experts
+// 0..k-1 with zero weight.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -58,6 +59,14 @@ void CpuOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, 
     thread_local std::vector<float> score, choice;
     score.resize(static_cast<size_t>(E));
     const float* row = lg + t * E;
+    int32_t* it = id + t * k;
+    float* wt = w + t * k;
+    if (!std::all_of(row, row + E, [](float x) { return std::isfinite(x); })) {
+      // A NaN or inf logit (a diverged token): experts 0..k-1 with zero weight, so the row's ids stay
+      // valid and distinct for whatever runs the experts (caches, sorts, pools shared by the batch).
+      for (int32_t j = 0; j < k; ++j) it[j] = j, wt[j] = 0.0f;
+      continue;
+    }
     if (p.scoring == RouterScoring::kSoftmax) {
       float mx = -INFINITY, sum = 0.0f;
       for (int64_t e = 0; e < E; ++e) mx = std::fmax(mx, row[e]);
@@ -66,8 +75,6 @@ void CpuOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, 
     } else {
       for (int64_t e = 0; e < E; ++e) score[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-row[e]));
     }
-    int32_t* it = id + t * k;
-    float* wt = w + t * k;
     const float* pick = score.data();
     if (bias || n_group > 1) {  // selection by score + bias, within the best groups (DeepSeek-V3)
       choice.assign(score.begin(), score.end());

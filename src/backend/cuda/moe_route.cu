@@ -4,7 +4,8 @@
 // p.topk_group best groups (a group: E / n_group consecutive ids, scored by the sum of its two best
 // selection scores, ties to the lower group) are eligible (transformers' DeepseekV3TopkRouter). The k
 // best selection scores are picked (descending, ties to the lower id, block_topk in topk.cuh); their
-// unbiased scores are optionally renormalised to sum 1, then multiplied by p.scaling.
+// unbiased scores are optionally renormalised to sum 1, then multiplied by p.scaling. A row with a NaN
+// or inf logit routes to experts 0..k-1 with zero weight.
 // Up to 256 experts and 32 groups: one warp per token, scores in registers (route_warp.cuh); more: one
 // block per token, scores staged in shared memory (E + 2 * n_group floats). Bias read from device
 // memory (graph-capturable). Throws kInvalidArgument for shapes, bias or groups (op_checks::router).
@@ -29,6 +30,13 @@ __global__ void moe_route_kernel(const void* logits, int code, RouteArgs r, int3
   const int E = r.E;
   const int64_t t = blockIdx.x;
   const int64_t base = t * E;
+  int bad = 0;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) bad |= !isfinite(load_any(logits, code, base + e));
+  if (__syncthreads_or(bad)) {  // a diverged token: valid, distinct ids with zero weight (as route_warp)
+    if (threadIdx.x == 0)
+      for (int j = 0; j < r.k; ++j) ids[t * r.k + j] = j, weights[t * r.k + j] = 0.0f;
+    return;
+  }
   if (r.sigmoid) {
     for (int e = threadIdx.x; e < E; e += blockDim.x) score[e] = 1.0f / (1.0f + expf(-load_any(logits, code, base + e)));
     __syncthreads();

@@ -5,7 +5,8 @@
 // transformers' DeepseekV3TopkRouter: a group's score is the sum of its two best selection scores,
 // the topk_group best groups are kept, ties to the lower group) the experts of other groups are
 // ineligible; top-k of the selection scores as k rounds of a warp argmax (ties to the lower id); the
-// weights are the selected experts' unbiased scores, optionally renormalised, then scaled.
+// weights are the selected experts' unbiased scores, optionally renormalised, then scaled. A row with a
+// NaN or inf logit routes to experts 0..k-1 with zero weight (as the CPU backend).
 // No block barriers, so it runs inside any kernel whose warp has the row's logits.
 #include <climits>
 
@@ -51,11 +52,18 @@ __device__ __forceinline__ void route_warp(Logit logit, const RouteArgs& r, int3
   const int lane = threadIdx.x & 31, E = r.E;
   float s[kWarpRouteMax];  // scores
   float mx = -INFINITY;
+  bool bad = false;
 #pragma unroll
   for (int u = 0; u < kWarpRouteMax; ++u) {
     const int e = lane + 32 * u;
     s[u] = e < E ? logit(e) : -INFINITY;
+    bad = bad || (e < E && !isfinite(s[u]));
     mx = fmaxf(mx, s[u]);
+  }
+  if (__any_sync(0xffffffffu, bad)) {  // a diverged token: valid, distinct ids with zero weight
+    if (lane == 0)
+      for (int j = 0; j < r.k; ++j) ids[j] = j, weights[j] = 0.0f;
+    return;
   }
   if (r.sigmoid) {
 #pragma unroll
