@@ -3,7 +3,10 @@
 // the part that is safe to send. A stop string may span several feeds (tokens); a tail that could
 // still grow into a stop string is held back until it is disambiguated, so no prefix of a stop
 // string is ever streamed. On a match the text before the stop string is returned and the stream
-// ends (the stop string itself is not returned).
+// ends (the stop string itself is not returned). Each stop string has a Knuth-Morris-Pratt automaton
+// (Knuth, Morris, Pratt 1977) whose state is the longest suffix of the text so far that begins the
+// stop string, so a feed costs O(its bytes x the number of stops) and the held-back tail is the
+// largest state, whatever the stop strings' length (rescanning the tail cost O(length^2) a feed).
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,8 +42,10 @@ class StopMatcher {
 
  private:
   std::vector<std::string> stops_;
-  std::vector<int> index_;  // original index of each non-empty stop
-  std::string buf_;
+  std::vector<int> index_;               // original index of each non-empty stop
+  std::vector<std::vector<int>> fail_;   // KMP failure function of each stop
+  std::vector<int> state_;               // KMP state of each stop after the text so far
+  std::string buf_;                      // held back: the text since the longest live state began
   bool stopped_ = false;
 };
 

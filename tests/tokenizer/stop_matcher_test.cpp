@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 
 #include "tokenizer/detokenizer.h"
@@ -132,6 +133,54 @@ TEST(StopMatcher, RandomChunkingMatchesReference) {
     EXPECT_EQ(stopped, first != std::string::npos) << text;
     EXPECT_EQ(streamed, first == std::string::npos ? text : text.substr(0, first)) << text;
   }
+}
+
+// Self-overlapping stop strings over a two-letter alphabet (the KMP automaton's failure links: a
+// mismatch must fall back to the longest border, not to the start), byte by byte and in random chunks.
+// No stop is inside another, so the first to complete is the first to start whatever the chunking.
+TEST(StopMatcher, SelfOverlappingStopsMatchReference) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> stops = {"aabab", "abaa", "bbab"};
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int len = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < len; ++i) text += "ab"[rng() % 2];
+    size_t first = std::string::npos;
+    for (const auto& s : stops) first = std::min(first, text.find(s));
+    StopMatcher m(stops);
+    std::string streamed;
+    bool stopped = false;
+    for (size_t i = 0; i < text.size() && !stopped;) {
+      const size_t n = round % 2 ? 1 : 1 + rng() % 4;
+      StopMatcher::Result r = m.feed(text.substr(i, n));
+      streamed += r.text;
+      stopped = r.stopped;
+      i += n;
+    }
+    if (!stopped) streamed += m.flush();
+    EXPECT_EQ(stopped, first != std::string::npos) << text;
+    EXPECT_EQ(streamed, first == std::string::npos ? text : text.substr(0, first)) << text;
+  }
+}
+
+// A long stop string fed byte by byte costs time linear in the text (issue 40: rescanning the held
+// tail made it quadratic): 4x the text takes about 4x as long, not 16x.
+TEST(StopMatcher, LongStopStringsCostLinearTime) {
+  auto seconds = [](size_t n) {
+    double best = 1e9;
+    for (int rep = 0; rep < 5; ++rep) {
+      StopMatcher m({std::string(n, 'a') + "b"});  // never completes below; the whole text stays a prefix
+      const auto t0 = std::chrono::steady_clock::now();
+      size_t streamed = 0;
+      for (size_t i = 0; i < n; ++i) streamed += m.feed("a").text.size();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      EXPECT_EQ(streamed, 0u);
+      EXPECT_EQ(m.held_bytes(), n);
+    }
+    return best;
+  };
+  const double ratio = seconds(160000) / seconds(40000);
+  EXPECT_LT(ratio, 9.0);
 }
 
 // Detokenizer + StopMatcher: a stop string split over several tokens of a real vocabulary.
