@@ -52,7 +52,8 @@ struct ServeFlags {
   bool state_snapshots_given = false;
   std::string chat_template;
   double max_body_mb = 32;
-  std::string cors_origin = "*";
+  std::string cors_origin;       // off: the web page is same-origin
+  bool allow_unauthenticated = false;
   std::string reasoning_format = "none";
   int max_waiting = 128;
   int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
@@ -69,6 +70,11 @@ std::string human_count(double n) {
 int run_serve(const ServeFlags& f) {
   if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
+  if (f.api_key.empty() && !server::is_loopback_host(f.host) && !f.allow_unauthenticated)
+    fail(ErrorCode::kInvalidArgument,
+         "--host {} is reachable from other machines and no --api-key is set: anyone could use this server. Set "
+         "--api-key KEY, or pass --allow-unauthenticated to serve without one",
+         f.host);
   EngineOptions eo = engine_options(f.engine);
 
   // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM, and
@@ -218,7 +224,7 @@ int run_serve(const ServeFlags& f) {
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
   std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
   std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)\n", server::url_host(f.host).c_str(), port);
-  if (f.api_key.empty() && !server::is_loopback_host(f.host))
+  if (f.api_key.empty() && !server::is_loopback_host(f.host))  // --allow-unauthenticated
     std::printf("WARNING: %s is reachable from other machines and no --api-key is set: anyone can use this server.\n",
                 f.host.c_str());
   std::fflush(stdout);
@@ -264,6 +270,8 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"));
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
       ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"));
+  cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
+                "Serve on a --host other machines can reach without --api-key (refused otherwise)");
   cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")
       ->capture_default_str()
       ->check(at_least(1));
@@ -296,7 +304,8 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "deepseek"}));
   cmd->add_option("--cors-origin", f->cors_origin,
-                  "Access-Control-Allow-Origin for browser clients ('*': any origin; '' turns CORS off)")
+                  "Access-Control-Allow-Origin for browser pages on other origins ('*': any origin; off by default). "
+                  "While on, POST bodies must be sent as application/json (415 for text/plain and form encodings)")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
       ->check(at_least(-1))

@@ -1,5 +1,6 @@
 #include "server/context.h"
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <random>
@@ -30,6 +31,14 @@ std::string ServerContext::new_id(const char* prefix) {
   uint64_t a = salt ^ (n * 0xbf58476d1ce4e5b9ull);
   a ^= a >> 31;
   return fmt::format("{}{:016x}{:08x}", prefix, a, static_cast<uint32_t>(n));
+}
+
+bool is_cors_simple_body(std::string_view content_type) {
+  std::string t(content_type.substr(0, content_type.find(';')));
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.pop_back();
+  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.erase(t.begin());
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t == "text/plain" || t == "application/x-www-form-urlencoded" || t == "multipart/form-data";
 }
 
 bool ServerContext::authorized(const httplib::Request& req) const {
@@ -67,6 +76,17 @@ void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response&
     if (auth && !ctx.authorized(req)) {
       ApiError e = api_error_for_status(401, req.path);
       send_error(req, res, e);
+      return;
+    }
+    if (!ctx.options.cors_origin.empty() && req.method == "POST" && is_cors_simple_body(req.get_header_value("Content-Type"))) {
+      // A page on another origin may POST these content types without a preflight (Fetch standard,
+      // "CORS-safelisted request-header"), so with CORS on a JSON body must say application/json.
+      send_error(req, res,
+                 ApiError{415,
+                          fmt::format("Content-Type '{}' is refused while CORS is on (--cors-origin): send the JSON "
+                                      "body as application/json",
+                                      req.get_header_value("Content-Type")),
+                          "invalid_request_error", "", "unsupported_media_type"});
       return;
     }
     fn();

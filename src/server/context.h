@@ -28,9 +28,10 @@ struct ServerOptions {
   int keepalive_ms = 250;        // SSE comment sent when a stream was silent this long (disconnect probe)
   std::optional<uint64_t> default_seed;  // sampling seed of requests that give none (--seed)
   /** Access-Control-Allow-Origin of every response, and the answer to CORS preflights (OPTIONS), so
-   *  browser clients can call the API ("*": any origin, as llama.cpp's server and vLLM allow by
-   *  default); empty: no CORS headers, and a preflight gets 405. */
-  std::string cors_origin = "*";
+   *  browser clients on other origins can call the API ("*": any origin); empty (the default: the
+   *  web page is same-origin): no CORS headers, and a preflight gets 405. While set, a POST whose
+   *  Content-Type a page may send without a preflight (text/plain, form encodings) gets 415. */
+  std::string cors_origin;
   /** --reasoning-format deepseek: a chat reply's leading <think> block goes to reasoning_content
    *  (reasoning.h); false (none): replies are left as the model wrote them. */
   bool split_reasoning = false;
@@ -93,6 +94,10 @@ void send_json(httplib::Response& res, int status, const nlohmann::ordered_json&
 /** Writes the error body for `e` in the shape of the API `req` went to: Anthropic's on its routes
  *  (is_anthropic_path), OpenAI's elsewhere. */
 void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e);
+
+/** True for the Content-Types a browser page may POST cross-origin without a preflight (text/plain,
+ *  application/x-www-form-urlencoded, multipart/form-data; parameters and case ignored). */
+bool is_cors_simple_body(std::string_view content_type);
 
 /** Runs `fn` and turns whatever it throws into an error response (ApiException as is, ft::Error via
  *  api_error_from, anything else 500; in the shape of the route's API, see send_error). Checks the

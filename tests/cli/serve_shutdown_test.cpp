@@ -54,6 +54,16 @@ INSTANTIATE_TEST_SUITE_P(Signals, ServeShutdown, ::testing::Values("INT", "HUP")
 namespace ft {
 namespace {
 
+TEST(ServeFlags, ReachableHostWithoutApiKeyIsRefused) {
+  // Binding an address other machines can reach without a key needs saying so (issue 40); refused
+  // before any weight is read.
+  Result r = run_ft("serve --host 0.0.0.0 --port 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--host 0.0.0.0 is reachable from other machines and no --api-key is set"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--allow-unauthenticated"), std::string::npos) << r.err;
+}
+
 TEST(ServeFlags, EmptyApiKeyIsRefused) {
   // An unset variable in `--api-key "$KEY"` must not silently serve without auth.
   Result r = run_ft("serve --api-key '' --port 1");

@@ -647,6 +647,7 @@ TEST(AnthropicRoutes, OverloadKeepsItsStatusWithAnOverloadedError) {
 TEST(AnthropicRoutes, AuthHeadersAndCorsPreflight) {
   TestServerConfig cfg;
   cfg.api_key = "sekret";
+  cfg.cors_origin = "*";  // the preflights below
   TestServer s(cfg);
   auto c = s.client();
   const httplib::Headers version = {{"anthropic-version", "2023-06-01"}, {"anthropic-beta", "tools-2024-04-04"}};

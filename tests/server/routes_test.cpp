@@ -891,6 +891,7 @@ TEST(Routes, CorsPreflightAndHeaders) {
   // Browser clients: a preflight needs no API key and names the route's methods; every response,
   // errors included, carries Access-Control-Allow-Origin.
   TestServerConfig cfg;
+  cfg.cors_origin = "*";  // --cors-origin '*'
   cfg.api_key = "sekret";
   TestServer s(cfg);
   auto c = s.client();
@@ -926,8 +927,7 @@ TEST(Routes, CorsPreflightAndHeaders) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
 
-  TestServerConfig off;
-  off.cors_origin = "";  // --cors-origin ''
+  TestServerConfig off;  // CORS off (the default)
   TestServer s2(off);
   auto c2 = s2.client();
   auto pre2 = c2.Options("/v1/chat/completions", ask);
@@ -935,6 +935,31 @@ TEST(Routes, CorsPreflightAndHeaders) {
   EXPECT_EQ(pre2->status, 405);
   EXPECT_FALSE(pre2->has_header("Access-Control-Allow-Origin"));
   EXPECT_FALSE(c2.Get("/health")->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST(Routes, CorsRefusesBodiesAPageCanSendWithoutAPreflight) {
+  // With CORS on, a page on another origin could POST text/plain or a form without a preflight
+  // (issue 40): such bodies get 415; application/json works; with CORS off (the default) the
+  // content type is not checked.
+  TestServerConfig cfg;
+  cfg.cors_origin = "*";
+  TestServer s(cfg);
+  auto c = s.client();
+  for (const char* type : {"text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                           "Multipart/Form-Data; boundary=x"}) {
+    auto r = c.Post("/v1/chat/completions", chat_body("x", 2), type);
+    ASSERT_TRUE(r) << type;
+    EXPECT_EQ(r->status, 415) << type;
+    EXPECT_NE(r->body.find("unsupported_media_type"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(post(c, "/v1/chat/completions", chat_body("x", 2)).status, 200);
+  TestServerConfig off;
+  off.cors_origin = "";
+  TestServer s2(off);
+  auto c2 = s2.client();
+  auto r = c2.Post("/v1/chat/completions", chat_body("x", 2), "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
 }
 
 TEST(Routes, ApiKeyGuardsEverythingButHealth) {

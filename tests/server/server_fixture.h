@@ -97,7 +97,7 @@ struct TestServerConfig {
   int32_t n_pages = 64;
   int32_t page_size = 16;
   int port = 0;  // 0: a free one
-  std::string cors_origin = "*";
+  std::string cors_origin;  // off, as `ft serve`'s default
   bool split_reasoning = false;  // --reasoning-format deepseek
   std::string chat_template = kChatMLTemplate;
   bool serve = true;  // false: bound but not serving (the test calls http().serve())
