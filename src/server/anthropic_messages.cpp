@@ -175,7 +175,8 @@ class MessagesSse : public SseFormatter {
   std::string held_thinking_;  // reasoning that is all whitespace so far (no thinking block yet)
 };
 
-void messages(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+void messages(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
+              httplib::Response& res) {
   ChatRequest r = parse_anthropic_request(parse_json_body(body_text), /*count_only=*/false);
   ctx.check_model(r.gen.model, /*allow_empty=*/false);
   Submitted s = submit_chat(ctx, r);
@@ -185,7 +186,7 @@ void messages(ServerContext& ctx, const std::string& body_text, httplib::Respons
     start_sse(ctx, res, std::move(s), std::make_shared<MessagesSse>(ctx, id, prompt_tokens, r));
     return;
   }
-  StreamUpdate all = collect(s);
+  StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
   ChatReply reply = split_chat_reply(all.text, r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls,
                                      ctx.model.tool_call_format);
@@ -209,7 +210,7 @@ void count_tokens(ServerContext& ctx, const std::string& body_text, httplib::Res
 
 void add_anthropic_routes(Router& r, ServerContext& ctx) {
   r.post(R"(/v1/messages/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
-    guarded(ctx, req, res, true, [&] { messages(ctx, body, res); });
+    guarded(ctx, req, res, true, [&] { messages(ctx, req, body, res); });
   });
   r.post(R"(/v1/messages/count_tokens/?)",
          [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {

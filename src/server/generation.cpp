@@ -1,7 +1,10 @@
 #include "server/generation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+
+#include "server/client_probe.h"
 
 namespace ft::server {
 
@@ -63,10 +66,23 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   return s;
 }
 
-StreamUpdate collect(const Submitted& s) {
+StreamUpdate collect(ServerContext& ctx, const Submitted& s, const httplib::Request& req) {
+  constexpr auto kProbe = std::chrono::milliseconds(100);
   StreamUpdate all, u;
+  int fd = -2;  // -2: not looked up yet; -1: not found (the request then runs to its end)
+  bool cancelled = false;
+  auto next_probe = std::chrono::steady_clock::now() + kProbe;
   while (!all.finished) {
-    if (!s.stream->take(u, std::chrono::milliseconds(1000))) continue;
+    const bool got = s.stream->take(u, kProbe);
+    if (!cancelled && std::chrono::steady_clock::now() >= next_probe) {
+      next_probe = std::chrono::steady_clock::now() + kProbe;
+      if (fd == -2) fd = client_socket(req.remote_addr, req.remote_port);
+      if (fd >= 0 && client_gone(fd)) {
+        ctx.service->cancel(s.id);
+        cancelled = true;
+      }
+    }
+    if (!got) continue;
     all.text += u.text;
     all.logprobs.insert(all.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
     all.finished = u.finished;

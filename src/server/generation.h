@@ -38,9 +38,10 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
 nlohmann::ordered_json llama_generation_settings(const GenerationParams& gen);
 
 /** Blocks until the request finishes; returns all of its text and log-probabilities and the finish.
- *  (cpp-httplib gives a handler no way to see a non-streaming client hang up, so such a request runs to
- *  its end; streaming requests are cancelled on disconnect.) */
-StreamUpdate collect(const Submitted& s);
+ *  While it waits, it looks every kProbeMs at the client's connection (client_probe.h: cpp-httplib
+ *  gives a handler no way to see a hang-up): when the client has gone, the request is cancelled, as a
+ *  streaming one is, and finishes within a step. */
+StreamUpdate collect(ServerContext& ctx, const Submitted& s, const httplib::Request& req);
 
 /** Builds one endpoint's SSE chunks ("data: {...}\n\n" strings). */
 class SseFormatter {

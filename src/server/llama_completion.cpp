@@ -86,7 +86,8 @@ class LlamaCompletionSse : public SseFormatter {
   std::string streamed_;
 };
 
-void llama_completion(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+void llama_completion(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
+                      httplib::Response& res) {
   ojson body = parse_json_body(body_text);
   // llama.cpp's temperature: below 0 samples greedily, and there is no upper bound of 2 (OpenAI's,
   // which the other routes keep); the sampler takes up to 100.
@@ -118,7 +119,7 @@ void llama_completion(ServerContext& ctx, const std::string& body_text, httplib:
     start_sse(ctx, res, std::move(s), std::make_shared<LlamaCompletionSse>(std::move(shape)));
     return;
   }
-  StreamUpdate all = collect(s);
+  StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
   send_json(res, 200, shape.last(all.text, all));
 }
@@ -127,7 +128,7 @@ void llama_completion(ServerContext& ctx, const std::string& body_text, httplib:
 
 void add_llama_completion_routes(Router& r, ServerContext& ctx) {
   r.post(R"(/completion/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
-    guarded(ctx, req, res, true, [&] { llama_completion(ctx, body, res); });
+    guarded(ctx, req, res, true, [&] { llama_completion(ctx, req, body, res); });
   });
 }
 

@@ -108,7 +108,8 @@ class ChatSse : public SseFormatter {
   int n_calls_ = 0;
 };
 
-void chat_completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+void chat_completions(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
+                      httplib::Response& res) {
   ChatRequest r = parse_chat_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   Submitted s = submit_chat(ctx, r);
@@ -118,7 +119,7 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
     start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen, r.parse_tool_calls));
     return;
   }
-  StreamUpdate all = collect(s);
+  StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
   ChatReply reply = split_chat_reply(all.text, ctx.options.split_reasoning, r.parse_tool_calls, ctx.model.tool_call_format);
   ojson message = {{"role", "assistant"}, {"content", reply.content}};
@@ -144,7 +145,7 @@ void chat_completions(ServerContext& ctx, const std::string& body_text, httplib:
 
 void add_chat_routes(Router& r, ServerContext& ctx) {
   r.post(R"((?:/v1)?/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
-    guarded(ctx, req, res, true, [&] { chat_completions(ctx, body, res); });
+    guarded(ctx, req, res, true, [&] { chat_completions(ctx, req, body, res); });
   });
 }
 

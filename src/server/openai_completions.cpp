@@ -81,7 +81,8 @@ class CompletionSse : public SseFormatter {
   size_t offset_;
 };
 
-void completions(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+void completions(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
+                 httplib::Response& res) {
   CompletionRequest r = parse_completion_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   const Vocab& vocab = *ctx.model.vocab;
@@ -95,7 +96,7 @@ void completions(ServerContext& ctx, const std::string& body_text, httplib::Resp
     start_sse(ctx, res, std::move(s), std::make_shared<CompletionSse>(ctx, id, created, r.gen, echo));
     return;
   }
-  StreamUpdate all = collect(s);
+  StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
   size_t offset = echo.size();
   ojson lp = r.gen.logprobs ? completion_logprobs(vocab, all.logprobs, offset) : ojson(nullptr);
@@ -109,7 +110,7 @@ void completions(ServerContext& ctx, const std::string& body_text, httplib::Resp
 
 void add_completion_routes(Router& r, ServerContext& ctx) {
   r.post(R"((?:/v1)?/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
-    guarded(ctx, req, res, true, [&] { completions(ctx, body, res); });
+    guarded(ctx, req, res, true, [&] { completions(ctx, req, body, res); });
   });
 }
 

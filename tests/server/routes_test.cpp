@@ -1054,6 +1054,34 @@ TEST(Routes, ClientDisconnectCancelsTheStreamAndFreesPages) {
   EXPECT_LT(st.generation_tokens_total, 480);
 }
 
+TEST(Routes, ClientDisconnectCancelsANonStreamingRequest) {
+  // A non-streaming client that gives up (a read timeout, a killed script) cancels its request like a
+  // streaming one: it used to run to the end of max_tokens, holding its pages (issue 40).
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/messages"}) {
+    TestServer s;
+    s.model().delay = std::chrono::milliseconds(2);  // ~1 s for the whole request
+    const std::string body =
+        std::string(path) == "/v1/completions" ? R"({"prompt":"run long","max_tokens":480,"ignore_eos":true})"
+        : std::string(path) == "/v1/messages"
+            ? R"({"model":"test-model","max_tokens":480,"messages":[{"role":"user","content":"run long"}],"ignore_eos":true})"
+            : chat_body("run long", 480, R"("ignore_eos":true)");
+    {
+      auto c = s.client();
+      c.set_read_timeout(0, 300000);  // 300 ms, then the client closes its connection
+      auto r = c.Post(path, body, "application/json");
+      EXPECT_FALSE(r) << path << ": " << (r ? r->body : "");
+      c.stop();
+    }
+    for (int i = 0; i < 500 && (s.service().stats().running > 0 || s.service().stats().kv_pages_used > 0); ++i)
+      std::this_thread::sleep_for(10ms);
+    const EngineStats st = s.service().stats();
+    EXPECT_EQ(st.running, 0) << path;
+    EXPECT_EQ(st.kv_pages_used, 0) << path;
+    EXPECT_EQ(st.requests_cancelled, 1) << path;
+    EXPECT_LT(st.generation_tokens_total, 480) << path;
+  }
+}
+
 TEST(Routes, RequestsCutShortByShutdownFinishWithAnOpenAIReason) {
   TestServer s;
   s.model().delay = 5ms;  // seconds for each request: the shutdown comes in the middle
