@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <malloc.h>
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -13,6 +14,7 @@ namespace {
 
 /** The request headers a CORS preflight that names none is told are allowed: those of the OpenAI
  *  and Anthropic clients (Anthropic's browser client adds anthropic-dangerous-direct-browser-access). */
+constexpr size_t kTrimAfterBytes = 1 << 20;  // request + response bytes after which the heap is trimmed
 constexpr const char* kCorsAllowHeaders =
     "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
     "Anthropic-Dangerous-Direct-Browser-Access";
@@ -86,6 +88,12 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     }
     spdlog::error("{} {}: {}", req.method, req.path, what);
     send_error(req, res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
+  });
+  // A large request leaves its parse trees and token lists as free memory inside malloc's arenas, which
+  // glibc keeps: after one, the freed pages go back to the system (the logger runs once the response
+  // is written).
+  svr_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (req.body.size() + res.body.size() >= kTrimAfterBytes) malloc_trim(0);
   });
   add_chat_routes(router_, *ctx);
   add_anthropic_routes(router_, *ctx);
