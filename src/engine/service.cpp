@@ -1,6 +1,7 @@
 #include "engine/service.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/error.h"
 #include "util/log.h"
@@ -185,6 +186,12 @@ void EngineService::loop() {
       for (size_t i = 0; i < plan.seqs.size(); ++i) {
         if (!plan.seqs[i].sample) continue;
         Active& a = *planned[i];
+        if (!std::isfinite(results_[i].logprob)) {
+          // No finite logit to sample from (a diverged sequence, or logit_bias removing every token):
+          // this request ends with an error; the others of the step go on.
+          sampled_.push_back(Sampled{plan.seqs[i].seq->id, 0, true, FinishReason::kError});
+          continue;
+        }
         const SampledToken tok = a.sampler->take(results_[i]);
         ++a.generated;
         ++gen;
@@ -214,7 +221,11 @@ void EngineService::loop() {
       } else {
         sched_.complete(plan);
         for (const Sampled& s : sampled_) {
-          if (s.finish) {
+          if (s.reason == FinishReason::kError) {
+            finish_locked(s.id, s.reason,
+                          "the model's logits for this sequence had no finite value to sample (its activations "
+                          "diverged, or logit_bias removed every token)");
+          } else if (s.finish) {
             finish_locked(s.id, s.reason);
           } else {
             sched_.append(s.id, s.token);

@@ -1120,6 +1120,23 @@ TEST(Routes, LargeRequestsGiveTheirMemoryBack) {
   EXPECT_LT(after - before, 64 * 1024) << "KiB: " << before << " -> " << after;
 }
 
+TEST(Routes, ADivergedSequenceEndsOnlyItsOwnRequest) {
+  // NaN logits from position 60 on: the request that gets there ends with an error, the server and
+  // the next request are fine, and nothing is left held (issue 40).
+  TestServer s;
+  s.model().nan_from_position = 60;
+  auto c = s.client();
+  Reply bad = post(c, "/v1/chat/completions", chat_body("run long", 100, R"("ignore_eos":true)"));
+  EXPECT_EQ(bad.status, 500) << bad.raw;
+  EXPECT_NE(bad.raw.find("no finite value to sample"), std::string::npos) << bad.raw;
+  Reply ok = post(c, "/v1/chat/completions", chat_body("short", 3));
+  EXPECT_EQ(ok.status, 200) << ok.raw;
+  const EngineStats st = s.service().stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_pages_used, 0);
+  EXPECT_EQ(get(c, "/health").status, 200);
+}
+
 TEST(Routes, RequestsCutShortByShutdownFinishWithAnOpenAIReason) {
   TestServer s;
   s.model().delay = 5ms;  // seconds for each request: the shutdown comes in the middle

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -53,6 +54,11 @@ class GatedModel : public FakeModel {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     std::vector<float>& logits = logits_;
     forward_into(b, logits);
+    for (int32_t s = 0; nan_from_position >= 0 && s < b.n_seqs(); ++s)  // a sequence that diverged
+      if (b.positions[static_cast<size_t>(b.seq_start[s + 1] - 1)] >= nan_from_position) {
+        float* row = logits.data() + static_cast<size_t>(s) * static_cast<size_t>(vocab_size());
+        std::fill(row, row + vocab_size(), std::numeric_limits<float>::quiet_NaN());
+      }
     if (script.empty()) return logits;
     // Scripted replies (one request at a time, prompts of one prefill chunk): a sequence whose batch
     // starts at position 0, or (after a prefix-cache hit) brings more than one token, is a prompt and
@@ -71,6 +77,7 @@ class GatedModel : public FakeModel {
   }
   std::chrono::milliseconds delay{0};
   std::vector<int32_t> script;  // non-empty: the tokens every reply is made of (see forward)
+  int32_t nan_from_position = -1;  // >= 0: a sequence's logits are all NaN from this position on
   void close() {
     std::lock_guard<std::mutex> lk(mu_);
     open_ = false;
