@@ -67,6 +67,7 @@ void send_json(httplib::Response& res, int status, const nlohmann::ordered_json&
 }
 
 void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  if (e.status == 503) res.set_header("Retry-After", "1");  // overloaded or draining: seconds to wait
   send_json(res, e.status, is_anthropic_path(req.path) ? anthropic_error_body(e) : error_body(e));
 }
 

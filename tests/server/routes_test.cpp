@@ -1038,9 +1038,12 @@ TEST(Routes, OverloadGives503) {
   cfg.max_running = 1;
   cfg.max_waiting = 0;
   TestServer s(cfg);
-  expect_error(overloaded_reply(s, "/v1/chat/completions", chat_body("first", 3), chat_body("second", 3),
-                                chat_body("third", 3)),
-               503, "overloaded");
+  const Reply r = overloaded_reply(s, "/v1/chat/completions", chat_body("first", 3), chat_body("second", 3),
+                                   chat_body("third", 3));
+  expect_error(r, 503, "overloaded");
+  auto retry = r.headers.find("Retry-After");  // when to come back (issue 40)
+  ASSERT_NE(retry, r.headers.end());
+  EXPECT_EQ(retry->second, "1");
   auto c = s.client();
   EXPECT_EQ(get(c, "/v1/stats").body["requests"]["rejected"], 1);  // the 503
 }

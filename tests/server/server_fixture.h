@@ -206,6 +206,7 @@ struct Reply {
   int status = 0;
   nlohmann::json body;
   std::string raw;
+  httplib::Headers headers;
 };
 
 inline Reply reply_of(const httplib::Result& r) {
@@ -213,6 +214,7 @@ inline Reply reply_of(const httplib::Result& r) {
   if (!r) return out;
   out.status = r->status;
   out.raw = r->body;
+  out.headers = r->headers;
   out.body = nlohmann::json::parse(r->body, nullptr, false);
   return out;
 }
