@@ -58,6 +58,7 @@ struct ServeFlags {
   int max_waiting = 128;
   int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
   int shutdown_grace_s = 5;
+  double request_timeout_s = 0;  // 0: none
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
@@ -162,6 +163,7 @@ int run_serve(const ServeFlags& f) {
   so.api_key = f.api_key;
   so.max_body_mb = f.max_body_mb;
   so.cors_origin = f.cors_origin;
+  so.request_timeout_s = f.request_timeout_s;
   so.split_reasoning = f.reasoning_format == "deepseek";
   so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
   if (f.seed >= 0) so.default_seed = static_cast<uint64_t>(f.seed);
@@ -310,6 +312,11 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
       ->check(at_least(-1))
       ->capture_default_str();
+  cmd->add_option("--request-timeout", f->request_timeout_s,
+                  "Seconds after which a request ends with finish_reason \"length\", generating or still queued (0: "
+                  "none); a request's own \"timeout\" field may only shorten it")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 7 * 86400.0));
   cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM/SIGHUP")
       ->capture_default_str()
       ->check(at_least(0));

@@ -124,6 +124,14 @@ void EngineService::finish_locked(uint64_t id, FinishReason reason, const std::s
   sink->on_finish(info);
 }
 
+void EngineService::finish_past_deadline_locked() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<uint64_t> late;
+  for (const auto& [id, a] : active_)
+    if (now >= a.req.deadline) late.push_back(id);
+  for (uint64_t id : late) finish_locked(id, FinishReason::kLength);
+}
+
 void EngineService::record_rates_locked(int64_t prompt_tokens, int64_t gen_tokens) {
   const auto now = Clock::now();
   window_.push_back({now, prompt_tokens, gen_tokens});
@@ -143,6 +151,7 @@ void EngineService::loop() {
       cv_.wait(lk, [&] { return stop_ || !sched_.idle() || !cancels_.empty(); });
       for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
       cancels_.clear();
+      finish_past_deadline_locked();
       if (stop_) {
         std::vector<uint64_t> ids;
         for (const auto& kv : active_) ids.push_back(kv.first);

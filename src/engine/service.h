@@ -71,6 +71,9 @@ struct GenerationRequest {
   /** Ids that end generation even with ignore_eos (vLLM's stop_token_ids); masked for min_tokens and
    *  reported to the sink as eog, like eog_ids. */
   std::vector<int32_t> stop_ids;
+  /** Past this time the request ends as if it had reached max_tokens (kLength), whether it is
+   *  generating or still queued (--request-timeout, a request's `timeout`); max(): none. */
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<TokenSink> sink;  // required
 };
 
@@ -163,6 +166,8 @@ class EngineService {
   void step(StepPlan& plan, const std::vector<Active*>& planned);
   void finish_locked(uint64_t id, FinishReason reason, const std::string& error = {});
   void record_rates_locked(int64_t prompt_tokens, int64_t gen_tokens);
+  /** Ends (kLength) every request whose deadline has passed. */
+  void finish_past_deadline_locked();
 
   ModelRunner* runner_;
   ServiceConfig config_;

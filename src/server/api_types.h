@@ -25,6 +25,9 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;  // vLLM's: end generation (their text only with include_stop_str)
   bool include_stop_str = false;      // vLLM's include_stop_str_in_output
   bool stream = false;
+  /** `timeout` (seconds, FreeToken's): past it the request ends with finish_reason "length" (a queued
+   *  one with no text); at most the server's --request-timeout when that is set. */
+  std::optional<double> timeout_s;
   bool include_usage = false;         // stream_options.include_usage
   bool logprobs = false;              // chat: logprobs; completions: logprobs != null
   int32_t top_logprobs = 0;           // chat: top_logprobs; completions: the logprobs integer

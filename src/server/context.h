@@ -32,6 +32,9 @@ struct ServerOptions {
    *  web page is same-origin): no CORS headers, and a preflight gets 405. While set, a POST whose
    *  Content-Type a page may send without a preflight (text/plain, form encodings) gets 415. */
   std::string cors_origin;
+  /** --request-timeout: seconds after which a request ends with finish_reason "length" (generating or
+   *  still queued); 0: none. A request's own `timeout` may only shorten it. */
+  double request_timeout_s = 0;
   /** --reasoning-format deepseek: a chat reply's leading <think> block goes to reasoning_content
    *  (reasoning.h); false (none): replies are left as the model wrote them. */
   bool split_reasoning = false;

@@ -61,6 +61,11 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   r.eog_ids = ctx.model.vocab->eog_ids();
   r.ignore_eos = gen.ignore_eos;
   r.stop_ids = gen.stop_token_ids;
+  double timeout = ctx.options.request_timeout_s;
+  if (gen.timeout_s && (timeout <= 0 || *gen.timeout_s < timeout)) timeout = *gen.timeout_s;
+  if (timeout > 0)
+    r.deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
   r.sink = s.stream;
   s.id = ctx.service->submit(std::move(r));
   return s;

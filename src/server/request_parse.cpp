@@ -179,6 +179,8 @@ GenerationParams parse_generation_params(const ojson& body) {
   GenerationParams g;
   g.model = get_string(body, "model");
   g.stream = get_bool(body, "stream", false);
+  if (const ojson* t = field(body, "timeout"); t && !t->is_null())
+    g.timeout_s = get_number(body, "timeout", 0.0, 0.001, 7 * 86400.0);
   if (const ojson* so = field(body, "stream_options"); so && !so->is_null()) {
     if (!so->is_object()) bad_request("stream_options", fmt::format("'stream_options' must be an object, got {}", type_name(*so)));
     if (!g.stream) bad_request("stream_options", "'stream_options' is only allowed when 'stream' is true");

@@ -1140,6 +1140,43 @@ TEST(Routes, ADivergedSequenceEndsOnlyItsOwnRequest) {
   EXPECT_EQ(get(c, "/health").status, 200);
 }
 
+TEST(Routes, RequestsPastTheirDeadlineEndWithLength) {
+  // --request-timeout and a request's `timeout`: past it a request ends with finish_reason "length"
+  // and what it generated so far (issue 40); the shorter of the two applies.
+  TestServerConfig cfg;
+  cfg.request_timeout_s = 0.3;
+  TestServer s(cfg);
+  s.model().delay = std::chrono::milliseconds(5);  // 480 tokens: ~2.4 s
+  auto c = s.client();
+  auto t0 = std::chrono::steady_clock::now();
+  Reply r = post(c, "/v1/chat/completions", chat_body("run long", 480, R"("ignore_eos":true)"));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_LT(r.body["usage"]["completion_tokens"].get<int>(), 480);
+  EXPECT_LT(took, 2.0);
+  // The request's own, shorter timeout; a longer one does not extend the server's.
+  t0 = std::chrono::steady_clock::now();
+  r = post(c, "/v1/completions", R"({"prompt":"run long","max_tokens":480,"ignore_eos":true,"timeout":0.05})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_LT(r.body["usage"]["completion_tokens"].get<int>(), 60);
+  r = post(c, "/v1/completions", R"({"prompt":"run long","max_tokens":480,"ignore_eos":true,"timeout":100})");
+  EXPECT_LT(r.body["usage"]["completion_tokens"].get<int>(), 480);
+  // A streamed one ends the same way.
+  auto sr = c.Post("/v1/chat/completions", chat_body("run long", 480, R"("ignore_eos":true,"stream":true)"),
+                   "application/json");
+  ASSERT_TRUE(sr);
+  const std::vector<std::string> ev = sse_events(sr->body);
+  ASSERT_GE(ev.size(), 2u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  EXPECT_EQ(json::parse(ev[ev.size() - 2])["choices"][0]["finish_reason"], "length");
+  expect_error(post(c, "/v1/completions", R"({"prompt":"x","timeout":0})"), 400);
+  const EngineStats st = s.service().stats();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_pages_used, 0);
+}
+
 TEST(Routes, RequestsCutShortByShutdownFinishWithAnOpenAIReason) {
   TestServer s;
   s.model().delay = 5ms;  // seconds for each request: the shutdown comes in the middle

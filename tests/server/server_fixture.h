@@ -105,6 +105,7 @@ struct TestServerConfig {
   int32_t page_size = 16;
   int port = 0;  // 0: a free one
   std::string cors_origin;  // off, as `ft serve`'s default
+  double request_timeout_s = 0;  // --request-timeout
   bool split_reasoning = false;  // --reasoning-format deepseek
   std::string chat_template = kChatMLTemplate;
   bool serve = true;  // false: bound but not serving (the test calls http().serve())
@@ -131,6 +132,7 @@ class TestServer {
     so.api_key = c.api_key;
     so.max_body_mb = c.max_body_mb;
     so.cors_origin = c.cors_origin;
+    so.request_timeout_s = c.request_timeout_s;
     so.split_reasoning = c.split_reasoning;
     so.keepalive_ms = 50;
     server::ServedModel sm;
