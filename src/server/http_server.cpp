@@ -89,6 +89,13 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     spdlog::error("{} {}: {}", req.method, req.path, what);
     send_error(req, res, ApiError{500, "internal error: " + what, "server_error", "", "internal_error"});
   });
+  // No route serves a file, so a Range header means nothing here; httplib would still cut any reply
+  // (errors included) into one multipart part per range, so thousands of ranges multiplied a small
+  // request into megabytes. The ranges are dropped before routing.
+  svr_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    if (!req.ranges.empty()) const_cast<httplib::Request&>(req).ranges.clear();  // httplib's own, non-const object
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   // A large request leaves its parse trees and token lists as free memory inside malloc's arenas, which
   // glibc keeps: after one, the freed pages go back to the system (the logger runs once the response
   // is written).
