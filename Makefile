@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
            libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
-           libbenchmark-dev libopenblas-dev clang
+           libbenchmark-dev libopenblas-dev clang libclang-rt-14-dev
 
 .PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench fuzz clean
 
@@ -41,6 +41,7 @@ build: configure
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 	$(MAKE) test-asan
+	$(MAKE) fuzz FUZZ_RUNS=30000
 
 test-asan:
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFT_SANITIZE=ON -DFT_CUDA=OFF
@@ -50,7 +51,10 @@ test-asan:
 # libFuzzer harnesses (fuzz/*_fuzz.cpp, Debian's clang with ASan + UBSan), each run for FUZZ_S seconds
 # from its seed corpus (fuzz/corpus/NAME; new inputs go to $(FUZZ_DIR)/corpus-NAME); fails on any crash,
 # leak, undefined behaviour or broken invariant, leaving the input that did it in the working directory.
+# FUZZ_RUNS=N instead runs N inputs from the seeds alone with a fixed seed: the same inputs on every
+# machine (what `make test` runs).
 FUZZ_S   ?= 60
+FUZZ_RUNS ?=
 FUZZ_DIR ?= build-fuzz
 FUZZ_CXX  = clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
 FUZZ_REQUEST_SRC = src/server/request_parse.cpp src/server/anthropic_request.cpp src/server/json_fields.cpp \
@@ -60,9 +64,10 @@ fuzz:
 	$(FUZZ_CXX) fuzz/request_parse_fuzz.cpp $(FUZZ_REQUEST_SRC) -lfmt -o $(FUZZ_DIR)/request_parse_fuzz
 	$(FUZZ_CXX) fuzz/stop_matcher_fuzz.cpp src/tokenizer/stop_matcher.cpp -o $(FUZZ_DIR)/stop_matcher_fuzz
 	for h in request_parse stop_matcher; do \
-	  mkdir -p $(FUZZ_DIR)/corpus-$$h && \
-	  $(FUZZ_DIR)/$${h}_fuzz -max_total_time=$(FUZZ_S) -max_len=8192 \
-	    $(FUZZ_DIR)/corpus-$$h fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
+	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$(FUZZ_RUNS) -seed=1"; \
+	  else dir=$(FUZZ_DIR)/corpus-$$h; len="-max_total_time=$(FUZZ_S)"; fi; \
+	  mkdir -p $$dir && \
+	  $(FUZZ_DIR)/$${h}_fuzz $$len -max_len=8192 $$dir fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
 	  echo "fuzz $$h: $$(grep -E '^Done' $(FUZZ_DIR)/$$h.log)"; \
 	  if [ $$rc -ne 0 ]; then tail -40 $(FUZZ_DIR)/$$h.log; exit 1; fi; \
 	done
