@@ -14,7 +14,8 @@ namespace {
 
 /** The request headers a CORS preflight that names none is told are allowed: those of the OpenAI
  *  and Anthropic clients (Anthropic's browser client adds anthropic-dangerous-direct-browser-access). */
-constexpr size_t kTrimAfterBytes = 1 << 20;  // request + response bytes after which the heap is trimmed
+constexpr size_t kTrimAfterBytes = 1 << 20;
+constexpr size_t kMaxHeaders = 128;  // header fields of one request (browsers and SDKs send ~20)  // request + response bytes after which the heap is trimmed
 constexpr const char* kCorsAllowHeaders =
     "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta, "
     "Anthropic-Dangerous-Direct-Browser-Access";
@@ -92,7 +93,17 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   // No route serves a file, so a Range header means nothing here; httplib would still cut any reply
   // (errors included) into one multipart part per range, so thousands of ranges multiplied a small
   // request into megabytes. The ranges are dropped before routing.
-  svr_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+  // Past kMaxHeaders header fields a request is refused (431) before any route or body work; httplib
+  // reads them all first (each line at most its own limit), so this bounds what a request can make
+  // the routes see, not what it can make the reader buffer (issue 40's transport).
+  svr_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.headers.size() > kMaxHeaders) {
+      send_error(req, res,
+                 ApiError{431, fmt::format("The request has {} header fields; at most {} are accepted",
+                                           req.headers.size(), kMaxHeaders),
+                          "invalid_request_error", "", "request_header_fields_too_large"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (!req.ranges.empty()) const_cast<httplib::Request&>(req).ranges.clear();  // httplib's own, non-const object
     return httplib::Server::HandlerResponse::Unhandled;
   });

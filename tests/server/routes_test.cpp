@@ -1193,6 +1193,20 @@ TEST(Routes, RangeHeadersAreIgnored) {
   }
 }
 
+TEST(Routes, TooManyHeaderFieldsAreRefused) {
+  // 20,000 header fields were accepted (issue 40); past 128 the request gets 431 and the server goes on.
+  TestServer s;
+  auto c = s.client();
+  httplib::Headers many;
+  for (int i = 0; i < 300; ++i) many.emplace("X-Filler-" + std::to_string(i), "x");
+  Reply r = get(c, "/v1/models", many);
+  EXPECT_EQ(r.status, 431) << r.raw;
+  EXPECT_NE(r.raw.find("request_header_fields_too_large"), std::string::npos) << r.raw;
+  httplib::Headers some;
+  for (int i = 0; i < 40; ++i) some.emplace("X-Filler-" + std::to_string(i), "x");
+  EXPECT_EQ(get(c, "/v1/models", some).status, 200);
+}
+
 TEST(Routes, RequestsCutShortByShutdownFinishWithAnOpenAIReason) {
   TestServer s;
   s.model().delay = 5ms;  // seconds for each request: the shutdown comes in the middle
