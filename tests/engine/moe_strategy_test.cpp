@@ -187,23 +187,36 @@ void expect_out_of_memory(const std::string& dir, const EngineOptions& o, std::i
   }
 }
 
-TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
-  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+/** qwen3_moe_64e's options for the limit tests: 1024 reserved KV tokens, and the table kept on the
+ *  device (under auto, a limit one byte short would move it to the host, and then all fits:
+ *  tests/engine/embed_weights_test.cpp). */
+EngineOptions budget_options() {
   EngineOptions o = small_engine_options();
   o.kv_reserve_tokens = 1024;
-  // The table stays put: under auto, one byte short would move it to the host, and then all fits
-  // (tests/engine/embed_weights_test.cpp).
   o.embed_weights = "device";
-  GpuMemoryBudget b;
-  {
-    auto e = Engine::load(dir, o);  // CPU backend, no limit: everything fits
-    EXPECT_EQ(e->moe_plan()->strategy, MoeStrategy::kFused);
-    b = *e->moe_budget();
-  }
+  return o;
+}
+
+/** The memory budget of a load of `dir` without a limit (CPU backend: everything fits, so fused). */
+GpuMemoryBudget budget_without_limit(const std::string& dir, const EngineOptions& o) {
+  auto e = Engine::load(dir, o);
+  EXPECT_EQ(e->moe_plan()->strategy, MoeStrategy::kFused);
+  return *e->moe_budget();
+}
+
+/** The limit that holds the resident weights, the reserved KV and every routed expert. */
+int64_t bytes_for_everything(const GpuMemoryBudget& b) {
+  return b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + b.expert_bytes;
+}
+
+TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = budget_options();
+  const GpuMemoryBudget b = budget_without_limit(dir, o);
   EXPECT_EQ(b.kv_reserve_tokens, 1024);
   EXPECT_GT(b.resident_bytes, 0);
   EXPECT_GT(b.expert_bytes, b.total_experts * b.slot_bytes / 2);
-  const int64_t need = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + b.expert_bytes;
+  const int64_t need = bytes_for_everything(b);
   o.gpu_memory_limit = need;
   EXPECT_EQ(Engine::load(dir, o)->moe_plan()->strategy, MoeStrategy::kFused);
   // One byte short: offload, with every slot that fits (the cache-auto default).
@@ -235,15 +248,9 @@ TEST(MoeAuto, BackendWorkspaceCountsAgainstTheLimit) {
   // The backend's step scratch is not allocated when the cache is sized, so the plan must leave room
   // for it: the same limit gives the cache workspace / slot_bytes fewer slots.
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
-  EngineOptions o = small_engine_options();
-  o.kv_reserve_tokens = 1024;
-  o.embed_weights = "device";
-  GpuMemoryBudget b;
-  {
-    auto e = Engine::load(dir, o);
-    b = *e->moe_budget();
-  }
-  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + b.expert_bytes - 20 * b.slot_bytes;
+  EngineOptions o = budget_options();
+  const GpuMemoryBudget b = budget_without_limit(dir, o);
+  o.gpu_memory_limit = bytes_for_everything(b) - 20 * b.slot_bytes;
   const int64_t slots = Engine::load(dir, o)->moe_plan()->cache.n_slots;
   const int64_t workspace = 5 * b.slot_bytes;
   auto ops = std::make_unique<CpuOpsWithWorkspace>(1, workspace);
