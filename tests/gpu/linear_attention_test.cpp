@@ -14,6 +14,19 @@ class CudaLinearAttention : public GpuBatchTest {
     b.state_slots = on_gpu ? arena().dev_i32(slots, {S}) : arena().host_i32(slots, {S});
     return b;
   }
+  /** GatedDeltaParams of these heads with random A_log (from `seed`) and dt_bias (`seed` + 1): the
+   *  CPU's copy, then the GPU's. */
+  std::pair<GatedDeltaParams, GatedDeltaParams> delta_params(int64_t Hk, int64_t Hv, int64_t dk, int64_t dv,
+                                                             bool tiled, uint32_t seed) {
+    GatedDeltaParams p;
+    p.n_k_heads = static_cast<int32_t>(Hk), p.n_v_heads = static_cast<int32_t>(Hv);
+    p.k_head_dim = static_cast<int32_t>(dk), p.v_head_dim = static_cast<int32_t>(dv), p.v_tiled = tiled;
+    const auto a_log = rand_bf16(Hv, seed, -1, 1.5f), dt = rand_bf16(Hv, seed + 1, -0.5f, 0.5f);
+    GatedDeltaParams cp = p, gp = p;
+    cp.a_log = arena().host_f32(a_log, {Hv}), cp.dt_bias = arena().host_f32(dt, {Hv});
+    gp.a_log = arena().dev_from(a_log, DType::F32, {Hv}), gp.dt_bias = arena().dev_from(dt, DType::F32, {Hv});
+    return {cp, gp};
+  }
 };
 
 TEST_F(CudaLinearAttention, ConvAndDeltaRuleTrackCpu) {
@@ -23,9 +36,7 @@ TEST_F(CudaLinearAttention, ConvAndDeltaRuleTrackCpu) {
   const HostBatch hb = make({{0, 38}, {20, 9}, {50, 1}, {7, 1}});
   const std::vector<int32_t> slot_ids = {3, 1, 0, 4};
   const int64_t T = hb.T;
-  GatedDeltaParams p;
-  p.n_k_heads = Hk, p.n_v_heads = Hv, p.k_head_dim = dk, p.v_head_dim = dv;
-  const auto a_log = rand_bf16(Hv, 1, -1, 1.5f), dt = rand_bf16(Hv, 2, -0.5f, 0.5f);
+  const auto [cp, gp] = delta_params(Hk, Hv, dk, dv, false, 1);
   const auto w = rand_bf16(C * K, 3, -0.5f, 0.5f);
   const auto conv0 = rand_bf16(slots * (K - 1) * C, 4), ssm0 = rand_bf16(slots * Hv * dk * dv, 5, -0.2f, 0.2f);
   const auto x = rand_bf16(T * C, 6, -2, 2), a = rand_bf16(T * Hv, 7, -2, 2), b = rand_bf16(T * Hv, 8, -2, 2);
@@ -48,9 +59,6 @@ TEST_F(CudaLinearAttention, ConvAndDeltaRuleTrackCpu) {
   // The delta rule reads the CPU's conv output (rounded to bf16) on both sides.
   const std::vector<float> xc = round_bf16(c_xc);
   Tensor c_ssm = arena().host_f32(ssm0, {slots, Hv, dk, dv}), g_ssm = arena().dev_from(ssm0, DType::F32, {slots, Hv, dk, dv});
-  GatedDeltaParams cp = p, gp = p;
-  cp.a_log = arena().host_f32(a_log, {Hv}), cp.dt_bias = arena().host_f32(dt, {Hv});
-  gp.a_log = arena().dev_from(a_log, DType::F32, {Hv}), gp.dt_bias = arena().dev_from(dt, DType::F32, {Hv});
   std::vector<float> c_out(static_cast<size_t>(T * Hv * dv));
   cpu().gated_delta_rule(cp, cb, arena().host_f32(xc, {T, C}), arena().host_f32(a, {T, Hv}), arena().host_f32(b, {T, Hv}),
                          c_ssm, Tensor(c_out.data(), DType::F32, {T, Hv * dv}));
@@ -94,10 +102,7 @@ TEST_F(CudaLinearAttention, ChunkedPrefillTracksCpu) {
       const std::vector<int32_t> slot_ids = {2, 0, 4, 1, 3};
       const int64_t T = hb.T;
       const std::string tag = std::string(act == DType::F32 ? "f32" : "bf16") + (sh.tiled ? " tiled" : "");
-      GatedDeltaParams p;
-      p.n_k_heads = static_cast<int32_t>(Hk), p.n_v_heads = static_cast<int32_t>(Hv);
-      p.k_head_dim = static_cast<int32_t>(dk), p.v_head_dim = static_cast<int32_t>(dv), p.v_tiled = sh.tiled;
-      const auto a_log = rand_bf16(Hv, 11, -1, 1.5f), dt = rand_bf16(Hv, 12, -0.5f, 0.5f);
+      const auto [cp, gp] = delta_params(Hk, Hv, dk, dv, sh.tiled, 11);
       const auto w = rand_bf16(C * K, 13, -0.5f, 0.5f);
       const auto conv0 = rand_bf16(slots * (K - 1) * C, 14), ssm0 = rand_bf16(slots * Hv * dk * dv, 15, -0.2f, 0.2f);
       const auto x = rand_bf16(T * C, 16, -2, 2), a = rand_bf16(T * Hv, 17, -3, 3), b = rand_bf16(T * Hv, 18, -2, 2);
@@ -122,9 +127,6 @@ TEST_F(CudaLinearAttention, ChunkedPrefillTracksCpu) {
       const std::vector<float> xc = act == DType::F32 ? c_xc : round_bf16(c_xc);
       Tensor c_ssm = arena().host_f32(ssm0, {slots, Hv, dk, dv});
       Tensor g_ssm = arena().dev_from(ssm0, DType::F32, {slots, Hv, dk, dv});
-      GatedDeltaParams cp = p, gp = p;
-      cp.a_log = arena().host_f32(a_log, {Hv}), cp.dt_bias = arena().host_f32(dt, {Hv});
-      gp.a_log = arena().dev_from(a_log, DType::F32, {Hv}), gp.dt_bias = arena().dev_from(dt, DType::F32, {Hv});
       std::vector<float> c_out(static_cast<size_t>(T * Hv * dv));
       cpu().gated_delta_rule(cp, cb, arena().host_f32(xc, {T, C}), arena().host_f32(a, {T, Hv}),
                              arena().host_f32(b, {T, Hv}), c_ssm, Tensor(c_out.data(), DType::F32, {T, Hv * dv}));
