@@ -40,9 +40,10 @@ class LinearBuilder {
   ojson take() { return std::move(root_); }
 
  private:
+  static constexpr size_t kIndexFrom = 16;  // members from which an object is looked up by hash
   struct Frame {
     ojson* value = nullptr;
-    std::unordered_map<std::string, size_t> index;  // objects: key -> position in the members
+    std::unordered_map<std::string, size_t> index;  // objects of kIndexFrom members or more: key -> member
     std::string key;                                // objects: the key of the value to come
   };
 
@@ -59,11 +60,20 @@ class LinearBuilder {
       return &a.back();
     }
     Members& m = f.value->get_ref<ojson::object_t&>();
-    if (auto it = f.index.find(f.key); it != f.index.end()) {  // a repeated key: the last value wins
-      m[it->second].second = std::move(v);
-      return &m[it->second].second;
+    size_t at = m.size();  // the key's member, or m.size() for a new key
+    if (m.size() < kIndexFrom) {  // small objects (nearly all): a scan costs less than a hash index
+      for (size_t i = 0; i < m.size(); ++i)
+        if (m[i].first == f.key) at = i;
+    } else {
+      if (f.index.empty())
+        for (size_t i = 0; i < m.size(); ++i) f.index.emplace(m[i].first, i);
+      if (auto it = f.index.find(f.key); it != f.index.end()) at = it->second;
+      else f.index.emplace(f.key, m.size());
     }
-    f.index.emplace(f.key, m.size());
+    if (at < m.size()) {  // a repeated key: the last value wins
+      m[at].second = std::move(v);
+      return &m[at].second;
+    }
     m.emplace_back(std::move(f.key), std::move(v));
     return &m.back().second;
   }

@@ -26,6 +26,11 @@ TEST(JsonBody, SameTreeAsTheLibrarysParser) {
     EXPECT_EQ(got, want) << text;
     EXPECT_EQ(got.dump(), want.dump()) << text;  // key order too
   }
+  // Objects past the size where keys are looked up by hash: repeats before and after that point.
+  std::string big = "{\"k3\": 0";
+  for (int i = 0; i < 40; ++i) big += ",\"k" + std::to_string(i) + "\": " + std::to_string(i);
+  big += ",\"k3\": \"last\", \"k39\": [1], \"new\": null}";
+  EXPECT_EQ(parse_json_linear(big, 64).dump(), ojson::parse(big).dump());
 }
 
 TEST(JsonBody, DepthLimitCountsEveryContainer) {
