@@ -13,6 +13,7 @@
 #include "engine/moe_runtime.h"
 #include "engine/service.h"
 #include "server/errors.h"
+#include "server/response_store.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
@@ -78,6 +79,8 @@ struct ServerContext {
    *  large, context length, overload, ...), counted in one place: HttpServer's error handler, which
    *  httplib runs for every such response. /v1/stats requests.rejected, /metrics requests_rejected_total. */
   std::atomic<int64_t> requests_rejected{0};
+  /** The Responses API's stored responses (GET / DELETE /v1/responses/{id}, previous_response_id). */
+  ResponseStore responses;
 
   /** "chatcmpl-" + 24 hex digits, unique per process. */
   std::string new_id(const char* prefix);

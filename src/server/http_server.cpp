@@ -114,6 +114,7 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     if (req.body.size() + res.body.size() >= kTrimAfterBytes) malloc_trim(0);
   });
   add_chat_routes(router_, *ctx);
+  add_responses_routes(router_, *ctx);
   add_anthropic_routes(router_, *ctx);
   add_completion_routes(router_, *ctx);
   add_llama_completion_routes(router_, *ctx);

@@ -58,6 +58,11 @@ void Router::post(const std::string& pattern, BodyHandler handler) {
   });
 }
 
+void Router::del(const std::string& pattern, httplib::Server::Handler handler) {
+  routes_.emplace_back(std::regex(pattern), "DELETE");
+  svr_.Delete(pattern, std::move(handler));
+}
+
 std::string Router::allowed_methods(const std::string& path) const {
   std::string out;
   for (const auto& [re, methods] : routes_) {

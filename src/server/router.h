@@ -32,6 +32,9 @@ class Router {
    *  gets 415 asking for application/json. */
   void post(const std::string& pattern, BodyHandler handler);
 
+  /** DELETE `pattern` (a body, if any, is read and ignored). */
+  void del(const std::string& pattern, httplib::Server::Handler handler);
+
   /** The methods of the routes whose pattern matches `path` ("GET, HEAD", "POST"); empty when no route
    *  does (an unknown path: 404). */
   std::string allowed_methods(const std::string& path) const;

@@ -7,6 +7,9 @@ namespace ft::server {
 
 /** POST /v1/chat/completions (server/openai_chat.cpp). */
 void add_chat_routes(Router& r, ServerContext& ctx);
+/** POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API
+ *  (server/openai_responses.cpp). */
+void add_responses_routes(Router& r, ServerContext& ctx);
 /** POST /v1/messages, POST /v1/messages/count_tokens: Anthropic's Messages API
  *  (server/anthropic_messages.cpp). */
 void add_anthropic_routes(Router& r, ServerContext& ctx);

@@ -1,0 +1,55 @@
+#include "server/response_store.h"
+
+#include "server/errors.h"
+
+namespace ft::server {
+
+bool ResponseStore::put(const std::string& id, StoredResponse r) {
+  const size_t bytes = dump_json(r.response).size() + dump_json(r.input_items).size() + id.size();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto it = index_.find(id); it != index_.end()) {
+    bytes_ -= it->second->bytes;
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
+  if (bytes > max_bytes_ || max_count_ == 0) return false;
+  lru_.push_front(Entry{id, std::move(r), bytes});
+  index_[id] = lru_.begin();
+  bytes_ += bytes;
+  while (lru_.size() > max_count_ || bytes_ > max_bytes_) {
+    bytes_ -= lru_.back().bytes;
+    index_.erase(lru_.back().id);
+    lru_.pop_back();
+  }
+  return true;
+}
+
+std::optional<StoredResponse> ResponseStore::get(const std::string& id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = index_.find(id);
+  if (it == index_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->value;
+}
+
+bool ResponseStore::erase(const std::string& id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = index_.find(id);
+  if (it == index_.end()) return false;
+  bytes_ -= it->second->bytes;
+  lru_.erase(it->second);
+  index_.erase(it);
+  return true;
+}
+
+size_t ResponseStore::size() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lru_.size();
+}
+
+size_t ResponseStore::bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return bytes_;
+}
+
+}  // namespace ft::server
