@@ -1,6 +1,7 @@
 // End-to-end: starts `ft serve` twice on the qwen3_moe fixture (free loopback ports), runs the node tests
 // in tests/e2e/serve.test.mjs (the official `openai` package + curl) and tests/e2e/messages.test.mjs (the
-// official `@anthropic-ai/sdk` package against /v1/messages) against them, then stops both servers with
+// official `@anthropic-ai/sdk` package against /v1/messages) and tests/e2e/responses.test.mjs (the `openai`
+// package's Responses API) against them, then stops both servers with
 // SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
 // tests/e2e/node_modules (installed by `make deps`: npm ci) is missing.
 #include <gtest/gtest.h>
@@ -160,7 +161,7 @@ TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
 
   // One file at a time: both use the same servers, and some tests read /v1/stats of an idle server.
   const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_URL=" + url_main + " FT_E2E_SMALL_URL=" + url_small +
-                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs 2>&1";
+                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs responses.test.mjs 2>&1";
   int status = 0;
   const std::string out = run_capture(cmd, status);
   std::printf("%s\n", out.c_str());
