@@ -188,7 +188,8 @@ class ItemsToMessages {
   std::unordered_map<std::string, std::string> call_names_;
 };
 
-/** Responses function tools -> chat tools; `out_echo` gets them as sent. */
+/** Responses function tools (flat: {type, name, description, parameters, strict}) -> chat tools
+ *  ({type, function: {...}}); null when there are none. */
 ojson parse_tools(const ojson& body) {
   const ojson* t = field(body, "tools");
   if (!t) return nullptr;
@@ -421,7 +422,6 @@ ResponsesRequest parse_responses_request(const ojson& body, ResponseStore& store
       text_echo["verbosity"] = *v;
     }
   }
-  std::string truncation = "disabled";
   if (const ojson* tr = field(body, "truncation")) {
     const std::string v = tr->is_string() ? tr->get<std::string>() : "";
     if (v != "disabled" && v != "auto")
@@ -445,7 +445,7 @@ ResponsesRequest parse_responses_request(const ojson& body, ResponseStore& store
   echo["tool_choice"] = field(body, "tool_choice") ? body["tool_choice"] : ojson("auto");
   echo["tools"] = tools.is_null() ? ojson::array() : body["tools"];
   echo["top_p"] = number_or(body, "top_p", 1.0);
-  echo["truncation"] = truncation;  // "auto" works as "disabled"
+  echo["truncation"] = "disabled";  // "auto" is accepted and works as "disabled"
   if (const ojson* u = field(body, "user")) echo["user"] = *u;
   echo["metadata"] = field(body, "metadata") ? body["metadata"] : ojson::object();
   return r;

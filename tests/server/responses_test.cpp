@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "server/request_parse.h"
@@ -199,6 +200,37 @@ TEST(ResponsesParse, RefusalsNameTheResponsesField) {
   EXPECT_EQ(refusal(R"({"input": "x", "previous_response_id": "resp_nope"})").code, "previous_response_not_found");
   // chat's own wording is renamed too
   EXPECT_NE(refusal(R"({"input": "x", "max_output_tokens": 0})").message.find("'max_output_tokens'"), std::string::npos);
+}
+
+TEST(ResponsesParse, TextFormatIsChatsResponseFormat) {
+  // Each text.format is accepted exactly when chat accepts the equivalent response_format, and a
+  // refusal names the Responses field.
+  const std::vector<std::pair<std::string, std::string>> formats = {
+      {R"({"type": "text"})", R"({"type": "text"})"},
+      {R"({"type": "json_object"})", R"({"type": "json_object"})"},
+      {R"({"type": "json_schema", "name": "p", "strict": true, "schema": {"type": "object",
+          "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false}})",
+       R"({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object",
+          "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false}, "strict": true}})"},
+  };
+  for (const auto& [text_format, response_format] : formats) {
+    std::optional<ApiError> chat_error;
+    try {
+      server::parse_chat_request(server::parse_json_body(
+          R"({"messages": [{"role": "user", "content": "x"}], "response_format": )" + response_format + "}"));
+    } catch (const ApiException& e) {
+      chat_error = e.error;
+    }
+    const std::string body = R"({"input": "x", "text": {"format": )" + text_format + "}}";
+    if (!chat_error) {
+      const auto r = parse(body);
+      EXPECT_EQ(r.echo["text"]["format"], ojson::parse(text_format)) << text_format;
+      continue;
+    }
+    const ApiError e = refusal(body);
+    EXPECT_EQ(e.param.rfind("text.format", 0), 0u) << text_format << ": " << e.param;
+    EXPECT_EQ(e.message, server::with_responses_names(*chat_error).message) << text_format;
+  }
 }
 
 TEST(ResponsesParse, ChatNamesAreRenamedInParamAndMessage) {
