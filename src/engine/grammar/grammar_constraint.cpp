@@ -29,24 +29,51 @@ size_t CompiledGrammar::state_count() const {
   return matcher_.state_count();
 }
 
+int32_t* CompiledGrammar::row(StateId s) {
+  if (static_cast<size_t>(s) >= rows_.size()) rows_.resize(std::max<size_t>(s + 1, rows_.size() * 2));
+  if (!rows_[s]) {
+    rows_[s] = std::make_unique<int32_t[]>(256);
+    std::fill(rows_[s].get(), rows_[s].get() + 256, -2);
+    row_bytes_ += 1024;
+  }
+  return rows_[s].get();
+}
+
+uint32_t CompiledGrammar::min_bytes(StateId s) {
+  if (static_cast<size_t>(s) >= min_bytes_.size()) min_bytes_.resize(std::max<size_t>(s + 1, min_bytes_.size() * 2), 0);
+  if (min_bytes_[s] == 0) min_bytes_[s] = std::min(matcher_.min_bytes_to_complete(s), kInf - 1) + 1;
+  return min_bytes_[s] - 1;
+}
+
 int64_t CompiledGrammar::walk(StateId s, std::span<uint32_t> out, uint32_t limit, uint32_t* min_after,
                               MaskEntry* entry) {
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
   const std::vector<int32_t>& tokens = trie_->tokens();
   const size_t words = out.size();
+  if (row_bytes_ > cache_limit_) {  // rows are dropped between walks only: a walk holds pointers to them
+    for (auto& r : rows_) r.reset();
+    row_bytes_ = 0;
+  }
+  walk_rows_.assign(walk_states_.size(), nullptr);
   walk_states_[0] = s;
+  walk_rows_[0] = row(s);
   int64_t count = 0;
   uint32_t best = kInf;
   for (size_t i = 0; i < nodes.size();) {
     const TokenTrie::Node& n = nodes[i];
-    const StateId ns = matcher_.advance(walk_states_[n.depth - 1], n.byte);
+    int32_t* r = walk_rows_[n.depth - 1];
+    StateId ns = r[n.byte];
+    if (ns == -2) {
+      ns = matcher_.advance(walk_states_[n.depth - 1], n.byte);
+      r[n.byte] = ns;
+    }
     if (ns == kDeadState) {
       i = n.end;
       continue;
     }
     walk_states_[n.depth] = ns;
     if (n.tok_end > n.tok_begin) {
-      const uint32_t m = matcher_.min_bytes_to_complete(ns);
+      const uint32_t m = min_bytes(ns);
       best = std::min(best, m);
       if (m <= limit) {
         for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) {
@@ -66,8 +93,14 @@ int64_t CompiledGrammar::walk(StateId s, std::span<uint32_t> out, uint32_t limit
         }
       }
     }
-    // Nothing follows a complete state without stacks: its subtree is dead.
-    i = matcher_.can_continue(ns) ? i + 1 : n.end;
+    if (n.end == i + 1) {  // a leaf of the trie
+      ++i;
+    } else if (!matcher_.can_continue(ns)) {  // nothing follows: the subtree is dead
+      i = n.end;
+    } else {
+      walk_rows_[n.depth] = row(ns);
+      ++i;
+    }
   }
   if (min_after) *min_after = best;
   return count;

@@ -57,6 +57,15 @@ class CompiledGrammar {
   std::unordered_map<StateId, MaskEntry> cache_;
   size_t cache_bytes_ = 0, cache_limit_;
   std::vector<StateId> walk_states_;
+  // Walk-local copies of the matcher's answers, indexed by state: a dense row of transitions for each
+  // state a walk expands (-2: not asked yet), and fewest bytes to complete (+1; 0: not asked yet).
+  // Dropped whole past `cache_limit_` like the masks.
+  int32_t* row(StateId s);
+  uint32_t min_bytes(StateId s);
+  std::vector<std::unique_ptr<int32_t[]>> rows_;
+  std::vector<uint32_t> min_bytes_;
+  std::vector<int32_t*> walk_rows_;
+  size_t row_bytes_ = 0;
 };
 
 class GrammarConstraint : public TokenConstraint {

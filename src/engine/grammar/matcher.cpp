@@ -89,7 +89,7 @@ struct Matcher::Impl {
   std::unordered_map<std::string, StateId> state_index;
   FlatMap transitions;           // (state << 8 | byte) -> state or kDeadState
   std::vector<uint32_t> cont;    // per node: fewest bytes after its element to the end (memo)
-  std::vector<uint32_t> stamp;   // per node: closure generation that expanded it
+  FlatMap expanded;              // (rule, continuation node) -> closure generation that expanded it
   uint32_t generation = 0;
   std::vector<int32_t> scratch;
   bool scratch_accept = false;
@@ -101,7 +101,6 @@ struct Matcher::Impl {
     if (const int32_t* id = node_index.find(key)) return *id;
     nodes.push_back({pos, parent});
     cont.push_back(kUnknown);
-    stamp.push_back(0);
     int32_t id = static_cast<int32_t>(nodes.size() - 1);
     node_index.insert(key, id);
     return id;
@@ -120,15 +119,18 @@ struct Matcher::Impl {
         parent = nodes[parent].parent;
         continue;
       }
-      int32_t id = intern_node(pos, parent);
       if (e.kind == Grammar::Elem::kClass) {
-        scratch.push_back(id);
+        scratch.push_back(intern_node(pos, parent));
         return;
       }
-      if (stamp[id] == generation) return;  // same (pos, parent) expanded already: same leaves
-      stamp[id] = generation;
+      // A reference in tail position returns straight to `parent` (no frame: right recursion such as
+      // S ::= x S keeps the stack, so a string's states repeat instead of growing with its length).
+      const int32_t cont = g.elems[pos + 1].kind == Grammar::Elem::kEnd ? parent : intern_node(pos, parent);
+      const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(e.index)) << 32) | static_cast<uint32_t>(cont + 1);
+      if (const int32_t* seen = expanded.find(key); seen && *seen == static_cast<int32_t>(generation)) return;
+      expanded.insert(key, static_cast<int32_t>(generation));  // same rule, same continuation: same leaves
       auto [begin, end] = g.rule_alts[e.index];
-      for (int32_t a = begin; a < end; ++a) expand(g.alt_starts[a], id);
+      for (int32_t a = begin; a < end; ++a) expand(g.alt_starts[a], cont);
       return;
     }
   }
@@ -136,8 +138,8 @@ struct Matcher::Impl {
   void begin_closure() {
     scratch.clear();
     scratch_accept = false;
-    if (++generation == 0) {
-      std::fill(stamp.begin(), stamp.end(), 0);
+    if (++generation > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      expanded = FlatMap();
       generation = 1;
     }
   }
