@@ -20,7 +20,55 @@ g::Expr two_digits(int max) {
   return g::alternatives(std::move(alts));
 }
 
+// Decimal strings of equal length from lo to hi (lo <= hi, digit by digit).
+g::Expr same_length_range(const std::string& lo, const std::string& hi) {
+  if (lo.empty()) return g::sequence({});
+  if (lo.find_first_not_of('0') == std::string::npos && hi.find_first_not_of('9') == std::string::npos)
+    return g::repeat(digit(), static_cast<int64_t>(lo.size()), static_cast<int64_t>(lo.size()));
+  const uint32_t a = static_cast<uint32_t>(lo[0]), b = static_cast<uint32_t>(hi[0]);
+  const size_t rest = lo.size() - 1;
+  if (a == b) return g::sequence({g::chars(g::CharClass::single(a)), same_length_range(lo.substr(1), hi.substr(1))});
+  std::vector<g::Expr> alts;
+  alts.push_back(g::sequence({g::chars(g::CharClass::single(a)), same_length_range(lo.substr(1), std::string(rest, '9'))}));
+  if (b - a > 1) alts.push_back(g::sequence({g::chars({{a + 1, b - 1}}), g::repeat(digit(), static_cast<int64_t>(rest), static_cast<int64_t>(rest))}));
+  alts.push_back(g::sequence({g::chars(g::CharClass::single(b)), same_length_range(std::string(rest, '0'), hi.substr(1))}));
+  return g::alternatives(std::move(alts));
+}
+
+constexpr int64_t kMaxMagnitude = 9999999999999999;  // 16 digits, as integer()
+
+// Non-negative integers in [lo, hi] without leading zeros.
+g::Expr natural_range(int64_t lo, int64_t hi) {
+  std::vector<g::Expr> alts;
+  const std::string los = std::to_string(lo), his = std::to_string(hi);
+  for (size_t len = los.size(); len <= his.size(); ++len) {
+    std::string a(len, '0');
+    a[0] = '1';
+    if (len == los.size()) a = los;
+    std::string b = len == his.size() ? his : std::string(len, '9');
+    alts.push_back(same_length_range(a, b));
+  }
+  return g::alternatives(std::move(alts));
+}
+
 }  // namespace
+
+g::Expr JsonRules::integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+  const int64_t a = std::max(lo.value_or(-kMaxMagnitude), -kMaxMagnitude);
+  const int64_t b = std::min(hi.value_or(kMaxMagnitude), kMaxMagnitude);
+  std::vector<g::Expr> alts;
+  if (a < 0) alts.push_back(g::sequence({g::literal("-"), natural_range(std::max<int64_t>(1, -b), -a)}));
+  if (b >= 0) alts.push_back(natural_range(std::max<int64_t>(0, a), b));
+  return g::alternatives(std::move(alts));
+}
+
+g::Expr JsonRules::number_range(int64_t lo, std::optional<int64_t> hi) {
+  g::Expr frac = g::sequence({g::literal("."), g::repeat(digit(), 1, 15)});
+  std::vector<g::Expr> alts;
+  if (!hi || *hi > lo) alts.push_back(g::sequence({integer_range(lo, hi ? std::optional<int64_t>(*hi - 1) : std::nullopt), g::optional(frac)}));
+  if (hi) alts.push_back(g::sequence({integer_range(*hi, *hi), g::optional(g::sequence({g::literal("."), g::repeat(g::literal("0"), 1, 15)}))}));
+  return g::alternatives(std::move(alts));
+}
 
 g::RuleId JsonRules::string_char() {
   if (!char_) {

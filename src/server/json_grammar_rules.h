@@ -30,6 +30,13 @@ class JsonRules {
   grammar::RuleId number();
   /** Integer: -?(0|[1-9][0-9]{0,15}). */
   grammar::RuleId integer();
+  /** An integer in [lo, hi] (each bound optional; the unbounded ends stop at 16 digits like
+   *  integer()), no leading zeros, "-0" never. Requires lo <= hi. */
+  grammar::Expr integer_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
+  /** A number in [lo, hi] for integer bounds with 0 <= lo (hi optional): an integer part in
+   *  [lo, hi - 1] with an optional fraction, or hi itself with an optional all-zero fraction; no
+   *  exponent. Requires lo <= hi. */
+  grammar::Expr number_range(int64_t lo, std::optional<int64_t> hi);
   /** The string (quotes included) of a format generated exactly: "date" (YYYY-MM-DD, days 01-28 so
    *  every one exists), "time" (HH:MM:SS with an optional fraction, then Z), "date-time" (date T time),
    *  "uuid" (8-4-4-4-12 lowercase hex); nullopt for other formats. */

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -25,7 +27,7 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "additionalItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "format", "minLength",
-    "maxLength", "uniqueItems"};
+    "maxLength", "uniqueItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 const std::set<std::string, std::less<>> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
@@ -144,6 +146,10 @@ class SchemaCompiler {
             else if (t == "integer" && u == "number") both.push_back(t);
         if (both.empty()) refuse(path, "allOf has no type in common");
         a[k] = both;
+      } else if ((k == "minimum" || k == "exclusiveMinimum") && v.is_number() && a[k].is_number()) {
+        a[k] = std::max(a[k].get<double>(), v.get<double>());
+      } else if ((k == "maximum" || k == "exclusiveMaximum") && v.is_number() && a[k].is_number()) {
+        a[k] = std::min(a[k].get<double>(), v.get<double>());
       } else if ((k == "minLength" || k == "minItems") && v.is_number_unsigned()) {
         a[k] = std::max(a[k].get<uint64_t>(), v.get<uint64_t>());
       } else if ((k == "maxLength" || k == "maxItems") && v.is_number_unsigned()) {
@@ -240,6 +246,7 @@ class SchemaCompiler {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types = {"object"};
       else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) types = {"array"};
       else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) types = {"string"};
+      else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) types = {"number"};
       else return g::rule(rules_.value());
     }
     std::vector<g::Expr> alts;
@@ -250,8 +257,7 @@ class SchemaCompiler {
   g::Expr compile_type(const Json& s, const std::string& t, const std::string& path) {
     if (t == "null") return g::literal("null");
     if (t == "boolean") return g::alternatives({g::literal("true"), g::literal("false")});
-    if (t == "integer") return g::rule(rules_.integer());
-    if (t == "number") return g::rule(rules_.number());
+    if (t == "integer" || t == "number") return compile_numeric(s, t, path);
     if (t == "string") {
       int64_t lo = count_of(s, "minLength", path, 0), hi = count_of(s, "maxLength", path, g::kUnbounded);
       if (hi != g::kUnbounded && hi < lo) refuse(path, "maxLength is below minLength");
@@ -268,6 +274,43 @@ class SchemaCompiler {
     }
     if (t == "array") return compile_array(s, path);
     return compile_object(s, path);
+  }
+
+  // The bound `key` of `s` as a double, if present.
+  std::optional<double> bound(const Json& s, const char* key, const std::string& path) {
+    if (!s.contains(key)) return std::nullopt;
+    if (!s[key].is_number()) refuse(path + "/" + key, fmt::format("'{}' must be a number", key));
+    double v = s[key].get<double>();
+    if (!std::isfinite(v)) refuse(path + "/" + key, fmt::format("'{}' must be finite", key));
+    return v;
+  }
+
+  g::Expr compile_numeric(const Json& s, const std::string& t, const std::string& path) {
+    const auto min = bound(s, "minimum", path), max = bound(s, "maximum", path);
+    const auto xmin = bound(s, "exclusiveMinimum", path), xmax = bound(s, "exclusiveMaximum", path);
+    if (!min && !max && !xmin && !xmax) return g::rule(t == "integer" ? rules_.integer() : rules_.number());
+    constexpr double kLimit = 9.0e15;
+    auto clip = [&](double v) { return static_cast<int64_t>(std::max(-kLimit, std::min(kLimit, v))); };
+    if (t == "integer") {
+      std::optional<int64_t> lo, hi;
+      if (min) lo = clip(std::ceil(*min));
+      if (xmin) lo = std::max(lo.value_or(INT64_MIN), clip(std::floor(*xmin) + 1));
+      if (max) hi = clip(std::floor(*max));
+      if (xmax) hi = std::min(hi.value_or(INT64_MAX), clip(std::ceil(*xmax) - 1));
+      if (lo && hi && *lo > *hi) refuse(path, "no integer lies between minimum and maximum");
+      return rules_.integer_range(lo, hi);
+    }
+    auto integral = [](const std::optional<double>& v) { return !v || *v == std::floor(*v); };
+    if (xmin || xmax)
+      refuse(path + (xmin ? "/exclusiveMinimum" : "/exclusiveMaximum"),
+             "keyword 'exclusiveMinimum' / 'exclusiveMaximum' on numbers is not supported by constrained decoding "
+             "(it is on integers)");
+    if (!min || *min < 0 || !integral(min) || !integral(max))
+      refuse(path + (min ? "/minimum" : "/maximum"),
+             "keyword 'minimum' / 'maximum' on numbers is supported by constrained decoding only with whole-number "
+             "bounds and a minimum >= 0 (any bounds on integers)");
+    if (max && *max < *min) refuse(path, "maximum is below minimum");
+    return rules_.number_range(clip(*min), max ? std::optional<int64_t>(clip(*max)) : std::nullopt);
   }
 
   g::Expr compile_array(const Json& s, const std::string& path) {

@@ -9,15 +9,17 @@
 //   minItems, maxItems, anyOf, oneOf (generated as anyOf: its branches should not overlap), allOf
 //   (only when its subschemas merge keyword by keyword), $ref to local JSON pointers (#, #/$defs/...,
 //   #/definitions/..., recursion allowed), minLength / maxLength (in code points), format (date, time,
-//   date-time and uuid generated exactly; other formats as plain strings), true / false schemas.
+//   date-time and uuid generated exactly; other formats as plain strings), true / false schemas,
+//   minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (exact ranges), and minimum /
+//   maximum on numbers when both are whole numbers and minimum >= 0.
 // Generation choices, as OpenAI's strict mode makes them: an object with `properties` never gets
 //   other properties (additionalProperties is read as false for generation whatever it says, which
 //   every value of it allows); an object without properties and not closed by additionalProperties:
 //   false gets any keys, with values of additionalProperties' schema or any value. Numbers have at
 //   most 16 integer digits, 15 fraction digits and a 1-2 digit exponent; integers at most 16 digits.
 //   enum / const values are filtered by `type` only.
-// Refused with a 400 naming the keyword and its JSON pointer: pattern, patternProperties, minimum,
-//   maximum, exclusiveMinimum, exclusiveMaximum, multipleOf, minProperties, maxProperties,
+// Refused with a 400 naming the keyword and its JSON pointer: pattern, patternProperties, other
+//   bounds on numbers, multipleOf, minProperties, maxProperties,
 //   uniqueItems: true, contains, not, if / then / else, dependent*, propertyNames, unevaluated*,
 //   remote $ref, and any other keyword not listed here. Annotations (title, description, examples,
 //   default, $schema, $id, $comment, deprecated, readOnly, writeOnly, x-*) are ignored.

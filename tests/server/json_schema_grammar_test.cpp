@@ -1,4 +1,4 @@
-// JSON Schema -> grammar (server/json_schema_grammar): for each of 28 schemas, random walks over a real
+// JSON Schema -> grammar (server/json_schema_grammar): for each of 29 schemas, random walks over a real
 // vocabulary (GPT-2's 50,257 tokens, each step a uniformly random allowed token, max_tokens from the
 // fewest the schema needs to that plus 200) always end with compact JSON that parses and validates against
 // the schema (checked by the small independent validator below); refused keywords get a 400 naming
@@ -124,6 +124,13 @@ std::string validate(const Json& v, const Json& s, const Json& root) {
     for (const Json& one : t.is_array() ? t : Json::array({t})) ok = ok || is_type(v, one.get<std::string>());
     if (!ok) return "type " + t.dump();
   }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if (s.contains("minimum") && x < s["minimum"].get<double>()) return "minimum";
+    if (s.contains("maximum") && x > s["maximum"].get<double>()) return "maximum";
+    if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return "exclusiveMinimum";
+    if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return "exclusiveMaximum";
+  }
   if (v.is_string()) {
     const std::string& str = v.get_ref<const std::string&>();
     if (s.contains("minLength") && code_points(str) < s["minLength"].get<size_t>()) return "minLength";
@@ -230,6 +237,7 @@ std::vector<Json> schemas() {
       R"({"type": "object", "properties": {"kind": {"type": "string", "maxLength": 6}}, "required": ["kind"], "anyOf": [{"properties": {"x": {"type": "integer"}}, "required": ["x"]}, {"properties": {"y": {"type": "string"}}, "required": ["y"]}]})",
       R"({"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 2}, "maxItems": 3})",
       R"({"type": "string", "enum": ["a", "b", 3]})",
+      R"({"type": "array", "items": {"type": "object", "properties": {"i": {"type": "integer", "minimum": -37, "maximum": 1205}, "p": {"type": "integer", "exclusiveMinimum": 0}, "n": {"type": "integer", "exclusiveMaximum": -99}, "c": {"type": "number", "minimum": 0, "maximum": 1}, "r": {"type": "number", "minimum": 10}}, "required": ["i", "p", "n", "c", "r"]}, "minItems": 1})",
       R"({"type": "object", "properties": {"steps": {"type": "array", "items": {"type": "object", "properties": {"explanation": {"type": "string"}, "output": {"type": "string"}}, "required": ["explanation", "output"], "additionalProperties": false}}, "final_answer": {"type": "string"}}, "required": ["steps", "final_answer"], "additionalProperties": false})",
   };
   std::vector<Json> out;
@@ -286,6 +294,32 @@ TEST(JsonSchemaGrammar, CompactOutputForKnownText) {
   EXPECT_FALSE(ok(R"({"name":"\ud800","age":0})"));     // lone surrogate escape
 }
 
+TEST(JsonSchemaGrammar, IntegerAndNumberRangesAreExact) {
+  std::map<std::string, std::unique_ptr<g::Matcher>> matchers;
+  auto accepts = [&](const char* schema, std::string_view text) {
+    auto& m = matchers[schema];
+    if (!m) m = std::make_unique<g::Matcher>(json_schema_grammar(Json::parse(schema), "response_format"));
+    return m->complete(m->advance(m->start(), text));
+  };
+  const char* ints = R"({"type": "integer", "minimum": -37, "maximum": 1205})";
+  for (int v = -60; v <= 1300; ++v) EXPECT_EQ(accepts(ints, std::to_string(v)), v >= -37 && v <= 1205) << v;
+  EXPECT_FALSE(accepts(ints, "01"));
+  EXPECT_FALSE(accepts(ints, "-0"));
+  const char* positive = R"({"type": "integer", "exclusiveMinimum": 0})";
+  EXPECT_FALSE(accepts(positive, "0"));
+  EXPECT_TRUE(accepts(positive, "1"));
+  EXPECT_TRUE(accepts(positive, "9999999999999999"));
+  EXPECT_FALSE(accepts(positive, "-1"));
+  const char* unit = R"({"type": "number", "minimum": 0, "maximum": 1})";
+  EXPECT_TRUE(accepts(unit, "0"));
+  EXPECT_TRUE(accepts(unit, "0.999"));
+  EXPECT_TRUE(accepts(unit, "1"));
+  EXPECT_TRUE(accepts(unit, "1.000"));
+  EXPECT_FALSE(accepts(unit, "1.001"));
+  EXPECT_FALSE(accepts(unit, "-0.5"));
+  EXPECT_FALSE(accepts(unit, "1e-3"));
+}
+
 TEST(JsonSchemaGrammar, EmbedsInALargerGrammar) {
   g::GrammarBuilder b;
   g::RuleId args = json_schema_rule(b, Json::parse(R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})"), "tools");
@@ -311,7 +345,9 @@ void expect_refused(const std::string& schema, const std::string& keyword, const
 
 TEST(JsonSchemaGrammar, UnsupportedKeywordsAre400sNamingKeywordAndPointer) {
   expect_refused(R"({"type": "string", "pattern": "^a+$"})", "pattern", "/pattern");
-  expect_refused(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})", "minimum", "/properties/n/minimum");
+  expect_refused(R"({"type": "object", "properties": {"n": {"type": "number", "minimum": -1.5}}})", "minimum", "/properties/n/minimum");
+  expect_refused(R"({"type": "number", "exclusiveMaximum": 1})", "exclusiveMaximum", "/exclusiveMaximum");
+  expect_refused(R"({"type": "integer", "minimum": 3, "maximum": 2.5})", "no integer", "");
   expect_refused(R"({"type": "number", "multipleOf": 2})", "multipleOf", "/multipleOf");
   expect_refused(R"({"type": "object", "patternProperties": {"^x": {}}})", "patternProperties", "/patternProperties");
   expect_refused(R"({"type": "array", "items": {"not": {"type": "null"}}})", "not", "/items/not");
@@ -362,7 +398,7 @@ TEST(JsonSchemaGrammar, MaskTimesOnA152kVocab) {
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   double build_ms = ms(t0, std::chrono::steady_clock::now());
 
-  auto compiled = std::make_shared<g::CompiledGrammar>(json_schema_grammar(schemas()[27], "response_format"), trie);
+  auto compiled = std::make_shared<g::CompiledGrammar>(json_schema_grammar(schemas()[28], "response_format"), trie);
   std::vector<uint32_t> bits((pieces.size() + 31) / 32);
   auto timed = [&](g::GrammarConstraint& c, int64_t budget, int64_t* n) {
     std::fill(bits.begin(), bits.end(), 0);
