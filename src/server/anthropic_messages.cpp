@@ -1,6 +1,6 @@
 // POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API over the chat pipeline
 // that /v1/chat/completions uses (anthropic_request.cpp turns the body into a ChatRequest; the
-// template, sampling, stop strings, tool-call parsing and the --reasoning-format split are shared,
+// template, sampling, stop strings, tool-call parsing and the reasoning split are shared,
 // chat_reply.h). A reply becomes content blocks: a thinking block for the reasoning, a text block,
 // and a tool_use block per parsed call. Streams are named SSE events (message_start,
 // content_block_start / _delta / _stop per block, message_delta, message_stop), without [DONE].
@@ -78,7 +78,7 @@ class MessagesSse : public SseFormatter {
  public:
   MessagesSse(ServerContext& ctx, std::string id, int32_t prompt_tokens, const ChatRequest& r)
       : ctx_(ctx), id_(std::move(id)), prompt_tokens_(prompt_tokens), stops_(r.gen.stop),
-        split_(r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls, ctx.model.tool_call_format) {}
+        split_(reply_format(ctx, r)) {}
 
   std::vector<std::string> begin() override {
     ojson usage = {{"input_tokens", prompt_tokens_}, {"cache_creation_input_tokens", 0},
@@ -188,8 +188,7 @@ void messages(ServerContext& ctx, const httplib::Request& req, const std::string
   }
   StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  ChatReply reply = split_chat_reply(all.text, r.split_reasoning.value_or(ctx.options.split_reasoning), r.parse_tool_calls,
-                                     ctx.model.tool_call_format);
+  ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r));
   ojson content = ojson::array();
   if (reply.thought && !reply.reasoning.empty())  // empty (trimmed) reasoning: no block, as streamed
     content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});

@@ -52,6 +52,9 @@ struct ChatRequest {
   /** Whether the reply's leading <think> block is split off (Anthropic's `thinking` enabled); unset:
    *  the server's --reasoning-format decides. */
   std::optional<bool> split_reasoning;
+  /** Set by submit_chat: the rendered prompt ends inside an open reasoning block (the template wrote
+   *  `<think>`), so the reply starts in the reasoning (reasoning.h, prompt_opens_reasoning). */
+  bool reply_starts_in_reasoning = false;
 };
 
 struct CompletionRequest {

@@ -1,5 +1,6 @@
 #include "server/chat_reply.h"
 
+#include "server/prompt_literals.h"
 #include "server/request_parse.h"
 
 namespace ft::server {
@@ -76,59 +77,104 @@ std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r) {
 }
 
 std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r) {
-  return ctx.model.vocab->encode(render_chat_text(ctx, r), EncodeOptions{/*add_special=*/false, /*parse_special=*/true});
+  return encode_chat_prompt(*ctx.model.vocab, render_chat_text(ctx, r), r.messages);
 }
+
+ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r) {
+  ReplyFormat f;
+  if (r.split_reasoning.value_or(ctx.options.split_reasoning)) {
+    f.reasoning = ctx.model.reasoning_format != ReasoningFormat::kNone ? ctx.model.reasoning_format : ReasoningFormat::kThink;
+    f.reasoning_open = r.reply_starts_in_reasoning;
+  }
+  f.tool_calls = r.parse_tool_calls;
+  f.tool_format = ctx.model.tool_call_format;
+  if (f.tool_calls) f.tool_schemas = tool_schemas(r.tools);
+  return f;
+}
+
+namespace {
+
+/** Whether the vocabulary has any of `markers` as a control token (one a reply's text drops). */
+bool any_control_token(const Vocab& vocab, const std::vector<std::string_view>& markers) {
+  for (std::string_view m : markers) {
+    const int32_t id = vocab.find(m);
+    if (id >= 0 && vocab.is_special(id)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
-  if (tool_call_format_structures_every_reply(ctx.model.tool_call_format)) r.parse_tool_calls = true;
+  const ToolCallFormat tf = ctx.model.tool_call_format;
+  if (tool_call_format_structures_every_reply(tf)) r.parse_tool_calls = true;
+  const std::string text = render_chat_text(ctx, r);
+  const ReasoningFormat rf = reply_format(ctx, r).reasoning;
+  r.reply_starts_in_reasoning = prompt_opens_reasoning(text, rf);
   GenerationParams gen = r.gen;
-  gen.keep_special_tokens = r.parse_tool_calls && tool_call_markers_are_special(ctx.model.tool_call_format);
-  return submit_generation(ctx, render_chat_prompt(ctx, r), gen, "messages");
+  const Vocab& vocab = *ctx.model.vocab;
+  const ReasoningTags tags = reasoning_tags(rf);
+  gen.keep_special_tokens =
+      (r.parse_tool_calls && (tool_call_markers_are_special(tf) || any_control_token(vocab, tool_call_format_markers(tf)))) ||
+      (rf != ReasoningFormat::kNone && any_control_token(vocab, {tags.open, tags.close}));
+  return submit_generation(ctx, encode_chat_prompt(vocab, text, r.messages), gen,
+                           "messages");
 }
 
-ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls, ToolCallFormat format) {
+ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f) {
+  ChatReplyStream s(f);
+  ChatReplyPiece p = s.push(text);
+  ChatReplyPiece rest = s.finish();
   ChatReply out;
-  out.content = text;
-  if (with_reasoning) {
-    ReasoningSplit rs = split_reasoning(text);
-    if (rs.thought) {
-      out.thought = true;
-      out.reasoning = std::move(rs.reasoning);
-      out.content = std::move(rs.content);
-    }
-  }
-  if (with_tool_calls) {
-    ToolCallSplit split = parse_tool_calls(out.content, format);
-    if (!split.reasoning.empty()) {  // harmony's analysis channel
-      out.thought = true;
-      out.reasoning += split.reasoning;
-    }
-    if (!split.calls.empty() || !split.reasoning.empty() || tool_call_format_structures_every_reply(format)) {
-      out.content = std::move(split.content);
-      out.calls = std::move(split.calls);
-    }
-  }
+  out.thought = s.thought();
+  out.reasoning = std::move(p.reasoning) + rest.reasoning;
+  out.content = std::move(p.content) + rest.content;
+  out.calls = std::move(p.calls);
+  for (ToolCall& c : rest.calls) out.calls.push_back(std::move(c));
   return out;
 }
 
-ChatReplyStream::ChatReplyStream(bool with_reasoning, bool with_tool_calls, ToolCallFormat format) {
-  if (with_reasoning) reasoning_.emplace();
-  if (with_tool_calls) tools_.emplace(format);
+namespace {
+
+ReplyFormat simple_format(bool with_reasoning, bool with_tool_calls, ToolCallFormat format) {
+  ReplyFormat f;
+  f.reasoning = with_reasoning ? ReasoningFormat::kThink : ReasoningFormat::kNone;
+  f.tool_calls = with_tool_calls;
+  f.tool_format = format;
+  return f;
 }
 
+}  // namespace
+
+ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls, ToolCallFormat format) {
+  return split_chat_reply(text, simple_format(with_reasoning, with_tool_calls, format));
+}
+
+ChatReplyStream::ChatReplyStream(const ReplyFormat& f) {
+  if (f.reasoning != ReasoningFormat::kNone) reasoning_.emplace(f.reasoning, f.reasoning_open);
+  if (f.tool_calls) tools_.emplace(f.tool_format, f.tool_schemas);
+}
+
+ChatReplyStream::ChatReplyStream(bool with_reasoning, bool with_tool_calls, ToolCallFormat format)
+    : ChatReplyStream(simple_format(with_reasoning, with_tool_calls, format)) {}
+
 ChatReplyPiece ChatReplyStream::push(std::string_view piece) {
+  if (!splits()) return ChatReplyPiece{"", std::string(piece), {}};
   return split(reasoning_ ? reasoning_->push(piece) : ReasoningSplit{"", std::string(piece)}, false);
 }
 
-ChatReplyPiece ChatReplyStream::finish() { return split(reasoning_ ? reasoning_->finish() : ReasoningSplit{}, true); }
+ChatReplyPiece ChatReplyStream::finish() {
+  if (!splits()) return {};
+  return split(reasoning_ ? reasoning_->finish() : ReasoningSplit{}, true);
+}
 
 ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last) {
-  ChatReplyPiece out;
-  out.reasoning = std::move(r.reasoning);
   ToolCallSplit s = tools_ ? tools_->push(r.content) : ToolCallSplit{std::move(r.content), {}, {}};
   if (last && tools_) s.append(tools_->finish());
-  out.reasoning += s.reasoning;  // harmony's analysis channel
-  out.content = std::move(s.content);
+  if (!all_space(s.reasoning)) channel_reasoning_ = true;  // harmony's analysis channel
+  ChatReplyPiece out;
+  out.reasoning = reasoning_trim_.push(r.reasoning + s.reasoning);
+  out.content = content_trim_.push(s.content);
   out.calls = std::move(s.calls);
   return out;
 }

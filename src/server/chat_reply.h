@@ -13,6 +13,7 @@
 #include "server/context.h"
 #include "server/generation.h"
 #include "server/reasoning.h"
+#include "server/tag_scan.h"
 #include "server/tool_calls.h"
 
 namespace ft::server {
@@ -45,25 +46,48 @@ std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
  *  cannot render them. */
 std::vector<int32_t> render_chat_prompt(const ServerContext& ctx, const ChatRequest& r);
 
-/** Renders `r` (render_chat_prompt) and submits it (submit_generation, "messages" naming the prompt
+/** How a chat reply is split (ChatReplyStream, split_chat_reply). */
+struct ReplyFormat {
+  ReasoningFormat reasoning = ReasoningFormat::kNone;  // kNone: no reasoning is split off
+  bool reasoning_open = false;  // the prompt ends inside an open block: the reply starts in the reasoning
+  bool tool_calls = false;      // calls are split out, in `tool_format`
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  ToolSchemas tool_schemas;     // the request's tools (the XML-like formats type values by them)
+};
+
+/** The split of `r`'s reply: reasoning in the served model's format (ServedModel::reasoning_format;
+ *  <think> when the request asks for it and the model names none) when r.split_reasoning, or else the
+ *  server's default (ServerOptions::split_reasoning), says so, starting inside the block when the
+ *  prompt opened it (r.reply_starts_in_reasoning, set by submit_chat); tool calls when
+ *  r.parse_tool_calls, in the served model's format, typed by r.tools. */
+ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r);
+
+/** Renders `r` (render_chat_text) and submits it (submit_generation, "messages" naming the prompt
  *  in a context-length error). A gpt-oss (harmony) reply is always split, tools or not (sets
  *  r.parse_tool_calls): its channels (analysis: reasoning, final: content) would otherwise run
- *  together. When the reply is parsed for a tool-call format whose markers are control tokens
- *  (tool_call_markers_are_special), its text keeps control tokens, so the parser sees them. Throws
- *  what those throw. */
+ *  together. Sets r.reply_starts_in_reasoning when the rendered prompt ends inside an open reasoning
+ *  block (prompt_opens_reasoning). When the reply is parsed for a tool-call format whose markers are
+ *  control tokens (tool_call_markers_are_special, or the served vocabulary makes one of
+ *  tool_call_format_markers a control token), or reasoning is split and the vocabulary makes its
+ *  tags control tokens, its text keeps control tokens, so the parser sees them. Throws what those
+ *  throw. */
 Submitted submit_chat(ServerContext& ctx, ChatRequest& r);
 
 /** A whole reply, split. */
 struct ChatReply {
-  bool thought = false;         // with_reasoning and the reply opened a <think> block
+  bool thought = false;         // reasoning was split and the reply opened a block (or started in one)
   std::string reasoning;        // the block's text, trimmed (when thought)
-  std::string content;          // the rest as written; with calls, the text around them, trimmed
+  std::string content;          // the rest, trimmed when anything is split; as written otherwise
   std::vector<ToolCall> calls;  // empty unless tool calls were parsed
 };
 
-/** Splits a whole reply: the leading <think> block when `with_reasoning`, then tool calls in what
- *  follows when `with_tool_calls`, in the served model's `format` (tool_calls.h; kHarmony's analysis
- *  channel is reasoning too). */
+/** Splits a whole reply as `f` says: the leading reasoning block, then tool calls in what follows
+ *  (tool_calls.h; kHarmony's analysis channel is reasoning too). Exactly what ChatReplyStream gives
+ *  for the same text in any pieces, whitespace included. */
+ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f);
+
+/** split_chat_reply with <think> reasoning when `with_reasoning` (the reply starting outside the
+ *  block) and tool calls in `format` without schemas when `with_tool_calls`. */
 ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool with_tool_calls,
                            ToolCallFormat format = ToolCallFormat::kHermes);
 
@@ -75,20 +99,27 @@ struct ChatReplyPiece {
 };
 
 /** split_chat_reply as the reply streams in: push() returns what is known so far (text that may
- *  open or close a tag, and an open call, are held); finish() returns what is held at the end. With
+ *  open or close a tag, and an open call, are held; so is whitespace that may turn out to end the
+ *  content or the reasoning, which are trimmed); finish() returns what is held at the end. With
  *  neither splitting asked for, every piece is content as it came. */
 class ChatReplyStream {
  public:
+  explicit ChatReplyStream(const ReplyFormat& f);
+  /** <think> reasoning when `with_reasoning`, tool calls in `format` when `with_tool_calls`. */
   ChatReplyStream(bool with_reasoning, bool with_tool_calls, ToolCallFormat format = ToolCallFormat::kHermes);
   ChatReplyPiece push(std::string_view piece);
   ChatReplyPiece finish();
   /** Whether any splitting happens (otherwise push() returns its input as content). */
   bool splits() const { return reasoning_.has_value() || tools_.has_value(); }
+  /** Whether reasoning came: a block opened (or the reply started in one), or harmony's analysis. */
+  bool thought() const { return (reasoning_ && reasoning_->opened()) || channel_reasoning_; }
 
  private:
   ChatReplyPiece split(ReasoningSplit r, bool last);
   std::optional<ReasoningStream> reasoning_;
   std::optional<ToolCallStream> tools_;
+  TrimmedText content_trim_, reasoning_trim_;
+  bool channel_reasoning_ = false;
 };
 
 }  // namespace ft::server

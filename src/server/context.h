@@ -14,6 +14,7 @@
 #include "engine/service.h"
 #include "server/errors.h"
 #include "server/response_store.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
@@ -36,8 +37,10 @@ struct ServerOptions {
   /** --request-timeout: seconds after which a request ends with finish_reason "length" (generating or
    *  still queued); 0: none. A request's own `timeout` may only shorten it. */
   double request_timeout_s = 0;
-  /** --reasoning-format deepseek: a chat reply's leading <think> block goes to reasoning_content
-   *  (reasoning.h); false (none): replies are left as the model wrote them. */
+  /** Whether a chat reply's reasoning block goes to reasoning_content (reasoning.h, in
+   *  ServedModel::reasoning_format) unless the request says otherwise: `ft serve` sets it when the
+   *  template's model writes one (--reasoning-parser none: false); false: replies are left as the
+   *  model wrote them. */
   bool split_reasoning = false;
 };
 
@@ -55,8 +58,12 @@ struct ServedModel {
   bool demo = false;
   const Vocab* vocab = nullptr;
   const ChatTemplate* chat_template = nullptr;
-  /** How replies carry tool calls: detect_tool_call_format of the chat template's source. */
+  /** How replies carry tool calls: detect_tool_call_format of the chat template's source, or
+   *  --tool-call-parser. */
   ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
+  /** How replies carry reasoning: detect_reasoning_format of the chat template's source, or
+   *  --reasoning-parser (kNone: the template's model writes none, or the flag said none). */
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   /** The template wants tool-call arguments as JSON objects (template_requires_object_arguments). */
   bool object_tool_arguments = false;
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)

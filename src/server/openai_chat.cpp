@@ -1,7 +1,7 @@
 // POST /v1/chat/completions (also /chat/completions, as llama.cpp serves it): OpenAI's chat
 // completion API, non-streaming and SSE streaming. With
 // `tools`, replies are split into content and `tool_calls` (tool_calls.h), and a reply that ends
-// with calls finishes with "tool_calls"; with --reasoning-format deepseek a leading <think> block
+// with calls finishes with "tool_calls"; with reasoning split (reply_format) the reasoning block
 // becomes `reasoning_content` (reasoning.h), and only the rest is searched for calls.
 #include "server/chat_reply.h"
 #include "server/generation.h"
@@ -42,9 +42,9 @@ const char* chat_finish_reason(FinishReason r, bool called_tools) {
 
 class ChatSse : public SseFormatter {
  public:
-  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, bool tool_calls)
+  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, const ReplyFormat& format)
       : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs),
-        split_(ctx.options.split_reasoning, tool_calls, ctx.model.tool_call_format) {}
+        split_(format) {}
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
@@ -116,12 +116,12 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
   const std::string id = ctx.new_id("chatcmpl-");
   const int64_t created = unix_time();
   if (r.gen.stream) {
-    start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen, r.parse_tool_calls));
+    start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen, reply_format(ctx, r)));
     return;
   }
   StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  ChatReply reply = split_chat_reply(all.text, ctx.options.split_reasoning, r.parse_tool_calls, ctx.model.tool_call_format);
+  ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r));
   ojson message = {{"role", "assistant"}, {"content", reply.content}};
   if (reply.thought) message["reasoning_content"] = reply.reasoning;
   if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)

@@ -35,4 +35,28 @@ inline void trim_space(std::string& s) {
   s.erase(0, first);
 }
 
+/** trim_space for text that streams in: push() returns what can be shown now (leading whitespace
+ *  dropped, a run of whitespace held until text follows it), and whatever is still held at the end is
+ *  trailing whitespace, dropped. The pieces add up to the whole text, trimmed. */
+class TrimmedText {
+ public:
+  std::string push(std::string_view piece) {
+    const size_t last = piece.find_last_not_of(" \t\r\n");
+    if (last == std::string_view::npos) {  // only whitespace: held (or dropped before any text)
+      if (started_) held_.append(piece);
+      return {};
+    }
+    const size_t first = started_ ? 0 : piece.find_first_not_of(" \t\r\n");
+    std::string out = std::move(held_);
+    out.append(piece.substr(first, last + 1 - first));
+    held_.assign(piece.substr(last + 1));
+    started_ = true;
+    return out;
+  }
+
+ private:
+  std::string held_;
+  bool started_ = false;
+};
+
 }  // namespace ft::server

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/tool_calls.h"
 
@@ -136,9 +137,57 @@ class HeldTextScanner : public ToolCallScanner {
   JsonValueScan json_;
 };
 
+/** A format whose calls sit in blocks between an open and a close marker, text outside them being
+ *  content: text that may start the open marker is held, a block's body is held whole until its close
+ *  marker, and then parse() turns it into calls. A body that is not calls stays content as the text it
+ *  was, markers included. At the end of the reply an open block's body goes to parse() with `closed`
+ *  false: a format may take the calls that completed in it (a section whose end marker did not
+ *  come); otherwise it is text. */
+class BlockScanner : public ToolCallScanner {
+ public:
+  BlockScanner(std::string_view open, std::string_view close) : open_(open), close_(close) {}
+  void push(std::string_view piece, ToolCallSplit& out) final;
+  void finish(ToolCallSplit& out) final;
+
+ protected:
+  /** The calls in one block's body (the text between the markers), or nothing when it is not a
+   *  well-formed block of the format. `closed`: the close marker followed it (false: the reply ended). */
+  virtual std::optional<std::vector<ToolCall>> parse(std::string_view body, bool closed) = 0;
+
+ private:
+  std::string_view open_, close_;
+  std::string held_;
+  bool in_block_ = false;
+  size_t scanned_ = 0;  // bytes of an open block's held body searched for the close marker
+};
+
+/** A value the XML-like formats (Qwen3-Coder, GLM-4.5, MiniMax-M2) wrote as text, typed by the schema
+ *  of `function`'s parameter `key` in `schemas` (as vLLM's qwen3_coder parser does): "string" (or no
+ *  schema for it) stays a string; "integer", "number", "boolean", "null", "object" and "array" are
+ *  read as JSON of that type (Python's True / False / None too), a type list or anyOf / oneOf tries
+ *  each; text that reads as none of them stays a string. */
+nlohmann::ordered_json typed_argument(const ToolSchemas& schemas, std::string_view function, std::string_view key,
+                                      std::string_view text);
+
+/** `s` without one line break at its start and one at its end (the XML-like formats put the value
+ *  of a parameter on lines of its own). */
+std::string_view strip_one_newline(std::string_view s);
+
+/** `s` without leading and trailing spaces, tabs and line breaks. */
+std::string_view trim_view(std::string_view s);
+
+/** A valid tool name: not empty, no whitespace, none of `<>{}"` (what a marker or a body starts with). */
+bool plausible_tool_name(std::string_view name);
+
 std::unique_ptr<ToolCallScanner> make_hermes_scanner();
 std::unique_ptr<ToolCallScanner> make_llama3_scanner();
 std::unique_ptr<ToolCallScanner> make_mistral_scanner();
 std::unique_ptr<ToolCallScanner> make_harmony_scanner();
+std::unique_ptr<ToolCallScanner> make_qwen3_coder_scanner(ToolSchemas schemas);
+std::unique_ptr<ToolCallScanner> make_deepseek_scanner();
+std::unique_ptr<ToolCallScanner> make_glm45_scanner(ToolSchemas schemas);
+std::unique_ptr<ToolCallScanner> make_minimax_m2_scanner(ToolSchemas schemas);
+std::unique_ptr<ToolCallScanner> make_kimi_k2_scanner();
+std::unique_ptr<ToolCallScanner> make_gemma4_scanner();
 
 }  // namespace ft::server

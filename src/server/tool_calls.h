@@ -7,9 +7,23 @@
 //   kMistral  [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]name[ARGS]{...} (tool_calls_mistral.cpp)
 //   kHarmony  gpt-oss: <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>,
 //             with the `analysis` channel as reasoning and `final` as content (tool_calls_harmony.cpp)
+//   kQwen3Coder  <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
+//             (Qwen3-Coder, Qwen3.5; values typed by the tool's JSON Schema: tool_calls_qwen3_coder.cpp)
+//   kDeepSeekV3 / kDeepSeekV31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//             <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1), or ...<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
+//             <｜tool▁call▁end｜>... (V3.1); either is read in both (tool_calls_deepseek.cpp)
+//   kGlm45    <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call> (GLM-4.5/4.6/4.7;
+//             values typed as kQwen3Coder's: tool_calls_glm45.cpp)
+//   kMiniMaxM2  <minimax:tool_call>\n<invoke name="NAME">\n<parameter name="K">V</parameter>\n</invoke>\n
+//             </minimax:tool_call> (tool_calls_minimax_m2.cpp)
+//   kKimiK2   <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{...}
+//             <|tool_call_end|>...<|tool_calls_section_end|> (tool_calls_kimi_k2.cpp)
+//   kGemma4   <|tool_call>call:NAME{key:<|"|>text<|"|>,n:1,...}<tool_call|> (tool_calls_gemma4.cpp)
 // Text outside calls is the reply's content. A call whose JSON does not parse, or has no name, stays
 // in the content as the text it was.
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,26 +32,48 @@
 
 namespace ft::server {
 
-enum class ToolCallFormat { kHermes, kLlama3, kMistral, kHarmony };
+enum class ToolCallFormat {
+  kHermes, kLlama3, kMistral, kHarmony, kQwen3Coder, kDeepSeekV3, kDeepSeekV31, kGlm45, kMiniMaxM2, kKimiK2, kGemma4
+};
 
 /** The format a chat template teaches, from markers in its Jinja source (as llama.cpp's
- *  common_chat_templates_apply picks one): `<|channel|>` or `to=functions` → kHarmony (gpt-oss);
- *  `[TOOL_CALLS]` → kMistral; `<tool_call>` → kHermes (Qwen2.5/3, QwQ, Hermes 2 Pro/3);
- *  `<|python_tag|>` or `ipython` → kLlama3 (Llama 3.1/3.2/3.3); anything else → kHermes. */
+ *  common_chat_templates_apply picks one), most specific first: `<|channel|>` or `to=functions` →
+ *  kHarmony (gpt-oss); `[TOOL_CALLS]` → kMistral; `<minimax:tool_call>` → kMiniMaxM2;
+ *  `<|tool_calls_section_begin|>` → kKimiK2; `<｜tool▁calls▁begin｜>` → kDeepSeekV3 when its calls
+ *  carry a ```json block, else kDeepSeekV31; `<|tool_call>` → kGemma4; `<arg_key>` → kGlm45;
+ *  `<function=` → kQwen3Coder (its template also holds `<tool_call>`); `<tool_call>` → kHermes
+ *  (Qwen2.5/3, QwQ, Hermes 2 Pro/3); `<|python_tag|>` or `ipython` → kLlama3 (Llama 3.1/3.2/3.3);
+ *  anything else → kHermes. */
 ToolCallFormat detect_tool_call_format(std::string_view template_source);
 
 /** Whether the format's markers are control tokens in its models' vocabularies (Llama 3's
- *  <|python_tag|>, Mistral's [TOOL_CALLS], gpt-oss's <|channel|>...), which a reply's text drops
- *  unless asked to keep them (GenerationParams::keep_special_tokens); Hermes' <tool_call> is text. */
+ *  <|python_tag|>, Mistral's [TOOL_CALLS], gpt-oss's <|channel|>, DeepSeek's <｜tool▁calls▁begin｜>,
+ *  Kimi's <|tool_call_begin|>, MiniMax's <minimax:tool_call>, Gemma 4's <|tool_call> and <|"|>), which a
+ *  reply's text drops unless asked to keep them (GenerationParams::keep_special_tokens); Hermes',
+ *  Qwen3-Coder's and GLM's <tool_call> are text in their vocabularies (a vocabulary that makes them
+ *  control tokens is caught by the caller through tool_call_format_markers). */
 bool tool_call_markers_are_special(ToolCallFormat f);
+
+/** The format's markers (the strings that open and close its calls), for asking a vocabulary
+ *  whether they are control tokens. */
+std::vector<std::string_view> tool_call_format_markers(ToolCallFormat f);
 
 /** Whether every reply in the format is structured, so it is split with or without tools: gpt-oss's
  *  harmony channels (analysis is reasoning, final is content, even in a reply without calls). Other
  *  formats' replies without calls are text as written. */
 bool tool_call_format_structures_every_reply(ToolCallFormat f);
 
-/** "hermes", "llama3_json", "mistral", "harmony" (the names of vLLM's tool parsers). */
+/** "hermes", "llama3_json", "mistral", "harmony", "qwen3_coder", "deepseek_v3", "deepseek_v31",
+ *  "glm45", "minimax_m2", "kimi_k2", "gemma4" (the names of vLLM's tool parsers; vLLM calls harmony
+ *  "openai"). */
 const char* tool_call_format_name(ToolCallFormat f);
+
+/** The format named `name` (tool_call_format_name, or an alias vLLM uses: "openai" for harmony,
+ *  "qwen3_xml" for qwen3_coder, "glm47" for glm45, "llama3" for llama3_json), or nothing. */
+std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name);
+
+/** Every format's name, comma-separated (for an error that lists the valid names). */
+std::string tool_call_format_names();
 
 struct ToolCall {
   std::string name;
@@ -58,6 +94,16 @@ struct ToolCallSplit {
   }
 };
 
+/** Each tool's JSON Schema for its arguments ("parameters"), by function name, from a request's
+ *  `tools`: the XML-like formats (kQwen3Coder, kGlm45, kMiniMaxM2) write every value as text and
+ *  type it by this schema (tool_call_scan.h, typed_argument). */
+using ToolSchemas = std::map<std::string, nlohmann::ordered_json, std::less<>>;
+
+/** The schemas of a request's `tools` (OpenAI's [{"type": "function", "function": {"name",
+ *  "parameters"}}], or Anthropic's converted to that form); entries without a name are skipped, and
+ *  anything that is not an array gives none. */
+ToolSchemas tool_schemas(const nlohmann::ordered_json& tools);
+
 /** One format's scanner (tool_call_scan.h); ToolCallStream runs the one its format names. */
 class ToolCallScanner {
  public:
@@ -72,7 +118,9 @@ class ToolCallScanner {
  *  <|call|> end token the reply usually stops before, is a call at the end). */
 class ToolCallStream {
  public:
-  explicit ToolCallStream(ToolCallFormat format = ToolCallFormat::kHermes);
+  /** `schemas`: the request's tools (tool_schemas), which type the values of the XML-like formats;
+   *  without them every value is a string. */
+  explicit ToolCallStream(ToolCallFormat format = ToolCallFormat::kHermes, ToolSchemas schemas = {});
   ToolCallSplit push(std::string_view piece);
   ToolCallSplit finish();
 
@@ -82,7 +130,8 @@ class ToolCallStream {
 
 /** A whole reply: ToolCallStream over it, with the content's (and reasoning's) surrounding whitespace
  *  trimmed. */
-ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format = ToolCallFormat::kHermes);
+ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format = ToolCallFormat::kHermes,
+                               const ToolSchemas& schemas = {});
 
 /** One entry of OpenAI's `tool_calls`: {"id", "type": "function", "function": {"name", "arguments"}};
  *  with `index` >= 0 also "index" (the streaming delta form). */

@@ -269,7 +269,7 @@ TEST(AnthropicRoutes, ToolUseBlocks) {
     EXPECT_EQ(order_problem(st.names), "") << r.raw;
     ASSERT_EQ(st.blocks.size(), 2u) << r.raw;
     EXPECT_EQ(st.blocks[0]["type"], "text");
-    EXPECT_EQ(st.deltas[0], "Checking.\n");  // what streamed before the call, as it came
+    EXPECT_EQ(st.deltas[0], "Checking.");  // what streamed before the call, trimmed as in the whole reply
     EXPECT_EQ(st.blocks[1]["type"], "tool_use");
     EXPECT_EQ(st.blocks[1]["name"], "get_weather");
     EXPECT_EQ(st.blocks[1]["input"], json::object());
@@ -356,9 +356,9 @@ TEST(AnthropicRoutes, ReasoningFormatDeepseekGivesAThinkingBlock) {
     EXPECT_EQ(order_problem(st.names), "") << r.raw;
     ASSERT_EQ(st.blocks.size(), 3u) << r.raw;
     EXPECT_EQ(st.blocks[0]["type"], "thinking");
-    EXPECT_EQ(st.deltas[0], "\nUse the tool.\n");  // streamed as written
+    EXPECT_EQ(st.deltas[0], "Use the tool.");  // trimmed, as in the whole reply
     EXPECT_EQ(st.blocks[1]["type"], "text");
-    EXPECT_EQ(st.deltas[1], "On it. ");
+    EXPECT_EQ(st.deltas[1], "On it.");
     EXPECT_EQ(st.blocks[2]["type"], "tool_use");
     EXPECT_EQ(json::parse(st.deltas[2]), json::object());
     EXPECT_EQ(st.message_delta["delta"]["stop_reason"], "tool_use");

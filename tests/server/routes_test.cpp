@@ -710,7 +710,7 @@ TEST(Routes, ToolCallsInRepliesWithTools) {
         body + "," + tools + R"(,"stream":true})");
     ASSERT_EQ(r.status, 200) << r.raw;
     const ChatStream st = read_chat_stream(r.raw);
-    EXPECT_EQ(st.content, "Checking.\n");  // what streamed before the call, as it came
+    EXPECT_EQ(st.content, "Checking.");  // what streamed before the call, trimmed as in the whole reply
     ASSERT_EQ(st.calls.size(), 1u) << r.raw;
     EXPECT_EQ(st.calls[0]["index"], 0);
     EXPECT_EQ(st.calls[0]["function"]["name"], "get_weather");
@@ -875,8 +875,8 @@ TEST(Routes, ReasoningFormatDeepseekSplitsTheThinkBlock) {
     const Reply r = testing::scripted_post(cfg, script, "/v1/chat/completions", body + R"(,"stream":true})");
     ASSERT_EQ(r.status, 200) << r.raw;
     const ChatStream st = read_chat_stream(r.raw);
-    EXPECT_EQ(st.reasoning, "\nUse the tool.\n");  // streamed as written
-    EXPECT_EQ(st.content, "On it. ");
+    EXPECT_EQ(st.reasoning, "Use the tool.");  // trimmed, as in the whole reply
+    EXPECT_EQ(st.content, "On it.");
     EXPECT_EQ(st.calls.size(), 1u);
     EXPECT_EQ(st.finish, "tool_calls");
   }
