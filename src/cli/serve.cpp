@@ -54,7 +54,9 @@ struct ServeFlags {
   double max_body_mb = 32;
   std::string cors_origin;       // off: the web page is same-origin
   bool allow_unauthenticated = false;
-  std::string reasoning_format = "none";
+  std::string reasoning_format = "auto";  // llama.cpp's flag: auto, none, deepseek
+  std::string tool_call_parser = "auto";  // auto: detect_tool_call_format of the template
+  std::string reasoning_parser = "auto";  // auto: detect_reasoning_format of the template
   int max_waiting = 128;
   int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
   int shutdown_grace_s = 5;
@@ -68,6 +70,27 @@ std::string human_count(double n) {
   return fmt::format("{:.1f} K", n / 1e3);
 }
 
+/** The tool-call format: --tool-call-parser NAME, or the template's (auto). Throws on an unknown name. */
+server::ToolCallFormat tool_call_format_of(const ServeFlags& f, std::string_view template_source) {
+  if (f.tool_call_parser == "auto") return server::detect_tool_call_format(template_source);
+  if (const auto tf = server::tool_call_format_from_name(f.tool_call_parser)) return *tf;
+  fail(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '{}'; valid: auto, {}", f.tool_call_parser,
+       server::tool_call_format_names());
+}
+
+/** The reasoning format: --reasoning-parser NAME|none, else llama.cpp's --reasoning-format (none, deepseek),
+ *  else the template's (auto). Throws on an unknown name. */
+server::ReasoningFormat reasoning_format_of(const ServeFlags& f, std::string_view template_source) {
+  if (f.reasoning_parser != "auto") {
+    if (const auto rf = server::reasoning_format_from_name(f.reasoning_parser)) return *rf;
+    fail(ErrorCode::kInvalidArgument, "--reasoning-parser: unknown parser '{}'; valid: auto, {}", f.reasoning_parser,
+         server::reasoning_format_names());
+  }
+  if (f.reasoning_format == "none") return server::ReasoningFormat::kNone;
+  if (f.reasoning_format == "deepseek") return server::ReasoningFormat::kThink;
+  return server::detect_reasoning_format(template_source);
+}
+
 int run_serve(const ServeFlags& f) {
   if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
   if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
@@ -76,6 +99,8 @@ int run_serve(const ServeFlags& f) {
          "--host {} is reachable from other machines and no --api-key is set: anyone could use this server. Set "
          "--api-key KEY, or pass --allow-unauthenticated to serve without one",
          f.host);
+  tool_call_format_of(f, "");  // an unknown parser name is refused before anything loads
+  reasoning_format_of(f, "");
   EngineOptions eo = engine_options(f.engine);
 
   // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM, and
@@ -123,6 +148,8 @@ int run_serve(const ServeFlags& f) {
   const ModelTemplate tmpl = model_chat_template(*opened, vocab, f.chat_template);
   const std::string& template_from = tmpl.origin;
   ChatTemplate chat_template(tmpl.source, tmpl.bos_token, tmpl.eos_token);
+  const server::ToolCallFormat tool_call_format = tool_call_format_of(f, tmpl.source);
+  const server::ReasoningFormat reasoning_format = reasoning_format_of(f, tmpl.source);
   std::unique_ptr<Engine> engine = Engine::load(std::move(opened), eo);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -164,7 +191,7 @@ int run_serve(const ServeFlags& f) {
   so.max_body_mb = f.max_body_mb;
   so.cors_origin = f.cors_origin;
   so.request_timeout_s = f.request_timeout_s;
-  so.split_reasoning = f.reasoning_format == "deepseek";
+  so.split_reasoning = reasoning_format != server::ReasoningFormat::kNone;
   so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
   if (f.seed >= 0) so.default_seed = static_cast<uint64_t>(f.seed);
   server::ServedModel sm;
@@ -180,7 +207,8 @@ int run_serve(const ServeFlags& f) {
   sm.demo = demo;
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;
-  sm.tool_call_format = server::detect_tool_call_format(tmpl.source);
+  sm.tool_call_format = tool_call_format;
+  sm.reasoning_format = reasoning_format;
   sm.object_tool_arguments = server::template_requires_object_arguments(chat_template);
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   server::HttpServer http(so, sm, service);
@@ -193,10 +221,19 @@ int run_serve(const ServeFlags& f) {
               human_count(static_cast<double>(n_params)).c_str(),
               mc.n_expert > 0 ? fmt::format(", {} experts top-{}", mc.n_expert, mc.n_expert_used).c_str() : "",
               demo ? "" : fmt::format("  {}", path).c_str());
-  std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s)\n", vocab.n_tokens(), template_from.c_str(),
-              server::template_renders_tools(chat_template)
-                  ? server::tool_call_format_name(sm.tool_call_format)
-                  : "none: the template does not render tools, so requests' tools are dropped");
+  const std::string tool_calls =
+      server::template_renders_tools(chat_template)
+          ? fmt::format("{}{}", server::tool_call_format_name(sm.tool_call_format),
+                        f.tool_call_parser == "auto" ? "" : " (--tool-call-parser)")
+          : std::string("none: the template does not render tools, so requests' tools are dropped");
+  const std::string reasoning =
+      reasoning_format == server::ReasoningFormat::kNone
+          ? std::string("none")
+          : fmt::format("{} ({}...{}){}", server::reasoning_format_name(reasoning_format),
+                        server::reasoning_tags(reasoning_format).open, server::reasoning_tags(reasoning_format).close,
+                        f.reasoning_parser != "auto" || f.reasoning_format != "auto" ? " (flag)" : "");
+  std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
+              template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
               format_bytes(weight_bytes).c_str(),
               static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
@@ -302,9 +339,18 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
   cmd->add_option("--reasoning-format", f->reasoning_format,
-                  "none: replies as the model wrote them; deepseek: a leading <think> block goes to reasoning_content")
+                  "llama.cpp's form of --reasoning-parser: auto (the template's), none (replies as the model wrote "
+                  "them), deepseek (a leading <think> block goes to reasoning_content)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "deepseek"}));
+      ->check(CLI::IsMember({"auto", "none", "deepseek"}));
+  cmd->add_option("--tool-call-parser", f->tool_call_parser,
+                  "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
+                      server::tool_call_format_names())
+      ->capture_default_str();
+  cmd->add_option("--reasoning-parser", f->reasoning_parser,
+                  "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
+                      server::reasoning_format_names())
+      ->capture_default_str();
   cmd->add_option("--cors-origin", f->cors_origin,
                   "Access-Control-Allow-Origin for browser pages on other origins ('*': any origin; off by default). "
                   "While on, POST bodies must be sent as application/json (415 for text/plain and form encodings)")
