@@ -102,6 +102,21 @@ void sample_edits(const char* op, const SampleRow* rows, int64_t R, const LogitE
   }
 }
 
+int64_t sample_mask_count(const char* op, const Tensor& masks, int64_t V) {
+  if (masks.empty()) return 0;
+  const int64_t mask_bytes = sample_mask_words(V) * 4;
+  if (masks.bytes() % mask_bytes != 0)
+    fail(ErrorCode::kInvalidArgument, "{}: masks hold {} bytes, not a whole number of {}-byte masks over {} ids", op,
+         masks.bytes(), mask_bytes, V);
+  return masks.bytes() / mask_bytes;
+}
+
+void sample_mask_rows(const char* op, const SampleRow* rows, int64_t R, int64_t M) {
+  for (int64_t r = 0; r < R; ++r)
+    if (!rows[r].skip && (rows[r].mask_index < -1 || rows[r].mask_index >= M))
+      fail(ErrorCode::kInvalidArgument, "{}: sampling row {} names mask {} of {}", op, r, rows[r].mask_index, M);
+}
+
 void router(const char* op, const RouterParams& p, int64_t E) {
   if (!p.bias.empty() && (p.bias.dtype != DType::F32 || p.bias.numel() != E))
     fail(ErrorCode::kInvalidArgument, "{}: bias {} must be F32 [{}] (one per expert)", op, p.bias.str(), E);

@@ -26,6 +26,14 @@ int64_t sample(const Tensor& logits, const Tensor& rows, const Tensor& edits, co
  *  [0, V) and are unique. Throws ft::Error(kInvalidArgument) naming `op`. Reads its data (host code). */
 void sample_edits(const char* op, const SampleRow* rows, int64_t R, const LogitEdit* edits, int64_t n, int64_t V);
 
+/** sample's `masks`: a whole number of masks of sample_mask_words(V) words (empty allowed); returns their
+ *  count M. Throws kInvalidArgument otherwise. */
+int64_t sample_mask_count(const char* op, const Tensor& masks, int64_t V);
+
+/** The masks' contract of Ops::sample on host copies of its R rows: every row that is not skipped names
+ *  mask_index -1 or one of the M masks. Throws kInvalidArgument naming the row. */
+void sample_mask_rows(const char* op, const SampleRow* rows, int64_t R, int64_t M);
+
 /** moe_route's router params against logits of E experts: bias empty or F32 [E]; n_group <= 1, or
  *  E a multiple of n_group with >= 2 experts a group, topk_group in [1, n_group] and k no more than
  *  the kept groups' experts. Throws ft::Error(kInvalidArgument) naming `op`. */

@@ -432,9 +432,12 @@ class Ops {
    *  leaves its result as it was). All on this device. Throws kInvalidArgument for a wrong dtype or
    *  size, and (CPU) for an edit range or id outside the row; the CUDA kernel skips such edits, so
    *  callers validate them on the host (engine/sampler.h does). `host_rows`, when given, are the same
-   *  R rows in host memory: CUDA then skips the stages no row needs (the thresholds, the draw). */
+   *  R rows in host memory: CUDA then skips the stages no row needs (the thresholds, the draw).
+   *  `masks`: U8 [M * sample_mask_words(V) * 4], M allowed-token masks (bit id % 32 of word id / 32) that
+   *  rows name by SampleRow::mask_index (kInvalidArgument for an index >= M), or empty when none does;
+   *  CUDA also writes -inf into a masked row's disallowed entries. */
   virtual void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
-                      const SampleRow* host_rows = nullptr) = 0;
+                      const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) = 0;
   /** The longest logit row sample() takes (CUDA: 524,288); the engine checks its vocabulary against it
    *  when it loads. */
   virtual int64_t max_sample_row() const { return INT64_MAX; }

@@ -134,8 +134,8 @@ void ProfilingOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const
   timed(key, [&] { inner_->moe_experts(p, x, ids, weights, bank, out); });
 }
 void ProfilingOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
-                          const SampleRow* host_rows) {
-  timed("sample", [&] { inner_->sample(logits, rows, edits, out, host_rows); });
+                          const SampleRow* host_rows, const Tensor& masks) {
+  timed("sample", [&] { inner_->sample(logits, rows, edits, out, host_rows, masks); });
 }
 
 }  // namespace ft

@@ -10,7 +10,9 @@
 // 2. Edits (the row's LogitEdit range, one entry an id): z = x + bias (OpenAI logit_bias, applied first
 //    as vLLM does), then the Hugging Face processor chain: repetition penalty on seen ids (z / p when
 //    z > 0, else z * p), z -= presence + frequency * count for generated ids, -inf for EOS ids while
-//    mask_eos. Other ids keep z = x.
+//    mask_eos. Other ids keep z = x. Then, when the row names an allowed-token mask (mask_index >= 0:
+//    row mask_index of the step's masks, bit id % 32 of word id / 32), z = -inf for every id whose bit
+//    is clear (constrained decoding, engine/token_constraint.h).
 // 3. m = max z, a = the lowest id holding it. Greedy (temperature <= 0) or m = -inf: a.
 // 4. Otherwise thresholds on z, every tie kept or dropped together:
 //    - top-k: t_k = the k-th largest z (with multiplicity) when 0 < k < the count of finite z;
@@ -59,7 +61,16 @@ struct SampleRow {
   int32_t edit_begin = 0, edit_end = 0;     // this row's range of the step's LogitEdit array
   int32_t mask_eos = 0;                     // 1: edits flagged kEditEos get -inf
   int32_t skip = 0;                         // 1: no token is drawn from this row (its result is left as is)
+  int32_t mask_index = -1;                  // >= 0: the row of the step's allowed-token masks it obeys
 };
+
+/** Words of one allowed-token mask over a vocabulary of V ids (one bit an id). */
+FT_HOST_DEVICE inline int64_t sample_mask_words(int64_t V) { return (V + 31) / 32; }
+
+/** Whether `mask` (one row of sample_mask_words(V) words) allows `id`. */
+FT_HOST_DEVICE inline bool sample_mask_allows(const uint32_t* mask, int64_t id) {
+  return (mask[id >> 5] >> (id & 31)) & 1u;
+}
 
 enum LogitEditFlags : uint32_t {
   kEditSeen = 1,  // the id is in the prompt or was generated (repetition penalty)

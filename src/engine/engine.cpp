@@ -398,39 +398,52 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
 }
 
 std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& items,
-                                                  std::span<const SampleRow> rows, std::span<const LogitEdit> edits) {
+                                                  std::span<const SampleRow> rows, std::span<const LogitEdit> edits,
+                                                  std::span<const uint32_t> masks) {
   std::lock_guard<std::mutex> lock(step_mu_);
   const ModelConfig& c = model_->config();
   const auto n_edits = static_cast<int64_t>(edits.size());
   op_checks::sample_edits("engine step", rows.data(), static_cast<int64_t>(rows.size()), edits.data(), n_edits,
                           c.n_vocab);
+  const int64_t n_masks = op_checks::sample_mask_count(
+      "engine step", Tensor(const_cast<uint32_t*>(masks.data()), DType::U8, {static_cast<int64_t>(masks.size_bytes())}),
+      c.n_vocab);
+  op_checks::sample_mask_rows("engine step", rows.data(), static_cast<int64_t>(rows.size()), n_masks);
   // Inputs: R rows then the edits, staged in pinned memory and uploaded in one copy queued after the
   // step's checks and before its forward (off the path from the forward's last kernel to the results);
   // the results come back in one copy (a few hundred bytes a row instead of the logits' 4 * n_vocab).
   struct Staged {  // one capture, so the hook stays within std::function's inline storage (no allocation)
     std::span<const SampleRow> rows;
     std::span<const LogitEdit> edits;
-    Tensor d_rows, d_edits, d_out;
-  } staged{rows, edits, {}, {}, {}};
+    std::span<const uint32_t> masks;
+    Tensor d_rows, d_edits, d_masks, d_out;
+  };
+  Staged staged{rows, edits, masks, {}, {}, {}, {}};
   const StepStart st = begin_step(items, [this, &staged](int64_t R) {
     const std::span<const SampleRow> rows = staged.rows;
     const std::span<const LogitEdit> edits = staged.edits;
+    const std::span<const uint32_t> masks = staged.masks;
     if (static_cast<int64_t>(rows.size()) != R)
       fail(ErrorCode::kInvalidArgument, "engine step: {} sampling rows for {} logit rows", rows.size(), R);
     if (R == 0) return;
-    reserve_sample_buffers(static_cast<int64_t>(edits.size()));
+    reserve_sample_buffers(static_cast<int64_t>(edits.size()), static_cast<int64_t>(masks.size()));
     if (sample_busy_) ops_->synchronize();  // a step that threw may have left its upload in flight
     sample_busy_ = true;
+    // [rows | edits | masks], the masks 16-byte aligned.
     auto* in = static_cast<uint8_t*>(h_sample_in_.data());
-    std::memcpy(in, rows.data(), rows.size_bytes());
-    if (!edits.empty()) std::memcpy(in + rows.size_bytes(), edits.data(), edits.size_bytes());
     const auto row_bytes = static_cast<int64_t>(rows.size_bytes());
-    const int64_t in_bytes = row_bytes + static_cast<int64_t>(edits.size_bytes());
+    const int64_t edit_end = row_bytes + static_cast<int64_t>(edits.size_bytes());
+    const int64_t mask_at = (edit_end + 15) / 16 * 16;
+    const int64_t in_bytes = masks.empty() ? edit_end : mask_at + static_cast<int64_t>(masks.size_bytes());
+    std::memcpy(in, rows.data(), rows.size_bytes());
+    if (!edits.empty()) std::memcpy(in + row_bytes, edits.data(), edits.size_bytes());
+    if (!masks.empty()) std::memcpy(in + mask_at, masks.data(), masks.size_bytes());
     auto* dev = static_cast<uint8_t*>(d_sample_.data());
     const Device where = ops_->device();
     ops_->copy(Tensor(in, DType::U8, {in_bytes}), Tensor(dev, DType::U8, {in_bytes}, where));
     staged.d_rows = Tensor(dev, DType::U8, {row_bytes}, where);
-    if (!edits.empty()) staged.d_edits = Tensor(dev + row_bytes, DType::U8, {in_bytes - row_bytes}, where);
+    if (!edits.empty()) staged.d_edits = Tensor(dev + row_bytes, DType::U8, {edit_end - row_bytes}, where);
+    if (!masks.empty()) staged.d_masks = Tensor(dev + mask_at, DType::U8, {in_bytes - mask_at}, where);
     staged.d_out = Tensor(dev + sample_out_offset_, DType::U8, {R * static_cast<int64_t>(sizeof(SampleResult))}, where);
   });
   const int64_t R = st.rows;
@@ -445,7 +458,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
     ops_->copy(logits, f32);
     logits = f32;
   }
-  ops_->sample(logits, staged.d_rows, staged.d_edits, staged.d_out, rows.data());
+  ops_->sample(logits, staged.d_rows, staged.d_edits, staged.d_out, rows.data(), staged.d_masks);
   ops_->copy(staged.d_out, Tensor(h_sample_out_.data(), DType::U8, {staged.d_out.bytes()}));
   sample_busy_ = false;
   graph_in_busy_ = false;  // the copy to the host waited for the stream
@@ -453,12 +466,15 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
   return {static_cast<const SampleResult*>(h_sample_out_.data()), static_cast<size_t>(R)};
 }
 
-void Engine::reserve_sample_buffers(int64_t n_edits) {
-  if (d_sample_.data() && n_edits <= sample_edit_cap_) return;
+void Engine::reserve_sample_buffers(int64_t n_edits, int64_t mask_words) {
+  if (d_sample_.data() && n_edits <= sample_edit_cap_ && mask_words <= sample_mask_cap_) return;
   ops_->synchronize();  // the old buffers may still be in use
-  sample_edit_cap_ = std::max<int64_t>({n_edits, 2 * sample_edit_cap_, 4096});
+  if (n_edits > sample_edit_cap_) sample_edit_cap_ = std::max<int64_t>({n_edits, 2 * sample_edit_cap_, 4096});
+  if (mask_words > sample_mask_cap_) sample_mask_cap_ = std::max<int64_t>(mask_words, 2 * sample_mask_cap_);
   const int64_t R = options_.max_logit_rows;
-  const int64_t in_bytes = R * static_cast<int64_t>(sizeof(SampleRow)) + sample_edit_cap_ * static_cast<int64_t>(sizeof(LogitEdit));
+  const int64_t in_bytes = (R * static_cast<int64_t>(sizeof(SampleRow)) +
+                            sample_edit_cap_ * static_cast<int64_t>(sizeof(LogitEdit)) + 15) / 16 * 16 +
+                           sample_mask_cap_ * 4;
   sample_out_offset_ = (in_bytes + 255) / 256 * 256;
   d_sample_ = Buffer();
   h_sample_in_ = Buffer();

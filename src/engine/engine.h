@@ -124,9 +124,10 @@ class Engine {
    *  a few hundred bytes a row cross the bus instead of 4 * n_vocab. Throws what step() throws, and
    *  kInvalidArgument for a row count other than R, an edit range outside `edits`, two rows sharing an
    *  edit, an edit id outside the vocabulary or twice in a row (engine/sampler.h's Sampler::prepare
-   *  makes valid rows). */
+   *  makes valid rows), or a row naming a mask outside `masks` (M allowed-token masks of
+   *  sample_mask_words(n_vocab) words each, uploaded with the rows; SampleRow::mask_index). */
   std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
-                                            std::span<const LogitEdit> edits);
+                                            std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
 
   /** The MoE plan (nullptr for a dense model). */
   const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
@@ -204,8 +205,8 @@ class Engine {
                        const std::function<void(int64_t rows)>& before_forward = {});
   /** After the step's results reached the host: the MoE counters. */
   void end_step(const StepStart& st);
-  /** The sampling buffers (step_sample) for at least `n_edits` edits. */
-  void reserve_sample_buffers(int64_t n_edits);
+  /** The sampling buffers (step_sample) for at least `n_edits` edits and `mask_words` words of masks. */
+  void reserve_sample_buffers(int64_t n_edits, int64_t mask_words);
 
   EngineOptions options_;
   std::unique_ptr<Checkpoint> ckpt_;
@@ -240,10 +241,10 @@ class Engine {
   bool graph_in_busy_ = false;  // an upload from h_graph_in_ may still be in flight
   /** h_logits_ of at least `bytes` (see step()). */
   void reserve_host_logits(int64_t bytes);
-  // step_sample: device block [rows and edits (in), then from sample_out_offset_ the results], its
+  // step_sample: device block [rows, edits and masks (in), then from sample_out_offset_ the results], its
   // pinned staging in each direction, and an F32 copy of BF16 logits.
   Buffer d_sample_, h_sample_in_, h_sample_out_, d_logits_f32_;
-  int64_t sample_edit_cap_ = 0, sample_out_offset_ = 0;
+  int64_t sample_edit_cap_ = 0, sample_mask_cap_ = 0, sample_out_offset_ = 0;  // mask cap in words
   bool sample_busy_ = false;  // an upload from h_sample_in_ may still be in flight
   DumpHook dump_;
   // Decode graphs (declared after ops_, so they are destroyed before the backend).

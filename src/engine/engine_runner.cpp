@@ -34,10 +34,11 @@ std::span<const float> EngineRunner::forward(const ForwardBatch& batch) {
 }
 
 std::span<const SampleResult> EngineRunner::forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
-                                                         std::span<const LogitEdit> edits) {
+                                                         std::span<const LogitEdit> edits,
+                                                         std::span<const uint32_t> masks) {
   build_items(batch);
   for (const StateCopy& c : batch.copies_before) engine_->kv().copy_state(engine_->ops(), c);
-  const std::span<const SampleResult> out = engine_->step_sample(items_, rows, edits);
+  const std::span<const SampleResult> out = engine_->step_sample(items_, rows, edits, masks);
   for (const StateCopy& c : batch.copies_after) engine_->kv().copy_state(engine_->ops(), c);
   return out;
 }

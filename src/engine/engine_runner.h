@@ -20,7 +20,8 @@ class EngineRunner : public ModelRunner {
   std::span<const float> forward(const ForwardBatch& batch) override;
   /** Engine::step_sample over the batch's sequences (sampled on the engine's backend). */
   std::span<const SampleResult> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
-                                               std::span<const LogitEdit> edits) override;
+                                               std::span<const LogitEdit> edits,
+                                               std::span<const uint32_t> masks = {}) override;
 
  private:
   /** items_ for `batch`: one logit row (the last token) a sequence. */

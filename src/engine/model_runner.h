@@ -54,11 +54,13 @@ class ModelRunner {
    *  (batch-invariant kernels), so batched and solo runs agree. Throws ft::Error. */
   virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
   /** Runs the model over `batch` and samples row s by rows[s] (backend/sampling.h; `edits` holds the
-   *  ranges the rows name; a row with `skip` set is not sampled), returning the results [S], held until
+   *  ranges the rows name; `masks` the allowed-token masks they name by mask_index, sample_mask_words(
+   *  vocab_size()) words each; a row with `skip` set is not sampled), returning the results [S], held until
    *  the next forward. The default samples forward()'s logits on the host (cpu::sample_rows); the engine's
    *  runner samples on its backend. Throws ft::Error. */
   virtual std::span<const SampleResult> forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
-                                                       std::span<const LogitEdit> edits);
+                                                       std::span<const LogitEdit> edits,
+                                                       std::span<const uint32_t> masks = {});
 
  private:
   std::vector<SampleResult> host_results_;

@@ -195,6 +195,10 @@ void EngineService::loop() {
       for (size_t i = 0; i < plan.seqs.size(); ++i) {
         if (!plan.seqs[i].sample) continue;
         Active& a = *planned[i];
+        if (a.constraint_failed) {
+          sampled_.push_back(Sampled{plan.seqs[i].seq->id, 0, true, FinishReason::kError});
+          continue;
+        }
         if (!std::isfinite(results_[i].logprob)) {
           // No finite logit to sample from (a diverged sequence, or logit_bias removing every token):
           // this request ends with an error; the others of the step go on.
@@ -212,6 +216,11 @@ void EngineService::loop() {
           ++ttft_count_;
         }
         const bool eog = (!a.req.ignore_eos && a.eog.count(tok.id) > 0) || a.stop.count(tok.id) > 0;
+        // The constraint advances over every token but the end-of-generation one it allowed.
+        if (a.req.constraint && !eog) {
+          a.mask_ready = false;
+          if (!a.req.constraint->accept(tok.id)) a.constraint_failed = true;
+        }
         const bool go_on = a.req.sink->on_token(tok, eog);
         Sampled s{plan.seqs[i].seq->id, tok.id, false, FinishReason::kStop};
         if (eog || !go_on) {
@@ -219,6 +228,13 @@ void EngineService::loop() {
         } else if (a.generated >= a.req.max_tokens) {
           s.finish = true;
           s.reason = FinishReason::kLength;
+        } else if (a.constraint_failed) {
+          s.finish = true;
+          s.reason = FinishReason::kError;
+        } else if (a.req.constraint && constrain(a) == 0) {
+          // Nothing may follow: a complete value ends the request, an incomplete one is an error.
+          s.finish = true;
+          s.reason = a.constraint_failed ? FinishReason::kError : FinishReason::kStop;
         }
         sampled_.push_back(s);
       }
@@ -231,9 +247,13 @@ void EngineService::loop() {
         sched_.complete(plan);
         for (const Sampled& s : sampled_) {
           if (s.reason == FinishReason::kError) {
+            const auto it = active_.find(s.id);
             finish_locked(s.id, s.reason,
-                          "the model's logits for this sequence had no finite value to sample (its activations "
-                          "diverged, or logit_bias removed every token)");
+                          it != active_.end() && it->second.constraint_failed
+                              ? "constrained decoding reached a state where the vocabulary has no allowed token "
+                                "(the grammar cannot be continued with this model's tokens)"
+                              : "the model's logits for this sequence had no finite value to sample (its activations "
+                                "diverged, or logit_bias removed every token)");
           } else if (s.finish) {
             finish_locked(s.id, s.reason);
           } else {
@@ -248,18 +268,56 @@ void EngineService::loop() {
   }
 }
 
+int64_t EngineService::constrain(Active& a) {
+  const int32_t vocab = runner_->vocab_size();
+  a.mask.assign(static_cast<size_t>(sample_mask_words(vocab)), 0u);
+  a.mask_ready = true;
+  int64_t n = 0;
+  try {
+    n = a.req.constraint->allowed(a.mask, std::max(1, a.req.max_tokens - a.generated));
+    if (a.req.constraint->complete()) {
+      const auto allow = [&](int32_t id) {
+        if (id < 0 || id >= vocab || sample_mask_allows(a.mask.data(), id)) return;
+        a.mask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+        ++n;
+      };
+      if (!a.req.ignore_eos)
+        for (int32_t id : a.eog) allow(id);
+      for (int32_t id : a.stop) allow(id);
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("a request's constraint failed: {}", e.what());
+    a.constraint_failed = true;
+    return 0;
+  }
+  // Incomplete with nothing allowed: a dead end (complete with nothing allowed ends the request well).
+  if (n == 0 && !a.req.constraint->complete()) a.constraint_failed = true;
+  return n;
+}
+
 void EngineService::step(StepPlan& plan, const std::vector<Active*>& planned) {
   rows_.assign(plan.seqs.size(), SampleRow{});
   edits_.clear();
+  masks_.clear();
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    if (plan.seqs[i].sample) {
-      planned[i]->sampler->prepare(rows_[i], edits_);
-    } else {
+    Active& a = *planned[i];
+    if (!plan.seqs[i].sample) {
       rows_[i].skip = 1;
+      continue;
     }
+    a.sampler->prepare(rows_[i], edits_);
+    if (!a.req.constraint) continue;
+    // The first token's mask (later ones are computed as each token is accepted).
+    if (!a.mask_ready && constrain(a) == 0) a.constraint_failed = true;
+    if (a.constraint_failed) {
+      rows_[i].skip = 1;
+      continue;
+    }
+    rows_[i].mask_index = static_cast<int32_t>(masks_.size() / a.mask.size());
+    masks_.insert(masks_.end(), a.mask.begin(), a.mask.end());
   }
   try {
-    results_ = runner_->forward_sample(batch_, rows_, edits_);
+    results_ = runner_->forward_sample(batch_, rows_, edits_, masks_);
   } catch (const std::exception& e) {
     spdlog::error("forward failed for a batch of {} sequences: {}", plan.seqs.size(), e.what());
     results_ = {};

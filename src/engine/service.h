@@ -29,6 +29,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/token_constraint.h"
 
 namespace ft {
 
@@ -74,6 +75,12 @@ struct GenerationRequest {
   /** Past this time the request ends as if it had reached max_tokens (kLength), whether it is
    *  generating or still queued (--request-timeout, a request's `timeout`); max(): none. */
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  /** Constrained decoding (structured outputs, required tool calls): every sampled token is one the
+   *  constraint allows; end-of-generation and stop ids only once it is complete (eog ids not with
+   *  ignore_eos). A request whose constraint is complete with no other token allowed ends there (kStop);
+   *  one whose constraint allows nothing while incomplete ends with kError. Null: unconstrained. Used only
+   *  on the engine thread once submitted. */
+  std::shared_ptr<TokenConstraint> constraint;
   std::shared_ptr<TokenSink> sink;  // required
 };
 
@@ -152,6 +159,9 @@ class EngineService {
     std::chrono::steady_clock::time_point submitted;
     bool first_token = false;
     int32_t generated = 0;
+    std::vector<uint32_t> mask;  // req.constraint's allowed ids for the next token (sample_mask_words)
+    bool mask_ready = false;
+    bool constraint_failed = false;  // its constraint allowed nothing, or threw: the request ends (kError)
   };
   struct Sampled {
     uint64_t id;
@@ -165,6 +175,10 @@ class EngineService {
    *  runner's forward_sample; on an exception results_ is empty. */
   void step(StepPlan& plan, const std::vector<Active*>& planned);
   void finish_locked(uint64_t id, FinishReason reason, const std::string& error = {});
+  /** Computes a.mask from a.req.constraint for the next token (its budget: the tokens max_tokens
+   *  leaves) and returns the count of ids allowed, end-of-generation and stop ids included; 0 when it
+   *  allows nothing or throws (logged). */
+  int64_t constrain(Active& a);
   void record_rates_locked(int64_t prompt_tokens, int64_t gen_tokens);
   /** Ends (kLength) every request whose deadline has passed. */
   void finish_past_deadline_locked();
@@ -197,6 +211,7 @@ class EngineService {
   ForwardBatch batch_;
   std::vector<SampleRow> rows_;              // this step's sampling rows, one a sequence
   std::vector<LogitEdit> edits_;             // their edits
+  std::vector<uint32_t> masks_;              // the constrained rows' allowed-token masks
   std::span<const SampleResult> results_;    // the runner's, until its next forward
   std::vector<Sampled> sampled_;
   std::thread worker_;

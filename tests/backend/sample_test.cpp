@@ -270,5 +270,67 @@ TEST(CpuSample, SkippedRowsAreLeftAndBadArgumentsRefused) {
   EXPECT_THROW(ops.sample(Tensor(logits.data(), DType::F32, {2, 2}), t(rows), t(edits), t(out)), Error);
 }
 
+TEST(CpuSample, AllowedTokenMasksConfineTheDrawAndKeepRawLogprobs) {
+  // 70 ids (3 mask words); logits rise with the id, so unmasked greedy picks 69.
+  const int64_t V = 70, W = sample_mask_words(V);
+  ASSERT_EQ(W, 3);
+  std::vector<float> x(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) x[static_cast<size_t>(i)] = 0.05f * static_cast<float>(i);
+  std::vector<uint32_t> masks(static_cast<size_t>(2 * W), 0u);
+  const auto allow = [&](int m, int64_t id) { masks[static_cast<size_t>(m * W + id / 32)] |= 1u << (id % 32); };
+  for (int64_t id : {3, 31, 32, 40}) allow(0, id);  // mask 0: the best allowed is 40
+  allow(1, 5);                                       // mask 1: only 5
+  std::vector<SampleRow> rows(4);
+  rows[0].mask_index = 0;                        // greedy under mask 0
+  rows[1] = sampled(1.0f, 3);                    // sampled under mask 1: always 5
+  rows[1].mask_index = 1;
+  rows[2] = sampled(1.5f, 9);                    // sampled under mask 0: one of its ids
+  rows[2].mask_index = 0;
+  rows[2].top_logprobs = 2;
+  rows[3].mask_index = -1;                       // unmasked greedy
+  std::vector<float> all;
+  for (int r = 0; r < 4; ++r) all.insert(all.end(), x.begin(), x.end());
+  CpuOps ops(1);
+  std::vector<SampleResult> out(4);
+  const auto bytes = [](auto& v) { return static_cast<int64_t>(v.size() * sizeof(v[0])); };
+  ops.sample(Tensor(all.data(), DType::F32, {4, V}), Tensor(rows.data(), DType::U8, {bytes(rows)}), Tensor(),
+             Tensor(out.data(), DType::U8, {bytes(out)}), nullptr, Tensor(masks.data(), DType::U8, {bytes(masks)}));
+  EXPECT_EQ(out[0].id, 40);
+  EXPECT_EQ(out[1].id, 5);
+  EXPECT_TRUE(out[2].id == 3 || out[2].id == 31 || out[2].id == 32 || out[2].id == 40) << out[2].id;
+  EXPECT_EQ(out[3].id, 69);
+  // Logprobs are the raw distribution's (vLLM's), so the mask does not change them.
+  const std::vector<SampleResult> plain = run(x, V, {SampleRow{}});
+  double lse = 0;
+  for (float v : x) lse += std::exp(static_cast<double>(v));
+  EXPECT_NEAR(out[0].logprob, x[40] - std::log(lse), 1e-5);
+  EXPECT_EQ(out[2].n_top, 2);
+  EXPECT_EQ(out[2].top_ids[0], 69);
+  EXPECT_NEAR(out[3].logprob, plain[0].logprob, 1e-6);
+  // Many draws under mask 0 reach every allowed id and nothing else.
+  std::set<int32_t> seen;
+  for (int c = 0; c < 200; ++c) {
+    std::vector<SampleRow> one = {sampled(4.0f, static_cast<uint64_t>(c))};
+    one[0].mask_index = 0;
+    std::vector<SampleResult> o(1);
+    std::vector<float> xx = x;
+    ops.sample(Tensor(xx.data(), DType::F32, {1, V}), Tensor(one.data(), DType::U8, {bytes(one)}), Tensor(),
+               Tensor(o.data(), DType::U8, {bytes(o)}), nullptr, Tensor(masks.data(), DType::U8, {bytes(masks)}));
+    seen.insert(o[0].id);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{3, 31, 32, 40}));
+  // A row naming a mask that is not there, and masks of the wrong size, are refused.
+  rows[3].mask_index = 2;
+  EXPECT_THROW(ops.sample(Tensor(all.data(), DType::F32, {4, V}), Tensor(rows.data(), DType::U8, {bytes(rows)}),
+                          Tensor(), Tensor(out.data(), DType::U8, {bytes(out)}), nullptr,
+                          Tensor(masks.data(), DType::U8, {bytes(masks)})),
+               Error);
+  rows[3].mask_index = -1;
+  EXPECT_THROW(ops.sample(Tensor(all.data(), DType::F32, {4, V}), Tensor(rows.data(), DType::U8, {bytes(rows)}),
+                          Tensor(), Tensor(out.data(), DType::U8, {bytes(out)}), nullptr,
+                          Tensor(masks.data(), DType::U8, {bytes(masks) - 4})),
+               Error);
+}
+
 }  // namespace
 }  // namespace ft

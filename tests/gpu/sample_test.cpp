@@ -199,6 +199,67 @@ TEST_F(CudaSample, HostRowsSkipOnlyTheStagesNoRowNeeds) {
   }
 }
 
+TEST_F(CudaSample, AllowedTokenMasksMatchTheCpu) {
+  // A 152k vocabulary: masks that allow a few ids, half the ids, and one id; with edits on masked and
+  // allowed ids; greedy and sampled rows; one unmasked row between them.
+  const int64_t V = 151936, W = sample_mask_words(V);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const SampleRow kinds[] = {row_with(0.0f, 0, 1.0f, 0.0f, 3, 0), row_with(1.0f, 0, 0.9f, 0.0f, 2, 5),
+                             row_with(0.8f, 40, 1.0f, 0.0f, 0, 7), row_with(1.2f, 0, 1.0f, 0.05f, 1, 2)};
+  std::vector<uint32_t> masks(static_cast<size_t>(3 * W), 0u);
+  const auto allow = [&](int m, int64_t id) { masks[static_cast<size_t>(m * W + id / 32)] |= 1u << (id % 32); };
+  for (int64_t id : {17, 4095, 4096, 90000, 151935}) allow(0, id);
+  for (int64_t id = 0; id < V; id += 2) allow(1, id);
+  allow(2, 123456);
+  std::vector<SampleRow> rows;
+  std::vector<float> x;
+  for (const SampleRow& k : kinds)
+    for (int m = -1; m < 3; ++m) {
+      SampleRow r = k;
+      r.mask_index = m;
+      rows.push_back(r);
+      for (int64_t i = 0; i < V; ++i) x.push_back(nd(rng));
+    }
+  // Edits on the first row of each kind's mask-0 row: a masked id pushed up, an allowed id pushed down.
+  std::vector<LogitEdit> edits;
+  for (size_t r = 1; r < rows.size(); r += 4) {
+    rows[r].edit_begin = static_cast<int32_t>(edits.size());
+    edits.push_back({18, 50.0f, 0, 0, 0.0f});
+    edits.push_back({4096, -5.0f, 0, 0, 0.0f});
+    rows[r].edit_end = static_cast<int32_t>(edits.size());
+  }
+  const auto R = static_cast<int64_t>(rows.size());
+  const auto nbytes = [](auto& v) { return static_cast<int64_t>(v.size() * sizeof(v[0])); };
+  const auto as_bytes = [](auto& v) {
+    std::vector<uint8_t> b(v.size() * sizeof(v[0]));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<SampleResult> want(rows.size());
+  std::vector<LogitEdit> want_edits = edits;
+  std::vector<float> xc = x;
+  cpu().sample(Tensor(xc.data(), DType::F32, {R, V}), Tensor(rows.data(), DType::U8, {nbytes(rows)}),
+               Tensor(want_edits.data(), DType::U8, {nbytes(edits)}), Tensor(want.data(), DType::U8, {nbytes(want)}),
+               nullptr, Tensor(masks.data(), DType::U8, {nbytes(masks)}));
+  std::vector<SampleResult> got(rows.size());
+  Tensor d_out = arena().dev_bytes(as_bytes(got), DType::U8, {nbytes(got)});
+  gpu().sample(arena().dev_from(x, DType::F32, {R, V}), arena().dev_bytes(as_bytes(rows), DType::U8, {nbytes(rows)}),
+               arena().dev_bytes(as_bytes(edits), DType::U8, {nbytes(edits)}), d_out, rows.data(),
+               arena().dev_bytes(as_bytes(masks), DType::U8, {nbytes(masks)}));
+  gpu().copy(d_out, Tensor(got.data(), DType::U8, {nbytes(got)}));
+  for (int64_t r = 0; r < R; ++r) {
+    const SampleResult &w = want[static_cast<size_t>(r)], &g = got[static_cast<size_t>(r)];
+    EXPECT_EQ(g.id, w.id) << "row " << r;
+    EXPECT_NEAR(g.logprob, w.logprob, 1e-4) << "row " << r;
+    ASSERT_EQ(g.n_top, w.n_top) << "row " << r;
+    for (int j = 0; j < w.n_top; ++j) EXPECT_EQ(g.top_ids[j], w.top_ids[j]) << "row " << r;
+    const int m = rows[static_cast<size_t>(r)].mask_index;
+    if (m >= 0) EXPECT_TRUE(sample_mask_allows(masks.data() + m * W, w.id)) << "row " << r << " drew " << w.id;
+    if (m == 2) EXPECT_EQ(w.id, 123456);
+  }
+}
+
 TEST(CudaStepSample, EqualsTheHostSamplerOnTheStepsLogits) {
   if (cuda_device_count() == 0) {
     if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";

@@ -53,7 +53,7 @@ class CpuOps : public Ops {
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
-              const SampleRow* host_rows = nullptr) override;
+              const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
 
  private:
   int n_threads_;
@@ -94,10 +94,11 @@ void check_same_shape(const char* op, const char* arg, const Tensor& t, const Te
 /** Samples one token from each of the R logit rows [R, V] (float32, not modified) as
  *  backend/sampling.h defines it: row r by rows[r] (skipped when `skip` is set: out[r] untouched),
  *  which names its range of `edits` (their `raw` fields are written); results to out [R]. Ranges and
- *  ids are not checked here (op_checks::sample_edits). Scratch: one per calling thread, grown to the
+ *  ids are not checked here (op_checks::sample_edits), nor are the rows' mask_index into `masks` (M rows of
+ *  sample_mask_words(V) words; null when no row names one: op_checks::sample_mask_rows). Scratch: one per calling thread, grown to the
  *  vocabulary once. The CPU backend's sample op and the host samplers (ModelRunner, Sampler) use it. */
 void sample_rows(const float* logits, int64_t V, const SampleRow* rows, int64_t R, LogitEdit* edits,
-                 SampleResult* out);
+                 SampleResult* out, const uint32_t* masks = nullptr);
 
 }  // namespace cpu
 }  // namespace ft

@@ -119,8 +119,8 @@ struct SampleScratch {
 };
 
 /** Samples one token from the logit row x [V]: `p` names its range of `edits`; the result to `out`. */
-void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits, SampleResult& out,
-                SampleScratch& s) {
+void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits, const uint32_t* mask,
+                SampleResult& out, SampleScratch& s) {
   // 1. Raw log-softmax and the top_logprobs.
   float xmax = kNegInf;
   for (int64_t i = 0; i < V; ++i) xmax = std::max(xmax, clean(x[i]));
@@ -150,6 +150,9 @@ void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits,
     e.raw = s.z[static_cast<size_t>(e.id)];
     s.z[static_cast<size_t>(e.id)] = sample_edit_logit(e.raw, e, p, kNegInf);
   }
+  if (mask)  // the allowed-token mask: -inf outside it
+    for (int64_t i = 0; i < V; ++i)
+      if (!sample_mask_allows(mask, i)) s.z[static_cast<size_t>(i)] = kNegInf;
   const float* z = s.z.data();
   // 3. Greedy: the lowest id holding the maximum.
   float m = kNegInf;
@@ -209,16 +212,20 @@ void sample_row(const float* x, int64_t V, const SampleRow& p, LogitEdit* edits,
 }  // namespace
 
 void sample_rows(const float* logits, int64_t V, const SampleRow* rows, int64_t R, LogitEdit* edits,
-                 SampleResult* out) {
+                 SampleResult* out, const uint32_t* masks) {
   thread_local SampleScratch scratch;
-  for (int64_t r = 0; r < R; ++r)
-    if (!rows[r].skip) sample_row(logits + r * V, V, rows[r], edits, out[r], scratch);
+  const int64_t words = sample_mask_words(V);
+  for (int64_t r = 0; r < R; ++r) {
+    if (rows[r].skip) continue;
+    const uint32_t* mask = masks && rows[r].mask_index >= 0 ? masks + rows[r].mask_index * words : nullptr;
+    sample_row(logits + r * V, V, rows[r], edits, mask, out[r], scratch);
+  }
 }
 
 }  // namespace cpu
 
 void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
-                    const SampleRow* /*host_rows*/) {
+                    const SampleRow* /*host_rows*/, const Tensor& masks) {
   cpu::check_dtype("sample", "logits", logits, DType::F32);
   cpu::check_cpu("sample", "rows", rows);
   cpu::check_cpu("sample", "out", out);
@@ -228,7 +235,10 @@ void CpuOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tens
   auto* ep = n_edits > 0 ? static_cast<LogitEdit*>(edits.data) : nullptr;
   auto* op = static_cast<SampleResult*>(out.data);
   op_checks::sample_edits("sample", rp, R, ep, n_edits, V);
-  cpu::sample_rows(logits.ptr<float>(), V, rp, R, ep, op);
+  if (!masks.empty()) cpu::check_cpu("sample", "masks", masks);
+  const int64_t M = op_checks::sample_mask_count("sample", masks, V);
+  op_checks::sample_mask_rows("sample", rp, R, M);
+  cpu::sample_rows(logits.ptr<float>(), V, rp, R, ep, op, M > 0 ? static_cast<const uint32_t*>(masks.data) : nullptr);
 }
 
 }  // namespace ft

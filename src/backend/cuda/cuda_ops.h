@@ -95,7 +95,7 @@ class CudaOps final : public Ops {
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const ExpertBank& bank, Tensor out) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
-              const SampleRow* host_rows = nullptr) override;
+              const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
   int64_t max_sample_row() const override;
   int64_t workspace_bytes(const WorkspaceShape& s) const override;
 

@@ -144,7 +144,8 @@ __device__ float raw_logit(const float* row, const SampleRow& p, const LogitEdit
 }
 
 __global__ void __launch_bounds__(kThreads) sample_stats_kernel(float* logits, int64_t V, const SampleRow* rows,
-                                                                LogitEdit* edits, SampleScratch sc, SampleResult* out) {
+                                                                LogitEdit* edits, const uint32_t* masks,
+                                                                SampleScratch sc, SampleResult* out) {
   __shared__ float chunk[kChunk];
   __shared__ float red_f[kWarps];
   __shared__ int red_i[kWarps], red_j[kWarps];
@@ -206,6 +207,15 @@ __global__ void __launch_bounds__(kThreads) sample_stats_kernel(float* logits, i
     row[e.id] = z;
   }
   __syncthreads();
+  if (p.mask_index >= 0 && masks) {  // the allowed-token mask: -inf outside it, in the chunk and in the row
+    const uint32_t* mask = masks + p.mask_index * sample_mask_words(V);
+    for (int i = threadIdx.x; i < n; i += kThreads)
+      if (!sample_mask_allows(mask, lo + i) && chunk[i] != kNegInf) {
+        chunk[i] = kNegInf;
+        row[lo + i] = kNegInf;
+      }
+    __syncthreads();
+  }
   float zm = kNegInf;
   int za = INT_MAX, nf = 0;
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -466,13 +476,15 @@ __global__ void __launch_bounds__(kThreads) sample_draw_kernel(const float* logi
 int64_t CudaOps::max_sample_row() const { return int64_t{cuda::kMaxChunks} * cuda::kChunk; }
 
 void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
-                     const SampleRow* host_rows) {
+                     const SampleRow* host_rows, const Tensor& masks) {
   forget_prepared();
   cuda::check_dtype("sample", "logits", logits, {DType::F32});
   cuda::check_dev("sample", "rows", rows);
   cuda::check_dev("sample", "out", out);
   const int64_t R = logits.rows(), V = logits.cols();
   if (op_checks::sample(logits, rows, edits, out) > 0) cuda::check_dev("sample", "edits", edits);
+  if (op_checks::sample_mask_count("sample", masks, V) > 0) cuda::check_dev("sample", "masks", masks);
+  if (host_rows) op_checks::sample_mask_rows("sample", host_rows, R, op_checks::sample_mask_count("sample", masks, V));
   if (V > max_sample_row())
     fail(ErrorCode::kUnsupported, "sample: rows of {} logits exceed the sampler's {}", V, max_sample_row());
   const int64_t nb = (V + cuda::kChunk - 1) / cuda::kChunk;
@@ -504,7 +516,8 @@ void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Ten
   auto* op = static_cast<SampleResult*>(out.data);
   const dim3 grid(static_cast<unsigned>(nb), static_cast<unsigned>(R));
   float* x = logits.ptr<float>();
-  cuda::sample_stats_kernel<<<grid, cuda::kThreads, 0, stream_>>>(x, V, rp, ep, sc, op);
+  const auto* mp = masks.empty() ? nullptr : static_cast<const uint32_t*>(masks.data);
+  cuda::sample_stats_kernel<<<grid, cuda::kThreads, 0, stream_>>>(x, V, rp, ep, mp, sc, op);
   FT_CUDA_LAUNCH_CHECK();
   for (int mode = 0; mode < 2; ++mode) {
     if (!(mode == 0 ? top_k : top_p)) continue;
