@@ -49,15 +49,21 @@ void SpecialTokenMatcher::build(const TokenTable& table) {
   }
 }
 
-void SpecialTokenMatcher::partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const {
+void SpecialTokenMatcher::partition(std::string_view text, bool parse_special, std::vector<Fragment>& out,
+                                    std::span<const std::pair<size_t, size_t>> literal) const {
   const uint32_t special = token_attr::kControl | token_attr::kUnknown;
   size_t text_start = 0;  // start of the pending plain-text fragment
   size_t i = 0;
+  size_t lit = 0;  // the first literal range that ends after i
   while (i < text.size()) {
+    while (lit < literal.size() && literal[lit].second <= i) ++lit;
     const auto& cands = by_first_byte_[static_cast<uint8_t>(text[i])];
     const Entry* hit = nullptr;
     for (const Entry& e : cands) {
-      if (!parse_special && (e.attr & special) && !(e.attr & token_attr::kUserDefined)) continue;
+      const bool control = (e.attr & special) && !(e.attr & token_attr::kUserDefined);
+      if (control && !parse_special) continue;
+      // A control token may not overlap a literal range [b, e): it must end by b or start at or after e.
+      if (control && lit < literal.size() && i + e.text.size() > literal[lit].first) continue;
       if (e.text.size() > text.size() - i || std::memcmp(e.text.data(), text.data() + i, e.text.size()) != 0) continue;
       if ((e.attr & token_attr::kSingleWord) && (word_before(text, i) || word_at(text, i + e.text.size()))) continue;
       hit = &e;

@@ -4,7 +4,9 @@
 // Aho-Corasick LeftmostLongest); control and unknown tokens only when the caller allows special
 // tokens, user-defined (added, non-special) tokens always, as llama.cpp's tokenizer_st_partition does.
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/token_table.h"
@@ -24,9 +26,12 @@ class SpecialTokenMatcher {
   void build(const TokenTable& table);
 
   /** Splits `text` into fragments (in order, empty text fragments dropped). `parse_special`: control
-   *  and unknown tokens are matched too. kLstrip/kRstrip tokens drop adjacent whitespace from the
+   *  and unknown tokens are matched too, except where such a match would overlap one of `literal`'s
+   *  byte ranges [begin, end) (sorted, disjoint: text that only spells a control token, such as a
+   *  user's message in a chat prompt). kLstrip/kRstrip tokens drop adjacent whitespace from the
    *  neighbouring text; kSingleWord tokens match only between non-word characters. */
-  void partition(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
+  void partition(std::string_view text, bool parse_special, std::vector<Fragment>& out,
+                 std::span<const std::pair<size_t, size_t>> literal = {}) const;
 
  private:
   struct Entry {

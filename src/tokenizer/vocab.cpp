@@ -133,6 +133,14 @@ bool Vocab::is_special(int32_t id) const {
   return token(id).attr & (token_attr::kControl | token_attr::kUnknown | token_attr::kUnused);
 }
 
+bool Vocab::spells_control_token(std::string_view text) const {
+  std::vector<Fragment> frags;
+  specials_.partition(text, true, frags);
+  for (const Fragment& f : frags)
+    if (f.token >= 0 && !(token(f.token).attr & token_attr::kUserDefined)) return true;
+  return false;
+}
+
 bool Vocab::is_eog(int32_t id) const { return id >= 0 && id < table_.size() && is_eog_[id]; }
 
 std::vector<int32_t> Vocab::encode(std::string_view text, const EncodeOptions& opts) const {
@@ -142,7 +150,7 @@ std::vector<int32_t> Vocab::encode(std::string_view text, const EncodeOptions& o
   out.reserve(text.size() / 3 + 4);
   if (opts.add_special && add_bos_) out.push_back(bos_);
   std::vector<Fragment> frags;
-  specials_.partition(text, opts.parse_special, frags);
+  specials_.partition(text, opts.parse_special, frags, opts.literal);
   EncodeState st;
   bool prev_special = true;  // SentencePiece: a space prefix before the first text and after specials
   for (const Fragment& f : frags) {

@@ -35,6 +35,9 @@ enum class VocabType {
 struct EncodeOptions {
   bool add_special = true;     // add BOS/EOS (and SEP) as the vocabulary's flags ask
   bool parse_special = false;  // match control tokens ("<|im_start|>") in the text as single tokens
+  /** With parse_special: byte ranges [begin, end) of the text (sorted, disjoint) where control tokens are
+   *  not matched, so text there that spells one is tokenized as text (a chat prompt's message contents). */
+  std::span<const std::pair<size_t, size_t>> literal = {};
 };
 
 class Vocab {
@@ -81,6 +84,8 @@ class Vocab {
   const std::string& piece(int32_t id) const;
   /** True for control/unknown/unused tokens (hidden by decode(skip_special=true)). */
   bool is_special(int32_t id) const;
+  /** Whether `text` holds the text of a control token (one encode() with parse_special would match). */
+  bool spells_control_token(std::string_view text) const;
   /** True when decoding drops one leading space of the text (SentencePiece add_space_prefix,
    *  Metaspace/Strip decoders, WordPiece). */
   bool strips_leading_space() const { return strip_leading_space_; }
