@@ -187,6 +187,7 @@ std::unique_ptr<ToolCallScanner> make_qwen3_coder_scanner(ToolSchemas schemas);
 std::unique_ptr<ToolCallScanner> make_deepseek_scanner();
 std::unique_ptr<ToolCallScanner> make_glm45_scanner(ToolSchemas schemas);
 std::unique_ptr<ToolCallScanner> make_minimax_m2_scanner(ToolSchemas schemas);
+std::unique_ptr<ToolCallScanner> make_deepseek_v32_scanner(ToolSchemas schemas);
 std::unique_ptr<ToolCallScanner> make_kimi_k2_scanner();
 std::unique_ptr<ToolCallScanner> make_gemma4_scanner();
 

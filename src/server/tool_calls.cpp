@@ -24,6 +24,7 @@ std::vector<std::string_view> tool_call_format_markers(ToolCallFormat f) {
     case ToolCallFormat::kDeepSeekV3:
     case ToolCallFormat::kDeepSeekV31:
       return {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"};
+    case ToolCallFormat::kDeepSeekV32: return {"｜DSML｜", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"};
     case ToolCallFormat::kGlm45: return {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
     case ToolCallFormat::kMiniMaxM2: return {"<minimax:tool_call>", "</minimax:tool_call>"};
     case ToolCallFormat::kKimiK2:
@@ -43,6 +44,7 @@ ToolCallFormat detect_tool_call_format(std::string_view src) {
   if (has("<minimax:tool_call>")) return ToolCallFormat::kMiniMaxM2;
   if (has("<|tool_calls_section_begin|>")) return ToolCallFormat::kKimiK2;
   if (has("<｜tool▁calls▁begin｜>")) return has("```json") ? ToolCallFormat::kDeepSeekV3 : ToolCallFormat::kDeepSeekV31;
+  if (has("｜DSML｜")) return ToolCallFormat::kDeepSeekV32;
   if (has("<|tool_call>")) return ToolCallFormat::kGemma4;
   if (has("<tool_call>") && has("<arg_key>")) return ToolCallFormat::kGlm45;
   if (has("<tool_call>") && has("<function=") && has("<parameter=")) return ToolCallFormat::kQwen3Coder;
@@ -54,9 +56,9 @@ ToolCallFormat detect_tool_call_format(std::string_view src) {
 namespace {
 
 constexpr ToolCallFormat kAllFormats[] = {
-    ToolCallFormat::kHermes,      ToolCallFormat::kLlama3,     ToolCallFormat::kMistral,     ToolCallFormat::kHarmony,
-    ToolCallFormat::kQwen3Coder,  ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31, ToolCallFormat::kGlm45,
-    ToolCallFormat::kMiniMaxM2,   ToolCallFormat::kKimiK2,     ToolCallFormat::kGemma4,
+    ToolCallFormat::kHermes,      ToolCallFormat::kLlama3,      ToolCallFormat::kMistral,     ToolCallFormat::kHarmony,
+    ToolCallFormat::kQwen3Coder,  ToolCallFormat::kDeepSeekV3,  ToolCallFormat::kDeepSeekV31, ToolCallFormat::kDeepSeekV32,
+    ToolCallFormat::kGlm45,       ToolCallFormat::kMiniMaxM2,   ToolCallFormat::kKimiK2,      ToolCallFormat::kGemma4,
 };
 
 }  // namespace
@@ -69,6 +71,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::kQwen3Coder: return "qwen3_coder";
     case ToolCallFormat::kDeepSeekV3: return "deepseek_v3";
     case ToolCallFormat::kDeepSeekV31: return "deepseek_v31";
+    case ToolCallFormat::kDeepSeekV32: return "deepseek_v32";
     case ToolCallFormat::kGlm45: return "glm45";
     case ToolCallFormat::kMiniMaxM2: return "minimax_m2";
     case ToolCallFormat::kKimiK2: return "kimi_k2";
@@ -162,6 +165,7 @@ ToolCallStream::ToolCallStream(ToolCallFormat format, ToolSchemas schemas) {
     case ToolCallFormat::kQwen3Coder: scanner_ = make_qwen3_coder_scanner(std::move(schemas)); break;
     case ToolCallFormat::kDeepSeekV3:
     case ToolCallFormat::kDeepSeekV31: scanner_ = make_deepseek_scanner(); break;
+    case ToolCallFormat::kDeepSeekV32: scanner_ = make_deepseek_v32_scanner(std::move(schemas)); break;
     case ToolCallFormat::kGlm45: scanner_ = make_glm45_scanner(std::move(schemas)); break;
     case ToolCallFormat::kMiniMaxM2: scanner_ = make_minimax_m2_scanner(std::move(schemas)); break;
     case ToolCallFormat::kKimiK2: scanner_ = make_kimi_k2_scanner(); break;

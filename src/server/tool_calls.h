@@ -12,6 +12,8 @@
 //   kDeepSeekV3 / kDeepSeekV31  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
 //             <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3, R1), or ...<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}
 //             <｜tool▁call▁end｜>... (V3.1); either is read in both (tool_calls_deepseek.cpp)
+//   kDeepSeekV32  <｜DSML｜function_calls>\n<｜DSML｜invoke name="NAME">\n<｜DSML｜parameter name="K" string="true">V
+//             </｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls> (tool_calls_minimax_m2.cpp)
 //   kGlm45    <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call> (GLM-4.5/4.6/4.7;
 //             values typed as kQwen3Coder's: tool_calls_glm45.cpp)
 //   kMiniMaxM2  <minimax:tool_call>\n<invoke name="NAME">\n<parameter name="K">V</parameter>\n</invoke>\n
@@ -33,14 +35,15 @@
 namespace ft::server {
 
 enum class ToolCallFormat {
-  kHermes, kLlama3, kMistral, kHarmony, kQwen3Coder, kDeepSeekV3, kDeepSeekV31, kGlm45, kMiniMaxM2, kKimiK2, kGemma4
+  kHermes, kLlama3, kMistral, kHarmony, kQwen3Coder, kDeepSeekV3, kDeepSeekV31, kDeepSeekV32, kGlm45, kMiniMaxM2,
+  kKimiK2, kGemma4
 };
 
 /** The format a chat template teaches, from markers in its Jinja source (as llama.cpp's
  *  common_chat_templates_apply picks one), most specific first: `<|channel|>` or `to=functions` →
  *  kHarmony (gpt-oss); `[TOOL_CALLS]` → kMistral; `<minimax:tool_call>` → kMiniMaxM2;
  *  `<|tool_calls_section_begin|>` → kKimiK2; `<｜tool▁calls▁begin｜>` → kDeepSeekV3 when its calls
- *  carry a ```json block, else kDeepSeekV31; `<|tool_call>` → kGemma4; `<arg_key>` → kGlm45;
+ *  carry a ```json block, else kDeepSeekV31; `｜DSML｜` → kDeepSeekV32; `<|tool_call>` → kGemma4; `<arg_key>` → kGlm45;
  *  `<function=` → kQwen3Coder (its template also holds `<tool_call>`); `<tool_call>` → kHermes
  *  (Qwen2.5/3, QwQ, Hermes 2 Pro/3); `<|python_tag|>` or `ipython` → kLlama3 (Llama 3.1/3.2/3.3);
  *  anything else → kHermes. */
@@ -48,7 +51,7 @@ ToolCallFormat detect_tool_call_format(std::string_view template_source);
 
 /** Whether the format's markers are control tokens in its models' vocabularies (Llama 3's
  *  <|python_tag|>, Mistral's [TOOL_CALLS], gpt-oss's <|channel|>, DeepSeek's <｜tool▁calls▁begin｜>,
- *  Kimi's <|tool_call_begin|>, MiniMax's <minimax:tool_call>, Gemma 4's <|tool_call> and <|"|>), which a
+ *  DeepSeek-V3.2's ｜DSML｜, Kimi's <|tool_call_begin|>, MiniMax's <minimax:tool_call>, Gemma 4's <|tool_call> and <|"|>), which a
  *  reply's text drops unless asked to keep them (GenerationParams::keep_special_tokens); Hermes',
  *  Qwen3-Coder's and GLM's <tool_call> are text in their vocabularies (a vocabulary that makes them
  *  control tokens is caught by the caller through tool_call_format_markers). */
@@ -64,7 +67,7 @@ std::vector<std::string_view> tool_call_format_markers(ToolCallFormat f);
 bool tool_call_format_structures_every_reply(ToolCallFormat f);
 
 /** "hermes", "llama3_json", "mistral", "harmony", "qwen3_coder", "deepseek_v3", "deepseek_v31",
- *  "glm45", "minimax_m2", "kimi_k2", "gemma4" (the names of vLLM's tool parsers; vLLM calls harmony
+ *  "deepseek_v32", "glm45", "minimax_m2", "kimi_k2", "gemma4" (the names of vLLM's tool parsers; vLLM calls harmony
  *  "openai"). */
 const char* tool_call_format_name(ToolCallFormat f);
 

@@ -225,6 +225,28 @@ TEST(ToolCallFormats2, MiniMaxM2) {
   EXPECT_EQ(cut.calls[0].arguments, kTimeArgs);
 }
 
+TEST(ToolCallFormats2, DeepSeekV32Dsml) {
+  const std::string reply =
+      "Let me check.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+      "string=\"true\">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"opts\" string=\"false\">{\"metric\": true}</｜DSML｜parameter>\n</｜DSML｜invoke>\n"
+      "<｜DSML｜invoke name=\"get_time\">\n<｜DSML｜parameter name=\"tz\" string=\"true\">CET</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+  // Thinking off: the prompt ends with </think> (the template writes <think></think> as "</think>").
+  expect_rendered("deepseek-ai-DeepSeek-V3.2.jinja", "<｜Assistant｜></think>", reply, "<｜end▁of▁sentence｜>");
+  // The string attribute types values without the tools' schemas.
+  const ReplyFormat f = reply_format_for(ToolCallFormat::kDeepSeekV32);
+  expect_two_calls(expect_streams_like_whole(reply, f, {"DSML", "<｜"}), "Let me check.", "");
+  const ReplyFormat thinking = reply_format_for(ToolCallFormat::kDeepSeekV32, "[]", ReasoningFormat::kThink, true);
+  expect_two_calls(expect_streams_like_whole("Need the weather.</think>" + reply, thinking, {"DSML"}), "Let me check.",
+                   "Need the weather.");
+  for (const std::string bad :
+       {"<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"f\">\n</｜DSML｜function_calls>",
+        "<｜DSML｜function_calls>\n<｜DSML｜invoke nom=\"f\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        "Ok<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_time\">\n<｜DSML｜param"})
+    expect_text(bad, f);
+}
+
 const std::string kKimiCalls =
     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": "
     "\"Paris\", \"days\": 3, \"opts\": {\"metric\": true}}<|tool_call_end|><|tool_call_begin|>functions.get_time:1"
@@ -331,7 +353,7 @@ TEST(ToolCallFormats2, DetectedFromEveryRealTemplate) {
       {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", {"deepseek_v3", "deepseek_r1"}},
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", {"deepseek_v3", "deepseek_r1"}},
       {"deepseek-ai-DeepSeek-V3.1.jinja", {"deepseek_v31", "deepseek_r1"}},
-      {"deepseek-ai-DeepSeek-V3.2.jinja", {"hermes", "deepseek_r1"}},  // its DSML calls: no parser yet
+      {"deepseek-ai-DeepSeek-V3.2.jinja", {"deepseek_v32", "deepseek_r1"}},
       {"fireworks-ai-llama-3-firefunction-v2.jinja", {"hermes", "none"}},
       {"google-gemma-2-2b-it.jinja", {"hermes", "none"}},
       {"google-gemma-4-31B-it-interleaved.jinja", {"gemma4", "gemma4"}},
@@ -373,7 +395,7 @@ TEST(ToolCallFormats2, DetectedFromEveryRealTemplate) {
 
 TEST(ToolCallFormats2, NamesRoundTrip) {
   for (const char* name : {"hermes", "llama3_json", "mistral", "harmony", "qwen3_coder", "deepseek_v3", "deepseek_v31",
-                           "glm45", "minimax_m2", "kimi_k2", "gemma4"}) {
+                           "deepseek_v32", "glm45", "minimax_m2", "kimi_k2", "gemma4"}) {
     const std::optional<ToolCallFormat> f = tool_call_format_from_name(name);
     ASSERT_TRUE(f.has_value()) << name;
     EXPECT_STREQ(tool_call_format_name(*f), name);
