@@ -116,7 +116,8 @@ Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
   const ReasoningTags tags = reasoning_tags(rf);
   gen.keep_special_tokens =
       (r.parse_tool_calls && (tool_call_markers_are_special(tf) || any_control_token(vocab, tool_call_format_markers(tf)))) ||
-      (rf != ReasoningFormat::kNone && any_control_token(vocab, {tags.open, tags.close}));
+      (rf != ReasoningFormat::kNone &&
+       (reasoning_tags_are_special(rf) || any_control_token(vocab, {tags.open, tags.close})));
   return submit_generation(ctx, encode_chat_prompt(vocab, text, r.messages), gen,
                            "messages");
 }

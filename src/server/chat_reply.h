@@ -68,8 +68,9 @@ ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r);
  *  together. Sets r.reply_starts_in_reasoning when the rendered prompt ends inside an open reasoning
  *  block (prompt_opens_reasoning). When the reply is parsed for a tool-call format whose markers are
  *  control tokens (tool_call_markers_are_special, or the served vocabulary makes one of
- *  tool_call_format_markers a control token), or reasoning is split and the vocabulary makes its
- *  tags control tokens, its text keeps control tokens, so the parser sees them. Throws what those
+ *  tool_call_format_markers a control token), or reasoning is split and its tags are control tokens
+ *  (reasoning_tags_are_special, or the vocabulary makes them so), its text keeps control tokens, so
+ *  the parser sees them. Throws what those
  *  throw. */
 Submitted submit_chat(ServerContext& ctx, ChatRequest& r);
 

@@ -52,6 +52,8 @@ ReasoningTags reasoning_tags(ReasoningFormat f) {
   return {};
 }
 
+bool reasoning_tags_are_special(ReasoningFormat f) { return f == ReasoningFormat::kGemma4; }
+
 bool prompt_opens_reasoning(std::string_view prompt, ReasoningFormat f) {
   const std::string_view open = reasoning_tags(f).open;
   if (open.empty()) return false;

@@ -41,6 +41,12 @@ struct ReasoningTags {
 };
 ReasoningTags reasoning_tags(ReasoningFormat f);
 
+/** Whether the format's tags are control tokens in its models' vocabularies (Gemma 4's <|channel> and
+ *  <channel|>), which a reply's text drops unless asked to keep them (keep_special_tokens); <think> is
+ *  text in DeepSeek's, Qwen's, GLM's, MiniMax's and Kimi's (a vocabulary that makes it a control token
+ *  is caught by the caller, which asks the vocabulary about the tags). */
+bool reasoning_tags_are_special(ReasoningFormat f);
+
 /** Whether `prompt` (the rendered prompt text, the assistant's prefill included) ends inside an open
  *  block of format `f`: it ends with the open tag, trailing whitespace aside (`...<think>\n`); a
  *  closed empty block (`<think></think>`, thinking off) does not. */
