@@ -36,6 +36,13 @@ struct GenerationParams {
    *  are control tokens, e.g. <|python_tag|>, [TOOL_CALLS], gpt-oss's <|channel|>); false: they are
    *  dropped, as in any other reply. */
   bool keep_special_tokens = false;
+  /** Structured output (constrained decoding): kJsonObject (response_format json_object) makes the reply
+   *  a JSON object, kJsonSchema (response_format json_schema, llama.cpp's json_schema, vLLM's
+   *  guided_json or structured_outputs.json) a value of `json_schema`. */
+  enum class Structured { kNone, kJsonObject, kJsonSchema };
+  Structured structured = Structured::kNone;
+  nlohmann::ordered_json json_schema;  // kJsonSchema: the schema
+  std::string json_schema_param;       // where the schema came from ("response_format.json_schema.schema")
 };
 
 struct ChatRequest {

@@ -13,8 +13,9 @@
 #include "engine/moe_runtime.h"
 #include "engine/service.h"
 #include "server/errors.h"
-#include "server/response_store.h"
 #include "server/reasoning.h"
+#include "server/response_store.h"
+#include "server/structured_output.h"
 #include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
@@ -88,6 +89,8 @@ struct ServerContext {
   std::atomic<int64_t> requests_rejected{0};
   /** The Responses API's stored responses (GET / DELETE /v1/responses/{id}, previous_response_id). */
   ResponseStore responses;
+  /** Compiled structured-output grammars and the vocabulary's token trie (structured_output.h). */
+  StructuredOutputs structured;
 
   /** "chatcmpl-" + 24 hex digits, unique per process. */
   std::string new_id(const char* prefix);

@@ -60,6 +60,7 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   r.sampling.top_logprobs = gen.logprobs ? gen.top_logprobs : 0;
   r.eog_ids = ctx.model.vocab->eog_ids();
   r.ignore_eos = gen.ignore_eos;
+  r.constraint = ctx.structured.constraint(*ctx.model.vocab, gen);
   r.stop_ids = gen.stop_token_ids;
   double timeout = ctx.options.request_timeout_s;
   if (gen.timeout_s && (timeout <= 0 || *gen.timeout_s < timeout)) timeout = *gen.timeout_s;

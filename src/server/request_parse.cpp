@@ -75,25 +75,86 @@ void parse_logit_bias(const ojson& body, SamplingParams& s) {
   }
 }
 
-/** OpenAI response_format: {"type": "text"} is what the server does anyway; structured output
- *  ("json_object", "json_schema") is not implemented, so it is refused rather than silently ignored. */
-void check_response_format(const ojson& body) {
+/** OpenAI response_format: {"type": "text"} (nothing to do), {"type": "json_object"} (the reply is a
+ *  JSON object) or {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}
+ *  (a value of the schema; `strict` is accepted either way: the output always follows the schema). */
+void parse_response_format(const ojson& body, GenerationParams& g) {
   const ojson* v = field(body, "response_format");
-  if (!v) return;
+  if (!v || v->is_null()) return;
   if (!v->is_object())
     bad_request("response_format", fmt::format("'response_format' must be an object such as {{\"type\": \"text\"}}, got {}",
                                                type_name(*v)));
   const ojson* t = field(*v, "type");
   if (!t || !t->is_string())
-    bad_request("response_format", "'response_format.type' is required and must be a string (\"text\")");
+    bad_request("response_format.type", "'response_format.type' is required and must be a string (\"text\", "
+                                        "\"json_object\" or \"json_schema\")");
   const std::string& type = t->get_ref<const std::string&>();
   if (type == "text") return;
-  if (type == "json_object" || type == "json_schema")
-    bad_request("response_format", fmt::format("'response_format' of type \"{}\" is not supported by this server "
-                                               "(no structured output); only \"text\" is",
-                                               type));
-  bad_request("response_format",
-              fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", type));
+  if (type == "json_object") {
+    g.structured = GenerationParams::Structured::kJsonObject;
+    return;
+  }
+  if (type != "json_schema")
+    bad_request("response_format.type",
+                fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"", type));
+  const ojson* js = field(*v, "json_schema");
+  if (!js || !js->is_object())
+    bad_request("response_format.json_schema",
+                "'response_format.json_schema' is required with type \"json_schema\" and must be an object "
+                "{\"name\": ..., \"schema\": {...}}");
+  if (const ojson* name = field(*js, "name"); name && !name->is_null() && !name->is_string())
+    bad_request("response_format.json_schema.name",
+                fmt::format("'response_format.json_schema.name' must be a string, got {}", type_name(*name)));
+  if (const ojson* strict = field(*js, "strict"); strict && !strict->is_null() && !strict->is_boolean())
+    bad_request("response_format.json_schema.strict",
+                fmt::format("'response_format.json_schema.strict' must be a boolean, got {}", type_name(*strict)));
+  const ojson* schema = field(*js, "schema");
+  if (!schema || !(schema->is_object() || schema->is_boolean()))
+    bad_request("response_format.json_schema.schema",
+                "'response_format.json_schema.schema' is required and must be a JSON Schema object");
+  g.structured = GenerationParams::Structured::kJsonSchema;
+  g.json_schema = *schema;
+  g.json_schema_param = "response_format.json_schema.schema";
+}
+
+/** The other engines' spellings of a JSON Schema constraint: llama.cpp's `json_schema`, vLLM's
+ *  `guided_json` and `structured_outputs: {"json": schema}`. Null, absent and (llama.cpp's web UI)
+ *  empty-string values ask for nothing. One constraint a request: two are refused. */
+void parse_schema_aliases(const ojson& body, GenerationParams& g) {
+  const auto take = [&](const ojson& schema, const std::string& param) {
+    if (!(schema.is_object() || schema.is_boolean()))
+      bad_request(param, fmt::format("'{}' must be a JSON Schema object, got {}", param, type_name(schema)));
+    if (g.structured != GenerationParams::Structured::kNone)
+      bad_request(param, fmt::format("'{}' and another structured-output field (response_format, json_schema, "
+                                     "guided_json, structured_outputs) are both given; send one", param));
+    g.structured = GenerationParams::Structured::kJsonSchema;
+    g.json_schema = schema;
+    g.json_schema_param = param;
+  };
+  for (const char* name : {"json_schema", "guided_json"}) {
+    const ojson* v = field(body, name);
+    if (!v || v->is_null() || (v->is_string() && v->get_ref<const std::string&>().empty())) continue;
+    if (v->is_string()) {  // vLLM takes the schema as JSON text too
+      const ojson parsed = ojson::parse(v->get_ref<const std::string&>(), nullptr, false);
+      if (parsed.is_discarded()) bad_request(name, fmt::format("'{}' is a string that is not JSON", name));
+      take(parsed, name);
+    } else {
+      take(*v, name);
+    }
+  }
+  if (const ojson* so = field(body, "structured_outputs"); so && !so->is_null()) {
+    if (!so->is_object())
+      bad_request("structured_outputs", fmt::format("'structured_outputs' must be an object, got {}", type_name(*so)));
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it.value().is_null()) continue;
+      if (it.key() == "json") take(it.value(), "structured_outputs.json");
+      else if (it.key() != "disable_any_whitespace" && it.key() != "disable_fallback" &&
+               it.key() != "disable_additional_properties" && it.key() != "whitespace_pattern" &&
+               it.key() != "backend")
+        bad_request("structured_outputs." + it.key(),
+                    fmt::format("'structured_outputs.{}' is not supported by this server (only 'json')", it.key()));
+    }
+  }
 }
 
 /** llama.cpp server sampling fields this server does not implement, with the value that leaves the
@@ -144,18 +205,18 @@ void refuse_unimplemented_fields(const ojson& body) {
   }
 }
 
-/** Constrained decoding (llama.cpp's grammar / json_schema, vLLM's guided_* and structured_outputs)
- *  is not implemented: a field that asks for it is refused (400 naming it) rather than ignored. Empty
- *  strings and lists (llama.cpp's web UI sends "grammar": "") ask for nothing and are accepted. */
+/** The constrained decoding this server does not do (llama.cpp's GBNF grammar, vLLM's guided regex,
+ *  choice and grammar) is refused (400 naming the field) rather than ignored. Empty strings and lists
+ *  (llama.cpp's web UI sends "grammar": "") ask for nothing and are accepted. */
 void refuse_constrained_decoding(const ojson& body) {
-  for (const char* name : {"grammar", "json_schema", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                           "structured_outputs"}) {
+  for (const char* name : {"grammar", "guided_regex", "guided_choice", "guided_grammar"}) {
     const ojson* v = field(body, name);
-    // an empty schema ({}) still asks for JSON in llama.cpp and vLLM, so only these ask for nothing
     if (!v || v->is_null() || (v->is_string() && v->get_ref<const std::string&>().empty()) ||
         (v->is_array() && v->empty()))
       continue;
-    bad_request(name, fmt::format("'{}' is not supported by this server (no constrained decoding)", name));
+    bad_request(name, fmt::format("'{}' is not supported by this server (constrained decoding takes a JSON Schema: "
+                                  "response_format json_schema)",
+                                  name));
   }
 }
 
@@ -218,7 +279,8 @@ GenerationParams parse_generation_params(const ojson& body) {
   if (g.max_tokens && s.min_tokens > *g.max_tokens)
     bad_request("min_tokens", fmt::format("'min_tokens' ({}) must not exceed max_tokens ({})", s.min_tokens, *g.max_tokens));
   parse_logit_bias(body, s);
-  check_response_format(body);
+  parse_response_format(body, g);
+  parse_schema_aliases(body, g);
   refuse_foreign_samplers(body);
   refuse_unimplemented_fields(body);
   refuse_constrained_decoding(body);

@@ -20,8 +20,8 @@ nlohmann::ordered_json parse_json_body(std::string_view body);
 
 /** Validates a /v1/chat/completions body: messages (system, developer, user, assistant, tool; content a
  *  string, null or text parts; image/audio parts refused as the model is text-only), sampling fields
- *  (logit_bias included: keys token-id strings, values in [-100, 100]), response_format (only
- *  {"type": "text"}; json_object / json_schema are refused as unsupported), stop, n (only 1),
+ *  (logit_bias included: keys token-id strings, values in [-100, 100]), response_format (text,
+ *  json_object, json_schema: GenerationParams::structured), stop, n (only 1),
  *  logprobs/top_logprobs, stream/stream_options, chat_template_kwargs, tools. */
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
 

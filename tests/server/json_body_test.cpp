@@ -60,7 +60,7 @@ TEST(JsonBody, ManyKeysTakeLinearTime) {
   };
   auto best_seconds = [](const std::string& text, size_t keys) {
     double best = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < 5; ++rep) {  // the best of 5: other tests share the cores
       const auto t0 = std::chrono::steady_clock::now();
       const ojson j = parse_json_body(text);  // what every route parses its body with
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -71,7 +71,7 @@ TEST(JsonBody, ManyKeysTakeLinearTime) {
   const std::string small = body(25000), large = body(100000);
   const double ratio = best_seconds(large, 100000) / best_seconds(small, 25000);
   // Linear: ~4 (hash and allocation noise aside); the library's quadratic insertion gives ~16.
-  EXPECT_LT(ratio, 9.0);
+  EXPECT_LT(ratio, 10.0);
 }
 
 }  // namespace

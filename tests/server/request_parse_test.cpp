@@ -194,31 +194,58 @@ TEST(RequestParse, LogitBiasIsAMapOfTokenIdsToBiases) {
   }
 }
 
-TEST(RequestParse, ResponseFormatTextOnly) {
+TEST(RequestParse, ResponseFormatTextJsonObjectAndJsonSchema) {
   const std::string head = R"({"messages":[{"role":"user","content":"x"}],"response_format":)";
-  EXPECT_NO_THROW(parse_chat_request(parse_json_body(head + R"({"type":"text"}})")));
-  EXPECT_NO_THROW(parse_chat_request(parse_json_body(head + "null}")));
-  EXPECT_NO_THROW(parse_completion_request(parse_json_body(R"({"prompt":"x","response_format":{"type":"text"}})")));
+  using S = GenerationParams::Structured;
+  EXPECT_EQ(parse_chat_request(parse_json_body(head + R"({"type":"text"}})")).gen.structured, S::kNone);
+  EXPECT_EQ(parse_chat_request(parse_json_body(head + "null}")).gen.structured, S::kNone);
+  EXPECT_EQ(parse_chat_request(parse_json_body(head + R"({"type":"json_object"}})")).gen.structured, S::kJsonObject);
+  const GenerationParams js = parse_chat_request(parse_json_body(
+      head + R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object"}}}})")).gen;
+  EXPECT_EQ(js.structured, S::kJsonSchema);
+  EXPECT_EQ(js.json_schema.dump(), R"({"type":"object"})");
+  EXPECT_EQ(js.json_schema_param, "response_format.json_schema.schema");
+  EXPECT_EQ(parse_completion_request(parse_json_body(R"({"prompt":"x","response_format":{"type":"json_object"}})"))
+                .gen.structured,
+            S::kJsonObject);
   struct Case {
     const char* format;
+    const char* param;
     const char* says;
   };
   const Case cases[] = {
-      {R"({"type":"json_object"})", "not supported"},
-      {R"({"type":"json_schema","json_schema":{"name":"x","schema":{}}})", "not supported"},
-      {R"({"type":"yaml"})", "must be \"text\""},
-      {R"({})", "required"},
-      {R"({"type":3})", "required"},
-      {R"("json")", "must be an object"},
+      {R"({"type":"json_schema"})", "response_format.json_schema", "required"},
+      {R"({"type":"json_schema","json_schema":{"name":"x"}})", "response_format.json_schema.schema", "required"},
+      {R"({"type":"json_schema","json_schema":{"name":"x","schema":[]}})", "response_format.json_schema.schema", "JSON Schema object"},
+      {R"({"type":"json_schema","json_schema":{"name":3,"schema":{}}})", "response_format.json_schema.name", "string"},
+      {R"({"type":"json_schema","json_schema":{"strict":"yes","schema":{}}})", "response_format.json_schema.strict", "boolean"},
+      {R"({"type":"yaml"})", "response_format.type", "must be \"text\""},
+      {R"({})", "response_format.type", "required"},
+      {R"({"type":3})", "response_format.type", "required"},
+      {R"("json")", "response_format", "must be an object"},
   };
   for (const Case& c : cases) {
     ApiError e = chat_refusal(head + c.format + "}");
     EXPECT_EQ(e.status, 400) << c.format;
-    EXPECT_EQ(e.param, "response_format") << c.format;
+    EXPECT_EQ(e.param, c.param) << c.format;
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.format << " -> " << e.message;
-    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x","response_format":)") + c.format + "}").param,
-              "response_format");
+    EXPECT_EQ(completion_refusal(std::string(R"({"prompt":"x","response_format":)") + c.format + "}").param, c.param);
   }
+}
+
+TEST(RequestParse, OtherEnginesSchemaFieldsAreJsonSchemaConstraints) {
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  using S = GenerationParams::Structured;
+  for (const char* f : {R"("json_schema":{"type":"integer"})", R"("guided_json":{"type":"integer"})",
+                        R"("guided_json":"{\"type\":\"integer\"}")", R"("structured_outputs":{"json":{"type":"integer"}})"}) {
+    const GenerationParams g = parse_chat_request(parse_json_body(chat + f + "}")).gen;
+    EXPECT_EQ(g.structured, S::kJsonSchema) << f;
+    EXPECT_EQ(g.json_schema.dump(), R"({"type":"integer"})") << f;
+  }
+  EXPECT_EQ(parse_chat_request(parse_json_body(chat + R"("json_schema":""})")).gen.structured, S::kNone);
+  EXPECT_EQ(chat_refusal(chat + R"("json_schema":{},"response_format":{"type":"json_object"}})").param, "json_schema");
+  EXPECT_EQ(chat_refusal(chat + R"("guided_json":"{nope"})").param, "guided_json");
+  EXPECT_EQ(chat_refusal(chat + R"("structured_outputs":{"regex":"a+"}})").param, "structured_outputs.regex");
 }
 
 /** A field refused with a 400 naming `param`, whose message holds `says`. */
@@ -273,18 +300,15 @@ TEST(RequestParse, UnimplementedVllmFieldsAreRefusedUnlessTheyAskForNothing) {
 }
 
 TEST(RequestParse, ConstrainedDecodingIsRefusedAndVllmStopFieldsAreRead) {
-  // No grammar or schema constrained decoding: asking for it is a 400 naming the field (the reply would
-  // otherwise silently ignore the constraint); empty values ask for nothing. vLLM's stop fields are
-  // read (malformed ones are a 400).
+  // Constrained decoding other than a JSON Schema (GBNF, regex, choice): asking for it is a 400 naming
+  // the field (the reply would otherwise silently ignore the constraint); empty values ask for nothing.
+  // vLLM's stop fields are read (malformed ones are a 400).
   expect_fields_on_both_routes(
       {R"("grammar":"")", R"("guided_choice":[])", R"("grammar":null)", R"("stop_token_ids":[])",
        R"("include_stop_str_in_output":false)"},
-      {{R"("grammar":"root ::= [0-9]+")", "grammar", "no constrained decoding"},
-       {R"("json_schema":{"type":"object"})", "json_schema", "no constrained decoding"},
-       {R"("json_schema":{})", "json_schema", "no constrained decoding"},  // still asks for JSON
-       {R"("guided_json":{"type":"object"})", "guided_json", "no constrained decoding"},
-       {R"("guided_choice":["yes","no"])", "guided_choice", "no constrained decoding"},
-       {R"("guided_regex":"[0-9]+")", "guided_regex", "no constrained decoding"},
+      {{R"("grammar":"root ::= [0-9]+")", "grammar", "takes a JSON Schema"},
+       {R"("guided_choice":["yes","no"])", "guided_choice", "takes a JSON Schema"},
+       {R"("guided_regex":"[0-9]+")", "guided_regex", "takes a JSON Schema"},
        {R"("stop_token_ids":432)", "stop_token_ids", "must be a list"},
        {R"("stop_token_ids":[1,-2])", "stop_token_ids", "'stop_token_ids[1]' must be in [0,"},
        {R"("stop_token_ids":[4294967672])", "stop_token_ids", "must be in [0, 2147483647]"},
