@@ -239,9 +239,9 @@ ojson parse_tools(const ojson& body) {
   return out;
 }
 
-/** tool_choice {type: auto | any | tool (with a name among the tools) | none}; true for "none".
- *  Decoding is not constrained: "any" and "tool" reach the model only through the template's tools. */
-bool tool_choice_none(const ojson& body, const ojson& tools) {
+/** tool_choice {type: auto | any | tool (with a name among the tools) | none} -> r.tool_choice (and
+ *  r.tool_choice_name); true for "none". */
+bool tool_choice_none(const ojson& body, const ojson& tools, ChatRequest& r) {
   const ojson* tc = field(body, "tool_choice");
   if (!tc) return false;
   if (!tc->is_object())
@@ -249,6 +249,7 @@ bool tool_choice_none(const ojson& body, const ojson& tools) {
                                            type_name(*tc)));
   const std::string type = get_string(*tc, "type");
   get_bool(*tc, "disable_parallel_tool_use", false);
+  if (type == "none") r.tool_choice = ChatRequest::ToolChoice::kNone;
   if (type == "auto" || type == "none") return type == "none";
   if (type != "any" && type != "tool")
     bad_request("tool_choice.type",
@@ -260,6 +261,10 @@ bool tool_choice_none(const ojson& body, const ojson& tools) {
     bool known = false;
     for (const ojson& t : tools) known = known || t["function"]["name"] == name;
     if (!known) bad_request("tool_choice.name", fmt::format("'tool_choice.name' \"{}\" is not one of the tools", name));
+    r.tool_choice = ChatRequest::ToolChoice::kNamed;
+    r.tool_choice_name = name;
+  } else {
+    r.tool_choice = ChatRequest::ToolChoice::kRequired;
   }
   return false;
 }
@@ -289,7 +294,7 @@ ChatRequest parse_anthropic_request(const ojson& body, bool count_only) {
   if (r.messages.empty() || (r.messages.size() == 1 && r.messages[0]["role"] == "system"))
     bad_request("messages", "'messages' must hold a user turn (a lone assistant turn is a prefill with nothing before it)");
   r.tools = parse_tools(body);
-  const bool none = tool_choice_none(body, r.tools);
+  const bool none = tool_choice_none(body, r.tools, r);
   r.parse_tool_calls = !r.tools.is_null() && !none;
   get_number(body, "temperature", 1.0, 0.0, 1.0);  // Anthropic's range, checked first (the OpenAI parse allows 2)
   if (field(body, "n_predict")) bad_request("n_predict", "'n_predict' is not a Messages API field; use 'max_tokens'");

@@ -50,6 +50,13 @@ struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // validated; content strings or null
   nlohmann::ordered_json tools;                                     // null or array
   bool parse_tool_calls = false;  // tools given and tool_choice not "none": replies are split (tool_calls.h)
+  /** tool_choice: kAuto (OpenAI "auto" or none given; Anthropic {type: "auto"}), kNone, kRequired
+   *  (OpenAI "required", Anthropic {type: "any"}) or kNamed: one function, `tool_choice_name` (OpenAI
+   *  {type: "function", function: {name}}, Anthropic {type: "tool", name}), whose calls alone the reply
+   *  returns. */
+  enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kNamed: the function (one of `tools`)
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
   /** Text after the generation prompt that the reply continues (Anthropic: a final assistant turn;

@@ -445,6 +445,8 @@ ChatRequest parse_chat_request(const ojson& body) {
       none = c == "none";
       if (c == "required" && r.tools.is_null())  // as OpenAI: nothing to require
         bad_request("tool_choice", "'tool_choice' \"required\" requires 'tools'");
+      if (none) r.tool_choice = ChatRequest::ToolChoice::kNone;
+      if (c == "required") r.tool_choice = ChatRequest::ToolChoice::kRequired;
     } else if (!tc->is_object()) {
       bad_request("tool_choice", fmt::format("'tool_choice' must be a string or an object, got {}", type_name(*tc)));
     } else {  // a named function: one of the tools
@@ -454,6 +456,8 @@ ChatRequest parse_chat_request(const ojson& body) {
       for (const ojson& t : r.tools.is_null() ? ojson::array() : r.tools) known = known || t["function"]["name"] == name;
       if (!known)
         bad_request("tool_choice", fmt::format("'tool_choice' names function \"{}\", which is not one of the tools", name));
+      r.tool_choice = ChatRequest::ToolChoice::kNamed;
+      r.tool_choice_name = name;
     }
   }
   r.parse_tool_calls = !r.tools.is_null() && !none;
