@@ -16,9 +16,11 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-/** Chat fields spelled differently in the Responses API: (chat name, Responses name). */
+/** Chat fields spelled differently in the Responses API: (chat name, Responses name). json_schema's
+ *  fields sit in text.format itself (text.format.schema), so that prefix goes first. */
 constexpr std::pair<const char*, const char*> kRenamed[] = {
     {"max_completion_tokens", "max_output_tokens"},
+    {"response_format.json_schema", "text.format"},
     {"response_format", "text.format"},
     {"reasoning_effort", "reasoning.effort"},
     {"messages", "input"},
