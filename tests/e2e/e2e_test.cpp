@@ -1,8 +1,9 @@
 // End-to-end: starts `ft serve` twice on the qwen3_moe fixture (free loopback ports), runs the node tests
 // in tests/e2e/serve.test.mjs (the official `openai` package + curl) and tests/e2e/messages.test.mjs (the
 // official `@anthropic-ai/sdk` package against /v1/messages) and tests/e2e/responses.test.mjs (the `openai`
-// package's Responses API) against them, then stops both servers with
-// SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
+// package's Responses API) and tests/e2e/structured.test.mjs (structured outputs through `openai`, checked
+// with ajv and zod) and tests/e2e/ai_sdk.test.mjs (the Vercel AI SDK's `@ai-sdk/openai` provider) against
+// them, then stops both servers with SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
 // tests/e2e/node_modules (installed by `make deps`: npm ci) is missing.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -133,7 +134,7 @@ std::string run_capture(const std::string& cmd, int& status) {
 TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
   ASSERT_TRUE(have_program("node")) << "node is not installed: run `make deps`";
   ASSERT_TRUE(have_program("curl")) << "curl is not installed";
-  for (const char* pkg : {"openai", "@anthropic-ai/sdk"})
+  for (const char* pkg : {"openai", "@anthropic-ai/sdk", "ai", "@ai-sdk/openai", "ajv", "ajv-formats", "zod"})
     ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / pkg / "package.json"))
         << kE2eDir / "node_modules" / pkg << " is missing: run `make deps` (it runs `npm ci` in tests/e2e) before the tests";
   const std::string model = testing::shared_dir() + "/fixtures/gguf/qwen3_moe/qwen3_moe-bf16.gguf";
@@ -161,7 +162,8 @@ TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
 
   // One file at a time: both use the same servers, and some tests read /v1/stats of an idle server.
   const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_URL=" + url_main + " FT_E2E_SMALL_URL=" + url_small +
-                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs responses.test.mjs 2>&1";
+                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs responses.test.mjs structured.test.mjs "
+                          "ai_sdk.test.mjs 2>&1";
   int status = 0;
   const std::string out = run_capture(cmd, status);
   std::printf("%s\n", out.c_str());
