@@ -3,8 +3,11 @@
 // official `@anthropic-ai/sdk` package against /v1/messages) and tests/e2e/responses.test.mjs (the `openai`
 // package's Responses API) and tests/e2e/structured.test.mjs (structured outputs through `openai`, checked
 // with ajv and zod) and tests/e2e/ai_sdk.test.mjs (the Vercel AI SDK's `@ai-sdk/openai` provider) against
-// them, then stops both servers with SIGTERM and checks they exit 0. Fails, never skips, when node, curl, the fixture or
-// tests/e2e/node_modules (installed by `make deps`: npm ci) is missing.
+// them, and tests/e2e/thinking.test.mjs (Anthropic thinking streams) against a third server: the demo
+// model (its context has room for Anthropic's budget_tokens >= 1024) with tests/e2e/thinking_template.jinja,
+// whose prompt opens a <think> block. Then stops the servers with SIGTERM and checks they exit 0. Fails,
+// never skips, when node, curl, the fixture or tests/e2e/node_modules (installed by `make deps`: npm ci)
+// is missing.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -143,6 +146,7 @@ TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
   const std::string tmp = fs::temp_directory_path().string();
   const std::string log_main = tmp + "/ft-e2e-main-" + std::to_string(getpid()) + ".log";
   const std::string log_small = tmp + "/ft-e2e-small-" + std::to_string(getpid()) + ".log";
+  const std::string log_think = tmp + "/ft-e2e-think-" + std::to_string(getpid()) + ".log";
   const std::string ft = FT_BINARY;
   const std::vector<std::string> common = {ft, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
                                            "--served-model-name", "qwen3-moe-fixture", "--kv-tokens", "16384",
@@ -151,30 +155,43 @@ TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
   for (const char* a : {"--api-key", key.c_str(), "--max-body-mb", "1", "--max-running-requests", "8"}) main_args.push_back(a);
   for (const char* a : {"--max-running-requests", "1", "--max-waiting-requests", "0"}) small_args.push_back(a);
 
-  Server main_srv(main_args, log_main), small_srv(small_args, log_small);
-  std::string seen_main, seen_small;
+  // The thinking server: a fixed --seed, so requests without one sample alike (streamed vs whole).
+  const std::vector<std::string> think_args = {ft, "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                                               "--chat-template", (kE2eDir / "thinking_template.jinja").string(),
+                                               "--seed", "1919"};
+
+  Server main_srv(main_args, log_main), small_srv(small_args, log_small), think_srv(think_args, log_think);
+  std::string seen_main, seen_small, seen_think;
   const std::string url_main = main_srv.wait_listening(seen_main);
   const std::string url_small = small_srv.wait_listening(seen_small);
+  const std::string url_think = think_srv.wait_listening(seen_think);
   ASSERT_FALSE(url_main.empty()) << "main server did not start:\n" << seen_main << testing::read_file(log_main);
   ASSERT_FALSE(url_small.empty()) << "small server did not start:\n" << seen_small << testing::read_file(log_small);
+  ASSERT_FALSE(url_think.empty()) << "thinking server did not start:\n" << seen_think << testing::read_file(log_think);
+  EXPECT_NE(seen_think.find("reasoning: deepseek_r1"), std::string::npos) << seen_think;
   main_srv.drain();
   small_srv.drain();
+  think_srv.drain();
 
   // One file at a time: both use the same servers, and some tests read /v1/stats of an idle server.
   const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_URL=" + url_main + " FT_E2E_SMALL_URL=" + url_small +
-                          " FT_E2E_KEY=" + key + " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs responses.test.mjs structured.test.mjs "
-                          "ai_sdk.test.mjs 2>&1";
+                          " FT_E2E_THINK_URL=" + url_think + " FT_E2E_THINK_MODEL=freetoken-demo FT_E2E_KEY=" + key +
+                          " FT_E2E_MODEL=qwen3-moe-fixture node --test --test-concurrency=1 serve.test.mjs messages.test.mjs "
+                          "responses.test.mjs structured.test.mjs ai_sdk.test.mjs thinking.test.mjs 2>&1";
   int status = 0;
   const std::string out = run_capture(cmd, status);
   std::printf("%s\n", out.c_str());
-  EXPECT_EQ(status, 0) << "node tests failed (output above); server logs: " << log_main << ", " << log_small << "\n"
+  EXPECT_EQ(status, 0) << "node tests failed (output above); server logs: " << log_main << ", " << log_small << ", "
+                       << log_think << "\n"
                        << testing::read_file(log_main);
 
   EXPECT_EQ(main_srv.terminate(20s), 0) << "main server did not exit 0 on SIGTERM";
   EXPECT_EQ(small_srv.terminate(20s), 0) << "small server did not exit 0 on SIGTERM";
+  EXPECT_EQ(think_srv.terminate(20s), 0) << "thinking server did not exit 0 on SIGTERM";
   if (!HasFailure()) {
     fs::remove(log_main);
     fs::remove(log_small);
+    fs::remove(log_think);
   }
 }
 
