@@ -58,12 +58,17 @@ FUZZ_RUNS ?=
 FUZZ_DIR ?= build-fuzz
 FUZZ_CXX  = clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
 FUZZ_REQUEST_SRC = src/server/request_parse.cpp src/server/anthropic_request.cpp src/server/json_fields.cpp \
-                   src/server/errors.cpp src/server/json_body.cpp
+                   src/server/errors.cpp src/server/json_body.cpp src/server/responses_request.cpp \
+                   src/server/response_store.cpp
+FUZZ_SCHEMA_SRC = src/server/json_schema_grammar.cpp src/server/json_grammar_rules.cpp src/server/errors.cpp \
+                  src/engine/grammar/grammar.cpp src/engine/grammar/matcher.cpp src/engine/grammar/token_trie.cpp \
+                  src/engine/grammar/grammar_constraint.cpp src/tokenizer/utf8.cpp src/util/error.cpp
 fuzz:
 	mkdir -p $(FUZZ_DIR)
 	$(FUZZ_CXX) fuzz/request_parse_fuzz.cpp $(FUZZ_REQUEST_SRC) -lfmt -o $(FUZZ_DIR)/request_parse_fuzz
 	$(FUZZ_CXX) fuzz/stop_matcher_fuzz.cpp src/tokenizer/stop_matcher.cpp -o $(FUZZ_DIR)/stop_matcher_fuzz
-	for h in request_parse stop_matcher; do \
+	$(FUZZ_CXX) fuzz/json_schema_fuzz.cpp $(FUZZ_SCHEMA_SRC) -lfmt -lutf8proc -o $(FUZZ_DIR)/json_schema_fuzz
+	for h in request_parse stop_matcher json_schema; do \
 	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$(FUZZ_RUNS) -seed=1"; \
 	  else dir=$(FUZZ_DIR)/corpus-$$h; len="-max_total_time=$(FUZZ_S)"; fi; \
 	  mkdir -p $$dir && \

@@ -1,5 +1,5 @@
 // libFuzzer harness: a request body through parse_json_body and each endpoint's request parser
-// (chat completions, completions, Anthropic messages). Refusals (ApiException, ft::Error) are the
+// (chat completions, completions, Anthropic messages, the Responses API). Refusals (ApiException, ft::Error) are the
 // expected outcome of bad input; anything else (a crash, a leak, undefined behaviour under ASan and
 // UBSan, an uncaught exception) fails. Built and run by `make fuzz`.
 #include <cstddef>
@@ -8,6 +8,7 @@
 
 #include "server/errors.h"
 #include "server/request_parse.h"
+#include "server/responses.h"
 #include "util/error.h"
 
 namespace {
@@ -35,5 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   refused_or_parsed([&] { ft::server::parse_completion_request(body); });
   refused_or_parsed([&] { ft::server::parse_anthropic_request(body, /*count_only=*/false); });
   refused_or_parsed([&] { ft::server::parse_anthropic_request(body, /*count_only=*/true); });
+  static ft::server::ResponseStore store;  // empty: previous_response_id names nothing
+  refused_or_parsed([&] { ft::server::parse_responses_request(body, store); });
   return 0;
 }

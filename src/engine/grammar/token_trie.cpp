@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "tokenizer/vocab.h"
 #include "util/error.h"
 
 namespace ft::grammar {
@@ -56,17 +55,6 @@ TokenTrie::TokenTrie(std::span<const std::string> pieces, std::span<const uint8_
     bool in_utf8 = !(b == 0xC0 || b == 0xC1 || b >= 0xF5);
     if (in_utf8 && !single[b]) all_single_bytes_ = false;
   }
-}
-
-std::shared_ptr<const TokenTrie> TokenTrie::from_vocab(const Vocab& vocab) {
-  const int32_t n = vocab.n_tokens();
-  std::vector<std::string> pieces(n);
-  std::vector<uint8_t> usable(n);
-  for (int32_t id = 0; id < n; ++id) {
-    pieces[id] = vocab.piece(id);
-    usable[id] = !vocab.is_special(id) && !vocab.is_eog(id);
-  }
-  return std::make_shared<const TokenTrie>(pieces, usable);
 }
 
 }  // namespace ft::grammar
