@@ -209,7 +209,7 @@ int run_serve(const ServeFlags& f) {
   sm.chat_template = &chat_template;
   sm.tool_call_format = tool_call_format;
   sm.reasoning_format = reasoning_format;
-  sm.object_tool_arguments = server::template_requires_object_arguments(chat_template);
+  sm.object_tool_arguments = server::template_takes_object_arguments(chat_template);
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();

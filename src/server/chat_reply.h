@@ -23,13 +23,14 @@ namespace ft::server {
  *  says so at start-up. A template that fails to render counts as rendering them (no claim made). */
 bool template_renders_tools(const ChatTemplate& t);
 
-/** Whether `t` writes a tool call's arguments correctly only when they are a JSON object, not the
- *  JSON text OpenAI clients send (gpt-oss's, DeepSeek-V3.1's, Llama 3.1's `arguments | tojson` quote
- *  text as a string): a call with text arguments renders without the arguments' keys unquoted, one
- *  with an object argument renders them (the probe of llama.cpp's minja, requires_object_arguments).
- *  Templates that concatenate the text (some DeepSeek-R1 distills, Mistral's) or test `is string`
- *  (Qwen) take text. */
-bool template_requires_object_arguments(const ChatTemplate& t);
+/** Whether `t` is given a tool call's `function.arguments` as the JSON value (an object) rather than
+ *  the JSON text OpenAI clients send: true unless a call with object arguments fails to render where
+ *  one with text renders (the templates that concatenate the text: some DeepSeek-R1 distills,
+ *  functionary v3.2). Templates `tojson` the arguments (Hermes, Qwen2.5, Llama 3.x, gpt-oss,
+ *  DeepSeek-V3.1, Kimi-K2: text would be quoted, the model was trained on the object), iterate them
+ *  (Qwen3-Coder, Qwen3.5, GLM, MiniMax: text fails) or test `is string` (Qwen3: the object's JSON is
+ *  what transformers renders); vLLM hands every template objects. */
+bool template_takes_object_arguments(const ChatTemplate& t);
 
 /** `messages` with each assistant tool call's `function.arguments` text replaced by the JSON value it
  *  spells ({} when empty or null), as vLLM hands them to templates; text that is not JSON, or nests
@@ -37,7 +38,8 @@ bool template_requires_object_arguments(const ChatTemplate& t);
 nlohmann::ordered_json with_object_tool_arguments(const nlohmann::ordered_json& messages);
 
 /** The prompt text of `r`: its messages and tools rendered by the served chat template (tool-call
- *  arguments as objects where ServedModel::object_tool_arguments says so), followed by its
+ *  arguments as objects, with_object_tool_arguments, where ServedModel::object_tool_arguments says
+ *  so), followed by its
  *  assistant_prefill. Throws ApiException 400 (param "messages") when the template cannot
  *  render them. */
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);

@@ -65,7 +65,7 @@ struct ServedModel {
   /** How replies carry reasoning: detect_reasoning_format of the chat template's source, or
    *  --reasoning-parser (kNone: the template's model writes none, or the flag said none). */
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
-  /** The template wants tool-call arguments as JSON objects (template_requires_object_arguments). */
+  /** The template is given tool-call arguments as JSON values, not text (template_takes_object_arguments). */
   bool object_tool_arguments = false;
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
 };

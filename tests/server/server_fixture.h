@@ -143,7 +143,7 @@ class TestServer {
     sm.vocab = &demo_vocab();
     sm.chat_template = &template_;
     sm.tool_call_format = server::detect_tool_call_format(c.chat_template);
-    sm.object_tool_arguments = server::template_requires_object_arguments(template_);
+    sm.object_tool_arguments = server::template_takes_object_arguments(template_);
     http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
     port_ = http_->bind();
     if (c.serve) thread_ = std::thread([this] { http_->serve(); });

@@ -204,19 +204,22 @@ TEST(ToolCallFormats, DetectedFromRealTemplates) {
   }
 }
 
-TEST(ToolCallFormats, TemplatesThatNeedObjectArgumentsAreDetected) {
-  // `arguments | tojson` of JSON text would quote it (gpt-oss, Llama 3.x, Kimi-K2, DeepSeek-V3.1,
-  // Qwen2.5); Qwen3's template tests `is string`, some DeepSeek-R1 distills concatenate the text.
+TEST(ToolCallFormats, TemplatesThatTakeOnlyTextArgumentsAreDetected) {
+  // Every template is given the arguments as an object, as transformers documents and vLLM does
+  // (`tojson` writes it once, Qwen3-Coder / GLM iterate it, Qwen3 tests `is string`), but those that
+  // concatenate the text, which an object fails (some DeepSeek-R1 distills, functionary v3.2).
   const std::pair<const char*, bool> cases[] = {
       {"openai-gpt-oss-120b.jinja", true},         {"meta-llama-Llama-3.1-8B-Instruct.jinja", true},
       {"moonshotai-Kimi-K2.jinja", true},           {"deepseek-ai-DeepSeek-V3.1.jinja", true},
-      {"Qwen-Qwen3-0.6B.jinja", false},             {"Qwen-Qwen2.5-7B-Instruct.jinja", true},
+      {"Qwen-Qwen3-0.6B.jinja", true},              {"Qwen-Qwen2.5-7B-Instruct.jinja", true},
+      {"Qwen3-Coder.jinja", true},                  {"GLM-4.6.jinja", true},
       {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", false},
+      {"meetkai-functionary-medium-v3.2.jinja", false},
   };
   for (const auto& [file, want] : cases) {
     const std::string t = real_template(file);
     ASSERT_FALSE(t.empty()) << "missing " << file << " under " << ft::testing::shared_dir();
-    EXPECT_EQ(template_requires_object_arguments(ChatTemplate(t, "<s>", "</s>")), want) << file;
+    EXPECT_EQ(template_takes_object_arguments(ChatTemplate(t, "<s>", "</s>")), want) << file;
   }
   // The conversion: JSON text becomes its value, empty text {}, other text stays.
   const auto msgs = nlohmann::ordered_json::parse(R"([{"role": "assistant", "content": "", "tool_calls": [
