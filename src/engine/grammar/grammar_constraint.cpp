@@ -136,7 +136,7 @@ int64_t CompiledGrammar::mask(StateId s, std::span<uint32_t> out, int64_t budget
   if (!e.exact) {
     uint32_t fewest = kInf;
     int64_t n = walk(s, out, limit, &fewest, nullptr);
-    if (n == 0) n = walk(s, out, fewest, nullptr, nullptr);
+    if (n == 0 && !matcher_.complete(s)) n = walk(s, out, fewest, nullptr, nullptr);
     return n;
   }
   // Tokens not in `changed` leave e.base bytes to complete; `changed` is ascending.
@@ -163,7 +163,9 @@ int64_t CompiledGrammar::mask(StateId s, std::span<uint32_t> out, int64_t budget
   };
   int64_t n = select(limit);
   if (n > 0) return n;
-  // No token keeps the text completable within the budget: those leaving the fewest bytes.
+  // No token keeps the text completable within the budget: a complete text ends here (the service
+  // then allows only end-of-generation); an incomplete one takes the tokens leaving the fewest bytes.
+  if (matcher_.complete(s)) return 0;
   uint32_t fewest = n_base > 0 ? e.base : kInf;
   if (!e.changed.empty()) fewest = std::min(fewest, e.changed.front().first);
   return select(fewest);

@@ -76,7 +76,8 @@ class GrammarConstraint : public TokenConstraint {
 
   /** TokenConstraint::allowed. Tokens with ids at or past the trie's vocabulary are never set. With a
    *  budget B, a token is allowed only when the text after it can be completed in at most B - 1 bytes;
-   *  when no token can, only the tokens leaving the fewest bytes to complete. Returns 0 when the state
+   *  when no token can, none when the text is complete (it ends there), else only the tokens leaving
+   *  the fewest bytes to complete. Returns 0 when the state
    *  is complete and nothing may follow. */
   int64_t allowed(std::span<uint32_t> allowed, int64_t budget) override;
   /** Advances over token `id`'s bytes; false (state kept) for an unusable id or bytes the grammar
