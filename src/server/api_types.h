@@ -3,6 +3,7 @@
 // JSON stays at the edge. Message lists stay JSON (ordered) because they go to the chat template as is,
 // but only after validation and with text parts joined into plain strings.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
+
+namespace ft::grammar {
+struct Grammar;
+}
 
 namespace ft::server {
 
@@ -39,10 +44,20 @@ struct GenerationParams {
   /** Structured output (constrained decoding): kJsonObject (response_format json_object) makes the reply
    *  a JSON object, kJsonSchema (response_format json_schema, llama.cpp's json_schema, vLLM's
    *  guided_json or structured_outputs.json) a value of `json_schema`. */
-  enum class Structured { kNone, kJsonObject, kJsonSchema };
+  enum class Structured { kNone, kJsonObject, kJsonSchema, kGrammar };
   Structured structured = Structured::kNone;
   nlohmann::ordered_json json_schema;  // kJsonSchema: the schema
   std::string json_schema_param;       // where the schema came from ("response_format.json_schema.schema")
+  /** kGrammar: a grammar the route built (a forced tool call's, server/tool_call_grammar.h), kept in the
+   *  compiled-grammar cache under `grammar_key`; the vocabulary's control tokens whose text is one of
+   *  `grammar_control_tokens` may be generated where the grammar spells them. */
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::string grammar_key;
+  std::vector<std::string> grammar_control_tokens;
+  /** Text the server writes into the reply itself (a forced tool call's opening and closing): the
+   *  reply's text starts with `reply_prefix` (written after the prompt, not generated), and
+   *  `reply_suffix` follows the generated text when the request's constraint ended complete. */
+  std::string reply_prefix, reply_suffix;
 };
 
 struct ChatRequest {

@@ -61,6 +61,8 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   r.eog_ids = ctx.model.vocab->eog_ids();
   r.ignore_eos = gen.ignore_eos;
   r.constraint = ctx.structured.constraint(*ctx.model.vocab, gen);
+  if (!gen.reply_prefix.empty() || !gen.reply_suffix.empty())
+    s.stream->frame(gen.reply_prefix, gen.reply_suffix, r.constraint);
   r.stop_ids = gen.stop_token_ids;
   double timeout = ctx.options.request_timeout_s;
   if (gen.timeout_s && (timeout <= 0 || *gen.timeout_s < timeout)) timeout = *gen.timeout_s;

@@ -12,6 +12,15 @@ RequestStream::RequestStream(const Vocab& vocab, std::vector<std::string> stops,
       want_logprobs_(want_logprobs),
       min_tokens_(min_tokens) {}
 
+void RequestStream::frame(std::string prefix, std::string suffix, std::shared_ptr<const TokenConstraint> constraint) {
+  suffix_ = std::move(suffix);
+  constraint_ = std::move(constraint);
+  if (prefix.empty()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  pending_.text.insert(0, prefix);
+  news_ = true;
+}
+
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;
   bool stopped = false;
@@ -47,6 +56,8 @@ void RequestStream::on_finish(const FinishInfo& info) {
     tail = r.stopped ? std::move(r.text) : r.text + stops_.flush();
     if (r.stopped && include_stop_) tail += r.stop;
   }
+  const bool ended = info.reason == FinishReason::kStop || info.reason == FinishReason::kLength;
+  if (!suffix_.empty() && ended && stop_index_ < 0 && constraint_ && constraint_->complete()) tail += suffix_;
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.text += tail;

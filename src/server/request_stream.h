@@ -5,12 +5,14 @@
 // HTTP thread waits for what accumulated (text, log-probabilities, the finish) and sends it.
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "engine/service.h"
+#include "engine/token_constraint.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/stop_matcher.h"
 #include "tokenizer/vocab.h"
@@ -47,6 +49,13 @@ class RequestStream : public TokenSink {
                 bool keep_special = false, const std::vector<int32_t>& stop_ids = {}, bool include_stop = false,
                 int32_t min_tokens = 0);
 
+  /** Text the server writes into the reply itself (a forced tool call's opening and closing,
+   *  tool_call_grammar.h): `prefix` starts the reply's text (the first take() returns it; it is not
+   *  searched for stop strings), `suffix` ends it when `constraint` is complete as the request finishes
+   *  by its end or its length limit (not by a stop string, an error or a cancel). Call before the
+   *  request is submitted. */
+  void frame(std::string prefix, std::string suffix, std::shared_ptr<const TokenConstraint> constraint);
+
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;
 
@@ -61,6 +70,8 @@ class RequestStream : public TokenSink {
   bool include_stop_;
   bool want_logprobs_;
   int32_t min_tokens_;
+  std::string suffix_;
+  std::shared_ptr<const TokenConstraint> constraint_;
   int32_t n_tokens_ = 0;  // engine thread only
   int stop_index_ = -1;  // engine thread only
   std::mutex mu_;

@@ -406,4 +406,22 @@ ToolCallForcing tool_call_forcing(ToolCallFormat format, const Json& tools, std:
   return out;
 }
 
+std::string force_tool_call(const ChatRequest& r, ToolCallFormat format, std::string_view template_source,
+                            std::string_view reasoning_close, GenerationParams& gen) {
+  using Choice = ChatRequest::ToolChoice;
+  if ((r.tool_choice != Choice::kRequired && r.tool_choice != Choice::kNamed) || r.tools.is_null()) return "";
+  if (gen.structured != GenerationParams::Structured::kNone)
+    bad_request("response_format", "'response_format' cannot be combined with a forced 'tool_choice' (\"required\" or "
+                                   "a named function): decoding follows one grammar per request");
+  ToolCallForcing f =
+      tool_call_forcing(format, r.tools, r.tool_choice == Choice::kNamed ? r.tool_choice_name : "", template_source);
+  gen.structured = GenerationParams::Structured::kGrammar;
+  gen.grammar = std::move(f.grammar);
+  gen.grammar_key = std::move(f.key);
+  gen.grammar_control_tokens = std::move(f.control_tokens);
+  gen.reply_prefix = (reasoning_close.empty() ? "" : std::string(reasoning_close) + "\n\n") + f.opening;
+  gen.reply_suffix = std::move(f.closing);
+  return gen.reply_prefix;
+}
+
 }  // namespace ft::server

@@ -49,6 +49,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/grammar/grammar.h"
+#include "server/api_types.h"
 #include "server/tool_calls.h"
 
 namespace ft::server {
@@ -69,6 +70,16 @@ struct ToolCallForcing {
  *  schema json_schema_rule refuses, or a property the format cannot carry (see above). */
 ToolCallForcing tool_call_forcing(ToolCallFormat format, const nlohmann::ordered_json& tools, std::string_view name,
                                   std::string_view template_source = {});
+
+/** Sets up `gen` (a copy of r.gen) for `r`'s forced call when r.tool_choice is kRequired or kNamed and
+ *  it has tools: the grammar (Structured::kGrammar, with its control tokens and cache key), the reply's
+ *  prefix (the opening, after `reasoning_close` + "\n\n" when the prompt left a reasoning block open:
+ *  the forced call closes it first) and suffix (the closing). Returns the text to append to the
+ *  rendered prompt (the prefix; "" when nothing is forced). Throws ApiException 400 (param
+ *  "response_format") when r.gen already asks for structured output (one grammar per request), and
+ *  what tool_call_forcing throws. */
+std::string force_tool_call(const ChatRequest& r, ToolCallFormat format, std::string_view template_source,
+                            std::string_view reasoning_close, GenerationParams& gen);
 
 /** Adds a rule for raw text (any code points but U+0000 and '\r') that contains none of `forbidden`
  *  (UTF-8 strings; an Aho-Corasick-style automaton over their prefixes, one rule per state) and may end
