@@ -210,6 +210,7 @@ int run_serve(const ServeFlags& f) {
   sm.tool_call_format = tool_call_format;
   sm.reasoning_format = reasoning_format;
   sm.object_tool_arguments = server::template_takes_object_arguments(chat_template);
+  sm.renders_tools = server::template_renders_tools(chat_template);
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
@@ -222,10 +223,10 @@ int run_serve(const ServeFlags& f) {
               mc.n_expert > 0 ? fmt::format(", {} experts top-{}", mc.n_expert, mc.n_expert_used).c_str() : "",
               demo ? "" : fmt::format("  {}", path).c_str());
   const std::string tool_calls =
-      server::template_renders_tools(chat_template)
+      sm.renders_tools
           ? fmt::format("{}{}", server::tool_call_format_name(sm.tool_call_format),
                         f.tool_call_parser == "auto" ? "" : " (--tool-call-parser)")
-          : std::string("none: the template does not render tools, so requests' tools are dropped");
+          : std::string("none: the template does not render tools, so requests with tools get 400");
   const std::string reasoning =
       reasoning_format == server::ReasoningFormat::kNone
           ? std::string("none")

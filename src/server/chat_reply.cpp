@@ -67,7 +67,19 @@ nlohmann::ordered_json with_object_tool_arguments(const nlohmann::ordered_json& 
   return out;
 }
 
+void check_tools_rendered(const ServerContext& ctx, const ChatRequest& r) {
+  if (ctx.model.renders_tools || r.tools.is_null() || r.tool_choice == ChatRequest::ToolChoice::kNone) return;
+  const bool required = r.tool_choice == ChatRequest::ToolChoice::kRequired || r.tool_choice == ChatRequest::ToolChoice::kNamed;
+  throw ApiException(ApiError{400,
+                              std::string(required ? "'tool_choice' asks for a tool call, but" : "'tools' were given, but") +
+                                  " the served model's chat template does not render tools, so the model would never "
+                                  "see them. Send the request without 'tools' (or with tool_choice \"none\"), or serve "
+                                  "a template that renders tools (ft serve --chat-template)",
+                              "invalid_request_error", "tools", ""});
+}
+
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r) {
+  check_tools_rendered(ctx, r);
   std::string text;
   try {
     text = ctx.model.object_tool_arguments
@@ -94,6 +106,7 @@ ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r) {
   f.tool_calls = r.parse_tool_calls;
   f.tool_format = ctx.model.tool_call_format;
   if (f.tool_calls) f.tool_schemas = tool_schemas(r.tools);
+  if (f.tool_calls && r.tool_choice == ChatRequest::ToolChoice::kNamed) f.only_function = r.tool_choice_name;
   return f;
 }
 
@@ -156,7 +169,7 @@ ChatReply split_chat_reply(const std::string& text, bool with_reasoning, bool wi
   return split_chat_reply(text, simple_format(with_reasoning, with_tool_calls, format));
 }
 
-ChatReplyStream::ChatReplyStream(const ReplyFormat& f) {
+ChatReplyStream::ChatReplyStream(const ReplyFormat& f) : only_function_(f.only_function) {
   if (f.reasoning != ReasoningFormat::kNone) reasoning_.emplace(f.reasoning, f.reasoning_open);
   if (f.tool_calls) tools_.emplace(f.tool_format, f.tool_schemas);
 }
@@ -182,6 +195,8 @@ ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last) {
   out.reasoning = reasoning_trim_.push(r.reasoning + s.reasoning);
   out.content = content_trim_.push(s.content);
   out.calls = std::move(s.calls);
+  if (!only_function_.empty())
+    std::erase_if(out.calls, [this](const ToolCall& c) { return c.name != only_function_; });
   return out;
 }
 

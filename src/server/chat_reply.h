@@ -37,11 +37,15 @@ bool template_takes_object_arguments(const ChatTemplate& t);
  *  deeper than a request body may (kMaxJsonDepth), stays text. */
 nlohmann::ordered_json with_object_tool_arguments(const nlohmann::ordered_json& messages);
 
+/** Throws ApiException 400 (param "tools") when `r` has tools the model is to use (tool_choice other
+ *  than "none") but the served template does not render tools (ServedModel::renders_tools): the
+ *  reply would be plain text from a model that never saw them. */
+void check_tools_rendered(const ServerContext& ctx, const ChatRequest& r);
+
 /** The prompt text of `r`: its messages and tools rendered by the served chat template (tool-call
  *  arguments as objects, with_object_tool_arguments, where ServedModel::object_tool_arguments says
- *  so), followed by its
- *  assistant_prefill. Throws ApiException 400 (param "messages") when the template cannot
- *  render them. */
+ *  so), followed by its assistant_prefill. Throws ApiException 400: check_tools_rendered's, and
+ *  (param "messages") when the template cannot render them. */
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
 
 /** The prompt tokens of `r`: render_chat_text, encoded (special tokens parsed). Throws ApiException 400 (param "messages") when the template
@@ -55,13 +59,17 @@ struct ReplyFormat {
   bool tool_calls = false;      // calls are split out, in `tool_format`
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
   ToolSchemas tool_schemas;     // the request's tools (the XML-like formats type values by them)
+  /** Non-empty: the only function whose calls the reply returns (a named tool_choice); calls of
+   *  other functions are dropped. */
+  std::string only_function;
 };
 
 /** The split of `r`'s reply: reasoning in the served model's format (ServedModel::reasoning_format;
  *  <think> when the request asks for it and the model names none) when r.split_reasoning, or else the
  *  server's default (ServerOptions::split_reasoning), says so, starting inside the block when the
  *  prompt opened it (r.reply_starts_in_reasoning, set by submit_chat); tool calls when
- *  r.parse_tool_calls, in the served model's format, typed by r.tools. */
+ *  r.parse_tool_calls, in the served model's format, typed by r.tools, only of the named function
+ *  when r.tool_choice names one. */
 ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r);
 
 /** Renders `r` (render_chat_text) and submits it (submit_generation, "messages" naming the prompt
@@ -121,6 +129,7 @@ class ChatReplyStream {
   ChatReplyPiece split(ReasoningSplit r, bool last);
   std::optional<ReasoningStream> reasoning_;
   std::optional<ToolCallStream> tools_;
+  std::string only_function_;  // ReplyFormat::only_function
   TrimmedText content_trim_, reasoning_trim_;
   bool channel_reasoning_ = false;
 };

@@ -67,6 +67,9 @@ struct ServedModel {
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   /** The template is given tool-call arguments as JSON values, not text (template_takes_object_arguments). */
   bool object_tool_arguments = false;
+  /** The template puts a request's tools into the prompt (template_renders_tools); false: requests
+   *  with tools (tool_choice other than "none") are refused, as the model would never see them. */
+  bool renders_tools = true;
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
 };
 

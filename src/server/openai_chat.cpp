@@ -35,16 +35,18 @@ ojson chat_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& lps) {
   return {{"content", content}};
 }
 
-/** "tool_calls" for a reply that stopped after calling tools, else the usual reason. */
-const char* chat_finish_reason(FinishReason r, bool called_tools) {
-  return called_tools && r == FinishReason::kStop ? "tool_calls" : finish_reason_text(r);
+/** "tool_calls" for a reply that stopped after calling tools, else the usual reason; "stop" when the
+ *  request named the function (`named`: tool_choice {type: "function", ...}), as OpenAI reports a
+ *  forced call. */
+const char* chat_finish_reason(FinishReason r, bool called_tools, bool named) {
+  return called_tools && !named && r == FinishReason::kStop ? "tool_calls" : finish_reason_text(r);
 }
 
 class ChatSse : public SseFormatter {
  public:
   ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, const ReplyFormat& format)
       : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs),
-        split_(format) {}
+        named_(!format.only_function.empty()), split_(format) {}
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
@@ -68,7 +70,7 @@ class ChatSse : public SseFormatter {
       const ojson delta = piece_delta(split_.finish());
       if (!delta.empty()) out.push_back(sse_data(chunk(delta, nullptr, nullptr)));
     }
-    out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0))));
+    out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0, named_))));
     if (include_usage_) out.push_back(sse_usage_chunk(base(), f));
     return out;
   }
@@ -104,6 +106,7 @@ class ChatSse : public SseFormatter {
   std::string id_;
   int64_t created_;
   bool include_usage_, logprobs_;
+  bool named_;  // a named tool_choice
   ChatReplyStream split_;
   int n_calls_ = 0;
 };
@@ -121,7 +124,8 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
   }
   StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r));
+  const ReplyFormat format = reply_format(ctx, r);
+  ChatReply reply = split_chat_reply(all.text, format);
   ojson message = {{"role", "assistant"}, {"content", reply.content}};
   if (reply.thought) message["reasoning_content"] = reply.reasoning;
   if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
@@ -134,7 +138,7 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
   choice["index"] = 0;
   choice["message"] = std::move(message);
   choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, all.logprobs) : ojson(nullptr);
-  choice["finish_reason"] = chat_finish_reason(all.finish.reason, !reply.calls.empty());
+  choice["finish_reason"] = chat_finish_reason(all.finish.reason, !reply.calls.empty(), !format.only_function.empty());
   ojson body = response_head(id, "chat.completion", created, ctx.model.name);
   body["choices"] = ojson::array({choice});
   body["usage"] = usage_json(all.finish);

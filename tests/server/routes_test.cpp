@@ -181,7 +181,7 @@ TEST(Routes, PropsAsLlamaCppServesThem) {
     EXPECT_EQ(params["stop"], nlohmann::json::array());
     EXPECT_EQ(p.body["total_slots"], 4);
     EXPECT_EQ(p.body["model_alias"], "test-model");
-    EXPECT_EQ(p.body["chat_template"], kChatMLTemplate);
+    EXPECT_EQ(p.body["chat_template"], testing::chatml_with_tools());
     EXPECT_EQ(p.body["eos_token"], ft::testing::demo_vocab().piece(ft::testing::demo_vocab().eos()));
     EXPECT_EQ(p.body["modalities"]["vision"], false);
     EXPECT_NE(p.body["build_info"].get<std::string>().find("freetoken"), std::string::npos);
@@ -747,7 +747,7 @@ TEST(Routes, RepliesKeepControlTokensOnlyForFormatsWhoseMarkersAreControlTokens)
   for (const Case& k : {Case{"<|python_tag|>", true, "<|im_start|>Hi"}, Case{"<|python_tag|>", false, "Hi"},
                         Case{"<tool_call>", true, "Hi"}}) {
     TestServerConfig cfg;
-    cfg.chat_template = "{#- " + std::string(k.marker) + " -#}" + std::string(kChatMLTemplate);
+    cfg.chat_template = "{#- " + std::string(k.marker) + " -#}" + testing::chatml_with_tools();
     TestServer s(cfg);
     s.model().script = script;
     auto c = s.client();
@@ -803,7 +803,7 @@ TEST(Routes, ToolCallsInEachTemplateFormat) {
     const char* content;  // message.content (null when "")
     const char* reasoning;
   };
-  const std::string chatml = kChatMLTemplate;
+  const std::string chatml = testing::chatml_with_tools();
   const Case cases[] = {
       {"<|python_tag|>", "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", ""},
       {"[TOOL_CALLS]", "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "Checking.", ""},

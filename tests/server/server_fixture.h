@@ -95,6 +95,12 @@ class GatedModel : public FakeModel {
   int32_t script_base_ = 0;
 };
 
+/** The fixture's default template: ChatML with the request's tools in a leading system turn (the
+ *  served template must render tools for requests with tools to be served: check_tools_rendered). */
+inline std::string chatml_with_tools(const std::string& chatml = kChatMLTemplate) {
+  return "{%- if tools -%}{{- '<|im_start|>system\\nTOOLS ' + (tools | tojson) + '<|im_end|>\\n' -}}{%- endif -%}\n" + chatml;
+}
+
 struct TestServerConfig {
   std::string api_key;
   double max_body_mb = 1.0;
@@ -107,7 +113,7 @@ struct TestServerConfig {
   std::string cors_origin;  // off, as `ft serve`'s default
   double request_timeout_s = 0;  // --request-timeout
   bool split_reasoning = false;  // --reasoning-format deepseek
-  std::string chat_template = kChatMLTemplate;
+  std::string chat_template = chatml_with_tools();
   bool serve = true;  // false: bound but not serving (the test calls http().serve())
   int32_t max_prefill_tokens = 64;  // a scripted reply needs its prompt in one chunk (GatedModel)
 };
@@ -144,6 +150,7 @@ class TestServer {
     sm.chat_template = &template_;
     sm.tool_call_format = server::detect_tool_call_format(c.chat_template);
     sm.object_tool_arguments = server::template_takes_object_arguments(template_);
+    sm.renders_tools = server::template_renders_tools(template_);
     http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
     port_ = http_->bind();
     if (c.serve) thread_ = std::thread([this] { http_->serve(); });
