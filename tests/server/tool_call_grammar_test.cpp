@@ -12,7 +12,9 @@
 
 #include "json_schema_testing.h"
 #include "server/errors.h"
+#include "server/structured_output.h"
 #include "server/tool_call_grammar.h"
+#include "server_fixture.h"
 
 namespace ft::server {
 namespace {
@@ -168,6 +170,38 @@ TEST(ToolCallGrammar, ACompleteCallEndsWhenTheBudgetAllowsNoOptionalParameter) {
   EXPECT_GT(c.allowed(bits, 200), 0);  // "<arg_key>days..." fits
   std::fill(bits.begin(), bits.end(), 0);
   EXPECT_EQ(c.allowed(bits, 3), 0);
+}
+
+TEST(ToolCallGrammar, MarkerControlTokensAreUsableWhereTheGrammarSpellsThem) {
+  // A marker that is a control token of the vocabulary (the demo's <|im_start|>, standing in for
+  // <|constrain|> or [ARGS]) may be generated as that token where the grammar spells its text; other
+  // control tokens never are, and without the marker listed only its bytes spell it.
+  const Vocab& vocab = testing::demo_vocab();
+  const int32_t marker = vocab.find("<|im_start|>"), other = vocab.find("<|endoftext|>");
+  ASSERT_GE(marker, 0);
+  ASSERT_TRUE(vocab.is_special(marker));
+  g::GrammarBuilder b;
+  const g::RuleId root = b.add("r", g::alternatives({g::literal("<|im_start|>x"), g::literal("<|endoftext|>y")}));
+  GenerationParams gen;
+  gen.structured = GenerationParams::Structured::kGrammar;
+  gen.grammar = std::make_shared<const g::Grammar>(b.build(root));
+  StructuredOutputs outputs;
+  std::vector<uint32_t> bits((vocab.n_tokens() + 31) / 32);
+  auto allows = [&](int32_t id) { return id >= 0 && (bits[id / 32] >> (id % 32) & 1); };
+  for (bool listed : {false, true}) {
+    gen.grammar_key = listed ? "listed" : "bytes";
+    gen.grammar_control_tokens = listed ? std::vector<std::string>{"<|im_start|>"} : std::vector<std::string>{};
+    auto c = outputs.constraint(vocab, gen);
+    std::fill(bits.begin(), bits.end(), 0);
+    c->allowed(bits, 100);
+    EXPECT_EQ(allows(marker), listed);
+    EXPECT_FALSE(allows(other));
+    EXPECT_TRUE(allows(vocab.find("<")));  // the bytes spell either text
+    if (listed) {
+      ASSERT_TRUE(c->accept(marker));
+      EXPECT_FALSE(c->complete());
+    }
+  }
 }
 
 void expect_400(ToolCallFormat f, const std::string& tools_json, const std::string& name, const std::string& param,

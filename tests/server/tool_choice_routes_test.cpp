@@ -122,6 +122,37 @@ TEST(ToolChoiceRoutes, RequiredGivesOneValidCallToAnyTool) {
   EXPECT_EQ(names, (std::set<std::string>{"get_weather", "search"})) << "the model chooses the tool";
 }
 
+TEST(ToolChoiceRoutes, AForcedCallClosesAReasoningBlockThePromptOpened) {
+  // A template whose generation prompt opens <think> (Qwen3-Thinking, DeepSeek-R1): the server closes
+  // the block before the call's opening, so the reply is an empty reasoning and the call.
+  TestServerConfig c = roomy();
+  std::string thinking = kChatMLTemplate;
+  const std::string prompt = "'<|im_start|>assistant\\n'";
+  ASSERT_NE(thinking.find(prompt), std::string::npos);
+  thinking.replace(thinking.find(prompt), prompt.size(), "'<|im_start|>assistant\\n<think>\\n'");
+  c.chat_template = testing::chatml_with_tools(thinking);
+  c.split_reasoning = true;
+  TestServer s(c);
+  auto cli = s.client();
+  for (bool stream : {false, true}) {
+    json b = chat_body(3, json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"));
+    json message;
+    std::string raw;
+    if (!stream) {
+      auto r = cli.Post("/v1/chat/completions", b.dump(), "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      raw = r->body;
+      message = json::parse(r->body)["choices"][0]["message"];
+      EXPECT_EQ(message.value("reasoning_content", ""), "") << raw;
+    } else {
+      message = streamed_message(cli, b);
+      raw = message.dump();
+    }
+    EXPECT_EQ(expect_one_valid_call(message, raw), "get_weather") << "stream " << stream;
+  }
+}
+
 TEST(ToolChoiceRoutes, ResponseFormatBesideAForcedCallIsA400) {
   TestServer s(roomy());
   auto cli = s.client();
