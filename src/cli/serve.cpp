@@ -57,6 +57,7 @@ struct ServeFlags {
   std::string reasoning_format = "auto";  // llama.cpp's flag: auto, none, deepseek
   std::string tool_call_parser = "auto";  // auto: detect_tool_call_format of the template
   std::string reasoning_parser = "auto";  // auto: detect_reasoning_format of the template
+  std::string reasoning = "auto";         // --reasoning: auto (the template's default), on, off
   int max_waiting = 128;
   int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
   int shutdown_grace_s = 5;
@@ -192,6 +193,7 @@ int run_serve(const ServeFlags& f) {
   so.cors_origin = f.cors_origin;
   so.request_timeout_s = f.request_timeout_s;
   so.split_reasoning = reasoning_format != server::ReasoningFormat::kNone;
+  if (f.reasoning != "auto") so.enable_thinking = f.reasoning == "on";
   so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
   if (f.seed >= 0) so.default_seed = static_cast<uint64_t>(f.seed);
   server::ServedModel sm;
@@ -232,7 +234,8 @@ int run_serve(const ServeFlags& f) {
           ? std::string("none")
           : fmt::format("{} ({}...{}){}", server::reasoning_format_name(reasoning_format),
                         server::reasoning_tags(reasoning_format).open, server::reasoning_tags(reasoning_format).close,
-                        f.reasoning_parser != "auto" || f.reasoning_format != "auto" ? " (flag)" : "");
+                        f.reasoning_parser != "auto" || f.reasoning_format != "auto" ? " (flag)" : "") +
+      (f.reasoning == "auto" ? "" : fmt::format(", enable_thinking {} unless asked (--reasoning)", f.reasoning == "on"));
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
               template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
@@ -352,6 +355,12 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
                       server::reasoning_format_names())
       ->capture_default_str();
+  cmd->add_option("--reasoning", f->reasoning,
+                  "Whether thinking models think, for requests that do not say (chat_template_kwargs.enable_thinking, "
+                  "Anthropic's thinking): on or off sets the chat template's enable_thinking; auto leaves the "
+                  "template's default")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--cors-origin", f->cors_origin,
                   "Access-Control-Allow-Origin for browser pages on other origins ('*': any origin; off by default). "
                   "While on, POST bodies must be sent as application/json (415 for text/plain and form encodings)")

@@ -1,14 +1,15 @@
 // POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API over the chat pipeline
 // that /v1/chat/completions uses (anthropic_request.cpp turns the body into a ChatRequest; the
 // template, sampling, stop strings, tool-call parsing and the reasoning split are shared,
-// chat_reply.h). A reply becomes content blocks: a thinking block for the reasoning, a text block,
-// and a tool_use block per parsed call. Streams are named SSE events (message_start,
+// chat_reply.h). A reply becomes content blocks: a thinking block for the reasoning (with an opaque
+// signature, thinking_signature), a text block, and a tool_use block per parsed call. Streams are named SSE events (message_start,
 // content_block_start / _delta / _stop per block, message_delta, message_stop), without [DONE].
 // Errors on these routes use Anthropic's error body (errors.h, anthropic_error_body).
 #include "server/chat_reply.h"
 #include "server/generation.h"
 #include "server/request_parse.h"
 #include "server/routes.h"
+#include "server/sha256.h"
 #include "server/tag_scan.h"
 
 namespace ft::server {
@@ -55,6 +56,12 @@ ojson tool_input(const ToolCall& c) {
 ojson tool_use_block(ServerContext& ctx, const ToolCall& c, ojson input) {
   return {{"type", "tool_use"}, {"id", ctx.new_id("toolu_")}, {"name", c.name}, {"input", std::move(input)}};
 }
+
+/** A thinking block's `signature`: base64 of the SHA-256 of its text. Opaque, and not verified by
+ *  this server (a thinking block sent back in a request is taken as it is); it only lets clients that
+ *  require a signature (Anthropic's SDKs, Claude Code) replay the block. Equal for the same text
+ *  streamed or whole. */
+std::string thinking_signature(std::string_view thinking) { return base64(sha256(thinking)); }
 
 /** The response object with `content`, `stop_reason` and `stop_sequence` (null while streaming) and
  *  `usage`. */
@@ -119,6 +126,7 @@ class MessagesSse : public SseFormatter {
       held_thinking_ += p.reasoning;
       if (open_ == Block::kThinking || !all_space(held_thinking_)) {
         open_block(Block::kThinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, out);
+        thinking_ += held_thinking_;
         delta({{"type", "thinking_delta"}, {"thinking", std::move(held_thinking_)}}, out);
         held_thinking_.clear();
       }
@@ -153,6 +161,8 @@ class MessagesSse : public SseFormatter {
 
   void close_block(std::vector<std::string>& out) {
     if (open_ == Block::kNone) return;
+    if (open_ == Block::kThinking)  // a thinking block ends with its signature, as Anthropic streams it
+      delta({{"type", "signature_delta"}, {"signature", thinking_signature(thinking_)}}, out);
     out.push_back(sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}}));
     ++index_;
     open_ = Block::kNone;
@@ -173,6 +183,7 @@ class MessagesSse : public SseFormatter {
   int n_calls_ = 0;
   std::string held_space_;
   std::string held_thinking_;  // reasoning that is all whitespace so far (no thinking block yet)
+  std::string thinking_;       // the thinking block's text so far (its signature's input)
 };
 
 void messages(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
@@ -191,7 +202,7 @@ void messages(ServerContext& ctx, const httplib::Request& req, const std::string
   ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r));
   ojson content = ojson::array();
   if (reply.thought && !reply.reasoning.empty())  // empty (trimmed) reasoning: no block, as streamed
-    content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+    content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", thinking_signature(reply.reasoning)}});
   if (!all_space(reply.content)) content.push_back({{"type", "text"}, {"text", reply.content}});
   for (const ToolCall& c : reply.calls) content.push_back(tool_use_block(ctx, c, tool_input(c)));
   send_json(res, 200,

@@ -99,9 +99,11 @@ void user_turn(const ojson& blocks, const std::string& where, ojson& out) {
 }
 
 /** An assistant turn: text blocks joined as content, tool_use blocks as tool_calls (arguments: the
- *  input as JSON text), thinking blocks dropped. */
+ *  input as JSON text), thinking blocks' text (joined by "\n") as reasoning_content and thinking, as
+ *  the OpenAI form gives them to the template (request_parse.cpp); their signatures are not checked.
+ *  redacted_thinking blocks (encrypted text) are dropped. */
 void assistant_turn(const ojson& blocks, const std::string& where, ojson& out) {
-  TextJoin text;
+  TextJoin text, thinking;
   ojson calls = ojson::array();
   each_block(blocks, where, [&](const ojson& b, const std::string& bw, const std::string& type) {
     if (type == "text") {
@@ -117,8 +119,12 @@ void assistant_turn(const ojson& blocks, const std::string& where, ojson& out) {
         bad_request(bw + ".input", fmt::format("'{}.input' must be an object, got {}", bw, type_name(*input)));
       const std::string args = input ? dump_json(*input) : "{}";
       calls.push_back({{"id", *id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", args}}}});
-    } else if (type == "thinking" || type == "redacted_thinking") {
-      // dropped: the template renders the turn's text and calls; earlier reasoning is not replayed
+    } else if (type == "thinking") {
+      const ojson* t = field(b, "thinking");
+      if (!t || !t->is_string()) bad_request(bw + ".thinking", fmt::format("'{}.thinking' must be a string", bw));
+      thinking.add(t->get<std::string>());
+    } else if (type == "redacted_thinking") {
+      // dropped: its text is encrypted by the service that wrote it
     } else if (is_media(type)) {
       refuse_non_text(bw, type);
     } else {
@@ -126,7 +132,9 @@ void assistant_turn(const ojson& blocks, const std::string& where, ojson& out) {
     }
   });
   ojson msg = {{"role", "assistant"}, {"content", text.text}};
+  if (thinking.any) msg["reasoning_content"] = thinking.text;
   if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+  if (thinking.any) msg["thinking"] = thinking.text;
   out.push_back(std::move(msg));
 }
 

@@ -78,14 +78,22 @@ void check_tools_rendered(const ServerContext& ctx, const ChatRequest& r) {
                               "invalid_request_error", "tools", ""});
 }
 
+nlohmann::ordered_json chat_template_kwargs(const ServerContext& ctx, const ChatRequest& r) {
+  nlohmann::ordered_json kwargs = r.template_kwargs;
+  if (ctx.options.enable_thinking && !kwargs.contains("enable_thinking"))
+    kwargs["enable_thinking"] = *ctx.options.enable_thinking;
+  return kwargs;
+}
+
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r) {
   check_tools_rendered(ctx, r);
+  const nlohmann::ordered_json kwargs = chat_template_kwargs(ctx, r);
   std::string text;
   try {
     text = ctx.model.object_tool_arguments
                ? ctx.model.chat_template->render(with_object_tool_arguments(r.messages), r.tools,
-                                                 r.add_generation_prompt, r.template_kwargs)
-               : ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
+                                                 r.add_generation_prompt, kwargs)
+               : ctx.model.chat_template->render(r.messages, r.tools, r.add_generation_prompt, kwargs);
   } catch (const Error& e) {
     throw ApiException(ApiError{400, std::string("The chat template could not render these messages: ") + e.what(),
                                 "invalid_request_error", "messages", ""});

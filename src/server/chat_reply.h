@@ -42,9 +42,14 @@ nlohmann::ordered_json with_object_tool_arguments(const nlohmann::ordered_json& 
  *  reply would be plain text from a model that never saw them. */
 void check_tools_rendered(const ServerContext& ctx, const ChatRequest& r);
 
+/** The template variables of `r`: its chat_template_kwargs (with reasoning_effort, Anthropic's
+ *  thinking as enable_thinking), and enable_thinking from ServerOptions::enable_thinking (`ft serve
+ *  --reasoning on|off`) when the request sets none. */
+nlohmann::ordered_json chat_template_kwargs(const ServerContext& ctx, const ChatRequest& r);
+
 /** The prompt text of `r`: its messages and tools rendered by the served chat template (tool-call
  *  arguments as objects, with_object_tool_arguments, where ServedModel::object_tool_arguments says
- *  so), followed by its assistant_prefill. Throws ApiException 400: check_tools_rendered's, and
+ *  so; variables chat_template_kwargs), followed by its assistant_prefill. Throws ApiException 400: check_tools_rendered's, and
  *  (param "messages") when the template cannot render them. */
 std::string render_chat_text(const ServerContext& ctx, const ChatRequest& r);
 
@@ -80,7 +85,8 @@ ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r);
  *  control tokens (tool_call_markers_are_special, or the served vocabulary makes one of
  *  tool_call_format_markers a control token), or reasoning is split and its tags are control tokens
  *  (reasoning_tags_are_special, or the vocabulary makes them so), its text keeps control tokens, so
- *  the parser sees them. Throws what those
+ *  the parser sees them. A required or named tool_choice makes the reply one call: the prompt ends with
+ *  the call's opening and the reply is constrained to the rest (force_tool_call, tool_call_grammar.h). Throws what those
  *  throw. */
 Submitted submit_chat(ServerContext& ctx, ChatRequest& r);
 

@@ -43,6 +43,9 @@ struct ServerOptions {
    *  template's model writes one (--reasoning-parser none: false); false: replies are left as the
    *  model wrote them. */
   bool split_reasoning = false;
+  /** --reasoning on|off: the chat template's enable_thinking for requests that set none
+   *  (chat_template_kwargs, Anthropic's thinking); unset (auto): the template's own default. */
+  std::optional<bool> enable_thinking;
 };
 
 /** The model behind the API. Pointers must outlive the server. */

@@ -30,9 +30,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body);
  *  (required, >= 1, unless `count_only`: a /v1/messages/count_tokens body), `system` (a string or text
  *  blocks: a leading system message), `messages` (user / assistant turns, content a string or blocks:
  *  text; tool_use in assistant turns -> tool_calls with the input as JSON arguments; tool_result in
- *  user turns -> tool messages; thinking blocks dropped; image / document refused as the model is
- *  text-only), `tools` (-> function tools), `tool_choice` (auto, any, tool with a known name, none: the
- *  reply stays text), `stop_sequences`, `temperature` [0, 1], `top_p`, `top_k`, `stream`, `metadata`
+ *  user turns -> tool messages; thinking blocks -> the assistant's reasoning_content, redacted_thinking
+ *  dropped; image / document refused as the model is text-only), `tools` (-> function tools),
+ *  `tool_choice` (auto, any, tool with a known name, none: the reply stays text), `stop_sequences`, `temperature` [0, 1], `top_p`, `top_k`, `stream`, `metadata`
  *  (ignored). The OpenAI sampling extensions of parse_chat_request (seed, min_p, penalties, ...) are
  *  read too. Refusals name the field as Anthropic spells it ("messages[1].content[0].type"). */
 ChatRequest parse_anthropic_request(const nlohmann::ordered_json& body, bool count_only);

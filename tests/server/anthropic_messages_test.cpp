@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "server/server_fixture.h"
+#include "server/sha256.h"
 
 namespace ft {
 namespace {
@@ -96,6 +97,7 @@ MessageStream read_stream(const std::string& sse) {
       if (d["type"] == "text_delta") acc += d["text"].get<std::string>();
       else if (d["type"] == "thinking_delta") acc += d["thinking"].get<std::string>();
       else if (d["type"] == "input_json_delta") acc += d["partial_json"].get<std::string>();
+      else if (d["type"] == "signature_delta") EXPECT_EQ(out.blocks.back()["type"], "thinking") << data;
       else ADD_FAILURE() << "unknown delta " << data;
     }
     if (name == "content_block_stop") {
@@ -341,7 +343,8 @@ TEST(AnthropicRoutes, ReasoningFormatDeepseekGivesAThinkingBlock) {
     ASSERT_EQ(r.status, 200) << r.raw;
     const json& content = r.body["content"];
     ASSERT_EQ(content.size(), 3u) << r.raw;
-    EXPECT_EQ(content[0], json({{"type", "thinking"}, {"thinking", "Use the tool."}, {"signature", ""}}));
+    EXPECT_EQ(content[0], json({{"type", "thinking"}, {"thinking", "Use the tool."},
+                                {"signature", server::base64(server::sha256("Use the tool."))}}));
     EXPECT_EQ(content[1], json({{"type", "text"}, {"text", "On it."}}));
     EXPECT_EQ(content[2]["type"], "tool_use");
     EXPECT_EQ(content[2]["name"], "f");
@@ -538,7 +541,8 @@ TEST(AnthropicRoutes, ThinkingRequestField) {
   s.model().script = script_of("<think>\nPlan.\n</think>\n\nDone.");
   const Reply on = post(c, "/v1/messages", msg_body("Go", 2000, {{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}}));
   ASSERT_EQ(on.status, 200) << on.raw;
-  EXPECT_EQ(on.body["content"], json::parse(R"([{"type":"thinking","thinking":"Plan.","signature":""},
+  EXPECT_EQ(on.body["content"], json::parse(R"([{"type":"thinking","thinking":"Plan.","signature":")" +
+                                            server::base64(server::sha256("Plan.")) + R"("},
                                                 {"type":"text","text":"Done."}])")) << on.raw;
   const std::string bad = "invalid_request_error";
   expect_error(post(c, "/v1/messages", msg_body("Go", 1024, {{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}})),

@@ -113,6 +113,7 @@ struct TestServerConfig {
   std::string cors_origin;  // off, as `ft serve`'s default
   double request_timeout_s = 0;  // --request-timeout
   bool split_reasoning = false;  // --reasoning-format deepseek
+  std::optional<bool> enable_thinking;  // --reasoning on|off
   std::string chat_template = chatml_with_tools();
   bool serve = true;  // false: bound but not serving (the test calls http().serve())
   int32_t max_prefill_tokens = 64;  // a scripted reply needs its prompt in one chunk (GatedModel)
@@ -140,6 +141,7 @@ class TestServer {
     so.cors_origin = c.cors_origin;
     so.request_timeout_s = c.request_timeout_s;
     so.split_reasoning = c.split_reasoning;
+    so.enable_thinking = c.enable_thinking;
     so.keepalive_ms = 50;
     server::ServedModel sm;
     sm.name = "test-model";
