@@ -2,6 +2,7 @@
 
 #include "server/prompt_literals.h"
 #include "server/request_parse.h"
+#include "server/tool_call_grammar.h"
 
 namespace ft::server {
 
@@ -144,8 +145,10 @@ Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
       (r.parse_tool_calls && (tool_call_markers_are_special(tf) || any_control_token(vocab, tool_call_format_markers(tf)))) ||
       (rf != ReasoningFormat::kNone &&
        (reasoning_tags_are_special(rf) || any_control_token(vocab, {tags.open, tags.close})));
-  return submit_generation(ctx, encode_chat_prompt(vocab, text, r.messages), gen,
-                           "messages");
+  // A required or named tool_choice: the server writes the call's opening, a grammar the rest.
+  const std::string forced = force_tool_call(r, tf, ctx.model.chat_template->source(),
+                                             r.reply_starts_in_reasoning ? tags.close : "", gen);
+  return submit_generation(ctx, encode_chat_prompt(vocab, text + forced, r.messages), gen, "messages");
 }
 
 ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f) {

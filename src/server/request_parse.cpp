@@ -434,8 +434,8 @@ ChatRequest parse_chat_request(const ojson& body) {
     if (!t->empty()) r.tools = *t;
   }
   // tool_choice: "auto" (the default), "none", "required" or {"type": "function", "function": {"name"}}.
-  // Decoding is not constrained: "required" and a named function are asked of the model through the
-  // template's tools only; "none" keeps the reply as text.
+  // "required" and a named function make the reply one call by constrained decoding (submit_chat,
+  // tool_call_grammar.h); "none" keeps the reply as text.
   bool none = false;
   if (const ojson* tc = field(body, "tool_choice")) {
     if (tc->is_string()) {
