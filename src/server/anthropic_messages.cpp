@@ -78,9 +78,10 @@ ojson message_json(const std::string& id, const std::string& model, ojson conten
   return m;
 }
 
-/** A streamed reply as Anthropic's events: one block open at a time (thinking, then text, with a
- *  tool_use block, start to stop, for each call as it completes). Whitespace that would open a text
- *  block is held until text follows, so a reply of only calls has no empty text block. */
+/** A streamed reply as Anthropic's events: one block open at a time (thinking, then text, then a
+ *  tool_use block, start to stop, for each call, once the reply has ended: the blocks of the whole
+ *  reply). Whitespace that would open a text block is held until text follows, so a reply of only
+ *  calls has no empty text block. */
 class MessagesSse : public SseFormatter {
  public:
   MessagesSse(ServerContext& ctx, std::string id, int32_t prompt_tokens, const ChatRequest& r)
@@ -106,6 +107,7 @@ class MessagesSse : public SseFormatter {
       return {sse_event("error", ojson(anthropic_error_body(generation_error(end.finish))))};
     std::vector<std::string> out;
     emit(split_.finish(), out);
+    emit_calls(calls_, out);
     close_block(out);
     // The whole usage again: input and cache figures are known only now (the prefix-cache hit).
     ojson delta = {{"type", "message_delta"},
@@ -133,20 +135,22 @@ class MessagesSse : public SseFormatter {
     }
     if (!p.content.empty()) {
       held_space_ += p.content;
-      if (open_ != Block::kText && all_space(held_space_)) return emit_calls(p.calls, out);
-      open_block(Block::kText, {{"type", "text"}, {"text", ""}}, out);
-      delta({{"type", "text_delta"}, {"text", std::move(held_space_)}}, out);
-      held_space_.clear();
+      if (open_ == Block::kText || !all_space(held_space_)) {
+        open_block(Block::kText, {{"type", "text"}, {"text", ""}}, out);
+        delta({{"type", "text_delta"}, {"text", std::move(held_space_)}}, out);
+        held_space_.clear();
+      }
     }
-    emit_calls(p.calls, out);
+    for (ToolCall& c : p.calls) calls_.push_back(std::move(c));
   }
 
+  /** The tool_use blocks, at the end: text the model writes after a call belongs to the one text
+   *  block before them, as in the whole reply (the same blocks, whatever pieces the text came in). */
   void emit_calls(const std::vector<ToolCall>& calls, std::vector<std::string>& out) {
     for (const ToolCall& c : calls) {
       open_block(Block::kToolUse, tool_use_block(ctx_, c, ojson::object()), out);
       delta({{"type", "input_json_delta"}, {"partial_json", dump_json(tool_input(c))}}, out);
       close_block(out);
-      held_space_.clear();  // whitespace between calls is not text
       ++n_calls_;
     }
   }
@@ -182,6 +186,7 @@ class MessagesSse : public SseFormatter {
   int index_ = 0;
   int n_calls_ = 0;
   std::string held_space_;
+  std::vector<ToolCall> calls_;  // parsed calls, sent as tool_use blocks when the reply ends
   std::string held_thinking_;  // reasoning that is all whitespace so far (no thinking block yet)
   std::string thinking_;       // the thinking block's text so far (its signature's input)
 };
