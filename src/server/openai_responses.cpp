@@ -102,13 +102,13 @@ void store_response(ServerContext& ctx, const ResponsesRequest& r, const ojson& 
 /** A streamed reply as Responses events (see the file comment). Items open one at a time; whitespace
  *  that would open or end a reasoning or message item is held until text follows, so the streamed
  *  items match a whole reply's (split_chat_reply: trimmed reasoning; content trimmed around calls and
- *  after reasoning). Calls go out whole as they complete. */
+ *  after reasoning). Calls go out whole when the reply ends. The split is the chat routes'
+ *  (reply_format: the model's reasoning format, a reply that starts in the reasoning, typed calls). */
 class ResponsesSse : public SseFormatter {
  public:
   ResponsesSse(ServerContext& ctx, std::string id, int64_t created_at, ResponsesRequest r)
       : ctx_(ctx), id_(std::move(id)), created_at_(created_at), r_(std::move(r)),
-        split_(r_.chat.split_reasoning.value_or(ctx.options.split_reasoning), r_.chat.parse_tool_calls,
-               ctx.model.tool_call_format) {}
+        split_(reply_format(ctx, r_.chat)) {}
 
   std::vector<std::string> begin() override {
     std::vector<std::string> out;
@@ -135,6 +135,7 @@ class ResponsesSse : public SseFormatter {
       return out;
     }
     emit(split_.finish(), out);
+    emit_calls(out);
     // Whitespace at the end of the text stays only where a whole reply keeps it (no calls, no reasoning).
     if (n_calls_ == 0 && !saw_reasoning_ && !held_content_.empty()) {
       std::string rest = std::move(held_content_);
@@ -176,7 +177,14 @@ class ResponsesSse : public SseFormatter {
         text_delta(text, out);
       }
     }
-    for (const ToolCall& c : p.calls) {
+    for (ToolCall& c : p.calls) calls_.push_back(std::move(c));
+  }
+
+  /** The function_call items, at the end: text the model writes after a call belongs to the one
+   *  message item before them, as in the whole reply (the same items, whatever pieces the text came
+   *  in). */
+  void emit_calls(std::vector<std::string>& out) {
+    for (const ToolCall& c : calls_) {
       if (!r_.parallel_tool_calls && n_calls_ > 0) break;  // at most one call
       close(out, "completed");
       held_content_.clear();  // whitespace around calls is not text
@@ -284,6 +292,7 @@ class ResponsesSse : public SseFormatter {
   Item open_ = Item::kNone;
   std::string open_id_, open_text_;
   std::string held_reasoning_, held_content_;
+  std::vector<ToolCall> calls_;  // parsed calls, sent as function_call items when the reply ends
   std::string reasoning_text_;  // all reasoning sent (for usage)
   bool saw_reasoning_ = false, opened_message_ = false;
   int n_calls_ = 0;
@@ -323,8 +332,7 @@ void create_response(ServerContext& ctx, const httplib::Request& req, const std:
   }
   StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  const ChatReply reply = split_chat_reply(all.text, r.chat.split_reasoning.value_or(ctx.options.split_reasoning),
-                                           r.chat.parse_tool_calls, ctx.model.tool_call_format);
+  const ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r.chat));
   const char* status = response_status(all.finish.reason);
   ojson output = output_items(ctx, reply, r, std::string_view(status) == "incomplete");
   ojson body = response_object(id, created_at, status, ctx.model.name, r, std::move(output),

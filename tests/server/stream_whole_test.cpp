@@ -1,6 +1,6 @@
 // Streamed and whole replies have the same text, whitespace included (issue 38): scripted replies with
 // leading and trailing whitespace, a think block and tool calls, through /v1/chat/completions,
-// /v1/completions and /v1/messages, with reasoning split or not and tools or not; the streamed deltas
+// /v1/completions, /v1/messages and /v1/responses, with reasoning split or not and tools or not; the streamed deltas
 // put together equal the non-streamed reply field by field.
 #include <gtest/gtest.h>
 
@@ -177,6 +177,64 @@ TEST(StreamWhole, AnthropicMessagesStreamedEqualsWhole) {
             << json(reply).dump() << " split " << split << " tools " << with_tools << "\n" << whole.raw;
       }
     }
+  }
+}
+
+/** A Responses reply's output items without their ids (the whole body's, or response.completed's). */
+json responses_output(const Reply& r, bool stream) {
+  json response = r.body;
+  if (stream)
+    for (const auto& [event, data] : testing::sse_named_events(r.raw))
+      if (event == "response.completed" || event == "response.incomplete") response = json::parse(data)["response"];
+  json out = response["output"];
+  for (json& item : out) item.erase("id"), item.erase("call_id");
+  return out;
+}
+
+TEST(StreamWhole, ResponsesStreamedEqualsWhole) {
+  const json tools = json::parse(R"([{"type": "function", "name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}}}}])");
+  for (const char* reply : kReplies) {
+    for (bool split : {false, true}) {
+      for (bool with_tools : {false, true}) {
+        json body = {{"model", "test-model"}, {"max_output_tokens", 200}, {"temperature", 0}, {"input", "Weather?"}};
+        if (with_tools) body["tools"] = tools;
+        const Reply whole = testing::scripted_post(config(split), script_of(reply), "/v1/responses", body.dump());
+        body["stream"] = true;
+        const Reply streamed = streamed_post(config(split), script_of(reply), "/v1/responses", body.dump());
+        ASSERT_EQ(whole.status, 200) << whole.raw;
+        ASSERT_EQ(streamed.status, 200) << streamed.raw;
+        EXPECT_EQ(responses_output(streamed, true), responses_output(whole, false))
+            << json(reply).dump() << " split " << split << " tools " << with_tools;
+      }
+    }
+  }
+}
+
+TEST(StreamWhole, ResponsesSplitRepliesAsTheChatRoutesDo) {
+  // A template whose generation prompt opens the think block (as Qwen3.5's, DeepSeek-R1's): the reply
+  // starts in the reasoning, for /v1/responses as for /v1/chat/completions.
+  TestServerConfig cfg = config(true);
+  cfg.chat_template =
+      "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}"
+      "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>\\n' -}}{%- endif -%}";
+  const std::string reply = "Plan it.\n</think>\n\nThe answer.";
+  const Reply chat = testing::scripted_post(cfg, script_of(reply), "/v1/chat/completions",
+                                            R"({"messages": [{"role": "user", "content": "Q?"}], "temperature": 0})");
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_EQ(chat.body["choices"][0]["message"]["reasoning_content"], "Plan it.");
+  EXPECT_EQ(chat.body["choices"][0]["message"]["content"], "The answer.");
+  for (bool stream : {false, true}) {
+    const std::string body = json{{"model", "test-model"}, {"input", "Q?"}, {"temperature", 0}, {"stream", stream}}.dump();
+    const Reply r = stream ? streamed_post(cfg, script_of(reply), "/v1/responses", body)
+                           : testing::scripted_post(cfg, script_of(reply), "/v1/responses", body);
+    ASSERT_EQ(r.status, 200) << r.raw;
+    const json out = responses_output(r, stream);
+    ASSERT_EQ(out.size(), 2u) << r.raw;
+    EXPECT_EQ(out[0]["type"], "reasoning");
+    EXPECT_EQ(out[0]["content"][0]["text"], "Plan it.") << r.raw;
+    EXPECT_EQ(out[1]["type"], "message");
+    EXPECT_EQ(out[1]["content"][0]["text"], "The answer.") << r.raw;
   }
 }
 
