@@ -58,20 +58,24 @@ TEST(JsonBody, ManyKeysTakeLinearTime) {
     for (int i = 0; i < n; ++i) s += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
     return s + "}";
   };
-  auto best_seconds = [](const std::string& text, size_t keys) {
-    double best = 1e9;
-    for (int rep = 0; rep < 5; ++rep) {  // the best of 5: other tests share the cores
-      const auto t0 = std::chrono::steady_clock::now();
-      const ojson j = parse_json_body(text);  // what every route parses its body with
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      EXPECT_EQ(j.size(), keys);
-    }
-    return best;
+  auto seconds = [](const std::string& text, size_t keys) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ojson j = parse_json_body(text);  // what every route parses its body with
+    EXPECT_EQ(j.size(), keys);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   const std::string small = body(25000), large = body(100000);
-  const double ratio = best_seconds(large, 100000) / best_seconds(small, 25000);
-  // Linear: ~4 (hash and allocation noise aside); the library's quadratic insertion gives ~16.
-  EXPECT_LT(ratio, 10.0);
+  // The best of 7 runs each, interleaved, so a load that comes and goes (tests share the cores) touches
+  // both sizes alike.
+  double best_small = 1e9, best_large = 1e9;
+  for (int rep = 0; rep < 7; ++rep) {
+    best_small = std::min(best_small, seconds(small, 25000));
+    best_large = std::min(best_large, seconds(large, 100000));
+  }
+  const double ratio = best_large / best_small;
+  // 4 times the keys: ~4 by the algorithm, measured ~7 on the development machine under load (allocation
+  // and cache effects grow with the body); the library's quadratic insertion gives ~16.
+  EXPECT_LT(ratio, 11.0) << best_small << " s for 25k keys, " << best_large << " s for 100k";
 }
 
 }  // namespace
