@@ -181,7 +181,7 @@ void attention_sinks(const char* op, const AttentionParams& p) {
 }
 
 void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H) {
-  if (bank.glu != ExpertGlu::kSwiglu && bank.glu != ExpertGlu::kSwigluOai)
+  if (bank.glu != ExpertGlu::kSwiglu && bank.glu != ExpertGlu::kSwigluOai && bank.glu != ExpertGlu::kGeluTanh)
     fail(ErrorCode::kInvalidArgument, "{}: bank glu {} is not an ExpertGlu", op, static_cast<int>(bank.glu));
   if (bank.glu == ExpertGlu::kSwigluOai && (!std::isfinite(bank.glu_alpha) || !(bank.glu_limit > 0.0f)))
     fail(ErrorCode::kInvalidArgument, "{}: clamped SwiGLU needs a finite alpha and a limit > 0 (alpha {}, limit {})",

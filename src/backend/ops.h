@@ -175,6 +175,10 @@ enum class ExpertGlu : uint8_t {
   /** gpt-oss's clamped SwiGLU (transformers GptOssExperts; llama.cpp swiglu_oai): g = min(g, limit),
    *  u = clamp(u, -limit, limit), h = (u + 1) * g * sigmoid(alpha * g). */
   kSwigluOai = 1,
+  /** h = gelu_tanh(g) * u, gelu_tanh(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GEGLU with
+   *  PyTorch's approximate="tanh" GELU: transformers Gemma4TextExperts, hidden_activation
+   *  gelu_pytorch_tanh). */
+  kGeluTanh = 2,
 };
 
 /** One MoE layer's routed experts as individually addressed views (expert e = entry e), so
@@ -330,6 +334,24 @@ class Ops {
   /** y[t, :] += alpha * row_scale[t] * x[t, :]; x, y [T, D]; row_scale F32 or activation dtype, [T]
    *  or [T, 1], or empty (= 1). Used for gated shared experts and weighted sums. */
   virtual void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) = 0;
+
+  /** out = gelu_tanh(gate) * up, elementwise, gelu_tanh as ExpertGlu::kGeluTanh (PyTorch's GELU with
+   *  approximate="tanh"); gate, up, out [T, F] activation dtype (out may alias either). Gemma's MLP. */
+  virtual void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor out) = 0;
+  /** out = cap * tanh(x / cap), elementwise (logit soft-capping: transformers Gemma4ForCausalLM's
+   *  final_logit_softcapping); x, out of equal shape, activation dtype (may alias); cap > 0, else
+   *  kInvalidArgument. */
+  virtual void softcap(const Tensor& x, float cap, Tensor out) = 0;
+  /** out[j, t, :] = table[ids[t], j D .. (j+1) D) for j < n: a row gather whose rows are split into n
+   *  equal column blocks, block-major (Gemma 4's per-layer embeddings: table [V, n_layer * D] gives
+   *  each layer's [T, D] as one contiguous slice). table [V, n D] F32/F16/BF16; ids I32 [T]; out
+   *  [n, T, D] activation dtype. Throws kInvalidArgument for shapes or an id outside [0, V) (CPU checks;
+   *  CUDA clamps as embedding does). */
+  virtual void embedding_split(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+  /** weights[t, j] *= scale[ids[t, j]] for every entry with ids[t, j] >= 0 (Gemma 4's router
+   *  per_expert_scale, applied after the top-k renormalisation). ids I32 [T, k]; weights F32 [T, k];
+   *  scale F32 [E] on this device. Throws kInvalidArgument for shapes (CPU also for an id >= E). */
+  virtual void moe_expert_scale(const Tensor& ids, const Tensor& scale, Tensor weights) = 0;
 
   /** Row softmax: x, out [R, C] F32 or activation dtype (may alias); max-subtracted, fp32 sums. */
   virtual void softmax(const Tensor& x, Tensor out) = 0;

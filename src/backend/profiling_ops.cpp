@@ -99,6 +99,18 @@ void ProfilingOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& 
 void ProfilingOps::add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) {
   timed("add_scaled_rows", [&] { inner_->add_scaled_rows(x, row_scale, alpha, y); });
 }
+void ProfilingOps::gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor out) {
+  timed("gelu_tanh_mul", [&] { inner_->gelu_tanh_mul(gate, up, out); });
+}
+void ProfilingOps::softcap(const Tensor& x, float cap, Tensor out) {
+  timed("softcap", [&] { inner_->softcap(x, cap, out); });
+}
+void ProfilingOps::embedding_split(const Tensor& table, const Tensor& ids, Tensor out) {
+  timed("embedding_split", [&] { inner_->embedding_split(table, ids, out); });
+}
+void ProfilingOps::moe_expert_scale(const Tensor& ids, const Tensor& scale, Tensor weights) {
+  timed("moe_expert_scale", [&] { inner_->moe_expert_scale(ids, scale, weights); });
+}
 void ProfilingOps::softmax(const Tensor& x, Tensor out) { timed("softmax", [&] { inner_->softmax(x, out); }); }
 void ProfilingOps::topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) {
   timed("topk", [&] { inner_->topk(x, k, ids, values); });

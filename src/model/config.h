@@ -105,6 +105,9 @@ struct ModelConfig {
   int64_t qk_rope_dim = 0;      // qk_rope_head_dim (= n_rot)
   int64_t v_head_dim = 0;
 
+  /** Per-layer input width (Gemma 4's hidden_size_per_layer_input; 0: none): ForwardState::ple. */
+  int64_t ple_dim = 0;
+
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
 

@@ -49,6 +49,11 @@ ForwardState::ForwardState(Ops& ops, const ModelConfig& c, int64_t max_tokens_) 
   ff_gate = make(act, F);
   ff_up = make(act, F);
   out_rows = make(act, H);
+  if (c.ple_dim > 0) {
+    ple = make(act, c.n_layer * c.ple_dim);
+    ple_proj = make(act, c.n_layer * c.ple_dim);
+    sub_out2 = make(act, H);
+  }
   if (c.n_expert > 0) {
     moe.router_logits = make(act, c.n_expert);
     moe.ids = make(DType::I32, c.n_expert_used);

@@ -55,6 +55,11 @@ struct ForwardState {
   Tensor ff_up;      // [T, max FFN width]
   MoeScratch moe;
   Tensor out_rows;   // [T, H] rows whose logits are wanted
+  // Per-layer inputs only (config.ple_dim > 0, Gemma 4): [n_layer, T, ple_dim] viewed from the first
+  // n_layer * T * ple_dim elements, and a second sub-block output (its MoE branch).
+  Tensor ple;        // [T, n_layer * ple_dim]
+  Tensor ple_proj;   // [T, n_layer * ple_dim]
+  Tensor sub_out2;   // [T, H]
   std::vector<Buffer> storage;
 
   /** Allocates every buffer through `ops` for `config` and `max_tokens`. Throws kOutOfMemory. */

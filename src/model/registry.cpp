@@ -42,6 +42,8 @@ const std::vector<ArchEntry>& architectures() {
            "attention_bias": true, "rope_theta": 150000.0,
            "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                "truncate": false, "original_max_position_embeddings": 4096}})"},
+      // Gemma 4 text models (transformers 5.17 Gemma4TextConfig; defaults read in gemma4.cpp).
+      {"gemma4", {"gemma4_text"}, {}, build_gemma4},
   };
   return kArchs;
 }

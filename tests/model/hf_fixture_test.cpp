@@ -1,6 +1,8 @@
 // Every supported architecture end to end against its Hugging Face fixture (shared/fixtures/hf):
 // logits of every prompt position within 1e-4 relative L2, and the 16 greedy tokens identical.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "fixture_util.h"
 #include "model/registry.h"
@@ -30,7 +32,8 @@ TEST_P(HfFixture, LogitsAndGreedyMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Archs, HfFixture,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
                                            "mixtral", "qwen2_moe", "olmoe", "glm4_moe", "minimax_m2",
-                                           "deepseek_v3", "gpt_oss", "qwen3_next", "qwen3_5", "qwen3_5_moe"));
+                                           "deepseek_v3", "gpt_oss", "qwen3_next", "qwen3_5", "qwen3_5_moe",
+                                           "gemma4"));
 
 TEST(HfFixtureStrategies, GptOssOnTheCpuExecutorGivesTheFusedLogits) {
   // gpt-oss's experts through the expert banks and the CPU executor (strategy cpu: the banks' host
@@ -76,24 +79,57 @@ TEST(HfFixtureMxfp4, GptOssMxfp4CheckpointMatchesTransformers) {
   }
 }
 
+TEST(HfFixtureGemma4Moe, MoeBlockMatchesTransformersOnEveryStrategy) {
+  // tests/model/fixtures/gemma4_moe (tests/model/fixtures/gen_gemma4_moe.py, transformers 5.17 float32):
+  // Gemma 4 with enable_moe_block (router with scale and per_expert_scale, GEGLU experts beside the
+  // dense MLP), attention_k_eq_v full layers of their own head_dim and one KV head, two KV-shared
+  // layers with double-wide MLPs, final_logit_softcapping, per-layer inputs and a sliding window of 8.
+  // The experts through resident banks (fused) and the CPU executor (cpu) both match.
+  const std::string dir = source_dir() + "/tests/model/fixtures/gemma4_moe";
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
+  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
+    EngineOptions o = small_engine_options();
+    o.moe.strategy = strategy;
+    auto engine = Engine::load(dir, o);
+    const int64_t V = engine->config().n_vocab;
+    for (const RefCase& c : cases) {
+      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
+      auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
+      const double err = max_row_rel_l2(res[0].prompt_logits, c.logits, V);
+      std::printf("[ fixture ] gemma4_moe %s: max rel L2 %.3g\n", c.name.c_str(), err);
+      EXPECT_LE(err, 1e-4);
+      EXPECT_EQ(res[0].tokens, c.greedy);
+    }
+  }
+}
+
 TEST(Registry, EveryArchitectureHasAFixture) {
   // An architecture registered without an end-to-end fixture test fails here.
   const std::vector<std::string> tested = {"llama",     "qwen2", "qwen3",    "qwen3_moe",  "mixtral",    "qwen2_moe",
                                            "olmoe",     "glm4_moe", "minimax_m2", "deepseek_v3", "gpt_oss",
-                                           "qwen3_next", "qwen3_5", "qwen3_5_moe"};
+                                           "qwen3_next", "qwen3_5", "qwen3_5_moe", "gemma4"};
   for (const ArchEntry& a : architectures())
     EXPECT_NE(std::find(tested.begin(), tested.end(), a.name), tested.end()) << a.name << " has no fixture test";
 }
 
 TEST(Registry, UnsupportedArchitectureIsNamed) {
-  const std::string dir = shared_dir() + "/fixtures/hf/gemma4";
+  // The multimodal Gemma 4 wrapper (model_type gemma4, text_config inside) is not a text model FreeToken
+  // reads: the gemma4 fixture's weights under such a config.
+  const std::string dir = ::testing::TempDir() + "/ft_unsupported_arch";
+  std::filesystem::create_directories(dir);
+  std::filesystem::remove(dir + "/model.safetensors");
+  std::filesystem::create_symlink(shared_dir() + "/fixtures/hf/gemma4/model.safetensors", dir + "/model.safetensors");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(shared_dir() + "/fixtures/hf/gemma4/config.json"));
+  config["model_type"] = "gemma4";
+  std::ofstream(dir + "/config.json") << config.dump();
   try {
     auto engine = Engine::load(dir, small_engine_options());
     FAIL() << "expected ft::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(msg.find("'gemma4_text'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'gemma4'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("qwen3_moe"), std::string::npos) << msg;
   }
 }

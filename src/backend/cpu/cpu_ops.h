@@ -3,6 +3,7 @@
 // time (backend/cpu/simd.h) with a scalar fallback. Each op lives in its own file in this folder.
 // Results are deterministic and independent of batch composition: every output element is
 // computed by the same sequence of floating-point operations whatever else is in the batch.
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,10 @@ class CpuOps : public Ops {
   void sigmoid(const Tensor& x, Tensor out) override;
   void sigmoid_mul(const Tensor& gate, const Tensor& x, Tensor out) override;
   void add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) override;
+  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void softcap(const Tensor& x, float cap, Tensor out) override;
+  void embedding_split(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void moe_expert_scale(const Tensor& ids, const Tensor& scale, Tensor weights) override;
   void softmax(const Tensor& x, Tensor out) override;
   void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
@@ -84,6 +89,13 @@ PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t 
 void check_batch(const char* op, const BatchInfo& b);
 /** Throws kInvalidArgument naming `op` when a sequence's batch.state_slots entry is outside [0, n_slots). */
 void check_state_slots(const char* op, const BatchInfo& b, int64_t n_slots);
+
+/** PyTorch's GELU with approximate="tanh" in fp32: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (the
+ *  constants as ATen writes them), for gelu_tanh_mul and the experts' ExpertGlu::kGeluTanh. */
+inline float gelu_tanh(float x) {
+  const float beta = 0.7978845608028654f, kappa = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(beta * (x + kappa * x * x * x)));
+}
 
 /** Throws kInvalidArgument "<op>: <arg> must be on the CPU" / "... must be F32" etc. */
 void check_cpu(const char* op, const char* arg, const Tensor& t);

@@ -76,6 +76,10 @@ class CudaOps final : public Ops {
   void ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) override;
   void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
                         const Tensor& b, Tensor ssm_state, Tensor out) override;
+  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor out) override;
+  void softcap(const Tensor& x, float cap, Tensor out) override;
+  void embedding_split(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void moe_expert_scale(const Tensor& ids, const Tensor& scale, Tensor weights) override;
   void softmax(const Tensor& x, Tensor out) override;
   void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;

@@ -10,9 +10,9 @@
 namespace ft::cuda {
 
 /** ExpertGlu as the kernels take it (an int in their argument structs). */
-constexpr int kGluSwiglu = 0, kGluSwigluOai = 1;
+constexpr int kGluSwiglu = 0, kGluSwigluOai = 1, kGluGeluTanh = 2;
 
-/** h for gate g and up u (the biases already added): kGluSwiglu silu(g) * u; kGluSwigluOai
+/** h for gate g and up u (the biases already added): kGluSwiglu silu(g) * u; kGluGeluTanh gelu_tanh(g) * u; kGluSwigluOai
  *  (gpt-oss, transformers GptOssExperts) g' = min(g, limit), u' = clamp(u, -limit, limit),
  *  h = (u' + 1) * g' * sigmoid(alpha * g'), written as CpuOps::moe_experts writes it. fp32. */
 __device__ __forceinline__ float expert_glu(int kind, float alpha, float limit, float g, float u) {
@@ -20,6 +20,10 @@ __device__ __forceinline__ float expert_glu(int kind, float alpha, float limit, 
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
     return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
+  }
+  if (kind == kGluGeluTanh) {  // PyTorch's GELU approximate="tanh", as cpu::gelu_tanh
+    const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+    return 0.5f * g * (1.0f + tanhf(inner)) * u;
   }
   return silu(g) * u;
 }

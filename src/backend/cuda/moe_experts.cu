@@ -155,6 +155,7 @@ BankShape check_bank(const ExpertBank& bank, int64_t H) {
       fail(ErrorCode::kUnsupported, "moe_experts: expert weight dtype {} has no CUDA kernel", dtype_name(t));
   op_checks::expert_bank_extras("moe_experts", bank, H);  // the GLU's fields, the biases' dtype and shapes
   if (bank.glu == ExpertGlu::kSwigluOai) s.glu = kGluSwigluOai;
+  else if (bank.glu == ExpertGlu::kGeluTanh) s.glu = kGluGeluTanh;
   else if (bank.glu != ExpertGlu::kSwiglu)
     fail(ErrorCode::kUnsupported, "moe_experts: expert GLU {} has no CUDA kernel", static_cast<int>(bank.glu));
   s.alpha = bank.glu_alpha, s.limit = bank.glu_limit;
