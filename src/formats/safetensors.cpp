@@ -52,12 +52,20 @@ const char* safetensors_dtype_name(DType t) {
   fail(ErrorCode::kInvalidArgument, "{} cannot be stored in safetensors", dtype_name(t));
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
-  const std::string& p = map_.path();
-  const uint64_t size = map_.size();
+SafetensorsFile::SafetensorsFile(const std::string& path) : name_(path), map_(path) {
+  parse(map_.data(), map_.size());
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& name, std::vector<uint8_t> bytes)
+    : name_(name), owned_(std::move(bytes)) {
+  parse(owned_.data(), owned_.size());
+}
+
+void SafetensorsFile::parse(const uint8_t* data, uint64_t size) {
+  const std::string& p = name_;
   if (size < 8) fail(ErrorCode::kInvalidFile, "{}: header size at offset 0: file has only {} bytes (need 8)", p, size);
   uint64_t n = 0;
-  std::memcpy(&n, map_.data(), 8);
+  std::memcpy(&n, data, 8);
   if (n > size - 8 || n > kMaxHeader)
     fail(ErrorCode::kInvalidFile, "{}: header size {} at offset 0 exceeds the {} bytes after it (max {})", p, n, size - 8,
          kMaxHeader);
@@ -65,7 +73,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
   const uint64_t data_size = size - data_offset_;
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(map_.data() + 8, map_.data() + 8 + n);
+    header = nlohmann::json::parse(data + 8, data + 8 + n);
   } catch (const nlohmann::json::parse_error& e) {
     fail(ErrorCode::kInvalidFile, "{}: header JSON at offset {}: {}", p, 8 + e.byte, e.what());
   }
@@ -119,7 +127,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
       fail(ErrorCode::kInvalidFile, "{}: {}: data_offsets [{}, {}) hold {} bytes but shape {} of {} needs {} x {}", p,
            where, begin, end, end - begin, v["shape"].dump(), dt, numel, esize);
     t.bytes = static_cast<int64_t>(end - begin);
-    t.data = end > begin ? map_.data() + data_offset_ + begin : nullptr;
+    t.data = end > begin ? data + data_offset_ + begin : nullptr;
     spans.push_back(Span{begin, end, infos.size()});
     infos.push_back(std::move(t));
   }

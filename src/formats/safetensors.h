@@ -25,8 +25,11 @@ class SafetensorsFile {
  public:
   /** Throws ft::Error(kNotFound) for a missing file, kInvalidFile naming the file, tensor and field otherwise. */
   explicit SafetensorsFile(const std::string& path);
+  /** Parses an in-memory copy of a file (tests and fuzzing: an exact-size heap buffer lets ASan see any
+   *  read past the end). `name` is used in error messages. Same errors as above. */
+  SafetensorsFile(const std::string& name, std::vector<uint8_t> bytes);
 
-  const std::string& path() const { return map_.path(); }
+  const std::string& path() const { return name_; }
   /** Tensors in data-offset order; data points into the mapping. */
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   /** The "__metadata__" object (string -> string), or an empty object. */
@@ -35,7 +38,11 @@ class SafetensorsFile {
   uint64_t data_offset() const { return data_offset_; }
 
  private:
-  MappedFile map_;
+  void parse(const uint8_t* data, uint64_t size);
+
+  std::string name_;
+  MappedFile map_;              // the file, when opened from a path
+  std::vector<uint8_t> owned_;  // the bytes, when given in memory
   nlohmann::json metadata_ = nlohmann::json::object();
   std::vector<TensorInfo> tensors_;
   uint64_t data_offset_ = 0;

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "util/error.h"
@@ -9,6 +10,29 @@ namespace ft {
 namespace {
 
 using json = nlohmann::json;
+
+// More layers than any checkpoint has: a count above it is a malformed file (per-layer tables are built from it).
+constexpr int64_t kMaxLayers = 1 << 16;
+
+// a * b, or fail naming `what` when it overflows int64 (sizes multiplied from a malformed file).
+int64_t checked_mul(int64_t a, int64_t b, const char* src, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) fail(ErrorCode::kInvalidFile, "{}: {}: {} x {} overflows", src, what, a, b);
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* src, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) fail(ErrorCode::kInvalidFile, "{}: {}: {} + {} overflows", src, what, a, b);
+  return r;
+}
+
+void check_layer_count(int64_t n, const char* src, const std::string& key) {
+  if (n > kMaxLayers) fail(ErrorCode::kInvalidFile, "{}: {}: {} layers (at most {})", src, key, n, kMaxLayers);
+}
+
+// A float that holds an integer exactly (and fits int64 without a cast's undefined behaviour).
+bool integral(double d) { return std::isfinite(d) && std::fabs(d) < 9e15 && d == std::floor(d); }
 
 // ---- typed field access with errors that name the source and field ----
 
@@ -24,7 +48,7 @@ int64_t get_int(const json& obj, const std::string& key, const char* src, std::o
     if (def) return *def;
     fail(ErrorCode::kInvalidFile, "{}: {}: missing (required)", src, key);
   }
-  if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == static_cast<int64_t>(v->get<double>())))
+  if (!v->is_number_integer() && !(v->is_number_float() && integral(v->get<double>())))
     fail(ErrorCode::kInvalidFile, "{}: {}: expected an integer, got {}", src, key, v->dump());
   return v->is_number_integer() ? v->get<int64_t>() : static_cast<int64_t>(v->get<double>());
 }
@@ -87,6 +111,8 @@ void read_hf_rope(const json& c, ModelConfig& m) {
   s.mscale_all_dim = get_num(p, "mscale_all_dim", src, 0.0);
   s.truncate = get_bool(p, "truncate", src, true);
   const double partial = get_num(rp ? *rp : c, "partial_rotary_factor", src, get_num(c, "partial_rotary_factor", src, 1.0));
+  if (!(partial > 0.0 && partial <= 1.0))
+    fail(ErrorCode::kInvalidFile, "{}: partial_rotary_factor {} must be in (0, 1]", src, partial);
   m.n_rot = static_cast<int64_t>(static_cast<double>(m.head_dim) * partial);
 }
 
@@ -123,7 +149,11 @@ void read_gguf_swa_pattern(const json& meta, const std::string& key, ModelConfig
   const json* v = field(meta, key);
   if (!v) return;
   const char* src = "GGUF metadata";
-  if (v->is_number_integer()) return set_swa_period(m, get_int(meta, key, src));
+  if (v->is_number_integer()) {
+    const int64_t period = get_int(meta, key, src);
+    if (period < 0) fail(ErrorCode::kInvalidFile, "{}: {}: period {} must be >= 0", src, key, period);
+    return set_swa_period(m, period);
+  }
   if (!v->is_array())
     fail(ErrorCode::kInvalidFile, "{}: {}: expected a period or one bool per layer, got {}", src, key, v->dump());
   m.layer_window.clear();
@@ -167,9 +197,10 @@ void ModelConfig::validate() const {
     if (topk_group < 1 || topk_group > n_group)
       fail(ErrorCode::kInvalidFile, "{} model config: {} kept groups ({}) must be in [1, {}]", arch, topk_group, keys,
            n_group);
-    if (n_expert_used > topk_group * (n_expert / n_group))
+    int64_t kept = 0;  // experts in the kept groups (a product past int64 exceeds any count)
+    if (!__builtin_mul_overflow(topk_group, n_expert / n_group, &kept) && n_expert_used > kept)
       fail(ErrorCode::kInvalidFile, "{} model config: {} experts per token exceed the {} experts of {} kept groups ({})",
-           arch, n_expert_used, topk_group * (n_expert / n_group), topk_group, keys);
+           arch, n_expert_used, kept, topk_group, keys);
   }
   if (!layer_window.empty() && static_cast<int64_t>(layer_window.size()) != n_layer)
     fail(ErrorCode::kInvalidFile, "{} model config: {} per-layer attention types (layer_types / "
@@ -234,6 +265,7 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   m.n_vocab = get_int(c, "vocab_size", src);
   m.n_embd = get_int(c, "hidden_size", src);
   m.n_layer = get_int(c, "num_hidden_layers", src);
+  check_layer_count(m.n_layer, src, "num_hidden_layers");
   m.n_head = get_int(c, "num_attention_heads", src);
   m.n_head_kv = get_int(c, "num_key_value_heads", src, m.n_head);
   m.head_dim = get_int(c, "head_dim", src, m.n_head > 0 ? m.n_embd / m.n_head : 0);
@@ -253,7 +285,8 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   m.n_ff_exp = get_int(c, "moe_intermediate_size", src, m.n_ff);
   // Qwen2-MoE names the shared expert's width; DeepSeek-V3 and GLM-4.5 count shared experts of the
   // routed experts' width.
-  m.n_ff_shexp = get_int(c, "shared_expert_intermediate_size", src, m.n_ff_exp * get_int(c, "n_shared_experts", src, 0));
+  m.n_ff_shexp = get_int(c, "shared_expert_intermediate_size", src,
+                         checked_mul(m.n_ff_exp, get_int(c, "n_shared_experts", src, 0), src, "n_shared_experts"));
   m.swiglu_alpha = get_num(c, "swiglu_alpha", src, m.swiglu_alpha);
   m.swiglu_limit = get_num(c, "swiglu_limit", src, m.swiglu_limit);
   m.q_lora_rank = get_int(c, "q_lora_rank", src, 0);
@@ -266,7 +299,10 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
   m.norm_topk_prob = get_bool(c, "norm_topk_prob", src, false);
   m.decoder_sparse_step = get_int(c, "decoder_sparse_step", src, 1);
   if (const json* v = field(c, "mlp_only_layers"); v && v->is_array())
-    for (const json& e : *v) m.mlp_only_layers.push_back(e.get<int64_t>());
+    for (const json& e : *v) {
+      if (!e.is_number_integer()) fail(ErrorCode::kInvalidFile, "{}: mlp_only_layers: expected integers, got {}", src, e.dump());
+      m.mlp_only_layers.push_back(e.get<int64_t>());
+    }
   if (const std::string sf = get_str(c, "scoring_func", src, ""); !sf.empty()) {
     if (sf != "sigmoid" && sf != "softmax")
       fail(ErrorCode::kUnsupported, "{}: scoring_func: '{}' is not supported (sigmoid or softmax)", src, sf);
@@ -305,6 +341,7 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   m.format = "gguf";
   m.n_embd = get_int(meta, key("embedding_length"), src);
   m.n_layer = get_int(meta, key("block_count"), src);
+  check_layer_count(m.n_layer, src, key("block_count"));
   m.n_head = get_int(meta, key("attention.head_count"), src);
   m.n_head_kv = get_int(meta, key("attention.head_count_kv"), src, m.n_head);
   m.head_dim = get_int(meta, key("attention.key_length"), src, m.n_head > 0 ? m.n_embd / m.n_head : 0);
@@ -331,7 +368,8 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   // DeepSeek-V3 family (llama.cpp's keys): leading dense layers, shared experts counted in routed
   // widths, sigmoid gating (expert_gating_func 2), weight scale, group-limited routing, MTP layers.
   m.first_k_dense = get_int(meta, key("leading_dense_block_count"), src, 0);
-  if (m.n_ff_shexp == 0) m.n_ff_shexp = m.n_ff_exp * get_int(meta, key("expert_shared_count"), src, 0);
+  if (m.n_ff_shexp == 0)
+    m.n_ff_shexp = checked_mul(m.n_ff_exp, get_int(meta, key("expert_shared_count"), src, 0), src, key("expert_shared_count"));
   const int64_t gating = get_int(meta, key("expert_gating_func"), src, 0);
   m.router_scoring_given = gating != 0;
   if (gating == 2) m.router_scoring = RouterScoring::kSigmoid;
@@ -367,11 +405,12 @@ ModelConfig config_from_gguf(const nlohmann::json& meta, const std::string& ga, 
   m.kv_lora_rank = get_int(meta, key("attention.kv_lora_rank"), src, 0);
   if (m.kv_lora_rank > 0) {
     m.qk_rope_dim = m.n_rot = get_int(meta, key("rope.dimension_count"), src);
-    const bool latent = m.head_dim == m.kv_lora_rank + m.qk_rope_dim;
+    const bool latent = m.head_dim == checked_add(m.kv_lora_rank, m.qk_rope_dim, src, key("attention.kv_lora_rank"));
     auto per_head = [&](const char* mla, int64_t legacy) {
       return latent ? get_int(meta, key(mla), src) : get_int(meta, key(mla), src, legacy);
     };
-    m.qk_nope_dim = per_head("attention.key_length_mla", m.head_dim) - m.qk_rope_dim;
+    m.qk_nope_dim = checked_add(per_head("attention.key_length_mla", m.head_dim), -m.qk_rope_dim, src,
+                                key("attention.key_length_mla"));
     m.v_head_dim = per_head("attention.value_length_mla", get_int(meta, key("attention.value_length"), src, 0));
     const double log_mul = get_num(meta, key("rope.scaling.yarn_log_multiplier"), src, 0.0);
     if (log_mul > 0.0) s.mscale = s.mscale_all_dim = log_mul / 0.1;  // the converter writes 0.1 * mscale_all_dim
