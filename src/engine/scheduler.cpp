@@ -34,7 +34,7 @@ int64_t Scheduler::context_limit() const {
   return std::min<int64_t>(config_.max_seq_len, static_cast<int64_t>(pool_->n_pages()) * pool_->page_size());
 }
 
-void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens) {
+void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, uint64_t after) {
   if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "the prompt is empty (it must hold at least one token)");
   if (max_new_tokens < 1) fail(ErrorCode::kInvalidArgument, "max_tokens must be >= 1 (got {})", max_new_tokens);
   if (seqs_.count(id)) fail(ErrorCode::kInvalidArgument, "request id {} is already queued", id);
@@ -54,6 +54,7 @@ void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new
   s->n_prompt = static_cast<int32_t>(prompt.size());
   s->tokens = std::move(prompt);
   s->max_new_tokens = max_new_tokens;
+  s->after = after;
   waiting_.push_back(s.get());
   seqs_.emplace(id, std::move(s));
 }
@@ -190,6 +191,14 @@ int32_t Scheduler::positions_available(const Sequence& s) const {
   return static_cast<int32_t>(std::min<int64_t>(pages * pool_->page_size(), INT32_MAX));
 }
 
+bool Scheduler::leader_ready(const Sequence& s) const {
+  if (s.after == 0 || !config_.prefix_cache) return true;
+  // The leader was queued first, so with s at the queue's front it is running or gone; only a leader
+  // still prefilling is waited for (never one that waits itself: no cycle can hold the queue).
+  const Sequence* leader = find(s.after);
+  return leader == nullptr || leader->state != SeqState::kRunning || leader->n_computed >= leader->n_prompt;
+}
+
 bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
   const int32_t n_tokens = static_cast<int32_t>(s.tokens.size());
   if (config_.prefix_cache) {
@@ -269,7 +278,7 @@ StepPlan Scheduler::schedule() {
     }
     // 3. Admissions in FIFO order; the first that does not fit stops the rest (no overtaking).
     while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
-      if (!admit(*waiting_.front(), budget, plan)) break;
+      if (!leader_ready(*waiting_.front()) || !admit(*waiting_.front(), budget, plan)) break;
     }
     if (!plan.empty() || running_.empty()) return finish_plan(plan);
     // Every running sequence is stuck mid-prefill with the pool full: give the youngest's pages to

@@ -68,6 +68,7 @@ struct Sequence {
   int32_t n_cached = 0;          // prompt tokens taken from the prefix cache at first admission (-1: not yet)
   bool admitted_once = false;
   int32_t n_preempted = 0;
+  uint64_t after = 0;            // admitted only once this sequence's prompt is computed (0: none)
   SeqState state = SeqState::kWaiting;
   std::vector<int32_t> pages;                 // block table: page of positions [j*page, (j+1)*page)
   std::vector<PrefixCache::NodeId> nodes;     // cache nodes backing pages[0, nodes.size())
@@ -113,8 +114,12 @@ class Scheduler {
 
   /** Queues a sequence (prompt ids, generation budget). Throws ft::Error: kInvalidArgument for an empty
    *  prompt or a duplicate id, kContextLength when prompt + max_new_tokens > context_limit() (naming the
-   *  numbers), kOverloaded when max_waiting sequences already wait. */
-  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens);
+   *  numbers), kOverloaded when max_waiting sequences already wait.
+   *  `after` (0: none) names an earlier sequence with the same prompt (the choices of one request, OpenAI's
+   *  `n`): with the prefix cache on, this one is admitted only once that one's prompt is computed (or it
+   *  ended), so it takes the prompt's whole pages from the cache and computes only the partial last page.
+   *  Admission stays FIFO: a sequence that waits for its leader holds back those queued behind it. */
+  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, uint64_t after = 0);
 
   /** Plans the next step (see the header comment). Sequences in the plan stay valid until the next call
    *  to submit/schedule/finish/cancel. An empty plan means nothing can run. */
@@ -170,6 +175,8 @@ class Scheduler {
   void check_swa_integrity() const;
   void preempt(Sequence& s, StepPlan& plan);
   bool admit(Sequence& s, int32_t& budget, StepPlan& plan);
+  /** Whether s's leader (Sequence::after) has computed its prompt or is gone. */
+  bool leader_ready(const Sequence& s) const;
   /** Recurrent layers: a chunk of `s` cut to end at its snapshot boundary when it would cross it. */
   int32_t cut_at_snapshot(const Sequence& s, int32_t chunk) const;
   /** Position after which `s`'s state is snapshotted: the last page boundary before its last known

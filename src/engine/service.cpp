@@ -66,7 +66,7 @@ uint64_t EngineService::submit(GenerationRequest request) {
     }
     id = next_id_++;
     try {
-      sched_.submit(id, request.prompt, request.max_tokens);
+      sched_.submit(id, request.prompt, request.max_tokens, request.after);
     } catch (const Error&) {
       ++totals_.requests_rejected;
       throw;

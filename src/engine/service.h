@@ -81,6 +81,10 @@ struct GenerationRequest {
    *  one whose constraint allows nothing while incomplete ends with kError. Null: unconstrained. Used only
    *  on the engine thread once submitted. */
   std::shared_ptr<TokenConstraint> constraint;
+  /** An earlier request with the same prompt (another choice of one API request, OpenAI's `n`), or 0:
+   *  this one starts once that one's prompt is computed and shares its whole pages through the prefix
+   *  cache (Scheduler::submit). */
+  uint64_t after = 0;
   std::shared_ptr<TokenSink> sink;  // required
 };
 

@@ -195,7 +195,7 @@ void messages(ServerContext& ctx, const httplib::Request& req, const std::string
               httplib::Response& res) {
   ChatRequest r = parse_anthropic_request(parse_json_body(body_text), /*count_only=*/false);
   ctx.check_model(r.gen.model, /*allow_empty=*/false);
-  Submitted s = submit_chat(ctx, r);
+  Submitted s = submit_chat(ctx, r).front();  // n is 1 (anthropic_request)
   const std::string id = ctx.new_id("msg_");
   if (r.gen.stream) {
     const int32_t prompt_tokens = s.prompt_tokens;

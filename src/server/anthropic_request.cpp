@@ -307,6 +307,7 @@ ChatRequest parse_anthropic_request(const ojson& body, bool count_only) {
   get_number(body, "temperature", 1.0, 0.0, 1.0);  // Anthropic's range, checked first (the OpenAI parse allows 2)
   if (field(body, "n_predict")) bad_request("n_predict", "'n_predict' is not a Messages API field; use 'max_tokens'");
   r.gen = parse_generation_params(body);
+  if (r.gen.n != 1) bad_request("n", "'n' is not a Messages API field (one reply per request)");
   parse_stop_sequences(body, r.gen);
   parse_thinking(body, count_only, r);
   if (const ojson* md = field(body, "metadata"); md && !md->is_object())

@@ -19,6 +19,9 @@ struct Grammar;
 namespace ft::server {
 
 /** Fields shared by /v1/chat/completions and /v1/completions. */
+/** The most choices one request may ask for (`n`; OpenAI's own limit). */
+inline constexpr int32_t kMaxChoices = 128;
+
 struct GenerationParams {
   std::string model;                  // requested model name; empty: the served model
   std::optional<int32_t> max_tokens;  // max_tokens / max_completion_tokens / n_predict; none: up to the context limit
@@ -30,6 +33,10 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;  // vLLM's: end generation (their text only with include_stop_str)
   bool include_stop_str = false;      // vLLM's include_stop_str_in_output
   bool stream = false;
+  /** OpenAI's `n` (chat and completions, 1..kMaxChoices): choices generated from the prompt, each its own
+   *  request in the engine; the later ones start once the first has computed the prompt and share its
+   *  KV pages (GenerationRequest::after). With a seed, choice i samples with seed + i. */
+  int32_t n = 1;
   /** `timeout` (seconds, FreeToken's): past it the request ends with finish_reason "length" (a queued
    *  one with no text); at most the server's --request-timeout when that is set. */
   std::optional<double> timeout_s;

@@ -132,7 +132,7 @@ bool any_control_token(const Vocab& vocab, const std::vector<std::string_view>& 
 
 }  // namespace
 
-Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
+std::vector<Submitted> submit_chat(ServerContext& ctx, ChatRequest& r) {
   const ToolCallFormat tf = ctx.model.tool_call_format;
   if (tool_call_format_structures_every_reply(tf)) r.parse_tool_calls = true;
   const std::string text = render_chat_text(ctx, r);
@@ -148,7 +148,7 @@ Submitted submit_chat(ServerContext& ctx, ChatRequest& r) {
   // A required or named tool_choice: the server writes the call's opening, a grammar the rest.
   const std::string forced = force_tool_call(r, tf, ctx.model.chat_template->source(),
                                              r.reply_starts_in_reasoning ? tags.close : "", gen);
-  return submit_generation(ctx, encode_chat_prompt(vocab, text + forced, r.messages), gen, "messages");
+  return submit_choices(ctx, encode_chat_prompt(vocab, text + forced, r.messages), gen, "messages");
 }
 
 ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f) {

@@ -87,8 +87,8 @@ ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r);
  *  (reasoning_tags_are_special, or the vocabulary makes them so), its text keeps control tokens, so
  *  the parser sees them. A required or named tool_choice makes the reply one call: the prompt ends with
  *  the call's opening and the reply is constrained to the rest (force_tool_call, tool_call_grammar.h). Throws what those
- *  throw. */
-Submitted submit_chat(ServerContext& ctx, ChatRequest& r);
+ *  throw. Returns the r.gen.n choices (submit_choices). */
+std::vector<Submitted> submit_chat(ServerContext& ctx, ChatRequest& r);
 
 /** A whole reply, split. */
 struct ChatReply {

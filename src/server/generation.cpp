@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "server/client_probe.h"
+#include "util/error.h"
 
 namespace ft::server {
 
@@ -19,8 +20,11 @@ std::vector<int32_t> completion_prompt_ids(const Vocab& vocab, const CompletionR
   return r.prompt_ids;
 }
 
-Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
-                            const char* what) {
+namespace {
+
+/** submit_generation for choice `choice` of a request whose choice 0 is `after` (0 for choice 0). */
+Submitted submit_one(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen, const char* what,
+                     uint64_t after, int32_t choice, std::shared_ptr<StreamWaker> waker) {
   const int64_t limit = ctx.service->context_limit();
   const int64_t p = static_cast<int64_t>(prompt.size());
   if (prompt.empty()) bad_request(what, fmt::format("The {} produced no tokens", what));
@@ -57,6 +61,10 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   r.max_tokens = max_tokens ? *max_tokens : static_cast<int32_t>(limit - p);
   r.sampling = gen.sampling;
   if (!r.sampling.seed) r.sampling.seed = ctx.options.default_seed;
+  if (r.sampling.seed) *r.sampling.seed += static_cast<uint64_t>(choice);
+  r.after = after;
+  if (waker) s.stream->set_waker(waker);
+  s.waker = std::move(waker);
   r.sampling.top_logprobs = gen.logprobs ? gen.top_logprobs : 0;
   r.eog_ids = ctx.model.vocab->eog_ids();
   r.ignore_eos = gen.ignore_eos;
@@ -74,47 +82,101 @@ Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, con
   return s;
 }
 
+}  // namespace
+
+Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
+                            const char* what) {
+  return submit_one(ctx, std::move(prompt), gen, what, 0, 0, nullptr);
+}
+
+std::vector<Submitted> submit_choices(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
+                                      const char* what) {
+  if (gen.n <= 1) return {submit_generation(ctx, std::move(prompt), gen, what)};
+  auto waker = std::make_shared<StreamWaker>();
+  std::vector<Submitted> subs;
+  try {
+    for (int32_t i = 0; i < gen.n; ++i)
+      subs.push_back(submit_one(ctx, prompt, gen, what, i == 0 ? 0 : subs[0].id, i, waker));
+  } catch (...) {
+    for (const Submitted& s : subs) ctx.service->cancel(s.id);
+    throw;
+  }
+  return subs;
+}
+
+FinishInfo total_usage(const std::vector<StreamUpdate>& choices) {
+  FinishInfo t;
+  if (choices.empty()) return t;
+  t = choices[0].finish;
+  t.completion_tokens = 0;
+  for (const StreamUpdate& c : choices) t.completion_tokens += c.finish.completion_tokens;
+  return t;
+}
+
 StreamUpdate collect(ServerContext& ctx, const Submitted& s, const httplib::Request& req) {
+  return std::move(collect(ctx, std::vector<Submitted>{s}, req)[0]);
+}
+
+std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const httplib::Request& req) {
   constexpr auto kProbe = std::chrono::milliseconds(100);
-  StreamUpdate all, u;
+  std::vector<StreamUpdate> out(subs.size());
   int fd = -2;  // -2: not looked up yet; -1: not found (the request then runs to its end)
   bool cancelled = false;
   auto next_probe = std::chrono::steady_clock::now() + kProbe;
-  while (!all.finished) {
-    const bool got = s.stream->take(u, kProbe);
-    if (!cancelled && std::chrono::steady_clock::now() >= next_probe) {
-      next_probe = std::chrono::steady_clock::now() + kProbe;
-      if (fd == -2) fd = client_socket(req.remote_addr, req.remote_port);
-      if (fd >= 0 && client_gone(fd)) {
-        ctx.service->cancel(s.id);
-        cancelled = true;
+  StreamUpdate u;
+  for (size_t i = 0; i < subs.size(); ++i) {
+    StreamUpdate& all = out[i];
+    while (!all.finished) {
+      const bool got = subs[i].stream->take(u, kProbe);
+      if (!cancelled && std::chrono::steady_clock::now() >= next_probe) {
+        next_probe = std::chrono::steady_clock::now() + kProbe;
+        if (fd == -2) fd = client_socket(req.remote_addr, req.remote_port);
+        if (fd >= 0 && client_gone(fd)) {
+          for (const Submitted& s : subs) ctx.service->cancel(s.id);
+          cancelled = true;
+        }
       }
+      if (!got) continue;
+      all.text += u.text;
+      all.logprobs.insert(all.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+      all.finished = u.finished;
+      all.finish = u.finish;
+      all.stop_index = u.stop_index;
     }
-    if (!got) continue;
-    all.text += u.text;
-    all.logprobs.insert(all.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
-    all.finished = u.finished;
-    all.finish = u.finish;
-    all.stop_index = u.stop_index;
   }
-  return all;
+  return out;
 }
 
 namespace {
 
 struct SseState {
-  Submitted sub;
-  std::shared_ptr<SseFormatter> fmt;
+  std::vector<Submitted> subs;
+  std::vector<std::shared_ptr<SseFormatter>> fmts;
+  std::vector<StreamUpdate> ends;  // each choice's finishing update (its finish; text already sent)
+  size_t n_done = 0;
   bool started = false;
-  bool finished = false;
+  bool finished = false;  // the stream's end went out
+
+  void cancel_all(EngineService* svc) const {
+    for (const Submitted& s : subs) svc->cancel(s.id);
+  }
 };
 
 }  // namespace
 
 void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::shared_ptr<SseFormatter> fmt) {
+  std::vector<Submitted> subs;
+  subs.push_back(std::move(s));
+  start_sse(ctx, res, std::move(subs), {std::move(fmt)});
+}
+
+void start_sse(ServerContext& ctx, httplib::Response& res, std::vector<Submitted> subs,
+               std::vector<std::shared_ptr<SseFormatter>> fmts) {
+  FT_CHECK(!subs.empty() && subs.size() == fmts.size());
   auto st = std::make_shared<SseState>();
-  st->sub = std::move(s);
-  st->fmt = std::move(fmt);
+  st->subs = std::move(subs);
+  st->fmts = std::move(fmts);
+  st->ends.resize(st->subs.size());
   EngineService* svc = ctx.service;
   std::atomic<int>* open_streams = &ctx.open_streams;
   open_streams->fetch_add(1);
@@ -130,36 +192,53 @@ void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::sha
             if (!sink.write(c.data(), c.size())) return false;
           return true;
         };
+        auto fail = [&] {
+          st->cancel_all(svc);
+          return false;
+        };
+        const size_t n = st->subs.size();
         if (!st->started) {
           st->started = true;
-          if (!send(st->fmt->begin())) {
-            svc->cancel(st->sub.id);
-            return false;
-          }
+          for (const auto& f : st->fmts)
+            if (!send(f->begin())) return fail();
         }
-        StreamUpdate u;
-        if (!st->sub.stream->take(u, keepalive)) {
-          static const std::string kPing = ": keep-alive\n\n";
-          if (!send({kPing})) {
-            svc->cancel(st->sub.id);
-            return false;
+        // One choice waits on its own stream; several poll theirs and wait on the shared waker.
+        StreamWaker* waker = st->subs[0].waker.get();
+        const uint64_t seen = waker ? waker->count() : 0;
+        bool news = false;
+        for (size_t i = 0; i < n; ++i) {
+          if (st->ends[i].finished) continue;
+          StreamUpdate u;
+          if (!st->subs[i].stream->take(u, waker ? std::chrono::milliseconds(0) : keepalive)) continue;
+          news = true;
+          if ((!u.text.empty() || !u.logprobs.empty()) && !send(st->fmts[i]->update(u))) return fail();
+          if (!u.finished) continue;
+          std::vector<std::string> tail = st->fmts[i]->finish(u);
+          u.text.clear();
+          u.logprobs.clear();
+          st->ends[i] = std::move(u);
+          const bool failed = st->ends[i].finish.reason == FinishReason::kError;
+          if (!failed && ++st->n_done < n) {
+            if (!send(tail)) return fail();
+            continue;
           }
+          // The stream ends: every choice finished, or one failed (the others are cancelled).
+          if (!failed)
+            for (std::string& c : st->fmts[0]->usage(total_usage(st->ends))) tail.push_back(std::move(c));
+          if (st->fmts[0]->done_marker()) tail.emplace_back("data: [DONE]\n\n");
+          if (failed) st->cancel_all(svc);
+          if (!send(tail)) return fail();
+          st->finished = true;
+          sink.done();
           return true;
         }
-        bool ok = true;
-        if (!u.text.empty() || !u.logprobs.empty()) ok = send(st->fmt->update(u));
-        if (ok && u.finished) {
-          st->finished = true;
-          std::vector<std::string> tail = st->fmt->finish(u);
-          if (st->fmt->done_marker()) tail.emplace_back("data: [DONE]\n\n");
-          ok = send(tail);
-          if (ok) sink.done();
-        }
-        if (!ok) svc->cancel(st->sub.id);
-        return ok;
+        if (news || (waker && waker->wait(seen, keepalive))) return true;
+        static const std::string kPing = ": keep-alive\n\n";
+        if (!send({kPing})) return fail();
+        return true;
       },
       [st, svc, open_streams](bool success) {
-        if (!success || !st->finished) svc->cancel(st->sub.id);
+        if (!success || !st->finished) st->cancel_all(svc);
         open_streams->fetch_sub(1);
       });
 }

@@ -19,6 +19,7 @@ struct Submitted {
   uint64_t id = 0;
   std::shared_ptr<RequestStream> stream;
   int32_t prompt_tokens = 0;
+  std::shared_ptr<StreamWaker> waker;  // shared by the choices of one request (n > 1); null for one
 };
 
 /** The token ids of a completions prompt: token ids as given (400 naming the first one outside the
@@ -32,6 +33,15 @@ std::vector<int32_t> completion_prompt_ids(const Vocab& vocab, const CompletionR
 Submitted submit_generation(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
                             const char* what);
 
+/** Submits gen.n choices of `prompt` with submit_generation's checks, each its own engine request:
+ *  choice i > 0 starts once choice 0 has computed the prompt and shares its pages
+ *  (GenerationRequest::after), and samples with seed + i when a seed is set (the request's or the
+ *  server's default), so seeded choices differ and repeat. With n > 1 the choices' streams share one
+ *  StreamWaker. If a choice is refused (overload), those already submitted are cancelled and the error
+ *  is rethrown. */
+std::vector<Submitted> submit_choices(ServerContext& ctx, std::vector<int32_t> prompt, const GenerationParams& gen,
+                                      const char* what);
+
 /** llama.cpp's generation_settings object for `gen`: n_predict (-1: to the context's end), temperature,
  *  top_k, top_p, min_p, seed (-1: none), stop, ignore_eos (POST /completion's reply; GET /props'
  *  default_generation_settings.params). */
@@ -42,6 +52,13 @@ nlohmann::ordered_json llama_generation_settings(const GenerationParams& gen);
  *  gives a handler no way to see a hang-up): when the client has gone, the request is cancelled, as a
  *  streaming one is, and finishes within a step. */
 StreamUpdate collect(ServerContext& ctx, const Submitted& s, const httplib::Request& req);
+/** collect() for the choices of one request: one update each, in order; a client that hung up cancels
+ *  them all. */
+std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const httplib::Request& req);
+
+/** The usage of n choices: choice 0's prompt and cached tokens (the prompt is counted once, as OpenAI
+ *  does), the completion tokens of all. */
+FinishInfo total_usage(const std::vector<StreamUpdate>& choices);
 
 /** Builds one endpoint's SSE chunks ("data: {...}\n\n" strings). */
 class SseFormatter {
@@ -51,9 +68,12 @@ class SseFormatter {
   virtual std::vector<std::string> begin() = 0;
   /** Chunks for new text / log-probabilities (called only when there is some). */
   virtual std::vector<std::string> update(const StreamUpdate& u) = 0;
-  /** Final chunks (finish reason, usage, or an error event) for the update that ended the request
+  /** Final chunks (finish reason, or an error event) for the update that ended the request
    *  (`end.finish`, `end.stop_index`; its text and log-probabilities went to update() already). */
   virtual std::vector<std::string> finish(const StreamUpdate& end) = 0;
+  /** A chunk of its own that carries the usage, sent after every choice finished (OpenAI's
+   *  stream_options.include_usage; `total`: total_usage of the choices); none by default. */
+  virtual std::vector<std::string> usage(const FinishInfo& total) { (void)total; return {}; }
   /** Whether "data: [DONE]" follows finish()'s chunks (OpenAI's end marker; an Anthropic stream ends
    *  with its message_stop event instead). */
   virtual bool done_marker() const { return true; }
@@ -62,6 +82,12 @@ class SseFormatter {
 /** Turns `res` into an SSE stream fed by the request's updates. When the client goes away (a write
  *  fails; an SSE comment is written after keepalive_ms of silence to find out) the request is cancelled. */
 void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::shared_ptr<SseFormatter> fmt);
+/** One SSE stream for the choices of a request (n > 1): `fmts[i]` formats choice i (its chunks carry
+ *  index i); chunks go out as each choice has news, then fmts[0]'s usage() of the total and [DONE].
+ *  A choice that fails sends its error event and ends the stream (the others are cancelled); a client
+ *  that went away cancels them all. */
+void start_sse(ServerContext& ctx, httplib::Response& res, std::vector<Submitted> subs,
+               std::vector<std::shared_ptr<SseFormatter>> fmts);
 
 /** "data: <json>\n\n". */
 std::string sse_data(const nlohmann::ordered_json& j);

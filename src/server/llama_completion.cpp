@@ -106,6 +106,7 @@ void llama_completion(ServerContext& ctx, const httplib::Request& req, const std
   if (auto n_probs = get_int(body, "n_probs", 0, 1024); n_probs && *n_probs > 0)
     bad_request("n_probs", "'n_probs' (token probabilities) is not supported by this server");
   CompletionRequest r = parse_completion_request(body);
+  if (r.gen.n != 1) bad_request("n", "'n' (several choices) is not supported on /completion; /v1/completions takes it");
   if (temperature) r.gen.sampling.temperature = *temperature;
   // llama.cpp's default n_predict is -1 (up to the context's end), not the OpenAI route's 16 tokens.
   if (!field(body, "n_predict") && !field(body, "max_tokens") && !field(body, "max_completion_tokens"))

@@ -44,9 +44,11 @@ const char* chat_finish_reason(FinishReason r, bool called_tools, bool named) {
 
 class ChatSse : public SseFormatter {
  public:
-  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, const ReplyFormat& format)
+  /** Formats choice `index` (of gen.n). */
+  ChatSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, const ReplyFormat& format,
+          int index)
       : ctx_(ctx), id_(std::move(id)), created_(created), include_usage_(gen.include_usage), logprobs_(gen.logprobs),
-        named_(!format.only_function.empty()), split_(format) {}
+        named_(!format.only_function.empty()), index_(index), split_(format) {}
 
   std::vector<std::string> begin() override {
     return {sse_data(chunk(ojson{{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))};
@@ -71,8 +73,11 @@ class ChatSse : public SseFormatter {
       if (!delta.empty()) out.push_back(sse_data(chunk(delta, nullptr, nullptr)));
     }
     out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0, named_))));
-    if (include_usage_) out.push_back(sse_usage_chunk(base(), f));
     return out;
+  }
+  std::vector<std::string> usage(const FinishInfo& total) override {
+    if (!include_usage_) return {};
+    return {sse_usage_chunk(base(), total)};
   }
 
  private:
@@ -80,7 +85,7 @@ class ChatSse : public SseFormatter {
   ojson chunk(ojson delta, ojson logprobs, const char* finish_reason) const {
     ojson c = base();
     ojson choice;
-    choice["index"] = 0;
+    choice["index"] = index_;
     choice["delta"] = std::move(delta);
     choice["logprobs"] = std::move(logprobs);
     choice["finish_reason"] = finish_reason ? ojson(finish_reason) : ojson(nullptr);
@@ -107,6 +112,7 @@ class ChatSse : public SseFormatter {
   int64_t created_;
   bool include_usage_, logprobs_;
   bool named_;  // a named tool_choice
+  int index_;   // the choice
   ChatReplyStream split_;
   int n_calls_ = 0;
 };
@@ -115,33 +121,41 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
                       httplib::Response& res) {
   ChatRequest r = parse_chat_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
-  Submitted s = submit_chat(ctx, r);
+  std::vector<Submitted> subs = submit_chat(ctx, r);
   const std::string id = ctx.new_id("chatcmpl-");
   const int64_t created = unix_time();
+  const ReplyFormat format = reply_format(ctx, r);
   if (r.gen.stream) {
-    start_sse(ctx, res, std::move(s), std::make_shared<ChatSse>(ctx, id, created, r.gen, reply_format(ctx, r)));
+    std::vector<std::shared_ptr<SseFormatter>> fmts;
+    for (size_t i = 0; i < subs.size(); ++i)
+      fmts.push_back(std::make_shared<ChatSse>(ctx, id, created, r.gen, format, static_cast<int>(i)));
+    start_sse(ctx, res, std::move(subs), std::move(fmts));
     return;
   }
-  StreamUpdate all = collect(ctx, s, req);
-  if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  const ReplyFormat format = reply_format(ctx, r);
-  ChatReply reply = split_chat_reply(all.text, format);
-  ojson message = {{"role", "assistant"}, {"content", reply.content}};
-  if (reply.thought) message["reasoning_content"] = reply.reasoning;
-  if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
-    if (reply.content.empty()) message["content"] = nullptr;
-    ojson calls = ojson::array();
-    for (const ToolCall& c : reply.calls) calls.push_back(tool_call_json(c, ctx.new_id("call_")));
-    message["tool_calls"] = std::move(calls);
+  std::vector<StreamUpdate> all = collect(ctx, subs, req);
+  ojson choices = ojson::array();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const StreamUpdate& u = all[i];
+    if (u.finish.reason == FinishReason::kError) throw ApiException(generation_error(u.finish));
+    ChatReply reply = split_chat_reply(u.text, format);
+    ojson message = {{"role", "assistant"}, {"content", reply.content}};
+    if (reply.thought) message["reasoning_content"] = reply.reasoning;
+    if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
+      if (reply.content.empty()) message["content"] = nullptr;
+      ojson calls = ojson::array();
+      for (const ToolCall& c : reply.calls) calls.push_back(tool_call_json(c, ctx.new_id("call_")));
+      message["tool_calls"] = std::move(calls);
+    }
+    ojson choice;
+    choice["index"] = i;
+    choice["message"] = std::move(message);
+    choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, u.logprobs) : ojson(nullptr);
+    choice["finish_reason"] = chat_finish_reason(u.finish.reason, !reply.calls.empty(), !format.only_function.empty());
+    choices.push_back(std::move(choice));
   }
-  ojson choice;
-  choice["index"] = 0;
-  choice["message"] = std::move(message);
-  choice["logprobs"] = r.gen.logprobs ? chat_logprobs(*ctx.model.vocab, all.logprobs) : ojson(nullptr);
-  choice["finish_reason"] = chat_finish_reason(all.finish.reason, !reply.calls.empty(), !format.only_function.empty());
   ojson body = response_head(id, "chat.completion", created, ctx.model.name);
-  body["choices"] = ojson::array({choice});
-  body["usage"] = usage_json(all.finish);
+  body["choices"] = std::move(choices);
+  body["usage"] = usage_json(total_usage(all));
   send_json(res, 200, body);
 }
 

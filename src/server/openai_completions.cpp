@@ -34,9 +34,9 @@ ojson completion_logprobs(const Vocab& vocab, const std::vector<TokenLogprob>& l
   return j;
 }
 
-ojson choice_json(std::string text, ojson logprobs, const char* finish_reason) {
+ojson choice_json(int index, std::string text, ojson logprobs, const char* finish_reason) {
   ojson c;
-  c["index"] = 0;
+  c["index"] = index;
   c["text"] = std::move(text);
   c["logprobs"] = std::move(logprobs);
   c["finish_reason"] = finish_reason ? ojson(finish_reason) : ojson(nullptr);
@@ -45,23 +45,28 @@ ojson choice_json(std::string text, ojson logprobs, const char* finish_reason) {
 
 class CompletionSse : public SseFormatter {
  public:
-  CompletionSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, std::string echo)
-      : ctx_(ctx), id_(std::move(id)), created_(created), gen_(gen), echo_(std::move(echo)), offset_(echo_.size()) {}
+  /** Formats choice `index` (of gen.n). */
+  CompletionSse(ServerContext& ctx, std::string id, int64_t created, const GenerationParams& gen, std::string echo,
+                int index)
+      : ctx_(ctx), id_(std::move(id)), created_(created), gen_(gen), echo_(std::move(echo)), offset_(echo_.size()),
+        index_(index) {}
 
   std::vector<std::string> begin() override {
     if (echo_.empty()) return {};
-    return {sse_data(chunk(choice_json(echo_, nullptr, nullptr)))};
+    return {sse_data(chunk(choice_json(index_, echo_, nullptr, nullptr)))};
   }
   std::vector<std::string> update(const StreamUpdate& u) override {
     ojson lp = gen_.logprobs ? completion_logprobs(*ctx_.model.vocab, u.logprobs, offset_) : ojson(nullptr);
-    return {sse_data(chunk(choice_json(u.text, lp, nullptr)))};
+    return {sse_data(chunk(choice_json(index_, u.text, lp, nullptr)))};
   }
   std::vector<std::string> finish(const StreamUpdate& end) override {
     const FinishInfo& f = end.finish;
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
-    std::vector<std::string> out{sse_data(chunk(choice_json("", nullptr, finish_reason_text(f.reason))))};
-    if (gen_.include_usage) out.push_back(sse_usage_chunk(base(), f));
-    return out;
+    return {sse_data(chunk(choice_json(index_, "", nullptr, finish_reason_text(f.reason))))};
+  }
+  std::vector<std::string> usage(const FinishInfo& total) override {
+    if (!gen_.include_usage) return {};
+    return {sse_usage_chunk(base(), total)};
   }
 
  private:
@@ -79,6 +84,7 @@ class CompletionSse : public SseFormatter {
   GenerationParams gen_;
   std::string echo_;
   size_t offset_;
+  int index_;  // the choice
 };
 
 void completions(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
@@ -89,20 +95,28 @@ void completions(ServerContext& ctx, const httplib::Request& req, const std::str
   std::vector<int32_t> ids = completion_prompt_ids(vocab, r);
   std::string echo;  // token ids: control tokens (BOS) left out, as in the reply's own text and vLLM's echo
   if (r.echo) echo = r.prompt_is_ids ? vocab.decode(ids, /*skip_special=*/true) : r.prompt_text;
-  Submitted s = submit_generation(ctx, std::move(ids), r.gen, "prompt");
+  std::vector<Submitted> subs = submit_choices(ctx, std::move(ids), r.gen, "prompt");
   const std::string id = ctx.new_id("cmpl-");
   const int64_t created = unix_time();
   if (r.gen.stream) {
-    start_sse(ctx, res, std::move(s), std::make_shared<CompletionSse>(ctx, id, created, r.gen, echo));
+    std::vector<std::shared_ptr<SseFormatter>> fmts;
+    for (size_t i = 0; i < subs.size(); ++i)
+      fmts.push_back(std::make_shared<CompletionSse>(ctx, id, created, r.gen, echo, static_cast<int>(i)));
+    start_sse(ctx, res, std::move(subs), std::move(fmts));
     return;
   }
-  StreamUpdate all = collect(ctx, s, req);
-  if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  size_t offset = echo.size();
-  ojson lp = r.gen.logprobs ? completion_logprobs(vocab, all.logprobs, offset) : ojson(nullptr);
+  std::vector<StreamUpdate> all = collect(ctx, subs, req);
+  ojson choices = ojson::array();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const StreamUpdate& u = all[i];
+    if (u.finish.reason == FinishReason::kError) throw ApiException(generation_error(u.finish));
+    size_t offset = echo.size();
+    ojson lp = r.gen.logprobs ? completion_logprobs(vocab, u.logprobs, offset) : ojson(nullptr);
+    choices.push_back(choice_json(static_cast<int>(i), echo + u.text, lp, finish_reason_text(u.finish.reason)));
+  }
   ojson body = response_head(id, "text_completion", created, ctx.model.name);
-  body["choices"] = ojson::array({choice_json(echo + all.text, lp, finish_reason_text(all.finish.reason))});
-  body["usage"] = usage_json(all.finish);
+  body["choices"] = std::move(choices);
+  body["usage"] = usage_json(total_usage(all));
   send_json(res, 200, body);
 }
 

@@ -320,7 +320,7 @@ void create_response(ServerContext& ctx, const httplib::Request& req, const std:
   ctx.check_model(r.chat.gen.model);
   Submitted s;
   try {
-    s = submit_chat(ctx, r.chat);
+    s = submit_chat(ctx, r.chat).front();  // the Responses API has no n
   } catch (const ApiException& e) {  // the template's and the context check's refusals name "messages"
     throw ApiException(with_responses_names(e.error));
   }

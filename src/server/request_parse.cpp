@@ -286,10 +286,12 @@ GenerationParams parse_generation_params(const ojson& body) {
   refuse_constrained_decoding(body);
   parse_vllm_stop_fields(body, g);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
-  if (auto n = get_int(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
-    bad_request("n", fmt::format("'n' must be 1 (several choices per request are not supported), got {}", *n));
-  if (auto b = get_int(body, "best_of", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); b && *b != 1)
-    bad_request("best_of", fmt::format("'best_of' must be 1, got {}", *b));
+  g.n = static_cast<int32_t>(get_int(body, "n", 1, kMaxChoices).value_or(1));
+  // best_of > n ranks extra choices by log-probability and returns the best n (OpenAI's legacy
+  // completions, vLLM's v0): not implemented, so only best_of == n is taken.
+  if (auto b = get_int(body, "best_of", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); b && *b != g.n)
+    bad_request("best_of", fmt::format("'best_of' must equal n ({}): generating extra choices to keep the best is not "
+                                       "supported, got {}", g.n, *b));
   parse_stop(body, g);
   return g;
 }

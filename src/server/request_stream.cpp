@@ -45,6 +45,7 @@ bool RequestStream::on_token(const SampledToken& token, bool eog) {
     news_ = true;
   }
   cv_.notify_all();
+  if (waker_) waker_->notify();
   return !stopped;
 }
 
@@ -67,6 +68,25 @@ void RequestStream::on_finish(const FinishInfo& info) {
     news_ = true;
   }
   cv_.notify_all();
+  if (waker_) waker_->notify();
+}
+
+void StreamWaker::notify() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++n_;
+  }
+  cv_.notify_all();
+}
+
+uint64_t StreamWaker::count() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return n_;
+}
+
+bool StreamWaker::wait(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return n_ != seen; });
 }
 
 bool RequestStream::take(StreamUpdate& out, std::chrono::milliseconds timeout) {

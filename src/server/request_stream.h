@@ -35,6 +35,23 @@ struct StreamUpdate {
   int stop_index = -1;                // valid when finished: the stop string that ended the output, or -1
 };
 
+/** Wakes the one thread that serves several streams (the choices of a request, OpenAI's `n`) when any of
+ *  them has news. */
+class StreamWaker {
+ public:
+  /** Counts one piece of news and wakes the waiter. */
+  void notify();
+  /** News counted so far. */
+  uint64_t count();
+  /** Waits up to `timeout` for the count to move past `seen`; returns whether it did. */
+  bool wait(uint64_t seen, std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t n_ = 0;
+};
+
 class RequestStream : public TokenSink {
  public:
   /** `vocab` must outlive the stream. `want_logprobs`: keep each token's log-probability.
@@ -56,6 +73,9 @@ class RequestStream : public TokenSink {
    *  request is submitted. */
   void frame(std::string prefix, std::string suffix, std::shared_ptr<const TokenConstraint> constraint);
 
+  /** Also wakes `waker` on news. Call before the request is submitted. */
+  void set_waker(std::shared_ptr<StreamWaker> waker) { waker_ = std::move(waker); }
+
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;
 
@@ -72,6 +92,7 @@ class RequestStream : public TokenSink {
   int32_t min_tokens_;
   std::string suffix_;
   std::shared_ptr<const TokenConstraint> constraint_;
+  std::shared_ptr<StreamWaker> waker_;
   int32_t n_tokens_ = 0;  // engine thread only
   int stop_index_ = -1;  // engine thread only
   std::mutex mu_;

@@ -11,10 +11,10 @@ namespace ft::testing {
 
 struct RequestLog {
   /** Submits a request to `s` and remembers its prompt and budget for the solo reference. */
-  void submit(Scheduler& s, uint64_t id, std::vector<int32_t> prompt, int32_t max_new) {
+  void submit(Scheduler& s, uint64_t id, std::vector<int32_t> prompt, int32_t max_new, uint64_t after = 0) {
     prompts[id] = prompt;
     max_new_tokens[id] = max_new;
-    s.submit(id, std::move(prompt), max_new);
+    s.submit(id, std::move(prompt), max_new, after);
   }
 
   /** Records a token sampled for `id`: at its budget the request finishes (its cached prompt tokens

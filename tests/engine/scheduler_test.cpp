@@ -36,8 +36,8 @@ struct Driver : testing::RequestLog {
   Driver(SchedulerConfig cfg, int32_t n_pages, int32_t page_size, int32_t vocab = 50)
       : model(vocab, n_pages, page_size), pool(n_pages, page_size), sched(cfg, pool) {}
 
-  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new) {
-    RequestLog::submit(sched, id, std::move(prompt), max_new);
+  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new, uint64_t after = 0) {
+    RequestLog::submit(sched, id, std::move(prompt), max_new, after);
   }
 
   StepPlan step() {
@@ -204,6 +204,44 @@ TEST(Scheduler, ConcurrentEqualPromptsEndUpSharingPages) {
   EXPECT_NE(s1->pages[4], s2->pages[4]);  // the partial page stays private
   d.run_until_idle();
   d.expect_outputs_match_solo();
+}
+
+// The choices of one request (OpenAI's `n`): the followers wait for the leader's prompt and take its
+// whole pages from the cache, computing only the partial last page; without the prefix cache (nothing to
+// share) and after a leader that ended early they start at once.
+TEST(Scheduler, ChoicesOfOnePromptComputeItOnce) {
+  Driver d(config(4, 512), 64, 16);
+  auto p = tokens_of(3, 70, 50);
+  d.submit(1, p, 20);
+  d.submit(2, p, 20, 1);
+  d.submit(3, p, 20, 1);
+  StepPlan s1 = d.step();
+  EXPECT_EQ(s1.n_prefill_tokens, 70);  // the leader alone
+  ASSERT_EQ(s1.seqs.size(), 1u);
+  StepPlan s2 = d.step();
+  EXPECT_EQ(s2.n_decode, 1);
+  EXPECT_EQ(s2.n_prefill_tokens, 2 * 6);  // each follower: 64 positions from the cache, 6 computed
+  d.run_until_idle();
+  EXPECT_EQ(d.cached[2], 64);
+  EXPECT_EQ(d.cached[3], 64);
+  d.expect_outputs_match_solo();
+
+  Driver off(config(4, 512, 100, /*prefix=*/false), 64, 16);
+  off.submit(1, p, 5);
+  off.submit(2, p, 5, 1);
+  EXPECT_EQ(off.step().n_prefill_tokens, 140);
+  off.run_until_idle();
+  off.expect_outputs_match_solo();
+
+  Driver gone(config(4, 32), 64, 16);  // the leader's prefill takes 3 steps; it is cancelled in the first
+  gone.submit(1, p, 5);
+  gone.submit(2, p, 5, 1);
+  EXPECT_EQ(gone.step().n_prefill_tokens, 32);
+  ASSERT_TRUE(gone.sched.finish(1));
+  EXPECT_EQ(gone.step().n_prefill_tokens, 32);  // the follower starts: 2 pages cached, a 32-token chunk
+  gone.run_until_idle();
+  EXPECT_EQ(gone.cached[2], 32);
+  gone.expect_outputs_match_solo();
 }
 
 TEST(Scheduler, PreemptsWhenThePoolIsShortAndStillProducesSoloOutputs) {

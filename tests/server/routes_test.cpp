@@ -609,7 +609,7 @@ TEST(Routes, ErrorStatusesAndBodies) {
   auto c = s.client();
   expect_error(post(c, "/v1/chat/completions", "{not json"), 400);
   expect_error(post(c, "/v1/chat/completions", R"({"messages":"x"})"), 400);
-  expect_error(post(c, "/v1/chat/completions", chat_body("x", 5, R"("n":2)")), 400);
+  expect_error(post(c, "/v1/chat/completions", chat_body("x", 5, R"("n":0)")), 400);
   Reply img = post(c, "/v1/chat/completions",
                    R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,"}}]}]})");
   expect_error(img, 400);
