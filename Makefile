@@ -8,7 +8,7 @@ APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
            libbenchmark-dev libopenblas-dev clang libclang-rt-14-dev
 
-.PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench fuzz clean
+.PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench fuzz fuzz-build clean
 
 all: build
 
@@ -52,27 +52,58 @@ test-asan:
 # from its seed corpus (fuzz/corpus/NAME; new inputs go to $(FUZZ_DIR)/corpus-NAME); fails on any crash,
 # leak, undefined behaviour or broken invariant, leaving the input that did it in the working directory.
 # FUZZ_RUNS=N instead runs N inputs from the seeds alone with a fixed seed: the same inputs on every
-# machine (what `make test` runs).
+# machine (what `make test` runs); FUZZ_RUNS_<name> scales a slow harness's count (a percentage).
+# Objects are compiled once into $(FUZZ_DIR)/obj (header changes tracked), JOBS at a time.
 FUZZ_S   ?= 60
 FUZZ_RUNS ?=
 FUZZ_DIR ?= build-fuzz
-FUZZ_CXX  = clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
-FUZZ_REQUEST_SRC = src/server/request_parse.cpp src/server/anthropic_request.cpp src/server/json_fields.cpp \
+FUZZ_CXX  = clang++ -std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
+FUZZ_NAMES = request_parse stop_matcher json_schema gguf safetensors_config tokenizer chat_template reply_stream
+FUZZ_LIBS = -lfmt -lutf8proc -lpcre2-8
+FUZZ_UTIL_SRC = src/util/error.cpp src/util/read_file.cpp src/util/mmap_file.cpp src/tensor/dtype.cpp
+FUZZ_request_parse_SRC = src/server/request_parse.cpp src/server/anthropic_request.cpp src/server/json_fields.cpp \
                    src/server/errors.cpp src/server/json_body.cpp src/server/responses_request.cpp \
                    src/server/response_store.cpp
-FUZZ_SCHEMA_SRC = src/server/json_schema_grammar.cpp src/server/json_grammar_rules.cpp src/server/errors.cpp \
+FUZZ_stop_matcher_SRC = src/tokenizer/stop_matcher.cpp
+FUZZ_json_schema_SRC = src/server/json_schema_grammar.cpp src/server/json_grammar_rules.cpp src/server/errors.cpp \
                   src/engine/grammar/grammar.cpp src/engine/grammar/matcher.cpp src/engine/grammar/token_trie.cpp \
                   src/engine/grammar/grammar_constraint.cpp src/tokenizer/utf8.cpp src/util/error.cpp
+FUZZ_gguf_SRC = src/formats/gguf_reader.cpp src/formats/gguf_value.cpp src/formats/gguf_writer.cpp \
+                src/model/config.cpp $(FUZZ_UTIL_SRC)
+FUZZ_safetensors_config_SRC = src/formats/safetensors.cpp src/formats/hf_config.cpp src/model/config.cpp $(FUZZ_UTIL_SRC)
+FUZZ_tokenizer_SRC = $(filter-out src/tokenizer/chat_template.cpp src/tokenizer/model_template.cpp \
+                       src/tokenizer/stop_matcher.cpp,$(wildcard src/tokenizer/*.cpp)) src/formats/hf_config.cpp $(FUZZ_UTIL_SRC)
+FUZZ_chat_template_SRC = src/tokenizer/chat_template.cpp $(wildcard src/tokenizer/jinja/*.cpp) src/tokenizer/utf8.cpp \
+                         src/formats/hf_config.cpp $(FUZZ_UTIL_SRC)
+FUZZ_reply_stream_SRC = src/server/reasoning.cpp $(wildcard src/server/tool_calls*.cpp) \
+                        src/server/errors.cpp src/tokenizer/utf8.cpp src/util/error.cpp
+# Fixed-seed input counts as a percentage of FUZZ_RUNS, for harnesses slower per input.
+FUZZ_PCT_tokenizer = 30
+FUZZ_PCT_chat_template = 50
+FUZZ_MAXLEN_tokenizer = 16384
+
+$(FUZZ_DIR)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) -MMD -MP -c $< -o $@
+
+define FUZZ_BIN
+$(FUZZ_DIR)/$(1)_fuzz: $$(patsubst %.cpp,$(FUZZ_DIR)/obj/%.o,fuzz/$(1)_fuzz.cpp $$(sort $$(FUZZ_$(1)_SRC)))
+	$$(FUZZ_CXX) $$^ $(FUZZ_LIBS) -o $$@
+endef
+$(foreach h,$(FUZZ_NAMES),$(eval $(call FUZZ_BIN,$(h))))
+-include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
+
+fuzz-build: $(foreach h,$(FUZZ_NAMES),$(FUZZ_DIR)/$(h)_fuzz)
+
 fuzz:
-	mkdir -p $(FUZZ_DIR)
-	$(FUZZ_CXX) fuzz/request_parse_fuzz.cpp $(FUZZ_REQUEST_SRC) -lfmt -o $(FUZZ_DIR)/request_parse_fuzz
-	$(FUZZ_CXX) fuzz/stop_matcher_fuzz.cpp src/tokenizer/stop_matcher.cpp -o $(FUZZ_DIR)/stop_matcher_fuzz
-	$(FUZZ_CXX) fuzz/json_schema_fuzz.cpp $(FUZZ_SCHEMA_SRC) -lfmt -lutf8proc -o $(FUZZ_DIR)/json_schema_fuzz
-	for h in request_parse stop_matcher json_schema; do \
-	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$(FUZZ_RUNS) -seed=1"; \
+	$(MAKE) -j$(JOBS) fuzz-build
+	for h in $(FUZZ_NAMES); do \
+	  maxlen=8192; case $$h in tokenizer) maxlen=$(FUZZ_MAXLEN_tokenizer);; esac; \
+	  pct=100; case $$h in tokenizer) pct=$(FUZZ_PCT_tokenizer);; chat_template) pct=$(FUZZ_PCT_chat_template);; esac; \
+	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$$(( $(FUZZ_RUNS) * pct / 100 )) -seed=1"; \
 	  else dir=$(FUZZ_DIR)/corpus-$$h; len="-max_total_time=$(FUZZ_S)"; fi; \
 	  mkdir -p $$dir && \
-	  $(FUZZ_DIR)/$${h}_fuzz $$len -max_len=8192 $$dir fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
+	  $(FUZZ_DIR)/$${h}_fuzz $$len -max_len=$$maxlen -rss_limit_mb=2048 -timeout=10 $$dir fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
 	  echo "fuzz $$h: $$(grep -E '^Done' $(FUZZ_DIR)/$$h.log)"; \
 	  if [ $$rc -ne 0 ]; then tail -40 $(FUZZ_DIR)/$$h.log; exit 1; fi; \
 	done

@@ -132,7 +132,7 @@ class Gemma4Scanner : public BlockScanner {
     GemmaReader r{body, brace};
     std::optional<ojson> args = r.read_object();
     if (!args || !all_space(body.substr(r.i))) return std::nullopt;
-    return std::vector<ToolCall>{ToolCall{std::string(name), args->dump()}};
+    return std::vector<ToolCall>{ToolCall{std::string(name), args->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)}};
   }
 };
 

@@ -48,7 +48,7 @@ class Glm45Scanner : public BlockScanner {
       if (!value) return std::nullopt;
       args[std::string(trim_view(*key))] = typed_argument(schemas_, name, trim_view(*key), *value);
     }
-    return std::vector<ToolCall>{ToolCall{std::string(name), args.dump()}};
+    return std::vector<ToolCall>{ToolCall{std::string(name), args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)}};
   }
 
  private:

@@ -120,7 +120,7 @@ class InvokeScanner : public BlockScanner {
       args[key->second] = std::move(v);
       s.remove_prefix(end + tags_.parameter_end.size());
     }
-    return ToolCall{name->second, args.dump()};
+    return ToolCall{name->second, args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
   }
 
   InvokeTags tags_;

@@ -53,7 +53,7 @@ std::optional<ToolCall> take_function(std::string_view& s, const ToolSchemas& sc
     args[std::string(key)] = typed_argument(schemas, name, key, strip_one_newline(s.substr(0, end)));
     s.remove_prefix(end + kParameterEnd.size());
   }
-  return ToolCall{std::string(name), args.dump()};
+  return ToolCall{std::string(name), args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
 }
 
 class Qwen3CoderScanner : public BlockScanner {

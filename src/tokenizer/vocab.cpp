@@ -1,5 +1,6 @@
 #include "tokenizer/vocab.h"
 
+#include <cctype>
 #include <unordered_map>
 
 #include "tokenizer/byte_level.h"
@@ -88,7 +89,8 @@ void Vocab::finalize() {
     if (t.attr & (token_attr::kControl | token_attr::kUnknown | token_attr::kUserDefined)) {
       p = t.text;
     } else if (t.attr & token_attr::kByte) {
-      if (t.text.size() == 6 && t.text.compare(0, 3, "<0x") == 0 && t.text[5] == '>') {
+      if (t.text.size() == 6 && t.text.compare(0, 3, "<0x") == 0 && t.text[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(t.text[3])) && std::isxdigit(static_cast<unsigned char>(t.text[4]))) {
         p.assign(1, static_cast<char>(std::stoi(t.text.substr(3, 2), nullptr, 16)));
       } else {
         p = t.text;

@@ -94,7 +94,11 @@ Value f_tojson(Interpreter&, const Value& v, CallArgs& args) {
   o.ensure_ascii = a.get_or(0, Value(false)).truthy();
   if (const Value* ind = a.get(1); ind && !ind->is_none()) {
     if (ind->is_string()) o.indent = ind->str();
-    else o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(*ind, "indent"))), ' ');
+    else {
+      const int64_t width = std::max<int64_t>(0, int_arg(*ind, "indent"));
+      py::check_str_bytes(static_cast<size_t>(width) * 1024);  // repeated once per nesting level and line
+      o.indent = std::string(static_cast<size_t>(width), ' ');
+    }
     o.item_sep = ",";
   }
   if (const Value* sep = a.get(2); sep && !sep->is_none()) {
@@ -476,7 +480,9 @@ Value f_round(Interpreter&, const Value& v, CallArgs& args) {
 Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder a("indent", args, {"width", "first", "blank"});
   Value w = a.get_or(0, Value(int64_t{4}));
-  std::string ind = w.is_string() ? w.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(w, "width"))), ' ');
+  const int64_t width = w.is_string() ? 0 : std::max<int64_t>(0, int_arg(w, "width"));
+  py::check_str_bytes(static_cast<size_t>(width));
+  std::string ind = w.is_string() ? w.str() : std::string(static_cast<size_t>(width), ' ');
   bool first = a.get_or(1, Value(false)).truthy();
   bool blank = a.get_or(2, Value(false)).truthy();
   if (v.is_undefined()) v.raise_undefined();
@@ -484,6 +490,7 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
     raise(ErrorKind::kTypeError, "unsupported operand type(s) for +=: '{}' and 'str'", v.type_name());
   std::string s = v.str() + "\n";
   std::vector<std::string> lines = py::splitlines(s, false);
+  py::check_str_bytes(s.size() + lines.size() * ind.size());
   std::string rv;
   if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
@@ -543,6 +550,8 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
     }
   }
   if (!cur.empty()) {
+    if (fill && !fill->is_none() && n > static_cast<int64_t>(py::kMaxStrBytes / sizeof(Value)))
+      raise(ErrorKind::kOverflowError, "batch of {} items is too large", n);
     if (fill && !fill->is_none())
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
     out.push_back(Value::list(std::move(cur)));

@@ -156,8 +156,32 @@ void Interpreter::assign(const Target& t, const Value& v, Scope& scope) {
   }
 }
 
+void Interpreter::step() {
+  if (++steps_ > options_.max_steps)
+    raise(ErrorKind::kTemplateRuntimeError, "the template ran more than {} steps (a loop without end?)",
+          options_.max_steps);
+}
+
+void Interpreter::check_size(size_t bytes) const {
+  if (bytes > options_.max_bytes)
+    raise(ErrorKind::kOverflowError, "the template built more than {} bytes of text or list", options_.max_bytes);
+}
+
 Interpreter::Flow Interpreter::exec(const Stmt& s, const std::shared_ptr<Scope>& scope) {
+  const Flow f = exec_stmt(s, scope);
+  if (out_ && out_->size() > options_.max_bytes) {  // the output (or block buffer) it appended to
+    try {
+      check_size(out_->size());
+    } catch (const TemplateError& e) {
+      throw e.at_line(s.line);
+    }
+  }
+  return f;
+}
+
+Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) {
   try {
+    step();
     switch (s.kind) {
       case StmtKind::kText: *out_ += s.text; return Flow::kNormal;
       case StmtKind::kOutput:
@@ -392,6 +416,13 @@ Value Interpreter::eval_folding(const Expr& e) {
 }
 
 Value Interpreter::eval(const Expr& e, Scope& scope) {
+  step();
+  Value v = eval_expr(e, scope);
+  if (v.is_string() || v.is_list() || v.is_dict()) check_size(v.footprint());
+  return v;
+}
+
+Value Interpreter::eval_expr(const Expr& e, Scope& scope) {
   if (folding_ && !e.literal) raise(ErrorKind::kTemplateRuntimeError, "not a constant");  // jinja2: Impossible
   switch (e.kind) {
     case ExprKind::kConst: return e.value;

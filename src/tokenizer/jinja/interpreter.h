@@ -31,6 +31,14 @@ struct Scope {
 struct RenderOptions {
   /** Clock read by strftime_now(); nullopt = the current local time. */
   std::optional<std::tm> now;
+  /** Most statements and expressions one render may evaluate: a template that loops without end
+   *  (nested range() loops, recursive macros over growing data) fails with a TemplateRuntimeError
+   *  instead of running on. Real chat templates take a few thousand per message. */
+  int64_t max_steps = 10'000'000;
+  /** Most bytes of text (the output, any block's buffer, any one string value) and of list storage
+   *  one render may build: a template that doubles a string or list fails with an OverflowError
+   *  instead of exhausting memory. */
+  size_t max_bytes = size_t{64} << 20;
 };
 
 class Interpreter {
@@ -40,7 +48,8 @@ class Interpreter {
   /** Renders body with `globals` as the outermost scope. Throws TemplateError with the line. */
   std::string render(const Body& body, std::shared_ptr<Scope> globals);
 
-  /** Evaluates an expression. */
+  /** Evaluates an expression (counted against RenderOptions::max_steps; a string or list result
+   *  larger than max_bytes raises OverflowError). */
   Value eval(const Expr& e, Scope& scope);
   /** Evaluates a literal-only expression as jinja2's compile-time constant folding does. */
   Value eval_folding(const Expr& e);
@@ -71,6 +80,7 @@ class Interpreter {
 
   Flow exec_body(const Body& body, const std::shared_ptr<Scope>& scope);
   Flow exec(const Stmt& s, const std::shared_ptr<Scope>& scope);
+  Flow exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope);
   Flow exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope, const Value& iterable, int depth0);
   void assign(const Target& t, const Value& v, Scope& scope);
   Value eval_call(const Expr& e, Scope& scope);
@@ -78,10 +88,16 @@ class Interpreter {
   Value eval_filter_chain(const Expr& f, Scope& scope, const Value& block_input);
   void eval_args(const Expr& e, Scope& scope, CallArgs& out);
   Value lookup(const std::string& name, Scope& scope);
+  Value eval_expr(const Expr& e, Scope& scope);
+  /** Counts one step against max_steps. */
+  void step();
+  /** Raises OverflowError when `bytes` of text or list storage exceed max_bytes. */
+  void check_size(size_t bytes) const;
 
   const RenderOptions& options_;
   std::string* out_ = nullptr;
   int depth_ = 0;         // macro call depth (recursion guard)
+  int64_t steps_ = 0;     // statements and expressions evaluated (RenderOptions::max_steps)
   std::vector<std::shared_ptr<Scope>> scopes_;  // every scope of this render, emptied at its end
   bool folding_ = false;  // evaluating a literal {{ output }}, which jinja2 constant-folds
 };

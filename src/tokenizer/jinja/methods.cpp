@@ -419,6 +419,7 @@ Value str_method(Interpreter& in, const Value& self, const std::string& name, Ca
       char32_t c = py::next_cp(s, j);
       if (c == '\t') {
         int64_t n = tab > 0 ? tab - col % tab : 0;
+        py::check_str_bytes(out.size() + static_cast<size_t>(n));
         out.append(static_cast<size_t>(n), ' ');
         col += n;
       } else {

@@ -70,7 +70,13 @@ Value repeat(const Value& seq, int64_t n) {
   if (n > 0 && unit > 0 && n > kMaxItems / unit) raise(ErrorKind::kOverflowError, "repeated sequence too large");
   if (seq.is_string()) {
     std::string out;
-    for (int64_t i = 0; i < n; ++i) out += seq.str();
+    if (n > 0 && unit > 0) {  // by doubling: a few appends, not n (a 2^26-byte repeat stays quick)
+      const size_t total = static_cast<size_t>(n) * static_cast<size_t>(unit);
+      out.reserve(total);
+      out = seq.str();
+      while (out.size() * 2 <= total) out += out;
+      out.append(out, 0, total - out.size());
+    }
     return Value(std::move(out), seq.markup());
   }
   std::vector<Value> items;

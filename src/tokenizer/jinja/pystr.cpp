@@ -325,6 +325,10 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
   return out;
 }
 
+void check_str_bytes(size_t bytes) {
+  if (bytes > kMaxStrBytes) raise(ErrorKind::kOverflowError, "string of {} bytes is too large (at most {})", bytes, kMaxStrBytes);
+}
+
 std::string replace(std::string_view s, std::string_view old_s, std::string_view new_s, int64_t count) {
   std::string out;
   if (old_s.empty()) {
@@ -334,6 +338,7 @@ std::string replace(std::string_view s, std::string_view old_s, std::string_view
       if (count < 0 || n < count) {
         out.append(new_s);
         ++n;
+        check_str_bytes(out.size());
       }
       if (i == s.size()) break;
       size_t j = i;
@@ -350,6 +355,7 @@ std::string replace(std::string_view s, std::string_view old_s, std::string_view
     if (hit == std::string_view::npos) break;
     out.append(s.substr(pos, hit - pos));
     out.append(new_s);
+    check_str_bytes(out.size());
     pos = hit + old_s.size();
     ++n;
   }
@@ -412,6 +418,7 @@ std::string slice(std::string_view s, std::optional<int64_t> start, std::optiona
 std::string pad(std::string_view s, int64_t width, char32_t fill, int where) {
   int64_t n = static_cast<int64_t>(length(s));
   if (width <= n) return std::string(s);
+  check_str_bytes(static_cast<size_t>(width));
   int64_t total = width - n, left = 0;
   if (where == 1) left = total;
   else if (where == 0) left = total / 2 + (total & width & 1);  // CPython's str.center rounding

@@ -11,6 +11,13 @@
 
 namespace ft::jinja::py {
 
+/** Most bytes one string operation (padding, replace, indent, repetition) may build: a template
+ *  asking for more (a width of 10**9) gets an OverflowError instead of exhausting memory, as Python's
+ *  MemoryError would stop it. */
+inline constexpr size_t kMaxStrBytes = size_t{64} << 20;
+/** Raises OverflowError when a string of `bytes` would exceed kMaxStrBytes. */
+void check_str_bytes(size_t bytes);
+
 /** Decodes the code point at s[i] and advances i. Invalid bytes decode as themselves (one byte). */
 char32_t next_cp(std::string_view s, size_t& i);
 

@@ -19,6 +19,14 @@ const Value* Dict::find(std::string_view key) const {
   return nullptr;
 }
 
+namespace {
+// a + b, stopping at a quarter of SIZE_MAX (footprints only need to compare against limits).
+size_t saturating_add(size_t a, size_t b) {
+  constexpr size_t kCap = SIZE_MAX / 4;
+  return a >= kCap || b >= kCap || a + b >= kCap ? kCap : a + b;
+}
+}  // namespace
+
 void Dict::set(Value key, Value value) {
   for (auto& kv : items) {
     if (equals(kv.first, key)) {
@@ -26,6 +34,7 @@ void Dict::set(Value key, Value value) {
       return;
     }
   }
+  weight = saturating_add(weight, saturating_add(key.footprint(), value.footprint()));
   items.emplace_back(std::move(key), std::move(value));
 }
 
@@ -67,10 +76,21 @@ Value Value::undefined_hint(std::string hint, ErrorKind kind) {
   return v;
 }
 
+size_t Value::footprint() const {
+  switch (kind_) {
+    case Kind::kString: return s_.size() + 2;
+    case Kind::kList:
+    case Kind::kIter: return saturating_add(sizeof(Value), list().weight);
+    case Kind::kDict: return saturating_add(sizeof(Value), dict_ref().weight);
+    default: return sizeof(Value);
+  }
+}
+
 Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
   auto l = std::make_shared<List>();
+  for (const Value& x : items) l->weight = saturating_add(l->weight, x.footprint());
   l->items = std::move(items);
   v.p_ = std::move(l);
   return v;
@@ -106,6 +126,8 @@ Value Value::range(int64_t start, int64_t stop, int64_t step) {
 }
 
 Value Value::dict(std::shared_ptr<Dict> d) {
+  d->weight = 0;
+  for (const auto& kv : d->items) d->weight = saturating_add(d->weight, saturating_add(kv.first.footprint(), kv.second.footprint()));
   Value v;
   v.kind_ = Kind::kDict;
   v.p_ = std::move(d);

@@ -27,6 +27,7 @@ struct List {
   bool single_pass = false;         // kIter: an iterator (consumed by iteration) rather than a view
   mutable size_t pos = 0;           // single_pass: items before pos were consumed
   int64_t range[3] = {0, 0, 1};     // kIter "range": start, stop, step
+  size_t weight = 0;                // footprint of the items (Value::footprint), set by the factories
 };
 
 /** An insertion-ordered dict (Python 3.7+ semantics). Lookups are linear: template dicts are small. */
@@ -36,6 +37,7 @@ struct Dict {
   const Value* find(std::string_view key) const;
   /** Inserts or replaces (a replaced key keeps its position). */
   void set(Value key, Value value);
+  size_t weight = 0;  // footprint of the keys and values (Value::footprint), set by Value::dict
 };
 
 /** An undefined value with an explicit message (and the error its use raises). */
@@ -139,6 +141,10 @@ class Value {
   bool truthy() const;
   /** Python str(); Undefined prints as "". */
   std::string to_str() const;
+  /** Bytes the value stands for when printed or serialized, counting a list or dict nested twice
+   *  twice (saturating): a template that nests a list in itself repeatedly ([l, l] forty times) is
+   *  seen growing exponentially before anything walks it. O(1): lists and dicts cache their items'. */
+  size_t footprint() const;
   /** Appends str(value) to out. */
   void append_to(std::string& out) const;
   /** Python repr(). */
