@@ -208,9 +208,9 @@ class Gemma4 final : public Model {
   void read_config(const json& c) {
     const int64_t L = config_.n_layer;
     const char* src = "config.json";
-    if (flag(c, "use_bidirectional_attention") || (opt(c, "use_bidirectional_attention") &&
-                                                    opt(c, "use_bidirectional_attention")->is_string()))
-      fail(ErrorCode::kUnsupported, "{}: use_bidirectional_attention is not supported (causal text models only)", src);
+    if (const json* bidi = opt(c, "use_bidirectional_attention"); bidi && *bidi != false)
+      fail(ErrorCode::kUnsupported, "{}: use_bidirectional_attention {} is not supported (causal text models only)", src,
+           bidi->dump());
     if (config_.attn_bias) fail(ErrorCode::kUnsupported, "{}: attention_bias true is not supported", src);
     const std::string act = c.value("hidden_activation", std::string("gelu_pytorch_tanh"));
     if (act != "gelu_pytorch_tanh")
