@@ -52,7 +52,7 @@ test-asan:
 # from its seed corpus (fuzz/corpus/NAME; new inputs go to $(FUZZ_DIR)/corpus-NAME); fails on any crash,
 # leak, undefined behaviour or broken invariant, leaving the input that did it in the working directory.
 # FUZZ_RUNS=N instead runs N inputs from the seeds alone with a fixed seed: the same inputs on every
-# machine (what `make test` runs); FUZZ_RUNS_<name> scales a slow harness's count (a percentage).
+# machine (what `make test` runs).
 # Objects are compiled once into $(FUZZ_DIR)/obj (header changes tracked), JOBS at a time.
 FUZZ_S   ?= 60
 FUZZ_RUNS ?=
@@ -77,10 +77,14 @@ FUZZ_chat_template_SRC = src/tokenizer/chat_template.cpp $(wildcard src/tokenize
                          src/formats/hf_config.cpp $(FUZZ_UTIL_SRC)
 FUZZ_reply_stream_SRC = src/server/reasoning.cpp $(wildcard src/server/tool_calls*.cpp) \
                         src/server/errors.cpp src/tokenizer/utf8.cpp src/util/error.cpp
-# Fixed-seed input counts as a percentage of FUZZ_RUNS, for harnesses slower per input.
-FUZZ_PCT_tokenizer = 30
-FUZZ_PCT_chat_template = 50
+# Per harness: FUZZ_PCT_<name> scales FUZZ_RUNS for harnesses slower per input (percent), FUZZ_MAXLEN_<name>
+# raises the input size limit (default 8192) where the seeds are larger.
+FUZZ_PCT_tokenizer = 20
+FUZZ_PCT_chat_template = 30
+FUZZ_PCT_reply_stream = 50
+FUZZ_PCT_safetensors_config = 60
 FUZZ_MAXLEN_tokenizer = 16384
+FUZZ_PLAN = $(foreach h,$(FUZZ_NAMES),$(h):$(or $(FUZZ_PCT_$(h)),100):$(or $(FUZZ_MAXLEN_$(h)),8192))
 
 $(FUZZ_DIR)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -97,9 +101,8 @@ fuzz-build: $(foreach h,$(FUZZ_NAMES),$(FUZZ_DIR)/$(h)_fuzz)
 
 fuzz:
 	$(MAKE) -j$(JOBS) fuzz-build
-	for h in $(FUZZ_NAMES); do \
-	  maxlen=8192; case $$h in tokenizer) maxlen=$(FUZZ_MAXLEN_tokenizer);; esac; \
-	  pct=100; case $$h in tokenizer) pct=$(FUZZ_PCT_tokenizer);; chat_template) pct=$(FUZZ_PCT_chat_template);; esac; \
+	for plan in $(FUZZ_PLAN); do \
+	  h=$${plan%%:*}; rest=$${plan#*:}; pct=$${rest%%:*}; maxlen=$${rest#*:}; \
 	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$$(( $(FUZZ_RUNS) * pct / 100 )) -seed=1"; \
 	  else dir=$(FUZZ_DIR)/corpus-$$h; len="-max_total_time=$(FUZZ_S)"; fi; \
 	  mkdir -p $$dir && \
