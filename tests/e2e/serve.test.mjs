@@ -124,6 +124,29 @@ test('chat: logprobs, top_logprobs, seed, stop strings', async () => {
   assert.equal(st.choices[0].finish_reason, 'stop');
 });
 
+test('chat: n choices, whole and streamed, each the seed + i request', async () => {
+  const body = chat('Pick words.', { temperature: 0.9, seed: 77, max_tokens: 16, n: 3 });
+  const r = await client.chat.completions.create(body);
+  assert.equal(r.choices.length, 3);
+  let completion = 0;
+  for (const [i, ch] of r.choices.entries()) {
+    assert.equal(ch.index, i);
+    const one = await client.chat.completions.create({ ...body, n: 1, seed: 77 + i });
+    assert.equal(ch.message.content, one.choices[0].message.content);
+    completion += one.usage.completion_tokens;
+  }
+  assert.equal(r.usage.completion_tokens, completion);
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  const text = ['', '', ''];
+  let usage = null;
+  for await (const c of stream) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) text[ch.index] += ch.delta.content ?? '';
+  }
+  assert.deepEqual(text, r.choices.map((c) => c.message.content));
+  assert.equal(usage.completion_tokens, completion);
+});
+
 test('completions: string, token ids, echo, streaming, logprobs', async () => {
   const r = await client.completions.create({ model: MODEL, prompt: 'The cat sat on', max_tokens: 16, temperature: 0, ignore_eos: true });
   assert.match(r.id, /^cmpl-/);
@@ -177,7 +200,7 @@ test('errors: OpenAI error bodies and statuses', async () => {
     });
   };
   await bad(chat('x', { temperature: 'hot' }), 400);
-  await bad(chat('x', { n: 2 }), 400);
+  await bad(chat('x', { n: 0 }), 400);
   await bad({ model: MODEL, messages: 'hello' }, 400);
   await bad({ model: MODEL, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }] }] }, 400);
   await bad(chat('x', { max_tokens: 5000 }), 400, 'context_length_exceeded');
