@@ -212,6 +212,7 @@ class Gemma4 final : public Model {
       fail(ErrorCode::kUnsupported, "{}: use_bidirectional_attention {} is not supported (causal text models only)", src,
            bidi->dump());
     if (config_.attn_bias) fail(ErrorCode::kUnsupported, "{}: attention_bias true is not supported", src);
+    config_.tie_embeddings = !opt(c, "tie_word_embeddings") || flag(c, "tie_word_embeddings");  // default true
     const std::string act = c.value("hidden_activation", std::string("gelu_pytorch_tanh"));
     if (act != "gelu_pytorch_tanh")
       fail(ErrorCode::kUnsupported, "{}: hidden_activation '{}' is not supported (gelu_pytorch_tanh)", src, act);
@@ -303,8 +304,11 @@ class Gemma4 final : public Model {
     first_shared_ = L - shared;
     double_wide_ = flag(c, "use_double_wide_mlp");
     // Per-layer inputs.
-    config_.ple_dim = static_cast<int64_t>(num(c, "hidden_size_per_layer_input", 0));
-    ple_vocab_ = static_cast<int64_t>(num(c, "vocab_size_per_layer_input", static_cast<double>(config_.n_vocab)));
+    // (transformers' defaults: 256 and 262144; an explicit 0 or null turns per-layer inputs off)
+    config_.ple_dim = opt(c, "hidden_size_per_layer_input") || !c.contains("hidden_size_per_layer_input")
+                          ? static_cast<int64_t>(num(c, "hidden_size_per_layer_input", 256))
+                          : 0;
+    ple_vocab_ = static_cast<int64_t>(num(c, "vocab_size_per_layer_input", 262144));
     // MoE block.
     if (flag(c, "enable_moe_block")) {
       config_.n_expert = static_cast<int64_t>(num(c, "num_experts", 0));
