@@ -8,7 +8,7 @@ APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
            libbenchmark-dev libopenblas-dev clang libclang-rt-14-dev
 
-.PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench fuzz fuzz-build clean
+.PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench fuzz fuzz-build soak clean
 
 all: build
 
@@ -119,6 +119,15 @@ test-gpu: gpu-check build
 # Before the build, so a machine without a GPU hears it at once.
 gpu-check:
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "test-gpu: no NVIDIA GPU is visible (nvidia-smi -L fails); these tests need one (make test runs the rest)"; exit 1; }
+
+# The soak (tests/soak/soak.mjs): `ft serve` on the demo model and the qwen3_moe fixture under
+# SOAK_CLIENTS (default 24) clients for SOAK_MIN minutes (default 10; 60 for the record in
+# bench/RESULTS.md): mixed routes, streams cut, malformed bodies; fails on an unexpected reply, work or
+# pages left after the drain, or RSS growth past SOAK_RSS_MIB (64) after warm-up.
+SOAK_MIN ?= 10
+FT_SHARED_DIR ?= ../shared
+soak: build
+	SOAK_MIN=$(SOAK_MIN) node tests/soak/soak.mjs ./$(BUILD)/ft $(FT_SHARED_DIR)
 
 serve: build
 	./$(BUILD)/ft serve $(ARGS)
