@@ -77,7 +77,7 @@ FUZZ_chat_template_SRC = src/tokenizer/chat_template.cpp $(wildcard src/tokenize
                          src/formats/hf_config.cpp $(FUZZ_UTIL_SRC)
 FUZZ_reply_stream_SRC = src/server/reasoning.cpp $(wildcard src/server/tool_calls*.cpp) \
                         src/server/errors.cpp src/tokenizer/utf8.cpp src/util/error.cpp
-# Per harness: FUZZ_PCT_<name> scales FUZZ_RUNS for harnesses slower per input (percent), FUZZ_MAXLEN_<name>
+# Per harness: fuzz/<name>.dict, when present, is its libFuzzer dictionary; FUZZ_PCT_<name> scales FUZZ_RUNS for harnesses slower per input (percent), FUZZ_MAXLEN_<name>
 # raises the input size limit (default 8192) where the seeds are larger.
 FUZZ_PCT_tokenizer = 20
 FUZZ_PCT_chat_template = 30
@@ -106,7 +106,8 @@ fuzz:
 	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$$(( $(FUZZ_RUNS) * pct / 100 )) -seed=1"; \
 	  else dir=$(FUZZ_DIR)/corpus-$$h; len="-max_total_time=$(FUZZ_S)"; fi; \
 	  mkdir -p $$dir && \
-	  $(FUZZ_DIR)/$${h}_fuzz $$len -max_len=$$maxlen -rss_limit_mb=2048 -timeout=10 $$dir fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
+	  dict=; if [ -f fuzz/$$h.dict ]; then dict=-dict=fuzz/$$h.dict; fi; \
+	  $(FUZZ_DIR)/$${h}_fuzz $$len $$dict -max_len=$$maxlen -rss_limit_mb=2048 -timeout=10 $$dir fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
 	  echo "fuzz $$h: $$(grep -E '^Done' $(FUZZ_DIR)/$$h.log)"; \
 	  if [ $$rc -ne 0 ]; then tail -40 $(FUZZ_DIR)/$$h.log; exit 1; fi; \
 	done

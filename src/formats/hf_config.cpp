@@ -87,6 +87,8 @@ nlohmann::json read_json_file(const std::string& path) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(ErrorCode::kInvalidFile, "{}: invalid JSON at offset {}: {}", path, e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number too large for a double (1e400)
+    fail(ErrorCode::kInvalidFile, "{}: invalid JSON: {}", path, e.what());
   }
 }
 

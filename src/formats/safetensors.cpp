@@ -76,6 +76,8 @@ void SafetensorsFile::parse(const uint8_t* data, uint64_t size) {
     header = nlohmann::json::parse(data + 8, data + 8 + n);
   } catch (const nlohmann::json::parse_error& e) {
     fail(ErrorCode::kInvalidFile, "{}: header JSON at offset {}: {}", p, 8 + e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number too large for a double (1e400)
+    fail(ErrorCode::kInvalidFile, "{}: header JSON: {}", p, e.what());
   }
   if (!header.is_object()) fail(ErrorCode::kInvalidFile, "{}: header at offset 8 is not a JSON object", p);
 
@@ -174,6 +176,8 @@ SafetensorsSet::SafetensorsSet(const std::string& path) {
     j = nlohmann::json::parse(read_text_file(index));
   } catch (const nlohmann::json::parse_error& e) {
     fail(ErrorCode::kInvalidFile, "{}: JSON at offset {}: {}", index, e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number too large for a double
+    fail(ErrorCode::kInvalidFile, "{}: JSON: {}", index, e.what());
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(ErrorCode::kInvalidFile, "{}: missing weight_map object", index);
