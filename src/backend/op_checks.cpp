@@ -181,11 +181,14 @@ void attention_sinks(const char* op, const AttentionParams& p) {
 }
 
 void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H) {
-  if (bank.glu != ExpertGlu::kSwiglu && bank.glu != ExpertGlu::kSwigluOai && bank.glu != ExpertGlu::kGeluTanh)
+  if (bank.glu != ExpertGlu::kSwiglu && bank.glu != ExpertGlu::kSwigluOai && bank.glu != ExpertGlu::kGeluTanh &&
+      bank.glu != ExpertGlu::kSwigluClamp)
     fail(ErrorCode::kInvalidArgument, "{}: bank glu {} is not an ExpertGlu", op, static_cast<int>(bank.glu));
   if (bank.glu == ExpertGlu::kSwigluOai && (!std::isfinite(bank.glu_alpha) || !(bank.glu_limit > 0.0f)))
     fail(ErrorCode::kInvalidArgument, "{}: clamped SwiGLU needs a finite alpha and a limit > 0 (alpha {}, limit {})",
          op, bank.glu_alpha, bank.glu_limit);
+  if (bank.glu == ExpertGlu::kSwigluClamp && !(bank.glu_limit > 0.0f))
+    fail(ErrorCode::kInvalidArgument, "{}: clamped SwiGLU needs a limit > 0 (limit {})", op, bank.glu_limit);
   if (!bank.has_bias()) return;
   const int64_t E = bank.n_expert(), F = E > 0 && bank.gate[0].ndim == 2 ? bank.gate[0].dim(0) : 0;
   const std::pair<const char*, const Tensor*> biases[] = {

@@ -179,6 +179,9 @@ enum class ExpertGlu : uint8_t {
    *  PyTorch's approximate="tanh" GELU: transformers Gemma4TextExperts, hidden_activation
    *  gelu_pytorch_tanh). */
   kGeluTanh = 2,
+  /** DeepSeek-V4's clamped SwiGLU (transformers DeepseekV4Experts._apply_gate): g = min(g, limit),
+   *  u = clamp(u, -limit, limit), h = silu(g) * u. */
+  kSwigluClamp = 3,
 };
 
 /** One MoE layer's routed experts as individually addressed views (expert e = entry e), so
@@ -196,6 +199,49 @@ struct ExpertBank {
   Tensor gate_bias, up_bias, down_bias;
   int32_t n_expert() const { return static_cast<int32_t>(gate.size()); }
   bool has_bias() const { return !gate_bias.empty() || !up_bias.empty() || !down_bias.empty(); }
+};
+
+// DeepSeek-V4 (transformers DeepseekV4ForCausalLM; the ops below model/deepseek_v4.cpp calls).
+// "Tail RoPE": V4 rotates the LAST n_rot dims of each head, as adjacent pairs (x[d0 + 2i],
+// x[d0 + 2i + 1]), d0 = head_dim - n_rot, with angle pos * inv_freq[i] (cos/sin times attn_factor).
+
+/** Manifold-constrained hyper-connections (mHC): n residual streams per token. */
+struct HyperConnParams {
+  int32_t n_streams = 0;       // hc_mult
+  int32_t sinkhorn_iters = 0;  // hc_sinkhorn_iters
+  float eps = 1e-6f;           // hc_eps
+};
+
+/** One compressor of V4's compressed attention (CSA / HCA, or the CSA indexer's keys). Per token the
+ *  value pages (KvLayer::v) hold, from column `col`, its projections kv [width] then gate [width],
+ *  width = head_dim (HCA) or 2 head_dim (overlap: CSA's two series Ca = [0, hd), Cb = [hd, 2 hd)). */
+struct CompressParams {
+  int32_t rate = 0;       // compress rate m: source tokens per compressed entry
+  int32_t head_dim = 0;   // width of one entry
+  bool overlap = false;   // entry w pools Ca of window w-1 with Cb of window w (CSA)
+  int32_t col = 0;        // first column of this compressor's kv in the value pages
+  float eps = 1e-6f;      // its kv_norm (RMSNorm) epsilon
+  RopeParams rope;        // tail RoPE of the entries (compress_rope_theta; n_rot, inv_freq, attn_factor)
+};
+
+/** V4's lightning indexer (CSA): scores compressed entries and keeps the top_k per query. */
+struct IndexerParams {
+  int32_t n_head = 0;      // index_n_heads
+  int32_t head_dim = 0;    // index_head_dim
+  int32_t rate = 0;        // the CSA compress rate
+  int32_t top_k = 0;       // index_topk
+  RopeParams rope;         // tail RoPE of the queries (as the indexer's keys)
+};
+
+/** V4's attention: shared-KV MQA over a sliding window of the normalised kv plus compressed entries. */
+struct CompressedAttentionParams {
+  int32_t n_head = 0;
+  int32_t head_dim = 0;
+  float scale = 0.0f;          // head_dim^-0.5
+  int32_t window = 0;          // sliding_window: keys at positions (p - window, p]
+  int32_t rate = 0;            // compress rate: entry w is visible to position p when w < (p + 1) / rate
+  RopeParams rope;             // tail RoPE of queries, window keys and (inverse) of the output
+  Tensor sinks;                // F32 [n_head]: per-head sink logit in the softmax denominator
 };
 
 struct MoeExpertsParams {
@@ -446,6 +492,62 @@ class Ops {
    *  Throws kInvalidArgument for an id >= bank.n_expert(). */
   virtual void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                            const ExpertBank& bank, Tensor out) = 0;
+  // ---- DeepSeek-V4 ----------------------------------------------------------------------------
+  // Each has a CPU implementation; a backend without one throws kUnsupported naming the op
+  // (backend/deepseek_v4_ops.cpp).
+
+  /** Hyper-connection weights and collapse (transformers DeepseekV4HyperConnection / HyperHead).
+   *  mixes F32 [T, (2 + n) n] = fn . rms(streams) (block mode) or [T, n] (head mode, post empty);
+   *  base F32 [(2 + n) n] or [n]; scale F32 [3] or [1]. Block mode:
+   *    pre = sigmoid(mix_pre s0 + b_pre) + eps,  post = 2 sigmoid(mix_post s1 + b_post),
+   *    comb = softmax_rows(mix_comb s2 + b_comb) + eps, then columns / (sum + eps), then
+   *    sinkhorn_iters - 1 times rows / (sum + eps), columns / (sum + eps);
+   *  head mode: pre = sigmoid(mix s0 + b) + eps. collapsed[t] = sum_j pre[t, j] streams[t, j].
+   *  streams [T, n H], collapsed [T, H] activation dtype; post F32 [T, n], comb F32 [T, n n]
+   *  (comb[t, j n + k]: stream j's share of output stream k). Throws kInvalidArgument for shapes. */
+  virtual void hc_pre(const HyperConnParams& p, const Tensor& streams, const Tensor& mixes, const Tensor& base,
+                      const Tensor& scale, Tensor collapsed, Tensor post, Tensor comb);
+  /** Hyper-connection expansion: out[t, k] = post[t, k] y[t] + sum_j comb[t, j n + k] streams[t, j].
+   *  streams, out [T, n H] (must not alias); y [T, H]; post F32 [T, n]; comb F32 [T, n n]. */
+  virtual void hc_post(const HyperConnParams& p, const Tensor& streams, const Tensor& y, const Tensor& post,
+                       const Tensor& comb, Tensor out);
+  /** V4 compressor (DeepseekV4HCACompressor / CSACompressor / Indexer's compressor): first stores
+   *  this step's projections proj [T, 2 width] into kv.v's columns [col, col + 2 width) of each
+   *  token's slot (as kv_write), then for each batch sequence s with last position P computes its
+   *  entries w < (P + 1) / rate from the pages:
+   *    e_w[d] = sum_j softmax_j(gate_j[d] + ape[j][d]) kv_j[d]  over the rate tokens of window w
+   *  (overlap: 2 rate slots, Ca of window w-1 with ape[j][0, hd) then Cb of window w with
+   *  ape[j][hd, 2 hd); window -1 contributes nothing), then e_w = rmsnorm(e_w) * norm_w and tail RoPE
+   *  at position w rate. entries [S, M, head_dim] activation dtype, M >= every sequence's count
+   *  (rows past it are left as they were). ape F32 [rate, width]; norm_w [head_dim] F32/BF16. */
+  virtual void compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
+                           const Tensor& ape, const Tensor& norm_w, Tensor entries);
+  /** Lightning indexer top-k (DeepseekV4Indexer): for query t (position p, sequence s), q_h = tail
+   *  RoPE of q[t, h] at p, score_w = sum_h w[t, h] n_head^-0.5 relu(q_h . K[s, w]) head_dim^-0.5 over
+   *  the visible entries w < (p + 1) / rate; ids[t] = the min(top_k, visible) best (a set, in no
+   *  particular order), then -1. Ties (the ReLU often zeroes every head) are broken as torch.topk on
+   *  the CPU breaks them, over the sequence's n = (its last position this step + 1) / rate entries
+   *  with the invisible ones at -inf (backend/cpu/indexer_topk.cpp says how); CUDA takes the lower w.
+   *  q [T, n_head head_dim]; w [T, n_head]; keys [S, M, head_dim]; ids I32 [T, top_k]. */
+  virtual void indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
+                            const Tensor& keys, Tensor ids);
+  /** V4 attention (DeepseekV4Attention, eager): query t at position p of sequence s, q_h = tail RoPE
+   *  of q[t, h] at p; its keys, each also its value, are kv.k's normalised kv at positions j in
+   *  (p - window, p] with tail RoPE at j, and the entries[s, w] (selected[t] lists them, -1 skipped;
+   *  empty: all w < (p + 1) / rate; entries empty: none). out = softmax with the head's sink in the
+   *  denominator, then tail RoPE at -p (undoing the values' rotation). q, out [T, n_head head_dim];
+   *  kv.k [pages, page_size, 1, head_dim]; entries [S, M, head_dim]; selected I32 [T, k]. */
+  virtual void attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q,
+                                    KvLayer kv, const Tensor& entries, const Tensor& selected, Tensor out);
+  /** V4 router (DeepseekV4TopKRouter / HashRouter): s = sqrt(softplus(logits)); ids = tid2eid[token]
+   *  (hash layers: tid2eid I32 [V, k], tokens I32 [T]) or the k best of s + p.bias (ties to the lower
+   *  id); weights = s[ids] / (sum + 1e-20) when p.norm_topk_prob, times p.scaling. logits [T, E];
+   *  ids I32 [T, k]; weights F32 [T, k]. Throws kInvalidArgument for shapes or a token outside V. */
+  virtual void moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
+                                      const Tensor& tid2eid, Tensor ids, Tensor weights);
+  /** out = silu(min(gate, limit)) * clamp(up, -limit, limit) (DeepseekV4MLP); [T, F], may alias. */
+  virtual void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out);
+
   // ---- sampling -------------------------------------------------------------------------------
   /** One token from each logit row, by the sampler backend/sampling.h defines: logits F32 [R, V]
    *  (CUDA overwrites each row's edited entries with their edited values; the CPU leaves them); rows

@@ -18,6 +18,7 @@ std::unique_ptr<Model> build_minimax_m2(ModelConfig config, WeightLoader& ld, Op
 std::unique_ptr<Model> build_deepseek_v3(ModelConfig config, WeightLoader& ld, Ops& ops);  // deepseek_v3.cpp
 std::unique_ptr<Model> build_gpt_oss(ModelConfig config, WeightLoader& ld, Ops& ops);      // gpt_oss.cpp
 std::unique_ptr<Model> build_qwen3_next(ModelConfig config, WeightLoader& ld, Ops& ops);   // qwen3_next.cpp
+std::unique_ptr<Model> build_deepseek_v4(ModelConfig config, WeightLoader& ld, Ops& ops);  // deepseek_v4.cpp
 std::unique_ptr<Model> build_gemma4(ModelConfig config, WeightLoader& ld, Ops& ops);       // gemma4.cpp
 
 }  // namespace ft

@@ -241,6 +241,7 @@ KvCacheConfig kv_layout(const ModelConfig& c) {
     k.v_n_head = 1, k.v_head_dim = static_cast<int32_t>(c.qk_rope_dim);
   } else {
     k.n_head_kv = static_cast<int32_t>(c.n_head_kv), k.head_dim = static_cast<int32_t>(c.head_dim);
+    if (c.kv_v_width > 0) k.v_n_head = 1, k.v_head_dim = static_cast<int32_t>(c.kv_v_width);
   }
   if (!c.layer_linear.empty()) {
     k.layer_recurrent = c.layer_linear;
@@ -304,7 +305,7 @@ ModelConfig config_from_hf(const nlohmann::json& c, const std::string& arch) {
       m.mlp_only_layers.push_back(e.get<int64_t>());
     }
   if (const std::string sf = get_str(c, "scoring_func", src, ""); !sf.empty()) {
-    if (sf != "sigmoid" && sf != "softmax")
+    if (sf != "sigmoid" && sf != "softmax" && !(sf == "sqrtsoftplus" && arch == "deepseek_v4"))
       fail(ErrorCode::kUnsupported, "{}: scoring_func: '{}' is not supported (sigmoid or softmax)", src, sf);
     m.router_scoring = sf == "sigmoid" ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
     m.router_scoring_given = true;

@@ -108,6 +108,10 @@ struct ModelConfig {
   /** Per-layer input width (Gemma 4's hidden_size_per_layer_input; 0: none): ForwardState::ple. */
   int64_t ple_dim = 0;
 
+  /** Width of each token's value-page row when the architecture keeps something else there than
+   *  n_head_kv x head_dim values (DeepSeek-V4: its compressors' per-token projections); 0: none. */
+  int64_t kv_v_width = 0;
+
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;
 

@@ -24,6 +24,8 @@ const std::vector<ArchEntry>& architectures() {
       {"deepseek_v3", {"deepseek_v3", "kimi_k2"}, {"deepseek2"}, build_deepseek_v3,
        R"({"first_k_dense_replace": 3, "n_shared_experts": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
            "n_group": 8, "topk_group": 4})"},
+      // DeepSeek-V4 (model/deepseek_v4.cpp reads its own fields from config.json).
+      {"deepseek_v4", {"deepseek_v4"}, {}, build_deepseek_v4},
       // Qwen3-Next (layer_types default: every full_attention_interval-th layer attends, config.cpp).
       {"qwen3_next", {"qwen3_next"}, {"qwen3next"}, build_qwen3_next,
        R"({"partial_rotary_factor": 0.25, "norm_topk_prob": true, "linear_conv_kernel_dim": 4,

@@ -119,6 +119,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   const float* up_bias = bank.up_bias.empty() ? nullptr : bank.up_bias.ptr<float>();
   const float* down_bias = bank.down_bias.empty() ? nullptr : bank.down_bias.ptr<float>();
   const bool oai = bank.glu == ExpertGlu::kSwigluOai, gelu = bank.glu == ExpertGlu::kGeluTanh;
+  const bool clamped = bank.glu == ExpertGlu::kSwigluClamp;
   const float alpha = bank.glu_alpha, limit = bank.glu_limit;
   const int32_t* id = ids.ptr<int32_t>();
   const float* wt = weights.ptr<float>();
@@ -254,6 +255,11 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
         for (int64_t i = 0; i < nr; ++i) {
           const float g = std::min(gv[i], limit), u = std::clamp(uv[i], -limit, limit);
           h[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+        }
+      } else if (clamped) {
+        for (int64_t i = 0; i < nr; ++i) {
+          const float g = std::min(gv[i], limit), u = std::clamp(uv[i], -limit, limit);
+          h[i] = g / (1.0f + std::exp(-g)) * u;
         }
       } else if (gelu) {
         for (int64_t i = 0; i < nr; ++i) h[i] = cpu::gelu_tanh(gv[i]) * uv[i];

@@ -53,7 +53,7 @@ BankForm form_of(const ExpertBanks& src, int64_t l) {
   BankForm f;
   f.layout = src.layout(l);
   f.glu = b.glu;
-  if (b.glu == ExpertGlu::kSwigluOai) f.alpha = b.glu_alpha, f.limit = b.glu_limit;
+  if (b.glu == ExpertGlu::kSwigluOai || b.glu == ExpertGlu::kSwigluClamp) f.alpha = b.glu_alpha, f.limit = b.glu_limit;
   for (int j = 0; j < 3; ++j) f.bias[j] = !expert_bias(b, j).empty();
   return f;
 }

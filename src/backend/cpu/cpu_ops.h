@@ -59,6 +59,22 @@ class CpuOps : public Ops {
                    const ExpertBank& bank, Tensor out) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
+  // DeepSeek-V4 (hc_pre.cpp, hc_post.cpp, compress_kv.cpp, indexer_topk.cpp, attention_compressed.cpp,
+  // moe_route_sqrtsoftplus.cpp, swiglu_clamp.cpp).
+  void hc_pre(const HyperConnParams& p, const Tensor& streams, const Tensor& mixes, const Tensor& base,
+              const Tensor& scale, Tensor collapsed, Tensor post, Tensor comb) override;
+  void hc_post(const HyperConnParams& p, const Tensor& streams, const Tensor& y, const Tensor& post,
+               const Tensor& comb, Tensor out) override;
+  void compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
+                   const Tensor& ape, const Tensor& norm_w, Tensor entries) override;
+  void indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
+                    const Tensor& keys, Tensor ids) override;
+  void attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                            const Tensor& entries, const Tensor& selected, Tensor out) override;
+  void moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
+                              const Tensor& tid2eid, Tensor ids, Tensor weights) override;
+  void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out) override;
+
 
  private:
   int n_threads_;
@@ -96,6 +112,10 @@ inline float gelu_tanh(float x) {
   const float beta = 0.7978845608028654f, kappa = 0.044715f;
   return 0.5f * x * (1.0f + std::tanh(beta * (x + kappa * x * x * x)));
 }
+
+/** DeepSeek-V4's tail RoPE of one head x[0, head_dim) in place (ops.h, before HyperConnParams):
+ *  the last p.n_rot dims as adjacent pairs, angle pos * inv_freq[i]; sign -1 rotates backwards. */
+void rope_tail(const RopeParams& p, float* x, double pos, float sign = 1.0f);
 
 /** Throws kInvalidArgument "<op>: <arg> must be on the CPU" / "... must be F32" etc. */
 void check_cpu(const char* op, const char* arg, const Tensor& t);

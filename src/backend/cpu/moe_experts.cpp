@@ -87,6 +87,12 @@ void CpuOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tenso
         const float gv = std::min(gb[i], limit), uv = std::clamp(ub[i], -limit, limit);
         gb[i] = (uv + 1.0f) * (gv / (1.0f + std::exp(-alpha * gv)));
       }
+    } else if (bank.glu == ExpertGlu::kSwigluClamp) {
+      const float limit = bank.glu_limit;
+      for (int64_t i = 0; i < n * F; ++i) {
+        const float gv = std::min(gb[i], limit), uv = std::clamp(ub[i], -limit, limit);
+        gb[i] = gv / (1.0f + std::exp(-gv)) * uv;
+      }
     } else if (bank.glu == ExpertGlu::kGeluTanh) {
       for (int64_t i = 0; i < n * F; ++i) gb[i] = cpu::gelu_tanh(gb[i]) * ub[i];
     } else {

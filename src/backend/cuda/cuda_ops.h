@@ -100,6 +100,21 @@ class CudaOps final : public Ops {
                    const ExpertBank& bank, Tensor out) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
+  // DeepSeek-V4 (hc_pre.cu, hc_post.cu, compress_kv.cu, indexer_topk.cu, attention_compressed.cu,
+  // moe_route_sqrtsoftplus.cu, swiglu_clamp.cu).
+  void hc_pre(const HyperConnParams& p, const Tensor& streams, const Tensor& mixes, const Tensor& base,
+              const Tensor& scale, Tensor collapsed, Tensor post, Tensor comb) override;
+  void hc_post(const HyperConnParams& p, const Tensor& streams, const Tensor& y, const Tensor& post,
+               const Tensor& comb, Tensor out) override;
+  void compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
+                   const Tensor& ape, const Tensor& norm_w, Tensor entries) override;
+  void indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
+                    const Tensor& keys, Tensor ids) override;
+  void attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                            const Tensor& entries, const Tensor& selected, Tensor out) override;
+  void moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
+                              const Tensor& tid2eid, Tensor ids, Tensor weights) override;
+  void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out) override;
   int64_t max_sample_row() const override;
   int64_t workspace_bytes(const WorkspaceShape& s) const override;
 

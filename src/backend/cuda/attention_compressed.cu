@@ -1,0 +1,144 @@
+// attention_compressed: DeepSeek-V4's attention (ops.h): one warp per (query token, head), an online
+// softmax (starting from the head's sink) over the sliding window of rotated kv from the key pages and
+// the compressed entries (all visible ones or the indexer's picks); the output's tail RoPE is undone
+// at -p. Lane l holds dims l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft {
+namespace cuda {
+namespace {
+
+constexpr int kMaxPerLane = 16;  // head_dim <= 512
+
+struct TailRope {
+  const float* inv_freq;
+  int hd, n_rot;
+  float attn_factor;
+  // Rotates the lane's dims of a head at position `pos` (sign -1: backwards); v[i] is dim lane + 32 i.
+  __device__ void apply(float (&v)[kMaxPerLane], int lane, float pos, float sign) const {
+    const int d0 = hd - n_rot;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      const float partner = __shfl_xor_sync(0xffffffffu, v[i], 1);
+      if (d < hd && d >= d0) {
+        float sn, cs;
+        sincosf(pos * inv_freq[(d - d0) / 2], &sn, &cs);
+        cs *= attn_factor, sn *= sign * attn_factor;
+        v[i] = ((d - d0) % 2 == 0) ? v[i] * cs - partner * sn : v[i] * cs + partner * sn;
+      }
+    }
+  }
+};
+
+template <typename T>
+__global__ void attention_kernel(const T* q, const T* kpages, const T* entries, const int32_t* selected, int sel_k,
+                                 const float* sinks, const int32_t* positions, const int32_t* seq_index,
+                                 const int32_t* block_tables, int max_blocks, int page_size, T* out, int64_t n_tok,
+                                 int nh, int hd, float scale, int window, int rate, int64_t M, TailRope rope) {
+  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (item >= n_tok * nh) return;
+  const int64_t t = item / nh;
+  const int h = static_cast<int>(item % nh);
+  const int P = positions[t], s = seq_index[t];
+  float qv[kMaxPerLane], acc[kMaxPerLane], kv[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < hd ? to_f(q[(t * nh + h) * hd + d]) : 0.0f;
+    acc[i] = 0.0f;
+  }
+  rope.apply(qv, lane, static_cast<float>(P), 1.0f);
+  float m = sinks[h], l = 1.0f;
+  auto visit = [&](const T* row, bool rotate, int pos) {
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      kv[i] = d < hd ? to_f(row[d]) : 0.0f;
+    }
+    if (rotate) rope.apply(kv, lane, static_cast<float>(pos), 1.0f);
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) dot += qv[i] * kv[i];
+    const float x = warp_sum(dot) * scale;
+    const float m2 = fmaxf(m, x), c = expf(m - m2), pr = expf(x - m2);
+    l = l * c + pr;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) acc[i] = acc[i] * c + pr * kv[i];
+    m = m2;
+  };
+  for (int j = max(0, P - window + 1); j <= P; ++j) {
+    const int64_t page = block_tables[static_cast<int64_t>(s) * max_blocks + j / page_size];
+    visit(kpages + (page * page_size + j % page_size) * hd, true, j);
+  }
+  if (entries) {
+    const int64_t n_vis = min(static_cast<int64_t>(P + 1) / rate, M);
+    const T* eb = entries + static_cast<int64_t>(s) * M * hd;
+    if (selected) {
+      for (int j = 0; j < sel_k; ++j) {
+        const int e = selected[t * sel_k + j];
+        if (e >= 0 && e < n_vis) visit(eb + static_cast<int64_t>(e) * hd, false, 0);
+      }
+    } else {
+      for (int64_t e = 0; e < n_vis; ++e) visit(eb + e * hd, false, 0);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) acc[i] /= l;
+  rope.apply(acc, lane, static_cast<float>(P), -1.0f);
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) out[(t * nh + h) * hd + d] = from_f<T>(acc[i]);
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaOps::attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q,
+                                   KvLayer kv, const Tensor& entries, const Tensor& selected, Tensor out) {
+  forget_prepared();
+  const char* op = "attention_compressed";
+  cuda::check_batch(op, batch);
+  cuda::check_act(op, "q", q);
+  cuda::check_same_dtype(op, "kv.k", kv.k, q);
+  cuda::check_same_dtype(op, "out", out, q);
+  cuda::check_dtype(op, "sinks", p.sinks, {DType::F32});
+  cuda::check_dtype(op, "inv_freq", p.rope.inv_freq, {DType::F32});
+  const int64_t T = batch.n_tokens, nh = p.n_head, hd = p.head_dim;
+  if (nh < 1 || hd < 1 || hd > 32 * cuda::kMaxPerLane || p.window < 1 || p.rope.head_dim != hd ||
+      !q.has_shape({T, nh * hd}) || !out.has_shape({T, nh * hd}) || kv.k.ndim != 4 || kv.k.dim(2) != 1 ||
+      kv.k.dim(3) != hd || p.sinks.numel() != nh || out.data == q.data)
+    fail(ErrorCode::kInvalidArgument, "{}: q {}, kv.k {}, out {}, sinks {} do not fit {} heads of {} (at most {}; out "
+         "must not alias q)", op, q.str(), kv.k.str(), out.str(), p.sinks.str(), nh, hd, 32 * cuda::kMaxPerLane);
+  int64_t M = 0;
+  if (!entries.empty()) {
+    cuda::check_same_dtype(op, "entries", entries, q);
+    if (entries.ndim != 3 || entries.dim(0) < batch.n_seqs || entries.dim(2) != hd || p.rate < 1)
+      fail(ErrorCode::kInvalidArgument, "{}: entries {} must be [>= {}, M, {}] with a rate >= 1", op, entries.str(),
+           batch.n_seqs, hd);
+    M = entries.dim(1);
+  }
+  if (!selected.empty()) {
+    cuda::check_dtype(op, "selected", selected, {DType::I32});
+    if (selected.rows() != T || entries.empty())
+      fail(ErrorCode::kInvalidArgument, "{}: selected {} needs [{}, k] rows and entries", op, selected.str(), T);
+  }
+  if (T == 0) return;
+  const cuda::TailRope rope{p.rope.inv_freq.ptr<float>(), static_cast<int>(hd), p.rope.n_rot, p.rope.attn_factor};
+  const int64_t items = T * nh;
+  FT_DISPATCH_ACT(op, "q", q.dtype, {
+    cuda::attention_kernel<T><<<cuda::grid_1d(items, 4, 1LL << 30), 128, 0, stream_>>>(
+        q.ptr<T>(), kv.k.ptr<T>(), entries.empty() ? nullptr : entries.ptr<T>(),
+        selected.empty() ? nullptr : selected.ptr<int32_t>(), selected.empty() ? 0 : static_cast<int>(selected.cols()),
+        p.sinks.ptr<float>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
+        batch.block_tables.ptr<int32_t>(), batch.max_blocks, static_cast<int>(kv.k.dim(1)), out.ptr<T>(), T,
+        static_cast<int>(nh), static_cast<int>(hd), p.scale, p.window, p.rate, M, rope);
+  });
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ft

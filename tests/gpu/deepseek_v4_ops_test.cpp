@@ -1,0 +1,169 @@
+// CUDA vs CPU: DeepSeek-V4's ops (hc_pre, hc_post, swiglu_clamp, moe_route_sqrtsoftplus, compress_kv,
+// indexer_topk, attention_compressed) on the same random F32 inputs; values within 1e-4 relative L2
+// (F32 activations on both), indices exactly.
+#include <algorithm>
+#include <numeric>
+
+#include "gpu_harness.h"
+
+namespace ft::testing {
+namespace {
+
+class CudaDeepseekV4 : public GpuTest {
+ protected:
+  std::vector<float> host_read(const Tensor& t) {
+    return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
+  }
+  std::vector<int32_t> host_read_i32(const Tensor& t) {
+    return std::vector<int32_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
+  }
+  Tensor dev(const std::vector<float>& v, std::vector<int64_t> shape) { return arena().dev_from(v, DType::F32, shape); }
+  static constexpr double kTight = 1e-4;
+};
+
+TEST_F(CudaDeepseekV4, HyperConnectionsAndClampedSwiglu) {
+  const int n = 4, T = 5, H = 64, M = (2 + n) * n;
+  const auto streams = rand_bf16(T * n * H, 1), mixes = rand_bf16(T * M, 2, -2, 2), base = rand_bf16(M, 3),
+             scale = rand_bf16(3, 4, 0.5f, 1.5f), y = rand_bf16(T * H, 5);
+  const HyperConnParams p{n, 20, 1e-6f};
+  Tensor hc = arena().host_f32(std::vector<float>(T * H), {T, H}), hp = arena().host_f32(std::vector<float>(T * n), {T, n}),
+         hm = arena().host_f32(std::vector<float>(T * n * n), {T, n * n});
+  cpu().hc_pre(p, arena().host_f32(streams, {T, n * H}), arena().host_f32(mixes, {T, M}), arena().host_f32(base, {M}),
+               arena().host_f32(scale, {3}), hc, hp, hm);
+  Tensor dc = arena().dev_poisoned(DType::F32, {T, H}), dp = arena().dev_poisoned(DType::F32, {T, n}),
+         dm = arena().dev_poisoned(DType::F32, {T, n * n});
+  gpu().hc_pre(p, dev(streams, {T, n * H}), dev(mixes, {T, M}), dev(base, {M}), dev(scale, {3}), dc, dp, dm);
+  EXPECT_LE(rel_l2(arena().read(dc), host_read(hc)), kTight);
+  EXPECT_LE(rel_l2(arena().read(dp), host_read(hp)), kTight);
+  EXPECT_LE(rel_l2(arena().read(dm), host_read(hm)), kTight);
+
+  Tensor ho = arena().host_f32(std::vector<float>(T * n * H), {T, n * H});
+  cpu().hc_post(p, arena().host_f32(streams, {T, n * H}), arena().host_f32(y, {T, H}), hp, hm, ho);
+  Tensor dout = arena().dev_poisoned(DType::F32, {T, n * H});
+  gpu().hc_post(p, dev(streams, {T, n * H}), dev(y, {T, H}), dev(host_read(hp), {T, n}), dev(host_read(hm), {T, n * n}),
+                dout);
+  EXPECT_LE(rel_l2(arena().read(dout), host_read(ho)), kTight);
+
+  const auto g = rand_bf16(T * H, 6, -15, 15), u = rand_bf16(T * H, 7, -15, 15);
+  Tensor hs = arena().host_f32(std::vector<float>(T * H), {T, H});
+  cpu().swiglu_clamp(arena().host_f32(g, {T, H}), arena().host_f32(u, {T, H}), 10.0f, hs);
+  Tensor ds = arena().dev_poisoned(DType::F32, {T, H});
+  gpu().swiglu_clamp(dev(g, {T, H}), dev(u, {T, H}), 10.0f, ds);
+  EXPECT_LE(rel_l2(arena().read(ds), host_read(hs)), kTight);
+}
+
+TEST_F(CudaDeepseekV4, SqrtSoftplusRouterLearnedAndHash) {
+  const int T = 9, E = 16, k = 4, V = 32;
+  const auto logits = rand_bf16(T * E, 8, -4, 4), bias = rand_bf16(E, 9, -0.5f, 0.5f);
+  std::vector<int32_t> tokens(T), table(V * k);
+  for (int t = 0; t < T; ++t) tokens[t] = (t * 7) % V;
+  for (int i = 0; i < V * k; ++i) table[i] = (i * 5 + i / k) % E;
+  for (bool hash : {false, true}) {
+    RouterParams cp;
+    cp.n_expert_used = k, cp.norm_topk_prob = true, cp.scaling = 1.5f;
+    RouterParams gp = cp;
+    if (!hash) cp.bias = arena().host_f32(bias, {E}), gp.bias = dev(bias, {E});
+    Tensor hi = arena().host_i32(std::vector<int32_t>(T * k), {T, k}), hw = arena().host_f32(std::vector<float>(T * k), {T, k});
+    cpu().moe_route_sqrtsoftplus(cp, arena().host_f32(logits, {T, E}), hash ? arena().host_i32(tokens, {T}) : Tensor(),
+                                 hash ? arena().host_i32(table, {V, k}) : Tensor(), hi, hw);
+    Tensor di = arena().dev_i32(std::vector<int32_t>(T * k, -7), {T, k}), dw = arena().dev_poisoned(DType::F32, {T, k});
+    gpu().moe_route_sqrtsoftplus(gp, dev(logits, {T, E}), hash ? arena().dev_i32(tokens, {T}) : Tensor(),
+                                 hash ? arena().dev_i32(table, {V, k}) : Tensor(), di, dw);
+    EXPECT_EQ(arena().read_i32(di), host_read_i32(hi)) << (hash ? "hash" : "learned");
+    EXPECT_LE(rel_l2(arena().read(dw), host_read(hw)), kTight);
+  }
+}
+
+TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) {
+  // Two sequences: a 37-token prefill and a 2-token continuation of a 20-token cached prefix.
+  const int hd = 32, id = 16, rate = 4, page = 8, n_pages = 16, max_blocks = 6, nh = 4, ih = 2, K = 3, window = 8;
+  const int W = 2 * hd, Wv = 4 * hd + 4 * id;  // CSA compressor then indexer columns
+  std::vector<int32_t> table(2 * max_blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::reverse(table.begin(), table.end());
+  std::vector<int32_t> pos, si;
+  for (int p = 0; p < 37; ++p) pos.push_back(p), si.push_back(0);
+  for (int p = 0; p < 22; ++p) pos.push_back(p), si.push_back(1);
+  const int T = static_cast<int>(pos.size()), S = 2;
+  auto batch = [&](bool gpu_side) {
+    auto i32 = [&](const std::vector<int32_t>& v, std::vector<int64_t> s) {
+      return gpu_side ? arena().dev_i32(v, s) : arena().host_i32(v, s);
+    };
+    BatchInfo b{T, S, max_blocks, 37, i32(pos, {T}), i32(si, {T}), i32({0, 37, T}, {3}), i32(table, {S, max_blocks}),
+                Tensor()};
+    return b;
+  };
+  const BatchInfo hb = batch(false), db = batch(true);
+  const std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.01f};
+  RopeParams rope;
+  rope.head_dim = hd, rope.n_rot = 8;
+  CompressParams cp;
+  cp.rate = rate, cp.head_dim = hd, cp.overlap = true, cp.col = 0;
+  const auto proj = rand_bf16(T * 2 * W, 10, -2, 2), ape = rand_bf16(rate * W, 11), nw = rand_bf16(hd, 12, 0.5f, 1.5f);
+  const int M = 37 / rate;
+  auto run_compress = [&](Ops& ops, bool gpu_side, KvLayer kv, Tensor ent) {
+    auto t = [&](const std::vector<float>& v, std::vector<int64_t> s) {
+      return gpu_side ? dev(v, s) : arena().host_f32(v, s);
+    };
+    CompressParams p = cp;
+    p.rope = rope, p.rope.inv_freq = t(inv, {4});
+    ops.compress_kv(p, gpu_side ? db : hb, t(proj, {T, 2 * W}), kv, t(ape, {rate, W}), t(nw, {hd}), ent);
+  };
+  KvLayer hkv{arena().host_f32(std::vector<float>(n_pages * page * hd), {n_pages, page, 1, hd}),
+              arena().host_f32(std::vector<float>(n_pages * page * Wv), {n_pages, page, 1, Wv})};
+  KvLayer dkv{arena().dev(DType::F32, {n_pages, page, 1, hd}), arena().dev(DType::F32, {n_pages, page, 1, Wv})};
+  Tensor hent = arena().host_f32(std::vector<float>(S * M * hd), {S, M, hd});
+  Tensor dent = arena().dev_poisoned(DType::F32, {S, M, hd});
+  run_compress(cpu(), false, hkv, hent);
+  run_compress(gpu(), true, dkv, dent);
+  const std::vector<float> gent = arena().read(dent), cent = host_read(hent);
+  // Sequence 1 has 22 / 4 = 5 entries: compare the rows each sequence has.
+  std::vector<float> g_used, c_used;
+  for (int s = 0; s < S; ++s)
+    for (int w = 0; w < (s == 0 ? 37 : 22) / rate; ++w)
+      for (int d = 0; d < hd; ++d) g_used.push_back(gent[(s * M + w) * hd + d]), c_used.push_back(cent[(s * M + w) * hd + d]);
+  EXPECT_LE(rel_l2(g_used, c_used), kTight);
+
+  // Indexer: positive queries, keys and weights, so no ReLU zeros tie (CPU breaks ties as torch's
+  // CPU topk, CUDA to the lower entry) and both must pick the same sets.
+  const auto q = rand_bf16(T * ih * hd, 13, 0.1f, 1.0f), w = rand_bf16(T * ih, 14, 0.1f, 1.0f),
+             ikeys = rand_bf16(S * M * hd, 18, 0.1f, 1.0f);
+  IndexerParams ip{ih, hd, rate, K, rope};
+  Tensor hids = arena().host_i32(std::vector<int32_t>(T * K), {T, K});
+  ip.rope.inv_freq = arena().host_f32(inv, {4});
+  cpu().indexer_topk(ip, hb, arena().host_f32(q, {T, ih * hd}), arena().host_f32(w, {T, ih}),
+                     arena().host_f32(ikeys, {S, M, hd}), hids);
+  Tensor dids = arena().dev_i32(std::vector<int32_t>(T * K, -7), {T, K});
+  ip.rope.inv_freq = dev(inv, {4});
+  gpu().indexer_topk(ip, db, dev(q, {T, ih * hd}), dev(w, {T, ih}), dev(ikeys, {S, M, hd}), dids);
+  std::vector<int32_t> gi = arena().read_i32(dids), ci = host_read_i32(hids);
+  for (int t = 0; t < T; ++t) {  // the same set per query, in any order
+    std::sort(gi.begin() + t * K, gi.begin() + (t + 1) * K);
+    std::sort(ci.begin() + t * K, ci.begin() + (t + 1) * K);
+  }
+  EXPECT_EQ(gi, ci);
+  (void)id;
+
+  // Attention: window keys from the key pages (written by kv_write), entries all visible / selected.
+  const auto kvrows = rand_bf16(T * hd, 15), qa = rand_bf16(T * nh * hd, 16, -2, 2), sinks = rand_bf16(nh, 17);
+  cpu().kv_write(hb, arena().host_f32(kvrows, {T, hd}), arena().host_f32(kvrows, {T, hd}), KvLayer{hkv.k, hkv.k});
+  gpu().kv_write(db, dev(kvrows, {T, hd}), dev(kvrows, {T, hd}), KvLayer{dkv.k, dkv.k});
+  for (bool selected : {false, true}) {
+    CompressedAttentionParams ap;
+    ap.n_head = nh, ap.head_dim = hd, ap.scale = 1.0f / std::sqrt(static_cast<float>(hd)), ap.window = window;
+    ap.rate = rate, ap.rope = rope;
+    ap.rope.inv_freq = arena().host_f32(inv, {4});
+    ap.sinks = arena().host_f32(sinks, {nh});
+    Tensor hout = arena().host_f32(std::vector<float>(T * nh * hd), {T, nh * hd});
+    cpu().attention_compressed(ap, hb, arena().host_f32(qa, {T, nh * hd}), hkv, hent, selected ? hids : Tensor(), hout);
+    ap.rope.inv_freq = dev(inv, {4});
+    ap.sinks = dev(sinks, {nh});
+    Tensor dout = arena().dev_poisoned(DType::F32, {T, nh * hd});
+    gpu().attention_compressed(ap, db, dev(qa, {T, nh * hd}), dkv, dev(cent, {S, M, hd}),
+                               selected ? arena().dev_i32(host_read_i32(hids), {T, K}) : Tensor(), dout);
+    EXPECT_LE(rel_l2(arena().read(dout), host_read(hout)), kTight) << (selected ? "selected" : "all entries");
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
