@@ -146,8 +146,14 @@ std::vector<Submitted> submit_chat(ServerContext& ctx, ChatRequest& r) {
       (rf != ReasoningFormat::kNone &&
        (reasoning_tags_are_special(rf) || any_control_token(vocab, {tags.open, tags.close})));
   // A required or named tool_choice: the server writes the call's opening, a grammar the rest.
-  const std::string forced = force_tool_call(r, tf, ctx.model.chat_template->source(),
-                                             r.reply_starts_in_reasoning ? tags.close : "", gen);
+  std::string forced = force_tool_call(r, tf, ctx.model.chat_template->source(),
+                                       r.reply_starts_in_reasoning ? tags.close : "", gen);
+  // Structured output on a prompt that opened a reasoning block: the block is closed the same way, so
+  // the grammar shapes the reply's content, not its reasoning (the model does not think first).
+  if (forced.empty() && r.reply_starts_in_reasoning && gen.structured != GenerationParams::Structured::kNone) {
+    gen.reply_prefix = std::string(tags.close) + "\n\n";
+    forced = gen.reply_prefix;
+  }
   return submit_choices(ctx, encode_chat_prompt(vocab, text + forced, r.messages), gen, "messages");
 }
 

@@ -86,7 +86,8 @@ ReplyFormat reply_format(const ServerContext& ctx, const ChatRequest& r);
  *  tool_call_format_markers a control token), or reasoning is split and its tags are control tokens
  *  (reasoning_tags_are_special, or the vocabulary makes them so), its text keeps control tokens, so
  *  the parser sees them. A required or named tool_choice makes the reply one call: the prompt ends with
- *  the call's opening and the reply is constrained to the rest (force_tool_call, tool_call_grammar.h). Throws what those
+ *  the call's opening and the reply is constrained to the rest (force_tool_call, tool_call_grammar.h); a forced call or
+ *  a structured output (response_format) closes a reasoning block the prompt opened first. Throws what those
  *  throw. Returns the r.gen.n choices (submit_choices). */
 std::vector<Submitted> submit_chat(ServerContext& ctx, ChatRequest& r);
 

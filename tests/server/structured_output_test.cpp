@@ -85,6 +85,43 @@ TEST(StructuredOutput, ChatRepliesHoldTheSchemaStreamedOrNot) {
   EXPECT_EQ(s.service().stats().kv_pages_used, 0);
 }
 
+TEST(StructuredOutput, APromptThatOpenedThinkingGetsTheValueAsContent) {
+  // A template whose generation prompt opens <think> (Qwen3-Thinking, DeepSeek-R1), reasoning split: the
+  // server closes the block first, so the value is the content and the reasoning is empty. Before, the
+  // value went to reasoning_content and content was "".
+  testing::TestServerConfig c;
+  std::string thinking = kChatMLTemplate;
+  const std::string prompt = "'<|im_start|>assistant\\n'";
+  ASSERT_NE(thinking.find(prompt), std::string::npos);
+  thinking.replace(thinking.find(prompt), prompt.size(), "'<|im_start|>assistant\\n<think>\\n'");
+  c.chat_template = thinking;
+  c.split_reasoning = true;
+  TestServer s(c);
+  auto cli = s.client();
+  for (int seed = 1; seed <= 3; ++seed) {
+    json b = chat_body(seed, schema_format());
+    auto r = cli.Post("/v1/chat/completions", b.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json message = json::parse(r->body)["choices"][0]["message"];
+    EXPECT_EQ(message.value("reasoning_content", ""), "") << r->body;
+    const std::string text = message["content"];
+    expect_person(json::parse(text), text);
+    b["stream"] = true;
+    auto st = cli.Post("/v1/chat/completions", b.dump(), "application/json");
+    ASSERT_TRUE(st);
+    std::string streamed, reasoning;
+    for (const auto& [name, data] : testing::sse_named_events(st->body)) {
+      if (data == "[DONE]") continue;
+      const json d = json::parse(data)["choices"][0]["delta"];
+      if (d.contains("content")) streamed += d["content"].get<std::string>();
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    }
+    EXPECT_EQ(streamed, text);
+    EXPECT_EQ(reasoning, "");
+  }
+}
+
 TEST(StructuredOutput, MaxTokensStillEndsWithAWholeValue) {
   TestServer s;
   auto cli = s.client();
