@@ -33,6 +33,13 @@ std::string ServerContext::new_id(const char* prefix) {
   return fmt::format("{}{:016x}{:08x}", prefix, a, static_cast<uint32_t>(n));
 }
 
+std::string ServerContext::tool_call_id() {
+  std::string id = new_id("call_");
+  if (model.tool_call_format != ToolCallFormat::kMistral) return id;
+  // The last 9 hex digits: 8 of the counter (unique for 4e9 calls) and one of the salted hash.
+  return id.substr(id.size() - 9);
+}
+
 bool is_cors_simple_body(std::string_view content_type) {
   std::string t(content_type.substr(0, content_type.find(';')));
   while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.pop_back();

@@ -100,6 +100,10 @@ struct ServerContext {
 
   /** "chatcmpl-" + 24 hex digits, unique per process. */
   std::string new_id(const char* prefix);
+  /** A tool call's id: "call_" + 24 hex digits, or for the Mistral format 9 letters and digits (its
+   *  templates refuse any other id when the call comes back in the history, as vLLM's Mistral parser
+   *  issues them). */
+  std::string tool_call_id();
   /** True when the request carries the API key (or none is configured). */
   bool authorized(const httplib::Request& req) const;
   /** Throws ApiException 404 model_not_found unless `requested` is the served name (or empty, when

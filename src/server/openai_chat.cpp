@@ -101,7 +101,7 @@ class ChatSse : public SseFormatter {
     if (!p.content.empty()) delta["content"] = std::move(p.content);
     if (!p.calls.empty()) {
       ojson a = ojson::array();
-      for (const ToolCall& c : p.calls) a.push_back(tool_call_json(c, ctx_.new_id("call_"), n_calls_++));
+      for (const ToolCall& c : p.calls) a.push_back(tool_call_json(c, ctx_.tool_call_id(), n_calls_++));
       delta["tool_calls"] = std::move(a);
     }
     return delta;
@@ -143,7 +143,7 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
     if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)
       if (reply.content.empty()) message["content"] = nullptr;
       ojson calls = ojson::array();
-      for (const ToolCall& c : reply.calls) calls.push_back(tool_call_json(c, ctx.new_id("call_")));
+      for (const ToolCall& c : reply.calls) calls.push_back(tool_call_json(c, ctx.tool_call_id()));
       message["tool_calls"] = std::move(calls);
     }
     ojson choice;

@@ -188,7 +188,7 @@ class ResponsesSse : public SseFormatter {
       if (!r_.parallel_tool_calls && n_calls_ > 0) break;  // at most one call
       close(out, "completed");
       held_content_.clear();  // whitespace around calls is not text
-      const std::string item_id = ctx_.new_id("fc_"), call_id = ctx_.new_id("call_");
+      const std::string item_id = ctx_.new_id("fc_"), call_id = ctx_.tool_call_id();
       const int index = static_cast<int>(output_.size());
       event("response.output_item.added",
             {{"output_index", index}, {"item", function_call_item(item_id, call_id, c, "in_progress", "")}}, out);
@@ -309,7 +309,7 @@ ojson output_items(ServerContext& ctx, const ChatReply& reply, const ResponsesRe
   // the item the cut-off ended (a call is whole, so never one)
   if (incomplete && reply.calls.empty() && !out.empty()) out.back()["status"] = "incomplete";
   for (const ToolCall& c : reply.calls) {
-    out.push_back(function_call_item(ctx.new_id("fc_"), ctx.new_id("call_"), c, "completed", c.arguments));
+    out.push_back(function_call_item(ctx.new_id("fc_"), ctx.tool_call_id(), c, "completed", c.arguments));
     if (!r.parallel_tool_calls) break;  // at most one call
   }
   return out;

@@ -6,10 +6,14 @@
 // Responses API's {type: function, name} alike; response_format beside a forced call is a 400.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "json_schema_testing.h"
 #include "server_fixture.h"
+#include "test_util.h"
 
 namespace ft {
 namespace {
@@ -151,6 +155,34 @@ TEST(ToolChoiceRoutes, AForcedCallClosesAReasoningBlockThePromptOpened) {
     }
     EXPECT_EQ(expect_one_valid_call(message, raw), "get_weather") << "stream " << stream;
   }
+}
+
+TEST(ToolChoiceRoutes, MistralCallIdsAreNineAlphanumericsAndComeBack) {
+  // Mistral's templates refuse a tool call id that is not 9 letters or digits; the server's ids were
+  // "call_" + 24 hex digits, so no tools loop could send its history back.
+  std::ifstream f(testing::shared_dir() + "/data/chat-templates/Mistral-Small-3.2-24B-Instruct-2506.jinja");
+  ASSERT_TRUE(f) << "missing the Mistral template in FT_SHARED_DIR";
+  std::stringstream src;
+  src << f.rdbuf();
+  TestServerConfig c = roomy();
+  c.max_seq_len = 8192, c.n_pages = 1024;  // the template's system prompt is ~2,800 byte tokens
+  c.chat_template = src.str();
+  TestServer s(c);
+  auto cli = s.client();
+  json b = chat_body(1, json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"));
+  auto r = cli.Post("/v1/chat/completions", b.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json message = json::parse(r->body)["choices"][0]["message"];
+  expect_one_valid_call(message, r->body);
+  const std::string id = message["tool_calls"][0]["id"];
+  EXPECT_TRUE(std::regex_match(id, std::regex("[A-Za-z0-9]{9}"))) << id;
+  b["messages"].push_back(message);
+  b["messages"].push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", "sunny"}});
+  b["tool_choice"] = "auto";
+  auto again = cli.Post("/v1/chat/completions", b.dump(), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
 }
 
 TEST(ToolChoiceRoutes, ResponseFormatBesideAForcedCallIsA400) {
