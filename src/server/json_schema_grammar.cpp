@@ -277,11 +277,17 @@ class SchemaCompiler {
   }
 
   // The bound `key` of `s` as a double, if present.
+  static constexpr double kBoundLimit = 9.0e15;
+
   std::optional<double> bound(const Json& s, const char* key, const std::string& path) {
     if (!s.contains(key)) return std::nullopt;
     if (!s[key].is_number()) refuse(path + "/" + key, fmt::format("'{}' must be a number", key));
     double v = s[key].get<double>();
     if (!std::isfinite(v)) refuse(path + "/" + key, fmt::format("'{}' must be finite", key));
+    // The grammar's ranges are int64 digit automata kept within doubles' exact integers; a bound
+    // beyond them would be silently moved, so it is refused.
+    if (std::fabs(v) > kBoundLimit)
+      refuse(path + "/" + key, fmt::format("'{}' beyond +-9e15 is not supported by constrained decoding", key));
     return v;
   }
 
@@ -289,8 +295,7 @@ class SchemaCompiler {
     const auto min = bound(s, "minimum", path), max = bound(s, "maximum", path);
     const auto xmin = bound(s, "exclusiveMinimum", path), xmax = bound(s, "exclusiveMaximum", path);
     if (!min && !max && !xmin && !xmax) return g::rule(t == "integer" ? rules_.integer() : rules_.number());
-    constexpr double kLimit = 9.0e15;
-    auto clip = [&](double v) { return static_cast<int64_t>(std::max(-kLimit, std::min(kLimit, v))); };
+    auto clip = [&](double v) { return static_cast<int64_t>(std::max(-kBoundLimit, std::min(kBoundLimit, v))); };
     if (t == "integer") {
       std::optional<int64_t> lo, hi;
       if (min) lo = clip(std::ceil(*min));
