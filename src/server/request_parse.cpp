@@ -91,6 +91,16 @@ void parse_response_format(const ojson& body, GenerationParams& g) {
   const std::string& type = t->get_ref<const std::string&>();
   if (type == "text") return;
   if (type == "json_object") {
+    // llama.cpp's server also takes a schema here ({"type": "json_object", "schema": {...}}).
+    if (const ojson* schema = field(*v, "schema"); schema && !schema->is_null()) {
+      if (!(schema->is_object() || schema->is_boolean()))
+        bad_request("response_format.schema",
+                    fmt::format("'response_format.schema' must be a JSON Schema object, got {}", type_name(*schema)));
+      g.structured = GenerationParams::Structured::kJsonSchema;
+      g.json_schema = *schema;
+      g.json_schema_param = "response_format.schema";
+      return;
+    }
     g.structured = GenerationParams::Structured::kJsonObject;
     return;
   }
@@ -195,8 +205,10 @@ void refuse_foreign_samplers(const ojson& body) {
  *  vocabulary, prompt_logprobs asks for the prompt's, use_beam_search for another search,
  *  truncate_prompt_tokens cuts the prompt; top_a is another engines' sampler.) */
 void refuse_unimplemented_fields(const ojson& body) {
+  // OpenAI's deprecated `functions` / `function_call` (the `tools` form is taken), audio output and
+  // predicted outputs are not implemented either.
   for (const char* name : {"allowed_token_ids", "bad_words", "prompt_logprobs", "use_beam_search",
-                           "truncate_prompt_tokens", "top_a"}) {
+                           "truncate_prompt_tokens", "top_a", "functions", "function_call", "audio", "prediction"}) {
     const ojson* v = field(body, name);
     if (!v || v->is_null() || (v->is_boolean() && !v->get<bool>()) || (v->is_number() && v->get<double>() == 0.0) ||
         (v->is_array() && v->empty()))

@@ -42,6 +42,7 @@ constexpr std::pair<const char*, const char*> kChatOnly[] = {
     {"response_format", "'text.format'"},
     {"reasoning_effort", "'reasoning.effort'"},
     {"logprobs", "nothing: log-probabilities are not supported on /v1/responses"},
+    {"n", "one request per response"},
 };
 
 /** Text of a content list's text parts joined by "\n" (refusal parts count as their text); media parts

@@ -210,6 +210,15 @@ TEST(RequestParse, ResponseFormatTextJsonObjectAndJsonSchema) {
   EXPECT_EQ(parse_completion_request(parse_json_body(R"({"prompt":"x","response_format":{"type":"json_object"}})"))
                 .gen.structured,
             S::kJsonObject);
+  // llama.cpp's json_object with a schema is that schema (it was a plain object before).
+  const GenerationParams lj = parse_chat_request(parse_json_body(head + R"({"type":"json_object","schema":{"type":"string"}}})")).gen;
+  EXPECT_EQ(lj.structured, S::kJsonSchema);
+  EXPECT_EQ(lj.json_schema.dump(), R"({"type":"string"})");
+  EXPECT_EQ(lj.json_schema_param, "response_format.schema");
+  EXPECT_EQ(chat_refusal(head + R"({"type":"json_object","schema":3}})").param, "response_format.schema");
+  // OpenAI's deprecated functions form is refused, not ignored.
+  EXPECT_EQ(chat_refusal(R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})").param, "functions");
+  EXPECT_EQ(chat_refusal(R"({"messages":[{"role":"user","content":"x"}],"function_call":"auto"})").param, "function_call");
   struct Case {
     const char* format;
     const char* param;

@@ -174,6 +174,7 @@ TEST(ResponsesParse, RefusalsNameTheResponsesField) {
       {R"({"input": "x", "text": {"verbosity": "low"}})", "text.verbosity"},
       {R"({"input": "x", "messages": []})", "messages"},
       {R"({"input": "x", "max_tokens": 5})", "max_tokens"},
+      {R"({"input": "x", "n": 2})", "n"},
       {R"({"input": "x", "response_format": {"type": "text"}})", "response_format"},
       {R"({"input": "x", "background": true})", "background"},
       {R"({"input": "x", "conversation": "conv_1"})", "conversation"},
