@@ -130,12 +130,14 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
   if (T == 0) return;
   const cuda::TailRope rope{p.rope.inv_freq.ptr<float>(), static_cast<int>(hd), p.rope.n_rot, p.rope.attn_factor};
   const int64_t items = T * nh;
+  const unsigned blocks = cuda::grid_1d(items, 4, int64_t{1} << 30);
+  const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
   FT_DISPATCH_ACT(op, "q", q.dtype, {
-    cuda::attention_kernel<T><<<cuda::grid_1d(items, 4, 1LL << 30), 128, 0, stream_>>>(
-        q.ptr<T>(), kv.k.ptr<T>(), entries.empty() ? nullptr : entries.ptr<T>(),
+    cuda::attention_kernel<T><<<blocks, 128, 0, stream_>>>(
+        q.ptr<T>(), static_cast<T*>(kv.k.data), entries.empty() ? nullptr : entries.ptr<T>(),
         selected.empty() ? nullptr : selected.ptr<int32_t>(), selected.empty() ? 0 : static_cast<int>(selected.cols()),
         p.sinks.ptr<float>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
-        batch.block_tables.ptr<int32_t>(), batch.max_blocks, static_cast<int>(kv.k.dim(1)), out.ptr<T>(), T,
+        batch.block_tables.ptr<int32_t>(), batch.max_blocks, static_cast<int>(kv.k.dim(1)), out.ptr<T>(), n_tok,
         static_cast<int>(nh), static_cast<int>(hd), p.scale, p.window, p.rate, M, rope);
   });
   FT_CUDA_LAUNCH_CHECK();

@@ -108,14 +108,16 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
   if (T == 0) return;
   // Each sequence's entry count is bounded by max_kv_len / rate (its last position + 1 at most).
   const int64_t max_entries = std::min<int64_t>(M, batch.max_kv_len / p.rate);
+  const dim3 pool_grid(static_cast<unsigned>(std::max<int64_t>(max_entries, 1)), static_cast<unsigned>(S));
+  const size_t pool_smem = static_cast<size_t>(hd) * 4;
+  const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
   FT_DISPATCH_ACT(op, "proj", proj.dtype, {
-    cuda::store_kernel<T><<<cuda::grid_1d(T * 2 * width, 256), 256, 0, stream_>>>(
-        proj.ptr<T>(), kv.v.ptr<T>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
-        batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, 2 * width, T * 2 * width);
+    cuda::store_kernel<T><<<cuda::grid_1d(n_tok * 2 * width, 256), 256, 0, stream_>>>(
+        proj.ptr<T>(), static_cast<T*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
+        batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, 2 * width, n_tok * 2 * width);
     if (max_entries > 0)
-      cuda::pool_kernel<T><<<dim3(static_cast<unsigned>(max_entries), static_cast<unsigned>(S)), 128,
-                             static_cast<size_t>(hd) * 4, stream_>>>(
-          kv.v.ptr<T>(), batch.positions.ptr<int32_t>(), batch.seq_start.ptr<int32_t>(),
+      cuda::pool_kernel<T><<<pool_grid, 128, pool_smem, stream_>>>(
+          static_cast<T*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_start.ptr<int32_t>(),
           batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, ape.ptr<float>(), norm_w.ptr<float>(),
           p.rope.inv_freq.ptr<float>(), entries.ptr<T>(), M, p.rate, static_cast<int>(hd), p.overlap, p.eps,
           p.rope.n_rot, p.rope.attn_factor);

@@ -40,9 +40,10 @@ void CudaOps::hc_post(const HyperConnParams& p, const Tensor& streams, const Ten
     fail(ErrorCode::kInvalidArgument, "{}: streams {}, y {}, post {}, comb {}, out {} do not fit {} streams (out must "
          "not alias streams)", op, streams.str(), y.str(), post.str(), comb.str(), out.str(), n);
   if (T == 0) return;
+  const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
   FT_DISPATCH_ACT(op, "streams", streams.dtype, {
-    cuda::hc_post_kernel<T><<<cuda::grid_1d(T * n * H, 256), 256, 0, stream_>>>(
-        streams.ptr<T>(), y.ptr<T>(), post.ptr<float>(), comb.ptr<float>(), out.ptr<T>(), T, static_cast<int>(n), H);
+    cuda::hc_post_kernel<T><<<cuda::grid_1d(n_tok * n * H, 256), 256, 0, stream_>>>(
+        streams.ptr<T>(), y.ptr<T>(), post.ptr<float>(), comb.ptr<float>(), out.ptr<T>(), n_tok, static_cast<int>(n), H);
   });
   FT_CUDA_LAUNCH_CHECK();
 }

@@ -89,8 +89,9 @@ void CudaOps::hc_pre(const HyperConnParams& p, const Tensor& streams, const Tens
            T, n, T, n * n);
   }
   if (T == 0) return;
+  const unsigned blocks = static_cast<unsigned>(T);
   FT_DISPATCH_ACT(op, "streams", streams.dtype, {
-    cuda::hc_pre_kernel<T><<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+    cuda::hc_pre_kernel<T><<<blocks, 256, 0, stream_>>>(
         streams.ptr<T>(), mixes.ptr<float>(), base.ptr<float>(), scale.ptr<float>(), collapsed.ptr<T>(),
         head ? nullptr : post.ptr<float>(), head ? nullptr : comb.ptr<float>(), static_cast<int>(n), H,
         p.sinkhorn_iters, p.eps, head);

@@ -101,9 +101,10 @@ void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const
          M, cuda::kMaxEntries);
   if (T == 0) return;
   const size_t smem = static_cast<size_t>(nh * hd + M) * 4;
+  const unsigned blocks = static_cast<unsigned>(T);
   FT_DISPATCH_ACT(op, "q", q.dtype, {
     cudaFuncSetAttribute(cuda::indexer_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    cuda::indexer_kernel<T><<<static_cast<unsigned>(T), 256, smem, stream_>>>(
+    cuda::indexer_kernel<T><<<blocks, 256, smem, stream_>>>(
         q.ptr<T>(), w.ptr<T>(), keys.ptr<T>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         p.rope.inv_freq.ptr<float>(), ids.ptr<int32_t>(), static_cast<int>(nh), static_cast<int>(hd), p.rope.n_rot,
         p.rope.attn_factor, p.rate, static_cast<int>(K), M);

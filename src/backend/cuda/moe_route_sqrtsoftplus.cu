@@ -74,11 +74,12 @@ void CudaOps::moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits
            tokens.str(), T);
   }
   if (T == 0) return;
+  const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
   FT_DISPATCH_ACT(op, "logits", logits.dtype, {
-    cuda::route_kernel<T><<<cuda::grid_1d(T, 128), 128, 0, stream_>>>(
+    cuda::route_kernel<T><<<cuda::grid_1d(n_tok, 128), 128, 0, stream_>>>(
         logits.ptr<T>(), p.bias.empty() ? nullptr : p.bias.ptr<float>(), hash ? tokens.ptr<int32_t>() : nullptr,
         hash ? tid2eid.ptr<int32_t>() : nullptr, hash ? tid2eid.dim(0) : 0, ids.ptr<int32_t>(), weights.ptr<float>(),
-        T, E, static_cast<int>(k), p.norm_topk_prob, p.scaling);
+        n_tok, E, static_cast<int>(k), p.norm_topk_prob, p.scaling);
   });
   FT_CUDA_LAUNCH_CHECK();
 }
