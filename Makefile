@@ -99,15 +99,20 @@ $(foreach h,$(FUZZ_NAMES),$(eval $(call FUZZ_BIN,$(h))))
 
 fuzz-build: $(foreach h,$(FUZZ_NAMES),$(FUZZ_DIR)/$(h)_fuzz)
 
+# The GGUF harness's seeds are the heads (first 8 KiB, the inputs' length limit) of the shared GGUF
+# fixtures, taken at run time: model files stay in FT_SHARED_DIR, never in the repository.
 fuzz:
 	$(MAKE) -j$(JOBS) fuzz-build
+	rm -rf $(FUZZ_DIR)/seeds-gguf && mkdir -p $(FUZZ_DIR)/seeds-gguf
+	for f in $(FT_SHARED_DIR)/fixtures/gguf/*/*.gguf; do [ -f "$$f" ] && head -c 8192 "$$f" > $(FUZZ_DIR)/seeds-gguf/$$(basename "$$f"); done; true
 	for plan in $(FUZZ_PLAN); do \
 	  h=$${plan%%:*}; rest=$${plan#*:}; pct=$${rest%%:*}; maxlen=$${rest#*:}; \
 	  if [ -n "$(FUZZ_RUNS)" ]; then dir=$(FUZZ_DIR)/fixed-$$h; rm -rf $$dir; len="-runs=$$(( $(FUZZ_RUNS) * pct / 100 )) -seed=1"; \
 	  else dir=$(FUZZ_DIR)/corpus-$$h; len="-max_total_time=$(FUZZ_S)"; fi; \
 	  mkdir -p $$dir && \
 	  dict=; if [ -f fuzz/$$h.dict ]; then dict=-dict=fuzz/$$h.dict; fi; \
-	  $(FUZZ_DIR)/$${h}_fuzz $$len $$dict -max_len=$$maxlen -rss_limit_mb=2048 -timeout=10 $$dir fuzz/corpus/$$h > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
+	  $(FUZZ_DIR)/$${h}_fuzz $$len $$dict -max_len=$$maxlen -rss_limit_mb=2048 -timeout=10 $$dir \
+	    $$(for d in fuzz/corpus/$$h $(FUZZ_DIR)/seeds-$$h; do [ -d $$d ] && echo $$d; done) > $(FUZZ_DIR)/$$h.log 2>&1; rc=$$?; \
 	  echo "fuzz $$h: $$(grep -E '^Done' $(FUZZ_DIR)/$$h.log)"; \
 	  if [ $$rc -ne 0 ]; then tail -40 $(FUZZ_DIR)/$$h.log; exit 1; fi; \
 	done
