@@ -53,6 +53,10 @@ struct BlockIQ4_XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t
 struct BlockMXFP4 { uint8_t e; uint8_t qs[16]; };     // 32 elements, E8M0 scale
 struct BlockNVFP4 { uint8_t d[4]; uint8_t qs[32]; };  // 64 elements, 4 UE4M3 scales (16 each)
 
+// ---- FreeToken's FP8 storage form (quant/fp8.h): 32 E4M3 codes sharing a float32 scale ----
+struct BlockF8E4M3B32 { float d; uint8_t qs[32]; };  // x = e4m3(q) * d
+
+static_assert(sizeof(BlockF8E4M3B32) == 36);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ1_0) == 18 && sizeof(BlockQ2_0) == 18);

@@ -55,6 +55,7 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::U8, "U8", 1, 1, false, false},
     DTypeInfo{DType::BOOL, "BOOL", 1, 1, false, false},
     DTypeInfo{DType::EC12, "EC12", 64, 96, false, false},  // moe/ec12.h: 64 values in 96 bytes
+    DTypeInfo{DType::F8_E4M3_B32, "F8_E4M3_B32", 32, 36, false, true},  // quant/fp8.h: float32 d + 32 E4M3
 };
 
 const DTypeInfo* find(DType t) {

@@ -23,6 +23,9 @@ enum class DType : uint32_t {
   // knows the format reads it (the expert banks and the CPU expert executor). Its block figures
   // count the rows alone. Not a name dtype_from_name accepts.
   EC12 = 2000,
+  // F8_E4M3_B32 (quant/fp8.h): FP8 checkpoints' weights as stored, rows of blocks of 32 E4M3 codes
+  // with one float32 scale each (the checkpoint's tile / channel / tensor scale replicated: lossless).
+  F8_E4M3_B32 = 2001,
 };
 
 struct DTypeInfo {
