@@ -1,0 +1,213 @@
+// parse_quant_config: config.json's quantization_config, field by field as transformers'
+// FineGrainedFP8Config / Mxfp4Config and compressed-tensors' QuantizationConfig write it (see
+// quant_config.h). Known keys without effect here are accepted; an unknown key or an unsupported
+// value is refused, naming it.
+#include "formats/quant_config.h"
+
+#include <algorithm>
+#include <regex>
+#include <set>
+
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxPattern = 512;
+
+[[noreturn]] void unsupported(const std::string& source, const std::string& what) {
+  fail(ErrorCode::kUnsupported, "{}: quantization_config: {} is not supported", source, what);
+}
+
+[[noreturn]] void bad(const std::string& source, const std::string& field, const std::string& want, const json& got) {
+  fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}: expected {}, got {}", source, field, want,
+       got.dump().substr(0, 80));
+}
+
+std::string string_field(const json& q, const char* key, const std::string& source, const std::string& path) {
+  const json& v = q.at(key);
+  if (!v.is_string()) bad(source, path + key, "a string", v);
+  return v.get<std::string>();
+}
+
+void check_keys(const json& obj, const std::set<std::string>& known, const std::string& source,
+                const std::string& path) {
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (!known.count(it.key())) unsupported(source, "option \"" + path + it.key() + "\"");
+}
+
+bool is_null_or_empty(const json& v) { return v.is_null() || (v.is_object() && v.empty()); }
+
+/** Appends the strings of list field `key` (null or absent: nothing) to `out`, checking each pattern. */
+void pattern_list(const json& q, const char* key, const std::string& source, std::vector<std::string>& out) {
+  if (!q.contains(key) || q.at(key).is_null()) return;
+  const json& v = q.at(key);
+  if (!v.is_array()) bad(source, key, "a list of module names", v);
+  for (const json& p : v) {
+    if (!p.is_string()) bad(source, key, "a list of module names", p);
+    std::string s = p.get<std::string>();
+    if (s.size() > kMaxPattern)
+      fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}: a pattern of {} characters (at most {})", source, key,
+           s.size(), kMaxPattern);
+    const std::string re = s.rfind("re:", 0) == 0 ? s.substr(3) : s;
+    try {
+      std::regex r(re, std::regex::ECMAScript);
+      (void)r;
+    } catch (const std::regex_error&) {
+      fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}: \"{}\" is not a valid regular expression", source,
+           key, s.substr(0, 80));
+    }
+    out.push_back(std::move(s));
+  }
+}
+
+/** weight_block_size / block_structure [rows, cols]: positive, cols a multiple of 32 (F8_E4M3_B32). */
+void block_shape(const json& v, const std::string& source, const std::string& field, QuantConfig& c) {
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer())
+    bad(source, field, "[rows, cols]", v);
+  const int64_t r = v[0].get<int64_t>(), k = v[1].get<int64_t>();
+  if (r < 1 || k < 1) bad(source, field, "positive block dimensions", v);
+  if (k % 32 != 0)
+    unsupported(source, field + " " + v.dump() + " (FP8 scale blocks must be a multiple of 32 columns wide)");
+  c.fp8_scales = Fp8Scales::kBlock;
+  c.block_rows = r;
+  c.block_cols = k;
+}
+
+void parse_fp8(const json& q, const std::string& source, QuantConfig& c) {
+  check_keys(q,
+             {"quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert",
+              "ignored_layers", "dequantize", "scale_fmt"},
+             source, "");
+  c.method = QuantMethod::kFp8;
+  c.scale_suffix = "weight_scale_inv";
+  if (q.contains("fmt") && !q["fmt"].is_null()) {
+    const std::string fmt = string_field(q, "fmt", source, "");
+    if (fmt != "e4m3") unsupported(source, "fmt \"" + fmt + "\" (FP8 weights are read as e4m3)");
+  }
+  if (q.contains("activation_scheme") && !q["activation_scheme"].is_null()) {
+    const std::string a = string_field(q, "activation_scheme", source, "");
+    if (a != "dynamic" && a != "static") unsupported(source, "activation_scheme \"" + a + "\"");
+  }
+  if (q.contains("dequantize") && !q["dequantize"].is_boolean()) bad(source, "dequantize", "true or false", q["dequantize"]);
+  if (q.contains("scale_fmt") && !q["scale_fmt"].is_null()) {
+    const std::string s = string_field(q, "scale_fmt", source, "");  // DeepSeek-V3.1: "ue8m0" scales, stored F32
+    if (s != "ue8m0" && s != "fp32") unsupported(source, "scale_fmt \"" + s + "\"");
+  }
+  if (q.contains("weight_block_size") && !q["weight_block_size"].is_null())
+    block_shape(q["weight_block_size"], source, "weight_block_size", c);
+  else
+    c.fp8_scales = Fp8Scales::kTensor;
+  pattern_list(q, "modules_to_not_convert", source, c.not_converted);
+  pattern_list(q, "ignored_layers", source, c.not_converted);
+}
+
+void parse_compressed_tensors(const json& q, const std::string& source, QuantConfig& c) {
+  check_keys(q,
+             {"quant_method", "format", "config_groups", "ignore", "quantization_status", "kv_cache_scheme",
+              "global_compression_ratio", "version", "sparsity_config", "transform_config", "provider"},
+             source, "");
+  const std::string format = q.contains("format") ? string_field(q, "format", source, "") : "";
+  if (format.find("nvfp4") != std::string::npos) unsupported(source, "compressed-tensors format \"" + format + "\" (NVFP4)");
+  if (format != "float-quantized" && format != "naive-quantized")
+    unsupported(source, "compressed-tensors format \"" + format + "\" (FP8 \"float-quantized\" is read)");
+  for (const char* k : {"kv_cache_scheme", "sparsity_config", "transform_config"})
+    if (q.contains(k) && !is_null_or_empty(q[k])) unsupported(source, std::string("compressed-tensors ") + k);
+  if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
+    bad(source, "config_groups", "an object of quantization groups", q.value("config_groups", json()));
+  c.method = QuantMethod::kFp8;
+  c.scale_suffix = "weight_scale";
+  bool first = true;
+  for (auto g = q["config_groups"].begin(); g != q["config_groups"].end(); ++g) {
+    const std::string path = "config_groups." + g.key() + ".";
+    if (!g->is_object()) bad(source, path.substr(0, path.size() - 1), "an object", *g);
+    check_keys(*g, {"targets", "weights", "input_activations", "output_activations", "format"}, source, path);
+    if (g->contains("output_activations") && !(*g)["output_activations"].is_null())
+      unsupported(source, path + "output_activations");
+    // input_activations: activations are not quantized here (weight-only use); input_scale is ignored.
+    if (!g->contains("weights") || !(*g)["weights"].is_object())
+      bad(source, path + "weights", "an object", g->value("weights", json()));
+    const json& w = (*g)["weights"];
+    check_keys(w,
+               {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic", "actorder",
+                "observer", "observer_kwargs", "scale_dtype", "zp_dtype"},
+               source, path + "weights.");
+    const json nb = w.value("num_bits", json()), ty = w.value("type", json());
+    if (nb != json(8) || ty != json("float"))
+      unsupported(source, path + "weights: num_bits " + nb.dump() + " type " + ty.dump() + " (8-bit float is read)");
+    if (w.contains("symmetric") && w["symmetric"] != json(true)) unsupported(source, path + "weights.symmetric false");
+    if (w.contains("dynamic") && w["dynamic"] != json(false)) unsupported(source, path + "weights.dynamic " + w["dynamic"].dump());
+    for (const char* k : {"group_size", "actorder"})
+      if (w.contains(k) && !w[k].is_null()) unsupported(source, path + "weights." + k + " " + w[k].dump());
+    QuantConfig one;
+    const std::string strategy = w.contains("strategy") ? string_field(w, "strategy", source, path + "weights.") : "";
+    if (strategy == "tensor") one.fp8_scales = Fp8Scales::kTensor;
+    else if (strategy == "channel") one.fp8_scales = Fp8Scales::kChannel;
+    else if (strategy == "block") block_shape(w.value("block_structure", json()), source, path + "weights.block_structure", one);
+    else unsupported(source, path + "weights.strategy \"" + strategy + "\"");
+    if (!first && (one.fp8_scales != c.fp8_scales || one.block_rows != c.block_rows || one.block_cols != c.block_cols))
+      unsupported(source, "config_groups with different weight strategies");
+    c.fp8_scales = one.fp8_scales, c.block_rows = one.block_rows, c.block_cols = one.block_cols;
+    first = false;
+  }
+  pattern_list(q, "ignore", source, c.not_converted);
+}
+
+void parse_mxfp4(const json& q, const std::string& source, QuantConfig& c) {
+  check_keys(q, {"quant_method", "modules_to_not_convert", "dequantize"}, source, "");
+  if (q.contains("dequantize") && !q["dequantize"].is_boolean()) bad(source, "dequantize", "true or false", q["dequantize"]);
+  c.method = QuantMethod::kMxfp4;
+  pattern_list(q, "modules_to_not_convert", source, c.not_converted);
+}
+
+bool regex_prefix(const std::string& pattern, std::string_view name) {
+  const std::regex r(pattern, std::regex::ECMAScript);
+  return std::regex_search(name.begin(), name.end(), r, std::regex_constants::match_continuous);
+}
+
+}  // namespace
+
+bool QuantConfig::converts(std::string_view module) const {
+  if (method == QuantMethod::kNone) return false;
+  for (const std::string& p : not_converted) {
+    if (p.rfind("re:", 0) == 0) {
+      if (regex_prefix(p.substr(3), module)) return false;
+      continue;
+    }
+    // transformers' should_convert_module: re.match(pattern) at the start, or the name ends with it.
+    if (module.size() >= p.size() && module.substr(module.size() - p.size()) == p) return false;
+    if (regex_prefix(p, module)) return false;
+  }
+  return true;
+}
+
+QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& source) {
+  QuantConfig c;
+  if (!config.is_object()) return c;
+  const json* q = nullptr;
+  if (config.contains("quantization_config")) q = &config["quantization_config"];
+  else if (config.contains("text_config") && config["text_config"].is_object() &&
+           config["text_config"].contains("quantization_config"))
+    q = &config["text_config"]["quantization_config"];
+  if (q == nullptr || q->is_null()) return c;
+  if (!q->is_object()) bad(source, "", "an object", *q);
+  if (q->contains("quant_algo") || q->contains("quantization")) {  // NVIDIA ModelOpt
+    json algo = q->contains("quant_algo") ? (*q)["quant_algo"] : json();
+    if (algo.is_null() && q->contains("quantization") && (*q)["quantization"].is_object()) algo = (*q)["quantization"].value("quant_algo", json());
+    unsupported(source, "ModelOpt quant_algo " + algo.dump().substr(0, 40) +
+                            (algo == json("NVFP4") ? " (NVFP4 checkpoints are not read yet)" : ""));
+  }
+  if (!q->contains("quant_method")) bad(source, "quant_method", "a string", json());
+  const std::string method = string_field(*q, "quant_method", source, "");
+  c.method_name = method;
+  if (method == "fp8") parse_fp8(*q, source, c);
+  else if (method == "compressed-tensors") parse_compressed_tensors(*q, source, c);
+  else if (method == "mxfp4") parse_mxfp4(*q, source, c);
+  else if (method == "modelopt") unsupported(source, "quant_method \"modelopt\" (NVIDIA ModelOpt checkpoints)");
+  else unsupported(source, "quant_method \"" + method.substr(0, 40) + "\"");
+  return c;
+}
+
+}  // namespace ft

@@ -1,0 +1,64 @@
+#pragma once
+// config.json's `quantization_config` (Hugging Face checkpoints) as a typed struct: which quantized
+// weight layout the safetensors hold, and which modules stay unquantized. Read forms:
+//  - transformers FineGrainedFP8Config / DeepSeek-V3 / Qwen FP8 releases: quant_method "fp8", fmt
+//    "e4m3", weight_block_size [128, 128] (F8_E4M3 `weight` + F32 `weight_scale_inv`, one per
+//    [128, 128] tile; value = w * scale_inv), activation_scheme "dynamic" or "static" (activations are
+//    not quantized here: weight-only use), modules_to_not_convert. Without weight_block_size: one
+//    scale per tensor.
+//  - compressed-tensors (llm-compressor), format "float-quantized": config_groups whose weights are
+//    8-bit "float" with strategy "tensor", "channel" or "block" (block_structure), F8_E4M3 `weight` +
+//    `weight_scale` (value = w * weight_scale); input_activations and `input_scale` are ignored
+//    (weight-only use); `ignore` names or "re:" patterns.
+//  - gpt-oss MXFP4 (quant_method "mxfp4", modules_to_not_convert): read by model/weights.cpp's fused
+//    expert path.
+// Everything else (ModelOpt NVFP4 / FP8, GPTQ, AWQ, bitsandbytes, other compressed-tensors formats,
+// options this reader does not know) is refused, naming the method or the option.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ft {
+
+enum class QuantMethod : uint8_t {
+  kNone,   // no quantization_config: plain weights
+  kFp8,    // FP8 E4M3 weights with float32 scales (either spelling above)
+  kMxfp4,  // gpt-oss MXFP4 experts
+};
+
+/** How an FP8 weight's scales are laid out. */
+enum class Fp8Scales : uint8_t {
+  kBlock,    // [ceil(N / block_rows), ceil(K / block_cols)]
+  kTensor,   // one scale ([] or [1])
+  kChannel,  // one per output row ([N] or [N, 1])
+};
+
+struct QuantConfig {
+  QuantMethod method = QuantMethod::kNone;
+  std::string method_name;        // quant_method as written ("fp8", "compressed-tensors", "mxfp4"); "" for none
+  Fp8Scales fp8_scales = Fp8Scales::kBlock;
+  int64_t block_rows = 0;         // kBlock: the tile's rows (output dim) and columns (input dim)
+  int64_t block_cols = 0;
+  std::string scale_suffix;       // kFp8: the scale tensor beside "<module>.weight": "weight_scale_inv" or "weight_scale"
+  std::vector<std::string> not_converted;  // modules_to_not_convert + ignored_layers, or compressed-tensors' ignore
+
+  /** Whether module `module` (a tensor name without ".weight", e.g. "model.layers.0.mlp.gate") is
+   *  quantized: false when a not_converted pattern matches it the way transformers'
+   *  should_convert_module does (the pattern as a regular expression matching a prefix of the name,
+   *  or the name ending with the pattern text); a compressed-tensors "re:" pattern is a regular
+   *  expression matching a prefix. An unquantized config (kNone) converts nothing. */
+  bool converts(std::string_view module) const;
+};
+
+/** Parses `config`'s "quantization_config" (config.json's top level or its text_config; absent or null:
+ *  method kNone). `source` names the file in errors. Throws ft::Error: kUnsupported naming a method
+ *  or option this reader does not support (e.g. "quant_method \"gptq\"", "ModelOpt NVFP4",
+ *  "fmt \"e5m2\"", "weight_block_size [64, 32]" when not a multiple of 32 wide, "activation_scheme"
+ *  values other than dynamic/static, an unknown key); kInvalidFile for a field of the wrong type or a
+ *  pattern that is not a valid regular expression (patterns longer than 512 characters are refused). */
+QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& source);
+
+}  // namespace ft

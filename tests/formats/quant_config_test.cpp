@@ -1,0 +1,173 @@
+// config.json's quantization_config (formats/quant_config.h): the FP8, compressed-tensors FP8 and
+// MXFP4 forms as releases write them, module exclusion as transformers matches it, and refusals that
+// name the method or option.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "formats/quant_config.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+using nlohmann::json;
+
+QuantConfig parse(const std::string& quantization_config) {
+  return parse_quant_config(json::parse(R"({"hidden_size": 64, "quantization_config": )" + quantization_config + "}"),
+                            "config.json");
+}
+
+/** The message of the ft::Error parse() throws (and its code), "" if it does not throw. */
+std::string refusal(const std::string& q, ErrorCode* code = nullptr) {
+  try {
+    parse(q);
+  } catch (const Error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+TEST(QuantConfig, AbsentOrNullIsPlain) {
+  EXPECT_EQ(parse_quant_config(json::parse(R"({"hidden_size": 64})"), "c").method, QuantMethod::kNone);
+  EXPECT_EQ(parse("null").method, QuantMethod::kNone);
+  EXPECT_FALSE(parse("null").converts("model.layers.0.mlp.up_proj"));
+}
+
+TEST(QuantConfig, DeepSeekBlockFp8) {
+  // DeepSeek-V3's quantization_config, as released.
+  const QuantConfig c = parse(
+      R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]})");
+  EXPECT_EQ(c.method, QuantMethod::kFp8);
+  EXPECT_EQ(c.method_name, "fp8");
+  EXPECT_EQ(c.fp8_scales, Fp8Scales::kBlock);
+  EXPECT_EQ(c.block_rows, 128);
+  EXPECT_EQ(c.block_cols, 128);
+  EXPECT_EQ(c.scale_suffix, "weight_scale_inv");
+  EXPECT_TRUE(c.not_converted.empty());
+  EXPECT_TRUE(c.converts("model.layers.3.mlp.experts.7.down_proj"));
+}
+
+TEST(QuantConfig, FineGrainedFp8ModulesToNotConvert) {
+  // transformers FineGrainedFP8Config's to_dict with the modules it keeps in full precision.
+  const QuantConfig c = parse(R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+      "dequantize": false, "modules_to_not_convert": ["lm_head", "gate", "model.layers.*.self_attn.o_proj"],
+      "ignored_layers": ["model.layers.1.mlp.experts.0"]})");
+  ASSERT_EQ(c.not_converted.size(), 4u);
+  EXPECT_FALSE(c.converts("lm_head"));                                 // exact
+  EXPECT_FALSE(c.converts("model.layers.0.mlp.gate"));                 // ends with the pattern
+  EXPECT_FALSE(c.converts("model.layers.5.self_attn.o_proj"));         // regular expression from the start
+  EXPECT_FALSE(c.converts("model.layers.1.mlp.experts.0.up_proj"));    // prefix (ignored_layers)
+  EXPECT_TRUE(c.converts("model.layers.0.mlp.gate_proj"));             // "gate" is not its end
+  EXPECT_TRUE(c.converts("model.layers.5.self_attn.q_proj"));
+  EXPECT_TRUE(c.converts("model.layers.1.mlp.experts.1.up_proj"));
+}
+
+TEST(QuantConfig, Fp8WithoutBlockSizeIsPerTensor) {
+  const QuantConfig c = parse(R"({"quant_method": "fp8", "weight_block_size": null})");
+  EXPECT_EQ(c.fp8_scales, Fp8Scales::kTensor);
+}
+
+TEST(QuantConfig, CompressedTensorsFp8Strategies) {
+  const std::string head = R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "quantization_status": "compressed", "kv_cache_scheme": null, "global_compression_ratio": 1.5,
+      "ignore": ["lm_head", "re:.*mlp\\.gate$"], "config_groups": {"group_0": {"targets": ["Linear"],
+      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true},
+      "output_activations": null, "weights": {"num_bits": 8, "type": "float", "symmetric": true, "dynamic": false,
+      "group_size": null, "actorder": null, "observer": "minmax", "observer_kwargs": {}, )";
+  QuantConfig c = parse(head + R"("strategy": "channel", "block_structure": null}}}})");
+  EXPECT_EQ(c.method, QuantMethod::kFp8);
+  EXPECT_EQ(c.method_name, "compressed-tensors");
+  EXPECT_EQ(c.fp8_scales, Fp8Scales::kChannel);
+  EXPECT_EQ(c.scale_suffix, "weight_scale");
+  EXPECT_FALSE(c.converts("lm_head"));
+  EXPECT_FALSE(c.converts("model.layers.2.mlp.gate"));
+  EXPECT_TRUE(c.converts("model.layers.2.mlp.gate_proj"));
+  c = parse(head + R"("strategy": "tensor"}}}})");
+  EXPECT_EQ(c.fp8_scales, Fp8Scales::kTensor);
+  c = parse(head + R"("strategy": "block", "block_structure": [128, 64]}}}})");
+  EXPECT_EQ(c.fp8_scales, Fp8Scales::kBlock);
+  EXPECT_EQ(c.block_rows, 128);
+  EXPECT_EQ(c.block_cols, 64);
+  // Refused: int8 weights, a group size, an unknown strategy, a 48-wide block.
+  EXPECT_NE(refusal(head + R"("strategy": "group", "group_size": 128}}}})").find("group_size"), std::string::npos);
+  EXPECT_NE(refusal(head + R"("strategy": "tensor_group"}}}})").find("strategy \"tensor_group\""), std::string::npos);
+  EXPECT_NE(refusal(head + R"("strategy": "block", "block_structure": [128, 48]}}}})").find("block_structure"),
+            std::string::npos);
+  std::string int8 = head + R"("strategy": "channel"}}}})";
+  int8.replace(int8.rfind("\"type\": \"float\""), 15, "\"type\": \"int\"");
+  EXPECT_NE(refusal(int8).find("8-bit float"), std::string::npos);
+}
+
+TEST(QuantConfig, CompressedTensorsOtherFormatsAreRefusedByName) {
+  ErrorCode code{};
+  const std::string nvfp4 = refusal(
+      R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {}})", &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_NE(nvfp4.find("nvfp4-pack-quantized"), std::string::npos) << nvfp4;
+  EXPECT_NE(refusal(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}})")
+                .find("\"pack-quantized\""),
+            std::string::npos);
+}
+
+TEST(QuantConfig, Mxfp4) {
+  // gpt-oss's release config.
+  const QuantConfig c = parse(R"({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+      "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]})");
+  EXPECT_EQ(c.method, QuantMethod::kMxfp4);
+  EXPECT_FALSE(c.converts("model.layers.11.self_attn.q_proj"));
+  EXPECT_FALSE(c.converts("model.layers.0.mlp.router"));
+  EXPECT_TRUE(c.converts("model.layers.0.mlp.experts"));
+}
+
+TEST(QuantConfig, RefusalsNameTheMethodOrOption) {
+  ErrorCode code{};
+  std::string m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": null})", &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_NE(m.find("NVFP4"), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "gptq", "bits": 4})", &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_NE(m.find("quant_method \"gptq\""), std::string::npos) << m;
+  EXPECT_NE(refusal(R"({"quant_method": "awq"})").find("\"awq\""), std::string::npos);
+  m = refusal(R"({"quant_method": "fp8", "fmt": "e5m2"})");
+  EXPECT_NE(m.find("fmt \"e5m2\""), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "fp8", "weight_block_size": [128, 100]})");
+  EXPECT_NE(m.find("weight_block_size [128,100]"), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "fp8", "weight_block_size": [128, 128], "per_token_scales": true})");
+  EXPECT_NE(m.find("option \"per_token_scales\""), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "fp8", "activation_scheme": "per_token"})");
+  EXPECT_NE(m.find("activation_scheme \"per_token\""), std::string::npos) << m;
+}
+
+TEST(QuantConfig, MalformedFieldsAreInvalidFile) {
+  ErrorCode code{};
+  EXPECT_NE(refusal(R"({"weight_block_size": [128, 128]})", &code).find("quant_method"), std::string::npos);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  refusal(R"("fp8")", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  refusal(R"({"quant_method": 8})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  refusal(R"({"quant_method": "fp8", "weight_block_size": [128]})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  refusal(R"({"quant_method": "fp8", "weight_block_size": [0, 128]})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  refusal(R"({"quant_method": "fp8", "modules_to_not_convert": "lm_head"})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  const std::string m = refusal(R"({"quant_method": "fp8", "modules_to_not_convert": ["model.(layers"]})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  EXPECT_NE(m.find("model.(layers"), std::string::npos) << m;
+  refusal(R"({"quant_method": "fp8", "modules_to_not_convert": [")" + std::string(600, 'a') + R"("]})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+}
+
+TEST(QuantConfig, TextConfigIsRead) {
+  const QuantConfig c = parse_quant_config(
+      json::parse(R"({"text_config": {"hidden_size": 8, "quantization_config": {"quant_method": "fp8",
+                   "weight_block_size": [128, 128]}}})"),
+      "config.json");
+  EXPECT_EQ(c.method, QuantMethod::kFp8);
+}
+
+}  // namespace
+}  // namespace ft
