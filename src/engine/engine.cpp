@@ -29,13 +29,43 @@ std::unique_ptr<Engine> Engine::load(std::unique_ptr<Checkpoint> ckpt, const Eng
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 
-bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts) {
-  return (plan.strategy == MoeStrategy::kOffload || plan.strategy == MoeStrategy::kHybrid) &&
-         request.mode == CacheSizeMode::kAuto && plan.cache.n_slots > 0 && plan.cache.n_slots < total_experts;
-}
-
 Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
     : options_(options), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
+  check_options();  // before the weights load
+  model_ = load_model(*ckpt_, *ops_);
+  const ModelConfig& c = model_->config();
+  if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
+  const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
+  make_kv_cache(plan_kv_cache(options_, c, *ops_, /*spare_page=*/graphs));
+  options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
+  if (c.n_vocab > ops_->max_sample_row())
+    fail(ErrorCode::kUnsupported, "a vocabulary of {} tokens exceeds the {} backend's sampler ({} at most)", c.n_vocab,
+         ops_->name(), ops_->max_sample_row());
+  state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
+  make_step_buffers();
+  const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs,
+                                                   options_.max_step_tokens, options_.max_logit_rows);
+  if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
+  plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+  if (plan_.moe_inputs) build_moe();
+  if (plan_.host_mapped_bytes > 0)
+    spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
+                 format_bytes(plan_.host_mapped_bytes), ops_->device() == Device::kCpu ? "" : "pinned ",
+                 options_.embed_weights);
+  if (graphs)
+    graphs_.plan(*ops_, *kv_, options_.page_size, d_logits_,
+                 [this](const BatchInfo& b, const BatchInfo* swa, const Tensor& ids, const Tensor& rows,
+                        const Tensor& logits) { forward(b, swa, ids, rows, logits); });
+  spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
+                c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
+                static_cast<double>(kv_->bytes()) / (1 << 20), options_.max_step_tokens);
+  if (moe_) {
+    calibrate_fetch_cap();
+    plan_.moe = moe_->plan();  // the calibrated fetch cap
+  }
+}
+
+void Engine::check_options() const {
   if (options_.max_step_tokens < 1 || options_.max_logit_rows < 1 || options_.max_seqs < 1)
     fail(ErrorCode::kInvalidArgument, "engine: max_step_tokens {}, max_logit_rows {}, max_seqs {} must be >= 1",
          options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
@@ -49,36 +79,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     fail(ErrorCode::kInvalidArgument,
          "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
          "step; use --embed-weights device or auto", ckpt_->path());
-  model_ = load_model(*ckpt_, *ops_);
-  const ModelConfig& c = model_->config();
-  if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
-  const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
-  DType kv_dtype = ops_->activation_dtype();
-  if (options_.kv_cache_dtype == "f32") kv_dtype = DType::F32;
-  else if (options_.kv_cache_dtype == "bf16") kv_dtype = DType::BF16;
-  else if (options_.kv_cache_dtype != "auto")
-    fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32 or bf16 (got '{}')", options_.kv_cache_dtype);
-  if (kv_dtype != DType::F32 && ops_->device() == Device::kCpu)
-    fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32", options_.kv_cache_dtype);
-  KvCacheConfig kv_config = kv_layout(c);
-  kv_config.page_size = options_.page_size;
-  kv_config.token_budget = options_.kv_tokens;
-  kv_config.dtype = kv_dtype;
-  kv_config.spare_pages = graphs ? 1 : 0;
-  if (options_.state_snapshots < 0 || options_.state_snapshots > kMaxStateSnapshots)
-    fail(ErrorCode::kInvalidArgument, "--state-snapshots must be in [0, {}] (got {})", kMaxStateSnapshots,
-         options_.state_snapshots);
-  if (kv_config.has_recurrent()) kv_config.n_state_slots = options_.max_seqs + options_.state_snapshots;
-  // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
-  // new tokens (page-aligned), so all sequences of a step together need at most this.
-  int32_t window = 0;
-  for (int32_t w : kv_config.layer_window) window = std::max(window, w);
-  if (options_.swa_kv_tokens < 0)
-    fail(ErrorCode::kInvalidArgument, "--swa-kv-tokens must be >= 0 (got {})", options_.swa_kv_tokens);
-  if (window > 0)
-    kv_config.swa_token_budget =
-        std::max(options_.swa_kv_tokens,
-                 options_.max_seqs * (int64_t{window} + 2 * options_.page_size) + options_.max_step_tokens);
+}
+
+void Engine::make_kv_cache(const KvCacheConfig& kv_config) {
   try {
     kv_ = std::make_unique<KvCache>(*ops_, kv_config);
   } catch (const Error& e) {  // say which flags size what did not fit
@@ -97,11 +100,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                  kv_config.swa_window(), int64_t{swa->n_pages()} * swa->page_size(),
                  int64_t{kv_->pool().n_pages()} * kv_->pool().page_size());
   max_blocks_ = kv_->pool().n_pages();
-  options_.max_logit_rows = std::min(options_.max_logit_rows, options_.max_step_tokens);
-  if (c.n_vocab > ops_->max_sample_row())
-    fail(ErrorCode::kUnsupported, "a vocabulary of {} tokens exceeds the {} backend's sampler ({} at most)", c.n_vocab,
-         ops_->name(), ops_->max_sample_row());
-  state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
+}
+
+void Engine::make_step_buffers() {
   auto make = [&](DType dt, std::initializer_list<int64_t> shape) {
     Tensor t(nullptr, dt, shape, ops_->device());
     storage_.push_back(ops_->alloc(t.bytes()));
@@ -117,118 +118,25 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   if (kv_->swa_pool()) d_swa_tables_ = make(DType::I32, {S * max_blocks_});
   if (kv_->state_pool()) d_slots_ = make(DType::I32, {S});
   d_rows_ = make(DType::I32, {R});
-  d_logits_ = make(ops_->activation_dtype(), {R, c.n_vocab});
-  reserve_host_logits(std::min<int64_t>(R, options_.max_seqs) * c.n_vocab * 4);  // a decode step's: never regrown
-  // Decode graphs read their inputs from one device block, uploaded in one copy per step from pinned
-  // host memory (layout: GraphInputs).
-  const int64_t graph_max = graphs ? std::min<int64_t>({options_.cuda_graph_max_bs, options_.max_seqs, T, R}) : 0;
-  if (graph_max > 0) {
-    graph_in_ = GraphInputs(graph_max, max_blocks_, kv_->swa_pool() != nullptr);
-    d_graph_in_ = make(DType::I32, {graph_in_.count});
-    h_graph_in_ = ops_->alloc_host(graph_in_.count * 4);
-  }
-  bool moe = false;
-  for (const ExpertBank& b : model_->host_experts()) moe = moe || b.n_expert() > 0;
-  auto moe_config = [&] {
-    const PlacedMemory placed = placed_memory();
-    MoeRuntimeConfig mc;
-    mc.moe = options_.moe;
-    mc.gpu_memory_limit = options_.gpu_memory_limit;
-    mc.kv_bytes_per_token = placed.kv_per_token;
-    mc.placed_kv_tokens = kv_->pool().n_pages() * options_.page_size;
-    mc.kv_reserve_tokens = options_.kv_reserve_tokens >= 0 ? options_.kv_reserve_tokens : mc.placed_kv_tokens;
-    mc.placed_bytes = placed.kv + placed.buffers;
-    mc.workspace_bytes = placed.workspace;
-    mc.weight_bytes = placed.weights;
-    mc.max_tokens = T;
-    // Graph-captured decode batches keep the expert cache; bigger steps stream whole layers.
-    mc.stream_min_tokens = std::max<int64_t>(64, int64_t{options_.cuda_graph_max_bs} + 1);
-    mc.cpu_threads = options_.threads;
-    mc.decode_log_interval = options_.decode_log_interval;
-    mc.release_source = [ckpt = ckpt_.get()](const void* data, int64_t bytes) { ckpt->release(data, bytes); };
-    mc.source_releases_memory = ckpt_->releases_memory();
-    return mc;
-  };
-  // A plan that does not fit says so; when the table on the device is what it lacks, the flag that
-  // moves it is named too.
-  auto with_embed_hint = [&](const Error& e) {
-    if (e.code() != ErrorCode::kOutOfMemory || model_->embeddings_tied() || model_->host_mapped_bytes() > 0) return e;
-    return Error(e.code(), std::string(e.what()) +
-                               " (or --embed-weights host: the token embedding table then stays in host memory)");
-  };
+  d_logits_ = make(ops_->activation_dtype(), {R, model_->config().n_vocab});
+  reserve_host_logits(std::min<int64_t>(R, options_.max_seqs) * model_->config().n_vocab * 4);  // a decode step's: never regrown
+}
+
+int64_t Engine::step_buffer_bytes() const {
+  int64_t bytes = graphs_.device_bytes();
+  for (const Buffer& b : storage_) bytes += b.bytes();
+  for (const Buffer& b : state_->storage) bytes += b.bytes();
+  return bytes;
+}
+
+void Engine::build_moe() {
   try {
-    if (moe) {
-      MoeRuntimeConfig mc = moe_config();
-      bool host = embed == "host";
-      if (embed == "auto") {
-        // The plan with the table on the device: a cache sized by what is left takes the table's bytes
-        // as slots. A plan that does not fit that way may fit without the table.
-        const MoeStrategy want = options_.moe.strategy;
-        try {
-          const MoePlan preview = MoeRuntime::preview_plan(*ops_, *model_, mc);
-          host = embeddings_on_host_auto(preview, options_.moe.cache, preview.cache_experts);
-        } catch (const Error& e) {
-          if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
-          host = true;
-        }
-      }
-      WeightLoader ld(*ckpt_, *ops_);
-      if (host && model_->move_embeddings_to_host(ld)) mc = moe_config();
-      moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, mc);
-    } else {
-      plan_moe(options_.moe, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 0), {});  // rejects MoE-only flags
-      if (embed == "host") {
-        WeightLoader ld(*ckpt_, *ops_);
-        model_->move_embeddings_to_host(ld);
-      }
-      check_dense_memory_limit(placed_memory());
-    }
+    moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, *plan_.moe_inputs);
   } catch (const Error& e) {
-    throw with_embed_hint(e);
+    throw with_embed_weights_hint(e, *model_);
   }
-  if (model_->host_mapped_bytes() > 0)
-    spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
-                 format_bytes(model_->host_mapped_bytes()), ops_->device() == Device::kCpu ? "" : "pinned ", embed);
-  if (graphs) {
-    pad_page_ = kv_->pool().n_pages();  // the spare page
-    if (kv_->swa_pool()) swa_pad_page_ = kv_->swa_pool()->n_pages();
-    if (kv_->state_pool()) pad_state_slot_ = kv_->state_pool()->n_pages();
-    for (int64_t b = 1; b < graph_max; b *= 2) graph_sizes_.push_back(static_cast<int32_t>(b));
-    graph_sizes_.push_back(static_cast<int32_t>(graph_max));
-    // One graph per size and key-range bound: the backend's short-range form, then the whole capacity.
-    const int32_t capacity = max_blocks_ * options_.page_size, short_len = ops_->decode_short_kv_len();
-    if (short_len > 0 && short_len < capacity) graph_kv_lens_.push_back(short_len);
-    graph_kv_lens_.push_back(capacity);
-    for (int32_t b : graph_sizes_) {
-      for (int32_t kv_len : graph_kv_lens_) {
-        auto gs = std::make_unique<GraphStep>();
-        gs->bs = b;
-        BatchInfo& bi = gs->batch;
-        bi.n_tokens = bi.n_seqs = b;
-        bi.max_blocks = max_blocks_;
-        bi.max_kv_len = kv_len;  // the bound, not the step's: launch shapes never change
-        auto in = [&](int64_t off, std::initializer_list<int64_t> shape) {
-          return Tensor(d_graph_in_.ptr<int32_t>() + off, DType::I32, shape, d_graph_in_.device);
-        };
-        bi.positions = in(graph_in_.pos, {b});
-        bi.seq_index = in(graph_in_.seq, {b});
-        bi.seq_start = in(graph_in_.start, {b + 1});
-        bi.block_tables = in(graph_in_.tables, {b, max_blocks_});
-        bi.n_valid = in(graph_in_.valid, {1});
-        if (kv_->state_pool()) bi.state_slots = in(graph_in_.slots, {b});
-        gs->swa_batch = bi;
-        gs->swa_batch.block_tables = in(graph_in_.swa_tables, {b, max_blocks_});
-        gs->ids = in(graph_in_.ids, {b});
-        gs->rows = in(graph_in_.rows, {b});
-        gs->logits = d_logits_.slice(0, b);
-        graph_steps_.push_back(std::move(gs));
-      }
-    }
-  }
-  spdlog::debug("engine: {} model, {} layers, KV {} tokens in {} pages of {} ({:.1f} MiB), step buffers for {} tokens",
-                c.arch, c.n_layer, options_.kv_tokens, kv_->pool().n_pages(), options_.page_size,
-                static_cast<double>(kv_->bytes()) / (1 << 20), T);
-  if (moe_) calibrate_fetch_cap();
+  plan_.moe = moe_->plan();
+  plan_.budget = moe_->budget();
 }
 
 void Engine::reserve_host_logits(int64_t bytes) {
@@ -248,18 +156,6 @@ void Engine::reserve_host_logits(int64_t bytes) {
     }
   }
   h_logits_ = Buffer::host(want);
-}
-
-Engine::PlacedMemory Engine::placed_memory() const {
-  PlacedMemory m;
-  for (const TensorInfo& t : ckpt_->tensors()) m.weights += t.bytes;
-  m.weights -= model_->host_mapped_bytes();  // read from host memory (--embed-weights)
-  m.kv = kv_->bytes();
-  m.kv_per_token = m.kv / std::max<int64_t>((kv_->pool().n_pages() + kv_->config().spare_pages) * options_.page_size, 1);
-  for (const Buffer& b : storage_) m.buffers += b.bytes();
-  for (const Buffer& b : state_->storage) m.buffers += b.bytes();
-  m.workspace = ops_->workspace_bytes(workspace_shape());
-  return m;
 }
 
 WorkspaceShape Engine::workspace_shape() const {
@@ -284,25 +180,6 @@ WorkspaceShape Engine::workspace_shape() const {
   s.lin_k_dim = c.lin_k_dim;
   s.lin_v_dim = c.lin_v_dim;
   return s;
-}
-
-void Engine::check_dense_memory_limit(const PlacedMemory& m) const {
-  const int64_t buffers = m.buffers + m.workspace;  // step buffers and the backend's scratch
-  const int64_t limit = options_.gpu_memory_limit, need = m.weights + m.kv + buffers;
-  if (limit <= 0 || need <= limit) return;
-  const int64_t room = limit - m.weights - buffers;
-  const std::string fix =
-      m.weights > limit ? std::string("Raise --gpu-memory-limit (the weights alone do not fit)")
-      : room < m.kv_per_token * options_.page_size
-          ? std::string("Raise --gpu-memory-limit or lower --max-prefill-tokens (the weights and buffers leave no "
-                        "room for one KV page)")
-          : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
-                        room / std::max<int64_t>(m.kv_per_token, 1));
-  fail(ErrorCode::kOutOfMemory,
-       "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
-       "of buffers and workspaces for steps of {} tokens ({} missing). {}",
-       format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), options_.kv_tokens, format_bytes(buffers),
-       options_.max_step_tokens, format_bytes(need - limit), fix);
 }
 
 void Engine::calibrate_fetch_cap() {
@@ -377,7 +254,7 @@ void Engine::calibrate_fetch_cap() {
 
 void Engine::drop_graphs() {
   ops_->synchronize();  // a replay may still be running
-  for (auto& gs : graph_steps_) gs->graph.reset();
+  graphs_.drop();
 }
 
 Engine::~Engine() = default;
@@ -391,7 +268,7 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items) {
   if (h_logits_.bytes() < logit_bytes) reserve_host_logits(logit_bytes);
   if (R > 0) {
     ops_->copy(d_logits_.slice(0, R), Tensor(h_logits_.data(), DType::F32, {R, c.n_vocab}));
-    graph_in_busy_ = false;  // the copy to the host waited for the stream
+    graphs_.upload_done();  // the copy to the host waited for the stream
   }
   end_step(st);
   return {R > 0 ? static_cast<const float*>(h_logits_.data()) : nullptr, static_cast<size_t>(R * c.n_vocab)};
@@ -461,7 +338,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
   ops_->sample(logits, staged.d_rows, staged.d_edits, staged.d_out, rows.data(), staged.d_masks);
   ops_->copy(staged.d_out, Tensor(h_sample_out_.data(), DType::U8, {staged.d_out.bytes()}));
   sample_busy_ = false;
-  graph_in_busy_ = false;  // the copy to the host waited for the stream
+  graphs_.upload_done();  // the copy to the host waited for the stream
   end_step(st);
   return {static_cast<const SampleResult*>(h_sample_out_.data()), static_cast<size_t>(R)};
 }
@@ -489,12 +366,12 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
   const int64_t S = static_cast<int64_t>(items.size()), page = kv_->config().page_size;
   if (S < 1 || S > options_.max_seqs)
     fail(ErrorCode::kInvalidArgument, "engine step: {} sequences (1..{} allowed)", S, options_.max_seqs);
-  h_ids_.clear();
-  h_pos_.clear();
-  h_seq_.clear();
-  h_rows_.clear();
-  h_slots_.clear();
-  h_start_.assign(1, 0);
+  h_.ids.clear();
+  h_.pos.clear();
+  h_.seq.clear();
+  h_.rows.clear();
+  h_.slots.clear();
+  h_.start.assign(1, 0);
   int64_t mb = 1;
   for (const StepItem& it : items) {
     if (!it.pages || it.n < 1 || it.start < 0)
@@ -527,35 +404,35 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
   if (mb > max_blocks_) fail(ErrorCode::kInvalidArgument, "engine step: a block table has {} pages, pool {}", mb, max_blocks_);
   for (int64_t s = 0; s < S; ++s) {
     const StepItem& it = items[static_cast<size_t>(s)];
-    const int64_t base = static_cast<int64_t>(h_ids_.size());
+    const int64_t base = static_cast<int64_t>(h_.ids.size());
     for (int64_t i = 0; i < it.n; ++i) {
       const int32_t id = it.tokens[i];
       if (id < 0 || id >= c.n_vocab)
         fail(ErrorCode::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", id, c.n_vocab - 1);
-      h_ids_.push_back(id);
-      h_pos_.push_back(static_cast<int32_t>(it.start + i));
-      h_seq_.push_back(static_cast<int32_t>(s));
+      h_.ids.push_back(id);
+      h_.pos.push_back(static_cast<int32_t>(it.start + i));
+      h_.seq.push_back(static_cast<int32_t>(s));
     }
-    for (int64_t r = it.n - it.n_logits; r < it.n; ++r) h_rows_.push_back(static_cast<int32_t>(base + r));
-    h_start_.push_back(static_cast<int32_t>(h_ids_.size()));
-    if (kv_->state_pool()) h_slots_.push_back(it.state_slot);
+    for (int64_t r = it.n - it.n_logits; r < it.n; ++r) h_.rows.push_back(static_cast<int32_t>(base + r));
+    h_.start.push_back(static_cast<int32_t>(h_.ids.size()));
+    if (kv_->state_pool()) h_.slots.push_back(it.state_slot);
   }
-  const int64_t T = static_cast<int64_t>(h_ids_.size()), R = static_cast<int64_t>(h_rows_.size());
+  const int64_t T = static_cast<int64_t>(h_.ids.size()), R = static_cast<int64_t>(h_.rows.size());
   if (T > options_.max_step_tokens)
     fail(ErrorCode::kInvalidArgument, "engine step: {} tokens exceed the planned {} per step", T,
          options_.max_step_tokens);
   if (R > options_.max_logit_rows)
     fail(ErrorCode::kInvalidArgument, "engine step: {} logit rows exceed the planned {}", R, options_.max_logit_rows);
-  h_tables_.assign(static_cast<size_t>(S * mb), 0);
+  h_.tables.assign(static_cast<size_t>(S * mb), 0);
   for (int64_t s = 0; s < S; ++s) {
     const auto& pages = *items[static_cast<size_t>(s)].pages;
-    std::copy(pages.begin(), pages.end(), h_tables_.begin() + s * mb);
+    std::copy(pages.begin(), pages.end(), h_.tables.begin() + s * mb);
   }
   const bool decode = std::any_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; });
   if (before_forward) before_forward(R);
   if (moe_) moe_->before_step(decode);
-  if (GraphStep* gs = graph_step_for(items)) {
-    run_graph_step(*gs, items);
+  if (GraphRunner::Step* gs = dump_ ? nullptr : graphs_.step_for(items)) {  // a dump hook runs eagerly
+    graphs_.run(*gs, items, h_);
   } else {
     auto upload = [&](std::vector<int32_t>& host, const Tensor& dev, std::initializer_list<int64_t> shape) {
       Tensor h(host.data(), DType::I32, shape);
@@ -567,19 +444,19 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
     batch.n_tokens = static_cast<int32_t>(T);
     batch.n_seqs = static_cast<int32_t>(S);
     batch.max_blocks = static_cast<int32_t>(mb);
-    for (int32_t p : h_pos_) batch.max_kv_len = std::max(batch.max_kv_len, p + 1);
-    batch.positions = upload(h_pos_, d_pos_, {T});
-    batch.seq_index = upload(h_seq_, d_seq_, {T});
-    batch.seq_start = upload(h_start_, d_start_, {S + 1});
-    batch.block_tables = upload(h_tables_, d_tables_, {S, mb});
-    if (kv_->state_pool()) batch.state_slots = upload(h_slots_, d_slots_, {S});
+    for (int32_t p : h_.pos) batch.max_kv_len = std::max(batch.max_kv_len, p + 1);
+    batch.positions = upload(h_.pos, d_pos_, {T});
+    batch.seq_index = upload(h_.seq, d_seq_, {T});
+    batch.seq_start = upload(h_.start, d_start_, {S + 1});
+    batch.block_tables = upload(h_.tables, d_tables_, {S, mb});
+    if (kv_->state_pool()) batch.state_slots = upload(h_.slots, d_slots_, {S});
     BatchInfo swa_batch = batch;
     if (kv_->swa_pool()) {
-      stage_swa_tables(items, S, mb);
-      swa_batch.block_tables = upload(h_swa_tables_, d_swa_tables_, {S, mb});
+      stage_swa_tables(items, S, mb, /*pad_page=*/0, h_.swa_tables);
+      swa_batch.block_tables = upload(h_.swa_tables, d_swa_tables_, {S, mb});
     }
-    forward(batch, kv_->swa_pool() ? &swa_batch : nullptr, upload(h_ids_, d_ids_, {T}),
-            R > 0 ? upload(h_rows_, d_rows_, {R}) : Tensor(), R > 0 ? d_logits_.slice(0, R) : Tensor());
+    forward(batch, kv_->swa_pool() ? &swa_batch : nullptr, upload(h_.ids, d_ids_, {T}),
+            R > 0 ? upload(h_.rows, d_rows_, {R}) : Tensor(), R > 0 ? d_logits_.slice(0, R) : Tensor());
   }
   return {R, decode};
 }
@@ -596,97 +473,6 @@ void Engine::forward(const BatchInfo& batch, const BatchInfo* swa_batch, const T
   ForwardContext ctx{*ops_, batch, ids, rows, logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_,
                      dump_ ? &dump_ : nullptr, swa_batch};
   model_->forward(ctx);
-}
-
-void Engine::stage_swa_tables(const std::vector<StepItem>& items, int64_t rows, int64_t mb) {
-  h_swa_tables_.assign(static_cast<size_t>(rows * mb), 0);
-  for (int64_t s = 0; s < rows; ++s) {
-    int32_t* row = h_swa_tables_.data() + s * mb;
-    if (s >= static_cast<int64_t>(items.size())) {
-      row[0] = swa_pad_page_;  // a graph's padding row
-      continue;
-    }
-    const std::vector<int32_t>& pages = *items[static_cast<size_t>(s)].swa_pages;
-    for (size_t j = 0; j < pages.size(); ++j) row[j] = std::max(pages[j], 0);
-  }
-}
-
-Engine::GraphStep* Engine::graph_step_for(const std::vector<StepItem>& items) {
-  if (graph_sizes_.empty() || dump_) return nullptr;
-  for (const StepItem& it : items)
-    if (it.n != 1 || it.n_logits != 1) return nullptr;
-  const auto S = static_cast<int32_t>(items.size());
-  const auto at = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), S);
-  if (at == graph_sizes_.end()) return nullptr;
-  int64_t kv_len = 0;  // the step's longest key range
-  for (const StepItem& it : items) kv_len = std::max(kv_len, it.start + 1);
-  const auto len = std::lower_bound(graph_kv_lens_.begin(), graph_kv_lens_.end(), kv_len);
-  if (len == graph_kv_lens_.end()) return nullptr;  // past the pool (the step's checks refused it already)
-  const size_t i = static_cast<size_t>(at - graph_sizes_.begin()) * graph_kv_lens_.size() +
-                   static_cast<size_t>(len - graph_kv_lens_.begin());
-  GraphStep* gs = graph_steps_[i].get();
-  return gs->failed ? nullptr : gs;
-}
-
-void Engine::run_graph_step(GraphStep& gs, const std::vector<StepItem>& items) {
-  const int32_t b = gs.bs;
-  const auto S = static_cast<int32_t>(items.size());
-  for (int32_t s = S; s < b; ++s) {  // padding rows: token 0 at position 0 of the spare page
-    h_ids_.push_back(0);
-    h_pos_.push_back(0);
-    h_seq_.push_back(s);
-    h_rows_.push_back(s);
-    h_start_.push_back(s + 1);
-    if (kv_->state_pool()) h_slots_.push_back(pad_state_slot_);
-  }
-  h_tables_.assign(static_cast<size_t>(b) * max_blocks_, 0);
-  for (int32_t s = 0; s < b; ++s) {
-    int32_t* row = h_tables_.data() + static_cast<int64_t>(s) * max_blocks_;
-    if (s < S) {
-      const std::vector<int32_t>& pages = *items[static_cast<size_t>(s)].pages;
-      std::copy(pages.begin(), pages.end(), row);
-    } else {
-      row[0] = pad_page_;
-    }
-  }
-  // Staged in pinned memory at the graph's offsets, then one copy up to the end of the used tables.
-  // The copy of the step before has completed when that step waited for its logits, copied after it;
-  // one that threw before then may still be reading the block.
-  if (graph_in_busy_) ops_->synchronize();
-  graph_in_busy_ = true;
-  auto* in = static_cast<int32_t*>(h_graph_in_.data());
-  auto put = [&](const std::vector<int32_t>& v, int64_t off) { std::copy(v.begin(), v.end(), in + off); };
-  put(h_ids_, graph_in_.ids);
-  put(h_pos_, graph_in_.pos);
-  put(h_seq_, graph_in_.seq);
-  put(h_start_, graph_in_.start);
-  put(h_rows_, graph_in_.rows);
-  in[graph_in_.valid] = S;
-  put(h_slots_, graph_in_.slots);
-  put(h_tables_, graph_in_.tables);
-  if (kv_->swa_pool()) {
-    stage_swa_tables(items, b, max_blocks_);
-    put(h_swa_tables_, graph_in_.swa_tables);
-  }
-  const int64_t used = graph_in_.tables + static_cast<int64_t>(h_tables_.size());
-  ops_->copy(Tensor(in, DType::I32, {used}), Tensor(d_graph_in_.ptr<int32_t>(), DType::I32, {used}, d_graph_in_.device));
-  if (gs.graph && gs.graph->valid()) {
-    gs.graph->launch();
-    ++graph_replays_;
-    return;
-  }
-  gs.graph.reset();
-  // Eager first: this step's result, and every one-time scratch region sized before recording.
-  const bool swa = kv_->swa_pool() != nullptr;
-  forward(gs.batch, swa ? &gs.swa_batch : nullptr, gs.ids, gs.rows, gs.logits);
-  try {
-    GraphStep* g = &gs;
-    gs.graph = ops_->capture([this, g, swa] { forward(g->batch, swa ? &g->swa_batch : nullptr, g->ids, g->rows, g->logits); });
-  } catch (const Error& e) {  // this step's result came from the eager run; later ones stay eager
-    spdlog::warn("engine: decode batch size {} with key ranges up to {} runs eagerly (graph recording failed: {})", b,
-                 gs.batch.max_kv_len, e.what());
-    gs.failed = true;
-  }
 }
 
 std::optional<MoeReport> Engine::moe_report() {

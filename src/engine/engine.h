@@ -13,6 +13,8 @@
 
 #include "backend/ops.h"
 #include "backend/sampling.h"
+#include "engine/graph_runner.h"
+#include "engine/memory_plan.h"
 #include "engine/moe_runtime.h"
 #include "formats/checkpoint.h"
 #include "kv/kv_cache.h"
@@ -60,17 +62,7 @@ struct EngineOptions {
   std::string embed_weights = "auto";
 };
 
-/** Whether --embed-weights auto puts the token embedding table in host memory the backend reads over
- *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token: one bus read, microseconds;
- *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given `plan`, made with
- *  the table on the device: yes when it has an expert cache (offload, hybrid) sized by the memory left
- *  (`request` is --moe-cache-auto) that holds fewer than `total_experts` (MoePlan::cache_experts: the
- *  routed experts of its cache layers), so the table's bytes become
- *  slots (llama.cpp keeps this table on the host always). The engine also moves it when a plan fits
- *  only without it (then possibly fused). Fused, cpu and dense models keep it; "host" moves it for any
- *  model whose LM head is not tied to it, "device" never. The CPU backend reads the table where it is
- *  and only its budget changes, so that --gpu-memory-limit emulates a GPU's plan. */
-bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts);
+// embeddings_on_host_auto: engine/memory_plan.h.
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
@@ -129,12 +121,14 @@ class Engine {
   std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
                                             std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
 
+  /** The memory plan (engine/memory_plan.h): what the start-up banner and /v1/stats print. */
+  const MemoryPlan& memory_plan() const { return plan_; }
   /** The MoE plan (nullptr for a dense model). */
-  const MoePlan* moe_plan() const { return moe_ ? &moe_->plan() : nullptr; }
+  const MoePlan* moe_plan() const { return plan_.moe ? &*plan_.moe : nullptr; }
   /** The memory budget the plan was made for (nullptr for a dense model). */
-  const GpuMemoryBudget* moe_budget() const { return moe_ ? &moe_->budget() : nullptr; }
+  const GpuMemoryBudget* moe_budget() const { return plan_.budget ? &*plan_.budget : nullptr; }
   /** Bytes of weights in host memory the backend reads over the bus (--embed-weights). */
-  int64_t host_mapped_weight_bytes() const { return model_->host_mapped_bytes(); }
+  int64_t host_mapped_weight_bytes() const { return plan_.host_mapped_bytes; }
   /** The MoE counters (offload, hybrid, cpu), nullopt for fused or a dense model. Thread-safe: waits
    *  for a running step to end. */
   std::optional<MoeReport> moe_report();
@@ -144,54 +138,38 @@ class Engine {
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
 
   /** Padded decode batch sizes replayed as graphs, ascending (empty: graphs off for this engine). */
-  const std::vector<int32_t>& graph_batch_sizes() const { return graph_sizes_; }
+  const std::vector<int32_t>& graph_batch_sizes() const { return graphs_.batch_sizes(); }
   /** Decode steps replayed from a graph so far (recording steps excluded). */
-  int64_t graph_replays() const { return graph_replays_; }
+  int64_t graph_replays() const { return graphs_.replays(); }
 
-  /** What the engine placed on its backend's device, in bytes: the checkpoint's weights (less those
-   *  read from host memory), the KV cache (and per token slot, spare pages included), the step and
-   *  forward buffers, and the backend's scratch that the largest step will allocate. */
-  struct PlacedMemory {
-    int64_t weights = 0, kv = 0, kv_per_token = 0, buffers = 0;
-    int64_t workspace = 0;  // Ops::workspace_bytes(workspace_shape()): not allocated at load
-  };
-  PlacedMemory placed_memory() const;
+  /** What the engine placed on its backend's device (MemoryPlan::placed). */
+  const PlacedMemory& placed_memory() const { return plan_.placed; }
   /** The shapes that size the backend's scratch: this engine's step limits and the model's widths. */
   WorkspaceShape workspace_shape() const;
 
  private:
+  // The constructor's steps.
+  /** Refuses bad step limits, --cuda-graph-max-bs and --embed-weights (host for a tied LM head)
+   *  before the weights load. */
+  void check_options() const;
+  /** Allocates the KV cache of `config`; kOutOfMemory names the flags that size it. */
+  void make_kv_cache(const KvCacheConfig& config);
+  /** Allocates the planned device step inputs, the logits and their host copy. */
+  void make_step_buffers();
+  /** Bytes of the device step and forward buffers (the graphs' input block included). */
+  int64_t step_buffer_bytes() const;
+  /** Builds the MoE runtime from plan_.moe_inputs and records its plan and budget in plan_. */
+  void build_moe();
   /** Hybrid without --moe-fetch-cap: times a few decode steps of a throw-away sequence at each
    *  candidate cap (MoeRuntime::fetch_cap_candidates) and keeps the smallest within noise of the
    *  fastest (MoeRuntime::choose_fetch_cap); keeps the default
    *  (half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
-  /** A model without experts under --gpu-memory-limit: throws kOutOfMemory, naming the sizes and how
-   *  many KV tokens would fit, when `m` exceeds the limit. (MoE models are planned against it by
-   *  plan_moe, from the same figures.) */
-  void check_dense_memory_limit(const PlacedMemory& m) const;
-
-  /** One padded decode batch size's and key-range bound's fixed inputs (views of the planned device
-   *  buffers) and graph. */
-  struct GraphStep {
-    int32_t bs = 0;
-    BatchInfo batch, swa_batch;  // swa_batch: the sliding-window pool's tables (when the cache has one)
-    Tensor ids, rows, logits;
-    std::unique_ptr<StepGraph> graph;
-    bool failed = false;  // recording failed once: this size and bound run eagerly from now on
-  };
-  /** Forgets the recorded decode graphs (the next step of each size records again). */
+  /** Forgets the recorded decode graphs (synchronizes first). */
   void drop_graphs();
-  /** The graph step for a pure decode batch of `S` sequences, or nullptr (eager). */
-  GraphStep* graph_step_for(const std::vector<StepItem>& items);
-  /** Pads the staged host inputs of `items` to gs.bs rows, uploads them and replays the graph (the
-   *  first time: runs the step eagerly, then records it). */
-  void run_graph_step(GraphStep& gs, const std::vector<StepItem>& items);
+
   void forward(const BatchInfo& batch, const BatchInfo* swa_batch, const Tensor& ids, const Tensor& rows,
                const Tensor& logits);
-  /** Copies item s's sliding-window block table into row s of h_swa_tables_ ([rows, mb]; released
-   *  entries read page 0, which no kernel reads below a window; rows past the items are a graph's
-   *  padding rows, on the pool's spare page). */
-  void stage_swa_tables(const std::vector<StepItem>& items, int64_t rows, int64_t mb);
   /** What begin_step queued: the logit rows and whether the step decodes. */
   struct StepStart {
     int64_t rows = 0;
@@ -220,25 +198,8 @@ class Engine {
   // Planned device-side step inputs and output.
   std::vector<Buffer> storage_;
   Tensor d_ids_, d_pos_, d_seq_, d_start_, d_tables_, d_swa_tables_, d_slots_, d_rows_, d_logits_;
-  // Host staging.
-  std::vector<int32_t> h_ids_, h_pos_, h_seq_, h_start_, h_tables_, h_swa_tables_, h_slots_, h_rows_;
+  StepStaging h_;    // host staging of the step inputs
   Buffer h_logits_;  // F32 [R, n_vocab] of the last step (Ops::alloc_host)
-  /** Element offsets (I32) of a decode graph's inputs in one block, for batches of up to `bs`
-   *  sequences of `mb` pages: ids, positions, sequences, starts (bs + 1), logit rows, the valid count,
-   *  the recurrent-state slots [bs], the sliding-window pool's block tables [bs, mb] when `swa`, then the
-   *  block tables [bs, mb] last (a smaller batch's tables are a prefix of that region). */
-  struct GraphInputs {
-    GraphInputs() = default;
-    GraphInputs(int64_t bs, int64_t mb, bool swa)
-        : ids(0), pos(bs), seq(2 * bs), start(3 * bs), rows(4 * bs + 1), valid(5 * bs + 1), slots(5 * bs + 2),
-          swa_tables(6 * bs + 2), tables(6 * bs + 2 + (swa ? bs * mb : 0)), count(tables + bs * mb) {}
-    int64_t ids = 0, pos = 0, seq = 0, start = 0, rows = 0, valid = 0, slots = 0, swa_tables = 0, tables = 0,
-            count = 0;
-  };
-  GraphInputs graph_in_;
-  Tensor d_graph_in_;  // I32 [graph_in_.count] on the device
-  Buffer h_graph_in_;  // its host staging (Ops::alloc_host)
-  bool graph_in_busy_ = false;  // an upload from h_graph_in_ may still be in flight
   /** h_logits_ of at least `bytes` (see step()). */
   void reserve_host_logits(int64_t bytes);
   // step_sample: device block [rows, edits and masks (in), then from sample_out_offset_ the results], its
@@ -247,16 +208,9 @@ class Engine {
   int64_t sample_edit_cap_ = 0, sample_mask_cap_ = 0, sample_out_offset_ = 0;  // mask cap in words
   bool sample_busy_ = false;  // an upload from h_sample_in_ may still be in flight
   DumpHook dump_;
-  // Decode graphs (declared after ops_, so they are destroyed before the backend).
-  std::vector<int32_t> graph_sizes_;
-  /** Key-range bounds of the recorded graphs, ascending (Ops::decode_short_kv_len, then the pool's
-   *  capacity): a step takes the graph of the first bound its longest range fits. */
-  std::vector<int32_t> graph_kv_lens_;
-  std::vector<std::unique_ptr<GraphStep>> graph_steps_;  // [size][kv-len bound], row-major
-  int32_t pad_page_ = -1;                                 // spare KV page of the padding rows
-  int32_t swa_pad_page_ = -1;                             // the sliding-window pool's spare page
-  int32_t pad_state_slot_ = -1;                           // the spare recurrent-state slot
-  int64_t graph_replays_ = 0;
+  MemoryPlan plan_;
+  // Decode graphs (declared last, so they are destroyed before the model and the backend).
+  GraphRunner graphs_;
 };
 
 }  // namespace ft

@@ -1,0 +1,165 @@
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/blocks.h"
+#include "util/format.h"
+
+namespace ft {
+
+bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts) {
+  return (plan.strategy == MoeStrategy::kOffload || plan.strategy == MoeStrategy::kHybrid) &&
+         request.mode == CacheSizeMode::kAuto && plan.cache.n_slots > 0 && plan.cache.n_slots < total_experts;
+}
+
+KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page) {
+  DType kv_dtype = ops.activation_dtype();
+  if (options.kv_cache_dtype == "f32") kv_dtype = DType::F32;
+  else if (options.kv_cache_dtype == "bf16") kv_dtype = DType::BF16;
+  else if (options.kv_cache_dtype != "auto")
+    fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32 or bf16 (got '{}')", options.kv_cache_dtype);
+  if (kv_dtype != DType::F32 && ops.device() == Device::kCpu)
+    fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32", options.kv_cache_dtype);
+  KvCacheConfig kv = kv_layout(config);
+  kv.page_size = options.page_size;
+  kv.token_budget = options.kv_tokens;
+  kv.dtype = kv_dtype;
+  kv.spare_pages = spare_page ? 1 : 0;
+  if (options.state_snapshots < 0 || options.state_snapshots > kMaxStateSnapshots)
+    fail(ErrorCode::kInvalidArgument, "--state-snapshots must be in [0, {}] (got {})", kMaxStateSnapshots,
+         options.state_snapshots);
+  if (kv.has_recurrent()) kv.n_state_slots = options.max_seqs + options.state_snapshots;
+  // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
+  // new tokens (page-aligned), so all sequences of a step together need at most this.
+  int32_t window = 0;
+  for (int32_t w : kv.layer_window) window = std::max(window, w);
+  if (options.swa_kv_tokens < 0)
+    fail(ErrorCode::kInvalidArgument, "--swa-kv-tokens must be >= 0 (got {})", options.swa_kv_tokens);
+  if (window > 0)
+    kv.swa_token_budget = std::max(options.swa_kv_tokens,
+                                   options.max_seqs * (int64_t{window} + 2 * options.page_size) + options.max_step_tokens);
+  return kv;
+}
+
+Error with_embed_weights_hint(const Error& e, const Model& model) {
+  if (e.code() != ErrorCode::kOutOfMemory || model.embeddings_tied() || model.host_mapped_bytes() > 0) return e;
+  return Error(e.code(),
+               std::string(e.what()) + " (or --embed-weights host: the token embedding table then stays in host memory)");
+}
+
+namespace {
+
+PlacedMemory placed_memory(const MemoryPlanInputs& in) {
+  PlacedMemory m;
+  for (const TensorInfo& t : in.checkpoint.tensors()) m.weights += t.bytes;
+  m.weights -= in.model.host_mapped_bytes();  // read from host memory (--embed-weights)
+  m.kv = in.kv.bytes();
+  m.kv_per_token =
+      m.kv / std::max<int64_t>((in.kv.pool().n_pages() + in.kv.config().spare_pages) * in.options.page_size, 1);
+  m.buffers = in.buffer_bytes;
+  m.workspace = in.ops.workspace_bytes(in.workspace);
+  return m;
+}
+
+/** A model without experts under --gpu-memory-limit: throws kOutOfMemory, naming the sizes and how
+ *  many KV tokens would fit, when `m` exceeds the limit. (MoE models are planned against it by
+ *  plan_moe, from the same figures.) */
+void check_dense_memory_limit(const PlacedMemory& m, const EngineOptions& o) {
+  const int64_t buffers = m.buffers + m.workspace;  // step buffers and the backend's scratch
+  const int64_t limit = o.gpu_memory_limit, need = m.weights + m.kv + buffers;
+  if (limit <= 0 || need <= limit) return;
+  const int64_t room = limit - m.weights - buffers;
+  const std::string fix =
+      m.weights > limit ? std::string("Raise --gpu-memory-limit (the weights alone do not fit)")
+      : room < m.kv_per_token * o.page_size
+          ? std::string("Raise --gpu-memory-limit or lower --max-prefill-tokens (the weights and buffers leave no "
+                        "room for one KV page)")
+          : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
+                        room / std::max<int64_t>(m.kv_per_token, 1));
+  fail(ErrorCode::kOutOfMemory,
+       "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
+       "of buffers and workspaces for steps of {} tokens ({} missing). {}",
+       format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), o.kv_tokens, format_bytes(buffers),
+       o.max_step_tokens, format_bytes(need - limit), fix);
+}
+
+/** MoeRuntime's inputs: the flags and what is placed now. */
+MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
+  const EngineOptions& o = in.options;
+  const PlacedMemory placed = placed_memory(in);
+  MoeRuntimeConfig mc;
+  mc.moe = o.moe;
+  mc.gpu_memory_limit = o.gpu_memory_limit;
+  mc.kv_bytes_per_token = placed.kv_per_token;
+  mc.placed_kv_tokens = in.kv.pool().n_pages() * o.page_size;
+  mc.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : mc.placed_kv_tokens;
+  mc.placed_bytes = placed.kv + placed.buffers;
+  mc.workspace_bytes = placed.workspace;
+  mc.weight_bytes = placed.weights;
+  mc.max_tokens = o.max_step_tokens;
+  // Graph-captured decode batches keep the expert cache; bigger steps stream whole layers.
+  mc.stream_min_tokens = std::max<int64_t>(64, int64_t{o.cuda_graph_max_bs} + 1);
+  mc.cpu_threads = o.threads;
+  mc.decode_log_interval = o.decode_log_interval;
+  mc.release_source = [ckpt = &in.checkpoint](const void* data, int64_t bytes) { ckpt->release(data, bytes); };
+  mc.source_releases_memory = in.checkpoint.releases_memory();
+  return mc;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryPlanInputs& in) {
+  const EngineOptions& o = in.options;
+  if (o.gpu_memory_limit < 0)
+    fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit must be > 0 (got {} bytes)", o.gpu_memory_limit);
+  Model& model = in.model;
+  const std::string& embed = o.embed_weights;
+  bool moe = false;
+  for (const ExpertBank& b : model.host_experts()) moe = moe || b.n_expert() > 0;
+  MemoryPlan p;
+  try {
+    if (moe) {
+      MoeRuntimeConfig mc = moe_inputs(in);
+      bool host = embed == "host";
+      if (embed == "auto") {
+        // The plan with the table on the device: a cache sized by what is left takes the table's bytes
+        // as slots. A plan that does not fit that way may fit without the table.
+        const MoeStrategy want = o.moe.strategy;
+        try {
+          const MoePlan preview = MoeRuntime::preview_plan(in.ops, model, mc);
+          host = embeddings_on_host_auto(preview, o.moe.cache, preview.cache_experts);
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
+          host = true;
+        }
+      }
+      WeightLoader ld(in.checkpoint, in.ops);
+      if (host && model.move_embeddings_to_host(ld)) mc = moe_inputs(in);
+      p.moe_inputs = std::move(mc);
+    } else {
+      plan_moe(o.moe, std::vector<int32_t>(static_cast<size_t>(model.config().n_layer), 0), {});  // rejects MoE-only flags
+      if (embed == "host") {
+        WeightLoader ld(in.checkpoint, in.ops);
+        model.move_embeddings_to_host(ld);
+      }
+      check_dense_memory_limit(placed_memory(in), o);
+    }
+  } catch (const Error& e) {  // a plan that does not fit says so; the flag that moves the table too
+    throw with_embed_weights_hint(e, model);
+  }
+  p.gpu_memory_limit = o.gpu_memory_limit;
+  for (const TensorInfo& t : in.checkpoint.tensors()) p.weight_bytes += t.bytes;
+  p.placed = placed_memory(in);
+  p.kv = in.kv.config();
+  p.kv_pages = in.kv.pool().n_pages();
+  p.kv_tokens = int64_t{p.kv_pages} * o.page_size;
+  p.kv_bytes = in.kv.bytes();
+  p.kv_bytes_per_token = KvCache::bytes_per_token(in.kv.config());
+  p.embed_weights = embed;
+  p.host_mapped_bytes = model.host_mapped_bytes();
+  return p;
+}
+
+}  // namespace ft

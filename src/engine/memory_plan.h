@@ -1,0 +1,94 @@
+#pragma once
+// The engine's memory plan (issue 32): how the KV cache is sized, what the engine placed on its
+// backend's device (weights less those read from host memory, KV cache, step buffers, the backend's
+// scratch), where the token embedding table lives (--embed-weights), the dense model's check against
+// --gpu-memory-limit and the MoE planner's inputs (engine/moe_runtime.h: MoeRuntime makes the budget
+// and the plan from them). One object, MemoryPlan: Engine::memory_plan(), printed by `ft serve`'s
+// start-up banner and /v1/stats.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "backend/ops.h"
+#include "engine/moe_runtime.h"
+#include "formats/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace ft {
+
+struct EngineOptions;  // engine/engine.h
+
+/** What the engine placed on its backend's device, in bytes: the checkpoint's weights (less those
+ *  read from host memory), the KV cache (and per token slot, spare pages included), the step and
+ *  forward buffers, and the backend's scratch that the largest step will allocate. */
+struct PlacedMemory {
+  int64_t weights = 0, kv = 0, kv_per_token = 0, buffers = 0;
+  int64_t workspace = 0;  // Ops::workspace_bytes(workspace_shape()): not allocated at load
+};
+
+/** Whether --embed-weights auto puts the token embedding table in host memory the backend reads over
+ *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token: one bus read, microseconds;
+ *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given `plan`, made with
+ *  the table on the device: yes when it has an expert cache (offload, hybrid) sized by the memory left
+ *  (`request` is --moe-cache-auto) that holds fewer than `total_experts` (MoePlan::cache_experts: the
+ *  routed experts of its cache layers), so the table's bytes become
+ *  slots (llama.cpp keeps this table on the host always). The engine also moves it when a plan fits
+ *  only without it (then possibly fused). Fused, cpu and dense models keep it; "host" moves it for any
+ *  model whose LM head is not tied to it, "device" never. The CPU backend reads the table where it is
+ *  and only its budget changes, so that --gpu-memory-limit emulates a GPU's plan. */
+bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts);
+
+/** The KV cache's layout for a model of `config` under `options` (kv_tokens already resolved): page
+ *  size, token budget (--kv-tokens), dtype (--kv-cache-dtype; "auto": the backend's activation dtype),
+ *  one spare page for graph padding rows when `spare_page`, recurrent-state slots (max_seqs +
+ *  --state-snapshots) and the sliding-window pool's budget (at least what max_seqs windows and one step
+ *  need, --swa-kv-tokens). Throws kInvalidArgument for a bad --kv-cache-dtype, --state-snapshots or
+ *  --swa-kv-tokens, kUnsupported for a KV dtype other than f32 on the CPU backend. */
+KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page);
+
+/** The engine's memory plan. Sizes in bytes. */
+struct MemoryPlan {
+  int64_t gpu_memory_limit = 0;     // --gpu-memory-limit (0: the device's free memory; CPU backend: none)
+  int64_t weight_bytes = 0;         // every tensor of the checkpoint as stored (mapped from the file)
+  PlacedMemory placed;              // on the device, after the embedding placement
+  KvCacheConfig kv;                 // the KV cache as allocated (plan_kv_cache)
+  int32_t kv_pages = 0;             // pages of the KV pool (spare pages not counted)
+  int64_t kv_tokens = 0;            // tokens the pool holds: kv_pages x page size (--kv-tokens in whole pages)
+  int64_t kv_bytes = 0;             // KvCache::bytes: every layer's K and V, sliding-window pool and states included
+  int64_t kv_bytes_per_token = 0;   // KvCache::bytes_per_token: every layer's K and V of one token (MLA: latent + RoPE key)
+  std::string embed_weights;        // --embed-weights
+  int64_t host_mapped_bytes = 0;    // weights the backend reads from host memory (the token embedding table; 0: none)
+  std::optional<MoeRuntimeConfig> moe_inputs;  // MoE models: what MoeRuntime budgets and plans from
+  std::optional<MoePlan> moe;                  // the plan MoeRuntime made (set once it is built)
+  std::optional<GpuMemoryBudget> budget;       // the budget it was made for
+};
+
+/** What plan_memory reads: the engine's options, backend, checkpoint, loaded model (its embedding
+ *  table may move to host memory) and allocated KV cache, the bytes of its step and forward buffers,
+ *  and the shapes that size the backend's scratch. */
+struct MemoryPlanInputs {
+  const EngineOptions& options;
+  Ops& ops;
+  Checkpoint& checkpoint;
+  Model& model;
+  const KvCache& kv;
+  int64_t buffer_bytes = 0;
+  WorkspaceShape workspace;
+};
+
+/** Plans the engine's memory once the model, the KV cache and the step buffers are placed: checks
+ *  --gpu-memory-limit (kInvalidArgument below 0), decides the token embedding table's place
+ *  (--embed-weights; auto: embeddings_on_host_auto over MoeRuntime::preview_plan, or host when the plan
+ *  fits only so) and moves it, then for a MoE model fills the MoE inputs (the KV reserve: --kv-reserve-tokens,
+ *  else the KV pool), for a dense one refuses MoE-only flags (plan_moe) and a model that does not fit the
+ *  limit (kOutOfMemory naming the sizes and how many KV tokens would fit). An out-of-memory error names
+ *  --embed-weights host when that would help (with_embed_weights_hint). */
+MemoryPlan plan_memory(const MemoryPlanInputs& in);
+
+/** `e`, with " (or --embed-weights host: ...)" appended when it is kOutOfMemory and `model`'s token
+ *  embedding table is on the device and not tied to the LM head. */
+Error with_embed_weights_hint(const Error& e, const Model& model);
+
+}  // namespace ft
