@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda_weight_types.h"
+#include "quant/fp8.h"
 #include "quant/mxfp4.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -43,7 +44,11 @@ WeightName layer_weight(int64_t layer, const std::string& gguf, const std::strin
   return {fmt::format("blk.{}.{}.{}", layer, gguf, suffix), fmt::format("model.layers.{}.{}.{}", layer, hf, suffix)};
 }
 
-WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops) : ckpt_(ckpt), ops_(ops), gguf_(ckpt.format() == "gguf") {}
+WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops) : ckpt_(ckpt), ops_(ops), gguf_(ckpt.format() == "gguf") {
+  const nlohmann::json& meta = ckpt.metadata();
+  if (!gguf_ && meta.is_object() && meta.contains("config"))
+    quant_ = parse_quant_config(meta["config"], ckpt.path() + "/config.json");
+}
 
 Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
                           WeightKind kind) const {
@@ -62,8 +67,9 @@ Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::
   const bool allowed = kind == WeightKind::kVector ? plain : plain || (dtype_info(t).is_quantized && can_dequantize(t));
   if (!allowed && (t == DType::F8_E4M3 || t == DType::F8_E5M2))
     fail(ErrorCode::kUnsupported,
-         "tensor {} {}: {} weights (an FP8 checkpoint) are not supported yet; load a BF16 release of the model "
-         "or a GGUF conversion of it", name, shape_str(info.shape), dtype_name(t));
+         "tensor {} {}: {} weights need an FP8 quantization_config in config.json (quant_method \"fp8\" or "
+         "compressed-tensors float-quantized) naming their scales; FreeToken reads F8_E4M3 weights with F32 scales",
+         name, shape_str(info.shape), dtype_name(t));
   if (!allowed)
     fail(ErrorCode::kInvalidFile, "tensor {} {}: dtype {} is not supported here (expected {})", name,
          shape_str(info.shape), dtype_name(t),
@@ -80,11 +86,71 @@ Tensor WeightLoader::host(const WeightName& n, std::initializer_list<int64_t> sh
   if (!info)
     fail(ErrorCode::kNotFound, "missing tensor {} (expected shape {}) in {}", nm, shape_str(std::vector<int64_t>(shape)),
          ckpt_.path());
+  if (info->dtype == DType::F8_E4M3 && quant_.method == QuantMethod::kFp8) return fp8_view(*info, nm, shape, kind);
   return view(*info, nm, shape, kind);
+}
+
+Tensor WeightLoader::fp8_view(const TensorInfo& info, const std::string& nm, std::initializer_list<int64_t> shape,
+                              WeightKind kind) {
+  const std::vector<int64_t> want(shape);
+  if (info.shape != want)
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected shape {}, found {} in {}", nm, shape_str(want),
+         shape_str(info.shape), ckpt_.path());
+  if (auto it = fp8_rows_.find(nm); it != fp8_rows_.end()) return it->second;
+  const std::string suffix = ".weight";
+  if (kind != WeightKind::kMatrix || want.size() != 2 || nm.size() <= suffix.size() ||
+      nm.compare(nm.size() - suffix.size(), suffix.size(), suffix) != 0)
+    fail(ErrorCode::kUnsupported, "tensor {} {}: F8_E4M3 is read for the weight matrices of linear layers only", nm,
+         shape_str(info.shape));
+  const std::string module = nm.substr(0, nm.size() - suffix.size());
+  if (!quant_.converts(module))
+    fail(ErrorCode::kInvalidFile,
+         "tensor {} is F8_E4M3 but its module {} is left unquantized by the quantization_config "
+         "(modules_to_not_convert / ignore) of {}", nm, module, ckpt_.path());
+  const int64_t N = want[0], K = want[1];
+  if (K % 32 != 0)
+    fail(ErrorCode::kUnsupported, "tensor {} {}: FP8 weights are kept as blocks of 32 values a row (F8_E4M3_B32); "
+         "rows of {} are not", nm, shape_str(info.shape), K);
+  // The scale grid the config names, and the scale tensor's shape it implies.
+  Fp8ScaleGrid grid{std::max<int64_t>(N, 1), K};
+  std::vector<std::vector<int64_t>> scale_shapes;
+  switch (quant_.fp8_scales) {
+    case Fp8Scales::kBlock:
+      grid = {quant_.block_rows, quant_.block_cols};
+      scale_shapes = {{(N + grid.block_rows - 1) / grid.block_rows, (K + grid.block_cols - 1) / grid.block_cols}};
+      break;
+    case Fp8Scales::kTensor: scale_shapes = {{}, {1}, {1, 1}}; break;
+    case Fp8Scales::kChannel:
+      grid = {1, K};
+      scale_shapes = {{N}, {N, 1}};
+      break;
+  }
+  const std::string sname = module + "." + quant_.scale_suffix;
+  const TensorInfo* s = ckpt_.find(sname);
+  if (!s)
+    fail(ErrorCode::kNotFound, "missing tensor {} {} (the scales of FP8 weight {}) in {}", sname,
+         shape_str(scale_shapes.front()), nm, ckpt_.path());
+  const bool shape_ok = std::find(scale_shapes.begin(), scale_shapes.end(), s->shape) != scale_shapes.end();
+  if (!shape_ok || (s->dtype != DType::F32 && s->dtype != DType::BF16 && s->dtype != DType::F16))
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected F32 {} (the scales of {} {}), found {} {} in {}", sname,
+         shape_str(scale_shapes.front()), nm, shape_str(info.shape), dtype_name(s->dtype), shape_str(s->shape),
+         ckpt_.path());
+  std::vector<float> scales(static_cast<size_t>(s->numel()));
+  dequantize_row(s->dtype, s->data, scales.data(), s->numel());
+  host_storage_.push_back(Buffer::host(std::max<int64_t>(N * dtype_bytes(DType::F8_E4M3_B32, K), 1)));
+  uint8_t* rows = static_cast<uint8_t*>(host_storage_.back().data());
+  fp8_rows_from_scaled(info.data, scales.data(), N, K, grid, rows);
+  const Tensor t(rows, DType::F8_E4M3_B32, want.data(), 2);
+  fp8_rows_.emplace(nm, t);
+  return t;
 }
 
 void WeightLoader::check_device_kernel(const std::string& name, const Tensor& h) const {
   if (ops_.device() != Device::kCuda || !dtype_info(h.dtype).is_quantized || cuda_has_weight_kernel(h.dtype)) return;
+  if (h.dtype == DType::F8_E4M3_B32)
+    fail(ErrorCode::kUnsupported,
+         "tensor {} {}: FP8 checkpoint weights (kept as F8_E4M3_B32) have no CUDA kernel yet; run this checkpoint "
+         "with --device cpu, or use a BF16 release of the model", name, h.shape_str());
   fail(ErrorCode::kUnsupported,
        "tensor {} {}: the CUDA backend has no kernel for {} weights (it reads {}); run this file with --device cpu, "
        "or use a file of another type",

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/ops.h"
 #include "formats/checkpoint.h"
+#include "formats/quant_config.h"
 
 namespace ft {
 
@@ -29,7 +31,12 @@ enum class WeightKind : uint8_t { kMatrix, kVector };
 
 class WeightLoader {
  public:
+  /** Reads a Hugging Face checkpoint's quantization_config (formats/quant_config.h) from its
+   *  config.json. Throws what parse_quant_config throws (an unsupported method or option, named). */
   WeightLoader(const Checkpoint& ckpt, Ops& ops);
+
+  /** The checkpoint's quantization_config (method kNone for GGUF and plain checkpoints). */
+  const QuantConfig& quant_config() const { return quant_; }
 
   bool is_gguf() const { return gguf_; }
   const Checkpoint& checkpoint() const { return ckpt_; }
@@ -56,7 +63,14 @@ class WeightLoader {
   /** Like get(), but an absent tensor gives an empty Tensor. */
   Tensor get_optional(const WeightName& n, std::initializer_list<int64_t> shape,
                       WeightKind kind = WeightKind::kMatrix);
-  /** Validated host view (stays in the mapped file; not made resident). */
+  /** Validated host view (stays in the mapped file; not made resident).
+   *  FP8 checkpoints (quant_config() kFp8): an F8_E4M3 matrix `<module>.weight` [N, K] is read with its
+   *  F32/BF16/F16 scale tensor `<module>.<scale_suffix>` (block: [ceil(N/br), ceil(K/bc)], tensor: one
+   *  value, channel: [N] or [N, 1]) and repacked losslessly into F8_E4M3_B32 rows (quant/fp8.h), a
+   *  host copy of 1.125 bytes a weight owned by take_host_storage() (made once per tensor). Throws
+   *  kNotFound for a missing scale tensor, kInvalidFile for a misshapen scale or an F8_E4M3 tensor of a
+   *  module the config leaves unquantized (modules_to_not_convert / ignore), kUnsupported for an FP8
+   *  tensor that is not a matrix or whose rows are not a multiple of 32 values. */
   Tensor host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
 
   /** F32 copy of a validated tensor (any dtype quant/ dequantizes), in host memory owned by
@@ -103,6 +117,9 @@ class WeightLoader {
   /** On the CUDA backend, refuses a quantized tensor whose dtype no CUDA kernel reads, naming it
    *  (ft::Error kUnsupported) before it is placed, instead of failing every request later. */
   void check_device_kernel(const std::string& name, const Tensor& h) const;
+  /** host()'s FP8 path (see there). */
+  Tensor fp8_view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
+                  WeightKind kind);
   Tensor view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
               WeightKind kind) const;
   /** host_fused_experts' matrices: F32/F16/BF16 gate_up_proj + down_proj, or MXFP4 *_blocks + *_scales
@@ -115,6 +132,8 @@ class WeightLoader {
   const Checkpoint& ckpt_;
   Ops& ops_;
   bool gguf_;
+  QuantConfig quant_;
+  std::unordered_map<std::string, Tensor> fp8_rows_;  // tensor name -> its F8_E4M3_B32 host copy
   std::vector<Buffer> storage_;
   std::vector<Buffer> host_storage_;
 };
