@@ -58,7 +58,8 @@ FUZZ_S   ?= 60
 FUZZ_RUNS ?=
 FUZZ_DIR ?= build-fuzz
 FUZZ_CXX  = clang++ -std=c++20 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc
-FUZZ_NAMES = request_parse stop_matcher json_schema gguf safetensors_config tokenizer chat_template reply_stream
+FUZZ_NAMES = request_parse stop_matcher json_schema gguf safetensors_config tokenizer chat_template reply_stream \
+             quant_config
 FUZZ_LIBS = -lfmt -lutf8proc -lpcre2-8
 FUZZ_UTIL_SRC = src/util/error.cpp src/util/read_file.cpp src/util/mmap_file.cpp src/tensor/dtype.cpp
 FUZZ_request_parse_SRC = src/server/request_parse.cpp src/server/anthropic_request.cpp src/server/json_fields.cpp \
@@ -71,6 +72,7 @@ FUZZ_json_schema_SRC = src/server/json_schema_grammar.cpp src/server/json_gramma
 FUZZ_gguf_SRC = src/formats/gguf_reader.cpp src/formats/gguf_value.cpp src/formats/gguf_writer.cpp \
                 src/model/config.cpp $(FUZZ_UTIL_SRC)
 FUZZ_safetensors_config_SRC = src/formats/safetensors.cpp src/formats/hf_config.cpp src/model/config.cpp $(FUZZ_UTIL_SRC)
+FUZZ_quant_config_SRC = src/formats/quant_config.cpp src/util/error.cpp
 FUZZ_tokenizer_SRC = $(filter-out src/tokenizer/chat_template.cpp src/tokenizer/model_template.cpp \
                        src/tokenizer/stop_matcher.cpp,$(wildcard src/tokenizer/*.cpp)) src/formats/hf_config.cpp $(FUZZ_UTIL_SRC)
 FUZZ_chat_template_SRC = src/tokenizer/chat_template.cpp $(wildcard src/tokenizer/jinja/*.cpp) src/tokenizer/utf8.cpp \
@@ -83,6 +85,7 @@ FUZZ_PCT_tokenizer = 20
 FUZZ_PCT_chat_template = 30
 FUZZ_PCT_reply_stream = 50
 FUZZ_PCT_safetensors_config = 60
+FUZZ_PCT_quant_config = 30
 FUZZ_MAXLEN_tokenizer = 16384
 FUZZ_PLAN = $(foreach h,$(FUZZ_NAMES),$(h):$(or $(FUZZ_PCT_$(h)),100):$(or $(FUZZ_MAXLEN_$(h)),8192))
 

@@ -4,8 +4,10 @@
 // value is refused, naming it.
 #include "formats/quant_config.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <algorithm>
-#include <regex>
 #include <set>
 
 #include "util/error.h"
@@ -40,8 +42,27 @@ void check_keys(const json& obj, const std::set<std::string>& known, const std::
 
 bool is_null_or_empty(const json& v) { return v.is_null() || (v.is_object() && v.empty()); }
 
-/** Appends the strings of list field `key` (null or absent: nothing) to `out`, checking each pattern. */
-void pattern_list(const json& q, const char* key, const std::string& source, std::vector<std::string>& out) {
+/** `pattern` compiled by PCRE2 (anchored at the start when matched, as Python's re.match);
+ *  nullptr with `error` set when it does not compile. */
+std::shared_ptr<const void> compile_pattern(const std::string& pattern, std::string* error) {
+  int code = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), 0, &code, &offset,
+                                 nullptr);
+  if (re == nullptr) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    if (error) *error = fmt::format("{} at offset {}", reinterpret_cast<const char*>(msg), offset);
+    return nullptr;
+  }
+  return std::shared_ptr<const void>(re, [](const void* p) { pcre2_code_free(static_cast<pcre2_code*>(const_cast<void*>(p))); });
+}
+
+/** The regular expression text of a not_converted entry ("re:" prefix dropped). */
+std::string regex_text(const std::string& p) { return p.rfind("re:", 0) == 0 ? p.substr(3) : p; }
+
+/** Appends the strings of list field `key` (null or absent: nothing) to `out`, compiling each pattern. */
+void pattern_list(const json& q, const char* key, const std::string& source, QuantConfig& c) {
   if (!q.contains(key) || q.at(key).is_null()) return;
   const json& v = q.at(key);
   if (!v.is_array()) bad(source, key, "a list of module names", v);
@@ -51,15 +72,13 @@ void pattern_list(const json& q, const char* key, const std::string& source, std
     if (s.size() > kMaxPattern)
       fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}: a pattern of {} characters (at most {})", source, key,
            s.size(), kMaxPattern);
-    const std::string re = s.rfind("re:", 0) == 0 ? s.substr(3) : s;
-    try {
-      std::regex r(re, std::regex::ECMAScript);
-      (void)r;
-    } catch (const std::regex_error&) {
-      fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}: \"{}\" is not a valid regular expression", source,
-           key, s.substr(0, 80));
-    }
-    out.push_back(std::move(s));
+    std::string error;
+    auto re = compile_pattern(regex_text(s), &error);
+    if (!re)
+      fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}: \"{}\" is not a valid regular expression ({})", source,
+           key, s.substr(0, 80), error);
+    c.not_converted.push_back(std::move(s));
+    c.compiled.push_back(std::move(re));
   }
 }
 
@@ -100,8 +119,8 @@ void parse_fp8(const json& q, const std::string& source, QuantConfig& c) {
     block_shape(q["weight_block_size"], source, "weight_block_size", c);
   else
     c.fp8_scales = Fp8Scales::kTensor;
-  pattern_list(q, "modules_to_not_convert", source, c.not_converted);
-  pattern_list(q, "ignored_layers", source, c.not_converted);
+  pattern_list(q, "modules_to_not_convert", source, c);
+  pattern_list(q, "ignored_layers", source, c);
 }
 
 void parse_compressed_tensors(const json& q, const std::string& source, QuantConfig& c) {
@@ -152,33 +171,55 @@ void parse_compressed_tensors(const json& q, const std::string& source, QuantCon
     c.fp8_scales = one.fp8_scales, c.block_rows = one.block_rows, c.block_cols = one.block_cols;
     first = false;
   }
-  pattern_list(q, "ignore", source, c.not_converted);
+  pattern_list(q, "ignore", source, c);
 }
 
 void parse_mxfp4(const json& q, const std::string& source, QuantConfig& c) {
   check_keys(q, {"quant_method", "modules_to_not_convert", "dequantize"}, source, "");
   if (q.contains("dequantize") && !q["dequantize"].is_boolean()) bad(source, "dequantize", "true or false", q["dequantize"]);
   c.method = QuantMethod::kMxfp4;
-  pattern_list(q, "modules_to_not_convert", source, c.not_converted);
+  pattern_list(q, "modules_to_not_convert", source, c);
 }
 
-bool regex_prefix(const std::string& pattern, std::string_view name) {
-  const std::regex r(pattern, std::regex::ECMAScript);
-  return std::regex_search(name.begin(), name.end(), r, std::regex_constants::match_continuous);
+/** Whether compiled pattern `re` matches a prefix of `name` (Python's re.match); throws when the match
+ *  runs past PCRE2's limits (a pattern that backtracks without end). */
+bool regex_prefix(const void* re, const std::string& pattern, std::string_view name) {
+  auto* code = static_cast<pcre2_code*>(const_cast<void*>(re));
+  std::unique_ptr<pcre2_match_context, void (*)(pcre2_match_context*)> ctx(pcre2_match_context_create(nullptr),
+                                                                          pcre2_match_context_free);
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+      pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
+  if (!ctx || !md) fail(ErrorCode::kInternal, "quantization_config: out of memory matching a module pattern");
+  pcre2_set_match_limit(ctx.get(), 100000);
+  pcre2_set_depth_limit(ctx.get(), 1000);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0, PCRE2_ANCHORED,
+                             md.get(), ctx.get());
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  fail(ErrorCode::kInvalidFile, "quantization_config: module pattern \"{}\" cannot be matched against {} (PCRE2 error {})",
+       pattern.substr(0, 80), name, rc);
 }
 
 }  // namespace
 
 bool QuantConfig::converts(std::string_view module) const {
   if (method == QuantMethod::kNone) return false;
-  for (const std::string& p : not_converted) {
-    if (p.rfind("re:", 0) == 0) {
-      if (regex_prefix(p.substr(3), module)) return false;
-      continue;
+  for (size_t i = 0; i < not_converted.size(); ++i) {
+    const std::string& p = not_converted[i];
+    // transformers' should_convert_module: the name ends with the pattern, or re.match(pattern) (a
+    // prefix); compressed-tensors' "re:" entries: re.match of the expression.
+    if (p.rfind("re:", 0) != 0 && module.size() >= p.size() && module.substr(module.size() - p.size()) == p)
+      return false;
+    std::shared_ptr<const void> own;
+    const void* re = compiled.size() == not_converted.size() ? compiled[i].get() : nullptr;
+    if (re == nullptr) {
+      std::string error;
+      own = compile_pattern(regex_text(p), &error);
+      if (!own) fail(ErrorCode::kInvalidFile, "quantization_config: \"{}\" is not a valid regular expression ({})",
+                     p.substr(0, 80), error);
+      re = own.get();
     }
-    // transformers' should_convert_module: re.match(pattern) at the start, or the name ends with it.
-    if (module.size() >= p.size() && module.substr(module.size() - p.size()) == p) return false;
-    if (regex_prefix(p, module)) return false;
+    if (regex_prefix(re, p, module)) return false;
   }
   return true;
 }

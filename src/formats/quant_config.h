@@ -15,6 +15,7 @@
 // Everything else (ModelOpt NVFP4 / FP8, GPTQ, AWQ, bitsandbytes, other compressed-tensors formats,
 // options this reader does not know) is refused, naming the method or the option.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,11 @@ struct QuantConfig {
    *  or the name ending with the pattern text); a compressed-tensors "re:" pattern is a regular
    *  expression matching a prefix. An unquantized config (kNone) converts nothing. */
   bool converts(std::string_view module) const;
+
+  /** not_converted compiled (PCRE2, one per pattern, same order), filled by parse_quant_config; when
+   *  its size differs from not_converted's, converts() compiles the patterns itself. A match that
+   *  exceeds PCRE2's match limit (100000 steps) throws ft::Error(kInvalidFile) naming the pattern. */
+  std::vector<std::shared_ptr<const void>> compiled;
 };
 
 /** Parses `config`'s "quantization_config" (config.json's top level or its text_config; absent or null:
@@ -58,7 +64,8 @@ struct QuantConfig {
  *  or option this reader does not support (e.g. "quant_method \"gptq\"", "ModelOpt NVFP4",
  *  "fmt \"e5m2\"", "weight_block_size [64, 32]" when not a multiple of 32 wide, "activation_scheme"
  *  values other than dynamic/static, an unknown key); kInvalidFile for a field of the wrong type or a
- *  pattern that is not a valid regular expression (patterns longer than 512 characters are refused). */
+ *  pattern that is not a valid regular expression (PCRE2 syntax, as Python's re reads these;
+ *  patterns longer than 512 characters are refused). */
 QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& source);
 
 }  // namespace ft

@@ -161,6 +161,32 @@ TEST(QuantConfig, MalformedFieldsAreInvalidFile) {
   EXPECT_EQ(code, ErrorCode::kInvalidFile);
 }
 
+TEST(QuantConfig, BacktrackingPatternsAreBounded) {
+  // A pattern that backtracks exponentially against a long name stops at PCRE2's match limit with a
+  // refusal naming it, instead of hanging the load (found by the quant_config fuzz harness).
+  const QuantConfig c = parse(R"({"quant_method": "fp8", "modules_to_not_convert": ["(a|aa)*[bc]"]})");
+  const std::string name(64, 'a');
+  try {
+    c.converts(name);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidFile);
+    EXPECT_NE(std::string(e.what()).find("(a|aa)*[bc]"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(c.converts("model.layers.0.mlp.up_proj"));  // short names still match normally
+}
+
+TEST(QuantConfig, HandBuiltConfigCompilesItsPatterns) {
+  QuantConfig c;
+  c.method = QuantMethod::kFp8;
+  c.not_converted = {"lm_head", "re:model\\.layers\\.[0-9]+\\.mlp\\.gate$"};
+  EXPECT_FALSE(c.converts("lm_head"));
+  EXPECT_FALSE(c.converts("model.layers.17.mlp.gate"));
+  EXPECT_TRUE(c.converts("model.layers.17.mlp.gate_proj"));
+  c.not_converted = {"model.(layers"};
+  EXPECT_THROW(c.converts("model.layers.0.mlp.gate"), Error);
+}
+
 TEST(QuantConfig, TextConfigIsRead) {
   const QuantConfig c = parse_quant_config(
       json::parse(R"({"text_config": {"hidden_size": 8, "quantization_config": {"quant_method": "fp8",
