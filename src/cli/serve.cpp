@@ -157,11 +157,9 @@ int run_serve(const ServeFlags& f) {
   const Checkpoint& ck = engine->checkpoint();
   const ModelConfig& mc = engine->config();
 
-  int64_t n_params = 0, weight_bytes = 0;
-  for (const TensorInfo& t : ck.tensors()) {
-    n_params += t.numel();
-    weight_bytes += t.bytes;
-  }
+  const MemoryPlan& plan = engine->memory_plan();  // the banner's memory figures and /v1/stats' KV bytes
+  int64_t n_params = 0;
+  for (const TensorInfo& t : ck.tensors()) n_params += t.numel();
 
   EngineRunner runner(*engine);
   ServiceConfig sc;
@@ -204,8 +202,8 @@ int run_serve(const ServeFlags& f) {
   sm.path = demo ? "" : path;
   sm.n_params = n_params;
   sm.n_ctx_train = mc.n_ctx_train;
-  sm.kv_bytes_per_token = KvCache::bytes_per_token(engine->kv().config());
-  sm.kv_bytes_total = engine->kv().bytes();
+  sm.kv_bytes_per_token = plan.kv_bytes_per_token;
+  sm.kv_bytes_total = plan.kv_bytes;
   sm.demo = demo;
   sm.vocab = &vocab;
   sm.chat_template = &chat_template;
@@ -239,9 +237,8 @@ int run_serve(const ServeFlags& f) {
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
               template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
-              format_bytes(weight_bytes).c_str(),
-              static_cast<long long>(engine->kv().pool().n_pages()) * kc.page_size, engine->kv().pool().n_pages(),
-              kc.page_size, format_bytes(engine->kv().bytes()).c_str(), engine->ops().name(),
+              format_bytes(plan.weight_bytes).c_str(), static_cast<long long>(plan.kv_tokens), plan.kv_pages,
+              plan.kv.page_size, format_bytes(plan.kv_bytes).c_str(), engine->ops().name(),
               f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
   if (const PagePool* swa = engine->kv().swa_pool()) {
     int n_swa = 0;
@@ -261,7 +258,7 @@ int run_serve(const ServeFlags& f) {
                 n_rec, kc.n_layer, format_bytes(kc.state_bytes_per_slot()).c_str(), states->n_pages(), f.max_running,
                 states->n_pages() - f.max_running);
   }
-  if (const MoePlan* mp = engine->moe_plan()) std::printf("  %s\n", mp->summary().c_str());
+  if (plan.moe) std::printf("  %s\n", plan.moe->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);

@@ -1,0 +1,169 @@
+// The engine's memory plan (engine/memory_plan.h) on the CPU backend: its figures are the KV cache's,
+// the checkpoint's and the buffers' real sizes; --gpu-memory-limit holds a dense model exactly when
+// weights + KV + buffers fit and otherwise names what is missing and how many KV tokens would fit; a
+// MoE model's plan carries the MoE inputs and the budget, and under a limit one byte short of holding
+// everything the token embedding table moves to host memory (--embed-weights auto).
+#include "../model/fixture_util.h"
+#include "backend/cpu/cpu_ops.h"
+#include "formats/checkpoint.h"
+#include "model/registry.h"
+#include "util/format.h"
+
+namespace ft::testing {
+namespace {
+
+std::string fixture(const std::string& name) { return shared_dir() + "/fixtures/hf/" + name; }
+
+int64_t checkpoint_bytes(const Engine& e) {
+  int64_t bytes = 0;
+  for (const TensorInfo& t : e.checkpoint().tensors()) bytes += t.bytes;
+  return bytes;
+}
+
+/** The message of the ft::Error loading `dir` under `o` throws (fails the test when it loads). */
+std::string load_error(const std::string& dir, const EngineOptions& o, ErrorCode code) {
+  try {
+    Engine::load(dir, o);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << dir << " loaded";
+  return {};
+}
+
+TEST(MemoryPlan, DenseFiguresAreTheCachesAndTheCheckpoints) {
+  EngineOptions o = small_engine_options();  // 1024 KV tokens in pages of 16, steps of 512 tokens
+  auto e = Engine::load(fixture("qwen3"), o);
+  const MemoryPlan& p = e->memory_plan();
+  const ModelConfig& c = e->config();
+  EXPECT_EQ(p.gpu_memory_limit, 0);
+  EXPECT_EQ(p.weight_bytes, checkpoint_bytes(*e));
+  EXPECT_EQ(p.host_mapped_bytes, 0);  // dense: the table stays under auto
+  EXPECT_EQ(p.embed_weights, "auto");
+  EXPECT_EQ(p.placed.weights, p.weight_bytes);
+  EXPECT_EQ(p.kv_pages, 64);
+  EXPECT_EQ(p.kv_tokens, 1024);
+  EXPECT_EQ(p.kv.page_size, 16);
+  EXPECT_EQ(p.kv.spare_pages, 0);  // no graphs on the CPU backend
+  EXPECT_EQ(p.kv.dtype, DType::F32);
+  // F32 keys and values of every layer: the plan's, the cache's and the stats' figure.
+  const int64_t per_token = c.n_layer * 2 * c.n_head_kv * c.head_dim * 4;
+  EXPECT_EQ(p.kv_bytes_per_token, per_token);
+  EXPECT_EQ(p.kv_bytes, 1024 * per_token);
+  EXPECT_EQ(p.kv_bytes, e->kv().bytes());
+  EXPECT_EQ(p.placed.kv, p.kv_bytes);
+  EXPECT_EQ(p.placed.kv_per_token, per_token);
+  // Step inputs (ids, positions, sequences [512], starts [17], tables [16 x 64], rows [512]) and the
+  // F32 logits [512, n_vocab], plus the forward's buffers.
+  const int64_t step_inputs = 4 * (3 * 512 + 17 + 16 * 64 + 512), logits = 512 * c.n_vocab * 4;
+  EXPECT_GT(p.placed.buffers, step_inputs + logits);
+  EXPECT_EQ(p.placed.workspace, 0);  // the CPU backend has no scratch estimate
+  EXPECT_FALSE(p.moe_inputs || p.moe || p.budget);
+  EXPECT_EQ(e->moe_plan(), nullptr);
+  EXPECT_EQ(&e->placed_memory(), &p.placed);
+}
+
+TEST(MemoryPlan, DenseLimitFitsExactlyAndNamesWhatIsMissing) {
+  EngineOptions o = small_engine_options();
+  PlacedMemory m;
+  {
+    m = Engine::load(fixture("qwen3"), o)->memory_plan().placed;
+  }
+  const int64_t need = m.weights + m.kv + m.buffers;
+  o.gpu_memory_limit = need;
+  EXPECT_EQ(Engine::load(fixture("qwen3"), o)->memory_plan().gpu_memory_limit, need);
+  // One byte short: 1023 of the 1024 KV tokens fit.
+  o.gpu_memory_limit = need - 1;
+  std::string what = load_error(fixture("qwen3"), o, ErrorCode::kOutOfMemory);
+  EXPECT_NE(what.find("cannot hold the model: " + format_bytes(m.weights) + " of weights, " + format_bytes(m.kv) +
+                      " of KV cache (1024 tokens, --kv-tokens)"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("(1 B missing). Raise --gpu-memory-limit or lower --kv-tokens (about 1023 fit)"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("(or --embed-weights host: the token embedding table then stays in host memory)"),
+            std::string::npos)
+      << what;
+  // Less than the weights.
+  o.gpu_memory_limit = m.weights - 1;
+  what = load_error(fixture("qwen3"), o, ErrorCode::kOutOfMemory);
+  EXPECT_NE(what.find("Raise --gpu-memory-limit (the weights alone do not fit)"), std::string::npos) << what;
+  // Checked once, in the plan, for every model.
+  o.gpu_memory_limit = -5;
+  EXPECT_EQ(load_error(fixture("qwen3"), o, ErrorCode::kInvalidArgument),
+            "--gpu-memory-limit must be > 0 (got -5 bytes)");
+  o.gpu_memory_limit = 0;
+  o.embed_weights = "host";
+  auto host = Engine::load(fixture("qwen3"), o);  // the table in host memory: weights on the device shrink
+  const ModelConfig& c = host->config();
+  EXPECT_EQ(host->memory_plan().host_mapped_bytes, c.n_vocab * c.n_embd * 2);  // the fixture's table is bf16
+  EXPECT_EQ(host->memory_plan().placed.weights, m.weights - host->memory_plan().host_mapped_bytes);
+}
+
+TEST(MemoryPlan, MoePlanCarriesItsInputsAndTheEmbeddingPlacement) {
+  EngineOptions o = small_engine_options();
+  o.kv_reserve_tokens = 1024;
+  o.embed_weights = "device";
+  auto e = Engine::load(fixture("qwen3_moe_64e"), o);
+  const MemoryPlan& p = e->memory_plan();
+  ASSERT_TRUE(p.moe_inputs && p.moe && p.budget);
+  EXPECT_EQ(p.moe->strategy, MoeStrategy::kFused);  // no limit on the CPU backend
+  EXPECT_EQ(e->moe_plan(), &*p.moe);
+  const MoeRuntimeConfig& in = *p.moe_inputs;
+  EXPECT_EQ(in.weight_bytes, p.weight_bytes);
+  EXPECT_EQ(in.placed_kv_tokens, 1024);
+  EXPECT_EQ(in.kv_reserve_tokens, 1024);
+  EXPECT_EQ(in.kv_bytes_per_token, p.placed.kv_per_token);
+  EXPECT_EQ(in.placed_bytes, p.placed.kv + p.placed.buffers);
+  EXPECT_EQ(in.max_tokens, 512);
+  EXPECT_EQ(in.stream_min_tokens, 64);  // max(64, --cuda-graph-max-bs 16 + 1)
+  EXPECT_EQ(p.budget->kv_reserve_tokens, 1024);
+  EXPECT_EQ(p.budget->kv_bytes_per_token, p.placed.kv_per_token);
+  // The limit that holds everything, one byte short: under auto the table moves to host memory and
+  // then everything fits (fused); kept on the device, offload.
+  const int64_t everything =
+      p.budget->resident_bytes + p.budget->kv_bytes_per_token * p.budget->kv_reserve_tokens + p.budget->expert_bytes;
+  o.gpu_memory_limit = everything - 1;
+  EXPECT_EQ(Engine::load(fixture("qwen3_moe_64e"), o)->memory_plan().moe->strategy, MoeStrategy::kOffload);
+  o.embed_weights = "auto";
+  auto host = Engine::load(fixture("qwen3_moe_64e"), o);
+  const MemoryPlan& h = host->memory_plan();
+  const ModelConfig& c = host->config();
+  EXPECT_EQ(h.host_mapped_bytes, c.n_vocab * c.n_embd * 2);
+  EXPECT_EQ(h.placed.weights, p.weight_bytes - h.host_mapped_bytes);
+  EXPECT_EQ(h.moe_inputs->weight_bytes, h.placed.weights);
+  EXPECT_EQ(h.moe->strategy, MoeStrategy::kFused);
+  EXPECT_EQ(h.budget->resident_bytes, p.budget->resident_bytes - h.host_mapped_bytes);
+}
+
+TEST(MemoryPlan, KvCacheLayout) {
+  EngineOptions o = small_engine_options();
+  o.kv_tokens = 1024;
+  CpuOps ops(1);
+  const ModelConfig gemma = read_model_config(*open_checkpoint(fixture("gemma4")));
+  KvCacheConfig kv = plan_kv_cache(o, gemma, ops, /*spare_page=*/true);
+  EXPECT_EQ(kv.page_size, 16);
+  EXPECT_EQ(kv.token_budget, 1024);
+  EXPECT_EQ(kv.spare_pages, 1);
+  EXPECT_EQ(kv.dtype, DType::F32);
+  EXPECT_EQ(kv.swa_window(), 8);
+  // Sliding-window pool: 16 sequences of a window and two pages each, and one step's tokens.
+  EXPECT_EQ(kv.swa_token_budget, 16 * (8 + 2 * 16) + 512);
+  o.swa_kv_tokens = 5000;
+  EXPECT_EQ(plan_kv_cache(o, gemma, ops, false).swa_token_budget, 5000);
+  const ModelConfig next = read_model_config(*open_checkpoint(fixture("qwen3_next")));
+  EXPECT_EQ(plan_kv_cache(o, next, ops, false).n_state_slots, 16 + 8);  // running + --state-snapshots
+  o.kv_cache_dtype = "bf16";
+  try {
+    plan_kv_cache(o, next, ops, false);
+    ADD_FAILURE() << "bf16 KV on the CPU backend";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_STREQ(e.what(), "--kv-cache-dtype bf16: the CPU backend keeps the KV cache in f32");
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
