@@ -62,8 +62,6 @@ struct EngineOptions {
   std::string embed_weights = "auto";
 };
 
-// embeddings_on_host_auto: engine/memory_plan.h.
-
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
  *  (page j holds positions [j * page_size, (j + 1) * page_size)) and must cover start + n positions.
