@@ -106,7 +106,7 @@ class MessagesSse : public SseFormatter {
     if (end.finish.reason == FinishReason::kError)
       return {sse_event("error", ojson(anthropic_error_body(generation_error(end.finish))))};
     std::vector<std::string> out;
-    emit(split_.finish(), out);
+    emit(split_.finish(end.finish.reason == FinishReason::kLength), out);
     emit_calls(calls_, out);
     close_block(out);
     // The whole usage again: input and cache figures are known only now (the prefix-cache hit).
@@ -204,7 +204,7 @@ void messages(ServerContext& ctx, const httplib::Request& req, const std::string
   }
   StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r));
+  ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r), all.finish.reason == FinishReason::kLength);
   ojson content = ojson::array();
   if (reply.thought && !reply.reasoning.empty())  // empty (trimmed) reasoning: no block, as streamed
     content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", thinking_signature(reply.reasoning)}});

@@ -157,10 +157,10 @@ std::vector<Submitted> submit_chat(ServerContext& ctx, ChatRequest& r) {
   return submit_choices(ctx, encode_chat_prompt(vocab, text + forced, r.messages), gen, "messages");
 }
 
-ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f) {
+ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f, bool cut) {
   ChatReplyStream s(f);
   ChatReplyPiece p = s.push(text);
-  ChatReplyPiece rest = s.finish();
+  ChatReplyPiece rest = s.finish(cut);
   ChatReply out;
   out.thought = s.thought();
   out.reasoning = std::move(p.reasoning) + rest.reasoning;
@@ -199,14 +199,14 @@ ChatReplyPiece ChatReplyStream::push(std::string_view piece) {
   return split(reasoning_ ? reasoning_->push(piece) : ReasoningSplit{"", std::string(piece)}, false);
 }
 
-ChatReplyPiece ChatReplyStream::finish() {
+ChatReplyPiece ChatReplyStream::finish(bool cut) {
   if (!splits()) return {};
-  return split(reasoning_ ? reasoning_->finish() : ReasoningSplit{}, true);
+  return split(reasoning_ ? reasoning_->finish() : ReasoningSplit{}, true, cut);
 }
 
-ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last) {
+ChatReplyPiece ChatReplyStream::split(ReasoningSplit r, bool last, bool cut) {
   ToolCallSplit s = tools_ ? tools_->push(r.content) : ToolCallSplit{std::move(r.content), {}, {}};
-  if (last && tools_) s.append(tools_->finish());
+  if (last && tools_) s.append(tools_->finish(cut));
   if (!all_space(s.reasoning)) channel_reasoning_ = true;  // harmony's analysis channel
   ChatReplyPiece out;
   out.reasoning = reasoning_trim_.push(r.reasoning + s.reasoning);

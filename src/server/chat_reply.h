@@ -101,8 +101,9 @@ struct ChatReply {
 
 /** Splits a whole reply as `f` says: the leading reasoning block, then tool calls in what follows
  *  (tool_calls.h; kHarmony's analysis channel is reasoning too). Exactly what ChatReplyStream gives
- *  for the same text in any pieces, whitespace included. */
-ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f);
+ *  for the same text in any pieces, whitespace included. `cut`: the reply was cut by max_tokens or
+ *  the context (finish_reason "length"), so a call it left open is dropped (ToolCallStream::finish). */
+ChatReply split_chat_reply(const std::string& text, const ReplyFormat& f, bool cut = false);
 
 /** split_chat_reply with <think> reasoning when `with_reasoning` (the reply starting outside the
  *  block) and tool calls in `format` without schemas when `with_tool_calls`. */
@@ -126,14 +127,15 @@ class ChatReplyStream {
   /** <think> reasoning when `with_reasoning`, tool calls in `format` when `with_tool_calls`. */
   ChatReplyStream(bool with_reasoning, bool with_tool_calls, ToolCallFormat format = ToolCallFormat::kHermes);
   ChatReplyPiece push(std::string_view piece);
-  ChatReplyPiece finish();
+  /** `cut`: as split_chat_reply's. */
+  ChatReplyPiece finish(bool cut = false);
   /** Whether any splitting happens (otherwise push() returns its input as content). */
   bool splits() const { return reasoning_.has_value() || tools_.has_value(); }
   /** Whether reasoning came: a block opened (or the reply started in one), or harmony's analysis. */
   bool thought() const { return (reasoning_ && reasoning_->opened()) || channel_reasoning_; }
 
  private:
-  ChatReplyPiece split(ReasoningSplit r, bool last);
+  ChatReplyPiece split(ReasoningSplit r, bool last, bool cut = false);
   std::optional<ReasoningStream> reasoning_;
   std::optional<ToolCallStream> tools_;
   std::string only_function_;  // ReplyFormat::only_function

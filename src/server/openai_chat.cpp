@@ -69,7 +69,7 @@ class ChatSse : public SseFormatter {
     if (f.reason == FinishReason::kError) return {sse_data(error_body(generation_error(f)))};
     std::vector<std::string> out;
     if (split_.splits()) {  // what was held back: partial tags, an unterminated block or call
-      const ojson delta = piece_delta(split_.finish());
+      const ojson delta = piece_delta(split_.finish(f.reason == FinishReason::kLength));
       if (!delta.empty()) out.push_back(sse_data(chunk(delta, nullptr, nullptr)));
     }
     out.push_back(sse_data(chunk(ojson::object(), nullptr, chat_finish_reason(f.reason, n_calls_ > 0, named_))));
@@ -137,7 +137,7 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
   for (size_t i = 0; i < all.size(); ++i) {
     const StreamUpdate& u = all[i];
     if (u.finish.reason == FinishReason::kError) throw ApiException(generation_error(u.finish));
-    ChatReply reply = split_chat_reply(u.text, format);
+    ChatReply reply = split_chat_reply(u.text, format, u.finish.reason == FinishReason::kLength);
     ojson message = {{"role", "assistant"}, {"content", reply.content}};
     if (reply.thought) message["reasoning_content"] = reply.reasoning;
     if (!reply.calls.empty()) {  // content: the text around the calls, null when there is none (as OpenAI)

@@ -134,7 +134,7 @@ class ResponsesSse : public SseFormatter {
       event("response.failed", {{"response", std::move(failed)}}, out);
       return out;
     }
-    emit(split_.finish(), out);
+    emit(split_.finish(f.reason == FinishReason::kLength), out);
     emit_calls(out);
     // Whitespace at the end of the text stays only where a whole reply keeps it (no calls, no reasoning).
     if (n_calls_ == 0 && !saw_reasoning_ && !held_content_.empty()) {
@@ -332,7 +332,7 @@ void create_response(ServerContext& ctx, const httplib::Request& req, const std:
   }
   StreamUpdate all = collect(ctx, s, req);
   if (all.finish.reason == FinishReason::kError) throw ApiException(generation_error(all.finish));
-  const ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r.chat));
+  const ChatReply reply = split_chat_reply(all.text, reply_format(ctx, r.chat), all.finish.reason == FinishReason::kLength);
   const char* status = response_status(all.finish.reason);
   ojson output = output_items(ctx, reply, r, std::string_view(status) == "incomplete");
   ojson body = response_object(id, created_at, status, ctx.model.name, r, std::move(output),

@@ -86,6 +86,12 @@ class HeldTextScanner : public ToolCallScanner {
     json_.reset();
     state_ = State::kText;
   }
+  void drop_open_call(ToolCallSplit& /*out*/) final {
+    t_.pending.clear();
+    t_.held.clear();
+    json_.reset();
+    state_ = State::kText;
+  }
 
  protected:
   /** One move on the held text (`rest`: from its first non-space character, at offset `at`): false
@@ -148,6 +154,8 @@ class BlockScanner : public ToolCallScanner {
   BlockScanner(std::string_view open, std::string_view close) : open_(open), close_(close) {}
   void push(std::string_view piece, ToolCallSplit& out) final;
   void finish(ToolCallSplit& out) final;
+  /** An open block's calls that parse() takes with `closed` false are kept; all else held is dropped. */
+  void drop_open_call(ToolCallSplit& out) final;
 
  protected:
   /** The calls in one block's body (the text between the markers), or nothing when it is not a

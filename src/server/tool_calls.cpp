@@ -180,16 +180,17 @@ ToolCallSplit ToolCallStream::push(std::string_view piece) {
   return out;
 }
 
-ToolCallSplit ToolCallStream::finish() {
+ToolCallSplit ToolCallStream::finish(bool cut) {
   ToolCallSplit out;
+  if (cut) scanner_->drop_open_call(out);
   scanner_->finish(out);
   return out;
 }
 
-ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format, const ToolSchemas& schemas) {
+ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format, const ToolSchemas& schemas, bool cut) {
   ToolCallStream s(format, schemas);
   ToolCallSplit out = s.push(text);
-  out.append(s.finish());
+  out.append(s.finish(cut));
   trim_space(out.content);
   trim_space(out.reasoning);
   return out;

@@ -113,28 +113,34 @@ class ToolCallScanner {
   virtual ~ToolCallScanner() = default;
   virtual void push(std::string_view piece, ToolCallSplit& out) = 0;
   virtual void finish(ToolCallSplit& out) = 0;
+  /** The reply was cut (max_tokens, the context's end): what is held is dropped, never content (an
+   *  open call's text, or text held because it may start a marker), and calls already complete in an
+   *  open block are kept. finish() follows. */
+  virtual void drop_open_call(ToolCallSplit& out) = 0;
 };
 
 /** Splits text as it streams in. push() returns the content that can be shown now and the calls
  *  completed so far; text that may start a call, and an open call, are held until known. finish()
- *  returns what is held (an unterminated call comes back as text; kHarmony's call message, whose
- *  <|call|> end token the reply usually stops before, is a call at the end). */
+ *  returns what is held: when the reply ended on its own, an unterminated call comes back as text
+ *  (kHarmony's call message, whose <|call|> end token the reply usually stops before, is a call at the
+ *  end); when it was `cut` (finish_reason "length"), an unterminated call is dropped (its markup and
+ *  partial arguments never reach the content), keeping calls complete before it. */
 class ToolCallStream {
  public:
   /** `schemas`: the request's tools (tool_schemas), which type the values of the XML-like formats;
    *  without them every value is a string. */
   explicit ToolCallStream(ToolCallFormat format = ToolCallFormat::kHermes, ToolSchemas schemas = {});
   ToolCallSplit push(std::string_view piece);
-  ToolCallSplit finish();
+  ToolCallSplit finish(bool cut = false);
 
  private:
   std::unique_ptr<ToolCallScanner> scanner_;
 };
 
 /** A whole reply: ToolCallStream over it, with the content's (and reasoning's) surrounding whitespace
- *  trimmed. */
+ *  trimmed. `cut`: the reply was cut by max_tokens (ToolCallStream::finish). */
 ToolCallSplit parse_tool_calls(std::string_view text, ToolCallFormat format = ToolCallFormat::kHermes,
-                               const ToolSchemas& schemas = {});
+                               const ToolSchemas& schemas = {}, bool cut = false);
 
 /** One entry of OpenAI's `tool_calls`: {"id", "type": "function", "function": {"name", "arguments"}};
  *  with `index` >= 0 also "index" (the streaming delta form). */

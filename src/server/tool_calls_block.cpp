@@ -54,6 +54,17 @@ void BlockScanner::finish(ToolCallSplit& out) {
   scanned_ = 0;
 }
 
+void BlockScanner::drop_open_call(ToolCallSplit& out) {
+  if (in_block_) {
+    if (std::optional<std::vector<ToolCall>> calls = parse(held_, /*closed=*/false)) {
+      for (ToolCall& c : *calls) out.calls.push_back(std::move(c));
+    }
+  }
+  held_.clear();
+  in_block_ = false;
+  scanned_ = 0;
+}
+
 std::string_view strip_one_newline(std::string_view s) {
   if (s.substr(0, 2) == "\r\n") s.remove_prefix(2);
   else if (!s.empty() && s.front() == '\n') s.remove_prefix(1);

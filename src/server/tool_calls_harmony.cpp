@@ -76,6 +76,19 @@ class HarmonyScanner : public ToolCallScanner {
     held_.clear();
     state_ = State::kOutside;
   }
+  /** A call's body that is already a whole JSON object is a call; a message's header being read, any
+   *  other call body, and a marker's start held are dropped; reasoning and content bodies went out as
+   *  they streamed. */
+  void drop_open_call(ToolCallSplit& out) override {
+    if (state_ == State::kBody && body_kind_ == Body::kCall) {
+      const auto j = nlohmann::ordered_json::parse(body_, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object()) out.calls.push_back(ToolCall{name_, j.dump()});
+    }
+    raw_.clear();
+    held_.clear();
+    body_.clear();
+    state_ = State::kOutside;
+  }
 
  private:
   enum class State { kOutside, kHeader, kBody };

@@ -39,6 +39,17 @@ class HermesScanner : public ToolCallScanner {
     held_.clear();
     in_call_ = false;
   }
+  /** A body that is already a whole call (only its close tag missing) is kept; all else held is dropped. */
+  void drop_open_call(ToolCallSplit& out) override {
+    if (in_call_) {
+      std::string body;
+      take_until_tag(held_, kClose, body);  // the body without a start of the close tag
+      const auto j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (std::optional<ToolCall> c = call_from_json(j)) out.calls.push_back(std::move(*c));
+    }
+    held_.clear();
+    in_call_ = false;
+  }
 
  private:
   std::string held_;
