@@ -34,7 +34,7 @@ class Connection;
 
 /** After a refusal the client may still be sending (a 200 MiB body): its bytes are read and dropped
  *  for at most this long, so closing does not reset the connection before the answer is read. */
-constexpr auto kLingerTime = std::chrono::milliseconds(1000);
+constexpr auto kLingerTime = std::chrono::milliseconds(5000);
 /** Bytes one connection's read buffer may hold (a header is refused well before). */
 constexpr size_t kReadBufferBytes = 1 << 20;
 
@@ -116,6 +116,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_header(error_code ec) {
     disarm();
+    // A body over the limit is refused once the whole header is known (Content-Length): the error
+    // then has the shape of the route's API. Other errors name what the request line gave, if anything.
+    if (!ec || ec == http::error::body_limit) {
+      if (!make_request()) return;
+    } else if (!head_->get().target().empty()) {
+      req_ = std::make_shared<HttpRequest>();
+      req_->method = std::string(head_->get().method_string());
+      req_->target = std::string(head_->get().target());
+      split_target(*req_);
+    }
     if (ec) {
       if (timed_out_) {
         if (!head_->got_some()) return close();  // an idle keep-alive connection
@@ -131,23 +141,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return refuse(400, "Malformed HTTP request: " + ec.message());
     }
     const auto& h = head_->get();
-    req_ = std::make_shared<HttpRequest>();
-    req_->method = std::string(h.method_string());
-    req_->target = std::string(h.target());
-    split_target(*req_);
-    size_t n_fields = 0;
-    for (const auto& f : h) {
-      if (++n_fields > t_.limits.max_header_fields) break;
-      req_->headers.emplace(std::string(f.name_string()), std::string(f.value()));
-    }
-    if (n_fields > t_.limits.max_header_fields)
-      return refuse(431, fmt::format("The request has more than {} header fields", t_.limits.max_header_fields));
-    error_code pe;
-    const tcp::endpoint peer = socket_.remote_endpoint(pe);
-    if (!pe) {
-      req_->remote_addr = peer.address().to_string();
-      req_->remote_port = peer.port();
-    }
     keep_alive_ = h.keep_alive();
     const bool has_body = head_->chunked() || head_->content_length().value_or(0) > 0;
     if (!has_body) return dispatch();
@@ -165,6 +158,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
       });
     }
     read_body();
+  }
+
+  /** req_ from the parsed header; false (after a 431) past max_header_fields. */
+  bool make_request() {
+    const auto& h = head_->get();
+    req_ = std::make_shared<HttpRequest>();
+    req_->method = std::string(h.method_string());
+    req_->target = std::string(h.target());
+    split_target(*req_);
+    size_t n_fields = 0;
+    for (const auto& f : h) {
+      if (++n_fields > t_.limits.max_header_fields) break;
+      req_->headers.emplace(std::string(f.name_string()), std::string(f.value()));
+    }
+    if (n_fields > t_.limits.max_header_fields) {
+      refuse(431, fmt::format("The request has more than {} header fields", t_.limits.max_header_fields));
+      return false;
+    }
+    error_code pe;
+    const tcp::endpoint peer = socket_.remote_endpoint(pe);
+    if (!pe) {
+      req_->remote_addr = peer.address().to_string();
+      req_->remote_port = peer.port();
+    }
+    return true;
   }
 
   void read_body() {
