@@ -68,6 +68,7 @@ async function sendUntilAnswered(port, head, total, chunk) {
     const piece = chunk(Math.min(MB, total - sent));
     sent += piece.length;
     if (!c.sock.write(piece)) await new Promise((r) => { c.sock.once('drain', r); c.sock.once('close', r); });
+    await new Promise((r) => setImmediate(r));  // lets an answer that arrived be seen before the next write
   }
   for (let i = 0; i < 200 && !c.received().includes('\r\n\r\n') && !broken; ++i) await sleep(10);
   c.sock.destroy();
