@@ -4,7 +4,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
-           libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
+           libboost-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
            libbenchmark-dev libopenblas-dev clang libclang-rt-14-dev
 

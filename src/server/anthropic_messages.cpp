@@ -191,8 +191,8 @@ class MessagesSse : public SseFormatter {
   std::string thinking_;       // the thinking block's text so far (its signature's input)
 };
 
-void messages(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
-              httplib::Response& res) {
+void messages(ServerContext& ctx, const HttpRequest& req, const std::string& body_text,
+              HttpResponse& res) {
   ChatRequest r = parse_anthropic_request(parse_json_body(body_text), /*count_only=*/false);
   ctx.check_model(r.gen.model, /*allow_empty=*/false);
   Submitted s = submit_chat(ctx, r).front();  // n is 1 (anthropic_request)
@@ -215,7 +215,7 @@ void messages(ServerContext& ctx, const httplib::Request& req, const std::string
                          stop_sequence(all, r.gen.stop), messages_usage(all.finish)));
 }
 
-void count_tokens(ServerContext& ctx, const std::string& body_text, httplib::Response& res) {
+void count_tokens(ServerContext& ctx, const std::string& body_text, HttpResponse& res) {
   ChatRequest r = parse_anthropic_request(parse_json_body(body_text), /*count_only=*/true);
   ctx.check_model(r.gen.model, /*allow_empty=*/false);
   send_json(res, 200, ojson{{"input_tokens", render_chat_prompt(ctx, r).size()}});
@@ -224,11 +224,11 @@ void count_tokens(ServerContext& ctx, const std::string& body_text, httplib::Res
 }  // namespace
 
 void add_anthropic_routes(Router& r, ServerContext& ctx) {
-  r.post(R"(/v1/messages/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"(/v1/messages/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { messages(ctx, req, body, res); });
   });
   r.post(R"(/v1/messages/count_tokens/?)",
-         [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+         [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
            guarded(ctx, req, res, true, [&] { count_tokens(ctx, body, res); });
          });
 }

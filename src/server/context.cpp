@@ -48,7 +48,7 @@ bool is_cors_simple_body(std::string_view content_type) {
   return t == "text/plain" || t == "application/x-www-form-urlencoded" || t == "multipart/form-data";
 }
 
-bool ServerContext::authorized(const httplib::Request& req) const {
+bool ServerContext::authorized(const HttpRequest& req) const {
   return api_key_ok(options.api_key, req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
 }
 
@@ -63,22 +63,22 @@ int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+void send_json(HttpResponse& res, int status, const nlohmann::json& body) {
   res.status = status;
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body) {
+void send_json(HttpResponse& res, int status, const nlohmann::ordered_json& body) {
   res.status = status;
   res.set_content(dump_json(body), "application/json");
 }
 
-void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+void send_error(const HttpRequest& req, HttpResponse& res, const ApiError& e) {
   if (e.status == 503) res.set_header("Retry-After", "1");  // overloaded or draining: seconds to wait
   send_json(res, e.status, is_anthropic_path(req.path) ? anthropic_error_body(e) : error_body(e));
 }
 
-void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, bool auth,
+void guarded(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool auth,
              const std::function<void()>& fn) {
   try {
     if (auth && !ctx.authorized(req)) {

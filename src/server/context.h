@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include <httplib.h>
+#include "server/http_types.h"
 #include <nlohmann/json.hpp>
 
 #include "engine/moe_runtime.h"
@@ -90,8 +90,8 @@ struct ServerContext {
   /** SSE responses still being written (a graceful shutdown waits for them to drain). */
   std::atomic<int> open_streams{0};
   /** Responses sent with an error status (4xx/5xx: bad input, auth, unknown route or method, body too
-   *  large, context length, overload, ...), counted in one place: HttpServer's error handler, which
-   *  httplib runs for every such response. /v1/stats requests.rejected, /metrics requests_rejected_total. */
+   *  large, context length, overload, ...), counted in one place: HttpServer's `finished` transport
+   *  hook, which runs for every response. /v1/stats requests.rejected, /metrics requests_rejected_total. */
   std::atomic<int64_t> requests_rejected{0};
   /** The Responses API's stored responses (GET / DELETE /v1/responses/{id}, previous_response_id). */
   ResponseStore responses;
@@ -105,7 +105,7 @@ struct ServerContext {
    *  issues them). */
   std::string tool_call_id();
   /** True when the request carries the API key (or none is configured). */
-  bool authorized(const httplib::Request& req) const;
+  bool authorized(const HttpRequest& req) const;
   /** Throws ApiException 404 model_not_found unless `requested` is the served name (or empty, when
    *  `allow_empty`: a request body may leave "model" out). */
   void check_model(const std::string& requested, bool allow_empty = true) const;
@@ -115,11 +115,11 @@ struct ServerContext {
 int64_t unix_time();
 
 /** Writes `body` as application/json with `status`. */
-void send_json(httplib::Response& res, int status, const nlohmann::json& body);
-void send_json(httplib::Response& res, int status, const nlohmann::ordered_json& body);
+void send_json(HttpResponse& res, int status, const nlohmann::json& body);
+void send_json(HttpResponse& res, int status, const nlohmann::ordered_json& body);
 /** Writes the error body for `e` in the shape of the API `req` went to: Anthropic's on its routes
  *  (is_anthropic_path), OpenAI's elsewhere. */
-void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e);
+void send_error(const HttpRequest& req, HttpResponse& res, const ApiError& e);
 
 /** True for the Content-Types a browser page may POST cross-origin without a preflight (text/plain,
  *  application/x-www-form-urlencoded, multipart/form-data; parameters and case ignored). */
@@ -128,7 +128,7 @@ bool is_cors_simple_body(std::string_view content_type);
 /** Runs `fn` and turns whatever it throws into an error response (ApiException as is, ft::Error via
  *  api_error_from, anything else 500; in the shape of the route's API, see send_error). Checks the
  *  API key first when `auth` is true. */
-void guarded(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, bool auth,
+void guarded(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool auth,
              const std::function<void()>& fn);
 
 }  // namespace ft::server

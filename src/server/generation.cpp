@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "server/client_probe.h"
 #include "util/error.h"
 
 namespace ft::server {
@@ -113,28 +112,22 @@ FinishInfo total_usage(const std::vector<StreamUpdate>& choices) {
   return t;
 }
 
-StreamUpdate collect(ServerContext& ctx, const Submitted& s, const httplib::Request& req) {
+StreamUpdate collect(ServerContext& ctx, const Submitted& s, const HttpRequest& req) {
   return std::move(collect(ctx, std::vector<Submitted>{s}, req)[0]);
 }
 
-std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const httplib::Request& req) {
-  constexpr auto kProbe = std::chrono::milliseconds(100);
+std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const HttpRequest& req) {
+  constexpr auto kProbe = std::chrono::milliseconds(20);
   std::vector<StreamUpdate> out(subs.size());
-  int fd = -2;  // -2: not looked up yet; -1: not found (the request then runs to its end)
   bool cancelled = false;
-  auto next_probe = std::chrono::steady_clock::now() + kProbe;
   StreamUpdate u;
   for (size_t i = 0; i < subs.size(); ++i) {
     StreamUpdate& all = out[i];
     while (!all.finished) {
       const bool got = subs[i].stream->take(u, kProbe);
-      if (!cancelled && std::chrono::steady_clock::now() >= next_probe) {
-        next_probe = std::chrono::steady_clock::now() + kProbe;
-        if (fd == -2) fd = client_socket(req.remote_addr, req.remote_port);
-        if (fd >= 0 && client_gone(fd)) {
-          for (const Submitted& s : subs) ctx.service->cancel(s.id);
-          cancelled = true;
-        }
+      if (!cancelled && req.client_gone()) {
+        for (const Submitted& s : subs) ctx.service->cancel(s.id);
+        cancelled = true;
       }
       if (!got) continue;
       all.text += u.text;
@@ -164,13 +157,13 @@ struct SseState {
 
 }  // namespace
 
-void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::shared_ptr<SseFormatter> fmt) {
+void start_sse(ServerContext& ctx, HttpResponse& res, Submitted s, std::shared_ptr<SseFormatter> fmt) {
   std::vector<Submitted> subs;
   subs.push_back(std::move(s));
   start_sse(ctx, res, std::move(subs), {std::move(fmt)});
 }
 
-void start_sse(ServerContext& ctx, httplib::Response& res, std::vector<Submitted> subs,
+void start_sse(ServerContext& ctx, HttpResponse& res, std::vector<Submitted> subs,
                std::vector<std::shared_ptr<SseFormatter>> fmts) {
   FT_CHECK(!subs.empty() && subs.size() == fmts.size());
   auto st = std::make_shared<SseState>();
@@ -184,12 +177,12 @@ void start_sse(ServerContext& ctx, httplib::Response& res, std::vector<Submitted
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
+  res.set_stream(
       "text/event-stream",
-      [st, svc, keepalive](size_t, httplib::DataSink& sink) -> bool {
+      [st, svc, keepalive](StreamSink& sink) -> bool {
         auto send = [&](const std::vector<std::string>& chunks) {
           for (const std::string& c : chunks)
-            if (!sink.write(c.data(), c.size())) return false;
+            if (!sink.write(c)) return false;
           return true;
         };
         auto fail = [&] {

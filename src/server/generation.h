@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <httplib.h>
+#include "server/http_types.h"
 #include <nlohmann/json.hpp>
 
 #include "server/api_types.h"
@@ -48,13 +48,12 @@ std::vector<Submitted> submit_choices(ServerContext& ctx, std::vector<int32_t> p
 nlohmann::ordered_json llama_generation_settings(const GenerationParams& gen);
 
 /** Blocks until the request finishes; returns all of its text and log-probabilities and the finish.
- *  While it waits, it looks every kProbeMs at the client's connection (client_probe.h: cpp-httplib
- *  gives a handler no way to see a hang-up): when the client has gone, the request is cancelled, as a
- *  streaming one is, and finishes within a step. */
-StreamUpdate collect(ServerContext& ctx, const Submitted& s, const httplib::Request& req);
+ *  When the client hangs up meanwhile (HttpRequest::client_gone, set by the transport, looked at every
+ *  20 ms), the request is cancelled, as a streaming one is, and finishes within a step. */
+StreamUpdate collect(ServerContext& ctx, const Submitted& s, const HttpRequest& req);
 /** collect() for the choices of one request: one update each, in order; a client that hung up cancels
  *  them all. */
-std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const httplib::Request& req);
+std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const HttpRequest& req);
 
 /** The usage of n choices: choice 0's prompt and cached tokens (the prompt is counted once, as OpenAI
  *  does), the completion tokens of all. */
@@ -81,12 +80,12 @@ class SseFormatter {
 
 /** Turns `res` into an SSE stream fed by the request's updates. When the client goes away (a write
  *  fails; an SSE comment is written after keepalive_ms of silence to find out) the request is cancelled. */
-void start_sse(ServerContext& ctx, httplib::Response& res, Submitted s, std::shared_ptr<SseFormatter> fmt);
+void start_sse(ServerContext& ctx, HttpResponse& res, Submitted s, std::shared_ptr<SseFormatter> fmt);
 /** One SSE stream for the choices of a request (n > 1): `fmts[i]` formats choice i (its chunks carry
  *  index i); chunks go out as each choice has news, then fmts[0]'s usage() of the total and [DONE].
  *  A choice that fails sends its error event and ends the stream (the others are cancelled); a client
  *  that went away cancels them all. */
-void start_sse(ServerContext& ctx, httplib::Response& res, std::vector<Submitted> subs,
+void start_sse(ServerContext& ctx, HttpResponse& res, std::vector<Submitted> subs,
                std::vector<std::shared_ptr<SseFormatter>> fmts);
 
 /** "data: <json>\n\n". */

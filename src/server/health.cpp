@@ -6,7 +6,7 @@
 namespace ft::server {
 
 void add_health_routes(Router& r, ServerContext& ctx) {
-  auto handler = [&ctx](const httplib::Request& req, httplib::Response& res) {
+  auto handler = [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, false, [&] {
       if (ctx.service && !ctx.service->accepting())
         return send_json(res, 503, nlohmann::json{{"status", "shutting down"}});

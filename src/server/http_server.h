@@ -1,13 +1,12 @@
 #pragma once
-// HttpServer: cpp-httplib server with every route registered, JSON error bodies for bare HTTP errors
-// (unknown route 404, a known route asked with another method 405 + Allow, 413 body too large), a body
-// size limit and a thread pool sized for the queue.
-#include <atomic>
+// HttpServer: the API's routes on the Beast transport (http_transport.h), with JSON error bodies for
+// bare HTTP errors (unknown route 404, a known route asked with another method 405 + Allow, framing
+// errors 400/408/431, a body over --max-body-mb 413), the API key checked from the header before a
+// body is read, CORS (--cors-origin) and a handler pool sized for the queue.
 #include <memory>
 
-#include <httplib.h>
-
 #include "server/context.h"
+#include "server/http_transport.h"
 #include "server/router.h"
 
 namespace ft::server {
@@ -26,17 +25,18 @@ class HttpServer {
   /** Serves until stop(); blocks the calling thread. Returns once in-flight handlers have finished,
    *  or at once when stop() came first. */
   void serve();
-  /** Stops accepting connections (thread-safe, idempotent) and returns once a serve() running on
-   *  another thread has returned, whether it had started listening or not. */
+  /** Stops accepting connections (thread-safe, idempotent), closes idle and slow connections, cancels
+   *  requests still running, and returns once a serve() running on another thread has returned. */
   void stop();
 
   ServerContext& context() { return *ctx_; }
 
  private:
+  void handle(HttpRequest& req, HttpResponse& res);
+
   std::unique_ptr<ServerContext> ctx_;
-  std::atomic<bool> stop_requested_{false}, serving_{false};
-  httplib::Server svr_;
-  Router router_{svr_};
+  Router router_;
+  std::unique_ptr<HttpTransport> transport_;
 };
 
 }  // namespace ft::server

@@ -86,8 +86,8 @@ class LlamaCompletionSse : public SseFormatter {
   std::string streamed_;
 };
 
-void llama_completion(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
-                      httplib::Response& res) {
+void llama_completion(ServerContext& ctx, const HttpRequest& req, const std::string& body_text,
+                      HttpResponse& res) {
   ojson body = parse_json_body(body_text);
   // llama.cpp's temperature: below 0 samples greedily, and there is no upper bound of 2 (OpenAI's,
   // which the other routes keep); the sampler takes up to 100.
@@ -128,7 +128,7 @@ void llama_completion(ServerContext& ctx, const httplib::Request& req, const std
 }  // namespace
 
 void add_llama_completion_routes(Router& r, ServerContext& ctx) {
-  r.post(R"(/completion/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"(/completion/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { llama_completion(ctx, req, body, res); });
   });
 }

@@ -36,7 +36,7 @@ nlohmann::ordered_json model_card(const ServerContext& ctx) {
 }  // namespace
 
 void add_model_routes(Router& r, ServerContext& ctx) {
-  r.get(R"((?:/v1)?/models/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"((?:/v1)?/models/?)", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] {
       nlohmann::ordered_json body;
       body["object"] = "list";
@@ -47,7 +47,7 @@ void add_model_routes(Router& r, ServerContext& ctx) {
       send_json(res, 200, body);
     });
   });
-  r.get(R"((?:/v1)?/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"((?:/v1)?/models/(.+))", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] {
       std::string id = req.matches[1];
       if (!id.empty() && id.back() == '/') id.pop_back();

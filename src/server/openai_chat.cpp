@@ -117,8 +117,8 @@ class ChatSse : public SseFormatter {
   int n_calls_ = 0;
 };
 
-void chat_completions(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
-                      httplib::Response& res) {
+void chat_completions(ServerContext& ctx, const HttpRequest& req, const std::string& body_text,
+                      HttpResponse& res) {
   ChatRequest r = parse_chat_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   std::vector<Submitted> subs = submit_chat(ctx, r);
@@ -162,7 +162,7 @@ void chat_completions(ServerContext& ctx, const httplib::Request& req, const std
 }  // namespace
 
 void add_chat_routes(Router& r, ServerContext& ctx) {
-  r.post(R"((?:/v1)?/chat/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"((?:/v1)?/chat/completions/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { chat_completions(ctx, req, body, res); });
   });
 }

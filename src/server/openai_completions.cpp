@@ -87,8 +87,8 @@ class CompletionSse : public SseFormatter {
   int index_;  // the choice
 };
 
-void completions(ServerContext& ctx, const httplib::Request& req, const std::string& body_text,
-                 httplib::Response& res) {
+void completions(ServerContext& ctx, const HttpRequest& req, const std::string& body_text,
+                 HttpResponse& res) {
   CompletionRequest r = parse_completion_request(parse_json_body(body_text));
   ctx.check_model(r.gen.model);
   const Vocab& vocab = *ctx.model.vocab;
@@ -123,7 +123,7 @@ void completions(ServerContext& ctx, const httplib::Request& req, const std::str
 }  // namespace
 
 void add_completion_routes(Router& r, ServerContext& ctx) {
-  r.post(R"((?:/v1)?/completions/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"((?:/v1)?/completions/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { completions(ctx, req, body, res); });
   });
 }

@@ -315,7 +315,7 @@ ojson output_items(ServerContext& ctx, const ChatReply& reply, const ResponsesRe
   return out;
 }
 
-void create_response(ServerContext& ctx, const httplib::Request& req, const std::string& body_text, httplib::Response& res) {
+void create_response(ServerContext& ctx, const HttpRequest& req, const std::string& body_text, HttpResponse& res) {
   ResponsesRequest r = parse_responses_request(parse_json_body(body_text), ctx.responses);
   ctx.check_model(r.chat.gen.model);
   Submitted s;
@@ -348,21 +348,21 @@ void create_response(ServerContext& ctx, const httplib::Request& req, const std:
 }  // namespace
 
 void add_responses_routes(Router& r, ServerContext& ctx) {
-  r.post(R"(/v1/responses/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"(/v1/responses/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { create_response(ctx, req, body, res); });
   });
-  r.get(R"(/v1/responses/([^/]+)/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/v1/responses/([^/]+)/?)", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] {
       if (req.get_param_value("stream") == "true")
         bad_request("stream", "streaming a stored response again is not supported; retrieve it without 'stream'");
-      std::optional<StoredResponse> s = ctx.responses.get(req.matches[1].str());
-      if (!s) response_not_found(req.matches[1].str());
+      std::optional<StoredResponse> s = ctx.responses.get(req.matches[1]);
+      if (!s) response_not_found(req.matches[1]);
       send_json(res, 200, s->response);
     });
   });
-  r.del(R"(/v1/responses/([^/]+)/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.del(R"(/v1/responses/([^/]+)/?)", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] {
-      const std::string id = req.matches[1].str();
+      const std::string id = req.matches[1];
       if (!ctx.responses.erase(id)) response_not_found(id);
       send_json(res, 200, ojson{{"id", id}, {"object", "response"}, {"deleted", true}});
     });

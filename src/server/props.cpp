@@ -44,7 +44,7 @@ ojson props(const ServerContext& ctx) {
 }  // namespace
 
 void add_props_routes(Router& r, ServerContext& ctx) {
-  r.get(R"(/props/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/props/?)", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] { send_json(res, 200, props(ctx)); });
   });
 }

@@ -1,47 +1,46 @@
 #pragma once
-// Router: registers the API's routes on the cpp-httplib server and remembers each path pattern's methods,
-// so a known path asked with another method gets 405 and an Allow header (HttpServer's error handler
-// asks allowed_methods), not 404. POST bodies are read here, raw, whatever
-// the Content-Type claims: every POST body of this API is JSON, and curl's `-d` labels it
-// application/x-www-form-urlencoded, which httplib would otherwise parse as a form and refuse with 413
-// beyond CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH (8 KiB; a macro that cannot be raised from here
-// because Debian's httplib is a compiled library). The body size limit (--max-body-mb) still applies.
+// Router: the API's routes (method + path pattern → handler), independent of the transport. A known
+// path asked with another method gets 405 and an Allow header, an unknown one 404 (HttpServer writes
+// their bodies). POST bodies are handed over raw, whatever the Content-Type claims: every POST body of
+// this API is JSON (curl's `-d` labels it application/x-www-form-urlencoded); a multipart/form-data
+// body gets 415. The body size limit (--max-body-mb) is the transport's, applied while reading.
 #include <functional>
 #include <regex>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include <httplib.h>
+#include "server/http_types.h"
 
 namespace ft::server {
 
 class Router {
  public:
+  using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;
   /** A POST handler: the request (headers, path matches) and its whole body. */
-  using BodyHandler = std::function<void(const httplib::Request&, httplib::Response&, const std::string& body)>;
-
-  /** `svr` must outlive the router. */
-  explicit Router(httplib::Server& svr) : svr_(svr) {}
+  using BodyHandler = std::function<void(const HttpRequest&, HttpResponse&, const std::string& body)>;
 
   /** GET (and HEAD) `pattern` (an ECMAScript regex over the whole path). */
-  void get(const std::string& pattern, httplib::Server::Handler handler);
-
-  /** POST `pattern`: the handler runs once the body was read in full. A body over the server's payload
-   *  limit gets 413 and a broken one 400 (the error handler writes the body); a multipart/form-data body
-   *  gets 415 asking for application/json. */
+  void get(const std::string& pattern, Handler handler);
+  /** POST `pattern`. */
   void post(const std::string& pattern, BodyHandler handler);
+  /** DELETE `pattern` (a body, if any, is ignored). */
+  void del(const std::string& pattern, Handler handler);
 
-  /** DELETE `pattern` (a body, if any, is read and ignored). */
-  void del(const std::string& pattern, httplib::Server::Handler handler);
+  /** Runs the route for req.method and req.path, filling req.matches. Returns false, with res.status
+   *  404 (no route for the path) or 405 (routes for other methods: see allowed_methods), when none. */
+  bool dispatch(HttpRequest& req, HttpResponse& res) const;
 
   /** The methods of the routes whose pattern matches `path` ("GET, HEAD", "POST"); empty when no route
    *  does (an unknown path: 404). */
   std::string allowed_methods(const std::string& path) const;
 
  private:
-  httplib::Server& svr_;
-  std::vector<std::pair<std::regex, const char*>> routes_;  // pattern, methods
+  struct Route {
+    std::regex pattern;
+    const char* methods;  // "GET, HEAD", "POST", "DELETE"
+    Handler handler;
+  };
+  std::vector<Route> routes_;
 };
 
 }  // namespace ft::server

@@ -207,10 +207,10 @@ std::optional<MoeReport> moe_of(const ServerContext& ctx) {
 }  // namespace
 
 void add_stats_routes(Router& r, ServerContext& ctx) {
-  r.get(R"(/v1/stats/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/v1/stats/?)", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] { send_json(res, 200, stats_json(ctx, ctx.service->stats(), moe_of(ctx))); });
   });
-  r.get(R"(/metrics/?)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  r.get(R"(/metrics/?)", [&ctx](const HttpRequest& req, HttpResponse& res) {
     guarded(ctx, req, res, true, [&] {
       res.status = 200;
       res.set_content(metrics_text(ctx, ctx.service->stats(), moe_of(ctx)), "text/plain; version=0.0.4; charset=utf-8");

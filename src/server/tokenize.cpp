@@ -56,13 +56,13 @@ ojson detokenize(const ServerContext& ctx, const ojson& body) {
 }  // namespace
 
 void add_tokenize_routes(Router& r, ServerContext& ctx) {
-  r.post(R"(/tokenize/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"(/tokenize/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { send_json(res, 200, tokenize(ctx, parse_json_body(body))); });
   });
-  r.post(R"(/detokenize/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"(/detokenize/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] { send_json(res, 200, detokenize(ctx, parse_json_body(body))); });
   });
-  r.post(R"(/apply-template/?)", [&ctx](const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  r.post(R"(/apply-template/?)", [&ctx](const HttpRequest& req, HttpResponse& res, const std::string& body) {
     guarded(ctx, req, res, true, [&] {
       const ChatRequest chat = parse_chat_request(parse_json_body(body));
       ctx.check_model(chat.gen.model);

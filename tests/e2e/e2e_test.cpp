@@ -195,6 +195,18 @@ TEST(E2E, OpenAIAndAnthropicClientsAndCurlAgainstFtServe) {
   }
 }
 
+// Hostile clients (issue 40's transport): tests/e2e/hostile.test.mjs starts its own demo-model servers
+// from FT_BINARY and attacks them with raw sockets (huge headers, chunked bodies without a key, slow
+// connections, ranges, framing errors, hang-ups, SIGTERM with slow clients).
+TEST(E2E, HostileClientsAreRefusedOrBounded) {
+  ASSERT_TRUE(have_program("node")) << "node is needed for the end-to-end tests";
+  int status = 0;
+  const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_BINARY='" + FT_BINARY +
+                          "' node --test --test-concurrency=1 hostile.test.mjs 2>&1";
+  const std::string out = run_capture(cmd, status);
+  EXPECT_EQ(status, 0) << out;
+}
+
 // `make serve` on a fresh clone: no --model, the demo model answers a chat request, SIGINT exits 0.
 TEST(E2E, DemoModelServesWithoutAModel) {
   const std::string log = fs::temp_directory_path().string() + "/ft-e2e-demo-" + std::to_string(getpid()) + ".log";

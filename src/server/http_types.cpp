@@ -1,0 +1,98 @@
+#include "server/http_types.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ft::server {
+
+bool CaseInsensitiveLess::operator()(std::string_view a, std::string_view b) const {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) < std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+std::string HttpRequest::get_header_value(std::string_view name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+bool HttpRequest::has_header(std::string_view name) const { return headers.find(name) != headers.end(); }
+
+std::string HttpRequest::get_param_value(std::string_view name) const {
+  auto it = params.find(std::string(name));
+  return it == params.end() ? std::string() : it->second;
+}
+
+bool HttpRequest::is_multipart_form_data() const {
+  std::string t = get_header_value("Content-Type");
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t.rfind("multipart/form-data", 0) == 0;
+}
+
+std::string HttpResponse::get_header_value(std::string_view name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+void HttpResponse::set_content(std::string b, std::string content_type) {
+  body = std::move(b);
+  headers.erase("Content-Type");
+  headers.emplace("Content-Type", std::move(content_type));
+}
+
+void HttpResponse::set_stream(std::string content_type, StreamProvider p, StreamClosed closed) {
+  headers.erase("Content-Type");
+  headers.emplace("Content-Type", std::move(content_type));
+  provider = std::move(p);
+  on_closed = std::move(closed);
+}
+
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string percent_decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2])));
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void split_target(HttpRequest& req) {
+  const std::string_view t = req.target;
+  const size_t q = t.find('?');
+  req.path = percent_decode(t.substr(0, q), false);
+  req.params.clear();
+  if (q == std::string_view::npos) return;
+  std::string_view rest = t.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view pair = rest.substr(0, amp);
+    if (!pair.empty()) {
+      const size_t eq = pair.find('=');
+      req.params.emplace(percent_decode(pair.substr(0, eq), true),
+                         eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1), true));
+    }
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+}
+
+}  // namespace ft::server
