@@ -108,9 +108,12 @@ Tensor WeightLoader::fp8_view(const TensorInfo& info, const std::string& nm, std
          "tensor {} is F8_E4M3 but its module {} is left unquantized by the quantization_config "
          "(modules_to_not_convert / ignore) of {}", nm, module, ckpt_.path());
   const int64_t N = want[0], K = want[1];
-  if (K % 32 != 0)
-    fail(ErrorCode::kUnsupported, "tensor {} {}: FP8 weights are kept as blocks of 32 values a row (F8_E4M3_B32); "
-         "rows of {} are not", nm, shape_str(info.shape), K);
+  DType type;
+  try {
+    type = fp8_row_type(K);
+  } catch (const Error& e) {
+    throw e.with_context(fmt::format("tensor {} {}", nm, shape_str(info.shape)));
+  }
   // The scale grid the config names, and the scale tensor's shape it implies.
   Fp8ScaleGrid grid{std::max<int64_t>(N, 1), K};
   std::vector<std::vector<int64_t>> scale_shapes;
@@ -137,20 +140,24 @@ Tensor WeightLoader::fp8_view(const TensorInfo& info, const std::string& nm, std
          ckpt_.path());
   std::vector<float> scales(static_cast<size_t>(s->numel()));
   dequantize_row(s->dtype, s->data, scales.data(), s->numel());
-  host_storage_.push_back(Buffer::host(std::max<int64_t>(N * dtype_bytes(DType::F8_E4M3_B32, K), 1)));
+  host_storage_.push_back(Buffer::host(std::max<int64_t>(N * dtype_bytes(type, K), 1)));
   uint8_t* rows = static_cast<uint8_t*>(host_storage_.back().data());
-  fp8_rows_from_scaled(info.data, scales.data(), N, K, grid, rows);
-  const Tensor t(rows, DType::F8_E4M3_B32, want.data(), 2);
+  try {
+    fp8_rows_from_scaled(info.data, scales.data(), N, K, grid, rows, type);
+  } catch (const Error& e) {
+    throw e.with_context(fmt::format("repacking FP8 weight {} {}", nm, shape_str(info.shape)));
+  }
+  const Tensor t(rows, type, want.data(), 2);
   fp8_rows_.emplace(nm, t);
   return t;
 }
 
 void WeightLoader::check_device_kernel(const std::string& name, const Tensor& h) const {
   if (ops_.device() != Device::kCuda || !dtype_info(h.dtype).is_quantized || cuda_has_weight_kernel(h.dtype)) return;
-  if (h.dtype == DType::F8_E4M3_B32)
+  if (h.dtype == DType::F8_E4M3_B32 || h.dtype == DType::F8_E4M3_B16)
     fail(ErrorCode::kUnsupported,
-         "tensor {} {}: FP8 checkpoint weights (kept as F8_E4M3_B32) have no CUDA kernel yet; run this checkpoint "
-         "with --device cpu, or use a BF16 release of the model", name, h.shape_str());
+         "tensor {} {}: FP8 checkpoint weights (kept as {}) have no CUDA kernel yet; run this checkpoint with "
+         "--device cpu, or use a BF16 release of the model", name, h.shape_str(), dtype_name(h.dtype));
   fail(ErrorCode::kUnsupported,
        "tensor {} {}: the CUDA backend has no kernel for {} weights (it reads {}); run this file with --device cpu, "
        "or use a file of another type",

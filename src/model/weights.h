@@ -66,11 +66,12 @@ class WeightLoader {
   /** Validated host view (stays in the mapped file; not made resident).
    *  FP8 checkpoints (quant_config() kFp8): an F8_E4M3 matrix `<module>.weight` [N, K] is read with its
    *  F32/BF16/F16 scale tensor `<module>.<scale_suffix>` (block: [ceil(N/br), ceil(K/bc)], tensor: one
-   *  value, channel: [N] or [N, 1]) and repacked losslessly into F8_E4M3_B32 rows (quant/fp8.h), a
-   *  host copy of 1.125 bytes a weight owned by take_host_storage() (made once per tensor). Throws
-   *  kNotFound for a missing scale tensor, kInvalidFile for a misshapen scale or an F8_E4M3 tensor of a
-   *  module the config leaves unquantized (modules_to_not_convert / ignore), kUnsupported for an FP8
-   *  tensor that is not a matrix or whose rows are not a multiple of 32 values. */
+   *  value, channel: [N] or [N, 1]) and repacked losslessly into F8_E4M3_B32 rows (F8_E4M3_B16 when K is
+   *  not a multiple of 32; quant/fp8.h), a host copy of 1.125 (1.25) bytes a weight owned by
+   *  take_host_storage() (made once per tensor). Throws kNotFound for a missing scale tensor,
+   *  kInvalidFile for a misshapen scale or an F8_E4M3 tensor of a module the config leaves unquantized
+   *  (modules_to_not_convert / ignore), kUnsupported for an FP8 tensor that is not a matrix or whose
+   *  rows are not a multiple of 16 values. */
   Tensor host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
 
   /** F32 copy of a validated tensor (any dtype quant/ dequantizes), in host memory owned by

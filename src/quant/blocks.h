@@ -55,8 +55,9 @@ struct BlockNVFP4 { uint8_t d[4]; uint8_t qs[32]; };  // 64 elements, 4 UE4M3 sc
 
 // ---- FreeToken's FP8 storage form (quant/fp8.h): 32 E4M3 codes sharing a float32 scale ----
 struct BlockF8E4M3B32 { float d; uint8_t qs[32]; };  // x = e4m3(q) * d
+struct BlockF8E4M3B16 { float d; uint8_t qs[16]; };  // rows of 16k values (not 32k)
 
-static_assert(sizeof(BlockF8E4M3B32) == 36);
+static_assert(sizeof(BlockF8E4M3B32) == 36 && sizeof(BlockF8E4M3B16) == 20);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ1_0) == 18 && sizeof(BlockQ2_0) == 18);

@@ -61,27 +61,84 @@ uint8_t f32_to_e4m3(float x) {
   return static_cast<uint8_t>(sign | code);
 }
 
-void fp8_rows_from_scaled(const uint8_t* w, const float* scales, int64_t N, int64_t K, Fp8ScaleGrid g,
-                          uint8_t* dst) {
-  check_grid("fp8_rows_from_scaled", N, K, g);
-  if (K <= 0 || K % 32 != 0)
-    fail(ErrorCode::kInvalidArgument,
-         "fp8_rows_from_scaled: rows of {} values are not whole blocks of 32 (F8_E4M3_B32 needs a multiple of 32)", K);
-  if (g.block_cols < K && g.block_cols % 32 != 0)
-    fail(ErrorCode::kInvalidArgument, "fp8_rows_from_scaled: scale block width {} is not a multiple of 32",
-         g.block_cols);
-  if (N > 0 && (w == nullptr || scales == nullptr || dst == nullptr))
-    fail(ErrorCode::kInvalidArgument, "fp8_rows_from_scaled: null buffer for [{}, {}]", N, K);
+DType fp8_row_type(int64_t K) {
+  if (K > 0 && K % 32 == 0) return DType::F8_E4M3_B32;
+  if (K > 0 && K % 16 == 0) return DType::F8_E4M3_B16;
+  fail(ErrorCode::kUnsupported, "FP8 rows of {} values: FreeToken keeps FP8 weights in blocks of 32 or 16 values a row",
+       K);
+}
+
+namespace {
+
+int block_of(DType type, const char* what) {
+  if (type == DType::F8_E4M3_B32) return 32;
+  if (type == DType::F8_E4M3_B16) return 16;
+  fail(ErrorCode::kInvalidArgument, "{}: {} is not an FP8 row type", what, dtype_name(type));
+}
+
+template <typename Block, int kB>
+void repack(const uint8_t* w, const float* scales, int64_t N, int64_t K, Fp8ScaleGrid g, uint8_t* dst) {
   const int64_t scale_cols = (K + g.block_cols - 1) / g.block_cols;
-  quant::BlockF8E4M3B32 b;
+  Block b;
   for (int64_t r = 0; r < N; ++r) {
     const float* srow = scales + (r / g.block_rows) * scale_cols;
-    for (int64_t j = 0; j < K / 32; ++j) {
-      b.d = srow[(j * 32) / g.block_cols];
-      std::memcpy(b.qs, w + r * K + j * 32, 32);
-      quant::store_block(dst, r * (K / 32) + j, b);
+    for (int64_t j = 0; j < K / kB; ++j) {
+      b.d = srow[(j * kB) / g.block_cols];
+      std::memcpy(b.qs, w + r * K + j * kB, kB);
+      quant::store_block(dst, r * (K / kB) + j, b);
     }
   }
+}
+
+template <typename Block, int kB>
+void dequant_rows(const uint8_t* src, float* dst, int64_t n_blocks) {
+  const auto& t = e4m3_table();
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const auto b = quant::load_block<Block>(src, i);
+    for (int k = 0; k < kB; ++k) dst[i * kB + k] = t[b.qs[k]] * b.d;
+  }
+}
+
+template <typename Block, int kB>
+void quant_rows(const float* src, uint8_t* dst, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    Block b;
+    fp8_quantize_scaled(src + i * kB, 1, kB, Fp8ScaleGrid{1, kB}, b.qs, &b.d);
+    quant::store_block(dst, i, b);
+  }
+}
+
+template <typename Block, int kB>
+float dot_row(const float* x, const uint8_t* row, int64_t n) {
+  const auto& t = e4m3_table();
+  float sum = 0;
+  for (int64_t i = 0; i < n / kB; ++i) {
+    const auto b = quant::load_block<Block>(row, i);
+    float acc[8] = {};  // 8 lanes: the compiler vectorizes the products
+    for (int k = 0; k < kB; ++k) acc[k & 7] += x[i * kB + k] * t[b.qs[k]];
+    float s = 0;
+    for (float a : acc) s += a;
+    sum += b.d * s;
+  }
+  return sum;
+}
+
+}  // namespace
+
+void fp8_rows_from_scaled(const uint8_t* w, const float* scales, int64_t N, int64_t K, Fp8ScaleGrid g,
+                          uint8_t* dst, DType type) {
+  check_grid("fp8_rows_from_scaled", N, K, g);
+  const int kb = block_of(type, "fp8_rows_from_scaled");
+  if (K <= 0 || K % kb != 0)
+    fail(ErrorCode::kInvalidArgument, "fp8_rows_from_scaled: rows of {} values are not whole blocks of {} ({})", K,
+         kb, dtype_name(type));
+  if (g.block_cols < K && g.block_cols % kb != 0)
+    fail(ErrorCode::kInvalidArgument, "fp8_rows_from_scaled: scale block width {} is not a multiple of {}",
+         g.block_cols, kb);
+  if (N > 0 && (w == nullptr || scales == nullptr || dst == nullptr))
+    fail(ErrorCode::kInvalidArgument, "fp8_rows_from_scaled: null buffer for [{}, {}]", N, K);
+  if (kb == 32) repack<quant::BlockF8E4M3B32, 32>(w, scales, N, K, g, dst);
+  else repack<quant::BlockF8E4M3B16, 16>(w, scales, N, K, g, dst);
 }
 
 void fp8_quantize_scaled(const float* x, int64_t N, int64_t K, Fp8ScaleGrid g, uint8_t* w, float* scales) {
@@ -105,36 +162,16 @@ void fp8_quantize_scaled(const float* x, int64_t N, int64_t K, Fp8ScaleGrid g, u
 
 namespace quant {
 
-void dequant_f8_e4m3_b32(const uint8_t* src, float* dst, int64_t n_blocks) {
-  const auto& t = e4m3_table();
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    const auto b = load_block<BlockF8E4M3B32>(src, i);
-    for (int k = 0; k < 32; ++k) dst[i * 32 + k] = t[b.qs[k]] * b.d;
-  }
-}
+void dequant_f8_e4m3_b32(const uint8_t* src, float* dst, int64_t n) { dequant_rows<BlockF8E4M3B32, 32>(src, dst, n); }
+void dequant_f8_e4m3_b16(const uint8_t* src, float* dst, int64_t n) { dequant_rows<BlockF8E4M3B16, 16>(src, dst, n); }
+void quant_f8_e4m3_b32(const float* src, uint8_t* dst, int64_t n) { quant_rows<BlockF8E4M3B32, 32>(src, dst, n); }
+void quant_f8_e4m3_b16(const float* src, uint8_t* dst, int64_t n) { quant_rows<BlockF8E4M3B16, 16>(src, dst, n); }
 
-void quant_f8_e4m3_b32(const float* src, uint8_t* dst, int64_t n_blocks) {
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    BlockF8E4M3B32 b;
-    fp8_quantize_scaled(src + i * 32, 1, 32, Fp8ScaleGrid{1, 32}, b.qs, &b.d);
-    store_block(dst, i, b);
-  }
-}
-
-float dot_f8_e4m3_b32(const float* x, const uint8_t* row, int64_t n) {
-  if (n < 0 || n % 32 != 0)
-    fail(ErrorCode::kInvalidArgument, "dot F8_E4M3_B32: {} elements are not whole blocks of 32", n);
-  const auto& t = e4m3_table();
-  float sum = 0;
-  for (int64_t i = 0; i < n / 32; ++i) {
-    const auto b = load_block<BlockF8E4M3B32>(row, i);
-    float acc[8] = {};  // 8 lanes: the compiler vectorizes the gathers' products
-    for (int k = 0; k < 32; ++k) acc[k & 7] += x[i * 32 + k] * t[b.qs[k]];
-    float s = 0;
-    for (float a : acc) s += a;
-    sum += b.d * s;
-  }
-  return sum;
+float dot_f8_e4m3_row(DType type, const float* x, const uint8_t* row, int64_t n) {
+  const int kb = block_of(type, "dot_f8_e4m3_row");
+  if (n < 0 || n % kb != 0)
+    fail(ErrorCode::kInvalidArgument, "dot {}: {} elements are not whole blocks of {}", dtype_name(type), n, kb);
+  return kb == 32 ? dot_row<BlockF8E4M3B32, 32>(x, row, n) : dot_row<BlockF8E4M3B16, 16>(x, row, n);
 }
 
 }  // namespace quant

@@ -11,7 +11,11 @@
 // channel (compressed-tensors); each of those scales covers whole 32-blocks of a row, so repacking
 // copies the codes and replicates the tile's scale into each of its blocks: lossless, 1.125 bytes a
 // value. A row needs K to be a multiple of 32 (not of 128: a ragged last tile is fine).
+// F8_E4M3_B16 (quant::BlockF8E4M3B16, 20 bytes, 1.25 bytes a value) is the same with blocks of 16,
+// for rows of 16k values that are not 32k (fp8_row_type picks).
 #include <cstdint>
+
+#include "tensor/dtype.h"
 
 namespace ft {
 
@@ -32,15 +36,19 @@ struct Fp8ScaleGrid {
   int64_t block_cols = 128;
 };
 
+/** The stored type for FP8 rows of K values: F8_E4M3_B32 when K is a multiple of 32, else
+ *  F8_E4M3_B16 when a multiple of 16. Throws ft::Error(kUnsupported) naming K otherwise (or K <= 0). */
+DType fp8_row_type(int64_t K);
+
 /** Repacks an FP8 E4M3 weight `w` [N, K] (row-major codes) with its float32 `scales` laid out as
- *  `grid` says into F8_E4M3_B32 rows at `dst` (N * K / 32 blocks, dtype_bytes(F8_E4M3_B32, K) bytes a
- *  row): codes copied, each 32-block given the scale of its tile. Lossless: dequantize_row of a row
- *  equals e4m3_to_f32(w) * scale per element bit for bit. Ragged edges (N or K not multiples of the
- *  grid's blocks) take the last, partial tile's scale. Throws ft::Error(kInvalidArgument) for K not a
- *  positive multiple of 32, grid block_cols not a multiple of 32 (unless >= K), a grid block < 1,
- *  N < 0 or a null buffer. */
+ *  `grid` says into rows of `type` (F8_E4M3_B32 or F8_E4M3_B16, block b = 32 or 16) at `dst`
+ *  (dtype_bytes(type, K) bytes a row): codes copied, each b-block given the scale of its tile.
+ *  Lossless: dequantize_row of a row equals e4m3_to_f32(w) * scale per element bit for bit. Ragged
+ *  edges (N or K not multiples of the grid's blocks) take the last, partial tile's scale. Throws
+ *  ft::Error(kInvalidArgument) for another type, K not a positive multiple of b, grid block_cols not a
+ *  multiple of b (unless >= K), a grid block < 1, N < 0 or a null buffer. */
 void fp8_rows_from_scaled(const uint8_t* w, const float* scales, int64_t N, int64_t K, Fp8ScaleGrid grid,
-                          uint8_t* dst);
+                          uint8_t* dst, DType type = DType::F8_E4M3_B32);
 
 /** Quantizes float32 x [N, K] to E4M3 codes `w` [N, K] with float32 scales per `grid` tile
  *  ([ceil(N/br), ceil(K/bc)] at `scales`), the way transformers' FineGrainedFP8 quantizer does it:
@@ -50,10 +58,10 @@ void fp8_quantize_scaled(const float* x, int64_t N, int64_t K, Fp8ScaleGrid grid
 
 namespace quant {
 
-/** Dot product of float32 x[n] with one F8_E4M3_B32 row (n / 32 blocks at `row`): the sum over
- *  blocks of d * (sum of x * e4m3 value), accumulated in float32 per block. n must be a multiple of
- *  32 (ft::Error kInvalidArgument otherwise). */
-float dot_f8_e4m3_b32(const float* x, const uint8_t* row, int64_t n);
+/** Dot product of float32 x[n] with one row of `type` (F8_E4M3_B32 or F8_E4M3_B16): the sum over
+ *  blocks of d * (sum of x * e4m3 value), accumulated in float32 per block. n must be a whole number
+ *  of blocks (ft::Error kInvalidArgument otherwise, or for another type). */
+float dot_f8_e4m3_row(DType type, const float* x, const uint8_t* row, int64_t n);
 
 }  // namespace quant
 }  // namespace ft

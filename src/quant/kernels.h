@@ -62,8 +62,10 @@ void dequant_iq1_m(const uint8_t* src, float* dst, int64_t n_blocks);
 void dequant_iq4_nl(const uint8_t* src, float* dst, int64_t n_blocks);
 void dequant_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks);
 
-// fp8.cpp: FreeToken's F8_E4M3_B32 (32 E4M3 codes + a float32 scale)
+// fp8.cpp: FreeToken's F8_E4M3_B32 / F8_E4M3_B16 (32 or 16 E4M3 codes + a float32 scale)
 void dequant_f8_e4m3_b32(const uint8_t* src, float* dst, int64_t n_blocks);
 void quant_f8_e4m3_b32(const float* src, uint8_t* dst, int64_t n_blocks);
+void dequant_f8_e4m3_b16(const uint8_t* src, float* dst, int64_t n_blocks);
+void quant_f8_e4m3_b16(const float* src, uint8_t* dst, int64_t n_blocks);
 
 }  // namespace ft::quant

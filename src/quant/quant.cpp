@@ -59,6 +59,7 @@ constexpr std::array kCodecs = {
     Codec{DType::IQ4_NL, sizeof(quant::BlockIQ4_NL), quant::dequant_iq4_nl, nullptr},
     Codec{DType::IQ4_XS, sizeof(quant::BlockIQ4_XS), quant::dequant_iq4_xs, nullptr},
     Codec{DType::F8_E4M3_B32, sizeof(quant::BlockF8E4M3B32), quant::dequant_f8_e4m3_b32, quant::quant_f8_e4m3_b32},
+    Codec{DType::F8_E4M3_B16, sizeof(quant::BlockF8E4M3B16), quant::dequant_f8_e4m3_b16, quant::quant_f8_e4m3_b16},
 };
 
 const Codec* find_codec(DType type) {
@@ -101,7 +102,7 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
   const DTypeInfo& info = dtype_info(type);
   const Codec* c = find_codec(type);
   if (c == nullptr || c->quant == nullptr)
-    fail(ErrorCode::kUnsupported, "quantize: no quantizer for type {} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, F8_E4M3_B32)",
+    fail(ErrorCode::kUnsupported, "quantize: no quantizer for type {} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, F8_E4M3_B32, F8_E4M3_B16)",
          info.name);
   const int64_t blocks = checked_blocks(info, src, dst, n, "quantize");
   if (blocks > 0) c->quant(src, static_cast<uint8_t*>(dst), blocks);

@@ -56,6 +56,7 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::BOOL, "BOOL", 1, 1, false, false},
     DTypeInfo{DType::EC12, "EC12", 64, 96, false, false},  // moe/ec12.h: 64 values in 96 bytes
     DTypeInfo{DType::F8_E4M3_B32, "F8_E4M3_B32", 32, 36, false, true},  // quant/fp8.h: float32 d + 32 E4M3
+    DTypeInfo{DType::F8_E4M3_B16, "F8_E4M3_B16", 16, 20, false, true},  // quant/fp8.h: float32 d + 16 E4M3
 };
 
 const DTypeInfo* find(DType t) {

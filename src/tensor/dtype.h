@@ -26,6 +26,7 @@ enum class DType : uint32_t {
   // F8_E4M3_B32 (quant/fp8.h): FP8 checkpoints' weights as stored, rows of blocks of 32 E4M3 codes
   // with one float32 scale each (the checkpoint's tile / channel / tensor scale replicated: lossless).
   F8_E4M3_B32 = 2001,
+  F8_E4M3_B16 = 2002,  // the same with blocks of 16, for rows that are not a multiple of 32 long
 };
 
 struct DTypeInfo {

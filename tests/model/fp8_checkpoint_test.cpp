@@ -1,9 +1,9 @@
-// FP8 checkpoints (issue 36): the qwen3_moe fixture quantized here to FP8 E4M3 with float32 scales in
-// the layouts releases use (DeepSeek / Qwen "fp8" [128, 128] tiles, smaller ragged tiles,
-// compressed-tensors per-channel and per-tensor scales). The weights load as F8_E4M3_B32 (no widening)
-// and the model's logits equal those of the same model loaded from the dequantized weights in F32,
-// through the resident experts (fused) and the CPU expert executor (cpu). Plus the transformers
-// reference made by tests/model/gen_qwen3_moe_fp8.py, when its output is present.
+// FP8 checkpoints (issue 36): the qwen3_moe and deepseek_v3 fixtures quantized here to FP8 E4M3 with
+// float32 scales in the layouts releases use (DeepSeek / Qwen "fp8" [128, 128] tiles, smaller ragged
+// tiles, compressed-tensors per-channel and per-tensor scales). The weights load as F8_E4M3_B32 /
+// F8_E4M3_B16 (no widening) and the model's logits equal those of the same model loaded from the
+// dequantized weights in F32, through the resident experts (fused) and the CPU expert executor (cpu).
+// Plus the transformers reference made by tests/model/gen_qwen3_moe_fp8.py, when its output is present.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,19 +31,23 @@ struct Fp8Layout {
   bool column_scales;    // per-channel scales written [N, 1]
 };
 
-bool quantized(const std::string& name) {
-  return name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0;  // q/k/v/o, experts
+/** The linear layers an FP8 release quantizes: every "*_proj*.weight" matrix (attention, MLA's
+ *  q_a/q_b/kv_a_proj_with_mqa/kv_b, dense and expert MLPs); not routers, embeddings, lm_head, norms. */
+bool quantized(const TensorInfo& t) {
+  const std::string& n = t.name;
+  return t.shape.size() == 2 && n.find("_proj") != std::string::npos && n.size() > 7 &&
+         n.compare(n.size() - 7, 7, ".weight") == 0;
 }
 
 /** Writes `dir`/fp8 (the fixture with FP8 linear weights in `lay`) and `dir`/f32 (the same model with those
  *  weights dequantized to F32: e4m3(w) * scale, every other tensor as stored). */
-void write_pair(const std::string& dir, const Fp8Layout& lay) {
-  const std::string src = shared_dir() + "/fixtures/hf/qwen3_moe";
+void write_pair(const std::string& dir, const Fp8Layout& lay, const std::string& fixture = "qwen3_moe") {
+  const std::string src = shared_dir() + "/fixtures/hf/" + fixture;
   auto ckpt = open_checkpoint(src);
   std::vector<std::vector<uint8_t>> keep;
   std::vector<SafetensorsTensor> fp8, f32;
   for (const TensorInfo& t : ckpt->tensors()) {
-    if (!quantized(t.name)) {
+    if (!quantized(t)) {
       fp8.push_back({t.name, t.dtype, t.shape, t.data});
       f32.push_back({t.name, t.dtype, t.shape, t.data});
       continue;
@@ -102,13 +106,18 @@ std::vector<Fp8Layout> layouts() {
   };
 }
 
+// qwen3_moe (attention + routed experts) and deepseek_v3 (MLA with q_lora_rank 48: F8_E4M3_B16 rows,
+// a dense layer, shared experts) in each layout.
+const char* const kFixtures[] = {"qwen3_moe", "deepseek_v3"};
+
 class Fp8Checkpoint : public ::testing::TestWithParam<int> {};
 
 TEST_P(Fp8Checkpoint, LogitsEqualTheDequantizedModel) {
-  const Fp8Layout lay = layouts()[GetParam()];
-  const std::string dir = ::testing::TempDir() + "/ft_fp8_" + lay.name;
-  write_pair(dir, lay);
-  const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/qwen3_moe");
+  const Fp8Layout lay = layouts()[GetParam() % 4];
+  const std::string fixture = kFixtures[GetParam() / 4];
+  const std::string dir = ::testing::TempDir() + "/ft_fp8_" + fixture + "_" + lay.name;
+  write_pair(dir, lay, fixture);
+  const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/" + fixture);
   ASSERT_EQ(cases.size(), 2u);
   for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
     EngineOptions o = small_engine_options();
@@ -116,7 +125,7 @@ TEST_P(Fp8Checkpoint, LogitsEqualTheDequantizedModel) {
     auto fp8 = Engine::load(dir + "/fp8", o), f32 = Engine::load(dir + "/f32", o);
     const int64_t V = fp8->config().n_vocab;
     for (const RefCase& c : cases) {
-      SCOPED_TRACE(lay.name + " " + c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
+      SCOPED_TRACE(fixture + " " + lay.name + " " + c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
       const GenerateRequest req = greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()));
       const GenerateResult a = generate(*fp8, {req})[0], b = generate(*f32, {req})[0];
       ASSERT_EQ(a.prompt_logits.size(), c.input_ids.size() * static_cast<size_t>(V));
@@ -125,15 +134,16 @@ TEST_P(Fp8Checkpoint, LogitsEqualTheDequantizedModel) {
       EXPECT_EQ(a.tokens, b.tokens);
       // How far FP8 moves this tiny random model from the BF16 fixture's reference (routing flips
       // amplify the weights' ~3% error): reported, the bound is on the weights (write_pair).
-      std::printf("[ fp8 ] %s %s: max rel L2 to the bf16 reference %.3g\n", lay.name.c_str(), c.name.c_str(),
+      std::printf("[ fp8 ] %s %s %s: max rel L2 to the bf16 reference %.3g\n", fixture.c_str(), lay.name.c_str(),
+                  c.name.c_str(),
                   max_row_rel_l2(a.prompt_logits, c.logits, V));
     }
   }
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Fp8Checkpoint, ::testing::Range(0, 4), [](const auto& info) {
-  return layouts()[info.param].name;
+INSTANTIATE_TEST_SUITE_P(Layouts, Fp8Checkpoint, ::testing::Range(0, 8), [](const auto& info) {
+  return std::string(kFixtures[info.param / 4]) + "_" + layouts()[info.param % 4].name;
 });
 
 TEST(Fp8CheckpointLoader, WeightsStayFp8WithTheirScales) {

@@ -120,6 +120,40 @@ TEST(Fp8BlockRows, RaggedTilesRepackLosslessly) {
   EXPECT_EQ(b.d, 0.5f);
 }
 
+TEST(Fp8BlockRows, RowTypeFollowsTheRowLength) {
+  EXPECT_EQ(fp8_row_type(7168), DType::F8_E4M3_B32);
+  EXPECT_EQ(fp8_row_type(96), DType::F8_E4M3_B32);
+  EXPECT_EQ(fp8_row_type(48), DType::F8_E4M3_B16);  // DeepSeek-V3 fixture's q_lora_rank
+  EXPECT_EQ(fp8_row_type(16), DType::F8_E4M3_B16);
+  EXPECT_THROW(fp8_row_type(40), Error);
+  EXPECT_THROW(fp8_row_type(0), Error);
+  EXPECT_EQ(dtype_bytes(DType::F8_E4M3_B16, 48), 3 * 20);
+}
+
+// B16 rows: [40, 48] under one ragged [128, 128] tile, and under [16, 32] tiles (scales [3, 2], the
+// last tile row 8 rows, the last tile column 16 wide).
+TEST(Fp8BlockRows, B16RowsRepackLosslessly) {
+  const int64_t N = 40, K = 48;
+  std::vector<uint8_t> w(N * K);
+  for (int64_t i = 0; i < N * K; ++i) w[i] = static_cast<uint8_t>((i * 53 + 11) % 0x7e) | ((i & 1) << 7);
+  const float scales[6] = {0.5f, 2.0f, 0.75f, 1.5e-2f, 9.0f, 0.3f};
+  std::vector<uint8_t> rows(N * dtype_bytes(DType::F8_E4M3_B16, K));
+  std::vector<float> got(N * K);
+  fp8_rows_from_scaled(w.data(), scales, N, K, Fp8ScaleGrid{128, 128}, rows.data(), DType::F8_E4M3_B16);
+  dequantize_row(DType::F8_E4M3_B16, rows.data(), got.data(), N * K);
+  for (int64_t i = 0; i < N * K; ++i) ASSERT_EQ(got[i], e4m3_to_f32(w[i]) * 0.5f) << i;
+  fp8_rows_from_scaled(w.data(), scales, N, K, Fp8ScaleGrid{16, 32}, rows.data(), DType::F8_E4M3_B16);
+  dequantize_row(DType::F8_E4M3_B16, rows.data(), got.data(), N * K);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < K; ++c)
+      ASSERT_EQ(got[r * K + c], e4m3_to_f32(w[r * K + c]) * scales[(r / 16) * 2 + c / 32]) << r << "," << c;
+  std::vector<float> x(K, 0.5f);
+  double ref = 0;
+  for (int64_t c = 0; c < K; ++c) ref += 0.5 * got[39 * K + c];
+  EXPECT_NEAR(quant::dot_f8_e4m3_row(DType::F8_E4M3_B16, x.data(), rows.data() + 39 * 3 * 20, K), ref,
+              1e-4 * (1 + std::fabs(ref)));
+}
+
 TEST(Fp8BlockRows, PerTensorAndPerChannelGrids) {
   const int64_t N = 3, K = 64;
   std::vector<uint8_t> w(N * K);
@@ -142,7 +176,13 @@ TEST(Fp8BlockRows, RefusesRowsThatAreNotWholeBlocks) {
   EXPECT_THROW(fp8_rows_from_scaled(w.data(), &s, 1, 100, Fp8ScaleGrid{128, 128}, rows.data()), Error);
   EXPECT_THROW(fp8_rows_from_scaled(w.data(), &s, 1, 96, Fp8ScaleGrid{1, 48}, rows.data()), Error);
   EXPECT_THROW(fp8_rows_from_scaled(w.data(), &s, 1, 64, Fp8ScaleGrid{0, 128}, rows.data()), Error);
-  EXPECT_THROW(quant::dot_f8_e4m3_b32(nullptr, rows.data(), 33), Error);
+  EXPECT_THROW(quant::dot_f8_e4m3_row(DType::F8_E4M3_B32, nullptr, rows.data(), 33), Error);
+  EXPECT_THROW(quant::dot_f8_e4m3_row(DType::Q8_0, nullptr, rows.data(), 32), Error);
+  // B16 rows take 16-wide blocks only, and a 32-block type is not B16's grid.
+  EXPECT_THROW(fp8_rows_from_scaled(w.data(), &s, 1, 40, Fp8ScaleGrid{128, 128}, rows.data(), DType::F8_E4M3_B16),
+               Error);
+  EXPECT_THROW(fp8_rows_from_scaled(w.data(), &s, 1, 64, Fp8ScaleGrid{1, 24}, rows.data(), DType::F8_E4M3_B16), Error);
+  EXPECT_THROW(fp8_rows_from_scaled(w.data(), &s, 1, 64, Fp8ScaleGrid{1, 64}, rows.data(), DType::BF16), Error);
 }
 
 TEST(Fp8BlockRows, QuantizeTilesAndDot) {
@@ -171,7 +211,8 @@ TEST(Fp8BlockRows, QuantizeTilesAndDot) {
           << r << "," << c;
       ref += static_cast<double>(act[c]) * y[r * K + c];
     }
-    const float got = quant::dot_f8_e4m3_b32(act.data(), rows.data() + r * dtype_bytes(DType::F8_E4M3_B32, K), K);
+    const float got =
+        quant::dot_f8_e4m3_row(DType::F8_E4M3_B32, act.data(), rows.data() + r * dtype_bytes(DType::F8_E4M3_B32, K), K);
     EXPECT_NEAR(got, ref, 1e-4 * (1 + std::fabs(ref)));
   }
   // quantize_row: one scale per 32-block, the same bound.
