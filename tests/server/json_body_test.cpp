@@ -64,18 +64,19 @@ TEST(JsonBody, ManyKeysTakeLinearTime) {
     EXPECT_EQ(j.size(), keys);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const std::string small = body(25000), large = body(100000);
-  // The best of 7 runs each, interleaved, so a load that comes and goes (tests share the cores) touches
+  const std::string small = body(10000), large = body(160000);
+  // The best of 5 runs each, interleaved, so a load that comes and goes (tests share the cores) touches
   // both sizes alike.
   double best_small = 1e9, best_large = 1e9;
-  for (int rep = 0; rep < 7; ++rep) {
-    best_small = std::min(best_small, seconds(small, 25000));
-    best_large = std::min(best_large, seconds(large, 100000));
+  for (int rep = 0; rep < 5; ++rep) {
+    best_small = std::min(best_small, seconds(small, 10000));
+    best_large = std::min(best_large, seconds(large, 160000));
   }
   const double ratio = best_large / best_small;
-  // 4 times the keys: ~4 by the algorithm, measured ~7 on the development machine under load (allocation
-  // and cache effects grow with the body); the library's quadratic insertion gives ~16.
-  EXPECT_LT(ratio, 11.0) << best_small << " s for 25k keys, " << best_large << " s for 100k";
+  // 16 times the keys: ~16 by the algorithm (up to ~30 with allocation and cache effects on a loaded
+  // machine); the library's quadratic ordered insertion gives ~256. The gap is wide enough that load
+  // on shared cores cannot close it (4 times the keys, 4 against 16, failed under load).
+  EXPECT_LT(ratio, 80.0) << best_small << " s for 10k keys, " << best_large << " s for 160k";
 }
 
 }  // namespace
