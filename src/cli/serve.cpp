@@ -259,7 +259,7 @@ int run_serve(const ServeFlags& f) {
                 states->n_pages() - f.max_running);
   }
   if (plan.moe) std::printf("  %s\n", plan.moe->summary().c_str());
-  std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MB\n",
+  std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MiB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
   std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
@@ -338,7 +338,7 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(in_range(0, kMaxStateSnapshots));
   cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
-  cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MB (larger: 413)")->capture_default_str();
+  cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MiB (larger: 413)")->capture_default_str();
   cmd->add_option("--reasoning-format", f->reasoning_format,
                   "llama.cpp's form of --reasoning-parser: auto (the template's), none (replies as the model wrote "
                   "them), deepseek (a leading <think> block goes to reasoning_content)")

@@ -142,6 +142,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     const auto& h = head_->get();
     keep_alive_ = h.keep_alive();
+    http10_ = h.version() < 11;
     const bool has_body = head_->chunked() || head_->content_length().value_or(0) > 0;
     if (!has_body) return dispatch();
     if (t_.hooks.admit) {
@@ -255,9 +256,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Connection* conn;
     std::shared_ptr<ClientState> client;
     bool ok = true, ended = false;
+    bool raw = false;  // an HTTP/1.0 client: the body as it is, ended by closing the connection
     bool write(std::string_view data) override {
       if (!ok) return false;
       if (data.empty()) return true;
+      if (raw) return ok = conn->write_blocking(std::string(data), client);
       std::string chunk = fmt::format("{:x}\r\n", data.size());
       chunk.append(data);
       chunk += "\r\n";
@@ -266,20 +269,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void done() override { ended = true; }
   };
 
-  /** On a handler thread: the header, then the provider's chunks until it ends or the client goes. */
+  /** On a handler thread: the header, then the provider's chunks until it ends or the client goes. An
+   *  HTTP/1.0 client, which cannot read chunked framing (RFC 9112 section 7.1), gets the body as it is,
+   *  ended by the connection's close. */
   void run_stream(const std::shared_ptr<HttpRequest>& req, const std::shared_ptr<HttpResponse>& res) {
-    const bool keep = keep_alive_ && !t_.stopping;
+    const bool keep = keep_alive_ && !t_.stopping && !http10_;
     std::string head = fmt::format("HTTP/1.1 {} {}\r\n", res->status,
                                    std::string(http::obsolete_reason(http::int_to_status(res->status))));
     for (const auto& [name, value] : res->headers) head += name + ": " + value + "\r\n";
-    head += keep ? "Transfer-Encoding: chunked\r\n\r\n" : "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    if (!http10_) head += "Transfer-Encoding: chunked\r\n";
+    head += keep ? "\r\n" : "Connection: close\r\n\r\n";
     ChunkSink sink;
     sink.conn = this;
     sink.client = req->client;
+    sink.raw = http10_;
     sink.ok = write_blocking(head, req->client);
     while (sink.ok && !sink.ended)
       if (!res->provider(sink)) break;
-    const bool success = sink.ended && sink.ok && write_blocking("0\r\n\r\n", req->client);
+    const bool success = sink.ended && sink.ok && (http10_ || write_blocking("0\r\n\r\n", req->client));
     if (res->on_closed) res->on_closed(success);
     if (t_.hooks.finished) t_.hooks.finished(*req, *res);
     net::post(socket_.get_executor(), [self = shared_from_this(), success, keep] {
@@ -390,6 +397,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t timer_gen_ = 0;
   bool timed_out_ = false;
   bool keep_alive_ = true;
+  bool http10_ = false;  // the request's version is HTTP/1.0
   bool in_request_ = false;
   uint64_t id_;
 };

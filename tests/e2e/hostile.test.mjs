@@ -211,6 +211,23 @@ test('a non-streaming request whose client hangs up is cancelled', async () => {
   assert.ok(hms < 1000);
 });
 
+test('an HTTP/1.0 client gets a stream without chunked framing, ended by the close', async () => {
+  const c = await connect(srv.port);
+  let closed = false;
+  c.sock.on('close', () => { closed = true; });
+  const body = JSON.stringify({ prompt: 'Once', max_tokens: 4, stream: true });
+  c.sock.write(`POST /v1/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+               `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+  for (let i = 0; i < 1000 && !closed; ++i) await sleep(10);
+  assert.ok(closed, 'the server did not close the HTTP/1.0 stream');
+  const reply = c.received();
+  const [head, rest] = [reply.slice(0, reply.indexOf('\r\n\r\n')), reply.slice(reply.indexOf('\r\n\r\n') + 4)];
+  assert.match(head, /^HTTP\/1\.1 200 /, head);
+  assert.doesNotMatch(head, /Transfer-Encoding/i);
+  assert.match(rest, /^data: \{/, rest.slice(0, 80));  // no chunk size line before the first event
+  assert.match(rest, /data: \[DONE\]\n\n$/);
+});
+
 test('SIGTERM completes within --shutdown-grace + 1 s with slow clients connected', async () => {
   const grace = 2;
   const s = await startServer(['--shutdown-grace', String(grace)]);

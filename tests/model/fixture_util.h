@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,28 @@ inline GenerateRequest greedy_request(const std::vector<int32_t>& prompt, int32_
   r.stop_at_eos = false;
   r.prompt_logits = true;
   return r;
+}
+
+/** Checks the checkpoint in `dir` (its reference.json cases from transformers) on the fused and the cpu
+ *  MoE strategies: every position within 1e-4 relative L2 and the same greedy tokens; prints each
+ *  case's error under `label`. */
+inline void expect_reference_on_fused_and_cpu(const std::string& dir, const std::string& label) {
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
+  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
+    EngineOptions o = small_engine_options();
+    o.moe.strategy = strategy;
+    auto engine = Engine::load(dir, o);
+    const int64_t V = engine->config().n_vocab;
+    for (const RefCase& c : cases) {
+      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
+      auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
+      const double err = max_row_rel_l2(res[0].prompt_logits, c.logits, V);
+      std::printf("[ fixture ] %s %s: max rel L2 %.3g\n", label.c_str(), c.name.c_str(), err);
+      EXPECT_LE(err, 1e-4);
+      EXPECT_EQ(res[0].tokens, c.greedy);
+    }
+  }
 }
 
 }  // namespace ft::testing

@@ -236,26 +236,7 @@ TEST(Fp8CheckpointReference, Qwen3MoeFp8MatchesTransformers) {
   // tests/model/fixtures/qwen3_moe_fp8: the qwen3_moe fixture in DeepSeek's FP8 layout ([128, 128]
   // tiles, F8_E4M3 weight + F32 weight_scale_inv), reference logits from transformers'
   // Qwen3MoeForCausalLM on the dequantized weights (tests/model/gen_qwen3_moe_fp8.py).
-  const std::string dir = source_dir() + "/tests/model/fixtures/qwen3_moe_fp8";
-  if (!fs::exists(dir + "/reference.json"))
-    GTEST_SKIP() << "no " << dir << ": run python3 tests/model/gen_qwen3_moe_fp8.py " << shared_dir()
-                 << "/fixtures/hf/qwen3_moe tests/model/fixtures/qwen3_moe_fp8 (needs torch + transformers)";
-  const std::vector<RefCase> cases = read_reference(dir);
-  ASSERT_EQ(cases.size(), 2u);
-  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
-    EngineOptions o = small_engine_options();
-    o.moe.strategy = strategy;
-    auto engine = Engine::load(dir, o);
-    const int64_t V = engine->config().n_vocab;
-    for (const RefCase& c : cases) {
-      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
-      auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
-      const double err = max_row_rel_l2(res[0].prompt_logits, c.logits, V);
-      std::printf("[ fixture ] qwen3_moe_fp8 %s: max rel L2 %.3g\n", c.name.c_str(), err);
-      EXPECT_LE(err, 1e-4);
-      EXPECT_EQ(res[0].tokens, c.greedy);
-    }
-  }
+  expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/qwen3_moe_fp8", "qwen3_moe_fp8");
 }
 
 }  // namespace

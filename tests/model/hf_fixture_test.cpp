@@ -60,23 +60,7 @@ TEST(HfFixtureMxfp4, GptOssMxfp4CheckpointMatchesTransformers) {
   // layout, reference logits from transformers with Mxfp4Config(dequantize=True)
   // (tests/model/gen_gpt_oss_mxfp4.py). The experts stay MXFP4 in the banks and kernels; fused
   // (resident experts) and cpu (expert banks through the CPU executor) both match.
-  const std::string dir = source_dir() + "/tests/model/fixtures/gpt_oss_mxfp4";
-  const std::vector<RefCase> cases = read_reference(dir);
-  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
-  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
-    EngineOptions o = small_engine_options();
-    o.moe.strategy = strategy;
-    auto engine = Engine::load(dir, o);
-    const int64_t V = engine->config().n_vocab;
-    for (const RefCase& c : cases) {
-      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
-      auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
-      const double err = max_row_rel_l2(res[0].prompt_logits, c.logits, V);
-      std::printf("[ fixture ] gpt_oss_mxfp4 %s: max rel L2 %.3g\n", c.name.c_str(), err);
-      EXPECT_LE(err, 1e-4);
-      EXPECT_EQ(res[0].tokens, c.greedy);
-    }
-  }
+  expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/gpt_oss_mxfp4", "gpt_oss_mxfp4");
 }
 
 TEST(HfFixtureGemma4Moe, MoeBlockMatchesTransformersOnEveryStrategy) {
