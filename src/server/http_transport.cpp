@@ -304,6 +304,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     msg->body() = std::move(res.body);
     const bool keep = keep_alive_ && !refusal && !t_.stopping;
     msg->keep_alive(keep);
+    if (keep && http10_) msg->set(http::field::connection, "keep-alive");  // HTTP/1.0 closes unless told
     msg->prepare_payload();
     arm(t_.limits.write_timeout);
     auto after = [self = shared_from_this(), msg, keep, refusal](error_code ec, size_t) {

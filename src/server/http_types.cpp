@@ -75,8 +75,27 @@ std::string percent_decode(std::string_view s, bool plus_is_space) {
   return out;
 }
 
+namespace {
+
+bool starts_with_nocase(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  return true;
+}
+
+}  // namespace
+
 void split_target(HttpRequest& req) {
-  const std::string_view t = req.target;
+  std::string_view t = req.target;
+  // The absolute form (RFC 9112 section 3.2.2, "http://host:port/path?query"), which a server must
+  // accept: its path and query are those the origin form would have sent.
+  std::string origin;
+  if (starts_with_nocase(t, "http://") || starts_with_nocase(t, "https://")) {
+    const size_t at = t.find_first_of("/?", t.find("//") + 2);
+    origin = at == std::string_view::npos ? "/" : t[at] == '?' ? "/" + std::string(t.substr(at)) : std::string(t.substr(at));
+    t = origin;
+  }
   const size_t q = t.find('?');
   req.path = percent_decode(t.substr(0, q), false);
   req.params.clear();

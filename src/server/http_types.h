@@ -88,7 +88,7 @@ struct HttpResponse {
 /** `s` with %XX escapes decoded (and '+' as a space when `plus_is_space`, as in a query). */
 std::string percent_decode(std::string_view s, bool plus_is_space);
 
-/** Fills path, params from `target` ("/p?a=1&b"). */
+/** Fills path, params from `target` ("/p?a=1&b", or the absolute form "http://host/p?a=1&b"). */
 void split_target(HttpRequest& req);
 
 }  // namespace ft::server

@@ -228,6 +228,19 @@ test('an HTTP/1.0 client gets a stream without chunked framing, ended by the clo
   assert.match(rest, /data: \[DONE\]\n\n$/);
 });
 
+test('an HTTP/1.0 keep-alive is echoed, and an absolute-form target is served', async () => {
+  const c = await connect(srv.port);
+  c.sock.write('GET http://127.0.0.1/health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n');
+  for (let i = 0; i < 200 && !c.received().includes('"status"'); ++i) await sleep(10);
+  const first = c.received();
+  assert.match(first, /^HTTP\/1\.1 200 /, first.slice(0, 200));
+  assert.match(first, /\r\nConnection: keep-alive\r\n/i);
+  c.sock.write('GET /health HTTP/1.0\r\n\r\n');  // the same connection, still open
+  for (let i = 0; i < 200 && c.received().split('HTTP/1.1 200').length < 3; ++i) await sleep(10);
+  assert.equal(c.received().split('HTTP/1.1 200').length, 3, c.received());
+  c.sock.destroy();
+});
+
 test('SIGTERM completes within --shutdown-grace + 1 s with slow clients connected', async () => {
   const grace = 2;
   const s = await startServer(['--shutdown-grace', String(grace)]);
