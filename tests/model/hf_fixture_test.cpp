@@ -69,23 +69,7 @@ TEST(HfFixtureGemma4Moe, MoeBlockMatchesTransformersOnEveryStrategy) {
   // dense MLP), attention_k_eq_v full layers of their own head_dim and one KV head, two KV-shared
   // layers with double-wide MLPs, final_logit_softcapping, per-layer inputs and a sliding window of 8.
   // The experts through resident banks (fused) and the CPU executor (cpu) both match.
-  const std::string dir = source_dir() + "/tests/model/fixtures/gemma4_moe";
-  const std::vector<RefCase> cases = read_reference(dir);
-  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
-  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
-    EngineOptions o = small_engine_options();
-    o.moe.strategy = strategy;
-    auto engine = Engine::load(dir, o);
-    const int64_t V = engine->config().n_vocab;
-    for (const RefCase& c : cases) {
-      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
-      auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))});
-      const double err = max_row_rel_l2(res[0].prompt_logits, c.logits, V);
-      std::printf("[ fixture ] gemma4_moe %s: max rel L2 %.3g\n", c.name.c_str(), err);
-      EXPECT_LE(err, 1e-4);
-      EXPECT_EQ(res[0].tokens, c.greedy);
-    }
-  }
+  expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/gemma4_moe", "gemma4_moe");
 }
 
 TEST(Registry, EveryArchitectureHasAFixture) {
