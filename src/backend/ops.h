@@ -65,6 +65,10 @@ struct KvLayer {
 struct StateLayer {
   Tensor conv;  // F32 [n_slots, conv_kernel - 1, conv_dim]: the sequence's last conv inputs, oldest first
   Tensor ssm;   // F32 [n_slots, n_v_heads, k_head_dim, v_head_dim]: S of the gated delta rule (out = S^T q)
+  /** Qwen4-Exp's per-layer embeddings (KvCacheConfig::conv2_*, empty otherwise): the window of a
+   *  second short convolution, F32 [n_slots, rows, dim], and the sequence's last tokens, I32 [n_slots, n]. */
+  Tensor conv2;
+  Tensor tokens;
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -231,6 +235,9 @@ struct IndexerParams {
   int32_t rate = 0;        // the CSA compress rate
   int32_t top_k = 0;       // index_topk
   RopeParams rope;         // tail RoPE of the queries (as the indexer's keys)
+  /** The candidates of a query are its own visible entries only (Qwen4-Exp's QSA indexer runs
+   *  torch.topk per query over them), not the sequence's with the invisible ones at -inf (V4). */
+  bool per_query = false;
 };
 
 /** V4's attention: shared-KV MQA over a sliding window of the normalised kv plus compressed entries. */
@@ -242,6 +249,13 @@ struct CompressedAttentionParams {
   int32_t rate = 0;            // compress rate: entry w is visible to position p when w < (p + 1) / rate
   RopeParams rope;             // tail RoPE of queries, window keys and (inverse) of the output
   Tensor sinks;                // F32 [n_head]: per-head sink logit in the softmax denominator
+};
+
+/** Qwen4-Exp's hashed n-gram embedding ids (Ops::ngram_hash). */
+struct NgramHashParams {
+  int32_t n = 0;      // ngram_size: n-grams of 2 .. n tokens
+  int32_t heads = 0;  // heads_per_ngram
+  int32_t eos = 0;    // eos_token_id: segment separator and padding
 };
 
 struct MoeExpertsParams {
@@ -547,6 +561,36 @@ class Ops {
                                       const Tensor& tid2eid, Tensor ids, Tensor weights);
   /** out = silu(min(gate, limit)) * clamp(up, -limit, limit) (DeepseekV4MLP); [T, F], may alias. */
   virtual void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out);
+
+  // ---- Qwen4-Exp ------------------------------------------------------------------------------
+  // CPU implementations only; a backend without one throws kUnsupported naming the op
+  // (backend/qwen4_exp_ops.cpp).
+
+  /** Hashed n-gram ids of transformers' Qwen4ExpTextNGramEmbedding. For token t (position p of its
+   *  sequence), tok_j = the token at p - j: this step's rows, then `history` (the sequence's last
+   *  n - 1 tokens before this step, oldest first; not read when its first row is at position 0), and
+   *  p.eos for positions < 0; shifted_j = tok_j when none of tok_1 .. tok_j is p.eos, else p.eos
+   *  (shifted_0 = tok_0). For n-gram g = 2..n and head i < p.heads: m = xor_{j<g} shifted_j * mult[j]
+   *  (int64), ids[t, (g - 2) heads + i] = m mod sizes[h] + offsets[h], h = (g - 2) heads + i.
+   *  Afterwards history holds each sequence's last n - 1 tokens (p.eos for positions < 0).
+   *  tokens I32 [T]; mult I64 [n]; sizes, offsets I64 [(n - 1) heads]; history I32 [n_slots, n - 1]
+   *  (StateLayer::tokens, batch.state_slots); ids I32 [T, (n - 1) heads]. Throws kInvalidArgument. */
+  virtual void ngram_hash(const NgramHashParams& p, const BatchInfo& batch, const Tensor& tokens,
+                          const Tensor& mult, const Tensor& sizes, const Tensor& offsets, Tensor history,
+                          Tensor ids);
+  /** Qwen4ExpTextPLELayer's stream gate: for token t and stream k < n (rows of D = value's width),
+   *  g = sum_d key[t, k D + d] query[t, k D + d] w[k D + d] / sqrt(D), g = sign(g) sqrt(max(|g|, 1e-6)),
+   *  out[t, k D .. (k+1) D) = sigmoid(g) value[t]. key, query, out [T, n D]; value [T, D]; activation
+   *  dtype; w F32 [n D] (the product of the two norms' weights). Throws kInvalidArgument for shapes. */
+  virtual void ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, Tensor out);
+  /** Qwen4-Exp's sparse attention (Qwen4ExpTextAttention with its QSA indexer's mask): query t at
+   *  position p of sequence s attends, GQA as `attention`, to the keys at the positions of the blocks
+   *  selected[t, j] >= 0 (block w: positions [w block, (w + 1) block)) and of the tail [((p + 1) /
+   *  block) block, p]; softmax in fp32 over those. kv.k [pages, page_size, n_head_kv, head_dim]; kv.v
+   *  [pages, page_size, 1 or n_head_kv, width] whose first n_head_kv head_dim values of each slot are
+   *  the token's values. q, out [T, n_head head_dim]; selected I32 [T, k]. Throws kInvalidArgument. */
+  virtual void attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& batch, const Tensor& q,
+                             KvLayer kv, const Tensor& selected, Tensor out);
 
   // ---- sampling -------------------------------------------------------------------------------
   /** One token from each logit row, by the sampler backend/sampling.h defines: logits F32 [R, V]

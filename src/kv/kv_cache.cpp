@@ -52,7 +52,8 @@ int64_t KvCacheConfig::state_bytes_per_slot() const {
   int64_t n = 0;
   for (int32_t l = 0; l < n_layer; ++l)
     if (is_recurrent(l))
-      n += 4 * (int64_t{conv_kernel - 1} * conv_dim + int64_t{ssm_v_heads} * ssm_k_dim * ssm_v_dim);
+      n += 4 * (int64_t{conv_kernel - 1} * conv_dim + int64_t{ssm_v_heads} * ssm_k_dim * ssm_v_dim +
+                int64_t{conv2_rows} * conv2_dim + token_history);
   return n;
 }
 
@@ -110,6 +111,14 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_
       st.ssm = alloc(DType::F32, {slots, config.ssm_v_heads, config.ssm_k_dim, config.ssm_v_dim});
       ops.zero(st.conv);
       ops.zero(st.ssm);
+      if (config.conv2_rows > 0 && config.conv2_dim > 0) {
+        st.conv2 = alloc(DType::F32, {slots, config.conv2_rows, config.conv2_dim});
+        ops.zero(st.conv2);
+      }
+      if (config.token_history > 0) {
+        st.tokens = alloc(DType::I32, {slots, config.token_history});
+        ops.zero(st.tokens);
+      }
     }
     states_.push_back(st);
     if (config.is_recurrent(l)) {
@@ -144,6 +153,8 @@ void KvCache::copy_state(Ops& ops, StateCopy c) const {
     if (st.conv.empty()) continue;
     ops.copy(st.conv.slice(c.from, 1), st.conv.slice(c.to, 1));
     ops.copy(st.ssm.slice(c.from, 1), st.ssm.slice(c.to, 1));
+    if (!st.conv2.empty()) ops.copy(st.conv2.slice(c.from, 1), st.conv2.slice(c.to, 1));
+    if (!st.tokens.empty()) ops.copy(st.tokens.slice(c.from, 1), st.tokens.slice(c.to, 1));
   }
 }
 

@@ -43,6 +43,9 @@ struct KvCacheConfig {
   /** The recurrent layers' state: conv window [conv_kernel - 1, conv_dim] and S [ssm_v_heads,
    *  ssm_k_dim, ssm_v_dim], F32, per slot. */
   int32_t conv_dim = 0, conv_kernel = 0, ssm_v_heads = 0, ssm_k_dim = 0, ssm_v_dim = 0;
+  /** Qwen4-Exp's per-layer embeddings: every recurrent layer also keeps a second convolution window
+   *  [conv2_rows, conv2_dim] F32 and its sequence's last `token_history` tokens (I32) per slot (0: none). */
+  int32_t conv2_rows = 0, conv2_dim = 0, token_history = 0;
   /** Slots of recurrent state sequences can hold (the most sequences running at once). */
   int32_t n_state_slots = 0;
 

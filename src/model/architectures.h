@@ -20,5 +20,6 @@ std::unique_ptr<Model> build_gpt_oss(ModelConfig config, WeightLoader& ld, Ops& 
 std::unique_ptr<Model> build_qwen3_next(ModelConfig config, WeightLoader& ld, Ops& ops);   // qwen3_next.cpp
 std::unique_ptr<Model> build_deepseek_v4(ModelConfig config, WeightLoader& ld, Ops& ops);  // deepseek_v4.cpp
 std::unique_ptr<Model> build_gemma4(ModelConfig config, WeightLoader& ld, Ops& ops);       // gemma4.cpp
+std::unique_ptr<Model> build_qwen4_exp(ModelConfig config, WeightLoader& ld, Ops& ops);    // qwen4_exp.cpp
 
 }  // namespace ft

@@ -250,6 +250,9 @@ KvCacheConfig kv_layout(const ModelConfig& c) {
     k.ssm_v_heads = static_cast<int32_t>(c.lin_n_v_heads);
     k.ssm_k_dim = static_cast<int32_t>(c.lin_k_dim);
     k.ssm_v_dim = static_cast<int32_t>(c.lin_v_dim);
+    k.conv2_rows = static_cast<int32_t>(c.lin_conv2_rows);
+    k.conv2_dim = static_cast<int32_t>(c.lin_conv2_dim);
+    k.token_history = static_cast<int32_t>(c.lin_token_history);
   }
   bool slides = false;
   for (int64_t l = 0; l < c.n_layer; ++l) slides = slides || c.window(l) > 0;

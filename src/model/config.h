@@ -78,6 +78,9 @@ struct ModelConfig {
   int64_t lin_v_dim = 0;         // linear_value_head_dim
   int64_t lin_conv_kernel = 0;   // linear_conv_kernel_dim
   bool lin_v_tiled = false;      // value heads tiled over key heads (llama.cpp's qwen35 GGUF order)
+  /** Extra per-slot state of each linear-attention layer (Qwen4-Exp's per-layer embeddings,
+   *  KvCacheConfig::conv2_rows etc.): a second convolution window and the last tokens; 0: none. */
+  int64_t lin_conv2_rows = 0, lin_conv2_dim = 0, lin_token_history = 0;
 
   // Mixture of experts (n_expert == 0: dense).
   int64_t n_expert = 0;

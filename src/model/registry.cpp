@@ -46,6 +46,8 @@ const std::vector<ArchEntry>& architectures() {
                                "truncate": false, "original_max_position_embeddings": 4096}})"},
       // Gemma 4 text models (transformers 5.17 Gemma4TextConfig; defaults read in gemma4.cpp).
       {"gemma4", {"gemma4_text"}, {}, build_gemma4},
+      // Qwen3.8-Flash-Next preview (transformers 5.17 Qwen4ExpTextConfig; its own fields read in qwen4_exp.cpp).
+      {"qwen4_exp", {"qwen4_exp_text"}, {}, build_qwen4_exp, R"({"norm_topk_prob": true})"},
   };
   return kArchs;
 }

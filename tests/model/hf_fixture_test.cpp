@@ -33,7 +33,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, HfFixture,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e",
                                            "mixtral", "qwen2_moe", "olmoe", "glm4_moe", "minimax_m2",
                                            "deepseek_v3", "gpt_oss", "qwen3_next", "qwen3_5", "qwen3_5_moe",
-                                           "deepseek_v4", "gemma4"));
+                                           "deepseek_v4", "gemma4", "qwen4_exp"));
 
 TEST(HfFixtureStrategies, GptOssOnTheCpuExecutorGivesTheFusedLogits) {
   // gpt-oss's experts through the expert banks and the CPU executor (strategy cpu: the banks' host
@@ -76,7 +76,8 @@ TEST(Registry, EveryArchitectureHasAFixture) {
   // An architecture registered without an end-to-end fixture test fails here.
   const std::vector<std::string> tested = {"llama",     "qwen2", "qwen3",    "qwen3_moe",  "mixtral",    "qwen2_moe",
                                            "olmoe",     "glm4_moe", "minimax_m2", "deepseek_v3", "gpt_oss",
-                                           "qwen3_next", "qwen3_5", "qwen3_5_moe", "deepseek_v4", "gemma4"};
+                                           "qwen3_next", "qwen3_5", "qwen3_5_moe", "deepseek_v4", "gemma4",
+                                           "qwen4_exp"};
   for (const ArchEntry& a : architectures())
     EXPECT_NE(std::find(tested.begin(), tested.end(), a.name), tested.end()) << a.name << " has no fixture test";
 }

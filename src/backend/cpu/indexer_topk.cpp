@@ -42,7 +42,8 @@ void CpuOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const 
     for (int64_t h = 0; h < nh; ++h) cpu::rope_tail(p.rope, qr.data() + h * hd, pos[t]);
     const float* kbase = keys.ptr<float>() + int64_t{si[t]} * M * hd;
     // Every entry of the sequence so far competes (n of them); those the query cannot see yet score -inf.
-    const int64_t n = std::min<int64_t>((int64_t{pos[ss[si[t] + 1] - 1]} + 1) / p.rate, M);
+    // (per_query: only the query's own visible entries, as Qwen4-Exp's indexer ranks them.)
+    const int64_t n = p.per_query ? n_vis : std::min<int64_t>((int64_t{pos[ss[si[t] + 1] - 1]} + 1) / p.rate, M);
     std::vector<std::pair<float, int32_t>> cand(static_cast<size_t>(n));
     for (int64_t e = 0; e < n; ++e) {
       float total = -INFINITY;
