@@ -72,6 +72,12 @@ TEST(HfFixtureGemma4Moe, MoeBlockMatchesTransformersOnEveryStrategy) {
   expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/gemma4_moe", "gemma4_moe");
 }
 
+TEST(HfFixtureStrategies, Qwen4ExpOnTheCpuExecutorGivesTheReference) {
+  // qwen4_exp's routed experts through resident banks (fused) and the CPU executor (cpu) both match
+  // transformers (its streams, PLE and QSA layers around them are the same code either way).
+  expect_reference_on_fused_and_cpu(shared_dir() + "/fixtures/hf/qwen4_exp", "qwen4_exp");
+}
+
 TEST(Registry, EveryArchitectureHasAFixture) {
   // An architecture registered without an end-to-end fixture test fails here.
   const std::vector<std::string> tested = {"llama",     "qwen2", "qwen3",    "qwen3_moe",  "mixtral",    "qwen2_moe",

@@ -67,10 +67,14 @@ TEST_P(LinearAttention, KvCacheHoldsPagesOnlyForAttentionLayers) {
   }
   ASSERT_GT(attn_layers, 0);
   ASSERT_LT(attn_layers, mc.n_layer);
-  EXPECT_EQ(KvCache::bytes_per_token(kc), attn_layers * 2 * 4 * mc.n_head_kv * mc.head_dim);
+  // Value pages as wide as the keys, or kv_v_width (Qwen4-Exp: its indexer's keys after the values).
+  const int64_t v_width = mc.kv_v_width > 0 ? mc.kv_v_width : mc.n_head_kv * mc.head_dim;
+  EXPECT_EQ(KvCache::bytes_per_token(kc), attn_layers * 4 * (mc.n_head_kv * mc.head_dim + v_width));
   const int64_t per_slot = kc.state_bytes_per_slot();
+  // Qwen4-Exp's per-layer embeddings add a second conv window and the last tokens to each slot.
   EXPECT_EQ(per_slot, (mc.n_layer - attn_layers) * 4 *
-                          ((mc.lin_conv_kernel - 1) * mc.lin_conv_dim() + mc.lin_n_v_heads * mc.lin_k_dim * mc.lin_v_dim));
+                          ((mc.lin_conv_kernel - 1) * mc.lin_conv_dim() + mc.lin_n_v_heads * mc.lin_k_dim * mc.lin_v_dim +
+                           mc.lin_conv2_rows * mc.lin_conv2_dim + mc.lin_token_history));
   ASSERT_NE(engine->kv().state_pool(), nullptr);
   EXPECT_EQ(engine->kv().state_pool()->n_pages(), engine->options().max_seqs + engine->options().state_snapshots);
   EXPECT_EQ(engine->kv().bytes(), KvCache::bytes_for(kc));
@@ -178,7 +182,8 @@ TEST(Qwen35Multimodal, TheTextModelOfAMultimodalFolderLoads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, LinearAttention, ::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Archs, LinearAttention,
+                         ::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp"));
 
 }  // namespace
 }  // namespace ft::testing

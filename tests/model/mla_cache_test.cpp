@@ -68,7 +68,7 @@ TEST_P(PrefixHit, GivesTheColdRunsLogprobs) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, PrefixHit,
                          ::testing::Values("deepseek_v3", "gpt_oss", "qwen3_next", "qwen3_5", "qwen3_5_moe",
-                                           "deepseek_v4"));
+                                           "deepseek_v4", "qwen4_exp"));
 
 TEST(MlaConfig, AMissingKeyIsNamed) {
   const std::string src = shared_dir() + kDir;
