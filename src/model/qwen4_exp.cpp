@@ -38,10 +38,12 @@
 #include "model/architectures.h"
 #include "model/blocks.h"
 #include "model/gated_delta_net.h"
+#include "model/qwen4_exp.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
 namespace ft {
+
 namespace {
 
 using nlohmann::json;
@@ -109,7 +111,7 @@ class Qwen4Exp final : public Model {
   void read_config(const json& cfg);
   void load(WeightLoader& ld, Ops& ops);
   GatedResidual load_gr(WeightLoader& ld, Ops& ops, const std::string& pre, bool inject);
-  Tensor upload_i64(WeightLoader& ld, Ops& ops, const std::string& name, int64_t n);
+  Tensor upload_i64(WeightLoader& ld, Ops& ops, const std::string& name, const std::vector<int64_t>& want);
   void gated_residual(ForwardContext& ctx, const GatedResidual& g, const Tensor& streams, Tensor x) const;
   void ple(ForwardContext& ctx, int64_t l, Tensor streams) const;
   void attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const;
@@ -123,7 +125,7 @@ class Qwen4Exp final : public Model {
   Scratch& scratch(Ops& ops, int64_t T, int64_t entries) const;
 
   int64_t n_hc_ = 0, r_hc_ = 0, ple_dim_ = 0, ple_kernel_ = 0, ngram_ = 0, heads_per_ = 0, shards_ = 0;
-  int64_t ih_ = 0, ikv_ = 0, id_ = 0, budget_ = 0, ratio_ = 0, eos_ = 0;
+  int64_t ih_ = 0, ikv_ = 0, id_ = 0, budget_ = 0, ratio_ = 0, eos_ = 0, ngram_base_ = 0, ngram_div_ = 0, seed_ = 0;
   std::vector<int64_t> ple_layers_;
 
   Tensor tok_embd_, output_, ones_;
@@ -146,6 +148,9 @@ void Qwen4Exp::read_config(const json& cfg) {
   ngram_ = num(cfg, "ngram_size", 3);
   heads_per_ = num(cfg, "heads_per_ngram", 8);
   shards_ = num(cfg, "split_ngram_parts", 512);
+  ngram_base_ = num(cfg, "ngram_vocab_size_base", 20000000);
+  ngram_div_ = num(cfg, "make_ngram_vocab_size_divisible_by", 128);
+  seed_ = num(cfg, "seed", 1234);
   ple_dim_ = num(cfg, "ple_embed_dim", c.n_embd);
   ih_ = num(cfg, "indexer_n_heads");
   ikv_ = num(cfg, "indexer_kv_heads");
@@ -196,14 +201,18 @@ void Qwen4Exp::read_config(const json& cfg) {
   c.validate();
 }
 
-Tensor Qwen4Exp::upload_i64(WeightLoader& ld, Ops& ops, const std::string& name, int64_t n) {
-  // The buffers transformers stores with the weights (persistent nn.Buffer).
+Tensor Qwen4Exp::upload_i64(WeightLoader& ld, Ops& ops, const std::string& name, const std::vector<int64_t>& want) {
+  // transformers stores these buffers with the weights; a checkpoint without them gets the computed ones.
+  const int64_t n = static_cast<int64_t>(want.size());
   const TensorInfo* t = ld.checkpoint().find(name);
-  if (!t || t->dtype != DType::I64 || t->shape != std::vector<int64_t>{n})
+  if (t && (t->dtype != DType::I64 || t->shape != std::vector<int64_t>{n}))
     fail(ErrorCode::kInvalidFile, "qwen4_exp: {} must be I64 [{}]", name, n);
+  if (t && std::memcmp(t->data, want.data(), static_cast<size_t>(n) * 8) != 0)
+    fail(ErrorCode::kInvalidFile, "qwen4_exp: {} differs from the values the config gives (seed, ngram_vocab_size_base, "
+         "ple_layer_ids)", name);
   storage_.push_back(ops.alloc(n * 8));
   Tensor dev(storage_.back().data(), DType::I64, {n}, ops.device());
-  ops.copy(Tensor(const_cast<uint8_t*>(t->data), DType::I64, {n}), dev);
+  ops.copy(Tensor(const_cast<int64_t*>(want.data()), DType::I64, {n}), dev);
   return dev;
 }
 
@@ -297,9 +306,11 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
     if (L.ple) {
       const std::string e = p + "ple.";
       const std::string t = e + "ple_embedding.";
-      L.p.mult = upload_i64(ld, ops, t + "layer_multipliers", ngram_);
-      L.p.sizes = upload_i64(ld, ops, t + "ngram_heads_vocab_sizes", heads);
-      L.p.offsets = upload_i64(ld, ops, t + "ngram_heads_offsets", heads);
+      const int64_t ple_index = std::find(ple_layers_.begin(), ple_layers_.end(), l + 1) - ple_layers_.begin();
+      const NgramTables nt = qwen4_ngram_tables(V, ngram_, heads_per_, ngram_base_, ngram_div_, ple_index, seed_);
+      L.p.mult = upload_i64(ld, ops, t + "layer_multipliers", nt.mult);
+      L.p.sizes = upload_i64(ld, ops, t + "ngram_heads_vocab_sizes", nt.sizes);
+      L.p.offsets = upload_i64(ld, ops, t + "ngram_heads_offsets", nt.offsets);
       const int64_t hdim = ple_dim_ / heads;
       // The table: one tensor, or split_ngram_parts row shards (transformers concatenates them at load).
       if (ld.has({"", t + "ngram_embedding.weight"})) {
@@ -319,6 +330,9 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
         L.p.table = ld.get_stacked(names, rows, hdim);
         if (L.p.table.empty()) fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
       }
+      if (L.p.table.dim(0) < nt.offsets.back() + nt.sizes.back())
+        fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding has {} rows, its heads need {}", t, L.p.table.dim(0),
+             nt.offsets.back() + nt.sizes.back());
       L.p.key = ld.get({"", e + "key_proj.weight"}, {nH, ple_dim_});
       L.p.value = ld.get({"", e + "value_proj.weight"}, {H, ple_dim_});
       const std::vector<float> nk = f32(ld, e + "norm_key.weight", {nH}, WeightKind::kVector);

@@ -1,0 +1,61 @@
+// Qwen4-Exp specifics beyond the end-to-end fixture (hf_fixture_test.cpp): the hashed n-gram tables
+// computed from the config equal the buffers transformers stored in the fixture, and the fixture
+// loads and matches transformers without them (a checkpoint that does not store them).
+#include <filesystem>
+#include <fstream>
+
+#include "../formats/format_test_util.h"
+#include "fixture_util.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
+#include "model/qwen4_exp.h"
+
+namespace ft::testing {
+namespace {
+
+std::vector<int64_t> i64(const Checkpoint& ck, const std::string& name) {
+  const TensorInfo* t = ck.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<int64_t> v(static_cast<size_t>(t->shape[0]));
+  std::memcpy(v.data(), t->data, v.size() * 8);
+  return v;
+}
+
+TEST(Qwen4Exp, NgramTablesFromTheConfigEqualTransformersBuffers) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen4_exp";
+  const auto ck = open_checkpoint(dir);
+  // ple_layer_ids [1, 3]: the PLE modules of layers 0 and 2, PLE indices 0 and 1.
+  for (const auto& [layer, index] : {std::pair<int, int>{0, 0}, {2, 1}}) {
+    SCOPED_TRACE(layer);
+    const NgramTables t = qwen4_ngram_tables(512, 3, 8, 1000, 128, index, 1234);
+    const std::string p = "model.layers." + std::to_string(layer) + ".ple.ple_embedding.";
+    EXPECT_EQ(t.mult, i64(*ck, p + "layer_multipliers"));
+    EXPECT_EQ(t.sizes, i64(*ck, p + "ngram_heads_vocab_sizes"));
+    EXPECT_EQ(t.offsets, i64(*ck, p + "ngram_heads_offsets"));
+    int64_t rows = 0;
+    for (int s = 0; s < 4; ++s) rows += ck->find(p + "ngram_embedding.shard_" + std::to_string(s) + ".weight")->shape[0];
+    EXPECT_EQ(t.rows, rows);  // the padded table the shards make up
+  }
+}
+
+TEST(Qwen4Exp, LoadsWithoutTheStoredBuffers) {
+  const std::string src = shared_dir() + "/fixtures/hf/qwen4_exp";
+  const std::vector<RefCase> cases = read_reference(src);
+  ASSERT_EQ(cases.size(), 2u);
+  TempDir tmp("qwen4_exp_nobuf");
+  std::filesystem::copy_file(src + "/config.json", tmp.file("config.json"));
+  const auto ck = open_checkpoint(src);
+  std::vector<SafetensorsTensor> ts;
+  for (const TensorInfo& t : ck->tensors())
+    if (t.dtype != DType::I64) ts.push_back({t.name, t.dtype, t.shape, t.data});
+  ASSERT_EQ(ts.size() + 6, ck->tensors().size());  // 3 buffers in each of the 2 PLE layers
+  write_safetensors(tmp.file("model.safetensors"), ts);
+  auto engine = Engine::load(tmp.path().string(), small_engine_options());
+  const auto res = generate(*engine, {greedy_request(cases[0].input_ids, static_cast<int32_t>(cases[0].greedy.size()))});
+  EXPECT_LE(max_row_rel_l2(res[0].prompt_logits, cases[0].logits, engine->config().n_vocab), 1e-4);
+  EXPECT_EQ(res[0].tokens, cases[0].greedy);
+}
+
+}  // namespace
+}  // namespace ft::testing
