@@ -37,6 +37,7 @@ struct Summary {
   int64_t sliding_window = 0;   // tokens (0: none)
   int64_t sliding_layers = -1;  // layers that slide (-1: not stated per layer)
   int64_t linear_layers = 0;    // linear-attention (Gated DeltaNet) layers
+  std::vector<std::string> features;  // architecture-specific blocks in words (Qwen4-Exp's streams, PLE, QSA)
   std::string tokenizer_model;
   json bos_token_id, eos_token_id;  // id / list of ids, or null
 };
@@ -151,6 +152,14 @@ Summary summarize_hf(const Checkpoint& ck) {
   }
   if (s.sliding_layers == 0 || (r.contains("use_sliding_window") && !r.value("use_sliding_window", true)))
     s.sliding_window = 0;
+  if (const int64_t hc = int_of(r, "hc_count"); hc > 0 && r.contains("hc_lowrank"))
+    s.features.push_back(fmt::format("{} residual streams (gated hyper-connections)", hc));
+  if (auto pl = r.find("ple_layer_ids"); pl != r.end() && pl->is_array() && !pl->empty())
+    s.features.push_back(fmt::format("per-layer n-gram embeddings on layers {} (up to {}-grams)", pl->dump(),
+                                     int_of(r, "ngram_size")));
+  if (const int64_t b = int_of(r, "indexer_budget"); b > 0)
+    s.features.push_back(fmt::format("sparse attention: {} indexed tokens a query in blocks of {}, plus its own block", b,
+                                     int_of(r, "indexer_compress_ratio")));
   s.leading_dense = int_of(r, "first_k_dense_replace");
   s.shared_experts = int_of(r, "n_shared_experts");
   // Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE: one shared expert of its own width.
@@ -214,6 +223,7 @@ json to_json(const Checkpoint& ck, const Summary& s) {
       {"sliding_window", s.sliding_window},
       {"sliding_layers", s.sliding_layers},
       {"linear_attention_layers", s.linear_layers},
+      {"features", s.features},
       {"tokenizer",
        {{"model", s.tokenizer_model}, {"vocab_size", s.vocab_size}, {"bos_token_id", s.bos_token_id},
         {"eos_token_id", s.eos_token_id}}},
@@ -261,6 +271,7 @@ void print_text(const json& j) {
   if (const int64_t n = j["linear_attention_layers"].get<int64_t>(); n > 0)
     row("linear attention", fmt::format("{} of {} layers (Gated DeltaNet: a recurrent state per request, no KV)", n,
                                         j["block_count"].get<int64_t>()));
+  for (const json& f : j["features"]) row("features", f.get<std::string>());
   const json& t = j["tokenizer"];
   row("tokenizer", fmt::format("{}, vocab {}, BOS {}, EOS {}", t["model"].get<std::string>(), j["vocab_size"].get<int64_t>(),
                                id_str(t["bos_token_id"]), id_str(t["eos_token_id"])));

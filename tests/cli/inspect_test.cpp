@@ -93,6 +93,15 @@ TEST(Inspect, MoeGgufAndHfFolder) {
                   ["expert_shared_count"], 1) << name;
   Result q = run_ft("inspect " + quote(shared("fixtures/hf/qwen3_5")));
   EXPECT_NE(q.out.find("3 of 4 layers (Gated DeltaNet"), std::string::npos) << q.out;
+  // Qwen4-Exp: its residual streams, per-layer n-gram embeddings and sparse attention are named.
+  j = json::parse(run_ft("inspect " + quote(shared("fixtures/hf/qwen4_exp")) + " --json").out);
+  EXPECT_EQ(j["linear_attention_layers"], 3);
+  EXPECT_EQ(j["features"].size(), 3u) << j["features"].dump();
+  Result q4 = run_ft("inspect " + quote(shared("fixtures/hf/qwen4_exp")));
+  EXPECT_NE(q4.out.find("4 residual streams"), std::string::npos) << q4.out;
+  EXPECT_NE(q4.out.find("n-gram embeddings on layers [1,3]"), std::string::npos) << q4.out;
+  EXPECT_NE(q4.out.find("8 indexed tokens a query in blocks of 4"), std::string::npos) << q4.out;
+  EXPECT_TRUE(json::parse(run_ft("inspect " + quote(shared("fixtures/hf/qwen3_5")) + " --json").out)["features"].empty());
 
   Result t = run_ft("inspect " + quote(shared("data/models/llama-2-tiny-random.gguf")));
   ASSERT_EQ(t.code, 0) << t.err;
