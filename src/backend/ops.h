@@ -583,6 +583,10 @@ class Ops {
    *  out[t, k D .. (k+1) D) = sigmoid(g) value[t]. key, query, out [T, n D]; value [T, D]; activation
    *  dtype; w F32 [n D] (the product of the two norms' weights). Throws kInvalidArgument for shapes. */
   virtual void ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, Tensor out);
+  /** A weighted sum over n streams (Qwen4ExpTextGatedResidual's mean of the mixed streams, with its
+   *  norm weight and 1/n in w): out[t, d] = sum_k x[t, k D + d] w[k D + d]. x [T, n D], out [T, D]
+   *  activation dtype; w F32 [n D]. Throws kInvalidArgument for shapes. */
+  virtual void stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out);
   /** Qwen4-Exp's sparse attention (Qwen4ExpTextAttention with its QSA indexer's mask): query t at
    *  position p of sequence s attends, GQA as `attention`, to the keys at the positions of the blocks
    *  selected[t, j] >= 0 (block w: positions [w block, (w + 1) block)) and of the tail [((p + 1) /

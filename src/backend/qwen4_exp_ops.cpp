@@ -20,6 +20,7 @@ void Ops::ngram_hash(const NgramHashParams&, const BatchInfo&, const Tensor&, co
 void Ops::ple_gate(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor) {
   unsupported(*this, "ple_gate");
 }
+void Ops::stream_weighted_sum(const Tensor&, const Tensor&, Tensor) { unsupported(*this, "stream_weighted_sum"); }
 void Ops::attention_qsa(const AttentionParams&, int32_t, const BatchInfo&, const Tensor&, KvLayer, const Tensor&,
                         Tensor) {
   unsupported(*this, "attention_qsa");

@@ -51,7 +51,7 @@ using nlohmann::json;
 struct GatedResidual {
   Tensor down;    // F32 [r, n H]: input_mix_weight_down * (1 + hc_norm) / n
   Tensor up;      // [n H, r]: input_mix_weight_up
-  Tensor mean;    // F32 [H, n H]: (1 + hc_norm) / n on each stream's diagonal
+  Tensor mean;    // F32 [n H]: (1 + hc_norm) / n (stream_weighted_sum)
   Tensor inject;  // F32 [n, n H]: block_inject_weight * (1 + hc_norm) / n (empty: the final mixer)
 };
 
@@ -225,10 +225,9 @@ GatedResidual Qwen4Exp::load_gr(WeightLoader& ld, Ops& ops, const std::string& p
     for (int64_t j = 0; j < nH; ++j) down[static_cast<size_t>(i * nH + j)] *= (1.0f + w[static_cast<size_t>(j)]) / n;
   g.down = upload_f32(ops, down, storage_).reshape({r, nH});
   g.up = ld.get({"", pre + "input_mix_weight_up.weight"}, {nH, r});
-  std::vector<float> mean(static_cast<size_t>(H * nH), 0.0f);
-  for (int64_t d = 0; d < H; ++d)
-    for (int64_t k = 0; k < n; ++k) mean[static_cast<size_t>(d * nH + k * H + d)] = (1.0f + w[static_cast<size_t>(k * H + d)]) / n;
-  g.mean = upload_f32(ops, mean, storage_).reshape({H, nH});
+  std::vector<float> mean(static_cast<size_t>(nH));
+  for (int64_t j = 0; j < nH; ++j) mean[static_cast<size_t>(j)] = (1.0f + w[static_cast<size_t>(j)]) / n;
+  g.mean = upload_f32(ops, mean, storage_);
   if (inject) {
     std::vector<float> inj = f32(ld, pre + "block_inject_weight.weight", {n, nH});
     for (int64_t i = 0; i < n; ++i)
@@ -408,7 +407,7 @@ void Qwen4Exp::gated_residual(ForwardContext& ctx, const GatedResidual& g, const
   ops.sigmoid_mul(low, low, low);  // silu
   ops.matmul(low, g.up, up, Tensor());
   ops.sigmoid_mul(up, flat, up);   // flat * sigmoid(mix)
-  ops.matmul(up, g.mean, x, Tensor());
+  ops.stream_weighted_sum(up, g.mean, x);
   if (g.inject.empty()) return;
   Tensor post = s.post.slice(0, T);
   ops.matmul(flat, g.inject, post, Tensor());

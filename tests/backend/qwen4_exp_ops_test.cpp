@@ -1,4 +1,4 @@
-// Qwen4-Exp's ops (ngram_hash, ple_gate, attention_qsa) against scalar references written from
+// Qwen4-Exp's ops (ngram_hash, ple_gate, stream_weighted_sum, attention_qsa) against scalar references written from
 // transformers' modeling_qwen4_exp.py: n-gram ids with EOS segments, a sequence continuing from its
 // history slot and the same tokens split over two calls; the PLE stream gate in double precision; the
 // sparse attention over selected blocks plus the tail, from paged K/V with wide value rows.
@@ -111,6 +111,22 @@ TEST_P(Qwen4ExpOpsTest, PleGateIsTheSignedRootOfEachStreamsScore) {
         want[static_cast<size_t>(t * n * D + k * D + d)] = value[static_cast<size_t>(t * D + d)] / (1 + std::exp(-g));
     }
   EXPECT_LT(rel_l2(arena().read(out), want), tol());
+}
+
+TEST_P(Qwen4ExpOpsTest, StreamWeightedSumAddsTheWeightedStreams) {
+  const int64_t T = 4, n = 3, D = 8;
+  const std::vector<float> x = random_vec(T * n * D, 9, -2, 2), w = random_vec(n * D, 10);
+  Tensor out = arena().alloc(ops().activation_dtype(), {T, D});
+  ops().stream_weighted_sum(arena().act(x, {T, n * D}), arena().f32(w, {n * D}), out);
+  std::vector<double> want(static_cast<size_t>(T * D));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t k = 0; k < n; ++k)
+        want[static_cast<size_t>(t * D + d)] += static_cast<double>(x[t * n * D + k * D + d]) * w[k * D + d];
+  EXPECT_LT(rel_l2(arena().read(out), want), tol());
+  EXPECT_THROW(ops().stream_weighted_sum(arena().act(x, {T, n * D}), arena().f32(w, {n * D}),
+                                         arena().alloc(ops().activation_dtype(), {T, 5})),
+               Error);
 }
 
 TEST_P(Qwen4ExpOpsTest, SparseAttentionSeesTheSelectedBlocksAndTheTail) {

@@ -1,6 +1,7 @@
 // ple_gate on the CPU: Qwen4-Exp's per-layer-embedding stream gate (transformers
 // Qwen4ExpTextPLELayer.forward: a signed square root of the scaled key . query of each stream, through
-// a sigmoid, scales the shared value). Semantics in ops.h.
+// a sigmoid, scales the shared value), and stream_weighted_sum (its gated residual's weighted mean of
+// the streams). Semantics in ops.h.
 #include <algorithm>
 #include <cmath>
 
@@ -35,6 +36,27 @@ void CpuOps::ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, c
       const float sig = 1.0f / (1.0f + std::exp(-g));
       float* o = out.ptr<float>() + t * n * D + k * D;
       for (int64_t d = 0; d < D; ++d) o[d] = sig * v[d];
+    }
+  }
+}
+
+void CpuOps::stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) {
+  const char* op = "stream_weighted_sum";
+  for (const Tensor* t : {&x, &w, static_cast<const Tensor*>(&out)}) cpu::check_dtype(op, "input", *t, DType::F32);
+  const int64_t T = out.rows(), D = out.cols();
+  if (out.ndim != 2 || D < 1 || x.ndim != 2 || x.rows() != T || x.cols() % D != 0 || w.numel() != x.cols())
+    fail(ErrorCode::kInvalidArgument, "{}: x {}, w {}, out {} do not fit streams of {}", op, x.str(), w.str(),
+         out.str(), D);
+  const int64_t n = x.cols() / D;
+  const float* wd = w.ptr<float>();
+#pragma omp parallel for num_threads(n_threads_) schedule(static) if (T * n * D > 65536)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xr = x.ptr<float>() + t * n * D;
+    float* o = out.ptr<float>() + t * D;
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < n; ++k) acc += xr[k * D + d] * wd[k * D + d];
+      o[d] = acc;
     }
   }
 }
