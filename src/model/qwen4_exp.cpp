@@ -21,8 +21,8 @@
 // indexer_budget / ratio best blocks plus the query's own incomplete block are what attention sees.
 // Here the pooling is DeepSeek-V4's compress_kv with zero gates (a softmax of equal logits is the
 // mean) and the scoring its indexer_topk (weights sqrt(n_heads), per-query candidates); both rotate
-// adjacent pairs, so the indexer's head dims are permuted at load (NeoX pair (i, i + d/2) -> (2i,
-// 2i + 1)): dot products are unchanged.
+// adjacent pairs at the head's end, so the indexer's head dims are permuted at load (Qwen4Exp::load):
+// dot products and RMS norms are unchanged.
 // State: the DeltaNet's in the state slots; the PLE conv window and the last tokens there too
 // (StateLayer::conv2, ::tokens); the attention's K in the key pages, V then the indexer's key in the
 // value pages (kv_v_width), so prefix-cache hits and decode read what a cold prefill wrote.
@@ -161,9 +161,9 @@ void Qwen4Exp::read_config(const json& cfg) {
     for (const json& v : *it) ple_layers_.push_back(v.get<int64_t>());
   eos_ = c.eos_ids.empty() ? 0 : c.eos_ids[0];
   if (n_hc_ < 2 || r_hc_ < 1) fail(ErrorCode::kInvalidFile, "config.json: hc_count {} must be > 1, hc_lowrank {} > 0", n_hc_, r_hc_);
-  if (ikv_ != 1 || ih_ < 1 || id_ != c.n_rot || ratio_ < 1 || budget_ < ratio_)
-    fail(ErrorCode::kUnsupported, "config.json: qwen4_exp supports indexer_kv_heads 1 and indexer_head_dim equal to the "
-         "rotary dims ({}), indexer_budget >= indexer_compress_ratio >= 1 (got {}, {}, {}, {})", c.n_rot, ikv_, id_,
+  if (ikv_ != 1 || ih_ < 1 || id_ < c.n_rot || id_ % 2 != 0 || ratio_ < 1 || budget_ < ratio_)
+    fail(ErrorCode::kUnsupported, "config.json: qwen4_exp supports indexer_kv_heads 1, an even indexer_head_dim of at least "
+         "the rotary dims ({}), indexer_budget >= indexer_compress_ratio >= 1 (got {}, {}, {}, {})", c.n_rot, ikv_, id_,
          budget_, ratio_);
   if (const auto it = cfg.find("output_gate_type"); it != cfg.end() && !it->is_null() && *it != "silu")
     fail(ErrorCode::kUnsupported, "config.json: output_gate_type '{}': qwen4_exp supports silu", it->dump());
@@ -250,7 +250,7 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
   zero_ape_ = upload_f32(ops, std::vector<float>(static_cast<size_t>(ratio_ * id_), 0.0f), storage_).reshape({ratio_, id_});
   idx_rope_.mode = RopeMode::kNormal;  // on the permuted head (see the top)
   idx_rope_.head_dim = static_cast<int32_t>(id_);
-  idx_rope_.n_rot = static_cast<int32_t>(id_);
+  idx_rope_.n_rot = static_cast<int32_t>(c.n_rot);
   idx_rope_.inv_freq = spec_.rope.inv_freq;
   idx_rope_.attn_factor = spec_.rope.attn_factor;
   gdn_ = gated_delta_params(c);
@@ -258,9 +258,14 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
   router_.scoring = RouterScoring::kSoftmax;
   router_.norm_topk_prob = c.norm_topk_prob;
   mixer_ = load_gr(ld, ops, "model.hyper_connection_mixer.", false);
-  // perm[j]: the NeoX dim that lands at j (pair (i, i + d/2) -> (2i, 2i + 1)).
+  // perm[j]: the indexer head's dim that lands at j. transformers rotates its first n_rot dims as NeoX
+  // pairs (i, i + n_rot/2); rope_tail rotates the last n_rot as adjacent pairs: the unrotated dims go
+  // first, then pair i at (p + 2i, p + 2i + 1), p = id - n_rot.
+  const int64_t nr = c.n_rot, pass = id_ - nr;
   std::vector<int64_t> perm(static_cast<size_t>(id_));
-  for (int64_t i = 0; i < id_ / 2; ++i) perm[static_cast<size_t>(2 * i)] = i, perm[static_cast<size_t>(2 * i + 1)] = i + id_ / 2;
+  for (int64_t j = 0; j < pass; ++j) perm[static_cast<size_t>(j)] = nr + j;
+  for (int64_t i = 0; i < nr / 2; ++i)
+    perm[static_cast<size_t>(pass + 2 * i)] = i, perm[static_cast<size_t>(pass + 2 * i + 1)] = i + nr / 2;
   const int64_t heads = (ngram_ - 1) * heads_per_;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
@@ -318,16 +323,31 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
       } else {
         std::vector<WeightName> names;
         std::vector<int64_t> rows;
+        bool adjacent = true;  // each shard's bytes follow the previous one's in the mapped file
+        const TensorInfo* prev = nullptr;
         for (int64_t i = 0; i < shards_; ++i) {
           const std::string sn = fmt::format("{}ngram_embedding.shard_{}.weight", t, i);
           const TensorInfo* ti = ld.checkpoint().find(sn);
           if (!ti || ti->shape.size() != 2)
             fail(ErrorCode::kNotFound, "qwen4_exp: missing n-gram table shard {} ({} of split_ngram_parts {})", sn, i, shards_);
+          (void)ld.host({"", sn}, {ti->shape[0], hdim}, WeightKind::kMatrix);  // validates its dtype and width
+          adjacent = adjacent && (!prev || (ti->dtype == prev->dtype && ti->data == prev->data + prev->bytes));
+          prev = ti;
           names.push_back({"", sn});
           rows.push_back(ti->shape[0]);
         }
-        L.p.table = ld.get_stacked(names, rows, hdim);
-        if (L.p.table.empty()) fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
+        int64_t total = 0;
+        for (int64_t r : rows) total += r;
+        const bool plain = prev->dtype == DType::BF16 || prev->dtype == DType::F16 || prev->dtype == DType::F32;
+        if (adjacent && plain) {  // one view of the mapped file: no copy of a table this large
+          const TensorInfo* first = ld.checkpoint().find(names[0].hf);
+          Buffer b;
+          L.p.table = ops.make_resident(Tensor(const_cast<uint8_t*>(first->data), first->dtype, {total, hdim}), b);
+          if (!b.empty()) storage_.push_back(std::move(b));
+        } else {
+          L.p.table = ld.get_stacked(names, rows, hdim);
+          if (L.p.table.empty()) fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
+        }
       }
       if (L.p.table.dim(0) < nt.offsets.back() + nt.sizes.back())
         fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding has {} rows, its heads need {}", t, L.p.table.dim(0),

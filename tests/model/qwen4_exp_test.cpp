@@ -1,6 +1,8 @@
 // Qwen4-Exp specifics beyond the end-to-end fixture (hf_fixture_test.cpp): the hashed n-gram tables
 // computed from the config equal the buffers transformers stored in the fixture, and the fixture
-// loads and matches transformers without them (a checkpoint that does not store them).
+// loads and matches transformers without them (a checkpoint that does not store them) and with its
+// n-gram table shards stored apart (stacked at load instead of viewed in place).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -50,6 +52,7 @@ TEST(Qwen4Exp, LoadsWithoutTheStoredBuffers) {
   for (const TensorInfo& t : ck->tensors())
     if (t.dtype != DType::I64) ts.push_back({t.name, t.dtype, t.shape, t.data});
   ASSERT_EQ(ts.size() + 6, ck->tensors().size());  // 3 buffers in each of the 2 PLE layers
+  std::reverse(ts.begin(), ts.end());  // the n-gram table's shards no longer follow each other: stacked at load
   write_safetensors(tmp.file("model.safetensors"), ts);
   auto engine = Engine::load(tmp.path().string(), small_engine_options());
   const auto res = generate(*engine, {greedy_request(cases[0].input_ids, static_cast<int32_t>(cases[0].greedy.size()))});
