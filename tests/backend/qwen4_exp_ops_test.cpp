@@ -65,7 +65,7 @@ TEST_P(Qwen4ExpOpsTest, NgramIdsFollowSegmentsAndCarryTheirHistory) {
          to = arena().upload(offsets.data(), DType::I64, {nh});
   // Sequence A (slot 0) from position 0 with an EOS inside; sequence B (slot 2) continues: its first 4
   // tokens came in an earlier call, its history slot holds their last two.
-  const std::vector<int64_t> a = {5, 7, 2, 9, 11, 13}, b = {21, 2, 23, 25, 27, 29, 31};
+  const std::vector<int64_t> a = {5, 7, 2, 9, 11, 13}, b = {21, 23, 2, 25, 27, 29, 31};
   const NgramHashParams p{static_cast<int32_t>(n), static_cast<int32_t>(heads), static_cast<int32_t>(eos)};
   Tensor hist = arena().i32(std::vector<int32_t>(6, 77), {3, 2});  // slot 0's 77s must be ignored
   auto run = [&](const std::vector<int32_t>& toks, const std::vector<int32_t>& lens, const std::vector<int32_t>& starts,
@@ -75,7 +75,7 @@ TEST_P(Qwen4ExpOpsTest, NgramIdsFollowSegmentsAndCarryTheirHistory) {
                      hist, ids);
     return arena().read_i32(ids);
   };
-  (void)run({21, 2, 23, 25}, {4}, {0}, {2});
+  (void)run({21, 23, 2, 25}, {4}, {0}, {2});  // leaves an EOS in B's history
   const std::vector<int32_t> got = run({5, 7, 2, 9, 11, 13, 27, 29, 31}, {6, 3}, {0, 4}, {0, 2});
   const std::vector<int32_t> ra = ngram_reference(a, n, heads, eos, mult, sizes, offsets);
   const std::vector<int32_t> rb = ngram_reference(b, n, heads, eos, mult, sizes, offsets);
@@ -86,7 +86,7 @@ TEST_P(Qwen4ExpOpsTest, NgramIdsFollowSegmentsAndCarryTheirHistory) {
   EXPECT_EQ(std::vector<int32_t>(h.begin(), h.begin() + 2), (std::vector<int32_t>{11, 13}));
   EXPECT_EQ(std::vector<int32_t>(h.begin() + 4, h.end()), (std::vector<int32_t>{29, 31}));
   // A one-token call right after: history plus the token (decode).
-  const std::vector<int32_t> rd = ngram_reference({21, 2, 23, 25, 27, 29, 31, 33}, n, heads, eos, mult, sizes, offsets);
+  const std::vector<int32_t> rd = ngram_reference({21, 23, 2, 25, 27, 29, 31, 33}, n, heads, eos, mult, sizes, offsets);
   EXPECT_EQ(run({33}, {1}, {7}, {2}), std::vector<int32_t>(rd.end() - nh, rd.end()));
 }
 
