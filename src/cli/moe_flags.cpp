@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "moe/expert_compute.h"
 #include "util/error.h"
 
@@ -12,7 +15,8 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
   const char* g = "MoE expert offload";
   cmd->add_option("--moe-strategy", f.strategy,
                   "auto (fused when every expert fits and none of --moe-cache-slots/-rate, --moe-cpu-layers, --moe-prefetch "
-                  "on, --moe-prefetch-depth is given, else offload), fused, offload, hybrid or cpu")
+                  "on, --moe-prefetch-depth is given; else, with a GPU, the planner: hybrid or offload, whichever its "
+                  "start-up calibration times faster; else offload), fused, offload, hybrid or cpu")
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--moe-cache-slots", f.cache_slots, "Expert-cache slots (at least 2 x experts per layer)")->group(g);
@@ -25,6 +29,13 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
                   "LIST (0,3,8-11)")
       ->group(g);
   cmd->add_option("--moe-fetch-cap", f.fetch_cap, "hybrid: experts fetched per layer per step (more run on the CPU)")
+      ->group(g);
+  cmd->add_option("--moe-cpu-cost", f.cpu_cost,
+                  "hybrid: the planner's costs instead of its start-up calibration: C[,T], an expert's CPU time with one "
+                  "token and each further token's, in fetches of one expert over PCIe (misses split so both paths end "
+                  "soonest)")
+      ->delimiter(',')
+      ->expected(1, 2)
       ->group(g);
   cmd->add_option("--moe-prefetch", f.prefetch,
                   "on: predict the next layer's experts (its router on this layer's input) and fetch them while "
@@ -93,6 +104,16 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
       fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap needs --moe-strategy hybrid (not {})", f.strategy);
     if (*f.fetch_cap < 0) fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap {} must be >= 0", *f.fetch_cap);
     o.fetch_cap = *f.fetch_cap;
+  }
+  if (!f.cpu_cost.empty()) {
+    if (o.strategy != MoeStrategy::kHybrid)
+      fail(ErrorCode::kInvalidArgument, "--moe-cpu-cost needs --moe-strategy hybrid (not {})", f.strategy);
+    const double c = f.cpu_cost[0], t = f.cpu_cost.size() > 1 ? f.cpu_cost[1] : 0.0;
+    if (!(c > 0 && c <= 1000) || !(t >= 0 && t <= 1000))
+      fail(ErrorCode::kInvalidArgument, "--moe-cpu-cost {}: expected C in (0, 1000] and T in [0, 1000] (fetches)",
+           fmt::join(f.cpu_cost, ","));
+    o.cpu_cost = std::max<int32_t>(1, static_cast<int32_t>(std::lround(c * kFetchCostUnit)));
+    o.cpu_token_cost = static_cast<int32_t>(std::lround(t * kFetchCostUnit));
   }
   if (f.prefetch != "on" && f.prefetch != "off" && f.prefetch != "auto")
     fail(ErrorCode::kInvalidArgument, "--moe-prefetch {} must be auto, on or off", f.prefetch);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -20,6 +21,7 @@ struct MoeFlags {
   bool cache_auto = false;
   std::string cpu_layers;
   std::optional<int32_t> fetch_cap;
+  std::vector<double> cpu_cost;  // --moe-cpu-cost C[,T]
   std::string prefetch = "auto";
   std::optional<int32_t> prefetch_depth;  // unset: MoeOptions' default (2)
   std::string cpu_int8 = "on";

@@ -183,10 +183,10 @@ WorkspaceShape Engine::workspace_shape() const {
 }
 
 void Engine::calibrate_fetch_cap() {
-  const std::vector<int32_t> caps = moe_->fetch_cap_candidates();
+  const std::vector<MoeRuntime::FetchCandidate> caps = moe_->fetch_candidates();
   if (caps.empty()) return;
-  // Per cap one warm-up and up to 6 timed steps; the cache is cold at start and a cold cache favours
-  // large caps, so first up to 32 steps at the default cap: as much as the KV pool holds (measured on
+  // Per candidate one warm-up and up to 6 timed steps; the cache is cold at start and a cold cache
+  // favours fetching more, so first up to 32 steps at the default cap: as much as the KV pool holds (measured on
   // the H200: 4 timed steps and no settling picked 4 where 3 decodes 17% faster).
   const int64_t prompt = std::min<int64_t>(16, options_.max_step_tokens), warm = 1;
   const int64_t n_vocab = model_->config().n_vocab, n_caps = static_cast<int64_t>(caps.size());
@@ -194,11 +194,13 @@ void Engine::calibrate_fetch_cap() {
   const int64_t per_cap = std::clamp<int64_t>((room - prompt) / n_caps, warm + 1, warm + 6);
   const int64_t timed = per_cap - warm, needed = prompt + n_caps * per_cap;
   const int64_t settle = std::clamp<int64_t>(room - needed, 0, 32);
-  const int32_t fallback = moe_->default_fetch_cap();
+  const MoeRuntime::FetchCandidate fallback = moe_->default_fetch_candidate();
   BlockTable seq;
   const KvPools pools = kv_->pools();
   if (!seq.reserve(*pools.full, needed + settle)) {
-    spdlog::warn("moe: no KV room to calibrate the hybrid fetch cap; using {} (half of top-k)", fallback);
+    spdlog::warn("moe: no KV room to calibrate the split between PCIe and the CPU; using {} (half of top-k)",
+                 fallback.name);
+    moe_->set_fetch_policy(fallback);
     return;
   }
   moe_->begin_calibration();
@@ -224,8 +226,8 @@ void Engine::calibrate_fetch_cap() {
     for (int64_t i = 0; i < settle; ++i) decode();
     std::vector<double> seconds;
     std::string timings;
-    for (int32_t cap : caps) {
-      moe_->set_fetch_cap(cap);
+    for (const MoeRuntime::FetchCandidate& cap : caps) {
+      moe_->set_fetch_policy(cap);
       drop_graphs();  // recorded steps hold the cap they were recorded with
       for (int64_t i = 0; i < warm; ++i) decode();
       ops_->synchronize();
@@ -234,21 +236,24 @@ void Engine::calibrate_fetch_cap() {
       ops_->synchronize();
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(timed);
-      timings += fmt::format(" {}:{:.2f}", cap, 1e3 * s);
+      timings += fmt::format(", {}: {:.2f}", cap.name, 1e3 * s);
       seconds.push_back(s);
     }
-    const int32_t best = MoeRuntime::choose_fetch_cap(caps, seconds);
+    const MoeRuntime::FetchCandidate& best = caps[MoeRuntime::choose_fetch_candidate(seconds)];
     seq.release(pools);
-    moe_->set_fetch_cap(best);
+    moe_->set_fetch_policy(best);
     drop_graphs();
     moe_->end_calibration();
-    spdlog::info("moe: hybrid fetch cap {} per layer per step, calibrated (cap:ms per decode step{})", best, timings);
+    spdlog::info("moe: {} calibrated ({}; ms per decode step{})", best.name,
+                 best.policy.fetches_all() ? "every miss fetched: offload" : "misses split between PCIe and the CPU",
+                 timings);
   } catch (const std::exception& e) {  // the engine still works: keep the default cap
     seq.release(pools);
-    moe_->set_fetch_cap(fallback);
+    moe_->set_fetch_policy(fallback);
     drop_graphs();
     moe_->end_calibration();
-    spdlog::warn("moe: the hybrid fetch-cap calibration failed ({}); using {} (half of top-k)", e.what(), fallback);
+    spdlog::warn("moe: the calibration of the split between PCIe and the CPU failed ({}); using {} (half of top-k)",
+                 e.what(), fallback.name);
   }
 }
 

@@ -158,10 +158,10 @@ class Engine {
   int64_t step_buffer_bytes() const;
   /** Builds the MoE runtime from plan_.moe_inputs and records its plan and budget in plan_. */
   void build_moe();
-  /** Hybrid without --moe-fetch-cap: times a few decode steps of a throw-away sequence at each
-   *  candidate cap (MoeRuntime::fetch_cap_candidates) and keeps the smallest within noise of the
-   *  fastest (MoeRuntime::choose_fetch_cap); keeps the default
-   *  (half of top-k) when the KV pool cannot hold the sequence. */
+  /** Hybrid without --moe-fetch-cap (auto's planner included): times a few decode steps of a
+   *  throw-away sequence at each candidate fetch policy (MoeRuntime::fetch_candidates) and keeps
+   *  the first within noise of the fastest (MoeRuntime::choose_fetch_candidate); keeps the default
+   *  (a cap of half of top-k) when the KV pool cannot hold the sequence. */
   void calibrate_fetch_cap();
   /** Forgets the recorded decode graphs (synchronizes first). */
   void drop_graphs();

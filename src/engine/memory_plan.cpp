@@ -91,6 +91,8 @@ MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
   const PlacedMemory placed = placed_memory(in);
   MoeRuntimeConfig mc;
   mc.moe = o.moe;
+  // Beside a GPU the host cores are free for experts: auto serves the planner (MoeOptions::auto_planner).
+  if (in.ops.device() == Device::kCuda) mc.moe.auto_planner = true;
   mc.gpu_memory_limit = o.gpu_memory_limit;
   mc.kv_bytes_per_token = placed.kv_per_token;
   mc.placed_kv_tokens = in.kv.pool().n_pages() * o.page_size;

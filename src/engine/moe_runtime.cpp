@@ -1,6 +1,7 @@
 #include "engine/moe_runtime.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -148,7 +149,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
          "0..{}, or --moe-strategy offload to fetch every miss", config.moe.fetch_cap, max_experts, max_experts);
   if (plan_.calibrate_fetch_cap) {
     // Until the engine's start-up calibration (Engine::calibrate_fetch_cap) picks one: half of top-k.
-    const int32_t cap = default_fetch_cap();
+    const int32_t cap = default_fetch_candidate().policy.cap;
     for (size_t l = 0; l < plan_.layers.size(); ++l)
       if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
     plan_.calibrate_fetch_cap = false;
@@ -214,6 +215,16 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
       if (!v->empty()) int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
   plan_.cpu_int8 = ro.cpu_int8 && int8_weights;
   if (offloaded_) plan_.bank_format = offloaded_->banks().format();
+  if (calibrate_ && offloaded_) {
+    // The planner's per-token CPU cost: one expert with 1 and with 16 tokens on this machine's
+    // executor (memory-bound at few tokens, so a further token costs a small share of the first).
+    const int64_t n = std::min<int64_t>(16, config.max_tokens);
+    offloaded_->time_cpu_expert(n, 1);  // wakes the workers and warms the caches
+    const double t1 = offloaded_->time_cpu_expert(1, 3), tn = n > 1 ? offloaded_->time_cpu_expert(n, 3) : t1;
+    token_share_ = n > 1 && t1 > 0 ? std::clamp((tn / t1 - 1.0) / static_cast<double>(n - 1), 0.0, 1.0) : 0.0;
+    spdlog::info("moe: a CPU expert takes {:.3f} ms for 1 token, {:.3f} ms for {} (a further token {:.1f}% of the first)",
+                 1e3 * t1, 1e3 * tn, n, 100.0 * token_share_);
+  }
   if (config.moe.bank_format && !offloaded_)
     spdlog::warn("--moe-bank-format: the {} strategy keeps every expert on the device, so there are no expert banks "
                  "for it to shape", moe_strategy_name(plan_.strategy));
@@ -230,32 +241,45 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
                  "without --gpu-memory-limit)", plan_.strategy == MoeStrategy::kOffload ? "offload" : "hybrid");
 }
 
-std::vector<int32_t> MoeRuntime::fetch_cap_candidates() const {
-  std::vector<int32_t> caps;
-  // From 1: at cap 0 no decode step admits an expert, so the cache keeps what it held when the cap
-  // was set. Timed right after steps at other caps, that cache is warm and cap 0 looks fast, yet
-  // its hit rate then decays to the share of experts the cache holds (H200, skew 1.0: calibrated
-  // cap 0 ran 37.8 tok/s at a 35% hit rate; cap 1 runs ~70).
-  if (calibrate_ && offloaded_)
-    for (int32_t c = 1; c <= n_expert_used_; ++c) caps.push_back(c);
-  return caps;
+std::vector<MoeRuntime::FetchCandidate> MoeRuntime::fetch_candidates() const {
+  std::vector<FetchCandidate> out;
+  if (!calibrate_ || !offloaded_) return out;
+  // Ascending CPU cost: each fetches more than the one before, so ties keep the fewer fetches. At
+  // one token a step (every expert one pair) cost c fetches about m * c / (1 + c) of m misses: from
+  // ~20% to ~80% of them, the range the fixed caps 1..k covered at top-k 8.
+  for (double c : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    FetchPolicy p;
+    p.cpu_cost = static_cast<int32_t>(std::lround(c * kFetchCostUnit));
+    p.cpu_token_cost = static_cast<int32_t>(std::lround(c * token_share_ * kFetchCostUnit));
+    out.push_back({fmt::format("cpu {:g}", c), p});
+  }
+  // Fetching every miss (offload's policy, and its deeper prefetch): faster where routes repeat
+  // enough that the cache hits most of them (H200, qwen3-30b-a3b bf16 at 24 GiB, Zipf 1.0: offload
+  // 96.3 tok/s, hybrid 85.0; uniform: offload 29.0, hybrid 48.2).
+  if (plan_.offload_candidate) out.push_back({"offload", FetchPolicy(-1)});
+  return out;
 }
 
-int32_t MoeRuntime::choose_fetch_cap(const std::vector<int32_t>& caps, const std::vector<double>& seconds) {
-  if (caps.empty() || caps.size() != seconds.size())
-    fail(ErrorCode::kInvalidArgument, "fetch-cap calibration: {} caps and {} timings", caps.size(), seconds.size());
+size_t MoeRuntime::choose_fetch_candidate(const std::vector<double>& seconds) {
+  if (seconds.empty()) fail(ErrorCode::kInvalidArgument, "fetch calibration: no timings");
   const double fastest = *std::min_element(seconds.begin(), seconds.end());
-  for (size_t i = 0; i < caps.size(); ++i)
-    if (seconds[i] <= fastest * (1.0 + kFetchCapTie)) return caps[i];
-  return caps.front();  // unreachable: the fastest itself qualifies
+  for (size_t i = 0; i < seconds.size(); ++i)
+    if (seconds[i] <= fastest * (1.0 + kFetchTie)) return i;
+  return 0;  // unreachable: the fastest itself qualifies
 }
 
-void MoeRuntime::set_fetch_cap(int32_t cap) {
-  if (!offloaded_ || plan_.strategy != MoeStrategy::kHybrid)
-    fail(ErrorCode::kInvalidArgument, "moe: a fetch cap needs the hybrid strategy");
-  offloaded_->set_fetch_cap(cap);
+void MoeRuntime::set_fetch_policy(const FetchCandidate& c) {
+  if (!offloaded_ || (plan_.strategy != MoeStrategy::kHybrid && plan_.strategy != MoeStrategy::kOffload))
+    fail(ErrorCode::kInvalidArgument, "moe: a fetch policy needs the hybrid strategy");
+  offloaded_->set_fetch_policy(c.policy);
   for (size_t l = 0; l < plan_.layers.size(); ++l)
-    if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
+    if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = c.policy.cap;
+  plan_.cpu_cost = c.policy.cpu_cost;
+  plan_.cpu_token_cost = c.policy.cpu_token_cost;
+  plan_.strategy = c.policy.fetches_all() ? MoeStrategy::kOffload : MoeStrategy::kHybrid;
+  plan_.prefetch = offloaded_->prefetches();
+  plan_.prefetch_depth = plan_.prefetch ? offloaded_->prefetch_depth() : 0;
+  plan_.prefetch_note = plan_.prefetch ? offloaded_->prefetch_depth_note() : std::string();
   plan_.fetch_cap_provisional = false;
 }
 
@@ -286,6 +310,8 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.bank_format = offloaded_->banks().format();
   for (size_t l = 0; l < plan_.layers.size() && r.fetch_cap < 0; ++l)
     if (plan_.layers[l] == MoeLayerMode::kCache) r.fetch_cap = plan_.fetch_cap[l];
+  r.cpu_cost = plan_.cpu_cost;
+  r.cpu_token_cost = plan_.cpu_token_cost;
   for (size_t l = 0; l < plan_.layers.size(); ++l)
     if (plan_.layers[l] != MoeLayerMode::kDense) r.layers.push_back({static_cast<int64_t>(l), plan_.layers[l], st[l]});
   r.total = total_moe_stats(st);

@@ -10,7 +10,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/ops.h"
 #include "model/model.h"
@@ -53,7 +56,9 @@ struct MoeReport {
   MoeStrategy strategy = MoeStrategy::kOffload;
   int64_t cache_slots = 0;             // 0: no expert cache (cpu)
   int64_t slot_bytes = 0;
-  int32_t fetch_cap = -1;              // hybrid: experts fetched per layer per step (as calibrated); -1 none
+  int32_t fetch_cap = -1;              // hybrid: experts fetched per layer per step at most; -1 none
+  int32_t cpu_cost = 0;                // hybrid: the planned split's costs (FetchPolicy, kFetchCostUnit); 0 none
+  int32_t cpu_token_cost = 0;
   bool prefetch = false;               // next-layer prefetch (--moe-prefetch) in use
   int32_t prefetch_depth = 0;          // cache layers predicted ahead (--moe-prefetch-depth, as in use); 0 off
   int32_t cpu_threads = 0;             // workers of the CPU expert executor; 0: no layer computes on the CPU
@@ -96,21 +101,32 @@ class MoeRuntime {
    *  (prefill only) are left out of the window they fall in; a step mixing both counts in full. */
   void after_step(bool decode);
 
-  /** Hybrid without --moe-fetch-cap: the caps to time at start (1 .. n_expert_used), empty when
-   *  the cap is given or the strategy has none. */
-  std::vector<int32_t> fetch_cap_candidates() const;
-  /** The calibration's choice among `caps` (ascending) timed at `seconds` per decode step each: the
-   *  smallest cap within kFetchCapTie of the fastest. Caps that time within the noise of each other
-   *  then resolve the same way on every start (on the CPU backend's small models they differ by
-   *  ~0.3%, and runs picked caps 7, 1 and 4, each summing some experts in another order), and the
-   *  fewer fetches cost the link less. Throws kInvalidArgument for empty or unequal lists. */
-  static int32_t choose_fetch_cap(const std::vector<int32_t>& caps, const std::vector<double>& seconds);
-  static constexpr double kFetchCapTie = 0.03;
-  /** Sets the fetch cap of every cache layer (calibration, then its choice). Throws
-   *  kInvalidArgument without a hybrid cache. */
-  void set_fetch_cap(int32_t cap);
-  /** The cap used until (or without) a calibration: half of top-k, at least 1. */
-  int32_t default_fetch_cap() const { return std::max<int32_t>(1, n_expert_used_ / 2); }
+  /** One fetch policy the start-up calibration times: "cpu 0.5" (a planned split whose CPU expert
+   *  costs 0.5 fetches), "offload" (every miss fetched). */
+  struct FetchCandidate {
+    std::string name;
+    FetchPolicy policy;
+  };
+  /** Hybrid without --moe-fetch-cap: the policies to time at start, empty when the cap is given or
+   *  the strategy has none. Planned splits with an expert's CPU time at 1/4, 1/2, 1, 2 and 4
+   *  fetches (each further token at the share this machine's executor measured at construction),
+   *  then, for auto's planner, offload. */
+  std::vector<FetchCandidate> fetch_candidates() const;
+  /** The calibration's choice among candidates timed at `seconds` per decode step each: the first
+   *  within kFetchTie of the fastest. Candidates that time within the noise of each other then
+   *  resolve the same way on every start (on the CPU backend's small models they differ by ~0.3%,
+   *  and runs picked caps 7, 1 and 4 when caps were timed), and the earlier ones fetch less.
+   *  Throws kInvalidArgument for an empty list. */
+  static size_t choose_fetch_candidate(const std::vector<double>& seconds);
+  static constexpr double kFetchTie = 0.03;
+  /** Sets the policy of every cache layer (calibration, then its choice); the strategy reads
+   *  offload when it fetches every miss, hybrid otherwise. Throws kInvalidArgument without a
+   *  hybrid cache. */
+  void set_fetch_policy(const FetchCandidate& c);
+  /** The policy used until (or without) a calibration: a cap of half of top-k, at least 1. */
+  FetchCandidate default_fetch_candidate() const {
+    return {fmt::format("cap {}", std::max<int32_t>(1, n_expert_used_ / 2)), FetchPolicy(std::max<int32_t>(1, n_expert_used_ / 2))};
+  }
   /** Brackets the start-up calibration's steps: while it runs nothing is logged, and afterwards
    *  every counter (report(), the log windows) starts from zero, so only real traffic is counted. */
   void begin_calibration() { calibrating_ = true; }
@@ -132,6 +148,7 @@ class MoeRuntime {
   bool calibrating_ = false;
   std::vector<MoeLayerStats> baseline_;    // counters when the calibration ended (empty: none)
   int32_t n_expert_used_ = 0;
+  double token_share_ = 0.0;  // CPU time of a further token of an expert over its first (measured)
 };
 
 }  // namespace ft

@@ -19,39 +19,49 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
     fail(ErrorCode::kInvalidArgument, "expert cache: layer {} outside [0, {})", a.layer, s.n_layers);
   if (a.n_pairs < 0) fail(ErrorCode::kInvalidArgument, "expert cache: {} routed pairs", a.n_pairs);
   const int32_t E = s.n_expert;
-  int32_t* seen = scratch;          // [E]: 1 once listed, 2 when left to the CPU
+  int32_t* seen = scratch;          // [E]: state and pairs (seen_state, seen_pairs)
   int32_t* distinct = scratch + E;  // [E]: distinct ids in first-appearance order
+  int32_t* misses = scratch + 2 * E;  // [E]: the misses in fetch order
   std::fill(seen, seen + E, 0);
   const int64_t tick = ++*s.tick;
   int32_t n_distinct = 0;
   for (int32_t i = 0; i < a.n_pairs; ++i) {  // 2. distinct ids
     const int32_t e = a.ids[i];
-    if (e < 0 || e >= E || seen[e]) continue;
-    seen[e] = 1;
-    distinct[n_distinct++] = e;
+    if (e < 0 || e >= E) continue;
+    if (seen[e] == 0) distinct[n_distinct++] = e;
+    seen[e] = (seen[e] | 1) + 4;
   }
   int32_t* map = s.slot_of + static_cast<int64_t>(a.layer) * E;
   int64_t hits = 0, cpu = 0;
-  for (int32_t d = 0; d < n_distinct; ++d) {  // 3. hits
+  int32_t m = 0;
+  for (int32_t d = 0; d < n_distinct; ++d) {  // 3. hits; the misses in first-appearance order
     const int32_t slot = map[distinct[d]];
-    if (slot >= 0) s.stamp[slot] = tick, ++hits;
+    if (slot >= 0)
+      s.stamp[slot] = tick, ++hits;
+    else
+      misses[m++] = distinct[d];
   }
+  const int32_t* order = misses;
+  if (a.policy.planned()) {  // heaviest first (distinct is free now)
+    for (int32_t i = 0; i < m; ++i) distinct[planned_rank(misses, m, i, seen)] = misses[i];
+    order = distinct;
+  }
+  const int32_t cap = planned_fetches(a.policy, order, m, seen);
   int32_t n_miss = 0;
-  for (int32_t d = 0; d < n_distinct; ++d) {  // 4. misses
-    const int32_t e = distinct[d];
-    if (map[e] >= 0) continue;
+  for (int32_t d = 0; d < m; ++d) {  // 4. misses
+    const int32_t e = order[d];
     int32_t victim = -1;
     // Victims' stamps stay below this; an empty slot (stamp 0) always qualifies.
     const int64_t newest = std::max<int64_t>(tick - std::max<int32_t>(a.spare, 0), 1);
     int64_t best = 0;
-    if (a.fetch_cap < 0 || n_miss < a.fetch_cap)
+    if (n_miss < cap)
       for (int32_t slot = 0; slot < s.n_slots; ++slot) {
         if (s.stamp[slot] >= newest) continue;
         const int64_t key = victim_key(s.stamp[slot], tick, s.n_layers);
         if (victim < 0 || key < best) victim = slot, best = key;
       }
     if (victim < 0) {
-      seen[e] = 2;
+      seen[e] = (seen[e] & ~3) | 2;
       ++cpu;
       continue;
     }
@@ -65,7 +75,7 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
     const int32_t e = a.ids[i];
     const bool valid = e >= 0 && e < E;
     a.slot_ids[i] = valid ? map[e] : -1;  // -1 for CPU-computed ids (never mapped above)
-    if (a.cpu_ids && !a.prefetch) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
+    if (a.cpu_ids && !a.prefetch) a.cpu_ids[i] = valid && seen_state(seen[e]) == 2 ? e : -1;
   }
   int64_t* st = s.stats + static_cast<int64_t>(a.layer) * kCacheStatCount;  // 6. stats
   if (a.prefetch) {

@@ -12,8 +12,8 @@
 //   1. tick += 1;
 //   2. the distinct ids in order of first appearance (row-major over [T, k]);
 //   3. hits: every distinct id already mapped gets stamp = tick;
-//   4. misses, in first-appearance order: while fewer than fetch_cap misses were fetched (cap < 0:
-//      unlimited), take the victim slot with the smallest (victim_key(stamp), slot index) among
+//   4. misses, in first-appearance order (a planned policy: heaviest first, FetchPolicy below):
+//      while fewer than the policy's cap were fetched (cap < 0: unlimited), take the victim slot with the smallest (victim_key(stamp), slot index) among
 //      slots with stamp < tick (so never one this admission uses), unmap its owner, map the id to
 //      it, stamp it and append {l, e, slot} to the miss list; a miss over the cap (or, impossible
 //      when n_slots >= n_expert, with no victim left) is left to the CPU;
@@ -74,6 +74,35 @@
 
 namespace ft {
 
+#if defined(__CUDACC__)
+#define FT_ADMIT_HD __host__ __device__
+#else
+#define FT_ADMIT_HD
+#endif
+
+/** Cost unit of FetchPolicy: the copy of one expert's record over PCIe is kFetchCostUnit. */
+inline constexpr int32_t kFetchCostUnit = 1024;
+
+/** How many of an admission's misses it fetches; the others are left to the CPU (cpu_ids).
+ *  A plain cap (the hybrid strategy's --moe-fetch-cap, offload's unlimited -1): misses in first-
+ *  appearance order, at most `cap` fetched (cap < 0: all).
+ *  Planned (cpu_cost > 0; issue 37's planner): the split that makes the layer's two paths, which
+ *  run at the same time, end soonest. Misses are taken heaviest first (most routed pairs, then
+ *  first appearance: an expert with many tokens costs the CPU most and the GPU no more), and the
+ *  first f are fetched, f in [0, m] minimising max(f * kFetchCostUnit, sum over the other misses
+ *  of cpu_cost + cpu_token_cost * (pairs - 1)) -- the copy path's time against the CPU path's, in
+ *  kFetchCostUnit per fetched expert; ties go to more fetches (they warm the cache). cap >= 0
+ *  bounds f. Integer costs, so the device kernel and the CPU reference choose the same f. */
+struct FetchPolicy {
+  int32_t cap = -1;
+  int32_t cpu_cost = 0;        // CPU time of a missed expert with one routed pair, kFetchCostUnit = one fetch
+  int32_t cpu_token_cost = 0;  // CPU time of each further pair of that expert, same unit
+  FT_ADMIT_HD FetchPolicy(int32_t fetch_cap = -1) : cap(fetch_cap) {}  // NOLINT: a plain cap converts
+  FT_ADMIT_HD bool planned() const { return cpu_cost > 0; }
+  /** Every miss is fetched (offload): no cap, not planned. */
+  FT_ADMIT_HD bool fetches_all() const { return cap < 0 && !planned(); }
+};
+
 /** One fetch: copy the host record of (layer, expert) into `slot`. */
 struct CacheMiss {
   int32_t layer = 0;
@@ -107,7 +136,7 @@ struct CacheStateRefs {
 struct AdmitArgs {
   int32_t layer = 0;
   int32_t n_pairs = 0;          // T * k
-  int32_t fetch_cap = -1;       // most misses fetched; < 0: unlimited
+  FetchPolicy policy;           // which misses are fetched (the rest go to cpu_ids)
   bool prefetch = false;        // a prefetch admission (see above)
   int32_t spare = 0;            // victims spare the slots of this many admissions before it (see above)
   int64_t record_bytes = 0;     // bytes one miss copies (stats)
@@ -118,12 +147,6 @@ struct AdmitArgs {
   int32_t* n_misses = nullptr;   // [1] out
 };
 
-#if defined(__CUDACC__)
-#define FT_ADMIT_HD __host__ __device__
-#else
-#define FT_ADMIT_HD
-#endif
-
 /** Victim order of a slot last used at `stamp` (0: empty) for an admission at `tick` in a cache of
  *  n_layers layers: smaller goes first (see "Victim order" above). Empty slots and slots not used
  *  within the last 2 * n_layers ticks map to their stamp; more recent ones to tick + (tick - stamp),
@@ -132,10 +155,49 @@ FT_ADMIT_HD inline int64_t victim_key(int64_t stamp, int64_t tick, int32_t n_lay
   return stamp == 0 || stamp <= tick - 2 * static_cast<int64_t>(n_layers) ? stamp : tick + (tick - stamp);
 }
 
+// The admission's per-expert scratch word (`seen` in both implementations): bits 0-1 the state
+// (0 unseen, 1 listed, 2 left to the CPU), the rest the number of routed pairs naming the expert.
+FT_ADMIT_HD inline int32_t seen_state(int32_t w) { return w & 3; }
+FT_ADMIT_HD inline int32_t seen_pairs(int32_t w) { return w >> 2; }
+
+/** Position of misses[i] in the planned fetch order of misses[0, m): heaviest (most pairs in
+ *  `seen`) first, ties in list order. A permutation of [0, m) over i. */
+FT_ADMIT_HD inline int32_t planned_rank(const int32_t* misses, int32_t m, int32_t i, const int32_t* seen) {
+  const int32_t pi = seen_pairs(seen[misses[i]]);
+  int32_t r = 0;
+  for (int32_t j = 0; j < m; ++j) {
+    const int32_t pj = seen_pairs(seen[misses[j]]);
+    r += pj > pi || (pj == pi && j < i);
+  }
+  return r;
+}
+
+/** The fetch count of FetchPolicy for misses[0, m) in fetch order (pairs in `seen`): for a plain
+ *  policy its cap (m when unlimited), for a planned one the split described there. */
+FT_ADMIT_HD inline int32_t planned_fetches(const FetchPolicy& p, const int32_t* misses, int32_t m, const int32_t* seen) {
+  int32_t f = m;
+  if (p.planned()) {
+    auto cpu = [&](int32_t i) {
+      return static_cast<int64_t>(p.cpu_cost) + static_cast<int64_t>(p.cpu_token_cost) * (seen_pairs(seen[misses[i]]) - 1);
+    };
+    int64_t rest = 0;  // the CPU path with nothing fetched
+    for (int32_t i = 0; i < m; ++i) rest += cpu(i);
+    int64_t best = rest;
+    f = 0;
+    for (int32_t i = 0; i < m; ++i) {
+      rest -= cpu(i);
+      const int64_t copy = static_cast<int64_t>(i + 1) * kFetchCostUnit;
+      const int64_t t = copy > rest ? copy : rest;
+      if (t <= best) best = t, f = i + 1;
+    }
+  }
+  return p.cap >= 0 && p.cap < f ? p.cap : f;
+}
+
 /** Sets the state to empty: every map entry and owner -1, stamps, tick and stats 0. */
 void reset_cache_state(const CacheStateRefs& s);
 
-/** The admission above on host arrays. `scratch` holds 2 * n_expert int32 (reused, no allocation).
+/** The admission above on host arrays. `scratch` holds 3 * n_expert int32 (reused, no allocation).
  *  Returns the number of misses. Throws ft::Error(kInvalidArgument) for a layer outside
  *  [0, n_layers) or n_pairs < 0 (the arrays themselves are trusted: the caller owns them). */
 int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* scratch);

@@ -17,7 +17,7 @@ ExpertCache::ExpertCache(int32_t n_layers, int32_t n_expert, int32_t n_slots, in
   owner_.resize(static_cast<size_t>(n_slots));
   stamp_.resize(static_cast<size_t>(n_slots));
   stats_.resize(static_cast<size_t>(n_layers) * kCacheStatCount);
-  scratch_.resize(2 * static_cast<size_t>(n_expert));
+  scratch_.resize(3 * static_cast<size_t>(n_expert));
   misses_.resize(static_cast<size_t>(std::min(max_pairs, n_expert)));
   reset();
 }
@@ -41,13 +41,13 @@ void ExpertCache::reset() {
   n_misses_ = 0;
 }
 
-int32_t ExpertCache::admit(int32_t layer, const int32_t* ids, int32_t n_pairs, int32_t fetch_cap,
+int32_t ExpertCache::admit(int32_t layer, const int32_t* ids, int32_t n_pairs, FetchPolicy policy,
                            int64_t record_bytes, int32_t* slot_ids, int32_t* cpu_ids, bool prefetch,
                            int32_t spare) {
   if (n_pairs < 0 || n_pairs > max_pairs_)
     fail(ErrorCode::kInvalidArgument, "expert cache: {} routed pairs, at most {} per admission", n_pairs, max_pairs_);
   AdmitArgs a;
-  a.layer = layer, a.n_pairs = n_pairs, a.fetch_cap = fetch_cap, a.record_bytes = record_bytes, a.prefetch = prefetch;
+  a.layer = layer, a.n_pairs = n_pairs, a.policy = policy, a.record_bytes = record_bytes, a.prefetch = prefetch;
   a.spare = spare;
   a.ids = ids, a.slot_ids = slot_ids, a.cpu_ids = cpu_ids, a.misses = misses_.data(), a.n_misses = &n_misses_;
   return admit_reference(refs(), a, scratch_.data());

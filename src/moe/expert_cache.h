@@ -35,11 +35,11 @@ class ExpertCache {
 
   /** One admission (see cache_admission.h) for `layer`: ids [n_pairs] (I32, row-major [T, k]) ->
    *  slot_ids [n_pairs], cpu_ids [n_pairs] (may be null); the miss list is in misses(). Returns
-   *  the number of misses. fetch_cap < 0: unlimited. record_bytes: bytes one miss copies (stats).
+   *  the number of misses. policy: which misses are fetched (a plain cap converts; < 0: all). record_bytes: bytes one miss copies (stats).
    *  prefetch: a prefetch admission of predicted ids (cpu_ids is not written). spare: victims
    *  also spare the slots of this many admissions before it (AdmitArgs::spare).
    *  Throws kInvalidArgument for a layer out of range or n_pairs outside [0, max_pairs]. */
-  int32_t admit(int32_t layer, const int32_t* ids, int32_t n_pairs, int32_t fetch_cap, int64_t record_bytes,
+  int32_t admit(int32_t layer, const int32_t* ids, int32_t n_pairs, FetchPolicy policy, int64_t record_bytes,
                 int32_t* slot_ids, int32_t* cpu_ids, bool prefetch = false, int32_t spare = 0);
 
   /** Maps `layer`'s n experts to the region of n_expert slots at `first` for a streamed layer (see

@@ -226,20 +226,20 @@ void HostExpertSlots::copy_biases(int32_t layer, int32_t expert, int32_t slot) {
   }
 }
 
-void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids,
+void HostExpertSlots::admit_routes(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids,
                                    Tensor cpu_ids) {
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, slot_ids, cpu_ids);
-  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.record_bytes(layer),
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), policy, banks_.record_bytes(layer),
                slot_ids.ptr<int32_t>(), cpu_ids.empty() ? nullptr : cpu_ids.ptr<int32_t>(), false,
                ledger_.admit(layer));
   ledger_.take_due();  // copied on return: nothing to wait for
 }
 
-void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) {
+void HostExpertSlots::prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) {
   Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim);
   check_admit_args(banks_, Device::kCpu, cache_.max_pairs(), layer, ids, sid, Tensor());
   while (ledger_.in_flight() >= PrefetchLedger::kMaxInFlight) ledger_.take_oldest();
-  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), fetch_cap, banks_.record_bytes(layer),
+  cache_.admit(layer, ids.ptr<int32_t>(), static_cast<int32_t>(ids.numel()), policy, banks_.record_bytes(layer),
                sid.ptr<int32_t>(), nullptr, true, ledger_.prefetch_spare());
   ledger_.add_prefetch(layer, 0);
   gather_misses();

@@ -137,22 +137,23 @@ class ExpertSlots {
   /** Admission + gather for MoE layer `layer`: ids I32 [T, k] (expert ids, < 0 absent) ->
    *  slot_ids I32 [T, k] (slot per pair, -1 where not computed from a slot) and cpu_ids I32 [T, k]
    *  (expert id where the CPU must compute the pair, else -1; may be an empty tensor), all on
-   *  device(). fetch_cap < 0: unlimited fetches; otherwise misses beyond the cap go to cpu_ids.
+   *  device(). policy: which misses are fetched (cache_admission.h FetchPolicy; a plain cap < 0
+   *  fetches all); the others go to cpu_ids.
    *  When this returns (host) or in stream order (CUDA), the slots named by slot_ids hold their
    *  experts. Throws ft::Error(kInvalidArgument) for a layer without experts, T * k over the
    *  max_pairs the slots were made for, or mismatched shapes. */
-  void admit(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) {
-    admit_routes(layer, ids, fetch_cap, slot_ids, cpu_ids);
+  void admit(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids, Tensor cpu_ids) {
+    admit_routes(layer, ids, policy, slot_ids, cpu_ids);
     gather_misses();
   }
   /** admit() in two parts, so a caller can queue other work between them (hybrid: the copy of the
    *  CPU's inputs to the host, which must not wait for the gather): the admission (outputs final;
    *  the missed slots do not hold their experts yet), then the gather of that admission's misses. */
-  virtual void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) = 0;
+  virtual void admit_routes(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids, Tensor cpu_ids) = 0;
   virtual void gather_misses() = 0;
 
   /** Prefetch (--moe-prefetch): a prefetch admission (cache_admission.h) of predicted ids I32
-   *  [T, k] on device() for `layer`, at most fetch_cap misses (< 0: unlimited), and the copy of
+   *  [T, k] on device() for `layer`, the misses `policy` fetches (its cap, < 0: all), and the copy of
    *  those misses; later admissions spare its slots until its layer is admitted (PrefetchLedger).
    *  A caller may issue the prefetches for layers l + 1 and l + 2 before layer l's admit_routes.
    *  CUDA: the copies run after the work queued before and behind the previous prefetch's (at most
@@ -164,7 +165,7 @@ class ExpertSlots {
    *  gather_misses waits for the prefetches the ledger says are due, stream_layer and the
    *  inspection calls for all (a captured step stays one graph). Host: done on return. Throws
    *  like admit. */
-  virtual void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) = 0;
+  virtual void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
@@ -221,9 +222,9 @@ class HostExpertSlots final : public ExpertSlots {
 
   int32_t n_slots() const override { return cache_.n_slots(); }
   Device device() const override { return Device::kCpu; }
-  void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override;
+  void admit_routes(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids, Tensor cpu_ids) override;
   void gather_misses() override;
-  void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override;
+  void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) override;
   void stream_layer(int32_t layer, int32_t region) override;
   void wait_region(int32_t) override {}
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }

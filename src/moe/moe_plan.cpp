@@ -123,8 +123,17 @@ std::string MoePlan::summary() const {
     int32_t cap = -1;
     for (size_t l = 0; l < layers.size(); ++l)
       if (layers[l] == MoeLayerMode::kCache) cap = fetch_cap[l];
-    s += calibrate_fetch_cap ? std::string(", fetch cap: calibrating") : fmt::format(", fetch cap {} per layer", cap);
-    if (fetch_cap_provisional) s += " until the start-up calibration picks one";
+    if (calibrate_fetch_cap)
+      s += offload_candidate ? ", misses split between PCIe and the CPU: calibrating (offload one of the candidates)"
+                             : ", misses split between PCIe and the CPU: calibrating";
+    else if (cpu_cost > 0)
+      s += fmt::format(", misses split between PCIe and the CPU by cost (an expert on the CPU {:.3g} fetches, "
+                       "+{:.3g} a further token{})", static_cast<double>(cpu_cost) / kFetchCostUnit,
+                       static_cast<double>(cpu_token_cost) / kFetchCostUnit,
+                       cap >= 0 ? fmt::format(", at most {} fetched", cap) : std::string());
+    else
+      s += fmt::format(", fetch cap {} per layer", cap);
+    if (fetch_cap_provisional) s += " until the start-up calibration picks the split";
   }
   if (prefetch) s += prefetch_depth >= 2 ? fmt::format(", prefetch {} cache layers ahead", prefetch_depth)
                                          : std::string(", next-layer prefetch");
@@ -176,7 +185,8 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
   const bool wants_cache = !cpu_layers.empty() || o.cache.mode != CacheSizeMode::kAuto ||
                            o.prefetch == MoeOptions::Prefetch::kOn || o.prefetch_depth_given;
   if (s == MoeStrategy::kAuto)
-    s = fits && !wants_cache ? MoeStrategy::kFused : o.hybrid_faster ? MoeStrategy::kHybrid : MoeStrategy::kOffload;
+    s = fits && !wants_cache ? MoeStrategy::kFused : o.auto_planner ? MoeStrategy::kHybrid : MoeStrategy::kOffload;
+  p.offload_candidate = o.strategy == MoeStrategy::kAuto && s == MoeStrategy::kHybrid && o.fetch_cap < 0 && o.cpu_cost <= 0;
   p.strategy = s;
   if (!cpu_layers.empty() && (s == MoeStrategy::kFused || s == MoeStrategy::kCpu))
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy offload or hybrid (not {})",
@@ -216,7 +226,9 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
     cache_budget.total_experts = p.cache_experts;
     p.cache = plan_cache_size(cache_budget, o.cache);
     if (s == MoeStrategy::kHybrid) {
-      p.calibrate_fetch_cap = o.fetch_cap < 0;
+      p.calibrate_fetch_cap = o.fetch_cap < 0 && o.cpu_cost <= 0;
+      p.cpu_cost = std::max<int32_t>(o.cpu_cost, 0);
+      p.cpu_token_cost = p.cpu_cost > 0 ? std::max<int32_t>(o.cpu_token_cost, 0) : 0;
       for (int64_t l : moe_layers)
         if (p.layers[static_cast<size_t>(l)] == MoeLayerMode::kCache) p.fetch_cap[static_cast<size_t>(l)] = o.fetch_cap;
     }

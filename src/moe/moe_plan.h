@@ -7,13 +7,17 @@
 //   hybrid  offload, misses over a per-layer fetch cap computed by the CPU at the same time
 //   cpu     the GPU runs everything but routed experts, which the CPU computes from the banks
 //   auto    fused when everything fits and no cache flag (--moe-cache-*, --moe-cpu-layers, --moe-prefetch on)
-//           was given, else offload (hybrid when calibration found it faster)
+//           was given; else, beside a GPU (MoeOptions::auto_planner), the planner: hybrid whose
+//           start-up calibration also times offload and keeps the faster; else offload
+// Hybrid without --moe-fetch-cap splits each layer's misses between the copy path and the CPU by
+// a cost model (FetchPolicy in moe/cache_admission.h), its CPU cost calibrated at start.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "moe/cache_admission.h"
 #include "moe/cache_sizing.h"
 #include "moe/expert_bank.h"
 
@@ -39,7 +43,14 @@ struct MoeOptions {
   CacheSizeRequest cache;     // --moe-cache-slots | --moe-cache-rate | --moe-cache-auto
   std::string cpu_layers;     // --moe-cpu-layers LIST|N|FRACTION ("" = none)
   int32_t fetch_cap = -1;     // hybrid: misses fetched per layer per step; < 0: calibrate at start
-  bool hybrid_faster = false;  // auto: the start-up calibration found hybrid faster than offload
+  /** --moe-cpu-cost: hybrid's planned split with these costs (FetchPolicy, kFetchCostUnit a fetch)
+   *  instead of calibrating them; 0: not given. */
+  int32_t cpu_cost = 0;
+  int32_t cpu_token_cost = 0;
+  /** auto, where a cache is needed: the planner (hybrid, with offload among the candidates of its
+   *  start-up calibration) instead of offload. The engine sets it when a GPU computes beside the
+   *  CPU; on the CPU backend the CPU's cores already run everything. */
+  bool auto_planner = false;
   /** --moe-prefetch: fetch the next layer's predicted experts ahead. Auto: on for the offload and
    *  hybrid strategies (both measured faster with it on the H200). */
   enum class Prefetch { kAuto, kOn, kOff } prefetch = Prefetch::kAuto;
@@ -58,7 +69,10 @@ struct MoePlan {
   MoeStrategy strategy = MoeStrategy::kFused;  // resolved, never kAuto
   std::vector<MoeLayerMode> layers;            // per model layer
   std::vector<int32_t> fetch_cap;              // per model layer; -1: unlimited (kCache layers only)
-  bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine measures one
+  bool calibrate_fetch_cap = false;            // hybrid without an explicit cap: the engine calibrates the split
+  int32_t cpu_cost = 0;                        // the kCache layers' planned split (FetchPolicy; 0: plain caps)
+  int32_t cpu_token_cost = 0;                  // ... its cost of each further pair of an expert
+  bool offload_candidate = false;              // auto's planner: the calibration may pick fetching every miss
   bool fetch_cap_provisional = false;          // set by the runtime: fetch_cap holds until that calibration
   CacheSize cache;                             // n_slots = 0 without a cache
   int64_t cache_experts = 0;                   // routed experts of the kCache layers (a cache of all of them never evicts)
@@ -68,6 +82,12 @@ struct MoePlan {
   bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K with int8 activations
   BankFormat bank_format = BankFormat::kStored;  // set by the runtime: the expert banks' form (no banks: kStored)
 
+  /** Layer l's FetchPolicy: its fetch cap with the planned costs. */
+  FetchPolicy fetch_policy(size_t l) const {
+    FetchPolicy p(fetch_cap[l]);
+    p.cpu_cost = cpu_cost, p.cpu_token_cost = cpu_token_cost;
+    return p;
+  }
   /** Layers in `mode`. */
   int64_t count(MoeLayerMode mode) const;
   /** One line for the log: strategy, slots and their memory, CPU layers, caps, prefetch. */

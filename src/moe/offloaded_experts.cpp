@@ -127,20 +127,21 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
     return exchange_->collect(out, false);
   }
   drain_streams();  // admission may pick victims in a region a copy still writes
-  int32_t cap = plan_.fetch_cap[static_cast<size_t>(layer)];
+  FetchPolicy policy = plan_.fetch_policy(static_cast<size_t>(layer));
+  const bool shares = !policy.fetches_all();  // hybrid: some misses may go to the CPU
   const bool was_prefetched = prefetched_layer_ == layer;
   prefetched_layer_ = -1;
-  // Hybrid with prefetch: the layer's fetches were made ahead (up to the cap, overlapped); what the
-  // guess missed runs on the CPU rather than waiting on PCIe.
-  if (cap >= 0 && was_prefetched) cap = 0;
-  Tensor sid = head(slot_ids_, T, k), cid = cap >= 0 ? head(cpu_ids_, T, k) : Tensor();
+  // Hybrid with prefetch: the layer's fetches were made ahead (the policy's share, overlapped); what
+  // the guess missed runs on the CPU rather than waiting on PCIe.
+  if (shares && was_prefetched) policy = FetchPolicy(0);
+  Tensor sid = head(slot_ids_, T, k), cid = shares ? head(cpu_ids_, T, k) : Tensor();
   for (int i = 0; i < hints.n; ++i)
     if (hint_ids_[i].rows() != T || hint_ids_[i].cols() != k)
       fail(ErrorCode::kInvalidArgument, "expert compute: predicted ids {} must be [{}, {}]", hint_ids_[i].str(), T, k);
   auto prefetch_next = [&] {
     for (int i = 0; i < hints.n; ++i) {
       const auto target = static_cast<int32_t>(hints.layer[i]);
-      slots_->prefetch(target, hint_ids_[i], plan_.fetch_cap[static_cast<size_t>(target)]);
+      slots_->prefetch(target, hint_ids_[i], plan_.fetch_policy(static_cast<size_t>(target)));
       prefetched_layer_ = target;
     }
   };
@@ -150,16 +151,16 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   // the host still waited once per layer, session 5: starting it first kept the link busy through
   // the exchange copies, 23.6 -> 19.7 tok/s; not measured again since the exchange moved into the
   // step).
-  const bool prefetch_first = cap < 0;
+  const bool prefetch_first = !shares;
   if (prefetch_first) prefetch_next();
   // Hybrid: the CPU's inputs go to the host right after the admission, so the CPU computes its
   // experts while the GPU gathers and computes its own.
-  slots_->admit_routes(static_cast<int32_t>(layer), ids, cap, sid, cid);
-  if (cap >= 0) exchange_->post(static_cast<int32_t>(layer), x, cid, weights);
+  slots_->admit_routes(static_cast<int32_t>(layer), ids, policy, sid, cid);
+  if (shares) exchange_->post(static_cast<int32_t>(layer), x, cid, weights);
   slots_->gather_misses();
   if (!prefetch_first) prefetch_next();
   ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
-  if (cap >= 0) exchange_->collect(out, true);
+  if (shares) exchange_->collect(out, true);
 }
 
 void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -194,12 +195,41 @@ int32_t OffloadedExperts::take_region() {
   return r;
 }
 
-void OffloadedExperts::set_fetch_cap(int32_t cap) {
-  if (cap < 0 || plan_.count(MoeLayerMode::kCache) == 0)
-    fail(ErrorCode::kInvalidArgument, "moe runtime: fetch cap {} for a plan with {} cache layers", cap,
-         plan_.count(MoeLayerMode::kCache));
+void OffloadedExperts::set_fetch_policy(const FetchPolicy& policy) {
+  if (plan_.count(MoeLayerMode::kCache) == 0)
+    fail(ErrorCode::kInvalidArgument, "moe runtime: a fetch policy for a plan without cache layers");
+  if (!policy.fetches_all() && !exchange_)
+    fail(ErrorCode::kInvalidArgument, "moe runtime: a fetch cap or split needs the CPU executor (the hybrid strategy)");
   for (size_t l = 0; l < plan_.layers.size(); ++l)
-    if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = cap;
+    if (plan_.layers[l] == MoeLayerMode::kCache) plan_.fetch_cap[l] = policy.cap;
+  plan_.cpu_cost = policy.cpu_cost;
+  plan_.cpu_token_cost = policy.cpu_token_cost;
+  choose_prefetch_depth();  // fetching every miss prefetches as deep as offload
+}
+
+double OffloadedExperts::time_cpu_expert(int64_t n_tokens, int reps) {
+  if (!cpu_) fail(ErrorCode::kInvalidArgument, "moe runtime: no CPU expert executor to time");
+  if (n_tokens < 1 || n_tokens > opt_.max_tokens || reps < 1)
+    fail(ErrorCode::kInvalidArgument, "moe runtime: timing {} tokens x {} runs (at most {} tokens)", n_tokens, reps,
+         opt_.max_tokens);
+  int64_t layer = -1;
+  for (int64_t l = 0; l < banks_->n_layers() && layer < 0; ++l)
+    if (banks_->n_expert(l) > 0) layer = l;
+  const int64_t H = banks_->layout(layer).n_embd;
+  std::vector<float> x(static_cast<size_t>(n_tokens * H)), out(x.size()), w(static_cast<size_t>(n_tokens), 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int64_t>(i % 17) - 8) / 16.0f;
+  std::vector<int32_t> ids(static_cast<size_t>(n_tokens), 0);  // every token to expert 0
+  const Tensor tx(x.data(), DType::F32, {n_tokens, H}), tid(ids.data(), DType::I32, {n_tokens, 1}),
+      tw(w.data(), DType::F32, {n_tokens, 1});
+  Tensor tout(out.data(), DType::F32, {n_tokens, H});
+  double best = 0.0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu_->run({false}, tx, tid, tw, banks_->bank(layer), tout);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = r == 0 ? s : std::min(best, s);
+  }
+  return best;
 }
 
 void OffloadedExperts::choose_prefetch_depth() {
@@ -217,7 +247,10 @@ void OffloadedExperts::choose_prefetch_depth() {
   if (opt_.prefetch_depth < 2) return;
   // Hybrid: a prefetched layer's own misses go to the CPU and the cap applies to the prefetch; its
   // calibration and gather grid were measured one layer ahead.
-  if (plan_.strategy == MoeStrategy::kHybrid) {
+  bool shares = false;
+  for (size_t l = 0; l < plan_.layers.size(); ++l)
+    shares = shares || (plan_.layers[l] == MoeLayerMode::kCache && !plan_.fetch_policy(l).fetches_all());
+  if (shares) {
     depth_note_ = "hybrid predicts 1 ahead";
     return;
   }

@@ -5,10 +5,10 @@
 // on CPU means slots in a separate buffer filled by the gather's CPU twin; CUDA slots otherwise)
 // and the CPU expert executor. Per layer:
 //   kCache: admission + gather, then ops.moe_experts over the slot bank with slot ids (the same
-//           kernel as fused, so offload equals fused bit for bit); hybrid: misses over the fetch
-//           cap come back as cpu_ids and the executor adds their share to the output (with
-//           prefetch the cap applies to the prefetch, and a prefetched layer's own misses all go
-//           to the CPU);
+//           kernel as fused, so offload equals fused bit for bit); hybrid: the misses its
+//           FetchPolicy does not fetch (over the fetch cap, or the planner's CPU share) come back as
+//           cpu_ids and the executor adds their share to the output (with prefetch the policy
+//           applies to the prefetch, and a prefetched layer's own misses all go to the CPU);
 //           A step of at least stream_min_tokens tokens streams instead (prefill): the whole
 //           layer is copied into one of the cache's staging regions, taken in turn, while the
 //           layer before computes from its own (ExpertSlots::stream_layer), and ops.moe_experts
@@ -138,9 +138,16 @@ class OffloadedExperts final : public ExpertCompute {
    *  CPU layers drop them. */
   void prefetch(int64_t target, const Tensor& ids) override;
 
-  /** Sets the hybrid fetch cap of every cache layer (the start-up calibration tries several).
-   *  Throws kInvalidArgument for cap < 0 or a plan without a cache layer. */
-  void set_fetch_cap(int32_t cap);
+  /** Sets the FetchPolicy of every cache layer (a cap, a planned split, or every miss fetched: the
+   *  start-up calibration tries several) and chooses the prefetch depth again (deeper when every
+   *  miss is fetched). Call between steps. Throws kInvalidArgument for a plan without a cache
+   *  layer, or a policy that leaves misses to the CPU without the CPU executor (not hybrid). */
+  void set_fetch_policy(const FetchPolicy& policy);
+  /** Seconds (best of `reps`) the CPU expert executor takes for one expert of the first MoE layer
+   *  with `n_tokens` tokens routed to it (synthetic inputs; for the planner's calibration). Call
+   *  between steps. Throws kInvalidArgument without the executor or for n_tokens outside
+   *  [1, max_tokens], reps < 1. */
+  double time_cpu_expert(int64_t n_tokens, int reps);
 
   /** Workers of the CPU expert executor (0: no layer computes on the CPU). */
   int cpu_threads() const { return cpu_ ? cpu_->n_threads() : 0; }

@@ -30,6 +30,9 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["cache_slots"] = r.cache_slots;
   j["slot_bytes"] = r.slot_bytes;
   j["fetch_cap"] = r.fetch_cap >= 0 ? oj(r.fetch_cap) : oj();  // hybrid only
+  // hybrid's planned split: an expert's CPU time and each further token's, in fetches of one expert
+  j["cpu_cost_fetches"] = r.cpu_cost > 0 ? oj(static_cast<double>(r.cpu_cost) / kFetchCostUnit) : oj();
+  j["cpu_token_cost_fetches"] = r.cpu_cost > 0 ? oj(static_cast<double>(r.cpu_token_cost) / kFetchCostUnit) : oj();
   j["prefetch"] = r.prefetch;
   j["prefetch_depth"] = r.prefetch_depth;
   j["cpu_threads"] = r.cpu_threads;

@@ -111,9 +111,13 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
   ExpertCache dstate(3, E, S, max_pairs), hstate(3, E, S, max_pairs);
   Tensor d_ids = dev(DType::I32, {max_pairs}), d_sid = dev(DType::I32, {max_pairs}), d_cid = dev(DType::I32, {max_pairs});
   std::mt19937 rng(11);
-  const int32_t caps[4] = {-1, -1, 2, 0};
-  for (int step = 0; step < 80; ++step) {
-    const int32_t layer = rng() % 2 ? 2 : 0, cap = caps[step % 4];
+  // Plain caps and the planner's splits (heaviest misses first; bounded by a cap in the last).
+  FetchPolicy caps[6] = {-1, -1, 2, 0, -1, 3};
+  caps[4].cpu_cost = kFetchCostUnit, caps[4].cpu_token_cost = kFetchCostUnit / 3;
+  caps[5].cpu_cost = 3 * kFetchCostUnit;
+  for (int step = 0; step < 120; ++step) {
+    const int32_t layer = rng() % 2 ? 2 : 0;
+    const FetchPolicy cap = caps[step % 6];
     const int64_t T = 1 + rng() % 16;
     std::vector<int32_t> ids = random_routes(T, k, E, step % 3 == 0 ? 0.0 : 1.0, rng);
     if (step % 5 == 0) ids[0] = -1;
@@ -136,8 +140,9 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
     if (step % 4 == 1) {  // a prefetch of predicted routes for the other layer, as the next layer would
       const int32_t other = layer == 0 ? 2 : 0;
       std::vector<int32_t> guess = random_routes(T, k, E, 0.5, rng);
-      dslots->prefetch(other, put(d_ids, DType::I32, guess, {T, k}), step % 8 == 1 ? 2 : -1);
-      hslots.prefetch(other, Tensor(guess.data(), DType::I32, {T, k}), step % 8 == 1 ? 2 : -1);
+      const FetchPolicy pf = step % 8 == 1 ? FetchPolicy(2) : step % 12 == 5 ? caps[4] : FetchPolicy(-1);
+      dslots->prefetch(other, put(d_ids, DType::I32, guess, {T, k}), pf);
+      hslots.prefetch(other, Tensor(guess.data(), DType::I32, {T, k}), pf);
       const std::vector<CacheMiss> dm = dslots->last_misses(), hm = hslots.last_misses();
       ASSERT_EQ(dm.size(), hm.size()) << "prefetch at step " << step;
       for (size_t i = 0; i < dm.size(); ++i) EXPECT_EQ(dm[i].slot, hm[i].slot);

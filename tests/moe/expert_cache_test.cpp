@@ -165,6 +165,64 @@ TEST(ExpertCache, MatchesAnIndependentReplacementModel) {
   for (const Scenario& sc : scenarios) run_scenario(sc, seed++, 40);
 }
 
+// The planner's split (FetchPolicy, issue 37): f minimises max(copy path, CPU path), ties to more.
+TEST(FetchPolicy, PlannedFetchesBalanceTheCopyPathAgainstTheCpu) {
+  const int32_t misses[4] = {0, 1, 2, 3};
+  int32_t seen[4] = {1 | 4, 1 | 4, 1 | 4, 1 | 4};  // one pair each
+  auto planned = [](int32_t cpu, int32_t token, int32_t cap = -1) {
+    FetchPolicy p(cap);
+    p.cpu_cost = cpu, p.cpu_token_cost = token;
+    return p;
+  };
+  EXPECT_EQ(planned_fetches(planned(kFetchCostUnit, 0), misses, 4, seen), 2);      // equal costs: half
+  EXPECT_EQ(planned_fetches(planned(4 * kFetchCostUnit, 0), misses, 4, seen), 4);  // dear CPU: all (tie at 3)
+  EXPECT_EQ(planned_fetches(planned(kFetchCostUnit / 4, 0), misses, 4, seen), 1);  // cheap CPU: one
+  EXPECT_EQ(planned_fetches(planned(4 * kFetchCostUnit, 0, 2), misses, 4, seen), 2);  // the cap bounds it
+  EXPECT_EQ(planned_fetches(planned(kFetchCostUnit, 0), misses, 0, seen), 0);
+  EXPECT_EQ(planned_fetches(FetchPolicy(3), misses, 4, seen), 3);  // a plain cap
+  EXPECT_EQ(planned_fetches(FetchPolicy(-1), misses, 4, seen), 4);
+  seen[2] = 1 | (9 << 2);  // nine pairs: the CPU's share of it costs 1 + 8 * 1/2 fetches
+  EXPECT_EQ(planned_rank(misses, 4, 2, seen), 0);
+  EXPECT_EQ(planned_rank(misses, 4, 0, seen), 1);
+  EXPECT_EQ(planned_rank(misses, 4, 3, seen), 3);
+  const int32_t heavy_first[4] = {2, 0, 1, 3};
+  // CPU path with none fetched: 5 + 3 = 8 fetches; fetching the heavy one leaves 3, then 2 against 2
+  EXPECT_EQ(planned_fetches(planned(kFetchCostUnit, kFetchCostUnit / 2), heavy_first, 4, seen), 2);
+}
+
+TEST(ExpertCache, PlannedAdmissionFetchesTheHeaviestMissesFirst) {
+  const int32_t E = 8, k = 2, T = 4;
+  // Expert 5 is routed by every token, 1..4 by one each: first appearance 1, 5, 2, 3, 4.
+  const std::vector<int32_t> ids = {1, 5, 2, 5, 3, 5, 4, 5};
+  std::vector<int32_t> sid(ids.size()), cid(ids.size());
+  FetchPolicy planned;
+  planned.cpu_cost = kFetchCostUnit, planned.cpu_token_cost = kFetchCostUnit;
+  // CPU costs 5: 4, the others 1 each (8 in all); fetching 5 leaves 4, then 1 leaves 3 against 2
+  // fetches, then 2 leaves 2 against 3: f = 3 (max 3 at both 2 and 3 fetches; ties fetch more).
+  ExpertCache cache(1, E, 2 * E, T * k);
+  EXPECT_EQ(cache.admit(0, ids.data(), T * k, planned, 100, sid.data(), cid.data()), 3);
+  std::vector<int32_t> fetched;
+  for (int32_t i = 0; i < cache.n_misses(); ++i) fetched.push_back(cache.misses()[i].expert);
+  EXPECT_EQ(fetched, (std::vector<int32_t>{5, 1, 2}));
+  EXPECT_EQ(cid, (std::vector<int32_t>{-1, -1, -1, -1, 3, -1, 4, -1}));
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(sid[i] >= 0, cid[i] < 0) << i;
+  EXPECT_EQ(cache.stats(0).cpu, 2);
+  EXPECT_EQ(cache.stats(0).misses, 3);
+  // A plain cap of 3 takes them in first-appearance order instead.
+  ExpertCache capped(1, E, 2 * E, T * k);
+  capped.admit(0, ids.data(), T * k, FetchPolicy(3), 100, sid.data(), cid.data());
+  fetched.clear();
+  for (int32_t i = 0; i < capped.n_misses(); ++i) fetched.push_back(capped.misses()[i].expert);
+  EXPECT_EQ(fetched, (std::vector<int32_t>{1, 5, 2}));
+  // Hits do not count: with 5, 1 and 2 cached the misses 3 and 4 split one and one; then, with 3
+  // cached too, the misses 6, 4, 7, 0 split two and two.
+  EXPECT_EQ(cache.admit(0, ids.data(), T * k, planned, 100, sid.data(), cid.data()), 1);
+  EXPECT_EQ(cache.misses()[0].expert, 3);
+  const std::vector<int32_t> ids2 = {1, 5, 3, 6, 4, 7, 0, 5};
+  EXPECT_EQ(cache.admit(0, ids2.data(), T * k, planned, 100, sid.data(), cid.data()), 2);
+  cache.check_integrity();
+}
+
 TEST(ExpertCache, SmallestLegalCacheHoldsTwoFullLayers) {
   const int32_t E = 16, L = 3;
   ExpertCache cache(L, E, 2 * E, E);

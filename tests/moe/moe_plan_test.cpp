@@ -98,16 +98,34 @@ TEST(MoePlan, AutoPicksOffloadOrHybridWhenExpertsDoNotFit) {
   EXPECT_EQ(p.count(MoeLayerMode::kCache), 6);
   for (size_t l = 0; l < kLayers.size(); ++l) EXPECT_EQ(p.fetch_cap[l], -1);
   EXPECT_NE(p.summary().find("expert cache 59 slots (59.0 MiB)"), std::string::npos) << p.summary();
-  o.hybrid_faster = true;
+  EXPECT_FALSE(p.offload_candidate);
+  o.auto_planner = true;  // beside a GPU: the planner, whose calibration also times offload
+  p = plan_moe(o, kLayers, budget(160 * MiB));
+  EXPECT_EQ(p.strategy, MoeStrategy::kHybrid);
+  EXPECT_TRUE(p.calibrate_fetch_cap);
+  EXPECT_TRUE(p.offload_candidate);
+  EXPECT_NE(p.summary().find("misses split between PCIe and the CPU: calibrating (offload one of the candidates)"),
+            std::string::npos) << p.summary();
+  EXPECT_EQ(plan_moe(o, kLayers, budget(GiB)).strategy, MoeStrategy::kFused);  // everything fits: still fused
   o.fetch_cap = 2;
   p = plan_moe(o, kLayers, budget(160 * MiB));
   EXPECT_EQ(p.strategy, MoeStrategy::kHybrid);
   EXPECT_FALSE(p.calibrate_fetch_cap);
+  EXPECT_FALSE(p.offload_candidate);  // a cap was given: hybrid as asked
   EXPECT_EQ(p.fetch_cap[1], 2);
   EXPECT_EQ(p.fetch_cap[0], -1);  // dense
   EXPECT_NE(p.summary().find("fetch cap 2 per layer"), std::string::npos) << p.summary();
   p.fetch_cap_provisional = true;  // set by the runtime until its calibration: said with the cap
-  EXPECT_NE(p.summary().find("fetch cap 2 per layer until the start-up calibration picks one"), std::string::npos)
+  EXPECT_NE(p.summary().find("fetch cap 2 per layer until the start-up calibration picks the split"),
+            std::string::npos) << p.summary();
+  o.fetch_cap = -1;  // --moe-cpu-cost: a planned split with given costs, no calibration
+  o.cpu_cost = 2 * kFetchCostUnit, o.cpu_token_cost = kFetchCostUnit / 4;
+  p = plan_moe(o, kLayers, budget(160 * MiB));
+  EXPECT_FALSE(p.calibrate_fetch_cap);
+  EXPECT_EQ(p.fetch_policy(1).cpu_cost, 2 * kFetchCostUnit);
+  EXPECT_EQ(p.fetch_policy(1).cpu_token_cost, kFetchCostUnit / 4);
+  EXPECT_EQ(p.fetch_policy(1).cap, -1);
+  EXPECT_NE(p.summary().find("by cost (an expert on the CPU 2 fetches, +0.25 a further token)"), std::string::npos)
       << p.summary();
 }
 

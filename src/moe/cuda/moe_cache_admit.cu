@@ -2,9 +2,10 @@
 // is its CPU reference and the test oracle), in one thread block so the whole admission is one
 // launch with no host synchronisation.
 //   - distinct ids in first-appearance order: thread 0 walks the [T, k] ids (T*k <= a few hundred
-//     at decode) marking a shared-memory table of n_expert entries;
-//   - hits: parallel over distinct ids;
-//   - misses: in order; each picks its victim with a block-wide argmin of (victim_key, slot) over
+//     at decode) marking a shared-memory table of n_expert entries (state and pair count);
+//   - hits: parallel over distinct ids; thread 0 lists the misses; a planned FetchPolicy ranks them
+//     heaviest first in parallel (planned_rank, O(m) per thread) and thread 0 sums the split;
+//   - misses: in that order; each picks its victim with a block-wide argmin of (victim_key, slot) over
 //     slots with stamp < tick, then thread 0 updates the maps (cost per miss ~ n_slots / blockDim loads,
 //     small next to the miss's multi-MiB copy);
 //   - per-pair outputs: parallel over pairs; stats: thread 0.
@@ -41,10 +42,11 @@ __device__ __forceinline__ Cand warp_best(Cand c) {
 __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRefs s, AdmitArgs a) {
   extern __shared__ int32_t shm[];
   const int32_t E = s.n_expert;
-  int32_t* seen = shm;          // [E]: 1 listed, 2 left to the CPU
-  int32_t* distinct = shm + E;  // [E]
+  int32_t* seen = shm;              // [E]: state and pairs (seen_state, seen_pairs)
+  int32_t* distinct = shm + E;      // [E]; then the planned fetch order
+  int32_t* misses = shm + 2 * E;    // [E]: misses in first-appearance order
   __shared__ long long tick;
-  __shared__ int32_t n_distinct, n_miss, n_cpu, n_hits;
+  __shared__ int32_t n_distinct, n_miss, n_cpu, n_hits, m, cap;
   __shared__ Cand red[kAdmitThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -55,9 +57,9 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     int32_t n = 0;
     for (int32_t i = 0; i < a.n_pairs; ++i) {
       const int32_t e = a.ids[i];
-      if (e < 0 || e >= E || seen[e]) continue;
-      seen[e] = 1;
-      distinct[n++] = e;
+      if (e < 0 || e >= E) continue;
+      if (seen[e] == 0) distinct[n++] = e;
+      seen[e] = (seen[e] | 1) + 4;
     }
     n_distinct = n, n_miss = 0, n_cpu = 0, n_hits = 0;
   }
@@ -71,13 +73,27 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     }
   }
   __syncthreads();
-  for (int32_t d = 0; d < n_distinct; ++d) {  // misses, in order (uniform control flow)
-    const int32_t e = distinct[d];
-    if (map[e] >= 0) continue;
+  if (tid == 0) {  // the misses, in first-appearance order
+    int32_t n = 0;
+    for (int32_t d = 0; d < n_distinct; ++d)
+      if (map[distinct[d]] < 0) misses[n++] = distinct[d];
+    m = n;
+  }
+  __syncthreads();
+  const int32_t* order = misses;
+  if (a.policy.planned()) {  // heaviest first (distinct is free now)
+    for (int32_t i = tid; i < m; i += blockDim.x) distinct[planned_rank(misses, m, i, seen)] = misses[i];
+    order = distinct;
+    __syncthreads();
+  }
+  if (tid == 0) cap = planned_fetches(a.policy, order, m, seen);
+  __syncthreads();
+  for (int32_t d = 0; d < m; ++d) {  // misses, in fetch order (uniform control flow)
+    const int32_t e = order[d];
     Cand c{LLONG_MAX, INT_MAX};
     // Victims' stamps stay below this; an empty slot (stamp 0) always qualifies.
     const long long newest = max(tick - static_cast<long long>(a.spare > 0 ? a.spare : 0), 1LL);
-    if (a.fetch_cap < 0 || n_miss < a.fetch_cap) {
+    if (n_miss < cap) {
       for (int32_t slot = tid; slot < s.n_slots; slot += blockDim.x) {
         const long long st = s.stamp[slot];
         if (st < newest) c = better(c, Cand{static_cast<long long>(victim_key(st, tick, s.n_layers)), slot});
@@ -90,7 +106,7 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
       Cand b = red[0];
       for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) b = better(b, red[w]);
       if (b.slot == INT_MAX) {
-        seen[e] = 2;
+        seen[e] = (seen[e] & ~3) | 2;
         ++n_cpu;
       } else {
         const int32_t victim = b.slot;
@@ -108,7 +124,7 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
     const int32_t e = a.ids[i];
     const bool valid = e >= 0 && e < E;
     a.slot_ids[i] = valid ? map[e] : -1;
-    if (a.cpu_ids && !a.prefetch) a.cpu_ids[i] = valid && seen[e] == 2 ? e : -1;
+    if (a.cpu_ids && !a.prefetch) a.cpu_ids[i] = valid && seen_state(seen[e]) == 2 ? e : -1;
   }
   if (tid == 0) {
     int64_t* st = s.stats + static_cast<int64_t>(a.layer) * kCacheStatCount;
@@ -167,12 +183,13 @@ void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t f
 }
 
 void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_t stream) {
-  // 2 * E int32 of dynamic shared memory stays well inside the 48 KiB every device gives without
-  // opting in; no runtime queries here, so the launch can be captured in a graph.
-  if (s.n_expert > 4096)
-    fail(ErrorCode::kUnsupported, "expert cache: {} experts per layer; the admission kernel handles up to 4096",
+  // 3 * E int32 of dynamic shared memory (48,000 bytes at 4,000 experts) plus the static ~0.3 KiB
+  // stay inside the 48 KiB every device gives without opting in; no runtime queries here, so the
+  // launch can be captured in a graph.
+  if (s.n_expert > 4000)
+    fail(ErrorCode::kUnsupported, "expert cache: {} experts per layer; the admission kernel handles up to 4000",
          s.n_expert);
-  const size_t shm = 2 * static_cast<size_t>(s.n_expert) * sizeof(int32_t);
+  const size_t shm = 3 * static_cast<size_t>(s.n_expert) * sizeof(int32_t);
   cache_admit_kernel<<<1, kAdmitThreads, shm, stream>>>(s, a);
   FT_CUDA_LAUNCH_CHECK();
 }

@@ -196,12 +196,12 @@ class CudaExpertSlots final : public ExpertSlots {
   int32_t n_slots() const override { return host_.n_slots(); }
   Device device() const override { return Device::kCuda; }
 
-  void admit_routes(int32_t layer, const Tensor& ids, int32_t fetch_cap, Tensor slot_ids, Tensor cpu_ids) override {
+  void admit_routes(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids, Tensor cpu_ids) override {
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, slot_ids, cpu_ids);
     // No join here: the admission touches only the state, which the side gather does not; its
     // victims may be slots that gather still writes, so gather_misses joins before its own copies.
     AdmitArgs a;
-    a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap;
+    a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.policy = policy;
     a.spare = ledger_.admit(layer);  // the prefetches for later layers may still be filling theirs
     a.record_bytes = banks_.record_bytes(layer);
     a.ids = ids.ptr<int32_t>(), a.slot_ids = slot_ids.ptr<int32_t>();
@@ -220,7 +220,7 @@ class CudaExpertSlots final : public ExpertSlots {
     copy_miss_biases(misses_, n_misses_);
   }
 
-  void prefetch(int32_t layer, const Tensor& ids, int32_t fetch_cap) override {
+  void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) override {
     Tensor sid(prefetch_slots_.data(), DType::I32, ids.shape.data(), ids.ndim, Device::kCuda);
     check_admit_args(banks_, Device::kCuda, host_.max_pairs(), layer, ids, sid, Tensor());
     while (ledger_.in_flight() >= PrefetchLedger::kMaxInFlight) join(ledger_.take_oldest().tag);
@@ -228,7 +228,7 @@ class CudaExpertSlots final : public ExpertSlots {
     while (ledger_.uses(tag)) ++tag;  // a miss list no prefetch in flight reads
     Prefetch& f = pf_[tag];
     AdmitArgs a;
-    a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.fetch_cap = fetch_cap, a.prefetch = true;
+    a.layer = layer, a.n_pairs = static_cast<int32_t>(ids.numel()), a.policy = policy, a.prefetch = true;
     a.spare = ledger_.prefetch_spare();
     a.record_bytes = banks_.record_bytes(layer);
     a.ids = ids.ptr<int32_t>(), a.slot_ids = sid.ptr<int32_t>();
@@ -243,13 +243,13 @@ class CudaExpertSlots final : public ExpertSlots {
     // layers of small experts pass either way (bench/CUDA_NOTES.md, "Session 20"). Eager steps use
     // the gather kernel, as before the copy engines came (session 19).
     const unsigned long long capture = capture_id();
-    f.dma = dma_ && fetch_cap < 0 && capture != 0;
+    f.dma = dma_ && policy.fetches_all() && capture != 0;
     if (f.dma) {
       dma_->publish(f.misses, f.n_misses, tag, st);
     } else {
       FT_CUDA_CHECK(cudaEventRecord(prefetch_queued_, st));
       FT_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, prefetch_queued_, 0));
-      cuda::launch_cache_gather(f.gather, fetch_cap >= 0 ? hybrid_prefetch_blocks_ : prefetch_blocks_, side_stream_);
+      cuda::launch_cache_gather(f.gather, policy.fetches_all() ? prefetch_blocks_ : hybrid_prefetch_blocks_, side_stream_);
       FT_CUDA_CHECK(cudaEventRecord(f.done, side_stream_));
     }
     f.capture_id = capture;
@@ -453,7 +453,7 @@ class CudaExpertSlots final : public ExpertSlots {
   cuda::GatherArgs gather_;
   int gather_blocks_ = 1;
   int prefetch_blocks_ = 1;         // the prefetch gather's grid (offload)
-  int hybrid_prefetch_blocks_ = 1;  // and for a hybrid layer (fetch_cap >= 0)
+  int hybrid_prefetch_blocks_ = 1;  // and for a hybrid layer (a capped or planned FetchPolicy)
   SlotBanks slot_banks_;
   // Biases (setup_biases): every expert's, resident, then the slots' rows (biases_), in bias_store_.
   Buffer bias_store_, bias_table_;                     // bias_table_: bias_layers_ on the device
