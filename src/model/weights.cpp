@@ -154,10 +154,6 @@ Tensor WeightLoader::fp8_view(const TensorInfo& info, const std::string& nm, std
 
 void WeightLoader::check_device_kernel(const std::string& name, const Tensor& h) const {
   if (ops_.device() != Device::kCuda || !dtype_info(h.dtype).is_quantized || cuda_has_weight_kernel(h.dtype)) return;
-  if (h.dtype == DType::F8_E4M3_B32 || h.dtype == DType::F8_E4M3_B16)
-    fail(ErrorCode::kUnsupported,
-         "tensor {} {}: FP8 checkpoint weights (kept as {}) have no CUDA kernel yet; run this checkpoint with "
-         "--device cpu, or use a BF16 release of the model", name, h.shape_str(), dtype_name(h.dtype));
   fail(ErrorCode::kUnsupported,
        "tensor {} {}: the CUDA backend has no kernel for {} weights (it reads {}); run this file with --device cpu, "
        "or use a file of another type",

@@ -25,6 +25,10 @@ std::vector<ScaleField> scale_fields(DType t) {
     case DType::Q3_K: return {{108, false}};
     case DType::Q5_K: return {{0, true}, {2, true}};
     case DType::Q6_K: return {{208, false}};
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::Q1_0: case DType::Q2_0: return {{0, false}};
+    case DType::TQ1_0: return {{52, false}};
+    case DType::TQ2_0: return {{64, false}};
     default: return {};
   }
 }
@@ -54,6 +58,23 @@ std::vector<uint8_t> random_weight(DType dtype, int64_t N, int64_t K, uint32_t s
     uint8_t* blk = out.data() + i * info.block_bytes;
     if (dtype == DType::MXFP4) {
       blk[0] = static_cast<uint8_t>(120 + rng() % 11);  // E8M0 exponent near 2^0
+      continue;
+    }
+    if (dtype == DType::NVFP4) {  // 4 UE4M3 scales: exponent 3..8 (about 2^-4 .. 2), any mantissa, bit 7 ignored
+      for (int s = 0; s < 4; ++s) blk[s] = static_cast<uint8_t>((rng() & 0x80) | (3 + rng() % 6) << 3 | (rng() & 7));
+      continue;
+    }
+    if (dtype == DType::IQ1_M) {  // the fp16 scale lives in the top nibbles of the 4 scale words (bytes 48..55)
+      const uint16_t h = f32_to_f16(mag(rng) * ((rng() & 1) ? -1.0f : 1.0f));
+      for (int w = 0; w < 4; ++w) blk[48 + 2 * w + 1] = static_cast<uint8_t>((blk[48 + 2 * w + 1] & 0x0f) |
+                                                                            (((h >> (4 * w)) & 0x0f) << 4));
+      continue;
+    }
+    if (dtype == DType::F8_E4M3_B32 || dtype == DType::F8_E4M3_B16) {  // float32 d, then every E4M3 code but NaN
+      const float d = mag(rng) / 64.0f;
+      std::memcpy(blk, &d, 4);
+      for (int64_t k = 4; k < info.block_bytes; ++k)
+        if ((blk[k] & 0x7f) == 0x7f) blk[k] = static_cast<uint8_t>(blk[k] ^ 0x01);  // 0x7f / 0xff -> 0x7e / 0xfe
       continue;
     }
     for (const ScaleField& f : scale_fields(dtype)) {

@@ -1,4 +1,5 @@
-// CUDA vs CPU matmul for every weight dtype the CUDA kernels decode, over token counts that take
+// CUDA vs CPU matmul for every weight dtype the CUDA kernels decode (cuda_weight_types_under_test:
+// GGUF's float, legacy, K-, I-, ternary and FP4 types and FreeToken's FP8 forms), over token counts that take
 // each path: GEMV for 1 token, the 8-token GEMV, two GEMV passes (quantized, T = 16), and the
 // cuBLAS path (T = 9 for BF16, T = 70 for all: decoded tiles + cuBLAS for quantized weights).
 #include "gpu_harness.h"
@@ -24,11 +25,8 @@ class CudaMatmul : public GpuTest {
 };
 
 TEST_F(CudaMatmul, EveryWeightTypeEveryPath) {
-  const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,   DType::Q5_0,
-                         DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,
-                         DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
   uint32_t seed = 1000;
-  for (DType dt : types) {
+  for (DType dt : cuda_weight_types_under_test()) {  // K = 512: whole blocks of every type
     for (int64_t T : {1, 5, 8, 9, 16, 70}) {
       const bool bias = T % 2 == 1;
       const double e = run(dt, T, 100, 512, bias, seed += 3);
@@ -50,7 +48,13 @@ TEST_F(CudaMatmul, SmallAndOddShapes) {
                         // the dp4a GEMV's layouts for decode shapes: 4 rows per warp with 2 warps per row
                         // (q/k/v of qwen3-30b-a3b), 4 warps per row (its o-proj), several tokens per pass
                         {DType::Q4_K, 1, 5120, 2048}, {DType::Q4_K, 2, 5120, 2048}, {DType::Q4_K, 1, 2048, 4096},
-                        {DType::Q8_0, 1, 4100, 1024}};
+                        {DType::Q8_0, 1, 4100, 1024},
+                        // FP8 rows of 16k values (F8_E4M3_B16, 16-value chunks) on the GEMV and the cuBLAS path
+                        {DType::F8_E4M3_B16, 1, 40, 48}, {DType::F8_E4M3_B16, 6, 40, 48},
+                        {DType::F8_E4M3_B16, 70, 40, 80}, {DType::F8_E4M3_B32, 3, 4100, 96},
+                        // the 64- and 128-value blocks with a row of few blocks, and a large decode shape
+                        {DType::NVFP4, 2, 33, 64}, {DType::Q1_0, 1, 17, 128}, {DType::Q2_0, 20, 9, 64},
+                        {DType::IQ2_XXS, 1, 2048, 1024}, {DType::IQ1_M, 1, 300, 256}, {DType::TQ1_0, 3, 5, 256}};
   uint32_t seed = 2000;
   for (const Case& c : cases) {
     const double e = run(c.dt, c.T, c.N, c.K, c.T % 2 == 0, seed += 3);

@@ -1,7 +1,8 @@
 // CUDA vs CPU moe_experts: decode path (per-pair fused GEMVs through the device pointer table) and
 // prefill path (pairs sorted by expert, per-expert GEMMs), several weight dtypes (mixed per matrix
-// kind too), skipped slots (id -1), accumulate, and a bank whose views are re-pointed between
-// calls (the pointer table must follow, as the expert cache will require).
+// kind too; every type of cuda_weight_types_under_test as experts), skipped slots (id -1), accumulate,
+// and a bank whose views are re-pointed between calls (the pointer table must follow, as the expert
+// cache will require).
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -86,6 +87,38 @@ TEST_F(CudaMoe, DecodeAndPrefillPathsAcrossDtypes) {
       report("moe_experts", what, e);
       EXPECT_LE(e, kTol) << what;
     }
+  }
+}
+
+TEST_F(CudaMoe, EveryWeightTypeAsExperts) {
+  // Each type of cuda_weight_types_under_test as gate and up (the fused GLU GEMV / grouped GEMM) and as
+  // down (the next type's gate), through the decode GEMVs (T <= 32) and the grouped GEMM (prefill).
+  const std::vector<DType>& types = cuda_weight_types_under_test();
+  const int64_t E = 8, H = 256, F = 512;
+  const int32_t k = 3;
+  uint32_t seed = 500;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const DType g = types[i], u = types[i], d = types[(i + 1) % types.size()];
+    const Banks b = make_banks(g, u, d, E, H, F, seed += 10);
+    for (int64_t T : {1, 4, 70}) {
+      const bool acc = T == 4;
+      const double e = run(b, T, k, acc, seed += 5);
+      const std::string what = std::string(dtype_name(g)) + "/" + dtype_name(u) + "/" + dtype_name(d) +
+                               " T=" + std::to_string(T) + (T <= 32 ? " decode" : " prefill") + (acc ? " +=" : "");
+      report("moe_experts", what, e);
+      EXPECT_LE(e, kTol) << what;
+    }
+  }
+}
+
+TEST_F(CudaMoe, Fp8ExpertsWithRowsOfSixteenBlocks) {
+  // F8_E4M3_B16 experts (rows 16k long): with H = 80 (not a multiple of 64) prefill takes the
+  // per-expert GEMMs (matmul_raw: decoded tiles + cuBLAS); decode the 16-value-chunk GEMVs.
+  const Banks b = make_banks(DType::F8_E4M3_B16, DType::F8_E4M3_B16, DType::F8_E4M3_B16, 6, 80, 192, 808);
+  for (int64_t T : {1, 3, 40}) {
+    const double e = run(b, T, 2, false, 809 + static_cast<uint32_t>(T));
+    report("moe_experts", "F8_E4M3_B16 H=80 F=192 T=" + std::to_string(T), e);
+    EXPECT_LE(e, kTol) << "T=" << T;
   }
 }
 

@@ -6,10 +6,16 @@
 // expand weights in memory except the prefill path that asks for a bf16 copy.
 //
 // Formats: ggml/src/ggml-common.h block structs (mirrored in quant/blocks.h) and the reference
-// dequantizers in quant/ (legacy.cpp, k_quants.cpp, iq_quants.cpp, ternary_fp4.cpp); each load()
-// below performs the same arithmetic per element. Block sizes: Q4_0 18 B, Q4_1 20, Q5_0 22,
-// Q5_1 24, Q8_0 34, IQ4_NL 18, MXFP4 17 (32 elements); Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176,
-// Q6_K 210, IQ4_XS 136 (256 elements). Supported types: kCudaWeightTypes.
+// dequantizers in quant/ (legacy.cpp, k_quants.cpp, iq_quants.cpp, ternary_fp4.cpp, fp8.cpp); each
+// load() performs the same arithmetic per element, so the CUDA values equal the CPU's bit for bit.
+// Block sizes here: Q4_0 18 B, Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34, IQ4_NL 18, MXFP4 17 (32 elements);
+// Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, IQ4_XS 136 (256 elements). The codebook I-quants
+// (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) decode in dequant_iq.cuh; Q1_0, Q2_0, TQ1_0,
+// TQ2_0, NVFP4 and FreeToken's FP8 forms F8_E4M3_B32 / F8_E4M3_B16 (quant/fp8.h, chunk 16 for B16) in
+// dequant_lowbit.cuh. Those two headers are included only by the files that instantiate kernels for
+// their types (FT_CUDA_IQ_WEIGHT_TYPES / FT_CUDA_LOWBIT_WEIGHT_TYPES below: gemv_iq.cu,
+// gemv_lowbit.cu, dequant_ext.cu, moe_grouped_gemm_iq.cu, moe_grouped_gemm_lowbit.cu); the dispatching
+// files declare those instantiations extern. Supported types: cuda_weight_type.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -327,6 +333,9 @@ inline bool cuda_weight_type(DType t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0:
     case DType::Q5_1: case DType::Q8_0: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K:
     case DType::Q6_K: case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M: case DType::Q1_0: case DType::Q2_0: case DType::TQ1_0:
+    case DType::TQ2_0: case DType::NVFP4: case DType::F8_E4M3_B32: case DType::F8_E4M3_B16:
       return true;
     default:
       return false;
@@ -334,9 +343,24 @@ inline bool cuda_weight_type(DType t) {
 }
 
 /** Elements per chunk of `t` (host side; `t` must satisfy cuda_weight_type). */
-inline int chunk_elems(DType t) { return t == DType::F32 ? 4 : (t == DType::F16 || t == DType::BF16) ? 8 : 32; }
+inline int chunk_elems(DType t) {
+  if (t == DType::F32) return 4;
+  if (t == DType::F16 || t == DType::BF16) return 8;
+  return t == DType::F8_E4M3_B16 ? 16 : 32;
+}
 
 }  // namespace ft::cuda
+
+/** The weight types whose kernels are instantiated in their own files (dequant_iq.cuh's and
+ *  dequant_lowbit.cuh's): X(TYPE, ...) for each, the DType's name unqualified. */
+#define FT_CUDA_IQ_WEIGHT_TYPES(X, ...) \
+  X(IQ2_XXS, __VA_ARGS__) X(IQ2_XS, __VA_ARGS__) X(IQ2_S, __VA_ARGS__) X(IQ3_XXS, __VA_ARGS__) \
+  X(IQ3_S, __VA_ARGS__) X(IQ1_S, __VA_ARGS__) X(IQ1_M, __VA_ARGS__)
+#define FT_CUDA_LOWBIT_WEIGHT_TYPES(X, ...) \
+  X(Q1_0, __VA_ARGS__) X(Q2_0, __VA_ARGS__) X(TQ1_0, __VA_ARGS__) X(TQ2_0, __VA_ARGS__) \
+  X(NVFP4, __VA_ARGS__) X(F8_E4M3_B32, __VA_ARGS__) X(F8_E4M3_B16, __VA_ARGS__)
+#define FT_DISPATCH_WEIGHT_CASE_(T, ...) \
+  case ::ft::DType::T: { constexpr auto WT = ::ft::DType::T; __VA_ARGS__; break; }
 
 /** Binds constant `WT` to the DType of a supported weight type and runs the body; the caller
  *  checks cuda_weight_type() first. */
@@ -358,5 +382,7 @@ inline int chunk_elems(DType t) { return t == DType::F32 ? 4 : (t == DType::F16 
     case ::ft::DType::IQ4_NL: { constexpr auto WT = ::ft::DType::IQ4_NL; __VA_ARGS__; break; } \
     case ::ft::DType::IQ4_XS: { constexpr auto WT = ::ft::DType::IQ4_XS; __VA_ARGS__; break; } \
     case ::ft::DType::MXFP4: { constexpr auto WT = ::ft::DType::MXFP4; __VA_ARGS__; break; }   \
+    FT_CUDA_IQ_WEIGHT_TYPES(FT_DISPATCH_WEIGHT_CASE_, __VA_ARGS__)                              \
+    FT_CUDA_LOWBIT_WEIGHT_TYPES(FT_DISPATCH_WEIGHT_CASE_, __VA_ARGS__)                          \
     default: FT_CHECK(false && "unsupported weight dtype reached FT_DISPATCH_WEIGHT");           \
   }

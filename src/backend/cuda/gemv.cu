@@ -1,6 +1,7 @@
 // launch_gemv: host dispatch of the weight-decoding GEMV (gemv.cuh) over the weight dtype, with
 // the alignment and shape checks its vector loads rely on. Instantiations: gemv_float.cu,
-// gemv_legacy.cu, gemv_kquant.cu (split so the CUDA build compiles them in parallel).
+// gemv_legacy.cu, gemv_kquant.cu, gemv_iq.cu, gemv_lowbit.cu (split so the CUDA build compiles them
+// in parallel).
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -12,6 +13,8 @@ namespace ft::cuda {
 
 template <DType WT>
 void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s);
+FT_CUDA_IQ_WEIGHT_TYPES(FT_EXTERN_GEMV_, _)  // gemv_iq.cu
+FT_CUDA_LOWBIT_WEIGHT_TYPES(FT_EXTERN_GEMV_, _)  // gemv_lowbit.cu
 
 void launch_gemv(DType wt, int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cudaStream_t s) {
   if (!cuda_weight_type(wt)) fail(ErrorCode::kUnsupported, "gemv: weight dtype {} has no CUDA kernel", dtype_name(wt));

@@ -260,4 +260,10 @@ void launch_gemv_t(int maxt, bool glu, const GemvArgs& a, int64_t n_problems, cu
   else launch_pdl(gemv_kernel<WT, 8, false>, grid, kGemvWarps * 32, 0, s, a, n_problems, lg);
 }
 
+/** Declares (X = FT_EXTERN_GEMV_) launch_gemv_t of type T as instantiated in another file, or
+ *  (X = FT_INSTANTIATE_GEMV_) instantiates it; used with dequant.cuh's type lists. */
+#define FT_GEMV_SIG_(T) void launch_gemv_t<::ft::DType::T>(int, bool, const GemvArgs&, int64_t, cudaStream_t);
+#define FT_EXTERN_GEMV_(T, ...) extern template FT_GEMV_SIG_(T)
+#define FT_INSTANTIATE_GEMV_(T, ...) template FT_GEMV_SIG_(T)
+
 }  // namespace ft::cuda
