@@ -66,7 +66,9 @@ class CudaWeightTypeLoad : public ::testing::Test {
   }
 };
 
-TEST_F(CudaWeightTypeLoad, EveryMatrixTypeTheCpuReadsHasACudaKernel) {
+TEST(CudaWeightTypeList, EveryMatrixTypeTheCpuReadsHasACudaKernel) {
+  // Host-side lists only: runs in any build with the CUDA backend, device or not.
+  if (cuda_weight_kernel_types().empty()) GTEST_SKIP() << "this build has no CUDA backend";
   std::vector<DType> types = {DType::F8_E4M3_B32, DType::F8_E4M3_B16};
   for (uint32_t id = 0; id < 64; ++id) {
     try {

@@ -41,8 +41,10 @@ class CudaWeightTypes : public GpuTest {
   }
 };
 
-TEST_F(CudaWeightTypes, EveryListedTypeHasAKernelAndIsNamed) {
+TEST(CudaWeightTypeList, EveryListedTypeHasAKernelAndIsNamed) {
+  // Host-side lists only: runs in any build with the CUDA backend, device or not.
   const std::string names = cuda_weight_kernel_types();
+  if (names.empty()) GTEST_SKIP() << "this build has no CUDA backend";
   for (DType dt : cuda_weight_types_under_test()) {
     EXPECT_TRUE(cuda_has_weight_kernel(dt)) << dtype_name(dt);
     EXPECT_NE(names.find(dtype_name(dt)), std::string::npos) << dtype_name(dt) << " missing from " << names;
