@@ -108,6 +108,7 @@ TEST_F(CudaWeightTypeLoad, Q2_0MatricesLoadAndRunUnderEveryStrategy) {
     for (MoeStrategy s : {MoeStrategy::kFused, MoeStrategy::kOffload, MoeStrategy::kCpu}) {
       EngineOptions o = small_engine_options();
       o.moe.strategy = s;
+      if (s == MoeStrategy::kOffload) o.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};  // 2 x 8 experts: misses
       Engine e(open_checkpoint(file), make_cuda_ops(0, DType::F32), o);
       const GenerateResult r = generate(e, {greedy_request({1, 2, 3, 4}, 4)})[0];
       EXPECT_EQ(r.tokens.size(), 4u) << name;
