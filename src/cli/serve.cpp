@@ -212,6 +212,8 @@ int run_serve(const ServeFlags& f) {
   sm.object_tool_arguments = server::template_takes_object_arguments(chat_template);
   sm.renders_tools = server::template_renders_tools(chat_template);
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
+  sm.memory_rows = memory_rows(plan);
+  sm.memory_limit = memory_limit(plan);
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
 
@@ -240,6 +242,7 @@ int run_serve(const ServeFlags& f) {
               format_bytes(plan.weight_bytes).c_str(), static_cast<long long>(plan.kv_tokens), plan.kv_pages,
               plan.kv.page_size, format_bytes(plan.kv_bytes).c_str(), engine->ops().name(),
               f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
+  std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
   if (const PagePool* swa = engine->kv().swa_pool()) {
     int n_swa = 0;
     for (int32_t l = 0; l < kc.n_layer; ++l) n_swa += engine->kv().in_swa_pool(l);

@@ -1,7 +1,10 @@
 #include "engine/memory_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "engine/engine.h"
 #include "model/blocks.h"
@@ -162,6 +165,51 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   p.embed_weights = embed;
   p.host_mapped_bytes = model.host_mapped_bytes();
   return p;
+}
+
+std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
+  std::vector<MemoryRow> rows;
+  auto add = [&](std::string name, int64_t device, int64_t host, std::string detail) {
+    if (device > 0 || host > 0) rows.push_back({std::move(name), device, host, std::move(detail)});
+  };
+  const bool moe = p.moe && p.budget;
+  const int64_t experts = moe ? p.budget->expert_bytes : 0;
+  const bool resident = moe && p.moe->strategy == MoeStrategy::kFused;
+  // placed.weights counts every routed expert as if resident (the budget takes them out again).
+  add("dense weights", std::max<int64_t>(p.placed.weights - experts, 0), 0, "");
+  if (moe) {
+    add("routed experts", resident ? experts : 0, resident ? 0 : experts,
+        fmt::format("{} experts{}", p.budget->total_experts, resident ? "" : ", host banks"));
+    if (p.moe->cache.n_slots > 0)
+      add("expert slots", p.moe->cache.pool_bytes, 0,
+          fmt::format("{} slots of {}", p.moe->cache.n_slots, format_bytes(p.budget->slot_bytes)));
+  }
+  add("token embeddings", 0, p.host_mapped_bytes, "read over the bus (--embed-weights)");
+  add("KV cache", p.kv_bytes, 0, fmt::format("{} tokens, {} a token", p.kv_tokens, format_bytes(p.kv_bytes_per_token)));
+  add("step buffers", p.placed.buffers, 0, "");
+  add("workspace", p.placed.workspace, 0, "the largest step's scratch");
+  return rows;
+}
+
+int64_t memory_limit(const MemoryPlan& p) {
+  if (p.budget && p.budget->gpu_memory_limit < std::numeric_limits<int64_t>::max() / 8) return p.budget->gpu_memory_limit;
+  return p.gpu_memory_limit;
+}
+
+std::string memory_table(const MemoryPlan& p, const std::string& device) {
+  const std::vector<MemoryRow> rows = memory_rows(p);
+  std::string s = fmt::format("  {:<18} {:>11} {:>11}  \n", "", device, "host");
+  int64_t dev = 0, host = 0;
+  for (const MemoryRow& r : rows) {
+    s += fmt::format("  {:<18} {:>11} {:>11}  {}\n", r.name, r.device > 0 ? format_bytes(r.device) : "-",
+                     r.host > 0 ? format_bytes(r.host) : "-", r.detail);
+    dev += r.device, host += r.host;
+  }
+  s += fmt::format("  {:<18} {:>11} {:>11}  CUDA graphs not counted\n", "total", format_bytes(dev), format_bytes(host));
+  if (const int64_t limit = memory_limit(p); limit > 0)
+    s += fmt::format("  {:<18} {:>11} {:>11}  {} left\n", "limit", format_bytes(limit), "",
+                     dev <= limit ? format_bytes(limit - dev) : "-" + format_bytes(dev - limit));
+  return s;
 }
 
 }  // namespace ft

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/ops.h"
 #include "engine/moe_runtime.h"
@@ -77,6 +78,30 @@ struct MemoryPlanInputs {
   int64_t buffer_bytes = 0;
   WorkspaceShape workspace;
 };
+
+/** One row of the memory plan's table (memory_rows): bytes on the backend's device and in host
+ *  memory the plan put there. */
+struct MemoryRow {
+  std::string name;  // "dense weights", "routed experts", "expert slots", "token embeddings", "KV cache", ...
+  int64_t device = 0;
+  int64_t host = 0;
+  std::string detail;  // counts behind the bytes ("1,952 slots of 9.4 MiB", "16,384 tokens")
+};
+
+/** The plan's rows, in order: dense weights (everything resident but the routed experts), routed
+ *  experts (resident under fused, else their host banks), the expert cache's slots, token embeddings
+ *  when read from host memory, the KV cache, step buffers, the backend's workspace. Rows of 0 bytes
+ *  on both sides are left out. The memory the CUDA graphs take is not known here and not counted. */
+std::vector<MemoryRow> memory_rows(const MemoryPlan& p);
+
+/** The limit the rows' device bytes are held to: the MoE budget's (--gpu-memory-limit, else the
+ *  device's free memory when the plan was made), else --gpu-memory-limit; 0 when there is none. */
+int64_t memory_limit(const MemoryPlan& p);
+
+/** The table `ft serve` prints at start: a header, one line per memory_rows row with its device and
+ *  host bytes, then the totals and, with a limit, the limit and the margin left. `device` names the
+ *  device column ("GPU", or "device" for the CPU backend, whose device is host memory too). */
+std::string memory_table(const MemoryPlan& p, const std::string& device);
 
 /** Plans the engine's memory once the model, the KV cache and the step buffers are placed: checks
  *  --gpu-memory-limit (kInvalidArgument below 0), decides the token embedding table's place

@@ -6,10 +6,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/http_types.h"
 #include <nlohmann/json.hpp>
 
+#include "engine/memory_plan.h"
 #include "engine/moe_runtime.h"
 #include "engine/service.h"
 #include "server/errors.h"
@@ -74,6 +76,9 @@ struct ServedModel {
    *  with tools (tool_choice other than "none") are refused, as the model would never see them. */
   bool renders_tools = true;
   std::function<std::optional<MoeReport>()> moe_report;  // MoE counters for /v1/stats, /metrics (unset or nullopt: none)
+  /** The memory plan's rows (engine/memory_plan.h memory_rows) and limit (0: none), for /v1/stats. */
+  std::vector<MemoryRow> memory_rows;
+  int64_t memory_limit = 0;
 };
 
 /** The name a checkpoint at `path` is served under when --served-model-name gives none: a file's

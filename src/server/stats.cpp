@@ -79,6 +79,20 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
     kv["swa_pages_used"] = s.kv_swa_pages_used;
   }
   j["kv"] = kv;
+  if (!ctx.model.memory_rows.empty()) {  // the start-up banner's memory table
+    oj mem;
+    oj rows = oj::array();
+    int64_t device = 0, host = 0;
+    for (const MemoryRow& r : ctx.model.memory_rows) {
+      rows.push_back({{"name", r.name}, {"device_bytes", r.device}, {"host_bytes", r.host}, {"detail", r.detail}});
+      device += r.device, host += r.host;
+    }
+    mem["rows"] = rows;
+    mem["device_bytes"] = device;
+    mem["host_bytes"] = host;
+    mem["limit_bytes"] = ctx.model.memory_limit > 0 ? oj(ctx.model.memory_limit) : oj();
+    j["memory"] = mem;
+  }
   oj req;
   req["running"] = s.running;
   req["waiting"] = s.waiting;

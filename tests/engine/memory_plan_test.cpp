@@ -138,6 +138,54 @@ TEST(MemoryPlan, MoePlanCarriesItsInputsAndTheEmbeddingPlacement) {
   EXPECT_EQ(h.budget->resident_bytes, p.budget->resident_bytes - h.host_mapped_bytes);
 }
 
+// The start-up banner's table and /v1/stats' memory rows: each row is a real figure of the plan,
+// the device column sums to what the budget holds against the limit, the margin is what is left.
+TEST(MemoryPlan, TableRowsAreThePlansFigures) {
+  EngineOptions o = small_engine_options();
+  o.kv_reserve_tokens = 1024;
+  o.embed_weights = "device";
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.moe.cache = {CacheSizeMode::kSlots, 128, 0.0};
+  o.gpu_memory_limit = int64_t{1} << 30;
+  auto e = Engine::load(fixture("qwen3_moe_64e"), o);
+  const MemoryPlan& p = e->memory_plan();
+  ASSERT_TRUE(p.moe && p.budget);
+  const std::vector<MemoryRow> rows = memory_rows(p);
+  auto row = [&](const std::string& name) -> const MemoryRow* {
+    for (const MemoryRow& r : rows)
+      if (r.name == name) return &r;
+    return nullptr;
+  };
+  ASSERT_TRUE(row("dense weights") && row("routed experts") && row("expert slots") && row("KV cache"));
+  EXPECT_EQ(row("dense weights")->device, p.placed.weights - p.budget->expert_bytes);
+  EXPECT_EQ(row("routed experts")->device, 0);  // offload: in host banks
+  EXPECT_EQ(row("routed experts")->host, p.budget->expert_bytes);
+  EXPECT_EQ(row("expert slots")->device, 128 * p.budget->slot_bytes);
+  EXPECT_EQ(row("expert slots")->detail, "128 slots of " + format_bytes(p.budget->slot_bytes));
+  EXPECT_EQ(row("KV cache")->device, p.kv_bytes);
+  EXPECT_EQ(row("token embeddings"), nullptr);  // on the device: in the dense weights
+  int64_t device = 0;
+  for (const MemoryRow& r : rows) device += r.device;
+  EXPECT_EQ(device, p.placed.weights - p.budget->expert_bytes + p.kv_bytes + p.placed.buffers + p.placed.workspace +
+                        128 * p.budget->slot_bytes);
+  EXPECT_EQ(memory_limit(p), int64_t{1} << 30);
+  const std::string table = memory_table(p, "GPU");
+  EXPECT_NE(table.find("expert slots"), std::string::npos) << table;
+  EXPECT_NE(table.find("  limit                 1.00 GiB "), std::string::npos) << table;
+  EXPECT_NE(table.find(format_bytes((int64_t{1} << 30) - device) + " left"), std::string::npos) << table;
+  // Fused with no limit: the experts are device rows and there is no limit line.
+  o.moe = MoeOptions();
+  o.gpu_memory_limit = 0;
+  auto f = Engine::load(fixture("qwen3_moe_64e"), o);
+  const std::vector<MemoryRow> fr = memory_rows(f->memory_plan());
+  ASSERT_GE(fr.size(), 2u);
+  EXPECT_EQ(fr[1].name, "routed experts");
+  EXPECT_EQ(fr[1].device, f->memory_plan().budget->expert_bytes);
+  EXPECT_EQ(fr[1].host, 0);
+  EXPECT_EQ(memory_limit(f->memory_plan()), 0);
+  EXPECT_EQ(memory_table(f->memory_plan(), "device").find("limit"), std::string::npos);
+}
+
 TEST(MemoryPlan, KvCacheLayout) {
   EngineOptions o = small_engine_options();
   o.kv_tokens = 1024;

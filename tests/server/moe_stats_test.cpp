@@ -58,6 +58,8 @@ class MoeServer {
     sm.vocab = &demo_vocab();
     sm.chat_template = &template_;
     sm.moe_report = [e = engine_.get()] { return e->moe_report(); };
+    sm.memory_rows = memory_rows(engine_->memory_plan());  // as ft serve
+    sm.memory_limit = memory_limit(engine_->memory_plan());
     http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
     port_ = http_->bind();
     thread_ = std::thread([this] { http_->serve(); });
@@ -136,6 +138,22 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["prefetch"], true);
   EXPECT_EQ(m["prefetch_depth"], 1);  // 16 slots: fewer than depth 2's 4 x experts per layer
   EXPECT_TRUE(m["fetch_cap"].is_null());  // hybrid only
+  EXPECT_TRUE(m["cpu_cost_fetches"].is_null());
+  // The memory plan's table, row for row.
+  ASSERT_TRUE(st.contains("memory")) << r->body;
+  const std::vector<MemoryRow> rows = memory_rows(s.engine().memory_plan());
+  ASSERT_EQ(st["memory"]["rows"].size(), rows.size());
+  int64_t device = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(st["memory"]["rows"][i]["name"], rows[i].name);
+    EXPECT_EQ(st["memory"]["rows"][i]["device_bytes"], rows[i].device);
+    EXPECT_EQ(st["memory"]["rows"][i]["host_bytes"], rows[i].host);
+    device += rows[i].device;
+  }
+  EXPECT_EQ(st["memory"]["device_bytes"], device);
+  EXPECT_EQ(st["memory"]["rows"][1]["name"], "routed experts");
+  EXPECT_GT(st["memory"]["rows"][1]["host_bytes"], 0);  // offload: host banks
+  EXPECT_TRUE(st["memory"]["limit_bytes"].is_null());  // the CPU backend without --gpu-memory-limit
   const int64_t fetched = want->total.misses + want->total.prefetched;
   EXPECT_GT(fetched, 16);  // more experts fetched than slots: evictions happened
   EXPECT_GT(want->total.hits, 0);
@@ -211,6 +229,23 @@ TEST(MoeStats, CpuStrategyHasNoHitRate) {
   EXPECT_EQ(text.find("freetoken_moe_hit_rate"), std::string::npos) << text;
   EXPECT_NE(text.find("freetoken_moe_cache_slots 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("freetoken_moe_info{strategy=\"cpu\","), std::string::npos) << text;
+}
+
+// Hybrid without a cap reports the planned split its calibration chose (the CPU cost of an expert,
+// in fetches: one of the five candidates) and no cap.
+TEST(MoeStats, HybridReportsItsPlannedSplit) {
+  MoeServer s(MoeStrategy::kHybrid);
+  auto c = s.client();
+  chat(c, "split by cost");
+  const nlohmann::json m = moe_block(c);
+  ASSERT_TRUE(m.is_object()) << m.dump();
+  EXPECT_EQ(m["strategy"], "hybrid");
+  EXPECT_TRUE(m["fetch_cap"].is_null()) << m.dump();
+  ASSERT_TRUE(m["cpu_cost_fetches"].is_number()) << m.dump();
+  const double cost = m["cpu_cost_fetches"].get<double>();
+  EXPECT_TRUE(cost == 0.25 || cost == 0.5 || cost == 1.0 || cost == 2.0 || cost == 4.0) << cost;
+  EXPECT_GE(m["cpu_token_cost_fetches"].get<double>(), 0.0);
+  EXPECT_LE(m["cpu_token_cost_fetches"].get<double>(), cost);
 }
 
 // Hybrid reports its fetch cap (here given; otherwise the calibrated one).
