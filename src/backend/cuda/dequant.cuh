@@ -23,6 +23,14 @@
 
 #include "tensor/dtype.h"
 
+/** `#pragma unroll` for the decoders' loops under nvcc, nothing in a host compiler (tests compile
+ *  the decoders for the host: tests/gpu/dequant_host_test.cpp). */
+#if defined(__CUDACC__)
+#define FT_UNROLL _Pragma("unroll")
+#else
+#define FT_UNROLL
+#endif
+
 namespace ft::cuda {
 
 __device__ __forceinline__ float ld_f16(const uint8_t* p) {
@@ -63,7 +71,7 @@ struct Dq<DType::F16> {
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint4 u = ld16(row + c * 16);
     const __half2* h = reinterpret_cast<const __half2*>(&u);
-#pragma unroll
+FT_UNROLL
     for (int i = 0; i < 4; ++i) {
       const float2 f = __half22float2(h[i]);
       v[2 * i] = f.x, v[2 * i + 1] = f.y;
@@ -76,7 +84,7 @@ struct Dq<DType::BF16> {
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint4 u = ld16(row + c * 16);
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
+FT_UNROLL
     for (int i = 0; i < 4; ++i) {
       v[2 * i] = __uint_as_float(w[i] << 16);
       v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
@@ -91,7 +99,7 @@ struct Dq<DType::Q4_0> {
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + c * kBytes;
     const float d = ld_f16(b);
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = b[2 + j];
       v[j] = i2f((q & 15) - 8) * d;
@@ -105,7 +113,7 @@ struct Dq<DType::Q4_1> {
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + c * kBytes;
     const float d = ld_f16(b), m = ld_f16(b + 2);
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = b[4 + j];
       v[j] = i2f(q & 15) * d + m;
@@ -120,7 +128,7 @@ struct Dq<DType::Q5_0> {
     const uint8_t* b = row + c * kBytes;
     const float d = ld_f16(b);
     const uint32_t qh = ld_u32_bytes(b + 2);
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = b[6 + j];
       const int h0 = static_cast<int>((qh >> j) & 1) << 4, h1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
@@ -136,7 +144,7 @@ struct Dq<DType::Q5_1> {
     const uint8_t* b = row + c * kBytes;
     const float d = ld_f16(b), m = ld_f16(b + 2);
     const uint32_t qh = ld_u32_bytes(b + 4);
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = b[8 + j];
       const int h0 = static_cast<int>((qh >> j) & 1) << 4, h1 = static_cast<int>((qh >> (j + 16)) & 1) << 4;
@@ -151,7 +159,7 @@ struct Dq<DType::Q8_0> {
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + c * kBytes;
     const float d = ld_f16(b);
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 32; ++j) v[j] = i2f(static_cast<int8_t>(b[2 + j])) * d;
   }
 };
@@ -161,7 +169,7 @@ struct Dq<DType::IQ4_NL> {
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + c * kBytes;
     const float d = ld_f16(b);
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = b[2 + j];
       v[j] = d * kv_iq4nl(q & 15);
@@ -176,7 +184,7 @@ struct Dq<DType::MXFP4> {
     const uint8_t* b = row + c * kBytes;
     const uint32_t e = b[0];
     const float d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);  // 2^(e-127) / 2
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = b[1 + j];
       v[j] = kv_mxfp4(q & 15) * d;
@@ -194,11 +202,11 @@ struct Dq<DType::Q2_K> {
     const int s = static_cast<int>(c & 7), n = s >> 2, j = s & 3;
     const float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
     const uint8_t* q = b + 16 + 32 * n;
-#pragma unroll
+FT_UNROLL
     for (int part = 0; part < 2; ++part) {
       const int sc = b[8 * n + 2 * j + part];
       const float dl = d * i2f(sc & 15), ml = dmin * i2f(sc >> 4);
-#pragma unroll
+FT_UNROLL
       for (int l = 0; l < 16; ++l) v[16 * part + l] = dl * i2f((q[16 * part + l] >> (2 * j)) & 3) - ml;
     }
   }
@@ -214,13 +222,13 @@ struct Dq<DType::Q3_K> {
     const uint8_t* q = b + 32 + 32 * n;
     const uint8_t* sc = b + 96;
     const int m = 1 << (4 * n + j);
-#pragma unroll
+FT_UNROLL
     for (int part = 0; part < 2; ++part) {
       const int is = 8 * n + 2 * j + part;
       const int lo = is < 8 ? (sc[is] & 15) : (sc[is - 8] >> 4);
       const int hi = (sc[8 + (is & 3)] >> (2 * (is >> 2))) & 3;
       const float dl = d * i2f((lo | hi << 4) - 32);
-#pragma unroll
+FT_UNROLL
       for (int l = 16 * part; l < 16 * part + 16; ++l)
         v[l] = dl * i2f(((q[l] >> (2 * j)) & 3) - ((hm[l] & m) ? 0 : 4));
     }
@@ -265,9 +273,9 @@ struct Dq<DType::Q4_K> {
     const uint4 u0 = ld16(q), u1 = ld16(q + 16);
     const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
     const int shift = 4 * (s & 1);
-#pragma unroll
+FT_UNROLL
     for (int i = 0; i < 8; ++i)
-#pragma unroll
+FT_UNROLL
       for (int k = 0; k < 4; ++k) v[4 * i + k] = d1 * i2f((w[i] >> (8 * k + shift)) & 15) - m1;
   }
 };
@@ -284,7 +292,7 @@ struct Dq<DType::Q5_K> {
     const uint8_t* qh = b + 16;
     const uint8_t* ql = b + 48 + 32 * (s >> 1);
     const int shift = 4 * (s & 1);
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 32; ++l)
       v[l] = d1 * i2f(((ql[l] >> shift) & 15) + (((qh[l] >> s) & 1) << 4)) - m1;
   }
@@ -300,7 +308,7 @@ struct Dq<DType::Q6_K> {
     const uint8_t* qh = b + 128 + 32 * n;
     const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * n + 2 * qq;
     const int nib = 4 * (qq >> 1);
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 32; ++l) {
       const int q = (((ql[l] >> nib) & 15) | (((qh[l] >> (2 * qq)) & 3) << 4)) - 32;
       v[l] = d * i2f(sc[l >> 4]) * i2f(q);
@@ -318,7 +326,7 @@ struct Dq<DType::IQ4_XS> {
     const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
     const float dl = d * i2f(ls - 32);
     const uint8_t* qs = b + 8 + 16 * ib;
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int q = qs[j];
       v[j] = dl * kv_iq4nl(q & 15);

@@ -77,12 +77,12 @@ __device__ __forceinline__ float sgn(int signs, int j) { return (signs >> j) & 1
 
 /** v[0..7] = db * grid[j] * sign_j (iq_quants.cpp emit8). */
 __device__ __forceinline__ void emit8(float* v, float db, uint64_t g, int signs) {
-#pragma unroll
+FT_UNROLL
   for (int j = 0; j < 8; ++j) v[j] = db * gu(g, j) * sgn(signs, j);
 }
 /** v[0..7] from two 4-element entries sharing a sign byte (iq_quants.cpp emit4x2). */
 __device__ __forceinline__ void emit4x2(float* v, float db, uint32_t g1, uint32_t g2, int signs) {
-#pragma unroll
+FT_UNROLL
   for (int j = 0; j < 4; ++j) {
     v[j] = db * gu(g1, j) * sgn(signs, j);
     v[j + 4] = db * gu(g2, j) * sgn(signs, j + 4);
@@ -101,7 +101,7 @@ struct Dq<DType::IQ2_XXS> {
     const uint8_t* q = b + 2 + 8 * ib;  // 4 grid indices, then 4 x 7 sign bits + a 4-bit scale
     const uint32_t aux = ld_u32_bytes(q + 4);
     const float db = d * (0.5f + i2f(static_cast<int>(aux >> 28))) * 0.25f;
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l)
       iq::emit8(v + 8 * l, db, __ldg(&iq::kIq2xxs.v[q[l]]), iq::ksigns((aux >> (7 * l)) & 127));
   }
@@ -116,7 +116,7 @@ struct Dq<DType::IQ2_XS> {
     const float d = ld_f16(b);
     const int sc = b[66 + ib];
     const float db[2] = {d * (0.5f + i2f(sc & 15)) * 0.25f, d * (0.5f + i2f(sc >> 4)) * 0.25f};
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l) {
       const int q = iq::ld_u16(b + 2 + 8 * ib + 2 * l);  // 9-bit grid index, 7-bit sign index
       iq::emit8(v + 8 * l, db[l / 2], __ldg(&iq::kIq2xs.v[q & 511]), iq::ksigns(static_cast<uint32_t>(q) >> 9));
@@ -135,7 +135,7 @@ struct Dq<DType::IQ2_S> {
     const uint8_t* signs = b + 34 + 4 * ib;  // qs[32..63]: one sign byte per 8 weights
     const int qh = b[66 + ib], sc = b[74 + ib];
     const float db[2] = {d * (0.5f + i2f(sc & 15)) * 0.25f, d * (0.5f + i2f(sc >> 4)) * 0.25f};
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l) {
       const int idx = qs[l] | ((qh << (8 - 2 * l)) & 0x300);
       iq::emit8(v + 8 * l, db[l / 2], __ldg(&iq::kIq2s.v[idx]), signs[l]);
@@ -153,7 +153,7 @@ struct Dq<DType::IQ3_XXS> {
     const uint8_t* qs = b + 2 + 8 * ib;
     const uint32_t aux = ld_u32_bytes(b + 2 + 64 + 4 * ib);  // 4 x 7 sign bits + a 4-bit scale
     const float db = d * (0.5f + i2f(static_cast<int>(aux >> 28))) * 0.5f;
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l)
       iq::emit4x2(v + 8 * l, db, __ldg(&iq::kIq3xxs.v[qs[2 * l]]), __ldg(&iq::kIq3xxs.v[qs[2 * l + 1]]),
                   iq::ksigns((aux >> (7 * l)) & 127));
@@ -172,7 +172,7 @@ struct Dq<DType::IQ3_S> {
     const int sc = b[106 + ib / 2];
     const float db = d * i2f(1 + 2 * ((ib & 1) ? sc >> 4 : sc & 15));
     const int qh = b[66 + ib];  // 9th index bit of each of the 8 entries
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l) {
       const int i1 = qs[2 * l] | ((qh << (8 - 2 * l)) & 256);
       const int i2 = qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256);
@@ -192,10 +192,10 @@ struct Dq<DType::IQ1_S> {
     const int qh = iq::ld_u16(b + 34 + 2 * ib);  // 4 x 3 high index bits, a 3-bit scale, the delta's sign
     const float dl = d * i2f(2 * ((qh >> 12) & 7) + 1);
     const float delta = (qh & 0x8000) ? -quant::kIq1sDelta : quant::kIq1sDelta;
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l) {
       const uint64_t g = __ldg(&iq::kIq1s.v[qs[l] | (((qh >> (3 * l)) & 7) << 8)]);
-#pragma unroll
+FT_UNROLL
       for (int j = 0; j < 8; ++j) v[8 * l + j] = dl * (iq::gs(g, j) + delta);
     }
   }
@@ -222,11 +222,11 @@ struct Dq<DType::IQ1_M> {
     const float dp = quant::kIq1sDelta;
     const float delta[4] = {(qh0 & 0x08) ? -dp : dp, (qh0 & 0x80) ? -dp : dp, (qh1 & 0x08) ? -dp : dp,
                             (qh1 & 0x80) ? -dp : dp};
-#pragma unroll
+FT_UNROLL
     for (int l = 0; l < 4; ++l) {
       const float dl = l < 2 ? dl1 : dl2;
       const uint64_t g = __ldg(&iq::kIq1s.v[idx[l]]);
-#pragma unroll
+FT_UNROLL
       for (int j = 0; j < 8; ++j) v[8 * l + j] = dl * (iq::gs(g, j) + delta[l]);
     }
   }

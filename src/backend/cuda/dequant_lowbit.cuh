@@ -48,10 +48,10 @@ __device__ __forceinline__ float e4m3(int c) {
 template <int kB>
 __device__ __forceinline__ void fp8_block(const uint8_t* b, float* v) {
   const float d = __uint_as_float(ld_u32_bytes(b));
-#pragma unroll
+FT_UNROLL
   for (int k = 0; k < kB; k += 4) {
     const uint32_t w = ld_u32_bytes(b + 4 + k);
-#pragma unroll
+FT_UNROLL
     for (int i = 0; i < 4; ++i) v[k + i] = e4m3(static_cast<int>((w >> (8 * i)) & 0xff)) * d;
   }
 }
@@ -65,7 +65,7 @@ struct Dq<DType::Q1_0> {
     const uint8_t* b = row + (c >> 2) * kBytes;
     const float d = ld_f16(b), neg_d = -d;
     const uint32_t bits = ld_u32_bytes(b + 2 + 4 * (c & 3));  // elements 32 (c % 4) .. + 31
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 32; ++j) v[j] = (bits >> j) & 1 ? d : neg_d;
   }
 };
@@ -77,7 +77,7 @@ struct Dq<DType::Q2_0> {
     const uint8_t* b = row + (c >> 1) * kBytes;
     const float d = ld_f16(b);
     const uint8_t* q = b + 2 + 8 * (c & 1);  // elements 32 (c % 2) .. + 31, 4 a byte
-#pragma unroll
+FT_UNROLL
     for (int j = 0; j < 32; ++j) v[j] = i2f(((q[j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
   }
 };
@@ -91,21 +91,21 @@ struct Dq<DType::TQ1_0> {
     const float d = ld_f16(b + 52);
     if (s < 5) {  // elements 32 s + m: trit s of qs[m]
       const int p = lowbit::pow3(s);
-#pragma unroll
+FT_UNROLL
       for (int m = 0; m < 32; ++m) v[m] = lowbit::trit(b[m], p, d);
     } else if (s < 7) {  // elements 160 + 16 n + m: trit n of qs[32 + m], n = 2 (s - 5) and the next
       const int n = 2 * (s - 5), p0 = lowbit::pow3(n), p1 = lowbit::pow3(n + 1);
-#pragma unroll
+FT_UNROLL
       for (int m = 0; m < 16; ++m) {
         v[m] = lowbit::trit(b[32 + m], p0, d);
         v[16 + m] = lowbit::trit(b[32 + m], p1, d);
       }
     } else {  // elements 224..239: trit 4 of qs[32 + m]; 240 + 4 n + m: trit n of qh[m]
-#pragma unroll
+FT_UNROLL
       for (int m = 0; m < 16; ++m) v[m] = lowbit::trit(b[32 + m], 81, d);
-#pragma unroll
+FT_UNROLL
       for (int n = 0; n < 4; ++n)
-#pragma unroll
+FT_UNROLL
         for (int m = 0; m < 4; ++m) v[16 + 4 * n + m] = lowbit::trit(b[48 + m], lowbit::pow3(n), d);
     }
   }
@@ -120,7 +120,7 @@ struct Dq<DType::TQ2_0> {
     const float d = ld_f16(b + 64);
     const uint8_t* q = b + 32 * (s >> 2);  // elements 128 (s / 4) + 32 (s % 4) + m: bits 2 (s % 4) of q[m]
     const int shift = 2 * (s & 3);
-#pragma unroll
+FT_UNROLL
     for (int m = 0; m < 32; ++m) v[m] = i2f(((q[m] >> shift) & 3) - 1) * d;
   }
 };
@@ -130,12 +130,12 @@ struct Dq<DType::NVFP4> {
   static constexpr int kBlock = 64, kBytes = 36, kChunk = 32;
   __device__ static void load(const uint8_t* row, int64_t c, float* v) {
     const uint8_t* b = row + (c >> 1) * kBytes;
-#pragma unroll
+FT_UNROLL
     for (int k = 0; k < 2; ++k) {  // sub-blocks 2 (c % 2) + k of 16 values, each with its own scale
       const int s = 2 * static_cast<int>(c & 1) + k;
       const float d = lowbit::ue4m3_half(b[s]);
       const uint8_t* q = b + 4 + 8 * s;
-#pragma unroll
+FT_UNROLL
       for (int j = 0; j < 8; ++j) {
         v[16 * k + j] = kv_mxfp4(q[j] & 15) * d;
         v[16 * k + j + 8] = kv_mxfp4(q[j] >> 4) * d;
