@@ -144,7 +144,8 @@ class OffloadedExperts final : public ExpertCompute {
    *  layer, or a policy that leaves misses to the CPU without the CPU executor (not hybrid). */
   void set_fetch_policy(const FetchPolicy& policy);
   /** Seconds (best of `reps`) the CPU expert executor takes for one expert of the first MoE layer
-   *  with `n_tokens` tokens routed to it (synthetic inputs; for the planner's calibration). Call
+   *  with `n_tokens` tokens routed to it, a different expert each run so its weights come from
+   *  memory (synthetic inputs; for the planner's calibration). Call
    *  between steps. Throws kInvalidArgument without the executor or for n_tokens outside
    *  [1, max_tokens], reps < 1. */
   double time_cpu_expert(int64_t n_tokens, int reps);
@@ -200,6 +201,7 @@ class OffloadedExperts final : public ExpertCompute {
   PrefetchTargets hints_;                  // predicted routes waiting for the next compute()
   Tensor hint_ids_[PrefetchTargets::kMax];
   int32_t prefetched_layer_ = -1;          // the layer whose experts the last admission prefetched
+  int64_t timed_expert_ = 0;               // time_cpu_expert's next expert (each run reads a new one)
 };
 
 /** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), OffloadedExperts
