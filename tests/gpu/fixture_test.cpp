@@ -182,49 +182,16 @@ TEST_P(CudaFixture, IntermediatesTrackCpu) {
   }
 }
 
-TEST(CudaFixtureMxfp4, GptOssMxfp4MatchesTransformers) {
-  // tests/model/fixtures/gpt_oss_mxfp4 (MXFP4 experts in OpenAI's layout; transformers' logits with
-  // Mxfp4Config(dequantize=True)) on CUDA with F32 activations: the experts stay MXFP4 in the
-  // resident weights (fused) and in the expert cache's slots (offload: copied from the host banks),
-  // decoded in the kernels; prompt logits within 2e-2, and the reference's greedy tokens.
+/** A fixture committed under tests/model/fixtures/<name> (a quantized checkpoint with transformers'
+ *  logits on its dequantized weights) on CUDA with F32 activations, fused and offload with the
+ *  smallest expert cache (16 slots: 2 x 8 experts): prompt logits within 2e-2, no greedy flips, and
+ *  the reference's greedy tokens. */
+void expect_repo_fixture_on_cuda(const std::string& name) {
   if (cuda_device_count() == 0) {
     if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
     GTEST_SKIP() << "no CUDA device visible";
   }
-  const std::string dir = source_dir() + "/tests/model/fixtures/gpt_oss_mxfp4";
-  const std::vector<RefCase> cases = read_reference(dir);
-  ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
-  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kOffload}) {
-    EngineOptions o = small_engine_options();
-    o.moe.strategy = strategy;
-    if (strategy == MoeStrategy::kOffload) o.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};  // the minimum, 2 x 8
-    Engine gpu(open_checkpoint(dir), make_cuda_ops(0, DType::F32), o);
-    const int64_t V = gpu.config().n_vocab;
-    for (const RefCase& c : cases) {
-      const std::string tag = c.name + (strategy == MoeStrategy::kFused ? " fused" : " offload");
-      SCOPED_TRACE(tag);
-      const GenerateResult g = generate(gpu, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))})[0];
-      int checked = 0, flipped = 0;
-      const double err = compare_rows(g.prompt_logits, c.logits, V, &checked, &flipped);
-      report("gpt_oss_mxfp4", tag, err);
-      EXPECT_LE(err, 2e-2);
-      EXPECT_EQ(flipped, 0) << "of " << checked;
-      EXPECT_EQ(g.tokens, c.greedy);
-    }
-  }
-}
-
-TEST(CudaFixtureFp8, Qwen3MoeFp8MatchesTransformers) {
-  // tests/model/fixtures/qwen3_moe_fp8 (DeepSeek's / Qwen's FP8 layout: E4M3 weights with a float32
-  // scale_inv per [128, 128] tile; transformers' logits on the dequantized weights) on CUDA with F32
-  // activations: dense and expert weights stay F8_E4M3_B32 / F8_E4M3_B16 on the device (fused) and in
-  // the expert cache's slots (offload), decoded in the kernels; prompt logits within 2e-2, and the
-  // reference's greedy tokens.
-  if (cuda_device_count() == 0) {
-    if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
-    GTEST_SKIP() << "no CUDA device visible";
-  }
-  const std::string dir = source_dir() + "/tests/model/fixtures/qwen3_moe_fp8";
+  const std::string dir = source_dir() + "/tests/model/fixtures/" + name;
   const std::vector<RefCase> cases = read_reference(dir);
   ASSERT_EQ(cases.size(), 2u) << "missing fixture " << dir;
   for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kOffload}) {
@@ -239,12 +206,26 @@ TEST(CudaFixtureFp8, Qwen3MoeFp8MatchesTransformers) {
       const GenerateResult g = generate(gpu, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))})[0];
       int checked = 0, flipped = 0;
       const double err = compare_rows(g.prompt_logits, c.logits, V, &checked, &flipped);
-      report("qwen3_moe_fp8", tag, err);
+      report(name, tag, err);
       EXPECT_LE(err, 2e-2);
       EXPECT_EQ(flipped, 0) << "of " << checked;
       EXPECT_EQ(g.tokens, c.greedy);
     }
   }
+}
+
+TEST(CudaFixtureMxfp4, GptOssMxfp4MatchesTransformers) {
+  // gpt_oss_mxfp4: MXFP4 experts in OpenAI's layout, transformers' logits with Mxfp4Config(dequantize=
+  // True); the experts stay MXFP4 in the resident weights (fused) and in the expert cache's slots
+  // (offload: copied from the host banks), decoded in the kernels.
+  expect_repo_fixture_on_cuda("gpt_oss_mxfp4");
+}
+
+TEST(CudaFixtureFp8, Qwen3MoeFp8MatchesTransformers) {
+  // qwen3_moe_fp8: DeepSeek's / Qwen's FP8 layout (E4M3 weights with a float32 scale_inv per
+  // [128, 128] tile); dense and expert weights stay F8_E4M3_B32 / F8_E4M3_B16 on the device (fused) and
+  // in the expert cache's slots (offload), decoded in the kernels.
+  expect_repo_fixture_on_cuda("qwen3_moe_fp8");
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaFixture,
