@@ -49,7 +49,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
                   "prefetches 1 ahead")
       ->group(g);
   cmd->add_option("--moe-cpu-int8", f.cpu_int8,
-                  "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their Q4_K/Q6_K weights with an "
+                  "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their Q4_K/Q6_K/MXFP4 weights with an "
                   "int8 form of the activations (AVX-512 VNNI; faster, ~1e-4 relative from fp32); off: fp32, bit for bit the "
                   "CPU backend's")
       ->capture_default_str()

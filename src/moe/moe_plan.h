@@ -79,7 +79,7 @@ struct MoePlan {
   bool prefetch = false;                       // set by the runtime: some layer fetches the next one's experts ahead
   int32_t prefetch_depth = 0;                  // set by the runtime: cache layers ahead (0: no prefetch)
   std::string prefetch_note;                   // set by the runtime: why the depth is below the one asked for
-  bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K with int8 activations
+  bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K/MXFP4 with int8 activations
   BankFormat bank_format = BankFormat::kStored;  // set by the runtime: the expert banks' form (no banks: kStored)
 
   /** Layer l's FetchPolicy: its fetch cap with the planned costs. */

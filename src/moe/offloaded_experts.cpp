@@ -55,7 +55,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
     cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us, opt_.cpu_int8);
-    spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}, int8 activations for Q4_K/Q6_K {}",
+    spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}, int8 activations for Q4_K/Q6_K/MXFP4 {}",
                  cpu_->n_threads(), physical_core_count(), cpu::simd_level(),
                  !opt_.cpu_int8 ? "off" : cpu::has_q8_dot(DType::Q4_K) ? "on" : "on but unavailable (no AVX-512 VNNI)");
     int64_t H = 0;

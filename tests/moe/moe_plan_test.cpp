@@ -167,7 +167,7 @@ TEST(MoePlan, ExplicitStrategies) {
   EXPECT_NE(p.summary().find(", prefetch 2 cache layers ahead"), std::string::npos) << p.summary();
   EXPECT_EQ(p.summary().find("int8"), std::string::npos) << p.summary();
   p.cpu_int8 = true;  // set by the runtime (--moe-cpu-int8 where the kernels run), so ft bench's moe_plan records it
-  EXPECT_NE(p.summary().find(", CPU int8 activations for Q4_K/Q6_K"), std::string::npos) << p.summary();
+  EXPECT_NE(p.summary().find(", CPU int8 activations for Q4_K/Q6_K/MXFP4"), std::string::npos) << p.summary();
   o.strategy = MoeStrategy::kOffload;
   o.fetch_cap = -1;
   // auto with CPU layers means offload.
