@@ -26,8 +26,9 @@
 // State: the DeltaNet's in the state slots; the PLE conv window and the last tokens there too
 // (StateLayer::conv2, ::tokens); the attention's K in the key pages, V then the indexer's key in the
 // value pages (kv_v_width), so prefix-cache hits and decode read what a cold prefill wrote.
-// ngram_hash, ple_gate and attention_qsa (and V4's ops used here) exist on the CPU backend only: the
-// model refuses other backends at load.
+// ngram_hash, ple_gate, stream_weighted_sum and attention_qsa (and V4's ops used here) exist on the
+// CPU and CUDA backends: the model refuses other backends at load. Step scratch grows geometrically
+// and a grown-out region is kept (retired, not freed), since a recorded decode graph may still use it.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -96,15 +97,26 @@ std::vector<float> f32(WeightLoader& ld, const std::string& name, std::initializ
 class Qwen4Exp final : public Model {
  public:
   Qwen4Exp(ModelConfig c, WeightLoader& ld, Ops& ops) : Model(std::move(c)) {
-    if (std::string(ops.name()) != "cpu")  // the ops named below have CPU kernels only
+    if (const std::string b = ops.name(); b != "cpu" && b != "cuda")  // the ops named below exist on these only
       fail(ErrorCode::kUnsupported, "qwen4_exp: the {} backend has no kernels for ngram_hash, ple_gate, "
-           "attention_qsa, hc_post, compress_kv and indexer_topk yet; run it on the CPU backend", ops.name());
+           "stream_weighted_sum, attention_qsa, hc_post, compress_kv and indexer_topk yet; run it on the CPU or "
+           "CUDA backend", b);
     if (ld.is_gguf()) fail(ErrorCode::kUnsupported, "qwen4_exp: GGUF checkpoints are not supported (safetensors)");
     read_config(ld.checkpoint().metadata().at("config"));
     load(ld, ops);
   }
 
-  bool move_embeddings_to_host(WeightLoader&) override { return false; }
+  /** The token table to host memory the backend reads a row per token from (as the decoder's); the
+   *  n-gram tables stay where they are. False when the LM head is tied to the table. */
+  bool move_embeddings_to_host(WeightLoader& ld) override {
+    if (output_.data == tok_embd_.data || host_mapped_bytes_ > 0) return host_mapped_bytes_ > 0;
+    const void* device_copy = tok_embd_.data;
+    tok_embd_ = ld.get_host_mapped({"", "model.embed_tokens.weight"}, {config_.n_vocab, config_.n_embd});
+    std::erase_if(storage_, [&](const Buffer& b) { return b.data() == device_copy; });  // CPU: none
+    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+    host_mapped_bytes_ = tok_embd_.bytes();
+    return true;
+  }
   void forward(ForwardContext& ctx) const override;
 
  private:
@@ -121,6 +133,7 @@ class Qwen4Exp final : public Model {
     Tensor streams, streams2, flat, low, up, post, comb, rep, ids, emb, key, value, gv, gvn, conv, vrow, iq, iproj, iw,
         sel, ent;
     std::vector<Buffer> storage;
+    std::vector<Buffer> retired;  // earlier, smaller regions a recorded CUDA graph may still address
   };
   Scratch& scratch(Ops& ops, int64_t T, int64_t entries) const;
 
@@ -378,9 +391,15 @@ Qwen4Exp::Scratch& Qwen4Exp::scratch(Ops& ops, int64_t T, int64_t entries) const
   Scratch& s = scratch_;
   if (T <= s.tokens && entries <= s.entries) return s;
   const ModelConfig& c = config_;
+  // Grown geometrically (decode's entries grow with the context); the old regions stay allocated.
+  const int64_t tokens = std::max<int64_t>(T, T > s.tokens ? 2 * s.tokens : s.tokens);
+  const int64_t ents = std::max<int64_t>(entries, entries > s.entries ? 2 * s.entries : s.entries);
+  std::vector<Buffer> retired = std::move(s.retired);
+  for (Buffer& b : s.storage) retired.push_back(std::move(b));
   s = Scratch();
-  s.tokens = std::max<int64_t>(T, 1);
-  s.entries = std::max<int64_t>(entries, 1);
+  s.retired = std::move(retired);
+  s.tokens = std::max<int64_t>(tokens, 1);
+  s.entries = std::max<int64_t>(ents, 1);
   const int64_t n = n_hc_, H = c.n_embd, R = s.tokens, heads = std::max<int64_t>(1, (ngram_ - 1) * heads_per_);
   auto make = [&](DType dt, std::initializer_list<int64_t> shape) {
     Tensor t(nullptr, dt, shape, ops.device());

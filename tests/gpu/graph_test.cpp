@@ -184,7 +184,8 @@ TEST(CudaEmbedWeights, TiedTableRefusesHost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphDecode,
-                         ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe", "qwen3_next", "qwen3_5"));
+                         ::testing::Values("qwen3", "llama", "qwen2_moe", "mixtral", "olmoe", "qwen3_next", "qwen3_5",
+                                           "qwen4_exp"));
 
 }  // namespace
 }  // namespace ft::testing

@@ -115,6 +115,13 @@ class CudaOps final : public Ops {
   void moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
                               const Tensor& tid2eid, Tensor ids, Tensor weights) override;
   void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out) override;
+  // Qwen4-Exp (ngram_hash.cu, ple_gate.cu, stream_weighted_sum.cu, attention_qsa.cu).
+  void ngram_hash(const NgramHashParams& p, const BatchInfo& batch, const Tensor& tokens, const Tensor& mult,
+                  const Tensor& sizes, const Tensor& offsets, Tensor history, Tensor ids) override;
+  void ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, Tensor out) override;
+  void stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) override;
+  void attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                     const Tensor& selected, Tensor out) override;
   int64_t max_sample_row() const override;
   int64_t workspace_bytes(const WorkspaceShape& s) const override;
 

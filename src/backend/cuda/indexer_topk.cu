@@ -1,6 +1,8 @@
 // indexer_topk: DeepSeek-V4's lightning indexer (ops.h). One block per query token: the rotated query
 // heads in shared memory, one score per visible entry in dynamic shared memory (so a sequence may
 // have at most kMaxEntries entries here), then top_k rounds of a block arg-max (ties to the lower w).
+// The candidates are the query's own visible entries either way, so IndexerParams::per_query
+// (Qwen4-Exp's QSA indexer: torch.topk over those only) selects the same set as V4's ranking here.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 

@@ -4,18 +4,21 @@
 // with the window in registers (rows before a sequence's first come from its old state, or are zero
 // at position 0), so a long prefill spreads over every SM; then the new states, one thread per
 // (channel, sequence), after every output has read the old ones. Reads and writes of a row are
-// coalesced over channels. x, out [T, C] F32 or BF16; w F32 [C, K], K <= kMaxTaps; conv_state F32
+// coalesced over channels. x, out [T, C] F32 or BF16; w F32 [C, K], K <= kMaxTaps (kernels instantiated
+// for up to 8 taps and, for Qwen4-Exp's zero-padded dilated PLE conv, up to 16); conv_state F32
 // [n_slots, K-1, C]. Rows of sequences with an out-of-range slot are skipped (the CPU backend throws).
 // Bytes moved: T * C * 2 activation elements (+ (K-1) C per tile) + S * C * 2 (K-1) * 4 + C * K * 4.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/op_checks.h"
 
+#include <type_traits>
+
 namespace ft {
 namespace cuda {
 namespace {
 
-constexpr int kMaxTaps = 8;
+constexpr int kMaxTaps = 16;
 constexpr int kTile = 32;  // rows per thread of the output kernel
 
 /** Input row src of sequence [t0, ...) for channel c: x itself from t0 on, the old state before it
@@ -27,7 +30,7 @@ __device__ __forceinline__ float conv_input(const T* x, const float* st, int64_t
   return fresh ? 0.0f : st[static_cast<int64_t>(K - 1 - (t0 - src)) * C + c];
 }
 
-template <typename T>
+template <typename T, int kMaxTaps>
 __global__ void ssm_conv_kernel(const T* __restrict__ x, const float* __restrict__ w, const float* state,
                                 T* out, int64_t C, int K, const int32_t* seq_start, int S, const int32_t* pos,
                                 const int32_t* slots, int64_t n_slots) {
@@ -79,7 +82,7 @@ __global__ void ssm_conv_kernel(const T* __restrict__ x, const float* __restrict
 }
 
 /** The new state of each sequence: its last K-1 input rows (older ones from the old state). */
-template <typename T>
+template <typename T, int kMaxTaps>
 __global__ void ssm_conv_state_kernel(const T* __restrict__ x, float* state, int64_t C, int K,
                                       const int32_t* seq_start, const int32_t* pos, const int32_t* slots,
                                       int64_t n_slots) {
@@ -116,13 +119,18 @@ void CudaOps::ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w,
   const unsigned cblocks = static_cast<unsigned>((C + 127) / 128);
   const dim3 grid(cblocks, static_cast<unsigned>((batch.n_tokens + cuda::kTile - 1) / cuda::kTile));
   FT_DISPATCH_ACT("ssm_conv", "x", x.dtype, {
-    cuda::ssm_conv_kernel<T><<<grid, 128, 0, stream_>>>(
-        x.ptr<T>(), w.ptr<float>(), conv_state.ptr<float>(), out.ptr<T>(), C, static_cast<int>(K),
-        batch.seq_start.ptr<int32_t>(), static_cast<int>(batch.n_seqs), batch.positions.ptr<int32_t>(),
-        batch.state_slots.ptr<int32_t>(), conv_state.dim(0));
-    cuda::ssm_conv_state_kernel<T><<<dim3(cblocks, static_cast<unsigned>(batch.n_seqs)), 128, 0, stream_>>>(
-        x.ptr<T>(), conv_state.ptr<float>(), C, static_cast<int>(K), batch.seq_start.ptr<int32_t>(),
-        batch.positions.ptr<int32_t>(), batch.state_slots.ptr<int32_t>(), conv_state.dim(0));
+    auto launch = [&](auto taps) {
+      constexpr int kTaps = decltype(taps)::value;
+      cuda::ssm_conv_kernel<T, kTaps><<<grid, 128, 0, stream_>>>(
+          x.ptr<T>(), w.ptr<float>(), conv_state.ptr<float>(), out.ptr<T>(), C, static_cast<int>(K),
+          batch.seq_start.ptr<int32_t>(), static_cast<int>(batch.n_seqs), batch.positions.ptr<int32_t>(),
+          batch.state_slots.ptr<int32_t>(), conv_state.dim(0));
+      cuda::ssm_conv_state_kernel<T, kTaps><<<dim3(cblocks, static_cast<unsigned>(batch.n_seqs)), 128, 0, stream_>>>(
+          x.ptr<T>(), conv_state.ptr<float>(), C, static_cast<int>(K), batch.seq_start.ptr<int32_t>(),
+          batch.positions.ptr<int32_t>(), batch.state_slots.ptr<int32_t>(), conv_state.dim(0));
+    };
+    if (K <= 8) launch(std::integral_constant<int, 8>());
+    else launch(std::integral_constant<int, cuda::kMaxTaps>());
   });
   FT_CUDA_LAUNCH_CHECK();
 }
