@@ -563,8 +563,8 @@ class Ops {
   virtual void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out);
 
   // ---- Qwen4-Exp ------------------------------------------------------------------------------
-  // CPU implementations only; a backend without one throws kUnsupported naming the op
-  // (backend/qwen4_exp_ops.cpp).
+  // CPU and CUDA implementations (backend/cpu/, backend/cuda/); a backend without one throws
+  // kUnsupported naming the op (backend/qwen4_exp_ops.cpp).
 
   /** Hashed n-gram ids of transformers' Qwen4ExpTextNGramEmbedding. For token t (position p of its
    *  sequence), tok_j = the token at p - j: this step's rows, then `history` (the sequence's last
