@@ -1,6 +1,7 @@
 // indexer_topk: DeepSeek-V4's lightning indexer (ops.h). One block per query token: the rotated query
-// heads in shared memory, one score per visible entry in dynamic shared memory (so a sequence may
-// have at most kMaxEntries entries here), then top_k rounds of a block arg-max (ties to the lower w).
+// heads in shared memory, one score per visible entry in dynamic shared memory (so the rotated heads
+// and a sequence's entries must fit kMaxSmem bytes: ~50k entries at 64 heads of 128), then top_k
+// rounds of a block arg-max (ties to the lower w).
 // The candidates are the query's own visible entries either way, so IndexerParams::per_query
 // (Qwen4-Exp's QSA indexer: torch.topk over those only) selects the same set as V4's ranking here.
 #include "backend/cuda/common.cuh"
@@ -10,7 +11,7 @@ namespace ft {
 namespace cuda {
 namespace {
 
-constexpr int64_t kMaxEntries = 8192;
+constexpr size_t kMaxSmem = 200 * 1024;  // of the 227 KiB an sm_90 block may opt into
 
 template <typename T>
 __global__ void indexer_kernel(const T* q, const T* w, const T* keys, const int32_t* positions,
@@ -98,11 +99,11 @@ void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const
     fail(ErrorCode::kInvalidArgument, "{}: q {}, w {}, keys {}, ids {} do not fit {} heads of {} and top_k {}", op,
          q.str(), w.str(), keys.str(), ids.str(), nh, hd, K);
   const int64_t M = keys.dim(1);
-  if (M > cuda::kMaxEntries)
-    fail(ErrorCode::kUnsupported, "{}: {} compressed entries per sequence; the CUDA indexer scores up to {} so far", op,
-         M, cuda::kMaxEntries);
-  if (T == 0) return;
   const size_t smem = static_cast<size_t>(nh * hd + M) * 4;
+  if (smem > cuda::kMaxSmem)
+    fail(ErrorCode::kUnsupported, "{}: {} compressed entries per sequence and {} query values; the CUDA indexer holds "
+         "{} in shared memory", op, M, nh * hd, cuda::kMaxSmem / 4);
+  if (T == 0) return;
   const unsigned blocks = static_cast<unsigned>(T);
   FT_DISPATCH_ACT(op, "q", q.dtype, {
     cudaFuncSetAttribute(cuda::indexer_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
