@@ -1,6 +1,6 @@
 // indexer_topk: DeepSeek-V4's lightning indexer (ops.h). One block per query token: the rotated query
 // heads in shared memory, one score per visible entry in dynamic shared memory (so the rotated heads
-// and a sequence's entries must fit kMaxSmem bytes: ~50k entries at 64 heads of 128), then top_k
+// and a sequence's entries must fit kMaxSmem bytes: ~43k entries beside 64 heads of 128), then top_k
 // rounds of a block arg-max (ties to the lower w).
 // The candidates are the query's own visible entries either way, so IndexerParams::per_query
 // (Qwen4-Exp's QSA indexer: torch.topk over those only) selects the same set as V4's ranking here.
