@@ -99,11 +99,18 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   const Result hybrid = run_moe("--moe-strategy hybrid");
   EXPECT_NE(hybrid.err.find("next-layer prefetch"), std::string::npos) << hybrid.err;  // and for hybrid
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
-  // Hybrid without --moe-fetch-cap times every cap from 1 to top-k (2 here) at start; not 0, which
-  // freezes the cache.
-  EXPECT_NE(hybrid.err.find("calibrated (cap:ms per decode step 1:"), std::string::npos) << hybrid.err;
-  EXPECT_NE(hybrid.err.find(" 2:"), std::string::npos) << hybrid.err;
+  // Hybrid without --moe-fetch-cap times the planner's five CPU costs at start (offload is auto's
+  // candidate only).
+  EXPECT_NE(hybrid.err.find("calibrated (misses split between PCIe and the CPU; ms per decode step, cpu 0.25: "),
+            std::string::npos) << hybrid.err;
+  EXPECT_NE(hybrid.err.find(", cpu 4: "), std::string::npos) << hybrid.err;
+  EXPECT_EQ(hybrid.err.find("offload: "), std::string::npos) << hybrid.err;
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-fetch-cap 1").err.find("calibrated"), std::string::npos);
+  // --moe-cpu-cost pins the planner's costs: no calibration, the split said in the plan line.
+  const Result pinned = run_moe("--moe-strategy hybrid --moe-cpu-cost 1,0.25");
+  EXPECT_EQ(pinned.err.find("calibrated"), std::string::npos) << pinned.err;
+  EXPECT_NE(pinned.err.find("by cost (an expert on the CPU 1 fetches, +0.25 a further token)"), std::string::npos)
+      << pinned.err;
   // A prompt shorter than the calibration's own (16 tokens): the engine plans steps of 2 tokens, and
   // the calibration must fit in them (it used to abort start-up).
   const Result tiny = run_ft("run --model " + quote(fixture().dir) +
@@ -137,6 +144,8 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy fused --moe-cache-slots 128", 2, "--moe-cache-slots needs --moe-strategy auto, offload or hybrid"},
       {"--moe-strategy cpu --moe-cpu-layers 1", 2, "--moe-cpu-layers needs"},
       {"--moe-strategy offload --moe-fetch-cap 1", 2, "--moe-fetch-cap needs --moe-strategy hybrid"},
+      {"--moe-strategy offload --moe-cpu-cost 1", 2, "--moe-cpu-cost needs --moe-strategy hybrid"},
+      {"--moe-strategy hybrid --moe-cpu-cost 0", 2, "--moe-cpu-cost 0: expected C in (0, 1000]"},
       {"--moe-strategy hybrid --moe-fetch-cap 65", 2, "--moe-fetch-cap 65 exceeds the 64 experts of a layer"},
       {"--moe-cache-rate 1.5", 2, "--moe-cache-rate 1.5 must be in (0, 1]"},
       {"--moe-prefetch yes", 2, "--moe-prefetch yes must be auto, on or off"},
