@@ -4,10 +4,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "quant/blocks.h"
 #include "tensor/half.h"
@@ -25,6 +28,13 @@ inline std::string source_dir() {
 inline std::string shared_dir() {
   if (const char* env = std::getenv("FT_SHARED_DIR"); env && *env) return env;
   return FT_SHARED_DEFAULT;
+}
+
+/** A path `name` under the system temp dir that is this process's own (the pid is in it): ctest runs
+ *  each test in its own process, several at once, so a fixed scratch name is shared between tests
+ *  that run together and one removes or overwrites what the other is using. */
+inline std::string scratch_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("ft_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
 /** Reads a whole file as little-endian float32 values. Returns empty if it cannot be read. */

@@ -67,7 +67,7 @@ TEST(Stories260K, FtRunPrintsTheReferenceText) {
 }
 
 TEST(Stories260K, FtRunWritesPromptLogits) {
-  const std::string file = ::testing::TempDir() + "/stories_logits.f32";
+  const std::string file = scratch_path("stories_logits.f32");
   const std::string cmd = std::string(FT_BINARY) + " run --model " + shared_dir() + kModel +
                           " --prompt-ids 1,403,407,261,378 --max-tokens 1 --temperature 0 --threads 1 --logits-out " +
                           file + " >/dev/null 2>&1";

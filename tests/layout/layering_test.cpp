@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace ft::testing {
 namespace {
 
@@ -94,7 +96,7 @@ TEST(Layering, NoSourceFileOver800Lines) {
 }
 
 TEST(Layering, PlantedBackEdgeAndLongFileAreFound) {
-  const fs::path root = fs::path(::testing::TempDir()) / "ft_layering";
+  const fs::path root = fs::path(scratch_path("layering"));
   fs::remove_all(root);
   fs::create_directories(root / "util");
   fs::create_directories(root / "engine");

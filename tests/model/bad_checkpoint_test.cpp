@@ -74,7 +74,7 @@ std::map<std::string, StTensor> good_tensors() {
 /** Loads `tensors`; returns the error message ("" if it loaded). */
 std::string load_error(const std::string& name, const std::map<std::string, StTensor>& tensors, ErrorCode* code,
                        const char* config = kLlamaConfig) {
-  const std::string dir = ::testing::TempDir() + "/ft_bad_ckpt_" + name;
+  const std::string dir = scratch_path("bad_ckpt_" + name);
   fs::remove_all(dir);
   write_checkpoint(dir, tensors, config);
   try {

@@ -115,7 +115,7 @@ class Fp8Checkpoint : public ::testing::TestWithParam<int> {};
 TEST_P(Fp8Checkpoint, LogitsEqualTheDequantizedModel) {
   const Fp8Layout lay = layouts()[GetParam() % 4];
   const std::string fixture = kFixtures[GetParam() / 4];
-  const std::string dir = ::testing::TempDir() + "/ft_fp8_" + fixture + "_" + lay.name;
+  const std::string dir = scratch_path("fp8_" + fixture + "_" + lay.name);
   write_pair(dir, lay, fixture);
   const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/" + fixture);
   ASSERT_EQ(cases.size(), 2u);
@@ -150,7 +150,7 @@ TEST(Fp8CheckpointLoader, WeightsStayFp8WithTheirScales) {
   // Dense and expert weights come out of the loader as F8_E4M3_B32 (1.125 bytes a weight, not widened),
   // decoding to exactly the F32 checkpoint's dequantized values; the router and lm_head stay BF16.
   const Fp8Layout lay = layouts()[1];  // [16, 64] tiles: several tiles a matrix, ragged in both dims
-  const std::string dir = ::testing::TempDir() + "/ft_fp8_loader";
+  const std::string dir = scratch_path("fp8_loader");
   write_pair(dir, lay);
   auto fp8 = open_checkpoint(dir + "/fp8");
   auto f32 = open_checkpoint(dir + "/f32");
@@ -193,7 +193,7 @@ std::string load_error(const std::string& dir, ErrorCode* code) {
 }
 
 TEST(Fp8CheckpointErrors, BadFilesAreRefusedNamingTheTensor) {
-  const std::string dir = ::testing::TempDir() + "/ft_fp8_errors";
+  const std::string dir = scratch_path("fp8_errors");
   Fp8Layout lay = layouts()[0];
   ErrorCode code{};
   // A module the config leaves unquantized but stored as FP8.

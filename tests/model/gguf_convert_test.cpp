@@ -61,7 +61,7 @@ std::string convert(const ConvCase& p, const HfToGgufOptions& o, const std::stri
   // one file per test (ctest may run tests in parallel processes)
   std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   std::replace(test.begin(), test.end(), '/', '_');
-  const std::string file = ::testing::TempDir() + "/ft_conv_" + test + "_" + p.label() + tag + ".gguf";
+  const std::string file = scratch_path("conv_" + test + "_" + p.label() + tag + ".gguf");
   fs::remove(file);
   const HfToGgufResult r = convert_hf_to_gguf(hf_dir(p.name), file, o);
   std::printf("[ convert ] %s: %s, %lld blocks, %lld tensors\n", file.c_str(), r.arch.c_str(),
@@ -353,7 +353,7 @@ TEST(ConvertedGgufFile, InspectShowsTheMlaWidths) {
 TEST(ConvertedGgufFile, DeepseekYarnKeysGiveTheSafetensorsLogits) {
   // DeepSeek-V3's YaRN (rope.scaling.* + yarn_log_multiplier = 0.1 mscale_all_dim) read back from
   // GGUF gives what config.json's rope_parameters give: the fixture's weights under a YaRN config.
-  const std::string src = hf_dir("deepseek_v3"), dir = ::testing::TempDir() + "/ft_conv_deepseek_v3_yarn";
+  const std::string src = hf_dir("deepseek_v3"), dir = scratch_path("conv_deepseek_v3_yarn");
   fs::remove_all(dir);
   fs::create_directories(dir);
   nlohmann::json config = nlohmann::json::parse(read_file(src + "/config.json"));

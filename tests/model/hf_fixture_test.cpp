@@ -91,7 +91,7 @@ TEST(Registry, EveryArchitectureHasAFixture) {
 TEST(Registry, UnsupportedArchitectureIsNamed) {
   // The multimodal Gemma 4 wrapper (model_type gemma4, text_config inside) is not a text model FreeToken
   // reads: the gemma4 fixture's weights under such a config.
-  const std::string dir = ::testing::TempDir() + "/ft_unsupported_arch";
+  const std::string dir = scratch_path("unsupported_arch");
   std::filesystem::create_directories(dir);
   std::filesystem::remove(dir + "/model.safetensors");
   std::filesystem::create_symlink(shared_dir() + "/fixtures/hf/gemma4/model.safetensors", dir + "/model.safetensors");

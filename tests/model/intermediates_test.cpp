@@ -34,7 +34,7 @@ TEST(Intermediates, DumpHookSeesEveryNamedTensor) {
 
 TEST(GgufRoundTrip, RewrittenFileGivesIdenticalLogits) {
   const std::string src = shared_dir() + "/fixtures/gguf/qwen2_moe/qwen2_moe-q8_0.gguf";
-  const std::string dst = ::testing::TempDir() + "/ft_roundtrip_qwen2_moe-q8_0.gguf";
+  const std::string dst = scratch_path("roundtrip_qwen2_moe-q8_0.gguf");
   {
     GgufReader r(src);
     GgufWriter w;

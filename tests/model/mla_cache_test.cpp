@@ -74,7 +74,7 @@ TEST(MlaConfig, AMissingKeyIsNamed) {
   const std::string src = shared_dir() + kDir;
   const nlohmann::json config = nlohmann::json::parse(read_file(src + "/config.json"));
   for (const char* key : {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}) {
-    const std::string dir = ::testing::TempDir() + "/ft_mla_no_" + key;
+    const std::string dir = scratch_path(std::string("mla_no_") + key);
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     nlohmann::json c = config;
@@ -94,7 +94,7 @@ TEST(MlaConfig, AMissingKeyIsNamed) {
 /** Logits of the "short" case of `src` loaded with `edit` applied to its config.json. */
 std::vector<float> logits_with_config(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
   const std::string src = shared_dir() + "/fixtures/hf/" + name;
-  const std::string dir = ::testing::TempDir() + "/ft_cfg_" + name;
+  const std::string dir = scratch_path("cfg_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   nlohmann::json c = nlohmann::json::parse(read_file(src + "/config.json"));

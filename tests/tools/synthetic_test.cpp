@@ -199,7 +199,7 @@ TEST(SyntheticCheckpoint, ExpertBanksTakeOverTheExpertMemory) {
   const GenerateResult a = generate(*fused, {req})[0], b = generate(*off, {req})[0];
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.step_logits, b.step_logits);
-  const std::string file = ::testing::TempDir() + "/released.gguf";
+  const std::string file = testing::scratch_path("released.gguf");
   try {
     released.write_gguf(file);
     ADD_FAILURE() << "write_gguf wrote released tensors";
