@@ -22,7 +22,7 @@ namespace {
 /** The fixture with tensor `name` stored as `dt` (random valid blocks), at a per-test path. */
 std::string with_type(const std::string& name, DType dt) {
   const std::string src = shared_dir() + "/fixtures/gguf/qwen3_moe/qwen3_moe-q8_0.gguf";
-  const std::string out = scratch_path(dtype_name(dt) + "_" + name + ".gguf");
+  const std::string out = scratch_path(std::string(dtype_name(dt)) + "_" + name + ".gguf");
   const GgufReader r(src);
   GgufWriter w;
   for (const GgufKV& kv : r.kvs()) w.add(kv.key, kv.value);
