@@ -268,4 +268,34 @@ void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& b, const Tenso
          dtype_name(a.dtype), dtype_name(beta.dtype));
 }
 
+void ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, const Tensor& out) {
+  const int64_t T = value.rows(), D = value.cols();
+  if (value.ndim != 2 || D < 1 || key.ndim != 2 || key.rows() != T || key.cols() % D != 0 ||
+      !query.has_shape({T, key.cols()}) || !out.has_shape({T, key.cols()}) || w.numel() != key.cols())
+    fail(ErrorCode::kInvalidArgument, "ple_gate: key {}, query {}, w {}, value {}, out {} do not fit streams of {}",
+         key.str(), query.str(), w.str(), value.str(), out.str(), D);
+}
+
+void stream_weighted_sum(const Tensor& x, const Tensor& w, const Tensor& out) {
+  const int64_t T = out.rows(), D = out.cols();
+  if (out.ndim != 2 || D < 1 || x.ndim != 2 || x.rows() != T || x.cols() % D != 0 || w.numel() != x.cols())
+    fail(ErrorCode::kInvalidArgument, "stream_weighted_sum: x {}, w {}, out {} do not fit streams of {}", x.str(),
+         w.str(), out.str(), D);
+}
+
+void attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& b, const Tensor& q, const KvLayer& kv,
+                   const Tensor& selected, const Tensor& out) {
+  const char* op = "attention_qsa";
+  batch(op, b);
+  const int64_t T = b.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
+  if (H <= 0 || G <= 0 || D <= 0 || H % G != 0 || block < 1)
+    fail(ErrorCode::kInvalidArgument, "{}: n_head {} must be a positive multiple of n_head_kv {} (head_dim {}, "
+         "block {})", op, H, G, D, block);
+  if (!q.has_shape({T, H * D}) || !out.has_shape({T, H * D}) || selected.ndim != 2 || selected.rows() != T ||
+      kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D || kv.v.ndim != 4 || kv.v.dim(0) != kv.k.dim(0) ||
+      kv.v.dim(1) != kv.k.dim(1) || kv.v.dim(2) * kv.v.dim(3) < G * D)
+    fail(ErrorCode::kInvalidArgument, "{}: q {}, out {}, selected {}, kv.k {}, kv.v {} do not fit {} heads, {} kv "
+         "heads of {}", op, q.str(), out.str(), selected.str(), kv.k.str(), kv.v.str(), H, G, D);
+}
+
 }  // namespace ft::op_checks

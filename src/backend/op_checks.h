@@ -73,4 +73,19 @@ int64_t ssm_conv(const BatchInfo& b, const Tensor& x, const Tensor& w, const Ten
 void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& b, const Tensor& qkv, const Tensor& a,
                       const Tensor& beta, const Tensor& ssm_state, const Tensor& out);
 
+/** ple_gate: value [T, D] with D >= 1; key, query and out [T, n * D]; w n * D values.
+ *  Throws ft::Error(kInvalidArgument) naming every argument. */
+void ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, const Tensor& out);
+
+/** stream_weighted_sum: out [T, D] with D >= 1; x [T, n * D]; w n * D values.
+ *  Throws ft::Error(kInvalidArgument) naming every argument. */
+void stream_weighted_sum(const Tensor& x, const Tensor& w, const Tensor& out);
+
+/** attention_qsa: n_head a positive multiple of n_head_kv, head_dim and block positive; q and out
+ *  [T, n_head * head_dim], selected 2-D [T, K], kv.k [pages, page, n_head_kv, head_dim] and kv.v 4-D
+ *  with kv.k's pages and page size and at least n_head_kv * head_dim values a token; batch as batch().
+ *  Throws ft::Error(kInvalidArgument) naming the argument. */
+void attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& b, const Tensor& q, const KvLayer& kv,
+                   const Tensor& selected, const Tensor& out);
+
 }  // namespace ft::op_checks

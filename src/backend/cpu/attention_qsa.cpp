@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "backend/cpu/simd.h"
 #include "util/error.h"
 
@@ -21,15 +22,8 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
                                 {"kv.v", &kv.v}})
     cpu::check_dtype(op, name, *t, DType::F32);
   cpu::check_dtype(op, "selected", selected, DType::I32);
+  op_checks::attention_qsa(p, block, batch, q, kv, selected, out);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
-  if (H <= 0 || G <= 0 || D <= 0 || H % G != 0 || block < 1)
-    fail(ErrorCode::kInvalidArgument, "{}: n_head {} must be a positive multiple of n_head_kv {} (head_dim {}, "
-         "block {})", op, H, G, D, block);
-  if (!q.has_shape({T, H * D}) || !out.has_shape({T, H * D}) || selected.ndim != 2 || selected.rows() != T ||
-      kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D || kv.v.ndim != 4 || kv.v.dim(0) != kv.k.dim(0) ||
-      kv.v.dim(1) != kv.k.dim(1) || kv.v.dim(2) * kv.v.dim(3) < G * D)
-    fail(ErrorCode::kInvalidArgument, "{}: q {}, out {}, selected {}, kv.k {}, kv.v {} do not fit {} heads, {} kv "
-         "heads of {}", op, q.str(), out.str(), selected.str(), kv.k.str(), kv.v.str(), H, G, D);
   const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), Wk = G * D, Wv = kv.v.dim(2) * kv.v.dim(3);
   const int64_t K = selected.cols();
   const int32_t* pos = batch.positions.ptr<int32_t>();

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "util/error.h"
 
 namespace ft {
@@ -14,11 +15,8 @@ void CpuOps::ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, c
   const char* op = "ple_gate";
   for (const Tensor* t : {&key, &query, &w, &value, static_cast<const Tensor*>(&out)})
     cpu::check_dtype(op, "input", *t, DType::F32);
+  op_checks::ple_gate(key, query, w, value, out);
   const int64_t T = value.rows(), D = value.cols();
-  if (value.ndim != 2 || D < 1 || key.ndim != 2 || key.rows() != T || key.cols() % D != 0 ||
-      !query.has_shape({T, key.cols()}) || !out.has_shape({T, key.cols()}) || w.numel() != key.cols())
-    fail(ErrorCode::kInvalidArgument, "{}: key {}, query {}, w {}, value {}, out {} do not fit streams of {}", op,
-         key.str(), query.str(), w.str(), value.str(), out.str(), D);
   const int64_t n = key.cols() / D;
   const float inv = 1.0f / std::sqrt(static_cast<float>(D));
   const float* wd = w.ptr<float>();
@@ -43,10 +41,8 @@ void CpuOps::ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, c
 void CpuOps::stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) {
   const char* op = "stream_weighted_sum";
   for (const Tensor* t : {&x, &w, static_cast<const Tensor*>(&out)}) cpu::check_dtype(op, "input", *t, DType::F32);
+  op_checks::stream_weighted_sum(x, w, out);
   const int64_t T = out.rows(), D = out.cols();
-  if (out.ndim != 2 || D < 1 || x.ndim != 2 || x.rows() != T || x.cols() % D != 0 || w.numel() != x.cols())
-    fail(ErrorCode::kInvalidArgument, "{}: x {}, w {}, out {} do not fit streams of {}", op, x.str(), w.str(),
-         out.str(), D);
   const int64_t n = x.cols() / D;
   const float* wd = w.ptr<float>();
 #pragma omp parallel for num_threads(n_threads_) schedule(static) if (T * n * D > 65536)

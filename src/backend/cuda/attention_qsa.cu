@@ -7,6 +7,7 @@
 // A selected block the query cannot see (the CPU backend throws) or < 0 is skipped.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/op_checks.h"
 
 namespace ft {
 namespace cuda {
@@ -84,15 +85,9 @@ void CudaOps::attention_qsa(const AttentionParams& p, int32_t block, const Batch
   cuda::check_same_dtype(op, "kv.v", kv.v, q);
   cuda::check_same_dtype(op, "out", out, q);
   cuda::check_dtype(op, "selected", selected, {DType::I32});
+  op_checks::attention_qsa(p, block, batch, q, kv, selected, out);
+  if (out.data == q.data) fail(ErrorCode::kInvalidArgument, "{}: out must not alias q", op);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
-  if (H <= 0 || G <= 0 || D <= 0 || H % G != 0 || block < 1)
-    fail(ErrorCode::kInvalidArgument, "{}: n_head {} must be a positive multiple of n_head_kv {} (head_dim {}, "
-         "block {})", op, H, G, D, block);
-  if (!q.has_shape({T, H * D}) || !out.has_shape({T, H * D}) || selected.ndim != 2 || selected.rows() != T ||
-      kv.k.ndim != 4 || kv.k.dim(2) != G || kv.k.dim(3) != D || kv.v.ndim != 4 || kv.v.dim(0) != kv.k.dim(0) ||
-      kv.v.dim(1) != kv.k.dim(1) || kv.v.dim(2) * kv.v.dim(3) < G * D || out.data == q.data)
-    fail(ErrorCode::kInvalidArgument, "{}: q {}, out {}, selected {}, kv.k {}, kv.v {} do not fit {} heads, {} kv "
-         "heads of {} (out must not alias q)", op, q.str(), out.str(), selected.str(), kv.k.str(), kv.v.str(), H, G, D);
   const int64_t K = selected.cols(), L = (K + 1) * block;
   const size_t smem = static_cast<size_t>(L) * 8;
   if (smem > 200 * 1024)

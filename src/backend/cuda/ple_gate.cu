@@ -5,6 +5,7 @@
 // activation dtype (F32 or BF16); w F32.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/op_checks.h"
 
 namespace ft {
 namespace cuda {
@@ -42,11 +43,8 @@ void CudaOps::ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, 
   cuda::check_same_dtype(op, "value", value, key);
   cuda::check_same_dtype(op, "out", out, key);
   cuda::check_dtype(op, "w", w, {DType::F32});
+  op_checks::ple_gate(key, query, w, value, out);
   const int64_t T = value.rows(), D = value.cols();
-  if (value.ndim != 2 || D < 1 || key.ndim != 2 || key.rows() != T || key.cols() % D != 0 ||
-      !query.has_shape({T, key.cols()}) || !out.has_shape({T, key.cols()}) || w.numel() != key.cols())
-    fail(ErrorCode::kInvalidArgument, "{}: key {}, query {}, w {}, value {}, out {} do not fit streams of {}", op,
-         key.str(), query.str(), w.str(), value.str(), out.str(), D);
   const int64_t n = key.cols() / D;
   if (T == 0) return;
   const float inv = 1.0f / std::sqrt(static_cast<float>(D));

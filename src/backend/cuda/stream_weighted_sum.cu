@@ -3,6 +3,7 @@
 // output element, the streams summed in order in fp32. x, out one activation dtype; w F32.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/op_checks.h"
 
 namespace ft {
 namespace cuda {
@@ -30,11 +31,9 @@ void CudaOps::stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) 
   cuda::check_act(op, "x", x);
   cuda::check_same_dtype(op, "out", out, x);
   cuda::check_dtype(op, "w", w, {DType::F32});
+  op_checks::stream_weighted_sum(x, w, out);
+  if (x.data == out.data) fail(ErrorCode::kInvalidArgument, "{}: out must not alias x", op);
   const int64_t T = out.rows(), D = out.cols();
-  if (out.ndim != 2 || D < 1 || x.ndim != 2 || x.rows() != T || x.cols() % D != 0 || w.numel() != x.cols() ||
-      x.data == out.data)
-    fail(ErrorCode::kInvalidArgument, "{}: x {}, w {}, out {} do not fit streams of {} (out must not alias x)", op,
-         x.str(), w.str(), out.str(), D);
   const int64_t n = x.cols() / D;
   if (T == 0) return;
   const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
