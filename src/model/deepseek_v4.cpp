@@ -35,9 +35,9 @@
 // prefix: a prefix-cache hit or a decode step gives what a cold prefill gives. No sliding-window pool
 // (the compressors read every position). Cost: the pooling is O(context) per step and layer, like
 // attention itself; the value pages hold 2 (2 head_dim + 2 index_head_dim) floats per token and layer.
-// Step scratch beyond ForwardState (streams, hyper-connection weights, entries) is allocated here on
-// the first step and grown with the batch. The V4 ops exist on the CPU backend only: CUDA refuses them
-// (kUnsupported naming the op).
+// Step scratch beyond ForwardState (streams, hyper-connection weights, entries) is a StepScratch,
+// grown geometrically with the batch and the context. The model is checked against its fixture on the
+// CPU backend; an op a backend lacks is refused there (kUnsupported naming the op).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,6 +47,7 @@
 
 #include "model/architectures.h"
 #include "model/blocks.h"
+#include "model/step_scratch.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -115,10 +116,9 @@ class DeepseekV4 final : public Model {
   void ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const;
 
   struct Scratch {
-    int64_t tokens = 0, entries = 0;
+    StepScratch mem;
     Tensor streams, streams2, flat, mixes, post, comb, coll, qa, kv, proj, iproj, iq, iw, sel, attn, oa, rep, ent, ient,
         sh_out;
-    std::vector<Buffer> storage;
   };
   Scratch& scratch(Ops& ops, int64_t T, int64_t entries) const;
 
@@ -328,20 +328,13 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
 
 DeepseekV4::Scratch& DeepseekV4::scratch(Ops& ops, int64_t T, int64_t entries) const {
   Scratch& s = scratch_;
-  if (T <= s.tokens && entries <= s.entries) return s;
+  if (s.mem.covers(T, entries)) return s;
   const ModelConfig& c = config_;
-  s = Scratch();
-  s.tokens = std::max<int64_t>(T, 1);
-  s.entries = std::max<int64_t>(entries, 1);
+  s.mem.regrow(T, entries);
   const int64_t n = n_hc_, H = c.n_embd, hd = c.head_dim;
-  auto make = [&](DType dt, std::initializer_list<int64_t> shape) {
-    Tensor t(nullptr, dt, shape, ops.device());
-    s.storage.push_back(ops.alloc(t.bytes()));
-    t.data = s.storage.back().data();
-    return t;
-  };
+  auto make = [&](DType dt, std::initializer_list<int64_t> shape) { return s.mem.make(ops, dt, shape); };
   const DType act = ops.activation_dtype();
-  const int64_t R = s.tokens;
+  const int64_t R = s.mem.tokens();
   s.streams = make(act, {R, n * H});
   s.streams2 = make(act, {R, n * H});
   s.flat = make(act, {R, n * H});
@@ -360,12 +353,9 @@ DeepseekV4::Scratch& DeepseekV4::scratch(Ops& ops, int64_t T, int64_t entries) c
   s.oa = make(act, {R, o_groups_ * o_lora_});
   s.sh_out = make(act, {R, H});
   // rep[i] = i / n: embedding() gathers each token's row n times to start its streams.
-  s.rep = make(DType::I32, {R * n});
-  std::vector<int32_t> rep(static_cast<size_t>(R * n));
-  for (int64_t i = 0; i < R * n; ++i) rep[static_cast<size_t>(i)] = static_cast<int32_t>(i / n);
-  ops.copy(Tensor(rep.data(), DType::I32, {R * n}), s.rep);
-  s.ent = make(act, {s.entries * hd});
-  s.ient = make(act, {s.entries * id_});
+  s.rep = s.mem.repeat_index(ops, R, n);
+  s.ent = make(act, {s.mem.entries() * hd});
+  s.ient = make(act, {s.mem.entries() * id_});
   ops.synchronize();
   return s;
 }

@@ -27,8 +27,8 @@
 // (StateLayer::conv2, ::tokens); the attention's K in the key pages, V then the indexer's key in the
 // value pages (kv_v_width), so prefix-cache hits and decode read what a cold prefill wrote.
 // ngram_hash, ple_gate, stream_weighted_sum and attention_qsa (and V4's ops used here) exist on the
-// CPU and CUDA backends: the model refuses other backends at load. Step scratch grows geometrically
-// and a grown-out region is kept (retired, not freed), since a recorded decode graph may still use it.
+// CPU and CUDA backends: the model refuses other backends at load. Step scratch is a StepScratch
+// (grown geometrically; a grown-out region stays allocated, since a recorded decode graph may use it).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -40,6 +40,7 @@
 #include "model/blocks.h"
 #include "model/gated_delta_net.h"
 #include "model/qwen4_exp.h"
+#include "model/step_scratch.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -129,11 +130,9 @@ class Qwen4Exp final : public Model {
   void attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const;
 
   struct Scratch {
-    int64_t tokens = 0, entries = 0;
+    StepScratch mem;
     Tensor streams, streams2, flat, low, up, post, comb, rep, ids, emb, key, value, gv, gvn, conv, vrow, iq, iproj, iw,
         sel, ent;
-    std::vector<Buffer> storage;
-    std::vector<Buffer> retired;  // earlier, smaller regions a recorded CUDA graph may still address
   };
   Scratch& scratch(Ops& ops, int64_t T, int64_t entries) const;
 
@@ -389,30 +388,17 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
 
 Qwen4Exp::Scratch& Qwen4Exp::scratch(Ops& ops, int64_t T, int64_t entries) const {
   Scratch& s = scratch_;
-  if (T <= s.tokens && entries <= s.entries) return s;
+  if (s.mem.covers(T, entries)) return s;
   const ModelConfig& c = config_;
-  // Grown geometrically (decode's entries grow with the context); the old regions stay allocated.
-  const int64_t tokens = std::max<int64_t>(T, T > s.tokens ? 2 * s.tokens : s.tokens);
-  const int64_t ents = std::max<int64_t>(entries, entries > s.entries ? 2 * s.entries : s.entries);
-  std::vector<Buffer> retired = std::move(s.retired);
-  for (Buffer& b : s.storage) retired.push_back(std::move(b));
-  s = Scratch();
-  s.retired = std::move(retired);
-  s.tokens = std::max<int64_t>(tokens, 1);
-  s.entries = std::max<int64_t>(ents, 1);
-  const int64_t n = n_hc_, H = c.n_embd, R = s.tokens, heads = std::max<int64_t>(1, (ngram_ - 1) * heads_per_);
-  auto make = [&](DType dt, std::initializer_list<int64_t> shape) {
-    Tensor t(nullptr, dt, shape, ops.device());
-    s.storage.push_back(ops.alloc(t.bytes()));
-    t.data = s.storage.back().data();
-    return t;
-  };
+  s.mem.regrow(T, entries);
+  const int64_t n = n_hc_, H = c.n_embd, R = s.mem.tokens(), heads = std::max<int64_t>(1, (ngram_ - 1) * heads_per_);
+  auto make = [&](DType dt, std::initializer_list<int64_t> shape) { return s.mem.make(ops, dt, shape); };
   const DType act = ops.activation_dtype();
   for (Tensor* t : {&s.streams, &s.streams2, &s.flat, &s.up, &s.key, &s.gv, &s.gvn, &s.conv}) *t = make(act, {R, n * H});
   s.low = make(act, {R, r_hc_});
   s.post = make(DType::F32, {R, n});
   s.comb = make(DType::F32, {R, n * n});
-  s.rep = make(DType::I32, {R * n});
+  s.rep = s.mem.repeat_index(ops, R, n);
   s.ids = make(DType::I32, {R, heads});
   s.emb = make(act, {R, std::max<int64_t>(ple_dim_, 1)});
   s.value = make(act, {R, H});
@@ -421,10 +407,7 @@ Qwen4Exp::Scratch& Qwen4Exp::scratch(Ops& ops, int64_t T, int64_t entries) const
   s.iproj = make(act, {R, 2 * id_});
   s.iw = make(act, {R, ih_});
   s.sel = make(DType::I32, {R, budget_ / ratio_});
-  s.ent = make(act, {s.entries * id_});
-  std::vector<int32_t> rep(static_cast<size_t>(R * n));
-  for (int64_t i = 0; i < R * n; ++i) rep[static_cast<size_t>(i)] = static_cast<int32_t>(i / n);
-  ops.copy(Tensor(rep.data(), DType::I32, {R * n}), s.rep);
+  s.ent = make(act, {s.mem.entries() * id_});
   std::vector<float> comb(static_cast<size_t>(R * n * n), 0.0f), iw(static_cast<size_t>(R * ih_),
                                                                         std::sqrt(static_cast<float>(ih_)));
   for (int64_t t = 0; t < R; ++t)
