@@ -1,5 +1,7 @@
 #include "backend/device.h"
 
+#include <fmt/format.h>
+
 #ifdef FT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -35,6 +37,20 @@ int64_t cuda_free_memory(int device) {
 #else
   (void)device;
   return 0;
+#endif
+}
+
+std::string cuda_device_name(int device) {
+#ifdef FT_HAVE_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return fmt::format("{}, {:.1f} GiB", prop.name, static_cast<double>(prop.totalGlobalMem) / (1ull << 30));
+#else
+  (void)device;
+  return {};
 #endif
 }
 

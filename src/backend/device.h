@@ -1,6 +1,7 @@
 #pragma once
 // What compute devices this process can use.
 #include <cstdint>
+#include <string>
 
 namespace ft {
 
@@ -10,5 +11,9 @@ int cuda_device_count();
 /** Free bytes of device memory on CUDA device `device` now (cudaMemGetInfo); 0 when built without
  *  CUDA or the query fails. Never throws. */
 int64_t cuda_free_memory(int device);
+
+/** The name and memory of CUDA device `device` ("NVIDIA H200, 139.8 GiB", cudaGetDeviceProperties);
+ *  "" when built without CUDA or the query fails. Never throws. */
+std::string cuda_device_name(int device);
 
 }  // namespace ft

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/calibration_cache.h"
 #include "moe/expert_compute.h"
 #include "util/error.h"
 
@@ -36,6 +37,11 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
                   "soonest)")
       ->delimiter(',')
       ->expected(1, 2)
+      ->group(g);
+  cmd->add_flag("--moe-calibrate", f.calibrate,
+                "Time the planner's candidate splits again at start instead of reading the calibration file that a "
+                "start on this machine with this model and plan wrote ($FT_CACHE_DIR, else $XDG_CACHE_HOME/freetoken, "
+                "else ~/.cache/freetoken), and rewrite it")
       ->group(g);
   cmd->add_option("--moe-prefetch", f.prefetch,
                   "on: predict the next layer's experts (its router on this layer's input) and fetch them while "
@@ -115,6 +121,16 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
     o.cpu_cost = std::max<int32_t>(1, static_cast<int32_t>(std::lround(c * kFetchCostUnit)));
     o.cpu_token_cost = static_cast<int32_t>(std::lround(t * kFetchCostUnit));
   }
+  if (f.calibrate) {
+    if (o.strategy != MoeStrategy::kAuto && o.strategy != MoeStrategy::kHybrid)
+      fail(ErrorCode::kInvalidArgument, "--moe-calibrate needs --moe-strategy auto or hybrid ({} has no planner to "
+           "calibrate)", f.strategy);
+    if (f.fetch_cap || !f.cpu_cost.empty())
+      fail(ErrorCode::kInvalidArgument, "--moe-calibrate with --moe-{}: that flag sets the split the calibration would "
+           "time; give one", f.fetch_cap ? "fetch-cap" : "cpu-cost");
+  }
+  o.recalibrate = f.calibrate;
+  o.calibration_dir = default_cache_dir();
   if (f.prefetch != "on" && f.prefetch != "off" && f.prefetch != "auto")
     fail(ErrorCode::kInvalidArgument, "--moe-prefetch {} must be auto, on or off", f.prefetch);
   o.prefetch = f.prefetch == "on" ? MoeOptions::Prefetch::kOn

@@ -22,6 +22,7 @@ struct MoeFlags {
   std::string cpu_layers;
   std::optional<int32_t> fetch_cap;
   std::vector<double> cpu_cost;  // --moe-cpu-cost C[,T]
+  bool calibrate = false;        // --moe-calibrate
   std::string prefetch = "auto";
   std::optional<int32_t> prefetch_depth;  // unset: MoeOptions' default (2)
   std::string cpu_int8 = "on";
@@ -40,7 +41,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
  *  on|off, --moe-prefetch-depth outside 1 to PrefetchTargets::kMax or without an expert cache or with
  *  --moe-prefetch off, --moe-cpu-int8 other than on|off,
- *  --moe-bank-format other than auto|stored|ec12 or ec12 with fused, and out-of-range values. */
+ *  --moe-calibrate with fused, offload or cpu or beside --moe-fetch-cap or --moe-cpu-cost, --moe-bank-format other than auto|stored|ec12 or ec12 with fused, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 
 }  // namespace ft::cli

@@ -1,7 +1,6 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -180,81 +179,6 @@ WorkspaceShape Engine::workspace_shape() const {
   s.lin_k_dim = c.lin_k_dim;
   s.lin_v_dim = c.lin_v_dim;
   return s;
-}
-
-void Engine::calibrate_fetch_cap() {
-  const std::vector<MoeRuntime::FetchCandidate> caps = moe_->fetch_candidates();
-  if (caps.empty()) return;
-  // Per candidate one warm-up and up to 6 timed steps; the cache is cold at start and a cold cache
-  // favours fetching more, so first up to 32 steps at the default cap: as much as the KV pool holds (measured on
-  // the H200: 4 timed steps and no settling picked 4 where 3 decodes 17% faster).
-  const int64_t prompt = std::min<int64_t>(16, options_.max_step_tokens), warm = 1;
-  const int64_t n_vocab = model_->config().n_vocab, n_caps = static_cast<int64_t>(caps.size());
-  const int64_t room = int64_t{kv_->pool().n_free()} * kv_->pool().page_size();
-  const int64_t per_cap = std::clamp<int64_t>((room - prompt) / n_caps, warm + 1, warm + 6);
-  const int64_t timed = per_cap - warm, needed = prompt + n_caps * per_cap;
-  const int64_t settle = std::clamp<int64_t>(room - needed, 0, 32);
-  const MoeRuntime::FetchCandidate fallback = moe_->default_fetch_candidate();
-  BlockTable seq;
-  const KvPools pools = kv_->pools();
-  if (!seq.reserve(*pools.full, needed + settle)) {
-    spdlog::warn("moe: no KV room to calibrate the split between PCIe and the CPU; using {} (half of top-k)",
-                 fallback.name);
-    moe_->set_fetch_policy(fallback);
-    return;
-  }
-  moe_->begin_calibration();
-  try {
-    uint64_t rng = 0x9e3779b97f4a7c15ull;  // random token ids: routes like real traffic's, any model
-    auto token = [&] {
-      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-      return static_cast<int32_t>((rng >> 33) % static_cast<uint64_t>(n_vocab));
-    };
-    std::vector<int32_t> ids(static_cast<size_t>(prompt));
-    for (int32_t& id : ids) id = token();
-    auto run = [&](int64_t start, const int32_t* tokens, int64_t n) {  // sliding-window pages as it goes
-      if (!seq.advance(pools, start, start + n))
-        fail(ErrorCode::kOutOfMemory, "the sliding-window KV pool or the recurrent-state slots are full");
-      step({{&seq.pages(), start, tokens, n, 1, &seq.swa_pages(), seq.state_slot()}});
-    };
-    run(0, ids.data(), prompt);
-    int64_t pos = prompt;
-    auto decode = [&] {
-      const int32_t id = token();
-      run(pos++, &id, 1);
-    };
-    for (int64_t i = 0; i < settle; ++i) decode();
-    std::vector<double> seconds;
-    std::string timings;
-    for (const MoeRuntime::FetchCandidate& cap : caps) {
-      moe_->set_fetch_policy(cap);
-      drop_graphs();  // recorded steps hold the cap they were recorded with
-      for (int64_t i = 0; i < warm; ++i) decode();
-      ops_->synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int64_t i = 0; i < timed; ++i) decode();
-      ops_->synchronize();
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(timed);
-      timings += fmt::format(", {}: {:.2f}", cap.name, 1e3 * s);
-      seconds.push_back(s);
-    }
-    const MoeRuntime::FetchCandidate& best = caps[MoeRuntime::choose_fetch_candidate(seconds)];
-    seq.release(pools);
-    moe_->set_fetch_policy(best);
-    drop_graphs();
-    moe_->end_calibration();
-    spdlog::info("moe: {} calibrated ({}; ms per decode step{})", best.name,
-                 best.policy.fetches_all() ? "every miss fetched: offload" : "misses split between PCIe and the CPU",
-                 timings);
-  } catch (const std::exception& e) {  // the engine still works: keep the default cap
-    seq.release(pools);
-    moe_->set_fetch_policy(fallback);
-    drop_graphs();
-    moe_->end_calibration();
-    spdlog::warn("moe: the calibration of the split between PCIe and the CPU failed ({}); using {} (half of top-k)",
-                 e.what(), fallback.name);
-  }
 }
 
 void Engine::drop_graphs() {

@@ -158,11 +158,18 @@ class Engine {
   int64_t step_buffer_bytes() const;
   /** Builds the MoE runtime from plan_.moe_inputs and records its plan and budget in plan_. */
   void build_moe();
-  /** Hybrid without --moe-fetch-cap (auto's planner included): times a few decode steps of a
-   *  throw-away sequence at each candidate fetch policy (MoeRuntime::fetch_candidates) and keeps
-   *  the first within noise of the fastest (MoeRuntime::choose_fetch_candidate); keeps the default
-   *  (a cap of half of top-k) when the KV pool cannot hold the sequence. */
+  /** Hybrid without --moe-fetch-cap (auto's planner included): the fetch policy of the calibration
+   *  file (options.moe.calibration_dir, calibration_key) when it holds one of the candidates and
+   *  not options.moe.recalibrate; else time_fetch_candidates, written to that file. */
   void calibrate_fetch_cap();
+  /** Times a few decode steps of a throw-away sequence at each candidate fetch policy
+   *  (MoeRuntime::fetch_candidates), sets the first within noise of the fastest
+   *  (MoeRuntime::choose_fetch_candidate) and returns the timings; nullopt, with the default (a cap
+   *  of half of top-k) set, when the KV pool cannot hold the sequence or a step fails. */
+  std::optional<FetchCalibration> time_fetch_candidates(const std::vector<MoeRuntime::FetchCandidate>& caps);
+  /** What the calibration's timings depend on, as text: the host CPU and device, the threads, the
+   *  model's tensors (names, types, shapes), the MoE plan and the candidates' names. */
+  std::string calibration_key(const std::vector<MoeRuntime::FetchCandidate>& caps) const;
   /** Forgets the recorded decode graphs (synchronizes first). */
   void drop_graphs();
 

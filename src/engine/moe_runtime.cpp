@@ -315,7 +315,16 @@ std::optional<MoeReport> MoeRuntime::report() {
   for (size_t l = 0; l < plan_.layers.size(); ++l)
     if (plan_.layers[l] != MoeLayerMode::kDense) r.layers.push_back({static_cast<int64_t>(l), plan_.layers[l], st[l]});
   r.total = total_moe_stats(st);
+  r.calibration = calibration_;
+  r.calibration_cached = calibration_cached_;
+  r.calibration_file = calibration_file_;
   return r;
+}
+
+void MoeRuntime::set_calibration(FetchCalibration c, bool cached, std::string file) {
+  calibration_ = std::move(c);
+  calibration_cached_ = cached;
+  calibration_file_ = std::move(file);
 }
 
 void MoeRuntime::before_step(bool decode) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "backend/ops.h"
+#include "engine/calibration_cache.h"
 #include "model/model.h"
 #include "moe/moe_plan.h"
 #include "moe/offloaded_experts.h"
@@ -65,6 +66,9 @@ struct MoeReport {
   BankFormat bank_format = BankFormat::kStored;  // how the expert banks hold their records
   std::vector<MoeLayerReport> layers;  // MoE layers only, ascending
   MoeLayerStats total;
+  std::optional<FetchCalibration> calibration;  // the start-up calibration in use (none: not calibrated)
+  bool calibration_cached = false;     // read from calibration_file rather than timed at this start
+  std::string calibration_file;        // the calibration file read or written ("" none)
 };
 
 /** "dense", "resident", "cache", "cpu". */
@@ -131,6 +135,9 @@ class MoeRuntime {
    *  every counter (report(), the log windows) starts from zero, so only real traffic is counted. */
   void begin_calibration() { calibrating_ = true; }
   void end_calibration();
+  /** Records the calibration the engine applied (timed now, or read from `file` when `cached`) for
+   *  report(); `file` is "" when none is kept. */
+  void set_calibration(FetchCalibration c, bool cached, std::string file);
 
  private:
   MoePlan plan_;
@@ -149,6 +156,9 @@ class MoeRuntime {
   std::vector<MoeLayerStats> baseline_;    // counters when the calibration ended (empty: none)
   int32_t n_expert_used_ = 0;
   double token_share_ = 0.0;  // CPU time of a further token of an expert over its first (measured)
+  std::optional<FetchCalibration> calibration_;
+  bool calibration_cached_ = false;
+  std::string calibration_file_;
 };
 
 }  // namespace ft

@@ -63,6 +63,13 @@ struct MoeOptions {
   /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where
    *  ec12_bankable (BF16 experts), else kStored. */
   std::optional<BankFormat> bank_format;
+  /** --moe-calibrate: time the start-up calibration's candidates again even where its file holds
+   *  them (and rewrite the file). */
+  bool recalibrate = false;
+  /** The folder that keeps the start-up calibration (engine/calibration_cache.h), per machine, model
+   *  and plan; "": none kept, every start calibrates (the library's default; `ft` passes
+   *  default_cache_dir()). */
+  std::string calibration_dir;
 };
 
 struct MoePlan {

@@ -33,6 +33,21 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   // hybrid's planned split: an expert's CPU time and each further token's, in fetches of one expert
   j["cpu_cost_fetches"] = r.cpu_cost > 0 ? oj(static_cast<double>(r.cpu_cost) / kFetchCostUnit) : oj();
   j["cpu_token_cost_fetches"] = r.cpu_cost > 0 ? oj(static_cast<double>(r.cpu_token_cost) / kFetchCostUnit) : oj();
+  // the start-up calibration in use: its choice, each candidate's decode step (ms), whether it was read
+  // from its file (timed at an earlier start) and the file; null when none ran
+  if (r.calibration) {
+    oj cal;
+    cal["choice"] = r.calibration->choice;
+    oj steps = oj::object();
+    for (const auto& [name, ms] : r.calibration->ms_per_step) steps[name] = ms;
+    cal["ms_per_step"] = steps;
+    cal["measured_at"] = r.calibration->measured_at;
+    cal["cached"] = r.calibration_cached;
+    cal["file"] = r.calibration_file.empty() ? oj() : oj(r.calibration_file);
+    j["calibration"] = cal;
+  } else {
+    j["calibration"] = oj();
+  }
   j["prefetch"] = r.prefetch;
   j["prefetch_depth"] = r.prefetch_depth;
   j["cpu_threads"] = r.cpu_threads;

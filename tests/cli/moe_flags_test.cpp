@@ -3,6 +3,9 @@
 // (bad input) or 3 (out of memory) with a message naming the flags.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "run_ft.h"
@@ -34,10 +37,11 @@ const Fixture& fixture() {
   return f;
 }
 
-Result run_moe(const std::string& flags) {
+Result run_moe(const std::string& flags, const std::string& env = "") {
   const Fixture& f = fixture();
   return run_ft("run --model " + quote(f.dir) + " --prompt-ids " + f.ids +
-                " --max-tokens 8 --temperature 0 --ignore-eos --print-ids --device cpu --threads 1 " + flags);
+                    " --max-tokens 8 --temperature 0 --ignore-eos --print-ids --device cpu --threads 1 " + flags,
+                env);
 }
 
 TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
@@ -96,7 +100,7 @@ TEST(RunMoeFlags, DecodeLogInterval) {
             std::string::npos) << fused.err;
   EXPECT_EQ(fused.err.find("moe: 3 steps"), std::string::npos) << fused.err;
   EXPECT_EQ(run_moe("--moe-strategy offload --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
-  const Result hybrid = run_moe("--moe-strategy hybrid");
+  const Result hybrid = run_moe("--moe-strategy hybrid --moe-calibrate");  // timed, whatever a file holds
   EXPECT_NE(hybrid.err.find("next-layer prefetch"), std::string::npos) << hybrid.err;  // and for hybrid
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
   // Hybrid without --moe-fetch-cap times the planner's five CPU costs at start (offload is auto's
@@ -115,11 +119,11 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   // the calibration must fit in them (it used to abort start-up).
   const Result tiny = run_ft("run --model " + quote(fixture().dir) +
                              " --prompt-ids 1,2 --max-tokens 3 --temperature 0 --ignore-eos --print-ids --device cpu "
-                             "--threads 1 --moe-strategy hybrid");
+                             "--threads 1 --moe-strategy hybrid --moe-calibrate");
   EXPECT_EQ(tiny.code, 0) << tiny.err;
   EXPECT_NE(tiny.err.find("calibrated"), std::string::npos) << tiny.err;
   // The hybrid calibration's steps stay out of the counters: windows start after it.
-  const Result cal = run_moe("--moe-strategy hybrid --decode-log-interval 3");
+  const Result cal = run_moe("--moe-strategy hybrid --decode-log-interval 3 --moe-calibrate");
   ASSERT_EQ(cal.code, 0) << cal.err;
   const size_t calibrated = cal.err.find("calibrated"), first = cal.err.find("moe: 3 steps");
   ASSERT_NE(calibrated, std::string::npos) << cal.err;
@@ -129,6 +133,58 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_EQ(n, 2u) << cal.err;
   // Without the flag: no counter lines.
   EXPECT_EQ(run_moe("--moe-strategy offload").err.find("steps, hit rate"), std::string::npos);
+}
+
+// The start-up calibration is kept in a file per machine, model and plan (FT_CACHE_DIR here): the next
+// start with the same plan reads it instead of timing, --moe-calibrate times again, another plan gets
+// its own file, and a corrupt file is reported and replaced.
+TEST(RunMoeFlags, TheCalibrationIsKeptPerMachineModelAndPlan) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::scratch_path("calibration");
+  fs::remove_all(dir);
+  const std::string env = "FT_CACHE_DIR=" + quote(dir);
+  auto files = [&] {
+    std::vector<std::string> out;
+    if (fs::exists(dir))
+      for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().string());
+    return out;
+  };
+  const Result first = run_moe("--moe-strategy hybrid", env);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(first.out, fixture().greedy + "\n");
+  EXPECT_NE(first.err.find("calibrated (misses split"), std::string::npos) << first.err;
+  ASSERT_EQ(files().size(), 1u);
+  const std::string file = files()[0];
+  const auto kept = nlohmann::json::parse(testing::read_file(file));
+  const std::string choice = kept.at("choice").get<std::string>();
+  EXPECT_EQ(kept.at("ms_per_step").size(), 5u) << kept.dump();  // cpu 0.25 .. cpu 4
+  EXPECT_NE(kept.at("key").get<std::string>().find("qwen3_moe"), std::string::npos) << kept.dump();
+
+  const Result again = run_moe("--moe-strategy hybrid", env);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, fixture().greedy + "\n");
+  EXPECT_EQ(again.err.find("calibrated ("), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("moe: " + choice + " from the calibration of " + kept.at("measured_at").get<std::string>() +
+                           " in " + file),
+            std::string::npos) << again.err;
+
+  const Result forced = run_moe("--moe-strategy hybrid --moe-calibrate", env);
+  ASSERT_EQ(forced.code, 0) << forced.err;
+  EXPECT_NE(forced.err.find("calibrated (misses split"), std::string::npos) << forced.err;
+  EXPECT_EQ(files().size(), 1u);
+
+  const Result other = run_moe("--moe-strategy hybrid --moe-cache-slots 192", env);  // another plan
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(other.err.find("calibrated (misses split"), std::string::npos) << other.err;
+  EXPECT_EQ(files().size(), 2u);
+
+  std::ofstream(file, std::ios::trunc) << "{\"version\": 1, \"key\": ";
+  const Result corrupt = run_moe("--moe-strategy hybrid", env);
+  ASSERT_EQ(corrupt.code, 0) << corrupt.err;
+  EXPECT_NE(corrupt.err.find("ignoring the calibration file " + file), std::string::npos) << corrupt.err;
+  EXPECT_NE(corrupt.err.find("calibrated (misses split"), std::string::npos) << corrupt.err;
+  EXPECT_NO_THROW(nlohmann::json::parse(testing::read_file(file)));  // rewritten
+  fs::remove_all(dir);
 }
 
 TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
@@ -154,6 +210,9 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy fused --moe-prefetch-depth 1", 2, "--moe-prefetch-depth needs --moe-strategy auto, offload or hybrid (fused"},
       {"--moe-strategy cpu --moe-prefetch-depth 2", 2, "--moe-prefetch-depth needs --moe-strategy auto, offload or hybrid (cpu"},
       {"--moe-strategy offload --moe-prefetch off --moe-prefetch-depth 2", 2, "there is no prefetch to deepen"},
+      {"--moe-strategy offload --moe-calibrate", 2, "--moe-calibrate needs --moe-strategy auto or hybrid (offload"},
+      {"--moe-strategy hybrid --moe-fetch-cap 1 --moe-calibrate", 2, "--moe-calibrate with --moe-fetch-cap"},
+      {"--moe-strategy hybrid --moe-cpu-cost 1 --moe-calibrate", 2, "--moe-calibrate with --moe-cpu-cost"},
       {"--embed-weights pinned", 2, "--embed-weights"},
       {"--moe-strategy cpu --moe-cpu-int8 yes", 2, "--moe-cpu-int8 yes must be on or off"},
       {"--moe-bank-format zip", 2, "--moe-bank-format 'zip' must be auto, stored or ec12"},

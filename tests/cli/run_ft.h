@@ -22,13 +22,14 @@ inline std::string quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs `ft <args>`; stdout through the pipe, stderr through a temp file.
-inline Result run_ft(const std::string& args) {
+// Runs `ft <args>` with `env` ("NAME=value ...", the shell's syntax) added to its environment; stdout
+// through the pipe, stderr through a temp file.
+inline Result run_ft(const std::string& args, const std::string& env = "") {
   static int counter = 0;
   std::string err_path = (std::filesystem::temp_directory_path() / ("ft_cli_err_" + std::to_string(::getpid()) + "_" +
                                                       std::to_string(counter++)))
                              .string();
-  std::string cmd = quote(FT_BINARY) + " " + args + " 2>" + quote(err_path);
+  std::string cmd = (env.empty() ? "" : env + " ") + quote(FT_BINARY) + " " + args + " 2>" + quote(err_path);
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

@@ -241,6 +241,14 @@ TEST(MoeStats, HybridReportsItsPlannedSplit) {
   ASSERT_TRUE(m.is_object()) << m.dump();
   EXPECT_EQ(m["strategy"], "hybrid");
   EXPECT_TRUE(m["fetch_cap"].is_null()) << m.dump();
+  // The calibration that chose it: timed at this start (the engine keeps no file by default).
+  const nlohmann::json& cal = m["calibration"];
+  ASSERT_TRUE(cal.is_object()) << m.dump();
+  EXPECT_EQ(cal["ms_per_step"].size(), 5u) << m.dump();
+  EXPECT_TRUE(cal["ms_per_step"].contains(cal["choice"].get<std::string>())) << m.dump();
+  EXPECT_EQ(cal["cached"], false);
+  EXPECT_TRUE(cal["file"].is_null()) << m.dump();
+  ASSERT_TRUE(cal["ms_per_step"][cal["choice"].get<std::string>()].is_number()) << m.dump();
   ASSERT_TRUE(m["cpu_cost_fetches"].is_number()) << m.dump();
   const double cost = m["cpu_cost_fetches"].get<double>();
   EXPECT_TRUE(cost == 0.25 || cost == 0.5 || cost == 1.0 || cost == 2.0 || cost == 4.0) << cost;
