@@ -43,6 +43,7 @@ struct ServeFlags {
   int port = 1919;
   std::string served_model_name;
   std::string api_key;
+  bool no_webui = false;         // --no-webui: no chat page at /
   int max_running = 16;
   int64_t max_seq_len = 0;       // 0: the model's context length
   int max_prefill_tokens = 512;
@@ -189,6 +190,7 @@ int run_serve(const ServeFlags& f) {
   so.api_key = f.api_key;
   so.max_body_mb = f.max_body_mb;
   so.cors_origin = f.cors_origin;
+  so.webui = !f.no_webui;
   so.request_timeout_s = f.request_timeout_s;
   so.split_reasoning = reasoning_format != server::ReasoningFormat::kNone;
   if (f.reasoning != "auto") so.enable_thinking = f.reasoning == "on";
@@ -267,6 +269,7 @@ int run_serve(const ServeFlags& f) {
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
   std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
   std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)\n", server::url_host(f.host).c_str(), port);
+  if (!f.no_webui) std::printf("  chat page http://%s:%d/\n", server::url_host(f.host).c_str(), port);
   if (f.api_key.empty() && !server::is_loopback_host(f.host))  // --allow-unauthenticated
     std::printf("WARNING: %s is reachable from other machines and no --api-key is set: anyone can use this server.\n",
                 f.host.c_str());
@@ -313,6 +316,7 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"));
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
       ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"));
+  cmd->add_flag("--no-webui", f->no_webui, "Serve no chat page at / (the API only)");
   cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
                 "Serve on a --host other machines can reach without --api-key (refused otherwise)");
   cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")

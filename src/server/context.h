@@ -48,6 +48,8 @@ struct ServerOptions {
   /** --reasoning on|off: the chat template's enable_thinking for requests that set none
    *  (chat_template_kwargs, Anthropic's thinking); unset (auto): the template's own default. */
   std::optional<bool> enable_thinking;
+  /** Serve the chat page (web/) at / (--no-webui: false, and / is 404). */
+  bool webui = true;
 };
 
 /** The model behind the API. Pointers must outlive the server. */

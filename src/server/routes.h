@@ -1,5 +1,7 @@
 #pragma once
 // Route registration, one function per API surface (each in its own file).
+#include <string_view>
+
 #include "server/context.h"
 #include "server/router.h"
 
@@ -28,5 +30,10 @@ void add_health_routes(Router& r, ServerContext& ctx);
 /** POST /tokenize, /detokenize, /apply-template: llama.cpp server's utility endpoints
  *  (server/tokenize.cpp). */
 void add_tokenize_routes(Router& r, ServerContext& ctx);
+/** GET / and the chat page's files (web/), open without an API key; registered unless --no-webui
+ *  (ServerOptions::webui) (server/webui.cpp). */
+void add_webui_routes(Router& r, ServerContext& ctx);
+/** Whether `path` is "/" or a file of the chat page (what add_webui_routes serves). */
+bool is_web_page_path(std::string_view path);
 
 }  // namespace ft::server

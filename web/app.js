@@ -1,0 +1,339 @@
+// FreeToken chat page: conversations in localStorage, streamed replies from /v1/chat/completions (SSE),
+// a Stop button (aborting the fetch; the server cancels the request when the connection closes), and
+// the served model and /v1/stats in the header. No dependencies, no build step.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+const KEYS = { convs: 'ft.conversations', current: 'ft.current', settings: 'ft.settings', apiKey: 'ft.apiKey' };
+const STATS_EVERY_MS = 3000;
+
+let convs = load(KEYS.convs, []);
+let currentId = localStorage.getItem(KEYS.current);
+let settings = load(KEYS.settings, {});
+let modelName = null;
+let controller = null;  // the AbortController of the reply being streamed
+
+function load(key, fallback) {
+  try { return JSON.parse(localStorage.getItem(key)) ?? fallback; } catch { return fallback; }
+}
+function saveConvs() {
+  localStorage.setItem(KEYS.convs, JSON.stringify(convs));
+  if (currentId) localStorage.setItem(KEYS.current, currentId);
+  else localStorage.removeItem(KEYS.current);
+}
+function apiKey() { return localStorage.getItem(KEYS.apiKey) || ''; }
+function headers() {
+  const h = { 'Content-Type': 'application/json' };
+  if (apiKey()) h.Authorization = 'Bearer ' + apiKey();
+  return h;
+}
+function current() { return convs.find((c) => c.id === currentId) || null; }
+
+// ---- Markdown: HTML is escaped first; then fenced code blocks, `code`, **bold** and paragraphs.
+function escapeHtml(s) {
+  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+}
+function inline(s) {
+  return s.replace(/`([^`\n]+)`/g, '<code>$1</code>').replace(/\*\*([^*\n]+)\*\*/g, '<strong>$1</strong>');
+}
+function markdown(text) {
+  const parts = escapeHtml(text).split(/^```[^\n]*\n?/m);  // odd parts are inside a fence (an open one too)
+  return parts.map((part, i) => {
+    if (i % 2 === 1) return '<pre><code>' + part.replace(/\n$/, '') + '</code></pre>';
+    return part.split(/\n{2,}/).filter((p) => p.trim() !== '')
+      .map((p) => '<p>' + inline(p.trim()).replace(/\n/g, '<br>') + '</p>').join('');
+  }).join('');
+}
+
+// ---- Conversations list.
+function newConversation() {
+  const c = { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 6), title: 'New chat', messages: [] };
+  convs.unshift(c);
+  currentId = c.id;
+  saveConvs();
+  render();
+  $('input').focus();
+  return c;
+}
+function deleteConversation(id) {
+  convs = convs.filter((c) => c.id !== id);
+  if (currentId === id) currentId = convs[0]?.id ?? null;
+  saveConvs();
+  render();
+}
+function renderList() {
+  const ul = $('conv-list');
+  ul.replaceChildren();
+  for (const c of convs) {
+    const li = document.createElement('li');
+    li.className = c.id === currentId ? 'active' : '';
+    li.dataset.id = c.id;
+    const title = document.createElement('span');
+    title.className = 'title';
+    title.textContent = c.title;
+    title.title = c.title;
+    title.onclick = () => { if (!controller) { currentId = c.id; saveConvs(); render(); } };
+    const del = document.createElement('button');
+    del.className = 'delete';
+    del.type = 'button';
+    del.textContent = '×';
+    del.title = 'Delete this conversation';
+    del.onclick = () => { if (!controller || c.id !== currentId) deleteConversation(c.id); };
+    li.append(title, del);
+    ul.append(li);
+  }
+}
+
+// ---- Messages.
+function fillBubble(div, m) {
+  div.replaceChildren();
+  if (m.reasoning) {
+    const d = document.createElement('details');
+    d.className = 'reasoning';
+    d.innerHTML = '<summary>Reasoning</summary>';
+    const body = document.createElement('div');
+    body.textContent = m.reasoning;
+    d.append(body);
+    div.append(d);
+  }
+  for (const t of m.tool_calls || []) {
+    const d = document.createElement('details');
+    d.className = 'tool-call';
+    d.open = true;
+    const s = document.createElement('summary');
+    s.textContent = 'Tool call: ' + (t.function?.name || '?');
+    const body = document.createElement('div');
+    body.textContent = t.function?.arguments || '';
+    d.append(s, body);
+    div.append(d);
+  }
+  const content = document.createElement('div');
+  content.className = 'content';
+  content.innerHTML = m.role === 'user' ? escapeHtml(m.content) : markdown(m.content || '');
+  div.append(content);
+  if (m.note) {
+    const n = document.createElement('div');
+    n.className = 'note';
+    n.textContent = m.note;
+    div.append(n);
+  }
+}
+function bubble(m) {
+  const div = document.createElement('div');
+  div.className = 'msg ' + m.role;
+  fillBubble(div, m);
+  return div;
+}
+function renderMessages() {
+  const box = $('messages');
+  box.replaceChildren(...(current()?.messages ?? []).map(bubble));
+  box.scrollTop = box.scrollHeight;
+}
+function render() { renderList(); renderMessages(); }
+
+function showError(text) {
+  $('error').textContent = text;
+  $('error').hidden = !text;
+}
+
+// ---- Sending and streaming.
+function requestBody(conv) {
+  const messages = [];
+  if (settings.system) messages.push({ role: 'system', content: settings.system });
+  for (const m of conv.messages) {
+    if (m.role === 'user') messages.push({ role: 'user', content: m.content });
+    else if (m.content || m.tool_calls?.length) {
+      const a = { role: 'assistant', content: m.content || '' };
+      if (m.tool_calls?.length) a.tool_calls = m.tool_calls;
+      messages.push(a);
+    }
+  }
+  const body = { messages, stream: true, stream_options: { include_usage: true } };
+  if (modelName) body.model = modelName;
+  if (settings.temperature !== '' && settings.temperature != null) body.temperature = Number(settings.temperature);
+  if (settings.top_p !== '' && settings.top_p != null) body.top_p = Number(settings.top_p);
+  if (settings.max_tokens !== '' && settings.max_tokens != null) body.max_tokens = Number(settings.max_tokens);
+  if (settings.extra) Object.assign(body, JSON.parse(settings.extra));
+  return body;
+}
+
+/** Applies one chat.completion.chunk to the reply `m`. */
+function applyChunk(m, chunk) {
+  if (chunk.usage) m.usage = chunk.usage;
+  const choice = chunk.choices?.[0];
+  if (!choice) return;
+  const d = choice.delta || {};
+  if (d.reasoning_content) m.reasoning = (m.reasoning || '') + d.reasoning_content;
+  if (d.content) m.content += d.content;
+  for (const t of d.tool_calls || []) {
+    m.tool_calls = m.tool_calls || [];
+    const slot = (m.tool_calls[t.index ?? m.tool_calls.length] ||= { id: t.id, type: 'function', function: { name: '', arguments: '' } });
+    if (t.id) slot.id = t.id;
+    if (t.function?.name) slot.function.name += t.function.name;
+    if (t.function?.arguments) slot.function.arguments += t.function.arguments;
+  }
+  if (choice.finish_reason) m.finish = choice.finish_reason;
+}
+
+async function send(text) {
+  let conv = current() || newConversation();
+  if (conv.messages.length === 0) conv.title = text.slice(0, 40);
+  conv.messages.push({ role: 'user', content: text });
+  const reply = { role: 'assistant', content: '' };
+  conv.messages.push(reply);
+  saveConvs();
+  render();
+  const div = $('messages').lastElementChild;
+  let updates = 0;
+  const update = () => {
+    fillBubble(div, reply);
+    div.dataset.updates = String(++updates);
+    $('messages').scrollTop = $('messages').scrollHeight;
+  };
+  showError('');
+  controller = new AbortController();
+  setBusy(true);
+  try {
+    const res = await fetch('/v1/chat/completions', {
+      method: 'POST', headers: headers(), body: JSON.stringify(requestBody(conv)), signal: controller.signal,
+    });
+    if (res.status === 401) {
+      askForKey();
+      throw new Error('The server needs an API key: enter it above and send again.');
+    }
+    if (!res.ok) {
+      const err = await res.json().catch(() => null);
+      throw new Error(err?.error?.message || `HTTP ${res.status}`);
+    }
+    await readSse(res.body, (data) => { applyChunk(reply, JSON.parse(data)); update(); });
+    reply.note = noteFor(reply);
+  } catch (e) {
+    if (e.name === 'AbortError') reply.note = 'stopped';
+    else { reply.note = 'error'; showError(e.message); }
+  } finally {
+    controller = null;
+    setBusy(false);
+    fillBubble(div, reply);
+    div.dataset.done = '1';
+    saveConvs();
+  }
+}
+
+function noteFor(m) {
+  const parts = [];
+  if (m.finish && m.finish !== 'stop') parts.push('finish: ' + m.finish);
+  if (m.usage) parts.push(`${m.usage.completion_tokens} tokens`);
+  return parts.join(' · ');
+}
+
+/** Calls onData with each SSE event's data (until "[DONE]"). */
+async function readSse(stream, onData) {
+  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value.replace(/\r\n/g, '\n');
+    let end;
+    while ((end = buf.indexOf('\n\n')) >= 0) {
+      const event = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      const data = event.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+      if (data === '[DONE]') return;
+      if (data) onData(data);
+    }
+  }
+}
+
+function setBusy(busy) {
+  $('send').disabled = busy;
+  $('stop').disabled = !busy;
+}
+
+// ---- API key.
+function askForKey() {
+  $('auth-prompt').hidden = false;
+  $('auth-key').focus();
+}
+
+// ---- Model name and live stats.
+async function loadModel() {
+  try {
+    const res = await fetch('/v1/models', { headers: headers() });
+    if (res.status === 401) { askForKey(); $('model-name').textContent = 'API key needed'; return; }
+    const j = await res.json();
+    modelName = j.data?.[0]?.id ?? null;
+    $('model-name').textContent = modelName || 'no model';
+  } catch { $('model-name').textContent = 'server unreachable'; }
+}
+function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+async function loadStats() {
+  try {
+    const res = await fetch('/v1/stats', { headers: headers() });
+    if (!res.ok) return;
+    const s = await res.json();
+    const parts = [];
+    const tp = s.throughput;
+    if (tp) parts.push(`${(tp.generation_tokens_per_s ?? 0).toFixed(1)} tok/s`);
+    if (s.kv) parts.push(`KV ${s.kv.pages_used}/${s.kv.pages_total} pages`);
+    if (s.moe && typeof s.moe === 'object' && s.moe.hit_rate != null) parts.push(`expert hits ${(100 * s.moe.hit_rate).toFixed(1)}%`);
+    if (s.memory) parts.push(`memory ${bytes(s.memory.device_bytes || 0)} device, ${bytes(s.memory.host_bytes || 0)} host`);
+    if (s.requests) parts.push(`${s.requests.running} running`);
+    $('stats').textContent = parts.join(' · ');
+  } catch { /* the next poll tries again */ }
+}
+
+// ---- Settings.
+const FIELDS = { system: 'system', temperature: 'temperature', top_p: 'top-p', max_tokens: 'max-tokens', extra: 'extra' };
+function bindSettings() {
+  for (const [key, id] of Object.entries(FIELDS)) {
+    $(id).value = settings[key] ?? '';
+    $(id).addEventListener('input', () => {
+      settings[key] = $(id).value;
+      localStorage.setItem(KEYS.settings, JSON.stringify(settings));
+    });
+  }
+  $('extra').addEventListener('change', () => {
+    try { if ($('extra').value) JSON.parse($('extra').value); showError(''); } catch { showError('Extra request JSON is not valid JSON'); }
+  });
+  $('api-key').value = apiKey();
+  $('api-key').addEventListener('change', () => setKey($('api-key').value));
+}
+function setKey(key) {
+  if (key) localStorage.setItem(KEYS.apiKey, key);
+  else localStorage.removeItem(KEYS.apiKey);
+  $('api-key').value = key;
+  $('auth-prompt').hidden = true;
+  showError('');
+  loadModel();
+  loadStats();
+}
+
+// ---- Start.
+function start() {
+  bindSettings();
+  $('new-chat').onclick = () => { if (!controller) newConversation(); };
+  $('stop').onclick = () => controller?.abort();
+  $('auth-form').onsubmit = (e) => { e.preventDefault(); setKey($('auth-key').value.trim()); };
+  $('composer').onsubmit = (e) => {
+    e.preventDefault();
+    const text = $('input').value.trim();
+    if (!text || controller) return;
+    $('input').value = '';
+    send(text);
+  };
+  $('input').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); $('composer').requestSubmit(); }
+  });
+  if (!current()) currentId = convs[0]?.id ?? null;
+  render();
+  loadModel();
+  loadStats();
+  setInterval(loadStats, STATS_EVERY_MS);
+}
+start();
