@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 APT_PKGS = g++ cmake ninja-build ccache pkg-config curl \
            libboost-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev \
            libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libgmock-dev \
-           libbenchmark-dev libopenblas-dev clang libclang-rt-14-dev
+           libbenchmark-dev libopenblas-dev clang libclang-rt-14-dev chromium
 
 .PHONY: all deps configure build test test-cpu test-asan test-gpu gpu-check serve bench fuzz fuzz-build soak clean
 

@@ -7,7 +7,7 @@
 // model (its context has room for Anthropic's budget_tokens >= 1024) with tests/e2e/thinking_template.jinja,
 // whose prompt opens a <think> block. Then stops the servers with SIGTERM and checks they exit 0. Fails,
 // never skips, when node, curl, the fixture or tests/e2e/node_modules (installed by `make deps`: npm ci)
-// is missing.
+// is missing. WebChatPageInChromium (below) drives the chat page at / in Debian's Chromium.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -78,6 +78,12 @@ class Server {
       if (std::regex_search(line, m, re)) return m[1].str();
     }
     return "";
+  }
+
+  /** The next line of stdout, or "" at its end. */
+  std::string next_line() {
+    char line[4096];
+    return std::fgets(line, sizeof line, out_) ? std::string(line) : std::string();
   }
 
   /** SIGTERM, then waits up to `limit`; returns the exit status, or -1 if it had to be killed. */
@@ -229,6 +235,49 @@ TEST(E2E, DemoModelServesWithoutAModel) {
   EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
   EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 1);
   EXPECT_EQ(srv.interrupt(20s), 0) << "ft serve did not exit 0 on SIGINT";
+  if (!HasFailure()) fs::remove(log);
+}
+
+// The chat page (web/, issue 41) in Debian's Chromium, headless: tests/e2e/webui.test.mjs drives it
+// with puppeteer-core against `ft serve` on the demo model, and writes its screenshot (webui.png) into
+// the build folder, beside ft.
+TEST(E2E, WebChatPageInChromium) {
+  ASSERT_TRUE(have_program("node")) << "node is not installed: run `make deps`";
+  ASSERT_TRUE(fs::exists("/usr/bin/chromium")) << "/usr/bin/chromium is missing: run `make deps` (apt-get install chromium)";
+  ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / "puppeteer-core" / "package.json"))
+      << "puppeteer-core is missing: run `make deps` (it runs `npm ci` in tests/e2e) before the tests";
+  const std::string log = fs::temp_directory_path().string() + "/ft-e2e-webui-" + std::to_string(getpid()) + ".log";
+  Server srv({FT_BINARY, "serve", "--port", "0", "--threads", "1"}, log);
+  std::string seen;
+  const std::string url = srv.wait_listening(seen);
+  ASSERT_FALSE(url.empty()) << seen << testing::read_file(log);
+  EXPECT_EQ(srv.next_line(), "  chat page " + url + "/\n");  // the banner's next line names the page
+  srv.drain();
+  const std::string shots = fs::path(FT_BINARY).parent_path().string();
+  int status = 0;
+  const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_WEBUI_URL=" + url + " FT_SCREENSHOT_DIR='" + shots +
+                          "' node --test --test-concurrency=1 webui.test.mjs 2>&1";
+  const std::string out = run_capture(cmd, status);
+  std::printf("%s\n", out.c_str());
+  EXPECT_EQ(status, 0) << "webui.test.mjs failed (output above); server log: " << log << "\n" << testing::read_file(log);
+  EXPECT_EQ(srv.terminate(20s), 0) << "ft serve did not exit 0 on SIGTERM";
+  if (!HasFailure()) fs::remove(log);
+}
+
+// --no-webui: no page at /.
+TEST(E2E, NoWebuiServesNoPage) {
+  const std::string log = fs::temp_directory_path().string() + "/ft-e2e-nowebui-" + std::to_string(getpid()) + ".log";
+  Server srv({FT_BINARY, "serve", "--port", "0", "--threads", "1", "--no-webui"}, log);
+  std::string seen;
+  const std::string url = srv.wait_listening(seen);
+  ASSERT_FALSE(url.empty()) << seen << testing::read_file(log);
+  srv.drain();
+  httplib::Client c(url);
+  auto r = c.Get("/");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(srv.terminate(20s), 0);
   if (!HasFailure()) fs::remove(log);
 }
 
