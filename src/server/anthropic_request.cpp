@@ -282,6 +282,9 @@ void parse_stop_sequences(const ojson& body, GenerationParams& g) {
   if (!v) return;
   if (!v->is_array())
     bad_request("stop_sequences", fmt::format("'stop_sequences' must be a list of strings, got {}", type_name(*v)));
+  if (v->size() > kMaxStopStrings)
+    bad_request("stop_sequences", fmt::format("'stop_sequences' holds {} strings; at most {} are allowed", v->size(),
+                                              kMaxStopStrings));
   for (size_t i = 0; i < v->size(); ++i) {
     const ojson& s = (*v)[i];
     if (!s.is_string()) bad_request("stop_sequences", fmt::format("stop_sequences[{}] must be a string, got {}", i, type_name(s)));

@@ -23,7 +23,8 @@ void parse_stop(const ojson& body, GenerationParams& g) {
     return;
   }
   if (!v->is_array()) bad_request("stop", fmt::format("'stop' must be a string or a list of strings, got {}", type_name(*v)));
-  if (v->size() > 16) bad_request("stop", fmt::format("'stop' holds {} strings; at most 16 are allowed", v->size()));
+  if (v->size() > kMaxStopStrings)
+    bad_request("stop", fmt::format("'stop' holds {} strings; at most {} are allowed", v->size(), kMaxStopStrings));
   for (size_t i = 0; i < v->size(); ++i) {
     const ojson& s = (*v)[i];
     if (!s.is_string()) bad_request("stop", fmt::format("stop[{}] must be a string, got {}", i, type_name(s)));

@@ -14,6 +14,10 @@ namespace ft::server {
 /** Most nesting levels a request body may have (deeper bodies are refused before anything recurses). */
 inline constexpr int kMaxJsonDepth = 64;
 
+/** Most stop strings a request may carry (OpenAI's `stop`, Anthropic's `stop_sequences`): each is
+ *  matched against every generated token's text, so their count bounds a step's cost. */
+inline constexpr size_t kMaxStopStrings = 16;
+
 /** Parses a JSON object body. Throws ApiException 400 for malformed JSON, nesting deeper than
  *  kMaxJsonDepth or a top level that is not an object. */
 nlohmann::ordered_json parse_json_body(std::string_view body);

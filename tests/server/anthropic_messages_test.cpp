@@ -575,6 +575,16 @@ TEST(AnthropicRoutes, ErrorsUseAnthropicBodies) {
     EXPECT_NE(error_message(t).find("[0, 1]"), std::string::npos) << t.raw;
   }
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"stop_sequences", "x"}})), 400, bad);
+  {  // as many stop strings as OpenAI's `stop` takes, no more: each one is matched every step
+    json seqs = json::array();
+    for (int i = 0; i < 16; ++i) seqs.push_back("never" + std::to_string(i));
+    const Reply ok = post(c, "/v1/messages", msg_body("x", 5, {{"stop_sequences", seqs}}));
+    EXPECT_EQ(ok.status, 200) << ok.raw;
+    seqs.push_back("one more");
+    const Reply many = post(c, "/v1/messages", msg_body("x", 5, {{"stop_sequences", seqs}}));
+    expect_error(many, 400, bad);
+    EXPECT_NE(error_message(many).find("'stop_sequences' holds 17 strings; at most 16"), std::string::npos) << many.raw;
+  }
   expect_error(post(c, "/v1/messages", msg_body("x", 5, {{"system", {{{"type", "image"}}}}})), 400, bad);
   for (const char* type : {"image", "document"}) {
     const json msgs = {{{"role", "user"},
