@@ -117,6 +117,7 @@ struct TestServerConfig {
   std::string chat_template = chatml_with_tools();
   bool serve = true;  // false: bound but not serving (the test calls http().serve())
   int32_t max_prefill_tokens = 64;  // a scripted reply needs its prompt in one chunk (GatedModel)
+  bool webui = true;  // false: --no-webui
 };
 
 class TestServer {
@@ -142,6 +143,7 @@ class TestServer {
     so.request_timeout_s = c.request_timeout_s;
     so.split_reasoning = c.split_reasoning;
     so.enable_thinking = c.enable_thinking;
+    so.webui = c.webui;
     so.keepalive_ms = 50;
     server::ServedModel sm;
     sm.name = "test-model";
