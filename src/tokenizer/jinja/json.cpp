@@ -97,6 +97,8 @@ class Dumper {
       case Value::Kind::kString: dump_string(out, v.str(), o_.ensure_ascii); return;
       case Value::Kind::kList: {
         const auto& items = v.list().items;
+        const CycleGuard guard(&v.list());
+        if (guard.reentered()) raise(ErrorKind::kValueError, "Circular reference detected");
         if (items.empty()) {
           out += "[]";
           return;
@@ -113,6 +115,8 @@ class Dumper {
       }
       case Value::Kind::kDict: {
         const auto& items = v.dict_ref().items;
+        const CycleGuard guard(&v.dict_ref());
+        if (guard.reentered()) raise(ErrorKind::kValueError, "Circular reference detected");
         if (items.empty()) {
           out += "{}";
           return;

@@ -15,7 +15,11 @@ bool Namespace::set_attr(const std::string& name, const Value& value) {
   return true;
 }
 
-std::string Namespace::str() const { return "<Namespace " + Value::dict(std::make_shared<Dict>(attrs)).to_str() + ">"; }
+std::string Namespace::str() const {
+  const CycleGuard guard(this);  // an attribute that holds the namespace prints as Python's reprlib does
+  if (guard.reentered()) return "<Namespace {...}>";
+  return "<Namespace " + Value::dict(std::make_shared<Dict>(attrs)).to_str() + ">";
+}
 
 Value LoopContext::get_attr(const std::string& name) const {
   const int64_t n = static_cast<int64_t>(items_.size());

@@ -1,6 +1,9 @@
 #include "tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "tokenizer/jinja/pystr.h"
 
@@ -171,6 +174,11 @@ void Value::append_to(std::string& out) const {
     case Kind::kString: out += s_; return;
     case Kind::kList: {
       const List& l = list();
+      const CycleGuard guard(&l);
+      if (guard.reentered()) {
+        out += l.tuple ? "(...)" : "[...]";
+        return;
+      }
       out += l.tuple ? '(' : '[';
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -181,6 +189,11 @@ void Value::append_to(std::string& out) const {
       return;
     }
     case Kind::kDict: {
+      const CycleGuard guard(&dict_ref());
+      if (guard.reentered()) {
+        out += "{...}";
+        return;
+      }
       out += '{';
       bool first = true;
       for (const auto& kv : dict_ref().items) {
@@ -271,6 +284,13 @@ bool equals(const Value& a, const Value& b) {
     return a.as_int() == b.as_int();
   }
   if (a.kind() != b.kind()) return false;
+  auto walk = [](const void* x) {  // a comparison back at a container it is inside: no end to it
+    auto guard = std::make_unique<CycleGuard>(x);
+    if (guard->reentered())
+      raise(ErrorKind::kTemplateRuntimeError, "maximum recursion depth exceeded in comparison (a list or dict holds "
+            "itself)");
+    return guard;
+  };
   switch (a.kind()) {
     case K::kUndefined:
     case K::kNone: return true;
@@ -278,6 +298,8 @@ bool equals(const Value& a, const Value& b) {
     case K::kList: {
       const List& x = a.list();
       const List& y = b.list();
+      if (&x == &y) return true;
+      const auto guard = walk(&x);
       if (x.tuple != y.tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i)
         if (!equals(x.items[i], y.items[i])) return false;
@@ -286,6 +308,8 @@ bool equals(const Value& a, const Value& b) {
     case K::kDict: {
       const Dict& x = a.dict_ref();
       const Dict& y = b.dict_ref();
+      if (&x == &y) return true;
+      const auto guard = walk(&x);
       if (x.items.size() != y.items.size()) return false;
       for (const auto& kv : x.items) {
         const Value* other = y.find(kv.first);
@@ -302,6 +326,19 @@ bool equals(const Value& a, const Value& b) {
 std::string object_type_repr(const Value& v) {
   if (v.is_none()) return "'None'";
   return fmt::format("'{} object'", v.type_name());
+}
+
+namespace {
+thread_local std::vector<const void*> walking;  // containers being printed, serialized or compared
+}  // namespace
+
+CycleGuard::CycleGuard(const void* container)
+    : container_(container), reentered_(std::find(walking.begin(), walking.end(), container) != walking.end()) {
+  if (!reentered_) walking.push_back(container);
+}
+
+CycleGuard::~CycleGuard() {
+  if (!reentered_) walking.pop_back();
 }
 
 }  // namespace ft::jinja

@@ -169,8 +169,28 @@ class Value {
   std::shared_ptr<void> p_;  // List, Dict, Object, or UndefinedInfo (kUndefined with a hint)
 };
 
-/** Python ==. */
+/** Python ==. A list or dict compared with itself is equal without walking it; a comparison that
+ *  reaches a list or dict it is already comparing (two lists that each hold themselves) raises
+ *  TemplateError (kTemplateRuntimeError), as Python's RecursionError ends it. */
 bool equals(const Value& a, const Value& b);
+
+/** CPython's Py_ReprEnter / Py_ReprLeave: marks `container` (a List, Dict or Namespace) as being
+ *  walked on this thread for its lifetime; reentered() is true when it already was further up the
+ *  stack, i.e. the container holds itself (a list appended to itself, a namespace attribute holding
+ *  the namespace). Printing then writes "[...]" / "{...}" and tojson raises "Circular reference
+ *  detected", as Python does, instead of recursing without end. */
+class CycleGuard {
+ public:
+  explicit CycleGuard(const void* container);
+  ~CycleGuard();
+  CycleGuard(const CycleGuard&) = delete;
+  CycleGuard& operator=(const CycleGuard&) = delete;
+  bool reentered() const { return reentered_; }
+
+ private:
+  const void* container_;
+  bool reentered_;
+};
 
 /** "'dict object'"-style description jinja2 uses in undefined messages. */
 std::string object_type_repr(const Value& v);
