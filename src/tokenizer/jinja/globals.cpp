@@ -58,9 +58,10 @@ std::shared_ptr<Dict> build_dict(const char* fn, CallArgs& args) {
 
 Value g_dict(Interpreter&, CallArgs& args) { return Value::dict(build_dict("dict", args)); }
 
-Value g_namespace(Interpreter&, CallArgs& args) {
+Value g_namespace(Interpreter& in, CallArgs& args) {
   auto ns = std::make_shared<Namespace>();
   ns->attrs = *build_dict("namespace", args);
+  in.own_namespace(ns);
   return Value::object(ns);
 }
 

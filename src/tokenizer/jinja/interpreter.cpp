@@ -71,13 +71,16 @@ std::string Interpreter::render(const Body& body, std::shared_ptr<Scope> globals
   std::string out;
   out.reserve(4096);
   out_ = &out;
-  struct Cleanup {  // empty every scope of this render (breaks scope <-> macro cycles), also on errors
+  struct Cleanup {  // empty every scope and namespace of this render (breaks their cycles), also on errors
     std::vector<std::shared_ptr<Scope>>& scopes;
+    std::vector<std::shared_ptr<Namespace>>& namespaces;
     ~Cleanup() {
       for (const auto& s : scopes) s->vars.clear();
       scopes.clear();
+      for (const auto& ns : namespaces) ns->attrs = Dict();
+      namespaces.clear();
     }
-  } cleanup{scopes_};
+  } cleanup{scopes_, namespaces_};
   scopes_.push_back(globals);
   exec_body(body, new_scope(std::move(globals)));
   out_ = nullptr;

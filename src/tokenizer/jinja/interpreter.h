@@ -16,6 +16,8 @@
 namespace ft::jinja {
 
 /** Variables of one scope; lookups walk the parent chain. */
+class Namespace;
+
 struct Scope {
   std::shared_ptr<Scope> parent;
   std::vector<std::pair<std::string, Value>> vars;
@@ -75,6 +77,11 @@ class Interpreter {
    *  namespace, a returned value) still sees the variables of the scope it was defined in. */
   std::shared_ptr<Scope> new_scope(std::shared_ptr<Scope> parent);
 
+  /** Keeps `ns` (a namespace() of this render) until render() ends, which empties it (also when an
+   *  error unwinds): an attribute may hold the namespace itself (`{% set ns.s = ns, 1 %}`), a
+   *  reference cycle its shared_ptr count would never free. */
+  void own_namespace(std::shared_ptr<Namespace> ns) { namespaces_.push_back(std::move(ns)); }
+
  private:
   enum class Flow { kNormal, kBreak, kContinue };
 
@@ -99,6 +106,7 @@ class Interpreter {
   int depth_ = 0;         // macro call depth (recursion guard)
   int64_t steps_ = 0;     // statements and expressions evaluated (RenderOptions::max_steps)
   std::vector<std::shared_ptr<Scope>> scopes_;  // every scope of this render, emptied at its end
+  std::vector<std::shared_ptr<Namespace>> namespaces_;  // every namespace() of this render, emptied at its end
   bool folding_ = false;  // evaluating a literal {{ output }}, which jinja2 constant-folds
 };
 
