@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "tokenizer/jinja/pystr.h"
@@ -284,12 +283,9 @@ bool equals(const Value& a, const Value& b) {
     return a.as_int() == b.as_int();
   }
   if (a.kind() != b.kind()) return false;
-  auto walk = [](const void* x) {  // a comparison back at a container it is inside: no end to it
-    auto guard = std::make_unique<CycleGuard>(x);
-    if (guard->reentered())
-      raise(ErrorKind::kTemplateRuntimeError, "maximum recursion depth exceeded in comparison (a list or dict holds "
-            "itself)");
-    return guard;
+  auto no_end = [] {  // a comparison back at a container it is inside
+    raise(ErrorKind::kTemplateRuntimeError, "maximum recursion depth exceeded in comparison (a list or dict holds "
+          "itself)");
   };
   switch (a.kind()) {
     case K::kUndefined:
@@ -299,7 +295,8 @@ bool equals(const Value& a, const Value& b) {
       const List& x = a.list();
       const List& y = b.list();
       if (&x == &y) return true;
-      const auto guard = walk(&x);
+      const CycleGuard guard(&x);
+      if (guard.reentered()) no_end();
       if (x.tuple != y.tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i)
         if (!equals(x.items[i], y.items[i])) return false;
@@ -309,7 +306,8 @@ bool equals(const Value& a, const Value& b) {
       const Dict& x = a.dict_ref();
       const Dict& y = b.dict_ref();
       if (&x == &y) return true;
-      const auto guard = walk(&x);
+      const CycleGuard guard(&x);
+      if (guard.reentered()) no_end();
       if (x.items.size() != y.items.size()) return false;
       for (const auto& kv : x.items) {
         const Value* other = y.find(kv.first);
