@@ -1,4 +1,4 @@
-// `ft bench (--model PATH | --model-preset NAME --dummy-weights [--weight-type T] [--dummy-layers N]
+// `ft bench (MODEL | --model PATH | --model-preset NAME --dummy-weights [--weight-type T] [--dummy-layers N]
 //  [--dummy-router-skew S] [--seed N]) [--prompt-tokens N] [--gen-tokens N] [--batch 1,8,32]
 //  [--device cpu|cuda|auto] [--activations f32|bf16] [--json] [MoE flags]`: prefill and decode
 // throughput per batch size, weight bandwidth and peak memory (tools/benchmark.h; --json prints
@@ -22,7 +22,9 @@
 #include "backend/device.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/help_format.h"
 #include "cli/int_list.h"
+#include "cli/model_arg.h"
 #include "tools/benchmark.h"
 #include "engine/engine.h"
 #include "tools/model_presets.h"
@@ -34,7 +36,8 @@ namespace ft::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model;
+  ModelArg model_arg;  // MODEL, -m, --model, --model-path
+  std::string model;   // the path resolved from model_arg ("": a synthetic model)
   std::string preset;
   bool dummy = false;
   std::string weight_type;  // empty: bf16
@@ -195,7 +198,7 @@ int bench(const BenchArgs& a) {
 void add_bench_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill/decode throughput, weight bandwidth and memory");
-  cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder");
+  add_model_arg(cmd, args->model_arg, "GGUF file or Hugging Face folder");
   const char* s = "Synthetic model";
   cmd->add_option("--model-preset", args->preset, "Real shapes of a known model (see --list-presets)")->group(s);
   cmd->add_flag("--dummy-weights", args->dummy, "Random weights for --model-preset (deterministic per --seed)")->group(s);
@@ -220,37 +223,56 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_flag("--list-presets", args->list_presets,
                 "List the model presets (with --weight-type and --dummy-layers: the synthetic weights' size) and exit")
       ->group(s);
-  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt tokens per sequence (prefill)")->capture_default_str();
-  cmd->add_option("--gen-tokens", args->gen_tokens, "Timed decode steps per batch size")->capture_default_str();
+  const char* b = "Benchmark";
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt tokens per sequence (prefill)")
+      ->capture_default_str()
+      ->group(b);
+  cmd->add_option("--gen-tokens", args->gen_tokens, "Timed decode steps per batch size")->capture_default_str()->group(b);
   cmd->add_option("--batch", args->batches, "Batch sizes: sequences decoded together, e.g. 1,8,32")
-      ->capture_default_str();
-  cmd->add_option("--activations", args->activations, "CUDA activation dtype: f32 or bf16")->capture_default_str();
+      ->capture_default_str()
+      ->group(b);
+  cmd->add_option("--activations", args->activations, "CUDA activation dtype: f32 or bf16")
+      ->capture_default_str()
+      ->group(b);
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(b);
   cmd->add_option("--warmup-steps", args->warmup_steps,
                   "Untimed decode steps before each batch size (after an untimed prefill of the same length)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(b);
   cmd->add_option("--route-sample-steps", args->route_sample_steps,
                   "Untimed decode steps whose routed experts are counted (0 = assume uniform routing)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(b);
   cmd->add_option("--copy-mib", args->copy_mib, "Size of the bandwidth-probe copy in MiB (0 = 1024 CUDA, 256 CPU)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(b);
+  cmd->add_flag("--json", args->json, "Print one JSON object instead of the table")->group(b);
+  cmd->add_flag("--profile-ops", args->profile_ops,
+                "Time every op of the decode steps (eager, each op between synchronisations; on CUDA the fused MoE strategy only)")
+      ->group(b);
+  const char* sampling = kGroupSampling;
   cmd->add_option("--temperature", args->temperature,
                   "Sampling temperature of every step's rows, on the backend (0 = greedy)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(sampling);
   cmd->add_option("--top-k", args->top_k, "Sampling (with --temperature > 0): keep the k most likely tokens (0 = off)")
       ->capture_default_str()
-      ->check(at_least(0));
+      ->check(at_least(0))
+      ->group(sampling);
   cmd->add_option("--top-p", args->top_p, "Sampling (with --temperature > 0): nucleus mass (1 = off)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(sampling);
   cmd->add_option("--min-p", args->min_p,
                   "Sampling (with --temperature > 0): drop tokens below min_p x the best probability")
-      ->capture_default_str();
-  cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
-  cmd->add_flag("--profile-ops", args->profile_ops,
-                "Time every op of the decode steps (eager, each op between synchronisations; on CUDA the fused MoE strategy only)");
-  add_engine_flags(cmd, args->engine);
-  cmd->callback([args, &action] { action = [args] { return bench(*args); }; });
+      ->capture_default_str()
+      ->group(sampling);
+  add_engine_flags(cmd, args->engine);  // Engine, Memory, MoE expert offload, Logging
+  cmd->callback([args, &action] {
+    args->model = resolve_model(args->model_arg);
+    action = [args] { return bench(*args); };
+  });
 }
 
 }  // namespace ft::cli

@@ -1,25 +1,34 @@
 #include "cli/engine_flags.h"
 
 #include "cli/flag_checks.h"
+#include "cli/help_format.h"
 #include "util/error.h"
 
 namespace ft::cli {
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
-  // Each thread is a persistent worker; a typo like 100000 used to exhaust the process limit.
-  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores; at most 1024)")
+  cmd->add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is visible)")
       ->capture_default_str()
-      ->check(in_range(0, 1024));
-  cmd->add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is visible)")->capture_default_str();
-  cmd->add_option("--page-size", f.page_size, "KV cache page size in tokens")->capture_default_str()->check(at_least(1));
+      ->group(kGroupEngine);
+  // Each thread is a persistent worker; a typo like 100000 used to exhaust the process limit.
+  cmd->add_option("-t,--threads", f.threads, "CPU threads (0 = all cores; at most 1024)")
+      ->capture_default_str()
+      ->check(in_range(0, 1024))
+      ->group(kGroupEngine);
+  cmd->add_option("--page-size", f.page_size, "KV cache page size in tokens")
+      ->capture_default_str()
+      ->check(at_least(1))
+      ->group(kGroupMemory);
   cmd->add_option("--cuda-graph-max-bs", f.cuda_graph_max_bs,
                   "decode steps of up to this many sequences replay CUDA graphs (padded to 1, 2, 4, ...; 0 = off)")
       ->capture_default_str()
-      ->check(at_least(0));
+      ->check(at_least(0))
+      ->group(kGroupEngine);
   cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
                   "KV cache element type: auto (the activation dtype), f32, or bf16 (CUDA: half the KV memory)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->group(kGroupMemory);
   cmd->add_option("--embed-weights", f.embed_weights,
                   "token embedding table: device; host (host memory the GPU reads a step's rows of, one bus read a decode "
                   "step, so its bytes stay out of --gpu-memory-limit; refused for a model whose LM head is tied to "
@@ -27,13 +36,16 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
                   "plan's expert cache is sized by the memory left and short of every expert (its slots get the "
                   "table's bytes), or when a plan fits only without the table")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "device", "host"}));
+      ->check(CLI::IsMember({"auto", "device", "host"}))
+      ->group(kGroupMemory);
+  add_compat_flags(cmd, f.compat);
   add_moe_flags(cmd, f.moe);
 }
 
 EngineOptions engine_options(const EngineFlags& f) {
   if (f.device != "cpu" && f.device != "cuda" && f.device != "auto")
     fail(ErrorCode::kInvalidArgument, "--device must be cpu, cuda or auto (got '{}')", f.device);
+  check_compat_flags(f.compat);
   EngineOptions eo;
   apply_moe_flags(f.moe, eo);
   eo.threads = f.threads;

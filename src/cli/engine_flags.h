@@ -1,11 +1,14 @@
 #pragma once
 // The engine flags `ft run`, `ft serve` and `ft bench` share, and their one mapping to EngineOptions:
-// --threads, --device, --page-size, --cuda-graph-max-bs, --kv-cache-dtype, --embed-weights and the MoE offload flags (cli/moe_flags.h). Each command then sets
-// the sizing fields it owns (kv_tokens, max_seqs, max_step_tokens, max_logit_rows).
+// -t/--threads, --device, --page-size, --cuda-graph-max-bs, --kv-cache-dtype, --embed-weights, the MoE offload flags
+// (cli/moe_flags.h) and the llama.cpp / Python-engine flags answered with a warning or a refusal
+// (cli/compat_flags.h). Each command then sets the sizing fields it owns (kv_tokens, max_seqs,
+// max_step_tokens, max_logit_rows).
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 
+#include "cli/compat_flags.h"
 #include "cli/moe_flags.h"
 #include "engine/engine.h"
 
@@ -19,16 +22,18 @@ struct EngineFlags {
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, f32 or bf16
   std::string embed_weights = "auto";   // --embed-weights: auto, device or host
   MoeFlags moe;
+  CompatFlags compat;  // -ngl, --tensor-parallel-size, the Python engine's --memory-ratio, ...
 };
 
-/** Registers --threads (>= 0), --device, --page-size (>= 1), --cuda-graph-max-bs (>= 0), --kv-cache-dtype
- *  (auto, f32, bf16), --embed-weights (auto, device, host) and the MoE flags on `cmd`, writing into
- *  `f` (which must outlive parsing). */
+/** Registers -t/--threads (>= 0), --device, --page-size (>= 1), --cuda-graph-max-bs (>= 0), --kv-cache-dtype
+ *  (auto, f32, bf16), --embed-weights (auto, device, host), the MoE flags and the compatibility flags on
+ *  `cmd` (groups Engine, Memory, MoE expert offload, Logging), writing into `f` (which must outlive parsing). */
 void add_engine_flags(CLI::App* cmd, EngineFlags& f);
 
 /** EngineOptions with threads, device, page_size, cuda_graph_max_bs, kv_cache_dtype, embed_weights and the MoE fields (apply_moe_flags) from `f`; the
  *  sizing fields keep their defaults. Throws ft::Error(kInvalidArgument) for a --device other than cpu,
- *  cuda or auto, and for a bad MoE flag combination (apply_moe_flags). */
+ *  cuda or auto, for a bad MoE flag combination (apply_moe_flags) and for a refused compatibility
+ *  flag (check_compat_flags, which also warns for -ngl). */
 EngineOptions engine_options(const EngineFlags& f);
 
 }  // namespace ft::cli

@@ -2,10 +2,13 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include "cli/commands.h"
+#include "cli/compat_flags.h"
+#include "cli/help_format.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/version.h"
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
   // Logs go to stderr: stdout carries the output (generated text, ids, JSON).
   spdlog::default_logger()->sinks() = {std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
   CLI::App app{"FreeToken: serve large Mixture-of-Experts models on small GPUs"};
+  app.formatter(std::make_shared<ft::cli::HelpFormatter>());  // before the subcommands, which copy it
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
@@ -54,8 +58,12 @@ int main(int argc, char** argv) {
   ft::cli::add_serve_command(app, action);
   ft::cli::add_tokenize_command(app, action);
   ft::cli::add_template_command(app, action);
+  // llama.cpp's -ngl, -np and vLLM's -tp, which CLI11 cannot name, as their long forms.
+  const std::vector<std::string> args = ft::cli::expand_multi_letter_flags(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     // `ft bogus`: CLI11 would only say that a subcommand is required.
     const std::string word = first_word(argc, argv);

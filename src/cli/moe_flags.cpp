@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/help_format.h"
 #include "engine/calibration_cache.h"
 #include "moe/expert_compute.h"
 #include "util/error.h"
@@ -13,14 +14,18 @@
 namespace ft::cli {
 
 void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
-  const char* g = "MoE expert offload";
-  cmd->add_option("--moe-strategy", f.strategy,
+  const char* g = kGroupMoe;
+  // --moe-backend, --moe-cache-size: the Python FreeToken engine's names, with the same meaning (its
+  // cache size is also a count of expert slots over all layers).
+  cmd->add_option("--moe-strategy,--moe-backend", f.strategy,
                   "auto (fused when every expert fits and none of --moe-cache-slots/-rate, --moe-cpu-layers, --moe-prefetch "
                   "on, --moe-prefetch-depth is given; else, with a GPU, the planner: hybrid or offload, whichever its "
                   "start-up calibration times faster; else offload), fused, offload, hybrid or cpu")
       ->capture_default_str()
       ->group(g);
-  cmd->add_option("--moe-cache-slots", f.cache_slots, "Expert-cache slots (at least 2 x experts per layer)")->group(g);
+  cmd->add_option("--moe-cache-slots,--moe-cache-size", f.cache_slots,
+                  "Expert-cache slots over all MoE layers, each one expert of one layer (at least 2 x experts per layer)")
+      ->group(g);
   cmd->add_option("--moe-cache-rate", f.cache_rate, "Expert-cache slots as a fraction of the routed experts that go through the cache (all of them unless "
                   "--moe-cpu-layers), in (0, 1]")
       ->group(g);
@@ -73,11 +78,11 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
       ->group(g);
   cmd->add_option("--gpu-memory-limit", f.gpu_memory_limit_gib,
                   "GiB of device memory to plan within (default: the device's free memory; no limit on CPU)")
-      ->group(g);
+      ->group(kGroupMemory);
   cmd->add_option("--decode-log-interval", f.decode_log_interval,
                   "Log expert-cache hits, misses, bytes and CPU experts every N decode steps (0: off)")
       ->capture_default_str()
-      ->group(g);
+      ->group(kGroupLogging);
 }
 
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {

@@ -1,4 +1,4 @@
-// `ft run --model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
+// `ft run MODEL|--model PATH [--prompt TEXT | --prompt-ids 1,2,3] [--max-tokens N] [sampling flags]
 //  [--threads N] [--device D] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N] [MoE flags, cli/moe_flags.h]`:
 // one generation. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
 // tokenizer.json), else (or with --print-ids) the generated ids, comma-separated (as --prompt-ids takes them); then prefill and
@@ -15,7 +15,9 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
+#include "cli/help_format.h"
 #include "cli/int_list.h"
+#include "cli/model_arg.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/registry.h"
@@ -28,7 +30,8 @@ namespace ft::cli {
 namespace {
 
 struct RunArgs {
-  std::string model;
+  ModelArg model_arg;  // MODEL, -m, --model, --model-path
+  std::string model;   // the path resolved from model_arg
   std::string prompt;
   std::string prompt_ids;
   int32_t max_tokens = 128;
@@ -147,28 +150,53 @@ int run(const RunArgs& a) {
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt (prints the text, then speed)");
-  cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder")->required();
-  cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)");
-  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
-  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str()->check(at_least(0));
-  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p x the best probability")->capture_default_str();
-  cmd->add_option("--repeat-penalty", args->repeat_penalty, "CTRL repetition penalty (1 = off)")->capture_default_str();
-  cmd->add_option("--presence-penalty", args->presence_penalty, "OpenAI presence penalty")->capture_default_str();
-  cmd->add_option("--frequency-penalty", args->frequency_penalty, "OpenAI frequency penalty")->capture_default_str();
+  add_model_arg(cmd, args->model_arg, "GGUF file or Hugging Face folder");
+  const char* gen = kGroupGeneration;
+  cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)")
+      ->group(gen);
+  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")->group(gen);
+  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(at_least(0))
+      ->group(gen);
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token")->group(gen);
+  cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text")->group(gen);
+  cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here")->group(gen);
+  const char* sampling = kGroupSampling;
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str()
+      ->group(sampling);
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")
+      ->capture_default_str()
+      ->check(at_least(0))
+      ->group(sampling);
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()->group(sampling);
+  cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p x the best probability")
+      ->capture_default_str()
+      ->group(sampling);
+  cmd->add_option("--repeat-penalty", args->repeat_penalty, "CTRL repetition penalty (1 = off)")
+      ->capture_default_str()
+      ->group(sampling);
+  cmd->add_option("--presence-penalty", args->presence_penalty, "OpenAI presence penalty")
+      ->capture_default_str()
+      ->group(sampling);
+  cmd->add_option("--frequency-penalty", args->frequency_penalty, "OpenAI frequency penalty")
+      ->capture_default_str()
+      ->group(sampling);
   cmd->add_option("--seed", args->seed, "Sampling seed (-1 = random)")
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
-      ->capture_default_str();
-  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after an end-of-sequence token");
-  cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text");
-  cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here");
+      ->capture_default_str()
+      ->group(sampling);
   cmd->add_option("--max-prefill-tokens", args->max_prefill_tokens, "Prompt tokens per forward (chunked prefill)")
       ->capture_default_str()
-      ->check(at_least(1));
-  add_engine_flags(cmd, args->engine);
-  cmd->callback([args, &action] { action = [args] { return run(*args); }; });
+      ->check(at_least(1))
+      ->group(kGroupMemory);
+  add_engine_flags(cmd, args->engine);  // Engine, Memory, MoE expert offload, Logging
+  cmd->callback([args, &action] {
+    args->model = resolve_model(args->model_arg);
+    if (args->model.empty()) throw CLI::RequiredError("the model (ft run MODEL ..., or -m/--model MODEL)");
+    action = [args] { return run(*args); };
+  });
 }
 
 }  // namespace ft::cli

@@ -17,6 +17,8 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
+#include "cli/help_format.h"
+#include "cli/model_arg.h"
 #include "tools/demo_model.h"
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
@@ -38,7 +40,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ServeFlags {
-  std::string model;
+  ModelArg model_arg;  // MODEL, -m, --model, --model-path
+  std::string model;   // the path resolved from model_arg ("": the demo model)
   std::string host = "127.0.0.1";
   int port = 1919;
   std::string served_model_name;
@@ -309,80 +312,122 @@ int run_serve(const ServeFlags& f) {
 void add_serve_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over HTTP: the OpenAI API (chat, completions) and Anthropic's Messages API");
-  cmd->add_option("--model", f->model, "GGUF file or Hugging Face folder (default: the built-in demo model)");
-  cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str();
+  // Model: what is served and how its replies are read.
+  add_model_arg(cmd, f->model_arg, "GGUF file or Hugging Face folder (default: the built-in demo model)");
+  const char* model = kGroupModel;
   cmd->add_option("--served-model-name", f->served_model_name, "Model name clients use (default: the file name)")
-      ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"));
-  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
-      ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"));
-  cmd->add_flag("--no-webui", f->no_webui, "Serve no chat page at / (the API only)");
-  cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
-                "Serve on a --host other machines can reach without --api-key (refused otherwise)");
-  cmd->add_option("--max-running-requests", f->max_running, "Requests generating at once")
+      ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"))
+      ->group(model);
+  cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)")->group(model);
+  cmd->add_option("--tool-call-parser", f->tool_call_parser,
+                  "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
+                      server::tool_call_format_names())
       ->capture_default_str()
-      ->check(at_least(1));
+      ->group(model);
+  cmd->add_option("--reasoning-parser", f->reasoning_parser,
+                  "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
+                      server::reasoning_format_names())
+      ->capture_default_str()
+      ->group(model);
+  cmd->add_option("--reasoning-format", f->reasoning_format,
+                  "llama.cpp's form of --reasoning-parser: auto (the template's), none (replies as the model wrote "
+                  "them), deepseek (a leading <think> block goes to reasoning_content)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none", "deepseek"}))
+      ->group(model);
+
+  // Server: where it listens, who may use it, how many at once.
+  const char* server = kGroupServer;
+  cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str()->group(server);
+  cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str()->group(server);
+  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
+      ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"))
+      ->group(server);
+  cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
+                "Serve on a --host other machines can reach without --api-key (refused otherwise)")
+      ->group(server);
+  cmd->add_flag("--no-webui", f->no_webui, "Serve no chat page at / (the API only)")->group(server);
+  cmd->add_option("--max-running-requests,--parallel", f->max_running,
+                  "Requests generating at once (llama.cpp's -np/--parallel)")
+      ->capture_default_str()
+      ->check(at_least(1))
+      ->group(server);
   cmd->add_option("--max-waiting-requests", f->max_waiting, "Requests queued beyond those (more get 503)")
       ->capture_default_str()
-      ->check(at_least(0));
-  cmd->add_option("--max-seq-len", f->max_seq_len,
-                  "Context limit per request (default and most: the model's context length)")
-      ->check(at_least(2));
-  cmd->add_option("--max-prefill-tokens", f->max_prefill_tokens, "Prompt tokens per step (chunked prefill)")
+      ->check(at_least(0))
+      ->group(server);
+  cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MiB (larger: 413)")
       ->capture_default_str()
-      ->check(at_least(1));
-  cmd->add_option("--kv-tokens", f->kv_tokens, "KV cache size in tokens over all requests (default: min(context, 8192))")
-      ->check(at_least(1));  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
+      ->group(server);
+  cmd->add_option("--cors-origin", f->cors_origin,
+                  "Access-Control-Allow-Origin for browser pages on other origins ('*': any origin; off by default). "
+                  "While on, POST bodies must be sent as application/json (415 for text/plain and form encodings)")
+      ->capture_default_str()
+      ->group(server);
+  cmd->add_option("--request-timeout", f->request_timeout_s,
+                  "Seconds after which a request ends with finish_reason \"length\", generating or still queued (0: "
+                  "none); a request's own \"timeout\" field may only shorten it")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 7 * 86400.0))
+      ->group(server);
+  cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM/SIGHUP")
+      ->capture_default_str()
+      ->check(at_least(0))
+      ->group(server);
+
+  // Memory: the context and the KV cache. --max-seq-len-override, --num-tokens, --max-prefill-length:
+  // the Python FreeToken engine's names, with the same meaning.
+  const char* memory = kGroupMemory;
+  cmd->add_option("--max-seq-len,--max-seq-len-override", f->max_seq_len,
+                  "Context limit per request (default and most: the model's context length; also at most "
+                  "--kv-tokens)")
+      ->check(at_least(2))
+      ->group(memory);
+  // llama-server's -c is the KV cache its slots share (a request may use all of it with a unified KV
+  // cache): that is --kv-tokens here, not --max-seq-len.
+  cmd->add_option("-c,--kv-tokens,--ctx-size,--num-tokens", f->kv_tokens,
+                  "KV cache size in tokens over all requests (default: min(context, 8192)); each request's context "
+                  "is at most this. llama.cpp's -c/--ctx-size means the same: the KV cache the running requests "
+                  "share (0, the model's context there, is refused here: give a number)")
+      ->check(at_least(1))  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
+      ->group(memory);
+  cmd->add_option("--max-prefill-tokens,--max-prefill-length", f->max_prefill_tokens,
+                  "Prompt tokens per step (chunked prefill)")
+      ->capture_default_str()
+      ->check(at_least(1))
+      ->group(memory);
   cmd->add_option("--swa-kv-tokens", f->swa_kv_tokens,
                   "KV tokens of the sliding-window layers (gpt-oss's every other layer) over all requests: at least "
                   "what the running requests' windows need (the default), at most --kv-tokens; more keeps more "
                   "conversations' last windows for prefix-cache hits")
-      ->check(at_least(1));
+      ->check(at_least(1))
+      ->group(memory);
   cmd->add_option("--state-snapshots", f->state_snapshots,
                   "Linear-attention models (Qwen3-Next, Qwen3.5): recurrent states kept for prefix-cache hits beyond "
                   "one per running request, each the state at the last page boundary of a cached prompt (a later "
                   "request hits only where it repeats such a prompt whole); 0 keeps only what idle running slots hold")
       ->capture_default_str()
-      ->check(in_range(0, kMaxStateSnapshots));
-  cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)");
-  cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MiB (larger: 413)")->capture_default_str();
-  cmd->add_option("--reasoning-format", f->reasoning_format,
-                  "llama.cpp's form of --reasoning-parser: auto (the template's), none (replies as the model wrote "
-                  "them), deepseek (a leading <think> block goes to reasoning_content)")
+      ->check(in_range(0, kMaxStateSnapshots))
+      ->group(memory);
+
+  // Sampling defaults: for requests that do not say.
+  const char* sampling = kGroupSamplingDefaults;
+  cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
+      ->check(at_least(-1))
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "none", "deepseek"}));
-  cmd->add_option("--tool-call-parser", f->tool_call_parser,
-                  "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
-                      server::tool_call_format_names())
-      ->capture_default_str();
-  cmd->add_option("--reasoning-parser", f->reasoning_parser,
-                  "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
-                      server::reasoning_format_names())
-      ->capture_default_str();
+      ->group(sampling);
   cmd->add_option("--reasoning", f->reasoning,
                   "Whether thinking models think, for requests that do not say (chat_template_kwargs.enable_thinking, "
                   "Anthropic's thinking): on or off sets the chat template's enable_thinking; auto leaves the "
                   "template's default")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "on", "off"}));
-  cmd->add_option("--cors-origin", f->cors_origin,
-                  "Access-Control-Allow-Origin for browser pages on other origins ('*': any origin; off by default). "
-                  "While on, POST bodies must be sent as application/json (415 for text/plain and form encodings)")
-      ->capture_default_str();
-  cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
-      ->check(at_least(-1))
-      ->capture_default_str();
-  cmd->add_option("--request-timeout", f->request_timeout_s,
-                  "Seconds after which a request ends with finish_reason \"length\", generating or still queued (0: "
-                  "none); a request's own \"timeout\" field may only shorten it")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 7 * 86400.0));
-  cmd->add_option("--shutdown-grace", f->shutdown_grace_s, "Seconds running requests get to finish on SIGINT/SIGTERM/SIGHUP")
-      ->capture_default_str()
-      ->check(at_least(0));
-  add_engine_flags(cmd, f->engine);
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->group(sampling);
+
+  add_engine_flags(cmd, f->engine);  // Engine, Memory, MoE expert offload, Logging
   cmd->callback([f, cmd, &action] {
     f->state_snapshots_given = cmd->count("--state-snapshots") > 0;
+    f->model = resolve_model(f->model_arg);
     action = [f] { return run_serve(*f); };
   });
 }

@@ -65,7 +65,7 @@ int run_template(const TemplateArgs& a) {
 void add_template_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<TemplateArgs>();
   CLI::App* cmd = app.add_subcommand("template", "Render a conversation with a chat template");
-  cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder whose template (and BOS/EOS) to use");
+  cmd->add_option("-m,--model,--model-path", args->model, "GGUF file or Hugging Face folder whose template (and BOS/EOS) to use");
   cmd->add_option("--template", args->template_file, "Jinja template file");
   cmd->add_option("--conversation", args->conversation,
                   "Conversation JSON file: {\"messages\": [...], \"add_generation_prompt\": true, \"tools\": [...]}; "

@@ -53,7 +53,7 @@ int run_tokenize(const TokenizeArgs& a) {
 void add_tokenize_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Token ids of a text (or the text of ids) under a model's tokenizer");
-  cmd->add_option("--model", args->model, "GGUF file or Hugging Face folder")->required();
+  cmd->add_option("-m,--model,--model-path", args->model, "GGUF file or Hugging Face folder")->required();
   cmd->add_option("text", args->text, "Text to encode");
   cmd->add_option("--ids", args->ids, "Decode these comma-separated ids instead");
   cmd->add_flag("--special", args->special,

@@ -1,0 +1,196 @@
+// The flags users bring from llama-server and from the Python FreeToken engine (issue 41): a
+// positional model, -m, --model-path, -c/--ctx-size, -np, -t; -ngl taken with a warning;
+// --tensor-parallel-size and the Python flags that mean something else refused naming what to use;
+// and --help wrapped at 100 columns under group headings.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "cli/run_ft.h"
+
+namespace ft {
+namespace {
+
+std::string stories_path() { return ::ft::testing::shared_dir() + "/data/models/stories260K.gguf"; }
+std::string stories() { return quote(stories_path()); }
+
+/** The lines of `text` longer than `width` columns, one per line. */
+std::string lines_over(const std::string& text, size_t width) {
+  std::istringstream in(text);
+  std::string line, over;
+  while (std::getline(in, line))
+    if (line.size() > width) over += line + "\n";
+  return over;
+}
+
+/** `text` with every run of blanks and newlines as one space: a wrapped description reads as written. */
+std::string unwrapped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool blank = c == ' ' || c == '\n';
+    if (blank && (out.empty() || out.back() == ' ')) continue;
+    out += blank ? ' ' : c;
+  }
+  return out;
+}
+
+TEST(FamiliarFlags, ServeHelpIsWrappedAndGrouped) {
+  const Result r = run_ft("serve --help");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(lines_over(r.out, 100), "") << r.out;
+  for (const char* heading : {"Model:", "Server:", "Memory:", "Engine:", "MoE expert offload:", "Sampling defaults:",
+                              "Logging:"})
+    EXPECT_NE(r.out.find(std::string("\n") + heading + "\n"), std::string::npos) << heading << "\n" << r.out;
+  // Headings in this order, each flag under its own.
+  EXPECT_LT(r.out.find("\nModel:\n"), r.out.find("-m,--model,--model-path"));
+  EXPECT_LT(r.out.find("-m,--model,--model-path"), r.out.find("\nServer:\n"));
+  EXPECT_LT(r.out.find("\nServer:\n"), r.out.find("--port"));
+  EXPECT_LT(r.out.find("\nMemory:\n"), r.out.find("-c,--kv-tokens,--ctx-size,--num-tokens"));
+  EXPECT_LT(r.out.find("\nSampling defaults:\n"), r.out.find("--seed"));
+  EXPECT_LT(r.out.find("\nEngine:\n"), r.out.find("-t,--threads"));
+  EXPECT_LT(r.out.find("\nMoE expert offload:\n"), r.out.find("--moe-cache-slots,--moe-cache-size"));
+  EXPECT_LT(r.out.find("\nLogging:\n"), r.out.find("--decode-log-interval"));
+  EXPECT_LT(r.out.find("\nLogging:\n"), r.out.find("--log-level"));  // the global flag, taken after serve too
+  EXPECT_NE(r.out.find("Usage:"), std::string::npos);
+  EXPECT_NE(r.out.find("[MODEL]"), std::string::npos) << r.out;
+  // The descriptions keep their words, wrapped.
+  const std::string text = unwrapped(r.out);
+  for (const char* words :
+       {"token embedding table: device; host (host memory the GPU reads a step's rows of, one bus read a decode step, "
+        "so its bytes stay out of --gpu-memory-limit;",
+        "Whether thinking models think, for requests that do not say (chat_template_kwargs.enable_thinking, "
+        "Anthropic's thinking): on or off sets the chat template's enable_thinking; auto leaves the template's default",
+        "llama.cpp's -c/--ctx-size means the same"})
+    EXPECT_NE(text.find(words), std::string::npos) << words;
+}
+
+TEST(FamiliarFlags, EveryHelpFitsIn100Columns) {
+  for (const char* args : {"--help", "run --help", "bench --help", "inspect --help", "tokenize --help",
+                           "template --help"}) {
+    const Result r = run_ft(args);
+    ASSERT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_EQ(lines_over(r.out, 100), "") << args << "\n" << r.out;
+  }
+  const Result run = run_ft("run --help");
+  for (const char* heading : {"Model:", "Generation:", "Sampling:", "Memory:", "Engine:", "Logging:"})
+    EXPECT_NE(run.out.find(std::string("\n") + heading + "\n"), std::string::npos) << heading << "\n" << run.out;
+}
+
+TEST(FamiliarFlags, ModelGivenTwiceIsRefused) {
+  for (const char* args : {"serve x.gguf --model y.gguf", "serve x.gguf -m y.gguf",
+                           "run x.gguf --model-path y.gguf --prompt-ids 1", "bench x.gguf --model y.gguf"}) {
+    const Result r = run_ft(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("error: the model is given twice: as the positional MODEL 'x.gguf' and as --model "
+                         "'y.gguf'; give one of them"),
+              std::string::npos)
+        << args << "\n" << r.err;
+    EXPECT_EQ(r.out.find("Loading"), std::string::npos) << args;
+  }
+  const Result none = run_ft("run --prompt-ids 1");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("the model (ft run MODEL ..., or -m/--model MODEL) is required"), std::string::npos)
+      << none.err;
+}
+
+TEST(FamiliarFlags, EverySpellingOfTheModelRunsIt) {
+  const std::string gen = " --prompt-ids 1,400,500 --max-tokens 6 --temperature 0 --ignore-eos --print-ids -t 1";
+  const Result ref = run_ft("run --model " + stories() + gen);
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  ASSERT_EQ(std::count(ref.out.begin(), ref.out.end(), ','), 5) << ref.out;
+  for (const std::string& model : {stories(), "-m " + stories(), "--model-path " + stories()}) {
+    const Result r = run_ft("run " + model + gen);
+    EXPECT_EQ(r.code, 0) << model << "\n" << r.err;
+    EXPECT_EQ(r.out, ref.out) << model;
+  }
+  // ft serve and ft bench take the same spellings: each reaches the loader with the path given.
+  for (const char* model : {"/nonexistent/a.gguf", "-m /nonexistent/a.gguf", "--model-path /nonexistent/a.gguf"}) {
+    const Result serve = run_ft(std::string("serve --port 0 ") + model);
+    EXPECT_EQ(serve.code, 2) << model;
+    EXPECT_NE(serve.out.find("Loading /nonexistent/a.gguf"), std::string::npos) << model << "\n" << serve.out;
+    EXPECT_NE(serve.err.find("/nonexistent/a.gguf"), std::string::npos) << model << "\n" << serve.err;
+    const Result bench = run_ft(std::string("bench --device cpu ") + model);
+    EXPECT_EQ(bench.code, 2) << model;
+    EXPECT_NE(bench.err.find("/nonexistent/a.gguf"), std::string::npos) << model << "\n" << bench.err;
+  }
+}
+
+TEST(FamiliarFlags, LlamaServerFlagsServe) {
+  // ft serve MODEL -c N -np N -t N as llama-server takes them: -c is the KV cache the requests share.
+  const std::string dir = ::ft::testing::scratch_path("ft_llama_flags");
+  std::filesystem::create_directories(dir);
+  const std::string script = "D=" + quote(dir) + "; " + quote(FT_BINARY) + " serve " + stories() +
+                             " --port 0 -t 1 -c 128 -np 2 -ngl 99 > $D/out 2> $D/err & pid=$!;"
+                             "for i in $(seq 400); do grep -q listening $D/out && break; sleep 0.05; done;"
+                             "kill -INT $pid; wait $pid";
+  const int code = std::system(("bash -c " + quote(script)).c_str());
+  const std::string out = ::ft::testing::read_file(dir + "/out"), err = ::ft::testing::read_file(dir + "/err");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(code, 0) << err;
+  EXPECT_NE(out.find("KV 128 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("context 128 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find(", 2 running,"), std::string::npos) << out;
+  EXPECT_NE(out.find("device cpu, 1 threads"), std::string::npos) << out;
+  EXPECT_NE(err.find("-ngl/--n-gpu-layers 99 is ignored: FreeToken places the weights itself"), std::string::npos)
+      << err;
+  // -c 0 is llama.cpp's "the model's context"; here it is refused at the flag.
+  const Result zero = run_ft("serve --port 0 -c 0");
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("error: --kv-tokens: must be >= 1"), std::string::npos) << zero.err;
+}
+
+TEST(FamiliarFlags, GpuLayersAreTakenWithAWarning) {
+  const std::string gen = " --prompt-ids 1,400 --max-tokens 2 --temperature 0 --print-ids -t 1";
+  for (const char* ngl : {"-ngl 99", "--n-gpu-layers 0", "--gpu-layers all", "-ngl -1"}) {
+    const Result r = run_ft("run " + stories() + gen + " " + ngl);
+    EXPECT_EQ(r.code, 0) << ngl << "\n" << r.err;
+    EXPECT_NE(r.err.find("-ngl/--n-gpu-layers"), std::string::npos) << ngl << "\n" << r.err;
+    EXPECT_NE(r.err.find("is ignored: FreeToken places the weights itself"), std::string::npos) << r.err;
+  }
+  const Result bad = run_ft("run " + stories() + gen + " -ngl lots");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--n-gpu-layers: expected a layer count, auto or all (got 'lots')"), std::string::npos)
+      << bad.err;
+}
+
+TEST(FamiliarFlags, TensorParallelIsRefusedUntilMultiGpu) {
+  for (const char* tp : {"--tensor-parallel-size 2", "-tp 2", "--tp-size 2"}) {
+    const Result r = run_ft(std::string("serve --port 0 ") + tp);
+    EXPECT_EQ(r.code, 2) << tp;
+    EXPECT_NE(r.err.find("error: --tensor-parallel-size 2: not supported yet: ft runs on one GPU (multi-GPU"),
+              std::string::npos)
+        << tp << "\n" << r.err;
+    EXPECT_NE(r.err.find("issue 43"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("Loading"), std::string::npos) << tp;  // refused before anything loads
+  }
+  // One GPU is what runs: taken.
+  const Result one = run_ft("run " + stories() + " --prompt-ids 1 --max-tokens 1 --print-ids -t 1 -tp 1");
+  EXPECT_EQ(one.code, 0) << one.err;
+}
+
+TEST(FamiliarFlags, PythonEngineFlags) {
+  // Same meaning: aliases. --moe-backend and --moe-cache-size reach --moe-strategy and --moe-cache-slots
+  // (this combination is refused by name before anything loads).
+  const Result alias = run_ft("run " + stories() + " --prompt-ids 1 --moe-backend fused --moe-cache-size 128");
+  EXPECT_EQ(alias.code, 2);
+  EXPECT_NE(alias.err.find("--moe-cache-slots needs --moe-strategy auto, offload or hybrid (fused has no expert cache)"),
+            std::string::npos)
+      << alias.err;
+  // Another meaning: refused, naming the flag to use.
+  struct Case {
+    std::string flag, says;
+  };
+  for (const Case& c : {Case{"--memory-ratio 0.9", "give --gpu-memory-limit GIB"},
+                        Case{"--num-pages 100", "give the KV cache in tokens, --kv-tokens N"},
+                        Case{"--gpu 1", "CUDA_VISIBLE_DEVICES=1"}}) {
+    const Result r = run_ft("serve --port 0 " + c.flag);
+    EXPECT_EQ(r.code, 2) << c.flag;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.flag << "\n" << r.err;
+    EXPECT_EQ(r.out.find("Loading"), std::string::npos) << c.flag;
+  }
+}
+
+}  // namespace
+}  // namespace ft
