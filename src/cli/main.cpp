@@ -15,12 +15,12 @@
 
 namespace {
 
-/** The first word of the command line that is not an option or the value of --log-level: the
- *  subcommand the user meant, or "" when there is none. */
+/** The first word of the command line that is not an option or the value of --log-level or
+ *  --log-format: the subcommand the user meant, or "" when there is none. */
 std::string first_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--log-level") {
+    if (a == "--log-level" || a == "--log-format") {
       ++i;
       continue;
     }
@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text, or json: one JSON object a line (ts, level, msg; a request line's numbers as typed keys)")
+      ->check(CLI::IsMember({"text", "json"}));
   app.set_version_flag("--version", fmt::format("ft {} (FreeToken; backends: {})", ft::kVersion, ft::kBackends));
   // Global options are taken after the subcommand too (`ft serve --log-level debug`): subcommands
   // made from here on pass the options they do not know up to `ft`.
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
   }
   try {
     ft::set_log_level(log_level);
+    ft::set_log_format(log_format);
     return action ? action() : 0;
   } catch (const ft::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -199,7 +199,7 @@ void messages(ServerContext& ctx, const HttpRequest& req, const std::string& bod
   const std::string id = ctx.new_id("msg_");
   if (r.gen.stream) {
     const int32_t prompt_tokens = s.prompt_tokens;
-    start_sse(ctx, res, std::move(s), std::make_shared<MessagesSse>(ctx, id, prompt_tokens, r));
+    start_sse(ctx, req, res, std::move(s), std::make_shared<MessagesSse>(ctx, id, prompt_tokens, r));
     return;
   }
   StreamUpdate all = collect(ctx, s, req);

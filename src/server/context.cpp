@@ -75,7 +75,12 @@ void send_json(HttpResponse& res, int status, const nlohmann::ordered_json& body
 
 void send_error(const HttpRequest& req, HttpResponse& res, const ApiError& e) {
   if (e.status == 503) res.set_header("Retry-After", "1");  // overloaded or draining: seconds to wait
-  send_json(res, e.status, is_anthropic_path(req.path) ? anthropic_error_body(e) : error_body(e));
+  const nlohmann::json body = is_anthropic_path(req.path) ? anthropic_error_body(e) : error_body(e);
+  // For the request's log line (request_log.h): the type the client was sent (Anthropic's own).
+  req.trace->error_type = body["error"].value("type", e.type);
+  req.trace->error_code = e.code;
+  req.trace->error_message = e.message;
+  send_json(res, e.status, body);
 }
 
 void guarded(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool auth,

@@ -125,7 +125,8 @@ int64_t unix_time();
 void send_json(HttpResponse& res, int status, const nlohmann::json& body);
 void send_json(HttpResponse& res, int status, const nlohmann::ordered_json& body);
 /** Writes the error body for `e` in the shape of the API `req` went to: Anthropic's on its routes
- *  (is_anthropic_path), OpenAI's elsewhere. */
+ *  (is_anthropic_path), OpenAI's elsewhere; its type, code and message go into req's trace for the
+ *  request's log line. */
 void send_error(const HttpRequest& req, HttpResponse& res, const ApiError& e);
 
 /** True for the Content-Types a browser page may POST cross-origin without a preflight (text/plain,

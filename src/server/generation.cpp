@@ -137,7 +137,54 @@ std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitte
       all.stop_index = u.stop_index;
     }
   }
+  trace_generation(*req.trace, ctx.model.name, subs);
   return out;
+}
+
+namespace {
+
+/** The finish reason of a log line: the engine's own (a cancel is not "length" there, as for clients). */
+const char* log_finish_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+}  // namespace
+
+void trace_generation(RequestTrace& trace, const std::string& model, const std::vector<Submitted>& subs) {
+  trace.model = model;
+  if (subs.empty()) return;
+  int64_t tokens = 0;
+  std::optional<std::chrono::steady_clock::time_point> first, last;
+  std::vector<std::string> reasons;
+  for (size_t i = 0; i < subs.size(); ++i) {
+    const StreamProgress p = subs[i].stream->progress();
+    if (i == 0) {
+      trace.prompt_tokens = p.finish ? p.finish->prompt_tokens : subs[0].prompt_tokens;
+      trace.cached_tokens.reset();
+      if (p.finish) trace.cached_tokens = p.finish->cached_tokens;
+    }
+    tokens += p.finish ? p.finish->completion_tokens : p.tokens;
+    if (p.first_token && (!first || *p.first_token < *first)) first = p.first_token;
+    if (p.last_token && (!last || *p.last_token > *last)) last = p.last_token;
+    const std::string reason = p.finish ? log_finish_reason(p.finish->reason) : "cancelled";
+    if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) reasons.push_back(reason);
+    if (p.finish && p.finish->reason == FinishReason::kError && trace.error_message.empty())
+      trace.error_message = p.finish->error;
+  }
+  trace.completion_tokens = tokens;
+  trace.ttft_ms.reset();
+  trace.tokens_per_s.reset();
+  if (first) trace.ttft_ms = std::chrono::duration<double, std::milli>(*first - trace.start).count();
+  if (first && last && *last > *first && tokens >= 2)
+    trace.tokens_per_s = static_cast<double>(tokens - 1) / std::chrono::duration<double>(*last - *first).count();
+  trace.finish_reason.clear();
+  for (const std::string& r : reasons) trace.finish_reason += (trace.finish_reason.empty() ? "" : ",") + r;
 }
 
 namespace {
@@ -157,13 +204,14 @@ struct SseState {
 
 }  // namespace
 
-void start_sse(ServerContext& ctx, HttpResponse& res, Submitted s, std::shared_ptr<SseFormatter> fmt) {
+void start_sse(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, Submitted s,
+               std::shared_ptr<SseFormatter> fmt) {
   std::vector<Submitted> subs;
   subs.push_back(std::move(s));
-  start_sse(ctx, res, std::move(subs), {std::move(fmt)});
+  start_sse(ctx, req, res, std::move(subs), {std::move(fmt)});
 }
 
-void start_sse(ServerContext& ctx, HttpResponse& res, std::vector<Submitted> subs,
+void start_sse(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, std::vector<Submitted> subs,
                std::vector<std::shared_ptr<SseFormatter>> fmts) {
   FT_CHECK(!subs.empty() && subs.size() == fmts.size());
   auto st = std::make_shared<SseState>();
@@ -230,8 +278,9 @@ void start_sse(ServerContext& ctx, HttpResponse& res, std::vector<Submitted> sub
         if (!send({kPing})) return fail();
         return true;
       },
-      [st, svc, open_streams](bool success) {
+      [st, svc, open_streams, trace = req.trace, model = ctx.model.name](bool success) {
         if (!success || !st->finished) st->cancel_all(svc);
+        trace_generation(*trace, model, st->subs);
         open_streams->fetch_sub(1);
       });
 }

@@ -49,11 +49,20 @@ nlohmann::ordered_json llama_generation_settings(const GenerationParams& gen);
 
 /** Blocks until the request finishes; returns all of its text and log-probabilities and the finish.
  *  When the client hangs up meanwhile (HttpRequest::client_gone, set by the transport, looked at every
- *  20 ms), the request is cancelled, as a streaming one is, and finishes within a step. */
+ *  20 ms), the request is cancelled, as a streaming one is, and finishes within a step. The generation
+ *  goes into req's trace (trace_generation). */
 StreamUpdate collect(ServerContext& ctx, const Submitted& s, const HttpRequest& req);
 /** collect() for the choices of one request: one update each, in order; a client that hung up cancels
  *  them all. */
 std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitted>& subs, const HttpRequest& req);
+
+/** Writes the generation of a request's choices into `trace` for its log line: `model`; choice 0's
+ *  prompt and cached tokens (cached only once the engine finished it); all choices' sampled tokens; the
+ *  time from trace.start to the first token of any choice; the decode rate, tokens after the first over
+ *  the time from the first token to the last; and the finish reasons ("stop", "length", "error",
+ *  "cancelled"; distinct ones joined by ','). A choice the engine has not finished yet (the client went
+ *  away and its cancel is on the way) counts what its stream saw and finished "cancelled". */
+void trace_generation(RequestTrace& trace, const std::string& model, const std::vector<Submitted>& subs);
 
 /** The usage of n choices: choice 0's prompt and cached tokens (the prompt is counted once, as OpenAI
  *  does), the completion tokens of all. */
@@ -79,13 +88,15 @@ class SseFormatter {
 };
 
 /** Turns `res` into an SSE stream fed by the request's updates. When the client goes away (a write
- *  fails; an SSE comment is written after keepalive_ms of silence to find out) the request is cancelled. */
-void start_sse(ServerContext& ctx, HttpResponse& res, Submitted s, std::shared_ptr<SseFormatter> fmt);
+ *  fails; an SSE comment is written after keepalive_ms of silence to find out) the request is cancelled.
+ *  When the stream is over, the generation goes into req's trace (trace_generation). */
+void start_sse(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, Submitted s,
+               std::shared_ptr<SseFormatter> fmt);
 /** One SSE stream for the choices of a request (n > 1): `fmts[i]` formats choice i (its chunks carry
  *  index i); chunks go out as each choice has news, then fmts[0]'s usage() of the total and [DONE].
  *  A choice that fails sends its error event and ends the stream (the others are cancelled); a client
  *  that went away cancels them all. */
-void start_sse(ServerContext& ctx, HttpResponse& res, std::vector<Submitted> subs,
+void start_sse(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, std::vector<Submitted> subs,
                std::vector<std::shared_ptr<SseFormatter>> fmts);
 
 /** "data: <json>\n\n". */

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <algorithm>
 
+#include "server/request_log.h"
 #include "server/routes.h"
 #include "util/log.h"
 
@@ -82,11 +83,13 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
     if (!ctx.options.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", ctx.options.cors_origin);
     send_error(req, res, transport_error(status, req.path, message));
   };
-  // Every response with an error status is counted here (/v1/stats requests.rejected). A large
-  // request leaves its parse trees and token lists as free memory inside malloc's arenas, which glibc
-  // keeps: after one, the freed pages go back to the system.
+  // Every response with an error status is counted here (/v1/stats requests.rejected), and every
+  // request gets its one log line (request_log.h). A large request leaves its parse trees and token
+  // lists as free memory inside malloc's arenas, which glibc keeps: after one, the freed pages go back
+  // to the system.
   hooks.finished = [&ctx](const HttpRequest& req, const HttpResponse& res) {
     if (res.status >= 400) ctx.requests_rejected.fetch_add(1);
+    log_request(request_record(req, res, std::chrono::steady_clock::now()));
     if (req.body.size() + res.body.size() >= kTrimAfterBytes) malloc_trim(0);
   };
   transport_ = std::make_unique<HttpTransport>(limits, std::move(hooks));

@@ -36,7 +36,9 @@ struct TransportHooks {
   std::function<bool(const HttpRequest& req, HttpResponse& res)> admit;
   /** Fills `res` with the error body for a transport-level refusal (400, 408, 411, 413, 431, 500). */
   std::function<void(const HttpRequest& req, HttpResponse& res, int status, const std::string& message)> error;
-  /** After every response (whether written or not): counting, logging. */
+  /** Once per answered request (whether its response could be written or not): counting, logging. On
+   *  the handler thread just before a whole response is written, after a stream's last chunk or once
+   *  its client went away; on an I/O thread for a transport-level refusal. */
   std::function<void(const HttpRequest& req, const HttpResponse& res)> finished;
 };
 

@@ -5,9 +5,12 @@
 // case-insensitively, RFC 9110 5.1) and the whole body; a response its status, header fields and either
 // a body or a stream provider (SSE) that writes through a StreamSink which reports a client gone.
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +30,19 @@ struct ClientState {
   std::atomic<bool> gone{false};
 };
 
+/** What the routes learned about a request, for its log line (server/request_log.h): the generation's
+ *  numbers (server/generation.h trace_generation) and the error an error response carried
+ *  (send_error). Written and read on the request's handler thread. */
+struct RequestTrace {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();  // the header was read
+  std::string model;  // the model that generated (empty: no generation ran)
+  std::optional<int64_t> prompt_tokens, cached_tokens, completion_tokens;  // cached: once the engine told
+  std::optional<double> ttft_ms;       // from `start` to the first sampled token
+  std::optional<double> tokens_per_s;  // decode rate: tokens after the first over the time since it
+  std::string finish_reason;           // "stop", "length", "cancelled", "error" (choices': joined by ',')
+  std::string error_type, error_code, error_message;  // of an error response or a failed generation
+};
+
 struct HttpRequest {
   std::string method;                // "GET", "POST", ...
   std::string target;                // as sent: path and query
@@ -38,6 +54,7 @@ struct HttpRequest {
   std::string remote_addr;
   int remote_port = 0;
   std::shared_ptr<ClientState> client = std::make_shared<ClientState>();
+  std::shared_ptr<RequestTrace> trace = std::make_shared<RequestTrace>();
 
   /** The first value of header `name`, or "" when absent. */
   std::string get_header_value(std::string_view name) const;

@@ -117,7 +117,7 @@ void llama_completion(ServerContext& ctx, const HttpRequest& req, const std::str
   Submitted s = submit_generation(ctx, std::move(ids), r.gen, "prompt");
   LlamaCompletion shape(ctx, r.gen, std::move(prompt));
   if (r.gen.stream) {
-    start_sse(ctx, res, std::move(s), std::make_shared<LlamaCompletionSse>(std::move(shape)));
+    start_sse(ctx, req, res, std::move(s), std::make_shared<LlamaCompletionSse>(std::move(shape)));
     return;
   }
   StreamUpdate all = collect(ctx, s, req);

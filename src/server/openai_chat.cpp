@@ -129,7 +129,7 @@ void chat_completions(ServerContext& ctx, const HttpRequest& req, const std::str
     std::vector<std::shared_ptr<SseFormatter>> fmts;
     for (size_t i = 0; i < subs.size(); ++i)
       fmts.push_back(std::make_shared<ChatSse>(ctx, id, created, r.gen, format, static_cast<int>(i)));
-    start_sse(ctx, res, std::move(subs), std::move(fmts));
+    start_sse(ctx, req, res, std::move(subs), std::move(fmts));
     return;
   }
   std::vector<StreamUpdate> all = collect(ctx, subs, req);

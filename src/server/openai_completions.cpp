@@ -102,7 +102,7 @@ void completions(ServerContext& ctx, const HttpRequest& req, const std::string& 
     std::vector<std::shared_ptr<SseFormatter>> fmts;
     for (size_t i = 0; i < subs.size(); ++i)
       fmts.push_back(std::make_shared<CompletionSse>(ctx, id, created, r.gen, echo, static_cast<int>(i)));
-    start_sse(ctx, res, std::move(subs), std::move(fmts));
+    start_sse(ctx, req, res, std::move(subs), std::move(fmts));
     return;
   }
   std::vector<StreamUpdate> all = collect(ctx, subs, req);

@@ -327,7 +327,7 @@ void create_response(ServerContext& ctx, const HttpRequest& req, const std::stri
   const std::string id = ctx.new_id("resp_");
   const int64_t created_at = unix_time();
   if (r.chat.gen.stream) {
-    start_sse(ctx, res, std::move(s), std::make_shared<ResponsesSse>(ctx, id, created_at, std::move(r)));
+    start_sse(ctx, req, res, std::move(s), std::make_shared<ResponsesSse>(ctx, id, created_at, std::move(r)));
     return;
   }
   StreamUpdate all = collect(ctx, s, req);

@@ -38,8 +38,12 @@ bool RequestStream::on_token(const SampledToken& token, bool eog) {
       if (include_stop_) text += r.stop;
     }
   }
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lk(mu_);
+    ++progress_.tokens;
+    if (!progress_.first_token) progress_.first_token = now;
+    progress_.last_token = now;
     pending_.text += text;
     if (want_logprobs_ && (!eog || stop_id)) pending_.logprobs.push_back({token.id, token.logprob, token.top});
     news_ = true;
@@ -66,6 +70,7 @@ void RequestStream::on_finish(const FinishInfo& info) {
     pending_.finish = info;
     pending_.stop_index = stop_index_;
     news_ = true;
+    progress_.finish = info;
   }
   cv_.notify_all();
   if (waker_) waker_->notify();
@@ -87,6 +92,11 @@ uint64_t StreamWaker::count() {
 bool StreamWaker::wait(uint64_t seen, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
   return cv_.wait_for(lk, timeout, [&] { return n_ != seen; });
+}
+
+StreamProgress RequestStream::progress() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return progress_;
 }
 
 bool RequestStream::take(StreamUpdate& out, std::chrono::milliseconds timeout) {

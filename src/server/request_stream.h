@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -33,6 +34,13 @@ struct StreamUpdate {
   bool finished = false;
   FinishInfo finish;                  // valid when finished
   int stop_index = -1;                // valid when finished: the stop string that ended the output, or -1
+};
+
+/** What the engine thread reported to a stream so far (for the request's log line). */
+struct StreamProgress {
+  int32_t tokens = 0;  // sampled tokens (an end-of-generation one included, as FinishInfo counts them)
+  std::optional<std::chrono::steady_clock::time_point> first_token, last_token;
+  std::optional<FinishInfo> finish;  // once the request finished
 };
 
 /** Wakes the one thread that serves several streams (the choices of a request, OpenAI's `n`) when any of
@@ -83,6 +91,9 @@ class RequestStream : public TokenSink {
    *  Returns true when there was news (text, log-probabilities or the finish). */
   bool take(StreamUpdate& out, std::chrono::milliseconds timeout);
 
+  /** The tokens, token times and finish seen so far (thread-safe). */
+  StreamProgress progress();
+
  private:
   Detokenizer detok_;
   StopMatcher stops_;
@@ -99,6 +110,7 @@ class RequestStream : public TokenSink {
   std::condition_variable cv_;
   StreamUpdate pending_;
   bool news_ = false;
+  StreamProgress progress_;
 };
 
 }  // namespace ft::server

@@ -1,8 +1,52 @@
 #include "util/log.h"
 
+#include <time.h>
+
+#include <chrono>
+
+#include <spdlog/pattern_formatter.h>
+
 #include "util/error.h"
 
 namespace ft {
+
+namespace {
+
+/** The fields of the log_fields() call running on this thread, read by the JSON formatter: spdlog's
+ *  sinks format synchronously on the calling thread (the default logger is not asynchronous), so the
+ *  fields reach the line without passing through spdlog's message, which is a string only. */
+thread_local const nlohmann::ordered_json* t_fields = nullptr;
+
+/** "2026-12-06T11:09:38.123Z" (UTC). */
+std::string iso8601(spdlog::log_clock::time_point t) {
+  const auto since = t.time_since_epoch();
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(since);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since - secs).count();
+  const time_t tt = static_cast<time_t>(secs.count());
+  struct tm tm{};
+  gmtime_r(&tt, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
+
+class JsonLogFormatter : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    nlohmann::ordered_json j;
+    j["ts"] = iso8601(msg.time);
+    const auto level = spdlog::level::to_string_view(msg.level);
+    j["level"] = std::string(level.data(), level.size());
+    j["msg"] = std::string(msg.payload.data(), msg.payload.size());
+    if (t_fields && t_fields->is_object())
+      for (const auto& [key, value] : t_fields->items()) j[key] = value;
+    const std::string line = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    dest.append(line.data(), line.data() + line.size());
+    dest.push_back('\n');
+  }
+  std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<JsonLogFormatter>(); }
+};
+
+}  // namespace
 
 void set_log_level(const std::string& name) {
   auto level = spdlog::level::from_str(name);
@@ -10,5 +54,25 @@ void set_log_level(const std::string& name) {
     fail(ErrorCode::kInvalidArgument, "unknown log level '{}' (use trace, debug, info, warn, error, off)", name);
   spdlog::set_level(level);
 }
+
+void set_log_format(const std::string& name) {
+  if (name == "text")
+    spdlog::set_formatter(std::make_unique<spdlog::pattern_formatter>());
+  else if (name == "json")
+    spdlog::set_formatter(make_json_log_formatter());
+  else
+    fail(ErrorCode::kInvalidArgument, "unknown log format '{}' (use text or json)", name);
+}
+
+void log_fields(spdlog::level::level_enum level, std::string_view message, const nlohmann::ordered_json& fields) {
+  spdlog::logger* logger = spdlog::default_logger_raw();
+  if (!logger->should_log(level)) return;
+  const nlohmann::ordered_json* outer = t_fields;
+  t_fields = &fields;
+  logger->log(level, spdlog::string_view_t(message.data(), message.size()));
+  t_fields = outer;
+}
+
+std::unique_ptr<spdlog::formatter> make_json_log_formatter() { return std::make_unique<JsonLogFormatter>(); }
 
 }  // namespace ft
