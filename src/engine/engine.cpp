@@ -31,7 +31,7 @@ std::unique_ptr<Engine> Engine::load(std::unique_ptr<Checkpoint> ckpt, const Eng
 Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
     : options_(options), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
   check_options();  // before the weights load
-  model_ = load_model(*ckpt_, *ops_);
+  model_ = load_model(*ckpt_, *ops_, options_.progress);
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
   const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
@@ -62,6 +62,8 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     calibrate_fetch_cap();
     plan_.moe = moe_->plan();  // the calibrated fetch cap
   }
+  options_.progress = nullptr;  // the caller's, for the construction only
+  if (plan_.moe_inputs) plan_.moe_inputs->progress = nullptr;
 }
 
 void Engine::check_options() const {

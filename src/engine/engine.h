@@ -22,6 +22,8 @@
 
 namespace ft {
 
+class ProgressSink;
+
 /** The most --state-snapshots: far beyond any use (each is one request's whole recurrent state, 75 MiB
  *  for Qwen3-Next-80B), low enough that a typo is refused before memory is touched. */
 constexpr int32_t kMaxStateSnapshots = 4096;
@@ -60,6 +62,10 @@ struct EngineOptions {
   std::string kv_cache_dtype = "auto";
   /** --embed-weights: "device", "host" or "auto" (embeddings_on_host_auto). */
   std::string embed_weights = "auto";
+  /** Sees the load's phases while the engine is built (load_model's "weights", then the MoE
+   *  runtime's "expert banks" or "experts"); must outlive the construction only (the engine forgets
+   *  it after). Null: none. */
+  ProgressSink* progress = nullptr;
 };
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions

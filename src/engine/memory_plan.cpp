@@ -110,6 +110,7 @@ MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
   mc.decode_log_interval = o.decode_log_interval;
   mc.release_source = [ckpt = &in.checkpoint](const void* data, int64_t bytes) { ckpt->release(data, bytes); };
   mc.source_releases_memory = in.checkpoint.releases_memory();
+  mc.progress = o.progress;
   return mc;
 }
 

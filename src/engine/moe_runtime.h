@@ -43,6 +43,9 @@ struct MoeRuntimeConfig {
   /** release_source gives anonymous memory back (Checkpoint::releases_memory): the banks' fill then
    *  needs little host memory beyond what the checkpoint holds (check_bank_host_memory). */
   bool source_releases_memory = false;
+  /** Sees the experts' fill or upload (MoeRuntimeOptions::progress) while the runtime is built;
+   *  null: none. */
+  ProgressSink* progress = nullptr;
 };
 
 /** Counters of one MoE layer as reported. */

@@ -388,8 +388,8 @@ class Gemma4 final : public Model {
       Ly.post_ffn_norm_1 = norm_w("post_feedforward_layernorm_1", H);
       Ly.post_ffn_norm_2 = norm_w("post_feedforward_layernorm_2", H);
       // experts.gate_up_proj [E, 2F, H] (gate rows, then up rows) and down_proj [E, H, F]: views.
-      const Tensor gu = ld.host({"", fmt::format("model.layers.{}.experts.gate_up_proj", l)}, {E, 2 * Fe, H});
-      const Tensor dn = ld.host({"", fmt::format("model.layers.{}.experts.down_proj", l)}, {E, H, Fe});
+      const Tensor gu = ld.host_routed({"", fmt::format("model.layers.{}.experts.gate_up_proj", l)}, {E, 2 * Fe, H});
+      const Tensor dn = ld.host_routed({"", fmt::format("model.layers.{}.experts.down_proj", l)}, {E, H, Fe});
       ExpertBank b;
       for (int64_t e = 0; e < E; ++e) {
         b.gate.push_back(gu.index(e).slice(0, Fe));

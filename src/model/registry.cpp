@@ -4,6 +4,7 @@
 
 #include "model/architectures.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace ft {
 
@@ -93,12 +94,15 @@ ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry_ou
        supported_architectures());
 }
 
-std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops) {
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress) {
   const ArchEntry* entry = nullptr;
   ModelConfig config = read_model_config(ckpt, &entry);
-  WeightLoader ld(ckpt, ops);
+  WeightLoader ld(ckpt, ops, progress);
   try {
-    return entry->build(std::move(config), ld, ops);
+    ProgressPhase phase(progress, "weights", ld.load_bytes_estimate());
+    std::unique_ptr<Model> model = entry->build(std::move(config), ld, ops);
+    phase.finish();
+    return model;
   } catch (const Error& e) {
     throw e.with_context(fmt::format("loading {} model from {}", entry->name, ckpt.path()));
   }

@@ -38,7 +38,8 @@ std::string supported_architectures();
 ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry = nullptr);
 
 /** Reads the config, builds the model and validates every weight (name, shape, dtype). Weights are
- *  made resident through `ops`; the checkpoint must outlive the model. */
-std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops);
+ *  made resident through `ops`; the checkpoint must outlive the model. `progress`, when set, sees a
+ *  phase "weights" (WeightLoader::load_bytes_estimate bytes; what the loader counts). */
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress = nullptr);
 
 }  // namespace ft

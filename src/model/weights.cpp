@@ -10,6 +10,7 @@
 #include "quant/mxfp4.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace ft {
 namespace {
@@ -44,7 +45,8 @@ WeightName layer_weight(int64_t layer, const std::string& gguf, const std::strin
   return {fmt::format("blk.{}.{}.{}", layer, gguf, suffix), fmt::format("model.layers.{}.{}.{}", layer, hf, suffix)};
 }
 
-WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops) : ckpt_(ckpt), ops_(ops), gguf_(ckpt.format() == "gguf") {
+WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress)
+    : ckpt_(ckpt), ops_(ops), gguf_(ckpt.format() == "gguf"), progress_(progress) {
   const nlohmann::json& meta = ckpt.metadata();
   if (!gguf_ && meta.is_object() && meta.contains("config"))
     quant_ = parse_quant_config(meta["config"], ckpt.path() + "/config.json");
@@ -81,6 +83,45 @@ Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::
 }
 
 Tensor WeightLoader::host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
+  Tensor t = read(n, shape, kind);
+  count(name(n));
+  return t;
+}
+
+Tensor WeightLoader::host_routed(const WeightName& n, std::initializer_list<int64_t> shape) {
+  return read(n, shape, WeightKind::kMatrix);
+}
+
+void WeightLoader::count(const std::string& name) {
+  if (!progress_ || !counted_.insert(name).second) return;
+  if (const TensorInfo* info = ckpt_.find(name)) progress_->add(info->bytes);
+}
+
+namespace {
+/** Whether HF tensor `name` is a routed expert matrix left in the mapped file: under ".experts."
+ *  (".shared_experts." is not), not a bias, and not of fused experts with biases (gpt-oss's, which
+ *  host_fused_experts converts while the model loads). */
+bool hf_routed_view(const Checkpoint& ckpt, const std::string& name) {
+  const size_t at = name.find(".experts.");
+  if (at == std::string::npos || name.ends_with("_bias") || name.ends_with(".bias")) return false;
+  return ckpt.find(name.substr(0, at) + ".experts.gate_up_proj_bias") == nullptr;
+}
+}  // namespace
+
+int64_t WeightLoader::load_bytes_estimate() const {
+  int64_t total = 0;
+  for (const TensorInfo& t : ckpt_.tensors()) {
+    // FP8 matrices are repacked while loading, with their scales.
+    const bool fp8 = quant_.method == QuantMethod::kFp8 &&
+                     (t.dtype == DType::F8_E4M3 || t.name.ends_with("." + quant_.scale_suffix));
+    const bool routed = gguf_ ? t.name.find("_exps.") != std::string::npos && t.name.ends_with(".weight")
+                              : !fp8 && hf_routed_view(ckpt_, t.name);
+    if (!routed) total += t.bytes;
+  }
+  return total;
+}
+
+Tensor WeightLoader::read(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   const std::string& nm = name(n);
   const TensorInfo* info = ckpt_.find(nm);
   if (!info)
@@ -149,6 +190,8 @@ Tensor WeightLoader::fp8_view(const TensorInfo& info, const std::string& nm, std
   }
   const Tensor t(rows, type, want.data(), 2);
   fp8_rows_.emplace(nm, t);
+  count(nm);  // a copy made while loading, whoever asked (routed experts too)
+  count(sname);
   return t;
 }
 
@@ -161,20 +204,22 @@ void WeightLoader::check_device_kernel(const std::string& name, const Tensor& h)
 }
 
 Tensor WeightLoader::get(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
-  Tensor h = host(n, shape, kind);
+  Tensor h = read(n, shape, kind);
   check_device_kernel(name(n), h);
   Buffer storage;
   Tensor t = ops_.make_resident(h, storage);
   if (!storage.empty()) storage_.push_back(std::move(storage));
+  count(name(n));
   return t;
 }
 
 Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape) {
-  Tensor h = host(n, shape);
+  Tensor h = read(n, shape, WeightKind::kMatrix);
   check_device_kernel(name(n), h);
   Buffer storage;
   Tensor t = ops_.make_host_mapped(h, storage);
   if (!storage.empty()) storage_.push_back(std::move(storage));
+  count(name(n));
   return t;
 }
 
@@ -183,7 +228,7 @@ Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std
   std::vector<Tensor> parts;
   int64_t total = 0;
   for (size_t i = 0; i < names.size(); ++i) {
-    parts.push_back(host(names[i], {rows[i], cols}));
+    parts.push_back(read(names[i], {rows[i], cols}, WeightKind::kMatrix));
     check_device_kernel(name(names[i]), parts.back());
     if (parts.back().dtype != parts.front().dtype) return Tensor();
     total += rows[i];
@@ -197,12 +242,13 @@ Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std
     ops_.copy(p, stacked.slice(r0, p.rows()));
     r0 += p.rows();
   }
+  for (const WeightName& n : names) count(name(n));
   return stacked;
 }
 
 Tensor WeightLoader::get_rows(const WeightName& n, std::initializer_list<int64_t> shape,
                               const std::vector<int64_t>& rows) {
-  const Tensor h = host(n, shape);
+  const Tensor h = read(n, shape, WeightKind::kMatrix);
   check_device_kernel(name(n), h);
   const int64_t row = h.row_bytes();
   Buffer hb = Buffer::host(std::max<int64_t>(static_cast<int64_t>(rows.size()) * row, 1));
@@ -216,6 +262,7 @@ Tensor WeightLoader::get_rows(const WeightName& n, std::initializer_list<int64_t
   Tensor t = ops_.make_resident(view, storage);
   if (!storage.empty()) storage_.push_back(std::move(storage));
   if (t.data == view.data) host_storage_.push_back(std::move(hb));  // read in place (CPU)
+  count(name(n));
   return t;
 }
 
@@ -227,22 +274,23 @@ std::vector<Tensor> WeightLoader::host_experts(int64_t layer, const std::string&
                                                int64_t n_expert, int64_t rows, int64_t cols) {
   std::vector<Tensor> out;
   if (gguf_) {
-    Tensor stacked = host({fmt::format("blk.{}.{}.weight", layer, gguf), ""}, {n_expert, rows, cols});
+    Tensor stacked = read({fmt::format("blk.{}.{}.weight", layer, gguf), ""}, {n_expert, rows, cols}, WeightKind::kMatrix);
     for (int64_t e = 0; e < n_expert; ++e) out.push_back(stacked.index(e));
     return out;
   }
   for (int64_t e = 0; e < n_expert; ++e) {
     const std::string nm = fmt::format("model.layers.{}.{}.weight", layer, fmt::format(fmt::runtime(hf), e));
-    out.push_back(host({"", nm}, {rows, cols}));
+    out.push_back(read({"", nm}, {rows, cols}, WeightKind::kMatrix));
   }
   return out;
 }
 
 Tensor WeightLoader::host_f32(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
-  const Tensor h = host(n, shape, kind);
+  const Tensor h = read(n, shape, kind);
   host_storage_.push_back(Buffer::host(std::max<int64_t>(h.numel(), 1) * 4));
   Tensor f(host_storage_.back().data(), DType::F32, h.shape.data(), h.ndim);
   dequantize_row(h.dtype, h.data, static_cast<float*>(f.data), h.numel());
+  count(name(n));
   return f;
 }
 
@@ -272,8 +320,8 @@ ExpertBank WeightLoader::host_fused_experts(int64_t layer, const std::string& mo
 }
 
 ExpertBank WeightLoader::fused_plain_matrices(const std::string& p, int64_t E, int64_t F, int64_t H) {
-  const Tensor gu = host({"", p + "gate_up_proj"}, {E, H, 2 * F});
-  const Tensor dn = host({"", p + "down_proj"}, {E, F, H});
+  const Tensor gu = read({"", p + "gate_up_proj"}, {E, H, 2 * F}, WeightKind::kMatrix);
+  const Tensor dn = read({"", p + "down_proj"}, {E, F, H}, WeightKind::kMatrix);
   for (const Tensor* t : {&gu, &dn})
     if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
       fail(ErrorCode::kUnsupported, "tensor {}{} {}: fused experts are read as F32, F16 or BF16, not {}", p,
@@ -297,6 +345,8 @@ ExpertBank WeightLoader::fused_plain_matrices(const std::string& p, int64_t E, i
     b.up.push_back(Tensor(u, gu.dtype, {F, H}));
     b.down.push_back(Tensor(d, gu.dtype, {H, F}));
   }
+  count(p + "gate_up_proj");
+  count(p + "down_proj");
   return b;
 }
 
@@ -341,6 +391,8 @@ ExpertBank WeightLoader::fused_mxfp4_matrices(const std::string& p, int64_t E, i
   } catch (const Error& err) {
     throw err.with_context(fmt::format("repacking the MXFP4 experts of {}", p.substr(0, p.size() - 1)));
   }
+  for (const char* part : {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"})
+    count(p + part);
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/ops.h"
@@ -13,6 +14,8 @@
 #include "formats/quant_config.h"
 
 namespace ft {
+
+class ProgressSink;
 
 /** A weight's two spellings. */
 struct WeightName {
@@ -32,8 +35,17 @@ enum class WeightKind : uint8_t { kMatrix, kVector };
 class WeightLoader {
  public:
   /** Reads a Hugging Face checkpoint's quantization_config (formats/quant_config.h) from its
-   *  config.json. Throws what parse_quant_config throws (an unsupported method or option, named). */
-  WeightLoader(const Checkpoint& ckpt, Ops& ops);
+   *  config.json. Throws what parse_quant_config throws (an unsupported method or option, named).
+   *  `progress`, when set, gets each checkpoint tensor's stored bytes once, when the loader has made
+   *  it resident or copied it (or handed out its view: host()); routed expert matrices left in the
+   *  mapped file (host_experts, host_routed) are not counted (the expert banks count them). */
+  WeightLoader(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress = nullptr);
+
+  /** About the bytes `progress` will be given while the model loads: every tensor but the routed
+   *  expert matrices that stay views (GGUF "*_exps.weight"; HF tensors under ".experts." that are not
+   *  biases, FP8 matrices or their scales, or gpt-oss's fused experts: those are converted while
+   *  loading). An estimate: tensors the model never reads are in it. */
+  int64_t load_bytes_estimate() const;
 
   /** The checkpoint's quantization_config (method kNone for GGUF and plain checkpoints). */
   const QuantConfig& quant_config() const { return quant_; }
@@ -73,6 +85,9 @@ class WeightLoader {
    *  (modules_to_not_convert / ignore), kUnsupported for an FP8 tensor that is not a matrix or whose
    *  rows are not a multiple of 16 values. */
   Tensor host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
+  /** host() of a routed expert matrix the model leaves in the mapped file for the expert banks:
+   *  not counted as loaded (an FP8 repack is). */
+  Tensor host_routed(const WeightName& n, std::initializer_list<int64_t> shape);
 
   /** F32 copy of a validated tensor (any dtype quant/ dequantizes), in host memory owned by
    *  take_host_storage() (never a view of the checkpoint, so it outlives a released mapping). For
@@ -127,6 +142,10 @@ class WeightLoader {
    *  (`p`: "model.layers.N.<module>."). */
   ExpertBank fused_plain_matrices(const std::string& p, int64_t n_expert, int64_t n_ff, int64_t n_embd);
   ExpertBank fused_mxfp4_matrices(const std::string& p, int64_t n_expert, int64_t n_ff, int64_t n_embd);
+  /** host() without counting the tensor as loaded (the placing callers count it once placed). */
+  Tensor read(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind);
+  /** Gives progress_ the stored bytes of tensor `name` the first time it is counted. */
+  void count(const std::string& name);
   /** The data of U8 tensor `name` of exactly `shape`; kNotFound / kInvalidFile naming it otherwise. */
   const uint8_t* u8_tensor(const std::string& name, const std::vector<int64_t>& shape) const;
 
@@ -137,6 +156,8 @@ class WeightLoader {
   std::unordered_map<std::string, Tensor> fp8_rows_;  // tensor name -> its F8_E4M3_B32 host copy
   std::vector<Buffer> storage_;
   std::vector<Buffer> host_storage_;
+  ProgressSink* progress_ = nullptr;
+  std::unordered_set<std::string> counted_;  // tensors progress_ was given
 };
 
 }  // namespace ft

@@ -13,6 +13,7 @@
 
 #include "moe/ec12.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace ft {
 namespace {
@@ -134,7 +135,7 @@ void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, D
 
 ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads,
                          const std::function<void(int64_t layer)>& layer_filled, bool layer_filled_frees_memory,
-                         BankFormat format)
+                         BankFormat format, ProgressSink* progress)
     : format_(format) {
   std::string why;
   if (format == BankFormat::kEc12 && !ec12_bankable(host, &why))
@@ -152,6 +153,10 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
     slot_bytes_ = std::max(slot_bytes_, L.layout.bytes);
     for (int32_t e = 0; e < L.n_expert; ++e) items.emplace_back(static_cast<int64_t>(l), e);
   }
+  int64_t source_bytes = 0;  // what the fill reads (each pass)
+  for (const auto& [l, e] : items)
+    for (const Tensor* t : parts_of(host[static_cast<size_t>(l)], e)) source_bytes += t->bytes();
+  ProgressPhase phase(progress, "expert banks", format == BankFormat::kEc12 ? 2 * source_bytes : source_bytes);
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : hw, static_cast<int64_t>(items.size())));
   // EC12: each matrix's table and exception count first; a layer's records hold its largest count.
@@ -160,9 +165,11 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
     parallel_items(static_cast<int64_t>(items.size()), nt, [&](int64_t i) {
       const auto [l, e] = items[static_cast<size_t>(i)];
       const auto parts = parts_of(host[static_cast<size_t>(l)], e);
-      for (int j = 0; j < 3; ++j)
+      for (int j = 0; j < 3; ++j) {
         stats[static_cast<size_t>(i)][j] =
             ec12::analyze(static_cast<const uint16_t*>(parts[j]->data), parts[j]->numel());
+        phase.add(parts[j]->bytes());
+      }
     });
     for (size_t i = 0; i < items.size(); ++i)
       for (int j = 0; j < 3; ++j) {
@@ -218,6 +225,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
         std::memcpy(r + offs[j], parts[j]->data, static_cast<size_t>(n));
       }
       std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
+      phase.add(parts[j]->bytes());
     }
     if (--remaining[static_cast<size_t>(l)] == 0 && layer_filled) layer_filled(l);
   });
@@ -227,6 +235,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
     L.device = alloc.pin(L.memory);
     append_record_views(L.record, L.base, L.n_expert, Device::kCpu, L.views);
   }
+  phase.finish();
   // The host views compute as the host bank does: its GLU and its biases (host tensors the model
   // owns, indexed by expert id; records hold the matrices only).
   for (size_t l = 0; l < host.size(); ++l) {

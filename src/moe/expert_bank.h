@@ -16,6 +16,8 @@
 
 namespace ft {
 
+class ProgressSink;
+
 /** Alignment of each matrix inside a record and of record sizes (16-byte vector loads need 16;
  *  256 keeps every matrix on its own cache lines and suits the GPU's GEMV loads). */
 constexpr int64_t kExpertAlign = 256;
@@ -67,11 +69,13 @@ class ExpertBanks {
    *  says that this gives memory back (Checkpoint::releases_memory). Before allocating, the banks
    *  are checked against MemAvailable (check_bank_host_memory). `format` kEc12 codes the records
    *  (a first pass over the experts picks each matrix's code table and counts its exceptions, which
-   *  fixes the record size); it needs ec12_bankable(host), else throws kInvalidArgument. Throws what
-   *  expert_layout, the allocator, check_bank_host_memory and layer_filled throw. */
+   *  fixes the record size); it needs ec12_bankable(host), else throws kInvalidArgument. `progress`,
+   *  when set, sees a phase "expert banks" of the experts' bytes as stored (twice for kEc12: the
+   *  first pass reads them too), added as records are written, ended once the banks are pinned.
+   *  Throws what expert_layout, the allocator, check_bank_host_memory and layer_filled throw. */
   ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0,
               const std::function<void(int64_t layer)>& layer_filled = {}, bool layer_filled_frees_memory = false,
-              BankFormat format = BankFormat::kStored);
+              BankFormat format = BankFormat::kStored, ProgressSink* progress = nullptr);
   ExpertBanks(const ExpertBanks&) = delete;
   ExpertBanks& operator=(const ExpertBanks&) = delete;
 

@@ -10,6 +10,8 @@
 
 namespace ft {
 
+class ProgressSink;
+
 /** Up to kMax MoE layers whose routes a caller predicts before a compute() (prefetch_targets). */
 struct PrefetchTargets {
   static constexpr int kMax = 4;  // --moe-prefetch-depth's largest
@@ -58,8 +60,8 @@ using HostExpertBanks = std::vector<ExpertBank>;
 class ResidentExperts final : public ExpertCompute {
  public:
   /** Makes every expert of `host` resident through ops.make_resident, with its biases (the bank's
-   *  GLU carried over). */
-  ResidentExperts(Ops& ops, const HostExpertBanks& host);
+   *  GLU carried over). `progress`, when set, sees a phase "experts" of their bytes. */
+  ResidentExperts(Ops& ops, const HostExpertBanks& host, ProgressSink* progress = nullptr);
   void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
 
  private:

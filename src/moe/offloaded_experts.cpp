@@ -36,8 +36,9 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   alloc_ = make_bank_allocator(ops);
   const BankFormat format = opt_.bank_format.value_or(ec12_bankable(host) ? BankFormat::kEc12 : BankFormat::kStored);
   banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled,
-                                         opt_.source_releases_memory, format);
+                                         opt_.source_releases_memory, format, opt_.progress);
   opt_.bank_layer_filled = nullptr;  // it may refer to the caller's state
+  opt_.progress = nullptr;
   const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;
   if (pairs > INT32_MAX) fail(ErrorCode::kInvalidArgument, "moe runtime: {} routed pairs per step is too many", pairs);
   const bool host_backend = ops.device() == Device::kCpu;
@@ -385,7 +386,7 @@ std::string format_moe_stats(const std::vector<MoeLayerStats>& now, const std::v
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,
                                                    const MoeRuntimeOptions& options) {
   if (plan.count(MoeLayerMode::kCache) + plan.count(MoeLayerMode::kCpu) == 0)
-    return std::make_unique<ResidentExperts>(ops, host);
+    return std::make_unique<ResidentExperts>(ops, host, options.progress);
   return std::make_unique<OffloadedExperts>(ops, host, plan, options);
 }
 

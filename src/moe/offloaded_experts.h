@@ -52,6 +52,9 @@ struct MoeRuntimeOptions {
   /** bank_layer_filled gives the checkpoint's anonymous memory back, so the banks' fill needs host
    *  memory only for the layers in flight (check_bank_host_memory). */
   bool source_releases_memory = false;
+  /** Sees the banks' fill (ExpertBanks) or the resident experts' upload (ResidentExperts) as a phase
+   *  (during construction only; null: none). */
+  ProgressSink* progress = nullptr;
   /** Steps of at least this many tokens stream whole layers through the staging regions instead
    *  of admitting experts one by one (a prefill chunk touches nearly every expert; a decode batch
    *  touches few and gains from the cache's hits). Keep it above the CUDA-graph batch sizes. */

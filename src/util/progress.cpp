@@ -157,7 +157,8 @@ void ProgressReporter::finish(bool completed) {
     const double elapsed = now() - start_;
     const int64_t done = done_.load();
     s = fmt::format("{}: {} in {}", phase_, format_bytes(done), format_seconds(elapsed, true));
-    if (elapsed > 0) s += " (" + format_rate(static_cast<double>(done) / elapsed) + ")";
+    // No rate for a phase this short (weights the CPU backend reads in place): it would say nothing.
+    if (elapsed >= 0.05) s += " (" + format_rate(static_cast<double>(done) / elapsed) + ")";
   }
   if (drawn_ && completed) {  // over the bar; cut short, the bar stays as it was
     if (s.size() < drawn_len_) s.append(drawn_len_ - s.size(), ' ');

@@ -60,8 +60,9 @@ struct ProgressOptions {
 /** The sink ft's commands give the engine. Per phase (when enabled and total >= min_bytes), after
  *  quiet_s: on a terminal one line redrawn (phase, bar, done / total, rate, ETA); otherwise a plain
  *  line "weights: 512.0 MiB of 1.60 GiB (31%), 120.4 MiB/s, ETA 9 s" then at most one per line_s
- *  or quarter. finish(true) always writes the final line "weights: 1.60 GiB in 13.9 s (117.9 MiB/s)";
- *  finish(false) only ends a redrawn line. Lines are written whole and flushed. */
+ *  or quarter. finish(true) always writes the final line "weights: 1.60 GiB in 13.9 s (117.9 MiB/s)"
+ *  (no rate under 0.05 s); finish(false) only ends a redrawn line. Lines are written whole and
+ *  flushed. */
 class ProgressReporter : public ProgressSink {
  public:
   explicit ProgressReporter(ProgressOptions options = stderr_options());

@@ -2,6 +2,7 @@
 // views, mixed layouts across layers, dense layers, errors for inconsistent experts.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "moe/ec12.h"
@@ -9,6 +10,7 @@
 #include "moe/host_memory.h"
 #include "moe_test_util.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace ft::testing {
 namespace {
@@ -150,6 +152,45 @@ TEST(ExpertBanks, Ec12NeedsBf16ExpertsInWholeGroups) {
   dense.add_dense_layer();
   EXPECT_FALSE(ec12_bankable(dense.banks));
   EXPECT_TRUE(ec12_bankable(bf16_model().banks));
+}
+
+/** Sums what a fill reports, per phase. */
+struct SumSink : ProgressSink {
+  void begin(const std::string& phase, int64_t total_bytes) override { phases.push_back({phase, total_bytes, 0, false}); }
+  void add(int64_t bytes) override { added += bytes; }
+  void finish(bool completed) override {
+    phases.back().added = added.exchange(0);
+    phases.back().completed = completed;
+  }
+  struct Phase {
+    std::string name;
+    int64_t total, added;
+    bool completed;
+  };
+  std::vector<Phase> phases;
+  std::atomic<int64_t> added{0};
+};
+
+TEST(ExpertBanks, FillReportsTheExpertsBytes) {
+  int64_t stored_bytes = 0;
+  SyntheticExperts s = bf16_model();
+  for (const ExpertBank& b : s.banks)
+    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
+      for (const Tensor& t : *v) stored_bytes += t.bytes();
+  auto alloc = make_host_allocator();
+  SumSink sink;
+  ExpertBanks stored(s.banks, *alloc, 3, {}, false, BankFormat::kStored, &sink);
+  ExpertBanks ec12(s.banks, *alloc, 3, {}, false, BankFormat::kEc12, &sink);  // reads them twice
+  ASSERT_EQ(sink.phases.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(sink.phases[i].name, "expert banks");
+    EXPECT_EQ(sink.phases[i].total, (i + 1) * stored_bytes);
+    EXPECT_EQ(sink.phases[i].added, (i + 1) * stored_bytes);
+    EXPECT_TRUE(sink.phases[i].completed);
+  }
+  SyntheticExperts mixed = mixed_model();  // not EC12-bankable: refused before the phase starts
+  EXPECT_THROW(ExpertBanks(mixed.banks, *alloc, 1, {}, false, BankFormat::kEc12, &sink), Error);
+  EXPECT_EQ(sink.phases.size(), 2u);
 }
 
 TEST(ExpertBanks, InconsistentExpertsAreRejected) {
