@@ -31,6 +31,7 @@
 #include "tools/synthetic_checkpoint.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/progress.h"
 
 namespace ft::cli {
 namespace {
@@ -154,6 +155,8 @@ int bench(const BenchArgs& a) {
   bo.top_p = a.top_p;
   bo.min_p = a.min_p;
   EngineOptions eo = engine_options(a.engine);
+  ProgressReporter progress;  // the load's phases on stderr
+  eo.progress = &progress;
   plan_bench_engine(bo, eo);
 
   const bool cuda = a.engine.device == "cuda" || (a.engine.device == "auto" && cuda_device_count() > 0);

@@ -25,6 +25,7 @@
 #include "tokenizer/vocab.h"
 #include "util/log.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace ft::cli {
 namespace {
@@ -75,6 +76,8 @@ int run(const RunArgs& a) {
     if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
   }
   EngineOptions eo = engine_options(a.engine);
+  ProgressReporter progress;  // the load's phases on stderr
+  eo.progress = &progress;
   // The tokenizer and the context length come from the checkpoint itself, opened once: the prompt is
   // encoded and checked before the (slow) load, which then takes the same checkpoint.
   std::unique_ptr<Vocab> vocab;

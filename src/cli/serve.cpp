@@ -33,6 +33,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/format.h"
+#include "util/progress.h"
 
 namespace ft::cli {
 namespace {
@@ -107,6 +108,8 @@ int run_serve(const ServeFlags& f) {
   tool_call_format_of(f, "");  // an unknown parser name is refused before anything loads
   reasoning_format_of(f, "");
   EngineOptions eo = engine_options(f.engine);
+  ProgressReporter progress;  // the load's phases on stderr
+  eo.progress = &progress;
 
   // Threads started from here on inherit this mask: only the sigwait below sees SIGINT/SIGTERM, and
   // SIGHUP (a closed terminal or session), which stops the same way: its default action ended running
