@@ -48,7 +48,7 @@ void add_compat_flags(CLI::App* cmd, CompatFlags& f) {
       ->check(gpu_layers_value())
       ->group(kGroupEngine);
   cmd->add_option("--tensor-parallel-size,--tp-size", f.tensor_parallel,
-                  "-tp: GPUs to split the model over; only 1 for now (multi-GPU is issue 43)")
+                  "-tp: GPUs to split the model over; only 1 for now (multi-GPU is not built yet)")
       ->group(kGroupEngine);
   // The Python engine's flags that mean something else here: refused, naming the flag to use.
   cmd->add_option("--memory-ratio", f.memory_ratio)->group("");
@@ -66,7 +66,7 @@ void check_compat_flags(const CompatFlags& f) {
       fail(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} must be >= 1", *f.tensor_parallel);
     if (*f.tensor_parallel > 1)
       fail(ErrorCode::kUnsupported, "--tensor-parallel-size {}: not supported yet: ft runs on one GPU (multi-GPU, "
-           "tensor and expert parallel over NCCL, is issue 43); leave the flag out", *f.tensor_parallel);
+           "tensor and expert parallel over NCCL, is not built yet); leave the flag out", *f.tensor_parallel);
   }
   if (f.memory_ratio)
     fail(ErrorCode::kInvalidArgument, "--memory-ratio {} (the Python engine's fraction of free GPU memory) is not "
@@ -78,7 +78,7 @@ void check_compat_flags(const CompatFlags& f) {
          *f.num_pages);
   if (f.gpu)
     fail(ErrorCode::kUnsupported, "--gpu {}: ft uses the first GPU CUDA shows it; pick the card with "
-         "CUDA_VISIBLE_DEVICES={} ft ... (multi-GPU is issue 43)", *f.gpu, *f.gpu);
+         "CUDA_VISIBLE_DEVICES={} ft ... (multi-GPU is not built yet)", *f.gpu, *f.gpu);
 }
 
 }  // namespace ft::cli

@@ -213,6 +213,23 @@ TEST(E2E, HostileClientsAreRefusedOrBounded) {
   EXPECT_EQ(status, 0) << out;
 }
 
+// The README's examples (issue 41's "a new user following only the README"): tests/e2e/readme.test.mjs
+// runs every fenced example of README.md that names a file or shell example (first curl, openai,
+// @anthropic-ai/sdk, the Vercel AI SDK, LangChain, an Open WebUI-style client, llama.cpp's /completion)
+// against its own demo-model server.
+TEST(E2E, ReadmeExamplesRunAsWritten) {
+  ASSERT_TRUE(have_program("node")) << "node is needed for the end-to-end tests";
+  ASSERT_TRUE(have_program("curl")) << "curl is needed for the README's shell examples";
+  for (const char* pkg : {"openai", "@anthropic-ai/sdk", "ai", "@ai-sdk/openai", "@langchain/openai"})
+    ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / pkg / "package.json"))
+        << kE2eDir / "node_modules" / pkg << " is missing: run `make deps` (it runs `npm ci` in tests/e2e)";
+  int status = 0;
+  const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_BINARY='" + FT_BINARY +
+                          "' node --test --test-concurrency=1 readme.test.mjs 2>&1";
+  const std::string out = run_capture(cmd, status);
+  EXPECT_EQ(status, 0) << out;
+}
+
 // `make serve` on a fresh clone: no --model, the demo model answers a chat request, SIGINT exits 0.
 TEST(E2E, DemoModelServesWithoutAModel) {
   const std::string log = fs::temp_directory_path().string() + "/ft-e2e-demo-" + std::to_string(getpid()) + ".log";
