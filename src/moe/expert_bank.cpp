@@ -153,10 +153,10 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
     slot_bytes_ = std::max(slot_bytes_, L.layout.bytes);
     for (int32_t e = 0; e < L.n_expert; ++e) items.emplace_back(static_cast<int64_t>(l), e);
   }
-  int64_t source_bytes = 0;  // what the fill reads (each pass)
+  int64_t source_bytes = 0;  // what the fill reads (EC12: each pass half of them, as reported)
   for (const auto& [l, e] : items)
     for (const Tensor* t : parts_of(host[static_cast<size_t>(l)], e)) source_bytes += t->bytes();
-  ProgressPhase phase(progress, "expert banks", format == BankFormat::kEc12 ? 2 * source_bytes : source_bytes);
+  ProgressPhase phase(progress, "expert banks", source_bytes);
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = static_cast<int>(std::min<int64_t>(n_threads > 0 ? n_threads : hw, static_cast<int64_t>(items.size())));
   // EC12: each matrix's table and exception count first; a layer's records hold its largest count.
@@ -168,7 +168,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
       for (int j = 0; j < 3; ++j) {
         stats[static_cast<size_t>(i)][j] =
             ec12::analyze(static_cast<const uint16_t*>(parts[j]->data), parts[j]->numel());
-        phase.add(parts[j]->bytes());
+        phase.add(parts[j]->bytes() / 2);
       }
     });
     for (size_t i = 0; i < items.size(); ++i)
@@ -225,7 +225,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
         std::memcpy(r + offs[j], parts[j]->data, static_cast<size_t>(n));
       }
       std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
-      phase.add(parts[j]->bytes());
+      phase.add(format == BankFormat::kEc12 ? parts[j]->bytes() - parts[j]->bytes() / 2 : parts[j]->bytes());
     }
     if (--remaining[static_cast<size_t>(l)] == 0 && layer_filled) layer_filled(l);
   });

@@ -70,8 +70,8 @@ class ExpertBanks {
    *  are checked against MemAvailable (check_bank_host_memory). `format` kEc12 codes the records
    *  (a first pass over the experts picks each matrix's code table and counts its exceptions, which
    *  fixes the record size); it needs ec12_bankable(host), else throws kInvalidArgument. `progress`,
-   *  when set, sees a phase "expert banks" of the experts' bytes as stored (twice for kEc12: the
-   *  first pass reads them too), added as records are written, ended once the banks are pinned.
+   *  when set, sees a phase "expert banks" of the experts' bytes as stored, added as records are
+   *  written (kEc12: half in each pass), ended once the banks are pinned.
    *  Throws what expert_layout, the allocator, check_bank_host_memory and layer_filled throw. */
   ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0,
               const std::function<void(int64_t layer)>& layer_filled = {}, bool layer_filled_frees_memory = false,
