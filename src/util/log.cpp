@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 
 #include <spdlog/pattern_formatter.h>
@@ -55,6 +56,10 @@ void set_log_level(const std::string& name) {
   spdlog::set_level(level);
 }
 
+namespace {
+std::atomic<bool> g_json_format{false};
+}  // namespace
+
 void set_log_format(const std::string& name) {
   if (name == "text")
     spdlog::set_formatter(std::make_unique<spdlog::pattern_formatter>());
@@ -62,7 +67,10 @@ void set_log_format(const std::string& name) {
     spdlog::set_formatter(make_json_log_formatter());
   else
     fail(ErrorCode::kInvalidArgument, "unknown log format '{}' (use text or json)", name);
+  g_json_format = name == "json";
 }
+
+bool log_format_is_json() { return g_json_format; }
 
 void log_fields(spdlog::level::level_enum level, std::string_view message, const nlohmann::ordered_json& fields) {
   spdlog::logger* logger = spdlog::default_logger_raw();

@@ -19,6 +19,10 @@ void set_log_level(const std::string& name);
  *  file comment). Throws ft::Error(kInvalidArgument) on another name. */
 void set_log_format(const std::string& name);
 
+/** Whether set_log_format("json") is in effect (writers of their own stderr lines, such as the load
+ *  progress, then log them as JSON lines instead). */
+bool log_format_is_json();
+
 /** Logs `message` at `level` through the default logger. In the JSON format the members of `fields`
  *  (a JSON object; anything else is ignored) are added to the line's object as typed keys after ts,
  *  level and msg; the text format writes `message` alone, so it should say what the fields say.

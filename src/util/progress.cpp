@@ -50,7 +50,8 @@ ProgressReporter::ProgressReporter(ProgressOptions options) : o_(std::move(optio
 ProgressOptions ProgressReporter::stderr_options() {
   ProgressOptions o;
   o.out = stderr;
-  o.terminal = ::isatty(STDERR_FILENO) == 1;
+  o.json = log_format_is_json();
+  o.terminal = !o.json && ::isatty(STDERR_FILENO) == 1;
   o.enabled = spdlog::should_log(spdlog::level::info);
   if (const char* env = std::getenv("FT_PROGRESS_MIN_BYTES")) {
     char* end = nullptr;
@@ -138,13 +139,22 @@ void ProgressReporter::maybe_write(double t) {
       next_check_.store(t + o_.redraw_s, std::memory_order_relaxed);
       return;
     }
-    std::fputs((progress_text(done, elapsed) + "\n").c_str(), o_.out);
-    std::fflush(o_.out);
+    write_line(progress_text(done, elapsed), done, elapsed);
     last_quarter_ = quarter;
     next_check_.store(t + o_.redraw_s, std::memory_order_relaxed);
   }
   last_ = t;
   ++lines_;
+}
+
+void ProgressReporter::write_line(const std::string& text, int64_t done, double elapsed) {
+  if (o_.json) {
+    log_fields(spdlog::level::info, text,
+               {{"phase", phase_}, {"done_bytes", done}, {"total_bytes", total_}, {"seconds", elapsed}});
+    return;
+  }
+  std::fputs((text + "\n").c_str(), o_.out);
+  std::fflush(o_.out);
 }
 
 void ProgressReporter::finish(bool completed) {
@@ -164,7 +174,9 @@ void ProgressReporter::finish(bool completed) {
     if (s.size() < drawn_len_) s.append(drawn_len_ - s.size(), ' ');
     s = "\r" + s;
   }
-  if (drawn_ || completed) {
+  if (o_.json && completed) {
+    write_line(s, done_.load(), now() - start_);
+  } else if (drawn_ || completed) {
     std::fputs((s + "\n").c_str(), o_.out);
     std::fflush(o_.out);
   }

@@ -49,6 +49,8 @@ struct ProgressOptions {
   std::FILE* out = stderr;
   bool terminal = false;  // redraw one line with \r (a TTY); else plain lines, never \r
   bool enabled = true;    // false: nothing at all (--log-level above info)
+  bool json = false;      // lines go through the logger (log_fields: phase, done_bytes, total_bytes, seconds)
+                          // as JSON lines (--log-format json) instead of to `out`; never redrawn
   int64_t min_bytes = int64_t{64} << 20;  // a phase of fewer total bytes writes nothing
   double quiet_s = 1.0;          // nothing before this much of a phase has passed: a short one writes its final line only
   double redraw_s = 0.1;         // terminal: at most one redraw this often
@@ -80,6 +82,8 @@ class ProgressReporter : public ProgressSink {
   double now() const;
   /** Writes a progress line at time `t` if one is due (mu_ held). */
   void maybe_write(double t);
+  /** A plain (not redrawn) line: to `out`, or through the logger with its figures as fields (json). */
+  void write_line(const std::string& text, int64_t done, double elapsed);
   std::string progress_text(int64_t done, double elapsed) const;
 
   ProgressOptions o_;

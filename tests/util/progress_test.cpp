@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "log_capture.h"
 #include "util/error.h"
 
 namespace ft {
@@ -67,6 +70,33 @@ TEST(Progress, PlainLinesAtTheStartEveryQuarterOrFewSecondsAndAtTheEnd) {
             "weights: 500.0 MiB of 1.00 GiB (48%), 62.5 MiB/s, ETA 8 s\n"
             "weights: 1.00 GiB in 10.0 s (102.4 MiB/s)\n");
   EXPECT_EQ(c.text().find('\r'), std::string::npos);
+}
+
+// --log-format json: progress lines are log lines with their figures as fields, nothing goes to `out`.
+TEST(Progress, JsonFormatLogsEachLineWithItsFigures) {
+  Captured c;
+  ft::testing::LogCapture log(spdlog::level::info, /*json=*/true);
+  ProgressOptions o = c.options(false);
+  o.json = true;
+  ProgressReporter p(o);
+  p.begin("weights", 1024 * kMiB);
+  c.t = 1.5;
+  p.add(200 * kMiB);
+  c.t = 10.0;
+  p.add(824 * kMiB);
+  p.finish(true);
+  EXPECT_EQ(c.text(), "");
+  const std::vector<std::string> lines = log.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  const nlohmann::json first = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(first["msg"], "weights: 200.0 MiB of 1.00 GiB (19%), 133.3 MiB/s, ETA 6 s");
+  EXPECT_EQ(first["phase"], "weights");
+  EXPECT_EQ(first["done_bytes"], 200 * kMiB);
+  EXPECT_EQ(first["total_bytes"], 1024 * kMiB);
+  const nlohmann::json last = nlohmann::json::parse(lines[1]);
+  EXPECT_EQ(last["msg"], "weights: 1.00 GiB in 10.0 s (102.4 MiB/s)");
+  EXPECT_EQ(last["level"], "info");
+  EXPECT_DOUBLE_EQ(last["seconds"].get<double>(), 10.0);
 }
 
 TEST(Progress, AShortPhaseWritesItsFinalLineOnlyAndATinyOneNothing) {
