@@ -141,21 +141,6 @@ std::vector<StreamUpdate> collect(ServerContext& ctx, const std::vector<Submitte
   return out;
 }
 
-namespace {
-
-/** The finish reason of a log line: the engine's own (a cancel is not "length" there, as for clients). */
-const char* log_finish_reason(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
-  }
-  return "error";
-}
-
-}  // namespace
-
 void trace_generation(RequestTrace& trace, const std::string& model, const std::vector<Submitted>& subs) {
   trace.model = model;
   if (subs.empty()) return;
@@ -172,7 +157,7 @@ void trace_generation(RequestTrace& trace, const std::string& model, const std::
     tokens += p.finish ? p.finish->completion_tokens : p.tokens;
     if (p.first_token && (!first || *p.first_token < *first)) first = p.first_token;
     if (p.last_token && (!last || *p.last_token > *last)) last = p.last_token;
-    const std::string reason = p.finish ? log_finish_reason(p.finish->reason) : "cancelled";
+    const std::string reason = p.finish ? finish_reason_name(p.finish->reason) : "cancelled";
     if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) reasons.push_back(reason);
     if (p.finish && p.finish->reason == FinishReason::kError && trace.error_message.empty())
       trace.error_message = p.finish->error;
