@@ -4,6 +4,8 @@
 // bank holds 128 experts (1.2 GB in bf16), more than the last-level cache, and each call takes the
 // next k experts, so weights come from memory as in a real step. Reports the expert weight bytes
 // read per second: compare with the host's read bandwidth per thread count (bench/RESULTS.md).
+// The *_prefill cases run a 512-token prefill layer (the `cpu` strategy's prompt): 512 tokens, top-8
+// of the 128 experts drawn uniformly (~32 tokens an expert), and report tokens per second.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -80,10 +82,55 @@ void q4_k_int8_layer(benchmark::State& state) {
   run_layer(state, DType::Q4_K, true);
 }
 
+/** One prefill layer: state.range(0) tokens, each routed to 8 distinct experts drawn uniformly
+ *  (a fixed pseudo-random sequence), threads state.range(1) (0: one per physical core). Reports
+ *  tokens per second (items). */
+void run_prefill(benchmark::State& state, DType type, bool int8 = false) {
+  const int64_t T = state.range(0), k = 8;
+  const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
+  Bank& b = bank(type);
+  CpuExpertExecutor ex(threads, 2000, int8);
+  std::vector<float> x(static_cast<size_t>(T * kH)), out(static_cast<size_t>(T * kH));
+  std::vector<float> w(static_cast<size_t>(T * k), 1.0f / static_cast<float>(k));
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  uint32_t s = 777;
+  auto next = [&] { return (s = s * 1664525u + 1013904223u) >> 8; };
+  for (float& v : x) v = 0.02f * (static_cast<float>(next()) / 16777216.0f - 0.5f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e;
+      bool dup;
+      do {
+        e = static_cast<int32_t>(next() % kExperts);
+        dup = false;
+        for (int64_t i = 0; i < j; ++i) dup = dup || ids[static_cast<size_t>(t * k + i)] == e;
+      } while (dup);
+      ids[static_cast<size_t>(t * k + j)] = e;
+    }
+  for (auto _ : state) {
+    ex.run({}, Tensor(x.data(), DType::F32, {T, kH}), Tensor(ids.data(), DType::I32, {T, k}),
+           Tensor(w.data(), DType::F32, {T, k}), b.bank, Tensor(out.data(), DType::F32, {T, kH}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * T);
+  state.counters["threads"] = threads;
+}
+
+void bf16_prefill(benchmark::State& state) { run_prefill(state, DType::BF16); }
+void q4_k_prefill(benchmark::State& state) { run_prefill(state, DType::Q4_K); }
+void q4_k_int8_prefill(benchmark::State& state) {
+  if (!cpu::has_q8_dot(DType::Q4_K)) return state.SkipWithError("no AVX-512 VNNI on this machine");
+  run_prefill(state, DType::Q4_K, true);
+}
+
 // Args: {k experts per call, threads (0: one per physical core)}.
 BENCHMARK(bf16_layer)->ArgsProduct({{3, 8}, {1, 2, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+// Args: {tokens, threads (0: one per physical core)}.
+BENCHMARK(bf16_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(q4_k_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(q4_k_int8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

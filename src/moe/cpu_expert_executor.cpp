@@ -87,6 +87,7 @@ CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activ
     : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us), int8_(int8_activations) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
   wbuf16_.resize(static_cast<size_t>(pool_.size()));
+  gu_.resize(static_cast<size_t>(pool_.size()));
 }
 
 void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -169,6 +170,10 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // int8 form, every input of the expert alike, so a pair's result does not depend on the other
   // tokens of the step (the engine's batch invariance); other weights as above.
   auto int8 = [&](const Tensor& w) { return int8_ && int8_weight(w); };
+  auto blocked_gate_up = [&](const Group& g) {
+    const auto e = static_cast<size_t>(g.expert);
+    return g.n > 1 && (!int8(bank.gate[e]) || !int8(bank.up[e]));
+  };
   bool any_x8 = false;
   for (const Group& g : groups_)
     any_x8 = any_x8 || int8(bank.gate[static_cast<size_t>(g.expert)]) || int8(bank.up[static_cast<size_t>(g.expert)]);
@@ -199,10 +204,39 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   uint8_t* h8 = any_h8 ? align64(h8_.data()) : nullptr;
   h8_rows_.assign(any_h8 ? static_cast<size_t>(n_pairs) : 0, cpu::Q8Row{});
   if (static_cast<int64_t>(h_.size()) < n_pairs * max_ff) h_.resize(static_cast<size_t>(n_pairs * max_ff));
-  if (static_cast<int64_t>(y_.size()) < T * k * H) y_.resize(static_cast<size_t>(T * k * H));
+  if (static_cast<int64_t>(y_.size()) < n_pairs * H) y_.resize(static_cast<size_t>(n_pairs * H));
+  // y_ holds a pair's result at its group position: pos_[pair] (the blocked kernels write a group's
+  // tokens as one [n, H] block).
+  pos_.resize(static_cast<size_t>(T * k));
+  for (int64_t i = 0; i < n_pairs; ++i) pos_[static_cast<size_t>(pair_index_[static_cast<size_t>(i)])] = static_cast<int32_t>(i);
   const int64_t wbuf_need = 2 * kRowTile * std::max(H, max_ff);
   for (auto& b : wbuf_)
     if (static_cast<int64_t>(b.size()) < wbuf_need) b.resize(static_cast<size_t>(wbuf_need));
+  // An expert with several inputs and fp32 gate or up rows runs them as GEMM blocks (cpu::gemm_nt)
+  // over its inputs' rows of x gathered by group position into xg_ [pairs, H]; each worker keeps
+  // the [n, 16] gate and up results of its tile in gu_.
+  int64_t max_n = 0, gather_rows = 0;
+  for (const Group& g : groups_) {
+    max_n = std::max(max_n, g.n);
+    if (blocked_gate_up(g)) gather_rows += g.n;
+  }
+  for (auto& b : gu_)
+    if (static_cast<int64_t>(b.size()) < 2 * max_n * kRowTile) b.resize(static_cast<size_t>(2 * max_n * kRowTile));
+  if (gather_rows > 0) {
+    if (static_cast<int64_t>(xg_.size()) < n_pairs * H) xg_.resize(static_cast<size_t>(n_pairs * H));
+    auto gather = [&](const Group& g) {
+      if (!blocked_gate_up(g)) return;
+      for (int64_t r = 0; r < g.n; ++r)
+        std::memcpy(xg_.data() + (g.begin + r) * H, xf + (pair_index_[static_cast<size_t>(g.begin + r)] / k) * H,
+                    static_cast<size_t>(H) * 4);
+    };
+    constexpr int64_t kPoolRows = 64;  // as the quantization above: a few rows on the calling thread
+    if (gather_rows < kPoolRows) {
+      for (const Group& g : groups_) gather(g);
+    } else {
+      pool_.run(static_cast<int64_t>(groups_.size()), [&](int64_t gi, int) { gather(groups_[static_cast<size_t>(gi)]); });
+    }
+  }
   const int64_t wbuf16_need = kRowTile * std::max(H, max_ff);  // EC12 rows decoded to BF16
   for (auto& b : wbuf16_)
     if (static_cast<int64_t>(b.size()) < wbuf16_need) b.resize(static_cast<size_t>(wbuf16_need));
@@ -235,16 +269,26 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const bool g8 = int8(gate), u8 = int8(up);
     const float* wg = g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0, bf);
     const float* wu = u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H, bf);
-    float gv[kRowTile], uv[kRowTile];
+    // [n, 16] results of the tile: an fp32 tile meets all the inputs at once as a GEMM block over the
+    // gathered x (several inputs), else each input alone; the same bits per element either way.
+    std::vector<float>& gu = gu_[static_cast<size_t>(worker)];
+    float* gall = gu.data();
+    float* uall = gu.data() + G.n * kRowTile;
+    const bool gathered = blocked_gate_up(G);
+    const float* xg = gathered ? xg_.data() + G.begin * H : nullptr;
+    if (wg && gathered) cpu::gemm_nt(xg, H, G.n, wg, H, nr, H, gall, kRowTile);
+    if (wu && gathered) cpu::gemm_nt(xg, H, G.n, wu, H, nr, H, uall, kRowTile);
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t t = pair_index_[static_cast<size_t>(G.begin + r)] / k;
       const float* xt = xf + t * H;
+      float* gv = gall + r * kRowTile;
+      float* uv = uall + r * kRowTile;
       if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
-      else if (wg) dot_tile(xt, wg, H, nr, gv);
-      else stored_dot_tile(xt, gate, task.row0, nr, gv);
+      else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
+      else if (!wg) stored_dot_tile(xt, gate, task.row0, nr, gv);
       if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
-      else if (wu) dot_tile(xt, wu, H, nr, uv);
-      else stored_dot_tile(xt, up, task.row0, nr, uv);
+      else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
+      else if (!wu) stored_dot_tile(xt, up, task.row0, nr, uv);
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       // As CpuOps::moe_experts: y = dot, then y += bias; then the GLU, written identically.
       if (gate_bias)
@@ -275,13 +319,13 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const bool d8 = h8_stage_[static_cast<size_t>(task.group)] != 0;
     std::vector<uint16_t>& bf = wbuf16_[static_cast<size_t>(worker)];
     const float* wd = d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0, bf);
+    // An fp32 tile meets the expert's h rows (contiguous by group position) as one GEMM block.
+    if (wd) cpu::gemm_nt(h_.data() + G.begin * max_ff, max_ff, G.n, wd, G.F, nr, G.F, y_.data() + G.begin * H + task.row0, H);
     for (int64_t r = 0; r < G.n; ++r) {
-      const int64_t pair = pair_index_[static_cast<size_t>(G.begin + r)];
       const float* hp = h_.data() + (G.begin + r) * max_ff;
-      float* yp = y_.data() + pair * H + task.row0;
+      float* yp = y_.data() + (G.begin + r) * H + task.row0;
       if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
-      else if (wd) dot_tile(hp, wd, G.F, nr, yp);
-      else stored_dot_tile(hp, dw, task.row0, nr, yp);
+      else if (!wd) stored_dot_tile(hp, dw, task.row0, nr, yp);
       if (down_bias)
         for (int64_t i = 0; i < nr; ++i) yp[i] += down_bias[G.expert * H + task.row0 + i];
     }
@@ -326,7 +370,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       for (int64_t j = 0; j < k; ++j) {
         if (id[t * k + j] < 0) continue;
         const float w = wt[t * k + j];
-        const float* y = y_.data() + (t * k + j) * H;
+        const float* y = y_.data() + static_cast<int64_t>(pos_[static_cast<size_t>(t * k + j)]) * H;
         for (int64_t i = 0; i < H; ++i) ot[i] += w * y[i];
       }
     }

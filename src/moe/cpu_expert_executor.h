@@ -5,10 +5,15 @@
 // skipped (the GPU computes them), and results accumulate into `out`, so the GPU's and the CPU's
 // partial sums add up.
 //
-// Arithmetic: each weight row is decoded to fp32 (cpu::to_f32: BF16/F16 widening, GGUF blocks via
-// quant/) and dotted with the SIMD kernel of the CPU backend (cpu::dot_rows: AVX-512, AVX2 or
-// scalar, chosen at run time), biases, the GLU and the weighted sum in slot order written exactly as in
-// CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit. An expert
+// Arithmetic: each 16-row weight tile is decoded to fp32 once (cpu::to_f32: BF16/F16 widening, GGUF
+// blocks via quant/) and meets the expert's inputs through the SIMD kernels of the CPU backend
+// (AVX-512, AVX2 or scalar, chosen at run time): an expert with several inputs (prefill) as one GEMM
+// block, cpu::gemm_nt over its inputs' x (or h) rows gathered contiguously, register-blocked 4 tokens
+// x 4 rows; one input through cpu::dot_rows. Both give every element the same instruction sequence
+// (one accumulator per element, a fixed final reduction), and the CPU backend's matmul runs the same
+// gemm_nt; biases, the GLU and the weighted sum in slot order are written exactly as in
+// CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit, and a
+// token's result does not depend on the other tokens of the step. An expert
 // with a single input (decode) is dotted straight from its stored rows where a fused kernel exists
 // (cpu::dot_rows_stored: same bits, no decoded tile written and read back). With int8 activations
 // (the constructor's option; the engine's --moe-cpu-int8) Q4_K and Q6_K rows meet int8 forms of x and h
@@ -82,7 +87,10 @@ class CpuExpertExecutor {
   bool int8_ = false;
   std::vector<uint8_t> x8_, h8_;  // int8 forms: T rows of H, pairs of F (cpu::q8_row_bytes each)
   std::vector<cpu::Q8Row> x8_rows_, h8_rows_;
-  std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] by group position, [T * k, H]
+  std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] and [pairs, H] by group position
+  std::vector<float> xg_;  // [pairs, H]: x rows gathered by group position (experts with several inputs)
+  std::vector<int32_t> pos_;  // per (token, slot) pair t * k + j: its group position
+  std::vector<std::vector<float>> gu_;  // per worker: a tile's gate and up results, [n, 16] each
   std::vector<std::vector<float>> wbuf_;  // per worker: decoded weight tiles
   std::vector<std::vector<uint16_t>> wbuf16_;  // per worker: EC12 rows decoded to BF16
   int64_t experts_computed_ = 0, pairs_computed_ = 0;

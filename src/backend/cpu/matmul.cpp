@@ -1,9 +1,9 @@
 // matmul: y = x W^T (+ bias) with W in any stored dtype (CPU backend). W is processed in tiles of
 // kRowTile rows: each tile is dequantized once per token block into a thread-local f32 buffer
-// (F32 weights are read in place), then every token's dot products run over it with the SIMD
-// kernel. A block of one token (decode) dots the stored rows directly where a fused decode+dot
-// kernel exists (dot_rows_stored: same bits, the tile is never written out). Summation order per
-// output element is fixed, so results do not depend on T.
+// (F32 weights are read in place), then the token block meets it as one GEMM block (gemm_nt, the
+// kernel the CPU expert executor uses too). A block of one token (decode) dots the stored rows
+// directly where a fused decode+dot kernel exists (dot_rows_stored: same bits, the tile is never
+// written out). Summation order per output element is fixed, so results do not depend on T.
 #include <algorithm>
 #include <vector>
 
@@ -55,16 +55,10 @@ void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const T
       for (int64_t r = 0; r < nr; ++r) to_f32(w.dtype, w.bytes_ptr() + (n0 + r) * rb, wbuf.data() + r * K, K);
       wt = wbuf.data();
     }
-    for (int64_t t = t0; t < t1; t += 4) {
-      const int nt = static_cast<int>(std::min<int64_t>(4, t1 - t));
-      for (int64_t r = 0; r < nr; r += 4) {
-        const int rows = static_cast<int>(std::min<int64_t>(4, nr - r));
-        dot_tile(x + t * ldx, ldx, nt, wt + r * K, K, rows, K, y + t * ldy + n0 + r, ldy);
-      }
-      if (b)
-        for (int64_t u = t; u < t + nt; ++u)
-          for (int64_t r = 0; r < nr; ++r) y[u * ldy + n0 + r] += b[n0 + r];
-    }
+    gemm_nt(x + t0 * ldx, ldx, t1 - t0, wt, K, nr, K, y + t0 * ldy + n0, ldy);
+    if (b)
+      for (int64_t u = t0; u < t1; ++u)
+        for (int64_t r = 0; r < nr; ++r) y[u * ldy + n0 + r] += b[n0 + r];
   }
 }
 

@@ -1,5 +1,6 @@
 #include "backend/cpu/simd.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -128,6 +129,21 @@ void dot_tile(const float* x, int64_t ldx, int tokens, const float* w, int64_t l
                             : level == SimdLevel::kAvx2 ? kAvx2Tiles
                                                         : kScalarTiles;
   table[tokens - 1][rows - 1](x, ldx, w, ldw, n, y, ldy);
+}
+
+void gemm_nt(const float* x, int64_t ldx, int64_t tokens, const float* w, int64_t ldw, int64_t rows, int64_t n,
+             float* y, int64_t ldy) {
+  const SimdLevel level = simd_level_id();
+  const TileFn(*table)[4] = level == SimdLevel::kAvx512 ? kAvx512Tiles
+                            : level == SimdLevel::kAvx2 ? kAvx2Tiles
+                                                        : kScalarTiles;
+  for (int64_t t = 0; t < tokens; t += 4) {
+    const int nt = static_cast<int>(std::min<int64_t>(4, tokens - t));
+    for (int64_t r = 0; r < rows; r += 4) {
+      const int nr = static_cast<int>(std::min<int64_t>(4, rows - r));
+      table[nt - 1][nr - 1](x + t * ldx, ldx, w + r * ldw, ldw, n, y + t * ldy + r, ldy);
+    }
+  }
 }
 
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out) {

@@ -20,6 +20,13 @@ const char* simd_level();
 void dot_tile(const float* x, int64_t ldx, int tokens, const float* w, int64_t ldw, int rows, int64_t n, float* y,
               int64_t ldy);
 
+/** y[t * ldy + r] = sum_i x[t * ldx + i] * w[r * ldw + i] for t < tokens, r < rows (any counts >= 0),
+ *  fp32: a GEMM block (x [tokens, n] times w [rows, n]^T) run as register-blocked dot_tile
+ *  kernels over 4 x 4 blocks, so every element has the bits dot_tile / dot_rows give it alone
+ *  (the CPU backend's matmul and the CPU expert executor share it). */
+void gemm_nt(const float* x, int64_t ldx, int64_t tokens, const float* w, int64_t ldw, int64_t rows, int64_t n,
+             float* y, int64_t ldy);
+
 /** out[r] = sum_i x[i] * w[r * ldw + i] for r < rows (rows <= 4): dot_tile with one token. */
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out);
 
