@@ -129,7 +129,8 @@ void parse_compressed_tensors(const json& q, const std::string& source, QuantCon
               "global_compression_ratio", "version", "sparsity_config", "transform_config", "provider"},
              source, "");
   const std::string format = q.contains("format") ? string_field(q, "format", source, "") : "";
-  if (format.find("nvfp4") != std::string::npos) unsupported(source, "compressed-tensors format \"" + format + "\" (NVFP4)");
+  if (format.find("nvfp4") != std::string::npos)
+    unsupported(source, "compressed-tensors format \"" + format + "\" (NVFP4 is read in ModelOpt's layout: quant_algo \"NVFP4\")");
   if (format != "float-quantized" && format != "naive-quantized")
     unsupported(source, "compressed-tensors format \"" + format + "\" (FP8 \"float-quantized\" is read)");
   for (const char* k : {"kv_cache_scheme", "sparsity_config", "transform_config"})
@@ -181,6 +182,115 @@ void parse_mxfp4(const json& q, const std::string& source, QuantConfig& c) {
   pattern_list(q, "modules_to_not_convert", source, c);
 }
 
+/** Appends the strings of glob list field `key` of `obj` (null or absent: nothing) to c.not_converted. */
+void glob_list(const json& obj, const char* key, const std::string& source, const std::string& path, QuantConfig& c) {
+  if (!obj.contains(key) || obj.at(key).is_null()) return;
+  const json& v = obj.at(key);
+  if (!v.is_array()) bad(source, path + key, "a list of module names", v);
+  for (const json& p : v) {
+    if (!p.is_string()) bad(source, path + key, "a list of module names", p);
+    std::string s = p.get<std::string>();
+    if (s.size() > kMaxPattern)
+      fail(ErrorCode::kInvalidFile, "{}: quantization_config.{}{}: a pattern of {} characters (at most {})", source, path,
+           key, s.size(), kMaxPattern);
+    c.not_converted.push_back(std::move(s));
+  }
+  c.glob_patterns = true;
+}
+
+/** ModelOpt's weights group_size: absent or null means 16; anything but 16 is refused. */
+void nvfp4_group_size(const json& obj, const std::string& source, const std::string& path, QuantConfig& c) {
+  if (!obj.contains("group_size") || obj["group_size"].is_null()) return;
+  const json& g = obj["group_size"];
+  if (!g.is_number_integer()) bad(source, path + "group_size", "an integer", g);
+  if (g.get<int64_t>() != 16)
+    unsupported(source, path + "group_size " + g.dump() + " (NVFP4 is read with one E4M3 scale per 16 values)");
+  c.group_size = 16;
+}
+
+/** NVIDIA ModelOpt: config.json's flat quantization_config or hf_quant_config.json's nested form. */
+void parse_modelopt(const json& q, const std::string& source, QuantConfig& c) {
+  const bool nested = q.contains("quantization");
+  const json& sec = nested ? q["quantization"] : q;
+  const std::string path = nested ? "quantization." : "";
+  if (nested) {
+    check_keys(q, {"producer", "quantization", "quant_method"}, source, "");
+    if (!sec.is_object()) bad(source, "quantization", "an object", sec);
+    check_keys(sec, {"quant_algo", "group_size", "exclude_modules", "kv_cache_quant_algo"}, source, path);
+  } else {
+    check_keys(q,
+               {"quant_method", "quant_algo", "group_size", "exclude_modules", "ignore", "kv_cache_quant_algo",
+                "kv_cache_scheme", "config_groups", "producer"},
+               source, "");
+  }
+  if (q.contains("quant_method")) {
+    const std::string m = string_field(q, "quant_method", source, "");
+    if (m != "modelopt") unsupported(source, "quant_method \"" + m.substr(0, 40) + "\" with a ModelOpt quant_algo");
+  }
+  c.method_name = "modelopt";
+  if (!sec.contains("quant_algo")) bad(source, path + "quant_algo", "a string", json());
+  const std::string algo = string_field(sec, "quant_algo", source, path);
+  if (algo != "NVFP4")
+    unsupported(source, "ModelOpt quant_algo \"" + algo.substr(0, 40) + "\" (ModelOpt NVFP4 checkpoints are read)");
+  c.method = QuantMethod::kNvfp4;
+  c.group_size = 16;
+  nvfp4_group_size(sec, source, path, c);
+  if (sec.contains("kv_cache_quant_algo") && !sec["kv_cache_quant_algo"].is_null()) {
+    // FP8 KV cache scales (k_scale / v_scale): not read; the KV cache keeps FreeToken's own types.
+    const std::string kv = string_field(sec, "kv_cache_quant_algo", source, path);
+    if (kv != "FP8") unsupported(source, path + "kv_cache_quant_algo \"" + kv.substr(0, 40) + "\"");
+  }
+  if (!nested && q.contains("kv_cache_scheme") && !is_null_or_empty(q["kv_cache_scheme"])) {
+    const json& kv = q["kv_cache_scheme"];
+    if (!kv.is_object() || kv.value("num_bits", json()) != json(8) || kv.value("type", json()) != json("float"))
+      unsupported(source, "kv_cache_scheme " + kv.dump().substr(0, 80) + " (an 8-bit float KV scheme is ignored)");
+  }
+  if (!nested && q.contains("config_groups") && !q["config_groups"].is_null()) {
+    const json& groups = q["config_groups"];
+    if (!groups.is_object()) bad(source, "config_groups", "an object of quantization groups", groups);
+    for (auto g = groups.begin(); g != groups.end(); ++g) {
+      const std::string gp = "config_groups." + g.key() + ".";
+      if (!g->is_object()) bad(source, gp.substr(0, gp.size() - 1), "an object", *g);
+      check_keys(*g, {"targets", "weights", "input_activations", "output_activations"}, source, gp);
+      if (g->contains("output_activations") && !(*g)["output_activations"].is_null())
+        unsupported(source, gp + "output_activations");
+      // input_activations (NVFP4 activations with input_scale): not quantized here, weight-only use.
+      if (!g->contains("weights") || !(*g)["weights"].is_object())
+        bad(source, gp + "weights", "an object", g->value("weights", json()));
+      const json& w = (*g)["weights"];
+      check_keys(w, {"num_bits", "type", "group_size", "dynamic", "symmetric", "strategy", "observer", "observer_kwargs"},
+                 source, gp + "weights.");
+      const json nb = w.value("num_bits", json()), ty = w.value("type", json());
+      if (nb != json(4) || ty != json("float"))
+        unsupported(source, gp + "weights: num_bits " + nb.dump() + " type " + ty.dump() + " (NVFP4: 4-bit float)");
+      if (w.contains("dynamic") && w["dynamic"] != json(false)) unsupported(source, gp + "weights.dynamic " + w["dynamic"].dump());
+      nvfp4_group_size(w, source, gp + "weights.", c);
+    }
+  }
+  glob_list(sec, "exclude_modules", source, path, c);
+  if (!nested) glob_list(q, "ignore", source, "", c);
+}
+
+/** Whether glob `p` ('*' matches any text, every other character itself) matches all of `s`. */
+bool glob_match(std::string_view p, std::string_view s) {
+  size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (pi < p.size() && p[pi] == s[si]) {
+      ++pi, ++si;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
 /** Whether compiled pattern `re` matches a prefix of `name` (Python's re.match); throws when the match
  *  runs past PCRE2's limits (a pattern that backtracks without end). */
 bool regex_prefix(const void* re, const std::string& pattern, std::string_view name) {
@@ -204,6 +314,17 @@ bool regex_prefix(const void* re, const std::string& pattern, std::string_view n
 
 bool QuantConfig::converts(std::string_view module) const {
   if (method == QuantMethod::kNone) return false;
+  if (glob_patterns) {  // ModelOpt (vLLM is_layer_excluded): the whole name or one of its parts
+    for (const std::string& p : not_converted) {
+      if (glob_match(p, module)) return false;
+      for (size_t at = 0; at <= module.size();) {
+        const size_t dot = std::min(module.find('.', at), module.size());
+        if (glob_match(p, module.substr(at, dot - at))) return false;
+        at = dot + 1;
+      }
+    }
+    return true;
+  }
   for (size_t i = 0; i < not_converted.size(); ++i) {
     const std::string& p = not_converted[i];
     // transformers' should_convert_module: the name ends with the pattern, or re.match(pattern) (a
@@ -235,10 +356,8 @@ QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& 
   if (q == nullptr || q->is_null()) return c;
   if (!q->is_object()) bad(source, "", "an object", *q);
   if (q->contains("quant_algo") || q->contains("quantization")) {  // NVIDIA ModelOpt
-    json algo = q->contains("quant_algo") ? (*q)["quant_algo"] : json();
-    if (algo.is_null() && q->contains("quantization") && (*q)["quantization"].is_object()) algo = (*q)["quantization"].value("quant_algo", json());
-    unsupported(source, "ModelOpt quant_algo " + algo.dump().substr(0, 40) +
-                            (algo == json("NVFP4") ? " (NVFP4 checkpoints are not read yet)" : ""));
+    parse_modelopt(*q, source, c);
+    return c;
   }
   if (!q->contains("quant_method")) bad(source, "quant_method", "a string", json());
   const std::string method = string_field(*q, "quant_method", source, "");
@@ -246,7 +365,7 @@ QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& 
   if (method == "fp8") parse_fp8(*q, source, c);
   else if (method == "compressed-tensors") parse_compressed_tensors(*q, source, c);
   else if (method == "mxfp4") parse_mxfp4(*q, source, c);
-  else if (method == "modelopt") unsupported(source, "quant_method \"modelopt\" (NVIDIA ModelOpt checkpoints)");
+  else if (method == "modelopt") bad(source, "quant_algo", "a string (ModelOpt's algorithm, e.g. \"NVFP4\")", json());
   else unsupported(source, "quant_method \"" + method.substr(0, 40) + "\"");
   return c;
 }

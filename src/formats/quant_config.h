@@ -12,8 +12,15 @@
 //    (weight-only use); `ignore` names or "re:" patterns.
 //  - gpt-oss MXFP4 (quant_method "mxfp4", modules_to_not_convert): read by model/weights.cpp's fused
 //    expert path.
-// Everything else (ModelOpt NVFP4 / FP8, GPTQ, AWQ, bitsandbytes, other compressed-tensors formats,
-// options this reader does not know) is refused, naming the method or the option.
+//  - NVIDIA ModelOpt NVFP4 (quant_algo "NVFP4", group_size 16; U8 `weight` of packed E2M1 + F8_E4M3
+//    `weight_scale` per 16 values + F32 `weight_scale_2` per tensor, quant/nvfp4.h): config.json's flat
+//    form {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore" or "exclude_modules", optional
+//    "config_groups" of 4-bit float weights in groups of 16} or hf_quant_config.json's nested form
+//    {"producer", "quantization": {"quant_algo", "group_size", "exclude_modules", "kv_cache_quant_algo"}}.
+//    Weight-only use: input_activations / `input_scale` and a kv_cache_quant_algo's k/v scales are ignored.
+// Everything else (ModelOpt FP8 / other algorithms, GPTQ, AWQ, bitsandbytes, other compressed-tensors
+// formats (NVFP4's "nvfp4-pack-quantized" too), options this reader does not know) is refused, naming the
+// method or the option.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +35,7 @@ enum class QuantMethod : uint8_t {
   kNone,   // no quantization_config: plain weights
   kFp8,    // FP8 E4M3 weights with float32 scales (either spelling above)
   kMxfp4,  // gpt-oss MXFP4 experts
+  kNvfp4,  // ModelOpt NVFP4 linear weights
 };
 
 /** How an FP8 weight's scales are laid out. */
@@ -44,13 +52,18 @@ struct QuantConfig {
   int64_t block_rows = 0;         // kBlock: the tile's rows (output dim) and columns (input dim)
   int64_t block_cols = 0;
   std::string scale_suffix;       // kFp8: the scale tensor beside "<module>.weight": "weight_scale_inv" or "weight_scale"
+  int64_t group_size = 0;         // kNvfp4: values per E4M3 scale (16)
   std::vector<std::string> not_converted;  // modules_to_not_convert + ignored_layers, or compressed-tensors' ignore
+  bool glob_patterns = false;     // not_converted are ModelOpt's exclude_modules globs (see converts())
 
   /** Whether module `module` (a tensor name without ".weight", e.g. "model.layers.0.mlp.gate") is
    *  quantized: false when a not_converted pattern matches it the way transformers'
    *  should_convert_module does (the pattern as a regular expression matching a prefix of the name,
    *  or the name ending with the pattern text); a compressed-tensors "re:" pattern is a regular
-   *  expression matching a prefix. An unquantized config (kNone) converts nothing. */
+   *  expression matching a prefix. ModelOpt's patterns (glob_patterns) are globs whose '*' matches any
+   *  text, matched as vLLM's is_layer_excluded does: against the whole name or against any one of its
+   *  dot-separated parts ("lm_head", "model.layers.*.mlp.gate", "*self_attn*"). An unquantized config
+   *  (kNone) converts nothing. */
   bool converts(std::string_view module) const;
 
   /** not_converted compiled (PCRE2, one per pattern, same order), filled by parse_quant_config; when

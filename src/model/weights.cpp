@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "backend/cuda_weight_types.h"
+#include "formats/hf_config.h"
 #include "quant/fp8.h"
 #include "quant/mxfp4.h"
+#include "quant/nvfp4.h"
 #include "quant/quant.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -50,6 +53,11 @@ WeightLoader::WeightLoader(const Checkpoint& ckpt, Ops& ops, ProgressSink* progr
   const nlohmann::json& meta = ckpt.metadata();
   if (!gguf_ && meta.is_object() && meta.contains("config"))
     quant_ = parse_quant_config(meta["config"], ckpt.path() + "/config.json");
+  // ModelOpt exports also write their settings to hf_quant_config.json; read it when config.json has none.
+  const std::string hq = ckpt.path() + "/hf_quant_config.json";
+  std::error_code ec;
+  if (!gguf_ && quant_.method == QuantMethod::kNone && std::filesystem::is_regular_file(hq, ec))
+    quant_ = parse_quant_config(nlohmann::json{{"quantization_config", read_json_file(hq)}}, hq);
 }
 
 Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
@@ -111,9 +119,12 @@ bool hf_routed_view(const Checkpoint& ckpt, const std::string& name) {
 int64_t WeightLoader::load_bytes_estimate() const {
   int64_t total = 0;
   for (const TensorInfo& t : ckpt_.tensors()) {
-    // FP8 matrices are repacked while loading, with their scales.
-    const bool fp8 = quant_.method == QuantMethod::kFp8 &&
-                     (t.dtype == DType::F8_E4M3 || t.name.ends_with("." + quant_.scale_suffix));
+    // FP8 and NVFP4 matrices are repacked while loading, with their scales.
+    const bool fp8 = (quant_.method == QuantMethod::kFp8 &&
+                      (t.dtype == DType::F8_E4M3 || t.name.ends_with("." + quant_.scale_suffix))) ||
+                     (quant_.method == QuantMethod::kNvfp4 &&  // NVFP4 weights with their scales
+                      (t.dtype == DType::U8 || t.name.ends_with(".weight_scale") ||
+                       t.name.ends_with(".weight_scale_2") || t.name.ends_with(".input_scale")));
     const bool routed = gguf_ ? t.name.find("_exps.") != std::string::npos && t.name.ends_with(".weight")
                               : !fp8 && hf_routed_view(ckpt_, t.name);
     if (!routed) total += t.bytes;
@@ -128,7 +139,79 @@ Tensor WeightLoader::read(const WeightName& n, std::initializer_list<int64_t> sh
     fail(ErrorCode::kNotFound, "missing tensor {} (expected shape {}) in {}", nm, shape_str(std::vector<int64_t>(shape)),
          ckpt_.path());
   if (info->dtype == DType::F8_E4M3 && quant_.method == QuantMethod::kFp8) return fp8_view(*info, nm, shape, kind);
+  if (info->dtype == DType::U8 && quant_.method == QuantMethod::kNvfp4 && nm.ends_with(".weight"))
+    return nvfp4_view(*info, nm, shape, kind);
+  if (info->dtype == DType::U8 && nm.ends_with(".weight") &&
+      ckpt_.find(nm.substr(0, nm.size() - 7) + ".weight_scale_2") != nullptr)
+    fail(ErrorCode::kUnsupported,
+         "tensor {} {}: U8 weights with weight_scale / weight_scale_2 are NVFP4 and need a ModelOpt NVFP4 "
+         "quantization_config (quant_algo \"NVFP4\") in config.json or hf_quant_config.json", nm, shape_str(info->shape));
   return view(*info, nm, shape, kind);
+}
+
+Tensor WeightLoader::nvfp4_view(const TensorInfo& info, const std::string& nm, std::initializer_list<int64_t> shape,
+                                WeightKind kind) {
+  if (auto it = fp8_rows_.find(nm); it != fp8_rows_.end()) {
+    if (it->second.has_shape(shape)) return it->second;
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected shape {}, found NVFP4 {}", nm,
+         shape_str(std::vector<int64_t>(shape)), it->second.shape_str());
+  }
+  const std::vector<int64_t> want(shape);
+  if (kind != WeightKind::kMatrix || want.size() < 2 || want.size() > 3)
+    fail(ErrorCode::kUnsupported, "tensor {} {}: NVFP4 is read for the weight matrices of linear layers (and stacked "
+         "expert matrices) only", nm, shape_str(info.shape));
+  const std::string module = nm.substr(0, nm.size() - 7);  // without ".weight"
+  if (!quant_.converts(module))
+    fail(ErrorCode::kInvalidFile,
+         "tensor {} is U8 but its module {} is left unquantized by the quantization_config (exclude_modules / "
+         "ignore) of {}", nm, module, ckpt_.path());
+  const int64_t E = want.size() == 3 ? want[0] : 1, N = want[want.size() - 2], K = want.back();
+  std::vector<int64_t> packed_shape = want, scale_shape = want;
+  packed_shape.back() = K / 2;
+  scale_shape.back() = K / 16;
+  if (K % 16 != 0 || info.shape != packed_shape)
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected U8 {} (the NVFP4 codes of a {} weight, two a byte), found {} in {}",
+         nm, K % 16 == 0 ? shape_str(packed_shape) : "of rows of 16k values", shape_str(want), shape_str(info.shape),
+         ckpt_.path());
+  DType type;
+  try {
+    type = nvfp4_row_type(K);
+  } catch (const Error& e) {
+    throw e.with_context(fmt::format("tensor {} {}", nm, shape_str(want)));
+  }
+  const std::string sname = module + ".weight_scale", gname = module + ".weight_scale_2";
+  const TensorInfo* s = ckpt_.find(sname);
+  if (!s)
+    fail(ErrorCode::kNotFound, "missing tensor {} (F8_E4M3 {}: the block scales of NVFP4 weight {}) in {}", sname,
+         shape_str(scale_shape), nm, ckpt_.path());
+  if (s->shape != scale_shape || (s->dtype != DType::F8_E4M3 && s->dtype != DType::U8))
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected F8_E4M3 {} (one scale per 16 values of {} {}), found {} {} in {}",
+         sname, shape_str(scale_shape), nm, shape_str(want), dtype_name(s->dtype), shape_str(s->shape), ckpt_.path());
+  const TensorInfo* g = ckpt_.find(gname);
+  if (!g)
+    fail(ErrorCode::kNotFound, "missing tensor {} (F32 []: the global scale of NVFP4 weight {}) in {}", gname, nm,
+         ckpt_.path());
+  const bool one = g->numel() == 1 && g->shape.size() <= 1;
+  const bool per_expert = want.size() == 3 && (g->shape == std::vector<int64_t>{E} || g->shape == std::vector<int64_t>{E, 1});
+  if ((!one && !per_expert) || (g->dtype != DType::F32 && g->dtype != DType::BF16 && g->dtype != DType::F16))
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected F32 [] (the global scale of {} {}), found {} {} in {}", gname, nm,
+         shape_str(want), dtype_name(g->dtype), shape_str(g->shape), ckpt_.path());
+  std::vector<float> gs(static_cast<size_t>(g->numel()));
+  dequantize_row(g->dtype, g->data, gs.data(), g->numel());
+  const int64_t row = dtype_bytes(type, K);
+  host_storage_.push_back(Buffer::host(std::max<int64_t>(E * N * row, 1)));
+  uint8_t* rows = static_cast<uint8_t*>(host_storage_.back().data());
+  try {
+    for (int64_t e = 0; e < E; ++e)
+      nvfp4_rows_from_modelopt(info.data + e * N * (K / 2), s->data + e * N * (K / 16), gs[one ? 0 : e], N, K,
+                               rows + e * N * row, type);
+  } catch (const Error& err) {
+    throw err.with_context(fmt::format("repacking NVFP4 weight {} {}", nm, shape_str(want)));
+  }
+  const Tensor t(rows, type, want.data(), static_cast<int>(want.size()));
+  fp8_rows_.emplace(nm, t);
+  for (const std::string& part : {nm, sname, gname, module + ".input_scale"}) count(part);
+  return t;
 }
 
 Tensor WeightLoader::fp8_view(const TensorInfo& info, const std::string& nm, std::initializer_list<int64_t> shape,

@@ -35,7 +35,8 @@ enum class WeightKind : uint8_t { kMatrix, kVector };
 class WeightLoader {
  public:
   /** Reads a Hugging Face checkpoint's quantization_config (formats/quant_config.h) from its
-   *  config.json. Throws what parse_quant_config throws (an unsupported method or option, named).
+   *  config.json (or, when it has none, from a ModelOpt export's hf_quant_config.json). Throws what
+   *  parse_quant_config throws (an unsupported method or option, named).
    *  `progress`, when set, gets each checkpoint tensor's stored bytes once, when the loader has made
    *  it resident or copied it (or handed out its view: host()); routed expert matrices left in the
    *  mapped file (host_experts, host_routed) are not counted (the expert banks count them). */
@@ -83,7 +84,15 @@ class WeightLoader {
    *  take_host_storage() (made once per tensor). Throws kNotFound for a missing scale tensor,
    *  kInvalidFile for a misshapen scale or an F8_E4M3 tensor of a module the config leaves unquantized
    *  (modules_to_not_convert / ignore), kUnsupported for an FP8 tensor that is not a matrix or whose
-   *  rows are not a multiple of 16 values. */
+   *  rows are not a multiple of 16 values.
+   *  NVFP4 checkpoints (quant_config() kNvfp4, ModelOpt): a U8 `<module>.weight` [N, K/2] of packed E2M1
+   *  codes (or [E, N, K/2] of stacked experts) is read with its F8_E4M3 `<module>.weight_scale` [N, K/16]
+   *  and F32 `<module>.weight_scale_2` ([] or [1]; [E] per expert for a stack) and repacked losslessly
+   *  into NVFP4_G64 rows (NVFP4_G16 when K is not a multiple of 64; quant/nvfp4.h), a host copy of 5 (6.5)
+   *  bits a weight owned by take_host_storage(); `input_scale` is ignored (weight-only use). Throws
+   *  kNotFound for a missing scale tensor, kInvalidFile for a misshapen tensor, a NaN block scale or a U8
+   *  weight of a module the config leaves unquantized (exclude_modules / ignore), kUnsupported for rows
+   *  that are not a multiple of 16 values. */
   Tensor host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
   /** host() of a routed expert matrix the model leaves in the mapped file for the expert banks:
    *  not counted as loaded (an FP8 repack is). */
@@ -136,6 +145,9 @@ class WeightLoader {
   /** host()'s FP8 path (see there). */
   Tensor fp8_view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
                   WeightKind kind);
+  /** host()'s NVFP4 path (see there). */
+  Tensor nvfp4_view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
+                    WeightKind kind);
   Tensor view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
               WeightKind kind) const;
   /** host_fused_experts' matrices: F32/F16/BF16 gate_up_proj + down_proj, or MXFP4 *_blocks + *_scales
@@ -153,7 +165,7 @@ class WeightLoader {
   Ops& ops_;
   bool gguf_;
   QuantConfig quant_;
-  std::unordered_map<std::string, Tensor> fp8_rows_;  // tensor name -> its F8_E4M3_B32 host copy
+  std::unordered_map<std::string, Tensor> fp8_rows_;  // tensor name -> its repacked FP8 / NVFP4 host copy
   std::vector<Buffer> storage_;
   std::vector<Buffer> host_storage_;
   ProgressSink* progress_ = nullptr;

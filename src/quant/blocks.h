@@ -57,7 +57,13 @@ struct BlockNVFP4 { uint8_t d[4]; uint8_t qs[32]; };  // 64 elements, 4 UE4M3 sc
 struct BlockF8E4M3B32 { float d; uint8_t qs[32]; };  // x = e4m3(q) * d
 struct BlockF8E4M3B16 { float d; uint8_t qs[16]; };  // rows of 16k values (not 32k)
 
+// ---- FreeToken's NVFP4 storage form (quant/nvfp4.h): ModelOpt's E2M1 codes and E4M3 scales of 16 with
+// the tensor's float32 global scale (little-endian bytes, so the 16-value block packs to 13 bytes) ----
+struct BlockNVFP4G64 { uint8_t g[4]; uint8_t s[4]; uint8_t qs[32]; };  // x = e2m1(q) * (e4m3(s) * g)
+struct BlockNVFP4G16 { uint8_t g[4]; uint8_t s[1]; uint8_t qs[8]; };   // rows of 16k values (not 64k)
+
 static_assert(sizeof(BlockF8E4M3B32) == 36 && sizeof(BlockF8E4M3B16) == 20);
+static_assert(sizeof(BlockNVFP4G64) == 40 && sizeof(BlockNVFP4G16) == 13);
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ1_0) == 18 && sizeof(BlockQ2_0) == 18);

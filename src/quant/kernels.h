@@ -68,4 +68,8 @@ void quant_f8_e4m3_b32(const float* src, uint8_t* dst, int64_t n_blocks);
 void dequant_f8_e4m3_b16(const uint8_t* src, float* dst, int64_t n_blocks);
 void quant_f8_e4m3_b16(const float* src, uint8_t* dst, int64_t n_blocks);
 
+// nvfp4.cpp: FreeToken's NVFP4_G64 / NVFP4_G16 (ModelOpt NVFP4 with the global scale in each block)
+void dequant_nvfp4_g64(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequant_nvfp4_g16(const uint8_t* src, float* dst, int64_t n_blocks);
+
 }  // namespace ft::quant

@@ -60,6 +60,8 @@ constexpr std::array kCodecs = {
     Codec{DType::IQ4_XS, sizeof(quant::BlockIQ4_XS), quant::dequant_iq4_xs, nullptr},
     Codec{DType::F8_E4M3_B32, sizeof(quant::BlockF8E4M3B32), quant::dequant_f8_e4m3_b32, quant::quant_f8_e4m3_b32},
     Codec{DType::F8_E4M3_B16, sizeof(quant::BlockF8E4M3B16), quant::dequant_f8_e4m3_b16, quant::quant_f8_e4m3_b16},
+    Codec{DType::NVFP4_G64, sizeof(quant::BlockNVFP4G64), quant::dequant_nvfp4_g64, nullptr},
+    Codec{DType::NVFP4_G16, sizeof(quant::BlockNVFP4G16), quant::dequant_nvfp4_g16, nullptr},
 };
 
 const Codec* find_codec(DType type) {

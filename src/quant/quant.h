@@ -11,7 +11,7 @@ namespace ft {
 /** Dequantizes `n` elements of type `type` from `src` (packed blocks, as stored; any alignment)
  *  into `dst` (float32, n values). Supports every GGUF block type except the intermediate Q8_1/Q8_K,
  *  plus the element types F32, F16, BF16, F64, I8..I64, U8, BOOL, F8_E4M3, F8_E5M2, and FreeToken's
- *  F8_E4M3_B32 / F8_E4M3_B16 (quant/fp8.h).
+ *  F8_E4M3_B32 / F8_E4M3_B16 (quant/fp8.h) and NVFP4_G64 / NVFP4_G16 (quant/nvfp4.h).
  *  n must be a non-negative multiple of the block size (n = 0 does nothing). Throws
  *  ft::Error(kUnsupported) for a type without a dequantizer, kInvalidArgument for a bad n or a
  *  null buffer. Kernels: src/quant/{plain,legacy,k_quants,ternary_fp4,iq_quants}.cpp. */

@@ -57,6 +57,8 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::EC12, "EC12", 64, 96, false, false},  // moe/ec12.h: 64 values in 96 bytes
     DTypeInfo{DType::F8_E4M3_B32, "F8_E4M3_B32", 32, 36, false, true},  // quant/fp8.h: float32 d + 32 E4M3
     DTypeInfo{DType::F8_E4M3_B16, "F8_E4M3_B16", 16, 20, false, true},  // quant/fp8.h: float32 d + 16 E4M3
+    DTypeInfo{DType::NVFP4_G64, "NVFP4_G64", 64, 40, false, true},  // quant/nvfp4.h: g + 4 E4M3 + 32 B E2M1
+    DTypeInfo{DType::NVFP4_G16, "NVFP4_G16", 16, 13, false, true},  // quant/nvfp4.h: g + 1 E4M3 + 8 B E2M1
 };
 
 const DTypeInfo* find(DType t) {

@@ -27,6 +27,10 @@ enum class DType : uint32_t {
   // with one float32 scale each (the checkpoint's tile / channel / tensor scale replicated: lossless).
   F8_E4M3_B32 = 2001,
   F8_E4M3_B16 = 2002,  // the same with blocks of 16, for rows that are not a multiple of 32 long
+  // NVFP4_G64 (quant/nvfp4.h): ModelOpt NVFP4 checkpoints' weights as stored, blocks of 64 E2M1 codes
+  // with their 4 E4M3 scales and the tensor's float32 global scale (exact, 5 bits a value).
+  NVFP4_G64 = 2003,
+  NVFP4_G16 = 2004,  // the same with blocks of 16, for rows that are not a multiple of 64 long
 };
 
 struct DTypeInfo {

@@ -121,11 +121,72 @@ TEST(QuantConfig, Mxfp4) {
   EXPECT_TRUE(c.converts("model.layers.0.mlp.experts"));
 }
 
+TEST(QuantConfig, ModelOptNvfp4Forms) {
+  // config.json's flat form as ModelOpt 0.3x exports it (vLLM ModelOptNvFp4Config's first branch).
+  QuantConfig c = parse(R"({"config_groups": {"group_0": {"input_activations": {"dynamic": false, "num_bits": 4,
+      "type": "float", "group_size": 16}, "weights": {"dynamic": false, "num_bits": 4, "type": "float",
+      "group_size": 16}, "targets": ["Linear"]}}, "ignore": ["lm_head", "model.layers.*.mlp.gate", "*self_attn*"],
+      "quant_algo": "NVFP4", "kv_cache_scheme": {"dynamic": false, "num_bits": 8, "type": "float"},
+      "producer": {"name": "modelopt", "version": "0.34.1"}, "quant_method": "modelopt"})");
+  EXPECT_EQ(c.method, QuantMethod::kNvfp4);
+  EXPECT_EQ(c.method_name, "modelopt");
+  EXPECT_EQ(c.group_size, 16);
+  EXPECT_TRUE(c.glob_patterns);
+  EXPECT_FALSE(c.converts("lm_head"));
+  EXPECT_FALSE(c.converts("model.layers.3.mlp.gate"));
+  EXPECT_FALSE(c.converts("model.layers.0.self_attn.q_proj"));        // "*self_attn*" matches a part
+  EXPECT_TRUE(c.converts("model.layers.3.mlp.gate_proj"));             // a glob matches whole names or parts
+  EXPECT_TRUE(c.converts("model.layers.3.mlp.experts.0.gate_proj"));
+  // hf_quant_config.json's nested form (what WeightLoader reads when config.json has no quantization_config).
+  c = parse(R"({"producer": {"name": "modelopt", "version": "0.19.0"}, "quantization": {"quant_algo": "NVFP4",
+      "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": ["lm_head", "model.layers.0*"]}})");
+  EXPECT_EQ(c.method, QuantMethod::kNvfp4);
+  EXPECT_FALSE(c.converts("lm_head"));
+  EXPECT_FALSE(c.converts("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(c.converts("model.layers.1.mlp.down_proj"));
+  // transformers' ModelOptNvFp4Config style: flat keys, exclude_modules, no group_size (16).
+  c = parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
+      "exclude_modules": ["lm_head"]})");
+  EXPECT_EQ(c.group_size, 16);
+  EXPECT_FALSE(c.converts("lm_head"));
+  EXPECT_TRUE(c.converts("model.layers.0.mlp.up_proj"));
+}
+
+TEST(QuantConfig, ModelOptRefusalsNameTheOption) {
+  ErrorCode code{};
+  std::string m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32})", &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_NE(m.find("group_size 32"), std::string::npos) << m;
+  m = refusal(R"({"quantization": {"quant_algo": "NVFP4", "group_size": 64}})");
+  EXPECT_NE(m.find("quantization.group_size 64"), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 4, "type": "float", "group_size": 32}}}})");
+  EXPECT_NE(m.find("config_groups.g.weights.group_size 32"), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float"}}}})");
+  EXPECT_NE(m.find("num_bits 8"), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "awq_block_size": 128})", &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_NE(m.find("option \"awq_block_size\""), std::string::npos) << m;
+  m = refusal(R"({"quantization": {"quant_algo": "NVFP4", "has_zero_point": false}})");
+  EXPECT_NE(m.find("option \"quantization.has_zero_point\""), std::string::npos) << m;
+  m = refusal(R"({"quantization": {"quant_algo": "W4A8_AWQ"}})");
+  EXPECT_NE(m.find("ModelOpt quant_algo \"W4A8_AWQ\""), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "NVFP4"})");
+  EXPECT_NE(m.find("kv_cache_quant_algo \"NVFP4\""), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": "lm_head"})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  EXPECT_NE(m.find("exclude_modules"), std::string::npos) << m;
+  m = refusal(R"({"quant_method": "modelopt"})", &code);
+  EXPECT_EQ(code, ErrorCode::kInvalidFile);
+  EXPECT_NE(m.find("quant_algo"), std::string::npos) << m;
+}
+
 TEST(QuantConfig, RefusalsNameTheMethodOrOption) {
   ErrorCode code{};
-  std::string m = refusal(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": null})", &code);
+  std::string m = refusal(R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": null})", &code);
   EXPECT_EQ(code, ErrorCode::kUnsupported);
-  EXPECT_NE(m.find("NVFP4"), std::string::npos) << m;
+  EXPECT_NE(m.find("ModelOpt quant_algo \"FP8\""), std::string::npos) << m;
   m = refusal(R"({"quant_method": "gptq", "bits": 4})", &code);
   EXPECT_EQ(code, ErrorCode::kUnsupported);
   EXPECT_NE(m.find("quant_method \"gptq\""), std::string::npos) << m;

@@ -224,11 +224,11 @@ TEST(Fp8CheckpointErrors, BadFilesAreRefusedNamingTheTensor) {
   m = load_error(dir + "/fp8", &code);
   EXPECT_EQ(code, ErrorCode::kUnsupported);
   EXPECT_NE(m.find("quantization_config"), std::string::npos) << m;
-  lay.quantization_config = json::parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})");
+  lay.quantization_config = json::parse(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
   write_pair(dir, lay);
   m = load_error(dir + "/fp8", &code);
   EXPECT_EQ(code, ErrorCode::kUnsupported);
-  EXPECT_NE(m.find("NVFP4"), std::string::npos) << m;
+  EXPECT_NE(m.find("ModelOpt quant_algo \"FP8\""), std::string::npos) << m;
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,163 @@
+// ModelOpt NVFP4 (quant/nvfp4.h): E2M1 rounding, the repacking of ModelOpt rows (packed E2M1 codes low
+// nibble first, E4M3 scales per 16 values, a float32 global scale) into NVFP4_G64 / NVFP4_G16, whose
+// decode is e2m1(q) * (e4m3(s) * g) bit for bit, and the ModelOpt-style quantizer the checkpoint tests use.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/fp8.h"
+#include "quant/mxfp4.h"
+#include "quant/nvfp4.h"
+#include "quant/quant.h"
+#include "tensor/dtype.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+/** ModelOpt's dequantization of rows [N, K] (NVFP4QTensor.dequantize): per_block_scale =
+ *  float(scale) * scale_2, then code value * per_block_scale, both in float32. */
+std::vector<float> modelopt_dequant(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales, float g,
+                                    int64_t N, int64_t K) {
+  std::vector<float> y(N * K);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < K; ++c) {
+      const uint8_t byte = packed[r * (K / 2) + c / 2];
+      const uint8_t code = c % 2 == 0 ? (byte & 0x0f) : (byte >> 4);  // unpacked[..., 0::2] = input & 0x0F
+      const float block_scale = e4m3_to_f32(scales[r * (K / 16) + c / 16]) * g;
+      y[r * K + c] = e2m1_to_f32(code) * block_scale;
+    }
+  return y;
+}
+
+TEST(Nvfp4, E2m1RoundsToNearestTiesToEven) {
+  // Exact values, midpoints (ties go to the even code, as ModelOpt's _cast_fp4), saturation, signs.
+  const std::pair<float, uint8_t> cases[] = {
+      {0.0f, 0},  {0.5f, 1},  {1.0f, 2},   {1.5f, 3},  {2.0f, 4},  {3.0f, 5},  {4.0f, 6},   {6.0f, 7},
+      {0.25f, 0}, {0.75f, 2}, {1.25f, 2},  {1.75f, 4}, {2.5f, 4},  {3.5f, 6},  {5.0f, 6},   {0.26f, 1},
+      {2.6f, 5},  {5.1f, 7},  {100.0f, 7}, {-0.0f, 8}, {-1.5f, 11}, {-7.0f, 15}, {-0.24f, 8}, {0.1f, 0}};
+  for (const auto& [x, code] : cases) EXPECT_EQ(f32_to_e2m1(x), code) << x;
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(f32_to_e2m1(e2m1_to_f32(static_cast<uint8_t>(c))), c) << c;
+}
+
+TEST(Nvfp4, RowTypes) {
+  EXPECT_EQ(nvfp4_row_type(64), DType::NVFP4_G64);
+  EXPECT_EQ(nvfp4_row_type(7168), DType::NVFP4_G64);
+  EXPECT_EQ(nvfp4_row_type(32), DType::NVFP4_G16);
+  EXPECT_EQ(nvfp4_row_type(1408 + 16), DType::NVFP4_G16);
+  for (int64_t K : {0, 8, 24, -64}) EXPECT_THROW(nvfp4_row_type(K), Error) << K;
+  EXPECT_EQ(dtype_bytes(DType::NVFP4_G64, 128), 80);  // 5 bits a value
+  EXPECT_EQ(dtype_bytes(DType::NVFP4_G16, 48), 39);
+  EXPECT_EQ(dtype_from_name("nvfp4_g64"), DType::NVFP4_G64);
+}
+
+TEST(Nvfp4, KnownAnswerRow) {
+  // One row of 16: every code in order, low nibble first; scale E4M3 0x40 = 2.0, global 0.25: d = 0.5.
+  const std::vector<uint8_t> packed = {0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe};
+  const std::vector<uint8_t> scales = {0x40};
+  std::vector<uint8_t> row(dtype_bytes(DType::NVFP4_G16, 16));
+  nvfp4_rows_from_modelopt(packed.data(), scales.data(), 0.25f, 1, 16, row.data(), DType::NVFP4_G16);
+  std::vector<float> y(16);
+  dequantize_row(DType::NVFP4_G16, row.data(), y.data(), 16);
+  const float want[16] = {0, 0.25f, 0.5f, 0.75f, 1, 1.5f, 2, 3, -0.0f, -0.25f, -0.5f, -0.75f, -1, -1.5f, -2, -3};
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(y[i], want[i]) << i;
+    EXPECT_EQ(std::signbit(y[i]), std::signbit(want[i])) << i;
+  }
+  // The stored bytes: the global scale's float32, then the checkpoint's scale and codes unchanged.
+  float g;
+  std::memcpy(&g, row.data(), 4);
+  EXPECT_EQ(g, 0.25f);
+  EXPECT_EQ(row[4], 0x40);
+  EXPECT_EQ(std::memcmp(row.data() + 5, packed.data(), 8), 0);
+}
+
+TEST(Nvfp4, ScaleProductIsFormedFirst) {
+  // e4m3 0x33 (0.6875) * 0.1f rounds in float32; 3 * that product differs from (3 * 0.6875) * 0.1f, and
+  // the decode must give ModelOpt's (scale * scale_2) first.
+  const float g = 0.1f;
+  volatile float d = e4m3_to_f32(0x33) * g, t = 3.0f * 0.6875f;
+  ASSERT_EQ(e4m3_to_f32(0x33), 0.6875f);
+  ASSERT_NE(3.0f * d, t * g);
+  std::vector<uint8_t> packed(32, 0x55), scales(4, 0x33);  // code 5 = 3.0 everywhere
+  std::vector<uint8_t> row(dtype_bytes(DType::NVFP4_G64, 64));
+  nvfp4_rows_from_modelopt(packed.data(), scales.data(), g, 1, 64, row.data(), DType::NVFP4_G64);
+  std::vector<float> y(64);
+  dequantize_row(DType::NVFP4_G64, row.data(), y.data(), 64);
+  for (float v : y) EXPECT_EQ(v, 3.0f * d);
+}
+
+TEST(Nvfp4, RepackIsLosslessForEveryCodeAndScale) {
+  // Random codes and scales (every E4M3 byte but NaN) in both row types: the decode equals ModelOpt's.
+  std::mt19937 rng(7);
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{5, 192}, {3, 48}, {4, 16}}) {
+    const DType type = nvfp4_row_type(K);
+    std::vector<uint8_t> packed(N * K / 2), scales(N * K / 16);
+    for (auto& b : packed) b = static_cast<uint8_t>(rng());
+    for (auto& s : scales) {
+      s = static_cast<uint8_t>(rng());
+      if ((s & 0x7f) == 0x7f) s = 0x38;
+    }
+    const float g = 0.000123f;
+    std::vector<uint8_t> rows(N * dtype_bytes(type, K));
+    nvfp4_rows_from_modelopt(packed.data(), scales.data(), g, N, K, rows.data(), type);
+    std::vector<float> got(N * K);
+    dequantize_row(type, rows.data(), got.data(), N * K);
+    const std::vector<float> want = modelopt_dequant(packed, scales, g, N, K);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << dtype_name(type) << " K " << K;
+  }
+}
+
+TEST(Nvfp4, QuantizerFollowsModelOpt) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  const int64_t N = 8, K = 64;
+  std::vector<float> x(N * K);
+  for (auto& v : x) v = nd(rng);
+  x[5] = 0.2f;  // the tensor's amax
+  for (int k = 0; k < 16; ++k) x[K + 16 + k] = 0;  // an all-zero block: scale 1.0
+  std::vector<uint8_t> packed(N * K / 2), scales(N * K / 16);
+  float g = 0;
+  nvfp4_quantize_modelopt(x.data(), N, K, packed.data(), scales.data(), &g);
+  EXPECT_EQ(g, 0.2f / 2688.0f);
+  EXPECT_EQ(scales[0], f32_to_e4m3(0.2f / (6.0f * g)));  // the amax block's scale: ~448
+  EXPECT_EQ(scales[K / 16 + 1], f32_to_e4m3(1.0f));
+  const std::vector<float> y = modelopt_dequant(packed, scales, g, N, K);
+  EXPECT_NEAR(y[5], 0.2f, 1e-6f);  // the amax: code 6.0 at a block scale of ~448
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < N * K; ++i) {
+    num += (y[i] - x[i]) * (y[i] - x[i]);
+    den += x[i] * x[i];
+    // Every value within half a step of its block's grid (steps are at most 2 * d apart).
+    const float d = e4m3_to_f32(scales[i / 16]) * g;
+    EXPECT_LE(std::fabs(y[i] - x[i]), d * 1.0f + 1e-9f) << i;
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.15);
+}
+
+TEST(Nvfp4, BadInputIsRefused) {
+  std::vector<uint8_t> packed(32, 0), scales(4, 0x38), row(80);
+  scales[2] = 0xff;  // NaN
+  try {
+    nvfp4_rows_from_modelopt(packed.data(), scales.data(), 1.0f, 1, 64, row.data(), DType::NVFP4_G64);
+    FAIL() << "a NaN scale was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidFile);
+    EXPECT_NE(std::string(e.what()).find("values 32..47"), std::string::npos) << e.what();
+  }
+  scales[2] = 0x38;
+  EXPECT_THROW(nvfp4_rows_from_modelopt(packed.data(), scales.data(), NAN, 1, 64, row.data(), DType::NVFP4_G64),
+               Error);
+  EXPECT_THROW(nvfp4_rows_from_modelopt(packed.data(), scales.data(), 1.0f, 1, 48, row.data(), DType::NVFP4_G64),
+               Error);
+  EXPECT_THROW(nvfp4_rows_from_modelopt(packed.data(), scales.data(), 1.0f, 1, 64, row.data(), DType::NVFP4), Error);
+  EXPECT_THROW(nvfp4_rows_from_modelopt(nullptr, scales.data(), 1.0f, 1, 64, row.data(), DType::NVFP4_G64), Error);
+  float g;
+  EXPECT_THROW(nvfp4_quantize_modelopt(nullptr, 1, 24, packed.data(), scales.data(), &g), Error);
+}
+
+}  // namespace
+}  // namespace ft
