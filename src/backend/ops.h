@@ -54,10 +54,17 @@ struct BatchInfo {
 };
 
 /** One layer's paged KV storage. Page p, slot i holds the key/value of one token:
- *  k[p, i, h, :] for kv head h. dtype F32 on CPU (BF16 allowed on CUDA). */
+ *  k[p, i, h, :] for kv head h. dtype F32 on CPU (BF16 allowed on CUDA; F8_E4M3 / I8 codes with
+ *  k_scale / v_scale on CPU for --kv-cache-dtype fp8 / q8_0). */
 struct KvLayer {
   Tensor k;  // [n_pages, page_size, n_head_kv, head_dim]
   Tensor v;  // [n_pages, page_size, n_head_kv, head_dim]
+  /** Quantized pages only (--kv-cache-dtype fp8 / q8_0; quant/kv_quant.h), empty otherwise: k and v
+   *  then hold codes (F8_E4M3, or I8 for q8_0) and these their scales, [n_pages, page_size, heads,
+   *  scales a head] (fp8: one F32 a head; q8_0: one F16 per 32 values of a head). */
+  Tensor k_scale;
+  Tensor v_scale;
+  bool quantized() const { return !k_scale.empty(); }
 };
 
 /** One linear-attention layer's recurrent state (Gated DeltaNet), one slot per running sequence

@@ -25,9 +25,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->check(at_least(0))
       ->group(kGroupEngine);
   cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
-                  "KV cache element type: auto (the activation dtype), f32, or bf16 (CUDA: half the KV memory)")
+                  "KV cache element type: auto (the activation dtype), f32, bf16 (CUDA: half the KV memory), fp8 "
+                  "(E4M3, a scale a head a token) or q8_0 (int8, an f16 scale per 32 values): about half of bf16 "
+                  "(fp8 and q8_0: CPU backend only for now)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8", "q8_0"}))
       ->group(kGroupMemory);
   cmd->add_option("--embed-weights", f.embed_weights,
                   "token embedding table: device; host (host memory the GPU reads a step's rows of, one bus read a decode "

@@ -19,7 +19,7 @@ struct EngineFlags {
   std::string device = "auto";  // --device: cpu, cuda or auto
   int32_t page_size = 64;       // --page-size: KV page size in tokens
   int32_t cuda_graph_max_bs = 16;  // --cuda-graph-max-bs: largest decode batch replayed as a CUDA graph (0: off)
-  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, f32 or bf16
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, f32, bf16, fp8 or q8_0
   std::string embed_weights = "auto";   // --embed-weights: auto, device or host
   MoeFlags moe;
   CompatFlags compat;  // -ngl, --tensor-parallel-size, the Python engine's --memory-ratio, ...

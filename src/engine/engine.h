@@ -57,8 +57,9 @@ struct EngineOptions {
    *  (Ops::decode_short_kv_len), and replayed as graphs on backends that have them (CUDA); 0: every
    *  step eager. */
   int32_t cuda_graph_max_bs = 16;
-  /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32" or "bf16" (CUDA only: half the KV
-   *  memory and decode attention bytes; keys and values rounded to bf16). */
+  /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32", "bf16" (CUDA only: half the KV
+   *  memory and decode attention bytes; keys and values rounded to bf16), "fp8" or "q8_0" (CPU only for
+   *  now: codes and scales, about half of bf16; quant/kv_quant.h). */
   std::string kv_cache_dtype = "auto";
   /** --embed-weights: "device", "host" or "auto" (embeddings_on_host_auto). */
   std::string embed_weights = "auto";

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "model/blocks.h"
+#include "quant/kv_quant.h"
 #include "util/format.h"
 
 namespace ft {
@@ -18,13 +19,28 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
 }
 
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page) {
+  const std::string& want = options.kv_cache_dtype;
   DType kv_dtype = ops.activation_dtype();
-  if (options.kv_cache_dtype == "f32") kv_dtype = DType::F32;
-  else if (options.kv_cache_dtype == "bf16") kv_dtype = DType::BF16;
-  else if (options.kv_cache_dtype != "auto")
-    fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32 or bf16 (got '{}')", options.kv_cache_dtype);
-  if (kv_dtype != DType::F32 && ops.device() == Device::kCpu)
-    fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32", options.kv_cache_dtype);
+  if (want == "f32") kv_dtype = DType::F32;
+  else if (want == "bf16") kv_dtype = DType::BF16;
+  else if (want == "fp8") kv_dtype = DType::F8_E4M3;
+  else if (want == "q8_0") kv_dtype = DType::Q8_0;
+  else if (want != "auto")
+    fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32, bf16, fp8 or q8_0 (got '{}')", want);
+  if (kv_is_quantized(kv_dtype)) {
+    if (ops.device() != Device::kCpu)
+      fail(ErrorCode::kUnsupported, "--kv-cache-dtype {} is not supported on the {} backend yet; use bf16 (auto)", want,
+           ops.device() == Device::kCuda ? "CUDA" : ops.name());
+    // These layers' kernels (compress_kv, attention_compressed) read the pages as f32 and have no
+    // quantized path yet.
+    if (config.arch == "deepseek_v4" || config.arch == "qwen4_exp")
+      fail(ErrorCode::kUnsupported,
+           "--kv-cache-dtype {}: {}'s compressed-KV attention layers (compress_kv{}) have no quantized KV path yet; "
+           "use f32 (auto)",
+           want, config.arch, config.arch == "deepseek_v4" ? ", attention_compressed" : " of the QSA indexer");
+  } else if (kv_dtype != DType::F32 && ops.device() == Device::kCpu) {
+    fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32, fp8 or q8_0", want);
+  }
   KvCacheConfig kv = kv_layout(config);
   kv.page_size = options.page_size;
   kv.token_budget = options.kv_tokens;

@@ -46,7 +46,9 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
  *  one spare page for graph padding rows when `spare_page`, recurrent-state slots (max_seqs +
  *  --state-snapshots) and the sliding-window pool's budget (at least what max_seqs windows and one step
  *  need, --swa-kv-tokens). Throws kInvalidArgument for a bad --kv-cache-dtype, --state-snapshots or
- *  --swa-kv-tokens, kUnsupported for a KV dtype other than f32 on the CPU backend. */
+ *  --swa-kv-tokens; kUnsupported for bf16 on the CPU backend, for fp8 / q8_0 (quantized pages with
+ *  scales, quant/kv_quant.h) on a backend other than the CPU and for an architecture whose
+ *  compressed-KV layers have no quantized path (deepseek_v4, qwen4_exp). */
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page);
 
 /** The engine's memory plan. Sizes in bytes. */

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "quant/kv_quant.h"
 #include "util/error.h"
 
 namespace ft {
@@ -13,6 +14,7 @@ int32_t pages_for(const KvCacheConfig& c) {
          "KV cache: n_layer {}, n_head_kv {}, head_dim {}, page_size {}, token budget {} (all must be >= 1)", c.n_layer,
          c.n_head_kv, c.head_dim, c.page_size, c.token_budget);
   if (c.spare_pages < 0) fail(ErrorCode::kInvalidArgument, "KV cache: spare_pages {} must be >= 0", c.spare_pages);
+  kv_row_bytes(c.dtype, 1, 1);  // throws for a dtype the KV cache cannot hold
   const int64_t pages = (c.token_budget + c.page_size - 1) / c.page_size;
   if (pages > INT32_MAX) fail(ErrorCode::kInvalidArgument, "KV cache: {} pages is too many", pages);
   return static_cast<int32_t>(pages);
@@ -28,9 +30,12 @@ int32_t swa_pages_for(const KvCacheConfig& c) {
   return static_cast<int32_t>((tokens + c.page_size - 1) / c.page_size);
 }
 
-int64_t k_width(const KvCacheConfig& c) { return int64_t{c.n_head_kv} * c.head_dim; }
-int64_t v_width(const KvCacheConfig& c) {
-  return int64_t{c.v_n_head > 0 ? c.v_n_head : c.n_head_kv} * (c.v_head_dim > 0 ? c.v_head_dim : c.head_dim);
+int32_t v_heads(const KvCacheConfig& c) { return c.v_n_head > 0 ? c.v_n_head : c.n_head_kv; }
+int32_t v_dim(const KvCacheConfig& c) { return c.v_head_dim > 0 ? c.v_head_dim : c.head_dim; }
+
+/** Bytes of one token's K and V in one attention layer (scales of quantized pages included). */
+int64_t layer_token_bytes(const KvCacheConfig& c) {
+  return kv_row_bytes(c.dtype, c.n_head_kv, c.head_dim) + kv_row_bytes(c.dtype, v_heads(c), v_dim(c));
 }
 
 }  // namespace
@@ -79,12 +84,10 @@ void check_recurrent(const KvCacheConfig& c) {
 
 }  // namespace
 
-int64_t KvCache::bytes_per_token(const KvCacheConfig& c) {
-  return attention_layers(c) * (dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c)));
-}
+int64_t KvCache::bytes_per_token(const KvCacheConfig& c) { return attention_layers(c) * layer_token_bytes(c); }
 
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
-  const int64_t layer_token = dtype_bytes(c.dtype, k_width(c)) + dtype_bytes(c.dtype, v_width(c));
+  const int64_t layer_token = layer_token_bytes(c);
   const int64_t full_pages = int64_t{pages_for(c)} + c.spare_pages, swa_pages = int64_t{swa_pages_for(c)} + c.spare_pages;
   int64_t bytes = 0;
   for (int32_t l = 0; l < c.n_layer; ++l)
@@ -129,12 +132,12 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_
     KvLayer kv;
     for (Tensor* t : {&kv.k, &kv.v}) {
       const bool v = t == &kv.v;
-      const int32_t heads = v && config.v_n_head > 0 ? config.v_n_head : config.n_head_kv;
-      const int32_t dim = v && config.v_head_dim > 0 ? config.v_head_dim : config.head_dim;
-      Tensor view(nullptr, config.dtype, {n_pages, config.page_size, heads, dim}, ops.device());
-      storage_.push_back(ops.alloc(view.bytes()));
-      view.data = storage_.back().data();
-      *t = view;
+      const int32_t heads = v ? v_heads(config) : config.n_head_kv;
+      const int32_t dim = v ? v_dim(config) : config.head_dim;
+      *t = alloc(kv_code_dtype(config.dtype), {n_pages, config.page_size, heads, dim});
+      if (kv_is_quantized(config.dtype))
+        (v ? kv.v_scale : kv.k_scale) = alloc(kv_scale_dtype(config.dtype),
+                                              {n_pages, config.page_size, heads, kv_scales_per_head(config.dtype, dim)});
     }
     layers_.push_back(kv);
   }
@@ -156,6 +159,14 @@ void KvCache::copy_state(Ops& ops, StateCopy c) const {
     if (!st.conv2.empty()) ops.copy(st.conv2.slice(c.from, 1), st.conv2.slice(c.to, 1));
     if (!st.tokens.empty()) ops.copy(st.tokens.slice(c.from, 1), st.tokens.slice(c.to, 1));
   }
+}
+
+KvLayer kv_head_view(const KvLayer& full, int64_t heads, int64_t dim) {
+  auto view = [&](const Tensor& t, int64_t cols) {
+    return t.empty() ? Tensor() : Tensor(t.data, t.dtype, {t.dim(0), t.dim(1), heads, cols}, t.device);
+  };
+  const int64_t scales = full.quantized() ? kv_scales_per_head(kv_dtype_of_codes(full.k.dtype), dim) : 0;
+  return KvLayer{view(full.k, dim), view(full.v, dim), view(full.k_scale, scales), view(full.v_scale, scales)};
 }
 
 StateLayer KvCache::state(int32_t l) const {

@@ -24,7 +24,10 @@ struct KvCacheConfig {
   int32_t head_dim = 0;
   int32_t page_size = 64;     // tokens per page (--page-size)
   int64_t token_budget = 0;   // tokens of KV to hold across all sequences; rounded up to whole pages
-  DType dtype = DType::F32;   // element type (F32 on CPU)
+  /** Element type: F32, BF16 (CUDA), or quantized with scales (quant/kv_quant.h; CPU): F8_E4M3
+   *  (--kv-cache-dtype fp8, one F32 scale a head a token) or Q8_0 (q8_0: an F16 scale per 32 values
+   *  of a head); their pages hold codes and KvLayer::k_scale / ::v_scale the scales. */
+  DType dtype = DType::F32;
   /** Device pages beyond the pool (ids pool.n_pages() ..), never handed out: where the padding rows
    *  of a replayed decode graph write their K/V. */
   int32_t spare_pages = 0;
@@ -65,6 +68,10 @@ struct KvCacheConfig {
   int64_t state_bytes_per_slot() const;
 };
 
+/** `full`'s pages seen as [n_pages, page_size, heads, dim] each over the prefix of every page (a
+ *  layer narrower than the widest sharing one cache layer, as Gemma 4's), scales viewed the same way. */
+KvLayer kv_head_view(const KvLayer& full, int64_t heads, int64_t dim);
+
 class KvCache {
  public:
   /** Allocates 2 * n_layer tensors of pool + spare pages through `ops`. Throws kInvalidArgument for a bad config,
@@ -95,7 +102,8 @@ class KvCache {
   bool in_swa_pool(int32_t l) const { return swa_pool_ && config_.in_swa_pool(l); }
   /** The sliding-window pool, nullptr without one. */
   const PagePool* swa_pool() const { return swa_pool_ ? &*swa_pool_ : nullptr; }
-  /** Bytes of K and V storage of one token in every layer with pages (a sliding-window layer counted too). */
+  /** Bytes of K and V storage of one token in every layer with pages (a sliding-window layer counted too;
+   *  quantized pages' scales included). */
   static int64_t bytes_per_token(const KvCacheConfig& config);
   /** Bytes of K and V storage in all layers, and of the recurrent states. */
   int64_t bytes() const;

@@ -426,10 +426,8 @@ class Gemma4 final : public Model {
     ops.matmul(h, Ly.wq, q, Tensor());
     ops.norm_rope(np, Ly.q_norm, Ly.rope, q, ctx.batch.positions);
     const KvLayer full = ctx.kv.layer(static_cast<int32_t>(Ly.kv_source));
-    KvLayer kv;  // this layer's heads over a prefix of the pages (sized for the widest layer)
-    const int64_t pages = full.k.dim(0), ps = full.k.dim(1);
-    kv.k = Tensor(full.k.data, full.k.dtype, {pages, ps, Ly.n_kv, hd}, full.k.device);
-    kv.v = Tensor(full.v.data, full.v.dtype, {pages, ps, Ly.n_kv, hd}, full.v.device);
+    // This layer's heads over a prefix of the pages (sized for the widest layer).
+    const KvLayer kv = kv_head_view(full, Ly.n_kv, hd);
     const BatchInfo& kvb = ctx.kv_batch(Ly.kv_source);
     if (Ly.kv_source == l) {
       Tensor k = view(s.k, kvd), v = view(s.v, kvd);

@@ -209,8 +209,49 @@ TEST(MemoryPlan, KvCacheLayout) {
     ADD_FAILURE() << "bf16 KV on the CPU backend";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_STREQ(e.what(), "--kv-cache-dtype bf16: the CPU backend keeps the KV cache in f32");
+    EXPECT_STREQ(e.what(), "--kv-cache-dtype bf16: the CPU backend keeps the KV cache in f32, fp8 or q8_0");
   }
+}
+
+/** CpuOps that call themselves the CUDA backend: what plan_kv_cache decides for a CUDA engine. */
+class CudaNamedOps final : public CpuOps {
+ public:
+  CudaNamedOps() : CpuOps(1) {}
+  const char* name() const override { return "cuda"; }
+  Device device() const override { return Device::kCuda; }
+  DType activation_dtype() const override { return DType::BF16; }
+};
+
+TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndRefusedOnCuda) {
+  EngineOptions o = small_engine_options();
+  CpuOps cpu(1);
+  CudaNamedOps cuda;
+  const ModelConfig qwen3 = read_model_config(*open_checkpoint(fixture("qwen3")));
+  o.kv_cache_dtype = "fp8";
+  EXPECT_EQ(plan_kv_cache(o, qwen3, cpu, false).dtype, DType::F8_E4M3);
+  o.kv_cache_dtype = "q8_0";
+  const KvCacheConfig q8 = plan_kv_cache(o, qwen3, cpu, false);
+  EXPECT_EQ(q8.dtype, DType::Q8_0);
+  // qwen3's fixture: 2 layers of 2 KV heads of 16: bf16 256 bytes a token, q8_0 16 + 2 a head row.
+  KvCacheConfig bf16 = q8;
+  bf16.dtype = DType::BF16;
+  EXPECT_EQ(KvCache::bytes_per_token(bf16), 2 * 2 * 2 * 16 * 2);
+  EXPECT_EQ(KvCache::bytes_per_token(q8), 2 * 2 * 2 * (16 + 2));
+  o.kv_cache_dtype = "auto";
+  EXPECT_EQ(plan_kv_cache(o, qwen3, cuda, false).dtype, DType::BF16);
+  for (const std::string dt : {"fp8", "q8_0"}) {
+    o.kv_cache_dtype = dt;
+    try {
+      plan_kv_cache(o, qwen3, cuda, false);
+      ADD_FAILURE() << dt << " KV on the CUDA backend";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_EQ(std::string(e.what()),
+                "--kv-cache-dtype " + dt + " is not supported on the CUDA backend yet; use bf16 (auto)");
+    }
+  }
+  o.kv_cache_dtype = "fp4";
+  EXPECT_THROW(plan_kv_cache(o, qwen3, cpu, false), Error);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // attention: causal GQA attention of the batch's queries over the paged KV cache (CPU backend).
 // One work item per (token, query head): scores over the sequence's keys in position order, fp32
 // max-subtracted softmax (with the head's sink logit in the denominator when p.sinks is set),
-// weighted sum of values. Independent of what else is in the batch.
+// weighted sum of values. Independent of what else is in the batch. Quantized pages (fp8 / q8_0)
+// are dequantized a head row at a time as they are read (kv_rows.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/op_checks.h"
 #include "backend/cpu/simd.h"
 #include "util/error.h"
@@ -18,8 +20,7 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
   cpu::check_batch("attention", batch);
   cpu::check_dtype("attention", "q", q, DType::F32);
   cpu::check_dtype("attention", "out", out, DType::F32);
-  cpu::check_dtype("attention", "kv.k", kv.k, DType::F32);
-  cpu::check_dtype("attention", "kv.v", kv.v, DType::F32);
+  cpu::check_kv_pages("attention", kv);
   cpu::check_same_shape("attention", "out", out, q);
   cpu::check_same_shape("attention", "kv.v", kv.v, kv.k);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
@@ -33,7 +34,7 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
   op_checks::attention_sinks("attention", p);
   if (!p.sinks.empty()) cpu::check_cpu("attention", "sinks", p.sinks);
   const float* sinks = p.sinks.empty() ? nullptr : p.sinks.ptr<float>();
-  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), W = G * D;
+  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1);
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
   const int64_t window = p.sliding_window;
@@ -46,20 +47,20 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
     max_len = std::max<int64_t>(max_len, pos[t] - first_pos(pos[t]) + 1);
   }
   const int32_t* table = batch.block_tables.ptr<int32_t>();
-  const float* kd = kv.k.ptr<float>();
-  const float* vd = kv.v.ptr<float>();
+  const cpu::KvRows krows(kv.k, kv.k_scale), vrows(kv.v, kv.v_scale);  // F32 in place, else dequantized
   const int64_t group = H / G;
 #pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 4) if (T * H * max_len * D > 262144)
   for (int64_t item = 0; item < T * H; ++item) {
     const int64_t t = item / H, h = item % H, g = h / group;
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scores, row;
     scores.resize(static_cast<size_t>(max_len));
+    row.resize(static_cast<size_t>(D));
     const float* qv = q.ptr<float>() + t * H * D + h * D;
     const int32_t* bt = table + static_cast<int64_t>(si[t]) * batch.max_blocks;
     const int64_t lo = first_pos(pos[t]), hi = pos[t];
     float mx = -INFINITY;
     for (int64_t j = lo; j <= hi; ++j) {
-      const float* kr = kd + (bt[j / page] * page + j % page) * W + g * D;
+      const float* kr = krows.head(bt[j / page] * page + j % page, g, row.data());
       float s;
       cpu::dot_rows(qv, kr, 0, 1, D, &s);
       s *= p.scale;
@@ -76,7 +77,7 @@ void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const T
     float* o = out.ptr<float>() + t * H * D + h * D;
     std::memset(o, 0, static_cast<size_t>(D) * 4);
     for (int64_t j = lo; j <= hi; ++j)
-      cpu::axpy(scores[static_cast<size_t>(j - lo)], vd + (bt[j / page] * page + j % page) * W + g * D, o, D);
+      cpu::axpy(scores[static_cast<size_t>(j - lo)], vrows.head(bt[j / page] * page + j % page, g, row.data()), o, D);
     const float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; ++d) o[d] *= inv;
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/simd.h"
 #include "backend/op_checks.h"
 #include "util/error.h"
@@ -21,8 +22,7 @@ void CpuOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, 
   cpu::check_dtype("attention_mla", "q_lat", q_lat, DType::F32);
   cpu::check_dtype("attention_mla", "q_rope", q_rope, DType::F32);
   cpu::check_dtype("attention_mla", "out", out, DType::F32);
-  cpu::check_dtype("attention_mla", "kv.k", kv.k, DType::F32);
-  cpu::check_dtype("attention_mla", "kv.v", kv.v, DType::F32);
+  cpu::check_kv_pages("attention_mla", kv);
   const int64_t T = batch.n_tokens, H = p.n_head, R = p.kv_lora_rank, P = p.rope_dim;
   const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1);
   const int32_t* pos = batch.positions.ptr<int32_t>();
@@ -34,13 +34,15 @@ void CpuOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, 
     max_len = std::max<int64_t>(max_len, pos[t] + 1);
   }
   const int32_t* table = batch.block_tables.ptr<int32_t>();
-  const float* cd = kv.k.ptr<float>();
-  const float* rd = kv.v.ptr<float>();
+  // Latents and RoPE keys: one head row a token each (F32 in place, else dequantized).
+  const cpu::KvRows crows(kv.k, kv.k_scale), rrows(kv.v, kv.v_scale);
 #pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 4) if (T * H * max_len * R > 262144)
   for (int64_t item = 0; item < T * H; ++item) {
     const int64_t t = item / H, h = item % H;
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scores, crow, rrow;
     scores.resize(static_cast<size_t>(max_len));
+    crow.resize(static_cast<size_t>(R));
+    rrow.resize(static_cast<size_t>(P));
     const float* ql = q_lat.ptr<float>() + (t * H + h) * R;
     const float* qr = q_rope.ptr<float>() + (t * H + h) * P;
     const int32_t* bt = table + static_cast<int64_t>(si[t]) * batch.max_blocks;
@@ -49,8 +51,8 @@ void CpuOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, 
     for (int64_t j = 0; j <= hi; ++j) {
       const int64_t slot = bt[j / page] * page + j % page;
       float sl, sr;
-      cpu::dot_rows(ql, cd + slot * R, 0, 1, R, &sl);
-      cpu::dot_rows(qr, rd + slot * P, 0, 1, P, &sr);
+      cpu::dot_rows(ql, crows.head(slot, 0, crow.data()), 0, 1, R, &sl);
+      cpu::dot_rows(qr, rrows.head(slot, 0, rrow.data()), 0, 1, P, &sr);
       const float s = (sl + sr) * p.scale;
       scores[static_cast<size_t>(j)] = s;
       mx = std::max(mx, s);
@@ -60,7 +62,7 @@ void CpuOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, 
     float* o = out.ptr<float>() + (t * H + h) * R;
     std::memset(o, 0, static_cast<size_t>(R) * 4);
     for (int64_t j = 0; j <= hi; ++j)
-      cpu::axpy(scores[static_cast<size_t>(j)], cd + (bt[j / page] * page + j % page) * R, o, R);
+      cpu::axpy(scores[static_cast<size_t>(j)], crows.head(bt[j / page] * page + j % page, 0, crow.data()), o, R);
     const float inv = 1.0f / sum;
     for (int64_t d = 0; d < R; ++d) o[d] *= inv;
   }

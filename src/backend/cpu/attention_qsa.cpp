@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/op_checks.h"
 #include "backend/cpu/simd.h"
 #include "util/error.h"
@@ -18,13 +19,13 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
                            KvLayer kv, const Tensor& selected, Tensor out) {
   const char* op = "attention_qsa";
   cpu::check_batch(op, batch);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"out", &out}, {"kv.k", &kv.k},
-                                {"kv.v", &kv.v}})
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"out", &out}})
     cpu::check_dtype(op, name, *t, DType::F32);
+  cpu::check_kv_pages(op, kv);
   cpu::check_dtype(op, "selected", selected, DType::I32);
   op_checks::attention_qsa(p, block, batch, q, kv, selected, out);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
-  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), Wk = G * D, Wv = kv.v.dim(2) * kv.v.dim(3);
+  const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1);
   const int64_t K = selected.cols();
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
@@ -49,21 +50,25 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
     max_len = std::max<int64_t>(max_len, static_cast<int64_t>(ks.size()));
   }
   const int32_t* table = batch.block_tables.ptr<int32_t>();
-  const float* kd = kv.k.ptr<float>();
-  const float* vd = kv.v.ptr<float>();
+  // Keys a head row each; a value row holds the query heads' values at g * D (and, for Qwen4-Exp,
+  // the indexer's columns after them): F32 in place, else the row's head dequantized.
+  const cpu::KvRows krows(kv.k, kv.k_scale), vrows(kv.v, kv.v_scale);
+  const int64_t vdim = kv.v.dim(3);
   const int64_t group = H / G;
 #pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 4) if (T * H * max_len * D > 262144)
   for (int64_t item = 0; item < T * H; ++item) {
     const int64_t t = item / H, h = item % H, g = h / group;
     const std::vector<int32_t>& ks = keys[static_cast<size_t>(t)];
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scores, krow, vrow;
     scores.resize(ks.size());
+    krow.resize(static_cast<size_t>(D));
+    vrow.resize(static_cast<size_t>(vdim));
     const float* qv = q.ptr<float>() + t * H * D + h * D;
     const int32_t* bt = table + static_cast<int64_t>(si[t]) * batch.max_blocks;
     float mx = -INFINITY;
     for (size_t i = 0; i < ks.size(); ++i) {
       const int64_t j = ks[i];
-      const float* kr = kd + (bt[j / page] * page + j % page) * Wk + g * D;
+      const float* kr = krows.head(bt[j / page] * page + j % page, g, krow.data());
       float s;
       cpu::dot_rows(qv, kr, 0, 1, D, &s);
       scores[i] = s * p.scale;
@@ -78,7 +83,8 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
     std::memset(o, 0, static_cast<size_t>(D) * 4);
     for (size_t i = 0; i < ks.size(); ++i) {
       const int64_t j = ks[i];
-      cpu::axpy(scores[i], vd + (bt[j / page] * page + j % page) * Wv + g * D, o, D);
+      const int64_t e = g * D;  // the value's first column in the row: head e / vdim, column e % vdim
+      cpu::axpy(scores[i], vrows.head(bt[j / page] * page + j % page, e / vdim, vrow.data()) + e % vdim, o, D);
     }
     const float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; ++d) o[d] *= inv;

@@ -124,6 +124,10 @@ inline float gelu_tanh(float x) {
  *  the last p.n_rot dims as adjacent pairs, angle pos * inv_freq[i]; sign -1 rotates backwards. */
 void rope_tail(const RopeParams& p, float* x, double pos, float sign = 1.0f);
 
+/** Throws kInvalidArgument naming `op` unless kv's pages are F32 without scales, or quantized codes
+ *  (F8_E4M3 / I8) with scales of kv_scale_dtype [n_pages, page_size, heads, kv_scales_per_head]. */
+void check_kv_pages(const char* op, const KvLayer& kv);
+
 /** Throws kInvalidArgument "<op>: <arg> must be on the CPU" / "... must be F32" etc. */
 void check_cpu(const char* op, const char* arg, const Tensor& t);
 void check_dtype(const char* op, const char* arg, const Tensor& t, DType want);
