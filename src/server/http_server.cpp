@@ -59,6 +59,8 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   add_health_routes(router_, ctx);
   add_props_routes(router_, ctx);
   add_tokenize_routes(router_, ctx);
+  add_api_index_routes(router_, ctx);
+  add_favicon_route(router_);
   if (options.webui) add_webui_routes(router_, ctx);
 
   TransportLimits limits;
@@ -70,11 +72,13 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   TransportHooks hooks;
   hooks.handle = [this](HttpRequest& req, HttpResponse& res) { handle(req, res); };
   // The API key is checked from the header alone, before any body is read (every route but /health
-  // needs it; a CORS preflight carries none; nor do the chat page's files, whose page sends the key).
+  // needs it; a CORS preflight carries none; nor do the chat page's files, whose page sends the key,
+  // nor /favicon.ico, which browsers fetch on their own).
   hooks.admit = [&ctx](const HttpRequest& req, HttpResponse& res) {
     if (ctx.options.api_key.empty() || is_health_path(req.path) || req.method == "OPTIONS" || ctx.authorized(req))
       return true;
-    if (ctx.options.webui && (req.method == "GET" || req.method == "HEAD") && is_web_page_path(req.path)) return true;
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    if (get && (is_favicon_path(req.path) || (ctx.options.webui && is_web_page_path(req.path)))) return true;
     if (!ctx.options.cors_origin.empty()) res.set_header("Access-Control-Allow-Origin", ctx.options.cors_origin);
     send_error(req, res, api_error_for_status(401, req.path));
     return false;

@@ -38,7 +38,7 @@ spdlog::level::level_enum request_log_level(const std::string& method, const std
   // Polled or fetched without a user's action: a line each would flood the log at info.
   const bool polled = path == "/health" || path == "/health/" || path == "/v1/health" || path == "/v1/health/" ||
                       path == "/v1/stats" || path == "/v1/stats/" || path == "/metrics" || path == "/metrics/" ||
-                      is_web_page_path(path);
+                      is_web_page_path(path) || is_favicon_path(path);
   return polled ? spdlog::level::debug : spdlog::level::info;
 }
 

@@ -36,7 +36,7 @@ constexpr size_t kMaxLoggedErrorBytes = 300;
 /** The level of a request's line: debug for a successful (status < 400) GET or HEAD of what is
  *  polled or fetched by the page and not by a user's action: /health (load balancers, `make serve`'s
  *  wait), /v1/stats (the chat page polls it every few seconds), /metrics (Prometheus scrapes) and the
- *  chat page's own files; warn for 5xx; info for the rest (4xx included). */
+ *  chat page's own files (its icon and /favicon.ico included); warn for 5xx; info for the rest (4xx included). */
 spdlog::level::level_enum request_log_level(const std::string& method, const std::string& path, int status);
 
 /** The record of `req` answered by `res`, over at `end` (steady clock). */

@@ -35,5 +35,15 @@ void add_tokenize_routes(Router& r, ServerContext& ctx);
 void add_webui_routes(Router& r, ServerContext& ctx);
 /** Whether `path` is "/" or a file of the chat page (what add_webui_routes serves). */
 bool is_web_page_path(std::string_view path);
+/** GET /favicon.ico: web/favicon.svg (204 No Content if web/ had none), open without an API key and
+ *  registered with --no-webui too, so a browser's automatic request for it is never a 404
+ *  (server/webui.cpp). */
+void add_favicon_route(Router& r);
+/** Whether `path` is "/favicon.ico" (what add_favicon_route serves). */
+bool is_favicon_path(std::string_view path);
+/** GET /v1 and /v1/: what this server is, its OpenAI and Anthropic base URLs and where the model
+ *  list and chat page are, as a small JSON object; behind the API key like every /v1 route
+ *  (server/api_index.cpp). */
+void add_api_index_routes(Router& r, ServerContext& ctx);
 
 }  // namespace ft::server
