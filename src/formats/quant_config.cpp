@@ -123,16 +123,58 @@ void parse_fp8(const json& q, const std::string& source, QuantConfig& c) {
   pattern_list(q, "ignored_layers", source, c);
 }
 
+/** compressed-tensors' "nvfp4-pack-quantized" (the top-level keys already checked). */
+void parse_compressed_nvfp4(const json& q, const std::string& source, QuantConfig& c) {
+  for (const char* k : {"kv_cache_scheme", "sparsity_config", "transform_config"})
+    if (q.contains(k) && !is_null_or_empty(q[k])) unsupported(source, std::string("compressed-tensors ") + k);
+  if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
+    bad(source, "config_groups", "an object of quantization groups", q.value("config_groups", json()));
+  c.method = QuantMethod::kNvfp4;
+  c.group_size = 16;
+  c.nvfp4_codes = "weight_packed";
+  c.nvfp4_global = "weight_global_scale";
+  c.nvfp4_global_divides = true;
+  for (auto g = q["config_groups"].begin(); g != q["config_groups"].end(); ++g) {
+    const std::string path = "config_groups." + g.key() + ".";
+    if (!g->is_object()) bad(source, path.substr(0, path.size() - 1), "an object", *g);
+    check_keys(*g, {"targets", "weights", "input_activations", "output_activations", "format"}, source, path);
+    if (g->contains("format") && !(*g)["format"].is_null() && (*g)["format"] != json("nvfp4-pack-quantized"))
+      unsupported(source, path + "format " + (*g)["format"].dump().substr(0, 40));
+    if (g->contains("output_activations") && !(*g)["output_activations"].is_null())
+      unsupported(source, path + "output_activations");
+    // input_activations (NVFP4 activations, input_global_scale): not quantized here, weight-only use.
+    if (!g->contains("weights") || !(*g)["weights"].is_object())
+      bad(source, path + "weights", "an object", g->value("weights", json()));
+    const json& w = (*g)["weights"];
+    check_keys(w,
+               {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic", "actorder",
+                "observer", "observer_kwargs", "scale_dtype", "zp_dtype"},
+               source, path + "weights.");
+    const json nb = w.value("num_bits", json()), ty = w.value("type", json());
+    if (nb != json(4) || ty != json("float"))
+      unsupported(source, path + "weights: num_bits " + nb.dump() + " type " + ty.dump() + " (NVFP4: 4-bit float)");
+    if (w.contains("symmetric") && w["symmetric"] != json(true)) unsupported(source, path + "weights.symmetric false");
+    if (w.contains("dynamic") && w["dynamic"] != json(false)) unsupported(source, path + "weights.dynamic " + w["dynamic"].dump());
+    if (w.contains("actorder") && !w["actorder"].is_null()) unsupported(source, path + "weights.actorder " + w["actorder"].dump());
+    const std::string strategy = w.contains("strategy") ? string_field(w, "strategy", source, path + "weights.") : "";
+    if (strategy != "tensor_group") unsupported(source, path + "weights.strategy \"" + strategy + "\" (NVFP4: tensor_group)");
+    if (w.value("group_size", json()) != json(16))
+      unsupported(source, path + "weights.group_size " + w.value("group_size", json()).dump() +
+                              " (NVFP4 is read with one E4M3 scale per 16 values)");
+  }
+  pattern_list(q, "ignore", source, c);
+}
+
 void parse_compressed_tensors(const json& q, const std::string& source, QuantConfig& c) {
   check_keys(q,
              {"quant_method", "format", "config_groups", "ignore", "quantization_status", "kv_cache_scheme",
               "global_compression_ratio", "version", "sparsity_config", "transform_config", "provider"},
              source, "");
   const std::string format = q.contains("format") ? string_field(q, "format", source, "") : "";
-  if (format.find("nvfp4") != std::string::npos)
-    unsupported(source, "compressed-tensors format \"" + format + "\" (NVFP4 is read in ModelOpt's layout: quant_algo \"NVFP4\")");
+  if (format == "nvfp4-pack-quantized") return parse_compressed_nvfp4(q, source, c);
   if (format != "float-quantized" && format != "naive-quantized")
-    unsupported(source, "compressed-tensors format \"" + format + "\" (FP8 \"float-quantized\" is read)");
+    unsupported(source, "compressed-tensors format \"" + format +
+                            "\" (FP8 \"float-quantized\" and NVFP4 \"nvfp4-pack-quantized\" are read)");
   for (const char* k : {"kv_cache_scheme", "sparsity_config", "transform_config"})
     if (q.contains(k) && !is_null_or_empty(q[k])) unsupported(source, std::string("compressed-tensors ") + k);
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
@@ -234,6 +276,8 @@ void parse_modelopt(const json& q, const std::string& source, QuantConfig& c) {
     unsupported(source, "ModelOpt quant_algo \"" + algo.substr(0, 40) + "\" (ModelOpt NVFP4 checkpoints are read)");
   c.method = QuantMethod::kNvfp4;
   c.group_size = 16;
+  c.nvfp4_codes = "weight";
+  c.nvfp4_global = "weight_scale_2";
   nvfp4_group_size(sec, source, path, c);
   if (sec.contains("kv_cache_quant_algo") && !sec["kv_cache_quant_algo"].is_null()) {
     // FP8 KV cache scales (k_scale / v_scale): not read; the KV cache keeps FreeToken's own types.

@@ -18,9 +18,12 @@
 //    "config_groups" of 4-bit float weights in groups of 16} or hf_quant_config.json's nested form
 //    {"producer", "quantization": {"quant_algo", "group_size", "exclude_modules", "kv_cache_quant_algo"}}.
 //    Weight-only use: input_activations / `input_scale` and a kv_cache_quant_algo's k/v scales are ignored.
+//  - compressed-tensors (llm-compressor) NVFP4, format "nvfp4-pack-quantized": config_groups whose weights
+//    are 4-bit "float", strategy "tensor_group", group_size 16: U8 `weight_packed` (E2M1, low nibble
+//    first) + F8_E4M3 `weight_scale` per 16 values + F32 `weight_global_scale`, value = e2m1 *
+//    (weight_scale / weight_global_scale); `input_global_scale` ignored; `ignore` as for FP8.
 // Everything else (ModelOpt FP8 / other algorithms, GPTQ, AWQ, bitsandbytes, other compressed-tensors
-// formats (NVFP4's "nvfp4-pack-quantized" too), options this reader does not know) is refused, naming the
-// method or the option.
+// formats, options this reader does not know) is refused, naming the method or the option.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +56,9 @@ struct QuantConfig {
   int64_t block_cols = 0;
   std::string scale_suffix;       // kFp8: the scale tensor beside "<module>.weight": "weight_scale_inv" or "weight_scale"
   int64_t group_size = 0;         // kNvfp4: values per E4M3 scale (16)
+  std::string nvfp4_codes;        // kNvfp4: the codes beside "<module>.": "weight" (ModelOpt) or "weight_packed"
+  std::string nvfp4_global;       // kNvfp4: "weight_scale_2" (multiplies) or "weight_global_scale" (divides)
+  bool nvfp4_global_divides = false;  // compressed-tensors: block scale = weight_scale / weight_global_scale
   std::vector<std::string> not_converted;  // modules_to_not_convert + ignored_layers, or compressed-tensors' ignore
   bool glob_patterns = false;     // not_converted are ModelOpt's exclude_modules globs (see converts())
 

@@ -90,6 +90,13 @@ Tensor WeightLoader::view(const TensorInfo& info, const std::string& name, std::
   return Tensor(const_cast<uint8_t*>(info.data), t, use.data(), static_cast<int>(use.size()));
 }
 
+bool WeightLoader::has(const WeightName& n) const {
+  const std::string& nm = name(n);
+  if (ckpt_.find(nm) != nullptr) return true;
+  return quant_.method == QuantMethod::kNvfp4 && quant_.nvfp4_codes != "weight" && nm.ends_with(".weight") &&
+         ckpt_.find(nm.substr(0, nm.size() - 6) + quant_.nvfp4_codes) != nullptr;
+}
+
 Tensor WeightLoader::host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   Tensor t = read(n, shape, kind);
   count(name(n));
@@ -124,7 +131,8 @@ int64_t WeightLoader::load_bytes_estimate() const {
                       (t.dtype == DType::F8_E4M3 || t.name.ends_with("." + quant_.scale_suffix))) ||
                      (quant_.method == QuantMethod::kNvfp4 &&  // NVFP4 weights with their scales
                       (t.dtype == DType::U8 || t.name.ends_with(".weight_scale") ||
-                       t.name.ends_with(".weight_scale_2") || t.name.ends_with(".input_scale")));
+                       t.name.ends_with(".weight_scale_2") || t.name.ends_with(".input_scale") ||
+                       t.name.ends_with(".weight_global_scale") || t.name.ends_with(".input_global_scale")));
     const bool routed = gguf_ ? t.name.find("_exps.") != std::string::npos && t.name.ends_with(".weight")
                               : !fp8 && hf_routed_view(ckpt_, t.name);
     if (!routed) total += t.bytes;
@@ -135,11 +143,15 @@ int64_t WeightLoader::load_bytes_estimate() const {
 Tensor WeightLoader::read(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   const std::string& nm = name(n);
   const TensorInfo* info = ckpt_.find(nm);
+  if (!info && quant_.method == QuantMethod::kNvfp4 && quant_.nvfp4_codes != "weight" && nm.ends_with(".weight"))
+    if (const TensorInfo* codes = ckpt_.find(nm.substr(0, nm.size() - 6) + quant_.nvfp4_codes))
+      return nvfp4_view(*codes, nm, shape, kind);  // compressed-tensors: "<module>.weight_packed"
   if (!info)
     fail(ErrorCode::kNotFound, "missing tensor {} (expected shape {}) in {}", nm, shape_str(std::vector<int64_t>(shape)),
          ckpt_.path());
   if (info->dtype == DType::F8_E4M3 && quant_.method == QuantMethod::kFp8) return fp8_view(*info, nm, shape, kind);
-  if (info->dtype == DType::U8 && quant_.method == QuantMethod::kNvfp4 && nm.ends_with(".weight"))
+  if (info->dtype == DType::U8 && quant_.method == QuantMethod::kNvfp4 && quant_.nvfp4_codes == "weight" &&
+      nm.ends_with(".weight"))
     return nvfp4_view(*info, nm, shape, kind);
   if (info->dtype == DType::U8 && nm.ends_with(".weight") &&
       ckpt_.find(nm.substr(0, nm.size() - 7) + ".weight_scale_2") != nullptr)
@@ -161,25 +173,26 @@ Tensor WeightLoader::nvfp4_view(const TensorInfo& info, const std::string& nm, s
     fail(ErrorCode::kUnsupported, "tensor {} {}: NVFP4 is read for the weight matrices of linear layers (and stacked "
          "expert matrices) only", nm, shape_str(info.shape));
   const std::string module = nm.substr(0, nm.size() - 7);  // without ".weight"
+  const std::string cname = module + "." + quant_.nvfp4_codes;  // the codes: nm, or "<module>.weight_packed"
   if (!quant_.converts(module))
     fail(ErrorCode::kInvalidFile,
          "tensor {} is U8 but its module {} is left unquantized by the quantization_config (exclude_modules / "
-         "ignore) of {}", nm, module, ckpt_.path());
+         "ignore) of {}", cname, module, ckpt_.path());
   const int64_t E = want.size() == 3 ? want[0] : 1, N = want[want.size() - 2], K = want.back();
   std::vector<int64_t> packed_shape = want, scale_shape = want;
   packed_shape.back() = K / 2;
   scale_shape.back() = K / 16;
-  if (K % 16 != 0 || info.shape != packed_shape)
-    fail(ErrorCode::kInvalidFile, "tensor {}: expected U8 {} (the NVFP4 codes of a {} weight, two a byte), found {} in {}",
-         nm, K % 16 == 0 ? shape_str(packed_shape) : "of rows of 16k values", shape_str(want), shape_str(info.shape),
-         ckpt_.path());
+  if (K % 16 != 0 || info.shape != packed_shape || info.dtype != DType::U8)
+    fail(ErrorCode::kInvalidFile, "tensor {}: expected U8 {} (the NVFP4 codes of a {} weight, two a byte), found {} {} in {}",
+         cname, K % 16 == 0 ? shape_str(packed_shape) : "of rows of 16k values", shape_str(want),
+         dtype_name(info.dtype), shape_str(info.shape), ckpt_.path());
   DType type;
   try {
     type = nvfp4_row_type(K);
   } catch (const Error& e) {
     throw e.with_context(fmt::format("tensor {} {}", nm, shape_str(want)));
   }
-  const std::string sname = module + ".weight_scale", gname = module + ".weight_scale_2";
+  const std::string sname = module + ".weight_scale", gname = module + "." + quant_.nvfp4_global;
   const TensorInfo* s = ckpt_.find(sname);
   if (!s)
     fail(ErrorCode::kNotFound, "missing tensor {} (F8_E4M3 {}: the block scales of NVFP4 weight {}) in {}", sname,
@@ -204,13 +217,14 @@ Tensor WeightLoader::nvfp4_view(const TensorInfo& info, const std::string& nm, s
   try {
     for (int64_t e = 0; e < E; ++e)
       nvfp4_rows_from_modelopt(info.data + e * N * (K / 2), s->data + e * N * (K / 16), gs[one ? 0 : e], N, K,
-                               rows + e * N * row, type);
+                               rows + e * N * row, type, quant_.nvfp4_global_divides);
   } catch (const Error& err) {
     throw err.with_context(fmt::format("repacking NVFP4 weight {} {}", nm, shape_str(want)));
   }
   const Tensor t(rows, type, want.data(), static_cast<int>(want.size()));
   fp8_rows_.emplace(nm, t);
-  for (const std::string& part : {nm, sname, gname, module + ".input_scale"}) count(part);
+  for (const std::string& part : {cname, sname, gname, module + ".input_scale", module + ".input_global_scale"})
+    count(part);
   return t;
 }
 

@@ -54,7 +54,9 @@ class WeightLoader {
   bool is_gguf() const { return gguf_; }
   const Checkpoint& checkpoint() const { return ckpt_; }
   const std::string& name(const WeightName& n) const { return gguf_ ? n.gguf : n.hf; }
-  bool has(const WeightName& n) const { return ckpt_.find(name(n)) != nullptr; }
+  /** Whether the checkpoint holds the tensor (for compressed-tensors NVFP4, "<module>.weight" is there
+   *  when its "<module>.weight_packed" is). */
+  bool has(const WeightName& n) const;
 
   /** The tensor, validated and resident. A 1-D tensor of K elements is accepted for an expected
    *  [1, K]. Throws ft::Error(kNotFound) "missing tensor <name> (expected shape [..]) in <path>",
@@ -89,7 +91,10 @@ class WeightLoader {
    *  codes (or [E, N, K/2] of stacked experts) is read with its F8_E4M3 `<module>.weight_scale` [N, K/16]
    *  and F32 `<module>.weight_scale_2` ([] or [1]; [E] per expert for a stack) and repacked losslessly
    *  into NVFP4_G64 rows (NVFP4_G16 when K is not a multiple of 64; quant/nvfp4.h), a host copy of 5 (6.5)
-   *  bits a weight owned by take_host_storage(); `input_scale` is ignored (weight-only use). Throws
+   *  bits a weight owned by take_host_storage(); `input_scale` is ignored (weight-only use).
+   *  compressed-tensors NVFP4 is read the same way from `<module>.weight_packed`, `weight_scale` and
+   *  `weight_global_scale` (which divides; `input_global_scale` ignored) when `<module>.weight` is asked
+   *  for. Throws
    *  kNotFound for a missing scale tensor, kInvalidFile for a misshapen tensor, a NaN block scale or a U8
    *  weight of a module the config leaves unquantized (exclude_modules / ignore), kUnsupported for rows
    *  that are not a multiple of 16 values. */

@@ -59,7 +59,7 @@ struct BlockF8E4M3B16 { float d; uint8_t qs[16]; };  // rows of 16k values (not 
 
 // ---- FreeToken's NVFP4 storage form (quant/nvfp4.h): ModelOpt's E2M1 codes and E4M3 scales of 16 with
 // the tensor's float32 global scale (little-endian bytes, so the 16-value block packs to 13 bytes) ----
-struct BlockNVFP4G64 { uint8_t g[4]; uint8_t s[4]; uint8_t qs[32]; };  // x = e2m1(q) * (e4m3(s) * g)
+struct BlockNVFP4G64 { uint8_t g[4]; uint8_t s[4]; uint8_t qs[32]; };  // x = e2m1(q) * (e4m3(s) * g); g < 0: / -g
 struct BlockNVFP4G16 { uint8_t g[4]; uint8_t s[1]; uint8_t qs[8]; };   // rows of 16k values (not 64k)
 
 static_assert(sizeof(BlockF8E4M3B32) == 36 && sizeof(BlockF8E4M3B16) == 20);

@@ -71,7 +71,9 @@ void dequant_rows(const uint8_t* src, float* y, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
     const Parts<kB> p = load<Block, kB>(src, i);
     for (int k = 0; k < kB / 16; ++k, y += 16) {
-      const float d = e4m3_to_f32(p.s[k]) * p.g;  // ModelOpt: per_block_scale = scale.float() * scale_2
+      // ModelOpt: per_block_scale = scale.float() * scale_2; compressed-tensors (g < 0): scale / global_scale.
+      const float s = e4m3_to_f32(p.s[k]);
+      const float d = std::signbit(p.g) ? s / -p.g : s * p.g;
       for (int j = 0; j < 8; ++j) {
         const uint8_t q = p.qs[8 * k + j];
         y[2 * j] = kE2M1[q & 0x0f] * d;
@@ -106,17 +108,19 @@ DType nvfp4_row_type(int64_t K) {
 }
 
 void nvfp4_rows_from_modelopt(const uint8_t* packed, const uint8_t* scales, float global_scale, int64_t N,
-                              int64_t K, uint8_t* dst, DType type) {
+                              int64_t K, uint8_t* dst, DType type, bool global_divides) {
   const int kb = block_of(type, "nvfp4_rows_from_modelopt");
   if (N < 0 || K <= 0 || K % kb != 0)
     fail(ErrorCode::kInvalidArgument, "nvfp4_rows_from_modelopt: [{}, {}] is not whole rows of {} blocks of {}", N,
          K, dtype_name(type), kb);
   if (N > 0 && (packed == nullptr || scales == nullptr || dst == nullptr))
     fail(ErrorCode::kInvalidArgument, "nvfp4_rows_from_modelopt: null buffer for [{}, {}]", N, K);
-  if (!std::isfinite(global_scale))
-    fail(ErrorCode::kInvalidFile, "NVFP4 global scale (weight_scale_2) {} is not finite", global_scale);
-  if (kb == 64) repack<quant::BlockNVFP4G64, 64>(packed, scales, global_scale, N, K, dst);
-  else repack<quant::BlockNVFP4G16, 16>(packed, scales, global_scale, N, K, dst);
+  if (!std::isfinite(global_scale) || std::signbit(global_scale) || (global_divides && global_scale == 0))
+    fail(ErrorCode::kInvalidFile, "NVFP4 global scale {} is not a {} finite number", global_scale,
+         global_divides ? "positive" : "non-negative");
+  const float g = global_divides ? -global_scale : global_scale;  // the sign bit selects the division
+  if (kb == 64) repack<quant::BlockNVFP4G64, 64>(packed, scales, g, N, K, dst);
+  else repack<quant::BlockNVFP4G16, 16>(packed, scales, g, N, K, dst);
 }
 
 void nvfp4_quantize_modelopt(const float* x, int64_t N, int64_t K, uint8_t* packed, uint8_t* scales,

@@ -15,7 +15,10 @@
 //     4 E4M3 block scales (one per 16 values), 32 bytes of the checkpoint's codes in its nibble order.
 //   NVFP4_G16 (quant::BlockNVFP4G16, 13 bytes for 16 values) for rows of 16k values that are not 64k.
 // value = e2m1(q) * (e4m3(s) * g), the same two float32 products as ModelOpt's, so the decode equals
-// NVFP4QTensor.dequantize in float32 bit for bit. The per-tensor g rides in each block (4 bytes per
+// NVFP4QTensor.dequantize in float32 bit for bit. compressed-tensors' nvfp4-pack-quantized divides by its
+// global scale instead (value = e2m1(q) * (e4m3(s) / weight_global_scale), compressed_tensors'
+// dequantize); such blocks store g = -weight_global_scale, the sign bit selecting the division (global
+// scales are positive), so those decode exactly too. The per-tensor g rides in each block (4 bytes per
 // 64 values) because a row must be decodable on its own (quant.h's dequantize_row has no per-tensor
 // state) and g cannot be folded into the E4M3 scales exactly (e4m3(s) * g needs up to 28 significant
 // bits); GGUF's NVFP4 (UE4M3 scales, no global scale) cannot hold these weights exactly for the same
@@ -35,14 +38,15 @@ uint8_t f32_to_e2m1(float x);
  *  when a multiple of 16. Throws ft::Error(kUnsupported) naming K otherwise (or K <= 0). */
 DType nvfp4_row_type(int64_t K);
 
-/** Repacks ModelOpt NVFP4 rows into `type` (NVFP4_G64 or NVFP4_G16) at `dst` (dtype_bytes(type, K) bytes
- *  a row): `packed` [N, K/2] codes and `scales` [N, K/16] E4M3 bytes copied, `global_scale` set in each
- *  block. Lossless: dequantize_row of a row equals e2m1(q) * (e4m3(s) * global_scale) element by
- *  element. Throws ft::Error(kInvalidArgument) for another type, K not a positive multiple of the type's
- *  block, N < 0 or a null buffer; kInvalidFile for a NaN block scale (E4M3 0x7f / 0xff; naming its row
- *  and block) or a global scale that is not finite. */
+/** Repacks NVFP4 rows into `type` (NVFP4_G64 or NVFP4_G16) at `dst` (dtype_bytes(type, K) bytes a row):
+ *  `packed` [N, K/2] codes and `scales` [N, K/16] E4M3 bytes copied, the global scale set in each block.
+ *  Lossless: dequantize_row of a row equals e2m1(q) * (e4m3(s) * global_scale) element by element
+ *  (ModelOpt), or e2m1(q) * (e4m3(s) / global_scale) when `global_divides` (compressed-tensors). Throws
+ *  ft::Error(kInvalidArgument) for another type, K not a positive multiple of the type's block, N < 0 or a
+ *  null buffer; kInvalidFile for a NaN block scale (E4M3 0x7f / 0xff; naming its row and block), a global
+ *  scale that is not finite, negative (or -0.0), or zero when it divides. */
 void nvfp4_rows_from_modelopt(const uint8_t* packed, const uint8_t* scales, float global_scale, int64_t N,
-                              int64_t K, uint8_t* dst, DType type);
+                              int64_t K, uint8_t* dst, DType type, bool global_divides = false);
 
 /** Quantizes float32 x [N, K] (K a multiple of 16) the way ModelOpt's NVFP4QTensor.quantize does:
  *  global_scale = amax(|x|) / (6 * 448) (1 for an all-zero x), block scale = e4m3(amax(|block|) / (6 *

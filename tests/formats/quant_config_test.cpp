@@ -102,10 +102,10 @@ TEST(QuantConfig, CompressedTensorsFp8Strategies) {
 
 TEST(QuantConfig, CompressedTensorsOtherFormatsAreRefusedByName) {
   ErrorCode code{};
-  const std::string nvfp4 = refusal(
-      R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {}})", &code);
+  const std::string mixed = refusal(
+      R"({"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {}})", &code);
   EXPECT_EQ(code, ErrorCode::kUnsupported);
-  EXPECT_NE(nvfp4.find("nvfp4-pack-quantized"), std::string::npos) << nvfp4;
+  EXPECT_NE(mixed.find("\"mixed-precision\""), std::string::npos) << mixed;
   EXPECT_NE(refusal(R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}})")
                 .find("\"pack-quantized\""),
             std::string::npos);
@@ -150,6 +150,36 @@ TEST(QuantConfig, ModelOptNvfp4Forms) {
   EXPECT_EQ(c.group_size, 16);
   EXPECT_FALSE(c.converts("lm_head"));
   EXPECT_TRUE(c.converts("model.layers.0.mlp.up_proj"));
+}
+
+TEST(QuantConfig, CompressedTensorsNvfp4) {
+  // llm-compressor's NVFP4 scheme as it writes config.json.
+  const std::string head = R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+      "quantization_status": "compressed", "kv_cache_scheme": null, "ignore": ["lm_head", "re:.*mlp\\.gate$"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "format": "nvfp4-pack-quantized",
+      "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+      "dynamic": "local", "symmetric": true, "observer": "minmax"}, "output_activations": null,
+      "weights": {"num_bits": 4, "type": "float", "symmetric": true, "dynamic": false, "actorder": null,
+      "observer": "minmax", "observer_kwargs": {}, "block_structure": null, )";
+  const QuantConfig c = parse(head + R"("strategy": "tensor_group", "group_size": 16}}}})");
+  EXPECT_EQ(c.method, QuantMethod::kNvfp4);
+  EXPECT_EQ(c.method_name, "compressed-tensors");
+  EXPECT_EQ(c.group_size, 16);
+  EXPECT_EQ(c.nvfp4_codes, "weight_packed");
+  EXPECT_EQ(c.nvfp4_global, "weight_global_scale");
+  EXPECT_TRUE(c.nvfp4_global_divides);
+  EXPECT_FALSE(c.glob_patterns);
+  EXPECT_FALSE(c.converts("lm_head"));
+  EXPECT_FALSE(c.converts("model.layers.2.mlp.gate"));
+  EXPECT_TRUE(c.converts("model.layers.2.mlp.gate_proj"));
+  ErrorCode code{};
+  std::string m = refusal(head + R"("strategy": "tensor_group", "group_size": 32}}}})", &code);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_NE(m.find("config_groups.group_0.weights.group_size 32"), std::string::npos) << m;
+  m = refusal(head + R"("strategy": "group", "group_size": 16}}}})");
+  EXPECT_NE(m.find("weights.strategy \"group\""), std::string::npos) << m;
+  m = refusal(head + R"("strategy": "tensor_group", "group_size": 16, "num_bits": 8}}}})");
+  EXPECT_NE(m.find("num_bits"), std::string::npos) << m;
 }
 
 TEST(QuantConfig, ModelOptRefusalsNameTheOption) {

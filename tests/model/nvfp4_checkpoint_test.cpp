@@ -1,7 +1,8 @@
 // NVFP4 checkpoints (issue 36): the qwen3_moe, deepseek_v3 and llama fixtures quantized here to
 // NVIDIA ModelOpt's NVFP4 layout (U8 `weight` of E2M1 codes two a byte, low nibble first; F8_E4M3
 // `weight_scale` per 16 values; F32 `weight_scale_2` per tensor; F32 `input_scale`, ignored), with the
-// config in config.json's flat form or in hf_quant_config.json. The weights load as NVFP4_G64 /
+// config in config.json's flat form or in hf_quant_config.json, and in compressed-tensors'
+// nvfp4-pack-quantized (`weight_packed`, `weight_global_scale` dividing the block scales). The weights load as NVFP4_G64 /
 // NVFP4_G16 (no widening), decode to exactly the dequantized F32 weights, and the model's logits equal,
 // bit for bit, those of the same model loaded from those F32 weights, through the resident experts
 // (fused) and the CPU expert executor (cpu); excluded modules stay BF16.
@@ -31,6 +32,7 @@ struct Nvfp4Layout {
   json quantization_config;     // config.json's (null: none)
   json hf_quant_config;         // hf_quant_config.json (null: not written)
   std::string excluded_prefix;  // modules under it stay BF16 ("" for none)
+  bool compressed_tensors = false;  // llm-compressor's names: weight_packed, weight_global_scale (divides)
 };
 
 /** Every "*_proj*.weight" matrix (attention, MLA, dense and expert MLPs); not routers, embeddings, lm_head. */
@@ -65,18 +67,27 @@ void write_pair(const std::string& dir, const Nvfp4Layout& lay, const std::strin
     float g = 0;
     nvfp4_quantize_modelopt(x.data(), N, K, packed.data(), scales.data(), &g);
     std::vector<float> y(N * K);
+    const float gs = 1.0f / g;  // compressed-tensors' weight_global_scale: the block scale is divided by it
     for (int64_t i = 0; i < N * K; ++i) {
       const uint8_t b = packed[i / 2];
-      y[i] = e2m1_to_f32(i % 2 == 0 ? b & 0x0f : b >> 4) * (e4m3_to_f32(scales[i / 16]) * g);
+      const float s = e4m3_to_f32(scales[i / 16]);
+      y[i] = e2m1_to_f32(i % 2 == 0 ? b & 0x0f : b >> 4) * (lay.compressed_tensors ? s / gs : s * g);
     }
     // The quantization itself is sane: E2M1 with E4M3 scales of 16 keeps a matrix within ~15%.
     EXPECT_LE(row_rel_l2(y.data(), x.data(), N * K), 0.15) << t.name;
     const std::string module = t.name.substr(0, t.name.size() - 7);
     const float input_scale = 1.0f / 2688.0f;
-    q4.push_back({t.name, DType::U8, {N, K / 2}, bytes(packed.data(), packed.size())});
-    q4.push_back({module + ".weight_scale", DType::F8_E4M3, {N, K / 16}, bytes(scales.data(), scales.size())});
-    q4.push_back({module + ".weight_scale_2", DType::F32, {}, bytes(&g, 4)});
-    q4.push_back({module + ".input_scale", DType::F32, {}, bytes(&input_scale, 4)});
+    if (lay.compressed_tensors) {
+      q4.push_back({module + ".weight_packed", DType::U8, {N, K / 2}, bytes(packed.data(), packed.size())});
+      q4.push_back({module + ".weight_scale", DType::F8_E4M3, {N, K / 16}, bytes(scales.data(), scales.size())});
+      q4.push_back({module + ".weight_global_scale", DType::F32, {1}, bytes(&gs, 4)});
+      q4.push_back({module + ".input_global_scale", DType::F32, {1}, bytes(&input_scale, 4)});
+    } else {
+      q4.push_back({t.name, DType::U8, {N, K / 2}, bytes(packed.data(), packed.size())});
+      q4.push_back({module + ".weight_scale", DType::F8_E4M3, {N, K / 16}, bytes(scales.data(), scales.size())});
+      q4.push_back({module + ".weight_scale_2", DType::F32, {}, bytes(&g, 4)});
+      q4.push_back({module + ".input_scale", DType::F32, {}, bytes(&input_scale, 4)});
+    }
     f32.push_back({t.name, DType::F32, t.shape, bytes(y.data(), y.size() * 4)});
   }
   json config = read_json_file(src + "/config.json");
@@ -103,6 +114,15 @@ std::vector<Nvfp4Layout> layouts() {
        json::parse(R"({"producer": {"name": "modelopt", "version": "0.19.0"}, "quantization": {"quant_algo": "NVFP4",
           "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": ["lm_head"]}})"),
        ""},
+      // compressed-tensors' nvfp4-pack-quantized (llm-compressor), layer 0's MLP left in BF16 by a regex.
+      {"compressed_tensors", json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+          "quantization_status": "compressed", "kv_cache_scheme": null, "ignore": ["lm_head", "re:.*mlp\\.gate$",
+          "re:model\\.layers\\.0\\.mlp\\..*"], "config_groups": {"group_0": {"targets": ["Linear"],
+          "format": "nvfp4-pack-quantized", "input_activations": {"num_bits": 4, "type": "float", "strategy":
+          "tensor_group", "group_size": 16, "dynamic": "local", "symmetric": true}, "output_activations": null,
+          "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": true,
+          "dynamic": false, "observer": "minmax", "actorder": null, "block_structure": null}}}})"),
+       nullptr, "model.layers.0.mlp.", true},
   };
 }
 
@@ -113,8 +133,8 @@ const char* const kFixtures[] = {"qwen3_moe", "deepseek_v3", "llama"};
 class Nvfp4Checkpoint : public ::testing::TestWithParam<int> {};
 
 TEST_P(Nvfp4Checkpoint, LogitsEqualTheDequantizedModel) {
-  const Nvfp4Layout lay = layouts()[GetParam() % 2];
-  const std::string fixture = kFixtures[GetParam() / 2];
+  const Nvfp4Layout lay = layouts()[GetParam() % 3];
+  const std::string fixture = kFixtures[GetParam() / 3];
   const std::string dir = scratch_path("nvfp4_" + fixture + "_" + lay.name);
   write_pair(dir, lay, fixture);
   const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/" + fixture);
@@ -144,8 +164,8 @@ TEST_P(Nvfp4Checkpoint, LogitsEqualTheDequantizedModel) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, Nvfp4Checkpoint, ::testing::Range(0, 6), [](const auto& info) {
-  return std::string(kFixtures[info.param / 2]) + "_" + layouts()[info.param % 2].name;
+INSTANTIATE_TEST_SUITE_P(Layouts, Nvfp4Checkpoint, ::testing::Range(0, 9), [](const auto& info) {
+  return std::string(kFixtures[info.param / 3]) + "_" + layouts()[info.param % 3].name;
 });
 
 TEST(Nvfp4CheckpointLoader, WeightsStayNvfp4WithTheirScales) {

@@ -90,6 +90,30 @@ TEST(Nvfp4, ScaleProductIsFormedFirst) {
   for (float v : y) EXPECT_EQ(v, 3.0f * d);
 }
 
+TEST(Nvfp4, CompressedTensorsGlobalScaleDivides) {
+  // compressed-tensors: value = e2m1 * (e4m3(s) / weight_global_scale). Stored as g = -global; decoded
+  // with a division, which differs from multiplying by the reciprocal (0.5625 / 10 != 0.5625 * 0.1f).
+  const float gs = 10.0f;
+  volatile float by_div = e4m3_to_f32(0x31) / gs, by_mul = e4m3_to_f32(0x31) * (1.0f / gs);
+  ASSERT_NE(by_div, by_mul);
+  std::vector<uint8_t> packed(8, 0x77), scales(1, 0x31);  // code 7 = 6.0
+  std::vector<uint8_t> row(dtype_bytes(DType::NVFP4_G16, 16));
+  nvfp4_rows_from_modelopt(packed.data(), scales.data(), gs, 1, 16, row.data(), DType::NVFP4_G16, true);
+  float g;
+  std::memcpy(&g, row.data(), 4);
+  EXPECT_EQ(g, -10.0f);
+  std::vector<float> y(16);
+  dequantize_row(DType::NVFP4_G16, row.data(), y.data(), 16);
+  for (float v : y) EXPECT_EQ(v, 6.0f * by_div);
+  // A global scale of 0 (division) or a negative one (either way) is refused.
+  EXPECT_THROW(nvfp4_rows_from_modelopt(packed.data(), scales.data(), 0.0f, 1, 16, row.data(), DType::NVFP4_G16, true),
+               Error);
+  EXPECT_THROW(nvfp4_rows_from_modelopt(packed.data(), scales.data(), -1.0f, 1, 16, row.data(), DType::NVFP4_G16),
+               Error);
+  EXPECT_THROW(nvfp4_rows_from_modelopt(packed.data(), scales.data(), -0.0f, 1, 16, row.data(), DType::NVFP4_G16),
+               Error);
+}
+
 TEST(Nvfp4, RepackIsLosslessForEveryCodeAndScale) {
   // Random codes and scales (every E4M3 byte but NaN) in both row types: the decode equals ModelOpt's.
   std::mt19937 rng(7);
