@@ -19,20 +19,43 @@ struct CompatFlags {
   std::optional<std::string> memory_ratio;     // Python engine: a fraction of free VRAM; here --gpu-memory-limit GiB
   std::optional<std::string> num_pages;        // Python engine: KV pages; here --kv-tokens tokens
   std::optional<std::string> gpu;              // Python engine: GPU index or UUID; here CUDA_VISIBLE_DEVICES
+  // llama.cpp's flags with nothing to do here (taken, a warning where a user might expect an effect)
+  // or that ft cannot honour (refused, naming what to do instead).
+  bool jinja = false;                          // --jinja: templates are always rendered by ft's Jinja
+  bool metrics = false;                        // --metrics: /metrics is always served
+  std::optional<std::string> flash_attn;       // -fa [on|off|auto]: attention kernels are always fused
+  bool no_mmap = false, mlock = false;         // --no-mmap, --mlock: warned, ignored
+  std::optional<std::string> batch_size;       // -b: warned, ignored (steps are sized by the scheduler)
+  std::optional<std::string> ubatch_size;      // -ub: warned, ignored
+  std::optional<std::string> hf_repo;          // -hf: refused (no downloads)
+  std::optional<std::string> override_tensor;  // -ot: refused (placement is planned)
 };
 
-/** The multi-letter single-dash flags of llama.cpp and vLLM that CLI11 cannot name (-ngl, -tp, -np),
- *  rewritten to their long forms (--n-gpu-layers, --tensor-parallel-size, --parallel); every other
- *  argument unchanged. argv[0] included. */
+/** The multi-letter single-dash flags of llama.cpp and vLLM that CLI11 cannot name (-ngl, -tp, -np,
+ *  -cmoe, -ncmoe, -hf, -fa, -ub, -ot), rewritten to their long forms (--n-gpu-layers,
+ *  --tensor-parallel-size, --parallel, --cpu-moe, --n-cpu-moe, --hf-repo, --flash-attn, --ubatch-size,
+ *  --override-tensor); every other argument unchanged. argv[0] included. */
 std::vector<std::string> expand_multi_letter_flags(int argc, const char* const* argv);
 
 /** Registers -ngl/--n-gpu-layers/--gpu-layers and --tensor-parallel-size/--tp-size/-tp (group
- *  Engine) and the hidden --memory-ratio, --num-pages and --gpu on `cmd`, writing into `f`. */
+ *  Engine), the hidden --memory-ratio, --num-pages and --gpu, and llama.cpp's --jinja, --metrics,
+ *  -fa/--flash-attn, --no-mmap, --mlock, -b/--batch-size, -ub/--ubatch-size, -hf/--hf-repo and
+ *  -ot/--override-tensor (group "llama.cpp flags") on `cmd`, writing into `f`. */
 void add_compat_flags(CLI::App* cmd, CompatFlags& f);
 
 /** Warns (one line) for -ngl, which placement planning makes moot. Throws ft::Error: kUnsupported for
  *  --tensor-parallel-size above 1 and for --gpu, kInvalidArgument for --tensor-parallel-size below 1,
  *  --memory-ratio and --num-pages, each message naming the flag to use instead. */
 void check_compat_flags(const CompatFlags& f);
+
+/** `message` (a usage or validation error about `cmd`'s options) with each option named as the user
+ *  typed it in `args` where that was another of its names: "--kv-tokens: must be >= 1" after `-c 0`
+ *  reads "-c (--kv-tokens): must be >= 1". */
+std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const std::vector<std::string>& args);
+
+/** CLI11's "The following arguments were not expected: b a" (its words in reverse order) or "The
+ *  following argument was not expected: a" as "unknown option 'a' (also not expected: 'b')", in the
+ *  order typed; other messages unchanged. */
+std::string unexpected_arguments_message(const std::string& message);
 
 }  // namespace ft::cli

@@ -19,6 +19,7 @@ inline constexpr const char* kGroupMoe = "MoE expert offload";
 inline constexpr const char* kGroupSampling = "Sampling";                    // ft run, ft bench
 inline constexpr const char* kGroupSamplingDefaults = "Sampling defaults";  // ft serve: for requests that say none
 inline constexpr const char* kGroupLogging = "Logging";
+inline constexpr const char* kGroupLlamaCpp = "llama.cpp flags";  // taken for llama-server users, most ignored
 
 /** `text` broken at blanks into lines of at most `width` characters (a word longer than that gets a
  *  line of its own); a '\n' in `text` always breaks. Lines are joined with '\n', no trailing one. */

@@ -82,15 +82,22 @@ int main(int argc, char** argv) {
     // --help / --version exit 0; a usage error is bad input like any other: exit 2, printed as every
     // other error is ("error: ...").
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", e.what());
+    std::string message = ft::cli::unexpected_arguments_message(e.what());
+    for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args);
+    std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", message.c_str());
     return 2;
   }
+  // An error about a flag names it as the user typed it ("-c (--kv-tokens)" after -c).
+  const auto as_typed = [&](std::string message) {
+    for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args);
+    return message;
+  };
   try {
     ft::set_log_level(log_level);
     ft::set_log_format(log_format);
     return action ? action() : 0;
   } catch (const ft::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", as_typed(e.what()).c_str());
     return exit_code_for(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());

@@ -30,7 +30,10 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
                   "--moe-cpu-layers), in (0, 1]")
       ->group(g);
   cmd->add_flag("--moe-cache-auto", f.cache_auto, "Every slot that fits the memory budget (the default)")->group(g);
-  cmd->add_option("--moe-cpu-layers", f.cpu_layers,
+  // llama.cpp's -cmoe/--cpu-moe and -ncmoe/--n-cpu-moe N (the MoE weights of the first N layers on
+  // the CPU) mean --moe-strategy cpu and --moe-cpu-layers N here.
+  cmd->add_flag("--cpu-moe", f.cpu_moe, "-cmoe (llama.cpp): every expert on the CPU, as --moe-strategy cpu")->group(g);
+  cmd->add_option("--moe-cpu-layers,--n-cpu-moe", f.cpu_layers,
                   "MoE layers whose experts run on the CPU under offload/hybrid: N (first N), FRACTION (0.25) or "
                   "LIST (0,3,8-11)")
       ->group(g);
@@ -87,14 +90,18 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f) {
 
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
   MoeOptions o;
-  o.strategy = parse_moe_strategy(f.strategy);
+  if (f.cpu_moe && f.strategy != "auto" && f.strategy != "cpu")
+    fail(ErrorCode::kInvalidArgument, "-cmoe/--cpu-moe means --moe-strategy cpu, not {}: give one of them",
+         f.strategy);
+  const std::string strategy = f.cpu_moe ? std::string("cpu") : f.strategy;
+  o.strategy = parse_moe_strategy(strategy);
   const int n_cache = (f.cache_slots ? 1 : 0) + (f.cache_rate ? 1 : 0) + (f.cache_auto ? 1 : 0);
   if (n_cache > 1)
     fail(ErrorCode::kInvalidArgument, "--moe-cache-slots, --moe-cache-rate and --moe-cache-auto are alternatives: give one");
   const bool no_cache = o.strategy == MoeStrategy::kFused || o.strategy == MoeStrategy::kCpu;
   if (n_cache > 0 && no_cache)
     fail(ErrorCode::kInvalidArgument, "--moe-cache-{} needs --moe-strategy auto, offload or hybrid ({} has no expert cache)",
-         f.cache_slots ? "slots" : f.cache_rate ? "rate" : "auto", f.strategy);
+         f.cache_slots ? "slots" : f.cache_rate ? "rate" : "auto", strategy);
   if (f.cache_slots) {
     if (*f.cache_slots < 1)  // the model's own minimum is checked once it is loaded (cache_sizing)
       fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be at least 2 x the experts of a MoE layer (the "
@@ -108,17 +115,17 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
   }
   if (!f.cpu_layers.empty() && no_cache)
     fail(ErrorCode::kInvalidArgument, "--moe-cpu-layers needs --moe-strategy auto, offload or hybrid (not {})",
-         f.strategy);
+         strategy);
   o.cpu_layers = f.cpu_layers;
   if (f.fetch_cap) {
     if (o.strategy != MoeStrategy::kHybrid)
-      fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap needs --moe-strategy hybrid (not {})", f.strategy);
+      fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap needs --moe-strategy hybrid (not {})", strategy);
     if (*f.fetch_cap < 0) fail(ErrorCode::kInvalidArgument, "--moe-fetch-cap {} must be >= 0", *f.fetch_cap);
     o.fetch_cap = *f.fetch_cap;
   }
   if (!f.cpu_cost.empty()) {
     if (o.strategy != MoeStrategy::kHybrid)
-      fail(ErrorCode::kInvalidArgument, "--moe-cpu-cost needs --moe-strategy hybrid (not {})", f.strategy);
+      fail(ErrorCode::kInvalidArgument, "--moe-cpu-cost needs --moe-strategy hybrid (not {})", strategy);
     const double c = f.cpu_cost[0], t = f.cpu_cost.size() > 1 ? f.cpu_cost[1] : 0.0;
     if (!(c > 0 && c <= 1000) || !(t >= 0 && t <= 1000))
       fail(ErrorCode::kInvalidArgument, "--moe-cpu-cost {}: expected C in (0, 1000] and T in [0, 1000] (fetches)",
@@ -129,7 +136,7 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
   if (f.calibrate) {
     if (o.strategy != MoeStrategy::kAuto && o.strategy != MoeStrategy::kHybrid)
       fail(ErrorCode::kInvalidArgument, "--moe-calibrate needs --moe-strategy auto or hybrid ({} has no planner to "
-           "calibrate)", f.strategy);
+           "calibrate)", strategy);
     if (f.fetch_cap || !f.cpu_cost.empty())
       fail(ErrorCode::kInvalidArgument, "--moe-calibrate with --moe-{}: that flag sets the split the calibration would "
            "time; give one", f.fetch_cap ? "fetch-cap" : "cpu-cost");
@@ -142,14 +149,14 @@ void apply_moe_flags(const MoeFlags& f, EngineOptions& eo) {
                : f.prefetch == "off" ? MoeOptions::Prefetch::kOff : MoeOptions::Prefetch::kAuto;
   if (o.prefetch == MoeOptions::Prefetch::kOn && no_cache)
     fail(ErrorCode::kInvalidArgument, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid ({} has no expert "
-         "cache)", f.strategy);
+         "cache)", strategy);
   if (f.prefetch_depth) {
     if (*f.prefetch_depth < 1 || *f.prefetch_depth > PrefetchTargets::kMax)
       fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth {} must be 1 to {}", *f.prefetch_depth,
            PrefetchTargets::kMax);
     if (no_cache)
       fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth needs --moe-strategy auto, offload or hybrid ({} has no "
-           "expert cache)", f.strategy);
+           "expert cache)", strategy);
     if (o.prefetch == MoeOptions::Prefetch::kOff)
       fail(ErrorCode::kInvalidArgument, "--moe-prefetch-depth with --moe-prefetch off: there is no prefetch to deepen");
     o.prefetch_depth = *f.prefetch_depth;

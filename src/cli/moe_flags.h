@@ -20,6 +20,7 @@ struct MoeFlags {
   std::optional<double> cache_rate;
   bool cache_auto = false;
   std::string cpu_layers;
+  bool cpu_moe = false;          // llama.cpp's -cmoe/--cpu-moe: --moe-strategy cpu
   std::optional<int32_t> fetch_cap;
   std::vector<double> cpu_cost;  // --moe-cpu-cost C[,T]
   bool calibrate = false;        // --moe-calibrate

@@ -158,7 +158,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)")
       ->group(gen);
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")->group(gen);
-  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")
+  cmd->add_option("-n,--max-tokens,--n-predict", args->max_tokens, "Tokens to generate (llama.cpp's -n)")
       ->capture_default_str()
       ->check(at_least(0))
       ->group(gen);
@@ -166,7 +166,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_flag("--print-ids", args->print_ids, "Print generated token ids instead of text")->group(gen);
   cmd->add_option("--logits-out", args->logits_out, "Write float32 logits of every prompt position here")->group(gen);
   const char* sampling = kGroupSampling;
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 = greedy")
+  cmd->add_option("--temperature,--temp", args->temperature, "Sampling temperature; 0 = greedy")
       ->capture_default_str()
       ->group(sampling);
   cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0 = off)")

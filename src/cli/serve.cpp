@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -67,6 +68,9 @@ struct ServeFlags {
   int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
   int shutdown_grace_s = 5;
   double request_timeout_s = 0;  // 0: none
+  // llama-server's server-wide sampling defaults (--temp, --top-k, ...; flag -> value): refused, as
+  // ft serve has none but --seed (requests set their own).
+  std::map<std::string, std::string> llama_sampling;
   EngineFlags engine;  // --threads, --device, --page-size, MoE flags
 };
 
@@ -105,6 +109,13 @@ int run_serve(const ServeFlags& f) {
          "--host {} is reachable from other machines and no --api-key is set: anyone could use this server. Set "
          "--api-key KEY, or pass --allow-unauthenticated to serve without one",
          f.host);
+  for (const auto& [names, value] : f.llama_sampling)
+    if (!value.empty())
+      fail(ErrorCode::kInvalidArgument,
+           "{} {}: ft serve has no server-wide sampling defaults (only --seed): each request sets its own "
+           "(temperature, top_k, top_p, min_p, repeat_penalty; max_tokens or n_predict), and a request that sets "
+           "none samples as OpenAI's API does (temperature 1, no top-k/top-p/min-p, to the end of the context)",
+           names.substr(0, names.find(',')), value);
   tool_call_format_of(f, "");  // an unknown parser name is refused before anything loads
   reasoning_format_of(f, "");
   EngineOptions eo = engine_options(f.engine);
@@ -246,10 +257,12 @@ int run_serve(const ServeFlags& f) {
       (f.reasoning == "auto" ? "" : fmt::format(", enable_thinking {} unless asked (--reasoning)", f.reasoning == "on"));
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
               template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
-  std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s threads\n",
+  std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s\n",
               format_bytes(plan.weight_bytes).c_str(), static_cast<long long>(plan.kv_tokens), plan.kv_pages,
               plan.kv.page_size, format_bytes(plan.kv_bytes).c_str(), engine->ops().name(),
-              f.engine.threads > 0 ? std::to_string(f.engine.threads).c_str() : "all");
+              f.engine.threads == 1  ? "1 thread"
+              : f.engine.threads > 0 ? fmt::format("{} threads", f.engine.threads).c_str()
+                                     : "all threads");
   std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
   if (const PagePool* swa = engine->kv().swa_pool()) {
     int n_swa = 0;
@@ -318,10 +331,13 @@ void add_serve_command(CLI::App& app, Action& action) {
   // Model: what is served and how its replies are read.
   add_model_arg(cmd, f->model_arg, "GGUF file or Hugging Face folder (default: the built-in demo model)");
   const char* model = kGroupModel;
-  cmd->add_option("--served-model-name", f->served_model_name, "Model name clients use (default: the file name)")
+  cmd->add_option("-a,--served-model-name,--alias", f->served_model_name,
+                  "Model name clients use (default: the file name; llama-server's -a/--alias)")
       ->check(non_empty("must not be empty (leave the flag out for the file's name)", "NAME"))
       ->group(model);
-  cmd->add_option("--chat-template", f->chat_template, "Jinja chat template file (default: the model's own)")->group(model);
+  cmd->add_option("--chat-template,--chat-template-file", f->chat_template,
+                  "Jinja chat template file (default: the model's own)")
+      ->group(model);
   cmd->add_option("--tool-call-parser", f->tool_call_parser,
                   "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
                       server::tool_call_format_names())
@@ -415,6 +431,8 @@ void add_serve_command(CLI::App& app, Action& action) {
 
   // Sampling defaults: for requests that do not say.
   const char* sampling = kGroupSamplingDefaults;
+  for (const char* names : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "-n,--n-predict"})
+    cmd->add_option(names, f->llama_sampling[names])->group("");  // hidden: refused in run_serve
   cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
       ->check(at_least(-1))
       ->capture_default_str()
