@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/q8_rows.h"
+#include "backend/cpu/simd.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe/thread_pool.h"
 #include "quant/quant.h"
@@ -53,11 +54,11 @@ Bank& bank(DType t) {
   return t == DType::BF16 ? bf16 : q4k;
 }
 
-void run_layer(benchmark::State& state, DType type, bool int8 = false) {
+void run_layer(benchmark::State& state, DType type, bool int8 = false, bool bf16 = false) {
   const int k = static_cast<int>(state.range(0));
   const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
   Bank& b = bank(type);
-  CpuExpertExecutor ex(threads, 2000, int8);
+  CpuExpertExecutor ex(threads, 2000, int8, bf16);
   std::vector<float> x(kH, 0.01f), out(kH), w(static_cast<size_t>(k), 1.0f / static_cast<float>(k));
   std::vector<int32_t> ids(static_cast<size_t>(k));
   int32_t next = 0;
@@ -76,6 +77,11 @@ void run_layer(benchmark::State& state, DType type, bool int8 = false) {
 
 void bf16_layer(benchmark::State& state) { run_layer(state, DType::BF16); }
 void q4_k_layer(benchmark::State& state) { run_layer(state, DType::Q4_K); }
+/** bf16 activations on: the BF16 rows meet BF16 x and h (cpu::gemm_nt_bf16; AVX-512 BF16 only). */
+void bf16_bf16act_layer(benchmark::State& state) {
+  if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
+  run_layer(state, DType::BF16, false, true);
+}
 /** --moe-cpu-int8 on: the Q4_K rows meet int8 activations (cpu::dot_rows_q8; AVX-512 VNNI only). */
 void q4_k_int8_layer(benchmark::State& state) {
   if (!cpu::has_q8_dot(DType::Q4_K)) return state.SkipWithError("no AVX-512 VNNI on this machine");
@@ -85,11 +91,11 @@ void q4_k_int8_layer(benchmark::State& state) {
 /** One prefill layer: state.range(0) tokens, each routed to 8 distinct experts drawn uniformly
  *  (a fixed pseudo-random sequence), threads state.range(1) (0: one per physical core). Reports
  *  tokens per second (items). */
-void run_prefill(benchmark::State& state, DType type, bool int8 = false) {
+void run_prefill(benchmark::State& state, DType type, bool int8 = false, bool bf16 = false) {
   const int64_t T = state.range(0), k = 8;
   const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
   Bank& b = bank(type);
-  CpuExpertExecutor ex(threads, 2000, int8);
+  CpuExpertExecutor ex(threads, 2000, int8, bf16);
   std::vector<float> x(static_cast<size_t>(T * kH)), out(static_cast<size_t>(T * kH));
   std::vector<float> w(static_cast<size_t>(T * k), 1.0f / static_cast<float>(k));
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
@@ -118,6 +124,10 @@ void run_prefill(benchmark::State& state, DType type, bool int8 = false) {
 
 void bf16_prefill(benchmark::State& state) { run_prefill(state, DType::BF16); }
 void q4_k_prefill(benchmark::State& state) { run_prefill(state, DType::Q4_K); }
+void bf16_bf16act_prefill(benchmark::State& state) {
+  if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
+  run_prefill(state, DType::BF16, false, true);
+}
 void q4_k_int8_prefill(benchmark::State& state) {
   if (!cpu::has_q8_dot(DType::Q4_K)) return state.SkipWithError("no AVX-512 VNNI on this machine");
   run_prefill(state, DType::Q4_K, true);
@@ -125,10 +135,12 @@ void q4_k_int8_prefill(benchmark::State& state) {
 
 // Args: {k experts per call, threads (0: one per physical core)}.
 BENCHMARK(bf16_layer)->ArgsProduct({{3, 8}, {1, 2, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(bf16_bf16act_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // Args: {tokens, threads (0: one per physical core)}.
 BENCHMARK(bf16_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bf16_bf16act_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(q4_k_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(q4_k_int8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 

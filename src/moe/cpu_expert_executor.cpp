@@ -49,6 +49,14 @@ void dot_tile(const float* x, const float* w, int64_t K, int64_t nr, float* y) {
     cpu::dot_rows(x, w + r * K, K, static_cast<int>(std::min<int64_t>(4, nr - r)), K, y + r);
 }
 
+/** Rows [r0, r0 + nr) of w [N, K] (BF16 or EC12) as BF16: in place for BF16, EC12 decoded into
+ *  bf at element `off`. */
+const uint16_t* rows_bf16(const Tensor& w, int64_t r0, int64_t nr, std::vector<uint16_t>& bf, int64_t off) {
+  if (w.dtype == DType::BF16) return reinterpret_cast<const uint16_t*>(w.bytes_ptr() + r0 * w.row_bytes());
+  ec12::decode_rows(w.bytes_ptr(), w.dim(0), w.dim(1), r0, nr, bf.data() + off);
+  return bf.data() + off;
+}
+
 /** Whether rows of `w` are dotted straight from storage (decoded in registers) when an expert has
  *  `n_inputs` inputs: with one input a decoded tile would be read once, so decoding it into memory
  *  only costs; with more, decoding once and reusing the tile is cheaper. Same bits either way. */
@@ -83,8 +91,14 @@ void stored_dot_tile(const float* x, const Tensor& w, int64_t r0, int64_t nr, fl
 
 bool CpuExpertExecutor::int8_weight(const Tensor& w) { return cpu::has_q8_dot(w.dtype, w.dim(1)); }
 
-CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations)
-    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us), int8_(int8_activations) {
+bool CpuExpertExecutor::bf16_weight(const Tensor& w) {
+  return (w.dtype == DType::BF16 || w.dtype == DType::EC12) && cpu::has_bf16_dot();
+}
+
+CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations, bool bf16_activations)
+    : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us),
+      int8_(int8_activations),
+      bf16_(bf16_activations) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
   wbuf16_.resize(static_cast<size_t>(pool_.size()));
   gu_.resize(static_cast<size_t>(pool_.size()));
@@ -170,9 +184,16 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // int8 form, every input of the expert alike, so a pair's result does not depend on the other
   // tokens of the step (the engine's batch invariance); other weights as above.
   auto int8 = [&](const Tensor& w) { return int8_ && int8_weight(w); };
+  // bf16 activations (bf16_): BF16 and EC12 weights meet BF16 forms of x and h (cpu::gemm_nt_bf16),
+  // every input alike, as a GEMM block per tile; gate and up only where both are such weights.
+  auto bf16 = [&](const Tensor& w) { return bf16_ && bf16_weight(w); };
+  auto gu16 = [&](const Group& g) {
+    return bf16(bank.gate[static_cast<size_t>(g.expert)]) && bf16(bank.up[static_cast<size_t>(g.expert)]);
+  };
+  auto d16 = [&](const Group& g) { return bf16(bank.down[static_cast<size_t>(g.expert)]); };
   auto blocked_gate_up = [&](const Group& g) {
     const auto e = static_cast<size_t>(g.expert);
-    return g.n > 1 && (!int8(bank.gate[e]) || !int8(bank.up[e]));
+    return g.n > 1 && !gu16(g) && (!int8(bank.gate[e]) || !int8(bank.up[e]));
   };
   bool any_x8 = false;
   for (const Group& g : groups_)
@@ -237,7 +258,39 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       pool_.run(static_cast<int64_t>(groups_.size()), [&](int64_t gi, int) { gather(groups_[static_cast<size_t>(gi)]); });
     }
   }
-  const int64_t wbuf16_need = kRowTile * std::max(H, max_ff);  // EC12 rows decoded to BF16
+  // BF16 forms: x's rows gathered by group position into xg16_ [pairs, H] for the gu16 groups
+  // (x itself where it is BF16, else rounded once into x16_ [T, H]); h16_ [pairs, F] for the d16 groups,
+  // written by the gate/up tasks beside h.
+  int64_t rows16 = 0;
+  bool any_h16 = false;
+  for (const Group& g : groups_) {
+    if (gu16(g)) rows16 += g.n;
+    any_h16 = any_h16 || d16(g);
+  }
+  if (rows16 > 0) {
+    const uint16_t* x16 = static_cast<const uint16_t*>(x.data);
+    if (x.dtype != DType::BF16) {
+      if (static_cast<int64_t>(x16_.size()) < T * H) x16_.resize(static_cast<size_t>(T * H));
+      constexpr int64_t kPoolRows = 64;
+      if (T < kPoolRows) {
+        cpu::to_bf16(xf, x16_.data(), T * H);
+      } else {
+        pool_.run((T + kPoolRows - 1) / kPoolRows, [&](int64_t ti, int) {
+          const int64_t t0 = ti * kPoolRows, t1 = std::min(T, t0 + kPoolRows);
+          cpu::to_bf16(xf + t0 * H, x16_.data() + t0 * H, (t1 - t0) * H);
+        });
+      }
+      x16 = x16_.data();
+    }
+    if (static_cast<int64_t>(xg16_.size()) < n_pairs * H) xg16_.resize(static_cast<size_t>(n_pairs * H));
+    for (const Group& g : groups_)
+      if (gu16(g))
+        for (int64_t r = 0; r < g.n; ++r)
+          std::memcpy(xg16_.data() + (g.begin + r) * H, x16 + (pair_index_[static_cast<size_t>(g.begin + r)] / k) * H,
+                      static_cast<size_t>(H) * 2);
+  }
+  if (any_h16 && static_cast<int64_t>(h16_.size()) < n_pairs * max_ff) h16_.resize(static_cast<size_t>(n_pairs * max_ff));
+  const int64_t wbuf16_need = 2 * kRowTile * std::max(H, max_ff);  // EC12 rows decoded to BF16 (gate and up)
   for (auto& b : wbuf16_)
     if (static_cast<int64_t>(b.size()) < wbuf16_need) b.resize(static_cast<size_t>(wbuf16_need));
 
@@ -266,9 +319,9 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     std::vector<uint16_t>& bf = wbuf16_[static_cast<size_t>(worker)];
     const Tensor& gate = bank.gate[static_cast<size_t>(G.expert)];
     const Tensor& up = bank.up[static_cast<size_t>(G.expert)];
-    const bool g8 = int8(gate), u8 = int8(up);
-    const float* wg = g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0, bf);
-    const float* wu = u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H, bf);
+    const bool g8 = int8(gate), u8 = int8(up), b16 = gu16(G);
+    const float* wg = b16 || g8 || fused(gate, G.n) ? nullptr : rows_f32(gate, task.row0, nr, buf, 0, bf);
+    const float* wu = b16 || u8 || fused(up, G.n) ? nullptr : rows_f32(up, task.row0, nr, buf, kRowTile * H, bf);
     // [n, 16] results of the tile: an fp32 tile meets all the inputs at once as a GEMM block over the
     // gathered x (several inputs), else each input alone; the same bits per element either way.
     std::vector<float>& gu = gu_[static_cast<size_t>(worker)];
@@ -278,17 +331,25 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const float* xg = gathered ? xg_.data() + G.begin * H : nullptr;
     if (wg && gathered) cpu::gemm_nt(xg, H, G.n, wg, H, nr, H, gall, kRowTile);
     if (wu && gathered) cpu::gemm_nt(xg, H, G.n, wu, H, nr, H, uall, kRowTile);
+    if (b16) {
+      const uint16_t* x16 = xg16_.data() + G.begin * H;
+      cpu::gemm_nt_bf16(x16, H, G.n, rows_bf16(gate, task.row0, nr, bf, 0), H, nr, H, gall, kRowTile);
+      cpu::gemm_nt_bf16(x16, H, G.n, rows_bf16(up, task.row0, nr, bf, kRowTile * H), H, nr, H, uall, kRowTile);
+    }
+    uint16_t* h16 = d16(G) ? h16_.data() : nullptr;
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t t = pair_index_[static_cast<size_t>(G.begin + r)] / k;
       const float* xt = xf + t * H;
       float* gv = gall + r * kRowTile;
       float* uv = uall + r * kRowTile;
-      if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
-      else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
-      else if (!wg) stored_dot_tile(xt, gate, task.row0, nr, gv);
-      if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
-      else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
-      else if (!wu) stored_dot_tile(xt, up, task.row0, nr, uv);
+      if (!b16) {  // else computed above
+        if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
+        else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
+        else if (!wg) stored_dot_tile(xt, gate, task.row0, nr, gv);
+        if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
+        else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
+        else if (!wu) stored_dot_tile(xt, up, task.row0, nr, uv);
+      }
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
       // As CpuOps::moe_experts: y = dot, then y += bias; then the GLU, written identically.
       if (gate_bias)
@@ -310,6 +371,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       } else {
         for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
       }
+      if (h16) cpu::to_bf16(h, h16 + (G.begin + r) * max_ff + task.row0, nr);
     }
   };
   auto down = [&](const Task& task, int worker) {
@@ -318,14 +380,18 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const Tensor& dw = bank.down[static_cast<size_t>(G.expert)];
     const bool d8 = h8_stage_[static_cast<size_t>(task.group)] != 0;
     std::vector<uint16_t>& bf = wbuf16_[static_cast<size_t>(worker)];
-    const float* wd = d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0, bf);
-    // An fp32 tile meets the expert's h rows (contiguous by group position) as one GEMM block.
+    const bool b16 = d16(G);
+    const float* wd = b16 || d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0, bf);
+    // An fp32 (or BF16) tile meets the expert's h rows (contiguous by group position) as one GEMM block.
     if (wd) cpu::gemm_nt(h_.data() + G.begin * max_ff, max_ff, G.n, wd, G.F, nr, G.F, y_.data() + G.begin * H + task.row0, H);
+    if (b16)
+      cpu::gemm_nt_bf16(h16_.data() + G.begin * max_ff, max_ff, G.n, rows_bf16(dw, task.row0, nr, bf, 0), G.F, nr, G.F,
+                        y_.data() + G.begin * H + task.row0, H);
     for (int64_t r = 0; r < G.n; ++r) {
       const float* hp = h_.data() + (G.begin + r) * max_ff;
       float* yp = y_.data() + (G.begin + r) * H + task.row0;
       if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
-      else if (!wd) stored_dot_tile(hp, dw, task.row0, nr, yp);
+      else if (!wd && !b16) stored_dot_tile(hp, dw, task.row0, nr, yp);
       if (down_bias)
         for (int64_t i = 0; i < nr; ++i) yp[i] += down_bias[G.expert * H + task.row0 + i];
     }

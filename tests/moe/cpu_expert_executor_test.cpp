@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/q8_rows.h"
+#include "backend/cpu/simd.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe/expert_bank.h"
 #include "moe/host_memory.h"
@@ -259,6 +260,89 @@ TEST(CpuExpertExecutor, Int8ActivationsStayWithin2e4OfTheCpuBackend) {
   three.run({}, tx, ti, tw, s.banks[0], Tensor(got.data(), DType::F32, {1, H}));
   one.run({}, tx, ti, tw, s.banks[0], Tensor(again.data(), DType::F32, {1, H}));
   EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0);
+}
+
+TEST(CpuExpertExecutor, Bf16ActivationsStayWithinBf16ToleranceOfTheCpuBackend) {
+  // bf16 activations: BF16 (and EC12) rows meet BF16 forms of x and h (cpu::gemm_nt_bf16). Against
+  // the fp32 CPU backend: within 1e-2 relative L2 (bf16 tolerance) and never bit-identical
+  // (the path ran); the same bits at any thread count, for a token alone or in a batch (batch sizes
+  // 1, 3, 16, 33), for BF16 x holding the same values, and for the EC12 bank of the same weights.
+  // A gate/up or down of another type stays fp32.
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  const int32_t E = 8;
+  const int64_t F = 96, H = 200, k = 3;  // H, F: not multiples of 32 (the kernel's tails)
+  SyntheticExperts s;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 41);
+  CpuOps ops(1);
+  CpuExpertExecutor one(1, 0, false, true), three(3, 0, false, true);
+  EXPECT_TRUE(three.bf16_activations());
+  EXPECT_FALSE(CpuExpertExecutor(1).bf16_activations());
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) num += std::pow(a[i] - b[i], 2), den += std::pow(b[i], 2);
+    EXPECT_GT(den, 0);
+    return std::sqrt(num / den);
+  };
+  for (int64_t T : {1, 3, 16, 33}) {
+    SCOPED_TRACE(T);
+    std::mt19937 rng(static_cast<uint32_t>(T) + 100);
+    std::vector<int32_t> ids = random_routes(T, k, E, 0.0, rng);
+    std::vector<float> w = random_floats(ids.size(), 42, 0.0f, 1.0f), x = random_floats(T * H, 43);
+    std::vector<float> want(T * H), got1(T * H), got3(T * H), got_b(T * H);
+    Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+    ops.moe_experts({}, tx, ti, tw, s.banks[0], Tensor(want.data(), DType::F32, {T, H}));
+    one.run({}, tx, ti, tw, s.banks[0], Tensor(got1.data(), DType::F32, {T, H}));
+    three.run({}, tx, ti, tw, s.banks[0], Tensor(got3.data(), DType::F32, {T, H}));
+    EXPECT_EQ(std::memcmp(got1.data(), got3.data(), got1.size() * 4), 0);
+    EXPECT_NE(std::memcmp(got1.data(), want.data(), want.size() * 4), 0) << "the bf16 path did not run";
+    EXPECT_LT(rel(got1, want), 1e-2);  // 2.6e-3 at T 33 on the development machine
+    // BF16 x with x's bf16 values: the same bits (the executor rounds F32 x to them).
+    std::vector<uint16_t> xb(x.size());
+    cpu::to_bf16(x.data(), xb.data(), static_cast<int64_t>(x.size()));
+    three.run({}, Tensor(xb.data(), DType::BF16, {T, H}), ti, tw, s.banks[0], Tensor(got_b.data(), DType::F32, {T, H}));
+    EXPECT_EQ(std::memcmp(got_b.data(), got3.data(), got3.size() * 4), 0) << "BF16 x";
+    // The last token alone: the bits it has in the batch.
+    std::vector<float> xl(x.end() - H, x.end()), wl(w.end() - k, w.end()), solo(H);
+    std::vector<int32_t> il(ids.end() - k, ids.end());
+    three.run({}, Tensor(xl.data(), DType::F32, {1, H}), Tensor(il.data(), DType::I32, {1, k}),
+              Tensor(wl.data(), DType::F32, {1, k}), s.banks[0], Tensor(solo.data(), DType::F32, {1, H}));
+    EXPECT_EQ(std::memcmp(solo.data(), got3.data() + (T - 1) * H, H * 4), 0) << "a token alone differs from it in the batch";
+  }
+  // An EC12 bank (dimensions multiples of 64) gives its BF16 bank's bits.
+  {
+    SyntheticExperts b;
+    b.add_layer(4, 128, 192, DType::BF16, DType::BF16, 44);
+    auto alloc = make_host_allocator();
+    ExpertBanks banks(b.banks, *alloc, 2, {}, false, BankFormat::kEc12);
+    ASSERT_EQ(banks.bank(0).gate[0].dtype, DType::EC12);
+    for (int64_t T : {1, 16}) {
+      std::mt19937 rng(static_cast<uint32_t>(T) + 200);
+      std::vector<int32_t> ids = random_routes(T, 2, 4, 0.0, rng);
+      std::vector<float> w = random_floats(ids.size(), 45, 0.0f, 1.0f), x = random_floats(T * 192, 46);
+      std::vector<float> want(x.size()), got(x.size());
+      Tensor tx(x.data(), DType::F32, {T, 192}), ti(ids.data(), DType::I32, {T, 2}), tw(w.data(), DType::F32, {T, 2});
+      three.run({}, tx, ti, tw, b.banks[0], Tensor(want.data(), DType::F32, {T, 192}));
+      three.run({}, tx, ti, tw, banks.bank(0), Tensor(got.data(), DType::F32, {T, 192}));
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "EC12, T " << T;
+      double norm = 0;
+      for (float v : want) norm += std::fabs(v);
+      EXPECT_GT(norm, 0.0);
+    }
+  }
+  // Mixed banks: BF16 gate/up with a Q8_0 down (down stays fp32), Q8_0 gate/up with a BF16 down.
+  for (auto [gu, dn] : {std::pair{DType::BF16, DType::Q8_0}, std::pair{DType::Q8_0, DType::BF16}}) {
+    SCOPED_TRACE(std::string(dtype_name(gu)) + "/" + dtype_name(dn));
+    SyntheticExperts m;
+    m.add_layer(4, 64, 128, gu, dn, 51);
+    std::vector<int32_t> ids = {0, 1, 2, 3, 1, 2, 0, 1, 3};
+    std::vector<float> w = random_floats(ids.size(), 52, 0.0f, 1.0f), x = random_floats(3 * 128, 53);
+    std::vector<float> want(x.size()), got(x.size());
+    Tensor tx(x.data(), DType::F32, {3, 128}), ti(ids.data(), DType::I32, {3, 3}), tw(w.data(), DType::F32, {3, 3});
+    ops.moe_experts({}, tx, ti, tw, m.banks[0], Tensor(want.data(), DType::F32, {3, 128}));
+    three.run({}, tx, ti, tw, m.banks[0], Tensor(got.data(), DType::F32, {3, 128}));
+    EXPECT_NE(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+    EXPECT_LT(rel(got, want), 1e-2);
+  }
 }
 
 TEST(CpuExpertExecutor, PartialSumsAddUpToTheWhole) {

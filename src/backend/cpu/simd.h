@@ -27,6 +27,19 @@ void dot_tile(const float* x, int64_t ldx, int tokens, const float* w, int64_t l
 void gemm_nt(const float* x, int64_t ldx, int64_t tokens, const float* w, int64_t ldw, int64_t rows, int64_t n,
              float* y, int64_t ldy);
 
+/** Whether gemm_nt_bf16 runs here: AVX-512 BF16 (vdpbf16ps) at the AVX-512 level. */
+bool has_bf16_dot();
+
+/** gemm_nt with BF16 x and w (gemm_bf16.cpp): y[t * ldy + r] = sum_i x[t * ldx + i] * w[r * ldw + i],
+ *  products exact in fp32, summed in pairs into one fp32 accumulator per element (vdpbf16ps) with a
+ *  fixed final reduction: an element's bits do not depend on the block's size. Throws
+ *  kUnsupported where has_bf16_dot() is false. */
+void gemm_nt_bf16(const uint16_t* x, int64_t ldx, int64_t tokens, const uint16_t* w, int64_t ldw, int64_t rows,
+                  int64_t n, float* y, int64_t ldy);
+
+/** dst[i] = src[i] rounded to BF16 (nearest even; tensor/half.h f32_to_bf16). */
+void to_bf16(const float* src, uint16_t* dst, int64_t n);
+
 /** out[r] = sum_i x[i] * w[r * ldw + i] for r < rows (rows <= 4): dot_tile with one token. */
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out);
 
