@@ -202,7 +202,10 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
           fmt::format("{} slots of {}", p.moe->cache.n_slots, format_bytes(p.budget->slot_bytes)));
   }
   add("token embeddings", 0, p.host_mapped_bytes, "read over the bus (--embed-weights)");
-  add("KV cache", p.kv_bytes, 0, fmt::format("{} tokens, {} a token", p.kv_tokens, format_bytes(p.kv_bytes_per_token)));
+  const DType kd = p.kv.dtype;  // as --kv-cache-dtype spells it
+  const std::string kv_type = kd == DType::F8_E4M3 ? "fp8" : kd == DType::Q8_0 ? "q8_0" : kd == DType::BF16 ? "bf16" : "f32";
+  add("KV cache", p.kv_bytes, 0,
+      fmt::format("{} tokens, {} a token, {}", p.kv_tokens, format_bytes(p.kv_bytes_per_token), kv_type));
   add("step buffers", p.placed.buffers, 0, "");
   add("workspace", p.placed.workspace, 0, "the largest step's scratch");
   return rows;
