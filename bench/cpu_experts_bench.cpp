@@ -14,7 +14,9 @@
 
 #include "backend/cpu/q8_rows.h"
 #include "backend/cpu/simd.h"
+#include "backend/host_allocator.h"
 #include "moe/cpu_expert_executor.h"
+#include "moe/expert_bank.h"
 #include "moe/thread_pool.h"
 #include "quant/quant.h"
 
@@ -54,10 +56,18 @@ Bank& bank(DType t) {
   return t == DType::BF16 ? bf16 : q4k;
 }
 
-void run_layer(benchmark::State& state, DType type, bool int8 = false, bool bf16 = false) {
+/** The BF16 bank as EC12 (BankFormat::kEc12: the expert banks' default form for BF16 experts). */
+const ExpertBank& ec12_bank() {
+  static std::unique_ptr<HostAllocator> alloc = make_host_allocator();
+  static ExpertBanks banks({bank(DType::BF16).bank}, *alloc, 0, {}, false, BankFormat::kEc12);
+  return banks.bank(0);
+}
+
+void run_layer(benchmark::State& state, DType type, bool int8 = false, bool bf16 = false, bool ec12 = false) {
   const int k = static_cast<int>(state.range(0));
   const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
   Bank& b = bank(type);
+  const ExpertBank& eb = ec12 ? ec12_bank() : b.bank;
   CpuExpertExecutor ex(threads, 2000, int8, bf16);
   std::vector<float> x(kH, 0.01f), out(kH), w(static_cast<size_t>(k), 1.0f / static_cast<float>(k));
   std::vector<int32_t> ids(static_cast<size_t>(k));
@@ -68,7 +78,7 @@ void run_layer(benchmark::State& state, DType type, bool int8 = false, bool bf16
   for (auto _ : state) {
     for (int32_t& id : ids) id = next++ % kExperts;
     ex.run({}, Tensor(x.data(), DType::F32, {1, kH}), Tensor(ids.data(), DType::I32, {1, k}),
-           Tensor(w.data(), DType::F32, {1, k}), b.bank, Tensor(out.data(), DType::F32, {1, kH}));
+           Tensor(w.data(), DType::F32, {1, k}), eb, Tensor(out.data(), DType::F32, {1, kH}));
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * k * b.expert_bytes());
@@ -81,6 +91,12 @@ void q4_k_layer(benchmark::State& state) { run_layer(state, DType::Q4_K); }
 void bf16_bf16act_layer(benchmark::State& state) {
   if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
   run_layer(state, DType::BF16, false, true);
+}
+/** The BF16 bank coded as EC12 (bytes per second counted as BF16's), fp32 and bf16 activations. */
+void ec12_layer(benchmark::State& state) { run_layer(state, DType::BF16, false, false, true); }
+void ec12_bf16act_layer(benchmark::State& state) {
+  if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
+  run_layer(state, DType::BF16, false, true, true);
 }
 /** --moe-cpu-int8 on: the Q4_K rows meet int8 activations (cpu::dot_rows_q8; AVX-512 VNNI only). */
 void q4_k_int8_layer(benchmark::State& state) {
@@ -136,6 +152,8 @@ void q4_k_int8_prefill(benchmark::State& state) {
 // Args: {k experts per call, threads (0: one per physical core)}.
 BENCHMARK(bf16_layer)->ArgsProduct({{3, 8}, {1, 2, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(bf16_bf16act_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(ec12_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(ec12_bf16act_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // Args: {tokens, threads (0: one per physical core)}.

@@ -57,6 +57,21 @@ const uint16_t* rows_bf16(const Tensor& w, int64_t r0, int64_t nr, std::vector<u
   return bf.data() + off;
 }
 
+/** y [n, ldy] = x16 [n, K] (BF16, row stride ldx) times rows [r0, r0 + nr) of w [N, K] (BF16 or
+ *  EC12)^T via cpu::gemm_nt_bf16: stored BF16 rows read in place, EC12 rows decoded into bf at `off`,
+ *  except a single EC12 input, which meets the rows decoded in registers (ec12::dot_rows_bf16: the
+ *  same bits, no tile written and read back). */
+void bf16_block(const uint16_t* x16, int64_t ldx, int64_t n, const Tensor& w, int64_t r0, int64_t nr,
+                std::vector<uint16_t>& bf, int64_t off, float* y, int64_t ldy) {
+  const int64_t K = w.dim(1);
+  if (n == 1 && w.dtype == DType::EC12) {
+    for (int64_t r = 0; r < nr; r += 4)
+      ec12::dot_rows_bf16(x16, w.bytes_ptr(), w.dim(0), K, r0 + r, static_cast<int>(std::min<int64_t>(4, nr - r)), y + r);
+    return;
+  }
+  cpu::gemm_nt_bf16(x16, ldx, n, rows_bf16(w, r0, nr, bf, off), K, nr, K, y, ldy);
+}
+
 /** Whether rows of `w` are dotted straight from storage (decoded in registers) when an expert has
  *  `n_inputs` inputs: with one input a decoded tile would be read once, so decoding it into memory
  *  only costs; with more, decoding once and reusing the tile is cheaper. Same bits either way. */
@@ -333,8 +348,8 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     if (wu && gathered) cpu::gemm_nt(xg, H, G.n, wu, H, nr, H, uall, kRowTile);
     if (b16) {
       const uint16_t* x16 = xg16_.data() + G.begin * H;
-      cpu::gemm_nt_bf16(x16, H, G.n, rows_bf16(gate, task.row0, nr, bf, 0), H, nr, H, gall, kRowTile);
-      cpu::gemm_nt_bf16(x16, H, G.n, rows_bf16(up, task.row0, nr, bf, kRowTile * H), H, nr, H, uall, kRowTile);
+      bf16_block(x16, H, G.n, gate, task.row0, nr, bf, 0, gall, kRowTile);
+      bf16_block(x16, H, G.n, up, task.row0, nr, bf, kRowTile * H, uall, kRowTile);
     }
     uint16_t* h16 = d16(G) ? h16_.data() : nullptr;
     for (int64_t r = 0; r < G.n; ++r) {
@@ -385,8 +400,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     // An fp32 (or BF16) tile meets the expert's h rows (contiguous by group position) as one GEMM block.
     if (wd) cpu::gemm_nt(h_.data() + G.begin * max_ff, max_ff, G.n, wd, G.F, nr, G.F, y_.data() + G.begin * H + task.row0, H);
     if (b16)
-      cpu::gemm_nt_bf16(h16_.data() + G.begin * max_ff, max_ff, G.n, rows_bf16(dw, task.row0, nr, bf, 0), G.F, nr, G.F,
-                        y_.data() + G.begin * H + task.row0, H);
+      bf16_block(h16_.data() + G.begin * max_ff, max_ff, G.n, dw, task.row0, nr, bf, 0, y_.data() + G.begin * H + task.row0, H);
     for (int64_t r = 0; r < G.n; ++r) {
       const float* hp = h_.data() + (G.begin + r) * max_ff;
       float* yp = y_.data() + (G.begin + r) * H + task.row0;

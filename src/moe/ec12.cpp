@@ -98,10 +98,10 @@ __attribute__((target("avx512f"))) inline __m512 widen16(__m256i h) {
  *  per row, four 16-value chunks in order into one accumulator per row, then _mm512_reduce_add_ps,
  *  which is cpu/block_rows.cpp's dot_bf16_avx512 chunk for chunk. Exceptions of row r are patched
  *  in the group they fall in (through a 128-byte buffer). The next tile's bytes are prefetched. */
-template <int RR>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_avx512(const float* x, const uint8_t* matrix,
-                                                                          const MatrixGeometry& g, int64_t r0,
-                                                                          float* y) {
+template <int RR, bool kBf16 = false>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,avx512bf16"))) void dot_avx512(const void* xv, const uint8_t* matrix,
+                                                                                     const MatrixGeometry& g, int64_t r0,
+                                                                                     float* y) {
   const __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(matrix)));
   const __m512i nib = _mm512_set1_epi8(0x0f);
   const int64_t rb = g.row_bytes(), groups = g.cols / kGroup;
@@ -125,9 +125,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_avx512(const 
     if (prefetch)
       for (int64_t o = 0; o < RR * kGroupBytes; o += 64)
         _mm_prefetch(reinterpret_cast<const char*>(next_tile + gi * RR * kGroupBytes + o), _MM_HINT_T0);
-    const float* xg = x + gi * kGroup;
-    const __m512 x0 = _mm512_loadu_ps(xg), x1 = _mm512_loadu_ps(xg + 16), x2 = _mm512_loadu_ps(xg + 32),
-                 x3 = _mm512_loadu_ps(xg + 48);
+    // fp32 x: four 16-value chunks; BF16 x (kBf16): two 32-value chunks for vdpbf16ps.
+    __m512 x0, x1, x2, x3;
+    __m512bh xb0, xb1;
+    if constexpr (kBf16) {
+      const uint16_t* xg = static_cast<const uint16_t*>(xv) + gi * kGroup;
+      xb0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xg)), xb1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xg + 32));
+    } else {
+      const float* xg = static_cast<const float*>(xv) + gi * kGroup;
+      x0 = _mm512_loadu_ps(xg), x1 = _mm512_loadu_ps(xg + 16), x2 = _mm512_loadu_ps(xg + 32), x3 = _mm512_loadu_ps(xg + 48);
+    }
     for (int r = 0; r < RR; ++r) {
       const uint8_t* grp = rows + r * rb + gi * kGroupBytes;
       const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp));
@@ -146,10 +153,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) void dot_avx512(const 
         }
         v0 = _mm512_load_si512(buf), v1 = _mm512_load_si512(buf + 32);
       }
-      acc[r] = _mm512_fmadd_ps(x0, widen16(_mm512_castsi512_si256(v0)), acc[r]);
-      acc[r] = _mm512_fmadd_ps(x1, widen16(_mm512_extracti64x4_epi64(v0, 1)), acc[r]);
-      acc[r] = _mm512_fmadd_ps(x2, widen16(_mm512_castsi512_si256(v1)), acc[r]);
-      acc[r] = _mm512_fmadd_ps(x3, widen16(_mm512_extracti64x4_epi64(v1, 1)), acc[r]);
+      if constexpr (kBf16) {  // cpu::gemm_nt_bf16's sequence: 32-value chunks in order
+        acc[r] = _mm512_dpbf16_ps(acc[r], xb0, reinterpret_cast<__m512bh>(v0));
+        acc[r] = _mm512_dpbf16_ps(acc[r], xb1, reinterpret_cast<__m512bh>(v1));
+      } else {
+        acc[r] = _mm512_fmadd_ps(x0, widen16(_mm512_castsi512_si256(v0)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(x1, widen16(_mm512_extracti64x4_epi64(v0, 1)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(x2, widen16(_mm512_castsi512_si256(v1)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(x3, widen16(_mm512_extracti64x4_epi64(v1, 1)), acc[r]);
+      }
     }
   }
   for (int r = 0; r < RR; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
@@ -297,6 +309,22 @@ void dot_rows(const float* x, const uint8_t* matrix, int64_t rows, int64_t cols,
   decode_rows(matrix, rows, cols, r0, nr, buf.data());
   cpu::to_f32(DType::BF16, buf.data(), wf.data(), nr * cols);
   cpu::dot_rows(x, wf.data(), cols, nr, cols, y);
+}
+
+void dot_rows_bf16(const uint16_t* x, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, int nr, float* y) {
+  if (nr < 1 || nr > 4) fail(ErrorCode::kInvalidArgument, "ec12: dot of {} rows (1..4)", nr);
+  if (!supports(cols)) fail(ErrorCode::kInvalidArgument, "ec12: cols {} is not a positive multiple of {}", cols, kGroup);
+  if (r0 < 0 || r0 + nr > rows)
+    fail(ErrorCode::kInvalidArgument, "ec12: rows [{}, {}) out of range for a matrix of {} rows", r0, r0 + nr, rows);
+  if (!cpu::has_bf16_dot() || resolve(Simd::kAuto) != Simd::kAvx512)
+    fail(ErrorCode::kUnsupported, "ec12: dot_rows_bf16 needs AVX-512 BF16");
+  const MatrixGeometry g{rows, cols, 0};
+  switch (nr) {
+    case 1: return dot_avx512<1, true>(x, matrix, g, r0, y);
+    case 2: return dot_avx512<2, true>(x, matrix, g, r0, y);
+    case 3: return dot_avx512<3, true>(x, matrix, g, r0, y);
+    default: return dot_avx512<4, true>(x, matrix, g, r0, y);
+  }
 }
 
 }  // namespace ft::ec12

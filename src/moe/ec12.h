@@ -87,4 +87,10 @@ void decode_rows(const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, 
  *  per-thread buffers and dotted by cpu::dot_rows (which dot_rows_stored equals). Throws kInvalidArgument for rows out of range or nr outside 1..4. */
 void dot_rows(const float* x, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, int nr, float* y);
 
+/** dot_rows with BF16 x [cols]: each group decoded in registers and dotted by vdpbf16ps, bit for bit
+ *  what cpu::gemm_nt_bf16 gives on the decoded rows (32-value chunks in order, one accumulator per
+ *  row, one final reduction). Throws kInvalidArgument as dot_rows, kUnsupported where
+ *  cpu::has_bf16_dot() is false or the ec12 SIMD level is below AVX-512. */
+void dot_rows_bf16(const uint16_t* x, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t r0, int nr, float* y);
+
 }  // namespace ft::ec12
