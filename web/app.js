@@ -1,6 +1,8 @@
 // FreeToken chat page: conversations in localStorage, streamed replies from /v1/chat/completions (SSE),
 // a Stop button (aborting the fetch; the server cancels the request when the connection closes), and
-// the served model and /v1/stats in the header. No dependencies, no build step.
+// the served model and /v1/stats in the header. With `ft serve --api-key`, a 401 opens the key box
+// (saying when a key that was sent was refused), stops the /v1/stats poll until a key is entered, and
+// gives an unsent message back to the input. No dependencies, no build step.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -12,6 +14,8 @@ let currentId = localStorage.getItem(KEYS.current);
 let settings = load(KEYS.settings, {});
 let modelName = null;
 let controller = null;  // the AbortController of the reply being streamed
+// No /v1/stats polls before /v1/models answered, nor after a 401 until a key is entered (setKey).
+let statsPaused = true;
 
 function load(key, fallback) {
   try { return JSON.parse(localStorage.getItem(key)) ?? fallback; } catch { return fallback; }
@@ -193,13 +197,20 @@ async function send(text) {
   showError('');
   controller = new AbortController();
   setBusy(true);
+  let unsent = false;
   try {
     const res = await fetch('/v1/chat/completions', {
       method: 'POST', headers: headers(), body: JSON.stringify(requestBody(conv)), signal: controller.signal,
     });
     if (res.status === 401) {
-      askForKey();
-      throw new Error('The server needs an API key: enter it above and send again.');
+      // Not sent: the message leaves the conversation and goes back to the input, to be sent again.
+      unsent = true;
+      conv.messages.splice(conv.messages.indexOf(reply) - 1, 2);
+      if (conv.messages.length === 0) conv.title = 'New chat';
+      if (!$('input').value) $('input').value = text;
+      const refused = keyRefused();
+      throw new Error(refused ? 'The server refused the API key (401): enter the right one above and send again.'
+                              : 'The server needs an API key: enter it above and send again.');
     }
     if (!res.ok) {
       const err = await res.json().catch(() => null);
@@ -209,12 +220,16 @@ async function send(text) {
     reply.note = noteFor(reply);
   } catch (e) {
     if (e.name === 'AbortError') reply.note = 'stopped';
+    else if (unsent) showError(e.message);
     else { reply.note = 'error'; showError(e.message); }
   } finally {
     controller = null;
     setBusy(false);
-    fillBubble(div, reply);
-    div.dataset.done = '1';
+    if (unsent) render();
+    else {
+      fillBubble(div, reply);
+      div.dataset.done = '1';
+    }
     saveConvs();
   }
 }
@@ -251,20 +266,30 @@ function setBusy(busy) {
 }
 
 // ---- API key.
-function askForKey() {
+/** After a 401: opens the key box, pauses the /v1/stats poll, and says whether the key sent was
+ *  refused (true) or none was set (false). */
+function keyRefused() {
+  statsPaused = true;
+  const refused = apiKey() !== '';
   $('auth-prompt').hidden = false;
+  $('auth-error').textContent = refused ? 'The server refused this API key (401 Unauthorized).' : '';
+  $('auth-error').hidden = !refused;
+  $('model-name').textContent = refused ? 'API key refused' : 'API key needed';
   $('auth-key').focus();
+  return refused;
 }
 
 // ---- Model name and live stats.
+/** Shows the served model; false when the server answered 401 (the key box is open then). */
 async function loadModel() {
   try {
     const res = await fetch('/v1/models', { headers: headers() });
-    if (res.status === 401) { askForKey(); $('model-name').textContent = 'API key needed'; return; }
+    if (res.status === 401) { keyRefused(); return false; }
     const j = await res.json();
     modelName = j.data?.[0]?.id ?? null;
     $('model-name').textContent = modelName || 'no model';
   } catch { $('model-name').textContent = 'server unreachable'; }
+  return true;
 }
 function bytes(n) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -273,8 +298,10 @@ function bytes(n) {
   return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
 async function loadStats() {
+  if (statsPaused) return;  // a 401 came back: no key to poll with until one is entered
   try {
     const res = await fetch('/v1/stats', { headers: headers() });
+    if (res.status === 401) { keyRefused(); return; }
     if (!res.ok) return;
     const s = await res.json();
     const parts = [];
@@ -304,13 +331,17 @@ function bindSettings() {
   $('api-key').value = apiKey();
   $('api-key').addEventListener('change', () => setKey($('api-key').value));
 }
-function setKey(key) {
+/** Stores `key` and tries it on /v1/models: the key box closes and the stats poll resumes when it is
+ *  taken; on a 401 the box stays open and says the key was refused. */
+async function setKey(key) {
   if (key) localStorage.setItem(KEYS.apiKey, key);
   else localStorage.removeItem(KEYS.apiKey);
   $('api-key').value = key;
-  $('auth-prompt').hidden = true;
   showError('');
-  loadModel();
+  if (!(await loadModel())) return;
+  $('auth-prompt').hidden = true;
+  $('auth-error').hidden = true;
+  statsPaused = false;
   loadStats();
 }
 
@@ -332,8 +363,8 @@ function start() {
   });
   if (!current()) currentId = convs[0]?.id ?? null;
   render();
-  loadModel();
-  loadStats();
+  // The stats poll starts once /v1/models answered: after a 401 there is no key to poll with.
+  loadModel().then((ok) => { if (ok) { statsPaused = false; loadStats(); } });
   setInterval(loadStats, STATS_EVERY_MS);
 }
 start();

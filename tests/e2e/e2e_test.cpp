@@ -257,28 +257,47 @@ TEST(E2E, DemoModelServesWithoutAModel) {
 
 // The chat page (web/, issue 41) in Debian's Chromium, headless: tests/e2e/webui.test.mjs drives it
 // with puppeteer-core against `ft serve` on the demo model, and writes its screenshot (webui.png) into
-// the build folder, beside ft.
+// the build folder, beside ft. A second server with --api-key serves its key-box test; both servers'
+// request logs must show no 404 (the icon) and the keyed one no /v1/stats poll without the key.
 TEST(E2E, WebChatPageInChromium) {
   ASSERT_TRUE(have_program("node")) << "node is not installed: run `make deps`";
   ASSERT_TRUE(fs::exists("/usr/bin/chromium")) << "/usr/bin/chromium is missing: run `make deps` (apt-get install chromium)";
   ASSERT_TRUE(fs::exists(kE2eDir / "node_modules" / "puppeteer-core" / "package.json"))
       << "puppeteer-core is missing: run `make deps` (it runs `npm ci` in tests/e2e) before the tests";
   const std::string log = fs::temp_directory_path().string() + "/ft-e2e-webui-" + std::to_string(getpid()) + ".log";
+  const std::string key_log = fs::temp_directory_path().string() + "/ft-e2e-webui-key-" + std::to_string(getpid()) + ".log";
   Server srv({FT_BINARY, "serve", "--port", "0", "--threads", "1"}, log);
+  // A second server with --api-key, for the page's key box (webui.test.mjs's last test).
+  Server key_srv({FT_BINARY, "serve", "--port", "0", "--threads", "1", "--api-key", "e2e-key"}, key_log);
   std::string seen;
   const std::string url = srv.wait_listening(seen);
   ASSERT_FALSE(url.empty()) << seen << testing::read_file(log);
   EXPECT_EQ(srv.next_line(), "  chat page " + url + "/\n");  // the banner's next line names the page
   srv.drain();
+  const std::string key_url = key_srv.wait_listening(seen);
+  ASSERT_FALSE(key_url.empty()) << seen << testing::read_file(key_log);
+  key_srv.drain();
   const std::string shots = fs::path(FT_BINARY).parent_path().string();
   int status = 0;
-  const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_WEBUI_URL=" + url + " FT_SCREENSHOT_DIR='" + shots +
+  const std::string cmd = "cd '" + kE2eDir.string() + "' && FT_E2E_WEBUI_URL=" + url + " FT_E2E_WEBUI_KEY_URL=" + key_url +
+                          " FT_E2E_WEBUI_KEY=e2e-key FT_SCREENSHOT_DIR='" + shots +
                           "' node --test --test-concurrency=1 webui.test.mjs 2>&1";
   const std::string out = run_capture(cmd, status);
   std::printf("%s\n", out.c_str());
   EXPECT_EQ(status, 0) << "webui.test.mjs failed (output above); server log: " << log << "\n" << testing::read_file(log);
   EXPECT_EQ(srv.terminate(20s), 0) << "ft serve did not exit 0 on SIGTERM";
-  if (!HasFailure()) fs::remove(log);
+  EXPECT_EQ(key_srv.terminate(20s), 0) << "ft serve --api-key did not exit 0 on SIGTERM";
+  // Server-side, from the request log (info level): the page asked for nothing that is not there
+  // (its icon included), and without a key it never polled /v1/stats.
+  const std::string text = testing::read_file(log), key_text = testing::read_file(key_log);
+  EXPECT_EQ(text.find(" 404 "), std::string::npos) << text;
+  EXPECT_EQ(key_text.find(" 404 "), std::string::npos) << key_text;
+  EXPECT_EQ(key_text.find("GET /v1/stats 401"), std::string::npos) << key_text;
+  EXPECT_NE(key_text.find("GET /v1/models 401"), std::string::npos) << key_text;  // the page did meet the key check
+  if (!HasFailure()) {
+    fs::remove(log);
+    fs::remove(key_log);
+  }
 }
 
 // --no-webui: no page at /.
