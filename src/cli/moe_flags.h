@@ -27,6 +27,7 @@ struct MoeFlags {
   std::string prefetch = "auto";
   std::optional<int32_t> prefetch_depth;  // unset: MoeOptions' default (2)
   std::string cpu_int8 = "on";
+  std::string cpu_bf16 = "off";
   std::string bank_format = "auto";
   std::optional<int64_t> kv_reserve_tokens;  // unset: the engine default (the KV cache it allocates)
   std::optional<double> gpu_memory_limit_gib;
@@ -41,7 +42,7 @@ void add_moe_flags(CLI::App* cmd, MoeFlags& f);
  *  strategy, more than one cache-size flag, a cache flag with fused or cpu, --moe-cpu-layers with
  *  fused or cpu, --moe-fetch-cap without hybrid, --moe-prefetch on without an expert cache or other than
  *  on|off, --moe-prefetch-depth outside 1 to PrefetchTargets::kMax or without an expert cache or with
- *  --moe-prefetch off, --moe-cpu-int8 other than on|off,
+ *  --moe-prefetch off, --moe-cpu-int8 or --moe-cpu-bf16 other than on|off,
  *  --moe-calibrate with fused, offload or cpu or beside --moe-fetch-cap or --moe-cpu-cost, --moe-bank-format other than auto|stored|ec12 or ec12 with fused, and out-of-range values. */
 void apply_moe_flags(const MoeFlags& f, EngineOptions& eo);
 

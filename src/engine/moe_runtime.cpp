@@ -167,6 +167,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   ro.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   ro.cpu_threads = config.cpu_threads;
   ro.cpu_int8 = config.moe.cpu_int8;
+  ro.cpu_bf16 = config.moe.cpu_bf16;
   ro.bank_format = config.moe.bank_format;
   // With a GPU the executor runs on a dispatcher thread (moe/host_exchange.h) while the engine's thread
   // launches and waits on the steps: one core stays with it. All cores for the executor put a 17th
@@ -215,6 +216,11 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
       if (!v->empty()) int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
   plan_.cpu_int8 = ro.cpu_int8 && int8_weights;
+  bool bf16_weights = false;  // likewise for bf16 activations (the host banks hold BF16; EC12 codes them)
+  for (const ExpertBank& b : host)
+    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
+      if (!v->empty()) bf16_weights = bf16_weights || CpuExpertExecutor::bf16_weight(v->front());
+  plan_.cpu_bf16 = ro.cpu_bf16 && bf16_weights;
   if (offloaded_) plan_.bank_format = offloaded_->banks().format();
   if (calibrate_ && offloaded_) {
     // The planner's per-token CPU cost: one expert with 1 and with 16 tokens on this machine's

@@ -139,6 +139,7 @@ std::string MoePlan::summary() const {
                                          : std::string(", next-layer prefetch");
   if (prefetch && !prefetch_note.empty()) s += " (" + prefetch_note + ")";
   if (cpu_int8 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU int8 activations for Q4_K/Q6_K/MXFP4";
+  if (cpu_bf16 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU bf16 activations for BF16 experts";
   if (bank_format == BankFormat::kEc12) s += ", EC12 expert banks (BF16 in 12 bits)";
   if (!cache.note.empty()) s += " (" + cache.note + ")";
   return s;

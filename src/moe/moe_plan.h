@@ -60,6 +60,9 @@ struct MoeOptions {
   bool prefetch_depth_given = false;
   /** --moe-cpu-int8: the CPU expert executor's int8 activations (CpuExpertExecutor). */
   bool cpu_int8 = true;
+  /** --moe-cpu-bf16: the CPU expert executor's bf16 activations for BF16/EC12 experts (CpuExpertExecutor).
+   *  Off by default: on, the CPU's experts are within bf16 tolerance of the GPU's, no longer bit for bit. */
+  bool cpu_bf16 = false;
   /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where
    *  ec12_bankable (BF16 experts), else kStored. */
   std::optional<BankFormat> bank_format;
@@ -87,6 +90,7 @@ struct MoePlan {
   int32_t prefetch_depth = 0;                  // set by the runtime: cache layers ahead (0: no prefetch)
   std::string prefetch_note;                   // set by the runtime: why the depth is below the one asked for
   bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K/MXFP4 with int8 activations
+  bool cpu_bf16 = false;                       // set by the runtime: CPU experts dot BF16/EC12 with bf16 activations
   BankFormat bank_format = BankFormat::kStored;  // set by the runtime: the expert banks' form (no banks: kStored)
 
   /** Layer l's FetchPolicy: its fetch cap with the planned costs. */

@@ -55,10 +55,12 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   }
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
-    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us, opt_.cpu_int8);
-    spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}, int8 activations for Q4_K/Q6_K/MXFP4 {}",
+    cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us, opt_.cpu_int8, opt_.cpu_bf16);
+    spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}, int8 activations for Q4_K/Q6_K/MXFP4 {}, "
+                 "bf16 activations for BF16 experts {}",
                  cpu_->n_threads(), physical_core_count(), cpu::simd_level(),
-                 !opt_.cpu_int8 ? "off" : cpu::has_q8_dot(DType::Q4_K) ? "on" : "on but unavailable (no AVX-512 VNNI)");
+                 !opt_.cpu_int8 ? "off" : cpu::has_q8_dot(DType::Q4_K) ? "on" : "on but unavailable (no AVX-512 VNNI)",
+                 !opt_.cpu_bf16 ? "off" : cpu::has_bf16_dot() ? "on" : "on but unavailable (no AVX-512 BF16)");
     int64_t H = 0;
     for (int64_t l = 0; l < banks_->n_layers(); ++l)
       if (banks_->n_expert(l) > 0) H = std::max(H, banks_->layout(l).n_embd);

@@ -43,6 +43,7 @@ struct MoeRuntimeOptions {
   int cpu_threads = 0;        // CPU expert executor workers (<= 0: one per physical core)
   int cpu_spin_us = 0;        // ThreadPool: how long workers poll for the next layer's job before sleeping
   bool cpu_int8 = false;      // CpuExpertExecutor's int8 activations (the engine sets --moe-cpu-int8's value, on by default)
+  bool cpu_bf16 = false;      // CpuExpertExecutor's bf16 activations (the engine sets --moe-cpu-bf16's value, off by default)
   int bank_threads = 0;       // parallel bank fill (<= 0: hardware threads)
   /** The banks' form; unset: kEc12 where ec12_bankable(host), else kStored. */
   std::optional<BankFormat> bank_format;
