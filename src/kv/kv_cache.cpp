@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "quant/kv_quant.h"
 #include "util/error.h"
@@ -166,7 +167,15 @@ KvLayer kv_head_view(const KvLayer& full, int64_t heads, int64_t dim) {
     return t.empty() ? Tensor() : Tensor(t.data, t.dtype, {t.dim(0), t.dim(1), heads, cols}, t.device);
   };
   const int64_t scales = full.quantized() ? kv_scales_per_head(kv_dtype_of_codes(full.k.dtype), dim) : 0;
-  return KvLayer{view(full.k, dim), view(full.v, dim), view(full.k_scale, scales), view(full.v_scale, scales)};
+  KvLayer kv{view(full.k, dim), view(full.v, dim), view(full.k_scale, scales), view(full.v_scale, scales)};
+  for (const auto& [part, whole] : {std::pair<const Tensor*, const Tensor*>{&kv.k, &full.k}, {&kv.v, &full.v},
+                                    {&kv.k_scale, &full.k_scale}, {&kv.v_scale, &full.v_scale}})
+    if (!whole->empty() && part->bytes() > whole->bytes())  // more heads of a smaller dim: more scales a token
+      fail(ErrorCode::kUnsupported,
+           "KV cache: a layer of {} KV heads of {} does not fit pages {} of {} (with --kv-cache-dtype fp8 / q8_0, "
+           "scales a head: use f32)",
+           heads, dim, full.k.str(), dtype_name(full.k.dtype));
+  return kv;
 }
 
 StateLayer KvCache::state(int32_t l) const {

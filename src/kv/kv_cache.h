@@ -68,8 +68,10 @@ struct KvCacheConfig {
   int64_t state_bytes_per_slot() const;
 };
 
-/** `full`'s pages seen as [n_pages, page_size, heads, dim] each over the prefix of every page (a
- *  layer narrower than the widest sharing one cache layer, as Gemma 4's), scales viewed the same way. */
+/** `full`'s pages seen as [n_pages, page_size, heads, dim], packed over the front of their storage (a
+ *  layer narrower than the widest sharing one cache layer, as Gemma 4's), scales viewed the same way.
+ *  Throws kUnsupported when the view needs more bytes than `full` holds: quantized pages whose layer
+ *  has more KV heads (of a smaller dim) than the pages, so more scales a token. */
 KvLayer kv_head_view(const KvLayer& full, int64_t heads, int64_t dim);
 
 class KvCache {

@@ -107,6 +107,22 @@ TEST(KvQuant, BytesPerTokenAreAboutHalfOfBf16) {
   EXPECT_THROW(KvCache(ops, small), Error);
 }
 
+TEST(KvQuant, HeadViewsOfQuantizedPagesKeepTheirScalesOrAreRefused) {
+  CpuOps ops(1);
+  KvCacheConfig c{1, 2, 64, 16, 32, DType::F8_E4M3};  // pages of 2 heads of 64: 2 scales a token
+  KvCache kv(ops, c);
+  const KvLayer narrow = kv_head_view(kv.layer(0), 2, 16);  // 2 heads of 16 (Gemma 4's sliding layers)
+  EXPECT_TRUE(narrow.k.has_shape({2, 16, 2, 16}));
+  EXPECT_TRUE(narrow.k_scale.has_shape({2, 16, 2, 1}));
+  EXPECT_EQ(narrow.k_scale.data, kv.layer(0).k_scale.data);
+  // 4 heads of 32 fit the codes but need 4 scales a token: refused, never read past the scales.
+  EXPECT_THROW(kv_head_view(kv.layer(0), 4, 32), Error);
+  c.dtype = DType::F32;
+  KvCache f(ops, c);
+  EXPECT_TRUE(kv_head_view(f.layer(0), 4, 32).k.has_shape({2, 16, 4, 32}));
+  EXPECT_FALSE(kv_head_view(f.layer(0), 4, 32).quantized());
+}
+
 /** A batch of one sequence of positions 0..n-1 over pages `table` (host vectors kept alive by the caller). */
 struct Batch {
   std::vector<int32_t> pos, si, st, table;
