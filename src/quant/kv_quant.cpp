@@ -1,6 +1,7 @@
 #include "quant/kv_quant.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -13,6 +14,16 @@ namespace {
 
 constexpr int64_t kQ8Block = 32;  // llama.cpp's QK8_0
 constexpr float kE4m3Max = 448.0f;
+
+/** e4m3_to_f32 of every code, built once (the read path's per-value lookup). */
+const float* e4m3_values() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = e4m3_to_f32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table.data();
+}
 
 float amax(const float* x, int64_t n) {
   float m = 0.0f;
@@ -80,7 +91,8 @@ void kv_dequantize_head(DType kv_dtype, const uint8_t* codes, const void* scales
   if (kv_dtype == DType::F8_E4M3) {
     float s;
     std::memcpy(&s, scales, 4);
-    for (int64_t i = 0; i < dim; ++i) out[i] = e4m3_to_f32(codes[i]) * s;
+    const float* value = e4m3_values();
+    for (int64_t i = 0; i < dim; ++i) out[i] = value[codes[i]] * s;
     return;
   }
   FT_CHECK(kv_dtype == DType::Q8_0);
