@@ -5,7 +5,8 @@
 // next k experts, so weights come from memory as in a real step. Reports the expert weight bytes
 // read per second: compare with the host's read bandwidth per thread count (bench/RESULTS.md).
 // The *_prefill cases run a 512-token prefill layer (the `cpu` strategy's prompt): 512 tokens, top-8
-// of the 128 experts drawn uniformly (~32 tokens an expert), and report tokens per second.
+// of the 128 experts drawn uniformly (~32 tokens an expert), and report tokens per second; bf16act:
+// --moe-cpu-bf16 on; ec12: the bank coded as EC12 (the banks' default form for BF16 experts).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -107,10 +108,11 @@ void q4_k_int8_layer(benchmark::State& state) {
 /** One prefill layer: state.range(0) tokens, each routed to 8 distinct experts drawn uniformly
  *  (a fixed pseudo-random sequence), threads state.range(1) (0: one per physical core). Reports
  *  tokens per second (items). */
-void run_prefill(benchmark::State& state, DType type, bool int8 = false, bool bf16 = false) {
+void run_prefill(benchmark::State& state, DType type, bool int8 = false, bool bf16 = false, bool ec12 = false) {
   const int64_t T = state.range(0), k = 8;
   const int threads = state.range(1) > 0 ? static_cast<int>(state.range(1)) : physical_core_count();
   Bank& b = bank(type);
+  const ExpertBank& eb = ec12 ? ec12_bank() : b.bank;
   CpuExpertExecutor ex(threads, 2000, int8, bf16);
   std::vector<float> x(static_cast<size_t>(T * kH)), out(static_cast<size_t>(T * kH));
   std::vector<float> w(static_cast<size_t>(T * k), 1.0f / static_cast<float>(k));
@@ -131,7 +133,7 @@ void run_prefill(benchmark::State& state, DType type, bool int8 = false, bool bf
     }
   for (auto _ : state) {
     ex.run({}, Tensor(x.data(), DType::F32, {T, kH}), Tensor(ids.data(), DType::I32, {T, k}),
-           Tensor(w.data(), DType::F32, {T, k}), b.bank, Tensor(out.data(), DType::F32, {T, kH}));
+           Tensor(w.data(), DType::F32, {T, k}), eb, Tensor(out.data(), DType::F32, {T, kH}));
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * T);
@@ -143,6 +145,11 @@ void q4_k_prefill(benchmark::State& state) { run_prefill(state, DType::Q4_K); }
 void bf16_bf16act_prefill(benchmark::State& state) {
   if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
   run_prefill(state, DType::BF16, false, true);
+}
+void ec12_prefill(benchmark::State& state) { run_prefill(state, DType::BF16, false, false, true); }
+void ec12_bf16act_prefill(benchmark::State& state) {
+  if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
+  run_prefill(state, DType::BF16, false, true, true);
 }
 void q4_k_int8_prefill(benchmark::State& state) {
   if (!cpu::has_q8_dot(DType::Q4_K)) return state.SkipWithError("no AVX-512 VNNI on this machine");
@@ -159,6 +166,8 @@ BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrose
 // Args: {tokens, threads (0: one per physical core)}.
 BENCHMARK(bf16_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bf16_bf16act_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(ec12_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(ec12_bf16act_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(q4_k_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(q4_k_int8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
