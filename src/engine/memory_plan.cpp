@@ -38,6 +38,18 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
            "--kv-cache-dtype {}: {}'s compressed-KV attention layers (compress_kv{}) have no quantized KV path yet; "
            "use f32 (auto)",
            want, config.arch, config.arch == "deepseek_v4" ? ", attention_compressed" : " of the QSA indexer");
+    // Scales are kept per head of the pages: a layer attending with more (narrower) heads than the
+    // pages hold may need more scales a token than they have (kv_head_view).
+    const int64_t page_scales = config.n_head_kv * kv_scales_per_head(kv_dtype, config.head_dim);
+    for (size_t l = 0; l < config.layer_kv_heads.size() && l < config.layer_head_dim.size(); ++l) {
+      const int64_t heads = config.layer_kv_heads[l], dim = config.layer_head_dim[l];
+      if (heads * kv_scales_per_head(kv_dtype, dim) > page_scales)
+        fail(ErrorCode::kUnsupported,
+             "--kv-cache-dtype {}: {} layer {} attends with {} KV heads of {} over pages of {} heads of {} (sized for "
+             "its widest layer), which hold {} scales a token and it needs {}; use {}",
+             want, config.arch, l, heads, dim, config.n_head_kv, config.head_dim, page_scales,
+             heads * kv_scales_per_head(kv_dtype, dim), "f32 (auto)");
+    }
   } else if (kv_dtype != DType::F32 && ops.device() == Device::kCpu) {
     fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32, fp8 or q8_0", want);
   }

@@ -40,6 +40,10 @@ struct ModelConfig {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
+  /** Per-layer KV heads and head dims where layers differ (Gemma 4: sliding layers of more heads of a
+   *  smaller dim over pages sized n_head_kv x head_dim for the widest layer), n_layer entries each, or
+   *  empty: every layer has n_head_kv x head_dim. */
+  std::vector<int64_t> layer_kv_heads, layer_head_dim;
   int64_t n_ff = 0;           // dense FFN width
   double rms_eps = 1e-6;
   int64_t n_ctx_train = 0;    // max_position_embeddings / context_length

@@ -297,6 +297,10 @@ class Gemma4 final : public Model {
     while (config_.n_head % kv != 0) ++kv;
     config_.n_head_kv = kv;
     config_.n_rot = max_hd;
+    for (const LayerGeom& g : geom_) {
+      config_.layer_kv_heads.push_back(g.n_kv);
+      config_.layer_head_dim.push_back(g.head_dim);
+    }
     // KV sharing: the last num_kv_shared_layers layers read the last earlier layer of their type.
     const int64_t shared = static_cast<int64_t>(num(c, "num_kv_shared_layers", 0));
     if (shared < 0 || shared >= L)

@@ -213,6 +213,30 @@ TEST(MemoryPlan, KvCacheLayout) {
   }
 }
 
+// Gemma 4's layers differ: sliding layers of more, narrower KV heads over pages sized for the widest
+// layer. Quantized pages keep scales per page head, so a layer needing more scales a token is refused
+// at load (plan_kv_cache), naming it, rather than at its first forward.
+TEST(MemoryPlan, QuantizedKvRefusesLayersOfMoreScalesThanThePagesHold) {
+  EngineOptions o = small_engine_options();
+  CpuOps ops(1);
+  ModelConfig c = read_model_config(*open_checkpoint(fixture("qwen3")));
+  c.n_head_kv = 2, c.head_dim = 64;          // pages: 2 heads of 64 a token
+  c.layer_kv_heads = {4, 2}, c.layer_head_dim = {32, 64};  // layer 0: 4 heads of 32
+  o.kv_cache_dtype = "q8_0";                 // 4 x 1 scales (a block of 32) = 2 x 2: fits
+  EXPECT_EQ(plan_kv_cache(o, c, ops, false).dtype, DType::Q8_0);
+  o.kv_cache_dtype = "fp8";                  // one scale a head: 4 > 2
+  try {
+    plan_kv_cache(o, c, ops, false);
+    ADD_FAILURE() << "fp8 KV with a layer of 4 heads over pages of 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_STREQ(e.what(), "--kv-cache-dtype fp8: qwen3 layer 0 attends with 4 KV heads of 32 over pages of 2 heads of "
+                           "64 (sized for its widest layer), which hold 2 scales a token and it needs 4; use f32 (auto)");
+  }
+  o.kv_cache_dtype = "auto";
+  EXPECT_EQ(plan_kv_cache(o, c, ops, false).dtype, DType::F32);
+}
+
 /** CpuOps that call themselves the CUDA backend: what plan_kv_cache decides for a CUDA engine. */
 class CudaNamedOps final : public CpuOps {
  public:
