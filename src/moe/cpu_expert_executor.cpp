@@ -233,6 +233,10 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       });
     }
   }
+  // x's int8 rows by group position (the int8 GEMM blocks of experts with several inputs).
+  xg8_rows_.resize(any_x8 ? static_cast<size_t>(n_pairs) : 0);
+  if (any_x8)
+    for (int64_t i = 0; i < n_pairs; ++i) xg8_rows_[static_cast<size_t>(i)] = x8_rows_[static_cast<size_t>(pair_index_[static_cast<size_t>(i)] / k)];
   bool any_h8 = false;  // some down GEMV takes h's int8 form: only then is room for it made
   for (const Group& g : groups_) any_h8 = any_h8 || int8(bank.down[static_cast<size_t>(g.expert)]);
   if (any_h8 && static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes + 64)
@@ -351,6 +355,14 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       bf16_block(x16, H, G.n, gate, task.row0, nr, bf, 0, gall, kRowTile);
       bf16_block(x16, H, G.n, up, task.row0, nr, bf, kRowTile * H, uall, kRowTile);
     }
+    // int8 activations with several inputs: one int8 GEMM block (cpu::gemm_q8, the same bits as
+    // dot_rows_q8 per input) over the inputs' int8 rows by group position.
+    if (g8 && G.n > 1)
+      cpu::gemm_q8(gate.dtype, xg8_rows_.data() + G.begin, G.n, gate.bytes_ptr() + task.row0 * gate.row_bytes(),
+                   gate.row_bytes(), nr, gall, kRowTile);
+    if (u8 && G.n > 1)
+      cpu::gemm_q8(up.dtype, xg8_rows_.data() + G.begin, G.n, up.bytes_ptr() + task.row0 * up.row_bytes(), up.row_bytes(),
+                   nr, uall, kRowTile);
     uint16_t* h16 = d16(G) ? h16_.data() : nullptr;
     for (int64_t r = 0; r < G.n; ++r) {
       const int64_t t = pair_index_[static_cast<size_t>(G.begin + r)] / k;
@@ -358,11 +370,13 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       float* gv = gall + r * kRowTile;
       float* uv = uall + r * kRowTile;
       if (!b16) {  // else computed above
-        if (g8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
-        else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
+        if (g8) {
+          if (G.n == 1) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
+        } else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
         else if (!wg) stored_dot_tile(xt, gate, task.row0, nr, gv);
-        if (u8) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
-        else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
+        if (u8) {
+          if (G.n == 1) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
+        } else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
         else if (!wu) stored_dot_tile(xt, up, task.row0, nr, uv);
       }
       float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
@@ -401,11 +415,15 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     if (wd) cpu::gemm_nt(h_.data() + G.begin * max_ff, max_ff, G.n, wd, G.F, nr, G.F, y_.data() + G.begin * H + task.row0, H);
     if (b16)
       bf16_block(h16_.data() + G.begin * max_ff, max_ff, G.n, dw, task.row0, nr, bf, 0, y_.data() + G.begin * H + task.row0, H);
+    if (d8 && G.n > 1)
+      cpu::gemm_q8(dw.dtype, h8_rows_.data() + G.begin, G.n, dw.bytes_ptr() + task.row0 * dw.row_bytes(), dw.row_bytes(),
+                   nr, y_.data() + G.begin * H + task.row0, H);
     for (int64_t r = 0; r < G.n; ++r) {
       const float* hp = h_.data() + (G.begin + r) * max_ff;
       float* yp = y_.data() + (G.begin + r) * H + task.row0;
-      if (d8) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
-      else if (!wd && !b16) stored_dot_tile(hp, dw, task.row0, nr, yp);
+      if (d8) {
+        if (G.n == 1) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
+      } else if (!wd && !b16) stored_dot_tile(hp, dw, task.row0, nr, yp);
       if (down_bias)
         for (int64_t i = 0; i < nr; ++i) yp[i] += down_bias[G.expert * H + task.row0 + i];
     }

@@ -18,7 +18,9 @@
 // (cpu::dot_rows_stored: same bits, no decoded tile written and read back). With int8 activations
 // (the constructor's option; the engine's --moe-cpu-int8) Q4_K and Q6_K rows meet int8 forms of x and h
 // instead (cpu::dot_rows_q8), for every input: faster, and ~1e-4 relative from the fp32 result
-// (6e-5 on random data: the activations keep ~15 bits, x ~= d * (q1 + q2 / 254) per 256 elements).
+// (6e-5 on random data: the activations keep ~15 bits, x ~= d * (q1 + q2 / 254) per 256 elements);
+// an expert with several inputs meets them as int8 GEMM blocks (cpu::gemm_q8: Q4_K rows unpacked
+// once per block for 4 inputs, the same bits as one input's dot).
 // With bf16 activations (the constructor's option) BF16 and EC12 rows meet BF16 forms of x and h
 // (cpu::gemm_nt_bf16, AVX-512 BF16) for every input, as GEMM blocks straight from the stored (or
 // EC12-decoded) BF16 tile: 2x the fp32 blocks' prefill throughput, ~3e-3 relative from fp32.
@@ -100,7 +102,7 @@ class CpuExpertExecutor {
   bool int8_ = false, bf16_ = false;
   std::vector<uint16_t> x16_, xg16_, h16_;  // BF16 forms: x [T, H], x gathered [pairs, H], h [pairs, F]
   std::vector<uint8_t> x8_, h8_;  // int8 forms: T rows of H, pairs of F (cpu::q8_row_bytes each)
-  std::vector<cpu::Q8Row> x8_rows_, h8_rows_;
+  std::vector<cpu::Q8Row> x8_rows_, h8_rows_, xg8_rows_;  // per token, per pair and per pair (x's, by group position)
   std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] and [pairs, H] by group position
   std::vector<float> xg_;  // [pairs, H]: x rows gathered by group position (experts with several inputs)
   std::vector<int32_t> pos_;  // per (token, slot) pair t * k + j: its group position

@@ -126,6 +126,44 @@ TEST(Q8Rows, Q4KAndQ6KDotsEqualTheDequantizedSum) {
   }
 }
 
+TEST(Q8Rows, GemmBlocksHaveEachDotsBits) {
+  // gemm_q8: any token and row count (Q4_K rows unpacked once per block for up to 4 tokens; Q6_K
+  // token by token), every element dot_rows_q8's bits for its token and row, written at t * ldo + r.
+  if (!cpu::has_q8_dot(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
+  const int64_t K = 512, rows = 7, T = 6, ldo = 9;
+  for (DType type : {DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t rb = dtype_bytes(type, K);
+    std::vector<uint8_t> w(static_cast<size_t>(rows * rb));
+    std::mt19937 rng(9);
+    std::vector<float> wf = random_floats(rows * K, 12, 0.05f);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (type == DType::Q6_K) random_q6_k(rng, w.data() + r * rb, K / 256, 0.05f);
+      else quantize_row(type, wf.data() + r * K, w.data() + r * rb, K);
+    }
+    std::vector<float> x = random_floats(T * K, 13, 1.0f);
+    std::vector<uint8_t> buf(static_cast<size_t>(T * cpu::q8_row_bytes(K)));
+    std::vector<cpu::Q8Row> xs;
+    for (int64_t t = 0; t < T; ++t)
+      xs.push_back(cpu::quantize_q8_row(x.data() + t * K, K, buf.data() + t * cpu::q8_row_bytes(K)));
+    for (int64_t tokens : {1, 3, 6}) {
+      std::vector<float> y(static_cast<size_t>(T * ldo), -5.0f);
+      cpu::gemm_q8(type, xs.data(), tokens, w.data(), rb, rows, y.data(), ldo);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < ldo; ++r) {
+          const float got = y[static_cast<size_t>(t * ldo + r)];
+          if (t >= tokens || r >= rows) {
+            EXPECT_EQ(got, -5.0f) << "wrote outside the block at " << t << ", " << r;
+            continue;
+          }
+          float want;
+          cpu::dot_rows_q8(type, xs[static_cast<size_t>(t)], w.data() + r * rb, rb, 1, &want);
+          EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << "tokens " << tokens << " at " << t << ", " << r;
+        }
+    }
+  }
+}
+
 TEST(Q8Rows, UnsupportedTypesAreRefused) {
   std::vector<float> x(256, 0.5f);
   std::vector<uint8_t> buf(static_cast<size_t>(cpu::q8_row_bytes(256))), w(64 * 256);

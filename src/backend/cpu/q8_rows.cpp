@@ -227,6 +227,58 @@ FT_VNNI_TARGET void dot_mxfp4_vnni(const Q8Row& x, const uint8_t* w, int64_t rb,
   for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+/** One Q4_K row against TT int8 rows xs[0 .. TT): dot_vnni<Q4KVnni, 1>'s arithmetic for each token
+ *  (the same instructions on the same values, so the same bits), with the row's nibbles and scales
+ *  unpacked once per block for all TT tokens. out[t * ldo] for t < TT. */
+template <int TT>
+FT_VNNI_TARGET void dot_q4k_tokens(const Q8Row* xs, const uint8_t* w, float* out, int64_t ldo) {
+  __m512i idx[4];
+  Q4KVnni::load_idx(idx);
+  const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  __m512 acc[TT], accm[TT];
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < xs[0].n / kBlock; ++b) {
+    const uint8_t* blk = w + b * Q4KVnni::kBytes;
+    uint16_t dh[2];
+    std::memcpy(dh, blk, 4);
+    const Q4KScales u = unpack_q4k_scales(blk + offsetof(quant::BlockQ4_K, scales));
+    const __m512i sc16 = _mm512_castsi128_si512(
+        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(u.sc_hi), static_cast<int>(u.sc_lo))));
+    const __m256 mins = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(u.m_hi), static_cast<int>(u.m_lo))));
+    const __m256 dmins = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins);
+    __m512i a1[TT], a2[TT];
+    for (int t = 0; t < TT; ++t) {
+      const __m256 term = _mm256_mul_ps(dmins, _mm256_loadu_ps(xs[t].sums + 8 * b));
+      accm[t] = _mm512_add_ps(accm[t], _mm512_zextps256_ps512(term));
+      a1[t] = _mm512_setzero_si512(), a2[t] = _mm512_setzero_si512();
+    }
+    const uint8_t* qs = blk + offsetof(quant::BlockQ4_K, qs);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
+      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
+                                            _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
+      const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
+      for (int t = 0; t < TT; ++t) {
+        const __m512i x1 = _mm512_loadu_si512(xs[t].q1 + b * kBlock + 64 * k);
+        const __m512i x2 = _mm512_loadu_si512(xs[t].q2 + b * kBlock + 64 * k);
+        a1[t] = _mm512_dpwssd_epi32(a1[t], _mm512_maddubs_epi16(wq, x1), sc);
+        a2[t] = _mm512_dpwssd_epi32(a2[t], _mm512_maddubs_epi16(wq, x2), sc);
+      }
+    }
+    const float dw = f16_to_f32(dh[0]);
+    for (int t = 0; t < TT; ++t) {
+      const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2[t]), inv254, _mm512_cvtepi32_ps(a1[t]));
+      acc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(dw * xs[t].d[b]), acc[t]);
+    }
+  }
+  for (int t = 0; t < TT; ++t) out[t * ldo] = _mm512_reduce_add_ps(acc[t]) - _mm512_reduce_add_ps(accm[t]);
+}
+
+using Q4KTokensFn = void (*)(const Q8Row*, const uint8_t*, float*, int64_t);
+const Q4KTokensFn kQ4KTokens[4] = {dot_q4k_tokens<1>, dot_q4k_tokens<2>, dot_q4k_tokens<3>, dot_q4k_tokens<4>};
+
 using Q8DotFn = void (*)(const Q8Row&, const uint8_t*, int64_t, float*);
 #define FT_VNNI_DOTS(K) {dot_vnni<K, 1>, dot_vnni<K, 2>, dot_vnni<K, 3>, dot_vnni<K, 4>}
 const Q8DotFn kQ4KDots[4] = FT_VNNI_DOTS(Q4KVnni);
@@ -362,6 +414,31 @@ void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, i
   FT_CHECK(has_q8_dot(type, x.n) && row_bytes >= dtype_bytes(type, x.n));
   const Q8DotFn* fns = type == DType::Q4_K ? kQ4KDots : type == DType::Q6_K ? kQ6KDots : kMxfp4Dots;
   fns[rows - 1](x, static_cast<const uint8_t*>(w), row_bytes, out);
+}
+
+void gemm_q8(DType type, const Q8Row* xs, int64_t tokens, const void* w, int64_t row_bytes, int64_t rows, float* out,
+             int64_t ldo) {
+  if (tokens <= 0 || rows <= 0) return;
+  if (!has_q8_dot(type))
+    fail(ErrorCode::kUnsupported, "gemm_q8: no int8 kernel for {} on this machine (SIMD level {})", dtype_name(type),
+         simd_level());
+  for (int64_t t = 0; t < tokens; ++t) FT_CHECK(xs[t].n == xs[0].n);
+  FT_CHECK(has_q8_dot(type, xs[0].n) && row_bytes >= dtype_bytes(type, xs[0].n));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (type != DType::Q4_K) {  // one token at a time (the same kernels, so the same bits)
+    float y[4];
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; r += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, rows - r));
+        dot_rows_q8(type, xs[t], wb + r * row_bytes, row_bytes, nr, y);
+        for (int i = 0; i < nr; ++i) out[t * ldo + r + i] = y[i];
+      }
+    return;
+  }
+  for (int64_t t = 0; t < tokens; t += 4) {
+    const int nt = static_cast<int>(std::min<int64_t>(4, tokens - t));
+    for (int64_t r = 0; r < rows; ++r) kQ4KTokens[nt - 1](xs + t, wb + r * row_bytes, out + t * ldo + r, ldo);
+  }
 }
 
 }  // namespace ft::cpu
