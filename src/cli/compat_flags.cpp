@@ -9,21 +9,41 @@
 
 namespace ft::cli {
 
+namespace {
+
+/** llama.cpp's (and vLLM's) multi-letter single-dash flags and the long forms they mean here. */
+const std::pair<const char*, const char*> kMultiLetter[] = {
+    {"-ngl", "--n-gpu-layers"}, {"-tp", "--tensor-parallel-size"}, {"-np", "--parallel"},
+    {"-cmoe", "--cpu-moe"},      {"-ncmoe", "--n-cpu-moe"},          {"-hf", "--hf-repo"},
+    {"-hfr", "--hf-repo"},       {"-hff", "--hf-file"},              {"-fa", "--flash-attn"},
+    {"-ub", "--ubatch-size"},    {"-ot", "--override-tensor"},       {"-ctk", "--cache-type-k"},
+    {"-ctv", "--cache-type-v"},  {"-cb", "--cont-batching"},         {"-tb", "--threads-batch"},
+    {"-ts", "--tensor-split"},   {"-sm", "--split-mode"},            {"-mg", "--main-gpu"},
+    {"-nkvo", "--no-kv-offload"}, {"-dev", "--device-list"},  {"-v", "--log-level=debug"},
+    {"--verbose", "--log-level=debug"}, {"--log-disable", "--log-level=off"},
+};
+
+bool is_flash_attn_value(const std::string& v) { return v == "on" || v == "off" || v == "auto"; }
+
+}  // namespace
+
 std::vector<std::string> expand_multi_letter_flags(int argc, const char* const* argv) {
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(argc));
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i > 0 && a == "-ngl") out.emplace_back("--n-gpu-layers");
-    else if (i > 0 && a == "-tp") out.emplace_back("--tensor-parallel-size");
-    else if (i > 0 && a == "-np") out.emplace_back("--parallel");
-    else if (i > 0 && a == "-cmoe") out.emplace_back("--cpu-moe");
-    else if (i > 0 && a == "-ncmoe") out.emplace_back("--n-cpu-moe");
-    else if (i > 0 && (a == "-hf" || a == "-hfr")) out.emplace_back("--hf-repo");
-    else if (i > 0 && a == "-fa") out.emplace_back("--flash-attn");
-    else if (i > 0 && a == "-ub") out.emplace_back("--ubatch-size");
-    else if (i > 0 && a == "-ot") out.emplace_back("--override-tensor");
-    else out.push_back(a);
+    std::string to = a;
+    for (const auto& [from, long_form] : kMultiLetter)
+      if (i > 0 && a == from) to = long_form;
+    // -fa alone (older llama.cpp) turns flash attention on; newer ones take on|off|auto. A bare -fa
+    // must not take the next word (a model path) as its value.
+    if (i > 0 && to == "--flash-attn" && !(i + 1 < argc && is_flash_attn_value(argv[i + 1]))) to = "--flash-attn=on";
+    // Any other single-dash word of several letters is a llama.cpp flag ft does not know: CLI11 would
+    // read "-ctx" as "-c tx". Kept whole, it is reported as the unknown option it is.
+    if (i > 0 && to == a && a.size() > 2 && a[0] == '-' && a[1] != '-' && std::isalpha(static_cast<unsigned char>(a[1])) &&
+        std::all_of(a.begin() + 1, a.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }))
+      to = "--unknown-short-flag=" + a;
+    out.push_back(std::move(to));
   }
   return out;
 }
@@ -67,7 +87,7 @@ void add_compat_flags(CLI::App* cmd, CompatFlags& f) {
   cmd->add_flag("--jinja", f.jinja, "Taken: chat templates are always rendered by ft's Jinja engine")->group(g);
   cmd->add_flag("--metrics", f.metrics, "Taken: ft serve always answers GET /metrics")->group(g);
   cmd->add_option("--flash-attn", f.flash_attn, "-fa [on|off|auto]: taken and ignored: attention kernels are always fused")
-      ->expected(0, 1)
+      ->check(CLI::IsMember({"on", "off", "auto"}))
       ->type_name("")
       ->group(g);
   cmd->add_flag("--no-mmap", f.no_mmap, "Taken and ignored (warned): the file is mapped and read as the plan places it")
@@ -81,6 +101,22 @@ void add_compat_flags(CLI::App* cmd, CompatFlags& f) {
   cmd->add_option("--hf-repo", f.hf_repo, "-hf: refused: ft does not download; give the path of a downloaded model")
       ->type_name("REPO")
       ->group(g);
+  cmd->add_option("--hf-file", f.hf_file, "-hff: refused, as -hf")->type_name("FILE")->group("");
+  cmd->add_option("--cache-type-k", f.cache_type_k,
+                  "-ctk: the KV cache type, as --kv-cache-dtype (f16 or bf16: bf16, f32, q8_0; one type for K and V)")
+      ->type_name("TYPE")
+      ->group(g);
+  cmd->add_option("--cache-type-v", f.cache_type_v, "-ctv: as -ctk (the same type)")->type_name("TYPE")->group(g);
+  cmd->add_flag("--cont-batching", f.cont_batching, "-cb: taken: requests are always batched continuously")->group(g);
+  cmd->add_flag("--no-warmup", f.no_warmup, "Taken: there is no warm-up run to skip")->group(g);
+  cmd->add_option("--threads-batch", f.threads_batch, "-tb: taken and ignored (warned): --threads serves prefill too")
+      ->type_name("N")
+      ->group(g);
+  cmd->add_option("--tensor-split,--split-mode,--main-gpu,--device-list", f.multi_gpu,
+                  "-ts, -sm, -mg, -dev: refused: ft runs on one GPU (CUDA_VISIBLE_DEVICES picks it)")
+      ->type_name("VALUE")
+      ->group("");
+  cmd->add_flag("--no-kv-offload", f.no_kv_offload, "-nkvo: refused: the KV cache stays on the device")->group("");
   cmd->add_option("--override-tensor", f.override_tensor,
                   "-ot: refused: ft places tensors itself (--moe-strategy, --moe-cpu-layers, --gpu-memory-limit)")
       ->type_name("PATTERN")
@@ -118,6 +154,18 @@ void check_compat_flags(const CompatFlags& f) {
   if (f.hf_repo)
     fail(ErrorCode::kInvalidArgument, "-hf/--hf-repo {}: ft does not download models; download the files (a GGUF, or "
          "a Hugging Face folder with config.json, *.safetensors and tokenizer.json) and give their path", *f.hf_repo);
+  if (f.threads_batch)
+    spdlog::warn("-tb/--threads-batch {} is ignored: --threads sets the CPU threads of prefill and decode alike",
+                 *f.threads_batch);
+  if (f.hf_file)
+    fail(ErrorCode::kInvalidArgument, "-hff/--hf-file {}: ft does not download models; download the file and give its "
+         "path", *f.hf_file);
+  if (f.multi_gpu)
+    fail(ErrorCode::kUnsupported, "-ts/-sm/-mg/-dev {}: ft runs on one GPU (multi-GPU is not built yet); pick the card "
+         "with CUDA_VISIBLE_DEVICES=N", *f.multi_gpu);
+  if (f.no_kv_offload)
+    fail(ErrorCode::kUnsupported, "-nkvo/--no-kv-offload: the KV cache stays in device memory (a host KV tier is not "
+         "built yet); --kv-cache-dtype and --kv-tokens make it smaller");
   if (f.override_tensor)
     fail(ErrorCode::kInvalidArgument, "-ot/--override-tensor {}: ft places tensors itself; the expert placement is "
          "--moe-strategy (cpu: all experts on the CPU, as -ot exps=CPU), --moe-cpu-layers N (as -ncmoe N) and "
@@ -125,6 +173,18 @@ void check_compat_flags(const CompatFlags& f) {
   if (f.gpu)
     fail(ErrorCode::kUnsupported, "--gpu {}: ft uses the first GPU CUDA shows it; pick the card with "
          "CUDA_VISIBLE_DEVICES={} ft ... (multi-GPU is not built yet)", *f.gpu, *f.gpu);
+}
+
+std::optional<std::string> kv_dtype_from_cache_types(const CompatFlags& f) {
+  if (!f.cache_type_k && !f.cache_type_v) return std::nullopt;
+  if (f.cache_type_k && f.cache_type_v && *f.cache_type_k != *f.cache_type_v)
+    fail(ErrorCode::kInvalidArgument, "-ctk {} and -ctv {}: ft's KV cache holds K and V in one type (--kv-cache-dtype); "
+         "give the same", *f.cache_type_k, *f.cache_type_v);
+  const std::string& t = f.cache_type_k ? *f.cache_type_k : *f.cache_type_v;
+  if (t == "f16" || t == "bf16") return std::string("bf16");
+  if (t == "f32" || t == "q8_0") return t;
+  fail(ErrorCode::kInvalidArgument, "-ctk/-ctv {}: ft's KV cache holds f32, bf16 (also for f16), fp8 or q8_0 "
+       "(--kv-cache-dtype)", t);
 }
 
 namespace {
@@ -139,25 +199,31 @@ bool gives(const std::string& arg, const std::string& name) {
 
 }  // namespace
 
-std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const std::vector<std::string>& args) {
+std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const std::vector<std::string>& args,
+                                const std::vector<std::string>& typed) {
   for (const CLI::Option* opt : cmd.get_options()) {
-    const std::string primary = opt->get_name();  // "--kv-tokens" for "-c,--kv-tokens,--ctx-size"
-    if (primary.rfind("--", 0) != 0) continue;
+    // The first long name: "--kv-tokens" for "-c,--kv-tokens,--ctx-size" (get_name() is "" for a hidden one).
+    if (opt->get_lnames().empty()) continue;
+    const std::string primary = "--" + opt->get_lnames().front();
     const size_t at = message.find(primary);
     if (at == std::string::npos) continue;
+    if (at > 0 && message[at - 1] == '/') continue;  // "-hf/--hf-repo": the message names both already
     const char after = at + primary.size() < message.size() ? message[at + primary.size()] : ' ';
     if (std::isalnum(static_cast<unsigned char>(after)) || after == '-') continue;  // --kv-tokens in --kv-tokens-x
     std::vector<std::string> names;
     for (const std::string& n : opt->get_snames()) names.push_back("-" + n);
     for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
-    std::string typed;
-    for (size_t i = 1; i < args.size() && typed.empty(); ++i)
-      for (const std::string& n : names)
-        if (n != primary && gives(args[i], n) && !gives(args[i], primary)) {
-          typed = n;
-          break;
-        }
-    if (!typed.empty()) message.replace(at, primary.size(), typed + " (" + primary + ")");
+    std::string as_typed;
+    for (size_t i = 1; i < args.size() && as_typed.empty(); ++i)
+      for (const std::string& n : names) {
+        if (!gives(args[i], n)) continue;
+        // What the user wrote: the word before expand_multi_letter_flags (-tp), else the name it gives.
+        if (i < typed.size() && typed[i] != args[i]) as_typed = typed[i].substr(0, typed[i].find('='));
+        else if (n != primary && !gives(args[i], primary)) as_typed = n;
+        else as_typed = primary;
+        break;
+      }
+    if (!as_typed.empty() && as_typed != primary) message.replace(at, primary.size(), as_typed + " (" + primary + ")");
   }
   return message;
 }
@@ -175,6 +241,8 @@ std::string unexpected_arguments_message(const std::string& message) {
     p = q + 1;
   }
   std::reverse(words.begin(), words.end());
+  for (std::string& w : words)  // a several-letter single-dash word kept whole (expand_multi_letter_flags)
+    if (w.rfind("--unknown-short-flag=", 0) == 0) w = w.substr(std::string("--unknown-short-flag=").size());
   std::string first_option, others;
   for (const std::string& w : words) {
     if (first_option.empty() && w.size() > 1 && w[0] == '-') first_option = w;

@@ -29,12 +29,25 @@ struct CompatFlags {
   std::optional<std::string> ubatch_size;      // -ub: warned, ignored
   std::optional<std::string> hf_repo;          // -hf: refused (no downloads)
   std::optional<std::string> override_tensor;  // -ot: refused (placement is planned)
+  std::optional<std::string> hf_file;          // -hff: refused (no downloads)
+  std::optional<std::string> cache_type_k, cache_type_v;  // -ctk / -ctv: --kv-cache-dtype (one for both)
+  bool cont_batching = false, no_warmup = false;           // taken: always so / nothing to skip
+  std::optional<std::string> threads_batch;    // -tb: warned, ignored (--threads serves both)
+  std::optional<std::string> multi_gpu;        // -ts, -sm, -mg, -dev: refused (one GPU)
+  bool no_kv_offload = false;                  // -nkvo: refused (the KV cache stays on the device)
 };
 
+/** --kv-cache-dtype as llama.cpp's -ctk/-ctv give it (f16 and bf16: bf16; f32; q8_0), or nullopt when
+ *  neither is given. Throws ft::Error(kInvalidArgument) when they differ (one type holds K and V here)
+ *  or name a type ft's KV cache has not (q4_0, iq4_nl, ...), naming --kv-cache-dtype's values. */
+std::optional<std::string> kv_dtype_from_cache_types(const CompatFlags& f);
+
 /** The multi-letter single-dash flags of llama.cpp and vLLM that CLI11 cannot name (-ngl, -tp, -np,
- *  -cmoe, -ncmoe, -hf, -fa, -ub, -ot), rewritten to their long forms (--n-gpu-layers,
- *  --tensor-parallel-size, --parallel, --cpu-moe, --n-cpu-moe, --hf-repo, --flash-attn, --ubatch-size,
- *  --override-tensor); every other argument unchanged. argv[0] included. */
+ *  -cmoe, -ncmoe, -hf, -fa, -ub, -ot, -ctk, -ctv, -cb, -tb, -ts, ...), rewritten one word for one to
+ *  their long forms (--n-gpu-layers, ...); -v/--verbose and --log-disable to --log-level=debug / off; a
+ *  bare -fa (no on|off|auto after it) to --flash-attn=on, so it takes no model path as its value; any
+ *  other single-dash word of several letters to --unknown-short-flag=WORD, reported as unknown rather
+ *  than read as bundled one-letter flags (-ctx as -c tx). argv[0] included. */
 std::vector<std::string> expand_multi_letter_flags(int argc, const char* const* argv);
 
 /** Registers -ngl/--n-gpu-layers/--gpu-layers and --tensor-parallel-size/--tp-size/-tp (group
@@ -50,8 +63,10 @@ void check_compat_flags(const CompatFlags& f);
 
 /** `message` (a usage or validation error about `cmd`'s options) with each option named as the user
  *  typed it in `args` where that was another of its names: "--kv-tokens: must be >= 1" after `-c 0`
- *  reads "-c (--kv-tokens): must be >= 1". */
-std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const std::vector<std::string>& args);
+ *  reads "-c (--kv-tokens): must be >= 1". `args` are the words parsed (after
+ *  expand_multi_letter_flags), `typed` the words as typed (the same count), so -tp reads as typed. */
+std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const std::vector<std::string>& args,
+                                const std::vector<std::string>& typed);
 
 /** CLI11's "The following arguments were not expected: b a" (its words in reverse order) or "The
  *  following argument was not expected: a" as "unknown option 'a' (also not expected: 'b')", in the

@@ -55,6 +55,12 @@ EngineOptions engine_options(const EngineFlags& f) {
   eo.page_size = f.page_size;
   eo.cuda_graph_max_bs = f.cuda_graph_max_bs;
   eo.kv_cache_dtype = f.kv_cache_dtype;
+  if (const std::optional<std::string> ct = kv_dtype_from_cache_types(f.compat)) {
+    if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != *ct)
+      fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype {} and -ctk/-ctv (= {}) disagree: give one", f.kv_cache_dtype,
+           *ct);
+    eo.kv_cache_dtype = *ct;
+  }
   eo.embed_weights = f.embed_weights;
   return eo;
 }

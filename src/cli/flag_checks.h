@@ -4,16 +4,17 @@
 #include <CLI/CLI.hpp>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
 namespace ft::cli {
 
-/** Refuses an integer value outside [min, max]. A value that is not an integer passes here and is
- *  reported by CLI11's own conversion. */
-inline CLI::Validator in_range(long long min, long long max) {
+/** Refuses an integer value outside [min, max] (`hint`, when given, is added to the message: what to
+ *  give instead). A value that is not an integer passes here and is reported by CLI11's own conversion. */
+inline CLI::Validator in_range(long long min, long long max, std::string hint = "") {
   return CLI::Validator(
-      [min, max](std::string& value) -> std::string {
+      [min, max, hint](std::string& value) -> std::string {
         size_t used = 0;
         long long x = 0;
         try {
@@ -22,14 +23,17 @@ inline CLI::Validator in_range(long long min, long long max) {
           return {};
         }
         if (used != value.size() || (x >= min && x <= max)) return {};
-        return x < min ? fmt::format("must be >= {}, got {}", min, value)
-                       : fmt::format("must be <= {}, got {}", max, value);
+        return (x < min ? fmt::format("must be >= {}, got {}", min, value)
+                        : fmt::format("must be <= {}, got {}", max, value)) +
+               (hint.empty() ? "" : " (" + hint + ")");
       },
       "");  // no type decoration in --help (it would read "INT:>= 0=0")
 }
 
 /** Refuses an integer value below `min` (in_range up to the largest long long). */
-inline CLI::Validator at_least(long long min) { return in_range(min, std::numeric_limits<long long>::max()); }
+inline CLI::Validator at_least(long long min, std::string hint = "") {
+  return in_range(min, std::numeric_limits<long long>::max(), std::move(hint));
+}
 
 /** Refuses an empty string value with `message` (the flag's name is put before it), e.g. an unset
  *  variable in `--api-key "$KEY"`. `name` is the value's placeholder in --help. */

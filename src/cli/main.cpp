@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   ft::cli::add_template_command(app, action);
   // llama.cpp's -ngl, -np and vLLM's -tp, which CLI11 cannot name, as their long forms.
   const std::vector<std::string> args = ft::cli::expand_multi_letter_flags(argc, argv);
+  const std::vector<std::string> typed(argv, argv + argc);
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
@@ -83,13 +84,13 @@ int main(int argc, char** argv) {
     // other error is ("error: ...").
     if (e.get_exit_code() == 0) return app.exit(e);
     std::string message = ft::cli::unexpected_arguments_message(e.what());
-    for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args);
+    for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args, typed);
     std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", message.c_str());
     return 2;
   }
   // An error about a flag names it as the user typed it ("-c (--kv-tokens)" after -c).
   const auto as_typed = [&](std::string message) {
-    for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args);
+    for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args, typed);
     return message;
   };
   try {

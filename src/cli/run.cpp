@@ -155,7 +155,7 @@ void add_run_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt (prints the text, then speed)");
   add_model_arg(cmd, args->model_arg, "GGUF file or Hugging Face folder");
   const char* gen = kGroupGeneration;
-  cmd->add_option("--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)")
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text, encoded with the checkpoint's tokenizer (BOS added as it asks)")
       ->group(gen);
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407")->group(gen);
   cmd->add_option("-n,--max-tokens,--n-predict", args->max_tokens, "Tokens to generate (llama.cpp's -n)")

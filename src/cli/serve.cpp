@@ -115,7 +115,7 @@ int run_serve(const ServeFlags& f) {
            "{} {}: ft serve has no server-wide sampling defaults (only --seed): each request sets its own "
            "(temperature, top_k, top_p, min_p, repeat_penalty; max_tokens or n_predict), and a request that sets "
            "none samples as OpenAI's API does (temperature 1, no top-k/top-p/min-p, to the end of the context)",
-           names.substr(0, names.find(',')), value);
+           names.substr(names.rfind(',') + 1), value);
   tool_call_format_of(f, "");  // an unknown parser name is refused before anything loads
   reasoning_format_of(f, "");
   EngineOptions eo = engine_options(f.engine);
@@ -287,8 +287,14 @@ int run_serve(const ServeFlags& f) {
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
               f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
   std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
-  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)\n", server::url_host(f.host).c_str(), port);
-  if (!f.no_webui) std::printf("  chat page http://%s:%d/\n", server::url_host(f.host).c_str(), port);
+  // A wildcard address is where the server listens, not an address to open: the banner gives this
+  // machine's loopback address for that.
+  const bool wildcard = f.host == "0.0.0.0" || f.host == "::" || f.host == "[::]";
+  const std::string local = !wildcard ? server::url_host(f.host) : f.host == "0.0.0.0" ? "127.0.0.1" : "[::1]";
+  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)%s\n", server::url_host(f.host).c_str(), port,
+              wildcard ? fmt::format("; every address of this machine: http://{}:{}/v1 from it", local, port).c_str()
+                       : "");
+  if (!f.no_webui) std::printf("  chat page http://%s:%d/\n", local.c_str(), port);
   if (f.api_key.empty() && !server::is_loopback_host(f.host))  // --allow-unauthenticated
     std::printf("WARNING: %s is reachable from other machines and no --api-key is set: anyone can use this server.\n",
                 f.host.c_str());
@@ -359,7 +365,8 @@ void add_serve_command(CLI::App& app, Action& action) {
   const char* server = kGroupServer;
   cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str()->group(server);
   cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str()->group(server);
-  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every endpoint but /health")
+  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every API route (/health, the chat page's files and "
+                  "/favicon.ico stay open)")
       ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"))
       ->group(server);
   cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
@@ -408,7 +415,8 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "KV cache size in tokens over all requests (default: min(context, 8192)); each request's context "
                   "is at most this. llama.cpp's -c/--ctx-size means the same: the KV cache the running requests "
                   "share (0, the model's context there, is refused here: give a number)")
-      ->check(at_least(1))  // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
+      // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
+      ->check(at_least(1, "a KV cache size in tokens; leave the flag out for the default, min(context, 8192)"))
       ->group(memory);
   cmd->add_option("--max-prefill-tokens,--max-prefill-length", f->max_prefill_tokens,
                   "Prompt tokens per step (chunked prefill)")

@@ -72,7 +72,8 @@ std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::ve
       return first(static_cast<int64_t>(std::lround(f * static_cast<double>(n_moe))));
     }
     const int64_t n = parse_int(spec, spec);  // N
-    if (n > n_moe) bad_cpu_layers(spec, fmt::format("the model has only {} MoE layers", n_moe));
+    if (n > n_moe) bad_cpu_layers(spec, fmt::format("the model has only {} MoE layers (every expert on the CPU: "
+                                                         "--moe-strategy cpu)", n_moe));
     return first(n);
   }
   std::vector<int64_t> out;

@@ -1,5 +1,6 @@
 #include "tokenizer/model_template.h"
 
+#include <filesystem>
 
 #include "formats/checkpoint.h"
 #include "tokenizer/chat_template.h"
@@ -22,6 +23,11 @@ ModelTemplate model_chat_template(const Checkpoint& checkpoint, const Vocab& voc
   t.bos_token = token_text(vocab, vocab.bos());
   t.eos_token = token_text(vocab, vocab.eos());
   if (!override_file.empty()) {
+    if (!std::filesystem::exists(override_file))
+      fail(ErrorCode::kNotFound,
+           "--chat-template {}: no such file (the flag takes a Jinja template file; llama.cpp's built-in template "
+           "names such as chatml are not known here: without the flag the model's own template is used)",
+           override_file);
     t.source = read_text_file(override_file);
     t.origin = override_file;
     return t;

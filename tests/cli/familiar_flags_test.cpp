@@ -147,7 +147,10 @@ TEST(FamiliarFlags, LlamaServerFlagsServe) {
   // -c 0 is llama.cpp's "the model's context"; here it is refused at the flag.
   const Result zero = run_ft("serve --port 0 -c 0");
   EXPECT_EQ(zero.code, 2);
-  EXPECT_NE(zero.err.find("error: -c (--kv-tokens): must be >= 1"), std::string::npos) << zero.err;
+  EXPECT_NE(zero.err.find("error: -c (--kv-tokens): must be >= 1, got 0 (a KV cache size in tokens; leave the flag "
+                          "out for the default"),
+            std::string::npos)
+      << zero.err;
 }
 
 TEST(FamiliarFlags, GpuLayersAreTakenWithAWarning) {
@@ -160,7 +163,7 @@ TEST(FamiliarFlags, GpuLayersAreTakenWithAWarning) {
   }
   const Result bad = run_ft("run " + stories() + gen + " -ngl lots");
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("--n-gpu-layers: expected a layer count, auto or all (got 'lots')"), std::string::npos)
+  EXPECT_NE(bad.err.find("-ngl (--n-gpu-layers): expected a layer count, auto or all (got 'lots')"), std::string::npos)
       << bad.err;
 }
 
@@ -208,12 +211,26 @@ TEST(FamiliarFlags, PythonEngineFlags) {
 // naming what to do where ft cannot do it, and every error naming the flag as it was typed.
 TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
   const std::string gen = " --prompt-ids 1,400 --temp 0 -n 3 --print-ids -t 1";
-  const Result taken = run_ft("run " + stories() + gen + " --jinja -fa --metrics --no-mmap --mlock -b 2048 -ub 512");
+  const Result taken = run_ft("run " + stories() + gen +
+                              " --jinja -fa --metrics --no-mmap --mlock -b 2048 -ub 512 -cb --no-warmup -tb 2");
   EXPECT_EQ(taken.code, 0) << taken.err;
   EXPECT_EQ(std::count(taken.out.begin(), taken.out.end(), ','), 2) << taken.out;  // -n 3
   EXPECT_NE(taken.err.find("--no-mmap is ignored"), std::string::npos) << taken.err;
   EXPECT_NE(taken.err.find("--mlock is ignored"), std::string::npos) << taken.err;
   EXPECT_NE(taken.err.find("-b/--batch-size and -ub/--ubatch-size are ignored"), std::string::npos) << taken.err;
+  EXPECT_NE(taken.err.find("-tb/--threads-batch 2 is ignored"), std::string::npos) << taken.err;
+  // -ctk f16 is --kv-cache-dtype bf16, which the CPU backend refuses as it refuses that flag.
+  const Result f16 = run_ft("run " + stories() + gen + " -ctk f16");
+  EXPECT_EQ(f16.code, 2);
+  EXPECT_NE(f16.err.find("--kv-cache-dtype bf16: the CPU backend keeps the KV cache in f32, fp8 or q8_0"),
+            std::string::npos)
+      << f16.err;
+  const Result q8 = run_ft("run " + stories() + " -p 'Once upon a time' -n 3 --temp 0 -t 1 -ctk q8_0 -ctv q8_0 -v");
+  EXPECT_EQ(q8.code, 0) << q8.err;
+  EXPECT_NE(q8.err.find("[debug]"), std::string::npos) << q8.err;  // -v: --log-level debug
+  // A bare -fa before the model takes no value: the model is still the model.
+  const Result fa = run_ft("run -fa " + stories() + gen);
+  EXPECT_EQ(fa.code, 0) << fa.err;
   struct Case {
     std::string args, says;
   };
@@ -221,13 +238,24 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
            Case{"serve --port 0 -hf Qwen/Qwen3-30B-A3B-GGUF", "-hf/--hf-repo Qwen/Qwen3-30B-A3B-GGUF: ft does not download"},
            Case{"serve --port 0 -ot exps=CPU", "as -ot exps=CPU"},
            Case{"serve --port 0 --temp 0.7", "--temp 0.7: ft serve has no server-wide sampling defaults"},
-           Case{"serve --port 0 -n 128", "-n 128: ft serve has no server-wide sampling defaults"},
+           Case{"serve --port 0 -n 128", "-n (--n-predict) 128: ft serve has no server-wide sampling defaults"},
            Case{"serve --port 0 --moe-backend triton", "--moe-backend (--moe-strategy) triton"},
            Case{"serve --port 0 -cmoe --moe-strategy offload", "-cmoe/--cpu-moe means --moe-strategy cpu, not offload"},
            Case{"serve --port 0 -c", "-c (--kv-tokens)"},
            Case{"serve --port 0 -x my-model", "unknown option '-x'"},
            Case{"serve --port 0 -x a b", "unknown option '-x' (also not expected: 'b')"},
            Case{"serve --port 0 --bogus", "unknown option '--bogus'"},
+           // Several letters after one dash are one llama.cpp flag, never bundled one-letter flags (-c tx).
+           Case{"serve --port 0 -ctx 4096", "unknown option '-ctx'"},
+           Case{"serve --port 0 -ctk q8_0 -ctv f16", "-ctk q8_0 and -ctv f16: ft's KV cache holds K and V in one type"},
+           Case{"serve --port 0 -ctk q4_0", "-ctk/-ctv q4_0: ft's KV cache holds f32, bf16"},
+           Case{"serve --port 0 -ts 1,1", "-ts/-sm/-mg/-dev 1,1: ft runs on one GPU"},
+           Case{"serve --port 0 -nkvo", "-nkvo/--no-kv-offload: the KV cache stays in device memory"},
+           Case{"serve --port 0 -hff model.gguf", "-hff/--hf-file model.gguf: ft does not download"},
+           // Errors name the flag as typed, also where it was a multi-letter one rewritten before parsing.
+           Case{"serve --port 0 -np four", "-np (--max-running-requests) = four"},
+           Case{"serve --port 0 -tp 2", "-tp (--tensor-parallel-size) 2: not supported yet"},
+           Case{"serve --port 0 --n-predict 128", "--n-predict 128: ft serve has no server-wide sampling defaults"},
        }) {
     const Result r = run_ft(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
