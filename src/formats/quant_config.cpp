@@ -123,12 +123,43 @@ void parse_fp8(const json& q, const std::string& source, QuantConfig& c) {
   pattern_list(q, "ignored_layers", source, c);
 }
 
-/** compressed-tensors' "nvfp4-pack-quantized" (the top-level keys already checked). */
-void parse_compressed_nvfp4(const json& q, const std::string& source, QuantConfig& c) {
+/** The "kv_cache_scheme", "sparsity_config" and "transform_config" of compressed-tensors config `q`
+ *  refused, and its "config_groups" required to be a non-empty object. */
+void compressed_common(const json& q, const std::string& source) {
   for (const char* k : {"kv_cache_scheme", "sparsity_config", "transform_config"})
     if (q.contains(k) && !is_null_or_empty(q[k])) unsupported(source, std::string("compressed-tensors ") + k);
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
     bad(source, "config_groups", "an object of quantization groups", q.value("config_groups", json()));
+}
+
+/** compressed-tensors group `g` at `path` ("config_groups.NAME."): its keys checked, output
+ *  activations refused (input activations are not quantized here: weight-only use, input scales
+ *  ignored), and its "weights" object returned with its keys checked and num_bits `bits` of type
+ *  float, symmetric, not dynamic (`what` names the format in the refusal). Throws ft::Error naming
+ *  the field otherwise. */
+const json& compressed_group_weights(const json& g, const std::string& path, const std::string& source, int bits,
+                                     const char* what) {
+  if (!g.is_object()) bad(source, path.substr(0, path.size() - 1), "an object", g);
+  check_keys(g, {"targets", "weights", "input_activations", "output_activations", "format"}, source, path);
+  if (g.contains("output_activations") && !g["output_activations"].is_null())
+    unsupported(source, path + "output_activations");
+  if (!g.contains("weights") || !g["weights"].is_object()) bad(source, path + "weights", "an object", g.value("weights", json()));
+  const json& w = g["weights"];
+  check_keys(w,
+             {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic", "actorder",
+              "observer", "observer_kwargs", "scale_dtype", "zp_dtype"},
+             source, path + "weights.");
+  const json nb = w.value("num_bits", json()), ty = w.value("type", json());
+  if (nb != json(bits) || ty != json("float"))
+    unsupported(source, path + "weights: num_bits " + nb.dump() + " type " + ty.dump() + " (" + what + ")");
+  if (w.contains("symmetric") && w["symmetric"] != json(true)) unsupported(source, path + "weights.symmetric false");
+  if (w.contains("dynamic") && w["dynamic"] != json(false)) unsupported(source, path + "weights.dynamic " + w["dynamic"].dump());
+  return w;
+}
+
+/** compressed-tensors' "nvfp4-pack-quantized" (the top-level keys already checked). */
+void parse_compressed_nvfp4(const json& q, const std::string& source, QuantConfig& c) {
+  compressed_common(q, source);
   c.method = QuantMethod::kNvfp4;
   c.group_size = 16;
   c.nvfp4_codes = "weight_packed";
@@ -136,25 +167,9 @@ void parse_compressed_nvfp4(const json& q, const std::string& source, QuantConfi
   c.nvfp4_global_divides = true;
   for (auto g = q["config_groups"].begin(); g != q["config_groups"].end(); ++g) {
     const std::string path = "config_groups." + g.key() + ".";
-    if (!g->is_object()) bad(source, path.substr(0, path.size() - 1), "an object", *g);
-    check_keys(*g, {"targets", "weights", "input_activations", "output_activations", "format"}, source, path);
+    const json& w = compressed_group_weights(*g, path, source, 4, "NVFP4: 4-bit float");
     if (g->contains("format") && !(*g)["format"].is_null() && (*g)["format"] != json("nvfp4-pack-quantized"))
       unsupported(source, path + "format " + (*g)["format"].dump().substr(0, 40));
-    if (g->contains("output_activations") && !(*g)["output_activations"].is_null())
-      unsupported(source, path + "output_activations");
-    // input_activations (NVFP4 activations, input_global_scale): not quantized here, weight-only use.
-    if (!g->contains("weights") || !(*g)["weights"].is_object())
-      bad(source, path + "weights", "an object", g->value("weights", json()));
-    const json& w = (*g)["weights"];
-    check_keys(w,
-               {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic", "actorder",
-                "observer", "observer_kwargs", "scale_dtype", "zp_dtype"},
-               source, path + "weights.");
-    const json nb = w.value("num_bits", json()), ty = w.value("type", json());
-    if (nb != json(4) || ty != json("float"))
-      unsupported(source, path + "weights: num_bits " + nb.dump() + " type " + ty.dump() + " (NVFP4: 4-bit float)");
-    if (w.contains("symmetric") && w["symmetric"] != json(true)) unsupported(source, path + "weights.symmetric false");
-    if (w.contains("dynamic") && w["dynamic"] != json(false)) unsupported(source, path + "weights.dynamic " + w["dynamic"].dump());
     if (w.contains("actorder") && !w["actorder"].is_null()) unsupported(source, path + "weights.actorder " + w["actorder"].dump());
     const std::string strategy = w.contains("strategy") ? string_field(w, "strategy", source, path + "weights.") : "";
     if (strategy != "tensor_group") unsupported(source, path + "weights.strategy \"" + strategy + "\" (NVFP4: tensor_group)");
@@ -175,32 +190,13 @@ void parse_compressed_tensors(const json& q, const std::string& source, QuantCon
   if (format != "float-quantized" && format != "naive-quantized")
     unsupported(source, "compressed-tensors format \"" + format +
                             "\" (FP8 \"float-quantized\" and NVFP4 \"nvfp4-pack-quantized\" are read)");
-  for (const char* k : {"kv_cache_scheme", "sparsity_config", "transform_config"})
-    if (q.contains(k) && !is_null_or_empty(q[k])) unsupported(source, std::string("compressed-tensors ") + k);
-  if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
-    bad(source, "config_groups", "an object of quantization groups", q.value("config_groups", json()));
+  compressed_common(q, source);
   c.method = QuantMethod::kFp8;
   c.scale_suffix = "weight_scale";
   bool first = true;
   for (auto g = q["config_groups"].begin(); g != q["config_groups"].end(); ++g) {
     const std::string path = "config_groups." + g.key() + ".";
-    if (!g->is_object()) bad(source, path.substr(0, path.size() - 1), "an object", *g);
-    check_keys(*g, {"targets", "weights", "input_activations", "output_activations", "format"}, source, path);
-    if (g->contains("output_activations") && !(*g)["output_activations"].is_null())
-      unsupported(source, path + "output_activations");
-    // input_activations: activations are not quantized here (weight-only use); input_scale is ignored.
-    if (!g->contains("weights") || !(*g)["weights"].is_object())
-      bad(source, path + "weights", "an object", g->value("weights", json()));
-    const json& w = (*g)["weights"];
-    check_keys(w,
-               {"num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic", "actorder",
-                "observer", "observer_kwargs", "scale_dtype", "zp_dtype"},
-               source, path + "weights.");
-    const json nb = w.value("num_bits", json()), ty = w.value("type", json());
-    if (nb != json(8) || ty != json("float"))
-      unsupported(source, path + "weights: num_bits " + nb.dump() + " type " + ty.dump() + " (8-bit float is read)");
-    if (w.contains("symmetric") && w["symmetric"] != json(true)) unsupported(source, path + "weights.symmetric false");
-    if (w.contains("dynamic") && w["dynamic"] != json(false)) unsupported(source, path + "weights.dynamic " + w["dynamic"].dump());
+    const json& w = compressed_group_weights(*g, path, source, 8, "8-bit float is read");
     for (const char* k : {"group_size", "actorder"})
       if (w.contains(k) && !w[k].is_null()) unsupported(source, path + "weights." + k + " " + w[k].dump());
     QuantConfig one;

@@ -6,41 +6,15 @@
 #include <cstdio>
 
 #include "../model/fixture_util.h"
+#include "../model/kv_dtype_run.h"
 
 namespace ft::testing {
 namespace {
 
-struct GreedyRun {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;  // [prompt + n - 1, vocab]: each position of prompt + tokens[0, n-1)
-  int64_t bytes_per_token = 0;
-};
-
-/** Greedy decode of n tokens after `prompt`; with `forced`, the logits of prompt + forced[0, n-1) fed
- *  one token a forward instead. */
-GreedyRun greedy(const std::string& dtype, const std::vector<int32_t>& prompt, int32_t n,
-                 const std::vector<int32_t>* forced = nullptr) {
-  EngineOptions o = small_engine_options();
-  o.kv_cache_dtype = dtype;
-  auto engine = Engine::load(shared_dir() + "/data/models/stories260K.gguf", o);
-  const int64_t V = engine->config().n_vocab;
-  GreedyRun out;
-  out.bytes_per_token = engine->memory_plan().kv_bytes_per_token;
-  if (forced) {
-    std::vector<int32_t> all = prompt;
-    all.insert(all.end(), forced->begin(), forced->end() - 1);
-    GenerateOptions one;
-    one.max_prefill_tokens = 1;
-    out.logits = std::move(generate(*engine, {greedy_request(all, 1)}, one)[0].prompt_logits);
-    return out;
-  }
-  GenerateRequest r = greedy_request(prompt, n);
-  r.step_logits = true;
-  GenerateResult res = std::move(generate(*engine, {r})[0]);
-  out.tokens = std::move(res.tokens);
-  out.logits = std::move(res.prompt_logits);
-  out.logits.insert(out.logits.end(), res.step_logits.begin() + V, res.step_logits.end());  // step 0: the prompt's last
-  return out;
+/** Greedy decode of n tokens of stories260K after `prompt` (kv_dtype_run.h). */
+KvRun greedy(const std::string& dtype, const std::vector<int32_t>& prompt, int32_t n,
+             const std::vector<int32_t>* forced = nullptr) {
+  return run_greedy(shared_dir() + "/data/models/stories260K.gguf", dtype, prompt, n, forced);
 }
 
 TEST(KvDtypeTrained, Stories260KLogitsAndGreedyTokensAgainstF32Pages) {
@@ -48,11 +22,11 @@ TEST(KvDtypeTrained, Stories260KLogitsAndGreedyTokensAgainstF32Pages) {
       nlohmann::json::parse(read_file(shared_dir() + "/fixtures/stories260K/reference.json"));
   const auto prompt = ref.at("greedy").at("once_upon_a_time").at("prompt_ids").get<std::vector<int32_t>>();
   const int32_t n = 128;
-  const GreedyRun f32 = greedy("f32", prompt, n);
+  const KvRun f32 = greedy("f32", prompt, n);
   for (const std::string dt : {"fp8", "q8_0"}) {
     SCOPED_TRACE(dt);
-    const GreedyRun q = greedy(dt, prompt, n);
-    const GreedyRun forced = greedy(dt, prompt, n, &f32.tokens);
+    const KvRun q = greedy(dt, prompt, n);
+    const KvRun forced = greedy(dt, prompt, n, &f32.tokens);
     int32_t same = 0;
     while (same < n && q.tokens[static_cast<size_t>(same)] == f32.tokens[static_cast<size_t>(same)]) ++same;
     std::vector<double> rows;
