@@ -30,13 +30,26 @@ std::string iso8601(spdlog::log_clock::time_point t) {
                      tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 }
 
+/** The level's name as --log-level spells it ("warn", not spdlog's "warning"), so a JSON line's level
+ *  is one the flag takes. */
+const char* level_name(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace: return "trace";
+    case spdlog::level::debug: return "debug";
+    case spdlog::level::info: return "info";
+    case spdlog::level::warn: return "warn";
+    case spdlog::level::err: return "error";
+    case spdlog::level::critical: return "critical";
+    default: return "off";
+  }
+}
+
 class JsonLogFormatter : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     nlohmann::ordered_json j;
     j["ts"] = iso8601(msg.time);
-    const auto level = spdlog::level::to_string_view(msg.level);
-    j["level"] = std::string(level.data(), level.size());
+    j["level"] = level_name(msg.level);
     j["msg"] = std::string(msg.payload.data(), msg.payload.size());
     if (t_fields && t_fields->is_object())
       for (const auto& [key, value] : t_fields->items()) j[key] = value;

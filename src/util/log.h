@@ -2,7 +2,8 @@
 // Logging: spdlog's default logger (stderr). The only mutable global FreeToken keeps.
 // Two renderings of the same lines (--log-format): "text", spdlog's default pattern
 // ("[2026-12-06 11:09:38.123] [info] message"), and "json", one object a line for machines:
-// {"ts": ISO 8601 UTC with milliseconds, "level", "msg"} plus the typed fields of log_fields().
+// {"ts": ISO 8601 UTC with milliseconds, "level" (as --log-level spells it: trace, debug, info, warn,
+// error, critical), "msg"} plus the typed fields of log_fields().
 #include <string>
 #include <string_view>
 

@@ -17,8 +17,11 @@ TEST(LogFormat, JsonLinesParseWithTsLevelAndEscapedMessage) {
   spdlog::info("loaded {} in {:.1f} s", "model \"q\"\n\tback\\slash", 1.5);
   spdlog::debug("bytes \x01 and invalid utf-8 \xff end");
   spdlog::warn("plain");
+  spdlog::error("bad");
+  spdlog::critical("worse");
+  spdlog::trace("below the level");
   const std::vector<std::string> lines = log.lines();
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 5u);
   for (const std::string& l : lines) EXPECT_EQ(l.find('\n'), std::string::npos) << l;  // one line each
   nlohmann::json a = nlohmann::json::parse(lines[0]);
   ASSERT_TRUE(a.is_object());
@@ -35,7 +38,10 @@ TEST(LogFormat, JsonLinesParseWithTsLevelAndEscapedMessage) {
   nlohmann::json b = nlohmann::json::parse(lines[1]);
   EXPECT_EQ(b["level"], "debug");
   EXPECT_EQ(b["msg"], "bytes \x01 and invalid utf-8 \xEF\xBF\xBD end");  // U+FFFD for the bad byte
-  EXPECT_EQ(nlohmann::json::parse(lines[2])["level"], "warning");
+  // The names --log-level takes (spdlog's own would say "warning").
+  EXPECT_EQ(nlohmann::json::parse(lines[2])["level"], "warn");
+  EXPECT_EQ(nlohmann::json::parse(lines[3])["level"], "error");
+  EXPECT_EQ(nlohmann::json::parse(lines[4])["level"], "critical");
 }
 
 TEST(LogFormat, FieldsAreTypedKeysInJsonAndAbsentInText) {
