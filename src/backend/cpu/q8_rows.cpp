@@ -52,10 +52,14 @@ __attribute__((target("avx512f"))) inline void load_scale_idx(__m512i (&idx)[4])
 struct Q4KVnni {
   static constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
   FT_VNNI_TARGET static void load_idx(__m512i (&idx)[4]) { load_scale_idx<16, 2>(idx); }  // sub-blocks 2k, 2k + 1
-  /** Block blk's int32 sums into a1 (q1) and a2 (q2), its mins' term into accm; returns d_w. */
-  FT_VNNI_TARGET static float block(const uint8_t* blk, const Q8Row& x, int64_t b, const __m512i (&idx)[4],
-                                    const __m512i (&x1)[4], const __m512i (&x2)[4], __m512i& a1, __m512i& a2,
-                                    __m512& accm) {
+  /** A block's 16-bit sub-block scales (sc16, for the scale permutes), d_min x its 6-bit mins (dmins,
+   *  times the row's 8 sub-block sums gives the mins' term) and d_w. */
+  struct Parts {
+    __m512i sc16;
+    __m256 dmins;
+    float dw;
+  };
+  FT_VNNI_TARGET static Parts parts(const uint8_t* blk) {
     uint16_t dh[2];
     std::memcpy(dh, blk, 4);
     const Q4KScales u = unpack_q4k_scales(blk + offsetof(quant::BlockQ4_K, scales));
@@ -63,19 +67,29 @@ struct Q4KVnni {
         _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(u.sc_hi), static_cast<int>(u.sc_lo))));
     const __m256 mins = _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(u.m_hi), static_cast<int>(u.m_lo))));
-    const __m256 term = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins), _mm256_loadu_ps(x.sums + 8 * b));
-    accm = _mm512_add_ps(accm, _mm512_zextps256_ps512(term));
+    return {sc16, _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins), f16_to_f32(dh[0])};
+  }
+  /** The 64 4-bit values of quarter k of a block (32 bytes of qs: low nibbles, then high), as u8. */
+  FT_VNNI_TARGET static __m512i nibbles(const uint8_t* blk, int k) {
     const __m256i low = _mm256_set1_epi8(0x0f);
-    const uint8_t* qs = blk + offsetof(quant::BlockQ4_K, qs);
+    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + offsetof(quant::BlockQ4_K, qs) + 32 * k));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
+                              _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
+  }
+  /** Block blk's int32 sums into a1 (q1) and a2 (q2), its mins' term into accm; returns d_w. */
+  FT_VNNI_TARGET static float block(const uint8_t* blk, const Q8Row& x, int64_t b, const __m512i (&idx)[4],
+                                    const __m512i (&x1)[4], const __m512i (&x2)[4], __m512i& a1, __m512i& a2,
+                                    __m512& accm) {
+    const Parts p = parts(blk);
+    const __m256 term = _mm256_mul_ps(p.dmins, _mm256_loadu_ps(x.sums + 8 * b));
+    accm = _mm512_add_ps(accm, _mm512_zextps256_ps512(term));
     for (int k = 0; k < 4; ++k) {
-      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
-      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
-                                            _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
-      const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
+      const __m512i wq = nibbles(blk, k);
+      const __m512i sc = _mm512_permutexvar_epi16(idx[k], p.sc16);
       a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(wq, x1[k]), sc);
       a2 = _mm512_dpwssd_epi32(a2, _mm512_maddubs_epi16(wq, x2[k]), sc);
     }
-    return f16_to_f32(dh[0]);
+    return p.dw;
   }
 };
 
@@ -235,31 +249,20 @@ FT_VNNI_TARGET void dot_q4k_tokens(const Q8Row* xs, const uint8_t* w, float* out
   __m512i idx[4];
   Q4KVnni::load_idx(idx);
   const __m512 inv254 = _mm512_set1_ps(1.0f / 254.0f);
-  const __m256i low = _mm256_set1_epi8(0x0f);
   __m512 acc[TT], accm[TT];
   for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps(), accm[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < xs[0].n / kBlock; ++b) {
     const uint8_t* blk = w + b * Q4KVnni::kBytes;
-    uint16_t dh[2];
-    std::memcpy(dh, blk, 4);
-    const Q4KScales u = unpack_q4k_scales(blk + offsetof(quant::BlockQ4_K, scales));
-    const __m512i sc16 = _mm512_castsi128_si512(
-        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, static_cast<int>(u.sc_hi), static_cast<int>(u.sc_lo))));
-    const __m256 mins = _mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(u.m_hi), static_cast<int>(u.m_lo))));
-    const __m256 dmins = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(dh[1])), mins);
+    const Q4KVnni::Parts p = Q4KVnni::parts(blk);
     __m512i a1[TT], a2[TT];
     for (int t = 0; t < TT; ++t) {
-      const __m256 term = _mm256_mul_ps(dmins, _mm256_loadu_ps(xs[t].sums + 8 * b));
+      const __m256 term = _mm256_mul_ps(p.dmins, _mm256_loadu_ps(xs[t].sums + 8 * b));
       accm[t] = _mm512_add_ps(accm[t], _mm512_zextps256_ps512(term));
       a1[t] = _mm512_setzero_si512(), a2[t] = _mm512_setzero_si512();
     }
-    const uint8_t* qs = blk + offsetof(quant::BlockQ4_K, qs);
     for (int k = 0; k < 4; ++k) {
-      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
-      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qb, low)),
-                                            _mm256_and_si256(_mm256_srli_epi16(qb, 4), low), 1);
-      const __m512i sc = _mm512_permutexvar_epi16(idx[k], sc16);
+      const __m512i wq = Q4KVnni::nibbles(blk, k);
+      const __m512i sc = _mm512_permutexvar_epi16(idx[k], p.sc16);
       for (int t = 0; t < TT; ++t) {
         const __m512i x1 = _mm512_loadu_si512(xs[t].q1 + b * kBlock + 64 * k);
         const __m512i x2 = _mm512_loadu_si512(xs[t].q2 + b * kBlock + 64 * k);
@@ -267,10 +270,9 @@ FT_VNNI_TARGET void dot_q4k_tokens(const Q8Row* xs, const uint8_t* w, float* out
         a2[t] = _mm512_dpwssd_epi32(a2[t], _mm512_maddubs_epi16(wq, x2), sc);
       }
     }
-    const float dw = f16_to_f32(dh[0]);
     for (int t = 0; t < TT; ++t) {
       const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2[t]), inv254, _mm512_cvtepi32_ps(a1[t]));
-      acc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(dw * xs[t].d[b]), acc[t]);
+      acc[t] = _mm512_fmadd_ps(f, _mm512_set1_ps(p.dw * xs[t].d[b]), acc[t]);
     }
   }
   for (int t = 0; t < TT; ++t) out[t * ldo] = _mm512_reduce_add_ps(acc[t]) - _mm512_reduce_add_ps(accm[t]);
