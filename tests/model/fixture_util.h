@@ -106,4 +106,16 @@ inline void expect_reference_on_fused_and_cpu(const std::string& dir, const std:
   }
 }
 
+/** The message and code of the ft::Error Engine::load (small_engine_options) throws for `dir`, "" if
+ *  it loads. */
+inline std::string load_error(const std::string& dir, ErrorCode* code) {
+  try {
+    Engine::load(dir, small_engine_options());
+  } catch (const Error& e) {
+    *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace ft::testing

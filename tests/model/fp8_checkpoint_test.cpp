@@ -181,17 +181,6 @@ TEST(Fp8CheckpointLoader, WeightsStayFp8WithTheirScales) {
   fs::remove_all(dir);
 }
 
-/** The message and code of the ft::Error Engine::load throws for `dir`, "" if it loads. */
-std::string load_error(const std::string& dir, ErrorCode* code) {
-  try {
-    Engine::load(dir, small_engine_options());
-  } catch (const Error& e) {
-    *code = e.code();
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Fp8CheckpointErrors, BadFilesAreRefusedNamingTheTensor) {
   const std::string dir = scratch_path("fp8_errors");
   Fp8Layout lay = layouts()[0];

@@ -240,17 +240,6 @@ TEST(Nvfp4CheckpointLoader, StackedExpertsWithPerExpertGlobalScales) {
   fs::remove_all(dir);
 }
 
-/** The message and code of the ft::Error Engine::load throws for `dir`, "" if it loads. */
-std::string load_error(const std::string& dir, ErrorCode* code) {
-  try {
-    Engine::load(dir, small_engine_options());
-  } catch (const Error& e) {
-    *code = e.code();
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Nvfp4CheckpointErrors, BadFilesAreRefusedNamingTheTensor) {
   const std::string dir = scratch_path("nvfp4_errors");
   ErrorCode code{};
