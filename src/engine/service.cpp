@@ -185,8 +185,14 @@ void EngineService::loop() {
       batch_.copies_before = plan.state_restores;
       batch_.copies_after = plan.state_saves;
     }
-    step(plan, planned);
     // The sinks run without the lock; only this thread erases from active_.
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      Active& a = *planned[i];
+      if (a.admitted) continue;
+      a.admitted = true;
+      a.req.sink->on_admitted(plan.seqs[i].seq->n_cached);
+    }
+    step(plan, planned);
     std::string error;
     if (results_.size() < plan.seqs.size()) error = "internal error: the model returned too few samples";
     sampled_.clear();

@@ -59,6 +59,10 @@ class TokenSink {
   /** A sampled token. `eog`: it is an end-of-generation id and the request ends with it. Return false
    *  to end the request after this token (a stop string was found): it then finishes with kStop. */
   virtual bool on_token(const SampledToken& token, bool eog) = 0;
+  /** Called at most once, when the request is first admitted (its prefix-cache lookup done), before its
+   *  first token: `cached_tokens` of its prompt were taken from the prefix cache (FinishInfo's count).
+   *  A request cancelled or timed out while still queued never gets it. */
+  virtual void on_admitted(int32_t cached_tokens) { (void)cached_tokens; }
   /** Called exactly once per accepted request, last. */
   virtual void on_finish(const FinishInfo& info) = 0;
 };
@@ -162,6 +166,7 @@ class EngineService {
     std::unordered_set<int32_t> stop;  // GenerationRequest::stop_ids
     std::chrono::steady_clock::time_point submitted;
     bool first_token = false;
+    bool admitted = false;  // its sink was told on_admitted
     int32_t generated = 0;
     std::vector<uint32_t> mask;  // req.constraint's allowed ids for the next token (sample_mask_words)
     bool mask_ready = false;

@@ -151,8 +151,14 @@ void trace_generation(RequestTrace& trace, const std::string& model, const std::
     const StreamProgress p = subs[i].stream->progress();
     if (i == 0) {
       trace.prompt_tokens = p.finish ? p.finish->prompt_tokens : subs[0].prompt_tokens;
+      // Known once the engine admitted the request (its prefix looked up), so also for one cancelled
+      // mid-way, before the engine's finish reached the stream. One cancelled while still queued never
+      // had its prefix looked up: its count is truly unknown and its line leaves `cached=` out.
       trace.cached_tokens.reset();
-      if (p.finish) trace.cached_tokens = p.finish->cached_tokens;
+      if (p.cached_tokens)
+        trace.cached_tokens = *p.cached_tokens;
+      else if (p.finish && p.finish->reason != FinishReason::kCancelled)
+        trace.cached_tokens = p.finish->cached_tokens;
     }
     tokens += p.finish ? p.finish->completion_tokens : p.tokens;
     if (p.first_token && (!first || *p.first_token < *first)) first = p.first_token;

@@ -21,6 +21,11 @@ void RequestStream::frame(std::string prefix, std::string suffix, std::shared_pt
   news_ = true;
 }
 
+void RequestStream::on_admitted(int32_t cached_tokens) {
+  std::lock_guard<std::mutex> lk(mu_);
+  progress_.cached_tokens = cached_tokens;
+}
+
 bool RequestStream::on_token(const SampledToken& token, bool eog) {
   std::string text;
   bool stopped = false;

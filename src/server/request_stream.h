@@ -40,7 +40,8 @@ struct StreamUpdate {
 struct StreamProgress {
   int32_t tokens = 0;  // sampled tokens (an end-of-generation one included, as FinishInfo counts them)
   std::optional<std::chrono::steady_clock::time_point> first_token, last_token;
-  std::optional<FinishInfo> finish;  // once the request finished
+  std::optional<int32_t> cached_tokens;  // prompt tokens from the prefix cache, once the engine admitted it
+  std::optional<FinishInfo> finish;      // once the request finished
 };
 
 /** Wakes the one thread that serves several streams (the choices of a request, OpenAI's `n`) when any of
@@ -84,6 +85,7 @@ class RequestStream : public TokenSink {
   /** Also wakes `waker` on news. Call before the request is submitted. */
   void set_waker(std::shared_ptr<StreamWaker> waker) { waker_ = std::move(waker); }
 
+  void on_admitted(int32_t cached_tokens) override;
   bool on_token(const SampledToken& token, bool eog) override;
   void on_finish(const FinishInfo& info) override;
 

@@ -130,17 +130,42 @@ TEST(RequestLog, ErrorsGetOneLineWithTheirType) {
 TEST(RequestLog, AClientThatHangsUpGetsOneCancelledLine) {
   LogCapture log;
   TestServer s;
+  // The same prompt once before, so the cancelled request takes part of it from the prefix cache.
+  auto c = s.client();
+  const Reply warm = post(c, "/v1/chat/completions", chat_body("run long", 1));
+  ASSERT_EQ(warm.status, 200);
+  const int64_t prompt = warm.body["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_EQ(log.wait_for(lines_of("POST", "/v1/chat/completions")).size(), 1u);
   const EngineStats st = testing::hang_up_mid_stream(
       s, "/v1/chat/completions", chat_body("run long", 480, R"({"stream":true,"ignore_eos":true})"));
   ASSERT_EQ(st.requests_cancelled, 1);
-  auto lines = log.wait_for(lines_of("POST", "/v1/chat/completions"));
+  auto lines = log.wait_for(lines_of("POST", "/v1/chat/completions"), 2);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find(" 200 model=test-model "), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(" finish=cancelled "), std::string::npos) << lines[1];
+  const int64_t gen = field_int(lines[1], "gen");
+  EXPECT_GT(gen, 0) << "cancelled after its first token: " << lines[1];
+  EXPECT_LT(gen, 480) << lines[1];
+  // Its prompt was admitted, so its cached tokens are known though the engine never finished it.
+  EXPECT_EQ(field_int(lines[1], "prompt"), prompt) << lines[1];
+  const int64_t cached = field_int(lines[1], "cached");
+  EXPECT_GT(cached, 0) << lines[1];
+  EXPECT_LT(cached, prompt) << lines[1];
+  EXPECT_EQ(log.wait_for(lines_of("POST", "/v1/chat/completions"), 3, 100ms).size(), 2u) << "exactly one line";
+}
+
+TEST(RequestLog, ACancelledStreamsJsonLineHasCachedTokens) {
+  LogCapture log(spdlog::level::info, /*json=*/true);
+  TestServer s;
+  const EngineStats st = testing::hang_up_mid_stream(
+      s, "/v1/chat/completions", chat_body("run long", 480, R"({"stream":true,"ignore_eos":true})"));
+  ASSERT_EQ(st.requests_cancelled, 1);
+  auto lines = log.wait_for([](const std::string& l) { return l.find("\"path\":\"/v1/chat/completions\"") != std::string::npos; });
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find(" 200 model=test-model "), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find(" finish=cancelled "), std::string::npos) << lines[0];
-  const int64_t gen = field_int(lines[0], "gen");
-  EXPECT_GE(gen, 0) << lines[0];
-  EXPECT_LT(gen, 480) << lines[0];
-  EXPECT_EQ(log.wait_for(lines_of("POST", "/v1/chat/completions"), 2, 100ms).size(), 1u) << "exactly one line";
+  const json j = json::parse(lines[0]);
+  EXPECT_EQ(j["finish_reason"], "cancelled") << lines[0];
+  ASSERT_TRUE(j.contains("cached_tokens")) << lines[0];
+  EXPECT_EQ(j["cached_tokens"], 0) << "a fresh server has nothing cached: " << lines[0];
 }
 
 TEST(RequestLog, ANonStreamingClientThatGivesUpGetsOneCancelledLine) {
