@@ -2,7 +2,8 @@
 // a Stop button (aborting the fetch; the server cancels the request when the connection closes), and
 // the served model and /v1/stats in the header. With `ft serve --api-key`, a 401 opens the key box
 // (saying when a key that was sent was refused), stops the /v1/stats poll until a key is entered, and
-// gives an unsent message back to the input. No dependencies, no build step.
+// gives an unsent message back to the input (a conversation started by that message is dropped); a key is
+// kept in localStorage only once the server took it. No dependencies, no build step.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -25,7 +26,14 @@ function saveConvs() {
   if (currentId) localStorage.setItem(KEYS.current, currentId);
   else localStorage.removeItem(KEYS.current);
 }
-function apiKey() { return localStorage.getItem(KEYS.apiKey) || ''; }
+// The key in use: the stored one, or one entered and not yet taken by the server (stored once it is: storeKey).
+let keyInUse = localStorage.getItem(KEYS.apiKey) || '';
+function apiKey() { return keyInUse; }
+/** Keeps the key in use in localStorage (none: removed); called once a request with it succeeded. */
+function storeKey() {
+  if (keyInUse) localStorage.setItem(KEYS.apiKey, keyInUse);
+  else localStorage.removeItem(KEYS.apiKey);
+}
 function headers() {
   const h = { 'Content-Type': 'application/json' };
   if (apiKey()) h.Authorization = 'Bearer ' + apiKey();
@@ -180,6 +188,8 @@ function applyChunk(m, chunk) {
 }
 
 async function send(text) {
+  const before = currentId;
+  const created = !current();  // this message starts a conversation: dropped again if it is not sent
   let conv = current() || newConversation();
   if (conv.messages.length === 0) conv.title = text.slice(0, 40);
   conv.messages.push({ role: 'user', content: text });
@@ -207,6 +217,10 @@ async function send(text) {
       unsent = true;
       conv.messages.splice(conv.messages.indexOf(reply) - 1, 2);
       if (conv.messages.length === 0) conv.title = 'New chat';
+      if (created && conv.messages.length === 0) {
+        convs = convs.filter((c) => c !== conv);
+        currentId = convs.some((c) => c.id === before) ? before : null;
+      }
       if (!$('input').value) $('input').value = text;
       const refused = keyRefused();
       throw new Error(refused ? 'The server refused the API key (401): enter the right one above and send again.'
@@ -216,6 +230,7 @@ async function send(text) {
       const err = await res.json().catch(() => null);
       throw new Error(err?.error?.message || `HTTP ${res.status}`);
     }
+    storeKey();
     await readSse(res.body, (data) => { applyChunk(reply, JSON.parse(data)); update(); });
     reply.note = noteFor(reply);
   } catch (e) {
@@ -231,6 +246,7 @@ async function send(text) {
       div.dataset.done = '1';
     }
     saveConvs();
+    loadStats();  // the header's rate goes as the request ends, not at the next poll
   }
 }
 
@@ -271,6 +287,7 @@ function setBusy(busy) {
 function keyRefused() {
   statsPaused = true;
   const refused = apiKey() !== '';
+  localStorage.removeItem(KEYS.apiKey);  // a refused key is not kept for the next visit
   $('auth-prompt').hidden = false;
   $('auth-error').textContent = refused ? 'The server refused this API key (401 Unauthorized).' : '';
   $('auth-error').hidden = !refused;
@@ -287,6 +304,7 @@ async function loadModel() {
     if (res.status === 401) { keyRefused(); return false; }
     const j = await res.json();
     modelName = j.data?.[0]?.id ?? null;
+    if (res.ok) storeKey();
     $('model-name').textContent = modelName || 'no model';
   } catch { $('model-name').textContent = 'server unreachable'; }
   return true;
@@ -306,7 +324,9 @@ async function loadStats() {
     const s = await res.json();
     const parts = [];
     const tp = s.throughput;
-    if (tp) parts.push(`${(tp.generation_tokens_per_s ?? 0).toFixed(1)} tok/s`);
+    // The rate (a window's average) only while requests run: idle, an old figure would read as current.
+    const busy = (s.requests?.running ?? 0) + (s.requests?.waiting ?? 0) > 0;
+    if (tp && busy) parts.push(`${(tp.generation_tokens_per_s ?? 0).toFixed(1)} tok/s`);
     if (s.kv) parts.push(`KV ${s.kv.pages_used}/${s.kv.pages_total} pages`);
     if (s.moe && typeof s.moe === 'object' && s.moe.hit_rate != null) parts.push(`expert hits ${(100 * s.moe.hit_rate).toFixed(1)}%`);
     if (s.memory) parts.push(`memory ${bytes(s.memory.device_bytes || 0)} device, ${bytes(s.memory.host_bytes || 0)} host`);
@@ -331,11 +351,10 @@ function bindSettings() {
   $('api-key').value = apiKey();
   $('api-key').addEventListener('change', () => setKey($('api-key').value));
 }
-/** Stores `key` and tries it on /v1/models: the key box closes and the stats poll resumes when it is
- *  taken; on a 401 the box stays open and says the key was refused. */
+/** Tries `key` on /v1/models: when it is taken it is stored, the key box closes and the stats poll
+ *  resumes; on a 401 the box stays open, says the key was refused, and nothing is stored. */
 async function setKey(key) {
-  if (key) localStorage.setItem(KEYS.apiKey, key);
-  else localStorage.removeItem(KEYS.apiKey);
+  keyInUse = key;
   $('api-key').value = key;
   showError('');
   if (!(await loadModel())) return;

@@ -4,7 +4,8 @@
 // conversation is still in the list. A screenshot goes to $FT_SCREENSHOT_DIR (the build folder) or
 // the OS temp folder. Against a second server started with --api-key (FT_E2E_WEBUI_KEY_URL, key
 // FT_E2E_WEBUI_KEY): without a key the page does not poll /v1/stats, a wrong key is shown refused
-// with the unsent message kept in the input, and the right key sends it. No page request is a 404.
+// with the unsent message kept in the input (no chat left in the sidebar, the refused key not saved),
+// and the right key is saved and sends it. No page request is a 404.
 // Fails when Chromium, puppeteer-core or the server is missing.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -62,9 +63,10 @@ test('the page loads with the served model and live stats', async () => {
   assert.equal(res.status(), 200);
   assert.match(res.headers()['content-type'], /^text\/html/);
   await page.waitForFunction(() => document.getElementById('model-name').textContent === 'freetoken-demo', { timeout: 10000 });
-  await page.waitForFunction(() => /tok\/s/.test(document.getElementById('stats').textContent), { timeout: 10000 });
+  await page.waitForFunction(() => /KV \d+\/64 pages/.test(document.getElementById('stats').textContent), { timeout: 10000 });
   const stats = await page.$eval('#stats', (e) => e.textContent);
-  assert.match(stats, /KV \d+\/64 pages/);
+  assert.match(stats, /0 running/);
+  assert.doesNotMatch(stats, /tok\/s/, 'no request runs: no rate in the header');
 });
 
 test('a message gets a streamed reply', async () => {
@@ -117,6 +119,9 @@ test('Stop ends a long reply early', async () => {
     if (running !== 0) await new Promise((res) => setTimeout(res, 100));
   }
   assert.equal(running, 0, 'the server still runs the stopped request');
+  // Nothing runs: the header drops the rate (it does not keep the last one).
+  await page.waitForFunction(() => /0 running/.test(document.getElementById('stats').textContent), { timeout: 10000 });
+  assert.doesNotMatch(await page.$eval('#stats', (e) => e.textContent), /tok\/s/);
 });
 
 test('after a reload the conversation is still there', async () => {
@@ -161,6 +166,7 @@ test('with --api-key: no stats poll without a key, a refused key is shown, the u
   assert.match(await text(), /needs an API key: enter it above and send again/);
   assert.equal(await p.$eval('#input', (e) => e.value), 'Keep this message');
   assert.equal((await p.$$('.msg')).length, 0);
+  assert.equal((await p.$$('#conv-list li')).length, 0, 'the unsent message left a chat in the sidebar');
 
   // A wrong key: refused next to the key box, which stays open; sending again keeps the message.
   await p.type('#auth-key', 'not-the-key');
@@ -174,7 +180,9 @@ test('with --api-key: no stats poll without a key, a refused key is shown, the u
   assert.equal(await p.$eval('#input', (e) => e.value), 'Keep this message');
   assert.equal((await p.$$('.msg')).length, 0);
   const saved = await p.evaluate(() => JSON.parse(localStorage.getItem('ft.conversations')));
-  assert.deepEqual(saved.flatMap((c) => c.messages), [], 'a 401 left messages in the saved conversation');
+  assert.deepEqual(saved, [], 'a 401 left a saved conversation');
+  assert.equal((await p.$$('#conv-list li')).length, 0, 'the unsent message left a chat in the sidebar');
+  assert.equal(await p.evaluate(() => localStorage.getItem('ft.apiKey')), null, 'the refused key was saved');
   await p.setViewport({ width: 1000, height: 500 });
   await p.screenshot({ path: path.join(process.env.FT_SCREENSHOT_DIR || os.tmpdir(), 'webui-key.png') });
 
@@ -190,8 +198,9 @@ test('with --api-key: no stats poll without a key, a refused key is shown, the u
   await p.click('#auth-form button');
   await p.waitForFunction(() => document.getElementById('model-name').textContent === 'freetoken-demo', { timeout: 10000 });
   assert.equal(await p.$eval('#auth-prompt', (e) => e.hidden), true);
-  await p.waitForFunction(() => /tok\/s/.test(document.getElementById('stats').textContent), { timeout: 10000 });
+  await p.waitForFunction(() => /running/.test(document.getElementById('stats').textContent), { timeout: 10000 });
   assert.ok(seen.includes('GET /v1/stats 200'), seen.join('\n'));
+  assert.equal(await p.evaluate(() => localStorage.getItem('ft.apiKey')), KEY, 'the key the server took is kept');
   await setField('max-tokens', '4', p);
   await p.click('#send');
   await p.waitForFunction(() => document.querySelector('.msg.assistant')?.dataset.done === '1', { timeout: 30000 });
@@ -199,6 +208,7 @@ test('with --api-key: no stats poll without a key, a refused key is shown, the u
   assert.match(await p.$eval('.msg.assistant .note', (e) => e.textContent), /\b[1-4] tokens$/);
   assert.equal(await text(), '');
   assert.equal(await p.$eval('#input', (e) => e.value), '');
+  assert.deepEqual(await p.$$eval('#conv-list .title', (els) => els.map((e) => e.textContent)), ['Keep this message']);
   await p.close();
   assert.deepEqual(notFound, [], 'pages asked for something that is not there');
 });
