@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   CLI::App app{"FreeToken: serve large Mixture-of-Experts models on small GPUs"};
   app.formatter(std::make_shared<ft::cli::HelpFormatter>());  // before the subcommands, which copy it
   app.require_subcommand(1);
+  // A flag given twice takes its last value, as llama-server and most CLIs do (a wrapper script's
+  // defaults followed by the user's own); subcommands made from here on inherit it.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off");
   std::string log_format = "text";

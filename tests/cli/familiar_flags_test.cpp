@@ -228,6 +228,10 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
   const Result q8 = run_ft("run " + stories() + " -p 'Once upon a time' -n 3 --temp 0 -t 1 -ctk q8_0 -ctv q8_0 -v");
   EXPECT_EQ(q8.code, 0) << q8.err;
   EXPECT_NE(q8.err.find("[debug]"), std::string::npos) << q8.err;  // -v: --log-level debug
+  // A flag given twice takes its last value, as llama-server's do (-n 4 -n 2: two tokens).
+  const Result twice = run_ft("run " + stories() + " --prompt-ids 1,400 -n 4 -n 2 --temp 0 --print-ids -t 1");
+  EXPECT_EQ(twice.code, 0) << twice.err;
+  EXPECT_EQ(std::count(twice.out.begin(), twice.out.end(), ','), 1) << twice.out;
   // A bare -fa before the model takes no value: the model is still the model.
   const Result fa = run_ft("run -fa " + stories() + gen);
   EXPECT_EQ(fa.code, 0) << fa.err;
