@@ -228,7 +228,42 @@ std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const 
   return message;
 }
 
-std::string unexpected_arguments_message(const std::string& message) {
+namespace {
+
+/** Edit distance between a and b (insertions, deletions, substitutions), for "did you mean". */
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string closest_flag(const std::string& word, const CLI::App& cmd) {
+  const std::string flag = word.substr(0, word.find('='));
+  if (flag.size() < 4 || flag.rfind("--", 0) != 0) return "";
+  std::string best;
+  size_t best_d = std::max<size_t>(2, flag.size() / 4) + 1;  // at most ~a quarter of the word wrong
+  for (const CLI::Option* opt : cmd.get_options()) {
+    if (opt->get_group().empty()) continue;  // hidden: refusals, not suggestions
+    for (const std::string& n : opt->get_lnames()) {
+      const size_t d = edit_distance(flag, "--" + n);
+      if (d < best_d) best_d = d, best = "--" + n;
+    }
+  }
+  return best;
+}
+
+std::string unexpected_arguments_message(const std::string& message, const CLI::App* cmd) {
   std::string rest;
   for (const std::string lead : {"The following arguments were not expected: ", "The following argument was not expected: "})
     if (message.rfind(lead, 0) == 0) rest = message.substr(lead.size());
@@ -249,7 +284,9 @@ std::string unexpected_arguments_message(const std::string& message) {
     else others += (others.empty() ? "'" : ", '") + w + "'";
   }
   if (first_option.empty()) return "unexpected argument" + std::string(words.size() > 1 ? "s " : " ") + others;
-  return "unknown option '" + first_option + "'" + (others.empty() ? "" : " (also not expected: " + others + ")");
+  const std::string near = cmd ? closest_flag(first_option, *cmd) : "";
+  return "unknown option '" + first_option + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
+         (others.empty() ? "" : " (also not expected: " + others + ")");
 }
 
 }  // namespace ft::cli

@@ -70,7 +70,12 @@ std::string name_flags_as_typed(std::string message, const CLI::App& cmd, const 
 
 /** CLI11's "The following arguments were not expected: b a" (its words in reverse order) or "The
  *  following argument was not expected: a" as "unknown option 'a' (also not expected: 'b')", in the
- *  order typed; other messages unchanged. */
-std::string unexpected_arguments_message(const std::string& message);
+ *  order typed, with the nearest long flag of `cmd` when one is near ("(did you mean --x?)"); other
+ *  messages unchanged. */
+std::string unexpected_arguments_message(const std::string& message, const CLI::App* cmd = nullptr);
+
+/** The long flag of `cmd` (hidden ones left out) nearest to `word` ("--max-token" -> "--max-tokens"),
+ *  or "" when none is within about a quarter of the word's letters (edit distance). */
+std::string closest_flag(const std::string& word, const CLI::App& cmd);
 
 }  // namespace ft::cli

@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
     // --help / --version exit 0; a usage error is bad input like any other: exit 2, printed as every
     // other error is ("error: ...").
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::string message = ft::cli::unexpected_arguments_message(e.what());
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    std::string message = ft::cli::unexpected_arguments_message(e.what(), parsed.empty() ? nullptr : parsed.front());
     for (const CLI::App* sub : app.get_subcommands()) message = ft::cli::name_flags_as_typed(message, *sub, args, typed);
     std::fprintf(stderr, "error: %s\nRun with --help for more information.\n", message.c_str());
     return 2;

@@ -249,6 +249,8 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
            Case{"serve --port 0 -x my-model", "unknown option '-x'"},
            Case{"serve --port 0 -x a b", "unknown option '-x' (also not expected: 'b')"},
            Case{"serve --port 0 --bogus", "unknown option '--bogus'"},
+           Case{"serve --port 0 --max-runing-requests 4",
+                "unknown option '--max-runing-requests' (did you mean --max-running-requests?)"},
            // Several letters after one dash are one llama.cpp flag, never bundled one-letter flags (-c tx).
            Case{"serve --port 0 -ctx 4096", "unknown option '-ctx'"},
            Case{"serve --port 0 -ctk q8_0 -ctv f16", "-ctk q8_0 and -ctv f16: ft's KV cache holds K and V in one type"},
