@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
@@ -35,6 +36,7 @@
 #include "util/log.h"
 #include "util/format.h"
 #include "util/progress.h"
+#include "util/read_file.h"
 
 namespace ft::cli {
 namespace {
@@ -48,6 +50,7 @@ struct ServeFlags {
   int port = 1919;
   std::string served_model_name;
   std::string api_key;
+  std::string api_key_file;      // --api-key-file: the key read from a file (llama-server's flag)
   bool no_webui = false;         // --no-webui: no chat page at /
   int max_running = 16;
   int64_t max_seq_len = 0;       // 0: the model's context length
@@ -99,6 +102,23 @@ server::ReasoningFormat reasoning_format_of(const ServeFlags& f, std::string_vie
   if (f.reasoning_format == "none") return server::ReasoningFormat::kNone;
   if (f.reasoning_format == "deepseek") return server::ReasoningFormat::kThink;
   return server::detect_reasoning_format(template_source);
+}
+
+/** The API key in `path` (--api-key-file): its one non-empty line, blanks around it trimmed. Throws
+ *  ft::Error (kInvalidArgument) when --api-key is given too (`given`), or the file holds no key or
+ *  several (llama-server takes a key a line; ft serve checks one); kNotFound when it cannot be read. */
+std::string api_key_from_file(const std::string& path, const std::string& given) {
+  if (!given.empty()) fail(ErrorCode::kInvalidArgument, "--api-key and --api-key-file {}: give one of them", path);
+  std::istringstream in(read_text_file(path));
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+    if (a != std::string::npos) keys.push_back(line.substr(a, b - a + 1));
+  }
+  if (keys.size() != 1)
+    fail(ErrorCode::kInvalidArgument, "--api-key-file {}: expected one key (one non-empty line), found {}{}", path,
+         keys.size(), keys.size() > 1 ? " (ft serve checks a single key)" : "");
+  return keys[0];
 }
 
 int run_serve(const ServeFlags& f) {
@@ -369,6 +389,11 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "/favicon.ico stay open)")
       ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"))
       ->group(server);
+  cmd->add_option("--api-key-file", f->api_key_file,
+                  "Read --api-key's KEY from this file's one non-empty line (llama-server's flag; keeps the key out "
+                  "of the process list)")
+      ->type_name("FILE")
+      ->group(server);
   cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
                 "Serve on a --host other machines can reach without --api-key (refused otherwise)")
       ->group(server);
@@ -457,7 +482,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->callback([f, cmd, &action] {
     f->state_snapshots_given = cmd->count("--state-snapshots") > 0;
     f->model = resolve_model(f->model_arg);
-    action = [f] { return run_serve(*f); };
+    action = [f] {
+      if (!f->api_key_file.empty()) f->api_key = api_key_from_file(f->api_key_file, f->api_key);
+      return run_serve(*f);
+    };
   });
 }
 

@@ -124,10 +124,10 @@ TEST(FamiliarFlags, LlamaServerFlagsServe) {
   // ft serve MODEL -c N -np N -t N as llama-server takes them: -c is the KV cache the requests share.
   const std::string dir = ::ft::testing::scratch_path("ft_llama_flags");
   std::filesystem::create_directories(dir);
-  const std::string script = "D=" + quote(dir) + "; " + quote(FT_BINARY) + " serve " + stories() +
+  const std::string script = "D=" + quote(dir) + "; printf '\\n  s3cret \\n' > $D/key; " + quote(FT_BINARY) + " serve " + stories() +
                              " --port 0 -t 1 -c 128 -np 2 -ngl 99 -a my-model --chat-template-file " +
                              quote(::ft::testing::shared_dir() + "/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja") +
-                             " --jinja -fa on --metrics > $D/out 2> $D/err & pid=$!;"
+                             " --jinja -fa on --metrics --api-key-file $D/key > $D/out 2> $D/err & pid=$!;"
                              "for i in $(seq 400); do grep -q listening $D/out && break; sleep 0.05; done;"
                              "kill -INT $pid; wait $pid";
   const int code = std::system(("bash -c " + quote(script)).c_str());
@@ -139,6 +139,7 @@ TEST(FamiliarFlags, LlamaServerFlagsServe) {
   EXPECT_NE(out.find(", 2 running,"), std::string::npos) << out;
   EXPECT_NE(out.find("device cpu, 1 thread\n"), std::string::npos) << out;
   EXPECT_NE(out.find("model     my-model  [llama"), std::string::npos) << out;  // -a
+  EXPECT_NE(out.find("auth on (API key required)"), std::string::npos) << out;  // --api-key-file
   EXPECT_NE(out.find("chat template from " + ::ft::testing::shared_dir() + "/data/chat-templates/Qwen-Qwen2.5-7B-"),
             std::string::npos)
       << out;  // --chat-template-file
@@ -249,6 +250,9 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
            Case{"serve --port 0 -x my-model", "unknown option '-x'"},
            Case{"serve --port 0 -x a b", "unknown option '-x' (also not expected: 'b')"},
            Case{"serve --port 0 --bogus", "unknown option '--bogus'"},
+           Case{"serve --port 0 --api-key-file /nonexistent/keys", "/nonexistent/keys"},
+           Case{"serve --port 0 --api-key k --api-key-file /dev/null", "--api-key and --api-key-file /dev/null: give one"},
+           Case{"serve --port 0 --api-key-file /dev/null", "--api-key-file /dev/null: expected one key (one non-empty line), found 0"},
            Case{"serve --port 0 --max-runing-requests 4",
                 "unknown option '--max-runing-requests' (did you mean --max-running-requests?)"},
            // Several letters after one dash are one llama.cpp flag, never bundled one-letter flags (-c tx).
