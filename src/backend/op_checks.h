@@ -55,7 +55,8 @@ void kv_write(const char* op, const BatchInfo& b, const Tensor& k, const Tensor&
 /** attention's p.sinks: empty, or F32 1-D [p.n_head]. Throws ft::Error(kInvalidArgument) naming `op`. */
 void attention_sinks(const char* op, const AttentionParams& p);
 
-/** moe_experts' bank beyond its matrices: kSwiglu, kGeluTanh, or kSwigluOai with a finite alpha and a limit > 0;
+/** moe_experts' bank beyond its matrices: kSwiglu, kGeluTanh, kSwigluOai with a finite alpha and a limit > 0, or
+ *  kSwigluClamp with a limit > 0;
  *  each bias empty or F32 2-D with n_expert rows: gate_bias, up_bias [E, F] (F = expert 0's gate
  *  rows), down_bias [E, H]. Throws ft::Error(kInvalidArgument) naming `op` and the field. */
 void expert_bank_extras(const char* op, const ExpertBank& bank, int64_t H);

@@ -203,7 +203,7 @@ struct ExpertBank {
   std::vector<Tensor> down;  // [n_expert] each [n_embd, n_ff]
   ExpertGlu glu = ExpertGlu::kSwiglu;
   float glu_alpha = 1.702f;  // kSwigluOai
-  float glu_limit = 7.0f;    // kSwigluOai
+  float glu_limit = 7.0f;    // kSwigluOai, kSwigluClamp
   /** Per-expert biases (gpt-oss), F32 on the device of whatever reads the bank, or empty (none);
    *  indexed by expert id (not by cache slot): gate_bias, up_bias [n_expert, n_ff] are added to the
    *  gate and up projections before the GLU, down_bias [n_expert, n_embd] to the down projection. */

@@ -1,7 +1,7 @@
 // CUDA vs CPU moe_experts: decode path (per-pair fused GEMVs through the device pointer table) and
 // prefill path (pairs sorted by expert, per-expert GEMMs), several weight dtypes (mixed per matrix
 // kind too; every type of cuda_weight_types_under_test as experts), skipped slots (id -1), accumulate,
-// and a bank whose views are re-pointed between calls (the pointer table must follow, as the expert
+// DeepSeek-V4's clamped SwiGLU (ExpertGlu::kSwigluClamp) on every path, and a bank whose views are re-pointed between calls (the pointer table must follow, as the expert
 // cache will require).
 #include <algorithm>
 #include <cstring>
@@ -160,6 +160,85 @@ TEST_F(CudaMoe, FusedDecodeEqualsSeparateLaunchesBitForBit) {
         const std::string what = std::string(dtype_name(c.gate)) + "/" + dtype_name(c.down) + " " +
                                  dtype_name(c.act) + " k=" + std::to_string(k) + " T=" + std::to_string(T) +
                                  (acc ? " +=" : "");
+        EXPECT_LE(e0, kTol) << what;
+        EXPECT_LE(e1, kTol) << what;
+        ASSERT_EQ(fused.size(), separate.size());
+        EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)), 0) << what;
+        seed += 3;
+      }
+    }
+  }
+}
+
+// DeepSeek-V4's experts (ExpertGlu::kSwigluClamp: silu(min(g, limit)) * clamp(u, -limit, limit)) on every
+// path: the decode GEMVs with the GLU in their epilogue (BF16; Q4_K/Q6_K's int8 lane groups with int8 h and
+// the fused weighted sum), the unfused GLU kernel (gate and up of different dtypes), the grouped prefill
+// GEMM (F = 512) and the per-expert GEMMs (F = 96), F32 and BF16 activations. gate and up have a standard
+// deviation near 5 here (x, w uniform in [-1, 1), H = 256), so the limit 3 clamps most of them: the CPU's
+// result with the clamp must differ from plain SwiGLU's, and the CUDA result must match the CPU's.
+TEST_F(CudaMoe, ClampedSwigluExpertsMatchTheCpu) {
+  struct Case {
+    DType gate, up, down;
+    int64_t F;
+  };
+  const Case cases[] = {{DType::BF16, DType::BF16, DType::BF16, 512},
+                        {DType::Q4_K, DType::Q4_K, DType::Q6_K, 512},
+                        {DType::Q8_0, DType::Q8_0, DType::Q8_0, 512},
+                        {DType::Q4_K, DType::BF16, DType::Q8_0, 512},
+                        {DType::BF16, DType::BF16, DType::BF16, 96},
+                        {DType::Q4_K, DType::Q4_K, DType::Q6_K, 96}};
+  const int64_t E = 16, H = 256;
+  const int32_t k = 4;
+  const float limit = 3.0f;
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    Banks b = make_banks(c.gate, c.up, c.down, E, H, c.F, seed += 10);
+    const std::string what0 = std::string(dtype_name(c.gate)) + "/" + dtype_name(c.up) + "/" + dtype_name(c.down) +
+                              " F=" + std::to_string(c.F);
+    {  // the clamp bites: plain SwiGLU's CPU result differs (same inputs)
+      const int64_t T = 4;
+      const auto x = rand_bf16(static_cast<size_t>(T * H), seed + 1);
+      const std::vector<int32_t> ids = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+      const std::vector<float> w(static_cast<size_t>(T * k), 0.5f);
+      std::vector<float> plain(static_cast<size_t>(T * H)), clamped(plain.size());
+      cpu().moe_experts({}, arena().host_f32(x, {T, H}), arena().host_i32(ids, {T, k}), arena().host_f32(w, {T, k}),
+                        b.cpu, Tensor(plain.data(), DType::F32, {T, H}));
+      b.cpu.glu = ExpertGlu::kSwigluClamp, b.cpu.glu_limit = limit;
+      cpu().moe_experts({}, arena().host_f32(x, {T, H}), arena().host_i32(ids, {T, k}), arena().host_f32(w, {T, k}),
+                        b.cpu, Tensor(clamped.data(), DType::F32, {T, H}));
+      ASSERT_GT(rel_l2(plain, clamped), 0.1) << what0 << ": the limit should clamp";
+    }
+    b.gpu.glu = ExpertGlu::kSwigluClamp, b.gpu.glu_limit = limit;
+    for (const DType act : {DType::BF16, DType::F32}) {
+      for (int64_t T : {1, 2, 4, 17, 32, 50, 130}) {
+        const bool acc = T == 2 || T == 50;
+        const double e = run(b, T, k, acc, seed += 5, act);
+        const std::string what = what0 + " " + dtype_name(act) + " T=" + std::to_string(T) +
+                                 (T <= 32 ? " decode" : " prefill") + (acc ? " +=" : "");
+        report("moe_experts swiglu_clamp", what, e);
+        EXPECT_LE(e, kTol) << what;
+      }
+    }
+  }
+}
+
+// The decode fusions apply the clamped GLU as the separate launches do: the same bits.
+TEST_F(CudaMoe, ClampedSwigluFusedDecodeEqualsSeparateLaunches) {
+  const DType types[][3] = {{DType::Q4_K, DType::Q4_K, DType::Q6_K}, {DType::BF16, DType::BF16, DType::BF16}};
+  const int64_t E = 24, H = 512, F = 256;
+  uint32_t seed = 1200;
+  for (const auto& t : types) {
+    Banks b = make_banks(t[0], t[1], t[2], E, H, F, seed += 10);
+    for (ExpertBank* bank : {&b.cpu, &b.gpu}) bank->glu = ExpertGlu::kSwigluClamp, bank->glu_limit = 4.0f;
+    for (int32_t k : {1, 8}) {
+      for (int64_t T : {1, 3}) {
+        std::vector<float> fused, separate;
+        set_cuda_moe_fusion(false);
+        const double e0 = run(b, T, k, T == 3, seed, DType::BF16, &separate);
+        set_cuda_moe_fusion(true);
+        const double e1 = run(b, T, k, T == 3, seed, DType::BF16, &fused);
+        const std::string what = std::string(dtype_name(t[0])) + "/" + dtype_name(t[2]) + " k=" + std::to_string(k) +
+                                 " T=" + std::to_string(T);
         EXPECT_LE(e0, kTol) << what;
         EXPECT_LE(e1, kTol) << what;
         ASSERT_EQ(fused.size(), separate.size());

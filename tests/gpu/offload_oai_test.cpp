@@ -1,4 +1,5 @@
-// Offloaded gpt-oss experts (clamped SwiGLU, per-expert biases) through OffloadedExperts: a cache's slot
+// Offloaded gpt-oss experts (clamped SwiGLU, per-expert biases), and DeepSeek-V4's (kSwigluClamp), through
+// OffloadedExperts: a cache's slot
 // bank is indexed by slot id, so the biases travel with the experts into per-slot rows (moe/expert_slots.h
 // SlotBiases). Offload (decode steps through the cache, with and without prefetch, prefill-sized steps
 // streamed through the staging regions; stored and EC12 banks) must equal fused (ResidentExperts) bit
@@ -200,6 +201,19 @@ OaiExperts bf16_layers(int32_t E, int64_t H) {
   return ex;
 }
 
+/** DeepSeek-V4's experts (ExpertGlu::kSwigluClamp, no biases) at a limit that clamps: gate and up have a
+ *  standard deviation near 1 here, the limit is 0.5. Two BF16 layers (EC12-codable), and with `q8` a Q8_0
+ *  layer too (stored banks only). */
+OaiExperts clamp_layers(int32_t E, int64_t H, bool q8) {
+  OaiExperts ex;
+  ex.add_layer(E, 256, H, DType::BF16, DType::BF16, 11, ExpertGlu::kSwigluClamp, 0);
+  ex.add_layer(E, 192, H, DType::BF16, DType::BF16, 12, ExpertGlu::kSwigluClamp, 0);
+  if (q8) ex.add_layer(E, 256, H, DType::Q8_0, DType::Q8_0, 13, ExpertGlu::kSwigluClamp, 0);
+  for (ExpertBank& b : ex.s.banks) b.glu_limit = 0.5f;
+  for (size_t l : {0, 1}) ex.s.add_ec12_exceptions(l, 40, static_cast<uint32_t>(l));
+  return ex;
+}
+
 // The CPU backend: HostExpertSlots copies the biases' rows as it copies the records.
 TEST(OffloadOaiHost, OffloadEqualsFusedHybridAndCpuWithinTolerance) {
   CpuOps ops(2);
@@ -213,6 +227,10 @@ TEST(OffloadOaiHost, OffloadEqualsFusedHybridAndCpuWithinTolerance) {
   {
     SCOPED_TRACE("bf16 layers, EC12 banks");
     r.run(bf16_layers(E, H), E, k, H, BankFormat::kEc12);
+  }
+  {
+    SCOPED_TRACE("DeepSeek-V4 clamped SwiGLU layers, stored banks");
+    r.run(clamp_layers(E, H, true), E, k, H, std::nullopt);
   }
 }
 
@@ -247,6 +265,22 @@ TEST_F(CudaOffloadOai, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   {
     SCOPED_TRACE("bf16 layers, stored banks");
     r.run(bf16_layers(E, H), E, k, H, BankFormat::kStored);
+  }
+}
+
+// DeepSeek-V4's clamped SwiGLU through the GPU expert cache: offload equals fused (the resident CUDA
+// experts) bit for bit, hybrid and cpu (the CPU executor's kSwigluClamp) within bf16 tolerance.
+TEST_F(CudaOffloadOai, ClampedSwigluOffloadEqualsFusedHybridAndCpu) {
+  OaiOffloadRunner r(*gpu_, DType::BF16);
+  const int32_t E = 8, k = 2;
+  const int64_t H = 256;
+  {
+    SCOPED_TRACE("bf16 and q8_0 layers, stored banks");
+    r.run(clamp_layers(E, H, true), E, k, H, BankFormat::kStored);
+  }
+  {
+    SCOPED_TRACE("bf16 layers, EC12 banks");
+    r.run(clamp_layers(E, H, false), E, k, H, BankFormat::kEc12);
   }
 }
 

@@ -39,7 +39,8 @@ struct GemvArgs {
    *  (ebias_a); null: none. Every output mode adds them (y, q8_out, combine_out). */
   const float* ebias_a = nullptr;
   const float* ebias_b = nullptr;
-  /** The GLU of glu mode (expert_glu.cuh: kGluSwiglu, or kGluSwigluOai with glu_alpha, glu_limit). */
+  /** The GLU of glu mode (expert_glu.cuh: kGluSwiglu, kGluGeluTanh, kGluSwigluOai with glu_alpha and glu_limit,
+   *  kGluSwigluClamp with glu_limit). */
   int glu_kind = 0;
   float glu_alpha = 1.702f, glu_limit = 7.0f;
   /** Device scratch of gemv_q8_scratch_bytes(activation rows, K) bytes for the integer-dot path

@@ -1,6 +1,6 @@
 // moe_experts: routed expert FFNs and their weighted sum,
 //   out[t] (=|+=) sum_j weights[t, j] * (down_e glu(gate_e x[t] + bg_e, up_e x[t] + bu_e) + bd_e),  e = ids[t, j],
-// glu per bank.glu (SwiGLU, or gpt-oss's clamped SwiGLU: expert_glu.cuh), the biases bank.gate_bias,
+// glu per bank.glu (SwiGLU, gpt-oss's or DeepSeek-V4's clamped SwiGLU, GELU-tanh: expert_glu.cuh), the biases bank.gate_bias,
 // up_bias [E, F] and down_bias [E, H] (F32 on the device, row e = the bank's expert e, i.e. the id the
 // call gets: a slot id for a cache's slot bank) or absent. Every path adds them where the products
 // are formed (the GEMV and grouped GEMM epilogues, matmul_raw's bias), so no launch is added for them.
@@ -156,6 +156,7 @@ BankShape check_bank(const ExpertBank& bank, int64_t H) {
   op_checks::expert_bank_extras("moe_experts", bank, H);  // the GLU's fields, the biases' dtype and shapes
   if (bank.glu == ExpertGlu::kSwigluOai) s.glu = kGluSwigluOai;
   else if (bank.glu == ExpertGlu::kGeluTanh) s.glu = kGluGeluTanh;
+  else if (bank.glu == ExpertGlu::kSwigluClamp) s.glu = kGluSwigluClamp;
   else if (bank.glu != ExpertGlu::kSwiglu)
     fail(ErrorCode::kUnsupported, "moe_experts: expert GLU {} has no CUDA kernel", static_cast<int>(bank.glu));
   s.alpha = bank.glu_alpha, s.limit = bank.glu_limit;

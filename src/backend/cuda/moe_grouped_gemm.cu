@@ -4,7 +4,7 @@
 //   y[r, :] = glu(x[r, :] Wa_e^T + ba_e, x[r, :] Wb_e^T + bb_e)   (glu: gate and up fused with their GLU),
 // for r in [offsets[e], offsets[e+1]). x [P, K] F32 or BF16; W_e [N, K] any cuda_weight_type,
 // addressed through the bank's pointer table; y [P, N] F32 or BF16; the per-expert biases F32 [E, N]
-// or absent, the GLU SwiGLU or gpt-oss's clamped form (expert_glu.cuh).
+// or absent, the GLU any of expert_glu.cuh's (SwiGLU, gpt-oss's and DeepSeek-V4's clamped forms, GELU-tanh).
 //
 // Tiles of 64 rows x 64 columns (measured faster than 128-row tiles at 4k tokens: more blocks):
 // tile_start[e] (tile_prefix_kernel) numbers each expert's row tiles, so the grid is fixed
