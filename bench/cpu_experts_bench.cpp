@@ -7,6 +7,8 @@
 // The *_prefill cases run a 512-token prefill layer (the `cpu` strategy's prompt): 512 tokens, top-8
 // of the 128 experts drawn uniformly (~32 tokens an expert), and report tokens per second; bf16act:
 // --moe-cpu-bf16 on; ec12: the bank coded as EC12 (the banks' default form for BF16 experts).
+// fp8 / nvfp4: FP8 block-scaled (F8_E4M3_B32) and ModelOpt NVFP4 (NVFP4_G64) checkpoints' experts as
+// stored, decoded in SIMD registers (block_rows.cpp).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -19,6 +21,7 @@
 #include "moe/cpu_expert_executor.h"
 #include "moe/expert_bank.h"
 #include "moe/thread_pool.h"
+#include "quant/nvfp4.h"
 #include "quant/quant.h"
 
 namespace {
@@ -40,7 +43,14 @@ struct Bank {
     std::vector<float> src(static_cast<size_t>(kF * kH));
     uint32_t s = 12345;
     for (float& v : src) v = (static_cast<float>((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f) / 45.0f;
-    quantize_row(t, src.data(), storage.data(), kF * kH);
+    if (t == DType::NVFP4_G64) {  // as a ModelOpt checkpoint's rows are repacked at load
+      std::vector<uint8_t> packed(static_cast<size_t>(kF * kH / 2)), scales(static_cast<size_t>(kF * kH / 16));
+      float g = 0;
+      nvfp4_quantize_modelopt(src.data(), kF, kH, packed.data(), scales.data(), &g);
+      nvfp4_rows_from_modelopt(packed.data(), scales.data(), g, kF, kH, storage.data(), t);
+    } else {
+      quantize_row(t, src.data(), storage.data(), kF * kH);
+    }
     for (int64_t m = 1; m < 3 * kExperts; ++m) std::memcpy(storage.data() + m * mat, storage.data(), static_cast<size_t>(mat));
     for (int64_t e = 0; e < kExperts; ++e) {
       uint8_t* base = storage.data() + 3 * mat * e;
@@ -53,8 +63,20 @@ struct Bank {
 };
 
 Bank& bank(DType t) {
-  static Bank bf16(DType::BF16), q4k(DType::Q4_K);
-  return t == DType::BF16 ? bf16 : q4k;
+  if (t == DType::BF16) {
+    static Bank b(DType::BF16);
+    return b;
+  }
+  if (t == DType::F8_E4M3_B32) {
+    static Bank b(DType::F8_E4M3_B32);
+    return b;
+  }
+  if (t == DType::NVFP4_G64) {
+    static Bank b(DType::NVFP4_G64);
+    return b;
+  }
+  static Bank q4k(DType::Q4_K);
+  return q4k;
 }
 
 /** The BF16 bank as EC12 (BankFormat::kEc12: the expert banks' default form for BF16 experts). */
@@ -88,6 +110,8 @@ void run_layer(benchmark::State& state, DType type, bool int8 = false, bool bf16
 
 void bf16_layer(benchmark::State& state) { run_layer(state, DType::BF16); }
 void q4_k_layer(benchmark::State& state) { run_layer(state, DType::Q4_K); }
+void fp8_layer(benchmark::State& state) { run_layer(state, DType::F8_E4M3_B32); }
+void nvfp4_layer(benchmark::State& state) { run_layer(state, DType::NVFP4_G64); }
 /** bf16 activations on: the BF16 rows meet BF16 x and h (cpu::gemm_nt_bf16; AVX-512 BF16 only). */
 void bf16_bf16act_layer(benchmark::State& state) {
   if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
@@ -142,6 +166,8 @@ void run_prefill(benchmark::State& state, DType type, bool int8 = false, bool bf
 
 void bf16_prefill(benchmark::State& state) { run_prefill(state, DType::BF16); }
 void q4_k_prefill(benchmark::State& state) { run_prefill(state, DType::Q4_K); }
+void fp8_prefill(benchmark::State& state) { run_prefill(state, DType::F8_E4M3_B32); }
+void nvfp4_prefill(benchmark::State& state) { run_prefill(state, DType::NVFP4_G64); }
 void bf16_bf16act_prefill(benchmark::State& state) {
   if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
   run_prefill(state, DType::BF16, false, true);
@@ -163,6 +189,8 @@ BENCHMARK(ec12_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)
 BENCHMARK(ec12_bf16act_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(fp8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(nvfp4_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // Args: {tokens, threads (0: one per physical core)}.
 BENCHMARK(bf16_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bf16_bf16act_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -170,6 +198,8 @@ BENCHMARK(ec12_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond
 BENCHMARK(ec12_bf16act_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(q4_k_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(q4_k_int8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(fp8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(nvfp4_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

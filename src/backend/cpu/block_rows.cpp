@@ -1,12 +1,14 @@
 // Stored weight rows on the CPU: to_f32 (every stored type to float32) and the fused decode + dot
-// (dot_rows_stored) for BF16 and the hot GGUF block types (Q4_K, Q6_K, Q8_0, MXFP4), on the AVX-512
-// and AVX2 levels. Decoding
+// (dot_rows_stored) for BF16, the hot GGUF block types (Q4_K, Q6_K, Q8_0, MXFP4) and FreeToken's FP8
+// and NVFP4 checkpoint forms (F8_E4M3_B32/B16, NVFP4_G64/G16), on the AVX-512 and AVX2 levels. Decoding
 // follows quant/'s scalar dequantizers operation for operation, so the floats are the same bit for
 // bit (this file is compiled with -ffp-contract=off).
 #include "backend/cpu/simd.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/simd_level.h"
 #include "quant/blocks.h"
@@ -236,6 +238,138 @@ struct MXFP4Rows {
   }
 };
 
+/** F8_E4M3_B32 / F8_E4M3_B16 (quant/fp8.h: kB E4M3 codes sharing a float32 scale d, the block's
+ *  first 4 bytes): y = e4m3(q) * d, one rounding, as quant/'s dequantizer forms it. A code's value is
+ *  formed exactly through FP16: the code's sign to bit 15 and its 7 exponent + mantissa bits to bits
+ *  13..7 give an FP16 of the value times 2^-8 (exponent bias 15 against E4M3's 7; E4M3 subnormals
+ *  m * 2^-9 land on FP16 subnormals, which vcvtph2ps widens exactly, MXCSR.DAZ not applying), then
+ *  times 256 (exact). The NaN codes 0x7f / 0xff (which that form would read as +-480) are replaced
+ *  by quant/'s NaN (0x7fc00000 with the code's sign). */
+template <class Block, int kB>
+struct F8Rows {
+  static constexpr int64_t kElems = kB, kBytes = sizeof(Block);
+  struct Prep {
+    float d;
+  };
+  static Prep prep(const uint8_t* blk) {
+    Prep p;
+    std::memcpy(&p.d, blk + offsetof(Block, d), 4);
+    return p;
+  }
+  static constexpr int kGroup16 = kB / 16, kGroup8 = kB / 8;  // a group is one block
+  static const uint8_t* qs(const uint8_t* blk) { return blk + offsetof(Block, qs); }
+  /** The FP16 bits of codes widened to 16-bit lanes h (see above). */
+  __attribute__((target("avx2"))) static __m256i f16_bits(__m256i h) {
+    return _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8),
+                           _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), 7));
+  }
+  __attribute__((target("avx512f,avx2"))) static void group16(const uint8_t* blk, const Prep& p, int, __m512* out) {
+    const __m512 d = _mm512_set1_ps(p.d);
+    for (int c = 0; c < kGroup16; ++c) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs(blk) + 16 * c));
+      const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(f16_bits(_mm256_cvtepu8_epi16(q))), _mm512_set1_ps(256.0f));
+      const auto nan = static_cast<__mmask16>(
+          _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(q, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f))));
+      const __m512i nan_bits = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)),
+                                               _mm512_set1_epi32(0x7fc00000));
+      out[c] = _mm512_mul_ps(_mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(nan_bits)), d);
+    }
+  }
+  __attribute__((target("avx2,f16c"))) static void group8(const uint8_t* blk, const Prep& p, int, __m256* out) {
+    const __m256 d = _mm256_set1_ps(p.d);
+    for (int c = 0; c < kGroup8; c += 2) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs(blk) + 8 * c));
+      const __m256i h = _mm256_cvtepu8_epi16(q);
+      const __m256i f16 = f16_bits(h);
+      const __m256i nan16 = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+      for (int k = 0; k < 2; ++k) {
+        const __m128i f = k ? _mm256_extracti128_si256(f16, 1) : _mm256_castsi256_si128(f16);
+        const __m128i n = k ? _mm256_extracti128_si256(nan16, 1) : _mm256_castsi256_si128(nan16);
+        const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(f), _mm256_set1_ps(256.0f));
+        const __m256i nan_bits = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(INT32_MIN)),
+                                                 _mm256_set1_epi32(0x7fc00000));
+        out[c + k] = _mm256_mul_ps(
+            _mm256_blendv_ps(v, _mm256_castsi256_ps(nan_bits), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(n))), d);
+      }
+    }
+  }
+};
+
+/** Every E4M3 code's value as quant/fp8.h e4m3_to_f32 gives it (OCP OFP8: bias 7, subnormals
+ *  m * 2^-9, S.1111.111 NaN), built at compile time (exact: small integers times powers of two) so a
+ *  block's scales are plain loads. */
+struct E4M3Table {
+  float v[256];
+  constexpr E4M3Table() : v() {
+    for (int c = 0; c < 256; ++c) {
+      const int e = (c >> 3) & 0xf, m = c & 0x7;
+      float mag;
+      if (e == 0xf && m == 0x7) {
+        mag = std::numeric_limits<float>::quiet_NaN();
+      } else {
+        mag = static_cast<float>(e == 0 ? m : 8 + m);
+        for (int k = 0; k < (e == 0 ? 9 : 10 - e); ++k) mag *= 0.5f;
+        for (int k = 0; k < e - 10; ++k) mag *= 2.0f;
+      }
+      v[c] = (c & 0x80) ? -mag : mag;
+    }
+  }
+};
+constexpr E4M3Table kE4M3;
+
+/** NVFP4_G64 / NVFP4_G16 (quant/nvfp4.h: float32 global scale g, kB / 16 E4M3 scales, kB / 2 bytes of
+ *  E2M1 codes, value 2j in the low nibble of byte j and 2j + 1 in its high nibble): per 16 values
+ *  d = e4m3(s) * g (or e4m3(s) / -g when g < 0: compressed-tensors), y = e2m1(q) * d, each product
+ *  one rounding as quant/'s dequantizer forms it. */
+template <class Block, int kB>
+struct NVFP4Rows {
+  static constexpr int64_t kElems = kB, kBytes = sizeof(Block);
+  struct Prep {
+    float d[kB / 16];
+  };
+  static Prep prep(const uint8_t* blk) {
+    float g;
+    std::memcpy(&g, blk + offsetof(Block, g), 4);
+    Prep p;
+    for (int k = 0; k < kB / 16; ++k) {
+      const float s = kE4M3.v[blk[offsetof(Block, s) + k]];
+      p.d[k] = std::signbit(g) ? s / -g : s * g;
+    }
+    return p;
+  }
+  static constexpr int kGroup16 = 1, kGroup8 = 2;  // a group is 16 values: one scale
+  /** The 16 codes of group j in value order, a byte each (low nibble: the code; the high nibble of an
+   *  even byte holds the next code, which the table lookups below ignore). */
+  __attribute__((target("avx2"))) static __m128i codes(const uint8_t* blk, int j) {
+    const __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + offsetof(Block, qs) + 8 * j)));
+    return _mm_or_si128(h, _mm_slli_epi16(h, 4));
+  }
+  /** E2M1 values times d, formed as the scalar decoder forms each, then an element is a vpermps lookup. */
+  __attribute__((target("avx512f,avx2"))) static void group16(const uint8_t* blk, const Prep& p, int j, __m512* out) {
+    const __m512 kv = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                                     -3.0f, -4.0f, -6.0f);
+    const __m512 table = _mm512_mul_ps(kv, _mm512_set1_ps(p.d[j]));
+    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes(blk, j)), table);
+  }
+  /** The 8-entry halves of the table looked up by the code's low 3 bits, the half picked by its bit 3. */
+  __attribute__((target("avx2"))) static void group8(const uint8_t* blk, const Prep& p, int j, __m256* out) {
+    const __m256 d = _mm256_set1_ps(p.d[j]);
+    const __m256 lo = _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), d);
+    const __m256 hi = _mm256_mul_ps(_mm256_setr_ps(-0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f), d);
+    const __m128i q = codes(blk, j);
+    for (int k = 0; k < 2; ++k) {
+      const __m256i idx = _mm256_cvtepu8_epi32(k ? _mm_srli_si128(q, 8) : q);
+      out[k] = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
+                                _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    }
+  }
+};
+
+using F8B32Rows = F8Rows<quant::BlockF8E4M3B32, 32>;
+using F8B16Rows = F8Rows<quant::BlockF8E4M3B16, 16>;
+using NVFP4G64Rows = NVFP4Rows<quant::BlockNVFP4G64, 64>;
+using NVFP4G16Rows = NVFP4Rows<quant::BlockNVFP4G16, 16>;
+
 /** Decodes `n_blocks` blocks of kernel class K at `src` into y (AVX-512). */
 template <class K>
 __attribute__((target("avx512f,avx2"))) void decode_blocks_avx512(const uint8_t* src, float* y, int64_t n_blocks) {
@@ -253,7 +387,7 @@ __attribute__((target("avx512f,avx2"))) void decode_blocks_avx512(const uint8_t*
 
 /** Decodes `n_blocks` blocks of kernel class K at `src` into y (AVX2). */
 template <class K>
-__attribute__((target("avx2"))) void decode_blocks_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
+__attribute__((target("avx2,f16c"))) void decode_blocks_avx2(const uint8_t* src, float* y, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
     const uint8_t* blk = src + i * K::kBytes;
     const typename K::Prep p = K::prep(blk);
@@ -352,7 +486,7 @@ __attribute__((target("avx512f,avx2"))) void dot_blocks_avx512(const float* x, c
 
 /** dot_blocks_avx512 with 8-element chunks (AVX2). */
 template <class K, int RR>
-__attribute__((target("avx2,fma"))) void dot_blocks_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
+__attribute__((target("avx2,fma,f16c"))) void dot_blocks_avx2(const float* x, const uint8_t* w, int64_t rb, int64_t n,
                                                          float* y) {
   __m256 acc[RR];
   for (int r = 0; r < RR; ++r) acc[r] = _mm256_setzero_ps();
@@ -376,14 +510,19 @@ __attribute__((target("avx2,fma"))) void dot_blocks_avx2(const float* x, const u
 using StoredDotFn = void (*)(const float*, const uint8_t*, int64_t, int64_t, float*);
 #define FT_STORED_DOTS(F) {F<1>, F<2>, F<3>, F<4>}
 #define FT_BLOCK_DOTS(D, K) {D<K, 1>, D<K, 2>, D<K, 3>, D<K, 4>}
-// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0, Q6_K, MXFP4][rows - 1]
-const StoredDotFn kStoredDots[2][5][4] = {
+// [level: 0 = AVX2, 1 = AVX-512][type: BF16, Q4_K, Q8_0, Q6_K, MXFP4, F8_E4M3_B32, F8_E4M3_B16, NVFP4_G64,
+// NVFP4_G16][rows - 1]
+const StoredDotFn kStoredDots[2][9][4] = {
     {FT_STORED_DOTS(dot_bf16_avx2), FT_BLOCK_DOTS(dot_blocks_avx2, Q4_KRows),
      FT_BLOCK_DOTS(dot_blocks_avx2, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx2, Q6_KRows),
-     FT_BLOCK_DOTS(dot_blocks_avx2, MXFP4Rows)},
+     FT_BLOCK_DOTS(dot_blocks_avx2, MXFP4Rows), FT_BLOCK_DOTS(dot_blocks_avx2, F8B32Rows),
+     FT_BLOCK_DOTS(dot_blocks_avx2, F8B16Rows), FT_BLOCK_DOTS(dot_blocks_avx2, NVFP4G64Rows),
+     FT_BLOCK_DOTS(dot_blocks_avx2, NVFP4G16Rows)},
     {FT_STORED_DOTS(dot_bf16_avx512), FT_BLOCK_DOTS(dot_blocks_avx512, Q4_KRows),
      FT_BLOCK_DOTS(dot_blocks_avx512, Q8_0Rows), FT_BLOCK_DOTS(dot_blocks_avx512, Q6_KRows),
-     FT_BLOCK_DOTS(dot_blocks_avx512, MXFP4Rows)}};
+     FT_BLOCK_DOTS(dot_blocks_avx512, MXFP4Rows), FT_BLOCK_DOTS(dot_blocks_avx512, F8B32Rows),
+     FT_BLOCK_DOTS(dot_blocks_avx512, F8B16Rows), FT_BLOCK_DOTS(dot_blocks_avx512, NVFP4G64Rows),
+     FT_BLOCK_DOTS(dot_blocks_avx512, NVFP4G16Rows)}};
 #undef FT_BLOCK_DOTS
 #undef FT_STORED_DOTS
 
@@ -395,8 +534,22 @@ int stored_dot_type(DType type) {
     case DType::Q8_0: return 2;
     case DType::Q6_K: return 3;
     case DType::MXFP4: return 4;
+    case DType::F8_E4M3_B32: return 5;
+    case DType::F8_E4M3_B16: return 6;
+    case DType::NVFP4_G64: return 7;
+    case DType::NVFP4_G16: return 8;
     default: return -1;
   }
+}
+
+/** to_f32 of `type`, kernel class K: its SIMD decoder at the AVX-512 or AVX2 level, quant/'s
+ *  dequantize_row at the scalar level or for n that is not whole blocks (it names bad counts). */
+template <class K>
+void decode_stored(DType type, const void* src, float* dst, int64_t n) {
+  if (simd_level_id() == SimdLevel::kScalar || n % K::kElems != 0) return dequantize_row(type, src, dst, n);
+  const auto* s = static_cast<const uint8_t*>(src);
+  if (simd_level_id() == SimdLevel::kAvx512) return decode_blocks_avx512<K>(s, dst, n / K::kElems);
+  decode_blocks_avx2<K>(s, dst, n / K::kElems);
 }
 
 }  // namespace
@@ -445,6 +598,10 @@ void to_f32(DType type, const void* src, float* dst, int64_t n) {
         return wide ? decode_blocks_avx512<MXFP4Rows>(s, dst, n / bs) : decode_blocks_avx2<MXFP4Rows>(s, dst, n / bs);
       return wide ? decode_blocks_avx512<Q8_0Rows>(s, dst, n / bs) : decode_blocks_avx2<Q8_0Rows>(s, dst, n / bs);
     }
+    case DType::F8_E4M3_B32: return decode_stored<F8B32Rows>(type, src, dst, n);
+    case DType::F8_E4M3_B16: return decode_stored<F8B16Rows>(type, src, dst, n);
+    case DType::NVFP4_G64: return decode_stored<NVFP4G64Rows>(type, src, dst, n);
+    case DType::NVFP4_G16: return decode_stored<NVFP4G16Rows>(type, src, dst, n);
     default: dequantize_row(type, src, dst, n);
   }
 }

@@ -44,12 +44,12 @@ void to_bf16(const float* src, uint16_t* dst, int64_t n);
 void dot_rows(const float* x, const float* w, int64_t ldw, int rows, int64_t n, float* out);
 
 /** Converts `n` stored elements of `type` at `src` to float32: F32 copy, F16/BF16 exact widening,
- *  block types through quant/ dequantize_row (Q4_K, Q6_K, Q8_0, MXFP4 through SIMD decoders that give
- *  the same floats). Throws kUnsupported for a type without a dequantizer. */
+ *  block types through quant/ dequantize_row (Q4_K, Q6_K, Q8_0, MXFP4, F8_E4M3_B32/B16 and NVFP4_G64/G16
+ *  through SIMD decoders that give the same floats). Throws kUnsupported for a type without a dequantizer. */
 void to_f32(DType type, const void* src, float* dst, int64_t n);
 
 /** Whether dot_rows_stored has a fused kernel for `type` on this machine's level (AVX-512 and AVX2:
- *  BF16, Q4_K, Q6_K, Q8_0, MXFP4; none for scalar). */
+ *  BF16, Q4_K, Q6_K, Q8_0, MXFP4, F8_E4M3_B32, F8_E4M3_B16, NVFP4_G64, NVFP4_G16; none for scalar). */
 bool has_fused_dot(DType type);
 
 /** out[r] = sum_i x[i] * w_r[i] for r < rows (1..4), w_r being row r of n elements of `type` stored
