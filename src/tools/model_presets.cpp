@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "tools/hf_synthetic.h"
 #include "util/error.h"
 
 namespace ft {
@@ -72,9 +73,13 @@ int64_t ModelPreset::dense_layers(int64_t layers) const {
   return std::clamp<int64_t>(L - 1, 0, n_dense_lead);
 }
 
-int64_t ModelPreset::total_params(int64_t layers) const { return model_params(*this, layers, false); }
+int64_t ModelPreset::total_params(int64_t layers) const {
+  return hf_config.empty() ? model_params(*this, layers, false) : hf_synthetic_params(*this, layers, false);
+}
 
-int64_t ModelPreset::active_params(int64_t layers) const { return model_params(*this, layers, true); }
+int64_t ModelPreset::active_params(int64_t layers) const {
+  return hf_config.empty() ? model_params(*this, layers, true) : hf_synthetic_params(*this, layers, true);
+}
 
 const std::vector<ModelPreset>& model_presets() {
   // Shapes from the models' config.json on Hugging Face (num_hidden_layers, hidden_size,
@@ -144,6 +149,32 @@ const std::vector<ModelPreset>& model_presets() {
        .n_ctx = 131072, .rms_eps = 1e-5, .yarn_factor = 32, .yarn_orig_ctx = 4096, .norm_topk_prob = true,
        .oai_moe = true, .sliding_window = 128, .expert_type = "MXFP4",
        .notes = "as gpt-oss-120b with 24 layers of 32 experts"},
+      // DeepSeek-V4-Flash's config.json (transformers DeepseekV4Config; the upstream file's compress_ratios
+      // [0, 0, 4, 128, 4, ...] and num_hash_layers 3 become layer_types / mlp_layer_types, tools/hf_synthetic.h).
+      {.name = "deepseek-v4-flash", .hf_id = "deepseek-ai/DeepSeek-V4-Flash", .gguf_arch = "deepseek_v4",
+       .runnable = true, .n_layer = 43, .n_embd = 4096, .n_head = 64, .n_head_kv = 1, .head_dim = 512, .n_rot = 64,
+       .n_expert = 256, .n_expert_used = 6, .n_ff_exp = 2048, .n_ff = 2048, .n_vocab = 129280, .rope_theta = 10000,
+       .n_ctx = 1048576, .rms_eps = 1e-6, .q_lora_rank = 1024, .n_shared_exp = 1, .router_bias = true,
+       .norm_topk_prob = true, .routed_scaling = 1.5, .sliding_window = 128,
+       .hf_config = R"({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 129280,
+           "hidden_size": 4096, "moe_intermediate_size": 2048, "num_hidden_layers": 43, "num_attention_heads": 64,
+           "num_key_value_heads": 1, "head_dim": 512, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8,
+           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus",
+           "norm_topk_prob": true, "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "hidden_act": "silu",
+           "max_position_embeddings": 1048576, "rope_theta": 10000.0, "compress_rope_theta": 160000.0,
+           "partial_rotary_factor": 0.125, "rope_parameters": {
+             "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.125},
+             "compress": {"rope_type": "default", "rope_theta": 160000.0, "partial_rotary_factor": 0.125}},
+           "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
+           "num_hash_layers": 3, "sliding_window": 128, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
+           "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "num_nextn_predict_layers": 1,
+           "rms_norm_eps": 1e-6, "attention_bias": false, "tie_word_embeddings": false, "bos_token_id": 0,
+           "eos_token_id": 1})",
+       .notes = "hyper-connections (4 streams), MQA over a 128-token window plus compressed KV (CSA rate 4 with a "
+                "top-512 indexer, HCA rate 128), q LoRA 1024, grouped output LoRA (8 x 1024), 3 hash-routed then "
+                "sqrtsoftplus-routed layers, 1 shared expert, clamped SwiGLU; stand-ins: the two leading "
+                "sliding-window-only layers are built as HCA layers and the compressed layers' YaRN (x16) is "
+                "left out (neither changes the cost much); no MTP layer"},
       {.name = "deepseek-v2-lite", .hf_id = "deepseek-ai/DeepSeek-V2-Lite", .gguf_arch = "deepseek2", .runnable = false,
        .n_layer = 27, .n_embd = 2048, .n_head = 16, .n_head_kv = 16, .head_dim = 192, .n_expert = 64,
        .n_expert_used = 6, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 102400, .rope_theta = 10000,
@@ -181,6 +212,21 @@ const std::vector<ModelPreset>& model_presets() {
        .n_ff_exp = 256, .n_ff = 256, .n_vocab = 512, .rope_theta = 5e6, .n_ctx = 4096, .rms_eps = 1e-6,
        .qk_norm = QkNorm::kFull, .sigmoid_router = true, .router_bias = true, .norm_topk_prob = true,
        .notes = "MiniMax-M2-shaped test model (CI)"},
+      {.name = "tiny-deepseek-v4", .gguf_arch = "deepseek_v4", .runnable = true, .n_layer = 4, .n_embd = 256,
+       .n_head = 4, .n_head_kv = 1, .head_dim = 64, .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128,
+       .n_ff = 128, .n_vocab = 512, .rope_theta = 10000, .n_ctx = 4096, .rms_eps = 1e-6, .q_lora_rank = 64,
+       .n_shared_exp = 1, .router_bias = true, .norm_topk_prob = true, .routed_scaling = 1.5, .sliding_window = 16,
+       .hf_config = R"({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 512,
+           "hidden_size": 256, "moe_intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1,
+           "head_dim": 64, "q_lora_rank": 64, "o_lora_rank": 64, "o_groups": 4, "n_routed_experts": 8,
+           "n_shared_experts": 1, "num_experts_per_tok": 2, "scoring_func": "sqrtsoftplus", "norm_topk_prob": true,
+           "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "hidden_act": "silu", "max_position_embeddings": 4096,
+           "rope_theta": 10000.0, "compress_rope_theta": 160000.0, "partial_rotary_factor": 0.25,
+           "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
+           "num_hash_layers": 1, "sliding_window": 16, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
+           "index_n_heads": 2, "index_head_dim": 32, "index_topk": 8, "num_nextn_predict_layers": 0,
+           "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1})",
+       .notes = "DeepSeek-V4-shaped test model (CI): HCA and CSA layers, a hash-routed layer"},
       {.name = "tiny-gpt-oss", .gguf_arch = "gpt-oss", .runnable = true, .n_layer = 2, .n_embd = 256, .n_head = 4,
        .n_head_kv = 2, .head_dim = 64, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff = 256,
        .n_vocab = 512, .rope_theta = 150000, .n_ctx = 4096, .rms_eps = 1e-5, .yarn_factor = 32,

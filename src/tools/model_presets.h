@@ -23,6 +23,7 @@ struct ModelPreset {
   std::string name{};        // "qwen3-30b-a3b"
   std::string hf_id{};       // "Qwen/Qwen3-30B-A3B" (where the shapes come from); "" for test presets
   std::string gguf_arch{};   // general.architecture of the synthetic GGUF: "qwen3moe", "llama", "gpt-oss", "deepseek2"
+                             // (hf_config presets: the config's model_type, "deepseek_v4")
   bool runnable = false;     // the engine has this architecture (synthetic weights can be built)
   int64_t n_layer = 0;       // num_hidden_layers (MTP / next-n layers not counted)
   int64_t n_embd = 0;        // hidden_size
@@ -74,6 +75,11 @@ struct ModelPreset {
   /** The routed experts' type upstream ("MXFP4" for gpt-oss; "": as the other weights): a synthetic
    *  model's experts default to it (SyntheticSpec::expert_type). */
   std::string expert_type{};
+  /** config.json of an architecture FreeToken loads from safetensors only (deepseek_v4): the model's real
+   *  fields; the synthetic model is then in that layout (tools/hf_synthetic.h), gguf_arch names the
+   *  model_type, and the fields above only describe it (listing). Per-layer lists are built for the
+   *  layer count. "": a GGUF-layout preset. */
+  std::string hf_config{};
   std::string notes{};               // what the synthetic model leaves out or why the preset is not runnable
 
   /** True for multi-head latent attention (kv_lora_rank > 0). */

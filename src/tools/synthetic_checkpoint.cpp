@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "tools/hf_synthetic.h"
 #include "tools/synthetic_weights.h"
 #include "formats/gguf_writer.h"
 #include "moe/host_memory.h"
@@ -27,7 +28,8 @@
 namespace ft {
 namespace {
 
-enum Kind : uint8_t { kOnes, kZeros, kMatrix, kOutProj, kEmbedding, kRouter, kMinusOnes };
+using Kind = SynthFill;
+using enum SynthFill;
 
 constexpr int64_t kAlign = 256;              // tensor alignment inside the host buffer
 constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
@@ -144,7 +146,7 @@ std::vector<GgufKV> build_kvs(const ModelPreset& p, int64_t n_layer, DType wt) {
  *  (model/decoder.cpp, model/mla.cpp, model/blocks.cpp) reads them. */
 struct Plan {
   std::vector<TensorInfo> tensors;
-  std::vector<uint8_t> kinds;
+  std::vector<Kind> kinds;
   std::vector<int64_t> offsets;
   int64_t bytes = 0;
 };
@@ -261,6 +263,56 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
   return pl;
 }
 
+/** The tensors of a preset in the Hugging Face layout (tools/hf_synthetic.h), typed as plan_tensors types. */
+Plan plan_hf_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
+  Plan pl;
+  for (SynthTensor& s : hf_synthetic_tensors(p, n_layer)) {
+    TensorInfo t;
+    t.name = std::move(s.name);
+    t.shape = std::move(s.shape);
+    const int64_t cols = t.shape.back();
+    switch (s.store) {
+      case SynthStore::kWeight: t.dtype = matrix_type(wt, cols); break;
+      case SynthStore::kExpert: t.dtype = matrix_type(et, cols); break;
+      case SynthStore::kEmbedding: t.dtype = embedding_type(wt, cols); break;
+      case SynthStore::kFloat: t.dtype = wt == DType::F32 || wt == DType::F16 || wt == DType::BF16 ? wt : DType::BF16; break;
+      case SynthStore::kF32: t.dtype = DType::F32; break;
+      case SynthStore::kI32: t.dtype = DType::I32; break;
+    }
+    t.bytes = dtype_bytes(t.dtype, t.numel());
+    pl.offsets.push_back(pl.bytes);
+    pl.bytes += (t.bytes + kAlign - 1) / kAlign * kAlign;
+    pl.tensors.push_back(std::move(t));
+    pl.kinds.push_back(s.fill);
+  }
+  return pl;
+}
+
+Plan plan_any(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
+  return p.hf_config.empty() ? plan_tensors(p, n_layer, wt, et) : plan_hf_tensors(p, n_layer, wt, et);
+}
+
+/** Checkpoint::metadata() of a synthetic model: the GGUF key/values, or {"config": config.json, ...} as a
+ *  Hugging Face folder gives it. */
+nlohmann::json synthetic_metadata(const ModelPreset& p, int64_t n_layer, const std::vector<GgufKV>& kvs) {
+  nlohmann::json m = nlohmann::json::object();
+  if (!p.hf_config.empty()) {
+    m["config"] = hf_synthetic_config(p, n_layer);
+    m["generation_config"] = nullptr;
+    m["tokenizer_config"] = nullptr;
+    return m;
+  }
+  for (const GgufKV& kv : kvs) m[kv.key] = kv.value.to_json();
+  return m;
+}
+
+/** The layer a tensor name belongs to ("blk.<l>." or "model.layers.<l>."); -1: none. */
+int64_t layer_of(const std::string& name) {
+  for (const char* pre : {"blk.", "model.layers."})
+    if (name.starts_with(pre)) return std::stoll(name.substr(std::strlen(pre)));
+  return -1;
+}
+
 /** The runnable preset of a valid spec. Throws what SyntheticCheckpoint's constructor documents. */
 const ModelPreset& checked_preset(const SyntheticSpec& spec) {
   const ModelPreset& p = require_runnable_preset(spec.preset);
@@ -299,10 +351,9 @@ SyntheticLayout synthetic_layout(const SyntheticSpec& spec) {
   const ModelPreset& p = checked_preset(spec);
   SyntheticLayout out;
   out.n_layer = spec.n_layer > 0 ? spec.n_layer : p.n_layer;
-  out.kvs = build_kvs(p, out.n_layer, spec.weight_type);
-  out.metadata = nlohmann::json::object();
-  for (const GgufKV& kv : out.kvs) out.metadata[kv.key] = kv.value.to_json();
-  Plan pl = plan_tensors(p, out.n_layer, spec.weight_type, synthetic_expert_type(spec));
+  if (p.hf_config.empty()) out.kvs = build_kvs(p, out.n_layer, spec.weight_type);
+  out.metadata = synthetic_metadata(p, out.n_layer, out.kvs);
+  Plan pl = plan_any(p, out.n_layer, spec.weight_type, synthetic_expert_type(spec));
   out.tensors = std::move(pl.tensors);
   out.bytes = pl.bytes;
   return out;
@@ -315,9 +366,8 @@ SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec
   path_ = fmt::format("synthetic:{}:{}{}:{}L:skew{}:seed{}", preset_->name, dtype_name(spec.weight_type),
                       et == spec.weight_type ? "" : fmt::format("+experts-{}", dtype_name(et)), n_layer_,
                       spec.router_skew, spec.seed);
-  kvs_ = build_kvs(*preset_, n_layer_, spec.weight_type);
-  metadata_ = nlohmann::json::object();
-  for (const GgufKV& kv : kvs_) metadata_[kv.key] = kv.value.to_json();
+  if (preset_->hf_config.empty()) kvs_ = build_kvs(*preset_, n_layer_, spec.weight_type);
+  metadata_ = synthetic_metadata(*preset_, n_layer_, kvs_);
   plan();
   generate();
   index_tensors();
@@ -327,9 +377,10 @@ void SyntheticCheckpoint::plan() {
   const ModelPreset& p = *preset_;
   const int64_t E = p.n_expert;
   const DType wt = spec_.weight_type;
-  Plan pl = plan_tensors(p, n_layer_, wt, synthetic_expert_type(spec_));
+  Plan pl = plan_any(p, n_layer_, wt, synthetic_expert_type(spec_));
   tensors_ = std::move(pl.tensors);
-  kinds_ = std::move(pl.kinds);
+  kinds_.clear();
+  for (Kind k : pl.kinds) kinds_.push_back(static_cast<uint8_t>(k));
   offsets_ = std::move(pl.offsets);
   const int64_t offset = pl.bytes;
 
@@ -365,7 +416,8 @@ void SyntheticCheckpoint::generate() {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo& t = tensors_[i];
     const int64_t cols = t.shape.back(), rows = t.numel() / cols;
-    const int64_t per = kinds_[i] == kRouter || kinds_[i] == kOnes || kinds_[i] == kZeros || kinds_[i] == kMinusOnes
+    const Kind kind = static_cast<Kind>(kinds_[i]);
+    const int64_t per = kind == kRouter || kind == kOnes || kind == kZeros || kind == kMinusOnes || kind == kHashRoutes
                             ? rows
                             : std::max<int64_t>(1, kChunkBytes / dtype_bytes(t.dtype, cols));
     for (int64_t r = 0; r < rows; r += per) tasks.push_back({i, r, std::min(rows, r + per)});
@@ -379,7 +431,7 @@ void SyntheticCheckpoint::generate() {
     uint8_t* base = static_cast<uint8_t*>(storage_.data()) + offsets_[task.tensor] + task.row0 * row_bytes;
     const uint64_t seed = mix_seed(mix_seed(spec_.seed, task.tensor), static_cast<uint64_t>(task.row0));
     const int64_t n = (task.row1 - task.row0) * cols;
-    switch (kinds_[task.tensor]) {
+    switch (static_cast<Kind>(kinds_[task.tensor])) {
       case kOnes:
         for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(base)[i] = 1.0f;
         break;
@@ -410,12 +462,22 @@ void SyntheticCheckpoint::generate() {
       }
       case kRouter: {
         fill_random(DType::F32, base, n, gumbel_sd / half_h, seed);
-        const int64_t layer = std::stoll(t.name.substr(4));  // "blk.<l>.ffn_gate_inp.weight"
+        const int64_t layer = layer_of(t.name);  // "blk.<l>.ffn_gate_inp.weight", "model.layers.<l>.ffn.gate.weight"
         const std::vector<int32_t>& rank = ranks_[static_cast<size_t>(layer)];
         auto* w = reinterpret_cast<float*>(base);
         for (int64_t e = task.row0; e < task.row1; ++e)
           w[e * cols] = static_cast<float>(-spec_.router_skew * std::log(static_cast<double>(rank[static_cast<size_t>(e)]))) /
                         half_h;
+        break;
+      }
+      case kHashRoutes: {  // row r: k distinct experts, spread over [0, E) by a hash of r
+        const int64_t E = p.n_expert, step = std::max<int64_t>(1, E / cols);
+        auto* ids = reinterpret_cast<int32_t*>(base);
+        for (int64_t r = task.row0; r < task.row1; ++r) {
+          const uint64_t h = mix_seed(seed, static_cast<uint64_t>(r));
+          for (int64_t j = 0; j < cols; ++j)
+            ids[(r - task.row0) * cols + j] = static_cast<int32_t>((static_cast<int64_t>(h % static_cast<uint64_t>(E)) + j * step) % E);
+        }
         break;
       }
     }
@@ -470,6 +532,9 @@ void SyntheticCheckpoint::release(const void* data, int64_t bytes) {
 }
 
 void SyntheticCheckpoint::write_gguf(const std::string& file) const {
+  if (!preset_->hf_config.empty())
+    fail(ErrorCode::kUnsupported, "--write-gguf: {} is a Hugging Face layout model ({} loads from safetensors only)",
+         preset_->name, preset_->gguf_arch);
   if (released_bytes() > 0)
     fail(ErrorCode::kInvalidArgument, "synthetic checkpoint: {} bytes of tensor data were released to the expert "
          "banks; write the GGUF from a fresh one (ft bench --write-gguf)", released_bytes());

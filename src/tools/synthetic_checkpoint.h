@@ -37,6 +37,8 @@
 //   kv_lora_rank, key_length_mla / value_length_mla the per-head widths), leading_dense_block_count,
 //   expert_shared_count, expert_gating_func, expert_weights_norm / _scale, expert_group_count /
 //   _used_count and YaRN's rope.scaling.* where the preset has them. No MTP (next-n) layers.
+// Presets with ModelPreset::hf_config (deepseek_v4) are in the Hugging Face layout instead
+// (tools/hf_synthetic.h): format() "safetensors", metadata {"config": config.json}, upstream names.
 //
 // Router skew S (Zipf routing). Hidden dimension 0 carries a constant: every embedding row has
 // x[0] = C = sqrt(H - 1) (the other entries have RMS 1) and every output projection has row 0 = 0,
@@ -86,7 +88,8 @@ class SyntheticCheckpoint final : public Checkpoint {
    *  model does not fit in host memory. */
   explicit SyntheticCheckpoint(const SyntheticSpec& spec);
 
-  std::string format() const override { return "gguf"; }
+  /** "gguf", or "safetensors" for a preset in the Hugging Face layout (ModelPreset::hf_config). */
+  std::string format() const override { return preset_->hf_config.empty() ? "gguf" : "safetensors"; }
   /** "synthetic:<preset>:<type>:<layers>L:skew<S>:seed<N>". */
   const std::string& path() const override { return path_; }
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
@@ -105,7 +108,7 @@ class SyntheticCheckpoint final : public Checkpoint {
 
   /** Writes this checkpoint as a GGUF file (same metadata, tensors and bytes; streamed, no second
    *  copy in memory). Throws ft::Error(kIo) when the file cannot be written, kInvalidArgument after
-   *  release() (the released bytes are gone). */
+   *  release() (the released bytes are gone), kUnsupported for a Hugging Face layout preset. */
   void write_gguf(const std::string& file) const;
   /** Returns the whole pages inside the range to the OS (madvise MADV_DONTNEED; they read as zeros
    *  afterwards): a 130 GB model whose experts were copied into expert banks then needs its memory
