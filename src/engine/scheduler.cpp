@@ -17,10 +17,15 @@ void SchedulerConfig::validate() const {
   if (max_seq_len < 2) fail(ErrorCode::kInvalidArgument, "max_seq_len must be >= 2 (got {})", max_seq_len);
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools)
+Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools, LowerTiers tiers)
     : config_(config), pools_(pools), pool_(pools.full), swa_pool_(pools.swa),
-      cache_(*pools.full, pools.swa, pools.states) {
+      cache_(*pools.full, pools.swa, pools.states), tiers_(tiers) {
   config_.validate();
+  if (tiers_.io && tiers_.host) {
+    cache_.set_evict_hook([this](const PrefixCache::Evicted& e) {
+      tiers_.host->put(e.path_hash, e.path, tiers_.io->save(e.page, e.swa_page, e.state_slot));
+    });
+  }
   if (pools.states) {
     if (pools.states->n_pages() < config_.max_running)
       fail(ErrorCode::kInternal, "scheduler: {} recurrent-state slots for up to {} running sequences",
@@ -173,6 +178,57 @@ void Scheduler::shorten_to_cached_window(Sequence& s, std::vector<int32_t> node_
   s.n_swa_released = static_cast<int32_t>(std::min(first, k));
 }
 
+void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, int64_t max_tokens) {
+  if (!tiers_.enabled()) return;
+  const int32_t ps = pool_->page_size();
+  std::vector<PrefixCache::NodeId> swa_held;  // restored nodes whose swa reference we hold meanwhile
+  while (static_cast<int64_t>(s.n_computed) + ps <= max_tokens) {
+    const PrefixCache::NodeId parent = s.nodes.empty() ? PrefixCache::kRoot : s.nodes.back();
+    const std::span<const int32_t> path(s.tokens.data(), static_cast<size_t>(s.n_computed + ps));
+    const std::span<const int32_t> page_tokens = path.subspan(static_cast<size_t>(s.n_computed));
+    const uint64_t hash = chain_hash(cache_.path_hash_of(parent), page_tokens);
+    std::shared_ptr<const PageContents> c;
+    int64_t* hit = nullptr;
+    if (tiers_.host && (c = tiers_.host->get(hash, path))) hit = &hits_.host;
+    else if (tiers_.disk && (c = tiers_.disk->get(hash, path))) hit = &hits_.disk;
+    if (!c) break;
+    std::vector<int32_t> page;  // evicting for it may spill other nodes to the host tier; ours are referenced
+    if (!alloc_pages(1, page)) break;
+    int32_t swa = -1;
+    if (swa_pool_ && !c->swa.empty()) {
+      std::vector<int32_t> sp;
+      if (alloc_swa_pages(1, sp)) swa = sp[0];
+    }
+    int32_t slot = -1;
+    if (pools_.states && !c->state.empty() && pools_.states->n_free() > 0) slot = take_state_slot();
+    tiers_.io->load(*c, page[0], swa, slot);
+    const PrefixCache::Inserted r = cache_.insert(parent, page_tokens, page[0], swa);
+    FT_CHECK(r.adopted && (swa < 0 || r.swa_adopted));  // the device had no such node: acquire stopped here
+    if (swa >= 0) swa_held.push_back(r.node);
+    if (slot >= 0 && !cache_.attach_state(r.node, slot)) pools_.states->release({slot});
+    s.nodes.push_back(r.node);
+    s.pages.push_back(r.page);
+    swa_pages.push_back(swa);
+    s.n_computed += ps;
+    ++*hit;
+  }
+  for (PrefixCache::NodeId n : swa_held) cache_.release_swa(n, PrefixCache::SwaRelease::kSequenceEnded);
+  // Evictions for the restored pages may have taken swa pages of the device's nodes: read them again.
+  if (swa_pool_)
+    for (size_t j = 0; j < s.nodes.size(); ++j) swa_pages[j] = cache_.node_swa_page(s.nodes[j]);
+}
+
+void Scheduler::write_through(const Sequence& s, size_t from) {
+  if (!tiers_.io || !tiers_.disk) return;
+  for (size_t j = from; j < s.nodes.size(); ++j) {
+    const PrefixCache::NodeId n = s.nodes[j];
+    const std::span<const int32_t> path(s.tokens.data(), (j + 1) * static_cast<size_t>(pool_->page_size()));
+    const uint64_t hash = cache_.path_hash_of(n);
+    if (tiers_.disk->contains(hash, path)) continue;
+    tiers_.disk->put(hash, path, tiers_.io->save(cache_.node_page(n), cache_.node_swa_page(n), cache_.node_state(n)));
+  }
+}
+
 void Scheduler::preempt(Sequence& s, StepPlan& plan) {
   release_pages(s);
   s.n_computed = 0;
@@ -206,6 +262,8 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
     s.nodes = std::move(m.nodes);
     s.pages = std::move(m.pages);
     s.n_computed = static_cast<int32_t>(m.n_tokens);
+    hits_.device += static_cast<int64_t>(s.nodes.size());
+    extend_from_tiers(s, m.swa_pages, n_tokens - 1);
     shorten_to_cached_window(s, std::move(m.swa_pages));
     shorten_to_state_snapshot(s);
   }
@@ -292,6 +350,7 @@ void Scheduler::complete(const StepPlan& plan) {
     Sequence& s = *e.seq;
     FT_CHECK(s.state == SeqState::kRunning && e.start == s.n_computed);
     s.n_computed += e.n_tokens;
+    const size_t had = s.nodes.size();
     cache_full_pages(s);
     release_swa_below_window(s);
     if (s.snapshot_slot >= 0) {  // the step saved the state after position n_computed - 1 there
@@ -300,6 +359,7 @@ void Scheduler::complete(const StepPlan& plan) {
       if (!cache_.attach_state(s.nodes[j - 1], s.snapshot_slot)) pools_.states->release({s.snapshot_slot});
       s.snapshot_slot = -1;
     }
+    write_through(s, had);
   }
 }
 
@@ -438,6 +498,8 @@ int32_t Scheduler::state_slots_in_use() const {
 void Scheduler::check_integrity() const {
   auto bad = [](const std::string& what) { fail(ErrorCode::kInternal, "scheduler integrity: {}", what); };
   cache_.check_integrity();
+  if (tiers_.host) tiers_.host->check_integrity();
+  if (tiers_.disk) tiers_.disk->check_integrity();
   const int32_t ps = pool_->page_size();
   std::set<int32_t> private_pages;
   std::unordered_map<PrefixCache::NodeId, int32_t> refs;

@@ -33,6 +33,14 @@
 // (StepPlan::state_saves). A hit is shortened to its deepest node with a snapshot, which is copied
 // into the sequence's slot before its first step (StepPlan::state_restores). When the pool runs
 // short, snapshots of nodes nobody uses are dropped, least recently used first.
+//
+// Lower tiers (LowerTiers, kv/page_store.h; issue 39): with a host tier, a node the prefix cache
+// evicts is copied there first (PrefixCache's eviction hook); with a disk tier, every node a sequence
+// adds is written there in the background (after its step, the state snapshot included). Admission
+// continues a prefix hit past the device's nodes page by page through the tiers (host first): each
+// page found takes a device page (its swa page and snapshot slot where it has them), gets its KV
+// copied back and is inserted as a node, so it counts as cached tokens like a device hit. Copies are
+// synchronous on the engine thread between steps (the CPU backend's pages are host memory).
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -105,7 +113,7 @@ class Scheduler {
  public:
   /** `pools` (the KV pages, or one PagePool; must outlive the scheduler). Throws ft::Error for a bad
    *  config. */
-  Scheduler(const SchedulerConfig& config, KvPools pools);
+  Scheduler(const SchedulerConfig& config, KvPools pools, LowerTiers tiers = {});
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -159,6 +167,13 @@ class Scheduler {
   const KvPools& pools() const { return pools_; }
   const SchedulerConfig& config() const { return config_; }
 
+  /** Pages of prefix hits taken from the device's prefix cache, the host tier and the disk tier, since start. */
+  struct TierHits {
+    int64_t device = 0, host = 0, disk = 0;
+  };
+  TierHits tier_hits() const { return hits_; }
+  const LowerTiers& tiers() const { return tiers_; }
+
   /** Verifies the prefix cache and that pool, cache and sequences hold every page exactly once, with
    *  block tables covering each running sequence's computed tokens. Throws ft::Error(kInternal). */
   void check_integrity() const;
@@ -171,6 +186,12 @@ class Scheduler {
   void cache_full_pages(Sequence& s);
   void release_swa_below_window(Sequence& s);
   void shorten_to_cached_window(Sequence& s, std::vector<int32_t> node_swa_pages);
+  /** Extends s's prefix hit (nodes up to n_computed) page by page from the lower tiers while whole
+   *  pages of tokens[0, max_tokens) are found there and device pages can be had; `swa_pages` (each
+   *  node's swa page) grows with it. */
+  void extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, int64_t max_tokens);
+  /** Writes the nodes s added to the cache (s.nodes[from, ..)) to the disk tier. */
+  void write_through(const Sequence& s, size_t from);
   int32_t positions_available(const Sequence& s) const;
   void check_swa_integrity() const;
   void preempt(Sequence& s, StepPlan& plan);
@@ -196,6 +217,8 @@ class Scheduler {
   PagePool* pool_;
   PagePool* swa_pool_;  // nullptr: no sliding-window layers
   PrefixCache cache_;
+  LowerTiers tiers_;
+  TierHits hits_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // admission order (oldest first)

@@ -33,6 +33,7 @@ PrefixCache::PrefixCache(PagePool& pool, PagePool* swa_pool, PagePool* state_poo
          page_size_);
   nodes_.emplace_back();
   nodes_[0].live = true;
+  nodes_[0].path_hash = kRootPathHash;
   page_owner_.assign(static_cast<size_t>(pool.n_pages()), -1);
   swa_owner_.assign(swa_pool ? static_cast<size_t>(swa_pool->n_pages()) : 0, -1);
 }
@@ -137,6 +138,7 @@ PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t
   n.parent = parent;
   n.page = page;
   n.hash = key;
+  n.path_hash = chain_hash(nodes_[static_cast<size_t>(parent)].path_hash, page_tokens);
   n.tokens.assign(page_tokens.begin(), page_tokens.end());
   index_.emplace(key, id);
   page_owner_[static_cast<size_t>(page)] = id;
@@ -276,6 +278,10 @@ int32_t PrefixCache::evict(int32_t n) {
     const NodeId id = lru_.begin()->second;
     lru_.erase(lru_.begin());
     Node& node = nodes_[static_cast<size_t>(id)];
+    if (evict_hook_) {
+      const std::vector<int32_t> path = path_tokens(id);
+      evict_hook_(Evicted{id, path, node.path_hash, node.page, node.swa_page, node.state_slot});
+    }
     auto [lo, hi] = index_.equal_range(node.hash);
     for (auto it = lo; it != hi; ++it) {
       if (it->second == id) {
@@ -313,6 +319,22 @@ bool PrefixCache::holds_page(int32_t page) const {
   return page >= 0 && page < static_cast<int32_t>(page_owner_.size()) && page_owner_[static_cast<size_t>(page)] >= 0;
 }
 
+uint64_t PrefixCache::path_hash_of(NodeId node) const {
+  return node == kRoot ? kRootPathHash : live_node(node).path_hash;
+}
+
+std::vector<int32_t> PrefixCache::path_tokens(NodeId node) const {
+  std::vector<NodeId> chain;
+  for (NodeId id = node; id != kRoot; id = live_node(id).parent) chain.push_back(id);
+  std::vector<int32_t> out;
+  out.reserve(chain.size() * static_cast<size_t>(page_size_));
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const std::vector<int32_t>& t = nodes_[static_cast<size_t>(*it)].tokens;
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
 int32_t PrefixCache::node_page(NodeId node) const { return live_node(node).page; }
 
 int32_t PrefixCache::node_ref(NodeId node) const { return live_node(node).ref; }
@@ -338,6 +360,7 @@ void PrefixCache::check_integrity() const {
     if (n.page < 0 || n.page >= static_cast<int32_t>(page_owner_.size()) || page_owner_[static_cast<size_t>(n.page)] != id)
       bad(fmt::format("node {} page {} is not recorded as its own", id, n.page));
     if (n.hash != key_of(n.parent, n.tokens)) bad(fmt::format("node {} hash does not match its tokens", id));
+    if (n.path_hash != chain_hash(p.path_hash, n.tokens)) bad(fmt::format("node {} path hash does not match its path", id));
     if (find_child(n.parent, n.tokens, n.hash) != id) bad(fmt::format("node {} not found by its tokens (or a sibling is equal)", id));
     if (n.swa_ref < 0 || n.swa_ref > n.ref || (n.swa_ref > 0 && n.swa_page < 0))
       bad(fmt::format("node {} has swa_ref {} (ref {}, swa page {})", id, n.swa_ref, n.ref, n.swa_page));

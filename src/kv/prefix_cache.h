@@ -30,14 +30,20 @@
 // such a node is a usable hit (the scheduler shortens the match). Snapshots of nodes nobody
 // references can be dropped alone (evict_states) when the pool needs slots; evicting a node frees its
 // snapshot. More invariants: snapshot slots are unique and recorded as their node's.
+//
+// Lower tiers (kv/page_store.h): every node also knows its path hash (chain_hash over the pages from
+// the root), the key of its page in a host or disk tier. evict() calls the eviction hook for each
+// node it removes while its pages still hold their contents, so a tier can keep a copy.
 // Not thread-safe: the engine thread that runs the scheduler owns it.
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "kv/page_pool.h"
+#include "kv/page_store.h"
 
 namespace ft {
 
@@ -130,6 +136,22 @@ class PrefixCache {
    *  number of (full) pages freed. */
   int32_t evict(int32_t n);
 
+  /** A node evict() is about to remove: its whole token path (root to its last token), path hash and
+   *  the pages it holds (swa page and snapshot slot -1 where it has none). */
+  struct Evicted {
+    NodeId node = kRoot;
+    std::span<const int32_t> path;
+    uint64_t path_hash = 0;
+    int32_t page = -1, swa_page = -1, state_slot = -1;
+  };
+  /** Called by evict() for each node before its pages go back to the pools (nullptr: none). The hook
+   *  must not call back into the cache. */
+  void set_evict_hook(std::function<void(const Evicted&)> hook) { evict_hook_ = std::move(hook); }
+  /** The path hash of a node (kRootPathHash for kRoot). Throws kInternal for a dead node. */
+  uint64_t path_hash_of(NodeId node) const;
+  /** Every token from the root through a live node's page (empty for kRoot). */
+  std::vector<int32_t> path_tokens(NodeId node) const;
+
   /** Pages held by the tree. */
   int32_t n_pages() const { return n_nodes_; }
   /** Pages held by nodes nobody references (all of them can be evicted, leaves first). */
@@ -154,6 +176,7 @@ class PrefixCache {
     int32_t n_children = 0;
     uint64_t last_used = 0;
     uint64_t hash = 0;  // of (parent, tokens)
+    uint64_t path_hash = 0;  // chain_hash(parent's path_hash, tokens): the key in a lower tier
     int32_t swa_page = -1;
     int32_t swa_ref = 0;
     uint64_t swa_used = 0;  // key of the swa LRU entry: (1 << 63 for kSequenceEnded) | release tick
@@ -170,6 +193,7 @@ class PrefixCache {
   const Node& live_node(NodeId node) const;
   void adopt_swa(NodeId id, int32_t swa_page);
 
+  std::function<void(const Evicted&)> evict_hook_;
   PagePool* pool_;
   PagePool* swa_pool_;
   PagePool* state_pool_;

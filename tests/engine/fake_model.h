@@ -95,6 +95,11 @@ class FakeModel : public ModelRunner {
     for (int32_t i = 0; i < page_size_; ++i) kv_.at(static_cast<size_t>(page) * page_size_ + i) = kUnwritten;
   }
 
+  /** The KV slots of one page (a fake KV tier copies them). */
+  std::span<uint64_t> page(int32_t p) {
+    return std::span<uint64_t>(kv_).subspan(static_cast<size_t>(p) * page_size_, static_cast<size_t>(page_size_));
+  }
+
   int64_t steps = 0;
   int32_t max_batch_tokens = 0;
 

@@ -1,0 +1,51 @@
+#pragma once
+// KvPageIo: the PageIo (kv/page_store.h) of a KvCache: copies one prefix-cache node's pages between
+// the cache's tensors and host bytes, through Ops::copy. Layout of PageContents:
+//  kv:    for each layer with pages in the full pool, in layer order: K page, V page, then (quantized
+//         KV dtypes) K scales, V scales, each as the tensor's bytes of one page;
+//  swa:   the same for the layers in the sliding-window pool, of the node's swa page;
+//  state: for each recurrent layer: conv window, S, then (Qwen4-Exp) the second window and tokens, of
+//         one state slot.
+// The layout (sizes and order) is fixed by the cache's config; fingerprint() names it for files.
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "backend/ops.h"
+#include "kv/kv_cache.h"
+#include "kv/page_store.h"
+
+namespace ft {
+
+class KvPageIo : public PageIo {
+ public:
+  /** `ops` and `kv` must outlive it. `layer_kv_heads` / `layer_head_dim` (ModelConfig's, or empty):
+   *  each layer's geometry where it differs from the pages' (Gemma 4): its pages are then copied as
+   *  the model reads them (kv_head_view), packed over the front of the storage. */
+  KvPageIo(Ops& ops, const KvCache& kv, std::span<const int64_t> layer_kv_heads = {},
+           std::span<const int64_t> layer_head_dim = {});
+
+  std::shared_ptr<PageContents> save(int32_t page, int32_t swa_page, int32_t slot) override;
+  void load(const PageContents& c, int32_t page, int32_t swa_page, int32_t slot) override;
+
+  /** Bytes of each part (0 where the model has no such layers). */
+  int64_t kv_bytes() const { return kv_bytes_; }
+  int64_t swa_bytes() const { return swa_bytes_; }
+  int64_t state_bytes() const { return state_bytes_; }
+  /** A description of the layout: dtype, page size and every part's tensors' shapes, one line each. */
+  std::string layout() const;
+
+ private:
+  enum class Part : uint8_t { kKv, kSwa, kState };
+  /** Each part's tensors of one page/slot (views of the cache's storage at index 0). */
+  std::vector<Tensor> parts_[3];
+  int64_t bytes_of(Part p) const;
+  void copy_out(Part p, int64_t index, std::vector<uint8_t>& out) const;
+  void copy_in(Part p, int64_t index, const std::vector<uint8_t>& in) const;
+
+  Ops* ops_;
+  const KvCache* kv_;
+  int64_t kv_bytes_ = 0, swa_bytes_ = 0, state_bytes_ = 0;
+};
+
+}  // namespace ft
