@@ -33,6 +33,7 @@ inline float __uint_as_float(unsigned x) {
 
 #include "gpu_harness.h"
 #include "quant/fp8.h"
+#include "quant/mxfp4.h"
 
 namespace ft::testing {
 namespace {
@@ -69,6 +70,9 @@ TEST(CudaDecodersOnHost, EqualTheCpuDequantizerBitForBit) {
   EXPECT_EQ(host_decode_mismatches<DType::NVFP4>(K, 12), 0) << "NVFP4";
   EXPECT_EQ(host_decode_mismatches<DType::F8_E4M3_B32>(K, 13), 0) << "F8_E4M3_B32";
   EXPECT_EQ(host_decode_mismatches<DType::F8_E4M3_B16>(48, 14), 0) << "F8_E4M3_B16";
+  EXPECT_EQ(host_decode_mismatches<DType::NVFP4_G64>(K, 19), 0) << "NVFP4_G64";
+  EXPECT_EQ(host_decode_mismatches<DType::NVFP4_G16>(K, 20), 0) << "NVFP4_G16";
+  EXPECT_EQ(host_decode_mismatches<DType::NVFP4_G16>(80, 21), 0) << "NVFP4_G16 K=80";
   EXPECT_EQ(host_decode_mismatches<DType::MXFP4>(K, 15), 0) << "MXFP4";
   EXPECT_EQ(host_decode_mismatches<DType::Q5_1>(K, 16), 0) << "Q5_1";
   EXPECT_EQ(host_decode_mismatches<DType::Q3_K>(K, 17), 0) << "Q3_K";
@@ -85,6 +89,25 @@ TEST(CudaDecodersOnHost, EveryE4M3AndUe4m3Code) {
     const float u = (c == 0 || c == 0x7f) ? 0.0f
                     : (e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7)) * 0.5f;
     EXPECT_EQ(cuda::lowbit::ue4m3_half(c), u) << "ue4m3 " << c;
+  }
+}
+
+TEST(CudaDecodersOnHost, EveryE2M1CodeAndNvfp4Scale) {
+  // e2m1: quant/mxfp4.h's values, -0.0 for code 8 included; nvfp4_scale for every non-NaN E4M3 scale
+  // byte with a multiplying and a dividing global scale, as quant/nvfp4.cpp forms it.
+  for (int q = 0; q < 16; ++q) {
+    const float g = cuda::lowbit::e2m1(q), w = e2m1_to_f32(static_cast<uint8_t>(q));
+    EXPECT_EQ(std::memcmp(&g, &w, 4), 0) << "code " << q << ": " << g << " vs " << w;
+  }
+  for (float gs : {0.0123f, -37.5f}) {
+    uint32_t bits;
+    std::memcpy(&bits, &gs, 4);
+    for (int c = 0; c < 256; ++c) {
+      if ((c & 0x7f) == 0x7f) continue;
+      const float s = e4m3_to_f32(static_cast<uint8_t>(c)), want = gs < 0 ? s / -gs : s * gs;
+      const float got = cuda::lowbit::nvfp4_scale(c, bits);
+      EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << "scale " << c << " g " << gs;
+    }
   }
 }
 

@@ -70,6 +70,14 @@ std::vector<uint8_t> random_weight(DType dtype, int64_t N, int64_t K, uint32_t s
                                                                             (((h >> (4 * w)) & 0x0f) << 4));
       continue;
     }
+    if (dtype == DType::NVFP4_G64 || dtype == DType::NVFP4_G16) {
+      // float32 global scale: ModelOpt's multiplier, or (negative) compressed-tensors' divisor; E4M3
+      // block scales 2^-2 .. 2^2 with any mantissa; the codes stay random
+      const float g = (rng() & 1) ? mag(rng) : -1.0f / mag(rng);
+      std::memcpy(blk, &g, 4);
+      for (int64_t k = 0; k < info.block_size / 16; ++k) blk[4 + k] = static_cast<uint8_t>((5 + rng() % 5) << 3 | (rng() & 7));
+      continue;
+    }
     if (dtype == DType::F8_E4M3_B32 || dtype == DType::F8_E4M3_B16) {  // float32 d, then every E4M3 code but NaN
       const float d = mag(rng) / 64.0f;
       std::memcpy(blk, &d, 4);

@@ -70,7 +70,8 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
 /** Random but valid weight bytes of `dtype` for an [N, K] matrix: quantize_row where quant/ can
  *  (F32/F16/BF16/Q8_0/Q4_0/Q4_K), else random bytes whose scale fields are set to small values (the
  *  layout offsets of quant/blocks.h: fp16 d, MXFP4's E8M0, NVFP4's UE4M3, IQ1_M's nibbles, the FP8
- *  forms' float32 d with every E4M3 code but NaN). Random bytes are valid blocks of the other types:
+ *  forms' float32 d with every E4M3 code but NaN, NVFP4_G64 / G16's E4M3 scales near 1 with a global
+ *  scale that multiplies or, negative, divides (quant/nvfp4.h)). Random bytes are valid blocks of the other types:
  *  every index addresses its codebook, every trit byte decodes. */
 std::vector<uint8_t> random_weight(DType dtype, int64_t N, int64_t K, uint32_t seed);
 
@@ -82,7 +83,7 @@ inline const std::vector<DType>& cuda_weight_types_under_test() {
       DType::Q8_0,    DType::Q2_K,   DType::Q3_K,  DType::Q4_K,    DType::Q5_K,   DType::Q6_K,   DType::IQ4_NL,
       DType::IQ4_XS,  DType::MXFP4,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,
       DType::IQ1_S,   DType::IQ1_M,  DType::Q1_0,  DType::Q2_0,    DType::TQ1_0,  DType::TQ2_0,  DType::NVFP4,
-      DType::F8_E4M3_B32, DType::F8_E4M3_B16};
+      DType::F8_E4M3_B32, DType::F8_E4M3_B16, DType::NVFP4_G64, DType::NVFP4_G16};
   return types;
 }
 

@@ -52,6 +52,10 @@ TEST_F(CudaMatmul, SmallAndOddShapes) {
                         // FP8 rows of 16k values (F8_E4M3_B16, 16-value chunks) on the GEMV and the cuBLAS path
                         {DType::F8_E4M3_B16, 1, 40, 48}, {DType::F8_E4M3_B16, 6, 40, 48},
                         {DType::F8_E4M3_B16, 70, 40, 80}, {DType::F8_E4M3_B32, 3, 4100, 96},
+                        // NVFP4 rows of 16k values (NVFP4_G16, 16-value chunks) and of a few 64-blocks
+                        {DType::NVFP4_G16, 1, 40, 48}, {DType::NVFP4_G16, 6, 40, 48},
+                        {DType::NVFP4_G16, 70, 40, 80}, {DType::NVFP4_G64, 3, 4100, 128},
+                        {DType::NVFP4_G64, 70, 33, 192},
                         // the 64- and 128-value blocks with a row of few blocks, and a large decode shape
                         {DType::NVFP4, 2, 33, 64}, {DType::Q1_0, 1, 17, 128}, {DType::Q2_0, 20, 9, 64},
                         {DType::IQ2_XXS, 1, 2048, 1024}, {DType::IQ1_M, 1, 300, 256}, {DType::TQ1_0, 3, 5, 256}};

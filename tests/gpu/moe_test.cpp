@@ -122,6 +122,24 @@ TEST_F(CudaMoe, Fp8ExpertsWithRowsOfSixteenBlocks) {
   }
 }
 
+TEST_F(CudaMoe, Nvfp4ExpertsWithRowsOfSixteenBlocks) {
+  // NVFP4_G16 experts (rows 16k long, one 13-byte block per 16 values, so rows are not 4-byte
+  // aligned): with H = 80 prefill takes the per-expert GEMMs, decode the 16-value-chunk GEMVs; then
+  // NVFP4_G64 gate/up with NVFP4_G16 down (F = 208) through the grouped GEMM.
+  const Banks b = make_banks(DType::NVFP4_G16, DType::NVFP4_G16, DType::NVFP4_G16, 6, 80, 192, 818);
+  for (int64_t T : {1, 3, 40}) {
+    const double e = run(b, T, 2, false, 819 + static_cast<uint32_t>(T));
+    report("moe_experts", "NVFP4_G16 H=80 F=192 T=" + std::to_string(T), e);
+    EXPECT_LE(e, kTol) << "T=" << T;
+  }
+  const Banks m = make_banks(DType::NVFP4_G64, DType::NVFP4_G64, DType::NVFP4_G16, 6, 128, 208, 828);
+  for (int64_t T : {1, 70}) {
+    const double e = run(m, T, 2, T == 1, 829 + static_cast<uint32_t>(T));
+    report("moe_experts", "NVFP4_G64/G64/G16 H=128 F=208 T=" + std::to_string(T), e);
+    EXPECT_LE(e, kTol) << "T=" << T;
+  }
+}
+
 TEST_F(CudaMoe, F32Activations) {
   const Banks b = make_banks(DType::Q4_K, DType::Q4_K, DType::Q6_K, 16, 256, 512, 321);
   for (int64_t T : {2, 40}) {

@@ -69,7 +69,7 @@ class CudaWeightTypeLoad : public ::testing::Test {
 TEST(CudaWeightTypeList, EveryMatrixTypeTheCpuReadsHasACudaKernel) {
   // Host-side lists only: runs in any build with the CUDA backend, device or not.
   if (cuda_weight_kernel_types().empty()) GTEST_SKIP() << "this build has no CUDA backend";
-  std::vector<DType> types = {DType::F8_E4M3_B32, DType::F8_E4M3_B16};
+  std::vector<DType> types = {DType::F8_E4M3_B32, DType::F8_E4M3_B16, DType::NVFP4_G64, DType::NVFP4_G16};
   for (uint32_t id = 0; id < 64; ++id) {
     try {
       types.push_back(dtype_from_gguf_id(id));
@@ -82,7 +82,7 @@ TEST(CudaWeightTypeList, EveryMatrixTypeTheCpuReadsHasACudaKernel) {
     ++quantized;
     EXPECT_TRUE(cuda_has_weight_kernel(t)) << dtype_name(t) << " is read on the CPU but has no CUDA kernel";
   }
-  EXPECT_GE(quantized, 27);  // the 25 GGUF block types quant/ dequantizes and the two FP8 forms
+  EXPECT_GE(quantized, 29);  // the 25 GGUF block types quant/ dequantizes, the two FP8 and two NVFP4 forms
   EXPECT_FALSE(cuda_has_weight_kernel(DType::Q8_1));
   EXPECT_FALSE(cuda_has_weight_kernel(DType::Q8_K));
   EXPECT_FALSE(cuda_has_weight_kernel(DType::EC12));  // the expert banks' own form: read by its own code only

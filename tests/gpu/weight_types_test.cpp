@@ -9,6 +9,7 @@
 
 #include "backend/cuda_weight_types.h"
 #include "gpu_harness.h"
+#include "quant/nvfp4.h"
 
 namespace ft::testing {
 namespace {
@@ -75,6 +76,45 @@ TEST_F(CudaWeightTypes, Fp8RowsOfSixteenBlocks) {
     std::string first;
     EXPECT_EQ(mismatches(DType::F8_E4M3_B16, 5, K, ids, DType::F32, 900 + static_cast<uint32_t>(K), &first), 0)
         << "K=" << K << " first " << first;
+  }
+}
+
+TEST_F(CudaWeightTypes, Nvfp4RowsOfSixteenBlocks) {
+  // NVFP4_G16 exists for rows that are 16k but not 64k long: a chunk is one 13-byte, 16-value block.
+  const std::vector<int32_t> ids = {2, 0, 4, 1, 3, 2};
+  for (int64_t K : {16, 48, 80, 208}) {
+    std::string first;
+    EXPECT_EQ(mismatches(DType::NVFP4_G16, 5, K, ids, DType::F32, 950 + static_cast<uint32_t>(K), &first), 0)
+        << "K=" << K << " first " << first;
+  }
+}
+
+TEST_F(CudaWeightTypes, EveryNvfp4CodeAndBlockScaleDecodesExactly) {
+  // NVFP4_G64 and G16 rows holding every E2M1 code (-0.0 included) under every non-NaN E4M3 block
+  // scale, with ModelOpt's multiplying and compressed-tensors' dividing global scale (quant/nvfp4.h):
+  // the CUDA decode equals the CPU's bit for bit.
+  for (DType dt : {DType::NVFP4_G64, DType::NVFP4_G16}) {
+    for (float g : {0.0123f, 3e-30f, 41.5f}) {
+      for (bool divides : {false, true}) {
+        const int64_t K = 256 * 16;  // 16-value groups with the 254 scale bytes but 0x7f / 0xff, then two more
+        std::vector<uint8_t> packed(static_cast<size_t>(K / 2)), scales(static_cast<size_t>(K / 16));
+        for (int64_t i = 0; i < K / 2; ++i) packed[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 37 + 11);
+        int64_t b = 0;
+        for (int c = 0; b < K / 16; c = (c + 1) % 256)
+          if ((c & 0x7f) != 0x7f) scales[static_cast<size_t>(b++)] = static_cast<uint8_t>(c);
+        std::vector<uint8_t> row(static_cast<size_t>(dtype_bytes(dt, K)));
+        nvfp4_rows_from_modelopt(packed.data(), scales.data(), g, 1, K, row.data(), dt, divides);
+        Tensor out = arena().dev_poisoned(DType::F32, {1, K});
+        gpu().embedding(arena().dev_bytes(row, dt, {1, K}), arena().dev_i32({0}, {1}), out);
+        const std::vector<float> got = arena().read(out);
+        std::vector<float> want(static_cast<size_t>(K));
+        dequantize_row(dt, row.data(), want.data(), K);
+        int64_t bad = 0;
+        for (int64_t c = 0; c < K; ++c)
+          bad += std::memcmp(&got[static_cast<size_t>(c)], &want[static_cast<size_t>(c)], 4) != 0;
+        EXPECT_EQ(bad, 0) << dtype_name(dt) << " g " << g << (divides ? " divides" : " multiplies");
+      }
+    }
   }
 }
 

@@ -11,8 +11,8 @@
 // Block sizes here: Q4_0 18 B, Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34, IQ4_NL 18, MXFP4 17 (32 elements);
 // Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, IQ4_XS 136 (256 elements). The codebook I-quants
 // (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) decode in dequant_iq.cuh; Q1_0, Q2_0, TQ1_0,
-// TQ2_0, NVFP4 and FreeToken's FP8 forms F8_E4M3_B32 / F8_E4M3_B16 (quant/fp8.h, chunk 16 for B16) in
-// dequant_lowbit.cuh. Those two headers are included only by the files that instantiate kernels for
+// TQ2_0, NVFP4, FreeToken's FP8 forms F8_E4M3_B32 / F8_E4M3_B16 (quant/fp8.h, chunk 16 for B16) and
+// NVFP4 forms NVFP4_G64 / NVFP4_G16 (quant/nvfp4.h, chunk 16 for G16) in dequant_lowbit.cuh. Those two headers are included only by the files that instantiate kernels for
 // their types (FT_CUDA_IQ_WEIGHT_TYPES / FT_CUDA_LOWBIT_WEIGHT_TYPES below: gemv_iq.cu,
 // gemv_lowbit.cu, dequant_ext.cu, moe_grouped_gemm_iq.cu, moe_grouped_gemm_lowbit.cu); the dispatching
 // files declare those instantiations extern. Supported types: cuda_weight_type.
@@ -344,6 +344,7 @@ inline bool cuda_weight_type(DType t) {
     case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
     case DType::IQ1_S: case DType::IQ1_M: case DType::Q1_0: case DType::Q2_0: case DType::TQ1_0:
     case DType::TQ2_0: case DType::NVFP4: case DType::F8_E4M3_B32: case DType::F8_E4M3_B16:
+    case DType::NVFP4_G64: case DType::NVFP4_G16:
       return true;
     default:
       return false;
@@ -354,7 +355,7 @@ inline bool cuda_weight_type(DType t) {
 inline int chunk_elems(DType t) {
   if (t == DType::F32) return 4;
   if (t == DType::F16 || t == DType::BF16) return 8;
-  return t == DType::F8_E4M3_B16 ? 16 : 32;
+  return t == DType::F8_E4M3_B16 || t == DType::NVFP4_G16 ? 16 : 32;
 }
 
 }  // namespace ft::cuda
@@ -366,7 +367,8 @@ inline int chunk_elems(DType t) {
   X(IQ3_S, __VA_ARGS__) X(IQ1_S, __VA_ARGS__) X(IQ1_M, __VA_ARGS__)
 #define FT_CUDA_LOWBIT_WEIGHT_TYPES(X, ...) \
   X(Q1_0, __VA_ARGS__) X(Q2_0, __VA_ARGS__) X(TQ1_0, __VA_ARGS__) X(TQ2_0, __VA_ARGS__) \
-  X(NVFP4, __VA_ARGS__) X(F8_E4M3_B32, __VA_ARGS__) X(F8_E4M3_B16, __VA_ARGS__)
+  X(NVFP4, __VA_ARGS__) X(F8_E4M3_B32, __VA_ARGS__) X(F8_E4M3_B16, __VA_ARGS__) \
+  X(NVFP4_G64, __VA_ARGS__) X(NVFP4_G16, __VA_ARGS__)
 #define FT_DISPATCH_WEIGHT_CASE_(T, ...) \
   case ::ft::DType::T: { constexpr auto WT = ::ft::DType::T; __VA_ARGS__; break; }
 

@@ -7,10 +7,13 @@
 //   TQ2_0  66 B / 256: 2-bit codes in qs[64], fp16 d; q -> (q - 1) * d
 //   NVFP4  36 B / 64: 4 UE4M3 scales (one per 16 values), 32 bytes of E2M1 codes
 //   F8_E4M3_B32 36 B / 32, F8_E4M3_B16 20 B / 16: float32 d, E4M3 codes; x = e4m3(q) * d
-// Every type's chunk is 32 elements (one 16-element block for F8_E4M3_B16). Each load() performs the
+//   NVFP4_G64 40 B / 64, NVFP4_G16 13 B / 16 (quant/nvfp4.h, ModelOpt / compressed-tensors NVFP4): float32
+//     global scale g, one E4M3 scale s per 16 values, E2M1 codes (value 2j in the low nibble of byte j);
+//     x = e2m1(q) * (e4m3(s) * g), or e2m1(q) * (e4m3(s) / -g) when g's sign bit is set
+// Every type's chunk is 32 elements (one 16-element block for F8_E4M3_B16 and NVFP4_G16). Each load() performs the
 // CPU reference's arithmetic per element (quant/legacy.cpp dequant_q1_0 / q2_0, quant/ternary_fp4.cpp
 // dequant_tq1_0 / tq2_0 / nvfp4 after ggml-quants.c and ggml-impl.h's ggml_ue4m3_to_fp32, quant/fp8.cpp
-// after the OCP OFP8 spec rev 1.0), so CUDA values equal the CPU's bit for bit. Block layouts:
+// after the OCP OFP8 spec rev 1.0, quant/nvfp4.cpp dequant_nvfp4_g64 / g16), so CUDA values equal the CPU's bit for bit. Block layouts:
 // quant/blocks.h (ggml-common.h block_q1_0, block_q2_0, block_tq1_0, block_tq2_0, block_nvfp4).
 #include <cstdint>
 
@@ -53,6 +56,35 @@ FT_UNROLL
     const uint32_t w = ld_u32_bytes(b + 4 + k);
 FT_UNROLL
     for (int i = 0; i < 4; ++i) v[k + i] = e4m3(static_cast<int>((w >> (8 * i)) & 0xff)) * d;
+  }
+}
+
+/** E2M1 code (low 4 bits of q) -> float, exactly as quant/nvfp4.cpp's table: 0, 0.5, 1, 1.5, 2, 3, 4, 6,
+ *  then the same negated (code 8 is -0.0, which kv_mxfp4 alone would give as +0). */
+__device__ __forceinline__ float e2m1(int q) {
+  const float m = kv_mxfp4(q & 7) * 0.5f;
+  return (q & 8) ? -m : m;
+}
+
+/** The per-16-values scale of an NVFP4_G64 / G16 block with E4M3 scale byte s and global scale bits
+ *  gbits: e4m3(s) * g (ModelOpt), or e4m3(s) / -g where g's sign bit is set (compressed-tensors),
+ *  one IEEE rounding each (nvcc's default -prec-div=true), as quant/nvfp4.cpp forms it. */
+__device__ __forceinline__ float nvfp4_scale(int s, uint32_t gbits) {
+  const float e = e4m3(s), g = __uint_as_float(gbits);
+  return (gbits >> 31) ? e / -g : e * g;
+}
+
+/** v[0..16) = e2m1(q) * d for the 8 code bytes at q (low nibble first). */
+__device__ __forceinline__ void nvfp4_16(const uint8_t* q, float d, float* v) {
+FT_UNROLL
+  for (int k = 0; k < 8; k += 4) {
+    const uint32_t w = ld_u32_bytes(q + k);
+FT_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int b = static_cast<int>((w >> (8 * i)) & 0xff);
+      v[2 * (k + i)] = e2m1(b & 15) * d;
+      v[2 * (k + i) + 1] = e2m1(b >> 4) * d;
+    }
   }
 }
 
@@ -154,6 +186,30 @@ template <>
 struct Dq<DType::F8_E4M3_B16> {
   static constexpr int kBlock = 16, kBytes = 20, kChunk = 16;
   __device__ static void load(const uint8_t* row, int64_t c, float* v) { lowbit::fp8_block<16>(row + c * kBytes, v); }
+};
+
+/** NVFP4_G64: chunk c is values 32 (c % 2) .. + 31 of block c / 2, sub-blocks 2 (c % 2) and the next. */
+template <>
+struct Dq<DType::NVFP4_G64> {
+  static constexpr int kBlock = 64, kBytes = 40, kChunk = 32;
+  __device__ static void load(const uint8_t* row, int64_t c, float* v) {
+    const uint8_t* b = row + (c >> 1) * kBytes;
+    const uint32_t g = ld_u32_bytes(b);
+FT_UNROLL
+    for (int k = 0; k < 2; ++k) {
+      const int s = 2 * static_cast<int>(c & 1) + k;
+      lowbit::nvfp4_16(b + 8 + 8 * s, lowbit::nvfp4_scale(b[4 + s], g), v + 16 * k);
+    }
+  }
+};
+
+template <>
+struct Dq<DType::NVFP4_G16> {
+  static constexpr int kBlock = 16, kBytes = 13, kChunk = 16;
+  __device__ static void load(const uint8_t* row, int64_t c, float* v) {
+    const uint8_t* b = row + c * kBytes;
+    lowbit::nvfp4_16(b + 5, lowbit::nvfp4_scale(b[4], ld_u32_bytes(b)), v);
+  }
 };
 
 }  // namespace ft::cuda

@@ -12,8 +12,10 @@ std::string cuda_weight_kernel_types() {
   std::string out;
   std::vector<DType> ids;
   for (uint32_t id = 0; id < 64; ++id) ids.push_back(static_cast<DType>(id));  // the GGUF ids, in order
-  ids.push_back(DType::F8_E4M3_B32);  // then FreeToken's stored FP8 forms
+  ids.push_back(DType::F8_E4M3_B32);  // then FreeToken's stored FP8 and NVFP4 forms
   ids.push_back(DType::F8_E4M3_B16);
+  ids.push_back(DType::NVFP4_G64);
+  ids.push_back(DType::NVFP4_G16);
   for (DType t : ids) {
     bool known = true;
     try {
