@@ -258,38 +258,57 @@ struct F8Rows {
   }
   static constexpr int kGroup16 = kB / 16, kGroup8 = kB / 8;  // a group is one block
   static const uint8_t* qs(const uint8_t* blk) { return blk + offsetof(Block, qs); }
-  /** The FP16 bits of codes widened to 16-bit lanes h (see above). */
-  __attribute__((target("avx2"))) static __m256i f16_bits(__m256i h) {
-    return _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8),
-                           _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), 7));
+  /** The FP16 bits of 16 codes (see above): each sign-extended to 16 bits and shifted left by 7, so bits
+   *  7..13 hold its exponent and mantissa and bits 14..15 its sign, then bit 14 cleared. */
+  __attribute__((target("avx2"))) static __m256i f16_bits(__m128i q) {
+    return _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(q), 7), _mm256_set1_epi16(static_cast<short>(0xbf80)));
+  }
+  /** Whether any of the block's codes is NaN (0x7f / 0xff): one test per block, the rare NaN lanes
+   *  then replaced by with_nan. */
+  __attribute__((target("avx2"))) static bool any_nan(const uint8_t* blk) {
+    if constexpr (kB == 32) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs(blk)));
+      return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(q, _mm256_set1_epi8(0x7f)), _mm256_set1_epi8(0x7f))) != 0;
+    } else {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs(blk)));
+      return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(q, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f))) != 0;
+    }
+  }
+  /** v with the lanes of NaN codes among the 16 codes q set to quant/'s NaN (0x7fc00000, the code's sign). */
+  __attribute__((target("avx512f,avx2"))) static __m512 with_nan(__m512 v, __m128i q) {
+    const auto nan = static_cast<__mmask16>(
+        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(q, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f))));
+    const __m512i bits = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)),
+                                         _mm512_set1_epi32(0x7fc00000));
+    return _mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(bits));
+  }
+  __attribute__((target("avx2"))) static __m256 with_nan(__m256 v, __m128i q8) {
+    const __m128i n = _mm_cmpeq_epi8(_mm_and_si128(q8, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));
+    const __m256i bits = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(INT32_MIN)),
+                                         _mm256_set1_epi32(0x7fc00000));
+    return _mm256_blendv_ps(v, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(_mm256_cvtepi8_epi32(n)));
   }
   __attribute__((target("avx512f,avx2"))) static void group16(const uint8_t* blk, const Prep& p, int, __m512* out) {
     const __m512 d = _mm512_set1_ps(p.d);
+    const bool nan = any_nan(blk);
     for (int c = 0; c < kGroup16; ++c) {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs(blk) + 16 * c));
-      const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(f16_bits(_mm256_cvtepu8_epi16(q))), _mm512_set1_ps(256.0f));
-      const auto nan = static_cast<__mmask16>(
-          _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(q, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f))));
-      const __m512i nan_bits = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)),
-                                               _mm512_set1_epi32(0x7fc00000));
-      out[c] = _mm512_mul_ps(_mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(nan_bits)), d);
+      __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(f16_bits(q)), _mm512_set1_ps(256.0f));
+      if (nan) [[unlikely]] v = with_nan(v, q);
+      out[c] = _mm512_mul_ps(v, d);
     }
   }
   __attribute__((target("avx2,f16c"))) static void group8(const uint8_t* blk, const Prep& p, int, __m256* out) {
     const __m256 d = _mm256_set1_ps(p.d);
+    const bool nan = any_nan(blk);
     for (int c = 0; c < kGroup8; c += 2) {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs(blk) + 8 * c));
-      const __m256i h = _mm256_cvtepu8_epi16(q);
-      const __m256i f16 = f16_bits(h);
-      const __m256i nan16 = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+      const __m256i f16 = f16_bits(q);
       for (int k = 0; k < 2; ++k) {
         const __m128i f = k ? _mm256_extracti128_si256(f16, 1) : _mm256_castsi256_si128(f16);
-        const __m128i n = k ? _mm256_extracti128_si256(nan16, 1) : _mm256_castsi256_si128(nan16);
-        const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(f), _mm256_set1_ps(256.0f));
-        const __m256i nan_bits = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(INT32_MIN)),
-                                                 _mm256_set1_epi32(0x7fc00000));
-        out[c + k] = _mm256_mul_ps(
-            _mm256_blendv_ps(v, _mm256_castsi256_ps(nan_bits), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(n))), d);
+        __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(f), _mm256_set1_ps(256.0f));
+        if (nan) [[unlikely]] v = with_nan(v, k ? _mm_srli_si128(q, 8) : q);
+        out[c + k] = _mm256_mul_ps(v, d);
       }
     }
   }
