@@ -155,6 +155,7 @@ int bench(const BenchArgs& a) {
   bo.top_p = a.top_p;
   bo.min_p = a.min_p;
   EngineOptions eo = engine_options(a.engine);
+  refuse_kv_tiers(eo, "ft bench");
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
   plan_bench_engine(bo, eo);

@@ -40,8 +40,36 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "device", "host"}))
       ->group(kGroupMemory);
+  cmd->add_option("--kv-host-gib", f.kv_host_gib,
+                  "host KV tier in GiB: prefix-cache pages evicted from the KV cache are kept in host memory (LRU) "
+                  "and copied back when a later prompt starts with them, counted as cached tokens (0 = off; "
+                  "ft serve, CPU backend)")
+      ->capture_default_str()
+      ->group(kGroupMemory);
+  cmd->add_option("--prompt-cache-dir", f.prompt_cache_dir,
+                  "persistent prompt cache: pages of cached prompt prefixes are written to this folder in the "
+                  "background and loaded instead of recomputed after a restart; files of another model or KV "
+                  "layout, truncated or corrupt ones are skipped with a warning (ft serve, CPU backend)")
+      ->group(kGroupMemory);
+  cmd->add_option("--prompt-cache-gib", f.prompt_cache_gib,
+                  "bound of --prompt-cache-dir's files in GiB; the least recently used are removed beyond it")
+      ->capture_default_str()
+      ->group(kGroupMemory);
   add_compat_flags(cmd, f.compat);
   add_moe_flags(cmd, f.moe);
+}
+
+void refuse_kv_tiers(const EngineOptions& o, const char* command) {
+  if (o.kv_host_gib > 0)
+    fail(ErrorCode::kInvalidArgument,
+         "--kv-host-gib: {} runs its prompts without the prefix cache, so a host KV tier would hold nothing; it "
+         "works with ft serve",
+         command);
+  if (!o.prompt_cache_dir.empty())
+    fail(ErrorCode::kInvalidArgument,
+         "--prompt-cache-dir: {} runs its prompts without the prefix cache, so nothing would be cached; it works "
+         "with ft serve",
+         command);
 }
 
 EngineOptions engine_options(const EngineFlags& f) {
@@ -62,6 +90,13 @@ EngineOptions engine_options(const EngineFlags& f) {
     eo.kv_cache_dtype = *ct;
   }
   eo.embed_weights = f.embed_weights;
+  if (!(f.kv_host_gib >= 0) || f.kv_host_gib > 1e6)
+    fail(ErrorCode::kInvalidArgument, "--kv-host-gib must be between 0 (off) and 1e6 GiB (got {})", f.kv_host_gib);
+  if (!(f.prompt_cache_gib > 0) || f.prompt_cache_gib > 1e6)
+    fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib must be > 0 and at most 1e6 GiB (got {})", f.prompt_cache_gib);
+  eo.kv_host_gib = f.kv_host_gib;
+  eo.prompt_cache_dir = f.prompt_cache_dir;
+  eo.prompt_cache_gib = f.prompt_cache_gib;
   return eo;
 }
 

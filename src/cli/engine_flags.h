@@ -21,6 +21,9 @@ struct EngineFlags {
   int32_t cuda_graph_max_bs = 16;  // --cuda-graph-max-bs: largest decode batch replayed as a CUDA graph (0: off)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, f32, bf16, fp8 or q8_0
   std::string embed_weights = "auto";   // --embed-weights: auto, device or host
+  double kv_host_gib = 0;               // --kv-host-gib: the host KV tier's bound (0: off)
+  std::string prompt_cache_dir;         // --prompt-cache-dir: the persistent prompt cache ("" : off)
+  double prompt_cache_gib = 16;         // --prompt-cache-gib: its files' bound
   MoeFlags moe;
   CompatFlags compat;  // -ngl, --tensor-parallel-size, the Python engine's --memory-ratio, ...
 };
@@ -35,5 +38,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f);
  *  cuda or auto, for a bad MoE flag combination (apply_moe_flags) and for a refused compatibility
  *  flag (check_compat_flags, which also warns for -ngl). */
 EngineOptions engine_options(const EngineFlags& f);
+
+/** Refuses --kv-host-gib and --prompt-cache-dir for `command` ("ft run", "ft bench"), which generate
+ *  without the serving loop's prefix cache, so the tiers would have nothing to keep: throws
+ *  ft::Error(kInvalidArgument) naming the flag when either is set. */
+void refuse_kv_tiers(const EngineOptions& o, const char* command);
 
 }  // namespace ft::cli

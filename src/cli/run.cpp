@@ -76,6 +76,7 @@ int run(const RunArgs& a) {
     if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
   }
   EngineOptions eo = engine_options(a.engine);
+  refuse_kv_tiers(eo, "ft run");
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
   // The tokenizer and the context length come from the checkpoint itself, opened once: the prompt is

@@ -24,6 +24,7 @@
 #include "tools/demo_model.h"
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
+#include "engine/kv_tiers.h"
 #include "engine/service.h"
 #include "formats/checkpoint.h"
 #include "server/auth.h"
@@ -212,6 +213,8 @@ int run_serve(const ServeFlags& f) {
                  mc.n_ctx_train);
     sc.scheduler.max_seq_len = mc.n_ctx_train;
   }
+  KvTiers tiers(*engine);  // --kv-host-gib, --prompt-cache-dir; outlives the service
+  sc.tiers = tiers.view();
   EngineService service(runner, engine->kv().pools(), sc);
   const long long kv_held = static_cast<long long>(engine->kv().pool().n_pages()) * engine->kv().config().page_size;
   if (f.kv_tokens > 0 && kv_held > f.kv_tokens)

@@ -61,6 +61,13 @@ struct EngineOptions {
    *  memory and decode attention bytes; keys and values rounded to bf16), "fp8" or "q8_0" (CPU only for
    *  now: codes and scales, about half of bf16; quant/kv_quant.h). */
   std::string kv_cache_dtype = "auto";
+  /** --kv-host-gib: the host KV tier's bound in GiB (engine/kv_tiers.h): prefix-cache pages evicted
+   *  from the device are kept in host memory and copied back on a later hit; 0: off. */
+  double kv_host_gib = 0;
+  /** --prompt-cache-dir: where cached prefixes' pages are written in the background and read back
+   *  after a restart (kv/disk_page_store.h); "": off. --prompt-cache-gib bounds the files (LRU). */
+  std::string prompt_cache_dir;
+  double prompt_cache_gib = 16;
   /** --embed-weights: "device", "host" or "auto" (embeddings_on_host_auto). */
   std::string embed_weights = "auto";
   /** Sees the load's phases while the engine is built (load_model's "weights", then the MoE

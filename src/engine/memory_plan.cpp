@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/engine.h"
+#include "engine/kv_tiers.h"
 #include "model/blocks.h"
 #include "quant/kv_quant.h"
 #include "util/format.h"
@@ -53,6 +54,7 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
   } else if (kv_dtype != DType::F32 && ops.device() == Device::kCpu) {
     fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32, fp8 or q8_0", want);
   }
+  check_kv_tiers(options, config, ops);
   KvCacheConfig kv = kv_layout(config);
   kv.page_size = options.page_size;
   kv.token_budget = options.kv_tokens;

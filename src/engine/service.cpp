@@ -21,7 +21,7 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 EngineService::EngineService(ModelRunner& runner, KvPools pools, const ServiceConfig& config)
-    : runner_(&runner), config_(config), context_limit_(0), sched_(config.scheduler, pools), started_(Clock::now()) {
+    : runner_(&runner), config_(config), context_limit_(0), sched_(config.scheduler, pools, config.tiers), started_(Clock::now()) {
   context_limit_ = sched_.context_limit();
   worker_ = std::thread([this] { loop(); });
 }
@@ -348,6 +348,14 @@ EngineStats EngineService::stats() const {
   s.state_slots_total = sched_.pools().states ? sched_.pools().states->n_pages() : 0;
   s.state_slots_used = sched_.state_slots_in_use();
   s.state_snapshots = sched_.state_snapshots();
+  const Scheduler::TierHits hits = sched_.tier_hits();
+  s.kv_hit_pages_device = hits.device;
+  s.kv_hit_pages_host = hits.host;
+  s.kv_hit_pages_disk = hits.disk;
+  s.kv_host_tier = sched_.tiers().host != nullptr;
+  s.kv_disk_tier = sched_.tiers().disk != nullptr;
+  if (s.kv_host_tier) s.kv_host = sched_.tiers().host->stats();
+  if (s.kv_disk_tier) s.kv_disk = sched_.tiers().disk->stats();
   s.window_s = config_.stats_window_s;
   const double span = std::max(1e-3, std::min(config_.stats_window_s, s.uptime_s));
   const auto horizon = now - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config_.stats_window_s));

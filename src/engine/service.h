@@ -107,6 +107,10 @@ struct EngineStats {
   int32_t state_slots_total = 0;   // recurrent-state slots (linear-attention models; 0: none)
   int32_t state_slots_used = 0;    // held by requests
   int32_t state_snapshots = 0;     // held by the prefix cache (states at cached prompts' ends)
+  /** Prefix-cache pages hit on the device and restored from the host and disk tiers, since start. */
+  int64_t kv_hit_pages_device = 0, kv_hit_pages_host = 0, kv_hit_pages_disk = 0;
+  bool kv_host_tier = false, kv_disk_tier = false;  // whether each tier is on
+  PageStoreStats kv_host, kv_disk;                  // the tiers' counters (zero when off)
   double window_s = 0;
   double prompt_tokens_per_s = 0;      // prompt tokens computed (prefill) per second
   double generation_tokens_per_s = 0;  // tokens sampled per second
@@ -127,6 +131,8 @@ struct ServiceConfig {
   SchedulerConfig scheduler;
   double stats_window_s = 10.0;
   bool check_integrity = false;  // run Scheduler::check_integrity() after every step (tests)
+  /** The prefix cache's host and disk tiers (engine/kv_tiers.h; none by default); must outlive the service. */
+  LowerTiers tiers;
 };
 
 class EngineService {

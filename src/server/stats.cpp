@@ -93,6 +93,22 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
     kv["swa_pages_total"] = s.kv_swa_pages_total;
     kv["swa_pages_used"] = s.kv_swa_pages_used;
   }
+  {  // the prefix cache's tiers (issue 39): the device pages, the host tier and the prompt cache on disk
+    oj tiers;
+    const int64_t page_bytes = static_cast<int64_t>(s.page_size) * ctx.model.kv_bytes_per_token;
+    tiers["device"] = {{"pages", s.kv_pages_cached},
+                       {"bytes", static_cast<int64_t>(s.kv_pages_cached) * page_bytes},
+                       {"hit_pages", s.kv_hit_pages_device}};
+    auto tier = [](bool on, const PageStoreStats& t, int64_t hits) {
+      if (!on) return oj(nullptr);
+      return oj{{"pages", t.entries},          {"bytes", t.bytes},           {"capacity_bytes", t.capacity_bytes},
+                {"hit_pages", hits},           {"bytes_written", t.bytes_written}, {"bytes_read", t.bytes_read},
+                {"dropped_pages", t.dropped}};
+    };
+    tiers["host"] = tier(s.kv_host_tier, s.kv_host, s.kv_hit_pages_host);
+    tiers["disk"] = tier(s.kv_disk_tier, s.kv_disk, s.kv_hit_pages_disk);
+    kv["tiers"] = tiers;
+  }
   j["kv"] = kv;
   if (!ctx.model.memory_rows.empty()) {  // the start-up banner's memory table
     oj mem;
@@ -171,6 +187,38 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
            s.state_slots_total);
     metric("kv_state_slots_used", "gauge", "Recurrent-state slots held by running requests.", s.state_slots_used);
     metric("kv_state_snapshots", "gauge", "Recurrent-state snapshots held by the prefix cache.", s.state_snapshots);
+  }
+  {  // the prefix cache's tiers, labelled tier="device" | "host" | "disk" (the last two when on)
+    struct Tier {
+      const char* name;
+      double pages, bytes, hits, written, read;
+    };
+    std::vector<Tier> tiers{{"device", double(s.kv_pages_cached),
+                             double(s.kv_pages_cached) * s.page_size * double(ctx.model.kv_bytes_per_token),
+                             double(s.kv_hit_pages_device), 0, 0}};
+    if (s.kv_host_tier)
+      tiers.push_back({"host", double(s.kv_host.entries), double(s.kv_host.bytes), double(s.kv_hit_pages_host),
+                       double(s.kv_host.bytes_written), double(s.kv_host.bytes_read)});
+    if (s.kv_disk_tier)
+      tiers.push_back({"disk", double(s.kv_disk.entries), double(s.kv_disk.bytes), double(s.kv_hit_pages_disk),
+                       double(s.kv_disk.bytes_written), double(s.kv_disk.bytes_read)});
+    auto labelled = [&](const char* name, const char* type, const char* help, double Tier::*field, bool lower_only) {
+      o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << ' ' << type << '\n';
+      for (const Tier& t : tiers)
+        if (!lower_only || std::string(t.name) != "device")
+          o << "freetoken_" << name << "{tier=\"" << t.name << "\"} " << fmt::format("{}", t.*field) << '\n';
+    };
+    labelled("kv_tier_pages", "gauge", "Prefix-cache pages held per tier (device: the KV cache's cached pages).",
+             &Tier::pages, false);
+    labelled("kv_tier_bytes", "gauge", "Prefix-cache bytes held per tier.", &Tier::bytes, false);
+    labelled("kv_tier_hit_pages_total", "counter", "Prefix-cache pages hit per tier (host, disk: copied back).",
+             &Tier::hits, false);
+    if (tiers.size() > 1) {
+      labelled("kv_tier_bytes_written_total", "counter", "Bytes written into the host tier and the prompt cache.",
+               &Tier::written, true);
+      labelled("kv_tier_bytes_read_total", "counter", "Bytes read back from the host tier and the prompt cache.",
+               &Tier::read, true);
+    }
   }
   metric("requests_running", "gauge", "Requests holding KV and generating.", s.running);
   metric("requests_waiting", "gauge", "Requests queued for a running slot.", s.waiting);

@@ -1,0 +1,82 @@
+#include "engine/kv_tiers.h"
+
+#include <cmath>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "engine/engine.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace ft {
+
+namespace {
+
+int64_t gib_bytes(double gib) { return static_cast<int64_t>(std::llround(gib * double(int64_t{1} << 30))); }
+
+}  // namespace
+
+void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops& ops) {
+  if (!(o.kv_host_gib >= 0) || !std::isfinite(o.kv_host_gib))
+    fail(ErrorCode::kInvalidArgument, "--kv-host-gib must be >= 0 (got {})", o.kv_host_gib);
+  const bool disk = !o.prompt_cache_dir.empty();
+  if (disk && (!(o.prompt_cache_gib > 0) || !std::isfinite(o.prompt_cache_gib)))
+    fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib must be > 0 (got {})", o.prompt_cache_gib);
+  if (o.kv_host_gib == 0 && !disk) return;
+  const char* flag = o.kv_host_gib > 0 ? "--kv-host-gib" : "--prompt-cache-dir";
+  if (ops.device() != Device::kCpu)
+    fail(ErrorCode::kUnsupported,
+         "{}: the host KV tier and the prompt cache work on the CPU backend only for now (their page copies are "
+         "synchronous and not yet tested on {}); leave the flag out or use --device cpu",
+         flag, ops.device() == Device::kCuda ? "CUDA" : ops.name());
+  if (config.arch == "deepseek_v4" || config.arch == "qwen4_exp")
+    fail(ErrorCode::kUnsupported,
+         "{}: {}'s compressed-KV attention layers keep state outside the KV pages that the host tier and the "
+         "prompt cache do not copy yet; leave the flag out",
+         flag, config.arch);
+}
+
+uint64_t KvTiers::fingerprint(Engine& engine, const KvPageIo& io) {
+  XXH3_state_t* h = XXH3_createState();
+  XXH3_64bits_reset(h);
+  auto add = [&](const std::string& s) { XXH3_64bits_update(h, s.data(), s.size() + 1); };
+  for (const TensorInfo& t : engine.checkpoint().tensors()) {
+    add(t.name);
+    const int32_t dt = static_cast<int32_t>(t.dtype);
+    XXH3_64bits_update(h, &dt, sizeof(dt));
+    XXH3_64bits_update(h, t.shape.data(), t.shape.size() * sizeof(int64_t));
+  }
+  add(engine.checkpoint().metadata().dump());
+  add(engine.config().arch);
+  add(engine.ops().name());
+  add(io.layout());
+  const uint64_t f = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return f;
+}
+
+KvTiers::KvTiers(Engine& engine) {
+  const EngineOptions& o = engine.options();
+  if (o.kv_host_gib <= 0 && o.prompt_cache_dir.empty()) return;
+  check_kv_tiers(o, engine.config(), engine.ops());
+  io_ = std::make_unique<KvPageIo>(engine.ops(), engine.kv(), engine.config().layer_kv_heads,
+                                   engine.config().layer_head_dim);
+  const int32_t ps = engine.kv().config().page_size;
+  if (o.kv_host_gib > 0) {
+    host_ = std::make_unique<HostPageStore>(std::max<int64_t>(1, gib_bytes(o.kv_host_gib)), ps);
+    spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page)", o.kv_host_gib,
+                 io_->kv_bytes() + io_->swa_bytes() + io_->state_bytes());
+  }
+  if (!o.prompt_cache_dir.empty()) {
+    const uint64_t fp = fingerprint(engine, *io_);
+    disk_ = std::make_unique<DiskPageStore>(
+        o.prompt_cache_dir, std::max<int64_t>(1, gib_bytes(o.prompt_cache_gib)), ps, fp,
+        DiskPageStore::Layout{io_->kv_bytes(), io_->swa_bytes(), io_->state_bytes()});
+    spdlog::info("prompt cache: {} (up to {:.2f} GiB, fingerprint {:016x})", o.prompt_cache_dir, o.prompt_cache_gib, fp);
+  }
+}
+
+LowerTiers KvTiers::view() { return LowerTiers{io_ ? io_.get() : nullptr, host_.get(), disk_.get()}; }
+
+}  // namespace ft

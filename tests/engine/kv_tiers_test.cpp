@@ -1,0 +1,253 @@
+// The host KV tier and the prompt cache on a real model (issue 39): a tiny KV pool forces a cached
+// prefix to the host tier, and a restart finds it on disk; either way the hit counts as cached tokens
+// and the logits are bit-identical to a run that kept the prefix on the device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/engine_runner.h"
+#include "engine/kv_tiers.h"
+#include "engine/scheduler.h"
+#include "log_capture.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) { return testing::shared_dir() + "/fixtures/hf/" + name; }
+
+EngineOptions options(int64_t kv_tokens, double host_gib, const std::string& cache_dir = "") {
+  EngineOptions o;
+  o.threads = 1;
+  o.kv_tokens = kv_tokens;
+  o.max_step_tokens = 256;
+  o.max_logit_rows = 64;
+  o.page_size = 16;
+  o.kv_host_gib = host_gib;
+  o.prompt_cache_dir = cache_dir;
+  o.prompt_cache_gib = 0.01;
+  return o;
+}
+
+/** One engine, its tiers and a scheduler over them, running one greedy request at a time. */
+struct TierEngine {
+  TierEngine(const std::string& dir, const EngineOptions& o)
+      : engine(Engine::load(dir, o)), runner(*engine), tiers(*engine),
+        sched(config(), engine->kv().pools(), tiers.view()) {}
+
+  static SchedulerConfig config() {
+    SchedulerConfig c;
+    c.max_running = 1;
+    c.max_prefill_tokens = 256;
+    c.max_seq_len = 4096;
+    return c;
+  }
+
+  /** Runs `prompt` for `n` greedy tokens; returns each sampled row's logits, concatenated. */
+  std::vector<float> run(const std::vector<int32_t>& prompt, int32_t n) {
+    const uint64_t id = next_id++;
+    sched.submit(id, prompt, n);
+    const int64_t V = engine->config().n_vocab;
+    std::vector<float> rows;
+    int32_t generated = 0;
+    while (sched.find(id)) {
+      StepPlan plan = sched.schedule();
+      EXPECT_FALSE(plan.empty());
+      if (plan.empty()) break;
+      ForwardBatch b;
+      b.clear();
+      for (const ScheduledSeq& e : plan.seqs) {
+        const Sequence& s = *e.seq;
+        for (int32_t k = 0; k < e.n_tokens; ++k) {
+          b.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
+          b.positions.push_back(e.start + k);
+        }
+        b.seq_start.push_back(b.n_tokens());
+        b.block_tables.push_back(&s.pages);
+        if (sched.pools().swa) b.swa_block_tables.push_back(&s.swa_pages);
+        if (sched.pools().states) b.state_slots.push_back(s.state_slot);
+      }
+      b.copies_before = plan.state_restores;
+      b.copies_after = plan.state_saves;
+      std::span<const float> logits = runner.forward(b);
+      sched.complete(plan);
+      cached = sched.find(id)->n_cached;
+      if (plan.seqs[0].sample) {
+        const float* row = logits.data();
+        rows.insert(rows.end(), row, row + V);
+        const int32_t tok = static_cast<int32_t>(std::max_element(row, row + V) - row);
+        tokens.push_back(tok);
+        if (++generated == n) sched.finish(id);
+        else sched.append(id, tok);
+      }
+      sched.check_integrity();
+    }
+    return rows;
+  }
+
+  std::unique_ptr<Engine> engine;
+  EngineRunner runner;
+  KvTiers tiers;
+  Scheduler sched;
+  uint64_t next_id = 1;
+  int32_t cached = 0;
+  std::vector<int32_t> tokens;
+};
+
+std::vector<int32_t> prompt_of(uint32_t seed, int32_t n, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min<int64_t>(vocab, 1000)));
+  return t;
+}
+
+void host_tier_round_trip(const std::string& model, const std::string& kv_dtype) {
+  SCOPED_TRACE(model + " " + kv_dtype);
+  EngineOptions small = options(64, 0.01), big = options(1024, 0);  // 4 pages of 16, or 64
+  small.kv_cache_dtype = big.kv_cache_dtype = kv_dtype;
+  TierEngine ref(fixture(model), big), tier(fixture(model), small);
+  const int64_t V = ref.engine->config().n_vocab;
+  const std::vector<int32_t> a = prompt_of(1, 40, V), b = prompt_of(2, 50, V);
+  for (TierEngine* e : {&ref, &tier}) {
+    e->run(a, 3);
+    e->run(b, 3);  // 4 pages: evicts a's two cached pages (to the host tier when there is one)
+  }
+  ASSERT_NE(tier.tiers.host(), nullptr);
+  EXPECT_EQ(tier.tiers.host()->stats().entries, 2);
+  const std::vector<float> want = ref.run(a, 4), got = tier.run(a, 4);
+  // The two whole pages before the last prompt token, from the device or the host tier.
+  EXPECT_EQ(ref.cached, 32);
+  EXPECT_EQ(tier.cached, 32);
+  EXPECT_EQ(tier.sched.tier_hits().host, 2);
+  tier.tiers.host()->check_integrity();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "logits differ after a host-tier restore";
+}
+
+TEST(KvTiers, HostTierRestoreGivesBitIdenticalLogits) {
+  host_tier_round_trip("qwen3", "auto");
+  host_tier_round_trip("llama", "q8_0");  // quantized pages: codes and scales travel together
+}
+
+TEST(KvTiers, HostTierCarriesSlidingWindowPagesAndStateSnapshots) {
+  host_tier_round_trip("gemma4", "auto");      // sliding-window layers: the node's swa page rides along
+  host_tier_round_trip("qwen3_next", "auto");  // linear attention: the state snapshot at the hit's end
+}
+
+TEST(KvTiers, PromptCacheSurvivesARestartAndSkipsATruncatedFile) {
+  const std::string dir = testing::scratch_path("prompt_cache");
+  fs::remove_all(dir);
+  int64_t V = 0;
+  std::vector<int32_t> a, a2;
+  std::vector<float> want;
+  std::vector<int32_t> want_tokens;
+  {
+    TierEngine first(fixture("qwen3"), options(1024, 0, dir));
+    V = first.engine->config().n_vocab;
+    a = prompt_of(3, 40, V);
+    a2 = a;
+    a2.resize(36);  // shares a's first two pages, then differs
+    for (int32_t& t : std::span<int32_t>(a2).subspan(33)) t = (t + 7) % 1000;
+    first.run(a, 3);
+    first.tokens.clear();
+    want = first.run(a2, 3);  // a2 hits a's pages on the device
+    want_tokens = first.tokens;
+    EXPECT_EQ(first.cached, 32);
+  }  // the writer finishes its queue before the store closes
+  {
+    TierEngine second(fixture("qwen3"), options(1024, 0, dir));
+    ASSERT_NE(second.tiers.disk(), nullptr);
+    EXPECT_GE(second.tiers.disk()->stats().entries, 2);
+    const std::vector<float> got = second.run(a2, 3);
+    EXPECT_EQ(second.cached, 32);
+    EXPECT_EQ(second.sched.tier_hits().disk, 2);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "logits differ after a prompt-cache load";
+  }
+  // Truncate the second page's file: a restart skips it with a warning naming the field and offset.
+  std::string victim;
+  uint64_t h = kRootPathHash;
+  h = chain_hash(h, std::span<const int32_t>(a.data(), 16));
+  h = chain_hash(h, std::span<const int32_t>(a.data() + 16, 16));
+  for (const auto& de : fs::directory_iterator(dir))
+    if (de.path().filename().string().find(fmt::format("-{:016x}.ftpc", h)) != std::string::npos) victim = de.path();
+  ASSERT_FALSE(victim.empty());
+  fs::resize_file(victim, fs::file_size(victim) - 100);
+  testing::LogCapture log(spdlog::level::warn);
+  TierEngine third(fixture("qwen3"), options(1024, 0, dir));
+  third.run(a2, 3);
+  EXPECT_EQ(third.cached, 16);  // the first page only
+  EXPECT_EQ(third.tokens, want_tokens);
+  int warned = 0;
+  for (const std::string& l : log.lines())
+    if (l.find("prompt cache: skipping " + victim) != std::string::npos && l.find("truncated") != std::string::npos &&
+        l.find("offsets 24..56") != std::string::npos)
+      ++warned;
+  EXPECT_EQ(warned, 1);
+  fs::remove_all(dir);
+}
+
+TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
+  const std::string dir = testing::scratch_path("prompt_cache_bad");
+  fs::remove_all(dir);
+  std::vector<int32_t> a;
+  std::vector<int32_t> want_tokens;
+  {
+    TierEngine first(fixture("qwen3"), options(1024, 0, dir));
+    a = prompt_of(4, 20, first.engine->config().n_vocab);
+    first.run(a, 2);
+    want_tokens = first.tokens;
+  }
+  std::vector<fs::path> files;
+  for (const auto& de : fs::directory_iterator(dir)) files.push_back(de.path());
+  ASSERT_EQ(files.size(), 1u);  // one whole page of 16 (the 21st token's page is not full)
+  {  // flip a byte of the KV: the checksum catches it when the page is read
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(200);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  testing::LogCapture log(spdlog::level::warn);
+  {
+    TierEngine second(fixture("qwen3"), options(1024, 0, dir));
+    second.run(a, 2);
+    EXPECT_EQ(second.cached, 0);
+    EXPECT_EQ(second.tokens, want_tokens);
+  }
+  bool checksum = false;
+  for (const std::string& l : log.lines()) checksum |= l.find("checksum at offset") != std::string::npos;
+  EXPECT_TRUE(checksum);
+  fs::remove_all(dir);
+}
+
+TEST(KvTiers, UnsupportedCombinationsAreRefusedAtLoad) {
+  EngineOptions o = options(256, 1.0);
+  try {
+    Engine::load(fixture("deepseek_v4"), o);
+    FAIL() << "deepseek_v4 with --kv-host-gib loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("--kv-host-gib"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("compressed-KV"), std::string::npos) << e.what();
+  }
+  o = options(256, -1);
+  try {
+    Engine::load(fixture("qwen3"), o);
+    FAIL() << "a negative --kv-host-gib loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--kv-host-gib must be >= 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ft
