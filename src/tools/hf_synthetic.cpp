@@ -1,7 +1,10 @@
 #include "tools/hf_synthetic.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
+#include "model/qwen4_exp.h"
 #include "util/error.h"
 
 namespace ft {
@@ -103,6 +106,97 @@ std::vector<SynthTensor> deepseek_v4_tensors(const ModelPreset& p, const json& c
   return t;
 }
 
+/** Qwen4-Exp's tensors (model/qwen4_exp.cpp, model/gated_delta_net.cpp and model/blocks.cpp's names). */
+std::vector<SynthTensor> qwen4_exp_tensors(const ModelPreset& p, const json& c, int64_t n_layer) {
+  const int64_t H = need_int(c, "hidden_size", p), V = need_int(c, "vocab_size", p);
+  const int64_t nh = need_int(c, "num_attention_heads", p), kvh = need_int(c, "num_key_value_heads", p);
+  const int64_t hd = need_int(c, "head_dim", p), n = need_int(c, "hc_count", p), r = need_int(c, "hc_lowrank", p);
+  const int64_t Hk = need_int(c, "linear_num_key_heads", p), Hv = need_int(c, "linear_num_value_heads", p);
+  const int64_t dk = need_int(c, "linear_key_head_dim", p), dv = need_int(c, "linear_value_head_dim", p);
+  const int64_t K = need_int(c, "linear_conv_kernel_dim", p), E = need_int(c, "num_experts", p);
+  const int64_t F = need_int(c, "moe_intermediate_size", p), Fs = need_int(c, "shared_expert_intermediate_size", p);
+  const int64_t ih = need_int(c, "indexer_n_heads", p), id = need_int(c, "indexer_head_dim", p);
+  const int64_t ple_dim = need_int(c, "ple_embed_dim", p), pk = need_int(c, "ple_conv_kernel_size", p);
+  const int64_t ngram = need_int(c, "ngram_size", p), heads_per = need_int(c, "heads_per_ngram", p);
+  const int64_t base = need_int(c, "ngram_vocab_size_base", p), div = need_int(c, "make_ngram_vocab_size_divisible_by", p);
+  const int64_t seed = c.value("seed", int64_t{1234});
+  const int64_t nH = n * H, C = 2 * Hk * dk + Hv * dv;
+  std::vector<SynthTensor> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape, SynthFill fill, SynthStore store, int64_t layer) {
+    t.push_back({std::move(name), std::move(shape), fill, store, static_cast<int32_t>(layer)});
+  };
+  auto matrix = [&](std::string name, std::vector<int64_t> shape, int64_t layer, SynthFill fill = SynthFill::kMatrix) {
+    add(std::move(name), std::move(shape), fill, SynthStore::kWeight, layer);
+  };
+  auto f32 = [&](std::string name, std::vector<int64_t> shape, int64_t layer, SynthFill fill) {
+    add(std::move(name), std::move(shape), fill, SynthStore::kF32, layer);
+  };
+  auto gated_residual = [&](const std::string& pre, bool inject, int64_t layer) {
+    f32(pre + "hc_norm.weight", {nH}, layer, SynthFill::kZeros);
+    matrix(pre + "input_mix_weight_down.weight", {r, nH}, layer);
+    matrix(pre + "input_mix_weight_up.weight", {nH, r}, layer);
+    if (inject) matrix(pre + "block_inject_weight.weight", {n, nH}, layer);
+  };
+  std::vector<int64_t> ple_ids;
+  for (const json& v : c.value("ple_layer_ids", json::array())) ple_ids.push_back(v.get<int64_t>());
+  add("model.embed_tokens.weight", {V, H}, SynthFill::kEmbedding, SynthStore::kEmbedding, -1);
+  gated_residual("model.hyper_connection_mixer.", false, -1);
+  const json& lt = c.at("layer_types");
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string b = fmt::format("model.layers.{}.", l);
+    gated_residual(b + "attn_hyper_connection.", true, l);
+    gated_residual(b + "mlp_hyper_connection.", true, l);
+    if (lt.at(static_cast<size_t>(l)) == "linear_attention") {
+      const std::string a = b + "linear_attn.";
+      matrix(a + "in_proj_qkv.weight", {C, H}, l);
+      matrix(a + "in_proj_z.weight", {Hv * dv, H}, l);
+      matrix(a + "in_proj_b.weight", {Hv, H}, l);
+      matrix(a + "in_proj_a.weight", {Hv, H}, l);
+      f32(a + "conv1d.weight", {C, 1, K}, l, SynthFill::kMatrix);
+      f32(a + "A_log", {Hv}, l, SynthFill::kZeros);
+      f32(a + "dt_bias", {Hv}, l, SynthFill::kZeros);
+      f32(a + "norm.weight", {dv}, l, SynthFill::kOnes);
+      matrix(a + "out_proj.weight", {H, Hv * dv}, l, SynthFill::kOutProj);
+    } else {
+      const std::string a = b + "self_attn.";
+      matrix(a + "q_proj.weight", {2 * nh * hd, H}, l);  // query and output-gate rows per head
+      matrix(a + "k_proj.weight", {kvh * hd, H}, l);
+      matrix(a + "v_proj.weight", {kvh * hd, H}, l);
+      matrix(a + "o_proj.weight", {H, nh * hd}, l, SynthFill::kOutProj);
+      f32(a + "q_norm.weight", {hd}, l, SynthFill::kZeros);
+      f32(a + "k_norm.weight", {hd}, l, SynthFill::kZeros);
+      matrix(a + "indexer.index_qk_proj.weight", {(ih + 1) * id, H}, l);
+      f32(a + "indexer.q_layernorm.weight", {id}, l, SynthFill::kZeros);
+      f32(a + "indexer.k_layernorm.weight", {id}, l, SynthFill::kZeros);
+    }
+    const std::string m = b + "mlp.";
+    f32(m + "gate.weight", {E, H}, l, SynthFill::kRouter);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = m + fmt::format("experts.{}.", e);
+      add(x + "gate_proj.weight", {F, H}, SynthFill::kMatrix, SynthStore::kExpert, l);
+      add(x + "up_proj.weight", {F, H}, SynthFill::kMatrix, SynthStore::kExpert, l);
+      add(x + "down_proj.weight", {H, F}, SynthFill::kOutProj, SynthStore::kExpert, l);
+    }
+    matrix(m + "shared_expert.gate_proj.weight", {Fs, H}, l);
+    matrix(m + "shared_expert.up_proj.weight", {Fs, H}, l);
+    matrix(m + "shared_expert.down_proj.weight", {H, Fs}, l, SynthFill::kOutProj);
+    f32(m + "shared_expert_gate.weight", {1, H}, l, SynthFill::kZeros);
+    const auto ple = std::find(ple_ids.begin(), ple_ids.end(), l + 1);
+    if (ple == ple_ids.end()) continue;
+    const std::string e = b + "ple.";
+    const int64_t heads = (ngram - 1) * heads_per;
+    const NgramTables nt = qwen4_ngram_tables(V, ngram, heads_per, base, div, ple - ple_ids.begin(), seed);
+    add(e + "ple_embedding.ngram_embedding.weight", {nt.rows, ple_dim / heads}, SynthFill::kLazyZeros,
+        SynthStore::kFloat, l);
+    matrix(e + "key_proj.weight", {nH, ple_dim}, l);
+    matrix(e + "value_proj.weight", {H, ple_dim}, l, SynthFill::kOutProj);
+    f32(e + "conv1d.weight", {nH, 1, pk}, l, SynthFill::kMatrix);
+    for (const char* nm : {"norm_key", "norm_query", "norm_conv"}) f32(e + nm + ".weight", {nH}, l, SynthFill::kZeros);
+  }
+  matrix("lm_head.weight", {V, H}, -1);
+  return t;
+}
+
 }  // namespace
 
 json hf_synthetic_config(const ModelPreset& p, int64_t n_layer) {
@@ -122,12 +216,22 @@ json hf_synthetic_config(const ModelPreset& p, int64_t n_layer) {
     c["mlp_layer_types"] = std::move(mt);
     return c;
   }
+  if (type == "qwen4_exp_text") {
+    const int64_t every = c.value("full_attention_interval", int64_t{4});
+    json lt = json::array(), ple = json::array();
+    for (int64_t l = 0; l < n_layer; ++l) lt.push_back((l + 1) % every == 0 ? "full_attention" : "linear_attention");
+    for (const json& v : c.value("ple_layer_ids", json::array()))  // 1-based; those within the layer count
+      if (v.get<int64_t>() <= n_layer) ple.push_back(v);
+    c["layer_types"] = std::move(lt);
+    c["ple_layer_ids"] = std::move(ple);
+    return c;
+  }
   fail(ErrorCode::kUnsupported, "model preset {}: no synthetic Hugging Face layout for model_type '{}'", p.name, type);
 }
 
 std::vector<SynthTensor> hf_synthetic_tensors(const ModelPreset& p, int64_t n_layer) {
-  const json c = hf_synthetic_config(p, n_layer);
-  return deepseek_v4_tensors(p, c, n_layer);  // hf_synthetic_config refused every other model_type
+  const json c = hf_synthetic_config(p, n_layer);  // refuses a model_type without a layout here
+  return c["model_type"] == "deepseek_v4" ? deepseek_v4_tensors(p, c, n_layer) : qwen4_exp_tensors(p, c, n_layer);
 }
 
 int64_t hf_synthetic_params(const ModelPreset& p, int64_t n_layer, bool active) {
@@ -136,7 +240,7 @@ int64_t hf_synthetic_params(const ModelPreset& p, int64_t n_layer, bool active) 
   for (const SynthTensor& t : hf_synthetic_tensors(p, L)) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
-    if (active && t.store == SynthStore::kEmbedding) continue;
+    if (active && (t.store == SynthStore::kEmbedding || t.fill == SynthFill::kLazyZeros)) continue;  // tables: a row a token
     (t.store == SynthStore::kExpert ? experts : total) += n;
   }
   return total + (active ? experts / p.n_expert * p.n_expert_used : experts);

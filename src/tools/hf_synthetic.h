@@ -1,6 +1,6 @@
 #pragma once
 // The Hugging Face layout of a synthetic model (tools/synthetic_checkpoint.h) for the architectures
-// FreeToken loads from safetensors only (deepseek_v4): a preset with ModelPreset::hf_config gets a
+// FreeToken loads from safetensors only (deepseek_v4, qwen4_exp): a preset with ModelPreset::hf_config gets a
 // config.json built from it (the preset's real fields, plus the per-layer lists for the requested layer
 // count) and the tensors the model's loader reads, under their transformers / upstream names.
 //
@@ -14,6 +14,19 @@
 // Layer schedule: layer_types as upstream's compress_ratios [0, 0, 4, 128, 4, 128, ...] with the two
 // leading sliding-window-only layers (ratio 0, which the engine does not implement) built as
 // heavily_compressed_attention; the first num_hash_layers layers hash_moe, the rest moe.
+//
+// Qwen4-Exp (model/qwen4_exp.cpp; the text model, model_type qwen4_exp_text): model.embed_tokens, lm_head,
+// model.hyper_connection_mixer.{hc_norm, input_mix_weight_down, input_mix_weight_up}; per layer
+// {attn,mlp}_hyper_connection.{hc_norm, input_mix_weight_down, input_mix_weight_up, block_inject_weight},
+// Gated DeltaNet layers linear_attn.{in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv1d, A_log, dt_bias,
+// norm, out_proj} (Qwen3.5's separate projections), every full_attention_interval-th layer QSA attention
+// self_attn.{q_proj (with the output gate rows), k_proj, v_proj, o_proj, q_norm, k_norm,
+// indexer.{index_qk_proj, q_layernorm, k_layernorm}}; mlp.{gate, experts.{e}.{gate,up,down}_proj,
+// shared_expert.{gate,up,down}_proj, shared_expert_gate}; the PLE layers (ple_layer_ids, 1-based; those
+// within the layer count) ple.{key_proj, value_proj, conv1d, norm_key, norm_query, norm_conv} and the
+// n-gram table ple.ple_embedding.ngram_embedding.weight [rows of its heads' primes, ple_embed_dim / heads]
+// as one tensor of zeros that is never written (51B values at the real shapes: host pages stay unmapped
+// until a row is read). Norm weights stored as offsets from 1 are zeros.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +41,7 @@ namespace ft {
 enum class SynthFill : uint8_t {
   kOnes, kZeros, kMatrix, kOutProj, kEmbedding, kRouter, kMinusOnes,
   kHashRoutes,  // I32 [V, k]: row t holds k distinct expert ids of [0, n_expert)
+  kLazyZeros,   // zeros never written: the pages stay unmapped until read (Qwen4-Exp's n-gram table)
 };
 
 /** What a synthetic tensor is stored in: the weight type, the experts' type, the embedding's, a float type
@@ -53,7 +67,8 @@ nlohmann::json hf_synthetic_config(const ModelPreset& p, int64_t n_layer);
 std::vector<SynthTensor> hf_synthetic_tensors(const ModelPreset& p, int64_t n_layer);
 
 /** Parameters of `p`'s model of `n_layer` layers (0: the preset's) from hf_synthetic_tensors: every
- *  tensor, or with `active` the routed experts at n_expert_used of n_expert and no embedding table. */
+ *  tensor, or with `active` the routed experts at n_expert_used of n_expert and no embedding or n-gram
+ *  table (a token reads a few rows of them). */
 int64_t hf_synthetic_params(const ModelPreset& p, int64_t n_layer, bool active);
 
 }  // namespace ft

@@ -75,7 +75,7 @@ struct ModelPreset {
   /** The routed experts' type upstream ("MXFP4" for gpt-oss; "": as the other weights): a synthetic
    *  model's experts default to it (SyntheticSpec::expert_type). */
   std::string expert_type{};
-  /** config.json of an architecture FreeToken loads from safetensors only (deepseek_v4): the model's real
+  /** config.json of an architecture FreeToken loads from safetensors only (deepseek_v4, qwen4_exp): the model's real
    *  fields; the synthetic model is then in that layout (tools/hf_synthetic.h), gguf_arch names the
    *  model_type, and the fields above only describe it (listing). Per-layer lists are built for the
    *  layer count. "": a GGUF-layout preset. */

@@ -149,6 +149,7 @@ struct Plan {
   std::vector<Kind> kinds;
   std::vector<int64_t> offsets;
   int64_t bytes = 0;
+  int64_t lazy_bytes = 0;  // tensors never written (kLazyZeros), offsets in a region of their own
 };
 
 Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
@@ -280,8 +281,9 @@ Plan plan_hf_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) 
       case SynthStore::kI32: t.dtype = DType::I32; break;
     }
     t.bytes = dtype_bytes(t.dtype, t.numel());
-    pl.offsets.push_back(pl.bytes);
-    pl.bytes += (t.bytes + kAlign - 1) / kAlign * kAlign;
+    int64_t& end = s.fill == kLazyZeros ? pl.lazy_bytes : pl.bytes;  // lazy tensors: a region of their own
+    pl.offsets.push_back(end);
+    end += (t.bytes + kAlign - 1) / kAlign * kAlign;
     pl.tensors.push_back(std::move(t));
     pl.kinds.push_back(s.fill);
   }
@@ -391,9 +393,19 @@ void SyntheticCheckpoint::plan() {
          "--dummy-layers or a smaller --weight-type",
          p.name, dtype_name(wt), n_layer_, static_cast<double>(offset) / (1 << 30),
          static_cast<double>(avail) / (1 << 30));
-  storage_ = allocate_host_pages(offset);
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    tensors_[i].data = static_cast<const uint8_t*>(storage_.data()) + offsets_[i];
+  storage_ = allocate_host_pages(std::max<int64_t>(offset, 1));
+  if (pl.lazy_bytes > 0) {  // unreserved anonymous pages: zeros, memory only for the pages read
+    const size_t len = static_cast<size_t>(pl.lazy_bytes);
+    void* q = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (q == MAP_FAILED)
+      fail(ErrorCode::kOutOfMemory, "synthetic {}: cannot map {:.1f} GiB of zero tables ({})", p.name,
+           static_cast<double>(pl.lazy_bytes) / (1 << 30), std::strerror(errno));
+    lazy_ = Buffer(q, pl.lazy_bytes, Device::kCpu, [len](void* m) { munmap(m, len); });
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const bool lazy = static_cast<Kind>(kinds_[i]) == kLazyZeros;
+    tensors_[i].data = static_cast<const uint8_t*>(lazy ? lazy_.data() : storage_.data()) + offsets_[i];
+  }
 
   ranks_.resize(static_cast<size_t>(n_layer_));
   for (int64_t l = 0; l < n_layer_; ++l) {
@@ -417,6 +429,7 @@ void SyntheticCheckpoint::generate() {
     const TensorInfo& t = tensors_[i];
     const int64_t cols = t.shape.back(), rows = t.numel() / cols;
     const Kind kind = static_cast<Kind>(kinds_[i]);
+    if (kind == kLazyZeros) continue;  // unwritten anonymous pages read as zeros
     const int64_t per = kind == kRouter || kind == kOnes || kind == kZeros || kind == kMinusOnes || kind == kHashRoutes
                             ? rows
                             : std::max<int64_t>(1, kChunkBytes / dtype_bytes(t.dtype, cols));
@@ -470,6 +483,8 @@ void SyntheticCheckpoint::generate() {
                         half_h;
         break;
       }
+      case kLazyZeros:
+        break;
       case kHashRoutes: {  // row r: k distinct experts, spread over [0, E) by a hash of r
         const int64_t E = p.n_expert, step = std::max<int64_t>(1, E / cols);
         auto* ids = reinterpret_cast<int32_t*>(base);

@@ -133,6 +133,7 @@ class SyntheticCheckpoint final : public Checkpoint {
   std::vector<int64_t> offsets_;               // per tensor: byte offset in storage_
   std::vector<std::vector<int32_t>> ranks_;    // [layer][expert]
   Buffer storage_;
+  Buffer lazy_;  // tensors never written (hf_synthetic.h kLazyZeros): MAP_NORESERVE zero pages
   double generate_seconds_ = 0;
   std::atomic<int64_t> released_bytes_{0};  // release() runs on several bank-fill threads at once
 };

@@ -1,8 +1,8 @@
-// Presets in the Hugging Face layout (ModelPreset::hf_config, tools/hf_synthetic.h): deepseek-v4-flash's
-// real config (shapes, parameter counts against the model card, the layer schedule for any
-// --dummy-layers, a config.json the loader's config reader accepts; planned, not generated), and the tiny
-// CI preset loading and generating deterministically on the CPU, offload equal to fused, and running
-// `ft bench` (fused and hybrid).
+// Presets in the Hugging Face layout (ModelPreset::hf_config, tools/hf_synthetic.h): deepseek-v4-flash's and
+// qwen3.8-flash-next's real configs (shapes, parameter counts against the model cards, the layer schedule
+// for any --dummy-layers, a config.json the loader's config reader accepts; planned, not generated), and
+// the tiny CI presets loading and generating deterministically on the CPU, offload equal to fused, and
+// running `ft bench` (fused and hybrid).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +98,71 @@ TEST(HfPresets, DeepSeekV4FlashConfigIsTheRealOneAndTheLoaderAcceptsIt) {
     }
   }
   EXPECT_THROW(SyntheticCheckpoint(spec_of("tiny-deepseek-v4", DType::BF16)).write_gguf("/nonexistent/x.gguf"), Error);
+}
+
+TEST(HfPresets, Qwen38FlashNextHasTheModelCardsShapesAndTheLoaderAcceptsIt) {
+  const ModelPreset& p = find_preset("qwen3.8-flash-next");
+  EXPECT_EQ(p.gguf_arch, "qwen4_exp_text");
+  // The card: about 6B active a token; the n-gram table 51B values (16 heads of about 20M rows x 160).
+  EXPECT_LT(rel(static_cast<double>(p.active_params()), 6e9), 0.15) << p.active_params();
+  for (int64_t layers : {0, 1, 4}) {
+    const SyntheticLayout l = synthetic_layout(spec_of("qwen3.8-flash-next", DType::Q4_K, layers));
+    const int64_t L = layers > 0 ? layers : 48;
+    const nlohmann::json& c = l.metadata.at("config");
+    EXPECT_EQ(c["model_type"], "qwen4_exp_text");
+    EXPECT_EQ(c["hidden_size"], 2560);
+    EXPECT_EQ(c["num_experts"], 512);
+    EXPECT_EQ(c["hc_lowrank"], 320);
+    EXPECT_EQ(c["indexer_budget"], 2048);
+    ASSERT_EQ(c["layer_types"].size(), static_cast<size_t>(L));
+    for (int64_t i = 0; i < L; ++i) EXPECT_EQ(c["layer_types"][i], (i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+    EXPECT_EQ(c["ple_layer_ids"], L >= 2 ? nlohmann::json::array({2}) : nlohmann::json::array());  // 1-based, within L
+    const ModelConfig mc = read_model_config(LayoutCheckpoint(l));
+    EXPECT_EQ(mc.arch, "qwen4_exp");
+    EXPECT_EQ(mc.n_layer, L);
+    EXPECT_EQ(mc.n_embd, 2560);
+    EXPECT_EQ(mc.n_head, 24);
+    EXPECT_EQ(mc.n_head_kv, 2);
+    EXPECT_EQ(mc.head_dim, 256);
+    EXPECT_EQ(mc.n_rot, 64);
+    EXPECT_EQ(mc.n_expert_used, 10);
+    EXPECT_EQ(mc.n_ff_exp, 640);
+    EXPECT_EQ(mc.n_ff_shexp, 640);
+    EXPECT_EQ(mc.n_vocab, 248320);
+    EXPECT_EQ(mc.lin_n_v_heads, 48);
+    if (layers == 4) {
+      const TensorInfo* table = find(l, "model.layers.1.ple.ple_embedding.ngram_embedding.weight");
+      ASSERT_NE(table, nullptr);
+      EXPECT_EQ(table->dtype, DType::BF16);
+      EXPECT_LT(rel(static_cast<double>(table->numel()), 51e9), 0.01) << table->numel();
+      EXPECT_LT(l.bytes, int64_t{10} << 30);  // the table takes no generated host memory
+      expect_tensor(l, "model.layers.3.self_attn.q_proj.weight", {2 * 24 * 256, 2560}, DType::Q4_K);
+      expect_tensor(l, "model.layers.3.self_attn.indexer.index_qk_proj.weight", {5 * 128, 2560}, DType::Q4_K);
+      expect_tensor(l, "model.layers.0.linear_attn.in_proj_qkv.weight", {2 * 16 * 128 + 48 * 128, 2560}, DType::Q4_K);
+      expect_tensor(l, "model.layers.0.mlp.experts.511.down_proj.weight", {2560, 640}, DType::Q8_0);  // 640: no whole Q4_K blocks
+      expect_tensor(l, "model.hyper_connection_mixer.input_mix_weight_down.weight", {320, 4 * 2560}, DType::Q4_K);
+    }
+  }
+}
+
+TEST(HfPresets, TinyQwen4ExpGeneratesDeterministicallyAndOffloadsExactly) {
+  const SyntheticSpec s = spec_of("tiny-qwen4-exp", DType::BF16);
+  auto a = cpu_engine(std::make_unique<SyntheticCheckpoint>(s), MoeStrategy::kFused);
+  auto b = cpu_engine(std::make_unique<SyntheticCheckpoint>(s), MoeStrategy::kFused);
+  auto off = cpu_engine(std::make_unique<SyntheticCheckpoint>(s), MoeStrategy::kOffload);
+  EXPECT_EQ(a->config().arch, "qwen4_exp");
+  const GenerateRequest req = greedy(ids(40, 7), 6);  // past the indexer budget of 16
+  const GenerateResult r1 = generate(*a, {req})[0], r2 = generate(*b, {req})[0], r3 = generate(*off, {req})[0];
+  ASSERT_EQ(r1.tokens.size(), 6u);
+  EXPECT_EQ(r1.step_logits, r2.step_logits);
+  EXPECT_EQ(r1.step_logits, r3.step_logits);
+  for (float v : r1.step_logits) ASSERT_TRUE(std::isfinite(v));
+  const Result r = run_ft("bench --model-preset tiny-qwen4-exp --dummy-weights --json --device cpu --prompt-tokens 24 "
+                          "--gen-tokens 4 --batch 1,2 --copy-mib 8 --threads 1 --weight-type q8_0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["arch"], "qwen4_exp");
+  for (const auto& x : j["results"]) EXPECT_GT(x["decode_tokens_per_s"].get<double>(), 0.0);
 }
 
 TEST(HfPresets, TinyDeepSeekV4GeneratesDeterministicallyAndOffloadsExactly) {
