@@ -61,7 +61,7 @@ DiskPageStore::DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t pa
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-dir {}: not a folder that can be made ({})", dir_,
          ec ? ec.message() : "it is a file");
   stats_.capacity_bytes = capacity_bytes;
-  queue_limit_ = std::min<int64_t>(capacity_bytes, int64_t{64} << 20);
+  queue_limit_ = std::min<int64_t>(capacity_bytes, int64_t{1} << 30);
   scan();
   thread_ = std::thread([this] { writer(); });
 }
@@ -150,10 +150,15 @@ void DiskPageStore::scan() {
     const uint64_t size = fs::file_size(de.path(), ec);
     // The header and the path: enough to index it; the checksum is checked when it is read.
     std::string why;
-    if (ec || !read_file(de.path().string(), head, kHeader + (size_t{1} << 28))) why = "cannot be read";
-    else why = check(head, size, false, name_hash, nullptr, nullptr);
     Entry e;
-    if (why.empty()) check(head, size, false, name_hash, &e.path, nullptr);
+    if (ec || !read_file(de.path().string(), head, static_cast<size_t>(std::min<uint64_t>(size, kHeader)))) {
+      why = "cannot be read";
+    } else {
+      if (head.size() == kHeader)  // then the path, as long as the header says (checked below)
+        read_file(de.path().string(), head,
+                  static_cast<size_t>(std::min<uint64_t>(size, kHeader + uint64_t{read_at<uint32_t>(head, 24)} * 4)));
+      why = check(head, size, false, name_hash, &e.path, nullptr);
+    }
     if (!why.empty()) {
       spdlog::warn("prompt cache: skipping {}: {}", de.path().string(), why);
       ++skipped_;

@@ -43,7 +43,7 @@ class DiskPageStore : public PageStore {
 
   const char* name() const override { return "disk"; }
   /** Queues the page for writing (never waits for the disk); dropped when the queue holds more than
-   *  its bound (64 MiB or the capacity) or the path is on disk already. */
+   *  its bound (1 GiB or the capacity: a hole would cut later pages of the path off) or the path is on disk already. */
   void put(uint64_t hash, std::span<const int32_t> path, std::shared_ptr<const PageContents> contents) override;
   /** Reads and checks the file of `path` (a page still queued is returned from memory). A file that
    *  fails a check is warned about, dropped from the index and nullptr returned. */
