@@ -182,6 +182,7 @@ void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, 
   if (!tiers_.enabled()) return;
   const int32_t ps = pool_->page_size();
   std::vector<PrefixCache::NodeId> swa_held;  // restored nodes whose swa reference we hold meanwhile
+  std::pair<PrefixCache::NodeId, std::shared_ptr<const PageContents>> deepest_state;  // restored with a snapshot
   while (static_cast<int64_t>(s.n_computed) + ps <= max_tokens) {
     const PrefixCache::NodeId parent = s.nodes.empty() ? PrefixCache::kRoot : s.nodes.back();
     const std::span<const int32_t> path(s.tokens.data(), static_cast<size_t>(s.n_computed + ps));
@@ -199,18 +200,23 @@ void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, 
       std::vector<int32_t> sp;
       if (alloc_swa_pages(1, sp)) swa = sp[0];
     }
-    int32_t slot = -1;
-    if (pools_.states && !c->state.empty() && pools_.states->n_free() > 0) slot = take_state_slot();
-    tiers_.io->load(*c, page[0], swa, slot);
+    tiers_.io->load(*c, page[0], swa, -1);
     const PrefixCache::Inserted r = cache_.insert(parent, page_tokens, page[0], swa);
     FT_CHECK(r.adopted && (swa < 0 || r.swa_adopted));  // the device had no such node: acquire stopped here
     if (swa >= 0) swa_held.push_back(r.node);
-    if (slot >= 0 && !cache_.attach_state(r.node, slot)) pools_.states->release({slot});
+    if (pools_.states && !c->state.empty()) deepest_state = {r.node, c};
     s.nodes.push_back(r.node);
     s.pages.push_back(r.page);
     swa_pages.push_back(swa);
     s.n_computed += ps;
     ++*hit;
+  }
+  // Recurrent layers: only the snapshot where the hit ends is of use (shorten_to_state_snapshot), so
+  // only the deepest restored one takes a slot, and only a free one (the sequence needs its own).
+  if (deepest_state.second && pools_.states->n_free() > 1) {
+    const int32_t slot = take_state_slot();
+    tiers_.io->load(*deepest_state.second, -1, -1, slot);
+    if (!cache_.attach_state(deepest_state.first, slot)) pools_.states->release({slot});
   }
   for (PrefixCache::NodeId n : swa_held) cache_.release_swa(n, PrefixCache::SwaRelease::kSequenceEnded);
   // Evictions for the restored pages may have taken swa pages of the device's nodes: read them again.

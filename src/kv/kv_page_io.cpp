@@ -72,7 +72,7 @@ std::shared_ptr<PageContents> KvPageIo::save(int32_t page, int32_t swa_page, int
 }
 
 void KvPageIo::load(const PageContents& c, int32_t page, int32_t swa_page, int32_t slot) {
-  copy_in(Part::kKv, page, c.kv);
+  if (page >= 0) copy_in(Part::kKv, page, c.kv);
   if (swa_page >= 0) copy_in(Part::kSwa, swa_page, c.swa);
   if (slot >= 0) copy_in(Part::kState, slot, c.state);
   ops_->synchronize();  // the host bytes may be freed once this returns

@@ -71,7 +71,7 @@ class PageIo {
   virtual ~PageIo() = default;
   /** The contents of `page` (+ `swa_page`, + state `slot`), copied out now. */
   virtual std::shared_ptr<PageContents> save(int32_t page, int32_t swa_page, int32_t slot) = 0;
-  /** Writes `c` into `page` (its swa part into `swa_page`, its state into `slot`, where >= 0). Throws
+  /** Writes `c` into `page` (its swa part into `swa_page`, its state into `slot`; each only where >= 0). Throws
    *  ft::Error(kInternal) when a part's size does not match the layout. */
   virtual void load(const PageContents& c, int32_t page, int32_t swa_page, int32_t slot) = 0;
 };

@@ -140,36 +140,58 @@ TEST(KvTiers, HostTierCarriesSlidingWindowPagesAndStateSnapshots) {
   host_tier_round_trip("qwen3_next", "auto");  // linear attention: the state snapshot at the hit's end
 }
 
+/** Prompts a (40 tokens) and a2 (a's first 33 tokens, then others): a's first two pages are a2's. */
+struct Restart {
+  std::vector<int32_t> a, a2, want_tokens;
+};
+
+/** Runs a then a2 on an engine caching to `dir`, then a2 on a new engine over the same folder: its
+ *  two pages come from disk and its logits equal the first engine's (a device hit there). */
+Restart restart_round_trip(const std::string& model, const std::string& dir) {
+  SCOPED_TRACE(model);
+  Restart r;
+  std::vector<float> want;
+  {
+    TierEngine first(fixture(model), options(1024, 0, dir));
+    r.a = prompt_of(3, 40, first.engine->config().n_vocab);
+    r.a2 = r.a;
+    r.a2.resize(36);  // shares a's first two pages, then differs
+    for (int32_t& t : std::span<int32_t>(r.a2).subspan(33)) t = (t + 7) % 1000;
+    first.run(r.a, 3);
+    first.tokens.clear();
+    want = first.run(r.a2, 3);  // a2 hits a's pages on the device
+    r.want_tokens = first.tokens;
+    EXPECT_EQ(first.cached, 32);
+  }  // the writer finishes its queue before the store closes
+  TierEngine second(fixture(model), options(1024, 0, dir));
+  EXPECT_NE(second.tiers.disk(), nullptr);
+  if (!second.tiers.disk()) return r;
+  EXPECT_GE(second.tiers.disk()->stats().entries, 2);
+  const std::vector<float> got = second.run(r.a2, 3);
+  EXPECT_EQ(second.cached, 32);
+  EXPECT_EQ(second.sched.tier_hits().disk, 2);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got.size() == want.size() && std::equal(got.begin(), got.end(), want.begin()))
+      << "logits differ after a prompt-cache load";
+  return r;
+}
+
+TEST(KvTiers, PromptCacheCarriesSlidingWindowPagesAndStateSnapshots) {
+  for (const char* model : {"gemma4", "qwen3_next"}) {
+    const std::string dir = testing::scratch_path(std::string("prompt_cache_") + model);
+    fs::remove_all(dir);
+    restart_round_trip(model, dir);
+    fs::remove_all(dir);
+  }
+}
+
 TEST(KvTiers, PromptCacheSurvivesARestartAndSkipsATruncatedFile) {
   const std::string dir = testing::scratch_path("prompt_cache");
   fs::remove_all(dir);
-  int64_t V = 0;
-  std::vector<int32_t> a, a2;
-  std::vector<float> want;
-  std::vector<int32_t> want_tokens;
-  {
-    TierEngine first(fixture("qwen3"), options(1024, 0, dir));
-    V = first.engine->config().n_vocab;
-    a = prompt_of(3, 40, V);
-    a2 = a;
-    a2.resize(36);  // shares a's first two pages, then differs
-    for (int32_t& t : std::span<int32_t>(a2).subspan(33)) t = (t + 7) % 1000;
-    first.run(a, 3);
-    first.tokens.clear();
-    want = first.run(a2, 3);  // a2 hits a's pages on the device
-    want_tokens = first.tokens;
-    EXPECT_EQ(first.cached, 32);
-  }  // the writer finishes its queue before the store closes
-  {
-    TierEngine second(fixture("qwen3"), options(1024, 0, dir));
-    ASSERT_NE(second.tiers.disk(), nullptr);
-    EXPECT_GE(second.tiers.disk()->stats().entries, 2);
-    const std::vector<float> got = second.run(a2, 3);
-    EXPECT_EQ(second.cached, 32);
-    EXPECT_EQ(second.sched.tier_hits().disk, 2);
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "logits differ after a prompt-cache load";
-  }
+  const Restart r = restart_round_trip("qwen3", dir);
+  const std::vector<int32_t>& a = r.a;
+  const std::vector<int32_t>& a2 = r.a2;
+  const std::vector<int32_t>& want_tokens = r.want_tokens;
   // Truncate the second page's file: a restart skips it with a warning naming the field and offset.
   std::string victim;
   uint64_t h = kRootPathHash;
