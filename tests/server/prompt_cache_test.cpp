@@ -20,14 +20,16 @@ namespace {
 /** The demo model on the CPU engine with a prompt cache in `dir` and a host tier, served in-process. */
 class CacheServer {
  public:
-  explicit CacheServer(const std::string& dir) : template_(kChatMLTemplate, "", "<|im_end|>") {
+  /** `dir` "" : no prompt cache; `kv_tokens`: the device KV pool (small: pages go to the host tier). */
+  explicit CacheServer(const std::string& dir, int64_t kv_tokens = 512)
+      : template_(kChatMLTemplate, "", "<|im_end|>") {
     signal(SIGPIPE, SIG_IGN);
     const std::string path = write_demo_model();
     EngineOptions eo;
     eo.threads = 1;
     eo.device = "cpu";
     eo.page_size = 16;
-    eo.kv_tokens = 512;
+    eo.kv_tokens = kv_tokens;
     eo.max_seqs = 2;
     eo.max_logit_rows = 2;
     eo.max_step_tokens = 66;
@@ -79,10 +81,10 @@ class CacheServer {
   int port_ = 0;
 };
 
-nlohmann::json chat(httplib::Client& c, const std::string& text) {
+nlohmann::json chat(httplib::Client& c, const std::string& text, int max_tokens = 10) {
   const nlohmann::json body = {{"model", "demo"},
                                {"messages", {{{"role", "user"}, {"content", text}}}},
-                               {"max_tokens", 10},
+                               {"max_tokens", max_tokens},
                                {"temperature", 0},
                                {"ignore_eos", true}};
   auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
@@ -131,6 +133,35 @@ TEST(PromptCache, SecondServerLoadsThePrefixFromDisk) {
   EXPECT_NE(m->body.find("freetoken_kv_tier_pages{tier=\"host\"} 0"), std::string::npos);
   EXPECT_NE(m->body.find("freetoken_kv_tier_bytes_read_total{tier=\"disk\"}"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST(PromptCache, HostTierServesAPrefixEvictedFromTheDevice) {
+  CacheServer s("", 64);  // 4 pages of 16 tokens
+  auto c = s.client();
+  const std::string p1 = "the first prompt", p2 = "another, longer question!!";  // 4 pages with its reply
+  const nlohmann::json first = chat(c, p1, 8);
+  const int64_t n = first["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_GT(n, 32);
+  ASSERT_LE(n + 8, 64);
+  chat(c, p2, 8);  // needs every page: p1's cached pages go to the host tier
+  auto r = c.Get("/v1/stats");
+  ASSERT_TRUE(r && r->status == 200);
+  nlohmann::json tiers = nlohmann::json::parse(r->body)["kv"]["tiers"];
+  EXPECT_GE(tiers["host"]["pages"].get<int64_t>(), (n - 1) / 16);
+  EXPECT_TRUE(tiers["disk"].is_null());
+  const nlohmann::json again = chat(c, p1, 8);
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], (n - 1) / 16 * 16);
+  EXPECT_EQ(again["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]);
+  r = c.Get("/v1/stats");
+  ASSERT_TRUE(r && r->status == 200);
+  tiers = nlohmann::json::parse(r->body)["kv"]["tiers"];
+  EXPECT_EQ(tiers["host"]["hit_pages"].get<int64_t>() + tiers["device"]["hit_pages"].get<int64_t>(), (n - 1) / 16);
+  EXPECT_GE(tiers["host"]["hit_pages"].get<int64_t>(), 1);
+  EXPECT_GT(tiers["host"]["bytes_read"].get<int64_t>(), 0);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m && m->status == 200);
+  EXPECT_NE(m->body.find("freetoken_kv_tier_bytes_written_total{tier=\"host\"}"), std::string::npos) << m->body;
+  EXPECT_EQ(m->body.find("tier=\"disk\""), std::string::npos);
 }
 
 }  // namespace
