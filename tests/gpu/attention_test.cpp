@@ -1,10 +1,11 @@
 // CUDA vs CPU: kv_write into paged KV (exact) and causal GQA attention over it for prefill chunks,
 // decode batches of different lengths (split-K), mixed batches, several head dims and GQA groups,
-// page sizes and a sliding window. Unwritten KV slots are NaN on the GPU, so reading one fails.
+// page sizes and a sliding window; head_dim 512 (Gemma 4's full layers) on every path that takes it. Unwritten KV slots are NaN on the GPU, so reading one fails.
 #include <algorithm>
 #include <numeric>
 
 #include "gpu_harness.h"
+#include "util/error.h"
 
 namespace ft::testing {
 namespace {
@@ -132,6 +133,41 @@ TEST_F(CudaAttention, PrefillDecodeAndMixedBatches) {
   };
   uint32_t seed = 1;
   for (const Config& c : configs) run(c, seed++);
+}
+
+// head_dim 512 (Gemma 4's full attention layers: global_head_dim): the general kernel at 16 dims a lane
+// (160.5 KB of tiles a block) serves prefill (short and past the tensor-core threshold, which stops at
+// 256), chunked prefill and mixed batches; the decode kernel (16 dims a lane; split-K, cluster and
+// 4-heads-a-block forms) one token a sequence; with and without a sliding window.
+TEST_F(CudaAttention, HeadDim512LikeGemma4) {
+  const std::vector<Config> configs = {
+      {"hd512 prefill 37 gqa2 page16", 8, 4, 512, 16, 0, {{0, 37}}},
+      {"hd512 prefill 300 (no tensor-core kernel) gqa4", 8, 2, 512, 64, 0, {{0, 300}}},
+      {"hd512 chunked prefill 70 after 90 mqa", 8, 1, 512, 32, 0, {{90, 70}}},
+      {"hd512 mixed chunk + decode gqa2", 4, 2, 512, 16, 0, {{0, 20}, {100, 1}, {5, 7}}},
+      {"decode hd512 mqa 3 seqs (split-K, cluster on Hopper)", 4, 1, 512, 32, 0, {{700, 1}, {0, 1}, {64, 1}}},
+      {"decode hd512 gqa2 one seq 5000 keys (split-K)", 4, 2, 512, 64, 0, {{5000, 1}}},
+      {"decode hd512 gqa8 9 seqs (4 heads a block)", 16, 2, 512, 64, 0,
+       {{300, 1}, {10, 1}, {50, 1}, {129, 1}, {1, 1}, {77, 1}, {200, 1}, {5, 1}, {400, 1}}},
+      {"hd512 sliding window 64 prefill 200 + decode", 4, 2, 512, 16, 64, {{0, 200}, {300, 1}}},
+      {"decode hd512 sliding window 128, 2 seqs", 4, 2, 512, 32, 128, {{1000, 1}, {40, 1}}},
+  };
+  uint32_t seed = 512;
+  for (const Config& c : configs) run(c, seed++);
+  // Past 512: still refused by name.
+  const Config big{"hd640", 2, 1, 640, 16, 0, {{0, 4}}};
+  Pool pl = pool(big, 9, DType::BF16);
+  const HostBatch hb = make(pl.now);
+  AttentionParams p;
+  p.n_head = 2, p.n_head_kv = 1, p.head_dim = 640, p.scale = 0.04f;
+  try {
+    gpu().attention(p, info(hb, pl.table, pl.max_blocks, true), arena().dev(DType::BF16, {hb.T, 2 * 640}), pl.gpu_kv,
+                    arena().dev(DType::BF16, {hb.T, 2 * 640}));
+    ADD_FAILURE() << "head_dim 640 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("head_dim 640"), std::string::npos) << e.what();
+  }
 }
 
 // qk_norm_rope_attention (per-head QK-norm, RoPE, the new k and v into the pages, attention) against the

@@ -32,7 +32,7 @@ class CudaFixture : public ::testing::TestWithParam<std::tuple<std::string, std:
   bool strict() const {
     const std::string m = model();
     const bool moe = m.find("moe") != std::string::npos || m == "mixtral" || m == "minimax_m2" || m == "deepseek_v3" ||
-                     m == "gpt_oss" || m == "qwen3_next" || m == "qwen4_exp";
+                     m == "gpt_oss" || m == "qwen3_next" || m == "qwen4_exp" || m == "deepseek_v4";
     const bool linear = m.find("qwen3_5") != std::string::npos || m == "qwen3_next" || m == "qwen4_exp";
     return act() == DType::F32 || (!moe && !linear);
   }
@@ -232,7 +232,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaFixture,
                          ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe",
                                                               "qwen3_moe_64e", "mixtral", "qwen2_moe", "olmoe",
                                                               "glm4_moe", "minimax_m2", "deepseek_v3", "gpt_oss",
-                                                              "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp"),
+                                                              "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
+                                                              "deepseek_v4", "gemma4"),
                                             ::testing::Values("bf16", "f32")));
 
 }  // namespace

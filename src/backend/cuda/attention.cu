@@ -1,6 +1,7 @@
 // attention: causal GQA attention of the batch's queries over the paged KV cache (after kv_write).
 // q, out [T, n_head * head_dim] F32 or BF16; kv pages [n_pages, page_size, n_head_kv, head_dim]
-// F32 or BF16; head_dim <= 256. Query t (sequence s, position p) attends to s's keys at positions
+// F32 or BF16; head_dim <= 512 (Gemma 4's full layers: 512; above 256 only this kernel serves, its tiles
+// taking 160 KB of shared memory a block at 512). Query t (sequence s, position p) attends to s's keys at positions
 // max(0, p - window + 1) .. p. fp32 scores and online softmax (flash-attention recurrence). With
 // AttentionParams::sinks each query head's sink logit joins the softmax's denominator once, where its
 // row is normalised (the merge of the splits when the keys are split; attention_sink.cuh). No kernel
@@ -38,7 +39,7 @@ namespace ft {
 namespace cuda {
 namespace {
 
-constexpr int kWarps = 4, kRows = 16, kRowsPerWarp = kRows / kWarps, kTile = 32, kMaxHeadDim = 256;
+constexpr int kWarps = 4, kRows = 16, kRowsPerWarp = kRows / kWarps, kTile = 32, kMaxHeadDim = 512;
 // Decode splits: at least kDecodeSplitMin keys each, at most kDecodeMaxSplits over the pool's capacity.
 constexpr int64_t kDecodeSplitMin = 64, kDecodeMaxSplits = 512;
 // Prefill batches of at least this many tokens go to the tensor-core kernel (attention_tc.cu, bf16
@@ -135,33 +136,37 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
         key_off[threadIdx.x] = off;
       }
       __syncthreads();
-      if (!a.kv_f32 && D % 8 == 0) {  // bf16 rows: 16-byte loads, all issued before any store
+      if (!a.kv_f32 && D % 8 == 0) {  // bf16 rows: 16-byte loads, up to 8 a thread issued before any store
         const int cpk = D / 8;         // chunks per key; kTile * cpk = 4 * D = DPL * 4 * 32 at most
-        uint4 kr[DPL], vr[DPL];
+        constexpr int LB = DPL < 8 ? DPL : 8;  // loads a batch: DPL 16 (head_dim 512) in two, for registers
 #pragma unroll
-        for (int u = 0; u < DPL; ++u) {
-          const int i = threadIdx.x + u * kWarps * 32;
-          kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-          if (i < kTile * cpk) {
-            const int64_t off = key_off[i / cpk];
-            if (off >= 0) {
-              kr[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.k) + off) + i % cpk);
-              vr[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.v) + off) + i % cpk);
+        for (int u0 = 0; u0 < DPL; u0 += LB) {
+          uint4 kr[LB], vr[LB];
+#pragma unroll
+          for (int u = 0; u < LB; ++u) {
+            const int i = threadIdx.x + (u0 + u) * kWarps * 32;
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            if (i < kTile * cpk) {
+              const int64_t off = key_off[i / cpk];
+              if (off >= 0) {
+                kr[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.k) + off) + i % cpk);
+                vr[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.v) + off) + i % cpk);
+              }
             }
           }
-        }
 #pragma unroll
-        for (int u = 0; u < DPL; ++u) {
-          const int i = threadIdx.x + u * kWarps * 32;
-          if (i < kTile * cpk) {
-            const int kk = i / cpk, d0 = (i % cpk) * 8;
-            const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w}, vw[4] = {vr[u].x, vr[u].y, vr[u].z, vr[u].w};
+          for (int u = 0; u < LB; ++u) {
+            const int i = threadIdx.x + (u0 + u) * kWarps * 32;
+            if (i < kTile * cpk) {
+              const int kk = i / cpk, d0 = (i % cpk) * 8;
+              const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w}, vw[4] = {vr[u].x, vr[u].y, vr[u].z, vr[u].w};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              k_s[kk * KS + d0 + 2 * e] = __uint_as_float(kw[e] << 16);
-              k_s[kk * KS + d0 + 2 * e + 1] = __uint_as_float(kw[e] & 0xffff0000u);
-              v_s[kk * D + d0 + 2 * e] = __uint_as_float(vw[e] << 16);
-              v_s[kk * D + d0 + 2 * e + 1] = __uint_as_float(vw[e] & 0xffff0000u);
+              for (int e = 0; e < 4; ++e) {
+                k_s[kk * KS + d0 + 2 * e] = __uint_as_float(kw[e] << 16);
+                k_s[kk * KS + d0 + 2 * e + 1] = __uint_as_float(kw[e] & 0xffff0000u);
+                v_s[kk * D + d0 + 2 * e] = __uint_as_float(vw[e] << 16);
+                v_s[kk * D + d0 + 2 * e + 1] = __uint_as_float(vw[e] & 0xffff0000u);
+              }
             }
           }
         }
@@ -290,8 +295,11 @@ __global__ void attention_combine_kernel(const float* part, int n_split_all, int
 
 template <int DPL>
 void launch_attention(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
-  // the largest head_dim's tiles, once per device
-  opt_in_shared_memory(attention_kernel<DPL>, static_cast<int>((kRows * kMaxHeadDim + kTile * (2 * kMaxHeadDim + 4)) * 4));
+  // the tiles of the largest head_dim this instantiation takes (32 DPL), once per device: 160.5 KB at 512
+  // (Hopper grants up to 227 KB a block)
+  constexpr int kMaxD = 32 * DPL;
+  static_assert(kMaxD <= kMaxHeadDim);
+  opt_in_shared_memory(attention_kernel<DPL>, static_cast<int>((kRows * kMaxD + kTile * (2 * kMaxD + 4)) * 4));
   attention_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(a);
   FT_CUDA_LAUNCH_CHECK();
 }
@@ -472,7 +480,8 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     if (D <= 32) cuda::launch_attention<1>(a, grid, smem, stream_);
     else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
     else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);
-    else cuda::launch_attention<8>(a, grid, smem, stream_);
+    else if (D <= 256) cuda::launch_attention<8>(a, grid, smem, stream_);
+    else cuda::launch_attention<16>(a, grid, smem, stream_);
   }
   if (use_part) {
     const int64_t rows = T * H;

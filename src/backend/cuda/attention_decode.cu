@@ -587,8 +587,8 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 
 template <int DPL, int GROUP>
 void launch(const AttnDecodeArgs& a, cudaStream_t s) {
-  // The fused kernel needs head_dim 32 * DPL with DPL 4 or 8 (attention_decode_fuses): none for 2.
-  constexpr bool kFusable = DPL >= 4;
+  // The fused kernel needs head_dim 32 * DPL with DPL 4 or 8 (attention_decode_fuses): none for 2 or 16.
+  constexpr bool kFusable = DPL == 4 || DPL == 8;
   FT_CHECK(!a.fused || (kFusable && a.D == 32 * DPL));
   const dim3 grid(static_cast<unsigned>(a.T), static_cast<unsigned>(a.G << a.hs_log2), static_cast<unsigned>(a.n_split));
   // the warps' states, later the merge's split weights and totals; in cluster mode the block's partial after them
@@ -633,7 +633,9 @@ void launch_group(AttnDecodeArgs a, cudaStream_t s) {
 
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim) {
   const int64_t group = n_head / n_head_kv;
-  return head_dim % 4 == 0 && (head_dim <= 128 || (head_dim <= 256 && head_dim % 8 == 0)) &&
+  // A lane loads DPL = 2, 4, 8 or 16 consecutive dims (launch_attention_decode): whole such runs only.
+  return head_dim % 4 == 0 &&
+         (head_dim <= 128 || (head_dim <= 256 && head_dim % 8 == 0) || (head_dim <= 512 && head_dim % 16 == 0)) &&
          (group == 1 || group == 2 || group == 4 || group == 8);
 }
 
@@ -666,7 +668,8 @@ void launch_attention_decode(const AttnDecodeArgs& a, cudaStream_t stream) {
   // of it idle and doubled each lane's products)
   if (a.D <= 64) launch_group<2>(a, stream);
   else if (a.D <= 128) launch_group<4>(a, stream);
-  else launch_group<8>(a, stream);
+  else if (a.D <= 256) launch_group<8>(a, stream);
+  else launch_group<16>(a, stream);  // Gemma 4's 512: the block's warp states 16-33 KB of shared memory
 }
 
 }  // namespace ft::cuda

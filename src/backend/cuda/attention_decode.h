@@ -57,7 +57,7 @@ constexpr int kDecodeClusterKeys = 2048;
  *  padded to a graph's size gets the splits eager decode gets. */
 int decode_splits(int64_t T, int64_t capacity);
 
-/** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (or of 8 up to 256),
+/** Whether the kernel handles these heads: head_dim a multiple of 4 up to 128 (of 8 up to 256, of 16 up to 512),
  *  query heads per kv head 1, 2, 4 or 8. */
 bool attention_decode_supports(int64_t n_head, int64_t n_head_kv, int64_t head_dim);
 
