@@ -188,6 +188,7 @@ void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, 
     const std::span<const int32_t> path(s.tokens.data(), static_cast<size_t>(s.n_computed + ps));
     const std::span<const int32_t> page_tokens = path.subspan(static_cast<size_t>(s.n_computed));
     const uint64_t hash = chain_hash(cache_.path_hash_of(parent), page_tokens);
+    if (pool_->n_free() + cache_.n_unreferenced() < 1) break;  // no device page to restore into
     std::shared_ptr<const PageContents> c;
     int64_t* hit = nullptr;
     if (tiers_.host && (c = tiers_.host->get(hash, path))) hit = &hits_.host;
