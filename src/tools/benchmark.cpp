@@ -37,6 +37,10 @@ bool is_routed_expert(const std::string& name) {
 
 bool is_embedding(const std::string& name) { return name == "token_embd.weight" || name == "model.embed_tokens.weight"; }
 
+/** A table of Qwen4-Exp's hashed n-grams (one tensor, or its split_ngram_parts shards): a token gathers a
+ *  few rows of it, like the token embedding. */
+bool is_ngram_table(const std::string& name) { return name.find(".ngram_embedding.") != std::string::npos; }
+
 /** Layer index of "blk.N.*" or "model.layers.N.*", -1 otherwise. */
 int64_t layer_of(const std::string& name) {
   for (const char* prefix : {"blk.", "model.layers."}) {
@@ -56,11 +60,17 @@ void weight_accounting(const Engine& engine, BenchReport& r) {
   const Checkpoint& ckpt = engine.checkpoint();
   const bool tied = !ckpt.find("output.weight") && !ckpt.find("lm_head.weight");
   std::map<int64_t, int64_t> expert_bytes;  // layer -> routed bytes
+  std::map<int64_t, int64_t> ngram_rows;    // layer -> bytes of the n-gram rows a token reads there
   std::map<DType, int64_t> by_type;
+  const nlohmann::json cfg = ckpt.metadata().value("config", nlohmann::json::object());
+  const int64_t ngram_heads = (cfg.value("ngram_size", int64_t{3}) - 1) * cfg.value("heads_per_ngram", int64_t{8});
   for (const TensorInfo& t : ckpt.tensors()) {
     r.weight_bytes += t.bytes;
     by_type[t.dtype] += t.bytes;
-    if (is_routed_expert(t.name)) {
+    if (is_ngram_table(t.name) && !t.shape.empty() && t.shape[0] > 0) {
+      r.ngram_table_bytes += t.bytes;
+      ngram_rows[layer_of(t.name)] = ngram_heads * (t.bytes / t.shape[0]);  // shards of one table: the same rows
+    } else if (is_routed_expert(t.name)) {
       r.routed_expert_bytes += t.bytes;
       expert_bytes[layer_of(t.name)] += t.bytes;
     } else if (is_embedding(t.name) && !tied) {
@@ -72,6 +82,7 @@ void weight_accounting(const Engine& engine, BenchReport& r) {
   }
   const int64_t E = std::max<int64_t>(engine.config().n_expert, 1);
   for (const auto& [layer, bytes] : expert_bytes) r.expert_bytes_all_layers += bytes / E;
+  for (const auto& [layer, bytes] : ngram_rows) r.ngram_row_bytes += bytes;
   DType best = DType::F32;
   int64_t most = -1;
   for (const auto& [t, bytes] : by_type)
@@ -425,7 +436,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
       }
     }
     release(tables);
-    res.weight_bytes_per_step = r.dense_bytes + B * r.embedding_row_bytes +
+    res.weight_bytes_per_step = r.dense_bytes + B * (r.embedding_row_bytes + r.ngram_row_bytes) +
                                 std::llround(res.experts_per_layer * static_cast<double>(r.expert_bytes_all_layers));
     if (res.decode_steps > 0)
       spdlog::info("bench batch {}: prefill {:.1f} tokens/s, decode {:.1f} tokens/s ({:.3f} ms/step)", B,
@@ -528,6 +539,7 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"weight_bytes", r.weight_bytes},
           {"dense_bytes", r.dense_bytes},
           {"embedding_bytes", r.embedding_bytes},
+          {"ngram_table_bytes", r.ngram_table_bytes},
           {"embeddings", r.embeddings_on_host ? "host" : "device"},
           {"routed_expert_bytes", r.routed_expert_bytes},
           {"prompt_tokens", r.prompt_tokens},
@@ -559,6 +571,7 @@ std::string bench_table(const BenchReport& r) {
                    format_bytes(r.dense_bytes));
   if (r.embedding_bytes > 0)
     s += fmt::format("token embedding {}{}, ", format_bytes(r.embedding_bytes), r.embeddings_on_host ? " in host memory" : "");
+  if (r.ngram_table_bytes > 0) s += fmt::format("n-gram tables {}, ", format_bytes(r.ngram_table_bytes));
   s += fmt::format("routed experts {})\n", format_bytes(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));

@@ -96,6 +96,8 @@ struct BenchReport {
   int64_t expert_bytes_all_layers = 0;  // one expert in every MoE layer
   int64_t embedding_row_bytes = 0;
   int64_t embedding_bytes = 0;          // the token-embedding table (untied; a step reads B rows of it)
+  int64_t ngram_table_bytes = 0;        // Qwen4-Exp's hashed n-gram tables (PLE layers; not dense)
+  int64_t ngram_row_bytes = 0;          // the n-gram rows one token reads: (ngram_size - 1) x heads_per_ngram a table
   bool embeddings_on_host = false;      // --embed-weights placed it in host memory
   int64_t prompt_tokens = 0, gen_tokens = 0;
   double copy_bandwidth = 0;            // bytes/s (read + write)
@@ -162,7 +164,7 @@ int64_t peak_host_rss();
 void reset_peak_host_rss();
 
 /** The report as one JSON object. Keys: model, arch, device, activation_dtype, weight_type, n_layer,
- *  n_expert, n_expert_used, weight_bytes = dense_bytes + embedding_bytes + routed_expert_bytes,
+ *  n_expert, n_expert_used, weight_bytes = dense_bytes + embedding_bytes + ngram_table_bytes + routed_expert_bytes,
  *  embeddings ("host" or "device": where --embed-weights placed the table), prompt_tokens,
  *  gen_tokens, copy_bandwidth_gbs, copy_bytes, h2d_bandwidth_gbs (null unless measured),
  *  host_read_bandwidth_gbs and host_read_threads (null unless measured), moe_plan (the

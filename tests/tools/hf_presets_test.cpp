@@ -162,7 +162,15 @@ TEST(HfPresets, TinyQwen4ExpGeneratesDeterministicallyAndOffloadsExactly) {
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["arch"], "qwen4_exp");
-  for (const auto& x : j["results"]) EXPECT_GT(x["decode_tokens_per_s"].get<double>(), 0.0);
+  // The n-gram table (layer 2's) is a gathered table, not dense weights a step reads whole.
+  const int64_t table = j["ngram_table_bytes"].get<int64_t>();
+  EXPECT_GT(table, 0);
+  EXPECT_EQ(j["weight_bytes"].get<int64_t>(), j["dense_bytes"].get<int64_t>() + j["embedding_bytes"].get<int64_t>() +
+                                                  table + j["routed_expert_bytes"].get<int64_t>());
+  for (const auto& x : j["results"]) {
+    EXPECT_GT(x["decode_tokens_per_s"].get<double>(), 0.0);
+    EXPECT_LT(x["weight_bytes_per_step"].get<int64_t>(), j["weight_bytes"].get<int64_t>() - table + table / 10);
+  }
 }
 
 TEST(HfPresets, TinyDeepSeekV4GeneratesDeterministicallyAndOffloadsExactly) {
