@@ -1,6 +1,7 @@
 // CUDA vs CPU: head_matmul (one matmul per head over strided head slices, MLA's absorbed W_UK / W_UV)
 // with F32, F16 and BF16 weights, F32 and BF16 activations, on the GEMV path (up to 16 tokens, and
-// F16 weights at any T), cuBLAS strided-batched bf16 and SGEMM, DeepSeek-V3's shapes included. With
+// F16 weights at any T), cuBLAS strided-batched bf16 and SGEMM, DeepSeek-V3's and DeepSeek-V4-Flash's
+// shapes included (K 4096: fewer tokens a GEMV block). With
 // F32 activations every path keeps fp32-level accuracy: 1e-5 (x is not bf16-exact in the F32 cases, so
 // the cuBLAS path's split of x into two bf16 halves is exercised); BF16 outputs: kTol.
 #include "gpu_harness.h"
@@ -27,6 +28,11 @@ TEST_F(CudaHeadMatmul, MatchesCpu) {
       {37, 4, 24, 12, H16, F},    // GEMV in token groups
       {20, 3, 10, 10, F, B},      // K % 4 != 0: one element per lane
       {300, 16, 128, 512, B, B},  // prefill-sized
+      // DeepSeek-V4-Flash's grouped output LoRA (o_groups 8, o_lora_rank 1024, K = 64 x 512 / 8): the GEMV
+      // at 12 tokens a block (K above 3072), then cuBLAS past 16 tokens
+      {1, 8, 1024, 4096, B, B},   {5, 8, 1024, 4096, B, F}, {16, 8, 1024, 4096, F, F}, {13, 2, 64, 4096, H16, B},
+      {40, 8, 1024, 4096, B, B},  {30, 2, 64, 4096, H16, F},  // F16: the GEMV in three token groups
+      {2, 2, 8, 49152, B, B},     // one token a block
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {

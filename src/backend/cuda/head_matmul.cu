@@ -3,9 +3,10 @@
 // x [T, H * K] F32 or BF16; w [H, N, K] F32, F16 or BF16; y [T, H * N] F32 or BF16 (must not alias x).
 // Paths:
 //  - up to 16 tokens (decode), or a weight/activation mix cuBLAS does not take: a per-head GEMV, grid
-//    (N / 8, H, ceil(T / 16)); the block's tokens' x slice of head h sits in shared memory (fp32), each
-//    warp reads 2 weight rows once (coalesced 4-element loads) for all those tokens; exact fp32;
-//    [W once per 16 tokens + x + y];
+//    (N / 8, H, ceil(T / tpb)); the block's tpb tokens' x slice of head h sits in shared memory (fp32),
+//    each warp reads 2 weight rows once (coalesced 4-element loads) for all those tokens; exact fp32;
+//    tpb = 16, or fewer for K above 3072 so the slice stays 16 x 3072 floats (DeepSeek-V4-Flash's grouped
+//    output LoRA, K = 4096: 12); a token's sums do not depend on tpb; [W once per tpb tokens + x + y];
 //  - more tokens, BF16 w: cuBLAS GemmStridedBatchedEx (batch = heads, lda K, ldb H K, batch strides
 //    N K, K, N), bf16 inputs, fp32 compute [W + x + y, tensor cores]. F32 x is split into x_hi + x_lo,
 //    both bf16 (x_hi = bf16(x), x_lo = bf16(x - x_hi): ~16 mantissa bits), and multiplied twice (the
@@ -13,7 +14,7 @@
 //    two extra products per layer [2 W + 3 x + 2 y]; F32 w with F32 x and y: SgemmStridedBatched (fp32).
 //    Graph-capturable: cuBLAS uses the backend's fixed workspace.
 // Throws kInvalidArgument for shapes (op_checks::head_matmul) or aliasing, kUnsupported for another
-// weight dtype or K above 3072 on the GEMV path.
+// weight dtype or K above 16 x 3072 on the GEMV path.
 #include <algorithm>
 
 #include "backend/op_checks.h"
@@ -27,7 +28,7 @@ namespace cuda {
 namespace {
 
 constexpr int kHmWarps = 4, kHmRowsPerWarp = 2, kHmTokens = 16;
-constexpr int64_t kHmMaxK = 3072;  // the GEMV's x slice: 16 tokens x K floats of shared memory
+constexpr int64_t kHmMaxK = 3072;  // the GEMV's x slice: 16 tokens x K floats of shared memory (fewer tokens above)
 
 /** Four weights at element i of w (dtype code 0 F32, 1 F16, 2 BF16; i % 4 == 0, 16/8-byte aligned). */
 __device__ __forceinline__ float4 load_w4(const void* w, int code, int64_t i) {
@@ -42,14 +43,15 @@ __device__ __forceinline__ float4 load_w4(const void* w, int code, int64_t i) {
 }
 
 /** Block (row group, head h, token group): rows n = 8 blockIdx.x + 2 warp + {0, 1} of w[h] for tokens
- *  16 blockIdx.z .. + 15. vec: K % 4 == 0 and w 16-byte aligned (4-element loads), else one element per lane. */
+ *  tpb blockIdx.z .. + tpb - 1 (tpb <= 16). vec: K % 4 == 0 and w 16-byte aligned (4-element loads), else
+ *  one element per lane. */
 __global__ void __launch_bounds__(kHmWarps * 32) head_gemv_kernel(const void* x, bool x_f32, const void* w, int w_code,
                                                                  void* y, bool y_f32, int64_t T, int H, int64_t N,
-                                                                 int64_t K, bool vec) {
+                                                                 int64_t K, bool vec, int tpb) {
   extern __shared__ __align__(16) float xs[];  // [nt][K]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, h = blockIdx.y;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kHmTokens;
-  const int nt = static_cast<int>(min(static_cast<int64_t>(kHmTokens), T - t0));
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * tpb;
+  const int nt = static_cast<int>(min(static_cast<int64_t>(tpb), T - t0));
   for (int64_t i = threadIdx.x; i < nt * K; i += blockDim.x) {
     const int64_t t = i / K, k = i - t * K;
     xs[i] = load_any(x, x_f32 ? 0 : 2, (t0 + t) * H * K + h * K + k);
@@ -152,17 +154,20 @@ void CudaOps::head_matmul(const Tensor& x, const Tensor& w, Tensor y) {
     gemm(hi + n_x, &one);
     return;
   }
-  if (K > cuda::kHmMaxK)
+  if (K > cuda::kHmTokens * cuda::kHmMaxK)
     fail(ErrorCode::kUnsupported, "head_matmul: K = {} of w {} (the CUDA GEMV takes up to {}; more with BF16 w and "
-         "over 16 tokens)", K, w.str(), cuda::kHmMaxK);
+         "over 16 tokens)", K, w.str(), cuda::kHmTokens * cuda::kHmMaxK);
+  // tokens a block: the x slice within 16 x kHmMaxK floats
+  const int tpb = static_cast<int>(std::min<int64_t>(cuda::kHmTokens, cuda::kHmTokens * cuda::kHmMaxK / K));
   const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   const int64_t rows_per_block = cuda::kHmWarps * cuda::kHmRowsPerWarp;
   const dim3 grid(static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(H),
-                  static_cast<unsigned>((T + cuda::kHmTokens - 1) / cuda::kHmTokens));
-  const size_t smem = static_cast<size_t>(std::min<int64_t>(T, cuda::kHmTokens) * K * 4);
+                  static_cast<unsigned>((T + tpb - 1) / tpb));
+  const size_t smem = static_cast<size_t>(std::min<int64_t>(T, tpb) * K * 4);
   cuda::opt_in_shared_memory(cuda::head_gemv_kernel, static_cast<int>(cuda::kHmTokens * cuda::kHmMaxK * 4));
   cuda::head_gemv_kernel<<<grid, cuda::kHmWarps * 32, smem, stream_>>>(
-      x.data, x_f32, w.data, cuda::float_code(op, "w", w.dtype), y.data, y_f32, T, static_cast<int>(H), N, K, vec);
+      x.data, x_f32, w.data, cuda::float_code(op, "w", w.dtype), y.data, y_f32, T, static_cast<int>(H), N, K, vec,
+      tpb);
   FT_CUDA_LAUNCH_CHECK();
 }
 
