@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "formats/checkpoint.h"
+#include "quant/quant.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -104,6 +107,46 @@ inline void expect_reference_on_fused_and_cpu(const std::string& dir, const std:
       EXPECT_EQ(res[0].tokens, c.greedy);
     }
   }
+}
+
+/** Runs the fixture `fixture`'s reference prompts (shared/fixtures/hf) greedily through the checkpoint
+ *  in `quantized` and through `dequantized` (the same model with the quantized weights' exact floats
+ *  in F32), under each of `strategies`: every position's prompt logits within `max_rel_l2` (0: bit for
+ *  bit) and the same tokens. Prints each case's distance to the BF16 reference under `label`. */
+inline void expect_same_as_dequantized(const std::string& quantized, const std::string& dequantized,
+                                       const std::string& fixture, const std::string& label, double max_rel_l2,
+                                       const std::vector<MoeStrategy>& strategies) {
+  const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/" + fixture);
+  ASSERT_EQ(cases.size(), 2u);
+  for (MoeStrategy strategy : strategies) {
+    EngineOptions o = small_engine_options();
+    o.moe.strategy = strategy;
+    auto q = Engine::load(quantized, o), f32 = Engine::load(dequantized, o);
+    const int64_t V = q->config().n_vocab;
+    for (const RefCase& c : cases) {
+      SCOPED_TRACE(label + " " + c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
+      const GenerateRequest req = greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()));
+      const GenerateResult a = generate(*q, {req})[0], b = generate(*f32, {req})[0];
+      ASSERT_EQ(a.prompt_logits.size(), c.input_ids.size() * static_cast<size_t>(V));
+      if (max_rel_l2 == 0.0) {
+        EXPECT_EQ(a.prompt_logits, b.prompt_logits);
+      }
+      EXPECT_LE(max_row_rel_l2(a.prompt_logits, b.prompt_logits, V), max_rel_l2);
+      EXPECT_EQ(a.tokens, b.tokens);
+      std::printf("[ %s ] %s: max rel L2 to the bf16 reference %.3g\n", label.c_str(), c.name.c_str(),
+                  max_row_rel_l2(a.prompt_logits, c.logits, V));
+    }
+  }
+}
+
+/** Expects `t` (a loaded weight in its stored type) to decode to exactly the values of tensor `name`
+ *  in `ref` (an F32 checkpoint). */
+inline void expect_decodes_to(const Tensor& t, const Checkpoint& ref, const std::string& name) {
+  const TensorInfo& want = ref.get(name);
+  ASSERT_EQ(t.numel(), want.numel());
+  std::vector<float> got(t.numel());
+  dequantize_row(t.dtype, t.data, got.data(), t.numel());
+  EXPECT_EQ(std::memcmp(got.data(), want.data, want.bytes), 0) << name;
 }
 
 /** The message and code of the ft::Error Engine::load (small_engine_options) throws for `dir`, "" if

@@ -137,30 +137,12 @@ TEST_P(Nvfp4Checkpoint, LogitsEqualTheDequantizedModel) {
   const std::string fixture = kFixtures[GetParam() / 3];
   const std::string dir = scratch_path("nvfp4_" + fixture + "_" + lay.name);
   write_pair(dir, lay, fixture);
-  const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/" + fixture);
-  ASSERT_EQ(cases.size(), 2u);
-  const bool moe = fixture != "llama";
-  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
-    if (!moe && strategy == MoeStrategy::kCpu) continue;
-    EngineOptions o = small_engine_options();
-    o.moe.strategy = strategy;
-    auto q4 = Engine::load(dir + "/nvfp4", o), f32 = Engine::load(dir + "/f32", o);
-    const int64_t V = q4->config().n_vocab;
-    for (const RefCase& c : cases) {
-      SCOPED_TRACE(fixture + " " + lay.name + " " + c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
-      const GenerateRequest req = greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()));
-      const GenerateResult a = generate(*q4, {req})[0], b = generate(*f32, {req})[0];
-      ASSERT_EQ(a.prompt_logits.size(), c.input_ids.size() * static_cast<size_t>(V));
-      // Bit for bit: the CPU backend dots NVFP4 rows by decoding them to the very floats the F32 file
-      // holds (on every SIMD level: FT_CPU_SIMD=scalar / avx2 give the same). A fused NVFP4 dot kernel
-      // that accumulates differently would have to relax this to a relative bound.
-      EXPECT_EQ(a.prompt_logits, b.prompt_logits);
-      EXPECT_LE(max_row_rel_l2(a.prompt_logits, b.prompt_logits, V), 0.0);
-      EXPECT_EQ(a.tokens, b.tokens);
-      std::printf("[ nvfp4 ] %s %s %s: max rel L2 to the bf16 reference %.3g\n", fixture.c_str(), lay.name.c_str(),
-                  c.name.c_str(), max_row_rel_l2(a.prompt_logits, c.logits, V));
-    }
-  }
+  // Bit for bit: the CPU backend dots NVFP4 rows by decoding them to the very floats the F32 file holds
+  // (on every SIMD level: FT_CPU_SIMD=scalar / avx2 give the same).
+  const std::string label = "nvfp4 " + fixture + " " + lay.name;
+  const std::vector<MoeStrategy> strategies =
+      fixture == "llama" ? std::vector{MoeStrategy::kFused} : std::vector{MoeStrategy::kFused, MoeStrategy::kCpu};
+  expect_same_as_dequantized(dir + "/nvfp4", dir + "/f32", fixture, label, 0.0, strategies);
   fs::remove_all(dir);
 }
 
@@ -178,17 +160,10 @@ TEST(Nvfp4CheckpointLoader, WeightsStayNvfp4WithTheirScales) {
   CpuOps ops(1);
   WeightLoader ld(*q4, ops);
   EXPECT_EQ(ld.quant_config().method, QuantMethod::kNvfp4);
-  auto same_values = [&](const Tensor& t, const std::string& name) {
-    const TensorInfo& want = f32->get(name);
-    ASSERT_EQ(t.numel(), want.numel());
-    std::vector<float> got(t.numel());
-    dequantize_row(t.dtype, t.data, got.data(), t.numel());
-    EXPECT_EQ(std::memcmp(got.data(), want.data, want.bytes), 0) << name;
-  };
   const Tensor q = ld.get(layer_weight(0, "attn_q", "self_attn.q_proj"), {64, 64});
   EXPECT_EQ(q.dtype, DType::NVFP4_G64);
   EXPECT_EQ(q.bytes(), 64 * 40);
-  same_values(q, "model.layers.0.self_attn.q_proj.weight");
+  expect_decodes_to(q, *f32, "model.layers.0.self_attn.q_proj.weight");
   const std::vector<Tensor> gate = ld.host_experts(1, "ffn_gate_exps", "mlp.experts.{}.gate_proj", 8, 32, 64);
   const std::vector<Tensor> down = ld.host_experts(1, "ffn_down_exps", "mlp.experts.{}.down_proj", 8, 64, 32);
   ASSERT_EQ(down.size(), 8u);
@@ -196,8 +171,8 @@ TEST(Nvfp4CheckpointLoader, WeightsStayNvfp4WithTheirScales) {
     EXPECT_EQ(gate[e].dtype, DType::NVFP4_G64);
     EXPECT_EQ(down[e].dtype, DType::NVFP4_G16);
     EXPECT_EQ(down[e].bytes(), 64 * 2 * 13);
-    same_values(gate[e], "model.layers.1.mlp.experts." + std::to_string(e) + ".gate_proj.weight");
-    same_values(down[e], "model.layers.1.mlp.experts." + std::to_string(e) + ".down_proj.weight");
+    expect_decodes_to(gate[e], *f32, "model.layers.1.mlp.experts." + std::to_string(e) + ".gate_proj.weight");
+    expect_decodes_to(down[e], *f32, "model.layers.1.mlp.experts." + std::to_string(e) + ".down_proj.weight");
   }
   EXPECT_EQ(ld.get(layer_weight(1, "attn_q", "self_attn.q_proj"), {64, 64}).dtype, DType::BF16);  // excluded
   EXPECT_EQ(ld.get(layer_weight(0, "ffn_gate_inp", "mlp.gate"), {8, 64}).dtype, DType::BF16);
