@@ -7,13 +7,16 @@
 //   stream_k <- post_k y + sum_j comb[j, k] stream_j                                    (ops.h hc_post)
 // and the model ends with a head collapse (sigmoid pre only), RMSNorm and the LM head ("head").
 //
-// Attention (every layer compressed: layer_types "heavily_compressed_attention" (HCA, rate 128) or
-// "compressed_sparse_attention" (CSA, rate 4); both use the "compress" RoPE, compress_rope_theta):
+// Attention (layer_types "sliding_attention" (the window only, the "main" RoPE at rope_theta),
+// "heavily_compressed_attention" (HCA, rate 128) or "compressed_sparse_attention" (CSA, rate 4); the
+// compressed layers, their compressors and the indexer use the "compress" RoPE, compress_rope_theta
+// with YaRN in the released checkpoints (model/deepseek_v4_rope.h: both kinds as transformers builds
+// them, cos and sin times the kind's attention factor):
 //   q_res = RMSNorm(wq_a h)  (q LoRA);  q = rmsnorm_per_head(wq_b q_res) (no weight)
 //   kv    = RMSNorm(wkv h)   one K=V head of head_dim shared by all heads (MQA)
 //   RoPE rotates the LAST n_rot = head_dim * partial_rotary_factor dims of a head as adjacent pairs.
 //   Keys = the sliding window (the last sliding_window positions, self included) of rotated kv, plus
-//   compressed entries: entry w pools the projections (kv_j, gate_j) of window w's `rate` tokens
+//   (compressed layers) compressed entries: entry w pools the projections (kv_j, gate_j) of window w's `rate` tokens
 //   (CSA: also the previous window's first series, overlapping windows) with softmax(gate + ape)
 //   weights per channel, then RMSNorm and RoPE at position w * rate. A query at p sees entries
 //   w < (p + 1) / rate: all of them (HCA) or the index_topk the lightning indexer picks (CSA; the
@@ -47,6 +50,7 @@
 
 #include "model/architectures.h"
 #include "model/blocks.h"
+#include "model/deepseek_v4_rope.h"
 #include "model/step_scratch.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -56,7 +60,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kHca = 0, kCsa = 1;
+constexpr int kHca = 0, kCsa = 1, kSliding = 2;
 
 struct Compressor {
   Tensor proj;   // [2 width, H]: wkv then wgate stacked
@@ -125,14 +129,15 @@ class DeepseekV4 final : public Model {
   // Hyperparameters (config.json).
   int64_t n_hc_ = 0, sinkhorn_ = 0, q_lora_ = 0, o_groups_ = 0, o_lora_ = 0, ih_ = 0, id_ = 0, topk_ = 0;
   int64_t window_ = 0, rate_hca_ = 0, rate_csa_ = 0;
-  double hc_eps_ = 1e-6, compress_theta_ = 0.0, swiglu_limit_ = 0.0;
+  double hc_eps_ = 1e-6, swiglu_limit_ = 0.0;
+  DeepseekV4Rope rope_kinds_;
   std::vector<int> types_;
   std::vector<bool> hash_;
 
   Tensor tok_embd_, output_norm_, output_;
   HyperConn hc_head_;
   Tensor ones_flat_, ones_head_;  // F32 [n H], [head_dim]: weights of the unweighted RMSNorms
-  RopeParams rope_, idx_rope_;
+  RopeParams rope_, idx_rope_, main_rope_;  // compress (layers, entries), indexer queries, main (sliding layers)
   std::vector<Layer> layers_;
   mutable std::mutex mu_;
   mutable Scratch scratch_;
@@ -154,17 +159,7 @@ void DeepseekV4::read_config(const json& cfg) {
   const json& rates = cfg.at("compress_rates");
   rate_hca_ = rates.value("heavily_compressed_attention", 128);
   rate_csa_ = rates.value("compressed_sparse_attention", 4);
-  compress_theta_ = cfg.value("compress_rope_theta", 160000.0);
-  if (auto rp = cfg.find("rope_parameters"); rp != cfg.end() && rp->is_object() && rp->contains("compress")) {
-    const json& cp = (*rp)["compress"];
-    compress_theta_ = cp.value("rope_theta", compress_theta_);
-    const std::string type = cp.value("rope_type", "default");
-    if (type != "default")
-      fail(ErrorCode::kUnsupported,
-           "config.json: rope_parameters.compress.rope_type '{}': deepseek_v4 supports the default RoPE only so far "
-           "(YaRN on the compressed layers is not implemented)",
-           type);
-  }
+  rope_kinds_ = deepseek_v4_rope(cfg);
   const json& lt = cfg.at("layer_types");
   const json& mt = cfg.at("mlp_layer_types");
   if (!lt.is_array() || !mt.is_array() || static_cast<int64_t>(lt.size()) < c.n_layer ||
@@ -174,9 +169,10 @@ void DeepseekV4::read_config(const json& cfg) {
     const std::string t = lt[static_cast<size_t>(l)].get<std::string>();
     if (t == "heavily_compressed_attention") types_.push_back(kHca);
     else if (t == "compressed_sparse_attention") types_.push_back(kCsa);
+    else if (t == "sliding_attention") types_.push_back(kSliding);
     else
-      fail(ErrorCode::kUnsupported, "config.json: layer_types[{}] '{}': deepseek_v4 supports compressed_sparse_attention "
-           "and heavily_compressed_attention layers (sliding_attention-only layers are not implemented)", l, t);
+      fail(ErrorCode::kUnsupported, "config.json: layer_types[{}] '{}': deepseek_v4 has sliding_attention, "
+           "compressed_sparse_attention and heavily_compressed_attention layers", l, t);
     const std::string m = mt[static_cast<size_t>(l)].get<std::string>();
     if (m != "hash_moe" && m != "moe")
       fail(ErrorCode::kInvalidFile, "config.json: mlp_layer_types[{}] '{}' is not hash_moe or moe", l, m);
@@ -192,9 +188,10 @@ void DeepseekV4::read_config(const json& cfg) {
   c.layer_window.clear();
   c.kv_v_width = any_csa ? 4 * c.head_dim + 4 * id_ : 2 * c.head_dim;
   c.norm_topk_prob = true;
-  if (c.n_rot <= 0 || c.n_rot % 2 != 0 || c.n_rot > c.head_dim || c.n_rot > id_)
-    fail(ErrorCode::kInvalidFile, "config.json: rotary dims {} (head_dim x partial_rotary_factor) must be even and fit "
-         "head_dim {} and index_head_dim {}", c.n_rot, c.head_dim, id_);
+  const int64_t n_rot = rope_kinds_.compress.n_rot;
+  if (any_csa && n_rot > id_)
+    fail(ErrorCode::kInvalidFile, "config.json: the compressed layers' rotary dims {} (head_dim x partial_rotary_factor) "
+         "must fit index_head_dim {}", n_rot, id_);
   if ((c.n_head * c.head_dim) % o_groups_ != 0)
     fail(ErrorCode::kInvalidFile, "config.json: o_groups {} must divide num_attention_heads x head_dim", o_groups_);
 }
@@ -240,15 +237,18 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
   tok_embd_ = ld.get({"", "model.embed_tokens.weight"}, {V, H});
   output_norm_ = ld.get({"", "model.norm.weight"}, {H}, WeightKind::kVector);
   output_ = ld.get({"", "head.weight"}, {V, H});
-  // RoPE of the compressed layers (compress_rope_theta; every layer here is compressed).
-  std::vector<float> inv(static_cast<size_t>(c.n_rot / 2));
-  for (int64_t i = 0; i < c.n_rot / 2; ++i)
-    inv[static_cast<size_t>(i)] =
-        static_cast<float>(1.0 / std::pow(compress_theta_, static_cast<double>(2 * i) / static_cast<double>(c.n_rot)));
-  rope_.mode = RopeMode::kNormal;
-  rope_.head_dim = static_cast<int32_t>(hd);
-  rope_.n_rot = static_cast<int32_t>(c.n_rot);
-  rope_.inv_freq = upload_f32(ops, inv, storage_);
+  // RoPE of the compressed layers ("compress") and of the sliding-only layers ("main").
+  auto rope_of = [&](const DeepseekV4RopeKind& k) {
+    RopeParams r;
+    r.mode = RopeMode::kNormal;
+    r.head_dim = static_cast<int32_t>(hd);
+    r.n_rot = static_cast<int32_t>(k.n_rot);
+    r.inv_freq = upload_f32(ops, k.table.inv_freq, storage_);
+    r.attn_factor = k.table.attn_factor;
+    return r;
+  };
+  rope_ = rope_of(rope_kinds_.compress);
+  main_rope_ = rope_of(rope_kinds_.main);
   idx_rope_ = rope_;
   idx_rope_.head_dim = static_cast<int32_t>(id_);
   ones_flat_ = upload_f32(ops, std::vector<float>(static_cast<size_t>(n_hc_ * H), 1.0f), storage_);
@@ -275,7 +275,7 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
     L.sinks = ld.get_f32({"", a + "attn_sink"}, {nh});
     if (L.type == kHca) {
       L.comp = load_compressor(ld, a + "compressor", rate_hca_, hd, false, 0);
-    } else {
+    } else if (L.type == kCsa) {
       L.comp = load_compressor(ld, a + "compressor", rate_csa_, hd, true, 0);
       L.idx_comp = load_compressor(ld, a + "indexer.compressor", rate_csa_, id_, true, static_cast<int32_t>(4 * hd));
       L.idx_comp.p.rope = idx_rope_;
@@ -420,6 +420,21 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   ops.rms_norm(norm, kv, L.kv_norm, kv);
   const KvLayer pages = ctx.kv.layer(static_cast<int32_t>(l));
   ops.kv_write(b, kv, kv, KvLayer{pages.k, pages.k});  // the key pages hold K = V
+  CompressedAttentionParams ap;
+  ap.n_head = static_cast<int32_t>(nh);
+  ap.head_dim = static_cast<int32_t>(hd);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.window = static_cast<int32_t>(window_);
+  ap.sinks = L.sinks;
+  Tensor oa = s.oa.slice(0, T);
+  if (L.type == kSliding) {  // the window alone, at the main RoPE (no compressor, no entries)
+    ap.rate = 1;
+    ap.rope = main_rope_;
+    ops.attention_compressed(ap, b, q, pages, Tensor(), Tensor(), att);
+    ops.head_matmul(att, L.wo_a, oa);
+    ops.matmul(oa, L.wo_b, out, Tensor());
+    return;
+  }
   const int64_t rate = L.comp.p.rate;
   const int64_t M = std::max<int64_t>(1, b.max_kv_len / rate);
   const int64_t width = L.comp.p.overlap ? 2 * hd : hd;
@@ -427,14 +442,8 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   ops.matmul(h, L.comp.proj, proj, Tensor());
   Tensor ent(s.ent.data, s.ent.dtype, {S, M, hd}, s.ent.device);
   ops.compress_kv(L.comp.p, b, proj, pages, L.comp.ape, L.comp.norm, ent);
-  CompressedAttentionParams ap;
-  ap.n_head = static_cast<int32_t>(nh);
-  ap.head_dim = static_cast<int32_t>(hd);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ap.window = static_cast<int32_t>(window_);
   ap.rate = static_cast<int32_t>(rate);
   ap.rope = rope_;
-  ap.sinks = L.sinks;
   Tensor sel;
   if (L.type == kCsa) {
     Tensor iproj = s.iproj.slice(0, T);
@@ -454,7 +463,6 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     ops.indexer_topk(ip, b, iq, iw, ient, sel);
   }
   ops.attention_compressed(ap, b, q, pages, ent, sel, att);
-  Tensor oa = s.oa.slice(0, T);
   ops.head_matmul(att, L.wo_a, oa);
   ops.matmul(oa, L.wo_b, out, Tensor());
 }

@@ -6,6 +6,7 @@
 // projections as each token's value row.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -46,27 +47,125 @@ TEST(DeepseekV4, ChunkedPrefillOverSmallPagesKeepsTheReferenceLogits) {
   }
 }
 
-TEST(DeepseekV4, YarnOnTheCompressedLayersIsRefusedByName) {
-  // The released checkpoints scale the compressed layers' RoPE with YaRN, which is not implemented:
-  // such a config is refused at load, naming the field, never run with the wrong rotation.
+/** The shared fixture's weights under its config edited by `edit`, in a scratch folder. */
+std::unique_ptr<Engine> load_edited(const std::function<void(nlohmann::json&)>& edit, EngineOptions o) {
   const std::string src = shared_dir() + "/fixtures/hf/deepseek_v4";
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ft_deepseek_v4_yarn";
+  const std::filesystem::path dir = scratch_path("deepseek_v4_edited");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ifstream in(src + "/config.json");
-  nlohmann::json cfg = nlohmann::json::parse(in);
-  cfg["rope_parameters"]["compress"] = {{"rope_type", "yarn"}, {"rope_theta", 160000.0}, {"factor", 16.0},
-                                        {"original_max_position_embeddings", 65536}, {"partial_rotary_factor", 0.5}};
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  edit(cfg);
   std::ofstream(dir / "config.json") << cfg.dump();
   std::filesystem::create_symlink(src + "/model.safetensors", dir / "model.safetensors");
+  return Engine::load(dir.string(), o);
+}
+
+TEST(DeepseekV4, SlidingLayersEqualHcaLayersBeforeTheirFirstEntry) {
+  // A heavily compressed layer (rate 128) has no compressed entry before position 127, so it is a
+  // sliding-window layer there: with layers 0 and 1 made sliding_attention (their compressor weights
+  // left unread) and the main RoPE set to the compress RoPE, transformers' logits of positions 0..126
+  // and the short case's greedy tokens must come out unchanged.
+  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kCpu}) {
+    EngineOptions o = small_engine_options();
+    o.moe.strategy = strategy;
+    auto engine = load_edited(
+        [](nlohmann::json& c) {
+          c["layer_types"][0] = "sliding_attention";
+          c["layer_types"][1] = "sliding_attention";
+          c["rope_parameters"]["main"]["rope_theta"] = c["rope_parameters"]["compress"]["rope_theta"];
+        },
+        o);
+    const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/deepseek_v4");
+    ASSERT_EQ(cases.size(), 2u);
+    const int64_t V = engine->config().n_vocab;
+    for (const RefCase& c : cases) {
+      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kCpu ? " cpu" : " fused"));
+      const bool is_short = c.name == "short";
+      const auto res = generate(*engine, {greedy_request(c.input_ids, is_short ? 16 : 1)})[0];
+      const size_t rows = std::min<size_t>(c.input_ids.size(), 127);
+      const std::vector<float> got(res.prompt_logits.begin(), res.prompt_logits.begin() + rows * V);
+      const std::vector<float> want(c.logits.begin(), c.logits.begin() + rows * V);
+      const double err = max_row_rel_l2(got, want, V);
+      std::printf("[ fixture ] deepseek_v4 with sliding layers 0-1, %s (%zu rows): max rel L2 %.3g\n", c.name.c_str(),
+                  rows, err);
+      EXPECT_LE(err, 1e-4);
+      if (is_short) EXPECT_EQ(res.tokens, c.greedy);
+    }
+    // The main RoPE is what the sliding layers rotate with: back at rope_theta 10000 the logits move.
+    auto plain = load_edited(
+        [](nlohmann::json& c) {
+          c["layer_types"][0] = "sliding_attention";
+          c["layer_types"][1] = "sliding_attention";
+        },
+        o);
+    const auto res = generate(*plain, {greedy_request(cases[0].input_ids, 1)})[0];
+    EXPECT_GT(max_row_rel_l2(res.prompt_logits, cases[0].logits, V), 1e-3);
+  }
+}
+
+TEST(DeepseekV4, UnknownLayerTypeAndRopeTypeAreRefusedByName) {
   try {
-    auto engine = Engine::load(dir.string(), small_engine_options());
-    FAIL() << "a YaRN deepseek_v4 config loaded";
+    load_edited([](nlohmann::json& c) { c["layer_types"][2] = "full_attention"; }, small_engine_options());
+    FAIL() << "a full_attention layer loaded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("rope_parameters.compress.rope_type 'yarn'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer_types[2] 'full_attention'"), std::string::npos) << e.what();
   }
-  std::filesystem::remove_all(dir);
+  try {
+    load_edited([](nlohmann::json& c) { c["rope_parameters"]["compress"]["rope_type"] = "llama3"; },
+                small_engine_options());
+    FAIL() << "a llama3 compress RoPE loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rope_parameters.compress.rope_type 'llama3'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeepseekV4Yarn, FixtureMatchesTransformersOnFusedAndCpu) {
+  // tests/model/fixtures/deepseek_v4_yarn (tests/model/gen_deepseek_v4_yarn.py, transformers 5.17 float32):
+  // DeepSeek-V4-Flash's layer schedule in small: two sliding_attention layers (main RoPE, window 8),
+  // then a CSA (rate 4, indexer top-8) and an HCA (rate 16) layer whose compress RoPE is YaRN (factor
+  // 16, attention factor 0.1 ln 16 + 1), prompts of 37 and 130 tokens (past the window; the long one
+  // has 32 CSA and 8 HCA entries). Every position within 1e-4 and the greedy tokens, on the fused and
+  // the cpu strategies.
+  const std::string dir = source_dir() + "/tests/model/fixtures/deepseek_v4_yarn";
+  if (!std::filesystem::exists(dir + "/reference.json"))
+    GTEST_SKIP() << dir << " is missing: run tests/model/gen_deepseek_v4_yarn.py (torch + transformers 5.17) to make it";
+  expect_reference_on_fused_and_cpu(dir, "deepseek_v4_yarn");
+}
+
+TEST(DeepseekV4Yarn, ChunkedPrefillAndDecodeKeepTheOneShotLogits) {
+  // The same fixture prefilled in chunks of 5 over pages of 4 (windows and compressed blocks cut at
+  // every boundary), and teacher-forced decode steps, against one forward of the whole prompt. The
+  // short prompt: only its last chunk's rows (35, 36) see more entries than index_topk, over the same
+  // candidates as the one-shot forward, so the indexer's tie-breaking cannot differ.
+  const std::string dir = source_dir() + "/tests/model/fixtures/deepseek_v4_yarn";
+  if (!std::filesystem::exists(dir + "/reference.json"))
+    GTEST_SKIP() << dir << " is missing: run tests/model/gen_deepseek_v4_yarn.py (torch + transformers 5.17) to make it";
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_EQ(cases.size(), 2u);
+  EngineOptions o = small_engine_options();
+  o.page_size = 4;
+  auto engine = Engine::load(dir, o);
+  const int64_t V = engine->config().n_vocab;
+  const RefCase& c = cases[0];  // short: 37 tokens
+  const auto one_shot = generate(*engine, {greedy_request(c.input_ids, 16)})[0];
+  EXPECT_EQ(one_shot.tokens, c.greedy);
+  GenerateOptions go;
+  go.max_prefill_tokens = 5;
+  const auto chunked = generate(*engine, {greedy_request(c.input_ids, 16)}, go)[0];
+  EXPECT_LE(max_row_rel_l2(chunked.prompt_logits, one_shot.prompt_logits, V), 1e-5);
+  EXPECT_EQ(chunked.tokens, c.greedy);
+  GenerateRequest req = greedy_request(c.input_ids, 16);
+  req.step_logits = true;
+  const auto dec = generate(*engine, {req})[0];
+  ASSERT_EQ(dec.tokens, c.greedy);
+  std::vector<int32_t> full = c.input_ids;
+  full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
+  const auto pre = generate(*engine, {greedy_request(full, 1)})[0];
+  const size_t skip = (c.input_ids.size() - 1) * static_cast<size_t>(V);
+  const std::vector<float> tail(pre.prompt_logits.begin() + static_cast<std::ptrdiff_t>(skip), pre.prompt_logits.end());
+  EXPECT_LE(max_row_rel_l2(dec.step_logits, tail, V), 1e-5);
 }
 
 }  // namespace
