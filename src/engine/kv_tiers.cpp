@@ -17,6 +17,13 @@ int64_t gib_bytes(double gib) { return static_cast<int64_t>(std::llround(gib * d
 
 }  // namespace
 
+int64_t KvTiers::pool_bytes(const EngineOptions& o) {
+  int64_t n = 0;
+  if (o.kv_host_gib > 0) n += std::max<int64_t>(1, gib_bytes(o.kv_host_gib));
+  if (!o.prompt_cache_dir.empty()) n += DiskPageStore::queue_bound(std::max<int64_t>(1, gib_bytes(o.prompt_cache_gib)));
+  return n > 0 ? n + kPoolMargin : 0;
+}
+
 void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops& ops) {
   if (!(o.kv_host_gib >= 0) || !std::isfinite(o.kv_host_gib))
     fail(ErrorCode::kInvalidArgument, "--kv-host-gib must be >= 0 (got {})", o.kv_host_gib);
@@ -25,11 +32,9 @@ void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib must be > 0 (got {})", o.prompt_cache_gib);
   if (o.kv_host_gib == 0 && !disk) return;
   const char* flag = o.kv_host_gib > 0 ? "--kv-host-gib" : "--prompt-cache-dir";
-  if (ops.device() != Device::kCpu)
+  if (ops.device() != Device::kCpu && ops.device() != Device::kCuda)
     fail(ErrorCode::kUnsupported,
-         "{}: the host KV tier and the prompt cache work on the CPU backend only for now (their page copies are "
-         "synchronous and not yet tested on {}); leave the flag out or use --device cpu",
-         flag, ops.device() == Device::kCuda ? "CUDA" : ops.name());
+         "{}: the host KV tier and the prompt cache work on the CPU and CUDA backends only; leave the flag out", flag);
   if (config.arch == "deepseek_v4" || config.arch == "qwen4_exp")
     fail(ErrorCode::kUnsupported,
          "{}: {}'s compressed-KV attention layers keep state outside the KV pages that the host tier and the "
@@ -60,13 +65,19 @@ KvTiers::KvTiers(Engine& engine) {
   const EngineOptions& o = engine.options();
   if (o.kv_host_gib <= 0 && o.prompt_cache_dir.empty()) return;
   check_kv_tiers(o, engine.config(), engine.ops());
+  ops_ = &engine.ops();
   io_ = std::make_unique<KvPageIo>(engine.ops(), engine.kv(), engine.config().layer_kv_heads,
                                    engine.config().layer_head_dim);
   const int32_t ps = engine.kv().config().page_size;
+  // Saved pages live in host memory the backend copies to and from in place (pinned on CUDA, grown in
+  // chunks as pages arrive): the host tier's pages, those queued for the prompt cache's writer, and a
+  // margin for the pages saved before the tier makes room by dropping its oldest.
+  const int64_t cap = pool_bytes(o);
+  io_->set_pool(std::make_shared<PageBlockPool>(engine.ops().host_allocator(), cap));
   if (o.kv_host_gib > 0) {
     host_ = std::make_unique<HostPageStore>(std::max<int64_t>(1, gib_bytes(o.kv_host_gib)), ps);
-    spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page)", o.kv_host_gib,
-                 io_->kv_bytes() + io_->swa_bytes() + io_->state_bytes());
+    spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page, {} host memory)", o.kv_host_gib,
+                 io_->kv_bytes() + io_->swa_bytes() + io_->state_bytes(), io_->pool()->kind());
   }
   if (!o.prompt_cache_dir.empty()) {
     const uint64_t fp = fingerprint(engine, *io_);
@@ -74,6 +85,15 @@ KvTiers::KvTiers(Engine& engine) {
         o.prompt_cache_dir, std::max<int64_t>(1, gib_bytes(o.prompt_cache_gib)), ps, fp,
         DiskPageStore::Layout{io_->kv_bytes(), io_->swa_bytes(), io_->state_bytes()});
     spdlog::info("prompt cache: {} (up to {:.2f} GiB, fingerprint {:016x})", o.prompt_cache_dir, o.prompt_cache_gib, fp);
+  }
+}
+
+KvTiers::~KvTiers() {
+  if (!ops_) return;
+  try {
+    ops_->synchronize();
+  } catch (const std::exception& e) {
+    spdlog::warn("KV tiers: waiting for the page copies at shutdown failed: {}", e.what());
   }
 }
 

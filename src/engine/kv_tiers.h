@@ -20,9 +20,8 @@ struct ModelConfig;
 
 /** Refuses tier options this build cannot honour, naming the flag and the reason: kInvalidArgument for
  *  a negative --kv-host-gib or a --prompt-cache-gib <= 0 with a folder; kUnsupported on a backend other
- *  than the CPU's (the copies are synchronous host copies, not yet overlapped or tested on CUDA) and for
- *  deepseek_v4 and qwen4_exp, whose compressed-KV layers keep state outside the pages. Called while the
- *  engine loads (plan_kv_cache). */
+ *  than the CPU's and CUDA's, and for deepseek_v4 and qwen4_exp, whose compressed-KV layers keep state
+ *  outside the pages. Called while the engine loads (plan_kv_cache). */
 void check_kv_tiers(const EngineOptions& options, const ModelConfig& config, const Ops& ops);
 
 class KvTiers {
@@ -30,6 +29,15 @@ class KvTiers {
   /** The tiers engine.options() asks for (none: nothing enabled); `engine` must outlive them. Opens
    *  the prompt-cache folder (DiskPageStore: throws kInvalidArgument when it cannot be made). */
   explicit KvTiers(Engine& engine);
+  /** Waits for the engine's queued page copies before the pages' host memory goes. */
+  ~KvTiers();
+  KvTiers(const KvTiers&) = delete;
+  KvTiers& operator=(const KvTiers&) = delete;
+
+  /** The most host memory the tiers' saved pages take (PageBlockPool's cap; pinned on CUDA): the host
+   *  tier's bound, the prompt cache's write queue bound and a margin of kPoolMargin; 0 with no tier. */
+  static int64_t pool_bytes(const EngineOptions& options);
+  static constexpr int64_t kPoolMargin = int64_t{256} << 20;
 
   /** What ServiceConfig::tiers takes (io null when no tier is on). */
   LowerTiers view();
@@ -41,6 +49,7 @@ class KvTiers {
   static uint64_t fingerprint(Engine& engine, const KvPageIo& io);
 
  private:
+  Ops* ops_ = nullptr;
   std::unique_ptr<KvPageIo> io_;
   std::unique_ptr<HostPageStore> host_;
   std::unique_ptr<DiskPageStore> disk_;

@@ -61,7 +61,7 @@ DiskPageStore::DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t pa
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-dir {}: not a folder that can be made ({})", dir_,
          ec ? ec.message() : "it is a file");
   stats_.capacity_bytes = capacity_bytes;
-  queue_limit_ = std::min<int64_t>(capacity_bytes, int64_t{1} << 30);
+  queue_limit_ = queue_bound(capacity_bytes);
   scan();
   thread_ = std::thread([this] { writer(); });
 }
@@ -221,6 +221,12 @@ void DiskPageStore::put(uint64_t hash, std::span<const int32_t> path, std::share
 bool DiskPageStore::write_file(const Pending& p, int64_t& bytes) {
   std::vector<uint8_t> b;
   const PageContents& c = *p.contents;
+  try {
+    c.wait_ready();  // a page saved from the device may still be on its way to host memory
+  } catch (const std::exception& e) {
+    spdlog::warn("prompt cache: the page for {} never arrived from the device ({})", file_of(p.hash), e.what());
+    return false;
+  }
   b.reserve(kHeader + p.path.size() * 4 + static_cast<size_t>(c.bytes()) + 8);
   b.insert(b.end(), kMagic, kMagic + 4);
   append<uint32_t>(b, kVersion);

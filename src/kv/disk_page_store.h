@@ -15,6 +15,7 @@
 // A file that is truncated, corrupt (checksum, sizes, hash), of another version or foreign (its
 // header's fingerprint is not its name's) is skipped with one warning naming the field and its
 // offset, and left in place; it is never loaded.
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,6 +52,9 @@ class DiskPageStore : public PageStore {
   bool contains(uint64_t hash, std::span<const int32_t> path) const override;
   PageStoreStats stats() const override;
   void check_integrity() const override;
+
+  /** The most bytes of pages the write queue holds for a store of `capacity_bytes`: 1 GiB or the capacity. */
+  static int64_t queue_bound(int64_t capacity_bytes) { return std::min<int64_t>(capacity_bytes, int64_t{1} << 30); }
 
   /** Waits until every queued page is written (tests, shutdown). */
   void flush();

@@ -8,7 +8,7 @@ namespace ft {
 
 KvPageIo::KvPageIo(Ops& ops, const KvCache& kv, std::span<const int64_t> layer_kv_heads,
                    std::span<const int64_t> layer_head_dim)
-    : ops_(&ops), kv_(&kv) {
+    : ops_(&ops), copier_(make_stream_copier(ops)), kv_(&kv) {
   const KvCacheConfig& c = kv.config();
   for (int32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_recurrent(l)) {
@@ -36,46 +36,57 @@ int64_t KvPageIo::bytes_of(Part p) const {
   return n;
 }
 
-void KvPageIo::copy_out(Part p, int64_t index, std::vector<uint8_t>& out) const {
+bool KvPageIo::copy_out(Part p, int64_t index, PageBytes& out) const {
+  out = PageBytes(PageAllocator<uint8_t>(pool_));
   out.resize(static_cast<size_t>(bytes_of(p)));
+  const bool queued = out.get_allocator().pooled(out.data());
   int64_t off = 0;
   for (const Tensor& t : parts_[static_cast<int>(p)]) {
     const Tensor src = t.slice(index, 1);
     Tensor dst = src;
     dst.data = out.data() + off;
     dst.device = Device::kCpu;
-    ops_->copy(src, dst);
+    if (queued) copier_->copy(src, dst);
+    else ops_->copy(src, dst);
     off += src.bytes();
   }
+  return queued;
 }
 
-void KvPageIo::copy_in(Part p, int64_t index, const std::vector<uint8_t>& in) const {
+bool KvPageIo::copy_in(Part p, int64_t index, const PageBytes& in) const {
   if (static_cast<int64_t>(in.size()) != bytes_of(p))
     fail(ErrorCode::kInternal, "KV page copy: {} bytes for a part of {}", in.size(), bytes_of(p));
+  const bool queued = in.get_allocator().pooled(in.data());
   int64_t off = 0;
   for (const Tensor& t : parts_[static_cast<int>(p)]) {
     const Tensor dst = t.slice(index, 1);
     Tensor src = dst;
     src.data = const_cast<uint8_t*>(in.data()) + off;
     src.device = Device::kCpu;
-    ops_->copy(src, dst);
+    if (queued) copier_->copy(src, dst);
+    else ops_->copy(src, dst);
     off += dst.bytes();
   }
+  return queued;
 }
 
 std::shared_ptr<PageContents> KvPageIo::save(int32_t page, int32_t swa_page, int32_t slot) {
   auto c = std::make_shared<PageContents>();
-  copy_out(Part::kKv, page, c->kv);
-  if (swa_page >= 0 && swa_bytes_ > 0) copy_out(Part::kSwa, swa_page, c->swa);
-  if (slot >= 0 && state_bytes_ > 0) copy_out(Part::kState, slot, c->state);
+  bool queued = copy_out(Part::kKv, page, c->kv);
+  if (swa_page >= 0 && swa_bytes_ > 0) queued |= copy_out(Part::kSwa, swa_page, c->swa);
+  if (slot >= 0 && state_bytes_ > 0) queued |= copy_out(Part::kState, slot, c->state);
+  if (queued) c->ready = copier_->fence();
   return c;
 }
 
 void KvPageIo::load(const PageContents& c, int32_t page, int32_t swa_page, int32_t slot) {
-  if (page >= 0) copy_in(Part::kKv, page, c.kv);
-  if (swa_page >= 0) copy_in(Part::kSwa, swa_page, c.swa);
-  if (slot >= 0) copy_in(Part::kState, slot, c.state);
-  ops_->synchronize();  // the host bytes may be freed once this returns
+  // Pool bytes are read by the device in stream order and never written by the host, so they may be
+  // dropped at once; heap bytes (Ops::copy from pageable memory) are waited for before they may be freed.
+  bool all_queued = true;
+  if (page >= 0) all_queued &= copy_in(Part::kKv, page, c.kv);
+  if (swa_page >= 0) all_queued &= copy_in(Part::kSwa, swa_page, c.swa);
+  if (slot >= 0) all_queued &= copy_in(Part::kState, slot, c.state);
+  if (!all_queued) ops_->synchronize();
 }
 
 std::string KvPageIo::layout() const {

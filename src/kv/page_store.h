@@ -15,14 +15,24 @@
 #include <string>
 #include <vector>
 
+#include "backend/stream_copy.h"
+#include "kv/page_bytes.h"
+
 namespace ft {
 
-/** The bytes of one prefix-cache node's pages (kv/kv_page_io.h lays them out). */
+/** The bytes of one prefix-cache node's pages (kv/kv_page_io.h lays them out). Bytes from KvPageIo::save
+ *  may still be arriving from the device: read them on the host only after wait_ready() (the prompt
+ *  cache's writer does); the device's own later copies of them are ordered after by its stream. */
 struct PageContents {
-  std::vector<uint8_t> kv;     // the full-attention pool's page of every paged layer: K, V (+ scales)
-  std::vector<uint8_t> swa;    // the sliding-window pool's page of those layers; empty: the node had none
-  std::vector<uint8_t> state;  // the recurrent-state snapshot of every recurrent layer; empty: none
+  PageBytes kv;     // the full-attention pool's page of every paged layer: K, V (+ scales)
+  PageBytes swa;    // the sliding-window pool's page of those layers; empty: the node had none
+  PageBytes state;  // the recurrent-state snapshot of every recurrent layer; empty: none
+  std::shared_ptr<const CopyFence> ready;  // passed once the bytes are all there (null: they are)
   int64_t bytes() const { return static_cast<int64_t>(kv.size() + swa.size() + state.size()); }
+  /** Blocks until the bytes are there. Throws what CopyFence::wait throws. */
+  void wait_ready() const {
+    if (ready) ready->wait();
+  }
 };
 
 /** Hash of the path of the root (no tokens). */
