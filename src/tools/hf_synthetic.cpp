@@ -74,6 +74,7 @@ std::vector<SynthTensor> deepseek_v4_tensors(const ModelPreset& p, const json& c
     matrix(a + "wo_b.weight", {H, og * ol}, l, SynthFill::kOutProj);
     f32(a + "attn_sink", {nh}, l, SynthFill::kZeros);
     const bool is_csa = lt.at(static_cast<size_t>(l)) == "compressed_sparse_attention";
+    const bool is_sliding = lt.at(static_cast<size_t>(l)) == "sliding_attention";
     auto compressor = [&](const std::string& pre, int64_t dim) {
       const int64_t width = is_csa ? 2 * dim : dim;
       matrix(pre + "wkv.weight", {width, H}, l);
@@ -81,7 +82,7 @@ std::vector<SynthTensor> deepseek_v4_tensors(const ModelPreset& p, const json& c
       f32(pre + "ape", {is_csa ? csa : hca, width}, l, SynthFill::kZeros);
       f32(pre + "norm.weight", {dim}, l, SynthFill::kOnes);
     };
-    compressor(a + "compressor.", hd);
+    if (!is_sliding) compressor(a + "compressor.", hd);
     if (is_csa) {
       compressor(a + "indexer.compressor.", id);
       matrix(a + "indexer.wq_b.weight", {ih * id, ql}, l);
@@ -208,8 +209,8 @@ json hf_synthetic_config(const ModelPreset& p, int64_t n_layer) {
     c.erase("num_hash_layers");
     json lt = json::array(), mt = json::array();
     for (int64_t l = 0; l < n_layer; ++l) {
-      // upstream compress_ratios: 0, 0 (sliding window only: built as HCA here), then 4 (CSA) and 128 (HCA)
-      lt.push_back(l >= 2 && l % 2 == 0 ? "compressed_sparse_attention" : "heavily_compressed_attention");
+      // upstream compress_ratios: 0, 0 (sliding window only), then 4 (CSA) and 128 (HCA) alternating
+      lt.push_back(l < 2 ? "sliding_attention" : l % 2 == 0 ? "compressed_sparse_attention" : "heavily_compressed_attention");
       mt.push_back(l < n_hash ? "hash_moe" : "moe");
     }
     c["layer_types"] = std::move(lt);

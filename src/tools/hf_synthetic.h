@@ -6,14 +6,13 @@
 //
 // DeepSeek-V4 (model/deepseek_v4.cpp): model.embed_tokens, model.norm, head, model.hc_head.{hc_fn, hc_base,
 // hc_scale}; per layer hc_{attn,ffn}_{fn,base,scale}, attn_norm, ffn_norm, attn.{wq_a, q_norm, wq_b, wkv,
-// norm, wo_a (a float type), wo_b, attn_sink}, attn.compressor.{wkv, wgate, ape, norm} and on CSA layers
-// attn.indexer.{compressor.*, wq_b, weights_proj}; ffn.gate (router, F32) with ffn.gate.tid2eid (I32 [V, k],
+// norm, wo_a (a float type), wo_b, attn_sink}, attn.compressor.{wkv, wgate, ape, norm} (not on sliding_attention
+// layers) and on CSA layers attn.indexer.{compressor.*, wq_b, weights_proj}; ffn.gate (router, F32) with ffn.gate.tid2eid (I32 [V, k],
 // k distinct experts a token, hash_moe layers) or ffn.gate.bias (F32 zeros, moe layers),
 // ffn.experts.{e}.{w1, w3, w2} and ffn.shared_experts.{w1, w3, w2}. The hyper-connections' base and
 // scale are zeros (every stream weighted alike), attention sinks and the compressors' ape zeros.
-// Layer schedule: layer_types as upstream's compress_ratios [0, 0, 4, 128, 4, 128, ...] with the two
-// leading sliding-window-only layers (ratio 0, which the engine does not implement) built as
-// heavily_compressed_attention; the first num_hash_layers layers hash_moe, the rest moe.
+// Layer schedule: layer_types as upstream's compress_ratios [0, 0, 4, 128, 4, 128, ...] (ratio 0:
+// sliding_attention, the window alone); the first num_hash_layers layers hash_moe, the rest moe.
 //
 // Qwen4-Exp (model/qwen4_exp.cpp; the text model, model_type qwen4_exp_text): model.embed_tokens, lm_head,
 // model.hyper_connection_mixer.{hc_norm, input_mix_weight_down, input_mix_weight_up}; per layer

@@ -149,8 +149,10 @@ const std::vector<ModelPreset>& model_presets() {
        .n_ctx = 131072, .rms_eps = 1e-5, .yarn_factor = 32, .yarn_orig_ctx = 4096, .norm_topk_prob = true,
        .oai_moe = true, .sliding_window = 128, .expert_type = "MXFP4",
        .notes = "as gpt-oss-120b with 24 layers of 32 experts"},
-      // DeepSeek-V4-Flash's config.json (transformers DeepseekV4Config; the upstream file's compress_ratios
-      // [0, 0, 4, 128, 4, ...] and num_hash_layers 3 become layer_types / mlp_layer_types, tools/hf_synthetic.h).
+      // DeepSeek-V4-Flash's config.json as transformers' DeepseekV4Config saves it: the upstream file's
+      // compress_ratios [0, 0, 4, 128, 4, ...] and num_hash_layers 3 become layer_types / mlp_layer_types
+      // (tools/hf_synthetic.h), its rope_scaling (yarn, factor 16 over 65536 positions) the compress RoPE
+      // with attention_factor 1.0 (model/deepseek_v4_rope.h).
       {.name = "deepseek-v4-flash", .hf_id = "deepseek-ai/DeepSeek-V4-Flash", .gguf_arch = "deepseek_v4",
        .runnable = true, .n_layer = 43, .n_embd = 4096, .n_head = 64, .n_head_kv = 1, .head_dim = 512, .n_rot = 64,
        .n_expert = 256, .n_expert_used = 6, .n_ff_exp = 2048, .n_ff = 2048, .n_vocab = 129280, .rope_theta = 10000,
@@ -164,7 +166,9 @@ const std::vector<ModelPreset>& model_presets() {
            "max_position_embeddings": 1048576, "rope_theta": 10000.0, "compress_rope_theta": 160000.0,
            "partial_rotary_factor": 0.125, "rope_parameters": {
              "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.125},
-             "compress": {"rope_type": "default", "rope_theta": 160000.0, "partial_rotary_factor": 0.125}},
+             "compress": {"rope_type": "yarn", "rope_theta": 160000.0, "partial_rotary_factor": 0.125,
+                          "factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32.0,
+                          "beta_slow": 1.0, "attention_factor": 1.0}},
            "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
            "num_hash_layers": 3, "sliding_window": 128, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
            "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "num_nextn_predict_layers": 1,
@@ -172,9 +176,8 @@ const std::vector<ModelPreset>& model_presets() {
            "eos_token_id": 1})",
        .notes = "hyper-connections (4 streams), MQA over a 128-token window plus compressed KV (CSA rate 4 with a "
                 "top-512 indexer, HCA rate 128), q LoRA 1024, grouped output LoRA (8 x 1024), 3 hash-routed then "
-                "sqrtsoftplus-routed layers, 1 shared expert, clamped SwiGLU; stand-ins: the two leading "
-                "sliding-window-only layers are built as HCA layers and the compressed layers' YaRN (x16) is "
-                "left out (neither changes the cost much); no MTP layer"},
+                "sqrtsoftplus-routed layers, 1 shared expert, clamped SwiGLU; two leading sliding-window-only "
+                "layers; YaRN (x16) on the compressed layers' RoPE; no MTP layer"},
       // Qwen3.8-Flash-Next's text config (transformers Qwen4ExpTextConfig, the checkpoint's text_config).
       {.name = "qwen3.8-flash-next", .hf_id = "Qwen/Qwen3.8-Flash-Next", .gguf_arch = "qwen4_exp_text",
        .runnable = true, .n_layer = 48, .n_embd = 2560, .n_head = 24, .n_head_kv = 2, .head_dim = 256, .n_rot = 64,
@@ -247,11 +250,14 @@ const std::vector<ModelPreset>& model_presets() {
            "n_shared_experts": 1, "num_experts_per_tok": 2, "scoring_func": "sqrtsoftplus", "norm_topk_prob": true,
            "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "hidden_act": "silu", "max_position_embeddings": 4096,
            "rope_theta": 10000.0, "compress_rope_theta": 160000.0, "partial_rotary_factor": 0.25,
+           "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 256, "beta_fast": 32,
+                            "beta_slow": 1},
            "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 16},
            "num_hash_layers": 1, "sliding_window": 16, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
            "index_n_heads": 2, "index_head_dim": 32, "index_topk": 8, "num_nextn_predict_layers": 0,
            "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1})",
-       .notes = "DeepSeek-V4-shaped test model (CI): HCA and CSA layers, a hash-routed layer"},
+       .notes = "DeepSeek-V4-shaped test model (CI): sliding, CSA and HCA layers (YaRN from an upstream-style "
+                "rope_scaling), a hash-routed layer"},
       {.name = "tiny-qwen4-exp", .gguf_arch = "qwen4_exp_text", .runnable = true, .n_layer = 4, .n_embd = 256,
        .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_rot = 16, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128,
        .n_ff = 128, .n_vocab = 512, .rope_theta = 1e7, .n_ctx = 4096, .rms_eps = 1e-6, .qk_norm = QkNorm::kPerHead,

@@ -64,14 +64,22 @@ TEST(HfPresets, DeepSeekV4FlashConfigIsTheRealOneAndTheLoaderAcceptsIt) {
     EXPECT_EQ(c["o_groups"], 8);
     EXPECT_EQ(c["compress_rates"]["compressed_sparse_attention"], 4);
     EXPECT_EQ(c["compress_rates"]["heavily_compressed_attention"], 128);
-    // Upstream compress_ratios 0, 0, 4, 128, 4, ... (the two sliding-window-only layers built as HCA);
-    // num_hash_layers 3.
+    // Upstream compress_ratios 0, 0, 4, 128, 4, ... (two sliding-window-only layers first); num_hash_layers 3.
     ASSERT_EQ(c["layer_types"].size(), static_cast<size_t>(L));
     for (int64_t i = 0; i < L; ++i) {
-      EXPECT_EQ(c["layer_types"][i], i >= 2 && i % 2 == 0 ? "compressed_sparse_attention" : "heavily_compressed_attention");
+      EXPECT_EQ(c["layer_types"][i], i < 2               ? "sliding_attention"
+                                     : i % 2 == 0        ? "compressed_sparse_attention"
+                                                         : "heavily_compressed_attention");
       EXPECT_EQ(c["mlp_layer_types"][i], i < 3 ? "hash_moe" : "moe");
     }
     EXPECT_FALSE(c.contains("num_hash_layers"));
+    // YaRN on the compressed layers (rope_scaling factor 16 over 65536 positions; DeepseekV4Config's
+    // attention_factor 1.0), the plain RoPE on the sliding layers.
+    EXPECT_EQ(c["rope_parameters"]["compress"]["rope_type"], "yarn");
+    EXPECT_EQ(c["rope_parameters"]["compress"]["factor"], 16.0);
+    EXPECT_EQ(c["rope_parameters"]["compress"]["original_max_position_embeddings"], 65536);
+    EXPECT_EQ(c["rope_parameters"]["compress"]["attention_factor"], 1.0);
+    EXPECT_EQ(c["rope_parameters"]["main"]["rope_type"], "default");
     const ModelConfig mc = read_model_config(LayoutCheckpoint(l));
     EXPECT_EQ(mc.arch, "deepseek_v4");
     EXPECT_EQ(mc.n_layer, L);
@@ -88,13 +96,14 @@ TEST(HfPresets, DeepSeekV4FlashConfigIsTheRealOneAndTheLoaderAcceptsIt) {
       expect_tensor(l, "model.layers.2.attn.indexer.wq_b.weight", {64 * 128, 1024}, DType::Q4_K);
       expect_tensor(l, "model.layers.2.attn.compressor.wkv.weight", {1024, 4096}, DType::Q4_K);
       expect_tensor(l, "model.layers.2.attn.compressor.ape", {4, 1024}, DType::F32);
-      expect_tensor(l, "model.layers.1.attn.compressor.ape", {128, 512}, DType::F32);
+      EXPECT_EQ(find(l, "model.layers.1.attn.compressor.ape"), nullptr);  // sliding_attention: no compressor
+      EXPECT_EQ(find(l, "model.layers.0.attn.compressor.wkv.weight"), nullptr);
       expect_tensor(l, "model.layers.0.ffn.gate.tid2eid", {129280, 6}, DType::I32);
       expect_tensor(l, "model.layers.0.ffn.experts.255.w2.weight", {4096, 2048}, DType::Q4_K);
       expect_tensor(l, "model.layers.1.attn.wo_a.weight", {8 * 1024, 64 * 512 / 8}, DType::BF16);
       expect_tensor(l, "model.layers.0.hc_attn_fn", {24, 4 * 4096}, DType::Q4_K);
       expect_tensor(l, "head.weight", {129280, 4096}, DType::Q4_K);
-      EXPECT_EQ(find(l, "model.layers.1.attn.indexer.wq_b.weight"), nullptr);  // HCA: no indexer
+      EXPECT_EQ(find(l, "model.layers.1.attn.indexer.wq_b.weight"), nullptr);
     }
   }
   EXPECT_THROW(SyntheticCheckpoint(spec_of("tiny-deepseek-v4", DType::BF16)).write_gguf("/nonexistent/x.gguf"), Error);
