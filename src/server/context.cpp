@@ -7,9 +7,20 @@
 #include <system_error>
 
 #include "server/auth.h"
+#include "util/error.h"
 #include "util/log.h"
 
 namespace ft::server {
+
+void ServerOptions::validate() const {
+  if (port < 0 || port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", port);
+  if (max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", max_body_mb);
+  if (api_key.empty() && !is_loopback_host(host) && !allow_unauthenticated)
+    fail(ErrorCode::kInvalidArgument,
+         "--host {} is reachable from other machines and no --api-key is set: anyone could use this server. Set "
+         "--api-key KEY, or pass --allow-unauthenticated to serve without one",
+         host);
+}
 
 std::string default_served_name(const std::string& path) {
   namespace fs = std::filesystem;

@@ -50,6 +50,14 @@ struct ServerOptions {
   std::optional<bool> enable_thinking;
   /** Serve the chat page (web/) at / (--no-webui: false, and / is 404). */
   bool webui = true;
+  /** --allow-unauthenticated: serve on a host other machines can reach without an api_key (validate
+   *  refuses that otherwise). */
+  bool allow_unauthenticated = false;
+
+  /** Throws ft::Error(kInvalidArgument) naming the flag for a port outside 0..65535, a max_body_mb not
+   *  above 0, and a host other machines can reach (is_loopback_host) with no api_key unless
+   *  allow_unauthenticated. `ft serve` calls it before anything loads. */
+  void validate() const;
 };
 
 /** The model behind the API. Pointers must outlive the server. */
