@@ -148,20 +148,26 @@ TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) {
   const auto kvrows = rand_bf16(T * hd, 15), qa = rand_bf16(T * nh * hd, 16, -2, 2), sinks = rand_bf16(nh, 17);
   cpu().kv_write(hb, arena().host_f32(kvrows, {T, hd}), arena().host_f32(kvrows, {T, hd}), KvLayer{hkv.k, hkv.k});
   gpu().kv_write(db, dev(kvrows, {T, hd}), dev(kvrows, {T, hd}), KvLayer{dkv.k, dkv.k});
-  for (bool selected : {false, true}) {
+  // Modes: all visible entries, the indexer's picks, and a sliding_attention layer (no entries; its
+  // main RoPE here with a YaRN-style attention factor on cos and sin).
+  for (int mode : {0, 1, 2}) {
+    const bool selected = mode == 1, window_only = mode == 2;
     CompressedAttentionParams ap;
     ap.n_head = nh, ap.head_dim = hd, ap.scale = 1.0f / std::sqrt(static_cast<float>(hd)), ap.window = window;
-    ap.rate = rate, ap.rope = rope;
+    ap.rate = window_only ? 1 : rate, ap.rope = rope;
+    if (window_only) ap.rope.attn_factor = 1.2772589f;
     ap.rope.inv_freq = arena().host_f32(inv, {4});
     ap.sinks = arena().host_f32(sinks, {nh});
     Tensor hout = arena().host_f32(std::vector<float>(T * nh * hd), {T, nh * hd});
-    cpu().attention_compressed(ap, hb, arena().host_f32(qa, {T, nh * hd}), hkv, hent, selected ? hids : Tensor(), hout);
+    cpu().attention_compressed(ap, hb, arena().host_f32(qa, {T, nh * hd}), hkv, window_only ? Tensor() : hent,
+                               selected ? hids : Tensor(), hout);
     ap.rope.inv_freq = dev(inv, {4});
     ap.sinks = dev(sinks, {nh});
     Tensor dout = arena().dev_poisoned(DType::F32, {T, nh * hd});
-    gpu().attention_compressed(ap, db, dev(qa, {T, nh * hd}), dkv, dev(cent, {S, M, hd}),
+    gpu().attention_compressed(ap, db, dev(qa, {T, nh * hd}), dkv, window_only ? Tensor() : dev(cent, {S, M, hd}),
                                selected ? arena().dev_i32(host_read_i32(hids), {T, K}) : Tensor(), dout);
-    EXPECT_LE(rel_l2(arena().read(dout), host_read(hout)), kTight) << (selected ? "selected" : "all entries");
+    EXPECT_LE(rel_l2(arena().read(dout), host_read(hout)), kTight)
+        << (window_only ? "window only" : selected ? "selected" : "all entries");
   }
 }
 
