@@ -62,7 +62,9 @@ struct BenchArgs {
   float min_p = 0.0f;
   bool json = false;
   bool profile_ops = false;
-  EngineFlags engine;  // --threads, --device, --page-size, MoE flags
+  EngineOptions engine;  // --threads, --device, --page-size, MoE flags, ...
+  CompatFlags compat;    // llama.cpp / Python-engine flags (cli/compat_flags.h)
+  const CLI::App* cmd = nullptr;  // the parsed subcommand (finish_engine_options counts flags on it)
 };
 
 /** A parameter count as "30.5B", "12.75B" or, under a billion, "1.31M". */
@@ -114,7 +116,7 @@ std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
   return std::make_unique<SyntheticCheckpoint>(spec);
 }
 
-int bench(const BenchArgs& a) {
+int bench(BenchArgs& a) {
   if (a.list_presets) {
     list_presets(a.weight_type.empty() ? "bf16" : a.weight_type, a.dummy_layers);
     return 0;
@@ -154,13 +156,15 @@ int bench(const BenchArgs& a) {
   bo.top_k = a.top_k;
   bo.top_p = a.top_p;
   bo.min_p = a.min_p;
-  EngineOptions eo = engine_options(a.engine);
+  EngineOptions& eo = a.engine;
+  finish_engine_options(*a.cmd, eo, a.compat);
   refuse_kv_tiers(eo, "ft bench");
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
   plan_bench_engine(bo, eo);
 
-  const bool cuda = a.engine.device == "cuda" || (a.engine.device == "auto" && cuda_device_count() > 0);
+  const bool cuda =
+      eo.device == DeviceChoice::kCuda || (eo.device == DeviceChoice::kAuto && cuda_device_count() > 0);
   if (cuda) bo.device_free_before = cuda_free_memory(0);
   if (!cuda && a.activations != "f32")
     spdlog::warn("--activations {}: the CPU backend computes in f32; the flag applies to --device cuda", a.activations);
@@ -272,8 +276,9 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "Sampling (with --temperature > 0): drop tokens below min_p x the best probability")
       ->capture_default_str()
       ->group(sampling);
-  add_engine_flags(cmd, args->engine);  // Engine, Memory, MoE expert offload, Logging
-  cmd->callback([args, &action] {
+  add_engine_flags(cmd, args->engine, args->compat);  // Engine, Memory, MoE expert offload, Logging
+  cmd->callback([args, cmd, &action] {
+    args->cmd = cmd;
     args->model = resolve_model(args->model_arg);
     action = [args] { return bench(*args); };
   });

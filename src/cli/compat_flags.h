@@ -5,7 +5,8 @@
 // planned); --tensor-parallel-size/--tp-size/-tp above 1 is refused (multi-GPU is issue 43); the
 // Python engine's --memory-ratio, --num-pages and --gpu are refused naming the flag to use. (The
 // names that mean the same are aliases on the flags themselves: -m, --model-path, -c, --ctx-size,
-// --moe-cache-size, ...)
+// --moe-cache-size, ...) These are not options of the engine, so they stay out of EngineOptions: a
+// small struct the commands translate (-ctk, -cmoe) or refuse (cli/engine_flags.h finish_engine_options).
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@ struct CompatFlags {
   std::optional<std::string> threads_batch;    // -tb: warned, ignored (--threads serves both)
   std::optional<std::string> multi_gpu;        // -ts, -sm, -mg, -dev: refused (one GPU)
   bool no_kv_offload = false;                  // -nkvo: refused (the KV cache stays on the device)
+  bool cpu_moe = false;                        // -cmoe/--cpu-moe: --moe-strategy cpu (registered with the MoE flags)
 };
 
 /** --kv-cache-dtype as llama.cpp's -ctk/-ctv give it (f16 and bf16: bf16; f32; q8_0), or nullopt when

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "util/error.h"
+
 namespace ft::cli {
 
 /** Refuses an integer value outside [min, max] (`hint`, when given, is added to the message: what to
@@ -40,6 +42,24 @@ inline CLI::Validator at_least(long long min, std::string hint = "") {
 inline CLI::Validator non_empty(std::string message, std::string name) {
   return CLI::Validator([message](std::string& value) { return value.empty() ? message : std::string(); },
                         std::move(name), "non-empty");
+}
+
+/** Runs `parse` (a flag's callback that maps its text onto a typed option and throws ft::Error for a
+ *  value it cannot map), turning an ft::Error into the usage error CLI11 reports while parsing: exit 2,
+ *  the message as written ("--moe-strategy turbo: expected ..."), before anything loads. */
+template <typename F>
+void as_usage_error(F&& parse) {
+  try {
+    parse();
+  } catch (const Error& e) {
+    throw CLI::ValidationError(std::string(e.what()));
+  }
+}
+
+/** A usage error (as_usage_error's) with `message`, formatted as fmt::format does. */
+template <typename... Args>
+[[noreturn]] void refuse_flag_value(fmt::format_string<Args...> message, Args&&... args) {
+  throw CLI::ValidationError(fmt::format(message, std::forward<Args>(args)...));
 }
 
 }  // namespace ft::cli

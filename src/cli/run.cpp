@@ -48,7 +48,9 @@ struct RunArgs {
   bool print_ids = false;
   std::string logits_out;
   int64_t max_prefill_tokens = 8192;
-  EngineFlags engine;  // --threads, --device, --page-size, MoE flags
+  EngineOptions engine;  // --threads, --device, --page-size, MoE flags, ...
+  CompatFlags compat;    // llama.cpp / Python-engine flags (cli/compat_flags.h)
+  const CLI::App* cmd = nullptr;  // the parsed subcommand (finish_engine_options counts flags on it)
 };
 
 /** The server's context check (server/generation.h) for one run: prompt + --max-tokens must fit the
@@ -63,7 +65,7 @@ void check_context_length(int64_t n_ctx_train, int64_t n_prompt, int64_t max_tok
        limit, n_prompt + max_tokens, n_prompt, max_tokens);
 }
 
-int run(const RunArgs& a) {
+int run(RunArgs& a) {
   if (a.prompt.empty() == a.prompt_ids.empty())
     fail(ErrorCode::kInvalidArgument, "give exactly one of --prompt TEXT (not empty) or --prompt-ids 1,2,3");
   if (a.max_tokens < 0) fail(ErrorCode::kInvalidArgument, "--max-tokens {} must be >= 0", a.max_tokens);
@@ -75,7 +77,8 @@ int run(const RunArgs& a) {
     logits_file.open(a.logits_out, std::ios::binary);
     if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
   }
-  EngineOptions eo = engine_options(a.engine);
+  EngineOptions& eo = a.engine;
+  finish_engine_options(*a.cmd, eo, a.compat);
   refuse_kv_tiers(eo, "ft run");
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
@@ -195,8 +198,9 @@ void add_run_command(CLI::App& app, Action& action) {
       ->capture_default_str()
       ->check(at_least(1))
       ->group(kGroupMemory);
-  add_engine_flags(cmd, args->engine);  // Engine, Memory, MoE expert offload, Logging
-  cmd->callback([args, &action] {
+  add_engine_flags(cmd, args->engine, args->compat);  // Engine, Memory, MoE expert offload, Logging
+  cmd->callback([args, cmd, &action] {
+    args->cmd = cmd;
     args->model = resolve_model(args->model_arg);
     if (args->model.empty()) throw CLI::RequiredError("the model (ft run MODEL ..., or -m/--model MODEL)");
     action = [args] { return run(*args); };

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
 #include "engine/kv_tiers.h"
+#include "engine/scheduler.h"
 #include "engine/service.h"
 #include "formats/checkpoint.h"
 #include "server/auth.h"
@@ -44,38 +45,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ServeFlags {
+/** What `ft serve` parses: the options of the server, the scheduler and the engine (its flags bound
+ *  straight onto their fields), and the command's own: the model and how replies are read. */
+struct ServeArgs {
   ModelArg model_arg;  // MODEL, -m, --model, --model-path
   std::string model;   // the path resolved from model_arg ("": the demo model)
-  std::string host = "127.0.0.1";
-  int port = 1919;
   std::string served_model_name;
-  std::string api_key;
   std::string api_key_file;      // --api-key-file: the key read from a file (llama-server's flag)
-  bool no_webui = false;         // --no-webui: no chat page at /
-  int max_running = 16;
   int64_t max_seq_len = 0;       // 0: the model's context length
-  int max_prefill_tokens = 512;
-  int64_t kv_tokens = 0;         // 0: the engine's default
-  int64_t swa_kv_tokens = 0;     // 0: the engine's default
-  int state_snapshots = 8;       // recurrent-state snapshots of the prefix cache (linear-attention models)
   bool state_snapshots_given = false;
   std::string chat_template;
-  double max_body_mb = 32;
-  std::string cors_origin;       // off: the web page is same-origin
-  bool allow_unauthenticated = false;
   std::string reasoning_format = "auto";  // llama.cpp's flag: auto, none, deepseek
   std::string tool_call_parser = "auto";  // auto: detect_tool_call_format of the template
   std::string reasoning_parser = "auto";  // auto: detect_reasoning_format of the template
-  std::string reasoning = "auto";         // --reasoning: auto (the template's default), on, off
-  int max_waiting = 128;
-  int64_t seed = -1;  // -1: none (each request without a seed gets a random one)
   int shutdown_grace_s = 5;
-  double request_timeout_s = 0;  // 0: none
   // llama-server's server-wide sampling defaults (--temp, --top-k, ...; flag -> value): refused, as
   // ft serve has none but --seed (requests set their own).
   std::map<std::string, std::string> llama_sampling;
-  EngineFlags engine;  // --threads, --device, --page-size, MoE flags
+  server::ServerOptions server;  // --host, --port, --api-key, --seed, --reasoning, ...
+  SchedulerConfig scheduler;     // --max-running-requests, --max-waiting-requests, --max-prefill-tokens
+  EngineOptions engine;          // --threads, --device, --kv-tokens, MoE flags, ...
+  CompatFlags compat;            // llama.cpp / Python-engine flags (cli/compat_flags.h)
+  const CLI::App* cmd = nullptr;  // the parsed subcommand (finish_engine_options counts flags on it)
 };
 
 std::string human_count(double n) {
@@ -85,7 +76,7 @@ std::string human_count(double n) {
 }
 
 /** The tool-call format: --tool-call-parser NAME, or the template's (auto). Throws on an unknown name. */
-server::ToolCallFormat tool_call_format_of(const ServeFlags& f, std::string_view template_source) {
+server::ToolCallFormat tool_call_format_of(const ServeArgs& f, std::string_view template_source) {
   if (f.tool_call_parser == "auto") return server::detect_tool_call_format(template_source);
   if (const auto tf = server::tool_call_format_from_name(f.tool_call_parser)) return *tf;
   fail(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '{}'; valid: auto, {}", f.tool_call_parser,
@@ -94,7 +85,7 @@ server::ToolCallFormat tool_call_format_of(const ServeFlags& f, std::string_view
 
 /** The reasoning format: --reasoning-parser NAME|none, else llama.cpp's --reasoning-format (none, deepseek),
  *  else the template's (auto). Throws on an unknown name. */
-server::ReasoningFormat reasoning_format_of(const ServeFlags& f, std::string_view template_source) {
+server::ReasoningFormat reasoning_format_of(const ServeArgs& f, std::string_view template_source) {
   if (f.reasoning_parser != "auto") {
     if (const auto rf = server::reasoning_format_from_name(f.reasoning_parser)) return *rf;
     fail(ErrorCode::kInvalidArgument, "--reasoning-parser: unknown parser '{}'; valid: auto, {}", f.reasoning_parser,
@@ -122,14 +113,8 @@ std::string api_key_from_file(const std::string& path, const std::string& given)
   return keys[0];
 }
 
-int run_serve(const ServeFlags& f) {
-  if (f.port < 0 || f.port > 65535) fail(ErrorCode::kInvalidArgument, "--port must be in 0..65535 (got {})", f.port);
-  if (f.max_body_mb <= 0) fail(ErrorCode::kInvalidArgument, "--max-body-mb must be > 0 (got {})", f.max_body_mb);
-  if (f.api_key.empty() && !server::is_loopback_host(f.host) && !f.allow_unauthenticated)
-    fail(ErrorCode::kInvalidArgument,
-         "--host {} is reachable from other machines and no --api-key is set: anyone could use this server. Set "
-         "--api-key KEY, or pass --allow-unauthenticated to serve without one",
-         f.host);
+int run_serve(ServeArgs& f) {
+  f.server.validate();
   for (const auto& [names, value] : f.llama_sampling)
     if (!value.empty())
       fail(ErrorCode::kInvalidArgument,
@@ -139,7 +124,12 @@ int run_serve(const ServeFlags& f) {
            names.substr(names.rfind(',') + 1), value);
   tool_call_format_of(f, "");  // an unknown parser name is refused before anything loads
   reasoning_format_of(f, "");
-  EngineOptions eo = engine_options(f.engine);
+  const int max_running = f.scheduler.max_running;
+  EngineOptions& eo = f.engine;
+  eo.max_seqs = max_running;
+  eo.max_logit_rows = max_running;
+  eo.max_step_tokens = int64_t{f.scheduler.max_prefill_tokens} + max_running;
+  finish_engine_options(*f.cmd, eo, f.compat);
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
 
@@ -167,12 +157,6 @@ int run_serve(const ServeFlags& f) {
   }
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  eo.kv_tokens = f.kv_tokens;
-  eo.swa_kv_tokens = f.swa_kv_tokens;
-  eo.state_snapshots = f.state_snapshots;
-  eo.max_seqs = f.max_running;
-  eo.max_logit_rows = f.max_running;
-  eo.max_step_tokens = static_cast<int64_t>(f.max_prefill_tokens) + f.max_running;
   std::unique_ptr<Checkpoint> opened;
   try {
     opened = open_checkpoint(path);
@@ -202,9 +186,7 @@ int run_serve(const ServeFlags& f) {
 
   EngineRunner runner(*engine);
   ServiceConfig sc;
-  sc.scheduler.max_running = f.max_running;
-  sc.scheduler.max_prefill_tokens = f.max_prefill_tokens;
-  sc.scheduler.max_waiting = f.max_waiting;
+  sc.scheduler = f.scheduler;
   // The context limit: --max-seq-len, at most the model's context length (4096 when the checkpoint
   // does not say), and at most what the KV cache holds (the scheduler's clamp); warned when it cuts.
   sc.scheduler.max_seq_len = f.max_seq_len > 0 ? f.max_seq_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
@@ -217,25 +199,16 @@ int run_serve(const ServeFlags& f) {
   sc.tiers = tiers.view();
   EngineService service(runner, engine->kv().pools(), sc);
   const long long kv_held = static_cast<long long>(engine->kv().pool().n_pages()) * engine->kv().config().page_size;
-  if (f.kv_tokens > 0 && kv_held > f.kv_tokens)
-    spdlog::info("--kv-tokens {} is rounded up to {} (whole pages of {} tokens)", f.kv_tokens, kv_held,
+  if (eo.kv_tokens > 0 && kv_held > eo.kv_tokens)
+    spdlog::info("--kv-tokens {} is rounded up to {} (whole pages of {} tokens)", eo.kv_tokens, kv_held,
                  engine->kv().config().page_size);
-  if ((f.max_seq_len > 0 || f.kv_tokens > 0) && service.context_limit() < sc.scheduler.max_seq_len)
+  if ((f.max_seq_len > 0 || eo.kv_tokens > 0) && service.context_limit() < sc.scheduler.max_seq_len)
     spdlog::warn("the KV cache holds {} tokens: the context limit per request is clamped from {} to {} (raise --kv-tokens)",
                  kv_held, sc.scheduler.max_seq_len, service.context_limit());
 
-  server::ServerOptions so;
-  so.host = f.host;
-  so.port = f.port;
-  so.api_key = f.api_key;
-  so.max_body_mb = f.max_body_mb;
-  so.cors_origin = f.cors_origin;
-  so.webui = !f.no_webui;
-  so.request_timeout_s = f.request_timeout_s;
+  server::ServerOptions so = f.server;
   so.split_reasoning = reasoning_format != server::ReasoningFormat::kNone;
-  if (f.reasoning != "auto") so.enable_thinking = f.reasoning == "on";
-  so.http_threads = std::min(1024, f.max_running + f.max_waiting + 16);
-  if (f.seed >= 0) so.default_seed = static_cast<uint64_t>(f.seed);
+  so.http_threads = std::min(1024, max_running + f.scheduler.max_waiting + 16);
   server::ServedModel sm;
   sm.name = !f.served_model_name.empty() ? f.served_model_name
             : demo                       ? "freetoken-demo"
@@ -277,14 +250,14 @@ int run_serve(const ServeFlags& f) {
           : fmt::format("{} ({}...{}){}", server::reasoning_format_name(reasoning_format),
                         server::reasoning_tags(reasoning_format).open, server::reasoning_tags(reasoning_format).close,
                         f.reasoning_parser != "auto" || f.reasoning_format != "auto" ? " (flag)" : "") +
-      (f.reasoning == "auto" ? "" : fmt::format(", enable_thinking {} unless asked (--reasoning)", f.reasoning == "on"));
+      (!so.enable_thinking ? "" : fmt::format(", enable_thinking {} unless asked (--reasoning)", *so.enable_thinking));
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
               template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
   std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s\n",
               format_bytes(plan.weight_bytes).c_str(), static_cast<long long>(plan.kv_tokens), plan.kv_pages,
               plan.kv.page_size, format_bytes(plan.kv_bytes).c_str(), engine->ops().name(),
-              f.engine.threads == 1  ? "1 thread"
-              : f.engine.threads > 0 ? fmt::format("{} threads", f.engine.threads).c_str()
+              eo.threads == 1  ? "1 thread"
+              : eo.threads > 0 ? fmt::format("{} threads", eo.threads).c_str()
                                      : "all threads");
   std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
   if (const PagePool* swa = engine->kv().swa_pool()) {
@@ -296,31 +269,32 @@ int run_serve(const ServeFlags& f) {
   }
   if (f.state_snapshots_given && !engine->kv().state_pool())
     spdlog::warn("--state-snapshots {}: the model has no linear-attention layers, so there is no recurrent state to keep",
-                 f.state_snapshots);
+                 eo.state_snapshots);
   if (const PagePool* states = engine->kv().state_pool()) {
     int n_rec = 0;
     for (int32_t l = 0; l < kc.n_layer; ++l) n_rec += kc.is_recurrent(l);
     std::printf("  state     %d of %d layers are linear attention: %s of recurrent state per request, %d slots (%d "
                 "running + %d prefix-cache snapshots, --state-snapshots; in the KV bytes above)\n",
-                n_rec, kc.n_layer, format_bytes(kc.state_bytes_per_slot()).c_str(), states->n_pages(), f.max_running,
-                states->n_pages() - f.max_running);
+                n_rec, kc.n_layer, format_bytes(kc.state_bytes_per_slot()).c_str(), states->n_pages(), max_running,
+                states->n_pages() - max_running);
   }
   if (plan.moe) std::printf("  %s\n", plan.moe->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MiB\n",
-              static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), f.max_running,
-              f.max_waiting, f.max_prefill_tokens, f.max_body_mb);
-  std::printf("  loaded in %.2f s; auth %s\n", load_s, f.api_key.empty() ? "off" : "on (API key required)");
+              static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), max_running,
+              f.scheduler.max_waiting, f.scheduler.max_prefill_tokens, so.max_body_mb);
+  std::printf("  loaded in %.2f s; auth %s\n", load_s, so.api_key.empty() ? "off" : "on (API key required)");
   // A wildcard address is where the server listens, not an address to open: the banner gives this
   // machine's loopback address for that.
-  const bool wildcard = f.host == "0.0.0.0" || f.host == "::" || f.host == "[::]";
-  const std::string local = !wildcard ? server::url_host(f.host) : f.host == "0.0.0.0" ? "127.0.0.1" : "[::1]";
-  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)%s\n", server::url_host(f.host).c_str(), port,
+  const std::string& host = so.host;
+  const bool wildcard = host == "0.0.0.0" || host == "::" || host == "[::]";
+  const std::string local = !wildcard ? server::url_host(host) : host == "0.0.0.0" ? "127.0.0.1" : "[::1]";
+  std::printf("  listening on http://%s:%d/v1  (Ctrl-C to stop)%s\n", server::url_host(host).c_str(), port,
               wildcard ? fmt::format("; every address of this machine: http://{}:{}/v1 from it", local, port).c_str()
                        : "");
-  if (!f.no_webui) std::printf("  chat page http://%s:%d/\n", local.c_str(), port);
-  if (f.api_key.empty() && !server::is_loopback_host(f.host))  // --allow-unauthenticated
+  if (so.webui) std::printf("  chat page http://%s:%d/\n", local.c_str(), port);
+  if (so.api_key.empty() && !server::is_loopback_host(host))  // --allow-unauthenticated
     std::printf("WARNING: %s is reachable from other machines and no --api-key is set: anyone can use this server.\n",
-                f.host.c_str());
+                host.c_str());
   std::fflush(stdout);
 
   std::atomic<bool> served{false};
@@ -355,7 +329,8 @@ int run_serve(const ServeFlags& f) {
 }  // namespace
 
 void add_serve_command(CLI::App& app, Action& action) {
-  auto f = std::make_shared<ServeFlags>();
+  auto f = std::make_shared<ServeArgs>();
+  f->scheduler.max_waiting = 128;  // ft serve's default (the scheduler's own is 1024)
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over HTTP: the OpenAI API (chat, completions) and Anthropic's Messages API");
   // Model: what is served and how its replies are read.
   add_model_arg(cmd, f->model_arg, "GGUF file or Hugging Face folder (default: the built-in demo model)");
@@ -386,9 +361,9 @@ void add_serve_command(CLI::App& app, Action& action) {
 
   // Server: where it listens, who may use it, how many at once.
   const char* server = kGroupServer;
-  cmd->add_option("--host", f->host, "Address to listen on")->capture_default_str()->group(server);
-  cmd->add_option("--port", f->port, "Port (0: any free port)")->capture_default_str()->group(server);
-  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every API route (/health, the chat page's files and "
+  cmd->add_option("--host", f->server.host, "Address to listen on")->capture_default_str()->group(server);
+  cmd->add_option("--port", f->server.port, "Port (0: any free port)")->capture_default_str()->group(server);
+  cmd->add_option("--api-key", f->server.api_key, "Require 'Authorization: Bearer KEY' (or x-api-key) on every API route (/health, the chat page's files and "
                   "/favicon.ico stay open)")
       ->check(non_empty("must not be empty (leave the flag out to serve without auth)", "KEY"))
       ->group(server);
@@ -397,28 +372,28 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "of the process list)")
       ->type_name("FILE")
       ->group(server);
-  cmd->add_flag("--allow-unauthenticated", f->allow_unauthenticated,
+  cmd->add_flag("--allow-unauthenticated", f->server.allow_unauthenticated,
                 "Serve on a --host other machines can reach without --api-key (refused otherwise)")
       ->group(server);
-  cmd->add_flag("--no-webui", f->no_webui, "Serve no chat page at / (the API only)")->group(server);
-  cmd->add_option("--max-running-requests,--parallel", f->max_running,
+  cmd->add_flag_callback("--no-webui", [f] { f->server.webui = false; }, "Serve no chat page at / (the API only)")->group(server);
+  cmd->add_option("--max-running-requests,--parallel", f->scheduler.max_running,
                   "Requests generating at once (llama.cpp's -np/--parallel)")
       ->capture_default_str()
       ->check(at_least(1))
       ->group(server);
-  cmd->add_option("--max-waiting-requests", f->max_waiting, "Requests queued beyond those (more get 503)")
+  cmd->add_option("--max-waiting-requests", f->scheduler.max_waiting, "Requests queued beyond those (more get 503)")
       ->capture_default_str()
       ->check(at_least(0))
       ->group(server);
-  cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MiB (larger: 413)")
+  cmd->add_option("--max-body-mb", f->server.max_body_mb, "Largest request body in MiB (larger: 413)")
       ->capture_default_str()
       ->group(server);
-  cmd->add_option("--cors-origin", f->cors_origin,
+  cmd->add_option("--cors-origin", f->server.cors_origin,
                   "Access-Control-Allow-Origin for browser pages on other origins ('*': any origin; off by default). "
                   "While on, POST bodies must be sent as application/json (415 for text/plain and form encodings)")
       ->capture_default_str()
       ->group(server);
-  cmd->add_option("--request-timeout", f->request_timeout_s,
+  cmd->add_option("--request-timeout", f->server.request_timeout_s,
                   "Seconds after which a request ends with finish_reason \"length\", generating or still queued (0: "
                   "none); a request's own \"timeout\" field may only shorten it")
       ->capture_default_str()
@@ -439,25 +414,25 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->group(memory);
   // llama-server's -c is the KV cache its slots share (a request may use all of it with a unified KV
   // cache): that is --kv-tokens here, not --max-seq-len.
-  cmd->add_option("-c,--kv-tokens,--ctx-size,--num-tokens", f->kv_tokens,
+  cmd->add_option("-c,--kv-tokens,--ctx-size,--num-tokens", f->engine.kv_tokens,
                   "KV cache size in tokens over all requests (default: min(context, 8192)); each request's context "
                   "is at most this. llama.cpp's -c/--ctx-size means the same: the KV cache the running requests "
                   "share (0, the model's context there, is refused here: give a number)")
       // 0 is the engine's "default" value: a user asking for 0 gets an error, not 8192
       ->check(at_least(1, "a KV cache size in tokens; leave the flag out for the default, min(context, 8192)"))
       ->group(memory);
-  cmd->add_option("--max-prefill-tokens,--max-prefill-length", f->max_prefill_tokens,
+  cmd->add_option("--max-prefill-tokens,--max-prefill-length", f->scheduler.max_prefill_tokens,
                   "Prompt tokens per step (chunked prefill)")
       ->capture_default_str()
       ->check(at_least(1))
       ->group(memory);
-  cmd->add_option("--swa-kv-tokens", f->swa_kv_tokens,
+  cmd->add_option("--swa-kv-tokens", f->engine.swa_kv_tokens,
                   "KV tokens of the sliding-window layers (gpt-oss's every other layer) over all requests: at least "
                   "what the running requests' windows need (the default), at most --kv-tokens; more keeps more "
                   "conversations' last windows for prefix-cache hits")
       ->check(at_least(1))
       ->group(memory);
-  cmd->add_option("--state-snapshots", f->state_snapshots,
+  cmd->add_option("--state-snapshots", f->engine.state_snapshots,
                   "Linear-attention models (Qwen3-Next, Qwen3.5): recurrent states kept for prefix-cache hits beyond "
                   "one per running request, each the state at the last page boundary of a cached prompt (a later "
                   "request hits only where it repeats such a prompt whole); 0 keeps only what idle running slots hold")
@@ -469,24 +444,36 @@ void add_serve_command(CLI::App& app, Action& action) {
   const char* sampling = kGroupSamplingDefaults;
   for (const char* names : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "-n,--n-predict"})
     cmd->add_option(names, f->llama_sampling[names])->group("");  // hidden: refused in run_serve
-  cmd->add_option("--seed", f->seed, "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
+  cmd->add_option_function<int64_t>(
+         "--seed",
+         [f](int64_t seed) {
+           if (seed >= 0) f->server.default_seed = static_cast<uint64_t>(seed);
+           else f->server.default_seed.reset();
+         },
+         "Sampling seed for requests that give none (-1: random per request, as in llama.cpp)")
       ->check(at_least(-1))
-      ->capture_default_str()
+      ->default_str("-1")
       ->group(sampling);
-  cmd->add_option("--reasoning", f->reasoning,
-                  "Whether thinking models think, for requests that do not say (chat_template_kwargs.enable_thinking, "
-                  "Anthropic's thinking): on or off sets the chat template's enable_thinking; auto leaves the "
-                  "template's default")
-      ->capture_default_str()
+  cmd->add_option_function<std::string>(
+         "--reasoning",
+         [f](const std::string& v) {
+           if (v == "auto") f->server.enable_thinking.reset();
+           else f->server.enable_thinking = v == "on";
+         },
+         "Whether thinking models think, for requests that do not say (chat_template_kwargs.enable_thinking, "
+         "Anthropic's thinking): on or off sets the chat template's enable_thinking; auto leaves the "
+         "template's default")
+      ->default_str("auto")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->group(sampling);
 
-  add_engine_flags(cmd, f->engine);  // Engine, Memory, MoE expert offload, Logging
+  add_engine_flags(cmd, f->engine, f->compat);  // Engine, Memory, MoE expert offload, Logging
   cmd->callback([f, cmd, &action] {
     f->state_snapshots_given = cmd->count("--state-snapshots") > 0;
+    f->cmd = cmd;
     f->model = resolve_model(f->model_arg);
     action = [f] {
-      if (!f->api_key_file.empty()) f->api_key = api_key_from_file(f->api_key_file, f->api_key);
+      if (!f->api_key_file.empty()) f->server.api_key = api_key_from_file(f->api_key_file, f->server.api_key);
       return run_serve(*f);
     };
   });

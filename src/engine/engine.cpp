@@ -20,10 +20,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
 }
 
 std::unique_ptr<Engine> Engine::load(std::unique_ptr<Checkpoint> ckpt, const EngineOptions& options) {
-  const std::string& d = options.device;
-  if (d != "cpu" && d != "cuda" && d != "auto")
-    fail(ErrorCode::kInvalidArgument, "device must be cpu, cuda or auto (got '{}')", d);
-  const bool cuda = d == "cuda" || (d == "auto" && cuda_device_count() > 0);
+  const DeviceChoice d = options.device;
+  const bool cuda = d == DeviceChoice::kCuda || (d == DeviceChoice::kAuto && cuda_device_count() > 0);
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0) : std::make_unique<CpuOps>(options.threads);
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
@@ -50,7 +48,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   if (plan_.host_mapped_bytes > 0)
     spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
                  format_bytes(plan_.host_mapped_bytes), ops_->device() == Device::kCpu ? "" : "pinned ",
-                 options_.embed_weights);
+                 embed_placement_name(options_.embed_weights));
   if (graphs)
     graphs_.plan(*ops_, *kv_, options_.page_size, d_logits_,
                  [this](const BatchInfo& b, const BatchInfo* swa, const Tensor& ids, const Tensor& rows,
@@ -67,16 +65,9 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
 }
 
 void Engine::check_options() const {
-  if (options_.max_step_tokens < 1 || options_.max_logit_rows < 1 || options_.max_seqs < 1)
-    fail(ErrorCode::kInvalidArgument, "engine: max_step_tokens {}, max_logit_rows {}, max_seqs {} must be >= 1",
-         options_.max_step_tokens, options_.max_logit_rows, options_.max_seqs);
-  if (options_.cuda_graph_max_bs < 0)
-    fail(ErrorCode::kInvalidArgument, "engine: --cuda-graph-max-bs {} must be >= 0", options_.cuda_graph_max_bs);
-  const std::string& embed = options_.embed_weights;
-  if (embed != "auto" && embed != "device" && embed != "host")
-    fail(ErrorCode::kInvalidArgument, "--embed-weights must be auto, device or host (got '{}')", embed);
+  options_.validate();
   // Refused before the weights are loaded (load_model reads the config again: a few KB).
-  if (embed == "host" && output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_)))
+  if (options_.embed_weights == EmbedPlacement::kHost && output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_)))
     fail(ErrorCode::kInvalidArgument,
          "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
          "step; use --embed-weights device or auto", ckpt_->path());

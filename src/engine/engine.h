@@ -13,6 +13,7 @@
 
 #include "backend/ops.h"
 #include "backend/sampling.h"
+#include "engine/engine_options.h"
 #include "engine/graph_runner.h"
 #include "engine/memory_plan.h"
 #include "engine/moe_runtime.h"
@@ -21,60 +22,6 @@
 #include "model/model.h"
 
 namespace ft {
-
-class ProgressSink;
-
-/** The most --state-snapshots: far beyond any use (each is one request's whole recurrent state, 75 MiB
- *  for Qwen3-Next-80B), low enough that a typo is refused before memory is touched. */
-constexpr int32_t kMaxStateSnapshots = 4096;
-
-struct EngineOptions {
-  int threads = 0;                   // CPU threads (0: all cores)
-  int32_t page_size = 64;            // KV page size in tokens (--page-size)
-  int64_t kv_tokens = 0;             // KV budget in tokens over all sequences (0: min(context length, 8192))
-  /** --swa-kv-tokens: tokens of the sliding-window layers' pool (kv/kv_cache.h), at least what the
-   *  running sequences' windows and one step need (the default, 0), at most kv_tokens; more keeps
-   *  more conversations' last windows cached for prefix hits. */
-  int64_t swa_kv_tokens = 0;
-  /** --state-snapshots: recurrent-state slots (linear-attention models) kept for the prefix cache
-   *  beyond one per running sequence: each holds the state at the last page boundary of a cached
-   *  prompt, so a later request repeating that prompt starts from it (kv/prefix_cache.h). Ignored
-   *  without recurrent layers. */
-  int32_t state_snapshots = 8;  // at most kMaxStateSnapshots
-  int64_t max_step_tokens = 8192;    // most tokens in one forward (>= --max-prefill-tokens)
-  int64_t max_logit_rows = 256;      // most logit rows one forward returns
-  int32_t max_seqs = 16;             // most sequences in one forward
-  std::string device = "cpu";        // backend for Engine::load: "cpu", "cuda" or "auto" (cuda when visible)
-  // MoE expert offload (engine/moe_runtime.h, moe/moe_plan.h); ignored for dense models.
-  MoeOptions moe;                    // --moe-strategy, --moe-cache-*, --moe-cpu-layers, --moe-fetch-cap
-  /** --kv-reserve-tokens: KV tokens the expert-cache sizing keeps free; < 0: the KV cache this engine
-   *  allocates (kv_tokens), since KV beyond it could never be used. */
-  int64_t kv_reserve_tokens = -1;
-  int64_t gpu_memory_limit = 0;      // --gpu-memory-limit in bytes (0: the device's free memory; CPU: none)
-  int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
-  /** --cuda-graph-max-bs: decode steps of up to this many sequences are recorded once per padded
-   *  batch size (1, 2, 4, 8, ..., this) and side of the backend's short key range
-   *  (Ops::decode_short_kv_len), and replayed as graphs on backends that have them (CUDA); 0: every
-   *  step eager. */
-  int32_t cuda_graph_max_bs = 16;
-  /** --kv-cache-dtype: "auto" (the backend's activation dtype), "f32", "bf16" (CUDA only: half the KV
-   *  memory and decode attention bytes; keys and values rounded to bf16), "fp8" or "q8_0" (CPU only for
-   *  now: codes and scales, about half of bf16; quant/kv_quant.h). */
-  std::string kv_cache_dtype = "auto";
-  /** --kv-host-gib: the host KV tier's bound in GiB (engine/kv_tiers.h): prefix-cache pages evicted
-   *  from the device are kept in host memory and copied back on a later hit; 0: off. */
-  double kv_host_gib = 0;
-  /** --prompt-cache-dir: where cached prefixes' pages are written in the background and read back
-   *  after a restart (kv/disk_page_store.h); "": off. --prompt-cache-gib bounds the files (LRU). */
-  std::string prompt_cache_dir;
-  double prompt_cache_gib = 16;
-  /** --embed-weights: "device", "host" or "auto" (embeddings_on_host_auto). */
-  std::string embed_weights = "auto";
-  /** Sees the load's phases while the engine is built (load_model's "weights", then the MoE
-   *  runtime's "expert banks" or "experts"); must outlive the construction only (the engine forgets
-   *  it after). Null: none. */
-  ProgressSink* progress = nullptr;
-};
 
 /** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
  *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
@@ -100,8 +47,8 @@ class Engine {
  public:
   /** Opens `path` (GGUF or HF folder), builds the model on the backend named by options.device and
    *  plans KV and step buffers. Throws ft::Error from the loader (missing tensor, bad shape,
-   *  unsupported arch...), kUnsupported for cuda in a build without CUDA, kInvalidArgument for an
-   *  unknown device name; from the MoE plan (options.moe..., see MoeRuntime): kInvalidArgument for
+   *  unsupported arch...), kUnsupported for cuda in a build without CUDA, kInvalidArgument for
+   *  options EngineOptions::validate refuses; from the MoE plan (options.moe..., see MoeRuntime): kInvalidArgument for
    *  contradictory MoE flags, kOutOfMemory when the chosen strategy does not fit the memory limit. */
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
   /** Same over a checkpoint the caller opened (open_checkpoint), e.g. to read its tokenizer first. */
@@ -161,8 +108,8 @@ class Engine {
 
  private:
   // The constructor's steps.
-  /** Refuses bad step limits, --cuda-graph-max-bs and --embed-weights (host for a tied LM head)
-   *  before the weights load. */
+  /** EngineOptions::validate, and --embed-weights host for a model whose LM head is tied to the
+   *  table, before the weights load. */
   void check_options() const;
   /** Allocates the KV cache of `config`; kOutOfMemory names the flags that size it. */
   void make_kv_cache(const KvCacheConfig& config);

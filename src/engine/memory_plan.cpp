@@ -20,14 +20,15 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
 }
 
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page) {
-  const std::string& want = options.kv_cache_dtype;
+  const char* want = kv_cache_dtype_name(options.kv_cache_dtype);
   DType kv_dtype = ops.activation_dtype();
-  if (want == "f32") kv_dtype = DType::F32;
-  else if (want == "bf16") kv_dtype = DType::BF16;
-  else if (want == "fp8") kv_dtype = DType::F8_E4M3;
-  else if (want == "q8_0") kv_dtype = DType::Q8_0;
-  else if (want != "auto")
-    fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, f32, bf16, fp8 or q8_0 (got '{}')", want);
+  switch (options.kv_cache_dtype) {
+    case KvCacheDtype::kAuto: break;
+    case KvCacheDtype::kF32: kv_dtype = DType::F32; break;
+    case KvCacheDtype::kBf16: kv_dtype = DType::BF16; break;
+    case KvCacheDtype::kFp8: kv_dtype = DType::F8_E4M3; break;
+    case KvCacheDtype::kQ8_0: kv_dtype = DType::Q8_0; break;
+  }
   if (kv_is_quantized(kv_dtype)) {
     if (ops.device() != Device::kCpu)
       fail(ErrorCode::kUnsupported, "--kv-cache-dtype {} is not supported on the {} backend yet; use bf16 (auto)", want,
@@ -60,16 +61,11 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
   kv.token_budget = options.kv_tokens;
   kv.dtype = kv_dtype;
   kv.spare_pages = spare_page ? 1 : 0;
-  if (options.state_snapshots < 0 || options.state_snapshots > kMaxStateSnapshots)
-    fail(ErrorCode::kInvalidArgument, "--state-snapshots must be in [0, {}] (got {})", kMaxStateSnapshots,
-         options.state_snapshots);
   if (kv.has_recurrent()) kv.n_state_slots = options.max_seqs + options.state_snapshots;
   // Sliding-window layers get their own pool: a sequence holds there only its window and the step's
   // new tokens (page-aligned), so all sequences of a step together need at most this.
   int32_t window = 0;
   for (int32_t w : kv.layer_window) window = std::max(window, w);
-  if (options.swa_kv_tokens < 0)
-    fail(ErrorCode::kInvalidArgument, "--swa-kv-tokens must be >= 0 (got {})", options.swa_kv_tokens);
   if (window > 0)
     kv.swa_token_budget = std::max(options.swa_kv_tokens,
                                    options.max_seqs * (int64_t{window} + 2 * options.page_size) + options.max_step_tokens);
@@ -148,18 +144,17 @@ MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const EngineOptions& o = in.options;
-  if (o.gpu_memory_limit < 0)
-    fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit must be > 0 (got {} bytes)", o.gpu_memory_limit);
+  // --gpu-memory-limit is checked once, by EngineOptions::validate (the engine calls it first).
   Model& model = in.model;
-  const std::string& embed = o.embed_weights;
+  const EmbedPlacement embed = o.embed_weights;
   bool moe = false;
   for (const ExpertBank& b : model.host_experts()) moe = moe || b.n_expert() > 0;
   MemoryPlan p;
   try {
     if (moe) {
       MoeRuntimeConfig mc = moe_inputs(in);
-      bool host = embed == "host";
-      if (embed == "auto") {
+      bool host = embed == EmbedPlacement::kHost;
+      if (embed == EmbedPlacement::kAuto) {
         // The plan with the table on the device: a cache sized by what is left takes the table's bytes
         // as slots. A plan that does not fit that way may fit without the table.
         const MoeStrategy want = o.moe.strategy;
@@ -176,7 +171,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       p.moe_inputs = std::move(mc);
     } else {
       plan_moe(o.moe, std::vector<int32_t>(static_cast<size_t>(model.config().n_layer), 0), {});  // rejects MoE-only flags
-      if (embed == "host") {
+      if (embed == EmbedPlacement::kHost) {
         WeightLoader ld(in.checkpoint, in.ops);
         model.move_embeddings_to_host(ld);
       }
@@ -195,9 +190,6 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   p.kv_bytes_per_token = KvCache::bytes_per_token(in.kv.config());
   p.embed_weights = embed;
   p.host_mapped_bytes = model.host_mapped_bytes();
-  p.kv_host_bytes = KvTiers::pool_bytes(o);
-  p.kv_host_gib = o.kv_host_gib;
-  p.prompt_cache = !o.prompt_cache_dir.empty();
   return p;
 }
 
@@ -223,12 +215,6 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
   const std::string kv_type = kd == DType::F8_E4M3 ? "fp8" : kd == DType::Q8_0 ? "q8_0" : kd == DType::BF16 ? "bf16" : "f32";
   add("KV cache", p.kv_bytes, 0,
       fmt::format("{} tokens, {} a token, {}", p.kv_tokens, format_bytes(p.kv_bytes_per_token), kv_type));
-  if (p.kv_host_bytes > 0) {
-    std::string what;
-    if (p.kv_host_gib > 0) what = fmt::format("evicted prefix pages (--kv-host-gib {:g})", p.kv_host_gib);
-    if (p.prompt_cache) what += std::string(what.empty() ? "" : ", ") + "prompt-cache writes queued";
-    add("KV host tier", 0, p.kv_host_bytes, what + ", at most; taken as used");
-  }
   add("step buffers", p.placed.buffers, 0, "");
   add("workspace", p.placed.workspace, 0, "the largest step's scratch");
   return rows;

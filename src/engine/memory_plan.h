@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "engine/engine_options.h"
 #include "engine/moe_runtime.h"
 #include "formats/checkpoint.h"
 #include "kv/kv_cache.h"
@@ -18,8 +19,6 @@
 #include "util/error.h"
 
 namespace ft {
-
-struct EngineOptions;  // engine/engine.h
 
 /** What the engine placed on its backend's device, in bytes: the checkpoint's weights (less those
  *  read from host memory), the KV cache (and per token slot, spare pages included), the step and
@@ -42,13 +41,13 @@ struct PlacedMemory {
 bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts);
 
 /** The KV cache's layout for a model of `config` under `options` (kv_tokens already resolved): page
- *  size, token budget (--kv-tokens), dtype (--kv-cache-dtype; "auto": the backend's activation dtype),
+ *  size, token budget (--kv-tokens), dtype (--kv-cache-dtype; auto: the backend's activation dtype),
  *  one spare page for graph padding rows when `spare_page`, recurrent-state slots (max_seqs +
  *  --state-snapshots) and the sliding-window pool's budget (at least what max_seqs windows and one step
- *  need, --swa-kv-tokens). Throws kInvalidArgument for a bad --kv-cache-dtype, --state-snapshots or
- *  --swa-kv-tokens; kUnsupported for bf16 on the CPU backend, for fp8 / q8_0 (quantized pages with
- *  scales, quant/kv_quant.h) on a backend other than the CPU and for an architecture whose
- *  compressed-KV layers have no quantized path (deepseek_v4, qwen4_exp). */
+ *  need, --swa-kv-tokens); `options` must pass EngineOptions::validate. Throws kUnsupported for bf16
+ *  on the CPU backend, for fp8 / q8_0 (quantized pages with scales, quant/kv_quant.h) on a backend
+ *  other than the CPU and for an architecture whose compressed-KV layers have no quantized path
+ *  (deepseek_v4, qwen4_exp). */
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page);
 
 /** The engine's memory plan. Sizes in bytes. */
@@ -61,11 +60,8 @@ struct MemoryPlan {
   int64_t kv_tokens = 0;            // tokens the pool holds: kv_pages x page size (--kv-tokens in whole pages)
   int64_t kv_bytes = 0;             // KvCache::bytes: every layer's K and V, sliding-window pool and states included
   int64_t kv_bytes_per_token = 0;   // KvCache::bytes_per_token: every layer's K and V of one token (MLA: latent + RoPE key)
-  std::string embed_weights;        // --embed-weights
+  EmbedPlacement embed_weights = EmbedPlacement::kAuto;  // --embed-weights
   int64_t host_mapped_bytes = 0;    // weights the backend reads from host memory (the token embedding table; 0: none)
-  int64_t kv_host_bytes = 0;        // the most host memory the KV tiers' saved pages take (KvTiers::pool_bytes; 0: none)
-  double kv_host_gib = 0;           // --kv-host-gib
-  bool prompt_cache = false;        // --prompt-cache-dir given
   std::optional<MoeRuntimeConfig> moe_inputs;  // MoE models: what MoeRuntime budgets and plans from
   std::optional<MoePlan> moe;                  // the plan MoeRuntime made (set once it is built)
   std::optional<GpuMemoryBudget> budget;       // the budget it was made for
@@ -95,8 +91,7 @@ struct MemoryRow {
 
 /** The plan's rows, in order: dense weights (everything resident but the routed experts), routed
  *  experts (resident under fused, else their host banks), the expert cache's slots, token embeddings
- *  when read from host memory, the KV cache, the KV host tier (its host memory at most: the
- *  --kv-host-gib bound, the prompt cache's write queue and a margin), step buffers, the backend's workspace. Rows of 0 bytes
+ *  when read from host memory, the KV cache, step buffers, the backend's workspace. Rows of 0 bytes
  *  on both sides are left out. The memory the CUDA graphs take is not known here and not counted. */
 std::vector<MemoryRow> memory_rows(const MemoryPlan& p);
 
@@ -109,10 +104,10 @@ int64_t memory_limit(const MemoryPlan& p);
  *  device column ("GPU", or "device" for the CPU backend, whose device is host memory too). */
 std::string memory_table(const MemoryPlan& p, const std::string& device);
 
-/** Plans the engine's memory once the model, the KV cache and the step buffers are placed: checks
- *  --gpu-memory-limit (kInvalidArgument below 0), decides the token embedding table's place
- *  (--embed-weights; auto: embeddings_on_host_auto over MoeRuntime::preview_plan, or host when the plan
- *  fits only so) and moves it, then for a MoE model fills the MoE inputs (the KV reserve: --kv-reserve-tokens,
+/** Plans the engine's memory once the model, the KV cache and the step buffers are placed (the options
+ *  validated, --gpu-memory-limit included): decides the token embedding table's place (--embed-weights;
+ *  auto: embeddings_on_host_auto over MoeRuntime::preview_plan, or host when the plan fits only so)
+ *  and moves it, then for a MoE model fills the MoE inputs (the KV reserve: --kv-reserve-tokens,
  *  else the KV pool), for a dense one refuses MoE-only flags (plan_moe) and a model that does not fit the
  *  limit (kOutOfMemory naming the sizes and how many KV tokens would fit). An out-of-memory error names
  *  --embed-weights host when that would help (with_embed_weights_hint). */

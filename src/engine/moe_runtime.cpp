@@ -130,10 +130,7 @@ void check_gpu_expert_types(const HostExpertBanks& host, const MoePlan& plan) {
 
 MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config)
     : log_interval_(config.decode_log_interval) {
-  if (config.decode_log_interval < 0)
-    fail(ErrorCode::kInvalidArgument, "--decode-log-interval {} must be >= 0", config.decode_log_interval);
-  if (config.gpu_memory_limit < 0)
-    fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit must be > 0 (got {} bytes)", config.gpu_memory_limit);
+  // --decode-log-interval and --gpu-memory-limit were checked once, by EngineOptions::validate.
   const HostExpertBanks& host = model.host_experts();
   const ModelConfig& c = model.config();
   budget_ = make_budget(ops, host, config);

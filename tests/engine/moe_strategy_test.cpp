@@ -208,7 +208,7 @@ void expect_out_of_memory(const std::string& dir, const EngineOptions& o, std::i
 EngineOptions budget_options() {
   EngineOptions o = small_engine_options();
   o.kv_reserve_tokens = 1024;
-  o.embed_weights = "device";
+  o.embed_weights = EmbedPlacement::kDevice;
   return o;
 }
 

@@ -86,7 +86,7 @@ TEST_P(CudaGraphDecode, Bf16KvCache) {
   // MoE routers may flip near-ties on bf16 keys, as with bf16 activations), graphs still exact.
   const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
   EngineOptions o = options(4);
-  o.kv_cache_dtype = "bf16";
+  o.kv_cache_dtype = KvCacheDtype::kBf16;
   Engine graphed(open_checkpoint(dir), make_cuda_ops(0), o);
   if (graphed.moe_plan()) GTEST_SKIP() << GetParam() << " is a MoE model";
   EXPECT_EQ(graphed.kv().config().dtype, DType::BF16);
@@ -140,7 +140,7 @@ TEST_P(CudaGraphDecode, HostEmbeddingsEqualDeviceBitForBit) {
   // expert cache's resident bytes shrink by them). MoE fixtures run offload.
   const std::string dir = shared_dir() + "/fixtures/hf/" + GetParam();
   EngineOptions o = options(4);
-  o.embed_weights = "device";
+  o.embed_weights = EmbedPlacement::kDevice;
   auto device = std::make_unique<Engine>(open_checkpoint(dir), make_cuda_ops(0), o);
   const bool moe = device->moe_plan() != nullptr;
   if (moe) {
@@ -148,7 +148,7 @@ TEST_P(CudaGraphDecode, HostEmbeddingsEqualDeviceBitForBit) {
     device = std::make_unique<Engine>(open_checkpoint(dir), make_cuda_ops(0), o);
   }
   EXPECT_EQ(device->host_mapped_weight_bytes(), 0);
-  o.embed_weights = "host";
+  o.embed_weights = EmbedPlacement::kHost;
   Engine host(open_checkpoint(dir), make_cuda_ops(0), o);
   const ModelConfig& c = host.config();
   EXPECT_EQ(host.host_mapped_weight_bytes(), c.n_vocab * c.n_embd * 2);  // the fixtures' tables are bf16
@@ -173,7 +173,7 @@ TEST(CudaEmbedWeights, TiedTableRefusesHost) {
   // The LM head reads a tied table whole every step: host is refused (auto keeps it on the GPU).
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_tied";
   EngineOptions o = small_engine_options();
-  o.embed_weights = "host";
+  o.embed_weights = EmbedPlacement::kHost;
   try {
     Engine e(open_checkpoint(dir), make_cuda_ops(0), o);
     ADD_FAILURE() << "--embed-weights host was accepted for a tied model";

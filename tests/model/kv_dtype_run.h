@@ -20,7 +20,7 @@ struct KvRun {
 inline KvRun run_greedy(const std::string& dir, const std::string& dtype, const std::vector<int32_t>& prompt, int32_t n,
                         const std::vector<int32_t>* forced = nullptr) {
   EngineOptions o = small_engine_options();
-  o.kv_cache_dtype = dtype;
+  o.kv_cache_dtype = kv_cache_dtype_from_name(dtype).value();
   auto engine = Engine::load(dir, o);
   KvRun out;
   out.vocab = engine->config().n_vocab;

@@ -121,7 +121,7 @@ TEST(KvDtype, CompressedKvArchitecturesAreRefusedAtLoad) {
   for (const std::string arch : {"deepseek_v4", "qwen4_exp"})
     for (const std::string dt : {"fp8", "q8_0"}) {
       EngineOptions o = small_engine_options();
-      o.kv_cache_dtype = dt;
+      o.kv_cache_dtype = kv_cache_dtype_from_name(dt).value();
       try {
         Engine::load(shared_dir() + "/fixtures/hf/" + arch, o);
         ADD_FAILURE() << arch << " loaded with --kv-cache-dtype " << dt;

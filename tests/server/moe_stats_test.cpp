@@ -32,7 +32,7 @@ class MoeServer {
     const std::string path = write_demo_model();
     EngineOptions eo;
     eo.threads = 1;
-    eo.device = "cpu";
+    eo.device = DeviceChoice::kCpu;
     eo.page_size = 16;
     eo.kv_tokens = 512;
     eo.max_seqs = 2;

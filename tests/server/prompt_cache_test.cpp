@@ -27,7 +27,7 @@ class CacheServer {
     const std::string path = write_demo_model();
     EngineOptions eo;
     eo.threads = 1;
-    eo.device = "cpu";
+    eo.device = DeviceChoice::kCpu;
     eo.page_size = 16;
     eo.kv_tokens = kv_tokens;
     eo.max_seqs = 2;
