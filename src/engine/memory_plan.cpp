@@ -190,6 +190,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   p.kv_bytes_per_token = KvCache::bytes_per_token(in.kv.config());
   p.embed_weights = embed;
   p.host_mapped_bytes = model.host_mapped_bytes();
+  p.kv_host_bytes = KvTiers::pool_bytes(o);
+  p.kv_host_gib = o.kv_host_gib;
+  p.prompt_cache = !o.prompt_cache_dir.empty();
   return p;
 }
 
@@ -215,6 +218,12 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
   const std::string kv_type = kd == DType::F8_E4M3 ? "fp8" : kd == DType::Q8_0 ? "q8_0" : kd == DType::BF16 ? "bf16" : "f32";
   add("KV cache", p.kv_bytes, 0,
       fmt::format("{} tokens, {} a token, {}", p.kv_tokens, format_bytes(p.kv_bytes_per_token), kv_type));
+  if (p.kv_host_bytes > 0) {
+    std::string what;
+    if (p.kv_host_gib > 0) what = fmt::format("evicted prefix pages (--kv-host-gib {:g})", p.kv_host_gib);
+    if (p.prompt_cache) what += std::string(what.empty() ? "" : ", ") + "prompt-cache writes queued";
+    add("KV host tier", 0, p.kv_host_bytes, what + ", at most; taken as used");
+  }
   add("step buffers", p.placed.buffers, 0, "");
   add("workspace", p.placed.workspace, 0, "the largest step's scratch");
   return rows;
