@@ -51,6 +51,7 @@
 #include "model/architectures.h"
 #include "model/blocks.h"
 #include "model/deepseek_v4_rope.h"
+#include "model/deepseek_v4_schedule.h"
 #include "model/step_scratch.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -156,27 +157,14 @@ void DeepseekV4::read_config(const json& cfg) {
   topk_ = num(cfg, "index_topk");
   window_ = num(cfg, "sliding_window");
   swiglu_limit_ = cfg.value("swiglu_limit", 10.0);
-  const json& rates = cfg.at("compress_rates");
-  rate_hca_ = rates.value("heavily_compressed_attention", 128);
-  rate_csa_ = rates.value("compressed_sparse_attention", 4);
+  const DeepseekV4Schedule sched = deepseek_v4_schedule(cfg, c.n_layer);
+  rate_hca_ = sched.rate_hca;
+  rate_csa_ = sched.rate_csa;
   rope_kinds_ = deepseek_v4_rope(cfg);
-  const json& lt = cfg.at("layer_types");
-  const json& mt = cfg.at("mlp_layer_types");
-  if (!lt.is_array() || !mt.is_array() || static_cast<int64_t>(lt.size()) < c.n_layer ||
-      static_cast<int64_t>(mt.size()) < c.n_layer)
-    fail(ErrorCode::kInvalidFile, "config.json: layer_types / mlp_layer_types must list {} layers", c.n_layer);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string t = lt[static_cast<size_t>(l)].get<std::string>();
-    if (t == "heavily_compressed_attention") types_.push_back(kHca);
-    else if (t == "compressed_sparse_attention") types_.push_back(kCsa);
-    else if (t == "sliding_attention") types_.push_back(kSliding);
-    else
-      fail(ErrorCode::kUnsupported, "config.json: layer_types[{}] '{}': deepseek_v4 has sliding_attention, "
-           "compressed_sparse_attention and heavily_compressed_attention layers", l, t);
-    const std::string m = mt[static_cast<size_t>(l)].get<std::string>();
-    if (m != "hash_moe" && m != "moe")
-      fail(ErrorCode::kInvalidFile, "config.json: mlp_layer_types[{}] '{}' is not hash_moe or moe", l, m);
-    hash_.push_back(m == "hash_moe");
+    const std::string& t = sched.layer_types[static_cast<size_t>(l)];
+    types_.push_back(t == "heavily_compressed_attention" ? kHca : t == "compressed_sparse_attention" ? kCsa : kSliding);
+    hash_.push_back(sched.mlp_layer_types[static_cast<size_t>(l)] == "hash_moe");
   }
   if (const std::string sf = cfg.value("scoring_func", "sqrtsoftplus"); sf != "sqrtsoftplus")
     fail(ErrorCode::kUnsupported, "config.json: scoring_func '{}': deepseek_v4 supports sqrtsoftplus", sf);
@@ -184,6 +172,7 @@ void DeepseekV4::read_config(const json& cfg) {
   // compressors read all of them); the value pages hold the compressor projections.
   const bool any_csa = std::find(types_.begin(), types_.end(), kCsa) != types_.end();
   c.n_head_kv = 1;
+  c.n_rot = rope_kinds_.compress.n_rot;
   c.sliding_window = 0;
   c.layer_window.clear();
   c.kv_v_width = any_csa ? 4 * c.head_dim + 4 * id_ : 2 * c.head_dim;

@@ -103,6 +103,28 @@ TEST(DeepseekV4, SlidingLayersEqualHcaLayersBeforeTheirFirstEntry) {
   }
 }
 
+TEST(DeepseekV4, UpstreamConfigFieldsLoadAsTransformersFoldsThem) {
+  // The fixture's config in the upstream form (compress_ratios, num_hash_layers, no rope_parameters,
+  // default compress_rates): DeepseekV4Config folds it into the same schedule and RoPE kinds, so the
+  // reference logits and greedy tokens come out unchanged.
+  auto engine = load_edited(
+      [](nlohmann::json& c) {
+        for (const char* k : {"layer_types", "mlp_layer_types", "rope_parameters", "compress_rates"}) c.erase(k);
+        c["compress_ratios"] = {128, 128, 128, 4};
+        c["num_hash_layers"] = 3;
+      },
+      small_engine_options());
+  const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/deepseek_v4");
+  ASSERT_EQ(cases.size(), 2u);
+  const int64_t V = engine->config().n_vocab;
+  for (const RefCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto res = generate(*engine, {greedy_request(c.input_ids, static_cast<int32_t>(c.greedy.size()))})[0];
+    EXPECT_LE(max_row_rel_l2(res.prompt_logits, c.logits, V), 1e-4);
+    EXPECT_EQ(res.tokens, c.greedy);
+  }
+}
+
 TEST(DeepseekV4, UnknownLayerTypeAndRopeTypeAreRefusedByName) {
   try {
     load_edited([](nlohmann::json& c) { c["layer_types"][2] = "full_attention"; }, small_engine_options());
