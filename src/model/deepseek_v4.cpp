@@ -33,7 +33,8 @@
 // later step needs is in the paged KV cache, indexed by position. Per layer the key pages hold each
 // token's normalised, un-rotated kv [1, head_dim] (the window reads them; rotation happens on read);
 // the value pages hold each token's compressor projections (kv and gate of the compressor, then of
-// the indexer's compressor: config.kv_v_width columns). Every step recomputes each sequence's
+// the indexer's compressor: config.kv_v_width columns; unused on sliding_attention layers, which read
+// their key pages' window only). Every step recomputes each sequence's
 // compressed entries from its pages (ops.h compress_kv), so entries are a pure function of the
 // prefix: a prefix-cache hit or a decode step gives what a cold prefill gives. No sliding-window pool
 // (the compressors read every position). Cost: the pooling is O(context) per step and layer, like
