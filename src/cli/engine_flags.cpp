@@ -55,13 +55,13 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
   cmd->add_option("--kv-host-gib", eo.kv_host_gib,
                   "host KV tier in GiB: prefix-cache pages evicted from the KV cache are kept in host memory (LRU) "
                   "and copied back when a later prompt starts with them, counted as cached tokens (0 = off; "
-                  "ft serve, CPU backend)")
+                  "ft serve; pinned on CUDA)")
       ->capture_default_str()
       ->group(kGroupMemory);
   cmd->add_option("--prompt-cache-dir", eo.prompt_cache_dir,
                   "persistent prompt cache: pages of cached prompt prefixes are written to this folder in the "
                   "background and loaded instead of recomputed after a restart; files of another model or KV "
-                  "layout, truncated or corrupt ones are skipped with a warning (ft serve, CPU backend)")
+                  "layout, truncated or corrupt ones are skipped with a warning (ft serve)")
       ->group(kGroupMemory);
   cmd->add_option("--prompt-cache-gib", eo.prompt_cache_gib,
                   "bound of --prompt-cache-dir's files in GiB; the least recently used are removed beyond it")

@@ -25,11 +25,8 @@ int64_t KvTiers::pool_bytes(const EngineOptions& o) {
 }
 
 void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops& ops) {
-  if (!(o.kv_host_gib >= 0) || !std::isfinite(o.kv_host_gib))
-    fail(ErrorCode::kInvalidArgument, "--kv-host-gib must be >= 0 (got {})", o.kv_host_gib);
+  // The flags' ranges are EngineOptions::validate()'s (it runs first).
   const bool disk = !o.prompt_cache_dir.empty();
-  if (disk && (!(o.prompt_cache_gib > 0) || !std::isfinite(o.prompt_cache_gib)))
-    fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib must be > 0 (got {})", o.prompt_cache_gib);
   if (o.kv_host_gib == 0 && !disk) return;
   const char* flag = o.kv_host_gib > 0 ? "--kv-host-gib" : "--prompt-cache-dir";
   if (ops.device() != Device::kCpu && ops.device() != Device::kCuda)
