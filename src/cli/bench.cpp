@@ -78,7 +78,7 @@ std::string param_count(int64_t n, int billions_digits) {
 void list_presets(const std::string& type_name, int64_t layers) {
   const DType type = parse_synthetic_weight_type(type_name);
   const std::string gib = fmt::format("{} GiB", dtype_name(type));
-  std::printf("%-18s %-10s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %4s %5s %5s %9s %8s %8s  %s\n", "preset", "arch",
+  std::printf("%-18s %-14s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %4s %5s %5s %9s %8s %8s  %s\n", "preset", "arch",
               "runnable", "layers", "hidden", "heads", "kv", "hdim", "experts", "top", "ffn_e", "vocab", "attn", "dense",
               "shexp", gib.c_str(), "params", "active", "source");
   for (const ModelPreset& p : model_presets()) {
@@ -92,7 +92,7 @@ void list_presets(const std::string& type_name, int64_t layers) {
       const double g = static_cast<double>(synthetic_layout(spec).bytes) / (1 << 30);
       bytes = fmt::format("{:.{}f}", g, g < 1 ? 3 : 1);
     }
-    std::printf("%-18s %-10s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %4s %5lld %5lld %9s %8s %8s  %s\n",
+    std::printf("%-18s %-14s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %4s %5lld %5lld %9s %8s %8s  %s\n",
                 p.name.c_str(), p.gguf_arch.c_str(), p.runnable ? "yes" : "no", static_cast<long long>(L),
                 static_cast<long long>(p.n_embd), static_cast<long long>(p.n_head), static_cast<long long>(p.n_head_kv),
                 static_cast<long long>(p.head_dim), static_cast<long long>(p.n_expert),
