@@ -1,6 +1,9 @@
 // attention: causal GQA attention of the batch's queries over the paged KV cache (after kv_write).
 // q, out [T, n_head * head_dim] F32 or BF16; kv pages [n_pages, page_size, n_head_kv, head_dim]
-// F32 or BF16; head_dim <= 512 (Gemma 4's full layers: 512; above 256 only this kernel serves, its tiles
+// F32 or BF16, or quantized (--kv-cache-dtype fp8 / q8_0: one-byte codes with KvLayer::k_scale /
+// v_scale, dequantized on load exactly as the CPU does; kv_quant.cuh; the general and decode kernels
+// have instantiations for them, the tensor-core kernel does not, so prefill over quantized pages stays
+// on the general kernel at any length); head_dim <= 512 (Gemma 4's full layers: 512; above 256 only this kernel serves, its tiles
 // taking 160 KB of shared memory a block at 512). Query t (sequence s, position p) attends to s's keys at positions
 // max(0, p - window + 1) .. p. fp32 scores and online softmax (flash-attention recurrence). With
 // AttentionParams::sinks each query head's sink logit joins the softmax's denominator once, where its
@@ -32,6 +35,7 @@
 #include "backend/cuda/attention_tc.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kv_quant.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/smem_opt_in.h"
 
@@ -58,7 +62,9 @@ __device__ __forceinline__ float kv_load(const void* p, bool f32, int64_t i) {
   return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
 }
 
-template <int DPL>  // head dims per lane: ceil(D / 32)
+// KV: kKvFloat (F32 / BF16 pages, a.kv_f32), or kKvFp8 / kKvQ8 (codes and scales, dequantized into the
+// shared tiles as the CPU dequantizes them; separate instantiations, so the float path is unchanged).
+template <int DPL, int KV>  // head dims per lane: ceil(D / 32)
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
   extern __shared__ __align__(16) float smem[];
   const int D = a.D, group = a.H / a.G;
@@ -67,7 +73,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
   float* k_s = q_s + kRows * D;         // [kTile][D + 4]
   float* v_s = k_s + kTile * KS;        // [kTile][D]
   __shared__ int row_t[kRows], row_h[kRows], row_pos[kRows], row_seq[kRows];
-  __shared__ int64_t key_off[kTile];    // element offset of each tile key's row for kv head g (-1: none)
+  __shared__ int64_t key_off[kTile];    // element offset of each tile key's row for kv head g (-1: none);
+                                        // quantized KV: the row's index (codes at row * D, scales at row * sph)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * a.nt;
@@ -131,12 +138,41 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnArgs a) {
         if (j < kend) {
           const int64_t blk = j / a.page_size;
           const int64_t page = blk < a.max_blocks ? table[blk] : -1;
-          if (page >= 0 && page < a.n_pages) off = ((page * a.page_size + j % a.page_size) * a.G + g) * D;
+          if (page >= 0 && page < a.n_pages) {
+            if constexpr (KV == kKvFloat) off = ((page * a.page_size + j % a.page_size) * a.G + g) * D;
+            else off = (page * a.page_size + j % a.page_size) * a.G + g;
+          }
         }
         key_off[threadIdx.x] = off;
       }
       __syncthreads();
-      if (!a.kv_f32 && D % 8 == 0) {  // bf16 rows: 16-byte loads, up to 8 a thread issued before any store
+      if constexpr (KV != kKvFloat) {  // codes and scales: 4 values a load where rows are whole 4-byte words
+        if (D % 4 == 0) {
+          const int cpk = D / 4;
+          for (int i = threadIdx.x; i < kTile * cpk; i += blockDim.x) {
+            const int kk = i / cpk, d0 = (i % cpk) * 4;
+            const int64_t row = key_off[kk];
+            float kx[4] = {0.0f, 0.0f, 0.0f, 0.0f}, vx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (row >= 0) {
+              load_kv_quant<KV, 4>(a.k, a.k_scale, row, D, a.kv_sph, d0, kx);
+              load_kv_quant<KV, 4>(a.v, a.v_scale, row, D, a.kv_sph, d0, vx);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) k_s[kk * KS + d0 + e] = kx[e], v_s[kk * D + d0 + e] = vx[e];
+          }
+        } else {
+          for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) {
+            const int kk = i / D, d = i % D;
+            const int64_t row = key_off[kk];
+            float kx = 0.0f, vx = 0.0f;
+            if (row >= 0) {
+              load_kv_quant<KV, 1>(a.k, a.k_scale, row, D, a.kv_sph, d, &kx);
+              load_kv_quant<KV, 1>(a.v, a.v_scale, row, D, a.kv_sph, d, &vx);
+            }
+            k_s[kk * KS + d] = kx, v_s[kk * D + d] = vx;
+          }
+        }
+      } else if (!a.kv_f32 && D % 8 == 0) {  // bf16 rows: 16-byte loads, up to 8 a thread issued before any store
         const int cpk = D / 8;         // chunks per key; kTile * cpk = 4 * D = DPL * 4 * 32 at most
         constexpr int LB = DPL < 8 ? DPL : 8;  // loads a batch: DPL 16 (head_dim 512) in two, for registers
 #pragma unroll
@@ -293,15 +329,25 @@ __global__ void attention_combine_kernel(const float* part, int n_split_all, int
   }
 }
 
-template <int DPL>
+template <int DPL, int KV>
 void launch_attention(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
   // the tiles of the largest head_dim this instantiation takes (32 DPL), once per device: 160.5 KB at 512
   // (Hopper grants up to 227 KB a block)
   constexpr int kMaxD = 32 * DPL;
   static_assert(kMaxD <= kMaxHeadDim);
-  opt_in_shared_memory(attention_kernel<DPL>, static_cast<int>((kRows * kMaxD + kTile * (2 * kMaxD + 4)) * 4));
-  attention_kernel<DPL><<<grid, kWarps * 32, smem, s>>>(a);
+  opt_in_shared_memory(attention_kernel<DPL, KV>, static_cast<int>((kRows * kMaxD + kTile * (2 * kMaxD + 4)) * 4));
+  attention_kernel<DPL, KV><<<grid, kWarps * 32, smem, s>>>(a);
   FT_CUDA_LAUNCH_CHECK();
+}
+
+/** launch_attention at the head dims per lane that a.D needs (1 .. 16). */
+template <int KV>
+void launch_attention_dims(const AttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
+  if (a.D <= 32) launch_attention<1, KV>(a, grid, smem, s);
+  else if (a.D <= 64) launch_attention<2, KV>(a, grid, smem, s);
+  else if (a.D <= 128) launch_attention<4, KV>(a, grid, smem, s);
+  else if (a.D <= 256) launch_attention<8, KV>(a, grid, smem, s);
+  else launch_attention<16, KV>(a, grid, smem, s);
 }
 
 }  // namespace
@@ -317,10 +363,8 @@ AttnTensors attention_tensors(const char* op, const AttentionParams& p, const Ba
   check_act(op, "q", q);
   check_act(op, "out", out);
   check_same_shape(op, "out", out, q);
-  check_act(op, "kv.k", kv.k);
-  check_act(op, "kv.v", kv.v);
+  const int kv_form = check_kv_pages(op, kv);  // F32 / BF16, or fp8 / q8_0 codes with their scales
   check_same_shape(op, "kv.v", kv.v, kv.k);
-  check_same_dtype(op, "kv.v", kv.v, kv.k);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
   if (H <= 0 || G <= 0 || D <= 0 || H % G != 0)
     fail(ErrorCode::kInvalidArgument, "{}: n_head {} must be a positive multiple of n_head_kv {} (head_dim {})", op,
@@ -338,6 +382,11 @@ AttnTensors attention_tensors(const char* op, const AttentionParams& p, const Ba
   tensors.q = q.data, tensors.q_code = float_code(op, "q", q.dtype);
   tensors.out = out.data, tensors.out_f32 = out.dtype == DType::F32;
   tensors.k = kv.k.data, tensors.v = kv.v.data, tensors.kv_f32 = kv.k.dtype == DType::F32;
+  tensors.kv_form = kv_form;
+  if (kv_form != kKvFloat) {
+    tensors.k_scale = kv.k_scale.data, tensors.v_scale = kv.v_scale.data;
+    tensors.kv_sph = static_cast<int>(kv.k_scale.dim(3));
+  }
   tensors.T = T, tensors.H = static_cast<int>(H), tensors.G = static_cast<int>(G), tensors.D = static_cast<int>(D);
   tensors.scale = p.scale, tensors.window = p.sliding_window;
   tensors.page_size = kv.k.dim(1), tensors.n_pages = kv.k.dim(0);
@@ -365,7 +414,8 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
                     cuda::attention_decode_supports(ap.n_head, G, D) && rp.head_dim == D &&
                     cuda::attention_decode_fuses(D, rp.n_rot, rp.mode == RopeMode::kNeox) && wq.numel() == D &&
                     wk.numel() == D && k.rows() == T && k.cols() == G * D && v.rows() == T && v.cols() == G * D &&
-                    k.dtype == q.dtype && v.dtype == q.dtype && aligned(q) && aligned(k) && aligned(v);
+                    k.dtype == q.dtype && v.dtype == q.dtype && aligned(q) && aligned(k) && aligned(v) &&
+                    !kv.quantized();  // the fused kernel stores float rows; quantized pages: kv_write's quantizer
   if (!fits) return Ops::qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out);
   cuda::AttnDecodeArgs d;
   static_cast<cuda::AttnTensors&>(d) = cuda::attention_tensors(op, ap, batch, q, kv, out);
@@ -429,7 +479,10 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
   if (T == 0) return;
 
-  if (batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens && cuda::attention_tc_supports(D)) {
+  // The tensor-core kernel reads F32 / BF16 pages only: quantized pages (fp8 / q8_0) take the general
+  // kernel below for prefill and mixed batches at any length.
+  if (tensors.kv_form == cuda::kKvFloat && batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens &&
+      cuda::attention_tc_supports(D)) {
     return cuda::launch_attention_tc(tensors, stream_);
   }
 
@@ -477,11 +530,9 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
     const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(G * a.n_hchunks),
                     static_cast<unsigned>(a.n_split));
     const size_t smem = static_cast<size_t>((cuda::kRows * D + cuda::kTile * (2 * D + 4)) * 4);
-    if (D <= 32) cuda::launch_attention<1>(a, grid, smem, stream_);
-    else if (D <= 64) cuda::launch_attention<2>(a, grid, smem, stream_);
-    else if (D <= 128) cuda::launch_attention<4>(a, grid, smem, stream_);
-    else if (D <= 256) cuda::launch_attention<8>(a, grid, smem, stream_);
-    else cuda::launch_attention<16>(a, grid, smem, stream_);
+    if (a.kv_form == cuda::kKvFp8) cuda::launch_attention_dims<cuda::kKvFp8>(a, grid, smem, stream_);
+    else if (a.kv_form == cuda::kKvQ8) cuda::launch_attention_dims<cuda::kKvQ8>(a, grid, smem, stream_);
+    else cuda::launch_attention_dims<cuda::kKvFloat>(a, grid, smem, stream_);
   }
   if (use_part) {
     const int64_t rows = T * H;

@@ -38,6 +38,7 @@
 #include "backend/cuda/attention_sink.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_quant.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8_act.cuh"
 #include "backend/cuda/smem_opt_in.h"
@@ -236,8 +237,12 @@ __device__ void cluster_merge(const AttnDecodeArgs& a, float* sm, int64_t t, int
 #endif
 }
 
-template <int DPL, int GROUP, bool FUSED>
+// KV: kKvFloat (F32 / BF16 pages, a.kv_f32), or kKvFp8 / kKvQ8 (one-byte codes and their scales,
+// dequantized in registers as the CPU dequantizes them; never FUSED). Separate instantiations: the
+// float kernels are unchanged.
+template <int DPL, int GROUP, bool FUSED, int KV>
 __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDecodeArgs a) {
+  static_assert(!FUSED || KV == kKvFloat, "the fused kernel stores float rows");
   extern __shared__ __align__(16) float sm[];  // [kDecWarps][GROUP][2 + D]: each warp's m, l, o per head
   __shared__ int is_last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -287,8 +292,19 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
     if (page < 0 || page >= a.n_pages) return -1;
     return ((page * a.page_size + in_page) * a.G + gk) * D;
   };
+  auto key_row = [&](int64_t j) -> int64_t {  // quantized KV: the index of key j's row for kv head g, or -1
+    const uint32_t blk = static_cast<uint32_t>(j) / ps, in_page = static_cast<uint32_t>(j) - blk * ps;
+    const int64_t page = blk < static_cast<uint32_t>(a.max_blocks) ? table[blk] : -1;
+    if (page < 0 || page >= a.n_pages) return -1;
+    return (page * a.page_size + in_page) * a.G + gk;
+  };
   // Fused: this kernel writes key p itself (below); the split that holds it scores it from registers.
-  auto row_of = [&](int64_t j) -> int64_t { return j >= s_hi || (FUSED && j == p) ? -1 : page_row(j); };
+  // Float pages: element offsets of the rows; quantized: row indices (load_kv_quant).
+  auto row_of = [&](int64_t j) -> int64_t {
+    if constexpr (KV == kKvFloat) return j >= s_hi || (FUSED && j == p) ? -1 : page_row(j);
+    else return j >= s_hi ? -1 : key_row(j);
+  };
+  (void)page_row, (void)key_row;  // each instantiation uses one of them (fused: page_row too)
   constexpr int kStep = kKeysInFlight * kDecWarps;  // keys the block's warps take per iteration
   int64_t off[kKeysInFlight];  // rows of this warp's next keys (warp-uniform), looked up one iteration ahead
 #pragma unroll
@@ -299,7 +315,7 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
   // A prefetch reads no value: L2 is coherent, so a prefetch of key p's row, which the kernel before
   // this one (or, fused, this kernel after the wait) writes, never leaves a stale copy behind.
   if (g == 0 && threadIdx.x == 0) {
-    const int64_t key_bytes = static_cast<int64_t>(a.G) * D * (a.kv_f32 ? 4 : 2);
+    const int64_t key_bytes = static_cast<int64_t>(a.G) * D * (KV != kKvFloat ? 1 : a.kv_f32 ? 4 : 2);  // codes only
     for (int64_t j = s_lo; j < s_hi && key_bytes % 16 == 0;) {
       const uint32_t blk = static_cast<uint32_t>(j) / ps, first = static_cast<uint32_t>(j) - blk * ps;
       const int64_t end = min(s_hi, static_cast<int64_t>(blk + 1) * ps);  // past the last key of the page
@@ -341,8 +357,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
     for (int i = 0; i < DPL; ++i) kk[u][i] = vv[u][i] = 0.0f;
     if (pre[u] && active && off[u] >= 0) {
-      load_x_any<DPL>(a.k, a.kv_f32, off[u] + lane * DPL, kk[u]);
-      load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
+      if constexpr (KV == kKvFloat) {
+        load_x_any<DPL>(a.k, a.kv_f32, off[u] + lane * DPL, kk[u]);
+        load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
+      } else {
+        load_kv_quant<KV, DPL>(a.k, a.k_scale, off[u], D, a.kv_sph, lane * DPL, kk[u]);
+        load_kv_quant<KV, DPL>(a.v, a.v_scale, off[u], D, a.kv_sph, lane * DPL, vv[u]);
+      }
     }
   }
   pdl_enter();
@@ -444,8 +465,13 @@ __global__ void __launch_bounds__(kDecWarps * 32) attention_decode_kernel(AttnDe
 #pragma unroll
       for (int i = 0; i < DPL; ++i) kk[u][i] = vv[u][i] = 0.0f;
       if (active && off[u] >= 0) {
-        load_x_any<DPL>(a.k, a.kv_f32, off[u] + lane * DPL, kk[u]);
-        load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
+        if constexpr (KV == kKvFloat) {
+          load_x_any<DPL>(a.k, a.kv_f32, off[u] + lane * DPL, kk[u]);
+          load_x_any<DPL>(a.v, a.kv_f32, off[u] + lane * DPL, vv[u]);
+        } else {
+          load_kv_quant<KV, DPL>(a.k, a.k_scale, off[u], D, a.kv_sph, lane * DPL, kk[u]);
+          load_kv_quant<KV, DPL>(a.v, a.v_scale, off[u], D, a.kv_sph, lane * DPL, vv[u]);
+        }
       }
     }
     bool use[kKeysInFlight];
@@ -595,15 +621,28 @@ void launch(const AttnDecodeArgs& a, cudaStream_t s) {
   const size_t smem = static_cast<size_t>(partial_offset(GROUP, a.D, a.n_split) + (a.cluster ? GROUP * (a.D + 4) : 0)) * 4;
   const dim3 cluster(1, 1, a.cluster ? kDecodeClusterSplits : 1);
   if (a.cluster) FT_CHECK(a.n_split == kDecodeClusterSplits);
+  FT_CHECK(!a.fused || a.kv_form == kKvFloat);
   if constexpr (kFusable) {
     if (a.fused) {
-      if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, true>);
-      return launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, true>, grid, cluster, dim3(kDecWarps * 32), smem,
-                                s, a);
+      if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, true, kKvFloat>);
+      return launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, true, kKvFloat>, grid, cluster,
+                                dim3(kDecWarps * 32), smem, s, a);
     }
   }
-  if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, false>);
-  launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false>, grid, cluster, dim3(kDecWarps * 32), smem, s, a);
+  // quantized pages (fp8 / q8_0): their own instantiations
+  if (a.kv_form == kKvFp8) {
+    if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, false, kKvFp8>);
+    return launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false, kKvFp8>, grid, cluster, dim3(kDecWarps * 32),
+                              smem, s, a);
+  }
+  if (a.kv_form == kKvQ8) {
+    if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, false, kKvQ8>);
+    return launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false, kKvQ8>, grid, cluster, dim3(kDecWarps * 32),
+                              smem, s, a);
+  }
+  if (a.cluster) opt_in_nonportable_cluster(attention_decode_kernel<DPL, GROUP, false, kKvFloat>);
+  launch_pdl_cluster(attention_decode_kernel<DPL, GROUP, false, kKvFloat>, grid, cluster, dim3(kDecWarps * 32), smem,
+                     s, a);
 }
 
 /** Query heads per block (GROUP): 2 of a larger group for one token, so a group of 8 takes 4 blocks

@@ -23,8 +23,14 @@ void check_same_dtype(const char* op, const char* arg, const Tensor& t, const Te
 int float_code(const char* op, const char* arg, DType t);
 /** The BatchInfo index tensors: I32 on the device with the shapes its integers announce. */
 void check_batch(const char* op, const BatchInfo& b);
-/** A KV write's arguments (kv_write, qk_norm_rope_store): k, v activations of one dtype; kv.k, kv.v
- *  activations of one dtype; then op_checks::kv_write (batch; pages 4-D [pages, page_size, heads, dim]
+/** KV pages on the device: kv.k, kv.v F32 or BF16 (one dtype) without scales (returns 0, kKvFloat of
+ *  attention_args.h), or quantized (--kv-cache-dtype fp8 / q8_0; quant/kv_quant.h): F8_E4M3 or I8 codes
+ *  (one dtype) with k_scale / v_scale of the scale dtype, [pages, page_size, heads, scales a head]
+ *  (returns 1 = kKvFp8 or 2 = kKvQ8). kUnsupported for other dtypes, kInvalidArgument for scales that do
+ *  not fit their pages. */
+int check_kv_pages(const char* op, const KvLayer& kv);
+/** A KV write's arguments (kv_write, qk_norm_rope_store): k, v activations of one dtype; kv pages as
+ *  check_kv_pages (quantized pages only where the caller quantizes: kv_write); then op_checks::kv_write (batch; pages 4-D [pages, page_size, heads, dim]
  *  of one count and size, k [T, Wk] and v [T, Wv] with their widths, which may differ: MLA's latent and
  *  RoPE-key pages). Callers that need equal shapes (qk_norm_rope_store) check that themselves. */
 void check_kv_write(const char* op, const BatchInfo& batch, const Tensor& k, const Tensor& v, const KvLayer& kv);

@@ -175,6 +175,8 @@ void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopePara
 void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
                                  Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
   forget_prepared();
+  // Quantized pages (fp8 / q8_0): norm_rope, then kv_write's quantizer (this kernel stores float rows).
+  if (kv.quantized()) return Ops::qk_norm_rope_store(np, wq, wk, p, q, k, v, batch, kv);
   const Tensor& positions = batch.positions;
   cuda::check_kv_write("qk_norm_rope_store", batch, k, v, kv);
   cuda::check_same_shape("qk_norm_rope_store", "v", v, k);  // one kernel stores both: equal widths
