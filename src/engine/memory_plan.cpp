@@ -30,16 +30,25 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
     case KvCacheDtype::kQ8_0: kv_dtype = DType::Q8_0; break;
   }
   if (kv_is_quantized(kv_dtype)) {
-    if (ops.device() != Device::kCpu)
+    const bool cuda = ops.device() == Device::kCuda;
+    const char* auto_kv = cuda ? "bf16 (auto)" : "f32 (auto)";
+    if (ops.device() != Device::kCpu && !cuda)
       fail(ErrorCode::kUnsupported, "--kv-cache-dtype {} is not supported on the {} backend yet; use bf16 (auto)", want,
-           ops.device() == Device::kCuda ? "CUDA" : ops.name());
+           ops.name());
     // These layers' kernels (compress_kv, attention_compressed) read the pages as f32 and have no
     // quantized path yet.
     if (config.arch == "deepseek_v4" || config.arch == "qwen4_exp")
       fail(ErrorCode::kUnsupported,
            "--kv-cache-dtype {}: {}'s compressed-KV attention layers (compress_kv{}) have no quantized KV path yet; "
-           "use f32 (auto)",
-           want, config.arch, config.arch == "deepseek_v4" ? ", attention_compressed" : " of the QSA indexer");
+           "use {}",
+           want, config.arch, config.arch == "deepseek_v4" ? ", attention_compressed" : " of the QSA indexer", auto_kv);
+    // CUDA reads quantized pages in its standard (GQA) attention kernels, full and sliding-window
+    // (kv_write, attention.cu, attention_decode.cu); MLA's latent pages (attention_mla) are F32 / BF16 only.
+    if (cuda && config.is_mla())
+      fail(ErrorCode::kUnsupported,
+           "--kv-cache-dtype {} is not supported on the CUDA backend for {}'s multi-head latent attention (MLA) "
+           "layers yet; use bf16 (auto)",
+           want, config.arch);
     // Scales are kept per head of the pages: a layer attending with more (narrower) heads than the
     // pages hold may need more scales a token than they have (kv_head_view).
     const int64_t page_scales = config.n_head_kv * kv_scales_per_head(kv_dtype, config.head_dim);
@@ -50,7 +59,7 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
              "--kv-cache-dtype {}: {} layer {} attends with {} KV heads of {} over pages of {} heads of {} (sized for "
              "its widest layer), which hold {} scales a token and it needs {}; use {}",
              want, config.arch, l, heads, dim, config.n_head_kv, config.head_dim, page_scales,
-             heads * kv_scales_per_head(kv_dtype, dim), "f32 (auto)");
+             heads * kv_scales_per_head(kv_dtype, dim), auto_kv);
     }
   } else if (kv_dtype != DType::F32 && ops.device() == Device::kCpu) {
     fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32, fp8 or q8_0", want);

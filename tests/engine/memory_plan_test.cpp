@@ -246,7 +246,7 @@ class CudaNamedOps final : public CpuOps {
   DType activation_dtype() const override { return DType::BF16; }
 };
 
-TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndRefusedOnCuda) {
+TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndCuda) {
   EngineOptions o = small_engine_options();
   CpuOps cpu(1);
   CudaNamedOps cuda;
@@ -263,15 +263,37 @@ TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndRefusedOnCuda) {
   EXPECT_EQ(KvCache::bytes_per_token(q8), 2 * 2 * 2 * (16 + 2));
   o.kv_cache_dtype = KvCacheDtype::kAuto;
   EXPECT_EQ(plan_kv_cache(o, qwen3, cuda, false).dtype, DType::BF16);
+  // CUDA: standard attention layers (full and sliding-window) take both; the plan sizes the pages
+  // from the dtype as on the CPU (KvCache::bytes_for does not depend on the device).
+  const ModelConfig gpt_oss = read_model_config(*open_checkpoint(fixture("gpt_oss")));
+  for (const ModelConfig* c : {&qwen3, &gpt_oss}) {
+    o.kv_cache_dtype = KvCacheDtype::kFp8;
+    const KvCacheConfig f = plan_kv_cache(o, *c, cuda, false);
+    EXPECT_EQ(f.dtype, DType::F8_E4M3) << c->arch;
+    o.kv_cache_dtype = KvCacheDtype::kBf16;
+    const KvCacheConfig b = plan_kv_cache(o, *c, cuda, false);
+    o.kv_cache_dtype = KvCacheDtype::kQ8_0;
+    const KvCacheConfig q = plan_kv_cache(o, *c, cuda, false);
+    EXPECT_EQ(q.dtype, DType::Q8_0) << c->arch;
+    EXPECT_LT(2 * KvCache::bytes_per_token(q), KvCache::bytes_per_token(b) + KvCache::bytes_per_token(b) / 4) << c->arch;
+    EXPECT_LT(2 * KvCache::bytes_per_token(f), KvCache::bytes_per_token(b) + KvCache::bytes_per_token(b) / 2) << c->arch;
+    EXPECT_LT(KvCache::bytes_for(q), KvCache::bytes_for(b)) << c->arch;
+  }
+  EXPECT_EQ(KvCache::bytes_per_token(plan_kv_cache(o, qwen3, cuda, false)), 2 * 2 * 2 * (16 + 2));
+  // MLA latents have no quantized CUDA path: refused by name.
+  const ModelConfig v3 = read_model_config(*open_checkpoint(fixture("deepseek_v3")));
   for (const std::string dt : {"fp8", "q8_0"}) {
     o.kv_cache_dtype = kv_cache_dtype_from_name(dt).value();
+    EXPECT_EQ(plan_kv_cache(o, v3, cpu, false).dtype, dt == "fp8" ? DType::F8_E4M3 : DType::Q8_0);
     try {
-      plan_kv_cache(o, qwen3, cuda, false);
-      ADD_FAILURE() << dt << " KV on the CUDA backend";
+      plan_kv_cache(o, v3, cuda, false);
+      ADD_FAILURE() << dt << " KV for MLA on the CUDA backend";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
       EXPECT_EQ(std::string(e.what()),
-                "--kv-cache-dtype " + dt + " is not supported on the CUDA backend yet; use bf16 (auto)");
+                "--kv-cache-dtype " + dt +
+                    " is not supported on the CUDA backend for deepseek_v3's multi-head latent attention (MLA) "
+                    "layers yet; use bf16 (auto)");
     }
   }
 }
