@@ -451,6 +451,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     ip.rope = idx_rope_;
     sel = s.sel.slice(0, T);
     ops.indexer_topk(ip, b, iq, iw, ient, sel);
+    ctx.dump_if("indexer_ids", l, sel);  // I32 [T, index_topk], -1 past the visible entries
   }
   ops.attention_compressed(ap, b, q, pages, ent, sel, att);
   ops.head_matmul(att, L.wo_a, oa);

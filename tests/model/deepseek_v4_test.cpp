@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -156,11 +157,32 @@ TEST(DeepseekV4Yarn, FixtureMatchesTransformersOnFusedAndCpu) {
   expect_reference_on_fused_and_cpu(dir, "deepseek_v4_yarn");
 }
 
+/** The indexer's selections of CSA layer `layer` as sets, one per row, over the next generate calls. */
+struct IndexerSets {
+  std::vector<std::set<int32_t>> rows;
+  void hook(Engine& e, int64_t layer) {
+    e.set_dump_hook([this, layer](const std::string& name, int64_t l, const Tensor& t) {
+      if (name != "indexer_ids" || l != layer) return;
+      for (int64_t r = 0; r < t.dim(0); ++r)
+        rows.emplace_back(t.ptr<int32_t>() + r * t.dim(1), t.ptr<int32_t>() + (r + 1) * t.dim(1));
+    });
+  }
+};
+
 TEST(DeepseekV4Yarn, ChunkedPrefillAndDecodeKeepTheOneShotLogits) {
   // The same fixture prefilled in chunks of 5 over pages of 4 (windows and compressed blocks cut at
   // every boundary), and teacher-forced decode steps, against one forward of the whole prompt. The
   // short prompt: only its last chunk's rows (35, 36) see more entries than index_topk, over the same
   // candidates as the one-shot forward, so the indexer's tie-breaking cannot differ.
+  // A decode step's indexer, as transformers' with a cache, ranks the entries that exist at that step
+  // while one forward over prompt + generated tokens ranks all 13 of them (the unseen ones at -inf):
+  // torch.topk's order among exactly tied scores (the ReLU zeroing both heads) depends on that count,
+  // so where the 8th pick falls among tied zeros the two pick different sets from bit-equal scores
+  // (here the rows at positions 40 (6 positive + 4 zeros, 2 to pick) and 50 (7 positive + 5 zeros)).
+  // From position 40 on, every later row reads that row's keys (window, entries), so the steps differ
+  // from there. So: the steps before position 40 within 1e-5, the disagreeing selections exactly those
+  // two rows, the step at 40 off by far more, and with index_topk 16 (no choice left) every step
+  // within 1e-5, which leaves the indexer's choice as the only difference on the decode path.
   const std::string dir = source_dir() + "/tests/model/fixtures/deepseek_v4_yarn";
   if (!std::filesystem::exists(dir + "/reference.json"))
     GTEST_SKIP() << dir << " is missing: run tests/model/gen_deepseek_v4_yarn.py (torch + transformers 5.17) to make it";
@@ -178,16 +200,60 @@ TEST(DeepseekV4Yarn, ChunkedPrefillAndDecodeKeepTheOneShotLogits) {
   const auto chunked = generate(*engine, {greedy_request(c.input_ids, 16)}, go)[0];
   EXPECT_LE(max_row_rel_l2(chunked.prompt_logits, one_shot.prompt_logits, V), 1e-5);
   EXPECT_EQ(chunked.tokens, c.greedy);
-  GenerateRequest req = greedy_request(c.input_ids, 16);
-  req.step_logits = true;
-  const auto dec = generate(*engine, {req})[0];
-  ASSERT_EQ(dec.tokens, c.greedy);
-  std::vector<int32_t> full = c.input_ids;
-  full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
-  const auto pre = generate(*engine, {greedy_request(full, 1)})[0];
-  const size_t skip = (c.input_ids.size() - 1) * static_cast<size_t>(V);
-  const std::vector<float> tail(pre.prompt_logits.begin() + static_cast<std::ptrdiff_t>(skip), pre.prompt_logits.end());
-  EXPECT_LE(max_row_rel_l2(dec.step_logits, tail, V), 1e-5);
+
+  // Teacher-forced decode vs one forward, the CSA layer's (2) selections recorded for both.
+  auto decode_vs_one_shot = [&](Engine& e, std::vector<std::set<int32_t>>* dec_sets,
+                                std::vector<std::set<int32_t>>* pre_sets) {
+    IndexerSets ds, ps;
+    ds.hook(e, 2);
+    GenerateRequest req = greedy_request(c.input_ids, 16);
+    req.step_logits = true;
+    const auto dec = generate(e, {req})[0];
+    std::vector<int32_t> full = c.input_ids;
+    full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
+    ps.hook(e, 2);
+    const auto pre = generate(e, {greedy_request(full, 1)})[0];
+    e.set_dump_hook(nullptr);
+    // dec's rows: the prompt's 37, then one per decode step (15, the last token is not fed back).
+    EXPECT_EQ(ds.rows.size(), full.size());
+    EXPECT_EQ(ps.rows.size(), full.size());
+    *dec_sets = std::vector<std::set<int32_t>>(ds.rows.end() - 15, ds.rows.end());
+    *pre_sets = std::vector<std::set<int32_t>>(ps.rows.end() - 15, ps.rows.end());
+    std::vector<double> errs;
+    const size_t skip = c.input_ids.size() - 1;
+    for (size_t r = 0; r < dec.tokens.size(); ++r) {
+      const std::vector<float> a(dec.step_logits.begin() + static_cast<std::ptrdiff_t>(r * V),
+                                 dec.step_logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+      const std::vector<float> b(pre.prompt_logits.begin() + static_cast<std::ptrdiff_t>((skip + r) * V),
+                                 pre.prompt_logits.begin() + static_cast<std::ptrdiff_t>((skip + r + 1) * V));
+      errs.push_back(max_row_rel_l2(a, b, V));
+    }
+    return errs;
+  };
+  std::vector<std::set<int32_t>> dec_sets, pre_sets;
+  const std::vector<double> errs = decode_vs_one_shot(*engine, &dec_sets, &pre_sets);
+  ASSERT_EQ(errs.size(), 16u);
+  ASSERT_EQ(dec_sets.size(), 15u);
+  // Step r's logits come from the row of position 36 + r; its CSA row is fed at r >= 1 (position 36 + r).
+  std::vector<int> differing;
+  for (size_t r = 1; r < errs.size(); ++r)
+    if (dec_sets[r - 1] != pre_sets[r - 1]) differing.push_back(36 + static_cast<int>(r));
+  ASSERT_EQ(differing, (std::vector<int>{40, 50}));
+  for (size_t r = 0; r < 4; ++r) EXPECT_LE(errs[r], 1e-5) << "step " << r << " (position " << 36 + r << ")";
+  EXPECT_GT(errs[4], 1e-2);  // 0.38: two of the eight entries swapped
+
+  // index_topk 16 >= every row's 13 entries: the same weights, no choice, every step within 1e-5.
+  const std::filesystem::path all = scratch_path("deepseek_v4_yarn_topk16");
+  std::filesystem::remove_all(all);
+  std::filesystem::create_directories(all);
+  for (const char* f : {"model.safetensors", "generation_config.json", "reference.json"})
+    std::filesystem::create_symlink(dir + "/" + f, all / f);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  cfg["index_topk"] = 16;
+  std::ofstream(all / "config.json") << cfg.dump();
+  auto engine16 = Engine::load(all.string(), o);
+  const std::vector<double> errs16 = decode_vs_one_shot(*engine16, &dec_sets, &pre_sets);
+  for (size_t r = 0; r < errs16.size(); ++r) EXPECT_LE(errs16[r], 1e-5) << "index_topk 16, step " << r;
 }
 
 }  // namespace
