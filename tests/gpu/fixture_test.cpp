@@ -10,7 +10,10 @@
 // routers flip near-ties on ~1% activation error and the flipped token's error reaches every later
 // position through attention) without linear attention (a Gated DeltaNet's state integrates the
 // rounding of every bf16 q, k, v it saw: the tiny random qwen3_5 ends at ~9e-2 in BF16 and 2.2e-3 in
-// F32 on the H100/H200), those numbers being reported.
+// F32 on the H100/H200), nor gemma4 (its tiny random fixture, every sublayer output RMS-normalised and
+// attention at scale 1, is ~5x as sensitive to activation rounding as llama's: bf16 storage alone, no
+// CUDA kernel involved, gives 0.12 max / 0.036 median relative L2 on the CPU, which
+// tests/model/bf16_emulation_test.cpp asserts), those numbers being reported.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -35,7 +38,8 @@ class CudaFixture : public ::testing::TestWithParam<std::tuple<std::string, std:
     const bool moe = m.find("moe") != std::string::npos || m == "mixtral" || m == "minimax_m2" || m == "deepseek_v3" ||
                      m == "gpt_oss" || m == "qwen3_next" || m == "qwen4_exp" || m == "deepseek_v4";
     const bool linear = m.find("qwen3_5") != std::string::npos || m == "qwen3_next" || m == "qwen4_exp";
-    return act() == DType::F32 || (!moe && !linear);
+    const bool rounding_sensitive = m == "gemma4";  // bf16 storage alone: see the file comment
+    return act() == DType::F32 || (!moe && !linear && !rounding_sensitive);
   }
   void SetUp() override {
     if (cuda_device_count() == 0) {
