@@ -2,160 +2,137 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
+#include <optional>
 
+#include "engine/engine_runner.h"
+#include "engine/service.h"
 #include "kv/page_pool.h"
 #include "util/error.h"
 
 namespace ft {
 namespace {
 
-double now_s() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
+using Clock = std::chrono::steady_clock;
 
-struct Active {
-  const GenerateRequest* req;
-  GenerateResult* out;
-  std::unique_ptr<Sampler> sampler;
-  BlockTable table;
-  std::vector<int32_t> tokens;  // prompt + generated
-  int64_t n_done = 0;           // tokens whose KV is cached
-  bool finished = false;
+/** One request's tokens, logits and timing, as the service hands them over. */
+class ResultSink : public TokenSink {
+ public:
+  ResultSink(const GenerateRequest& req, GenerateResult& out, int64_t n_vocab)
+      : req_(req), out_(out), V_(static_cast<size_t>(n_vocab)) {}
+
+  void on_logits(int64_t position, std::span<const float> logits) override {
+    const auto n_prompt = static_cast<int64_t>(req_.prompt.size());
+    // Each array takes its next position once (a preempted request recomputes some).
+    if (req_.prompt_logits && position < n_prompt && position == static_cast<int64_t>(out_.prompt_logits.size() / V_))
+      out_.prompt_logits.insert(out_.prompt_logits.end(), logits.begin(), logits.end());
+    if (req_.step_logits && position == n_prompt - 1 + static_cast<int64_t>(out_.step_logits.size() / V_))
+      out_.step_logits.insert(out_.step_logits.end(), logits.begin(), logits.end());
+  }
+  bool on_token(const SampledToken& token, bool /*eog*/) override {
+    if (!first_token_) first_token_ = Clock::now();
+    if (req_.max_tokens <= 0) return false;  // only the prompt was wanted: the service's first token is dropped
+    out_.tokens.push_back(token.id);
+    if (req_.on_token) req_.on_token(token.id);
+    return true;
+  }
+  void on_finish(const FinishInfo& info) override { finish_ = info; }
+
+  /** When its prompt was computed (its first token sampled); nullopt if it never was. */
+  const std::optional<Clock::time_point>& first_token() const { return first_token_; }
+  const std::optional<FinishInfo>& finish() const { return finish_; }
+
+ private:
+  const GenerateRequest& req_;
+  GenerateResult& out_;
+  size_t V_;
+  std::optional<Clock::time_point> first_token_;
+  std::optional<FinishInfo> finish_;
 };
+
+/** The checks generate() promises, before anything is queued. */
+void check_requests(Engine& engine, const std::vector<GenerateRequest>& requests, const GenerateOptions& options) {
+  const EngineOptions& eo = engine.options();
+  const auto n = static_cast<int64_t>(requests.size());
+  if (n > eo.max_seqs)
+    fail(ErrorCode::kInvalidArgument, "generate: {} requests, the engine runs at most {} at once", n, eo.max_seqs);
+  if (n > eo.max_step_tokens || n > eo.max_logit_rows)
+    fail(ErrorCode::kInvalidArgument, "generate: {} requests, the engine's steps hold at most {} tokens and {} logit rows",
+         n, eo.max_step_tokens, eo.max_logit_rows);
+  if (options.max_prefill_tokens < 1) fail(ErrorCode::kInvalidArgument, "generate: max_prefill_tokens must be >= 1");
+  // Every request's pages for prompt + max_tokens must be free at once (they run together).
+  const PagePool& pool = *engine.kv().pools().full;
+  int64_t free = pool.n_free();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& r = requests[i];
+    if (r.prompt.empty()) fail(ErrorCode::kInvalidArgument, "generate: request {} has an empty prompt", i);
+    const int64_t total = static_cast<int64_t>(r.prompt.size()) + std::max(r.max_tokens, 1);  // the service samples >= 1
+    const int64_t pages = (total + pool.page_size() - 1) / pool.page_size();
+    if (pages > free)
+      fail(ErrorCode::kOutOfMemory, "generate: request {} needs KV for {} tokens ({} pages), {} of {} pages are free", i,
+           total, pages, free, pool.n_pages());
+    free -= pages;
+  }
+}
 
 }  // namespace
 
 std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateRequest>& requests,
                                      const GenerateOptions& options, GenerateStats* stats) {
-  const ModelConfig& c = engine.config();
-  const int64_t V = c.n_vocab;
-  if (static_cast<int64_t>(requests.size()) > engine.options().max_seqs)
-    fail(ErrorCode::kInvalidArgument, "generate: {} requests, the engine runs at most {} at once", requests.size(),
-         engine.options().max_seqs);
-  const int64_t budget = std::min({options.max_prefill_tokens, engine.options().max_step_tokens});
-  if (budget < 1) fail(ErrorCode::kInvalidArgument, "generate: max_prefill_tokens must be >= 1");
+  check_requests(engine, requests, options);
   std::vector<GenerateResult> results(requests.size());
-  std::vector<Active> act;
-  const KvPools pools = engine.kv().pools();
-  PagePool& pool = *pools.full;
-  struct Releaser {
-    std::vector<Active>& a;
-    const KvPools& p;
-    ~Releaser() {
-      for (Active& x : a) x.table.release(p);
-    }
-  } releaser{act, pools};
-  // Before a sequence computes positions [start, end): its sliding-window pages (the full pool's pages
-  // are reserved for the whole request at the start).
-  auto advance = [&](Active& a, int64_t end) {
-    if (!a.table.advance(pools, a.n_done, end))
-      fail(ErrorCode::kOutOfMemory, "generate: the sliding-window KV pool ({} pages) or the recurrent-state slots ({}) are full",
-           pools.swa ? pools.swa->n_pages() : 0, pools.states ? pools.states->n_pages() : 0);
-  };
-  act.reserve(requests.size());
+  if (requests.empty()) return results;
+  const EngineOptions& eo = engine.options();
+  const auto n = static_cast<int32_t>(requests.size());
+  ServiceConfig sc;
+  sc.worker_thread = false;
+  sc.scheduler.max_running = n;  // all together: admission never holds one back
+  sc.scheduler.max_waiting = n;
+  sc.scheduler.max_prefill_tokens = static_cast<int32_t>(
+      std::min<int64_t>({options.max_prefill_tokens, eo.max_step_tokens, std::numeric_limits<int32_t>::max()}));
+  sc.scheduler.max_step_tokens = eo.max_step_tokens;
+  sc.scheduler.max_logit_rows = eo.max_logit_rows;
+  sc.scheduler.max_seq_len = std::numeric_limits<int64_t>::max();  // the pool is the limit
+  sc.scheduler.prefix_cache = false;  // every prompt position computed here (its logits, the references)
+  sc.scheduler.reserve_at_admission = true;  // pages for prompt + max_tokens up front, as promised
+  EngineRunner runner(engine);
+  EngineService service(runner, engine.kv().pools(), sc);
+  const int64_t V = engine.config().n_vocab;
+  std::vector<std::shared_ptr<ResultSink>> sinks;
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerateRequest& r = requests[i];
-    if (r.prompt.empty()) fail(ErrorCode::kInvalidArgument, "generate: request {} has an empty prompt", i);
-    Active a{&r, &results[i], std::make_unique<Sampler>(r.sampling, static_cast<int32_t>(V), c.eos_ids, r.prompt), {},
-             r.prompt, 0, r.max_tokens <= 0};
-    const int64_t total = static_cast<int64_t>(r.prompt.size()) + std::max(r.max_tokens, 0);
-    if (!a.table.reserve(pool, total))
-      fail(ErrorCode::kOutOfMemory, "generate: request {} needs KV for {} tokens ({} pages), {} of {} pages are free", i,
-           total, a.table.pages_needed(pool, total), pool.n_free(), pool.n_pages());
-    act.push_back(std::move(a));
+    GenerationRequest g;
+    g.prompt = r.prompt;
+    g.max_tokens = std::max(r.max_tokens, 1);  // max_tokens 0: the prompt (its logits) only
+    g.sampling = r.sampling;
+    g.eog_ids = engine.config().eos_ids;
+    g.ignore_eos = !r.stop_at_eos;
+    g.prompt_logits = r.prompt_logits;
+    g.step_logits = r.step_logits && r.max_tokens > 0;
+    sinks.push_back(std::make_shared<ResultSink>(r, results[i], V));
+    g.sink = sinks.back();
+    service.submit(std::move(g));
   }
-  auto record = [&](Active& a, int32_t id) {
-    a.out->tokens.push_back(id);
-    a.tokens.push_back(id);
-    if (a.req->on_token) a.req->on_token(id);
-    const bool eos = std::find(c.eos_ids.begin(), c.eos_ids.end(), id) != c.eos_ids.end();
-    if ((eos && a.req->stop_at_eos) || static_cast<int32_t>(a.out->tokens.size()) >= a.req->max_tokens)
-      a.finished = true;
-  };
-  auto accept = [&](Active& a, const float* logits) {
-    if (a.req->step_logits) a.out->step_logits.insert(a.out->step_logits.end(), logits, logits + V);
-    record(a, a.sampler->sample(logits).id);
-  };
-
-  // Prefill: pack prompt chunks of all requests, at most `budget` tokens (and logit rows) per forward.
-  const double t0 = now_s();
-  const int64_t max_rows = engine.options().max_logit_rows;
-  for (;;) {
-    std::vector<StepItem> items;
-    std::vector<Active*> owners;
-    int64_t used = 0, rows = 0;
-    for (Active& a : act) {
-      const int64_t left = static_cast<int64_t>(a.req->prompt.size()) - a.n_done;
-      if (left <= 0 || used >= budget) continue;
-      int64_t n = std::min(left, budget - used);
-      if (a.req->prompt_logits) n = std::min(n, max_rows - rows);
-      if (n <= 0) continue;
-      const bool last = n == left;
-      const int64_t n_logits = a.req->prompt_logits ? n : (last && !a.finished ? 1 : 0);
-      if (rows + n_logits > max_rows) continue;
-      advance(a, a.n_done + n);
-      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, n, n_logits, &a.table.swa_pages(),
-                       a.table.state_slot()});
-      owners.push_back(&a);
-      used += n;
-      rows += n_logits;
-    }
-    if (items.empty()) break;
-    const std::span<const float> logits = engine.step(items);
-    int64_t row = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      Active& a = *owners[i];
-      const StepItem& it = items[i];
-      if (a.req->prompt_logits)
-        a.out->prompt_logits.insert(a.out->prompt_logits.end(), logits.begin() + row * V,
-                                    logits.begin() + (row + it.n_logits) * V);
-      a.n_done += it.n;
-      advance(a, a.n_done);  // releases the sliding-window pages below the next position's window
-      row += it.n_logits;
-      if (a.n_done == static_cast<int64_t>(a.req->prompt.size()) && !a.finished)
-        accept(a, logits.data() + (row - 1) * V);
-    }
-    if (stats) stats->prefill_tokens += used;
-  }
-  const double t1 = now_s();
-
-  // Decode: one token for every unfinished sequence per forward.
-  std::vector<SampleRow> rows;
-  std::vector<LogitEdit> edits;
-  for (;;) {
-    std::vector<StepItem> items;
-    std::vector<Active*> owners;
-    for (Active& a : act) {
-      if (a.finished) continue;
-      advance(a, a.n_done + 1);
-      items.push_back({&a.table.pages(), a.n_done, a.tokens.data() + a.n_done, 1, 1, &a.table.swa_pages(),
-                       a.table.state_slot()});
-      owners.push_back(&a);
-    }
-    if (items.empty()) break;
-    if (std::any_of(owners.begin(), owners.end(), [](const Active* a) { return a->req->step_logits; })) {
-      const std::span<const float> logits = engine.step(items);
-      for (size_t i = 0; i < items.size(); ++i) {
-        owners[i]->n_done += 1;
-        accept(*owners[i], logits.data() + static_cast<int64_t>(i) * V);
-      }
-    } else {  // sampled on the backend: a few bytes a row come back instead of the logits
-      rows.assign(items.size(), SampleRow{});
-      edits.clear();
-      for (size_t i = 0; i < items.size(); ++i) owners[i]->sampler->prepare(rows[i], edits);
-      const std::span<const SampleResult> got = engine.step_sample(items, rows, edits);
-      for (size_t i = 0; i < items.size(); ++i) {
-        owners[i]->n_done += 1;
-        record(*owners[i], owners[i]->sampler->take(got[i]).id);
-      }
-    }
-    if (stats) stats->decode_tokens += static_cast<int64_t>(items.size());
+  const Clock::time_point t0 = Clock::now();
+  service.run_until_idle();
+  const Clock::time_point t2 = Clock::now();
+  // Prefill ends when the last prompt was computed; decode is the rest.
+  Clock::time_point t1 = t0;
+  int64_t prompt_tokens = 0, decoded = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ResultSink& s = *sinks[i];
+    if (s.finish() && s.finish()->reason == FinishReason::kError)
+      fail(ErrorCode::kInternal, "generate: request {}: {}", i, s.finish()->error);
+    if (s.first_token()) t1 = std::max(t1, *s.first_token());
+    prompt_tokens += static_cast<int64_t>(requests[i].prompt.size());
+    decoded += std::max<int64_t>(0, static_cast<int64_t>(results[i].tokens.size()) - 1);
   }
   if (stats) {
-    stats->prefill_seconds += t1 - t0;
-    stats->decode_seconds += now_s() - t1;
+    stats->prefill_tokens += prompt_tokens;
+    stats->decode_tokens += decoded;
+    stats->prefill_seconds += std::chrono::duration<double>(t1 - t0).count();
+    stats->decode_seconds += std::chrono::duration<double>(t2 - t1).count();
   }
   return results;
 }

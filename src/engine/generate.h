@@ -1,8 +1,10 @@
 #pragma once
-// Batched generation over an Engine: chunked prefill (at most max_prefill_tokens per forward, chunks
-// of several prompts packed together), then incremental decode of all unfinished sequences in one
-// forward per step. Sampling through ft::Sampler (temperature <= 0: greedy). A simple fixed-batch
-// loop for `ft run`, benchmarks and tests; the server uses the scheduler.
+// Batched generation over an Engine, synchronously: the server's loop (engine/service.h EngineService,
+// its Scheduler's step plans through EngineRunner) run on the calling thread until every request is
+// done, so `ft run` and the model tests exercise the loop that serves. All requests run together:
+// chunked prefill (at most max_prefill_tokens prompt tokens per forward, chunks of several prompts
+// packed together, decodes of the requests already past their prompts in the same forward), sampling
+// through ft::Sampler (temperature <= 0: greedy). No prefix cache: every prompt position is computed.
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -39,9 +41,12 @@ struct GenerateStats {
   double decode_seconds = 0;
 };
 
-/** Runs every request to completion together. Pages for prompt + max_tokens of every request are
- *  reserved up front: throws ft::Error(kOutOfMemory) naming the need when the KV pool is too small,
- *  kInvalidArgument for an empty prompt or more requests than the engine's max_seqs. */
+/** Runs every request to completion together (one batch: the scheduler runs them all at once). Pages
+ *  for prompt + max(max_tokens, 1) of every request are reserved up front: throws ft::Error(kOutOfMemory)
+ *  naming the need when the KV pool is too small, kInvalidArgument for an empty prompt, a token id
+ *  outside the vocabulary or more requests than the engine's max_seqs (or its max_step_tokens /
+ *  max_logit_rows); what a step throws, as it threw it; kInternal when a request's logits had no
+ *  finite value to sample. */
 std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateRequest>& requests,
                                      const GenerateOptions& options = {}, GenerateStats* stats = nullptr);
 

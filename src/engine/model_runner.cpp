@@ -9,6 +9,14 @@ namespace ft {
 std::span<const SampleResult> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
                                                           std::span<const LogitEdit> edits,
                                                           std::span<const uint32_t> masks) {
+  if (!batch.logit_rows.empty())
+    fail(ErrorCode::kInvalidArgument, "forward_sample: a batch with logit_rows (forward() returns those)");
+  check_sample_args(rows, edits, masks);  // before the forward, as a backend's step_sample checks
+  return sample_on_host(forward(batch), rows, edits, masks);
+}
+
+void ModelRunner::check_sample_args(std::span<const SampleRow> rows, std::span<const LogitEdit> edits,
+                                    std::span<const uint32_t> masks) const {
   const size_t S = rows.size(), V = static_cast<size_t>(vocab_size());
   op_checks::sample_edits("forward_sample", rows.data(), static_cast<int64_t>(S), edits.data(),
                           static_cast<int64_t>(edits.size()), static_cast<int64_t>(V));
@@ -18,9 +26,16 @@ std::span<const SampleResult> ModelRunner::forward_sample(const ForwardBatch& ba
          masks.size(), words);
   op_checks::sample_mask_rows("forward_sample", rows.data(), static_cast<int64_t>(S),
                               static_cast<int64_t>(masks.size() / words));
-  const std::span<const float> logits = forward(batch);
+}
+
+std::span<const SampleResult> ModelRunner::sample_on_host(std::span<const float> logits,
+                                                          std::span<const SampleRow> rows,
+                                                          std::span<const LogitEdit> edits,
+                                                          std::span<const uint32_t> masks) {
+  check_sample_args(rows, edits, masks);
+  const size_t S = rows.size(), V = static_cast<size_t>(vocab_size());
   if (logits.size() < S * V)
-    fail(ErrorCode::kInternal, "forward returned {} logits for {} rows of {}", logits.size(), S, V);
+    fail(ErrorCode::kInternal, "sample_on_host: {} logits for {} rows of {}", logits.size(), S, V);
   host_edits_.assign(edits.begin(), edits.end());
   host_results_.assign(S, SampleResult{});
   cpu::sample_rows(logits.data(), static_cast<int64_t>(V), rows.data(), static_cast<int64_t>(S), host_edits_.data(),

@@ -28,6 +28,9 @@ struct ForwardBatch {
    *  sequences starting from a prefix hit) and after it (slots saved as snapshots for the prefix
    *  cache), in order. */
   std::vector<StateCopy> copies_before, copies_after;
+  /** [S] logit rows forward() returns for each sequence: 1 (its last token's) or its token count (every
+   *  token's, in position order); empty: one each. forward_sample takes batches with one each only. */
+  std::vector<int32_t> logit_rows;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return static_cast<int32_t>(block_tables.size()); }
@@ -40,6 +43,7 @@ struct ForwardBatch {
     state_slots.clear();
     copies_before.clear();
     copies_after.clear();
+    logit_rows.clear();
   }
 };
 
@@ -48,9 +52,9 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
   /** Rows of the logits (the model's vocabulary size). */
   virtual int32_t vocab_size() const = 0;
-  /** Runs the model over `batch` and returns its logits (float32 [S, vocab_size], row s = the last
-   *  token of sequence s), held by the runner until its next forward (the engine's pinned buffer: no
-   *  copy). Results of one sequence must not depend on the other sequences of the batch
+  /** Runs the model over `batch` and returns its logits (float32 [R, vocab_size]: R = S and row s = the
+   *  last token of sequence s, or with batch.logit_rows those rows of each sequence in turn), held by the
+   *  runner until its next forward (the engine's pinned buffer: no copy). Results of one sequence must not depend on the other sequences of the batch
    *  (batch-invariant kernels), so batched and solo runs agree. Throws ft::Error. */
   virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
   /** Runs the model over `batch` and samples row s by rows[s] (backend/sampling.h; `edits` holds the
@@ -62,7 +66,16 @@ class ModelRunner {
                                                        std::span<const LogitEdit> edits,
                                                        std::span<const uint32_t> masks = {});
 
+  /** Samples `logits` (float32 [S, vocab_size], row s for rows[s]) on the host as forward_sample does
+   *  (cpu::sample_rows), returning the results [S], held until the next call or forward. Throws
+   *  ft::Error(kInvalidArgument) for rows, edits or masks that do not fit. */
+  std::span<const SampleResult> sample_on_host(std::span<const float> logits, std::span<const SampleRow> rows,
+                                               std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
+
  private:
+  void check_sample_args(std::span<const SampleRow> rows, std::span<const LogitEdit> edits,
+                         std::span<const uint32_t> masks) const;
+
   std::vector<SampleResult> host_results_;
   std::vector<LogitEdit> host_edits_;  // a writable copy: the sampler writes each edit's raw logit
 };

@@ -15,6 +15,12 @@ void SchedulerConfig::validate() const {
     fail(ErrorCode::kInvalidArgument, "max_prefill_tokens must be >= 1 (got {})", max_prefill_tokens);
   if (max_waiting < 0) fail(ErrorCode::kInvalidArgument, "max_waiting must be >= 0 (got {})", max_waiting);
   if (max_seq_len < 2) fail(ErrorCode::kInvalidArgument, "max_seq_len must be >= 2 (got {})", max_seq_len);
+  if (max_step_tokens < 0 || (max_step_tokens > 0 && max_step_tokens < max_running))
+    fail(ErrorCode::kInvalidArgument, "max_step_tokens must be 0 (no limit) or >= max_running {} (got {})", max_running,
+         max_step_tokens);
+  if (max_logit_rows < 0 || (max_logit_rows > 0 && max_logit_rows < max_running))
+    fail(ErrorCode::kInvalidArgument, "max_logit_rows must be 0 (no limit) or >= max_running {} (got {})", max_running,
+         max_logit_rows);
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools, LowerTiers tiers)
@@ -39,7 +45,8 @@ int64_t Scheduler::context_limit() const {
   return std::min<int64_t>(config_.max_seq_len, static_cast<int64_t>(pool_->n_pages()) * pool_->page_size());
 }
 
-void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, uint64_t after) {
+void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, uint64_t after,
+                       bool prompt_logits) {
   if (prompt.empty()) fail(ErrorCode::kInvalidArgument, "the prompt is empty (it must hold at least one token)");
   if (max_new_tokens < 1) fail(ErrorCode::kInvalidArgument, "max_tokens must be >= 1 (got {})", max_new_tokens);
   if (seqs_.count(id)) fail(ErrorCode::kInvalidArgument, "request id {} is already queued", id);
@@ -60,6 +67,7 @@ void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new
   s->tokens = std::move(prompt);
   s->max_new_tokens = max_new_tokens;
   s->after = after;
+  s->prompt_logits = prompt_logits;
   waiting_.push_back(s.get());
   seqs_.emplace(id, std::move(s));
 }
@@ -262,7 +270,7 @@ bool Scheduler::leader_ready(const Sequence& s) const {
   return leader == nullptr || leader->state != SeqState::kRunning || leader->n_computed >= leader->n_prompt;
 }
 
-bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
+bool Scheduler::admit(Sequence& s, int32_t& budget, int64_t& rows, StepPlan& plan) {
   const int32_t n_tokens = static_cast<int32_t>(s.tokens.size());
   if (config_.prefix_cache) {
     PrefixCache::Match m = cache_.acquire(s.tokens, n_tokens - 1);  // compute >= 1 token for the logits
@@ -277,12 +285,18 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
   // Admit only when the whole known sequence fits next to the running ones, so admissions do not
   // thrash with preemptions.
   const int32_t ps = pool_->page_size();
-  const int32_t need = (n_tokens + ps - 1) / ps - static_cast<int32_t>(s.pages.size());
-  const int32_t chunk =
-      cut_at_snapshot(s, std::min({n_tokens - s.n_computed, budget, positions_available(s) - s.n_computed}));
+  // With reserve_at_admission, the pages of its whole budget (the full pool's; sliding-window pages
+  // still follow the window).
+  const int64_t whole = config_.reserve_at_admission ? int64_t{s.n_prompt} + s.max_new_tokens : n_tokens;
+  const auto need = static_cast<int32_t>((whole + ps - 1) / ps - static_cast<int64_t>(s.pages.size()));
+  int32_t chunk = std::min({n_tokens - s.n_computed, budget, positions_available(s) - s.n_computed});
+  if (s.prompt_logits && s.n_computed < s.n_prompt) chunk = static_cast<int32_t>(std::min<int64_t>(chunk, rows));
+  chunk = cut_at_snapshot(s, chunk);
   const int32_t slot = chunk >= 1 && pools_.states ? take_state_slot() : -1;
   if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() || (pools_.states && slot < 0) ||
-      !reserve(s, s.n_computed + chunk)) {
+      !reserve(s, s.n_computed + chunk) ||
+      (config_.reserve_at_admission &&
+       !alloc_pages(static_cast<int32_t>((whole + ps - 1) / ps) - static_cast<int32_t>(s.pages.size()), s.pages))) {
     if (slot >= 0) pools_.states->release({slot});
     release_pages(s);
     s.n_computed = 0;
@@ -298,6 +312,7 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, StepPlan& plan) {
   running_.push_back(&s);
   budget -= chunk;
   plan.seqs.push_back({&s, s.n_computed, chunk, s.n_computed + chunk == n_tokens});
+  rows -= logit_rows(plan.seqs.back());
   plan.n_prefill_tokens += chunk;
   plan.n_tokens += chunk;
   return true;
@@ -326,24 +341,31 @@ StepPlan Scheduler::schedule() {
       ++plan.n_decode;
       ++plan.n_tokens;
     }
-    // 2. Prefill chunks of running sequences, oldest first, under the step's budget.
+    // 2. Prefill chunks of running sequences, oldest first, under the step's budget (tokens and
+    //    logit rows: what the decodes leave of the step's limits).
     int32_t budget = config_.max_prefill_tokens;
+    if (config_.max_step_tokens > 0)
+      budget = static_cast<int32_t>(std::min<int64_t>(budget, config_.max_step_tokens - plan.n_tokens));
+    int64_t rows = config_.max_logit_rows > 0 ? config_.max_logit_rows - static_cast<int64_t>(plan.seqs.size())
+                                              : INT64_MAX;
     for (Sequence* sp : running_) {
-      if (budget <= 0) break;
+      if (budget <= 0 || rows <= 0) break;
       Sequence& s = *sp;
       const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.n_computed;
       if (remaining <= 1) continue;
       int32_t chunk = std::min(remaining, budget);
+      if (s.prompt_logits && s.n_computed < s.n_prompt) chunk = static_cast<int32_t>(std::min<int64_t>(chunk, rows));
       chunk = cut_at_snapshot(s, std::min(chunk, positions_available(s) - s.n_computed));
       if (chunk <= 0 || !reserve(s, s.n_computed + chunk)) continue;
       plan.seqs.push_back({sp, s.n_computed, chunk, s.n_computed + chunk == static_cast<int32_t>(s.tokens.size())});
+      rows -= logit_rows(plan.seqs.back());
       plan.n_prefill_tokens += chunk;
       plan.n_tokens += chunk;
       budget -= chunk;
     }
     // 3. Admissions in FIFO order; the first that does not fit stops the rest (no overtaking).
-    while (!waiting_.empty() && n_running() < config_.max_running && budget > 0) {
-      if (!leader_ready(*waiting_.front()) || !admit(*waiting_.front(), budget, plan)) break;
+    while (!waiting_.empty() && n_running() < config_.max_running && budget > 0 && rows > 0) {
+      if (!leader_ready(*waiting_.front()) || !admit(*waiting_.front(), budget, rows, plan)) break;
     }
     if (!plan.empty() || running_.empty()) return finish_plan(plan);
     // Every running sequence is stuck mid-prefill with the pool full: give the youngest's pages to
@@ -468,7 +490,8 @@ void Scheduler::check_swa_integrity() const {
       if (!s.swa_pages.empty()) bad(fmt::format("sequence {} holds sliding-window pages without their pool", id));
       continue;
     }
-    if (s.swa_pages.size() != s.pages.size())
+    // reserve_at_admission: the full pool's pages of the whole budget, the window's only as computed.
+    if (config_.reserve_at_admission ? s.swa_pages.size() > s.pages.size() : s.swa_pages.size() != s.pages.size())
       bad(fmt::format("sequence {} has {} sliding-window entries for {} pages", id, s.swa_pages.size(), s.pages.size()));
     if (s.n_swa_released > pools_.first_swa_page(s.n_computed))
       bad(fmt::format("sequence {} released sliding-window pages its window still reads", id));

@@ -59,6 +59,16 @@ struct SchedulerConfig {
   int32_t max_waiting = 1024;        // requests queued beyond max_running; more are refused (HTTP 503)
   int64_t max_seq_len = 4096;        // model context limit (prompt + generated tokens)
   bool prefix_cache = true;          // share whole pages of equal prompt prefixes
+  /** Tokens one step may hold, decodes included (0: no limit beyond max_prefill_tokens + max_running):
+   *  the prefill budget of a step is what its decodes leave of it. */
+  int64_t max_step_tokens = 0;
+  /** Logit rows one step may return (0: no limit): one a sequence, one a token for a chunk that keeps
+   *  its prompt's logits (logit_rows()). Must be >= max_running when set. */
+  int64_t max_logit_rows = 0;
+  /** Admit a sequence only when the full pool's pages for its prompt + max_new_tokens are free, and take
+   *  them then (sliding-window pages still follow the window): a running sequence never runs short, so
+   *  none is preempted (engine/generate.h). Off: pages are taken as the sequence grows. */
+  bool reserve_at_admission = false;
 
   /** Throws ft::Error(kInvalidArgument) naming the field for a value out of range. */
   void validate() const;
@@ -77,6 +87,7 @@ struct Sequence {
   bool admitted_once = false;
   int32_t n_preempted = 0;
   uint64_t after = 0;            // admitted only once this sequence's prompt is computed (0: none)
+  bool prompt_logits = false;    // its prefill chunks return a logit row a token (logit_rows())
   SeqState state = SeqState::kWaiting;
   std::vector<int32_t> pages;                 // block table: page of positions [j*page, (j+1)*page)
   std::vector<PrefixCache::NodeId> nodes;     // cache nodes backing pages[0, nodes.size())
@@ -96,6 +107,12 @@ struct ScheduledSeq {
   int32_t n_tokens = 0;
   bool sample = false;  // the chunk ends at the last known token: the step yields its next token
 };
+
+/** Logit rows a planned chunk returns: one a token when its sequence keeps its prompt's logits and the
+ *  chunk starts in the prompt, else one (its last token's). */
+inline int32_t logit_rows(const ScheduledSeq& e) {
+  return e.seq->prompt_logits && e.start < e.seq->n_prompt ? e.n_tokens : 1;
+}
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;  // decodes first, then prefill chunks
@@ -126,8 +143,11 @@ class Scheduler {
    *  `after` (0: none) names an earlier sequence with the same prompt (the choices of one request, OpenAI's
    *  `n`): with the prefix cache on, this one is admitted only once that one's prompt is computed (or it
    *  ended), so it takes the prompt's whole pages from the cache and computes only the partial last page.
-   *  Admission stays FIFO: a sequence that waits for its leader holds back those queued behind it. */
-  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, uint64_t after = 0);
+   *  Admission stays FIFO: a sequence that waits for its leader holds back those queued behind it.
+   *  `prompt_logits`: its prefill chunks return every token's logits (logit_rows()), so they are cut to
+   *  the step's max_logit_rows. */
+  void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new_tokens, uint64_t after = 0,
+              bool prompt_logits = false);
 
   /** Plans the next step (see the header comment). Sequences in the plan stay valid until the next call
    *  to submit/schedule/finish/cancel. An empty plan means nothing can run. */
@@ -195,7 +215,9 @@ class Scheduler {
   int32_t positions_available(const Sequence& s) const;
   void check_swa_integrity() const;
   void preempt(Sequence& s, StepPlan& plan);
-  bool admit(Sequence& s, int32_t& budget, StepPlan& plan);
+  /** Admits the queue's front with a first chunk within `budget` tokens and `rows` logit rows (both
+   *  reduced by what it takes); false when it does not fit. */
+  bool admit(Sequence& s, int32_t& budget, int64_t& rows, StepPlan& plan);
   /** Whether s's leader (Sequence::after) has computed its prompt or is gone. */
   bool leader_ready(const Sequence& s) const;
   /** Recurrent layers: a chunk of `s` cut to end at its snapshot boundary when it would cross it. */

@@ -23,7 +23,7 @@ const char* finish_reason_name(FinishReason r) {
 EngineService::EngineService(ModelRunner& runner, KvPools pools, const ServiceConfig& config)
     : runner_(&runner), config_(config), context_limit_(0), sched_(config.scheduler, pools, config.tiers), started_(Clock::now()) {
   context_limit_ = sched_.context_limit();
-  worker_ = std::thread([this] { loop(); });
+  if (config_.worker_thread) worker_ = std::thread([this] { loop(); });
 }
 
 EngineService::~EngineService() { shutdown(std::chrono::milliseconds(0)); }
@@ -66,7 +66,7 @@ uint64_t EngineService::submit(GenerationRequest request) {
     }
     id = next_id_++;
     try {
-      sched_.submit(id, request.prompt, request.max_tokens, request.after);
+      sched_.submit(id, request.prompt, request.max_tokens, request.after, request.prompt_logits);
     } catch (const Error&) {
       ++totals_.requests_rejected;
       throw;
@@ -102,7 +102,40 @@ void EngineService::shutdown(std::chrono::milliseconds grace) {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    worker_.join();
+  } else {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancel_all_locked();
+  }
+}
+
+void EngineService::cancel_all_locked() {
+  std::vector<uint64_t> ids;
+  for (const auto& kv : active_) ids.push_back(kv.first);
+  for (uint64_t id : ids) finish_locked(id, FinishReason::kCancelled);
+}
+
+void EngineService::run_until_idle() {
+  if (worker_.joinable()) fail(ErrorCode::kInternal, "run_until_idle: the service runs its own worker thread");
+  forward_error_ = nullptr;
+  std::exception_ptr error;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (sched_.idle() && cancels_.empty()) break;
+    }
+    const bool ran = run_once();
+    if (forward_error_ && !error) error = forward_error_;
+    if (!ran) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!sched_.idle()) {  // a lone sequence always fits: this is a bug, not a wait
+        cancel_all_locked();
+        fail(ErrorCode::kInternal, "run_until_idle: the scheduler planned nothing for the requests left");
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void EngineService::finish_locked(uint64_t id, FinishReason reason, const std::string& error) {
@@ -143,135 +176,146 @@ void EngineService::record_rates_locked(int64_t prompt_tokens, int64_t gen_token
 }
 
 void EngineService::loop() {
-  std::vector<Active*> planned;
   for (;;) {
-    StepPlan plan;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !sched_.idle() || !cancels_.empty(); });
-      for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
-      cancels_.clear();
-      finish_past_deadline_locked();
       if (stop_) {
-        std::vector<uint64_t> ids;
-        for (const auto& kv : active_) ids.push_back(kv.first);
-        for (uint64_t id : ids) finish_locked(id, FinishReason::kCancelled);
+        for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
+        cancels_.clear();
+        cancel_all_locked();
         idle_cv_.notify_all();
         return;
       }
-      if (sched_.idle()) {
-        idle_cv_.notify_all();
-        continue;
-      }
-      plan = sched_.schedule();
-      if (plan.empty()) {  // nothing fits right now (should not happen: a lone sequence always fits)
-        cv_.wait_for(lk, std::chrono::milliseconds(5));
-        continue;
-      }
-      batch_.clear();
-      planned.clear();
-      for (const ScheduledSeq& e : plan.seqs) {
-        const Sequence& s = *e.seq;
-        for (int32_t k = 0; k < e.n_tokens; ++k) {
-          batch_.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
-          batch_.positions.push_back(e.start + k);
-        }
-        batch_.seq_start.push_back(batch_.n_tokens());
-        batch_.block_tables.push_back(&s.pages);
-        if (sched_.pools().swa) batch_.swa_block_tables.push_back(&s.swa_pages);
-        if (sched_.pools().states) batch_.state_slots.push_back(s.state_slot);
-        planned.push_back(&active_.at(s.id));
-      }
-      batch_.copies_before = plan.state_restores;
-      batch_.copies_after = plan.state_saves;
     }
-    // The sinks run without the lock; only this thread erases from active_.
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {
-      Active& a = *planned[i];
-      if (a.admitted) continue;
-      a.admitted = true;
-      a.req.sink->on_admitted(plan.seqs[i].seq->n_cached);
-    }
-    step(plan, planned);
-    std::string error;
-    if (results_.size() < plan.seqs.size()) error = "internal error: the model returned too few samples";
-    sampled_.clear();
-    int64_t gen = 0;
-    if (error.empty()) {
-      for (size_t i = 0; i < plan.seqs.size(); ++i) {
-        if (!plan.seqs[i].sample) continue;
-        Active& a = *planned[i];
-        if (a.constraint_failed) {
-          sampled_.push_back(Sampled{plan.seqs[i].seq->id, 0, true, FinishReason::kError});
-          continue;
-        }
-        if (!std::isfinite(results_[i].logprob)) {
-          // No finite logit to sample from (a diverged sequence, or logit_bias removing every token):
-          // this request ends with an error; the others of the step go on.
-          sampled_.push_back(Sampled{plan.seqs[i].seq->id, 0, true, FinishReason::kError});
-          continue;
-        }
-        const SampledToken tok = a.sampler->take(results_[i]);
-        ++a.generated;
-        ++gen;
-        if (!a.first_token) {
-          a.first_token = true;
-          const double ttft = std::chrono::duration<double>(Clock::now() - a.submitted).count();
-          std::lock_guard<std::mutex> lk(mu_);
-          ttft_sum_s_ += ttft;
-          ++ttft_count_;
-        }
-        const bool eog = (!a.req.ignore_eos && a.eog.count(tok.id) > 0) || a.stop.count(tok.id) > 0;
-        // The constraint advances over every token but the end-of-generation one it allowed.
-        if (a.req.constraint && !eog) {
-          a.mask_ready = false;
-          if (!a.req.constraint->accept(tok.id)) a.constraint_failed = true;
-        }
-        const bool go_on = a.req.sink->on_token(tok, eog);
-        Sampled s{plan.seqs[i].seq->id, tok.id, false, FinishReason::kStop};
-        if (eog || !go_on) {
-          s.finish = true;
-        } else if (a.generated >= a.req.max_tokens) {
-          s.finish = true;
-          s.reason = FinishReason::kLength;
-        } else if (a.constraint_failed) {
-          s.finish = true;
-          s.reason = FinishReason::kError;
-        } else if (a.req.constraint && constrain(a) == 0) {
-          // Nothing may follow: a complete value ends the request, an incomplete one is an error.
-          s.finish = true;
-          s.reason = a.constraint_failed ? FinishReason::kError : FinishReason::kStop;
-        }
-        sampled_.push_back(s);
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!error.empty()) {
-        for (const ScheduledSeq& e : plan.seqs) finish_locked(e.seq->id, FinishReason::kError, error);
-      } else {
-        sched_.complete(plan);
-        for (const Sampled& s : sampled_) {
-          if (s.reason == FinishReason::kError) {
-            const auto it = active_.find(s.id);
-            finish_locked(s.id, s.reason,
-                          it != active_.end() && it->second.constraint_failed
-                              ? "constrained decoding reached a state where the vocabulary has no allowed token "
-                                "(the grammar cannot be continued with this model's tokens)"
-                              : "the model's logits for this sequence had no finite value to sample (its activations "
-                                "diverged, or logit_bias removed every token)");
-          } else if (s.finish) {
-            finish_locked(s.id, s.reason);
-          } else {
-            sched_.append(s.id, s.token);
-          }
-        }
-        record_rates_locked(plan.n_prefill_tokens, gen);
-      }
-      if (config_.check_integrity) sched_.check_integrity();
-      if (sched_.idle()) idle_cv_.notify_all();
+    if (!run_once()) {  // nothing fits right now (should not happen: a lone sequence always fits)
+      std::unique_lock<std::mutex> lk(mu_);
+      if (!sched_.idle()) cv_.wait_for(lk, std::chrono::milliseconds(5));
     }
   }
+}
+
+bool EngineService::run_once() {
+  std::vector<Active*>& planned = planned_;
+  StepPlan plan;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
+    cancels_.clear();
+    finish_past_deadline_locked();
+    if (sched_.idle()) {
+      idle_cv_.notify_all();
+      return false;
+    }
+    plan = sched_.schedule();
+    if (plan.empty()) return false;
+    batch_.clear();
+    planned.clear();
+    for (const ScheduledSeq& e : plan.seqs) {
+      const Sequence& s = *e.seq;
+      for (int32_t k = 0; k < e.n_tokens; ++k) {
+        batch_.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
+        batch_.positions.push_back(e.start + k);
+      }
+      batch_.seq_start.push_back(batch_.n_tokens());
+      batch_.block_tables.push_back(&s.pages);
+      if (sched_.pools().swa) batch_.swa_block_tables.push_back(&s.swa_pages);
+      if (sched_.pools().states) batch_.state_slots.push_back(s.state_slot);
+      planned.push_back(&active_.at(s.id));
+    }
+    batch_.copies_before = plan.state_restores;
+    batch_.copies_after = plan.state_saves;
+  }
+  // The sinks run without the lock; only this thread erases from active_.
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    Active& a = *planned[i];
+    if (a.admitted) continue;
+    a.admitted = true;
+    a.req.sink->on_admitted(plan.seqs[i].seq->n_cached);
+  }
+  step(plan, planned);
+  std::string error;
+  if (results_.size() < plan.seqs.size()) error = "internal error: the model returned too few samples";
+  if (error.empty()) {  // before the sinks see the tokens: the pages below a sliding window are gone
+    std::lock_guard<std::mutex> lk(mu_);
+    sched_.complete(plan);
+  }
+  sampled_.clear();
+  int64_t gen = 0;
+  if (error.empty()) {
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      if (!plan.seqs[i].sample) continue;
+      Active& a = *planned[i];
+      if (a.constraint_failed) {
+        sampled_.push_back(Sampled{plan.seqs[i].seq->id, 0, true, FinishReason::kError});
+        continue;
+      }
+      if (!std::isfinite(results_[i].logprob)) {
+        // No finite logit to sample from (a diverged sequence, or logit_bias removing every token):
+        // this request ends with an error; the others of the step go on.
+        sampled_.push_back(Sampled{plan.seqs[i].seq->id, 0, true, FinishReason::kError});
+        continue;
+      }
+      const SampledToken tok = a.sampler->take(results_[i]);
+      ++a.generated;
+      ++gen;
+      if (!a.first_token) {
+        a.first_token = true;
+        const double ttft = std::chrono::duration<double>(Clock::now() - a.submitted).count();
+        std::lock_guard<std::mutex> lk(mu_);
+        ttft_sum_s_ += ttft;
+        ++ttft_count_;
+      }
+      const bool eog = (!a.req.ignore_eos && a.eog.count(tok.id) > 0) || a.stop.count(tok.id) > 0;
+      // The constraint advances over every token but the end-of-generation one it allowed.
+      if (a.req.constraint && !eog) {
+        a.mask_ready = false;
+        if (!a.req.constraint->accept(tok.id)) a.constraint_failed = true;
+      }
+      const bool go_on = a.req.sink->on_token(tok, eog);
+      Sampled s{plan.seqs[i].seq->id, tok.id, false, FinishReason::kStop};
+      if (eog || !go_on) {
+        s.finish = true;
+      } else if (a.generated >= a.req.max_tokens) {
+        s.finish = true;
+        s.reason = FinishReason::kLength;
+      } else if (a.constraint_failed) {
+        s.finish = true;
+        s.reason = FinishReason::kError;
+      } else if (a.req.constraint && constrain(a) == 0) {
+        // Nothing may follow: a complete value ends the request, an incomplete one is an error.
+        s.finish = true;
+        s.reason = a.constraint_failed ? FinishReason::kError : FinishReason::kStop;
+      }
+      sampled_.push_back(s);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!error.empty()) {
+      for (const ScheduledSeq& e : plan.seqs) finish_locked(e.seq->id, FinishReason::kError, error);
+    } else {
+      for (const Sampled& s : sampled_) {
+        if (s.reason == FinishReason::kError) {
+          const auto it = active_.find(s.id);
+          finish_locked(s.id, s.reason,
+                        it != active_.end() && it->second.constraint_failed
+                            ? "constrained decoding reached a state where the vocabulary has no allowed token "
+                              "(the grammar cannot be continued with this model's tokens)"
+                            : "the model's logits for this sequence had no finite value to sample (its activations "
+                              "diverged, or logit_bias removed every token)");
+        } else if (s.finish) {
+          finish_locked(s.id, s.reason);
+        } else {
+          sched_.append(s.id, s.token);
+        }
+      }
+      record_rates_locked(plan.n_prefill_tokens, gen);
+    }
+    if (config_.check_integrity) sched_.check_integrity();
+    if (sched_.idle()) idle_cv_.notify_all();
+  }
+  return true;
 }
 
 int64_t EngineService::constrain(Active& a) {
@@ -322,12 +366,51 @@ void EngineService::step(StepPlan& plan, const std::vector<Active*>& planned) {
     rows_[i].mask_index = static_cast<int32_t>(masks_.size() / a.mask.size());
     masks_.insert(masks_.end(), a.mask.begin(), a.mask.end());
   }
+  forward_error_ = nullptr;
   try {
-    results_ = runner_->forward_sample(batch_, rows_, edits_, masks_);
+    if (wants_logits(plan, planned)) step_with_logits(plan, planned);
+    else results_ = runner_->forward_sample(batch_, rows_, edits_, masks_);
   } catch (const std::exception& e) {
     spdlog::error("forward failed for a batch of {} sequences: {}", plan.seqs.size(), e.what());
+    forward_error_ = std::current_exception();
     results_ = {};
   }
+}
+
+bool EngineService::wants_logits(const StepPlan& plan, const std::vector<Active*>& planned) const {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const GenerationRequest& r = planned[i]->req;
+    if ((r.prompt_logits && plan.seqs[i].start < plan.seqs[i].seq->n_prompt) || (r.step_logits && plan.seqs[i].sample))
+      return true;
+  }
+  return false;
+}
+
+void EngineService::step_with_logits(StepPlan& plan, const std::vector<Active*>& planned) {
+  const auto V = static_cast<size_t>(runner_->vocab_size());
+  batch_.logit_rows.clear();
+  for (const ScheduledSeq& e : plan.seqs) batch_.logit_rows.push_back(logit_rows(e));
+  const std::span<const float> logits = runner_->forward(batch_);
+  last_rows_.resize(plan.seqs.size() * V);
+  size_t row = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& e = plan.seqs[i];
+    const GenerationRequest& r = planned[i]->req;
+    const auto n = static_cast<size_t>(batch_.logit_rows[i]);
+    const int64_t first = e.start + e.n_tokens - static_cast<int64_t>(n);  // position of the first row
+    FT_CHECK((row + n) * V <= logits.size());
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t pos = first + static_cast<int64_t>(k);
+      const bool sampled_row = k + 1 == n && e.sample;
+      if ((r.prompt_logits && pos < e.seq->n_prompt) || (r.step_logits && sampled_row))
+        r.sink->on_logits(pos, logits.subspan((row + k) * V, V));
+    }
+    std::copy_n(logits.begin() + static_cast<std::ptrdiff_t>((row + n - 1) * V), V,
+                last_rows_.begin() + static_cast<std::ptrdiff_t>(i * V));
+    row += n;
+  }
+  batch_.logit_rows.clear();
+  results_ = runner_->sample_on_host(last_rows_, rows_, edits_, masks_);
 }
 
 EngineStats EngineService::stats() const {

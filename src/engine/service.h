@@ -4,6 +4,10 @@
 // request's own Sampler and hands tokens to the request's TokenSink. Any thread may submit or cancel.
 // Requests join and leave between steps; a cancelled request (client gone) is finished and its KV pages
 // returned at the next step boundary.
+// Without the worker thread (ServiceConfig::worker_thread false) the same loop runs on the caller's
+// thread in run_until_idle(): engine/generate.h drives `ft run` and the model tests through it.
+// Logits leave the runner only for a request that asks (GenerationRequest::prompt_logits /
+// step_logits, TokenSink::on_logits); other steps sample on the runner's backend.
 //
 // Text is not the engine's business: the server's TokenSink detokenizes and matches stop strings and
 // tells the engine to stop by returning false.
@@ -17,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -63,6 +68,14 @@ class TokenSink {
    *  first token: `cached_tokens` of its prompt were taken from the prefix cache (FinishInfo's count).
    *  A request cancelled or timed out while still queued never gets it. */
   virtual void on_admitted(int32_t cached_tokens) { (void)cached_tokens; }
+  /** Only for a request that asked for logits (GenerationRequest::prompt_logits / step_logits): the
+   *  raw logits float32 [vocab] computed at `position` (predicting position + 1), valid during the call.
+   *  Called before the token sampled from them reaches on_token. A position comes again when a
+   *  preempted request recomputes it. */
+  virtual void on_logits(int64_t position, std::span<const float> logits) {
+    (void)position;
+    (void)logits;
+  }
   /** Called exactly once per accepted request, last. */
   virtual void on_finish(const FinishInfo& info) = 0;
 };
@@ -89,6 +102,11 @@ struct GenerationRequest {
    *  this one starts once that one's prompt is computed and shares its whole pages through the prefix
    *  cache (Scheduler::submit). */
   uint64_t after = 0;
+  /** Hand the sink (on_logits) the logits of every prompt position, and of every position a token is
+   *  sampled from. Those steps return logits and sample on the host; prompt chunks are cut to the
+   *  scheduler's max_logit_rows. Off (the default): no logits leave the runner. */
+  bool prompt_logits = false;
+  bool step_logits = false;
   std::shared_ptr<TokenSink> sink;  // required
 };
 
@@ -133,11 +151,14 @@ struct ServiceConfig {
   bool check_integrity = false;  // run Scheduler::check_integrity() after every step (tests)
   /** The prefix cache's host and disk tiers (engine/kv_tiers.h; none by default); must outlive the service. */
   LowerTiers tiers;
+  /** false: no worker thread; the caller runs the loop with run_until_idle() (engine/generate.h). */
+  bool worker_thread = true;
 };
 
 class EngineService {
  public:
-  /** `runner` and `pools` (the KV pages, or one PagePool) must outlive the service. The worker thread starts at once. */
+  /** `runner` and `pools` (the KV pages, or one PagePool) must outlive the service. The worker thread starts at
+   *  once (unless config.worker_thread is false). */
   EngineService(ModelRunner& runner, KvPools pools, const ServiceConfig& config);
   /** Cancels whatever is left and joins the worker. */
   ~EngineService();
@@ -149,6 +170,11 @@ class EngineService {
    *  prompt, max_tokens < 1 or a token id outside the vocabulary; kContextLength when prompt +
    *  max_tokens exceed context_limit(); kOverloaded when the queue is full or the service stops. */
   uint64_t submit(GenerationRequest request);
+
+  /** Without a worker thread (ServiceConfig::worker_thread false): runs the serving loop's steps on the
+   *  calling thread until every submitted request finished. A forward that throws ends its step's
+   *  requests (kError to their sinks) and its exception is rethrown here once the rest finished. */
+  void run_until_idle();
 
   /** Ends a request at the next step boundary (finish reason kCancelled). Unknown ids are ignored. */
   void cancel(uint64_t id);
@@ -186,6 +212,16 @@ class EngineService {
   };
 
   void loop();
+  /** One iteration of the loop: cancellations and deadlines, then a planned step if any sequence is
+   *  waiting or running. Returns false when nothing ran. */
+  bool run_once();
+  /** Ends every request left (kCancelled). */
+  void cancel_all_locked();
+  /** Whether the planned step hands logits to a sink (then it samples on the host). */
+  bool wants_logits(const StepPlan& plan, const std::vector<Active*>& planned) const;
+  /** forward() with the planned rows, each sink's rows to it, each sequence's last row sampled on
+   *  the host. */
+  void step_with_logits(StepPlan& plan, const std::vector<Active*>& planned);
   /** Prepares each planned sequence's sampling row (skipped where it does not sample yet) and runs the
    *  runner's forward_sample; on an exception results_ is empty. */
   void step(StepPlan& plan, const std::vector<Active*>& planned);
@@ -229,6 +265,9 @@ class EngineService {
   std::vector<uint32_t> masks_;              // the constrained rows' allowed-token masks
   std::span<const SampleResult> results_;    // the runner's, until its next forward
   std::vector<Sampled> sampled_;
+  std::vector<Active*> planned_;             // the step's sequences' requests, in plan order
+  std::vector<float> last_rows_;             // step_with_logits: each sequence's last logit row
+  std::exception_ptr forward_error_;         // the last forward's exception (run_until_idle rethrows it)
   std::thread worker_;
 };
 
