@@ -148,6 +148,16 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
          },
          "GiB of device memory to plan within (default: the device's free memory; no limit on CPU)")
       ->group(kGroupMemory);
+  cmd->add_option_function<double>(
+         "--host-memory-limit",
+         [&eo](double gib) {
+           if (!(gib > 0.0 && gib < 1e6)) refuse_flag_value("--host-memory-limit {} GiB must be > 0", gib);
+           eo.host_memory_limit = std::max<int64_t>(1, static_cast<int64_t>(std::llround(gib * 1073741824.0)));
+         },
+         "GiB of host memory the MoE expert banks may take; whole layers whose banks do not fit go resident on the "
+         "GPU, charged to its budget before the expert cache and KV (default: measured at start: MemAvailable and "
+         "the cgroup's memory limit, less 1 GiB)")
+      ->group(kGroupMemory);
   cmd->add_option("--decode-log-interval", eo.decode_log_interval,
                   "Log expert-cache hits, misses, bytes and CPU experts every N decode steps (0: off)")
       ->capture_default_str()

@@ -119,6 +119,8 @@ void EngineOptions::validate() const {
     fail(ErrorCode::kInvalidArgument, "--decode-log-interval {} must be >= 0", decode_log_interval);
   if (gpu_memory_limit < 0)
     fail(ErrorCode::kInvalidArgument, "--gpu-memory-limit must be > 0 (got {} bytes)", gpu_memory_limit);
+  if (host_memory_limit < 0)
+    fail(ErrorCode::kInvalidArgument, "--host-memory-limit must be > 0 (got {} bytes)", host_memory_limit);
   if (!(kv_host_gib >= 0) || kv_host_gib > 1e6)
     fail(ErrorCode::kInvalidArgument, "--kv-host-gib must be between 0 (off) and 1e6 GiB (got {})", kv_host_gib);
   if (!(prompt_cache_gib > 0) || prompt_cache_gib > 1e6)

@@ -59,6 +59,10 @@ struct EngineOptions {
    *  allocates (kv_tokens), since KV beyond it could never be used. */
   int64_t kv_reserve_tokens = -1;
   int64_t gpu_memory_limit = 0;      // --gpu-memory-limit in bytes (0: the device's free memory; CPU: none)
+  /** --host-memory-limit in bytes: host memory the MoE expert banks may take; layers beyond it go
+   *  resident on the GPU (plan_moe). 0: measured at start (MemAvailable, the cgroup's limit, less a
+   *  margin: usable_host_memory). */
+  int64_t host_memory_limit = 0;
   int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
   /** --cuda-graph-max-bs: decode steps of up to this many sequences are recorded once per padded
    *  batch size (1, 2, 4, 8, ..., this) and side of the backend's short key range
@@ -86,6 +90,7 @@ struct EngineOptions {
   /** Throws ft::Error(kInvalidArgument), naming the flag, for a value out of range or a combination
    *  that contradicts itself, whatever the model: step limits below 1, --cuda-graph-max-bs,
    *  --state-snapshots, --swa-kv-tokens, --kv-host-gib, --prompt-cache-gib, --gpu-memory-limit,
+   *  --host-memory-limit,
    *  --kv-reserve-tokens, --decode-log-interval out of range; and the MoE flags (validate_moe_options).
    *  Engine's constructor calls it first; `ft` calls it once its flags are parsed, before anything
    *  loads. Checks that need the model (cache slots per layer, --moe-cpu-layers' layers, a tied LM

@@ -132,6 +132,7 @@ MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
   // Beside a GPU the host cores are free for experts: auto serves the planner (MoeOptions::auto_planner).
   if (in.ops.device() == Device::kCuda) mc.moe.auto_planner = true;
   mc.gpu_memory_limit = o.gpu_memory_limit;
+  mc.host_memory_limit = o.host_memory_limit;
   mc.kv_bytes_per_token = placed.kv_per_token;
   mc.placed_kv_tokens = in.kv.pool().n_pages() * o.page_size;
   mc.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : mc.placed_kv_tokens;
@@ -215,7 +216,13 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
   const bool resident = moe && p.moe->strategy == MoeStrategy::kFused;
   // placed.weights counts every routed expert as if resident (the budget takes them out again).
   add("dense weights", std::max<int64_t>(p.placed.weights - experts, 0), 0, "");
-  if (moe) {
+  if (moe && !resident && p.moe->gpu_bank_bytes > 0) {  // split: host memory holds only some layers' banks
+    const int64_t n_res = p.moe->count(MoeLayerMode::kResident);
+    const int64_t n_moe = static_cast<int64_t>(p.moe->layers.size()) - p.moe->count(MoeLayerMode::kDense);
+    add("routed experts", p.moe->gpu_bank_bytes, experts - p.moe->gpu_bank_bytes,
+        fmt::format("{} experts; {} of {} MoE layers resident (host memory holds {})", p.budget->total_experts, n_res,
+                    n_moe, format_bytes(p.moe->host_bank_limit)));
+  } else if (moe) {
     add("routed experts", resident ? experts : 0, resident ? 0 : experts,
         fmt::format("{} experts{}", p.budget->total_experts, resident ? "" : ", host banks"));
     if (p.moe->cache.n_slots > 0)

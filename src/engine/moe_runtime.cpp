@@ -11,6 +11,8 @@
 #include "backend/device.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe/expert_bank.h"
+#include "moe/host_memory.h"
+#include "moe/split_experts.h"
 #include "moe/thread_pool.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -31,7 +33,33 @@ int64_t routed_expert_bytes(const HostExpertBanks& host) {
   return bytes;
 }
 
+MoeOptions moe_plan_options(Ops& ops, const MoeRuntimeConfig& config) {
+  MoeOptions o = config.moe;
+  if (config.host_memory_limit > 0) {
+    o.host_bank_limit = config.host_memory_limit;
+    o.host_limit_source = "--host-memory-limit";
+  } else if (!(config.release_source && config.source_releases_memory)) {
+    // RLIMIT_MEMLOCK is read and shown but does not bound the banks: the CUDA backend pins them with
+    // cudaHostRegister, which the NVIDIA driver pins outside the mlock accounting, so a container's
+    // default limit (64 KiB to 8 MiB) would otherwise move every layer to the GPU.
+    HostMemoryLimits m = read_host_memory_limits();
+    m.memlock = memlock_limit();
+    o.host_bank_limit = usable_host_memory(m, /*pinned=*/false);
+    o.host_limit_source = describe_host_memory(m, ops.device() == Device::kCuda, o.host_bank_limit);
+  }
+  return o;
+}
+
 namespace {
+
+/** Each layer's routed experts in bytes, as stored (0: dense). */
+std::vector<int64_t> layer_expert_bytes(const HostExpertBanks& host) {
+  std::vector<int64_t> out(host.size(), 0);
+  for (size_t l = 0; l < host.size(); ++l)
+    for (const std::vector<Tensor>* v : {&host[l].gate, &host[l].up, &host[l].down})
+      for (const Tensor& t : *v) out[l] += t.bytes();
+  return out;
+}
 
 /** The memory budget of `config` for `host` on `ops` (see MoeRuntimeConfig). */
 GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRuntimeConfig& config) {
@@ -105,7 +133,8 @@ std::vector<int32_t> experts_per_layer(const HostExpertBanks& host) {
 }  // namespace
 
 MoePlan MoeRuntime::preview_plan(Ops& ops, const Model& model, const MoeRuntimeConfig& config) {
-  return plan_moe(config.moe, experts_per_layer(model.host_experts()), make_budget(ops, model.host_experts(), config));
+  return plan_moe(moe_plan_options(ops, config), experts_per_layer(model.host_experts()),
+                  make_budget(ops, model.host_experts(), config), layer_expert_bytes(model.host_experts()));
 }
 
 namespace {
@@ -134,7 +163,10 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   const HostExpertBanks& host = model.host_experts();
   const ModelConfig& c = model.config();
   budget_ = make_budget(ops, host, config);
-  plan_ = plan_moe(config.moe, experts_per_layer(host), budget_);
+  const MoeOptions plan_options = moe_plan_options(ops, config);
+  plan_ = plan_moe(plan_options, experts_per_layer(host), budget_, layer_expert_bytes(host));
+  if (plan_options.host_bank_limit >= 0 && config.host_memory_limit <= 0 && plan_.host_bank_bytes > 0)
+    spdlog::info("{}", plan_options.host_limit_source);  // measured: what bounds the banks
   if (ops.device() == Device::kCuda) check_gpu_expert_types(host, plan_);
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
   // The cap counts a layer's distinct misses per step (all tokens of a batch together): above the
@@ -203,6 +235,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     };
   experts_ = make_expert_compute(ops, host, plan_, ro);
   offloaded_ = dynamic_cast<OffloadedExperts*>(experts_.get());
+  if (auto* split = dynamic_cast<SplitExperts*>(experts_.get())) offloaded_ = &split->offloaded();
   if (offloaded_) logged_ = offloaded_->stats();
   plan_.prefetch = offloaded_ && offloaded_->prefetches();
   plan_.prefetch_depth = plan_.prefetch ? offloaded_->prefetch_depth() : 0;

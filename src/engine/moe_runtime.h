@@ -27,6 +27,10 @@ namespace ft {
 struct MoeRuntimeConfig {
   MoeOptions moe;                    // strategy, cache request, CPU layers, hybrid fetch cap
   int64_t gpu_memory_limit = 0;      // --gpu-memory-limit (0: the device's free memory; CPU backend: no limit)
+  /** --host-memory-limit in bytes: host memory the expert banks may take; 0: measured at start
+   *  (usable_host_memory; not for a checkpoint in anonymous memory, whose pages the banks take over).
+   *  Layers whose banks do not fit go resident on the GPU (plan_moe). */
+  int64_t host_memory_limit = 0;
   int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens (the engine passes its KV pool when unset)
   int64_t kv_bytes_per_token = 0;    // KV of one token over all layers on the backend
   int64_t placed_bytes = 0;          // backend memory the engine already holds besides the weights (KV, step buffers)
@@ -82,6 +86,11 @@ double moe_hit_rate(const MoeLayerStats& s);
 
 /** Bytes of every routed expert of `host` (gate + up + down as stored). */
 int64_t routed_expert_bytes(const HostExpertBanks& host);
+
+/** config.moe with MoeOptions::host_bank_limit and host_limit_source set: --host-memory-limit when
+ *  given, else usable_host_memory() measured now on `ops`'s host (none for a checkpoint that releases
+ *  its anonymous memory into the banks). */
+MoeOptions moe_plan_options(Ops& ops, const MoeRuntimeConfig& config);
 
 class MoeRuntime {
  public:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "backend/host_allocator.h"
 #include "backend/ops.h"
@@ -19,6 +20,37 @@ std::unique_ptr<HostAllocator> make_bank_allocator(Ops& ops);
 /** MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping, reclaimable page
  *  cache included), or -1 where it cannot be read. */
 int64_t host_memory_available();
+
+/** What bounds this process's host memory, in bytes (-1: not known / no limit). */
+struct HostMemoryLimits {
+  int64_t mem_available = -1;  // MemAvailable of /proc/meminfo
+  int64_t cgroup_limit = -1;   // the tightest memory limit of the process's cgroup and its ancestors (v2 memory.max, v1 memory.limit_in_bytes)
+  int64_t cgroup_usage = -1;   // that cgroup's usage (v2 memory.current, v1 memory.usage_in_bytes)
+  int64_t memlock = -1;        // RLIMIT_MEMLOCK's soft limit (pinned memory; -1: unlimited)
+};
+
+/** Reads MemAvailable and the cgroup limits under `root` ("/" on a real system; a test plants
+ *  proc/meminfo, proc/self/cgroup and sys/fs/cgroup/... under a folder): cgroup v2 ("0::/path":
+ *  sys/fs/cgroup/<path>/memory.max, "max" = none, and memory.current; the tightest limit from the
+ *  path up to the root), else v1 (the "memory" controller's line: sys/fs/cgroup/memory/<path>/
+ *  memory.limit_in_bytes, above 2^60 = none, and memory.usage_in_bytes). A cgroup path missing
+ *  under the mount (a container's namespace) is read at the mount's root. memlock is left -1 (see
+ *  memlock_limit). Missing or unreadable files leave their fields -1; never throws. */
+HostMemoryLimits read_host_memory_limits(const std::string& root = "/");
+
+/** RLIMIT_MEMLOCK's soft limit in bytes (getrlimit), -1 when unlimited or unreadable. */
+int64_t memlock_limit();
+
+/** Host memory set aside when measuring usable host memory (usable_host_memory): 1 GiB. */
+inline constexpr int64_t kHostMemoryMargin = int64_t{1} << 30;
+
+/** Host memory the expert banks may take: the least of MemAvailable, the cgroup's room (limit -
+ *  usage) and, when the banks are pinned (`pinned`: the CUDA backend), RLIMIT_MEMLOCK, less
+ *  `margin`, at least 0; -1 when none of them is known (no bound). */
+int64_t usable_host_memory(const HostMemoryLimits& m, bool pinned, int64_t margin = kHostMemoryMargin);
+
+/** One line for the log: each known bound of `m` and the usable figure. */
+std::string describe_host_memory(const HostMemoryLimits& m, bool pinned, int64_t usable);
 
 /** Host memory set aside, beyond the banks, for the runtime's own host allocations (staging and
  *  exchange buffers, the CUDA context) when checking that banks fit: 1 GiB. */

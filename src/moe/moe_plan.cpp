@@ -142,11 +142,55 @@ std::string MoePlan::summary() const {
   if (cpu_int8 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU int8 activations for Q4_K/Q6_K/MXFP4";
   if (cpu_bf16 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU bf16 activations for BF16 experts";
   if (bank_format == BankFormat::kEc12) s += ", EC12 expert banks (BF16 in 12 bits)";
+  if (const int64_t n_res = count(MoeLayerMode::kResident); n_res > 0 && strategy != MoeStrategy::kFused) {
+    std::vector<int64_t> res;
+    for (size_t l = 0; l < layers.size(); ++l)
+      if (layers[l] == MoeLayerMode::kResident) res.push_back(static_cast<int64_t>(l));
+    s += fmt::format(", {} of {} MoE layers resident on the GPU ({} {}, {}: host memory holds {} of banks, {} kept)",
+                     n_res, n_moe, res.size() == 1 ? "layer" : "layers", layer_ranges(res), format_bytes(gpu_bank_bytes),
+                     format_bytes(host_bank_limit), format_bytes(host_bank_bytes));
+  }
   if (!cache.note.empty()) s += " (" + cache.note + ")";
   return s;
 }
 
-MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget) {
+BankSplit split_banks(const std::vector<int64_t>& layer_bytes, const std::vector<bool>& movable, int64_t host_limit,
+                      int64_t gpu_room, const std::string& host_source) {
+  if (layer_bytes.size() != movable.size())
+    fail(ErrorCode::kInvalidArgument, "bank split: {} layer sizes, {} movable flags", layer_bytes.size(), movable.size());
+  BankSplit s;
+  for (int64_t b : layer_bytes) s.host_bytes += b;
+  if (host_limit < 0 || s.host_bytes <= host_limit) return s;
+  const int64_t total = s.host_bytes;
+  for (size_t i = layer_bytes.size(); i-- > 0 && s.host_bytes > host_limit;) {
+    if (!movable[i] || layer_bytes[i] <= 0) continue;
+    s.gpu_layers.push_back(static_cast<int64_t>(i));
+    s.gpu_bytes += layer_bytes[i];
+    s.host_bytes -= layer_bytes[i];
+  }
+  std::reverse(s.gpu_layers.begin(), s.gpu_layers.end());
+  const std::string src = host_source.empty() ? std::string() : " (" + host_source + ")";
+  if (s.host_bytes > host_limit)
+    fail(ErrorCode::kOutOfMemory,
+         "expert banks: {} of routed experts need host memory, which holds {}{}; even with every layer that may move "
+         "resident on the GPU ({}), {} stay in host memory (--moe-cpu-layers' layers need their banks). Raise "
+         "--host-memory-limit to at least {} or list fewer --moe-cpu-layers",
+         format_bytes(total), format_bytes(host_limit), src, format_bytes(s.gpu_bytes), format_bytes(s.host_bytes),
+         format_bytes(s.host_bytes));
+  if (s.gpu_bytes > std::max<int64_t>(gpu_room, 0))
+    fail(ErrorCode::kOutOfMemory,
+         "expert banks do not fit host or GPU memory: {} of routed experts; host memory holds {}{}, so {} of layers "
+         "{} must be resident on the GPU, which has {} left after the resident weights, buffers and KV ({} "
+         "missing). What would fit: host memory of {} with this GPU budget, or {} more GPU memory "
+         "(--gpu-memory-limit, --kv-reserve-tokens), or a smaller weight type",
+         format_bytes(total), format_bytes(host_limit), src, format_bytes(s.gpu_bytes), layer_ranges(s.gpu_layers),
+         format_bytes(std::max<int64_t>(gpu_room, 0)), format_bytes(s.gpu_bytes - std::max<int64_t>(gpu_room, 0)),
+         format_bytes(total), format_bytes(s.gpu_bytes - std::max<int64_t>(gpu_room, 0)));
+  return s;
+}
+
+MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget,
+                 const std::vector<int64_t>& bank_bytes) {
   std::vector<int64_t> moe_layers;
   int32_t max_e = 0;
   int64_t total = 0;
@@ -216,6 +260,25 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
                                                      : MoeLayerMode::kCache;
   for (int64_t l : moe_layers) p.layers[static_cast<size_t>(l)] = mode;
   for (int64_t l : cpu_layers) p.layers[static_cast<size_t>(l)] = MoeLayerMode::kCpu;
+  p.host_bank_limit = o.host_bank_limit;
+  if (s != MoeStrategy::kFused) {
+    if (!bank_bytes.empty() && bank_bytes.size() != experts_per_layer.size())
+      fail(ErrorCode::kInvalidArgument, "moe plan: {} layer sizes for {} layers", bank_bytes.size(),
+           experts_per_layer.size());
+    std::vector<int64_t> lb(experts_per_layer.size(), 0);
+    std::vector<bool> movable(experts_per_layer.size(), false);
+    for (int64_t l : moe_layers) {
+      const auto i = static_cast<size_t>(l);
+      lb[i] = !bank_bytes.empty() ? bank_bytes[i] : budget.expert_bytes * experts_per_layer[i] / total;
+      movable[i] = p.layers[i] != MoeLayerMode::kCpu || s == MoeStrategy::kCpu;
+    }
+    const BankSplit split = split_banks(lb, movable, o.host_bank_limit, avail, o.host_limit_source);
+    for (int64_t l : split.gpu_layers) p.layers[static_cast<size_t>(l)] = MoeLayerMode::kResident;
+    p.host_bank_bytes = split.host_bytes;
+    p.gpu_bank_bytes = split.gpu_bytes;
+    budget.resident_bytes += split.gpu_bytes;  // charged before the expert cache is sized
+    if (p.count(MoeLayerMode::kCache) + p.count(MoeLayerMode::kCpu) == 0) p.strategy = MoeStrategy::kFused;  // all moved
+  }
   if (p.count(MoeLayerMode::kCache) > 0) {
     // Sized for the experts that go through the cache: --moe-cpu-layers' layers never use it.
     GpuMemoryBudget cache_budget = budget;

@@ -73,6 +73,12 @@ struct MoeOptions {
    *  and plan; "": none kept, every start calibrates (the library's default; `ft` passes
    *  default_cache_dir()). */
   std::string calibration_dir;
+  /** Host memory the expert banks may take, in bytes (--host-memory-limit, else measured:
+   *  usable_host_memory); < 0: no bound. Set by the engine. Banks beyond it move whole layers to
+   *  the GPU (split_banks). */
+  int64_t host_bank_limit = -1;
+  /** Where host_bank_limit came from, for messages ("--host-memory-limit", "measured ..."). */
+  std::string host_limit_source;
 };
 
 struct MoePlan {
@@ -92,6 +98,9 @@ struct MoePlan {
   bool cpu_int8 = false;                       // set by the runtime: CPU experts dot Q4_K/Q6_K/MXFP4 with int8 activations
   bool cpu_bf16 = false;                       // set by the runtime: CPU experts dot BF16/EC12 with bf16 activations
   BankFormat bank_format = BankFormat::kStored;  // set by the runtime: the expert banks' form (no banks: kStored)
+  int64_t host_bank_limit = -1;                // MoeOptions::host_bank_limit the plan was made with (< 0: none)
+  int64_t host_bank_bytes = 0;                 // routed experts of the layers kept in host banks (kCache, kCpu), as stored
+  int64_t gpu_bank_bytes = 0;                  // routed experts of kResident layers that host memory could not hold
 
   /** Layer l's FetchPolicy: its fetch cap with the planned costs. */
   FetchPolicy fetch_policy(size_t l) const {
@@ -105,6 +114,24 @@ struct MoePlan {
   std::string summary() const;
 };
 
+/** Where whole layers' expert banks go when host memory cannot hold them all. */
+struct BankSplit {
+  std::vector<int64_t> gpu_layers;  // layers whose routed experts go resident on the GPU instead, ascending
+  int64_t host_bytes = 0;           // banks left in host memory
+  int64_t gpu_bytes = 0;            // experts of gpu_layers
+};
+
+/** Splits expert banks of layer_bytes[l] bytes per layer (0: no banks) between host memory of
+ *  `host_limit` bytes (< 0: unbounded, nothing moves) and `gpu_room` bytes of GPU memory (what is
+ *  left after the resident weights, buffers and KV): while the host's banks exceed host_limit, the
+ *  last layer with movable[l] set moves to the GPU (whole layers; the fewest that make the rest
+ *  fit when layers are alike). `host_source` names where host_limit came from in messages. Throws
+ *  ft::Error(kInvalidArgument) for vectors of different sizes, kOutOfMemory when the movable layers
+ *  that must leave host memory do not fit gpu_room (or too few layers may move), naming the bytes
+ *  needed and available on each side and what would fit. */
+BankSplit split_banks(const std::vector<int64_t>& layer_bytes, const std::vector<bool>& movable, int64_t host_limit,
+                      int64_t gpu_room, const std::string& host_source);
+
 /** The model layers --moe-cpu-layers selects, ascending. `moe_layers`: the model's MoE layer ids,
  *  ascending. Forms: "" (none); N, a whole number: the first N MoE layers; FRACTION, a number
  *  with a '.', in [0, 1]: the first round(F * n_moe) MoE layers; LIST, ids and ranges with ',' and
@@ -114,10 +141,15 @@ struct MoePlan {
 std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::vector<int64_t>& moe_layers);
 
 /** The plan for a model whose layer l has experts_per_layer[l] routed experts (0: dense), within
- *  `budget` (its experts_per_layer and total_experts are taken from the vector). Throws
+ *  `budget` (its experts_per_layer and total_experts are taken from the vector). With expert banks
+ *  (not fused) and options.host_bank_limit >= 0, layers whose banks host memory cannot hold go
+ *  resident on the GPU (split_banks over `bank_bytes`, each layer's routed experts as stored;
+ *  empty: budget.expert_bytes shared by expert count; --moe-cpu-layers' layers stay), their bytes
+ *  charged to the GPU before the expert cache is sized. Throws
  *  ft::Error(kInvalidArgument) for contradictory flags (--moe-cpu-layers with fused, a model
  *  without MoE layers and a non-auto strategy), kOutOfMemory from plan_cache_size or when fused
  *  (or even cpu: dense weights + KV) does not fit. */
-MoePlan plan_moe(const MoeOptions& options, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget);
+MoePlan plan_moe(const MoeOptions& options, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget,
+                 const std::vector<int64_t>& bank_bytes = {});
 
 }  // namespace ft

@@ -1,4 +1,5 @@
 #include "moe/offloaded_experts.h"
+#include "moe/split_experts.h"
 
 #include <algorithm>
 #include <chrono>
@@ -389,6 +390,7 @@ std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBan
                                                    const MoeRuntimeOptions& options) {
   if (plan.count(MoeLayerMode::kCache) + plan.count(MoeLayerMode::kCpu) == 0)
     return std::make_unique<ResidentExperts>(ops, host, options.progress);
+  if (plan.count(MoeLayerMode::kResident) > 0) return std::make_unique<SplitExperts>(ops, host, plan, options);
   return std::make_unique<OffloadedExperts>(ops, host, plan, options);
 }
 

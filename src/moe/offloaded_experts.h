@@ -208,8 +208,8 @@ class OffloadedExperts final : public ExpertCompute {
   int64_t timed_expert_ = 0;               // time_cpu_expert's next expert (each run reads a new one)
 };
 
-/** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), OffloadedExperts
- *  otherwise. Throws what those constructors throw. */
+/** The ExpertCompute for `plan`: ResidentExperts for fused (or a dense model), SplitExperts when
+ *  resident layers mix with banked ones (moe/split_experts.h), OffloadedExperts otherwise. Throws what those constructors throw. */
 std::unique_ptr<ExpertCompute> make_expert_compute(Ops& ops, const HostExpertBanks& host, const MoePlan& plan,
                                                    const MoeRuntimeOptions& options);
 

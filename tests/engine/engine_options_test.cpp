@@ -41,6 +41,7 @@ std::string refusal(const std::function<void(EngineOptions&)>& edit) {
 TEST(EngineOptions, ValidateNamesTheFlag) {
   EXPECT_EQ(refusal([](EngineOptions&) {}), "");
   EXPECT_EQ(refusal([](EngineOptions& o) { o.gpu_memory_limit = -5; }), "--gpu-memory-limit must be > 0 (got -5 bytes)");
+  EXPECT_EQ(refusal([](EngineOptions& o) { o.host_memory_limit = -5; }), "--host-memory-limit must be > 0 (got -5 bytes)");
   EXPECT_EQ(refusal([](EngineOptions& o) { o.state_snapshots = kMaxStateSnapshots + 1; }),
             "--state-snapshots must be in [0, 4096] (got 4097)");
   EXPECT_EQ(refusal([](EngineOptions& o) { o.swa_kv_tokens = -1; }), "--swa-kv-tokens must be >= 0 (got -1)");
