@@ -548,7 +548,9 @@ class Ops {
    *  the visible entries w < (p + 1) / rate; ids[t] = the min(top_k, visible) best (a set, in no
    *  particular order), then -1. Ties (the ReLU often zeroes every head) are broken as torch.topk on
    *  the CPU breaks them, over the sequence's n = (its last position this step + 1) / rate entries
-   *  with the invisible ones at -inf (backend/cpu/indexer_topk.cpp says how); CUDA takes the lower w.
+   *  with the invisible ones at -inf (backend/cpu/indexer_topk.cpp says how); CUDA too, repeating
+   *  those steps where the last pick ties (backend/torch_topk_order.h), while M more I32 fit its
+   *  shared memory beside the scores (else it takes the lower w).
    *  q [T, n_head head_dim]; w [T, n_head]; keys [S, M, head_dim]; ids I32 [T, top_k]. */
   virtual void indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
                             const Tensor& keys, Tensor ids);

@@ -124,8 +124,8 @@ TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) {
       for (int d = 0; d < hd; ++d) g_used.push_back(gent[(s * M + w) * hd + d]), c_used.push_back(cent[(s * M + w) * hd + d]);
   EXPECT_LE(rel_l2(g_used, c_used), kTight);
 
-  // Indexer: positive queries, keys and weights, so no ReLU zeros tie (CPU breaks ties as torch's
-  // CPU topk, CUDA to the lower entry) and both must pick the same sets.
+  // Indexer: positive queries, keys and weights, so no ReLU zeros tie, and both must pick the same
+  // sets (planted exact ties: indexer_ties_test.cpp).
   const auto q = rand_bf16(T * ih * hd, 13, 0.1f, 1.0f), w = rand_bf16(T * ih, 14, 0.1f, 1.0f),
              ikeys = rand_bf16(S * M * hd, 18, 0.1f, 1.0f);
   IndexerParams ip{ih, hd, rate, K, rope};
