@@ -6,7 +6,7 @@ for it, in the layout of shared/fixtures/hf/<arch>.
 Run where python3 has torch and transformers 5.17 (the H200 machine; it runs on the CPU, so the
 indexer's torch.topk breaks ties as FreeToken's CPU backend does), from the repository root:
     python3 tests/model/gen_deepseek_v4_yarn.py tests/model/fixtures/deepseek_v4_yarn
-(an optional second argument is the seed, 1234 by default). It writes config.json,
+(an optional second argument is the seed, 2 by default: the committed fixture; seeds 1234, 3, 4 and 5 give a greedy run whose cached and uncached argmax loops disagree). It writes config.json,
 model.safetensors, reference.json, logits_short.f32 and logits_long.f32 (under 1 MB together).
 
 The config is the shared fixture's (transformers DeepseekV4Config) with, as DeepSeek-V4-Flash has:
@@ -186,4 +186,4 @@ def main(out, seed):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "deepseek_v4_yarn_out", int(sys.argv[2]) if len(sys.argv) > 2 else 1234)
+    main(sys.argv[1] if len(sys.argv) > 1 else "deepseek_v4_yarn_out", int(sys.argv[2]) if len(sys.argv) > 2 else 2)
