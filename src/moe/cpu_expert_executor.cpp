@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/expert_ffn.h"
 #include "backend/cpu/q8_rows.h"
 #include "backend/op_checks.h"
 #include "backend/cpu/simd.h"
@@ -131,7 +132,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   if (ids.dtype != DType::I32) fail(ErrorCode::kInvalidArgument, "cpu experts: ids {} must be I32", ids.str());
   if (weights.dtype != DType::F32)
     fail(ErrorCode::kInvalidArgument, "cpu experts: weights {} must be F32", weights.str());
-  const int64_t T = x.rows(), H = x.cols(), k = ids.cols(), E = bank.n_expert();
+  const int64_t T = x.rows(), H = x.cols(), k = ids.cols();
   if (x.ndim != 2 || !out.has_shape({T, H}))
     fail(ErrorCode::kInvalidArgument, "cpu experts: out {} must have x's shape {}", out.str(), x.shape_str());
   if (ids.ndim != 2 || ids.rows() != T || !weights.has_shape({T, k}))
@@ -144,48 +145,18 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   op_checks::expert_bank_extras("cpu experts", bank, H);
   for (const Tensor* b : {&bank.gate_bias, &bank.up_bias, &bank.down_bias})
     if (!b->empty()) check_host("bank bias", *b);
-  // Biases F32 [E, F] / [E, H] (expert e's at row e) or nullptr; the GLU per bank.glu.
-  const float* gate_bias = bank.gate_bias.empty() ? nullptr : bank.gate_bias.ptr<float>();
-  const float* up_bias = bank.up_bias.empty() ? nullptr : bank.up_bias.ptr<float>();
-  const float* down_bias = bank.down_bias.empty() ? nullptr : bank.down_bias.ptr<float>();
-  const bool oai = bank.glu == ExpertGlu::kSwigluOai, gelu = bank.glu == ExpertGlu::kGeluTanh;
-  const bool clamped = bank.glu == ExpertGlu::kSwigluClamp;
-  const float alpha = bank.glu_alpha, limit = bank.glu_limit;
   const int32_t* id = ids.ptr<int32_t>();
   const float* wt = weights.ptr<float>();
 
   // Group (token, slot) pairs by expert, token order within an expert.
-  count_.assign(static_cast<size_t>(E) + 1, 0);
-  int64_t max_ff = 0;
-  for (int64_t i = 0; i < T * k; ++i) {
-    if (id[i] < 0) continue;
-    if (id[i] >= E)
-      fail(ErrorCode::kInvalidArgument, "cpu experts: expert id {} at token {} is outside the bank's {} experts", id[i],
-           i / k, E);
-    const size_t e = static_cast<size_t>(id[i]);
-    if (count_[e + 1] == 0) {
-      const Tensor &g = bank.gate[e], &u = bank.up[e], &d = bank.down[e];
-      if (g.ndim != 2 || g.dim(1) != H || !u.has_shape({g.dim(0), H}) || !d.has_shape({H, g.dim(0)}))
-        fail(ErrorCode::kInvalidArgument,
-             "cpu experts: expert {} has gate {}, up {}, down {}; expected [F, {}], [F, {}], [{}, F]", id[i], g.str(),
-             u.str(), d.str(), H, H, H);
-      for (const Tensor* w : {&g, &u, &d}) check_host("expert weight", *w);
-      max_ff = std::max(max_ff, g.dim(0));
-    }
-    ++count_[e + 1];
-  }
-  groups_.clear();
-  int64_t n_pairs = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = count_[static_cast<size_t>(e) + 1];
-    if (n > 0) groups_.push_back(Group{static_cast<int32_t>(e), n_pairs, n, bank.gate[static_cast<size_t>(e)].dim(0)});
-    count_[static_cast<size_t>(e) + 1] = n_pairs;  // becomes the fill cursor below
-    n_pairs += n;
-  }
-  pair_index_.resize(static_cast<size_t>(n_pairs));
-  for (int64_t i = 0; i < T * k; ++i)
-    if (id[i] >= 0) pair_index_[static_cast<size_t>(count_[static_cast<size_t>(id[i]) + 1]++)] = static_cast<int32_t>(i);
-  experts_computed_ += static_cast<int64_t>(groups_.size());
+  pairs_.build("cpu experts", ids, bank, H);
+  const std::vector<Group>& groups = pairs_.groups();
+  for (const Group& g : groups)
+    for (const Tensor* w : {&bank.gate[static_cast<size_t>(g.expert)], &bank.up[static_cast<size_t>(g.expert)],
+                            &bank.down[static_cast<size_t>(g.expert)]})
+      check_host("expert weight", *w);
+  const int64_t n_pairs = pairs_.n_pairs(), max_ff = pairs_.max_ff();
+  experts_computed_ += static_cast<int64_t>(groups.size());
   pairs_computed_ += n_pairs;
 
   // Activations in fp32.
@@ -211,7 +182,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     return g.n > 1 && !gu16(g) && (!int8(bank.gate[e]) || !int8(bank.up[e]));
   };
   bool any_x8 = false;
-  for (const Group& g : groups_)
+  for (const Group& g : groups)
     any_x8 = any_x8 || int8(bank.gate[static_cast<size_t>(g.expert)]) || int8(bank.up[static_cast<size_t>(g.expert)]);
   // Rows of the int8 forms start 64-byte aligned (their scales are floats).
   const int64_t x8_bytes = (cpu::q8_row_bytes(H) + 63) & ~int64_t{63}, h8_bytes = (cpu::q8_row_bytes(max_ff) + 63) & ~int64_t{63};
@@ -236,19 +207,17 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // x's int8 rows by group position (the int8 GEMM blocks of experts with several inputs).
   xg8_rows_.resize(any_x8 ? static_cast<size_t>(n_pairs) : 0);
   if (any_x8)
-    for (int64_t i = 0; i < n_pairs; ++i) xg8_rows_[static_cast<size_t>(i)] = x8_rows_[static_cast<size_t>(pair_index_[static_cast<size_t>(i)] / k)];
+    for (int64_t i = 0; i < n_pairs; ++i) xg8_rows_[static_cast<size_t>(i)] = x8_rows_[static_cast<size_t>(pairs_.pair(i) / k)];
   bool any_h8 = false;  // some down GEMV takes h's int8 form: only then is room for it made
-  for (const Group& g : groups_) any_h8 = any_h8 || int8(bank.down[static_cast<size_t>(g.expert)]);
+  for (const Group& g : groups) any_h8 = any_h8 || int8(bank.down[static_cast<size_t>(g.expert)]);
   if (any_h8 && static_cast<int64_t>(h8_.size()) < n_pairs * h8_bytes + 64)
     h8_.resize(static_cast<size_t>(n_pairs * h8_bytes + 64));
   uint8_t* h8 = any_h8 ? align64(h8_.data()) : nullptr;
   h8_rows_.assign(any_h8 ? static_cast<size_t>(n_pairs) : 0, cpu::Q8Row{});
   if (static_cast<int64_t>(h_.size()) < n_pairs * max_ff) h_.resize(static_cast<size_t>(n_pairs * max_ff));
   if (static_cast<int64_t>(y_.size()) < n_pairs * H) y_.resize(static_cast<size_t>(n_pairs * H));
-  // y_ holds a pair's result at its group position: pos_[pair] (the blocked kernels write a group's
-  // tokens as one [n, H] block).
-  pos_.resize(static_cast<size_t>(T * k));
-  for (int64_t i = 0; i < n_pairs; ++i) pos_[static_cast<size_t>(pair_index_[static_cast<size_t>(i)])] = static_cast<int32_t>(i);
+  // y_ holds a pair's result at its group position (pairs_.positions(); the blocked kernels write a
+  // group's tokens as one [n, H] block).
   const int64_t wbuf_need = 2 * kRowTile * std::max(H, max_ff);
   for (auto& b : wbuf_)
     if (static_cast<int64_t>(b.size()) < wbuf_need) b.resize(static_cast<size_t>(wbuf_need));
@@ -256,7 +225,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // over its inputs' rows of x gathered by group position into xg_ [pairs, H]; each worker keeps
   // the [n, 16] gate and up results of its tile in gu_.
   int64_t max_n = 0, gather_rows = 0;
-  for (const Group& g : groups_) {
+  for (const Group& g : groups) {
     max_n = std::max(max_n, g.n);
     if (blocked_gate_up(g)) gather_rows += g.n;
   }
@@ -267,14 +236,14 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     auto gather = [&](const Group& g) {
       if (!blocked_gate_up(g)) return;
       for (int64_t r = 0; r < g.n; ++r)
-        std::memcpy(xg_.data() + (g.begin + r) * H, xf + (pair_index_[static_cast<size_t>(g.begin + r)] / k) * H,
+        std::memcpy(xg_.data() + (g.begin + r) * H, xf + (pairs_.pair(g.begin + r) / k) * H,
                     static_cast<size_t>(H) * 4);
     };
     constexpr int64_t kPoolRows = 64;  // as the quantization above: a few rows on the calling thread
     if (gather_rows < kPoolRows) {
-      for (const Group& g : groups_) gather(g);
+      for (const Group& g : groups) gather(g);
     } else {
-      pool_.run(static_cast<int64_t>(groups_.size()), [&](int64_t gi, int) { gather(groups_[static_cast<size_t>(gi)]); });
+      pool_.run(static_cast<int64_t>(groups.size()), [&](int64_t gi, int) { gather(groups[static_cast<size_t>(gi)]); });
     }
   }
   // BF16 forms: x's rows gathered by group position into xg16_ [pairs, H] for the gu16 groups
@@ -282,7 +251,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // written by the gate/up tasks beside h.
   int64_t rows16 = 0;
   bool any_h16 = false;
-  for (const Group& g : groups_) {
+  for (const Group& g : groups) {
     if (gu16(g)) rows16 += g.n;
     any_h16 = any_h16 || d16(g);
   }
@@ -302,10 +271,10 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       x16 = x16_.data();
     }
     if (static_cast<int64_t>(xg16_.size()) < n_pairs * H) xg16_.resize(static_cast<size_t>(n_pairs * H));
-    for (const Group& g : groups_)
+    for (const Group& g : groups)
       if (gu16(g))
         for (int64_t r = 0; r < g.n; ++r)
-          std::memcpy(xg16_.data() + (g.begin + r) * H, x16 + (pair_index_[static_cast<size_t>(g.begin + r)] / k) * H,
+          std::memcpy(xg16_.data() + (g.begin + r) * H, x16 + (pairs_.pair(g.begin + r) / k) * H,
                       static_cast<size_t>(H) * 2);
   }
   if (any_h16 && static_cast<int64_t>(h16_.size()) < n_pairs * max_ff) h16_.resize(static_cast<size_t>(n_pairs * max_ff));
@@ -319,20 +288,20 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   // own expert's gate/up tasks still running: no barrier between the phases, and the workers that
   // finish gate/up early start on the first experts' down rows.
   tasks_.clear();
-  for (size_t g = 0; g < groups_.size(); ++g)
-    for (int64_t r = 0; r < groups_[g].F; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int64_t r = 0; r < groups[g].F; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
   const auto n_gate_up = static_cast<int64_t>(tasks_.size());
-  pending_.assign(groups_.size(), 0);
+  pending_.assign(groups.size(), 0);
   for (const Task& t : tasks_) ++pending_[static_cast<size_t>(t.group)];
   // A group whose down GEMV takes h's int8 form counts one more step: its last gate/up task
   // quantizes h, and only then do the group's down tasks start.
-  h8_stage_.assign(groups_.size(), 0);
-  for (size_t g = 0; g < groups_.size(); ++g)
-    if (int8(bank.down[static_cast<size_t>(groups_[g].expert)])) h8_stage_[g] = 1, ++pending_[g];
-  for (size_t g = 0; g < groups_.size(); ++g)
+  h8_stage_.assign(groups.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (int8(bank.down[static_cast<size_t>(groups[g].expert)])) h8_stage_[g] = 1, ++pending_[g];
+  for (size_t g = 0; g < groups.size(); ++g)
     for (int64_t r = 0; r < H; r += kRowTile) tasks_.push_back(Task{static_cast<int32_t>(g), r});
   auto gate_up = [&](const Task& task, int worker) {
-    const Group& G = groups_[static_cast<size_t>(task.group)];
+    const Group& G = groups[static_cast<size_t>(task.group)];
     const int64_t F = G.F, nr = std::min(kRowTile, F - task.row0);
     std::vector<float>& buf = wbuf_[static_cast<size_t>(worker)];
     std::vector<uint16_t>& bf = wbuf16_[static_cast<size_t>(worker)];
@@ -363,48 +332,28 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     if (u8 && G.n > 1)
       cpu::gemm_q8(up.dtype, xg8_rows_.data() + G.begin, G.n, up.bytes_ptr() + task.row0 * up.row_bytes(), up.row_bytes(),
                    nr, uall, kRowTile);
-    uint16_t* h16 = d16(G) ? h16_.data() : nullptr;
-    for (int64_t r = 0; r < G.n; ++r) {
-      const int64_t t = pair_index_[static_cast<size_t>(G.begin + r)] / k;
+    for (int64_t r = 0; !b16 && r < G.n; ++r) {  // b16: computed above
+      const int64_t t = pairs_.pair(G.begin + r) / k;
       const float* xt = xf + t * H;
       float* gv = gall + r * kRowTile;
       float* uv = uall + r * kRowTile;
-      if (!b16) {  // else computed above
-        if (g8) {
-          if (G.n == 1) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
-        } else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
-        else if (!wg) stored_dot_tile(xt, gate, task.row0, nr, gv);
-        if (u8) {
-          if (G.n == 1) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
-        } else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
-        else if (!wu) stored_dot_tile(xt, up, task.row0, nr, uv);
-      }
-      float* h = h_.data() + (G.begin + r) * max_ff + task.row0;
-      // As CpuOps::moe_experts: y = dot, then y += bias; then the GLU, written identically.
-      if (gate_bias)
-        for (int64_t i = 0; i < nr; ++i) gv[i] += gate_bias[G.expert * F + task.row0 + i];
-      if (up_bias)
-        for (int64_t i = 0; i < nr; ++i) uv[i] += up_bias[G.expert * F + task.row0 + i];
-      if (oai) {
-        for (int64_t i = 0; i < nr; ++i) {
-          const float g = std::min(gv[i], limit), u = std::clamp(uv[i], -limit, limit);
-          h[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
-        }
-      } else if (clamped) {
-        for (int64_t i = 0; i < nr; ++i) {
-          const float g = std::min(gv[i], limit), u = std::clamp(uv[i], -limit, limit);
-          h[i] = g / (1.0f + std::exp(-g)) * u;
-        }
-      } else if (gelu) {
-        for (int64_t i = 0; i < nr; ++i) h[i] = cpu::gelu_tanh(gv[i]) * uv[i];
-      } else {
-        for (int64_t i = 0; i < nr; ++i) h[i] = gv[i] / (1.0f + std::exp(-gv[i])) * uv[i];
-      }
-      if (h16) cpu::to_bf16(h, h16 + (G.begin + r) * max_ff + task.row0, nr);
+      if (g8) {
+        if (G.n == 1) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], gate, task.row0, nr, gv);
+      } else if (wg && !gathered) dot_tile(xt, wg, H, nr, gv);
+      else if (!wg) stored_dot_tile(xt, gate, task.row0, nr, gv);
+      if (u8) {
+        if (G.n == 1) q8_dot_tile(x8_rows_[static_cast<size_t>(t)], up, task.row0, nr, uv);
+      } else if (wu && !gathered) dot_tile(xt, wu, H, nr, uv);
+      else if (!wu) stored_dot_tile(xt, up, task.row0, nr, uv);
     }
+    // The biases and the GLU as CpuOps::moe_experts (cpu::expert_glu), into h by group position.
+    float* h = h_.data() + G.begin * max_ff + task.row0;
+    cpu::expert_glu(bank, G.expert, F, task.row0, nr, G.n, gall, kRowTile, uall, kRowTile, h, max_ff);
+    if (d16(G))
+      for (int64_t r = 0; r < G.n; ++r) cpu::to_bf16(h + r * max_ff, h16_.data() + (G.begin + r) * max_ff + task.row0, nr);
   };
   auto down = [&](const Task& task, int worker) {
-    const Group& G = groups_[static_cast<size_t>(task.group)];
+    const Group& G = groups[static_cast<size_t>(task.group)];
     const int64_t nr = std::min(kRowTile, H - task.row0);
     const Tensor& dw = bank.down[static_cast<size_t>(G.expert)];
     const bool d8 = h8_stage_[static_cast<size_t>(task.group)] != 0;
@@ -424,9 +373,8 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
       if (d8) {
         if (G.n == 1) q8_dot_tile(h8_rows_[static_cast<size_t>(G.begin + r)], dw, task.row0, nr, yp);
       } else if (!wd && !b16) stored_dot_tile(hp, dw, task.row0, nr, yp);
-      if (down_bias)
-        for (int64_t i = 0; i < nr; ++i) yp[i] += down_bias[G.expert * H + task.row0 + i];
     }
+    cpu::expert_down_bias(bank, G.expert, H, task.row0, nr, G.n, y_.data() + G.begin * H + task.row0, H);
   };
   pool_.run(static_cast<int64_t>(tasks_.size()), [&](int64_t ti, int worker) {
     const Task& task = tasks_[static_cast<size_t>(ti)];
@@ -445,7 +393,7 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
         std::atomic_ref<int32_t>& p;
         ~Release() { p.fetch_sub(1, std::memory_order_release); }
       } release{pending};
-      const Group& G = groups_[static_cast<size_t>(task.group)];
+      const Group& G = groups[static_cast<size_t>(task.group)];
       for (int64_t r = 0; r < G.n; ++r)  // G.F is whole 256-blocks (int8 above)
         h8_rows_[static_cast<size_t>(G.begin + r)] =
             cpu::quantize_q8_row(h_.data() + (G.begin + r) * max_ff, G.F, h8 + (G.begin + r) * h8_bytes);
@@ -462,16 +410,8 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   float* o = out.ptr<float>();
   const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(H, 1));
   pool_.run((T + rows_per_task - 1) / rows_per_task, [&](int64_t ti, int) {
-    for (int64_t t = ti * rows_per_task; t < std::min(T, (ti + 1) * rows_per_task); ++t) {
-      float* ot = o + t * H;
-      if (!p.accumulate) std::memset(ot, 0, static_cast<size_t>(H) * 4);
-      for (int64_t j = 0; j < k; ++j) {
-        if (id[t * k + j] < 0) continue;
-        const float w = wt[t * k + j];
-        const float* y = y_.data() + static_cast<int64_t>(pos_[static_cast<size_t>(t * k + j)]) * H;
-        for (int64_t i = 0; i < H; ++i) ot[i] += w * y[i];
-      }
-    }
+    cpu::weighted_slot_sum(id, wt, k, H, y_.data(), pairs_.positions(), p.accumulate, ti * rows_per_task,
+                           std::min(T, (ti + 1) * rows_per_task), o);
   });
 }
 

@@ -11,8 +11,8 @@
 // block, cpu::gemm_nt over its inputs' x (or h) rows gathered contiguously, register-blocked 4 tokens
 // x 4 rows; one input through cpu::dot_rows. Both give every element the same instruction sequence
 // (one accumulator per element, a fixed final reduction), and the CPU backend's matmul runs the same
-// gemm_nt; biases, the GLU and the weighted sum in slot order are written exactly as in
-// CpuOps::moe_experts, so on one machine the result equals the CPU backend's bit for bit, and a
+// gemm_nt; the grouping, biases, GLU and weighted sum in slot order are CpuOps::moe_experts' own
+// (backend/cpu/expert_ffn.h), so on one machine the result equals the CPU backend's bit for bit, and a
 // token's result does not depend on the other tokens of the step. An expert
 // with a single input (decode) is dotted straight from its stored rows where a fused kernel exists
 // (cpu::dot_rows_stored: same bits, no decoded tile written and read back). With int8 activations
@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/expert_ffn.h"
 #include "backend/cpu/q8_rows.h"
 #include "backend/ops.h"
 #include "moe/thread_pool.h"
@@ -83,19 +84,14 @@ class CpuExpertExecutor {
   int64_t pairs_computed() const { return pairs_computed_; }
 
  private:
-  struct Group {  // one used expert: pairs pair_index_[begin, begin + n)
-    int32_t expert;
-    int64_t begin, n, F;
-  };
+  using Group = cpu::ExpertGroup;  // one used expert: pairs at group positions [begin, begin + n)
   struct Task {
     int32_t group;
     int64_t row0;
   };
 
   ThreadPool pool_;
-  std::vector<int64_t> count_;
-  std::vector<int32_t> pair_index_;  // pairs grouped by expert, token order inside a group
-  std::vector<Group> groups_;
+  cpu::ExpertPairs pairs_;  // the step's pairs grouped by expert (backend/cpu/expert_ffn.h)
   std::vector<Task> tasks_;
   std::vector<int32_t> pending_;  // per group: gate/up tasks not yet finished, + 1 while h8 is pending (atomic_ref)
   std::vector<int32_t> h8_stage_;  // per group: 1 if its down GEMV takes h's int8 form
@@ -105,7 +101,6 @@ class CpuExpertExecutor {
   std::vector<cpu::Q8Row> x8_rows_, h8_rows_, xg8_rows_;  // per token, per pair and per pair (x's, by group position)
   std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] and [pairs, H] by group position
   std::vector<float> xg_;  // [pairs, H]: x rows gathered by group position (experts with several inputs)
-  std::vector<int32_t> pos_;  // per (token, slot) pair t * k + j: its group position
   std::vector<std::vector<float>> gu_;  // per worker: a tile's gate and up results, [n, 16] each
   std::vector<std::vector<float>> wbuf_;  // per worker: decoded weight tiles
   std::vector<std::vector<uint16_t>> wbuf16_;  // per worker: EC12 rows decoded to BF16

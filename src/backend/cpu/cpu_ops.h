@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/expert_ffn.h"
 #include "backend/ops.h"
 #include "backend/sampling.h"
 
@@ -86,8 +87,7 @@ class CpuOps : public Ops {
  private:
   int n_threads_;
   std::vector<float> moe_scratch_;  // grown once to the largest batch seen (moe_experts)
-  std::vector<int32_t> moe_index_;
-  std::vector<int64_t> moe_count_, moe_fill_;
+  cpu::ExpertPairs moe_pairs_;
 };
 
 // ---- helpers shared by the op files (cpu backend internal) ----
