@@ -320,10 +320,16 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, int64_t& rows, StepPlan& pla
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
+  bool hold = config_.prefill_before_decode &&
+              ((n_running() < config_.max_running && !waiting_.empty()) ||
+               std::any_of(running_.begin(), running_.end(), [](const Sequence* s) {
+                 return static_cast<int32_t>(s->tokens.size()) - s->n_computed > 1;
+               }));
   for (;;) {
     // 1. Decodes: every running sequence with exactly one token to compute. Short of pages, preempt
-    //    the youngest running sequence (possibly this one).
-    for (size_t i = 0; i < running_.size(); ++i) {
+    //    the youngest running sequence (possibly this one). prefill_before_decode: none while
+    //    prompts are still to compute (`hold`).
+    for (size_t i = 0; i < running_.size() && !hold; ++i) {
       Sequence& s = *running_[i];
       const int32_t remaining = static_cast<int32_t>(s.tokens.size()) - s.n_computed;
       if (remaining != 1) continue;
@@ -368,6 +374,10 @@ StepPlan Scheduler::schedule() {
       if (!leader_ready(*waiting_.front()) || !admit(*waiting_.front(), budget, rows, plan)) break;
     }
     if (!plan.empty() || running_.empty()) return finish_plan(plan);
+    if (hold) {  // no prompt could take a step: the held decodes run
+      hold = false;
+      continue;
+    }
     // Every running sequence is stuck mid-prefill with the pool full: give the youngest's pages to
     // the others and plan again (a single sequence always fits: submit() checks it).
     preempt(*running_.back(), plan);

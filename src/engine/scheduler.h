@@ -69,6 +69,10 @@ struct SchedulerConfig {
    *  them then (sliding-window pages still follow the window): a running sequence never runs short, so
    *  none is preempted (engine/generate.h). Off: pages are taken as the sequence grows. */
   bool reserve_at_admission = false;
+  /** Decodes wait while a running sequence is still prefilling or a waiting one could be admitted, so a
+   *  batch's prompts are all computed before its first decode step and each decode step holds the
+   *  whole batch (ft bench times the two phases apart). Decodes still run when nothing else can. */
+  bool prefill_before_decode = false;
 
   /** Throws ft::Error(kInvalidArgument) naming the field for a value out of range. */
   void validate() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "util/error.h"
 #include "util/log.h"
@@ -46,6 +47,13 @@ uint64_t EngineService::submit(GenerationRequest request) {
     if (id < 0 || id >= vocab)
       throw reject(Error(ErrorCode::kInvalidArgument,
                          fmt::format("stop token {} is outside the vocabulary [0, {})", id, vocab)));
+  for (size_t i = 0; i < request.feed_tokens.size(); ++i)
+    if (request.feed_tokens[i] < 0 || request.feed_tokens[i] >= vocab)
+      throw reject(Error(ErrorCode::kInvalidArgument,
+                         fmt::format("fed token {} at index {} is outside the vocabulary [0, {})",
+                                     request.feed_tokens[i], i, vocab)));
+  if (!request.feed_tokens.empty() && request.constraint)
+    throw reject(Error(ErrorCode::kInvalidArgument, "a request cannot both feed its tokens and be constrained"));
   Active a;
   try {
     std::vector<int32_t> masked = request.eog_ids;  // what min_tokens holds back
@@ -136,6 +144,14 @@ void EngineService::run_until_idle() {
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+bool EngineService::run_step() {
+  if (worker_.joinable()) fail(ErrorCode::kInternal, "run_step: the service runs its own worker thread");
+  forward_error_ = nullptr;
+  const bool ran = run_once();
+  if (forward_error_) std::rethrow_exception(std::exchange(forward_error_, nullptr));
+  return ran;
 }
 
 void EngineService::finish_locked(uint64_t id, FinishReason reason, const std::string& error) {
@@ -274,6 +290,8 @@ bool EngineService::run_once() {
       }
       const bool go_on = a.req.sink->on_token(tok, eog);
       Sampled s{plan.seqs[i].seq->id, tok.id, false, FinishReason::kStop};
+      if (static_cast<size_t>(a.generated) <= a.req.feed_tokens.size())  // teacher forcing
+        s.token = a.req.feed_tokens[static_cast<size_t>(a.generated) - 1];
       if (eog || !go_on) {
         s.finish = true;
       } else if (a.generated >= a.req.max_tokens) {

@@ -107,6 +107,10 @@ struct GenerationRequest {
    *  scheduler's max_logit_rows. Off (the default): no logits leave the runner. */
   bool prompt_logits = false;
   bool step_logits = false;
+  /** Teacher forcing (ft bench): the k-th token appended after the prompt is feed_tokens[k] instead of
+   *  the k-th sampled one, which still reaches the sink (and the sampler's history); past its end the
+   *  sampled tokens are fed. Ids must be in the vocabulary; not with a constraint. Empty: none. */
+  std::vector<int32_t> feed_tokens;
   std::shared_ptr<TokenSink> sink;  // required
 };
 
@@ -175,6 +179,12 @@ class EngineService {
    *  calling thread until every submitted request finished. A forward that throws ends its step's
    *  requests (kError to their sinks) and its exception is rethrown here once the rest finished. */
   void run_until_idle();
+
+  /** Without a worker thread: one iteration of the loop on the calling thread (cancellations,
+   *  deadlines, then one planned step). Returns false when no step ran (nothing is left, or nothing
+   *  could be planned). A forward that throws ends its step's requests (kError to their sinks) and
+   *  its exception is rethrown here. */
+  bool run_step();
 
   /** Ends a request at the next step boundary (finish reason kCancelled). Unknown ids are ignored. */
   void cancel(uint64_t id);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <map>
 #include <thread>
 
@@ -13,9 +15,10 @@
 
 #include "backend/device.h"
 #include "tools/route_stats.h"
+#include "engine/engine_runner.h"
 #include "engine/sampler.h"
+#include "engine/service.h"
 #include "tools/synthetic_weights.h"
-#include "kv/page_pool.h"
 #include "moe/host_memory.h"
 #include "moe/thread_pool.h"
 #include "util/error.h"
@@ -223,6 +226,110 @@ double measure_host_read_bandwidth(int64_t bytes, int threads) {
   return best;
 }
 
+namespace {
+
+/** Counts the tokens one bench request sampled and keeps its error. */
+class BenchSink : public TokenSink {
+ public:
+  bool on_token(const SampledToken&, bool) override {
+    ++tokens;
+    return true;
+  }
+  void on_finish(const FinishInfo& info) override {
+    if (info.reason == FinishReason::kError) error = info.error.empty() ? "the forward failed" : info.error;
+  }
+  int64_t tokens = 0;
+  std::string error;
+};
+
+/** ft bench on the serving loop: B requests at a time on a synchronous EngineService (no worker
+ *  thread), all admitted at once with their pages reserved, every prompt computed before the first
+ *  decode step (SchedulerConfig::prefill_before_decode), so each decode step holds the whole batch. */
+class BenchDriver {
+ public:
+  /** `engine` and `runner` must outlive the driver. */
+  BenchDriver(Engine& engine, EngineRunner& runner, int32_t batch) : B_(batch) {
+    const EngineOptions& eo = engine.options();
+    ServiceConfig sc;
+    sc.worker_thread = false;
+    sc.scheduler.max_running = batch;
+    sc.scheduler.max_waiting = batch;
+    // Prompts packed into forwards of at most max_step_tokens tokens (plan_bench_engine: --max-prefill-tokens).
+    sc.scheduler.max_prefill_tokens =
+        static_cast<int32_t>(std::min<int64_t>(eo.max_step_tokens, std::numeric_limits<int32_t>::max()));
+    sc.scheduler.max_step_tokens = eo.max_step_tokens;
+    sc.scheduler.max_logit_rows = eo.max_logit_rows;
+    sc.scheduler.max_seq_len = std::numeric_limits<int64_t>::max();  // the pool is the limit
+    sc.scheduler.prefix_cache = false;  // random prompts: nothing to share, every token computed
+    sc.scheduler.reserve_at_admission = true;
+    sc.scheduler.prefill_before_decode = true;
+    service_ = std::make_unique<EngineService>(runner, engine.kv().pools(), sc);
+  }
+
+  /** Queues B requests of `n_prompt` random tokens that then run `decode_steps` decode steps, each
+   *  fed random ids (draw(n) gives n ids: the prompts first, then each step's B ids). */
+  template <typename Draw>
+  void submit(int64_t n_prompt, int64_t decode_steps, const SamplingParams& sp, Draw&& draw) {
+    sinks_.clear();
+    std::vector<std::vector<int32_t>> prompts, fed(static_cast<size_t>(B_));
+    for (int32_t b = 0; b < B_; ++b) prompts.push_back(draw(n_prompt));
+    for (int64_t step = 0; step < decode_steps; ++step) {
+      const std::vector<int32_t> ids = draw(B_);
+      for (int32_t b = 0; b < B_; ++b) fed[static_cast<size_t>(b)].push_back(ids[static_cast<size_t>(b)]);
+    }
+    for (int32_t b = 0; b < B_; ++b) {
+      GenerationRequest g;
+      g.prompt = std::move(prompts[static_cast<size_t>(b)]);
+      g.max_tokens = static_cast<int32_t>(1 + decode_steps);  // the prompt's token, then one a step
+      g.sampling = sp;
+      g.ignore_eos = true;
+      g.feed_tokens = std::move(fed[static_cast<size_t>(b)]);
+      sinks_.push_back(std::make_shared<BenchSink>());
+      g.sink = sinks_.back();
+      try {
+        service_->submit(std::move(g));
+      } catch (const Error& e) {
+        fail(e.code(), "bench: batch {}: {}", B_, e.what());
+      }
+    }
+  }
+  /** Runs steps until every prompt is computed (its first token sampled). */
+  void prefill() {
+    while (std::any_of(sinks_.begin(), sinks_.end(), [](const auto& s) { return s->tokens == 0; }))
+      if (!service_->run_step()) fail(ErrorCode::kInternal, "bench: a prompt was left uncomputed");
+    check(1);
+  }
+  /** Runs `steps` decode steps (each one token of every sequence). */
+  void decode(int64_t steps) {
+    const int64_t before = sinks_.empty() ? 0 : sinks_[0]->tokens;
+    for (int64_t s = 0; s < steps; ++s)
+      if (!service_->run_step()) fail(ErrorCode::kInternal, "bench: a decode step planned nothing");
+    check(before + steps);
+  }
+  /** Runs the requests' steps left until they finished. */
+  void finish() {
+    service_->run_until_idle();
+    for (const auto& s : sinks_)
+      if (!s->error.empty()) fail(ErrorCode::kInternal, "bench: batch {}: {}", B_, s->error);
+  }
+
+ private:
+  /** Every sequence sampled `tokens` tokens (a step held the whole batch). */
+  void check(int64_t tokens) const {
+    for (const auto& s : sinks_) {
+      if (!s->error.empty()) fail(ErrorCode::kInternal, "bench: batch {}: {}", B_, s->error);
+      if (s->tokens != tokens)
+        fail(ErrorCode::kInternal, "bench: batch {}: a sequence sampled {} tokens, {} expected", B_, s->tokens, tokens);
+    }
+  }
+
+  int32_t B_;
+  std::vector<std::shared_ptr<BenchSink>> sinks_;
+  std::unique_ptr<EngineService> service_;
+};
+
+}  // namespace
+
 BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const ModelConfig& c = engine.config();
   const EngineOptions& eo = engine.options();
@@ -278,8 +385,6 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   reset_peak_host_rss();
 
   RouteCounter routes(engine);
-  const KvPools pools = engine.kv().pools();
-  PagePool& pool = *pools.full;
   const int64_t N = o.prompt_tokens, G = o.gen_tokens, V = c.n_vocab;
   SynthRng rng(mix_seed(o.seed, 0xbe7c4));
   auto random_ids = [&](int64_t n) {
@@ -287,25 +392,10 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     for (int32_t& id : ids) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(V));
     return ids;
   };
-  auto reserve = [&](std::vector<BlockTable>& tables, int64_t B, int64_t positions) {
-    tables.clear();
-    tables.resize(static_cast<size_t>(B));
-    for (BlockTable& t : tables)
-      if (!t.reserve(pool, positions))
-        fail(ErrorCode::kInvalidArgument, "bench: the KV pool cannot hold {} sequences of {} tokens", B, positions);
-  };
-  auto release = [&](std::vector<BlockTable>& tables) {
-    for (BlockTable& t : tables) t.release(pools);
-  };
-  // Sliding-window pages as a sequence advances (the full pool's pages are reserved up front).
-  auto advance = [&](BlockTable& t, int64_t start, int64_t end) {
-    if (!t.advance(pools, start, end))
-      fail(ErrorCode::kInvalidArgument, "bench: the sliding-window KV pool ({} pages) or the recurrent-state slots ({}) are full",
-           pools.swa ? pools.swa->n_pages() : 0, pools.states ? pools.states->n_pages() : 0);
-  };
-  // Every step samples its rows on the backend (Engine::step_sample) as a server step does, so the
+  // Every step samples its rows on the backend as a server step does (the service's loop), so the
   // timed step includes the sampler and its few bytes back instead of the logits. The sampled ids
-  // are not fed back: the next step's tokens stay random, as llama-bench's.
+  // are not fed back: each decode step's tokens are random (GenerationRequest::feed_tokens), as
+  // llama-bench's.
   SamplingParams sp;
   sp.temperature = o.temperature;
   sp.top_k = o.top_k;
@@ -317,83 +407,27 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   if (o.temperature > 0.0f && o.top_k > 0) r.sampling += fmt::format(", top-k {}", o.top_k);
   if (o.temperature > 0.0f && o.top_p < 1.0f) r.sampling += fmt::format(", top-p {}", o.top_p);
   if (o.temperature > 0.0f && o.min_p > 0.0f) r.sampling += fmt::format(", min-p {}", o.min_p);
-  const Sampler sampler(sp, static_cast<int32_t>(c.n_vocab), {});
-  std::vector<SampleRow> rows;
-  std::vector<LogitEdit> no_edits;
-  uint32_t counter = 0;
-  auto run_step = [&](const std::vector<StepItem>& items) {
-    int64_t R = 0;
-    for (const StepItem& it : items) R += it.n_logits;
-    rows.resize(static_cast<size_t>(R));
-    for (SampleRow& row : rows) {
-      sampler.prepare(row, no_edits);
-      row.counter_lo = counter++;  // a fresh draw every row and step
-    }
-    engine.step_sample(items, rows, no_edits);
-  };
-  // Prefill: prompts packed into forwards of at most max_step_tokens tokens.
-  auto prefill = [&](std::vector<BlockTable>& tables, const std::vector<std::vector<int32_t>>& prompts) {
-    const int64_t B = static_cast<int64_t>(tables.size()), n = static_cast<int64_t>(prompts[0].size());
-    std::vector<int64_t> done(static_cast<size_t>(B), 0);
-    for (int64_t b = 0; b < B;) {
-      std::vector<StepItem> items;
-      int64_t budget = eo.max_step_tokens;
-      for (int64_t s = b; s < B && budget > 0; ++s) {
-        const auto si = static_cast<size_t>(s);
-        const int64_t take = std::min(n - done[si], budget);
-        const bool last = done[si] + take == n;
-        advance(tables[si], done[si], done[si] + take);
-        items.push_back({&tables[si].pages(), done[si], prompts[si].data() + done[si], take, last ? 1 : 0,
-                         &tables[si].swa_pages(), tables[si].state_slot()});
-        done[si] += take;
-        budget -= take;
-      }
-      run_step(items);
-      for (int64_t s = b; s < B; ++s) advance(tables[static_cast<size_t>(s)], done[static_cast<size_t>(s)], done[static_cast<size_t>(s)]);
-      while (b < B && done[static_cast<size_t>(b)] == n) ++b;
-    }
-  };
-  auto decode = [&](std::vector<BlockTable>& tables, int64_t start, int64_t steps) {
-    const int64_t B = static_cast<int64_t>(tables.size());
-    std::vector<StepItem> items(static_cast<size_t>(B));
-    for (int64_t s = 0; s < steps; ++s) {
-      const std::vector<int32_t> ids = random_ids(B);
-      for (int64_t b = 0; b < B; ++b) {
-        BlockTable& t = tables[static_cast<size_t>(b)];
-        advance(t, start + s, start + s + 1);
-        items[static_cast<size_t>(b)] = {&t.pages(), start + s, &ids[static_cast<size_t>(b)], 1, 1, &t.swa_pages(),
-                                         t.state_slot()};
-      }
-      run_step(items);
-    }
-  };
+  EngineRunner runner(engine);
 
   for (int32_t B : o.batches) {
     BenchBatch res;
+    const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
+    const bool sample_routes = c.n_expert > 0 && routes.available() && o.route_sample_steps > 0 && G > 0;
     res.batch = B;
-    std::vector<BlockTable> tables;
+    BenchDriver driver(engine, runner, B);
     // 1. warm-up on throw-away sequences, with prompts as long as the timed ones (llama-bench warms up
     //    with the test itself): the timed prefill then meets no first use of its shapes (scratch
     //    regions sized, cuBLAS plans and kernels loaded for its forwards).
-    {
-      const int64_t nw = N;
-      reserve(tables, B, nw + o.warmup_steps + 1);
-      std::vector<std::vector<int32_t>> prompts;
-      for (int32_t b = 0; b < B; ++b) prompts.push_back(random_ids(nw));
-      prefill(tables, prompts);
-      decode(tables, nw, o.warmup_steps);
-      ops.synchronize();
-      release(tables);
-    }
-    // 2. timed prefill.
-    reserve(tables, B, N + G + o.route_sample_steps + 1);
-    std::vector<std::vector<int32_t>> prompts;
-    for (int32_t b = 0; b < B; ++b) prompts.push_back(random_ids(N));
+    driver.submit(N, o.warmup_steps, sp, random_ids);
+    driver.finish();
+    ops.synchronize();
+    // 2. timed prefill: every prompt computed (each sequence's first token sampled) before any decode.
+    driver.submit(N, G + (sample_routes ? o.route_sample_steps : 0), sp, random_ids);
     auto* profiler = dynamic_cast<ProfilingOps*>(&ops);
     if (profiler) profiler->reset();
     ops.synchronize();
     auto t0 = Clock::now();
-    prefill(tables, prompts);
+    driver.prefill();
     ops.synchronize();
     res.prefill_seconds = seconds_since(t0);
     if (profiler) res.prefill_profile = profiler->rows();
@@ -404,7 +438,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     const std::optional<MoeReport> moe_before = engine.moe_report();  // synchronizes: before the clock
     if (profiler) profiler->reset();
     t0 = Clock::now();
-    decode(tables, N, G);
+    driver.decode(G);
     ops.synchronize();
     res.decode_seconds = seconds_since(t0);
     if (moe_before) {
@@ -415,15 +449,14 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     res.graph_steps = engine.graph_replays() - replays_before;
     if (profiler) res.decode_profile = profiler->rows();
     sample_device();
-    // 4. routing sample.
-    const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
+    // 4. routing sample: the requests' last route_sample_steps decode steps.
     if (c.n_expert <= 0) {
       res.experts_source = "dense";
     } else {
-      if (routes.available() && o.route_sample_steps > 0 && G > 0) {
+      if (sample_routes) {
         routes.reset();
         routes.attach();
-        decode(tables, N + G, o.route_sample_steps);
+        driver.finish();
         routes.detach();
         if (routes.layer_steps() > 0) {
           res.experts_per_layer = routes.mean_distinct();
@@ -435,7 +468,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
         res.experts_source = "estimated";
       }
     }
-    release(tables);
+    driver.finish();
     res.weight_bytes_per_step = r.dense_bytes + B * (r.embedding_row_bytes + r.ngram_row_bytes) +
                                 std::llround(res.experts_per_layer * static_cast<double>(r.expert_bytes_all_layers));
     if (res.decode_steps > 0)

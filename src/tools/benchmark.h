@@ -3,15 +3,18 @@
 // size, the weight bytes a decode step reads (dense weights + the routed experts actually used)
 // and the bandwidth that implies, compared with the device's measured copy bandwidth; peak memory.
 //
-// Per batch size B (B independent sequences, random token ids, like llama-bench):
+// Per batch size B (B independent sequences, random token ids, like llama-bench), run as B requests on
+// the serving loop (a synchronous EngineService: the scheduler's plans through EngineRunner, sampling on
+// the backend), every prompt computed before the first decode step (SchedulerConfig::
+// prefill_before_decode) and each decode step fed random ids (GenerationRequest::feed_tokens):
 //   1. warm-up: B throw-away sequences (N prompt tokens, then warmup_steps decode steps), released
 //      afterwards, so one-time costs (kernel selection, scratch sizing, CUDA-graph capture) stay out;
 //   2. prefill: B prompts of N tokens, packed into forwards of at most max_prefill_tokens tokens
 //      (one logit row per finished prompt), timed from a synchronized start to a synchronized end;
 //   3. decode: G steps of B tokens each (one logit row per sequence, fed random ids), timed the same
 //      way; ms per step = time / G, decode tokens/s = B * G / time;
-//   4. routing sample: route_sample_steps more decode steps with a RouteCounter attached (untimed)
-//      give the mean distinct routed experts per MoE layer per step; without router weights, with
+//   4. routing sample: route_sample_steps more decode steps of the same requests with a RouteCounter
+//      attached (untimed) give the mean distinct routed experts per MoE layer per step; without router weights, with
 //      G = 0 or when the hook saw no MoE layer (a step replayed from a CUDA graph), the
 //      uniform-routing expectation E (1 - (1 - k/E)^B) is used instead ("estimated").
 // With routed experts behind an expert cache (offload, hybrid, cpu), the counters of the timed decode

@@ -1,6 +1,7 @@
 // Scheduler step limits (SchedulerConfig): max_step_tokens leaves the prefill what the decodes do not
 // take, max_logit_rows cuts the chunks of a sequence that keeps its prompt's logits, and
-// reserve_at_admission takes a sequence's whole budget of pages when it is admitted.
+// reserve_at_admission takes a sequence's whole budget of pages when it is admitted, and
+// prefill_before_decode holds decodes until every prompt is computed (ft bench).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -95,6 +96,54 @@ TEST(SchedulerLimits, ReserveAtAdmissionTakesTheWholeBudget) {
   p = s.schedule();
   EXPECT_EQ(chunk_of(p, 2), 5);
   EXPECT_EQ(s.pages_in_use(), 13);
+  s.check_integrity();
+}
+
+TEST(SchedulerLimits, PrefillBeforeDecodeHoldsDecodesUntilEveryPromptIsComputed) {
+  PagePool pool(64, 4);
+  SchedulerConfig c = limits(0, 0);
+  c.max_running = 3;
+  c.max_prefill_tokens = 8;
+  c.prefill_before_decode = true;
+  Scheduler s(c, pool);
+  s.submit(1, ids(4), 8);
+  s.submit(2, ids(6), 8);
+  s.submit(3, ids(6), 8);
+  StepPlan p = s.schedule();  // 1 whole, 2 in part; 3 waits
+  EXPECT_EQ(chunk_of(p, 1), 4);
+  EXPECT_EQ(chunk_of(p, 2), 4);
+  s.complete(p);
+  s.append(1, 7);
+  p = s.schedule();  // 1 could decode but 2 and 3 have prompt left: prefill only
+  EXPECT_EQ(p.n_decode, 0);
+  EXPECT_EQ(chunk_of(p, 1), 0);
+  EXPECT_EQ(chunk_of(p, 2), 2);
+  EXPECT_EQ(chunk_of(p, 3), 6);
+  s.complete(p);
+  s.append(2, 7);
+  s.append(3, 7);
+  p = s.schedule();  // every prompt computed: the whole batch decodes together
+  EXPECT_EQ(p.n_decode, 3);
+  EXPECT_EQ(p.n_prefill_tokens, 0);
+  s.check_integrity();
+}
+
+TEST(SchedulerLimits, PrefillBeforeDecodeRunsHeldDecodesWhenNoPromptCanStep) {
+  PagePool pool(4, 4);  // 16 positions: 1 holds 3 pages, 2 (2 pages) cannot be admitted beside it
+  SchedulerConfig c = limits(0, 0);
+  c.reserve_at_admission = true;
+  c.prefill_before_decode = true;
+  Scheduler s(c, pool);
+  s.submit(1, ids(4), 8);
+  s.submit(2, ids(4), 4);
+  StepPlan p = s.schedule();
+  EXPECT_EQ(chunk_of(p, 1), 4);
+  EXPECT_EQ(s.n_waiting(), 1);
+  s.complete(p);
+  s.append(1, 7);
+  p = s.schedule();  // 2 waits for pages: 1's decode is not held back
+  EXPECT_EQ(p.n_decode, 1);
+  EXPECT_EQ(chunk_of(p, 1), 1);
   s.check_integrity();
 }
 

@@ -1,6 +1,7 @@
 // EngineService without a worker thread (engine/generate.h's driver): run_until_idle() runs the loop on
 // the calling thread, all requests of one call together as one batch, and a forward that throws ends
-// its requests and is rethrown with every page returned.
+// its requests and is rethrown with every page returned; run_step() runs one step; fed tokens
+// (GenerationRequest::feed_tokens, ft bench) replace the sampled ones in the sequence.
 #include <gtest/gtest.h>
 
 #include "engine/fake_model.h"
@@ -92,6 +93,36 @@ TEST(EngineServiceSync, RunUntilIdleIsRefusedWithAWorkerThread) {
   PagePool pool(16, 16);
   EngineService svc(model, pool, cfg());
   EXPECT_THROW(svc.run_until_idle(), Error);
+}
+
+TEST(EngineServiceSync, RunStepRunsOneStepAndFedTokensReplaceTheSampledOnes) {
+  FakeModel model(40, 64, 16);
+  PagePool pool(64, 16);
+  EngineService svc(model, pool, sync_cfg(2, 64));
+  auto sink = std::make_shared<CollectSink>();
+  GenerationRequest g = greedy(prompt_of(10, 1), 4, sink);
+  g.feed_tokens = {3, 5, 7};
+  const std::vector<int32_t> prompt = g.prompt;
+  svc.submit(std::move(g));
+  EXPECT_TRUE(svc.run_step());  // the prefill, with its first token
+  EXPECT_EQ(model.steps, 1);
+  EXPECT_EQ(sink->tokens.size(), 1u);
+  EXPECT_TRUE(svc.run_step());
+  EXPECT_EQ(sink->tokens.size(), 2u);
+  svc.run_until_idle();
+  EXPECT_FALSE(svc.run_step());  // nothing left
+  ASSERT_EQ(sink->tokens.size(), 4u);
+  // Token i is the greedy one after the prompt and fed tokens [0, i), not after the sampled ones.
+  std::vector<int32_t> context = prompt;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(sink->tokens[i], model.solo_greedy(context, 1)[0]) << i;
+    if (i < 3) context.push_back(std::vector<int32_t>{3, 5, 7}[i]);
+  }
+  EXPECT_NE(sink->tokens, model.solo_greedy(prompt, 4));  // feeding changed the continuation
+  auto bad = std::make_shared<CollectSink>();
+  GenerationRequest b = greedy(prompt_of(10, 2), 4, bad);
+  b.feed_tokens = {40};  // outside the vocabulary
+  EXPECT_THROW(svc.submit(std::move(b)), Error);
 }
 
 }  // namespace
