@@ -114,7 +114,9 @@ TEST_P(CudaGraphDecode, StepsAcrossTheShortKeyRangeEqualEager) {
   const int32_t bound = short_len > 0 ? short_len : 1024;
   EngineOptions o = options(4);
   o.kv_tokens = 2 * bound;
-  o.max_step_tokens = 1024;
+  // Both prompts in one prefill step, so every later step is a pure decode of both (generate() runs the
+  // server's loop, which would otherwise decode the short request beside the long prompt's last chunk).
+  o.max_step_tokens = 2 * bound;
   std::vector<int32_t> long_prompt(static_cast<size_t>(bound - 4));
   for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>((i * 7919 + 13) % 500);
   std::vector<GenerateRequest> reqs = {greedy_request(long_prompt, 8),
