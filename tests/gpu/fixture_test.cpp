@@ -173,9 +173,12 @@ TEST_P(CudaFixture, IntermediatesTrackCpu) {
   auto hook = [](Ops& ops, Dump& d) {
     return [&ops, &d](const std::string& name, int64_t layer, const Tensor& t) {
       std::vector<float> v(static_cast<size_t>(t.numel()));
-      if (t.dtype == DType::I32) {  // ids (DeepSeek-V4's indexer_ids): copied as they are, compared as floats
+      if (t.dtype == DType::I32) {  // ids (DeepSeek-V4's indexer_ids): each row a set, compared sorted
         std::vector<int32_t> ids(v.size());
         ops.copy(t, Tensor(ids.data(), DType::I32, t.shape.data(), t.ndim));
+        const int64_t cols = t.cols();
+        for (size_t r = 0; cols > 0 && r < ids.size(); r += static_cast<size_t>(cols))
+          std::sort(ids.begin() + static_cast<std::ptrdiff_t>(r), ids.begin() + static_cast<std::ptrdiff_t>(r + cols));
         std::copy(ids.begin(), ids.end(), v.begin());
       } else {
         ops.copy(t, Tensor(v.data(), DType::F32, t.shape.data(), t.ndim));
