@@ -11,6 +11,7 @@
 #include "engine/engine_runner.h"
 #include "engine/kv_tiers.h"
 #include "engine/scheduler.h"
+#include "engine/tier_engine.h"
 #include "log_capture.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -35,86 +36,21 @@ EngineOptions options(int64_t kv_tokens, double host_gib, const std::string& cac
   return o;
 }
 
-/** One engine, its tiers and a scheduler over them, running one greedy request at a time. */
-struct TierEngine {
-  TierEngine(const std::string& dir, const EngineOptions& o)
-      : engine(Engine::load(dir, o)), runner(*engine), tiers(*engine),
-        sched(config(), engine->kv().pools(), tiers.view()) {}
-
-  static SchedulerConfig config() {
-    SchedulerConfig c;
-    c.max_running = 1;
-    c.max_prefill_tokens = 256;
-    c.max_seq_len = 4096;
-    return c;
-  }
-
-  /** Runs `prompt` for `n` greedy tokens; returns each sampled row's logits, concatenated. */
-  std::vector<float> run(const std::vector<int32_t>& prompt, int32_t n) {
-    const uint64_t id = next_id++;
-    sched.submit(id, prompt, n);
-    const int64_t V = engine->config().n_vocab;
-    std::vector<float> rows;
-    int32_t generated = 0;
-    while (sched.find(id)) {
-      StepPlan plan = sched.schedule();
-      EXPECT_FALSE(plan.empty());
-      if (plan.empty()) break;
-      ForwardBatch b;
-      b.clear();
-      for (const ScheduledSeq& e : plan.seqs) {
-        const Sequence& s = *e.seq;
-        for (int32_t k = 0; k < e.n_tokens; ++k) {
-          b.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
-          b.positions.push_back(e.start + k);
-        }
-        b.seq_start.push_back(b.n_tokens());
-        b.block_tables.push_back(&s.pages);
-        if (sched.pools().swa) b.swa_block_tables.push_back(&s.swa_pages);
-        if (sched.pools().states) b.state_slots.push_back(s.state_slot);
-      }
-      b.copies_before = plan.state_restores;
-      b.copies_after = plan.state_saves;
-      std::span<const float> logits = runner.forward(b);
-      sched.complete(plan);
-      cached = sched.find(id)->n_cached;
-      if (plan.seqs[0].sample) {
-        const float* row = logits.data();
-        rows.insert(rows.end(), row, row + V);
-        const int32_t tok = static_cast<int32_t>(std::max_element(row, row + V) - row);
-        tokens.push_back(tok);
-        if (++generated == n) sched.finish(id);
-        else sched.append(id, tok);
-      }
-      sched.check_integrity();
-    }
-    return rows;
-  }
-
-  std::unique_ptr<Engine> engine;
-  EngineRunner runner;
-  KvTiers tiers;
-  Scheduler sched;
-  uint64_t next_id = 1;
-  int32_t cached = 0;
-  std::vector<int32_t> tokens;
+/** A CPU engine, its tiers and a scheduler over them (tests/engine/tier_engine.h). */
+struct CpuTierEngine : testing::TierEngine {
+  CpuTierEngine(const std::string& dir, const EngineOptions& o) : TierEngine(Engine::load(dir, o)) {}
 };
 
-std::vector<int32_t> prompt_of(uint32_t seed, int32_t n, int64_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min<int64_t>(vocab, 1000)));
-  return t;
-}
+using testing::prompt_of;
 
 void host_tier_round_trip(const std::string& model, const std::string& kv_dtype) {
   SCOPED_TRACE(model + " " + kv_dtype);
   EngineOptions small = options(64, 0.01), big = options(1024, 0);  // 4 pages of 16, or 64
   small.kv_cache_dtype = big.kv_cache_dtype = kv_cache_dtype_from_name(kv_dtype).value();
-  TierEngine ref(fixture(model), big), tier(fixture(model), small);
+  CpuTierEngine ref(fixture(model), big), tier(fixture(model), small);
   const int64_t V = ref.engine->config().n_vocab;
   const std::vector<int32_t> a = prompt_of(1, 40, V), b = prompt_of(2, 50, V);
-  for (TierEngine* e : {&ref, &tier}) {
+  for (CpuTierEngine* e : {&ref, &tier}) {
     e->run(a, 3);
     e->run(b, 3);  // 4 pages: evicts a's two cached pages (to the host tier when there is one)
   }
@@ -152,7 +88,7 @@ Restart restart_round_trip(const std::string& model, const std::string& dir) {
   Restart r;
   std::vector<float> want;
   {
-    TierEngine first(fixture(model), options(1024, 0, dir));
+    CpuTierEngine first(fixture(model), options(1024, 0, dir));
     r.a = prompt_of(3, 40, first.engine->config().n_vocab);
     r.a2 = r.a;
     r.a2.resize(36);  // shares a's first two pages, then differs
@@ -163,7 +99,7 @@ Restart restart_round_trip(const std::string& model, const std::string& dir) {
     r.want_tokens = first.tokens;
     EXPECT_EQ(first.cached, 32);
   }  // the writer finishes its queue before the store closes
-  TierEngine second(fixture(model), options(1024, 0, dir));
+  CpuTierEngine second(fixture(model), options(1024, 0, dir));
   EXPECT_NE(second.tiers.disk(), nullptr);
   if (!second.tiers.disk()) return r;
   EXPECT_GE(second.tiers.disk()->stats().entries, 2);
@@ -202,7 +138,7 @@ TEST(KvTiers, PromptCacheSurvivesARestartAndSkipsATruncatedFile) {
   ASSERT_FALSE(victim.empty());
   fs::resize_file(victim, fs::file_size(victim) - 100);
   testing::LogCapture log(spdlog::level::warn);
-  TierEngine third(fixture("qwen3"), options(1024, 0, dir));
+  CpuTierEngine third(fixture("qwen3"), options(1024, 0, dir));
   third.run(a2, 3);
   EXPECT_EQ(third.cached, 16);  // the first page only
   EXPECT_EQ(third.tokens, want_tokens);
@@ -222,7 +158,7 @@ TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
   std::vector<int32_t> a;
   std::vector<int32_t> want_tokens;
   {
-    TierEngine first(fixture("qwen3"), options(1024, 0, dir));
+    CpuTierEngine first(fixture("qwen3"), options(1024, 0, dir));
     a = prompt_of(4, 20, first.engine->config().n_vocab);
     first.run(a, 2);
     want_tokens = first.tokens;
@@ -241,7 +177,7 @@ TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
   }
   testing::LogCapture log(spdlog::level::warn);
   {
-    TierEngine second(fixture("qwen3"), options(1024, 0, dir));
+    CpuTierEngine second(fixture("qwen3"), options(1024, 0, dir));
     second.run(a, 2);
     EXPECT_EQ(second.cached, 0);
     EXPECT_EQ(second.tokens, want_tokens);

@@ -19,6 +19,7 @@
 #include "engine/engine_runner.h"
 #include "engine/kv_tiers.h"
 #include "engine/scheduler.h"
+#include "engine/tier_engine.h"
 #include "formats/checkpoint.h"
 #include "gpu_harness.h"
 #include "kv/kv_page_io.h"
@@ -45,78 +46,11 @@ EngineOptions tier_options(int64_t kv_tokens, double host_gib, const std::string
   return o;
 }
 
-/** A CUDA engine, its tiers and a scheduler over them, running one greedy request at a time. */
-struct CudaTierEngine {
+/** A CUDA engine, its tiers and a scheduler over them (tests/engine/tier_engine.h). */
+struct CudaTierEngine : TierEngine {
   CudaTierEngine(const std::string& dir, const EngineOptions& o)
-      : engine(std::make_unique<Engine>(open_checkpoint(dir), make_cuda_ops(0), o)), runner(*engine),
-        tiers(*engine), sched(config(), engine->kv().pools(), tiers.view()) {}
-
-  static SchedulerConfig config() {
-    SchedulerConfig c;
-    c.max_running = 1;
-    c.max_prefill_tokens = 256;
-    c.max_seq_len = 4096;
-    return c;
-  }
-
-  /** Runs `prompt` for `n` greedy tokens; returns each sampled row's logits, concatenated. */
-  std::vector<float> run(const std::vector<int32_t>& prompt, int32_t n) {
-    const uint64_t id = next_id++;
-    sched.submit(id, prompt, n);
-    const int64_t V = engine->config().n_vocab;
-    std::vector<float> rows;
-    int32_t generated = 0;
-    tokens.clear();
-    while (sched.find(id)) {
-      StepPlan plan = sched.schedule();
-      EXPECT_FALSE(plan.empty());
-      if (plan.empty()) break;
-      ForwardBatch b;
-      b.clear();
-      for (const ScheduledSeq& e : plan.seqs) {
-        const Sequence& s = *e.seq;
-        for (int32_t k = 0; k < e.n_tokens; ++k) {
-          b.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
-          b.positions.push_back(e.start + k);
-        }
-        b.seq_start.push_back(b.n_tokens());
-        b.block_tables.push_back(&s.pages);
-        if (sched.pools().swa) b.swa_block_tables.push_back(&s.swa_pages);
-        if (sched.pools().states) b.state_slots.push_back(s.state_slot);
-      }
-      b.copies_before = plan.state_restores;
-      b.copies_after = plan.state_saves;
-      std::span<const float> logits = runner.forward(b);
-      sched.complete(plan);
-      cached = sched.find(id)->n_cached;
-      if (plan.seqs[0].sample) {
-        const float* row = logits.data();
-        rows.insert(rows.end(), row, row + V);
-        const int32_t tok = static_cast<int32_t>(std::max_element(row, row + V) - row);
-        tokens.push_back(tok);
-        if (++generated == n) sched.finish(id);
-        else sched.append(id, tok);
-      }
-      sched.check_integrity();
-    }
-    return rows;
-  }
-
-  std::unique_ptr<Engine> engine;
-  EngineRunner runner;
-  KvTiers tiers;
-  Scheduler sched;
-  uint64_t next_id = 1;
-  int32_t cached = 0;
-  std::vector<int32_t> tokens;
+      : TierEngine(std::make_unique<Engine>(open_checkpoint(dir), make_cuda_ops(0), o)) {}
 };
-
-std::vector<int32_t> prompt_of(uint32_t seed, int32_t n, int64_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min<int64_t>(vocab, 1000)));
-  return t;
-}
 
 /** Logits equal bit for bit; the message says by how much they differ when not. */
 void expect_same_logits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
