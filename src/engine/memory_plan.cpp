@@ -136,6 +136,8 @@ MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
   mc.kv_bytes_per_token = placed.kv_per_token;
   mc.placed_kv_tokens = in.kv.pool().n_pages() * o.page_size;
   mc.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : mc.placed_kv_tokens;
+  if (o.kv_reserve_tokens < 0) mc.kv_reserve_flag = "-c/--kv-tokens";  // the reserve is the pool (ft serve)
+  mc.kv_page_tokens = o.page_size;
   mc.placed_bytes = placed.kv + placed.buffers;
   mc.workspace_bytes = placed.workspace;
   mc.weight_bytes = placed.weights;

@@ -87,6 +87,8 @@ GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRunt
   for (const auto& row : slot_rows) b.slot_bytes += row.second * 4;
   b.kv_bytes_per_token = config.kv_bytes_per_token;
   b.kv_reserve_tokens = config.kv_reserve_tokens;
+  b.kv_reserve_flag = config.kv_reserve_flag;
+  b.kv_page_tokens = config.kv_page_tokens;
   // The KV pool already placed counts against the reserve; KV beyond it is resident like the rest.
   const int64_t placed_kv = config.placed_kv_tokens * config.kv_bytes_per_token;
   const int64_t extra_kv = std::max<int64_t>(config.placed_kv_tokens - config.kv_reserve_tokens, 0) * config.kv_bytes_per_token;

@@ -32,6 +32,8 @@ struct MoeRuntimeConfig {
    *  Layers whose banks do not fit go resident on the GPU (plan_moe). */
   int64_t host_memory_limit = 0;
   int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens (the engine passes its KV pool when unset)
+  std::string kv_reserve_flag = "--kv-reserve-tokens";  // the flag a refusal advises (GpuMemoryBudget)
+  int64_t kv_page_tokens = 1;                           // KV page size (GpuMemoryBudget)
   int64_t kv_bytes_per_token = 0;    // KV of one token over all layers on the backend
   int64_t placed_bytes = 0;          // backend memory the engine already holds besides the weights (KV, step buffers)
   int64_t placed_kv_tokens = 0;      // tokens of the KV pool inside placed_bytes

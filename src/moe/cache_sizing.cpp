@@ -34,16 +34,18 @@ void check_budget(const GpuMemoryBudget& b) {
   std::string kv_hint;
   if (b.kv_bytes_per_token > 0) {
     const int64_t tokens = (missing + b.kv_bytes_per_token - 1) / b.kv_bytes_per_token;
-    if (tokens <= b.kv_reserve_tokens)
-      kv_hint = fmt::format(", lower --kv-reserve-tokens to {} or less", b.kv_reserve_tokens - tokens);
+    const int64_t page = std::max<int64_t>(b.kv_page_tokens, 1);
+    const int64_t lower = (b.kv_reserve_tokens - tokens) / page * page;  // whole pages: the pool rounds up
+    if (tokens <= b.kv_reserve_tokens && lower > 0)
+      kv_hint = fmt::format(", lower {} to {} or less", b.kv_reserve_flag, lower);
   }
   fail(ErrorCode::kOutOfMemory,
        "expert cache: {} ({} slots of {}) needs {}, but --gpu-memory-limit {} leaves {} after {} of resident weights "
-       "and buffers and {} of KV for --kv-reserve-tokens {}: {} missing. Raise --gpu-memory-limit{}{}, or run the routed experts "
+       "and buffers and {} of KV for {} {}: {} missing. Raise --gpu-memory-limit{}{}, or run the routed experts "
        "on the CPU with --moe-strategy cpu",
        what, slots, format_bytes(b.slot_bytes), format_bytes(need), format_bytes(b.gpu_memory_limit),
        format_bytes(std::max<int64_t>(avail, 0)), format_bytes(b.resident_bytes), format_bytes(kv_bytes),
-       b.kv_reserve_tokens, format_bytes(missing), kv_hint,
+       b.kv_reserve_flag, b.kv_reserve_tokens, format_bytes(missing), kv_hint,
        std::string(what).rfind("--moe-cache", 0) == 0 ? ", request fewer slots" : "");
 }
 

@@ -27,6 +27,10 @@ struct GpuMemoryBudget {
   int64_t resident_bytes = 0;      // dense weights + activations, workspaces, graphs
   int64_t kv_bytes_per_token = 0;  // KV of one token over all layers
   int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens
+  /** The flag that set kv_reserve_tokens, named in a refusal's advice: "--kv-reserve-tokens", or
+   *  "-c/--kv-tokens" where the reserve is the KV pool itself (ft serve leaves it unset). */
+  std::string kv_reserve_flag = "--kv-reserve-tokens";
+  int64_t kv_page_tokens = 1;      // the KV page size: a value advised for the flag is whole pages
   int64_t slot_bytes = 0;          // one expert record (ExpertBanks::slot_bytes)
   int32_t experts_per_layer = 0;   // largest n_expert over MoE layers
   int64_t total_experts = 0;       // routed experts over all MoE layers (plan_moe sizes the cache with those of its layers)

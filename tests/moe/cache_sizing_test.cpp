@@ -99,6 +99,13 @@ TEST(CacheSizing, NotEvenTheSmallestCacheFits) {
   b.resident_bytes = 2 * GiB + 512 * MiB;  // 1.75 GiB left: 512 MiB missing = 5462 tokens of 96 KiB
   const std::string e2 = error_of(b, {});
   EXPECT_NE(e2.find("lower --kv-reserve-tokens to 2730 or less"), std::string::npos) << e2;
+  // Under ft serve the reserve is the KV pool (-c): the advice names -c and whole pages, since the pool
+  // rounds -c up to pages (2730 would become 2736 and be refused again).
+  b.kv_reserve_flag = "-c/--kv-tokens";
+  b.kv_page_tokens = 16;
+  const std::string e3 = error_of(b, {});
+  EXPECT_NE(e3.find("lower -c/--kv-tokens to 2720 or less"), std::string::npos) << e3;
+  EXPECT_NE(e3.find("of KV for -c/--kv-tokens 8192"), std::string::npos) << e3;
   // A model with a single MoE layer needs only its own experts.
   GpuMemoryBudget one = qwen3_30b(24 * GiB);
   one.total_experts = 128;
