@@ -163,7 +163,7 @@ if has_part fit; then
     fi
     x=$room
     if ! start_server "fit-$d-min" "${a[@]}" -c $PAGE --kv-reserve-tokens "$room"; then
-      x=$(err_num "fit-$d-min" 'lower --kv-reserve-tokens to [0-9]*')
+      x=$(err_num "fit-$d-min" 'lower [-/a-z]* to [0-9]*')
       [ -z "$x" ] && { say "fit $d: no hint in: $(err_line "fit-$d-min")"; continue; }
     else
       stop_server
@@ -179,7 +179,7 @@ if has_part fit; then
         ok=1
         break
       fi
-      x=$(err_num "fit-$d-c$m" 'lower --kv-reserve-tokens to [0-9]*')
+      x=$(err_num "fit-$d-c$m" 'lower [-/a-z]* to [0-9]*')
       [ -z "$x" ] && { say "fit $d: -c $m refused: $(err_line "fit-$d-c$m")"; break; }
       m=$((x / PAGE * PAGE))
     done
