@@ -1,7 +1,7 @@
 #pragma once
 // Engine: a loaded checkpoint + model on a backend, its KV cache and planned step buffers, and one
-// forward step over a batch of sequences (prefill chunks and decode tokens mixed). Generation
-// loops (engine/generate.h) and the scheduler build on step().
+// forward step over a batch of sequences (engine/step_batch.h; prefill chunks and decode tokens mixed).
+// The serving loop (engine/service.h, through engine/engine_runner.h) builds on step().
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,31 +17,12 @@
 #include "engine/graph_runner.h"
 #include "engine/memory_plan.h"
 #include "engine/moe_runtime.h"
+#include "engine/step_batch.h"
 #include "formats/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace ft {
-
-/** One sequence's part of a step: `n` tokens at positions start .. start + n - 1. Positions
- *  [0, start) must already be in the sequence's pages (earlier steps); `pages` is its block table
- *  (page j holds positions [j * page_size, (j + 1) * page_size)) and must cover start + n positions.
- *  The caller owns page allocation (kv/page_pool.h BlockTable, or the scheduler). With a
- *  sliding-window pool (KvCache::pools().swa), `swa_pages` is the sequence's block table there, indexed
- *  like `pages`: the entries from KvPools::first_swa_page(start) to the last page must be held. */
-struct StepItem {
-  const std::vector<int32_t>* pages = nullptr;
-  int64_t start = 0;
-  const int32_t* tokens = nullptr;
-  int64_t n = 0;
-  /** Logit rows wanted: 0 none, 1 the last token, n every token (others are invalid). */
-  int64_t n_logits = 1;
-  const std::vector<int32_t>* swa_pages = nullptr;
-  /** The sequence's recurrent-state slot (KvCache::state_pool(); BlockTable::state_slot()), required
-   *  for a model with recurrent layers, -1 otherwise. The slot carries the state after position
-   *  start - 1 (nothing when start is 0). */
-  int32_t state_slot = -1;
-};
 
 class Engine {
  public:
@@ -63,10 +44,13 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   KvCache& kv() { return *kv_; }
 
-  /** Runs one forward: writes the items' K/V into their pages and returns the logits [R, n_vocab]
-   *  (R = sum of n_logits, in item order) as host floats (pinned memory on CUDA), valid until the
-   *  next step. Throws
-   *  kInvalidArgument for limits exceeded (tokens, sequences, logit rows, pages) or bad token ids. */
+  /** Runs one forward over `batch`: queues its copies_before, writes the items' K/V into their pages,
+   *  queues its copies_after and returns the logits [R, n_vocab] (R = sum of n_logits, in item order)
+   *  as host floats (pinned memory on CUDA), valid until the next step. Throws kInvalidArgument for
+   *  limits exceeded (tokens, sequences, logit rows, pages) or bad token ids (the copies_before may
+   *  have run then, the copies_after have not). */
+  std::span<const float> step(const StepBatch& batch);
+  /** step() over `items` alone (no state copies). */
   std::span<const float> step(const std::vector<StepItem>& items);
   /** Runs one forward as step() does, then samples each logit row on the backend (Ops::sample; the
    *  sampler of backend/sampling.h) instead of returning the logits: `rows` [R] (R = sum of n_logits,
@@ -77,6 +61,9 @@ class Engine {
    *  edit, an edit id outside the vocabulary or twice in a row (engine/sampler.h's Sampler::prepare
    *  makes valid rows), or a row naming a mask outside `masks` (M allowed-token masks of
    *  sample_mask_words(n_vocab) words each, uploaded with the rows; SampleRow::mask_index). */
+  std::span<const SampleResult> step_sample(const StepBatch& batch, std::span<const SampleRow> rows,
+                                            std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
+  /** step_sample() over `items` alone (no state copies). */
   std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
                                             std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
 
@@ -133,6 +120,15 @@ class Engine {
   std::string calibration_key(const std::vector<MoeRuntime::FetchCandidate>& caps) const;
   /** Forgets the recorded decode graphs (synchronizes first). */
   void drop_graphs();
+
+  /** step() and step_sample() over items with their state copies (under step_mu_). */
+  std::span<const float> step(const std::vector<StepItem>& items, std::span<const StateCopy> before,
+                              std::span<const StateCopy> after);
+  std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const StateCopy> before,
+                                            std::span<const StateCopy> after, std::span<const SampleRow> rows,
+                                            std::span<const LogitEdit> edits, std::span<const uint32_t> masks);
+  /** Queues the recurrent-state copies (KvCache::copy_state), in order. */
+  void copy_states(std::span<const StateCopy> copies);
 
   void forward(const BatchInfo& batch, const BatchInfo* swa_batch, const Tensor& ids, const Tensor& rows,
                const Tensor& logits);

@@ -15,7 +15,7 @@
 namespace ft {
 
 class KvCache;
-struct StepItem;  // engine/engine.h
+struct StepItem;  // engine/step_batch.h
 
 /** A step's inputs staged in host memory, I32 (Engine::step builds them; GraphRunner pads them): token
  *  ids, positions and sequence index [T], sequence starts [S + 1], logit rows [R], recurrent-state slots

@@ -6,11 +6,9 @@
 
 namespace ft {
 
-std::span<const SampleResult> ModelRunner::forward_sample(const ForwardBatch& batch, std::span<const SampleRow> rows,
+std::span<const SampleResult> ModelRunner::forward_sample(const StepBatch& batch, std::span<const SampleRow> rows,
                                                           std::span<const LogitEdit> edits,
                                                           std::span<const uint32_t> masks) {
-  if (!batch.logit_rows.empty())
-    fail(ErrorCode::kInvalidArgument, "forward_sample: a batch with logit_rows (forward() returns those)");
   check_sample_args(rows, edits, masks);  // before the forward, as a backend's step_sample checks
   return sample_on_host(forward(batch), rows, edits, masks);
 }

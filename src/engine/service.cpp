@@ -225,22 +225,9 @@ bool EngineService::run_once() {
     }
     plan = sched_.schedule();
     if (plan.empty()) return false;
-    batch_.clear();
+    fill_step_batch(plan, batch_);  // reads the sequences in place: only this thread appends to them
     planned.clear();
-    for (const ScheduledSeq& e : plan.seqs) {
-      const Sequence& s = *e.seq;
-      for (int32_t k = 0; k < e.n_tokens; ++k) {
-        batch_.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
-        batch_.positions.push_back(e.start + k);
-      }
-      batch_.seq_start.push_back(batch_.n_tokens());
-      batch_.block_tables.push_back(&s.pages);
-      if (sched_.pools().swa) batch_.swa_block_tables.push_back(&s.swa_pages);
-      if (sched_.pools().states) batch_.state_slots.push_back(s.state_slot);
-      planned.push_back(&active_.at(s.id));
-    }
-    batch_.copies_before = plan.state_restores;
-    batch_.copies_after = plan.state_saves;
+    for (const ScheduledSeq& e : plan.seqs) planned.push_back(&active_.at(e.seq->id));
   }
   // The sinks run without the lock; only this thread erases from active_.
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -406,15 +393,13 @@ bool EngineService::wants_logits(const StepPlan& plan, const std::vector<Active*
 
 void EngineService::step_with_logits(StepPlan& plan, const std::vector<Active*>& planned) {
   const auto V = static_cast<size_t>(runner_->vocab_size());
-  batch_.logit_rows.clear();
-  for (const ScheduledSeq& e : plan.seqs) batch_.logit_rows.push_back(logit_rows(e));
   const std::span<const float> logits = runner_->forward(batch_);
   last_rows_.resize(plan.seqs.size() * V);
   size_t row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& e = plan.seqs[i];
     const GenerationRequest& r = planned[i]->req;
-    const auto n = static_cast<size_t>(batch_.logit_rows[i]);
+    const auto n = static_cast<size_t>(batch_.items[i].n_logits);
     const int64_t first = e.start + e.n_tokens - static_cast<int64_t>(n);  // position of the first row
     FT_CHECK((row + n) * V <= logits.size());
     for (size_t k = 0; k < n; ++k) {
@@ -427,7 +412,6 @@ void EngineService::step_with_logits(StepPlan& plan, const std::vector<Active*>&
                 last_rows_.begin() + static_cast<std::ptrdiff_t>(i * V));
     row += n;
   }
-  batch_.logit_rows.clear();
   results_ = runner_->sample_on_host(last_rows_, rows_, edits_, masks_);
 }
 

@@ -34,6 +34,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/step_batch.h"
 #include "engine/token_constraint.h"
 
 namespace ft {
@@ -269,7 +270,7 @@ class EngineService {
   int64_t ttft_count_ = 0;
   EngineStats totals_;
 
-  ForwardBatch batch_;
+  StepBatch batch_;                          // the step's sequences, from its plan (fill_step_batch)
   std::vector<SampleRow> rows_;              // this step's sampling rows, one a sequence
   std::vector<LogitEdit> edits_;             // their edits
   std::vector<uint32_t> masks_;              // the constrained rows' allowed-token masks

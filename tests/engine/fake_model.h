@@ -39,27 +39,26 @@ class FakeModel : public ModelRunner {
 
   int32_t vocab_size() const override { return vocab_; }
 
-  std::span<const float> forward(const ForwardBatch& b) override {
+  std::span<const float> forward(const StepBatch& b) override {
     forward_into(b, logits_);
     return logits_;
   }
 
-  /** The forward's logits written into `logits` (resized). */
-  void forward_into(const ForwardBatch& b, std::vector<float>& logits) {
-    const int32_t S = b.n_seqs();
-    if (static_cast<int32_t>(b.seq_start.size()) != S + 1 || b.seq_start.back() != b.n_tokens())
-      throw std::runtime_error("fake model: seq_start does not match the batch");
+  /** The forward's logits written into `logits` (resized): one row a sequence (its last token's),
+   *  whatever the items' n_logits say. */
+  void forward_into(const StepBatch& b, std::vector<float>& logits) {
+    const auto S = static_cast<int32_t>(b.items.size());
     logits.assign(static_cast<size_t>(S) * vocab_, 0.0f);
     ++steps;
-    max_batch_tokens = std::max(max_batch_tokens, b.n_tokens());
+    max_batch_tokens = std::max(max_batch_tokens, static_cast<int32_t>(b.n_tokens()));
     for (int32_t s = 0; s < S; ++s) {
-      const std::vector<int32_t>& pages = *b.block_tables[static_cast<size_t>(s)];
-      int32_t last = -1;
-      for (int32_t t = b.seq_start[s]; t < b.seq_start[s + 1]; ++t) {
-        const int32_t pos = b.positions[static_cast<size_t>(t)];
-        if (last >= 0 && pos != last + 1) throw std::runtime_error("fake model: positions not consecutive");
-        last = pos;
-        const int32_t tok = b.tokens[static_cast<size_t>(t)];
+      const StepItem& it = b.items[static_cast<size_t>(s)];
+      if (!it.pages || !it.tokens || it.n < 1) throw std::runtime_error("fake model: an empty item");
+      const std::vector<int32_t>& pages = *it.pages;
+      const auto last = static_cast<int32_t>(it.start + it.n - 1);
+      for (int64_t k = 0; k < it.n; ++k) {
+        const auto pos = static_cast<int32_t>(it.start + k);
+        const int32_t tok = it.tokens[k];
         if (tok < 0 || tok >= vocab_) throw std::runtime_error("fake model: token out of range");
         kv_.at(slot(pages, pos)) = fake_kv(tok, pos);
       }

@@ -42,16 +42,8 @@ struct Driver : testing::RequestLog {
 
   StepPlan step() {
     StepPlan plan = sched.schedule();
-    ForwardBatch b;
-    b.clear();
-    for (const auto& e : plan.seqs) {
-      for (int32_t k = 0; k < e.n_tokens; ++k) {
-        b.tokens.push_back(e.seq->tokens[static_cast<size_t>(e.start + k)]);
-        b.positions.push_back(e.start + k);
-      }
-      b.seq_start.push_back(b.n_tokens());
-      b.block_tables.push_back(&e.seq->pages);
-    }
+    StepBatch b;
+    fill_step_batch(plan, b);
     std::vector<float> logits;
     if (!plan.empty()) model.forward_into(b, logits);
     sched.complete(plan);

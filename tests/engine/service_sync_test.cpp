@@ -56,7 +56,7 @@ TEST(EngineServiceSync, RunUntilIdleRunsTheRequestsAsOneBatch) {
 class FailingModel : public FakeModel {
  public:
   FailingModel(int64_t fail_at) : FakeModel(40, 64, 16), fail_at_(fail_at) {}
-  std::span<const float> forward(const ForwardBatch& b) override {
+  std::span<const float> forward(const StepBatch& b) override {
     if (steps == fail_at_) fail(ErrorCode::kInvalidArgument, "fake model: step {} refused", fail_at_);
     return FakeModel::forward(b);
   }

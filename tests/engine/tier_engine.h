@@ -1,6 +1,6 @@
 #pragma once
 // The KV-tier tests' engine driver (tests/engine/kv_tiers_test.cpp on the CPU backend,
-// tests/gpu/kv_tiers_test.cpp on CUDA): one engine, its host / disk tiers and a scheduler.
+// tests/engine/cuda_kv_tiers_test.cpp on CUDA): one engine, its host / disk tiers and a scheduler.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,21 +42,8 @@ struct TierEngine {
       StepPlan plan = sched.schedule();
       EXPECT_FALSE(plan.empty());
       if (plan.empty()) break;
-      ForwardBatch b;
-      b.clear();
-      for (const ScheduledSeq& e : plan.seqs) {
-        const Sequence& s = *e.seq;
-        for (int32_t k = 0; k < e.n_tokens; ++k) {
-          b.tokens.push_back(s.tokens[static_cast<size_t>(e.start + k)]);
-          b.positions.push_back(e.start + k);
-        }
-        b.seq_start.push_back(b.n_tokens());
-        b.block_tables.push_back(&s.pages);
-        if (sched.pools().swa) b.swa_block_tables.push_back(&s.swa_pages);
-        if (sched.pools().states) b.state_slots.push_back(s.state_slot);
-      }
-      b.copies_before = plan.state_restores;
-      b.copies_after = plan.state_saves;
+      StepBatch b;
+      fill_step_batch(plan, b);
       std::span<const float> logits = runner.forward(b);
       sched.complete(plan);
       cached = sched.find(id)->n_cached;

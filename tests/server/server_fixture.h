@@ -46,7 +46,7 @@ inline const Vocab& demo_vocab() {
 class GatedModel : public FakeModel {
  public:
   using FakeModel::FakeModel;
-  std::span<const float> forward(const ForwardBatch& b) override {
+  std::span<const float> forward(const StepBatch& b) override {
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return open_; });
@@ -54,8 +54,9 @@ class GatedModel : public FakeModel {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     std::vector<float>& logits = logits_;
     forward_into(b, logits);
-    for (int32_t s = 0; nan_from_position >= 0 && s < b.n_seqs(); ++s)  // a sequence that diverged
-      if (b.positions[static_cast<size_t>(b.seq_start[s + 1] - 1)] >= nan_from_position) {
+    const auto S = static_cast<int32_t>(b.items.size());
+    for (int32_t s = 0; nan_from_position >= 0 && s < S; ++s)  // a sequence that diverged
+      if (last_position(b, s) >= nan_from_position) {
         float* row = logits.data() + static_cast<size_t>(s) * static_cast<size_t>(vocab_size());
         std::fill(row, row + vocab_size(), std::numeric_limits<float>::quiet_NaN());
       }
@@ -64,9 +65,9 @@ class GatedModel : public FakeModel {
     // starts at position 0, or (after a prefix-cache hit) brings more than one token, is a prompt and
     // its reply starts after its last position; the reply's i-th token is script[i] (its last one
     // repeats).
-    for (int32_t s = 0; s < b.n_seqs(); ++s) {
-      const int32_t first = b.positions[static_cast<size_t>(b.seq_start[s])];
-      const int32_t last = b.positions[static_cast<size_t>(b.seq_start[s + 1] - 1)];
+    for (int32_t s = 0; s < S; ++s) {
+      const auto first = static_cast<int32_t>(b.items[static_cast<size_t>(s)].start);
+      const int32_t last = last_position(b, s);
       if (first == 0 || last > first) script_base_ = last + 1;
       const size_t i = std::min(static_cast<size_t>(last + 1 - script_base_), script.size() - 1);
       float* row = logits.data() + static_cast<size_t>(s) * static_cast<size_t>(vocab_size());
@@ -89,6 +90,12 @@ class GatedModel : public FakeModel {
   }
 
  private:
+  /** Position of item s's last token. */
+  static int32_t last_position(const StepBatch& b, int32_t s) {
+    const StepItem& it = b.items[static_cast<size_t>(s)];
+    return static_cast<int32_t>(it.start + it.n - 1);
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;
