@@ -28,21 +28,22 @@ void Ops::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Te
 
 void Ops::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                                  const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
-                                 const BatchInfo& batch, KvLayer kv, Tensor out) {
+                                 const BatchInfo& batch, KvLayer kv, Tensor out, ActQ8* out_q8) {
   qk_norm_rope_store(np, wq, wk, rp, q, k, v, batch, kv);
-  attention(ap, batch, q, kv, out);
+  attention(ap, batch, q, kv, out, out_q8);
 }
 
 void Ops::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
-                     Tensor ids, Tensor weights, const Tensor& n_valid) {
-  matmul(x, w, logits, bias);
+                     Tensor ids, Tensor weights, const Tensor& n_valid, ActQ8* x_q8) {
+  matmul(x, w, logits, bias, x_q8);  // a valid handle is used and kept; none is written
   moe_route(p, logits, ids, weights);
   if (!n_valid.empty()) moe_mask_rows(n_valid, ids);
 }
 
-void Ops::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
+void Ops::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out,
+                       ActQ8* out_q8) {
   add(x, r, x);
-  rms_norm(p, x, w, out);
+  rms_norm(p, x, w, out, out_q8);
 }
 
 std::unique_ptr<StepGraph> Ops::capture(const std::function<void()>&) {

@@ -81,6 +81,25 @@ struct StateLayer {
 // ----------------------------------------------------------------------------------------------
 // Params structs.
 
+/** The int8 form (CUDA q8_act.cuh layout) of an activation x [rows, K] that the op producing x
+ *  wrote as well (rms_norm, add_rms_norm, the decode attention for their output; moe_router for its
+ *  input), handed by the forward pass to the ops that then read x whole (matmul, moe_experts,
+ *  moe_router), so they skip quantizing x again. Empty (data null) when the backend wrote none: the
+ *  CPU backend never does and ignores handles.
+ *
+ *  A reader uses the handle only when it names the same x (data pointer, dtype, rows, K) and its
+ *  generation is the backend's current one (CUDA bumps it each time it writes the form's region),
+ *  else it quantizes x itself: a stale or foreign handle costs time, never correctness. The caller's
+ *  contract: pass a handle only together with the unchanged tensor its producer wrote (an op that
+ *  writes x in place in between makes the handle a lie the backend cannot see). */
+struct ActQ8 {
+  void* data = nullptr;     // the int8 form on the backend's device (null: none)
+  const void* x = nullptr;  // the activation it is the form of
+  DType dtype = DType::F32;
+  int64_t rows = 0, K = 0;
+  uint64_t generation = 0;  // the backend's count of writes of the form's region when it was written
+};
+
 struct RmsNormParams {
   float eps = 1e-6f;
   /** out = x / rms(x) * (weight + weight_offset); Gemma-style checkpoints store w and use 1 + w. */
@@ -350,13 +369,17 @@ class Ops {
 
   /** out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * (w + weight_offset). x, out [R, D] (may alias);
    *  w [D] F32/F16/BF16. For per-head norms pass x reshaped to [T * n_head, head_dim]. */
-  virtual void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) = 0;
+  /** `out_q8` (optional): set to out's int8 form when the backend wrote it as well, else emptied. */
+  virtual void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out,
+                        ActQ8* out_q8 = nullptr) = 0;
 
   /** The residual add that ends a sub-block fused with the RMSNorm that starts the next: x += r,
    *  then out = rms_norm(x) (x rounded to its dtype first, so it equals add then rms_norm). x, r,
    *  out [R, D] activation dtype; out must not alias x or r; w [D] as in rms_norm. The default runs
-   *  add then rms_norm; CUDA does both in one pass over the row for 256 < D <= 8192. */
-  virtual void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out);
+   *  add then rms_norm; CUDA does both in one pass over the row for 256 < D <= 8192. `out_q8` as in
+   *  rms_norm. */
+  virtual void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out,
+                            ActQ8* out_q8 = nullptr);
 
   /** Rotary embedding in place: x [T, n_heads * head_dim], positions I32 [T]. Each head's first
    *  n_rot dims are rotated per `p.mode` by angle positions[t] * inv_freq[i]; the rest are kept. */
@@ -377,15 +400,16 @@ class Ops {
    *  then attention(ap, batch, q, kv, out). Shapes as there. Afterwards q and k hold either their
    *  normalised, rotated heads or their inputs (read only out and the KV pages). The default makes
    *  the two calls; CUDA does both in the decode attention kernel for a batch of one decode token
-   *  (head_dim 128 or 256). Throws what they throw. */
+   *  (head_dim 128 or 256). Throws what they throw. `out_q8` as in attention. */
   virtual void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                                       const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
-                                      const BatchInfo& batch, KvLayer kv, Tensor out);
+                                      const BatchInfo& batch, KvLayer kv, Tensor out, ActQ8* out_q8 = nullptr);
 
   /** y = x W^T (+ bias): x [T, K] activations, w [N, K] any weight dtype (K a whole number of
    *  blocks), bias [N] F32/F16/BF16 or empty, y [T, N] activation dtype. fp32 accumulation. y must
-   *  not alias x. */
-  virtual void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) = 0;
+   *  not alias x. `x_q8` (optional): x's int8 form as its producer wrote it (ActQ8's rules). */
+  virtual void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias,
+                      const ActQ8* x_q8 = nullptr) = 0;
 
   /** out = silu(gate) * up, elementwise; gate, up, out [T, F] (out may alias either). */
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor out) = 0;
@@ -461,9 +485,10 @@ class Ops {
   /** Causal GQA attention over the paged cache (after kv_write of this layer): query t at
    *  position p of sequence s attends to that sequence's keys at positions 0..p (and > p -
    *  sliding_window when set). q, out [T, n_head * head_dim] activation dtype (QK-norm and RoPE
-   *  already applied by the model). Softmax in fp32. */
+   *  already applied by the model). Softmax in fp32. `out_q8` (optional): set to out's int8 form when
+   *  the backend wrote it as well (CUDA: the decode kernel, up to 16 rows), else emptied. */
   virtual void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
-                         Tensor out) = 0;
+                         Tensor out, ActQ8* out_q8 = nullptr) = 0;
 
   /** Multi-head latent attention in latent space (DeepSeek-V2 paper §2.1.2, the "absorbed" form that
    *  FlashMLA computes): one shared latent KV head. kv.k holds each token's normalised latent c
@@ -498,9 +523,11 @@ class Ops {
    *  16 tokens (the block that computes a token's last logit routes the token). Its logits may differ
    *  from the unfused matmul's in the last bits (another summation order), so a router near-tie can
    *  resolve differently above 16 tokens; graph and eager decode agree (16 is a graph-size boundary).
-   *  Throws what they throw. */
+   *  Throws what they throw. `x_q8` (optional, in and out): x's int8 form; a valid one (ActQ8's rules)
+   *  is kept; otherwise a backend may write x's form while it reads x (CUDA's fused router) and set
+   *  the handle to it, for the experts and shared expert after. The default only passes it to matmul. */
   virtual void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
-                          Tensor ids, Tensor weights, const Tensor& n_valid);
+                          Tensor ids, Tensor weights, const Tensor& n_valid, ActQ8* x_q8 = nullptr);
 
   /** Padding rows route nowhere: ids[t, :] = -1 for every row t >= n_valid[0]. ids I32 [T, k];
    *  n_valid I32 [1] on this device, read by the kernel (so a recorded graph masks however many rows
@@ -510,9 +537,9 @@ class Ops {
   /** Routed expert FFN: out[t] (=|+=) sum_j weights[t, j] * down_e(glu(gate_e x[t], up_e x[t]))
    *  with e = ids[t, j], glu per bank.glu and the bank's biases (when given) added to each projection. x, out [T, H] activation dtype; ids I32 [T, k] (entries < 0 are skipped:
    *  another executor computes them); weights F32 [T, k]; bank experts in any weight dtype.
-   *  Throws kInvalidArgument for an id >= bank.n_expert(). */
+   *  Throws kInvalidArgument for an id >= bank.n_expert(). `x_q8` (optional): x's int8 form (ActQ8). */
   virtual void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                           const ExpertBank& bank, Tensor out) = 0;
+                           const ExpertBank& bank, Tensor out, const ActQ8* x_q8 = nullptr) = 0;
   // ---- DeepSeek-V4 ----------------------------------------------------------------------------
   // Each has a CPU implementation; a backend without one throws kUnsupported naming the op
   // (backend/deepseek_v4_ops.cpp).

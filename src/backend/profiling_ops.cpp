@@ -54,8 +54,8 @@ void ProfilingOps::zero(Tensor t) { timed("zero", [&] { inner_->zero(t); }); }
 void ProfilingOps::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
   timed(weight_key("embedding", table), [&] { inner_->embedding(table, ids, out); });  // also row gathers
 }
-void ProfilingOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
-  timed(fmt::format("rms_norm [{}]", x.cols()), [&] { inner_->rms_norm(p, x, w, out); });
+void ProfilingOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8) {
+  timed(fmt::format("rms_norm [{}]", x.cols()), [&] { inner_->rms_norm(p, x, w, out, out_q8); });
 }
 void ProfilingOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
                                       Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
@@ -63,12 +63,14 @@ void ProfilingOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq,
 }
 void ProfilingOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk,
                                           const RopeParams& rp, const AttentionParams& ap, Tensor q, Tensor k,
-                                          const Tensor& v, const BatchInfo& batch, KvLayer kv, Tensor out) {
+                                          const Tensor& v, const BatchInfo& batch, KvLayer kv, Tensor out,
+                                          ActQ8* out_q8) {
   timed("qk_norm_rope_attention",
-        [&] { inner_->qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out); });
+        [&] { inner_->qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out, out_q8); });
 }
-void ProfilingOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
-  timed(fmt::format("add_rms_norm [{}]", x.cols()), [&] { inner_->add_rms_norm(p, x, r, w, out); });
+void ProfilingOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out,
+                                ActQ8* out_q8) {
+  timed(fmt::format("add_rms_norm [{}]", x.cols()), [&] { inner_->add_rms_norm(p, x, r, w, out, out_q8); });
 }
 void ProfilingOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
   timed("rope", [&] { inner_->rope(p, x, positions); });
@@ -77,8 +79,8 @@ void ProfilingOps::norm_rope(const RmsNormParams& np, const Tensor& w, const Rop
                              const Tensor& positions) {
   timed("norm_rope", [&] { inner_->norm_rope(np, w, p, x, positions); });
 }
-void ProfilingOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) {
-  timed(weight_key("matmul", w), [&] { inner_->matmul(x, w, y, bias); });
+void ProfilingOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* x_q8) {
+  timed(weight_key("matmul", w), [&] { inner_->matmul(x, w, y, bias, x_q8); });
 }
 void ProfilingOps::swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
   timed("swiglu", [&] { inner_->swiglu(gate, up, out); });
@@ -119,9 +121,9 @@ void ProfilingOps::kv_write(const BatchInfo& batch, const Tensor& k, const Tenso
   timed("kv_write", [&] { inner_->kv_write(batch, k, v, kv); });
 }
 void ProfilingOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
-                             Tensor out) {
+                             Tensor out, ActQ8* out_q8) {
   timed(batch.n_tokens == batch.n_seqs ? "attention (decode)" : "attention (prefill)",
-        [&] { inner_->attention(p, batch, q, kv, out); });
+        [&] { inner_->attention(p, batch, q, kv, out, out_q8); });
 }
 void ProfilingOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat,
                                  const Tensor& q_rope, KvLayer kv, Tensor out) {
@@ -134,16 +136,16 @@ void ProfilingOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor
   timed("moe_route", [&] { inner_->moe_route(p, logits, ids, weights); });
 }
 void ProfilingOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
-                              Tensor ids, Tensor weights, const Tensor& n_valid) {
-  timed(weight_key("moe_router", w), [&] { inner_->moe_router(p, x, w, bias, logits, ids, weights, n_valid); });
+                              Tensor ids, Tensor weights, const Tensor& n_valid, ActQ8* x_q8) {
+  timed(weight_key("moe_router", w), [&] { inner_->moe_router(p, x, w, bias, logits, ids, weights, n_valid, x_q8); });
 }
 void ProfilingOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
   timed("moe_mask_rows", [&] { inner_->moe_mask_rows(n_valid, ids); });
 }
 void ProfilingOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                               const ExpertBank& bank, Tensor out) {
+                               const ExpertBank& bank, Tensor out, const ActQ8* x_q8) {
   const std::string key = bank.gate.empty() ? std::string("moe_experts") : weight_key("moe_experts", bank.gate[0]);
-  timed(key, [&] { inner_->moe_experts(p, x, ids, weights, bank, out); });
+  timed(key, [&] { inner_->moe_experts(p, x, ids, weights, bank, out, x_q8); });
 }
 void ProfilingOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
                           const SampleRow* host_rows, const Tensor& masks) {

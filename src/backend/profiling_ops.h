@@ -47,17 +47,18 @@ class ProfilingOps final : public Ops {
   void synchronize() override { inner_->synchronize(); }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
-  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8 = nullptr) override;
   void qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
                           Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) override;
   void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                               const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch,
-                              KvLayer kv, Tensor out) override;
-  void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) override;
+                              KvLayer kv, Tensor out, ActQ8* out_q8 = nullptr) override;
+  void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out,
+                    ActQ8* out_q8 = nullptr) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
   void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                  const Tensor& positions) override;
-  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* x_q8 = nullptr) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float s, Tensor out) override;
@@ -74,17 +75,17 @@ class ProfilingOps final : public Ops {
   void softmax(const Tensor& x, Tensor out) override;
   void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
-  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override;
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out,
+                 ActQ8* out_q8 = nullptr) override;
   void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat, const Tensor& q_rope,
                      KvLayer kv, Tensor out) override;
   void head_matmul(const Tensor& x, const Tensor& w, Tensor y) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits, Tensor ids,
-                  Tensor weights,
-                  const Tensor& n_valid) override;
+                  Tensor weights, const Tensor& n_valid, ActQ8* x_q8 = nullptr) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   const ExpertBank& bank, Tensor out) override;
+                   const ExpertBank& bank, Tensor out, const ActQ8* x_q8 = nullptr) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
   int64_t max_sample_row() const override { return inner_->max_sample_row(); }

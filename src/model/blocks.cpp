@@ -69,7 +69,7 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
 }
 
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
-                     const Tensor& h, Tensor out) {
+                     const Tensor& h, Tensor out, const ActQ8* h_q8) {
   Ops& ops = ctx.ops;
   ForwardState& s = ctx.state;
   const int64_t T = h.rows();
@@ -77,22 +77,23 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
   if (T == 1 && !w.wqkv.empty()) {  // one token: q, k, v are consecutive pieces of one output row
     const int64_t qd = w.wq.dim(0), kvd = w.wk.dim(0);
     Tensor qkv = s.qkv.slice(0, 1);  // [1, qd + 2 kvd]
-    ops.matmul(h, w.wqkv, qkv, Tensor());
+    ops.matmul(h, w.wqkv, qkv, Tensor(), h_q8);
     q = qkv.reshape({qd + 2 * kvd}).slice(0, qd).reshape({1, qd});
     k = qkv.reshape({qd + 2 * kvd}).slice(qd, kvd).reshape({1, kvd});
     v = qkv.reshape({qd + 2 * kvd}).slice(qd + kvd, kvd).reshape({1, kvd});
   } else {
-    ops.matmul(h, w.wq, q, w.bq);  // [T, n_head * head_dim]
-    ops.matmul(h, w.wk, k, w.bk);  // [T, n_kv * head_dim]
-    ops.matmul(h, w.wv, v, w.bv);  // [T, n_kv * head_dim]
+    ops.matmul(h, w.wq, q, w.bq, h_q8);  // [T, n_head * head_dim]
+    ops.matmul(h, w.wk, k, w.bk, h_q8);  // [T, n_kv * head_dim]
+    ops.matmul(h, w.wv, v, w.bv, h_q8);  // [T, n_kv * head_dim]
   }
   const KvLayer kv = ctx.kv.layer(static_cast<int32_t>(l));
   AttentionParams ap = spec.attn;
   if (!spec.layer_window.empty()) ap.sliding_window = spec.layer_window[static_cast<size_t>(l)];
   ap.sinks = w.sinks;
+  ActQ8 attn_q8;  // attn's int8 form when the (decode) attention wrote it, for the output projection
   if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm, RoPE, k and v into the pages, attention
     ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, ap, q, k, v, ctx.kv_batch(l),
-                               kv, attn);  // [T, n_head * head_dim]
+                               kv, attn, &attn_q8);  // [T, n_head * head_dim]
   } else {
     if (spec.qk_norm == QkNorm::kFull) {
       ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
@@ -101,15 +102,16 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.rope(spec.rope, q, ctx.batch.positions);
     ops.rope(spec.rope, k, ctx.batch.positions);
     ops.kv_write(ctx.kv_batch(l), k, v, kv);
-    ops.attention(ap, ctx.kv_batch(l), q, kv, attn);  // [T, n_head * head_dim]
+    ops.attention(ap, ctx.kv_batch(l), q, kv, attn, &attn_q8);  // [T, n_head * head_dim]
   }
   if (!w.wgate.empty()) {
     Tensor gate = s.attn_gate.slice(0, T);
-    ops.matmul(h, w.wgate, gate, Tensor());  // [T, n_head * head_dim]
+    ops.matmul(h, w.wgate, gate, Tensor(), h_q8);  // [T, n_head * head_dim]
     ops.sigmoid_mul(gate, attn, attn);
+    attn_q8 = ActQ8{};  // attn changed: its form is no longer its
   }
   ctx.dump_if("kqv_out", l, attn);
-  ops.matmul(attn, w.wo, out, w.bo);  // [T, H]
+  ops.matmul(attn, w.wo, out, w.bo, &attn_q8);  // [T, H]
 }
 
 // ---- feed-forward ----
@@ -121,13 +123,13 @@ MlpWeights load_mlp(WeightLoader& ld, const ModelConfig& c, int64_t l, int64_t F
           ld.get(layer_weight(l, "ffn_down", "mlp.down_proj"), {H, F})};
 }
 
-void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out) {
+void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8) {
   const int64_t T = h.rows(), F = w.gate.dim(0);
   Tensor g = ctx.state.ff_gate.reshape({ctx.state.max_tokens * ctx.state.ff_gate.cols()})
                  .slice(0, T * F).reshape({T, F});
   Tensor u = ctx.state.ff_up.reshape({ctx.state.max_tokens * ctx.state.ff_up.cols()}).slice(0, T * F).reshape({T, F});
-  ctx.ops.matmul(h, w.gate, g, Tensor());  // [T, F]
-  ctx.ops.matmul(h, w.up, u, Tensor());    // [T, F]
+  ctx.ops.matmul(h, w.gate, g, Tensor(), h_q8);  // [T, F]
+  ctx.ops.matmul(h, w.up, u, Tensor(), h_q8);    // [T, F]
   ctx.ops.swiglu(g, u, g);
   ctx.ops.matmul(g, w.down, out, Tensor());  // [T, H]
 }
@@ -159,9 +161,9 @@ ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, 
 }
 
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
-               Tensor out, const MoePrefetch& prefetch) {
+               Tensor out, const MoePrefetch& prefetch, ActQ8* h_q8) {
   if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
-  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid, prefetch);
+  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid, prefetch, h_q8);
 }
 
 // ---- embeddings and output ----
@@ -204,9 +206,10 @@ void lm_head(ForwardContext& ctx, const OutputWeights& w, const RmsNormParams& n
   if (ctx.logit_rows.empty()) return;  // a prefill chunk whose logits nobody needs
   Tensor rows = ctx.state.out_rows.slice(0, ctx.logit_rows.numel());  // [R, H]
   ctx.ops.embedding(x, ctx.logit_rows, rows);
-  ctx.ops.rms_norm(norm, rows, w.output_norm, rows);
+  ActQ8 rows_q8;  // the norm's int8 form of rows, for the LM head's GEMV
+  ctx.ops.rms_norm(norm, rows, w.output_norm, rows, &rows_q8);
   ctx.dump_if("result_norm", -1, rows);
-  ctx.ops.matmul(rows, w.output, ctx.logits, Tensor());  // [R, V]
+  ctx.ops.matmul(rows, w.output, ctx.logits, Tensor(), &rows_q8);  // [R, V]
   ctx.dump_if("result_output", -1, ctx.logits);
 }
 

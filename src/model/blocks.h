@@ -49,9 +49,11 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int
 
 /** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache),
  *  with layer l's sliding window (spec.layer_window) and w's sinks when it has them; multiplied by
- *  sigmoid(h wgate^T) before the output projection when w has an output gate. */
+ *  sigmoid(h wgate^T) before the output projection when w has an output gate. h_q8 (optional): h's
+ *  int8 form from h's producer (ActQ8, backend/ops.h) for the projections of h; the attention output's
+ *  own form goes from the attention to the output projection. */
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
-                     const Tensor& h, Tensor out);
+                     const Tensor& h, Tensor out, const ActQ8* h_q8 = nullptr);
 
 // ---- feed-forward ----
 
@@ -63,8 +65,8 @@ struct MlpWeights {
 /** Layer `l`'s dense SwiGLU MLP: ffn_gate/up/down (mlp.gate_proj/up_proj/down_proj by default). */
 MlpWeights load_mlp(WeightLoader& ld, const ModelConfig& config, int64_t l, int64_t n_ff);
 
-/** out [T, H] = down(silu(gate h) * up h). */
-void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out);
+/** out [T, H] = down(silu(gate h) * up h). h_q8 (optional): h's int8 form from its producer (ActQ8). */
+void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8 = nullptr);
 
 /** HF per-expert name patterns ("{}" = expert index) of one architecture's routed experts. */
 struct ExpertNames {
@@ -84,9 +86,10 @@ struct ExpertNames {
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
 
 /** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts.
- *  prefetch: the layers of ctx.experts->prefetch_targets(l, T) with their routers (moe_ffn). */
+ *  prefetch: the layers of ctx.experts->prefetch_targets(l, T) with their routers (moe_ffn). h_q8
+ *  (optional, in and out): h's int8 form, as moe_ffn's x_q8. */
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
-               Tensor out, const MoePrefetch& prefetch = MoePrefetch());
+               Tensor out, const MoePrefetch& prefetch = MoePrefetch(), ActQ8* h_q8 = nullptr);
 
 // ---- embeddings and output ----
 

@@ -118,8 +118,9 @@ class DeepseekV4 final : public Model {
                              int32_t col);
   HyperConn load_hc(WeightLoader& ld, const std::string& fn, const std::string& base, const std::string& scale,
                     int64_t rows, int64_t n_scale);
-  void attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const;
-  void ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const;
+  /** h_q8: h's int8 form as its norm wrote it (ActQ8), for the projections of h. */
+  void attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out, const ActQ8* h_q8) const;
+  void ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out, const ActQ8* h_q8) const;
 
   struct Scratch {
     StepScratch mem;
@@ -369,10 +370,11 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
     ops.rms_norm(norm, streams, ones_flat_, flat);
     ops.matmul(flat, hc.fn, mixes, Tensor());
     ops.hc_pre(hp, streams, mixes, hc.base, hc.scale, coll, post, comb);
-    ops.rms_norm(norm, coll, norm_w, h);
+    ActQ8 h_q8;  // h's int8 form as its norm wrote it, for the projections of h
+    ops.rms_norm(norm, coll, norm_w, h, &h_q8);
     ctx.dump_if(attn ? "attn_norm" : "ffn_norm", l, h);
-    if (attn) attention(ctx, l, h, o);
-    else ffn(ctx, l, h, o);
+    if (attn) attention(ctx, l, h, o, &h_q8);
+    else ffn(ctx, l, h, o, &h_q8);
     ctx.dump_if(attn ? "attn_out" : "ffn_moe_out", l, o);
     ops.hc_post(hp, streams, o, post, comb, next);
     std::swap(streams, next);
@@ -392,7 +394,7 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
   lm_head(ctx, io, norm, coll);
 }
 
-void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const {
+void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out, const ActQ8* h_q8) const {
   Ops& ops = ctx.ops;
   const ModelConfig& c = config_;
   const Layer& L = layers_[static_cast<size_t>(l)];
@@ -401,12 +403,13 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   const int64_t T = b.n_tokens, nh = c.n_head, hd = c.head_dim, S = b.n_seqs;
   const RmsNormParams norm{static_cast<float>(c.rms_eps), 0.0f};
   Tensor qa = s.qa.slice(0, T), q = ctx.state.q.slice(0, T), kv = s.kv.slice(0, T), att = s.attn.slice(0, T);
-  ops.matmul(h, L.wq_a, qa, Tensor());
-  ops.rms_norm(norm, qa, L.q_norm, qa);
-  ops.matmul(qa, L.wq_b, q, Tensor());
+  ActQ8 qa_q8;  // qa's form from its norm (h's then goes stale: later projections of h quantize)
+  ops.matmul(h, L.wq_a, qa, Tensor(), h_q8);
+  ops.rms_norm(norm, qa, L.q_norm, qa, &qa_q8);
+  ops.matmul(qa, L.wq_b, q, Tensor(), &qa_q8);
   Tensor heads = q.reshape({T * nh, hd});
   ops.rms_norm(norm, heads, ones_head_, heads);
-  ops.matmul(h, L.wkv, kv, Tensor());
+  ops.matmul(h, L.wkv, kv, Tensor(), h_q8);
   ops.rms_norm(norm, kv, L.kv_norm, kv);
   const KvLayer pages = ctx.kv.layer(static_cast<int32_t>(l));
   ops.kv_write(b, kv, kv, KvLayer{pages.k, pages.k});  // the key pages hold K = V
@@ -429,7 +432,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   const int64_t M = std::max<int64_t>(1, b.max_kv_len / rate);
   const int64_t width = L.comp.p.overlap ? 2 * hd : hd;
   Tensor proj = s.proj.slice(0, T).reshape({T * 4 * hd}).slice(0, T * 2 * width).reshape({T, 2 * width});
-  ops.matmul(h, L.comp.proj, proj, Tensor());
+  ops.matmul(h, L.comp.proj, proj, Tensor(), h_q8);
   Tensor ent(s.ent.data, s.ent.dtype, {S, M, hd}, s.ent.device);
   ops.compress_kv(L.comp.p, b, proj, pages, L.comp.ape, L.comp.norm, ent);
   ap.rate = static_cast<int32_t>(rate);
@@ -437,12 +440,12 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   Tensor sel;
   if (L.type == kCsa) {
     Tensor iproj = s.iproj.slice(0, T);
-    ops.matmul(h, L.idx_comp.proj, iproj, Tensor());
+    ops.matmul(h, L.idx_comp.proj, iproj, Tensor(), h_q8);
     Tensor ient(s.ient.data, s.ient.dtype, {S, M, id_}, s.ient.device);
     ops.compress_kv(L.idx_comp.p, b, iproj, pages, L.idx_comp.ape, L.idx_comp.norm, ient);
     Tensor iq = s.iq.slice(0, T), iw = s.iw.slice(0, T);
-    ops.matmul(qa, L.idx_wq_b, iq, Tensor());
-    ops.matmul(h, L.idx_w, iw, Tensor());
+    ops.matmul(qa, L.idx_wq_b, iq, Tensor(), &qa_q8);
+    ops.matmul(h, L.idx_w, iw, Tensor(), h_q8);
     IndexerParams ip;
     ip.n_head = static_cast<int32_t>(ih_);
     ip.head_dim = static_cast<int32_t>(id_);
@@ -458,7 +461,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   ops.matmul(oa, L.wo_b, out, Tensor());
 }
 
-void DeepseekV4::ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const {
+void DeepseekV4::ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out, const ActQ8* h_q8) const {
   Ops& ops = ctx.ops;
   const ModelConfig& c = config_;
   const Layer& L = layers_[static_cast<size_t>(l)];
@@ -466,7 +469,7 @@ void DeepseekV4::ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out
   if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
   MoeScratch& m = ctx.state.moe;
   Tensor logits = m.router_logits.slice(0, T), ids = m.ids.slice(0, T), weights = m.weights.slice(0, T);
-  ops.matmul(h, L.gate, logits, Tensor());
+  ops.matmul(h, L.gate, logits, Tensor(), h_q8);
   RouterParams rp;
   rp.n_expert_used = static_cast<int32_t>(c.n_expert_used);
   rp.norm_topk_prob = true;
@@ -474,10 +477,10 @@ void DeepseekV4::ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out
   rp.bias = L.bias;
   ops.moe_route_sqrtsoftplus(rp, logits, ctx.token_ids, L.tid2eid, ids, weights);
   if (!ctx.batch.n_valid.empty()) ops.moe_mask_rows(ctx.batch.n_valid, ids);
-  ctx.experts->compute(l, h, ids, weights, out);
+  ctx.experts->compute(l, h, ids, weights, out, h_q8);
   Tensor g = m.sh_gate.slice(0, T), u = m.sh_up.slice(0, T), y = m.sh_out.slice(0, T);
-  ops.matmul(h, L.sh_gate, g, Tensor());
-  ops.matmul(h, L.sh_up, u, Tensor());
+  ops.matmul(h, L.sh_gate, g, Tensor(), h_q8);
+  ops.matmul(h, L.sh_up, u, Tensor(), h_q8);
   ops.swiglu_clamp(g, u, static_cast<float>(swiglu_limit_), g);
   ops.matmul(g, L.sh_down, y, Tensor());
   ops.add(out, y, out);

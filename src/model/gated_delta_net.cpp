@@ -82,16 +82,16 @@ GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, Ops& ops, const Mode
 }
 
 void gated_delta_net_block(ForwardContext& ctx, int64_t l, GatedDeltaParams p, const RmsNormParams& norm,
-                           const GatedDeltaNetWeights& w, const Tensor& h, Tensor out) {
+                           const GatedDeltaNetWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8) {
   Ops& ops = ctx.ops;
   ForwardState& s = ctx.state;
   const int64_t T = h.rows(), Hv = p.n_v_heads, dv = p.v_head_dim;
   Tensor qkv = s.lin_qkv.slice(0, T), conv = s.lin_conv.slice(0, T), z = s.lin_z.slice(0, T);
   Tensor a = s.lin_a.slice(0, T), b = s.lin_b.slice(0, T), o = s.lin_out.slice(0, T);
-  ops.matmul(h, w.in_qkv, qkv, Tensor());  // [T, 2 Hk dk + Hv dv]
-  ops.matmul(h, w.in_z, z, Tensor());      // [T, Hv dv]
-  ops.matmul(h, w.in_b, b, Tensor());      // [T, Hv]
-  ops.matmul(h, w.in_a, a, Tensor());      // [T, Hv]
+  ops.matmul(h, w.in_qkv, qkv, Tensor(), h_q8);  // [T, 2 Hk dk + Hv dv]
+  ops.matmul(h, w.in_z, z, Tensor(), h_q8);      // [T, Hv dv]
+  ops.matmul(h, w.in_b, b, Tensor(), h_q8);      // [T, Hv]
+  ops.matmul(h, w.in_a, a, Tensor(), h_q8);      // [T, Hv]
   const StateLayer st = ctx.kv.state(static_cast<int32_t>(l));
   ops.ssm_conv(ctx.batch, qkv, w.conv, st.conv, conv);
   p.a_log = w.a_log;

@@ -42,8 +42,8 @@ GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, Ops& ops, const Mode
 
 /** out [T, H] = the Gated DeltaNet of h [T, H] for layer `l`, advancing each sequence's state
  *  (ctx.batch.state_slots) in ctx.kv.state(l). `p` from gated_delta_params; `norm` the gated
- *  RMSNorm's params. */
+ *  RMSNorm's params; h_q8 (optional): h's int8 form from its producer (ActQ8) for the input projections. */
 void gated_delta_net_block(ForwardContext& ctx, int64_t l, GatedDeltaParams p, const RmsNormParams& norm,
-                           const GatedDeltaNetWeights& w, const Tensor& h, Tensor out);
+                           const GatedDeltaNetWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8 = nullptr);
 
 }  // namespace ft

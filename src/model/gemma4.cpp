@@ -154,14 +154,15 @@ class Gemma4 final : public Model {
     Tensor h = s.h.slice(0, T), o = s.sub_out.slice(0, T);  // [T, H]
     for (int64_t l = 0; l < L; ++l) {
       const Layer& Ly = layers_[static_cast<size_t>(l)];
-      ops.rms_norm(norm, x, Ly.attn_norm, h);
+      ActQ8 h_q8;  // h's int8 form as its norm wrote it, for the projections of h
+      ops.rms_norm(norm, x, Ly.attn_norm, h, &h_q8);
       ctx.dump_if("attn_norm", l, h);
-      attention(ctx, l, Ly, h, o);
+      attention(ctx, l, Ly, h, o, &h_q8);
       ops.rms_norm(norm, o, Ly.post_attn_norm, o);
       ops.add(x, o, x);
       ctx.dump_if("ffn_inp", l, x);
-      ops.rms_norm(norm, x, Ly.pre_ffn_norm, h);
-      mlp(ctx, Ly, h, o);
+      ops.rms_norm(norm, x, Ly.pre_ffn_norm, h, &h_q8);
+      mlp(ctx, Ly, h, o, &h_q8);
       ctx.dump_if("ffn_out", l, o);
       if (!Ly.router.empty()) {
         ops.rms_norm(norm, o, Ly.post_ffn_norm_1, o);
@@ -417,8 +418,9 @@ class Gemma4 final : public Model {
   }
 
   /** out [T, H] = o_proj(attention of h) for layer l, its K/V written to its pages (KV-shared layers
-   *  read their source layer's pages and write none). */
-  void attention(ForwardContext& ctx, int64_t l, const Layer& Ly, const Tensor& h, Tensor out) const {
+   *  read their source layer's pages and write none). h_q8: h's int8 form from its norm (ActQ8). */
+  void attention(ForwardContext& ctx, int64_t l, const Layer& Ly, const Tensor& h, Tensor out,
+                 const ActQ8* h_q8) const {
     Ops& ops = ctx.ops;
     ForwardState& s = ctx.state;
     const int64_t T = h.rows(), hd = Ly.head_dim, qd = config_.n_head * hd, kvd = Ly.n_kv * hd;
@@ -427,7 +429,7 @@ class Gemma4 final : public Model {
     };
     Tensor q = view(s.q, qd), attn = view(s.attn, qd);
     const RmsNormParams np{static_cast<float>(config_.rms_eps), 0.0f};
-    ops.matmul(h, Ly.wq, q, Tensor());
+    ops.matmul(h, Ly.wq, q, Tensor(), h_q8);
     ops.norm_rope(np, Ly.q_norm, Ly.rope, q, ctx.batch.positions);
     const KvLayer full = ctx.kv.layer(static_cast<int32_t>(Ly.kv_source));
     // This layer's heads over a prefix of the pages (sized for the widest layer).
@@ -435,27 +437,28 @@ class Gemma4 final : public Model {
     const BatchInfo& kvb = ctx.kv_batch(Ly.kv_source);
     if (Ly.kv_source == l) {
       Tensor k = view(s.k, kvd), v = view(s.v, kvd);
-      ops.matmul(h, Ly.wk, k, Tensor());
+      ops.matmul(h, Ly.wk, k, Tensor(), h_q8);
       if (Ly.wv.empty()) ops.copy(k, v);  // attention_k_eq_v: v from k_proj, before k_norm
-      else ops.matmul(h, Ly.wv, v, Tensor());
+      else ops.matmul(h, Ly.wv, v, Tensor(), h_q8);
       ops.norm_rope(np, Ly.k_norm, Ly.rope, k, ctx.batch.positions);
       Tensor vr = v.reshape({T * Ly.n_kv, hd});
       ops.rms_norm(np, vr, ones_.slice(0, hd), vr);  // v_norm: no weight
       ops.kv_write(kvb, k, v, kv);
     }
-    ops.attention(Ly.attn, kvb, q, kv, attn);  // [T, n_head * hd]
+    ActQ8 attn_q8;  // attn's int8 form when the decode attention wrote it
+    ops.attention(Ly.attn, kvb, q, kv, attn, &attn_q8);  // [T, n_head * hd]
     ctx.dump_if("kqv_out", l, attn);
-    ops.matmul(attn, Ly.wo, out, Tensor());
+    ops.matmul(attn, Ly.wo, out, Tensor(), &attn_q8);
   }
 
-  /** out [T, H] = down(gelu_tanh(gate h) * up h). */
-  void mlp(ForwardContext& ctx, const Layer& Ly, const Tensor& h, Tensor out) const {
+  /** out [T, H] = down(gelu_tanh(gate h) * up h). h_q8: h's int8 form from its norm (ActQ8). */
+  void mlp(ForwardContext& ctx, const Layer& Ly, const Tensor& h, Tensor out, const ActQ8* h_q8) const {
     ForwardState& s = ctx.state;
     const int64_t T = h.rows(), F = Ly.mlp.gate.dim(0);
     Tensor g = s.ff_gate.reshape({s.max_tokens * s.ff_gate.cols()}).slice(0, T * F).reshape({T, F});
     Tensor u = s.ff_up.reshape({s.max_tokens * s.ff_up.cols()}).slice(0, T * F).reshape({T, F});
-    ctx.ops.matmul(h, Ly.mlp.gate, g, Tensor());
-    ctx.ops.matmul(h, Ly.mlp.up, u, Tensor());
+    ctx.ops.matmul(h, Ly.mlp.gate, g, Tensor(), h_q8);
+    ctx.ops.matmul(h, Ly.mlp.up, u, Tensor(), h_q8);
     ctx.ops.gelu_tanh_mul(g, u, g);
     ctx.ops.matmul(g, Ly.mlp.down, out, Tensor());
   }
@@ -469,13 +472,14 @@ class Gemma4 final : public Model {
     const int64_t T = x.rows();
     const RmsNormParams np{static_cast<float>(config_.rms_eps), 0.0f};
     Tensor logits = ms.router_logits.slice(0, T), ids = ms.ids.slice(0, T), weights = ms.weights.slice(0, T);
-    ops.rms_norm(np, x, Ly.router_norm, h);  // RMSNorm(x) * scale / sqrt(H)
+    ActQ8 h_q8;  // h's int8 form as each norm wrote it
+    ops.rms_norm(np, x, Ly.router_norm, h, &h_q8);  // RMSNorm(x) * scale / sqrt(H)
     const RouterParams rp{static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, true, 1.0f, 1, 1,
                           Tensor()};
-    ops.moe_router(rp, h, Ly.router, Tensor(), logits, ids, weights, ctx.batch.n_valid);
+    ops.moe_router(rp, h, Ly.router, Tensor(), logits, ids, weights, ctx.batch.n_valid, &h_q8);
     ops.moe_expert_scale(ids, Ly.expert_scale, weights);
-    ops.rms_norm(np, x, Ly.pre_ffn_norm_2, h);
-    ctx.experts->compute(l, h, ids, weights, out);
+    ops.rms_norm(np, x, Ly.pre_ffn_norm_2, h, &h_q8);
+    ctx.experts->compute(l, h, ids, weights, out, &h_q8);
   }
 
   std::vector<LayerGeom> geom_;

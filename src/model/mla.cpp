@@ -134,24 +134,27 @@ MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l,
   return w;
 }
 
-void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWeights& w, const Tensor& h, Tensor out) {
+void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWeights& w, const Tensor& h, Tensor out,
+               const ActQ8* h_q8) {
   Ops& ops = ctx.ops;
   ForwardState& s = ctx.state;
   const int64_t T = h.rows();
   Tensor q_nope = s.q_nope.slice(0, T), q_pe = s.q_pe.slice(0, T), q_lat = s.q_lat.slice(0, T);
   Tensor kv_c = s.kv_c.slice(0, T), k_pe = s.k_pe.slice(0, T), lat = s.attn_lat.slice(0, T), o = s.attn.slice(0, T);
   const Tensor* qin = &h;
+  const ActQ8* qin_q8 = h_q8;
   Tensor q_a;
+  ActQ8 q_a_q8;  // q_a's int8 form, written by its norm (h's then goes stale: the projections of h quantize)
   if (!w.wq_a.empty()) {
     q_a = s.q_a.slice(0, T);
-    ops.matmul(h, w.wq_a, q_a, Tensor());  // [T, q_lora_rank]
-    ops.rms_norm(spec.norm, q_a, w.q_a_norm, q_a);
-    qin = &q_a;
+    ops.matmul(h, w.wq_a, q_a, Tensor(), h_q8);  // [T, q_lora_rank]
+    ops.rms_norm(spec.norm, q_a, w.q_a_norm, q_a, &q_a_q8);
+    qin = &q_a, qin_q8 = &q_a_q8;
   }
-  ops.matmul(*qin, w.wq_nope, q_nope, Tensor());  // [T, n_head * qk_nope]
-  ops.matmul(*qin, w.wq_rope, q_pe, Tensor());    // [T, n_head * qk_rope]
-  ops.matmul(h, w.w_dkv, kv_c, Tensor());         // [T, kv_lora_rank]
-  ops.matmul(h, w.w_kr, k_pe, Tensor());          // [T, qk_rope]
+  ops.matmul(*qin, w.wq_nope, q_nope, Tensor(), qin_q8);  // [T, n_head * qk_nope]
+  ops.matmul(*qin, w.wq_rope, q_pe, Tensor(), qin_q8);    // [T, n_head * qk_rope]
+  ops.matmul(h, w.w_dkv, kv_c, Tensor(), h_q8);           // [T, kv_lora_rank]
+  ops.matmul(h, w.w_kr, k_pe, Tensor(), h_q8);            // [T, qk_rope]
   ops.rms_norm(spec.norm, kv_c, w.kv_a_norm, kv_c);
   ops.rope(spec.rope, q_pe, ctx.batch.positions);
   ops.rope(spec.rope, k_pe, ctx.batch.positions);

@@ -45,7 +45,9 @@ MlaSpec mla_spec(const ModelConfig& config, const Tensor& inv_freq, float attn_f
  *  the loader throws. */
 MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& config, int64_t l, std::vector<Buffer>& storage);
 
-/** out [T, H] = MLA of h [T, H] for layer `l` (latent and RoPE key written to the layer's pages). */
-void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWeights& w, const Tensor& h, Tensor out);
+/** out [T, H] = MLA of h [T, H] for layer `l` (latent and RoPE key written to the layer's pages). h_q8
+ *  (optional): h's int8 form from its producer (ActQ8) for the projections of h. */
+void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWeights& w, const Tensor& h, Tensor out,
+               const ActQ8* h_q8 = nullptr);
 
 }  // namespace ft

@@ -537,7 +537,8 @@ void Qwen4Exp::forward(ForwardContext& ctx) const {
     gated_residual(ctx, L.hc_mlp, streams, h);
     ctx.dump_if("ffn_norm", l, h);
     if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
-    moe_block(ctx, l, router_, L.moe, h, o);
+    ActQ8 h_q8;  // the router writes h's int8 form (h's producer wrote none) for the experts
+    moe_block(ctx, l, router_, L.moe, h, o, MoePrefetch(), &h_q8);
     ctx.dump_if("ffn_moe_out", l, o);
     ops.hc_post(hp, streams, o, post, comb, next);
     std::swap(streams, next);

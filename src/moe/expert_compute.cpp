@@ -34,10 +34,11 @@ ResidentExperts::ResidentExperts(Ops& ops, const HostExpertBanks& host, Progress
   phase.finish();
 }
 
-void ResidentExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) {
+void ResidentExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                              const ActQ8* x_q8) {
   if (layer < 0 || layer >= static_cast<int64_t>(banks_.size()) || banks_[static_cast<size_t>(layer)].n_expert() == 0)
     fail(ErrorCode::kInvalidArgument, "expert compute: layer {} has no routed experts", layer);
-  ops_.moe_experts({}, x, ids, weights, banks_[static_cast<size_t>(layer)], out);
+  ops_.moe_experts({}, x, ids, weights, banks_[static_cast<size_t>(layer)], out, x_q8);
 }
 
 }  // namespace ft

@@ -26,8 +26,10 @@ class ExpertCompute {
 
   /** out [T, H] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) for MoE layer `layer` (SwiGLU experts).
    *  x, out activation dtype; ids I32 [T, k] (router output, expert index within the layer);
-   *  weights F32 [T, k]. Throws ft::Error(kInvalidArgument) for a layer without experts. */
-  virtual void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) = 0;
+   *  weights F32 [T, k]. x_q8 (optional): x's int8 form for Ops::moe_experts (ActQ8, backend/ops.h).
+   *  Throws ft::Error(kInvalidArgument) for a layer without experts. */
+  virtual void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                       const ActQ8* x_q8 = nullptr) = 0;
 
   // compute() only queues backend work with fixed launch shapes and no host synchronisation, so a
   // step calling it can be recorded as a graph (Ops::capture) and replayed with new routes.
@@ -62,7 +64,8 @@ class ResidentExperts final : public ExpertCompute {
   /** Makes every expert of `host` resident through ops.make_resident, with its biases (the bank's
    *  GLU carried over). `progress`, when set, sees a phase "experts" of their bytes. */
   ResidentExperts(Ops& ops, const HostExpertBanks& host, ProgressSink* progress = nullptr);
-  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
+  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+               const ActQ8* x_q8 = nullptr) override;
 
  private:
   Ops& ops_;

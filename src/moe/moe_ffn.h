@@ -45,9 +45,11 @@ struct MoePrefetch {
  *  Scratch views are sliced to T rows here. `n_valid` (BatchInfo::n_valid, may be empty): rows from
  *  n_valid[0] on are graph padding and route to no expert (no cache traffic, no counters).
  *  Each of prefetch.targets: that layer's routes on x are predicted with its router and passed to
- *  experts.prefetch first, in order. */
+ *  experts.prefetch first, in order. x_q8 (optional, in and out): x's int8 form (ActQ8, backend/ops.h)
+ *  from x's producer, or empty; the router may write it (Ops::moe_router), then the routed and shared
+ *  experts read it. */
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
              const Tensor& x, MoeScratch& scratch, Tensor out, const Tensor& n_valid = Tensor(),
-             const MoePrefetch& prefetch = MoePrefetch());
+             const MoePrefetch& prefetch = MoePrefetch(), ActQ8* x_q8 = nullptr);
 
 }  // namespace ft

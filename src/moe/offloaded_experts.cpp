@@ -112,7 +112,8 @@ Tensor head(const Tensor& flat, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) {
+void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                               const ActQ8* x_q8) {
   if (layer < 0 || layer >= static_cast<int64_t>(plan_.layers.size()) ||
       plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kDense)
     fail(ErrorCode::kInvalidArgument, "expert compute: layer {} has no routed experts", layer);
@@ -125,7 +126,7 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   hints_ = PrefetchTargets();  // hints are for the compute() right after them only
   if (slots_ && slots_->n_regions() > 0 && T >= opt_.stream_min_tokens &&
       plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCache)
-    return run_streamed(layer, x, ids, weights, out);
+    return run_streamed(layer, x, ids, weights, out, x_q8);
   if (plan_.layers[static_cast<size_t>(layer)] == MoeLayerMode::kCpu) {
     exchange_->post(static_cast<int32_t>(layer), x, ids, weights);
     return exchange_->collect(out, false);
@@ -163,12 +164,12 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   if (shares) exchange_->post(static_cast<int32_t>(layer), x, cid, weights);
   slots_->gather_misses();
   if (!prefetch_first) prefetch_next();
-  ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out);
+  ops_.moe_experts({false}, x, sid, weights, slots_->slot_bank(static_cast<int32_t>(layer)), out, x_q8);
   if (shares) exchange_->collect(out, true);
 }
 
 void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                    Tensor out) {
+                                    Tensor out, const ActQ8* x_q8) {
   const auto l = static_cast<int32_t>(layer);
   int32_t r = pending_region_;
   if (pending_layer_ != l) {  // the first streamed layer of a step: nothing was prefetched for it
@@ -184,7 +185,7 @@ void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor
     pending_layer_ = next;
   }
   slots_->wait_region(r);
-  ops_.moe_experts({false}, x, ids, weights, slots_->region_bank(l, r), out);
+  ops_.moe_experts({false}, x, ids, weights, slots_->region_bank(l, r), out, x_q8);
 }
 
 void OffloadedExperts::drain_streams() {

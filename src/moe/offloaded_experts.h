@@ -119,7 +119,8 @@ class OffloadedExperts final : public ExpertCompute {
 
   /** out [T, H] = routed experts of `layer` (see ExpertCompute). Throws kInvalidArgument for a
    *  dense layer, T over max_tokens, ids not [T, n_expert_used]. */
-  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
+  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+               const ActQ8* x_q8 = nullptr) override;
   /** Throws ft::Error(kInternal) when the expert slots' prefetch copies since the last check failed
    *  or timed out (ExpertSlots::check); then waits for the queued work (when a layer exchanges with
    *  the CPU) and throws the same when a CPU share since the last check failed or timed out. */
@@ -169,7 +170,8 @@ class OffloadedExperts final : public ExpertCompute {
   /** The dispatcher's handler: the executor on a request's staged inputs. */
   void serve(const ExchangeRequest& r);
   /** The streaming path of compute() for a cache layer. */
-  void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out);
+  void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                    const ActQ8* x_q8);
   /** Makes later work wait for a staging copy still pending (a streamed step that stopped early). */
   void drain_streams();
   /** The next staging region in turn. */

@@ -25,11 +25,12 @@ SplitExperts::SplitExperts(Ops& ops, const HostExpertBanks& host, const MoePlan&
   offloaded_ = std::make_unique<OffloadedExperts>(ops, banked, banked_plan, options);
 }
 
-void SplitExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) {
+void SplitExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+                           const ActQ8* x_q8) {
   if (resident_layer(layer))
-    gpu_->compute(layer, x, ids, weights, out);
+    gpu_->compute(layer, x, ids, weights, out, x_q8);
   else
-    offloaded_->compute(layer, x, ids, weights, out);
+    offloaded_->compute(layer, x, ids, weights, out, x_q8);
 }
 
 }  // namespace ft

@@ -18,7 +18,8 @@ class SplitExperts final : public ExpertCompute {
    *  parts throw. */
   SplitExperts(Ops& ops, const HostExpertBanks& host, const MoePlan& plan, const MoeRuntimeOptions& options);
 
-  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out) override;
+  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+               const ActQ8* x_q8 = nullptr) override;
   void check() override { offloaded_->check(); }
   PrefetchTargets prefetch_targets(int64_t layer, int64_t n_tokens) const override {
     return resident_layer(layer) ? PrefetchTargets{} : offloaded_->prefetch_targets(layer, n_tokens);

@@ -1,7 +1,7 @@
 // Decode graphs through the engine on the CPU build: ReplayOps is the CPU backend with a "graph"
 // that records the step's closure and re-runs it, so the engine's graph path (padding to recorded
 // batch sizes, the spare KV page, fixed input buffers, the capacity-wide batch description) is
-// exercised without a GPU and must equal eager decode bit for bit. tests/gpu/graph_test.cpp runs
+// exercised without a GPU and must equal eager decode bit for bit. tests/engine/cuda_graph_test.cpp runs
 // the same checks with real CUDA graphs.
 #include <set>
 
@@ -41,13 +41,14 @@ class ReplayOps : public CpuOps {
 class ShortRangeReplayOps final : public ReplayOps {
  public:
   ShortRangeReplayOps(int* captures, int32_t short_len) : ReplayOps(captures, short_len) {}
-  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override {
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out,
+                 ActQ8* out_q8) override {
     if (batch.n_tokens == batch.n_seqs) {
       decode_bounds.insert(batch.max_kv_len);
       for (int32_t t = 0; t < batch.n_tokens; ++t)
         if (batch.positions.ptr<int32_t>()[t] >= batch.max_kv_len) ++too_short;
     }
-    CpuOps::attention(p, batch, q, kv, out);
+    CpuOps::attention(p, batch, q, kv, out, out_q8);
   }
   std::set<int32_t> decode_bounds;
   int too_short = 0;

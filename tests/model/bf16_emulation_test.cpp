@@ -38,16 +38,16 @@ class RoundingCpuOps final : public CpuOps {
     CpuOps::embedding(table, ids, out);
     round(out);
   }
-  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override {
-    CpuOps::rms_norm(p, x, w, out);
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8) override {
+    CpuOps::rms_norm(p, x, w, out, out_q8);
     round(out);
   }
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override {
     CpuOps::rope(p, x, positions);
     round(x);
   }
-  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override {
-    CpuOps::matmul(x, w, y, bias);
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* x_q8) override {
+    CpuOps::matmul(x, w, y, bias, x_q8);
     if (y.cols() != vocab_) round(y);
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override {
@@ -70,8 +70,9 @@ class RoundingCpuOps final : public CpuOps {
     CpuOps::embedding_split(table, ids, out);
     round(out);
   }
-  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) override {
-    CpuOps::attention(p, batch, q, kv, out);
+  void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out,
+                 ActQ8* out_q8) override {
+    CpuOps::attention(p, batch, q, kv, out, out_q8);
     round(out);
   }
   void copy(const Tensor& src, Tensor dst) override {

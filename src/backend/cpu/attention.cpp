@@ -16,7 +16,9 @@
 
 namespace ft {
 
-void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
+void CpuOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out,
+                       ActQ8* out_q8) {
+  if (out_q8) *out_q8 = ActQ8{};  // the CPU writes no int8 form
   cpu::check_batch("attention", batch);
   cpu::check_dtype("attention", "q", q, DType::F32);
   cpu::check_dtype("attention", "out", out, DType::F32);

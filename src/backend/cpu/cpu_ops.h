@@ -30,9 +30,9 @@ class CpuOps : public Ops {
   void synchronize() override {}
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
-  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8 = nullptr) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
-  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* x_q8 = nullptr) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float s, Tensor out) override;
@@ -50,14 +50,14 @@ class CpuOps : public Ops {
   void gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
                         const Tensor& b, Tensor ssm_state, Tensor out) override;
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
-                 Tensor out) override;
+                 Tensor out, ActQ8* out_q8 = nullptr) override;
   void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat, const Tensor& q_rope,
                      KvLayer kv, Tensor out) override;
   void head_matmul(const Tensor& x, const Tensor& w, Tensor y) override;
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   const ExpertBank& bank, Tensor out) override;
+                   const ExpertBank& bank, Tensor out, const ActQ8* x_q8 = nullptr) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
   // DeepSeek-V4 (hc_pre.cpp, hc_post.cpp, compress_kv.cpp, indexer_topk.cpp, attention_compressed.cpp,

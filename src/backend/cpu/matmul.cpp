@@ -64,7 +64,7 @@ void matmul_f32(const float* x, int64_t T, int64_t ldx, const Tensor& w, const T
 
 }  // namespace cpu
 
-void CpuOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) {
+void CpuOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* /*x_q8*/) {
   cpu::check_dtype("matmul", "x", x, DType::F32);
   cpu::check_dtype("matmul", "y", y, DType::F32);
   cpu::check_cpu("matmul", "w", w);

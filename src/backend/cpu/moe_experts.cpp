@@ -14,7 +14,7 @@
 namespace ft {
 
 void CpuOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                         const ExpertBank& bank, Tensor out) {
+                         const ExpertBank& bank, Tensor out, const ActQ8* /*x_q8*/) {
   cpu::check_dtype("moe_experts", "x", x, DType::F32);
   cpu::check_dtype("moe_experts", "out", out, DType::F32);
   cpu::check_dtype("moe_experts", "ids", ids, DType::I32);

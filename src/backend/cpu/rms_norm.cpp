@@ -8,7 +8,8 @@
 
 namespace ft {
 
-void CpuOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
+void CpuOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8) {
+  if (out_q8) *out_q8 = ActQ8{};  // the CPU writes no int8 form
   cpu::check_dtype("rms_norm", "x", x, DType::F32);
   cpu::check_dtype("rms_norm", "out", out, DType::F32);
   cpu::check_cpu("rms_norm", "w", w);

@@ -23,7 +23,6 @@ __global__ void add_scaled_rows_kernel(const T* x, const void* row_scale, int sc
 }  // namespace cuda
 
 void CudaOps::add_scaled_rows(const Tensor& x, const Tensor& row_scale, float alpha, Tensor y) {
-  forget_prepared();
   cuda::check_act("add_scaled_rows", "x", x);
   cuda::check_act("add_scaled_rows", "y", y);
   cuda::check_same_shape("add_scaled_rows", "y", y, x);

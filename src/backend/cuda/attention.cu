@@ -401,9 +401,9 @@ AttnTensors attention_tensors(const char* op, const AttentionParams& p, const Ba
 
 void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                                      const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v,
-                                     const BatchInfo& batch, KvLayer kv, Tensor out) {
-  forget_prepared();
+                                     const BatchInfo& batch, KvLayer kv, Tensor out, ActQ8* out_q8) {
   const char* op = "qk_norm_rope_attention";
+  if (out_q8) *out_q8 = ActQ8{};  // until out's form is written
   const int64_t T = batch.n_tokens, G = ap.n_head_kv, D = ap.head_dim;
   // One decode token only. There the step is a chain of short kernels and the norm_rope launch is one
   // link less (H200, qwen3-30b-a3b q4_k, 640 keys: 332 -> 341 tok/s); with more tokens each of the
@@ -416,7 +416,7 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
                     wk.numel() == D && k.rows() == T && k.cols() == G * D && v.rows() == T && v.cols() == G * D &&
                     k.dtype == q.dtype && v.dtype == q.dtype && aligned(q) && aligned(k) && aligned(v) &&
                     !kv.quantized();  // the fused kernel stores float rows; quantized pages: kv_write's quantizer
-  if (!fits) return Ops::qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out);
+  if (!fits) return Ops::qk_norm_rope_attention(np, wq, wk, rp, ap, q, k, v, batch, kv, out, out_q8);
   cuda::AttnDecodeArgs d;
   static_cast<cuda::AttnTensors&>(d) = cuda::attention_tensors(op, ap, batch, q, kv, out);
   cuda::check_act(op, "k", k);
@@ -435,7 +435,7 @@ void CudaOps::qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, 
   d.nr.eps = np.eps, d.nr.offset = np.weight_offset;
   d.nr.inv_freq = rp.inv_freq.ptr<float>(), d.nr.n_rot = rp.n_rot, d.nr.neox = rp.mode == RopeMode::kNeox;
   d.nr.attn_factor = rp.attn_factor;
-  launch_decode_attention(d, kv, out, batch.max_kv_len);
+  launch_decode_attention(d, kv, out, batch.max_kv_len, out_q8);
 }
 
 namespace cuda {
@@ -459,8 +459,8 @@ int32_t CudaOps::decode_short_kv_len() const {
 }
 
 void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out,
-                                      int64_t max_kv_len) {
-  if (cuda::attention_decode_writes_q8(d.H, d.G, d.D)) d.q8 = static_cast<int8_t*>(prepare_q8(out));
+                                      int64_t max_kv_len, ActQ8* out_q8) {
+  if (cuda::attention_decode_writes_q8(d.H, d.G, d.D)) d.q8 = static_cast<int8_t*>(prepare_q8(out, out_q8));
   const int32_t short_len = decode_short_kv_len();  // 0: no cluster form on this device
   if (short_len > 0 && d.T <= cuda::kDecodeClusterMaxTokens && max_kv_len <= short_len) {
     d.cluster = true;  // the partials stay in the cluster's shared memory
@@ -473,8 +473,9 @@ void CudaOps::launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv
   cuda::launch_attention_decode(d, stream_);
 }
 
-void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out) {
-  forget_prepared();
+void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv, Tensor out,
+                        ActQ8* out_q8) {
+  if (out_q8) *out_q8 = ActQ8{};  // until out's form is written
   const cuda::AttnTensors tensors = cuda::attention_tensors("attention", p, batch, q, kv, out);
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
   if (T == 0) return;
@@ -489,7 +490,7 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   if (batch.n_tokens == batch.n_seqs && cuda::attention_decode_supports(H, G, D)) {  // pure decode
     cuda::AttnDecodeArgs d;
     static_cast<cuda::AttnTensors&>(d) = tensors;
-    return launch_decode_attention(d, kv, out, batch.max_kv_len);
+    return launch_decode_attention(d, kv, out, batch.max_kv_len, out_q8);
   }
 
   cuda::AttnArgs a{};

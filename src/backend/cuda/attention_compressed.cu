@@ -100,7 +100,6 @@ __global__ void attention_kernel(const T* q, const T* kpages, const T* entries, 
 
 void CudaOps::attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q,
                                    KvLayer kv, const Tensor& entries, const Tensor& selected, Tensor out) {
-  forget_prepared();
   const char* op = "attention_compressed";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "q", q);

@@ -290,7 +290,6 @@ MlaTuning& mla_tuning() {
 
 void CudaOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat,
                             const Tensor& q_rope, KvLayer kv, Tensor out) {
-  forget_prepared();
   const char* op = "attention_mla";
   op_checks::attention_mla(p, batch, q_lat, q_rope, kv, out);
   cuda::check_act(op, "q_lat", q_lat);

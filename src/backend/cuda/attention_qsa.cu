@@ -77,7 +77,6 @@ __global__ void attention_qsa_kernel(const T* q, const T* kpages, const T* vpage
 
 void CudaOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& batch, const Tensor& q,
                             KvLayer kv, const Tensor& selected, Tensor out) {
-  forget_prepared();
   const char* op = "attention_qsa";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "q", q);

@@ -88,7 +88,6 @@ __global__ void pool_kernel(const T* pages, const int32_t* positions, const int3
 
 void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
                           const Tensor& ape, const Tensor& norm_w, Tensor entries) {
-  forget_prepared();
   const char* op = "compress_kv";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "proj", proj);

@@ -60,7 +60,6 @@ void launch_convert(const void* src, DType src_dtype, void* dst, DType dst_dtype
 }  // namespace cuda
 
 void CudaOps::copy(const Tensor& src, Tensor dst) {
-  forget_prepared();
   if (src.empty() || dst.empty()) fail(ErrorCode::kInvalidArgument, "copy: src or dst is empty");
   if (src.numel() != dst.numel())
     fail(ErrorCode::kInvalidArgument, "copy: src {} and dst {} differ in size", src.str(), dst.str());

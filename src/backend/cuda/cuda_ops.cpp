@@ -63,7 +63,6 @@ Buffer CudaOps::alloc(int64_t bytes) {
 }
 
 Tensor CudaOps::make_resident(const Tensor& host, Buffer& storage) {
-  forget_prepared();
   if (host.empty()) fail(ErrorCode::kInvalidArgument, "make_resident: tensor is empty");
   if (host.device != Device::kCpu)
     fail(ErrorCode::kInvalidArgument, "make_resident: tensor {} is already on {}", host.str(), device_name(host.device));
@@ -105,7 +104,6 @@ Tensor CudaOps::make_host_mapped(const Tensor& host, Buffer& storage) {
 }
 
 void CudaOps::zero(Tensor t) {
-  forget_prepared();
   cuda::check_dtype("zero", "t", t, {DType::F32, DType::F16, DType::BF16, DType::I32});
   FT_CUDA_CHECK(cudaMemsetAsync(t.data, 0, static_cast<size_t>(t.bytes()), stream_));
 }
@@ -195,19 +193,21 @@ const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {
   return static_cast<const uint64_t*>(t.dev);
 }
 
-void* CudaOps::prepare_q8(const Tensor& x) {
+void* CudaOps::prepare_q8(const Tensor& x, ActQ8* handle) {
   constexpr int64_t kMaxRows = 16;  // the GEMV's largest batch (matmul_raw)
   const int64_t rows = x.rows(), K = x.cols();
-  forget_prepared();
+  if (!handle) return nullptr;
+  *handle = ActQ8{};
   if (!q8_used_ || rows < 1 || rows > kMaxRows || K % 32 != 0) return nullptr;
   void* q8 = scratch(Scratch::kQ8Prepared, cuda::gemv_q8_scratch_bytes(kMaxRows, K));
-  prepared_ = Prepared{x.data, x.dtype, rows, K, q8};
+  *handle = ActQ8{q8, x.data, x.dtype, rows, K, ++q8_generation_};  // earlier handles go stale
   return q8;
 }
 
-void* CudaOps::prepared_q8(const void* x, DType dt, int64_t rows, int64_t K) const {
-  const Prepared& p = prepared_;
-  return p.q8 && p.x == x && p.dtype == dt && p.rows == rows && p.K == K ? p.q8 : nullptr;
+void* CudaOps::handed_q8(const ActQ8* h, const void* x, DType dt, int64_t rows, int64_t K) const {
+  if (!h || !h->data || h->generation != q8_generation_) return nullptr;
+  if (h->data != scratch_[static_cast<int>(Scratch::kQ8Prepared)].ptr) return nullptr;  // another backend's
+  return h->x == x && h->dtype == dt && h->rows == rows && h->K == K ? h->data : nullptr;
 }
 
 std::unique_ptr<Ops> make_cuda_ops(int device, DType activations) {

@@ -56,17 +56,18 @@ class CudaOps final : public Ops {
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
-  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) override;
+  void rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8 = nullptr) override;
   void rope(const RopeParams& p, Tensor x, const Tensor& positions) override;
-  void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) override;
+  void add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out,
+                    ActQ8* out_q8 = nullptr) override;
   void qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p, Tensor q,
                           Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) override;
   void norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                  const Tensor& positions) override;
   void qk_norm_rope_attention(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& rp,
                               const AttentionParams& ap, Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch,
-                              KvLayer kv, Tensor out) override;
-  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) override;
+                              KvLayer kv, Tensor out, ActQ8* out_q8 = nullptr) override;
+  void matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* x_q8 = nullptr) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor out) override;
   void add(const Tensor& a, const Tensor& b, Tensor out) override;
   void scale(const Tensor& x, float s, Tensor out) override;
@@ -84,7 +85,7 @@ class CudaOps final : public Ops {
   void topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) override;
   void kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) override;
   void attention(const AttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
-                 Tensor out) override;
+                 Tensor out, ActQ8* out_q8 = nullptr) override;
   /** attention_mla.cu: exact CUDA-core kernel for F32 pages and short prefill, tensor-core kernel
    *  (attention_mla_tc.cu) for BF16 pages and long prefill; split-K over each token's keys for decode. */
   void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat, const Tensor& q_rope,
@@ -94,10 +95,9 @@ class CudaOps final : public Ops {
   void moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) override;
   void moe_mask_rows(const Tensor& n_valid, Tensor ids) override;
   void moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits, Tensor ids,
-                  Tensor weights,
-                  const Tensor& n_valid) override;
+                  Tensor weights, const Tensor& n_valid, ActQ8* x_q8 = nullptr) override;
   void moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   const ExpertBank& bank, Tensor out) override;
+                   const ExpertBank& bank, Tensor out, const ActQ8* x_q8 = nullptr) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
   // DeepSeek-V4 (hc_pre.cu, hc_post.cu, compress_kv.cu, indexer_topk.cu, attention_compressed.cu,
@@ -147,9 +147,10 @@ class CudaOps final : public Ops {
 
   /** y[T, N] (row stride ldy, F32 or BF16) = x[T, K] (BF16 or F32, rows contiguous) W^T (+ bias), W any
    *  supported weight dtype. The engine of matmul and of moe_experts' per-expert GEMMs: a GEMV
-   *  kernel for small T, cuBLAS (after decoding W to bf16 tiles when W is not BF16) otherwise. */
+   *  kernel for small T, cuBLAS (after decoding W to bf16 tiles when W is not BF16) otherwise.
+   *  x_q8: x's int8 form (handed_q8) for the integer-dot GEMV to read instead of quantizing x, or null. */
   void matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& w, void* y, DType y_dtype, int64_t ldy,
-                  const Tensor& bias);
+                  const Tensor& bias, void* x_q8 = nullptr);
 
   /** Device table [E][3] of uint64 addresses (gate, up, down) of a bank's experts, built on first
    *  use and rebuilt only when a view's address changes (the expert cache re-points views). */
@@ -157,20 +158,18 @@ class CudaOps final : public Ops {
 
   cublasHandle_t cublas() const { return cublas_; }
 
-  /** The int8 form (q8_act.cuh, Q8Layout(rows, K)) of the rows x K activations at x in dtype `dt`, when
-   *  the op that last wrote or read x also wrote that form (add_rms_norm and rms_norm and the decode
-   *  attention for their output, the fused router for its input when no producer did; rows <= 16) and
-   *  no op has run since but the ones that only read their inputs' memory (matmul, moe_router,
-   *  moe_experts; the MoE exchange's post kernel, moe_exchange.cu); null otherwise. The integer-dot
-   *  GEMV then skips its quantize launch; the bytes are the same either way. */
-  void* prepared_q8(const void* x, DType dt, int64_t rows, int64_t K) const;
+  /** The int8 form (q8_act.cuh, Q8Layout(rows, K)) of the rows x K activations at x in dtype `dt` that
+   *  handle h names, when h is valid for them (ActQ8, ops.h: the same x, dtype, rows and K, written by
+   *  this backend at its current generation); null otherwise (h null or empty, stale or foreign). The
+   *  integer-dot GEMV then skips its quantize launch; the bytes are the same either way. */
+  void* handed_q8(const ActQ8* h, const void* x, DType dt, int64_t rows, int64_t K) const;
   // Measured on the H200 (qwen3-30b-a3b q4_k, batch 1): the router's form +2.6%, the attention's
   // +1.8%, then the norms' (a cluster of 8 blocks per row, rms_norm.cu) +2.9% more.
   /** Notes that an integer-dot GEMV ran: from then on, prepare_q8 hands out its region. */
   void note_q8_used() { q8_used_ = true; }
-  /** Forgets the prepared activation. Every op but prepared_q8's readers calls it first (they may
-   *  write device memory), and so does code outside CudaOps that queues kernels on its stream. */
-  void forget_prepared() { prepared_ = Prepared{}; }
+  /** How many times a producer has written the int8 form's region (Scratch::kQ8Prepared): a handle
+   *  is valid only at the generation it was written at. */
+  uint64_t q8_generation() const { return q8_generation_; }
   /** How synchronize() and copies to the host wait: spinning (the default: the lowest latency) or,
    *  with `sleep`, blocked in the driver (cudaEventBlockingSync) so the waiting thread leaves its core
    *  to others: the CPU expert executor's workers, which must all run for a layer to finish (the MoE
@@ -178,26 +177,20 @@ class CudaOps final : public Ops {
   void set_host_waits_sleep(bool sleep) { host_waits_sleep_ = sleep; }
 
  private:
-  /** Plans the splits of the decode attention kernel (attention_decode.h) for d's batch over kv's
-   *  pool, takes its scratch and queues it; the kernel also writes out's int8 form when it can
-   *  (prepare_q8). */
   /** The decode attention kernel for d (tensors set): chooses the split plan (cluster mode when the
-   *  batch's longest key range, max_kv_len tokens, is short: decode_short_kv_len) and its scratch. */
-  void launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out, int64_t max_kv_len);
+   *  batch's longest key range, max_kv_len tokens, is short: decode_short_kv_len) and its scratch;
+   *  the kernel also writes out's int8 form when it can and out_q8 asks (prepare_q8). */
+  void launch_decode_attention(cuda::AttnDecodeArgs& d, const KvLayer& kv, const Tensor& out, int64_t max_kv_len,
+                               ActQ8* out_q8);
   /** Where a kernel about to write or read the rows x K activation x (its output, or an input it reads
-   *  whole) writes x's int8 form as well, recorded for prepared_q8; null when that is not worth it
-   *  (more than 16 rows, K not whole 32-element chunks, or no integer-dot GEMV has run yet: a model
-   *  without such weights), the record then forgotten. */
-  void* prepare_q8(const Tensor& x);
+   *  whole) writes x's int8 form as well (Scratch::kQ8Prepared, a new generation), with `handle` set to
+   *  it; null, `handle` emptied, when nobody asked (handle null) or it is not worth it (more than 16
+   *  rows, K not whole 32-element chunks, or no integer-dot GEMV has run yet: a model without such
+   *  weights). */
+  void* prepare_q8(const Tensor& x, ActQ8* handle);
 
-  struct Prepared {  // the activation whose int8 form is in q8 (Scratch::kQ8Prepared)
-    const void* x = nullptr;
-    DType dtype = DType::F32;
-    int64_t rows = 0, K = 0;
-    void* q8 = nullptr;
-  };
-  Prepared prepared_;
-  bool q8_used_ = false;  // note_q8_used
+  bool q8_used_ = false;        // note_q8_used
+  uint64_t q8_generation_ = 0;  // q8_generation
 
   struct Region {
     void* ptr = nullptr;

@@ -9,7 +9,6 @@
 namespace ft {
 
 void CudaOps::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
-  forget_prepared();
   cuda::check_dev("embedding", "table", table);
   cuda::check_dtype("embedding", "ids", ids, {DType::I32});
   cuda::check_act("embedding", "out", out);

@@ -26,7 +26,6 @@ __global__ void embedding_split_kernel(const void* table, int dtype_code, int64_
 }  // namespace cuda
 
 void CudaOps::embedding_split(const Tensor& table, const Tensor& ids, Tensor out) {
-  forget_prepared();
   cuda::check_dev("embedding_split", "table", table);
   cuda::check_dtype("embedding_split", "table", table, {DType::F32, DType::F16, DType::BF16});
   cuda::check_dtype("embedding_split", "ids", ids, {DType::I32});

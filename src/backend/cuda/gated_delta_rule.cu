@@ -98,7 +98,6 @@ __global__ void __launch_bounds__(32) gated_delta_kernel(const T* __restrict__ q
 
 void CudaOps::gated_delta_rule(const GatedDeltaParams& p, const BatchInfo& batch, const Tensor& qkv, const Tensor& a,
                                const Tensor& b, Tensor ssm_state, Tensor out) {
-  forget_prepared();
   op_checks::gated_delta_rule(p, batch, qkv, a, b, ssm_state, out);
   cuda::check_act("gated_delta_rule", "qkv", qkv);
   cuda::check_dev("gated_delta_rule", "ssm_state", ssm_state);

@@ -20,7 +20,6 @@ __global__ void gelu_tanh_mul_kernel(const T* gate, const T* up, T* out, int64_t
 }  // namespace cuda
 
 void CudaOps::gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor out) {
-  forget_prepared();
   cuda::check_act("gelu_tanh_mul", "gate", gate);
   cuda::check_act("gelu_tanh_mul", "up", up);
   cuda::check_act("gelu_tanh_mul", "out", out);

@@ -11,7 +11,7 @@
 // Modes as in gemv.cuh (plain, expert table, GLU); the lane-group kernel can also write a GLU pair's
 // int8 form (GemvArgs::q8_out) or a down GEMV's weighted sum over slots (GemvArgs::combine_*).
 // GemvArgs::q8_ready skips the quantize launch: the activation's producer or the router wrote the
-// same bytes already (CudaOps::prepared_q8).
+// same bytes already (CudaOps::handed_q8).
 // Bytes moved: activations read once and written as 2 x int8 (2.25 bytes per element), then per
 // problem N * row_bytes of weights + the int8 rows (cached).
 #include "backend/cuda/common.cuh"

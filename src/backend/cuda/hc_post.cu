@@ -25,7 +25,6 @@ __global__ void hc_post_kernel(const T* streams, const T* y, const float* post, 
 
 void CudaOps::hc_post(const HyperConnParams& p, const Tensor& streams, const Tensor& y, const Tensor& post,
                       const Tensor& comb, Tensor out) {
-  forget_prepared();
   const char* op = "hc_post";
   cuda::check_act(op, "streams", streams);
   cuda::check_act(op, "y", y);

@@ -63,7 +63,6 @@ __global__ void hc_pre_kernel(const T* streams, const float* mixes, const float*
 
 void CudaOps::hc_pre(const HyperConnParams& p, const Tensor& streams, const Tensor& mixes, const Tensor& base,
                      const Tensor& scale, Tensor collapsed, Tensor post, Tensor comb) {
-  forget_prepared();
   const char* op = "hc_pre";
   cuda::check_act(op, "streams", streams);
   cuda::check_act(op, "collapsed", collapsed);

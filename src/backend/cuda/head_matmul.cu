@@ -115,7 +115,6 @@ __global__ void split_bf16_kernel(const float* __restrict__ x, bf16* __restrict_
 }  // namespace cuda
 
 void CudaOps::head_matmul(const Tensor& x, const Tensor& w, Tensor y) {
-  forget_prepared();
   const char* op = "head_matmul";
   cuda::check_act(op, "x", x);
   cuda::check_act(op, "y", y);

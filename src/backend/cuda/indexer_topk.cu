@@ -129,7 +129,6 @@ __global__ void indexer_kernel(const T* q, const T* w, const T* keys, const int3
 
 void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
                            const Tensor& keys, Tensor ids) {
-  forget_prepared();
   const char* op = "indexer_topk";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "q", q);

@@ -95,7 +95,6 @@ __global__ void kv_write_quant_kernel(const void* k, const void* v, int src_code
 }  // namespace cuda
 
 void CudaOps::kv_write(const BatchInfo& batch, const Tensor& k, const Tensor& v, KvLayer kv) {
-  forget_prepared();
   cuda::check_kv_write("kv_write", batch, k, v, kv);
   const int64_t n_pages = kv.k.dim(0), page = kv.k.dim(1), T = batch.n_tokens;
   const int64_t Wk = kv.k.dim(2) * kv.k.dim(3), Wv = kv.v.dim(2) * kv.v.dim(3);

@@ -46,7 +46,7 @@ struct GemvArgs {
   /** Device scratch of gemv_q8_scratch_bytes(activation rows, K) bytes for the integer-dot path
    *  (Q4_0/Q8_0/Q4_K/Q6_K); null keeps the float decoder. */
   void* q8 = nullptr;
-  /** q8 already holds x's int8 form (written by the kernel that produced x: CudaOps::prepared_q8);
+  /** q8 already holds x's int8 form (written by the kernel that produced x: CudaOps::handed_q8);
    *  false: the launch quantizes x into q8 first. */
   bool q8_ready = false;
   /** ids, the table and the weights they name were written before the previous kernel of the stream

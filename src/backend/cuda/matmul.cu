@@ -48,7 +48,7 @@ void gemm_bf16(cublasHandle_t h, const bf16* x, int64_t T, int64_t K, const void
 }  // namespace cuda
 
 void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& w, void* y, DType y_dtype,
-                         int64_t ldy, const Tensor& bias) {
+                         int64_t ldy, const Tensor& bias, void* x_q8) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (T <= 0 || N <= 0) return;
   const int64_t gemv_max = w.dtype == DType::BF16 ? 8 : 16;
@@ -75,7 +75,7 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
     if (!bias.empty()) a.bias = bias.data, a.bias_code = cuda::float_code("matmul", "bias", bias.dtype);
     if (cuda::gemv_q8_supports(w.dtype)) {  // int8 activations: as their producer wrote them, or quantized first
       note_q8_used();
-      a.q8 = prepared_q8(x, x_dtype, T, K);
+      a.q8 = x_q8;
       a.q8_ready = a.q8 != nullptr;
       if (!a.q8_ready) a.q8 = scratch(Scratch::kQ8, cuda::gemv_q8_scratch_bytes(T, K));
     }
@@ -112,7 +112,7 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
   }
 }
 
-void CudaOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias) {
+void CudaOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& bias, const ActQ8* x_q8) {
   cuda::check_act("matmul", "x", x);
   cuda::check_act("matmul", "y", y);
   cuda::check_dev("matmul", "w", w);
@@ -127,7 +127,7 @@ void CudaOps::matmul(const Tensor& x, const Tensor& w, Tensor y, const Tensor& b
       fail(ErrorCode::kInvalidArgument, "matmul: bias {} must have N = {} entries", bias.str(), N);
   }
   if (x.data == y.data) fail(ErrorCode::kInvalidArgument, "matmul: y must not alias x");
-  matmul_raw(x.data, x.dtype, T, w, y.data, y.dtype, N, bias);
+  matmul_raw(x.data, x.dtype, T, w, y.data, y.dtype, N, bias, handed_q8(x_q8, x.data, x.dtype, T, w.dim(1)));
 }
 
 }  // namespace ft

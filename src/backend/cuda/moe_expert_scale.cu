@@ -20,7 +20,6 @@ __global__ void moe_expert_scale_kernel(const int32_t* ids, const float* scale, 
 }  // namespace cuda
 
 void CudaOps::moe_expert_scale(const Tensor& ids, const Tensor& scale, Tensor weights) {
-  forget_prepared();
   cuda::check_dev("moe_expert_scale", "ids", ids);
   cuda::check_dev("moe_expert_scale", "scale", scale);
   cuda::check_dev("moe_expert_scale", "weights", weights);

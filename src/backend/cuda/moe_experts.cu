@@ -194,7 +194,7 @@ MoeScratch moe_scratch_layout(int64_t T, int64_t k, int64_t H, int64_t F, int32_
 }  // namespace cuda
 
 void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                          const ExpertBank& bank, Tensor out) {
+                          const ExpertBank& bank, Tensor out, const ActQ8* x_q8) {
   cuda::check_act("moe_experts", "x", x);
   cuda::check_act("moe_experts", "out", out);
   cuda::check_same_shape("moe_experts", "out", out, x);
@@ -232,7 +232,7 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
         if (vec(t->dtype) && (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || t->row_bytes() % 16 != 0))
           fail(ErrorCode::kUnsupported, "moe_experts: expert {} {} weights are not 16-byte aligned", e,
                dtype_name(t->dtype));
-    // int8 activations for the integer-dot GEMV: x's as its producer wrote them (prepared_q8), or T rows of
+    // int8 activations for the integer-dot GEMV: x's as its producer wrote them (handed in: x_q8), or T rows of
     // H quantized into q8 first; then P rows of F (h) in q8.
     // With lane-group GEMVs on both sides (Q4_K and friends at these shapes), the gate/up GEMV writes h's
     // int8 form itself (no quantize launch before down; region q8_h, after x's). The down GEMV forms
@@ -251,9 +251,9 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
                                       : std::max(cuda::gemv_q8_scratch_bytes(T, H), cuda::gemv_q8_scratch_bytes(P, F)));
       if (h_q8) q8_h = static_cast<uint8_t*>(q8) + x_bytes;
     }
-    void* x_q8 = prepared_q8(x.data, x.dtype, T, H);
+    void* handed = handed_q8(x_q8, x.data, x.dtype, T, H);
     cuda::GemvArgs a;
-    a.q8 = x_q8 ? x_q8 : q8, a.q8_ready = x_q8 != nullptr;
+    a.q8 = handed ? handed : q8, a.q8_ready = handed != nullptr;
     a.table = table, a.ids = ids.ptr<int32_t>(), a.n_expert = E;
     a.N = F, a.K = H, a.row_bytes = bank.gate[0].row_bytes();
     a.x = x.data, a.x_f32 = x.dtype == DType::F32, a.ldx = H, a.x_div = static_cast<int>(k);

@@ -115,7 +115,6 @@ RouteArgs route_args(const char* op, const RouterParams& p, int64_t E) {
 }  // namespace cuda
 
 void CudaOps::moe_route(const RouterParams& p, const Tensor& logits, Tensor ids, Tensor weights) {
-  forget_prepared();
   cuda::check_act("moe_route", "logits", logits);
   cuda::check_dtype("moe_route", "ids", ids, {DType::I32});
   cuda::check_dtype("moe_route", "weights", weights, {DType::F32});
@@ -159,7 +158,6 @@ __global__ void moe_mask_rows_kernel(const int32_t* __restrict__ n_valid, int32_
 }  // namespace cuda
 
 void CudaOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
-  forget_prepared();
   cuda::check_dtype("moe_mask_rows", "n_valid", n_valid, {DType::I32});
   cuda::check_dtype("moe_mask_rows", "ids", ids, {DType::I32});
   if (n_valid.numel() != 1) fail(ErrorCode::kInvalidArgument, "moe_mask_rows: n_valid {} must hold one count", n_valid.str());

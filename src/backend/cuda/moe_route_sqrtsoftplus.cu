@@ -52,7 +52,6 @@ __global__ void route_kernel(const T* logits, const float* bias, const int32_t* 
 
 void CudaOps::moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
                                      const Tensor& tid2eid, Tensor ids, Tensor weights) {
-  forget_prepared();
   const char* op = "moe_route_sqrtsoftplus";
   cuda::check_act(op, "logits", logits);
   cuda::check_dtype(op, "ids", ids, {DType::I32});

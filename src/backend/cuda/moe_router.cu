@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kRouterThreads)
 }  // namespace cuda
 
 void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor logits,
-                         Tensor ids, Tensor weights, const Tensor& n_valid) {
+                         Tensor ids, Tensor weights, const Tensor& n_valid, ActQ8* x_q8) {
   const int64_t T = x.rows(), H = x.cols(), E = w.rows();
   const bool fits = T >= 1 && T <= cuda::kRouterMaxTokens && E >= 1 && E <= 32 * cuda::kWarpRouteMax && H % 8 == 0 &&
                     p.n_group <= cuda::kWarpRouteMaxGroups &&
@@ -107,7 +107,7 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
                     logits.dtype == x.dtype && x.device == Device::kCuda && w.device == Device::kCuda &&
                     w.ndim == 2 && w.cols() == H && logits.rows() == T && logits.cols() == E &&
                     reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-  if (!fits) return Ops::moe_router(p, x, w, bias, logits, ids, weights, n_valid);
+  if (!fits) return Ops::moe_router(p, x, w, bias, logits, ids, weights, n_valid, x_q8);
   cuda::check_act("moe_router", "x", x);
   cuda::check_act("moe_router", "logits", logits);
   cuda::check_dtype("moe_router", "ids", ids, {DType::I32});
@@ -136,9 +136,9 @@ void CudaOps::moe_router(const RouterParams& p, const Tensor& x, const Tensor& w
   const dim3 grid(static_cast<unsigned>(E), static_cast<unsigned>(T));
   const bool wf = w.dtype == DType::F32, xf = x.dtype == DType::F32;
   const int32_t* nv = n_valid.empty() ? nullptr : n_valid.ptr<int32_t>();
-  // The kernel reads x whole: it also writes x's int8 form for the expert GEMV (prepare_q8), unless
-  // x's producer (add_rms_norm) did.
-  auto* q8 = prepared_q8(x.data, x.dtype, T, H) ? nullptr : static_cast<int8_t*>(prepare_q8(x));
+  // The kernel reads x whole: it also writes x's int8 form for the expert GEMV (prepare_q8, into the
+  // caller's handle), unless x's producer (add_rms_norm) did and handed it in.
+  auto* q8 = handed_q8(x_q8, x.data, x.dtype, T, H) ? nullptr : static_cast<int8_t*>(prepare_q8(x, x_q8));
   auto go = [&](auto kernel) {
     cuda::launch_pdl(kernel, grid, cuda::kRouterThreads, 0, stream_, x.data, w.data,
                      bias.empty() ? nullptr : bias.data, bias_code, H, logits.data, r, nv,

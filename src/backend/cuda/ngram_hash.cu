@@ -65,7 +65,6 @@ __global__ void ngram_hash_kernel(const int32_t* tokens, const int64_t* mult, co
 
 void CudaOps::ngram_hash(const NgramHashParams& p, const BatchInfo& batch, const Tensor& tokens, const Tensor& mult,
                          const Tensor& sizes, const Tensor& offsets, Tensor history, Tensor ids) {
-  forget_prepared();
   const char* op = "ngram_hash";
   cuda::check_batch(op, batch);
   cuda::check_dtype(op, "tokens", tokens, {DType::I32});

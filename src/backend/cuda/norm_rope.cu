@@ -157,7 +157,6 @@ void check_norm_rope(const char* op, const char* x_name, const Tensor& x, const 
 
 void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopeParams& p, Tensor x,
                         const Tensor& positions) {
-  forget_prepared();
   cuda::check_norm_rope("norm_rope", "x", x, w, p, positions);
   if (p.head_dim > cuda::kNrMaxHeadDim) return Ops::norm_rope(np, w, p, x, positions);  // unfused
   const int64_t n_head = x.cols() / p.head_dim, rows = x.rows() * n_head;
@@ -174,7 +173,6 @@ void CudaOps::norm_rope(const RmsNormParams& np, const Tensor& w, const RopePara
 
 void CudaOps::qk_norm_rope_store(const RmsNormParams& np, const Tensor& wq, const Tensor& wk, const RopeParams& p,
                                  Tensor q, Tensor k, const Tensor& v, const BatchInfo& batch, KvLayer kv) {
-  forget_prepared();
   // Quantized pages (fp8 / q8_0): norm_rope, then kv_write's quantizer (this kernel stores float rows).
   if (kv.quantized()) return Ops::qk_norm_rope_store(np, wq, wk, p, q, k, v, batch, kv);
   const Tensor& positions = batch.positions;

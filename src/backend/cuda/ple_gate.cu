@@ -36,7 +36,6 @@ __global__ void ple_gate_kernel(const T* key, const T* query, const float* w, co
 }  // namespace cuda
 
 void CudaOps::ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, Tensor out) {
-  forget_prepared();
   const char* op = "ple_gate";
   cuda::check_act(op, "key", key);
   cuda::check_same_dtype(op, "query", query, key);

@@ -155,10 +155,11 @@ void launch_row(const char* op, const Tensor& x, const void* res, const Tensor& 
 }  // namespace
 }  // namespace cuda
 
-void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out) {
-  forget_prepared();
+void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, const Tensor& w, Tensor out,
+                           ActQ8* out_q8) {
+  if (out_q8) *out_q8 = ActQ8{};  // until out's form is written
   const int64_t D = x.cols();
-  if (!cuda::row_kernel_fits(D)) return Ops::add_rms_norm(p, x, r, w, out);  // other row lengths: unfused
+  if (!cuda::row_kernel_fits(D)) return Ops::add_rms_norm(p, x, r, w, out, out_q8);  // other row lengths: unfused
   cuda::check_act("add_rms_norm", "x", x);
   cuda::check_act("add_rms_norm", "r", r);
   cuda::check_act("add_rms_norm", "out", out);
@@ -175,11 +176,12 @@ void CudaOps::add_rms_norm(const RmsNormParams& p, Tensor x, const Tensor& r, co
   const int w_code = cuda::float_code("add_rms_norm", "w", w.dtype);
   if (x.rows() > 0)
     cuda::launch_row("add_rms_norm", x, r.data, w, w_code, p, out,
-                     cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr, cuda::clusters_possible(device_), stream_);
+                     cuda::clusters_possible(device_) ? prepare_q8(out, out_q8) : nullptr,
+                     cuda::clusters_possible(device_), stream_);
 }
 
-void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out) {
-  forget_prepared();
+void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w, Tensor out, ActQ8* out_q8) {
+  if (out_q8) *out_q8 = ActQ8{};  // until out's form is written
   cuda::check_act("rms_norm", "x", x);
   cuda::check_act("rms_norm", "out", out);
   cuda::check_same_shape("rms_norm", "out", out, x);
@@ -192,7 +194,7 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
          x.str());
   if (R == 0) return;
   if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out,
-                                                    cuda::clusters_possible(device_) ? prepare_q8(out) : nullptr,
+                                                    cuda::clusters_possible(device_) ? prepare_q8(out, out_q8) : nullptr,
                                                     cuda::clusters_possible(device_), stream_);
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {

@@ -34,7 +34,6 @@ __global__ void rope_kernel(T* x, const int32_t* pos, const float* inv_freq, int
 }  // namespace cuda
 
 void CudaOps::rope(const RopeParams& p, Tensor x, const Tensor& positions) {
-  forget_prepared();
   cuda::check_act("rope", "x", x);
   cuda::check_dtype("rope", "positions", positions, {DType::I32});
   cuda::check_dtype("rope", "inv_freq", p.inv_freq, {DType::F32});

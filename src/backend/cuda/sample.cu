@@ -477,7 +477,6 @@ int64_t CudaOps::max_sample_row() const { return int64_t{cuda::kMaxChunks} * cud
 
 void CudaOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
                      const SampleRow* host_rows, const Tensor& masks) {
-  forget_prepared();
   cuda::check_dtype("sample", "logits", logits, {DType::F32});
   cuda::check_dev("sample", "rows", rows);
   cuda::check_dev("sample", "out", out);

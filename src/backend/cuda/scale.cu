@@ -18,7 +18,6 @@ __global__ void scale_kernel(const T* x, float s, T* out, int64_t n) {
 }  // namespace cuda
 
 void CudaOps::scale(const Tensor& x, float s, Tensor out) {
-  forget_prepared();
   cuda::check_act("scale", "x", x);
   cuda::check_act("scale", "out", out);
   cuda::check_same_shape("scale", "out", out, x);

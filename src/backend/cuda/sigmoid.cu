@@ -26,7 +26,6 @@ __global__ void sigmoid_mul_kernel(const T* gate, const T* x, T* out, int64_t n)
 }  // namespace cuda
 
 void CudaOps::sigmoid(const Tensor& x, Tensor out) {
-  forget_prepared();
   cuda::check_act("sigmoid", "x", x);
   cuda::check_act("sigmoid", "out", out);
   cuda::check_same_shape("sigmoid", "out", out, x);
@@ -44,7 +43,6 @@ void CudaOps::sigmoid(const Tensor& x, Tensor out) {
 namespace ft {
 
 void CudaOps::sigmoid_mul(const Tensor& gate, const Tensor& x, Tensor out) {
-  forget_prepared();
   cuda::check_act("sigmoid_mul", "gate", gate);
   cuda::check_same_shape("sigmoid_mul", "x", x, gate);
   cuda::check_same_shape("sigmoid_mul", "out", out, gate);

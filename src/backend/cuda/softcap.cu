@@ -20,7 +20,6 @@ __global__ void softcap_kernel(const T* x, T* out, float cap, int64_t n) {
 }  // namespace cuda
 
 void CudaOps::softcap(const Tensor& x, float cap, Tensor out) {
-  forget_prepared();
   cuda::check_act("softcap", "x", x);
   cuda::check_act("softcap", "out", out);
   cuda::check_same_shape("softcap", "out", out, x);

@@ -30,7 +30,6 @@ __global__ void softmax_kernel(const void* x, int x_code, void* out, bool out_f3
 }  // namespace cuda
 
 void CudaOps::softmax(const Tensor& x, Tensor out) {
-  forget_prepared();
   cuda::check_act("softmax", "x", x);
   cuda::check_act("softmax", "out", out);
   cuda::check_same_shape("softmax", "out", out, x);

@@ -106,7 +106,6 @@ __global__ void ssm_conv_state_kernel(const T* __restrict__ x, float* state, int
 }  // namespace cuda
 
 void CudaOps::ssm_conv(const BatchInfo& batch, const Tensor& x, const Tensor& w, Tensor conv_state, Tensor out) {
-  forget_prepared();
   const int64_t K = op_checks::ssm_conv(batch, x, w, conv_state, out);
   cuda::check_act("ssm_conv", "x", x);
   cuda::check_dev("ssm_conv", "w", w);

@@ -42,7 +42,6 @@ class CudaCopier final : public StreamCopier {
     const bool src_dev = src.device == Device::kCuda, dst_dev = dst.device == Device::kCuda;
     const cudaMemcpyKind kind = src_dev ? (dst_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
                                         : (dst_dev ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
-    if (dst_dev) ops_->forget_prepared();  // as CudaOps::copy: a device tensor's cached int8 form goes stale
     FT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.bytes()), kind, ops_->stream()));
   }
 

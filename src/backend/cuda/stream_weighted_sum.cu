@@ -26,7 +26,6 @@ __global__ void stream_weighted_sum_kernel(const T* x, const float* w, T* out, i
 }  // namespace cuda
 
 void CudaOps::stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) {
-  forget_prepared();
   const char* op = "stream_weighted_sum";
   cuda::check_act(op, "x", x);
   cuda::check_same_dtype(op, "out", out, x);

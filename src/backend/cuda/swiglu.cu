@@ -18,7 +18,6 @@ __global__ void swiglu_kernel(const T* gate, const T* up, T* out, int64_t n) {
 }  // namespace cuda
 
 void CudaOps::swiglu(const Tensor& gate, const Tensor& up, Tensor out) {
-  forget_prepared();
   cuda::check_act("swiglu", "gate", gate);
   cuda::check_act("swiglu", "up", up);
   cuda::check_act("swiglu", "out", out);

@@ -20,7 +20,6 @@ __global__ void swiglu_clamp_kernel(const T* gate, const T* up, T* out, int64_t 
 }  // namespace cuda
 
 void CudaOps::swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out) {
-  forget_prepared();
   const char* op = "swiglu_clamp";
   cuda::check_act(op, "gate", gate);
   cuda::check_act(op, "up", up);

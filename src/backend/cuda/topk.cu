@@ -22,7 +22,6 @@ __global__ void topk_kernel(const T* x, int64_t C, int k, int32_t* ids, float* v
 }  // namespace cuda
 
 void CudaOps::topk(const Tensor& x, int32_t k, Tensor ids, Tensor values) {
-  forget_prepared();
   cuda::check_act("topk", "x", x);
   cuda::check_dtype("topk", "ids", ids, {DType::I32});
   cuda::check_dtype("topk", "values", values, {DType::F32});

@@ -176,7 +176,6 @@ class CudaExchangeDevice final : public ExchangeDevice {
     if (out.device != Device::kCuda || out.ndim != 2 || out.rows() != T_ || out.cols() != H_ ||
         (out.dtype != DType::F32 && out.dtype != DType::BF16 && out.dtype != DType::F16))
       fail(ErrorCode::kInvalidArgument, "moe exchange: out {} must be a float GPU [{}, {}]", out.str(), T_, H_);
-    ops_.forget_prepared();  // out changes
     cuda::CollectArgs a{};
     a.ctrl = buf_.device.ctrl;
     a.counters = static_cast<const cuda::Counters*>(counters_.data());
