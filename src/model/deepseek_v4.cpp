@@ -367,8 +367,9 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
   Tensor mixes = s.mixes.slice(0, T), post = s.post.slice(0, T), comb = s.comb.slice(0, T), coll = s.coll.slice(0, T);
   Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);
   auto sub_block = [&](int64_t l, const HyperConn& hc, const Tensor& norm_w, bool attn) {
-    ops.rms_norm(norm, streams, ones_flat_, flat);
-    ops.matmul(flat, hc.fn, mixes, Tensor());
+    ActQ8 flat_q8;  // flat's int8 form when its norm wrote it (rows up to 8192 wide)
+    ops.rms_norm(norm, streams, ones_flat_, flat, &flat_q8);
+    ops.matmul(flat, hc.fn, mixes, Tensor(), &flat_q8);
     ops.hc_pre(hp, streams, mixes, hc.base, hc.scale, coll, post, comb);
     ActQ8 h_q8;  // h's int8 form as its norm wrote it, for the projections of h
     ops.rms_norm(norm, coll, norm_w, h, &h_q8);
@@ -385,9 +386,10 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
     sub_block(l, L.hc_ffn, L.ffn_norm, false);
     ctx.dump_if("l_out", l, streams);
   }
-  ops.rms_norm(norm, streams, ones_flat_, flat);
+  ActQ8 flat_q8;
+  ops.rms_norm(norm, streams, ones_flat_, flat, &flat_q8);
   Tensor head_mix = s.mixes.slice(0, T).reshape({T * (2 + n), n}).slice(0, T);
-  ops.matmul(flat, hc_head_.fn, head_mix, Tensor());
+  ops.matmul(flat, hc_head_.fn, head_mix, Tensor(), &flat_q8);
   ops.hc_pre(hp, streams, head_mix, hc_head_.base, hc_head_.scale, coll, Tensor(), Tensor());
   OutputWeights io;
   io.tok_embd = tok_embd_, io.output_norm = output_norm_, io.output = output_;
