@@ -304,7 +304,7 @@ TEST_P(DeepseekV4OpsTest, CompressedAttentionMatchesNaive) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeepseekV4OpsTest, ::testing::ValuesIn(kBackends));
+FT_INSTANTIATE_OP_TEST(DeepseekV4OpsTest);
 
 }  // namespace
 }  // namespace ft::testing

@@ -1,6 +1,6 @@
 // Ops::sample on the CPU backend against backend/sampling.h's definition: Philox known answers,
 // sample_exp, the thresholds (ties kept together), the edits, the draw, and the argument checks. The
-// CUDA kernel is held to this one in tests/gpu/sample_test.cpp.
+// CUDA kernel is held to this one in tests/backend/cuda_sample_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

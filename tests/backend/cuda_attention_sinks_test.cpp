@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {
@@ -194,8 +194,8 @@ class CudaAttentionSinks : public GpuBatchTest {
     Tensor out = arena().dev_poisoned(c.act, {T, HD});
     const BatchInfo dev_batch = info(hb, pl.table, pl.max_blocks, true);
     const Tensor dq = arena().dev_from(q, c.act, {T, HD});
-    const Q8Probe probe = q8_probe(out);
-    gpu().attention(p, dev_batch, dq, pl.gpu_kv, out);
+    Q8Probe probe = q8_probe(out);
+    gpu().attention(p, dev_batch, dq, pl.gpu_kv, out, &probe.q8);
     // the decode kernel writes it for up to 16 rows (CudaOps::prepare_q8)
     const bool decode_kernel = T == hb.S && T <= 16 && decode_writes_q8(c.H, c.G, c.D);
     expect_q8_probe(probe, out, decode_kernel, c.name);  // the int8 form is of the sink-normalised output

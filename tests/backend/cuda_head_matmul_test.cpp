@@ -4,7 +4,7 @@
 // shapes included (K 4096: fewer tokens a GEMV block). With
 // F32 activations every path keeps fp32-level accuracy: 1e-5 (x is not bf16-exact in the F32 cases, so
 // the cuBLAS path's split of x into two bf16 halves is exercised); BF16 outputs: kTol.
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {

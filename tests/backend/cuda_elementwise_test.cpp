@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "moe/host_memory.h"
 #include "util/error.h"
 

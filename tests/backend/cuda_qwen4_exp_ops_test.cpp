@@ -7,7 +7,7 @@
 #include <numeric>
 #include <random>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {

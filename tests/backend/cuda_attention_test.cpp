@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {
@@ -98,8 +98,8 @@ class CudaAttention : public GpuBatchTest {
     Tensor out = arena().dev_poisoned(DType::BF16, {T, HD});
     const BatchInfo dev_batch = info(hb, table, max_blocks, true);
     const Tensor dev_q = arena().dev_from(q, DType::BF16, {T, HD});
-    const Q8Probe probe = q8_probe(out);
-    gpu().attention(p, dev_batch, dev_q, gpu_kv, out);
+    Q8Probe probe = q8_probe(out);
+    gpu().attention(p, dev_batch, dev_q, gpu_kv, out, &probe.q8);
     check_prepared_q8(probe, c, out);
     const double e = compare(out, ref);
     report("attention", c.name, e);
@@ -247,8 +247,8 @@ TEST_F(CudaAttention, QkNormRopeAttentionMatchesUnfused) {
     const Tensor dwq = arena().dev_from(wq, DType::F32, {c.D}), dwk = arena().dev_from(wk, DType::BF16, {c.D});
     const Tensor dk = arena().dev_from(k, fc.act, {T, W}), dv = arena().dev_from(v, fc.act, {T, W});
     const BatchInfo dev_batch = info(hb, table, max_blocks, true);
-    const Q8Probe probe = q8_probe(out);
-    gpu().qk_norm_rope_attention(np, dwq, dwk, rp, p, dq, dk, dv, dev_batch, gpu_kv, out);
+    Q8Probe probe = q8_probe(out);
+    gpu().qk_norm_rope_attention(np, dwq, dwk, rp, p, dq, dk, dv, dev_batch, gpu_kv, out, &probe.q8);
     check_prepared_q8(probe, c, out);
     // The fused kernel leaves q as it was (its heads are normalised in registers); the unfused calls
     // normalise it in place. The cases not marked unfused must take the fused kernel.

@@ -1,6 +1,6 @@
 // CUDA backend memory ops: copy (every direction, F32/F16/BF16 conversion), zero, make_resident,
 // and argument errors that name the op and tensor.
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {

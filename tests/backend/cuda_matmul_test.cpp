@@ -2,7 +2,7 @@
 // GGUF's float, legacy, K-, I-, ternary and FP4 types and FreeToken's FP8 forms), over token counts that take
 // each path: GEMV for 1 token, the 8-token GEMV, two GEMV passes (quantized, T = 16), and the
 // cuBLAS path (T = 9 for BF16, T = 70 for all: decoded tiles + cuBLAS for quantized weights).
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {

@@ -2,7 +2,7 @@
 // fresh prefill, a continued chunk, decode tokens) with Qwen3-Next's head sizes, then a run of
 // single-token steps carrying the state; states and outputs within 1e-2 relative L2. Then a long
 // mixed batch (the chunked prefill kernels, across a slab of chunks) in F32 within 1e-4 and in BF16.
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {

@@ -8,7 +8,7 @@
 //    kernel; sliding windows, sinks; head dims 64 / 80 / 128 / 256 / 512, GQA groups 1 to 16) matches
 //    the CPU op over its own pages. Both sides use F32 activations and read the same dequantized
 //    values (equal codes and scales, the same value * scale products), so only the order of fp32 sums
-//    and __expf differ: 1e-4 relative L2, as the F32 fused-decode case of attention_test.cpp;
+//    and __expf differ: 1e-4 relative L2, as the F32 fused-decode case of cuda_attention_test.cpp;
 //  - qk_norm_rope_attention over quantized pages (unfused on CUDA: norm_rope, the quantizing kv_write,
 //    attention) within 1e-3 (the norm's rsqrt may move a value across a code boundary).
 #include <algorithm>
@@ -18,7 +18,7 @@
 #include <string>
 #include <tuple>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "quant/kv_quant.h"
 #include "util/error.h"
 

@@ -1,7 +1,7 @@
 // CUDA vs CPU for Gemma 4's ops: gelu_tanh_mul, softcap (F32 and BF16 activations), embedding_split
 // (F32 / F16 / BF16 tables into F32 and BF16 activations), moe_expert_scale (with masked entries); GPU
 // outputs poisoned first.
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {

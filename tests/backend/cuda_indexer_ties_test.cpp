@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <set>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {

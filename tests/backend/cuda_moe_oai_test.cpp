@@ -10,7 +10,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {

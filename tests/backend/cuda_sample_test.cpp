@@ -10,7 +10,7 @@
 #include "../model/fixture_util.h"
 #include "backend/cuda_factory.h"
 #include "backend/sampling.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "../engine/step_sample.h"
 
 namespace ft::testing {

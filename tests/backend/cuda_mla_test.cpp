@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 #ifdef FT_HAVE_CUDA
 #include "backend/cuda/attention_mla.h"

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 #ifdef FT_HAVE_CUDA
 #include "backend/cuda/attention_mla.h"

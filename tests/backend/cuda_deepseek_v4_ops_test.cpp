@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {
@@ -125,7 +125,7 @@ TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) {
   EXPECT_LE(rel_l2(g_used, c_used), kTight);
 
   // Indexer: positive queries, keys and weights, so no ReLU zeros tie, and both must pick the same
-  // sets (planted exact ties: indexer_ties_test.cpp).
+  // sets (planted exact ties: cuda_indexer_ties_test.cpp).
   const auto q = rand_bf16(T * ih * hd, 13, 0.1f, 1.0f), w = rand_bf16(T * ih, 14, 0.1f, 1.0f),
              ikeys = rand_bf16(S * M * hd, 18, 0.1f, 1.0f);
   IndexerParams ip{ih, hd, rate, K, rope};

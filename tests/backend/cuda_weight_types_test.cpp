@@ -1,14 +1,14 @@
 // Every weight dtype the CUDA kernels decode (cuda_weight_types_under_test) against the CPU reference
 // dequantizer (quant::dequantize_row): the CUDA dequant_rows kernel, reached through the embedding
 // op, must give the CPU's floats bit for bit (F32 out) and their bf16 rounding (BF16 out), for rows
-// gathered in any order. The products (matmul_test.cpp) and the experts (moe_test.cpp) run the same
+// gathered in any order. The products (cuda_matmul_test.cpp) and the experts (cuda_moe_test.cpp) run the same
 // table of types with a tolerance.
 #include <algorithm>
 #include <cstring>
 #include <random>
 
 #include "backend/cuda_weight_types.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "quant/nvfp4.h"
 
 namespace ft::testing {

@@ -2,7 +2,7 @@
 // device intrinsic they call given its host meaning, against the CPU reference dequantizer
 // (quant::dequantize_row): every chunk of random rows, bit for bit. This checks the decoders'
 // indexing and arithmetic on any machine of a CUDA build, device or not; the device's own results
-// (its rounding, contraction and loads) are checked by weight_types_test.cpp on a GPU.
+// (its rounding, contraction and loads) are checked by cuda_weight_types_test.cpp on a GPU.
 #ifdef FT_HAVE_CUDA
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,7 +31,7 @@ inline float __uint_as_float(unsigned x) {
 #include "backend/cuda/dequant_iq.cuh"  // after the shims: the decoders call them
 #include "backend/cuda/dequant_lowbit.cuh"
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "quant/fp8.h"
 #include "quant/mxfp4.h"
 

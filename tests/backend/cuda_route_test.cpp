@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "util/error.h"
 
 namespace ft::testing {
