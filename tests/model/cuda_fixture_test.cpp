@@ -20,7 +20,7 @@
 #include <tuple>
 
 #include "formats/checkpoint.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "model/fixture_util.h"
 
 namespace ft::testing {

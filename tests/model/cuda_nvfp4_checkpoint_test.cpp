@@ -12,7 +12,7 @@
 #include "formats/checkpoint.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "model/fixture_util.h"
 #include "quant/nvfp4.h"
 #include "quant/quant.h"

@@ -12,7 +12,7 @@
 #include "backend/cuda_weight_types.h"
 #include "formats/gguf_reader.h"
 #include "formats/gguf_writer.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "model/fixture_util.h"
 #include "quant/quant.h"
 
