@@ -1,7 +1,7 @@
 // --embed-weights: where the token embedding table lives (engine/engine.h embeddings_on_host,
 // Ops::make_host_mapped). The CPU build checks the choice, the loader's wiring (a backend whose
 // host-mapped copy is a separate buffer: the model must read the table from it, and the engine's
-// placed bytes must leave it out) and the flag; the CUDA placement itself is in tests/gpu/graph_test.cpp.
+// placed bytes must leave it out) and the flag; the CUDA placement itself is in tests/engine/cuda_graph_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the CPU (tests/engine) and CUDA (tests/gpu) graph-decode tests: three greedy requests of
+// Shared by the CPU (tests/engine) and CUDA (cuda_graph_test.cpp) graph-decode tests: three greedy requests of
 // different prompt and output lengths generated together, so decode steps run with 3, 2 and 1
 // sequences (padded to the recorded sizes 4, 2, 1), once with graphs and once eagerly.
 #include <cstring>

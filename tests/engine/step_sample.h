@@ -1,6 +1,6 @@
 #pragma once
 // Engine::step_sample against the host sampler on the same step's logits, for the CPU backend's test
-// (step_sample_test.cpp) and the CUDA backend's (tests/gpu/sample_test.cpp).
+// (step_sample_test.cpp) and the CUDA backend's (tests/backend/cuda_sample_test.cpp).
 #include <gtest/gtest.h>
 
 #include <memory>

@@ -2,9 +2,9 @@
 // recorded batch sizes 1, 2, 4) equal eager decode bit for bit, for a dense and a MoE fixture
 // (fused) and for MoE offload with the smallest legal expert cache (admission and gather inside
 // the graph, so a replay with new routes proves the step never synchronises with the host).
-#include "../engine/graph_decode.h"
+#include "graph_decode.h"
 #include "backend/cuda_factory.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 
 namespace ft::testing {
 namespace {

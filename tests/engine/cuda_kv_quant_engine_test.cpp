@@ -7,7 +7,7 @@
 // (q8_0) at the median against f32 pages on the CPU, so one code that rounds the other way on the two
 // backends shows at the 1e-3 level. deepseek_v3 (MLA latents) is refused at load, naming the flag.
 //
-// Tolerance. Both backends quantize with the same formula and rounding (kv_quant_test.cpp checks the
+// Tolerance. Both backends quantize with the same formula and rounding (tests/backend/cuda_kv_quant_test.cpp checks the
 // codes and scales byte for byte given equal inputs), so the pages differ only where a K or V value
 // computed in a different fp32 order (~1e-6 relative) falls on the other side of a rounding boundary:
 // about 2e-6 / (1/16) = 3e-5 of the values for fp8, fewer for q8_0, i.e. rarely one or two values in
@@ -20,7 +20,7 @@
 #include <string>
 #include <tuple>
 
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "model/fixture_util.h"
 
 namespace ft::testing {

@@ -21,7 +21,7 @@
 #include "engine/scheduler.h"
 #include "engine/tier_engine.h"
 #include "formats/checkpoint.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "kv/kv_page_io.h"
 #include "test_util.h"
 

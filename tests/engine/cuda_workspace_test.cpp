@@ -11,7 +11,7 @@
 #endif
 #include "engine/generate.h"
 #include "formats/checkpoint.h"
-#include "gpu_harness.h"
+#include "backend/op_harness.h"
 #include "model/fixture_util.h"
 
 namespace ft::testing {
