@@ -120,8 +120,8 @@ fuzz:
 	  if [ $$rc -ne 0 ]; then tail -40 $(FUZZ_DIR)/$$h.log; exit 1; fi; \
 	done
 
-# GPU tests only (every suite named Cuda*: tests/gpu and the expert-cache tests in tests/moe); they
-# fail (rather than skip) when no device is present.
+# GPU tests only: every test named Cuda* (the Cuda* suites and the .../Cuda instances of the op
+# tests, in the folders of the subsystems they test); they fail (rather than skip) when no device is present.
 test-gpu: gpu-check build
 	cd $(BUILD) && FT_REQUIRE_GPU=1 ctest --output-on-failure -R Cuda
 
