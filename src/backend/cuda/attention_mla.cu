@@ -23,7 +23,7 @@
 // Graph-capturable: launch shapes depend on host integers of BatchInfo and the pool only.
 // Bytes moved: per block, its keys' c and r once (KV bytes once per head chunk; L2 serves the other
 // chunks); q and out once; partials n_split * T * H * (R + 4) * 4 written and read once when split.
-// Measured on the H200 (tests/gpu/mla_bench_test.cpp, R 512, P 64, 4096 keys, one graph of 20 calls;
+// Measured on the H200 (tests/backend/cuda_mla_bench_test.cpp, R 512, P 64, 4096 keys, one graph of 20 calls;
 // KV bytes over time): BF16 pages, 16 heads: bs 1 23 us (0.20 TB/s), bs 8 40 us (0.94), bs 32 102 us
 // (1.48); 128 heads bs 1 39 us, bs 8 130 us. F32 pages (CUDA-core kernel): 16 heads bs 1 87 us, 128
 // heads 163 us. Batch 1 is latency-bound (a split piece is only 2 tiles, each ~4.5 us of dependent

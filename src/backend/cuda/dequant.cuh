@@ -24,7 +24,7 @@
 #include "tensor/dtype.h"
 
 /** `#pragma unroll` for the decoders' loops under nvcc, nothing in a host compiler (tests compile
- *  the decoders for the host: tests/gpu/dequant_host_test.cpp). */
+ *  the decoders for the host: tests/backend/cuda_dequant_host_test.cpp). */
 #if defined(__CUDACC__)
 #define FT_UNROLL _Pragma("unroll")
 #else
