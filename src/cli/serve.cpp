@@ -229,6 +229,7 @@ int run_serve(ServeArgs& f) {
   sm.moe_report = [e = engine.get()] { return e->moe_report(); };
   sm.memory_rows = memory_rows(plan);
   sm.memory_limit = memory_limit(plan);
+  sm.resize_caches = [&service, e = engine.get()](const CacheResize& r) { return resize_served_caches(service, *e, r); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
 

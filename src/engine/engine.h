@@ -13,6 +13,7 @@
 
 #include "backend/ops.h"
 #include "backend/sampling.h"
+#include "engine/cache_resize.h"
 #include "engine/engine_options.h"
 #include "engine/graph_runner.h"
 #include "engine/memory_plan.h"
@@ -67,6 +68,21 @@ class Engine {
   std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
                                             std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
 
+  /** Refuses a resize this engine cannot make, changing nothing (cheap: nothing is allocated):
+   *  kInvalidArgument when neither size is given, for sizes < 1, for kv_tokens that cannot hold
+   *  `longest` tokens (the longest request queued or running: prompt + max_tokens), for
+   *  expert_slots on a dense model or a plan without an expert cache (fused, cpu); kUnsupported
+   *  for kv_tokens with the KV tiers on (--kv-host-gib, --prompt-cache-dir) and for expert_slots
+   *  over a checkpoint that gave its experts' memory to the banks. */
+  void check_resize(const CacheResize& r, int64_t longest) const;
+  /** Rebuilds the KV cache with r.kv_tokens (whole pages; its pools are new objects: the caller
+   *  holds no page of the old ones) and the MoE runtime's expert cache with r.expert_slots, then
+   *  plans the memory again and checks it against --gpu-memory-limit as at start; the decode graphs
+   *  are dropped and recorded again. Call between steps. On any error (check_resize's, a plan that
+   *  does not fit: kOutOfMemory saying what would) the engine is rebuilt at its old sizes (the KV
+   *  cache anew where the attempt replaced it: its contents are lost then) and the error rethrown. */
+  void resize_caches(const CacheResize& r);
+
   /** The memory plan (engine/memory_plan.h): what the start-up banner and /v1/stats print. */
   const MemoryPlan& memory_plan() const { return plan_; }
   /** The MoE plan (nullptr for a dense model). */
@@ -118,6 +134,11 @@ class Engine {
   /** What the calibration's timings depend on, as text: the host CPU and device, the threads, the
    *  model's tensors (names, types, shapes), the MoE plan and the candidates' names. */
   std::string calibration_key(const std::vector<MoeRuntime::FetchCandidate>& caps) const;
+  /** resize_caches' work over options_ (under step_mu_): a KV cache of options_.kv_tokens when its
+   *  pages differ (or `force_kv`, or none is allocated), the memory plan, the MoE runtime when its planned cache differs (or
+   *  none is built), and new decode graphs. Returns whether a new MoE runtime needs its start-up
+   *  calibration (calibrate_fetch_cap, whose steps take step_mu_). */
+  bool rebuild_caches(bool force_kv);
   /** Forgets the recorded decode graphs (synchronizes first). */
   void drop_graphs();
 

@@ -25,10 +25,10 @@ void SchedulerConfig::validate() const {
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools, LowerTiers tiers)
     : config_(config), pools_(pools), pool_(pools.full), swa_pool_(pools.swa),
-      cache_(*pools.full, pools.swa, pools.states), tiers_(tiers) {
+      cache_(std::make_unique<PrefixCache>(*pools.full, pools.swa, pools.states)), tiers_(tiers) {
   config_.validate();
   if (tiers_.io && tiers_.host) {
-    cache_.set_evict_hook([this](const PrefixCache::Evicted& e) {
+    cache_->set_evict_hook([this](const PrefixCache::Evicted& e) {
       tiers_.host->put(e.path_hash, e.path, tiers_.io->save(e.page, e.swa_page, e.state_slot));
     });
   }
@@ -39,6 +39,44 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvPools pools, LowerTiers ti
   }
   if (swa_pool_ && pools.window < 1)
     fail(ErrorCode::kInternal, "scheduler: a sliding-window pool needs a window >= 1 (got {})", pools.window);
+}
+
+std::vector<uint64_t> Scheduler::release_all_kv() {
+  std::vector<uint64_t> moved;
+  StepPlan unused;
+  // Youngest first, each to the queue's front: the oldest ends up first, as admitted.
+  while (!running_.empty()) {
+    Sequence& s = *running_.back();
+    moved.insert(moved.begin(), s.id);
+    preempt(s, unused);
+  }
+  cache_->evict(cache_->n_pages());
+  if (swa_pool_) cache_->evict_swa(cache_->n_swa_pages());
+  if (pools_.states) cache_->evict_states(cache_->n_states());
+  return moved;
+}
+
+void Scheduler::set_pools(KvPools pools) {
+  if (!running_.empty() || cache_->n_pages() > 0 || pool_->n_free() != pool_->n_pages())
+    fail(ErrorCode::kInternal, "scheduler: new KV pools while {} sequences run and the prefix cache holds {} pages",
+         running_.size(), cache_->n_pages());
+  if (!pools.full || (pools.swa && pools.window < 1))
+    fail(ErrorCode::kInternal, "scheduler: new KV pools without a full pool, or a sliding-window pool without a window");
+  if ((pools.swa != nullptr) != (swa_pool_ != nullptr) || (pools.states != nullptr) != (pools_.states != nullptr))
+    fail(ErrorCode::kInternal, "scheduler: the new KV pools are of another kind (sliding-window or recurrent-state pools)");
+  if (pools.states && pools.states->n_pages() < config_.max_running)
+    fail(ErrorCode::kInternal, "scheduler: {} recurrent-state slots for up to {} running sequences",
+         pools.states->n_pages(), config_.max_running);
+  auto cache = std::make_unique<PrefixCache>(*pools.full, pools.swa, pools.states);
+  pools_ = pools;
+  pool_ = pools.full;
+  swa_pool_ = pools.swa;
+  cache_ = std::move(cache);
+  if (tiers_.io && tiers_.host) {
+    cache_->set_evict_hook([this](const PrefixCache::Evicted& e) {
+      tiers_.host->put(e.path_hash, e.path, tiers_.io->save(e.page, e.swa_page, e.state_slot));
+    });
+  }
 }
 
 int64_t Scheduler::context_limit() const {
@@ -74,13 +112,13 @@ void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new
 
 bool Scheduler::alloc_pages(int32_t n, std::vector<int32_t>& out) {
   if (n <= 0) return true;
-  if (pool_->n_free() < n) cache_.evict(n - pool_->n_free());
+  if (pool_->n_free() < n) cache_->evict(n - pool_->n_free());
   return pool_->allocate(n, out);
 }
 
 bool Scheduler::alloc_swa_pages(int32_t n, std::vector<int32_t>& out) {
   if (n <= 0) return true;
-  if (swa_pool_->n_free() < n) cache_.evict_swa(n - swa_pool_->n_free());
+  if (swa_pool_->n_free() < n) cache_->evict_swa(n - swa_pool_->n_free());
   return swa_pool_->allocate(n, out);
 }
 
@@ -89,7 +127,7 @@ bool Scheduler::reserve(Sequence& s, int64_t n_positions) {
   const int64_t total = (n_positions + ps - 1) / ps;
   const int64_t want = total - static_cast<int64_t>(s.pages.size());
   const int64_t swa_want = swa_pool_ ? total - static_cast<int64_t>(s.swa_pages.size()) : 0;
-  if (swa_want > 0 && swa_pool_->n_free() + cache_.n_swa_unreferenced() < swa_want) return false;
+  if (swa_want > 0 && swa_pool_->n_free() + cache_->n_swa_unreferenced() < swa_want) return false;
   const size_t had = s.pages.size();
   if (want > 0 && !alloc_pages(static_cast<int32_t>(want), s.pages)) return false;
   if (swa_want > 0 && !alloc_swa_pages(static_cast<int32_t>(swa_want), s.swa_pages)) {  // all or nothing
@@ -108,18 +146,18 @@ void Scheduler::release_pages(Sequence& s) {
     // The window before the end of its cached pages is where the next turn's hit ends: kept longest.
     const auto end = static_cast<int64_t>(s.nodes.size());
     for (int64_t j = pools_.first_swa_page(end * pool_->page_size()); j < end; ++j)
-      if (s.swa_pages[static_cast<size_t>(j)] < 0) cache_.keep_swa(s.nodes[static_cast<size_t>(j)]);
+      if (s.swa_pages[static_cast<size_t>(j)] < 0) cache_->keep_swa(s.nodes[static_cast<size_t>(j)]);
     std::vector<int32_t> priv;
     for (size_t j = 0; j < s.swa_pages.size(); ++j) {
       if (s.swa_pages[j] < 0) continue;
-      if (j < s.nodes.size()) cache_.release_swa(s.nodes[j], PrefixCache::SwaRelease::kSequenceEnded);
+      if (j < s.nodes.size()) cache_->release_swa(s.nodes[j], PrefixCache::SwaRelease::kSequenceEnded);
       else priv.push_back(s.swa_pages[j]);
     }
     swa_pool_->release(priv);
     s.swa_pages.clear();
     s.n_swa_released = 0;
   }
-  cache_.release(s.nodes);
+  cache_->release(s.nodes);
   std::vector<int32_t> priv(s.pages.begin() + static_cast<std::ptrdiff_t>(s.nodes.size()), s.pages.end());
   pool_->release(priv);
   s.pages.clear();
@@ -135,7 +173,7 @@ void Scheduler::cache_full_pages(Sequence& s) {
     const PrefixCache::NodeId parent = j == 0 ? PrefixCache::kRoot : s.nodes[j - 1];
     std::span<const int32_t> page_tokens(s.tokens.data() + j * static_cast<size_t>(ps), static_cast<size_t>(ps));
     const int32_t swa = swa_pool_ ? s.swa_pages[j] : -1;  // -1: already below the window
-    const PrefixCache::Inserted r = cache_.insert(parent, page_tokens, s.pages[j], swa);
+    const PrefixCache::Inserted r = cache_->insert(parent, page_tokens, s.pages[j], swa);
     if (!r.adopted) {  // another sequence cached the same tokens first: share its page, free ours
       pool_->release({s.pages[j]});
       s.pages[j] = r.page;
@@ -156,7 +194,7 @@ void Scheduler::release_swa_below_window(Sequence& s) {
   for (; s.n_swa_released < first; ++s.n_swa_released) {
     const auto j = static_cast<size_t>(s.n_swa_released);
     if (s.swa_pages[j] < 0) continue;
-    if (j < s.nodes.size()) cache_.release_swa(s.nodes[j], PrefixCache::SwaRelease::kWindowMoved);
+    if (j < s.nodes.size()) cache_->release_swa(s.nodes[j], PrefixCache::SwaRelease::kWindowMoved);
     else priv.push_back(s.swa_pages[j]);
     s.swa_pages[j] = -1;
   }
@@ -173,14 +211,14 @@ void Scheduler::shorten_to_cached_window(Sequence& s, std::vector<int32_t> node_
   };
   size_t k = s.nodes.size();
   while (k > 0 && !window_cached(k)) --k;
-  cache_.release(std::span<const PrefixCache::NodeId>(s.nodes.data() + k, s.nodes.size() - k));
+  cache_->release(std::span<const PrefixCache::NodeId>(s.nodes.data() + k, s.nodes.size() - k));
   s.nodes.resize(k);
   s.pages.resize(k);
   s.n_computed = static_cast<int32_t>(static_cast<int64_t>(k) * ps);
   const auto first = static_cast<size_t>(pools_.first_swa_page(s.n_computed));
   s.swa_pages.assign(k, -1);
   for (size_t j = first; j < k; ++j) {
-    cache_.use_swa(s.nodes[j]);
+    cache_->use_swa(s.nodes[j]);
     s.swa_pages[j] = node_swa_pages[j];
   }
   s.n_swa_released = static_cast<int32_t>(std::min(first, k));
@@ -195,8 +233,8 @@ void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, 
     const PrefixCache::NodeId parent = s.nodes.empty() ? PrefixCache::kRoot : s.nodes.back();
     const std::span<const int32_t> path(s.tokens.data(), static_cast<size_t>(s.n_computed + ps));
     const std::span<const int32_t> page_tokens = path.subspan(static_cast<size_t>(s.n_computed));
-    const uint64_t hash = chain_hash(cache_.path_hash_of(parent), page_tokens);
-    if (pool_->n_free() + cache_.n_unreferenced() < 1) break;  // no device page to restore into
+    const uint64_t hash = chain_hash(cache_->path_hash_of(parent), page_tokens);
+    if (pool_->n_free() + cache_->n_unreferenced() < 1) break;  // no device page to restore into
     std::shared_ptr<const PageContents> c;
     int64_t* hit = nullptr;
     if (tiers_.host && (c = tiers_.host->get(hash, path))) hit = &hits_.host;
@@ -210,7 +248,7 @@ void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, 
       if (alloc_swa_pages(1, sp)) swa = sp[0];
     }
     tiers_.io->load(*c, page[0], swa, -1);
-    const PrefixCache::Inserted r = cache_.insert(parent, page_tokens, page[0], swa);
+    const PrefixCache::Inserted r = cache_->insert(parent, page_tokens, page[0], swa);
     FT_CHECK(r.adopted && (swa < 0 || r.swa_adopted));  // the device had no such node: acquire stopped here
     if (swa >= 0) swa_held.push_back(r.node);
     if (pools_.states && !c->state.empty()) deepest_state = {r.node, c};
@@ -225,12 +263,12 @@ void Scheduler::extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, 
   if (deepest_state.second && pools_.states->n_free() > 1) {
     const int32_t slot = take_state_slot();
     tiers_.io->load(*deepest_state.second, -1, -1, slot);
-    if (!cache_.attach_state(deepest_state.first, slot)) pools_.states->release({slot});
+    if (!cache_->attach_state(deepest_state.first, slot)) pools_.states->release({slot});
   }
-  for (PrefixCache::NodeId n : swa_held) cache_.release_swa(n, PrefixCache::SwaRelease::kSequenceEnded);
+  for (PrefixCache::NodeId n : swa_held) cache_->release_swa(n, PrefixCache::SwaRelease::kSequenceEnded);
   // Evictions for the restored pages may have taken swa pages of the device's nodes: read them again.
   if (swa_pool_)
-    for (size_t j = 0; j < s.nodes.size(); ++j) swa_pages[j] = cache_.node_swa_page(s.nodes[j]);
+    for (size_t j = 0; j < s.nodes.size(); ++j) swa_pages[j] = cache_->node_swa_page(s.nodes[j]);
 }
 
 void Scheduler::write_through(const Sequence& s, size_t from) {
@@ -238,9 +276,9 @@ void Scheduler::write_through(const Sequence& s, size_t from) {
   for (size_t j = from; j < s.nodes.size(); ++j) {
     const PrefixCache::NodeId n = s.nodes[j];
     const std::span<const int32_t> path(s.tokens.data(), (j + 1) * static_cast<size_t>(pool_->page_size()));
-    const uint64_t hash = cache_.path_hash_of(n);
+    const uint64_t hash = cache_->path_hash_of(n);
     if (tiers_.disk->contains(hash, path)) continue;
-    tiers_.disk->put(hash, path, tiers_.io->save(cache_.node_page(n), cache_.node_swa_page(n), cache_.node_state(n)));
+    tiers_.disk->put(hash, path, tiers_.io->save(cache_->node_page(n), cache_->node_swa_page(n), cache_->node_state(n)));
   }
 }
 
@@ -255,10 +293,10 @@ void Scheduler::preempt(Sequence& s, StepPlan& plan) {
 }
 
 int32_t Scheduler::positions_available(const Sequence& s) const {
-  int64_t pages = static_cast<int64_t>(s.pages.size()) + pool_->n_free() + cache_.n_unreferenced();
+  int64_t pages = static_cast<int64_t>(s.pages.size()) + pool_->n_free() + cache_->n_unreferenced();
   if (swa_pool_)
     pages = std::min<int64_t>(
-        pages, static_cast<int64_t>(s.swa_pages.size()) + swa_pool_->n_free() + cache_.n_swa_unreferenced());
+        pages, static_cast<int64_t>(s.swa_pages.size()) + swa_pool_->n_free() + cache_->n_swa_unreferenced());
   return static_cast<int32_t>(std::min<int64_t>(pages * pool_->page_size(), INT32_MAX));
 }
 
@@ -273,7 +311,7 @@ bool Scheduler::leader_ready(const Sequence& s) const {
 bool Scheduler::admit(Sequence& s, int32_t& budget, int64_t& rows, StepPlan& plan) {
   const int32_t n_tokens = static_cast<int32_t>(s.tokens.size());
   if (config_.prefix_cache) {
-    PrefixCache::Match m = cache_.acquire(s.tokens, n_tokens - 1);  // compute >= 1 token for the logits
+    PrefixCache::Match m = cache_->acquire(s.tokens, n_tokens - 1);  // compute >= 1 token for the logits
     s.nodes = std::move(m.nodes);
     s.pages = std::move(m.pages);
     s.n_computed = static_cast<int32_t>(m.n_tokens);
@@ -293,7 +331,7 @@ bool Scheduler::admit(Sequence& s, int32_t& budget, int64_t& rows, StepPlan& pla
   if (s.prompt_logits && s.n_computed < s.n_prompt) chunk = static_cast<int32_t>(std::min<int64_t>(chunk, rows));
   chunk = cut_at_snapshot(s, chunk);
   const int32_t slot = chunk >= 1 && pools_.states ? take_state_slot() : -1;
-  if (chunk < 1 || need > pool_->n_free() + cache_.n_unreferenced() || (pools_.states && slot < 0) ||
+  if (chunk < 1 || need > pool_->n_free() + cache_->n_unreferenced() || (pools_.states && slot < 0) ||
       !reserve(s, s.n_computed + chunk) ||
       (config_.reserve_at_admission &&
        !alloc_pages(static_cast<int32_t>((whole + ps - 1) / ps) - static_cast<int32_t>(s.pages.size()), s.pages))) {
@@ -395,7 +433,7 @@ void Scheduler::complete(const StepPlan& plan) {
     if (s.snapshot_slot >= 0) {  // the step saved the state after position n_computed - 1 there
       const auto j = static_cast<size_t>(s.n_computed / pool_->page_size());
       FT_CHECK(s.n_computed % pool_->page_size() == 0 && j >= 1 && j <= s.nodes.size());
-      if (!cache_.attach_state(s.nodes[j - 1], s.snapshot_slot)) pools_.states->release({s.snapshot_slot});
+      if (!cache_->attach_state(s.nodes[j - 1], s.snapshot_slot)) pools_.states->release({s.snapshot_slot});
       s.snapshot_slot = -1;
     }
     write_through(s, had);
@@ -416,17 +454,17 @@ int32_t Scheduler::cut_at_snapshot(const Sequence& s, int32_t chunk) const {
 void Scheduler::shorten_to_state_snapshot(Sequence& s) {
   if (!pools_.states) return;
   size_t k = s.nodes.size();
-  while (k > 0 && cache_.node_state(s.nodes[k - 1]) < 0) --k;
-  cache_.release(std::span<const PrefixCache::NodeId>(s.nodes.data() + k, s.nodes.size() - k));
+  while (k > 0 && cache_->node_state(s.nodes[k - 1]) < 0) --k;
+  cache_->release(std::span<const PrefixCache::NodeId>(s.nodes.data() + k, s.nodes.size() - k));
   s.nodes.resize(k);
   s.pages.resize(k);
   s.n_computed = static_cast<int32_t>(k) * pool_->page_size();
-  s.restore_from = k > 0 ? cache_.node_state(s.nodes[k - 1]) : -1;
+  s.restore_from = k > 0 ? cache_->node_state(s.nodes[k - 1]) : -1;
 }
 
 int32_t Scheduler::take_state_slot() {
   std::vector<int32_t> slot;
-  if (pools_.states->n_free() == 0) cache_.evict_states(1);
+  if (pools_.states->n_free() == 0) cache_->evict_states(1);
   return pools_.states->allocate(1, slot) ? slot[0] : -1;
 }
 
@@ -479,7 +517,7 @@ const Sequence* Scheduler::find(uint64_t id) const {
 int32_t Scheduler::pages_in_use() const {
   int32_t priv = 0;
   for (const Sequence* s : running_) priv += static_cast<int32_t>(s->pages.size() - s->nodes.size());
-  return priv + cache_.n_pages() - cache_.n_unreferenced();
+  return priv + cache_->n_pages() - cache_->n_unreferenced();
 }
 
 int32_t Scheduler::swa_pages_in_use() const {
@@ -487,7 +525,7 @@ int32_t Scheduler::swa_pages_in_use() const {
   int32_t priv = 0;
   for (const Sequence* s : running_)
     for (size_t j = s->nodes.size(); j < s->swa_pages.size(); ++j) priv += s->swa_pages[j] >= 0;
-  return priv + cache_.n_swa_pages() - cache_.n_swa_unreferenced();
+  return priv + cache_->n_swa_pages() - cache_->n_swa_unreferenced();
 }
 
 void Scheduler::check_swa_integrity() const {
@@ -511,7 +549,7 @@ void Scheduler::check_swa_integrity() const {
         bad(fmt::format("sequence {} sliding-window entry {} is {} (released below {})", id, j, p, s.n_swa_released));
       if (p < 0) continue;
       if (j < s.nodes.size()) {
-        if (cache_.node_swa_page(s.nodes[j]) != p) bad(fmt::format("sequence {} swa page {} != its node's", id, j));
+        if (cache_->node_swa_page(s.nodes[j]) != p) bad(fmt::format("sequence {} swa page {} != its node's", id, j));
         ++refs[s.nodes[j]];
       } else if (!priv.insert(p).second) {
         bad(fmt::format("sliding-window page {} held privately twice", p));
@@ -520,24 +558,24 @@ void Scheduler::check_swa_integrity() const {
   }
   if (!swa_pool_) return;
   for (const auto& [node, n] : refs)
-    if (cache_.node_swa_ref(node) != n)
-      bad(fmt::format("node {} has swa_ref {}, sequences hold {}", node, cache_.node_swa_ref(node), n));
-  if (static_cast<int32_t>(refs.size()) != cache_.n_swa_pages() - cache_.n_swa_unreferenced())
+    if (cache_->node_swa_ref(node) != n)
+      bad(fmt::format("node {} has swa_ref {}, sequences hold {}", node, cache_->node_swa_ref(node), n));
+  if (static_cast<int32_t>(refs.size()) != cache_->n_swa_pages() - cache_->n_swa_unreferenced())
     bad(fmt::format("{} swa pages referenced by sequences, the cache counts {}", refs.size(),
-                    cache_.n_swa_pages() - cache_.n_swa_unreferenced()));
-  const int64_t total = static_cast<int64_t>(priv.size()) + cache_.n_swa_pages() + swa_pool_->n_free();
+                    cache_->n_swa_pages() - cache_->n_swa_unreferenced()));
+  const int64_t total = static_cast<int64_t>(priv.size()) + cache_->n_swa_pages() + swa_pool_->n_free();
   if (total != swa_pool_->n_pages())
     bad(fmt::format("{} private + {} cached + {} free sliding-window pages != {} in the pool", priv.size(),
-                    cache_.n_swa_pages(), swa_pool_->n_free(), swa_pool_->n_pages()));
+                    cache_->n_swa_pages(), swa_pool_->n_free(), swa_pool_->n_pages()));
 }
 
 int32_t Scheduler::state_slots_in_use() const {
-  return pools_.states ? pools_.states->n_pages() - pools_.states->n_free() - cache_.n_states() : 0;
+  return pools_.states ? pools_.states->n_pages() - pools_.states->n_free() - cache_->n_states() : 0;
 }
 
 void Scheduler::check_integrity() const {
   auto bad = [](const std::string& what) { fail(ErrorCode::kInternal, "scheduler integrity: {}", what); };
-  cache_.check_integrity();
+  cache_->check_integrity();
   if (tiers_.host) tiers_.host->check_integrity();
   if (tiers_.disk) tiers_.disk->check_integrity();
   const int32_t ps = pool_->page_size();
@@ -562,10 +600,10 @@ void Scheduler::check_integrity() const {
       bad(fmt::format("sequence {} shares pages beyond its computed tokens", id));
     for (size_t j = 0; j < s.pages.size(); ++j) {
       if (j < s.nodes.size()) {
-        if (cache_.node_page(s.nodes[j]) != s.pages[j]) bad(fmt::format("sequence {} page {} != its node's page", id, j));
+        if (cache_->node_page(s.nodes[j]) != s.pages[j]) bad(fmt::format("sequence {} page {} != its node's page", id, j));
         ++refs[s.nodes[j]];
       } else {
-        if (cache_.holds_page(s.pages[j])) bad(fmt::format("sequence {} private page {} is in the cache", id, s.pages[j]));
+        if (cache_->holds_page(s.pages[j])) bad(fmt::format("sequence {} private page {} is in the cache", id, s.pages[j]));
         if (!private_pages.insert(s.pages[j]).second) bad(fmt::format("page {} held privately twice", s.pages[j]));
       }
     }
@@ -581,21 +619,21 @@ void Scheduler::check_integrity() const {
     for (const Sequence* s : running_)
       if (s->snapshot_slot >= 0 && !slots.insert(s->snapshot_slot).second)
         bad(fmt::format("sequence {}'s pending snapshot slot {} is held twice", s->id, s->snapshot_slot));
-    const int32_t held = static_cast<int32_t>(slots.size()) + cache_.n_states();
+    const int32_t held = static_cast<int32_t>(slots.size()) + cache_->n_states();
     if (held + pools_.states->n_free() != pools_.states->n_pages())
       bad(fmt::format("{} state slots held by sequences, {} by the prefix cache + {} free != {}", slots.size(),
-                      cache_.n_states(), pools_.states->n_free(), pools_.states->n_pages()));
+                      cache_->n_states(), pools_.states->n_free(), pools_.states->n_pages()));
   }
   for (const auto& [node, n] : refs)
-    if (cache_.node_ref(node) != n) bad(fmt::format("node {} has ref {}, sequences hold {}", node, cache_.node_ref(node), n));
+    if (cache_->node_ref(node) != n) bad(fmt::format("node {} has ref {}, sequences hold {}", node, cache_->node_ref(node), n));
   int32_t referenced = 0;
   for (const auto& kv : refs) referenced += kv.second > 0;
-  if (referenced != cache_.n_pages() - cache_.n_unreferenced())
+  if (referenced != cache_->n_pages() - cache_->n_unreferenced())
     bad(fmt::format("{} cache nodes referenced by sequences, cache counts {}", referenced,
-                    cache_.n_pages() - cache_.n_unreferenced()));
-  const int64_t total = static_cast<int64_t>(private_pages.size()) + cache_.n_pages() + pool_->n_free();
+                    cache_->n_pages() - cache_->n_unreferenced()));
+  const int64_t total = static_cast<int64_t>(private_pages.size()) + cache_->n_pages() + pool_->n_free();
   if (total != pool_->n_pages())
-    bad(fmt::format("{} private + {} cached + {} free pages != {} in the pool", private_pages.size(), cache_.n_pages(),
+    bad(fmt::format("{} private + {} cached + {} free pages != {} in the pool", private_pages.size(), cache_->n_pages(),
                     pool_->n_free(), pool_->n_pages()));
   check_swa_integrity();
 }

@@ -168,6 +168,16 @@ class Scheduler {
    *  prefix cache at once. Returns false for an unknown id. */
   bool finish(uint64_t id);
 
+  /** Moves every running sequence back to the waiting queue's front, oldest first (its pages and
+   *  state slot are released; it recomputes its KV when it runs again, so nothing is dropped) and
+   *  empties the prefix cache (every node evicted, through the lower tiers' hook), so that no page or
+   *  state slot of the pools is held: what set_pools needs. Returns the ids moved, oldest first. */
+  std::vector<uint64_t> release_all_kv();
+  /** Uses `pools` from now on (the old ones may be gone), with a new, empty prefix cache over them.
+   *  Throws ft::Error(kInternal), changing nothing, while a sequence or the prefix cache holds a page
+   *  (release_all_kv first), and as the constructor does for pools this config cannot use. */
+  void set_pools(KvPools pools);
+
   const Sequence* find(uint64_t id) const;
   int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
@@ -176,14 +186,14 @@ class Scheduler {
   /** Pages held by sequences (private pages plus cache pages they reference). */
   int32_t pages_in_use() const;
   /** Pages held by the prefix cache and referenced by no sequence. */
-  int32_t pages_cached_idle() const { return cache_.n_unreferenced(); }
+  int32_t pages_cached_idle() const { return cache_->n_unreferenced(); }
   /** Pages in the prefix cache (referenced or not). */
-  int32_t pages_cached() const { return cache_.n_pages(); }
+  int32_t pages_cached() const { return cache_->n_pages(); }
   /** Recurrent-state slots held by sequences, theirs and the snapshots their steps are saving (0
    *  without recurrent layers). */
   int32_t state_slots_in_use() const;
   /** Recurrent-state snapshots the prefix cache holds. */
-  int32_t state_snapshots() const { return cache_.n_states(); }
+  int32_t state_snapshots() const { return cache_->n_states(); }
   /** Sliding-window pages held by sequences (private ones plus cached ones in their windows); 0
    *  without a sliding-window pool. */
   int32_t swa_pages_in_use() const;
@@ -242,7 +252,7 @@ class Scheduler {
   KvPools pools_;
   PagePool* pool_;
   PagePool* swa_pool_;  // nullptr: no sliding-window layers
-  PrefixCache cache_;
+  std::unique_ptr<PrefixCache> cache_;  // replaced with the pools (set_pools)
   LowerTiers tiers_;
   TierHits hits_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;

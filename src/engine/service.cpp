@@ -191,12 +191,73 @@ void EngineService::record_rates_locked(int64_t prompt_tokens, int64_t gen_token
   ++totals_.steps_total;
 }
 
+void EngineService::change(const ServiceChange& c) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!accepting_ || stop_) fail(ErrorCode::kOverloaded, "the server is shutting down");
+  if (!worker_.joinable()) {
+    apply_change_locked(c);
+    return;
+  }
+  // One change at a time: a second caller waits for the first to be applied.
+  change_cv_.wait(lk, [&] { return pending_change_ == nullptr; });
+  PendingChange pending;
+  pending.change = &c;
+  pending_change_ = &pending;
+  cv_.notify_all();
+  change_cv_.wait(lk, [&] { return pending.done; });
+  if (pending.error) std::rethrow_exception(pending.error);
+}
+
+bool EngineService::run_pending_change_locked() {
+  if (!pending_change_) return false;
+  PendingChange& p = *pending_change_;
+  try {
+    apply_change_locked(*p.change);
+  } catch (...) {
+    p.error = std::current_exception();
+  }
+  p.done = true;
+  pending_change_ = nullptr;
+  change_cv_.notify_all();
+  return true;
+}
+
+void EngineService::apply_change_locked(const ServiceChange& c) {
+  int64_t longest = 0;
+  for (const auto& [id, a] : active_)
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(a.req.prompt.size()) + a.req.max_tokens);
+  if (c.check) c.check(longest);
+  if (c.pools) {
+    const std::vector<uint64_t> moved = sched_.release_all_kv();
+    if (!moved.empty()) spdlog::info("{} running requests go back to the queue and recompute their KV", moved.size());
+  }
+  std::exception_ptr error;
+  try {
+    if (c.apply) c.apply();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (c.pools) {
+    sched_.set_pools(c.pools());
+    context_limit_ = sched_.context_limit();
+  }
+  if (config_.check_integrity) sched_.check_integrity();
+  if (error) std::rethrow_exception(error);
+}
+
 void EngineService::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !sched_.idle() || !cancels_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || !sched_.idle() || !cancels_.empty() || pending_change_; });
       if (stop_) {
+        if (pending_change_) {
+          pending_change_->error = std::make_exception_ptr(
+              Error(ErrorCode::kOverloaded, "the server is shutting down: the change was not applied"));
+          pending_change_->done = true;
+          pending_change_ = nullptr;
+          change_cv_.notify_all();
+        }
         for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
         cancels_.clear();
         cancel_all_locked();
@@ -219,6 +280,7 @@ bool EngineService::run_once() {
     for (uint64_t id : std::vector<uint64_t>(cancels_.begin(), cancels_.end())) finish_locked(id, FinishReason::kCancelled);
     cancels_.clear();
     finish_past_deadline_locked();
+    if (run_pending_change_locked()) return true;
     if (sched_.idle()) {
       idle_cv_.notify_all();
       return false;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -160,6 +161,21 @@ struct ServiceConfig {
   bool worker_thread = true;
 };
 
+/** A change to what the runner computes with, applied between two steps (EngineService::change):
+ *  the server's POST /v1/admin/cache resizing the KV and expert caches. */
+struct ServiceChange {
+  /** Checks the change against the requests queued or running when it is applied (`longest`: the
+   *  most KV tokens one of them may need, prompt + max_tokens); throws to refuse it, before anything
+   *  is released. Empty: no check. */
+  std::function<void(int64_t longest)> check;
+  /** Makes the change (on the serving loop's thread, no step running); throws when it fails. */
+  std::function<void()> apply;
+  /** Set when the change replaces the KV pools: every running sequence's KV is released first and
+   *  the prefix cache emptied (Scheduler::release_all_kv: they recompute, none is dropped), and after
+   *  apply, thrown or not, the scheduler takes the pools this returns (the runner's pools now). */
+  std::function<KvPools()> pools;
+};
+
 class EngineService {
  public:
   /** `runner` and `pools` (the KV pages, or one PagePool) must outlive the service. The worker thread starts at
@@ -194,7 +210,18 @@ class EngineService {
    *  and joins the worker. Idempotent. */
   void shutdown(std::chrono::milliseconds grace);
 
-  int64_t context_limit() const { return context_limit_; }
+  /** Applies `change` between two steps and waits for it: the running step finishes, then (with
+   *  change.pools) the running sequences go back to the queue and the prefix cache empties, then
+   *  change.apply runs; the requests queued or running go on afterwards (with new pools they
+   *  recompute their KV). Without a worker thread it runs on the caller's thread at once. Rethrows
+   *  what change.check (nothing changed then) or change.apply threw; throws kOverloaded once
+   *  shutdown() began. */
+  void change(const ServiceChange& change);
+
+  int64_t context_limit() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return context_limit_;
+  }
   /** Requests that run at once (SchedulerConfig::max_running, --max-running-requests). */
   int32_t max_running() const { return config_.scheduler.max_running; }
   EngineStats stats() const;
@@ -222,6 +249,16 @@ class EngineService {
     FinishReason reason;
   };
 
+  /** A change() waiting for the loop. */
+  struct PendingChange {
+    const ServiceChange* change = nullptr;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  /** Runs `c` (see change()); under mu_, between steps. */
+  void apply_change_locked(const ServiceChange& c);
+  /** Runs the pending change, if any, and wakes its caller; under mu_. Returns whether one ran. */
+  bool run_pending_change_locked();
   void loop();
   /** One iteration of the loop: cancellations and deadlines, then a planned step if any sequence is
    *  waiting or running. Returns false when nothing ran. */
@@ -258,6 +295,8 @@ class EngineService {
   uint64_t next_id_ = 1;
   bool accepting_ = true;
   bool stop_ = false;
+  PendingChange* pending_change_ = nullptr;  // a change() waiting for the loop (worker thread)
+  std::condition_variable change_cv_;        // a pending change was applied
 
   // Statistics (under mu_).
   struct Sample {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "server/http_types.h"
 #include <nlohmann/json.hpp>
 
+#include "engine/cache_resize.h"
 #include "engine/memory_plan.h"
 #include "engine/moe_runtime.h"
 #include "engine/service.h"
@@ -89,6 +91,10 @@ struct ServedModel {
   /** The memory plan's rows (engine/memory_plan.h memory_rows) and limit (0: none), for /v1/stats. */
   std::vector<MemoryRow> memory_rows;
   int64_t memory_limit = 0;
+  /** POST /v1/admin/cache (server/admin.cpp): resizes the running engine's KV and expert caches
+   *  between steps and returns the sizes after (`ft serve`: resize_served_caches). Unset: the route
+   *  answers 501 (no engine to resize). */
+  std::function<CacheSizes(const CacheResize&)> resize_caches;
 };
 
 /** The name a checkpoint at `path` is served under when --served-model-name gives none: a file's
@@ -99,6 +105,9 @@ std::string default_served_name(const std::string& path);
 struct ServerContext {
   ServerOptions options;
   ServedModel model;
+  /** Guards model.memory_rows, memory_limit and kv_bytes_total, which POST /v1/admin/cache changes
+   *  while /v1/stats reads them. */
+  mutable std::mutex memory_mu;
   EngineService* service = nullptr;
   int64_t created = 0;  // unix seconds at start-up
   std::atomic<uint64_t> counter{0};

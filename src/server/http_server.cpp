@@ -56,6 +56,7 @@ HttpServer::HttpServer(const ServerOptions& options, ServedModel model, EngineSe
   add_llama_completion_routes(router_, ctx);
   add_model_routes(router_, ctx);
   add_stats_routes(router_, ctx);
+  add_admin_routes(router_, ctx);
   add_health_routes(router_, ctx);
   add_props_routes(router_, ctx);
   add_tokenize_routes(router_, ctx);

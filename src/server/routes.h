@@ -41,6 +41,11 @@ bool is_web_page_path(std::string_view path);
 void add_favicon_route(Router& r);
 /** Whether `path` is "/favicon.ico" (what add_favicon_route serves). */
 bool is_favicon_path(std::string_view path);
+/** POST /v1/admin/cache: resizes the running engine's expert cache and KV cache
+ *  (ServedModel::resize_caches; server/admin.cpp). */
+void add_admin_routes(Router& r, ServerContext& ctx);
+/** The memory object of /v1/stats (`memory`) for `rows` and `limit` (server/stats.cpp). */
+nlohmann::ordered_json memory_json(const std::vector<MemoryRow>& rows, int64_t limit);
 /** GET /v1 and /v1/: what this server is, its OpenAI and Anthropic base URLs and where the model
  *  list and chat page are, as a small JSON object; behind the API key like every /v1 route
  *  (server/api_index.cpp). */

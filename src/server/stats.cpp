@@ -65,9 +65,30 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   return j;
 }
 
+}  // namespace
+
+nlohmann::ordered_json memory_json(const std::vector<MemoryRow>& memory_rows, int64_t limit) {
+  using oj = nlohmann::ordered_json;
+  oj mem;
+  oj rows = oj::array();
+  int64_t device = 0, host = 0;
+  for (const MemoryRow& r : memory_rows) {
+    rows.push_back({{"name", r.name}, {"device_bytes", r.device}, {"host_bytes", r.host}, {"detail", r.detail}});
+    device += r.device, host += r.host;
+  }
+  mem["rows"] = rows;
+  mem["device_bytes"] = device;
+  mem["host_bytes"] = host;
+  mem["limit_bytes"] = limit > 0 ? oj(limit) : oj();
+  return mem;
+}
+
+namespace {
+
 nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s,
                                   const std::optional<MoeReport>& moe) {
   using oj = nlohmann::ordered_json;
+  std::lock_guard<std::mutex> lk(ctx.memory_mu);  // the memory figures POST /v1/admin/cache changes
   oj j;
   j["model"] = ctx.model.name;
   j["demo"] = ctx.model.demo;
@@ -110,20 +131,8 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
     kv["tiers"] = tiers;
   }
   j["kv"] = kv;
-  if (!ctx.model.memory_rows.empty()) {  // the start-up banner's memory table
-    oj mem;
-    oj rows = oj::array();
-    int64_t device = 0, host = 0;
-    for (const MemoryRow& r : ctx.model.memory_rows) {
-      rows.push_back({{"name", r.name}, {"device_bytes", r.device}, {"host_bytes", r.host}, {"detail", r.detail}});
-      device += r.device, host += r.host;
-    }
-    mem["rows"] = rows;
-    mem["device_bytes"] = device;
-    mem["host_bytes"] = host;
-    mem["limit_bytes"] = ctx.model.memory_limit > 0 ? oj(ctx.model.memory_limit) : oj();
-    j["memory"] = mem;
-  }
+  if (!ctx.model.memory_rows.empty())  // the start-up banner's memory table
+    j["memory"] = memory_json(ctx.model.memory_rows, ctx.model.memory_limit);
   oj req;
   req["running"] = s.running;
   req["waiting"] = s.waiting;
