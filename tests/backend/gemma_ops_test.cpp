@@ -21,10 +21,12 @@ TEST_P(GemmaOpsTest, GeluTanhMulAndSoftcap) {
   ops().gelu_tanh_mul(gt, ut, out);
   for (size_t i = 0; i < g.size(); ++i) want[i] = gelu_tanh_ref(g[i]) * u[i];
   EXPECT_LT(rel_l2(arena().read(out), want), tol());
-  // GELU-tanh is not SiLU: the two differ well beyond the tolerance on these inputs.
+  // GELU-tanh is not SiLU: on these inputs the two references lie 0.062 apart (relative L2), so an
+  // output within tol() (<= 1e-2) of GELU-tanh stays over 0.03 from SiLU on every backend, and one
+  // computing SiLU would not.
   std::vector<double> silu(g.size());
   for (size_t i = 0; i < g.size(); ++i) silu[i] = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
-  EXPECT_GT(rel_l2(arena().read(out), silu), 10 * tol());
+  EXPECT_GT(rel_l2(arena().read(out), silu), 0.03);
 
   std::vector<float> x = random_vec(T * F, 13, -90, 90);
   Tensor xt = arena().act(x, {T, F});

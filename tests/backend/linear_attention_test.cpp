@@ -33,7 +33,8 @@ TEST_P(LinearAttentionTest, ConvCarriesItsWindowAcrossCalls) {
   std::copy(s0.begin(), s0.end(), state.begin() + 2 * (K - 1) * C);
   Tensor st = arena().f32(state, {slots, K - 1, C}), wt = arena().f32(w, {C, K});
   Tensor out = arena().alloc(ops().activation_dtype(), {9, C});
-  ops().ssm_conv(batch({5, 4}, {0, 5}, {0, 2}), arena().act(x, {9, C}), wt, st, out);
+  const Tensor xt = arena().act(x, {9, C});
+  ops().ssm_conv(batch({5, 4}, {0, 5}, {0, 2}), xt, wt, st, out);
   std::vector<double> want(static_cast<size_t>(9 * C));
   for (int s = 0; s < 2; ++s) {
     const int64_t t0 = s == 0 ? 0 : 5, n = s == 0 ? 5 : 4;
@@ -49,12 +50,13 @@ TEST_P(LinearAttentionTest, ConvCarriesItsWindowAcrossCalls) {
       }
   }
   EXPECT_LT(rel_l2(arena().read(out), want), tol());
-  // The slots now hold each sequence's last K-1 inputs.
-  const std::vector<float> after = arena().read(st);
+  // The slots now hold each sequence's last K-1 inputs exactly, as the backend holds them (x itself
+  // on the CPU, x rounded to its bf16 activations on a device backend).
+  const std::vector<float> after = arena().read(st), xin = arena().read(xt);
   for (int64_t j = 0; j < K - 1; ++j)
     for (int64_t c = 0; c < C; ++c) {
-      EXPECT_EQ(after[j * C + c], x[(5 - (K - 1) + j) * C + c]);
-      EXPECT_EQ(after[(2 * (K - 1) + j) * C + c], x[(9 - (K - 1) + j) * C + c]);
+      EXPECT_EQ(after[j * C + c], xin[(5 - (K - 1) + j) * C + c]);
+      EXPECT_EQ(after[(2 * (K - 1) + j) * C + c], xin[(9 - (K - 1) + j) * C + c]);
     }
 }
 
@@ -134,8 +136,9 @@ TEST_P(LinearAttentionTest, GatedDeltaRuleMatchesTheRecurrence) {
 }
 
 TEST_P(LinearAttentionTest, TiledValueHeadsReadKeyHeadModuloTheirCount) {
-  // llama.cpp's qwen35 order: value head h reads key head h % Hk (grouped: h / (Hv / Hk)).
-  const int64_t Hk = 2, Hv = 6, dk = 8, dv = 4, W = 2 * Hk * dk + Hv * dv, T = 5;
+  // llama.cpp's qwen35 order: value head h reads key head h % Hk (grouped: h / (Hv / Hk)). Key head
+  // dim 16: the smallest the CUDA kernels have.
+  const int64_t Hk = 2, Hv = 6, dk = 16, dv = 4, W = 2 * Hk * dk + Hv * dv, T = 5;
   const std::vector<float> qkv = random_vec(T * W, 41), a = random_vec(T * Hv, 42), b = random_vec(T * Hv, 43),
                            a_log = random_vec(Hv, 44), dt = random_vec(Hv, 45);
   GatedDeltaParams p;
