@@ -104,7 +104,7 @@ void list_presets(const std::string& type_name, int64_t layers) {
   }
 }
 
-std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
+SyntheticSpec synthetic_spec(const BenchArgs& a) {
   SyntheticSpec spec;
   spec.preset = a.preset;
   spec.weight_type = parse_synthetic_weight_type(a.weight_type.empty() ? "bf16" : a.weight_type);
@@ -113,7 +113,11 @@ std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
   spec.router_skew = a.router_skew;
   spec.seed = a.seed;
   spec.threads = a.engine.threads;
-  return std::make_unique<SyntheticCheckpoint>(spec);
+  return spec;
+}
+
+std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
+  return std::make_unique<SyntheticCheckpoint>(synthetic_spec(a));
 }
 
 int bench(BenchArgs& a) {
@@ -133,6 +137,7 @@ int bench(BenchArgs& a) {
          "(--model-preset NAME --dummy-weights); --model {} runs the file's own weights", a.model);
   if (!a.write_gguf.empty()) {
     if (!synthetic) fail(ErrorCode::kInvalidArgument, "--write-gguf writes a synthetic model: give --model-preset");
+    require_synthetic_gguf(synthetic_spec(a));  // FP8 / NVFP4: refused before generating
     auto ckpt = make_synthetic(a);
     ckpt->write_gguf(a.write_gguf);
     std::printf("%s: %s, %zu tensors\n", a.write_gguf.c_str(), ckpt->path().c_str(), ckpt->tensors().size());
@@ -211,11 +216,14 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--model-preset", args->preset, "Real shapes of a known model (see --list-presets)")->group(s);
   cmd->add_flag("--dummy-weights", args->dummy, "Random weights for --model-preset (deterministic per --seed)")->group(s);
   cmd->add_option("--weight-type", args->weight_type,
-                  "Weight type of the synthetic matrices (bf16, q8_0, q4_k, ...; default bf16)")
+                  "Weight type of the synthetic matrices (bf16, q8_0, q4_k, ...; default bf16; fp8 = FP8 E4M3 "
+                  "with float32 scales per block of 32, as the loader stores a [128, 128]-block FP8 checkpoint, "
+                  "nvfp4 = ModelOpt NVFP4 as stored; with fp8 / nvfp4 the embedding and output stay bf16, and "
+                  "--write-gguf refuses them)")
       ->group(s);
   cmd->add_option("--expert-weight-type", args->expert_type,
                   "Weight type of the synthetic routed experts (default: as released, MXFP4 for gpt-oss; else "
-                  "--weight-type)")
+                  "--weight-type; also fp8 / nvfp4 as for --weight-type)")
       ->group(s);
   cmd->add_option("--dummy-layers", args->dummy_layers, "Layers of the synthetic model (0 = the preset's)")
       ->capture_default_str()

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -38,10 +39,19 @@ constexpr int64_t kChunkBytes = 4 << 20;     // generation work item
  *  number of `want` blocks. */
 DType matrix_type(DType want, int64_t cols) {
   if (cols % dtype_info(want).block_size == 0) return want;
+  // FP8 / NVFP4 rows of 16k values take the 16-blocks, as the loader repacks them (quant/fp8.h, nvfp4.h).
+  if ((want == DType::F8_E4M3_B32 || want == DType::NVFP4_G64) && cols % 16 == 0)
+    return want == DType::F8_E4M3_B32 ? DType::F8_E4M3_B16 : DType::NVFP4_G16;
   return cols % 32 == 0 ? DType::Q8_0 : DType::F16;
 }
 
+/** True for the stored forms of FP8 / NVFP4 checkpoints, whose embedding and lm_head stay BF16. */
+bool checkpoint_scaled(DType t) {
+  return t == DType::F8_E4M3_B32 || t == DType::F8_E4M3_B16 || t == DType::NVFP4_G64 || t == DType::NVFP4_G16;
+}
+
 DType embedding_type(DType want, int64_t cols) {
+  if (checkpoint_scaled(want)) return matrix_type(DType::BF16, cols);
   const bool quantizable = want == DType::F32 || want == DType::F16 || want == DType::BF16 || want == DType::Q8_0 ||
                            want == DType::Q4_0 || want == DType::Q4_K;
   return matrix_type(quantizable ? want : DType::Q8_0, cols);
@@ -260,7 +270,8 @@ Plan plan_tensors(const ModelPreset& p, int64_t n_layer, DType wt, DType et) {
     }
   }
   vec("output_norm.weight", H);
-  matrix("output.weight", {V, H});
+  // FP8 / NVFP4 checkpoints leave lm_head unquantized (BF16).
+  add("output.weight", {V, H}, kMatrix, matrix_type(checkpoint_scaled(wt) ? DType::BF16 : wt, H));
   return pl;
 }
 
@@ -308,6 +319,17 @@ nlohmann::json synthetic_metadata(const ModelPreset& p, int64_t n_layer, const s
   return m;
 }
 
+/** Throws ft::Error(kUnsupported) naming the first tensor whose type GGUF cannot hold (the FP8 / NVFP4
+ *  checkpoints' stored forms). */
+void require_gguf_types(const std::vector<TensorInfo>& tensors) {
+  for (const TensorInfo& t : tensors)
+    if (!dtype_is_gguf(t.dtype))
+      fail(ErrorCode::kUnsupported, "--write-gguf: GGUF has no type for {} {} (FreeToken's stored form of {} "
+           "checkpoints); run the synthetic model directly, or give GGUF types (bf16, q8_0, q4_k, mxfp4, ...) to "
+           "--weight-type / --expert-weight-type", t.name, dtype_name(t.dtype),
+           t.dtype == DType::F8_E4M3_B32 || t.dtype == DType::F8_E4M3_B16 ? "FP8" : "NVFP4");
+}
+
 /** The layer a tensor name belongs to ("blk.<l>." or "model.layers.<l>."); -1: none. */
 int64_t layer_of(const std::string& name) {
   for (const char* pre : {"blk.", "model.layers."})
@@ -342,6 +364,11 @@ DType synthetic_expert_type(const SyntheticSpec& spec) {
 }
 
 DType parse_synthetic_weight_type(const std::string& name, const char* flag) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // The checkpoint formats' names for their stored forms (GGUF's own NVFP4 is not a synthetic type).
+  if (lower == "fp8") return DType::F8_E4M3_B32;
+  if (lower == "nvfp4") return DType::NVFP4_G64;
   const std::optional<DType> t = dtype_from_name(name);
   if (!t || !synthetic_type_supported(*t))
     fail(ErrorCode::kInvalidArgument, "{} {}: not a type synthetic weights can use ({})", flag, name,
@@ -359,6 +386,13 @@ SyntheticLayout synthetic_layout(const SyntheticSpec& spec) {
   out.tensors = std::move(pl.tensors);
   out.bytes = pl.bytes;
   return out;
+}
+
+void require_synthetic_gguf(const SyntheticSpec& spec) {
+  const ModelPreset& p = checked_preset(spec);
+  if (!p.hf_config.empty()) return;  // write_gguf refuses the layout itself
+  require_gguf_types(plan_tensors(p, spec.n_layer > 0 ? spec.n_layer : p.n_layer, spec.weight_type,
+                                  synthetic_expert_type(spec)).tensors);
 }
 
 SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec) {
@@ -553,6 +587,7 @@ void SyntheticCheckpoint::write_gguf(const std::string& file) const {
   if (released_bytes() > 0)
     fail(ErrorCode::kInvalidArgument, "synthetic checkpoint: {} bytes of tensor data were released to the expert "
          "banks; write the GGUF from a fresh one (ft bench --write-gguf)", released_bytes());
+  require_gguf_types(tensors_);
   GgufWriter w;
   for (const GgufKV& kv : kvs_) w.add(kv.key, kv.value);
   for (const TensorInfo& t : tensors_) w.add_tensor_ref(t.name, t.dtype, t.shape, t.data, t.bytes);

@@ -27,7 +27,9 @@
 //   Norm weights are F32 ones; routers and biases F32; every other matrix is in the weight type (a
 //   matrix whose row length is not a whole number of its blocks falls back to Q8_0, or F16); the
 //   embedding table is the weight type when quant/quantize_row can write it (F32, F16, BF16, Q8_0,
-//   Q4_0, Q4_K), else Q8_0. Matrices have RMS 1/sqrt(row length); the residual branches' output
+//   Q4_0, Q4_K), else Q8_0. FP8 / NVFP4 (F8_E4M3_B32, NVFP4_G64; rows of 16k values take the B16 / G16
+//   forms) keep the embedding and output in BF16, as those checkpoints do; GGUF cannot hold them
+//   (write_gguf refuses). Matrices have RMS 1/sqrt(row length); the residual branches' output
 //   projections (attn_output, ffn_down, ffn_down_exps, ffn_down_shexp) are scaled by 0.2/sqrt(n_layer)
 //   so the residual stream stays close to the token embedding. gpt-oss (ModelPreset::oai_moe) adds
 //   attn_output.bias, attn_sinks [nh] (F32 zeros), ffn_gate_inp.bias [E] and ffn_{gate,up}_exps.bias
@@ -150,11 +152,19 @@ struct SyntheticLayout {
 /** The layout of `spec`'s model. Throws what SyntheticCheckpoint(spec) throws, except kOutOfMemory. */
 SyntheticLayout synthetic_layout(const SyntheticSpec& spec);
 
+/** Throws ft::Error(kUnsupported) naming a tensor of `spec`'s model whose type GGUF cannot hold (FP8 and
+ *  NVFP4: F8_E4M3_B32/B16, NVFP4_G64/G16), before anything is generated; what synthetic_layout throws
+ *  for a bad spec. write_gguf makes the same check. */
+void require_synthetic_gguf(const SyntheticSpec& spec);
+
 /** The routed experts' type of `spec` (SyntheticSpec::expert_type, resolved against the preset). */
 DType synthetic_expert_type(const SyntheticSpec& spec);
 
-/** The weight type named `name` ("q4_k", "BF16", ...) for `flag` (--weight-type, --expert-weight-type). Throws
- *  ft::Error(kInvalidArgument) listing the supported types for an unknown or unsupported name. */
+/** The weight type named `name` ("q4_k", "BF16", ...) for `flag` (--weight-type, --expert-weight-type), with
+ *  the checkpoint formats' names: "fp8" is F8_E4M3_B32 (what the loader stores a DeepSeek / Qwen FP8
+ *  checkpoint's [128, 128]-block weights as), "nvfp4" NVFP4_G64 (a ModelOpt NVFP4 checkpoint's weights as
+ *  stored; GGUF's own NVFP4 is not a synthetic type); F8_E4M3_B16 and NVFP4_G16 by name. Case-insensitive.
+ *  Throws ft::Error(kInvalidArgument) listing the supported types for an unknown or unsupported name. */
 DType parse_synthetic_weight_type(const std::string& name, const char* flag = "--weight-type");
 
 }  // namespace ft

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "quant/fp8.h"
+#include "quant/nvfp4.h"
 #include "quant/quant.h"
 #include "tensor/half.h"
 #include "util/error.h"
@@ -98,6 +100,89 @@ float calibrated_unit_rms(DType t) {
   return 1.0f;
 }
 
+// ---- FP8 and NVFP4 checkpoints' stored forms (quant/fp8.h, quant/nvfp4.h). Random bytes would hit
+// the NaN codes and give E4M3's wide exponent range, so the codes are those a checkpoint's quantizer
+// writes for uniform weights: E4M3 codes of uniform values over [-448, 448] (a tile scaled by
+// amax / 448, as DeepSeek / Qwen FP8 checkpoints are), E2M1 codes of uniform values over [-6, 6] with
+// E4M3 block scales in [0.75, 1] * 448 (ModelOpt's amax / 6 per 16 values, amax / (6 * 448) global).
+
+bool is_f8(DType t) { return t == DType::F8_E4M3_B32 || t == DType::F8_E4M3_B16; }
+bool is_nvfp4(DType t) { return t == DType::NVFP4_G64 || t == DType::NVFP4_G16; }
+
+/** E4M3 code of the uniform value (u - 32767.5) / 32768 * 448 for 16 random bits u (never NaN). */
+const std::array<uint8_t, 65536>& e4m3_uniform_codes() {
+  static const std::array<uint8_t, 65536> table = [] {
+    std::array<uint8_t, 65536> t{};
+    for (size_t u = 0; u < t.size(); ++u) t[u] = f32_to_e4m3((static_cast<float>(u) - 32767.5f) / 32768.0f * 448.0f);
+    return t;
+  }();
+  return table;
+}
+
+/** For 8 random bits r: [r] the E2M1 code of (r + 0.5) / 128 - 1 times 6, [256 + r] the E4M3 code of
+ *  (0.75 + 0.25 (r + 0.5) / 256) * 448. */
+const std::array<uint8_t, 512>& nvfp4_codes() {
+  static const std::array<uint8_t, 512> table = [] {
+    std::array<uint8_t, 512> t{};
+    for (int r = 0; r < 256; ++r) {
+      t[static_cast<size_t>(r)] = f32_to_e2m1(((static_cast<float>(r) + 0.5f) / 128.0f - 1.0f) * 6.0f);
+      t[static_cast<size_t>(256 + r)] = f32_to_e4m3((0.75f + 0.25f * (static_cast<float>(r) + 0.5f) / 256.0f) * 448.0f);
+    }
+    return t;
+  }();
+  return table;
+}
+
+/** Random FP8 / NVFP4 blocks of `t` whose float32 scale (FP8: d; NVFP4: global g) is `scale`. */
+void fill_checkpoint_blocks(DType t, uint8_t* dst, int64_t n_blocks, float scale, SynthRng& rng) {
+  const int64_t bs = dtype_info(t).block_size, bb = dtype_info(t).block_bytes;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    uint8_t* b = dst + i * bb;
+    std::memcpy(b, &scale, 4);
+    if (is_f8(t)) {
+      const auto& codes = e4m3_uniform_codes();
+      for (int64_t j = 0; j < bs; j += 4) {
+        const uint64_t r = rng.next();
+        for (int k = 0; k < 4; ++k) b[4 + j + k] = codes[(r >> (16 * k)) & 0xffff];
+      }
+    } else {
+      const auto& codes = nvfp4_codes();
+      const int64_t n_scales = bs / 16;
+      const uint64_t rs = rng.next();
+      for (int64_t j = 0; j < n_scales; ++j) b[4 + j] = codes[256 + ((rs >> (8 * j)) & 0xff)];
+      uint8_t* qs = b + 4 + n_scales;
+      for (int64_t j = 0; j < bs / 2; j += 4) {  // 4 bytes (8 codes) per 64 random bits
+        const uint64_t r = rng.next();
+        for (int k = 0; k < 4; ++k)
+          qs[j + k] = static_cast<uint8_t>(codes[(r >> (16 * k)) & 0xff] | codes[(r >> (16 * k + 8)) & 0xff] << 4);
+      }
+    }
+  }
+}
+
+/** RMS of the dequantized elements of fill_checkpoint_blocks(t, ..., scale 1). */
+float checkpoint_unit_rms(DType t) {
+  auto rms = [](DType type) {
+    const int64_t n_blocks = 256, bs = dtype_info(type).block_size;
+    std::vector<uint8_t> raw(static_cast<size_t>(n_blocks * dtype_info(type).block_bytes));
+    SynthRng rng(0x5eed);
+    fill_checkpoint_blocks(type, raw.data(), n_blocks, 1.0f, rng);
+    std::vector<float> x(static_cast<size_t>(n_blocks * bs));
+    dequantize_row(type, raw.data(), x.data(), n_blocks * bs);
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    return static_cast<float>(std::sqrt(ss / static_cast<double>(x.size())));
+  };
+  static const std::array<float, 4> table = {rms(DType::F8_E4M3_B32), rms(DType::F8_E4M3_B16), rms(DType::NVFP4_G64),
+                                             rms(DType::NVFP4_G16)};
+  switch (t) {
+    case DType::F8_E4M3_B32: return table[0];
+    case DType::F8_E4M3_B16: return table[1];
+    case DType::NVFP4_G64: return table[2];
+    default: return table[3];
+  }
+}
+
 }  // namespace
 
 SynthRng::SynthRng(uint64_t seed) {
@@ -132,13 +217,13 @@ uint64_t mix_seed(uint64_t a, uint64_t b) {
 }
 
 bool synthetic_type_supported(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || block_spec(t) != nullptr;
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || block_spec(t) != nullptr || is_f8(t) || is_nvfp4(t);
 }
 
 std::string synthetic_type_names() {
   std::string s = "F32, F16, BF16";
   for (const BlockSpec& b : kBlocks) s += std::string(", ") + dtype_name(b.type);
-  return s;
+  return s + ", FP8 (F8_E4M3_B32), F8_E4M3_B16, NVFP4 (NVFP4_G64), NVFP4_G16";
 }
 
 void fill_random(DType t, void* dst, int64_t n, float rms, uint64_t seed) {
@@ -170,6 +255,8 @@ void fill_random(DType t, void* dst, int64_t n, float rms, uint64_t seed) {
         for (int64_t j = 0; j < m; ++j) p[i + j] = f32_to_f16(x[j]);
       }
     }
+  } else if (is_f8(t) || is_nvfp4(t)) {
+    fill_checkpoint_blocks(t, static_cast<uint8_t*>(dst), n / bs, rms / checkpoint_unit_rms(t), rng);
   } else {
     const BlockSpec& s = *block_spec(t);
     const float scale = rms / calibrated_unit_rms(t);

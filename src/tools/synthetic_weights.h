@@ -3,7 +3,10 @@
 // that fill float tensors with uniform values, or GGUF block tensors with valid random blocks
 // directly (random code bytes, then the block's scale fields set to a value calibrated so the
 // dequantized elements have the requested RMS). No quantizer runs, so a 60 GB model fills in
-// seconds on a few cores. Block layouts: quant/blocks.h (ggml-common.h).
+// seconds on a few cores. Block layouts: quant/blocks.h (ggml-common.h). FP8 / NVFP4 blocks
+// (quant/fp8.h, quant/nvfp4.h) get the codes a checkpoint's quantizer writes for uniform weights (E4M3 of
+// uniform values over +-448, E2M1 of uniform values over +-6 with E4M3 block scales in [336, 448]) and a
+// float32 scale (FP8: the block's d; NVFP4: the global g) calibrated the same way.
 #include <cstdint>
 #include <string>
 
@@ -27,7 +30,8 @@ class SynthRng {
 uint64_t mix_seed(uint64_t a, uint64_t b);
 
 /** True if synthetic weights can be generated in `t`: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
- *  Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. */
+ *  Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the FP8 / NVFP4 checkpoints' stored
+ *  forms F8_E4M3_B32, F8_E4M3_B16, NVFP4_G64, NVFP4_G16. */
 bool synthetic_type_supported(DType t);
 /** "F32, F16, BF16, Q4_0, ..." for messages. */
 std::string synthetic_type_names();

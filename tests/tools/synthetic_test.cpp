@@ -104,7 +104,7 @@ TEST(ModelPresets, UnknownAndUnsupportedPresetsAreRejectedByName) {
 TEST(SyntheticWeights, EveryTypeDequantizesToTheRequestedRms) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                   DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS,
-                  DType::MXFP4}) {
+                  DType::MXFP4, DType::F8_E4M3_B32, DType::F8_E4M3_B16, DType::NVFP4_G64, DType::NVFP4_G16}) {
     const int64_t n = 256 * 64;
     std::vector<uint8_t> raw(static_cast<size_t>(dtype_bytes(t, n)));
     const float want = 0.05f;
@@ -233,6 +233,88 @@ TEST(SyntheticCheckpoint, WrittenGgufReopensWithTheSameTensorsAndLogits) {
     const std::vector<float> a = prefill_logits(*e_mem, prompt), b = prefill_logits(*e_file, prompt);
     ASSERT_EQ(a.size(), 37u * 512u);
     EXPECT_EQ(a, b) << dtype_name(t);
+  }
+}
+
+// FP8 / NVFP4 as the loader stores those checkpoints (quant/fp8.h, quant/nvfp4.h): `--expert-weight-type
+// fp8 / nvfp4` (and `--weight-type`) give a model that loads and runs on the CPU with finite logits of the
+// BF16 model's magnitude, experts at 36/64 (FP8) and 40/128 (NVFP4) of BF16's bytes, the expert banks'
+// slots sized from them; GGUF cannot hold them, so --write-gguf refuses before generating.
+TEST(SyntheticCheckpoint, Fp8AndNvfp4ExpertsLoadRunAndSizeTheBanks) {
+  EXPECT_EQ(parse_synthetic_weight_type("fp8", "--expert-weight-type"), DType::F8_E4M3_B32);
+  EXPECT_EQ(parse_synthetic_weight_type("FP8"), DType::F8_E4M3_B32);
+  EXPECT_EQ(parse_synthetic_weight_type("nvfp4"), DType::NVFP4_G64);
+  EXPECT_EQ(parse_synthetic_weight_type("f8_e4m3_b16"), DType::F8_E4M3_B16);
+  EXPECT_EQ(parse_synthetic_weight_type("NVFP4_G16"), DType::NVFP4_G16);
+  try {
+    parse_synthetic_weight_type("fp9", "--expert-weight-type");
+    ADD_FAILURE() << "fp9 accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    for (const char* name : {"--expert-weight-type fp9", "MXFP4", "FP8 (F8_E4M3_B32)", "F8_E4M3_B16", "NVFP4 (NVFP4_G64)",
+                             "NVFP4_G16"})
+      EXPECT_NE(m.find(name), std::string::npos) << name << " not in: " << m;
+  }
+  EXPECT_THROW(parse_synthetic_weight_type("f8_e4m3"), Error);  // per-element FP8 without scales: no
+
+  auto run = [](const SyntheticSpec& s, MoeStrategy strategy, int64_t* slot_bytes) {
+    EngineOptions eo = small_engine();
+    eo.moe.strategy = strategy;
+    Engine e(std::make_unique<SyntheticCheckpoint>(s), std::make_unique<CpuOps>(1), eo);
+    if (slot_bytes) *slot_bytes = e.moe_report().value().slot_bytes;
+    return generate(e, {greedy(ids(20, 512, 3), 4)})[0];
+  };
+  auto expert_bytes = [](const SyntheticCheckpoint& c) {
+    int64_t b = 0;
+    for (const TensorInfo& t : c.tensors())
+      if (t.name.find("_exps.") != std::string::npos) b += t.bytes;
+    return b;
+  };
+  SyntheticSpec bf = tiny(DType::BF16);
+  const int64_t bf_bytes = expert_bytes(SyntheticCheckpoint(bf));
+  int64_t bf_slot = 0;
+  const GenerateResult ref = run(bf, MoeStrategy::kOffload, &bf_slot);
+  auto logit_rms = [](const GenerateResult& r) {
+    double ss = 0;
+    for (float v : r.step_logits) ss += static_cast<double>(v) * v;
+    return std::sqrt(ss / static_cast<double>(r.step_logits.size()));
+  };
+  const double ref_rms = logit_rms(ref);
+  ASSERT_GT(ref_rms, 0.0);
+  struct Case {
+    DType weights, experts;
+    double ratio;  // expert bytes / BF16's
+  };
+  for (const Case c : {Case{DType::BF16, DType::F8_E4M3_B32, 36.0 / 64}, Case{DType::BF16, DType::NVFP4_G64, 40.0 / 128},
+                       Case{DType::F8_E4M3_B32, DType::F8_E4M3_B32, 36.0 / 64},
+                       Case{DType::NVFP4_G64, DType::NVFP4_G64, 40.0 / 128}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.weights)) + " + experts " + dtype_name(c.experts));
+    SyntheticSpec s = tiny(c.weights);
+    s.expert_type = c.experts;
+    const SyntheticCheckpoint ck(s);
+    EXPECT_EQ(ck.get("blk.1.ffn_down_exps.weight").dtype, c.experts);
+    EXPECT_EQ(ck.get("blk.1.attn_q.weight").dtype, c.weights);
+    EXPECT_EQ(ck.get("token_embd.weight").dtype, DType::BF16);  // as FP8 / NVFP4 checkpoints keep them
+    EXPECT_EQ(ck.get("output.weight").dtype, DType::BF16);
+    EXPECT_DOUBLE_EQ(static_cast<double>(expert_bytes(ck)) / static_cast<double>(bf_bytes), c.ratio);
+    try {
+      require_synthetic_gguf(s);
+      ADD_FAILURE() << "GGUF accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("GGUF has no type"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(ck.write_gguf(testing::scratch_path("fp8.gguf")), Error);
+    int64_t slot = 0;
+    const GenerateResult fused = run(s, MoeStrategy::kFused, nullptr), off = run(s, MoeStrategy::kOffload, &slot);
+    ASSERT_EQ(fused.tokens.size(), 4u);
+    for (float v : fused.step_logits) ASSERT_TRUE(std::isfinite(v));
+    // Same weight magnitude as BF16's: the logits' scale stays within a factor 2 of the BF16 model's.
+    EXPECT_NEAR(logit_rms(fused) / ref_rms, 1.0, 0.5);
+    EXPECT_EQ(off.tokens, fused.tokens);
+    EXPECT_EQ(off.step_logits, fused.step_logits);
+    EXPECT_NEAR(static_cast<double>(slot) / static_cast<double>(bf_slot), c.ratio, 0.02) << slot << " vs " << bf_slot;
   }
 }
 
