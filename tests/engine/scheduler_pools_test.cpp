@@ -4,58 +4,26 @@
 // are refused while pages are held.
 #include <gtest/gtest.h>
 
-#include <random>
-
-#include "engine/fake_model.h"
-#include "engine/request_log.h"
 #include "engine/scheduler.h"
-#include "engine/step_batch.h"
+#include "engine/scheduler_driver.h"
 #include "util/error.h"
 
 namespace ft {
 namespace {
 
 using testing::FakeModel;
-
-std::vector<int32_t> tokens_of(uint32_t seed, int32_t n, int32_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
-
-int32_t argmax(const float* row, int32_t n) {
-  int32_t best = 0;
-  for (int32_t v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = v;
-  return best;
-}
+using testing::tokens_of;
 
 struct Driver : testing::RequestLog {
   Driver(SchedulerConfig cfg, int32_t n_pages, int32_t page_size) : model(50, n_pages, page_size), pool(n_pages, page_size), sched(cfg, pool) {}
-  void step() {
-    StepPlan plan = sched.schedule();
-    StepBatch b;
-    fill_step_batch(plan, b);
-    std::vector<float> logits;
-    if (!plan.empty()) model.forward_into(b, logits);
-    sched.complete(plan);
-    for (size_t i = 0; i < plan.seqs.size(); ++i)
-      if (plan.seqs[i].sample)
-        take(sched, plan.seqs[i].seq->id, argmax(logits.data() + i * model.vocab_size(), model.vocab_size()));
-    sched.check_integrity();
-  }
+  void step() { testing::greedy_step(sched, model, *this); }
   FakeModel model;
   PagePool pool;
   Scheduler sched;
 };
 
 TEST(SchedulerPools, ReleaseAllKvThenNewPoolsRecomputeToTheSoloOutputs) {
-  SchedulerConfig cfg;
-  cfg.max_running = 4;
-  cfg.max_prefill_tokens = 64;
-  cfg.max_seq_len = 4096;
-  Driver d(cfg, 64, 16);
+  Driver d(testing::scheduler_config(4, 64, SchedulerConfig{}.max_waiting), 64, 16);
   const std::vector<int32_t> shared = tokens_of(7, 40, 50);
   for (uint64_t id = 1; id <= 3; ++id) {
     std::vector<int32_t> p = shared;

@@ -7,29 +7,15 @@
 #include <numeric>
 #include <random>
 
-#include "engine/fake_model.h"
-#include "engine/request_log.h"
 #include "engine/scheduler.h"
+#include "engine/scheduler_driver.h"
 #include "util/error.h"
 
 namespace ft {
 namespace {
 
 using testing::FakeModel;
-
-int32_t argmax(const float* row, int32_t n) {
-  int32_t best = 0;
-  for (int32_t v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = v;
-  return best;
-}
-
-std::vector<int32_t> tokens_of(uint32_t seed, int32_t n, int32_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
+using testing::tokens_of;
 
 /** Runs the scheduler the way the engine does: plan, forward, complete, sample greedily, append/finish. */
 struct Driver : testing::RequestLog {
@@ -40,20 +26,7 @@ struct Driver : testing::RequestLog {
     RequestLog::submit(sched, id, std::move(prompt), max_new, after);
   }
 
-  StepPlan step() {
-    StepPlan plan = sched.schedule();
-    StepBatch b;
-    fill_step_batch(plan, b);
-    std::vector<float> logits;
-    if (!plan.empty()) model.forward_into(b, logits);
-    sched.complete(plan);
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {
-      if (!plan.seqs[i].sample) continue;
-      take(sched, plan.seqs[i].seq->id, argmax(logits.data() + i * model.vocab_size(), model.vocab_size()));
-    }
-    sched.check_integrity();
-    return plan;
-  }
+  StepPlan step() { return testing::greedy_step(sched, model, *this); }
 
   void run_until_idle(int max_steps = 100000) {
     for (int i = 0; i < max_steps && !sched.idle(); ++i) step();
@@ -71,13 +44,7 @@ struct Driver : testing::RequestLog {
 };
 
 SchedulerConfig config(int32_t max_running, int32_t prefill, int32_t max_waiting = 100, bool prefix = true) {
-  SchedulerConfig c;
-  c.max_running = max_running;
-  c.max_prefill_tokens = prefill;
-  c.max_waiting = max_waiting;
-  c.max_seq_len = 4096;
-  c.prefix_cache = prefix;
-  return c;
+  return testing::scheduler_config(max_running, prefill, max_waiting, prefix);
 }
 
 TEST(Scheduler, ChunkedPrefillDoesNotStallRunningDecodes) {

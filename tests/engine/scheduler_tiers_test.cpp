@@ -6,9 +6,8 @@
 #include <cstring>
 #include <random>
 
-#include "engine/fake_model.h"
-#include "engine/request_log.h"
 #include "engine/scheduler.h"
+#include "engine/scheduler_driver.h"
 #include "kv/host_page_store.h"
 #include "util/error.h"
 
@@ -16,6 +15,7 @@ namespace ft {
 namespace {
 
 using testing::FakeModel;
+using testing::tokens_of;
 
 /** Copies the fake model's KV slots of a page to and from bytes. */
 struct FakePageIo : PageIo {
@@ -38,13 +38,6 @@ struct FakePageIo : PageIo {
   int64_t saves = 0, loads = 0;
 };
 
-int32_t argmax(const float* row, int32_t n) {
-  int32_t best = 0;
-  for (int32_t v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = v;
-  return best;
-}
-
 struct TierDriver : testing::RequestLog {
   TierDriver(SchedulerConfig cfg, int32_t n_pages, int32_t page_size, int64_t host_bytes, int64_t disk_bytes,
              int32_t vocab = 30)
@@ -56,18 +49,7 @@ struct TierDriver : testing::RequestLog {
   void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new) {
     RequestLog::submit(sched, id, std::move(prompt), max_new, 0);
   }
-  void step() {
-    StepPlan plan = sched.schedule();
-    StepBatch b;
-    fill_step_batch(plan, b);
-    std::vector<float> logits;
-    if (!plan.empty()) model.forward_into(b, logits);
-    sched.complete(plan);
-    for (size_t i = 0; i < plan.seqs.size(); ++i)
-      if (plan.seqs[i].sample)
-        take(sched, plan.seqs[i].seq->id, argmax(logits.data() + i * model.vocab_size(), model.vocab_size()));
-    sched.check_integrity();
-  }
+  void step() { testing::greedy_step(sched, model, *this); }
   void run_until_idle() {
     for (int i = 0; i < 100000 && !sched.idle(); ++i) step();
     ASSERT_TRUE(sched.idle());
@@ -84,21 +66,7 @@ struct TierDriver : testing::RequestLog {
   Scheduler sched;
 };
 
-SchedulerConfig config(int32_t max_running, int32_t prefill) {
-  SchedulerConfig c;
-  c.max_running = max_running;
-  c.max_prefill_tokens = prefill;
-  c.max_waiting = 1000;
-  c.max_seq_len = 4096;
-  return c;
-}
-
-std::vector<int32_t> tokens_of(uint32_t seed, int32_t n, int32_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
+SchedulerConfig config(int32_t max_running, int32_t prefill) { return testing::scheduler_config(max_running, prefill, 1000); }
 
 TEST(SchedulerTiers, EvictedPrefixComesBackFromTheHostTier) {
   // 8 pages of 4: prompt A (6 pages) is cached, prompt B (6 pages) evicts it to the host tier, A again
