@@ -7,14 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/cache_resize.h"
 #include "engine/engine.h"
-#include "engine/engine_runner.h"
-#include "server_fixture.h"
+#include "engine_server.h"
 #include "util/error.h"
 
 namespace ft::testing {
@@ -29,69 +27,30 @@ struct AdminServerConfig {
 };
 
 /** The demo model on the CPU engine, served in-process with the resize route wired as `ft serve` does. */
-class AdminServer {
+class AdminServer : public EngineServer {
  public:
-  explicit AdminServer(const AdminServerConfig& cfg = {}) : template_(kChatMLTemplate, "", "<|im_end|>") {
-    signal(SIGPIPE, SIG_IGN);
-    const std::string path = write_demo_model();
-    EngineOptions eo;
-    eo.threads = 1;
-    eo.device = DeviceChoice::kCpu;
-    eo.page_size = 16;
-    eo.kv_tokens = 512;
-    eo.max_seqs = 2;
-    eo.max_logit_rows = 2;
-    eo.max_step_tokens = 66;
+  explicit AdminServer(const AdminServerConfig& cfg = {}) : EngineServer(options(cfg), 60) {
+    ServiceConfig sc = demo_service_config();
+    sc.check_integrity = true;
+    server::ServerOptions so;
+    so.api_key = cfg.api_key;
+    server::ServedModel sm;
+    sm.moe_report = [e = &engine()] { return e->moe_report(); };
+    sm.memory_rows = memory_rows(engine().memory_plan());
+    sm.memory_limit = memory_limit(engine().memory_plan());
+    sm.kv_bytes_total = engine().memory_plan().kv_bytes;
+    sm.resize_caches = [this](const CacheResize& r) { return resize_served_caches(service(), engine(), r); };
+    serve(sc, so, sm);
+  }
+
+ private:
+  static EngineOptions options(const AdminServerConfig& cfg) {
+    EngineOptions eo = demo_engine_options();
     eo.gpu_memory_limit = cfg.gpu_memory_limit;
     eo.moe.strategy = cfg.strategy;
     if (cfg.strategy == MoeStrategy::kOffload || cfg.strategy == MoeStrategy::kHybrid) eo.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};
-    engine_ = Engine::load(path, eo);
-    std::filesystem::remove(path);
-    runner_ = std::make_unique<EngineRunner>(*engine_);
-    ServiceConfig sc;
-    sc.scheduler.max_running = 2;
-    sc.scheduler.max_prefill_tokens = 64;
-    sc.scheduler.max_seq_len = 256;
-    sc.check_integrity = true;
-    service_ = std::make_unique<EngineService>(*runner_, engine_->kv().pools(), sc);
-    server::ServerOptions so;
-    so.port = 0;
-    so.api_key = cfg.api_key;
-    server::ServedModel sm;
-    sm.name = "demo";
-    sm.arch = "qwen3moe";
-    sm.vocab = &demo_vocab();
-    sm.chat_template = &template_;
-    sm.moe_report = [e = engine_.get()] { return e->moe_report(); };
-    sm.memory_rows = memory_rows(engine_->memory_plan());
-    sm.memory_limit = memory_limit(engine_->memory_plan());
-    sm.kv_bytes_total = engine_->memory_plan().kv_bytes;
-    sm.resize_caches = [this](const CacheResize& r) { return resize_served_caches(*service_, *engine_, r); };
-    http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
-    port_ = http_->bind();
-    thread_ = std::thread([this] { http_->serve(); });
+    return eo;
   }
-  ~AdminServer() {
-    http_->stop();
-    service_->shutdown(std::chrono::milliseconds(0));
-    thread_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  Engine& engine() { return *engine_; }
-  EngineService& service() { return *service_; }
-
- private:
-  ChatTemplate template_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<EngineRunner> runner_;
-  std::unique_ptr<EngineService> service_;
-  std::unique_ptr<server::HttpServer> http_;
-  std::thread thread_;
-  int port_ = 0;
 };
 
 const httplib::Headers kAuth = {{"Authorization", std::string("Bearer ") + kKey}};

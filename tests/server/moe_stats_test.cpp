@@ -6,13 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
-#include "engine/engine_runner.h"
-#include "server_fixture.h"
+#include "engine_server.h"
 
 namespace ft::testing {
 namespace {
@@ -25,65 +23,25 @@ double prom_value(const std::string& text, const std::string& name) {
 }
 
 /** The demo model on the CPU engine with `strategy`, served in-process on a free port. */
-class MoeServer {
+class MoeServer : public EngineServer {
  public:
-  explicit MoeServer(MoeStrategy strategy, int32_t fetch_cap = -1) : template_(kChatMLTemplate, "", "<|im_end|>") {
-    signal(SIGPIPE, SIG_IGN);
-    const std::string path = write_demo_model();
-    EngineOptions eo;
-    eo.threads = 1;
-    eo.device = DeviceChoice::kCpu;
-    eo.page_size = 16;
-    eo.kv_tokens = 512;
-    eo.max_seqs = 2;
-    eo.max_logit_rows = 2;
-    eo.max_step_tokens = 66;
+  explicit MoeServer(MoeStrategy strategy, int32_t fetch_cap = -1) : EngineServer(options(strategy, fetch_cap)) {
+    server::ServedModel sm;
+    sm.moe_report = [e = &engine()] { return e->moe_report(); };
+    sm.memory_rows = memory_rows(engine().memory_plan());  // as ft serve
+    sm.memory_limit = memory_limit(engine().memory_plan());
+    serve(demo_service_config(), {}, sm);
+  }
+
+ private:
+  static EngineOptions options(MoeStrategy strategy, int32_t fetch_cap) {
+    EngineOptions eo = demo_engine_options();
     eo.moe.strategy = strategy;
     if (strategy == MoeStrategy::kOffload || strategy == MoeStrategy::kHybrid)
       eo.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};
     eo.moe.fetch_cap = fetch_cap;
-    engine_ = Engine::load(path, eo);
-    std::filesystem::remove(path);
-    runner_ = std::make_unique<EngineRunner>(*engine_);
-    ServiceConfig sc;
-    sc.scheduler.max_running = 2;
-    sc.scheduler.max_prefill_tokens = 64;
-    sc.scheduler.max_seq_len = 256;
-    service_ = std::make_unique<EngineService>(*runner_, engine_->kv().pools(), sc);
-    server::ServerOptions so;
-    so.port = 0;
-    server::ServedModel sm;
-    sm.name = "demo";
-    sm.arch = "qwen3moe";
-    sm.vocab = &demo_vocab();
-    sm.chat_template = &template_;
-    sm.moe_report = [e = engine_.get()] { return e->moe_report(); };
-    sm.memory_rows = memory_rows(engine_->memory_plan());  // as ft serve
-    sm.memory_limit = memory_limit(engine_->memory_plan());
-    http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
-    port_ = http_->bind();
-    thread_ = std::thread([this] { http_->serve(); });
+    return eo;
   }
-  ~MoeServer() {
-    http_->stop();
-    service_->shutdown(std::chrono::milliseconds(0));
-    thread_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(20, 0);
-    return c;
-  }
-  Engine& engine() { return *engine_; }
-
- private:
-  ChatTemplate template_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<EngineRunner> runner_;
-  std::unique_ptr<EngineService> service_;
-  std::unique_ptr<server::HttpServer> http_;
-  std::thread thread_;
-  int port_ = 0;
 };
 
 void chat(httplib::Client& c, const std::string& text) {

@@ -9,76 +9,33 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
-#include "engine/engine_runner.h"
-#include "engine/kv_tiers.h"
-#include "server_fixture.h"
+#include "engine_server.h"
 #include "test_util.h"
 
 namespace ft::testing {
 namespace {
 
 /** The demo model on the CPU engine with a prompt cache in `dir` and a host tier, served in-process. */
-class CacheServer {
+class CacheServer : public EngineServer {
  public:
   /** `dir` "" : no prompt cache; `kv_tokens`: the device KV pool (small: pages go to the host tier). */
-  explicit CacheServer(const std::string& dir, int64_t kv_tokens = 512)
-      : template_(kChatMLTemplate, "", "<|im_end|>") {
-    signal(SIGPIPE, SIG_IGN);
-    const std::string path = write_demo_model();
-    EngineOptions eo;
-    eo.threads = 1;
-    eo.device = DeviceChoice::kCpu;
-    eo.page_size = 16;
-    eo.kv_tokens = kv_tokens;
-    eo.max_seqs = 2;
-    eo.max_logit_rows = 2;
-    eo.max_step_tokens = 66;
-    eo.kv_host_gib = 0.01;
-    eo.prompt_cache_dir = dir;
-    eo.prompt_cache_gib = 0.05;
-    engine_ = Engine::load(path, eo);
-    std::filesystem::remove(path);
-    runner_ = std::make_unique<EngineRunner>(*engine_);
-    tiers_ = std::make_unique<KvTiers>(*engine_);
-    ServiceConfig sc;
-    sc.scheduler.max_running = 2;
-    sc.scheduler.max_prefill_tokens = 64;
-    sc.scheduler.max_seq_len = 256;
+  explicit CacheServer(const std::string& dir, int64_t kv_tokens = 512) : EngineServer(options(dir, kv_tokens)) {
+    ServiceConfig sc = demo_service_config();
     sc.check_integrity = true;
-    sc.tiers = tiers_->view();
-    service_ = std::make_unique<EngineService>(*runner_, engine_->kv().pools(), sc);
-    server::ServerOptions so;
-    so.port = 0;
     server::ServedModel sm;
-    sm.name = "demo";
-    sm.arch = "qwen3moe";
-    sm.vocab = &demo_vocab();
-    sm.chat_template = &template_;
-    sm.kv_bytes_per_token = engine_->memory_plan().kv_bytes_per_token;
-    http_ = std::make_unique<server::HttpServer>(so, sm, *service_);
-    port_ = http_->bind();
-    thread_ = std::thread([this] { http_->serve(); });
-  }
-  ~CacheServer() {
-    http_->stop();
-    service_->shutdown(std::chrono::milliseconds(0));
-    thread_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(20, 0);
-    return c;
+    sm.kv_bytes_per_token = engine().memory_plan().kv_bytes_per_token;
+    serve(sc, {}, sm, /*tiers=*/true);
   }
 
  private:
-  ChatTemplate template_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<EngineRunner> runner_;
-  std::unique_ptr<KvTiers> tiers_;  // outlives the service: the writer drains its queue when it closes
-  std::unique_ptr<EngineService> service_;
-  std::unique_ptr<server::HttpServer> http_;
-  std::thread thread_;
-  int port_ = 0;
+  static EngineOptions options(const std::string& dir, int64_t kv_tokens) {
+    EngineOptions eo = demo_engine_options();
+    eo.kv_tokens = kv_tokens;
+    eo.kv_host_gib = 0.01;
+    eo.prompt_cache_dir = dir;
+    eo.prompt_cache_gib = 0.05;
+    return eo;
+  }
 };
 
 nlohmann::json chat(httplib::Client& c, const std::string& text, int max_tokens = 10) {
