@@ -105,11 +105,17 @@ test('ai sdk: generateObject and streamObject with a zod schema (structured outp
       assert.ok(r.object.ingredients.length >= 1 && r.object.ingredients.length <= 3);
     }
     const s = streamObject({ model, schema: Recipe, prompt: 'A recipe.', temperature: 1, maxOutputTokens: 300, maxRetries: 0 });
-    let partials = 0;
-    for await (const _ of s.partialObjectStream) partials++;
+    let partials = 0, last;
+    for await (const p of s.partialObjectStream) {
+      partials++;
+      last = p;
+    }
     const obj = await s.object;
     assert.equal(lastSent().path, path);
-    assert.ok(partials >= 2, `${partials} partial objects`);
+    // The server sends the text decoded since its last write in one delta, so on a busy machine a short
+    // object may arrive whole: one partial is legal, and the last one is the object.
+    assert.ok(partials >= 1, `${partials} partial objects`);
+    assert.deepEqual(last, obj);
     assert.deepEqual(obj, Recipe.parse(obj));
   }
 });
