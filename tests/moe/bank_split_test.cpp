@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "moe/moe_plan.h"
+#include "plan_model.h"
 #include "util/error.h"
 
 namespace ft::testing {
@@ -69,19 +70,8 @@ TEST(BankSplit, NeitherSideFitsNamesBothSides) {
   error_of([&] { split_banks(bytes, {true}, GiB, GiB, ""); }, ErrorCode::kInvalidArgument);
 }
 
-// Layers 0 and 5 dense, 1-4 and 6-7 MoE with 16 experts of 1 MiB (moe_plan_test's model).
-const std::vector<int32_t> kLayers = {0, 16, 16, 16, 16, 0, 16, 16};
-
-GpuMemoryBudget budget(int64_t limit) {
-  GpuMemoryBudget b;
-  b.gpu_memory_limit = limit;
-  b.resident_bytes = 100 * MiB;
-  b.kv_bytes_per_token = 1024;
-  b.kv_reserve_tokens = 1024;  // 1 MiB
-  b.slot_bytes = MiB;
-  b.expert_bytes = 96 * MiB;
-  return b;
-}
+using plan_model::budget;  // moe_plan_test's model (plan_model.h)
+using plan_model::kLayers;
 
 TEST(BankSplit, PlanChargesMovedLayersBeforeTheCache) {
   MoeOptions o;

@@ -3,26 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "moe/moe_plan.h"
+#include "plan_model.h"
 #include "util/error.h"
 
 namespace ft::testing {
 namespace {
 
-constexpr int64_t GiB = int64_t{1} << 30, MiB = int64_t{1} << 20;
-
-// Layers 0 and 5 dense, 1-4 and 6-7 MoE with 16 experts of 1 MiB.
-const std::vector<int32_t> kLayers = {0, 16, 16, 16, 16, 0, 16, 16};
-
-GpuMemoryBudget budget(int64_t limit) {
-  GpuMemoryBudget b;
-  b.gpu_memory_limit = limit;
-  b.resident_bytes = 100 * MiB;
-  b.kv_bytes_per_token = 1024;
-  b.kv_reserve_tokens = 1024;  // 1 MiB
-  b.slot_bytes = MiB;
-  b.expert_bytes = 96 * MiB;
-  return b;
-}
+using namespace plan_model;  // kLayers, budget(), GiB, MiB (plan_model.h)
 
 TEST(MoePlan, ParsesStrategies) {
   EXPECT_EQ(parse_moe_strategy("hybrid"), MoeStrategy::kHybrid);
