@@ -32,16 +32,8 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return shared_dir() + "/fixtures/hf/" + name; }
 
-EngineOptions tier_options(int64_t kv_tokens, double host_gib, const std::string& cache_dir = "") {
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_tokens = kv_tokens;
-  o.max_step_tokens = 256;
-  o.max_logit_rows = 64;
-  o.page_size = 16;
-  o.kv_host_gib = host_gib;
-  o.prompt_cache_dir = cache_dir;
-  o.prompt_cache_gib = 0.01;
+EngineOptions fused_tier_options(int64_t kv_tokens, double host_gib, const std::string& cache_dir = "") {
+  EngineOptions o = tier_options(kv_tokens, host_gib, cache_dir);  // tier_engine.h
   o.moe.strategy = MoeStrategy::kFused;
   return o;
 }
@@ -72,7 +64,7 @@ class CudaKvTiers : public ::testing::TestWithParam<std::string> {
 
 TEST_P(CudaKvTiers, HostTierRestoreGivesBitIdenticalLogits) {
   const std::string model = GetParam();
-  CudaTierEngine ref(fixture(model), tier_options(1024, 0)), tier(fixture(model), tier_options(64, 0.01));
+  CudaTierEngine ref(fixture(model), fused_tier_options(1024, 0)), tier(fixture(model), fused_tier_options(64, 0.01));
   ASSERT_NE(tier.tiers.host(), nullptr);
   const auto* io = dynamic_cast<const KvPageIo*>(tier.tiers.view().io);
   ASSERT_NE(io, nullptr);
@@ -101,7 +93,7 @@ TEST_P(CudaKvTiers, PromptCacheSurvivesARestart) {
   std::vector<int32_t> a2, want_tokens;
   std::vector<float> want;
   {
-    CudaTierEngine first(fixture(model), tier_options(1024, 0, dir));
+    CudaTierEngine first(fixture(model), fused_tier_options(1024, 0, dir));
     const std::vector<int32_t> a = prompt_of(3, 40, first.engine->config().n_vocab);
     a2 = a;
     a2.resize(36);  // shares a's first two pages, then differs
@@ -111,7 +103,7 @@ TEST_P(CudaKvTiers, PromptCacheSurvivesARestart) {
     want_tokens = first.tokens;
     EXPECT_EQ(first.cached, 32);
   }  // the writer finishes its queue (each page once its copy from the device is done) before the store closes
-  CudaTierEngine second(fixture(model), tier_options(1024, 0, dir));
+  CudaTierEngine second(fixture(model), fused_tier_options(1024, 0, dir));
   ASSERT_NE(second.tiers.disk(), nullptr);
   EXPECT_GE(second.tiers.disk()->stats().entries, 2);
   EXPECT_EQ(second.tiers.disk()->skipped(), 0);
@@ -134,7 +126,7 @@ TEST(CudaKvPageIo, CopiesAreOrderedWithTheStream) {
     if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
     GTEST_SKIP() << "no CUDA device visible";
   }
-  CudaTierEngine e(fixture("qwen3"), tier_options(64, 0.01));
+  CudaTierEngine e(fixture("qwen3"), fused_tier_options(64, 0.01));
   auto* io = dynamic_cast<KvPageIo*>(e.tiers.view().io);
   ASSERT_NE(io, nullptr);
   Ops& ops = e.engine->ops();

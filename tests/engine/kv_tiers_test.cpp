@@ -23,18 +23,7 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return testing::shared_dir() + "/fixtures/hf/" + name; }
 
-EngineOptions options(int64_t kv_tokens, double host_gib, const std::string& cache_dir = "") {
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_tokens = kv_tokens;
-  o.max_step_tokens = 256;
-  o.max_logit_rows = 64;
-  o.page_size = 16;
-  o.kv_host_gib = host_gib;
-  o.prompt_cache_dir = cache_dir;
-  o.prompt_cache_gib = 0.01;
-  return o;
-}
+using testing::tier_options;  // tier_engine.h
 
 /** A CPU engine, its tiers and a scheduler over them (tests/engine/tier_engine.h). */
 struct CpuTierEngine : testing::TierEngine {
@@ -45,7 +34,7 @@ using testing::prompt_of;
 
 void host_tier_round_trip(const std::string& model, const std::string& kv_dtype) {
   SCOPED_TRACE(model + " " + kv_dtype);
-  EngineOptions small = options(64, 0.01), big = options(1024, 0);  // 4 pages of 16, or 64
+  EngineOptions small = tier_options(64, 0.01), big = tier_options(1024, 0);  // 4 pages of 16, or 64
   small.kv_cache_dtype = big.kv_cache_dtype = kv_cache_dtype_from_name(kv_dtype).value();
   CpuTierEngine ref(fixture(model), big), tier(fixture(model), small);
   const int64_t V = ref.engine->config().n_vocab;
@@ -88,7 +77,7 @@ Restart restart_round_trip(const std::string& model, const std::string& dir) {
   Restart r;
   std::vector<float> want;
   {
-    CpuTierEngine first(fixture(model), options(1024, 0, dir));
+    CpuTierEngine first(fixture(model), tier_options(1024, 0, dir));
     r.a = prompt_of(3, 40, first.engine->config().n_vocab);
     r.a2 = r.a;
     r.a2.resize(36);  // shares a's first two pages, then differs
@@ -99,7 +88,7 @@ Restart restart_round_trip(const std::string& model, const std::string& dir) {
     r.want_tokens = first.tokens;
     EXPECT_EQ(first.cached, 32);
   }  // the writer finishes its queue before the store closes
-  CpuTierEngine second(fixture(model), options(1024, 0, dir));
+  CpuTierEngine second(fixture(model), tier_options(1024, 0, dir));
   EXPECT_NE(second.tiers.disk(), nullptr);
   if (!second.tiers.disk()) return r;
   EXPECT_GE(second.tiers.disk()->stats().entries, 2);
@@ -138,7 +127,7 @@ TEST(KvTiers, PromptCacheSurvivesARestartAndSkipsATruncatedFile) {
   ASSERT_FALSE(victim.empty());
   fs::resize_file(victim, fs::file_size(victim) - 100);
   testing::LogCapture log(spdlog::level::warn);
-  CpuTierEngine third(fixture("qwen3"), options(1024, 0, dir));
+  CpuTierEngine third(fixture("qwen3"), tier_options(1024, 0, dir));
   third.run(a2, 3);
   EXPECT_EQ(third.cached, 16);  // the first page only
   EXPECT_EQ(third.tokens, want_tokens);
@@ -158,7 +147,7 @@ TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
   std::vector<int32_t> a;
   std::vector<int32_t> want_tokens;
   {
-    CpuTierEngine first(fixture("qwen3"), options(1024, 0, dir));
+    CpuTierEngine first(fixture("qwen3"), tier_options(1024, 0, dir));
     a = prompt_of(4, 20, first.engine->config().n_vocab);
     first.run(a, 2);
     want_tokens = first.tokens;
@@ -177,7 +166,7 @@ TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
   }
   testing::LogCapture log(spdlog::level::warn);
   {
-    CpuTierEngine second(fixture("qwen3"), options(1024, 0, dir));
+    CpuTierEngine second(fixture("qwen3"), tier_options(1024, 0, dir));
     second.run(a, 2);
     EXPECT_EQ(second.cached, 0);
     EXPECT_EQ(second.tokens, want_tokens);
@@ -189,7 +178,7 @@ TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
 }
 
 TEST(KvTiers, UnsupportedCombinationsAreRefusedAtLoad) {
-  EngineOptions o = options(256, 1.0);
+  EngineOptions o = tier_options(256, 1.0);
   try {
     Engine::load(fixture("deepseek_v4"), o);
     FAIL() << "deepseek_v4 with --kv-host-gib loaded";
@@ -198,7 +187,7 @@ TEST(KvTiers, UnsupportedCombinationsAreRefusedAtLoad) {
     EXPECT_NE(std::string(e.what()).find("--kv-host-gib"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("compressed-KV"), std::string::npos) << e.what();
   }
-  o = options(256, -1);
+  o = tier_options(256, -1);
   try {
     Engine::load(fixture("qwen3"), o);
     FAIL() << "a negative --kv-host-gib loaded";

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -69,6 +70,21 @@ struct TierEngine {
   std::vector<int32_t> tokens;
 };
 
+
+/** The tier tests' engine options: KV pages of 16 tokens, kv_tokens of device KV, host_gib of host tier
+ *  (0: none), a prompt cache in cache_dir (empty: none; 0.01 GiB), one CPU thread, steps of 256 tokens. */
+inline EngineOptions tier_options(int64_t kv_tokens, double host_gib, const std::string& cache_dir = "") {
+  EngineOptions o;
+  o.threads = 1;
+  o.kv_tokens = kv_tokens;
+  o.max_step_tokens = 256;
+  o.max_logit_rows = 64;
+  o.page_size = 16;
+  o.kv_host_gib = host_gib;
+  o.prompt_cache_dir = cache_dir;
+  o.prompt_cache_gib = 0.01;
+  return o;
+}
 /** `n` token ids below min(vocab, 1000) drawn from `seed`. */
 inline std::vector<int32_t> prompt_of(uint32_t seed, int32_t n, int64_t vocab) {
   std::mt19937 rng(seed);
