@@ -251,11 +251,10 @@ class HostExpertSlots final : public ExpertSlots {
   PrefetchLedger ledger_;                // spare counts, as the CUDA slots keep them
 };
 
-/** The CUDA implementation on the backend `ops` (must be CudaOps; banks pinned for its device).
- *  Throws ft::Error(kUnsupported) in a build without CUDA. Defined in
- *  moe/cuda/moe_cache_slots.cu. */
-std::unique_ptr<ExpertSlots> make_cuda_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots,
-                                                    int32_t max_pairs);
+/** The slots for `ops`'s device: HostExpertSlots on the CPU backend, the CUDA expert cache on CudaOps
+ *  (`banks` pinned for its device). Defined once per build: moe/device_factories.cpp without CUDA (the
+ *  CPU twin only; kUnsupported for another backend), moe/cuda/device_factories.cpp with it. */
+std::unique_ptr<ExpertSlots> make_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs);
 
 /** Validates admit()'s tensors: ids, slot_ids (and cpu_ids unless empty) I32 [T, k] on `device`,
  *  T * k <= max_pairs, layer has experts. Throws kInvalidArgument naming the tensor. */

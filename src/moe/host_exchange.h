@@ -180,10 +180,9 @@ class HostExchangeDevice final : public ExchangeDevice {
   int64_t T_ = 0, H_ = 0;
 };
 
-/** The CUDA device side on the backend `ops` (a CudaOps) and its stream. Throws
- *  ft::Error(kInvalidArgument) for another backend, kUnsupported in a build without CUDA.
- *  Defined in moe/cuda/moe_exchange.cu. */
-std::unique_ptr<ExchangeDevice> make_cuda_exchange_device(Ops& ops, ExchangeBuffers& buffers,
-                                                          ExchangeDispatcher& dispatcher);
+/** The device side for `ops`'s device: HostExchangeDevice on the CPU backend, the CUDA one on CudaOps
+ *  (its stream). Defined once per build: moe/device_factories.cpp without CUDA (the CPU twin only;
+ *  kUnsupported for another backend), moe/cuda/device_factories.cpp with it. */
+std::unique_ptr<ExchangeDevice> make_exchange_device(Ops& ops, ExchangeBuffers& buffers, ExchangeDispatcher& dispatcher);
 
 }  // namespace ft

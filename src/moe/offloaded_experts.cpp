@@ -42,15 +42,11 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   opt_.progress = nullptr;
   const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;
   if (pairs > INT32_MAX) fail(ErrorCode::kInvalidArgument, "moe runtime: {} routed pairs per step is too many", pairs);
-  const bool host_backend = ops.device() == Device::kCpu;
   if (plan.count(MoeLayerMode::kCache) > 0) {
     if (plan.cache.n_slots > INT32_MAX || plan.cache.n_slots < 1)
       fail(ErrorCode::kInvalidArgument, "moe runtime: {} cache slots", plan.cache.n_slots);
     const auto n_slots = static_cast<int32_t>(plan.cache.n_slots), max_pairs = static_cast<int32_t>(pairs);
-    if (host_backend)
-      slots_ = std::make_unique<HostExpertSlots>(*banks_, n_slots, max_pairs);
-    else
-      slots_ = make_cuda_expert_slots(ops, *banks_, n_slots, max_pairs);
+    slots_ = make_expert_slots(ops, *banks_, n_slots, max_pairs);
     slot_ids_ = alloc(DType::I32, {pairs});
     cpu_ids_ = alloc(DType::I32, {pairs});
   }
@@ -69,10 +65,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
     // The dispatcher polls as long as the executor's workers do (the gap between a step's layers).
     dispatcher_ = std::make_unique<ExchangeDispatcher>(
         *xbuf_, [this](const ExchangeRequest& r) { serve(r); }, opt_.cpu_spin_us);
-    if (host_backend)
-      exchange_ = std::make_unique<HostExchangeDevice>(*xbuf_, *dispatcher_);
-    else
-      exchange_ = make_cuda_exchange_device(ops, *xbuf_, *dispatcher_);
+    exchange_ = make_exchange_device(ops, *xbuf_, *dispatcher_);
   }
   cpu_experts_ = std::vector<std::atomic<int64_t>>(host.size());
   cpu_ns_ = std::vector<std::atomic<int64_t>>(host.size());

@@ -106,7 +106,7 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
   auto host_alloc = make_host_allocator();
   ExpertBanks pinned(s.banks, *pinned_alloc), plain(s.banks, *host_alloc);
   ASSERT_NE(pinned.device_base(0), nullptr);
-  auto dslots = make_cuda_expert_slots(*gpu_, pinned, S, max_pairs);
+  auto dslots = make_expert_slots(*gpu_, pinned, S, max_pairs);
   HostExpertSlots hslots(plain, S, max_pairs);
   ExpertCache dstate(3, E, S, max_pairs), hstate(3, E, S, max_pairs);
   Tensor d_ids = dev(DType::I32, {max_pairs}), d_sid = dev(DType::I32, {max_pairs}), d_cid = dev(DType::I32, {max_pairs});
@@ -399,7 +399,7 @@ TEST_F(CudaExpertCache, ExchangeWaitTimesOutWithoutHangingTheGpu) {
     for (int i = 0; i < 5000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     release = true;
   });
-  std::unique_ptr<ExchangeDevice> xd = make_cuda_exchange_device(*gpu_, buf, disp);
+  std::unique_ptr<ExchangeDevice> xd = make_exchange_device(*gpu_, buf, disp);
   xd->ack_timeout_s = 2.0, xd->done_timeout_s = 0.1;
   Tensor x = dev(DType::BF16, {1, H}), ids = dev(DType::I32, {1, 2}), w = dev(DType::F32, {1, 2});
   Tensor out = dev(DType::F32, {1, H});

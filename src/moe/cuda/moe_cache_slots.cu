@@ -27,6 +27,7 @@
 #include "moe/cuda/moe_cache_kernels.h"
 #include "backend/cuda_factory.h"
 #include "backend/op_checks.h"
+#include "moe/cuda/cuda_factories.h"
 #include "moe/expert_slots.h"
 #include "util/log.h"
 

@@ -18,6 +18,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "moe/cuda/cuda_factories.h"
 #include "moe/host_exchange.h"
 #include "util/error.h"
 
