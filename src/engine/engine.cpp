@@ -123,7 +123,7 @@ int64_t Engine::step_buffer_bytes() const {
 
 void Engine::build_moe() {
   try {
-    moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, *plan_.moe_inputs);
+    moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, *plan_.moe_inputs, *plan_.moe, *plan_.budget);
   } catch (const Error& e) {
     throw with_embed_weights_hint(e, *model_);
   }
@@ -181,32 +181,15 @@ void Engine::drop_graphs() {
 
 Engine::~Engine() = default;
 
-std::span<const float> Engine::step(const StepBatch& batch) {
-  return step(batch.items, batch.copies_before, batch.copies_after);
-}
-
-std::span<const float> Engine::step(const std::vector<StepItem>& items) { return step(items, {}, {}); }
-
-std::span<const SampleResult> Engine::step_sample(const StepBatch& batch, std::span<const SampleRow> rows,
-                                                  std::span<const LogitEdit> edits, std::span<const uint32_t> masks) {
-  return step_sample(batch.items, batch.copies_before, batch.copies_after, rows, edits, masks);
-}
-
-std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
-                                                  std::span<const LogitEdit> edits, std::span<const uint32_t> masks) {
-  return step_sample(items, {}, {}, rows, edits, masks);
-}
-
 void Engine::copy_states(std::span<const StateCopy> copies) {
   for (const StateCopy& c : copies) kv_->copy_state(*ops_, c);
 }
 
-std::span<const float> Engine::step(const std::vector<StepItem>& items, std::span<const StateCopy> before,
-                                    std::span<const StateCopy> after) {
+std::span<const float> Engine::step(const StepBatch& batch) {
   std::lock_guard<std::mutex> lock(step_mu_);
   const ModelConfig& c = model_->config();
-  copy_states(before);  // queued before the forward reads the slots
-  const StepStart st = begin_step(items);
+  copy_states(batch.copies_before);  // queued before the forward reads the slots
+  const StepStart st = begin_step(batch.items);
   const int64_t R = st.rows;
   const int64_t logit_bytes = R * c.n_vocab * 4;
   if (h_logits_.bytes() < logit_bytes) reserve_host_logits(logit_bytes);
@@ -215,16 +198,15 @@ std::span<const float> Engine::step(const std::vector<StepItem>& items, std::spa
     graphs_.upload_done();  // the copy to the host waited for the stream
   }
   end_step(st);
-  copy_states(after);
+  copy_states(batch.copies_after);
   return {R > 0 ? static_cast<const float*>(h_logits_.data()) : nullptr, static_cast<size_t>(R * c.n_vocab)};
 }
 
-std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& items, std::span<const StateCopy> before,
-                                                  std::span<const StateCopy> after, std::span<const SampleRow> rows,
+std::span<const SampleResult> Engine::step_sample(const StepBatch& batch, std::span<const SampleRow> rows,
                                                   std::span<const LogitEdit> edits, std::span<const uint32_t> masks) {
   std::lock_guard<std::mutex> lock(step_mu_);
   const ModelConfig& c = model_->config();
-  copy_states(before);  // queued before the forward reads the slots
+  copy_states(batch.copies_before);  // queued before the forward reads the slots
   const auto n_edits = static_cast<int64_t>(edits.size());
   op_checks::sample_edits("engine step", rows.data(), static_cast<int64_t>(rows.size()), edits.data(), n_edits,
                           c.n_vocab);
@@ -242,7 +224,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
     Tensor d_rows, d_edits, d_masks, d_out;
   };
   Staged staged{rows, edits, masks, {}, {}, {}, {}};
-  const StepStart st = begin_step(items, [this, &staged](int64_t R) {
+  const StepStart st = begin_step(batch.items, [this, &staged](int64_t R) {
     const std::span<const SampleRow> rows = staged.rows;
     const std::span<const LogitEdit> edits = staged.edits;
     const std::span<const uint32_t> masks = staged.masks;
@@ -272,7 +254,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
   const int64_t R = st.rows;
   if (R == 0) {
     end_step(st);
-    copy_states(after);
+    copy_states(batch.copies_after);
     return {};
   }
   Tensor logits = d_logits_.slice(0, R);
@@ -287,7 +269,7 @@ std::span<const SampleResult> Engine::step_sample(const std::vector<StepItem>& i
   sample_busy_ = false;
   graphs_.upload_done();  // the copy to the host waited for the stream
   end_step(st);
-  copy_states(after);
+  copy_states(batch.copies_after);
   return {static_cast<const SampleResult*>(h_sample_out_.data()), static_cast<size_t>(R)};
 }
 

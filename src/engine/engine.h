@@ -51,8 +51,6 @@ class Engine {
    *  limits exceeded (tokens, sequences, logit rows, pages) or bad token ids (the copies_before may
    *  have run then, the copies_after have not). */
   std::span<const float> step(const StepBatch& batch);
-  /** step() over `items` alone (no state copies). */
-  std::span<const float> step(const std::vector<StepItem>& items);
   /** Runs one forward as step() does, then samples each logit row on the backend (Ops::sample; the
    *  sampler of backend/sampling.h) instead of returning the logits: `rows` [R] (R = sum of n_logits,
    *  in item order; a row with `skip` set draws nothing and its result is left unset), `edits` the
@@ -63,9 +61,6 @@ class Engine {
    *  makes valid rows), or a row naming a mask outside `masks` (M allowed-token masks of
    *  sample_mask_words(n_vocab) words each, uploaded with the rows; SampleRow::mask_index). */
   std::span<const SampleResult> step_sample(const StepBatch& batch, std::span<const SampleRow> rows,
-                                            std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
-  /** step_sample() over `items` alone (no state copies). */
-  std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const SampleRow> rows,
                                             std::span<const LogitEdit> edits, std::span<const uint32_t> masks = {});
 
   /** Refuses a resize this engine cannot make, changing nothing (cheap: nothing is allocated):
@@ -120,7 +115,8 @@ class Engine {
   void make_step_buffers();
   /** Bytes of the device step and forward buffers (the graphs' input block included). */
   int64_t step_buffer_bytes() const;
-  /** Builds the MoE runtime from plan_.moe_inputs and records its plan and budget in plan_. */
+  /** Builds the MoE runtime as plan_ planned it (moe, budget, moe_inputs) and records in plan_.moe
+   *  what it runs (prefetch, the provisional fetch cap). */
   void build_moe();
   /** Hybrid without --moe-fetch-cap (auto's planner included): the fetch policy of the calibration
    *  file (options.moe.calibration_dir, calibration_key) when it holds one of the candidates and
@@ -142,12 +138,6 @@ class Engine {
   /** Forgets the recorded decode graphs (synchronizes first). */
   void drop_graphs();
 
-  /** step() and step_sample() over items with their state copies (under step_mu_). */
-  std::span<const float> step(const std::vector<StepItem>& items, std::span<const StateCopy> before,
-                              std::span<const StateCopy> after);
-  std::span<const SampleResult> step_sample(const std::vector<StepItem>& items, std::span<const StateCopy> before,
-                                            std::span<const StateCopy> after, std::span<const SampleRow> rows,
-                                            std::span<const LogitEdit> edits, std::span<const uint32_t> masks);
   /** Queues the recurrent-state copies (KvCache::copy_state), in order. */
   void copy_states(std::span<const StateCopy> copies);
 

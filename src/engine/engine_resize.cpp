@@ -111,21 +111,12 @@ bool Engine::rebuild_caches(bool force_kv) {
   const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs,
                                                    options_.max_step_tokens, options_.max_logit_rows);
   if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
-  MemoryPlan p = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+  MemoryPlanInputs in{options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()};
+  in.previous = &plan_;  // the limits the start measured, not what is free with the old banks and slots held
+  MemoryPlan p = plan_memory(in);
   if (p.moe_inputs) {
-    // The limits the start measured, not what is free with the old banks and slots still held.
-    MoeRuntimeConfig& mc = *p.moe_inputs;
-    if (options_.gpu_memory_limit <= 0 && plan_.budget) mc.gpu_memory_limit = plan_.budget->gpu_memory_limit;
-    if (options_.host_memory_limit <= 0 && plan_.moe && plan_.moe->host_bank_limit > 0)
-      mc.host_memory_limit = plan_.moe->host_bank_limit;
-    MoePlan preview;
-    try {
-      preview = MoeRuntime::preview_plan(*ops_, *model_, mc);
-    } catch (const Error& e) {
-      throw with_embed_weights_hint(e, *model_);
-    }
-    const bool same = moe_ && plan_.moe && preview.cache.n_slots == plan_.moe->cache.n_slots &&
-                      preview.layers == plan_.moe->layers;
+    const bool same = moe_ && plan_.moe && p.moe->cache.n_slots == plan_.moe->cache.n_slots &&
+                      p.moe->layers == plan_.moe->layers;
     if (same) {  // the runtime stays: its experts and slots are as planned
       p.moe = plan_.moe;
       p.budget = plan_.budget;

@@ -118,7 +118,7 @@ std::optional<FetchCalibration> Engine::time_fetch_candidates(const std::vector<
     auto run = [&](int64_t start, const int32_t* tokens, int64_t n) {  // sliding-window pages as it goes
       if (!seq.advance(pools, start, start + n))
         fail(ErrorCode::kOutOfMemory, "the sliding-window KV pool or the recurrent-state slots are full");
-      step({{&seq.pages(), start, tokens, n, 1, &seq.swa_pages(), seq.state_slot()}});
+      step(StepBatch{{{&seq.pages(), start, tokens, n, 1, &seq.swa_pages(), seq.state_slot()}}});
     };
     run(0, ids.data(), prompt);
     int64_t pos = prompt;

@@ -6,11 +6,16 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda_weight_types.h"
+#include "backend/device.h"
 #include "engine/engine.h"
 #include "engine/kv_tiers.h"
 #include "model/blocks.h"
+#include "moe/host_memory.h"
+#include "moe/expert_bank.h"
 #include "quant/kv_quant.h"
 #include "util/format.h"
+#include "util/log.h"
 
 namespace ft {
 
@@ -123,24 +128,154 @@ void check_dense_memory_limit(const PlacedMemory& m, const EngineOptions& o) {
        o.max_step_tokens, format_bytes(need - limit), fix);
 }
 
-/** MoeRuntime's inputs: the flags and what is placed now. */
-MoeRuntimeConfig moe_inputs(const MemoryPlanInputs& in) {
+/** The routed experts' bytes of each layer of `host`, as stored (0: dense). */
+std::vector<int64_t> layer_expert_bytes(const HostExpertBanks& host) {
+  std::vector<int64_t> out(host.size(), 0);
+  for (size_t l = 0; l < host.size(); ++l)
+    for (const std::vector<Tensor>* v : {&host[l].gate, &host[l].up, &host[l].down})
+      for (const Tensor& t : *v) out[l] += t.bytes();
+  return out;
+}
+
+std::vector<int32_t> experts_per_layer(const HostExpertBanks& host) {
+  std::vector<int32_t> n(host.size(), 0);
+  for (size_t l = 0; l < host.size(); ++l) n[l] = host[l].n_expert();
+  return n;
+}
+
+/** The device memory limit the MoE plan is held to: --gpu-memory-limit; on a resize (`previous`) the
+ *  one the start measured, not what is free with the old banks and slots still held; the CPU backend
+ *  without the flag has none; else the device's free memory now plus what the engine placed already
+ *  (`placed`: dense weights, KV, buffers, gone from the free memory). */
+int64_t moe_gpu_limit(const MemoryPlanInputs& in, int64_t placed) {
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max() / 4;
+  if (in.options.gpu_memory_limit > 0) return in.options.gpu_memory_limit;
+  if (in.previous && in.previous->budget) return in.previous->budget->gpu_memory_limit;
+  if (in.ops.device() == Device::kCpu) return kNone;  // host memory: no limit unless one is given
+  const int64_t free_now = cuda_free_memory(0);
+  if (free_now <= 0) {
+    spdlog::warn("moe: cannot read the device's free memory; planning without a limit (set --gpu-memory-limit)");
+    return kNone;
+  }
+  return free_now + placed;
+}
+
+/** The MoE planner's budget for `in`'s model as placed now (PlacedMemory): the routed experts and one
+ *  cache slot's bytes (the experts' bias rows included), the dense weights, the KV pool and its reserve
+ *  (--kv-reserve-tokens, else the pool: -c/--kv-tokens) and the limit (moe_gpu_limit). */
+GpuMemoryBudget moe_budget(const MemoryPlanInputs& in) {
   const EngineOptions& o = in.options;
+  const HostExpertBanks& host = in.model.host_experts();
   const PlacedMemory placed = placed_memory(in);
+  GpuMemoryBudget b;
+  // The experts' biases (gpt-oss): host copies the model made, on the GPU only once an ExpertCompute
+  // holds them (every expert's, resident, under any strategy), and a row of each per cache slot
+  // (moe/expert_slots.h SlotBiases): a slot has a row in each (bias kind, width) array.
+  int64_t bias_bytes = 0;
+  std::vector<std::pair<int, int64_t>> slot_rows;  // (bias kind, width)
+  for (size_t l = 0; l < host.size(); ++l) {
+    if (host[l].n_expert() == 0) continue;
+    for (const std::vector<Tensor>* v : {&host[l].gate, &host[l].up, &host[l].down})
+      for (const Tensor& t : *v) b.expert_bytes += t.bytes();
+    const Tensor* biases[3] = {&host[l].gate_bias, &host[l].up_bias, &host[l].down_bias};
+    for (int j = 0; j < 3; ++j) {
+      if (biases[j]->empty()) continue;
+      bias_bytes += biases[j]->bytes();
+      const std::pair<int, int64_t> row{j, biases[j]->cols()};
+      if (std::find(slot_rows.begin(), slot_rows.end(), row) == slot_rows.end()) slot_rows.push_back(row);
+    }
+    b.slot_bytes = std::max(b.slot_bytes, expert_layout(host[l], static_cast<int64_t>(l)).bytes);
+    b.experts_per_layer = std::max(b.experts_per_layer, host[l].n_expert());
+    b.total_experts += host[l].n_expert();
+  }
+  for (const auto& row : slot_rows) b.slot_bytes += row.second * 4;
+  const int64_t pool_tokens = int64_t{in.kv.pool().n_pages()} * o.page_size;
+  b.kv_bytes_per_token = placed.kv_per_token;
+  b.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : pool_tokens;
+  if (o.kv_reserve_tokens < 0) b.kv_reserve_flag = "-c/--kv-tokens";  // the reserve is the pool (ft serve)
+  b.kv_page_tokens = o.page_size;
+  // The KV pool placed counts against the reserve; KV beyond it is resident like the rest.
+  const int64_t placed_kv = pool_tokens * placed.kv_per_token;
+  const int64_t extra_kv = std::max<int64_t>(pool_tokens - b.kv_reserve_tokens, 0) * placed.kv_per_token;
+  const int64_t others = placed.kv + placed.buffers - placed_kv + extra_kv;  // buffers, spare pages, extra KV
+  b.resident_bytes = std::max<int64_t>(placed.weights - b.expert_bytes, 0) + others;
+  b.gpu_memory_limit = moe_gpu_limit(in, b.resident_bytes + placed_kv - extra_kv);
+  // Not placed yet, so not in the limit's free memory above.
+  b.resident_bytes += bias_bytes + placed.workspace;
+  return b;
+}
+
+/** o.moe with MoeOptions::host_bank_limit and host_limit_source set: --host-memory-limit when given;
+ *  on a resize (`previous`) the bound the start measured; none for a checkpoint that releases its
+ *  anonymous memory into the banks; else usable_host_memory() measured now. */
+MoeOptions moe_plan_options(const MemoryPlanInputs& in) {
+  MoeOptions o = in.options.moe;
+  // Beside a GPU the host cores are free for experts: auto serves the planner (MoeOptions::auto_planner).
+  if (in.ops.device() == Device::kCuda) o.auto_planner = true;
+  if (in.options.host_memory_limit > 0) {
+    o.host_bank_limit = in.options.host_memory_limit;
+    o.host_limit_source = "--host-memory-limit";
+  } else if (in.previous && in.previous->moe && in.previous->moe->host_bank_limit > 0) {
+    o.host_bank_limit = in.previous->moe->host_bank_limit;
+    o.host_limit_source = "the host memory measured at start";
+  } else if (!in.checkpoint.releases_memory()) {
+    // RLIMIT_MEMLOCK is read and shown but does not bound the banks: the CUDA backend pins them with
+    // cudaHostRegister, which the NVIDIA driver pins outside the mlock accounting, so a container's
+    // default limit (64 KiB to 8 MiB) would otherwise move every layer to the GPU.
+    HostMemoryLimits m = read_host_memory_limits();
+    m.memlock = memlock_limit();
+    o.host_bank_limit = usable_host_memory(m, /*pinned=*/false);
+    o.host_limit_source = describe_host_memory(m, in.ops.device() == Device::kCuda, o.host_bank_limit);
+  }
+  return o;
+}
+
+/** The MoE plan for `in`'s model as placed now, its budget and what bounds its host banks. */
+struct MadeMoePlan {
+  MoePlan plan;
+  GpuMemoryBudget budget;
+  std::string host_limit_source;  // MoeOptions::host_limit_source
+};
+
+MadeMoePlan moe_plan(const MemoryPlanInputs& in) {
+  MadeMoePlan m;
+  m.budget = moe_budget(in);
+  const MoeOptions opts = moe_plan_options(in);
+  const HostExpertBanks& host = in.model.host_experts();
+  m.plan = plan_moe(opts, experts_per_layer(host), m.budget, layer_expert_bytes(host));
+  m.host_limit_source = opts.host_limit_source;
+  return m;
+}
+
+/** Experts the plan runs on the GPU (resident or through the cache) must be of a dtype the CUDA
+ *  kernels read; --moe-fetch-cap counts a layer's distinct misses per step (all tokens of a batch
+ *  together), so above a layer's expert count it can never apply. Throws kUnsupported naming the
+ *  layer, the type and the CPU alternatives; kInvalidArgument for the cap. */
+void check_moe_plan(const MemoryPlanInputs& in, const MoePlan& plan, const GpuMemoryBudget& b) {
+  const HostExpertBanks& host = in.model.host_experts();
+  for (size_t l = 0; in.ops.device() == Device::kCuda && l < plan.layers.size() && l < host.size(); ++l) {
+    const MoeLayerMode mode = plan.layers[l];
+    if ((mode != MoeLayerMode::kResident && mode != MoeLayerMode::kCache) || host[l].n_expert() == 0) continue;
+    const ExpertLayout lay = expert_layout(host[l], static_cast<int64_t>(l));
+    for (DType t : {lay.gate_type, lay.up_type, lay.down_type})
+      if (!cuda_has_weight_kernel(t))
+        fail(ErrorCode::kUnsupported,
+             "MoE layer {}: the CUDA backend has no kernel for {} experts (it reads {}); --moe-strategy cpu computes "
+             "them on the CPU, or run with --device cpu",
+             l, dtype_name(t), cuda_weight_kernel_types());
+  }
+  const int32_t max_experts = b.experts_per_layer;
+  if (in.options.moe.fetch_cap > max_experts)
+    fail(ErrorCode::kInvalidArgument,
+         "--moe-fetch-cap {} exceeds the {} experts of a layer (it counts a layer's distinct misses per step); use "
+         "0..{}, or --moe-strategy offload to fetch every miss", in.options.moe.fetch_cap, max_experts, max_experts);
+}
+
+/** MoeRuntime's options: the flags the runtime reads and the checkpoint's release hook. */
+MoeRuntimeConfig moe_runtime_config(const MemoryPlanInputs& in) {
+  const EngineOptions& o = in.options;
   MoeRuntimeConfig mc;
   mc.moe = o.moe;
-  // Beside a GPU the host cores are free for experts: auto serves the planner (MoeOptions::auto_planner).
-  if (in.ops.device() == Device::kCuda) mc.moe.auto_planner = true;
-  mc.gpu_memory_limit = o.gpu_memory_limit;
-  mc.host_memory_limit = o.host_memory_limit;
-  mc.kv_bytes_per_token = placed.kv_per_token;
-  mc.placed_kv_tokens = in.kv.pool().n_pages() * o.page_size;
-  mc.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : mc.placed_kv_tokens;
-  if (o.kv_reserve_tokens < 0) mc.kv_reserve_flag = "-c/--kv-tokens";  // the reserve is the pool (ft serve)
-  mc.kv_page_tokens = o.page_size;
-  mc.placed_bytes = placed.kv + placed.buffers;
-  mc.workspace_bytes = placed.workspace;
-  mc.weight_bytes = placed.weights;
   mc.max_tokens = o.max_step_tokens;
   // Graph-captured decode batches keep the expert cache; bigger steps stream whole layers.
   mc.stream_min_tokens = std::max<int64_t>(64, int64_t{o.cuda_graph_max_bs} + 1);
@@ -164,23 +299,29 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   MemoryPlan p;
   try {
     if (moe) {
-      MoeRuntimeConfig mc = moe_inputs(in);
+      std::optional<MadeMoePlan> made;
       bool host = embed == EmbedPlacement::kHost;
       if (embed == EmbedPlacement::kAuto) {
         // The plan with the table on the device: a cache sized by what is left takes the table's bytes
         // as slots. A plan that does not fit that way may fit without the table.
         const MoeStrategy want = o.moe.strategy;
         try {
-          const MoePlan preview = MoeRuntime::preview_plan(in.ops, model, mc);
-          host = embeddings_on_host_auto(preview, o.moe.cache, preview.cache_experts);
+          made = moe_plan(in);
+          host = embeddings_on_host_auto(made->plan, o.moe.cache, made->plan.cache_experts);
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
           host = true;
         }
       }
       WeightLoader ld(in.checkpoint, in.ops);
-      if (host && model.move_embeddings_to_host(ld)) mc = moe_inputs(in);
-      p.moe_inputs = std::move(mc);
+      if (host && model.move_embeddings_to_host(ld)) made.reset();
+      if (!made) made = moe_plan(in);
+      check_moe_plan(in, made->plan, made->budget);
+      if (!in.previous && made->plan.host_bank_limit >= 0 && o.host_memory_limit <= 0 && made->plan.host_bank_bytes > 0)
+        spdlog::info("{}", made->host_limit_source);  // measured: what bounds the banks
+      p.moe = std::move(made->plan);
+      p.budget = std::move(made->budget);
+      p.moe_inputs = moe_runtime_config(in);
     } else {
       plan_moe(o.moe, std::vector<int32_t>(static_cast<size_t>(model.config().n_layer), 0), {});  // rejects MoE-only flags
       if (embed == EmbedPlacement::kHost) {

@@ -65,9 +65,9 @@ struct MemoryPlan {
   int64_t kv_host_bytes = 0;        // the most host memory the KV tiers' saved pages take (KvTiers::pool_bytes; 0: none)
   double kv_host_gib = 0;           // --kv-host-gib
   bool prompt_cache = false;        // --prompt-cache-dir given
-  std::optional<MoeRuntimeConfig> moe_inputs;  // MoE models: what MoeRuntime budgets and plans from
-  std::optional<MoePlan> moe;                  // the plan MoeRuntime made (set once it is built)
-  std::optional<GpuMemoryBudget> budget;       // the budget it was made for
+  std::optional<MoeRuntimeConfig> moe_inputs;  // MoE models: the options MoeRuntime builds the plan with
+  std::optional<MoePlan> moe;                  // MoE models: the plan (MoeRuntime adds what it runs: prefetch, calibrated cap)
+  std::optional<GpuMemoryBudget> budget;       // the budget it was made for (limit resolved)
 };
 
 /** What plan_memory reads: the engine's options, backend, checkpoint, loaded model (its embedding
@@ -81,6 +81,10 @@ struct MemoryPlanInputs {
   const KvCache& kv;
   int64_t buffer_bytes = 0;
   WorkspaceShape workspace;
+  /** On a resize (POST /v1/admin/cache): the plan in use, whose measured limits (the device's free
+   *  memory, the host memory for the banks) are kept, not measured again with its banks and slots
+   *  still held. Null at start. */
+  const MemoryPlan* previous = nullptr;
 };
 
 /** One row of the memory plan's table (memory_rows): bytes on the backend's device and in host
@@ -109,12 +113,16 @@ int64_t memory_limit(const MemoryPlan& p);
 std::string memory_table(const MemoryPlan& p, const std::string& device);
 
 /** Plans the engine's memory once the model, the KV cache and the step buffers are placed (the options
- *  validated, --gpu-memory-limit included): decides the token embedding table's place (--embed-weights;
- *  auto: embeddings_on_host_auto over MoeRuntime::preview_plan, or host when the plan fits only so)
- *  and moves it, then for a MoE model fills the MoE inputs (the KV reserve: --kv-reserve-tokens,
- *  else the KV pool), for a dense one refuses MoE-only flags (plan_moe) and a model that does not fit the
- *  limit (kOutOfMemory naming the sizes and how many KV tokens would fit). An out-of-memory error names
- *  --embed-weights host when that would help (with_embed_weights_hint). */
+ *  validated by EngineOptions::validate). The one place the limits are resolved and held to:
+ *  decides the token embedding table's place (--embed-weights; auto: embeddings_on_host_auto over
+ *  the MoE plan with the table on the device, or host when the plan fits only so) and moves it; for a
+ *  MoE model makes the budget (--gpu-memory-limit, else the device's free memory plus what is placed;
+ *  the KV reserve: --kv-reserve-tokens, else the KV pool; --host-memory-limit, else measured) and the
+ *  plan (plan_moe, which sizes the expert cache against the budget), refusing experts the CUDA kernels
+ *  do not read and a --moe-fetch-cap above a layer's experts; for a dense model refuses MoE-only flags
+ *  (plan_moe) and a model that does not fit --gpu-memory-limit (kOutOfMemory naming the sizes and how
+ *  many KV tokens would fit). An out-of-memory error names --embed-weights host when that would help
+ *  (with_embed_weights_hint). */
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
 /** `e`, with " (or --embed-weights host: ...)" appended when it is kOutOfMemory and `model`'s token

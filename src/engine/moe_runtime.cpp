@@ -7,11 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "backend/cuda_weight_types.h"
-#include "backend/device.h"
 #include "moe/cpu_expert_executor.h"
 #include "moe/expert_bank.h"
-#include "moe/host_memory.h"
 #include "moe/split_experts.h"
 #include "moe/thread_pool.h"
 #include "util/error.h"
@@ -25,95 +22,6 @@ double moe_hit_rate(const MoeLayerStats& s) {
   return n > 0 ? static_cast<double>(s.hits) / static_cast<double>(n) : 0.0;
 }
 
-int64_t routed_expert_bytes(const HostExpertBanks& host) {
-  int64_t bytes = 0;
-  for (const ExpertBank& b : host)
-    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
-      for (const Tensor& t : *v) bytes += t.bytes();
-  return bytes;
-}
-
-MoeOptions moe_plan_options(Ops& ops, const MoeRuntimeConfig& config) {
-  MoeOptions o = config.moe;
-  if (config.host_memory_limit > 0) {
-    o.host_bank_limit = config.host_memory_limit;
-    o.host_limit_source = "--host-memory-limit";
-  } else if (!(config.release_source && config.source_releases_memory)) {
-    // RLIMIT_MEMLOCK is read and shown but does not bound the banks: the CUDA backend pins them with
-    // cudaHostRegister, which the NVIDIA driver pins outside the mlock accounting, so a container's
-    // default limit (64 KiB to 8 MiB) would otherwise move every layer to the GPU.
-    HostMemoryLimits m = read_host_memory_limits();
-    m.memlock = memlock_limit();
-    o.host_bank_limit = usable_host_memory(m, /*pinned=*/false);
-    o.host_limit_source = describe_host_memory(m, ops.device() == Device::kCuda, o.host_bank_limit);
-  }
-  return o;
-}
-
-namespace {
-
-/** Each layer's routed experts in bytes, as stored (0: dense). */
-std::vector<int64_t> layer_expert_bytes(const HostExpertBanks& host) {
-  std::vector<int64_t> out(host.size(), 0);
-  for (size_t l = 0; l < host.size(); ++l)
-    for (const std::vector<Tensor>* v : {&host[l].gate, &host[l].up, &host[l].down})
-      for (const Tensor& t : *v) out[l] += t.bytes();
-  return out;
-}
-
-/** The memory budget of `config` for `host` on `ops` (see MoeRuntimeConfig). */
-GpuMemoryBudget make_budget(Ops& ops, const HostExpertBanks& host, const MoeRuntimeConfig& config) {
-  GpuMemoryBudget b;
-  b.expert_bytes = routed_expert_bytes(host);
-  // The experts' biases (gpt-oss): host copies the model made, on the GPU only once an ExpertCompute
-  // holds them (every expert's, resident, under any strategy), and a row of each per cache slot
-  // (moe/expert_slots.h SlotBiases), counted with the slot.
-  // A slot has a row in each (bias kind, width) array (SlotBiases::plan).
-  int64_t bias_bytes = 0;
-  std::vector<std::pair<int, int64_t>> slot_rows;  // (bias kind, width)
-  for (size_t l = 0; l < host.size(); ++l) {
-    if (host[l].n_expert() == 0) continue;
-    const Tensor* biases[3] = {&host[l].gate_bias, &host[l].up_bias, &host[l].down_bias};
-    for (int j = 0; j < 3; ++j) {
-      if (biases[j]->empty()) continue;
-      bias_bytes += biases[j]->bytes();
-      const std::pair<int, int64_t> row{j, biases[j]->cols()};
-      if (std::find(slot_rows.begin(), slot_rows.end(), row) == slot_rows.end()) slot_rows.push_back(row);
-    }
-    b.slot_bytes = std::max(b.slot_bytes, expert_layout(host[l], static_cast<int64_t>(l)).bytes);
-    b.experts_per_layer = std::max(b.experts_per_layer, host[l].n_expert());
-    b.total_experts += host[l].n_expert();
-  }
-  for (const auto& row : slot_rows) b.slot_bytes += row.second * 4;
-  b.kv_bytes_per_token = config.kv_bytes_per_token;
-  b.kv_reserve_tokens = config.kv_reserve_tokens;
-  b.kv_reserve_flag = config.kv_reserve_flag;
-  b.kv_page_tokens = config.kv_page_tokens;
-  // The KV pool already placed counts against the reserve; KV beyond it is resident like the rest.
-  const int64_t placed_kv = config.placed_kv_tokens * config.kv_bytes_per_token;
-  const int64_t extra_kv = std::max<int64_t>(config.placed_kv_tokens - config.kv_reserve_tokens, 0) * config.kv_bytes_per_token;
-  b.resident_bytes = std::max<int64_t>(config.weight_bytes - b.expert_bytes, 0) + config.placed_bytes - placed_kv + extra_kv;
-  if (config.gpu_memory_limit > 0) {
-    b.gpu_memory_limit = config.gpu_memory_limit;
-  } else if (ops.device() == Device::kCpu) {
-    b.gpu_memory_limit = std::numeric_limits<int64_t>::max() / 4;  // host memory: no limit unless one is given
-  } else {
-    const int64_t free_now = cuda_free_memory(0);
-    if (free_now <= 0) {
-      spdlog::warn("moe: cannot read the device's free memory; planning without a limit (set --gpu-memory-limit)");
-      b.gpu_memory_limit = std::numeric_limits<int64_t>::max() / 4;
-    } else {
-      // What the engine placed (dense weights, KV, buffers) is already gone from free_now.
-      b.gpu_memory_limit = free_now + b.resident_bytes + placed_kv - extra_kv;
-    }
-  }
-  // Not placed yet, so not in the limit's free memory above.
-  b.resident_bytes += bias_bytes + config.workspace_bytes;
-  return b;
-}
-
-}  // namespace
-
 const char* moe_layer_mode_name(MoeLayerMode m) {
   switch (m) {
     case MoeLayerMode::kDense: return "dense";
@@ -124,60 +32,13 @@ const char* moe_layer_mode_name(MoeLayerMode m) {
   return "?";
 }
 
-namespace {
-
-std::vector<int32_t> experts_per_layer(const HostExpertBanks& host) {
-  std::vector<int32_t> n(host.size(), 0);
-  for (size_t l = 0; l < host.size(); ++l) n[l] = host[l].n_expert();
-  return n;
-}
-
-}  // namespace
-
-MoePlan MoeRuntime::preview_plan(Ops& ops, const Model& model, const MoeRuntimeConfig& config) {
-  return plan_moe(moe_plan_options(ops, config), experts_per_layer(model.host_experts()),
-                  make_budget(ops, model.host_experts(), config), layer_expert_bytes(model.host_experts()));
-}
-
-namespace {
-
-/** Experts the plan runs on the GPU (resident or through the cache) must be of a dtype the CUDA
- *  kernels read: refused at start, naming the layer, the type and the CPU alternatives. */
-void check_gpu_expert_types(const HostExpertBanks& host, const MoePlan& plan) {
-  for (size_t l = 0; l < plan.layers.size() && l < host.size(); ++l) {
-    const MoeLayerMode mode = plan.layers[l];
-    if ((mode != MoeLayerMode::kResident && mode != MoeLayerMode::kCache) || host[l].n_expert() == 0) continue;
-    const ExpertLayout lay = expert_layout(host[l], static_cast<int64_t>(l));
-    for (DType t : {lay.gate_type, lay.up_type, lay.down_type})
-      if (!cuda_has_weight_kernel(t))
-        fail(ErrorCode::kUnsupported,
-             "MoE layer {}: the CUDA backend has no kernel for {} experts (it reads {}); --moe-strategy cpu computes "
-             "them on the CPU, or run with --device cpu",
-             l, dtype_name(t), cuda_weight_kernel_types());
-  }
-}
-
-}  // namespace
-
-MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config)
-    : log_interval_(config.decode_log_interval) {
-  // --decode-log-interval and --gpu-memory-limit were checked once, by EngineOptions::validate.
+MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config, MoePlan plan,
+                       GpuMemoryBudget budget)
+    : plan_(std::move(plan)), budget_(std::move(budget)), log_interval_(config.decode_log_interval) {
+  // The flags, the limits and the plan were checked once, by EngineOptions::validate and plan_memory.
   const HostExpertBanks& host = model.host_experts();
   const ModelConfig& c = model.config();
-  budget_ = make_budget(ops, host, config);
-  const MoeOptions plan_options = moe_plan_options(ops, config);
-  plan_ = plan_moe(plan_options, experts_per_layer(host), budget_, layer_expert_bytes(host));
-  if (plan_options.host_bank_limit >= 0 && config.host_memory_limit <= 0 && plan_.host_bank_bytes > 0)
-    spdlog::info("{}", plan_options.host_limit_source);  // measured: what bounds the banks
-  if (ops.device() == Device::kCuda) check_gpu_expert_types(host, plan_);
   n_expert_used_ = static_cast<int32_t>(c.n_expert_used);
-  // The cap counts a layer's distinct misses per step (all tokens of a batch together): above the
-  // layer's expert count it can never apply.
-  const int32_t max_experts = budget_.experts_per_layer;
-  if (config.moe.fetch_cap > max_experts)
-    fail(ErrorCode::kInvalidArgument,
-         "--moe-fetch-cap {} exceeds the {} experts of a layer (it counts a layer's distinct misses per step); use "
-         "0..{}, or --moe-strategy offload to fetch every miss", config.moe.fetch_cap, max_experts, max_experts);
   if (plan_.calibrate_fetch_cap) {
     // Until the engine's start-up calibration (Engine::calibrate_fetch_cap) picks one: half of top-k.
     const int32_t cap = default_fetch_candidate().policy.cap;

@@ -1,9 +1,9 @@
 #pragma once
-// MoeRuntime: the engine's MoE part (issue 7). From the flags (--moe-strategy, --moe-cache-*,
-// --moe-cpu-layers, --kv-reserve-tokens, --gpu-memory-limit) and what the engine already placed on
-// the backend it builds the memory budget, plans the strategy (moe/moe_plan.h: plan_moe, which calls
-// plan_cache_size) and makes the ExpertCompute the model's MoE layers call (ResidentExperts for
-// fused, OffloadedExperts for offload / hybrid / cpu). It also reports the counters: snapshots for
+// MoeRuntime: the engine's MoE part (issue 7). From the plan the engine's memory plan made
+// (engine/memory_plan.h: plan_memory budgets the flags --moe-strategy, --moe-cache-*, --moe-cpu-layers,
+// --kv-reserve-tokens and --gpu-memory-limit against what the engine placed, and calls plan_moe) it
+// makes the ExpertCompute the model's MoE layers call (ResidentExperts for fused, OffloadedExperts for
+// offload / hybrid / cpu). It also reports the counters: snapshots for
 // /v1/stats and /metrics (MoeReport) and the --decode-log-interval lines.
 #include <algorithm>
 #include <cstdint>
@@ -23,22 +23,9 @@
 
 namespace ft {
 
-/** What MoeRuntime needs besides the model. Sizes in bytes. */
+/** What MoeRuntime needs besides the model and its plan (plan_memory makes both, engine/memory_plan.h). */
 struct MoeRuntimeConfig {
-  MoeOptions moe;                    // strategy, cache request, CPU layers, hybrid fetch cap
-  int64_t gpu_memory_limit = 0;      // --gpu-memory-limit (0: the device's free memory; CPU backend: no limit)
-  /** --host-memory-limit in bytes: host memory the expert banks may take; 0: measured at start
-   *  (usable_host_memory; not for a checkpoint in anonymous memory, whose pages the banks take over).
-   *  Layers whose banks do not fit go resident on the GPU (plan_moe). */
-  int64_t host_memory_limit = 0;
-  int64_t kv_reserve_tokens = 8192;  // --kv-reserve-tokens (the engine passes its KV pool when unset)
-  std::string kv_reserve_flag = "--kv-reserve-tokens";  // the flag a refusal advises (GpuMemoryBudget)
-  int64_t kv_page_tokens = 1;                           // KV page size (GpuMemoryBudget)
-  int64_t kv_bytes_per_token = 0;    // KV of one token over all layers on the backend
-  int64_t placed_bytes = 0;          // backend memory the engine already holds besides the weights (KV, step buffers)
-  int64_t placed_kv_tokens = 0;      // tokens of the KV pool inside placed_bytes
-  int64_t workspace_bytes = 0;       // the backend's step scratch, allocated later (Ops::workspace_bytes)
-  int64_t weight_bytes = 0;          // every tensor of the checkpoint (routed experts included)
+  MoeOptions moe;                    // strategy, prefetch, CPU executor's formats (the plan is made already)
   int64_t max_tokens = 0;            // most tokens per forward
   int64_t stream_min_tokens = 64;    // forwards this long stream whole expert layers (MoeRuntimeOptions)
   int cpu_threads = 0;               // CPU expert executor workers (<= 0: one per physical core, less one with a GPU)
@@ -86,22 +73,12 @@ const char* moe_layer_mode_name(MoeLayerMode m);
 /** hits / lookups (hits, fetched misses, and misses hybrid computed on the CPU), 0 without lookups. */
 double moe_hit_rate(const MoeLayerStats& s);
 
-/** Bytes of every routed expert of `host` (gate + up + down as stored). */
-int64_t routed_expert_bytes(const HostExpertBanks& host);
-
-/** config.moe with MoeOptions::host_bank_limit and host_limit_source set: --host-memory-limit when
- *  given, else usable_host_memory() measured now on `ops`'s host (none for a checkpoint that releases
- *  its anonymous memory into the banks). */
-MoeOptions moe_plan_options(Ops& ops, const MoeRuntimeConfig& config);
-
 class MoeRuntime {
  public:
-  /** Plans and builds the experts of `model` (which must have routed experts) on `ops`. Throws
-   *  ft::Error: kInvalidArgument for contradictory flags (naming them), kOutOfMemory when the plan
-   *  does not fit (saying what is missing and which flags help), what the builders throw. */
-  MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config);
-  /** The plan the constructor would make, without building anything. Throws what plan_moe throws. */
-  static MoePlan preview_plan(Ops& ops, const Model& model, const MoeRuntimeConfig& config);
+  /** Builds the experts of `model` (which must have routed experts) on `ops` as `plan` (made by
+   *  plan_memory for `budget`) places them. Throws ft::Error: what the builders throw (kOutOfMemory
+   *  when an allocation fails). */
+  MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config, MoePlan plan, GpuMemoryBudget budget);
 
   ExpertCompute& experts() { return *experts_; }
   const MoePlan& plan() const { return plan_; }

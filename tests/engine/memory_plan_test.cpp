@@ -102,7 +102,7 @@ TEST(MemoryPlan, DenseLimitFitsExactlyAndNamesWhatIsMissing) {
   EXPECT_EQ(host->memory_plan().placed.weights, m.weights - host->memory_plan().host_mapped_bytes);
 }
 
-TEST(MemoryPlan, MoePlanCarriesItsInputsAndTheEmbeddingPlacement) {
+TEST(MemoryPlan, MoePlanCarriesItsBudgetAndTheEmbeddingPlacement) {
   EngineOptions o = small_engine_options();
   o.kv_reserve_tokens = 1024;
   o.embed_weights = EmbedPlacement::kDevice;
@@ -112,11 +112,13 @@ TEST(MemoryPlan, MoePlanCarriesItsInputsAndTheEmbeddingPlacement) {
   EXPECT_EQ(p.moe->strategy, MoeStrategy::kFused);  // no limit on the CPU backend
   EXPECT_EQ(e->moe_plan(), &*p.moe);
   const MoeRuntimeConfig& in = *p.moe_inputs;
-  EXPECT_EQ(in.weight_bytes, p.weight_bytes);
-  EXPECT_EQ(in.placed_kv_tokens, 1024);
-  EXPECT_EQ(in.kv_reserve_tokens, 1024);
-  EXPECT_EQ(in.kv_bytes_per_token, p.placed.kv_per_token);
-  EXPECT_EQ(in.placed_bytes, p.placed.kv + p.placed.buffers);
+  EXPECT_EQ(p.kv_tokens, 1024);
+  EXPECT_EQ(p.placed.weights, p.weight_bytes);
+  // What the budget holds resident: the weights but the routed experts, the KV beyond the reserve's
+  // pool (none here: the pool is the reserve), the step buffers and the backend's workspace.
+  EXPECT_EQ(p.budget->resident_bytes, p.placed.weights - p.budget->expert_bytes + p.placed.kv - 1024 * p.placed.kv_per_token +
+                                          p.placed.buffers + p.placed.workspace);
+  EXPECT_GT(p.budget->gpu_memory_limit, int64_t{1} << 60);  // the CPU backend without --gpu-memory-limit: none
   EXPECT_EQ(in.max_tokens, 512);
   EXPECT_EQ(in.stream_min_tokens, 64);  // max(64, --cuda-graph-max-bs 16 + 1)
   EXPECT_EQ(p.budget->kv_reserve_tokens, 1024);
@@ -133,7 +135,7 @@ TEST(MemoryPlan, MoePlanCarriesItsInputsAndTheEmbeddingPlacement) {
   const ModelConfig& c = host->config();
   EXPECT_EQ(h.host_mapped_bytes, c.n_vocab * c.n_embd * 2);
   EXPECT_EQ(h.placed.weights, p.weight_bytes - h.host_mapped_bytes);
-  EXPECT_EQ(h.moe_inputs->weight_bytes, h.placed.weights);
+  EXPECT_EQ(h.budget->gpu_memory_limit, everything - 1);
   EXPECT_EQ(h.moe->strategy, MoeStrategy::kFused);
   EXPECT_EQ(h.budget->resident_bytes, p.budget->resident_bytes - h.host_mapped_bytes);
 }
