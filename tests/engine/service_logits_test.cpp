@@ -74,7 +74,7 @@ TEST(ServiceLogits, PromptAndStepLogitsReachTheSink) {
     BlockTable t;
     ASSERT_TRUE(t.reserve(engine->kv().pool(), static_cast<int64_t>(all.size())));
     const auto n = static_cast<int64_t>(all.size());
-    const std::span<const float> direct = engine->step({{&t.pages(), 0, all.data(), n, n}});
+    const std::span<const float> direct = engine->step(StepBatch{{{&t.pages(), 0, all.data(), n, n}}});
     EXPECT_LE(max_row_rel_l2(sink->rows, std::vector<float>(direct.begin(), direct.end()), V), 1e-5);
     t.release(engine->kv().pool());
   }

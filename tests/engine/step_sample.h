@@ -29,19 +29,20 @@ inline int expect_step_sample_equals_host(Engine& engine, const std::vector<int3
   std::vector<BlockTable> tables(S);
   std::vector<std::vector<int32_t>> tokens(S, prompt);
   for (BlockTable& t : tables) EXPECT_TRUE(t.reserve(pool, static_cast<int64_t>(prompt.size()) + steps + 1));
-  std::vector<StepItem> items;
+  StepBatch batch;
+  std::vector<StepItem>& items = batch.items;
   for (size_t s = 0; s < S; ++s)
     items.push_back({&tables[s].pages(), 0, tokens[s].data(), static_cast<int64_t>(prompt.size()), 1});
   int differing = 0;
   for (int step = 0; step < steps; ++step) {
-    const std::span<const float> logits = engine.step(items);
+    const std::span<const float> logits = engine.step(batch);
     const std::vector<float> copy(logits.begin(), logits.end());
     std::vector<SampledToken> want;
     for (size_t s = 0; s < S; ++s) want.push_back(host[s]->sample(copy.data() + s * V));
     std::vector<SampleRow> rows(S);
     std::vector<LogitEdit> edits;
     for (size_t s = 0; s < S; ++s) dev[s]->prepare(rows[s], edits);
-    const std::span<const SampleResult> got = engine.step_sample(items, rows, edits);  // the same step again
+    const std::span<const SampleResult> got = engine.step_sample(batch, rows, edits);  // the same step again
     EXPECT_EQ(got.size(), S);
     if (got.size() != S) break;
     for (size_t s = 0; s < S; ++s) {

@@ -42,7 +42,7 @@ TEST(StepSample, RefusesRowsThatDoNotMatchTheStep) {
   BlockTable t;
   ASSERT_TRUE(t.reserve(pool, 16));
   const std::vector<int32_t> ids = {1, 403};
-  const std::vector<StepItem> items = {{&t.pages(), 0, ids.data(), 2, 1}};
+  const StepBatch items{{{&t.pages(), 0, ids.data(), 2, 1}}};
   std::vector<SampleRow> two(2);
   EXPECT_THROW(engine->step_sample(items, two, {}), Error);
   std::vector<SampleRow> one(1);
@@ -58,7 +58,7 @@ TEST(StepSample, RefusesRowsThatDoNotMatchTheStep) {
   // Two rows sharing an edit (the device would race on it), and more rows than planned.
   BlockTable u;
   ASSERT_TRUE(u.reserve(pool, 16));
-  const std::vector<StepItem> both = {{&t.pages(), 2, ids.data(), 1, 1}, {&u.pages(), 0, ids.data(), 1, 1}};
+  const StepBatch both{{{&t.pages(), 2, ids.data(), 1, 1}, {&u.pages(), 0, ids.data(), 1, 1}}};
   std::vector<SampleRow> shared(2);
   shared[0].edit_end = shared[1].edit_end = 1;
   const std::vector<LogitEdit> e1 = {{5, 1.0f, 0, 0, 0.0f}};
@@ -69,7 +69,7 @@ TEST(StepSample, RefusesRowsThatDoNotMatchTheStep) {
   BlockTable a, b;
   ASSERT_TRUE(a.reserve(narrow->kv().pool(), 16));
   ASSERT_TRUE(b.reserve(narrow->kv().pool(), 16));
-  const std::vector<StepItem> two_items = {{&a.pages(), 0, ids.data(), 1, 1}, {&b.pages(), 0, ids.data(), 1, 1}};
+  const StepBatch two_items{{{&a.pages(), 0, ids.data(), 1, 1}, {&b.pages(), 0, ids.data(), 1, 1}}};
   EXPECT_THROW(narrow->step_sample(two_items, two, {}), Error);
   a.release(narrow->kv().pool());
   b.release(narrow->kv().pool());

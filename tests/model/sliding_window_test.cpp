@@ -53,7 +53,7 @@ TEST(SlidingWindowKv, AStepWithoutTheWindowPagesIsRefused) {
   ASSERT_TRUE(t.reserve(engine->kv().pool(), 4));
   const std::vector<int32_t> ids = {1, 2, 3, 4};
   try {
-    engine->step({{&t.pages(), 0, ids.data(), 4, 1}});
+    engine->step(StepBatch{{{&t.pages(), 0, ids.data(), 4, 1}}});
     FAIL() << "a step without sliding-window pages ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("sliding-window"), std::string::npos) << e.what();

@@ -50,7 +50,7 @@ std::vector<float> prefill_logits(Engine& e, const std::vector<int32_t>& prompt)
   BlockTable t;
   EXPECT_TRUE(t.reserve(e.kv().pool(), static_cast<int64_t>(prompt.size())));
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const std::span<const float> step = e.step({StepItem{&t.pages(), 0, prompt.data(), n, n}});
+  const std::span<const float> step = e.step(StepBatch{{StepItem{&t.pages(), 0, prompt.data(), n, n}}});
   std::vector<float> out(step.begin(), step.end());
   t.release(e.kv().pool());
   return out;
