@@ -55,9 +55,6 @@ struct ServeArgs {
   int64_t max_seq_len = 0;       // 0: the model's context length
   bool state_snapshots_given = false;
   std::string chat_template;
-  std::string reasoning_format = "auto";  // llama.cpp's flag: auto, none, deepseek
-  std::string tool_call_parser = "auto";  // auto: detect_tool_call_format of the template
-  std::string reasoning_parser = "auto";  // auto: detect_reasoning_format of the template
   int shutdown_grace_s = 5;
   // llama-server's server-wide sampling defaults (--temp, --top-k, ...; flag -> value): refused, as
   // ft serve has none but --seed (requests set their own).
@@ -73,27 +70,6 @@ std::string human_count(double n) {
   if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
   if (n >= 1e6) return fmt::format("{:.2f} M", n / 1e6);
   return fmt::format("{:.1f} K", n / 1e3);
-}
-
-/** The tool-call format: --tool-call-parser NAME, or the template's (auto). Throws on an unknown name. */
-server::ToolCallFormat tool_call_format_of(const ServeArgs& f, std::string_view template_source) {
-  if (f.tool_call_parser == "auto") return server::detect_tool_call_format(template_source);
-  if (const auto tf = server::tool_call_format_from_name(f.tool_call_parser)) return *tf;
-  fail(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '{}'; valid: auto, {}", f.tool_call_parser,
-       server::tool_call_format_names());
-}
-
-/** The reasoning format: --reasoning-parser NAME|none, else llama.cpp's --reasoning-format (none, deepseek),
- *  else the template's (auto). Throws on an unknown name. */
-server::ReasoningFormat reasoning_format_of(const ServeArgs& f, std::string_view template_source) {
-  if (f.reasoning_parser != "auto") {
-    if (const auto rf = server::reasoning_format_from_name(f.reasoning_parser)) return *rf;
-    fail(ErrorCode::kInvalidArgument, "--reasoning-parser: unknown parser '{}'; valid: auto, {}", f.reasoning_parser,
-         server::reasoning_format_names());
-  }
-  if (f.reasoning_format == "none") return server::ReasoningFormat::kNone;
-  if (f.reasoning_format == "deepseek") return server::ReasoningFormat::kThink;
-  return server::detect_reasoning_format(template_source);
 }
 
 /** The API key in `path` (--api-key-file): its one non-empty line, blanks around it trimmed. Throws
@@ -122,8 +98,6 @@ int run_serve(ServeArgs& f) {
            "(temperature, top_k, top_p, min_p, repeat_penalty; max_tokens or n_predict), and a request that sets "
            "none samples as OpenAI's API does (temperature 1, no top-k/top-p/min-p, to the end of the context)",
            names.substr(names.rfind(',') + 1), value);
-  tool_call_format_of(f, "");  // an unknown parser name is refused before anything loads
-  reasoning_format_of(f, "");
   const int max_running = f.scheduler.max_running;
   EngineOptions& eo = f.engine;
   eo.max_seqs = max_running;
@@ -172,8 +146,10 @@ int run_serve(ServeArgs& f) {
   const ModelTemplate tmpl = model_chat_template(*opened, vocab, f.chat_template);
   const std::string& template_from = tmpl.origin;
   ChatTemplate chat_template(tmpl.source, tmpl.bos_token, tmpl.eos_token);
-  const server::ToolCallFormat tool_call_format = tool_call_format_of(f, tmpl.source);
-  const server::ReasoningFormat reasoning_format = reasoning_format_of(f, tmpl.source);
+  const server::ToolCallFormat tool_call_format =
+      f.server.tool_call_format.value_or(server::detect_tool_call_format(tmpl.source));
+  const server::ReasoningFormat reasoning_format =
+      f.server.reasoning_format.value_or(server::detect_reasoning_format(tmpl.source));
   std::unique_ptr<Engine> engine = Engine::load(std::move(opened), eo);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -243,14 +219,14 @@ int run_serve(ServeArgs& f) {
   const std::string tool_calls =
       sm.renders_tools
           ? fmt::format("{}{}", server::tool_call_format_name(sm.tool_call_format),
-                        f.tool_call_parser == "auto" ? "" : " (--tool-call-parser)")
+                        f.server.tool_call_format ? " (--tool-call-parser)" : "")
           : std::string("none: the template does not render tools, so requests with tools get 400");
   const std::string reasoning =
       reasoning_format == server::ReasoningFormat::kNone
           ? std::string("none")
           : fmt::format("{} ({}...{}){}", server::reasoning_format_name(reasoning_format),
                         server::reasoning_tags(reasoning_format).open, server::reasoning_tags(reasoning_format).close,
-                        f.reasoning_parser != "auto" || f.reasoning_format != "auto" ? " (flag)" : "") +
+                        f.server.reasoning_format ? " (flag)" : "") +
       (!so.enable_thinking ? "" : fmt::format(", enable_thinking {} unless asked (--reasoning)", *so.enable_thinking));
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
               template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
@@ -343,20 +319,44 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--chat-template,--chat-template-file", f->chat_template,
                   "Jinja chat template file (default: the model's own)")
       ->group(model);
-  cmd->add_option("--tool-call-parser", f->tool_call_parser,
-                  "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
-                      server::tool_call_format_names())
-      ->capture_default_str()
+  // The parser flags set ServerOptions' typed fields; an unknown name is refused while parsing.
+  auto parser_name = [](auto from_name, std::string names) {
+    return CLI::Validator(
+        [from_name, names](std::string& v) {
+          return v == "auto" || from_name(v) ? std::string() : "unknown parser '" + v + "'; valid: auto, " + names;
+        },
+        "NAME");
+  };
+  cmd->add_option_function<std::string>(
+         "--tool-call-parser",
+         [f](const std::string& v) {
+           f->server.tool_call_format = v == "auto" ? std::nullopt : server::tool_call_format_from_name(v);
+         },
+         "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
+             server::tool_call_format_names())
+      ->default_str("auto")
+      ->check(parser_name(server::tool_call_format_from_name, server::tool_call_format_names()))
       ->group(model);
-  cmd->add_option("--reasoning-parser", f->reasoning_parser,
-                  "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
-                      server::reasoning_format_names())
-      ->capture_default_str()
+  cmd->add_option_function<std::string>(
+         "--reasoning-parser",
+         [f](const std::string& v) {
+           f->server.reasoning_format = v == "auto" ? std::nullopt : server::reasoning_format_from_name(v);
+         },
+         "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
+             server::reasoning_format_names())
+      ->default_str("auto")
+      ->check(parser_name(server::reasoning_format_from_name, server::reasoning_format_names()))
       ->group(model);
-  cmd->add_option("--reasoning-format", f->reasoning_format,
-                  "llama.cpp's form of --reasoning-parser: auto (the template's), none (replies as the model wrote "
-                  "them), deepseek (a leading <think> block goes to reasoning_content)")
-      ->capture_default_str()
+  cmd->add_option_function<std::string>(
+         "--reasoning-format",
+         [f, cmd](const std::string& v) {
+           if (cmd->count("--reasoning-parser") > 0) return;  // the parser flag names the format itself
+           if (v == "none") f->server.reasoning_format = server::ReasoningFormat::kNone;
+           if (v == "deepseek") f->server.reasoning_format = server::ReasoningFormat::kThink;
+         },
+         "llama.cpp's form of --reasoning-parser: auto (the template's), none (replies as the model wrote "
+         "them), deepseek (a leading <think> block goes to reasoning_content)")
+      ->default_str("auto")
       ->check(CLI::IsMember({"auto", "none", "deepseek"}))
       ->group(model);
 

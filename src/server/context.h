@@ -47,6 +47,12 @@ struct ServerOptions {
    *  template's model writes one (--reasoning-parser none: false); false: replies are left as the
    *  model wrote them. */
   bool split_reasoning = false;
+  /** --tool-call-parser: how replies carry tool calls (vLLM's parser names); nullopt (auto): the chat
+   *  template's (detect_tool_call_format), chosen once the template is read. */
+  std::optional<ToolCallFormat> tool_call_format;
+  /** --reasoning-parser (or llama.cpp's --reasoning-format none|deepseek): how replies carry reasoning;
+   *  nullopt (auto): the chat template's (detect_reasoning_format). */
+  std::optional<ReasoningFormat> reasoning_format;
   /** --reasoning on|off: the chat template's enable_thinking for requests that set none
    *  (chat_template_kwargs, Anthropic's thinking); unset (auto): the template's own default. */
   std::optional<bool> enable_thinking;

@@ -92,6 +92,35 @@ Result serve_until_listening(const std::string& args, const std::string& tag) {
   return r;
 }
 
+TEST(Usage, ServeParserNamesAreCheckedAtTheFlag) {
+  // The parser flags name ServerOptions' typed formats: an unknown name is refused while parsing
+  // (exit 2, the valid names listed), before the model loads.
+  for (const std::string flag : {"--tool-call-parser", "--reasoning-parser"}) {
+    Result r = run_ft("serve --port 0 " + flag + " bogus");
+    EXPECT_EQ(r.code, 2) << flag << "\n" << r.err;
+    EXPECT_NE(r.err.find("unknown parser 'bogus'; valid: auto, "), std::string::npos) << flag << "\n" << r.err;
+    EXPECT_EQ(r.err.find("Loading"), std::string::npos) << flag;
+  }
+  Result fmt = run_ft("serve --port 0 --reasoning-format bogus");
+  EXPECT_EQ(fmt.code, 2) << fmt.err;
+  EXPECT_NE(fmt.err.find("--reasoning-format"), std::string::npos) << fmt.err;
+}
+
+TEST(Usage, ServeParserFlagsReachTheBanner) {
+  // --reasoning-parser wins over llama.cpp's --reasoning-format, given in either order.
+  for (const std::string args : {"--tool-call-parser hermes --reasoning-format none --reasoning-parser deepseek_r1",
+                                 "--reasoning-parser deepseek_r1 --reasoning-format none --tool-call-parser hermes"}) {
+    const std::string tmpl = quote(::ft::testing::shared_dir() + "/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    const Result r = serve_until_listening(args + " --chat-template " + tmpl, "ft_parsers_");  // renders tools
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("tool calls: hermes (--tool-call-parser)"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("(<think>...</think>) (flag)"), std::string::npos) << args << "\n" << r.out;
+  }
+  const Result none = serve_until_listening("--reasoning-format none", "ft_parsers_");
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_NE(none.out.find("reasoning: none"), std::string::npos) << none.out;
+}
+
 TEST(Usage, ServeWarnsWhenMaxSeqLenIsClamped) {
   const Result r = serve_until_listening("--max-seq-len 100000 --kv-tokens 4096", "ft_seqlen_");
   ASSERT_EQ(r.code, 0) << r.err;
