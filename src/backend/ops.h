@@ -85,7 +85,9 @@ struct StateLayer {
  *  wrote as well (rms_norm, add_rms_norm, the decode attention for their output; moe_router for its
  *  input), handed by the forward pass to the ops that then read x whole (matmul, moe_experts,
  *  moe_router), so they skip quantizing x again. Empty (data null) when the backend wrote none: the
- *  CPU backend never does and ignores handles.
+ *  CPU backend never does and ignores handles. A producer given a handle writes the form (CUDA, up
+ *  to 16 rows of whole 32-element chunks); the forward pass hands one only where a reader will use
+ *  it (Ops::reads_int8_activations), so the backend keeps no state to decide that.
  *
  *  A reader uses the handle only when it names the same x (data pointer, dtype, rows, K) and its
  *  generation is the backend's current one (CUDA bumps it each time it writes the form's region),
@@ -345,6 +347,10 @@ class Ops {
   /** Waits for all queued work. */
   virtual void synchronize() = 0;
 
+  /** Whether a matmul or expert GEMV with weights of `weight` type reads int8 activations (CUDA's
+   *  integer-dot GEMV), so that a producer's int8 form (ActQ8) saves it a quantize launch. The caller
+   *  asks producers for forms only then (ForwardContext::q8_forms). CPU: false (it ignores handles). */
+  virtual bool reads_int8_activations(DType weight) const { return false; }
   /** Whether capture() records graphs (CUDA); false: the caller runs its steps eagerly. */
   virtual bool supports_graphs() const { return false; }
   /** A decode batch whose longest key range (BatchInfo::max_kv_len, tokens) is at most this takes

@@ -36,6 +36,7 @@ class ProfilingOps final : public Ops {
   const char* name() const override { return inner_->name(); }
   Device device() const override { return inner_->device(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
+  bool reads_int8_activations(DType weight) const override { return inner_->reads_int8_activations(weight); }
   Buffer alloc(int64_t bytes) override { return inner_->alloc(bytes); }
   Buffer alloc_host(int64_t bytes) override { return inner_->alloc_host(bytes); }
   Tensor make_resident(const Tensor& host, Buffer& storage) override { return inner_->make_resident(host, storage); }

@@ -30,6 +30,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
     : options_(options), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
   check_options();  // before the weights load
   model_ = load_model(*ckpt_, *ops_, options_.progress);
+  for (const TensorInfo& t : ckpt_->tensors()) q8_forms_ = q8_forms_ || ops_->reads_int8_activations(t.dtype);
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
   const bool graphs = ops_->supports_graphs() && options_.cuda_graph_max_bs > 0;
@@ -402,6 +403,7 @@ void Engine::forward(const BatchInfo& batch, const BatchInfo* swa_batch, const T
                      const Tensor& logits) {
   ForwardContext ctx{*ops_, batch, ids, rows, logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_,
                      dump_ ? &dump_ : nullptr, swa_batch};
+  ctx.q8_forms = q8_forms_;
   model_->forward(ctx);
 }
 

@@ -164,6 +164,7 @@ class Engine {
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<MoeRuntime> moe_;
+  bool q8_forms_ = false;  // ForwardContext::q8_forms: a weight of the checkpoint is read by an integer-dot GEMV
   std::mutex step_mu_;  // held by step() and moe_report()
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<ForwardState> state_;

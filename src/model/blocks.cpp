@@ -93,7 +93,7 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
   ActQ8 attn_q8;  // attn's int8 form when the (decode) attention wrote it, for the output projection
   if (spec.qk_norm == QkNorm::kPerHead) {  // per-head QK-norm, RoPE, k and v into the pages, attention
     ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, ap, q, k, v, ctx.kv_batch(l),
-                               kv, attn, &attn_q8);  // [T, n_head * head_dim]
+                               kv, attn, ctx.q8(attn_q8));  // [T, n_head * head_dim]
   } else {
     if (spec.qk_norm == QkNorm::kFull) {
       ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
@@ -102,7 +102,7 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.rope(spec.rope, q, ctx.batch.positions);
     ops.rope(spec.rope, k, ctx.batch.positions);
     ops.kv_write(ctx.kv_batch(l), k, v, kv);
-    ops.attention(ap, ctx.kv_batch(l), q, kv, attn, &attn_q8);  // [T, n_head * head_dim]
+    ops.attention(ap, ctx.kv_batch(l), q, kv, attn, ctx.q8(attn_q8));  // [T, n_head * head_dim]
   }
   if (!w.wgate.empty()) {
     Tensor gate = s.attn_gate.slice(0, T);
@@ -111,7 +111,7 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     attn_q8 = ActQ8{};  // attn changed: its form is no longer its
   }
   ctx.dump_if("kqv_out", l, attn);
-  ops.matmul(attn, w.wo, out, w.bo, &attn_q8);  // [T, H]
+  ops.matmul(attn, w.wo, out, w.bo, ctx.q8(attn_q8));  // [T, H]
 }
 
 // ---- feed-forward ----
@@ -207,9 +207,9 @@ void lm_head(ForwardContext& ctx, const OutputWeights& w, const RmsNormParams& n
   Tensor rows = ctx.state.out_rows.slice(0, ctx.logit_rows.numel());  // [R, H]
   ctx.ops.embedding(x, ctx.logit_rows, rows);
   ActQ8 rows_q8;  // the norm's int8 form of rows, for the LM head's GEMV
-  ctx.ops.rms_norm(norm, rows, w.output_norm, rows, &rows_q8);
+  ctx.ops.rms_norm(norm, rows, w.output_norm, rows, ctx.q8(rows_q8));
   ctx.dump_if("result_norm", -1, rows);
-  ctx.ops.matmul(rows, w.output, ctx.logits, Tensor(), &rows_q8);  // [R, V]
+  ctx.ops.matmul(rows, w.output, ctx.logits, Tensor(), ctx.q8(rows_q8));  // [R, V]
   ctx.dump_if("result_output", -1, ctx.logits);
 }
 

@@ -50,14 +50,14 @@ class Decoder final : public Model {
     // normalises the logit rows only). h_q8: h's int8 form as its norm wrote it (or the router,
     // moe_block), handed to the ops that read h whole until the next norm rewrites h.
     ActQ8 h_q8;
-    if (config_.n_layer > 0) ops.rms_norm(norm, x, layers_[0].attn_norm, h, &h_q8);
+    if (config_.n_layer > 0) ops.rms_norm(norm, x, layers_[0].attn_norm, h, ctx.q8(h_q8));
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
       ctx.dump_if("attn_norm", l, h);
-      if (config_.is_linear_layer(l)) gated_delta_net_block(ctx, l, gdn_, gdn_norm_, L.gdn, h, o, &h_q8);
-      else if (config_.is_mla()) mla_block(ctx, l, mla_spec_, L.mla, h, o, &h_q8);
-      else attention_block(ctx, l, spec_, L.attn, h, o, &h_q8);
-      ops.add_rms_norm(norm, x, o, L.ffn_norm, h, &h_q8);
+      if (config_.is_linear_layer(l)) gated_delta_net_block(ctx, l, gdn_, gdn_norm_, L.gdn, h, o, ctx.q8(h_q8));
+      else if (config_.is_mla()) mla_block(ctx, l, mla_spec_, L.mla, h, o, ctx.q8(h_q8));
+      else attention_block(ctx, l, spec_, L.attn, h, o, ctx.q8(h_q8));
+      ops.add_rms_norm(norm, x, o, L.ffn_norm, h, ctx.q8(h_q8));
       ctx.dump_if("ffn_inp", l, x);
       ctx.dump_if("ffn_norm", l, h);
       if (L.moe.gate_inp) {
@@ -71,14 +71,14 @@ class Decoder final : public Model {
           pf.router_biases[pf.targets.n] = layers_[static_cast<size_t>(t)].moe.gate_inp_b;
           pf.targets.add(t);
         }
-        moe_block(ctx, l, router_, L.moe, h, o, pf, &h_q8);
+        moe_block(ctx, l, router_, L.moe, h, o, pf, ctx.q8(h_q8));
         ctx.dump_if("ffn_moe_out", l, o);
       } else {
-        gated_mlp(ctx, L.mlp, h, o, &h_q8);
+        gated_mlp(ctx, L.mlp, h, o, ctx.q8(h_q8));
         ctx.dump_if("ffn_out", l, o);
       }
       if (l + 1 < config_.n_layer)
-        ops.add_rms_norm(norm, x, o, layers_[static_cast<size_t>(l + 1)].attn_norm, h, &h_q8);
+        ops.add_rms_norm(norm, x, o, layers_[static_cast<size_t>(l + 1)].attn_norm, h, ctx.q8(h_q8));
       else ops.add(x, o, x);
       ctx.dump_if("l_out", l, x);
     }

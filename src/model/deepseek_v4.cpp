@@ -368,14 +368,14 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
   Tensor h = ctx.state.h.slice(0, T), o = ctx.state.sub_out.slice(0, T);
   auto sub_block = [&](int64_t l, const HyperConn& hc, const Tensor& norm_w, bool attn) {
     ActQ8 flat_q8;  // flat's int8 form when its norm wrote it (rows up to 8192 wide)
-    ops.rms_norm(norm, streams, ones_flat_, flat, &flat_q8);
-    ops.matmul(flat, hc.fn, mixes, Tensor(), &flat_q8);
+    ops.rms_norm(norm, streams, ones_flat_, flat, ctx.q8(flat_q8));
+    ops.matmul(flat, hc.fn, mixes, Tensor(), ctx.q8(flat_q8));
     ops.hc_pre(hp, streams, mixes, hc.base, hc.scale, coll, post, comb);
     ActQ8 h_q8;  // h's int8 form as its norm wrote it, for the projections of h
-    ops.rms_norm(norm, coll, norm_w, h, &h_q8);
+    ops.rms_norm(norm, coll, norm_w, h, ctx.q8(h_q8));
     ctx.dump_if(attn ? "attn_norm" : "ffn_norm", l, h);
-    if (attn) attention(ctx, l, h, o, &h_q8);
-    else ffn(ctx, l, h, o, &h_q8);
+    if (attn) attention(ctx, l, h, o, ctx.q8(h_q8));
+    else ffn(ctx, l, h, o, ctx.q8(h_q8));
     ctx.dump_if(attn ? "attn_out" : "ffn_moe_out", l, o);
     ops.hc_post(hp, streams, o, post, comb, next);
     std::swap(streams, next);
@@ -387,9 +387,9 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
     ctx.dump_if("l_out", l, streams);
   }
   ActQ8 flat_q8;
-  ops.rms_norm(norm, streams, ones_flat_, flat, &flat_q8);
+  ops.rms_norm(norm, streams, ones_flat_, flat, ctx.q8(flat_q8));
   Tensor head_mix = s.mixes.slice(0, T).reshape({T * (2 + n), n}).slice(0, T);
-  ops.matmul(flat, hc_head_.fn, head_mix, Tensor(), &flat_q8);
+  ops.matmul(flat, hc_head_.fn, head_mix, Tensor(), ctx.q8(flat_q8));
   ops.hc_pre(hp, streams, head_mix, hc_head_.base, hc_head_.scale, coll, Tensor(), Tensor());
   OutputWeights io;
   io.tok_embd = tok_embd_, io.output_norm = output_norm_, io.output = output_;
@@ -407,8 +407,8 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   Tensor qa = s.qa.slice(0, T), q = ctx.state.q.slice(0, T), kv = s.kv.slice(0, T), att = s.attn.slice(0, T);
   ActQ8 qa_q8;  // qa's form from its norm (h's then goes stale: later projections of h quantize)
   ops.matmul(h, L.wq_a, qa, Tensor(), h_q8);
-  ops.rms_norm(norm, qa, L.q_norm, qa, &qa_q8);
-  ops.matmul(qa, L.wq_b, q, Tensor(), &qa_q8);
+  ops.rms_norm(norm, qa, L.q_norm, qa, ctx.q8(qa_q8));
+  ops.matmul(qa, L.wq_b, q, Tensor(), ctx.q8(qa_q8));
   Tensor heads = q.reshape({T * nh, hd});
   ops.rms_norm(norm, heads, ones_head_, heads);
   ops.matmul(h, L.wkv, kv, Tensor(), h_q8);
@@ -446,7 +446,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     Tensor ient(s.ient.data, s.ient.dtype, {S, M, id_}, s.ient.device);
     ops.compress_kv(L.idx_comp.p, b, iproj, pages, L.idx_comp.ape, L.idx_comp.norm, ient);
     Tensor iq = s.iq.slice(0, T), iw = s.iw.slice(0, T);
-    ops.matmul(qa, L.idx_wq_b, iq, Tensor(), &qa_q8);
+    ops.matmul(qa, L.idx_wq_b, iq, Tensor(), ctx.q8(qa_q8));
     ops.matmul(h, L.idx_w, iw, Tensor(), h_q8);
     IndexerParams ip;
     ip.n_head = static_cast<int32_t>(ih_);

@@ -155,14 +155,14 @@ class Gemma4 final : public Model {
     for (int64_t l = 0; l < L; ++l) {
       const Layer& Ly = layers_[static_cast<size_t>(l)];
       ActQ8 h_q8;  // h's int8 form as its norm wrote it, for the projections of h
-      ops.rms_norm(norm, x, Ly.attn_norm, h, &h_q8);
+      ops.rms_norm(norm, x, Ly.attn_norm, h, ctx.q8(h_q8));
       ctx.dump_if("attn_norm", l, h);
-      attention(ctx, l, Ly, h, o, &h_q8);
+      attention(ctx, l, Ly, h, o, ctx.q8(h_q8));
       ops.rms_norm(norm, o, Ly.post_attn_norm, o);
       ops.add(x, o, x);
       ctx.dump_if("ffn_inp", l, x);
-      ops.rms_norm(norm, x, Ly.pre_ffn_norm, h, &h_q8);
-      mlp(ctx, Ly, h, o, &h_q8);
+      ops.rms_norm(norm, x, Ly.pre_ffn_norm, h, ctx.q8(h_q8));
+      mlp(ctx, Ly, h, o, ctx.q8(h_q8));
       ctx.dump_if("ffn_out", l, o);
       if (!Ly.router.empty()) {
         ops.rms_norm(norm, o, Ly.post_ffn_norm_1, o);
@@ -446,9 +446,9 @@ class Gemma4 final : public Model {
       ops.kv_write(kvb, k, v, kv);
     }
     ActQ8 attn_q8;  // attn's int8 form when the decode attention wrote it
-    ops.attention(Ly.attn, kvb, q, kv, attn, &attn_q8);  // [T, n_head * hd]
+    ops.attention(Ly.attn, kvb, q, kv, attn, ctx.q8(attn_q8));  // [T, n_head * hd]
     ctx.dump_if("kqv_out", l, attn);
-    ops.matmul(attn, Ly.wo, out, Tensor(), &attn_q8);
+    ops.matmul(attn, Ly.wo, out, Tensor(), ctx.q8(attn_q8));
   }
 
   /** out [T, H] = down(gelu_tanh(gate h) * up h). h_q8: h's int8 form from its norm (ActQ8). */
@@ -473,13 +473,13 @@ class Gemma4 final : public Model {
     const RmsNormParams np{static_cast<float>(config_.rms_eps), 0.0f};
     Tensor logits = ms.router_logits.slice(0, T), ids = ms.ids.slice(0, T), weights = ms.weights.slice(0, T);
     ActQ8 h_q8;  // h's int8 form as each norm wrote it
-    ops.rms_norm(np, x, Ly.router_norm, h, &h_q8);  // RMSNorm(x) * scale / sqrt(H)
+    ops.rms_norm(np, x, Ly.router_norm, h, ctx.q8(h_q8));  // RMSNorm(x) * scale / sqrt(H)
     const RouterParams rp{static_cast<int32_t>(config_.n_expert_used), RouterScoring::kSoftmax, true, 1.0f, 1, 1,
                           Tensor()};
-    ops.moe_router(rp, h, Ly.router, Tensor(), logits, ids, weights, ctx.batch.n_valid, &h_q8);
+    ops.moe_router(rp, h, Ly.router, Tensor(), logits, ids, weights, ctx.batch.n_valid, ctx.q8(h_q8));
     ops.moe_expert_scale(ids, Ly.expert_scale, weights);
-    ops.rms_norm(np, x, Ly.pre_ffn_norm_2, h, &h_q8);
-    ctx.experts->compute(l, h, ids, weights, out, &h_q8);
+    ops.rms_norm(np, x, Ly.pre_ffn_norm_2, h, ctx.q8(h_q8));
+    ctx.experts->compute(l, h, ids, weights, out, ctx.q8(h_q8));
   }
 
   std::vector<LayerGeom> geom_;

@@ -148,8 +148,8 @@ void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWei
   if (!w.wq_a.empty()) {
     q_a = s.q_a.slice(0, T);
     ops.matmul(h, w.wq_a, q_a, Tensor(), h_q8);  // [T, q_lora_rank]
-    ops.rms_norm(spec.norm, q_a, w.q_a_norm, q_a, &q_a_q8);
-    qin = &q_a, qin_q8 = &q_a_q8;
+    ops.rms_norm(spec.norm, q_a, w.q_a_norm, q_a, ctx.q8(q_a_q8));
+    qin = &q_a, qin_q8 = ctx.q8(q_a_q8);
   }
   ops.matmul(*qin, w.wq_nope, q_nope, Tensor(), qin_q8);  // [T, n_head * qk_nope]
   ops.matmul(*qin, w.wq_rope, q_pe, Tensor(), qin_q8);    // [T, n_head * qk_rope]

@@ -80,6 +80,13 @@ struct ForwardContext {
   /** The batch with the sliding-window pool's block tables, for layers kv.in_swa_pool(l) (nullptr:
    *  the cache has no such pool). */
   const BatchInfo* swa_batch = nullptr;
+  /** Whether producers are asked for int8 activation forms (ActQ8): some weight of the model is read
+   *  by an integer-dot GEMV (Ops::reads_int8_activations). Off, q8() hands out no handle and every
+   *  reader quantizes for itself (the same bytes; only launches differ). */
+  bool q8_forms = false;
+
+  /** `form`'s handle for the ops that write or read it, or null when q8_forms is off. */
+  ActQ8* q8(ActQ8& form) const { return q8_forms ? &form : nullptr; }
 
   /** The batch whose block tables address layer `l`'s KV pages. Throws kInternal when the layer's
    *  pages are the sliding-window pool's and no swa_batch was given. */

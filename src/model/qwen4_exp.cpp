@@ -538,7 +538,7 @@ void Qwen4Exp::forward(ForwardContext& ctx) const {
     ctx.dump_if("ffn_norm", l, h);
     if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
     ActQ8 h_q8;  // the router writes h's int8 form (h's producer wrote none) for the experts
-    moe_block(ctx, l, router_, L.moe, h, o, MoePrefetch(), &h_q8);
+    moe_block(ctx, l, router_, L.moe, h, o, MoePrefetch(), ctx.q8(h_q8));
     ctx.dump_if("ffn_moe_out", l, o);
     ops.hc_post(hp, streams, o, post, comb, next);
     std::swap(streams, next);

@@ -193,12 +193,14 @@ const uint64_t* CudaOps::expert_table(const ExpertBank& bank) {
   return static_cast<const uint64_t*>(t.dev);
 }
 
+bool CudaOps::reads_int8_activations(DType weight) const { return cuda::gemv_q8_supports(weight); }
+
 void* CudaOps::prepare_q8(const Tensor& x, ActQ8* handle) {
   constexpr int64_t kMaxRows = 16;  // the GEMV's largest batch (matmul_raw)
   const int64_t rows = x.rows(), K = x.cols();
   if (!handle) return nullptr;
   *handle = ActQ8{};
-  if (!q8_used_ || rows < 1 || rows > kMaxRows || K % 32 != 0) return nullptr;
+  if (rows < 1 || rows > kMaxRows || K % 32 != 0) return nullptr;
   void* q8 = scratch(Scratch::kQ8Prepared, cuda::gemv_q8_scratch_bytes(kMaxRows, K));
   *handle = ActQ8{q8, x.data, x.dtype, rows, K, ++q8_generation_};  // earlier handles go stale
   return q8;

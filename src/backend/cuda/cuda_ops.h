@@ -48,6 +48,7 @@ class CudaOps final : public Ops {
   void zero(Tensor t) override;
   void synchronize() override;
   bool supports_graphs() const override { return true; }
+  bool reads_int8_activations(DType weight) const override;
   /** kDecodeClusterKeys where clusters_possible(), else 0 (attention_decode.h). */
   int32_t decode_short_kv_len() const override;
   /** Captures `body` from this backend's stream (thread-local capture mode) into an instantiated
@@ -165,8 +166,6 @@ class CudaOps final : public Ops {
   void* handed_q8(const ActQ8* h, const void* x, DType dt, int64_t rows, int64_t K) const;
   // Measured on the H200 (qwen3-30b-a3b q4_k, batch 1): the router's form +2.6%, the attention's
   // +1.8%, then the norms' (a cluster of 8 blocks per row, rms_norm.cu) +2.9% more.
-  /** Notes that an integer-dot GEMV ran: from then on, prepare_q8 hands out its region. */
-  void note_q8_used() { q8_used_ = true; }
   /** How many times a producer has written the int8 form's region (Scratch::kQ8Prepared): a handle
    *  is valid only at the generation it was written at. */
   uint64_t q8_generation() const { return q8_generation_; }
@@ -185,11 +184,9 @@ class CudaOps final : public Ops {
   /** Where a kernel about to write or read the rows x K activation x (its output, or an input it reads
    *  whole) writes x's int8 form as well (Scratch::kQ8Prepared, a new generation), with `handle` set to
    *  it; null, `handle` emptied, when nobody asked (handle null) or it is not worth it (more than 16
-   *  rows, K not whole 32-element chunks, or no integer-dot GEMV has run yet: a model without such
-   *  weights). */
+   *  rows, K not whole 32-element chunks). */
   void* prepare_q8(const Tensor& x, ActQ8* handle);
 
-  bool q8_used_ = false;        // note_q8_used
   uint64_t q8_generation_ = 0;  // q8_generation
 
   struct Region {

@@ -74,7 +74,6 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
     a.y = y, a.y_f32 = y_dtype == DType::F32, a.ldy = ldy;
     if (!bias.empty()) a.bias = bias.data, a.bias_code = cuda::float_code("matmul", "bias", bias.dtype);
     if (cuda::gemv_q8_supports(w.dtype)) {  // int8 activations: as their producer wrote them, or quantized first
-      note_q8_used();
       a.q8 = x_q8;
       a.q8_ready = a.q8 != nullptr;
       if (!a.q8_ready) a.q8 = scratch(Scratch::kQ8, cuda::gemv_q8_scratch_bytes(T, K));

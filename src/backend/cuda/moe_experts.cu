@@ -245,7 +245,6 @@ void CudaOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tens
     void* q8 = nullptr;
     void* q8_h = nullptr;
     if (any_q8) {
-      note_q8_used();
       const int64_t x_bytes = (cuda::gemv_q8_scratch_bytes(T, H) + 255) / 256 * 256;
       q8 = scratch(Scratch::kQ8, h_q8 ? x_bytes + cuda::gemv_q8_scratch_bytes(P, F)
                                       : std::max(cuda::gemv_q8_scratch_bytes(T, H), cuda::gemv_q8_scratch_bytes(P, F)));
