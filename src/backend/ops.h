@@ -350,7 +350,7 @@ class Ops {
   /** Whether a matmul or expert GEMV with weights of `weight` type reads int8 activations (CUDA's
    *  integer-dot GEMV), so that a producer's int8 form (ActQ8) saves it a quantize launch. The caller
    *  asks producers for forms only then (ForwardContext::q8_forms). CPU: false (it ignores handles). */
-  virtual bool reads_int8_activations(DType weight) const { return false; }
+  virtual bool reads_int8_activations(DType /*weight*/) const { return false; }
   /** Whether capture() records graphs (CUDA); false: the caller runs its steps eagerly. */
   virtual bool supports_graphs() const { return false; }
   /** A decode batch whose longest key range (BatchInfo::max_kv_len, tokens) is at most this takes
