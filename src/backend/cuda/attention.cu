@@ -1,9 +1,8 @@
 // attention: causal GQA attention of the batch's queries over the paged KV cache (after kv_write).
 // q, out [T, n_head * head_dim] F32 or BF16; kv pages [n_pages, page_size, n_head_kv, head_dim]
 // F32 or BF16, or quantized (--kv-cache-dtype fp8 / q8_0: one-byte codes with KvLayer::k_scale /
-// v_scale, dequantized on load exactly as the CPU does; kv_quant.cuh; the general and decode kernels
-// have instantiations for them, the tensor-core kernel does not, so prefill over quantized pages stays
-// on the general kernel at any length); head_dim <= 512 (Gemma 4's full layers: 512; above 256 only this kernel serves, its tiles
+// v_scale, dequantized on load exactly as the CPU does; kv_quant.cuh; every kernel here, the decode
+// and the tensor-core kernel have instantiations for them); head_dim <= 512 (Gemma 4's full layers: 512; above 256 only this kernel serves, its tiles
 // taking 160 KB of shared memory a block at 512). Query t (sequence s, position p) attends to s's keys at positions
 // max(0, p - window + 1) .. p. fp32 scores and online softmax (flash-attention recurrence). With
 // AttentionParams::sinks each query head's sink logit joins the softmax's denominator once, where its
@@ -480,10 +479,8 @@ void CudaOps::attention(const AttentionParams& p, const BatchInfo& batch, const 
   const int64_t T = batch.n_tokens, H = p.n_head, G = p.n_head_kv, D = p.head_dim;
   if (T == 0) return;
 
-  // The tensor-core kernel reads F32 / BF16 pages only: quantized pages (fp8 / q8_0) take the general
-  // kernel below for prefill and mixed batches at any length.
-  if (tensors.kv_form == cuda::kKvFloat && batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens &&
-      cuda::attention_tc_supports(D)) {
+  // Long prefill and mixed batches over any page form (F32, BF16, fp8, q8_0): the tensor-core kernel.
+  if (batch.n_tokens != batch.n_seqs && T >= cuda::kAttnTcMinTokens && cuda::attention_tc_supports(D)) {
     return cuda::launch_attention_tc(tensors, stream_);
   }
 

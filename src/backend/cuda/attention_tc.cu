@@ -1,13 +1,14 @@
 // Tensor-core attention for long prefill batches (called by CudaOps::attention, attention.cu).
 // Same contract as the CUDA-core kernel there: q, out [T, n_head * head_dim] F32 or BF16; paged K/V
-// [n_pages, page_size, n_head_kv, head_dim] F32 or BF16; query t (sequence s, position p) attends to
+// [n_pages, page_size, n_head_kv, head_dim] F32 or BF16, or quantized (--kv-cache-dtype fp8 / q8_0:
+// one-byte codes and their scales, dequantized on load exactly as the CPU does, kv_quant.cuh); query t (sequence s, position p) attends to
 // s's keys at max(0, p - window + 1) .. p; fp32 online softmax (FlashAttention-2 recurrence: Dao,
 // "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023).
 //
 // A block has 8 warps; each warp owns 16 tokens x one query head. The block's warps take HW query
 // heads of one kv head (HW = 4, 2 or 1, dividing the group) x 8 / HW token tiles, so every key tile
 // gathered into shared memory serves 8 warps. Key tiles of 64 (32 for head_dim 256) are read from the pages (16-byte
-// loads), rounded to bf16 into row-major K and V tiles (V's B fragments come transposed from
+// loads; quantized pages 4 codes a load, times their scale), rounded to bf16 into row-major K and V tiles (V's B fragments come transposed from
 // ldmatrix .trans); S = Q K^T and O += P V are mma.sync
 // m16n8k16 bf16 products with fp32 accumulation (PTX ISA fragment layouts), S and O stay in
 // registers, P is re-packed from the S accumulators as the next A operand. Tokens of different
@@ -24,6 +25,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_quant.cuh"
 
 namespace ft::cuda {
 namespace {
@@ -32,8 +34,8 @@ constexpr int kWarpsTc = 8, kRowsTc = 16 * kWarpsTc;
 constexpr float kLog2e = 1.4426950408889634f;
 
 /** KEYS keys a tile: 64, or 32 for head_dim 256 (the K and V tiles then fit the 48 KB of static
- *  shared memory). */
-template <int D, int KEYS>
+ *  shared memory). KV: the pages' form (kKvFloat: F32 or BF16 as a.kv_f32 says; kKvFp8, kKvQ8). */
+template <int D, int KEYS, int KV>
 __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs a, int hw) {
   constexpr int kKeys = KEYS;
   constexpr int KS = D + 8;  // padded row stride (bf16 elements): conflict-free fragment loads
@@ -99,7 +101,10 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
         if (j >= lo && j <= hi) {  // keys before lo: masked for every row, and their page may be gone
           const int64_t blk = j / a.page_size;
           const int64_t page = blk < a.max_blocks ? table[blk] : -1;
-          if (page >= 0 && page < a.n_pages) off = ((page * a.page_size + j % a.page_size) * a.G + g) * D;
+          if (page >= 0 && page < a.n_pages) {
+            off = (page * a.page_size + j % a.page_size) * a.G + g;  // the head row (quantized: its index)
+            if constexpr (KV == kKvFloat) off *= D;
+          }
         }
         key_off[threadIdx.x] = off;
       }
@@ -109,7 +114,10 @@ __global__ void __launch_bounds__(kWarpsTc * 32) attention_tc_kernel(AttnTcArgs 
         const int64_t off = key_off[key];
         float kv[4] = {0, 0, 0, 0}, vv[4] = {0, 0, 0, 0};
         if (off >= 0) {
-          if (a.kv_f32) {
+          if constexpr (KV != kKvFloat) {  // d is a multiple of 4: the run lies in one 32-value block
+            load_kv_quant<KV, 4>(a.k, a.k_scale, off, D, a.kv_sph, d, kv);
+            load_kv_quant<KV, 4>(a.v, a.v_scale, off, D, a.kv_sph, d, vv);
+          } else if (a.kv_f32) {
             const float4 k4 = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(a.k) + off + d));
             const float4 v4 = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(a.v) + off + d));
             kv[0] = k4.x, kv[1] = k4.y, kv[2] = k4.z, kv[3] = k4.w;
@@ -227,17 +235,28 @@ bool attention_tc_supports(int64_t head_dim) {
   return head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
+namespace {
+
+template <int KV>
+void launch_tc(const AttnTcArgs& a, dim3 grid, int hw, cudaStream_t stream) {
+  switch (a.D) {
+    case 64: attention_tc_kernel<64, 64, KV><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    case 96: attention_tc_kernel<96, 64, KV><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    case 256: attention_tc_kernel<256, 32, KV><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+    default: attention_tc_kernel<128, 64, KV><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
+  }
+}
+
+}  // namespace
+
 void launch_attention_tc(const AttnTcArgs& a, cudaStream_t stream) {
   const int group = a.H / a.G;
   const int hw = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;  // heads per block, dividing the group
   const int64_t tokens = 16 * (kWarpsTc / hw);
   const dim3 grid(static_cast<unsigned>((a.T + tokens - 1) / tokens), static_cast<unsigned>(a.H / hw));
-  switch (a.D) {
-    case 64: attention_tc_kernel<64, 64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
-    case 96: attention_tc_kernel<96, 64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
-    case 256: attention_tc_kernel<256, 32><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
-    default: attention_tc_kernel<128, 64><<<grid, kWarpsTc * 32, 0, stream>>>(a, hw); break;
-  }
+  if (a.kv_form == kKvFp8) launch_tc<kKvFp8>(a, grid, hw, stream);
+  else if (a.kv_form == kKvQ8) launch_tc<kKvQ8>(a, grid, hw, stream);
+  else launch_tc<kKvFloat>(a, grid, hw, stream);
   FT_CUDA_LAUNCH_CHECK();
 }
 
