@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "moe/graph_replay.h"
 #endif
 
 namespace ft::testing {
@@ -304,61 +305,13 @@ TEST_F(CudaExpertCache, DecodeStepReplaysAsACudaGraph) {
     const MoePlan plan = make_plan(s.banks, gc.s, cached ? 2 * gc.depth * E : 0, gc.cap, gc.cpu_layers);
     const auto n_slots = static_cast<int32_t>(plan.cache.n_slots);  // depth 2: every expert (24 of 32)
     OffloadedExperts graphed(*gpu_, s.banks, plan, ro), eager(*gpu_, s.banks, plan, ro);
-    Tensor x = dev(DType::BF16, {1, H}), w = dev(DType::F32, {1, k});
-    Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers], out_f[kLayers];
-    for (int l = 0; l < kLayers; ++l) {
-      ids[l] = dev(DType::I32, {1, k}), guess[l] = dev(DType::I32, {1, k});
-      out_g[l] = dev(DType::BF16, {1, H}), out_e[l] = dev(DType::BF16, {1, H}), out_f[l] = dev(DType::BF16, {1, H});
-    }
     ResidentExperts fused(*gpu_, s.banks);
     const bool exact = gc.s == MoeStrategy::kOffload && !gc.cpu_layers[0];  // offload == fused, bit for bit
-    std::mt19937 rng(9);
-    auto new_inputs = [&] {
-      std::vector<float> xv(H), wv(k);
-      std::uniform_real_distribution<float> d(-1, 1);
-      for (float& f : xv) f = d(rng);
-      for (float& f : wv) f = 0.5f + 0.5f * d(rng);
-      put(x, DType::F32, xv, {1, H});
-      put(w, DType::F32, wv, {1, k});
-      for (Tensor* set : {ids, guess})
-        for (int l = 0; l < kLayers; ++l) {
-          std::vector<int32_t> iv = random_routes(1, k, E, 0.0, rng);
-          put(set[l], DType::I32, iv, {1, k});
-        }
-    };
-    auto step = [&](OffloadedExperts& ex, Tensor* out) {
-      for (int64_t l = 0; l < kLayers; ++l) {
-        const PrefetchTargets t = ex.prefetch_targets(l, 1);
-        for (int i = 0; i < t.n; ++i) ex.prefetch(t.layer[i], guess[t.layer[i]]);
-        ex.compute(l, x, ids[l], w, out[l]);
-      }
-    };
-    new_inputs();
-    step(graphed, out_g);  // warm-up: scratch and expert tables exist before capture
-    step(eager, out_e);
-    gpu_->synchronize();
-    cudaStream_t stream = dynamic_cast<CudaOps&>(*gpu_).stream();
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    step(graphed, out_g);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 30; ++i) {
-      new_inputs();
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      step(eager, out_e);
-      for (int l = 0; l < kLayers; ++l) {
-        const std::vector<float> a = read_f32(out_g[l]), b = read_f32(out_e[l]);
-        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "replay " << i << " layer " << l;
-        if (!exact) continue;
-        fused.compute(l, x, ids[l], w, out_f[l]);
-        const std::vector<float> f = read_f32(out_f[l]);
-        ASSERT_EQ(std::memcmp(a.data(), f.data(), a.size() * 4), 0) << "replay " << i << " layer " << l << " vs fused";
-      }
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replays_equal_eager<kLayers>(
+        *gpu_, graphed, eager, exact ? &fused : nullptr, H, k, E, 1.0f,
+        [&](DType dt, std::initializer_list<int64_t> shape) { return dev(dt, shape); },
+        [&](const Tensor& d, DType dt, auto& v, std::initializer_list<int64_t> shape) { put(d, dt, v, shape); },
+        [&](const Tensor& d) { return read_f32(d); }));
     EXPECT_NO_THROW(graphed.check());  // no exchange failed or timed out
     const std::vector<MoeLayerStats> gs = graphed.stats(), es = eager.stats();
     for (int l = 0; l < kLayers; ++l) EXPECT_EQ(gs[l].cpu_experts, es[l].cpu_experts) << l;

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "moe/graph_replay.h"
 #endif
 
 namespace ft::testing {
@@ -312,59 +313,11 @@ TEST_F(CudaOffloadOai, DecodeStepReplaysAsACudaGraph) {
     const MoePlan plan = make_plan(ex.s.banks, gc.s, 2 * E, gc.cap);
     OffloadedExperts graphed(*gpu_, ex.s.banks, plan, ro), eager(*gpu_, ex.s.banks, plan, ro);
     ResidentExperts fused(*gpu_, ex.s.banks);
-    Tensor x = io.dev(DType::BF16, {1, H}), w = io.dev(DType::F32, {1, k});
-    Tensor ids[kLayers], guess[kLayers], out_g[kLayers], out_e[kLayers], out_f[kLayers];
-    for (int l = 0; l < kLayers; ++l) {
-      ids[l] = io.dev(DType::I32, {1, k}), guess[l] = io.dev(DType::I32, {1, k});
-      out_g[l] = io.dev(DType::BF16, {1, H}), out_e[l] = io.dev(DType::BF16, {1, H}), out_f[l] = io.dev(DType::BF16, {1, H});
-    }
-    std::mt19937 rng(9);
-    auto new_inputs = [&] {
-      std::vector<float> xv(H), wv(k);
-      std::uniform_real_distribution<float> d(-1, 1);
-      for (float& f : xv) f = 3.0f * d(rng);
-      for (float& f : wv) f = 0.5f + 0.5f * d(rng);
-      io.put(x, DType::F32, xv, {1, H});
-      io.put(w, DType::F32, wv, {1, k});
-      for (Tensor* set : {ids, guess})
-        for (int l = 0; l < kLayers; ++l) {
-          std::vector<int32_t> iv = random_routes(1, k, E, 0.0, rng);
-          io.put(set[l], DType::I32, iv, {1, k});
-        }
-    };
-    auto step = [&](OffloadedExperts& o, Tensor* out) {
-      for (int64_t l = 0; l < kLayers; ++l) {
-        const PrefetchTargets t = o.prefetch_targets(l, 1);
-        for (int i = 0; i < t.n; ++i) o.prefetch(t.layer[i], guess[t.layer[i]]);
-        o.compute(l, x, ids[l], w, out[l]);
-      }
-    };
-    new_inputs();
-    step(graphed, out_g);  // warm-up: scratch and expert tables exist before capture
-    step(eager, out_e);
-    gpu_->synchronize();
-    cudaStream_t stream = dynamic_cast<CudaOps&>(*gpu_).stream();
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    step(graphed, out_g);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 30; ++i) {
-      new_inputs();
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      step(eager, out_e);
-      for (int l = 0; l < kLayers; ++l) {
-        const std::vector<float> a = io.read(out_g[l]), b = io.read(out_e[l]);
-        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "replay " << i << " layer " << l;
-        if (gc.s != MoeStrategy::kOffload) continue;
-        fused.compute(l, x, ids[l], w, out_f[l]);
-        const std::vector<float> f = io.read(out_f[l]);
-        ASSERT_EQ(std::memcmp(a.data(), f.data(), a.size() * 4), 0) << "replay " << i << " layer " << l << " vs fused";
-      }
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replays_equal_eager<kLayers>(
+        *gpu_, graphed, eager, gc.s == MoeStrategy::kOffload ? &fused : nullptr, H, k, E, 3.0f,
+        [&](DType dt, std::initializer_list<int64_t> shape) { return io.dev(dt, shape); },
+        [&](const Tensor& d, DType dt, auto& v, std::initializer_list<int64_t> shape) { io.put(d, dt, v, shape); },
+        [&](const Tensor& d) { return io.read(d); }));
     EXPECT_NO_THROW(graphed.check());
     std::vector<MoeLayerStats> st = graphed.stats();
     EXPECT_GT(total_moe_stats(st).misses, 0);
