@@ -36,7 +36,7 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
       ->group(kGroupEngine);
   cmd->add_option_function<std::string>(
          "--kv-cache-dtype", [&eo](const std::string& v) { eo.kv_cache_dtype = *kv_cache_dtype_from_name(v); },
-         "KV cache element type: auto (the activation dtype), f32, bf16 (CUDA: half the KV memory), fp8 "
+         "KV cache element type: auto (bf16 on CUDA, f32 on the CPU), f32, bf16 (CUDA: half of f32's memory), fp8 "
          "(E4M3, a scale a head a token) or q8_0 (int8, an f16 scale per 32 values): about half of bf16 "
          "(fp8 and q8_0: standard and sliding-window attention; MLA on CUDA refused)")
       ->default_str(kv_cache_dtype_name(eo.kv_cache_dtype))

@@ -21,7 +21,7 @@ constexpr int32_t kMaxStateSnapshots = 4096;
 
 /** --device: the backend Engine::load builds (auto: CUDA when a GPU is visible, else the CPU). */
 enum class DeviceChoice : uint8_t { kAuto, kCpu, kCuda };
-/** --kv-cache-dtype: auto (the backend's activation dtype), f32, bf16, fp8 (E4M3) or q8_0. */
+/** --kv-cache-dtype: auto (bf16 on CUDA, f32 on the CPU), f32, bf16, fp8 (E4M3) or q8_0. */
 enum class KvCacheDtype : uint8_t { kAuto, kF32, kBf16, kFp8, kQ8_0 };
 /** --embed-weights: where the token embedding table lives (auto: embeddings_on_host_auto). */
 enum class EmbedPlacement : uint8_t { kAuto, kDevice, kHost };
@@ -69,9 +69,9 @@ struct EngineOptions {
    *  (Ops::decode_short_kv_len), and replayed as graphs on backends that have them (CUDA); 0: every
    *  step eager. */
   int32_t cuda_graph_max_bs = 16;
-  /** --kv-cache-dtype: auto (the backend's activation dtype), f32, bf16 (CUDA only: half the KV
-   *  memory and decode attention bytes; keys and values rounded to bf16), fp8 or q8_0 (CPU only for
-   *  now: codes and scales, about half of bf16; quant/kv_quant.h). */
+  /** --kv-cache-dtype: auto (bf16 on CUDA, f32 on the CPU backend), f32, bf16 (CUDA only: half of
+   *  f32's KV memory and decode attention bytes; keys and values rounded to bf16), fp8 or q8_0 (codes
+   *  and scales, about half of bf16; quant/kv_quant.h; MLA on CUDA refused). */
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   /** --kv-host-gib: the host KV tier's bound in GiB (engine/kv_tiers.h): prefix-cache pages evicted
    *  from the device are kept in host memory and copied back on a later hit; 0: off. */

@@ -26,7 +26,13 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
 
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page) {
   const char* want = kv_cache_dtype_name(options.kv_cache_dtype);
-  DType kv_dtype = ops.activation_dtype();
+  // auto: bf16 on CUDA whatever the activations (as llama.cpp's f16 and vLLM's auto keep a 16-bit KV
+  // cache: half of f32's bytes, so twice the context or more expert slots in the same memory), but for
+  // compressed-KV layers (deepseek_v4, qwen4_exp: compress_kv, attention_compressed and attention_qsa
+  // keep their pages in the activation dtype); the CPU backend keeps f32 pages (it has no bf16 KV).
+  const bool compressed_kv = config.arch == "deepseek_v4" || config.arch == "qwen4_exp";
+  const DType auto_dtype = ops.device() == Device::kCuda && !compressed_kv ? DType::BF16 : ops.activation_dtype();
+  DType kv_dtype = auto_dtype;
   switch (options.kv_cache_dtype) {
     case KvCacheDtype::kAuto: break;
     case KvCacheDtype::kF32: kv_dtype = DType::F32; break;
@@ -36,13 +42,13 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
   }
   if (kv_is_quantized(kv_dtype)) {
     const bool cuda = ops.device() == Device::kCuda;
-    const char* auto_kv = cuda ? "bf16 (auto)" : "f32 (auto)";
+    const char* auto_kv = auto_dtype == DType::BF16 ? "bf16 (auto)" : "f32 (auto)";
     if (ops.device() != Device::kCpu && !cuda)
       fail(ErrorCode::kUnsupported, "--kv-cache-dtype {} is not supported on the {} backend yet; use bf16 (auto)", want,
            ops.name());
     // These layers' kernels (compress_kv, attention_compressed) read the pages as f32 and have no
     // quantized path yet.
-    if (config.arch == "deepseek_v4" || config.arch == "qwen4_exp")
+    if (compressed_kv)
       fail(ErrorCode::kUnsupported,
            "--kv-cache-dtype {}: {}'s compressed-KV attention layers (compress_kv{}) have no quantized KV path yet; "
            "use {}",

@@ -41,7 +41,7 @@ struct PlacedMemory {
 bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts);
 
 /** The KV cache's layout for a model of `config` under `options` (kv_tokens already resolved): page
- *  size, token budget (--kv-tokens), dtype (--kv-cache-dtype; auto: the backend's activation dtype),
+ *  size, token budget (--kv-tokens), dtype (--kv-cache-dtype; auto: bf16 on CUDA but for compressed-KV layers, which keep the activation dtype; f32 on the CPU),
  *  one spare page for graph padding rows when `spare_page`, recurrent-state slots (max_seqs +
  *  --state-snapshots) and the sliding-window pool's budget (at least what max_seqs windows and one step
  *  need, --swa-kv-tokens); `options` must pass EngineOptions::validate. Throws kUnsupported for bf16

@@ -242,10 +242,13 @@ TEST(MemoryPlan, QuantizedKvRefusesLayersOfMoreScalesThanThePagesHold) {
 /** CpuOps that call themselves the CUDA backend: what plan_kv_cache decides for a CUDA engine. */
 class CudaNamedOps final : public CpuOps {
  public:
-  CudaNamedOps() : CpuOps(1) {}
+  explicit CudaNamedOps(DType activations = DType::BF16) : CpuOps(1), activations_(activations) {}
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
-  DType activation_dtype() const override { return DType::BF16; }
+  DType activation_dtype() const override { return activations_; }
+
+ private:
+  DType activations_;
 };
 
 TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndCuda) {
@@ -263,8 +266,14 @@ TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndCuda) {
   bf16.dtype = DType::BF16;
   EXPECT_EQ(KvCache::bytes_per_token(bf16), 2 * 2 * 2 * 16 * 2);
   EXPECT_EQ(KvCache::bytes_per_token(q8), 2 * 2 * 2 * (16 + 2));
-  o.kv_cache_dtype = KvCacheDtype::kAuto;
+  o.kv_cache_dtype = KvCacheDtype::kAuto;  // CUDA: bf16 pages whatever the activations (the default F32)
   EXPECT_EQ(plan_kv_cache(o, qwen3, cuda, false).dtype, DType::BF16);
+  EXPECT_EQ(plan_kv_cache(o, qwen3, CudaNamedOps(DType::F32), false).dtype, DType::BF16);
+  EXPECT_EQ(plan_kv_cache(o, qwen3, cpu, false).dtype, DType::F32);
+  // compressed-KV layers keep their pages in the activation dtype (their CUDA kernels read no other)
+  const ModelConfig v4 = read_model_config(*open_checkpoint(fixture("deepseek_v4")));
+  EXPECT_EQ(plan_kv_cache(o, v4, CudaNamedOps(DType::F32), false).dtype, DType::F32);
+  EXPECT_EQ(plan_kv_cache(o, v4, cuda, false).dtype, DType::BF16);
   // CUDA: standard attention layers (full and sliding-window) take both; the plan sizes the pages
   // from the dtype as on the CPU (KvCache::bytes_for does not depend on the device).
   const ModelConfig gpt_oss = read_model_config(*open_checkpoint(fixture("gpt_oss")));
