@@ -17,7 +17,7 @@
 #include "moe/moe_test_util.h"
 #include "moe/offloaded_experts.h"
 
-namespace ft {
+namespace ft::testing {
 
 /** `dev(dtype, shape)` allocates a device tensor, `put(tensor, dtype, host values, shape)` uploads
  *  floats or int32s, `read(tensor)` returns its values as floats. x [1, H] is drawn in
@@ -81,4 +81,4 @@ void expect_graph_replays_equal_eager(Ops& gpu, OffloadedExperts& graphed, Offlo
   cudaGraphDestroy(graph);
 }
 
-}  // namespace ft
+}  // namespace ft::testing
