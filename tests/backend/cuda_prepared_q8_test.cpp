@@ -191,6 +191,28 @@ TEST_F(CudaPreparedQ8, StaleOrForeignHandlesFallBack) {
   }
 }
 
+TEST_F(CudaPreparedQ8, FormsAreAskedForOnlyWhereAGemvReadsThem) {
+  // Ops::reads_int8_activations: the weight types the integer-dot GEMV reads (the engine then asks
+  // producers for forms, ForwardContext::q8_forms); float and other quantized weights read the
+  // activations as they are. The CPU backend reads none. A producer given a handle writes its form
+  // whatever ran before it (no integer-dot GEMV first: CudaOps keeps no state to decide that).
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    EXPECT_TRUE(gpu().reads_int8_activations(t)) << dtype_name(t);
+    EXPECT_FALSE(cpu().reads_int8_activations(t)) << dtype_name(t);
+  }
+  for (DType t : {DType::F32, DType::BF16, DType::Q5_K, DType::MXFP4, DType::F8_E4M3_B32})
+    EXPECT_FALSE(gpu().reads_int8_activations(t)) << dtype_name(t);
+  auto fresh = make_cuda_ops(0, DType::BF16);
+  const int64_t T = 2, D = 256;
+  Tensor nw = arena().dev_from(rand_bf16(static_cast<size_t>(D), 411, 0.5f, 1.5f), DType::F32, {D});
+  Tensor x = arena().dev_from(rand_bf16(static_cast<size_t>(T * D), 412), DType::BF16, {T, D});
+  Tensor h = arena().dev_poisoned(DType::BF16, {T, D});
+  ActQ8 a;
+  fresh->rms_norm(RmsNormParams{1e-6f, 0.0f}, x, nw, h, &a);
+  fresh->synchronize();
+  EXPECT_NE(a.data, nullptr) << "the first producer on a new backend wrote no form";
+}
+
 TEST_F(CudaPreparedQ8, MoeExpertsAfterTheRouterEqualQuantizeLaunch) {
   const int64_t E = 8, H = 512, F = 256, T = 2;
   const int32_t k = 2;
