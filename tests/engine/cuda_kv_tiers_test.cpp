@@ -126,7 +126,9 @@ TEST(CudaKvPageIo, CopiesAreOrderedWithTheStream) {
     if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
     GTEST_SKIP() << "no CUDA device visible";
   }
-  CudaTierEngine e(fixture("qwen3"), fused_tier_options(64, 0.01));
+  EngineOptions o = fused_tier_options(64, 0.01);
+  o.kv_cache_dtype = KvCacheDtype::kF32;  // pages compared byte for byte with the f32 values written
+  CudaTierEngine e(fixture("qwen3"), o);
   auto* io = dynamic_cast<KvPageIo*>(e.tiers.view().io);
   ASSERT_NE(io, nullptr);
   Ops& ops = e.engine->ops();
