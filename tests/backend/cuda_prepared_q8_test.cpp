@@ -203,7 +203,7 @@ TEST_F(CudaPreparedQ8, FormsAreAskedForOnlyWhereAGemvReadsThem) {
   for (DType t : {DType::F32, DType::BF16, DType::Q5_K, DType::MXFP4, DType::F8_E4M3_B32})
     EXPECT_FALSE(gpu().reads_int8_activations(t)) << dtype_name(t);
   auto fresh = make_cuda_ops(0, DType::BF16);
-  const int64_t T = 2, D = 256;
+  const int64_t T = 2, D = 1024;  // a row the fused norm kernel takes (row_kernel_fits)
   Tensor nw = arena().dev_from(rand_bf16(static_cast<size_t>(D), 411, 0.5f, 1.5f), DType::F32, {D});
   Tensor x = arena().dev_from(rand_bf16(static_cast<size_t>(T * D), 412), DType::BF16, {T, D});
   Tensor h = arena().dev_poisoned(DType::BF16, {T, D});
