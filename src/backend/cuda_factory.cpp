@@ -20,7 +20,6 @@ bool cuda_has_weight_kernel(DType) { return false; }
 std::string cuda_weight_kernel_types() { return ""; }
 void set_cuda_pdl(bool) {}
 void set_cuda_moe_fusion(bool) {}
-void set_cuda_prefetch_dma(bool) {}
 
 std::unique_ptr<HostAllocator> make_pinned_host_allocator(int device) {
   fail(ErrorCode::kUnsupported, "pinned host memory for cuda device {} requested, but this build of FreeToken has no "

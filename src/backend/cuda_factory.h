@@ -28,12 +28,5 @@ void set_cuda_pdl(bool enabled);
  *  bits; for tests and A/B measurements. No effect in a build without CUDA. */
 void set_cuda_moe_fusion(bool enabled);
 
-/** For expert caches made from now on on the CUDA backend: offload's next-layer prefetch in a
- *  captured step (a CUDA graph; eager steps always use the gather kernel) copies its experts with
- *  the copy engines, driven by a host thread (true, the default unless
- *  FT_MOE_PREFETCH_DMA=0; moe/cuda/moe_cache_copy.h), or with the gather kernel on a side
- *  stream (false). Both fill the same slots; for tests and A/B measurements. No effect in a build
- *  without CUDA. */
-void set_cuda_prefetch_dma(bool enabled);
 
 }  // namespace ft

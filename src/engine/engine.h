@@ -30,12 +30,13 @@ class Engine {
   /** Opens `path` (GGUF or HF folder), builds the model on the backend named by options.device and
    *  plans KV and step buffers. Throws ft::Error from the loader (missing tensor, bad shape,
    *  unsupported arch...), kUnsupported for cuda in a build without CUDA, kInvalidArgument for
-   *  options EngineOptions::validate refuses; from the MoE plan (options.moe..., see MoeRuntime): kInvalidArgument for
-   *  contradictory MoE flags, kOutOfMemory when the chosen strategy does not fit the memory limit. */
+   *  options EngineOptions::validate refuses; from the memory plan (plan_memory, engine/memory_plan.h):
+   *  kInvalidArgument for contradictory MoE flags, kOutOfMemory when the model or the chosen strategy
+   *  does not fit the memory limit. */
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
   /** Same over a checkpoint the caller opened (open_checkpoint), e.g. to read its tokenizer first. */
   static std::unique_ptr<Engine> load(std::unique_ptr<Checkpoint> ckpt, const EngineOptions& options);
-  /** Same over an opened checkpoint and a backend (tests; the CUDA backend later). */
+  /** Same over an opened checkpoint and a backend the caller made (make_cuda_ops, CpuOps; tests). */
   Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options);
   ~Engine();
 

@@ -1,10 +1,11 @@
 #pragma once
 // The engine's memory plan (issue 32): how the KV cache is sized, what the engine placed on its
 // backend's device (weights less those read from host memory, KV cache, step buffers, the backend's
-// scratch), where the token embedding table lives (--embed-weights), the dense model's check against
-// --gpu-memory-limit and the MoE planner's inputs (engine/moe_runtime.h: MoeRuntime makes the budget
-// and the plan from them). One object, MemoryPlan: Engine::memory_plan(), printed by `ft serve`'s
-// start-up banner and /v1/stats.
+// scratch), where the token embedding table lives (--embed-weights), the limits (--gpu-memory-limit or
+// the device's free memory, the host memory for expert banks) and, for a MoE model, the budget and the
+// plan (moe/moe_plan.h plan_moe) that MoeRuntime (engine/moe_runtime.h) then builds. One function,
+// plan_memory, and one object, MemoryPlan: Engine::memory_plan(), printed by `ft serve`'s start-up
+// banner and read by /v1/stats and POST /v1/admin/cache.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,8 +47,9 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
  *  --state-snapshots) and the sliding-window pool's budget (at least what max_seqs windows and one step
  *  need, --swa-kv-tokens); `options` must pass EngineOptions::validate. Throws kUnsupported for bf16
  *  on the CPU backend, for fp8 / q8_0 (quantized pages with scales, quant/kv_quant.h) on a backend
- *  other than the CPU and for an architecture whose compressed-KV layers have no quantized path
- *  (deepseek_v4, qwen4_exp). */
+ *  other than the CPU and CUDA, on CUDA for multi-head latent attention, for a layer whose heads need
+ *  more scales a token than the pages hold, and for an architecture whose compressed-KV layers have
+ *  no quantized path (deepseek_v4, qwen4_exp). */
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page);
 
 /** The engine's memory plan. Sizes in bytes. */

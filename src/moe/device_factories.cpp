@@ -21,4 +21,6 @@ std::unique_ptr<ExchangeDevice> make_exchange_device(Ops& ops, ExchangeBuffers& 
   return std::make_unique<HostExchangeDevice>(buffers, dispatcher);
 }
 
+void set_cuda_prefetch_dma(bool) {}  // no CUDA expert cache in this build
+
 }  // namespace ft

@@ -256,6 +256,14 @@ class HostExpertSlots final : public ExpertSlots {
  *  CPU twin only; kUnsupported for another backend), moe/cuda/device_factories.cpp with it. */
 std::unique_ptr<ExpertSlots> make_expert_slots(Ops& ops, const ExpertBanks& banks, int32_t n_slots, int32_t max_pairs);
 
+/** For expert caches made from now on on the CUDA backend: offload's next-layer prefetch in a
+ *  captured step (a CUDA graph; eager steps always use the gather kernel) copies its experts with
+ *  the copy engines, driven by a host thread (true, the default unless
+ *  FT_MOE_PREFETCH_DMA=0; moe_cache_copy.h in moe/cuda/), or with the gather kernel on a side
+ *  stream (false). Both fill the same slots; for tests and A/B measurements. Defined in
+ *  moe/cuda/moe_cache_slots.cu; in a build without CUDA (moe/device_factories.cpp) it does nothing. */
+void set_cuda_prefetch_dma(bool enabled);
+
 /** Validates admit()'s tensors: ids, slot_ids (and cpu_ids unless empty) I32 [T, k] on `device`,
  *  T * k <= max_pairs, layer has experts. Throws kInvalidArgument naming the tensor. */
 void check_admit_args(const ExpertBanks& banks, Device device, int32_t max_pairs, int32_t layer, const Tensor& ids,
