@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by all test folders: where ../shared is, reading small binary files, random Q6_K
-// blocks (quant/ has no Q6_K quantizer).
+// Helpers shared by all test folders: where ../shared is, reading small binary files, random floats,
+// random Q6_K blocks (quant/ has no Q6_K quantizer).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +52,15 @@ inline std::vector<float> read_f32(const std::string& path) {
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/** n floats drawn uniformly from [lo, hi) by mt19937(seed). */
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
 }
 
 /** n_blocks random Q6_K blocks at dst: random 6-bit values and int8 scales, d such that the weights

@@ -15,17 +15,10 @@
 #include "backend/cpu/cpu_ops.h"
 #include "quant/kv_quant.h"
 #include "tensor/dtype.h"
+#include "test_util.h"
 
-namespace ft {
+namespace ft::testing {
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 TEST(CpuAttentionQuantizedKv, EqualsF32PagesOfTheDequantizedValuesBitForBit) {
   const int64_t H = 16, G = 2, D = 64, page = 16, n_pages = 16, max_blocks = 8;
@@ -109,4 +102,4 @@ TEST(CpuAttentionQuantizedKv, EqualsF32PagesOfTheDequantizedValuesBitForBit) {
 }
 
 }  // namespace
-}  // namespace ft
+}  // namespace ft::testing

@@ -32,6 +32,7 @@
 #include "quant/quant.h"
 #include "tensor/half.h"
 #include "tensor/tensor.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace ft::testing {
@@ -88,12 +89,9 @@ inline double rel_l2(const std::vector<float>& got, const std::vector<double>& w
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+/** random_floats (test_util.h) under the op tests' older name. */
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
+  return random_floats(n, seed, lo, hi);
 }
 
 /** Host data in a given stored dtype (quantized with quant/ when needed) plus its exact f32 values. */

@@ -27,14 +27,6 @@ struct Case {
   int64_t F, H;
 };
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
-
 TEST(CpuExpertExecutor, EqualsCpuBackendBitForBit) {
   const Case cases[] = {
       {DType::BF16, DType::BF16, 48, 64},
