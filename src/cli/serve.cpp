@@ -319,34 +319,25 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--chat-template,--chat-template-file", f->chat_template,
                   "Jinja chat template file (default: the model's own)")
       ->group(model);
-  // The parser flags set ServerOptions' typed fields; an unknown name is refused while parsing.
-  auto parser_name = [](auto from_name, std::string names) {
-    return CLI::Validator(
-        [from_name, names](std::string& v) {
-          return v == "auto" || from_name(v) ? std::string() : "unknown parser '" + v + "'; valid: auto, " + names;
-        },
-        "NAME");
+  // The parser flags set ServerOptions' typed fields ("auto": nullopt, the template's); an unknown
+  // name is refused while parsing, listing the valid ones.
+  auto add_parser = [&](const std::string& flag, auto& field, auto from_name, const std::string& names,
+                        const std::string& help) {
+    cmd->add_option_function<std::string>(
+           flag, [&field, from_name](const std::string& v) { field = v == "auto" ? std::nullopt : from_name(v); },
+           help + ": auto (chosen from the chat template), " + names)
+        ->default_str("auto")
+        ->check(CLI::Validator(
+            [from_name, names](std::string& v) {
+              return v == "auto" || from_name(v) ? std::string() : "unknown parser '" + v + "'; valid: auto, " + names;
+            },
+            "NAME"))
+        ->group(model);
   };
-  cmd->add_option_function<std::string>(
-         "--tool-call-parser",
-         [f](const std::string& v) {
-           f->server.tool_call_format = v == "auto" ? std::nullopt : server::tool_call_format_from_name(v);
-         },
-         "How replies carry tool calls (vLLM's parser names): auto (chosen from the chat template), " +
-             server::tool_call_format_names())
-      ->default_str("auto")
-      ->check(parser_name(server::tool_call_format_from_name, server::tool_call_format_names()))
-      ->group(model);
-  cmd->add_option_function<std::string>(
-         "--reasoning-parser",
-         [f](const std::string& v) {
-           f->server.reasoning_format = v == "auto" ? std::nullopt : server::reasoning_format_from_name(v);
-         },
-         "How replies carry reasoning, split into reasoning_content: auto (chosen from the chat template), " +
-             server::reasoning_format_names())
-      ->default_str("auto")
-      ->check(parser_name(server::reasoning_format_from_name, server::reasoning_format_names()))
-      ->group(model);
+  add_parser("--tool-call-parser", f->server.tool_call_format, server::tool_call_format_from_name,
+             server::tool_call_format_names(), "How replies carry tool calls (vLLM's parser names)");
+  add_parser("--reasoning-parser", f->server.reasoning_format, server::reasoning_format_from_name,
+             server::reasoning_format_names(), "How replies carry reasoning, split into reasoning_content");
   cmd->add_option_function<std::string>(
          "--reasoning-format",
          [f, cmd](const std::string& v) {
