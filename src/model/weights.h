@@ -43,9 +43,9 @@ class WeightLoader {
   WeightLoader(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress = nullptr);
 
   /** About the bytes `progress` will be given while the model loads: every tensor but the routed
-   *  expert matrices that stay views (GGUF "*_exps.weight"; HF tensors under ".experts." that are not
-   *  biases, FP8 matrices or their scales, or gpt-oss's fused experts: those are converted while
-   *  loading). An estimate: tensors the model never reads are in it. */
+   *  expert matrices that stay views (GGUF "*_exps.weight" but NVFP4 ones with a ".scale"; HF tensors
+   *  under ".experts." that are not biases, FP8 matrices or their scales, or gpt-oss's fused experts:
+   *  those are converted while loading). An estimate: tensors the model never reads are in it. */
   int64_t load_bytes_estimate() const;
 
   /** The checkpoint's quantization_config (method kNone for GGUF and plain checkpoints). */
@@ -69,6 +69,15 @@ class WeightLoader {
   /** Like get(), but placed in host memory the backend reads over the bus (Ops::make_host_mapped;
    *  on the CPU backend the view itself). */
   Tensor get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape);
+  /** get_stacked(), but the stack is in host memory the backend reads over the bus (for a table a
+   *  step reads a few rows of whose parts are not adjacent in the file, e.g. Qwen4-Exp's n-gram
+   *  shards). Parts that follow each other in memory (the mapped file) are placed as one view
+   *  (get_host_mapped's placement: CPU, no copy); others as one copy in Ops::host_allocator() memory, filled from the parts and then pinned (CUDA:
+   *  page-locked and mapped, returned as a Device::kCuda view at its UVA address; CPU: the host copy).
+   *  A backend whose allocator gives no device address gets make_host_mapped of the copy. The memory
+   *  is owned by take_storage(). An empty Tensor when the dtypes differ; throws what get() throws for
+   *  a missing or misshapen part, kOutOfMemory naming the size when the memory cannot be had. */
+  Tensor get_stacked_host_mapped(const std::vector<WeightName>& names, const std::vector<int64_t>& rows, int64_t cols);
   /** Rows `rows` of the validated 2-D tensor (shape `shape`), in that order, as one resident matrix
    *  [rows.size(), cols] of its dtype: for checkpoints whose projections interleave what the model
    *  keeps apart (Qwen3-Next's per-head query and output gate, its grouped q/k/v/z). A host copy on the
@@ -97,7 +106,15 @@ class WeightLoader {
    *  for. Throws
    *  kNotFound for a missing scale tensor, kInvalidFile for a misshapen tensor, a NaN block scale or a U8
    *  weight of a module the config leaves unquantized (exclude_modules / ignore), kUnsupported for rows
-   *  that are not a multiple of 16 values. */
+   *  that are not a multiple of 16 values.
+   *  GGUF NVFP4 weights with a per-tensor scale (llama.cpp's converter for ModelOpt checkpoints): an
+   *  NVFP4 `<module>.weight` with an F32 `<module>.scale` of shape [1] (or [E] for stacked experts
+   *  [E, N, K], one per expert) is repacked into NVFP4_G64 rows whose blocks carry that scale
+   *  (nvfp4_rows_from_gguf), a host copy of 5 bits a weight; `<module>.input_scale` is ignored
+   *  (weight-only use). Without `.scale` (llama.cpp leaves out a scale of 1) the NVFP4 view is used.
+   *  Throws kInvalidFile naming `<module>.scale` when it is not F32 of that shape or holds a negative
+   *  or non-finite value, kUnsupported for a `.scale` beside a weight of another type (llama.cpp would
+   *  multiply it in; FreeToken reads it for NVFP4 only). */
   Tensor host(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind = WeightKind::kMatrix);
   /** host() of a routed expert matrix the model leaves in the mapped file for the expert banks:
    *  not counted as loaded (an FP8 repack is). */
@@ -150,6 +167,9 @@ class WeightLoader {
   /** host()'s FP8 path (see there). */
   Tensor fp8_view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
                   WeightKind kind);
+  /** host()'s path for a GGUF weight with a `<module>.scale` tensor `scale` (see there). */
+  Tensor gguf_scaled_view(const TensorInfo& info, const TensorInfo& scale, const std::string& name,
+                          std::initializer_list<int64_t> shape, WeightKind kind);
   /** host()'s NVFP4 path (see there). */
   Tensor nvfp4_view(const TensorInfo& info, const std::string& name, std::initializer_list<int64_t> shape,
                     WeightKind kind);

@@ -123,6 +123,36 @@ void nvfp4_rows_from_modelopt(const uint8_t* packed, const uint8_t* scales, floa
   else repack<quant::BlockNVFP4G16, 16>(packed, scales, g, N, K, dst);
 }
 
+void nvfp4_rows_from_gguf(const uint8_t* blocks, float global_scale, int64_t N, int64_t K, uint8_t* dst) {
+  if (N < 0 || K <= 0 || K % 64 != 0)
+    fail(ErrorCode::kInvalidArgument, "nvfp4_rows_from_gguf: [{}, {}] is not whole rows of NVFP4 blocks of 64", N, K);
+  if (N > 0 && (blocks == nullptr || dst == nullptr))
+    fail(ErrorCode::kInvalidArgument, "nvfp4_rows_from_gguf: null buffer for [{}, {}]", N, K);
+  if (!std::isfinite(global_scale) || std::signbit(global_scale))
+    fail(ErrorCode::kInvalidFile, "NVFP4 global scale {} is not a non-negative finite number", global_scale);
+  Parts<64> p;
+  p.g = global_scale;
+  for (int64_t i = 0; i < N * (K / 64); ++i) {
+    const auto b = quant::load_block<quant::BlockNVFP4>(blocks, i);
+    for (int k = 0; k < 4; ++k) {
+      // ggml's UE4M3: 0x7f decodes as 0 (E4M3 0x7f would be NaN: store 0); 0xff as 480, above E4M3's 448.
+      if (b.d[k] == 0xff)
+        fail(ErrorCode::kInvalidFile, "NVFP4 block scale of row {}, values {}..{} is UE4M3 0xff (480, which llama.cpp's "
+             "converter never writes and E4M3 cannot hold)", i / (K / 64), (i % (K / 64)) * 64 + k * 16,
+             (i % (K / 64)) * 64 + k * 16 + 15);
+      const uint8_t s = b.d[k] & 0x7f;
+      p.s[k] = s == 0x7f ? 0 : s;
+      uint8_t code[16];
+      for (int j = 0; j < 8; ++j) {
+        code[j] = b.qs[8 * k + j] & 0x0f;
+        code[j + 8] = b.qs[8 * k + j] >> 4;
+      }
+      for (int j = 0; j < 8; ++j) p.qs[8 * k + j] = static_cast<uint8_t>(code[2 * j] | (code[2 * j + 1] << 4));
+    }
+    store<quant::BlockNVFP4G64, 64>(dst, i, p);
+  }
+}
+
 void nvfp4_quantize_modelopt(const float* x, int64_t N, int64_t K, uint8_t* packed, uint8_t* scales,
                              float* global_scale) {
   if (N < 0 || K <= 0 || K % 16 != 0)

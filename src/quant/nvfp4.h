@@ -48,6 +48,19 @@ DType nvfp4_row_type(int64_t K);
 void nvfp4_rows_from_modelopt(const uint8_t* packed, const uint8_t* scales, float global_scale, int64_t N,
                               int64_t K, uint8_t* dst, DType type, bool global_divides = false);
 
+/** Repacks rows of GGUF NVFP4 (quant::BlockNVFP4: 4 UE4M3 scales of 16 values, then 32 bytes whose
+ *  sub-block k holds value j in the low nibble and value j + 8 in the high nibble of byte 8k + j; the
+ *  layout llama.cpp's converter writes for ModelOpt checkpoints) with their per-tensor scale
+ *  `global_scale` (llama.cpp's `<weight>.scale`, which it multiplies into the matmul output) into
+ *  NVFP4_G64 at `dst` (dtype_bytes(NVFP4_G64, K) bytes a row): the same E2M1 codes in ModelOpt's nibble
+ *  order, each scale byte with bit 7 cleared (UE4M3 ignores it) and the UE4M3 code 0x7f, which GGUF
+ *  decodes as 0, stored as 0. dequantize_row of a row then equals GGUF's decode times global_scale up
+ *  to the float32 rounding of e4m3(s) * global_scale. Throws ft::Error(kInvalidArgument) for K not a
+ *  positive multiple of 64, N < 0 or a null buffer; kInvalidFile for a global scale that is not finite
+ *  or is negative (or -0.0), or a scale byte 0xff (ggml decodes it as 480, which E4M3 cannot hold;
+ *  the converter clears bit 7, so it never writes one), naming its row and values. */
+void nvfp4_rows_from_gguf(const uint8_t* blocks, float global_scale, int64_t N, int64_t K, uint8_t* dst);
+
 /** Quantizes float32 x [N, K] (K a multiple of 16) the way ModelOpt's NVFP4QTensor.quantize does:
  *  global_scale = amax(|x|) / (6 * 448) (1 for an all-zero x), block scale = e4m3(amax(|block|) / (6 *
  *  global_scale)) (1 for an all-zero block), codes f32_to_e2m1(x / (e4m3(scale) * global_scale)), packed

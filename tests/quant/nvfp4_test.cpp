@@ -183,5 +183,108 @@ TEST(Nvfp4, BadInputIsRefused) {
   EXPECT_THROW(nvfp4_quantize_modelopt(nullptr, 1, 24, packed.data(), scales.data(), &g), Error);
 }
 
+// ---- GGUF NVFP4 (llama.cpp's layout) with its per-tensor scale, into NVFP4_G64 ----
+
+/** E2M1 magnitudes and signs by code, from the format's definition (sign bit 3; 1 exponent bit pair). */
+constexpr double kE2m1Ref[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+
+/** GGUF's UE4M3 block scale: 4 exponent bits (bias 7) above 3 mantissa bits, subnormals at exponent
+ *  0, bit 7 outside both; the byte 0x7f (NaN in E4M3) decodes as 0 in ggml. */
+double ue4m3_ref(uint8_t x) {
+  if (x == 0x7f) return 0;
+  const int e = (x >> 3) & 0x0f, m = x & 7;
+  return e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7);
+}
+
+/** Value i of GGUF NVFP4 rows (36-byte blocks of 64: d[4], then qs[32] where sub-block k's byte j holds
+ *  value j low and value j + 8 high) times g, in double. */
+double gguf_ref(const std::vector<uint8_t>& blocks, int64_t i, double g) {
+  const uint8_t* b = blocks.data() + (i / 64) * 36;
+  const int k = static_cast<int>(i % 64) / 16, j = static_cast<int>(i % 16);
+  const uint8_t byte = b[4 + 8 * k + j % 8];
+  return kE2m1Ref[j < 8 ? byte & 0x0f : byte >> 4] * ue4m3_ref(b[k]) * g;
+}
+
+TEST(Nvfp4Gguf, KnownAnswerBlock) {
+  // Sub-block k's byte j = code j | code j + 8 << 4, so its values are codes 0..15 in order. Scales:
+  // 0x38 = 1.0, 0xc0 = 2.0 (bit 7 ignored), 0x7f (GGUF decodes 0), 0x00; global 0.5.
+  std::vector<uint8_t> block = {0x38, 0xc0, 0x7f, 0x00};
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 8; ++j) block.push_back(static_cast<uint8_t>(j | (j + 8) << 4));
+  ASSERT_EQ(block.size(), 36u);
+  std::vector<uint8_t> row(dtype_bytes(DType::NVFP4_G64, 64));
+  nvfp4_rows_from_gguf(block.data(), 0.5f, 1, 64, row.data());
+  std::vector<float> y(64);
+  dequantize_row(DType::NVFP4_G64, row.data(), y.data(), 64);
+  for (int i = 0; i < 64; ++i) {
+    const double d = i < 16 ? 1.0 : i < 32 ? 2.0 : 0.0;
+    EXPECT_EQ(y[i], static_cast<float>(kE2m1Ref[i % 16] * d * 0.5)) << i;
+  }
+  // Stored: the float32 global scale, E4M3 scales (bit 7 cleared, 0x7f as 0), codes in ModelOpt's order.
+  float g;
+  std::memcpy(&g, row.data(), 4);
+  EXPECT_EQ(g, 0.5f);
+  EXPECT_EQ(row[4], 0x38);
+  EXPECT_EQ(row[5], 0x40);
+  EXPECT_EQ(row[6], 0x00);
+  EXPECT_EQ(row[7], 0x00);
+  for (int k = 0; k < 4; ++k)
+    for (int m = 0; m < 8; ++m) EXPECT_EQ(row[8 + 8 * k + m], (2 * m) | (2 * m + 1) << 4) << k << " " << m;
+}
+
+TEST(Nvfp4Gguf, RandomRowsDecodeToGgufTimesTheScale) {
+  // Random blocks (every scale byte, 0x7f and bit 7 included): the NVFP4_G64 decode equals
+  // e2m1(q) * ue4m3(d) * g computed from the raw bytes, and GGUF's own decode times g, within float32
+  // rounding (the scale product e4m3(s) * g is rounded once).
+  std::mt19937 rng(11);
+  const int64_t N = 6, K = 192;
+  std::vector<uint8_t> blocks(N * dtype_bytes(DType::NVFP4, K));
+  for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+  for (int64_t i = 0; i < N * (K / 64); ++i)
+    for (int k = 0; k < 4; ++k)
+      if (blocks[i * 36 + k] == 0xff) blocks[i * 36 + k] = 0xfe;  // refused (BadInputIsRefused)
+  blocks[0] = 0x7f, blocks[1] = 0x80, blocks[2] = 0x00, blocks[3] = 0x7f;  // all decode 0 (NaN code, signed zero)
+  blocks[36] = 0xf9, blocks[37] = 0x01, blocks[38] = 0x7e;  // bit 7 set, the smallest subnormal, the largest
+  for (const float g : {0.0173f, 1.0f, 3.5e-5f}) {
+    std::vector<uint8_t> rows(N * dtype_bytes(DType::NVFP4_G64, K));
+    nvfp4_rows_from_gguf(blocks.data(), g, N, K, rows.data());
+    std::vector<float> got(N * K), plain(N * K);
+    dequantize_row(DType::NVFP4_G64, rows.data(), got.data(), N * K);
+    dequantize_row(DType::NVFP4, blocks.data(), plain.data(), N * K);
+    int nonzero = 0;
+    for (int64_t i = 0; i < N * K; ++i) {
+      const double want = gguf_ref(blocks, i, g);
+      nonzero += want != 0;
+      ASSERT_LE(std::fabs(got[i] - want), std::fabs(want) * 0x1p-23) << i << " g " << g;
+      ASSERT_LE(std::fabs(got[i] - static_cast<double>(plain[i]) * g), std::fabs(want) * 0x1p-23) << i;
+    }
+    EXPECT_GT(nonzero, N * K / 2);
+    for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(got[i], 0.0f) << i;  // the first block's scales all decode 0
+  }
+}
+
+TEST(Nvfp4Gguf, BadInputIsRefused) {
+  std::vector<uint8_t> blocks(72, 0x38), row(160);
+  for (const float g : {-1.0f, -0.0f, NAN, INFINITY}) {
+    try {
+      nvfp4_rows_from_gguf(blocks.data(), g, 1, 64, row.data());
+      FAIL() << "global scale " << g << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidFile) << g;
+    }
+  }
+  blocks[36 + 2] = 0xff;  // row 1's third scale: 480 in ggml, no E4M3 value
+  try {
+    nvfp4_rows_from_gguf(blocks.data(), 1.0f, 1, 128, row.data());
+    FAIL() << "scale byte 0xff was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidFile);
+    EXPECT_NE(std::string(e.what()).find("row 0, values 96..111"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(nvfp4_rows_from_gguf(blocks.data(), 1.0f, 1, 32, row.data()), Error);
+  EXPECT_THROW(nvfp4_rows_from_gguf(nullptr, 1.0f, 1, 64, row.data()), Error);
+  EXPECT_THROW(nvfp4_rows_from_gguf(blocks.data(), 1.0f, -1, 64, row.data()), Error);
+}
+
 }  // namespace
 }  // namespace ft
