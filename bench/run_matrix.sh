@@ -18,6 +18,16 @@
 #                 0: all 46, ~72 GiB) and minimax-m2 (MM_LAYERS, default 48: ~93 GiB) in q4_k: fused
 #                 with no memory limit, then offload, hybrid and cpu under --gpu-memory-limit 24; each
 #                 run a PROMPT-token prefill (default 4096) then GEN batch-1 decode steps  (issue 33)
+#     arch4       issue 42's presets under --gpu-memory-limit 24, offload and hybrid at router skew SKEW
+#                 (default 1): bs1 and 16-stream decode (prompt 512, GEN steps) and an 8k prefill (gen 0).
+#                 deepseek-v4-flash: FP8 dense weights, MXFP4 experts (as released), DS4_LAYERS (default
+#                 24: ~83 GiB of host banks) of its 43 layers; qwen3.8-flash-next: Q4_K, QN_LAYERS (default
+#                 16, the PLE layer's n-gram table included: Q8_0, 51 GiB) of 48. Fewer layers would give
+#                 each layer more of the 24 GiB, so the expert cache is held at the fraction of the experts
+#                 the whole model gets: DS4_RATE 0.107 = (24 GiB - 9.27 GiB dense of 43 layers + 0.99 GiB
+#                 token embedding moved to the host - ~1 GiB KV and buffers) / 137.2 GiB of experts, in
+#                 slots of 12.76 MiB; QN_RATE 0.24 = (24 - 3.2 GiB dense - ~1 GiB) / 82 GiB of experts
+#                 (3.42 MiB slots). The dense sizes are `ft bench`'s own counts at 1-3 layers.
 #
 # FT selects the binary (default build/ft), GEN the decode steps of the offload sets (default 64),
 # DEVICE the device (default cuda), LAYERS30 the layers of the qwen3-30b-a3b runs (default all; a
@@ -35,7 +45,7 @@ GLM_LAYERS=${GLM_LAYERS:-0}
 PROMPT=${PROMPT:-4096}
 mkdir -p "$OUT_DIR"
 if [ $# -lt 1 ]; then
-  sed -n '2,25p' "$0"
+  sed -n '2,35p' "$0"
   exit 2
 fi
 
@@ -118,6 +128,17 @@ for set in "$@"; do
         bench "$name-fused" 400 $FAM --moe-strategy fused
         for s in offload hybrid cpu; do bench "$name-$s" 500 $FAM --gpu-memory-limit 24 --moe-strategy $s; done
       done ;;
-    *) echo "unknown set '$set' (fused, offload, 235b, quick, families)"; exit 2 ;;
+    arch4)
+      for m in "deepseek-v4-flash --dummy-layers ${DS4_LAYERS:-24} --weight-type fp8 --moe-cache-rate ${DS4_RATE:-0.107}" \
+               "qwen3.8-flash-next --dummy-layers ${QN_LAYERS:-16} --weight-type q4_k --moe-cache-rate ${QN_RATE:-0.24}"; do
+        name=${m%% *}
+        A4="--model-preset $m --dummy-weights --device $DEVICE --gpu-memory-limit 24 --dummy-router-skew ${SKEW:-1}"
+        for s in offload hybrid; do
+          bench "$name-$s-decode" 300 $A4 --moe-strategy $s --prompt-tokens 512 --gen-tokens $GEN --batch 1,16
+          bench "$name-$s-prefill8k" 300 $A4 --moe-strategy $s --prompt-tokens 8192 --gen-tokens 0 --batch 1 \
+            --max-prefill-tokens 8192
+        done
+      done ;;
+    *) echo "unknown set '$set' (fused, offload, 235b, quick, families, arch4)"; exit 2 ;;
   esac
 done

@@ -187,8 +187,9 @@ std::vector<SynthTensor> qwen4_exp_tensors(const ModelPreset& p, const json& c, 
     const std::string e = b + "ple.";
     const int64_t heads = (ngram - 1) * heads_per;
     const NgramTables nt = qwen4_ngram_tables(V, ngram, heads_per, base, div, ple - ple_ids.begin(), seed);
+    // Stored as the token embedding is (a gathered table: --weight-type's embedding form), never written.
     add(e + "ple_embedding.ngram_embedding.weight", {nt.rows, ple_dim / heads}, SynthFill::kLazyZeros,
-        SynthStore::kFloat, l);
+        SynthStore::kEmbedding, l);
     matrix(e + "key_proj.weight", {nH, ple_dim}, l);
     matrix(e + "value_proj.weight", {H, ple_dim}, l, SynthFill::kOutProj);
     f32(e + "conv1d.weight", {nH, 1, pk}, l, SynthFill::kMatrix);

@@ -157,7 +157,7 @@ const std::vector<ModelPreset>& model_presets() {
        .runnable = true, .n_layer = 43, .n_embd = 4096, .n_head = 64, .n_head_kv = 1, .head_dim = 512, .n_rot = 64,
        .n_expert = 256, .n_expert_used = 6, .n_ff_exp = 2048, .n_ff = 2048, .n_vocab = 129280, .rope_theta = 10000,
        .n_ctx = 1048576, .rms_eps = 1e-6, .q_lora_rank = 1024, .n_shared_exp = 1, .router_bias = true,
-       .norm_topk_prob = true, .routed_scaling = 1.5, .sliding_window = 128,
+       .norm_topk_prob = true, .routed_scaling = 1.5, .sliding_window = 128, .expert_type = "MXFP4",
        .hf_config = R"({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 129280,
            "hidden_size": 4096, "moe_intermediate_size": 2048, "num_hidden_layers": 43, "num_attention_heads": 64,
            "num_key_value_heads": 1, "head_dim": 512, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8,
@@ -177,7 +177,8 @@ const std::vector<ModelPreset>& model_presets() {
        .notes = "hyper-connections (4 streams), MQA over a 128-token window plus compressed KV (CSA rate 4 with a "
                 "top-512 indexer, HCA rate 128), q LoRA 1024, grouped output LoRA (8 x 1024), 3 hash-routed then "
                 "sqrtsoftplus-routed layers, 1 shared expert, clamped SwiGLU; two leading sliding-window-only "
-                "layers; YaRN (x16) on the compressed layers' RoPE; no MTP layer"},
+                "layers; YaRN (x16) on the compressed layers' RoPE; no MTP layer; routed experts MXFP4 as released (the "
+                "dense weights ship FP8: --weight-type fp8) unless --expert-weight-type"},
       // Qwen3.8-Flash-Next's text config (transformers Qwen4ExpTextConfig, the checkpoint's text_config).
       {.name = "qwen3.8-flash-next", .hf_id = "Qwen/Qwen3.8-Flash-Next", .gguf_arch = "qwen4_exp_text",
        .runnable = true, .n_layer = 48, .n_embd = 2560, .n_head = 24, .n_head_kv = 2, .head_dim = 256, .n_rot = 64,
