@@ -47,7 +47,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
   if (plan_.moe_inputs) build_moe();
   if (plan_.host_mapped_bytes > 0)
-    spdlog::info("engine: token embeddings ({}) in {}host memory (--embed-weights {})",
+    spdlog::info("engine: embedding tables ({}) in {}host memory (--embed-weights {})",
                  format_bytes(plan_.host_mapped_bytes), ops_->device() == Device::kCpu ? "" : "pinned ",
                  embed_placement_name(options_.embed_weights));
   if (graphs)

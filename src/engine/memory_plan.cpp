@@ -93,9 +93,12 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
 }
 
 Error with_embed_weights_hint(const Error& e, const Model& model) {
-  if (e.code() != ErrorCode::kOutOfMemory || model.embeddings_tied() || model.host_mapped_bytes() > 0) return e;
-  return Error(e.code(),
-               std::string(e.what()) + " (or --embed-weights host: the token embedding table then stays in host memory)");
+  const int64_t movable = model.movable_embedding_bytes();
+  if (e.code() != ErrorCode::kOutOfMemory || model.embeddings_tied() || model.host_mapped_bytes() > 0 || movable == 0)
+    return e;
+  return Error(e.code(), std::string(e.what()) +
+                             fmt::format(" (or --embed-weights host: the embedding tables, {}, then stay in host memory)",
+                                         format_bytes(movable)));
 }
 
 namespace {

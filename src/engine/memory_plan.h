@@ -29,7 +29,8 @@ struct PlacedMemory {
   int64_t workspace = 0;  // Ops::workspace_bytes(workspace_shape()): not allocated at load
 };
 
-/** Whether --embed-weights auto puts the token embedding table in host memory the backend reads over
+/** Whether --embed-weights auto puts the token embedding table (and the per-layer tables that move with
+ *  it, such as Qwen4-Exp's n-gram tables) in host memory the backend reads over
  *  the bus (Model::move_embeddings_to_host; a decode step reads one row per token: one bus read, microseconds;
  *  an 8k prompt 8k rows, ~0.6 ms at 55 GB/s for qwen3-30b-a3b's 4 KiB rows), given `plan`, made with
  *  the table on the device: yes when it has an expert cache (offload, hybrid) sized by the memory left
@@ -63,7 +64,7 @@ struct MemoryPlan {
   int64_t kv_bytes = 0;             // KvCache::bytes: every layer's K and V, sliding-window pool and states included
   int64_t kv_bytes_per_token = 0;   // KvCache::bytes_per_token: every layer's K and V of one token (MLA: latent + RoPE key)
   EmbedPlacement embed_weights = EmbedPlacement::kAuto;  // --embed-weights
-  int64_t host_mapped_bytes = 0;    // weights the backend reads from host memory (the token embedding table; 0: none)
+  int64_t host_mapped_bytes = 0;    // weights the backend reads from host memory (Model::move_embeddings_to_host's tables; 0: none)
   int64_t kv_host_bytes = 0;        // the most host memory the KV tiers' saved pages take (KvTiers::pool_bytes; 0: none)
   double kv_host_gib = 0;           // --kv-host-gib
   bool prompt_cache = false;        // --prompt-cache-dir given
@@ -127,8 +128,10 @@ std::string memory_table(const MemoryPlan& p, const std::string& device);
  *  (with_embed_weights_hint). */
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
-/** `e`, with " (or --embed-weights host: ...)" appended when it is kOutOfMemory and `model`'s token
- *  embedding table is on the device and not tied to the LM head. */
+/** `e`, with " (or --embed-weights host: ...)" appended, naming the bytes that would leave the device,
+ *  when it is kOutOfMemory and `model` has embedding tables that can move (Model::movable_embedding_bytes:
+ *  the token table unless tied, per-layer tables such as Qwen4-Exp's n-gram tables) still on the
+ *  device, and its token table is not tied to the LM head (--embed-weights host is refused then). */
 Error with_embed_weights_hint(const Error& e, const Model& model);
 
 }  // namespace ft

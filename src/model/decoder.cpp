@@ -39,6 +39,7 @@ class Decoder final : public Model {
     host_mapped_bytes_ = io_.tok_embd.bytes();
     return true;
   }
+  int64_t movable_embedding_bytes() const override { return io_.tied ? 0 : io_.tok_embd.bytes(); }
 
   void forward(ForwardContext& ctx) const override {
     Ops& ops = ctx.ops;

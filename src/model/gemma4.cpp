@@ -130,6 +130,9 @@ class Gemma4 final : public Model {
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
     return true;
   }
+  int64_t movable_embedding_bytes() const override {
+    return io_.tied ? 0 : io_.tok_embd.bytes() + (config_.ple_dim > 0 ? ple_table_.bytes() : 0);
+  }
 
   void forward(ForwardContext& ctx) const override {
     Ops& ops = ctx.ops;

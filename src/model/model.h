@@ -123,11 +123,17 @@ class Model {
   int64_t host_mapped_bytes() const { return host_mapped_bytes_; }
   /** Whether the LM head is the token embedding table (which then stays where the LM head reads it). */
   bool embeddings_tied() const { return embeddings_tied_; }
-  /** Moves the token embedding table to host memory the backend reads over the bus
-   *  (WeightLoader::get_host_mapped; a decode step reads one row per token), freeing its device copy.
-   *  Returns false, changing nothing, when the LM head is tied to the table (it reads all of it every
-   *  step). Throws what the loader throws. */
+  /** Moves the tables a step reads a few rows of to host memory the backend reads over the bus
+   *  (WeightLoader::get_host_mapped; a decode step reads one row per token), freeing their device
+   *  copies: the token embedding table unless the LM head is tied to it (it reads all of it every
+   *  step), and the architecture's per-layer tables (Gemma 4's per-layer embeddings, unless tied;
+   *  Qwen4-Exp's n-gram tables, tied or not). Returns true when they are in host memory (now or from
+   *  an earlier call), false, changing nothing, when nothing can move (movable_embedding_bytes() 0).
+   *  Throws what the loader throws. */
   virtual bool move_embeddings_to_host(WeightLoader& ld) = 0;
+  /** The bytes move_embeddings_to_host moves (or moved): what host_mapped_bytes() is once it has run.
+   *  0: it moves nothing (a tied table and no other, or an architecture that keeps its tables). */
+  virtual int64_t movable_embedding_bytes() const { return 0; }
 
  protected:
   explicit Model(ModelConfig config) : config_(std::move(config)) {}

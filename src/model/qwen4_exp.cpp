@@ -107,16 +107,36 @@ class Qwen4Exp final : public Model {
     load(ld, ops);
   }
 
-  /** The token table to host memory the backend reads a row per token from (as the decoder's); the
-   *  n-gram tables stay where they are. False when the LM head is tied to the table. */
+  /** The token table (unless the LM head is tied to it) and every PLE layer's n-gram table to host
+   *  memory the backend reads a row per token from (as the decoder's token table), freeing their
+   *  device copies. */
   bool move_embeddings_to_host(WeightLoader& ld) override {
-    if (output_.data == tok_embd_.data || host_mapped_bytes_ > 0) return host_mapped_bytes_ > 0;
-    const void* device_copy = tok_embd_.data;
-    tok_embd_ = ld.get_host_mapped({"", "model.embed_tokens.weight"}, {config_.n_vocab, config_.n_embd});
-    std::erase_if(storage_, [&](const Buffer& b) { return b.data() == device_copy; });  // CPU: none
+    if (host_mapped_bytes_ > 0 || movable_embedding_bytes() == 0) return host_mapped_bytes_ > 0;
+    auto drop = [&](const void* device_copy) {  // CPU: none (the tables are views of the file or host copies)
+      std::erase_if(storage_, [&](const Buffer& b) { return b.data() == device_copy; });
+    };
+    if (!embeddings_tied_) {
+      const void* device_copy = tok_embd_.data;
+      tok_embd_ = ld.get_host_mapped({"", "model.embed_tokens.weight"}, {config_.n_vocab, config_.n_embd});
+      drop(device_copy);
+      host_mapped_bytes_ += tok_embd_.bytes();
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      Tensor& table = layers_[l].p.table;
+      if (!layers_[l].ple) continue;
+      const void* device_copy = table.data;
+      table = ngram_table_host_mapped(ld, fmt::format("model.layers.{}.ple.ple_embedding.", l), table.dim(1));
+      drop(device_copy);
+      host_mapped_bytes_ += table.bytes();
+    }
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
-    host_mapped_bytes_ = tok_embd_.bytes();
     return true;
+  }
+  /** The token table's bytes unless the LM head is tied to it, plus every n-gram table's. */
+  int64_t movable_embedding_bytes() const override {
+    int64_t n = embeddings_tied_ ? 0 : tok_embd_.bytes();
+    for (const Layer& L : layers_) n += L.ple ? L.p.table.bytes() : 0;
+    return n;
   }
   void forward(ForwardContext& ctx) const override;
 
@@ -125,6 +145,19 @@ class Qwen4Exp final : public Model {
   void load(WeightLoader& ld, Ops& ops);
   GatedResidual load_gr(WeightLoader& ld, Ops& ops, const std::string& pre, bool inject);
   Tensor upload_i64(WeightLoader& ld, Ops& ops, const std::string& name, const std::vector<int64_t>& want);
+  /** The n-gram table of PLE module `t` ("model.layers.N.ple.ple_embedding."), [rows, hdim]: its
+   *  `ngram_embedding.weight`, or the split_ngram_parts row shards `ngram_embedding.shard_<i>.weight`
+   *  stacked in order (transformers concatenates them at load). Resident: adjacent plain-dtype shards
+   *  as one view of the mapped file, others as a stacked copy. Throws kNotFound for a missing shard,
+   *  kInvalidFile for shards of different dtypes, what the loader throws. */
+  Tensor ngram_table(WeightLoader& ld, Ops& ops, const std::string& t, int64_t hdim);
+  /** ngram_table in host memory the backend reads over the bus (WeightLoader::get_host_mapped,
+   *  get_stacked_host_mapped). Throws as ngram_table does. */
+  Tensor ngram_table_host_mapped(WeightLoader& ld, const std::string& t, int64_t hdim);
+  /** The shards of a split table (names and rows, in order), each validated (dtype, width `hdim`).
+   *  Throws kNotFound for a missing shard, kInvalidFile for split_ngram_parts < 1. */
+  void ngram_shards(WeightLoader& ld, const std::string& t, int64_t hdim, std::vector<WeightName>& names,
+                    std::vector<int64_t>& rows) const;
   void gated_residual(ForwardContext& ctx, const GatedResidual& g, const Tensor& streams, Tensor x) const;
   void ple(ForwardContext& ctx, int64_t l, Tensor streams) const;
   void attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out) const;
@@ -249,6 +282,64 @@ GatedResidual Qwen4Exp::load_gr(WeightLoader& ld, Ops& ops, const std::string& p
   return g;
 }
 
+void Qwen4Exp::ngram_shards(WeightLoader& ld, const std::string& t, int64_t hdim, std::vector<WeightName>& names,
+                            std::vector<int64_t>& rows) const {
+  if (shards_ < 1)
+    fail(ErrorCode::kInvalidFile, "qwen4_exp: no {}ngram_embedding.weight, and split_ngram_parts is {}", t, shards_);
+  for (int64_t i = 0; i < shards_; ++i) {
+    const std::string sn = fmt::format("{}ngram_embedding.shard_{}.weight", t, i);
+    const TensorInfo* ti = ld.checkpoint().find(sn);
+    if (!ti || ti->shape.size() != 2)
+      fail(ErrorCode::kNotFound, "qwen4_exp: missing n-gram table shard {} ({} of split_ngram_parts {})", sn, i, shards_);
+    (void)ld.host({"", sn}, {ti->shape[0], hdim}, WeightKind::kMatrix);  // validates its dtype and width
+    names.push_back({"", sn});
+    rows.push_back(ti->shape[0]);
+  }
+}
+
+Tensor Qwen4Exp::ngram_table(WeightLoader& ld, Ops& ops, const std::string& t, int64_t hdim) {
+  if (ld.has({"", t + "ngram_embedding.weight"})) {
+    const TensorInfo* ti = ld.checkpoint().find(t + "ngram_embedding.weight");
+    return ld.get({"", t + "ngram_embedding.weight"}, {ti->shape.empty() ? 0 : ti->shape[0], hdim});
+  }
+  std::vector<WeightName> names;
+  std::vector<int64_t> rows;
+  ngram_shards(ld, t, hdim, names, rows);
+  bool adjacent = true;  // each shard's bytes follow the previous one's in the mapped file
+  int64_t total = 0;
+  const TensorInfo* prev = nullptr;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorInfo* ti = ld.checkpoint().find(names[i].hf);
+    adjacent = adjacent && (!prev || (ti->dtype == prev->dtype && ti->data == prev->data + prev->bytes));
+    prev = ti;
+    total += rows[i];
+  }
+  const bool plain = prev->dtype == DType::BF16 || prev->dtype == DType::F16 || prev->dtype == DType::F32;
+  if (adjacent && plain) {  // one view of the mapped file: no copy of a table this large
+    const TensorInfo* first = ld.checkpoint().find(names[0].hf);
+    Buffer b;
+    Tensor table = ops.make_resident(Tensor(const_cast<uint8_t*>(first->data), first->dtype, {total, hdim}), b);
+    if (!b.empty()) storage_.push_back(std::move(b));
+    return table;
+  }
+  Tensor table = ld.get_stacked(names, rows, hdim);
+  if (table.empty()) fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
+  return table;
+}
+
+Tensor Qwen4Exp::ngram_table_host_mapped(WeightLoader& ld, const std::string& t, int64_t hdim) {
+  if (ld.has({"", t + "ngram_embedding.weight"})) {
+    const TensorInfo* ti = ld.checkpoint().find(t + "ngram_embedding.weight");
+    return ld.get_host_mapped({"", t + "ngram_embedding.weight"}, {ti->shape.empty() ? 0 : ti->shape[0], hdim});
+  }
+  std::vector<WeightName> names;
+  std::vector<int64_t> rows;
+  ngram_shards(ld, t, hdim, names, rows);
+  Tensor table = ld.get_stacked_host_mapped(names, rows, hdim);
+  if (table.empty()) fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
+  return table;
+}
+
 void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
   ModelConfig& c = config_;
   const int64_t H = c.n_embd, V = c.n_vocab, n = n_hc_, nH = n * H, E = c.n_expert, hd = c.head_dim;
@@ -257,6 +348,7 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
          "and shared_expert_intermediate_size > 0");
   tok_embd_ = ld.get({"", "model.embed_tokens.weight"}, {V, H});
   output_ = c.tie_embeddings && !ld.has({"", "lm_head.weight"}) ? tok_embd_ : ld.get({"", "lm_head.weight"}, {V, H});
+  embeddings_tied_ = output_.data == tok_embd_.data;
   ones_ = upload_f32(ops, std::vector<float>(static_cast<size_t>(std::max(H, id_)), 1.0f), storage_);
   spec_ = load_attention_spec(ld, ops, c, storage_);
   zero_ape_ = upload_f32(ops, std::vector<float>(static_cast<size_t>(ratio_ * id_), 0.0f), storage_).reshape({ratio_, id_});
@@ -328,39 +420,7 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
       L.p.sizes = upload_i64(ld, ops, t + "ngram_heads_vocab_sizes", nt.sizes);
       L.p.offsets = upload_i64(ld, ops, t + "ngram_heads_offsets", nt.offsets);
       const int64_t hdim = ple_dim_ / heads;
-      // The table: one tensor, or split_ngram_parts row shards (transformers concatenates them at load).
-      if (ld.has({"", t + "ngram_embedding.weight"})) {
-        const TensorInfo* ti = ld.checkpoint().find(t + "ngram_embedding.weight");
-        L.p.table = ld.get({"", t + "ngram_embedding.weight"}, {ti->shape.empty() ? 0 : ti->shape[0], hdim});
-      } else {
-        std::vector<WeightName> names;
-        std::vector<int64_t> rows;
-        bool adjacent = true;  // each shard's bytes follow the previous one's in the mapped file
-        const TensorInfo* prev = nullptr;
-        for (int64_t i = 0; i < shards_; ++i) {
-          const std::string sn = fmt::format("{}ngram_embedding.shard_{}.weight", t, i);
-          const TensorInfo* ti = ld.checkpoint().find(sn);
-          if (!ti || ti->shape.size() != 2)
-            fail(ErrorCode::kNotFound, "qwen4_exp: missing n-gram table shard {} ({} of split_ngram_parts {})", sn, i, shards_);
-          (void)ld.host({"", sn}, {ti->shape[0], hdim}, WeightKind::kMatrix);  // validates its dtype and width
-          adjacent = adjacent && (!prev || (ti->dtype == prev->dtype && ti->data == prev->data + prev->bytes));
-          prev = ti;
-          names.push_back({"", sn});
-          rows.push_back(ti->shape[0]);
-        }
-        int64_t total = 0;
-        for (int64_t r : rows) total += r;
-        const bool plain = prev->dtype == DType::BF16 || prev->dtype == DType::F16 || prev->dtype == DType::F32;
-        if (adjacent && plain) {  // one view of the mapped file: no copy of a table this large
-          const TensorInfo* first = ld.checkpoint().find(names[0].hf);
-          Buffer b;
-          L.p.table = ops.make_resident(Tensor(const_cast<uint8_t*>(first->data), first->dtype, {total, hdim}), b);
-          if (!b.empty()) storage_.push_back(std::move(b));
-        } else {
-          L.p.table = ld.get_stacked(names, rows, hdim);
-          if (L.p.table.empty()) fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
-        }
-      }
+      L.p.table = ngram_table(ld, ops, t, hdim);
       if (L.p.table.dim(0) < nt.offsets.back() + nt.sizes.back())
         fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding has {} rows, its heads need {}", t, L.p.table.dim(0),
              nt.offsets.back() + nt.sizes.back());

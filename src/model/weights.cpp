@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda_weight_types.h"
+#include "backend/host_allocator.h"
 #include "formats/hf_config.h"
 #include "quant/fp8.h"
 #include "quant/mxfp4.h"
@@ -323,6 +324,52 @@ Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<
   if (!storage.empty()) storage_.push_back(std::move(storage));
   count(name(n));
   return t;
+}
+
+Tensor WeightLoader::get_stacked_host_mapped(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,
+                                             int64_t cols) {
+  std::vector<Tensor> parts;
+  int64_t total = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    parts.push_back(read(names[i], {rows[i], cols}, WeightKind::kMatrix));
+    check_device_kernel(name(names[i]), parts.back());
+    if (parts.back().dtype != parts.front().dtype) return Tensor();
+    total += rows[i];
+  }
+  if (parts.empty()) return Tensor();
+  Tensor stacked(nullptr, parts.front().dtype, {total, cols});
+  bool adjacent = true;  // each part's bytes follow the previous one's (in the mapped file): one view
+  for (size_t i = 1; i < parts.size(); ++i)
+    adjacent = adjacent && parts[i].data == static_cast<const uint8_t*>(parts[i - 1].data) + parts[i - 1].bytes();
+  if (adjacent) {
+    stacked.data = parts.front().data;
+    Buffer storage;
+    Tensor t = ops_.make_host_mapped(stacked, storage);
+    if (!storage.empty()) storage_.push_back(std::move(storage));
+    for (const WeightName& n : names) count(name(n));
+    return t;
+  }
+  const std::unique_ptr<HostAllocator> alloc = ops_.host_allocator();
+  Buffer host = alloc->allocate(std::max<int64_t>(stacked.bytes(), 1));
+  auto* dst = static_cast<uint8_t*>(host.data());
+  for (const Tensor& p : parts) {  // host views of the mapped file: plain copies, no conversion
+    std::memcpy(dst, p.data, static_cast<size_t>(p.bytes()));
+    dst += p.bytes();
+  }
+  stacked.data = host.data();
+  if (ops_.device() != Device::kCpu) {
+    if (void* mapped = alloc->pin(host)) {
+      stacked.data = mapped;
+      stacked.device = ops_.device();
+    } else {  // no device address for this allocator's memory: the backend's own host-mapped copy
+      Buffer copy;
+      stacked = ops_.make_host_mapped(stacked, copy);
+      if (!copy.empty()) host = std::move(copy);  // else a view of `host` itself
+    }
+  }
+  if (!host.empty()) storage_.push_back(std::move(host));
+  for (const WeightName& n : names) count(name(n));
+  return stacked;
 }
 
 Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,

@@ -69,6 +69,16 @@ class WeightLoader {
   /** Like get(), but placed in host memory the backend reads over the bus (Ops::make_host_mapped;
    *  on the CPU backend the view itself). */
   Tensor get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape);
+  /** get_stacked(), but the stack is in host memory the backend reads over the bus (for a table a
+   *  step reads a few rows of, stored in parts, e.g. Qwen4-Exp's n-gram shards). Parts that follow
+   *  each other in memory (the mapped file) are placed as one view, as get_host_mapped places a
+   *  tensor (CPU: no copy); others as one copy in Ops::host_allocator() memory, filled from the parts
+   *  and then pinned (CUDA: page-locked and mapped, returned as a Device::kCuda view at its UVA
+   *  address; CPU: the host copy), so the table is in host memory once, not twice. A backend whose
+   *  allocator gives no device address gets make_host_mapped of the copy. The memory is owned by
+   *  take_storage(). An empty Tensor when the dtypes differ; throws what get() throws for a missing
+   *  or misshapen part, kOutOfMemory naming the size when the memory cannot be had. */
+  Tensor get_stacked_host_mapped(const std::vector<WeightName>& names, const std::vector<int64_t>& rows, int64_t cols);
   /** Rows `rows` of the validated 2-D tensor (shape `shape`), in that order, as one resident matrix
    *  [rows.size(), cols] of its dtype: for checkpoints whose projections interleave what the model
    *  keeps apart (Qwen3-Next's per-head query and output gate, its grouped q/k/v/z). A host copy on the

@@ -5,6 +5,7 @@
 #include "graph_decode.h"
 #include "backend/cuda_factory.h"
 #include "backend/op_harness.h"
+#include "qwen4_exp_variant.h"
 
 namespace ft::testing {
 namespace {
@@ -153,12 +154,44 @@ TEST_P(CudaGraphDecode, HostEmbeddingsEqualDeviceBitForBit) {
   o.embed_weights = EmbedPlacement::kHost;
   Engine host(open_checkpoint(dir), make_cuda_ops(0), o);
   const ModelConfig& c = host.config();
-  EXPECT_EQ(host.host_mapped_weight_bytes(), c.n_vocab * c.n_embd * 2);  // the fixtures' tables are bf16
+  // The fixtures' tables are bf16; qwen4_exp's n-gram tables move with the token table (issue 42).
+  const int64_t tables = GetParam() == "qwen4_exp" ? qwen4_exp_table_bytes(dir).first + qwen4_exp_table_bytes(dir).second
+                                                   : c.n_vocab * c.n_embd * 2;
+  EXPECT_EQ(host.host_mapped_weight_bytes(), tables);
   if (moe) {
     EXPECT_EQ(host.moe_budget()->resident_bytes, device->moe_budget()->resident_bytes - host.host_mapped_weight_bytes());
   }
   const auto reqs = graph_decode_requests(read_reference(dir));
   const auto h = generate(host, reqs), d = generate(*device, reqs);
+  ASSERT_EQ(h.size(), d.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    EXPECT_EQ(h[i].tokens, d[i].tokens) << i;
+    EXPECT_TRUE(same_bits(h[i].step_logits, d[i].step_logits)) << i;
+  }
+  EXPECT_GT(host.graph_replays(), 0);
+}
+
+TEST(CudaEmbedWeights, Qwen4ExpNgramShardsApartReadFromPinnedHostMemory) {
+  if (cuda_device_count() == 0) {
+    if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible (or this build has no CUDA)";
+    GTEST_SKIP() << "no CUDA device visible";
+  }
+  // qwen4_exp with its n-gram shards apart in the file: host stacks each table in pinned, mapped host
+  // memory (WeightLoader::get_stacked_host_mapped), and graphed decode reading it equals the device
+  // tables' (stacked on the GPU) bit for bit.
+  const Qwen4ExpVariant apart("cuda_apart", false);
+  const auto [token, ngram] = qwen4_exp_table_bytes(apart.dir());
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 4;
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.embed_weights = EmbedPlacement::kDevice;
+  Engine device(open_checkpoint(apart.dir()), make_cuda_ops(0), o);
+  o.embed_weights = EmbedPlacement::kHost;
+  Engine host(open_checkpoint(apart.dir()), make_cuda_ops(0), o);
+  EXPECT_EQ(host.host_mapped_weight_bytes(), token + ngram);
+  EXPECT_EQ(host.moe_budget()->resident_bytes, device.moe_budget()->resident_bytes - token - ngram);
+  const auto reqs = graph_decode_requests(read_reference(shared_dir() + "/fixtures/hf/qwen4_exp"));
+  const auto h = generate(host, reqs), d = generate(device, reqs);
   ASSERT_EQ(h.size(), d.size());
   for (size_t i = 0; i < h.size(); ++i) {
     EXPECT_EQ(h[i].tokens, d[i].tokens) << i;

@@ -8,6 +8,8 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "graph_decode.h"
+#include "qwen4_exp_variant.h"
+#include "util/format.h"
 
 namespace ft::testing {
 namespace {
@@ -53,6 +55,10 @@ class MappedCopyOps final : public CpuOps {
 
 Engine load(const std::string& fixture, EngineOptions o, std::unique_ptr<Ops> ops) {
   return Engine(open_checkpoint(shared_dir() + "/fixtures/hf/" + fixture), std::move(ops), o);
+}
+
+Engine load_path(const std::string& dir, EngineOptions o, std::unique_ptr<Ops> ops) {
+  return Engine(open_checkpoint(dir), std::move(ops), o);
 }
 
 void expect_same_decode(Engine& a, Engine& b, const std::string& fixture) {
@@ -180,6 +186,91 @@ TEST(EmbedWeights, HostIsRefusedForATiedTable) {
   o.embed_weights = EmbedPlacement::kAuto;
   EXPECT_EQ(load("qwen3_tied", o, std::make_unique<MappedCopyOps>(&calls)).host_mapped_weight_bytes(), 0);
   EXPECT_EQ(calls, 0);
+}
+
+TEST(EmbedWeights, HostMovesQwen4ExpNgramTables) {
+  // Qwen4-Exp's per-layer n-gram tables are read a few rows a token, as the token table: host moves
+  // them too (issue 42), adjacent shards as one host-mapped view a layer (make_host_mapped), and
+  // decode reads the copies (same bits as the device engine's).
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 0;
+  const std::string fixture = shared_dir() + "/fixtures/hf/qwen4_exp";
+  const auto [token, ngram] = qwen4_exp_table_bytes(fixture);
+  ASSERT_GT(ngram, token);  // two PLE layers of 16 heads of ~1,000 rows
+  int calls = 0;
+  Engine device = load("qwen4_exp", o, std::make_unique<CpuOps>(1));
+  EXPECT_EQ(device.host_mapped_weight_bytes(), 0);
+  o.embed_weights = EmbedPlacement::kHost;
+  Engine host = load("qwen4_exp", o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(calls, 3);  // the token table, then each PLE layer's shards as one view
+  EXPECT_EQ(host.host_mapped_weight_bytes(), token + ngram);
+  EXPECT_EQ(host.memory_plan().placed.weights, device.memory_plan().placed.weights - token - ngram);
+  expect_same_decode(device, host, "qwen4_exp");
+  // Shards apart in the file: a stacked copy in host memory (the allocator's, no make_host_mapped).
+  const Qwen4ExpVariant apart("apart", false);
+  calls = 0;
+  Engine stacked = load_path(apart.dir(), o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(stacked.host_mapped_weight_bytes(), token + ngram);
+  expect_same_decode(device, stacked, "qwen4_exp");
+}
+
+TEST(EmbedWeights, AutoMovesQwen4ExpNgramTablesWhenOnlyThatFits) {
+  // A limit that holds offload's smallest cache only with the token and the n-gram tables off the
+  // device (the token table alone is not enough): device is refused, naming --embed-weights host and
+  // the bytes it moves; auto moves both tables.
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 0;
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.gpu_memory_limit = 12 << 20;
+  o.kv_reserve_tokens = 256;
+  o.embed_weights = EmbedPlacement::kDevice;
+  const auto [token, ngram] = qwen4_exp_table_bytes(shared_dir() + "/fixtures/hf/qwen4_exp");
+  Engine device = load("qwen4_exp", o, std::make_unique<CpuOps>(1));
+  const GpuMemoryBudget& b = *device.moe_budget();
+  const int64_t smallest = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens +
+                           2 * b.experts_per_layer * b.slot_bytes;
+  o.gpu_memory_limit = smallest - token - ngram / 2;
+  try {
+    load("qwen4_exp", o, std::make_unique<CpuOps>(1));
+    ADD_FAILURE() << o.gpu_memory_limit << " bytes held the smallest cache with the tables on the device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--embed-weights host: the embedding tables, " + format_bytes(token + ngram)),
+              std::string::npos)
+        << e.what();
+  }
+  o.embed_weights = EmbedPlacement::kAuto;
+  int calls = 0;
+  Engine host = load("qwen4_exp", o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(host.host_mapped_weight_bytes(), token + ngram);
+  expect_same_decode(device, host, "qwen4_exp");
+}
+
+TEST(EmbedWeights, ATiedQwen4ExpMovesItsNgramTablesOnly) {
+  // With the LM head tied to the token table, that table stays (the head reads all of it every step),
+  // but the n-gram tables still move when auto needs the room. (--embed-weights host is refused
+  // before loading for any tied checkpoint.)
+  const Qwen4ExpVariant tied("tied", true);
+  const auto [token, ngram] = qwen4_exp_table_bytes(tied.dir());
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 0;
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.gpu_memory_limit = 12 << 20;
+  o.kv_reserve_tokens = 256;
+  o.embed_weights = EmbedPlacement::kDevice;
+  Engine device = load_path(tied.dir(), o, std::make_unique<CpuOps>(1));
+  const GpuMemoryBudget& b = *device.moe_budget();
+  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens +
+                       2 * b.experts_per_layer * b.slot_bytes - ngram / 2;
+  o.embed_weights = EmbedPlacement::kAuto;
+  int calls = 0;
+  Engine host = load_path(tied.dir(), o, std::make_unique<MappedCopyOps>(&calls));
+  EXPECT_EQ(calls, 0);  // shards apart in this file: stacked host copies
+  EXPECT_EQ(host.host_mapped_weight_bytes(), ngram);
+  EXPECT_GT(token, 0);
+  expect_same_decode(device, host, "qwen4_exp");  // the fixture's prompts
 }
 
 }  // namespace
