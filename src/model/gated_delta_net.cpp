@@ -99,7 +99,10 @@ void gated_delta_net_block(ForwardContext& ctx, int64_t l, GatedDeltaParams p, c
   ops.gated_delta_rule(p, ctx.batch, conv, a, b, st.ssm, o);  // [T, Hv dv]
   const Tensor heads = o.reshape({T * Hv, dv});
   ops.rms_norm(norm, heads, w.norm, heads);
-  ops.swiglu(z, o, o);  // RMSNorm(o) * silu(z)
+  if (w.sigmoid_gate)
+    ops.sigmoid_mul(z, o, o);  // RMSNorm(o) * sigmoid(z)
+  else
+    ops.swiglu(z, o, o);  // RMSNorm(o) * silu(z)
   ctx.dump_if("linear_attn_out", l, o);
   ops.matmul(o, w.out, out, Tensor());  // [T, H]
 }

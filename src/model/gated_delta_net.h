@@ -23,6 +23,9 @@ struct GatedDeltaNetWeights {
   Tensor dt_bias;  // F32 [Hv]
   Tensor norm;     // [dv] the gated RMSNorm's weight (plain: scale by w)
   Tensor out;      // [H, Hv dv]
+  /** The gated RMSNorm's gate activation: silu (Qwen3-Next, Qwen3.5) or sigmoid (qwen4_exp's
+   *  output_gate_type "sigmoid": transformers Qwen4ExpTextRMSNormGated, ACT2FN[output_gate_type]). */
+  bool sigmoid_gate = false;
 };
 
 /** Hyperparameters of every Gated DeltaNet layer of `config`, with `a_log` / `dt_bias` left empty

@@ -171,6 +171,7 @@ class Qwen4Exp final : public Model {
 
   int64_t n_hc_ = 0, r_hc_ = 0, ple_dim_ = 0, ple_kernel_ = 0, ngram_ = 0, heads_per_ = 0, shards_ = 0;
   int64_t ih_ = 0, ikv_ = 0, id_ = 0, budget_ = 0, ratio_ = 0, eos_ = 0, ngram_base_ = 0, ngram_div_ = 0, seed_ = 0;
+  bool sigmoid_gate_ = false;  // output_gate_type "sigmoid": the Gated DeltaNet norm's gate (else silu)
   std::vector<int64_t> ple_layers_;
 
   Tensor tok_embd_, output_, ones_;
@@ -210,10 +211,16 @@ void Qwen4Exp::read_config(const json& cfg) {
     fail(ErrorCode::kUnsupported, "config.json: qwen4_exp supports indexer_kv_heads 1, an even indexer_head_dim of at least "
          "the rotary dims ({}), indexer_budget >= indexer_compress_ratio >= 1 (got {}, {}, {}, {})", c.n_rot, ikv_, id_,
          budget_, ratio_);
-  if (const auto it = cfg.find("output_gate_type"); it != cfg.end() && !it->is_null() && *it != "silu")
-    fail(ErrorCode::kUnsupported, "config.json: output_gate_type '{}': qwen4_exp supports silu", it->dump());
   if (cfg.value("hidden_act", std::string("silu")) != "silu")
     fail(ErrorCode::kUnsupported, "config.json: hidden_act must be silu for qwen4_exp");
+  // transformers Qwen4ExpTextConfig: the linear-attention output gate is ACT2FN[output_gate_type or
+  // hidden_act], sigmoid or silu (Qwen3.8-Flash-Next's config says sigmoid).
+  if (const auto it = cfg.find("output_gate_type"); it != cfg.end() && !it->is_null()) {
+    if (!it->is_string() || (*it != "silu" && *it != "sigmoid"))
+      fail(ErrorCode::kUnsupported, "config.json: output_gate_type {}: qwen4_exp supports \"sigmoid\" and \"silu\"",
+           it->dump());
+    sigmoid_gate_ = *it == "sigmoid";
+  }
   const json& lt = cfg.at("layer_types");
   if (!lt.is_array() || static_cast<int64_t>(lt.size()) < c.n_layer)
     fail(ErrorCode::kInvalidFile, "config.json: layer_types must list {} layers", c.n_layer);
@@ -379,6 +386,7 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
     L.hc_mlp = load_gr(ld, ops, p + "mlp_hyper_connection.", true);
     if (L.linear) {
       L.gdn = load_gated_delta_net(ld, ops, c, l, storage_);
+      L.gdn.sigmoid_gate = sigmoid_gate_;
     } else {
       L.attn = load_attention(ld, c, l);  // q (with the per-head gate rows), k, o, q_norm, k_norm
       const int64_t kvd = c.n_head_kv * hd, vw = c.kv_v_width;

@@ -198,12 +198,14 @@ const std::vector<ModelPreset>& model_presets() {
            "ngram_size": 3, "heads_per_ngram": 8, "ngram_vocab_size_base": 20000000,
            "make_ngram_vocab_size_divisible_by": 128, "split_ngram_parts": 128, "indexer_n_heads": 4,
            "indexer_kv_heads": 1, "indexer_head_dim": 128, "indexer_budget": 2048, "indexer_compress_ratio": 4,
-           "tie_word_embeddings": false, "bos_token_id": 248044, "eos_token_id": 248044})",
-       .notes = "gated residual (4 streams, rank 320), 36 Gated DeltaNet layers (16 key / 48 value heads of 128) and "
+           "output_gate_type": "sigmoid", "tie_word_embeddings": false, "bos_token_id": 248044,
+           "eos_token_id": 248044})",
+       .notes = "gated residual (4 streams, rank 320), 36 Gated DeltaNet layers (16 key / 48 value heads of 128, "
+                "sigmoid output gate) and "
                 "12 QSA layers (24 heads, 2 KV heads of 256, gated; indexer of 4 heads x 128, budget 2048, blocks of "
                 "4), 512 experts top-10 plus a gated shared expert, PLE with a 51B-value hashed 3-gram table at "
-                "layer 2 (zeros here, left unwritten); stand-in: upstream's output_gate_type sigmoid is left out "
-                "(the engine's config reader takes silu only; same cost); no MTP layer, no vision tower"},
+                "layer 2 (zeros here, left unwritten, stored as the token embedding); no MTP layer, no vision "
+                "tower"},
       {.name = "deepseek-v2-lite", .hf_id = "deepseek-ai/DeepSeek-V2-Lite", .gguf_arch = "deepseek2", .runnable = false,
        .n_layer = 27, .n_embd = 2048, .n_head = 16, .n_head_kv = 16, .head_dim = 192, .n_expert = 64,
        .n_expert_used = 6, .n_ff_exp = 1408, .n_ff = 10944, .n_vocab = 102400, .rope_theta = 10000,

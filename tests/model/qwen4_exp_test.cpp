@@ -60,5 +60,21 @@ TEST(Qwen4Exp, LoadsWithoutTheStoredBuffers) {
   EXPECT_EQ(res[0].tokens, cases[0].greedy);
 }
 
+TEST(Qwen4Exp, RefusesAnOutputGateTransformersRefuses) {
+  const std::string src = shared_dir() + "/fixtures/hf/qwen4_exp";
+  TempDir tmp("qwen4_exp_gate_bad");
+  nlohmann::json cfg = nlohmann::json::parse(read_file(src + "/config.json"));
+  cfg["output_gate_type"] = "swish";  // transformers' validate_architecture takes sigmoid and silu only
+  std::ofstream(tmp.file("config.json")) << cfg.dump();
+  std::filesystem::copy_file(src + "/model.safetensors", tmp.file("model.safetensors"));
+  try {
+    Engine::load(tmp.path().string(), small_engine_options());
+    FAIL() << "output_gate_type swish loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("output_gate_type \"swish\""), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ft::testing
