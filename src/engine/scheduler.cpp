@@ -107,7 +107,25 @@ void Scheduler::submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new
   s->after = after;
   s->prompt_logits = prompt_logits;
   waiting_.push_back(s.get());
+  read_ahead(*s);
   seqs_.emplace(id, std::move(s));
+}
+
+void Scheduler::read_ahead(const Sequence& s) {
+  if (!config_.prefix_cache || !tiers_.io || !tiers_.disk) return;
+  const int32_t ps = pool_->page_size();
+  const int64_t max_tokens = static_cast<int64_t>(s.tokens.size()) - 1;  // as admit()'s lookup
+  const PrefixCache::Peek on_device = cache_->peek(s.tokens, max_tokens);
+  uint64_t hash = cache_->path_hash_of(on_device.node);
+  std::vector<PageRef> pages;
+  for (int64_t n = on_device.n_tokens; n + ps <= max_tokens; n += ps) {  // extend_from_tiers' walk
+    const std::span<const int32_t> path(s.tokens.data(), static_cast<size_t>(n + ps));
+    hash = chain_hash(hash, path.subspan(static_cast<size_t>(n)));
+    if (tiers_.host && tiers_.host->contains(hash, path)) continue;
+    if (!tiers_.disk->contains(hash, path)) break;
+    pages.push_back({hash, path});
+  }
+  tiers_.disk->prefetch(pages);
 }
 
 bool Scheduler::alloc_pages(int32_t n, std::vector<int32_t>& out) {

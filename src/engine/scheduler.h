@@ -40,7 +40,10 @@
 // continues a prefix hit past the device's nodes page by page through the tiers (host first): each
 // page found takes a device page (its swa page and snapshot slot where it has them), gets its KV
 // copied back and is inserted as a node, so it counts as cached tokens like a device hit. Copies are
-// synchronous on the engine thread between steps (the CPU backend's pages are host memory).
+// synchronous on the engine thread between steps (the CPU backend's pages are host memory). So that the
+// disk tier's files are not read there, submit() asks the disk tier to read ahead (PageStore::prefetch)
+// the pages of the new sequence's prompt past the device's nodes that the host tier does not hold and
+// the disk tier does: by its admission they are mostly in memory.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -224,6 +227,9 @@ class Scheduler {
    *  pages of tokens[0, max_tokens) are found there and device pages can be had; `swa_pages` (each
    *  node's swa page) grows with it. */
   void extend_from_tiers(Sequence& s, std::vector<int32_t>& swa_pages, int64_t max_tokens);
+  /** Asks the disk tier to read ahead the pages extend_from_tiers() would take from it for s if it
+   *  were admitted now (index lookups only: cheap). */
+  void read_ahead(const Sequence& s);
   /** Writes the nodes s added to the cache (s.nodes[from, ..)) to the disk tier. */
   void write_through(const Sequence& s, size_t from);
   int32_t positions_available(const Sequence& s) const;

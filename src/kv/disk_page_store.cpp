@@ -49,7 +49,7 @@ bool read_file(const std::string& file, std::vector<uint8_t>& out, size_t max_by
 }  // namespace
 
 DiskPageStore::DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t page_size, uint64_t fingerprint,
-                             Layout layout)
+                             Layout layout, int64_t read_ahead_bytes)
     : dir_(std::move(dir)), page_size_(page_size), fingerprint_(fingerprint), layout_(layout) {
   if (capacity_bytes < 1)
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib: the prompt cache's bound must be > 0 (got {} bytes)",
@@ -61,9 +61,14 @@ DiskPageStore::DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t pa
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-dir {}: not a folder that can be made ({})", dir_,
          ec ? ec.message() : "it is a file");
   stats_.capacity_bytes = capacity_bytes;
+  if (read_ahead_bytes < 0)
+    fail(ErrorCode::kInvalidArgument, "prompt cache: read-ahead bound {} must be >= 0 (0: the write queue's)",
+         read_ahead_bytes);
   queue_limit_ = queue_bound(capacity_bytes);
+  ahead_limit_ = read_ahead_bytes > 0 ? read_ahead_bytes : queue_limit_;
   scan();
   thread_ = std::thread([this] { writer(); });
+  reader_ = std::thread([this] { reader(); });
 }
 
 DiskPageStore::~DiskPageStore() {
@@ -72,7 +77,9 @@ DiskPageStore::~DiskPageStore() {
     stop_ = true;
   }
   cv_.notify_all();
+  read_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (reader_.joinable()) reader_.join();
 }
 
 std::string DiskPageStore::file_of(uint64_t hash) const {
@@ -303,42 +310,173 @@ void DiskPageStore::flush() {
   idle_cv_.wait(lk, [&] { return queue_.empty(); });
 }
 
+std::string DiskPageStore::read_page(uint64_t hash, std::span<const int32_t> path, PageContents& c,
+                                     uint64_t& size) const {
+  const std::string file = file_of(hash);
+  std::vector<uint8_t> b;
+  std::error_code ec;
+  size = fs::file_size(file, ec);
+  std::vector<int32_t> read_path;
+  std::string why;
+  if (ec || !read_file(file, b, static_cast<size_t>(size))) why = "cannot be read";
+  else why = check(b, size, true, hash, &read_path, &c);
+  if (why.empty() && (read_path.size() != path.size() || !std::equal(path.begin(), path.end(), read_path.begin())))
+    why = fmt::format("tokens at offset {} are not the indexed path", kHeader);
+  return why;
+}
+
+void DiskPageStore::skip_locked(uint64_t hash, const std::string& why) {
+  spdlog::warn("prompt cache: skipping {}: {}", file_of(hash), why);
+  ++skipped_;
+  if (auto it = index_.find(hash); it != index_.end()) erase_locked(it->second, false);
+}
+
+void DiskPageStore::erase_ahead_locked(AheadList::iterator it) {
+  ahead_bytes_ -= it->bytes;
+  ahead_index_.erase(it->hash);
+  ahead_.erase(it);
+}
+
 std::shared_ptr<const PageContents> DiskPageStore::get(uint64_t hash, std::span<const int32_t> path) {
+  auto same = [&](const std::vector<int32_t>& p) { return std::equal(path.begin(), path.end(), p.begin(), p.end()); };
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     for (const Pending& p : queue_) {
-      if (p.hash == hash && std::equal(path.begin(), path.end(), p.path.begin(), p.path.end())) {
+      if (p.hash == hash && same(p.path)) {
         ++stats_.hits;
         return p.contents;
       }
     }
+    for (;;) {  // read ahead: take it, wait for its read, or read it here when the reader has not begun
+      auto a = ahead_index_.find(hash);
+      if (a == ahead_index_.end() || !same(a->second->path)) break;
+      Ahead& r = *a->second;
+      if (r.state == Ahead::State::kReading) {
+        ahead_cv_.wait(lk);  // then look again: the reader may have dropped it (a bad file)
+        continue;
+      }
+      if (r.state == Ahead::State::kReady) {
+        std::shared_ptr<const PageContents> c = std::move(r.contents);
+        ++stats_.hits;
+        ++stats_.read_ahead_hits;
+        stats_.bytes_read += r.bytes;
+        if (auto it = index_.find(hash); it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
+        erase_ahead_locked(a->second);
+        return c;
+      }
+      erase_ahead_locked(a->second);  // still queued: the reader passes its hash over
+      ahead_cv_.notify_all();
+      break;
+    }
     auto it = index_.find(hash);
-    if (it == index_.end() || !std::equal(path.begin(), path.end(), it->second->path.begin(), it->second->path.end()))
-      return nullptr;
+    if (it == index_.end() || !same(it->second->path)) return nullptr;
   }
-  const std::string file = file_of(hash);
-  std::vector<uint8_t> b;
-  std::error_code ec;
-  const uint64_t size = fs::file_size(file, ec);
   auto c = std::make_shared<PageContents>();
-  std::vector<int32_t> read_path;
-  std::string why;
-  if (ec || !read_file(file, b, static_cast<size_t>(size))) why = "cannot be read";
-  else why = check(b, size, true, hash, &read_path, c.get());
-  if (why.empty() && read_path.size() == path.size() && !std::equal(path.begin(), path.end(), read_path.begin()))
-    why = fmt::format("tokens at offset {} are not the indexed path", kHeader);
+  uint64_t size = 0;
+  const std::string why = read_page(hash, path, *c, size);
   std::lock_guard<std::mutex> lk(mu_);
-  auto it = index_.find(hash);
+  ++files_read_;
   if (!why.empty()) {
-    spdlog::warn("prompt cache: skipping {}: {}", file, why);
-    ++skipped_;
-    if (it != index_.end()) erase_locked(it->second, false);
+    skip_locked(hash, why);
     return nullptr;
   }
-  if (it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
+  if (auto it = index_.find(hash); it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
   ++stats_.hits;
   stats_.bytes_read += static_cast<int64_t>(size);
   return c;
+}
+
+void DiskPageStore::prefetch(std::span<const PageRef> pages) {
+  if (pages.empty()) return;
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const uint64_t call = ++prefetch_calls_;
+    for (const PageRef& pg : pages) {
+      auto same = [&](const std::vector<int32_t>& p) {
+        return std::equal(pg.path.begin(), pg.path.end(), p.begin(), p.end());
+      };
+      if (auto a = ahead_index_.find(pg.hash); a != ahead_index_.end()) {
+        if (same(a->second->path)) {  // asked for again: now this call's, the newest
+          a->second->call = call;
+          ahead_.splice(ahead_.end(), ahead_, a->second);
+        }
+        continue;
+      }
+      auto ix = index_.find(pg.hash);
+      if (ix == index_.end() || !same(ix->second->path)) continue;  // not on disk (or being written)
+      const int64_t bytes = ix->second->bytes;
+      // Room: drop earlier calls' entries, oldest first, never one being read; this call's sit at the back.
+      for (auto it = ahead_.begin(); ahead_bytes_ + bytes > ahead_limit_ && it != ahead_.end() && it->call != call;) {
+        if (it->state == Ahead::State::kReading) {
+          ++it;
+          continue;
+        }
+        erase_ahead_locked(it++);
+      }
+      if (ahead_bytes_ + bytes > ahead_limit_) break;  // the rest of this call's pages do not fit
+      ahead_.push_back(Ahead{pg.hash, std::vector<int32_t>(pg.path.begin(), pg.path.end()), bytes, call,
+                             Ahead::State::kQueued, nullptr});
+      ahead_index_[pg.hash] = std::prev(ahead_.end());
+      ahead_bytes_ += bytes;
+      read_queue_.push_back(pg.hash);
+      queued = true;
+    }
+  }
+  if (queued) read_cv_.notify_one();
+  ahead_cv_.notify_all();  // entries dropped for room: flush_read_ahead() may be done
+}
+
+void DiskPageStore::reader() {
+  for (;;) {
+    uint64_t hash = 0;
+    std::vector<int32_t> path;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      read_cv_.wait(lk, [&] { return stop_ || !read_queue_.empty(); });
+      if (stop_) return;
+      hash = read_queue_.front();
+      read_queue_.pop_front();
+      auto a = ahead_index_.find(hash);
+      if (a == ahead_index_.end() || a->second->state != Ahead::State::kQueued) continue;
+      a->second->state = Ahead::State::kReading;
+      path = a->second->path;
+    }
+    auto c = std::make_shared<PageContents>();
+    uint64_t size = 0;
+    const std::string why = read_page(hash, path, *c, size);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++files_read_;
+      auto a = ahead_index_.find(hash);  // a kReading entry is never dropped but here
+      FT_CHECK(a != ahead_index_.end() && a->second->state == Ahead::State::kReading);
+      if (why.empty()) {
+        a->second->state = Ahead::State::kReady;
+        a->second->contents = std::move(c);
+      } else {
+        erase_ahead_locked(a->second);
+        skip_locked(hash, why);
+      }
+    }
+    ahead_cv_.notify_all();
+  }
+}
+
+void DiskPageStore::flush_read_ahead() {
+  std::unique_lock<std::mutex> lk(mu_);
+  ahead_cv_.wait(lk, [&] {
+    return std::all_of(ahead_.begin(), ahead_.end(), [](const Ahead& a) { return a.state == Ahead::State::kReady; });
+  });
+}
+
+int64_t DiskPageStore::read_ahead_pages() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return static_cast<int64_t>(ahead_.size());
+}
+
+int64_t DiskPageStore::read_ahead_bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return ahead_bytes_;
 }
 
 bool DiskPageStore::contains(uint64_t hash, std::span<const int32_t> path) const {
@@ -357,6 +495,11 @@ PageStoreStats DiskPageStore::stats() const {
 int64_t DiskPageStore::skipped() const {
   std::lock_guard<std::mutex> lk(mu_);
   return skipped_;
+}
+
+int64_t DiskPageStore::files_read() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return files_read_;
 }
 
 void DiskPageStore::check_integrity() const {
@@ -381,6 +524,28 @@ void DiskPageStore::check_integrity() const {
   int64_t q = 0;
   for (const Pending& p : queue_) q += p.contents->bytes();
   if (q != queued_bytes_) bad(fmt::format("{} bytes queued, counter says {}", q, queued_bytes_));
+  int64_t ahead = 0, reading = 0;
+  for (auto it = ahead_.begin(); it != ahead_.end(); ++it) {
+    ahead += it->bytes;
+    auto ix = ahead_index_.find(it->hash);
+    if (ix == ahead_index_.end() || ix->second != it)
+      bad(fmt::format("read-ahead entry {:016x} is not indexed as itself", it->hash));
+    if (path_hash(it->path, page_size_) != it->hash)
+      bad(fmt::format("read-ahead entry of {} tokens: hash {:016x} is not its path's", it->path.size(), it->hash));
+    if ((it->state == Ahead::State::kReady) != (it->contents != nullptr))
+      bad(fmt::format("read-ahead entry {:016x}: contents {} in state {}", it->hash, it->contents ? "held" : "missing",
+                      static_cast<int>(it->state)));
+    if (it->state == Ahead::State::kReady && it->contents->bytes() > it->bytes)
+      bad(fmt::format("read-ahead entry {:016x} holds {} bytes, counted {}", it->hash, it->contents->bytes(), it->bytes));
+    reading += it->state == Ahead::State::kReading;
+    if (it->state == Ahead::State::kQueued && std::find(read_queue_.begin(), read_queue_.end(), it->hash) == read_queue_.end())
+      bad(fmt::format("read-ahead entry {:016x} is queued for a reader that will not read it", it->hash));
+  }
+  if (ahead_index_.size() != ahead_.size())
+    bad(fmt::format("read-ahead index has {} entries for {}", ahead_index_.size(), ahead_.size()));
+  if (ahead != ahead_bytes_) bad(fmt::format("{} bytes read ahead, counter says {}", ahead, ahead_bytes_));
+  if (ahead_bytes_ > ahead_limit_) bad(fmt::format("{} bytes read ahead over the bound of {}", ahead_bytes_, ahead_limit_));
+  if (reading > 1) bad(fmt::format("{} pages being read ahead by one reader", reading));
 }
 
 }  // namespace ft

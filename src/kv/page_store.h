@@ -54,6 +54,13 @@ struct PageStoreStats {
   int64_t bytes_read = 0;     // out of it (hits) since start
   int64_t hits = 0;           // pages found by get()
   int64_t dropped = 0;        // pages refused or evicted by the bound (or a full write queue)
+  int64_t read_ahead_hits = 0; // of `hits`, pages get() found read ahead in memory (prefetch(); disk tier)
+};
+
+/** A page a caller expects to get() soon: its path hash and whole token path (see PageStore). */
+struct PageRef {
+  uint64_t hash = 0;
+  std::span<const int32_t> path;
 };
 
 class PageStore {
@@ -68,6 +75,10 @@ class PageStore {
   virtual std::shared_ptr<const PageContents> get(uint64_t hash, std::span<const int32_t> path) = 0;
   /** Whether an entry of exactly `path` is held (or being written). */
   virtual bool contains(uint64_t hash, std::span<const int32_t> path) const = 0;
+  /** A hint that `pages` (the first needed first) will be asked for with get() soon: a tier whose
+   *  get() is slow starts reading them in the background (the paths are copied; never waits). The
+   *  default does nothing (the host tier is memory already). */
+  virtual void prefetch(std::span<const PageRef> pages) { (void)pages; }
   virtual PageStoreStats stats() const = 0;
   /** Verifies the tier's bookkeeping (index, LRU order, byte counts, each entry's hash recomputed
    *  from its path, the bound). Throws ft::Error(kInternal) naming the first violation. */

@@ -99,6 +99,18 @@ PrefixCache::Match PrefixCache::acquire(std::span<const int32_t> tokens, int64_t
   return m;
 }
 
+PrefixCache::Peek PrefixCache::peek(std::span<const int32_t> tokens, int64_t max_tokens) const {
+  Peek p;
+  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
+  for (; p.n_tokens + page_size_ <= limit; p.n_tokens += page_size_) {
+    auto page_tokens = tokens.subspan(static_cast<size_t>(p.n_tokens), static_cast<size_t>(page_size_));
+    const NodeId child = find_child(p.node, page_tokens, key_of(p.node, page_tokens));
+    if (child < 0) break;
+    p.node = child;
+  }
+  return p;
+}
+
 PrefixCache::Inserted PrefixCache::insert(NodeId parent, std::span<const int32_t> page_tokens, int32_t page,
                                           int32_t swa_page) {
   if (static_cast<int32_t>(page_tokens.size()) != page_size_)

@@ -72,6 +72,13 @@ class PrefixCache {
   /** Walks from the root along the whole pages of tokens[0, min(max_tokens, tokens.size())) that are
    *  cached and takes a reference on every node of the path (release() gives them back). */
   Match acquire(std::span<const int32_t> tokens, int64_t max_tokens);
+  /** The deepest node acquire() would reach (kRoot: none) and the tokens it covers, without taking a
+   *  reference or marking anything used. */
+  struct Peek {
+    NodeId node = kRoot;
+    int64_t n_tokens = 0;
+  };
+  Peek peek(std::span<const int32_t> tokens, int64_t max_tokens) const;
 
   /** Result of insert(): the node now caching the page's tokens and the page holding their KV. */
   struct Inserted {

@@ -128,6 +128,7 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
     };
     tiers["host"] = tier(s.kv_host_tier, s.kv_host, s.kv_hit_pages_host);
     tiers["disk"] = tier(s.kv_disk_tier, s.kv_disk, s.kv_hit_pages_disk);
+    if (s.kv_disk_tier) tiers["disk"]["read_ahead_hit_pages"] = s.kv_disk.read_ahead_hits;  // of hit_pages
     kv["tiers"] = tiers;
   }
   j["kv"] = kv;
@@ -229,6 +230,10 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
                &Tier::read, true);
     }
   }
+  if (s.kv_disk_tier)
+    metric("kv_disk_read_ahead_hit_pages_total", "counter",
+           "Prompt-cache pages a request found read ahead in memory (read while it was queued).",
+           static_cast<double>(s.kv_disk.read_ahead_hits));
   metric("requests_running", "gauge", "Requests holding KV and generating.", s.running);
   metric("requests_waiting", "gauge", "Requests queued for a running slot.", s.waiting);
   metric("prompt_tokens_per_second", "gauge", "Prompt tokens computed per second over the stats window.", s.prompt_tokens_per_s);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "engine/engine.h"
@@ -138,6 +139,79 @@ TEST(KvTiers, PromptCacheSurvivesARestartAndSkipsATruncatedFile) {
       ++warned;
   EXPECT_EQ(warned, 1);
   third.tiers.disk()->flush();  // its writer may still be writing a2's pages into the folder
+  fs::remove_all(dir);
+}
+
+TEST(KvTiers, PromptCachePagesAreReadAheadWhileTheRequestIsQueued) {
+  // A request queued behind a running one has its prompt's disk pages read while it waits: at its
+  // admission they come from memory (their files are gone by then), with the logits of a device hit.
+  const std::string dir = testing::scratch_path("prompt_cache_ahead");
+  fs::remove_all(dir);
+  std::vector<int32_t> a, want_tokens;
+  std::vector<float> want;
+  {
+    CpuTierEngine first(fixture("qwen3"), tier_options(1024, 0, dir));
+    a = prompt_of(5, 40, first.engine->config().n_vocab);
+    first.run(a, 3);
+    first.tokens.clear();
+    want = first.run(a, 3);  // a device hit on a's two whole pages
+    want_tokens = first.tokens;
+    EXPECT_EQ(first.cached, 32);
+  }
+  CpuTierEngine e(fixture("qwen3"), tier_options(1024, 0, dir));  // one running request at a time
+  DiskPageStore* disk = e.tiers.disk();
+  ASSERT_NE(disk, nullptr);
+  struct Run {
+    int32_t n = 0, generated = 0, cached = 0;
+    std::vector<float> rows;
+    std::vector<int32_t> tokens;
+  };
+  std::map<uint64_t, Run> runs;
+  const int64_t V = e.engine->config().n_vocab;
+  auto step = [&] {
+    StepPlan plan = e.sched.schedule();
+    ASSERT_EQ(plan.seqs.size(), 1u);
+    StepBatch b;
+    fill_step_batch(plan, b);
+    std::span<const float> logits = e.runner.forward(b);
+    e.sched.complete(plan);
+    const uint64_t id = plan.seqs[0].seq->id;
+    Run& r = runs[id];
+    r.cached = e.sched.find(id)->n_cached;
+    if (plan.seqs[0].sample) {
+      r.rows.insert(r.rows.end(), logits.data(), logits.data() + V);
+      const auto tok = static_cast<int32_t>(std::max_element(logits.data(), logits.data() + V) - logits.data());
+      r.tokens.push_back(tok);
+      if (++r.generated == r.n) e.sched.finish(id);
+      else e.sched.append(id, tok);
+    }
+    e.sched.check_integrity();
+  };
+  runs[1].n = 3;
+  e.sched.submit(1, prompt_of(6, 30, V), 3);
+  step();  // request 1 runs
+  runs[2].n = 3;
+  e.sched.submit(2, a, 3);  // queued behind it: its two pages are read ahead now
+  EXPECT_EQ(e.sched.n_waiting(), 1);
+  disk->flush_read_ahead();
+  EXPECT_EQ(disk->read_ahead_pages(), 2);
+  EXPECT_EQ(disk->files_read(), 2);
+  uint64_t h = kRootPathHash;
+  for (int32_t page = 0; page < 2; ++page) {
+    h = chain_hash(h, std::span<const int32_t>(a.data() + page * 16, 16));
+    EXPECT_TRUE(fs::remove(disk->file_of(h)));
+  }
+  for (int i = 0; i < 100 && !e.sched.idle(); ++i) step();
+  ASSERT_TRUE(e.sched.idle());
+  EXPECT_EQ(runs[2].cached, 32);
+  EXPECT_EQ(e.sched.tier_hits().disk, 2);
+  EXPECT_EQ(disk->stats().read_ahead_hits, 2);
+  EXPECT_EQ(disk->files_read(), 2);  // admission read no file
+  EXPECT_EQ(disk->read_ahead_pages(), 0);
+  disk->check_integrity();
+  EXPECT_EQ(runs[2].tokens, want_tokens);
+  EXPECT_TRUE(runs[2].rows == want) << "logits differ after a read-ahead prompt-cache load";
+  disk->flush();
   fs::remove_all(dir);
 }
 

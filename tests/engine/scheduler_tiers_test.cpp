@@ -38,12 +38,21 @@ struct FakePageIo : PageIo {
   int64_t saves = 0, loads = 0;
 };
 
+/** A second in-memory tier standing in for the disk tier that records the pages asked to be read ahead. */
+struct RecordingStore : HostPageStore {
+  using HostPageStore::HostPageStore;
+  void prefetch(std::span<const PageRef> pages) override {
+    for (const PageRef& p : pages) prefetched.emplace_back(p.hash, std::vector<int32_t>(p.path.begin(), p.path.end()));
+  }
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> prefetched;
+};
+
 struct TierDriver : testing::RequestLog {
   TierDriver(SchedulerConfig cfg, int32_t n_pages, int32_t page_size, int64_t host_bytes, int64_t disk_bytes,
              int32_t vocab = 30)
       : model(vocab, n_pages, page_size), pool(n_pages, page_size), io(model),
         host(host_bytes > 0 ? std::make_unique<HostPageStore>(host_bytes, page_size) : nullptr),
-        disk(disk_bytes > 0 ? std::make_unique<HostPageStore>(disk_bytes, page_size) : nullptr),
+        disk(disk_bytes > 0 ? std::make_unique<RecordingStore>(disk_bytes, page_size) : nullptr),
         sched(cfg, pool, LowerTiers{&io, host.get(), disk.get()}) {}
 
   void submit(uint64_t id, std::vector<int32_t> prompt, int32_t max_new) {
@@ -62,7 +71,8 @@ struct TierDriver : testing::RequestLog {
   FakeModel model;
   PagePool pool;
   FakePageIo io;
-  std::unique_ptr<HostPageStore> host, disk;
+  std::unique_ptr<HostPageStore> host;
+  std::unique_ptr<RecordingStore> disk;
   Scheduler sched;
 };
 
@@ -86,6 +96,44 @@ TEST(SchedulerTiers, EvictedPrefixComesBackFromTheHostTier) {
   EXPECT_EQ(d.sched.tier_hits().device, 1);
   EXPECT_EQ(d.sched.tier_hits().host, 5);
   EXPECT_GT(d.io.loads, 0);
+}
+
+TEST(SchedulerTiers, AQueuedRequestAsksTheDiskTierForThePagesItWillLoad) {
+  // As above without a host tier: A's 5 evicted pages are only on the disk tier, and submitting A
+  // asks for exactly those (in order, with their path hashes), which admission then takes from it.
+  TierDriver d(config(1, 64), 8, 4, 0, 1 << 20);
+  const std::vector<int32_t> a = tokens_of(1, 25, 30), b = tokens_of(2, 25, 30);
+  d.submit(1, a, 2);
+  d.run_until_idle();
+  d.submit(2, b, 2);
+  d.run_until_idle();
+  d.disk->prefetched.clear();
+  d.submit(3, a, 2);
+  ASSERT_EQ(d.disk->prefetched.size(), 5u);
+  for (size_t j = 0; j < 5; ++j) {
+    const std::vector<int32_t> want(a.begin(), a.begin() + static_cast<std::ptrdiff_t>((j + 2) * 4));
+    EXPECT_EQ(d.disk->prefetched[j].second, want) << j;
+    EXPECT_EQ(d.disk->prefetched[j].first, path_hash(want, 4)) << j;
+  }
+  d.run_until_idle();
+  d.expect_outputs_match_solo();
+  EXPECT_EQ(d.cached[3], 24);
+  EXPECT_EQ(d.sched.tier_hits().device, 1);
+  EXPECT_EQ(d.sched.tier_hits().disk, 5);
+
+  // With a host tier holding them, or the device, nothing is asked of the disk tier.
+  TierDriver h(config(1, 64), 8, 4, 1 << 20, 1 << 20);
+  h.submit(1, a, 2);
+  h.run_until_idle();
+  h.submit(2, b, 2);
+  h.run_until_idle();
+  h.disk->prefetched.clear();
+  h.submit(3, a, 2);
+  h.submit(4, b, 2);
+  EXPECT_TRUE(h.disk->prefetched.empty());
+  h.run_until_idle();
+  EXPECT_EQ(h.sched.tier_hits().host, 10);  // A's 5, then B's 5 that A's restore pushed out
+  EXPECT_EQ(h.sched.tier_hits().disk, 0);
 }
 
 TEST(SchedulerTiers, RandomisedWorkloadKeepsIntegrityAndSoloOutputs) {

@@ -1,7 +1,9 @@
 // DiskPageStore (--prompt-cache-dir, issue 39): pages written in the background come back equal after
 // the store is reopened; the LRU bound removes the oldest files; files of another fingerprint are
 // never read, and a file whose header is wrong (magic, version, fingerprint, size) is skipped with one
-// warning naming the field and its offset.
+// warning naming the field and its offset. Read-ahead (prefetch): pages read in the background are
+// served from memory without touching their files again, a corrupt file never enters the map, a get()
+// racing the reader reads each file once, and the map's bound drops the oldest call's pages.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -134,6 +136,164 @@ TEST(DiskPageStore, BadAndForeignFilesAreSkippedWithOneWarningEach) {
     EXPECT_EQ(log.lines().size(), 1u);
   }
   EXPECT_THROW(DiskPageStore(files[0], 1 << 20, kPage, 1, kLayout), Error);  // a file is not a folder
+  fs::remove_all(dir);
+}
+
+/** The path of page `k` (1-based) of path_of(n, salt) and its hash. */
+struct Page {
+  std::vector<int32_t> path;
+  uint64_t hash = 0;
+  PageRef ref() const { return {hash, path}; }
+};
+Page page_of(int32_t k, int32_t salt = 0) {
+  Page p;
+  p.path = path_of(k, salt);
+  p.hash = path_hash(p.path, kPage);
+  return p;
+}
+
+TEST(DiskPageStore, ReadAheadServesPagesFromMemoryWithoutTheirFiles) {
+  const std::string dir = testing::scratch_path("disk_store_ahead");
+  fs::remove_all(dir);
+  {
+    DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+    write_chain(s, 3);
+  }
+  DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+  const std::vector<Page> pages{page_of(1), page_of(2), page_of(3)};
+  const std::vector<PageRef> refs{pages[0].ref(), pages[1].ref(), pages[2].ref()};
+  s.prefetch(refs);
+  s.flush_read_ahead();
+  EXPECT_EQ(s.read_ahead_pages(), 3);
+  EXPECT_EQ(s.files_read(), 3);
+  s.check_integrity();
+  // The files go away or are cut short after the reads: get() does not look at them again.
+  fs::remove(s.file_of(pages[0].hash));
+  fs::resize_file(s.file_of(pages[1].hash), 10);
+  for (int32_t k = 1; k <= 3; ++k) {
+    std::shared_ptr<const PageContents> c = s.get(pages[k - 1].hash, pages[k - 1].path);
+    ASSERT_NE(c, nullptr) << k;
+    EXPECT_EQ(c->kv, contents_of(static_cast<uint8_t>(k), false)->kv) << k;
+    EXPECT_EQ(c->swa.size(), k % 2 == 0 ? 32u : 0u) << k;
+  }
+  EXPECT_EQ(s.files_read(), 3);
+  EXPECT_EQ(s.stats().hits, 3);
+  EXPECT_EQ(s.stats().read_ahead_hits, 3);
+  EXPECT_EQ(s.read_ahead_pages(), 0);  // a page taken leaves the map
+  EXPECT_EQ(s.read_ahead_bytes(), 0);
+  s.check_integrity();
+  // Taken: a second get() reads the file again (the truncated one fails its check now).
+  testing::LogCapture log(spdlog::level::warn);
+  EXPECT_EQ(s.get(pages[1].hash, pages[1].path), nullptr);
+  EXPECT_EQ(count_lines(log, "skipping " + s.file_of(pages[1].hash) + ": truncated"), 1);
+  EXPECT_NE(s.get(pages[2].hash, pages[2].path), nullptr);
+  EXPECT_EQ(s.files_read(), 5);
+  EXPECT_EQ(s.stats().read_ahead_hits, 3);
+  fs::remove_all(dir);
+}
+
+TEST(DiskPageStore, ACorruptFileIsNeverReadAhead) {
+  const std::string dir = testing::scratch_path("disk_store_ahead_bad");
+  fs::remove_all(dir);
+  const std::vector<Page> pages{page_of(1), page_of(2)};
+  {
+    DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+    write_chain(s, 2);
+    std::fstream io(s.file_of(pages[1].hash), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(100);  // in the KV bytes: only the checksum, read with the whole file, finds it
+    io.put('\x77');
+  }
+  testing::LogCapture log(spdlog::level::warn);
+  DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+  EXPECT_EQ(s.stats().entries, 2);
+  const std::vector<PageRef> refs{pages[0].ref(), pages[1].ref()};
+  s.prefetch(refs);
+  s.flush_read_ahead();
+  EXPECT_EQ(s.read_ahead_pages(), 1);
+  EXPECT_EQ(count_lines(log, "skipping " + s.file_of(pages[1].hash) + ": checksum at offset"), 1);
+  EXPECT_EQ(s.skipped(), 1);
+  EXPECT_FALSE(s.contains(pages[1].hash, pages[1].path));  // dropped from the index
+  EXPECT_EQ(s.get(pages[1].hash, pages[1].path), nullptr);
+  EXPECT_NE(s.get(pages[0].hash, pages[0].path), nullptr);
+  EXPECT_EQ(s.files_read(), 2);  // the bad file once, by the reader
+  EXPECT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(s.stats().read_ahead_hits, 1);
+  s.check_integrity();
+  fs::remove_all(dir);
+}
+
+TEST(DiskPageStore, GetRacingTheReaderReadsEachFileOnce) {
+  const std::string dir = testing::scratch_path("disk_store_ahead_race");
+  fs::remove_all(dir);
+  constexpr int32_t kPages = 12;
+  {
+    DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+    write_chain(s, kPages);
+  }
+  std::vector<Page> pages;
+  std::vector<PageRef> refs;
+  for (int32_t k = 1; k <= kPages; ++k) pages.push_back(page_of(k));
+  for (const Page& p : pages) refs.push_back(p.ref());
+  for (int round = 0; round < 20; ++round) {
+    // get() right after prefetch(): each page is taken ready, waited for while being read, or read by
+    // get() itself before the reader begins it; whichever happens, it is read once and is the right one.
+    DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+    s.prefetch(refs);
+    for (int32_t k = 1; k <= kPages; ++k) {
+      std::shared_ptr<const PageContents> c = s.get(pages[k - 1].hash, pages[k - 1].path);
+      ASSERT_NE(c, nullptr) << k;
+      ASSERT_EQ(c->kv, contents_of(static_cast<uint8_t>(k), false)->kv) << k;
+    }
+    s.flush_read_ahead();
+    EXPECT_EQ(s.files_read(), kPages);
+    EXPECT_EQ(s.read_ahead_pages(), 0);
+    EXPECT_EQ(s.stats().hits, kPages);
+    s.check_integrity();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(DiskPageStore, ReadAheadBoundDropsTheOldestCallsPages) {
+  const std::string dir = testing::scratch_path("disk_store_ahead_bound");
+  fs::remove_all(dir);
+  // Four one-page paths of 144-byte files; the map holds two.
+  std::vector<Page> pages;
+  for (int32_t salt = 0; salt < 4; ++salt) pages.push_back(page_of(1, 1000 * salt));
+  {
+    DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout);
+    for (const Page& p : pages) s.put(p.hash, p.path, contents_of(static_cast<uint8_t>(p.path[0]), false));
+    s.flush();
+  }
+  DiskPageStore s(dir, 1 << 20, kPage, 0x1234, kLayout, 300);
+  auto ask = [&](std::vector<int> which) {
+    std::vector<PageRef> refs;
+    for (int i : which) refs.push_back(pages[static_cast<size_t>(i)].ref());
+    s.prefetch(refs);
+    s.flush_read_ahead();
+    s.check_integrity();
+  };
+  ask({0});
+  ask({1});
+  ask({2});  // drops page 0's entry, the oldest
+  EXPECT_EQ(s.read_ahead_pages(), 2);
+  EXPECT_EQ(s.read_ahead_bytes(), 288);
+  ask({1, 2, 3});  // one call never drops its own pages: 1 and 2 stay, 3 does not fit
+  EXPECT_EQ(s.read_ahead_pages(), 2);
+  EXPECT_EQ(s.files_read(), 3);
+  for (const Page& p : pages) {
+    std::shared_ptr<const PageContents> c = s.get(p.hash, p.path);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->kv, contents_of(static_cast<uint8_t>(p.path[0]), false)->kv);
+  }
+  EXPECT_EQ(s.stats().read_ahead_hits, 2);  // pages 1 and 2; 0 and 3 were read by get()
+  EXPECT_EQ(s.files_read(), 5);
+  // Pages not on disk are not read ahead.
+  const Page absent1 = page_of(1, 7777), absent2 = page_of(2, 7777);
+  const std::vector<PageRef> refs{absent1.ref(), absent2.ref()};
+  s.prefetch(refs);
+  s.flush_read_ahead();
+  EXPECT_EQ(s.read_ahead_pages(), 0);
+  s.check_integrity();
   fs::remove_all(dir);
 }
 

@@ -78,6 +78,10 @@ TEST(PromptCache, SecondServerLoadsThePrefixFromDisk) {
   const nlohmann::json tiers = nlohmann::json::parse(r->body)["kv"]["tiers"];
   EXPECT_EQ(tiers["disk"]["hit_pages"], (prompt_tokens - 1) / 16);
   EXPECT_GT(tiers["disk"]["bytes_read"].get<int64_t>(), 0);
+  // Read ahead once queued: taken from memory when the reader was done by admission, else from the file.
+  ASSERT_TRUE(tiers["disk"]["read_ahead_hit_pages"].is_number_integer()) << tiers.dump();
+  EXPECT_LE(tiers["disk"]["read_ahead_hit_pages"].get<int64_t>(), (prompt_tokens - 1) / 16);
+  EXPECT_FALSE(tiers["host"].contains("read_ahead_hit_pages"));
   EXPECT_GE(tiers["disk"]["pages"].get<int64_t>(), (prompt_tokens - 1) / 16);
   EXPECT_EQ(tiers["host"]["pages"], 0);  // nothing was evicted from the device
   EXPECT_EQ(tiers["device"]["hit_pages"], 0);
@@ -89,6 +93,7 @@ TEST(PromptCache, SecondServerLoadsThePrefixFromDisk) {
       << m->body;
   EXPECT_NE(m->body.find("freetoken_kv_tier_pages{tier=\"host\"} 0"), std::string::npos);
   EXPECT_NE(m->body.find("freetoken_kv_tier_bytes_read_total{tier=\"disk\"}"), std::string::npos);
+  EXPECT_NE(m->body.find("freetoken_kv_disk_read_ahead_hit_pages_total "), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
@@ -119,6 +124,7 @@ TEST(PromptCache, HostTierServesAPrefixEvictedFromTheDevice) {
   ASSERT_TRUE(m && m->status == 200);
   EXPECT_NE(m->body.find("freetoken_kv_tier_bytes_written_total{tier=\"host\"}"), std::string::npos) << m->body;
   EXPECT_EQ(m->body.find("tier=\"disk\""), std::string::npos);
+  EXPECT_EQ(m->body.find("read_ahead"), std::string::npos);
 }
 
 }  // namespace
