@@ -339,6 +339,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       }
       check_dense_memory_limit(placed_memory(in), o);
     }
+    WeightLoader ld(in.checkpoint, in.ops);
+    model.place_deferred(ld, in.ops);  // the tables the plan keeps on the device, loaded as metadata
   } catch (const Error& e) {  // a plan that does not fit says so; the flag that moves the table too
     throw with_embed_weights_hint(e, model);
   }

@@ -134,6 +134,15 @@ class Model {
   /** The bytes move_embeddings_to_host moves (or moved): what host_mapped_bytes() is once it has run.
    *  0: it moves nothing (a tied table and no other, or an architecture that keeps its tables). */
   virtual int64_t movable_embedding_bytes() const { return 0; }
+  /** Places the tables that waited for the memory plan: plan_memory calls it once it has decided (after
+   *  any move_embeddings_to_host), and a model whose large tables were loaded as metadata only (Qwen4-Exp's
+   *  n-gram tables, 51-95 GiB in Qwen3.8: loading them to the device first would not fit the cards the
+   *  plan moves them off) uploads those still unplaced to the device. Idempotent; the default has none.
+   *  Throws what the loader throws (kOutOfMemory when the device cannot hold them). */
+  virtual void place_deferred(WeightLoader& ld, Ops& ops) {
+    (void)ld;
+    (void)ops;
+  }
 
  protected:
   explicit Model(ModelConfig config) : config_(std::move(config)) {}

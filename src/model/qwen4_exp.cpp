@@ -132,6 +132,15 @@ class Qwen4Exp final : public Model {
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
     return true;
   }
+  /** Uploads the n-gram tables move_embeddings_to_host did not move (loaded as metadata only). */
+  void place_deferred(WeightLoader& ld, Ops& ops) override {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      Tensor& table = layers_[l].p.table;
+      if (!layers_[l].ple || table.data) continue;
+      table = ngram_table(ld, ops, fmt::format("model.layers.{}.ple.ple_embedding.", l), table.dim(1));
+    }
+    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+  }
   /** The token table's bytes unless the LM head is tied to it, plus every n-gram table's. */
   int64_t movable_embedding_bytes() const override {
     int64_t n = embeddings_tied_ ? 0 : tok_embd_.bytes();
@@ -151,6 +160,9 @@ class Qwen4Exp final : public Model {
    *  as one view of the mapped file, others as a stacked copy. Throws kNotFound for a missing shard,
    *  kInvalidFile for shards of different dtypes, what the loader throws. */
   Tensor ngram_table(WeightLoader& ld, Ops& ops, const std::string& t, int64_t hdim);
+  /** The n-gram table's dtype and shape [rows, hdim] with no data (placed by the plan: place_deferred
+   *  or move_embeddings_to_host), its tensors validated as ngram_table does. */
+  Tensor ngram_table_unplaced(WeightLoader& ld, const std::string& t, int64_t hdim);
   /** ngram_table in host memory the backend reads over the bus (WeightLoader::get_host_mapped,
    *  get_stacked_host_mapped). Throws as ngram_table does. */
   Tensor ngram_table_host_mapped(WeightLoader& ld, const std::string& t, int64_t hdim);
@@ -334,6 +346,27 @@ Tensor Qwen4Exp::ngram_table(WeightLoader& ld, Ops& ops, const std::string& t, i
   return table;
 }
 
+Tensor Qwen4Exp::ngram_table_unplaced(WeightLoader& ld, const std::string& t, int64_t hdim) {
+  Tensor meta;
+  if (ld.has({"", t + "ngram_embedding.weight"})) {
+    const TensorInfo* ti = ld.checkpoint().find(t + "ngram_embedding.weight");
+    meta = ld.host({"", t + "ngram_embedding.weight"}, {ti->shape.empty() ? 0 : ti->shape[0], hdim});
+  } else {
+    std::vector<WeightName> names;
+    std::vector<int64_t> rows;
+    ngram_shards(ld, t, hdim, names, rows);
+    int64_t total = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (ld.checkpoint().find(names[i].hf)->dtype != ld.checkpoint().find(names[0].hf)->dtype)
+        fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding shards differ in dtype", t);
+      total += rows[i];
+    }
+    meta = Tensor(nullptr, ld.host(names[0], {rows[0], hdim}).dtype, {total, hdim});
+  }
+  meta.data = nullptr;
+  return meta;
+}
+
 Tensor Qwen4Exp::ngram_table_host_mapped(WeightLoader& ld, const std::string& t, int64_t hdim) {
   if (ld.has({"", t + "ngram_embedding.weight"})) {
     const TensorInfo* ti = ld.checkpoint().find(t + "ngram_embedding.weight");
@@ -428,7 +461,7 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
       L.p.sizes = upload_i64(ld, ops, t + "ngram_heads_vocab_sizes", nt.sizes);
       L.p.offsets = upload_i64(ld, ops, t + "ngram_heads_offsets", nt.offsets);
       const int64_t hdim = ple_dim_ / heads;
-      L.p.table = ngram_table(ld, ops, t, hdim);
+      L.p.table = ngram_table_unplaced(ld, t, hdim);  // placed by the memory plan (place_deferred)
       if (L.p.table.dim(0) < nt.offsets.back() + nt.sizes.back())
         fail(ErrorCode::kInvalidFile, "qwen4_exp: {}ngram_embedding has {} rows, its heads need {}", t, L.p.table.dim(0),
              nt.offsets.back() + nt.sizes.back());
@@ -512,6 +545,8 @@ void Qwen4Exp::ple(ForwardContext& ctx, int64_t l, Tensor streams) const {
   const int64_t T = ctx.batch.n_tokens, H = config_.n_embd, n = n_hc_, heads = (ngram_ - 1) * heads_per_;
   const RmsNormParams unit{static_cast<float>(config_.rms_eps), 0.0f};
   const StateLayer st = ctx.kv.state(static_cast<int32_t>(l));
+  if (!L.p.table.data)
+    fail(ErrorCode::kInternal, "qwen4_exp: layer {}'s n-gram table was not placed (Model::place_deferred)", l);
   Tensor ids = s.ids.slice(0, T), emb = s.emb.slice(0, T), key = s.key.slice(0, T), value = s.value.slice(0, T);
   Tensor flat = s.flat.slice(0, T), gv = s.gv.slice(0, T), gvn = s.gvn.slice(0, T), conv = s.conv.slice(0, T);
   const NgramHashParams np{static_cast<int32_t>(ngram_), static_cast<int32_t>(heads_per_), static_cast<int32_t>(eos_)};

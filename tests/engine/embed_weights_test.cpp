@@ -4,6 +4,7 @@
 // placed bytes must leave it out) and the flag; the CUDA placement itself is in tests/engine/cuda_graph_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -51,6 +52,23 @@ class MappedCopyOps final : public CpuOps {
 
  private:
   int* calls_;
+};
+
+/** The CPU backend recording the bytes of every tensor made resident (the loader's device copies; host-mapped
+ *  copies are not recorded). */
+class ResidentBytesOps final : public CpuOps {
+ public:
+  explicit ResidentBytesOps(std::vector<int64_t>* bytes) : CpuOps(1), bytes_(bytes) {}
+  Tensor make_resident(const Tensor& host, Buffer& storage) override {
+    bytes_->push_back(host.bytes());
+    return CpuOps::make_resident(host, storage);
+  }
+  Tensor make_host_mapped(const Tensor& host, Buffer& storage) override {  // not a device copy
+    return CpuOps::make_resident(host, storage);
+  }
+
+ private:
+  std::vector<int64_t>* bytes_;
 };
 
 Engine load(const std::string& fixture, EngineOptions o, std::unique_ptr<Ops> ops) {
@@ -213,6 +231,30 @@ TEST(EmbedWeights, HostMovesQwen4ExpNgramTables) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(stacked.host_mapped_weight_bytes(), token + ngram);
   expect_same_decode(device, stacked, "qwen4_exp");
+}
+
+TEST(EmbedWeights, Qwen4ExpNgramTablesReachTheDeviceOnlyWhereThePlanKeepsThem) {
+  // The n-gram tables load as metadata and the memory plan places them (Model::place_deferred): under
+  // --embed-weights host no table is ever made resident (a 51-95 GiB table would not fit the device it
+  // is moved off), under device each PLE layer's table is, once.
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 0;
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen4_exp";
+  const auto [token, ngram] = qwen4_exp_table_bytes(dir);
+  int64_t tables[2] = {0, 0};  // ple_layer_ids [1, 3]: layers 0 and 2, shards adjacent (one view each)
+  const auto ck = open_checkpoint(dir);
+  for (const TensorInfo& t : ck->tensors())
+    if (t.name.find(".ngram_embedding.") != std::string::npos) tables[t.name.starts_with("model.layers.0.") ? 0 : 1] += t.bytes;
+  ASSERT_EQ(tables[0] + tables[1], ngram);
+  std::vector<int64_t> device_bytes, host_bytes;
+  o.embed_weights = EmbedPlacement::kDevice;
+  Engine device = load("qwen4_exp", o, std::make_unique<ResidentBytesOps>(&device_bytes));
+  for (int64_t t : tables) EXPECT_EQ(std::count(device_bytes.begin(), device_bytes.end(), t), 1) << t;
+  o.embed_weights = EmbedPlacement::kHost;
+  Engine host = load("qwen4_exp", o, std::make_unique<ResidentBytesOps>(&host_bytes));
+  for (int64_t t : tables) EXPECT_EQ(std::count(host_bytes.begin(), host_bytes.end(), t), 0) << t;
+  EXPECT_EQ(host.host_mapped_weight_bytes(), token + ngram);
+  expect_same_decode(device, host, "qwen4_exp");
 }
 
 TEST(EmbedWeights, AutoMovesQwen4ExpNgramTablesWhenOnlyThatFits) {
