@@ -24,6 +24,12 @@ int64_t KvTiers::pool_bytes(const EngineOptions& o) {
   return n > 0 ? n + kPoolMargin : 0;
 }
 
+int64_t KvTiers::host_bytes(const EngineOptions& o) {
+  const int64_t n = pool_bytes(o);
+  if (o.prompt_cache_dir.empty()) return n;
+  return n + DiskPageStore::queue_bound(std::max<int64_t>(1, gib_bytes(o.prompt_cache_gib)));  // the read-ahead map
+}
+
 void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops& ops) {
   // The flags' ranges are EngineOptions::validate()'s (it runs first).
   const bool disk = !o.prompt_cache_dir.empty();

@@ -37,6 +37,9 @@ class KvTiers {
   /** The most host memory the tiers' saved pages take (PageBlockPool's cap; pinned on CUDA): the host
    *  tier's bound, the prompt cache's write queue bound and a margin of kPoolMargin; 0 with no tier. */
   static int64_t pool_bytes(const EngineOptions& options);
+  /** The most host memory the tiers take: pool_bytes and the prompt cache's read-ahead bound (pages read
+   *  from disk while their request waits, DiskPageStore's default bound); 0 with no tier. */
+  static int64_t host_bytes(const EngineOptions& options);
   static constexpr int64_t kPoolMargin = int64_t{256} << 20;
 
   /** What ServiceConfig::tiers takes (io null when no tier is on). */

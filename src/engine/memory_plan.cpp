@@ -354,7 +354,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   p.kv_bytes_per_token = KvCache::bytes_per_token(in.kv.config());
   p.embed_weights = embed;
   p.host_mapped_bytes = model.host_mapped_bytes();
-  p.kv_host_bytes = KvTiers::pool_bytes(o);
+  p.kv_host_bytes = KvTiers::host_bytes(o);
   p.kv_host_gib = o.kv_host_gib;
   p.prompt_cache = !o.prompt_cache_dir.empty();
   return p;
@@ -391,7 +391,7 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
   if (p.kv_host_bytes > 0) {
     std::string what;
     if (p.kv_host_gib > 0) what = fmt::format("evicted prefix pages (--kv-host-gib {:g})", p.kv_host_gib);
-    if (p.prompt_cache) what += std::string(what.empty() ? "" : ", ") + "prompt-cache writes queued";
+    if (p.prompt_cache) what += std::string(what.empty() ? "" : ", ") + "prompt-cache writes queued and reads ahead";
     add("KV host tier", 0, p.kv_host_bytes, what + ", at most; taken as used");
   }
   add("step buffers", p.placed.buffers, 0, "");

@@ -65,7 +65,7 @@ struct MemoryPlan {
   int64_t kv_bytes_per_token = 0;   // KvCache::bytes_per_token: every layer's K and V of one token (MLA: latent + RoPE key)
   EmbedPlacement embed_weights = EmbedPlacement::kAuto;  // --embed-weights
   int64_t host_mapped_bytes = 0;    // weights the backend reads from host memory (Model::move_embeddings_to_host's tables; 0: none)
-  int64_t kv_host_bytes = 0;        // the most host memory the KV tiers' saved pages take (KvTiers::pool_bytes; 0: none)
+  int64_t kv_host_bytes = 0;        // the most host memory the KV tiers take (KvTiers::host_bytes; 0: none)
   double kv_host_gib = 0;           // --kv-host-gib
   bool prompt_cache = false;        // --prompt-cache-dir given
   std::optional<MoeRuntimeConfig> moe_inputs;  // MoE models: the options MoeRuntime builds the plan with
@@ -102,7 +102,7 @@ struct MemoryRow {
 /** The plan's rows, in order: dense weights (everything resident but the routed experts), routed
  *  experts (resident under fused, else their host banks), the expert cache's slots, token embeddings
  *  when read from host memory, the KV cache, the KV host tier (its host memory at most: the
- *  --kv-host-gib bound, the prompt cache's write queue and a margin), step buffers, the backend's workspace. Rows of 0 bytes
+ *  --kv-host-gib bound, the prompt cache's write queue and read-ahead and a margin), step buffers, the backend's workspace. Rows of 0 bytes
  *  on both sides are left out. The memory the CUDA graphs take is not known here and not counted. */
 std::vector<MemoryRow> memory_rows(const MemoryPlan& p);
 

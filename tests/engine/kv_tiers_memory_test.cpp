@@ -3,6 +3,8 @@
 // the prompt cache's write queue, a margin), none without a tier; the saved pages come from that pool.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "engine/engine.h"
 #include "engine/kv_tiers.h"
 #include "engine/memory_plan.h"
@@ -46,6 +48,19 @@ TEST(KvTiersMemory, TheHostTierIsARowOfTheMemoryPlan) {
   EXPECT_TRUE(c->kv.get_allocator().pooled(c->kv.data()));
   EXPECT_EQ(static_cast<int64_t>(c->kv.size()), io->kv_bytes());
   c->wait_ready();
+  // With a prompt cache: its write queue in the pool and its read-ahead map (heap) beside it, each bounded
+  // by min(--prompt-cache-gib, 1 GiB); the pool's cap leaves the read-ahead out.
+  o.prompt_cache_dir = testing::scratch_path("kv_tiers_memory_disk");
+  o.prompt_cache_gib = 0.25;
+  auto d = Engine::load(fixture("qwen3"), o);
+  const std::vector<MemoryRow> drows = memory_rows(d->memory_plan());
+  const MemoryRow* rd = row_named(drows, "KV host tier");
+  ASSERT_NE(rd, nullptr);
+  EXPECT_EQ(rd->host, (int64_t{1} << 29) + 2 * (int64_t{1} << 28) + KvTiers::kPoolMargin);
+  EXPECT_EQ(rd->detail, "evicted prefix pages (--kv-host-gib 0.5), prompt-cache writes queued and reads ahead, at most; "
+                        "taken as used");
+  EXPECT_EQ(KvTiers::pool_bytes(o), (int64_t{1} << 29) + (int64_t{1} << 28) + KvTiers::kPoolMargin);
+  std::filesystem::remove_all(o.prompt_cache_dir);
 }
 
 }  // namespace
