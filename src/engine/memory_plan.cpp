@@ -208,7 +208,8 @@ GpuMemoryBudget moe_budget(const MemoryPlanInputs& in) {
   const int64_t extra_kv = std::max<int64_t>(pool_tokens - b.kv_reserve_tokens, 0) * placed.kv_per_token;
   const int64_t others = placed.kv + placed.buffers - placed_kv + extra_kv;  // buffers, spare pages, extra KV
   b.resident_bytes = std::max<int64_t>(placed.weights - b.expert_bytes, 0) + others;
-  b.gpu_memory_limit = moe_gpu_limit(in, b.resident_bytes + placed_kv - extra_kv);
+  // Tables the plan has yet to place (Model::place_deferred) are in the weights but not in the used memory.
+  b.gpu_memory_limit = moe_gpu_limit(in, b.resident_bytes + placed_kv - extra_kv - in.model.unplaced_bytes());
   // Not placed yet, so not in the limit's free memory above.
   b.resident_bytes += bias_bytes + placed.workspace;
   return b;

@@ -190,13 +190,18 @@ OutputWeights load_output(WeightLoader& ld, ModelConfig& c) {
   }
   const int64_t V = c.n_vocab, H = c.n_embd;
   w.tied = output_tied(ld, c);
-  w.tok_embd = ld.get(embd, {V, H});
+  w.tok_embd = w.tied ? ld.get(embd, {V, H}) : ld.unplaced(embd, {V, H});
   w.output_norm = ld.get({"output_norm.weight", "model.norm.weight"}, {H}, WeightKind::kVector);
   w.output = w.tied ? w.tok_embd : ld.get(kOutput, {V, H});  // untied HF without lm_head: missing tensor
   return w;
 }
 
+void place_token_embd(WeightLoader& ld, const ModelConfig& c, Tensor& tok_embd) {
+  if (!tok_embd.data) tok_embd = ld.get(kTokenEmbd, {c.n_vocab, c.n_embd});
+}
+
 Tensor embed(ForwardContext& ctx, const Tensor& tok_embd) {
+  if (!tok_embd.data) fail(ErrorCode::kInternal, "the token embedding table was not placed (Model::place_deferred)");
   Tensor x = ctx.state.x.slice(0, ctx.batch.n_tokens);
   ctx.ops.embedding(tok_embd, ctx.token_ids, x);  // [T, H]
   return x;

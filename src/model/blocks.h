@@ -101,13 +101,18 @@ struct OutputWeights {
 };
 
 /** token_embd / model.embed_tokens, output_norm / model.norm, output / lm_head (tied: the embedding
- *  table, also when a GGUF simply has no output.weight). Sets config.n_vocab from the table if 0. */
+ *  table, also when a GGUF simply has no output.weight). Sets config.n_vocab from the table if 0. An
+ *  untied embedding table is left unplaced (WeightLoader::unplaced: the memory plan puts it on the
+ *  device or in host memory, Model::place_deferred / move_embeddings_to_host). */
 OutputWeights load_output(WeightLoader& ld, ModelConfig& config);
 /** Whether the LM head is the embedding table (config tie_word_embeddings without lm_head, or a GGUF
  *  without output.weight, as llama.cpp reads it). */
 bool output_tied(const WeightLoader& ld, const ModelConfig& config);
 /** The embedding table [n_vocab, n_embd] placed by WeightLoader::get_host_mapped. */
 Tensor load_token_embd_host_mapped(WeightLoader& ld, const ModelConfig& config);
+/** Places an embedding table load_output left unplaced (untied: WeightLoader::unplaced) on the device
+ *  (WeightLoader::get), for Model::place_deferred; a placed table is left as it is. */
+void place_token_embd(WeightLoader& ld, const ModelConfig& config, Tensor& tok_embd);
 
 /** ctx.state.x [T, H] = tok_embd[token_ids]. Returns that view. */
 Tensor embed(ForwardContext& ctx, const Tensor& tok_embd);

@@ -40,6 +40,11 @@ class Decoder final : public Model {
     return true;
   }
   int64_t movable_embedding_bytes() const override { return io_.tied ? 0 : io_.tok_embd.bytes(); }
+  int64_t unplaced_bytes() const override { return io_.tok_embd.data ? 0 : io_.tok_embd.bytes(); }
+  void place_deferred(WeightLoader& ld, Ops&) override {
+    place_token_embd(ld, config_, io_.tok_embd);
+    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+  }
 
   void forward(ForwardContext& ctx) const override {
     Ops& ops = ctx.ops;

@@ -103,7 +103,9 @@ class Gemma4 final : public Model {
     config_.validate();
     const int64_t H = config_.n_embd, P = config_.ple_dim, L = config_.n_layer;
     if (P > 0) {
-      ple_table_ = ld.get({"", "model.embed_tokens_per_layer.weight"}, {ple_vocab_, L * P});
+      // Untied: placed by the memory plan with the token table (place_deferred / move_embeddings_to_host).
+      ple_table_ = io_.tied ? ld.get({"", "model.embed_tokens_per_layer.weight"}, {ple_vocab_, L * P})
+                            : ld.unplaced({"", "model.embed_tokens_per_layer.weight"}, {ple_vocab_, L * P});
       ple_model_proj_ = ld.get({"", "model.per_layer_model_projection.weight"}, {L * P, H});
       ple_proj_norm_ = ld.get({"", "model.per_layer_projection_norm.weight"}, {P}, WeightKind::kVector);
     }
@@ -133,6 +135,15 @@ class Gemma4 final : public Model {
   int64_t movable_embedding_bytes() const override {
     return io_.tied ? 0 : io_.tok_embd.bytes() + (config_.ple_dim > 0 ? ple_table_.bytes() : 0);
   }
+  int64_t unplaced_bytes() const override {
+    return (io_.tok_embd.data ? 0 : io_.tok_embd.bytes()) + (config_.ple_dim > 0 && !ple_table_.data ? ple_table_.bytes() : 0);
+  }
+  void place_deferred(WeightLoader& ld, Ops&) override {
+    place_token_embd(ld, config_, io_.tok_embd);
+    if (config_.ple_dim > 0 && !ple_table_.data)
+      ple_table_ = ld.get({"", "model.embed_tokens_per_layer.weight"}, {ple_vocab_, config_.n_layer * config_.ple_dim});
+    for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
+  }
 
   void forward(ForwardContext& ctx) const override {
     Ops& ops = ctx.ops;
@@ -145,6 +156,7 @@ class Gemma4 final : public Model {
     if (P > 0) {
       ple = s.ple.reshape({s.max_tokens * L * P}).slice(0, L * T * P).reshape({L, T, P});
       Tensor proj = s.ple_proj.reshape({s.max_tokens * L * P}).slice(0, L * T * P).reshape({L, T, P});
+      if (!ple_table_.data) fail(ErrorCode::kInternal, "gemma4: the per-layer table was not placed (Model::place_deferred)");
       ops.embedding_split(ple_table_, ctx.token_ids, ple);
       ops.scale(ple, std::sqrt(static_cast<float>(P)), ple);
       for (int64_t l = 0; l < L; ++l) ops.matmul(x, ple_model_proj_.slice(l * P, P), proj.index(l), Tensor());

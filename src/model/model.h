@@ -135,10 +135,16 @@ class Model {
    *  0: it moves nothing (a tied table and no other, or an architecture that keeps its tables). */
   virtual int64_t movable_embedding_bytes() const { return 0; }
   /** Places the tables that waited for the memory plan: plan_memory calls it once it has decided (after
-   *  any move_embeddings_to_host), and a model whose large tables were loaded as metadata only (Qwen4-Exp's
-   *  n-gram tables, 51-95 GiB in Qwen3.8: loading them to the device first would not fit the cards the
-   *  plan moves them off) uploads those still unplaced to the device. Idempotent; the default has none.
-   *  Throws what the loader throws (kOutOfMemory when the device cannot hold them). */
+   *  any move_embeddings_to_host). The tables move_embeddings_to_host can move are loaded as metadata
+   *  only (WeightLoader::unplaced: an untied token embedding table, Gemma 4's per-layer table, Qwen4-Exp's
+   *  n-gram tables, 51-95 GiB in Qwen3.8), so that a table the plan keeps in host memory never passes
+   *  through the device (issue 37: the load's peak device memory is the plan's); those still unplaced
+   *  are uploaded to the device here. Idempotent; the default has none. Code that runs a model without
+   *  an engine calls it after load_model. Throws what the loader throws (kOutOfMemory when the device
+   *  cannot hold them). */
+  /** Bytes of the tables place_deferred would still upload (loaded as metadata, not moved to host memory):
+   *  counted in the plan's weights but not yet in the device's used memory. */
+  virtual int64_t unplaced_bytes() const { return 0; }
   virtual void place_deferred(WeightLoader& ld, Ops& ops) {
     (void)ld;
     (void)ops;

@@ -132,8 +132,14 @@ class Qwen4Exp final : public Model {
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
     return true;
   }
-  /** Uploads the n-gram tables move_embeddings_to_host did not move (loaded as metadata only). */
+  int64_t unplaced_bytes() const override {
+    int64_t n = tok_embd_.data ? 0 : tok_embd_.bytes();
+    for (const Layer& L : layers_) n += L.ple && !L.p.table.data ? L.p.table.bytes() : 0;
+    return n;
+  }
+  /** Uploads the tables move_embeddings_to_host did not move (loaded as metadata only). */
   void place_deferred(WeightLoader& ld, Ops& ops) override {
+    if (!tok_embd_.data) tok_embd_ = ld.get({"", "model.embed_tokens.weight"}, {config_.n_vocab, config_.n_embd});
     for (size_t l = 0; l < layers_.size(); ++l) {
       Tensor& table = layers_[l].p.table;
       if (!layers_[l].ple || table.data) continue;
@@ -386,9 +392,11 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
   if (E < 1 || c.n_expert_used < 1 || c.n_ff_exp < 1 || c.n_ff_shexp < 1)
     fail(ErrorCode::kInvalidFile, "config.json: qwen4_exp needs num_experts, num_experts_per_tok, moe_intermediate_size "
          "and shared_expert_intermediate_size > 0");
-  tok_embd_ = ld.get({"", "model.embed_tokens.weight"}, {V, H});
-  output_ = c.tie_embeddings && !ld.has({"", "lm_head.weight"}) ? tok_embd_ : ld.get({"", "lm_head.weight"}, {V, H});
-  embeddings_tied_ = output_.data == tok_embd_.data;
+  // Untied: the table is placed by the memory plan (place_deferred / move_embeddings_to_host).
+  embeddings_tied_ = c.tie_embeddings && !ld.has({"", "lm_head.weight"});
+  tok_embd_ = embeddings_tied_ ? ld.get({"", "model.embed_tokens.weight"}, {V, H})
+                               : ld.unplaced({"", "model.embed_tokens.weight"}, {V, H});
+  output_ = embeddings_tied_ ? tok_embd_ : ld.get({"", "lm_head.weight"}, {V, H});
   ones_ = upload_f32(ops, std::vector<float>(static_cast<size_t>(std::max(H, id_)), 1.0f), storage_);
   spec_ = load_attention_spec(ld, ops, c, storage_);
   zero_ape_ = upload_f32(ops, std::vector<float>(static_cast<size_t>(ratio_ * id_), 0.0f), storage_).reshape({ratio_, id_});

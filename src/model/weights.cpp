@@ -316,6 +316,14 @@ Tensor WeightLoader::get(const WeightName& n, std::initializer_list<int64_t> sha
   return t;
 }
 
+Tensor WeightLoader::unplaced(const WeightName& n, std::initializer_list<int64_t> shape) {
+  Tensor h = read(n, shape, WeightKind::kMatrix);
+  check_device_kernel(name(n), h);
+  count(name(n));
+  h.data = nullptr;
+  return h;
+}
+
 Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape) {
   Tensor h = read(n, shape, WeightKind::kMatrix);
   check_device_kernel(name(n), h);

@@ -69,6 +69,11 @@ class WeightLoader {
   /** Like get(), but placed in host memory the backend reads over the bus (Ops::make_host_mapped;
    *  on the CPU backend the view itself). */
   Tensor get_host_mapped(const WeightName& n, std::initializer_list<int64_t> shape);
+  /** The tensor's dtype and shape, validated as get() validates them (the device's kernels included),
+   *  with no data: a table the memory plan places later (Model::place_deferred: get() or
+   *  get_host_mapped()), so that it never passes through the device when the plan keeps it in host
+   *  memory. Counted for load progress. Throws what get() throws. */
+  Tensor unplaced(const WeightName& n, std::initializer_list<int64_t> shape);
   /** get_stacked(), but the stack is in host memory the backend reads over the bus (for a table a
    *  step reads a few rows of, stored in parts, e.g. Qwen4-Exp's n-gram shards). Parts that follow
    *  each other in memory (the mapped file) are placed as one view, as get_host_mapped places a

@@ -257,6 +257,31 @@ TEST(EmbedWeights, Qwen4ExpNgramTablesReachTheDeviceOnlyWhereThePlanKeepsThem) {
   expect_same_decode(device, host, "qwen4_exp");
 }
 
+TEST(EmbedWeights, TablesTheHostKeepsNeverReachTheDevice) {
+  // Issue 37: the load's peak device memory is the plan's. An untied token table (and Gemma 4's
+  // per-layer table) loads as metadata; under device one copy of it is made resident, under host none
+  // (tensors are told apart by size).
+  EngineOptions o = small_engine_options();
+  o.cuda_graph_max_bs = 0;
+  for (const char* fixture : {"qwen3", "qwen3_moe", "gemma4"}) {
+    SCOPED_TRACE(fixture);
+    const auto ck = open_checkpoint(shared_dir() + "/fixtures/hf/" + fixture);
+    std::vector<int64_t> tables;
+    for (const char* name : {"model.embed_tokens.weight", "model.embed_tokens_per_layer.weight"})
+      if (const TensorInfo* t = ck->find(name)) tables.push_back(t->bytes);
+    std::vector<int64_t> device_bytes, host_bytes;
+    o.embed_weights = EmbedPlacement::kDevice;
+    Engine device = load(fixture, o, std::make_unique<ResidentBytesOps>(&device_bytes));
+    o.embed_weights = EmbedPlacement::kHost;
+    Engine host = load(fixture, o, std::make_unique<ResidentBytesOps>(&host_bytes));
+    for (int64_t t : tables)  // (the LM head has the token table's size: resident in both)
+      EXPECT_EQ(std::count(device_bytes.begin(), device_bytes.end(), t),
+                std::count(host_bytes.begin(), host_bytes.end(), t) + std::count(tables.begin(), tables.end(), t))
+          << t;
+    expect_same_decode(device, host, fixture);
+  }
+}
+
 TEST(EmbedWeights, AutoMovesQwen4ExpNgramTablesWhenOnlyThatFits) {
   // A limit that holds offload's smallest cache only with the token and the n-gram tables off the
   // device (the token table alone is not enough): device is refused, naming --embed-weights host and
