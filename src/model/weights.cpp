@@ -334,16 +334,23 @@ Tensor WeightLoader::get_host_mapped(const WeightName& n, std::initializer_list<
   return t;
 }
 
-Tensor WeightLoader::get_stacked_host_mapped(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,
-                                             int64_t cols) {
+std::vector<Tensor> WeightLoader::read_parts(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,
+                                             int64_t cols, int64_t& total) {
   std::vector<Tensor> parts;
-  int64_t total = 0;
+  total = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     parts.push_back(read(names[i], {rows[i], cols}, WeightKind::kMatrix));
     check_device_kernel(name(names[i]), parts.back());
-    if (parts.back().dtype != parts.front().dtype) return Tensor();
+    if (parts.back().dtype != parts.front().dtype) return {};
     total += rows[i];
   }
+  return parts;
+}
+
+Tensor WeightLoader::get_stacked_host_mapped(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,
+                                             int64_t cols) {
+  int64_t total = 0;
+  const std::vector<Tensor> parts = read_parts(names, rows, cols, total);
   if (parts.empty()) return Tensor();
   Tensor stacked(nullptr, parts.front().dtype, {total, cols});
   bool adjacent = true;  // each part's bytes follow the previous one's (in the mapped file): one view
@@ -382,14 +389,8 @@ Tensor WeightLoader::get_stacked_host_mapped(const std::vector<WeightName>& name
 
 Tensor WeightLoader::get_stacked(const std::vector<WeightName>& names, const std::vector<int64_t>& rows,
                                  int64_t cols) {
-  std::vector<Tensor> parts;
   int64_t total = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    parts.push_back(read(names[i], {rows[i], cols}, WeightKind::kMatrix));
-    check_device_kernel(name(names[i]), parts.back());
-    if (parts.back().dtype != parts.front().dtype) return Tensor();
-    total += rows[i];
-  }
+  const std::vector<Tensor> parts = read_parts(names, rows, cols, total);
   if (parts.empty()) return Tensor();
   Tensor stacked(nullptr, parts.front().dtype, {total, cols}, ops_.device());
   storage_.push_back(ops_.alloc(stacked.bytes()));

@@ -89,16 +89,23 @@ void expect_same_decode(Engine& a, Engine& b, const std::string& fixture) {
   }
 }
 
-TEST(EmbedWeights, AutoUnderOffloadMovesTheTableAndTheCacheGetsItsBytes) {
-  // qwen3_moe_64e (untied) under --moe-strategy offload and a limit: auto moves the table through
-  // make_host_mapped, its bytes leave the placed weights, the cache gets them as slots, and decode
-  // reads the copy (same bits as the device engine's, whose cache is smaller).
+/** The tiny fixtures under --moe-strategy offload, a 12 MiB limit, a 256-token KV reserve, the tables on
+ *  the device, no graphs. */
+EngineOptions offload_options() {
   EngineOptions o = small_engine_options();
   o.cuda_graph_max_bs = 0;
   o.moe.strategy = MoeStrategy::kOffload;
   o.gpu_memory_limit = 12 << 20;
   o.kv_reserve_tokens = 256;
   o.embed_weights = EmbedPlacement::kDevice;
+  return o;
+}
+
+TEST(EmbedWeights, AutoUnderOffloadMovesTheTableAndTheCacheGetsItsBytes) {
+  // qwen3_moe_64e (untied) under --moe-strategy offload and a limit: auto moves the table through
+  // make_host_mapped, its bytes leave the placed weights, the cache gets them as slots, and decode
+  // reads the copy (same bits as the device engine's, whose cache is smaller).
+  EngineOptions o = offload_options();
   int calls = 0;
   Engine device = load("qwen3_moe_64e", o, std::make_unique<MappedCopyOps>(&calls));
   EXPECT_EQ(calls, 0);
@@ -286,12 +293,7 @@ TEST(EmbedWeights, AutoMovesQwen4ExpNgramTablesWhenOnlyThatFits) {
   // A limit that holds offload's smallest cache only with the token and the n-gram tables off the
   // device (the token table alone is not enough): device is refused, naming --embed-weights host and
   // the bytes it moves; auto moves both tables.
-  EngineOptions o = small_engine_options();
-  o.cuda_graph_max_bs = 0;
-  o.moe.strategy = MoeStrategy::kOffload;
-  o.gpu_memory_limit = 12 << 20;
-  o.kv_reserve_tokens = 256;
-  o.embed_weights = EmbedPlacement::kDevice;
+  EngineOptions o = offload_options();
   const auto [token, ngram] = qwen4_exp_table_bytes(shared_dir() + "/fixtures/hf/qwen4_exp");
   Engine device = load("qwen4_exp", o, std::make_unique<CpuOps>(1));
   const GpuMemoryBudget& b = *device.moe_budget();
@@ -321,12 +323,7 @@ TEST(EmbedWeights, ATiedQwen4ExpMovesItsNgramTablesOnly) {
   // before loading for any tied checkpoint.)
   const Qwen4ExpVariant tied("tied", true);
   const auto [token, ngram] = qwen4_exp_table_bytes(tied.dir());
-  EngineOptions o = small_engine_options();
-  o.cuda_graph_max_bs = 0;
-  o.moe.strategy = MoeStrategy::kOffload;
-  o.gpu_memory_limit = 12 << 20;
-  o.kv_reserve_tokens = 256;
-  o.embed_weights = EmbedPlacement::kDevice;
+  EngineOptions o = offload_options();
   Engine device = load_path(tied.dir(), o, std::make_unique<CpuOps>(1));
   const GpuMemoryBudget& b = *device.moe_budget();
   o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens +
