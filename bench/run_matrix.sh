@@ -27,7 +27,8 @@
 #                 the whole model gets: DS4_RATE 0.107 = (24 GiB - 9.27 GiB dense of 43 layers + 0.99 GiB
 #                 token embedding moved to the host - ~1 GiB KV and buffers) / 137.2 GiB of experts, in
 #                 slots of 12.76 MiB; QN_RATE 0.24 = (24 - 3.2 GiB dense - ~1 GiB) / 82 GiB of experts
-#                 (3.42 MiB slots). The dense sizes are `ft bench`'s own counts at 1-3 layers.
+#                 (3.42 MiB slots). The dense sizes are `ft bench`'s own counts at 1-3 layers. PREFILL8K=0
+#                 skips the prefill runs; PRESETS4 picks presets (default "deepseek-v4-flash qwen3.8-flash-next").
 #
 # FT selects the binary (default build/ft), GEN the decode steps of the offload sets (default 64),
 # DEVICE the device (default cuda), LAYERS30 the layers of the qwen3-30b-a3b runs (default all; a
@@ -132,11 +133,12 @@ for set in "$@"; do
       for m in "deepseek-v4-flash --dummy-layers ${DS4_LAYERS:-24} --weight-type fp8 --moe-cache-rate ${DS4_RATE:-0.107}" \
                "qwen3.8-flash-next --dummy-layers ${QN_LAYERS:-16} --weight-type q4_k --moe-cache-rate ${QN_RATE:-0.24}"; do
         name=${m%% *}
+        [[ " ${PRESETS4:-deepseek-v4-flash qwen3.8-flash-next} " == *" $name "* ]] || continue
         A4="--model-preset $m --dummy-weights --device $DEVICE --gpu-memory-limit 24 --dummy-router-skew ${SKEW:-1}"
         for s in offload hybrid; do
           bench "$name-$s-decode" 300 $A4 --moe-strategy $s --prompt-tokens 512 --gen-tokens $GEN --batch 1,16
-          bench "$name-$s-prefill8k" 300 $A4 --moe-strategy $s --prompt-tokens 8192 --gen-tokens 0 --batch 1 \
-            --max-prefill-tokens 8192
+          [ "${PREFILL8K:-1}" = 1 ] && bench "$name-$s-prefill8k" 300 $A4 --moe-strategy $s --prompt-tokens 8192 \
+            --gen-tokens 0 --batch 1 --max-prefill-tokens 8192
         done
       done ;;
     *) echo "unknown set '$set' (fused, offload, 235b, quick, families, arch4)"; exit 2 ;;
