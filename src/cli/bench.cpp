@@ -89,7 +89,10 @@ void list_presets(const std::string& type_name, int64_t layers) {
       spec.preset = p.name;
       spec.weight_type = type;
       spec.n_layer = L;
-      const double g = static_cast<double>(synthetic_layout(spec).bytes) / (1 << 30);
+      // Every tensor, the never-written tables (Qwen4-Exp's n-gram tables) included, as the params column.
+      int64_t n = 0;
+      for (const TensorInfo& t : synthetic_layout(spec).tensors) n += t.bytes;
+      const double g = static_cast<double>(n) / (1 << 30);
       bytes = fmt::format("{:.{}f}", g, g < 1 ? 3 : 1);
     }
     std::printf("%-18s %-14s %-8s %6lld %6lld %5lld %4lld %5lld %7lld %4lld %6lld %7lld %4s %5lld %5lld %9s %8s %8s  %s\n",

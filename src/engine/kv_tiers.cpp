@@ -79,7 +79,7 @@ KvTiers::KvTiers(Engine& engine) {
   io_->set_pool(std::make_shared<PageBlockPool>(engine.ops().host_allocator(), cap));
   if (o.kv_host_gib > 0) {
     host_ = std::make_unique<HostPageStore>(std::max<int64_t>(1, gib_bytes(o.kv_host_gib)), ps);
-    spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page, {} host memory)", o.kv_host_gib,
+    spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page, {} memory)", o.kv_host_gib,
                  io_->kv_bytes() + io_->swa_bytes() + io_->state_bytes(), io_->pool()->kind());
   }
   if (!o.prompt_cache_dir.empty()) {

@@ -604,7 +604,8 @@ std::string bench_table(const BenchReport& r) {
                    format_bytes(r.dense_bytes));
   if (r.embedding_bytes > 0)
     s += fmt::format("token embedding {}{}, ", format_bytes(r.embedding_bytes), r.embeddings_on_host ? " in host memory" : "");
-  if (r.ngram_table_bytes > 0) s += fmt::format("n-gram tables {}, ", format_bytes(r.ngram_table_bytes));
+  if (r.ngram_table_bytes > 0)  // moved with the token table (Model::move_embeddings_to_host), tied or not
+    s += fmt::format("n-gram tables {}{}, ", format_bytes(r.ngram_table_bytes), r.embeddings_on_host ? " in host memory" : "");
   s += fmt::format("routed experts {})\n", format_bytes(r.routed_expert_bytes));
   s += fmt::format("copy     {:.1f} GB/s (read + write of a {:.0f} MiB copy)\n", r.copy_bandwidth / 1e9,
                    static_cast<double>(r.copy_bytes) / (1 << 20));

@@ -42,6 +42,21 @@ TEST(BenchTable, ExplainsACopyShareOverOneHundredPercent) {
   EXPECT_EQ(under.find("over 100%"), std::string::npos) << under;
 }
 
+TEST(BenchTable, SaysWhereTheEmbeddingTablesAre) {
+  // --embed-weights host moves Qwen4-Exp's n-gram tables with the token table: the weights line says so
+  // for both (it tagged the token table only).
+  BenchReport r;
+  r.device = "cuda", r.copy_bandwidth = 10e9, r.copy_bytes = int64_t{256} << 20;
+  r.embedding_bytes = int64_t{1} << 30, r.ngram_table_bytes = int64_t{50} << 30;
+  r.embeddings_on_host = true;
+  std::string t = bench_table(r);
+  EXPECT_NE(t.find("token embedding 1.00 GiB in host memory, n-gram tables 50.00 GiB in host memory"), std::string::npos)
+      << t;
+  r.embeddings_on_host = false;
+  t = bench_table(r);
+  EXPECT_NE(t.find("token embedding 1.00 GiB, n-gram tables 50.00 GiB, "), std::string::npos) << t;
+}
+
 // The host-memory ceiling of hybrid and cpu: batch x host read rate / (fetched + CPU-read bytes per
 // step), in the JSON and as a line under the cache table; absent when the CPU read nothing.
 TEST(BenchTable, HostMemoryCeilingCountsBothPathsReads) {

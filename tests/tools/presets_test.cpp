@@ -9,6 +9,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -266,6 +270,16 @@ TEST(BenchCli, NewShapeFamiliesRunOnTheCpu) {
     EXPECT_NE(list.out.find(name), std::string::npos) << name;
   EXPECT_NE(list.out.find("Q4_K GiB"), std::string::npos) << list.out;
   EXPECT_NE(list.out.find(" mla "), std::string::npos) << list.out;
+  // The GiB column counts every tensor, as the params column: Qwen3.8's never-written n-gram table too
+  // (51B values in Q8_0 rows: ~50 GiB).
+  const Result q = run_ft("bench --list-presets --weight-type q4_k --dummy-layers 3");
+  ASSERT_EQ(q.code, 0) << q.err;
+  const size_t at = q.out.find("qwen3.8-flash-next");
+  ASSERT_NE(at, std::string::npos) << q.out;
+  std::istringstream row(q.out.substr(at, q.out.find('\n', at) - at));
+  std::vector<std::string> cols{std::istream_iterator<std::string>(row), std::istream_iterator<std::string>()};
+  ASSERT_EQ(cols.size(), 19u) << q.out;
+  EXPECT_GT(std::stod(cols[15]), 50.0) << q.out;  // Q4_K GiB
 }
 
 }  // namespace
