@@ -60,6 +60,32 @@ TEST(Qwen4Exp, LoadsWithoutTheStoredBuffers) {
   EXPECT_EQ(res[0].tokens, cases[0].greedy);
 }
 
+TEST(Qwen4Exp, SigmoidOutputGateMatchesTransformers) {
+  // tests/model/fixtures/qwen4_exp_sigmoid (tests/model/gen_qwen4_exp_sigmoid.py, transformers 5.17
+  // float32): the shared fixture's weights with output_gate_type "sigmoid" (Qwen3.8-Flash-Next's
+  // config), the Gated DeltaNet norm's gate through sigmoid instead of silu. The logits differ from
+  // the silu fixture's by far more than the bound, so the gate must be read.
+  const std::string src = shared_dir() + "/fixtures/hf/qwen4_exp";
+  const std::string ref = source_dir() + "/tests/model/fixtures/qwen4_exp_sigmoid";
+  if (!std::filesystem::exists(ref + "/reference.json"))
+    GTEST_SKIP() << "tests/model/fixtures/qwen4_exp_sigmoid is missing (run tests/model/gen_qwen4_exp_sigmoid.py where "
+                    "transformers is installed)";
+  const std::vector<RefCase> cases = read_reference(ref), silu = read_reference(src);
+  ASSERT_EQ(cases.size(), 2u);
+  ASSERT_EQ(silu.size(), 2u);
+  TempDir tmp("qwen4_exp_sigmoid");
+  std::filesystem::copy_file(ref + "/config.json", tmp.file("config.json"));
+  std::filesystem::copy_file(src + "/model.safetensors", tmp.file("model.safetensors"));
+  auto engine = Engine::load(tmp.path().string(), small_engine_options());
+  const int64_t V = engine->config().n_vocab;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto res = generate(*engine, {greedy_request(cases[i].input_ids, static_cast<int32_t>(cases[i].greedy.size()))});
+    EXPECT_LE(max_row_rel_l2(res[0].prompt_logits, cases[i].logits, V), 1e-4) << cases[i].name;
+    EXPECT_EQ(res[0].tokens, cases[i].greedy) << cases[i].name;
+    EXPECT_GT(max_row_rel_l2(cases[i].logits, silu[i].logits, V), 1e-2) << cases[i].name;
+  }
+}
+
 TEST(Qwen4Exp, RefusesAnOutputGateTransformersRefuses) {
   const std::string src = shared_dir() + "/fixtures/hf/qwen4_exp";
   TempDir tmp("qwen4_exp_gate_bad");
