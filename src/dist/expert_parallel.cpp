@@ -43,7 +43,7 @@ void check_inputs(int n_expert, const Tensor& routes, const Tensor& weights, con
       fail(ErrorCode::kInvalidArgument, "expert_parallel_moe: {} must be host memory", t->str());
   for (int64_t i = 0; i < T * k; ++i) {
     const int32_t e = routes.ptr<int32_t>()[i];
-    if (e < 0 || e >= n_expert)
+    if (e >= n_expert)  // e < 0: no expert (a graph-padding row), as in Ops::moe_experts
       fail(ErrorCode::kInvalidArgument, "expert_parallel_moe: token {} slot {} routes to expert {}, outside [0, {})",
            i / k, i % k, e, n_expert);
   }

@@ -37,11 +37,12 @@ using ExpertCompute = std::function<void(int expert, std::span<const int32_t> to
 /** One MoE layer's expert outputs under expert parallelism: out[t] = sum over slots j of
  *  weights[t, j] * expert routes[t, j]'s output for token t, summed over the experts this rank owns and
  *  then across ranks with comm.all_reduce, so every rank ends with the full [T, H] output.
- *  routes: [T, k] I32 expert ids in [0, n_expert); weights: [T, k] F32; out: [T, H] F32 host memory,
+ *  routes: [T, k] I32 expert ids below n_expert, a negative id meaning no expert (a padding row's
+ *  slot, as in Ops::moe_experts); weights: [T, k] F32; out: [T, H] F32 host memory,
  *  overwritten. Every rank must pass the same routes and weights (the collective's counts must agree).
  *  Within a rank, experts are done in ascending id and tokens in ascending row, so with one rank the
  *  result is the plain single-rank sum; with more, it differs only by float summation order.
- *  Throws ft::Error(kInvalidArgument) for bad shapes or dtypes, an expert id out of range, or n_expert
+ *  Throws ft::Error(kInvalidArgument) for bad shapes or dtypes, an expert id >= n_expert, or n_expert
  *  not a multiple of comm.group_size() (before any collective, so every rank throws alike); the
  *  collective's errors pass through. Allocates its gather lists and one scratch block per call. */
 void expert_parallel_moe(Collective& comm, int n_expert, const Tensor& routes, const Tensor& weights,

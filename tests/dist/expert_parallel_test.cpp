@@ -141,6 +141,18 @@ TEST(ExpertParallel, RefusesBadRoutesAndShapes) {
                Error);
 }
 
+TEST(ExpertParallel, NegativeIdsRouteToNoExpert) {
+  ToyMoe moe(9);
+  for (int j = 0; j < moe.k; ++j) moe.routes[(moe.T - 1) * moe.k + j] = -1;  // the last row: padding
+  moe.routes[0] = -1;                                                      // and token 0's first slot
+  const std::vector<float> want = moe.reference();
+  for (int n : {1, 2}) {
+    const auto outs = moe.run(n);
+    for (int h = 0; h < moe.H; ++h) EXPECT_EQ(outs[0][(moe.T - 1) * moe.H + h], 0.0f);
+    for (int i = 0; i < moe.T * moe.H; ++i) ASSERT_NEAR(outs[0][i], want[i], 1e-5f * (1.0f + std::fabs(want[i])));
+  }
+}
+
 TEST(ExpertParallel, OneRankGivesTheSingleRankBits) {
   ToyMoe moe(3);
   const std::vector<float> want = moe.reference();
