@@ -52,7 +52,7 @@ void check_inputs(int n_expert, const Tensor& routes, const Tensor& weights, con
 }  // namespace
 
 void expert_parallel_moe(Collective& comm, int n_expert, const Tensor& routes, const Tensor& weights,
-                         const ExpertCompute& compute, const Tensor& out) {
+                         const ExpertOutputFn& compute, const Tensor& out) {
   const ExpertRange mine = owned_experts(comm.rank(), n_expert, comm.group_size());
   check_inputs(n_expert, routes, weights, out);
   const int64_t T = routes.dim(0), k = routes.dim(1), H = out.dim(1);

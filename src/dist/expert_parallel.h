@@ -32,7 +32,7 @@ ExpertRange owned_experts(int rank, int n_expert, int n_ranks);
 /** Computes expert `expert`'s output for the tokens `tokens` (row indices of the step's [T, ...] input,
  *  ascending, a token repeated if it routed to the expert twice): writes row i of `out` ([tokens.size(),
  *  H] F32) from token tokens[i]. Unweighted: the caller applies the routing weight. */
-using ExpertCompute = std::function<void(int expert, std::span<const int32_t> tokens, const Tensor& out)>;
+using ExpertOutputFn = std::function<void(int expert, std::span<const int32_t> tokens, const Tensor& out)>;
 
 /** One MoE layer's expert outputs under expert parallelism: out[t] = sum over slots j of
  *  weights[t, j] * expert routes[t, j]'s output for token t, summed over the experts this rank owns and
@@ -46,6 +46,6 @@ using ExpertCompute = std::function<void(int expert, std::span<const int32_t> to
  *  not a multiple of comm.group_size() (before any collective, so every rank throws alike); the
  *  collective's errors pass through. Allocates its gather lists and one scratch block per call. */
 void expert_parallel_moe(Collective& comm, int n_expert, const Tensor& routes, const Tensor& weights,
-                         const ExpertCompute& compute, const Tensor& out);
+                         const ExpertOutputFn& compute, const Tensor& out);
 
 }  // namespace ft::dist

@@ -44,7 +44,7 @@ struct ToyMoe {
     return s;
   }
 
-  ExpertCompute compute() const {
+  ExpertOutputFn compute() const {
     return [this](int e, std::span<const int32_t> tokens, const Tensor& out) {
       ASSERT_TRUE(out.has_shape({static_cast<int64_t>(tokens.size()), H}));
       for (size_t i = 0; i < tokens.size(); ++i)
@@ -183,7 +183,7 @@ TEST(ExpertParallel, EachRankComputesOnlyItsOwnExperts) {
   std::vector<std::vector<int>> seen(4);
   run_ranks(ranks, [&](Collective& c) {
     std::vector<float> out(moe.T * moe.H);
-    const ExpertCompute inner = moe.compute();
+    const ExpertOutputFn inner = moe.compute();
     expert_parallel_moe(c, moe.E, Tensor(moe.routes.data(), DType::I32, {moe.T, moe.k}),
                         Tensor(moe.weights.data(), DType::F32, {moe.T, moe.k}),
                         [&](int e, std::span<const int32_t> tokens, const Tensor& o) {
