@@ -1,0 +1,95 @@
+#include "moe/expert_parallel_experts.h"
+
+#include "util/error.h"
+
+namespace ft {
+
+ExpertBank slice_bank(const ExpertBank& bank, dist::ExpertRange range) {
+  ExpertBank b;
+  b.glu = bank.glu, b.glu_alpha = bank.glu_alpha, b.glu_limit = bank.glu_limit;
+  if (bank.n_expert() == 0) return b;
+  if (range.begin < 0 || range.end > bank.n_expert() || range.begin >= range.end)
+    fail(ErrorCode::kInvalidArgument, "slice_bank: experts [{}, {}) are not a non-empty range inside [0, {})",
+         range.begin, range.end, bank.n_expert());
+  const auto first = static_cast<size_t>(range.begin), last = static_cast<size_t>(range.end);
+  for (auto [src, dst] : {std::pair{&bank.gate, &b.gate}, std::pair{&bank.up, &b.up}, std::pair{&bank.down, &b.down}})
+    dst->assign(src->begin() + static_cast<std::ptrdiff_t>(first), src->begin() + static_cast<std::ptrdiff_t>(last));
+  const int64_t n = range.end - range.begin;
+  for (auto [src, dst] : {std::pair{&bank.gate_bias, &b.gate_bias}, std::pair{&bank.up_bias, &b.up_bias},
+                          std::pair{&bank.down_bias, &b.down_bias}})
+    if (!src->empty()) *dst = src->slice(range.begin, n);
+  return b;
+}
+
+HostExpertBanks slice_banks(const HostExpertBanks& host, int rank, int n_ranks,
+                            std::vector<dist::ExpertRange>* ranges) {
+  HostExpertBanks out;
+  if (ranges) ranges->clear();
+  for (size_t l = 0; l < host.size(); ++l) {
+    const ExpertBank& bank = host[l];
+    dist::ExpertRange r;
+    if (bank.n_expert() > 0) {
+      if (n_ranks < 1 || bank.n_expert() % n_ranks != 0)
+        fail(ErrorCode::kInvalidArgument,
+             "expert parallelism over {} ranks: MoE layer {} has {} experts, not a positive multiple of {}", n_ranks,
+             l, bank.n_expert(), n_ranks);
+      r = dist::owned_experts(rank, bank.n_expert(), n_ranks);
+    }
+    out.push_back(slice_bank(bank, r));
+    if (ranges) ranges->push_back(r);
+  }
+  return out;
+}
+
+ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, const HostExpertBanks& host,
+                                             const InnerFactory& make_inner)
+    : comm_(comm), owned_(slice_banks(host, comm.rank(), comm.group_size(), &ranges_)) {
+  for (const ExpertBank& b : host) n_expert_.push_back(b.n_expert());
+  inner_ = make_inner(owned_);
+  if (!inner_) fail(ErrorCode::kInvalidArgument, "expert parallelism: the inner expert compute factory gave none");
+}
+
+ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, Ops& ops, const HostExpertBanks& host)
+    : ExpertParallelExperts(comm, host, [&ops](const HostExpertBanks& owned) {
+        return std::make_unique<ResidentExperts>(ops, owned);
+      }) {}
+
+dist::ExpertRange ExpertParallelExperts::owned(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(ranges_.size())) return {};
+  return ranges_[static_cast<size_t>(layer)];
+}
+
+Tensor ExpertParallelExperts::mask(int64_t layer, const Tensor& ids, std::vector<int32_t>& buf,
+                                   const char* what) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(ranges_.size()) || n_expert_[static_cast<size_t>(layer)] == 0)
+    fail(ErrorCode::kInvalidArgument, "expert parallelism {}: layer {} has no routed experts", what, layer);
+  if (ids.dtype != DType::I32 || ids.ndim != 2 || ids.device != Device::kCpu)
+    fail(ErrorCode::kInvalidArgument, "expert parallelism {}: ids must be [tokens, k] I32 in host memory, not {} on {}",
+         what, ids.str(), device_name(ids.device));
+  const dist::ExpertRange r = ranges_[static_cast<size_t>(layer)];
+  const int32_t n_expert = n_expert_[static_cast<size_t>(layer)];
+  const int64_t n = ids.numel();
+  buf.resize(static_cast<size_t>(n));
+  const int32_t* src = ids.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t e = src[i];
+    if (e >= n_expert)
+      fail(ErrorCode::kInvalidArgument, "expert parallelism {}: layer {} routes to expert {} of {}", what, layer, e,
+           n_expert);
+    buf[static_cast<size_t>(i)] = e >= r.begin && e < r.end ? e - r.begin : -1;  // negative: no expert
+  }
+  return Tensor(buf.data(), DType::I32, {ids.dim(0), ids.dim(1)});
+}
+
+void ExpertParallelExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                    Tensor out, const ActQ8* x_q8) {
+  const Tensor local = mask(layer, ids, local_ids_, "compute");
+  inner_->compute(layer, x, local, weights, out, x_q8);  // this rank's partial sum
+  comm_.all_reduce(out, out);
+}
+
+void ExpertParallelExperts::prefetch(int64_t target, const Tensor& ids) {
+  inner_->prefetch(target, mask(target, ids, prefetch_ids_, "prefetch"));
+}
+
+}  // namespace ft

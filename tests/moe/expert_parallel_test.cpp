@@ -1,0 +1,214 @@
+// Expert parallelism behind ExpertCompute (moe/expert_parallel_experts.h) on the CPU build: N ranks,
+// each a thread over the in-process collective, each holding only its block of experts, give the
+// single-rank (ResidentExperts) result within float order, bit-identical across ranks; one rank is
+// bit-identical to ResidentExperts. Checked on synthetic layers (with per-expert biases) and end to
+// end on whole-model logits of the MoE fixtures.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "backend/cpu/cpu_ops.h"
+#include "dist/in_process_collective.h"
+#include "formats/checkpoint.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/weights.h"
+#include "moe/expert_parallel_experts.h"
+#include "model_run.h"
+#include "moe_test_util.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+/** Per-expert biases [E, n] F32, random in [-0.1, 0.1], the values owned by `store`. */
+Tensor random_bias(std::vector<std::vector<float>>& store, int64_t E, int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-0.1f, 0.1f);
+  store.emplace_back(static_cast<size_t>(E * n));
+  for (float& f : store.back()) f = d(rng);
+  return Tensor(store.back().data(), DType::F32, {E, n});
+}
+
+TEST(SliceBanks, TakesTheOwnedExpertsAndTheirBiasRows) {
+  SyntheticExperts s;
+  s.add_layer(8, 64, 32, DType::F32, DType::F32, 1);
+  s.add_dense_layer();
+  std::vector<std::vector<float>> store;
+  std::mt19937 rng(3);
+  s.banks[0].gate_bias = random_bias(store, 8, 64, rng);
+  s.banks[0].down_bias = random_bias(store, 8, 32, rng);
+  std::vector<dist::ExpertRange> ranges;
+  const HostExpertBanks part = slice_banks(s.banks, 1, 4, &ranges);
+  ASSERT_EQ(part.size(), 2u);
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].begin, 2);
+  EXPECT_EQ(ranges[0].end, 4);
+  EXPECT_EQ(ranges[1].end, 0);
+  ASSERT_EQ(part[0].n_expert(), 2);
+  EXPECT_EQ(part[1].n_expert(), 0);
+  EXPECT_EQ(part[0].gate[0].data, s.banks[0].gate[2].data);
+  EXPECT_EQ(part[0].down[1].data, s.banks[0].down[3].data);
+  EXPECT_TRUE(part[0].gate_bias.has_shape({2, 64}));
+  EXPECT_EQ(part[0].gate_bias.ptr<float>(), s.banks[0].gate_bias.ptr<float>() + 2 * 64);
+  EXPECT_EQ(part[0].down_bias.ptr<float>(), s.banks[0].down_bias.ptr<float>() + 2 * 32);
+  EXPECT_TRUE(part[0].up_bias.empty());
+}
+
+TEST(ExpertParallelExperts, RefusesExpertsNotAMultipleOfTheRanks) {
+  SyntheticExperts s;
+  s.add_layer(6, 64, 32, DType::F32, DType::F32, 1);
+  CpuOps ops(1);
+  const auto group = dist::make_in_process_group(4);
+  try {
+    ExpertParallelExperts ep(*group[0], ops, s.banks);
+    FAIL() << "6 experts over 4 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("MoE layer 0 has 6 experts, not a positive multiple of 4"), std::string::npos)
+        << e.what();
+  }
+  const auto two = dist::make_in_process_group(2);
+  EXPECT_NO_THROW(ExpertParallelExperts(*two[1], ops, s.banks));  // 6 = 2 x 3
+}
+
+/** Synthetic layers 0 and 2 (8 experts, biases on layer 2), layer 1 dense: N ranks against fused. */
+void expect_synthetic_ep_matches_fused(int n_ranks) {
+  const int32_t E = 8, k = 3;
+  const int64_t F = 64, H = 32;
+  SyntheticExperts s;
+  s.add_layer(E, F, H, DType::F32, DType::Q8_0, 11);
+  s.add_dense_layer();
+  s.add_layer(E, F, H, DType::F32, DType::F32, 12);
+  std::vector<std::vector<float>> store;
+  std::mt19937 rng(5);
+  s.banks[2].gate_bias = random_bias(store, E, F, rng);
+  s.banks[2].up_bias = random_bias(store, E, F, rng);
+  s.banks[2].down_bias = random_bias(store, E, H, rng);
+  // Steps of T tokens; the last row of each step is padding (every slot -1).
+  struct Step {
+    int64_t layer, T;
+    std::vector<float> x, w;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Step> steps;
+  for (int i = 0; i < 8; ++i) {
+    Step st{i % 2 == 0 ? 0 : 2, 1 + i % 4, {}, {}, {}};
+    st.ids = random_routes(st.T, k, E, 0.5, rng);
+    for (int32_t j = 0; j < k; ++j) st.ids[static_cast<size_t>((st.T - 1) * k + j)] = -1;
+    std::uniform_real_distribution<float> d(-1, 1);
+    st.x.resize(static_cast<size_t>(st.T * H));
+    st.w.resize(static_cast<size_t>(st.T * k));
+    for (float& f : st.x) f = d(rng);
+    for (float& f : st.w) f = 0.5f + 0.5f * d(rng);
+    steps.push_back(std::move(st));
+  }
+  auto tensors = [&](Step& st) {
+    return std::tuple{Tensor(st.x.data(), DType::F32, {st.T, H}), Tensor(st.ids.data(), DType::I32, {st.T, k}),
+                      Tensor(st.w.data(), DType::F32, {st.T, k})};
+  };
+  CpuOps ops(1);
+  ResidentExperts fused(ops, s.banks);
+  std::vector<std::vector<float>> want;
+  for (Step& st : steps) {
+    auto [x, ids, w] = tensors(st);
+    want.emplace_back(static_cast<size_t>(st.T * H));
+    fused.compute(st.layer, x, ids, w, Tensor(want.back().data(), DType::F32, {st.T, H}));
+  }
+  const auto group = dist::make_in_process_group(n_ranks);
+  std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(n_ranks));
+  dist::run_ranks(group, [&](dist::Collective& comm) {
+    CpuOps rank_ops(1);
+    ExpertParallelExperts ep(comm, rank_ops, s.banks);
+    std::vector<Step> mine = steps;  // each rank its own inputs
+    for (Step& st : mine) {
+      auto [x, ids, w] = tensors(st);
+      auto& out = got[static_cast<size_t>(comm.rank())].emplace_back(static_cast<size_t>(st.T * H), 1e9f);
+      ep.compute(st.layer, x, ids, w, Tensor(out.data(), DType::F32, {st.T, H}));
+    }
+  });
+  for (int r = 0; r < n_ranks; ++r)
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto& g = got[static_cast<size_t>(r)][i];
+      if (n_ranks == 1)
+        EXPECT_EQ(std::memcmp(g.data(), want[i].data(), g.size() * 4), 0) << "step " << i;
+      else
+        EXPECT_LT(rel_l2(g, want[i]), 1e-6) << "rank " << r << " step " << i;
+      EXPECT_EQ(std::memcmp(g.data(), got[0][i].data(), g.size() * 4), 0) << "rank " << r << " step " << i;
+      for (int64_t c = (steps[i].T - 1) * H; c < steps[i].T * H; ++c) ASSERT_EQ(g[static_cast<size_t>(c)], 0.0f);
+    }
+}
+
+TEST(ExpertParallelExperts, SyntheticLayersMatchFused) {
+  for (int n : {1, 2, 4, 8}) {
+    SCOPED_TRACE(n);
+    expect_synthetic_ep_matches_fused(n);
+  }
+}
+
+// ---- end to end on the fixtures --------------------------------------------------------------
+
+struct Loaded {
+  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<Model> model;
+};
+
+Loaded load(const std::string& dir, Ops& ops) {
+  Loaded m;
+  m.ckpt = open_checkpoint(dir);
+  m.model = load_model(*m.ckpt, ops);
+  WeightLoader ld(*m.ckpt, ops);
+  m.model->place_deferred(ld, ops);  // the token table, which no memory plan places here
+  return m;
+}
+
+TEST(ExpertParallelExperts, SameLogitsAsOneRankOnMoeFixtures) {
+  for (const char* name :
+       {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "deepseek_v3"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = shared_dir() + "/fixtures/hf/" + name;
+    const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
+    const auto& cs = ref.at("cases")[0];
+    const std::vector<int32_t> tokens = cs.at("input_ids").get<std::vector<int32_t>>();
+    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
+    CpuOps ops(1);
+    Loaded one = load(dir, ops);
+    ResidentExperts fused(ops, one.model->host_experts());
+    const std::vector<float> want = run_model(*one.model, ops, fused, tokens, prefill);
+    {  // one rank: the same bits as ResidentExperts
+      const auto group = dist::make_in_process_group(1);
+      ExpertParallelExperts ep(*group[0], ops, one.model->host_experts());
+      const std::vector<float> got = run_model(*one.model, ops, ep, tokens, prefill);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
+    }
+    const int64_t n_expert = one.model->config().n_expert;
+    for (int n : {2, 4}) {
+      if (n_expert % n != 0) continue;
+      SCOPED_TRACE("ranks " + std::to_string(n));
+      const auto group = dist::make_in_process_group(n);
+      std::vector<std::vector<float>> got(static_cast<size_t>(n));
+      std::vector<int32_t> owned(static_cast<size_t>(n));
+      dist::run_ranks(group, [&](dist::Collective& comm) {
+        CpuOps rank_ops(1);
+        Loaded m = load(dir, rank_ops);  // each rank its own model, KV and experts
+        ExpertParallelExperts ep(comm, rank_ops, m.model->host_experts());
+        for (int64_t l = 0; l < static_cast<int64_t>(m.model->host_experts().size()); ++l)
+          if (ep.owned(l).end > 0) owned[static_cast<size_t>(comm.rank())] = ep.owned(l).end - ep.owned(l).begin;
+        got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, ep, tokens, prefill);
+      });
+      for (int r = 0; r < n; ++r) {
+        const auto& g = got[static_cast<size_t>(r)];
+        EXPECT_EQ(owned[static_cast<size_t>(r)], n_expert / n) << "rank " << r;
+        ASSERT_EQ(g.size(), want.size()) << "rank " << r;
+        EXPECT_LT(rel_l2(g, want), 1e-5) << "rank " << r;
+        EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
