@@ -68,6 +68,49 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
   return w;
 }
 
+AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t l, const dist::TpShard& tp) {
+  if (tp.size == 1) return load_attention(ld, c, l);
+  if (c.attn_output_gate)
+    fail(ErrorCode::kUnsupported, "tensor parallelism: attention with an output gate is not split yet");
+  if (c.qk_norm == QkNorm::kFull)
+    fail(ErrorCode::kUnsupported, "tensor parallelism: full-width QK-norm (one RMS over every head) is not split yet");
+  const int64_t H = c.n_embd, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+  const dist::TpRange heads = dist::tp_heads(c.n_head, tp), kv = dist::tp_kv_heads(c.n_head_kv, tp);
+  auto range = [](int64_t begin, int64_t n) {
+    std::vector<int64_t> r(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) r[static_cast<size_t>(i)] = begin + i;
+    return r;
+  };
+  AttentionWeights w;
+  w.wq = ld.get_rows(layer_weight(l, "attn_q", "self_attn.q_proj"), {qd, H}, range(heads.begin * hd, heads.count * hd));
+  w.wk = ld.get_rows(layer_weight(l, "attn_k", "self_attn.k_proj"), {kvd, H}, range(kv.begin * hd, kv.count * hd));
+  w.wv = ld.get_rows(layer_weight(l, "attn_v", "self_attn.v_proj"), {kvd, H}, range(kv.begin * hd, kv.count * hd));
+  w.wo = ld.get_cols(layer_weight(l, "attn_output", "self_attn.o_proj"), {H, qd}, heads.begin * hd, heads.count * hd);
+  if (c.attn_bias) {  // column parallel: each rank its slice
+    w.bq = ld.get(layer_weight(l, "attn_q", "self_attn.q_proj", "bias"), {qd}, WeightKind::kVector)
+               .slice(heads.begin * hd, heads.count * hd);
+    w.bk = ld.get(layer_weight(l, "attn_k", "self_attn.k_proj", "bias"), {kvd}, WeightKind::kVector)
+               .slice(kv.begin * hd, kv.count * hd);
+    w.bv = ld.get(layer_weight(l, "attn_v", "self_attn.v_proj", "bias"), {kvd}, WeightKind::kVector)
+               .slice(kv.begin * hd, kv.count * hd);
+  }
+  if (c.attn_out_bias && tp.rank == 0)  // row parallel: added once to the sum
+    w.bo = ld.get(layer_weight(l, "attn_output", "self_attn.o_proj", "bias"), {H}, WeightKind::kVector);
+  if (c.attn_sinks)
+    w.sinks = ld.get_f32({fmt::format("blk.{}.attn_sinks.weight", l), fmt::format("model.layers.{}.self_attn.sinks", l)},
+                         {c.n_head})
+                  .slice(heads.begin, heads.count);
+  if (c.qk_norm == QkNorm::kPerHead) {  // one [hd] weight every head shares
+    w.q_norm = ld.get(layer_weight(l, "attn_q_norm", "self_attn.q_norm"), {hd}, WeightKind::kVector);
+    w.k_norm = ld.get(layer_weight(l, "attn_k_norm", "self_attn.k_norm"), {hd}, WeightKind::kVector);
+  }
+  return w;
+}
+
+void tp_all_reduce(ForwardContext& ctx, const Tensor& out) {
+  if (ctx.tp && ctx.tp->group_size() > 1) ctx.tp->all_reduce(out, out);
+}
+
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
                      const Tensor& h, Tensor out, const ActQ8* h_q8) {
   Ops& ops = ctx.ops;
@@ -112,6 +155,7 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
   }
   ctx.dump_if("kqv_out", l, attn);
   ops.matmul(attn, w.wo, out, w.bo, ctx.q8(attn_q8));  // [T, H]
+  tp_all_reduce(ctx, out);  // tensor parallel: the heads' partial sums
 }
 
 // ---- feed-forward ----
@@ -123,6 +167,15 @@ MlpWeights load_mlp(WeightLoader& ld, const ModelConfig& c, int64_t l, int64_t F
           ld.get(layer_weight(l, "ffn_down", "mlp.down_proj"), {H, F})};
 }
 
+MlpWeights load_mlp_shard(WeightLoader& ld, const WeightName& gate, const WeightName& up, const WeightName& down,
+                          int64_t H, int64_t F, const dist::TpShard& tp) {
+  if (tp.size == 1) return {ld.get(gate, {F, H}), ld.get(up, {F, H}), ld.get(down, {H, F})};
+  const dist::TpRange cols = dist::tp_ffn(F, tp);
+  std::vector<int64_t> rows(static_cast<size_t>(cols.count));
+  for (int64_t i = 0; i < cols.count; ++i) rows[static_cast<size_t>(i)] = cols.begin + i;
+  return {ld.get_rows(gate, {F, H}, rows), ld.get_rows(up, {F, H}, rows), ld.get_cols(down, {H, F}, cols.begin, cols.count)};
+}
+
 void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8) {
   const int64_t T = h.rows(), F = w.gate.dim(0);
   Tensor g = ctx.state.ff_gate.reshape({ctx.state.max_tokens * ctx.state.ff_gate.cols()})
@@ -132,6 +185,7 @@ void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor
   ctx.ops.matmul(h, w.up, u, Tensor(), h_q8);    // [T, F]
   ctx.ops.swiglu(g, u, g);
   ctx.ops.matmul(g, w.down, out, Tensor());  // [T, H]
+  tp_all_reduce(ctx, out);  // tensor parallel: the FFN columns' partial sums
 }
 
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, const ExpertNames& n) {
@@ -163,7 +217,7 @@ ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& c, int64_t l, 
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,
                Tensor out, const MoePrefetch& prefetch, ActQ8* h_q8) {
   if (!ctx.experts) fail(ErrorCode::kInvalidArgument, "layer {}: a MoE layer needs an expert executor", l);
-  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid, prefetch, h_q8);
+  moe_ffn(ctx.ops, *ctx.experts, l, router, w, h, ctx.state.moe, out, ctx.batch.n_valid, prefetch, h_q8, ctx.tp);
 }
 
 // ---- embeddings and output ----

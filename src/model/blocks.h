@@ -47,6 +47,14 @@ AttentionSpec attention_spec(const ModelConfig& config, const Tensor& inv_freq, 
  *  hd gate rows; they are taken apart into wq and wgate. */
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l);
 
+/** load_attention for one tensor-parallel rank (dist/tensor_parallel.h; `config` the whole model's):
+ *  Q/K/V rows of the rank's heads (tp_heads, tp_kv_heads) and their bias slices, O's input columns of
+ *  those heads (WeightLoader::get_cols), O's bias on rank 0 only (the ranks' outputs are summed), the
+ *  rank's sinks, per-head QK-norm weights whole. tp.size 1 is load_attention itself. Throws
+ *  ft::Error(kUnsupported) for what is not split yet: an output gate, full-width QK-norm (its RMS spans
+ *  every head), heads not a multiple of the size; what the loader throws. */
+AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l, const dist::TpShard& tp);
+
 /** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache),
  *  with layer l's sliding window (spec.layer_window) and w's sinks when it has them; multiplied by
  *  sigmoid(h wgate^T) before the output projection when w has an output gate. h_q8 (optional): h's
@@ -54,6 +62,10 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int
  *  own form goes from the attention to the output projection. */
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
                      const Tensor& h, Tensor out, const ActQ8* h_q8 = nullptr);
+
+/** out = the sum over ctx.tp's ranks of out (in place): the one reduction of a row-parallel layer's
+ *  partial output (tensor parallelism). Nothing when ctx.tp is null or of one rank. */
+void tp_all_reduce(ForwardContext& ctx, const Tensor& out);
 
 // ---- feed-forward ----
 
@@ -65,7 +77,15 @@ struct MlpWeights {
 /** Layer `l`'s dense SwiGLU MLP: ffn_gate/up/down (mlp.gate_proj/up_proj/down_proj by default). */
 MlpWeights load_mlp(WeightLoader& ld, const ModelConfig& config, int64_t l, int64_t n_ff);
 
-/** out [T, H] = down(silu(gate h) * up h). h_q8 (optional): h's int8 form from its producer (ActQ8). */
+/** The rank's slice of a SwiGLU MLP of width n_ff named `gguf`/`hf` + gate_proj, up_proj, down_proj
+ *  (e.g. "ffn_{}" / "mlp.{}_proj"; "{}" is gate, up, down): gate and up rows and down's input columns
+ *  of tp_ffn(n_ff, tp). tp.size 1: the whole matrices (load_mlp's). Throws kUnsupported when the size
+ *  does not divide n_ff or a quantized down's slice is not on its blocks, and what the loader throws. */
+MlpWeights load_mlp_shard(WeightLoader& ld, const WeightName& gate, const WeightName& up, const WeightName& down,
+                          int64_t n_embd, int64_t n_ff, const dist::TpShard& tp);
+
+/** out [T, H] = down(silu(gate h) * up h), all-reduced over ctx.tp (w the rank's slice). h_q8
+ *  (optional): h's int8 form from its producer (ActQ8). */
 void gated_mlp(ForwardContext& ctx, const MlpWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8 = nullptr);
 
 /** HF per-expert name patterns ("{}" = expert index) of one architecture's routed experts. */
@@ -85,7 +105,8 @@ struct ExpertNames {
  *  (expert_glu, swiglu_alpha, swiglu_limit). */
 ExpertBank load_host_experts(WeightLoader& ld, const ModelConfig& config, int64_t l, const ExpertNames& names);
 
-/** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts.
+/** out [T, H] = MoE FFN of h (router + routed experts + shared expert) via ctx.experts; the shared
+ *  expert's partial all-reduced over ctx.tp (moe_ffn's tp).
  *  prefetch: the layers of ctx.experts->prefetch_targets(l, T) with their routers (moe_ffn). h_q8
  *  (optional, in and out): h's int8 form, as moe_ffn's x_q8. */
 void moe_block(ForwardContext& ctx, int64_t l, const RouterParams& router, const MoeWeights& w, const Tensor& h,

@@ -4,6 +4,7 @@
 
 #include "model/gated_delta_net.h"
 #include "quant/quant.h"
+#include "util/error.h"
 #include "util/log.h"
 
 namespace ft {
@@ -15,6 +16,9 @@ class Decoder final : public Model {
     io_ = load_output(ld, config_);
     embeddings_tied_ = io_.tied;
     config_.validate();
+    tp_ = ld.tensor_parallel();
+    const ModelConfig full = config_;  // the whole model's sizes: the shapes of the checkpoint's tensors
+    if (tp_.size > 1) config_ = rank_config(full, ops, spec);
     if (config_.n_nextn_layers > 0)
       spdlog::info("{}: {} multi-token-prediction layer(s) not loaded (no speculative decoding yet)", config_.arch,
                    config_.n_nextn_layers);
@@ -25,7 +29,7 @@ class Decoder final : public Model {
     router_ = {static_cast<int32_t>(config_.n_expert_used), config_.router_scoring, config_.norm_topk_prob,
                static_cast<float>(config_.routed_scaling), static_cast<int32_t>(config_.n_group),
                static_cast<int32_t>(config_.topk_group), Tensor()};
-    for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, ops, spec, l));
+    for (int64_t l = 0; l < config_.n_layer; ++l) layers_.push_back(load_layer(ld, ops, spec, full, l));
     for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
     for (Buffer& b : ld.take_host_storage()) host_storage_.push_back(std::move(b));
   }
@@ -47,6 +51,10 @@ class Decoder final : public Model {
   }
 
   void forward(ForwardContext& ctx) const override {
+    if ((ctx.tp ? ctx.tp->group_size() : 1) != tp_.size || (ctx.tp && ctx.tp->rank() != tp_.rank))
+      fail(ErrorCode::kInvalidArgument,
+           "the model was loaded as tensor-parallel rank {} of {}, but runs with a group of {} (rank {})", tp_.rank,
+           tp_.size, ctx.tp ? ctx.tp->group_size() : 1, ctx.tp ? ctx.tp->rank() : 0);
     Ops& ops = ctx.ops;
     const int64_t T = ctx.batch.n_tokens;
     const RmsNormParams norm{static_cast<float>(config_.rms_eps), config_.norm_weight_offset};
@@ -102,13 +110,42 @@ class Decoder final : public Model {
     MlpWeights mlp;    // dense layers
   };
 
-  Layer load_layer(WeightLoader& ld, Ops& ops, const DecoderSpec& spec, int64_t l) {
+  /** The rank's config for tensor-parallel shard tp_ of `full`: n_head, n_head_kv, n_ff (when a layer
+   *  is dense) and n_ff_shexp (when there is a shared expert) divided by the size. Throws
+   *  ft::Error(kUnsupported) for what is not split yet (a backend other than the CPU, MLA, linear
+   *  attention, per-layer KV heads, an attention output gate, full-width QK-norm) and what
+   *  dist::tp_split throws for sizes the group does not divide. */
+  ModelConfig rank_config(const ModelConfig& full, const Ops& ops, const DecoderSpec& spec) const {
+    auto refuse = [&](const char* what) {
+      fail(ErrorCode::kUnsupported, "tensor parallelism (size {}) of {}: {} is not supported yet", tp_.size, full.arch,
+           what);
+    };
+    if (ops.device() != Device::kCpu) refuse("a backend other than the CPU");
+    if (full.is_mla()) refuse("multi-head latent attention");
+    for (int64_t l = 0; l < full.n_layer; ++l)
+      if (full.is_linear_layer(l)) refuse("linear attention");
+    if (!full.layer_kv_heads.empty() || !full.layer_head_dim.empty()) refuse("per-layer KV heads");
+    if (full.attn_output_gate) refuse("an attention output gate");
+    if (full.qk_norm == QkNorm::kFull) refuse("full-width QK-norm (one RMS over every head)");
+    ModelConfig c = full;
+    c.n_head = dist::tp_heads(full.n_head, tp_).count;
+    c.n_head_kv = dist::tp_kv_heads(full.n_head_kv, tp_).count;
+    bool dense = !spec.moe;
+    for (int64_t l = 0; l < full.n_layer && !dense; ++l) dense = !full.is_moe_layer(l);
+    if (dense) c.n_ff = dist::tp_ffn(full.n_ff, tp_).count;
+    if (spec.moe && spec.shared_expert && full.n_ff_shexp > 0)
+      c.n_ff_shexp = dist::tp_split(full.n_ff_shexp, tp_, "shared expert FFN width").count;
+    return c;
+  }
+
+  /** Layer l's weights: the whole model's (`full`'s shapes) or tp_'s slice of them. */
+  Layer load_layer(WeightLoader& ld, Ops& ops, const DecoderSpec& spec, const ModelConfig& full, int64_t l) {
     const int64_t H = config_.n_embd;
     Layer L;
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
     if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, ops, config_, l, storage_);
     else if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
-    else L.attn = load_attention(ld, config_, l);  // q, k, v, o (+ biases, QK-norm)
+    else L.attn = load_attention(ld, full, l, tp_);  // q, k, v, o (+ biases, QK-norm); the rank's heads
     L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");
     if (spec.moe && config_.is_moe_layer(l)) {
       L.moe.gate_inp = ld.get(layer_weight(l, "ffn_gate_inp", spec.router), {config_.n_expert, H});
@@ -123,16 +160,19 @@ class Decoder final : public Model {
       }
       host_experts_.push_back(load_host_experts(ld, config_, l, spec.experts));  // [E] x gate/up/down
       if (spec.shared_expert) {
-        const int64_t Fs = config_.n_ff_shexp;
         const std::string p = spec.shared_prefix;
-        L.moe.shexp_gate = ld.get(layer_weight(l, "ffn_gate_shexp", p + ".gate_proj"), {Fs, H});
-        L.moe.shexp_up = ld.get(layer_weight(l, "ffn_up_shexp", p + ".up_proj"), {Fs, H});
-        L.moe.shexp_down = ld.get(layer_weight(l, "ffn_down_shexp", p + ".down_proj"), {H, Fs});
+        const MlpWeights sh = load_mlp_shard(ld, layer_weight(l, "ffn_gate_shexp", p + ".gate_proj"),
+                                             layer_weight(l, "ffn_up_shexp", p + ".up_proj"),
+                                             layer_weight(l, "ffn_down_shexp", p + ".down_proj"), H, full.n_ff_shexp, tp_);
+        L.moe.shexp_gate = sh.gate, L.moe.shexp_up = sh.up, L.moe.shexp_down = sh.down;
         if (spec.shared_gated)
           L.moe.shexp_gate_inp = ld.get(layer_weight(l, "ffn_gate_inp_shexp", "mlp.shared_expert_gate"), {1, H});
       }
     } else {
-      L.mlp = load_mlp(ld, config_, l, config_.n_ff);  // gate, up [F, H]; down [H, F]
+      L.mlp = tp_.size == 1 ? load_mlp(ld, config_, l, config_.n_ff)  // gate, up [F, H]; down [H, F]
+                            : load_mlp_shard(ld, layer_weight(l, "ffn_gate", "mlp.gate_proj"),
+                                             layer_weight(l, "ffn_up", "mlp.up_proj"),
+                                             layer_weight(l, "ffn_down", "mlp.down_proj"), H, full.n_ff, tp_);
       if (spec.moe) host_experts_.emplace_back();
     }
     return L;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "dist/collective.h"
+#include "dist/tensor_parallel.h"
 #include "model/config.h"
 #include "moe/expert_compute.h"
 #include "moe/moe_ffn.h"
@@ -84,6 +86,11 @@ struct ForwardContext {
    *  by an integer-dot GEMV (Ops::reads_int8_activations). Off, q8() hands out no handle and every
    *  reader quantizes for itself (the same bytes; only launches differ). */
   bool q8_forms = false;
+  /** The tensor-parallel group of this rank (null: one rank, nothing reduced). Required, with
+   *  group_size() and rank() equal to the model's tensor_parallel(), for a model loaded as a shard;
+   *  the shared blocks all-reduce each block's partial output over it (attention after its output
+   *  projection, the dense FFN and the shared expert after their down projections). */
+  dist::Collective* tp = nullptr;
 
   /** `form`'s handle for the ops that write or read it, or null when q8_forms is off. */
   ActQ8* q8(ActQ8& form) const { return q8_forms ? &form : nullptr; }
@@ -113,6 +120,9 @@ class Model {
   /** Host views of the routed experts of every layer (empty banks for dense layers; empty vector for
    *  a dense model), for building an ExpertCompute. */
   const HostExpertBanks& host_experts() const { return host_experts_; }
+  /** The tensor-parallel shard this model's weights are (size 1: the whole model); config() is then
+   *  the rank's (n_head, n_head_kv, n_ff, n_ff_shexp divided by the size). */
+  const dist::TpShard& tensor_parallel() const { return tp_; }
   /** Bytes of the host copies made at load (host_storage_: converted expert layouts, F32 biases). */
   int64_t host_converted_bytes() const {
     int64_t n = 0;
@@ -162,6 +172,7 @@ class Model {
   std::vector<Buffer> host_storage_;
   int64_t host_mapped_bytes_ = 0;
   bool embeddings_tied_ = false;
+  dist::TpShard tp_;  // the tensor-parallel shard the weights were loaded for (size 1: whole)
 };
 
 }  // namespace ft

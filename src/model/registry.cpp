@@ -95,12 +95,21 @@ ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry_ou
 }
 
 std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress) {
+  return load_model(ckpt, ops, dist::TpShard{}, progress);
+}
+
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, const dist::TpShard& tp, ProgressSink* progress) {
   const ArchEntry* entry = nullptr;
   ModelConfig config = read_model_config(ckpt, &entry);
   WeightLoader ld(ckpt, ops, progress);
+  dist::check_shard(tp);
+  ld.set_tensor_parallel(tp);
   try {
     ProgressPhase phase(progress, "weights", ld.load_bytes_estimate());
     std::unique_ptr<Model> model = entry->build(std::move(config), ld, ops);
+    if (model->tensor_parallel().size != tp.size)  // an architecture that does not load by the shard
+      fail(ErrorCode::kUnsupported, "tensor parallelism (size {}) is not supported for this architecture yet",
+           tp.size);
     phase.finish();
     return model;
   } catch (const Error& e) {

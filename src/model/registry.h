@@ -42,4 +42,11 @@ ModelConfig read_model_config(const Checkpoint& ckpt, const ArchEntry** entry = 
  *  phase "weights" (WeightLoader::load_bytes_estimate bytes; what the loader counts). */
 std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, ProgressSink* progress = nullptr);
 
+/** load_model for one rank of a tensor-parallel group (dist/tensor_parallel.h): the model holds the
+ *  rank's slice of the attention and dense FFN weights (Model::tensor_parallel()) and is run with a
+ *  ForwardContext::tp of that group. tp.size 1 is load_model. Throws ft::Error(kUnsupported) for an
+ *  architecture (or a part of one) that is not split yet, and what load_model throws. */
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, const dist::TpShard& tp,
+                                  ProgressSink* progress = nullptr);
+
 }  // namespace ft

@@ -424,6 +424,29 @@ Tensor WeightLoader::get_rows(const WeightName& n, std::initializer_list<int64_t
   return t;
 }
 
+Tensor WeightLoader::get_cols(const WeightName& n, std::initializer_list<int64_t> shape, int64_t col_begin,
+                              int64_t n_cols) {
+  const Tensor h = read(n, shape, WeightKind::kMatrix);
+  check_device_kernel(name(n), h);
+  FT_CHECK(h.ndim == 2 && col_begin >= 0 && n_cols > 0 && col_begin + n_cols <= h.cols());
+  const DTypeInfo& info = dtype_info(h.dtype);
+  if (col_begin % info.block_size != 0 || n_cols % info.block_size != 0)
+    fail(ErrorCode::kUnsupported, "tensor {}: columns [{}, {}) do not fall on {} blocks of {}", name(n), col_begin,
+         col_begin + n_cols, info.name, info.block_size);
+  const int64_t row = h.row_bytes(), skip = dtype_bytes(h.dtype, col_begin), out_row = dtype_bytes(h.dtype, n_cols);
+  Buffer hb = Buffer::host(std::max<int64_t>(h.rows() * out_row, 1));
+  for (int64_t r = 0; r < h.rows(); ++r)
+    std::memcpy(static_cast<char*>(hb.data()) + r * out_row, static_cast<const char*>(h.data) + r * row + skip,
+                static_cast<size_t>(out_row));
+  const Tensor view(hb.data(), h.dtype, {h.rows(), n_cols});
+  Buffer storage;
+  Tensor t = ops_.make_resident(view, storage);
+  if (!storage.empty()) storage_.push_back(std::move(storage));
+  if (t.data == view.data) host_storage_.push_back(std::move(hb));  // read in place (CPU)
+  count(name(n));
+  return t;
+}
+
 Tensor WeightLoader::get_optional(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {
   return has(n) ? get(n, shape, kind) : Tensor();
 }

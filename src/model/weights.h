@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "dist/tensor_parallel.h"
 #include "formats/checkpoint.h"
 #include "formats/quant_config.h"
 
@@ -90,6 +91,20 @@ class WeightLoader {
    *  CPU (kept by take_host_storage), a device copy on CUDA. Throws what host() throws, kInternal for a
    *  row out of range. */
   Tensor get_rows(const WeightName& n, std::initializer_list<int64_t> shape, const std::vector<int64_t>& rows);
+  /** Columns [col_begin, col_begin + n_cols) of every row of the validated 2-D tensor (shape `shape`)
+   *  as one resident matrix [rows, n_cols] of its dtype: the input-column slice of a row-parallel
+   *  linear layer (tensor parallelism, dist/tensor_parallel.h). A host copy on the CPU (kept by
+   *  take_host_storage), a device copy on CUDA. Throws what host() throws, kInternal for a range
+   *  outside the row, kUnsupported when a quantized type's range does not fall on its blocks
+   *  ("tensor <name>: columns [a, b) do not fall on Q4_K blocks of 256"). */
+  Tensor get_cols(const WeightName& n, std::initializer_list<int64_t> shape, int64_t col_begin, int64_t n_cols);
+
+  /** The tensor-parallel shard the model being loaded is for (default: one rank, no split). An
+   *  architecture that loads by it (build_decoder) records it in Model::tensor_parallel(); load_model
+   *  refuses the others when size > 1. */
+  void set_tensor_parallel(const dist::TpShard& tp) { tp_ = tp; }
+  const dist::TpShard& tensor_parallel() const { return tp_; }
+
   /** Like get(), but an absent tensor gives an empty Tensor. */
   Tensor get_optional(const WeightName& n, std::initializer_list<int64_t> shape,
                       WeightKind kind = WeightKind::kMatrix);
@@ -205,6 +220,7 @@ class WeightLoader {
   std::vector<Buffer> host_storage_;
   ProgressSink* progress_ = nullptr;
   std::unordered_set<std::string> counted_;  // tensors progress_ was given
+  dist::TpShard tp_;
 };
 
 }  // namespace ft

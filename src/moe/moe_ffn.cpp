@@ -4,7 +4,7 @@ namespace ft {
 
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
              const Tensor& x, MoeScratch& s, Tensor out, const Tensor& n_valid, const MoePrefetch& prefetch,
-             ActQ8* x_q8) {
+             ActQ8* x_q8, dist::Collective* tp) {
   const int64_t T = x.rows();
   Tensor logits = s.router_logits.slice(0, T), ids = s.ids.slice(0, T), weights = s.weights.slice(0, T);
   RouterParams rp = router;
@@ -23,6 +23,7 @@ void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams
   ops.matmul(x, w.shexp_up, u, Tensor(), x_q8);
   ops.swiglu(g, u, g);
   ops.matmul(g, w.shexp_down, y, Tensor());           // [T, H]
+  if (tp && tp->group_size() > 1) tp->all_reduce(y, y);  // the ranks' partial sums of the shared expert
   if (w.shexp_gate_inp.empty()) return ops.add(out, y, out);
   Tensor score = s.sh_score.slice(0, T);              // [T, 1]
   ops.matmul(x, w.shexp_gate_inp, score, Tensor(), x_q8);

@@ -2,6 +2,7 @@
 // The MoE feed-forward block: router -> top-k routed experts (through ExpertCompute) -> optional
 // shared expert (optionally scaled by a sigmoid gate, Qwen2-MoE), summed.
 #include "backend/ops.h"
+#include "dist/collective.h"
 #include "moe/expert_compute.h"
 
 namespace ft {
@@ -47,9 +48,11 @@ struct MoePrefetch {
  *  Each of prefetch.targets: that layer's routes on x are predicted with its router and passed to
  *  experts.prefetch first, in order. x_q8 (optional, in and out): x's int8 form (ActQ8, backend/ops.h)
  *  from x's producer, or empty; the router may write it (Ops::moe_router), then the routed and shared
- *  experts read it. */
+ *  experts read it. tp (optional): the tensor-parallel group when w's shared expert is this rank's
+ *  slice (gate/up rows, down input columns): its partial output is all-reduced over tp before it is
+ *  gated and added (the routed experts' output is whole on every rank). */
 void moe_ffn(Ops& ops, ExpertCompute& experts, int64_t layer, const RouterParams& router, const MoeWeights& w,
              const Tensor& x, MoeScratch& scratch, Tensor out, const Tensor& n_valid = Tensor(),
-             const MoePrefetch& prefetch = MoePrefetch(), ActQ8* x_q8 = nullptr);
+             const MoePrefetch& prefetch = MoePrefetch(), ActQ8* x_q8 = nullptr, dist::Collective* tp = nullptr);
 
 }  // namespace ft

@@ -22,9 +22,11 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 /** Logits [n, V] of `tokens` through `model`: the first `prefill` tokens in one forward, the rest
- *  one decode step each (teacher-forced), with `experts`. */
+ *  one decode step each (teacher-forced), with `experts` (and `tp`, ForwardContext::tp, for a model
+ *  loaded as a tensor-parallel shard). */
 inline std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute& experts,
-                                    const std::vector<int32_t>& tokens, int64_t prefill) {
+                                    const std::vector<int32_t>& tokens, int64_t prefill,
+                                    dist::Collective* tp = nullptr) {
   const ModelConfig& c = model.config();
   const int64_t n = static_cast<int64_t>(tokens.size()), page = 16, n_pages = (n + page - 1) / page;
   KvCacheConfig kc = kv_layout(c);
@@ -49,6 +51,7 @@ inline std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute&
     std::vector<float> logits(static_cast<size_t>(T * c.n_vocab));
     ForwardContext ctx{ops, b, Tensor(ids.data(), DType::I32, {T}), Tensor(rows.data(), DType::I32, {T}),
                        Tensor(logits.data(), DType::F32, {T, c.n_vocab}), kv, &experts, state};
+    ctx.tp = tp;
     model.forward(ctx);
     all.insert(all.end(), logits.begin(), logits.end());
     start += T;

@@ -1,0 +1,157 @@
+// Tensor parallelism on the CPU build (dist/tensor_parallel.h; loading in model/decoder.cpp and
+// model/blocks.cpp): N ranks, each a thread over the in-process collective with its own shard of the
+// model (heads and FFN columns), its own CpuOps and KV cache, give the one-rank logits within float
+// order on the dense and MoE fixtures (prefill, then 4 decode steps), bit-identical across ranks; one
+// rank is bit-identical to the normal load; what is not split yet is refused, named.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_ops.h"
+#include "dist/in_process_collective.h"
+#include "dist/tensor_parallel.h"
+#include "formats/checkpoint.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/weights.h"
+#include "moe/model_run.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace ft::testing {
+namespace {
+
+TEST(TensorParallelSplit, EvenBlocksInRankOrder) {
+  const dist::TpRange r = dist::tp_heads(8, {3, 4});
+  EXPECT_EQ(r.begin, 6);
+  EXPECT_EQ(r.count, 2);
+  EXPECT_EQ(dist::tp_ffn(96, {1, 2}).begin, 48);
+  EXPECT_EQ(dist::tp_kv_heads(2, {0, 1}).count, 2);
+  try {
+    dist::tp_kv_heads(2, {0, 4});
+    FAIL() << "2 KV heads over 4 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("KV heads (2) is not a multiple of the tensor-parallel size (4)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(dist::tp_ffn(96, {2, 2}), Error);
+}
+
+struct Loaded {
+  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<Model> model;
+};
+
+Loaded load(const std::string& dir, Ops& ops, dist::TpShard tp = {}) {
+  Loaded m;
+  m.ckpt = open_checkpoint(dir);
+  m.model = load_model(*m.ckpt, ops, tp);
+  WeightLoader ld(*m.ckpt, ops);
+  m.model->place_deferred(ld, ops);  // the token table, which no memory plan places here
+  return m;
+}
+
+std::string fixture(const char* name) { return shared_dir() + "/fixtures/hf/" + name; }
+
+std::vector<int32_t> fixture_tokens(const std::string& dir) {
+  const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
+  return ref.at("cases")[0].at("input_ids").get<std::vector<int32_t>>();
+}
+
+TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e", "mixtral",
+                           "qwen2_moe", "glm4_moe", "gpt_oss"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = fixture(name);
+    const std::vector<int32_t> tokens = fixture_tokens(dir);
+    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
+    CpuOps ops(1);
+    Loaded one = load(dir, ops);
+    ResidentExperts experts(ops, one.model->host_experts());
+    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    {  // one rank over a group of one: the same bits as the normal path
+      const auto group = dist::make_in_process_group(1);
+      Loaded m = load(dir, ops, {0, 1});
+      ResidentExperts e(ops, m.model->host_experts());
+      const std::vector<float> got = run_model(*m.model, ops, e, tokens, prefill, group[0].get());
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
+    }
+    const ModelConfig& c = one.model->config();
+    for (int n : {2, 4}) {
+      if (c.n_head_kv % n != 0) continue;
+      SCOPED_TRACE("ranks " + std::to_string(n));
+      const auto group = dist::make_in_process_group(n);
+      std::vector<std::vector<float>> got(static_cast<size_t>(n));
+      dist::run_ranks(group, [&](dist::Collective& comm) {
+        CpuOps rank_ops(1);
+        Loaded m = load(dir, rank_ops, {comm.rank(), n});  // each rank its own shard, KV and experts
+        EXPECT_EQ(m.model->config().n_head, c.n_head / n);
+        EXPECT_EQ(m.model->config().n_head_kv, c.n_head_kv / n);
+        ResidentExperts e(rank_ops, m.model->host_experts());
+        got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, e, tokens, prefill, &comm);
+      });
+      for (int r = 0; r < n; ++r) {
+        const auto& g = got[static_cast<size_t>(r)];
+        ASSERT_EQ(g.size(), want.size()) << "rank " << r;
+        const double err = rel_l2(g, want);
+        EXPECT_LT(err, 1e-5) << "rank " << r;
+        if (r == 0) std::printf("[ tp ] %s TP%d rel L2 %.3g\n", name, n, err);
+        EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
+  const std::string dir = fixture("qwen3");
+  CpuOps ops(1);
+  Loaded m = load(dir, ops, {1, 2});
+  ResidentExperts e(ops, m.model->host_experts());
+  try {
+    run_model(*m.model, ops, e, fixture_tokens(dir), 4);
+    FAIL() << "a shard ran without its group";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(err.what()).find("loaded as tensor-parallel rank 1 of 2, but runs with a group of 1"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
+TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"olmoe", "full-width QK-norm"},
+      {"minimax_m2", "full-width QK-norm"},
+      {"deepseek_v3", "multi-head latent attention"},
+      {"qwen3_next", "linear attention"},
+      {"gemma4", "tensor parallelism (size 2) is not supported for this architecture yet"},
+  };
+  for (const auto& [name, message] : cases) {
+    SCOPED_TRACE(name);
+    CpuOps ops(1);
+    try {
+      load(fixture(name), ops, {0, 2});
+      FAIL() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  CpuOps ops(1);  // 2 KV heads over 4 ranks
+  try {
+    load(fixture("qwen3"), ops, {0, 4});
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("KV heads (2) is not a multiple"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ft::testing
