@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/registry.h"
 #include "model/weights.h"
+#include "moe/expert_parallel_experts.h"
 #include "moe/model_run.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -104,6 +105,43 @@ TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
         if (r == 0) std::printf("[ tp ] %s TP%d rel L2 %.3g\n", name, n, err);
         EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
       }
+    }
+  }
+}
+
+// TP2+EP2 on two ranks, as on two GPUs: attention, the dense FFN and the shared expert split by
+// heads / columns over the group, the routed experts owned half by each rank of the same group
+// (ExpertParallelExperts), every collective in the same order on both ranks.
+TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
+  for (const char* name : {"qwen3_moe", "qwen3_moe_64e", "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = fixture(name);
+    const std::vector<int32_t> tokens = fixture_tokens(dir);
+    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;
+    CpuOps ops(1);
+    Loaded one = load(dir, ops);
+    ResidentExperts experts(ops, one.model->host_experts());
+    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    const int n = 2;
+    const auto group = dist::make_in_process_group(n);
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    std::vector<int> owned(static_cast<size_t>(n));
+    dist::run_ranks(group, [&](dist::Collective& comm) {
+      CpuOps rank_ops(1);
+      Loaded m = load(dir, rank_ops, {comm.rank(), n});
+      ExpertParallelExperts ep(comm, rank_ops, m.model->host_experts());
+      for (int64_t l = 0; l < static_cast<int64_t>(m.model->host_experts().size()); ++l)
+        if (ep.owned(l).end > 0) owned[static_cast<size_t>(comm.rank())] = ep.owned(l).end - ep.owned(l).begin;
+      got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, ep, tokens, prefill, &comm);
+    });
+    for (int r = 0; r < n; ++r) {
+      const auto& g = got[static_cast<size_t>(r)];
+      EXPECT_EQ(owned[static_cast<size_t>(r)], one.model->config().n_expert / n) << "rank " << r;
+      ASSERT_EQ(g.size(), want.size()) << "rank " << r;
+      const double err = rel_l2(g, want);
+      EXPECT_LT(err, 1e-5) << "rank " << r;
+      if (r == 0) std::printf("[ tp+ep ] %s TP2+EP2 rel L2 %.3g\n", name, err);
+      EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
     }
   }
 }
