@@ -11,6 +11,8 @@
 
 #include "fixture_util.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda_factory.h"
+#include "backend/op_harness.h"
 #include "formats/gguf_reader.h"
 #include "formats/gguf_writer.h"
 #include "model/weights.h"
@@ -272,6 +274,32 @@ TEST(GgufNvfp4Scale, LogitsEqualTheDequantizedModel) {
   // Bit for bit: NVFP4_G64 rows decode to the very floats the F32 file holds.
   expect_same_as_dequantized(dir + "/nvfp4.gguf", dir + "/f32.gguf", "qwen3_moe", "gguf nvfp4 qwen3_moe", 0.0,
                              {MoeStrategy::kFused, MoeStrategy::kCpu});
+  fs::remove_all(dir);
+}
+
+TEST(CudaGgufNvfp4Scale, MatchesTheCpu) {
+  // The same scaled GGUF on CUDA (its NVFP4_G64 blocks decoded in registers by the GEMV, grouped expert
+  // GEMM and prefill kernels) against the CPU: prompt logits within the CUDA fixtures' 2e-2, fused and
+  // offload (slot copies of the converted experts).
+  FT_SKIP_WITHOUT_GPU();
+  const std::string dir = scratch_path("cuda_gguf_nvfp4_scale");
+  write_pair(dir);
+  const std::vector<RefCase> cases = read_reference(shared_dir() + "/fixtures/hf/qwen3_moe");
+  ASSERT_EQ(cases.size(), 2u);
+  auto cpu = Engine::load(dir + "/nvfp4.gguf", small_engine_options());
+  for (MoeStrategy strategy : {MoeStrategy::kFused, MoeStrategy::kOffload}) {
+    EngineOptions o = small_engine_options();
+    o.moe.strategy = strategy;
+    if (strategy == MoeStrategy::kOffload) o.moe.cache = {CacheSizeMode::kSlots, 16, 0.0};
+    Engine gpu(open_checkpoint(dir + "/nvfp4.gguf"), make_cuda_ops(0, DType::F32), o);
+    const int64_t V = gpu.config().n_vocab;
+    for (const RefCase& c : cases) {
+      SCOPED_TRACE(c.name + (strategy == MoeStrategy::kFused ? " fused" : " offload"));
+      const auto g = generate(gpu, {greedy_request(c.input_ids, 1)})[0];
+      const auto r = generate(*cpu, {greedy_request(c.input_ids, 1)})[0];
+      EXPECT_LE(max_row_rel_l2(g.prompt_logits, r.prompt_logits, V), 2e-2);
+    }
+  }
   fs::remove_all(dir);
 }
 
