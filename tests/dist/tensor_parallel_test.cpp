@@ -146,6 +146,50 @@ TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
   }
 }
 
+// GGUF files (llama.cpp's names and types): the splits of Q8_0 matrices fall on its 32-value blocks
+// (O [64, 64] and the shared expert's down [64, 64] split in 32 columns a rank), or are refused.
+TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
+  for (const auto& [name, file] : {std::pair{"qwen3", "qwen3-bf16.gguf"}, std::pair{"llama", "llama-f32.gguf"},
+                                   std::pair{"qwen3_moe", "qwen3_moe-q8_0.gguf"},
+                                   std::pair{"qwen2_moe", "qwen2_moe-q8_0.gguf"}, std::pair{"mixtral", "mixtral-q8_0.gguf"}}) {
+    SCOPED_TRACE(file);
+    const std::string path = shared_dir() + "/fixtures/gguf/" + name + "/" + file;
+    const std::vector<int32_t> tokens = fixture_tokens(fixture(name));
+    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;
+    CpuOps ops(1);
+    Loaded one = load(path, ops);
+    ResidentExperts experts(ops, one.model->host_experts());
+    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    const int n = 2;
+    const auto group = dist::make_in_process_group(n);
+    std::vector<std::vector<float>> got(static_cast<size_t>(n));
+    dist::run_ranks(group, [&](dist::Collective& comm) {
+      CpuOps rank_ops(1);
+      Loaded m = load(path, rank_ops, {comm.rank(), n});
+      ResidentExperts e(rank_ops, m.model->host_experts());
+      got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, e, tokens, prefill, &comm);
+    });
+    for (int r = 0; r < n; ++r) {
+      const auto& g = got[static_cast<size_t>(r)];
+      ASSERT_EQ(g.size(), want.size()) << "rank " << r;
+      const double err = rel_l2(g, want);
+      EXPECT_LT(err, 1e-5) << "rank " << r;
+      if (r == 0) std::printf("[ tp ] %s TP2 rel L2 %.3g\n", file, err);
+      EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
+    }
+  }
+  CpuOps ops(1);  // the dense FFN's down [64, 96] would split at column 48, inside a Q8_0 block
+  try {
+    load(shared_dir() + "/fixtures/gguf/qwen3/qwen3-q8_0.gguf", ops, {1, 2});
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down.weight: columns [48, 96) do not fall on Q8_0 blocks of 32"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
   const std::string dir = fixture("qwen3");
   CpuOps ops(1);
