@@ -14,6 +14,7 @@
 // call when the ranks' counts, dtypes or roots disagree, when a buffer is not F32/BF16 or not host
 // memory where the implementation needs it, or send/recv sizes do not fit the op; kInternal when the
 // group was aborted (by any rank, or by a rank that waited past the timeout).
+#include <memory>
 #include <string>
 
 #include "tensor/tensor.h"
@@ -45,6 +46,13 @@ class Collective {
   /** Every rank's `buffer` = rank `root`'s `buffer` (ncclBroadcast with sendbuff == recvbuff).
    *  root in [0, group_size()), the same on every rank. */
   virtual void broadcast(const Tensor& buffer, int root) = 0;
+
+  /** A new communicator of the ranks that pass the same `color` (ncclCommSplit), ranked by (key, old
+   *  rank); a negative color (NCCL_SPLIT_NOCOLOR) takes part but gets null. A collective: every rank of
+   *  the group calls it, in the same order as its other collectives. The new group is independent of
+   *  this one (its own order of collectives, its own abort). E.g. TP x EP over 4 ranks: split(rank / 2,
+   *  rank) gives the pairs {0, 1}, {2, 3}; split(rank % 2, rank) the pairs {0, 2}, {1, 3}. */
+  virtual std::unique_ptr<Collective> split(int color, int key) = 0;
 
   /** Aborts the whole group (ncclCommAbort): collectives waiting on any rank and every later one
    *  throw ft::Error(kInternal) quoting `reason`. Safe to call from any thread, more than once. */

@@ -14,7 +14,7 @@
 namespace ft::dist {
 namespace {
 
-enum class Op { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
+enum class Op { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kSplit };
 
 const char* op_name(Op op) {
   switch (op) {
@@ -22,6 +22,7 @@ const char* op_name(Op op) {
     case Op::kAllGather: return "all_gather";
     case Op::kReduceScatter: return "reduce_scatter";
     case Op::kBroadcast: return "broadcast";
+    case Op::kSplit: return "split";
   }
   return "?";
 }
@@ -32,6 +33,7 @@ struct Post {
   Tensor send;
   Tensor recv;
   int root = 0;
+  int color = 0, key = 0;  // split's
 };
 
 /** Element count every rank must agree on: send's for all_reduce / all_gather / broadcast, recv's
@@ -73,6 +75,7 @@ std::string check_posts(const std::vector<Post>& posts) {
     if (p.op != p0.op)
       return fmt::format("{}: rank {} called {} while rank 0 called {}", op_name(p0.op), r, op_name(p.op),
                          op_name(p0.op));
+    if (p.op == Op::kSplit) continue;  // any colors and keys
     if (std::string e = check_local(p, r, n); !e.empty()) return fmt::format("{}: {}", op_name(p.op), e);
     if (p.send.dtype != p0.send.dtype)
       return fmt::format("{}: rank {} passes {} but rank 0 passes {}", op_name(p.op), r, dtype_name(p.send.dtype),
@@ -137,6 +140,13 @@ class Group {
     abort_locked(reason);
   }
 
+  /** Rank `rank`'s sub-group and rank in it from the split it has just returned from (null group for
+   *  a negative color). Read before the rank posts again, so no later split has replaced it. */
+  std::pair<std::shared_ptr<Group>, int> split_result(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {split_group_[static_cast<size_t>(rank)], split_rank_[static_cast<size_t>(rank)]};
+  }
+
  private:
   void abort_locked(const std::string& reason) {
     if (!aborted_) abort_reason_ = reason;
@@ -185,6 +195,28 @@ class Group {
           if (block > 0) std::memcpy(posts_[r].recv.data, staging_.data(), block * n_);
         break;
       }
+      case Op::kSplit: {  // one new group per color, ranked by (key, rank)
+        split_group_.assign(static_cast<size_t>(n_), nullptr);
+        split_rank_.assign(static_cast<size_t>(n_), -1);
+        std::vector<int> order(static_cast<size_t>(n_));
+        for (int r = 0; r < n_; ++r) order[static_cast<size_t>(r)] = r;
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+          return std::pair(posts_[a].key, a) < std::pair(posts_[b].key, b);
+        });
+        std::vector<int> done;
+        for (int r : order) {
+          const int color = posts_[r].color;
+          if (color < 0 || std::find(done.begin(), done.end(), color) != done.end()) continue;
+          done.push_back(color);
+          int members = 0;
+          for (int q : order) members += posts_[q].color == color;
+          auto g = std::make_shared<Group>(members, options_);
+          int next = 0;
+          for (int q : order)
+            if (posts_[q].color == color) split_group_[static_cast<size_t>(q)] = g, split_rank_[static_cast<size_t>(q)] = next++;
+        }
+        break;
+      }
       case Op::kBroadcast: {
         const size_t bytes = static_cast<size_t>(count) * elem;
         const void* src = posts_[p0.root].send.data;
@@ -208,6 +240,8 @@ class Group {
   std::string abort_reason_;
   std::vector<float> sum_;        // reused between calls
   std::vector<uint8_t> staging_;  // reused between calls
+  std::vector<std::shared_ptr<Group>> split_group_;  // the last split's sub-group of each rank
+  std::vector<int> split_rank_;                      // and its rank there
 };
 
 class InProcessCollective : public Collective {
@@ -222,6 +256,14 @@ class InProcessCollective : public Collective {
     group_->run(rank_, {Op::kReduceScatter, send, recv, 0});
   }
   void broadcast(const Tensor& buffer, int root) override { group_->run(rank_, {Op::kBroadcast, buffer, buffer, root}); }
+  std::unique_ptr<Collective> split(int color, int key) override {
+    Post post;
+    post.op = Op::kSplit, post.color = color, post.key = key;
+    group_->run(rank_, post);
+    auto [group, rank] = group_->split_result(rank_);
+    if (!group) return nullptr;
+    return std::make_unique<InProcessCollective>(std::move(group), rank);
+  }
   void abort(const std::string& reason) override { group_->abort(reason); }
 
  private:

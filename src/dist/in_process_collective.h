@@ -5,6 +5,7 @@
 // operation for every rank, reduces in rank order (so results are bit-identical run to run) and wakes
 // the others. A rank that waits past the timeout aborts the group, so one rank that never arrives (it
 // threw, or took another path) ends every rank's wait with an error instead of a hang.
+// split (ncclCommSplit) is a rendezvous of the same kind that makes one new group per color.
 // Used by the CPU tests of tensor and expert parallelism; the GPU build uses NCCL behind the same
 // interface (dist/collective.h).
 #include <chrono>

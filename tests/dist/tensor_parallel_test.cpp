@@ -146,6 +146,45 @@ TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
   }
 }
 
+// TP2 x EP2 over 4 ranks (Collective::split): the TP pairs {0, 1}, {2, 3} split heads and FFN
+// columns; the EP pairs {0, 2}, {1, 3} split the routed experts, so each rank holds half of them
+// and every TP pair has both halves.
+TEST(TensorParallel, TimesExpertParallelOverFourRanksMatchesOneRank) {
+  for (const char* name : {"qwen3_moe", "qwen2_moe", "gpt_oss"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = fixture(name);
+    const std::vector<int32_t> tokens = fixture_tokens(dir);
+    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;
+    CpuOps ops(1);
+    Loaded one = load(dir, ops);
+    ResidentExperts experts(ops, one.model->host_experts());
+    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    const auto group = dist::make_in_process_group(4);
+    std::vector<std::vector<float>> got(4);
+    std::vector<int> first_expert(4);
+    dist::run_ranks(group, [&](dist::Collective& comm) {
+      const int r = comm.rank();
+      std::unique_ptr<dist::Collective> tp = comm.split(r / 2, r), ep = comm.split(r % 2, r);
+      CpuOps rank_ops(1);
+      Loaded m = load(dir, rank_ops, {tp->rank(), tp->group_size()});
+      ExpertParallelExperts e(*ep, rank_ops, m.model->host_experts());
+      for (int64_t l = 0; l < static_cast<int64_t>(m.model->host_experts().size()); ++l)
+        if (e.owned(l).end > 0) first_expert[static_cast<size_t>(r)] = e.owned(l).begin;
+      got[static_cast<size_t>(r)] = run_model(*m.model, rank_ops, e, tokens, prefill, tp.get());
+    });
+    const int half = static_cast<int>(one.model->config().n_expert / 2);
+    EXPECT_EQ(first_expert, (std::vector<int>{0, 0, half, half}));
+    for (int r = 0; r < 4; ++r) {
+      const auto& g = got[static_cast<size_t>(r)];
+      ASSERT_EQ(g.size(), want.size()) << "rank " << r;
+      const double err = rel_l2(g, want);
+      EXPECT_LT(err, 1e-5) << "rank " << r;
+      if (r == 0) std::printf("[ tp x ep ] %s TP2 x EP2 (4 ranks) rel L2 %.3g\n", name, err);
+      EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
+    }
+  }
+}
+
 // GGUF files (llama.cpp's names and types): the splits of Q8_0 matrices fall on its 32-value blocks
 // (O [64, 64] and the shared expert's down [64, 64] split in 32 columns a rank), or are refused.
 TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
