@@ -416,6 +416,10 @@ Tensor WeightLoader::get_rows(const WeightName& n, std::initializer_list<int64_t
                 static_cast<const char*>(h.data) + rows[i] * row, static_cast<size_t>(row));
   }
   const Tensor view(hb.data(), h.dtype, {static_cast<int64_t>(rows.size()), h.cols()});
+  return place_copy(n, std::move(hb), view);
+}
+
+Tensor WeightLoader::place_copy(const WeightName& n, Buffer hb, const Tensor& view) {
   Buffer storage;
   Tensor t = ops_.make_resident(view, storage);
   if (!storage.empty()) storage_.push_back(std::move(storage));
@@ -439,12 +443,7 @@ Tensor WeightLoader::get_cols(const WeightName& n, std::initializer_list<int64_t
     std::memcpy(static_cast<char*>(hb.data()) + r * out_row, static_cast<const char*>(h.data) + r * row + skip,
                 static_cast<size_t>(out_row));
   const Tensor view(hb.data(), h.dtype, {h.rows(), n_cols});
-  Buffer storage;
-  Tensor t = ops_.make_resident(view, storage);
-  if (!storage.empty()) storage_.push_back(std::move(storage));
-  if (t.data == view.data) host_storage_.push_back(std::move(hb));  // read in place (CPU)
-  count(name(n));
-  return t;
+  return place_copy(n, std::move(hb), view);
 }
 
 Tensor WeightLoader::get_optional(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind) {

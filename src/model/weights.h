@@ -202,6 +202,9 @@ class WeightLoader {
   ExpertBank fused_mxfp4_matrices(const std::string& p, int64_t n_expert, int64_t n_ff, int64_t n_embd);
   /** host() without counting the tensor as loaded (the placing callers count it once placed). */
   Tensor read(const WeightName& n, std::initializer_list<int64_t> shape, WeightKind kind);
+  /** `view` (a host copy in `hb` of part of tensor `n`, for get_rows / get_cols) made resident; `hb` kept
+   *  when the backend reads it in place (CPU). Counts `n` as loaded. */
+  Tensor place_copy(const WeightName& n, Buffer hb, const Tensor& view);
   /** The host views of `names` ([rows[i], cols] each, checked as get() checks them) and their row sum
    *  in `total`; empty when their dtypes differ. For get_stacked / get_stacked_host_mapped. */
   std::vector<Tensor> read_parts(const std::vector<WeightName>& names, const std::vector<int64_t>& rows, int64_t cols,

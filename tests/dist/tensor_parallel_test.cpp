@@ -64,6 +64,20 @@ std::vector<int32_t> fixture_tokens(const std::string& dir) {
   return ref.at("cases")[0].at("input_ids").get<std::vector<int32_t>>();
 }
 
+/** Every rank's logits within 1e-5 relative L2 of one rank's `want`, and bit-identical to rank 0's;
+ *  prints rank 0's error under `label`. */
+void expect_ranks_match(const std::vector<std::vector<float>>& got, const std::vector<float>& want,
+                        const std::string& label) {
+  for (size_t r = 0; r < got.size(); ++r) {
+    const auto& g = got[r];
+    ASSERT_EQ(g.size(), want.size()) << "rank " << r;
+    const double err = rel_l2(g, want);
+    EXPECT_LT(err, 1e-5) << "rank " << r;
+    if (r == 0) std::printf("%s rel L2 %.3g\n", label.c_str(), err);
+    EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
+  }
+}
+
 TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
   for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e", "mixtral",
                            "qwen2_moe", "glm4_moe", "gpt_oss"}) {
@@ -97,14 +111,9 @@ TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
         ResidentExperts e(rank_ops, m.model->host_experts());
         got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, e, tokens, prefill, &comm);
       });
-      for (int r = 0; r < n; ++r) {
-        const auto& g = got[static_cast<size_t>(r)];
-        ASSERT_EQ(g.size(), want.size()) << "rank " << r;
-        const double err = rel_l2(g, want);
-        EXPECT_LT(err, 1e-5) << "rank " << r;
-        if (r == 0) std::printf("[ tp ] %s TP%d rel L2 %.3g\n", name, n, err);
-        EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
-      }
+      char label[160];
+      std::snprintf(label, sizeof label, "[ tp ] %s TP%d", name, n);
+      expect_ranks_match(got, want, label);
     }
   }
 }
@@ -134,15 +143,8 @@ TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
         if (ep.owned(l).end > 0) owned[static_cast<size_t>(comm.rank())] = ep.owned(l).end - ep.owned(l).begin;
       got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, ep, tokens, prefill, &comm);
     });
-    for (int r = 0; r < n; ++r) {
-      const auto& g = got[static_cast<size_t>(r)];
-      EXPECT_EQ(owned[static_cast<size_t>(r)], one.model->config().n_expert / n) << "rank " << r;
-      ASSERT_EQ(g.size(), want.size()) << "rank " << r;
-      const double err = rel_l2(g, want);
-      EXPECT_LT(err, 1e-5) << "rank " << r;
-      if (r == 0) std::printf("[ tp+ep ] %s TP2+EP2 rel L2 %.3g\n", name, err);
-      EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
-    }
+    for (int r = 0; r < n; ++r) EXPECT_EQ(owned[static_cast<size_t>(r)], one.model->config().n_expert / n) << "rank " << r;
+    expect_ranks_match(got, want, std::string("[ tp+ep ] ") + name + " TP2+EP2");
   }
 }
 
@@ -174,14 +176,9 @@ TEST(TensorParallel, TimesExpertParallelOverFourRanksMatchesOneRank) {
     });
     const int half = static_cast<int>(one.model->config().n_expert / 2);
     EXPECT_EQ(first_expert, (std::vector<int>{0, 0, half, half}));
-    for (int r = 0; r < 4; ++r) {
-      const auto& g = got[static_cast<size_t>(r)];
-      ASSERT_EQ(g.size(), want.size()) << "rank " << r;
-      const double err = rel_l2(g, want);
-      EXPECT_LT(err, 1e-5) << "rank " << r;
-      if (r == 0) std::printf("[ tp x ep ] %s TP2 x EP2 (4 ranks) rel L2 %.3g\n", name, err);
-      EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
-    }
+    char label[160];
+    std::snprintf(label, sizeof label, "[ tp x ep ] %s TP2 x EP2 (4 ranks)", name);
+    expect_ranks_match(got, want, label);
   }
 }
 
@@ -208,14 +205,9 @@ TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
       ResidentExperts e(rank_ops, m.model->host_experts());
       got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, e, tokens, prefill, &comm);
     });
-    for (int r = 0; r < n; ++r) {
-      const auto& g = got[static_cast<size_t>(r)];
-      ASSERT_EQ(g.size(), want.size()) << "rank " << r;
-      const double err = rel_l2(g, want);
-      EXPECT_LT(err, 1e-5) << "rank " << r;
-      if (r == 0) std::printf("[ tp ] %s TP2 rel L2 %.3g\n", file, err);
-      EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
-    }
+    char label[160];
+    std::snprintf(label, sizeof label, "[ tp ] %s TP2", file);
+    expect_ranks_match(got, want, label);
   }
   CpuOps ops(1);  // the dense FFN's down [64, 96] would split at column 48, inside a Q8_0 block
   try {
