@@ -43,26 +43,23 @@ TEST(TensorParallelSplit, EvenBlocksInRankOrder) {
   EXPECT_THROW(dist::tp_ffn(96, {2, 2}), Error);
 }
 
-struct Loaded {
-  std::unique_ptr<Checkpoint> ckpt;
-  std::unique_ptr<Model> model;
-};
+using Loaded = LoadedModel;
 
-Loaded load(const std::string& dir, Ops& ops, dist::TpShard tp = {}) {
-  Loaded m;
-  m.ckpt = open_checkpoint(dir);
-  m.model = load_model(*m.ckpt, ops, tp);
-  WeightLoader ld(*m.ckpt, ops);
-  m.model->place_deferred(ld, ops);  // the token table, which no memory plan places here
-  return m;
+Loaded load(const std::string& dir, Ops& ops, dist::TpShard tp = {}) { return load_for_run(dir, ops, tp); }
+
+/** Loading `path` as rank `tp` is refused with kUnsupported and a message containing `message`. */
+void expect_load_refused(const std::string& path, dist::TpShard tp, const std::string& message) {
+  CpuOps ops(1);
+  try {
+    load(path, ops, tp);
+    ADD_FAILURE() << path << " loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
 }
 
 std::string fixture(const char* name) { return shared_dir() + "/fixtures/hf/" + name; }
-
-std::vector<int32_t> fixture_tokens(const std::string& dir) {
-  const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
-  return ref.at("cases")[0].at("input_ids").get<std::vector<int32_t>>();
-}
 
 /** Every rank's logits within 1e-5 relative L2 of one rank's `want`, and bit-identical to rank 0's;
  *  prints rank 0's error under `label`. */
@@ -209,16 +206,9 @@ TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
     std::snprintf(label, sizeof label, "[ tp ] %s TP2", file);
     expect_ranks_match(got, want, label);
   }
-  CpuOps ops(1);  // the dense FFN's down [64, 96] would split at column 48, inside a Q8_0 block
-  try {
-    load(shared_dir() + "/fixtures/gguf/qwen3/qwen3-q8_0.gguf", ops, {1, 2});
-    FAIL() << "loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down.weight: columns [48, 96) do not fall on Q8_0 blocks of 32"),
-              std::string::npos)
-        << e.what();
-  }
+  // the dense FFN's down [64, 96] would split at column 48, inside a Q8_0 block
+  expect_load_refused(shared_dir() + "/fixtures/gguf/qwen3/qwen3-q8_0.gguf", {1, 2},
+                      "blk.0.ffn_down.weight: columns [48, 96) do not fall on Q8_0 blocks of 32");
 }
 
 TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
@@ -247,23 +237,9 @@ TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
   };
   for (const auto& [name, message] : cases) {
     SCOPED_TRACE(name);
-    CpuOps ops(1);
-    try {
-      load(fixture(name), ops, {0, 2});
-      FAIL() << "loaded";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
+    expect_load_refused(fixture(name), {0, 2}, message);
   }
-  CpuOps ops(1);  // 2 KV heads over 4 ranks
-  try {
-    load(fixture("qwen3"), ops, {0, 4});
-    FAIL() << "loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("KV heads (2) is not a multiple"), std::string::npos) << e.what();
-  }
+  expect_load_refused(fixture("qwen3"), {0, 4}, "KV heads (2) is not a multiple");  // 2 KV heads over 4 ranks
 }
 
 }  // namespace

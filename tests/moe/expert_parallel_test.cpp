@@ -150,28 +150,16 @@ TEST(ExpertParallelExperts, SyntheticLayersMatchFused) {
 
 // ---- end to end on the fixtures --------------------------------------------------------------
 
-struct Loaded {
-  std::unique_ptr<Checkpoint> ckpt;
-  std::unique_ptr<Model> model;
-};
+using Loaded = LoadedModel;
 
-Loaded load(const std::string& dir, Ops& ops) {
-  Loaded m;
-  m.ckpt = open_checkpoint(dir);
-  m.model = load_model(*m.ckpt, ops);
-  WeightLoader ld(*m.ckpt, ops);
-  m.model->place_deferred(ld, ops);  // the token table, which no memory plan places here
-  return m;
-}
+Loaded load(const std::string& dir, Ops& ops) { return load_for_run(dir, ops); }
 
 TEST(ExpertParallelExperts, SameLogitsAsOneRankOnMoeFixtures) {
   for (const char* name :
        {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string dir = shared_dir() + "/fixtures/hf/" + name;
-    const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
-    const auto& cs = ref.at("cases")[0];
-    const std::vector<int32_t> tokens = cs.at("input_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> tokens = fixture_tokens(dir);
     const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
     CpuOps ops(1);
     Loaded one = load(dir, ops);

@@ -4,13 +4,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/ops.h"
+#include "dist/tensor_parallel.h"
+#include "formats/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/registry.h"
+#include "model/weights.h"
 #include "moe/expert_compute.h"
+#include "test_util.h"
 
 namespace ft::testing {
 
@@ -57,6 +66,29 @@ inline std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute&
     start += T;
   }
   return all;
+}
+
+/** A checkpoint and the model loaded from it (the model reads the checkpoint's mapped file). */
+struct LoadedModel {
+  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<Model> model;
+};
+
+/** `dir`'s model (rank `tp`'s shard of it) with its tables placed on `ops`' device, as an engine's
+ *  memory plan would place them (Model::place_deferred): ready for run_model. */
+inline LoadedModel load_for_run(const std::string& dir, Ops& ops, dist::TpShard tp = {}) {
+  LoadedModel m;
+  m.ckpt = open_checkpoint(dir);
+  m.model = load_model(*m.ckpt, ops, tp);
+  WeightLoader ld(*m.ckpt, ops);
+  m.model->place_deferred(ld, ops);
+  return m;
+}
+
+/** The first reference case's prompt of fixture folder `dir` (reference.json). */
+inline std::vector<int32_t> fixture_tokens(const std::string& dir) {
+  const nlohmann::json ref = nlohmann::json::parse(read_file(dir + "/reference.json"));
+  return ref.at("cases")[0].at("input_ids").get<std::vector<int32_t>>();
 }
 
 }  // namespace ft::testing
