@@ -72,8 +72,6 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
   if (tp.size == 1) return load_attention(ld, c, l);
   if (c.attn_output_gate)
     fail(ErrorCode::kUnsupported, "tensor parallelism: attention with an output gate is not split yet");
-  if (c.qk_norm == QkNorm::kFull)
-    fail(ErrorCode::kUnsupported, "tensor parallelism: full-width QK-norm (one RMS over every head) is not split yet");
   const int64_t H = c.n_embd, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
   const dist::TpRange heads = dist::tp_heads(c.n_head, tp), kv = dist::tp_kv_heads(c.n_head_kv, tp);
   auto range = [](int64_t begin, int64_t n) {
@@ -103,8 +101,55 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
   if (c.qk_norm == QkNorm::kPerHead) {  // one [hd] weight every head shares
     w.q_norm = ld.get(layer_weight(l, "attn_q_norm", "self_attn.q_norm"), {hd}, WeightKind::kVector);
     w.k_norm = ld.get(layer_weight(l, "attn_k_norm", "self_attn.k_norm"), {hd}, WeightKind::kVector);
+  } else if (c.qk_norm == QkNorm::kFull) {  // the rank's heads' slice; the RMS is all-reduced (tp_full_rms_norm)
+    w.q_norm = ld.get(layer_weight(l, "attn_q_norm", "self_attn.q_norm"), {qd}, WeightKind::kVector)
+                   .slice(heads.begin * hd, heads.count * hd);
+    w.k_norm = ld.get(layer_weight(l, "attn_k_norm", "self_attn.k_norm"), {kvd}, WeightKind::kVector)
+                   .slice(kv.begin * hd, kv.count * hd);
   }
   return w;
+}
+
+void tp_full_rms_norm(ForwardContext& ctx, const RmsNormParams& p, const Tensor& q, const Tensor& wq, const Tensor& k,
+                      const Tensor& wk) {
+  if (!ctx.tp || ctx.tp->group_size() == 1) {
+    ctx.ops.rms_norm(p, q, wq, q);
+    ctx.ops.rms_norm(p, k, wk, k);
+    return;
+  }
+  if (ctx.ops.device() != Device::kCpu || q.device != Device::kCpu || k.device != Device::kCpu ||
+      q.dtype != DType::F32 || k.dtype != DType::F32)
+    fail(ErrorCode::kUnsupported, "tensor parallelism: full-width QK-norm runs on the CPU backend (F32) only");
+  const int64_t T = q.rows(), n = ctx.tp->group_size();
+  const Tensor* xs[2] = {&q, &k};
+  const Tensor* ws[2] = {&wq, &wk};
+  std::vector<float> ss(static_cast<size_t>(T * 2), 0.0f);  // [T, 2]: each token's q and k sum of squares
+  ctx.ops.synchronize();
+  for (int j = 0; j < 2; ++j) {
+    const int64_t D = xs[j]->cols();
+    const float* x = xs[j]->ptr<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      float s = 0.0f;
+      for (int64_t i = 0; i < D; ++i) s += x[t * D + i] * x[t * D + i];
+      ss[static_cast<size_t>(t * 2 + j)] = s;
+    }
+  }
+  const Tensor sums(ss.data(), DType::F32, {T, 2});
+  ctx.tp->all_reduce(sums, sums);  // the whole width's sums, the same bits on every rank
+  for (int j = 0; j < 2; ++j) {
+    const int64_t D = xs[j]->cols();
+    if (ws[j]->numel() != D)
+      fail(ErrorCode::kInvalidArgument, "tp_full_rms_norm: weight {} must have {} elements (the rank's width of {})",
+           ws[j]->str(), D, xs[j]->str());
+    std::vector<float> w(static_cast<size_t>(D));
+    dequantize_row(ws[j]->dtype, ws[j]->data, w.data(), D);
+    float* x = xs[j]->ptr<float>();
+    const float width = static_cast<float>(D * n);  // the full width: every rank holds an equal slice
+    for (int64_t t = 0; t < T; ++t) {
+      const float inv = 1.0f / std::sqrt(ss[static_cast<size_t>(t * 2 + j)] / width + p.eps);
+      for (int64_t i = 0; i < D; ++i) x[t * D + i] = x[t * D + i] * inv * (w[static_cast<size_t>(i)] + p.weight_offset);
+    }
+  }
 }
 
 void tp_all_reduce(ForwardContext& ctx, const Tensor& out) {
@@ -138,10 +183,7 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
     ops.qk_norm_rope_attention(spec.qk_norm_params, w.q_norm, w.k_norm, spec.rope, ap, q, k, v, ctx.kv_batch(l),
                                kv, attn, ctx.q8(attn_q8));  // [T, n_head * head_dim]
   } else {
-    if (spec.qk_norm == QkNorm::kFull) {
-      ops.rms_norm(spec.qk_norm_params, q, w.q_norm, q);
-      ops.rms_norm(spec.qk_norm_params, k, w.k_norm, k);
-    }
+    if (spec.qk_norm == QkNorm::kFull) tp_full_rms_norm(ctx, spec.qk_norm_params, q, w.q_norm, k, w.k_norm);
     ops.rope(spec.rope, q, ctx.batch.positions);
     ops.rope(spec.rope, k, ctx.batch.positions);
     ops.kv_write(ctx.kv_batch(l), k, v, kv);

@@ -50,10 +50,19 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int
 /** load_attention for one tensor-parallel rank (dist/tensor_parallel.h; `config` the whole model's):
  *  Q/K/V rows of the rank's heads (tp_heads, tp_kv_heads) and their bias slices, O's input columns of
  *  those heads (WeightLoader::get_cols), O's bias on rank 0 only (the ranks' outputs are summed), the
- *  rank's sinks, per-head QK-norm weights whole. tp.size 1 is load_attention itself. Throws
- *  ft::Error(kUnsupported) for what is not split yet: an output gate, full-width QK-norm (its RMS spans
- *  every head), heads not a multiple of the size; what the loader throws. */
+ *  rank's sinks, per-head QK-norm weights whole, full-width QK-norm weights' slices of the rank's heads
+ *  (the RMS itself spans every rank: tp_full_rms_norm). tp.size 1 is load_attention itself. Throws
+ *  ft::Error(kUnsupported) for what is not split yet: an output gate, heads not a multiple of the size;
+ *  what the loader throws. */
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l, const dist::TpShard& tp);
+
+/** Full-width QK-norm (QkNorm::kFull: one RMS over all heads of a token) of q [T, Dq] and k [T, Dk]
+ *  in place, with weights wq [Dq], wk [Dk]. Over a tensor-parallel group (ctx.tp of n > 1 ranks, each
+ *  holding an equal slice of the heads and of the weights) each token's sums of squares ([T, 2] F32)
+ *  are all-reduced and the mean taken over the whole width n Dq (n Dk). Without a group: ops.rms_norm
+ *  of each. Throws ft::Error(kUnsupported) for a group on a backend other than the CPU (F32). */
+void tp_full_rms_norm(ForwardContext& ctx, const RmsNormParams& p, const Tensor& q, const Tensor& wq, const Tensor& k,
+                      const Tensor& wk);
 
 /** out [T, H] = attention of h [T, H] for layer `l` (QK-norm before RoPE; K/V written to the cache),
  *  with layer l's sliding window (spec.layer_window) and w's sinks when it has them; multiplied by

@@ -113,7 +113,7 @@ class Decoder final : public Model {
   /** The rank's config for tensor-parallel shard tp_ of `full`: n_head, n_head_kv, n_ff (when a layer
    *  is dense) and n_ff_shexp (when there is a shared expert) divided by the size. Throws
    *  ft::Error(kUnsupported) for what is not split yet (a backend other than the CPU, MLA, linear
-   *  attention, per-layer KV heads, an attention output gate, full-width QK-norm) and what
+   *  attention, per-layer KV heads, an attention output gate) and what
    *  dist::tp_split throws for sizes the group does not divide. */
   ModelConfig rank_config(const ModelConfig& full, const Ops& ops, const DecoderSpec& spec) const {
     auto refuse = [&](const char* what) {
@@ -126,7 +126,6 @@ class Decoder final : public Model {
       if (full.is_linear_layer(l)) refuse("linear attention");
     if (!full.layer_kv_heads.empty() || !full.layer_head_dim.empty()) refuse("per-layer KV heads");
     if (full.attn_output_gate) refuse("an attention output gate");
-    if (full.qk_norm == QkNorm::kFull) refuse("full-width QK-norm (one RMS over every head)");
     ModelConfig c = full;
     c.n_head = dist::tp_heads(full.n_head, tp_).count;
     c.n_head_kv = dist::tp_kv_heads(full.n_head_kv, tp_).count;
