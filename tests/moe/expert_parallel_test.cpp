@@ -74,19 +74,21 @@ TEST(ExpertParallelExperts, RefusesExpertsNotAMultipleOfTheRanks) {
   EXPECT_NO_THROW(ExpertParallelExperts(*two[1], ops, s.banks));  // 6 = 2 x 3
 }
 
-/** Synthetic layers 0 and 2 (8 experts, biases on layer 2), layer 1 dense: N ranks against fused. */
+/** Synthetic layers 0 (8 experts) and 2 (16 experts, with biases), layer 1 dense: N ranks against
+ *  fused. */
 void expect_synthetic_ep_matches_fused(int n_ranks) {
-  const int32_t E = 8, k = 3;
+  const int32_t k = 3;
+  const int32_t n_expert[] = {8, 0, 16};
   const int64_t F = 64, H = 32;
   SyntheticExperts s;
-  s.add_layer(E, F, H, DType::F32, DType::Q8_0, 11);
+  s.add_layer(n_expert[0], F, H, DType::F32, DType::Q8_0, 11);
   s.add_dense_layer();
-  s.add_layer(E, F, H, DType::F32, DType::F32, 12);
+  s.add_layer(n_expert[2], F, H, DType::F32, DType::F32, 12);
   std::vector<std::vector<float>> store;
   std::mt19937 rng(5);
-  s.banks[2].gate_bias = random_bias(store, E, F, rng);
-  s.banks[2].up_bias = random_bias(store, E, F, rng);
-  s.banks[2].down_bias = random_bias(store, E, H, rng);
+  s.banks[2].gate_bias = random_bias(store, n_expert[2], F, rng);
+  s.banks[2].up_bias = random_bias(store, n_expert[2], F, rng);
+  s.banks[2].down_bias = random_bias(store, n_expert[2], H, rng);
   // Steps of T tokens; the last row of each step is padding (every slot -1).
   struct Step {
     int64_t layer, T;
@@ -96,7 +98,7 @@ void expect_synthetic_ep_matches_fused(int n_ranks) {
   std::vector<Step> steps;
   for (int i = 0; i < 8; ++i) {
     Step st{i % 2 == 0 ? 0 : 2, 1 + i % 4, {}, {}, {}};
-    st.ids = random_routes(st.T, k, E, 0.5, rng);
+    st.ids = random_routes(st.T, k, n_expert[st.layer], 0.5, rng);
     for (int32_t j = 0; j < k; ++j) st.ids[static_cast<size_t>((st.T - 1) * k + j)] = -1;
     std::uniform_real_distribution<float> d(-1, 1);
     st.x.resize(static_cast<size_t>(st.T * H));
@@ -122,6 +124,9 @@ void expect_synthetic_ep_matches_fused(int n_ranks) {
   dist::run_ranks(group, [&](dist::Collective& comm) {
     CpuOps rank_ops(1);
     ExpertParallelExperts ep(comm, rank_ops, s.banks);
+    for (int64_t l : {0, 2})  // each layer split by its own expert count
+      EXPECT_EQ(ep.owned(l).begin, comm.rank() * n_expert[l] / n_ranks) << "layer " << l;
+    EXPECT_EQ(ep.owned(1).end, 0);
     std::vector<Step> mine = steps;  // each rank its own inputs
     for (Step& st : mine) {
       auto [x, ids, w] = tensors(st);
@@ -154,9 +159,56 @@ using Loaded = LoadedModel;
 
 Loaded load(const std::string& dir, Ops& ops) { return load_for_run(dir, ops); }
 
+/** The routed-expert count every MoE layer of `host` shares, or 0 when they differ or none has experts. */
+int64_t common_n_expert(const HostExpertBanks& host) {
+  int64_t n = 0;
+  for (const ExpertBank& b : host)
+    if (b.n_expert() > 0) {
+      if (n != 0 && n != b.n_expert()) return 0;
+      n = b.n_expert();
+    }
+  return n;
+}
+
+// Every fixture whose model has routed experts (host_experts() non-empty). gemma4's fixture is dense
+// (enable_moe_block false; MoeFixturesAreTheMoeModels checks it), so it has nothing to split.
+constexpr const char* kMoeFixtures[] = {"qwen3_moe",  "qwen3_moe_64e", "mixtral",     "olmoe",      "qwen2_moe",
+                                        "glm4_moe",   "minimax_m2",    "deepseek_v3", "gpt_oss",    "qwen3_5_moe",
+                                        "qwen3_next", "deepseek_v4",   "qwen4_exp"};
+
+/** An inner compute that counts its calls per layer and checks that it only sees local ids
+ *  ([-1, owned experts of the layer)), then runs `inner`. */
+class CountingExperts final : public ExpertCompute {
+ public:
+  CountingExperts(std::unique_ptr<ExpertCompute> inner, const HostExpertBanks& owned)
+      : inner_(std::move(inner)), calls(owned.size(), 0) {
+    for (const ExpertBank& b : owned) n_local_.push_back(b.n_expert());
+  }
+  void compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
+               const ActQ8* x_q8) override {
+    ++calls[static_cast<size_t>(layer)];
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      const int32_t e = ids.ptr<int32_t>()[i];
+      EXPECT_TRUE(e >= -1 && e < n_local_[static_cast<size_t>(layer)]) << "layer " << layer << " local id " << e;
+    }
+    inner_->compute(layer, x, ids, weights, out, x_q8);
+  }
+  std::unique_ptr<ExpertCompute> inner_;
+  std::vector<int64_t> n_local_;
+  std::vector<int> calls;  // compute() calls per layer
+};
+
+TEST(ExpertParallelExperts, MoeFixturesAreTheMoeModels) {
+  for (const char* name : {"gemma4", "qwen3", "llama"}) {
+    SCOPED_TRACE(name);
+    CpuOps ops(1);
+    const Loaded m = load(shared_dir() + "/fixtures/hf/" + name, ops);
+    EXPECT_EQ(common_n_expert(m.model->host_experts()), 0);
+  }
+}
+
 TEST(ExpertParallelExperts, SameLogitsAsOneRankOnMoeFixtures) {
-  for (const char* name :
-       {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "deepseek_v3"}) {
+  for (const char* name : kMoeFixtures) {
     SCOPED_TRACE(name);
     const std::string dir = shared_dir() + "/fixtures/hf/" + name;
     const std::vector<int32_t> tokens = fixture_tokens(dir);
@@ -172,24 +224,36 @@ TEST(ExpertParallelExperts, SameLogitsAsOneRankOnMoeFixtures) {
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
     }
-    const int64_t n_expert = one.model->config().n_expert;
+    const HostExpertBanks& banks = one.model->host_experts();
+    const int64_t n_expert = common_n_expert(banks);
+    // Every MoE fixture has 8 experts on each MoE layer (qwen3_moe_64e: 64), so EP2 and EP4 both
+    // divide them; a fixture whose count 4 does not divide would have to list its rank counts here.
+    ASSERT_GT(n_expert, 0);
+    ASSERT_EQ(n_expert % 4, 0);
+    const int n_forwards = 1 + static_cast<int>(tokens.size() - prefill);  // prefill + decode steps
     for (int n : {2, 4}) {
-      if (n_expert % n != 0) continue;
       SCOPED_TRACE("ranks " + std::to_string(n));
       const auto group = dist::make_in_process_group(n);
       std::vector<std::vector<float>> got(static_cast<size_t>(n));
-      std::vector<int32_t> owned(static_cast<size_t>(n));
+      std::vector<std::vector<int>> calls(static_cast<size_t>(n));
       dist::run_ranks(group, [&](dist::Collective& comm) {
         CpuOps rank_ops(1);
         Loaded m = load(dir, rank_ops);  // each rank its own model, KV and experts
-        ExpertParallelExperts ep(comm, rank_ops, m.model->host_experts());
-        for (int64_t l = 0; l < static_cast<int64_t>(m.model->host_experts().size()); ++l)
-          if (ep.owned(l).end > 0) owned[static_cast<size_t>(comm.rank())] = ep.owned(l).end - ep.owned(l).begin;
+        CountingExperts* counter = nullptr;
+        ExpertParallelExperts ep(comm, m.model->host_experts(), [&](const HostExpertBanks& owned) {
+          auto c = std::make_unique<CountingExperts>(std::make_unique<ResidentExperts>(rank_ops, owned), owned);
+          counter = c.get();
+          return c;
+        });
+        for (int64_t l = 0; l < static_cast<int64_t>(banks.size()); ++l)
+          EXPECT_EQ(ep.owned(l).end - ep.owned(l).begin, banks[static_cast<size_t>(l)].n_expert() / n) << "layer " << l;
         got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, ep, tokens, prefill);
+        calls[static_cast<size_t>(comm.rank())] = counter->calls;
       });
       for (int r = 0; r < n; ++r) {
         const auto& g = got[static_cast<size_t>(r)];
-        EXPECT_EQ(owned[static_cast<size_t>(r)], n_expert / n) << "rank " << r;
+        for (size_t l = 0; l < banks.size(); ++l)  // every MoE layer's experts went through EP on every step
+          EXPECT_EQ(calls[static_cast<size_t>(r)][l], banks[l].n_expert() > 0 ? n_forwards : 0) << "layer " << l;
         ASSERT_EQ(g.size(), want.size()) << "rank " << r;
         EXPECT_LT(rel_l2(g, want), 1e-5) << "rank " << r;
         EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;

@@ -40,7 +40,9 @@ inline std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute&
   const int64_t n = static_cast<int64_t>(tokens.size()), page = 16, n_pages = (n + page - 1) / page;
   KvCacheConfig kc = kv_layout(c);
   kc.page_size = static_cast<int32_t>(page), kc.token_budget = n_pages * page, kc.dtype = DType::F32;
+  if (kc.has_recurrent()) kc.n_state_slots = 1;  // linear-attention layers: the one sequence's state
   KvCache kv(ops, kc);
+  int32_t state_slot = 0;
   ForwardState state(ops, c, prefill);
   std::vector<int32_t> table(static_cast<size_t>(n_pages));
   for (int64_t p = 0; p < n_pages; ++p) table[static_cast<size_t>(p)] = static_cast<int32_t>(p);
@@ -57,6 +59,7 @@ inline std::vector<float> run_model(const Model& model, Ops& ops, ExpertCompute&
     b.seq_index = Tensor(seq.data(), DType::I32, {T});
     b.seq_start = Tensor(seq_start.data(), DType::I32, {2});
     b.block_tables = Tensor(table.data(), DType::I32, {1, n_pages});
+    if (kc.has_recurrent()) b.state_slots = Tensor(&state_slot, DType::I32, {1});
     std::vector<float> logits(static_cast<size_t>(T * c.n_vocab));
     ForwardContext ctx{ops, b, Tensor(ids.data(), DType::I32, {T}), Tensor(rows.data(), DType::I32, {T}),
                        Tensor(logits.data(), DType::F32, {T, c.n_vocab}), kv, &experts, state};
