@@ -8,6 +8,7 @@
 #include "backend/device.h"
 #include "backend/op_checks.h"
 #include "model/blocks.h"
+#include "moe/expert_parallel_experts.h"
 #include "model/registry.h"
 #include "util/error.h"
 #include "util/format.h"
@@ -26,10 +27,13 @@ std::unique_ptr<Engine> Engine::load(std::unique_ptr<Checkpoint> ckpt, const Eng
   return std::make_unique<Engine>(std::move(ckpt), std::move(ops), options);
 }
 
-Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options)
-    : options_(options), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
+Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options,
+               dist::Collective* comm)
+    : options_(options), comm_(comm), ckpt_(std::move(ckpt)), ops_(std::move(ops)) {
   check_options();  // before the weights load
-  model_ = load_model(*ckpt_, *ops_, options_.progress);
+  const dist::TpShard shard{comm_ ? comm_->rank() : 0, options_.tensor_parallel};
+  model_ = load_model(*ckpt_, *ops_, shard, options_.progress);
+  if (options_.expert_parallel) keep_owned_experts();
   for (const TensorInfo& t : ckpt_->tensors()) q8_forms_ = q8_forms_ || ops_->reads_int8_activations(t.dtype);
   const ModelConfig& c = model_->config();
   if (options_.kv_tokens <= 0) options_.kv_tokens = std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 8192, 8192);
@@ -46,6 +50,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
   plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
   if (plan_.moe_inputs) build_moe();
+  if (moe_ && !ep_ranges_.empty()) wrap_expert_parallel();
   if (plan_.host_mapped_bytes > 0)
     spdlog::info("engine: embedding tables ({}) in {}host memory (--embed-weights {})",
                  format_bytes(plan_.host_mapped_bytes), ops_->device() == Device::kCpu ? "" : "pinned ",
@@ -67,6 +72,13 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
 
 void Engine::check_options() const {
   options_.validate();
+  const int group = comm_ ? comm_->group_size() : 1;
+  if (group != options_.tensor_parallel)
+    fail(ErrorCode::kInvalidArgument, "engine: --tensor-parallel-size {} needs a rank group of {} ranks, not {} "
+         "(engine/rank_group.h runs one engine a rank)", options_.tensor_parallel, options_.tensor_parallel, group);
+  if (options_.expert_parallel && ops_->device() != Device::kCpu)
+    fail(ErrorCode::kUnsupported, "--expert-parallel on the {} backend is not supported yet (the routes are masked "
+         "to each rank's experts on the host; the device-side form is not built); leave it off", ops_->name());
   // Refused before the weights are loaded (load_model reads the config again: a few KB).
   if (options_.embed_weights == EmbedPlacement::kHost && output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_)))
     fail(ErrorCode::kInvalidArgument,
@@ -130,6 +142,21 @@ void Engine::build_moe() {
   }
   plan_.moe = moe_->plan();
   plan_.budget = moe_->budget();
+}
+
+void Engine::keep_owned_experts() {
+  if (model_->host_experts().empty()) {
+    spdlog::info("engine: --expert-parallel: {} has no routed experts; every rank runs the whole model",
+                 model_->config().arch);
+    return;
+  }
+  ep_ranges_ = model_->keep_owned_experts(comm_->rank(), comm_->group_size(), ep_n_expert_);
+}
+
+void Engine::wrap_expert_parallel() {
+  moe_->wrap_experts([this](std::unique_ptr<ExpertCompute> inner) -> std::unique_ptr<ExpertCompute> {
+    return std::make_unique<ExpertParallelExperts>(*comm_, ep_ranges_, ep_n_expert_, std::move(inner));
+  });
 }
 
 void Engine::reserve_host_logits(int64_t bytes) {
@@ -404,6 +431,7 @@ void Engine::forward(const BatchInfo& batch, const BatchInfo* swa_batch, const T
   ForwardContext ctx{*ops_, batch, ids, rows, logits, *kv_, moe_ ? &moe_->experts() : nullptr, *state_,
                      dump_ ? &dump_ : nullptr, swa_batch};
   ctx.q8_forms = q8_forms_;
+  if (options_.tensor_parallel > 1) ctx.tp = comm_;
   model_->forward(ctx);
 }
 

@@ -13,6 +13,8 @@
 
 #include "backend/ops.h"
 #include "backend/sampling.h"
+#include "dist/collective.h"
+#include "dist/expert_parallel.h"
 #include "engine/cache_resize.h"
 #include "engine/engine_options.h"
 #include "engine/graph_runner.h"
@@ -36,8 +38,17 @@ class Engine {
   static std::unique_ptr<Engine> load(const std::string& path, const EngineOptions& options);
   /** Same over a checkpoint the caller opened (open_checkpoint), e.g. to read its tokenizer first. */
   static std::unique_ptr<Engine> load(std::unique_ptr<Checkpoint> ckpt, const EngineOptions& options);
-  /** Same over an opened checkpoint and a backend the caller made (make_cuda_ops, CpuOps; tests). */
-  Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options);
+  /** Same over an opened checkpoint and a backend the caller made (make_cuda_ops, CpuOps; tests).
+   *  `comm`: this engine's rank in a group of options.tensor_parallel ranks (engine/rank_group.h makes
+   *  the group and runs one engine a rank; it must outlive the engine); null for one rank. With it the
+   *  engine loads its tensor-parallel shard (load_model's TpShard), all-reduces over it in the forward,
+   *  and with options.expert_parallel keeps only its block of the experts (Model::keep_owned_experts;
+   *  ExpertParallelExperts). Every rank must then run the same steps in the same order. Throws, besides
+   *  the above, kInvalidArgument when comm's size is not options.tensor_parallel (or comm is missing
+   *  for a size above 1), kUnsupported for expert parallelism on a backend other than the CPU (the
+   *  route masking reads host ids) and what the shard's load refuses (dist/tensor_parallel.h). */
+  Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const EngineOptions& options,
+         dist::Collective* comm = nullptr);
   ~Engine();
 
   const ModelConfig& config() const { return model_->config(); }
@@ -100,6 +111,10 @@ class Engine {
   /** Decode steps replayed from a graph so far (recording steps excluded). */
   int64_t graph_replays() const { return graphs_.replays(); }
 
+  /** This engine's rank group (null: one rank) and its rank in it (0 without one). */
+  dist::Collective* rank_group() const { return comm_; }
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+
   /** What the engine placed on its backend's device (MemoryPlan::placed). */
   const PlacedMemory& placed_memory() const { return plan_.placed; }
   /** The shapes that size the backend's scratch: this engine's step limits and the model's widths. */
@@ -160,7 +175,16 @@ class Engine {
   /** The sampling buffers (step_sample) for at least `n_edits` edits and `mask_words` words of masks. */
   void reserve_sample_buffers(int64_t n_edits, int64_t mask_words);
 
+  /** Expert parallelism over comm_ (options.expert_parallel): the model keeps its block of the experts,
+   *  recorded for wrap_expert_parallel. */
+  void keep_owned_experts();
+  /** Wraps the MoE runtime's experts in ExpertParallelExperts over comm_ (after build_moe). */
+  void wrap_expert_parallel();
+
   EngineOptions options_;
+  dist::Collective* comm_ = nullptr;  // the rank group (null: one rank)
+  std::vector<dist::ExpertRange> ep_ranges_;  // expert parallelism: each layer's owned experts
+  std::vector<int32_t> ep_n_expert_;          // and its full expert count
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;

@@ -125,6 +125,14 @@ void EngineOptions::validate() const {
     fail(ErrorCode::kInvalidArgument, "--kv-host-gib must be between 0 (off) and 1e6 GiB (got {})", kv_host_gib);
   if (!(prompt_cache_gib > 0) || prompt_cache_gib > 1e6)
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib must be > 0 and at most 1e6 GiB (got {})", prompt_cache_gib);
+  if (tensor_parallel < 1 || tensor_parallel > kMaxTensorParallel)
+    fail(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} must be in [1, {}]", tensor_parallel, kMaxTensorParallel);
+  if (expert_parallel && tensor_parallel < 2)
+    fail(ErrorCode::kInvalidArgument, "--expert-parallel on splits the experts over the ranks of "
+         "--tensor-parallel-size, which is {}: give --tensor-parallel-size 2 or more", tensor_parallel);
+  if (tensor_parallel > 1 && (kv_host_gib > 0 || !prompt_cache_dir.empty()))
+    fail(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} with {}: the KV tiers are not split over ranks yet; "
+         "leave one of them out", tensor_parallel, kv_host_gib > 0 ? "--kv-host-gib" : "--prompt-cache-dir");
 }
 
 }  // namespace ft

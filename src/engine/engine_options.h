@@ -18,6 +18,8 @@ class ProgressSink;
 /** The most --state-snapshots: far beyond any use (each is one request's whole recurrent state, 75 MiB
  *  for Qwen3-Next-80B), low enough that a typo is refused before memory is touched. */
 constexpr int32_t kMaxStateSnapshots = 4096;
+/** The most --tensor-parallel-size: ranks of one host (8 GPUs a node is the largest such machine). */
+constexpr int32_t kMaxTensorParallel = 8;
 
 /** --device: the backend Engine::load builds (auto: CUDA when a GPU is visible, else the CPU). */
 enum class DeviceChoice : uint8_t { kAuto, kCpu, kCuda };
@@ -82,6 +84,13 @@ struct EngineOptions {
   double prompt_cache_gib = 16;
   /** --embed-weights: device, host or auto (embeddings_on_host_auto). */
   EmbedPlacement embed_weights = EmbedPlacement::kAuto;
+  /** --tensor-parallel-size: ranks the model runs on (engine/rank_group.h: one engine a rank, rank 0
+   *  schedules and sends each step to the others); attention heads and dense FFN columns split over
+   *  them (dist/tensor_parallel.h). 1: one rank, nothing split. */
+  int32_t tensor_parallel = 1;
+  /** --expert-parallel on: the MoE layers' experts are split over the ranks instead of copied to each
+   *  (owner-local: each rank holds, caches and computes only its block; moe/expert_parallel_experts.h). */
+  bool expert_parallel = false;
   /** Sees the load's phases while the engine is built (load_model's "weights", then the MoE
    *  runtime's "expert banks" or "experts"); must outlive the construction only (the engine forgets
    *  it after). Null: none. */
@@ -90,7 +99,8 @@ struct EngineOptions {
   /** Throws ft::Error(kInvalidArgument), naming the flag, for a value out of range or a combination
    *  that contradicts itself, whatever the model: step limits below 1, --cuda-graph-max-bs,
    *  --state-snapshots, --swa-kv-tokens, --kv-host-gib, --prompt-cache-gib, --gpu-memory-limit,
-   *  --host-memory-limit,
+   *  --host-memory-limit, --tensor-parallel-size (1 to kMaxTensorParallel; above 1 with the KV tiers,
+   *  which are not split yet), --expert-parallel without ranks to split over,
    *  --kv-reserve-tokens, --decode-log-interval out of range; and the MoE flags (validate_moe_options).
    *  Engine's constructor calls it first; `ft` calls it once its flags are parsed, before anything
    *  loads. Checks that need the model (cache slots per layer, --moe-cpu-layers' layers, a tied LM

@@ -12,6 +12,9 @@ namespace ft {
 void Engine::check_resize(const CacheResize& r, int64_t longest) const {
   if (!r.expert_slots && !r.kv_tokens)
     fail(ErrorCode::kInvalidArgument, "give expert_slots, kv_tokens or both (the sizes to change)");
+  if (comm_)
+    fail(ErrorCode::kUnsupported, "resizing the caches of a server on {} ranks (--tensor-parallel-size) is not "
+         "supported yet: restart it with the sizes wanted", comm_->group_size());
   if (r.kv_tokens) {
     const int64_t m = *r.kv_tokens, page = options_.page_size;
     // PagePool counts pages in int32 (and a spare page is added).

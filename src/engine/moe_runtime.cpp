@@ -197,6 +197,13 @@ std::vector<MoeLayerStats> MoeRuntime::counters() {
   return st;
 }
 
+void MoeRuntime::wrap_experts(
+    const std::function<std::unique_ptr<ExpertCompute>(std::unique_ptr<ExpertCompute>)>& wrap) {
+  std::unique_ptr<ExpertCompute> wrapped = wrap(std::move(experts_));
+  if (!wrapped) fail(ErrorCode::kInvalidArgument, "MoeRuntime::wrap_experts: the wrapper gave no expert compute");
+  experts_ = std::move(wrapped);
+}
+
 std::optional<MoeReport> MoeRuntime::report() {
   if (!offloaded_) return std::nullopt;
   const std::vector<MoeLayerStats> st = counters();

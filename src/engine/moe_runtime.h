@@ -81,6 +81,10 @@ class MoeRuntime {
   MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& config, MoePlan plan, GpuMemoryBudget budget);
 
   ExpertCompute& experts() { return *experts_; }
+  /** Replaces experts() by wrap(experts()) (expert parallelism: ExpertParallelExperts around this
+   *  rank's strategy); the counters still read the strategy inside. Throws kInvalidArgument when
+   *  wrap gives null. */
+  void wrap_experts(const std::function<std::unique_ptr<ExpertCompute>(std::unique_ptr<ExpertCompute>)>& wrap);
   const MoePlan& plan() const { return plan_; }
   /** The budget plan_moe was given (limit, resident bytes, KV, slot and expert bytes). */
   const GpuMemoryBudget& budget() const { return budget_; }

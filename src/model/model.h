@@ -10,6 +10,7 @@
 
 #include "backend/ops.h"
 #include "dist/collective.h"
+#include "dist/expert_parallel.h"
 #include "dist/tensor_parallel.h"
 #include "model/config.h"
 #include "moe/expert_compute.h"
@@ -120,6 +121,15 @@ class Model {
   /** Host views of the routed experts of every layer (empty banks for dense layers; empty vector for
    *  a dense model), for building an ExpertCompute. */
   const HostExpertBanks& host_experts() const { return host_experts_; }
+  /** Expert parallelism: host_experts() becomes rank `rank`'s block of every MoE layer's experts
+   *  (slice_banks, moe/expert_parallel_experts.h: n_expert / n_ranks contiguous experts a rank, local ids
+   *  from 0), so what is planned and built over them (the memory plan, the MoE runtime's cache and CPU
+   *  pool) holds this rank's experts only; the router still routes over all of them and
+   *  ExpertParallelExperts maps its ids. Call once, before anything is built over the banks. Returns
+   *  each layer's owned range ({0, 0} dense) and sets `n_expert` to each layer's full count (0 dense).
+   *  Throws ft::Error(kInvalidArgument) as slice_banks does (a layer whose experts n_ranks does not
+   *  divide) and when called twice. */
+  std::vector<dist::ExpertRange> keep_owned_experts(int rank, int n_ranks, std::vector<int32_t>& n_expert);
   /** The tensor-parallel shard this model's weights are (size 1: the whole model); config() is then
    *  the rank's (n_head, n_head_kv, n_ff, n_ff_shexp divided by the size). */
   const dist::TpShard& tensor_parallel() const { return tp_; }
@@ -172,6 +182,7 @@ class Model {
   std::vector<Buffer> host_storage_;
   int64_t host_mapped_bytes_ = 0;
   bool embeddings_tied_ = false;
+  bool experts_owned_ = false;  // keep_owned_experts ran
   dist::TpShard tp_;  // the tensor-parallel shard the weights were loaded for (size 1: whole)
 };
 

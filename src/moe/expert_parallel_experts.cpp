@@ -54,6 +54,22 @@ ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, Ops& ops, c
         return std::make_unique<ResidentExperts>(ops, owned);
       }) {}
 
+ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, std::vector<dist::ExpertRange> ranges,
+                                             std::vector<int32_t> n_expert, std::unique_ptr<ExpertCompute> inner)
+    : comm_(comm), ranges_(std::move(ranges)), n_expert_(std::move(n_expert)), inner_(std::move(inner)) {
+  if (!inner_) fail(ErrorCode::kInvalidArgument, "expert parallelism: no inner expert compute");
+  if (ranges_.size() != n_expert_.size())
+    fail(ErrorCode::kInvalidArgument, "expert parallelism: {} layer ranges for {} layers", ranges_.size(),
+         n_expert_.size());
+  for (size_t l = 0; l < ranges_.size(); ++l) {
+    if (n_expert_[l] == 0) continue;
+    const dist::ExpertRange want = dist::owned_experts(comm.rank(), n_expert_[l], comm.group_size());
+    if (ranges_[l].begin != want.begin || ranges_[l].end != want.end)
+      fail(ErrorCode::kInvalidArgument, "expert parallelism: layer {} holds experts [{}, {}), not rank {}'s [{}, {})", l,
+           ranges_[l].begin, ranges_[l].end, comm.rank(), want.begin, want.end);
+  }
+}
+
 dist::ExpertRange ExpertParallelExperts::owned(int64_t layer) const {
   if (layer < 0 || layer >= static_cast<int64_t>(ranges_.size())) return {};
   return ranges_[static_cast<size_t>(layer)];

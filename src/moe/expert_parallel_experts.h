@@ -42,6 +42,15 @@ class ExpertParallelExperts final : public ExpertCompute {
   ExpertParallelExperts(dist::Collective& comm, const HostExpertBanks& host, const InnerFactory& make_inner);
   /** Same, the inner compute a ResidentExperts on `ops`. */
   ExpertParallelExperts(dist::Collective& comm, Ops& ops, const HostExpertBanks& host);
+  /** Over an inner compute already built on this rank's experts (the engine: the model kept only its
+   *  block, Model::keep_owned_experts, and the MoE runtime built its strategy over it). `ranges[l]` is
+   *  layer l's owned range ({0, 0} dense), `n_expert[l]` its full expert count (0 dense). Throws
+   *  ft::Error(kInvalidArgument) for vectors of different lengths, a null inner compute, or a range that
+   *  is not this rank's dist::owned_experts block. */
+  ExpertParallelExperts(dist::Collective& comm, std::vector<dist::ExpertRange> ranges, std::vector<int32_t> n_expert,
+                        std::unique_ptr<ExpertCompute> inner);
+  /** The inner compute (this rank's strategy over its own experts; its counters are this rank's). */
+  ExpertCompute& inner() { return *inner_; }
 
   /** See ExpertCompute::compute. ids must be host memory (the CPU backend; a device-side masking
    *  kernel is a later step) and out F32 or BF16 (the collective's dtypes). Throws

@@ -1,0 +1,89 @@
+#pragma once
+// RankGroup: one model on several ranks (--tensor-parallel-size N, --expert-parallel; issue 43). Each
+// rank has an engine of its own (its tensor-parallel shard of the weights, its share of the experts,
+// its KV heads, its memory plan) over one collective group; the scheduler stays one, on rank 0: the
+// serving loop calls rank 0's runner, which sends each step to the other ranks (dist::StepChannel,
+// engine/step_codec.h) and then runs it itself, and the ranks meet in the forward's collectives. Only
+// rank 0 returns logits or samples. In this form the ranks are threads of one process over the
+// in-process collective (dist/in_process_collective.h), the CPU twin of the NCCL group.
+#include <exception>
+#include <future>
+#include <mutex>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/collective.h"
+#include "dist/step_channel.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+
+namespace ft {
+
+class RankGroup;
+
+/** Rank 0's ModelRunner: sends the step to the other ranks, then runs it on rank 0's engine. */
+class RankGroupRunner : public ModelRunner {
+ public:
+  explicit RankGroupRunner(RankGroup& group) : group_(&group) {}
+  int32_t vocab_size() const override;
+  /** Engine::step on every rank; rank 0's logits. Throws what Engine::step throws, and
+   *  ft::Error(kInternal) once the group has failed (a rank's error other than a refused step aborts
+   *  the group: every later step is refused, naming the cause). */
+  std::span<const float> forward(const StepBatch& batch) override;
+  /** Engine::step on the other ranks and Engine::step_sample on rank 0. Throws as forward does. */
+  std::span<const SampleResult> forward_sample(const StepBatch& batch, std::span<const SampleRow> rows,
+                                               std::span<const LogitEdit> edits,
+                                               std::span<const uint32_t> masks = {}) override;
+
+ private:
+  RankGroup* group_;
+};
+
+class RankGroup {
+ public:
+  /** Builds options.tensor_parallel engines: rank 0's over `ckpt` (the caller may have read its
+   *  tokenizer), the others' over `path` opened again, each on a thread of its own and at the same
+   *  time (their constructors meet in collectives). With options.threads 0 each rank's CPU backend
+   *  takes its share of the cores. Throws ft::Error(kInvalidArgument) for a size below 2 (use Engine
+   *  alone), kUnsupported for a backend other than the CPU (the NCCL group is not wired to the
+   *  engine yet), and the first error of any rank's engine (the others are stopped). */
+  static std::unique_ptr<RankGroup> load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
+                                         const EngineOptions& options);
+  /** Stops the other ranks (closes the channel, joins their threads). */
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+
+  int size() const { return static_cast<int>(engines_.size()); }
+  /** Rank r's engine (r in [0, size())): rank 0's is the one the server reads (config, tokenizer,
+   *  memory plan); each rank's memory plan and MoE counters are its own. */
+  Engine& engine(int r) { return *engines_.at(static_cast<size_t>(r)); }
+  Engine& leader() { return engine(0); }
+  ModelRunner& runner() { return runner_; }
+  /** "" while every rank runs, else why the group stopped. */
+  std::string failure() const;
+
+ private:
+  friend class RankGroupRunner;
+  RankGroup() : runner_(*this) {}
+  /** Rank r's loop: receives each step, runs it, until the channel closes. */
+  void follow(int r);
+  /** Marks the group failed with `reason` (and `cause`, the exception load rethrows) unless it failed
+   *  already, and aborts the collective (ranks waiting in one wake). */
+  void fail_group(const std::string& reason, std::exception_ptr cause = nullptr);
+  /** Sends `batch` to the other ranks; throws kInternal when the group has failed. */
+  void send(const StepBatch& batch);
+
+  std::vector<std::unique_ptr<dist::Collective>> comms_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::unique_ptr<dist::StepChannel> channel_;
+  std::vector<std::thread> followers_;
+  mutable std::mutex mu_;
+  std::string failure_;
+  std::exception_ptr cause_;
+  RankGroupRunner runner_;
+};
+
+}  // namespace ft
