@@ -111,17 +111,17 @@ class Decoder final : public Model {
   };
 
   /** The rank's config for tensor-parallel shard tp_ of `full`: n_head, n_head_kv, n_ff (when a layer
-   *  is dense) and n_ff_shexp (when there is a shared expert) divided by the size. Throws
-   *  ft::Error(kUnsupported) for what is not split yet (a backend other than the CPU, MLA, linear
-   *  attention, per-layer KV heads, an attention output gate) and what
-   *  dist::tp_split throws for sizes the group does not divide. */
+   *  is dense) and n_ff_shexp (when there is a shared expert) divided by the size. Full-width QK-norm
+   *  (its RMS all-reduced, tp_full_rms_norm) and MLA (q_a / kv_a and the cached latent whole on every
+   *  rank, q_b / kv_b / o by heads: load_mla) split with the heads. Throws ft::Error(kUnsupported) for
+   *  what is not split yet (a backend other than the CPU, linear attention, per-layer KV heads, an
+   *  attention output gate) and what dist::tp_split throws for sizes the group does not divide. */
   ModelConfig rank_config(const ModelConfig& full, const Ops& ops, const DecoderSpec& spec) const {
     auto refuse = [&](const char* what) {
       fail(ErrorCode::kUnsupported, "tensor parallelism (size {}) of {}: {} is not supported yet", tp_.size, full.arch,
            what);
     };
     if (ops.device() != Device::kCpu) refuse("a backend other than the CPU");
-    if (full.is_mla()) refuse("multi-head latent attention");
     for (int64_t l = 0; l < full.n_layer; ++l)
       if (full.is_linear_layer(l)) refuse("linear attention");
     if (!full.layer_kv_heads.empty() || !full.layer_head_dim.empty()) refuse("per-layer KV heads");
@@ -143,7 +143,7 @@ class Decoder final : public Model {
     Layer L;
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
     if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, ops, config_, l, storage_);
-    else if (config_.is_mla()) L.mla = load_mla(ld, ops, config_, l, storage_);
+    else if (config_.is_mla()) L.mla = load_mla(ld, ops, full, l, storage_, tp_);  // the rank's heads
     else L.attn = load_attention(ld, full, l, tp_);  // q, k, v, o (+ biases, QK-norm); the rank's heads
     L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");
     if (spec.moe && config_.is_moe_layer(l)) {

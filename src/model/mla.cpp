@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dist/tensor_parallel.h"
 #include "kv/kv_cache.h"
 #include "quant/quant.h"
 #include "tensor/half.h"
@@ -90,18 +91,22 @@ MlaSpec mla_spec(const ModelConfig& c, const Tensor& inv_freq, float attn_factor
   return s;
 }
 
-MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l, std::vector<Buffer>& storage) {
-  const int64_t H = c.n_embd, nh = c.n_head, nope = c.qk_nope_dim, rope = c.qk_rope_dim, R = c.kv_lora_rank,
-                vd = c.v_head_dim, qr = c.q_lora_rank;
+MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l, std::vector<Buffer>& storage,
+                    const dist::TpShard& tp) {
+  const int64_t H = c.n_embd, nope = c.qk_nope_dim, rope = c.qk_rope_dim, R = c.kv_lora_rank, vd = c.v_head_dim,
+                qr = c.q_lora_rank;
+  const dist::TpRange heads = dist::tp_heads(c.n_head, tp);
+  const int64_t nh_all = c.n_head, nh = heads.count, h0 = heads.begin;  // the checkpoint's heads; the rank's
   MlaWeights w;
   Tensor q;  // host [nh * (nope + rope), qr or H]
   if (qr > 0) {
     w.wq_a = ld.get(layer_weight(l, "attn_q_a", "self_attn.q_a_proj"), {qr, H});
     w.q_a_norm = ld.get(layer_weight(l, "attn_q_a_norm", "self_attn.q_a_layernorm"), {qr}, WeightKind::kVector);
-    q = ld.host(layer_weight(l, "attn_q_b", "self_attn.q_b_proj"), {nh * (nope + rope), qr});
+    q = ld.host(layer_weight(l, "attn_q_b", "self_attn.q_b_proj"), {nh_all * (nope + rope), qr});
   } else {
-    q = ld.host(layer_weight(l, "attn_q", "self_attn.q_proj"), {nh * (nope + rope), H});
+    q = ld.host(layer_weight(l, "attn_q", "self_attn.q_proj"), {nh_all * (nope + rope), H});
   }
+  q = q.slice(h0 * (nope + rope), nh * (nope + rope));  // the rank's heads' rows
   std::tie(w.wq_nope, w.wq_rope) = split_head_rows(ops, q, nh, nope, rope, storage);
   w.wkv_a = ld.get(layer_weight(l, "attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"), {R + rope, H});
   w.w_dkv = w.wkv_a.slice(0, R);
@@ -109,7 +114,7 @@ MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l,
   w.kv_a_norm = ld.get(layer_weight(l, "attn_kv_a_norm", "self_attn.kv_a_layernorm"), {R}, WeightKind::kVector);
   const WeightName k_b = layer_weight(l, "attn_k_b", ""), v_b = layer_weight(l, "attn_v_b", "");
   if (ld.is_gguf() && ld.has(k_b) && ld.has(v_b)) {  // llama.cpp's split (newer converters)
-    const Tensor kb = ld.host(k_b, {nh, R, nope}), vb = ld.host(v_b, {nh, vd, R});
+    const Tensor kb = ld.host(k_b, {nh_all, R, nope}).slice(h0, nh), vb = ld.host(v_b, {nh_all, vd, R}).slice(h0, nh);
     const std::vector<float> kf = dequantized(kb.reshape({nh * R, nope})), vf = dequantized(vb.reshape({nh * vd, R}));
     w.w_uk_t = per_head(ops, head_dtype(kb.dtype), nh, R, nope,
                         [&](int64_t h, int64_t n, int64_t k) { return kf[static_cast<size_t>((h * R + n) * nope + k)]; },
@@ -118,7 +123,8 @@ MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l,
                       [&](int64_t h, int64_t n, int64_t k) { return vf[static_cast<size_t>((h * vd + n) * R + k)]; },
                       storage);
   } else {  // kv_b [nh * (nope + vd), R]: head h's rows are W_UK[h] [nope, R] then W_UV[h] [vd, R]
-    const Tensor kvb = ld.host(layer_weight(l, "attn_kv_b", "self_attn.kv_b_proj"), {nh * (nope + vd), R});
+    const Tensor kvb = ld.host(layer_weight(l, "attn_kv_b", "self_attn.kv_b_proj"), {nh_all * (nope + vd), R})
+                           .slice(h0 * (nope + vd), nh * (nope + vd));
     const std::vector<float> f = dequantized(kvb);
     const DType dt = head_dtype(kvb.dtype);
     w.w_uk_t = per_head(ops, dt, nh, R, nope,
@@ -130,7 +136,8 @@ MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& c, int64_t l,
                       },
                       storage);
   }
-  w.wo = ld.get(layer_weight(l, "attn_output", "self_attn.o_proj"), {H, nh * vd});
+  const WeightName o = layer_weight(l, "attn_output", "self_attn.o_proj");
+  w.wo = tp.size == 1 ? ld.get(o, {H, nh * vd}) : ld.get_cols(o, {H, nh_all * vd}, h0 * vd, nh * vd);
   return w;
 }
 
@@ -165,6 +172,7 @@ void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWei
   ops.head_matmul(lat, w.w_uv, o);                // [T, n_head * v_head_dim]
   ctx.dump_if("kqv_out", l, o);
   ops.matmul(o, w.wo, out, Tensor());             // [T, H]
+  tp_all_reduce(ctx, out);  // tensor parallel: the heads' partial sums
 }
 
 }  // namespace ft

@@ -41,11 +41,17 @@ MlaSpec mla_spec(const ModelConfig& config, const Tensor& inv_freq, float attn_f
  *  attn_kv_a_norm, attn_k_b + attn_v_b or attn_kv_b (HF self_attn.q_a_proj, q_a_layernorm, q_b_proj or
  *  q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj), attn_output (o_proj). The query rows are
  *  split into their non-rotated and rotated parts and kv_b into W_UK^T and W_UV per head, in host
- *  buffers kept in `storage` (F32 for block-quantized sources, else the source dtype). Throws what
- *  the loader throws. */
-MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& config, int64_t l, std::vector<Buffer>& storage);
+ *  buffers kept in `storage` (F32 for block-quantized sources, else the source dtype).
+ *  Tensor parallelism (`tp`, dist/tensor_parallel.h; `config` the whole model's): the low-rank q_a /
+ *  kv_a projections and their norms whole on every rank (the latent they make is shared by all heads,
+ *  so every rank caches the same one), q_b's and kv_b's rows and o_proj's input columns of the rank's
+ *  heads (tp_heads); mla_block all-reduces the output. Throws what the loader throws, and what
+ *  dist::tp_heads throws for heads not a multiple of the size. */
+MlaWeights load_mla(WeightLoader& ld, Ops& ops, const ModelConfig& config, int64_t l, std::vector<Buffer>& storage,
+                    const dist::TpShard& tp = {});
 
-/** out [T, H] = MLA of h [T, H] for layer `l` (latent and RoPE key written to the layer's pages). h_q8
+/** out [T, H] = MLA of h [T, H] for layer `l` (latent and RoPE key written to the layer's pages),
+ *  all-reduced over ctx.tp (w the rank's heads: out is their partial sum before the reduction). h_q8
  *  (optional): h's int8 form from its producer (ActQ8) for the projections of h. */
 void mla_block(ForwardContext& ctx, int64_t l, const MlaSpec& spec, const MlaWeights& w, const Tensor& h, Tensor out,
                const ActQ8* h_q8 = nullptr);

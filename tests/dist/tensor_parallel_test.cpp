@@ -77,7 +77,7 @@ void expect_ranks_match(const std::vector<std::vector<float>>& got, const std::v
 
 TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
   for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e", "mixtral",
-                           "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe", "minimax_m2"}) {
+                           "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe", "minimax_m2", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
     const std::vector<int32_t> tokens = fixture_tokens(dir);
@@ -119,8 +119,8 @@ TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
 // heads / columns over the group, the routed experts owned half by each rank of the same group
 // (ExpertParallelExperts), every collective in the same order on both ranks.
 TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
-  for (const char* name :
-       {"qwen3_moe", "qwen3_moe_64e", "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe", "minimax_m2"}) {
+  for (const char* name : {"qwen3_moe", "qwen3_moe_64e", "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe",
+                           "minimax_m2", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
     const std::vector<int32_t> tokens = fixture_tokens(dir);
@@ -150,7 +150,7 @@ TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
 // columns; the EP pairs {0, 2}, {1, 3} split the routed experts, so each rank holds half of them
 // and every TP pair has both halves.
 TEST(TensorParallel, TimesExpertParallelOverFourRanksMatchesOneRank) {
-  for (const char* name : {"qwen3_moe", "qwen2_moe", "gpt_oss"}) {
+  for (const char* name : {"qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
     const std::vector<int32_t> tokens = fixture_tokens(dir);
@@ -230,7 +230,6 @@ TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
 
 TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
   const std::pair<const char*, const char*> cases[] = {
-      {"deepseek_v3", "multi-head latent attention"},
       {"qwen3_next", "linear attention"},
       {"gemma4", "tensor parallelism (size 2) is not supported for this architecture yet"},
   };
