@@ -44,7 +44,9 @@ class Collective {
   virtual void reduce_scatter(const Tensor& send, const Tensor& recv) = 0;
 
   /** Every rank's `buffer` = rank `root`'s `buffer` (ncclBroadcast with sendbuff == recvbuff).
-   *  root in [0, group_size()), the same on every rank. */
+   *  root in [0, group_size()), the same on every rank. Moves bytes, so besides F32 and BF16 the
+   *  buffer may be I32 or U8 (token ids, masks) where the implementation says so: NcclCollective
+   *  does; the in-process twin takes F32 and BF16 only. */
   virtual void broadcast(const Tensor& buffer, int root) = 0;
 
   /** A new communicator of the ranks that pass the same `color` (ncclCommSplit), ranked by (key, old
