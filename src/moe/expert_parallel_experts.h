@@ -5,7 +5,10 @@
 // owned experts (local ids, -1 for another rank's expert), runs the inner compute into `out` (this
 // rank's partial [T, H] sum) and all_reduces `out` in place, so every rank ends with the full MoE
 // output. Every rank must run the same step (same x, routes and weights): the all-gather + all-reduce
-// form of dist/expert_parallel.h. Launch shapes are fixed; the only sync is the collective itself.
+// form of EP, where no expert's weights leave its owner and the activations cross ranks instead. The
+// all-to-all form (send each token only to the owners of its experts, combine back) moves fewer bytes at
+// large batch and is a later step; both give the same sums up to float order. Launch shapes are fixed;
+// the only sync is the collective itself.
 #include <functional>
 #include <memory>
 #include <vector>

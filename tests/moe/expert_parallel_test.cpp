@@ -74,6 +74,56 @@ TEST(ExpertParallelExperts, RefusesExpertsNotAMultipleOfTheRanks) {
   EXPECT_NO_THROW(ExpertParallelExperts(*two[1], ops, s.banks));  // 6 = 2 x 3
 }
 
+TEST(ExpertParallelExperts, EveryRankRefusesBeforeAnyCollective) {
+  SyntheticExperts s;
+  s.add_layer(8, 64, 32, DType::F32, DType::F32, 1);
+  s.add_dense_layer();
+  s.add_layer(6, 64, 32, DType::F32, DType::F32, 2);  // 6 experts: 4 ranks do not divide them
+  const auto group = dist::make_in_process_group(4);
+  std::vector<int> refused(4, 0);
+  dist::run_ranks(group, [&](dist::Collective& comm) {  // none may wait in a collective
+    CpuOps ops(1);
+    try {
+      ExpertParallelExperts ep(comm, ops, s.banks);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MoE layer 2 has 6 experts"), std::string::npos) << e.what();
+      refused[static_cast<size_t>(comm.rank())] = 1;
+    }
+  });
+  EXPECT_EQ(refused, std::vector<int>(4, 1));
+}
+
+TEST(ExpertParallelExperts, RefusesBadRoutesAndShapes) {
+  const int64_t T = 3, k = 2, H = 32;
+  SyntheticExperts s;
+  s.add_layer(8, 64, H, DType::F32, DType::F32, 1);
+  s.add_dense_layer();
+  CpuOps ops(1);
+  const auto group = dist::make_in_process_group(1);
+  ExpertParallelExperts ep(*group[0], ops, s.banks);
+  std::vector<float> x(T * H, 0.5f), w(T * k, 0.5f), out(T * H);
+  std::vector<int32_t> ids = {0, 1, 2, 8, 4, 5};  // token 1, slot 1: expert 8 of 8
+  const Tensor tx(x.data(), DType::F32, {T, H}), tw(w.data(), DType::F32, {T, k}), to(out.data(), DType::F32, {T, H});
+  auto expect_refused = [&](int64_t layer, const Tensor& i, const Tensor& wt, const char* what) {
+    try {
+      ep.compute(layer, tx, i, wt, to);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what;
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(0, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 0 routes to expert 8 of 8");
+  ids[3] = 3;
+  expect_refused(1, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 1 has no routed experts");
+  expect_refused(2, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 2 has no routed experts");
+  expect_refused(0, Tensor(ids.data(), DType::I32, {T * k}), tw, "ids must be [tokens, k] I32");
+  expect_refused(0, Tensor(x.data(), DType::F32, {T, k}), tw, "ids must be [tokens, k] I32");
+  expect_refused(0, Tensor(ids.data(), DType::I32, {T, k}), Tensor(w.data(), DType::F32, {T, 1}), "weights");
+  EXPECT_THROW(ep.prefetch(0, Tensor(ids.data(), DType::I32, {T * k})), Error);
+  EXPECT_NO_THROW(ep.compute(0, tx, Tensor(ids.data(), DType::I32, {T, k}), tw, to));
+}
+
 /** Synthetic layers 0 (8 experts) and 2 (16 experts, with biases), layer 1 dense: N ranks against
  *  fused. */
 void expect_synthetic_ep_matches_fused(int n_ranks) {
@@ -89,7 +139,8 @@ void expect_synthetic_ep_matches_fused(int n_ranks) {
   s.banks[2].gate_bias = random_bias(store, n_expert[2], F, rng);
   s.banks[2].up_bias = random_bias(store, n_expert[2], F, rng);
   s.banks[2].down_bias = random_bias(store, n_expert[2], H, rng);
-  // Steps of T tokens; the last row of each step is padding (every slot -1).
+  // Steps of T tokens; the last row of each step is padding (every slot -1), token 0 routes one slot
+  // nowhere.
   struct Step {
     int64_t layer, T;
     std::vector<float> x, w;
@@ -100,6 +151,7 @@ void expect_synthetic_ep_matches_fused(int n_ranks) {
     Step st{i % 2 == 0 ? 0 : 2, 1 + i % 4, {}, {}, {}};
     st.ids = random_routes(st.T, k, n_expert[st.layer], 0.5, rng);
     for (int32_t j = 0; j < k; ++j) st.ids[static_cast<size_t>((st.T - 1) * k + j)] = -1;
+    st.ids[0] = -1;  // and token 0's first slot: no expert
     std::uniform_real_distribution<float> d(-1, 1);
     st.x.resize(static_cast<size_t>(st.T * H));
     st.w.resize(static_cast<size_t>(st.T * k));
