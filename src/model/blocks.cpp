@@ -70,8 +70,6 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
 
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t l, const dist::TpShard& tp) {
   if (tp.size == 1) return load_attention(ld, c, l);
-  if (c.attn_output_gate)
-    fail(ErrorCode::kUnsupported, "tensor parallelism: attention with an output gate is not split yet");
   const int64_t H = c.n_embd, hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
   const dist::TpRange heads = dist::tp_heads(c.n_head, tp), kv = dist::tp_kv_heads(c.n_head_kv, tp);
   auto range = [](int64_t begin, int64_t n) {
@@ -80,11 +78,25 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& c, int64_t 
     return r;
   };
   AttentionWeights w;
-  w.wq = ld.get_rows(layer_weight(l, "attn_q", "self_attn.q_proj"), {qd, H}, range(heads.begin * hd, heads.count * hd));
+  const WeightName nq = layer_weight(l, "attn_q", "self_attn.q_proj");
+  if (c.attn_output_gate) {  // q_proj [2 qd, H], per head hd query rows then hd gate rows: the rank's heads' rows
+    std::vector<int64_t> q_rows, g_rows;
+    for (int64_t h = heads.begin; h < heads.begin + heads.count; ++h)
+      for (int64_t i = 0; i < hd; ++i) {
+        q_rows.push_back(2 * h * hd + i);
+        g_rows.push_back((2 * h + 1) * hd + i);
+      }
+    w.wq = ld.get_rows(nq, {2 * qd, H}, q_rows);
+    w.wgate = ld.get_rows(nq, {2 * qd, H}, g_rows);
+  } else {
+    w.wq = ld.get_rows(nq, {qd, H}, range(heads.begin * hd, heads.count * hd));
+  }
   w.wk = ld.get_rows(layer_weight(l, "attn_k", "self_attn.k_proj"), {kvd, H}, range(kv.begin * hd, kv.count * hd));
   w.wv = ld.get_rows(layer_weight(l, "attn_v", "self_attn.v_proj"), {kvd, H}, range(kv.begin * hd, kv.count * hd));
   w.wo = ld.get_cols(layer_weight(l, "attn_output", "self_attn.o_proj"), {H, qd}, heads.begin * hd, heads.count * hd);
   if (c.attn_bias) {  // column parallel: each rank its slice
+    if (c.attn_output_gate)
+      fail(ErrorCode::kUnsupported, "tensor parallelism: a q_proj bias with an attention output gate is not split");
     w.bq = ld.get(layer_weight(l, "attn_q", "self_attn.q_proj", "bias"), {qd}, WeightKind::kVector)
                .slice(heads.begin * hd, heads.count * hd);
     w.bk = ld.get(layer_weight(l, "attn_k", "self_attn.k_proj", "bias"), {kvd}, WeightKind::kVector)

@@ -50,10 +50,11 @@ AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int
 /** load_attention for one tensor-parallel rank (dist/tensor_parallel.h; `config` the whole model's):
  *  Q/K/V rows of the rank's heads (tp_heads, tp_kv_heads) and their bias slices, O's input columns of
  *  those heads (WeightLoader::get_cols), O's bias on rank 0 only (the ranks' outputs are summed), the
- *  rank's sinks, per-head QK-norm weights whole, full-width QK-norm weights' slices of the rank's heads
- *  (the RMS itself spans every rank: tp_full_rms_norm). tp.size 1 is load_attention itself. Throws
- *  ft::Error(kUnsupported) for what is not split yet: an output gate, heads not a multiple of the size;
- *  what the loader throws. */
+ *  rank's sinks, the output gate rows of the rank's heads (config.attn_output_gate), per-head QK-norm
+ *  weights whole, full-width QK-norm weights' slices of the rank's heads (the RMS itself spans every
+ *  rank: tp_full_rms_norm). tp.size 1 is load_attention itself. Throws ft::Error(kUnsupported) for
+ *  heads not a multiple of the size (dist::tp_split's message), a q bias with an output gate (no
+ *  checkpoint has one); what the loader throws. */
 AttentionWeights load_attention(WeightLoader& ld, const ModelConfig& config, int64_t l, const dist::TpShard& tp);
 
 /** Full-width QK-norm (QkNorm::kFull: one RMS over all heads of a token) of q [T, Dq] and k [T, Dk]

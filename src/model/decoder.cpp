@@ -111,22 +111,28 @@ class Decoder final : public Model {
   };
 
   /** The rank's config for tensor-parallel shard tp_ of `full`: n_head, n_head_kv, n_ff (when a layer
-   *  is dense) and n_ff_shexp (when there is a shared expert) divided by the size. Full-width QK-norm
-   *  (its RMS all-reduced, tp_full_rms_norm) and MLA (q_a / kv_a and the cached latent whole on every
-   *  rank, q_b / kv_b / o by heads: load_mla) split with the heads. Throws ft::Error(kUnsupported) for
-   *  what is not split yet (a backend other than the CPU, linear attention, per-layer KV heads, an
-   *  attention output gate) and what dist::tp_split throws for sizes the group does not divide. */
+   *  is dense), n_ff_shexp (when there is a shared expert) and linear attention's lin_n_k_heads /
+   *  lin_n_v_heads divided by the size. Split with the heads: full-width QK-norm (its RMS all-reduced,
+   *  tp_full_rms_norm), the attention output gate's rows (load_attention), MLA (q_a / kv_a and the
+   *  cached latent whole on every rank, q_b / kv_b / o by heads: load_mla), Gated DeltaNet (by key
+   *  heads and their value heads, each rank its heads' recurrent state: load_gated_delta_net). Throws
+   *  ft::Error(kUnsupported) for what is not split yet (a backend other than the CPU, per-layer KV
+   *  heads, linear attention's per-layer embeddings, value heads tiled over the key heads) and what
+   *  dist::tp_split throws for sizes the group does not divide, naming them. */
   ModelConfig rank_config(const ModelConfig& full, const Ops& ops, const DecoderSpec& spec) const {
     auto refuse = [&](const char* what) {
       fail(ErrorCode::kUnsupported, "tensor parallelism (size {}) of {}: {} is not supported yet", tp_.size, full.arch,
            what);
     };
     if (ops.device() != Device::kCpu) refuse("a backend other than the CPU");
-    for (int64_t l = 0; l < full.n_layer; ++l)
-      if (full.is_linear_layer(l)) refuse("linear attention");
     if (!full.layer_kv_heads.empty() || !full.layer_head_dim.empty()) refuse("per-layer KV heads");
-    if (full.attn_output_gate) refuse("an attention output gate");
+    if (full.lin_conv2_rows > 0 || full.lin_token_history > 0) refuse("linear attention's per-layer embeddings");
+    if (full.lin_v_tiled) refuse("linear-attention value heads tiled over the key heads (llama.cpp's qwen35 order)");
     ModelConfig c = full;
+    if (!full.layer_linear.empty()) {  // linear attention: by key heads and the value heads that read them
+      c.lin_n_k_heads = dist::tp_split(full.lin_n_k_heads, tp_, "linear-attention key heads").count;
+      c.lin_n_v_heads = c.lin_n_k_heads * (full.lin_n_v_heads / full.lin_n_k_heads);
+    }
     c.n_head = dist::tp_heads(full.n_head, tp_).count;
     c.n_head_kv = dist::tp_kv_heads(full.n_head_kv, tp_).count;
     bool dense = !spec.moe;
@@ -142,7 +148,7 @@ class Decoder final : public Model {
     const int64_t H = config_.n_embd;
     Layer L;
     L.attn_norm = load_norm(ld, config_, l, "attn_norm", "input_layernorm");
-    if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, ops, config_, l, storage_);
+    if (config_.is_linear_layer(l)) L.gdn = load_gated_delta_net(ld, ops, full, l, storage_, tp_);  // the rank's heads
     else if (config_.is_mla()) L.mla = load_mla(ld, ops, full, l, storage_, tp_);  // the rank's heads
     else L.attn = load_attention(ld, full, l, tp_);  // q, k, v, o (+ biases, QK-norm); the rank's heads
     L.ffn_norm = load_norm(ld, config_, l, spec.ffn_norm, "post_attention_layernorm");

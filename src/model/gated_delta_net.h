@@ -39,12 +39,18 @@ GatedDeltaParams gated_delta_params(const ModelConfig& config);
  *  GGUF (llama.cpp's qwen3next; qwen35 has ssm_beta and ssm_alpha for ssm_ba and tiled value heads):
  *  attn_qkv, attn_gate, ssm_ba (grouped as in_proj_ba), ssm_conv1d
  *  [C, K], ssm_a (-exp(A_log): A_log recovered, resident F32 owned by `storage`), ssm_dt.bias, ssm_norm,
- *  ssm_out. Throws what the loader throws, kInvalidFile for an ssm_a entry that is not negative. */
+ *  ssm_out. Throws what the loader throws, kInvalidFile for an ssm_a entry that is not negative.
+ *  Tensor parallelism (`tp`, dist/tensor_parallel.h; `config` the whole model's): the rank's key heads
+ *  (an even split of Hk) and the r = Hv / Hk value heads that read each: their q / k / v / z / b / a
+ *  rows, conv channels, A_log and dt_bias entries, out_proj's input columns (the gated norm's [dv]
+ *  weight is every head's); gated_delta_net_block all-reduces the output, and each rank's recurrent
+ *  state holds its own heads (sized by the rank's config). Throws kUnsupported for Hk not a multiple
+ *  of the size and for value heads tiled over the key heads (config.lin_v_tiled). */
 GatedDeltaNetWeights load_gated_delta_net(WeightLoader& ld, Ops& ops, const ModelConfig& config, int64_t l,
-                                          std::vector<Buffer>& storage);
+                                          std::vector<Buffer>& storage, const dist::TpShard& tp = {});
 
 /** out [T, H] = the Gated DeltaNet of h [T, H] for layer `l`, advancing each sequence's state
- *  (ctx.batch.state_slots) in ctx.kv.state(l). `p` from gated_delta_params; `norm` the gated
+ *  (ctx.batch.state_slots) in ctx.kv.state(l); all-reduced over ctx.tp (w the rank's heads). `p` from gated_delta_params; `norm` the gated
  *  RMSNorm's params; h_q8 (optional): h's int8 form from its producer (ActQ8) for the input projections. */
 void gated_delta_net_block(ForwardContext& ctx, int64_t l, GatedDeltaParams p, const RmsNormParams& norm,
                            const GatedDeltaNetWeights& w, const Tensor& h, Tensor out, const ActQ8* h_q8 = nullptr);

@@ -77,7 +77,8 @@ void expect_ranks_match(const std::vector<std::vector<float>>& got, const std::v
 
 TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
   for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e", "mixtral",
-                           "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe", "minimax_m2", "deepseek_v3"}) {
+                           "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe", "minimax_m2", "deepseek_v3",
+                           "qwen3_next", "qwen3_5", "qwen3_5_moe"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
     const std::vector<int32_t> tokens = fixture_tokens(dir);
@@ -120,7 +121,7 @@ TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
 // (ExpertParallelExperts), every collective in the same order on both ranks.
 TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
   for (const char* name : {"qwen3_moe", "qwen3_moe_64e", "mixtral", "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe",
-                           "minimax_m2", "deepseek_v3"}) {
+                           "minimax_m2", "deepseek_v3", "qwen3_next", "qwen3_5_moe"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
     const std::vector<int32_t> tokens = fixture_tokens(dir);
@@ -230,7 +231,6 @@ TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
 
 TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
   const std::pair<const char*, const char*> cases[] = {
-      {"qwen3_next", "linear attention"},
       {"gemma4", "tensor parallelism (size 2) is not supported for this architecture yet"},
   };
   for (const auto& [name, message] : cases) {
@@ -238,6 +238,8 @@ TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
     expect_load_refused(fixture(name), {0, 2}, message);
   }
   expect_load_refused(fixture("qwen3"), {0, 4}, "KV heads (2) is not a multiple");  // 2 KV heads over 4 ranks
+  expect_load_refused(fixture("qwen3_next"), {0, 4},  // 2 linear-attention key heads over 4 ranks
+                      "linear-attention key heads (2) is not a multiple of the tensor-parallel size (4)");
 }
 
 }  // namespace
