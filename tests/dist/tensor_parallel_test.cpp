@@ -1,6 +1,7 @@
 // Tensor parallelism on the CPU build (dist/tensor_parallel.h; loading in model/decoder.cpp and
-// model/blocks.cpp): N ranks, each a thread over the in-process collective with its own shard of the
-// model (heads and FFN columns), its own CpuOps and KV cache, give the one-rank logits within float
+// model/blocks.cpp, model/mla.cpp, model/gated_delta_net.cpp): N ranks, each a thread over the
+// in-process collective with its own shard of the model (attention, MLA and linear-attention heads,
+// FFN columns), its own CpuOps, KV cache and recurrent state, give the one-rank logits within float
 // order on the dense and MoE fixtures (prefill, then 4 decode steps), bit-identical across ranks; one
 // rank is bit-identical to the normal load; what is not split yet is refused, named.
 #include <gtest/gtest.h>
@@ -181,12 +182,14 @@ TEST(TensorParallel, TimesExpertParallelOverFourRanksMatchesOneRank) {
   }
 }
 
-// GGUF files (llama.cpp's names and types): the splits of Q8_0 matrices fall on its 32-value blocks
-// (O [64, 64] and the shared expert's down [64, 64] split in 32 columns a rank), or are refused.
+// GGUF files (llama.cpp's names and types; olmoe's full-width QK-norm weights as GGUF vectors): the
+// splits of Q8_0 matrices fall on its 32-value blocks (O [64, 64] and the shared expert's down
+// [64, 64] split in 32 columns a rank), or are refused.
 TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
   for (const auto& [name, file] : {std::pair{"qwen3", "qwen3-bf16.gguf"}, std::pair{"llama", "llama-f32.gguf"},
                                    std::pair{"qwen3_moe", "qwen3_moe-q8_0.gguf"},
-                                   std::pair{"qwen2_moe", "qwen2_moe-q8_0.gguf"}, std::pair{"mixtral", "mixtral-q8_0.gguf"}}) {
+                                   std::pair{"qwen2_moe", "qwen2_moe-q8_0.gguf"}, std::pair{"mixtral", "mixtral-q8_0.gguf"},
+                                   std::pair{"olmoe", "olmoe-q8_0.gguf"}}) {
     SCOPED_TRACE(file);
     const std::string path = shared_dir() + "/fixtures/gguf/" + name + "/" + file;
     const std::vector<int32_t> tokens = fixture_tokens(fixture(name));
