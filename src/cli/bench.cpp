@@ -167,6 +167,9 @@ int bench(BenchArgs& a) {
   EngineOptions& eo = a.engine;
   finish_engine_options(*a.cmd, eo, a.compat);
   refuse_kv_tiers(eo, "ft bench");
+  if (eo.tensor_parallel > 1)
+    fail(ErrorCode::kUnsupported, "ft bench --tensor-parallel-size {}: the benchmark runs one engine; ranks are not "
+         "measured by it yet (ft run and ft serve take the flag)", eo.tensor_parallel);
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
   plan_bench_engine(bo, eo);

@@ -76,9 +76,6 @@ void add_compat_flags(CLI::App* cmd, CompatFlags& f) {
       ->type_name("N")
       ->check(gpu_layers_value())
       ->group(kGroupEngine);
-  cmd->add_option("--tensor-parallel-size,--tp-size", f.tensor_parallel,
-                  "-tp: GPUs to split the model over; only 1 for now (multi-GPU is not built yet)")
-      ->group(kGroupEngine);
   // The Python engine's flags that mean something else here: refused, naming the flag to use.
   cmd->add_option("--memory-ratio", f.memory_ratio)->group("");
   cmd->add_option("--num-pages", f.num_pages)->group("");
@@ -128,13 +125,6 @@ void check_compat_flags(const CompatFlags& f) {
     spdlog::warn("-ngl/--n-gpu-layers {} is ignored: FreeToken places the weights itself (dense layers on the GPU, "
                  "experts by the MoE plan within --gpu-memory-limit; --device cpu keeps off the GPU)",
                  *f.gpu_layers);
-  if (f.tensor_parallel) {
-    if (*f.tensor_parallel < 1)
-      fail(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} must be >= 1", *f.tensor_parallel);
-    if (*f.tensor_parallel > 1)
-      fail(ErrorCode::kUnsupported, "--tensor-parallel-size {}: not supported yet: ft runs on one GPU (multi-GPU, "
-           "tensor and expert parallel over NCCL, is not built yet); leave the flag out", *f.tensor_parallel);
-  }
   if (f.memory_ratio)
     fail(ErrorCode::kInvalidArgument, "--memory-ratio {} (the Python engine's fraction of free GPU memory) is not "
          "taken here: give --gpu-memory-limit GIB, the GiB of device memory to plan within (default: all the free "

@@ -67,6 +67,19 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
                   "bound of --prompt-cache-dir's files in GiB; the least recently used are removed beyond it")
       ->capture_default_str()
       ->group(kGroupMemory);
+  cmd->add_option("--tensor-parallel-size,--tp-size", eo.tensor_parallel,
+                  "-tp: ranks to split the model over: attention heads and dense FFN columns split, one engine a "
+                  "rank, rank 0 schedules (CPU backend: the ranks are threads; CUDA: not yet)")
+      ->capture_default_str()
+      ->check(in_range(1, kMaxTensorParallel))
+      ->group(kGroupEngine);
+  cmd->add_option_function<std::string>(
+         "--expert-parallel", [&eo](const std::string& v) { eo.expert_parallel = v == "on"; },
+         "on: the MoE layers' experts are split over the --tensor-parallel-size ranks (each rank holds, caches and "
+         "computes only its own block; CPU backend) instead of copied to every rank")
+      ->default_str("off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->group(kGroupEngine);
   add_compat_flags(cmd, compat);
   add_moe_flags(cmd, eo, compat);
 }

@@ -19,6 +19,7 @@
 #include "cli/int_list.h"
 #include "cli/model_arg.h"
 #include "engine/engine.h"
+#include "engine/serving_engine.h"
 #include "engine/generate.h"
 #include "model/registry.h"
 #include "tokenizer/detokenizer.h"
@@ -102,7 +103,8 @@ int run(RunArgs& a) {
   eo.max_step_tokens = std::min(a.max_prefill_tokens, n_prompt);
   eo.max_logit_rows = a.logits_out.empty() ? 1 : eo.max_step_tokens;
   eo.max_seqs = 1;
-  auto engine = Engine::load(std::move(ckpt), eo);
+  std::unique_ptr<ServingEngine> served = ServingEngine::load(std::move(ckpt), a.model, eo);
+  Engine* engine = &served->engine();  // rank 0's
 
   GenerateRequest req;
   req.prompt = prompt;
@@ -130,7 +132,7 @@ int run(RunArgs& a) {
   GenerateOptions go;
   go.max_prefill_tokens = a.max_prefill_tokens;
   GenerateStats stats;
-  const GenerateResult res = generate(*engine, {req}, go, &stats)[0];
+  const GenerateResult res = generate(*engine, served->runner(), {req}, go, &stats)[0];
 
   if (!a.logits_out.empty()) {
     std::ofstream& out = logits_file;

@@ -23,6 +23,7 @@
 #include "cli/model_arg.h"
 #include "tools/demo_model.h"
 #include "engine/engine.h"
+#include "engine/serving_engine.h"
 #include "engine/engine_runner.h"
 #include "engine/kv_tiers.h"
 #include "engine/scheduler.h"
@@ -132,13 +133,16 @@ int run_serve(ServeArgs& f) {
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Checkpoint> opened;
-  try {
-    opened = open_checkpoint(path);
-  } catch (...) {
-    if (demo) fs::remove(path);
-    throw;
-  }
-  if (demo) fs::remove(path);  // the mapping stays valid
+  // The demo file goes once the engines have opened it (the mappings stay valid); other ranks open it
+  // again (--tensor-parallel-size).
+  struct RemoveDemo {
+    bool demo;
+    std::string path;
+    ~RemoveDemo() {
+      if (demo) fs::remove(path);
+    }
+  } remove_demo{demo, path};
+  opened = open_checkpoint(path);
   // The tokenizer and chat template before the weights: a checkpoint without a usable tokenizer (an
   // HF folder without tokenizer.json, say) or a bad --chat-template is refused in seconds, not after
   // the weights have loaded.
@@ -150,7 +154,8 @@ int run_serve(ServeArgs& f) {
       f.server.tool_call_format.value_or(server::detect_tool_call_format(tmpl.source));
   const server::ReasoningFormat reasoning_format =
       f.server.reasoning_format.value_or(server::detect_reasoning_format(tmpl.source));
-  std::unique_ptr<Engine> engine = Engine::load(std::move(opened), eo);
+  std::unique_ptr<ServingEngine> loaded = ServingEngine::load(std::move(opened), path, eo);
+  Engine* engine = &loaded->engine();  // rank 0's
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const Checkpoint& ck = engine->checkpoint();
@@ -160,7 +165,7 @@ int run_serve(ServeArgs& f) {
   int64_t n_params = 0;
   for (const TensorInfo& t : ck.tensors()) n_params += t.numel();
 
-  EngineRunner runner(*engine);
+  ModelRunner& runner = loaded->runner();
   ServiceConfig sc;
   sc.scheduler = f.scheduler;
   // The context limit: --max-seq-len, at most the model's context length (4096 when the checkpoint
@@ -202,10 +207,10 @@ int run_serve(ServeArgs& f) {
   sm.reasoning_format = reasoning_format;
   sm.object_tool_arguments = server::template_takes_object_arguments(chat_template);
   sm.renders_tools = server::template_renders_tools(chat_template);
-  sm.moe_report = [e = engine.get()] { return e->moe_report(); };
+  sm.moe_report = [e = engine] { return e->moe_report(); };
   sm.memory_rows = memory_rows(plan);
   sm.memory_limit = memory_limit(plan);
-  sm.resize_caches = [&service, e = engine.get()](const CacheResize& r) { return resize_served_caches(service, *e, r); };
+  sm.resize_caches = [&service, e = engine](const CacheResize& r) { return resize_served_caches(service, *e, r); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
 

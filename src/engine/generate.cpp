@@ -80,6 +80,12 @@ void check_requests(Engine& engine, const std::vector<GenerateRequest>& requests
 
 std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateRequest>& requests,
                                      const GenerateOptions& options, GenerateStats* stats) {
+  EngineRunner runner(engine);
+  return generate(engine, runner, requests, options, stats);
+}
+
+std::vector<GenerateResult> generate(Engine& engine, ModelRunner& runner, const std::vector<GenerateRequest>& requests,
+                                     const GenerateOptions& options, GenerateStats* stats) {
   check_requests(engine, requests, options);
   std::vector<GenerateResult> results(requests.size());
   if (requests.empty()) return results;
@@ -96,7 +102,6 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
   sc.scheduler.max_seq_len = std::numeric_limits<int64_t>::max();  // the pool is the limit
   sc.scheduler.prefix_cache = false;  // every prompt position computed here (its logits, the references)
   sc.scheduler.reserve_at_admission = true;  // pages for prompt + max_tokens up front, as promised
-  EngineRunner runner(engine);
   EngineService service(runner, engine.kv().pools(), sc);
   const int64_t V = engine.config().n_vocab;
   std::vector<std::shared_ptr<ResultSink>> sinks;

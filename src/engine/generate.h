@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 
 namespace ft {
@@ -48,6 +49,9 @@ struct GenerateStats {
  *  max_logit_rows); what a step throws, as it threw it; kInternal when a request's logits had no
  *  finite value to sample. */
 std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateRequest>& requests,
+                                     const GenerateOptions& options = {}, GenerateStats* stats = nullptr);
+/** Same, the steps run through `runner` (a rank group's: RankGroup::runner, whose rank 0 is `engine`). */
+std::vector<GenerateResult> generate(Engine& engine, ModelRunner& runner, const std::vector<GenerateRequest>& requests,
                                      const GenerateOptions& options = {}, GenerateStats* stats = nullptr);
 
 }  // namespace ft

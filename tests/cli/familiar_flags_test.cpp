@@ -1,6 +1,7 @@
 // The flags users bring from llama-server and from the Python FreeToken engine (issue 41): a
 // positional model, -m, --model-path, -c/--ctx-size, -np, -t; -ngl taken with a warning;
-// --tensor-parallel-size and the Python flags that mean something else refused naming what to use;
+// --tensor-parallel-size out of range refused (two ranks give one rank's tokens), the Python flags that
+// mean something else refused naming what to use;
 // and --help wrapped at 100 columns under group headings.
 #include <gtest/gtest.h>
 
@@ -168,18 +169,29 @@ TEST(FamiliarFlags, GpuLayersAreTakenWithAWarning) {
       << bad.err;
 }
 
-TEST(FamiliarFlags, TensorParallelIsRefusedUntilMultiGpu) {
-  for (const char* tp : {"--tensor-parallel-size 2", "-tp 2", "--tp-size 2"}) {
+TEST(FamiliarFlags, TensorParallelRunsRanksOnTheCpu) {
+  for (const char* tp : {"--tensor-parallel-size 0", "-tp 9", "--tp-size 9"}) {
     const Result r = run_ft(std::string("serve --port 0 ") + tp);
     EXPECT_EQ(r.code, 2) << tp;
-    EXPECT_TRUE(r.err.find("--tensor-parallel-size) 2: not supported yet: ft runs on one GPU (multi-GPU") !=
-                    std::string::npos ||
-                r.err.find("error: --tensor-parallel-size 2: not supported yet: ft runs on one GPU (multi-GPU") !=
-                    std::string::npos)
-        << tp << "\n" << r.err;
-    EXPECT_NE(r.err.find("not built yet"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("tensor-parallel-size"), std::string::npos) << tp << "\n" << r.err;
     EXPECT_EQ(r.out.find("Loading"), std::string::npos) << tp;  // refused before anything loads
   }
+  const Result lone = run_ft("run " + stories() + " --prompt-ids 1 --max-tokens 1 --expert-parallel on");
+  EXPECT_EQ(lone.code, 2);
+  EXPECT_NE(lone.err.find("--expert-parallel on splits the experts over the ranks"), std::string::npos) << lone.err;
+  const Result bench = run_ft("bench " + stories() + " -tp 2 --device cpu");
+  EXPECT_EQ(bench.code, 2) << bench.err;
+  EXPECT_NE(bench.err.find("ft bench -tp (--tensor-parallel-size) 2: the benchmark runs one engine"), std::string::npos) << bench.err;
+  // Two ranks (threads on the CPU backend) give one rank's tokens.
+  const std::string gen = " --prompt-ids 1,403,407 --max-tokens 8 --print-ids -t 1 --device cpu --temperature 0";
+  const Result one_rank = run_ft("run " + stories() + gen);
+  const Result two_ranks = run_ft("run " + stories() + gen + " -tp 2");
+  EXPECT_EQ(one_rank.code, 0) << one_rank.err;
+  EXPECT_EQ(two_ranks.code, 0) << two_ranks.err;
+  const auto first_line = [](const std::string& s) { return s.substr(0, s.find('\n')); };
+  EXPECT_EQ(first_line(two_ranks.out), "261,378,432,383,286,261,376,298");  // the token ids
+  EXPECT_EQ(first_line(two_ranks.out), first_line(one_rank.out));
+  EXPECT_NE(two_ranks.err.find("2 ranks (tensor parallel)"), std::string::npos) << two_ranks.err;
   // One GPU is what runs: taken.
   const Result one = run_ft("run " + stories() + " --prompt-ids 1 --max-tokens 1 --print-ids -t 1 -tp 1");
   EXPECT_EQ(one.code, 0) << one.err;
@@ -264,7 +276,7 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
            Case{"serve --port 0 -hff model.gguf", "-hff/--hf-file model.gguf: ft does not download"},
            // Errors name the flag as typed, also where it was a multi-letter one rewritten before parsing.
            Case{"serve --port 0 -np four", "-np (--max-running-requests) = four"},
-           Case{"serve --port 0 -tp 2", "-tp (--tensor-parallel-size) 2: not supported yet"},
+           Case{"serve --port 0 -tp 9", "-tp (--tensor-parallel-size): must be <= 8, got 9"},
            Case{"serve --port 0 --n-predict 128", "--n-predict 128: ft serve has no server-wide sampling defaults"},
        }) {
     const Result r = run_ft(c.args);

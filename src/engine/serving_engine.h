@@ -1,0 +1,45 @@
+#pragma once
+// ServingEngine: what `ft run`, `ft serve` and `ft bench` load: one Engine, or a RankGroup of
+// options.tensor_parallel engines (engine/rank_group.h). Callers read rank 0's engine (config, KV pools,
+// memory plan) and run steps through runner(), which on a group sends each step to every rank.
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/engine_runner.h"
+#include "engine/rank_group.h"
+
+namespace ft {
+
+class ServingEngine {
+ public:
+  /** Engine::load(ckpt, options) for one rank; RankGroup::load(ckpt, path, options) (the other ranks
+   *  open `path` again, so it must stay readable until this returns) for options.tensor_parallel > 1.
+   *  Throws what they throw. */
+  static std::unique_ptr<ServingEngine> load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
+                                             const EngineOptions& options) {
+    std::unique_ptr<ServingEngine> s(new ServingEngine());
+    if (options.tensor_parallel > 1) {
+      s->group_ = RankGroup::load(std::move(ckpt), path, options);
+    } else {
+      s->engine_ = Engine::load(std::move(ckpt), options);
+      s->runner_ = std::make_unique<EngineRunner>(*s->engine_);
+    }
+    return s;
+  }
+
+  /** Rank 0's engine (the only one without a group). */
+  Engine& engine() { return group_ ? group_->leader() : *engine_; }
+  /** The runner the serving loop steps through. */
+  ModelRunner& runner() { return group_ ? group_->runner() : static_cast<ModelRunner&>(*runner_); }
+  /** The rank group, or null for one rank. */
+  RankGroup* group() { return group_.get(); }
+
+ private:
+  ServingEngine() = default;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<EngineRunner> runner_;
+  std::unique_ptr<RankGroup> group_;
+};
+
+}  // namespace ft
