@@ -5,8 +5,9 @@
 //    abort), the refusals (host memory, dtypes, sizes, root), and with >= 2 devices a 2-rank group in
 //    this process against the in-process twin within float tolerance (NCCL's sums need not be
 //    bit-identical to the twin's rank-order sums), split's ranking by key, and an abort that ends a rank
-//    waiting on the GPU. Skipped without a CUDA device (FT_REQUIRE_GPU=1 makes that a failure; the
-//    2-rank tests skip with fewer than 2 devices either way).
+//    waiting on the GPU; an all_reduce captured into a CUDA graph and replayed (2 ranks where 2
+//    devices are visible). Skipped without a CUDA device (FT_REQUIRE_GPU=1 makes that a failure;
+//    the 2-rank tests skip with fewer than 2 devices either way).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -180,6 +181,12 @@ void call(Collective& c, Op op, const Tensor& send, const Tensor& recv) {
   }
 }
 
+/** Throws (so run_ranks aborts the group instead of leaving the other ranks waiting) when a CUDA
+ *  call of a rank's body fails. */
+void cuda_ok(cudaError_t e) {
+  if (e != cudaSuccess) fail(ErrorCode::kInternal, "CUDA error: {}", cudaGetErrorString(e));
+}
+
 /** One rank's run of `op` on NCCL: uploads `input` (send; also recv for broadcast), calls, waits, and
  *  returns recv's bytes. Fills recv with 0xff first, so an unwritten element shows. */
 std::vector<uint8_t> run_on_device(Collective& c, Op op, DType t, const std::vector<uint8_t>& input, int64_t recv_elems) {
@@ -188,15 +195,16 @@ std::vector<uint8_t> run_on_device(Collective& c, Op op, DType t, const std::vec
   const int64_t send_elems = static_cast<int64_t>(input.size() / elem_bytes(t));
   DeviceBytes send(nccl.device(), input.size()), recv(nccl.device(), recv_bytes);
   cudaSetDevice(nccl.device());
-  EXPECT_EQ(cudaMemcpy(send.data(), input.data(), input.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  // On the rank's stream (a non-blocking one: cudaMemcpy / cudaMemset would not order with it).
+  cuda_ok(cudaMemcpyAsync(send.data(), input.data(), input.size(), cudaMemcpyHostToDevice, nccl.stream()));
   if (op == Op::kBroadcast)
-    EXPECT_EQ(cudaMemcpy(recv.data(), input.data(), input.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    cuda_ok(cudaMemcpyAsync(recv.data(), input.data(), input.size(), cudaMemcpyHostToDevice, nccl.stream()));
   else
-    EXPECT_EQ(cudaMemset(recv.data(), 0xff, recv_bytes), cudaSuccess);
+    cuda_ok(cudaMemsetAsync(recv.data(), 0xff, recv_bytes, nccl.stream()));
   call(c, op, Tensor(send.data(), t, {send_elems}, Device::kCuda), Tensor(recv.data(), t, {recv_elems}, Device::kCuda));
   nccl.synchronize();
   std::vector<uint8_t> out(recv_bytes);
-  EXPECT_EQ(cudaMemcpy(out.data(), recv.data(), recv_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  cuda_ok(cudaMemcpy(out.data(), recv.data(), recv_bytes, cudaMemcpyDeviceToHost));
   return out;
 }
 
@@ -256,7 +264,7 @@ TEST_F(CudaNccl, OneRankOpsAreCopies) {
   // In place: send is recv.
   const std::vector<uint8_t> in = encode(values, DType::F32);
   DeviceBytes buf(0, in.size());
-  ASSERT_EQ(cudaMemcpy(buf.data(), in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  cuda_ok(cudaMemcpyAsync(buf.data(), in.data(), in.size(), cudaMemcpyHostToDevice, streams_[0]));
   const Tensor view(buf.data(), DType::F32, {10}, Device::kCuda);
   c.all_reduce(view, view);
   c.all_gather(view, view);
@@ -387,6 +395,56 @@ TEST_F(CudaNccl, TwoRankAbortEndsARankWaitingOnTheGpu) {
             }, &m),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(m, "rank 0 gives up");
+}
+
+/** all_reduce captured into a CUDA graph on every rank's stream (after one eager call, as a graph
+ *  runner warms up) and replayed twice with new send values: each replay sums the values of that
+ *  moment. 2 ranks with 2 devices, else 1. */
+TEST_F(CudaNccl, AllReduceReplaysFromACudaGraph) {
+  const int n = cuda_device_count() >= 2 ? 2 : 1;
+  auto nccl = group(n);
+  const int64_t count = 257;
+  std::vector<std::vector<float>> got(static_cast<size_t>(n) * 2);
+  run_ranks(nccl, [&](Collective& c) {
+    auto& rank = dynamic_cast<NcclCollective&>(c);
+    const int r = c.rank();
+    const size_t bytes = static_cast<size_t>(count) * 4;
+    DeviceBytes send(rank.device(), bytes), recv(rank.device(), bytes);
+    const Tensor s(send.data(), DType::F32, {count}, Device::kCuda), v(recv.data(), DType::F32, {count}, Device::kCuda);
+    cudaSetDevice(rank.device());
+    cuda_ok(cudaMemsetAsync(send.data(), 0, bytes, rank.stream()));
+    c.all_reduce(s, v);  // eager warm-up: the ranks connect outside the capture
+    rank.synchronize();
+    cudaGraph_t graph = nullptr;
+    cuda_ok(cudaStreamBeginCapture(rank.stream(), cudaStreamCaptureModeThreadLocal));
+    c.all_reduce(s, v);
+    cuda_ok(cudaStreamEndCapture(rank.stream(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      const std::vector<float> in = random_values(static_cast<size_t>(count), static_cast<uint32_t>(10 * replay + r));
+      cuda_ok(cudaMemcpyAsync(send.data(), in.data(), bytes, cudaMemcpyHostToDevice, rank.stream()));
+      cuda_ok(cudaMemsetAsync(recv.data(), 0xff, bytes, rank.stream()));
+      cuda_ok(cudaGraphLaunch(exec, rank.stream()));
+      rank.synchronize();
+      std::vector<float>& out = got[static_cast<size_t>(2 * r + replay)];
+      out.resize(static_cast<size_t>(count));
+      cuda_ok(cudaMemcpy(out.data(), recv.data(), bytes, cudaMemcpyDeviceToHost));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+  for (int replay = 0; replay < 2; ++replay) {
+    std::vector<float> want(static_cast<size_t>(count), 0.f);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<float> in = random_values(static_cast<size_t>(count), static_cast<uint32_t>(10 * replay + r));
+      for (size_t i = 0; i < want.size(); ++i) want[i] += in[i];
+    }
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[static_cast<size_t>(2 * r + replay)][i], want[i], 1e-6f * std::fabs(want[i]) + 1e-6f)
+            << "replay " << replay << " rank " << r << " element " << i;
+  }
 }
 
 #endif  // FT_HAVE_NCCL

@@ -9,7 +9,8 @@
 // Stream order. The stream given at construction should be the rank's compute stream: a collective
 // then runs after the kernels that wrote its send buffer, and the kernels enqueued after it read its
 // recv buffer, with no host synchronisation; the calls can be captured into a CUDA graph (NCCL
-// supports capture). A call returns once the operation is enqueued, not when it is done: call
+// supports capture; make one eager call of each op first, as a graph runner's warm-up does, so the
+// ranks connect outside the capture). A call returns once the operation is enqueued, not when it is done: call
 // synchronize() (or synchronise the stream) before the host reads the results.
 //
 // Differences from the in-process twin (dist/in_process_collective.h):
