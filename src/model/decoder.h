@@ -45,9 +45,12 @@ DecoderSpec deepseek_moe_spec(const ModelConfig& config);
  *  shared expert). The router scores per config.router_scoring over n_expert_used experts (groups,
  *  bias, renormalisation and scaling as the config and spec say).
  *  With ld.tensor_parallel() of size > 1 it loads that rank's shard (dist/tensor_parallel.h: the
- *  rank's heads and FFN / shared-expert columns; router, norms, embeddings, LM head and routed experts
- *  whole), its config() the rank's sizes, and forward() needs ForwardContext::tp of that group;
- *  throws kUnsupported for what is not split yet (MLA, linear attention, full-width QK-norm, ...).
+ *  rank's attention heads (with their output-gate rows and full-width QK-norm slices), MLA heads
+ *  (q_a / kv_a and the cached latent whole), linear-attention key/value heads and their recurrent
+ *  state, FFN / shared-expert columns; router, norms, embeddings, LM head and routed experts whole),
+ *  its config() the rank's sizes, and forward() needs ForwardContext::tp of that group; throws
+ *  kUnsupported for what is not split yet (a backend other than the CPU, per-layer KV heads, value
+ *  heads tiled over key heads, sizes the group does not divide, ...).
  *  Throws ft::Error (kInvalidFile naming the field or tensor) for a bad config or missing weight. */
 std::unique_ptr<Model> build_decoder(ModelConfig config, WeightLoader& ld, Ops& ops, const DecoderSpec& spec);
 
