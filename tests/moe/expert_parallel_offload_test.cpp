@@ -48,9 +48,12 @@ std::unique_ptr<ExpertCompute> make_rank_strategy(Ops& ops, const HostExpertBank
 }
 
 TEST(ExpertParallelExperts, OverOffloadSameLogitsAsOneRankFused) {
-  for (const char* name : {"qwen3_moe", "gpt_oss", "qwen3_moe_64e"}) {  // gpt_oss: expert biases; 64e: k = 8
-    SCOPED_TRACE(name);
-    const std::string dir = shared_dir() + "/fixtures/hf/" + name;
+  // gpt_oss: expert biases; qwen3_moe_64e: k = 8; gemma4_moe: GEGLU experts; gpt_oss_mxfp4: MXFP4 banks.
+  const std::string hf = shared_dir() + "/fixtures/hf/", own = source_dir() + "/tests/model/fixtures/";
+  for (const std::string& dir : {hf + "qwen3_moe", hf + "gpt_oss", hf + "qwen3_moe_64e", own + "gemma4_moe",
+                                 own + "gpt_oss_mxfp4"}) {
+    SCOPED_TRACE(dir);
+    const bool gemma4 = dir.ends_with("gemma4_moe");
     const std::vector<int32_t> tokens = fixture_tokens(dir);
     const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
     CpuOps ops(1);
@@ -84,7 +87,8 @@ TEST(ExpertParallelExperts, OverOffloadSameLogitsAsOneRankFused) {
           EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
           EXPECT_GT(st.misses + st.cpu_experts, 0) << "rank " << r;  // its own cache / CPU pool did the work
           EXPECT_EQ(st.cpu_experts > 0, v.strategy != MoeStrategy::kOffload) << "rank " << r;
-          EXPECT_EQ(st.prefetched > 0, v.prefetch) << "rank " << r;
+          // Gemma 4's MoE block predicts no later layer's routes (no prefetch targets).
+          EXPECT_EQ(st.prefetched > 0, v.prefetch && !gemma4) << "rank " << r;
         }
       }
   }

@@ -222,11 +222,19 @@ int64_t common_n_expert(const HostExpertBanks& host) {
   return n;
 }
 
-// Every fixture whose model has routed experts (host_experts() non-empty). gemma4's fixture is dense
-// (enable_moe_block false; MoeFixturesAreTheMoeModels checks it), so it has nothing to split.
-constexpr const char* kMoeFixtures[] = {"qwen3_moe",  "qwen3_moe_64e", "mixtral",     "olmoe",      "qwen2_moe",
-                                        "glm4_moe",   "minimax_m2",    "deepseek_v3", "gpt_oss",    "qwen3_5_moe",
-                                        "qwen3_next", "deepseek_v4",   "qwen4_exp"};
+/** Every fixture folder whose model has routed experts (host_experts() non-empty): the shared HF
+ *  fixtures, then the repository's own (tests/model/fixtures: Gemma 4's MoE block, MXFP4 and FP8
+ *  experts, V4 with YaRN). The shared gemma4 fixture is dense (enable_moe_block false;
+ *  MoeFixturesAreTheMoeModels checks it), so it has nothing to split. */
+std::vector<std::string> moe_fixture_dirs() {
+  std::vector<std::string> dirs;
+  for (const char* name : {"qwen3_moe", "qwen3_moe_64e", "mixtral", "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2",
+                           "deepseek_v3", "gpt_oss", "qwen3_5_moe", "qwen3_next", "deepseek_v4", "qwen4_exp"})
+    dirs.push_back(shared_dir() + "/fixtures/hf/" + name);
+  for (const char* name : {"gemma4_moe", "gpt_oss_mxfp4", "qwen3_moe_fp8", "deepseek_v4_yarn"})
+    dirs.push_back(source_dir() + "/tests/model/fixtures/" + name);
+  return dirs;
+}
 
 /** An inner compute that counts its calls per layer and checks that it only sees local ids
  *  ([-1, owned experts of the layer)), then runs `inner`. */
@@ -260,9 +268,8 @@ TEST(ExpertParallelExperts, MoeFixturesAreTheMoeModels) {
 }
 
 TEST(ExpertParallelExperts, SameLogitsAsOneRankOnMoeFixtures) {
-  for (const char* name : kMoeFixtures) {
-    SCOPED_TRACE(name);
-    const std::string dir = shared_dir() + "/fixtures/hf/" + name;
+  for (const std::string& dir : moe_fixture_dirs()) {
+    SCOPED_TRACE(dir);
     const std::vector<int32_t> tokens = fixture_tokens(dir);
     const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
     CpuOps ops(1);
