@@ -210,6 +210,11 @@ int run_serve(ServeArgs& f) {
   sm.moe_report = [e = engine] { return e->moe_report(); };
   sm.memory_rows = memory_rows(plan);
   sm.memory_limit = memory_limit(plan);
+  if (RankGroup* group = loaded->group())
+    for (int r = 0; r < group->size(); ++r) {
+      Engine& re = group->engine(r);
+      sm.ranks.push_back({memory_rows(re.memory_plan()), memory_limit(re.memory_plan()), [e = &re] { return e->moe_report(); }});
+    }
   sm.resize_caches = [&service, e = engine](const CacheResize& r) { return resize_served_caches(service, *e, r); };
   server::HttpServer http(so, sm, service);
   const int port = http.bind();
@@ -242,6 +247,9 @@ int run_serve(ServeArgs& f) {
               : eo.threads > 0 ? fmt::format("{} threads", eo.threads).c_str()
                                      : "all threads");
   std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
+  if (RankGroup* group = loaded->group())
+    std::printf("  ranks     %d (tensor parallel%s); the table is rank 0's, every rank's plan is in /v1/stats \"ranks\"\n",
+                group->size(), eo.expert_parallel ? ", experts split over the ranks" : "");
   if (const PagePool* swa = engine->kv().swa_pool()) {
     int n_swa = 0;
     for (int32_t l = 0; l < kc.n_layer; ++l) n_swa += engine->kv().in_swa_pool(l);

@@ -97,6 +97,15 @@ struct ServedModel {
   /** The memory plan's rows (engine/memory_plan.h memory_rows) and limit (0: none), for /v1/stats. */
   std::vector<MemoryRow> memory_rows;
   int64_t memory_limit = 0;
+  /** One rank of a rank group (--tensor-parallel-size): its memory plan and MoE counters. */
+  struct Rank {
+    std::vector<MemoryRow> memory_rows;
+    int64_t memory_limit = 0;
+    std::function<std::optional<MoeReport>()> moe_report;
+  };
+  /** Every rank, in rank order, for /v1/stats' "ranks" (empty: one rank; the fields above are then the
+   *  only engine's, and with ranks rank 0's). */
+  std::vector<Rank> ranks;
   /** POST /v1/admin/cache (server/admin.cpp): resizes the running engine's KV and expert caches
    *  between steps and returns the sizes after (`ft serve`: resize_served_caches). Unset: the route
    *  answers 501 (no engine to resize). */

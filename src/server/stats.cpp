@@ -157,6 +157,17 @@ nlohmann::ordered_json stats_json(const ServerContext& ctx, const EngineStats& s
   j["totals"] = tot;
   j["uptime_s"] = s.uptime_s;
   j["moe"] = moe ? moe_json(*moe) : oj(nullptr);
+  if (!ctx.model.ranks.empty()) {  // a rank group: each rank's plan and experts (rank 0's are above too)
+    oj ranks = oj::array();
+    for (size_t r = 0; r < ctx.model.ranks.size(); ++r) {
+      const ServedModel::Rank& rk = ctx.model.ranks[r];
+      const std::optional<MoeReport> m = rk.moe_report ? rk.moe_report() : std::nullopt;
+      ranks.push_back(oj{{"rank", static_cast<int64_t>(r)},
+                         {"memory", memory_json(rk.memory_rows, rk.memory_limit)},
+                         {"moe", m ? moe_json(*m) : oj(nullptr)}});
+    }
+    j["ranks"] = ranks;
+  }
   return j;
 }
 
