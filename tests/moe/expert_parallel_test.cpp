@@ -180,10 +180,17 @@ void expect_synthetic_ep_matches_fused(int n_ranks) {
       EXPECT_EQ(ep.owned(l).begin, comm.rank() * n_expert[l] / n_ranks) << "layer " << l;
     EXPECT_EQ(ep.owned(1).end, 0);
     std::vector<Step> mine = steps;  // each rank its own inputs
+    auto& outs = got[static_cast<size_t>(comm.rank())];
     for (Step& st : mine) {
       auto [x, ids, w] = tensors(st);
-      auto& out = got[static_cast<size_t>(comm.rank())].emplace_back(static_cast<size_t>(st.T * H), 1e9f);
+      auto& out = outs.emplace_back(static_cast<size_t>(st.T * H), 1e9f);
       ep.compute(st.layer, x, ids, w, Tensor(out.data(), DType::F32, {st.T, H}));
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {  // again: the same bits (deterministic)
+      auto [x, ids, w] = tensors(mine[i]);
+      std::vector<float> again(outs[i].size(), 1e9f);
+      ep.compute(mine[i].layer, x, ids, w, Tensor(again.data(), DType::F32, {mine[i].T, H}));
+      EXPECT_EQ(std::memcmp(again.data(), outs[i].data(), again.size() * 4), 0) << "step " << i << " repeated";
     }
   });
   for (int r = 0; r < n_ranks; ++r)
