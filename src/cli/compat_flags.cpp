@@ -114,6 +114,15 @@ void add_compat_flags(CLI::App* cmd, CompatFlags& f) {
       ->type_name("VALUE")
       ->group("");
   cmd->add_flag("--no-kv-offload", f.no_kv_offload, "-nkvo: refused: the KV cache stays on the device")->group("");
+  // Multi-node launch flags (SGLang's --nnodes / --node-rank, torchrun's --master-addr): one node only.
+  cmd->add_option("--nnodes", f.nnodes, "nodes of a multi-node run: only 1 (multi-node is not built yet)")
+      ->type_name("N")
+      ->group(kGroupEngine);
+  cmd->add_option("--node-rank", f.node_rank, "this node's rank in a multi-node run: only 0")->type_name("R")->group(kGroupEngine);
+  cmd->add_option("--master-addr,--dist-init-addr", f.master_addr,
+                  "rank 0's address for a multi-node run: refused (multi-node is not built yet)")
+      ->type_name("HOST[:PORT]")
+      ->group(kGroupEngine);
   cmd->add_option("--override-tensor", f.override_tensor,
                   "-ot: refused: ft places tensors itself (--moe-strategy, --moe-cpu-layers, --gpu-memory-limit)")
       ->type_name("PATTERN")
@@ -151,8 +160,13 @@ void check_compat_flags(const CompatFlags& f) {
     fail(ErrorCode::kInvalidArgument, "-hff/--hf-file {}: ft does not download models; download the file and give its "
          "path", *f.hf_file);
   if (f.multi_gpu)
-    fail(ErrorCode::kUnsupported, "-ts/-sm/-mg/-dev {}: ft runs on one GPU (multi-GPU is not built yet); pick the card "
-         "with CUDA_VISIBLE_DEVICES=N", *f.multi_gpu);
+    fail(ErrorCode::kUnsupported, "-ts/-sm/-mg/-dev {}: llama.cpp's layer split is not how ft splits a model: "
+         "--tensor-parallel-size N splits heads and FFN columns over N ranks (--expert-parallel on: the experts); "
+         "CUDA_VISIBLE_DEVICES picks the cards", *f.multi_gpu);
+  if ((f.nnodes && *f.nnodes != 1) || (f.node_rank && *f.node_rank != 0) || f.master_addr)
+    fail(ErrorCode::kUnsupported, "{}: multi-node runs are not supported yet: ft's ranks are on one host "
+         "(--tensor-parallel-size N)", f.master_addr ? "--master-addr " + *f.master_addr
+         : f.nnodes && *f.nnodes != 1 ? fmt::format("--nnodes {}", *f.nnodes) : fmt::format("--node-rank {}", *f.node_rank));
   if (f.no_kv_offload)
     fail(ErrorCode::kUnsupported, "-nkvo/--no-kv-offload: the KV cache stays in device memory (a host KV tier is not "
          "built yet); --kv-cache-dtype and --kv-tokens make it smaller");

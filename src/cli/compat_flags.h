@@ -33,7 +33,9 @@ struct CompatFlags {
   std::optional<std::string> cache_type_k, cache_type_v;  // -ctk / -ctv: --kv-cache-dtype (one for both)
   bool cont_batching = false, no_warmup = false;           // taken: always so / nothing to skip
   std::optional<std::string> threads_batch;    // -tb: warned, ignored (--threads serves both)
-  std::optional<std::string> multi_gpu;        // -ts, -sm, -mg, -dev: refused (one GPU)
+  std::optional<std::string> multi_gpu;        // -ts, -sm, -mg, -dev: refused (llama.cpp's layer split)
+  std::optional<int> nnodes, node_rank;        // multi-node: 1 and 0 taken, others refused
+  std::optional<std::string> master_addr;      // multi-node rendezvous: refused
   bool no_kv_offload = false;                  // -nkvo: refused (the KV cache stays on the device)
   bool cpu_moe = false;                        // -cmoe/--cpu-moe: --moe-strategy cpu (registered with the MoE flags)
 };

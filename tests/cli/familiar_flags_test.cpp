@@ -271,7 +271,10 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
            Case{"serve --port 0 -ctx 4096", "unknown option '-ctx'"},
            Case{"serve --port 0 -ctk q8_0 -ctv f16", "-ctk q8_0 and -ctv f16: ft's KV cache holds K and V in one type"},
            Case{"serve --port 0 -ctk q4_0", "-ctk/-ctv q4_0: ft's KV cache holds f32, bf16"},
-           Case{"serve --port 0 -ts 1,1", "-ts/-sm/-mg/-dev 1,1: ft runs on one GPU"},
+           Case{"serve --port 0 -ts 1,1", "-ts/-sm/-mg/-dev 1,1: llama.cpp's layer split is not how ft splits a model"},
+           Case{"serve --port 0 --nnodes 2", "--nnodes 2: multi-node runs are not supported yet"},
+           Case{"serve --port 0 --node-rank 1", "--node-rank 1: multi-node runs are not supported yet"},
+           Case{"serve --port 0 --master-addr 10.0.0.1", "--master-addr 10.0.0.1: multi-node runs are not supported"},
            Case{"serve --port 0 -nkvo", "-nkvo/--no-kv-offload: the KV cache stays in device memory"},
            Case{"serve --port 0 -hff model.gguf", "-hff/--hf-file model.gguf: ft does not download"},
            // Errors name the flag as typed, also where it was a multi-letter one rewritten before parsing.
