@@ -168,6 +168,27 @@ void tp_all_reduce(ForwardContext& ctx, const Tensor& out) {
   if (ctx.tp && ctx.tp->group_size() > 1) ctx.tp->all_reduce(out, out);
 }
 
+dist::TpRange tp_kv_heads_read(int64_t n_head, int64_t n_kv, const dist::TpShard& tp) {
+  const dist::TpRange q = dist::tp_heads(n_head, tp);
+  if (n_kv <= 0 || n_kv % tp.size == 0 || tp.size % n_kv != 0 || n_head % n_kv != 0)
+    return dist::tp_kv_heads(n_kv, tp);
+  return {q.begin / (n_head / n_kv), 1};  // the rank's query heads all read this one
+}
+
+std::vector<int64_t> index_range(int64_t begin, int64_t n) {
+  std::vector<int64_t> r(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) r[static_cast<size_t>(i)] = begin + i;
+  return r;
+}
+
+void check_tp_group(const ForwardContext& ctx, const dist::TpShard& tp) {
+  const int size = ctx.tp ? ctx.tp->group_size() : 1, rank = ctx.tp ? ctx.tp->rank() : 0;
+  if (size != tp.size || rank != tp.rank)
+    fail(ErrorCode::kInvalidArgument,
+         "the model was loaded as tensor-parallel rank {} of {}, but runs with a group of {} (rank {})", tp.rank,
+         tp.size, size, rank);
+}
+
 void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, const AttentionWeights& w,
                      const Tensor& h, Tensor out, const ActQ8* h_q8) {
   Ops& ops = ctx.ops;

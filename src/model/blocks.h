@@ -77,6 +77,20 @@ void attention_block(ForwardContext& ctx, int64_t l, const AttentionSpec& spec, 
  *  partial output (tensor parallelism). Nothing when ctx.tp is null or of one rank. */
 void tp_all_reduce(ForwardContext& ctx, const Tensor& out);
 
+/** The KV heads tensor-parallel rank `tp` reads, of n_kv KV heads shared by n_head query heads (the
+ *  rank's query heads dist::tp_heads(n_head, tp)): its block of them when tp.size divides n_kv
+ *  (dist::tp_kv_heads); the one KV head its query heads share when n_kv divides tp.size (that head
+ *  replicated on tp.size / n_kv ranks, each computing it, as vLLM does). Throws ft::Error(kUnsupported)
+ *  otherwise (dist::tp_split's message) and for n_head not a multiple of the size. */
+dist::TpRange tp_kv_heads_read(int64_t n_head, int64_t n_kv, const dist::TpShard& tp);
+
+/** The indices begin, begin + 1, ..., begin + n - 1 (the rows of WeightLoader::get_rows). */
+std::vector<int64_t> index_range(int64_t begin, int64_t n);
+
+/** Throws ft::Error(kInvalidArgument) unless ctx.tp's group (none: one rank) is the one `tp` (the
+ *  model's Model::tensor_parallel()) was loaded for: the same size and rank. */
+void check_tp_group(const ForwardContext& ctx, const dist::TpShard& tp);
+
 // ---- feed-forward ----
 
 struct MlpWeights {

@@ -26,6 +26,11 @@
 // routes (no --moe-prefetch targets).
 // KV layout: every layer's pages are sized for the widest layer (ModelConfig head_dim / n_head_kv are
 // the maxima); a narrower layer uses a prefix of its pages.
+// Tensor parallelism (a WeightLoader shard, dist/tensor_parallel.h): each rank its query heads (q rows,
+// o columns), the KV heads they read (split, or one replicated on every rank whose query heads share
+// it when a layer has fewer KV heads than ranks) and the MLP's columns (gate/up rows, down columns);
+// the o_proj and down_proj outputs all-reduced, so the post-norms see whole rows. Norms, per-layer
+// inputs, router and experts whole on every rank.
 #include <cmath>
 
 #include <fmt/format.h>
@@ -101,6 +106,9 @@ class Gemma4 final : public Model {
     io_ = load_output(ld, config_);
     embeddings_tied_ = io_.tied;
     config_.validate();
+    tp_ = ld.tensor_parallel();
+    full_n_head_ = config_.n_head;
+    if (tp_.size > 1) shard_config();
     const int64_t H = config_.n_embd, P = config_.ple_dim, L = config_.n_layer;
     if (P > 0) {
       // Untied: placed by the memory plan with the token table (place_deferred / move_embeddings_to_host).
@@ -146,6 +154,7 @@ class Gemma4 final : public Model {
   }
 
   void forward(ForwardContext& ctx) const override {
+    check_tp_group(ctx, tp_);
     Ops& ops = ctx.ops;
     ForwardState& s = ctx.state;
     const int64_t T = ctx.batch.n_tokens, H = config_.n_embd, P = config_.ple_dim, L = config_.n_layer;
@@ -351,29 +360,57 @@ class Gemma4 final : public Model {
     if (softcap_ < 0.0f) fail(ErrorCode::kInvalidFile, "{}: final_logit_softcapping {} must be > 0", src, softcap_);
   }
 
+  /** config_ made tensor-parallel rank tp_'s (the whole model's sizes stay in geom_, full_n_head_ and
+   *  mlp_ff_): n_head and each layer's KV heads (layer_kv_heads: tp_kv_heads_read, a KV head replicated
+   *  on the ranks whose query heads share it when the size exceeds a layer's KV heads), the KV pages'
+   *  n_head_kv for the rank's widest layer, the MLP width n_ff divided by the size. Throws
+   *  ft::Error(kUnsupported) naming what the size does not divide. */
+  void shard_config() {
+    ModelConfig& c = config_;
+    c.n_head = dist::tp_heads(full_n_head_, tp_).count;
+    (void)dist::tp_ffn(mlp_ff_, tp_);  // refuses an MLP width the size does not divide
+    int64_t max_w = 0;
+    for (size_t l = 0; l < geom_.size(); ++l) {
+      const int64_t kv = tp_kv_heads_read(full_n_head_, geom_[l].n_kv, tp_).count;
+      c.layer_kv_heads[l] = kv;
+      max_w = std::max(max_w, kv * geom_[l].head_dim);
+    }
+    int64_t kv = (max_w + c.head_dim - 1) / c.head_dim;
+    while (c.n_head % kv != 0) ++kv;
+    c.n_head_kv = kv;
+    const bool wide = double_wide_ && first_shared_ < c.n_layer;
+    c.n_ff = std::max({mlp_ff_ * (wide ? 2 : 1) / tp_.size, c.ple_dim});
+  }
+
   Layer load_layer(WeightLoader& ld, Ops& ops, int64_t l) {
-    const ModelConfig& c = config_;
+    const ModelConfig& c = config_;  // the rank's sizes; the checkpoint's: geom_, full_n_head_, mlp_ff_
     const LayerGeom& g = geom_[static_cast<size_t>(l)];
-    const int64_t H = c.n_embd, hd = g.head_dim, qd = c.n_head * hd, kvd = g.n_kv * hd, P = c.ple_dim;
+    const int64_t H = c.n_embd, hd = g.head_dim, qd = full_n_head_ * hd, kvd = g.n_kv * hd, P = c.ple_dim;
+    const dist::TpRange heads = dist::tp_heads(full_n_head_, tp_);
+    const dist::TpRange kvr = tp_.size == 1 ? dist::TpRange{0, g.n_kv} : tp_kv_heads_read(full_n_head_, g.n_kv, tp_);
     Layer Ly;
-    Ly.head_dim = hd, Ly.n_kv = g.n_kv;
-    Ly.attn = {static_cast<int32_t>(c.n_head), static_cast<int32_t>(g.n_kv), static_cast<int32_t>(hd), 1.0f,
+    Ly.head_dim = hd, Ly.n_kv = kvr.count;
+    Ly.attn = {static_cast<int32_t>(c.n_head), static_cast<int32_t>(kvr.count), static_cast<int32_t>(hd), 1.0f,
                g.sliding ? c.sliding_window : 0, Tensor()};
     Ly.rope = {RopeMode::kNeox, static_cast<int32_t>(hd), static_cast<int32_t>(hd), upload_f32(ops, g.inv_freq, storage_),
                1.0f};
     auto norm_w = [&](const char* name, int64_t n) {
       return ld.get({"", fmt::format("model.layers.{}.{}.weight", l, name)}, {n}, WeightKind::kVector);
     };
-    auto mat = [&](const char* name, int64_t rows, int64_t cols) {
-      return ld.get({"", fmt::format("model.layers.{}.{}.weight", l, name)}, {rows, cols});
+    auto wname = [&](const char* name) { return WeightName{"", fmt::format("model.layers.{}.{}.weight", l, name)}; };
+    auto mat = [&](const char* name, int64_t rows, int64_t cols) { return ld.get(wname(name), {rows, cols}); };
+    // Column parallel: rows [begin, begin + n) of [rows, cols]; row parallel: its columns (one rank: whole).
+    auto mat_rows = [&](const char* name, int64_t rows, int64_t cols, int64_t begin, int64_t n) {
+      return tp_.size == 1 ? mat(name, rows, cols) : ld.get_rows(wname(name), {rows, cols}, index_range(begin, n));
     };
     Ly.attn_norm = norm_w("input_layernorm", H);
     Ly.post_attn_norm = norm_w("post_attention_layernorm", H);
     Ly.pre_ffn_norm = norm_w("pre_feedforward_layernorm", H);
     Ly.post_ffn_norm = norm_w("post_feedforward_layernorm", H);
-    Ly.wq = mat("self_attn.q_proj", qd, H);
-    Ly.q_norm = norm_w("self_attn.q_norm", hd);
-    Ly.wo = mat("self_attn.o_proj", H, qd);
+    Ly.wq = mat_rows("self_attn.q_proj", qd, H, heads.begin * hd, heads.count * hd);  // the rank's heads
+    Ly.q_norm = norm_w("self_attn.q_norm", hd);  // per head: whole
+    Ly.wo = tp_.size == 1 ? mat("self_attn.o_proj", H, qd)
+                          : ld.get_cols(wname("self_attn.o_proj"), {H, qd}, heads.begin * hd, heads.count * hd);
     Ly.kv_source = l;
     if (l >= first_shared_) {
       int64_t src = -1;
@@ -387,12 +424,12 @@ class Gemma4 final : public Model {
              src, g.n_kv, hd, sg.n_kv, sg.head_dim);
       Ly.kv_source = src;
     } else {
-      Ly.wk = mat("self_attn.k_proj", kvd, H);
+      Ly.wk = mat_rows("self_attn.k_proj", kvd, H, kvr.begin * hd, kvr.count * hd);  // the KV heads the rank reads
       Ly.k_norm = norm_w("self_attn.k_norm", hd);
-      if (!(k_eq_v_ && !g.sliding)) Ly.wv = mat("self_attn.v_proj", kvd, H);
+      if (!(k_eq_v_ && !g.sliding)) Ly.wv = mat_rows("self_attn.v_proj", kvd, H, kvr.begin * hd, kvr.count * hd);
     }
     const int64_t F = mlp_ff_ * (double_wide_ && l >= first_shared_ ? 2 : 1);
-    Ly.mlp = {mat("mlp.gate_proj", F, H), mat("mlp.up_proj", F, H), mat("mlp.down_proj", H, F)};
+    Ly.mlp = load_mlp_shard(ld, wname("mlp.gate_proj"), wname("mlp.up_proj"), wname("mlp.down_proj"), H, F, tp_);
     if (c.n_expert > 0) {
       const int64_t E = c.n_expert, Fe = c.n_ff_exp;
       Ly.router = mat("router.proj", E, H);
@@ -464,6 +501,7 @@ class Gemma4 final : public Model {
     ops.attention(Ly.attn, kvb, q, kv, attn, ctx.q8(attn_q8));  // [T, n_head * hd]
     ctx.dump_if("kqv_out", l, attn);
     ops.matmul(attn, Ly.wo, out, Tensor(), ctx.q8(attn_q8));
+    tp_all_reduce(ctx, out);  // tensor parallel: the heads' partial sums
   }
 
   /** out [T, H] = down(gelu_tanh(gate h) * up h). h_q8: h's int8 form from its norm (ActQ8). */
@@ -476,6 +514,7 @@ class Gemma4 final : public Model {
     ctx.ops.matmul(h, Ly.mlp.up, u, Tensor(), h_q8);
     ctx.ops.gelu_tanh_mul(g, u, g);
     ctx.ops.matmul(g, Ly.mlp.down, out, Tensor());
+    tp_all_reduce(ctx, out);  // tensor parallel: the MLP columns' partial sums
   }
 
   /** out [T, H] = the routed experts of layer l: routes from the residual x, experts on
@@ -500,6 +539,7 @@ class Gemma4 final : public Model {
   std::vector<LayerGeom> geom_;
   bool k_eq_v_ = false, double_wide_ = false;
   int64_t first_shared_ = 0, mlp_ff_ = 0, ple_vocab_ = 0;
+  int64_t full_n_head_ = 0;  // the checkpoint's query heads (config_.n_head: the rank's)
   float softcap_ = 0.0f;
   OutputWeights io_;
   Tensor ones_;  // F32 [head_dim]: the weight of the unweighted v_norm

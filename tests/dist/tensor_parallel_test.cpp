@@ -216,6 +216,49 @@ TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
                       "blk.0.ffn_down.weight: columns [48, 96) do not fall on Q8_0 blocks of 32");
 }
 
+/** TP n of `dir` (with `ep`, its routed experts split over the same group, ExpertParallelExperts)
+ *  gives one rank's logits within 1e-5, bit-identical across ranks; TP1 gives the plain load's bits. */
+void expect_tp_matches_one_rank(const std::string& dir, int n, bool ep, const std::string& label) {
+  SCOPED_TRACE(label);
+  const std::vector<int32_t> tokens = fixture_tokens(dir);
+  const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
+  CpuOps ops(1);
+  Loaded one = load(dir, ops);
+  ResidentExperts experts(ops, one.model->host_experts());
+  const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+  {
+    const auto group = dist::make_in_process_group(1);
+    Loaded m = load(dir, ops, {0, 1});
+    ResidentExperts e(ops, m.model->host_experts());
+    const std::vector<float> got = run_model(*m.model, ops, e, tokens, prefill, group[0].get());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
+  }
+  const auto group = dist::make_in_process_group(n);
+  std::vector<std::vector<float>> got(static_cast<size_t>(n));
+  dist::run_ranks(group, [&](dist::Collective& comm) {
+    CpuOps rank_ops(1);
+    Loaded m = load(dir, rank_ops, {comm.rank(), n});
+    EXPECT_EQ(m.model->config().n_head, one.model->config().n_head / n);
+    std::unique_ptr<ExpertCompute> e;
+    if (ep) e = std::make_unique<ExpertParallelExperts>(comm, rank_ops, m.model->host_experts());
+    else e = std::make_unique<ResidentExperts>(rank_ops, m.model->host_experts());
+    got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, *e, tokens, prefill, &comm);
+  });
+  expect_ranks_match(got, want, label);
+}
+
+// Architectures with their own loaders (not build_decoder): Gemma 4 (attention heads, per-layer KV
+// heads split or, where a layer has fewer KV heads than ranks, replicated on the ranks that read them;
+// MLP columns; per-layer inputs, router and experts whole), ...
+TEST(TensorParallel, OwnLoadersSameLogitsAsOneRank) {
+  const std::string repo = source_dir() + "/tests/model/fixtures/";
+  expect_tp_matches_one_rank(fixture("gemma4"), 2, false, "[ tp ] gemma4 TP2");
+  expect_tp_matches_one_rank(fixture("gemma4"), 4, false, "[ tp ] gemma4 TP4 (KV heads replicated)");
+  expect_tp_matches_one_rank(repo + "gemma4_moe", 2, false, "[ tp ] gemma4_moe TP2");
+  expect_tp_matches_one_rank(repo + "gemma4_moe", 2, true, "[ tp+ep ] gemma4_moe TP2+EP2");
+}
+
 TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
   const std::string dir = fixture("qwen3");
   CpuOps ops(1);
@@ -234,13 +277,15 @@ TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
 
 TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
   const std::pair<const char*, const char*> cases[] = {
-      {"gemma4", "tensor parallelism (size 2) is not supported for this architecture yet"},
+      {"qwen4_exp", "tensor parallelism (size 2) is not supported for this architecture yet"},
+      {"deepseek_v4", "tensor parallelism (size 2) is not supported for this architecture yet"},
   };
   for (const auto& [name, message] : cases) {
     SCOPED_TRACE(name);
     expect_load_refused(fixture(name), {0, 2}, message);
   }
   expect_load_refused(fixture("qwen3"), {0, 4}, "KV heads (2) is not a multiple");  // 2 KV heads over 4 ranks
+  expect_load_refused(fixture("gemma4"), {0, 3}, "attention heads (4) is not a multiple of the tensor-parallel size (3)");
   expect_load_refused(fixture("qwen3_next"), {0, 4},  // 2 linear-attention key heads over 4 ranks
                       "linear-attention key heads (2) is not a multiple of the tensor-parallel size (4)");
 }
