@@ -25,6 +25,7 @@ struct EpVariant {
   int32_t cap;             // fetch cap (hybrid), -1: none
   int64_t stream_min = 0;  // MoeRuntimeOptions::stream_min_tokens (0: the default, no step streams)
   bool prefetch = false;   // MoeRuntimeOptions::prefetch
+  const char* cpu_layers = "";  // --moe-cpu-layers
 };
 
 const EpVariant kEpVariants[] = {
@@ -34,6 +35,7 @@ const EpVariant kEpVariants[] = {
     {"hybrid, cap 1", MoeStrategy::kHybrid, 1},
     {"hybrid, cap 1, prefetch", MoeStrategy::kHybrid, 1, 0, true},
     {"cpu", MoeStrategy::kCpu, -1},
+    {"offload + cpu layer 1", MoeStrategy::kOffload, -1, 0, false, "1"},
 };
 
 /** The rank's strategy over its owned banks: the smallest legal cache (2 x its experts a layer). */
@@ -44,7 +46,7 @@ std::unique_ptr<ExpertCompute> make_rank_strategy(Ops& ops, const HostExpertBank
   MoeRuntimeOptions ro;
   ro.max_tokens = max_tokens, ro.n_expert_used = k, ro.cpu_threads = 1, ro.prefetch = v.prefetch;
   if (v.stream_min > 0) ro.stream_min_tokens = v.stream_min;
-  return make_expert_compute(ops, owned, make_plan(owned, v.strategy, 2 * n_local, v.cap), ro);
+  return make_expert_compute(ops, owned, make_plan(owned, v.strategy, 2 * n_local, v.cap, v.cpu_layers), ro);
 }
 
 TEST(ExpertParallelExperts, OverOffloadSameLogitsAsOneRankFused) {
@@ -86,7 +88,7 @@ TEST(ExpertParallelExperts, OverOffloadSameLogitsAsOneRankFused) {
           EXPECT_LT(rel_l2(g, want), 1e-5) << "rank " << r;
           EXPECT_EQ(std::memcmp(g.data(), got[0].data(), g.size() * 4), 0) << "rank " << r;
           EXPECT_GT(st.misses + st.cpu_experts, 0) << "rank " << r;  // its own cache / CPU pool did the work
-          EXPECT_EQ(st.cpu_experts > 0, v.strategy != MoeStrategy::kOffload) << "rank " << r;
+          EXPECT_EQ(st.cpu_experts > 0, v.strategy != MoeStrategy::kOffload || *v.cpu_layers) << "rank " << r;
           // Gemma 4's MoE block predicts no later layer's routes (no prefetch targets).
           EXPECT_EQ(st.prefetched > 0, v.prefetch && !gemma4) << "rank " << r;
         }
