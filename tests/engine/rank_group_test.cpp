@@ -21,12 +21,22 @@ namespace {
 struct GroupCase {
   const char* fixture;
   bool expert_parallel;
+  MoeStrategy strategy = MoeStrategy::kAuto;  // each rank's, over its own experts
 };
+
+/** The small options with `strategy` (offload and hybrid: an 8-slot expert cache). */
+EngineOptions case_options(MoeStrategy strategy) {
+  EngineOptions o = small_engine_options();
+  o.moe.strategy = strategy;
+  if (strategy == MoeStrategy::kOffload || strategy == MoeStrategy::kHybrid) o.moe.cache = {CacheSizeMode::kSlots, 8, 0.0};
+  return o;
+}
 
 std::string fixture_dir(const char* name) { return shared_dir() + "/fixtures/hf/" + name; }
 
-std::unique_ptr<RankGroup> load_group(const std::string& dir, int ranks, bool expert_parallel) {
-  EngineOptions o = small_engine_options();
+std::unique_ptr<RankGroup> load_group(const std::string& dir, int ranks, bool expert_parallel,
+                                      MoeStrategy strategy = MoeStrategy::kAuto) {
+  EngineOptions o = case_options(strategy);
   o.tensor_parallel = ranks;
   o.expert_parallel = expert_parallel;
   return RankGroup::load(open_checkpoint(dir), dir, o);
@@ -39,8 +49,8 @@ TEST_P(RankGroupFixtures, StepsEqualOneEngineAndTransformers) {
   const std::string dir = fixture_dir(c.fixture);
   const std::vector<RefCase> refs = read_reference(dir);
   ASSERT_FALSE(refs.empty()) << dir;
-  auto one = Engine::load(dir, small_engine_options());
-  auto group = load_group(dir, 2, c.expert_parallel);
+  auto one = Engine::load(dir, small_engine_options());  // fused: what every strategy computes
+  auto group = load_group(dir, 2, c.expert_parallel, c.strategy);
   EngineRunner one_runner(*one);
   const int64_t V = one->config().n_vocab;
   ASSERT_EQ(group->runner().vocab_size(), V);
@@ -77,7 +87,7 @@ TEST_P(RankGroupFixtures, ServedGreedyTokensAreTransformers) {
   const std::string dir = fixture_dir(c.fixture);
   const std::vector<RefCase> refs = read_reference(dir);
   ASSERT_FALSE(refs.empty()) << dir;
-  auto group = load_group(dir, 2, c.expert_parallel);
+  auto group = load_group(dir, 2, c.expert_parallel, c.strategy);
   ServiceConfig sc;
   sc.scheduler.max_running = 4;
   sc.check_integrity = true;
@@ -96,9 +106,14 @@ TEST_P(RankGroupFixtures, ServedGreedyTokensAreTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RankGroupFixtures,
                          ::testing::Values(GroupCase{"qwen3", false}, GroupCase{"qwen3_moe", false},
-                                           GroupCase{"qwen3_moe", true}, GroupCase{"mixtral", true}),
+                                           GroupCase{"qwen3_moe", true}, GroupCase{"mixtral", true},
+                                           GroupCase{"qwen3_moe", true, MoeStrategy::kOffload},
+                                           GroupCase{"qwen3_moe", true, MoeStrategy::kCpu},
+                                           GroupCase{"qwen3_moe", true, MoeStrategy::kHybrid}),
                          [](const auto& info) {
-                           return std::string(info.param.fixture) + (info.param.expert_parallel ? "_ep" : "_tp");
+                           const GroupCase& c = info.param;
+                           return std::string(c.fixture) + (c.expert_parallel ? "_ep" : "_tp") +
+                                  (c.strategy == MoeStrategy::kAuto ? "" : std::string("_") + moe_strategy_name(c.strategy));
                          });
 
 TEST(RankGroup, ARefusedStepLeavesTheGroupServing) {
