@@ -42,6 +42,13 @@
 // Step scratch beyond ForwardState (streams, hyper-connection weights, entries) is a StepScratch,
 // grown geometrically with the batch and the context. The model is checked against its fixture on the
 // CPU backend; an op a backend lacks is refused there (kUnsupported naming the op).
+//
+// Tensor parallelism (a WeightLoader shard, dist/tensor_parallel.h): each rank its query heads (wq_b
+// rows, sinks) and the output LoRA groups over them (wo_a's groups, wo_b's columns; o_groups a multiple
+// of the size), and the shared expert's columns; the attention output and the shared expert's output
+// all-reduced. The q LoRA, the one K=V head, the compressors, the indexer, the hyper-connections, the
+// router and the routed experts are whole on every rank (each computes them: the KV pages and the
+// indexer's choices are the same on every rank).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -129,7 +136,13 @@ class DeepseekV4 final : public Model {
   };
   Scratch& scratch(Ops& ops, int64_t T, int64_t entries) const;
 
-  // Hyperparameters (config.json).
+  /** config_ made tensor-parallel rank tp_'s: n_head, o_groups_ and n_ff_shexp divided by the size
+   *  (full_n_head_, full_o_groups_, full_ff_shexp_ keep the checkpoint's). Throws ft::Error(kUnsupported)
+   *  naming what the size does not divide (dist::tp_split). */
+  void shard_config();
+
+  // Hyperparameters (config.json). o_groups_: the rank's output LoRA groups.
+  int64_t full_n_head_ = 0, full_o_groups_ = 0, full_ff_shexp_ = 0;
   int64_t n_hc_ = 0, sinkhorn_ = 0, q_lora_ = 0, o_groups_ = 0, o_lora_ = 0, ih_ = 0, id_ = 0, topk_ = 0;
   int64_t window_ = 0, rate_hca_ = 0, rate_csa_ = 0;
   double hc_eps_ = 1e-6, swiglu_limit_ = 0.0;
@@ -185,6 +198,13 @@ void DeepseekV4::read_config(const json& cfg) {
          "must fit index_head_dim {}", n_rot, id_);
   if ((c.n_head * c.head_dim) % o_groups_ != 0)
     fail(ErrorCode::kInvalidFile, "config.json: o_groups {} must divide num_attention_heads x head_dim", o_groups_);
+  full_n_head_ = c.n_head, full_o_groups_ = o_groups_, full_ff_shexp_ = c.n_ff_shexp;
+}
+
+void DeepseekV4::shard_config() {
+  config_.n_head = dist::tp_heads(full_n_head_, tp_).count;
+  o_groups_ = dist::tp_split(full_o_groups_, tp_, "output LoRA groups (o_groups)").count;
+  config_.n_ff_shexp = dist::tp_split(full_ff_shexp_, tp_, "shared expert FFN width").count;
 }
 
 Compressor DeepseekV4::load_compressor(WeightLoader& ld, const std::string& pre, int64_t rate, int64_t hd, bool overlap,
@@ -220,11 +240,22 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
   if (ld.is_gguf()) fail(ErrorCode::kUnsupported, "deepseek_v4: GGUF checkpoints are not supported yet (safetensors)");
   if (c.n_nextn_layers > 0)
     spdlog::info("deepseek_v4: {} multi-token-prediction layer(s) not loaded", c.n_nextn_layers);
-  const int64_t H = c.n_embd, V = c.n_vocab, nh = c.n_head, hd = c.head_dim, E = c.n_expert, k = c.n_expert_used;
-  const int64_t F = c.n_ff_exp, Fs = c.n_ff_shexp;
+  const int64_t H = c.n_embd, V = c.n_vocab, hd = c.head_dim, E = c.n_expert, k = c.n_expert_used;
+  const int64_t F = c.n_ff_exp, Fs = c.n_ff_shexp;  // the checkpoint's
   if (E < 1 || k < 1 || F < 1 || Fs < 1)
     fail(ErrorCode::kInvalidFile, "config.json: deepseek_v4 needs n_routed_experts, num_experts_per_tok, "
          "moe_intermediate_size and n_shared_experts > 0");
+  tp_ = ld.tensor_parallel();
+  if (tp_.size > 1) shard_config();
+  const int64_t nh = full_n_head_;  // the checkpoint's heads; the rank's: heads below
+  const dist::TpRange heads = dist::tp_heads(nh, tp_), groups = dist::TpRange{
+      tp_.size == 1 ? 0 : dist::tp_split(full_o_groups_, tp_, "output LoRA groups (o_groups)").begin, o_groups_};
+  auto rows_of = [&](const std::string& name, int64_t rows, int64_t cols, int64_t begin, int64_t n) {
+    return tp_.size == 1 ? ld.get({"", name}, {rows, cols}) : ld.get_rows({"", name}, {rows, cols}, index_range(begin, n));
+  };
+  auto cols_of = [&](const std::string& name, int64_t rows, int64_t cols, int64_t begin, int64_t n) {
+    return tp_.size == 1 ? ld.get({"", name}, {rows, cols}) : ld.get_cols({"", name}, {rows, cols}, begin, n);
+  };
   tok_embd_ = ld.get({"", "model.embed_tokens.weight"}, {V, H});
   output_norm_ = ld.get({"", "model.norm.weight"}, {H}, WeightKind::kVector);
   output_ = ld.get({"", "head.weight"}, {V, H});
@@ -257,13 +288,14 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
     const std::string a = p + "attn.";
     L.wq_a = ld.get({"", a + "wq_a.weight"}, {q_lora_, H});
     L.q_norm = ld.get({"", a + "q_norm.weight"}, {q_lora_}, WeightKind::kVector);
-    L.wq_b = ld.get({"", a + "wq_b.weight"}, {nh * hd, q_lora_});
+    L.wq_b = rows_of(a + "wq_b.weight", nh * hd, q_lora_, heads.begin * hd, heads.count * hd);  // the rank's heads
     L.wkv = ld.get({"", a + "wkv.weight"}, {hd, H});
     L.kv_norm = ld.get({"", a + "norm.weight"}, {hd}, WeightKind::kVector);
-    const int64_t in_g = nh * hd / o_groups_;
-    L.wo_a = ld.get({"", a + "wo_a.weight"}, {o_groups_ * o_lora_, in_g}).reshape({o_groups_, o_lora_, in_g});
-    L.wo_b = ld.get({"", a + "wo_b.weight"}, {H, o_groups_ * o_lora_});
-    L.sinks = ld.get_f32({"", a + "attn_sink"}, {nh});
+    const int64_t in_g = nh * hd / full_o_groups_;  // the rank's groups read its heads' dims
+    L.wo_a = rows_of(a + "wo_a.weight", full_o_groups_ * o_lora_, in_g, groups.begin * o_lora_, groups.count * o_lora_)
+                 .reshape({groups.count, o_lora_, in_g});
+    L.wo_b = cols_of(a + "wo_b.weight", H, full_o_groups_ * o_lora_, groups.begin * o_lora_, groups.count * o_lora_);
+    L.sinks = ld.get_f32({"", a + "attn_sink"}, {nh}).slice(heads.begin, heads.count);
     if (L.type == kHca) {
       L.comp = load_compressor(ld, a + "compressor", rate_hca_, hd, false, 0);
     } else if (L.type == kCsa) {
@@ -308,9 +340,9 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
     bank.glu = ExpertGlu::kSwigluClamp;
     bank.glu_limit = static_cast<float>(swiglu_limit_);
     host_experts_.push_back(std::move(bank));
-    L.sh_gate = ld.get({"", f + "shared_experts.w1.weight"}, {Fs, H});
-    L.sh_up = ld.get({"", f + "shared_experts.w3.weight"}, {Fs, H});
-    L.sh_down = ld.get({"", f + "shared_experts.w2.weight"}, {H, Fs});
+    const MlpWeights sh = load_mlp_shard(ld, {"", f + "shared_experts.w1.weight"}, {"", f + "shared_experts.w3.weight"},
+                                         {"", f + "shared_experts.w2.weight"}, H, Fs, tp_);  // the rank's columns
+    L.sh_gate = sh.gate, L.sh_up = sh.up, L.sh_down = sh.down;
     layers_.push_back(std::move(L));
   }
   for (Buffer& b : ld.take_storage()) storage_.push_back(std::move(b));
@@ -352,6 +384,7 @@ DeepseekV4::Scratch& DeepseekV4::scratch(Ops& ops, int64_t T, int64_t entries) c
 }
 
 void DeepseekV4::forward(ForwardContext& ctx) const {
+  check_tp_group(ctx, tp_);
   std::lock_guard<std::mutex> lock(mu_);
   Ops& ops = ctx.ops;
   const ModelConfig& c = config_;
@@ -428,6 +461,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     ops.attention_compressed(ap, b, q, pages, Tensor(), Tensor(), att);
     ops.head_matmul(att, L.wo_a, oa);
     ops.matmul(oa, L.wo_b, out, Tensor());
+    tp_all_reduce(ctx, out);  // tensor parallel: the heads' (groups') partial sums
     return;
   }
   const int64_t rate = L.comp.p.rate;
@@ -461,6 +495,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   ops.attention_compressed(ap, b, q, pages, ent, sel, att);
   ops.head_matmul(att, L.wo_a, oa);
   ops.matmul(oa, L.wo_b, out, Tensor());
+  tp_all_reduce(ctx, out);  // tensor parallel: the heads' (groups') partial sums
 }
 
 void DeepseekV4::ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out, const ActQ8* h_q8) const {
@@ -485,6 +520,7 @@ void DeepseekV4::ffn(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor out
   ops.matmul(h, L.sh_up, u, Tensor(), h_q8);
   ops.swiglu_clamp(g, u, static_cast<float>(swiglu_limit_), g);
   ops.matmul(g, L.sh_down, y, Tensor());
+  tp_all_reduce(ctx, y);  // tensor parallel: the shared expert's columns' partial sums (out is whole)
   ops.add(out, y, out);
 }
 

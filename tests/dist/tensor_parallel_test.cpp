@@ -250,13 +250,20 @@ void expect_tp_matches_one_rank(const std::string& dir, int n, bool ep, const st
 
 // Architectures with their own loaders (not build_decoder): Gemma 4 (attention heads, per-layer KV
 // heads split or, where a layer has fewer KV heads than ranks, replicated on the ranks that read them;
-// MLP columns; per-layer inputs, router and experts whole), ...
+// MLP columns; per-layer inputs, router and experts whole), DeepSeek-V4 (query heads, sinks and the
+// output LoRA groups over them, shared expert columns; q LoRA, the one K=V head, compressors, indexer,
+// hyper-connections and routed experts whole), ...
 TEST(TensorParallel, OwnLoadersSameLogitsAsOneRank) {
   const std::string repo = source_dir() + "/tests/model/fixtures/";
   expect_tp_matches_one_rank(fixture("gemma4"), 2, false, "[ tp ] gemma4 TP2");
   expect_tp_matches_one_rank(fixture("gemma4"), 4, false, "[ tp ] gemma4 TP4 (KV heads replicated)");
   expect_tp_matches_one_rank(repo + "gemma4_moe", 2, false, "[ tp ] gemma4_moe TP2");
   expect_tp_matches_one_rank(repo + "gemma4_moe", 2, true, "[ tp+ep ] gemma4_moe TP2+EP2");
+  expect_tp_matches_one_rank(fixture("deepseek_v4"), 2, false, "[ tp ] deepseek_v4 TP2");
+  expect_tp_matches_one_rank(fixture("deepseek_v4"), 4, false, "[ tp ] deepseek_v4 TP4");
+  expect_tp_matches_one_rank(fixture("deepseek_v4"), 2, true, "[ tp+ep ] deepseek_v4 TP2+EP2");
+  expect_tp_matches_one_rank(repo + "deepseek_v4_yarn", 2, false, "[ tp ] deepseek_v4_yarn TP2");
+  expect_tp_matches_one_rank(repo + "deepseek_v4_yarn", 2, true, "[ tp+ep ] deepseek_v4_yarn TP2+EP2");
 }
 
 TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
@@ -278,7 +285,6 @@ TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
 TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
   const std::pair<const char*, const char*> cases[] = {
       {"qwen4_exp", "tensor parallelism (size 2) is not supported for this architecture yet"},
-      {"deepseek_v4", "tensor parallelism (size 2) is not supported for this architecture yet"},
   };
   for (const auto& [name, message] : cases) {
     SCOPED_TRACE(name);
@@ -286,6 +292,8 @@ TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
   }
   expect_load_refused(fixture("qwen3"), {0, 4}, "KV heads (2) is not a multiple");  // 2 KV heads over 4 ranks
   expect_load_refused(fixture("gemma4"), {0, 3}, "attention heads (4) is not a multiple of the tensor-parallel size (3)");
+  expect_load_refused(source_dir() + "/tests/model/fixtures/deepseek_v4_yarn", {0, 4},  // o_groups 2 over 4 ranks
+                      "output LoRA groups (o_groups) (2) is not a multiple of the tensor-parallel size (4)");
   expect_load_refused(fixture("qwen3_next"), {0, 4},  // 2 linear-attention key heads over 4 ranks
                       "linear-attention key heads (2) is not a multiple of the tensor-parallel size (4)");
 }
