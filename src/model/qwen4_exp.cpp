@@ -29,6 +29,11 @@
 // ngram_hash, ple_gate, stream_weighted_sum and attention_qsa (and V4's ops used here) exist on the
 // CPU and CUDA backends: the model refuses other backends at load. Step scratch is a StepScratch
 // (grown geometrically; a grown-out region stays allocated, since a recorded decode graph may use it).
+// Tensor parallelism (a WeightLoader shard, dist/tensor_parallel.h): each rank its QSA query heads
+// (q and gate rows, o columns) and its KV heads (V in its value pages, then the indexer's key), its Gated DeltaNet key heads with their value heads and recurrent state
+// (load_gated_delta_net), its shared-expert columns; the attention, DeltaNet and shared-expert
+// outputs all-reduced. The indexer, the hyper-connections, the PLE (n-gram tables, its conv state),
+// the router and the routed experts are whole on every rank.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -158,6 +163,11 @@ class Qwen4Exp final : public Model {
  private:
   void read_config(const json& cfg);
   void load(WeightLoader& ld, Ops& ops);
+  /** config_ (the whole model's, `full`) made tensor-parallel rank tp_'s: n_head, n_head_kv (KV heads
+   *  split, not replicated: dist::tp_kv_heads) and the value pages' width with them, the DeltaNet's key and value
+   *  heads, the shared expert's width divided by the size. Throws ft::Error(kUnsupported) naming what
+   *  the size does not divide (dist::tp_split). */
+  void shard_config(const ModelConfig& full);
   GatedResidual load_gr(WeightLoader& ld, Ops& ops, const std::string& pre, bool inject);
   Tensor upload_i64(WeightLoader& ld, Ops& ops, const std::string& name, const std::vector<int64_t>& want);
   /** The n-gram table of PLE module `t` ("model.layers.N.ple.ple_embedding."), [rows, hdim]: its
@@ -386,12 +396,29 @@ Tensor Qwen4Exp::ngram_table_host_mapped(WeightLoader& ld, const std::string& t,
   return table;
 }
 
-void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
+void Qwen4Exp::shard_config(const ModelConfig& full) {
   ModelConfig& c = config_;
+  if (full.lin_v_tiled) fail(ErrorCode::kUnsupported, "tensor parallelism of qwen4_exp: linear-attention value heads "
+                             "tiled over the key heads are not split yet");
+  c.n_head = dist::tp_heads(full.n_head, tp_).count;
+  c.n_head_kv = dist::tp_kv_heads(full.n_head_kv, tp_).count;
+  c.kv_v_width = c.n_head_kv * c.head_dim + 2 * id_;  // the rank's V, then the indexer's key (whole)
+  c.lin_n_k_heads = dist::tp_split(full.lin_n_k_heads, tp_, "linear-attention key heads").count;
+  c.lin_n_v_heads = c.lin_n_k_heads * (full.lin_n_v_heads / full.lin_n_k_heads);
+  c.n_ff_shexp = dist::tp_split(full.n_ff_shexp, tp_, "shared expert FFN width").count;
+}
+
+void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
+  ModelConfig& c = config_;  // the rank's sizes after shard_config; the checkpoint's: full
   const int64_t H = c.n_embd, V = c.n_vocab, n = n_hc_, nH = n * H, E = c.n_expert, hd = c.head_dim;
   if (E < 1 || c.n_expert_used < 1 || c.n_ff_exp < 1 || c.n_ff_shexp < 1)
     fail(ErrorCode::kInvalidFile, "config.json: qwen4_exp needs num_experts, num_experts_per_tok, moe_intermediate_size "
          "and shared_expert_intermediate_size > 0");
+  const ModelConfig full = c;
+  tp_ = ld.tensor_parallel();
+  if (tp_.size > 1) shard_config(full);
+  const dist::TpRange kvr =
+      tp_.size == 1 ? dist::TpRange{0, full.n_head_kv} : dist::tp_kv_heads(full.n_head_kv, tp_);
   // Untied: the table is placed by the memory plan (place_deferred / move_embeddings_to_host).
   embeddings_tied_ = c.tie_embeddings && !ld.has({"", "lm_head.weight"});
   tok_embd_ = embeddings_tied_ ? ld.get({"", "model.embed_tokens.weight"}, {V, H})
@@ -426,12 +453,15 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
     L.hc_attn = load_gr(ld, ops, p + "attn_hyper_connection.", true);
     L.hc_mlp = load_gr(ld, ops, p + "mlp_hyper_connection.", true);
     if (L.linear) {
-      L.gdn = load_gated_delta_net(ld, ops, c, l, storage_);
+      L.gdn = load_gated_delta_net(ld, ops, full, l, storage_, tp_);  // the rank's heads
       L.gdn.sigmoid_gate = sigmoid_gate_;
     } else {
-      L.attn = load_attention(ld, c, l);  // q (with the per-head gate rows), k, o, q_norm, k_norm
-      const int64_t kvd = c.n_head_kv * hd, vw = c.kv_v_width;
+      // q (with the per-head gate rows), k, o, q_norm, k_norm: the rank's heads (v_proj: wv_row below)
+      L.attn = load_attention(ld, full, l, tp_);
+      const int64_t kvd = full.n_head_kv * hd, vw = c.kv_v_width;
       std::vector<float> v = f32(ld, p + "self_attn.v_proj.weight", {kvd, H});
+      v.erase(v.begin(), v.begin() + kvr.begin * hd * H);  // the rank's KV heads' rows, then zeros
+      v.resize(static_cast<size_t>(kvr.count * hd * H));
       v.resize(static_cast<size_t>(vw * H), 0.0f);
       L.wv_row = upload_f32(ops, v, storage_).reshape({vw, H});
       const std::string x = p + "self_attn.indexer.";
@@ -454,9 +484,10 @@ void Qwen4Exp::load(WeightLoader& ld, Ops& ops) {
     }
     const std::string m = p + "mlp.";
     L.moe.gate_inp = ld.get({"", m + "gate.weight"}, {E, H});
-    L.moe.shexp_gate = ld.get({"", m + "shared_expert.gate_proj.weight"}, {c.n_ff_shexp, H});
-    L.moe.shexp_up = ld.get({"", m + "shared_expert.up_proj.weight"}, {c.n_ff_shexp, H});
-    L.moe.shexp_down = ld.get({"", m + "shared_expert.down_proj.weight"}, {H, c.n_ff_shexp});
+    const MlpWeights sh = load_mlp_shard(ld, {"", m + "shared_expert.gate_proj.weight"},
+                                         {"", m + "shared_expert.up_proj.weight"},
+                                         {"", m + "shared_expert.down_proj.weight"}, H, full.n_ff_shexp, tp_);
+    L.moe.shexp_gate = sh.gate, L.moe.shexp_up = sh.up, L.moe.shexp_down = sh.down;
     L.moe.shexp_gate_inp = ld.get({"", m + "shared_expert_gate.weight"}, {1, H});
     host_experts_.push_back(load_host_experts(ld, c, l, ExpertNames()));
     L.ple = std::find(ple_layers_.begin(), ple_layers_.end(), l + 1) != ple_layers_.end();
@@ -620,9 +651,11 @@ void Qwen4Exp::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tensor
   ops.attention_qsa(ap, static_cast<int32_t>(ratio_), b, q, pages, sel, att);
   ops.sigmoid_mul(gate, att, att);
   ops.matmul(att, L.attn.wo, out, Tensor());
+  tp_all_reduce(ctx, out);  // tensor parallel: the heads' partial sums
 }
 
 void Qwen4Exp::forward(ForwardContext& ctx) const {
+  check_tp_group(ctx, tp_);
   std::lock_guard<std::mutex> lock(mu_);
   Ops& ops = ctx.ops;
   const ModelConfig& c = config_;

@@ -1,5 +1,6 @@
 // Tensor parallelism on the CPU build (dist/tensor_parallel.h; loading in model/decoder.cpp and
-// model/blocks.cpp, model/mla.cpp, model/gated_delta_net.cpp): N ranks, each a thread over the
+// model/blocks.cpp, model/mla.cpp, model/gated_delta_net.cpp, and the architectures with their own
+// loaders: model/gemma4.cpp, model/deepseek_v4.cpp, model/qwen4_exp.cpp): N ranks, each a thread over the
 // in-process collective with its own shard of the model (attention, MLA and linear-attention heads,
 // FFN columns), its own CpuOps, KV cache and recurrent state, give the one-rank logits within float
 // order on the dense and MoE fixtures (prefill, then 4 decode steps), bit-identical across ranks; one
@@ -252,7 +253,9 @@ void expect_tp_matches_one_rank(const std::string& dir, int n, bool ep, const st
 // heads split or, where a layer has fewer KV heads than ranks, replicated on the ranks that read them;
 // MLP columns; per-layer inputs, router and experts whole), DeepSeek-V4 (query heads, sinks and the
 // output LoRA groups over them, shared expert columns; q LoRA, the one K=V head, compressors, indexer,
-// hyper-connections and routed experts whole), ...
+// hyper-connections and routed experts whole), Qwen4-Exp (QSA query and KV heads, Gated DeltaNet key and
+// value heads with their state, shared expert columns; indexer, hyper-connections, n-gram PLE and
+// routed experts whole).
 TEST(TensorParallel, OwnLoadersSameLogitsAsOneRank) {
   const std::string repo = source_dir() + "/tests/model/fixtures/";
   expect_tp_matches_one_rank(fixture("gemma4"), 2, false, "[ tp ] gemma4 TP2");
@@ -264,6 +267,8 @@ TEST(TensorParallel, OwnLoadersSameLogitsAsOneRank) {
   expect_tp_matches_one_rank(fixture("deepseek_v4"), 2, true, "[ tp+ep ] deepseek_v4 TP2+EP2");
   expect_tp_matches_one_rank(repo + "deepseek_v4_yarn", 2, false, "[ tp ] deepseek_v4_yarn TP2");
   expect_tp_matches_one_rank(repo + "deepseek_v4_yarn", 2, true, "[ tp+ep ] deepseek_v4_yarn TP2+EP2");
+  expect_tp_matches_one_rank(fixture("qwen4_exp"), 2, false, "[ tp ] qwen4_exp TP2");
+  expect_tp_matches_one_rank(fixture("qwen4_exp"), 2, true, "[ tp+ep ] qwen4_exp TP2+EP2");
 }
 
 TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
@@ -283,17 +288,12 @@ TEST(TensorParallel, ShardRunWithoutItsGroupIsRefused) {
 }
 
 TEST(TensorParallel, WhatIsNotSplitYetIsRefused) {
-  const std::pair<const char*, const char*> cases[] = {
-      {"qwen4_exp", "tensor parallelism (size 2) is not supported for this architecture yet"},
-  };
-  for (const auto& [name, message] : cases) {
-    SCOPED_TRACE(name);
-    expect_load_refused(fixture(name), {0, 2}, message);
-  }
   expect_load_refused(fixture("qwen3"), {0, 4}, "KV heads (2) is not a multiple");  // 2 KV heads over 4 ranks
   expect_load_refused(fixture("gemma4"), {0, 3}, "attention heads (4) is not a multiple of the tensor-parallel size (3)");
   expect_load_refused(source_dir() + "/tests/model/fixtures/deepseek_v4_yarn", {0, 4},  // o_groups 2 over 4 ranks
                       "output LoRA groups (o_groups) (2) is not a multiple of the tensor-parallel size (4)");
+  expect_load_refused(fixture("qwen4_exp"), {0, 4},  // 2 KV heads (and 2 linear-attention key heads) over 4 ranks
+                      "KV heads (2) is not a multiple of the tensor-parallel size (4)");
   expect_load_refused(fixture("qwen3_next"), {0, 4},  // 2 linear-attention key heads over 4 ranks
                       "linear-attention key heads (2) is not a multiple of the tensor-parallel size (4)");
 }
