@@ -28,5 +28,19 @@ void set_cuda_pdl(bool enabled);
  *  bits; for tests and A/B measurements. No effect in a build without CUDA. */
 void set_cuda_moe_fusion(bool enabled);
 
+/** The CUDA device index of `ops`, a backend make_cuda_ops made. Throws ft::Error(kInvalidArgument)
+ *  naming the backend for any other Ops (every Ops in a build without CUDA). */
+int cuda_ops_device(const Ops& ops);
+
+/** The stream (a cudaStream_t, as void*) `ops`, a backend make_cuda_ops made, queues all its work on:
+ *  what a collective enqueued there is ordered with its kernels (dist/nccl_factory.h). Throws
+ *  ft::Error(kInvalidArgument) for any other Ops. */
+void* cuda_ops_stream(Ops& ops);
+
+/** Makes CUDA device `device` the calling thread's current device (cudaSetDevice). The current device
+ *  is per thread and a CudaOps sets it only when it is constructed: a thread that uses a backend of
+ *  another device than the one it was made on (a rank group's threads) calls this first. Throws
+ *  ft::Error(kInvalidArgument) when `device` is not visible, kUnsupported in a build without CUDA. */
+void cuda_set_device(int device);
 
 }  // namespace ft

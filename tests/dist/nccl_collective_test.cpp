@@ -6,11 +6,15 @@
 //    this process against the in-process twin within float tolerance (NCCL's sums need not be
 //    bit-identical to the twin's rank-order sums), split's ranking by key, and an abort that ends a rank
 //    waiting on the GPU; an all_reduce captured into a CUDA graph and replayed (2 ranks where 2
-//    devices are visible). Skipped without a CUDA device (FT_REQUIRE_GPU=1 makes that a failure;
-//    the 2-rank tests skip with fewer than 2 devices either way).
+//    devices are visible). Skipped without a CUDA device or without libnccl.so.2 (NCCL is loaded at run
+//    time; FT_REQUIRE_GPU=1 makes either a failure; the 2-rank tests skip with fewer than 2 devices
+//    either way).
+//  - The run-time loader: FT_NCCL_LIBRARY naming a missing file is refused by name, naming one that
+//    exists loads it (each in a fresh process; no GPU needed).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -68,8 +72,10 @@ TEST(NcclId, HexRoundTrip) {
 TEST(NcclUniqueId, RealIdRoundTripsThroughHex) {
   if (!nccl_available()) {
     EXPECT_EQ(code_of([] { nccl_unique_id(); }), ErrorCode::kUnsupported);
-    EXPECT_EQ(code_of([] { make_nccl_group({0}, {nullptr}); }), ErrorCode::kUnsupported);
-    GTEST_SKIP() << "this CUDA build has no NCCL";
+    std::string message;
+    EXPECT_EQ(code_of([] { make_nccl_group({0}, {nullptr}); }, &message), ErrorCode::kUnsupported);
+    EXPECT_NE(message.find(nccl_unavailable_reason()), std::string::npos) << message;
+    GTEST_SKIP() << "NCCL is not available: " << nccl_unavailable_reason();
   }
   NcclId id;
   try {
@@ -83,6 +89,50 @@ TEST(NcclUniqueId, RealIdRoundTripsThroughHex) {
 }
 
 #ifdef FT_HAVE_NCCL  // the rest uses NcclCollective itself, which a CUDA build without NCCL lacks
+
+// The run-time loader (dist/cuda/nccl_library.h), each case in a fresh process (the threadsafe death-test
+// style runs this binary again) so that FT_NCCL_LIBRARY is read at the first use. Needs no GPU.
+
+/** In the child: FT_NCCL_LIBRARY names a missing file; exits 0 when NCCL is refused by name. */
+[[noreturn]] void load_missing_library() {
+  setenv("FT_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+  const std::string why = nccl_unavailable_reason();
+  std::string message;
+  const bool refused = code_of([] { make_nccl_group({0}, {nullptr}); }, &message) == ErrorCode::kUnsupported;
+  const bool ok = !nccl_available() && refused && why.find("NCCL (libnccl.so.2) not found") == 0 &&
+                  why.find("/nonexistent/libnccl.so.2") != std::string::npos &&
+                  why.find("set FT_NCCL_LIBRARY to its path or install it") != std::string::npos &&
+                  message.find("make_nccl_group: NCCL (libnccl.so.2) not found") == 0;
+  std::fprintf(stderr, "reason: %s\nmessage: %s\n", why.c_str(), message.c_str());
+  std::exit(ok ? 0 : 1);
+}
+
+/** In the child: FT_NCCL_LIBRARY names `path`; exits 0 when NCCL loaded from it. */
+[[noreturn]] void load_library_at(const std::string& path) {
+  setenv("FT_NCCL_LIBRARY", path.c_str(), 1);
+  const bool ok = nccl_available() && nccl_unavailable_reason().empty();
+  std::fprintf(stderr, "reason: %s\n", nccl_unavailable_reason().c_str());
+  std::exit(ok ? 0 : 1);
+}
+
+TEST(NcclLibraryDeathTest, AMissingLibraryIsRefusedByName) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(load_missing_library(), ::testing::ExitedWithCode(0), "reason: NCCL \\(libnccl.so.2\\) not found");
+}
+
+TEST(NcclLibraryDeathTest, FtNcclLibraryLoadsTheFileNamed) {
+  std::string path;
+  for (const char* p : {"/usr/local/cuda/lib/libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2",
+                        "/usr/lib/x86_64-linux-gnu/libnccl.so.2"})
+    if (std::FILE* f = std::fopen(p, "rb")) {
+      std::fclose(f);
+      path = p;
+      break;
+    }
+  if (path.empty()) GTEST_SKIP() << "no libnccl.so.2 in the usual places on this machine";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(load_library_at(path), ::testing::ExitedWithCode(0), "");
+}
 
 bool gpu_required() {
   const char* v = std::getenv("FT_REQUIRE_GPU");
@@ -216,8 +266,8 @@ class CudaNccl : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device visible (set FT_REQUIRE_GPU=1 to make this a failure)";
     }
     if (!nccl_available()) {
-      if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but this CUDA build has no NCCL";
-      GTEST_SKIP() << "this CUDA build has no NCCL";
+      if (gpu_required()) FAIL() << "FT_REQUIRE_GPU=1 but NCCL is not available: " << nccl_unavailable_reason();
+      GTEST_SKIP() << "NCCL is not available: " << nccl_unavailable_reason();
     }
   }
   void TearDown() override {

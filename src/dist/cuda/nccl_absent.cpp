@@ -1,20 +1,21 @@
-// The NCCL factories in a CUDA build configured without NCCL (nccl.h / libnccl not found): each
-// refuses with kUnsupported, so the rest of the CUDA build links and runs single-GPU.
+// The NCCL factories in a CUDA build configured without nccl.h (NCCL's header not found): each refuses
+// with kUnsupported, so the rest of the CUDA build links and runs single-GPU. (With the header, NCCL
+// itself is loaded at run time: dist/cuda/nccl_library.h.)
 #include "dist/cuda/nccl_collective.h"
 #include "util/error.h"
 
 namespace ft::dist {
 namespace {
 
-[[noreturn]] void no_nccl(const char* what) {
-  fail(ErrorCode::kUnsupported,
-       "{}: this build has no NCCL (CMake found no nccl.h and libnccl under the CUDA toolkit; install NCCL and "
-       "reconfigure, or set NCCL_ROOT)", what);
-}
+[[noreturn]] void no_nccl(const char* what) { fail(ErrorCode::kUnsupported, "{}: {}", what, nccl_unavailable_reason()); }
 
 }  // namespace
 
 bool nccl_available() { return false; }
+std::string nccl_unavailable_reason() {
+  return "this build has no NCCL (CMake found no nccl.h under the CUDA toolkit; install NCCL's header and "
+         "reconfigure, or set NCCL_ROOT)";
+}
 NcclId nccl_unique_id() { no_nccl("nccl_unique_id"); }
 std::vector<std::unique_ptr<Collective>> make_nccl_group(std::vector<int>, std::vector<cudaStream_t>) {
   no_nccl("make_nccl_group");

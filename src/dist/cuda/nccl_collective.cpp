@@ -1,7 +1,7 @@
 #include "dist/cuda/nccl_collective.h"
 
 #include <cuda_runtime.h>
-#include <nccl.h>
+#include <nccl.h>  // types only: the functions come from dist/cuda/nccl_library.h's table
 
 #include <cstdlib>
 #include <cstring>
@@ -11,11 +11,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dist/cuda/nccl_library.h"
 #include "util/error.h"
 
 static_assert(ft::dist::NcclId::kBytes == NCCL_UNIQUE_ID_BYTES, "NcclId must hold an ncclUniqueId");
 
 namespace ft::dist {
+namespace {
+
+/** The NCCL loaded at run time; only called once a factory has loaded it (every handle comes from one). */
+const NcclLibrary& lib() { return *nccl_library(); }
+
+}  // namespace
 
 /** One rank's communicator in this process. */
 struct NcclCollective::Member {
@@ -47,12 +54,12 @@ struct NcclCollective::Group {
     for (auto& m : members)
       if (!m->gone && m->comm) live.push_back(m->comm);
     if (live.empty()) return;
-    if (live.size() > 1) ncclGroupStart();
+    if (live.size() > 1) lib().ncclGroupStart();
     for (ncclComm_t c : live) {
-      const ncclResult_t r = ncclCommDestroy(c);
-      if (r != ncclSuccess) spdlog::warn("dist: ncclCommDestroy failed: {}", ncclGetErrorString(r));
+      const ncclResult_t r = lib().ncclCommDestroy(c);
+      if (r != ncclSuccess) spdlog::warn("dist: ncclCommDestroy failed: {}", lib().ncclGetErrorString(r));
     }
-    if (live.size() > 1) ncclGroupEnd();
+    if (live.size() > 1) lib().ncclGroupEnd();
   }
 };
 
@@ -70,8 +77,8 @@ void force_nvls_off() {
 }
 
 [[noreturn]] void throw_nccl(const char* op, const char* call, ncclResult_t r, ncclComm_t comm) {
-  const char* last = ncclGetLastError(comm);
-  fail(ErrorCode::kInternal, "{}: {} failed: {}{}{}", op, call, ncclGetErrorString(r), last && *last ? ": " : "",
+  const char* last = lib().ncclGetLastError(comm);
+  fail(ErrorCode::kInternal, "{}: {} failed: {}{}{}", op, call, lib().ncclGetErrorString(r), last && *last ? ": " : "",
        last ? last : "");
 }
 
@@ -150,15 +157,15 @@ void check_pair(const char* op, int rank, int n, const Tensor& send, const Tenso
 
 NcclCollective::NcclCollective(std::shared_ptr<Group> group, Member* member, int device, cudaStream_t stream)
     : group_(std::move(group)), member_(member), device_(device), stream_(stream) {
-  check_nccl("NcclCollective", "ncclCommCount", ncclCommCount(member_->comm, &size_), member_->comm);
-  check_nccl("NcclCollective", "ncclCommUserRank", ncclCommUserRank(member_->comm, &rank_), member_->comm);
+  check_nccl("NcclCollective", "ncclCommCount", lib().ncclCommCount(member_->comm, &size_), member_->comm);
+  check_nccl("NcclCollective", "ncclCommUserRank", lib().ncclCommUserRank(member_->comm, &rank_), member_->comm);
 }
 
 NcclCollective::~NcclCollective() = default;  // the Group destroys the comm with its last handle
 
 void NcclCollective::abort_here(const char* op) {
   if (!member_->gone) {
-    ncclCommAbort(member_->comm);
+    lib().ncclCommAbort(member_->comm);
     member_->gone = true;
   }
   std::lock_guard<std::mutex> lock(group_->mutex);
@@ -175,7 +182,7 @@ void NcclCollective::enqueue(const char* op, const char* call_name, Call&& call)
     std::lock_guard<std::mutex> busy(me.busy);
     if (group_->aborted.load()) abort_here(op);
     ncclResult_t async = ncclSuccess;
-    check_nccl(op, "ncclCommGetAsyncError", ncclCommGetAsyncError(me.comm, &async), me.comm);
+    check_nccl(op, "ncclCommGetAsyncError", lib().ncclCommGetAsyncError(me.comm, &async), me.comm);
     if (async != ncclSuccess && async != ncclInProgress) throw_nccl(op, "an earlier NCCL operation", async, me.comm);
     DeviceScope scope(op, device_);
     check_nccl(op, call_name, call(me.comm), me.comm);
@@ -189,7 +196,7 @@ void NcclCollective::enqueue(const char* op, const char* call_name, Call&& call)
 void NcclCollective::all_reduce(const Tensor& send, const Tensor& recv) {
   check_pair("all_reduce", rank_, size_, send, recv, 1, 1);
   enqueue("all_reduce", "ncclAllReduce", [&](ncclComm_t c) {
-    return ncclAllReduce(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), ncclSum, c,
+    return lib().ncclAllReduce(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), ncclSum, c,
                          stream_);
   });
 }
@@ -197,14 +204,14 @@ void NcclCollective::all_reduce(const Tensor& send, const Tensor& recv) {
 void NcclCollective::all_gather(const Tensor& send, const Tensor& recv) {
   check_pair("all_gather", rank_, size_, send, recv, size_, 1);
   enqueue("all_gather", "ncclAllGather", [&](ncclComm_t c) {
-    return ncclAllGather(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), c, stream_);
+    return lib().ncclAllGather(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), c, stream_);
   });
 }
 
 void NcclCollective::reduce_scatter(const Tensor& send, const Tensor& recv) {
   check_pair("reduce_scatter", rank_, size_, send, recv, 1, size_);
   enqueue("reduce_scatter", "ncclReduceScatter", [&](ncclComm_t c) {
-    return ncclReduceScatter(send.data, recv.data, static_cast<size_t>(recv.numel()), nccl_type(send.dtype), ncclSum,
+    return lib().ncclReduceScatter(send.data, recv.data, static_cast<size_t>(recv.numel()), nccl_type(send.dtype), ncclSum,
                              c, stream_);
   });
 }
@@ -214,7 +221,7 @@ void NcclCollective::broadcast(const Tensor& buffer, int root) {
   if (root < 0 || root >= size_)
     fail(ErrorCode::kInvalidArgument, "broadcast: rank {} names root {}, outside [0, {})", rank_, root, size_);
   enqueue("broadcast", "ncclBroadcast", [&](ncclComm_t c) {
-    return ncclBroadcast(buffer.data, buffer.data, static_cast<size_t>(buffer.numel()), nccl_type(buffer.dtype), root,
+    return lib().ncclBroadcast(buffer.data, buffer.data, static_cast<size_t>(buffer.numel()), nccl_type(buffer.dtype), root,
                          c, stream_);
   });
 }
@@ -223,10 +230,10 @@ std::unique_ptr<Collective> NcclCollective::split(int color, int key) {
   ncclComm_t child = nullptr;
   try {
     enqueue("split", "ncclCommSplit", [&](ncclComm_t c) {
-      return ncclCommSplit(c, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr);
+      return lib().ncclCommSplit(c, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr);
     });
   } catch (...) {  // aborted after the split was made: the new comm goes too
-    if (child) ncclCommAbort(child);
+    if (child) lib().ncclCommAbort(child);
     throw;
   }
   const int number = splits_++;
@@ -258,9 +265,9 @@ void NcclCollective::abort(const std::string& reason) {
     }
     idle.push_back(m.get());
   }
-  if (idle.size() > 1) ncclGroupStart();
-  for (Member* m : idle) ncclCommAbort(m->comm), m->gone = true;
-  if (idle.size() > 1) ncclGroupEnd();
+  if (idle.size() > 1) lib().ncclGroupStart();
+  for (Member* m : idle) lib().ncclCommAbort(m->comm), m->gone = true;
+  if (idle.size() > 1) lib().ncclGroupEnd();
   for (Member* m : idle) m->busy.unlock();
 }
 
@@ -275,25 +282,32 @@ void NcclCollective::synchronize() {
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) check_cuda("synchronize", "cudaStreamQuery", e);
       ncclResult_t async = ncclSuccess;
-      check_nccl("synchronize", "ncclCommGetAsyncError", ncclCommGetAsyncError(me.comm, &async), me.comm);
+      check_nccl("synchronize", "ncclCommGetAsyncError", lib().ncclCommGetAsyncError(me.comm, &async), me.comm);
       if (async != ncclSuccess && async != ncclInProgress) throw_nccl("synchronize", "an NCCL operation", async, me.comm);
     }
     std::this_thread::yield();
   }
 }
 
-bool nccl_available() { return true; }
+bool nccl_available() { return nccl_library() != nullptr; }
+
+std::string nccl_unavailable_reason() {
+  std::string why;
+  return nccl_library(&why) ? std::string() : why;
+}
 
 NcclId nccl_unique_id() {
+  nccl_library_or_throw("nccl_unique_id");
   force_nvls_off();
   ncclUniqueId raw;
-  check_nccl("nccl_unique_id", "ncclGetUniqueId", ncclGetUniqueId(&raw));
+  check_nccl("nccl_unique_id", "ncclGetUniqueId", lib().ncclGetUniqueId(&raw));
   NcclId id;
   std::memcpy(id.bytes.data(), raw.internal, NcclId::kBytes);
   return id;
 }
 
 std::vector<std::unique_ptr<Collective>> make_nccl_group(std::vector<int> devices, std::vector<cudaStream_t> streams) {
+  nccl_library_or_throw("make_nccl_group");
   const int n = static_cast<int>(devices.size());
   if (n < 1) fail(ErrorCode::kInvalidArgument, "make_nccl_group: an NCCL group needs at least 1 device");
   if (streams.size() != devices.size())
@@ -310,7 +324,7 @@ std::vector<std::unique_ptr<Collective>> make_nccl_group(std::vector<int> device
   {
     int previous = 0;
     cudaGetDevice(&previous);
-    const ncclResult_t r = ncclCommInitAll(comms.data(), n, devices.data());
+    const ncclResult_t r = lib().ncclCommInitAll(comms.data(), n, devices.data());
     cudaSetDevice(previous);
     check_nccl("make_nccl_group", "ncclCommInitAll", r);
   }
@@ -321,6 +335,7 @@ std::vector<std::unique_ptr<Collective>> make_nccl_group(std::vector<int> device
 }
 
 std::unique_ptr<Collective> make_nccl_rank(const NcclId& id, int rank, int n_ranks, int device, cudaStream_t stream) {
+  nccl_library_or_throw("make_nccl_rank");
   if (n_ranks < 1 || rank < 0 || rank >= n_ranks)
     fail(ErrorCode::kInvalidArgument, "make_nccl_rank: rank {} is outside [0, {})", rank, n_ranks);
   check_device(device);
@@ -330,7 +345,7 @@ std::unique_ptr<Collective> make_nccl_rank(const NcclId& id, int rank, int n_ran
   ncclComm_t comm = nullptr;
   {
     DeviceScope scope("make_nccl_rank", device);
-    check_nccl("make_nccl_rank", "ncclCommInitRank", ncclCommInitRank(&comm, n_ranks, raw, rank));
+    check_nccl("make_nccl_rank", "ncclCommInitRank", lib().ncclCommInitRank(&comm, n_ranks, raw, rank));
   }
   auto group = std::make_shared<NcclCollective::Group>();
   NcclCollective::Member* member = group->add(comm);

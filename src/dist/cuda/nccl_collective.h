@@ -31,8 +31,8 @@
 // not given here, or sizes that do not fit; ft::Error(kInternal) when an NCCL call fails (quoting
 // ncclGetErrorString and ncclGetLastError), when NCCL reports an asynchronous error (checked at the
 // start of every call and while synchronize() waits), and, after abort, "<op>: the collective group
-// was aborted: <reason>". In a CUDA build without NCCL (not found at configure time) the factories
-// throw ft::Error(kUnsupported).
+// was aborted: <reason>". Without NCCL (libnccl.so.2 not loadable at run time, see
+// dist/cuda/nccl_library.h, or a CUDA build without nccl.h) the factories throw ft::Error(kUnsupported).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -41,12 +41,10 @@
 #include <vector>
 
 #include "dist/collective.h"
+#include "dist/nccl_factory.h"  // nccl_available, nccl_unavailable_reason, make_nccl_group_on
 #include "dist/nccl_id.h"
 
 namespace ft::dist {
-
-/** Whether this build has NCCL (found when CMake configured the CUDA build). */
-bool nccl_available();
 
 /** A new NCCL unique id (ncclGetUniqueId) for make_nccl_rank: made once (by rank 0, say) and passed to
  *  every rank, e.g. as NcclId::to_hex(). Needs no GPU. Throws ft::Error(kInternal) when NCCL fails
@@ -58,14 +56,14 @@ NcclId nccl_unique_id();
  *  handle is then driven by its own thread (one host thread calling every rank's collectives one after
  *  another may wait forever on the first: NCCL needs ncclGroupStart/End for that). abort() on any
  *  handle aborts the whole group. Throws ft::Error(kInvalidArgument) for no devices, sizes that
- *  differ, a device listed twice or not visible; kInternal when NCCL fails; kUnsupported without NCCL. */
+ *  differ, a device listed twice or not visible; kInternal when NCCL fails; kUnsupported without NCCL (nccl_unavailable_reason()). */
 std::vector<std::unique_ptr<Collective>> make_nccl_group(std::vector<int> devices, std::vector<cudaStream_t> streams);
 
 /** Rank `rank` of `n_ranks` over processes (or nodes), one call per rank, every one with the same `id`
  *  (ncclCommInitRank; blocks until all ranks have joined). Runs on CUDA device `device`, enqueues on
  *  `stream`. abort() aborts this rank only; the others see the failure as NCCL errors or must be
  *  aborted by their own process. Throws ft::Error(kInvalidArgument) for rank outside [0, n_ranks) or a
- *  device that is not visible; kInternal when NCCL fails; kUnsupported without NCCL. */
+ *  device that is not visible; kInternal when NCCL fails; kUnsupported without NCCL (nccl_unavailable_reason()). */
 std::unique_ptr<Collective> make_nccl_rank(const NcclId& id, int rank, int n_ranks, int device, cudaStream_t stream);
 
 /** One rank's handle (what the factories return, as Collective). Not copyable; each handle is used by
