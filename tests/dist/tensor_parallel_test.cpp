@@ -262,6 +262,7 @@ TEST(TensorParallel, OwnLoadersSameLogitsAsOneRank) {
   expect_tp_matches_one_rank(fixture("gemma4"), 4, false, "[ tp ] gemma4 TP4 (KV heads replicated)");
   expect_tp_matches_one_rank(repo + "gemma4_moe", 2, false, "[ tp ] gemma4_moe TP2");
   expect_tp_matches_one_rank(repo + "gemma4_moe", 2, true, "[ tp+ep ] gemma4_moe TP2+EP2");
+  expect_tp_matches_one_rank(repo + "gemma4_moe", 4, false, "[ tp ] gemma4_moe TP4 (KV heads replicated)");
   expect_tp_matches_one_rank(fixture("deepseek_v4"), 2, false, "[ tp ] deepseek_v4 TP2");
   expect_tp_matches_one_rank(fixture("deepseek_v4"), 4, false, "[ tp ] deepseek_v4 TP4");
   expect_tp_matches_one_rank(fixture("deepseek_v4"), 2, true, "[ tp+ep ] deepseek_v4 TP2+EP2");
