@@ -1,6 +1,7 @@
 // RankGroup (engine/rank_group.h): a model on 2 ranks (threads over the in-process collective), rank 0
 // scheduling and sending each step: the group's logits equal one engine's and transformers', its greedy
-// tokens through the serving loop are transformers' (TP2, TP2 with the experts split); a step the
+// tokens through the serving loop are transformers' (TP2, TP2 with the experts split under each rank's
+// strategy; standard attention, full-width QK-norm, MLA, linear attention with its states); a step the
 // engine refuses leaves the group serving; a rank that cannot load fails the load without a hang; the
 // flags that cannot go with ranks are refused. The wire form of a step and the channel are checked too.
 #include <gtest/gtest.h>
@@ -62,18 +63,19 @@ TEST_P(RankGroupFixtures, StepsEqualOneEngineAndTransformers) {
     ASSERT_TRUE(t1.reserve(one->kv().pool(), total));
     ASSERT_TRUE(tg.reserve(group->leader().kv().pool(), total));
     const auto n = static_cast<int64_t>(seq.size());
-    const std::span<const float> a = one_runner.forward(StepBatch{{{&t1.pages(), 0, seq.data(), n, n}}});
+    const int32_t slot = one->kv().state_pool() ? 0 : -1;  // recurrent layers: one sequence at a time in slot 0
+    const std::span<const float> a = one_runner.forward(StepBatch{{{&t1.pages(), 0, seq.data(), n, n, nullptr, slot}}});
     const std::vector<float> single(a.begin(), a.end());
-    const std::span<const float> b = group->runner().forward(StepBatch{{{&tg.pages(), 0, seq.data(), n, n}}});
+    const std::span<const float> b = group->runner().forward(StepBatch{{{&tg.pages(), 0, seq.data(), n, n, nullptr, slot}}});
     const std::vector<float> grouped(b.begin(), b.end());
     EXPECT_LE(max_row_rel_l2(grouped, single, V), 1e-5) << c.fixture << " " << ref.name;
     EXPECT_LE(max_row_rel_l2(grouped, ref.logits, V), 2e-2) << c.fixture << " " << ref.name;
     for (size_t k = 0; k + 1 < ref.greedy.size(); ++k) {
       seq.push_back(ref.greedy[k]);
       const int64_t pos = static_cast<int64_t>(seq.size()) - 1;
-      const std::span<const float> x = one_runner.forward(StepBatch{{{&t1.pages(), pos, &seq[pos], 1, 1}}});
+      const std::span<const float> x = one_runner.forward(StepBatch{{{&t1.pages(), pos, &seq[pos], 1, 1, nullptr, slot}}});
       const std::vector<float> xs(x.begin(), x.end());
-      const std::span<const float> y = group->runner().forward(StepBatch{{{&tg.pages(), pos, &seq[pos], 1, 1}}});
+      const std::span<const float> y = group->runner().forward(StepBatch{{{&tg.pages(), pos, &seq[pos], 1, 1, nullptr, slot}}});
       EXPECT_LE(row_rel_l2(y.data(), xs.data(), V), 1e-5) << c.fixture << " decode step " << k;
     }
     t1.release(one->kv().pool());
@@ -107,6 +109,8 @@ TEST_P(RankGroupFixtures, ServedGreedyTokensAreTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, RankGroupFixtures,
                          ::testing::Values(GroupCase{"qwen3", false}, GroupCase{"qwen3_moe", false},
                                            GroupCase{"qwen3_moe", true}, GroupCase{"mixtral", true},
+                                           GroupCase{"deepseek_v3", true}, GroupCase{"qwen3_next", true},
+                                           GroupCase{"olmoe", false},
                                            GroupCase{"qwen3_moe", true, MoeStrategy::kOffload},
                                            GroupCase{"qwen3_moe", true, MoeStrategy::kCpu},
                                            GroupCase{"qwen3_moe", true, MoeStrategy::kHybrid}),
@@ -115,6 +119,28 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RankGroupFixtures,
                            return std::string(c.fixture) + (c.expert_parallel ? "_ep" : "_tp") +
                                   (c.strategy == MoeStrategy::kAuto ? "" : std::string("_") + moe_strategy_name(c.strategy));
                          });
+
+TEST(RankGroup, PrefixHitsRestoreTheStatesOnEveryRank) {
+  // qwen3_next (linear attention): a repeated prompt starts from the prefix cache, its recurrent state
+  // restored from a snapshot (the step's state copies, sent to every rank with the step).
+  const std::string dir = fixture_dir("qwen3_next");
+  const std::vector<RefCase> refs = read_reference(dir);
+  ASSERT_FALSE(refs.empty());
+  const RefCase& ref = refs.back();  // the longest: whole pages to reuse
+  auto group = load_group(dir, 2, true);
+  ServiceConfig sc;
+  sc.check_integrity = true;
+  EngineService svc(group->runner(), group->leader().kv().pools(), sc);
+  for (int round = 0; round < 2; ++round) {
+    auto sink = std::make_shared<CollectSink>();
+    svc.submit(greedy(ref.input_ids, static_cast<int32_t>(ref.greedy.size()), sink));
+    const FinishInfo f = sink->wait();
+    EXPECT_EQ(sink->tokens, ref.greedy) << "round " << round;
+    if (round == 1) EXPECT_GT(f.cached_tokens, 0) << "prompt of " << ref.input_ids.size() << " tokens";
+  }
+  svc.shutdown(std::chrono::milliseconds(0));
+  EXPECT_EQ(group->failure(), "");
+}
 
 TEST(RankGroup, ARefusedStepLeavesTheGroupServing) {
   const std::string dir = fixture_dir("qwen3_moe");
