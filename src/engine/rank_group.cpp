@@ -4,8 +4,10 @@
 #include <exception>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda_factory.h"
 #include "backend/device.h"
 #include "dist/in_process_collective.h"
+#include "dist/nccl_factory.h"
 #include "engine/step_codec.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -15,6 +17,7 @@ namespace ft {
 int32_t RankGroupRunner::vocab_size() const { return static_cast<int32_t>(group_->leader().config().n_vocab); }
 
 std::span<const float> RankGroupRunner::forward(const StepBatch& batch) {
+  group_->enter(0);  // the serving loop's thread may not have rank 0's device current
   group_->send(batch);
   try {
     return group_->leader().step(batch);
@@ -27,6 +30,7 @@ std::span<const float> RankGroupRunner::forward(const StepBatch& batch) {
 std::span<const SampleResult> RankGroupRunner::forward_sample(const StepBatch& batch, std::span<const SampleRow> rows,
                                                               std::span<const LogitEdit> edits,
                                                               std::span<const uint32_t> masks) {
+  group_->enter(0);
   group_->send(batch);
   try {
     return group_->leader().step_sample(batch, rows, edits, masks);
@@ -36,6 +40,29 @@ std::span<const SampleResult> RankGroupRunner::forward_sample(const StepBatch& b
   }
 }
 
+namespace {
+
+/** One all-reduce of a small device buffer on this rank before anything else: the NCCL ranks connect
+ *  outside any CUDA graph (the engine's decode graphs capture the forward's all-reduces; NCCL wants each
+ *  op run once uncaptured first), and a group that does not work fails here, naming the rank. */
+void check_nccl_rank(dist::Collective& comm, Ops& ops) {
+  constexpr int64_t kN = 64;
+  const int r = comm.rank(), n = comm.group_size();
+  Buffer b = ops.alloc(kN * static_cast<int64_t>(sizeof(float)));
+  const Tensor dev(b.data(), DType::F32, {kN}, ops.device());
+  std::vector<float> host(static_cast<size_t>(kN), static_cast<float>(r + 1));
+  ops.copy(Tensor(host.data(), DType::F32, {kN}), dev);
+  comm.all_reduce(dev, dev);
+  ops.copy(dev, Tensor(host.data(), DType::F32, {kN}));  // waits for the all-reduce (same stream)
+  const float want = static_cast<float>(n * (n + 1) / 2);
+  for (float v : host)
+    if (v != want)
+      fail(ErrorCode::kInternal, "rank {}: the NCCL group's first all-reduce gave {}, not {} (the sum of 1..{})", r, v,
+           want, n);
+}
+
+}  // namespace
+
 std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
                                            const EngineOptions& options) {
   const int n = options.tensor_parallel;
@@ -44,27 +71,48 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
   options.validate();
   const bool cuda =
       options.device == DeviceChoice::kCuda || (options.device == DeviceChoice::kAuto && cuda_device_count() > 0);
-  if (cuda)
-    fail(ErrorCode::kUnsupported,
-         "--tensor-parallel-size {} on CUDA is not supported yet (the NCCL rank group is not wired to the engine); "
-         "--device cpu runs the {} ranks on the CPU", n, n);
   std::unique_ptr<RankGroup> g(new RankGroup());
-  g->comms_ = dist::make_in_process_group(n, dist::InProcessOptions{std::chrono::minutes(5)});
-  g->engines_.resize(static_cast<size_t>(n));
-  g->channel_ = std::make_unique<dist::StepChannel>(n - 1);
   EngineOptions o = options;
   if (o.threads <= 0) o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n);
+  g->ops_.resize(static_cast<size_t>(n));
+  if (cuda) {
+    // Rank r on CUDA device r, its backend made here (one per device, with Engine::load's F32
+    // activations), then one NCCL group over their devices and streams.
+    const int visible = cuda_device_count();
+    if (visible < n)
+      fail(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} needs {} GPUs, {} visible", n, n, visible);
+    if (!dist::nccl_available())
+      fail(ErrorCode::kUnsupported, "--tensor-parallel-size {} on CUDA needs NCCL: {}", n, dist::nccl_unavailable_reason());
+    g->cuda_ = true;
+    std::vector<Ops*> raw;
+    for (int r = 0; r < n; ++r) {
+      g->ops_[static_cast<size_t>(r)] = make_cuda_ops(r, DType::F32);
+      raw.push_back(g->ops_[static_cast<size_t>(r)].get());
+    }
+    g->comms_ = dist::make_nccl_group_on(raw);
+    cuda_set_device(0);  // making the backends left the last device current; rank 0 runs on this thread
+  } else {
+    g->comms_ = dist::make_in_process_group(n, dist::InProcessOptions{std::chrono::minutes(5)});
+    for (auto& ops : g->ops_) ops = std::make_unique<CpuOps>(o.threads);
+  }
+  g->engines_.resize(static_cast<size_t>(n));
+  g->channel_ = std::make_unique<dist::StepChannel>(n - 1);
+  // Rank r's engine over its backend and comm (on rank r's thread, its device current).
+  auto build = [grp = g.get()](int r, std::unique_ptr<Checkpoint> c, const EngineOptions& ro) {
+    const size_t i = static_cast<size_t>(r);
+    if (grp->cuda_) check_nccl_rank(*grp->comms_[i], *grp->ops_[i]);
+    grp->engines_[i] = std::make_unique<Engine>(std::move(c), std::move(grp->ops_[i]), ro, grp->comms_[i].get());
+  };
   std::vector<std::promise<void>> built(static_cast<size_t>(n - 1));
   std::vector<std::future<void>> done;
   for (std::promise<void>& p : built) done.push_back(p.get_future());
   for (int r = 1; r < n; ++r) {
     EngineOptions ro = o;
     ro.progress = nullptr;  // rank 0 reports the load
-    g->followers_.emplace_back([grp = g.get(), r, path, ro, p = &built[static_cast<size_t>(r - 1)]] {
+    g->followers_.emplace_back([grp = g.get(), r, path, ro, build, p = &built[static_cast<size_t>(r - 1)]] {
       try {
-        grp->engines_[static_cast<size_t>(r)] =
-            std::make_unique<Engine>(open_checkpoint(path), std::make_unique<CpuOps>(ro.threads), ro,
-                                     grp->comms_[static_cast<size_t>(r)].get());
+        grp->enter(r);
+        build(r, open_checkpoint(path), ro);
         p->set_value();
       } catch (const std::exception& e) {
         grp->fail_group(fmt::format("rank {}: {}", r, e.what()), std::current_exception());
@@ -76,7 +124,7 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
   }
   std::exception_ptr first;
   try {
-    g->engines_[0] = std::make_unique<Engine>(std::move(ckpt), std::make_unique<CpuOps>(o.threads), o, g->comms_[0].get());
+    build(0, std::move(ckpt), o);
   } catch (const std::exception& e) {
     first = std::current_exception();
     g->fail_group(fmt::format("rank 0: {}", e.what()), first);
@@ -92,9 +140,13 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
     std::lock_guard<std::mutex> lock(g->mu_);
     std::rethrow_exception(g->cause_ ? g->cause_ : first);  // the cause, not a rank's "aborted"
   }
-  spdlog::info("engine: {} ranks (tensor parallel{}), rank 0 schedules", n,
-               options.expert_parallel ? ", experts split over the ranks" : "");
+  spdlog::info("engine: {} ranks (tensor parallel{}{}), rank 0 schedules", n,
+               options.expert_parallel ? ", experts split over the ranks" : "", cuda ? ", one GPU each over NCCL" : "");
   return g;
+}
+
+void RankGroup::enter(int r) const {
+  if (cuda_) cuda_set_device(r);
 }
 
 RankGroup::~RankGroup() {
@@ -102,6 +154,18 @@ RankGroup::~RankGroup() {
   if (!comms_.empty()) comms_[0]->abort("the rank group is closing");  // a rank left inside a collective wakes
   for (std::thread& t : followers_)
     if (t.joinable()) t.join();
+  // Each rank's engine (or the backend it did not take) goes with its device current: CUDA frees and
+  // cuBLAS handles belong to the device they were made on.
+  try {
+    for (size_t r = std::max(engines_.size(), ops_.size()); r-- > 0;) {
+      enter(static_cast<int>(r));
+      if (r < engines_.size()) engines_[r].reset();
+      if (r < ops_.size()) ops_[r].reset();
+    }
+    enter(0);
+  } catch (const std::exception& e) {
+    spdlog::warn("rank group: closing: {}", e.what());
+  }
 }
 
 std::string RankGroup::failure() const {

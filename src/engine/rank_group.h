@@ -4,8 +4,10 @@
 // its KV heads, its memory plan) over one collective group; the scheduler stays one, on rank 0: the
 // serving loop calls rank 0's runner, which sends each step to the other ranks (dist::StepChannel,
 // engine/step_codec.h) and then runs it itself, and the ranks meet in the forward's collectives. Only
-// rank 0 returns logits or samples. In this form the ranks are threads of one process over the
-// in-process collective (dist/in_process_collective.h), the CPU twin of the NCCL group.
+// rank 0 returns logits or samples. The ranks are threads of one process: on the CPU over the in-process
+// collective (dist/in_process_collective.h), on CUDA one GPU a rank (rank r on device r, each thread
+// with its device current) over NCCL (dist/nccl_factory.h; libnccl.so.2 loaded at run time), whose
+// all-reduces run on each rank's stream and are captured into the decode graphs with the forward.
 #include <exception>
 #include <future>
 #include <mutex>
@@ -46,9 +48,11 @@ class RankGroup {
   /** Builds options.tensor_parallel engines: rank 0's over `ckpt` (the caller may have read its
    *  tokenizer), the others' over `path` opened again, each on a thread of its own and at the same
    *  time (their constructors meet in collectives). With options.threads 0 each rank's CPU backend
-   *  takes its share of the cores. Throws ft::Error(kInvalidArgument) for a size below 2 (use Engine
-   *  alone), kUnsupported for a backend other than the CPU (the NCCL group is not wired to the
-   *  engine yet), and the first error of any rank's engine (the others are stopped). */
+   *  takes its share of the cores. On CUDA (--device cuda, or auto with a GPU) rank r runs on device r
+   *  with F32 activations (as Engine::load), over an NCCL group checked by one all-reduce before the
+   *  engines load. Throws ft::Error(kInvalidArgument) for a size below 2 (use Engine alone) or fewer
+   *  visible GPUs than ranks ("--tensor-parallel-size N needs N GPUs, M visible"), kUnsupported when
+   *  NCCL cannot be loaded, and the first error of any rank's engine (the others are stopped). */
   static std::unique_ptr<RankGroup> load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
                                          const EngineOptions& options);
   /** Stops the other ranks (closes the channel, joins their threads). */
@@ -68,6 +72,8 @@ class RankGroup {
  private:
   friend class RankGroupRunner;
   RankGroup() : runner_(*this) {}
+  /** Makes rank r's device current on the calling thread (CUDA; nothing on the CPU). */
+  void enter(int r) const;
   /** Rank r's loop: receives each step, runs it, until the channel closes. */
   void follow(int r);
   /** Marks the group failed with `reason` (and `cause`, the exception load rethrows) unless it failed
@@ -76,6 +82,8 @@ class RankGroup {
   /** Sends `batch` to the other ranks; throws kInternal when the group has failed. */
   void send(const StepBatch& batch);
 
+  bool cuda_ = false;  // one GPU a rank over NCCL
+  std::vector<std::unique_ptr<Ops>> ops_;  // each rank's backend until its engine takes it
   std::vector<std::unique_ptr<dist::Collective>> comms_;
   std::vector<std::unique_ptr<Engine>> engines_;
   std::unique_ptr<dist::StepChannel> channel_;

@@ -124,7 +124,8 @@ class Decoder final : public Model {
       fail(ErrorCode::kUnsupported, "tensor parallelism (size {}) of {}: {} is not supported yet", tp_.size, full.arch,
            what);
     };
-    if (ops.device() != Device::kCpu) refuse("a backend other than the CPU");
+    if (ops.device() != Device::kCpu && full.qk_norm == QkNorm::kFull)
+      refuse("full-width QK-norm on a backend other than the CPU (tp_full_rms_norm reduces its RMS on the host)");
     if (!full.layer_kv_heads.empty() || !full.layer_head_dim.empty()) refuse("per-layer KV heads");
     if (full.lin_conv2_rows > 0 || full.lin_token_history > 0) refuse("linear attention's per-layer embeddings");
     if (full.lin_v_tiled) refuse("linear-attention value heads tiled over the key heads (llama.cpp's qwen35 order)");
