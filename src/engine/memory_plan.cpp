@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda_factory.h"
 #include "backend/cuda_weight_types.h"
 #include "backend/device.h"
 #include "engine/engine.h"
@@ -161,7 +162,12 @@ int64_t moe_gpu_limit(const MemoryPlanInputs& in, int64_t placed) {
   if (in.options.gpu_memory_limit > 0) return in.options.gpu_memory_limit;
   if (in.previous && in.previous->budget) return in.previous->budget->gpu_memory_limit;
   if (in.ops.device() == Device::kCpu) return kNone;  // host memory: no limit unless one is given
-  const int64_t free_now = cuda_free_memory(0);
+  int device = 0;  // the backend's GPU (a rank group's rank r: device r); a wrapped backend reads device 0
+  try {
+    device = cuda_ops_device(in.ops);
+  } catch (const Error&) {
+  }
+  const int64_t free_now = cuda_free_memory(device);
   if (free_now <= 0) {
     spdlog::warn("moe: cannot read the device's free memory; planning without a limit (set --gpu-memory-limit)");
     return kNone;
