@@ -116,8 +116,8 @@ class Decoder final : public Model {
    *  tp_full_rms_norm), the attention output gate's rows (load_attention), MLA (q_a / kv_a and the
    *  cached latent whole on every rank, q_b / kv_b / o by heads: load_mla), Gated DeltaNet (by key
    *  heads and their value heads, each rank its heads' recurrent state: load_gated_delta_net). Throws
-   *  ft::Error(kUnsupported) for what is not split yet (a backend other than the CPU, per-layer KV
-   *  heads, linear attention's per-layer embeddings, value heads tiled over the key heads) and what
+   *  ft::Error(kUnsupported) for what is not split yet (full-width QK-norm on a backend other than the
+   *  CPU, per-layer KV heads, linear attention's per-layer embeddings, value heads tiled over the key heads) and what
    *  dist::tp_split throws for sizes the group does not divide, naming them. */
   ModelConfig rank_config(const ModelConfig& full, const Ops& ops, const DecoderSpec& spec) const {
     auto refuse = [&](const char* what) {
