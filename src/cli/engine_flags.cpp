@@ -69,7 +69,8 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
       ->group(kGroupMemory);
   cmd->add_option("--tensor-parallel-size,--tp-size", eo.tensor_parallel,
                   "-tp: ranks to split the model over: attention heads and dense FFN columns split, one engine a "
-                  "rank, rank 0 schedules (CPU backend: the ranks are threads; CUDA: not yet)")
+                  "rank, rank 0 schedules (CUDA: GPU r for rank r over NCCL, libnccl.so.2 loaded at run time; "
+                  "CPU backend: the ranks are threads)")
       ->capture_default_str()
       ->check(in_range(1, kMaxTensorParallel))
       ->group(kGroupEngine);

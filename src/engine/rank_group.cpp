@@ -91,6 +91,8 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
     }
     g->comms_ = dist::make_nccl_group_on(raw);
     cuda_set_device(0);  // making the backends left the last device current; rank 0 runs on this thread
+    spdlog::warn("engine: {} CUDA ranks over NCCL: this path has not been checked on a multi-GPU machine yet "
+                 "(the CPU ranks are, against one rank on every fixture); compare a few replies with -tp 1", n);
   } else {
     g->comms_ = dist::make_in_process_group(n, dist::InProcessOptions{std::chrono::minutes(5)});
     for (auto& ops : g->ops_) ops = std::make_unique<CpuOps>(o.threads);
