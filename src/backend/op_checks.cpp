@@ -130,6 +130,18 @@ void router(const char* op, const RouterParams& p, int64_t E) {
          p.n_expert_used, p.topk_group * (E / p.n_group), p.topk_group);
 }
 
+void moe_local_ids(const Tensor& ids, int32_t begin, int32_t end, int32_t n_expert, const Tensor& out) {
+  want_i32("moe_local_ids", "ids", ids);
+  want_i32("moe_local_ids", "out", out);
+  bool same = ids.ndim == out.ndim;
+  for (int d = 0; same && d < ids.ndim; ++d) same = ids.dim(d) == out.dim(d);
+  if (!same)
+    fail(ErrorCode::kInvalidArgument, "moe_local_ids: out {} must have the shape of ids {}", out.str(), ids.str());
+  if (begin < 0 || begin > end || end > n_expert)
+    fail(ErrorCode::kInvalidArgument, "moe_local_ids: experts [{}, {}) are not a range inside [0, {})", begin, end,
+         n_expert);
+}
+
 void attention_mla(const MlaAttentionParams& p, const BatchInfo& b, const Tensor& q_lat, const Tensor& q_rope,
                    const KvLayer& kv, const Tensor& out) {
   batch("attention_mla", b);

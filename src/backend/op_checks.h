@@ -39,6 +39,10 @@ void sample_mask_rows(const char* op, const SampleRow* rows, int64_t R, int64_t 
  *  the kept groups' experts. Throws ft::Error(kInvalidArgument) naming `op`. */
 void router(const char* op, const RouterParams& p, int64_t E);
 
+/** moe_local_ids: ids and out I32 of one shape, 0 <= begin <= end <= n_expert. Throws
+ *  ft::Error(kInvalidArgument) naming the argument. */
+void moe_local_ids(const Tensor& ids, int32_t begin, int32_t end, int32_t n_expert, const Tensor& out);
+
 /** attention_mla: q_lat and out [T, n_head * kv_lora_rank], q_rope [T, n_head * rope_dim], kv.k
  *  [pages, page, 1, kv_lora_rank] and kv.v [pages, page, 1, rope_dim] with equal pages and page size,
  *  positive sizes; batch as batch(). Throws ft::Error(kInvalidArgument) naming the argument. */

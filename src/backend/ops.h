@@ -540,6 +540,16 @@ class Ops {
    *  each replay pads). Throws kInvalidArgument for a wrong dtype or shape. */
   virtual void moe_mask_rows(const Tensor& n_valid, Tensor ids) = 0;
 
+  /** Expert parallelism's routes for one rank (moe/expert_parallel_experts.h): out[i] = ids[i] - begin
+   *  when begin <= ids[i] < end (an expert of this rank's block, as its local id), else -1 (another
+   *  rank's expert, or a negative id: no expert). ids, out I32 of one shape (may alias), on this
+   *  device; the kernel reads ids, so a recorded graph masks each replay's routes. Throws
+   *  kInvalidArgument for dtypes, shapes or a range not inside 0 <= begin <= end <= n_expert; the CPU
+   *  also for an id >= n_expert (naming it and its entry). CUDA cannot throw inside a graph: it writes
+   *  -1 for such an id (routes it nowhere, as moe_expert_scale skips one), so callers that need the
+   *  check validate ids on the host. */
+  virtual void moe_local_ids(const Tensor& ids, int32_t begin, int32_t end, int32_t n_expert, Tensor out) = 0;
+
   /** Routed expert FFN: out[t] (=|+=) sum_j weights[t, j] * down_e(glu(gate_e x[t], up_e x[t]))
    *  with e = ids[t, j], glu per bank.glu and the bank's biases (when given) added to each projection. x, out [T, H] activation dtype; ids I32 [T, k] (entries < 0 are skipped:
    *  another executor computes them); weights F32 [T, k]; bank experts in any weight dtype.

@@ -142,6 +142,9 @@ void ProfilingOps::moe_router(const RouterParams& p, const Tensor& x, const Tens
 void ProfilingOps::moe_mask_rows(const Tensor& n_valid, Tensor ids) {
   timed("moe_mask_rows", [&] { inner_->moe_mask_rows(n_valid, ids); });
 }
+void ProfilingOps::moe_local_ids(const Tensor& ids, int32_t begin, int32_t end, int32_t n_expert, Tensor out) {
+  timed("moe_local_ids", [&] { inner_->moe_local_ids(ids, begin, end, n_expert, out); });
+}
 void ProfilingOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const Tensor& ids, const Tensor& weights,
                                const ExpertBank& bank, Tensor out, const ActQ8* x_q8) {
   const std::string key = bank.gate.empty() ? std::string("moe_experts") : weight_key("moe_experts", bank.gate[0]);
