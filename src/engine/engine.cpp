@@ -76,9 +76,6 @@ void Engine::check_options() const {
   if (group != options_.tensor_parallel)
     fail(ErrorCode::kInvalidArgument, "engine: --tensor-parallel-size {} needs a rank group of {} ranks, not {} "
          "(engine/rank_group.h runs one engine a rank)", options_.tensor_parallel, options_.tensor_parallel, group);
-  if (options_.expert_parallel && ops_->device() != Device::kCpu)
-    fail(ErrorCode::kUnsupported, "--expert-parallel on the {} backend is not supported yet (the routes are masked "
-         "to each rank's experts on the host; the device-side form is not built); leave it off", ops_->name());
   // Refused before the weights are loaded (load_model reads the config again: a few KB).
   if (options_.embed_weights == EmbedPlacement::kHost && output_tied(WeightLoader(*ckpt_, *ops_), read_model_config(*ckpt_)))
     fail(ErrorCode::kInvalidArgument,
@@ -155,7 +152,9 @@ void Engine::keep_owned_experts() {
 
 void Engine::wrap_expert_parallel() {
   moe_->wrap_experts([this](std::unique_ptr<ExpertCompute> inner) -> std::unique_ptr<ExpertCompute> {
-    return std::make_unique<ExpertParallelExperts>(*comm_, ep_ranges_, ep_n_expert_, std::move(inner));
+    // The masked routes' buffers for the largest step, allocated now (a step never allocates).
+    const int64_t max_ids = options_.max_step_tokens * model_->config().n_expert_used;
+    return std::make_unique<ExpertParallelExperts>(*comm_, *ops_, ep_ranges_, ep_n_expert_, std::move(inner), max_ids);
   });
 }
 

@@ -1,5 +1,9 @@
 #include "moe/expert_parallel_experts.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "util/error.h"
 
 namespace ft {
@@ -41,22 +45,23 @@ HostExpertBanks slice_banks(const HostExpertBanks& host, int rank, int n_ranks,
   return out;
 }
 
-ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, const HostExpertBanks& host,
+ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, Ops& ops, const HostExpertBanks& host,
                                              const InnerFactory& make_inner)
-    : comm_(comm), owned_(slice_banks(host, comm.rank(), comm.group_size(), &ranges_)) {
+    : comm_(comm), ops_(ops), owned_(slice_banks(host, comm.rank(), comm.group_size(), &ranges_)) {
   for (const ExpertBank& b : host) n_expert_.push_back(b.n_expert());
   inner_ = make_inner(owned_);
   if (!inner_) fail(ErrorCode::kInvalidArgument, "expert parallelism: the inner expert compute factory gave none");
 }
 
 ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, Ops& ops, const HostExpertBanks& host)
-    : ExpertParallelExperts(comm, host, [&ops](const HostExpertBanks& owned) {
+    : ExpertParallelExperts(comm, ops, host, [&ops](const HostExpertBanks& owned) {
         return std::make_unique<ResidentExperts>(ops, owned);
       }) {}
 
-ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, std::vector<dist::ExpertRange> ranges,
-                                             std::vector<int32_t> n_expert, std::unique_ptr<ExpertCompute> inner)
-    : comm_(comm), ranges_(std::move(ranges)), n_expert_(std::move(n_expert)), inner_(std::move(inner)) {
+ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, Ops& ops, std::vector<dist::ExpertRange> ranges,
+                                             std::vector<int32_t> n_expert, std::unique_ptr<ExpertCompute> inner,
+                                             int64_t max_ids)
+    : comm_(comm), ops_(ops), ranges_(std::move(ranges)), n_expert_(std::move(n_expert)), inner_(std::move(inner)) {
   if (!inner_) fail(ErrorCode::kInvalidArgument, "expert parallelism: no inner expert compute");
   if (ranges_.size() != n_expert_.size())
     fail(ErrorCode::kInvalidArgument, "expert parallelism: {} layer ranges for {} layers", ranges_.size(),
@@ -68,6 +73,10 @@ ExpertParallelExperts::ExpertParallelExperts(dist::Collective& comm, std::vector
       fail(ErrorCode::kInvalidArgument, "expert parallelism: layer {} holds experts [{}, {}), not rank {}'s [{}, {})", l,
            ranges_[l].begin, ranges_[l].end, comm.rank(), want.begin, want.end);
   }
+  if (max_ids > 0) {
+    reserve(local_ids_, max_ids);
+    for (IdsBuffer& b : prefetch_ids_) reserve(b, max_ids);
+  }
 }
 
 dist::ExpertRange ExpertParallelExperts::owned(int64_t layer) const {
@@ -75,37 +84,47 @@ dist::ExpertRange ExpertParallelExperts::owned(int64_t layer) const {
   return ranges_[static_cast<size_t>(layer)];
 }
 
-Tensor ExpertParallelExperts::mask(int64_t layer, const Tensor& ids, std::vector<int32_t>& buf,
-                                   const char* what) const {
+void ExpertParallelExperts::reserve(IdsBuffer& buf, int64_t n) {
+  if (n <= buf.capacity) return;
+  if (buf.capacity > 0) retired_.push_back(std::move(buf.storage));
+  buf.storage = ops_.alloc(n * static_cast<int64_t>(sizeof(int32_t)));
+  buf.capacity = n;
+}
+
+Tensor ExpertParallelExperts::mask(int64_t layer, const Tensor& ids, IdsBuffer& buf, const char* what) {
   if (layer < 0 || layer >= static_cast<int64_t>(ranges_.size()) || n_expert_[static_cast<size_t>(layer)] == 0)
     fail(ErrorCode::kInvalidArgument, "expert parallelism {}: layer {} has no routed experts", what, layer);
-  if (ids.dtype != DType::I32 || ids.ndim != 2 || ids.device != Device::kCpu)
-    fail(ErrorCode::kInvalidArgument, "expert parallelism {}: ids must be [tokens, k] I32 in host memory, not {} on {}",
-         what, ids.str(), device_name(ids.device));
+  if (ids.dtype != DType::I32 || ids.ndim != 2 || (ids.numel() > 0 && ids.device != ops_.device()))
+    fail(ErrorCode::kInvalidArgument,
+         "expert parallelism {}: ids must be [tokens, k] I32 on the {} backend's device, not {} on {}", what,
+         ops_.name(), ids.str(), device_name(ids.device));
   const dist::ExpertRange r = ranges_[static_cast<size_t>(layer)];
-  const int32_t n_expert = n_expert_[static_cast<size_t>(layer)];
-  const int64_t n = ids.numel();
-  buf.resize(static_cast<size_t>(n));
-  const int32_t* src = ids.ptr<int32_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t e = src[i];
-    if (e >= n_expert)
-      fail(ErrorCode::kInvalidArgument, "expert parallelism {}: layer {} routes to expert {} of {}", what, layer, e,
-           n_expert);
-    buf[static_cast<size_t>(i)] = e >= r.begin && e < r.end ? e - r.begin : -1;  // negative: no expert
+  reserve(buf, std::max<int64_t>(ids.numel(), 1));
+  const Tensor local(buf.storage.data(), DType::I32, {ids.dim(0), ids.dim(1)}, ops_.device());
+  try {
+    ops_.moe_local_ids(ids, r.begin, r.end, n_expert_[static_cast<size_t>(layer)], local);
+  } catch (const Error& e) {  // the CPU backend's id check: say which layer
+    throw e.with_context(fmt::format("expert parallelism {}: layer {}", what, layer));
   }
-  return Tensor(buf.data(), DType::I32, {ids.dim(0), ids.dim(1)});
+  return local;
 }
 
 void ExpertParallelExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
                                     Tensor out, const ActQ8* x_q8) {
+  n_prefetched_ = 0;  // the predictions made so far are read by this compute
   const Tensor local = mask(layer, ids, local_ids_, "compute");
   inner_->compute(layer, x, local, weights, out, x_q8);  // this rank's partial sum
   comm_.all_reduce(out, out);
 }
 
 void ExpertParallelExperts::prefetch(int64_t target, const Tensor& ids) {
-  inner_->prefetch(target, mask(target, ids, prefetch_ids_, "prefetch"));
+  if (n_prefetched_ == PrefetchTargets::kMax)
+    fail(ErrorCode::kInvalidArgument, "expert parallelism prefetch: more than {} predictions before one compute()",
+         PrefetchTargets::kMax);
+  IdsBuffer& buf = prefetch_ids_[static_cast<size_t>(n_prefetched_)];
+  const Tensor local = mask(target, ids, buf, "prefetch");
+  ++n_prefetched_;
+  inner_->prefetch(target, local);
 }
 
 }  // namespace ft

@@ -72,7 +72,7 @@ TEST(ExpertParallelExperts, OverOffloadSameLogitsAsOneRankFused) {
         dist::run_ranks(group, [&](dist::Collective& comm) {
           CpuOps rank_ops(1);
           LoadedModel m = load_for_run(dir, rank_ops);  // each rank its own model, KV, cache and CPU pool
-          ExpertParallelExperts ep(comm, m.model->host_experts(), [&](const HostExpertBanks& owned) {
+          ExpertParallelExperts ep(comm, rank_ops, m.model->host_experts(), [&](const HostExpertBanks& owned) {
             return make_rank_strategy(rank_ops, owned, v, prefill, k);
           });
           got[static_cast<size_t>(comm.rank())] = run_model(*m.model, rank_ops, ep, tokens, prefill);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "dist/in_process_collective.h"
@@ -113,7 +115,7 @@ TEST(ExpertParallelExperts, RefusesBadRoutesAndShapes) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  expect_refused(0, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 0 routes to expert 8 of 8");
+  expect_refused(0, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 0: moe_local_ids: entry 3 routes to expert 8 of 8");
   ids[3] = 3;
   expect_refused(1, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 1 has no routed experts");
   expect_refused(2, Tensor(ids.data(), DType::I32, {T, k}), tw, "layer 2 has no routed experts");
@@ -122,6 +124,51 @@ TEST(ExpertParallelExperts, RefusesBadRoutesAndShapes) {
   expect_refused(0, Tensor(ids.data(), DType::I32, {T, k}), Tensor(w.data(), DType::F32, {T, 1}), "weights");
   EXPECT_THROW(ep.prefetch(0, Tensor(ids.data(), DType::I32, {T * k})), Error);
   EXPECT_NO_THROW(ep.compute(0, tx, Tensor(ids.data(), DType::I32, {T, k}), tw, to));
+}
+
+/** An inner compute that keeps the ids each prefetch() hands it (views, as a cache strategy keeps
+ *  them until its next compute()). */
+class RecordingExperts final : public ExpertCompute {
+ public:
+  void compute(int64_t, const Tensor&, const Tensor&, const Tensor&, Tensor, const ActQ8*) override {}
+  void prefetch(int64_t target, const Tensor& ids) override { predicted.emplace_back(target, ids); }
+  std::vector<std::pair<int64_t, Tensor>> predicted;
+};
+
+std::vector<int32_t> values(const Tensor& t) { return {t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel()}; }
+
+TEST(ExpertParallelExperts, EveryPredictionBeforeAComputeKeepsItsOwnRoutes) {
+  const int64_t T = 2, k = 2, H = 32;  // rank 1 of 2 alone: masking only, no compute (no all_reduce)
+  SyntheticExperts s;
+  s.add_layer(8, 64, H, DType::F32, DType::F32, 1);
+  s.add_dense_layer();
+  s.add_layer(8, 64, H, DType::F32, DType::F32, 2);
+  CpuOps ops(1);
+  const auto group = dist::make_in_process_group(2);
+  RecordingExperts* rec = nullptr;
+  ExpertParallelExperts ep(*group[1], ops, s.banks, [&](const HostExpertBanks&) {  // rank 1: experts 4..7
+    auto r = std::make_unique<RecordingExperts>();
+    rec = r.get();
+    return r;
+  });
+  std::vector<int32_t> a = {4, 1, 7, -1}, b = {0, 5, 6, 3}, c = {2, 4, 5, 7};
+  ep.prefetch(0, Tensor(a.data(), DType::I32, {T, k}));
+  ep.prefetch(2, Tensor(b.data(), DType::I32, {T, k}));
+  ASSERT_EQ(rec->predicted.size(), 2u);
+  EXPECT_EQ(rec->predicted[0].first, 0);
+  EXPECT_EQ(values(rec->predicted[0].second), (std::vector<int32_t>{0, -1, 3, -1}));  // not overwritten by b's
+  EXPECT_EQ(values(rec->predicted[1].second), (std::vector<int32_t>{-1, 1, 2, -1}));
+  EXPECT_NE(rec->predicted[0].second.data, rec->predicted[1].second.data);
+  EXPECT_THROW(ep.prefetch(1, Tensor(c.data(), DType::I32, {T, k})), Error);  // a dense layer
+  for (int i = 0; i < PrefetchTargets::kMax - 2; ++i) ep.prefetch(2, Tensor(c.data(), DType::I32, {T, k}));
+  try {
+    ep.prefetch(2, Tensor(c.data(), DType::I32, {T, k}));
+    ADD_FAILURE() << "a fifth prediction before one compute() was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 4 predictions before one compute()"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(values(rec->predicted[0].second), (std::vector<int32_t>{0, -1, 3, -1}));
 }
 
 /** Synthetic layers 0 (8 experts) and 2 (16 experts, with biases), layer 1 dense: N ranks against
@@ -306,7 +353,7 @@ TEST(ExpertParallelExperts, SameLogitsAsOneRankOnMoeFixtures) {
         CpuOps rank_ops(1);
         Loaded m = load(dir, rank_ops);  // each rank its own model, KV and experts
         CountingExperts* counter = nullptr;
-        ExpertParallelExperts ep(comm, m.model->host_experts(), [&](const HostExpertBanks& owned) {
+        ExpertParallelExperts ep(comm, rank_ops, m.model->host_experts(), [&](const HostExpertBanks& owned) {
           auto c = std::make_unique<CountingExperts>(std::make_unique<ResidentExperts>(rank_ops, owned), owned);
           counter = c.get();
           return c;
