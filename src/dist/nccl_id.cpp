@@ -1,18 +1,9 @@
 #include "dist/nccl_id.h"
 
 #include "util/error.h"
+#include "util/format.h"
 
 namespace ft::dist {
-namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
 
 std::string NcclId::to_hex() const {
   static constexpr char kDigits[] = "0123456789abcdef";

@@ -136,7 +136,8 @@ class Engine {
   void build_moe();
   /** Hybrid without --moe-fetch-cap (auto's planner included): the fetch policy of the calibration
    *  file (options.moe.calibration_dir, calibration_key) when it holds one of the candidates and
-   *  not options.moe.recalibrate; else time_fetch_candidates, written to that file. */
+   *  not options.moe.recalibrate; else time_fetch_candidates, written to that file. In a rank group
+   *  (comm_) nothing is timed: the default policy stays (the ranks' timing steps would have to match). */
   void calibrate_fetch_cap();
   /** Times a few decode steps of a throw-away sequence at each candidate fetch policy
    *  (MoeRuntime::fetch_candidates), sets the first within noise of the fastest

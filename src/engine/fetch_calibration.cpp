@@ -62,6 +62,14 @@ std::string Engine::calibration_key(const std::vector<MoeRuntime::FetchCandidate
 void Engine::calibrate_fetch_cap() {
   const std::vector<MoeRuntime::FetchCandidate> caps = moe_->fetch_candidates();
   if (caps.empty()) return;
+  if (comm_ && comm_->group_size() > 1) {
+    // A rank's timing steps meet the others in collectives: every rank would have to run the same steps,
+    // which a calibration file found by one rank's key (its shard's tensors) and not another's breaks.
+    // The ranks keep the default policy until the calibration is agreed over the group.
+    spdlog::info("moe: {} ranks: the fetch calibration is not run; {} (--moe-fetch-cap sets another)",
+                 comm_->group_size(), moe_->default_fetch_candidate().name);
+    return;
+  }
   const MoeOptions& mo = options_.moe;
   std::optional<CalibrationCache> cache;
   if (!mo.calibration_dir.empty()) cache.emplace(mo.calibration_dir, calibration_key(caps));

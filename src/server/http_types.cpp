@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "util/format.h"
+
 namespace ft::server {
 
 bool CaseInsensitiveLess::operator()(std::string_view a, std::string_view b) const {
@@ -47,16 +49,6 @@ void HttpResponse::set_stream(std::string content_type, StreamProvider p, Stream
   on_closed = std::move(closed);
 }
 
-namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
 
 std::string percent_decode(std::string_view s, bool plus_is_space) {
   std::string out;

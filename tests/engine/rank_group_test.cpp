@@ -58,30 +58,43 @@ TEST_P(RankGroupFixtures, StepsEqualOneEngineAndTransformers) {
   for (const RefCase& ref : refs) {
     // The prompt, every row, then greedy decode steps, on both, each in its own pages.
     std::vector<int32_t> seq = ref.input_ids;
-    BlockTable t1, tg;
+    BlockTable t1, tg, s1, sg;  // s: the sliding-window pool's pages (gemma4), indexed as the others
     const int64_t total = static_cast<int64_t>(seq.size() + ref.greedy.size());
     ASSERT_TRUE(t1.reserve(one->kv().pool(), total));
     ASSERT_TRUE(tg.reserve(group->leader().kv().pool(), total));
+    const bool swa = one->kv().swa_pool() != nullptr;
+    if (swa) {
+      ASSERT_TRUE(s1.reserve(*one->kv().pools().swa, total));
+      ASSERT_TRUE(sg.reserve(*group->leader().kv().pools().swa, total));
+    }
+    const std::vector<int32_t>* w1 = swa ? &s1.pages() : nullptr;
+    const std::vector<int32_t>* wg = swa ? &sg.pages() : nullptr;
     const auto n = static_cast<int64_t>(seq.size());
     const int32_t slot = one->kv().state_pool() ? 0 : -1;  // recurrent layers: one sequence at a time in slot 0
-    const std::span<const float> a = one_runner.forward(StepBatch{{{&t1.pages(), 0, seq.data(), n, n, nullptr, slot}}});
+    const std::span<const float> a = one_runner.forward(StepBatch{{{&t1.pages(), 0, seq.data(), n, n, w1, slot}}});
     const std::vector<float> single(a.begin(), a.end());
-    const std::span<const float> b = group->runner().forward(StepBatch{{{&tg.pages(), 0, seq.data(), n, n, nullptr, slot}}});
+    const std::span<const float> b = group->runner().forward(StepBatch{{{&tg.pages(), 0, seq.data(), n, n, wg, slot}}});
     const std::vector<float> grouped(b.begin(), b.end());
     EXPECT_LE(max_row_rel_l2(grouped, single, V), 1e-5) << c.fixture << " " << ref.name;
     EXPECT_LE(max_row_rel_l2(grouped, ref.logits, V), 2e-2) << c.fixture << " " << ref.name;
     for (size_t k = 0; k + 1 < ref.greedy.size(); ++k) {
       seq.push_back(ref.greedy[k]);
       const int64_t pos = static_cast<int64_t>(seq.size()) - 1;
-      const std::span<const float> x = one_runner.forward(StepBatch{{{&t1.pages(), pos, &seq[pos], 1, 1, nullptr, slot}}});
+      const std::span<const float> x = one_runner.forward(StepBatch{{{&t1.pages(), pos, &seq[pos], 1, 1, w1, slot}}});
       const std::vector<float> xs(x.begin(), x.end());
-      const std::span<const float> y = group->runner().forward(StepBatch{{{&tg.pages(), pos, &seq[pos], 1, 1, nullptr, slot}}});
+      const std::span<const float> y = group->runner().forward(StepBatch{{{&tg.pages(), pos, &seq[pos], 1, 1, wg, slot}}});
       EXPECT_LE(row_rel_l2(y.data(), xs.data(), V), 1e-5) << c.fixture << " decode step " << k;
     }
     t1.release(one->kv().pool());
     tg.release(group->leader().kv().pool());
+    if (swa) {
+      s1.release(*one->kv().pools().swa);
+      sg.release(*group->leader().kv().pools().swa);
+    }
   }
   EXPECT_EQ(group->failure(), "");
+  if (c.strategy == MoeStrategy::kHybrid)  // no start-up timing in a group: its steps would have to match
+    for (int r = 0; r < group->size(); ++r) EXPECT_FALSE(group->engine(r).moe_report()->calibration.has_value()) << r;
 }
 
 TEST_P(RankGroupFixtures, ServedGreedyTokensAreTransformers) {
@@ -110,7 +123,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RankGroupFixtures,
                          ::testing::Values(GroupCase{"qwen3", false}, GroupCase{"qwen3_moe", false},
                                            GroupCase{"qwen3_moe", true}, GroupCase{"mixtral", true},
                                            GroupCase{"deepseek_v3", true}, GroupCase{"qwen3_next", true},
-                                           GroupCase{"olmoe", false},
+                                           GroupCase{"olmoe", false}, GroupCase{"deepseek_v4", true},
+                                           GroupCase{"qwen4_exp", true}, GroupCase{"gemma4", false},
                                            GroupCase{"qwen3_moe", true, MoeStrategy::kOffload},
                                            GroupCase{"qwen3_moe", true, MoeStrategy::kCpu},
                                            GroupCase{"qwen3_moe", true, MoeStrategy::kHybrid}),
