@@ -77,7 +77,7 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
   cmd->add_option_function<std::string>(
          "--expert-parallel", [&eo](const std::string& v) { eo.expert_parallel = v == "on"; },
          "on: the MoE layers' experts are split over the --tensor-parallel-size ranks (each rank holds, caches and "
-         "computes only its own block; CPU backend) instead of copied to every rank")
+         "computes only its own block, routes masked on the device) instead of copied to every rank")
       ->default_str("off")
       ->check(CLI::IsMember({"on", "off"}))
       ->group(kGroupEngine);
