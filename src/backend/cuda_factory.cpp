@@ -9,6 +9,14 @@
 
 namespace ft {
 
+bool cuda_built() {
+#ifdef FT_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 #ifndef FT_HAVE_CUDA
 std::unique_ptr<Ops> make_cuda_ops(int device, DType) {
   fail(ErrorCode::kUnsupported, "cuda device {} requested, but this build of FreeToken has no CUDA backend "

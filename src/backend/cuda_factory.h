@@ -12,6 +12,9 @@ namespace ft {
  *  kInvalidArgument when `device` is not a visible CUDA device. */
 std::unique_ptr<Ops> make_cuda_ops(int device = 0, DType activations = DType::F32);
 
+/** Whether this build has the CUDA backend (make_cuda_ops can succeed where a GPU is visible). */
+bool cuda_built();
+
 /** Whether the CUDA backend launches its decode kernels on `device` with programmatic dependent launch
  *  (backend/cuda/pdl.cuh): the kernels loaded are sm_90 code, the GPU is sm_90 or later, and neither
  *  FT_CUDA_PDL=0 (or off, false) nor set_cuda_pdl turned it off. False in a build without CUDA. */

@@ -33,8 +33,13 @@ std::vector<std::string> expand_multi_letter_flags(int argc, const char* const* 
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     std::string to = a;
-    for (const auto& [from, long_form] : kMultiLetter)
-      if (i > 0 && a == from) to = long_form;
+    for (const auto& [from, long_form] : kMultiLetter) {
+      const std::string_view f = from;
+      if (i > 0 && a == f) to = long_form;
+      // -tp=2: the value attached, as the long forms take it (CLI11 would read -t p=2).
+      if (i > 0 && a.size() > f.size() && a.compare(0, f.size(), f) == 0 && a[f.size()] == '=')
+        to = std::string(long_form) + a.substr(f.size());
+    }
     // -fa alone (older llama.cpp) turns flash attention on; newer ones take on|off|auto. A bare -fa
     // must not take the next word (a model path) as its value.
     if (i > 0 && to == "--flash-attn" && !(i + 1 < argc && is_flash_attn_value(argv[i + 1]))) to = "--flash-attn=on";

@@ -50,7 +50,8 @@ std::optional<std::string> kv_dtype_from_cache_types(const CompatFlags& f);
  *  their long forms (--n-gpu-layers, ...); -v/--verbose and --log-disable to --log-level=debug / off; a
  *  bare -fa (no on|off|auto after it) to --flash-attn=on, so it takes no model path as its value; any
  *  other single-dash word of several letters to --unknown-short-flag=WORD, reported as unknown rather
- *  than read as bundled one-letter flags (-ctx as -c tx). argv[0] included. */
+ *  than read as bundled one-letter flags (-ctx as -c tx). A value attached with '=' stays attached
+ *  (-tp=2 -> --tensor-parallel-size=2). argv[0] included. */
 std::vector<std::string> expand_multi_letter_flags(int argc, const char* const* argv);
 
 /** Registers -ngl/--n-gpu-layers/--gpu-layers (group Engine), the hidden --memory-ratio, --num-pages and --gpu, and llama.cpp's --jinja, --metrics,

@@ -68,7 +68,7 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
       ->capture_default_str()
       ->group(kGroupMemory);
   cmd->add_option("--tensor-parallel-size,--tp-size", eo.tensor_parallel,
-                  "-tp: ranks to split the model over: attention heads and dense FFN columns split, one engine a "
+                  "-tp: ranks to split the model over (1 to 8): attention heads and dense FFN columns split, one engine a "
                   "rank, rank 0 schedules (CUDA: GPU r for rank r over NCCL, libnccl.so.2 loaded at run time; "
                   "CPU backend: the ranks are threads)")
       ->capture_default_str()

@@ -249,7 +249,7 @@ int run_serve(ServeArgs& f) {
   std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
   if (RankGroup* group = loaded->group())
     std::printf("  ranks     %d (tensor parallel%s); the table is rank 0's, every rank's plan is in /v1/stats \"ranks\"\n",
-                group->size(), eo.expert_parallel ? ", experts split over the ranks" : "");
+                group->size(), group->experts_split() ? ", experts split over the ranks" : "");
   if (const PagePool* swa = engine->kv().swa_pool()) {
     int n_swa = 0;
     for (int32_t l = 0; l < kc.n_layer; ++l) n_swa += engine->kv().in_swa_pool(l);

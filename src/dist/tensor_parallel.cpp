@@ -12,7 +12,8 @@ void check_shard(const TpShard& tp) {
 TpRange tp_split(int64_t n, const TpShard& tp, const char* what) {
   check_shard(tp);
   if (n <= 0 || n % tp.size != 0)
-    fail(ErrorCode::kUnsupported, "{} ({}) is not a multiple of the tensor-parallel size ({})", what, n, tp.size);
+    fail(ErrorCode::kUnsupported, "{} ({}) is not a multiple of the tensor-parallel size ({}): give a "
+         "--tensor-parallel-size that divides it", what, n, tp.size);
   const int64_t per = n / tp.size;
   return {tp.rank * per, per};
 }

@@ -143,8 +143,9 @@ void Engine::build_moe() {
 
 void Engine::keep_owned_experts() {
   if (model_->host_experts().empty()) {
-    spdlog::info("engine: --expert-parallel: {} has no routed experts; every rank runs the whole model",
-                 model_->config().arch);
+    if (comm_->rank() == 0)
+      spdlog::info("engine: --expert-parallel: {} has no routed experts to split (its heads are split all the same)",
+                   model_->config().arch);
     return;
   }
   ep_ranges_ = model_->keep_owned_experts(comm_->rank(), comm_->group_size(), ep_n_expert_);

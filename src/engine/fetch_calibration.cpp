@@ -66,8 +66,10 @@ void Engine::calibrate_fetch_cap() {
     // A rank's timing steps meet the others in collectives: every rank would have to run the same steps,
     // which a calibration file found by one rank's key (its shard's tensors) and not another's breaks.
     // The ranks keep the default policy until the calibration is agreed over the group.
-    spdlog::info("moe: {} ranks: the fetch calibration is not run; {} (--moe-fetch-cap sets another)",
-                 comm_->group_size(), moe_->default_fetch_candidate().name);
+    const MoeRuntime::FetchCandidate keep = moe_->default_fetch_candidate();
+    moe_->set_fetch_policy(keep);  // no longer provisional
+    spdlog::info("moe: {} ranks: the fetch calibration is not run{}; {} (--moe-fetch-cap sets another)",
+                 comm_->group_size(), options_.moe.recalibrate ? " (--moe-calibrate is ignored)" : "", keep.name);
     return;
   }
   const MoeOptions& mo = options_.moe;

@@ -108,6 +108,7 @@ PlacedMemory placed_memory(const MemoryPlanInputs& in) {
   PlacedMemory m;
   for (const TensorInfo& t : in.checkpoint.tensors()) m.weights += t.bytes;
   m.weights -= in.model.host_mapped_bytes();  // read from host memory (--embed-weights)
+  m.weights -= in.model.unloaded_weight_bytes();  // the other ranks' slices and experts
   m.kv = in.kv.bytes();
   m.kv_per_token =
       m.kv / std::max<int64_t>((in.kv.pool().n_pages() + in.kv.config().spare_pages) * in.options.page_size, 1);

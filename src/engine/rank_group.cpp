@@ -75,6 +75,8 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
   EngineOptions o = options;
   if (o.threads <= 0) o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / n);
   g->ops_.resize(static_cast<size_t>(n));
+  if (cuda && !cuda_built())
+    make_cuda_ops(0);  // throws the build's reason (no CUDA backend compiled in)
   if (cuda) {
     // Rank r on CUDA device r, its backend made here (one per device, with Engine::load's F32
     // activations), then one NCCL group over their devices and streams.
@@ -142,8 +144,9 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
     std::lock_guard<std::mutex> lock(g->mu_);
     std::rethrow_exception(g->cause_ ? g->cause_ : first);  // the cause, not a rank's "aborted"
   }
-  spdlog::info("engine: {} ranks (tensor parallel{}{}), rank 0 schedules", n,
-               options.expert_parallel ? ", experts split over the ranks" : "", cuda ? ", one GPU each over NCCL" : "");
+  spdlog::info("engine: {} ranks (tensor parallel{}{}), rank 0 schedules", n, g->experts_split() ? ", experts split over the ranks" : "",
+               cuda ? ", one GPU each over NCCL" : "");
+  g->serving_ = true;
   return g;
 }
 
@@ -183,7 +186,7 @@ void RankGroup::fail_group(const std::string& reason, std::exception_ptr cause) 
     cause_ = cause;
   }
   if (!comms_.empty()) comms_[0]->abort(reason);
-  spdlog::error("rank group: {}", reason);
+  if (serving_) spdlog::error("rank group: {}", reason);  // while loading, load() throws the cause itself
 }
 
 void RankGroup::send(const StepBatch& batch) {

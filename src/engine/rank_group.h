@@ -66,6 +66,8 @@ class RankGroup {
   Engine& engine(int r) { return *engines_.at(static_cast<size_t>(r)); }
   Engine& leader() { return engine(0); }
   ModelRunner& runner() { return runner_; }
+  /** Whether the experts are split over the ranks (--expert-parallel on a model with routed experts). */
+  bool experts_split() { return leader().options().expert_parallel && leader().config().n_expert > 0; }
   /** "" while every rank runs, else why the group stopped. */
   std::string failure() const;
 
@@ -91,6 +93,7 @@ class RankGroup {
   mutable std::mutex mu_;
   std::string failure_;
   std::exception_ptr cause_;
+  bool serving_ = false;  // load() returned: a failure from now on is logged (before, load() throws it)
   RankGroupRunner runner_;
 };
 

@@ -130,6 +130,11 @@ class Model {
    *  Throws ft::Error(kInvalidArgument) as slice_banks does (a layer whose experts n_ranks does not
    *  divide) and when called twice. */
   std::vector<dist::ExpertRange> keep_owned_experts(int rank, int n_ranks, std::vector<int32_t>& n_expert);
+  /** Bytes of the checkpoint's weights this rank does not hold: the other ranks' slices of the tensors
+   *  tensor parallelism cuts (WeightLoader::tp_unloaded_bytes) and, after keep_owned_experts, the other
+   *  ranks' experts. 0 for one rank. The memory plan's weights are the checkpoint's less these. */
+  int64_t unloaded_weight_bytes() const { return unloaded_weight_bytes_; }
+  void add_unloaded_weight_bytes(int64_t bytes) { unloaded_weight_bytes_ += bytes; }
   /** The tensor-parallel shard this model's weights are (size 1: the whole model); config() is then
    *  the rank's (n_head, n_head_kv, n_ff, n_ff_shexp divided by the size). */
   const dist::TpShard& tensor_parallel() const { return tp_; }
@@ -183,6 +188,7 @@ class Model {
   int64_t host_mapped_bytes_ = 0;
   bool embeddings_tied_ = false;
   bool experts_owned_ = false;  // keep_owned_experts ran
+  int64_t unloaded_weight_bytes_ = 0;
   dist::TpShard tp_;  // the tensor-parallel shard the weights were loaded for (size 1: whole)
 };
 

@@ -110,6 +110,7 @@ std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, const dist::
     if (model->tensor_parallel().size != tp.size)  // an architecture that does not load by the shard
       fail(ErrorCode::kUnsupported, "tensor parallelism (size {}) is not supported for this architecture yet",
            tp.size);
+    model->add_unloaded_weight_bytes(ld.tp_unloaded_bytes());
     phase.finish();
     return model;
   } catch (const Error& e) {

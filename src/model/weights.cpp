@@ -416,6 +416,7 @@ Tensor WeightLoader::get_rows(const WeightName& n, std::initializer_list<int64_t
                 static_cast<const char*>(h.data) + rows[i] * row, static_cast<size_t>(row));
   }
   const Tensor view(hb.data(), h.dtype, {static_cast<int64_t>(rows.size()), h.cols()});
+  if (tp_.size > 1) tp_unloaded_bytes_ += std::max<int64_t>(h.bytes() - view.bytes(), 0);
   return place_copy(n, std::move(hb), view);
 }
 
@@ -443,6 +444,7 @@ Tensor WeightLoader::get_cols(const WeightName& n, std::initializer_list<int64_t
     std::memcpy(static_cast<char*>(hb.data()) + r * out_row, static_cast<const char*>(h.data) + r * row + skip,
                 static_cast<size_t>(out_row));
   const Tensor view(hb.data(), h.dtype, {h.rows(), n_cols});
+  if (tp_.size > 1) tp_unloaded_bytes_ += std::max<int64_t>(h.bytes() - view.bytes(), 0);
   return place_copy(n, std::move(hb), view);
 }
 

@@ -103,6 +103,10 @@ class WeightLoader {
    *  architecture that loads by it (build_decoder) records it in Model::tensor_parallel(); load_model
    *  refuses the others when size > 1. */
   void set_tensor_parallel(const dist::TpShard& tp) { tp_ = tp; }
+  /** Bytes of the tensors get_rows / get_cols cut that this rank did not take (the other ranks' rows or
+   *  columns; in the form read, which is the stored one but for formats converted at load), 0 for one
+   *  rank: what the memory plan takes off the checkpoint's bytes (Model::unloaded_weight_bytes). */
+  int64_t tp_unloaded_bytes() const { return tp_unloaded_bytes_; }
   const dist::TpShard& tensor_parallel() const { return tp_; }
 
   /** Like get(), but an absent tensor gives an empty Tensor. */
@@ -224,6 +228,7 @@ class WeightLoader {
   ProgressSink* progress_ = nullptr;
   std::unordered_set<std::string> counted_;  // tensors progress_ was given
   dist::TpShard tp_;
+  int64_t tp_unloaded_bytes_ = 0;
 };
 
 }  // namespace ft

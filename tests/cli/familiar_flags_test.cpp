@@ -185,7 +185,7 @@ TEST(FamiliarFlags, TensorParallelRunsRanksOnTheCpu) {
   // Two ranks (threads on the CPU backend) give one rank's tokens.
   const std::string gen = " --prompt-ids 1,403,407 --max-tokens 8 --print-ids -t 1 --device cpu --temperature 0";
   const Result one_rank = run_ft("run " + stories() + gen);
-  const Result two_ranks = run_ft("run " + stories() + gen + " -tp 2");
+  const Result two_ranks = run_ft("run " + stories() + gen + " -tp=2");  // the value attached, as llama.cpp takes it
   EXPECT_EQ(one_rank.code, 0) << one_rank.err;
   EXPECT_EQ(two_ranks.code, 0) << two_ranks.err;
   const auto first_line = [](const std::string& s) { return s.substr(0, s.find('\n')); };

@@ -156,6 +156,29 @@ TEST(RankGroup, PrefixHitsRestoreTheStatesOnEveryRank) {
   EXPECT_EQ(group->failure(), "");
 }
 
+TEST(RankGroup, EachRankPlansOnlyTheWeightsItHolds) {
+  // A rank's memory plan counts its shard (heads and FFN columns cut) and, with --expert-parallel on,
+  // its own experts only: the other ranks' experts are not dense weights of its (a trial found them
+  // counted so, making a plan that fits refused once the experts were split).
+  const std::string dir = fixture_dir("qwen3_moe");
+  auto one = Engine::load(dir, small_engine_options());
+  auto tp = load_group(dir, 2, false);
+  auto ep = load_group(dir, 2, true);
+  const int64_t experts = one->moe_budget()->expert_bytes;
+  const int64_t dense = one->memory_plan().placed.weights - experts;
+  ASSERT_GT(experts, 0);
+  for (int r = 0; r < 2; ++r) {
+    const int64_t tp_experts = tp->engine(r).moe_budget()->expert_bytes;
+    const int64_t tp_dense = tp->engine(r).memory_plan().placed.weights - tp_experts;
+    EXPECT_EQ(tp_experts, experts) << r;  // copied to every rank
+    EXPECT_LT(tp_dense, dense) << r;      // attention and the dense FFN cut in two (embeddings whole)
+    EXPECT_GT(tp_dense, dense / 2) << r;
+    const int64_t ep_experts = ep->engine(r).moe_budget()->expert_bytes;
+    EXPECT_EQ(ep_experts, experts / 2) << r;
+    EXPECT_EQ(ep->engine(r).memory_plan().placed.weights - ep_experts, tp_dense) << r;
+  }
+}
+
 TEST(RankGroup, ARefusedStepLeavesTheGroupServing) {
   const std::string dir = fixture_dir("qwen3_moe");
   auto group = load_group(dir, 2, true);
