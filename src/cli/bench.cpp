@@ -165,8 +165,8 @@ int bench(BenchArgs& a) {
   bo.top_p = a.top_p;
   bo.min_p = a.min_p;
   EngineOptions& eo = a.engine;
+  refuse_kv_tiers(eo, "ft bench");  // first: the reason it holds for any other flag
   finish_engine_options(*a.cmd, eo, a.compat);
-  refuse_kv_tiers(eo, "ft bench");
   if (eo.tensor_parallel > 1)
     fail(ErrorCode::kUnsupported, "ft bench --tensor-parallel-size {}: the benchmark runs one engine; ranks are not "
          "measured by it yet (ft run and ft serve take the flag)", eo.tensor_parallel);

@@ -79,8 +79,8 @@ int run(RunArgs& a) {
     if (!logits_file) fail(ErrorCode::kInvalidArgument, "--logits-out: cannot open {} for writing", a.logits_out);
   }
   EngineOptions& eo = a.engine;
+  refuse_kv_tiers(eo, "ft run");  // first: the reason it holds for any other flag
   finish_engine_options(*a.cmd, eo, a.compat);
-  refuse_kv_tiers(eo, "ft run");
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
   // The tokenizer and the context length come from the checkpoint itself, opened once: the prompt is

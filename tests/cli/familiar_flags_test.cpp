@@ -179,6 +179,11 @@ TEST(FamiliarFlags, TensorParallelRunsRanksOnTheCpu) {
   const Result lone = run_ft("run " + stories() + " --prompt-ids 1 --max-tokens 1 --expert-parallel on");
   EXPECT_EQ(lone.code, 2);
   EXPECT_NE(lone.err.find("--expert-parallel on splits the experts over the ranks"), std::string::npos) << lone.err;
+  // ft run never uses a KV tier: that is said first, not that ranks cannot have one (trial).
+  const Result tiers = run_ft("run " + stories() + " --prompt-ids 1 --max-tokens 1 -tp 2 --kv-host-gib 1");
+  EXPECT_EQ(tiers.code, 2);
+  EXPECT_NE(tiers.err.find("--kv-host-gib: ft run runs its prompts without the prefix cache"), std::string::npos)
+      << tiers.err;
   const Result bench = run_ft("bench " + stories() + " -tp 2 --device cpu");
   EXPECT_EQ(bench.code, 2) << bench.err;
   EXPECT_NE(bench.err.find("ft bench -tp (--tensor-parallel-size) 2: the benchmark runs one engine"), std::string::npos) << bench.err;
