@@ -24,9 +24,10 @@
 #                 24: ~83 GiB of host banks) of its 43 layers; qwen3.8-flash-next: Q4_K, QN_LAYERS (default
 #                 16, the PLE layer's n-gram table included: Q8_0, 51 GiB) of 48. Fewer layers would give
 #                 each layer more of the 24 GiB, so the expert cache is held at the fraction of the experts
-#                 the whole model gets: DS4_RATE 0.107 = (24 GiB - 9.27 GiB dense of 43 layers + 0.99 GiB
-#                 token embedding moved to the host - ~1 GiB KV and buffers) / 137.2 GiB of experts, in
-#                 slots of 12.76 MiB; QN_RATE 0.24 = (24 - 3.2 GiB dense - ~1 GiB) / 82 GiB of experts
+#                 the whole model gets: DS4_RATE 0.1 ~ (24 GiB - 9.27 GiB dense of 43 layers + 0.99 GiB
+#                 token embedding moved to the host - ~1 GiB KV and buffers) / 137.2 GiB of experts = 0.107,
+#                 less the KV the default --kv-reserve-tokens 8192 keeps (2.25 GiB at 24 layers; 0.107 was
+#                 refused 378 MiB short on an H100, session 40), in slots of 12.76 MiB; QN_RATE 0.24 = (24 - 3.2 GiB dense - ~1 GiB) / 82 GiB of experts
 #                 (3.42 MiB slots). The dense sizes are `ft bench`'s own counts at 1-3 layers. PREFILL8K=0
 #                 skips the prefill runs; PRESETS4 picks presets (default "deepseek-v4-flash qwen3.8-flash-next").
 #
@@ -130,7 +131,7 @@ for set in "$@"; do
         for s in offload hybrid cpu; do bench "$name-$s" 500 $FAM --gpu-memory-limit 24 --moe-strategy $s; done
       done ;;
     arch4)
-      for m in "deepseek-v4-flash --dummy-layers ${DS4_LAYERS:-24} --weight-type fp8 --moe-cache-rate ${DS4_RATE:-0.107}" \
+      for m in "deepseek-v4-flash --dummy-layers ${DS4_LAYERS:-24} --weight-type fp8 --moe-cache-rate ${DS4_RATE:-0.1}" \
                "qwen3.8-flash-next --dummy-layers ${QN_LAYERS:-16} --weight-type q4_k --moe-cache-rate ${QN_RATE:-0.24}"; do
         name=${m%% *}
         [[ " ${PRESETS4:-deepseek-v4-flash qwen3.8-flash-next} " == *" $name "* ]] || continue
