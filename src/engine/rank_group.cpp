@@ -114,6 +114,7 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
     EngineOptions ro = o;
     ro.progress = nullptr;  // rank 0 reports the load
     g->followers_.emplace_back([grp = g.get(), r, path, ro, build, p = &built[static_cast<size_t>(r - 1)]] {
+      set_log_rank(r);  // this rank's lines say so
       try {
         grp->enter(r);
         build(r, open_checkpoint(path), ro);
@@ -127,12 +128,14 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
     });
   }
   std::exception_ptr first;
+  set_log_rank(0);  // rank 0's load on this thread; unlabelled again once loaded
   try {
     build(0, std::move(ckpt), o);
   } catch (const std::exception& e) {
     first = std::current_exception();
     g->fail_group(fmt::format("rank 0: {}", e.what()), first);
   }
+  set_log_rank(-1);
   for (std::future<void>& f : done) {  // every rank has built its engine or failed: `built` may go
     try {
       f.get();

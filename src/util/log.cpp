@@ -17,6 +17,19 @@ namespace {
  *  sinks format synchronously on the calling thread (the default logger is not asynchronous), so the
  *  fields reach the line without passing through spdlog's message, which is a string only. */
 thread_local const nlohmann::ordered_json* t_fields = nullptr;
+/** set_log_rank's label for this thread's lines (-1: none). */
+thread_local int t_rank = -1;
+
+/** The text pattern's %* flag: "[rank R] " on a labelled thread, nothing elsewhere. */
+class RankFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
+    if (t_rank < 0) return;
+    const std::string s = fmt::format("[rank {}] ", t_rank);
+    dest.append(s.data(), s.data() + s.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<RankFlag>(); }
+};
 
 /** "2026-12-06T11:09:38.123Z" (UTC). */
 std::string iso8601(spdlog::log_clock::time_point t) {
@@ -50,6 +63,7 @@ class JsonLogFormatter : public spdlog::formatter {
     nlohmann::ordered_json j;
     j["ts"] = iso8601(msg.time);
     j["level"] = level_name(msg.level);
+    if (t_rank >= 0) j["rank"] = t_rank;
     j["msg"] = std::string(msg.payload.data(), msg.payload.size());
     if (t_fields && t_fields->is_object())
       for (const auto& [key, value] : t_fields->items()) j[key] = value;
@@ -75,7 +89,7 @@ std::atomic<bool> g_json_format{false};
 
 void set_log_format(const std::string& name) {
   if (name == "text")
-    spdlog::set_formatter(std::make_unique<spdlog::pattern_formatter>());
+    spdlog::set_formatter(make_text_log_formatter());
   else if (name == "json")
     spdlog::set_formatter(make_json_log_formatter());
   else
@@ -95,5 +109,13 @@ void log_fields(spdlog::level::level_enum level, std::string_view message, const
 }
 
 std::unique_ptr<spdlog::formatter> make_json_log_formatter() { return std::make_unique<JsonLogFormatter>(); }
+
+void set_log_rank(int rank) { t_rank = rank < 0 ? -1 : rank; }
+
+std::unique_ptr<spdlog::formatter> make_text_log_formatter() {
+  auto f = std::make_unique<spdlog::pattern_formatter>();
+  f->add_flag<RankFlag>('*').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %*%v");  // spdlog's default, plus %*
+  return f;
+}
 
 }  // namespace ft

@@ -32,6 +32,14 @@ bool log_format_is_json();
  *  logger or the ringbuffer sink, which format later and would write the line without them). */
 void log_fields(spdlog::level::level_enum level, std::string_view message, const nlohmann::ordered_json& fields);
 
+/** Labels the lines this thread logs from now on with `rank` (a rank group's rank, engine/rank_group.h):
+ *  "[rank R] " before the message in the text format, "rank": R in the JSON format; -1 removes it. */
+void set_log_rank(int rank);
+
+/** The text format's formatter (what "text" selects): spdlog's default line, "[2026-12-06 11:09:38.123]
+ *  [info] message", with the thread's rank label (set_log_rank) before the message. */
+std::unique_ptr<spdlog::formatter> make_text_log_formatter();
+
 /** An spdlog formatter that writes each message as one JSON object and a newline (what "json" selects;
  *  exposed for tests and for loggers made outside the registry). Invalid UTF-8 in a message becomes
  *  U+FFFD, so every line parses. */

@@ -1,6 +1,8 @@
 // util/log: --log-format json writes every line as one JSON object, with log_fields()' typed keys.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "log_capture.h"
@@ -65,6 +67,34 @@ TEST(LogFormat, FieldsAreTypedKeysInJsonAndAbsentInText) {
   log_fields(spdlog::level::info, "POST /x 200", fields);
   ASSERT_EQ(log.lines().size(), 1u);
   EXPECT_EQ(log.lines()[0], "info POST /x 200");
+}
+
+TEST(LogFormat, ARanksLinesCarryItsRank) {
+  {
+    LogCapture log(spdlog::level::info, /*json=*/true);
+    std::thread([] {
+      set_log_rank(2);
+      spdlog::info("from rank 2");
+    }).join();
+    spdlog::info("from no rank");
+    const std::vector<std::string> lines = log.lines();
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(nlohmann::json::parse(lines[0])["rank"], 2) << lines[0];
+    EXPECT_FALSE(nlohmann::json::parse(lines[1]).contains("rank")) << lines[1];
+  }
+  LogCapture log(spdlog::level::info);
+  spdlog::default_logger()->set_formatter(make_text_log_formatter());
+  std::thread([] {
+    set_log_rank(1);
+    spdlog::warn("from rank 1");
+    set_log_rank(-1);
+    spdlog::warn("unlabelled again");
+  }).join();
+  const std::vector<std::string> lines = log.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("] [warning] [rank 1] from rank 1"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("] [warning] unlabelled again"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[0][0], '[');
 }
 
 TEST(LogFormat, UnknownFormatIsRefused) {
