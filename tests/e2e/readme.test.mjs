@@ -31,7 +31,9 @@ let server, base, scratch;
 before(async () => {
   scratch = mkdtempSync(path.join(tmpdir(), 'ft-readme-'));
   symlinkSync(path.join(here, 'node_modules'), path.join(scratch, 'node_modules'));
-  server = spawn(FT, ['serve', '--port', '0', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // A fixed --seed: the examples sample (the SDKs' default temperatures) from random demo weights, and an
+  // unseeded draw sometimes ended a reply at its first token, so an example printed nothing.
+  server = spawn(FT, ['serve', '--port', '0', '--threads', '1', '--seed', '1919'], { stdio: ['ignore', 'pipe', 'pipe'] });
   server.stderr.resume();
   base = await new Promise((resolve, reject) => {
     let seen = '';
