@@ -77,27 +77,49 @@ void expect_ranks_match(const std::vector<std::vector<float>>& got, const std::v
   }
 }
 
+/** One rank's reference run: `path`'s model on its own CPU backend over `tokens_dir`'s prompt (all
+ *  but the last 4 tokens prefilled, then 4 decode steps), its logits in `want`. */
+struct OneRank {
+  std::vector<int32_t> tokens;
+  int64_t prefill = 0;
+  CpuOps ops{1};
+  Loaded one;
+  std::vector<float> want;
+};
+
+std::unique_ptr<OneRank> one_rank(const std::string& path, const std::string& tokens_dir) {
+  auto r = std::make_unique<OneRank>();
+  r->tokens = fixture_tokens(tokens_dir);
+  r->prefill = static_cast<int64_t>(r->tokens.size()) - 4;
+  r->one = load(path, r->ops);
+  ResidentExperts experts(r->ops, r->one.model->host_experts());
+  r->want = run_model(*r->one.model, r->ops, experts, r->tokens, r->prefill);
+  return r;
+}
+std::unique_ptr<OneRank> one_rank(const std::string& dir) { return one_rank(dir, dir); }
+
+/** `path` loaded as rank 0 of a group of one gives `ref`'s bits (the normal path, unchanged). */
+void expect_group_of_one_is_plain(const std::string& path, OneRank& ref) {
+  const auto group = dist::make_in_process_group(1);
+  Loaded m = load(path, ref.ops, {0, 1});
+  ResidentExperts e(ref.ops, m.model->host_experts());
+  const std::vector<float> got = run_model(*m.model, ref.ops, e, ref.tokens, ref.prefill, group[0].get());
+  ASSERT_EQ(got.size(), ref.want.size());
+  EXPECT_EQ(std::memcmp(got.data(), ref.want.data(), ref.want.size() * 4), 0) << rel_l2(got, ref.want);
+}
+
 TEST(TensorParallel, SameLogitsAsOneRankOnFixtures) {
   for (const char* name : {"llama", "qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_moe_64e", "mixtral",
                            "qwen2_moe", "glm4_moe", "gpt_oss", "olmoe", "minimax_m2", "deepseek_v3",
                            "qwen3_next", "qwen3_5", "qwen3_5_moe"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
-    const std::vector<int32_t> tokens = fixture_tokens(dir);
-    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
-    CpuOps ops(1);
-    Loaded one = load(dir, ops);
-    ResidentExperts experts(ops, one.model->host_experts());
-    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
-    {  // one rank over a group of one: the same bits as the normal path
-      const auto group = dist::make_in_process_group(1);
-      Loaded m = load(dir, ops, {0, 1});
-      ResidentExperts e(ops, m.model->host_experts());
-      const std::vector<float> got = run_model(*m.model, ops, e, tokens, prefill, group[0].get());
-      ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
-    }
-    const ModelConfig& c = one.model->config();
+    const auto ref = one_rank(dir);
+    const std::vector<int32_t>& tokens = ref->tokens;
+    const int64_t prefill = ref->prefill;
+    const std::vector<float>& want = ref->want;
+    expect_group_of_one_is_plain(dir, *ref);  // one rank over a group of one: the same bits as the normal path
+    const ModelConfig& c = ref->one.model->config();
     for (int n : {2, 4}) {
       if (c.n_head_kv % n != 0) continue;
       SCOPED_TRACE("ranks " + std::to_string(n));
@@ -126,12 +148,11 @@ TEST(TensorParallel, WithExpertParallelSameLogitsAsOneRankOnMoeFixtures) {
                            "minimax_m2", "deepseek_v3", "qwen3_next", "qwen3_5_moe"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
-    const std::vector<int32_t> tokens = fixture_tokens(dir);
-    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;
-    CpuOps ops(1);
-    Loaded one = load(dir, ops);
-    ResidentExperts experts(ops, one.model->host_experts());
-    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    const auto ref = one_rank(dir);
+    const std::vector<int32_t>& tokens = ref->tokens;
+    const int64_t prefill = ref->prefill;
+    const std::vector<float>& want = ref->want;
+    const Loaded& one = ref->one;
     const int n = 2;
     const auto group = dist::make_in_process_group(n);
     std::vector<std::vector<float>> got(static_cast<size_t>(n));
@@ -156,12 +177,11 @@ TEST(TensorParallel, TimesExpertParallelOverFourRanksMatchesOneRank) {
   for (const char* name : {"qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string dir = fixture(name);
-    const std::vector<int32_t> tokens = fixture_tokens(dir);
-    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;
-    CpuOps ops(1);
-    Loaded one = load(dir, ops);
-    ResidentExperts experts(ops, one.model->host_experts());
-    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    const auto ref = one_rank(dir);
+    const std::vector<int32_t>& tokens = ref->tokens;
+    const int64_t prefill = ref->prefill;
+    const std::vector<float>& want = ref->want;
+    const Loaded& one = ref->one;
     const auto group = dist::make_in_process_group(4);
     std::vector<std::vector<float>> got(4);
     std::vector<int> first_expert(4);
@@ -193,12 +213,10 @@ TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
                                    std::pair{"olmoe", "olmoe-q8_0.gguf"}}) {
     SCOPED_TRACE(file);
     const std::string path = shared_dir() + "/fixtures/gguf/" + name + "/" + file;
-    const std::vector<int32_t> tokens = fixture_tokens(fixture(name));
-    const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;
-    CpuOps ops(1);
-    Loaded one = load(path, ops);
-    ResidentExperts experts(ops, one.model->host_experts());
-    const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
+    const auto ref = one_rank(path, fixture(name));
+    const std::vector<int32_t>& tokens = ref->tokens;
+    const int64_t prefill = ref->prefill;
+    const std::vector<float>& want = ref->want;
     const int n = 2;
     const auto group = dist::make_in_process_group(n);
     std::vector<std::vector<float>> got(static_cast<size_t>(n));
@@ -221,20 +239,12 @@ TEST(TensorParallel, SameLogitsAsOneRankOnGgufFixtures) {
  *  gives one rank's logits within 1e-5, bit-identical across ranks; TP1 gives the plain load's bits. */
 void expect_tp_matches_one_rank(const std::string& dir, int n, bool ep, const std::string& label) {
   SCOPED_TRACE(label);
-  const std::vector<int32_t> tokens = fixture_tokens(dir);
-  const int64_t prefill = static_cast<int64_t>(tokens.size()) - 4;  // then 4 decode steps
-  CpuOps ops(1);
-  Loaded one = load(dir, ops);
-  ResidentExperts experts(ops, one.model->host_experts());
-  const std::vector<float> want = run_model(*one.model, ops, experts, tokens, prefill);
-  {
-    const auto group = dist::make_in_process_group(1);
-    Loaded m = load(dir, ops, {0, 1});
-    ResidentExperts e(ops, m.model->host_experts());
-    const std::vector<float> got = run_model(*m.model, ops, e, tokens, prefill, group[0].get());
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
-  }
+  const auto ref = one_rank(dir);
+  const std::vector<int32_t>& tokens = ref->tokens;
+  const int64_t prefill = ref->prefill;
+  const std::vector<float>& want = ref->want;
+  const Loaded& one = ref->one;
+  expect_group_of_one_is_plain(dir, *ref);
   const auto group = dist::make_in_process_group(n);
   std::vector<std::vector<float>> got(static_cast<size_t>(n));
   dist::run_ranks(group, [&](dist::Collective& comm) {
