@@ -1,7 +1,8 @@
-// attention_compressed: DeepSeek-V4's attention (ops.h): one warp per (query token, head), an online
-// softmax (starting from the head's sink) over the sliding window of rotated kv from the key pages and
-// the compressed entries (all visible ones or the indexer's picks); the output's tail RoPE is undone
-// at -p. Lane l holds dims l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1.
+// attention_compressed: DeepSeek-V4's attention (ops.h): one block per (query token, head), its warps
+// each an online softmax over every n_warps-th key (warp 0's starting from the head's sink) of the
+// sliding window of rotated kv from the key pages and the compressed entries (all visible ones or the
+// indexer's picks), merged in shared memory; the output's tail RoPE is undone at -p. Lane l holds dims
+// l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -32,13 +33,16 @@ struct TailRope {
   }
 };
 
+/** One block per (query token, head); its warps split the keys (the window's, then the entries) round
+ *  robin, each an online softmax (warp 0's starting from the sink), merged through shared memory. */
 template <typename T>
 __global__ void attention_kernel(const T* q, const T* kpages, const T* entries, const int32_t* selected, int sel_k,
                                  const float* sinks, const int32_t* positions, const int32_t* seq_index,
                                  const int32_t* block_tables, int max_blocks, int page_size, T* out, int64_t n_tok,
                                  int nh, int hd, float scale, int window, int rate, int64_t M, TailRope rope) {
-  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
+  extern __shared__ float sm[];  // per warp: m, l, acc [hd]; then the merged output [hd]
+  const int64_t item = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   if (item >= n_tok * nh) return;
   const int64_t t = item / nh;
   const int h = static_cast<int>(item % nh);
@@ -51,7 +55,7 @@ __global__ void attention_kernel(const T* q, const T* kpages, const T* entries, 
     acc[i] = 0.0f;
   }
   rope.apply(qv, lane, static_cast<float>(P), 1.0f);
-  float m = sinks[h], l = 1.0f;
+  float m = warp == 0 ? sinks[h] : -INFINITY, l = warp == 0 ? 1.0f : 0.0f;
   auto visit = [&](const T* row, bool rotate, int pos) {
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
@@ -69,7 +73,8 @@ __global__ void attention_kernel(const T* q, const T* kpages, const T* entries, 
     for (int i = 0; i < kMaxPerLane; ++i) acc[i] = acc[i] * c + pr * kv[i];
     m = m2;
   };
-  for (int j = max(0, P - window + 1); j <= P; ++j) {
+  const int j0 = max(0, P - window + 1);
+  for (int j = j0 + warp; j <= P; j += n_warps) {
     const int64_t page = block_tables[static_cast<int64_t>(s) * max_blocks + j / page_size];
     visit(kpages + (page * page_size + j % page_size) * hd, true, j);
   }
@@ -77,16 +82,45 @@ __global__ void attention_kernel(const T* q, const T* kpages, const T* entries, 
     const int64_t n_vis = min(static_cast<int64_t>(P + 1) / rate, M);
     const T* eb = entries + static_cast<int64_t>(s) * M * hd;
     if (selected) {
-      for (int j = 0; j < sel_k; ++j) {
+      for (int j = warp; j < sel_k; j += n_warps) {
         const int e = selected[t * sel_k + j];
         if (e >= 0 && e < n_vis) visit(eb + static_cast<int64_t>(e) * hd, false, 0);
       }
     } else {
-      for (int64_t e = 0; e < n_vis; ++e) visit(eb + e * hd, false, 0);
+      for (int64_t e = warp; e < n_vis; e += n_warps) visit(eb + e * hd, false, 0);
     }
   }
+  float* mine = sm + static_cast<int64_t>(warp) * (hd + 2);
+  if (lane == 0) mine[0] = m, mine[1] = l;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) acc[i] /= l;
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) mine[2 + d] = acc[i];
+  }
+  __syncthreads();
+  float mt = -INFINITY;
+  for (int k = 0; k < n_warps; ++k) mt = fmaxf(mt, sm[static_cast<int64_t>(k) * (hd + 2)]);
+  float lt = 0.0f;
+  for (int k = 0; k < n_warps; ++k) {
+    const float* pk = sm + static_cast<int64_t>(k) * (hd + 2);
+    if (pk[1] > 0.0f) lt += pk[1] * expf(pk[0] - mt);
+  }
+  float* o = sm + static_cast<int64_t>(n_warps) * (hd + 2);
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float v = 0.0f;
+    for (int k = 0; k < n_warps; ++k) {
+      const float* pk = sm + static_cast<int64_t>(k) * (hd + 2);
+      if (pk[1] > 0.0f) v += pk[2 + d] * expf(pk[0] - mt);
+    }
+    o[d] = v / lt;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    acc[i] = d < hd ? o[d] : 0.0f;
+  }
   rope.apply(acc, lane, static_cast<float>(P), -1.0f);
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) {
@@ -129,10 +163,15 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
   if (T == 0) return;
   const cuda::TailRope rope{p.rope.inv_freq.ptr<float>(), static_cast<int>(hd), p.rope.n_rot, p.rope.attn_factor};
   const int64_t items = T * nh;
-  const unsigned blocks = cuda::grid_1d(items, 4, int64_t{1} << 30);
+  if (items > (int64_t{1} << 31) - 1)
+    fail(ErrorCode::kInvalidArgument, "{}: {} tokens x {} heads exceed one grid", op, T, nh);
+  const unsigned blocks = static_cast<unsigned>(items);
+  // Warps a (token, head) splits its keys over: 8 while few items fill the GPU (decode), else 4.
+  const int warps = items < 2048 ? 8 : 4;
+  const size_t smem = (static_cast<size_t>(warps) * (hd + 2) + hd) * 4;
   const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
   FT_DISPATCH_ACT(op, "q", q.dtype, {
-    cuda::attention_kernel<T><<<blocks, 128, 0, stream_>>>(
+    cuda::attention_kernel<T><<<blocks, warps * 32, smem, stream_>>>(
         q.ptr<T>(), static_cast<T*>(kv.k.data), entries.empty() ? nullptr : entries.ptr<T>(),
         selected.empty() ? nullptr : selected.ptr<int32_t>(), selected.empty() ? 0 : static_cast<int>(selected.cols()),
         p.sinks.ptr<float>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),

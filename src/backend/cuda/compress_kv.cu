@@ -1,6 +1,9 @@
 // compress_kv: DeepSeek-V4's KV compressor (ops.h): stores the step's projections in the value pages'
 // columns [col, col + 2 width), then one block per (sequence, entry) pools the entry's window(s)
-// per channel (softmax of gate + ape), RMSNorms it and applies the tail RoPE at w * rate.
+// per channel (softmax of gate + ape, online, the window's tokens split over thread groups and merged),
+// RMSNorms it and applies the tail RoPE at w * rate. head_dim <= 512 (kUnsupported above).
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -24,12 +27,21 @@ __global__ void store_kernel(const T* proj, T* pages, const int32_t* positions, 
   }
 }
 
+constexpr int kPoolThreads = 512;  // the pool's block: kPoolChan channel threads x groups over the tokens
+constexpr int kPoolChan = 128;     // threads across the channels (each holds hd / kPoolChan channels, <= 4)
+constexpr int kPoolMaxPerThread = 4;
+
+/** One block per (entry w, sequence s): the block's threads are G = blockDim / kPoolChan groups; group g
+ *  visits the window slots u = g, g + G, ... (slot u: window w - 1's first series for u < rate when the
+ *  windows overlap, else window w's token u % rate) with an online softmax per channel (channel c of
+ *  thread i: i % kPoolChan + kPoolChan c), so a slot's loads are one row read by every channel thread and
+ *  the serial chain is 2 rate / G slots long; the groups' (max, sum, acc) merge through shared memory. */
 template <typename T>
-__global__ void pool_kernel(const T* pages, const int32_t* positions, const int32_t* seq_start,
-                            const int32_t* block_tables, int max_blocks, int page_size, int64_t Wv, int col,
-                            const float* ape, const float* norm_w, const float* inv_freq, T* entries, int64_t M,
-                            int rate, int hd, bool overlap, float eps, int n_rot, float attn_factor) {
-  extern __shared__ float e[];  // [hd]
+__global__ void __launch_bounds__(kPoolThreads) pool_kernel(
+    const T* pages, const int32_t* positions, const int32_t* seq_start, const int32_t* block_tables, int max_blocks,
+    int page_size, int64_t Wv, int col, const float* ape, const float* norm_w, const float* inv_freq, T* entries,
+    int64_t M, int rate, int hd, bool overlap, float eps, int n_rot, float attn_factor) {
+  extern __shared__ float sm[];  // e [hd], then per group: max [hd], sum [hd], acc [hd]
   __shared__ float red[32];
   const int s = blockIdx.y;
   const int64_t w = blockIdx.x;
@@ -38,27 +50,50 @@ __global__ void pool_kernel(const T* pages, const int32_t* positions, const int3
   const int64_t n_entries = (static_cast<int64_t>(positions[hi - 1]) + 1) / rate;
   if (w >= n_entries) return;
   const int width = overlap ? 2 * hd : hd, off = overlap ? hd : 0;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float mx = -INFINITY;
-    for (int pass = 0; pass < 2; ++pass) {  // pass 0: max; pass 1: sums
-      float sum = 0.0f, acc = 0.0f;
-      for (int part = 0; part < 2; ++part) {
-        if (part == 0 && !(overlap && w > 0)) continue;
-        const int64_t win = part == 0 ? w - 1 : w;
-        const int co = part == 0 ? 0 : off;
-        for (int j = 0; j < rate; ++j) {
-          const T* r = pages + page_row(block_tables, max_blocks, page_size, s, static_cast<int>(win * rate + j)) * Wv + col;
-          const float g = to_f(r[width + co + d]) + ape[j * width + co + d];
-          if (pass == 0) mx = fmaxf(mx, g);
-          else {
-            const float x = expf(g - mx);
-            sum += x;
-            acc += x * to_f(r[co + d]);
-          }
-        }
-      }
-      if (pass == 1) e[d] = acc / sum;
+  const int G = blockDim.x / kPoolChan, g = threadIdx.x / kPoolChan, ci = threadIdx.x % kPoolChan;
+  const int first = overlap && w > 0 ? 0 : rate, n_slots = 2 * rate;  // slots [first, 2 rate)
+  float mx[kPoolMaxPerThread], sum[kPoolMaxPerThread], acc[kPoolMaxPerThread];
+#pragma unroll
+  for (int c = 0; c < kPoolMaxPerThread; ++c) mx[c] = -INFINITY, sum[c] = 0.0f, acc[c] = 0.0f;
+  for (int u = first + g; u < n_slots; u += G) {
+    const bool prev = u < rate;
+    const int j = prev ? u : u - rate, co = prev ? 0 : off;
+    const int64_t win = prev ? w - 1 : w;
+    const T* r = pages + page_row(block_tables, max_blocks, page_size, s, static_cast<int>(win * rate + j)) * Wv + col;
+#pragma unroll
+    for (int c = 0; c < kPoolMaxPerThread; ++c) {
+      const int d = ci + kPoolChan * c;
+      if (d >= hd) break;
+      const float gt = to_f(r[width + co + d]) + ape[j * width + co + d];
+      const float v = to_f(r[co + d]);
+      const float m2 = fmaxf(mx[c], gt), sc = expf(mx[c] - m2), x = expf(gt - m2);
+      sum[c] = sum[c] * sc + x;
+      acc[c] = acc[c] * sc + x * v;
+      mx[c] = m2;
     }
+  }
+  float* e = sm;
+  float* part = sm + hd;  // [G][3][hd]
+#pragma unroll
+  for (int c = 0; c < kPoolMaxPerThread; ++c) {
+    const int d = ci + kPoolChan * c;
+    if (d >= hd) break;
+    float* pg = part + static_cast<int64_t>(g) * 3 * hd;
+    pg[d] = mx[c], pg[hd + d] = sum[c], pg[2 * hd + d] = acc[c];
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float m = -INFINITY;
+    for (int q = 0; q < G; ++q) m = fmaxf(m, part[static_cast<int64_t>(q) * 3 * hd + d]);
+    float den = 0.0f, num = 0.0f;
+    for (int q = 0; q < G; ++q) {
+      const float* pq = part + static_cast<int64_t>(q) * 3 * hd;
+      if (pq[hd + d] == 0.0f) continue;  // a group that saw no slot (max -inf)
+      const float sc = expf(pq[d] - m);
+      den += pq[hd + d] * sc;
+      num += pq[2 * hd + d] * sc;
+    }
+    e[d] = num / den;
   }
   __syncthreads();
   float ss = 0.0f;
@@ -102,20 +137,26 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
       norm_w.numel() != hd || entries.ndim != 3 || entries.dim(0) < S || entries.dim(2) != hd)
     fail(ErrorCode::kInvalidArgument, "{}: proj {}, kv.v {}, ape {}, norm_w {}, entries {} do not fit rate {}, "
          "head_dim {}, col {}", op, proj.str(), kv.v.str(), ape.str(), norm_w.str(), entries.str(), p.rate, hd, p.col);
+  if (hd > cuda::kPoolChan * cuda::kPoolMaxPerThread)
+    fail(ErrorCode::kUnsupported, "{}: head_dim {} (the CUDA pool holds at most {} channels)", op, hd,
+         cuda::kPoolChan * cuda::kPoolMaxPerThread);
   const int64_t M = entries.dim(1), Wv = kv.v.dim(3);
   const int ps = static_cast<int>(kv.v.dim(1));
   if (T == 0) return;
   // Each sequence's entry count is bounded by max_kv_len / rate (its last position + 1 at most).
   const int64_t max_entries = std::min<int64_t>(M, batch.max_kv_len / p.rate);
   const dim3 pool_grid(static_cast<unsigned>(std::max<int64_t>(max_entries, 1)), static_cast<unsigned>(S));
-  const size_t pool_smem = static_cast<size_t>(hd) * 4;
+  // Groups over the window's slots: as many as the slots can use (2 rate at most), up to kPoolThreads.
+  const int groups = static_cast<int>(std::clamp<int64_t>(2 * p.rate, 1, cuda::kPoolThreads / cuda::kPoolChan));
+  const unsigned pool_threads = static_cast<unsigned>(groups * cuda::kPoolChan);
+  const size_t pool_smem = static_cast<size_t>(hd) * 4 * (1 + 3 * static_cast<size_t>(groups));
   const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
   FT_DISPATCH_ACT(op, "proj", proj.dtype, {
     cuda::store_kernel<T><<<cuda::grid_1d(n_tok * 2 * width, 256), 256, 0, stream_>>>(
         proj.ptr<T>(), static_cast<T*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, 2 * width, n_tok * 2 * width);
     if (max_entries > 0)
-      cuda::pool_kernel<T><<<pool_grid, 128, pool_smem, stream_>>>(
+      cuda::pool_kernel<T><<<pool_grid, pool_threads, pool_smem, stream_>>>(
           static_cast<T*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_start.ptr<int32_t>(),
           batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, ape.ptr<float>(), norm_w.ptr<float>(),
           p.rope.inv_freq.ptr<float>(), entries.ptr<T>(), M, p.rate, static_cast<int>(hd), p.overlap, p.eps,

@@ -1,7 +1,8 @@
 // indexer_topk: DeepSeek-V4's lightning indexer (ops.h). One block per query token: the rotated query
 // heads in shared memory, one score per visible entry in dynamic shared memory (so the rotated heads
-// and a sequence's entries must fit kMaxSmem bytes: ~43k entries beside 64 heads of 128), then top_k
-// rounds of a block arg-max (ties to the lower entry).
+// and a sequence's entries must fit kMaxSmem bytes: ~43k entries beside 64 heads of 128), a warp per
+// entry; then the top_k by a radix select of the K-th largest score (ties to the lower entry), written
+// in entry order.
 // Exactly tied scores are common (the ReLU zeroing every head scores 0), and the CPU backend keeps
 // torch.topk's CPU choice among them, which depends on the candidate count (V4: the sequence's entries
 // so far, the unseen ones at -inf; per_query, Qwen4-Exp's QSA indexer: the query's visible ones). So
@@ -18,30 +19,53 @@ namespace {
 
 constexpr size_t kMaxSmem = 200 * 1024;  // of the 227 KiB an sm_90 block may opt into
 
-template <typename T>
-__device__ float entry_score(const float* qr, const T* kb, const T* w, int64_t t, int64_t e, int nh, int hd, float ss,
-                             float ws) {
-  float total = 0.0f;
-  for (int h = 0; h < nh; ++h) {
-    float dot = 0.0f;
-    for (int d = 0; d < hd; ++d) dot += qr[h * hd + d] * to_f(kb[e * hd + d]);
-    total += fmaxf(dot, 0.0f) * ss * (to_f(w[t * nh + h]) * ws);
-  }
-  return total;
+/** Orders floats as unsigned keys: a > b exactly when key(a) > key(b), a == b when the keys are
+ *  equal (-0 is read as +0; no NaN). */
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
+/** Exclusive prefix count of `flag` over the block's threads in thread order; `total` gets the block's
+ *  count. Every thread must call it (two __syncthreads). warp_tot: shared [32]. */
+__device__ __forceinline__ int block_flag_scan(bool flag, int* warp_tot, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const unsigned b = __ballot_sync(0xffffffffu, flag);
+  const int rank = __popc(b & ((1u << lane) - 1u));
+  __syncthreads();  // warp_tot may still be read by the previous call
+  if (lane == 0) warp_tot[warp] = __popc(b);
+  __syncthreads();
+  int before = 0;
+  total = 0;
+  for (int k = 0; k < n_warps; ++k) {
+    before += k < warp ? warp_tot[k] : 0;
+    total += warp_tot[k];
+  }
+  return before + rank;
+}
+
+/** One block per query token t. Scores: a warp per visible entry (its key in the warp's shared row,
+ *  lanes over the heads, each head's dot over the dims in order; the heads' terms summed by the warp).
+ *  Picks: the top_k (score descending, the lower entry first among equal scores) found by a radix
+ *  select of the K-th largest score (4 passes of 8-bit digits) and written in entry order. */
 template <typename T>
 __global__ void indexer_kernel(const T* q, const T* w, const T* keys, const int32_t* positions,
                                const int32_t* seq_index, const int32_t* seq_start, const float* inv_freq,
                                int32_t* ids, int nh, int hd, int n_rot, float attn_factor, int rate, int K, int64_t M,
                                bool per_query, bool exact_ties) {
-  extern __shared__ float sm[];  // qr [nh * hd], score [M], then with exact_ties order [M] (int32)
+  // qr [nh][hd + 1] (a head's row padded: lanes on different heads read different banks), kbuf
+  // [n_warps][hd], score [M], then with exact_ties order [M] (int32)
+  extern __shared__ float sm[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int qs = hd + 1;
   float* qr = sm;
-  float* score = sm + nh * hd;
+  float* kbuf = sm + nh * qs;
+  float* score = kbuf + n_warps * hd;
   int32_t* order = reinterpret_cast<int32_t*>(score + M);
-  __shared__ float best_v[32];
-  __shared__ int best_i[32];
-  __shared__ int n_left_tied;
+  __shared__ unsigned hist[256];
+  __shared__ int warp_tot[32];
+  __shared__ uint32_t sel_prefix;
+  __shared__ int sel_remaining;
   const int64_t t = blockIdx.x;
   const int P = positions[t];
   const int64_t n_vis = min(static_cast<int64_t>(P + 1) / rate, M);
@@ -56,61 +80,72 @@ __global__ void indexer_kernel(const T* q, const T* w, const T* keys, const int3
       cs *= attn_factor, sn *= attn_factor;
       v = ((d - d0) % 2 == 0) ? to_f(qh[d]) * cs - to_f(qh[d + 1]) * sn : to_f(qh[d]) * cs + to_f(qh[d - 1]) * sn;
     }
-    qr[i] = v;
+    qr[(i / hd) * qs + d] = v;
   }
   __syncthreads();
   const T* kb = keys + static_cast<int64_t>(seq_index[t]) * M * hd;
   const float ss = rsqrtf(static_cast<float>(hd)), ws = rsqrtf(static_cast<float>(nh));
-  for (int64_t e = threadIdx.x; e < n_vis; e += blockDim.x) score[e] = entry_score(qr, kb, w, t, e, nh, hd, ss, ws);
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  float last_v = 0.0f;  // thread 0: the score of the last pick
-  for (int j = 0; j < K; ++j) {
-    if (j >= n_vis) {  // uniform over the block
-      if (threadIdx.x == 0) ids[t * K + j] = -1;
-      continue;
+  float* kw = kbuf + warp * hd;
+  for (int64_t e = warp; e < n_vis; e += n_warps) {
+    for (int d = lane; d < hd; d += 32) kw[d] = to_f(kb[e * hd + d]);
+    __syncwarp();
+    float part = 0.0f;
+    for (int h = lane; h < nh; h += 32) {
+      const float* qh = qr + h * qs;
+      float dot = 0.0f;
+      for (int d = 0; d < hd; ++d) dot += qh[d] * kw[d];
+      part += fmaxf(dot, 0.0f) * ss * (to_f(w[t * nh + h]) * ws);
     }
-    float bv = -INFINITY;
-    int bi = -1;
-    for (int64_t e = threadIdx.x; e < n_vis; e += blockDim.x)
-      if (bi < 0 || score[e] > bv) bv = score[e], bi = static_cast<int>(e);
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-    }
-    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float v = best_v[0];
-      int i = best_i[0];
-      for (int k = 1; k < n_warps; ++k)
-        if (best_i[k] >= 0 && (i < 0 || best_v[k] > v || (best_v[k] == v && best_i[k] < i))) v = best_v[k], i = best_i[k];
-      ids[t * K + j] = i;
-      if (exact_ties) order[i] = __float_as_int(score[i]);  // kept to undo the -inf below
-      score[i] = -INFINITY;
-      last_v = v;
-    }
-    __syncthreads();
+    part = warp_sum(part);
+    if (lane == 0) score[e] = part;
+    __syncwarp();  // kw is rewritten for the next entry
   }
-  if (!exact_ties || n_vis <= K) return;  // every visible entry picked: no choice was made
-  // Does an entry left out tie with the last pick? (The picked ones now read -inf.)
-  if (threadIdx.x == 0) n_left_tied = 0, best_v[0] = last_v;
+  const int64_t k_sel = min(static_cast<int64_t>(K), n_vis);
+  for (int64_t j = k_sel + threadIdx.x; j < K; j += blockDim.x) ids[t * K + j] = -1;
   __syncthreads();
-  const float kth = best_v[0];
-  int tied = 0;
-  for (int64_t e = threadIdx.x; e < n_vis; e += blockDim.x) tied += score[e] == kth;
-  if (tied) atomicAdd(&n_left_tied, tied);
-  __syncthreads();
-  if (n_left_tied == 0) return;  // uniform over the block
-  // torch.topk's CPU choice: the picks' scores back, the candidates the sequence has but this query
-  // cannot see at -inf, then libstdc++'s selection on one thread.
+  if (k_sel == 0) return;  // uniform over the block
+  const bool all = n_vis <= K;  // every visible entry picked: no choice to make
+  if (!all) {
+    if (threadIdx.x == 0) sel_prefix = 0, sel_remaining = K;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+      __syncthreads();
+      const uint32_t prefix = sel_prefix, mask = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+      for (int64_t e = threadIdx.x; e < n_vis; e += blockDim.x) {
+        const uint32_t key = order_key(score[e]);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int above = 0, b = 255;
+        for (; b > 0 && above + static_cast<int>(hist[b]) < sel_remaining; --b) above += static_cast<int>(hist[b]);
+        sel_remaining -= above;
+        sel_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+      }
+      __syncthreads();
+    }
+  }
+  // The picks in entry order: every key above the K-th largest, and the first sel_remaining equal to it.
+  const uint32_t kth_key = all ? 0u : sel_prefix;
+  const int need_eq = all ? 0 : sel_remaining;
+  int base = 0, eq_seen = 0;
+  for (int64_t tile = 0; tile < n_vis; tile += blockDim.x) {
+    const int64_t e = tile + threadIdx.x;
+    const uint32_t key = e < n_vis ? order_key(score[e]) : 0u;
+    const bool gt = e < n_vis && (all || key > kth_key), eq = e < n_vis && !all && key == kth_key;
+    int n_eq = 0, n_sel = 0;
+    const int eq_rank = block_flag_scan(eq, warp_tot, n_eq);
+    const bool sel = gt || (eq && eq_seen + eq_rank < need_eq);
+    const int pos = block_flag_scan(sel, warp_tot, n_sel);
+    if (sel) ids[t * K + base + pos] = static_cast<int32_t>(e);
+    base += n_sel;
+    eq_seen += n_eq;
+  }
+  if (!exact_ties || all || eq_seen == need_eq) return;  // no entry left out ties with the last pick
+  // torch.topk's CPU choice: the candidates the sequence has but this query cannot see at -inf, then
+  // libstdc++'s selection on one thread.
   const int64_t n_seq = min(static_cast<int64_t>(positions[seq_start[seq_index[t] + 1] - 1] + 1) / rate, M);
   const int64_t n = per_query ? n_vis : max(n_seq, n_vis);
-  for (int j = threadIdx.x; j < K; j += blockDim.x) {
-    const int32_t i = ids[t * K + j];
-    score[i] = __int_as_float(order[i]);
-  }
   __syncthreads();
   for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
     if (e >= n_vis) score[e] = -INFINITY;
@@ -142,7 +177,8 @@ void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const
     fail(ErrorCode::kInvalidArgument, "{}: q {}, w {}, keys {}, ids {} do not fit {} heads of {} and top_k {}", op,
          q.str(), w.str(), keys.str(), ids.str(), nh, hd, K);
   const int64_t M = keys.dim(1);
-  const size_t smem = static_cast<size_t>(nh * hd + M) * 4;
+  constexpr int kThreads = 256;
+  const size_t smem = static_cast<size_t>(nh * (hd + 1) + kThreads / 32 * hd + M) * 4;
   if (smem > cuda::kMaxSmem)
     fail(ErrorCode::kUnsupported, "{}: {} compressed entries per sequence and {} query values; the CUDA indexer holds "
          "{} in shared memory", op, M, nh * hd, cuda::kMaxSmem / 4);
@@ -154,7 +190,7 @@ void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const
   FT_DISPATCH_ACT(op, "q", q.dtype, {
     cudaFuncSetAttribute(cuda::indexer_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem_all));
-    cuda::indexer_kernel<T><<<blocks, 256, smem_all, stream_>>>(
+    cuda::indexer_kernel<T><<<blocks, kThreads, smem_all, stream_>>>(
         q.ptr<T>(), w.ptr<T>(), keys.ptr<T>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.seq_start.ptr<int32_t>(), p.rope.inv_freq.ptr<float>(), ids.ptr<int32_t>(), static_cast<int>(nh),
         static_cast<int>(hd), p.rope.n_rot, p.rope.attn_factor, p.rate, static_cast<int>(K), M, p.per_query,
