@@ -29,10 +29,12 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
   const char* want = kv_cache_dtype_name(options.kv_cache_dtype);
   // auto: bf16 on CUDA whatever the activations (as llama.cpp's f16 and vLLM's auto keep a 16-bit KV
   // cache: half of f32's bytes, so twice the context or more expert slots in the same memory), but for
-  // compressed-KV layers (deepseek_v4, qwen4_exp: compress_kv, attention_compressed and attention_qsa
-  // keep their pages in the activation dtype); the CPU backend keeps f32 pages (it has no bf16 KV).
+  // qwen4_exp's compressed-KV layers (attention_qsa keeps its pages in the activation dtype; deepseek_v4's
+  // compress_kv and attention_compressed read F32 or BF16 pages whatever the activations); the CPU
+  // backend keeps f32 pages (it has no bf16 KV).
   const bool compressed_kv = config.arch == "deepseek_v4" || config.arch == "qwen4_exp";
-  const DType auto_dtype = ops.device() == Device::kCuda && !compressed_kv ? DType::BF16 : ops.activation_dtype();
+  const bool activation_pages = config.arch == "qwen4_exp";
+  const DType auto_dtype = ops.device() == Device::kCuda && !activation_pages ? DType::BF16 : ops.activation_dtype();
   DType kv_dtype = auto_dtype;
   switch (options.kv_cache_dtype) {
     case KvCacheDtype::kAuto: break;

@@ -18,6 +18,9 @@ class CudaDeepseekV4 : public GpuTest {
     return std::vector<int32_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
   }
   Tensor dev(const std::vector<float>& v, std::vector<int64_t> shape) { return arena().dev_from(v, DType::F32, shape); }
+  /** compress_kv, indexer_topk and attention_compressed with the device's KV pages in `pages` (F32 or
+   *  BF16; the activations F32 on both sides, the CPU's pages F32). */
+  void check_compressor_indexer_attention(DType pages);
   static constexpr double kTight = 1e-4;
 };
 
@@ -74,7 +77,11 @@ TEST_F(CudaDeepseekV4, SqrtSoftplusRouterLearnedAndHash) {
   }
 }
 
-TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) {
+// The inputs are bf16 values, so BF16 pages hold them exactly and the same bound holds.
+TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) { check_compressor_indexer_attention(DType::F32); }
+TEST_F(CudaDeepseekV4, CompressorIndexerAndAttentionOverBf16Pages) { check_compressor_indexer_attention(DType::BF16); }
+
+void CudaDeepseekV4::check_compressor_indexer_attention(DType pages) {
   // Two sequences: a 37-token prefill and a 2-token continuation of a 20-token cached prefix.
   const int hd = 32, id = 16, rate = 4, page = 8, n_pages = 16, max_blocks = 6, nh = 4, ih = 2, K = 3, window = 8;
   const int W = 2 * hd, Wv = 4 * hd + 4 * id;  // CSA compressor then indexer columns
@@ -111,7 +118,7 @@ TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) {
   };
   KvLayer hkv{arena().host_f32(std::vector<float>(n_pages * page * hd), {n_pages, page, 1, hd}),
               arena().host_f32(std::vector<float>(n_pages * page * Wv), {n_pages, page, 1, Wv})};
-  KvLayer dkv{arena().dev(DType::F32, {n_pages, page, 1, hd}), arena().dev(DType::F32, {n_pages, page, 1, Wv})};
+  KvLayer dkv{arena().dev(pages, {n_pages, page, 1, hd}), arena().dev(pages, {n_pages, page, 1, Wv})};
   Tensor hent = arena().host_f32(std::vector<float>(S * M * hd), {S, M, hd});
   Tensor dent = arena().dev_poisoned(DType::F32, {S, M, hd});
   run_compress(cpu(), false, hkv, hent);

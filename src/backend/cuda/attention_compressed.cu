@@ -35,8 +35,8 @@ struct TailRope {
 
 /** One block per (query token, head); its warps split the keys (the window's, then the entries) round
  *  robin, each an online softmax (warp 0's starting from the sink), merged through shared memory. */
-template <typename T>
-__global__ void attention_kernel(const T* q, const T* kpages, const T* entries, const int32_t* selected, int sel_k,
+template <typename T, typename Pg>
+__global__ void attention_kernel(const T* q, const Pg* kpages, const T* entries, const int32_t* selected, int sel_k,
                                  const float* sinks, const int32_t* positions, const int32_t* seq_index,
                                  const int32_t* block_tables, int max_blocks, int page_size, T* out, int64_t n_tok,
                                  int nh, int hd, float scale, int window, int rate, int64_t M, TailRope rope) {
@@ -56,7 +56,7 @@ __global__ void attention_kernel(const T* q, const T* kpages, const T* entries, 
   }
   rope.apply(qv, lane, static_cast<float>(P), 1.0f);
   float m = warp == 0 ? sinks[h] : -INFINITY, l = warp == 0 ? 1.0f : 0.0f;
-  auto visit = [&](const T* row, bool rotate, int pos) {
+  auto visit = [&](const auto* row, bool rotate, int pos) {
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -137,7 +137,7 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
   const char* op = "attention_compressed";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "q", q);
-  cuda::check_same_dtype(op, "kv.k", kv.k, q);
+  cuda::check_act(op, "kv.k", kv.k);  // F32 or BF16 pages, whatever the activations
   cuda::check_same_dtype(op, "out", out, q);
   cuda::check_dtype(op, "sinks", p.sinks, {DType::F32});
   cuda::check_dtype(op, "inv_freq", p.rope.inv_freq, {DType::F32});
@@ -170,14 +170,14 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
   const int warps = items < 2048 ? 8 : 4;
   const size_t smem = (static_cast<size_t>(warps) * (hd + 2) + hd) * 4;
   const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
-  FT_DISPATCH_ACT(op, "q", q.dtype, {
-    cuda::attention_kernel<T><<<blocks, warps * 32, smem, stream_>>>(
-        q.ptr<T>(), static_cast<T*>(kv.k.data), entries.empty() ? nullptr : entries.ptr<T>(),
+  FT_DISPATCH_ACT(op, "q", q.dtype, FT_DISPATCH_PAGE(op, "kv.k", kv.k.dtype, {
+    cuda::attention_kernel<T, P><<<blocks, warps * 32, smem, stream_>>>(
+        q.ptr<T>(), static_cast<const P*>(kv.k.data), entries.empty() ? nullptr : entries.ptr<T>(),
         selected.empty() ? nullptr : selected.ptr<int32_t>(), selected.empty() ? 0 : static_cast<int>(selected.cols()),
         p.sinks.ptr<float>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.block_tables.ptr<int32_t>(), batch.max_blocks, static_cast<int>(kv.k.dim(1)), out.ptr<T>(), n_tok,
         static_cast<int>(nh), static_cast<int>(hd), p.scale, p.window, p.rate, M, rope);
-  });
+  }));
   FT_CUDA_LAUNCH_CHECK();
 }
 

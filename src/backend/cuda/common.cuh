@@ -159,3 +159,19 @@ inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 32) {
                  op, arg, ::ft::dtype_name(dtype));                                             \
     }                                                                                           \
   } while (0)
+
+/** As FT_DISPATCH_ACT for a second element type, P: KV pages whose dtype may differ from the
+ *  activations' (F32 or BF16 either way). */
+#define FT_DISPATCH_PAGE(op, arg, dtype, ...)                                                    \
+  do {                                                                                          \
+    if ((dtype) == ::ft::DType::F32) {                                                          \
+      using P = float;                                                                          \
+      __VA_ARGS__;                                                                              \
+    } else if ((dtype) == ::ft::DType::BF16) {                                                  \
+      using P = ::ft::cuda::bf16;                                                               \
+      __VA_ARGS__;                                                                              \
+    } else {                                                                                    \
+      ::ft::fail(::ft::ErrorCode::kUnsupported, "{}: {} has dtype {}; CUDA pages here are F32 or BF16", \
+                 op, arg, ::ft::dtype_name(dtype));                                             \
+    }                                                                                           \
+  } while (0)

@@ -16,14 +16,15 @@ __device__ int64_t page_row(const int32_t* block_tables, int max_blocks, int pag
   return static_cast<int64_t>(page) * page_size + pos % page_size;
 }
 
-template <typename T>
-__global__ void store_kernel(const T* proj, T* pages, const int32_t* positions, const int32_t* seq_index,
+template <typename T, typename P>
+__global__ void store_kernel(const T* proj, P* pages, const int32_t* positions, const int32_t* seq_index,
                              const int32_t* block_tables, int max_blocks, int page_size, int64_t Wv, int col,
                              int64_t W2, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / W2, c = i % W2;
-    pages[page_row(block_tables, max_blocks, page_size, seq_index[t], positions[t]) * Wv + col + c] = proj[i];
+    pages[page_row(block_tables, max_blocks, page_size, seq_index[t], positions[t]) * Wv + col + c] =
+        from_f<P>(to_f(proj[i]));
   }
 }
 
@@ -36,9 +37,9 @@ constexpr int kPoolMaxPerThread = 4;
  *  windows overlap, else window w's token u % rate) with an online softmax per channel (channel c of
  *  thread i: i % kPoolChan + kPoolChan c), so a slot's loads are one row read by every channel thread and
  *  the serial chain is 2 rate / G slots long; the groups' (max, sum, acc) merge through shared memory. */
-template <typename T>
+template <typename T, typename P>
 __global__ void __launch_bounds__(kPoolThreads) pool_kernel(
-    const T* pages, const int32_t* positions, const int32_t* seq_start, const int32_t* block_tables, int max_blocks,
+    const P* pages, const int32_t* positions, const int32_t* seq_start, const int32_t* block_tables, int max_blocks,
     int page_size, int64_t Wv, int col, const float* ape, const float* norm_w, const float* inv_freq, T* entries,
     int64_t M, int rate, int hd, bool overlap, float eps, int n_rot, float attn_factor) {
   extern __shared__ float sm[];  // e [hd], then per group: max [hd], sum [hd], acc [hd]
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(
     const bool prev = u < rate;
     const int j = prev ? u : u - rate, co = prev ? 0 : off;
     const int64_t win = prev ? w - 1 : w;
-    const T* r = pages + page_row(block_tables, max_blocks, page_size, s, static_cast<int>(win * rate + j)) * Wv + col;
+    const P* r = pages + page_row(block_tables, max_blocks, page_size, s, static_cast<int>(win * rate + j)) * Wv + col;
 #pragma unroll
     for (int c = 0; c < kPoolMaxPerThread; ++c) {
       const int d = ci + kPoolChan * c;
@@ -126,7 +127,7 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
   const char* op = "compress_kv";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "proj", proj);
-  cuda::check_same_dtype(op, "kv.v", kv.v, proj);
+  cuda::check_act(op, "kv.v", kv.v);  // F32 or BF16 pages, whatever the activations
   cuda::check_same_dtype(op, "entries", entries, proj);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"ape", &ape}, {"norm_w", &norm_w},
                                 {"inv_freq", &p.rope.inv_freq}})
@@ -151,17 +152,17 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
   const unsigned pool_threads = static_cast<unsigned>(groups * cuda::kPoolChan);
   const size_t pool_smem = static_cast<size_t>(hd) * 4 * (1 + 3 * static_cast<size_t>(groups));
   const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
-  FT_DISPATCH_ACT(op, "proj", proj.dtype, {
-    cuda::store_kernel<T><<<cuda::grid_1d(n_tok * 2 * width, 256), 256, 0, stream_>>>(
-        proj.ptr<T>(), static_cast<T*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
+  FT_DISPATCH_ACT(op, "proj", proj.dtype, FT_DISPATCH_PAGE(op, "kv.v", kv.v.dtype, {
+    cuda::store_kernel<T, P><<<cuda::grid_1d(n_tok * 2 * width, 256), 256, 0, stream_>>>(
+        proj.ptr<T>(), static_cast<P*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, 2 * width, n_tok * 2 * width);
     if (max_entries > 0)
-      cuda::pool_kernel<T><<<pool_grid, pool_threads, pool_smem, stream_>>>(
-          static_cast<T*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_start.ptr<int32_t>(),
+      cuda::pool_kernel<T, P><<<pool_grid, pool_threads, pool_smem, stream_>>>(
+          static_cast<const P*>(kv.v.data), batch.positions.ptr<int32_t>(), batch.seq_start.ptr<int32_t>(),
           batch.block_tables.ptr<int32_t>(), batch.max_blocks, ps, Wv, p.col, ape.ptr<float>(), norm_w.ptr<float>(),
           p.rope.inv_freq.ptr<float>(), entries.ptr<T>(), M, p.rate, static_cast<int>(hd), p.overlap, p.eps,
           p.rope.n_rot, p.rope.attn_factor);
-  });
+  }));
   FT_CUDA_LAUNCH_CHECK();
 }
 
