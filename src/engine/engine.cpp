@@ -320,6 +320,7 @@ void Engine::reserve_sample_buffers(int64_t n_edits, int64_t mask_words) {
 
 Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
                                      const std::function<void(int64_t rows)>& before_forward) {
+  const auto start = std::chrono::steady_clock::now();
   const ModelConfig& c = model_->config();
   const int64_t S = static_cast<int64_t>(items.size()), page = kv_->config().page_size;
   if (S < 1 || S > options_.max_seqs)
@@ -416,12 +417,15 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
     forward(batch, kv_->swa_pool() ? &swa_batch : nullptr, upload(h_.ids, d_ids_, {T}),
             R > 0 ? upload(h_.rows, d_rows_, {R}) : Tensor(), R > 0 ? d_logits_.slice(0, R) : Tensor());
   }
-  return {R, decode};
+  const bool all_decode = std::all_of(items.begin(), items.end(), [](const StepItem& it) { return it.n == 1; });
+  return {R, decode, all_decode, S, start};
 }
 
 void Engine::end_step(const StepStart& st) {
   if (moe_) {  // after the step's work: CPU shares it queued are done, their counters final
     moe_->experts().check();
+    if (st.all_decode && st.rows > 0)  // the results' copy to the host waited for the step's work
+      moe_->record_decode_step(st.seqs, std::chrono::duration<double>(std::chrono::steady_clock::now() - st.start).count());
     moe_->after_step(st.decode);
   }
 }

@@ -2,6 +2,7 @@
 // Engine: a loaded checkpoint + model on a backend, its KV cache and planned step buffers, and one
 // forward step over a batch of sequences (engine/step_batch.h; prefill chunks and decode tokens mixed).
 // The serving loop (engine/service.h, through engine/engine_runner.h) builds on step().
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -164,6 +165,9 @@ class Engine {
   struct StepStart {
     int64_t rows = 0;
     bool decode = false;
+    bool all_decode = false;  // every item one token: a decode step, timed for the MoE stats
+    int64_t seqs = 0;         // the step's sequences (its batch size)
+    std::chrono::steady_clock::time_point start;  // when begin_step began
   };
   /** A step's checks, staging and forward (graph or eager), up to the logits in d_logits_ (queued, not
    *  waited for). `before_forward`, if set, runs after the checks and before anything is queued, with
@@ -171,7 +175,9 @@ class Engine {
    *  does, and what before_forward throws. */
   StepStart begin_step(const std::vector<StepItem>& items,
                        const std::function<void(int64_t rows)>& before_forward = {});
-  /** After the step's results reached the host: the MoE counters. */
+  /** After the step's results reached the host: the MoE counters, and a decode step's wall time from
+   *  begin_step to here (MoeRuntime::record_decode_step; only when logit rows came back, so the
+   *  time covers the device's work without a synchronisation of its own). */
   void end_step(const StepStart& st);
   /** The sampling buffers (step_sample) for at least `n_edits` edits and `mask_words` words of masks. */
   void reserve_sample_buffers(int64_t n_edits, int64_t mask_words);

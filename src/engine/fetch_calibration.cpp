@@ -68,6 +68,7 @@ void Engine::calibrate_fetch_cap() {
     // The ranks keep the default policy until the calibration is agreed over the group.
     const MoeRuntime::FetchCandidate keep = moe_->default_fetch_candidate();
     moe_->set_fetch_policy(keep);  // no longer provisional
+    moe_->set_no_calibration(fmt::format("{} ranks keep the default policy, {}", comm_->group_size(), keep.name));
     spdlog::info("moe: {} ranks: the fetch calibration is not run{}; {} (--moe-fetch-cap sets another)",
                  comm_->group_size(), options_.moe.recalibrate ? " (--moe-calibrate is ignored)" : "", keep.name);
     return;
@@ -114,6 +115,7 @@ std::optional<FetchCalibration> Engine::time_fetch_candidates(const std::vector<
     spdlog::warn("moe: no KV room to calibrate the split between PCIe and the CPU; using {} (half of top-k)",
                  fallback.name);
     moe_->set_fetch_policy(fallback);
+    moe_->set_no_calibration(fmt::format("no KV room to calibrate; the default policy, {}", fallback.name));
     return std::nullopt;
   }
   moe_->begin_calibration();
@@ -170,6 +172,7 @@ std::optional<FetchCalibration> Engine::time_fetch_candidates(const std::vector<
     moe_->end_calibration();
     spdlog::warn("moe: the calibration of the split between PCIe and the CPU failed ({}); using {} (half of top-k)",
                  e.what(), fallback.name);
+    moe_->set_no_calibration(fmt::format("the calibration failed; the default policy, {}", fallback.name));
     return std::nullopt;
   }
 }

@@ -186,6 +186,9 @@ void MoeRuntime::set_fetch_policy(const FetchCandidate& c) {
 void MoeRuntime::end_calibration() {
   calibrating_ = false;
   decode_steps_ = 0;
+  step_times_.clear();
+  window_steps_ = {};
+  window_batch_ = 0.0;
   if (!offloaded_) return;
   baseline_ = offloaded_->stats();
   logged_ = counters();
@@ -225,6 +228,46 @@ std::optional<MoeReport> MoeRuntime::report() {
   r.calibration = calibration_;
   r.calibration_cached = calibration_cached_;
   r.calibration_file = calibration_file_;
+  r.step_time = step_time();
+  return r;
+}
+
+void MoeRuntime::record_decode_step(int64_t batch, double seconds) {
+  if (calibrating_ || batch < 1) return;
+  DecodeStepTimes& t = step_times_[batch];
+  ++t.steps;
+  t.seconds += seconds;
+  ++window_steps_.steps;
+  window_steps_.seconds += seconds;
+  window_batch_ += static_cast<double>(batch);
+}
+
+StepTimeReport MoeRuntime::step_time() const {
+  StepTimeReport r;
+  r.measured = step_times_;
+  // The engine has no cost model to predict a step from the counters: it measures no host-to-device
+  // bandwidth or GPU time per expert at run time, only the calibration's whole decode steps.
+  const char* no_model = "and the engine has no cost model to predict a step from the counters (no measured "
+                         "host-to-device bandwidth or GPU time per expert)";
+  if (calibration_) {
+    const auto& ms = calibration_->ms_per_step;
+    const auto it = std::find_if(ms.begin(), ms.end(), [&](const auto& e) { return e.first == calibration_->choice; });
+    if (it != ms.end()) {
+      r.predicted_ms = it->second;
+      r.predicted_batch = 1;  // Engine::time_fetch_candidates decodes one sequence, one token a step
+      r.predicted_from = "calibration: " + calibration_->choice;
+    } else {
+      r.no_prediction = fmt::format("the calibration has no time for its choice '{}'", calibration_->choice);
+    }
+  } else if (calibrate_) {
+    r.no_prediction = fmt::format("no calibration is in use ({}), {}",
+                                  no_calibration_.empty() ? "none has run" : no_calibration_, no_model);
+  } else if (plan_.strategy == MoeStrategy::kHybrid) {
+    r.no_prediction = fmt::format("no calibration runs when the fetch policy is given (--moe-fetch-cap), {}", no_model);
+  } else {
+    r.no_prediction = fmt::format("no calibration runs for the {} strategy (it times hybrid's fetch policies), {}",
+                                  moe_strategy_name(plan_.strategy), no_model);
+  }
   return r;
 }
 
@@ -253,7 +296,18 @@ void MoeRuntime::after_step(bool decode) {
   }
   if (++decode_steps_ % log_interval_ != 0) return;
   const std::vector<MoeLayerStats> now = counters();
-  spdlog::info("{}", format_moe_stats(now, logged_, log_interval_));
+  // The window's decode steps (mixed steps are not timed) against the prediction.
+  std::string step = ", no step of only decode tokens to time";
+  if (window_steps_.steps > 0) {
+    const StepTimeReport p = step_time();
+    step = fmt::format(", step {:.2f} ms at batch {:.3g} ({})", window_steps_.mean_ms(),
+                       window_batch_ / static_cast<double>(window_steps_.steps),
+                       p.predicted_ms ? fmt::format("planned {:.2f} ms at batch {}", *p.predicted_ms, p.predicted_batch)
+                                      : std::string("planned: none"));
+  }
+  window_steps_ = {};
+  window_batch_ = 0.0;
+  spdlog::info("{}{}", format_moe_stats(now, logged_, log_interval_), step);
   std::string per_layer = "moe per layer (hits/misses/fetched/CPU experts):";
   for (size_t l = 0; l < now.size(); ++l) {
     if (plan_.layers[l] == MoeLayerMode::kDense) continue;

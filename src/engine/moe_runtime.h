@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,26 @@ struct MoeLayerReport {
   MoeLayerStats stats;
 };
 
+/** Wall time of the decode steps of one batch size (MoeRuntime::record_decode_step). */
+struct DecodeStepTimes {
+  int64_t steps = 0;
+  double seconds = 0.0;  // summed wall time
+  double mean_ms() const { return steps > 0 ? 1e3 * seconds / static_cast<double>(steps) : 0.0; }
+};
+
+/** The planner's predicted decode step against the measured ones (issue 37's stats). */
+struct StepTimeReport {
+  /** The start-up calibration's time (ms per decode step) of the candidate in use; nullopt without
+   *  one, `no_prediction` then says why. */
+  std::optional<double> predicted_ms;
+  int64_t predicted_batch = 0;        // the batch size (sequences) the prediction was timed at; 0 without one
+  std::string predicted_from;         // "calibration: cpu 0.5" ("" without a prediction)
+  std::string no_prediction;          // why predicted_ms is unset ("" when it is set)
+  /** Decode steps (every sequence of the step one token, logits read back) since start or the
+   *  calibration, by batch size (sequences in the step). */
+  std::map<int64_t, DecodeStepTimes> measured;
+};
+
 /** The MoE block of /v1/stats and /metrics (only for offload, hybrid and cpu). */
 struct MoeReport {
   MoeStrategy strategy = MoeStrategy::kOffload;
@@ -65,6 +86,7 @@ struct MoeReport {
   std::optional<FetchCalibration> calibration;  // the start-up calibration in use (none: not calibrated)
   bool calibration_cached = false;     // read from calibration_file rather than timed at this start
   std::string calibration_file;        // the calibration file read or written ("" none)
+  StepTimeReport step_time;            // predicted vs measured decode step
 };
 
 /** "dense", "resident", "cache", "cpu". */
@@ -94,6 +116,17 @@ class MoeRuntime {
   /** Called before every forward (`decode` as in after_step): a step without decode tokens in the
    *  middle of a log window reads the counters first, so after_step can leave it out. */
   void before_step(bool decode);
+  /** Records the wall time of one decode step of `batch` sequences (each one token; the engine
+   *  times from the step's start to its results on the host, so no synchronisation is added).
+   *  Ignored during the calibration; the next --decode-log-interval line reports the window's mean
+   *  against the prediction. Call before after_step of the same step. */
+  void record_decode_step(int64_t batch, double seconds);
+  /** The prediction (the calibration's time of its choice, timed at batch 1) and the measured
+   *  decode steps so far. */
+  StepTimeReport step_time() const;
+  /** Why no calibration is in use although this plan asked for one (a rank group keeps the
+   *  default policy, no KV room, a failed step); read by step_time(). */
+  void set_no_calibration(std::string why) { no_calibration_ = std::move(why); }
   /** Called after every forward; counts decode steps (`decode`: some sequence advanced by one
    *  token) and every decode_log_interval of them logs (spdlog info) the counters gathered since the
    *  last line: a total line (format_moe_stats) and a per-layer line. Steps without decode tokens
@@ -154,6 +187,10 @@ class MoeRuntime {
   std::optional<FetchCalibration> calibration_;
   bool calibration_cached_ = false;
   std::string calibration_file_;
+  std::string no_calibration_;             // set_no_calibration
+  std::map<int64_t, DecodeStepTimes> step_times_;  // record_decode_step, by batch size
+  DecodeStepTimes window_steps_;           // ... since the last log line
+  double window_batch_ = 0.0;              // summed batch sizes of window_steps_
 };
 
 }  // namespace ft

@@ -48,6 +48,20 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   } else {
     j["calibration"] = oj();
   }
+  // the planner's predicted decode step (the calibration's time of its choice, at the batch it was
+  // timed at; null with the reason without one) against the measured decode steps by batch size
+  {
+    const StepTimeReport& t = r.step_time;
+    oj st;
+    st["predicted"] = t.predicted_ms ? oj(*t.predicted_ms) : oj();
+    st["predicted_batch"] = t.predicted_ms ? oj(t.predicted_batch) : oj();
+    st["predicted_from"] = t.predicted_ms ? oj(t.predicted_from) : oj();
+    st["no_prediction"] = t.predicted_ms ? oj() : oj(t.no_prediction);
+    oj measured = oj::object();
+    for (const auto& [batch, m] : t.measured) measured[std::to_string(batch)] = {{"steps", m.steps}, {"mean", m.mean_ms()}};
+    st["measured"] = measured;
+    j["step_ms"] = st;
+  }
   j["prefetch"] = r.prefetch;
   j["prefetch_depth"] = r.prefetch_depth;
   j["cpu_threads"] = r.cpu_threads;
@@ -282,6 +296,17 @@ std::string metrics_text(const ServerContext& ctx, const EngineStats& s, const s
            static_cast<double>(moe->total.cpu_ns) / 1e9);
     metric("moe_cpu_bytes_read_total", "counter", "Bytes of expert weights the CPU expert executor read from the banks.",
            static_cast<double>(moe->total.cpu_bytes));
+    const StepTimeReport& t = moe->step_time;
+    if (t.predicted_ms)  // absent without a prediction (/v1/stats says why)
+      o << "# HELP freetoken_moe_predicted_step_seconds The planner's predicted decode step (the start-up calibration's "
+           "time of the candidate in use), at the batch size it was timed at.\n# TYPE freetoken_moe_predicted_step_seconds "
+           "gauge\nfreetoken_moe_predicted_step_seconds{batch=\""
+        << t.predicted_batch << "\"} " << fmt::format("{}", *t.predicted_ms / 1e3) << '\n';
+    o << "# HELP freetoken_moe_decode_step_seconds Wall time of decode steps (every sequence one token), by batch size "
+         "(sequences in the step).\n# TYPE freetoken_moe_decode_step_seconds summary\n";
+    for (const auto& [batch, m] : t.measured)
+      o << "freetoken_moe_decode_step_seconds_sum{batch=\"" << batch << "\"} " << fmt::format("{}", m.seconds)
+        << "\nfreetoken_moe_decode_step_seconds_count{batch=\"" << batch << "\"} " << m.steps << '\n';
     auto per_layer = [&](const char* name, const char* help, auto value) {
       o << "# HELP freetoken_" << name << ' ' << help << "\n# TYPE freetoken_" << name << " counter\n";
       for (const MoeLayerReport& l : moe->layers)

@@ -44,15 +44,32 @@ class MoeServer : public EngineServer {
   }
 };
 
+constexpr int kMaxTokens = 12;  // each chat's tokens: the first from the prefill, then 11 decode steps
+
 void chat(httplib::Client& c, const std::string& text) {
   const nlohmann::json body = {{"model", "demo"},
                                {"messages", {{{"role", "user"}, {"content", text}}}},
-                               {"max_tokens", 12},
+                               {"max_tokens", kMaxTokens},
                                {"temperature", 0},
                                {"ignore_eos", true}};
   auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
+}
+
+/** `step_ms` of the moe block (one chat at a time: batch 1 only) holds `steps` decode steps with a
+ *  positive mean, and /metrics' summary of them agrees. */
+void expect_decode_steps(const nlohmann::json& step_ms, const std::string& text, int64_t steps) {
+  ASSERT_EQ(step_ms["measured"].size(), 1u) << step_ms.dump();
+  const nlohmann::json& b1 = step_ms["measured"]["1"];
+  EXPECT_EQ(b1["steps"], steps) << step_ms.dump();
+  const double mean_ms = b1["mean"].get<double>();
+  EXPECT_GT(mean_ms, 0.0);
+  EXPECT_EQ(prom_value(text, "freetoken_moe_decode_step_seconds_count{batch=\"1\"}"), static_cast<double>(steps))
+      << text;
+  const double sum_s = prom_value(text, "freetoken_moe_decode_step_seconds_sum{batch=\"1\"}");
+  EXPECT_NEAR(sum_s, mean_ms * static_cast<double>(steps) / 1e3, 1e-9 + 1e-6 * sum_s) << text;
+  EXPECT_NE(text.find("# TYPE freetoken_moe_decode_step_seconds summary\n"), std::string::npos);
 }
 
 /** The `moe` block of GET /v1/stats. */
@@ -148,6 +165,13 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_NE(text.find(fmt::format("freetoken_moe_layer_misses_total{{layer=\"3\"}} {}\n", want->layers[3].stats.misses)),
             std::string::npos)
       << text;
+  // Offload runs no calibration: no predicted step, and the reason; the decode steps are timed.
+  const nlohmann::json& st_ms = m["step_ms"];
+  EXPECT_TRUE(st_ms["predicted"].is_null()) << st_ms.dump();
+  EXPECT_TRUE(st_ms["predicted_batch"].is_null());
+  EXPECT_NE(st_ms["no_prediction"].get<std::string>().find("offload strategy"), std::string::npos) << st_ms.dump();
+  expect_decode_steps(st_ms, text, 2 * (kMaxTokens - 1));
+  EXPECT_EQ(text.find("freetoken_moe_predicted_step_seconds"), std::string::npos);
 }
 
 // The cpu strategy has no cache: no lookups, so no hit rate (null, and no gauge), and every routed
@@ -212,6 +236,16 @@ TEST(MoeStats, HybridReportsItsPlannedSplit) {
   EXPECT_TRUE(cost == 0.25 || cost == 0.5 || cost == 1.0 || cost == 2.0 || cost == 4.0) << cost;
   EXPECT_GE(m["cpu_token_cost_fetches"].get<double>(), 0.0);
   EXPECT_LE(m["cpu_token_cost_fetches"].get<double>(), cost);
+  // The predicted step: the calibration's time of its choice, timed at batch 1.
+  const nlohmann::json& st_ms = m["step_ms"];
+  EXPECT_EQ(st_ms["predicted"].get<double>(), cal["ms_per_step"][cal["choice"].get<std::string>()].get<double>());
+  EXPECT_EQ(st_ms["predicted_batch"], 1);
+  EXPECT_EQ(st_ms["predicted_from"], "calibration: " + cal["choice"].get<std::string>());
+  EXPECT_TRUE(st_ms["no_prediction"].is_null());
+  const std::string text = metrics(c);
+  expect_decode_steps(st_ms, text, kMaxTokens - 1);
+  EXPECT_NEAR(prom_value(text, "freetoken_moe_predicted_step_seconds{batch=\"1\"}"),
+              st_ms["predicted"].get<double>() / 1e3, 1e-12) << text;
 }
 
 // Hybrid reports its fetch cap (here given; otherwise the calibrated one).
