@@ -4,6 +4,9 @@
 // throughput per batch size, weight bandwidth and peak memory (tools/benchmark.h; --json prints
 // bench_json's object plus, for a synthetic model, "synthetic": {preset, weight_type, layers,
 // router_skew, seed, generate_s}). Also
+// With --tensor-parallel-size N (-tp, N > 1; --expert-parallel on) a rank group is measured, as ft run
+// and ft serve load it (engine/serving_engine.h): a synthetic model generated once and shared by the
+// ranks, the JSON's "ranks" saying which figures are rank 0's and holding each rank's plan. Also
 // `--write-gguf FILE` (write the synthetic model as GGUF for llama.cpp, then exit) and
 // `--list-presets` (shapes, parameter counts and the synthetic weights' GiB for --weight-type and
 // --dummy-layers).
@@ -27,6 +30,7 @@
 #include "cli/model_arg.h"
 #include "tools/benchmark.h"
 #include "engine/engine.h"
+#include "engine/serving_engine.h"
 #include "tools/model_presets.h"
 #include "tools/synthetic_checkpoint.h"
 #include "util/error.h"
@@ -123,6 +127,55 @@ std::unique_ptr<SyntheticCheckpoint> make_synthetic(const BenchArgs& a) {
   return std::make_unique<SyntheticCheckpoint>(synthetic_spec(a));
 }
 
+/** The report as JSON (--json; with the synthetic model's spec when `synth` is set) or as the table, on stdout. */
+void print_report(const BenchArgs& a, const BenchReport& report, const SyntheticCheckpoint* synth) {
+  if (a.json) {
+    nlohmann::json j = bench_json(report);
+    if (synth) {
+      const SyntheticCheckpoint& s = *synth;
+      j["synthetic"] = {{"preset", s.preset().name},
+                        {"weight_type", dtype_name(s.spec().weight_type)},
+                        {"expert_type", dtype_name(synthetic_expert_type(s.spec()))},
+                        {"layers", s.n_layer()},
+                        {"router_skew", s.spec().router_skew},
+                        {"seed", s.spec().seed},
+                        {"generate_s", s.generate_seconds()}};
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::fputs(bench_table(report).c_str(), stdout);
+  }
+  std::fflush(stdout);
+}
+
+/** Warns when the benchmark's sequences run past the model's context: `ft run` and `ft serve` refuse
+ *  such requests, but a benchmark may measure there on purpose (the positions' rotation is defined). */
+void warn_past_context(const BenchOptions& bo, const Engine& engine) {
+  if (const int64_t n_ctx = engine.config().n_ctx_train; n_ctx > 0 && bo.prompt_tokens + bo.gen_tokens > n_ctx)
+    spdlog::warn("--prompt-tokens {} + --gen-tokens {} is more than the model's context length {}: the positions past "
+                 "it are outside what the model was trained for (the timing still holds)",
+                 bo.prompt_tokens, bo.gen_tokens, n_ctx);
+}
+
+/** ft bench -tp N (N > 1): a rank group (ServingEngine, engine/rank_group.h) measured through its
+ *  runner. A synthetic model is generated once and shared by the ranks (formats/shared_checkpoint.h);
+ *  --model PATH is opened by each rank. */
+int bench_ranks(const BenchArgs& a, const BenchOptions& bo, bool synthetic) {
+  const SyntheticCheckpoint* synth = nullptr;
+  std::unique_ptr<ServingEngine> served;
+  if (synthetic) {
+    std::unique_ptr<SyntheticCheckpoint> ckpt = make_synthetic(a);
+    synth = ckpt.get();  // lives with the views, as long as the engines
+    served = ServingEngine::load_shared(std::move(ckpt), a.engine);
+  } else {
+    served = ServingEngine::load(open_checkpoint(a.model), a.model, a.engine);
+  }
+  warn_past_context(bo, served->engine());
+  const BenchReport report = run_bench(*served, bo);
+  print_report(a, report, synth);
+  return 0;
+}
+
 int bench(BenchArgs& a) {
   if (a.list_presets) {
     list_presets(a.weight_type.empty() ? "bf16" : a.weight_type, a.dummy_layers);
@@ -167,48 +220,38 @@ int bench(BenchArgs& a) {
   EngineOptions& eo = a.engine;
   refuse_kv_tiers(eo, "ft bench");  // first: the reason it holds for any other flag
   finish_engine_options(*a.cmd, eo, a.compat);
-  if (eo.tensor_parallel > 1)
-    fail(ErrorCode::kUnsupported, "ft bench --tensor-parallel-size {}: the benchmark runs one engine; ranks are not "
-         "measured by it yet (ft run and ft serve take the flag)", eo.tensor_parallel);
+  const int ranks = eo.tensor_parallel;
+  if (ranks > 1 && a.profile_ops)
+    fail(ErrorCode::kUnsupported, "--profile-ops times the ops of one engine: leave it out with --tensor-parallel-size "
+         "{} (or profile -tp 1)", ranks);
+  if (ranks > 1 && a.activations != "f32")
+    fail(ErrorCode::kUnsupported, "--activations {} with --tensor-parallel-size {}: the ranks compute with f32 "
+         "activations (as ft run and ft serve); leave --activations out", a.activations, ranks);
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
   plan_bench_engine(bo, eo);
 
   const bool cuda =
       eo.device == DeviceChoice::kCuda || (eo.device == DeviceChoice::kAuto && cuda_device_count() > 0);
+  if (cuda && ranks > 1) {  // what RankGroup::load refuses, said before a synthetic model is generated
+    if (!cuda_built()) make_cuda_ops(0);  // throws the build's reason
+    if (const int visible = cuda_device_count(); visible < ranks)
+      fail(ErrorCode::kInvalidArgument, "--tensor-parallel-size {} needs {} GPUs, {} visible", ranks, ranks, visible);
+    for (int r = 0; r < ranks; ++r) bo.rank_device_free_before.push_back(cuda_free_memory(r));
+  }
   if (cuda) bo.device_free_before = cuda_free_memory(0);
   if (!cuda && a.activations != "f32")
     spdlog::warn("--activations {}: the CPU backend computes in f32; the flag applies to --device cuda", a.activations);
+  if (ranks > 1) return bench_ranks(a, bo, synthetic);
   // The backend first: a missing GPU is said before a synthetic model's weights are generated.
   std::unique_ptr<Ops> ops = cuda ? make_cuda_ops(0, a.activations == "bf16" ? DType::BF16 : DType::F32)
                                   : std::unique_ptr<Ops>(std::make_unique<CpuOps>(a.engine.threads));
   std::unique_ptr<Checkpoint> ckpt = synthetic ? make_synthetic(a) : open_checkpoint(a.model);
   if (a.profile_ops) ops = std::make_unique<ProfilingOps>(std::move(ops));
   Engine engine(std::move(ckpt), std::move(ops), eo);
-  // As `ft run` and `ft serve` refuse such requests, but a benchmark may measure past the context on
-  // purpose (the positions' rotation is defined there): said, not refused.
-  if (const int64_t n_ctx = engine.config().n_ctx_train; n_ctx > 0 && bo.prompt_tokens + bo.gen_tokens > n_ctx)
-    spdlog::warn("--prompt-tokens {} + --gen-tokens {} is more than the model's context length {}: the positions past "
-                 "it are outside what the model was trained for (the timing still holds)",
-                 bo.prompt_tokens, bo.gen_tokens, n_ctx);
+  warn_past_context(bo, engine);
   const BenchReport report = run_bench(engine, bo);
-  if (a.json) {
-    nlohmann::json j = bench_json(report);
-    if (synthetic) {
-      const auto& s = static_cast<const SyntheticCheckpoint&>(engine.checkpoint());
-      j["synthetic"] = {{"preset", s.preset().name},
-                        {"weight_type", dtype_name(s.spec().weight_type)},
-                        {"expert_type", dtype_name(synthetic_expert_type(s.spec()))},
-                        {"layers", s.n_layer()},
-                        {"router_skew", s.spec().router_skew},
-                        {"seed", s.spec().seed},
-                        {"generate_s", s.generate_seconds()}};
-    }
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::fputs(bench_table(report).c_str(), stdout);
-  }
-  std::fflush(stdout);
+  print_report(a, report, synthetic ? &static_cast<const SyntheticCheckpoint&>(engine.checkpoint()) : nullptr);
   return 0;
 }
 

@@ -148,7 +148,35 @@ void Engine::keep_owned_experts() {
                    model_->config().arch);
     return;
   }
+  // The other ranks' experts: this rank never reads them. A checkpoint in anonymous memory shared by
+  // the ranks (formats/shared_checkpoint.h) frees a page once every rank released it, and the owner
+  // releases its experts as its banks fill: the non-owners say so here.
+  std::vector<std::pair<const uint8_t*, int64_t>> dropped;
+  if (ckpt_->releases_memory())
+    for (const ExpertBank& b : model_->host_experts())
+      for (const std::vector<Tensor>* part : {&b.gate, &b.up, &b.down})
+        for (const Tensor& t : *part) dropped.emplace_back(static_cast<const uint8_t*>(t.data), t.bytes());
   ep_ranges_ = model_->keep_owned_experts(comm_->rank(), comm_->group_size(), ep_n_expert_);
+  if (dropped.empty()) return;
+  std::vector<const uint8_t*> kept;
+  for (const ExpertBank& b : model_->host_experts())
+    for (const std::vector<Tensor>* part : {&b.gate, &b.up, &b.down})
+      for (const Tensor& t : *part) kept.push_back(static_cast<const uint8_t*>(t.data));
+  std::sort(kept.begin(), kept.end());
+  std::sort(dropped.begin(), dropped.end());
+  for (size_t i = 0; i < dropped.size();) {  // contiguous runs of the dropped experts at once
+    if (std::binary_search(kept.begin(), kept.end(), dropped[i].first)) {
+      ++i;
+      continue;
+    }
+    const uint8_t* begin = dropped[i].first;
+    const uint8_t* end = begin + dropped[i].second;
+    for (++i; i < dropped.size() && dropped[i].first <= end &&
+              !std::binary_search(kept.begin(), kept.end(), dropped[i].first);
+         ++i)
+      end = std::max(end, dropped[i].first + dropped[i].second);
+    ckpt_->release(begin, end - begin);
+  }
 }
 
 void Engine::wrap_expert_parallel() {

@@ -65,9 +65,15 @@ void check_nccl_rank(dist::Collective& comm, Ops& ops) {
 
 std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
                                            const EngineOptions& options) {
+  return load(std::move(ckpt), [path](int) { return open_checkpoint(path); }, options);
+}
+
+std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, RankCheckpoints others,
+                                           const EngineOptions& options) {
   const int n = options.tensor_parallel;
   if (n < 2)
     fail(ErrorCode::kInvalidArgument, "RankGroup: --tensor-parallel-size {}: a group needs 2 ranks or more", n);
+  if (!others) fail(ErrorCode::kInvalidArgument, "RankGroup: no checkpoint for the ranks after rank 0");
   options.validate();
   const bool cuda =
       options.device == DeviceChoice::kCuda || (options.device == DeviceChoice::kAuto && cuda_device_count() > 0);
@@ -113,11 +119,11 @@ std::unique_ptr<RankGroup> RankGroup::load(std::unique_ptr<Checkpoint> ckpt, con
   for (int r = 1; r < n; ++r) {
     EngineOptions ro = o;
     ro.progress = nullptr;  // rank 0 reports the load
-    g->followers_.emplace_back([grp = g.get(), r, path, ro, build, p = &built[static_cast<size_t>(r - 1)]] {
+    g->followers_.emplace_back([grp = g.get(), r, others, ro, build, p = &built[static_cast<size_t>(r - 1)]] {
       set_log_rank(r);  // this rank's lines say so
       try {
         grp->enter(r);
-        build(r, open_checkpoint(path), ro);
+        build(r, others(r), ro);
         p->set_value();
       } catch (const std::exception& e) {
         grp->fail_group(fmt::format("rank {}: {}", r, e.what()), std::current_exception());

@@ -9,6 +9,7 @@
 // with its device current) over NCCL (dist/nccl_factory.h; libnccl.so.2 loaded at run time), whose
 // all-reduces run on each rank's stream and are captured into the decode graphs with the forward.
 #include <exception>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <memory>
@@ -54,6 +55,13 @@ class RankGroup {
    *  visible GPUs than ranks ("--tensor-parallel-size N needs N GPUs, M visible"), kUnsupported when
    *  NCCL cannot be loaded, and the first error of any rank's engine (the others are stopped). */
   static std::unique_ptr<RankGroup> load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
+                                         const EngineOptions& options);
+  /** Rank r's checkpoint (r in [1, size)), called once a rank on that rank's thread. */
+  using RankCheckpoints = std::function<std::unique_ptr<Checkpoint>(int rank)>;
+  /** As load(ckpt, path, options), the other ranks' checkpoints from `others` (e.g. views of one
+   *  checkpoint in memory, formats/shared_checkpoint.h); what `others` throws fails the load as a
+   *  rank's engine does. */
+  static std::unique_ptr<RankGroup> load(std::unique_ptr<Checkpoint> ckpt, RankCheckpoints others,
                                          const EngineOptions& options);
   /** Stops the other ranks (closes the channel, joins their threads). */
   ~RankGroup();

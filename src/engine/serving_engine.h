@@ -4,10 +4,12 @@
 // memory plan) and run steps through runner(), which on a group sends each step to every rank.
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "engine/engine.h"
 #include "engine/engine_runner.h"
 #include "engine/rank_group.h"
+#include "formats/shared_checkpoint.h"
 
 namespace ft {
 
@@ -18,9 +20,28 @@ class ServingEngine {
    *  Throws what they throw. */
   static std::unique_ptr<ServingEngine> load(std::unique_ptr<Checkpoint> ckpt, const std::string& path,
                                              const EngineOptions& options) {
+    return load(std::move(ckpt), [path](int) { return open_checkpoint(path); }, options);
+  }
+
+  /** As load(ckpt, path, options), the ranks after rank 0 reading views of `ckpt` itself
+   *  (share_checkpoint: one copy in memory for every rank, its pages freed once every rank released
+   *  them): for a checkpoint that has no path to open again, such as a synthetic one. */
+  static std::unique_ptr<ServingEngine> load_shared(std::unique_ptr<Checkpoint> ckpt, const EngineOptions& options) {
+    if (options.tensor_parallel <= 1) return load(std::move(ckpt), RankGroup::RankCheckpoints(), options);
+    auto views = std::make_shared<std::vector<std::unique_ptr<Checkpoint>>>(
+        share_checkpoint(std::move(ckpt), options.tensor_parallel));
+    std::unique_ptr<Checkpoint> first = std::move(views->front());
+    // Each rank moves out its own view, on its own thread: distinct elements, no race.
+    return load(std::move(first), [views](int r) { return std::move(views->at(static_cast<size_t>(r))); }, options);
+  }
+
+  /** One rank: Engine::load(ckpt, options) (`others` unused); options.tensor_parallel > 1:
+   *  RankGroup::load(ckpt, others, options). Throws what they throw. */
+  static std::unique_ptr<ServingEngine> load(std::unique_ptr<Checkpoint> ckpt, RankGroup::RankCheckpoints others,
+                                             const EngineOptions& options) {
     std::unique_ptr<ServingEngine> s(new ServingEngine());
     if (options.tensor_parallel > 1) {
-      s->group_ = RankGroup::load(std::move(ckpt), path, options);
+      s->group_ = RankGroup::load(std::move(ckpt), std::move(others), options);
     } else {
       s->engine_ = Engine::load(std::move(ckpt), options);
       s->runner_ = std::make_unique<EngineRunner>(*s->engine_);

@@ -231,8 +231,10 @@ namespace {
 /** Counts the tokens one bench request sampled and keeps its error. */
 class BenchSink : public TokenSink {
  public:
-  bool on_token(const SampledToken&, bool) override {
+  explicit BenchSink(bool keep) : keep_ids(keep) {}
+  bool on_token(const SampledToken& t, bool) override {
     ++tokens;
+    if (keep_ids) ids.push_back(t.id);
     return true;
   }
   void on_finish(const FinishInfo& info) override {
@@ -240,6 +242,8 @@ class BenchSink : public TokenSink {
   }
   int64_t tokens = 0;
   std::string error;
+  bool keep_ids = false;
+  std::vector<int32_t> ids;  // the sampled ids (keep_ids)
 };
 
 /** ft bench on the serving loop: B requests at a time on a synchronous EngineService (no worker
@@ -248,7 +252,7 @@ class BenchSink : public TokenSink {
 class BenchDriver {
  public:
   /** `engine` and `runner` must outlive the driver. */
-  BenchDriver(Engine& engine, EngineRunner& runner, int32_t batch) : B_(batch) {
+  BenchDriver(Engine& engine, ModelRunner& runner, int32_t batch, bool keep_ids) : B_(batch), keep_ids_(keep_ids) {
     const EngineOptions& eo = engine.options();
     ServiceConfig sc;
     sc.worker_thread = false;
@@ -284,7 +288,7 @@ class BenchDriver {
       g.sampling = sp;
       g.ignore_eos = true;
       g.feed_tokens = std::move(fed[static_cast<size_t>(b)]);
-      sinks_.push_back(std::make_shared<BenchSink>());
+      sinks_.push_back(std::make_shared<BenchSink>(keep_ids_));
       g.sink = sinks_.back();
       try {
         service_->submit(std::move(g));
@@ -306,6 +310,12 @@ class BenchDriver {
       if (!service_->run_step()) fail(ErrorCode::kInternal, "bench: a decode step planned nothing");
     check(before + steps);
   }
+  /** The ids each request of the last submit() sampled so far (with keep_ids). */
+  std::vector<std::vector<int32_t>> sampled() const {
+    std::vector<std::vector<int32_t>> v;
+    for (const auto& s : sinks_) v.push_back(s->ids);
+    return v;
+  }
   /** Runs the requests' steps left until they finished. */
   void finish() {
     service_->run_until_idle();
@@ -324,13 +334,14 @@ class BenchDriver {
   }
 
   int32_t B_;
+  bool keep_ids_;
   std::vector<std::shared_ptr<BenchSink>> sinks_;
   std::unique_ptr<EngineService> service_;
 };
 
-}  // namespace
-
-BenchReport run_bench(Engine& engine, const BenchOptions& o) {
+/** run_bench over `runner` (EngineRunner of `engine`, or a rank group's runner with `engine` its rank 0):
+ *  see run_bench(ServingEngine&). */
+BenchReport run_bench_on(Engine& engine, ModelRunner& runner, RankGroup* group, const BenchOptions& o) {
   const ModelConfig& c = engine.config();
   const EngineOptions& eo = engine.options();
   Ops& ops = engine.ops();
@@ -352,8 +363,16 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
 
   const bool cuda = ops.device() == Device::kCuda;
   int64_t min_free = o.device_free_before;
+  // A group's ranks 1.. on devices 1.. (rank_group.h): the lowest free memory seen on each.
+  const int n_ranks = group ? group->size() : 1;
+  std::vector<int64_t> rank_min_free(static_cast<size_t>(n_ranks), -1);
+  for (size_t i = 1; i < rank_min_free.size() && i < o.rank_device_free_before.size(); ++i)
+    rank_min_free[i] = o.rank_device_free_before[i];
   auto sample_device = [&] {
     if (cuda && o.device_free_before >= 0) min_free = std::min(min_free, cuda_free_memory(0));
+    if (cuda)
+      for (size_t i = 1; i < rank_min_free.size(); ++i)
+        if (rank_min_free[i] >= 0) rank_min_free[i] = std::min(rank_min_free[i], cuda_free_memory(static_cast<int>(i)));
   };
   sample_device();
   r.copy_bytes = o.copy_bytes > 0 ? o.copy_bytes : (cuda ? int64_t{1} << 30 : int64_t{256} << 20);
@@ -407,14 +426,19 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   if (o.temperature > 0.0f && o.top_k > 0) r.sampling += fmt::format(", top-k {}", o.top_k);
   if (o.temperature > 0.0f && o.top_p < 1.0f) r.sampling += fmt::format(", top-p {}", o.top_p);
   if (o.temperature > 0.0f && o.min_p > 0.0f) r.sampling += fmt::format(", min-p {}", o.min_p);
-  EngineRunner runner(engine);
+  // Each rank's expert-cache counters (a group's; rank 0's are `engine`'s).
+  auto rank_reports = [&] {
+    std::vector<std::optional<MoeReport>> v;
+    for (int i = 0; i < n_ranks; ++i) v.push_back(group ? group->engine(i).moe_report() : engine.moe_report());
+    return v;
+  };
 
   for (int32_t B : o.batches) {
     BenchBatch res;
     const double E = static_cast<double>(c.n_expert), k = static_cast<double>(c.n_expert_used);
     const bool sample_routes = c.n_expert > 0 && routes.available() && o.route_sample_steps > 0 && G > 0;
     res.batch = B;
-    BenchDriver driver(engine, runner, B);
+    BenchDriver driver(engine, runner, B, o.keep_sampled);
     // 1. warm-up on throw-away sequences, with prompts as long as the timed ones (llama-bench warms up
     //    with the test itself): the timed prefill then meets no first use of its shapes (scratch
     //    regions sized, cuBLAS plans and kernels loaded for its forwards).
@@ -436,6 +460,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     // 3. timed decode.
     const int64_t replays_before = engine.graph_replays();
     const std::optional<MoeReport> moe_before = engine.moe_report();  // synchronizes: before the clock
+    const std::vector<std::optional<MoeReport>> ranks_before = group ? rank_reports() : decltype(rank_reports())();
     if (profiler) profiler->reset();
     t0 = Clock::now();
     driver.decode(G);
@@ -444,6 +469,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
     if (moe_before) {
       res.moe_cache = true;
       res.moe = engine.moe_report()->total - moe_before->total;
+    }
+    if (group && moe_before) {
+      const std::vector<std::optional<MoeReport>> after = rank_reports();
+      for (size_t i = 0; i < after.size(); ++i)
+        res.rank_moe.push_back(after[i] && ranks_before[i] ? after[i]->total - ranks_before[i]->total : MoeLayerStats());
     }
     res.decode_steps = G;
     res.graph_steps = engine.graph_replays() - replays_before;
@@ -469,6 +499,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
       }
     }
     driver.finish();
+    if (o.keep_sampled) res.sampled = driver.sampled();
     res.weight_bytes_per_step = r.dense_bytes + B * (r.embedding_row_bytes + r.ngram_row_bytes) +
                                 std::llround(res.experts_per_layer * static_cast<double>(r.expert_bytes_all_layers));
     if (res.decode_steps > 0)
@@ -489,7 +520,40 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   } else {
     r.device_memory_note = "not measured (no free-memory reading before load)";
   }
+  if (group) {
+    r.tensor_parallel = group->size();
+    r.expert_parallel = group->experts_split();
+    for (int i = 0; i < n_ranks; ++i) {
+      BenchRank rk;
+      rk.rank = i;
+      Engine& e = group->engine(i);
+      if (const MoePlan* plan = e.moe_plan()) {
+        rk.moe_plan = plan->summary();
+        rk.moe_cache_slots = plan->cache.n_slots;
+      }
+      if (i == 0) rk.device_memory = r.device_memory;
+      else if (rank_min_free[static_cast<size_t>(i)] >= 0)
+        rk.device_memory = std::max<int64_t>(0, o.rank_device_free_before[static_cast<size_t>(i)] -
+                                                    rank_min_free[static_cast<size_t>(i)]);
+      r.ranks.push_back(rk);
+    }
+  }
   return r;
+}
+
+}  // namespace
+
+BenchReport run_bench(Engine& engine, const BenchOptions& o) {
+  EngineRunner runner(engine);
+  return run_bench_on(engine, runner, nullptr, o);
+}
+
+BenchReport run_bench(ServingEngine& served, const BenchOptions& o) {
+  RankGroup* group = served.group();
+  if (!group) return run_bench(served.engine(), o);
+  if (dynamic_cast<ProfilingOps*>(&served.engine().ops()))
+    fail(ErrorCode::kInvalidArgument, "bench: op profiles time one engine's ops, not a group of {} ranks", group->size());
+  return run_bench_on(served.engine(), served.runner(), group, o);
 }
 
 namespace {
@@ -547,6 +611,21 @@ nlohmann::json bench_json(const BenchReport& r) {
                                      {"host_ceiling_tokens_per_s",
                                       host_ceiling > 0 ? nlohmann::json(host_ceiling) : nlohmann::json(nullptr)}};
     }
+    if (b.moe_cache && !b.rank_moe.empty()) {  // a rank group: each rank's counters (the object above: rank 0's)
+      const double n = static_cast<double>(std::max<int64_t>(b.decode_steps, 1));
+      nlohmann::json ranks = nlohmann::json::array();
+      for (size_t i = 0; i < b.rank_moe.size(); ++i) {
+        const MoeLayerStats& m = b.rank_moe[i];
+        ranks.push_back({{"rank", static_cast<int64_t>(i)},
+                         {"hits", m.hits},
+                         {"misses", m.misses},
+                         {"cpu_misses", m.cpu_misses},
+                         {"hit_rate", m.lookups() > 0 ? nlohmann::json(moe_hit_rate(m)) : nlohmann::json(nullptr)},
+                         {"fetched_bytes_per_step", decoded(static_cast<double>(m.bytes) / n)},
+                         {"cpu_experts_per_step", decoded(static_cast<double>(m.cpu_experts) / n)}});
+      }
+      results.back()["moe_cache"]["ranks"] = ranks;
+    }
     if (!b.decode_profile.empty() && b.decode_steps > 0) {
       nlohmann::json prof = nlohmann::json::array();
       const double n = static_cast<double>(b.decode_steps);
@@ -561,7 +640,7 @@ nlohmann::json bench_json(const BenchReport& r) {
       results.back()["prefill_profile"] = prof;
     }
   }
-  return {{"model", r.model},
+  nlohmann::json j = {{"model", r.model},
           {"arch", r.arch},
           {"device", r.device},
           {"activation_dtype", r.activation_dtype},
@@ -594,6 +673,22 @@ nlohmann::json bench_json(const BenchReport& r) {
           {"device_memory_bytes", r.device_memory >= 0 ? nlohmann::json(r.device_memory) : nlohmann::json(nullptr)},
           {"device_memory_note", r.device_memory_note},
           {"results", results}};
+  if (!r.ranks.empty()) {  // a rank group only: one rank's JSON keeps its keys
+    nlohmann::json per = nlohmann::json::array();
+    for (const BenchRank& rk : r.ranks)
+      per.push_back({{"rank", rk.rank},
+                     {"moe_plan", rk.moe_plan},
+                     {"moe_cache_slots", rk.moe_cache_slots},
+                     {"device_memory_bytes", rk.device_memory >= 0 ? nlohmann::json(rk.device_memory) : nlohmann::json(nullptr)}});
+    j["ranks"] = {{"tensor_parallel", r.tensor_parallel},
+                  {"expert_parallel", r.expert_parallel},
+                  {"note", "the top-level moe_* fields, device_memory_bytes, graph_steps, the copy and h2d probes and "
+                           "each result's moe_cache are rank 0's (moe_cache.ranks: every rank's); weight bytes count "
+                           "the whole model once, whichever ranks read them; times are rank 0's steps, each one of "
+                           "every rank"},
+                  {"per_rank", per}};
+  }
+  return j;
 }
 
 std::string bench_table(const BenchReport& r) {
@@ -613,6 +708,15 @@ std::string bench_table(const BenchReport& r) {
     s += fmt::format("experts  {}\n", r.moe_plan.rfind("moe: ", 0) == 0 ? r.moe_plan.substr(5) : r.moe_plan);
   s += fmt::format("prompt   {} tokens, {} decode steps per batch size, sampling {} on the backend\n",
                    r.prompt_tokens, r.gen_tokens, r.sampling);
+  if (!r.ranks.empty()) {
+    s += fmt::format("ranks    {} (tensor parallel{}); experts, memory and the expert cache below are rank 0's\n",
+                     r.tensor_parallel, r.expert_parallel ? ", experts split over the ranks" : "");
+    for (const BenchRank& rk : r.ranks)
+      if (rk.rank > 0 && (!rk.moe_plan.empty() || rk.device_memory >= 0))
+        s += fmt::format("rank {}   {}{}\n", rk.rank,
+                         rk.moe_plan.rfind("moe: ", 0) == 0 ? rk.moe_plan.substr(5) : rk.moe_plan,
+                         rk.device_memory >= 0 ? fmt::format("; device memory {}", format_bytes(rk.device_memory)) : "");
+  }
   if (r.profiled)
     s += "profiled every op ran between synchronisations and eagerly: the rates below are slower than a plain run\n";
   s += "\n";
@@ -658,6 +762,14 @@ std::string bench_table(const BenchReport& r) {
                        static_cast<double>(b.moe.cpu_ns) / 1e6 / n,
                        ceiling > 0 ? fmt::format("{:.1f}", ceiling) : std::string("-"),
                        ceiling > 0 ? fmt::format("{:.1f}%", 100.0 * b.decode_tokens_per_s() / ceiling) : std::string("-"));
+      for (size_t i = 1; i < b.rank_moe.size(); ++i) {  // a rank group: the row above is rank 0's
+        const MoeLayerStats& m = b.rank_moe[i];
+        s += fmt::format("{:>6} {:>9} {:>14} {:>16.1f} {:>17.1f} {:>13.2f}\n", fmt::format("r{}", i),
+                         m.lookups() > 0 ? fmt::format("{:.1f}%", 100.0 * moe_hit_rate(m)) : std::string("-"),
+                         format_bytes(static_cast<int64_t>(static_cast<double>(m.bytes) / n)),
+                         static_cast<double>(m.prefetched) / n, static_cast<double>(m.cpu_experts) / n,
+                         static_cast<double>(m.cpu_ns) / 1e6 / n);
+      }
     }
     s += "fetched/step: bytes copied into the expert cache per decode step; prefetched/step: experts fetched\n"
          "ahead of their layer; CPU experts/step: experts computed on the CPU; CPU ms/step: the CPU expert\n"

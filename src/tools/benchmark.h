@@ -35,6 +35,7 @@
 
 #include "backend/profiling_ops.h"
 #include "engine/engine.h"
+#include "engine/serving_engine.h"
 
 namespace ft {
 
@@ -49,12 +50,17 @@ struct BenchOptions {
   int threads = 0;                      // CPU copy-probe threads (0: all cores)
   uint64_t seed = 0;                    // token ids
   int64_t device_free_before = -1;      // cuda_free_memory(0) before the engine was built (-1: unknown)
+  /** A rank group on CUDA: cuda_free_memory(r) of rank r's device before the group was built, index r
+   *  (empty: unknown; element 0 is device_free_before's). */
+  std::vector<int64_t> rank_device_free_before;
   /** How every step samples its rows on the backend (--temperature, --top-k, --top-p, --min-p;
    *  default greedy); the draws are seeded by `seed`. */
   float temperature = 0.0f;
   int32_t top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
+  /** Keep the ids the timed requests sampled (BenchBatch::sampled): for tests comparing runs. */
+  bool keep_sampled = false;
 };
 
 /** One batch size's numbers. Rates are 0 when their time is 0. */
@@ -74,7 +80,12 @@ struct BenchBatch {
   std::vector<OpProfileRow> prefill_profile;  // the same for the timed prefill
   /** Expert-cache counters of the timed decode steps (offload, hybrid, cpu strategies). */
   bool moe_cache = false;
-  MoeLayerStats moe;  // summed over layers
+  MoeLayerStats moe;  // summed over layers; rank 0's with a rank group
+  /** A rank group: each rank's counters (index = rank; moe is rank_moe[0]). Empty for one rank. */
+  std::vector<MoeLayerStats> rank_moe;
+  /** With BenchOptions::keep_sampled: each timed sequence's sampled ids (its prompt's, then one a decode
+   *  and routing-sample step), index = sequence; not in the JSON. */
+  std::vector<std::vector<int32_t>> sampled;
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? static_cast<double>(batch) * decode_steps / decode_seconds : 0;
@@ -84,6 +95,14 @@ struct BenchBatch {
   double achieved_bandwidth() const {
     return decode_seconds > 0 ? static_cast<double>(weight_bytes_per_step) * decode_steps / decode_seconds : 0;
   }
+};
+
+/** One rank of a rank group (ft bench -tp N): its own plan and device memory. */
+struct BenchRank {
+  int rank = 0;
+  std::string moe_plan;         // its MoePlan::summary() ("" for a dense model)
+  int64_t moe_cache_slots = 0;  // its expert-cache slots (0: no cache)
+  int64_t device_memory = -1;   // bytes used on its device, -1 unknown (as BenchReport::device_memory)
 };
 
 struct BenchReport {
@@ -119,6 +138,13 @@ struct BenchReport {
   int64_t device_memory = -1;           // bytes used on the device, -1 unknown
   bool profiled = false;                // --profile-ops: every op ran between synchronisations (slower)
   std::string device_memory_note;
+  /** A rank group (--tensor-parallel-size > 1): every rank's plan and memory, index = rank. The fields
+   *  above that describe one engine (moe_plan, moe_strategy, moe_cache_slots, moe_prefetch_depth,
+   *  device_memory, each batch's moe and graph_steps, the copy and h2d probes) are rank 0's; the weight
+   *  bytes are the whole model's, counted once whichever ranks read them. Empty for one rank. */
+  int32_t tensor_parallel = 1;
+  bool expert_parallel = false;  // the experts split over the ranks (--expert-parallel on a MoE model)
+  std::vector<BenchRank> ranks;
 };
 
 /** KV tokens a benchmark keeps free when sizing the expert cache unless --kv-reserve-tokens says
@@ -135,6 +161,14 @@ void plan_bench_engine(const BenchOptions& options, EngineOptions& eo);
 /** Runs the benchmark on `engine` (sized by plan_bench_engine). Throws what Engine::step throws,
  *  kInvalidArgument for options the engine was not sized for. */
 BenchReport run_bench(Engine& engine, const BenchOptions& options);
+
+/** Runs the benchmark on what ServingEngine::load built: one engine as run_bench(engine, options);
+ *  a rank group through its runner (every step on every rank, rank 0 sampling), timed on rank 0's
+ *  thread (its last step of a phase ends after the ranks' last collective), the report's
+ *  tensor_parallel, expert_parallel, ranks and each batch's rank_moe filled. Throws as run_bench(engine)
+ *  does, and kInvalidArgument for a group whose rank 0 backend is a ProfilingOps (each rank's ops
+ *  would have to be timed). */
+BenchReport run_bench(ServingEngine& served, const BenchOptions& options);
 
 /** Copy bandwidth of `ops`' device in bytes/s: 2 x bytes per copy of `bytes` (read + write), best of
  *  a few timed copies after a warm-up. CPU: memcpy split over `threads` threads (0: all cores).
@@ -184,7 +218,10 @@ void reset_peak_host_rss();
  *  host_ceiling_tokens_per_s (host_memory_ceiling; null where that is 0);
  *  the per-step fields are null without decode steps}),
  *  decode_profile: [{op, calls_per_step,
- *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. GB = 1e9 bytes. */
+ *  us_per_step}] and prefill_profile: [{op, calls, us}] (only when profiled)}]. With a rank group only:
+ *  ranks: {tensor_parallel, expert_parallel, note (which figures are rank 0's), per_rank: [{rank, moe_plan,
+ *  moe_cache_slots, device_memory_bytes (null unknown)}]} and each moe_cache's ranks: [{rank, hits, misses,
+ *  cpu_misses, hit_rate, fetched_bytes_per_step, cpu_experts_per_step}]. GB = 1e9 bytes. */
 nlohmann::json bench_json(const BenchReport& report);
 
 /** The report as a human-readable table (several lines, ending in a newline). */
