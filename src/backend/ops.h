@@ -55,7 +55,7 @@ struct BatchInfo {
 
 /** One layer's paged KV storage. Page p, slot i holds the key/value of one token:
  *  k[p, i, h, :] for kv head h. dtype F32 on CPU (BF16 allowed on CUDA; F8_E4M3 / I8 codes with
- *  k_scale / v_scale on CPU for --kv-cache-dtype fp8 / q8_0). */
+ *  k_scale / v_scale on CPU and CUDA for --kv-cache-dtype fp8 / q8_0). */
 struct KvLayer {
   Tensor k;  // [n_pages, page_size, n_head_kv, head_dim]
   Tensor v;  // [n_pages, page_size, n_head_kv, head_dim]
@@ -502,7 +502,9 @@ class Ops {
    *  rope_dim] (both written by kv_write). For query t at position p of sequence s and head h:
    *    out[t, h] = sum_j softmax_j(scale * (q_lat[t, h] . c_j + q_rope[t, h] . r_j)) c_j
    *  over that sequence's positions j = 0..p. q_lat, out [T, n_head * kv_lora_rank]; q_rope
-   *  [T, n_head * rope_dim]; activation dtype; softmax in fp32. Throws kInvalidArgument for shapes. */
+   *  [T, n_head * rope_dim]; activation dtype; softmax in fp32. Pages as KvLayer: F32 (CPU), F32 or
+   *  BF16 (CUDA), or fp8 / q8_0 codes with scales (both; read as code * scale). Throws
+   *  kInvalidArgument for shapes, kUnsupported for a page dtype or shape the backend has no kernel for. */
   virtual void attention_mla(const MlaAttentionParams& p, const BatchInfo& batch, const Tensor& q_lat,
                              const Tensor& q_rope, KvLayer kv, Tensor out) = 0;
 

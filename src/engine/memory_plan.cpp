@@ -57,12 +57,8 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
            "use {}",
            want, config.arch, config.arch == "deepseek_v4" ? ", attention_compressed" : " of the QSA indexer", auto_kv);
     // CUDA reads quantized pages in its standard (GQA) attention kernels, full and sliding-window
-    // (kv_write, attention.cu, attention_decode.cu); MLA's latent pages (attention_mla) are F32 / BF16 only.
-    if (cuda && config.is_mla())
-      fail(ErrorCode::kUnsupported,
-           "--kv-cache-dtype {} is not supported on the CUDA backend for {}'s multi-head latent attention (MLA) "
-           "layers yet; use bf16 (auto)",
-           want, config.arch);
+    // (kv_write, attention.cu, attention_decode.cu), and MLA's latent and RoPE-key pages in
+    // attention_mla's CUDA-core kernel (attention_mla.cu), as the CPU does.
     // Scales are kept per head of the pages: a layer attending with more (narrower) heads than the
     // pages hold may need more scales a token than they have (kv_head_view).
     const int64_t page_scales = config.n_head_kv * kv_scales_per_head(kv_dtype, config.head_dim);

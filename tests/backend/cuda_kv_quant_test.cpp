@@ -12,7 +12,13 @@
 //    cuda_attention_test.cpp; the tensor-core kernel rounds Q, K, V and P to bf16: kTol, as for its
 //    float pages (cuda_attention_test.cpp);
 //  - qk_norm_rope_attention over quantized pages (unfused on CUDA: norm_rope, the quantizing kv_write,
-//    attention) within 1e-3 (the norm's rsqrt may move a value across a code boundary).
+//    attention) within 1e-3 (the norm's rsqrt may move a value across a code boundary);
+//  - attention_mla (multi-head latent attention) over quantized latent [.., 1, R] and RoPE-key
+//    [.., 1, P] pages written by kv_write on each side (codes and scales byte-equal): decode batches
+//    (split over each token's keys) and prefill batches of two sequences, the fixture's shape (R 32,
+//    P 8: q8_0's short block) to DeepSeek-V3's (128 heads, R 512, P 64), batches of 256 tokens or
+//    more and a forced tensor-core plan (quantized pages still take the CUDA-core kernel): 1e-4, as
+//    both sides read the same code * scale values with F32 activations.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,12 +30,23 @@
 #include "quant/kv_quant.h"
 #include "util/error.h"
 
+#ifdef FT_HAVE_CUDA
+#include "backend/cuda/attention_mla.h"
+#endif
+
 namespace ft::testing {
 namespace {
 
 struct SeqSpec {
   int32_t history;  // tokens already in the cache
   int32_t n_new;    // tokens of this forward
+};
+
+struct MlaQConfig {
+  std::string name;
+  int64_t H, R, P, page;
+  std::vector<SeqSpec> seqs;
+  int tc = -1, n_split = 0;  // cuda::MlaTuning overrides (-1, 0: the entry's plan)
 };
 
 struct QConfig {
@@ -49,23 +66,28 @@ class CudaKvQuant : public GpuBatchTest {
   struct QPages {
     DType kv = DType::F8_E4M3;  // F8_E4M3 or Q8_0
     int64_t n_pages = 0, page = 0, G = 0, D = 0, sph = 0;
+    int64_t Dv = 0, sphv = 0;  // v pages' head width and scales a head (D, sph unless given: MLA's RoPE key)
     std::vector<uint8_t> kc, vc, ks, vs;
     KvLayer cpu, gpu;
   };
 
-  void make_pages(QPages& p, DType kv, int64_t n_pages, int64_t page, int64_t G, int64_t D) {
-    p.kv = kv, p.n_pages = n_pages, p.page = page, p.G = G, p.D = D;
-    p.sph = kv_scales_per_head(kv, D);
+  /** Dv: the v pages' head width (0: D; MLA's [.., 1, R] latent and [.., 1, P] RoPE-key pages differ). */
+  void make_pages(QPages& p, DType kv, int64_t n_pages, int64_t page, int64_t G, int64_t D, int64_t Dv = 0) {
+    p.kv = kv, p.n_pages = n_pages, p.page = page, p.G = G, p.D = D, p.Dv = Dv > 0 ? Dv : D;
+    p.sph = kv_scales_per_head(kv, D), p.sphv = kv_scales_per_head(kv, p.Dv);
     const DType code = kv_code_dtype(kv), scale = kv_scale_dtype(kv);
     const size_t scale_bytes = scale == DType::F32 ? 4 : 2;
-    p.kc.assign(static_cast<size_t>(n_pages * page * G * D), 0), p.vc = p.kc;
-    p.ks.assign(static_cast<size_t>(n_pages * page * G * p.sph) * scale_bytes, 0), p.vs = p.ks;
-    p.cpu = KvLayer{Tensor(p.kc.data(), code, {n_pages, page, G, D}), Tensor(p.vc.data(), code, {n_pages, page, G, D}),
+    p.kc.assign(static_cast<size_t>(n_pages * page * G * D), 0);
+    p.vc.assign(static_cast<size_t>(n_pages * page * G * p.Dv), 0);
+    p.ks.assign(static_cast<size_t>(n_pages * page * G * p.sph) * scale_bytes, 0);
+    p.vs.assign(static_cast<size_t>(n_pages * page * G * p.sphv) * scale_bytes, 0);
+    p.cpu = KvLayer{Tensor(p.kc.data(), code, {n_pages, page, G, D}), Tensor(p.vc.data(), code, {n_pages, page, G, p.Dv}),
                     Tensor(p.ks.data(), scale, {n_pages, page, G, p.sph}),
-                    Tensor(p.vs.data(), scale, {n_pages, page, G, p.sph})};
-    p.gpu = KvLayer{arena().dev_bytes(p.kc, code, {n_pages, page, G, D}), arena().dev_bytes(p.vc, code, {n_pages, page, G, D}),
+                    Tensor(p.vs.data(), scale, {n_pages, page, G, p.sphv})};
+    p.gpu = KvLayer{arena().dev_bytes(p.kc, code, {n_pages, page, G, D}),
+                    arena().dev_bytes(p.vc, code, {n_pages, page, G, p.Dv}),
                     arena().dev_bytes(p.ks, scale, {n_pages, page, G, p.sph}),
-                    arena().dev_bytes(p.vs, scale, {n_pages, page, G, p.sph})};
+                    arena().dev_bytes(p.vs, scale, {n_pages, page, G, p.sphv})};
   }
 
   std::vector<uint8_t> read_bytes(const Tensor& d) {
@@ -116,15 +138,15 @@ class CudaKvQuant : public GpuBatchTest {
     return p;
   }
 
-  /** kv_write of k, v ([T, G * D] floats) on both sides; src: the GPU input's dtype (F32 or BF16;
-   *  the values must be exact in it). */
+  /** kv_write of k [T, G * D] and v [T, G * Dv] (floats) on both sides; src: the GPU input's dtype
+   *  (F32 or BF16; the values must be exact in it). */
   void write_both(const HostBatch& hb, const Plan& pl, QPages& pg, const std::vector<float>& k,
                   const std::vector<float>& v, DType src) {
-    const int64_t W = pg.G * pg.D;
+    const int64_t W = pg.G * pg.D, Wv = pg.G * pg.Dv;
     cpu().kv_write(info(hb, pl.table, pl.max_blocks, false), arena().host_f32(k, {hb.T, W}),
-                   arena().host_f32(v, {hb.T, W}), pg.cpu);
+                   arena().host_f32(v, {hb.T, Wv}), pg.cpu);
     gpu().kv_write(info(hb, pl.table, pl.max_blocks, true), arena().dev_from(k, src, {hb.T, W}),
-                   arena().dev_from(v, src, {hb.T, W}), pg.gpu);
+                   arena().dev_from(v, src, {hb.T, Wv}), pg.gpu);
   }
 
   /** Rows of n values (n a multiple of D) that hit the quantizers' corners, one kind a head row by
@@ -195,6 +217,49 @@ class CudaKvQuant : public GpuBatchTest {
     report("attention quantized KV", name, e);
     const bool tensor_cores = T >= 256 && T != hb.S && (c.D == 64 || c.D == 96 || c.D == 128 || c.D == 256);
     EXPECT_LE(e, tensor_cores ? kTol : kQuantAttnTol) << name;
+  }
+
+  /** attention_mla over quantized latent pages [n_pages, page, 1, R] (kv.k) and RoPE-key pages
+   *  [n_pages, page, 1, P] (kv.v): kv_write of the history then this batch's rows on both sides
+   *  (codes and scales byte-equal), then the op with F32 q_lat / q_rope / out on both (1e-4). */
+  void run_mla(const MlaQConfig& c, DType kv, uint32_t seed) {
+    const std::string name = c.name + (kv == DType::F8_E4M3 ? " fp8" : " q8_0");
+    SCOPED_TRACE(name);
+    const Plan pl = plan(c.seqs, c.page, seed);
+    QPages pg;
+    make_pages(pg, kv, pl.n_pages, c.page, 1, c.R, c.P);
+    uint32_t sd = seed * 13;
+    for (const auto& runs : {pl.hist, pl.now}) {
+      const HostBatch hb = make(runs);
+      if (hb.T == 0) continue;
+      const auto lat = rand_bf16(static_cast<size_t>(hb.T * c.R), sd++, -2.0f, 2.0f);
+      const auto rope = rand_bf16(static_cast<size_t>(hb.T * c.P), sd++, -2.0f, 2.0f);
+      write_both(hb, pl, pg, lat, rope, DType::BF16);
+    }
+    EXPECT_EQ(page_mismatches(pg, name), 0u);
+
+    const HostBatch hb = make(pl.now);
+    const int64_t T = hb.T, HR = c.H * c.R, HP = c.H * c.P;
+    const auto ql = rand_bf16(static_cast<size_t>(T * HR), sd++, -2.0f, 2.0f);
+    const auto qr = rand_bf16(static_cast<size_t>(T * HP), sd++, -2.0f, 2.0f);
+    MlaAttentionParams p;
+    p.n_head = static_cast<int32_t>(c.H), p.kv_lora_rank = static_cast<int32_t>(c.R);
+    p.rope_dim = static_cast<int32_t>(c.P), p.scale = 1.0f / std::sqrt(static_cast<float>(c.R / 4 + c.P));
+    std::vector<float> ref(static_cast<size_t>(T * HR));
+    cpu().attention_mla(p, info(hb, pl.table, pl.max_blocks, false), arena().host_f32(ql, {T, HR}),
+                        arena().host_f32(qr, {T, HP}), pg.cpu, Tensor(ref.data(), DType::F32, {T, HR}));
+    Tensor out = arena().dev_poisoned(DType::F32, {T, HR});
+    const Tensor dql = arena().dev_from(ql, DType::F32, {T, HR}), dqr = arena().dev_from(qr, DType::F32, {T, HP});
+#ifdef FT_HAVE_CUDA
+    cuda::mla_tuning() = cuda::MlaTuning{c.tc, 0, c.n_split};
+#endif
+    gpu().attention_mla(p, info(hb, pl.table, pl.max_blocks, true), dql, dqr, pg.gpu, out);
+#ifdef FT_HAVE_CUDA
+    cuda::mla_tuning() = cuda::MlaTuning{};
+#endif
+    const double e = compare(out, ref);
+    report("attention_mla quantized KV", name, e);
+    EXPECT_LE(e, kQuantAttnTol) << name;
   }
 };
 
@@ -315,6 +380,32 @@ TEST_F(CudaKvQuant, QkNormRopeAttentionOverQuantizedPages) {
       ++seed;
     }
   }
+}
+
+// attention_mla over quantized latent and RoPE-key pages (the CUDA-core kernel dequantizes each key
+// row into its shared-memory tile): decode and prefill batches of two sequences (and a mixed one).
+TEST_F(CudaKvQuant, AttentionMlaMatchesCpu) {
+  const std::vector<MlaQConfig> configs = {
+      // the deepseek_v3 fixture's shape: 4 heads, R 32, P 8 (q8_0: one short block for the RoPE key)
+      {"mla tiny decode 2 seqs (split)", 4, 32, 8, 16, {{300, 1}, {37, 1}}},
+      {"mla tiny prefill 2 seqs", 4, 32, 8, 16, {{0, 37}, {20, 13}}},
+      {"mla tiny decode, tensor cores asked for", 4, 32, 8, 16, {{500, 1}, {9, 1}}, 1},
+      {"mla tiny prefill, tensor cores asked for", 4, 32, 8, 16, {{10, 50}, {0, 3}}, 1},
+      // DeepSeek-V2-Lite heads (16), R 512, P 64
+      {"mla v2lite decode 2 seqs 4096 keys (split)", 16, 512, 64, 64, {{4095, 1}, {64, 1}}},
+      {"mla v2lite decode 2 seqs split 7", 16, 512, 64, 16, {{900, 1}, {77, 1}}, -1, 7},
+      {"mla v2lite prefill 2 seqs, 20 after 90 and 5 (split)", 16, 512, 64, 64, {{90, 20}, {0, 5}}},
+      {"mla v2lite prefill 260 + 5 (tc-sized: still CUDA-core)", 16, 512, 64, 64, {{0, 260}, {40, 5}}},
+      // DeepSeek-V3 heads (128: 8 head chunks)
+      {"mla v3 decode 2 seqs", 128, 512, 64, 64, {{1200, 1}, {7, 1}}},
+      {"mla v3 prefill 2 seqs, 40 after 30 and 3", 128, 512, 64, 32, {{30, 40}, {5, 3}}},
+      // other latent widths, a mixed chunk + decode batch
+      {"mla R128 P16 mixed chunk + decode", 8, 128, 16, 16, {{0, 20}, {100, 1}}},
+      {"mla R256 P32 prefill 2 seqs", 6, 256, 32, 16, {{17, 9}, {3, 4}}},
+  };
+  uint32_t seed = 3990;
+  for (const DType kv : {DType::F8_E4M3, DType::Q8_0})
+    for (const MlaQConfig& c : configs) run_mla(c, kv, seed++);
 }
 
 }  // namespace

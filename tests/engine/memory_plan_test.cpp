@@ -270,10 +270,14 @@ TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndCuda) {
   EXPECT_EQ(plan_kv_cache(o, qwen3, cuda, false).dtype, DType::BF16);
   EXPECT_EQ(plan_kv_cache(o, qwen3, CudaNamedOps(DType::F32), false).dtype, DType::BF16);
   EXPECT_EQ(plan_kv_cache(o, qwen3, cpu, false).dtype, DType::F32);
-  // compressed-KV layers keep their pages in the activation dtype (their CUDA kernels read no other)
+  // deepseek_v4's compressed-KV kernels read F32 or BF16 pages whatever the activations: bf16 as the
+  // others; qwen4_exp's (attention_qsa) keep the activation dtype
   const ModelConfig v4 = read_model_config(*open_checkpoint(fixture("deepseek_v4")));
-  EXPECT_EQ(plan_kv_cache(o, v4, CudaNamedOps(DType::F32), false).dtype, DType::F32);
+  EXPECT_EQ(plan_kv_cache(o, v4, CudaNamedOps(DType::F32), false).dtype, DType::BF16);
   EXPECT_EQ(plan_kv_cache(o, v4, cuda, false).dtype, DType::BF16);
+  const ModelConfig qsa = read_model_config(*open_checkpoint(fixture("qwen4_exp")));
+  EXPECT_EQ(plan_kv_cache(o, qsa, CudaNamedOps(DType::F32), false).dtype, DType::F32);
+  EXPECT_EQ(plan_kv_cache(o, qsa, cuda, false).dtype, DType::BF16);
   // CUDA: standard attention layers (full and sliding-window) take both; the plan sizes the pages
   // from the dtype as on the CPU (KvCache::bytes_for does not depend on the device).
   const ModelConfig gpt_oss = read_model_config(*open_checkpoint(fixture("gpt_oss")));
@@ -291,21 +295,18 @@ TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndCuda) {
     EXPECT_LT(KvCache::bytes_for(q), KvCache::bytes_for(b)) << c->arch;
   }
   EXPECT_EQ(KvCache::bytes_per_token(plan_kv_cache(o, qwen3, cuda, false)), 2 * 2 * 2 * (16 + 2));
-  // MLA latents have no quantized CUDA path: refused by name.
+  // MLA: the latent and RoPE-key pages quantized on CUDA as on the CPU (attention_mla's CUDA-core
+  // kernel reads them), the same bytes a token: deepseek_v3's fixture, 3 layers of latent 32 + RoPE key 8:
+  // fp8 (32 + 4) + (8 + 4), q8_0 (32 + 2) + (8 + 2).
   const ModelConfig v3 = read_model_config(*open_checkpoint(fixture("deepseek_v3")));
   for (const std::string dt : {"fp8", "q8_0"}) {
     o.kv_cache_dtype = kv_cache_dtype_from_name(dt).value();
-    EXPECT_EQ(plan_kv_cache(o, v3, cpu, false).dtype, dt == "fp8" ? DType::F8_E4M3 : DType::Q8_0);
-    try {
-      plan_kv_cache(o, v3, cuda, false);
-      ADD_FAILURE() << dt << " KV for MLA on the CUDA backend";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-      EXPECT_EQ(std::string(e.what()),
-                "--kv-cache-dtype " + dt +
-                    " is not supported on the CUDA backend for deepseek_v3's multi-head latent attention (MLA) "
-                    "layers yet; use bf16 (auto)");
-    }
+    const DType want = dt == "fp8" ? DType::F8_E4M3 : DType::Q8_0;
+    const KvCacheConfig on_cpu = plan_kv_cache(o, v3, cpu, false), on_cuda = plan_kv_cache(o, v3, cuda, false);
+    EXPECT_EQ(on_cpu.dtype, want) << dt;
+    EXPECT_EQ(on_cuda.dtype, want) << dt;
+    EXPECT_EQ(KvCache::bytes_per_token(on_cuda), KvCache::bytes_per_token(on_cpu)) << dt;
+    EXPECT_EQ(KvCache::bytes_per_token(on_cuda), dt == "fp8" ? 3 * (36 + 12) : 3 * (34 + 10)) << dt;
   }
 }
 

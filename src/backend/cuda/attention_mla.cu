@@ -4,7 +4,9 @@
 // rotated RoPE key r (kv.v [n_pages, page_size, 1, P]). Query t (sequence s, position p), head h:
 //   out[t, h] = sum_{j <= p} softmax_j(scale * (q_lat[t, h] . c_j + q_rope[t, h] . r_j)) c_j.
 // q_lat, out [T, H * R]; q_rope [T, H * P]; F32 or BF16 (q_lat and q_rope one dtype); KV pages F32 or
-// BF16 (one dtype). fp32 scores, online softmax (base 2) and accumulation.
+// BF16 (one dtype), or quantized (--kv-cache-dtype fp8 / q8_0: F8_E4M3 or I8 codes in kv.k / kv.v with
+// kv.k_scale / kv.v_scale, kv_quant.cuh; kv_write quantizes the latent and RoPE-key rows as the CPU).
+// fp32 scores, online softmax (base 2) and accumulation.
 //
 // Two kernels, one plan. A block owns `rows` query rows (nt consecutive tokens x hc heads of one head
 // chunk) and one split piece of the key range, and streams the keys through shared memory in tiles of
@@ -12,9 +14,11 @@
 // head for all query heads). Tokens of different sequences in one block are handled as runs.
 //  - CUDA-core kernel (this file; the attention.cu design with a [c | r] key row whose first R dims are
 //    the value): exact fp32 products of the stored values. F32 KV pages, and prefill batches under
-//    kMlaTcMinTokens tokens, take it (the fixtures' exact path).
+//    kMlaTcMinTokens tokens, take it (the fixtures' exact path); so do quantized pages, always (decode
+//    and prefill): each key row is dequantized into the shared-memory tile as code * scale, the CPU's
+//    kv_dequantize_head values, so the result matches the CPU's up to the order of fp32 sums.
 //  - Tensor-core kernel (attention_mla_tc.cu): bf16 mma.sync, q and p rounded to bf16 (~3e-3 relative);
-//    BF16 KV pages (decode and prefill) and long F32 prefill take it.
+//    BF16 KV pages (decode and prefill) and long F32 prefill take it; never quantized pages.
 // Splits: a decode batch (one token per sequence) splits each token's own range (MlaArgs::per_token,
 // n_split from the batch size rounded up to a power of two and the pool's head chunks, so a graph padded
 // to its size equals eager decode bit for bit, and max_kv_len plays no part); prefill splits absolute
@@ -35,6 +39,7 @@
 #include "backend/op_checks.h"
 #include "backend/cuda/attention_mla.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kv_quant.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/smem_opt_in.h"
 
@@ -52,7 +57,7 @@ __host__ __device__ constexpr int core_smem_floats(int D) { return kCoreRows * D
 /** The CUDA-core kernel: block (token block, head chunk, split) of 16 rows; lane j of a warp scores key j
  *  of the tile for the warp's 4 rows (float4 dot products over the [c | r] row in shared memory), then
  *  each lane accumulates latent dims lane, lane + 32, ... (DPL = R / 32 of them). */
-template <int DPL>
+template <int DPL, int FORM>
 __global__ void __launch_bounds__(kCoreWarps * 32) mla_core_kernel(MlaArgs a) {
   extern __shared__ __align__(16) float smem[];
   const int R = a.R, P = a.P, D = R + P, KS = D + 4;
@@ -121,14 +126,21 @@ __global__ void __launch_bounds__(kCoreWarps * 32) mla_core_kernel(MlaArgs a) {
           const int key = c / cpk, d = (c - key * cpk) * 4;
           const int64_t kr = key_row[key];
           if (kr < 0) continue;
-          const int64_t off = d < R ? kr * R + d : kr * P + d - R;
-          const void* base = d < R ? a.c : a.r;
-          if (a.kv_f32) {
-            v[u] = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(base) + off));
-          } else {
-            const uint2 b = __ldg(reinterpret_cast<const uint2*>(static_cast<const bf16*>(base) + off));
-            v[u] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
-                               __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
+          if constexpr (FORM == kKvFloat) {
+            const int64_t off = d < R ? kr * R + d : kr * P + d - R;
+            const void* base = d < R ? a.c : a.r;
+            if (a.kv_f32) {
+              v[u] = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(base) + off));
+            } else {
+              const uint2 b = __ldg(reinterpret_cast<const uint2*>(static_cast<const bf16*>(base) + off));
+              v[u] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
+                                 __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
+            }
+          } else {  // codes * scale, the CPU's kv_dequantize_head values (4 codes in one 32-value block)
+            float x[4];
+            if (d < R) load_kv_quant<FORM, 4>(a.c, a.c_scale, kr, R, a.c_sph, d, x);
+            else load_kv_quant<FORM, 4>(a.r, a.r_scale, kr, P, a.r_sph, d - R, x);
+            v[u] = make_float4(x[0], x[1], x[2], x[3]);
           }
         }
 #pragma unroll
@@ -249,11 +261,20 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(MlaArgs a) {
   for (int u = 0; u < 4; ++u) mla_store(a, row, d + u, y[u] * inv);
 }
 
+template <int DPL, int FORM>
+void launch_core_form(const MlaArgs& a, dim3 grid, cudaStream_t s) {
+  const size_t smem = static_cast<size_t>(core_smem_floats(a.R + a.P)) * 4;
+  opt_in_shared_memory(mla_core_kernel<DPL, FORM>, core_smem_floats(kMaxQk) * 4);
+  launch_pdl(mla_core_kernel<DPL, FORM>, grid, dim3(kCoreWarps * 32), smem, s, a);
+}
+
 template <int DPL>
 void launch_core(const MlaArgs& a, dim3 grid, cudaStream_t s) {
-  const size_t smem = static_cast<size_t>(core_smem_floats(a.R + a.P)) * 4;
-  opt_in_shared_memory(mla_core_kernel<DPL>, core_smem_floats(kMaxQk) * 4);
-  launch_pdl(mla_core_kernel<DPL>, grid, dim3(kCoreWarps * 32), smem, s, a);
+  switch (a.kv_form) {
+    case kKvFp8: return launch_core_form<DPL, kKvFp8>(a, grid, s);
+    case kKvQ8: return launch_core_form<DPL, kKvQ8>(a, grid, s);
+    default: return launch_core_form<DPL, kKvFloat>(a, grid, s);
+  }
 }
 
 }  // namespace
@@ -296,9 +317,7 @@ void CudaOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch,
   cuda::check_act(op, "q_rope", q_rope);
   cuda::check_same_dtype(op, "q_rope", q_rope, q_lat);
   cuda::check_act(op, "out", out);
-  cuda::check_act(op, "kv.k", kv.k);
-  cuda::check_act(op, "kv.v", kv.v);
-  cuda::check_same_dtype(op, "kv.v", kv.v, kv.k);
+  const int kv_form = cuda::check_kv_pages(op, kv);  // F32 / BF16 pages (0), or fp8 / q8_0 codes with scales
   if (out.data == q_lat.data) fail(ErrorCode::kInvalidArgument, "attention_mla: out must not alias q_lat");
   const int64_t T = batch.n_tokens, H = p.n_head, R = p.kv_lora_rank, P = p.rope_dim;
   const bool core_ok = cuda::mla_core_supports(R, P), tc_ok = cuda::mla_tc_supports(R, P);
@@ -311,6 +330,11 @@ void CudaOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch,
   for (const Tensor* t : std::initializer_list<const Tensor*>{&q_lat, &q_rope, &out, &kv.k, &kv.v})
     if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0)
       fail(ErrorCode::kUnsupported, "attention_mla: tensor {} is not 16-byte aligned", t->str());
+  if (kv_form != cuda::kKvFloat && !core_ok)
+    fail(ErrorCode::kUnsupported,
+         "attention_mla: quantized KV pages ({}) take the CUDA-core kernel, which has no kernel for kv_lora_rank {} "
+         "and rope_dim {} (kv_lora_rank 32, 64, 128, 256 or 512; rope_dim a multiple of 4; their sum at most 1152)",
+         dtype_name(kv.k.dtype), R, P);
   if (T == 0) return;
   const bool decode = batch.n_tokens == batch.n_seqs;  // one token per sequence
   const bool kv_bf16 = kv.k.dtype == DType::BF16;
@@ -318,11 +342,17 @@ void CudaOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch,
   const cuda::MlaTuning& tune = cuda::mla_tuning();
   if (tune.tc == 0 && core_ok) tc = false;
   if (tune.tc == 1 && tc_ok) tc = true;
+  if (kv_form != cuda::kKvFloat) tc = false;  // the tensor-core kernel reads F32 / BF16 pages only
 
   cuda::MlaArgs a;
   a.q_lat = q_lat.data, a.q_rope = q_rope.data, a.q_f32 = q_lat.dtype == DType::F32;
   a.out = out.data, a.out_f32 = out.dtype == DType::F32;
-  a.c = kv.k.data, a.r = kv.v.data, a.kv_f32 = !kv_bf16;
+  a.c = kv.k.data, a.r = kv.v.data, a.kv_f32 = kv.k.dtype == DType::F32;
+  a.kv_form = kv_form;
+  if (kv_form != cuda::kKvFloat) {
+    a.c_scale = kv.k_scale.data, a.r_scale = kv.v_scale.data;
+    a.c_sph = static_cast<int>(kv.k_scale.dim(3)), a.r_sph = static_cast<int>(kv.v_scale.dim(3));
+  }
   a.T = T, a.H = static_cast<int>(H), a.R = static_cast<int>(R), a.P = static_cast<int>(P);
   a.scale_log2 = p.scale * 1.4426950408889634f;
   a.page_size = kv.k.dim(1), a.n_pages = kv.k.dim(0);

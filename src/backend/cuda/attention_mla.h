@@ -16,9 +16,16 @@ struct MlaArgs {
   bool q_f32 = false;            // F32, else BF16
   void* out = nullptr;           // [T, H * R] F32 (out_f32) or BF16
   bool out_f32 = false;
-  const void* c = nullptr;       // latent pages [n_pages, page_size, R] F32 (kv_f32) or BF16
+  const void* c = nullptr;       // latent pages [n_pages, page_size, R] F32 (kv_f32) or BF16, or codes (kv_form)
   const void* r = nullptr;       // RoPE-key pages [n_pages, page_size, P], c's dtype
   bool kv_f32 = false;
+  /** kKvFloat (attention_args.h), or kKvFp8 / kKvQ8: c and r hold one-byte codes and these their
+   *  scales (KvLayer::k_scale / ::v_scale, c_sph / r_sph a row: 1 for fp8, ceil(R or P / 32) for
+   *  q8_0; kv_quant.cuh). Quantized pages take the CUDA-core kernel only. */
+  int kv_form = 0;
+  const void* c_scale = nullptr;
+  const void* r_scale = nullptr;
+  int c_sph = 0, r_sph = 0;
   int64_t T = 0;
   int H = 0, R = 0, P = 0;
   float scale_log2 = 0.0f;       // scale * log2(e): the kernels' softmax is base 2
