@@ -248,7 +248,8 @@ int run_serve(ServeArgs& f) {
                                      : "all threads");
   std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
   if (RankGroup* group = loaded->group())
-    std::printf("  ranks     %d (tensor parallel%s); the table is rank 0's, every rank's plan is in /v1/stats \"ranks\"\n",
+    std::printf("  ranks     %d (tensor parallel%s); the table is rank 0's, every rank's plan is in /v1/stats "
+                "\"ranks\" and /metrics (rank=\"R\")\n",
                 group->size(), group->experts_split() ? ", experts split over the ranks" : "");
   if (const PagePool* swa = engine->kv().swa_pool()) {
     int n_swa = 0;

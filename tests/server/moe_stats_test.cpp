@@ -2,7 +2,8 @@
 // (the demo model: 4 MoE layers of 8 experts) behind an in-process server: with offload and the
 // smallest cache (16 slots for 32 experts, so experts are evicted) the block reports per-layer and
 // total hits, misses, hit rate, bytes copied, CPU experts and slots, equal to the engine's own
-// counters and to /metrics; with fused the block is null and /metrics has no moe lines.
+// counters and to /metrics (no rank label: one engine; freetoken_memory_* its plan's rows); with fused
+// the block is null and /metrics has no moe lines.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine_server.h"
+#include "prometheus_text.h"
 
 namespace ft::testing {
 namespace {
@@ -172,6 +174,14 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_NE(st_ms["no_prediction"].get<std::string>().find("offload strategy"), std::string::npos) << st_ms.dump();
   expect_decode_steps(st_ms, text, 2 * (kMaxTokens - 1));
   EXPECT_EQ(text.find("freetoken_moe_predicted_step_seconds"), std::string::npos);
+  // One engine: a valid exposition, no rank label, and the memory plan's rows as gauges.
+  EXPECT_EQ(exposition_problems(text), "") << text;
+  EXPECT_EQ(text.find("rank="), std::string::npos) << text;
+  for (const MemoryRow& row : rows) {
+    EXPECT_EQ(prom_sample(text, "freetoken_memory_device_bytes{row=\"" + row.name + "\"}"), double(row.device)) << text;
+    EXPECT_EQ(prom_sample(text, "freetoken_memory_host_bytes{row=\"" + row.name + "\"}"), double(row.host));
+  }
+  EXPECT_EQ(text.find("freetoken_memory_limit_bytes"), std::string::npos);  // no limit on the CPU backend
 }
 
 // The cpu strategy has no cache: no lookups, so no hit rate (null, and no gauge), and every routed

@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "engine_server.h"
+#include "prometheus_text.h"
 #include "test_util.h"
 
 namespace ft::testing {
@@ -94,6 +95,7 @@ TEST(PromptCache, SecondServerLoadsThePrefixFromDisk) {
   EXPECT_NE(m->body.find("freetoken_kv_tier_pages{tier=\"host\"} 0"), std::string::npos);
   EXPECT_NE(m->body.find("freetoken_kv_tier_bytes_read_total{tier=\"disk\"}"), std::string::npos);
   EXPECT_NE(m->body.find("freetoken_kv_disk_read_ahead_hit_pages_total "), std::string::npos);
+  EXPECT_EQ(exposition_problems(m->body), "") << m->body;  // every tier's family whole
   std::filesystem::remove_all(dir);
 }
 
