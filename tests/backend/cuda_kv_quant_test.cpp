@@ -16,9 +16,10 @@
 //  - attention_mla (multi-head latent attention) over quantized latent [.., 1, R] and RoPE-key
 //    [.., 1, P] pages written by kv_write on each side (codes and scales byte-equal): decode batches
 //    (split over each token's keys) and prefill batches of two sequences, the fixture's shape (R 32,
-//    P 8: q8_0's short block) to DeepSeek-V3's (128 heads, R 512, P 64), batches of 256 tokens or
-//    more and a forced tensor-core plan (quantized pages still take the CUDA-core kernel): 1e-4, as
-//    both sides read the same code * scale values with F32 activations.
+//    P 8: q8_0's short block) to DeepSeek-V3's (128 heads, R 512, P 64) and batches of 256 tokens or
+//    more (quantized pages take the CUDA-core kernel whatever the batch): 1e-4, as both sides read
+//    the same code * scale values with F32 activations; the tensor-core kernel when the tuning asks
+//    for it (values rounded to bf16): kTol.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -259,7 +260,7 @@ class CudaKvQuant : public GpuBatchTest {
 #endif
     const double e = compare(out, ref);
     report("attention_mla quantized KV", name, e);
-    EXPECT_LE(e, kQuantAttnTol) << name;
+    EXPECT_LE(e, c.tc == 1 ? kTol : kQuantAttnTol) << name;
   }
 };
 
@@ -389,8 +390,8 @@ TEST_F(CudaKvQuant, AttentionMlaMatchesCpu) {
       // the deepseek_v3 fixture's shape: 4 heads, R 32, P 8 (q8_0: one short block for the RoPE key)
       {"mla tiny decode 2 seqs (split)", 4, 32, 8, 16, {{300, 1}, {37, 1}}},
       {"mla tiny prefill 2 seqs", 4, 32, 8, 16, {{0, 37}, {20, 13}}},
-      {"mla tiny decode, tensor cores asked for", 4, 32, 8, 16, {{500, 1}, {9, 1}}, 1},
-      {"mla tiny prefill, tensor cores asked for", 4, 32, 8, 16, {{10, 50}, {0, 3}}, 1},
+      {"mla tiny decode on tc (asked for)", 4, 32, 8, 16, {{500, 1}, {9, 1}}, 1},
+      {"mla tiny prefill on tc (asked for)", 4, 32, 8, 16, {{10, 50}, {0, 3}}, 1},
       // DeepSeek-V2-Lite heads (16), R 512, P 64
       {"mla v2lite decode 2 seqs 4096 keys (split)", 16, 512, 64, 64, {{4095, 1}, {64, 1}}},
       {"mla v2lite decode 2 seqs split 7", 16, 512, 64, 16, {{900, 1}, {77, 1}}, -1, 7},
@@ -399,6 +400,8 @@ TEST_F(CudaKvQuant, AttentionMlaMatchesCpu) {
       // DeepSeek-V3 heads (128: 8 head chunks)
       {"mla v3 decode 2 seqs", 128, 512, 64, 64, {{1200, 1}, {7, 1}}},
       {"mla v3 prefill 2 seqs, 40 after 30 and 3", 128, 512, 64, 32, {{30, 40}, {5, 3}}},
+      {"mla v3 decode 2 seqs on tc (asked for, 4 row tiles)", 128, 512, 64, 64, {{2999, 1}, {100, 1}}, 1},
+      {"mla v2lite prefill 100 after 60 + 1 on tc (asked for, split)", 16, 512, 64, 16, {{60, 100}, {7, 1}}, 1},
       // other latent widths, a mixed chunk + decode batch
       {"mla R128 P16 mixed chunk + decode", 8, 128, 16, 16, {{0, 20}, {100, 1}}},
       {"mla R256 P32 prefill 2 seqs", 6, 256, 32, 16, {{17, 9}, {3, 4}}},

@@ -18,7 +18,8 @@
 //    and prefill): each key row is dequantized into the shared-memory tile as code * scale, the CPU's
 //    kv_dequantize_head values, so the result matches the CPU's up to the order of fp32 sums.
 //  - Tensor-core kernel (attention_mla_tc.cu): bf16 mma.sync, q and p rounded to bf16 (~3e-3 relative);
-//    BF16 KV pages (decode and prefill) and long F32 prefill take it; never quantized pages.
+//    BF16 KV pages (decode and prefill) and long F32 prefill take it; quantized pages (code * scale
+//    rounded to bf16) only when MlaTuning::tc asks for it (measurements).
 // Splits: a decode batch (one token per sequence) splits each token's own range (MlaArgs::per_token,
 // n_split from the batch size rounded up to a power of two and the pool's head chunks, so a graph padded
 // to its size equals eager decode bit for bit, and max_kv_len plays no part); prefill splits absolute
@@ -342,12 +343,14 @@ void CudaOps::attention_mla(const MlaAttentionParams& p, const BatchInfo& batch,
   const cuda::MlaTuning& tune = cuda::mla_tuning();
   if (tune.tc == 0 && core_ok) tc = false;
   if (tune.tc == 1 && tc_ok) tc = true;
-  if (kv_form != cuda::kKvFloat) tc = false;  // the tensor-core kernel reads F32 / BF16 pages only
+  // Quantized pages: the CUDA-core kernel (the CPU's values at fp32), unless the tuning asks for the
+  // tensor-core one (code * scale rounded to bf16; for measurements).
+  if (kv_form != cuda::kKvFloat) tc = tune.tc == 1 && tc_ok;
 
   cuda::MlaArgs a;
   a.q_lat = q_lat.data, a.q_rope = q_rope.data, a.q_f32 = q_lat.dtype == DType::F32;
   a.out = out.data, a.out_f32 = out.dtype == DType::F32;
-  a.c = kv.k.data, a.r = kv.v.data, a.kv_f32 = kv.k.dtype == DType::F32;
+  a.c = kv.k.data, a.r = kv.v.data, a.kv_f32 = !kv_bf16;  // quantized pages too: not BF16
   a.kv_form = kv_form;
   if (kv_form != cuda::kKvFloat) {
     a.c_scale = kv.k_scale.data, a.r_scale = kv.v_scale.data;

@@ -18,10 +18,11 @@ struct MlaArgs {
   bool out_f32 = false;
   const void* c = nullptr;       // latent pages [n_pages, page_size, R] F32 (kv_f32) or BF16, or codes (kv_form)
   const void* r = nullptr;       // RoPE-key pages [n_pages, page_size, P], c's dtype
-  bool kv_f32 = false;
+  bool kv_f32 = false;           // not BF16 pages: F32, or quantized (kv_form)
   /** kKvFloat (attention_args.h), or kKvFp8 / kKvQ8: c and r hold one-byte codes and these their
    *  scales (KvLayer::k_scale / ::v_scale, c_sph / r_sph a row: 1 for fp8, ceil(R or P / 32) for
-   *  q8_0; kv_quant.cuh). Quantized pages take the CUDA-core kernel only. */
+   *  q8_0; kv_quant.cuh). Quantized pages take the CUDA-core kernel (the tensor-core one when
+   *  MlaTuning::tc is 1). */
   int kv_form = 0;
   const void* c_scale = nullptr;
   const void* r_scale = nullptr;
@@ -72,7 +73,7 @@ void launch_mla_merge(const MlaArgs& a, cudaStream_t stream);
 /** Diagnostic overrides of the plan (tests and benchmarks; 0: the entry's choice). Not thread-safe:
  *  set them before the op runs. */
 struct MlaTuning {
-  int tc = -1;       // 1: tensor-core kernel whenever it supports the shape; 0: never; -1: the entry's choice
+  int tc = -1;       // 1: tensor-core kernel whenever it supports the shape (quantized pages too); 0: never; -1: the entry's choice
   int row_tiles = 0; // tensor-core rows per block / 16: 1, 2 or 4
   int n_split = 0;   // splits of a decode batch
 };

@@ -4,7 +4,8 @@
 //
 // A block has RT row tiles of 16 query rows (token, head), 4 warps each. Per tile of kMlaTile = 32
 // keys, copied from the pages into shared memory as bf16 [c | r] rows (cp.async, double-buffered, for
-// BF16 pages; loaded and rounded for F32 pages):
+// BF16 pages; loaded and rounded for F32 pages, and for quantized pages as code * scale, only when
+// MlaTuning::tc asks for this kernel: attention_mla.cu sends quantized pages to the CUDA-core kernel):
 //  - S [16 x 32] = Q [16 x (R + P)] K^T: warp w of a row tile scores keys 8w .. 8w + 7 (one n-tile);
 //  - the row maxima of the 4 warps meet in shared memory (a named barrier per row tile), every warp
 //    rescales with the same running max, writes its P = exp2(S - m) slice as bf16 to shared memory;
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_mla.cuh"
+#include "backend/cuda/kv_quant.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/smem_opt_in.h"
@@ -34,6 +36,19 @@ __host__ __device__ constexpr int tc_dq(int R, int P) { return (R + P + 15) / 16
 /** Dynamic shared memory (bytes) of the kernel for R + P and RT row tiles. */
 __host__ __device__ constexpr int tc_smem_bytes(int R, int P, int RT) {
   return (16 * RT * (tc_dq(R, P) + 8) + 2 * kMlaTile * (tc_dq(R, P) + 8) + 16 * RT * kPS) * 2 + 16 * RT * 4 * 4;
+}
+
+/** Dims d .. d + 7 of the [c | r] key row at page row kr from quantized pages (a.kv_form kKvFp8 or
+ *  kKvQ8): code * scale as the CPU's (rounded to bf16 by the caller). R and P are multiples of 8. */
+__device__ __forceinline__ void load_quant8(const MlaArgs& a, int64_t kr, int d, float* v) {
+  const int R = a.R;
+  if (a.kv_form == kKvFp8) {
+    if (d < R) load_kv_quant<kKvFp8, 8>(a.c, a.c_scale, kr, R, a.c_sph, d, v);
+    else load_kv_quant<kKvFp8, 8>(a.r, a.r_scale, kr, a.P, a.r_sph, d - R, v);
+  } else {
+    if (d < R) load_kv_quant<kKvQ8, 8>(a.c, a.c_scale, kr, R, a.c_sph, d, v);
+    else load_kv_quant<kKvQ8, 8>(a.r, a.r_scale, kr, a.P, a.r_sph, d - R, v);
+  }
 }
 
 template <int NT, int RT>  // NT = R / 32: n-tiles of 8 output dims per warp; RT row tiles of 16 rows
@@ -96,7 +111,10 @@ __global__ void __launch_bounds__(RT * 128) mla_tc_kernel(MlaArgs a) {
         cp_async_16(dst + key * QS + d, src, ok ? 16 : 0);
       } else {
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (ok) load_x<8>(static_cast<const float*>(d < R ? a.c : a.r) + off, v);
+        if (ok) {
+          if (a.kv_form == kKvFloat) load_x<8>(static_cast<const float*>(d < R ? a.c : a.r) + off, v);
+          else load_quant8(a, kr, d, v);
+        }
         *reinterpret_cast<uint4*>(dst + key * QS + d) = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]),
                                                                    pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
       }
