@@ -150,6 +150,49 @@ void ProfilingOps::moe_experts(const MoeExpertsParams& p, const Tensor& x, const
   const std::string key = bank.gate.empty() ? std::string("moe_experts") : weight_key("moe_experts", bank.gate[0]);
   timed(key, [&] { inner_->moe_experts(p, x, ids, weights, bank, out, x_q8); });
 }
+void ProfilingOps::hc_pre(const HyperConnParams& p, const Tensor& streams, const Tensor& mixes, const Tensor& base,
+                          const Tensor& scale, Tensor collapsed, Tensor post, Tensor comb) {
+  timed("hc_pre", [&] { inner_->hc_pre(p, streams, mixes, base, scale, collapsed, post, comb); });
+}
+void ProfilingOps::hc_post(const HyperConnParams& p, const Tensor& streams, const Tensor& y, const Tensor& post,
+                           const Tensor& comb, Tensor out) {
+  timed("hc_post", [&] { inner_->hc_post(p, streams, y, post, comb, out); });
+}
+void ProfilingOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
+                               const Tensor& ape, const Tensor& norm_w, Tensor entries) {
+  timed(fmt::format("compress_kv (rate {})", p.rate), [&] { inner_->compress_kv(p, batch, proj, kv, ape, norm_w, entries); });
+}
+void ProfilingOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
+                                const Tensor& keys, Tensor ids) {
+  timed("indexer_topk", [&] { inner_->indexer_topk(p, batch, q, w, keys, ids); });
+}
+void ProfilingOps::attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q,
+                                        KvLayer kv, const Tensor& entries, const Tensor& selected, Tensor out) {
+  timed(fmt::format("attention_compressed (rate {})", p.rate),
+        [&] { inner_->attention_compressed(p, batch, q, kv, entries, selected, out); });
+}
+void ProfilingOps::moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
+                                          const Tensor& tid2eid, Tensor ids, Tensor weights) {
+  timed("moe_route_sqrtsoftplus", [&] { inner_->moe_route_sqrtsoftplus(p, logits, tokens, tid2eid, ids, weights); });
+}
+void ProfilingOps::swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out) {
+  timed("swiglu_clamp", [&] { inner_->swiglu_clamp(gate, up, limit, out); });
+}
+void ProfilingOps::ngram_hash(const NgramHashParams& p, const BatchInfo& batch, const Tensor& tokens,
+                              const Tensor& mult, const Tensor& sizes, const Tensor& offsets, Tensor history,
+                              Tensor ids) {
+  timed("ngram_hash", [&] { inner_->ngram_hash(p, batch, tokens, mult, sizes, offsets, history, ids); });
+}
+void ProfilingOps::ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, Tensor out) {
+  timed("ple_gate", [&] { inner_->ple_gate(key, query, w, value, out); });
+}
+void ProfilingOps::stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) {
+  timed("stream_weighted_sum", [&] { inner_->stream_weighted_sum(x, w, out); });
+}
+void ProfilingOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& batch, const Tensor& q,
+                                 KvLayer kv, const Tensor& selected, Tensor out) {
+  timed("attention_qsa", [&] { inner_->attention_qsa(p, block, batch, q, kv, selected, out); });
+}
 void ProfilingOps::sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
                           const SampleRow* host_rows, const Tensor& masks) {
   timed("sample", [&] { inner_->sample(logits, rows, edits, out, host_rows, masks); });

@@ -90,6 +90,25 @@ class ProfilingOps final : public Ops {
                    const ExpertBank& bank, Tensor out, const ActQ8* x_q8 = nullptr) override;
   void sample(const Tensor& logits, const Tensor& rows, Tensor edits, Tensor out,
               const SampleRow* host_rows = nullptr, const Tensor& masks = Tensor()) override;
+  void hc_pre(const HyperConnParams& p, const Tensor& streams, const Tensor& mixes, const Tensor& base,
+              const Tensor& scale, Tensor collapsed, Tensor post, Tensor comb) override;
+  void hc_post(const HyperConnParams& p, const Tensor& streams, const Tensor& y, const Tensor& post,
+               const Tensor& comb, Tensor out) override;
+  void compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
+                   const Tensor& ape, const Tensor& norm_w, Tensor entries) override;
+  void indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
+                    const Tensor& keys, Tensor ids) override;
+  void attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                            const Tensor& entries, const Tensor& selected, Tensor out) override;
+  void moe_route_sqrtsoftplus(const RouterParams& p, const Tensor& logits, const Tensor& tokens,
+                              const Tensor& tid2eid, Tensor ids, Tensor weights) override;
+  void swiglu_clamp(const Tensor& gate, const Tensor& up, float limit, Tensor out) override;
+  void ngram_hash(const NgramHashParams& p, const BatchInfo& batch, const Tensor& tokens, const Tensor& mult,
+                  const Tensor& sizes, const Tensor& offsets, Tensor history, Tensor ids) override;
+  void ple_gate(const Tensor& key, const Tensor& query, const Tensor& w, const Tensor& value, Tensor out) override;
+  void stream_weighted_sum(const Tensor& x, const Tensor& w, Tensor out) override;
+  void attention_qsa(const AttentionParams& p, int32_t block, const BatchInfo& batch, const Tensor& q, KvLayer kv,
+                     const Tensor& selected, Tensor out) override;
   int64_t max_sample_row() const override { return inner_->max_sample_row(); }
   int64_t workspace_bytes(const WorkspaceShape& s) const override { return inner_->workspace_bytes(s); }
 

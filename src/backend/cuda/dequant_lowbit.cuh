@@ -47,13 +47,15 @@ __device__ __forceinline__ float e4m3(int c) {
   return (c & 0x80) ? -mag : mag;
 }
 
-/** v[0..kB) = e4m3(qs[k]) * d for one FP8 block (float32 d, then kB codes) at b. */
+/** v[0..kB) = e4m3(qs[k]) * d for one FP8 block (float32 d, then kB codes) at b, which is 4-byte
+ *  aligned (blocks of 20 / 36 bytes from 4-byte aligned rows): word loads, not bytes. */
 template <int kB>
 __device__ __forceinline__ void fp8_block(const uint8_t* b, float* v) {
-  const float d = __uint_as_float(ld_u32_bytes(b));
+  const uint32_t* w4 = reinterpret_cast<const uint32_t*>(b);
+  const float d = __uint_as_float(w4[0]);
 FT_UNROLL
   for (int k = 0; k < kB; k += 4) {
-    const uint32_t w = ld_u32_bytes(b + 4 + k);
+    const uint32_t w = w4[1 + k / 4];
 FT_UNROLL
     for (int i = 0; i < 4; ++i) v[k + i] = e4m3(static_cast<int>((w >> (8 * i)) & 0xff)) * d;
   }

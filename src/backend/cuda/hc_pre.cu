@@ -1,6 +1,7 @@
 // hc_pre: DeepSeek-V4 hyper-connection weights (sigmoid pre / post, Sinkhorn-normalised comb) and the
-// streams' collapse (ops.h). One block per token: thread 0 computes the n + n + n^2 weights (n <= 16)
-// into shared memory in the CPU op's order of operations, then the block collapses the streams.
+// streams' collapse (ops.h). One block per token: warp 0 (n^2 <= 32: a lane per comb entry, the sums
+// gathered by shuffles) or thread 0 (n <= 16) computes the n + n + n^2 weights in the CPU op's order
+// of operations, then the block collapses the streams.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -19,7 +20,36 @@ __global__ void hc_pre_kernel(const T* streams, const float* mixes, const float*
   const int64_t t = blockIdx.x;
   const int M = head ? n : (2 + n) * n;
   const float* m = mixes + t * M;
-  if (threadIdx.x == 0) {
+  if (n * n <= 32) {  // warp 0, lane j n + k holding c[j][k]: the serial sums below, gathered by shuffles
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x, j = lane / n, k = lane % n;
+      const bool in = lane < n * n;
+      if (lane < n) pre[lane] = sigmoidf_(m[lane] * scale[0] + base[lane]) + eps;
+      if (!head) {
+        if (lane < n) post[t * n + lane] = 2.0f * sigmoidf_(m[n + lane] * scale[1] + base[n + lane]);
+        float c = in ? m[2 * n + lane] * scale[2] + base[2 * n + lane] : 0.0f;
+        auto row_at = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, in ? j * n + q : 0); };
+        auto col_at = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, in ? q * n + k : 0); };
+        float mx = -INFINITY;
+        for (int q = 0; q < n; ++q) mx = fmaxf(mx, row_at(c, q));
+        c = expf(c - mx);
+        float sum = 0.0f;
+        for (int q = 0; q < n; ++q) sum += row_at(c, q);
+        c = c / sum + eps;
+        for (int it = 0; it < iters; ++it) {
+          if (it > 0) {
+            float rs = 0.0f;
+            for (int q = 0; q < n; ++q) rs += row_at(c, q);
+            c /= rs + eps;
+          }
+          float cs = 0.0f;
+          for (int q = 0; q < n; ++q) cs += col_at(c, q);
+          c /= cs + eps;
+        }
+        if (in) comb[t * n * n + lane] = c;
+      }
+    }
+  } else if (threadIdx.x == 0) {
     for (int j = 0; j < n; ++j) pre[j] = sigmoidf_(m[j] * scale[0] + base[j]) + eps;
     if (!head) {
       for (int j = 0; j < n; ++j) post[t * n + j] = 2.0f * sigmoidf_(m[n + j] * scale[1] + base[n + j]);

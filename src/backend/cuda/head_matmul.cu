@@ -3,8 +3,9 @@
 // x [T, H * K] F32 or BF16; w [H, N, K] F32, F16 or BF16; y [T, H * N] F32 or BF16 (must not alias x).
 // Paths:
 //  - up to 16 tokens (decode), or a weight/activation mix cuBLAS does not take: a per-head GEMV, grid
-//    (N / 8, H, ceil(T / tpb)); the block's tpb tokens' x slice of head h sits in shared memory (fp32),
-//    each warp reads 2 weight rows once (coalesced 4-element loads) for all those tokens; exact fp32;
+//    (N / (32 groups), H, ceil(T / tpb)); the block's tpb tokens' x slice of head h sits in shared memory
+//    (fp32), each of its 16 warps reads 2 weight rows of each of its `groups` 32-row groups once (coalesced
+//    4-element loads) for all those tokens (groups > 1 with several tokens: about 2 blocks an SM); exact fp32;
 //    tpb = 16, or fewer for K above 3072 so the slice stays 16 x 3072 floats (DeepSeek-V4-Flash's grouped
 //    output LoRA, K = 4096: 12); a token's sums do not depend on tpb; [W once per tpb tokens + x + y];
 //  - more tokens, BF16 w: cuBLAS GemmStridedBatchedEx (batch = heads, lda K, ldb H K, batch strides
@@ -27,7 +28,7 @@ namespace ft {
 namespace cuda {
 namespace {
 
-constexpr int kHmWarps = 4, kHmRowsPerWarp = 2, kHmTokens = 16;
+constexpr int kHmWarps = 16, kHmRowsPerWarp = 2, kHmTokens = 16;
 constexpr int64_t kHmMaxK = 3072;  // the GEMV's x slice: 16 tokens x K floats of shared memory (fewer tokens above)
 
 /** Four weights at element i of w (dtype code 0 F32, 1 F16, 2 BF16; i % 4 == 0, 16/8-byte aligned). */
@@ -42,12 +43,12 @@ __device__ __forceinline__ float4 load_w4(const void* w, int code, int64_t i) {
   return make_float4(fa.x, fa.y, fb.x, fb.y);
 }
 
-/** Block (row group, head h, token group): rows n = 8 blockIdx.x + 2 warp + {0, 1} of w[h] for tokens
- *  tpb blockIdx.z .. + tpb - 1 (tpb <= 16). vec: K % 4 == 0 and w 16-byte aligned (4-element loads), else
- *  one element per lane. */
+/** Block (row groups, head h, token group): for g < groups, rows n = 32 (groups blockIdx.x + g) + 2 warp +
+ *  {0, 1} of w[h] for tokens tpb blockIdx.z .. + tpb - 1 (tpb <= 16), so the x slice a block stages serves
+ *  32 groups rows. vec: K % 4 == 0 and w 16-byte aligned (4-element loads), else one element per lane. */
 __global__ void __launch_bounds__(kHmWarps * 32) head_gemv_kernel(const void* x, bool x_f32, const void* w, int w_code,
                                                                  void* y, bool y_f32, int64_t T, int H, int64_t N,
-                                                                 int64_t K, bool vec, int tpb) {
+                                                                 int64_t K, bool vec, int tpb, int groups) {
   extern __shared__ __align__(16) float xs[];  // [nt][K]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, h = blockIdx.y;
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * tpb;
@@ -57,9 +58,10 @@ __global__ void __launch_bounds__(kHmWarps * 32) head_gemv_kernel(const void* x,
     xs[i] = load_any(x, x_f32 ? 0 : 2, (t0 + t) * H * K + h * K + k);
   }
   __syncthreads();
+  for (int g = 0; g < groups; ++g)
 #pragma unroll
   for (int rr = 0; rr < kHmRowsPerWarp; ++rr) {
-    const int64_t n = (static_cast<int64_t>(blockIdx.x) * kHmWarps + warp) * kHmRowsPerWarp + rr;
+    const int64_t n = ((static_cast<int64_t>(blockIdx.x) * groups + g) * kHmWarps + warp) * kHmRowsPerWarp + rr;
     if (n >= N) break;  // warp-uniform
     const int64_t wrow = (static_cast<int64_t>(h) * N + n) * K;
     float acc[kHmTokens];
@@ -159,14 +161,22 @@ void CudaOps::head_matmul(const Tensor& x, const Tensor& w, Tensor y) {
   // tokens a block: the x slice within 16 x kHmMaxK floats
   const int tpb = static_cast<int>(std::min<int64_t>(cuda::kHmTokens, cuda::kHmTokens * cuda::kHmMaxK / K));
   const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-  const int64_t rows_per_block = cuda::kHmWarps * cuda::kHmRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(H),
-                  static_cast<unsigned>((T + tpb - 1) / tpb));
+  const int64_t rows_per_group = cuda::kHmWarps * cuda::kHmRowsPerWarp;
+  const int64_t row_groups = (N + rows_per_group - 1) / rows_per_group, token_groups = (T + tpb - 1) / tpb;
+  // Several tokens: a block's staged x slice (up to 16 x 3072 floats) serves more row groups, so about two
+  // blocks an SM read it (DeepSeek-V4-Flash's output LoRA at 16 tokens: 8 groups of 1024 rows, K 4096,
+  // before, each block of 8 rows staged its own: ~400 MB of x a call).
+  const int64_t per_group_blocks = row_groups * H * token_groups;
+  const int groups = T > 1 ? static_cast<int>(std::clamp<int64_t>(per_group_blocks / (2 * std::max(1, sm_count_)), 1,
+                                                                  row_groups))
+                           : 1;
+  const dim3 grid(static_cast<unsigned>((row_groups + groups - 1) / groups), static_cast<unsigned>(H),
+                  static_cast<unsigned>(token_groups));
   const size_t smem = static_cast<size_t>(std::min<int64_t>(T, tpb) * K * 4);
   cuda::opt_in_shared_memory(cuda::head_gemv_kernel, static_cast<int>(cuda::kHmTokens * cuda::kHmMaxK * 4));
   cuda::head_gemv_kernel<<<grid, cuda::kHmWarps * 32, smem, stream_>>>(
       x.data, x_f32, w.data, cuda::float_code(op, "w", w.dtype), y.data, y_f32, T, static_cast<int>(H), N, K, vec,
-      tpb);
+      tpb, groups);
   FT_CUDA_LAUNCH_CHECK();
 }
 

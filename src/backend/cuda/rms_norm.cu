@@ -1,7 +1,8 @@
 // rms_norm: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * (w + weight_offset). x, out [R, D]
 // of one activation dtype (F32 or BF16; may alias); w [D] F32/F16/BF16; fp32 sum of squares.
 // Rows of up to 256 (per-head QK-norm): one warp per row. Longer rows (the hidden state): one block
-// per row, each thread holding up to 8 elements in registers, so a decode step's single row is
+// per row, each thread holding up to 8 elements in registers (rows past 8192: a strided block per
+// row, rms_norm_wide_kernel), so a decode step's single row is
 // read by hundreds of threads at once instead of one warp's serial loop (measured 22-35 us -> a few).
 // add_rms_norm (x += r, then the norm) is the same one-block-per-row kernel with the residual given.
 // Decode batches (up to kClusterMaxRows rows) take a cluster of 8 blocks per row that computes the
@@ -38,6 +39,27 @@ __global__ void rms_norm_kernel(const T* x, const void* w, int w_code, float eps
   const float inv = rsqrtf(ss / static_cast<float>(D) + eps);
   T* o = out + r * D;
   for (int64_t i = lane; i < D; i += 32) o[i] = from_f<T>(to_f(xr[i]) * inv * (load_any(w, w_code, i) + offset));
+}
+
+/** Rows longer than the row kernel takes (DeepSeek-V4's hyper-connection streams flattened: 4 x 4096):
+ *  one block per row, a strided pass for the sum of squares and one for the output (x read twice, the
+ *  second from L2). A warp per row took ~200 us for one 16384-element row on an H100 (ncu). */
+template <typename T>
+__global__ void rms_norm_wide_kernel(const T* x, const void* w, int w_code, float eps, float offset, T* out,
+                                     int64_t D) {
+  __shared__ float red[32];
+  const T* xr = x + blockIdx.x * D;
+  T* o = out + blockIdx.x * D;
+  pdl_enter();
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = to_f(xr[i]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);  // every thread has read its elements: out may alias x
+  const float inv = rsqrtf(ss / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+    o[i] = from_f<T>(to_f(xr[i]) * inv * (load_any(w, w_code, i) + offset));
 }
 
 constexpr int kRowPerThread = 8;
@@ -196,6 +218,13 @@ void CudaOps::rms_norm(const RmsNormParams& p, const Tensor& x, const Tensor& w,
   if (cuda::row_kernel_fits(D)) return cuda::launch_row("rms_norm", x, nullptr, w, w_code, p, out,
                                                     cuda::clusters_possible(device_) ? prepare_q8(out, out_q8) : nullptr,
                                                     cuda::clusters_possible(device_), stream_);
+  if (D > 256) {  // longer than the row kernel takes
+    FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
+      cuda::launch_pdl(cuda::rms_norm_wide_kernel<T>, static_cast<unsigned>(R), 1024, 0, stream_, x.ptr<T>(), w.data,
+                       w_code, p.eps, p.weight_offset, out.ptr<T>(), D);
+    });
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>((R + 3) / 4);
   FT_DISPATCH_ACT("rms_norm", "x", x.dtype, {
     cuda::launch_pdl(cuda::rms_norm_kernel<T>, blocks, 128, 0, stream_, x.ptr<T>(), w.data, w_code, p.eps,
