@@ -1,7 +1,7 @@
 // matmul: y[T, N] = x[T, K] W[N, K]^T (+ bias[N]). x, y F32 or BF16 (y may be either); W F32, F16,
 // BF16 or a GGUF block type (cuda_weight_type); bias F32/F16/BF16 or empty; fp32 accumulation.
 // Paths (bytes moved in brackets; W = weight bytes):
-//  - T <= 8 (<= 16 for non-BF16 weights), or any T for a router-sized W (<= 256 rows, <= 1M
+//  - T <= 8 (<= 16 for weights other than BF16 and FP8), or any T for a router-sized W (<= 256 rows, <= 1M
 //    elements) with F32 x: the decoding GEMV (gemv.cuh) [W per 8 tokens + x + y];
 //  - F32 W and F32 x, y beyond that: cuBLAS SGEMM (fp32, exact like the GEMV);
 //  - BF16 W: cuBLAS GemmEx, bf16 inputs, fp32 compute [W + x + y, tensor cores];
@@ -51,7 +51,11 @@ void CudaOps::matmul_raw(const void* x, DType x_dtype, int64_t T, const Tensor& 
                          int64_t ldy, const Tensor& bias, void* x_q8) {
   const int64_t N = w.dim(0), K = w.dim(1);
   if (T <= 0 || N <= 0) return;
-  const int64_t gemv_max = w.dtype == DType::BF16 ? 8 : 16;
+  // FP8 blocks take the tiles + cuBLAS path past 8 tokens: the 8-token GEMV re-reads the tokens' x for
+  // every row (K 4096 f32: 128 KiB a row, L2-bound), DeepSeek-V4-Flash's FP8 projections at 16 tokens
+  // ran at ~110 GB/s in it (ncu, H100), where decoding a tile to bf16 for cuBLAS costs ~20 us.
+  const bool fp8 = w.dtype == DType::F8_E4M3_B32 || w.dtype == DType::F8_E4M3_B16;
+  const int64_t gemv_max = w.dtype == DType::BF16 || fp8 ? 8 : 16;
   // Routers and shared-expert gates (few rows) with F32 activations must see x exactly, where the
   // bf16 cuBLAS path would round it (router decisions flip on such rounding): the GEMV at any T
   // (measured faster than SGEMM for [128 x 2048] at 4k tokens). Other F32 weights with F32
