@@ -144,15 +144,15 @@ inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 32) {
 
 }  // namespace ft::cuda
 
-/** Calls `body` with `T` bound to float or bf16 for an activation dtype; other dtypes throw
- *  kUnsupported naming op and arg. Use: FT_DISPATCH_ACT(op, "x", x.dtype, { kernel<T><<<..>>>(..); }) */
-#define FT_DISPATCH_ACT(op, arg, dtype, ...)                                                    \
+/** Calls the body with the type alias `Name` bound to float or bf16 for dtype F32 or BF16; other
+ *  dtypes throw kUnsupported naming op and arg. Through the two forms below. */
+#define FT_DISPATCH_FLOAT_(Name, op, arg, dtype, ...)                                           \
   do {                                                                                          \
     if ((dtype) == ::ft::DType::F32) {                                                          \
-      using T = float;                                                                          \
+      using Name = float;                                                                       \
       __VA_ARGS__;                                                                              \
     } else if ((dtype) == ::ft::DType::BF16) {                                                  \
-      using T = ::ft::cuda::bf16;                                                               \
+      using Name = ::ft::cuda::bf16;                                                            \
       __VA_ARGS__;                                                                              \
     } else {                                                                                    \
       ::ft::fail(::ft::ErrorCode::kUnsupported, "{}: {} has dtype {}; the CUDA backend computes in F32 or BF16", \
@@ -160,18 +160,10 @@ inline unsigned grid_1d(int64_t n, int threads, int64_t cap = 65535LL * 32) {
     }                                                                                           \
   } while (0)
 
+/** Calls `body` with `T` bound to float or bf16 for an activation dtype; other dtypes throw
+ *  kUnsupported naming op and arg. Use: FT_DISPATCH_ACT(op, "x", x.dtype, { kernel<T><<<..>>>(..); }) */
+#define FT_DISPATCH_ACT(op, arg, dtype, ...) FT_DISPATCH_FLOAT_(T, op, arg, dtype, __VA_ARGS__)
+
 /** As FT_DISPATCH_ACT for a second element type, P: KV pages whose dtype may differ from the
  *  activations' (F32 or BF16 either way). */
-#define FT_DISPATCH_PAGE(op, arg, dtype, ...)                                                    \
-  do {                                                                                          \
-    if ((dtype) == ::ft::DType::F32) {                                                          \
-      using P = float;                                                                          \
-      __VA_ARGS__;                                                                              \
-    } else if ((dtype) == ::ft::DType::BF16) {                                                  \
-      using P = ::ft::cuda::bf16;                                                               \
-      __VA_ARGS__;                                                                              \
-    } else {                                                                                    \
-      ::ft::fail(::ft::ErrorCode::kUnsupported, "{}: {} has dtype {}; CUDA pages here are F32 or BF16", \
-                 op, arg, ::ft::dtype_name(dtype));                                             \
-    }                                                                                           \
-  } while (0)
+#define FT_DISPATCH_PAGE(op, arg, dtype, ...) FT_DISPATCH_FLOAT_(P, op, arg, dtype, __VA_ARGS__)
