@@ -30,6 +30,9 @@
 #                 refused 378 MiB short on an H100, session 40), in slots of 12.76 MiB; QN_RATE 0.24 = (24 - 3.2 GiB dense - ~1 GiB) / 82 GiB of experts
 #                 (3.42 MiB slots). The dense sizes are `ft bench`'s own counts at 1-3 layers. PREFILL8K=0
 #                 skips the prefill runs; PRESETS4 picks presets (default "deepseek-v4-flash qwen3.8-flash-next").
+#     gptoss      issue 34: gpt-oss-120b (MXFP4 experts, BF16 dense) under --gpu-memory-limit 24, batch 1
+#                 (prompt 256, GEN steps) at router skew SKEWS (default "0 1") for STRATS (default
+#                 "auto offload hybrid")
 #
 # FT selects the binary (default build/ft), GEN the decode steps of the offload sets (default 64),
 # DEVICE the device (default cuda), LAYERS30 the layers of the qwen3-30b-a3b runs (default all; a
@@ -47,7 +50,7 @@ GLM_LAYERS=${GLM_LAYERS:-0}
 PROMPT=${PROMPT:-4096}
 mkdir -p "$OUT_DIR"
 if [ $# -lt 1 ]; then
-  sed -n '2,35p' "$0"
+  sed -n '2,39p' "$0"
   exit 2
 fi
 
@@ -142,6 +145,13 @@ for set in "$@"; do
             --gen-tokens 0 --batch 1 --max-prefill-tokens 8192
         done
       done ;;
-    *) echo "unknown set '$set' (fused, offload, 235b, quick, families, arch4)"; exit 2 ;;
+    gptoss)
+      for skew in ${SKEWS:-0 1}; do
+        for s in ${STRATS:-auto offload hybrid}; do
+          bench "gpt-oss-120b-$s-skew$skew" 240 --model-preset gpt-oss-120b --dummy-weights --device $DEVICE \
+            --gpu-memory-limit 24 --moe-strategy $s --dummy-router-skew $skew --prompt-tokens 256 --gen-tokens $GEN --batch 1
+        done
+      done ;;
+    *) echo "unknown set '$set' (fused, offload, 235b, quick, families, arch4, gptoss)"; exit 2 ;;
   esac
 done
