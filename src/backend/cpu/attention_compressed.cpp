@@ -1,12 +1,14 @@
 // attention_compressed: DeepSeek-V4's attention, one shared K=V head over a sliding window of the
 // sequence's normalised kv plus its compressed entries (all visible ones, or the indexer's picks),
 // with per-head sinks and the output's tail RoPE undone (CPU backend; semantics in ops.h, after
-// transformers' DeepseekV4Attention with eager_attention_forward).
+// transformers' DeepseekV4Attention with eager_attention_forward). Key pages F32, or quantized
+// (--kv-cache-dtype fp8 / q8_0: each row dequantized, kv_rows.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kv_rows.h"
 #include "util/error.h"
 
 namespace ft {
@@ -15,9 +17,10 @@ void CpuOps::attention_compressed(const CompressedAttentionParams& p, const Batc
                                   KvLayer kv, const Tensor& entries, const Tensor& selected, Tensor out) {
   const char* op = "attention_compressed";
   cpu::check_batch(op, batch);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"kv.k", &kv.k}, {"out", &out},
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"out", &out},
                                 {"sinks", &p.sinks}, {"inv_freq", &p.rope.inv_freq}})
     cpu::check_dtype(op, name, *t, DType::F32);
+  cpu::check_kv_page_tensor(op, "kv.k", kv.k, kv.k_scale);  // F32, or quantized codes and scales
   const int64_t T = batch.n_tokens, nh = p.n_head, hd = p.head_dim;
   if (nh < 1 || hd < 1 || p.window < 1 || p.rope.head_dim != hd || !q.has_shape({T, nh * hd}) ||
       !out.has_shape({T, nh * hd}) || kv.k.ndim != 4 || kv.k.dim(2) != 1 || kv.k.dim(3) != hd ||
@@ -41,7 +44,7 @@ void CpuOps::attention_compressed(const CompressedAttentionParams& p, const Batc
   const int64_t n_pages = kv.k.dim(0), ps = kv.k.dim(1);
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
-  const float* pages = kv.k.ptr<float>();
+  const cpu::KvRows pages(kv.k, kv.k_scale);
   for (int64_t t = 0; t < T; ++t)  // page lookups (and their errors) outside the parallel region
     for (int32_t j = std::max(0, pos[t] - p.window + 1); j <= pos[t]; ++j) cpu::page_slot(op, batch, n_pages, ps, si[t], j);
 #pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 1)
@@ -51,8 +54,10 @@ void CpuOps::attention_compressed(const CompressedAttentionParams& p, const Batc
     std::vector<float> keys;
     for (int32_t j = std::max(0, P - p.window + 1); j <= P; ++j) {
       const cpu::PageSlot at = cpu::page_slot(op, batch, n_pages, ps, s, j);
-      const float* r = pages + (at.page * ps + at.slot) * hd;
-      keys.insert(keys.end(), r, r + hd);
+      keys.resize(keys.size() + static_cast<size_t>(hd));
+      float* k = keys.data() + keys.size() - hd;
+      const float* r = pages.head(at.page * ps + at.slot, 0, k);  // F32 in place, else dequantized into k
+      if (r != k) std::copy_n(r, hd, k);
       cpu::rope_tail(p.rope, keys.data() + keys.size() - hd, j);
     }
     if (M > 0) {

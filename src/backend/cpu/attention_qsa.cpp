@@ -51,7 +51,7 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
   }
   const int32_t* table = batch.block_tables.ptr<int32_t>();
   // Keys a head row each; a value row holds the query heads' values at g * D (and, for Qwen4-Exp,
-  // the indexer's columns after them): F32 in place, else the row's head dequantized.
+  // the indexer's columns after them), in heads of any width: F32 in place, else the heads dequantized.
   const cpu::KvRows krows(kv.k, kv.k_scale), vrows(kv.v, kv.v_scale);
   const int64_t vdim = kv.v.dim(3);
   const int64_t group = H / G;
@@ -62,7 +62,7 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
     thread_local std::vector<float> scores, krow, vrow;
     scores.resize(ks.size());
     krow.resize(static_cast<size_t>(D));
-    vrow.resize(static_cast<size_t>(vdim));
+    vrow.resize(static_cast<size_t>(D + 2 * vdim));
     const float* qv = q.ptr<float>() + t * H * D + h * D;
     const int32_t* bt = table + static_cast<int64_t>(si[t]) * batch.max_blocks;
     float mx = -INFINITY;
@@ -83,8 +83,8 @@ void CpuOps::attention_qsa(const AttentionParams& p, int32_t block, const BatchI
     std::memset(o, 0, static_cast<size_t>(D) * 4);
     for (size_t i = 0; i < ks.size(); ++i) {
       const int64_t j = ks[i];
-      const int64_t e = g * D;  // the value's first column in the row: head e / vdim, column e % vdim
-      cpu::axpy(scores[i], vrows.head(bt[j / page] * page + j % page, e / vdim, vrow.data()) + e % vdim, o, D);
+      // The value: columns [g D, (g + 1) D) of the row (in one or more heads of vdim).
+      cpu::axpy(scores[i], vrows.cols(bt[j / page] * page + j % page, g * D, D, vrow.data()), o, D);
     }
     const float inv = 1.0f / sum;
     for (int64_t d = 0; d < D; ++d) o[d] *= inv;

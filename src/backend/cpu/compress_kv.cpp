@@ -2,12 +2,16 @@
 // DeepseekV4HCACompressor / DeepseekV4CSACompressor and the indexer's compressor). Stores the step's
 // per-token projections in the value pages, then pools every closed window of each sequence from
 // the pages: the entries are a function of the pages alone, so a prefix-cache hit, a chunked
-// prefill and a decode step all give the same entries as one cold prefill.
+// prefill and a decode step all give the same entries as one cold prefill. F32 pages, or quantized
+// ones (--kv-cache-dtype fp8 / q8_0): each head of the stored columns quantized as kv_write does,
+// read back dequantized a head at a time (kv_rows.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/kv_rows.h"
+#include "quant/kv_quant.h"
 #include "util/error.h"
 
 namespace ft {
@@ -16,63 +20,91 @@ void CpuOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const 
                          const Tensor& ape, const Tensor& norm_w, Tensor entries) {
   const char* op = "compress_kv";
   cpu::check_batch(op, batch);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"proj", &proj}, {"kv.v", &kv.v}, {"ape", &ape},
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"proj", &proj}, {"ape", &ape},
                                 {"norm_w", &norm_w}, {"entries", &entries}, {"inv_freq", &p.rope.inv_freq}})
     cpu::check_dtype(op, name, *t, DType::F32);
+  cpu::check_kv_page_tensor(op, "kv.v", kv.v, kv.v_scale);  // F32, or quantized codes and scales
   const int64_t hd = p.head_dim, width = p.overlap ? 2 * hd : hd, T = batch.n_tokens, S = batch.n_seqs;
   const int64_t rate = p.rate;
   if (rate < 1 || hd < 1 || p.rope.n_rot % 2 != 0 || p.rope.n_rot > hd || p.rope.head_dim != hd)
     fail(ErrorCode::kInvalidArgument, "{}: rate {}, head_dim {}, rope head_dim {} n_rot {} are inconsistent", op, rate,
          hd, p.rope.head_dim, p.rope.n_rot);
-  if (kv.v.ndim != 4 || kv.v.dim(2) != 1)
-    fail(ErrorCode::kInvalidArgument, "{}: kv.v {} must be [pages, page_size, 1, width]", op, kv.v.str());
-  const int64_t n_pages = kv.v.dim(0), ps = kv.v.dim(1), Wv = kv.v.dim(3);
+  const int64_t n_pages = kv.v.dim(0), ps = kv.v.dim(1), heads = kv.v.dim(2), dim = kv.v.dim(3), Wv = heads * dim;
+  const bool quant = !kv.v_scale.empty();  // (kv.k may be absent: this op reads and writes kv.v only)
   if (p.col < 0 || p.col + 2 * width > Wv || !proj.has_shape({T, 2 * width}) || !ape.has_shape({rate, width}) ||
       norm_w.numel() != hd || entries.ndim != 3 || entries.dim(0) < S || entries.dim(2) != hd)
     fail(ErrorCode::kInvalidArgument,
          "{}: proj {} (want [{}, {}]), columns {}.. of kv.v {}, ape {} (want [{}, {}]), norm_w {}, entries {} "
          "(want [>= {}, M, {}]) do not fit",
          op, proj.str(), T, 2 * width, p.col, kv.v.str(), ape.str(), rate, width, norm_w.str(), entries.str(), S, hd);
+  // Quantized pages keep scales per head: this compressor's columns must be whole heads, so that
+  // storing them re-scales nothing another op wrote (ModelConfig::kv_v_head_dim lays them out so).
+  if (quant && (p.col % dim != 0 || (2 * width) % dim != 0))
+    fail(ErrorCode::kInvalidArgument, "{}: columns [{}, {}) of quantized kv.v {} are not whole heads of {}", op, p.col,
+         p.col + 2 * width, kv.v.str(), dim);
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
   const int32_t* ss = batch.seq_start.ptr<int32_t>();
-  float* pages = kv.v.ptr<float>();
-  auto row = [&](int32_t s, int32_t position) {
+  auto slot_of = [&](int32_t s, int32_t position) {
     const cpu::PageSlot at = cpu::page_slot(op, batch, n_pages, ps, s, position);
-    return pages + (at.page * ps + at.slot) * Wv + p.col;
+    return at.page * ps + at.slot;
   };
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(row(si[t], pos[t]), proj.ptr<float>() + t * 2 * width, static_cast<size_t>(2 * width) * 4);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t slot = slot_of(si[t], pos[t]);
+    const float* src = proj.ptr<float>() + t * 2 * width;
+    if (!quant) {
+      std::memcpy(kv.v.ptr<float>() + slot * Wv + p.col, src, static_cast<size_t>(2 * width) * 4);
+      continue;
+    }
+    // Each head of the columns to its codes and scales, as kv_write quantizes a head row.
+    const DType kd = kv_dtype_of_codes(kv.v.dtype);
+    const int64_t scale_bytes = kv.v_scale.dim(3) * dtype_bytes(kv.v_scale.dtype, 1);
+    for (int64_t h = p.col / dim; h < (p.col + 2 * width) / dim; ++h) {
+      const int64_t row = slot * heads + h;
+      kv_quantize_head(kd, src + h * dim - p.col, dim, static_cast<uint8_t*>(kv.v.data) + row * dim,
+                       static_cast<uint8_t*>(kv.v_scale.data) + row * scale_bytes);
+    }
+  }
 
   const int64_t M = entries.dim(1);
   const float* a = ape.ptr<float>();
   const float* nw = norm_w.ptr<float>();
+  const cpu::KvRows rows(kv.v, kv.v_scale);
+  const int64_t span = 2 * width + 2 * dim;  // a row's columns as KvRows::cols dequantizes them
   for (int32_t s = 0; s < S; ++s) {
     if (ss[s + 1] <= ss[s]) continue;
     const int64_t n_entries = (int64_t{pos[ss[s + 1] - 1]} + 1) / rate;
     if (n_entries > M)
       fail(ErrorCode::kInvalidArgument, "{}: sequence {} has {} entries, entries {} holds {}", op, s, n_entries,
            entries.str(), M);
-    // Page rows of the sequence's first n_entries * rate positions (kv then gate per row).
-    std::vector<const float*> rows(static_cast<size_t>(n_entries * rate));
-    for (int64_t j = 0; j < n_entries * rate; ++j) rows[static_cast<size_t>(j)] = row(s, static_cast<int32_t>(j));
+    // Page slots of the sequence's first n_entries * rate positions (looked up outside the parallel loop).
+    std::vector<int64_t> slots(static_cast<size_t>(n_entries * rate));
+    for (int64_t j = 0; j < n_entries * rate; ++j) slots[static_cast<size_t>(j)] = slot_of(s, static_cast<int32_t>(j));
 #pragma omp parallel for num_threads(n_threads_) schedule(static) if (n_entries * rate * width > 65536)
     for (int64_t w = 0; w < n_entries; ++w) {
       float* e = entries.ptr<float>() + (int64_t{s} * M + w) * hd;
       std::vector<float> logit(static_cast<size_t>(2 * rate)), val(static_cast<size_t>(2 * rate));
+      // The window's rows (kv then gate): window w-1's then w's when they overlap, else w's alone.
+      const int64_t first = p.overlap && w > 0 ? (w - 1) * rate : w * rate, n_rows = (w + 1) * rate - first;
+      std::vector<const float*> r(static_cast<size_t>(n_rows));
+      std::vector<float> buf(quant ? static_cast<size_t>(n_rows * span) : 0);
+      for (int64_t i = 0; i < n_rows; ++i)
+        r[static_cast<size_t>(i)] = rows.cols(slots[static_cast<size_t>(first + i)], p.col, 2 * width,
+                                             buf.data() + (quant ? i * span : 0));
+      const float* const* cur = r.data() + (n_rows - rate);  // window w's rows
       for (int64_t d = 0; d < hd; ++d) {
         int64_t n = 0;
         if (p.overlap && w > 0)
           for (int64_t j = 0; j < rate; ++j, ++n) {  // Ca of window w-1
-            const float* r = rows[static_cast<size_t>((w - 1) * rate + j)];
-            val[static_cast<size_t>(n)] = r[d];
-            logit[static_cast<size_t>(n)] = r[width + d] + a[j * width + d];
+            const float* rr = r[static_cast<size_t>(j)];
+            val[static_cast<size_t>(n)] = rr[d];
+            logit[static_cast<size_t>(n)] = rr[width + d] + a[j * width + d];
           }
         const int64_t off = p.overlap ? hd : 0;  // Cb of window w (or the only series)
         for (int64_t j = 0; j < rate; ++j, ++n) {
-          const float* r = rows[static_cast<size_t>(w * rate + j)];
-          val[static_cast<size_t>(n)] = r[off + d];
-          logit[static_cast<size_t>(n)] = r[width + off + d] + a[j * width + off + d];
+          const float* rr = cur[j];
+          val[static_cast<size_t>(n)] = rr[off + d];
+          logit[static_cast<size_t>(n)] = rr[width + off + d] + a[j * width + off + d];
         }
         float mx = -INFINITY;
         for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, logit[static_cast<size_t>(i)]);

@@ -128,6 +128,9 @@ void rope_tail(const RopeParams& p, float* x, double pos, float sign = 1.0f);
 /** Throws kInvalidArgument naming `op` unless kv's pages are F32 without scales, or quantized codes
  *  (F8_E4M3 / I8) with scales of kv_scale_dtype [n_pages, page_size, heads, kv_scales_per_head]. */
 void check_kv_pages(const char* op, const KvLayer& kv);
+/** The same for one page tensor `name` and its scales (empty for F32 pages): the ops that read or
+ *  write only kv.k or only kv.v (compress_kv, attention_compressed). */
+void check_kv_page_tensor(const char* op, const char* name, const Tensor& pages, const Tensor& scales);
 
 /** Throws kInvalidArgument "<op>: <arg> must be on the CPU" / "... must be F32" etc. */
 void check_cpu(const char* op, const char* arg, const Tensor& t);

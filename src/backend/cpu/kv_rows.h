@@ -1,7 +1,8 @@
 #pragma once
-// KvRows: read access to one KV page tensor's head rows for the CPU attention kernels. F32 pages are
-// read in place; quantized pages (--kv-cache-dtype fp8 / q8_0, quant/kv_quant.h) are dequantized a
-// head row at a time into the caller's fp32 buffer.
+// KvRows: read access to one KV page tensor's head rows for the CPU attention kernels (and the
+// compressor's columns of the value pages). F32 pages are read in place; quantized pages
+// (--kv-cache-dtype fp8 / q8_0, quant/kv_quant.h) are dequantized a head row at a time into the
+// caller's fp32 buffer.
 #include <cstdint>
 
 #include "quant/kv_quant.h"
@@ -28,6 +29,15 @@ class KvRows {
     if (!scales_) return reinterpret_cast<const float*>(data_) + row * dim_;
     kv_dequantize_head(kv_dtype_, data_ + row * dim_, scales_ + row * scale_stride_, dim_, buf);
     return buf;
+  }
+  /** Columns [c0, c0 + n) of slot `slot`'s row (its heads side by side, as kv_write stores a token's
+   *  [heads * dim] values): a pointer into F32 pages, else into `buf` (at least n + 2 dim floats), where
+   *  the heads the columns lie in are dequantized whole. */
+  const float* cols(int64_t slot, int64_t c0, int64_t n, float* buf) const {
+    if (!scales_) return reinterpret_cast<const float*>(data_) + slot * heads_ * dim_ + c0;
+    const int64_t h0 = c0 / dim_, h1 = (c0 + n + dim_ - 1) / dim_;
+    for (int64_t h = h0; h < h1; ++h) head(slot, h, buf + (h - h0) * dim_);
+    return buf + (c0 - h0 * dim_);
   }
   int64_t dim() const { return dim_; }
   int64_t heads() const { return heads_; }

@@ -40,24 +40,26 @@ PageSlot page_slot(const char* op, const BatchInfo& b, int64_t n_pages, int64_t 
   return {page, pos % page_size};
 }
 
-void check_kv_pages(const char* op, const KvLayer& kv) {
-  for (const auto& [name, pages, scales] : {std::tuple<const char*, const Tensor*, const Tensor*>{"kv.k", &kv.k, &kv.k_scale},
-                                            {"kv.v", &kv.v, &kv.v_scale}}) {
-    check_cpu(op, name, *pages);
-    if (scales->empty()) {
-      check_dtype(op, name, *pages, DType::F32);
-      continue;
-    }
-    const DType kd = kv_dtype_of_codes(pages->dtype);
-    if (!kv_is_quantized(kd))
-      fail(ErrorCode::kInvalidArgument, "{}: {} has scales but is {} (quantized KV pages are F8_E4M3 or I8)", op, name,
-           dtype_name(pages->dtype));
-    check_cpu(op, "kv scales", *scales);
-    check_dtype(op, "kv scales", *scales, kv_scale_dtype(kd));
-    if (scales->ndim != 4 || scales->dim(0) != pages->dim(0) || scales->dim(1) != pages->dim(1) ||
-        scales->dim(2) != pages->dim(2) || scales->dim(3) != kv_scales_per_head(kd, pages->dim(3)))
-      fail(ErrorCode::kInvalidArgument, "{}: scales {} do not fit {} pages {}", op, scales->str(), name, pages->str());
+void check_kv_page_tensor(const char* op, const char* name, const Tensor& pages, const Tensor& scales) {
+  check_cpu(op, name, pages);
+  if (scales.empty()) {
+    check_dtype(op, name, pages, DType::F32);
+    return;
   }
+  const DType kd = kv_dtype_of_codes(pages.dtype);
+  if (!kv_is_quantized(kd))
+    fail(ErrorCode::kInvalidArgument, "{}: {} has scales but is {} (quantized KV pages are F8_E4M3 or I8)", op, name,
+         dtype_name(pages.dtype));
+  check_cpu(op, "kv scales", scales);
+  check_dtype(op, "kv scales", scales, kv_scale_dtype(kd));
+  if (pages.ndim != 4 || scales.ndim != 4 || scales.dim(0) != pages.dim(0) || scales.dim(1) != pages.dim(1) ||
+      scales.dim(2) != pages.dim(2) || scales.dim(3) != kv_scales_per_head(kd, pages.dim(3)))
+    fail(ErrorCode::kInvalidArgument, "{}: scales {} do not fit {} pages {}", op, scales.str(), name, pages.str());
+}
+
+void check_kv_pages(const char* op, const KvLayer& kv) {
+  check_kv_page_tensor(op, "kv.k", kv.k, kv.k_scale);
+  check_kv_page_tensor(op, "kv.v", kv.v, kv.v_scale);
   if (kv.k.dtype != kv.v.dtype)
     fail(ErrorCode::kInvalidArgument, "{}: kv.k is {} but kv.v is {}", op, dtype_name(kv.k.dtype), dtype_name(kv.v.dtype));
 }
