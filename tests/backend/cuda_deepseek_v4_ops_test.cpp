@@ -1,10 +1,12 @@
 // CUDA vs CPU: DeepSeek-V4's ops (hc_pre, hc_post, swiglu_clamp, moe_route_sqrtsoftplus, compress_kv,
 // indexer_topk, attention_compressed) on the same random F32 inputs; values within 1e-4 relative L2
-// (F32 activations on both), indices exactly.
+// (F32 activations on both), indices exactly; over quantized pages (--kv-cache-dtype fp8 / q8_0) the
+// stored codes and scales byte for byte.
 #include <algorithm>
 #include <numeric>
 
 #include "backend/op_harness.h"
+#include "quant/kv_quant.h"
 
 namespace ft::testing {
 namespace {
@@ -21,6 +23,14 @@ class CudaDeepseekV4 : public GpuTest {
   /** compress_kv, indexer_topk and attention_compressed with the device's KV pages in `pages` (F32 or
    *  BF16; the activations F32 on both sides, the CPU's pages F32). */
   void check_compressor_indexer_attention(DType pages);
+  /** compress_kv and attention_compressed over quantized pages of `kvd` (F8_E4M3 or Q8_0). */
+  void check_quantized_pages(DType kvd);
+  std::vector<uint8_t> read_bytes(const Tensor& d) {
+    std::vector<uint8_t> out(static_cast<size_t>(d.bytes()));
+    gpu().copy(d, Tensor(out.data(), d.dtype, d.shape.data(), d.ndim));
+    gpu().synchronize();
+    return out;
+  }
   static constexpr double kTight = 1e-4;
 };
 
@@ -80,6 +90,94 @@ TEST_F(CudaDeepseekV4, SqrtSoftplusRouterLearnedAndHash) {
 // The inputs are bf16 values, so BF16 pages hold them exactly and the same bound holds.
 TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) { check_compressor_indexer_attention(DType::F32); }
 TEST_F(CudaDeepseekV4, CompressorIndexerAndAttentionOverBf16Pages) { check_compressor_indexer_attention(DType::BF16); }
+
+TEST_F(CudaDeepseekV4, CompressorAndAttentionOverFp8Pages) { check_quantized_pages(DType::F8_E4M3); }
+TEST_F(CudaDeepseekV4, CompressorAndAttentionOverQ8Pages) { check_quantized_pages(DType::Q8_0); }
+
+void CudaDeepseekV4::check_quantized_pages(DType kvd) {
+  // Two sequences as check_compressor_indexer_attention; the value pages hold the CSA compressor's
+  // 4 hd columns then the indexer's 4 id, in heads of 16 (ModelConfig::kv_v_head_dim), and this
+  // compressor writes from column 4 hd (the indexer's place: whole heads, the others left zero).
+  const int hd = 16, rate = 4, page = 8, n_pages = 16, max_blocks = 6, nh = 4, window = 8, dv = 16;
+  const int W = 2 * hd, Wv = 4 * hd + 2 * W, col = 4 * hd;
+  std::vector<int32_t> table(2 * max_blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::reverse(table.begin(), table.end());
+  std::vector<int32_t> pos, si;
+  for (int p = 0; p < 37; ++p) pos.push_back(p), si.push_back(0);
+  for (int p = 0; p < 22; ++p) pos.push_back(p), si.push_back(1);
+  const int T = static_cast<int>(pos.size()), S = 2, M = 37 / rate;
+  auto batch = [&](bool gpu_side) {
+    auto i32 = [&](const std::vector<int32_t>& v, std::vector<int64_t> s) {
+      return gpu_side ? arena().dev_i32(v, s) : arena().host_i32(v, s);
+    };
+    return BatchInfo{T, S, max_blocks, 37, i32(pos, {T}), i32(si, {T}), i32({0, 37, T}, {3}),
+                     i32(table, {S, max_blocks}), Tensor(), Tensor()};
+  };
+  const BatchInfo hb = batch(false), db = batch(true);
+  const std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.01f};
+  RopeParams rope;
+  rope.head_dim = hd, rope.n_rot = 8;
+  const DType code = kv_code_dtype(kvd), sdt = kv_scale_dtype(kvd);
+  const int64_t sbytes = sdt == DType::F32 ? 4 : 2;
+  // Host pages (codes, scales) for the CPU, the same zero bytes on the device.
+  auto pages = [&](std::vector<uint8_t>& c, std::vector<uint8_t>& sc, int64_t heads, int64_t dim, bool gpu_side) {
+    const int64_t sph = kv_scales_per_head(kvd, dim);
+    c.assign(static_cast<size_t>(n_pages * page * heads * dim), 0);
+    sc.assign(static_cast<size_t>(n_pages * page * heads * sph * sbytes), 0);
+    if (gpu_side)
+      return std::pair{arena().dev_bytes(c, code, {n_pages, page, heads, dim}),
+                       arena().dev_bytes(sc, sdt, {n_pages, page, heads, sph})};
+    return std::pair{Tensor(c.data(), code, {n_pages, page, heads, dim}), Tensor(sc.data(), sdt, {n_pages, page, heads, sph})};
+  };
+  std::vector<uint8_t> hvc, hvs, dvc, dvs, hkc, hks, dkc, dks;
+  const auto [hv, hvscale] = pages(hvc, hvs, Wv / dv, dv, false);
+  const auto [gv, gvscale] = pages(dvc, dvs, Wv / dv, dv, true);
+  CompressParams cp;
+  cp.rate = rate, cp.head_dim = hd, cp.overlap = true, cp.col = col;
+  const auto proj = rand_bf16(T * 2 * W, 10, -2, 2), ape = rand_bf16(rate * W, 11), nw = rand_bf16(hd, 12, 0.5f, 1.5f);
+  Tensor hent = arena().host_f32(std::vector<float>(S * M * hd), {S, M, hd});
+  Tensor dent = arena().dev_poisoned(DType::F32, {S, M, hd});
+  cp.rope = rope, cp.rope.inv_freq = arena().host_f32(inv, {4});
+  cpu().compress_kv(cp, hb, arena().host_f32(proj, {T, 2 * W}), KvLayer{Tensor(), hv, Tensor(), hvscale},
+                    arena().host_f32(ape, {rate, W}), arena().host_f32(nw, {hd}), hent);
+  cp.rope.inv_freq = dev(inv, {4});
+  gpu().compress_kv(cp, db, dev(proj, {T, 2 * W}), KvLayer{Tensor(), gv, Tensor(), gvscale}, dev(ape, {rate, W}),
+                    dev(nw, {hd}), dent);
+  EXPECT_EQ(read_bytes(gv), hvc) << "value page codes";
+  EXPECT_EQ(read_bytes(gvscale), hvs) << "value page scales";
+  const std::vector<float> gent = arena().read(dent), cent = host_read(hent);
+  std::vector<float> g_used, c_used;
+  for (int s = 0; s < S; ++s)
+    for (int w = 0; w < (s == 0 ? 37 : 22) / rate; ++w)
+      for (int d = 0; d < hd; ++d) g_used.push_back(gent[(s * M + w) * hd + d]), c_used.push_back(cent[(s * M + w) * hd + d]);
+  EXPECT_LE(rel_l2(g_used, c_used), kTight);
+
+  // Attention over quantized key pages (K = V, written by kv_write with the pages as both).
+  const auto [hk, hkscale] = pages(hkc, hks, 1, hd, false);
+  const auto [gk, gkscale] = pages(dkc, dks, 1, hd, true);
+  const auto kvrows = rand_bf16(T * hd, 15, -3, 3), qa = rand_bf16(T * nh * hd, 16, -2, 2), sinks = rand_bf16(nh, 17);
+  cpu().kv_write(hb, arena().host_f32(kvrows, {T, hd}), arena().host_f32(kvrows, {T, hd}), KvLayer{hk, hk, hkscale, hkscale});
+  gpu().kv_write(db, dev(kvrows, {T, hd}), dev(kvrows, {T, hd}), KvLayer{gk, gk, gkscale, gkscale});
+  EXPECT_EQ(read_bytes(gk), hkc) << "key page codes";
+  EXPECT_EQ(read_bytes(gkscale), hks) << "key page scales";
+  for (const bool window_only : {false, true}) {
+    CompressedAttentionParams ap;
+    ap.n_head = nh, ap.head_dim = hd, ap.scale = 1.0f / std::sqrt(static_cast<float>(hd)), ap.window = window;
+    ap.rate = window_only ? 1 : rate, ap.rope = rope;
+    ap.rope.inv_freq = arena().host_f32(inv, {4});
+    ap.sinks = arena().host_f32(sinks, {nh});
+    Tensor hout = arena().host_f32(std::vector<float>(T * nh * hd), {T, nh * hd});
+    cpu().attention_compressed(ap, hb, arena().host_f32(qa, {T, nh * hd}), KvLayer{hk, Tensor(), hkscale, Tensor()},
+                               window_only ? Tensor() : hent, Tensor(), hout);
+    ap.rope.inv_freq = dev(inv, {4});
+    ap.sinks = dev(sinks, {nh});
+    Tensor dout = arena().dev_poisoned(DType::F32, {T, nh * hd});
+    gpu().attention_compressed(ap, db, dev(qa, {T, nh * hd}), KvLayer{gk, Tensor(), gkscale, Tensor()},
+                               window_only ? Tensor() : dev(cent, {S, M, hd}), Tensor(), dout);
+    EXPECT_LE(rel_l2(arena().read(dout), host_read(hout)), kTight) << (window_only ? "window only" : "all entries");
+  }
+}
 
 void CudaDeepseekV4::check_compressor_indexer_attention(DType pages) {
   // Two sequences: a 37-token prefill and a 2-token continuation of a 20-token cached prefix.

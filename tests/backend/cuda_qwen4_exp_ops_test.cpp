@@ -2,12 +2,15 @@
 // indexer's per-query top-k and ssm_conv with the PLE's zero-padded dilated taps (10 > 8), each on a
 // prefill step (two sequences: one from position 0, one continuing its cached prefix / state slot)
 // and then a decode step (one token each). Ids and histories exactly; values within 1e-5 relative L2
-// with F32 activations on both, 1e-2 with BF16 activations on the GPU.
+// with F32 activations on both, 1e-2 with BF16 activations on the GPU. attention_qsa also over
+// quantized pages (--kv-cache-dtype fp8 / q8_0; value rows in heads of 8), written by kv_write on
+// each side: codes and scales byte for byte, outputs within 1e-4 (F32) / 1e-2 (BF16).
 #include <algorithm>
 #include <numeric>
 #include <random>
 
 #include "backend/op_harness.h"
+#include "quant/kv_quant.h"
 
 namespace ft::testing {
 namespace {
@@ -138,6 +141,68 @@ TEST_F(CudaQwen4Exp, SparseAttentionOverSelectedBlocksAndTail) {
       gpu().attention_qsa(ap, block, info(b, table, max_blocks, true), arena().dev_from(q, act, {b.T, H * D}), dkv,
                           arena().dev_i32(sel, {b.T, K}), dout);
       EXPECT_LE(compare(dout, host_read(hout)), act == DType::F32 ? 1e-4 : kTol);
+    }
+  }
+}
+
+TEST_F(CudaQwen4Exp, SparseAttentionOverQuantizedPages) {
+  const int32_t H = 4, G = 2, D = 32, block = 4, page = 8, n_pages = 8, max_blocks = 4, K = 3, dv = 8, L = 28;
+  const int32_t Wv = G * D + 2 * dv;  // the values, then the indexer's key and gates, in heads of 8
+  const std::vector<int32_t> table = {7, 5, 3, 1, 6, 4, 2, 0};
+  const auto kd = rand_bf16(2 * L * G * D, 31, -3, 3), vd = rand_bf16(2 * L * Wv, 32);
+  auto read_bytes = [&](const Tensor& d) {
+    std::vector<uint8_t> out(static_cast<size_t>(d.bytes()));
+    gpu().copy(d, Tensor(out.data(), d.dtype, d.shape.data(), d.ndim));
+    gpu().synchronize();
+    return out;
+  };
+  for (const DType kvd : {DType::F8_E4M3, DType::Q8_0}) {
+    const DType code = kv_code_dtype(kvd), sdt = kv_scale_dtype(kvd);
+    const int64_t sbytes = sdt == DType::F32 ? 4 : 2, sk = kv_scales_per_head(kvd, D), sv = kv_scales_per_head(kvd, dv);
+    for (const DType act : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(dtype_name(kvd)) + (act == DType::F32 ? " f32" : " bf16"));
+      std::vector<uint8_t> kc(static_cast<size_t>(n_pages * page * G * D)), vc(static_cast<size_t>(n_pages * page * Wv));
+      std::vector<uint8_t> ks(static_cast<size_t>(n_pages * page * G * sk * sbytes)),
+          vs(static_cast<size_t>(n_pages * page * (Wv / dv) * sv * sbytes));
+      const KvLayer hkv{Tensor(kc.data(), code, {n_pages, page, G, D}), Tensor(vc.data(), code, {n_pages, page, Wv / dv, dv}),
+                        Tensor(ks.data(), sdt, {n_pages, page, G, sk}), Tensor(vs.data(), sdt, {n_pages, page, Wv / dv, sv})};
+      const KvLayer dkv{arena().dev_bytes(kc, code, {n_pages, page, G, D}), arena().dev_bytes(vc, code, {n_pages, page, Wv / dv, dv}),
+                        arena().dev_bytes(ks, sdt, {n_pages, page, G, sk}), arena().dev_bytes(vs, sdt, {n_pages, page, Wv / dv, sv})};
+      // Every position of both sequences (28 and 16 tokens) written on each side.
+      const HostBatch wb = make({{0, L}, {0, 16}});
+      const std::vector<float> kw(kd.begin(), kd.begin() + wb.T * G * D), vw(vd.begin(), vd.begin() + wb.T * Wv);
+      cpu().kv_write(info(wb, table, max_blocks, false), arena().host_f32(kw, {wb.T, G * D}),
+                     arena().host_f32(vw, {wb.T, Wv}), hkv);
+      gpu().kv_write(info(wb, table, max_blocks, true), arena().dev_from(kw, act, {wb.T, G * D}),
+                     arena().dev_from(vw, act, {wb.T, Wv}), dkv);
+      EXPECT_EQ(read_bytes(dkv.k), kc);
+      EXPECT_EQ(read_bytes(dkv.v), vc);
+      EXPECT_EQ(read_bytes(dkv.k_scale), ks);
+      EXPECT_EQ(read_bytes(dkv.v_scale), vs);
+      // A prefill chunk of each sequence, then a decode step of each.
+      std::mt19937 rng(9);
+      for (const auto& runs : {std::vector<std::pair<int32_t, int32_t>>{{20, 7}, {9, 6}},
+                               std::vector<std::pair<int32_t, int32_t>>{{27, 1}, {15, 1}}}) {
+        const HostBatch b = make(runs);
+        std::vector<int32_t> sel(b.T * K, -1);
+        for (int32_t t = 0; t < b.T; ++t) {
+          const int32_t nb = (b.pos[t] + 1) / block;
+          std::vector<int32_t> blocks(nb);
+          std::iota(blocks.begin(), blocks.end(), 0);
+          std::shuffle(blocks.begin(), blocks.end(), rng);
+          for (int32_t j = 0; j < std::min(K, nb); ++j) sel[t * K + j] = blocks[j];
+        }
+        const auto q = rand_bf16(b.T * H * D, 40 + b.T, -2, 2);
+        AttentionParams ap;
+        ap.n_head = H, ap.n_head_kv = G, ap.head_dim = D, ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+        Tensor hout = arena().host_f32(std::vector<float>(b.T * H * D), {b.T, H * D});
+        cpu().attention_qsa(ap, block, info(b, table, max_blocks, false), arena().host_f32(q, {b.T, H * D}), hkv,
+                            arena().host_i32(sel, {b.T, K}), hout);
+        Tensor dout = arena().dev_poisoned(act, {b.T, H * D});
+        gpu().attention_qsa(ap, block, info(b, table, max_blocks, true), arena().dev_from(q, act, {b.T, H * D}), dkv,
+                            arena().dev_i32(sel, {b.T, K}), dout);
+        EXPECT_LE(compare(dout, host_read(hout)), act == DType::F32 ? 1e-4 : kTol) << "T " << b.T;
+      }
     }
   }
 }

@@ -2,9 +2,11 @@
 // each an online softmax over every n_warps-th key (warp 0's starting from the head's sink) of the
 // sliding window of rotated kv from the key pages and the compressed entries (all visible ones or the
 // indexer's picks), merged in shared memory; the output's tail RoPE is undone at -p. Lane l holds dims
-// l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1.
+// l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1. Key pages F32 / BF16, or
+// quantized (--kv-cache-dtype fp8 / q8_0): each value dequantized as it is loaded (kv_page_value).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kv_quant.cuh"
 
 namespace ft {
 namespace cuda {
@@ -35,8 +37,8 @@ struct TailRope {
 
 /** One block per (query token, head); its warps split the keys (the window's, then the entries) round
  *  robin, each an online softmax (warp 0's starting from the sink), merged through shared memory. */
-template <typename T, typename Pg>
-__global__ void attention_kernel(const T* q, const Pg* kpages, const T* entries, const int32_t* selected, int sel_k,
+template <typename T, int FORM, typename Pg>
+__global__ void attention_kernel(const T* q, KvPages kpages, const T* entries, const int32_t* selected, int sel_k,
                                  const float* sinks, const int32_t* positions, const int32_t* seq_index,
                                  const int32_t* block_tables, int max_blocks, int page_size, T* out, int64_t n_tok,
                                  int nh, int hd, float scale, int window, int rate, int64_t M, TailRope rope) {
@@ -56,12 +58,7 @@ __global__ void attention_kernel(const T* q, const Pg* kpages, const T* entries,
   }
   rope.apply(qv, lane, static_cast<float>(P), 1.0f);
   float m = warp == 0 ? sinks[h] : -INFINITY, l = warp == 0 ? 1.0f : 0.0f;
-  auto visit = [&](const auto* row, bool rotate, int pos) {
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + 32 * i;
-      kv[i] = d < hd ? to_f(row[d]) : 0.0f;
-    }
+  auto visit = [&](bool rotate, int pos) {  // the key (= value) in kv[]
     if (rotate) rope.apply(kv, lane, static_cast<float>(pos), 1.0f);
     float dot = 0.0f;
 #pragma unroll
@@ -76,18 +73,32 @@ __global__ void attention_kernel(const T* q, const Pg* kpages, const T* entries,
   const int j0 = max(0, P - window + 1);
   for (int j = j0 + warp; j <= P; j += n_warps) {
     const int64_t page = block_tables[static_cast<int64_t>(s) * max_blocks + j / page_size];
-    visit(kpages + (page * page_size + j % page_size) * hd, true, j);
+    const int64_t slot = page * page_size + j % page_size;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      kv[i] = d < hd ? kv_page_value<FORM, Pg>(kpages, slot, d) : 0.0f;
+    }
+    visit(true, j);
   }
+  auto entry = [&](const T* row) {
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      kv[i] = d < hd ? to_f(row[d]) : 0.0f;
+    }
+    visit(false, 0);
+  };
   if (entries) {
     const int64_t n_vis = min(static_cast<int64_t>(P + 1) / rate, M);
     const T* eb = entries + static_cast<int64_t>(s) * M * hd;
     if (selected) {
       for (int j = warp; j < sel_k; j += n_warps) {
         const int e = selected[t * sel_k + j];
-        if (e >= 0 && e < n_vis) visit(eb + static_cast<int64_t>(e) * hd, false, 0);
+        if (e >= 0 && e < n_vis) entry(eb + static_cast<int64_t>(e) * hd);
       }
     } else {
-      for (int64_t e = warp; e < n_vis; e += n_warps) visit(eb + e * hd, false, 0);
+      for (int64_t e = warp; e < n_vis; e += n_warps) entry(eb + e * hd);
     }
   }
   float* mine = sm + static_cast<int64_t>(warp) * (hd + 2);
@@ -137,7 +148,8 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
   const char* op = "attention_compressed";
   cuda::check_batch(op, batch);
   cuda::check_act(op, "q", q);
-  cuda::check_act(op, "kv.k", kv.k);  // F32 or BF16 pages, whatever the activations
+  // F32 or BF16 pages whatever the activations, or quantized codes with scales
+  const int form = cuda::check_kv_page_tensor(op, "kv.k", "kv.k_scale", kv.k, kv.k_scale);
   cuda::check_same_dtype(op, "out", out, q);
   cuda::check_dtype(op, "sinks", p.sinks, {DType::F32});
   cuda::check_dtype(op, "inv_freq", p.rope.inv_freq, {DType::F32});
@@ -170,9 +182,11 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
   const int warps = items < 2048 ? 8 : 4;
   const size_t smem = (static_cast<size_t>(warps) * (hd + 2) + hd) * 4;
   const int64_t n_tok = T;  // (T names the element type inside FT_DISPATCH_ACT)
-  FT_DISPATCH_ACT(op, "q", q.dtype, FT_DISPATCH_PAGE(op, "kv.k", kv.k.dtype, {
-    cuda::attention_kernel<T, P><<<blocks, warps * 32, smem, stream_>>>(
-        q.ptr<T>(), static_cast<const P*>(kv.k.data), entries.empty() ? nullptr : entries.ptr<T>(),
+  const cuda::KvPages kp{kv.k.data, form == cuda::kKvFloat ? nullptr : kv.k_scale.data, 1, static_cast<int>(hd),
+                         form == cuda::kKvFloat ? 0 : static_cast<int>(kv.k_scale.dim(3))};
+  FT_DISPATCH_ACT(op, "q", q.dtype, FT_DISPATCH_KV_FORM(op, "kv.k", form, kv.k.dtype, {
+    cuda::attention_kernel<T, F, P><<<blocks, warps * 32, smem, stream_>>>(
+        q.ptr<T>(), kp, entries.empty() ? nullptr : entries.ptr<T>(),
         selected.empty() ? nullptr : selected.ptr<int32_t>(), selected.empty() ? 0 : static_cast<int>(selected.cols()),
         p.sinks.ptr<float>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.block_tables.ptr<int32_t>(), batch.max_blocks, static_cast<int>(kv.k.dim(1)), out.ptr<T>(), n_tok,

@@ -60,6 +60,21 @@ void check_kv_write(const char* op, const BatchInfo& batch, const Tensor& k, con
   op_checks::kv_write(op, batch, k, v, kv);
 }
 
+int check_kv_page_tensor(const char* op, const char* name, const char* scale_name, const Tensor& pages,
+                         const Tensor& scales) {
+  if (scales.empty()) {
+    check_act(op, name, pages);
+    return 0;
+  }
+  check_dtype(op, name, pages, {DType::F8_E4M3, DType::I8});
+  const DType kd = kv_dtype_of_codes(pages.dtype);
+  check_dtype(op, scale_name, scales, {kv_scale_dtype(kd)});
+  if (pages.ndim != 4 || scales.ndim != 4 || scales.dim(0) != pages.dim(0) || scales.dim(1) != pages.dim(1) ||
+      scales.dim(2) != pages.dim(2) || scales.dim(3) != kv_scales_per_head(kd, pages.dim(3)))
+    fail(ErrorCode::kInvalidArgument, "{}: scales {} do not fit {} pages {}", op, scales.str(), name, pages.str());
+  return kd == DType::F8_E4M3 ? 1 : 2;
+}
+
 int check_kv_pages(const char* op, const KvLayer& kv) {
   if (!kv.quantized()) {
     check_act(op, "kv.k", kv.k);
@@ -70,16 +85,10 @@ int check_kv_pages(const char* op, const KvLayer& kv) {
   }
   check_dtype(op, "kv.k", kv.k, {DType::F8_E4M3, DType::I8});
   check_same_dtype(op, "kv.v", kv.v, kv.k);
-  const DType kd = kv_dtype_of_codes(kv.k.dtype);
-  for (const auto& [name, scale_name, pages, scales] :
-       {std::tuple<const char*, const char*, const Tensor*, const Tensor*>{"kv.k", "kv.k_scale", &kv.k, &kv.k_scale},
-        {"kv.v", "kv.v_scale", &kv.v, &kv.v_scale}}) {
-    check_dtype(op, scale_name, *scales, {kv_scale_dtype(kd)});
-    if (pages->ndim != 4 || scales->ndim != 4 || scales->dim(0) != pages->dim(0) || scales->dim(1) != pages->dim(1) ||
-        scales->dim(2) != pages->dim(2) || scales->dim(3) != kv_scales_per_head(kd, pages->dim(3)))
-      fail(ErrorCode::kInvalidArgument, "{}: scales {} do not fit {} pages {}", op, scales->str(), name, pages->str());
-  }
-  return kd == DType::F8_E4M3 ? 1 : 2;
+  const int form = check_kv_page_tensor(op, "kv.k", "kv.k_scale", kv.k, kv.k_scale);
+  if (check_kv_page_tensor(op, "kv.v", "kv.v_scale", kv.v, kv.v_scale) != form)
+    fail(ErrorCode::kInvalidArgument, "{}: kv.v has no scales but kv.k has", op);
+  return form;
 }
 
 }  // namespace ft::cuda

@@ -29,6 +29,11 @@ void check_batch(const char* op, const BatchInfo& b);
  *  (returns 1 = kKvFp8 or 2 = kKvQ8). kUnsupported for other dtypes, kInvalidArgument for scales that do
  *  not fit their pages. */
 int check_kv_pages(const char* op, const KvLayer& kv);
+/** The same for one page tensor `name` and its scales `scale_name` (empty for F32 / BF16 pages), for
+ *  the ops that read or write only kv.k or only kv.v (compress_kv, attention_compressed): returns 0
+ *  (kKvFloat), 1 (kKvFp8) or 2 (kKvQ8). */
+int check_kv_page_tensor(const char* op, const char* name, const char* scale_name, const Tensor& pages,
+                         const Tensor& scales);
 /** A KV write's arguments (kv_write, qk_norm_rope_store): k, v activations of one dtype; kv pages as
  *  check_kv_pages (quantized pages only where the caller quantizes: kv_write); then op_checks::kv_write (batch; pages 4-D [pages, page_size, heads, dim]
  *  of one count and size, k [T, Wk] and v [T, Wv] with their widths, which may differ: MLA's latent and

@@ -4,12 +4,14 @@
 // scales (KvLayer::k_scale / ::v_scale, [n_pages, page_size, heads, sph]): fp8 one F32 scale a row
 // (E4M3 codes), q8_0 one F16 scale per 32 values (int8 codes). The functions here give the CPU's
 // codes, scales and values bit for bit (kv_write.cu quantizes, the attention kernels dequantize in
-// registers). Only included from src/backend/cuda/*.cu.
+// registers; compress_kv.cu, attention_compressed.cu and attention_qsa.cu read single values through
+// kv_page_value). Only included from src/backend/cuda/*.cu.
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "backend/cuda/attention_args.h"
+#include "backend/cuda/common.cuh"
 
 namespace ft::cuda {
 
@@ -75,4 +77,78 @@ __device__ __forceinline__ void load_kv_quant(const void* codes, const void* sca
   }
 }
 
+/** One warp quantizes a head row of D values, x(d) for d < D, to codes[0, D) and its scales (fp8: the
+ *  F32 at static_cast<float*>(scales)[row]; q8_0: the F16s at [row * sph, (row + 1) * sph)), as the
+ *  CPU's kv_quantize_head: fp8 s = amax / 448 (1 for a zero row), code = e4m3(x * (1 / s)); q8_0 per
+ *  32 values d = amax / 127, code = round-half-away(clamp(x * (1 / d), +-127)) (0 when d = 0), d
+ *  stored as F16 (round to nearest even). Every lane of the warp calls it (warp-uniform row). */
+template <int FORM, typename Load>
+__device__ __forceinline__ void kv_quantize_row_warp(Load x, int D, uint8_t* codes, void* scales, int64_t row) {
+  static_assert(FORM == kKvFp8 || FORM == kKvQ8, "kv_quantize_row_warp: a quantized form");
+  const int lane = threadIdx.x & 31;
+  if constexpr (FORM == kKvFp8) {
+    float m = 0.0f;
+    for (int d = lane; d < D; d += 32) m = fmaxf(m, fabsf(x(d)));
+    m = warp_max(m);
+    const float s = m > 0.0f ? m / 448.0f : 1.0f;
+    const float inv = 1.0f / s;
+    for (int d = lane; d < D; d += 32) codes[d] = f32_to_e4m3_code(x(d) * inv);
+    if (lane == 0) static_cast<float*>(scales)[row] = s;
+  } else {
+    const int sph = (D + 31) / 32;
+    for (int b = 0; b < sph; ++b) {
+      const int d = b * 32 + lane;
+      const float v = d < D ? x(d) : 0.0f;
+      const float dq = warp_max(fabsf(v)) / 127.0f;
+      const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+      if (d < D)
+        codes[d] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(roundf(fminf(fmaxf(v * id, -127.0f), 127.0f)))));
+      if (lane == 0) static_cast<__half*>(scales)[row * sph + b] = __float2half_rn(dq);
+    }
+  }
+}
+
+/** KV pages [n_pages, page_size, heads, dim] as the kernels that read single values see them: P
+ *  elements (FORM kKvFloat: F32 or BF16), or one-byte codes with their scales (kKvFp8 / kKvQ8). */
+struct KvPages {
+  const void* data;
+  const void* scales;  // null for kKvFloat
+  int heads, dim, sph;  // sph: scales a head row (kv_scales_per_head)
+};
+
+/** Column `c` (< heads * dim) of page slot `slot` (page * page_size + position in the page): the
+ *  value as stored (P), or code * scale of its head row, as the CPU's kv_dequantize_head. */
+template <int FORM, typename P>
+__device__ __forceinline__ float kv_page_value(const KvPages& kv, int64_t slot, int c) {
+  if constexpr (FORM == kKvFloat) {
+    return to_f(static_cast<const P*>(kv.data)[slot * kv.heads * kv.dim + c]);
+  } else {
+    const int h = c / kv.dim;
+    float v;
+    load_kv_quant<FORM, 1>(kv.data, kv.scales, slot * kv.heads + h, kv.dim, kv.sph, c - h * kv.dim, &v);
+    return v;
+  }
+}
+
 }  // namespace ft::cuda
+
+/** Runs the statement with `constexpr int F` (kKvFloat, kKvFp8 or kKvQ8) and `P` (the page element:
+ *  F32 / BF16 for kKvFloat, else uint8_t) for pages of `form` (check_kv_pages' return) and `dtype`;
+ *  kUnsupported naming op and arg for float pages of another dtype (FT_DISPATCH_PAGE). */
+#define FT_DISPATCH_KV_FORM(op, arg, form, dtype, ...)        \
+  do {                                                       \
+    if ((form) == ::ft::cuda::kKvFp8) {                      \
+      constexpr int F = ::ft::cuda::kKvFp8;                  \
+      using P = uint8_t;                                     \
+      __VA_ARGS__;                                           \
+    } else if ((form) == ::ft::cuda::kKvQ8) {                \
+      constexpr int F = ::ft::cuda::kKvQ8;                   \
+      using P = uint8_t;                                     \
+      __VA_ARGS__;                                           \
+    } else {                                                 \
+      FT_DISPATCH_PAGE(op, arg, dtype, {                     \
+        constexpr int F = ::ft::cuda::kKvFloat;              \
+        __VA_ARGS__;                                         \
+      });                                                    \
+    }                                                        \
+  } while (0)

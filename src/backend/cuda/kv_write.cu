@@ -43,15 +43,12 @@ __global__ void kv_write_kernel(const void* k, const void* v, int src_code, void
 
 /** Quantized pages (FORM kKvFp8 or kKvQ8): one warp per head row, k's T * Gk rows first, then v's
  *  T * Gv. A row's codes go to codes[row * D ..] and its scales to scales[row * sph ..], row = (page *
- *  page_size + slot) * G + h, as the CPU's kv_write. fp8: s = amax / 448 (1 for a zero row), code =
- *  e4m3(x * (1 / s)); q8_0 per 32 values: d = amax / 127, code = round-half-away(clamp(x * (1 / d),
- *  +-127)) (0 when d = 0), d stored as F16 (round to nearest even). */
+ *  page_size + slot) * G + h, as the CPU's kv_write (kv_quantize_row_warp: the CPU's math). */
 template <int FORM>
 __global__ void kv_write_quant_kernel(const void* k, const void* v, int src_code, uint8_t* kc, uint8_t* vc, void* ks,
                                       void* vs, int64_t T, int Gk, int Dk, int Gv, int Dv, int64_t page_size,
                                       int64_t n_pages, const int32_t* pos, const int32_t* seq, int64_t n_seqs,
                                       const int32_t* bt, int max_blocks) {
-  const int lane = threadIdx.x & 31;
   const int64_t nk = T * Gk, n_rows = nk + T * Gv;
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; r < n_rows; r += warps) {
@@ -67,27 +64,8 @@ __global__ void kv_write_quant_kernel(const void* k, const void* v, int src_code
     const int64_t row = (page * page_size + p % page_size) * G + h;
     const void* src = is_k ? k : v;
     const int64_t s0 = j * D;
-    uint8_t* codes = (is_k ? kc : vc) + row * D;
-    if constexpr (FORM == kKvFp8) {
-      float m = 0.0f;
-      for (int d = lane; d < D; d += 32) m = fmaxf(m, fabsf(load_any(src, src_code, s0 + d)));
-      m = warp_max(m);
-      const float s = m > 0.0f ? m / 448.0f : 1.0f;
-      const float inv = 1.0f / s;
-      for (int d = lane; d < D; d += 32) codes[d] = f32_to_e4m3_code(load_any(src, src_code, s0 + d) * inv);
-      if (lane == 0) static_cast<float*>(is_k ? ks : vs)[row] = s;
-    } else {
-      const int sph = (D + 31) / 32;
-      for (int b = 0; b < sph; ++b) {
-        const int d = b * 32 + lane;
-        const float x = d < D ? load_any(src, src_code, s0 + d) : 0.0f;
-        const float dq = warp_max(fabsf(x)) / 127.0f;
-        const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
-        if (d < D)
-          codes[d] = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>(roundf(fminf(fmaxf(x * id, -127.0f), 127.0f)))));
-        if (lane == 0) static_cast<__half*>(is_k ? ks : vs)[row * sph + b] = __float2half_rn(dq);
-      }
-    }
+    kv_quantize_row_warp<FORM>([&](int d) { return load_any(src, src_code, s0 + d); }, D, (is_k ? kc : vc) + row * D,
+                               is_k ? ks : vs, row);
   }
 }
 
