@@ -32,7 +32,6 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
   // qwen4_exp's compressed-KV layers (attention_qsa keeps its pages in the activation dtype; deepseek_v4's
   // compress_kv and attention_compressed read F32 or BF16 pages whatever the activations); the CPU
   // backend keeps f32 pages (it has no bf16 KV).
-  const bool compressed_kv = config.arch == "deepseek_v4" || config.arch == "qwen4_exp";
   const bool activation_pages = config.arch == "qwen4_exp";
   const DType auto_dtype = ops.device() == Device::kCuda && !activation_pages ? DType::BF16 : ops.activation_dtype();
   DType kv_dtype = auto_dtype;
@@ -49,16 +48,12 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
     if (ops.device() != Device::kCpu && !cuda)
       fail(ErrorCode::kUnsupported, "--kv-cache-dtype {} is not supported on the {} backend yet; use bf16 (auto)", want,
            ops.name());
-    // These layers' kernels (compress_kv, attention_compressed) read the pages as f32 and have no
-    // quantized path yet.
-    if (compressed_kv)
-      fail(ErrorCode::kUnsupported,
-           "--kv-cache-dtype {}: {}'s compressed-KV attention layers (compress_kv{}) have no quantized KV path yet; "
-           "use {}",
-           want, config.arch, config.arch == "deepseek_v4" ? ", attention_compressed" : " of the QSA indexer", auto_kv);
     // CUDA reads quantized pages in its standard (GQA) attention kernels, full and sliding-window
-    // (kv_write, attention.cu, attention_decode.cu), and MLA's latent and RoPE-key pages in
-    // attention_mla's CUDA-core kernel (attention_mla.cu), as the CPU does.
+    // (kv_write, attention.cu, attention_decode.cu), MLA's latent and RoPE-key pages in attention_mla's
+    // CUDA-core kernel (attention_mla.cu), and the compressed-KV layers' (deepseek_v4, qwen4_exp) key
+    // and value pages in compress_kv, attention_compressed and attention_qsa, as the CPU does. Their
+    // value pages hold parts written apart (a compressor's kv and gate, V then the indexer's key) in
+    // heads of ModelConfig::kv_v_head_dim, so each part has its own scales.
     // Scales are kept per head of the pages: a layer attending with more (narrower) heads than the
     // pages hold may need more scales a token than they have (kv_head_view).
     const int64_t page_scales = config.n_head_kv * kv_scales_per_head(kv_dtype, config.head_dim);

@@ -48,9 +48,8 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
  *  --state-snapshots) and the sliding-window pool's budget (at least what max_seqs windows and one step
  *  need, --swa-kv-tokens); `options` must pass EngineOptions::validate. Throws kUnsupported for bf16
  *  on the CPU backend, for fp8 / q8_0 (quantized pages with scales, quant/kv_quant.h) on a backend
- *  other than the CPU and CUDA, on CUDA for multi-head latent attention, for a layer whose heads need
- *  more scales a token than the pages hold, and for an architecture whose compressed-KV layers have
- *  no quantized path (deepseek_v4, qwen4_exp). */
+ *  other than the CPU and CUDA, and for a layer whose heads need more scales a token than the pages
+ *  hold. */
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page);
 
 /** The engine's memory plan. Sizes in bytes. */

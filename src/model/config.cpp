@@ -241,7 +241,12 @@ KvCacheConfig kv_layout(const ModelConfig& c) {
     k.v_n_head = 1, k.v_head_dim = static_cast<int32_t>(c.qk_rope_dim);
   } else {
     k.n_head_kv = static_cast<int32_t>(c.n_head_kv), k.head_dim = static_cast<int32_t>(c.head_dim);
-    if (c.kv_v_width > 0) k.v_n_head = 1, k.v_head_dim = static_cast<int32_t>(c.kv_v_width);
+    if (c.kv_v_width > 0) {
+      const int64_t d = c.kv_v_head_dim > 0 ? c.kv_v_head_dim : c.kv_v_width;
+      if (c.kv_v_width % d != 0)
+        fail(ErrorCode::kInternal, "{}: value pages of width {} do not split into heads of {}", c.arch, c.kv_v_width, d);
+      k.v_n_head = static_cast<int32_t>(c.kv_v_width / d), k.v_head_dim = static_cast<int32_t>(d);
+    }
   }
   if (!c.layer_linear.empty()) {
     k.layer_recurrent = c.layer_linear;

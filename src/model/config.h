@@ -118,6 +118,12 @@ struct ModelConfig {
   /** Width of each token's value-page row when the architecture keeps something else there than
    *  n_head_kv x head_dim values (DeepSeek-V4: its compressors' per-token projections); 0: none. */
   int64_t kv_v_width = 0;
+  /** Width of one head of those value pages (a divisor of kv_v_width; 0: the row is one head). Each
+   *  part of the row that an op writes on its own (DeepSeek-V4: a compressor's kv and gate, the
+   *  indexer's; Qwen4-Exp: each KV head's V, the indexer's key and gates) is whole heads, so quantized
+   *  pages (--kv-cache-dtype fp8 / q8_0, scales per head: quant/kv_quant.h) quantize each part alone,
+   *  never re-scaling a neighbour written earlier. */
+  int64_t kv_v_head_dim = 0;
 
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;

@@ -33,7 +33,8 @@
 // later step needs is in the paged KV cache, indexed by position. Per layer the key pages hold each
 // token's normalised, un-rotated kv [1, head_dim] (the window reads them; rotation happens on read);
 // the value pages hold each token's compressor projections (kv and gate of the compressor, then of
-// the indexer's compressor: config.kv_v_width columns; unused on sliding_attention layers, which read
+// the indexer's compressor: config.kv_v_width columns in heads of kv_v_head_dim, so that each is
+// quantized alone under --kv-cache-dtype fp8 / q8_0; unused on sliding_attention layers, which read
 // their key pages' window only). Every step recomputes each sequence's
 // compressed entries from its pages (ops.h compress_kv), so entries are a pure function of the
 // prefix: a prefix-cache hit or a decode step gives what a cold prefill gives. No sliding-window pool
@@ -53,6 +54,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -191,6 +193,7 @@ void DeepseekV4::read_config(const json& cfg) {
   c.sliding_window = 0;
   c.layer_window.clear();
   c.kv_v_width = any_csa ? 4 * c.head_dim + 4 * id_ : 2 * c.head_dim;
+  c.kv_v_head_dim = any_csa ? std::gcd(c.head_dim, id_) : c.head_dim;  // kv and gate: whole heads each
   c.norm_topk_prob = true;
   const int64_t n_rot = rope_kinds_.compress.n_rot;
   if (any_csa && n_rot > id_)
@@ -447,7 +450,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   ops.matmul(h, L.wkv, kv, Tensor(), h_q8);
   ops.rms_norm(norm, kv, L.kv_norm, kv);
   const KvLayer pages = ctx.kv.layer(static_cast<int32_t>(l));
-  ops.kv_write(b, kv, kv, KvLayer{pages.k, pages.k});  // the key pages hold K = V
+  ops.kv_write(b, kv, kv, KvLayer{pages.k, pages.k, pages.k_scale, pages.k_scale});  // the key pages hold K = V
   CompressedAttentionParams ap;
   ap.n_head = static_cast<int32_t>(nh);
   ap.head_dim = static_cast<int32_t>(hd);

@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -273,6 +274,7 @@ void Qwen4Exp::read_config(const json& cfg) {
   c.sliding_window = 0;
   c.layer_window.clear();
   c.kv_v_width = c.n_head_kv * c.head_dim + 2 * id_;  // V, then the indexer's key (and zero gates)
+  c.kv_v_head_dim = std::gcd(c.head_dim, id_);          // V's heads and the indexer's key: whole heads each
   if (!ple_layers_.empty()) {
     c.lin_conv2_rows = (ple_kernel_ - 1) * ngram_;
     c.lin_conv2_dim = n_hc_ * c.n_embd;

@@ -7,7 +7,9 @@
 // (q8_0) at the median against f32 pages on the CPU, so one code that rounds the other way on the two
 // backends shows at the 1e-3 level. deepseek_v3 (MLA: quantized latent and RoPE-key pages, read by
 // attention_mla's CUDA-core kernel in decode and prefill) is asserted as the MoE fixtures are, and its
-// GPU greedy tokens must equal the CPU's with the same KV dtype.
+// GPU greedy tokens must equal the CPU's with the same KV dtype. deepseek_v4 and qwen4_exp (compressed
+// KV: compress_kv, attention_compressed and attention_qsa over quantized key and value pages) are
+// asserted as the MoE fixtures are.
 //
 // Tolerance. Both backends quantize with the same formula and rounding (tests/backend/cuda_kv_quant_test.cpp checks the
 // codes and scales byte for byte given equal inputs), so the pages differ only where a K or V value
@@ -111,7 +113,8 @@ TEST_P(CudaKvDtypeFixture, LogitsMatchTheCpuBackendsQuantizedKv) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaKvDtypeFixture,
-                         ::testing::Combine(::testing::Values("qwen3", "gpt_oss", "llama", "gemma4", "deepseek_v3"),
+                         ::testing::Combine(::testing::Values("qwen3", "gpt_oss", "llama", "gemma4", "deepseek_v3",
+                                                              "deepseek_v4", "qwen4_exp"),
                                             ::testing::Values("fp8", "q8_0")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 

@@ -308,6 +308,16 @@ TEST(MemoryPlan, QuantizedKvDtypesOnTheCpuAndCuda) {
     EXPECT_EQ(KvCache::bytes_per_token(on_cuda), KvCache::bytes_per_token(on_cpu)) << dt;
     EXPECT_EQ(KvCache::bytes_per_token(on_cuda), dt == "fp8" ? 3 * (36 + 12) : 3 * (34 + 10)) << dt;
   }
+  // Compressed KV (compress_kv, attention_compressed and attention_qsa read quantized pages on both
+  // backends): planned as the others (the model's value-page layout and its bytes a token:
+  // tests/model/kv_dtype_test.cpp).
+  for (const ModelConfig* c : {&v4, &qsa})
+    for (const std::string dt : {"fp8", "q8_0"}) {
+      o.kv_cache_dtype = kv_cache_dtype_from_name(dt).value();
+      const DType want = dt == "fp8" ? DType::F8_E4M3 : DType::Q8_0;
+      EXPECT_EQ(plan_kv_cache(o, *c, cuda, false).dtype, want) << c->arch << " " << dt;
+      EXPECT_EQ(plan_kv_cache(o, *c, cpu, false).dtype, want) << c->arch << " " << dt;
+    }
 }
 
 }  // namespace

@@ -24,8 +24,10 @@ TEST(DeepseekV4, ChunkedPrefillOverSmallPagesKeepsTheReferenceLogits) {
   o.page_size = 4;
   auto engine = Engine::load(dir, o);
   EXPECT_EQ(engine->kv().swa_pool(), nullptr);
-  // Value rows: compressor kv + gate (2 x 2 x 16) and the indexer's (2 x 2 x 16) per token.
-  EXPECT_EQ(engine->kv().config().v_head_dim, 128);
+  // Value rows: compressor kv + gate (2 x 2 x 16) and the indexer's (2 x 2 x 16) per token, in heads
+  // of gcd(head_dim, index_head_dim) = 16 (each part whole heads: its own scales when quantized).
+  EXPECT_EQ(engine->kv().config().v_n_head * engine->kv().config().v_head_dim, 128);
+  EXPECT_EQ(engine->kv().config().v_head_dim, 16);
   EXPECT_EQ(engine->kv().config().head_dim, 16);
   const int64_t V = engine->config().n_vocab;
   GenerateOptions go;
