@@ -135,7 +135,7 @@ void append_record_views(const ExpertLayout& layout, uint8_t* base, int64_t n, D
 
 ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads,
                          const std::function<void(int64_t layer)>& layer_filled, bool layer_filled_frees_memory,
-                         BankFormat format, ProgressSink* progress)
+                         BankFormat format, ProgressSink* progress, const HostMemoryProbe& host_room)
     : format_(format) {
   std::string why;
   if (format == BankFormat::kEc12 && !ec12_bankable(host, &why))
@@ -197,9 +197,11 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
     }
   // Before any bank memory is touched. The workers take records in layer order, so the layers not
   // yet complete (not yet released by layer_filled) number at most 2 + workers / experts per layer.
-  if (total_bytes_ > 0)
-    check_bank_host_memory(total_bytes_, (2 + nt / min_experts) * layer_max, layer_filled && layer_filled_frees_memory,
-                           host_memory_available());
+  const bool released = layer_filled && layer_filled_frees_memory;
+  const int64_t in_flight = total_bytes_ > 0 ? (2 + nt / min_experts) * layer_max : 0;
+  const HostMemoryProbe room = host_room ? host_room : HostMemoryProbe([] { return host_memory_room(); });
+  const int64_t room_start = total_bytes_ > 0 ? room() : -1;
+  if (total_bytes_ > 0) check_bank_host_memory(total_bytes_, in_flight, released, room_start);
   for (Layer& L : layers_)
     if (L.n_expert > 0) {
       L.memory = alloc.allocate(L.record.bytes * L.n_expert);
@@ -208,9 +210,21 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
   // Parallel fill: each worker writes whole records (reads fault the mapped checkpoint in).
   std::vector<std::atomic<int32_t>> remaining(host.size());  // records left to write per layer
   for (size_t l = 0; l < host.size(); ++l) remaining[l] = layers_[l].n_expert;
+  // Before each MoE layer after the first (checked above), host memory is measured again: what the
+  // records not yet written need (a releasing checkpoint: the layers in flight) and kBankFillReserve
+  // must still fit.
+  std::atomic<int64_t> written{0};  // bytes of records written
+  std::mutex room_mu;               // one measurement at a time
   parallel_items(static_cast<int64_t>(items.size()), nt, [&](int64_t i) {
     const auto [l, e] = items[static_cast<size_t>(i)];
     const Layer& L = layers_[static_cast<size_t>(l)];
+    if (e == 0 && i > 0) {
+      std::lock_guard<std::mutex> lock(room_mu);
+      const int64_t now = room(), left = total_bytes_ - written.load();
+      const int64_t still = released ? std::min(in_flight, left) : left;
+      if (now >= 0 && still + kBankFillReserve > now)
+        throw host_memory_shrunk(l, still + kBankFillReserve, still, released, now, room_start);
+    }
     uint8_t* r = L.base + e * L.record.bytes;
     const auto parts = parts_of(host[static_cast<size_t>(l)], e);
     const int64_t offs[4] = {L.record.gate_offset, L.record.up_offset, L.record.down_offset, L.record.bytes};
@@ -227,6 +241,7 @@ ExpertBanks::ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& all
       std::memset(r + offs[j] + n, 0, static_cast<size_t>(offs[j + 1] - offs[j] - n));  // padding
       phase.add(format == BankFormat::kEc12 ? parts[j]->bytes() - parts[j]->bytes() / 2 : parts[j]->bytes());
     }
+    written += L.record.bytes;
     if (--remaining[static_cast<size_t>(l)] == 0 && layer_filled) layer_filled(l);
   });
   // Pin after fill, then build the host views.

@@ -67,15 +67,23 @@ class ExpertBanks {
    *  `alloc`. `layer_filled`, when set, runs once per MoE layer as soon as its records are copied
    *  (on a fill thread), so the caller can release that layer's source; `layer_filled_frees_memory`
    *  says that this gives memory back (Checkpoint::releases_memory). Before allocating, the banks
-   *  are checked against MemAvailable (check_bank_host_memory). `format` kEc12 codes the records
+   *  are checked against `host_room` (empty: host_memory_room(), MemAvailable and the cgroup's
+   *  room) by check_bank_host_memory; the fill calls it again before each MoE layer's first record
+   *  and, when the records still to write (a releasing checkpoint: the layers in flight) plus
+   *  kBankFillReserve exceed it, stops and throws HostMemoryShrunk (host_memory_shrunk: the layer,
+   *  the bytes still needed, usable now and at start), the records written so far freed: host
+   *  memory taken by another process mid-fill is then an error, not the OOM killer ending the
+   *  process halfway through a 60 GB fill. `format` kEc12 codes the records
    *  (a first pass over the experts picks each matrix's code table and counts its exceptions, which
    *  fixes the record size); it needs ec12_bankable(host), else throws kInvalidArgument. `progress`,
    *  when set, sees a phase "expert banks" of the experts' bytes as stored, added as records are
    *  written (kEc12: half in each pass), ended once the banks are pinned.
-   *  Throws what expert_layout, the allocator, check_bank_host_memory and layer_filled throw. */
+   *  Throws what expert_layout, the allocator, check_bank_host_memory and layer_filled throw;
+   *  HostMemoryShrunk (kOutOfMemory) as above. */
   ExpertBanks(const std::vector<ExpertBank>& host, HostAllocator& alloc, int n_threads = 0,
               const std::function<void(int64_t layer)>& layer_filled = {}, bool layer_filled_frees_memory = false,
-              BankFormat format = BankFormat::kStored, ProgressSink* progress = nullptr);
+              BankFormat format = BankFormat::kStored, ProgressSink* progress = nullptr,
+              const HostMemoryProbe& host_room = {});
   ExpertBanks(const ExpertBanks&) = delete;
   ExpertBanks& operator=(const ExpertBanks&) = delete;
 

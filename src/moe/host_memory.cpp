@@ -39,9 +39,20 @@ int64_t read_cgroup_value(const std::filesystem::path& p) {
   return v >= (int64_t{1} << 60) ? -1 : v;  // v1 writes "no limit" as a page-rounded INT64_MAX
 }
 
-/** The tightest limit of the cgroup at `rel` under `mount` and its ancestors, and its usage. */
+/** The value of `key` in a memory.stat file ("key bytes" lines), -1 when missing. */
+int64_t read_stat_value(const std::filesystem::path& p, const char* key) {
+  std::ifstream f(p);
+  std::string k;
+  int64_t v = 0;
+  while (f >> k >> v)
+    if (k == key) return v;
+  return -1;
+}
+
+/** The tightest limit of the cgroup at `rel` under `mount` and its ancestors, its usage and the
+ *  inactive page cache in it (memory.stat's `inactive_key`). */
 void read_cgroup_dir(const std::filesystem::path& mount, const std::string& rel, const char* limit_file,
-                     const char* usage_file, HostMemoryLimits& m) {
+                     const char* usage_file, const char* inactive_key, HostMemoryLimits& m) {
   std::error_code ec;
   std::vector<std::filesystem::path> dirs{mount};  // the mount's root, then down the path
   for (const auto& part : std::filesystem::path(rel).relative_path()) {
@@ -50,6 +61,7 @@ void read_cgroup_dir(const std::filesystem::path& mount, const std::string& rel,
   }
   if (!std::filesystem::is_directory(dirs.back(), ec)) dirs.resize(1);  // a container's cgroup namespace
   m.cgroup_usage = read_cgroup_value(dirs.back() / usage_file);
+  m.cgroup_inactive_file = read_stat_value(dirs.back() / "memory.stat", inactive_key);
   for (const auto& d : dirs) {
     const int64_t lim = read_cgroup_value(d / limit_file);
     if (lim >= 0) m.cgroup_limit = m.cgroup_limit < 0 ? lim : std::min(m.cgroup_limit, lim);
@@ -77,9 +89,10 @@ HostMemoryLimits read_host_memory_limits(const std::string& root) {
       if (c == "memory") has_v1 = true, v1 = path;
   }
   if (has_v1)
-    read_cgroup_dir(r / "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes", m);
+    read_cgroup_dir(r / "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                    "total_inactive_file", m);
   else if (has_v2)
-    read_cgroup_dir(r / "sys/fs/cgroup", v2, "memory.max", "memory.current", m);
+    read_cgroup_dir(r / "sys/fs/cgroup", v2, "memory.max", "memory.current", "inactive_file", m);
   return m;
 }
 
@@ -95,7 +108,9 @@ int64_t usable_host_memory(const HostMemoryLimits& m, bool pinned, int64_t margi
     if (v >= 0) u = u < 0 ? v : std::min(u, v);
   };
   bound(m.mem_available);
-  if (m.cgroup_limit >= 0) bound(std::max<int64_t>(m.cgroup_limit - std::max<int64_t>(m.cgroup_usage, 0), 0));
+  const int64_t working_set =
+      std::max<int64_t>(std::max<int64_t>(m.cgroup_usage, 0) - std::max<int64_t>(m.cgroup_inactive_file, 0), 0);
+  if (m.cgroup_limit >= 0) bound(std::max<int64_t>(m.cgroup_limit - working_set, 0));
   if (pinned) bound(m.memlock);
   return u < 0 ? -1 : std::max<int64_t>(u - margin, 0);
 }
@@ -105,7 +120,11 @@ std::string describe_host_memory(const HostMemoryLimits& m, bool pinned, int64_t
   auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
   if (m.mem_available >= 0) add(fmt::format("MemAvailable {}", format_bytes(m.mem_available)));
   if (m.cgroup_limit >= 0)
-    add(fmt::format("cgroup limit {} ({} used)", format_bytes(m.cgroup_limit), format_bytes(std::max<int64_t>(m.cgroup_usage, 0))));
+    add(fmt::format("cgroup limit {} ({} used{})", format_bytes(m.cgroup_limit),
+                    format_bytes(std::max<int64_t>(m.cgroup_usage, 0)),
+                    m.cgroup_inactive_file > 0
+                        ? fmt::format(", {} of it inactive page cache", format_bytes(m.cgroup_inactive_file))
+                        : std::string()));
   if (pinned && m.memlock >= 0) add(fmt::format("RLIMIT_MEMLOCK {}", format_bytes(m.memlock)));
   if (s.empty()) return "host memory: no bound known";
   return fmt::format("host memory: {}; usable for expert banks {} ({} margin)", s,
@@ -122,7 +141,8 @@ void check_bank_host_memory(int64_t bank_bytes, int64_t in_flight_bytes, bool so
     if (need > available)
       fail(ErrorCode::kOutOfMemory,
            "expert banks: filling {} of routed experts from a checkpoint that frees each layer once it is copied "
-           "needs {} of free host memory ({} for the layers copied at once, {} reserve), but MemAvailable is {}. {}",
+           "needs {} of free host memory ({} for the layers copied at once, {} reserve), but {} is available "
+           "(MemAvailable, the cgroup's room). {}",
            format_bytes(bank_bytes), format_bytes(need), format_bytes(in_flight_bytes),
            format_bytes(kBankHostReserve), format_bytes(available), help);
     return;
@@ -130,10 +150,33 @@ void check_bank_host_memory(int64_t bank_bytes, int64_t in_flight_bytes, bool so
   const int64_t need = bank_bytes + kBankHostReserve;
   if (need > available)
     fail(ErrorCode::kOutOfMemory,
-         "expert banks need {} of host memory ({} of routed experts, {} reserve), but MemAvailable is {}: banks of "
-         "at most {} would fit. {}",
+         "expert banks need {} of host memory ({} of routed experts, {} reserve), but {} is available (MemAvailable, "
+         "the cgroup's room): banks of at most {} would fit. {}",
          format_bytes(need), format_bytes(bank_bytes), format_bytes(kBankHostReserve), format_bytes(available),
          format_bytes(std::max<int64_t>(0, available - kBankHostReserve)), help);
+}
+
+int64_t host_memory_room(const std::string& root) {
+  return usable_host_memory(read_host_memory_limits(root), /*pinned=*/false, /*margin=*/0);
+}
+
+HostMemoryShrunk host_memory_shrunk(int64_t layer, int64_t need, int64_t still_to_copy, bool source_released,
+                                    int64_t room_now, int64_t room_start) {
+  const std::string what =
+      source_released
+          ? fmt::format("{} for the layers copied at once from a checkpoint that frees each layer once it is copied",
+                        format_bytes(still_to_copy))
+          : fmt::format("{} of expert records still to copy", format_bytes(still_to_copy));
+  return HostMemoryShrunk(
+      fmt::format("expert banks: host memory shrank while they were filled: before layer {} they still need {} ({}, "
+                  "{} reserve), but {} is usable now ({} when the fill started; MemAvailable and the cgroup's room), "
+                  "so another process took host memory. The fill stopped and its banks were freed rather than risk "
+                  "the kernel's OOM killer. Free host memory, give --host-memory-limit below what stays free so "
+                  "that more layers' experts are placed in GPU memory from the start, or use a smaller model or "
+                  "weight type",
+                  layer, format_bytes(need), what, format_bytes(need - still_to_copy),
+                  format_bytes(std::max<int64_t>(room_now, 0)), room_start >= 0 ? format_bytes(room_start) : "not known"),
+      layer, need, room_now, room_start);
 }
 
 std::unique_ptr<HostAllocator> make_bank_allocator(Ops& ops) { return ops.host_allocator(); }

@@ -37,7 +37,7 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   alloc_ = make_bank_allocator(ops);
   const BankFormat format = opt_.bank_format.value_or(ec12_bankable(host) ? BankFormat::kEc12 : BankFormat::kStored);
   banks_ = std::make_unique<ExpertBanks>(host, *alloc_, opt_.bank_threads, opt_.bank_layer_filled,
-                                         opt_.source_releases_memory, format, opt_.progress);
+                                         opt_.source_releases_memory, format, opt_.progress, opt_.host_room);
   opt_.bank_layer_filled = nullptr;  // it may refer to the caller's state
   opt_.progress = nullptr;
   const int64_t pairs = opt_.max_tokens * opt_.n_expert_used;

@@ -53,6 +53,9 @@ struct MoeRuntimeOptions {
   /** bank_layer_filled gives the checkpoint's anonymous memory back, so the banks' fill needs host
    *  memory only for the layers in flight (check_bank_host_memory). */
   bool source_releases_memory = false;
+  /** Measures the host memory the banks' fill may still take, before it and before each layer
+   *  (ExpertBanks' host_room; empty: host_memory_room()). */
+  HostMemoryProbe host_room;
   /** Sees the banks' fill (ExpertBanks) or the resident experts' upload (ResidentExperts) as a phase
    *  (during construction only; null: none). */
   ProgressSink* progress = nullptr;

@@ -76,6 +76,33 @@ TEST(HostMemoryLimits, CgroupV1) {
   EXPECT_EQ(usable_host_memory(m, false), 13 * GiB);
 }
 
+// The cgroup's inactive page cache (a mapped checkpoint read by the fill) is reclaimed before the
+// OOM killer acts: the room is the limit less the working set, and host_memory_room() reads it all.
+TEST(HostMemoryLimits, InactivePageCacheIsRoom) {
+  FakeRoot r("hostmem_stat");
+  r.put("proc/meminfo", kMeminfo);
+  r.put("proc/self/cgroup", "0::/job\n");
+  r.put("sys/fs/cgroup/job/memory.max", std::to_string(40 * GiB));
+  r.put("sys/fs/cgroup/job/memory.current", std::to_string(30 * GiB));
+  r.put("sys/fs/cgroup/job/memory.stat",
+        "anon 10737418240\nfile 21474836480\nactive_file 4294967296\ninactive_file " + std::to_string(16 * GiB) + "\n");
+  HostMemoryLimits m = read_host_memory_limits(r.root());
+  EXPECT_EQ(m.cgroup_inactive_file, 16 * GiB);
+  EXPECT_EQ(usable_host_memory(m, false, 0), 26 * GiB);  // 40 - (30 - 16)
+  EXPECT_EQ(host_memory_room(r.root()), 26 * GiB);
+  EXPECT_NE(describe_host_memory(m, false, 25 * GiB).find("16.00 GiB of it inactive page cache"), std::string::npos);
+  // cgroup v1 names it total_inactive_file.
+  FakeRoot v1("hostmem_stat_v1");
+  v1.put("proc/meminfo", kMeminfo);
+  v1.put("proc/self/cgroup", "11:memory:/job\n");
+  v1.put("sys/fs/cgroup/memory/job/memory.limit_in_bytes", std::to_string(16 * GiB));
+  v1.put("sys/fs/cgroup/memory/job/memory.usage_in_bytes", std::to_string(12 * GiB));
+  v1.put("sys/fs/cgroup/memory/job/memory.stat", "cache 1\ninactive_file 7\ntotal_inactive_file " + std::to_string(4 * GiB) + "\n");
+  m = read_host_memory_limits(v1.root());
+  EXPECT_EQ(m.cgroup_inactive_file, 4 * GiB);
+  EXPECT_EQ(host_memory_room(v1.root()), 8 * GiB);  // 16 - (12 - 4)
+}
+
 TEST(HostMemoryLimits, MemlockBoundsPinnedBanksOnly) {
   HostMemoryLimits m;
   m.mem_available = 64 * GiB;
@@ -94,6 +121,7 @@ TEST(HostMemoryLimits, NothingReadableMeansUnbounded) {
   EXPECT_EQ(m.mem_available, -1);
   EXPECT_EQ(m.cgroup_limit, -1);
   EXPECT_EQ(usable_host_memory(m, true), -1);
+  EXPECT_EQ(host_memory_room(r.root()), -1);
   // The real system: MemAvailable is readable on Linux, and memlock_limit() does not throw.
   EXPECT_GT(read_host_memory_limits().mem_available, 0);
   (void)memlock_limit();
