@@ -156,7 +156,8 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
          },
          "GiB of host memory the MoE expert banks may take; whole layers whose banks do not fit go resident on the "
          "GPU, charged to its budget before the expert cache and KV (default: measured at start: MemAvailable and "
-         "the cgroup's memory limit, less 1 GiB)")
+         "the cgroup's memory limit, less 1 GiB; measured again before each layer's fill, which plans again or "
+         "stops when other processes took the memory)")
       ->group(kGroupMemory);
   cmd->add_option("--decode-log-interval", eo.decode_log_interval,
                   "Log expert-cache hits, misses, bytes and CPU experts every N decode steps (0: off)")

@@ -9,6 +9,7 @@
 #include "backend/op_checks.h"
 #include "model/blocks.h"
 #include "moe/expert_parallel_experts.h"
+#include "moe/host_memory.h"
 #include "model/registry.h"
 #include "util/error.h"
 #include "util/format.h"
@@ -132,10 +133,46 @@ int64_t Engine::step_buffer_bytes() const {
 }
 
 void Engine::build_moe() {
-  try {
-    moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, *plan_.moe_inputs, *plan_.moe, *plan_.budget);
-  } catch (const Error& e) {
-    throw with_embed_weights_hint(e, *model_);
+  // Host memory taken by another process while the banks fill stops the fill (HostMemoryShrunk, its
+  // banks freed). The layers still to copy can then go to the GPU as at start: the expert cache is
+  // allocated after the banks, so the plan is made again with the host memory measured now (the GPU
+  // limit the start measured), its resident layers charged before the cache is sized, and the
+  // runtime built again. A checkpoint whose copied layers were released (a synthetic model) cannot
+  // be read again, and a rank group plans together: those fail with the numbers.
+  constexpr int kFillAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      moe_ = std::make_unique<MoeRuntime>(*ops_, *model_, *plan_.moe_inputs, *plan_.moe, *plan_.budget);
+      break;
+    } catch (const HostMemoryShrunk& e) {
+      const char* why = ckpt_->releases_memory()
+                            ? "the layers already copied gave their checkpoint memory back, so they cannot be read again"
+                        : comm_                      ? "the ranks of a group plan their memory together"
+                        : attempt >= kFillAttempts ? "host memory shrank on every attempt"
+                                                     : nullptr;
+      if (why)
+        throw with_embed_weights_hint(
+            Error(ErrorCode::kOutOfMemory, fmt::format("{} (not planned again: {})", e.what(), why)), *model_);
+      const int64_t room = options_.host_memory_probe ? options_.host_memory_probe() : host_memory_room();
+      MemoryPlanInputs in{options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()};
+      in.previous = &plan_;  // the device limit the start measured
+      in.remeasured_host_limit = std::max<int64_t>(room - kHostMemoryMargin, 0);
+      MemoryPlan p;
+      try {
+        p = plan_memory(in);
+      } catch (const Error& pe) {
+        throw Error(pe.code(), fmt::format("{}. Placing more layers' experts in GPU memory instead does not fit "
+                                           "either: {}", e.what(), pe.what()));
+      }
+      spdlog::warn("engine: host memory shrank while the expert banks filled (before layer {}: {} needed, {} usable, "
+                   "{} at start); planned again with {} of host memory for the banks: {}",
+                   e.layer, format_bytes(e.need), format_bytes(e.room_now),
+                   e.room_start >= 0 ? format_bytes(e.room_start) : std::string("not known"),
+                   format_bytes(in.remeasured_host_limit), p.moe ? p.moe->summary() : std::string("no MoE plan"));
+      plan_ = std::move(p);
+    } catch (const Error& e) {
+      throw with_embed_weights_hint(e, *model_);
+    }
   }
   plan_.moe = moe_->plan();
   plan_.budget = moe_->budget();

@@ -133,7 +133,11 @@ class Engine {
   /** Bytes of the device step and forward buffers (the graphs' input block included). */
   int64_t step_buffer_bytes() const;
   /** Builds the MoE runtime as plan_ planned it (moe, budget, moe_inputs) and records in plan_.moe
-   *  what it runs (prefetch, the provisional fetch cap). */
+   *  what it runs (prefetch, the provisional fetch cap). When the banks' fill finds host memory
+   *  shrunk (HostMemoryShrunk), plans again with the host memory measured now (more layers resident
+   *  on the GPU, the expert cache smaller) and builds again, up to 3 fills, logging it; throws
+   *  kOutOfMemory with the fill's numbers when that plan does not fit either, for a checkpoint that
+   *  released the copied layers, in a rank group, or after the third fill. */
   void build_moe();
   /** Hybrid without --moe-fetch-cap (auto's planner included): the fetch policy of the calibration
    *  file (options.moe.calibration_dir, calibration_key) when it holds one of the candidates and

@@ -5,6 +5,7 @@
 // needs no model. `ft run`, `ft serve` and `ft bench` bind their flags straight onto these fields
 // (cli/engine_flags.h).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,6 +66,10 @@ struct EngineOptions {
    *  resident on the GPU (plan_moe). 0: measured at start (MemAvailable, the cgroup's limit, less a
    *  margin: usable_host_memory). */
   int64_t host_memory_limit = 0;
+  /** Measures the host memory this process can still take, in bytes (-1: unknown), at start and
+   *  while the expert banks fill (moe/host_memory.h HostMemoryProbe); empty: host_memory_room()
+   *  (MemAvailable and the cgroup's room). Tests plant one that reports memory shrinking mid-load. */
+  std::function<int64_t()> host_memory_probe;
   int64_t decode_log_interval = 0;   // --decode-log-interval: MoE counters every N decode steps (0: off)
   /** --cuda-graph-max-bs: decode steps of up to this many sequences are recorded once per padded
    *  batch size (1, 2, 4, 8, ..., this) and side of the backend's short key range

@@ -215,19 +215,33 @@ GpuMemoryBudget moe_budget(const MemoryPlanInputs& in) {
   return b;
 }
 
-/** o.moe with MoeOptions::host_bank_limit and host_limit_source set: --host-memory-limit when given;
- *  on a resize (`previous`) the bound the start measured; none for a checkpoint that releases its
- *  anonymous memory into the banks; else usable_host_memory() measured now. */
+/** o.moe with MoeOptions::host_bank_limit and host_limit_source set: after a fill stopped by host
+ *  memory shrinking, the figure measured again (remeasured_host_limit; --host-memory-limit when
+ *  smaller); else --host-memory-limit when given; on a resize (`previous`) the bound the start
+ *  measured; none for a checkpoint that releases its anonymous memory into the banks; else the host
+ *  memory measured now (EngineOptions::host_memory_probe when set, else usable_host_memory()), less
+ *  kHostMemoryMargin. */
 MoeOptions moe_plan_options(const MemoryPlanInputs& in) {
   MoeOptions o = in.options.moe;
   // Beside a GPU the host cores are free for experts: auto serves the planner (MoeOptions::auto_planner).
   if (in.ops.device() == Device::kCuda) o.auto_planner = true;
-  if (in.options.host_memory_limit > 0) {
+  const int64_t flag = in.options.host_memory_limit;
+  if (in.remeasured_host_limit >= 0 && (flag <= 0 || in.remeasured_host_limit < flag)) {
+    o.host_bank_limit = in.remeasured_host_limit;
+    o.host_limit_source =
+        fmt::format("host memory measured again while the banks filled, less {} margin", format_bytes(kHostMemoryMargin));
+  } else if (in.options.host_memory_limit > 0) {
     o.host_bank_limit = in.options.host_memory_limit;
     o.host_limit_source = "--host-memory-limit";
   } else if (in.previous && in.previous->moe && in.previous->moe->host_bank_limit > 0) {
     o.host_bank_limit = in.previous->moe->host_bank_limit;
     o.host_limit_source = "the host memory measured at start";
+  } else if (!in.checkpoint.releases_memory() && in.options.host_memory_probe) {
+    const int64_t room = in.options.host_memory_probe();
+    o.host_bank_limit = room < 0 ? -1 : std::max<int64_t>(room - kHostMemoryMargin, 0);
+    o.host_limit_source = fmt::format("host memory: usable for expert banks {} ({} margin; measured by the engine's "
+                                      "host-memory probe)", room < 0 ? "unbounded" : format_bytes(o.host_bank_limit),
+                                      format_bytes(kHostMemoryMargin));
   } else if (!in.checkpoint.releases_memory()) {
     // RLIMIT_MEMLOCK is read and shown but does not bound the banks: the CUDA backend pins them with
     // cudaHostRegister, which the NVIDIA driver pins outside the mlock accounting, so a container's
@@ -294,6 +308,7 @@ MoeRuntimeConfig moe_runtime_config(const MemoryPlanInputs& in) {
   mc.release_source = [ckpt = &in.checkpoint](const void* data, int64_t bytes) { ckpt->release(data, bytes); };
   mc.source_releases_memory = in.checkpoint.releases_memory();
   mc.progress = o.progress;
+  mc.host_room = o.host_memory_probe;
   return mc;
 }
 

@@ -87,6 +87,10 @@ struct MemoryPlanInputs {
    *  memory, the host memory for the banks) are kept, not measured again with its banks and slots
    *  still held. Null at start. */
   const MemoryPlan* previous = nullptr;
+  /** After the expert banks' fill stopped because host memory shrank (HostMemoryShrunk): host
+   *  memory measured again, with the failed fill's banks freed, less kHostMemoryMargin; it bounds the
+   *  banks instead of the start's figure (and of a larger --host-memory-limit). -1: none. */
+  int64_t remeasured_host_limit = -1;
 };
 
 /** One row of the memory plan's table (memory_rows): bytes on the backend's device and in host

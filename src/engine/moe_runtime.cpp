@@ -82,6 +82,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   }
   ro.source_releases_memory = config.release_source && config.source_releases_memory;
   ro.progress = config.progress;
+  ro.host_room = config.host_room;
   if (config.release_source)  // each contiguous run of expert matrices at once (a GGUF [E, F, H] tensor)
     ro.bank_layer_filled = [&host, release = config.release_source](int64_t l) {
       const ExpertBank& b = host[static_cast<size_t>(l)];

@@ -37,6 +37,8 @@ struct MoeRuntimeConfig {
   /** release_source gives anonymous memory back (Checkpoint::releases_memory): the banks' fill then
    *  needs little host memory beyond what the checkpoint holds (check_bank_host_memory). */
   bool source_releases_memory = false;
+  /** Measures host memory for the banks' fill (MoeRuntimeOptions::host_room; empty: host_memory_room()). */
+  HostMemoryProbe host_room;
   /** Sees the experts' fill or upload (MoeRuntimeOptions::progress) while the runtime is built;
    *  null: none. */
   ProgressSink* progress = nullptr;

@@ -2,10 +2,17 @@
 // --host-memory-limit below the banks' size the last MoE layers go resident (the CPU backend's
 // "device" is host memory too, so only the plan and the code path change) and greedy decoding keeps
 // every token and logit of the unsplit run; a plan that fits neither side fails at load naming both.
+// Host memory that shrinks while the banks fill (a planted EngineOptions::host_memory_probe) moves
+// the layers still to copy to the device, or fails naming the numbers.
+#include <atomic>
 #include <cstring>
+#include <memory>
 
 #include "../model/fixture_util.h"
 #include "engine/memory_plan.h"
+#include "moe/host_memory.h"
+#include "tools/synthetic_checkpoint.h"
+#include "util/format.h"
 
 namespace ft::testing {
 namespace {
@@ -106,6 +113,141 @@ TEST(HostMemorySplit, NeitherSideFitsFailsAtLoadNamingBoth) {
                              "must be resident on the GPU, which has", "missing"})
       EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
   }
+}
+
+/** A host-memory probe that answers `before` for its first `shrink_at` calls, then `at_shrink` once,
+ *  then `after`; counts its calls. Shared, since EngineOptions copies the function. */
+struct ShrinkingHost {
+  int shrink_at = 1 << 30;
+  int64_t before = int64_t{1} << 40, at_shrink = 0, after = 0;
+  std::atomic<int> calls{0};
+  std::function<int64_t()> probe() {
+    return [this] {
+      const int i = calls++;
+      return i < shrink_at ? before : i == shrink_at ? at_shrink : after;
+    };
+  }
+};
+
+void expect_same_output(const SplitRun& a, const SplitRun& b) {
+  EXPECT_EQ(a.result.tokens, b.result.tokens);
+  ASSERT_EQ(a.result.prompt_logits.size(), b.result.prompt_logits.size());
+  EXPECT_EQ(std::memcmp(a.result.prompt_logits.data(), b.result.prompt_logits.data(),
+                        b.result.prompt_logits.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(a.result.step_logits.size(), b.result.step_logits.size());
+  EXPECT_EQ(std::memcmp(a.result.step_logits.data(), b.result.step_logits.data(),
+                        b.result.step_logits.size() * sizeof(float)),
+            0);
+}
+
+TEST(HostMemorySplit, MemoryShrinkingMidFillMovesTheRestToTheDevice) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  const std::vector<RefCase> cases = read_reference(dir);
+  ASSERT_FALSE(cases.empty());
+  // A stable probe changes nothing: the plan and the output of a run measuring the real host.
+  const SplitRun whole = run(dir, split_options(0), cases[0]);
+  ShrinkingHost stable;
+  EngineOptions o = split_options(0);
+  o.host_memory_probe = stable.probe();
+  const SplitRun same = run(dir, o, cases[0]);
+  EXPECT_EQ(same.plan.layers, whole.plan.layers);
+  EXPECT_EQ(same.plan.count(MoeLayerMode::kResident), 0);
+  EXPECT_EQ(same.plan.host_bank_limit, stable.before - kHostMemoryMargin);  // the probe's figure at start
+  expect_same_output(same, whole);
+  // The start's measurement, the check before the fill, then one before each MoE layer but the first.
+  const int calls = stable.calls.load();
+  ASSERT_GE(calls, 5);
+  const int64_t banks = whole.plan.host_bank_bytes, layer = banks / 4;
+
+  // Before MoE layer 2 another process takes all but nothing; measured again, room for two and a
+  // half layers (and the margin) is left: layers 2 and 3 go resident and the output stays the same.
+  ShrinkingHost host;
+  host.shrink_at = calls - 2;
+  host.after = kHostMemoryMargin + banks - layer - layer / 2;
+  o.host_memory_probe = host.probe();
+  const SplitRun moved = run(dir, o, cases[0]);
+  EXPECT_EQ(moved.plan.strategy, MoeStrategy::kOffload);
+  EXPECT_EQ(moved.plan.count(MoeLayerMode::kResident), 2);
+  EXPECT_EQ(moved.plan.layers[2], MoeLayerMode::kResident);
+  EXPECT_EQ(moved.plan.layers[3], MoeLayerMode::kResident);
+  EXPECT_EQ(moved.plan.host_bank_limit, banks - layer - layer / 2);
+  EXPECT_EQ(moved.plan.gpu_bank_bytes, 2 * layer);
+  const MemoryRow* experts = row(moved.rows, "routed experts");
+  ASSERT_NE(experts, nullptr);
+  EXPECT_EQ(experts->device, 2 * layer);
+  expect_same_output(moved, whole);
+
+  // Nothing left at all: every layer moves (fused), the same output again.
+  ShrinkingHost gone;
+  gone.shrink_at = calls - 2;
+  o.host_memory_probe = gone.probe();
+  const SplitRun fused = run(dir, o, cases[0]);
+  EXPECT_EQ(fused.plan.strategy, MoeStrategy::kFused);
+  expect_same_output(fused, whole);
+}
+
+TEST(HostMemorySplit, MemoryShrinkingMidFillFailsNamingTheNumbersWhenTheDeviceCannotTakeIt) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  ShrinkingHost stable;
+  EngineOptions o = split_options(0);
+  o.host_memory_probe = stable.probe();
+  GpuMemoryBudget b;
+  int64_t layer = 0;
+  {
+    auto e = Engine::load(dir, o);
+    b = *e->memory_plan().budget;
+    layer = e->moe_plan()->host_bank_bytes / 4;
+  }
+  // The device holds three layers' worth beside the resident weights and the KV reserve: enough for
+  // the start's expert cache, not for four resident layers once host memory is gone.
+  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + 3 * layer;
+  ShrinkingHost counted;  // the start may measure twice under a limit (the embedding table's placement)
+  o.host_memory_probe = counted.probe();
+  Engine::load(dir, o);
+  ShrinkingHost host;
+  host.shrink_at = counted.calls.load() - 2;
+  o.host_memory_probe = host.probe();
+  try {
+    Engine::load(dir, o);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    const std::string msg = e.what();
+    for (const std::string& part :
+         {std::string("host memory shrank while they were filled: before layer 2"),
+          std::string("host memory holds 0 B (host memory measured again while the banks filled"),
+          "0 B is usable now (" + format_bytes(host.before) + " when the fill started",
+          std::string("--host-memory-limit"), std::string("does not fit either"),
+          std::string("expert banks do not fit host or GPU memory"), std::string("missing")})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  }
+}
+
+// A synthetic checkpoint gives each copied layer's memory back: the fill cannot be redone, so a
+// shrink fails naming the numbers (the layers in flight) instead of planning again.
+TEST(HostMemorySplit, MemoryShrinkingMidFillOfAReleasingCheckpointFails) {
+  SyntheticSpec spec;
+  spec.preset = "tiny-moe";  // 2 MoE layers of 8 experts
+  spec.threads = 1;
+  auto ckpt = std::make_unique<SyntheticCheckpoint>(spec);
+  ASSERT_TRUE(ckpt->releases_memory());
+  ShrinkingHost host;
+  host.shrink_at = 1;  // the check before the fill passes, the one before layer 1 does not
+  EngineOptions o = small_engine_options();
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.host_memory_probe = host.probe();
+  try {
+    Engine::load(std::move(ckpt), o);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    const std::string msg = e.what();
+    for (const char* part : {"before layer 1", "for the layers copied at once", "0 B is usable now",
+                             "not planned again: the layers already copied gave their checkpoint memory back"})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  }
+  EXPECT_EQ(host.calls.load(), 2);
 }
 
 }  // namespace
