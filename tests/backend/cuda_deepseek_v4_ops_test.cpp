@@ -87,6 +87,23 @@ TEST_F(CudaDeepseekV4, SqrtSoftplusRouterLearnedAndHash) {
   }
 }
 
+TEST_F(CudaDeepseekV4, SqrtSoftplusRouterManyExpertsWithTies) {
+  // DeepSeek-V4-Flash's width (256 experts, top-6) over 40 tokens whose logits take 5 values, so
+  // most picks tie and each must go to the lower id as the CPU's scan does, across the warp's lanes.
+  const int T = 40, E = 256, k = 6;
+  std::vector<float> logits(T * E);
+  for (int i = 0; i < T * E; ++i) logits[i] = static_cast<float>((i * 37 + i / E * 11) % 5) - 2.0f;
+  RouterParams cp;
+  cp.n_expert_used = k, cp.norm_topk_prob = true, cp.scaling = 2.5f;
+  RouterParams gp = cp;
+  Tensor hi = arena().host_i32(std::vector<int32_t>(T * k), {T, k}), hw = arena().host_f32(std::vector<float>(T * k), {T, k});
+  cpu().moe_route_sqrtsoftplus(cp, arena().host_f32(logits, {T, E}), Tensor(), Tensor(), hi, hw);
+  Tensor di = arena().dev_i32(std::vector<int32_t>(T * k, -7), {T, k}), dw = arena().dev_poisoned(DType::F32, {T, k});
+  gpu().moe_route_sqrtsoftplus(gp, dev(logits, {T, E}), Tensor(), Tensor(), di, dw);
+  EXPECT_EQ(arena().read_i32(di), host_read_i32(hi));
+  EXPECT_LE(rel_l2(arena().read(dw), host_read(hw)), kTight);
+}
+
 // The inputs are bf16 values, so BF16 pages hold them exactly and the same bound holds.
 TEST_F(CudaDeepseekV4, CompressorIndexerAndAttention) { check_compressor_indexer_attention(DType::F32); }
 TEST_F(CudaDeepseekV4, CompressorIndexerAndAttentionOverBf16Pages) { check_compressor_indexer_attention(DType::BF16); }
@@ -185,23 +202,6 @@ void CudaDeepseekV4::check_compressor_indexer_attention(DType pages) {
   const int W = 2 * hd, Wv = 4 * hd + 4 * id;  // CSA compressor then indexer columns
   std::vector<int32_t> table(2 * max_blocks);
   std::iota(table.begin(), table.end(), 0);
-TEST_F(CudaDeepseekV4, SqrtSoftplusRouterManyExpertsWithTies) {
-  // DeepSeek-V4-Flash's width (256 experts, top-6) over 40 tokens whose logits take 5 values, so
-  // most picks tie and each must go to the lower id as the CPU's scan does, across the warp's lanes.
-  const int T = 40, E = 256, k = 6;
-  std::vector<float> logits(T * E);
-  for (int i = 0; i < T * E; ++i) logits[i] = static_cast<float>((i * 37 + i / E * 11) % 5) - 2.0f;
-  RouterParams cp;
-  cp.n_expert_used = k, cp.norm_topk_prob = true, cp.scaling = 2.5f;
-  RouterParams gp = cp;
-  Tensor hi = arena().host_i32(std::vector<int32_t>(T * k), {T, k}), hw = arena().host_f32(std::vector<float>(T * k), {T, k});
-  cpu().moe_route_sqrtsoftplus(cp, arena().host_f32(logits, {T, E}), Tensor(), Tensor(), hi, hw);
-  Tensor di = arena().dev_i32(std::vector<int32_t>(T * k, -7), {T, k}), dw = arena().dev_poisoned(DType::F32, {T, k});
-  gpu().moe_route_sqrtsoftplus(gp, dev(logits, {T, E}), Tensor(), Tensor(), di, dw);
-  EXPECT_EQ(arena().read_i32(di), host_read_i32(hi));
-  EXPECT_LE(rel_l2(arena().read(dw), host_read(hw)), kTight);
-}
-
   std::reverse(table.begin(), table.end());
   std::vector<int32_t> pos, si;
   for (int p = 0; p < 37; ++p) pos.push_back(p), si.push_back(0);
