@@ -7,8 +7,7 @@
 #include <fstream>
 #include <mutex>
 
-#include "collect_sink.h"
-#include "engine/engine_runner.h"
+#include "prefix_hit.h"
 #include "fixture_util.h"
 
 namespace ft::testing {
@@ -42,28 +41,7 @@ TEST_P(PrefixHit, GivesTheColdRunsLogprobs) {
   ASSERT_EQ(cases.size(), 2u);
   const RefCase& ref = cases[1];  // "long": 130 tokens
   auto engine = Engine::load(dir, small_engine_options());
-  EngineRunner runner(*engine);
-  ServiceConfig sc;
-  sc.scheduler.max_running = 2;
-  sc.scheduler.max_prefill_tokens = 64;
-  sc.scheduler.max_seq_len = 512;
-  sc.check_integrity = true;
-  EngineService svc(runner, engine->kv().pools(), sc);
-  const auto n = static_cast<int32_t>(ref.greedy.size());
-  auto cold = run_greedy(svc, ref.input_ids, n), hit = run_greedy(svc, ref.input_ids, n);
-  EXPECT_EQ(cold->info.cached_tokens, 0);
-  EXPECT_EQ(hit->info.cached_tokens, 128);  // 8 whole pages of 16 of the 130-token prompt
-  ASSERT_EQ(cold->tokens.size(), ref.greedy.size());
-  ASSERT_EQ(hit->tokens.size(), ref.greedy.size());
-  for (size_t i = 0; i < ref.greedy.size(); ++i) {
-    EXPECT_EQ(cold->tokens[i].id, ref.greedy[i]) << i;
-    EXPECT_EQ(hit->tokens[i].id, cold->tokens[i].id) << i;
-    ASSERT_EQ(hit->tokens[i].top.size(), cold->tokens[i].top.size());
-    for (size_t j = 0; j < cold->tokens[i].top.size(); ++j) {
-      EXPECT_EQ(hit->tokens[i].top[j].first, cold->tokens[i].top[j].first) << i << "/" << j;
-      EXPECT_NEAR(hit->tokens[i].top[j].second, cold->tokens[i].top[j].second, 1e-5) << i << "/" << j;
-    }
-  }
+  expect_prefix_hit_gives_cold_logprobs(*engine, ref, /*check_reference=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, PrefixHit,
