@@ -81,7 +81,7 @@ std::string param_count(int64_t n, int billions_digits) {
  *  weights' GiB in `type` and the parameter counts, for `layers` layers of each (0: the preset's). */
 void list_presets(const std::string& type_name, int64_t layers) {
   const DType type = parse_synthetic_weight_type(type_name);
-  const std::string gib = fmt::format("{} GiB", dtype_name(type));
+  const std::string gib = fmt::format("{} GiB", user_type_name(type));
   std::printf("%-18s %-14s %-8s %6s %6s %5s %4s %5s %7s %4s %6s %7s %4s %5s %5s %9s %8s %8s  %s\n", "preset", "arch",
               "runnable", "layers", "hidden", "heads", "kv", "hdim", "experts", "top", "ffn_e", "vocab", "attn", "dense",
               "shexp", gib.c_str(), "params", "active", "source");
@@ -134,8 +134,8 @@ void print_report(const BenchArgs& a, const BenchReport& report, const Synthetic
     if (synth) {
       const SyntheticCheckpoint& s = *synth;
       j["synthetic"] = {{"preset", s.preset().name},
-                        {"weight_type", dtype_name(s.spec().weight_type)},
-                        {"expert_type", dtype_name(synthetic_expert_type(s.spec()))},
+                        {"weight_type", user_type_name(s.spec().weight_type)},
+                        {"expert_type", user_type_name(synthetic_expert_type(s.spec()))},
                         {"layers", s.n_layer()},
                         {"router_skew", s.spec().router_skew},
                         {"seed", s.spec().seed},

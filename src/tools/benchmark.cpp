@@ -90,7 +90,7 @@ void weight_accounting(const Engine& engine, BenchReport& r) {
   int64_t most = -1;
   for (const auto& [t, bytes] : by_type)
     if (bytes > most) most = bytes, best = t;
-  r.weight_type = dtype_name(best);
+  r.weight_type = user_type_name(best);
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ struct BenchReport {
   std::string arch;
   std::string device;                   // "cpu" or "cuda"
   std::string activation_dtype;
-  std::string weight_type;              // dtype holding most of the weight bytes
+  std::string weight_type;              // dtype holding most of the weight bytes (user_type_name: fp8, nvfp4, Q4_K, ...)
   int64_t n_layer = 0, n_expert = 0, n_expert_used = 0;
   int64_t weight_bytes = 0;             // all tensors
   int64_t dense_bytes = 0;              // read every step (LM head included, embedding table excluded)

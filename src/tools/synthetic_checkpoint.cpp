@@ -344,11 +344,11 @@ const ModelPreset& checked_preset(const SyntheticSpec& spec) {
   if (!(spec.router_skew >= 0) || !std::isfinite(spec.router_skew))
     fail(ErrorCode::kInvalidArgument, "--dummy-router-skew {} must be a finite number >= 0", spec.router_skew);
   if (!synthetic_type_supported(spec.weight_type))
-    fail(ErrorCode::kUnsupported, "--weight-type {}: synthetic weights support {}", dtype_name(spec.weight_type),
+    fail(ErrorCode::kUnsupported, "--weight-type {}: synthetic weights support {}", user_type_name(spec.weight_type),
          synthetic_type_names());
   if (spec.expert_type && !synthetic_type_supported(*spec.expert_type))
     fail(ErrorCode::kUnsupported, "--expert-weight-type {}: synthetic weights support {}",
-         dtype_name(*spec.expert_type), synthetic_type_names());
+         user_type_name(*spec.expert_type), synthetic_type_names());
   return p;
 }
 
@@ -399,8 +399,8 @@ SyntheticCheckpoint::SyntheticCheckpoint(const SyntheticSpec& spec) : spec_(spec
   preset_ = &checked_preset(spec);
   n_layer_ = spec.n_layer > 0 ? spec.n_layer : preset_->n_layer;
   const DType et = synthetic_expert_type(spec);
-  path_ = fmt::format("synthetic:{}:{}{}:{}L:skew{}:seed{}", preset_->name, dtype_name(spec.weight_type),
-                      et == spec.weight_type ? "" : fmt::format("+experts-{}", dtype_name(et)), n_layer_,
+  path_ = fmt::format("synthetic:{}:{}{}:{}L:skew{}:seed{}", preset_->name, user_type_name(spec.weight_type),
+                      et == spec.weight_type ? "" : fmt::format("+experts-{}", user_type_name(et)), n_layer_,
                       spec.router_skew, spec.seed);
   if (preset_->hf_config.empty()) kvs_ = build_kvs(*preset_, n_layer_, spec.weight_type);
   metadata_ = synthetic_metadata(*preset_, n_layer_, kvs_);
@@ -554,7 +554,7 @@ void SyntheticCheckpoint::generate() {
   if (error) std::rethrow_exception(error);
   generate_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("synthetic {}: {} tensors, {:.2f} GiB of {} weights generated in {:.1f} s ({} threads)", preset_->name,
-               tensors_.size(), static_cast<double>(storage_.bytes()) / (1 << 30), dtype_name(spec_.weight_type),
+               tensors_.size(), static_cast<double>(storage_.bytes()) / (1 << 30), user_type_name(spec_.weight_type),
                generate_seconds_, n_threads);
 }
 

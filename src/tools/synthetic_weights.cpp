@@ -220,15 +220,21 @@ bool synthetic_type_supported(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || block_spec(t) != nullptr || is_f8(t) || is_nvfp4(t);
 }
 
+const char* user_type_name(DType t) {
+  if (t == DType::F8_E4M3_B32 || t == DType::F8_E4M3_B16) return "fp8";
+  if (t == DType::NVFP4_G64 || t == DType::NVFP4_G16) return "nvfp4";
+  return dtype_name(t);
+}
+
 std::string synthetic_type_names() {
   std::string s = "F32, F16, BF16";
   for (const BlockSpec& b : kBlocks) s += std::string(", ") + dtype_name(b.type);
-  return s + ", FP8 (F8_E4M3_B32), F8_E4M3_B16, NVFP4 (NVFP4_G64), NVFP4_G16";
+  return s + ", fp8 (E4M3 with a float32 scale per 32 values) and nvfp4 (ModelOpt NVFP4 as stored)";
 }
 
 void fill_random(DType t, void* dst, int64_t n, float rms, uint64_t seed) {
   if (!synthetic_type_supported(t))
-    fail(ErrorCode::kUnsupported, "synthetic weights: type {} is not supported (supported: {})", dtype_name(t),
+    fail(ErrorCode::kUnsupported, "synthetic weights: type {} is not supported (supported: {})", user_type_name(t),
          synthetic_type_names());
   const int64_t bs = dtype_info(t).block_size;
   if (n < 0 || n % bs != 0)

@@ -33,7 +33,12 @@ uint64_t mix_seed(uint64_t a, uint64_t b);
  *  Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the FP8 / NVFP4 checkpoints' stored
  *  forms F8_E4M3_B32, F8_E4M3_B16, NVFP4_G64, NVFP4_G16. */
 bool synthetic_type_supported(DType t);
-/** "F32, F16, BF16, Q4_0, ..." for messages. */
+/** The name a user gives `t` (--weight-type, bench's output): "fp8" for the FP8 checkpoints' stored forms
+ *  (F8_E4M3_B32 / _B16), "nvfp4" for ModelOpt NVFP4's (NVFP4_G64 / _G16), else dtype_name (GGUF's own
+ *  NVFP4 type stays "NVFP4"). */
+const char* user_type_name(DType t);
+/** "F32, F16, BF16, Q4_0, ..., fp8 (...) and nvfp4 (...)" for messages: the names --weight-type
+ *  documents (user_type_name), not the stored forms' internal names. */
 std::string synthetic_type_names();
 
 /** Fills `n` elements (a whole number of blocks of `t`) at `dst` with random values of RMS about

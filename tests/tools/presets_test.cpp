@@ -270,6 +270,11 @@ TEST(BenchCli, NewShapeFamiliesRunOnTheCpu) {
     EXPECT_NE(list.out.find(name), std::string::npos) << name;
   EXPECT_NE(list.out.find("Q4_K GiB"), std::string::npos) << list.out;
   EXPECT_NE(list.out.find(" mla "), std::string::npos) << list.out;
+  // fp8 / nvfp4 head the column with the name given, not the stored form's internal name.
+  const Result nv = run_ft("bench --list-presets --weight-type nvfp4 --dummy-layers 2");
+  ASSERT_EQ(nv.code, 0) << nv.err;
+  EXPECT_NE(nv.out.find("nvfp4 GiB"), std::string::npos) << nv.out;
+  EXPECT_EQ(nv.out.find("NVFP4_G64"), std::string::npos) << nv.out;
   // The GiB column counts every tensor, as the params column: Qwen3.8's never-written n-gram table too
   // (51B values in Q8_0 rows: ~50 GiB).
   const Result q = run_ft("bench --list-presets --weight-type q4_k --dummy-layers 3");
