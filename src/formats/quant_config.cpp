@@ -109,6 +109,9 @@ void parse_fp8(const json& q, const std::string& source, QuantConfig& c) {
   if (q.contains("activation_scheme") && !q["activation_scheme"].is_null()) {
     const std::string a = string_field(q, "activation_scheme", source, "");
     if (a != "dynamic" && a != "static") unsupported(source, "activation_scheme \"" + a + "\"");
+    if (a == "static")
+      c.note = source + ": activation_scheme \"static\": its activation scales (input_scale) are ignored; the FP8 "
+               "weights are used weight-only, activations stay BF16 (CUDA) or F32 (CPU)";
   }
   if (q.contains("dequantize") && !q["dequantize"].is_boolean()) bad(source, "dequantize", "true or false", q["dequantize"]);
   if (q.contains("scale_fmt") && !q["scale_fmt"].is_null()) {

@@ -61,6 +61,9 @@ struct QuantConfig {
   bool nvfp4_global_divides = false;  // compressed-tensors: block scale = weight_scale / weight_global_scale
   std::vector<std::string> not_converted;  // modules_to_not_convert + ignored_layers, or compressed-tensors' ignore
   bool glob_patterns = false;     // not_converted are ModelOpt's exclude_modules globs (see converts())
+  /** What the config asks for that the loader accepts but does not do, for one log line at load
+   *  (load_model): FP8's activation_scheme "static" (its activation scales are not used). "": none. */
+  std::string note;
 
   /** Whether module `module` (a tensor name without ".weight", e.g. "model.layers.0.mlp.gate") is
    *  quantized: false when a not_converted pattern matches it the way transformers'

@@ -4,6 +4,7 @@
 
 #include "model/architectures.h"
 #include "util/error.h"
+#include "util/log.h"
 #include "util/progress.h"
 
 namespace ft {
@@ -102,6 +103,7 @@ std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Ops& ops, const dist::
   const ArchEntry* entry = nullptr;
   ModelConfig config = read_model_config(ckpt, &entry);
   WeightLoader ld(ckpt, ops, progress);
+  if (!ld.quant_config().note.empty()) spdlog::info("{}", ld.quant_config().note);  // once a load
   dist::check_shard(tp);
   ld.set_tensor_parallel(tp);
   try {

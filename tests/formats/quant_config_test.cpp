@@ -47,6 +47,13 @@ TEST(QuantConfig, DeepSeekBlockFp8) {
   EXPECT_EQ(c.scale_suffix, "weight_scale_inv");
   EXPECT_TRUE(c.not_converted.empty());
   EXPECT_TRUE(c.converts("model.layers.3.mlp.experts.7.down_proj"));
+  EXPECT_EQ(c.note, "");  // dynamic: nothing to say
+  // static: accepted, weight-only, and the loader logs that its activation scales are not used.
+  const QuantConfig st = parse(R"({"activation_scheme": "static", "quant_method": "fp8", "weight_block_size": [128, 128]})");
+  EXPECT_EQ(st.method, QuantMethod::kFp8);
+  for (const char* part : {"activation_scheme \"static\"", "activation scales (input_scale) are ignored", "weight-only",
+                           "BF16"})
+    EXPECT_NE(st.note.find(part), std::string::npos) << part << " in: " << st.note;
 }
 
 TEST(QuantConfig, FineGrainedFp8ModulesToNotConvert) {
