@@ -90,6 +90,22 @@ std::string api_key_from_file(const std::string& path, const std::string& given)
   return keys[0];
 }
 
+/** The checkpoint's tokenizer; a folder without one is refused saying what works (ft has no
+ *  tokenizer flag: the file goes beside the weights, or `ft run --prompt-ids` runs without one). */
+Vocab serve_vocab(const Checkpoint& ckpt) {
+  try {
+    return Vocab::from_checkpoint(ckpt);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kNotFound || ckpt.format() == "gguf") throw;
+    throw Error(e.code(),
+                fmt::format("{}. ft serve needs the model's tokenizer: put its tokenizer.json (and tokenizer_config.json, "
+                            "which holds the chat template) in {} (for example `hf download ORG/MODEL tokenizer.json "
+                            "tokenizer_config.json --local-dir {}`); without a tokenizer, `ft run {} --prompt-ids 1,2,3` "
+                            "generates from token ids",
+                            e.what(), ckpt.path(), ckpt.path(), ckpt.path()));
+  }
+}
+
 int run_serve(ServeArgs& f) {
   f.server.validate();
   for (const auto& [names, value] : f.llama_sampling)
@@ -146,7 +162,7 @@ int run_serve(ServeArgs& f) {
   // The tokenizer and chat template before the weights: a checkpoint without a usable tokenizer (an
   // HF folder without tokenizer.json, say) or a bad --chat-template is refused in seconds, not after
   // the weights have loaded.
-  Vocab vocab = Vocab::from_checkpoint(*opened);
+  Vocab vocab = serve_vocab(*opened);
   const ModelTemplate tmpl = model_chat_template(*opened, vocab, f.chat_template);
   const std::string& template_from = tmpl.origin;
   ChatTemplate chat_template(tmpl.source, tmpl.bos_token, tmpl.eos_token);

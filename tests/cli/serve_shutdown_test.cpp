@@ -79,6 +79,9 @@ TEST(ServeFlags, MissingTokenizerIsRefusedBeforeTheWeightsLoad) {
   Result r = run_ft("serve --model " + quote(model) + " --port 1 --device cpu --threads 1");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("no tokenizer.json in the checkpoint folder"), std::string::npos) << r.err;
+  // ... and says what works: the file beside the weights, or ft run on token ids.
+  for (const std::string& part : {std::string("put its tokenizer.json"), "in " + model, std::string("--prompt-ids")})
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << " in: " << r.err;
   EXPECT_EQ(r.err.find("moe: strategy"), std::string::npos) << "the weights were loaded first: " << r.err;
 }
 
