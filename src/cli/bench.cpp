@@ -33,6 +33,7 @@
 #include "engine/serving_engine.h"
 #include "tools/model_presets.h"
 #include "tools/synthetic_checkpoint.h"
+#include "tools/synthetic_weights.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/progress.h"

@@ -319,15 +319,20 @@ nlohmann::json synthetic_metadata(const ModelPreset& p, int64_t n_layer, const s
   return m;
 }
 
-/** Throws ft::Error(kUnsupported) naming the first tensor whose type GGUF cannot hold (the FP8 / NVFP4
- *  checkpoints' stored forms). */
+/** Throws ft::Error(kUnsupported) naming the first tensor whose type the generator does not write
+ *  as GGUF (the FP8 / NVFP4 checkpoints' stored forms: GGUF has no FP8 type, and its NVFP4 type keeps
+ *  the tensor's scale in separate tensors, which the generator does not write). */
 void require_gguf_types(const std::vector<TensorInfo>& tensors) {
   for (const TensorInfo& t : tensors)
-    if (!dtype_is_gguf(t.dtype))
-      fail(ErrorCode::kUnsupported, "--write-gguf: GGUF has no type for {} {} (FreeToken's stored form of {} "
-           "checkpoints); run the synthetic model directly, or give GGUF types (bf16, q8_0, q4_k, mxfp4, ...) to "
-           "--weight-type / --expert-weight-type", t.name, dtype_name(t.dtype),
-           t.dtype == DType::F8_E4M3_B32 || t.dtype == DType::F8_E4M3_B16 ? "FP8" : "NVFP4");
+    if (!dtype_is_gguf(t.dtype)) {
+      const bool fp8 = t.dtype == DType::F8_E4M3_B32 || t.dtype == DType::F8_E4M3_B16;
+      fail(ErrorCode::kUnsupported, "--write-gguf: {} is {} ({}); run the synthetic model directly, or give "
+           "GGUF types (bf16, q8_0, q4_k, mxfp4, ...) to --weight-type / --expert-weight-type", t.name,
+           user_type_name(t.dtype),
+           fp8 ? "GGUF has no FP8 type"
+               : "the generator does not write GGUF's NVFP4 type, whose tensor scales are separate tensors; GGUF "
+                 "NVFP4 files from llama.cpp's converter load");
+    }
 }
 
 /** The layer a tensor name belongs to ("blk.<l>." or "model.layers.<l>."); -1: none. */
