@@ -41,12 +41,12 @@ void check_budget(const GpuMemoryBudget& b) {
   }
   fail(ErrorCode::kOutOfMemory,
        "expert cache: {} ({} slots of {}) needs {}, but --gpu-memory-limit {} leaves {} after {} of resident weights "
-       "and buffers and {} of KV for {} {}: {} missing. Raise --gpu-memory-limit{}{}, or run the routed experts "
-       "on the CPU with --moe-strategy cpu",
+       "and buffers{} and {} of KV for {} {}: {} missing. Raise {}--gpu-memory-limit{}{}{}",
        what, slots, format_bytes(b.slot_bytes), format_bytes(need), format_bytes(b.gpu_memory_limit),
-       format_bytes(std::max<int64_t>(avail, 0)), format_bytes(b.resident_bytes), format_bytes(kv_bytes),
-       b.kv_reserve_flag, b.kv_reserve_tokens, format_bytes(missing), kv_hint,
-       std::string(what).rfind("--moe-cache", 0) == 0 ? ", request fewer slots" : "");
+       format_bytes(std::max<int64_t>(avail, 0)), format_bytes(b.resident_bytes), b.resident_note, format_bytes(kv_bytes),
+       b.kv_reserve_flag, b.kv_reserve_tokens, format_bytes(missing), b.host_advice, kv_hint,
+       std::string(what).rfind("--moe-cache", 0) == 0 ? ", request fewer slots" : "",
+       b.cpu_advice);
 }
 
 }  // namespace

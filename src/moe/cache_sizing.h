@@ -35,6 +35,14 @@ struct GpuMemoryBudget {
   int32_t experts_per_layer = 0;   // largest n_expert over MoE layers
   int64_t total_experts = 0;       // routed experts over all MoE layers (plan_moe sizes the cache with those of its layers)
   int64_t expert_bytes = 0;        // all routed experts resident (what `fused` needs)
+  /** Set by plan_moe when host memory forced layers resident: what resident_bytes holds of them,
+   *  inserted after "of resident weights and buffers" in a refusal (" (648 MiB of them the routed
+   *  experts of layers 1-2 ...)"), and the advice put first ("--host-memory-limit to ... or raise "). */
+  std::string resident_note;
+  std::string host_advice;
+  /** A refusal's last advice (plan_moe clears it when --moe-strategy cpu cannot fit either, or names
+   *  the host memory that needs). */
+  std::string cpu_advice = ", or run the routed experts on the CPU with --moe-strategy cpu";
 };
 
 struct CacheSize {
@@ -50,7 +58,7 @@ struct CacheSize {
  *  budget field (naming the flag: a rate outside (0, 1], slots below 2 x experts-per-layer, ...),
  *  kOutOfMemory when not even the smallest legal cache (or the requested one) fits, saying how
  *  much memory is missing and which flags would help (--gpu-memory-limit, --kv-reserve-tokens,
- *  --moe-cache-slots, --moe-strategy cpu). */
+ *  --moe-cache-slots, and b's host_advice / cpu_advice: --host-memory-limit, --moe-strategy cpu). */
 CacheSize plan_cache_size(const GpuMemoryBudget& b, const CacheSizeRequest& req);
 
 }  // namespace ft

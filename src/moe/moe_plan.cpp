@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -57,7 +58,21 @@ std::string layer_ranges(const std::vector<int64_t>& layers) {
   return s;
 }
 
+/** "layer 3" or "layers 1-2,5". */
+std::string layers_named(const std::vector<int64_t>& layers) {
+  return (layers.size() == 1 ? "layer " : "layers ") + layer_ranges(layers);
+}
+
 }  // namespace
+
+std::string host_limit_gib(int64_t bytes) {
+  const double gib = static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30);
+  if (gib <= 0) return "0";
+  // Three significant digits, rounded up: the value given back holds `bytes`.
+  const int decimals = std::max(0, 2 - static_cast<int>(std::floor(std::log10(gib))));
+  const double scale = std::pow(10.0, decimals);
+  return fmt::format("{:.{}f}", std::ceil(gib * scale - 1e-9) / scale, decimals);
+}
 
 std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::vector<int64_t>& moe_layers) {
   const int64_t n_moe = static_cast<int64_t>(moe_layers.size());
@@ -142,20 +157,27 @@ std::string MoePlan::summary() const {
   if (cpu_int8 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU int8 activations for Q4_K/Q6_K/MXFP4";
   if (cpu_bf16 && (n_cpu > 0 || strategy == MoeStrategy::kHybrid)) s += ", CPU bf16 activations for BF16 experts";
   if (bank_format == BankFormat::kEc12) s += ", EC12 expert banks (BF16 in 12 bits)";
-  if (const int64_t n_res = count(MoeLayerMode::kResident); n_res > 0 && strategy != MoeStrategy::kFused) {
+  if (const int64_t n_res = count(MoeLayerMode::kResident); n_res > 0 && gpu_bank_bytes > 0) {  // host memory forced them
     std::vector<int64_t> res;
     for (size_t l = 0; l < layers.size(); ++l)
       if (layers[l] == MoeLayerMode::kResident) res.push_back(static_cast<int64_t>(l));
-    s += fmt::format(", {} of {} MoE layers resident on the GPU ({} {}, {}: host memory holds {} of banks, {} kept)",
+    s += fmt::format(", {} of {} MoE layers resident on the device ({} {}, {}: host memory holds {} of banks, {} kept",
                      n_res, n_moe, res.size() == 1 ? "layer" : "layers", layer_ranges(res), format_bytes(gpu_bank_bytes),
                      format_bytes(host_bank_limit), format_bytes(host_bank_bytes));
+    if (n_res == n_moe) {  // every layer: the strategy asked for became fused
+      s += fmt::format("; every MoE layer runs fused, host memory holding less than one layer's banks ({}: "
+                       "--host-memory-limit {} or more keeps one)", format_bytes(least_layer_bytes),
+                       host_limit_gib(least_layer_bytes));
+      if (!unused_flags.empty()) s += "; " + unused_flags + " do not apply";
+    }
+    s += ")";
   }
   if (!cache.note.empty()) s += " (" + cache.note + ")";
   return s;
 }
 
 BankSplit split_banks(const std::vector<int64_t>& layer_bytes, const std::vector<bool>& movable, int64_t host_limit,
-                      int64_t gpu_room, const std::string& host_source) {
+                      int64_t gpu_room, const std::string& host_source, const std::string& fits) {
   if (layer_bytes.size() != movable.size())
     fail(ErrorCode::kInvalidArgument, "bank split: {} layer sizes, {} movable flags", layer_bytes.size(), movable.size());
   BankSplit s;
@@ -173,24 +195,135 @@ BankSplit split_banks(const std::vector<int64_t>& layer_bytes, const std::vector
   if (s.host_bytes > host_limit)
     fail(ErrorCode::kOutOfMemory,
          "expert banks: {} of routed experts need host memory, which holds {}{}; even with every layer that may move "
-         "resident on the GPU ({}), {} stay in host memory (--moe-cpu-layers' layers need their banks). Raise "
+         "resident on the device ({}), {} stay in host memory (--moe-cpu-layers' layers need their banks). Raise "
          "--host-memory-limit to at least {} or list fewer --moe-cpu-layers",
          format_bytes(total), format_bytes(host_limit), src, format_bytes(s.gpu_bytes), format_bytes(s.host_bytes),
-         format_bytes(s.host_bytes));
-  if (s.gpu_bytes > std::max<int64_t>(gpu_room, 0))
+         host_limit_gib(s.host_bytes));
+  const int64_t room = std::max<int64_t>(gpu_room, 0);
+  if (s.gpu_bytes > room) {
+    std::string host_fit = fits;
+    if (host_fit.empty()) {
+      // The least host limit whose split fits: layers leave in the order above while they fit the room.
+      int64_t moved = 0, least = total;
+      for (size_t i = layer_bytes.size(); i-- > 0;) {
+        if (!movable[i] || layer_bytes[i] <= 0) continue;
+        if (moved + layer_bytes[i] > room) break;
+        moved += layer_bytes[i];
+        least = total - moved;
+      }
+      host_fit = fmt::format("host memory of {} (--host-memory-limit {}) with this device budget, or ",
+                             format_bytes(least), host_limit_gib(least));
+    }
     fail(ErrorCode::kOutOfMemory,
-         "expert banks do not fit host or GPU memory: {} of routed experts; host memory holds {}{}, so {} of layers "
-         "{} must be resident on the GPU, which has {} left after the resident weights, buffers and KV ({} "
-         "missing). What would fit: host memory of {} with this GPU budget, or {} more GPU memory "
-         "(--gpu-memory-limit, --kv-reserve-tokens), or a smaller weight type",
-         format_bytes(total), format_bytes(host_limit), src, format_bytes(s.gpu_bytes), layer_ranges(s.gpu_layers),
-         format_bytes(std::max<int64_t>(gpu_room, 0)), format_bytes(s.gpu_bytes - std::max<int64_t>(gpu_room, 0)),
-         format_bytes(total), format_bytes(s.gpu_bytes - std::max<int64_t>(gpu_room, 0)));
+         "expert banks do not fit host or device memory: {} of routed experts; host memory holds {}{}, so {} of {} "
+         "must be resident on the device, which has {} left after the resident weights, buffers and KV ({} "
+         "missing). What would fit: {}{} more device memory (--gpu-memory-limit, --kv-reserve-tokens), or a smaller "
+         "weight type",
+         format_bytes(total), format_bytes(host_limit), src, format_bytes(s.gpu_bytes), layers_named(s.gpu_layers),
+         format_bytes(room), format_bytes(s.gpu_bytes - room), host_fit, format_bytes(s.gpu_bytes - room));
+  }
   return s;
 }
 
+namespace {
+
+/** least_host's answer when no host memory makes the plan fit the device budget. */
+constexpr int64_t kNoHostFits = -2;
+
+MoePlan plan_moe_impl(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget,
+                      const std::vector<int64_t>& bank_bytes, bool advise);
+
+/** The flags of `o` that only an expert cache or CPU layers read, as given. */
+std::string cache_flags_given(const MoeOptions& o) {
+  std::vector<std::string> f;
+  if (o.strategy != MoeStrategy::kAuto && o.strategy != MoeStrategy::kFused)
+    f.push_back(fmt::format("--moe-strategy {}", moe_strategy_name(o.strategy)));
+  if (o.cache.mode == CacheSizeMode::kSlots) f.push_back(fmt::format("--moe-cache-slots {}", o.cache.slots));
+  if (o.cache.mode == CacheSizeMode::kRate) f.push_back(fmt::format("--moe-cache-rate {:g}", o.cache.rate));
+  if (o.fetch_cap >= 0) f.push_back(fmt::format("--moe-fetch-cap {}", o.fetch_cap));
+  if (o.cpu_cost > 0) f.push_back(fmt::format("--moe-cpu-cost {}", o.cpu_cost));
+  if (o.prefetch == MoeOptions::Prefetch::kOn) f.push_back("--moe-prefetch on");
+  if (o.prefetch_depth_given) f.push_back(fmt::format("--moe-prefetch-depth {}", o.prefetch_depth));
+  std::string s;
+  for (size_t i = 0; i < f.size(); ++i) s += (i == 0 ? "" : i + 1 == f.size() ? " and " : ", ") + f[i];
+  return s;
+}
+
+/** The least host limit (MoeOptions::host_bank_limit) for which plan_moe with `o` fits `budget`,
+ *  tried at each step of the bank split (`lb`, `movable`: plan_moe's), least first; with `need_cpu`,
+ *  only a plan that computes some layer on the CPU counts. kNoHostFits: none. */
+int64_t least_host(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, const GpuMemoryBudget& budget,
+                   const std::vector<int64_t>& bank_bytes, const std::vector<int64_t>& lb,
+                   const std::vector<bool>& movable, bool need_cpu) {
+  std::vector<int64_t> limits;  // host limits at which split_banks moves one more layer, most first
+  int64_t h = 0;
+  for (int64_t b : lb) h += b;
+  limits.push_back(h);
+  for (size_t i = lb.size(); i-- > 0;)
+    if (movable[i] && lb[i] > 0) limits.push_back(h -= lb[i]);
+  for (size_t k = limits.size(); k-- > 0;) {
+    MoeOptions t = o;
+    t.host_bank_limit = limits[k];
+    try {
+      const MoePlan p = plan_moe_impl(t, experts_per_layer, budget, bank_bytes, false);
+      if (!need_cpu || p.count(MoeLayerMode::kCpu) > 0) return limits[k];
+    } catch (const Error&) {
+    }
+  }
+  return kNoHostFits;
+}
+
+/** What a refusal with host memory bounding the banks advises: the least host limit for which the
+ *  plan fits this budget and, for a strategy other than cpu, the least for which --moe-strategy cpu
+ *  fits (kNoHostFits: none). */
+struct HostAdvice {
+  int64_t least_host = kNoHostFits;
+  int64_t least_host_cpu = kNoHostFits;
+};
+
+HostAdvice host_advice(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, const GpuMemoryBudget& budget,
+                       const std::vector<int64_t>& bank_bytes, const std::vector<int64_t>& lb,
+                       const std::vector<bool>& movable) {
+  HostAdvice a;
+  if (o.host_bank_limit >= 0) a.least_host = least_host(o, experts_per_layer, budget, bank_bytes, lb, movable, false);
+  if (o.strategy != MoeStrategy::kCpu) {
+    MoeOptions c = o;
+    c.strategy = MoeStrategy::kCpu;
+    c.cpu_layers.clear();
+    c.cache = {};
+    c.fetch_cap = -1, c.cpu_cost = 0, c.cpu_token_cost = 0;
+    c.prefetch = MoeOptions::Prefetch::kAuto, c.prefetch_depth_given = false;
+    std::vector<bool> all(lb.size());
+    for (size_t i = 0; i < lb.size(); ++i) all[i] = lb[i] > 0;
+    a.least_host_cpu = least_host(c, experts_per_layer, budget, bank_bytes, lb, all, true);
+  }
+  return a;
+}
+
+/** "What would fit" for a bank split under strategy `s_used` that does not fit, from `a`. */
+std::string what_fits(const HostAdvice& a, MoeStrategy s_used) {
+  std::string s = a.least_host == kNoHostFits
+                      ? fmt::format("no host memory makes {} fit this device budget; ", moe_strategy_name(s_used))
+                      : fmt::format("host memory of {} (--host-memory-limit {}) with this device budget, or ",
+                                    format_bytes(a.least_host), host_limit_gib(a.least_host));
+  if (a.least_host_cpu != kNoHostFits)
+    s += fmt::format("--moe-strategy cpu with host memory of {} (--host-memory-limit {}), or ",
+                     format_bytes(a.least_host_cpu), host_limit_gib(a.least_host_cpu));
+  return s;
+}
+
+}  // namespace
+
 MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget,
                  const std::vector<int64_t>& bank_bytes) {
+  return plan_moe_impl(o, experts_per_layer, std::move(budget), bank_bytes, true);
+}
+
+namespace {
+
+MoePlan plan_moe_impl(const MoeOptions& o, const std::vector<int32_t>& experts_per_layer, GpuMemoryBudget budget,
+                      const std::vector<int64_t>& bank_bytes, bool advise) {
+  const GpuMemoryBudget given = budget;
   std::vector<int64_t> moe_layers;
   int32_t max_e = 0;
   int64_t total = 0;
@@ -272,12 +405,32 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
       lb[i] = !bank_bytes.empty() ? bank_bytes[i] : budget.expert_bytes * experts_per_layer[i] / total;
       movable[i] = p.layers[i] != MoeLayerMode::kCpu || s == MoeStrategy::kCpu;
     }
-    const BankSplit split = split_banks(lb, movable, o.host_bank_limit, avail, o.host_limit_source);
+    BankSplit split;
+    try {
+      split = split_banks(lb, movable, o.host_bank_limit, avail, o.host_limit_source);
+    } catch (const Error& e) {
+      if (!advise || e.code() != ErrorCode::kOutOfMemory) throw;
+      // Throws again, with the least host memory for which the whole plan (its cache too) fits.
+      split_banks(lb, movable, o.host_bank_limit, avail, o.host_limit_source,
+                  what_fits(host_advice(o, experts_per_layer, given, bank_bytes, lb, movable), s));
+      throw;
+    }
     for (int64_t l : split.gpu_layers) p.layers[static_cast<size_t>(l)] = MoeLayerMode::kResident;
     p.host_bank_bytes = split.host_bytes;
     p.gpu_bank_bytes = split.gpu_bytes;
     budget.resident_bytes += split.gpu_bytes;  // charged before the expert cache is sized
-    if (p.count(MoeLayerMode::kCache) + p.count(MoeLayerMode::kCpu) == 0) p.strategy = MoeStrategy::kFused;  // all moved
+    if (p.count(MoeLayerMode::kCache) + p.count(MoeLayerMode::kCpu) == 0) {  // all moved: the strategy is fused
+      p.strategy = MoeStrategy::kFused;
+      p.unused_flags = cache_flags_given(o);
+      p.least_layer_bytes = std::numeric_limits<int64_t>::max();
+      for (size_t i = 0; i < lb.size(); ++i)
+        if (lb[i] > 0) p.least_layer_bytes = std::min(p.least_layer_bytes, lb[i]);
+    }
+    if (split.gpu_bytes > 0)
+      budget.resident_note = fmt::format(" ({} of them the routed experts of {}, resident because host memory holds {}{})",
+                                         format_bytes(split.gpu_bytes), layers_named(split.gpu_layers),
+                                         format_bytes(o.host_bank_limit),
+                                         o.host_limit_source.empty() ? "" : ": " + o.host_limit_source);
   }
   if (p.count(MoeLayerMode::kCache) > 0) {
     // Sized for the experts that go through the cache: --moe-cpu-layers' layers never use it.
@@ -289,7 +442,30 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
         cache_budget.experts_per_layer = std::max(cache_budget.experts_per_layer, experts_per_layer[static_cast<size_t>(l)]);
       }
     cache_budget.total_experts = p.cache_experts;
-    p.cache = plan_cache_size(cache_budget, o.cache);
+    try {
+      p.cache = plan_cache_size(cache_budget, o.cache);
+    } catch (const Error& e) {
+      if (!advise || e.code() != ErrorCode::kOutOfMemory) throw;
+      // Throws again, advising only what fits: more host memory (fewer layers resident), the cpu strategy.
+      std::vector<int64_t> lb(experts_per_layer.size(), 0);
+      std::vector<bool> movable(experts_per_layer.size(), false);
+      for (int64_t l : moe_layers) {
+        const auto i = static_cast<size_t>(l);
+        lb[i] = !bank_bytes.empty() ? bank_bytes[i] : budget.expert_bytes * experts_per_layer[i] / total;
+        movable[i] = p.layers[i] != MoeLayerMode::kCpu;
+      }
+      const HostAdvice a = host_advice(o, experts_per_layer, given, bank_bytes, lb, movable);
+      if (p.gpu_bank_bytes > 0 && a.least_host > o.host_bank_limit)
+        cache_budget.host_advice = fmt::format("--host-memory-limit to {} or more ({}: fewer layers resident), or raise ",
+                                               host_limit_gib(a.least_host), format_bytes(a.least_host));
+      if (a.least_host_cpu == kNoHostFits)
+        cache_budget.cpu_advice.clear();
+      else if (o.host_bank_limit >= 0 && a.least_host_cpu > o.host_bank_limit)
+        cache_budget.cpu_advice = fmt::format(", or run the routed experts on the CPU with --moe-strategy cpu and "
+                                              "--host-memory-limit {} or more", host_limit_gib(a.least_host_cpu));
+      plan_cache_size(cache_budget, o.cache);
+      throw;
+    }
     if (s == MoeStrategy::kHybrid) {
       p.calibrate_fetch_cap = o.fetch_cap < 0 && o.cpu_cost <= 0;
       p.cpu_cost = std::max<int32_t>(o.cpu_cost, 0);
@@ -300,5 +476,7 @@ MoePlan plan_moe(const MoeOptions& o, const std::vector<int32_t>& experts_per_la
   }
   return p;
 }
+
+}  // namespace
 
 }  // namespace ft

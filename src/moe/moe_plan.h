@@ -2,7 +2,7 @@
 // MoE strategy planning: turns the flags (--moe-strategy, --moe-cache-*, --moe-cpu-layers, the
 // hybrid fetch cap) and the memory budget into a MoePlan the engine consumes: where each layer's
 // routed experts are computed and how big the expert cache is. Pure functions, no devices.
-//   fused   every routed expert resident on the GPU (Ops::moe_experts over the bank)
+//   fused   every routed expert resident on the device (Ops::moe_experts over the bank)
 //   offload experts in host banks, a GPU expert cache of slots (admission + gather)
 //   hybrid  offload, misses over a per-layer fetch cap computed by the CPU at the same time
 //   cpu     the GPU runs everything but routed experts, which the CPU computes from the banks
@@ -101,6 +101,11 @@ struct MoePlan {
   int64_t host_bank_limit = -1;                // MoeOptions::host_bank_limit the plan was made with (< 0: none)
   int64_t host_bank_bytes = 0;                 // routed experts of the layers kept in host banks (kCache, kCpu), as stored
   int64_t gpu_bank_bytes = 0;                  // routed experts of kResident layers that host memory could not hold
+  /** Every MoE layer went resident because host memory holds none of their banks (strategy became
+   *  fused): the flags given that then do not apply ("--moe-strategy hybrid, --moe-cache-slots 300";
+   *  "" when none was given) and the least host memory that keeps one layer's banks. */
+  std::string unused_flags;
+  int64_t least_layer_bytes = 0;
 
   /** Layer l's FetchPolicy: its fetch cap with the planned costs. */
   FetchPolicy fetch_policy(size_t l) const {
@@ -116,21 +121,26 @@ struct MoePlan {
 
 /** Where whole layers' expert banks go when host memory cannot hold them all. */
 struct BankSplit {
-  std::vector<int64_t> gpu_layers;  // layers whose routed experts go resident on the GPU instead, ascending
+  std::vector<int64_t> gpu_layers;  // layers whose routed experts go resident on the device instead, ascending
   int64_t host_bytes = 0;           // banks left in host memory
   int64_t gpu_bytes = 0;            // experts of gpu_layers
 };
 
 /** Splits expert banks of layer_bytes[l] bytes per layer (0: no banks) between host memory of
- *  `host_limit` bytes (< 0: unbounded, nothing moves) and `gpu_room` bytes of GPU memory (what is
- *  left after the resident weights, buffers and KV): while the host's banks exceed host_limit, the
- *  last layer with movable[l] set moves to the GPU (whole layers; the fewest that make the rest
- *  fit when layers are alike). `host_source` names where host_limit came from in messages. Throws
- *  ft::Error(kInvalidArgument) for vectors of different sizes, kOutOfMemory when the movable layers
- *  that must leave host memory do not fit gpu_room (or too few layers may move), naming the bytes
- *  needed and available on each side and what would fit. */
+ *  `host_limit` bytes (< 0: unbounded, nothing moves) and `gpu_room` bytes of device memory (what
+ *  is left after the resident weights, buffers and KV): while the host's banks exceed host_limit,
+ *  the last layer with movable[l] set moves to the device (whole layers; the fewest that make the
+ *  rest fit when layers are alike). `host_source` names where host_limit came from in messages.
+ *  Throws ft::Error(kInvalidArgument) for vectors of different sizes, kOutOfMemory when the movable
+ *  layers that must leave host memory do not fit gpu_room (or too few layers may move), naming the
+ *  bytes needed and available on each side and what would fit: `fits` ("host memory of ... or ";
+ *  "": the least host limit whose split fits gpu_room, computed here; plan_moe passes the least
+ *  for which its whole plan, expert cache included, fits, and the cpu strategy's). */
 BankSplit split_banks(const std::vector<int64_t>& layer_bytes, const std::vector<bool>& movable, int64_t host_limit,
-                      int64_t gpu_room, const std::string& host_source);
+                      int64_t gpu_room, const std::string& host_source, const std::string& fits = "");
+
+/** `bytes` as a --host-memory-limit value in GiB, three significant digits rounded up ("0.633"). */
+std::string host_limit_gib(int64_t bytes);
 
 /** The model layers --moe-cpu-layers selects, ascending. `moe_layers`: the model's MoE layer ids,
  *  ascending. Forms: "" (none); N, a whole number: the first N MoE layers; FRACTION, a number
@@ -143,9 +153,12 @@ std::vector<int64_t> parse_moe_cpu_layers(const std::string& spec, const std::ve
 /** The plan for a model whose layer l has experts_per_layer[l] routed experts (0: dense), within
  *  `budget` (its experts_per_layer and total_experts are taken from the vector). With expert banks
  *  (not fused) and options.host_bank_limit >= 0, layers whose banks host memory cannot hold go
- *  resident on the GPU (split_banks over `bank_bytes`, each layer's routed experts as stored;
+ *  resident on the device (split_banks over `bank_bytes`, each layer's routed experts as stored;
  *  empty: budget.expert_bytes shared by expert count; --moe-cpu-layers' layers stay), their bytes
- *  charged to the GPU before the expert cache is sized. Throws
+ *  charged to the device before the expert cache is sized; when every layer goes, the strategy is
+ *  fused and MoePlan::unused_flags names the flags given that no longer apply. A refusal where host
+ *  memory forced layers resident names them, the least --host-memory-limit for which the plan fits
+ *  (found by planning again) and suggests --moe-strategy cpu only where that plan fits. Throws
  *  ft::Error(kInvalidArgument) for contradictory flags (--moe-cpu-layers with fused, a model
  *  without MoE layers and a non-auto strategy), kOutOfMemory from plan_cache_size or when fused
  *  (or even cpu: dense weights + KV) does not fit. */

@@ -227,7 +227,7 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--gpu-memory-limit 0", 2, "--gpu-memory-limit"},
       {"--host-memory-limit 0", 2, "--host-memory-limit 0 GiB must be > 0"},
       {"--moe-strategy offload --host-memory-limit 1e-9 --gpu-memory-limit 0.008 --kv-reserve-tokens 1024", 3,
-       "expert banks do not fit host or GPU memory"},
+       "expert banks do not fit host or device memory"},
       {"--kv-reserve-tokens -1", 2, "--kv-reserve-tokens -1 must be >= 0"},
       {"--decode-log-interval -2", 2, "--decode-log-interval -2 must be >= 0"},
       {"--moe-strategy fused --gpu-memory-limit 0.008 --kv-reserve-tokens 1024", 3, "Use --moe-strategy offload"},
