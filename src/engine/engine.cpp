@@ -161,7 +161,7 @@ void Engine::build_moe() {
       try {
         p = plan_memory(in);
       } catch (const Error& pe) {
-        throw Error(pe.code(), fmt::format("{}. Placing more layers' experts in GPU memory instead does not fit "
+        throw Error(pe.code(), fmt::format("{}. Placing more layers' experts in device memory instead does not fit "
                                            "either: {}", e.what(), pe.what()));
       }
       spdlog::warn("engine: host memory shrank while the expert banks filled (before layer {}: {} needed, {} usable, "

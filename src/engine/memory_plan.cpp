@@ -215,6 +215,46 @@ GpuMemoryBudget moe_budget(const MemoryPlanInputs& in) {
   return b;
 }
 
+/** Host memory the expert banks may take, measured now, and the log line that says so. */
+struct MeasuredHost {
+  int64_t usable = -1;  // < 0: no bound known
+  std::string line;     // "host memory: MemAvailable ...; usable for expert banks ... (... margin)"
+};
+
+/** The host memory the banks may take: EngineOptions::host_memory_probe when set, less
+ *  kHostMemoryMargin, else usable_host_memory() over MemAvailable and the cgroup. */
+MeasuredHost measure_host(const MemoryPlanInputs& in) {
+  MeasuredHost h;
+  if (in.options.host_memory_probe) {
+    const int64_t room = in.options.host_memory_probe();
+    h.usable = room < 0 ? -1 : std::max<int64_t>(room - kHostMemoryMargin, 0);
+    h.line = fmt::format("host memory: usable for expert banks {} ({} margin; measured by the engine's host-memory "
+                         "probe)", room < 0 ? "unbounded" : format_bytes(h.usable), format_bytes(kHostMemoryMargin));
+    return h;
+  }
+  // RLIMIT_MEMLOCK is read and shown but does not bound the banks: the CUDA backend pins them with
+  // cudaHostRegister, which the NVIDIA driver pins outside the mlock accounting, so a container's
+  // default limit (64 KiB to 8 MiB) would otherwise move every layer to the GPU.
+  HostMemoryLimits m = read_host_memory_limits();
+  m.memlock = memlock_limit();
+  h.usable = usable_host_memory(m, /*pinned=*/false);
+  h.line = describe_host_memory(m, in.ops.device() == Device::kCuda, h.usable);
+  return h;
+}
+
+/** With --host-memory-limit given, logs it beside the host memory measured and warns when it is
+ *  more: banks beyond the memory really there stop the fill, which then plans again. */
+void log_given_host_limit(const MemoryPlanInputs& in) {
+  const int64_t flag = in.options.host_memory_limit;
+  const MeasuredHost m = measure_host(in);
+  spdlog::info("host memory: --host-memory-limit {} for expert banks; measured: {}", format_bytes(flag),
+               m.line.rfind("host memory: ", 0) == 0 ? m.line.substr(13) : m.line);
+  if (m.usable >= 0 && flag > m.usable)
+    spdlog::warn("--host-memory-limit {} is more than the {} of host memory measured usable for expert banks: banks "
+                 "beyond what is there stop their fill, and the layers still to copy then go resident on the device "
+                 "(or the start fails)", format_bytes(flag), format_bytes(m.usable));
+}
+
 /** o.moe with MoeOptions::host_bank_limit and host_limit_source set: after a fill stopped by host
  *  memory shrinking, the figure measured again (remeasured_host_limit; --host-memory-limit when
  *  smaller); else --host-memory-limit when given; on a resize (`previous`) the bound the start
@@ -236,20 +276,10 @@ MoeOptions moe_plan_options(const MemoryPlanInputs& in) {
   } else if (in.previous && in.previous->moe && in.previous->moe->host_bank_limit > 0) {
     o.host_bank_limit = in.previous->moe->host_bank_limit;
     o.host_limit_source = "the host memory measured at start";
-  } else if (!in.checkpoint.releases_memory() && in.options.host_memory_probe) {
-    const int64_t room = in.options.host_memory_probe();
-    o.host_bank_limit = room < 0 ? -1 : std::max<int64_t>(room - kHostMemoryMargin, 0);
-    o.host_limit_source = fmt::format("host memory: usable for expert banks {} ({} margin; measured by the engine's "
-                                      "host-memory probe)", room < 0 ? "unbounded" : format_bytes(o.host_bank_limit),
-                                      format_bytes(kHostMemoryMargin));
   } else if (!in.checkpoint.releases_memory()) {
-    // RLIMIT_MEMLOCK is read and shown but does not bound the banks: the CUDA backend pins them with
-    // cudaHostRegister, which the NVIDIA driver pins outside the mlock accounting, so a container's
-    // default limit (64 KiB to 8 MiB) would otherwise move every layer to the GPU.
-    HostMemoryLimits m = read_host_memory_limits();
-    m.memlock = memlock_limit();
-    o.host_bank_limit = usable_host_memory(m, /*pinned=*/false);
-    o.host_limit_source = describe_host_memory(m, in.ops.device() == Device::kCuda, o.host_bank_limit);
+    const MeasuredHost m = measure_host(in);
+    o.host_bank_limit = m.usable;
+    o.host_limit_source = m.line;
   }
   return o;
 }
@@ -334,7 +364,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
           made = moe_plan(in);
           host = embeddings_on_host_auto(made->plan, o.moe.cache, made->plan.cache_experts);
         } catch (const Error& e) {
-          if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused || want == MoeStrategy::kCpu) throw;
+          // cpu too: with host memory bounding its banks, the table's bytes hold layers gone resident.
+          if (e.code() != ErrorCode::kOutOfMemory || want == MoeStrategy::kFused) throw;
           host = true;
         }
       }
@@ -342,8 +373,19 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       if (host && model.move_embeddings_to_host(ld)) made.reset();
       if (!made) made = moe_plan(in);
       check_moe_plan(in, made->plan, made->budget);
-      if (!in.previous && made->plan.host_bank_limit >= 0 && o.host_memory_limit <= 0 && made->plan.host_bank_bytes > 0)
+      if (!in.previous && made->plan.host_bank_limit >= 0 && o.host_memory_limit <= 0 &&
+          made->plan.host_bank_bytes + made->plan.gpu_bank_bytes > 0)
         spdlog::info("{}", made->host_limit_source);  // measured: what bounds the banks
+      else if (!in.previous && o.host_memory_limit > 0 && in.remeasured_host_limit < 0 &&
+               o.moe.strategy != MoeStrategy::kFused)
+        log_given_host_limit(in);  // given: the flag beside what is there
+      if (!in.previous && !made->plan.unused_flags.empty())  // the flags asked for what host memory ruled out
+        spdlog::warn("moe: {} do not apply: host memory ({}) holds less than one MoE layer's expert banks ({}), so "
+                     "every MoE layer is resident on the device (fused); --host-memory-limit {} or more keeps one "
+                     "layer's banks in host memory", made->plan.unused_flags,
+                     format_bytes(made->plan.host_bank_limit) + (o.host_memory_limit > 0 ? ", --host-memory-limit"
+                                                                                          : " measured usable"),
+                     format_bytes(made->plan.least_layer_bytes), host_limit_gib(made->plan.least_layer_bytes));
       p.moe = std::move(made->plan);
       p.budget = std::move(made->budget);
       p.moe_inputs = moe_runtime_config(in);

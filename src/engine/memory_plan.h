@@ -37,7 +37,8 @@ struct PlacedMemory {
  *  (`request` is --moe-cache-auto) that holds fewer than `total_experts` (MoePlan::cache_experts: the
  *  routed experts of its cache layers), so the table's bytes become
  *  slots (llama.cpp keeps this table on the host always). The engine also moves it when a plan fits
- *  only without it (then possibly fused). Fused, cpu and dense models keep it; "host" moves it for any
+ *  only without it (then possibly fused; cpu too, whose layers host memory could not hold go resident).
+ *  Otherwise fused, cpu and dense models keep it; "host" moves it for any
  *  model whose LM head is not tied to it, "device" never. The CPU backend reads the table where it is
  *  and only its budget changes, so that --gpu-memory-limit emulates a GPU's plan. */
 bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& request, int64_t total_experts);
@@ -128,7 +129,9 @@ std::string memory_table(const MemoryPlan& p, const std::string& device);
  *  do not read and a --moe-fetch-cap above a layer's experts; for a dense model refuses MoE-only flags
  *  (plan_moe) and a model that does not fit --gpu-memory-limit (kOutOfMemory naming the sizes and how
  *  many KV tokens would fit). An out-of-memory error names --embed-weights host when that would help
- *  (with_embed_weights_hint). */
+ *  (with_embed_weights_hint). At start it logs the host memory measured for the banks (`host memory:`;
+ *  with --host-memory-limit, the limit beside it and a warning when the limit is more) and warns when
+ *  host memory made every MoE layer resident while flags asked for banks (MoePlan::unused_flags). */
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
 /** `e`, with " (or --embed-weights host: ...)" appended, naming the bytes that would leave the device,

@@ -172,7 +172,7 @@ HostMemoryShrunk host_memory_shrunk(int64_t layer, int64_t need, int64_t still_t
                   "{} reserve), but {} is usable now ({} when the fill started; MemAvailable and the cgroup's room), "
                   "so another process took host memory. The fill stopped and its banks were freed rather than risk "
                   "the kernel's OOM killer. Free host memory, give --host-memory-limit below what stays free so "
-                  "that more layers' experts are placed in GPU memory from the start, or use a smaller model or "
+                  "that more layers' experts are placed in device memory from the start, or use a smaller model or "
                   "weight type",
                   layer, format_bytes(need), what, format_bytes(need - still_to_copy),
                   format_bytes(std::max<int64_t>(room_now, 0)), room_start >= 0 ? format_bytes(room_start) : "not known"),

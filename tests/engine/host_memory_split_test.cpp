@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "../log_capture.h"
 #include "../model/fixture_util.h"
 #include "engine/memory_plan.h"
 #include "moe/host_memory.h"
@@ -109,10 +110,85 @@ TEST(HostMemorySplit, NeitherSideFitsFailsAtLoadNamingBoth) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
     const std::string msg = e.what();
-    for (const char* part : {"expert banks do not fit host or GPU memory", "host memory holds 1 B (--host-memory-limit)",
-                             "must be resident on the GPU, which has", "missing"})
+    for (const char* part : {"expert banks do not fit host or device memory", "host memory holds 1 B (--host-memory-limit)",
+                             "must be resident on the device, which has", "missing"})
       EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
   }
+}
+
+TEST(HostMemorySplit, HostHoldingNoBankMakesEveryLayerResidentAndSaysWhichFlagsNoLongerApply) {
+  // An explicit hybrid with a cache size, and host memory for none of the banks: every layer goes
+  // resident (fused), and a warning names the flags that then do not apply and the limit that keeps one.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = split_options(1);
+  o.moe.strategy = MoeStrategy::kHybrid;
+  o.moe.cache = {CacheSizeMode::kSlots, 200, 0.0};
+  LogCapture log(spdlog::level::info);
+  auto engine = Engine::load(dir, o);
+  const MoePlan& p = *engine->moe_plan();
+  EXPECT_EQ(p.strategy, MoeStrategy::kFused);
+  EXPECT_EQ(p.count(MoeLayerMode::kResident), 4);
+  EXPECT_EQ(p.unused_flags, "--moe-strategy hybrid and --moe-cache-slots 200");
+  bool warned = false;
+  for (const std::string& l : log.lines())
+    warned = warned || (l.rfind("warning", 0) == 0 &&
+                        l.find("--moe-strategy hybrid and --moe-cache-slots 200 do not apply: host memory (1 B, "
+                               "--host-memory-limit) holds less than one MoE layer's expert banks") != std::string::npos &&
+                        l.find("every MoE layer is resident on the device (fused)") != std::string::npos);
+  EXPECT_TRUE(warned) << ::testing::PrintToString(log.lines());
+}
+
+TEST(HostMemorySplit, CpuMovesTheTokenTableWhenHostForcedLayersFitOnlyWithoutIt) {
+  // --moe-strategy cpu keeps the token table on the device, but when host memory forces layers
+  // resident that fit only without the table, auto moves it as offload does: the expert-cache
+  // refusal's advice (--moe-strategy cpu) then holds.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = split_options(int64_t{1} << 40);
+  o.moe.strategy = MoeStrategy::kCpu;
+  o.embed_weights = EmbedPlacement::kDevice;
+  GpuMemoryBudget b;
+  int64_t banks = 0, table = 0;
+  {
+    auto e = Engine::load(dir, o);
+    b = *e->memory_plan().budget;
+    banks = e->moe_plan()->host_bank_bytes;
+    table = e->config().n_vocab * e->config().n_embd * 2;  // bf16
+  }
+  const int64_t layer = banks / 4;
+  o.host_memory_limit = banks - 2 * layer;  // layers 2-3 go resident
+  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + 2 * layer - table / 2;
+  EXPECT_THROW(Engine::load(dir, o), Error);  // the table kept on the device: does not fit
+  o.embed_weights = EmbedPlacement::kAuto;
+  auto e = Engine::load(dir, o);
+  EXPECT_EQ(e->moe_plan()->strategy, MoeStrategy::kCpu);
+  EXPECT_EQ(e->moe_plan()->count(MoeLayerMode::kResident), 2);
+  EXPECT_GT(e->memory_plan().host_mapped_bytes, 0);
+}
+
+TEST(HostMemorySplit, GivenLimitIsLoggedBesideTheMeasuredMemory) {
+  // --host-memory-limit above what is there: the measured figure is logged beside it, with a warning.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = split_options(int64_t{500} << 30);
+  o.host_memory_probe = [] { return int64_t{8} << 30; };  // 7 GiB usable after the 1 GiB margin
+  std::vector<std::string> lines;
+  {
+    LogCapture log(spdlog::level::info);
+    Engine::load(dir, o);
+    lines = log.lines();
+  }
+  bool info = false, warn = false;
+  for (const std::string& l : lines) {
+    info = info || (l.find("host memory: --host-memory-limit 500.00 GiB for expert banks; measured: usable for expert "
+                           "banks 7.00 GiB") != std::string::npos);
+    warn = warn || (l.rfind("warning", 0) == 0 && l.find("--host-memory-limit 500.00 GiB is more than the 7.00 GiB of "
+                                                          "host memory measured usable") != std::string::npos);
+  }
+  EXPECT_TRUE(info && warn) << ::testing::PrintToString(lines);
+  // A limit below it: logged, no warning.
+  o.host_memory_limit = int64_t{1} << 30;
+  LogCapture log(spdlog::level::info);
+  Engine::load(dir, o);
+  for (const std::string& l : log.lines()) EXPECT_EQ(l.find("is more than the"), std::string::npos) << l;
 }
 
 /** A host-memory probe that answers `before` for its first `shrink_at` calls, then `at_shrink` once,
@@ -219,7 +295,7 @@ TEST(HostMemorySplit, MemoryShrinkingMidFillFailsNamingTheNumbersWhenTheDeviceCa
           std::string("host memory holds 0 B (host memory measured again while the banks filled"),
           "0 B is usable now (" + format_bytes(host.before) + " when the fill started",
           std::string("--host-memory-limit"), std::string("does not fit either"),
-          std::string("expert banks do not fit host or GPU memory"), std::string("missing")})
+          std::string("expert banks do not fit host or device memory"), std::string("missing")})
       EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
   }
 }
