@@ -266,6 +266,19 @@ TEST(CudaFixtureFp8, Qwen3MoeFp8MatchesTransformers) {
   expect_repo_fixture_on_cuda("qwen3_moe_fp8");
 }
 
+TEST(CudaFixtureFp8, DeepseekV3Fp8MatchesTransformers) {
+  // deepseek_v3_fp8 (tests/model/gen_quantized_moe.py fp8): MLA's projections and every expert in FP8
+  // on the device (fused) and in the expert cache's slots (offload).
+  expect_repo_fixture_on_cuda("deepseek_v3_fp8");
+}
+
+TEST(CudaFixtureNvfp4, ModelOptNvfp4MatchesTransformers) {
+  // {qwen3_moe,deepseek_v3}_nvfp4 (tests/model/gen_quantized_moe.py nvfp4): ModelOpt NVFP4 weights kept
+  // as NVFP4_G64 / G16 on the device and in the expert cache's slots, decoded in the kernels.
+  expect_repo_fixture_on_cuda("qwen3_moe_nvfp4");
+  expect_repo_fixture_on_cuda("deepseek_v3_nvfp4");
+}
+
 TEST(CudaFixtureDeepseekV4Yarn, SlidingLayersAndYarnMatchTransformers) {
   // deepseek_v4_yarn (tests/model/gen_deepseek_v4_yarn.py): DeepSeek-V4-Flash's two leading
   // sliding_attention layers (main RoPE) and YaRN on the compressed layers' RoPE (attention factor on

@@ -3,7 +3,7 @@
 // tiles, compressed-tensors per-channel and per-tensor scales). The weights load as F8_E4M3_B32 /
 // F8_E4M3_B16 (no widening) and the model's logits equal those of the same model loaded from the
 // dequantized weights in F32, through the resident experts (fused) and the CPU expert executor (cpu).
-// Plus the transformers reference made by tests/model/gen_qwen3_moe_fp8.py, when its output is present.
+// Plus the transformers references made by tests/model/gen_quantized_moe.py (qwen3_moe_fp8, deepseek_v3_fp8).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -199,8 +199,16 @@ TEST(Fp8CheckpointErrors, BadFilesAreRefusedNamingTheTensor) {
 TEST(Fp8CheckpointReference, Qwen3MoeFp8MatchesTransformers) {
   // tests/model/fixtures/qwen3_moe_fp8: the qwen3_moe fixture in DeepSeek's FP8 layout ([128, 128]
   // tiles, F8_E4M3 weight + F32 weight_scale_inv), reference logits from transformers'
-  // Qwen3MoeForCausalLM on the dequantized weights (tests/model/gen_qwen3_moe_fp8.py).
+  // Qwen3MoeForCausalLM on the dequantized weights (tests/model/gen_quantized_moe.py fp8).
   expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/qwen3_moe_fp8", "qwen3_moe_fp8");
+}
+
+TEST(Fp8CheckpointReference, DeepseekV3Fp8MatchesTransformers) {
+  // tests/model/fixtures/deepseek_v3_fp8: the deepseek_v3 fixture in DeepSeek-V3's own FP8 layout (MLA's
+  // q_a / q_b / kv_a_proj_with_mqa / kv_b projections, the dense layer, shared and routed experts in
+  // partial [128, 128] tiles), reference logits from transformers' DeepseekV3ForCausalLM on the
+  // dequantized weights (tests/model/gen_quantized_moe.py fp8).
+  expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/deepseek_v3_fp8", "deepseek_v3_fp8");
 }
 
 }  // namespace

@@ -247,5 +247,14 @@ TEST(Nvfp4CheckpointErrors, BadFilesAreRefusedNamingTheTensor) {
   fs::remove_all(dir);
 }
 
+TEST(Nvfp4CheckpointReference, Qwen3MoeAndDeepseekV3MatchTransformers) {
+  // tests/model/fixtures/{qwen3_moe,deepseek_v3}_nvfp4: the fixtures in ModelOpt's NVFP4 layout (U8 codes,
+  // F8_E4M3 weight_scale per 16 values, F32 weight_scale_2, input_scale), quantized as
+  // NVFP4QTensor.quantize does; reference logits from transformers on the dequantized weights
+  // (tests/model/gen_quantized_moe.py nvfp4). The experts stay NVFP4_G64 / G16 in the banks and kernels.
+  for (const char* name : {"qwen3_moe_nvfp4", "deepseek_v3_nvfp4"})
+    expect_reference_on_fused_and_cpu(source_dir() + "/tests/model/fixtures/" + name, name);
+}
+
 }  // namespace
 }  // namespace ft::testing
