@@ -49,6 +49,19 @@ const MemoryRow* row(const std::vector<MemoryRow>& rows, const std::string& name
   return nullptr;
 }
 
+/** Same greedy tokens, and prompt and step logits equal bit for bit. */
+void expect_same_output(const SplitRun& a, const SplitRun& b) {
+  EXPECT_EQ(a.result.tokens, b.result.tokens);
+  ASSERT_EQ(a.result.prompt_logits.size(), b.result.prompt_logits.size());
+  EXPECT_EQ(std::memcmp(a.result.prompt_logits.data(), b.result.prompt_logits.data(),
+                        b.result.prompt_logits.size() * sizeof(float)),
+            0);
+  ASSERT_EQ(a.result.step_logits.size(), b.result.step_logits.size());
+  EXPECT_EQ(std::memcmp(a.result.step_logits.data(), b.result.step_logits.data(),
+                        b.result.step_logits.size() * sizeof(float)),
+            0);
+}
+
 TEST(HostMemorySplit, LayersMoveToTheDeviceAndOutputStaysTheSame) {
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
   const std::vector<RefCase> cases = read_reference(dir);
@@ -75,15 +88,7 @@ TEST(HostMemorySplit, LayersMoveToTheDeviceAndOutputStaysTheSame) {
   EXPECT_NE(experts->detail.find("2 of 4 MoE layers resident"), std::string::npos) << experts->detail;
 
   // Offload computes with the fused kernel: the split run is the unsplit one bit for bit.
-  EXPECT_EQ(split.result.tokens, whole.result.tokens);
-  ASSERT_EQ(split.result.prompt_logits.size(), whole.result.prompt_logits.size());
-  EXPECT_EQ(std::memcmp(split.result.prompt_logits.data(), whole.result.prompt_logits.data(),
-                        whole.result.prompt_logits.size() * sizeof(float)),
-            0);
-  ASSERT_EQ(split.result.step_logits.size(), whole.result.step_logits.size());
-  EXPECT_EQ(std::memcmp(split.result.step_logits.data(), whole.result.step_logits.data(),
-                        whole.result.step_logits.size() * sizeof(float)),
-            0);
+  expect_same_output(split, whole);
 
   // Every layer moved: fused, and the same output again.
   const SplitRun all = run(dir, split_options(1), cases[0]);
@@ -204,18 +209,6 @@ struct ShrinkingHost {
     };
   }
 };
-
-void expect_same_output(const SplitRun& a, const SplitRun& b) {
-  EXPECT_EQ(a.result.tokens, b.result.tokens);
-  ASSERT_EQ(a.result.prompt_logits.size(), b.result.prompt_logits.size());
-  EXPECT_EQ(std::memcmp(a.result.prompt_logits.data(), b.result.prompt_logits.data(),
-                        b.result.prompt_logits.size() * sizeof(float)),
-            0);
-  ASSERT_EQ(a.result.step_logits.size(), b.result.step_logits.size());
-  EXPECT_EQ(std::memcmp(a.result.step_logits.data(), b.result.step_logits.data(),
-                        b.result.step_logits.size() * sizeof(float)),
-            0);
-}
 
 TEST(HostMemorySplit, MemoryShrinkingMidFillMovesTheRestToTheDevice) {
   const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
