@@ -30,7 +30,7 @@ int64_t KvTiers::host_bytes(const EngineOptions& o) {
   return n + DiskPageStore::queue_bound(std::max<int64_t>(1, gib_bytes(o.prompt_cache_gib)));  // the read-ahead map
 }
 
-void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops& ops) {
+void check_kv_tiers(const EngineOptions& o, const ModelConfig& /*config*/, const Ops& ops) {
   // The flags' ranges are EngineOptions::validate()'s (it runs first).
   const bool disk = !o.prompt_cache_dir.empty();
   if (o.kv_host_gib == 0 && !disk) return;
@@ -38,11 +38,11 @@ void check_kv_tiers(const EngineOptions& o, const ModelConfig& config, const Ops
   if (ops.device() != Device::kCpu && ops.device() != Device::kCuda)
     fail(ErrorCode::kUnsupported,
          "{}: the host KV tier and the prompt cache work on the CPU and CUDA backends only; leave the flag out", flag);
-  if (config.arch == "deepseek_v4" || config.arch == "qwen4_exp")
-    fail(ErrorCode::kUnsupported,
-         "{}: {}'s compressed-KV attention layers keep state outside the KV pages that the host tier and the "
-         "prompt cache do not copy yet; leave the flag out",
-         flag, config.arch);
+  // Every architecture's per-sequence state is in what KvPageIo copies: deepseek_v4 keeps each token's
+  // kv and compressor projections in its pages and recomputes the compressed entries and the indexer's
+  // keys from them every step (model/deepseek_v4.cpp); qwen4_exp keeps V and the indexer's key in its
+  // value pages and the DeltaNet state, the PLE conv window and the n-gram token history in the state
+  // slot the prefix cache snapshots (StateLayer::conv2, ::tokens; model/qwen4_exp.cpp).
 }
 
 uint64_t KvTiers::fingerprint(Engine& engine, const KvPageIo& io) {

@@ -20,8 +20,7 @@ struct ModelConfig;
 
 /** Refuses tier options this build cannot honour, naming the flag and the reason: kInvalidArgument for
  *  a negative --kv-host-gib or a --prompt-cache-gib <= 0 with a folder; kUnsupported on a backend other
- *  than the CPU's and CUDA's, and for deepseek_v4 and qwen4_exp, whose compressed-KV layers keep state
- *  outside the pages. Called while the engine loads (plan_kv_cache). */
+ *  than the CPU's and CUDA's. Called while the engine loads (plan_kv_cache). */
 void check_kv_tiers(const EngineOptions& options, const ModelConfig& config, const Ops& ops);
 
 class KvTiers {

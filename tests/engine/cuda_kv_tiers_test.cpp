@@ -116,7 +116,8 @@ TEST_P(CudaKvTiers, PromptCacheSurvivesARestart) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaKvTiers, ::testing::Values("qwen3", "gpt_oss", "qwen3_next"));
+INSTANTIATE_TEST_SUITE_P(Models, CudaKvTiers,
+                         ::testing::Values("qwen3", "gpt_oss", "qwen3_next", "deepseek_v4", "qwen4_exp"));
 
 /** The copies' order on the stream, on qwen3's cache: a page saved and then zeroed by later device work
  *  keeps its old bytes (the copy out ran first), and loaded into another page it is there for a read

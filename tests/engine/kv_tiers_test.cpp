@@ -66,6 +66,16 @@ TEST(KvTiers, HostTierCarriesSlidingWindowPagesAndStateSnapshots) {
   host_tier_round_trip("qwen3_next", "auto");  // linear attention: the state snapshot at the hit's end
 }
 
+TEST(KvTiers, HostTierCarriesCompressedKvModels) {
+  // deepseek_v4: the compressed entries and indexer keys are recomputed from the pages' projections;
+  // qwen4_exp: QSA pages (V, then the indexer's key) plus the DeltaNet state, the PLE conv window and
+  // the n-gram token history in the state snapshot.
+  for (const char* model : {"deepseek_v4", "qwen4_exp"}) {
+    host_tier_round_trip(model, "auto");
+    host_tier_round_trip(model, "fp8");  // each value-page part with its own scales
+  }
+}
+
 /** Prompts a (40 tokens) and a2 (a's first 33 tokens, then others): a's first two pages are a2's. */
 struct Restart {
   std::vector<int32_t> a, a2, want_tokens;
@@ -104,6 +114,15 @@ Restart restart_round_trip(const std::string& model, const std::string& dir) {
 
 TEST(KvTiers, PromptCacheCarriesSlidingWindowPagesAndStateSnapshots) {
   for (const char* model : {"gemma4", "qwen3_next"}) {
+    const std::string dir = testing::scratch_path(std::string("prompt_cache_") + model);
+    fs::remove_all(dir);
+    restart_round_trip(model, dir);
+    fs::remove_all(dir);
+  }
+}
+
+TEST(KvTiers, PromptCacheCarriesCompressedKvModels) {
+  for (const char* model : {"deepseek_v4", "qwen4_exp"}) {
     const std::string dir = testing::scratch_path(std::string("prompt_cache_") + model);
     fs::remove_all(dir);
     restart_round_trip(model, dir);
@@ -252,16 +271,7 @@ TEST(KvTiers, CorruptOrForeignFilesAreNeverLoaded) {
 }
 
 TEST(KvTiers, UnsupportedCombinationsAreRefusedAtLoad) {
-  EngineOptions o = tier_options(256, 1.0);
-  try {
-    Engine::load(fixture("deepseek_v4"), o);
-    FAIL() << "deepseek_v4 with --kv-host-gib loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("--kv-host-gib"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("compressed-KV"), std::string::npos) << e.what();
-  }
-  o = tier_options(256, -1);
+  EngineOptions o = tier_options(256, -1);
   try {
     Engine::load(fixture("qwen3"), o);
     FAIL() << "a negative --kv-host-gib loaded";
