@@ -6,6 +6,7 @@
 // the layers still to copy to the device, or fails naming the numbers.
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "../log_capture.h"
@@ -47,6 +48,18 @@ const MemoryRow* row(const std::vector<MemoryRow>& rows, const std::string& name
   for (const MemoryRow& r : rows)
     if (r.name == name) return &r;
   return nullptr;
+}
+
+/** Runs `load`, which must throw ft::Error(kOutOfMemory) whose message holds every one of `parts`. */
+void expect_out_of_memory(const std::function<void()>& load, const std::vector<std::string>& parts) {
+  try {
+    load();
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    const std::string msg = e.what();
+    for (const std::string& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  }
 }
 
 /** Same greedy tokens, and prompt and step logits equal bit for bit. */
@@ -109,16 +122,9 @@ TEST(HostMemorySplit, NeitherSideFitsFailsAtLoadNamingBoth) {
   // Room for one layer beside the resident weights and the KV reserve; host memory for none.
   o.host_memory_limit = 1;
   o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * b.kv_reserve_tokens + layer;
-  try {
-    Engine::load(dir, o);
-    FAIL() << "loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-    const std::string msg = e.what();
-    for (const char* part : {"expert banks do not fit host or device memory", "host memory holds 1 B (--host-memory-limit)",
-                             "must be resident on the device, which has", "missing"})
-      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
-  }
+  expect_out_of_memory([&] { Engine::load(dir, o); },
+                       {"expert banks do not fit host or device memory", "host memory holds 1 B (--host-memory-limit)",
+                        "must be resident on the device, which has", "missing"});
 }
 
 TEST(HostMemorySplit, HostHoldingNoBankMakesEveryLayerResidentAndSaysWhichFlagsNoLongerApply) {
@@ -277,20 +283,12 @@ TEST(HostMemorySplit, MemoryShrinkingMidFillFailsNamingTheNumbersWhenTheDeviceCa
   ShrinkingHost host;
   host.shrink_at = counted.calls.load() - 2;
   o.host_memory_probe = host.probe();
-  try {
-    Engine::load(dir, o);
-    FAIL() << "loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-    const std::string msg = e.what();
-    for (const std::string& part :
-         {std::string("host memory shrank while they were filled: before layer 2"),
-          std::string("host memory holds 0 B (host memory measured again while the banks filled"),
-          "0 B is usable now (" + format_bytes(host.before) + " when the fill started",
-          std::string("--host-memory-limit"), std::string("does not fit either"),
-          std::string("expert banks do not fit host or device memory"), std::string("missing")})
-      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
-  }
+  expect_out_of_memory([&] { Engine::load(dir, o); },
+                       {"host memory shrank while they were filled: before layer 2",
+                        "host memory holds 0 B (host memory measured again while the banks filled",
+                        "0 B is usable now (" + format_bytes(host.before) + " when the fill started",
+                        "--host-memory-limit", "does not fit either", "expert banks do not fit host or device memory",
+                        "missing"});
 }
 
 // A synthetic checkpoint gives each copied layer's memory back: the fill cannot be redone, so a
@@ -306,16 +304,9 @@ TEST(HostMemorySplit, MemoryShrinkingMidFillOfAReleasingCheckpointFails) {
   EngineOptions o = small_engine_options();
   o.moe.strategy = MoeStrategy::kOffload;
   o.host_memory_probe = host.probe();
-  try {
-    Engine::load(std::move(ckpt), o);
-    FAIL() << "loaded";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-    const std::string msg = e.what();
-    for (const char* part : {"before layer 1", "for the layers copied at once", "0 B is usable now",
-                             "not planned again: the layers already copied gave their checkpoint memory back"})
-      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
-  }
+  expect_out_of_memory([&] { Engine::load(std::move(ckpt), o); },
+                       {"before layer 1", "for the layers copied at once", "0 B is usable now",
+                        "not planned again: the layers already copied gave their checkpoint memory back"});
   EXPECT_EQ(host.calls.load(), 2);
 }
 
