@@ -29,7 +29,8 @@
 #                 less the KV the default --kv-reserve-tokens 8192 keeps (2.25 GiB at 24 layers; 0.107 was
 #                 refused 378 MiB short on an H100, session 40), in slots of 12.76 MiB; QN_RATE 0.24 = (24 - 3.2 GiB dense - ~1 GiB) / 82 GiB of experts
 #                 (3.42 MiB slots). The dense sizes are `ft bench`'s own counts at 1-3 layers. PREFILL8K=0
-#                 skips the prefill runs; PRESETS4 picks presets (default "deepseek-v4-flash qwen3.8-flash-next").
+#                 skips the prefill runs; PRESETS4 picks presets (default "deepseek-v4-flash qwen3.8-flash-next"),
+#                 STRATS4 the strategies (default "offload hybrid"; "cpu" gives the per-strategy rows' third).
 #     gptoss      issue 34: gpt-oss-120b (MXFP4 experts, BF16 dense) under --gpu-memory-limit 24, batch 1
 #                 (prompt 256, GEN steps) at router skew SKEWS (default "0 1") for STRATS (default
 #                 "auto offload hybrid")
@@ -138,8 +139,11 @@ for set in "$@"; do
                "qwen3.8-flash-next --dummy-layers ${QN_LAYERS:-16} --weight-type q4_k --moe-cache-rate ${QN_RATE:-0.24}"; do
         name=${m%% *}
         [[ " ${PRESETS4:-deepseek-v4-flash qwen3.8-flash-next} " == *" $name "* ]] || continue
-        A4="--model-preset $m --dummy-weights --device $DEVICE --gpu-memory-limit 24 --dummy-router-skew ${SKEW:-1}"
-        for s in offload hybrid; do
+        for s in ${STRATS4:-offload hybrid}; do
+          # cpu has no expert cache: no --moe-cache-rate
+          A4="--model-preset $m"
+          [ "$s" = cpu ] && A4="--model-preset ${m/ --moe-cache-rate*/}"
+          A4="$A4 --dummy-weights --device $DEVICE --gpu-memory-limit 24 --dummy-router-skew ${SKEW:-1}"
           bench "$name-$s-decode" 300 $A4 --moe-strategy $s --prompt-tokens 512 --gen-tokens $GEN --batch 1,16
           [ "${PREFILL8K:-1}" = 1 ] && bench "$name-$s-prefill8k" 300 $A4 --moe-strategy $s --prompt-tokens 8192 \
             --gen-tokens 0 --batch 1 --max-prefill-tokens 8192
