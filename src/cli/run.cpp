@@ -2,7 +2,8 @@
 //  [--threads N] [--device D] [--logits-out FILE] [--page-size N] [--max-prefill-tokens N] [MoE flags, cli/moe_flags.h]`:
 // one generation. Streams the generated text to stdout when the checkpoint has a tokenizer (GGUF metadata or
 // tokenizer.json), else (or with --print-ids) the generated ids, comma-separated (as --prompt-ids takes them); then prefill and
-// decode speed on stderr. --logits-out writes float32 logits of every prompt
+// decode speed on stderr. Once loaded it logs the memory plan (cli/memory_banner.h, as ft serve's banner: the
+// KV cache's tokens, bytes and dtype among it) on stderr. --logits-out writes float32 logits of every prompt
 // position, row-major [prompt_tokens, vocab]. Prompt + --max-tokens beyond the model's context length
 // is refused before loading (exit 2), as `ft serve` refuses such a request.
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "cli/engine_flags.h"
 #include "cli/help_format.h"
 #include "cli/int_list.h"
+#include "cli/memory_banner.h"
 #include "cli/model_arg.h"
 #include "engine/engine.h"
 #include "engine/serving_engine.h"
@@ -105,6 +107,10 @@ int run(RunArgs& a) {
   eo.max_seqs = 1;
   std::unique_ptr<ServingEngine> served = ServingEngine::load(std::move(ckpt), a.model, eo);
   Engine* engine = &served->engine();  // rank 0's
+  // The plan `ft serve` prints in its banner (the KV cache's tokens, bytes and dtype among it), on stderr.
+  std::string banner = memory_banner(*engine, eo.threads);
+  banner.pop_back();  // its last '\n': the log line ends there
+  spdlog::info("memory plan\n{}", banner);
 
   GenerateRequest req;
   req.prompt = prompt;

@@ -20,6 +20,7 @@
 #include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
 #include "cli/help_format.h"
+#include "cli/memory_banner.h"
 #include "cli/model_arg.h"
 #include "tools/demo_model.h"
 #include "engine/engine.h"
@@ -256,13 +257,7 @@ int run_serve(ServeArgs& f) {
       (!so.enable_thinking ? "" : fmt::format(", enable_thinking {} unless asked (--reasoning)", *so.enable_thinking));
   std::printf("  tokenizer %d tokens; chat template from %s (tool calls: %s; reasoning: %s)\n", vocab.n_tokens(),
               template_from.c_str(), tool_calls.c_str(), reasoning.c_str());
-  std::printf("  memory    weights %s (mapped); KV %lld tokens = %d pages x %d (%s); device %s, %s\n",
-              format_bytes(plan.weight_bytes).c_str(), static_cast<long long>(plan.kv_tokens), plan.kv_pages,
-              plan.kv.page_size, format_bytes(plan.kv_bytes).c_str(), engine->ops().name(),
-              eo.threads == 1  ? "1 thread"
-              : eo.threads > 0 ? fmt::format("{} threads", eo.threads).c_str()
-                                     : "all threads");
-  std::printf("%s", memory_table(plan, engine->ops().device() == Device::kCuda ? "GPU" : "device").c_str());
+  std::printf("%s", memory_banner(*engine, eo.threads).c_str());
   if (RankGroup* group = loaded->group())
     std::printf("  ranks     %d (tensor parallel%s); the table is rank 0's, every rank's plan is in /v1/stats "
                 "\"ranks\" and /metrics (rank=\"R\")\n",

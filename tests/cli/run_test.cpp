@@ -49,5 +49,27 @@ TEST(Run, GeneratedTextContinuesThePrompt) {
   EXPECT_EQ(r.out.rfind(" upon a time", 0), 0u) << r.out;
 }
 
+TEST(Run, LogsTheMemoryPlanAsServeDoes) {
+  // ft run sizes its KV cache for prompt + --max-tokens + 1 = 9 tokens: one page of 16. stories260K keeps
+  // 5 layers x K and V x 4 heads x 8 values a token: 1280 bytes in f32 (auto on the CPU), 400 in q8_0
+  // (8 codes and one f16 scale a head row); ft serve's banner line and table say it, on stderr here.
+  const std::string args = " --threads 1 --prompt-ids 1,403,407 --max-tokens 5 --temperature 0 --print-ids --page-size 16";
+  Result r = run_ft("run --model " + stories() + args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("memory    weights 1.1 MiB (mapped); KV 16 tokens = 1 pages x 16 (20.0 KiB); device cpu, 1 thread"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("KV cache              20.0 KiB           -  16 tokens, 1.2 KiB a token, f32"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("KV"), std::string::npos) << r.out;  // stdout keeps only the generated ids
+  Result q8 = run_ft("run --model " + stories() + args + " --kv-cache-dtype q8_0");
+  ASSERT_EQ(q8.code, 0) << q8.err;
+  EXPECT_NE(q8.err.find("KV cache               6.2 KiB           -  16 tokens, 400 B a token, q8_0"), std::string::npos)
+      << q8.err;
+  Result quiet = run_ft("run --model " + stories() + args + " --log-level warn");
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("KV cache"), std::string::npos) << quiet.err;  // a log line: --log-level hides it
+}
+
 }  // namespace
 }  // namespace ft
