@@ -64,7 +64,8 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
                   "layout, truncated or corrupt ones are skipped with a warning (ft serve)")
       ->group(kGroupMemory);
   cmd->add_option("--prompt-cache-gib", eo.prompt_cache_gib,
-                  "bound of --prompt-cache-dir's files in GiB; the least recently used are removed beyond it")
+                  "bound of --prompt-cache-dir's files in GiB (refused without it); the least recently used are removed "
+                  "beyond it")
       ->capture_default_str()
       ->group(kGroupMemory);
   cmd->add_option("--tensor-parallel-size,--tp-size", eo.tensor_parallel,
@@ -116,6 +117,12 @@ void finish_engine_options(const CLI::App& cmd, EngineOptions& eo, const CompatF
     eo.kv_cache_dtype = from_ct;
   }
   eo.validate();
+  // After validate(): a value out of range is named as such first.
+  if (cmd.count("--prompt-cache-gib") > 0 && eo.prompt_cache_dir.empty())
+    fail(ErrorCode::kInvalidArgument,
+         "--prompt-cache-gib {:g} bounds the files of the prompt cache, which needs --prompt-cache-dir DIR (ft "
+         "serve): give the folder too, or leave --prompt-cache-gib out",
+         eo.prompt_cache_gib);
 }
 
 }  // namespace ft::cli

@@ -24,7 +24,7 @@ void add_engine_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat);
  *  calibration's folder (default_cache_dir), checks the choices between flags (check_moe_flag_choices)
  *  and calls eo.validate(). Throws ft::Error (kInvalidArgument, or kUnsupported for a refused
  *  compatibility flag) naming the flags: -cmoe with another --moe-strategy, -ctk/-ctv disagreeing with
- *  --kv-cache-dtype, and whatever those checks throw. */
+ *  --kv-cache-dtype, --prompt-cache-gib without --prompt-cache-dir, and whatever those checks throw. */
 void finish_engine_options(const CLI::App& cmd, EngineOptions& eo, const CompatFlags& compat);
 
 /** Refuses --kv-host-gib and --prompt-cache-dir for `command` ("ft run", "ft bench"), which generate

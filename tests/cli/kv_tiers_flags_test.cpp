@@ -29,5 +29,18 @@ TEST(KvTierFlags, RunAndBenchRefuseThem) {
   EXPECT_NE(zero.err.find("--prompt-cache-gib must be > 0"), std::string::npos) << zero.err;
 }
 
+TEST(KvTierFlags, PromptCacheGibNeedsTheFolder) {
+  // It was taken and ignored: the bound of a prompt cache that was never opened.
+  const std::string says = "--prompt-cache-gib 2 bounds the files of the prompt cache, which needs --prompt-cache-dir DIR";
+  const Result run = run_ft("run " + stories() + " --prompt-ids 1,400 -n 2 --temp 0 -t 1 --prompt-cache-gib 2");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  // (The missing template would stop serve later, had the flag been taken: the test cannot hang.)
+  const Result serve = run_ft("serve " + stories() + " --port 0 -t 1 --prompt-cache-gib 2 --chat-template /nonexistent.jinja");
+  EXPECT_EQ(serve.code, 2);
+  EXPECT_NE(serve.err.find(says), std::string::npos) << serve.err;
+  EXPECT_EQ(serve.out.find("Loading"), std::string::npos) << serve.out;  // refused before the model loads
+}
+
 }  // namespace
 }  // namespace ft
