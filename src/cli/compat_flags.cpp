@@ -105,7 +105,8 @@ void add_compat_flags(CLI::App* cmd, CompatFlags& f) {
       ->group(g);
   cmd->add_option("--hf-file", f.hf_file, "-hff: refused, as -hf")->type_name("FILE")->group("");
   cmd->add_option("--cache-type-k", f.cache_type_k,
-                  "-ctk: the KV cache type, as --kv-cache-dtype (f16 or bf16: bf16, f32, q8_0; one type for K and V)")
+                  "-ctk: the KV cache type, as --kv-cache-dtype: f32, bf16, fp8, q8_0, or f16, which means bf16 (ft has "
+                  "no f16 KV cache; bf16 takes as many bytes); one type for K and V")
       ->type_name("TYPE")
       ->group(g);
   cmd->add_option("--cache-type-v", f.cache_type_v, "-ctv: as -ctk (the same type)")->type_name("TYPE")->group(g);
@@ -191,9 +192,9 @@ std::optional<std::string> kv_dtype_from_cache_types(const CompatFlags& f) {
          "give the same", *f.cache_type_k, *f.cache_type_v);
   const std::string& t = f.cache_type_k ? *f.cache_type_k : *f.cache_type_v;
   if (t == "f16" || t == "bf16") return std::string("bf16");
-  if (t == "f32" || t == "q8_0") return t;
-  fail(ErrorCode::kInvalidArgument, "-ctk/-ctv {}: ft's KV cache holds f32, bf16 (also for f16), fp8 or q8_0 "
-       "(--kv-cache-dtype)", t);
+  if (t == "f32" || t == "fp8" || t == "q8_0") return t;
+  fail(ErrorCode::kInvalidArgument, "-ctk/-ctv {}: ft's KV cache holds f32, bf16 (which f16 means here: ft has no f16 "
+       "KV cache), fp8 or q8_0; -ctk/-ctv take those names, as --kv-cache-dtype does", t);
 }
 
 namespace {

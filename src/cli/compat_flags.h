@@ -40,7 +40,7 @@ struct CompatFlags {
   bool cpu_moe = false;                        // -cmoe/--cpu-moe: --moe-strategy cpu (registered with the MoE flags)
 };
 
-/** --kv-cache-dtype as llama.cpp's -ctk/-ctv give it (f16 and bf16: bf16; f32; q8_0), or nullopt when
+/** --kv-cache-dtype as llama.cpp's -ctk/-ctv give it (f16 and bf16: bf16; f32; fp8; q8_0), or nullopt when
  *  neither is given. Throws ft::Error(kInvalidArgument) when they differ (one type holds K and V here)
  *  or name a type ft's KV cache has not (q4_0, iq4_nl, ...), naming --kv-cache-dtype's values. */
 std::optional<std::string> kv_dtype_from_cache_types(const CompatFlags& f);

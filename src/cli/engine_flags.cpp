@@ -115,6 +115,12 @@ void finish_engine_options(const CLI::App& cmd, EngineOptions& eo, const CompatF
       fail(ErrorCode::kInvalidArgument, "--kv-cache-dtype {} and -ctk/-ctv (= {}) disagree: give one",
            kv_cache_dtype_name(eo.kv_cache_dtype), *ct);
     eo.kv_cache_dtype = from_ct;
+    const std::string& given = compat.cache_type_k ? *compat.cache_type_k : *compat.cache_type_v;
+    eo.kv_cache_dtype_flag =
+        given == *ct ? fmt::format("-ctk/-ctv {}", given)
+                     : fmt::format("-ctk/-ctv {} (= --kv-cache-dtype {}: ft has no f16 KV cache; bf16 takes f16's 2 bytes a "
+                                   "value and keeps f32's range)",
+                                   given, *ct);
   }
   eo.validate();
   // After validate(): a value out of range is named as such first.

@@ -80,6 +80,9 @@ struct EngineOptions {
    *  f32's KV memory and decode attention bytes; keys and values rounded to bf16), fp8 or q8_0 (codes
    *  and scales, about half of bf16; quant/kv_quant.h; MLA on CUDA refused). */
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
+  /** How the command line asked for kv_cache_dtype when not as --kv-cache-dtype NAME, named by the
+   *  KV dtype refusals (plan_kv_cache): "-ctk/-ctv f16 (= --kv-cache-dtype bf16: ...)". "": the flag. */
+  std::string kv_cache_dtype_flag;
   /** --kv-host-gib: the host KV tier's bound in GiB (engine/kv_tiers.h): prefix-cache pages evicted
    *  from the device are kept in host memory and copied back on a later hit; 0: off. */
   double kv_host_gib = 0;

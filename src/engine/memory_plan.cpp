@@ -26,7 +26,10 @@ bool embeddings_on_host_auto(const MoePlan& plan, const CacheSizeRequest& reques
 }
 
 KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& config, const Ops& ops, bool spare_page) {
-  const char* want = kv_cache_dtype_name(options.kv_cache_dtype);
+  // The flag as given (-ctk f16 says what it became), for the refusals below.
+  const std::string want = !options.kv_cache_dtype_flag.empty()
+                               ? options.kv_cache_dtype_flag
+                               : fmt::format("--kv-cache-dtype {}", kv_cache_dtype_name(options.kv_cache_dtype));
   // auto: bf16 on CUDA whatever the activations (as llama.cpp's f16 and vLLM's auto keep a 16-bit KV
   // cache: half of f32's bytes, so twice the context or more expert slots in the same memory), but for
   // qwen4_exp's compressed-KV layers (attention_qsa keeps its pages in the activation dtype; deepseek_v4's
@@ -46,7 +49,7 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
     const bool cuda = ops.device() == Device::kCuda;
     const char* auto_kv = auto_dtype == DType::BF16 ? "bf16 (auto)" : "f32 (auto)";
     if (ops.device() != Device::kCpu && !cuda)
-      fail(ErrorCode::kUnsupported, "--kv-cache-dtype {} is not supported on the {} backend yet; use bf16 (auto)", want,
+      fail(ErrorCode::kUnsupported, "{} is not supported on the {} backend yet; use bf16 (auto)", want,
            ops.name());
     // CUDA reads quantized pages in its standard (GQA) attention kernels, full and sliding-window
     // (kv_write, attention.cu, attention_decode.cu), MLA's latent and RoPE-key pages in attention_mla's
@@ -61,13 +64,13 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
       const int64_t heads = config.layer_kv_heads[l], dim = config.layer_head_dim[l];
       if (heads * kv_scales_per_head(kv_dtype, dim) > page_scales)
         fail(ErrorCode::kUnsupported,
-             "--kv-cache-dtype {}: {} layer {} attends with {} KV heads of {} over pages of {} heads of {} (sized for "
+             "{}: {} layer {} attends with {} KV heads of {} over pages of {} heads of {} (sized for "
              "its widest layer), which hold {} scales a token and it needs {}; use {}",
              want, config.arch, l, heads, dim, config.n_head_kv, config.head_dim, page_scales,
              heads * kv_scales_per_head(kv_dtype, dim), auto_kv);
     }
   } else if (kv_dtype != DType::F32 && ops.device() == Device::kCpu) {
-    fail(ErrorCode::kUnsupported, "--kv-cache-dtype {}: the CPU backend keeps the KV cache in f32, fp8 or q8_0", want);
+    fail(ErrorCode::kUnsupported, "{}: the CPU backend keeps the KV cache in f32, fp8 or q8_0", want);
   }
   check_kv_tiers(options, config, ops);
   KvCacheConfig kv = kv_layout(config);

@@ -239,12 +239,20 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
   EXPECT_NE(taken.err.find("--mlock is ignored"), std::string::npos) << taken.err;
   EXPECT_NE(taken.err.find("-b/--batch-size and -ub/--ubatch-size are ignored"), std::string::npos) << taken.err;
   EXPECT_NE(taken.err.find("-tb/--threads-batch 2 is ignored"), std::string::npos) << taken.err;
-  // -ctk f16 is --kv-cache-dtype bf16, which the CPU backend refuses as it refuses that flag.
+  // -ctk f16 is --kv-cache-dtype bf16, which the CPU backend refuses: the refusal names -ctk f16 and says
+  // what it became and why (it named only bf16, a flag the user never gave).
   const Result f16 = run_ft("run " + stories() + gen + " -ctk f16");
   EXPECT_EQ(f16.code, 2);
-  EXPECT_NE(f16.err.find("--kv-cache-dtype bf16: the CPU backend keeps the KV cache in f32, fp8 or q8_0"),
+  EXPECT_NE(f16.err.find("-ctk/-ctv f16 (= --kv-cache-dtype bf16: ft has no f16 KV cache; bf16 takes f16's 2 bytes a "
+                         "value and keeps f32's range): the CPU backend keeps the KV cache in f32, fp8 or q8_0"),
             std::string::npos)
       << f16.err;
+  // -ctk fp8 is --kv-cache-dtype fp8 (it was refused by a message that listed fp8 as held).
+  const Result fp8 = run_ft("run " + stories() + gen + " -ctk fp8");
+  EXPECT_EQ(fp8.code, 0) << fp8.err;
+  EXPECT_NE(fp8.err.find("64 tokens, 480 B a token, fp8"), std::string::npos) << fp8.err;
+  const Result fp8_flag = run_ft("run " + stories() + gen + " --kv-cache-dtype fp8");
+  EXPECT_EQ(fp8_flag.out, fp8.out);
   const Result q8 = run_ft("run " + stories() + " -p 'Once upon a time' -n 3 --temp 0 -t 1 -ctk q8_0 -ctv q8_0 -v");
   EXPECT_EQ(q8.code, 0) << q8.err;
   EXPECT_NE(q8.err.find("[debug]"), std::string::npos) << q8.err;  // -v: --log-level debug
@@ -277,7 +285,8 @@ TEST(FamiliarFlags, OtherLlamaServerFlagsAreTakenOrRefusedByName) {
            // Several letters after one dash are one llama.cpp flag, never bundled one-letter flags (-c tx).
            Case{"serve --port 0 -ctx 4096", "unknown option '-ctx'"},
            Case{"serve --port 0 -ctk q8_0 -ctv f16", "-ctk q8_0 and -ctv f16: ft's KV cache holds K and V in one type"},
-           Case{"serve --port 0 -ctk q4_0", "-ctk/-ctv q4_0: ft's KV cache holds f32, bf16"},
+           Case{"serve --port 0 -ctk q4_0", "-ctk/-ctv q4_0: ft's KV cache holds f32, bf16 (which f16 means here: ft "
+                                             "has no f16 KV cache), fp8 or q8_0; -ctk/-ctv take those names"},
            Case{"serve --port 0 -ts 1,1", "-ts/-sm/-mg/-dev 1,1: llama.cpp's layer split is not how ft splits a model"},
            Case{"serve --port 0 --nnodes 2", "--nnodes 2: multi-node runs are not supported yet"},
            Case{"serve --port 0 --node-rank 1", "--node-rank 1: multi-node runs are not supported yet"},
