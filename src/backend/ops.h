@@ -64,6 +64,14 @@ struct KvLayer {
    *  scales a head] (fp8: one F32 a head; q8_0: one F16 per 32 values of a head). */
   Tensor k_scale;
   Tensor v_scale;
+  /** DeepSeek-V4's compressed entries (KvCacheConfig::layer_entry_rate; empty for other layers and
+   *  models): [n_pages, rows, 1, width] in the activation dtype, never quantized (an entry is written
+   *  once, when its window closes; compress_kv). With rate r and page size ps (the key pages'), entry
+   *  w of a sequence lives in the page holding its window's last position (w + 1) r - 1, page index
+   *  j = ((w + 1) r - 1) / ps of its block table, at row w - floor(j ps / r) < rows = ceil(ps / r):
+   *  so an entry sits in a page only once every position it pools is there, and a prefix-cache page
+   *  carries its entries with it. */
+  Tensor e;
   bool quantized() const { return !k_scale.empty(); }
 };
 
@@ -252,6 +260,7 @@ struct CompressParams {
   int32_t head_dim = 0;   // width of one entry
   bool overlap = false;   // entry w pools Ca of window w-1 with Cb of window w (CSA)
   int32_t col = 0;        // first column of this compressor's kv in the value pages
+  int32_t entry_col = 0;  // paged entries (KvLayer::e): first column of this compressor's entries there
   float eps = 1e-6f;      // its kv_norm (RMSNorm) epsilon
   RopeParams rope;        // tail RoPE of the entries (compress_rope_theta; n_rot, inv_freq, attn_factor)
 };
@@ -266,6 +275,10 @@ struct IndexerParams {
   /** The candidates of a query are its own visible entries only (Qwen4-Exp's QSA indexer runs
    *  torch.topk per query over them), not the sequence's with the invisible ones at -inf (V4). */
   bool per_query = false;
+  /** Paged keys (keys given as KvLayer::e pages [n_pages, rows, 1, width]): their first column and
+   *  the key pages' page size; unused for keys [S, M, head_dim]. */
+  int32_t key_col = 0;
+  int32_t page_size = 0;
 };
 
 /** V4's attention: shared-KV MQA over a sliding window of the normalised kv plus compressed entries. */
@@ -585,7 +598,11 @@ class Ops {
    *  (overlap: 2 rate slots, Ca of window w-1 with ape[j][0, hd) then Cb of window w with
    *  ape[j][hd, 2 hd); window -1 contributes nothing), then e_w = rmsnorm(e_w) * norm_w and tail RoPE
    *  at position w rate. entries [S, M, head_dim] activation dtype, M >= every sequence's count
-   *  (rows past it are left as they were). ape F32 [rate, width]; norm_w [head_dim] F32/BF16. */
+   *  (rows past it are left as they were). ape F32 [rate, width]; norm_w [head_dim] F32/BF16.
+   *  Paged entries (entries = kv.e, 4-D: KvLayer::e says where entry w lives): only the entries whose
+   *  window closes in this step (last position (w + 1) rate - 1 among the sequence's positions of
+   *  the step) are pooled, into columns [p.entry_col, + head_dim) of their rows; earlier ones were
+   *  written by the steps that closed them (O(new entries) a step, not O(context)). */
   virtual void compress_kv(const CompressParams& p, const BatchInfo& batch, const Tensor& proj, KvLayer kv,
                            const Tensor& ape, const Tensor& norm_w, Tensor entries);
   /** Lightning indexer top-k (DeepseekV4Indexer): for query t (position p, sequence s), q_h = tail
@@ -596,7 +613,9 @@ class Ops {
    *  with the invisible ones at -inf (backend/cpu/indexer_topk.cpp says how); CUDA too, repeating
    *  those steps where the last pick ties (backend/torch_topk_order.h), while M more I32 fit its
    *  shared memory beside the scores (else it takes the lower w).
-   *  q [T, n_head head_dim]; w [T, n_head]; keys [S, M, head_dim]; ids I32 [T, top_k]. */
+   *  q [T, n_head head_dim]; w [T, n_head]; keys [S, M, head_dim], or paged (KvLayer::e pages
+   *  [n_pages, rows, 1, width] at columns [p.key_col, + head_dim), p.page_size > 0; no M bound);
+   *  ids I32 [T, top_k]. */
   virtual void indexer_topk(const IndexerParams& p, const BatchInfo& batch, const Tensor& q, const Tensor& w,
                             const Tensor& keys, Tensor ids);
   /** V4 attention (DeepseekV4Attention, eager): query t at position p of sequence s, q_h = tail RoPE
@@ -604,7 +623,8 @@ class Ops {
    *  (p - window, p] with tail RoPE at j, and the entries[s, w] (selected[t] lists them, -1 skipped;
    *  empty: all w < (p + 1) / rate; entries empty: none). out = softmax with the head's sink in the
    *  denominator, then tail RoPE at -p (undoing the values' rotation). q, out [T, n_head head_dim];
-   *  kv.k [pages, page_size, 1, head_dim]; entries [S, M, head_dim]; selected I32 [T, k]. */
+   *  kv.k [pages, page_size, 1, head_dim]; entries [S, M, head_dim], or paged (kv.e: KvLayer::e
+   *  pages [pages, rows, 1, width], each entry its columns [0, head_dim)); selected I32 [T, k]. */
   virtual void attention_compressed(const CompressedAttentionParams& p, const BatchInfo& batch, const Tensor& q,
                                     KvLayer kv, const Tensor& entries, const Tensor& selected, Tensor out);
   /** V4 router (DeepseekV4TopKRouter / HashRouter): s = sqrt(softplus(logits)); ids = tid2eid[token]

@@ -77,6 +77,7 @@ KvCacheConfig plan_kv_cache(const EngineOptions& options, const ModelConfig& con
   kv.page_size = options.page_size;
   kv.token_budget = options.kv_tokens;
   kv.dtype = kv_dtype;
+  kv.entry_dtype = ops.activation_dtype();  // deepseek_v4's compressed entries: written once, read as activations
   kv.spare_pages = spare_page ? 1 : 0;
   if (kv.has_recurrent()) kv.n_state_slots = options.max_seqs + options.state_snapshots;
   // Sliding-window layers get their own pool: a sequence holds there only its window and the step's

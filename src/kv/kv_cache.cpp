@@ -39,6 +39,29 @@ int64_t layer_token_bytes(const KvCacheConfig& c) {
   return kv_row_bytes(c.dtype, c.n_head_kv, c.head_dim) + kv_row_bytes(c.dtype, v_heads(c), v_dim(c));
 }
 
+/** Bytes of layer `l`'s compressed-entry rows in one page (0: none). */
+int64_t entry_page_bytes(const KvCacheConfig& c, int32_t l) {
+  const int32_t rows = c.entry_rows(l);
+  return rows > 0 ? dtype_bytes(c.entry_dtype, int64_t{rows} * c.layer_entry_width[static_cast<size_t>(l)]) : 0;
+}
+
+void check_entries(const KvCacheConfig& c) {
+  if (c.layer_entry_rate.empty() && c.layer_entry_width.empty()) return;
+  if (static_cast<int32_t>(c.layer_entry_rate.size()) != c.n_layer ||
+      static_cast<int32_t>(c.layer_entry_width.size()) != c.n_layer)
+    fail(ErrorCode::kInvalidArgument, "KV cache: {} entry rates and {} entry widths for {} layers",
+         c.layer_entry_rate.size(), c.layer_entry_width.size(), c.n_layer);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const int32_t r = c.layer_entry_rate[static_cast<size_t>(l)], w = c.layer_entry_width[static_cast<size_t>(l)];
+    if (r < 0 || (r > 0 && w < 1) || c.in_swa_pool(l) || (r > 0 && c.is_recurrent(l)))
+      fail(ErrorCode::kInvalidArgument, "KV cache: layer {}: compressed entries of rate {} and width {} (a layer of "
+           "the full pool, rate >= 1 and width >= 1)", l, r, w);
+  }
+  if (c.entry_dtype != DType::F32 && c.entry_dtype != DType::BF16 && c.entry_dtype != DType::F16)
+    fail(ErrorCode::kInvalidArgument, "KV cache: compressed entries in {} (the activation dtype: F32, BF16 or F16)",
+         dtype_name(c.entry_dtype));
+}
+
 }  // namespace
 
 int32_t KvCacheConfig::swa_window() const {
@@ -85,14 +108,19 @@ void check_recurrent(const KvCacheConfig& c) {
 
 }  // namespace
 
-int64_t KvCache::bytes_per_token(const KvCacheConfig& c) { return attention_layers(c) * layer_token_bytes(c); }
+int64_t KvCache::bytes_per_token(const KvCacheConfig& c) {
+  int64_t entries = 0;  // a page's entry rows over its tokens, rounded up over all layers
+  for (int32_t l = 0; l < c.n_layer; ++l) entries += entry_page_bytes(c, l);
+  return attention_layers(c) * layer_token_bytes(c) + (entries + c.page_size - 1) / std::max(c.page_size, 1);
+}
 
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
   const int64_t layer_token = layer_token_bytes(c);
   const int64_t full_pages = int64_t{pages_for(c)} + c.spare_pages, swa_pages = int64_t{swa_pages_for(c)} + c.spare_pages;
   int64_t bytes = 0;
   for (int32_t l = 0; l < c.n_layer; ++l)
-    if (!c.is_recurrent(l)) bytes += (c.in_swa_pool(l) ? swa_pages : full_pages) * c.page_size * layer_token;
+    if (!c.is_recurrent(l))
+      bytes += (c.in_swa_pool(l) ? swa_pages : full_pages) * (c.page_size * layer_token + entry_page_bytes(c, l));
   if (c.has_recurrent()) bytes += (int64_t{c.n_state_slots} + c.spare_pages) * c.state_bytes_per_slot();
   return bytes;
 }
@@ -100,6 +128,7 @@ int64_t KvCache::bytes_for(const KvCacheConfig& c) {
 KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_(pages_for(config), config.page_size) {
   if (const int32_t swa = swa_pages_for(config); swa > 0) swa_pool_.emplace(swa, config.page_size);
   check_recurrent(config);
+  check_entries(config);
   if (config.has_recurrent()) state_pool_.emplace(config.n_state_slots, 1);
   const int64_t slots = int64_t{config.n_state_slots} + config.spare_pages;
   auto alloc = [&](DType dt, std::initializer_list<int64_t> shape) {
@@ -140,6 +169,10 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_
         (v ? kv.v_scale : kv.k_scale) = alloc(kv_scale_dtype(config.dtype),
                                               {n_pages, config.page_size, heads, kv_scales_per_head(config.dtype, dim)});
     }
+    if (const int32_t rows = config.entry_rows(l); rows > 0) {
+      kv.e = alloc(config.entry_dtype, {n_pages, rows, 1, config.layer_entry_width[static_cast<size_t>(l)]});
+      ops.zero(kv.e);  // rows not yet written read as zeros, never as another run's bytes
+    }
     layers_.push_back(kv);
   }
 }
@@ -167,7 +200,7 @@ KvLayer kv_head_view(const KvLayer& full, int64_t heads, int64_t dim) {
     return t.empty() ? Tensor() : Tensor(t.data, t.dtype, {t.dim(0), t.dim(1), heads, cols}, t.device);
   };
   const int64_t scales = full.quantized() ? kv_scales_per_head(kv_dtype_of_codes(full.k.dtype), dim) : 0;
-  KvLayer kv{view(full.k, dim), view(full.v, dim), view(full.k_scale, scales), view(full.v_scale, scales)};
+  KvLayer kv{view(full.k, dim), view(full.v, dim), view(full.k_scale, scales), view(full.v_scale, scales), full.e};
   for (const auto& [part, whole] : {std::pair<const Tensor*, const Tensor*>{&kv.k, &full.k}, {&kv.v, &full.v},
                                     {&kv.k_scale, &full.k_scale}, {&kv.v_scale, &full.v_scale}})
     if (!whole->empty() && part->bytes() > whole->bytes())  // more heads of a smaller dim: more scales a token

@@ -51,6 +51,17 @@ struct KvCacheConfig {
   int32_t conv2_rows = 0, conv2_dim = 0, token_history = 0;
   /** Slots of recurrent state sequences can hold (the most sequences running at once). */
   int32_t n_state_slots = 0;
+  /** DeepSeek-V4's compressed entries (KvLayer::e), n_layer entries each or empty: a layer's compress
+   *  rate (0: no entries) and row width (its entries' and its indexer keys' columns). Entry rows live
+   *  in the layer's pages, ceil(page_size / rate) a page, in `entry_dtype` (the activation dtype). */
+  std::vector<int32_t> layer_entry_rate, layer_entry_width;
+  DType entry_dtype = DType::F32;
+
+  /** Rows of compressed entries a page of layer `l` holds (0: the layer has none). */
+  int32_t entry_rows(int32_t l) const {
+    const int32_t r = layer_entry_rate.empty() ? 0 : layer_entry_rate[static_cast<size_t>(l)];
+    return r > 0 ? (page_size + r - 1) / r : 0;
+  }
 
   /** True when layer `l` keeps its KV in the sliding-window pool. */
   bool in_swa_pool(int32_t l) const {
@@ -105,7 +116,7 @@ class KvCache {
   /** The sliding-window pool, nullptr without one. */
   const PagePool* swa_pool() const { return swa_pool_ ? &*swa_pool_ : nullptr; }
   /** Bytes of K and V storage of one token in every layer with pages (a sliding-window layer counted too;
-   *  quantized pages' scales included). */
+   *  quantized pages' scales included), compressed-entry rows included (a page's rows / page_size). */
   static int64_t bytes_per_token(const KvCacheConfig& config);
   /** Bytes of K and V storage in all layers, and of the recurrent states. */
   int64_t bytes() const;

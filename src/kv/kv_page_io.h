@@ -7,7 +7,8 @@
 // page's PageContents::ready passes once its bytes are on the host. Heap bytes (no pool, or a full
 // one) go through Ops::copy, synchronously. Layout of PageContents:
 //  kv:    for each layer with pages in the full pool, in layer order: K page, V page, then (quantized
-//         KV dtypes) K scales, V scales, each as the tensor's bytes of one page;
+//         KV dtypes) K scales, V scales, then (DeepSeek-V4) the page's compressed-entry rows
+//         (KvLayer::e), each as the tensor's bytes of one page;
 //  swa:   the same for the layers in the sliding-window pool, of the node's swa page;
 //  state: for each recurrent layer: conv window, S, then (Qwen4-Exp) the second window and tokens, of
 //         one state slot.

@@ -259,6 +259,8 @@ KvCacheConfig kv_layout(const ModelConfig& c) {
     k.conv2_dim = static_cast<int32_t>(c.lin_conv2_dim);
     k.token_history = static_cast<int32_t>(c.lin_token_history);
   }
+  k.layer_entry_rate = c.layer_entry_rate;
+  k.layer_entry_width = c.layer_entry_width;
   bool slides = false;
   for (int64_t l = 0; l < c.n_layer; ++l) slides = slides || c.window(l) > 0;
   if (slides)

@@ -124,6 +124,9 @@ struct ModelConfig {
    *  pages (--kv-cache-dtype fp8 / q8_0, scales per head: quant/kv_quant.h) quantize each part alone,
    *  never re-scaling a neighbour written earlier. */
   int64_t kv_v_head_dim = 0;
+  /** DeepSeek-V4: each layer's compress rate (0: none) and the width of its compressed-entry rows in
+   *  the KV pages (entries, then the indexer's keys), or empty (KvCacheConfig::layer_entry_rate). */
+  std::vector<int32_t> layer_entry_rate, layer_entry_width;
 
   int32_t bos_id = -1;
   std::vector<int32_t> eos_ids;

@@ -35,13 +35,19 @@
 // the value pages hold each token's compressor projections (kv and gate of the compressor, then of
 // the indexer's compressor: config.kv_v_width columns in heads of kv_v_head_dim, so that each is
 // quantized alone under --kv-cache-dtype fp8 / q8_0; unused on sliding_attention layers, which read
-// their key pages' window only). Every step recomputes each sequence's
-// compressed entries from its pages (ops.h compress_kv), so entries are a pure function of the
-// prefix: a prefix-cache hit or a decode step gives what a cold prefill gives. No sliding-window pool
-// (the compressors read every position). Cost: the pooling is O(context) per step and layer, like
-// attention itself; the value pages hold 2 (2 head_dim + 2 index_head_dim) floats per token and layer.
-// Step scratch beyond ForwardState (streams, hyper-connection weights, entries) is a StepScratch,
-// grown geometrically with the batch and the context. The model is checked against its fixture on the
+// their key pages' window only). The compressed entries (and the CSA indexer's keys beside them) are
+// persistent KV: the entry rows of the layer's pages (KvLayer::e, ceil(page_size / rate) rows a page
+// of head_dim (+ index_head_dim) values, in the activation dtype; config.layer_entry_rate / _width).
+// An entry is pooled once, by the step whose tokens close its window (ops.h compress_kv, paged), from
+// the projections in the value pages, and stored in the page of the window's last position, so a
+// prefix-cache page, the host tier and the prompt cache carry it; attention_compressed and the
+// indexer read the rows. Entries are a pure function of the prefix: a prefix-cache hit or a decode
+// step gives what a cold prefill gives. Cost a step and layer: the new entries' pooling (O(step
+// tokens)); attention and the indexer still read every visible entry. No sliding-window pool: the
+// projections are kept for every position (4 (head_dim + index_head_dim) values a token and layer)
+// next to the entries' (head_dim + index_head_dim) / rate.
+// Step scratch beyond ForwardState (streams, hyper-connection weights) is a StepScratch, grown
+// geometrically with the batch. The model is checked against its fixture on the
 // CPU backend; an op a backend lacks is refused there (kUnsupported naming the op).
 //
 // Tensor parallelism (a WeightLoader shard, dist/tensor_parallel.h): each rank its query heads (wq_b
@@ -133,10 +139,9 @@ class DeepseekV4 final : public Model {
 
   struct Scratch {
     StepScratch mem;
-    Tensor streams, streams2, flat, mixes, post, comb, coll, qa, kv, proj, iproj, iq, iw, sel, attn, oa, rep, ent, ient,
-        sh_out;
+    Tensor streams, streams2, flat, mixes, post, comb, coll, qa, kv, proj, iproj, iq, iw, sel, attn, oa, rep, sh_out;
   };
-  Scratch& scratch(Ops& ops, int64_t T, int64_t entries) const;
+  Scratch& scratch(Ops& ops, int64_t T) const;
 
   /** config_ made tensor-parallel rank tp_'s: n_head, o_groups_ and n_ff_shexp divided by the size
    *  (full_n_head_, full_o_groups_, full_ff_shexp_ keep the checkpoint's). Throws ft::Error(kUnsupported)
@@ -186,7 +191,8 @@ void DeepseekV4::read_config(const json& cfg) {
   if (const std::string sf = cfg.value("scoring_func", "sqrtsoftplus"); sf != "sqrtsoftplus")
     fail(ErrorCode::kUnsupported, "config.json: scoring_func '{}': deepseek_v4 supports sqrtsoftplus", sf);
   // The engine-facing shape: one shared KV head; every position kept (no sliding-window pool: the
-  // compressors read all of them); the value pages hold the compressor projections.
+  // compressors read all of them); the value pages hold the compressor projections, the entry rows
+  // the compressed entries.
   const bool any_csa = std::find(types_.begin(), types_.end(), kCsa) != types_.end();
   c.n_head_kv = 1;
   c.n_rot = rope_kinds_.compress.n_rot;
@@ -194,6 +200,10 @@ void DeepseekV4::read_config(const json& cfg) {
   c.layer_window.clear();
   c.kv_v_width = any_csa ? 4 * c.head_dim + 4 * id_ : 2 * c.head_dim;
   c.kv_v_head_dim = any_csa ? std::gcd(c.head_dim, id_) : c.head_dim;  // kv and gate: whole heads each
+  for (int t : types_) {  // entry rows: the entry, then (CSA) the indexer's key
+    c.layer_entry_rate.push_back(static_cast<int32_t>(t == kHca ? rate_hca_ : t == kCsa ? rate_csa_ : 0));
+    c.layer_entry_width.push_back(static_cast<int32_t>(t == kHca ? c.head_dim : t == kCsa ? c.head_dim + id_ : 0));
+  }
   c.norm_topk_prob = true;
   const int64_t n_rot = rope_kinds_.compress.n_rot;
   if (any_csa && n_rot > id_)
@@ -305,6 +315,7 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
       L.comp = load_compressor(ld, a + "compressor", rate_csa_, hd, true, 0);
       L.idx_comp = load_compressor(ld, a + "indexer.compressor", rate_csa_, id_, true, static_cast<int32_t>(4 * hd));
       L.idx_comp.p.rope = idx_rope_;
+      L.idx_comp.p.entry_col = static_cast<int32_t>(hd);  // the indexer's keys follow the entry in its row
       L.idx_wq_b = ld.get({"", a + "indexer.wq_b.weight"}, {ih_ * id_, q_lora_});
       L.idx_w = ld.get({"", a + "indexer.weights_proj.weight"}, {ih_, H});
     }
@@ -352,11 +363,11 @@ void DeepseekV4::load(WeightLoader& ld, Ops& ops) {
   for (Buffer& b : ld.take_host_storage()) host_storage_.push_back(std::move(b));
 }
 
-DeepseekV4::Scratch& DeepseekV4::scratch(Ops& ops, int64_t T, int64_t entries) const {
+DeepseekV4::Scratch& DeepseekV4::scratch(Ops& ops, int64_t T) const {
   Scratch& s = scratch_;
-  if (s.mem.covers(T, entries)) return s;
+  if (s.mem.covers(T, 0)) return s;
   const ModelConfig& c = config_;
-  s.mem.regrow(T, entries);
+  s.mem.regrow(T, 0);
   const int64_t n = n_hc_, H = c.n_embd, hd = c.head_dim;
   auto make = [&](DType dt, std::initializer_list<int64_t> shape) { return s.mem.make(ops, dt, shape); };
   const DType act = ops.activation_dtype();
@@ -380,8 +391,6 @@ DeepseekV4::Scratch& DeepseekV4::scratch(Ops& ops, int64_t T, int64_t entries) c
   s.sh_out = make(act, {R, H});
   // rep[i] = i / n: embedding() gathers each token's row n times to start its streams.
   s.rep = s.mem.repeat_index(ops, R, n);
-  s.ent = make(act, {s.mem.entries() * hd});
-  s.ient = make(act, {s.mem.entries() * id_});
   ops.synchronize();
   return s;
 }
@@ -392,9 +401,7 @@ void DeepseekV4::forward(ForwardContext& ctx) const {
   Ops& ops = ctx.ops;
   const ModelConfig& c = config_;
   const int64_t T = ctx.batch.n_tokens, n = n_hc_, H = c.n_embd;
-  const int64_t max_entries =
-      int64_t{ctx.batch.n_seqs} * std::max<int64_t>(1, ctx.batch.max_kv_len / std::min(rate_csa_, rate_hca_));
-  Scratch& s = scratch(ops, T, max_entries);
+  Scratch& s = scratch(ops, T);
   const RmsNormParams norm{static_cast<float>(c.rms_eps), 0.0f};
   const HyperConnParams hp{static_cast<int32_t>(n), static_cast<int32_t>(sinkhorn_), static_cast<float>(hc_eps_)};
   Tensor x = embed(ctx, tok_embd_);  // [T, H]
@@ -438,7 +445,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   const Layer& L = layers_[static_cast<size_t>(l)];
   const BatchInfo& b = ctx.batch;
   Scratch& s = scratch_;
-  const int64_t T = b.n_tokens, nh = c.n_head, hd = c.head_dim, S = b.n_seqs;
+  const int64_t T = b.n_tokens, nh = c.n_head, hd = c.head_dim;
   const RmsNormParams norm{static_cast<float>(c.rms_eps), 0.0f};
   Tensor qa = s.qa.slice(0, T), q = ctx.state.q.slice(0, T), kv = s.kv.slice(0, T), att = s.attn.slice(0, T);
   ActQ8 qa_q8;  // qa's form from its norm (h's then goes stale: later projections of h quantize)
@@ -468,20 +475,19 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     return;
   }
   const int64_t rate = L.comp.p.rate;
-  const int64_t M = std::max<int64_t>(1, b.max_kv_len / rate);
   const int64_t width = L.comp.p.overlap ? 2 * hd : hd;
+  if (pages.e.empty())
+    fail(ErrorCode::kInternal, "deepseek_v4 layer {}: the KV cache has no compressed-entry rows (kv_layout)", l);
   Tensor proj = s.proj.slice(0, T).reshape({T * 4 * hd}).slice(0, T * 2 * width).reshape({T, 2 * width});
   ops.matmul(h, L.comp.proj, proj, Tensor(), h_q8);
-  Tensor ent(s.ent.data, s.ent.dtype, {S, M, hd}, s.ent.device);
-  ops.compress_kv(L.comp.p, b, proj, pages, L.comp.ape, L.comp.norm, ent);
+  ops.compress_kv(L.comp.p, b, proj, pages, L.comp.ape, L.comp.norm, pages.e);  // this step's new entries
   ap.rate = static_cast<int32_t>(rate);
   ap.rope = rope_;
   Tensor sel;
   if (L.type == kCsa) {
     Tensor iproj = s.iproj.slice(0, T);
     ops.matmul(h, L.idx_comp.proj, iproj, Tensor(), h_q8);
-    Tensor ient(s.ient.data, s.ient.dtype, {S, M, id_}, s.ient.device);
-    ops.compress_kv(L.idx_comp.p, b, iproj, pages, L.idx_comp.ape, L.idx_comp.norm, ient);
+    ops.compress_kv(L.idx_comp.p, b, iproj, pages, L.idx_comp.ape, L.idx_comp.norm, pages.e);  // keys at column hd
     Tensor iq = s.iq.slice(0, T), iw = s.iw.slice(0, T);
     ops.matmul(qa, L.idx_wq_b, iq, Tensor(), ctx.q8(qa_q8));
     ops.matmul(h, L.idx_w, iw, Tensor(), h_q8);
@@ -491,11 +497,13 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     ip.rate = static_cast<int32_t>(rate);
     ip.top_k = static_cast<int32_t>(topk_);
     ip.rope = idx_rope_;
+    ip.key_col = static_cast<int32_t>(hd);
+    ip.page_size = static_cast<int32_t>(pages.k.dim(1));
     sel = s.sel.slice(0, T);
-    ops.indexer_topk(ip, b, iq, iw, ient, sel);
+    ops.indexer_topk(ip, b, iq, iw, pages.e, sel);
     ctx.dump_if("indexer_ids", l, sel);  // I32 [T, index_topk], -1 past the visible entries
   }
-  ops.attention_compressed(ap, b, q, pages, ent, sel, att);
+  ops.attention_compressed(ap, b, q, pages, pages.e, sel, att);
   ops.head_matmul(att, L.wo_a, oa);
   ops.matmul(oa, L.wo_b, out, Tensor());
   tp_all_reduce(ctx, out);  // tensor parallel: the heads' (groups') partial sums

@@ -1,8 +1,10 @@
 // CUDA vs CPU: DeepSeek-V4's ops (hc_pre, hc_post, swiglu_clamp, moe_route_sqrtsoftplus, compress_kv,
 // indexer_topk, attention_compressed) on the same random F32 inputs; values within 1e-4 relative L2
 // (F32 activations on both), indices exactly; over quantized pages (--kv-cache-dtype fp8 / q8_0) the
-// stored codes and scales byte for byte.
+// stored codes and scales byte for byte; the entries kept in the KV pages' entry rows (KvLayer::e:
+// compress_kv writes only the windows a step closes, indexer_topk and attention_compressed read them).
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "backend/op_harness.h"
@@ -110,6 +112,106 @@ TEST_F(CudaDeepseekV4, CompressorIndexerAndAttentionOverBf16Pages) { check_compr
 
 TEST_F(CudaDeepseekV4, CompressorAndAttentionOverFp8Pages) { check_quantized_pages(DType::F8_E4M3); }
 TEST_F(CudaDeepseekV4, CompressorAndAttentionOverQ8Pages) { check_quantized_pages(DType::Q8_0); }
+
+TEST_F(CudaDeepseekV4, EntryRowsWrittenStepByStepAndRead) {
+  // Two sequences over two steps (positions 0..29 and 0..13, then 30..36 and 14..21): compress_kv into
+  // entry rows [n_pages, 2, 1, hd + 3] at column 1 (rate 4, pages of 8: two rows a page), the second
+  // step pooling only the windows it closes; the rows (unwritten ones zero) within 1e-4 of the CPU's,
+  // then the indexer (keys at column 1) and the attention (a view of the CPU's rows, entries at
+  // column 0) over the CPU's rows.
+  const int hd = 32, rate = 4, page = 8, n_pages = 16, max_blocks = 6, nh = 4, ih = 2, K = 3, window = 8;
+  const int W = 2 * hd, Wv = 2 * W, rows = page / rate, We = hd + 3, ecol = 1;
+  std::vector<int32_t> table(2 * max_blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::reverse(table.begin(), table.end());
+  const std::vector<float> inv = {1.0f, 0.3f, 0.05f, 0.01f};
+  RopeParams rope;
+  rope.head_dim = hd, rope.n_rot = 8;
+  const auto ape = rand_bf16(rate * W, 21), nw = rand_bf16(hd, 22, 0.5f, 1.5f);
+  auto batch = [&](const std::vector<int32_t>& pos, const std::vector<int32_t>& si, int32_t split, bool gpu_side) {
+    auto i32 = [&](const std::vector<int32_t>& v, std::vector<int64_t> sh) {
+      return gpu_side ? arena().dev_i32(v, sh) : arena().host_i32(v, sh);
+    };
+    const auto T = static_cast<int32_t>(pos.size());
+    return BatchInfo{T, 2, max_blocks, 37, i32(pos, {T}), i32(si, {T}), i32({0, split, T}, {3}),
+                     i32(table, {2, max_blocks}), Tensor(), Tensor()};
+  };
+  KvLayer hkv{Tensor(), arena().host_f32(std::vector<float>(n_pages * page * Wv), {n_pages, page, 1, Wv})};
+  KvLayer dkv{Tensor(), arena().dev_from(std::vector<float>(n_pages * page * Wv), DType::F32, {n_pages, page, 1, Wv})};
+  hkv.e = arena().host_f32(std::vector<float>(n_pages * rows * We), {n_pages, rows, 1, We});
+  dkv.e = arena().dev_from(std::vector<float>(n_pages * rows * We), DType::F32, {n_pages, rows, 1, We});
+  CompressParams cp;
+  cp.rate = rate, cp.head_dim = hd, cp.overlap = true, cp.entry_col = ecol, cp.rope = rope;
+  for (const auto& [lo0, hi0, lo1, hi1] : {std::array<int, 4>{0, 30, 0, 14}, {30, 37, 14, 22}}) {
+    std::vector<int32_t> pos, si;
+    for (int p = lo0; p < hi0; ++p) pos.push_back(p), si.push_back(0);
+    for (int p = lo1; p < hi1; ++p) pos.push_back(p), si.push_back(1);
+    const auto T = static_cast<int>(pos.size());
+    const auto proj = rand_bf16(T * 2 * W, 23 + lo0, -2, 2);
+    cp.rope.inv_freq = arena().host_f32(inv, {4});
+    cpu().compress_kv(cp, batch(pos, si, hi0 - lo0, false), arena().host_f32(proj, {T, 2 * W}), hkv,
+                      arena().host_f32(ape, {rate, W}), arena().host_f32(nw, {hd}), hkv.e);
+    cp.rope.inv_freq = dev(inv, {4});
+    gpu().compress_kv(cp, batch(pos, si, hi0 - lo0, true), dev(proj, {T, 2 * W}), dkv, dev(ape, {rate, W}),
+                      dev(nw, {hd}), dkv.e);
+  }
+  const std::vector<float> he = host_read(hkv.e), de = arena().read(dkv.e);
+  EXPECT_LE(rel_l2(de, he), kTight);
+  int written = 0;
+  for (size_t r = 0; r < he.size() / We; ++r) written += he[r * We + ecol] != 0.0f;
+  EXPECT_EQ(written, 37 / rate + 22 / rate);
+
+  // Queries of the last step's tokens read the CPU's rows.
+  std::vector<int32_t> pos, si;
+  for (int p = 30; p < 37; ++p) pos.push_back(p), si.push_back(0);
+  for (int p = 14; p < 22; ++p) pos.push_back(p), si.push_back(1);
+  const int T = static_cast<int>(pos.size());
+  const BatchInfo hb = batch(pos, si, 7, false), db = batch(pos, si, 7, true);
+  const Tensor de_cpu = dev(he, {n_pages, rows, 1, We});
+  const auto q = rand_bf16(T * ih * hd, 24, 0.1f, 1.0f), w = rand_bf16(T * ih, 25, 0.1f, 1.0f);
+  IndexerParams ip{ih, hd, rate, K, rope};
+  ip.key_col = ecol, ip.page_size = page;
+  Tensor hids = arena().host_i32(std::vector<int32_t>(T * K), {T, K});
+  ip.rope.inv_freq = arena().host_f32(inv, {4});
+  cpu().indexer_topk(ip, hb, arena().host_f32(q, {T, ih * hd}), arena().host_f32(w, {T, ih}), hkv.e, hids);
+  Tensor dids = arena().dev_i32(std::vector<int32_t>(T * K, -7), {T, K});
+  ip.rope.inv_freq = dev(inv, {4});
+  gpu().indexer_topk(ip, db, dev(q, {T, ih * hd}), dev(w, {T, ih}), de_cpu, dids);
+  std::vector<int32_t> gi = arena().read_i32(dids), ci = host_read_i32(hids);
+  for (int t = 0; t < T; ++t) {
+    std::sort(gi.begin() + t * K, gi.begin() + (t + 1) * K);
+    std::sort(ci.begin() + t * K, ci.begin() + (t + 1) * K);
+  }
+  EXPECT_EQ(gi, ci);
+
+  // Attention: its entries are columns [0, hd) of the rows, so both read rows whose entry starts there.
+  std::vector<float> shifted(he.size() - ecol);
+  std::copy(he.begin() + ecol, he.end(), shifted.begin());
+  shifted.resize(he.size(), 0.0f);
+  const auto kvrows = rand_bf16(37 * hd, 26), qa = rand_bf16(T * nh * hd, 27, -2, 2), sinks = rand_bf16(nh, 28);
+  std::vector<float> keys(n_pages * page * hd, 0.0f);
+  for (int p = 0; p < 37; ++p)
+    for (int s = 0; s < 2; ++s)
+      std::copy_n(kvrows.begin() + p * hd, hd, keys.begin() + (table[s * max_blocks + p / page] * page + p % page) * hd);
+  KvLayer hk{arena().host_f32(keys, {n_pages, page, 1, hd}), Tensor()};
+  KvLayer dk{dev(keys, {n_pages, page, 1, hd}), Tensor()};
+  for (const bool selected : {false, true}) {
+    CompressedAttentionParams ap;
+    ap.n_head = nh, ap.head_dim = hd, ap.scale = 1.0f / std::sqrt(static_cast<float>(hd)), ap.window = window;
+    ap.rate = rate, ap.rope = rope;
+    ap.rope.inv_freq = arena().host_f32(inv, {4});
+    ap.sinks = arena().host_f32(sinks, {nh});
+    Tensor hout = arena().host_f32(std::vector<float>(T * nh * hd), {T, nh * hd});
+    cpu().attention_compressed(ap, hb, arena().host_f32(qa, {T, nh * hd}), hk,
+                               arena().host_f32(shifted, {n_pages, rows, 1, We}), selected ? hids : Tensor(), hout);
+    ap.rope.inv_freq = dev(inv, {4});
+    ap.sinks = dev(sinks, {nh});
+    Tensor dout = arena().dev_poisoned(DType::F32, {T, nh * hd});
+    gpu().attention_compressed(ap, db, dev(qa, {T, nh * hd}), dk, dev(shifted, {n_pages, rows, 1, We}),
+                               selected ? arena().dev_i32(host_read_i32(hids), {T, K}) : Tensor(), dout);
+    EXPECT_LE(rel_l2(arena().read(dout), host_read(hout)), kTight) << (selected ? "selected" : "all entries");
+  }
+}
 
 void CudaDeepseekV4::check_quantized_pages(DType kvd) {
   // Two sequences as check_compressor_indexer_attention; the value pages hold the CSA compressor's

@@ -1,7 +1,9 @@
 // DeepSeek-V4's ops (ops.h "DeepSeek-V4") against hand-computed values and naive double-precision
 // references written from transformers' modeling_deepseek_v4.py: hyper-connection weights with
 // Sinkhorn normalisation, the stream expansion, sqrt(softplus) and hash routing, the clamped SwiGLU,
-// the compressor (one prefill equal to the same tokens in chunks), the indexer and the attention.
+// the compressor (one prefill equal to the same tokens in chunks), the indexer and the attention; the
+// compressed entries kept in the KV pages' entry rows (KvLayer::e) equal the dense ones, are written
+// once (when their window closes) and read where they live.
 #include <algorithm>
 #include <numeric>
 
@@ -192,6 +194,105 @@ TEST_P(DeepseekV4OpsTest, CompressorEntriesMatchNaiveAndChunkingDoesNotChangeThe
     }
     EXPECT_LT(rel_l2(arena().read(e1), want), tol(1e-5));
     EXPECT_EQ(arena().read(e1), arena().read(e2));
+  }
+}
+
+// Entry rows (KvLayer::e) against the dense entries: compress_kv in chunks writes each entry once, at
+// its row (the page of its window's last position), bit-equal to the dense pooling, and leaves the
+// rows' other columns alone; a later step that closes no window rewrites nothing (its projections
+// poisoned: an entry pooled again would turn NaN); the indexer and the attention read the rows as they
+// read the dense entries. Rates 2 (two rows a page of 4), 4 (one) and 8 (one row every other page).
+TEST_P(DeepseekV4OpsTest, PagedEntriesAreWrittenOnceAndReadWhereTheyLive) {
+  for (const auto& [rate, overlap] : {std::pair<int, bool>{2, true}, {4, true}, {8, false}}) {
+    SCOPED_TRACE(::testing::Message() << "rate " << rate << (overlap ? " CSA" : " HCA"));
+    const int hd = 8, width = overlap ? 2 * hd : hd, L = 14, page = 4, n_pages = 8, Wv = 2 * width;
+    const int rows_pp = (page + rate - 1) / rate, W = hd + 3, ecol = 2, M = L / rate;
+    std::vector<std::vector<float>> rows(L + 1);
+    for (int q = 0; q <= L; ++q) rows[q] = random_vec(2 * width, 40 + q, -2, 2);
+    const auto ape = random_vec(rate * width, 41), nw = random_vec(hd, 42, 0.5f, 1.5f);
+    const std::vector<float> inv = {1.0f, 0.1f};
+    CompressParams p;
+    p.rate = rate, p.head_dim = hd, p.overlap = overlap, p.entry_col = ecol;
+    p.rope.head_dim = hd, p.rope.n_rot = 4, p.rope.inv_freq = arena().f32(inv, {2});
+    const std::vector<int32_t> table = {5, 2, 7, 0};
+    auto batch = [&](const std::vector<int32_t>& pos) {
+      const auto T = static_cast<int32_t>(pos.size());
+      return BatchInfo{T, 1, 4, pos.back() + 1, arena().i32(pos, {T}), arena().i32(std::vector<int32_t>(T, 0), {T}),
+                       arena().i32({0, T}, {2}), arena().i32(table, {1, 4}), Tensor()};
+    };
+    auto run = [&](KvLayer kv, int lo, int hi, Tensor ent) {
+      std::vector<int32_t> pos;
+      std::vector<float> proj;
+      for (int q = lo; q < hi; ++q) pos.push_back(q), proj.insert(proj.end(), rows[q].begin(), rows[q].end());
+      ops().compress_kv(p, batch(pos), arena().act(proj, {hi - lo, 2 * width}), kv, arena().f32(ape, {rate, width}),
+                        arena().f32(nw, {hd}), ent);
+    };
+    KvLayer dense{Tensor(), arena().alloc(ops().activation_dtype(), {n_pages, page, 1, Wv})};
+    KvLayer paged{Tensor(), arena().alloc(ops().activation_dtype(), {n_pages, page, 1, Wv})};
+    const std::vector<float> sentinel(static_cast<size_t>(n_pages * rows_pp * W), 7.0f);
+    paged.e = arena().act(sentinel, {n_pages, rows_pp, 1, W});
+    CompressParams dp = p;
+    dp.entry_col = 0;
+    std::swap(p, dp);
+    Tensor e1 = arena().alloc(ops().activation_dtype(), {1, M, hd});
+    run(dense, 0, L, e1);
+    std::swap(p, dp);
+    run(paged, 0, 5, paged.e), run(paged, 5, 11, paged.e), run(paged, 11, 12, paged.e), run(paged, 12, L, paged.e);
+    // Poison every projection, then a step at position L that closes no window: nothing is pooled again.
+    ASSERT_NE((L + 1) % rate, 0);
+    ops().copy(arena().act(std::vector<float>(static_cast<size_t>(n_pages * page * Wv), NAN), {n_pages, page, 1, Wv}),
+               paged.v);
+    run(paged, L, L + 1, paged.e);
+    const auto dense_e = arena().read(e1), rows_e = arena().read(paged.e);
+    int written = 0;
+    for (int pg = 0; pg < n_pages; ++pg)
+      for (int r = 0; r < rows_pp; ++r) {
+        const float* row = rows_e.data() + (pg * rows_pp + r) * W;
+        for (int c = 0; c < W; ++c)
+          if (c < ecol || c >= ecol + hd) EXPECT_EQ(row[c], 7.0f) << "page " << pg << " row " << r << " col " << c;
+        written += row[ecol] != 7.0f;
+      }
+    EXPECT_EQ(written, M);
+    for (int w = 0; w < M; ++w) {
+      const int j = ((w + 1) * rate - 1) / page, r = w - j * page / rate;
+      const float* row = rows_e.data() + (table[j] * rows_pp + r) * W + ecol;
+      EXPECT_EQ(std::vector<float>(row, row + hd), std::vector<float>(dense_e.begin() + w * hd, dense_e.begin() + (w + 1) * hd))
+          << "entry " << w;
+    }
+    // The indexer and the attention over the rows give what they give over the dense entries.
+    const std::vector<int32_t> qpos = {9, 14};
+    const BatchInfo qb = batch(qpos);
+    const int nh = 2, T = 2;
+    const auto q = random_vec(T * nh * hd, 43, -2, 2), wts = random_vec(T * nh, 44, 0.1f, 1.0f);
+    IndexerParams ip{nh, hd, rate, 2, {}};
+    ip.rope = p.rope;
+    Tensor ids_dense = arena().alloc(DType::I32, {T, 2}), ids_paged = arena().alloc(DType::I32, {T, 2});
+    ops().indexer_topk(ip, qb, arena().act(q, {T, nh * hd}), arena().act(wts, {T, nh}), e1, ids_dense);
+    ip.key_col = ecol, ip.page_size = page;
+    ops().indexer_topk(ip, qb, arena().act(q, {T, nh * hd}), arena().act(wts, {T, nh}), paged.e, ids_paged);
+    EXPECT_EQ(arena().read_i32(ids_paged), arena().read_i32(ids_dense));
+    // Attention reads columns [0, hd) of the rows: a view starting at the entry's column.
+    CompressedAttentionParams ap;
+    ap.n_head = nh, ap.head_dim = hd, ap.scale = 0.3f, ap.window = 3, ap.rate = rate, ap.rope = p.rope;
+    ap.sinks = arena().f32({0.2f, -0.5f}, {nh});
+    KvLayer keys{arena().act(random_vec(n_pages * page * hd, 45), {n_pages, page, 1, hd}), Tensor()};
+    const std::vector<float> dense_rows = [&] {  // the dense entries laid out as rows of width hd
+      std::vector<float> v(static_cast<size_t>(n_pages * rows_pp * hd), 0.0f);
+      for (int w = 0; w < M; ++w) {
+        const int j = ((w + 1) * rate - 1) / page, r = w - j * page / rate;
+        std::copy_n(dense_e.begin() + w * hd, hd, v.begin() + (table[j] * rows_pp + r) * hd);
+      }
+      return v;
+    }();
+    Tensor o_dense = arena().alloc(ops().activation_dtype(), {T, nh * hd});
+    Tensor o_paged = arena().alloc(ops().activation_dtype(), {T, nh * hd});
+    for (bool sel : {false, true}) {
+      const Tensor picks = sel ? ids_dense : Tensor();
+      ops().attention_compressed(ap, qb, arena().act(q, {T, nh * hd}), keys, e1, picks, o_dense);
+      ops().attention_compressed(ap, qb, arena().act(q, {T, nh * hd}), keys,
+                                 arena().act(dense_rows, {n_pages, rows_pp, 1, hd}), picks, o_paged);
+      EXPECT_EQ(arena().read(o_paged), arena().read(o_dense)) << (sel ? "indexer picks" : "all visible");
+    }
   }
 }
 

@@ -67,7 +67,8 @@ TEST(KvTiers, HostTierCarriesSlidingWindowPagesAndStateSnapshots) {
 }
 
 TEST(KvTiers, HostTierCarriesCompressedKvModels) {
-  // deepseek_v4: the compressed entries and indexer keys are recomputed from the pages' projections;
+  // deepseek_v4: the projections and the compressed entries and indexer keys (the pages' entry rows,
+  // written once: a restore that left them out gives other logits);
   // qwen4_exp: QSA pages (V, then the indexer's key) plus the DeltaNet state, the PLE conv window and
   // the n-gram token history in the state snapshot.
   for (const char* model : {"deepseek_v4", "qwen4_exp"}) {

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_page_io.h"
 #include "util/error.h"
 
 namespace ft {
@@ -64,6 +65,29 @@ TEST(KvCache, SizedFromTokenBudget) {
   EXPECT_NE(l.k.data, l.v.data);
   EXPECT_THROW(kv.layer(3), Error);
   c.token_budget = 0;
+  EXPECT_THROW(KvCache(ops, c), Error);
+}
+
+TEST(KvCache, CompressedEntryRowsLiveInTheirLayersPages) {
+  // DeepSeek-V4's entry rows (KvLayer::e): ceil(page_size / rate) rows a page of the layer's width in
+  // the entry dtype, zeroed, counted in bytes() and bytes_per_token(), copied by KvPageIo with the page.
+  CpuOps ops(1);
+  KvCacheConfig c{3, 1, 16, 16, 64, DType::F32};
+  c.layer_entry_rate = {0, 4, 128};
+  c.layer_entry_width = {0, 24, 16};
+  KvCache kv(ops, c);
+  EXPECT_TRUE(kv.layer(0).e.empty());
+  EXPECT_TRUE(kv.layer(1).e.has_shape({4, 4, 1, 24}));
+  EXPECT_TRUE(kv.layer(2).e.has_shape({4, 1, 1, 16}));
+  const auto* e = kv.layer(1).e.ptr<float>();
+  EXPECT_TRUE(std::all_of(e, e + kv.layer(1).e.numel(), [](float v) { return v == 0.0f; }));
+  const int64_t kv_token = 3 * 2 * 16 * 4, entry_page = (4 * 24 + 16) * 4;
+  EXPECT_EQ(kv.bytes(), 4 * (16 * kv_token + entry_page));
+  EXPECT_EQ(KvCache::bytes_per_token(c), kv_token + entry_page / 16);
+  EXPECT_EQ(KvPageIo(ops, kv).kv_bytes(), 16 * kv_token + entry_page);
+  c.layer_entry_width = {0, 24};
+  EXPECT_THROW(KvCache(ops, c), Error);
+  c.layer_entry_width = {0, 0, 16};
   EXPECT_THROW(KvCache(ops, c), Error);
 }
 

@@ -1,9 +1,11 @@
 // DeepSeek-V4 (shared/fixtures/hf/deepseek_v4: layers 0-2 heavily compressed (rate 128), layer 3
-// compressed sparse (rate 4, indexer top-8), window 8): the compressed entries are recomputed from
-// the pages every step, so prefilling in chunks of 6 over pages of 4 (windows and entries cut at
-// every boundary) gives transformers' greedy tokens, and its logits wherever the indexer has no
-// choice to make; the cache keeps every position (no sliding-window pool) with the compressor
-// projections as each token's value row.
+// compressed sparse (rate 4, indexer top-8), window 8): each compressed entry is pooled once, by the
+// step that closes its window, into the entry rows of the KV pages, so prefilling in chunks of 6 over
+// pages of 4 (windows and entries cut at every boundary) gives transformers' greedy tokens, and its
+// logits wherever the indexer has no choice to make; decode steps after a long prefill and a
+// prefix-cache hit read the entries earlier steps wrote and give what one cold prefill gives. The
+// cache keeps every position (no sliding-window pool) with the compressor projections as each
+// token's value row.
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -11,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collect_sink.h"
+#include "engine/engine_runner.h"
 #include "fixture_util.h"
 
 namespace ft::testing {
@@ -103,6 +107,72 @@ TEST(DeepseekV4, SlidingLayersEqualHcaLayersBeforeTheirFirstEntry) {
         o);
     const auto res = generate(*plain, {greedy_request(cases[0].input_ids, 1)})[0];
     EXPECT_GT(max_row_rel_l2(res.prompt_logits, cases[0].logits, V), 1e-3);
+  }
+}
+
+TEST(DeepseekV4, EntriesPersistAcrossDecodeStepsAndPrefixHits) {
+  // 300 prompt tokens cross two heavily compressed windows (rate 128) and 75 sparse ones (rate 4), in
+  // chunks of 64 over pages of 16. With index_topk 128 (more than any row's entries: the indexer has
+  // no choice, so a decode step and one forward rank nothing differently), 12 decode steps must give
+  // what one cold prefill of the prompt and the generated tokens gives at those positions: the entries
+  // they read were written by the prefill's chunks and the earlier steps. Then through the service
+  // the same prompt twice: the second run takes 288 tokens (18 pages, their entry rows with them) from
+  // the prefix cache and must give the first run's tokens and log-probabilities.
+  EngineOptions o = small_engine_options();
+  auto engine = load_edited([](nlohmann::json& c) { c["index_topk"] = 128; }, o);
+  const KvCacheConfig& kc = engine->kv().config();
+  // Entry rows: one a page for the rate-128 layers (an entry every 8th page), 16 / 4 for the rate-4 one
+  // (its entry and its indexer key side by side: 16 + 16 wide), F32 on the CPU.
+  EXPECT_EQ(engine->kv().layer(0).e.dim(1), 1);
+  EXPECT_EQ(engine->kv().layer(0).e.dim(3), 16);
+  EXPECT_EQ(engine->kv().layer(3).e.dim(1), 4);
+  EXPECT_EQ(engine->kv().layer(3).e.dim(3), 32);
+  // Bytes a token: 4 layers x (16 key + 128 value) x 4 B, plus the entry rows of a page over 16 tokens.
+  EXPECT_EQ(KvCache::bytes_per_token(kc), 4 * 144 * 4 + (3 * 16 * 4 + 4 * 32 * 4) / 16);
+  std::vector<int32_t> prompt(300);
+  uint32_t x = 12345;
+  for (int32_t& t : prompt) x = x * 1664525u + 1013904223u, t = static_cast<int32_t>((x >> 8) % 512);
+  const int64_t V = engine->config().n_vocab;
+  GenerateRequest req = greedy_request(prompt, 12);
+  req.step_logits = true;
+  GenerateOptions go;
+  go.max_prefill_tokens = 64;
+  const auto dec = generate(*engine, {req}, go)[0];
+  ASSERT_EQ(dec.tokens.size(), 12u);
+  std::vector<int32_t> full = prompt;
+  full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
+  const auto cold = generate(*engine, {greedy_request(full, 1)})[0];
+  double worst = 0;
+  for (size_t r = 0; r < dec.tokens.size(); ++r) {
+    const std::vector<float> a(dec.step_logits.begin() + static_cast<std::ptrdiff_t>(r * V),
+                               dec.step_logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+    const std::vector<float> b(cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((299 + r) * V),
+                               cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((300 + r) * V));
+    worst = std::max(worst, max_row_rel_l2(a, b, V));
+  }
+  std::printf("[ fixture ] deepseek_v4 300-token prompt, 12 decode steps vs one cold prefill: max rel L2 %.3g\n", worst);
+  EXPECT_LE(worst, 1e-5);
+
+  EngineRunner runner(*engine);
+  ServiceConfig sc;
+  sc.scheduler.max_running = 2;
+  sc.scheduler.max_prefill_tokens = 64;
+  sc.scheduler.max_seq_len = 512;
+  sc.check_integrity = true;
+  EngineService svc(runner, engine->kv().pools(), sc);
+  auto first = run_greedy(svc, prompt, 12), hit = run_greedy(svc, prompt, 12);
+  EXPECT_EQ(first->info.cached_tokens, 0);
+  EXPECT_EQ(hit->info.cached_tokens, 288);
+  ASSERT_EQ(first->tokens.size(), 12u);
+  ASSERT_EQ(hit->tokens.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(first->tokens[i].id, dec.tokens[i]) << i;
+    EXPECT_EQ(hit->tokens[i].id, first->tokens[i].id) << i;
+    ASSERT_EQ(hit->tokens[i].top.size(), first->tokens[i].top.size());
+    for (size_t j = 0; j < first->tokens[i].top.size(); ++j) {
+      EXPECT_EQ(hit->tokens[i].top[j].first, first->tokens[i].top[j].first) << i << "/" << j;
+      EXPECT_NEAR(hit->tokens[i].top[j].second, first->tokens[i].top[j].second, 1e-5) << i << "/" << j;
+    }
   }
 }
 

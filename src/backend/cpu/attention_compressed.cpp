@@ -2,12 +2,14 @@
 // sequence's normalised kv plus its compressed entries (all visible ones, or the indexer's picks),
 // with per-head sinks and the output's tail RoPE undone (CPU backend; semantics in ops.h, after
 // transformers' DeepseekV4Attention with eager_attention_forward). Key pages F32, or quantized
-// (--kv-cache-dtype fp8 / q8_0: each row dequantized, kv_rows.h).
+// (--kv-cache-dtype fp8 / q8_0: each row dequantized, kv_rows.h); entries dense [S, M, hd] or the
+// pages' entry rows (KvLayer::e, entry_rows.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/entry_rows.h"
 #include "backend/cpu/kv_rows.h"
 #include "util/error.h"
 
@@ -28,22 +30,25 @@ void CpuOps::attention_compressed(const CompressedAttentionParams& p, const Batc
     fail(ErrorCode::kInvalidArgument, "{}: q {}, kv.k {}, out {}, sinks {} do not fit {} heads of {}", op, q.str(),
          kv.k.str(), out.str(), p.sinks.str(), nh, hd);
   if (out.data == q.data) fail(ErrorCode::kInvalidArgument, "{}: out must not alias q", op);
-  int64_t M = 0;
+  const int64_t n_pages = kv.k.dim(0), ps = kv.k.dim(1);
+  const int32_t* pos = batch.positions.ptr<int32_t>();
+  const int32_t* si = batch.seq_index.ptr<int32_t>();
+  const int32_t* ss = batch.seq_start.ptr<int32_t>();
+  // Each sequence's entries (pointers looked up, and their errors thrown, outside the parallel region).
+  std::vector<std::vector<const float*>> ents(static_cast<size_t>(batch.n_seqs));
   if (!entries.empty()) {
-    cpu::check_dtype(op, "entries", entries, DType::F32);
-    if (entries.ndim != 3 || entries.dim(0) < batch.n_seqs || entries.dim(2) != hd || p.rate < 1)
-      fail(ErrorCode::kInvalidArgument, "{}: entries {} must be [>= {}, M, {}] with a rate >= 1 (rate {})", op,
-           entries.str(), batch.n_seqs, hd, p.rate);
-    M = entries.dim(1);
+    const cpu::EntryRows rows(op, batch, entries, hd, 0, ps, p.rate);
+    for (int32_t s = 0; s < batch.n_seqs; ++s) {
+      if (ss[s + 1] <= ss[s]) continue;
+      const int64_t n = std::min<int64_t>((int64_t{pos[ss[s + 1] - 1]} + 1) / p.rate, rows.limit());
+      for (int64_t w = 0; w < n; ++w) ents[static_cast<size_t>(s)].push_back(rows.at(s, w));
+    }
   }
   if (!selected.empty()) {
     cpu::check_dtype(op, "selected", selected, DType::I32);
     if (selected.rows() != T || entries.empty())
       fail(ErrorCode::kInvalidArgument, "{}: selected {} needs [{}, k] rows and entries", op, selected.str(), T);
   }
-  const int64_t n_pages = kv.k.dim(0), ps = kv.k.dim(1);
-  const int32_t* pos = batch.positions.ptr<int32_t>();
-  const int32_t* si = batch.seq_index.ptr<int32_t>();
   const cpu::KvRows pages(kv.k, kv.k_scale);
   for (int64_t t = 0; t < T; ++t)  // page lookups (and their errors) outside the parallel region
     for (int32_t j = std::max(0, pos[t] - p.window + 1); j <= pos[t]; ++j) cpu::page_slot(op, batch, n_pages, ps, si[t], j);
@@ -60,15 +65,18 @@ void CpuOps::attention_compressed(const CompressedAttentionParams& p, const Batc
       if (r != k) std::copy_n(r, hd, k);
       cpu::rope_tail(p.rope, keys.data() + keys.size() - hd, j);
     }
-    if (M > 0) {
-      const float* eb = entries.ptr<float>() + int64_t{s} * M * hd;
-      const int64_t n_vis = std::min<int64_t>((int64_t{P} + 1) / p.rate, M);
+    if (!entries.empty()) {
+      const std::vector<const float*>& eb = ents[static_cast<size_t>(s)];
+      const int64_t n_vis = std::min<int64_t>((int64_t{P} + 1) / p.rate, static_cast<int64_t>(eb.size()));
       if (selected.empty()) {
-        keys.insert(keys.end(), eb, eb + n_vis * hd);
+        for (int64_t w = 0; w < n_vis; ++w) keys.insert(keys.end(), eb[static_cast<size_t>(w)], eb[static_cast<size_t>(w)] + hd);
       } else {
         const int32_t* sel = selected.ptr<int32_t>() + t * selected.cols();
         for (int64_t j = 0; j < selected.cols(); ++j)
-          if (sel[j] >= 0 && sel[j] < n_vis) keys.insert(keys.end(), eb + sel[j] * hd, eb + (sel[j] + 1) * hd);
+          if (sel[j] >= 0 && sel[j] < n_vis) {
+            const float* e = eb[static_cast<size_t>(sel[j])];
+            keys.insert(keys.end(), e, e + hd);
+          }
       }
     }
     const int64_t n_keys = static_cast<int64_t>(keys.size()) / hd;

@@ -1,8 +1,10 @@
 // compress_kv: DeepSeek-V4's KV compressor (CPU backend; semantics in ops.h, after transformers'
 // DeepseekV4HCACompressor / DeepseekV4CSACompressor and the indexer's compressor). Stores the step's
-// per-token projections in the value pages, then pools every closed window of each sequence from
-// the pages: the entries are a function of the pages alone, so a prefix-cache hit, a chunked
-// prefill and a decode step all give the same entries as one cold prefill. F32 pages, or quantized
+// per-token projections in the value pages, then pools windows from the pages: every closed window
+// of each sequence into a dense [S, M, hd] (Qwen4-Exp), or, into the KV pages' entry rows (paged:
+// DeepSeek-V4), only the windows this step closes (earlier ones are already there). Either way an
+// entry is a function of the pages alone, so a prefix-cache hit, a chunked prefill and a decode step
+// all give the same entries as one cold prefill. F32 pages, or quantized
 // ones (--kv-cache-dtype fp8 / q8_0): each head of the stored columns quantized as kv_write does,
 // read back dequantized a head at a time (kv_rows.h).
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/entry_rows.h"
 #include "backend/cpu/kv_rows.h"
 #include "quant/kv_quant.h"
 #include "util/error.h"
@@ -21,7 +24,7 @@ void CpuOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const 
   const char* op = "compress_kv";
   cpu::check_batch(op, batch);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"proj", &proj}, {"ape", &ape},
-                                {"norm_w", &norm_w}, {"entries", &entries}, {"inv_freq", &p.rope.inv_freq}})
+                                {"norm_w", &norm_w}, {"inv_freq", &p.rope.inv_freq}})
     cpu::check_dtype(op, name, *t, DType::F32);
   cpu::check_kv_page_tensor(op, "kv.v", kv.v, kv.v_scale);  // F32, or quantized codes and scales
   const int64_t hd = p.head_dim, width = p.overlap ? 2 * hd : hd, T = batch.n_tokens, S = batch.n_seqs;
@@ -32,11 +35,11 @@ void CpuOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const 
   const int64_t n_pages = kv.v.dim(0), ps = kv.v.dim(1), heads = kv.v.dim(2), dim = kv.v.dim(3), Wv = heads * dim;
   const bool quant = !kv.v_scale.empty();  // (kv.k may be absent: this op reads and writes kv.v only)
   if (p.col < 0 || p.col + 2 * width > Wv || !proj.has_shape({T, 2 * width}) || !ape.has_shape({rate, width}) ||
-      norm_w.numel() != hd || entries.ndim != 3 || entries.dim(0) < S || entries.dim(2) != hd)
+      norm_w.numel() != hd)
     fail(ErrorCode::kInvalidArgument,
-         "{}: proj {} (want [{}, {}]), columns {}.. of kv.v {}, ape {} (want [{}, {}]), norm_w {}, entries {} "
-         "(want [>= {}, M, {}]) do not fit",
-         op, proj.str(), T, 2 * width, p.col, kv.v.str(), ape.str(), rate, width, norm_w.str(), entries.str(), S, hd);
+         "{}: proj {} (want [{}, {}]), columns {}.. of kv.v {}, ape {} (want [{}, {}]), norm_w {} do not fit", op,
+         proj.str(), T, 2 * width, p.col, kv.v.str(), ape.str(), rate, width, norm_w.str());
+  const cpu::EntryRows out(op, batch, entries, hd, entries.ndim == 4 ? p.entry_col : 0, ps, rate);
   // Quantized pages keep scales per head: this compressor's columns must be whole heads, so that
   // storing them re-scales nothing another op wrote (ModelConfig::kv_v_head_dim lays them out so).
   if (quant && (p.col % dim != 0 || (2 * width) % dim != 0))
@@ -66,30 +69,35 @@ void CpuOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const 
     }
   }
 
-  const int64_t M = entries.dim(1);
   const float* a = ape.ptr<float>();
   const float* nw = norm_w.ptr<float>();
   const cpu::KvRows rows(kv.v, kv.v_scale);
   const int64_t span = 2 * width + 2 * dim;  // a row's columns as KvRows::cols dequantizes them
   for (int32_t s = 0; s < S; ++s) {
     if (ss[s + 1] <= ss[s]) continue;
-    const int64_t n_entries = (int64_t{pos[ss[s + 1] - 1]} + 1) / rate;
-    if (n_entries > M)
-      fail(ErrorCode::kInvalidArgument, "{}: sequence {} has {} entries, entries {} holds {}", op, s, n_entries,
-           entries.str(), M);
-    // Page slots of the sequence's first n_entries * rate positions (looked up outside the parallel loop).
-    std::vector<int64_t> slots(static_cast<size_t>(n_entries * rate));
-    for (int64_t j = 0; j < n_entries * rate; ++j) slots[static_cast<size_t>(j)] = slot_of(s, static_cast<int32_t>(j));
-#pragma omp parallel for num_threads(n_threads_) schedule(static) if (n_entries * rate * width > 65536)
-    for (int64_t w = 0; w < n_entries; ++w) {
-      float* e = entries.ptr<float>() + (int64_t{s} * M + w) * hd;
+    // Windows to pool: all closed ones (dense), or those whose last position is in this step (paged).
+    const int64_t w_end = (int64_t{pos[ss[s + 1] - 1]} + 1) / rate;
+    const int64_t w_begin = out.paged() ? int64_t{pos[ss[s]]} / rate : 0;
+    if (w_end > out.limit())
+      fail(ErrorCode::kInvalidArgument, "{}: sequence {} has {} entries, entries {} holds {}", op, s, w_end,
+           entries.str(), out.limit());
+    if (w_end <= w_begin) continue;
+    // Page slots of the positions those windows read, and the entries' rows (outside the parallel loop).
+    const int64_t base = p.overlap && w_begin > 0 ? (w_begin - 1) * rate : w_begin * rate;
+    std::vector<int64_t> slots(static_cast<size_t>(w_end * rate - base));
+    for (int64_t j = base; j < w_end * rate; ++j) slots[static_cast<size_t>(j - base)] = slot_of(s, static_cast<int32_t>(j));
+    std::vector<float*> dst(static_cast<size_t>(w_end - w_begin));
+    for (int64_t w = w_begin; w < w_end; ++w) dst[static_cast<size_t>(w - w_begin)] = out.at(s, w);
+#pragma omp parallel for num_threads(n_threads_) schedule(static) if ((w_end - w_begin) * rate * width > 65536)
+    for (int64_t w = w_begin; w < w_end; ++w) {
+      float* e = dst[static_cast<size_t>(w - w_begin)];
       std::vector<float> logit(static_cast<size_t>(2 * rate)), val(static_cast<size_t>(2 * rate));
       // The window's rows (kv then gate): window w-1's then w's when they overlap, else w's alone.
       const int64_t first = p.overlap && w > 0 ? (w - 1) * rate : w * rate, n_rows = (w + 1) * rate - first;
       std::vector<const float*> r(static_cast<size_t>(n_rows));
       std::vector<float> buf(quant ? static_cast<size_t>(n_rows * span) : 0);
       for (int64_t i = 0; i < n_rows; ++i)
-        r[static_cast<size_t>(i)] = rows.cols(slots[static_cast<size_t>(first + i)], p.col, 2 * width,
+        r[static_cast<size_t>(i)] = rows.cols(slots[static_cast<size_t>(first - base + i)], p.col, 2 * width,
                                              buf.data() + (quant ? i * span : 0));
       const float* const* cur = r.data() + (n_rows - rate);  // window w's rows
       for (int64_t d = 0; d < hd; ++d) {

@@ -4,13 +4,15 @@
 // scores matters: it is torch.topk's on the CPU (ATen's TopKImpl: (score, index) pairs in index
 // order over the sequence's n entries, masked ones at -inf; std::partial_sort of the first k when
 // 64 k <= n, else std::nth_element at k - 1 and std::sort of the first k - 1; a comparator on the
-// score alone), which is what the reference logits were computed with.
+// score alone), which is what the reference logits were computed with. Keys dense [S, M, hd] or the
+// KV pages' entry rows (KvLayer::e at IndexerParams::key_col, entry_rows.h).
 #include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/entry_rows.h"
 #include "util/error.h"
 
 namespace ft {
@@ -19,20 +21,27 @@ void CpuOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const 
                           const Tensor& keys, Tensor ids) {
   const char* op = "indexer_topk";
   cpu::check_batch(op, batch);
-  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"w", &w}, {"keys", &keys},
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"w", &w},
                                 {"inv_freq", &p.rope.inv_freq}})
     cpu::check_dtype(op, name, *t, DType::F32);
   cpu::check_dtype(op, "ids", ids, DType::I32);
   const int64_t T = batch.n_tokens, nh = p.n_head, hd = p.head_dim, K = p.top_k;
   if (nh < 1 || hd < 1 || K < 1 || p.rate < 1 || p.rope.head_dim != hd || !q.has_shape({T, nh * hd}) ||
-      !w.has_shape({T, nh}) || keys.ndim != 3 || keys.dim(0) < batch.n_seqs || keys.dim(2) != hd ||
-      !ids.has_shape({T, K}))
+      !w.has_shape({T, nh}) || !ids.has_shape({T, K}))
     fail(ErrorCode::kInvalidArgument, "{}: q {}, w {}, keys {}, ids {} do not fit {} heads of {} and top_k {}", op,
          q.str(), w.str(), keys.str(), ids.str(), nh, hd, K);
-  const int64_t M = keys.dim(1);
+  const cpu::EntryRows rows(op, batch, keys, hd, keys.ndim == 4 ? p.key_col : 0, p.page_size, p.rate);
+  const int64_t M = rows.limit();
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* si = batch.seq_index.ptr<int32_t>();
   const int32_t* ss = batch.seq_start.ptr<int32_t>();
+  // Each sequence's keys (looked up, and their errors thrown, outside the parallel region).
+  std::vector<std::vector<const float*>> kseq(static_cast<size_t>(batch.n_seqs));
+  for (int32_t s = 0; s < batch.n_seqs; ++s) {
+    if (ss[s + 1] <= ss[s]) continue;
+    const int64_t n = std::min<int64_t>((int64_t{pos[ss[s + 1] - 1]} + 1) / p.rate, M);
+    for (int64_t e = 0; e < n; ++e) kseq[static_cast<size_t>(s)].push_back(rows.at(s, e));
+  }
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float weight_scale = 1.0f / std::sqrt(static_cast<float>(nh));
 #pragma omp parallel for num_threads(n_threads_) schedule(dynamic, 1)
@@ -40,7 +49,7 @@ void CpuOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const 
     const int64_t n_vis = std::min<int64_t>((int64_t{pos[t]} + 1) / p.rate, M);
     std::vector<float> qr(q.ptr<float>() + t * nh * hd, q.ptr<float>() + (t + 1) * nh * hd);
     for (int64_t h = 0; h < nh; ++h) cpu::rope_tail(p.rope, qr.data() + h * hd, pos[t]);
-    const float* kbase = keys.ptr<float>() + int64_t{si[t]} * M * hd;
+    const std::vector<const float*>& kb = kseq[static_cast<size_t>(si[t])];
     // Every entry of the sequence so far competes (n of them); those the query cannot see yet score -inf.
     // (per_query: only the query's own visible entries, as Qwen4-Exp's indexer ranks them.)
     const int64_t n = p.per_query ? n_vis : std::min<int64_t>((int64_t{pos[ss[si[t] + 1] - 1]} + 1) / p.rate, M);
@@ -51,7 +60,8 @@ void CpuOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const 
         total = 0.0f;
         for (int64_t h = 0; h < nh; ++h) {
           float dot = 0.0f;
-          for (int64_t d = 0; d < hd; ++d) dot += qr[static_cast<size_t>(h * hd + d)] * kbase[e * hd + d];
+          const float* key = kb[static_cast<size_t>(e)];
+          for (int64_t d = 0; d < hd; ++d) dot += qr[static_cast<size_t>(h * hd + d)] * key[d];
           total += std::max(dot, 0.0f) * softmax_scale * (w.ptr<float>()[t * nh + h] * weight_scale);
         }
       }

@@ -4,8 +4,10 @@
 // indexer's picks), merged in shared memory; the output's tail RoPE is undone at -p. Lane l holds dims
 // l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1. Key pages F32 / BF16, or
 // quantized (--kv-cache-dtype fp8 / q8_0): each value dequantized as it is loaded (kv_page_value).
+// Entries dense [S, M, hd] or the pages' entry rows (KvLayer::e; entry_rows.cuh).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/entry_rows.cuh"
 #include "backend/cuda/kv_quant.cuh"
 
 namespace ft {
@@ -38,10 +40,10 @@ struct TailRope {
 /** One block per (query token, head); its warps split the keys (the window's, then the entries) round
  *  robin, each an online softmax (warp 0's starting from the sink), merged through shared memory. */
 template <typename T, int FORM, typename Pg>
-__global__ void attention_kernel(const T* q, KvPages kpages, const T* entries, const int32_t* selected, int sel_k,
+__global__ void attention_kernel(const T* q, KvPages kpages, EntryRows entries, const int32_t* selected, int sel_k,
                                  const float* sinks, const int32_t* positions, const int32_t* seq_index,
                                  const int32_t* block_tables, int max_blocks, int page_size, T* out, int64_t n_tok,
-                                 int nh, int hd, float scale, int window, int rate, int64_t M, TailRope rope) {
+                                 int nh, int hd, float scale, int window, TailRope rope) {
   extern __shared__ float sm[];  // per warp: m, l, acc [hd]; then the merged output [hd]
   const int64_t item = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -89,16 +91,16 @@ __global__ void attention_kernel(const T* q, KvPages kpages, const T* entries, c
     }
     visit(false, 0);
   };
-  if (entries) {
-    const int64_t n_vis = min(static_cast<int64_t>(P + 1) / rate, M);
-    const T* eb = entries + static_cast<int64_t>(s) * M * hd;
+  if (entries.data) {
+    const int64_t n_vis = min(static_cast<int64_t>(P + 1) / entries.rate, entries.M);
+    const T* eb = static_cast<const T*>(entries.data);
     if (selected) {
       for (int j = warp; j < sel_k; j += n_warps) {
         const int e = selected[t * sel_k + j];
-        if (e >= 0 && e < n_vis) entry(eb + static_cast<int64_t>(e) * hd);
+        if (e >= 0 && e < n_vis) entry(eb + entries.offset(s, e));
       }
     } else {
-      for (int64_t e = warp; e < n_vis; e += n_warps) entry(eb + e * hd);
+      for (int64_t e = warp; e < n_vis; e += n_warps) entry(eb + entries.offset(s, e));
     }
   }
   float* mine = sm + static_cast<int64_t>(warp) * (hd + 2);
@@ -159,14 +161,8 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
       kv.k.dim(3) != hd || p.sinks.numel() != nh || out.data == q.data)
     fail(ErrorCode::kInvalidArgument, "{}: q {}, kv.k {}, out {}, sinks {} do not fit {} heads of {} (at most {}; out "
          "must not alias q)", op, q.str(), kv.k.str(), out.str(), p.sinks.str(), nh, hd, 32 * cuda::kMaxPerLane);
-  int64_t M = 0;
-  if (!entries.empty()) {
-    cuda::check_same_dtype(op, "entries", entries, q);
-    if (entries.ndim != 3 || entries.dim(0) < batch.n_seqs || entries.dim(2) != hd || p.rate < 1)
-      fail(ErrorCode::kInvalidArgument, "{}: entries {} must be [>= {}, M, {}] with a rate >= 1", op, entries.str(),
-           batch.n_seqs, hd);
-    M = entries.dim(1);
-  }
+  const cuda::EntryRows ent =
+      entries.empty() ? cuda::EntryRows{} : cuda::entry_rows(op, batch, entries, q, hd, 0, kv.k.dim(1), p.rate);
   if (!selected.empty()) {
     cuda::check_dtype(op, "selected", selected, {DType::I32});
     if (selected.rows() != T || entries.empty())
@@ -186,11 +182,11 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
                          form == cuda::kKvFloat ? 0 : static_cast<int>(kv.k_scale.dim(3))};
   FT_DISPATCH_ACT(op, "q", q.dtype, FT_DISPATCH_KV_FORM(op, "kv.k", form, kv.k.dtype, {
     cuda::attention_kernel<T, F, P><<<blocks, warps * 32, smem, stream_>>>(
-        q.ptr<T>(), kp, entries.empty() ? nullptr : entries.ptr<T>(),
+        q.ptr<T>(), kp, ent,
         selected.empty() ? nullptr : selected.ptr<int32_t>(), selected.empty() ? 0 : static_cast<int>(selected.cols()),
         p.sinks.ptr<float>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.block_tables.ptr<int32_t>(), batch.max_blocks, static_cast<int>(kv.k.dim(1)), out.ptr<T>(), n_tok,
-        static_cast<int>(nh), static_cast<int>(hd), p.scale, p.window, p.rate, M, rope);
+        static_cast<int>(nh), static_cast<int>(hd), p.scale, p.window, rope);
   }));
   FT_CUDA_LAUNCH_CHECK();
 }

@@ -4,11 +4,16 @@
 // RMSNorms it and applies the tail RoPE at w * rate. head_dim <= 512 (kUnsupported above). Value
 // pages F32 / BF16, or quantized (--kv-cache-dtype fp8 / q8_0): the stored columns must be whole heads
 // of the pages, each quantized by one warp as kv_write does (kv_quant.cuh), and the pool dequantizes
-// each value it reads (kv_page_value), as the CPU backend does.
+// each value it reads (kv_page_value), as the CPU backend does. Entries dense [S, M, hd] (every closed
+// window of each sequence: Qwen4-Exp), or the KV pages' entry rows (KvLayer::e at
+// CompressParams::entry_col; entry_rows.cuh): then only the windows this step closes are pooled, one
+// block each, the grid ceil(T / rate) blocks a sequence whatever the positions (a captured graph's
+// shape does not change).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/entry_rows.cuh"
 #include "backend/cuda/kv_quant.cuh"
 
 namespace ft {
@@ -60,15 +65,16 @@ constexpr int kPoolMaxPerThread = 4;
 template <typename T, int FORM, typename P>
 __global__ void __launch_bounds__(kPoolThreads) pool_kernel(
     KvPages pages, const int32_t* positions, const int32_t* seq_start, const int32_t* block_tables, int max_blocks,
-    int page_size, int col, const float* ape, const float* norm_w, const float* inv_freq, T* entries,
-    int64_t M, int rate, int hd, bool overlap, float eps, int n_rot, float attn_factor) {
+    int page_size, int col, const float* ape, const float* norm_w, const float* inv_freq, EntryRows entries,
+    int rate, int hd, bool overlap, float eps, int n_rot, float attn_factor) {
   extern __shared__ float sm[];  // e [hd], then per group: max [hd], sum [hd], acc [hd]
   __shared__ float red[32];
   const int s = blockIdx.y;
-  const int64_t w = blockIdx.x;
   const int32_t lo = seq_start[s], hi = seq_start[s + 1];
   if (hi <= lo) return;
-  const int64_t n_entries = (static_cast<int64_t>(positions[hi - 1]) + 1) / rate;
+  // Dense: window blockIdx.x of all closed ones; paged: of those whose last position is in this step.
+  const int64_t w_first = entries.block_tables ? static_cast<int64_t>(positions[lo]) / rate : 0;
+  const int64_t w = w_first + blockIdx.x, n_entries = (static_cast<int64_t>(positions[hi - 1]) + 1) / rate;
   if (w >= n_entries) return;
   const int width = overlap ? 2 * hd : hd, off = overlap ? hd : 0;
   const int G = blockDim.x / kPoolChan, g = threadIdx.x / kPoolChan, ci = threadIdx.x % kPoolChan;
@@ -123,7 +129,7 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(
   const float inv = rsqrtf(ss / hd + eps);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) e[d] = norm_w[d] * (e[d] * inv);
   __syncthreads();
-  T* out = entries + (static_cast<int64_t>(s) * M + w) * hd;
+  T* out = static_cast<T*>(entries.data) + entries.offset(s, w);
   const float fp = static_cast<float>(w * rate);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     const int d0 = hd - n_rot;
@@ -147,9 +153,9 @@ struct CompressLaunch {
   void* scales;          // pages.scales, writable (quantized)
   const int32_t *positions, *seq_index, *seq_start, *block_tables;
   int max_blocks, page_size, col, hd, rate, n_rot;
-  int64_t n_tok, width, M, max_entries;
+  int64_t n_tok, width, max_entries;
   const float *ape, *norm_w, *inv_freq;
-  void* entries;
+  EntryRows entries;
   bool overlap;
   float eps, attn_factor;
   dim3 pool_grid;
@@ -173,7 +179,7 @@ void launch_compress(const CompressLaunch& a, cudaStream_t stream) {
   if (a.max_entries > 0)
     pool_kernel<T, FORM, P><<<a.pool_grid, a.pool_threads, a.pool_smem, stream>>>(
         a.pages, a.positions, a.seq_start, a.block_tables, a.max_blocks, a.page_size, a.col, a.ape, a.norm_w,
-        a.inv_freq, static_cast<T*>(a.entries), a.M, a.rate, a.hd, a.overlap, a.eps, a.n_rot, a.attn_factor);
+        a.inv_freq, a.entries, a.rate, a.hd, a.overlap, a.eps, a.n_rot, a.attn_factor);
 }
 
 }  // namespace
@@ -186,17 +192,18 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
   cuda::check_act(op, "proj", proj);
   // F32 or BF16 pages whatever the activations, or quantized codes with scales
   const int form = cuda::check_kv_page_tensor(op, "kv.v", "kv.v_scale", kv.v, kv.v_scale);
-  cuda::check_same_dtype(op, "entries", entries, proj);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"ape", &ape}, {"norm_w", &norm_w},
                                 {"inv_freq", &p.rope.inv_freq}})
     cuda::check_dtype(op, name, *t, {DType::F32});
   const int64_t hd = p.head_dim, width = p.overlap ? 2 * hd : hd, T = batch.n_tokens, S = batch.n_seqs;
   if (p.rate < 1 || hd < 1 || p.rope.n_rot % 2 != 0 || p.rope.n_rot > hd || kv.v.ndim != 4 || p.col < 0 ||
       p.col + 2 * width > kv.v.dim(2) * kv.v.dim(3) || !proj.has_shape({T, 2 * width}) ||
-      !ape.has_shape({p.rate, width}) || norm_w.numel() != hd || entries.ndim != 3 || entries.dim(0) < S ||
-      entries.dim(2) != hd)
-    fail(ErrorCode::kInvalidArgument, "{}: proj {}, kv.v {}, ape {}, norm_w {}, entries {} do not fit rate {}, "
-         "head_dim {}, col {}", op, proj.str(), kv.v.str(), ape.str(), norm_w.str(), entries.str(), p.rate, hd, p.col);
+      !ape.has_shape({p.rate, width}) || norm_w.numel() != hd)
+    fail(ErrorCode::kInvalidArgument, "{}: proj {}, kv.v {}, ape {}, norm_w {} do not fit rate {}, head_dim {}, col {}",
+         op, proj.str(), kv.v.str(), ape.str(), norm_w.str(), p.rate, hd, p.col);
+  const bool paged = entries.ndim == 4;
+  const cuda::EntryRows ent =
+      cuda::entry_rows(op, batch, entries, proj, hd, paged ? p.entry_col : 0, kv.v.dim(1), p.rate);
   const int64_t dim = kv.v.dim(3);
   if (form != cuda::kKvFloat && (p.col % dim != 0 || (2 * width) % dim != 0))
     fail(ErrorCode::kInvalidArgument, "{}: columns [{}, {}) of quantized kv.v {} are not whole heads of {}", op, p.col,
@@ -204,10 +211,10 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
   if (hd > cuda::kPoolChan * cuda::kPoolMaxPerThread)
     fail(ErrorCode::kUnsupported, "{}: head_dim {} (the CUDA pool holds at most {} channels)", op, hd,
          cuda::kPoolChan * cuda::kPoolMaxPerThread);
-  const int64_t M = entries.dim(1);
   if (T == 0) return;
-  // Each sequence's entry count is bounded by max_kv_len / rate (its last position + 1 at most).
-  const int64_t max_entries = std::min<int64_t>(M, batch.max_kv_len / p.rate);
+  // Dense: each sequence's entry count is bounded by max_kv_len / rate (its last position + 1 at most);
+  // paged: a sequence's step of n <= T tokens closes at most ceil(n / rate) windows.
+  const int64_t max_entries = paged ? (T + p.rate - 1) / p.rate : std::min<int64_t>(ent.M, batch.max_kv_len / p.rate);
   // Groups over the window's slots: as many as the slots can use (2 rate at most), up to kPoolThreads.
   const int groups = static_cast<int>(std::clamp<int64_t>(2 * p.rate, 1, cuda::kPoolThreads / cuda::kPoolChan));
   cuda::CompressLaunch a{};
@@ -223,9 +230,9 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
   a.max_blocks = batch.max_blocks;
   a.page_size = static_cast<int>(kv.v.dim(1));
   a.col = p.col, a.hd = static_cast<int>(hd), a.rate = p.rate, a.n_rot = p.rope.n_rot;
-  a.n_tok = T, a.width = width, a.M = M, a.max_entries = max_entries;
+  a.n_tok = T, a.width = width, a.max_entries = max_entries;
   a.ape = ape.ptr<float>(), a.norm_w = norm_w.ptr<float>(), a.inv_freq = p.rope.inv_freq.ptr<float>();
-  a.entries = entries.data;
+  a.entries = ent;
   a.overlap = p.overlap, a.eps = p.eps, a.attn_factor = p.rope.attn_factor;
   a.pool_grid = dim3(static_cast<unsigned>(std::max<int64_t>(max_entries, 1)), static_cast<unsigned>(S));
   a.pool_threads = static_cast<unsigned>(groups * cuda::kPoolChan);

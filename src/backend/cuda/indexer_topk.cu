@@ -9,8 +9,11 @@
 // when the last pick ties with an entry left out, one thread redoes the selection with libstdc++'s
 // steps (backend/torch_topk_order.h) over an index array in shared memory beside the scores; where
 // that array does not fit (entries past ~half the limit), the lower entry wins such ties instead.
+// Keys dense [S, M, hd] or the KV pages' entry rows (KvLayer::e at IndexerParams::key_col;
+// entry_rows.cuh, M then max_kv_len / rate).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/entry_rows.cuh"
 #include "backend/torch_topk_order.h"
 
 namespace ft {
@@ -49,10 +52,11 @@ __device__ __forceinline__ int block_flag_scan(bool flag, int* warp_tot, int& to
  *  Picks: the top_k (score descending, the lower entry first among equal scores) found by a radix
  *  select of the K-th largest score (4 passes of 8-bit digits) and written in entry order. */
 template <typename T>
-__global__ void indexer_kernel(const T* q, const T* w, const T* keys, const int32_t* positions,
+__global__ void indexer_kernel(const T* q, const T* w, EntryRows keys, const int32_t* positions,
                                const int32_t* seq_index, const int32_t* seq_start, const float* inv_freq,
-                               int32_t* ids, int nh, int hd, int n_rot, float attn_factor, int rate, int K, int64_t M,
+                               int32_t* ids, int nh, int hd, int n_rot, float attn_factor, int rate, int K,
                                bool per_query, bool exact_ties) {
+  const int64_t M = keys.M;
   // qr [nh][hd + 1] (a head's row padded: lanes on different heads read different banks), kbuf
   // [n_warps][hd], score [M], then with exact_ties order [M] (int32)
   extern __shared__ float sm[];
@@ -83,11 +87,13 @@ __global__ void indexer_kernel(const T* q, const T* w, const T* keys, const int3
     qr[(i / hd) * qs + d] = v;
   }
   __syncthreads();
-  const T* kb = keys + static_cast<int64_t>(seq_index[t]) * M * hd;
+  const T* kb = static_cast<const T*>(keys.data);
+  const int ks = seq_index[t];
   const float ss = rsqrtf(static_cast<float>(hd)), ws = rsqrtf(static_cast<float>(nh));
   float* kw = kbuf + warp * hd;
   for (int64_t e = warp; e < n_vis; e += n_warps) {
-    for (int d = lane; d < hd; d += 32) kw[d] = to_f(kb[e * hd + d]);
+    const T* key = kb + keys.offset(ks, e);
+    for (int d = lane; d < hd; d += 32) kw[d] = to_f(key[d]);
     __syncwarp();
     float part = 0.0f;
     for (int h = lane; h < nh; h += 32) {
@@ -168,15 +174,16 @@ void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const
   cuda::check_batch(op, batch);
   cuda::check_act(op, "q", q);
   cuda::check_same_dtype(op, "w", w, q);
-  cuda::check_same_dtype(op, "keys", keys, q);
   cuda::check_dtype(op, "ids", ids, {DType::I32});
   cuda::check_dtype(op, "inv_freq", p.rope.inv_freq, {DType::F32});
   const int64_t T = batch.n_tokens, nh = p.n_head, hd = p.head_dim, K = p.top_k;
   if (nh < 1 || hd < 1 || K < 1 || p.rate < 1 || !q.has_shape({T, nh * hd}) || !w.has_shape({T, nh}) ||
-      keys.ndim != 3 || keys.dim(0) < batch.n_seqs || keys.dim(2) != hd || !ids.has_shape({T, K}))
+      !ids.has_shape({T, K}))
     fail(ErrorCode::kInvalidArgument, "{}: q {}, w {}, keys {}, ids {} do not fit {} heads of {} and top_k {}", op,
          q.str(), w.str(), keys.str(), ids.str(), nh, hd, K);
-  const int64_t M = keys.dim(1);
+  const cuda::EntryRows kr =
+      cuda::entry_rows(op, batch, keys, q, hd, keys.ndim == 4 ? p.key_col : 0, p.page_size, p.rate);
+  const int64_t M = kr.M;
   constexpr int kThreads = 256;
   const size_t smem = static_cast<size_t>(nh * (hd + 1) + kThreads / 32 * hd + M) * 4;
   if (smem > cuda::kMaxSmem)
@@ -191,9 +198,9 @@ void CudaOps::indexer_topk(const IndexerParams& p, const BatchInfo& batch, const
     cudaFuncSetAttribute(cuda::indexer_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem_all));
     cuda::indexer_kernel<T><<<blocks, kThreads, smem_all, stream_>>>(
-        q.ptr<T>(), w.ptr<T>(), keys.ptr<T>(), batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
+        q.ptr<T>(), w.ptr<T>(), kr, batch.positions.ptr<int32_t>(), batch.seq_index.ptr<int32_t>(),
         batch.seq_start.ptr<int32_t>(), p.rope.inv_freq.ptr<float>(), ids.ptr<int32_t>(), static_cast<int>(nh),
-        static_cast<int>(hd), p.rope.n_rot, p.rope.attn_factor, p.rate, static_cast<int>(K), M, p.per_query,
+        static_cast<int>(hd), p.rope.n_rot, p.rope.attn_factor, p.rate, static_cast<int>(K), p.per_query,
         exact_ties);
   });
   FT_CUDA_LAUNCH_CHECK();
