@@ -80,7 +80,7 @@ KvTiers::KvTiers(Engine& engine) {
   if (o.kv_host_gib > 0) {
     host_ = std::make_unique<HostPageStore>(std::max<int64_t>(1, gib_bytes(o.kv_host_gib)), ps);
     spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page, {} memory)", o.kv_host_gib,
-                 io_->kv_bytes() + io_->swa_bytes() + io_->state_bytes(), io_->pool()->kind());
+                 io_->page_bytes(), io_->pool()->kind());
   }
   if (!o.prompt_cache_dir.empty()) {
     const uint64_t fp = fingerprint(engine, *io_);

@@ -7,14 +7,6 @@
 
 namespace ft {
 
-namespace {
-
-int64_t entry_bytes(std::span<const int32_t> path, const PageContents& c) {
-  return c.bytes() + static_cast<int64_t>(path.size() * sizeof(int32_t));
-}
-
-}  // namespace
-
 HostPageStore::HostPageStore(int64_t capacity_bytes, int32_t page_size) : page_size_(page_size) {
   if (capacity_bytes < 1) fail(ErrorCode::kInvalidArgument, "host KV tier: capacity {} bytes must be >= 1", capacity_bytes);
   if (page_size < 1) fail(ErrorCode::kInvalidArgument, "host KV tier: page size {} must be >= 1", page_size);
@@ -45,7 +37,7 @@ void HostPageStore::put(uint64_t hash, std::span<const int32_t> path, std::share
   if (!contents || path.empty() || path.size() % static_cast<size_t>(page_size_) != 0)
     fail(ErrorCode::kInternal, "host KV tier: put of a path of {} tokens (pages of {})", path.size(), page_size_);
   if (auto it = find(hash, path); it != lru_.end()) erase(it);
-  const int64_t bytes = entry_bytes(path, *contents);
+  const int64_t bytes = contents->bytes();
   if (bytes > stats_.capacity_bytes) {
     ++stats_.dropped;
     return;
@@ -84,7 +76,7 @@ void HostPageStore::check_integrity() const {
       bad(fmt::format("entry of {} tokens is not whole pages of {}", it->path.size(), page_size_));
     if (path_hash(it->path, page_size_) != it->hash)
       bad(fmt::format("entry of {} tokens: hash {:016x} is not its path's", it->path.size(), it->hash));
-    if (it->bytes != entry_bytes(it->path, *it->contents)) bad(fmt::format("entry {:016x} counts {} bytes", it->hash, it->bytes));
+    if (it->bytes != it->contents->bytes()) bad(fmt::format("entry {:016x} counts {} bytes", it->hash, it->bytes));
     bytes += it->bytes;
     int found = 0;
     auto [lo, hi] = index_.equal_range(it->hash);

@@ -13,8 +13,10 @@ namespace ft {
 
 class HostPageStore : public PageStore {
  public:
-  /** A tier of at most `capacity_bytes` (contents and paths counted) for paths of whole pages of
-   *  `page_size` tokens. Throws kInvalidArgument for a capacity < 1 or a page size < 1. */
+  /** A tier of at most `capacity_bytes` of page contents (PageContents::bytes(), KvPageIo::page_bytes()
+   *  a whole page: the bytes the log and --kv-host-gib count; an entry's path, 4 bytes a token, is the
+   *  index's, as the prefix cache's tree, and not counted) for paths of whole pages of `page_size`
+   *  tokens. Throws kInvalidArgument for a capacity < 1 or a page size < 1. */
   HostPageStore(int64_t capacity_bytes, int32_t page_size);
 
   const char* name() const override { return "host"; }

@@ -43,6 +43,9 @@ class KvPageIo : public PageIo {
   int64_t kv_bytes() const { return kv_bytes_; }
   int64_t swa_bytes() const { return swa_bytes_; }
   int64_t state_bytes() const { return state_bytes_; }
+  /** Bytes of one page saved with its swa page and state slot: PageContents::bytes() of such a save,
+   *  what the host tier counts a page (kv/host_page_store.h) and KvTiers logs. */
+  int64_t page_bytes() const { return kv_bytes_ + swa_bytes_ + state_bytes_; }
   /** A description of the layout: dtype, page size and every part's tensors' shapes, one line each. */
   std::string layout() const;
 

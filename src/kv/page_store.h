@@ -48,7 +48,7 @@ uint64_t path_hash(std::span<const int32_t> path, int32_t page_size);
 /** Counters of one tier, for /v1/stats and /metrics. */
 struct PageStoreStats {
   int64_t entries = 0;        // pages held
-  int64_t bytes = 0;          // bytes held (contents and paths; files on disk)
+  int64_t bytes = 0;          // bytes held (host: page contents, PageContents::bytes(); disk: its files)
   int64_t capacity_bytes = 0; // the bound
   int64_t bytes_written = 0;  // into the tier since start
   int64_t bytes_read = 0;     // out of it (hits) since start

@@ -9,6 +9,8 @@
 #include "engine/kv_tiers.h"
 #include "engine/memory_plan.h"
 #include "kv/kv_page_io.h"
+#include "kv/page_store.h"
+#include "log_capture.h"
 #include "test_util.h"
 
 namespace ft {
@@ -61,6 +63,43 @@ TEST(KvTiersMemory, TheHostTierIsARowOfTheMemoryPlan) {
                         "taken as used");
   EXPECT_EQ(KvTiers::pool_bytes(o), (int64_t{1} << 29) + (int64_t{1} << 28) + KvTiers::kPoolMargin);
   std::filesystem::remove_all(o.prompt_cache_dir);
+}
+
+TEST(KvTiersMemory, TheHostTierCountsAPageAsItsLogLineSays) {
+  // The trial saw the log say 46080 bytes a page and the tier count 46592 for the same page: the tier
+  // added its path (4 bytes a token: a page ending 128 tokens in). Both are KvPageIo::page_bytes() now.
+  EngineOptions o;
+  o.threads = 1;
+  o.kv_tokens = 256;
+  o.page_size = 16;
+  o.max_step_tokens = 64;
+  o.max_logit_rows = 16;
+  o.kv_cache_dtype = KvCacheDtype::kFp8;
+  o.kv_host_gib = 0.5;
+  testing::LogCapture log(spdlog::level::info);
+  auto e = Engine::load(fixture("qwen3"), o);
+  KvTiers tiers(*e);
+  auto* io = dynamic_cast<KvPageIo*>(tiers.view().io);
+  ASSERT_NE(io, nullptr);
+  // qwen3's fixture: 2 layers x K and V x 2 heads x (16 E4M3 codes + one f32 scale) x 16 tokens.
+  EXPECT_EQ(io->page_bytes(), 2 * 2 * 2 * (16 + 4) * 16);
+  EXPECT_EQ(log.wait_for([](const std::string& l) { return l.find("(2560 bytes a page, host memory)") != std::string::npos; })
+                .size(),
+            1u);
+  const std::shared_ptr<PageContents> c = io->save(0, -1, -1);
+  c->wait_ready();
+  EXPECT_EQ(c->bytes(), io->page_bytes());
+  std::vector<int32_t> path(32);  // the second page of a path: what the prefix cache evicts first
+  for (size_t i = 0; i < path.size(); ++i) path[i] = static_cast<int32_t>(i + 1);
+  tiers.host()->put(path_hash(path, 16), path, c);
+  EXPECT_EQ(tiers.host()->stats().entries, 1);
+  EXPECT_EQ(tiers.host()->stats().bytes, 2560);
+  tiers.host()->check_integrity();
+  // A tier of exactly one page's bytes holds that page.
+  HostPageStore one(io->page_bytes(), 16);
+  one.put(path_hash(path, 16), path, c);
+  EXPECT_EQ(one.stats().entries, 1);
+  EXPECT_EQ(one.stats().dropped, 0);
 }
 
 }  // namespace
