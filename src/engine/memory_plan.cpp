@@ -202,6 +202,7 @@ GpuMemoryBudget moe_budget(const MemoryPlanInputs& in) {
     b.total_experts += host[l].n_expert();
   }
   for (const auto& row : slot_rows) b.slot_bytes += row.second * 4;
+  b.slot_layers = slot_layer_shapes(host);  // plan_moe sizes slots per record size
   const int64_t pool_tokens = int64_t{in.kv.pool().n_pages()} * o.page_size;
   b.kv_bytes_per_token = placed.kv_per_token;
   b.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : pool_tokens;
@@ -442,8 +443,7 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
     add("routed experts", resident ? experts : 0, resident ? 0 : experts,
         fmt::format("{} experts{}", p.budget->total_experts, resident ? "" : ", host banks"));
     if (p.moe->cache.n_slots > 0)
-      add("expert slots", p.moe->cache.pool_bytes, 0,
-          fmt::format("{} slots of {}", p.moe->cache.n_slots, format_bytes(p.budget->slot_bytes)));
+      add("expert slots", p.moe->cache.pool_bytes, 0, describe_cache_slots(p.moe->cache));
   }
   add("token embeddings", 0, p.host_mapped_bytes, "read over the bus (--embed-weights)");
   const DType kd = p.kv.dtype;  // as --kv-cache-dtype spells it

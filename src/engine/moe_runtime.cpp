@@ -214,7 +214,12 @@ std::optional<MoeReport> MoeRuntime::report() {
   MoeReport r;
   r.strategy = plan_.strategy;
   r.cache_slots = plan_.count(MoeLayerMode::kCache) > 0 ? plan_.cache.n_slots : 0;
-  r.slot_bytes = r.cache_slots > 0 ? budget_.slot_bytes : 0;
+  r.slot_bytes = 0;
+  if (r.cache_slots > 0) {
+    r.slot_classes = plan_.cache.classes;
+    for (const SlotClass& c : r.slot_classes) r.slot_bytes = std::max(r.slot_bytes, c.slot_bytes());
+    if (r.slot_classes.empty()) r.slot_bytes = budget_.slot_bytes;
+  }
   r.prefetch = plan_.prefetch;
   r.prefetch_depth = plan_.prefetch_depth;
   r.cpu_threads = offloaded_->cpu_threads();

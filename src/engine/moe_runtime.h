@@ -75,7 +75,9 @@ struct StepTimeReport {
 struct MoeReport {
   MoeStrategy strategy = MoeStrategy::kOffload;
   int64_t cache_slots = 0;             // 0: no expert cache (cpu)
-  int64_t slot_bytes = 0;
+  int64_t slot_bytes = 0;             // the largest slot class's
+  /** The cache's slot classes (moe/slot_classes.h; one for a single record size), empty without a cache. */
+  std::vector<SlotClass> slot_classes;
   int32_t fetch_cap = -1;              // hybrid: experts fetched per layer per step at most; -1 none
   int32_t cpu_cost = 0;                // hybrid: the planned split's costs (FetchPolicy, kFetchCostUnit); 0 none
   int32_t cpu_token_cost = 0;

@@ -302,4 +302,24 @@ void ExpertBanks::copy_record(int64_t layer, int32_t expert, uint8_t* dst) const
   }
 }
 
+std::unique_ptr<ExpertBanks> ExpertBanks::view(const std::vector<int64_t>& layers) const {
+  if (layers.empty()) fail(ErrorCode::kInvalidArgument, "expert banks: a view of no layers");
+  std::unique_ptr<ExpertBanks> v(new ExpertBanks());
+  v->layers_.resize(layers_.size());
+  v->format_ = format_;
+  for (int64_t l : layers) {
+    const Layer& L = at(l);
+    if (L.n_expert == 0) fail(ErrorCode::kInvalidArgument, "expert banks: a view of layer {}, which has no routed experts", l);
+    Layer& V = v->layers_[static_cast<size_t>(l)];
+    if (V.n_expert > 0) continue;  // named twice
+    V.layout = L.layout, V.record = L.record, V.ec12_capacity = L.ec12_capacity, V.n_expert = L.n_expert;
+    V.base = L.base, V.device = L.device, V.views = L.views;
+    ++v->n_moe_layers_;
+    v->max_experts_ = std::max(v->max_experts_, L.n_expert);
+    v->slot_bytes_ = std::max(v->slot_bytes_, L.layout.bytes);
+    v->total_bytes_ += L.record.bytes * L.n_expert;
+  }
+  return v;
+}
+
 }  // namespace ft

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -125,7 +126,15 @@ class ExpertBanks {
    *  records hold the matrices only). */
   const ExpertBank& bank(int64_t layer) const { return at(layer).views; }
 
+  /** A view of this bank's layers in `layers`, the others read as dense: the same records, host and
+   *  device addresses and format, no memory of its own (it must not outlive *this); slot_bytes(),
+   *  max_experts(), n_moe_layers() and total_bytes() count those layers only. An expert cache of one
+   *  slot class (moe/classed_expert_slots.h) is made over it. Throws kInvalidArgument for a layer
+   *  out of range or without experts, or no layers. */
+  std::unique_ptr<ExpertBanks> view(const std::vector<int64_t>& layers) const;
+
  private:
+  ExpertBanks() = default;
   struct Layer {
     ExpertLayout layout;  // slot layout
     ExpertLayout record;  // host record layout

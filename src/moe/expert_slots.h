@@ -171,7 +171,7 @@ class ExpertSlots {
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
 
   /** Staging regions for prefill streaming: n_slots / max_experts when that is at least 2, else 0. */
-  int32_t n_regions() const { return n_regions_; }
+  virtual int32_t n_regions() const { return n_regions_; }
   /** Starts streaming `layer`'s records into region `region` (see the top of this file): in queue
    *  order after all work queued before, so slots other work still reads are not overwritten early;
    *  the region's slots then hold the layer's experts in the cache. Host: done on return. Throws
@@ -182,7 +182,7 @@ class ExpertSlots {
   virtual void wait_region(int32_t region) = 0;
   /** Region `region` as `layer`'s bank: max_experts experts, expert e in slot region * max_experts + e.
    *  Throws kInvalidArgument for a layer without experts or a bad region. */
-  const ExpertBank& region_bank(int32_t layer, int32_t region) const;
+  virtual const ExpertBank& region_bank(int32_t layer, int32_t region) const;
 
   /** Throws ft::Error(kInternal) when copies queued since the last check failed or timed out (their
    *  step's results are then wrong); called after a step. Host and the gather kernel: nothing to

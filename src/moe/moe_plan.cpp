@@ -442,6 +442,14 @@ MoePlan plan_moe_impl(const MoeOptions& o, const std::vector<int32_t>& experts_p
         cache_budget.experts_per_layer = std::max(cache_budget.experts_per_layer, experts_per_layer[static_cast<size_t>(l)]);
       }
     cache_budget.total_experts = p.cache_experts;
+    if (!budget.slot_layers.empty()) {  // slots sized per record size (mixed-type files)
+      std::vector<SlotLayerShape> shapes;
+      for (const SlotLayerShape& sh : budget.slot_layers)
+        if (sh.layer >= 0 && static_cast<size_t>(sh.layer) < p.layers.size() &&
+            p.layers[static_cast<size_t>(sh.layer)] == MoeLayerMode::kCache)
+          shapes.push_back(sh);
+      cache_budget.slot_classes = slot_classes(shapes);
+    }
     try {
       p.cache = plan_cache_size(cache_budget, o.cache);
     } catch (const Error& e) {

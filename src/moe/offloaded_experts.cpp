@@ -1,4 +1,6 @@
 #include "moe/offloaded_experts.h"
+
+#include "moe/classed_expert_slots.h"
 #include "moe/split_experts.h"
 
 #include <algorithm>
@@ -46,7 +48,11 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
     if (plan.cache.n_slots > INT32_MAX || plan.cache.n_slots < 1)
       fail(ErrorCode::kInvalidArgument, "moe runtime: {} cache slots", plan.cache.n_slots);
     const auto n_slots = static_cast<int32_t>(plan.cache.n_slots), max_pairs = static_cast<int32_t>(pairs);
-    slots_ = make_expert_slots(ops, *banks_, n_slots, max_pairs);
+    // Slots per record size when the plan has the cache layers' classes (the engine's plans); a plan
+    // without them (made from a bare budget) gets one pool of the banks' largest records.
+    const bool by_class = !plan.cache.classes.empty() && !plan.cache.classes.front().layers.empty();
+    slots_ = by_class ? make_classed_expert_slots(ops, *banks_, plan.cache.classes, max_pairs)
+                      : make_expert_slots(ops, *banks_, n_slots, max_pairs);
     slot_ids_ = alloc(DType::I32, {pairs});
     cpu_ids_ = alloc(DType::I32, {pairs});
   }
@@ -243,9 +249,26 @@ void OffloadedExperts::choose_prefetch_depth() {
   // each of up to max_experts experts, so with fewer than 2d x max_experts slots a miss might find
   // no victim. A cache of every expert of the cache layers never evicts one, so no count of spared
   // slots can leave it short. A step's n cache layers predict at most n - 1 ahead.
-  const int64_t e = banks_->max_experts();
-  const int64_t total = plan_.cache_experts, n_cache = plan_.count(MoeLayerMode::kCache);
-  if (slots_->n_slots() < 2 * e) return;
+  // Each slot class is its own cache: depth d needs 2d x its max_experts slots in every class (or
+  // all of its experts).
+  std::vector<SlotClass> classes = plan_.cache.classes;
+  if (classes.empty() || classes.front().layers.empty()) {
+    classes.assign(1, SlotClass{});
+    classes[0].max_experts = banks_->max_experts(), classes[0].total_experts = plan_.cache_experts;
+    classes[0].n_slots = slots_->n_slots();
+  }
+  auto holds = [&](int d) {
+    for (const SlotClass& c : classes)
+      if (c.n_slots < 2 * d * int64_t{c.max_experts} && c.n_slots < c.total_experts) return false;
+    return true;
+  };
+  auto need = [&](int d) {  // slots depth d needs over all classes (the note's count)
+    int64_t n = 0;
+    for (const SlotClass& c : classes) n += 2 * d * int64_t{c.max_experts};
+    return n;
+  };
+  const int64_t n_cache = plan_.count(MoeLayerMode::kCache);
+  if (!holds(1)) return;
   depth_ = 1;
   if (opt_.prefetch_depth < 2) return;
   // Hybrid: a prefetched layer's own misses go to the CPU and the cap applies to the prefetch; its
@@ -260,15 +283,15 @@ void OffloadedExperts::choose_prefetch_depth() {
   const int want = std::min(opt_.prefetch_depth, PrefetchTargets::kMax);
   const int reach = static_cast<int>(std::min<int64_t>(want, std::max<int64_t>(n_cache - 1, 1)));
   for (int d = reach; d >= 2 && depth_ == 1; --d)
-    if (slots_->n_slots() >= 2 * d * e || slots_->n_slots() >= total) depth_ = d;
+    if (holds(d)) depth_ = d;
   // Why the depth is below the one asked for: the cache layers, then the slots (with what the next
   // depth up would need too).
   if (reach < want)
     depth_note_ = fmt::format("--moe-prefetch-depth {}: {} cache layers predict at most {} ahead", want, n_cache, reach);
   if (depth_ < reach) {
-    depth_note_ += depth_note_.empty() ? fmt::format("--moe-prefetch-depth {} needs {} slots", want, 2 * want * e)
-                                       : fmt::format(", {} needs {} slots", reach, 2 * reach * e);
-    if (depth_ + 1 < reach) depth_note_ += fmt::format(", {} needs {}", depth_ + 1, 2 * (depth_ + 1) * e);
+    depth_note_ += depth_note_.empty() ? fmt::format("--moe-prefetch-depth {} needs {} slots", want, need(want))
+                                       : fmt::format(", {} needs {} slots", reach, need(reach));
+    if (depth_ + 1 < reach) depth_note_ += fmt::format(", {} needs {}", depth_ + 1, need(depth_ + 1));
   }
 }
 

@@ -29,6 +29,11 @@ nlohmann::ordered_json moe_json(const MoeReport& r) {
   j["strategy"] = moe_strategy_name(r.strategy);
   j["cache_slots"] = r.cache_slots;
   j["slot_bytes"] = r.slot_bytes;
+  // one entry per slot size (mixed-type files have several): its layers, slots and bytes a slot
+  oj classes = oj::array();
+  for (const SlotClass& c : r.slot_classes)
+    classes.push_back({{"layers", c.layer_list()}, {"slots", c.n_slots}, {"slot_bytes", c.slot_bytes()}});
+  j["slot_classes"] = classes;
   j["fetch_cap"] = r.fetch_cap >= 0 ? oj(r.fetch_cap) : oj();  // hybrid only
   // hybrid's planned split: an expert's CPU time and each further token's, in fetches of one expert
   j["cpu_cost_fetches"] = r.cpu_cost > 0 ? oj(static_cast<double>(r.cpu_cost) / kFetchCostUnit) : oj();

@@ -103,6 +103,12 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_EQ(m["strategy"], "offload");
   EXPECT_EQ(m["cache_slots"], 16);
   EXPECT_EQ(m["slot_bytes"], want->slot_bytes);
+  // One record size: one slot class holding every slot, of slot_bytes, over the MoE layers.
+  ASSERT_EQ(m["slot_classes"].size(), 1u) << m.dump();
+  EXPECT_EQ(m["slot_classes"][0]["slots"], 16);
+  EXPECT_EQ(m["slot_classes"][0]["slot_bytes"], want->slot_bytes);
+  EXPECT_EQ(m["slot_classes"][0]["layers"], want->slot_classes.at(0).layer_list());
+  EXPECT_FALSE(m["slot_classes"][0]["layers"].get<std::string>().empty());
   EXPECT_EQ(m["hits"], want->total.hits);
   EXPECT_EQ(m["misses"], want->total.misses);
   EXPECT_EQ(m["bytes_copied"], want->total.bytes);
