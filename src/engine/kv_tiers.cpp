@@ -15,6 +15,15 @@ namespace {
 
 int64_t gib_bytes(double gib) { return static_cast<int64_t>(std::llround(gib * double(int64_t{1} << 30))); }
 
+/** The least GiB of three significant digits whose gib_bytes holds `bytes` (> 0). */
+double least_gib(int64_t bytes) {
+  const double gib = static_cast<double>(bytes) / double(int64_t{1} << 30);
+  const double unit = std::pow(10.0, std::floor(std::log10(gib)) - 2);
+  double v = std::ceil(gib / unit) * unit;
+  while (gib_bytes(v) < bytes) v += unit;
+  return v;
+}
+
 }  // namespace
 
 int64_t KvTiers::pool_bytes(const EngineOptions& o) {
@@ -72,13 +81,21 @@ KvTiers::KvTiers(Engine& engine) {
   io_ = std::make_unique<KvPageIo>(engine.ops(), engine.kv(), engine.config().layer_kv_heads,
                                    engine.config().layer_head_dim);
   const int32_t ps = engine.kv().config().page_size;
+  // A bound below one page would keep nothing (every page dropped) while the memory plan books the
+  // tier: refused, as vLLM refuses a KV space that holds no block.
+  if (o.kv_host_gib > 0 && gib_bytes(o.kv_host_gib) < io_->page_bytes())
+    fail(ErrorCode::kInvalidArgument,
+         "--kv-host-gib {:g} ({} bytes) holds no KV page of this model: a page of {} tokens is {} bytes (every "
+         "layer's K and V{}); give at least {:g}, or leave the flag out",
+         o.kv_host_gib, gib_bytes(o.kv_host_gib), ps, io_->page_bytes(),
+         io_->state_bytes() > 0 ? " and a recurrent-state snapshot" : "", least_gib(io_->page_bytes()));
   // Saved pages live in host memory the backend copies to and from in place (pinned on CUDA, grown in
   // chunks as pages arrive): the host tier's pages, those queued for the prompt cache's writer, and a
   // margin for the pages saved before the tier makes room by dropping its oldest.
   const int64_t cap = pool_bytes(o);
   io_->set_pool(std::make_shared<PageBlockPool>(engine.ops().host_allocator(), cap));
   if (o.kv_host_gib > 0) {
-    host_ = std::make_unique<HostPageStore>(std::max<int64_t>(1, gib_bytes(o.kv_host_gib)), ps);
+    host_ = std::make_unique<HostPageStore>(gib_bytes(o.kv_host_gib), ps);  // >= a page (above)
     spdlog::info("KV host tier: up to {:.2f} GiB of evicted prefix pages ({} bytes a page, {} memory)", o.kv_host_gib,
                  io_->page_bytes(), io_->pool()->kind());
   }

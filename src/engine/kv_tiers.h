@@ -26,7 +26,9 @@ void check_kv_tiers(const EngineOptions& options, const ModelConfig& config, con
 class KvTiers {
  public:
   /** The tiers engine.options() asks for (none: nothing enabled); `engine` must outlive them. Opens
-   *  the prompt-cache folder (DiskPageStore: throws kInvalidArgument when it cannot be made). */
+   *  the prompt-cache folder (DiskPageStore: throws kInvalidArgument when it cannot be made). Throws
+   *  kInvalidArgument for a --kv-host-gib below one page (KvPageIo::page_bytes()), naming the page's
+   *  bytes and the least value (three significant digits) that holds one. */
   explicit KvTiers(Engine& engine);
   /** Waits for the engine's queued page copies before the pages' host memory goes. */
   ~KvTiers();

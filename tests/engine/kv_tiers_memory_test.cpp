@@ -102,5 +102,39 @@ TEST(KvTiersMemory, TheHostTierCountsAPageAsItsLogLineSays) {
   EXPECT_EQ(one.stats().dropped, 0);
 }
 
+TEST(KvTiersMemory, AHostTierBelowOnePageIsRefused) {
+  // It was taken, dropped every page and the memory plan booked 256 MiB for it.
+  EngineOptions o;
+  o.threads = 1;
+  o.kv_tokens = 256;
+  o.page_size = 16;
+  o.max_step_tokens = 64;
+  o.max_logit_rows = 16;
+  o.kv_cache_dtype = KvCacheDtype::kFp8;  // pages of 2560 bytes (above)
+  o.kv_host_gib = 1e-6;                  // 1074 bytes
+  auto e = Engine::load(fixture("qwen3"), o);
+  try {
+    KvTiers tiers(*e);
+    ADD_FAILURE() << "--kv-host-gib 1e-6 was taken";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kInvalidArgument);
+    EXPECT_STREQ(err.what(), "--kv-host-gib 1e-06 (1074 bytes) holds no KV page of this model: a page of 16 tokens is "
+                             "2560 bytes (every layer's K and V); give at least 2.39e-06, or leave the flag out");
+  }
+  // The least value named holds one page; the table's row and the store bound the same bytes.
+  o.kv_host_gib = 2.39e-06;  // 2566 bytes
+  auto ok = Engine::load(fixture("qwen3"), o);
+  KvTiers tiers(*ok);
+  EXPECT_EQ(tiers.host()->stats().capacity_bytes, 2566);
+  const MemoryRow* r = row_named(memory_rows(ok->memory_plan()), "KV host tier");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->host, 2566 + KvTiers::kPoolMargin);
+  auto* io = dynamic_cast<KvPageIo*>(tiers.view().io);
+  ASSERT_NE(io, nullptr);
+  std::vector<int32_t> path(16, 7);
+  tiers.host()->put(path_hash(path, 16), path, io->save(0, -1, -1));
+  EXPECT_EQ(tiers.host()->stats().entries, 1);
+}
+
 }  // namespace
 }  // namespace ft
