@@ -104,4 +104,22 @@ inline MoePlan make_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slo
   return plan_moe(o, e, budget);
 }
 
+/** make_plan with the cache sized per record size, as the engine plans it (the budget's slot_layers
+ *  filled, so the plan has the cache layers' slot classes); `slots` slots over all classes. */
+inline MoePlan make_class_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
+                               const std::string& cpu_layers = "") {
+  std::vector<int32_t> e;
+  for (const ExpertBank& b : host) e.push_back(b.n_expert());
+  GpuMemoryBudget budget;
+  budget.gpu_memory_limit = int64_t{1} << 40;
+  budget.slot_bytes = 1;
+  budget.slot_layers = slot_layer_shapes(host);
+  MoeOptions o;
+  o.strategy = s;
+  o.fetch_cap = cap;
+  o.cpu_layers = cpu_layers;
+  if (slots > 0) o.cache = {CacheSizeMode::kSlots, slots, 0};
+  return plan_moe(o, e, budget);
+}
+
 }  // namespace ft::testing

@@ -166,23 +166,6 @@ TEST(SlotClasses, CacheRequestsCountAllClasses) {
   EXPECT_EQ(describe_cache_slots(c), "768 slots: 384 of 9.0 MiB (layers 0-3), 384 of 3.0 MiB (layers 4-7)");
 }
 
-/** A plan whose cache is sized per record size, as the engine's (budget.slot_layers filled). */
-MoePlan plan_by_class(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
-                      const std::string& cpu_layers = "") {
-  std::vector<int32_t> e;
-  for (const ExpertBank& b : host) e.push_back(b.n_expert());
-  GpuMemoryBudget budget;
-  budget.gpu_memory_limit = int64_t{1} << 40;
-  budget.slot_bytes = 1;
-  budget.slot_layers = slot_layer_shapes(host);
-  MoeOptions o;
-  o.strategy = s;
-  o.fetch_cap = cap;
-  o.cpu_layers = cpu_layers;
-  o.cache = {CacheSizeMode::kSlots, slots, 0};
-  return plan_moe(o, e, budget);
-}
-
 struct ClassVariant {
   const char* name;
   MoeStrategy strategy;
@@ -229,7 +212,7 @@ TEST(SlotClasses, OffloadOverClassesComputesFusedsFunction) {
     ro.max_tokens = 16, ro.n_expert_used = k, ro.cpu_threads = 2, ro.bank_format = BankFormat::kStored;
     if (v.stream_min > 0) ro.stream_min_tokens = v.stream_min;
     ro.prefetch = v.prefetch, ro.prefetch_depth = v.depth;
-    const MoePlan plan = plan_by_class(s.banks, v.strategy, v.slots, v.cap, v.cpu_layers);
+    const MoePlan plan = make_class_plan(s.banks, v.strategy, v.slots, v.cap, v.cpu_layers);
     ASSERT_EQ(static_cast<int>(plan.cache.classes.size()), v.n_classes);
     OffloadedExperts off(ops, s.banks, plan, ro);
     auto* cs = dynamic_cast<ClassedExpertSlots*>(off.slots());
