@@ -7,6 +7,7 @@
 #include "backend/cuda_factory.h"
 #include "backend/device.h"
 #include "backend/op_checks.h"
+#include "kv/disk_page_store.h"
 #include "model/blocks.h"
 #include "moe/expert_parallel_experts.h"
 #include "moe/host_memory.h"
@@ -82,6 +83,8 @@ void Engine::check_options() const {
     fail(ErrorCode::kInvalidArgument,
          "--embed-weights host: {} ties its token embedding table to the LM head, which reads all of it every "
          "step; use --embed-weights device or auto", ckpt_->path());
+  // A prompt-cache folder that cannot be made or written is refused now, not after the load (KvTiers).
+  if (!options_.prompt_cache_dir.empty()) DiskPageStore::check_folder(options_.prompt_cache_dir);
 }
 
 void Engine::make_kv_cache(const KvCacheConfig& kv_config) {

@@ -123,8 +123,9 @@ class Engine {
 
  private:
   // The constructor's steps.
-  /** EngineOptions::validate, and --embed-weights host for a model whose LM head is tied to the
-   *  table, before the weights load. */
+  /** EngineOptions::validate, --embed-weights host for a model whose LM head is tied to the table,
+   *  and a --prompt-cache-dir that cannot be made or written (DiskPageStore::check_folder), before the
+   *  weights load. */
   void check_options() const;
   /** Allocates the KV cache of `config`; kOutOfMemory names the flags that size it. */
   void make_kv_cache(const KvCacheConfig& config);

@@ -1,6 +1,8 @@
 #include "kv/disk_page_store.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +50,28 @@ bool read_file(const std::string& file, std::vector<uint8_t>& out, size_t max_by
 
 }  // namespace
 
+void DiskPageStore::check_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);  // false and no error when it is there already
+  if (ec || !fs::is_directory(dir, ec))
+    fail(ErrorCode::kInvalidArgument, "--prompt-cache-dir {}: not a folder that can be made ({})", dir,
+         ec ? ec.message() : "it is a file");
+  // The writer would find out only at its first page, with a warning: a probe file now refuses a
+  // read-only folder (or one of /proc, where nothing can be made) at start.
+  const std::string probe = fmt::format("{}/.ftpc-probe-{}", dir, ::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  int err = f ? 0 : errno;
+  if (f) {
+    if (std::fputc(0, f) == EOF) err = errno ? errno : EIO;
+    if (std::fclose(f) != 0 && err == 0) err = errno ? errno : EIO;
+  }
+  fs::remove(probe, ec);
+  if (err != 0)
+    fail(ErrorCode::kInvalidArgument,
+         "--prompt-cache-dir {}: cannot write files in this folder ({}); give a folder this user can write", dir,
+         std::strerror(err));
+}
+
 DiskPageStore::DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t page_size, uint64_t fingerprint,
                              Layout layout, int64_t read_ahead_bytes)
     : dir_(std::move(dir)), page_size_(page_size), fingerprint_(fingerprint), layout_(layout) {
@@ -55,11 +79,7 @@ DiskPageStore::DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t pa
     fail(ErrorCode::kInvalidArgument, "--prompt-cache-gib: the prompt cache's bound must be > 0 (got {} bytes)",
          capacity_bytes);
   if (page_size < 1) fail(ErrorCode::kInvalidArgument, "prompt cache: page size {} must be >= 1", page_size);
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (!fs::is_directory(dir_))
-    fail(ErrorCode::kInvalidArgument, "--prompt-cache-dir {}: not a folder that can be made ({})", dir_,
-         ec ? ec.message() : "it is a file");
+  check_folder(dir_);
   stats_.capacity_bytes = capacity_bytes;
   if (read_ahead_bytes < 0)
     fail(ErrorCode::kInvalidArgument, "prompt cache: read-ahead bound {} must be >= 0 (0: the write queue's)",
@@ -146,7 +166,8 @@ void DiskPageStore::scan() {
   const std::string prefix = fmt::format("{:016x}-", fingerprint_);
   for (const fs::directory_entry& de : fs::directory_iterator(dir_)) {
     const std::string name = de.path().filename().string();
-    if (!de.is_regular_file() || name.size() != 16 + 1 + 16 + 5 || name.substr(name.size() - 5) != ".ftpc") continue;
+    std::error_code type_ec;  // an entry whose type cannot be read is not one of ours
+    if (!de.is_regular_file(type_ec) || name.size() != 16 + 1 + 16 + 5 || name.substr(name.size() - 5) != ".ftpc") continue;
     if (name.compare(0, prefix.size(), prefix) != 0) {
       ++foreign;
       continue;

@@ -55,8 +55,8 @@ class DiskPageStore : public PageStore {
   /** Opens (making it when missing) `dir`, indexes the files of `fingerprint` in it (headers checked;
    *  bad ones warned about and skipped) and starts the writer and the reader. `read_ahead_bytes` bounds
    *  the read-ahead map (bytes of files; 0: queue_bound(capacity_bytes), as the write queue). Throws
-   *  kInvalidArgument when `dir` cannot be made or is not a folder, for a capacity or page size < 1 or
-   *  a negative read-ahead bound. */
+   *  kInvalidArgument when `dir` fails check_folder, for a capacity or page size < 1 or a negative
+   *  read-ahead bound. */
   DiskPageStore(std::string dir, int64_t capacity_bytes, int32_t page_size, uint64_t fingerprint, Layout layout,
                 int64_t read_ahead_bytes = 0);
   /** Writes what is queued, then stops the writer and the reader (reads not started are dropped). */
@@ -78,6 +78,12 @@ class DiskPageStore : public PageStore {
   void prefetch(std::span<const PageRef> pages) override;
   PageStoreStats stats() const override;
   void check_integrity() const override;
+
+  /** Makes `dir` when missing and checks that this process can write files in it (a probe file made
+   *  and removed). Throws kInvalidArgument naming --prompt-cache-dir, `dir` and why: it cannot be made,
+   *  is a file, or takes no file (read-only, or a folder such as /proc's). The constructor calls it;
+   *  the engine too, before the weights load. */
+  static void check_folder(const std::string& dir);
 
   /** The most bytes of pages the write queue holds for a store of `capacity_bytes`: 1 GiB or the capacity. */
   static int64_t queue_bound(int64_t capacity_bytes) { return std::min<int64_t>(capacity_bytes, int64_t{1} << 30); }

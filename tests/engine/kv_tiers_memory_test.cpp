@@ -12,6 +12,7 @@
 #include "kv/page_store.h"
 #include "log_capture.h"
 #include "test_util.h"
+#include "util/progress.h"
 
 namespace ft {
 namespace {
@@ -134,6 +135,36 @@ TEST(KvTiersMemory, AHostTierBelowOnePageIsRefused) {
   std::vector<int32_t> path(16, 7);
   tiers.host()->put(path_hash(path, 16), path, io->save(0, -1, -1));
   EXPECT_EQ(tiers.host()->stats().entries, 1);
+}
+
+/** Counts the load's phases begun (util/progress.h). */
+struct PhaseCount : ProgressSink {
+  void begin(const std::string&, int64_t) override { ++begun; }
+  void add(int64_t) override {}
+  void finish(bool) override {}
+  int begun = 0;
+};
+
+TEST(KvTiersMemory, AnUnwritablePromptCacheFolderIsRefusedBeforeTheWeightsLoad) {
+  // It ended in "internal error: filesystem error" after the load (KvTiers opening the store).
+  EngineOptions o;
+  o.threads = 1;
+  o.kv_tokens = 256;
+  o.page_size = 16;
+  o.max_step_tokens = 64;
+  o.max_logit_rows = 16;
+  o.prompt_cache_dir = "/proc/1";
+  PhaseCount phases;
+  o.progress = &phases;
+  try {
+    Engine::load(fixture("qwen3"), o);
+    ADD_FAILURE() << "--prompt-cache-dir /proc/1 was taken";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(err.what()).rfind("--prompt-cache-dir /proc/1: cannot write files in this folder (", 0), 0u)
+        << err.what();
+  }
+  EXPECT_EQ(phases.begun, 0);  // no "weights" phase began
 }
 
 }  // namespace

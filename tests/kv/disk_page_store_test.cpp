@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "kv/disk_page_store.h"
 #include "log_capture.h"
 #include "test_util.h"
@@ -137,6 +139,45 @@ TEST(DiskPageStore, BadAndForeignFilesAreSkippedWithOneWarningEach) {
   }
   EXPECT_THROW(DiskPageStore(files[0], 1 << 20, kPage, 1, kLayout), Error);  // a file is not a folder
   fs::remove_all(dir);
+}
+
+/** check_folder's message for `dir`, or "" when it passes. */
+std::string folder_refusal(const std::string& dir) {
+  try {
+    DiskPageStore::check_folder(dir);
+    return "";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    return e.what();
+  }
+}
+
+TEST(DiskPageStore, AFolderThatTakesNoFileIsRefusedNamingTheFlag) {
+  // /proc/1 is a folder where nothing can be written, even by root: the store ended in "internal error:
+  // filesystem error" (its scan), and a read-only folder was taken until the first write warned.
+  EXPECT_EQ(folder_refusal("/proc/1").rfind("--prompt-cache-dir /proc/1: cannot write files in this folder (", 0), 0u)
+      << folder_refusal("/proc/1");
+  EXPECT_THROW(DiskPageStore("/proc/1", 1 << 20, kPage, 1, kLayout), Error);
+  EXPECT_EQ(folder_refusal("/proc/1/ft-cache").rfind("--prompt-cache-dir /proc/1/ft-cache: not a folder that can be made (",
+                                                     0),
+            0u)
+      << folder_refusal("/proc/1/ft-cache");
+  const std::string file = testing::scratch_path("disk_store_plain_file");
+  std::ofstream(file) << "x";
+  EXPECT_EQ(folder_refusal(file).rfind("--prompt-cache-dir " + file + ": not a folder that can be made (", 0), 0u)
+      << folder_refusal(file);
+  fs::remove(file);
+  // A folder made for it passes and keeps no probe file behind.
+  const std::string dir = testing::scratch_path("disk_store_new_folder") + "/a/b";
+  EXPECT_EQ(folder_refusal(dir), "");
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_TRUE(fs::is_empty(dir));
+  if (::geteuid() != 0) {  // root writes through a folder's mode bits: /proc/1 above stands for it there
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_NE(folder_refusal(dir).find("cannot write files in this folder (Permission denied)"), std::string::npos);
+    fs::permissions(dir, fs::perms::owner_all);
+  }
+  fs::remove_all(testing::scratch_path("disk_store_new_folder"));
 }
 
 /** The path of page `k` (1-based) of path_of(n, salt) and its hash. */
