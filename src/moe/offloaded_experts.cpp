@@ -262,10 +262,23 @@ void OffloadedExperts::choose_prefetch_depth() {
       if (c.n_slots < 2 * d * int64_t{c.max_experts} && c.n_slots < c.total_experts) return false;
     return true;
   };
-  auto need = [&](int d) {  // slots depth d needs over all classes (the note's count)
-    int64_t n = 0;
-    for (const SlotClass& c : classes) n += 2 * d * int64_t{c.max_experts};
-    return n;
+  // The note's count for depth d: the fewest slots over all classes whose split (split_slots, as the
+  // plan splits a cache) gives every class 2d x its max_experts or all of its experts; a class's
+  // share follows its experts, so a class of few layers may need more than its sum of 2d x.
+  auto need = [&](int d) {
+    auto enough = [&](const SlotClass& c, int64_t n) {
+      return n >= std::min<int64_t>(2 * d * int64_t{c.max_experts}, c.total_experts);
+    };
+    if (classes.size() == 1) return std::min<int64_t>(2 * d * int64_t{classes[0].max_experts}, classes[0].total_experts);
+    int64_t lo = 0, hi = 0;
+    for (const SlotClass& c : classes) lo += c.min_slots(), hi += c.total_experts;
+    for (int64_t n = lo; n < hi; ++n) {
+      const std::vector<int64_t> split = split_slots(classes, n);
+      bool ok = true;
+      for (size_t c = 0; c < classes.size() && ok; ++c) ok = enough(classes[c], split[c]);
+      if (ok) return n;
+    }
+    return hi;
   };
   const int64_t n_cache = plan_.count(MoeLayerMode::kCache);
   if (!holds(1)) return;
@@ -291,7 +304,8 @@ void OffloadedExperts::choose_prefetch_depth() {
   if (depth_ < reach) {
     depth_note_ += depth_note_.empty() ? fmt::format("--moe-prefetch-depth {} needs {} slots", want, need(want))
                                        : fmt::format(", {} needs {} slots", reach, need(reach));
-    if (depth_ + 1 < reach) depth_note_ += fmt::format(", {} needs {}", depth_ + 1, need(depth_ + 1));
+    if (depth_ + 1 < reach && need(depth_ + 1) < need(reach))
+      depth_note_ += fmt::format(", {} needs {}", depth_ + 1, need(depth_ + 1));
   }
 }
 

@@ -284,6 +284,45 @@ TEST(SlotClasses, OffloadOverClassesComputesFusedsFunction) {
   }
 }
 
+// The plan's note on a prefetch depth below the one asked names the slots that depth needs: the
+// least cache whose split (split_slots, in proportion to the classes' experts) gives every class
+// 2d x its layer's experts or all of them, so --moe-cache-slots with that count runs it and one
+// fewer does not (trial: a Q4_K/Q6_K file of 16 layers said "depth 3 needs 96 slots, 2 needs 64",
+// the sum of 2d x 8 over its two classes, and ran next-layer prefetch up to 126 slots). Layers 0-2
+// BF16 (12 experts), 3-11 Q8_0 (36): at N slots the BF16 class gets ~N/4, and holds its 12 experts
+// only from 46 slots (shares 11.5 and 34.5: the tie's slot goes to the first class), while the Q8_0 class has 2 x 3 x 4 = 24 from 32.
+TEST(SlotClasses, PrefetchDepthNoteNamesTheSlotsThatRunIt) {
+  SyntheticExperts s;
+  const int32_t E = 4;
+  for (int64_t l = 0; l < 12; ++l) {
+    const DType t = l < 3 ? DType::BF16 : DType::Q8_0;
+    s.add_layer(E, 32, 64, t, t, static_cast<uint32_t>(40 + l));
+  }
+  CpuOps ops(1);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 4, ro.n_expert_used = 2, ro.cpu_threads = 1, ro.bank_format = BankFormat::kStored;
+  ro.prefetch = true, ro.prefetch_depth = 3;
+  auto run = [&](int64_t slots) {
+    const MoePlan plan = make_class_plan(s.banks, MoeStrategy::kOffload, slots);
+    EXPECT_EQ(plan.cache.classes.size(), 2u);
+    OffloadedExperts off(ops, s.banks, plan, ro);
+    return std::make_pair(off.prefetch_depth(), off.prefetch_depth_note());
+  };
+  int first[4] = {0, 0, 0, 0};  // the fewest slots that run each depth
+  for (int64_t n = 16; n <= 48; ++n) {
+    const int d = run(n).first;
+    for (int i = 1; i <= d; ++i)
+      if (first[i] == 0) first[i] = static_cast<int>(n);
+  }
+  EXPECT_EQ(first[1], 16);
+  EXPECT_EQ(first[2], 46);
+  EXPECT_EQ(first[3], 46);
+  // Below it, the note names that count; depth 2 needs the same, so it is not named again.
+  EXPECT_EQ(run(32).second, "--moe-prefetch-depth 3 needs 46 slots");
+  EXPECT_EQ(run(45).second, "--moe-prefetch-depth 3 needs 46 slots");
+  EXPECT_EQ(run(46).second, "");
+}
+
 TEST(SlotClasses, BankViewsCountTheirLayersOnly) {
   SyntheticExperts s;
   s.add_layer(4, 32, 64, DType::BF16, DType::BF16, 1);
