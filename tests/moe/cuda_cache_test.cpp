@@ -15,6 +15,8 @@
 
 #include "backend/cuda_factory.h"
 #include "backend/device.h"
+#include "cuda_moe_test.h"
+#include "model_run.h"
 #include "moe/host_exchange.h"
 #include "moe/offloaded_experts.h"
 #include "moe_test_util.h"
@@ -31,61 +33,16 @@
 namespace ft::testing {
 namespace {
 
-class CudaExpertCache : public ::testing::Test {
+class CudaExpertCache : public CudaMoeTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) {
-      const char* req = std::getenv("FT_REQUIRE_GPU");
-      if (req && std::string(req) == "1") FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device visible";
-    }
-    gpu_ = make_cuda_ops(0, DType::BF16);  // the tensors below are BF16 activations
-  }
-  void TearDown() override {
-    if (gpu_) gpu_->synchronize();
-  }
-
-  Tensor dev(DType dt, std::initializer_list<int64_t> shape) {
-    Tensor t(nullptr, dt, shape, Device::kCuda);
-    keep_.push_back(gpu_->alloc(t.bytes()));
-    t.data = keep_.back().data();
-    return t;
-  }
-  /** Copies host values into a prefix of `d` viewed as `shape`. */
-  template <typename V>
-  Tensor put(const Tensor& d, DType host_dt, std::vector<V>& v, std::initializer_list<int64_t> shape) {
-    Tensor h(v.data(), host_dt, shape), dv(d.data, d.dtype, shape, Device::kCuda);
-    gpu_->copy(h, dv);
-    return dv;
-  }
-  std::vector<int32_t> read_i32(const Tensor& d) {
-    std::vector<int32_t> v(static_cast<size_t>(d.numel()));
-    gpu_->copy(d, Tensor(v.data(), DType::I32, d.shape.data(), d.ndim));
-    return v;
-  }
-  std::vector<float> read_f32(const Tensor& d) {
-    std::vector<float> v(static_cast<size_t>(d.numel()));
-    gpu_->copy(d, Tensor(v.data(), DType::F32, d.shape.data(), d.ndim));
-    return v;
-  }
-
   /** Body of OffloadEqualsFusedHybridAndCpuWithinBf16 for stored or EC12 banks. */
   void offload_equals_fused(bool ec12);
-
-  std::unique_ptr<Ops> gpu_;
-  std::vector<Buffer> keep_;
 };
 
 /** Restores offload's default prefetch copies (the copy engines) when a test that switches them ends. */
 struct PrefetchDmaGuard {
   ~PrefetchDmaGuard() { set_cuda_prefetch_dma(true); }
 };
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += std::pow(double(b[i]), 2);
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 void expect_same_state(ExpertCache& a, ExpertCache& b) {
   CacheStateRefs x = a.refs(), y = b.refs();

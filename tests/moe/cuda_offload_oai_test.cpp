@@ -16,8 +16,8 @@
 #include <random>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cuda_factory.h"
-#include "backend/device.h"
+#include "cuda_moe_test.h"
+#include "model_run.h"
 #include "moe/moe_test_util.h"
 #include "moe/offloaded_experts.h"
 #include "tensor/half.h"
@@ -81,12 +81,6 @@ struct OaiExperts {
     return out;
   }
 };
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += std::pow(double(b[i]), 2);
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 struct Strategy {
   MoeStrategy s;
@@ -235,21 +229,7 @@ TEST(OffloadOaiHost, OffloadEqualsFusedHybridAndCpuWithinTolerance) {
   }
 }
 
-class CudaOffloadOai : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) {
-      const char* req = std::getenv("FT_REQUIRE_GPU");
-      if (req && std::string(req) == "1") FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device visible";
-    }
-    gpu_ = make_cuda_ops(0, DType::BF16);
-  }
-  void TearDown() override {
-    if (gpu_) gpu_->synchronize();
-  }
-  std::unique_ptr<Ops> gpu_;
-};
+class CudaOffloadOai : public CudaMoeTest {};
 
 TEST_F(CudaOffloadOai, OffloadEqualsFusedHybridAndCpuWithinBf16) {
   OaiOffloadRunner r(*gpu_, DType::BF16);

@@ -5,12 +5,10 @@
 // tolerance; a decode step over both classes captured as a CUDA graph replays equal to eager steps.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
 
-#include "backend/cuda_factory.h"
-#include "backend/device.h"
+#include "cuda_moe_test.h"
+#include "model_run.h"
 #include "moe/classed_expert_slots.h"
 #include "moe/offloaded_experts.h"
 #include "moe_test_util.h"
@@ -23,54 +21,21 @@
 namespace ft::testing {
 namespace {
 
-class CudaSlotClasses : public ::testing::Test {
+class CudaSlotClasses : public CudaMoeTest {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) {
-      const char* req = std::getenv("FT_REQUIRE_GPU");
-      if (req && std::string(req) == "1") FAIL() << "FT_REQUIRE_GPU=1 but no CUDA device is visible";
-      GTEST_SKIP() << "no CUDA device visible";
-    }
-    gpu_ = make_cuda_ops(0, DType::BF16);
+    CudaMoeTest::SetUp();
     // Rows of 256 values: quantized rows 16-byte aligned for the GEMV loads.
     for (uint32_t l = 0; l < kLayers; ++l) {
       const DType t = l < 3 ? DType::BF16 : DType::Q8_0;
       s_.add_layer(kE, 256, kH, t, t, 40 + l);
     }
   }
-  void TearDown() override {
-    if (gpu_) gpu_->synchronize();
-  }
-  Tensor dev(DType dt, std::initializer_list<int64_t> shape) {
-    Tensor t(nullptr, dt, shape, Device::kCuda);
-    keep_.push_back(gpu_->alloc(t.bytes()));
-    t.data = keep_.back().data();
-    return t;
-  }
-  template <typename V>
-  Tensor put(const Tensor& d, DType host_dt, std::vector<V>& v, std::initializer_list<int64_t> shape) {
-    Tensor h(v.data(), host_dt, shape), dv(d.data, d.dtype, shape, Device::kCuda);
-    gpu_->copy(h, dv);
-    return dv;
-  }
-  std::vector<float> read_f32(const Tensor& d) {
-    std::vector<float> v(static_cast<size_t>(d.numel()));
-    gpu_->copy(d, Tensor(v.data(), DType::F32, d.shape.data(), d.ndim));
-    return v;
-  }
 
   static constexpr int32_t kE = 8, kK = 2, kLayers = 6;
   static constexpr int64_t kH = 256;
   SyntheticExperts s_;
-  std::unique_ptr<Ops> gpu_;
-  std::vector<Buffer> keep_;
 };
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += std::pow(double(a[i]) - b[i], 2), den += std::pow(double(b[i]), 2);
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 TEST_F(CudaSlotClasses, OffloadEqualsFusedHybridWithinBf16) {
   const int64_t maxT = 40;
