@@ -40,9 +40,19 @@ void Engine::check_resize(const CacheResize& r, int64_t longest) const {
       fail(ErrorCode::kInvalidArgument,
            "expert_slots: the {} strategy has no expert cache (start the server with --moe-strategy offload or hybrid "
            "for one)", moe_strategy_name(plan_.moe->strategy));
-    if (*r.expert_slots < 1)
-      fail(ErrorCode::kInvalidArgument, "expert_slots must be at least 2 x the experts of a MoE layer ({}; got {})",
-           2 * int64_t{plan_.budget ? plan_.budget->experts_per_layer : 1}, *r.expert_slots);
+    if (*r.expert_slots < 1) {
+      // The least cache: 2 x a layer's experts in every slot class of a mixed-type file (as cache_sizing
+      // refuses a count from 1 up).
+      int64_t least = 2 * int64_t{plan_.budget ? plan_.budget->experts_per_layer : 1};
+      const std::vector<SlotClass>& classes = plan_.moe->cache.classes;
+      if (classes.size() > 1) {
+        least = 0;
+        for (const SlotClass& c : classes) least += c.min_slots();
+      }
+      fail(ErrorCode::kInvalidArgument, "expert_slots must be at least {} (2 x the experts of a MoE layer{}; got {})",
+           least, classes.size() > 1 ? fmt::format(" in each of the {} slot sizes", classes.size()) : std::string(),
+           *r.expert_slots);
+    }
     if (ckpt_->releases_memory())
       fail(ErrorCode::kUnsupported,
            "expert_slots: this checkpoint gave its experts' memory to the expert banks at load, and rebuilding the "

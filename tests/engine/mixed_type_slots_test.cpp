@@ -100,5 +100,33 @@ TEST(MixedTypeSlots, SlotsSizedPerLayersTypeAndOutputAsFused) {
             0);
 }
 
+// POST /v1/admin/cache's expert_slots 0 names the least cache this file takes: 2 x 64 experts in each
+// of its 2 slot classes (256, what --moe-cache-slots and a resize to 255 name), not 2 x 64 (trial:
+// "expert_slots must be at least 2 x the experts of a MoE layer (128; got 0)", and 128 was refused).
+TEST(MixedTypeSlots, AResizeToNoSlotsNamesEveryClassesMinimum) {
+  const std::string dir = shared_dir() + "/fixtures/gguf/qwen3_moe_64e";
+  const std::string path = scratch_path("mixed_ud_resize.gguf");
+  write_mixed(dir + "/qwen3_moe_64e-bf16.gguf", dir + "/qwen3_moe_64e-q8_0.gguf", {2, 3}, path);
+  EngineOptions o = small_engine_options();
+  o.moe.strategy = MoeStrategy::kOffload;
+  o.moe.cache = {CacheSizeMode::kSlots, 256, 0};
+  auto engine = Engine::load(path, o);
+  std::filesystem::remove(path);
+  for (int64_t n : {0, 255}) {
+    CacheResize r;
+    r.expert_slots = n;
+    std::string msg;
+    try {
+      engine->resize_caches(r);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("256"), std::string::npos) << n << ": " << msg;
+    EXPECT_EQ(msg.find("128"), std::string::npos) << n << ": " << msg;
+  }
+  ASSERT_NE(engine->moe_plan(), nullptr);
+  EXPECT_EQ(engine->moe_plan()->cache.n_slots, 256);  // the old size stays
+}
+
 }  // namespace
 }  // namespace ft::testing
