@@ -1,5 +1,6 @@
 // Ops: the defaults of DeepSeek-V4's ops for a backend without them: a kUnsupported error naming the
-// op and the backend (the CPU backend implements each, backend/cpu/).
+// op and the backend (the CPU backend implements each, backend/cpu/); and entry_batch, the batch that
+// addresses the compressed-entry pages for the CPU and CUDA ops.
 #include "backend/ops.h"
 #include "util/error.h"
 
@@ -20,6 +21,18 @@ void Ops::hc_pre(const HyperConnParams&, const Tensor&, const Tensor&, const Ten
 void Ops::hc_post(const HyperConnParams&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor) {
   unsupported(*this, "hc_post");
 }
+BatchInfo entry_batch(const char* op, const BatchInfo& b, const Tensor& entry_tables) {
+  if (entry_tables.empty()) return b;
+  if (entry_tables.dtype != DType::I32 || entry_tables.ndim != 2 || entry_tables.dim(0) < b.n_seqs ||
+      entry_tables.dim(1) < 1)
+    fail(ErrorCode::kInvalidArgument, "{}: entry_tables {} must be I32 [>= {}, max_blocks]", op, entry_tables.str(),
+         b.n_seqs);
+  BatchInfo e = b;
+  e.block_tables = entry_tables;
+  e.max_blocks = static_cast<int32_t>(entry_tables.dim(1));
+  return e;
+}
+
 void Ops::compress_kv(const CompressParams&, const BatchInfo&, const Tensor&, KvLayer, const Tensor&, const Tensor&,
                       Tensor) {
   unsupported(*this, "compress_kv");

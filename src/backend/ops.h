@@ -263,7 +263,16 @@ struct CompressParams {
   int32_t entry_col = 0;  // paged entries (KvLayer::e): first column of this compressor's entries there
   float eps = 1e-6f;      // its kv_norm (RMSNorm) epsilon
   RopeParams rope;        // tail RoPE of the entries (compress_rope_theta; n_rot, inv_freq, attn_factor)
+  /** Paged entries: the block tables I32 [S, max_blocks] (the batch's layout) of the pool that holds
+   *  the entry pages, when it is not the one of kv's pages (DeepSeek-V4 keeps kv.v in the
+   *  sliding-window pool and the entry rows in the full pool, kv/kv_cache.h); empty: the batch's. */
+  Tensor entry_tables;
 };
+
+/** `b` addressing the entry pages: its block tables replaced by `entry_tables` [S, max_blocks] when
+ *  given (CompressParams::entry_tables), else `b` itself. Throws kInvalidArgument when the tables are
+ *  not I32 [>= S, >= 1]. */
+BatchInfo entry_batch(const char* op, const BatchInfo& b, const Tensor& entry_tables);
 
 /** V4's lightning indexer (CSA): scores compressed entries and keeps the top_k per query. */
 struct IndexerParams {
@@ -290,6 +299,7 @@ struct CompressedAttentionParams {
   int32_t rate = 0;            // compress rate: entry w is visible to position p when w < (p + 1) / rate
   RopeParams rope;             // tail RoPE of queries, window keys and (inverse) of the output
   Tensor sinks;                // F32 [n_head]: per-head sink logit in the softmax denominator
+  Tensor entry_tables;         // paged entries' block tables when not the batch's (CompressParams::entry_tables)
 };
 
 /** Qwen4-Exp's hashed n-gram embedding ids (Ops::ngram_hash). */

@@ -3,7 +3,7 @@
 // with per-head sinks and the output's tail RoPE undone (CPU backend; semantics in ops.h, after
 // transformers' DeepseekV4Attention with eager_attention_forward). Key pages F32, or quantized
 // (--kv-cache-dtype fp8 / q8_0: each row dequantized, kv_rows.h); entries dense [S, M, hd] or the
-// pages' entry rows (KvLayer::e, entry_rows.h).
+// pages' entry rows (KvLayer::e, entry_rows.h; addressed by p.entry_tables when given).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -36,8 +36,9 @@ void CpuOps::attention_compressed(const CompressedAttentionParams& p, const Batc
   const int32_t* ss = batch.seq_start.ptr<int32_t>();
   // Each sequence's entries (pointers looked up, and their errors thrown, outside the parallel region).
   std::vector<std::vector<const float*>> ents(static_cast<size_t>(batch.n_seqs));
+  const BatchInfo eb = entry_batch(op, batch, p.entry_tables);  // the entry pages' tables (their own pool's)
   if (!entries.empty()) {
-    const cpu::EntryRows rows(op, batch, entries, hd, 0, ps, p.rate);
+    const cpu::EntryRows rows(op, eb, entries, hd, 0, ps, p.rate);
     for (int32_t s = 0; s < batch.n_seqs; ++s) {
       if (ss[s + 1] <= ss[s]) continue;
       const int64_t n = std::min<int64_t>((int64_t{pos[ss[s + 1] - 1]} + 1) / p.rate, rows.limit());

@@ -4,7 +4,8 @@
 // of each sequence into a dense [S, M, hd] (Qwen4-Exp), or, into the KV pages' entry rows (paged:
 // DeepSeek-V4), only the windows this step closes (earlier ones are already there). Either way an
 // entry is a function of the pages alone, so a prefix-cache hit, a chunked prefill and a decode step
-// all give the same entries as one cold prefill. F32 pages, or quantized
+// all give the same entries as one cold prefill. The entry pages may be another pool's than kv.v's
+// (CompressParams::entry_tables). F32 pages, or quantized
 // ones (--kv-cache-dtype fp8 / q8_0): each head of the stored columns quantized as kv_write does,
 // read back dequantized a head at a time (kv_rows.h).
 #include <cmath>
@@ -39,7 +40,8 @@ void CpuOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const 
     fail(ErrorCode::kInvalidArgument,
          "{}: proj {} (want [{}, {}]), columns {}.. of kv.v {}, ape {} (want [{}, {}]), norm_w {} do not fit", op,
          proj.str(), T, 2 * width, p.col, kv.v.str(), ape.str(), rate, width, norm_w.str());
-  const cpu::EntryRows out(op, batch, entries, hd, entries.ndim == 4 ? p.entry_col : 0, ps, rate);
+  const BatchInfo eb = entry_batch(op, batch, p.entry_tables);  // the entry pages' tables (their own pool's)
+  const cpu::EntryRows out(op, eb, entries, hd, entries.ndim == 4 ? p.entry_col : 0, ps, rate);
   // Quantized pages keep scales per head: this compressor's columns must be whole heads, so that
   // storing them re-scales nothing another op wrote (ModelConfig::kv_v_head_dim lays them out so).
   if (quant && (p.col % dim != 0 || (2 * width) % dim != 0))

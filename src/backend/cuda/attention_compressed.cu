@@ -4,7 +4,7 @@
 // indexer's picks), merged in shared memory; the output's tail RoPE is undone at -p. Lane l holds dims
 // l, l + 32, ... (head_dim <= 512); a RoPE pair's partner is lane l ^ 1. Key pages F32 / BF16, or
 // quantized (--kv-cache-dtype fp8 / q8_0): each value dequantized as it is loaded (kv_page_value).
-// Entries dense [S, M, hd] or the pages' entry rows (KvLayer::e; entry_rows.cuh).
+// Entries dense [S, M, hd] or the pages' entry rows (KvLayer::e; entry_rows.cuh; p.entry_tables).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/entry_rows.cuh"
@@ -161,8 +161,10 @@ void CudaOps::attention_compressed(const CompressedAttentionParams& p, const Bat
       kv.k.dim(3) != hd || p.sinks.numel() != nh || out.data == q.data)
     fail(ErrorCode::kInvalidArgument, "{}: q {}, kv.k {}, out {}, sinks {} do not fit {} heads of {} (at most {}; out "
          "must not alias q)", op, q.str(), kv.k.str(), out.str(), p.sinks.str(), nh, hd, 32 * cuda::kMaxPerLane);
-  const cuda::EntryRows ent =
-      entries.empty() ? cuda::EntryRows{} : cuda::entry_rows(op, batch, entries, q, hd, 0, kv.k.dim(1), p.rate);
+  const cuda::EntryRows ent =  // addressed by the entry pages' own tables when given (p.entry_tables)
+      entries.empty() ? cuda::EntryRows{}
+                      : cuda::entry_rows(op, entry_batch(op, batch, p.entry_tables), entries, q, hd, 0, kv.k.dim(1),
+                                         p.rate);
   if (!selected.empty()) {
     cuda::check_dtype(op, "selected", selected, {DType::I32});
     if (selected.rows() != T || entries.empty())

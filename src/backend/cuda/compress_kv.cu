@@ -6,7 +6,7 @@
 // of the pages, each quantized by one warp as kv_write does (kv_quant.cuh), and the pool dequantizes
 // each value it reads (kv_page_value), as the CPU backend does. Entries dense [S, M, hd] (every closed
 // window of each sequence: Qwen4-Exp), or the KV pages' entry rows (KvLayer::e at
-// CompressParams::entry_col; entry_rows.cuh): then only the windows this step closes are pooled, one
+// CompressParams::entry_col, addressed by ::entry_tables when given; entry_rows.cuh): then only the windows this step closes are pooled, one
 // block each, the grid ceil(T / rate) blocks a sequence whatever the positions (a captured graph's
 // shape does not change).
 #include <algorithm>
@@ -203,7 +203,8 @@ void CudaOps::compress_kv(const CompressParams& p, const BatchInfo& batch, const
          op, proj.str(), kv.v.str(), ape.str(), norm_w.str(), p.rate, hd, p.col);
   const bool paged = entries.ndim == 4;
   const cuda::EntryRows ent =
-      cuda::entry_rows(op, batch, entries, proj, hd, paged ? p.entry_col : 0, kv.v.dim(1), p.rate);
+      cuda::entry_rows(op, entry_batch(op, batch, p.entry_tables), entries, proj, hd, paged ? p.entry_col : 0,
+                       kv.v.dim(1), p.rate);  // the entry pages' tables: their own pool's when given
   const int64_t dim = kv.v.dim(3);
   if (form != cuda::kKvFloat && (p.col % dim != 0 || (2 * width) % dim != 0))
     fail(ErrorCode::kInvalidArgument, "{}: columns [{}, {}) of quantized kv.v {} are not whole heads of {}", op, p.col,
