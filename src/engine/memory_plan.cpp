@@ -448,8 +448,10 @@ std::vector<MemoryRow> memory_rows(const MemoryPlan& p) {
   add("token embeddings", 0, p.host_mapped_bytes, "read over the bus (--embed-weights)");
   const DType kd = p.kv.dtype;  // as --kv-cache-dtype spells it
   const std::string kv_type = kd == DType::F8_E4M3 ? "fp8" : kd == DType::Q8_0 ? "q8_0" : kd == DType::BF16 ? "bf16" : "f32";
+  const int64_t swa = KvCache::swa_pool_bytes(p.kv);  // the sliding windows: a fixed cost beside the tokens'
   add("KV cache", p.kv_bytes, 0,
-      fmt::format("{} tokens, {} a token, {}", p.kv_tokens, format_bytes(p.kv_bytes_per_token), kv_type));
+      fmt::format("{} tokens, {} a token{}, {}", p.kv_tokens, format_bytes(p.kv_bytes_per_token),
+                  swa > 0 ? fmt::format(" + {} of sliding windows", format_bytes(swa)) : std::string(), kv_type));
   if (p.kv_host_bytes > 0) {
     std::string what;
     if (p.kv_host_gib > 0) what = fmt::format("evicted prefix pages (--kv-host-gib {:g})", p.kv_host_gib);

@@ -62,7 +62,8 @@ struct MemoryPlan {
   int32_t kv_pages = 0;             // pages of the KV pool (spare pages not counted)
   int64_t kv_tokens = 0;            // tokens the pool holds: kv_pages x page size (--kv-tokens in whole pages)
   int64_t kv_bytes = 0;             // KvCache::bytes: every layer's K and V, sliding-window pool and states included
-  int64_t kv_bytes_per_token = 0;   // KvCache::bytes_per_token: every layer's K and V of one token (MLA: latent + RoPE key)
+  int64_t kv_bytes_per_token = 0;   // KvCache::bytes_per_token: the full pool's K and V of one token (MLA: latent + RoPE key;
+                                    // the sliding-window pool's layers are a fixed cost, KvCache::swa_pool_bytes)
   EmbedPlacement embed_weights = EmbedPlacement::kAuto;  // --embed-weights
   int64_t host_mapped_bytes = 0;    // weights the backend reads from host memory (Model::move_embeddings_to_host's tables; 0: none)
   int64_t kv_host_bytes = 0;        // the most host memory the KV tiers take (KvTiers::host_bytes; 0: none)

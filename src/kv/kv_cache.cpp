@@ -53,9 +53,9 @@ void check_entries(const KvCacheConfig& c) {
          c.layer_entry_rate.size(), c.layer_entry_width.size(), c.n_layer);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const int32_t r = c.layer_entry_rate[static_cast<size_t>(l)], w = c.layer_entry_width[static_cast<size_t>(l)];
-    if (r < 0 || (r > 0 && w < 1) || c.in_swa_pool(l) || (r > 0 && c.is_recurrent(l)))
-      fail(ErrorCode::kInvalidArgument, "KV cache: layer {}: compressed entries of rate {} and width {} (a layer of "
-           "the full pool, rate >= 1 and width >= 1)", l, r, w);
+    if (r < 0 || (r > 0 && w < 1) || (r > 0 && c.is_recurrent(l)))
+      fail(ErrorCode::kInvalidArgument, "KV cache: layer {}: compressed entries of rate {} and width {} (an attention "
+           "layer, rate >= 1 and width >= 1)", l, r, w);
   }
   if (c.entry_dtype != DType::F32 && c.entry_dtype != DType::BF16 && c.entry_dtype != DType::F16)
     fail(ErrorCode::kInvalidArgument, "KV cache: compressed entries in {} (the activation dtype: F32, BF16 or F16)",
@@ -88,12 +88,6 @@ int64_t KvCacheConfig::state_bytes_per_slot() const {
 
 namespace {
 
-int32_t attention_layers(const KvCacheConfig& c) {
-  int32_t n = 0;
-  for (int32_t l = 0; l < c.n_layer; ++l) n += c.is_recurrent(l) ? 0 : 1;
-  return n;
-}
-
 void check_recurrent(const KvCacheConfig& c) {
   if (c.layer_recurrent.empty()) return;
   if (static_cast<int32_t>(c.layer_recurrent.size()) != c.n_layer)
@@ -111,16 +105,25 @@ void check_recurrent(const KvCacheConfig& c) {
 int64_t KvCache::bytes_per_token(const KvCacheConfig& c) {
   int64_t entries = 0;  // a page's entry rows over its tokens, rounded up over all layers
   for (int32_t l = 0; l < c.n_layer; ++l) entries += entry_page_bytes(c, l);
-  return attention_layers(c) * layer_token_bytes(c) + (entries + c.page_size - 1) / std::max(c.page_size, 1);
+  int32_t full_layers = 0;  // the sliding-window pool's layers cost swa_pool_bytes, whatever the context
+  for (int32_t l = 0; l < c.n_layer; ++l) full_layers += c.is_recurrent(l) || c.in_swa_pool(l) ? 0 : 1;
+  return full_layers * layer_token_bytes(c) + (entries + c.page_size - 1) / std::max(c.page_size, 1);
+}
+
+int64_t KvCache::swa_pool_bytes(const KvCacheConfig& c) {
+  const int32_t swa_pages = swa_pages_for(c);
+  if (swa_pages == 0) return 0;
+  int32_t swa_layers = 0;
+  for (int32_t l = 0; l < c.n_layer; ++l) swa_layers += !c.is_recurrent(l) && c.in_swa_pool(l) ? 1 : 0;
+  return (int64_t{swa_pages} + c.spare_pages) * c.page_size * swa_layers * layer_token_bytes(c);
 }
 
 int64_t KvCache::bytes_for(const KvCacheConfig& c) {
   const int64_t layer_token = layer_token_bytes(c);
-  const int64_t full_pages = int64_t{pages_for(c)} + c.spare_pages, swa_pages = int64_t{swa_pages_for(c)} + c.spare_pages;
-  int64_t bytes = 0;
-  for (int32_t l = 0; l < c.n_layer; ++l)
-    if (!c.is_recurrent(l))
-      bytes += (c.in_swa_pool(l) ? swa_pages : full_pages) * (c.page_size * layer_token + entry_page_bytes(c, l));
+  const int64_t full_pages = int64_t{pages_for(c)} + c.spare_pages;
+  int64_t bytes = swa_pool_bytes(c);
+  for (int32_t l = 0; l < c.n_layer; ++l)  // entry rows live in the full pool's pages whatever the layer's pool
+    if (!c.is_recurrent(l)) bytes += full_pages * ((c.in_swa_pool(l) ? 0 : c.page_size * layer_token) + entry_page_bytes(c, l));
   if (c.has_recurrent()) bytes += (int64_t{c.n_state_slots} + c.spare_pages) * c.state_bytes_per_slot();
   return bytes;
 }
@@ -169,8 +172,9 @@ KvCache::KvCache(Ops& ops, const KvCacheConfig& config) : config_(config), pool_
         (v ? kv.v_scale : kv.k_scale) = alloc(kv_scale_dtype(config.dtype),
                                               {n_pages, config.page_size, heads, kv_scales_per_head(config.dtype, dim)});
     }
-    if (const int32_t rows = config.entry_rows(l); rows > 0) {
-      kv.e = alloc(config.entry_dtype, {n_pages, rows, 1, config.layer_entry_width[static_cast<size_t>(l)]});
+    if (const int32_t rows = config.entry_rows(l); rows > 0) {  // in the full pool's pages, for the whole context
+      const int64_t e_pages = int64_t{pool_.n_pages()} + config.spare_pages;
+      kv.e = alloc(config.entry_dtype, {e_pages, rows, 1, config.layer_entry_width[static_cast<size_t>(l)]});
       ops.zero(kv.e);  // rows not yet written read as zeros, never as another run's bytes
     }
     layers_.push_back(kv);

@@ -5,7 +5,8 @@
 // pool is sized from a token budget. Sequences hold pages through their BlockTable.
 // Sliding-window layers (KvCacheConfig::layer_window, with swa_token_budget > 0) keep theirs in a
 // second pool of swa_token_budget tokens: their tensors have that pool's pages, and a sequence holds
-// only the pages of its window there (kv/page_pool.h).
+// only the pages of its window there (kv/page_pool.h). A layer's compressed-entry rows (DeepSeek-V4,
+// KvLayer::e) stay in the full pool's pages even when its K and V slide: they serve the whole context.
 // Recurrent layers (linear attention: KvCacheConfig::layer_recurrent) keep no pages: each holds one
 // fixed-size state per slot (StateLayer: conv window + delta-rule S), n_state_slots slots handed to
 // running sequences through KvPools::states, plus spare_pages spare slots (a replayed graph's padding).
@@ -53,7 +54,8 @@ struct KvCacheConfig {
   int32_t n_state_slots = 0;
   /** DeepSeek-V4's compressed entries (KvLayer::e), n_layer entries each or empty: a layer's compress
    *  rate (0: no entries) and row width (its entries' and its indexer keys' columns). Entry rows live
-   *  in the layer's pages, ceil(page_size / rate) a page, in `entry_dtype` (the activation dtype). */
+   *  in the full pool's pages (also for a layer in the sliding-window pool), ceil(page_size / rate) a
+   *  page, in `entry_dtype` (the activation dtype). */
   std::vector<int32_t> layer_entry_rate, layer_entry_width;
   DType entry_dtype = DType::F32;
 
@@ -115,9 +117,14 @@ class KvCache {
   bool in_swa_pool(int32_t l) const { return swa_pool_ && config_.in_swa_pool(l); }
   /** The sliding-window pool, nullptr without one. */
   const PagePool* swa_pool() const { return swa_pool_ ? &*swa_pool_ : nullptr; }
-  /** Bytes of K and V storage of one token in every layer with pages (a sliding-window layer counted too;
-   *  quantized pages' scales included), compressed-entry rows included (a page's rows / page_size). */
+  /** Bytes of K and V storage of one token of the full pool: every layer with pages there (quantized
+   *  pages' scales included), compressed-entry rows included (a page's rows / page_size; they live in
+   *  the full pool whatever the layer's). The sliding-window pool's layers are not counted: their pool
+   *  is a fixed cost (swa_pool_bytes), not one growing with the context. */
   static int64_t bytes_per_token(const KvCacheConfig& config);
+  /** Bytes of the sliding-window pool (its pages, spare pages included, in every layer that keeps its
+   *  K and V there; 0 without one): the window's fixed cost beside bytes_per_token's. */
+  static int64_t swa_pool_bytes(const KvCacheConfig& config);
   /** Bytes of K and V storage in all layers, and of the recurrent states. */
   int64_t bytes() const;
 

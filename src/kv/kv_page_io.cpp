@@ -22,8 +22,9 @@ KvPageIo::KvPageIo(Ops& ops, const KvCache& kv, std::span<const int64_t> layer_k
                               ? kv_head_view(kv.layer(l), layer_kv_heads[li], layer_head_dim[li])
                               : kv.layer(l);
     auto& part = parts_[static_cast<int>(kv.in_swa_pool(l) ? Part::kSwa : Part::kKv)];
-    for (const Tensor* t : {&layer.k, &layer.v, &layer.k_scale, &layer.v_scale, &layer.e})
+    for (const Tensor* t : {&layer.k, &layer.v, &layer.k_scale, &layer.v_scale})
       if (!t->empty()) part.push_back(*t);
+    if (!layer.e.empty()) parts_[static_cast<int>(Part::kKv)].push_back(layer.e);  // the full pool's, always
   }
   kv_bytes_ = bytes_of(Part::kKv);
   swa_bytes_ = bytes_of(Part::kSwa);

@@ -6,10 +6,11 @@
 // a page loaded for a hit is written before the step that reads it, with no synchronisation; a saved
 // page's PageContents::ready passes once its bytes are on the host. Heap bytes (no pool, or a full
 // one) go through Ops::copy, synchronously. Layout of PageContents:
-//  kv:    for each layer with pages in the full pool, in layer order: K page, V page, then (quantized
-//         KV dtypes) K scales, V scales, then (DeepSeek-V4) the page's compressed-entry rows
-//         (KvLayer::e), each as the tensor's bytes of one page;
-//  swa:   the same for the layers in the sliding-window pool, of the node's swa page;
+//  kv:    for each layer, in layer order: when its pages are in the full pool its K page, V page, then
+//         (quantized KV dtypes) K scales, V scales; then (DeepSeek-V4, whatever the layer's pool) the
+//         page's compressed-entry rows (KvLayer::e, always in the full pool), each as the tensor's bytes
+//         of one page;
+//  swa:   K, V and scales of the layers in the sliding-window pool, of the node's swa page;
 //  state: for each recurrent layer: conv window, S, then (Qwen4-Exp) the second window and tokens, of
 //         one state slot.
 // The layout (sizes and order) is fixed by the cache's config; fingerprint() names it for files.

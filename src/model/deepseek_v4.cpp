@@ -43,9 +43,13 @@
 // prefix-cache page, the host tier and the prompt cache carry it; attention_compressed and the
 // indexer read the rows. Entries are a pure function of the prefix: a prefix-cache hit or a decode
 // step gives what a cold prefill gives. Cost a step and layer: the new entries' pooling (O(step
-// tokens)); attention and the indexer still read every visible entry. No sliding-window pool: the
-// projections are kept for every position (4 (head_dim + index_head_dim) values a token and layer)
-// next to the entries' (head_dim + index_head_dim) / rate.
+// tokens)); attention and the indexer still read every visible entry. The key and value pages are
+// the engine's sliding-window pool (kv/kv_cache.h, as gpt-oss's sliding layers): a layer's window
+// (config.layer_window) is what a later step still reads there, max(sliding_window, rate (HCA),
+// 2 rate (CSA: a window's entry also pools the previous window's projections)), so a sequence keeps
+// the kv and projections (4 (head_dim + index_head_dim) values a token and layer) of its last window
+// only; the entry rows ((head_dim + index_head_dim) / rate a token) stay in the full pool's pages for
+// the whole context (the ops address them with ctx.batch's tables: CompressParams::entry_tables).
 // Step scratch beyond ForwardState (streams, hyper-connection weights) is a StepScratch, grown
 // geometrically with the batch. The model is checked against its fixture on the
 // CPU backend; an op a backend lacks is refused there (kUnsupported naming the op).
@@ -190,14 +194,18 @@ void DeepseekV4::read_config(const json& cfg) {
   }
   if (const std::string sf = cfg.value("scoring_func", "sqrtsoftplus"); sf != "sqrtsoftplus")
     fail(ErrorCode::kUnsupported, "config.json: scoring_func '{}': deepseek_v4 supports sqrtsoftplus", sf);
-  // The engine-facing shape: one shared KV head; every position kept (no sliding-window pool: the
-  // compressors read all of them); the value pages hold the compressor projections, the entry rows
-  // the compressed entries.
+  // The engine-facing shape: one shared KV head; the key and value pages (kv, compressor projections)
+  // kept for each layer's window only (its sliding window, and the positions of the windows its
+  // compressor has not pooled yet: rate, or 2 rate for CSA's overlapping windows), in the
+  // sliding-window pool; the entry rows hold the compressed entries for the whole context.
   const bool any_csa = std::find(types_.begin(), types_.end(), kCsa) != types_.end();
   c.n_head_kv = 1;
   c.n_rot = rope_kinds_.compress.n_rot;
   c.sliding_window = 0;
   c.layer_window.clear();
+  for (int t : types_)
+    c.layer_window.push_back(static_cast<int32_t>(
+        std::max<int64_t>(window_, t == kHca ? rate_hca_ : t == kCsa ? 2 * rate_csa_ : 0)));
   c.kv_v_width = any_csa ? 4 * c.head_dim + 4 * id_ : 2 * c.head_dim;
   c.kv_v_head_dim = any_csa ? std::gcd(c.head_dim, id_) : c.head_dim;  // kv and gate: whole heads each
   for (int t : types_) {  // entry rows: the entry, then (CSA) the indexer's key
@@ -457,18 +465,20 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
   ops.matmul(h, L.wkv, kv, Tensor(), h_q8);
   ops.rms_norm(norm, kv, L.kv_norm, kv);
   const KvLayer pages = ctx.kv.layer(static_cast<int32_t>(l));
-  ops.kv_write(b, kv, kv, KvLayer{pages.k, pages.k, pages.k_scale, pages.k_scale});  // the key pages hold K = V
+  const BatchInfo& kb = ctx.kv_batch(l);  // the key and value pages' tables (the sliding-window pool's)
+  ops.kv_write(kb, kv, kv, KvLayer{pages.k, pages.k, pages.k_scale, pages.k_scale});  // the key pages hold K = V
   CompressedAttentionParams ap;
   ap.n_head = static_cast<int32_t>(nh);
   ap.head_dim = static_cast<int32_t>(hd);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = static_cast<int32_t>(window_);
   ap.sinks = L.sinks;
+  ap.entry_tables = b.block_tables;  // the entry rows: the full pool's pages
   Tensor oa = s.oa.slice(0, T);
   if (L.type == kSliding) {  // the window alone, at the main RoPE (no compressor, no entries)
     ap.rate = 1;
     ap.rope = main_rope_;
-    ops.attention_compressed(ap, b, q, pages, Tensor(), Tensor(), att);
+    ops.attention_compressed(ap, kb, q, pages, Tensor(), Tensor(), att);
     ops.head_matmul(att, L.wo_a, oa);
     ops.matmul(oa, L.wo_b, out, Tensor());
     tp_all_reduce(ctx, out);  // tensor parallel: the heads' (groups') partial sums
@@ -480,14 +490,18 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     fail(ErrorCode::kInternal, "deepseek_v4 layer {}: the KV cache has no compressed-entry rows (kv_layout)", l);
   Tensor proj = s.proj.slice(0, T).reshape({T * 4 * hd}).slice(0, T * 2 * width).reshape({T, 2 * width});
   ops.matmul(h, L.comp.proj, proj, Tensor(), h_q8);
-  ops.compress_kv(L.comp.p, b, proj, pages, L.comp.ape, L.comp.norm, pages.e);  // this step's new entries
+  CompressParams cp = L.comp.p;
+  cp.entry_tables = b.block_tables;
+  ops.compress_kv(cp, kb, proj, pages, L.comp.ape, L.comp.norm, pages.e);  // this step's new entries
   ap.rate = static_cast<int32_t>(rate);
   ap.rope = rope_;
   Tensor sel;
   if (L.type == kCsa) {
     Tensor iproj = s.iproj.slice(0, T);
     ops.matmul(h, L.idx_comp.proj, iproj, Tensor(), h_q8);
-    ops.compress_kv(L.idx_comp.p, b, iproj, pages, L.idx_comp.ape, L.idx_comp.norm, pages.e);  // keys at column hd
+    CompressParams icp = L.idx_comp.p;
+    icp.entry_tables = b.block_tables;
+    ops.compress_kv(icp, kb, iproj, pages, L.idx_comp.ape, L.idx_comp.norm, pages.e);  // keys at column hd
     Tensor iq = s.iq.slice(0, T), iw = s.iw.slice(0, T);
     ops.matmul(qa, L.idx_wq_b, iq, Tensor(), ctx.q8(qa_q8));
     ops.matmul(h, L.idx_w, iw, Tensor(), h_q8);
@@ -503,7 +517,7 @@ void DeepseekV4::attention(ForwardContext& ctx, int64_t l, const Tensor& h, Tens
     ops.indexer_topk(ip, b, iq, iw, pages.e, sel);
     ctx.dump_if("indexer_ids", l, sel);  // I32 [T, index_topk], -1 past the visible entries
   }
-  ops.attention_compressed(ap, b, q, pages, pages.e, sel, att);
+  ops.attention_compressed(ap, kb, q, pages, pages.e, sel, att);
   ops.head_matmul(att, L.wo_a, oa);
   ops.matmul(oa, L.wo_b, out, Tensor());
   tp_all_reduce(ctx, out);  // tensor parallel: the heads' (groups') partial sums

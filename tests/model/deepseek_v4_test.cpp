@@ -4,8 +4,9 @@
 // pages of 4 (windows and entries cut at every boundary) gives transformers' greedy tokens, and its
 // logits wherever the indexer has no choice to make; decode steps after a long prefill and a
 // prefix-cache hit read the entries earlier steps wrote and give what one cold prefill gives. The
-// cache keeps every position (no sliding-window pool) with the compressor projections as each
-// token's value row.
+// key and value pages (each token's kv and compressor projections) are the sliding-window pool's,
+// kept for each layer's window only (max(sliding_window, rate (HCA), 2 rate (CSA))); the entry rows
+// are the full pool's, kept for the whole context.
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,7 +28,13 @@ TEST(DeepseekV4, ChunkedPrefillOverSmallPagesKeepsTheReferenceLogits) {
   EngineOptions o = small_engine_options();
   o.page_size = 4;
   auto engine = Engine::load(dir, o);
-  EXPECT_EQ(engine->kv().swa_pool(), nullptr);
+  // Windows: max(8, 128) for the HCA layers, max(8, 2 x 4) for the CSA one; their K and V in the
+  // sliding-window pool, the entry rows in the full pool's pages.
+  const KvCacheConfig& kc = engine->kv().config();
+  EXPECT_EQ(kc.layer_window, (std::vector<int32_t>{128, 128, 128, 8}));
+  ASSERT_NE(engine->kv().swa_pool(), nullptr);
+  EXPECT_EQ(engine->kv().layer(3).k.dim(0), engine->kv().swa_pool()->n_pages() + kc.spare_pages);
+  EXPECT_EQ(engine->kv().layer(3).e.dim(0), engine->kv().pool().n_pages() + kc.spare_pages);
   // Value rows: compressor kv + gate (2 x 2 x 16) and the indexer's (2 x 2 x 16) per token, in heads
   // of gcd(head_dim, index_head_dim) = 16 (each part whole heads: its own scales when quantized).
   EXPECT_EQ(engine->kv().config().v_n_head * engine->kv().config().v_head_dim, 128);
@@ -54,9 +61,10 @@ TEST(DeepseekV4, ChunkedPrefillOverSmallPagesKeepsTheReferenceLogits) {
   }
 }
 
-/** The shared fixture's weights under its config edited by `edit`, in a scratch folder. */
-std::unique_ptr<Engine> load_edited(const std::function<void(nlohmann::json&)>& edit, EngineOptions o) {
-  const std::string src = shared_dir() + "/fixtures/hf/deepseek_v4";
+/** The weights of fixture `src` (default: the shared one) under its config edited by `edit`, in a scratch folder. */
+std::unique_ptr<Engine> load_edited(const std::function<void(nlohmann::json&)>& edit, EngineOptions o,
+                                    std::string src = "") {
+  if (src.empty()) src = shared_dir() + "/fixtures/hf/deepseek_v4";
   const std::filesystem::path dir = scratch_path("deepseek_v4_edited");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -127,8 +135,10 @@ TEST(DeepseekV4, EntriesPersistAcrossDecodeStepsAndPrefixHits) {
   EXPECT_EQ(engine->kv().layer(0).e.dim(3), 16);
   EXPECT_EQ(engine->kv().layer(3).e.dim(1), 4);
   EXPECT_EQ(engine->kv().layer(3).e.dim(3), 32);
-  // Bytes a token: 4 layers x (16 key + 128 value) x 4 B, plus the entry rows of a page over 16 tokens.
-  EXPECT_EQ(KvCache::bytes_per_token(kc), 4 * 144 * 4 + (3 * 16 * 4 + 4 * 32 * 4) / 16);
+  // Bytes a token: the entry rows of a page over 16 tokens; the key and value pages (4 layers x (16 key
+  // + 128 value) x 4 B a token) are the sliding-window pool's fixed cost.
+  EXPECT_EQ(KvCache::bytes_per_token(kc), (3 * 16 * 4 + 4 * 32 * 4) / 16);
+  EXPECT_EQ(KvCache::swa_pool_bytes(kc), (engine->kv().swa_pool()->n_pages() + kc.spare_pages) * 16 * 4 * 144 * 4);
   std::vector<int32_t> prompt(300);
   uint32_t x = 12345;
   for (int32_t& t : prompt) x = x * 1664525u + 1013904223u, t = static_cast<int32_t>((x >> 8) % 512);
@@ -225,6 +235,61 @@ TEST(DeepseekV4Yarn, FixtureMatchesTransformersOnFusedAndCpu) {
   // the cpu strategies.
   const std::string dir = source_dir() + "/tests/model/fixtures/deepseek_v4_yarn";
   expect_reference_on_fused_and_cpu(dir, "deepseek_v4_yarn");
+}
+
+TEST(DeepseekV4Yarn, TheWindowPoolHoldsALongContextInItsWindows) {
+  // The yarn fixture (windows: 8 for the sliding layers, max(8, 2 x 4) for the CSA layer, max(8, 16) for
+  // the HCA one) with one sequence and steps of 32 tokens: its sliding-window pool holds 1 x (16 + 2 x 4)
+  // + 32 = 56 tokens, so a 300-token prompt (prefilled in chunks of 32, then 12 decode steps) keeps only
+  // its last windows' kv and projections while its entry rows stay in the full pool. With index_topk 128
+  // (more than any row's 77 CSA entries: no choice to make) the steps must give what one cold prefill of
+  // prompt + generated tokens gives in an engine whose window pool holds it all at once.
+  const std::string dir = source_dir() + "/tests/model/fixtures/deepseek_v4_yarn";
+  auto edit = [](nlohmann::json& c) { c["index_topk"] = 128; };
+  EngineOptions o = small_engine_options();
+  o.page_size = 4;
+  o.max_seqs = 1;
+  o.max_step_tokens = 32;
+  o.max_logit_rows = 32;
+  auto engine = load_edited(edit, o, dir);
+  const KvCacheConfig& kc = engine->kv().config();
+  EXPECT_EQ(kc.layer_window, (std::vector<int32_t>{8, 8, 8, 16}));
+  ASSERT_NE(engine->kv().swa_pool(), nullptr);
+  EXPECT_EQ(engine->kv().swa_pool()->n_pages(), 56 / 4);
+  // KV bytes a token: the entry rows only, a page of 4 holding one row of the CSA layer (entry 32 +
+  // indexer key 16) and one of the HCA layer (32), F32: (48 + 32) x 4 / 4 = 80 B. Before the window pool
+  // every layer also kept 32 key + 4 x (32 + 16) projection values a token: 4 x 224 x 4 + 80 = 3664 B.
+  EXPECT_EQ(KvCache::bytes_per_token(kc), 80);
+  EXPECT_EQ(KvCache::swa_pool_bytes(kc), int64_t{56 / 4 + kc.spare_pages} * 4 * 4 * (32 + 192) * 4);
+  std::vector<int32_t> prompt(300);
+  uint32_t x = 777;
+  for (int32_t& t : prompt) x = x * 1664525u + 1013904223u, t = static_cast<int32_t>((x >> 8) % 256);
+  GenerateRequest req = greedy_request(prompt, 12);
+  req.step_logits = true;
+  GenerateOptions go;
+  go.max_prefill_tokens = 32;
+  const auto dec = generate(*engine, {req}, go)[0];
+  ASSERT_EQ(dec.tokens.size(), 12u);
+  EngineOptions wide = small_engine_options();
+  wide.page_size = 4;
+  auto ref = load_edited(edit, wide, dir);
+  ASSERT_GE(int64_t{ref->kv().swa_pool()->n_pages()} * 4, 311);
+  std::vector<int32_t> full = prompt;
+  full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
+  const auto cold = generate(*ref, {greedy_request(full, 1)})[0];
+  const int64_t V = engine->config().n_vocab;
+  double worst = 0;
+  for (size_t r = 0; r < dec.tokens.size(); ++r) {
+    const std::vector<float> a(dec.step_logits.begin() + static_cast<std::ptrdiff_t>(r * V),
+                               dec.step_logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+    const std::vector<float> b(cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((299 + r) * V),
+                               cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((300 + r) * V));
+    worst = std::max(worst, max_row_rel_l2(a, b, V));
+  }
+  std::printf("[ fixture ] deepseek_v4_yarn 300 tokens through a 56-token window pool, 12 steps vs a cold "
+              "prefill: max rel L2 %.3g\n", worst);
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_EQ(cold.tokens[0], dec.tokens.back());
 }
 
 /** The indexer's selections of CSA layer `layer` as sets, one per row, over the next generate calls. */

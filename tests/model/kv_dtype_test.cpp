@@ -50,7 +50,8 @@ constexpr double kBar = 2e-2;
 const KvExpect kExpect[] = {
     // arch            fp8 median, max   q8_0 median, max  q8_0 tokens, KV bytes a token: f32, fp8, q8_0
     // (head dim 16: 64 bytes a head row in f32, fp8 16 + 4, q8_0 16 + 2; deepseek_v3: latent 32 and RoPE
-    // key 8 a layer; gemma4: pages of its widest layer)
+    // key 8 a layer; gemma4: pages of its widest layer; the sliding-window pool's layers are a fixed
+    // cost, not counted a token: gpt_oss's layer 0 of 2, gemma4's 3 of 4 (KvCache::bytes_per_token))
     {"llama",          0.04, 0.07,       kBar, kBar,       false, 512, 160, 144},
     {"qwen2",          0.05, 0.1,        kBar, kBar,       false, 512, 160, 144},
     {"qwen3",          0.055, 0.1,       kBar, kBar,       true, 512, 160, 144},
@@ -63,19 +64,20 @@ const KvExpect kExpect[] = {
     {"glm4_moe",       0.085, 1.4,       kBar, 0.9,        false, 768, 240, 216},
     {"minimax_m2",     0.22, 1.2,        kBar, 0.95,       false, 1024, 320, 288},
     {"deepseek_v3",    0.045, 1.2,       kBar, kBar,       false, 480, 144, 132},
-    {"gpt_oss",        0.04, 1.6,        kBar, 0.9,        false, 512, 160, 144},
+    {"gpt_oss",        0.04, 1.6,        kBar, 0.9,        false, 256, 80, 72},
     {"qwen3_next",     0.035, 0.87,      kBar, 0.22,       true, 512, 160, 144},
     {"qwen3_5",        kBar, kBar,       kBar, kBar,       true, 256, 80, 72},
     {"qwen3_5_moe",    kBar, kBar,       kBar, kBar,       true, 256, 80, 72},
-    {"gemma4",         0.26, 0.72,       0.045, 0.27,      false, 32768, 8256, 8704},
+    {"gemma4",         0.26, 0.72,       0.045, 0.27,      false, 8192, 2064, 2176},
     // compressed KV, 4 layers: deepseek_v4's key pages 1 head of 16 and value pages its compressors'
     // kv and gate, 128 columns in heads of 16 (ModelConfig::kv_v_head_dim), plus its compressed-entry
-    // rows, F32 whatever the KV dtype (44 B a token at pages of 16: three rate-128 layers' one row of
-    // 16 and the rate-4 layer's four of 16 + 16 a page); qwen4_exp's (its 3
+    // rows, F32 whatever the KV dtype; the pages are the sliding-window pool's (a fixed cost), so a
+    // token costs its entry rows alone, 44 B at pages of 16 whatever the KV dtype (three rate-128
+    // layers' one row of 16 and the rate-4 layer's four of 16 + 16 a page); qwen4_exp's (its 3
     // linear-attention layers keep no pages) 2 heads of 16, and V then the indexer's key and gates, 64
     // columns in heads of 16. Their greedy tokens flip early on near-ties of f32's logits (top-2 gaps
     // 2e-4 at deepseek_v4's second token, 7e-4 at qwen4_exp's 17th under q8_0)
-    {"deepseek_v4",    0.075, 0.72,      kBar, 0.53,       false, 2348, 764, 692},
+    {"deepseek_v4",    0.075, 0.72,      kBar, 0.53,       false, 44, 44, 44},
     {"qwen4_exp",      kBar, 0.6,        kBar, kBar,       false, 384, 120, 108},
 };
 
