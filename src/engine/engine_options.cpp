@@ -70,7 +70,8 @@ void validate_moe_options(const MoeOptions& o) {
          c.mode == CacheSizeMode::kSlots ? "slots" : "rate", strategy);
   if (c.mode == CacheSizeMode::kSlots && c.slots < 1)  // the model's own minimum is checked once it is loaded (cache_sizing)
     fail(ErrorCode::kInvalidArgument, "--moe-cache-slots {} must be at least 2 x the experts of a MoE layer (the "
-         "\"experts\" line of `ft inspect MODEL`), or leave the size to --moe-cache-auto", c.slots);
+         "\"experts\" line of `ft inspect MODEL`; in each slot size of a mixed-type file), or leave the size to "
+         "--moe-cache-auto", c.slots);
   if (c.mode == CacheSizeMode::kRate && !(c.rate > 0.0 && c.rate <= 1.0))
     fail(ErrorCode::kInvalidArgument, "--moe-cache-rate {} must be in (0, 1]", c.rate);
   if (!o.cpu_layers.empty() && no_cache)

@@ -223,7 +223,7 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy cpu --moe-bank-format ec12", 2, "but layer 0's expert matrices are [48, 128], not multiples"},
       {"--moe-strategy cpu --moe-prefetch on", 2, "--moe-prefetch on needs --moe-strategy auto, offload or hybrid"},
       {"--moe-strategy offload --moe-cache-slots 64", 2, "below the minimum of 128"},
-      {"--moe-strategy offload --moe-cache-slots 0", 2, "must be at least 2 x the experts of a MoE layer (the \"experts\" line of `ft inspect MODEL`)"},
+      {"--moe-strategy offload --moe-cache-slots 0", 2, "must be at least 2 x the experts of a MoE layer (the \"experts\" line of `ft inspect MODEL`; in each slot size of a mixed-type file)"},
       {"--moe-strategy offload --moe-cpu-layers 9,", 2, "layer 9 is not one of the model's MoE layers (0-"},
       {"--gpu-memory-limit 0", 2, "--gpu-memory-limit"},
       {"--host-memory-limit 0", 2, "--host-memory-limit 0 GiB must be > 0"},
