@@ -19,6 +19,17 @@ namespace {
 
 std::string fixture(const std::string& name) { return testing::shared_dir() + "/fixtures/hf/" + name; }
 
+/** The qwen3 fixture's engine for these tests: 256 KV tokens in pages of 16, one thread. */
+EngineOptions tier_options() {
+  EngineOptions o;
+  o.threads = 1;
+  o.kv_tokens = 256;
+  o.page_size = 16;
+  o.max_step_tokens = 64;
+  o.max_logit_rows = 16;
+  return o;
+}
+
 const MemoryRow* row_named(const std::vector<MemoryRow>& rows, const std::string& name) {
   for (const MemoryRow& r : rows)
     if (r.name == name) return &r;
@@ -26,12 +37,7 @@ const MemoryRow* row_named(const std::vector<MemoryRow>& rows, const std::string
 }
 
 TEST(KvTiersMemory, TheHostTierIsARowOfTheMemoryPlan) {
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_tokens = 256;
-  o.page_size = 16;
-  o.max_step_tokens = 64;
-  o.max_logit_rows = 16;
+  EngineOptions o = tier_options();
   EXPECT_EQ(row_named(memory_rows(Engine::load(fixture("qwen3"), o)->memory_plan()), "KV host tier"), nullptr);
   o.kv_host_gib = 0.5;
   auto e = Engine::load(fixture("qwen3"), o);
@@ -69,12 +75,7 @@ TEST(KvTiersMemory, TheHostTierIsARowOfTheMemoryPlan) {
 TEST(KvTiersMemory, TheHostTierCountsAPageAsItsLogLineSays) {
   // The trial saw the log say 46080 bytes a page and the tier count 46592 for the same page: the tier
   // added its path (4 bytes a token: a page ending 128 tokens in). Both are KvPageIo::page_bytes() now.
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_tokens = 256;
-  o.page_size = 16;
-  o.max_step_tokens = 64;
-  o.max_logit_rows = 16;
+  EngineOptions o = tier_options();
   o.kv_cache_dtype = KvCacheDtype::kFp8;
   o.kv_host_gib = 0.5;
   testing::LogCapture log(spdlog::level::info);
@@ -105,12 +106,7 @@ TEST(KvTiersMemory, TheHostTierCountsAPageAsItsLogLineSays) {
 
 TEST(KvTiersMemory, AHostTierBelowOnePageIsRefused) {
   // It was taken, dropped every page and the memory plan booked 256 MiB for it.
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_tokens = 256;
-  o.page_size = 16;
-  o.max_step_tokens = 64;
-  o.max_logit_rows = 16;
+  EngineOptions o = tier_options();
   o.kv_cache_dtype = KvCacheDtype::kFp8;  // pages of 2560 bytes (above)
   o.kv_host_gib = 1e-6;                  // 1074 bytes
   auto e = Engine::load(fixture("qwen3"), o);
@@ -147,12 +143,7 @@ struct PhaseCount : ProgressSink {
 
 TEST(KvTiersMemory, AnUnwritablePromptCacheFolderIsRefusedBeforeTheWeightsLoad) {
   // It ended in "internal error: filesystem error" after the load (KvTiers opening the store).
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_tokens = 256;
-  o.page_size = 16;
-  o.max_step_tokens = 64;
-  o.max_logit_rows = 16;
+  EngineOptions o = tier_options();
   o.prompt_cache_dir = "/proc/1";
   PhaseCount phases;
   o.progress = &phases;
