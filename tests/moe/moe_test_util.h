@@ -88,14 +88,17 @@ inline std::vector<int32_t> random_routes(int64_t T, int32_t k, int32_t E, doubl
   return ids;
 }
 
-/** A plan for layers with experts_per_layer, everything fitting (limit 1 TiB). */
+/** A plan for layers with experts_per_layer, everything fitting (limit 1 TiB). `by_record_size`: the
+ *  cache sized per record size, as the engine plans it (the budget's slot_layers filled, so the plan
+ *  has the cache layers' slot classes; `slots` counts over all classes); else one pool of slots. */
 inline MoePlan make_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
-                         const std::string& cpu_layers = "") {
+                         const std::string& cpu_layers = "", bool by_record_size = false) {
   std::vector<int32_t> e;
   for (const ExpertBank& b : host) e.push_back(b.n_expert());
   GpuMemoryBudget budget;
   budget.gpu_memory_limit = int64_t{1} << 40;
   budget.slot_bytes = 1;
+  if (by_record_size) budget.slot_layers = slot_layer_shapes(host);
   MoeOptions o;
   o.strategy = s;
   o.fetch_cap = cap;
@@ -104,22 +107,10 @@ inline MoePlan make_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slo
   return plan_moe(o, e, budget);
 }
 
-/** make_plan with the cache sized per record size, as the engine plans it (the budget's slot_layers
- *  filled, so the plan has the cache layers' slot classes); `slots` slots over all classes. */
+/** make_plan with the cache sized per record size. */
 inline MoePlan make_class_plan(const HostExpertBanks& host, MoeStrategy s, int64_t slots, int32_t cap = -1,
                                const std::string& cpu_layers = "") {
-  std::vector<int32_t> e;
-  for (const ExpertBank& b : host) e.push_back(b.n_expert());
-  GpuMemoryBudget budget;
-  budget.gpu_memory_limit = int64_t{1} << 40;
-  budget.slot_bytes = 1;
-  budget.slot_layers = slot_layer_shapes(host);
-  MoeOptions o;
-  o.strategy = s;
-  o.fetch_cap = cap;
-  o.cpu_layers = cpu_layers;
-  if (slots > 0) o.cache = {CacheSizeMode::kSlots, slots, 0};
-  return plan_moe(o, e, budget);
+  return make_plan(host, s, slots, cap, cpu_layers, true);
 }
 
 }  // namespace ft::testing
