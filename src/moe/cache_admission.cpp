@@ -90,7 +90,8 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
   return n_miss;
 }
 
-void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes) {
+void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes,
+                            int32_t* src_slot) {
   const int32_t E = s.n_expert;
   if (layer < 0 || layer >= s.n_layers)
     fail(ErrorCode::kInvalidArgument, "expert cache: layer {} outside [0, {})", layer, s.n_layers);
@@ -105,15 +106,19 @@ void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t firs
   };
   for (int32_t slot = first; slot < first + E; ++slot) empty(slot);
   int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
+  int32_t kept = 0;
   for (int32_t e = 0; e < n; ++e) {
-    if (map[e] >= 0) empty(map[e]);
+    const int32_t old = map[e];
+    if (old >= 0) empty(old);
+    if (src_slot) src_slot[e] = old, kept += old >= 0;
     map[e] = first + e;
     s.owner[first + e] = layer * E + e;
     s.stamp[first + e] = tick;
   }
   int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
-  st[kCacheMisses] += n;
-  st[kCacheBytes] += n * record_bytes;
+  st[kCacheHits] += kept;
+  st[kCacheMisses] += n - kept;
+  st[kCacheBytes] += static_cast<int64_t>(n - kept) * record_bytes;
   *s.tick += 2 * static_cast<int64_t>(s.n_layers);  // 5. the victim order's window passes
 }
 

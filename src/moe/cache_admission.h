@@ -61,8 +61,12 @@
 //   1. tick += 1;
 //   2. every slot of the region is emptied (its owner unmapped, owner -1, stamp 0);
 //   3. each expert e < n of the layer: a slot it held elsewhere is emptied the same way, then it
-//      maps to slot first + e with stamp = tick (the copy puts its record there);
-//   4. stats of layer l: misses += n, bytes += n * record bytes;
+//      maps to slot first + e with stamp = tick (the copy puts its record there). With a src_slot
+//      array (the stream copies cached records device to device), src_slot[e] = the slot it held
+//      outside the region (its record is copied from there, not from the bank), else -1; without
+//      one every record comes from the bank;
+//   4. stats of layer l: hits += the experts found outside the region (with src_slot), misses += the
+//      others, bytes += misses * record bytes;
 //   5. tick += 2 * n_layers: the window of the victim order passes, so for the admissions after a
 //      prefill every slot counts as old and victims go least recently used first (a prefill touches
 //      every slot within a few ticks, which would otherwise look like a decode step outgrowing the
@@ -203,8 +207,10 @@ void reset_cache_state(const CacheStateRefs& s);
 int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* scratch);
 
 /** claim_region above on host arrays: the region is slots [first, first + n_expert), n (<= n_expert)
- *  the layer's expert count. Throws ft::Error(kInvalidArgument) for a layer outside [0, n_layers),
- *  n outside [0, n_expert] or a region outside [0, n_slots). */
-void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes);
+ *  the layer's expert count; src_slot [n] (may be null) receives each expert's cached slot outside
+ *  the region or -1. Throws ft::Error(kInvalidArgument) for a layer outside [0, n_layers), n outside
+ *  [0, n_expert] or a region outside [0, n_slots). */
+void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes,
+                            int32_t* src_slot = nullptr);
 
 }  // namespace ft

@@ -109,7 +109,7 @@ const ExpertBank& SlotBanks::at(int32_t layer) const {
 void ExpertSlots::build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device,
                                 const SlotBiases& biases) {
   const int32_t E = src.max_experts();
-  n_regions_ = n_slots / E >= 2 ? n_slots / E : 0;
+  n_regions_ = n_slots / E >= 2 ? 2 : 0;  // two: the rest of the pool keeps its experts through a prefill
   regions_.assign(static_cast<size_t>(n_regions_), SlotBanks{});
   for (int32_t r = 0; r < n_regions_; ++r)
     regions_[static_cast<size_t>(r)].build(src, pool + static_cast<int64_t>(r) * E * src.slot_bytes(), E, device,
@@ -257,10 +257,16 @@ void HostExpertSlots::gather_misses() {  // the gather's twin: one copy (or deco
 void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
   ledger_.take_all();
-  cache_.claim_region(layer, first, n, banks_.record_bytes(layer));
+  stream_src_.resize(static_cast<size_t>(n));
+  cache_.claim_region(layer, first, n, banks_.record_bytes(layer), stream_src_.data());
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
+  const int64_t sb = banks_.slot_bytes();
   for (int32_t e = 0; e < n; ++e) {
-    banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * banks_.slot_bytes());
+    const int32_t src = stream_src_[static_cast<size_t>(e)];
+    if (src >= 0)  // cached outside the region: the slot already holds the decoded record
+      std::memcpy(pool + static_cast<int64_t>(first + e) * sb, pool + static_cast<int64_t>(src) * sb, static_cast<size_t>(sb));
+    else
+      banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * sb);
     copy_biases(layer, e, first + e);
   }
 }

@@ -6,14 +6,16 @@
 // cached experts with slot ids exactly as it computes resident experts with expert ids (same
 // kernels: offload and fused give identical results).
 //
-// Prefill streaming: the pool is also cut into n_slots / max_experts staging regions of
-// max_experts consecutive slots (region r starts at slot r * max_experts). stream_layer(l, r) maps
-// layer l's experts to region r in the admission state (claim_region, cache_admission.h) and copies
-// all of l's records into it in expert order (CUDA: one 2-D copy on a copy stream, after the work
-// queued before it); wait_region(r) makes later work wait for that copy; region_bank(l, r) views the
-// region as layer l's bank indexed by expert id, so Ops::moe_experts runs with the router's ids on
-// the same kernels as fused. While one layer computes from its region, the next layer streams into
-// another; a caller that takes the regions in turn leaves the last streamed layers cached.
+// Prefill streaming: the first 2 * max_experts slots are also two staging regions of max_experts
+// consecutive slots (region r starts at slot r * max_experts). stream_layer(l, r) maps layer l's
+// experts to region r in the admission state (claim_region, cache_admission.h) and fills it in
+// expert order: an expert cached in another slot is copied from that slot (device to device), the
+// others from the host banks (CUDA: on a copy stream, after the work queued before it);
+// wait_region(r) makes later work wait for that copy; region_bank(l, r) views the region as layer
+// l's bank indexed by expert id, so Ops::moe_experts runs with the router's ids on the same kernels
+// as fused. While one layer computes from its region, the next layer streams into the other; the
+// slots outside the regions keep their experts, so a prefill after decode steps reads the cached
+// share of every layer from device memory and only the rest over PCIe.
 //
 // Biases (gpt-oss): a slot bank is indexed by slot id, so the experts' biases (ExpertBank::gate_bias,
 // up_bias, down_bias, indexed by the bank's expert index) travel with the experts: every slot has a
@@ -170,7 +172,9 @@ class ExpertSlots {
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
 
-  /** Staging regions for prefill streaming: n_slots / max_experts when that is at least 2, else 0. */
+  /** Staging regions for prefill streaming: 2 (slots [0, 2 max_experts)) when the pool holds that
+   *  many, else 0. Only two, so a prefill leaves the experts cached in the other slots in place and
+   *  streams past them (stream_layer copies a cached expert's slot rather than its host record). */
   virtual int32_t n_regions() const { return n_regions_; }
   /** Starts streaming `layer`'s records into region `region` (see the top of this file): in queue
    *  order after all work queued before, so slots other work still reads are not overwritten early;
@@ -248,6 +252,7 @@ class HostExpertSlots final : public ExpertSlots {
   SlotBiases biases_;
   SlotBanks slot_banks_;
   std::vector<int32_t> prefetch_slots_;  // [max_pairs] the prefetch admission's slot ids (unused)
+  std::vector<int32_t> stream_src_;      // stream_layer's claim: each expert's cached slot or -1
   PrefetchLedger ledger_;                // spare counts, as the CUDA slots keep them
 };
 

@@ -346,6 +346,33 @@ TEST(ExpertCache, ClaimRegionMapsAStreamedLayer) {
   EXPECT_THROW(cache.claim_region(0, 0, E + 1, 1), Error);
 }
 
+TEST(ExpertCache, ClaimRegionNamesTheSlotsOfExpertsCachedElsewhere) {
+  const int32_t E = 4;
+  ExpertCache cache(2, E, 3 * E, 8);
+  const int32_t all[4] = {0, 1, 2, 3}, some[3] = {1, 3, 0};
+  int32_t slots[4];
+  cache.admit(0, all, 4, -1, 10, slots, nullptr);   // layer 0 -> slots 0..3
+  cache.admit(1, some, 3, -1, 10, slots, nullptr);  // (1,1), (1,3), (1,0) -> slots 4, 5, 6
+  cache.admit(1, all, 0, -1, 10, slots, nullptr);
+  int32_t src[4] = {9, 9, 9, 9};
+  cache.claim_region(1, 2 * E, E, 10, src);  // layer 1 into region 2 (slots 8..11)
+  cache.check_integrity();
+  EXPECT_EQ(src[0], 6);  // read from its slot, device to device
+  EXPECT_EQ(src[1], 4);
+  EXPECT_EQ(src[2], -1);  // from the bank
+  EXPECT_EQ(src[3], 5);
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(cache.slot_of(1, e), 2 * E + e);
+  EXPECT_EQ(cache.owner(4), -1);  // the old slots are free afterwards
+  EXPECT_EQ(cache.stats(1).hits, 3);
+  EXPECT_EQ(cache.stats(1).misses, 3 + 1);  // admitted three, streamed one from the bank
+  EXPECT_EQ(cache.stats(1).bytes, (3 + 1) * 10);
+  // An expert inside the claimed region itself is emptied with it and comes from the bank.
+  cache.claim_region(0, 0, E, 10, src);
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[e], -1);
+  EXPECT_EQ(cache.stats(0).hits, 0);
+  EXPECT_EQ(cache.stats(0).misses, 2 * E);
+}
+
 TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {
   ExpertCache cache(2, 2, 3, 4);
   int32_t slots[2], cpu[2] = {7, 7};

@@ -144,10 +144,11 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
  *  their owners' map entries; the slots the layer's experts held elsewhere are outside the region
  *  once step 2 is done, and distinct. */
 __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32_t first, int32_t n,
-                                          int64_t record_bytes) {
+                                          int64_t record_bytes, int32_t* src_slot) {
   const int32_t E = s.n_expert;
   __shared__ long long tick;
-  if (threadIdx.x == 0) tick = static_cast<long long>(++*s.tick);
+  __shared__ int kept;
+  if (threadIdx.x == 0) tick = static_cast<long long>(++*s.tick), kept = 0;
   for (int32_t slot = first + static_cast<int32_t>(threadIdx.x); slot < first + E; slot += blockDim.x) {
     const int32_t key = s.owner[slot];
     if (key >= 0) s.slot_of[key] = -1;
@@ -159,14 +160,20 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
   for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += blockDim.x) {
     const int32_t old = map[e];
     if (old >= 0) s.owner[old] = -1, s.stamp[old] = 0;
+    if (src_slot) {
+      src_slot[e] = old;
+      if (old >= 0) atomicAdd(&kept, 1);
+    }
     map[e] = first + e;
     s.owner[first + e] = layer * E + e;
     s.stamp[first + e] = tick;
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
-    st[kCacheMisses] += n;
-    st[kCacheBytes] += static_cast<int64_t>(n) * record_bytes;
+    st[kCacheHits] += kept;
+    st[kCacheMisses] += n - kept;
+    st[kCacheBytes] += static_cast<int64_t>(n - kept) * record_bytes;
     *s.tick += 2 * static_cast<int64_t>(s.n_layers);  // 5. the victim order's window passes
   }
 }
@@ -174,11 +181,11 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
 }  // namespace
 
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
-                               int64_t record_bytes, cudaStream_t stream) {
+                               int64_t record_bytes, int32_t* src_slot, cudaStream_t stream) {
   if (layer < 0 || layer >= s.n_layers || n < 0 || n > s.n_expert || first < 0 || first > s.n_slots - s.n_expert)
     fail(ErrorCode::kInvalidArgument, "expert cache: region of {} experts at slot {} (layer {}) outside {} slots", n,
          first, layer, s.n_slots);
-  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes);
+  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes, src_slot);
   FT_CUDA_LAUNCH_CHECK();
 }
 

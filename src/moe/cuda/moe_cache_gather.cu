@@ -18,16 +18,26 @@ constexpr int kGatherThreads = 256;
 constexpr int64_t kChunkBytes = 64 * 1024;
 constexpr int kUnroll = 4;
 
-__global__ void __launch_bounds__(kGatherThreads) cache_gather_kernel(GatherArgs a) {
+/** Copies records into slots, work items (record, 64 KiB chunk). Record i is a.misses[i] (i <
+ *  *a.n_misses) from the banks, or with stream_n > 0 (prefill streaming) expert i of stream_layer
+ *  into slot stream_first + i (i < stream_n), read from slot keep[i] of the pool when keep is set
+ *  and keep[i] >= 0 (cached elsewhere: device to device), else from the banks. */
+__global__ void __launch_bounds__(kGatherThreads)
+    cache_gather_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n,
+                        const int32_t* keep) {
   const int64_t chunks_per_miss = (a.max_record_bytes + kChunkBytes - 1) / kChunkBytes;
-  const int64_t n_items = static_cast<int64_t>(*a.n_misses) * chunks_per_miss;
+  const int64_t n_items = static_cast<int64_t>(stream_n > 0 ? stream_n : *a.n_misses) * chunks_per_miss;
   for (int64_t item = blockIdx.x; item < n_items; item += gridDim.x) {
-    const CacheMiss m = a.misses[item / chunks_per_miss];
+    const auto mi = static_cast<int32_t>(item / chunks_per_miss);
+    const CacheMiss m = stream_n > 0 ? CacheMiss{stream_layer, mi, stream_first + mi} : a.misses[mi];
     const int64_t bytes = a.record_bytes[m.layer];
     const int64_t begin = (item % chunks_per_miss) * kChunkBytes;
     if (begin >= bytes) continue;
     const int64_t end = begin + kChunkBytes < bytes ? begin + kChunkBytes : bytes;
-    const uint4* src = reinterpret_cast<const uint4*>(a.host_base[m.layer] + static_cast<uint64_t>(m.expert) * bytes + begin);
+    const int32_t from = stream_n > 0 && keep ? keep[mi] : -1;
+    const uint4* src = reinterpret_cast<const uint4*>(
+        from >= 0 ? a.pool + static_cast<int64_t>(from) * a.slot_bytes + begin
+                  : reinterpret_cast<const uint8_t*>(a.host_base[m.layer] + static_cast<uint64_t>(m.expert) * bytes + begin));
     uint4* dst = reinterpret_cast<uint4*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + begin);
     const int64_t n = (end - begin) / 16;
     int64_t i = threadIdx.x;
@@ -74,12 +84,14 @@ __device__ __forceinline__ uint4 decode8(const uint4& lo, const uint4& code, int
 struct Ec12Item {
   bool valid = false;  // false past the last item, or for an item a smaller layer's record lacks
   const uint8_t* src = nullptr;
+  const uint16_t* cached = nullptr;  // the same values decoded in another slot (copied, not decoded), or null
   uint16_t* dst = nullptr;
   int64_t rows = 0, cols = 0, ga = 0, gb = 0;
 };
 
 __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item, int64_t n_items, int32_t stream_layer,
-                                              int32_t stream_first, int32_t stream_n, const uint8_t* src) {
+                                              int32_t stream_first, int32_t stream_n, const uint8_t* src,
+                                              const int32_t* keep) {
   Ec12Item it;
   if (item >= n_items) return it;
   const int32_t mi = static_cast<int32_t>(item / a.ec12_items);
@@ -93,6 +105,9 @@ __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item,
   const uint8_t* base = src ? src : reinterpret_cast<const uint8_t*>(a.host_base[m.layer]);
   it.src = base + static_cast<int64_t>(m.expert) * a.record_bytes[m.layer] + L.record_offset[mat];
   it.dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
+  const int32_t from = stream_n > 0 && keep ? keep[mi] : -1;
+  if (from >= 0)
+    it.cached = reinterpret_cast<const uint16_t*>(a.pool + static_cast<int64_t>(from) * a.slot_bytes + L.slot_offset[mat]);
   const int64_t total = it.rows * it.cols / ec12::kGroup;
   it.ga = static_cast<int64_t>(j) * kEc12ItemGroups;
   it.gb = it.ga + kEc12ItemGroups < total ? it.ga + kEc12ItemGroups : total;
@@ -102,6 +117,7 @@ __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item,
 /** Thread t's share of item `it`'s reads (issued, not waited for): its 16-byte pieces of the coded
  *  groups, the table byte t (t < 16), the first / end exception index of the item's rows (t = 16, 17). */
 __device__ __forceinline__ void ec12_load(const Ec12Item& it, int t, uint4 (&v)[kEc12Loads], uint32_t& side) {
+  if (it.cached) return;  // copied from its slot in the loop
   const int n16 = static_cast<int>((it.gb - it.ga) * ec12::kGroupBytes / 16);
   const uint4* from = reinterpret_cast<const uint4*>(it.src + ec12::kHeaderBytes + it.ga * ec12::kGroupBytes);
 #pragma unroll
@@ -128,7 +144,7 @@ __device__ __forceinline__ void ec12_load(const Ec12Item& it, int t, uint4 (&v)[
  *  flight throughout (a small grid, as the prefetch's 8 blocks, depends on it). */
 __global__ void __launch_bounds__(kGatherThreads)
     cache_gather_ec12_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n,
-                             const uint8_t* src) {
+                             const uint8_t* src, const int32_t* keep) {
   __shared__ uint4 stage[kEc12Loads * kGatherThreads];
   __shared__ uint8_t table[ec12::kTableSize];
   __shared__ uint32_t exc_range[2];
@@ -136,12 +152,12 @@ __global__ void __launch_bounds__(kGatherThreads)
   const int t = static_cast<int>(threadIdx.x);
   uint4 v[kEc12Loads];
   uint32_t side = 0;
-  Ec12Item next = ec12_item(a, blockIdx.x, n_items, stream_layer, stream_first, stream_n, src);
+  Ec12Item next = ec12_item(a, blockIdx.x, n_items, stream_layer, stream_first, stream_n, src, keep);
   if (next.valid) ec12_load(next, t, v, side);
   for (int64_t item = blockIdx.x; item < n_items; item += gridDim.x) {
     const Ec12Item it = next;
     __syncthreads();  // the previous item's shared data is no longer read
-    if (it.valid) {
+    if (it.valid && !it.cached) {
       const int n16 = static_cast<int>((it.gb - it.ga) * ec12::kGroupBytes / 16);
 #pragma unroll
       for (int i = 0; i < kEc12Loads; ++i)
@@ -150,9 +166,15 @@ __global__ void __launch_bounds__(kGatherThreads)
       if (t == ec12::kTableSize || t == ec12::kTableSize + 1) exc_range[t - ec12::kTableSize] = side;
     }
     __syncthreads();
-    next = ec12_item(a, item + gridDim.x, n_items, stream_layer, stream_first, stream_n, src);
+    next = ec12_item(a, item + gridDim.x, n_items, stream_layer, stream_first, stream_n, src, keep);
     if (next.valid) ec12_load(next, t, v, side);
     if (!it.valid) continue;  // the same for the whole block
+    if (it.cached) {  // decoded already in another slot: groups [ga, gb) copied device to device
+      const uint4* from = reinterpret_cast<const uint4*>(it.cached + it.ga * ec12::kGroup);
+      uint4* to = reinterpret_cast<uint4*>(it.dst + it.ga * ec12::kGroup);
+      for (int64_t i = t; i < (it.gb - it.ga) * ec12::kGroup / 8; i += kGatherThreads) to[i] = from[i];
+      continue;
+    }
     for (int64_t h = t; h < 2 * (it.gb - it.ga); h += kGatherThreads) {
       // Low-byte lane `half` holds natural values 8 half..+8 and 32 + 8 half..+8; lane half + 2
       // (its codes in the high nibbles) 16 + 8 half..+8 and 48 + 8 half..+8.
@@ -202,18 +224,27 @@ Ec12Layer make_ec12_layer(const int64_t record_offset[3], const int64_t slot_off
 void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream) {
   check_pool(a);
   if (a.ec12)
-    cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, 0, 0, 0, nullptr);
+    cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, 0, 0, 0, nullptr, nullptr);
   else
-    cache_gather_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a);
+    cache_gather_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, 0, 0, 0, nullptr);
   FT_CUDA_LAUNCH_CHECK();
 }
 
 void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
-                              cudaStream_t stream, const uint8_t* src) {
+                              cudaStream_t stream, const uint8_t* src, const int32_t* keep) {
   check_pool(a);
   if (!a.ec12) fail(ErrorCode::kInvalidArgument, "expert cache stream: the banks are not EC12-coded");
   if (n < 1) return;
-  cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, layer, first, n, src);
+  cache_gather_ec12_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, layer, first, n, src, keep);
+  FT_CUDA_LAUNCH_CHECK();
+}
+
+void launch_cache_stream(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, const int32_t* keep, int blocks,
+                         cudaStream_t stream) {
+  check_pool(a);
+  if (a.ec12) fail(ErrorCode::kInvalidArgument, "expert cache stream: EC12 banks take launch_cache_stream_ec12");
+  if (n < 1) return;
+  cache_gather_kernel<<<blocks < 1 ? 1 : blocks, kGatherThreads, 0, stream>>>(a, layer, first, n, keep);
   FT_CUDA_LAUNCH_CHECK();
 }
 

@@ -17,10 +17,11 @@ namespace ft::cuda {
 void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_t stream);
 
 /** claim_region (moe/cache_admission.h, bit for bit with claim_region_reference) in one block:
- *  maps `layer`'s n experts to the region of s.n_expert slots at `first`. Throws kInvalidArgument
+ *  maps `layer`'s n experts to the region of s.n_expert slots at `first`; src_slot [n] (device, may
+ *  be null) receives each expert's cached slot outside the region or -1. Throws kInvalidArgument
  *  for arguments out of range. */
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
-                               int64_t record_bytes, cudaStream_t stream);
+                               int64_t record_bytes, int32_t* src_slot, cudaStream_t stream);
 
 /** Where a layer's EC12 records (moe/ec12.h, BankFormat::kEc12) put each coded matrix and where
  *  its decoded BF16 goes in a slot. Matrix j: 0 gate, 1 up, 2 down. */
@@ -60,10 +61,18 @@ void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream);
 /** Decodes EC12 records (a.ec12 set) of `layer`'s experts 0..n-1 into slots first..first+n-1 with
  *  `blocks` blocks on `stream`: prefill streaming, reading the banks over UVA (src null; the copy
  *  engines cannot decode), or, with `src` (device memory), n records laid back to back there
- *  (record_bytes[layer] apart; the copy-engine prefetch's staging, one record at a time). Throws
- *  kInvalidArgument without a.ec12. */
+ *  (record_bytes[layer] apart; the copy-engine prefetch's staging, one record at a time). With
+ *  `keep` ([n] device, claim_region's src_slot), expert e with keep[e] >= 0 is copied from that
+ *  slot of the pool (already decoded) instead. Throws kInvalidArgument without a.ec12. */
 void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
-                              cudaStream_t stream, const uint8_t* src = nullptr);
+                              cudaStream_t stream, const uint8_t* src = nullptr, const int32_t* keep = nullptr);
+
+/** Prefill streaming of stored (not EC12) records: `layer`'s experts 0..n-1 into slots
+ *  first..first+n-1, expert e from slot keep[e] of the pool when keep (device [n], may be null) says
+ *  it is cached there (device to device), else from the banks over UVA (PCIe reads by the SMs);
+ *  `blocks` blocks on `stream`. Throws kInvalidArgument for EC12 banks. */
+void launch_cache_stream(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, const int32_t* keep, int blocks,
+                         cudaStream_t stream);
 
 /** One layer's biases for the slot-bias copy (moe_cache_bias.cu): bias j (0 gate, 1 up, 2 down) of
  *  expert e at src[j] + e * width[j] (resident, F32), slot s's row at dst[j] + s * width[j] (the

@@ -4,10 +4,11 @@
 // launch shapes, so a decode step that calls it can be captured in a CUDA graph and replayed with
 // new routes. The slot pool is exposed per layer as an ExpertBank of device views, so
 // CudaOps::moe_experts computes with slot ids exactly as with resident expert ids.
-// Prefill streaming copies a whole layer's records into a staging region with one 2-D copy on a
-// second stream (the copy engine, so the SMs keep computing; EC12 banks: the decoding gather kernel
-// on that stream), ordered by events: the copy starts
-// after the work queued before stream_layer, and wait_region makes the backend's stream wait for it.
+// Prefill streaming fills a staging region with a layer's records on a second stream (a gather
+// kernel with a small grid, so the SMs keep computing the previous layer; EC12 banks decode on the
+// way): experts the cache holds in other slots are copied from there, the rest read from the host
+// banks. Ordered by events: the copy starts after the work queued before stream_layer, and
+// wait_region makes the backend's stream wait for it.
 // Offload's prefetch in a captured step goes to the copy engines through a host thread
 // (moe_cache_copy.h; EC12 records through a device staging ring and a decode), other prefetches to
 // the gather kernel on a side stream.
@@ -81,7 +82,8 @@ class CudaExpertSlots final : public ExpertSlots {
                   o_pf_miss = carve(int64_t{kPf} * static_cast<int64_t>(sizeof(CacheMiss)) * max_misses_),
                   o_pf_nmiss = carve(int64_t{4} * kPf),
                   o_base = carve(int64_t{8} * L), o_rec = carve(int64_t{8} * L),
-                  o_ec12 = carve(static_cast<int64_t>(sizeof(cuda::Ec12Layer)) * static_cast<int64_t>(ec12_layers.size()));
+                  o_ec12 = carve(static_cast<int64_t>(sizeof(cuda::Ec12Layer)) * static_cast<int64_t>(ec12_layers.size())),
+                  o_keep = carve(int64_t{4} * 2 * E);
     state_ = ops.alloc(state_bytes_);
     uint8_t* d = static_cast<uint8_t*>(state_.data());
     dev_.n_layers = L, dev_.n_expert = E, dev_.n_slots = n_slots;
@@ -90,6 +92,7 @@ class CudaExpertSlots final : public ExpertSlots {
     dev_.stamp = reinterpret_cast<int64_t*>(d + o_stamp);
     dev_.tick = reinterpret_cast<int64_t*>(d + o_tick);
     dev_.stats = reinterpret_cast<int64_t*>(d + o_stats);
+    stream_keep_ = reinterpret_cast<int32_t*>(d + o_keep);
     misses_ = reinterpret_cast<CacheMiss*>(d + o_miss);
     n_misses_ = reinterpret_cast<int32_t*>(d + o_nmiss);
     gather_.misses = misses_, gather_.n_misses = n_misses_, gather_.max_misses = max_misses_;
@@ -263,9 +266,10 @@ class CudaExpertSlots final : public ExpertSlots {
     const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
     join_prefetches();
     last_was_prefetch_ = false;
-    const int64_t rb = banks_.record_bytes(layer), sb = banks_.slot_bytes();
+    const int64_t rb = banks_.record_bytes(layer);
     cudaStream_t st = ops_.stream();
-    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, st);
+    int32_t* keep = stream_keep_ + static_cast<int64_t>(region) * banks_.max_experts();  // read by this region's copy only
+    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, keep, st);
     const cuda::SlotBiasLayer& bl = bias_layers_[static_cast<size_t>(layer)];
     for (int j = 0; j < 3; ++j)  // the layer's biases into the region's rows, device to device
       if (bl.src[j])
@@ -278,12 +282,13 @@ class CudaExpertSlots final : public ExpertSlots {
     // small grid: it runs beside the previous layer's prefill kernels, and the main gather's 4 blocks
     // per SM, each holding its SM for the whole layer, kept those off their SMs (H200, 8k prefill of
     // qwen3-30b-a3b bf16: 5,001 tok/s with 4 per SM against 7,694 with stored banks' copy engines).
+    // Experts cached outside the region are copied from their slots (claim_region's keep list), the
+    // rest read from the banks over UVA: stored banks by the plain gather with the same grid (the
+    // copy engines would need the keep list on the host, a synchronisation per layer).
     if (gather_.ec12)
-      cuda::launch_cache_stream_ec12(gather_, layer, first, n, prefetch_blocks_, copy_stream_);
+      cuda::launch_cache_stream_ec12(gather_, layer, first, n, prefetch_blocks_, copy_stream_, nullptr, keep);
     else
-      FT_CUDA_CHECK(cudaMemcpy2DAsync(gather_.pool + static_cast<int64_t>(first) * sb, static_cast<size_t>(sb),
-                                      banks_.host_base(layer), static_cast<size_t>(rb), static_cast<size_t>(rb),
-                                      static_cast<size_t>(n), cudaMemcpyHostToDevice, copy_stream_));
+      cuda::launch_cache_stream(gather_, layer, first, n, keep, prefetch_blocks_, copy_stream_);
     FT_CUDA_CHECK(cudaEventRecord(copied_[static_cast<size_t>(region)], copy_stream_));
   }
 
@@ -472,6 +477,7 @@ class CudaExpertSlots final : public ExpertSlots {
   bool last_was_prefetch_ = false;                     // last_misses() reports the prefetch's list
   std::unique_ptr<cuda::DmaPrefetch> dma_;             // offload's prefetch copies, or null (after staging_)
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
+  int32_t* stream_keep_ = nullptr;                     // [2][max_experts] each region's claim: cached slot or -1
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
 };
