@@ -117,6 +117,16 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
       ->default_str(o.cpu_bf16 ? "on" : "off")
       ->group(g);
   cmd->add_option_function<std::string>(
+         "--moe-preload",
+         [&o](const std::string& v) {
+           if (v != "on" && v != "off") refuse_flag_value("--moe-preload {} must be on or off", v);
+           o.preload = v == "on";
+         },
+         "on: fill the expert cache at start with a share of every layer's experts (read over PCIe once), so "
+         "the first prompt streams only the rest and the first decode steps hit; off: it starts empty")
+      ->default_str(o.preload ? "on" : "off")
+      ->group(g);
+  cmd->add_option_function<std::string>(
          "--moe-bank-format",
          [&o](const std::string& v) {
            if (v != "auto" && v != "stored" && v != "ec12")

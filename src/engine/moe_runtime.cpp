@@ -60,6 +60,7 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   ro.cpu_threads = config.cpu_threads;
   ro.cpu_int8 = config.moe.cpu_int8;
   ro.cpu_bf16 = config.moe.cpu_bf16;
+  ro.preload = config.moe.preload;
   ro.bank_format = config.moe.bank_format;
   // With a GPU the executor runs on a dispatcher thread (moe/host_exchange.h) while the engine's thread
   // launches and waits on the steps: one core stays with it. All cores for the executor put a 17th

@@ -104,12 +104,13 @@ void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t firs
     s.owner[slot] = -1;
     s.stamp[slot] = 0;
   };
-  for (int32_t slot = first; slot < first + E; ++slot) empty(slot);
   int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
+  for (int32_t slot = first; slot < first + E; ++slot)
+    if (slot - first >= n || map[slot - first] != slot) empty(slot);  // an expert already in place stays
   int32_t kept = 0;
   for (int32_t e = 0; e < n; ++e) {
     const int32_t old = map[e];
-    if (old >= 0) empty(old);
+    if (old >= 0 && old != first + e) empty(old);
     if (src_slot) src_slot[e] = old, kept += old >= 0;
     map[e] = first + e;
     s.owner[first + e] = layer * E + e;

@@ -59,12 +59,14 @@
 // instead (DESIGN.md: prefill streams whole expert layers through staging regions). claim_region
 // for layer l and a region starting at slot `first`:
 //   1. tick += 1;
-//   2. every slot of the region is emptied (its owner unmapped, owner -1, stamp 0);
+//   2. every slot of the region is emptied (its owner unmapped, owner -1, stamp 0), but slot
+//      first + e when it holds the layer's expert e already;
 //   3. each expert e < n of the layer: a slot it held elsewhere is emptied the same way, then it
 //      maps to slot first + e with stamp = tick (the copy puts its record there). With a src_slot
 //      array (the stream copies cached records device to device), src_slot[e] = the slot it held
-//      outside the region (its record is copied from there, not from the bank), else -1; without
-//      one every record comes from the bank;
+//      (first + e: in place, nothing to copy; another slot outside the region: its record is
+//      copied from there, not from the bank), else -1; without one every record comes from the
+//      bank;
 //   4. stats of layer l: hits += the experts found outside the region (with src_slot), misses += the
 //      others, bytes += misses * record bytes;
 //   5. tick += 2 * n_layers: the window of the victim order passes, so for the admissions after a

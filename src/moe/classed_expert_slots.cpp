@@ -67,6 +67,10 @@ void ClassedExpertSlots::prefetch(int32_t layer, const Tensor& ids, FetchPolicy 
   last_admitted_ = class_of(layer);
 }
 
+void ClassedExpertSlots::finish_prefetches() {
+  for (Class& k : classes_) k.slots->finish_prefetches();
+}
+
 void ClassedExpertSlots::stream_layer(int32_t layer, int32_t region) {
   if (region < 0 || region >= n_regions_)
     fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {}) ({} slots)", region, n_regions_,

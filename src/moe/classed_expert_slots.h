@@ -33,6 +33,7 @@ class ClassedExpertSlots final : public ExpertSlots {
   void admit_routes(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids, Tensor cpu_ids) override;
   void gather_misses() override;
   void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) override;
+  void finish_prefetches() override;
   const ExpertBank& slot_bank(int32_t layer) const override { return cache_of(layer).slot_bank(layer); }
   int32_t n_regions() const override { return n_regions_; }
   void stream_layer(int32_t layer, int32_t region) override;

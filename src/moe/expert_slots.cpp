@@ -263,10 +263,10 @@ void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   const int64_t sb = banks_.slot_bytes();
   for (int32_t e = 0; e < n; ++e) {
     const int32_t src = stream_src_[static_cast<size_t>(e)];
-    if (src >= 0)  // cached outside the region: the slot already holds the decoded record
-      std::memcpy(pool + static_cast<int64_t>(first + e) * sb, pool + static_cast<int64_t>(src) * sb, static_cast<size_t>(sb));
-    else
+    if (src < 0)
       banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * sb);
+    else if (src != first + e)  // cached elsewhere: that slot holds the decoded record (first + e: in place)
+      std::memcpy(pool + static_cast<int64_t>(first + e) * sb, pool + static_cast<int64_t>(src) * sb, static_cast<size_t>(sb));
     copy_biases(layer, e, first + e);
   }
 }

@@ -168,6 +168,10 @@ class ExpertSlots {
    *  inspection calls for all (a captured step stays one graph). Host: done on return. Throws
    *  like admit. */
   virtual void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) = 0;
+  /** Waits for every prefetch in flight (CUDA: queues the waits on the backend's stream) and forgets
+   *  them, so no later admission spares their slots: after a preload of the cache at start, whose
+   *  layers are not admitted next. */
+  virtual void finish_prefetches() = 0;
 
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
@@ -229,6 +233,7 @@ class HostExpertSlots final : public ExpertSlots {
   void admit_routes(int32_t layer, const Tensor& ids, FetchPolicy policy, Tensor slot_ids, Tensor cpu_ids) override;
   void gather_misses() override;
   void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) override;
+  void finish_prefetches() override { ledger_.take_all(); }
   void stream_layer(int32_t layer, int32_t region) override;
   void wait_region(int32_t) override {}
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }

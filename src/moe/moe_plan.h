@@ -63,6 +63,9 @@ struct MoeOptions {
   /** --moe-cpu-bf16: the CPU expert executor's bf16 activations for BF16/EC12 experts (CpuExpertExecutor).
    *  Off by default: on, the CPU's experts are within bf16 tolerance of the GPU's, no longer bit for bit. */
   bool cpu_bf16 = false;
+  /** --moe-preload: fill the expert cache at start with a share of every cache layer's experts
+   *  (OffloadedExperts::preload_cache), read over PCIe once while the server starts. */
+  bool preload = true;
   /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where
    *  ec12_bankable (BF16 experts), else kStored. */
   std::optional<BankFormat> bank_format;

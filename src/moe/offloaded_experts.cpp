@@ -84,6 +84,42 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   for (size_t l = 0; l < host.size() && first_cache_layer_ < 0; ++l)
     if (plan.layers[l] == MoeLayerMode::kCache) first_cache_layer_ = static_cast<int32_t>(l);
   choose_prefetch_depth();
+  if (opt_.preload && slots_) preload_cache();
+}
+
+void OffloadedExperts::preload_cache() {
+  // The pools: one per slot class, or one over every cache layer.
+  std::vector<std::pair<std::vector<int64_t>, int64_t>> pools;
+  for (const SlotClass& c : plan_.cache.classes)
+    if (!c.layers.empty()) pools.emplace_back(c.layers, c.n_slots);
+  if (pools.empty()) {
+    std::vector<int64_t> layers;
+    for (size_t l = 0; l < plan_.layers.size(); ++l)
+      if (plan_.layers[l] == MoeLayerMode::kCache) layers.push_back(static_cast<int64_t>(l));
+    pools.emplace_back(layers, plan_.cache.n_slots);
+  }
+  const int64_t chunk = opt_.max_tokens * opt_.n_expert_used;  // a prefetch's most ids
+  std::vector<int32_t> ids(static_cast<size_t>(chunk));
+  int64_t loaded = 0;
+  for (const auto& [layers, n_slots] : pools) {
+    const auto n = static_cast<int64_t>(layers.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t l = layers[static_cast<size_t>(i)];
+      const int64_t m = std::min<int64_t>(banks_->n_expert(l), n_slots / n + (i < n_slots % n ? 1 : 0));
+      for (int64_t first = 0; first < m; first += chunk) {
+        const int64_t c = std::min(chunk, m - first);
+        for (int64_t j = 0; j < c; ++j) ids[static_cast<size_t>(j)] = static_cast<int32_t>(first + j);
+        Tensor dev(slot_ids_.data, DType::I32, {c, 1}, slot_ids_.device);
+        ops_.copy(Tensor(ids.data(), DType::I32, {c, 1}), dev);
+        slots_->prefetch(static_cast<int32_t>(l), dev, FetchPolicy(-1));
+        ops_.synchronize();  // the host ids are reused by the next copy
+      }
+      loaded += m;
+    }
+  }
+  slots_->finish_prefetches();
+  ops_.synchronize();
+  spdlog::info("moe: expert cache preloaded with {} experts ({} slots)", loaded, plan_.cache.n_slots);
 }
 
 OffloadedExperts::~OffloadedExperts() {

@@ -71,6 +71,9 @@ struct MoeRuntimeOptions {
    *  uses 1; a cache that cannot hold every expert runs the deepest d with 2d x max_experts slots
    *  (PrefetchLedger: the admissions spare 2d - 1). */
   int prefetch_depth = 1;
+  /** --moe-preload: the constructor fills the empty expert cache (preload_cache), so the first
+   *  prompt's streamed layers copy that share from device memory and the first decode steps hit. */
+  bool preload = false;
 };
 
 /** Per-layer counters of the MoE runtime. */
@@ -172,6 +175,10 @@ class OffloadedExperts final : public ExpertCompute {
  private:
   /** The dispatcher's handler: the executor on a request's staged inputs. */
   void serve(const ExchangeRequest& r);
+  /** Fills the empty cache: each cache layer gets its pool's slots divided by the pool's layers
+   *  (classes: per class), its experts 0, 1, ... fetched by prefetch admissions (counted as
+   *  prefetched in the stats), then the prefetches are finished. Synchronizes. */
+  void preload_cache();
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
                     const ActQ8* x_q8);

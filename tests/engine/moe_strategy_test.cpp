@@ -3,11 +3,14 @@
 // hybrid stays within 1e-4 of the reference; the counters add up (misses fill the cache, bytes =
 // misses x slot size, evictions on qwen3_moe_64e whose smallest cache holds half its experts);
 // auto picks fused exactly when everything fits the memory limit; bad flags fail at load.
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "../model/fixture_util.h"
 #include "backend/cpu/cpu_ops.h"
 #include "formats/checkpoint.h"
+#include "util/format.h"
 
 namespace ft::testing {
 namespace {
@@ -25,6 +28,7 @@ EngineOptions moe_options(MoeStrategy s, int64_t slots = 0, int32_t fetch_cap = 
   if (slots > 0) o.moe.cache = {CacheSizeMode::kSlots, slots, 0.0};
   o.moe.fetch_cap = fetch_cap;
   o.moe.cpu_int8 = false;  // the executor's fp32 path: bit for bit the CPU backend (the fixtures are BF16 anyway)
+  o.moe.preload = false;   // the counters below start from an empty cache (the preloaded case is its own)
   return o;
 }
 
@@ -142,6 +146,20 @@ TEST_P(MoeStrategies, SameFunctionAsFused) {
     EXPECT_FALSE(pl.plan.fetch_cap_provisional);
   }
   {
+    // --moe-preload (the CLI's default): the cache starts with every slot filled, counted as
+    // prefetched; the prompt's streamed or admitted layers find those experts.
+    SCOPED_TRACE("offload, smallest cache, preloaded");
+    EngineOptions o = moe_options(MoeStrategy::kOffload, smallest);
+    o.moe.preload = true;
+    const StrategyRun pre = run_strategy(dir, o, c, n_new);
+    EXPECT_TRUE(same_bits(pre.result.prompt_logits, fused.result.prompt_logits));
+    EXPECT_TRUE(same_bits(pre.result.step_logits, fused.result.step_logits));
+    ASSERT_TRUE(pre.report.has_value());
+    EXPECT_GE(pre.report->total.prefetched, smallest);  // the preload, then the decode's own prefetches
+    EXPECT_GT(pre.report->total.hits, 0);
+    EXPECT_EQ(pre.report->total.bytes, (pre.report->total.misses + pre.report->total.prefetched) * pre.report->slot_bytes);
+  }
+  {
     SCOPED_TRACE("offload + first MoE layer on the CPU");
     const StrategyRun mixed = run_strategy(dir, [&] {
       EngineOptions o = moe_options(MoeStrategy::kOffload, smallest);
@@ -243,6 +261,56 @@ TEST(MoeAuto, FusedExactlyWhenEverythingFits) {
   // Fused demanded under that limit: out of memory, naming the fix.
   o.moe.strategy = MoeStrategy::kFused;
   expect_out_of_memory(dir, o, {"--moe-strategy offload"});
+}
+
+// -c (--kv-tokens) above --kv-reserve-tokens: the KV beyond the reserve is the context's, and a limit
+// it does not fit names --kv-tokens with its bytes and the largest value that fits, not the weights.
+TEST(MoeAuto, KvBeyondTheReserveIsBlamedOnKvTokens) {
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe_64e";
+  EngineOptions o = budget_options();  // --kv-reserve-tokens 1024, -c 1024
+  const GpuMemoryBudget b = budget_without_limit(dir, o);
+  // Room for the reserve, the smallest cache (2 x experts per layer) and 100 tokens beyond them.
+  const int64_t min_cache = 2 * b.experts_per_layer * b.slot_bytes;
+  o.gpu_memory_limit = b.resident_bytes + b.kv_bytes_per_token * (b.kv_reserve_tokens + 100) + min_cache;
+  o.moe.strategy = MoeStrategy::kOffload;
+  EXPECT_NO_THROW(Engine::load(dir, o));
+  o.kv_tokens = 16384;  // 15360 tokens beyond the reserve: about 15260 more than fit
+  try {
+    Engine::load(dir, o);
+    ADD_FAILURE() << "-c 16384 loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << what;
+    EXPECT_EQ(what.find("resident weights alone"), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("--kv-tokens 16384 needs {} of KV", format_bytes(16384 * b.kv_bytes_per_token))),
+              std::string::npos) << what;
+    // Whole pages of 16 tokens: 1024 + 96 beyond the reserve (the block tables of the smaller pool counted).
+    const size_t at = what.find(" tokens fits (pages of 16 tokens)");
+    const std::string lower = "Lower --kv-tokens: a KV cache of ";
+    const size_t from = what.rfind(lower, at);
+    ASSERT_TRUE(at != std::string::npos && from != std::string::npos) << what;
+    const int64_t advised = std::stoll(what.substr(from + lower.size(), at - from - lower.size()));
+    EXPECT_EQ(advised, 1120) << what;
+    o.kv_tokens = advised;
+    EXPECT_NO_THROW(Engine::load(dir, o)) << advised;
+  }
+  // ft run sizes the KV cache from -n: the refusal names that.
+  o.kv_tokens_flag = "-n/--max-tokens (the KV cache holds the prompt and the tokens generated)";
+  expect_out_of_memory(dir, o, {"a KV cache of 16384 tokens (-n/--max-tokens (the KV cache holds",
+                                "Lower -n/--max-tokens: a KV cache of 1120 tokens fits"});
+  o.kv_tokens_flag = "--kv-tokens";
+  o.kv_tokens = 1120;
+  EXPECT_GE(Engine::load(dir, o)->moe_plan()->cache.n_slots, 2 * b.experts_per_layer);
+  o.kv_tokens = 1136;  // one page more
+  EXPECT_THROW(Engine::load(dir, o), Error);
+  // Not even the reserve fits: the weights' refusal, without the extra KV in their bytes, and what
+  // --kv-tokens adds.
+  o.kv_tokens = 16384;
+  o.gpu_memory_limit = b.resident_bytes / 2;
+  expect_out_of_memory(dir, o, {"the resident weights alone do not fit",
+                                fmt::format("and --kv-tokens 16384 adds {} of KV for the 15360 tokens beyond "
+                                            "--kv-reserve-tokens 1024", format_bytes(15360 * b.kv_bytes_per_token))
+                                    .c_str()});
 }
 
 /** The CPU backend with a device-like scratch estimate, as CudaOps reports it. */

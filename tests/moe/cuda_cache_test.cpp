@@ -149,6 +149,8 @@ struct Strategy {
   MoeStrategy s;
   int32_t cap;
   bool prefetch = false;
+  int32_t slots_per_expert = 2;  // slots = this x E: 3 leaves slots outside the two staging regions
+  bool preload = false;          // MoeRuntimeOptions::preload
 };
 
 TEST_F(CudaExpertCache, OffloadEqualsFusedHybridAndCpuWithinBf16) {
@@ -182,11 +184,22 @@ void CudaExpertCache::offload_equals_fused(bool ec12) {
   // DeepPrefetchUnderEvictionEqualsFused).
   for (Strategy st : {Strategy{MoeStrategy::kOffload, -1}, Strategy{MoeStrategy::kOffload, -1, true},
                       Strategy{MoeStrategy::kHybrid, 1}, Strategy{MoeStrategy::kHybrid, 1, true},
-                      Strategy{MoeStrategy::kCpu, -1}}) {
-    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : ""));
+                      Strategy{MoeStrategy::kCpu, -1},
+                      // Streamed steps copying cached experts device to device, and from the start
+                      // with the cache preloaded (in place in the regions, or in the other slots).
+                      Strategy{MoeStrategy::kOffload, -1, false, 3}, Strategy{MoeStrategy::kOffload, -1, false, 3, true},
+                      Strategy{MoeStrategy::kHybrid, 1, true, 3, true}}) {
+    SCOPED_TRACE(std::string(moe_strategy_name(st.s)) + (st.prefetch ? " + prefetch" : "") + " in " +
+                 std::to_string(st.slots_per_expert) + " x E slots" + (st.preload ? ", preloaded" : ""));
     MoeRuntimeOptions sro = ro;
-    sro.prefetch = st.prefetch;
-    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, 2 * E, st.cap), sro);
+    sro.prefetch = st.prefetch, sro.preload = st.preload;
+    OffloadedExperts off(*gpu_, s.banks, make_plan(s.banks, st.s, st.slots_per_expert * E, st.cap), sro);
+    int64_t kept = 0;  // streamed experts copied from a slot (hits of a streamed step)
+    auto total_hits = [&off] {
+      int64_t h = 0;
+      for (const MoeLayerStats& l : off.stats()) h += l.hits;
+      return h;
+    };
     ASSERT_EQ(off.banks().format(), ec12 ? BankFormat::kEc12 : BankFormat::kStored);
     std::mt19937 rng(5);
     for (int step = 0; step < 12; ++step) {
@@ -204,14 +217,20 @@ void CudaExpertCache::offload_equals_fused(bool ec12) {
           std::vector<int32_t> guess = random_routes(T, k, E, 0.5, rng);
           off.prefetch(off.prefetch_target(layer, T), put(dpf, DType::I32, guess, {T, k}));
         }
+        const bool streamed = T == maxT && st.s != MoeStrategy::kCpu;
+        const int64_t hits_before = streamed ? total_hits() : 0;
         fused.compute(layer, tx, ti, tw, want);
         off.compute(layer, tx, ti, tw, got);
         const std::vector<float> a = read_f32(got), b = read_f32(want);
+        if (streamed) kept += total_hits() - hits_before;
         if (st.s == MoeStrategy::kOffload)  // with or without prefetch
           ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "step " << step << " layer " << layer;
         else
           ASSERT_LT(rel_l2(a, b), 2e-2) << "step " << step << " layer " << layer;
       }
+    }
+    if (st.slots_per_expert == 3) {
+      EXPECT_GT(kept, 0);  // the device-to-device path ran
     }
   }
 }

@@ -366,11 +366,34 @@ TEST(ExpertCache, ClaimRegionNamesTheSlotsOfExpertsCachedElsewhere) {
   EXPECT_EQ(cache.stats(1).hits, 3);
   EXPECT_EQ(cache.stats(1).misses, 3 + 1);  // admitted three, streamed one from the bank
   EXPECT_EQ(cache.stats(1).bytes, (3 + 1) * 10);
-  // An expert inside the claimed region itself is emptied with it and comes from the bank.
+  // Layer 0's experts sit in region 0 at their own places (slot e): they stay, nothing is copied.
   cache.claim_region(0, 0, E, 10, src);
-  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[e], -1);
-  EXPECT_EQ(cache.stats(0).hits, 0);
-  EXPECT_EQ(cache.stats(0).misses, 2 * E);
+  cache.check_integrity();
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[e], e);
+  EXPECT_EQ(cache.stats(0).hits, E);
+  EXPECT_EQ(cache.stats(0).misses, E);  // the first admission's
+  // Layer 1 into region 0: its experts are in region 2, not region 0; (0, 2) is in region 1's
+  // slot 4 after an admission, while region 0's slots held layer 0, now emptied.
+  cache.claim_region(1, 0, E, 10, src);
+  cache.check_integrity();
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[e], 2 * E + e);  // copied from region 2
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(cache.slot_of(0, e), -1);
+  // An expert of the layer inside the claimed region but at another place is emptied with the
+  // region and comes from the bank.
+  const int32_t three[1] = {3};
+  cache.claim_region(0, E, E, 10, src);  // layer 0 into region 1 (slots 4..7) from the bank
+  cache.admit(1, three, 1, -1, 10, slots, nullptr);  // a hit: (1, 3) stays in slot 3
+  ExpertCache moved(2, E, 3 * E, 8);
+  moved.admit(0, all, 4, -1, 10, slots, nullptr);  // slots 0..3: (0, e) in slot e
+  moved.claim_region(0, E, E, 10, src);            // -> region 1: copied from slots 0..3
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[e], e);
+  const int32_t one[1] = {1};
+  moved.admit(1, one, 1, -1, 10, slots, nullptr);  // (1, 1) into an emptied slot: slot 0
+  ASSERT_EQ(slots[0], 0);
+  moved.claim_region(1, 0, E, 10, src);  // region 0: (1, 1) is at slot 0, not slot 1
+  moved.check_integrity();
+  EXPECT_EQ(src[1], -1);
+  EXPECT_EQ(moved.slot_of(1, 1), 1);
 }
 
 TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {

@@ -33,6 +33,7 @@ struct Variant {
   int64_t stream_min = 0;  // MoeRuntimeOptions::stream_min_tokens (0: the default)
   bool prefetch = false;   // MoeRuntimeOptions::prefetch
   int depth = 1;           // MoeRuntimeOptions::prefetch_depth
+  bool preload = false;    // MoeRuntimeOptions::preload
 };
 
 constexpr int64_t kFourE = -4;  // Variant::slots: the smallest cache prefetch depth 2 runs in
@@ -49,6 +50,8 @@ const Variant kVariants[] = {
     {"hybrid, cap 1, streamed steps", MoeStrategy::kHybrid, 0, 1, "", false, 4},
     // Slots beyond the two staging regions: streamed steps copy the experts cached there.
     {"offload, streamed steps past cached experts", MoeStrategy::kOffload, kFourE, -1, "", true, 4},
+    {"offload, preloaded, streamed steps", MoeStrategy::kOffload, kFourE, -1, "", true, 4, false, 1, true},
+    {"hybrid, cap 1, preloaded, prefetch", MoeStrategy::kHybrid, 0, 1, "", false, 0, true, 1, true},
     {"offload, smallest cache, prefetch", MoeStrategy::kOffload, 0, -1, "", true, 0, true},
     {"hybrid, cap 1, prefetch", MoeStrategy::kHybrid, 0, 1, "", false, 0, true},
     // Depth 2 needs 4 x E slots: the first cache layer predicts the next two, the others none here.
@@ -60,6 +63,7 @@ MoeRuntimeOptions variant_options(const Variant& v, MoeRuntimeOptions ro) {
   if (v.stream_min > 0) ro.stream_min_tokens = v.stream_min;
   ro.prefetch = v.prefetch;
   ro.prefetch_depth = v.depth;
+  ro.preload = v.preload;
   return ro;
 }
 
@@ -136,7 +140,7 @@ void expect_variants_equal_fused(const HostExpertBanks& banks, int32_t E, int64_
         }
       }
     }
-    if (v.stream_min > 0 && v.slots == kFourE) {
+    if (v.stream_min > 0 && (v.slots == kFourE || v.preload)) {
       EXPECT_GT(kept_total, 0);  // the case the variant exists for
     }
     const std::vector<MoeLayerStats> st = off.stats();
@@ -155,7 +159,7 @@ void expect_variants_equal_fused(const HostExpertBanks& banks, int32_t E, int64_
       EXPECT_EQ(st[2].bytes, (st[2].misses + st[2].prefetched) * off.banks().record_bytes(2));
       EXPECT_EQ(st[2].cpu_experts > 0, v.cap > 0);
     }
-    EXPECT_EQ(st[2].prefetched > 0, v.prefetch);
+    EXPECT_EQ(st[2].prefetched > 0, v.prefetch || v.preload);
     if (std::string(v.cpu_layers) == "1") {
       EXPECT_EQ(st[0].misses, 0);
       EXPECT_GT(st[0].cpu_experts, 0);
@@ -189,6 +193,33 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
 // BF16 experts in whole 64-value groups: the banks default to EC12, decoded into the slots (the
 // gather's and the streaming copy's CPU twins) and by the CPU executor; still fused's function,
 // bit for bit where fused's kernels run. And the same model with stored banks.
+// --moe-preload: the cache starts full, each cache layer holding its share of the slots (experts
+// 0, 1, ...), counted as prefetched (the variants above check the function with it).
+TEST(OffloadedExperts, PreloadFillsTheCacheAcrossItsLayers) {
+  SyntheticExperts s;
+  const int32_t E = 8;
+  const int64_t H = 128, F = 64;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 4);
+  s.add_dense_layer();
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 5);
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 6);
+  CpuOps ops(1);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 2, ro.n_expert_used = 2, ro.preload = true;  // 4 ids a prefetch: layers take several
+  OffloadedExperts off(ops, s.banks, make_plan(s.banks, MoeStrategy::kOffload, 2 * E + 3, -1, ""), ro);
+  auto* hs = dynamic_cast<HostExpertSlots*>(off.slots());
+  ASSERT_NE(hs, nullptr);
+  hs->cache().check_integrity();
+  ASSERT_EQ(hs->n_slots(), 2 * E + 3);
+  const int32_t want[4] = {7, 0, 6, 6};  // 19 slots over 3 cache layers
+  for (int32_t l : {0, 2, 3}) {
+    for (int32_t e = 0; e < E; ++e) EXPECT_EQ(hs->cache().slot_of(l, e) >= 0, e < want[l]) << l << " " << e;
+    const CacheLayerStats st = hs->cache().stats(l);
+    EXPECT_EQ(st.prefetched, want[l]);
+    EXPECT_EQ(st.misses + st.hits, 0);
+  }
+}
+
 TEST(OffloadedExperts, Ec12BanksComputeTheSameFunction) {
   SyntheticExperts s;
   const int32_t E = 8;
@@ -374,10 +405,12 @@ TEST(OffloadedExperts, SameLogitsAsFusedOnMoeFixtures) {
         EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << rel_l2(got, want);
       else
         EXPECT_LT(rel_l2(got, want_ref), 1e-4);
-      int64_t fetched = 0, prefetched = 0;
-      for (const MoeLayerStats& st : off.stats()) fetched += st.misses + st.cpu_experts, prefetched += st.prefetched;
-      EXPECT_GT(fetched, 0);
-      EXPECT_EQ(prefetched > 0, v.prefetch);  // the decoder passed the next layer's predicted routes
+      int64_t fetched = 0, prefetched = 0, hits = 0;
+      for (const MoeLayerStats& st : off.stats())
+        fetched += st.misses + st.cpu_experts, prefetched += st.prefetched, hits += st.hits;
+      EXPECT_GT(v.preload ? hits : fetched, 0);  // preloaded: the prompt finds experts cached
+      // The decoder passed the next layer's predicted routes, or the cache was preloaded.
+      EXPECT_EQ(prefetched > 0, v.prefetch || v.preload);
     }
   }
 }

@@ -151,6 +151,7 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
   if (threadIdx.x == 0) tick = static_cast<long long>(++*s.tick), kept = 0;
   for (int32_t slot = first + static_cast<int32_t>(threadIdx.x); slot < first + E; slot += blockDim.x) {
     const int32_t key = s.owner[slot];
+    if (slot - first < n && key == layer * E + (slot - first)) continue;  // the layer's expert already in place
     if (key >= 0) s.slot_of[key] = -1;
     s.owner[slot] = -1;
     s.stamp[slot] = 0;
@@ -159,7 +160,7 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
   int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
   for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += blockDim.x) {
     const int32_t old = map[e];
-    if (old >= 0) s.owner[old] = -1, s.stamp[old] = 0;
+    if (old >= 0 && old != first + e) s.owner[old] = -1, s.stamp[old] = 0;
     if (src_slot) {
       src_slot[e] = old;
       if (old >= 0) atomicAdd(&kept, 1);

@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kGatherThreads)
     if (begin >= bytes) continue;
     const int64_t end = begin + kChunkBytes < bytes ? begin + kChunkBytes : bytes;
     const int32_t from = stream_n > 0 && keep ? keep[mi] : -1;
+    if (from == m.slot) continue;  // already in place
     const uint4* src = reinterpret_cast<const uint4*>(
         from >= 0 ? a.pool + static_cast<int64_t>(from) * a.slot_bytes + begin
                   : reinterpret_cast<const uint8_t*>(a.host_base[m.layer] + static_cast<uint64_t>(m.expert) * bytes + begin));
@@ -106,6 +107,10 @@ __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item,
   it.src = base + static_cast<int64_t>(m.expert) * a.record_bytes[m.layer] + L.record_offset[mat];
   it.dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
   const int32_t from = stream_n > 0 && keep ? keep[mi] : -1;
+  if (from == m.slot) {  // already in place: nothing to copy
+    it.valid = false;
+    return it;
+  }
   if (from >= 0)
     it.cached = reinterpret_cast<const uint16_t*>(a.pool + static_cast<int64_t>(from) * a.slot_bytes + L.slot_offset[mat]);
   const int64_t total = it.rows * it.cols / ec12::kGroup;

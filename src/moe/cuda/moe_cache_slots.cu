@@ -292,6 +292,8 @@ class CudaExpertSlots final : public ExpertSlots {
     FT_CUDA_CHECK(cudaEventRecord(copied_[static_cast<size_t>(region)], copy_stream_));
   }
 
+  void finish_prefetches() override { join_prefetches(); }
+
   void wait_region(int32_t region) override {
     if (region < 0 || region >= n_regions())
       fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {})", region, n_regions());
