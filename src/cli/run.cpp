@@ -102,6 +102,7 @@ int run(RunArgs& a) {
   check_context_length(n_ctx, n_prompt, a.max_tokens);
 
   eo.kv_tokens = n_prompt + a.max_tokens + 1;
+  eo.kv_tokens_flag = "-n/--max-tokens";  // with the prompt
   eo.max_step_tokens = std::min(a.max_prefill_tokens, n_prompt);
   eo.max_logit_rows = a.logits_out.empty() ? 1 : eo.max_step_tokens;
   eo.max_seqs = 1;

@@ -43,6 +43,9 @@ struct EngineOptions {
   int threads = 0;                   // CPU threads (0: all cores)
   int32_t page_size = 64;            // KV page size in tokens (--page-size)
   int64_t kv_tokens = 0;             // KV budget in tokens over all sequences (0: min(context length, 8192))
+  /** What sets kv_tokens, named in a refusal's advice: "--kv-tokens" (ft serve's -c/--kv-tokens; the
+   *  CLI names it as typed), or the flags a command derives it from (ft run: "-n/--max-tokens"). */
+  std::string kv_tokens_flag = "--kv-tokens";
   /** --swa-kv-tokens: tokens of the sliding-window layers' pool (kv/kv_cache.h), at least what the
    *  running sequences' windows and one step need (the default, 0), at most kv_tokens; more keeps
    *  more conversations' last windows cached for prefix hits. */

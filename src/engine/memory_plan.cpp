@@ -1,7 +1,9 @@
 #include "engine/memory_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -296,12 +298,76 @@ struct MadeMoePlan {
   std::string host_limit_source;  // MoeOptions::host_limit_source
 };
 
+/** The refusal for a plan that does not fit `b` (plan_moe threw `refused`, kOutOfMemory) when the KV
+ *  cache is larger than --kv-reserve-tokens: moe_budget counts the KV beyond the reserve in
+ *  resident_bytes, so plan_moe's refusal would call it resident weights. `plan(t)` plans under budget
+ *  t (throws as plan_moe does). When the plan fits with no KV beyond the reserve, the refusal names
+ *  --kv-tokens, its KV bytes and the most tokens (whole pages) that fit, found by bisection over the
+ *  pool's pages; when it does not, it is plan_moe's refusal at the reserve (resident bytes without
+ *  the extra KV) with what --kv-tokens adds. `refused` itself where no KV lies beyond the reserve. */
+Error kv_beyond_reserve_refusal(const MemoryPlanInputs& in, const GpuMemoryBudget& b,
+                                const std::function<void(const GpuMemoryBudget&)>& plan, const Error& refused) {
+  const EngineOptions& o = in.options;
+  const int64_t page = o.page_size, pages = in.kv.pool().n_pages(), per = b.kv_bytes_per_token;
+  const int64_t extra = std::max<int64_t>(pages * page - b.kv_reserve_tokens, 0);  // tokens
+  if (o.kv_reserve_tokens < 0 || extra == 0 || per <= 0 || page <= 0) return refused;
+  // The budget with a pool of n pages: the KV beyond the reserve changes, and the block tables the step
+  // buffers hold (Engine::make_step_buffers: max_seqs int32 entries a page, twice with a sliding-window pool).
+  const int64_t table_per_page = int64_t{o.max_seqs} * 4 * (in.kv.swa_pool() ? 2 : 1);
+  const auto with_pages = [&](int64_t n) {
+    GpuMemoryBudget t = b;
+    t.resident_bytes += (std::max<int64_t>(n * page - b.kv_reserve_tokens, 0) - extra) * per;
+    t.resident_bytes += (n - pages) * table_per_page;
+    return t;
+  };
+  const auto error_with = [&](int64_t n) -> std::optional<Error> {
+    try {
+      plan(with_pages(n));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kOutOfMemory) throw;
+      return e;
+    }
+    return std::nullopt;
+  };
+  int64_t lo = b.kv_reserve_tokens / page, hi = pages;  // lo: no KV beyond the reserve; hi: refused
+  // ft serve's "--kv-tokens 16384" (the CLI names it as typed: "-c (--kv-tokens) 16384"); ft run's
+  // "a KV cache of 20017 tokens (from -n/--max-tokens)".
+  const bool given = o.kv_tokens_flag == "--kv-tokens";
+  const std::string cache = given ? fmt::format("--kv-tokens {}", o.kv_tokens)
+                                  : fmt::format("a KV cache of {} tokens (from {})", pages * page, o.kv_tokens_flag);
+  if (std::optional<Error> e = error_with(lo))
+    return Error(e->code(), fmt::format("{} (and {} adds {} of KV for the {} tokens beyond --kv-reserve-tokens {})",
+                                        e->what(), cache, format_bytes(extra * per), extra, b.kv_reserve_tokens));
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (error_with(mid) ? hi : lo) = mid;
+  }
+  const int64_t fit = lo * page;
+  return Error(ErrorCode::kOutOfMemory,
+               fmt::format("{} needs {} of KV ({} of it for the {} tokens beyond --kv-reserve-tokens {}), more than "
+                           "--gpu-memory-limit {} leaves beside {} of resident weights and buffers and the expert "
+                           "plan: {} of KV too much. Lower {}: a KV cache of {} tokens fits (pages of {} tokens), or "
+                           "raise --gpu-memory-limit",
+                           cache, format_bytes(pages * page * per), format_bytes(extra * per), extra,
+                           b.kv_reserve_tokens, format_bytes(b.gpu_memory_limit),
+                           format_bytes(b.resident_bytes - extra * per), format_bytes((pages * page - fit) * per),
+                           o.kv_tokens_flag, fit, page));
+}
+
 MadeMoePlan moe_plan(const MemoryPlanInputs& in) {
   MadeMoePlan m;
   m.budget = moe_budget(in);
   const MoeOptions opts = moe_plan_options(in);
   const HostExpertBanks& host = in.model.host_experts();
-  m.plan = plan_moe(opts, experts_per_layer(host), m.budget, layer_expert_bytes(host));
+  const std::vector<int32_t> experts = experts_per_layer(host);
+  const std::vector<int64_t> banks = layer_expert_bytes(host);
+  try {
+    m.plan = plan_moe(opts, experts, m.budget, banks);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kOutOfMemory) throw;
+    throw kv_beyond_reserve_refusal(
+        in, m.budget, [&](const GpuMemoryBudget& t) { plan_moe(opts, experts, t, banks); }, e);
+  }
   m.host_limit_source = opts.host_limit_source;
   return m;
 }

@@ -110,6 +110,7 @@ void plan_bench_engine(const BenchOptions& o, EngineOptions& eo) {
   const int64_t per_seq = o.prompt_tokens + o.gen_tokens + o.route_sample_steps + 1;
   const int64_t warm = o.prompt_tokens + o.warmup_steps + 1;  // the warm-up's sequences (run_bench)
   eo.kv_tokens = B * ((std::max(per_seq, warm) + page - 1) / page) * page;
+  eo.kv_tokens_flag = "--batch, --prompt-tokens or --gen-tokens";
   eo.max_seqs = static_cast<int32_t>(B);
   eo.max_logit_rows = B;
   eo.max_step_tokens = std::max(B, std::min(o.max_prefill_tokens, B * o.prompt_tokens));

@@ -295,8 +295,9 @@ TEST(MoeAuto, KvBeyondTheReserveIsBlamedOnKvTokens) {
     EXPECT_NO_THROW(Engine::load(dir, o)) << advised;
   }
   // ft run sizes the KV cache from -n: the refusal names that.
-  o.kv_tokens_flag = "-n/--max-tokens (the KV cache holds the prompt and the tokens generated)";
-  expect_out_of_memory(dir, o, {"a KV cache of 16384 tokens (-n/--max-tokens (the KV cache holds",
+  o.kv_tokens = 16384;
+  o.kv_tokens_flag = "-n/--max-tokens";
+  expect_out_of_memory(dir, o, {"a KV cache of 16384 tokens (from -n/--max-tokens) needs",
                                 "Lower -n/--max-tokens: a KV cache of 1120 tokens fits"});
   o.kv_tokens_flag = "--kv-tokens";
   o.kv_tokens = 1120;
