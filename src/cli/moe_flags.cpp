@@ -12,6 +12,23 @@
 #include "util/error.h"
 
 namespace ft::cli {
+namespace {
+
+/** An on|off flag setting `field` (any other value refused naming the flag); its default shown. */
+void add_on_off_flag(CLI::App* cmd, const std::string& name, bool& field, const std::string& help,
+                     const std::string& group) {
+  cmd->add_option_function<std::string>(
+         name,
+         [&field, name](const std::string& v) {
+           if (v != "on" && v != "off") refuse_flag_value("{} {} must be on or off", name, v);
+           field = v == "on";
+         },
+         help)
+      ->default_str(field ? "on" : "off")
+      ->group(group);
+}
+
+}  // namespace
 
 void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
   const char* g = kGroupMoe;
@@ -94,38 +111,20 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
          "2d x the experts per layer in slots (or every expert), else the deepest that fits runs. Hybrid "
          "prefetches 1 ahead")
       ->group(g);
-  cmd->add_option_function<std::string>(
-         "--moe-cpu-int8",
-         [&o](const std::string& v) {
-           if (v != "on" && v != "off") refuse_flag_value("--moe-cpu-int8 {} must be on or off", v);
-           o.cpu_int8 = v == "on";
-         },
-         "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their Q4_K/Q6_K/MXFP4 weights with an "
-         "int8 form of the activations (AVX-512 VNNI; faster, ~1e-4 relative from fp32); off: fp32, bit for bit the "
-         "CPU backend's")
-      ->default_str(o.cpu_int8 ? "on" : "off")
-      ->group(g);
-  cmd->add_option_function<std::string>(
-         "--moe-cpu-bf16",
-         [&o](const std::string& v) {
-           if (v != "on" && v != "off") refuse_flag_value("--moe-cpu-bf16 {} must be on or off", v);
-           o.cpu_bf16 = v == "on";
-         },
-         "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their BF16 weights with a bf16 form "
-         "of the activations (AVX-512 BF16: ~2x the prefill throughput, ~3e-3 relative from fp32); off: fp32, bit "
-         "for bit the CPU backend's")
-      ->default_str(o.cpu_bf16 ? "on" : "off")
-      ->group(g);
-  cmd->add_option_function<std::string>(
-         "--moe-preload",
-         [&o](const std::string& v) {
-           if (v != "on" && v != "off") refuse_flag_value("--moe-preload {} must be on or off", v);
-           o.preload = v == "on";
-         },
-         "on: fill the expert cache at start with a share of every layer's experts (read over PCIe once), so "
-         "the first prompt streams only the rest and the first decode steps hit; off: it starts empty")
-      ->default_str(o.preload ? "on" : "off")
-      ->group(g);
+  add_on_off_flag(cmd, "--moe-cpu-int8", o.cpu_int8,
+                  "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their Q4_K/Q6_K/MXFP4 weights "
+                  "with an int8 form of the activations (AVX-512 VNNI; faster, ~1e-4 relative from fp32); off: fp32, "
+                  "bit for bit the CPU backend's",
+                  g);
+  add_on_off_flag(cmd, "--moe-cpu-bf16", o.cpu_bf16,
+                  "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their BF16 weights with a bf16 "
+                  "form of the activations (AVX-512 BF16: ~2x the prefill throughput, ~3e-3 relative from fp32); off: "
+                  "fp32, bit for bit the CPU backend's",
+                  g);
+  add_on_off_flag(cmd, "--moe-preload", o.preload,
+                  "on: fill the expert cache at start with a share of every layer's experts (read over PCIe once), so "
+                  "the first prompt streams only the rest and the first decode steps hit; off: it starts empty",
+                  g);
   cmd->add_option_function<std::string>(
          "--moe-bank-format",
          [&o](const std::string& v) {

@@ -179,6 +179,16 @@ void expect_variants_equal_fused(const HostExpertBanks& banks, int32_t E, int64_
   }
 }
 
+/** MoE layers 0, 2 and 3 of E BF16 experts ([H] in, H / 2 wide), layer 1 dense: EC12-bankable. */
+SyntheticExperts bf16_layers(int32_t E, int64_t H) {
+  SyntheticExperts s;
+  s.add_layer(E, H / 2, H, DType::BF16, DType::BF16, 4);
+  s.add_dense_layer();
+  s.add_layer(E, H / 2, H, DType::BF16, DType::BF16, 5);
+  s.add_layer(E, H / 2, H, DType::BF16, DType::BF16, 6);
+  return s;
+}
+
 TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
   SyntheticExperts s;
   const int32_t E = 8;
@@ -190,19 +200,12 @@ TEST(OffloadedExperts, SameFunctionAsFusedOnSyntheticLayers) {
   expect_variants_equal_fused(s.banks, E, H, std::nullopt, BankFormat::kStored);  // not all BF16: stored
 }
 
-// BF16 experts in whole 64-value groups: the banks default to EC12, decoded into the slots (the
-// gather's and the streaming copy's CPU twins) and by the CPU executor; still fused's function,
-// bit for bit where fused's kernels run. And the same model with stored banks.
 // --moe-preload: the cache starts full, each cache layer holding its share of the slots (experts
 // 0, 1, ...), counted as prefetched (the variants above check the function with it).
 TEST(OffloadedExperts, PreloadFillsTheCacheAcrossItsLayers) {
-  SyntheticExperts s;
   const int32_t E = 8;
-  const int64_t H = 128, F = 64;
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 4);
-  s.add_dense_layer();
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 5);
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 6);
+  const int64_t H = 128;
+  SyntheticExperts s = bf16_layers(E, H);
   CpuOps ops(1);
   MoeRuntimeOptions ro;
   ro.max_tokens = 2, ro.n_expert_used = 2, ro.preload = true;  // 4 ids a prefetch: layers take several
@@ -220,14 +223,13 @@ TEST(OffloadedExperts, PreloadFillsTheCacheAcrossItsLayers) {
   }
 }
 
+// BF16 experts in whole 64-value groups: the banks default to EC12, decoded into the slots (the
+// gather's and the streaming copy's CPU twins) and by the CPU executor; still fused's function,
+// bit for bit where fused's kernels run. And the same model with stored banks.
 TEST(OffloadedExperts, Ec12BanksComputeTheSameFunction) {
-  SyntheticExperts s;
   const int32_t E = 8;
-  const int64_t H = 128, F = 64;
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 4);
-  s.add_dense_layer();
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 5);
-  s.add_layer(E, F, H, DType::BF16, DType::BF16, 6);
+  const int64_t H = 128;
+  SyntheticExperts s = bf16_layers(E, H);
   for (size_t l : {0, 2, 3}) s.add_ec12_exceptions(l, 6, static_cast<uint32_t>(l));
   expect_variants_equal_fused(s.banks, E, H, std::nullopt, BankFormat::kEc12);
   expect_variants_equal_fused(s.banks, E, H, BankFormat::kStored, BankFormat::kStored);
