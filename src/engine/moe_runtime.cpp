@@ -185,6 +185,11 @@ void MoeRuntime::set_fetch_policy(const FetchCandidate& c) {
   plan_.fetch_cap_provisional = false;
 }
 
+void MoeRuntime::begin_calibration() {
+  calibrating_ = true;
+  if (offloaded_) calibration_start_ = offloaded_->stats();
+}
+
 void MoeRuntime::end_calibration() {
   calibrating_ = false;
   decode_steps_ = 0;
@@ -192,7 +197,10 @@ void MoeRuntime::end_calibration() {
   window_steps_ = {};
   window_batch_ = 0.0;
   if (!offloaded_) return;
+  // Only the calibration's steps: the preload before it stays counted (as prefetched).
   baseline_ = offloaded_->stats();
+  for (size_t l = 0; l < baseline_.size() && l < calibration_start_.size(); ++l)
+    baseline_[l] = baseline_[l] - calibration_start_[l];
   logged_ = counters();
 }
 

@@ -164,8 +164,9 @@ class MoeRuntime {
     return {fmt::format("cap {}", std::max<int32_t>(1, n_expert_used_ / 2)), FetchPolicy(std::max<int32_t>(1, n_expert_used_ / 2))};
   }
   /** Brackets the start-up calibration's steps: while it runs nothing is logged, and afterwards
-   *  every counter (report(), the log windows) starts from zero, so only real traffic is counted. */
-  void begin_calibration() { calibrating_ = true; }
+   *  the counters (report(), the log windows) leave out what its steps did, so only real traffic
+   *  and the --moe-preload fill before it (counted as prefetched) are counted. */
+  void begin_calibration();
   void end_calibration();
   /** Records the calibration the engine applied (timed now, or read from `file` when `cached`) for
    *  report(); `file` is "" when none is kept. */
@@ -185,7 +186,8 @@ class MoeRuntime {
 
   bool calibrate_ = false;                 // hybrid without an explicit cap
   bool calibrating_ = false;
-  std::vector<MoeLayerStats> baseline_;    // counters when the calibration ended (empty: none)
+  std::vector<MoeLayerStats> baseline_;    // the calibration's own counts (empty: none)
+  std::vector<MoeLayerStats> calibration_start_;  // counters when the calibration began
   int32_t n_expert_used_ = 0;
   double token_share_ = 0.0;  // CPU time of a further token of an expert over its first (measured)
   std::optional<FetchCalibration> calibration_;
