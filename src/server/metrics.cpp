@@ -201,7 +201,7 @@ void put_moe(Exposition& x, const std::vector<EngineFigures>& engines) {
              [](const MoeReport& m) { return m.total.bytes; });
   per_engine("moe_cpu_experts_total", "counter", "Routed experts computed on the CPU.",
              [](const MoeReport& m) { return m.total.cpu_experts; });
-  per_engine("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch).",
+  per_engine("moe_prefetched_total", "counter", "Routed experts fetched ahead of their layer (--moe-prefetch) or at start (--moe-preload).",
              [](const MoeReport& m) { return m.total.prefetched; });
   per_engine("moe_cpu_seconds_total", "counter", "Seconds the CPU expert executor worked (wall clock, all layers).",
              [](const MoeReport& m) { return static_cast<double>(m.total.cpu_ns) / 1e9; });
@@ -238,7 +238,7 @@ void put_moe(Exposition& x, const std::vector<EngineFigures>& engines) {
             [](const MoeLayerStats& s) { return s.bytes; });
   per_layer("moe_layer_cpu_experts_total", "Routed experts computed on the CPU per MoE layer.",
             [](const MoeLayerStats& s) { return s.cpu_experts; });
-  per_layer("moe_layer_prefetched_total", "Routed experts fetched ahead of their layer per MoE layer.",
+  per_layer("moe_layer_prefetched_total", "Routed experts fetched ahead of their layer (--moe-prefetch) or at start (--moe-preload) per MoE layer.",
             [](const MoeLayerStats& s) { return s.prefetched; });
   per_layer("moe_layer_cpu_misses_total", "Cache lookups that missed and ran on the CPU per MoE layer.",
             [](const MoeLayerStats& s) { return s.cpu_misses; });

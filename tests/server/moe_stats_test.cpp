@@ -168,6 +168,13 @@ TEST(MoeStats, OffloadReportsTheCacheCounters) {
   EXPECT_NE(text.find(fmt::format("freetoken_moe_misses_total {}\n", want->total.misses)), std::string::npos);
   EXPECT_NE(text.find(fmt::format("freetoken_moe_bytes_copied_total {}\n", want->total.bytes)), std::string::npos);
   EXPECT_NE(text.find(fmt::format("freetoken_moe_prefetched_total {}\n", want->total.prefetched)), std::string::npos);
+  // The fill of --moe-preload counts there too (the HELP lines say so, not only --moe-prefetch).
+  EXPECT_NE(text.find("# HELP freetoken_moe_prefetched_total Routed experts fetched ahead of their layer "
+                      "(--moe-prefetch) or at start (--moe-preload).\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# HELP freetoken_moe_layer_prefetched_total Routed experts fetched ahead of their layer "
+                      "(--moe-prefetch) or at start (--moe-preload) per MoE layer.\n"),
+            std::string::npos);
   EXPECT_NE(text.find("freetoken_moe_cpu_experts_total 0\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE freetoken_moe_hit_rate gauge\n"), std::string::npos);
   EXPECT_NE(text.find(fmt::format("freetoken_moe_layer_misses_total{{layer=\"3\"}} {}\n", want->layers[3].stats.misses)),
