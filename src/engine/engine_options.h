@@ -46,6 +46,9 @@ struct EngineOptions {
   /** What sets kv_tokens, named in a refusal's advice: "--kv-tokens" (ft serve's -c/--kv-tokens; the
    *  CLI names it as typed), or the flags a command derives it from (ft run: "-n/--max-tokens"). */
   std::string kv_tokens_flag = "--kv-tokens";
+  /** What sets the expert cache's slots, named in a resize's refusal: "--moe-cache-slots", or POST
+   *  /v1/admin/cache's "expert_slots" (Engine::resize_caches sets both names to the request's fields). */
+  std::string expert_slots_flag = "--moe-cache-slots";
   /** --swa-kv-tokens: tokens of the sliding-window layers' pool (kv/kv_cache.h), at least what the
    *  running sequences' windows and one step need (the default, 0), at most kv_tokens; more keeps
    *  more conversations' last windows cached for prefix hits. */

@@ -3,11 +3,22 @@
 #include <limits>
 
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "util/error.h"
 #include "util/format.h"
 #include "util/log.h"
 
 namespace ft {
+
+namespace {
+
+/** Throws SizeRefusal(code, the message, `field`): a refusal of the request's field. */
+template <typename... Args>
+[[noreturn]] void refuse(ErrorCode code, const char* field, fmt::format_string<Args...> f, Args&&... args) {
+  throw SizeRefusal(code, fmt::format(f, std::forward<Args>(args)...), field);
+}
+
+}  // namespace
 
 void Engine::check_resize(const CacheResize& r, int64_t longest) const {
   if (!r.expert_slots && !r.kv_tokens)
@@ -20,41 +31,42 @@ void Engine::check_resize(const CacheResize& r, int64_t longest) const {
     // PagePool counts pages in int32 (and a spare page is added).
     const int64_t most = (int64_t{std::numeric_limits<int32_t>::max()} - 2) * page;
     if (m < 1 || m > most)
-      fail(ErrorCode::kInvalidArgument, "kv_tokens must be between 1 and {} (got {})", most, m);
+      refuse(ErrorCode::kInvalidArgument, "kv_tokens", "kv_tokens must be between 1 and {} (got {})", most, m);
     const int64_t held = (m + page - 1) / page * page;
     if (held < longest)
-      fail(ErrorCode::kInvalidArgument,
-           "kv_tokens {} ({} in whole pages of {}) cannot hold a request queued or running now, which may need {} "
+      refuse(ErrorCode::kInvalidArgument, "kv_tokens",
+             "kv_tokens {} ({} in whole pages of {}) cannot hold a request queued or running now, which may need {} "
            "tokens (its prompt and max_tokens); give at least {}",
            m, held, page, longest, longest);
     if (options_.kv_host_gib > 0 || !options_.prompt_cache_dir.empty())
-      fail(ErrorCode::kUnsupported,
+      refuse(ErrorCode::kUnsupported, "kv_tokens",
            "resizing the KV cache with the KV tiers on (--kv-host-gib, --prompt-cache-dir) is not supported yet: "
            "their page copies are bound to the KV cache allocated at start");
   }
   if (r.expert_slots) {
     if (!moe_)
-      fail(ErrorCode::kInvalidArgument, "expert_slots: {} has no routed experts, so there is no expert cache to size",
-           model_->config().arch);
+      refuse(ErrorCode::kInvalidArgument, "expert_slots",
+             "expert_slots: {} has no routed experts, so there is no expert cache to size", model_->config().arch);
     if (plan_.moe->count(MoeLayerMode::kCache) == 0)
-      fail(ErrorCode::kInvalidArgument,
+      refuse(ErrorCode::kInvalidArgument, "expert_slots",
            "expert_slots: the {} strategy has no expert cache (start the server with --moe-strategy offload or hybrid "
            "for one)", moe_strategy_name(plan_.moe->strategy));
-    if (*r.expert_slots < 1) {
-      // The least cache: 2 x a layer's experts in every slot class of a mixed-type file (as cache_sizing
-      // refuses a count from 1 up).
-      int64_t least = 2 * int64_t{plan_.budget ? plan_.budget->experts_per_layer : 1};
-      const std::vector<SlotClass>& classes = plan_.moe->cache.classes;
-      if (classes.size() > 1) {
-        least = 0;
-        for (const SlotClass& c : classes) least += c.min_slots();
-      }
-      fail(ErrorCode::kInvalidArgument, "expert_slots must be at least {} (2 x the experts of a MoE layer{}; got {})",
-           least, classes.size() > 1 ? fmt::format(" in each of the {} slot sizes", classes.size()) : std::string(),
-           *r.expert_slots);
+    // The least cache: 2 x a layer's experts in every slot class of a mixed-type file, the cache layers'
+    // (as cache_sizing refuses, there in --moe-cache-slots' terms).
+    int64_t least = 2 * int64_t{plan_.budget ? plan_.budget->experts_per_layer : 1};
+    const std::vector<SlotClass>& classes = plan_.moe->cache.classes;
+    if (!classes.empty()) {
+      least = 0;
+      for (const SlotClass& c : classes) least += c.min_slots();
     }
+    if (*r.expert_slots < least)
+      refuse(ErrorCode::kInvalidArgument, "expert_slots",
+             "expert_slots {} is below the minimum of {} (2 x the experts of a MoE layer{}: prefill streams two "
+             "layers)",
+             *r.expert_slots, least,
+             classes.size() > 1 ? fmt::format(" in each of the {} slot sizes", classes.size()) : std::string());
     if (ckpt_->releases_memory())
-      fail(ErrorCode::kUnsupported,
+      refuse(ErrorCode::kUnsupported, "expert_slots",
            "expert_slots: this checkpoint gave its experts' memory to the expert banks at load, and rebuilding the "
            "expert cache reads them again; resizing it is not supported for such checkpoints yet");
   }
@@ -67,6 +79,9 @@ void Engine::resize_caches(const CacheResize& r) {
   EngineOptions want = options_;
   if (r.kv_tokens) want.kv_tokens = *r.kv_tokens;
   if (r.expert_slots) want.moe.cache = {CacheSizeMode::kSlots, *r.expert_slots, 0.0};
+  // The plan's refusals name the sizes as the request does (memory_plan.cpp resize_refusal).
+  want.kv_tokens_flag = "kv_tokens";
+  want.expert_slots_flag = "expert_slots";
   want.validate();
   options_ = want;
   bool calibrate = false;
@@ -90,12 +105,19 @@ void Engine::resize_caches(const CacheResize& r) {
     }
     const auto* error = dynamic_cast<const Error*>(&e);
     if (!error || error->code() != ErrorCode::kOutOfMemory) throw;
-    // The planner names start-up flags: say which fields of the request they stand for.
+    // The plan names the request's fields (resize_refusal) where one size is to blame; elsewhere the
+    // planner's start-up flags.
+    const auto* size = dynamic_cast<const SizeRefusal*>(&e);
+    if (size && !size->field.empty())
+      throw SizeRefusal(ErrorCode::kOutOfMemory,
+                        fmt::format("the caches asked for do not fit, the old sizes stay: {}", e.what()), size->field);
     throw Error(ErrorCode::kOutOfMemory,
                 fmt::format("the caches asked for do not fit, the old sizes stay (kv_tokens is -c/--kv-tokens and the "
                             "KV reserve below, expert_slots is --moe-cache-slots): {}",
                             e.what()));
   }
+  options_.kv_tokens_flag = old.kv_tokens_flag;  // outside a resize, refusals name the start's flags
+  options_.expert_slots_flag = old.expert_slots_flag;
   if (calibrate) {  // hybrid: as at start (the calibration file when it has this plan's); its steps lock
     lock.unlock();
     calibrate_fetch_cap();

@@ -129,13 +129,15 @@ void check_dense_memory_limit(const PlacedMemory& m, const EngineOptions& o) {
       : room < m.kv_per_token * o.page_size
           ? std::string("Raise --gpu-memory-limit or lower --max-prefill-tokens (the weights and buffers leave no "
                         "room for one KV page)")
-          : fmt::format("Raise --gpu-memory-limit or lower --kv-tokens (about {} fit)",
+          : fmt::format("Raise --gpu-memory-limit or lower {} (about {} fit)", o.kv_tokens_flag,
                         room / std::max<int64_t>(m.kv_per_token, 1));
-  fail(ErrorCode::kOutOfMemory,
-       "--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} tokens, --kv-tokens) and {} "
-       "of buffers and workspaces for steps of {} tokens ({} missing). {}",
-       format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), o.kv_tokens, format_bytes(buffers),
-       o.max_step_tokens, format_bytes(need - limit), fix);
+  throw SizeRefusal(ErrorCode::kOutOfMemory,
+                    fmt::format("--gpu-memory-limit {} cannot hold the model: {} of weights, {} of KV cache ({} "
+                                "tokens, {}) and {} of buffers and workspaces for steps of {} tokens ({} missing). {}",
+                                format_bytes(limit), format_bytes(m.weights), format_bytes(m.kv), o.kv_tokens,
+                                o.kv_tokens_flag, format_bytes(buffers), o.max_step_tokens,
+                                format_bytes(need - limit), fix),
+                    m.weights > limit ? std::string() : o.kv_tokens_flag);
 }
 
 /** The routed experts' bytes of each layer of `host`, as stored (0: dense). */
@@ -208,7 +210,8 @@ GpuMemoryBudget moe_budget(const MemoryPlanInputs& in) {
   const int64_t pool_tokens = int64_t{in.kv.pool().n_pages()} * o.page_size;
   b.kv_bytes_per_token = placed.kv_per_token;
   b.kv_reserve_tokens = o.kv_reserve_tokens >= 0 ? o.kv_reserve_tokens : pool_tokens;
-  if (o.kv_reserve_tokens < 0) b.kv_reserve_flag = "-c/--kv-tokens";  // the reserve is the pool (ft serve)
+  if (o.kv_reserve_tokens < 0)  // the reserve is the pool (ft serve; a resize's kv_tokens)
+    b.kv_reserve_flag = o.kv_tokens_flag == "--kv-tokens" ? std::string("-c/--kv-tokens") : o.kv_tokens_flag;
   b.kv_page_tokens = o.page_size;
   // The KV pool placed counts against the reserve; KV beyond it is resident like the rest.
   const int64_t placed_kv = pool_tokens * placed.kv_per_token;
@@ -298,60 +301,119 @@ struct MadeMoePlan {
   std::string host_limit_source;  // MoeOptions::host_limit_source
 };
 
+/** `b` (moe_budget's, with the KV pool as allocated) for a KV pool of `n` pages: the reserve where it is
+ *  the pool (--kv-reserve-tokens unset), else the KV beyond the reserve in resident_bytes; and the
+ *  block tables the step buffers hold (Engine::make_step_buffers: max_seqs int32 entries a page, twice
+ *  with a sliding-window pool). */
+GpuMemoryBudget budget_with_pool(const MemoryPlanInputs& in, const GpuMemoryBudget& b, int64_t n) {
+  const EngineOptions& o = in.options;
+  const int64_t page = o.page_size, pages = in.kv.pool().n_pages(), per = b.kv_bytes_per_token;
+  GpuMemoryBudget t = b;
+  if (o.kv_reserve_tokens < 0) {
+    t.kv_reserve_tokens = n * page;
+  } else {
+    const int64_t extra = std::max<int64_t>(pages * page - b.kv_reserve_tokens, 0);
+    t.resident_bytes += (std::max<int64_t>(n * page - b.kv_reserve_tokens, 0) - extra) * per;
+  }
+  t.resident_bytes += (n - pages) * int64_t{o.max_seqs} * 4 * (in.kv.swa_pool() ? 2 : 1);
+  return t;
+}
+
+/** Plans `in`'s model under a budget and cache request: plan_moe's out-of-memory refusal as an Error,
+ *  none when it fits (the plan then in `plan`). */
+using TryPlan = std::function<std::optional<Error>(const GpuMemoryBudget&, const CacheSizeRequest&, MoePlan* plan)>;
+
+/** `e` as a SizeRefusal of no one size. */
+SizeRefusal as_refusal(const Error& e) { return SizeRefusal(e.code(), e.what(), ""); }
+
+/** The most pages in [lo, hi) of a KV pool with which `req` plans (lo must), by bisection. */
+int64_t most_pages(const MemoryPlanInputs& in, const GpuMemoryBudget& b, const TryPlan& plan,
+                   const CacheSizeRequest& req, int64_t lo, int64_t hi) {
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (plan(budget_with_pool(in, b, mid), req, nullptr) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
 /** The refusal for a plan that does not fit `b` (plan_moe threw `refused`, kOutOfMemory) when the KV
  *  cache is larger than --kv-reserve-tokens: moe_budget counts the KV beyond the reserve in
- *  resident_bytes, so plan_moe's refusal would call it resident weights. `plan(t)` plans under budget
- *  t (throws as plan_moe does). When the plan fits with no KV beyond the reserve, the refusal names
- *  --kv-tokens, its KV bytes and the most tokens (whole pages) that fit, found by bisection over the
- *  pool's pages; when it does not, it is plan_moe's refusal at the reserve (resident bytes without
- *  the extra KV) with what --kv-tokens adds. `refused` itself where no KV lies beyond the reserve. */
-Error kv_beyond_reserve_refusal(const MemoryPlanInputs& in, const GpuMemoryBudget& b,
-                                const std::function<void(const GpuMemoryBudget&)>& plan, const Error& refused) {
+ *  resident_bytes, so plan_moe's refusal would call it resident weights. When the plan fits with no
+ *  KV beyond the reserve, the refusal names --kv-tokens (EngineOptions::kv_tokens_flag), its KV bytes
+ *  and the most tokens (whole pages) that fit, found by bisection over the pool's pages; when it does
+ *  not, it is plan_moe's refusal at the reserve (resident bytes without the extra KV) with what
+ *  --kv-tokens adds. `refused` itself (as_refusal) where no KV lies beyond the reserve. */
+SizeRefusal kv_beyond_reserve_refusal(const MemoryPlanInputs& in, const GpuMemoryBudget& b, const TryPlan& plan,
+                                      const CacheSizeRequest& req, const Error& refused) {
   const EngineOptions& o = in.options;
   const int64_t page = o.page_size, pages = in.kv.pool().n_pages(), per = b.kv_bytes_per_token;
   const int64_t extra = std::max<int64_t>(pages * page - b.kv_reserve_tokens, 0);  // tokens
-  if (o.kv_reserve_tokens < 0 || extra == 0 || per <= 0 || page <= 0) return refused;
-  // The budget with a pool of n pages: the KV beyond the reserve changes, and the block tables the step
-  // buffers hold (Engine::make_step_buffers: max_seqs int32 entries a page, twice with a sliding-window pool).
-  const int64_t table_per_page = int64_t{o.max_seqs} * 4 * (in.kv.swa_pool() ? 2 : 1);
-  const auto with_pages = [&](int64_t n) {
-    GpuMemoryBudget t = b;
-    t.resident_bytes += (std::max<int64_t>(n * page - b.kv_reserve_tokens, 0) - extra) * per;
-    t.resident_bytes += (n - pages) * table_per_page;
-    return t;
-  };
-  const auto error_with = [&](int64_t n) -> std::optional<Error> {
-    try {
-      plan(with_pages(n));
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kOutOfMemory) throw;
-      return e;
-    }
-    return std::nullopt;
-  };
-  int64_t lo = b.kv_reserve_tokens / page, hi = pages;  // lo: no KV beyond the reserve; hi: refused
+  if (o.kv_reserve_tokens < 0 || extra == 0 || per <= 0 || page <= 0) return as_refusal(refused);
+  const int64_t lo = b.kv_reserve_tokens / page;  // no KV beyond the reserve
   // ft serve's "--kv-tokens 16384" (the CLI names it as typed: "-c (--kv-tokens) 16384"); ft run's
   // "a KV cache of 20017 tokens (from -n/--max-tokens)".
   const bool given = o.kv_tokens_flag == "--kv-tokens";
   const std::string cache = given ? fmt::format("--kv-tokens {}", o.kv_tokens)
                                   : fmt::format("a KV cache of {} tokens (from {})", pages * page, o.kv_tokens_flag);
-  if (std::optional<Error> e = error_with(lo))
-    return Error(e->code(), fmt::format("{} (and {} adds {} of KV for the {} tokens beyond --kv-reserve-tokens {})",
-                                        e->what(), cache, format_bytes(extra * per), extra, b.kv_reserve_tokens));
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (error_with(mid) ? hi : lo) = mid;
+  if (std::optional<Error> e = plan(budget_with_pool(in, b, lo), req, nullptr))
+    return SizeRefusal(e->code(),
+                       fmt::format("{} (and {} adds {} of KV for the {} tokens beyond --kv-reserve-tokens {})",
+                                   e->what(), cache, format_bytes(extra * per), extra, b.kv_reserve_tokens),
+                       "");
+  const int64_t fit = most_pages(in, b, plan, req, lo, pages) * page;
+  return SizeRefusal(
+      ErrorCode::kOutOfMemory,
+      fmt::format("{} needs {} of KV ({} of it for the {} tokens beyond --kv-reserve-tokens {}), more than "
+                  "--gpu-memory-limit {} leaves beside {} of resident weights and buffers and the expert plan: {} of "
+                  "KV too much. Lower {}: a KV cache of {} tokens fits (pages of {} tokens), or raise "
+                  "--gpu-memory-limit",
+                  cache, format_bytes(pages * page * per), format_bytes(extra * per), extra, b.kv_reserve_tokens,
+                  format_bytes(b.gpu_memory_limit), format_bytes(b.resident_bytes - extra * per),
+                  format_bytes((pages * page - fit) * per), o.kv_tokens_flag, fit, page),
+      o.kv_tokens_flag);
+}
+
+/** A resize's refusal (`in.previous` set: POST /v1/admin/cache) for a plan that does not fit `b`
+ *  (plan_moe threw `refused`), in the request's terms (EngineOptions::kv_tokens_flag and
+ *  expert_slots_flag, which Engine::resize_caches sets to its fields) rather than the planner's start-up
+ *  flags, with what would fit. When the KV fits beside the smallest expert cache but not the slots
+ *  asked for (--moe-cache-slots mode): the most slots that fit, and with a changed KV pool the most
+ *  KV tokens that keep the slots; the field blamed is the slots unless only the KV changed. When not
+ *  even the smallest cache fits beside the KV: the most KV tokens that do (whole pages). `refused`
+ *  itself (as_refusal) where neither applies (host memory, a pool of one page). */
+SizeRefusal resize_refusal(const MemoryPlanInputs& in, const GpuMemoryBudget& b, const TryPlan& plan,
+                           const CacheSizeRequest& req, const Error& refused) {
+  const EngineOptions& o = in.options;
+  const int64_t page = o.page_size, pages = in.kv.pool().n_pages(), per = b.kv_bytes_per_token;
+  const std::string kv = fmt::format("{} {} ({} of KV in pages of {} tokens)", o.kv_tokens_flag, o.kv_tokens,
+                                     format_bytes(pages * page * per), page);
+  const CacheSizeRequest smallest{};  // auto: the most slots that fit, refused below the least legal cache
+  MoePlan p;
+  if (!plan(b, smallest, &p)) {
+    if (req.mode != CacheSizeMode::kSlots) return as_refusal(refused);
+    const bool kv_changed = in.previous->kv_pages != pages;
+    const bool slots_changed = !in.previous->moe || in.previous->moe->cache.n_slots != req.slots;
+    std::string keep;  // the KV that keeps the slots asked for
+    if (kv_changed && !plan(budget_with_pool(in, b, 1), req, nullptr))
+      keep = fmt::format("; or keep {} slots with {} {} or less", req.slots, o.kv_tokens_flag,
+                         most_pages(in, b, plan, req, 1, pages) * page);
+    return SizeRefusal(ErrorCode::kOutOfMemory,
+                       fmt::format("{} {} does not fit: beside {} and {} of resident weights and buffers, "
+                                   "--gpu-memory-limit {} holds at most {} expert slots ({}). Ask for {} or fewer{}",
+                                   o.expert_slots_flag, req.slots, kv, format_bytes(b.resident_bytes),
+                                   format_bytes(b.gpu_memory_limit), p.cache.n_slots, describe_cache_slots(p.cache),
+                                   p.cache.n_slots, keep),
+                       slots_changed || !kv_changed ? o.expert_slots_flag : o.kv_tokens_flag);
   }
-  const int64_t fit = lo * page;
-  return Error(ErrorCode::kOutOfMemory,
-               fmt::format("{} needs {} of KV ({} of it for the {} tokens beyond --kv-reserve-tokens {}), more than "
-                           "--gpu-memory-limit {} leaves beside {} of resident weights and buffers and the expert "
-                           "plan: {} of KV too much. Lower {}: a KV cache of {} tokens fits (pages of {} tokens), or "
-                           "raise --gpu-memory-limit",
-                           cache, format_bytes(pages * page * per), format_bytes(extra * per), extra,
-                           b.kv_reserve_tokens, format_bytes(b.gpu_memory_limit),
-                           format_bytes(b.resident_bytes - extra * per), format_bytes((pages * page - fit) * per),
-                           o.kv_tokens_flag, fit, page));
+  if (pages <= 1 || plan(budget_with_pool(in, b, 1), smallest, nullptr)) return as_refusal(refused);
+  const int64_t fit_pages = most_pages(in, b, plan, smallest, 1, pages);
+  return SizeRefusal(ErrorCode::kOutOfMemory,
+                     fmt::format("{} does not fit: --gpu-memory-limit {} holds {} of resident weights and buffers and "
+                                 "the smallest expert cache, and beside them {} {} or less (whole pages)",
+                                 kv, format_bytes(b.gpu_memory_limit),
+                                 format_bytes(budget_with_pool(in, b, fit_pages).resident_bytes), o.kv_tokens_flag,
+                                 fit_pages * page),
+                     o.kv_tokens_flag);
 }
 
 MadeMoePlan moe_plan(const MemoryPlanInputs& in) {
@@ -365,8 +427,21 @@ MadeMoePlan moe_plan(const MemoryPlanInputs& in) {
     m.plan = plan_moe(opts, experts, m.budget, banks);
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kOutOfMemory) throw;
-    throw kv_beyond_reserve_refusal(
-        in, m.budget, [&](const GpuMemoryBudget& t) { plan_moe(opts, experts, t, banks); }, e);
+    const TryPlan plan = [&](const GpuMemoryBudget& t, const CacheSizeRequest& req,
+                             MoePlan* out) -> std::optional<Error> {
+      MoeOptions with = opts;
+      with.cache = req;
+      try {
+        MoePlan p = plan_moe(with, experts, t, banks);
+        if (out) *out = std::move(p);
+      } catch (const Error& refused) {
+        if (refused.code() != ErrorCode::kOutOfMemory) throw;
+        return refused;
+      }
+      return std::nullopt;
+    };
+    if (in.previous) throw resize_refusal(in, m.budget, plan, opts.cache, e);
+    throw kv_beyond_reserve_refusal(in, m.budget, plan, opts.cache, e);
   }
   m.host_limit_source = opts.host_limit_source;
   return m;
@@ -470,7 +545,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     }
     WeightLoader ld(in.checkpoint, in.ops);
     model.place_deferred(ld, in.ops);  // the tables the plan keeps on the device, loaded as metadata
-  } catch (const Error& e) {  // a plan that does not fit says so; the flag that moves the table too
+  } catch (const SizeRefusal& e) {  // a plan that does not fit says so; the flag that moves the table too
+    const Error hinted = with_embed_weights_hint(e, model);
+    throw SizeRefusal(hinted.code(), hinted.what(), e.field);
+  } catch (const Error& e) {
     throw with_embed_weights_hint(e, model);
   }
   p.gpu_memory_limit = o.gpu_memory_limit;

@@ -74,6 +74,16 @@ struct MemoryPlan {
   std::optional<GpuMemoryBudget> budget;       // the budget it was made for (limit resolved)
 };
 
+/** A refusal of one size, the KV cache's tokens or the expert cache's slots: `field` is the name its
+ *  message gives it (EngineOptions::kv_tokens_flag or expert_slots_flag: a flag, or the field of POST
+ *  /v1/admin/cache, whose 400 names it as `param`). */
+class SizeRefusal : public Error {
+ public:
+  SizeRefusal(ErrorCode code, const std::string& message, std::string field_name)
+      : Error(code, message), field(std::move(field_name)) {}
+  std::string field;
+};
+
 /** What plan_memory reads: the engine's options, backend, checkpoint, loaded model (its embedding
  *  table may move to host memory) and allocated KV cache, the bytes of its step and forward buffers,
  *  and the shapes that size the backend's scratch. */

@@ -52,9 +52,17 @@ void add_admin_routes(Router& r, ServerContext& ctx) {
       try {
         after = ctx.model.resize_caches(want);
       } catch (const Error& e) {
-        if (e.code() != ErrorCode::kOutOfMemory) throw;
+        // The field refused: the one the engine names (SizeRefusal), else the only one given.
+        const auto* size = dynamic_cast<const SizeRefusal*>(&e);
+        std::string param = size ? size->field : "";
+        if (param != "expert_slots" && param != "kv_tokens")
+          param = want.expert_slots && want.kv_tokens ? "" : want.expert_slots ? "expert_slots" : "kv_tokens";
         // A plan that does not fit is the request's fault, not the server's: 400, saying what would fit.
-        throw ApiException(ApiError{400, e.what(), "invalid_request_error", "", "memory_limit_exceeded"});
+        if (e.code() == ErrorCode::kOutOfMemory)
+          throw ApiException(ApiError{400, e.what(), "invalid_request_error", param, "memory_limit_exceeded"});
+        ApiError refused = api_error_from(e);  // the status and type any engine error gets
+        if (refused.status == 400) refused.param = param;
+        throw ApiException(refused);
       }
       {
         std::lock_guard<std::mutex> lk(ctx.memory_mu);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -187,6 +188,10 @@ TEST(AdminCache, BadBodiesAreRefusedAndChangeNothing) {
   const Reply few = resize(c, {{"expert_slots", 8}, {"kv_tokens", 256}});
   EXPECT_EQ(few.status, 400) << few.raw;
   EXPECT_NE(few.raw.find("16"), std::string::npos) << few.raw;
+  // In the request's terms (the CLI's refusal names --moe-cache-slots), the field as param.
+  EXPECT_EQ(few.body["error"]["param"], "expert_slots") << few.raw;
+  EXPECT_NE(few.raw.find("expert_slots 8 is below the minimum of 16"), std::string::npos) << few.raw;
+  EXPECT_EQ(few.raw.find("--moe-cache-slots"), std::string::npos) << few.raw;
   EXPECT_EQ(stats(c)["memory"], before);
   EXPECT_EQ(s.engine().memory_plan().kv_tokens, 512);
   EXPECT_EQ(s.engine().memory_plan().moe->cache.n_slots, 16);
@@ -218,11 +223,44 @@ TEST(AdminCache, APlanOverTheMemoryLimitIsRefusedAndTheOldSizesStay) {
   EXPECT_EQ(r.status, 400) << r.raw;
   EXPECT_EQ(r.body["error"]["code"], "memory_limit_exceeded") << r.raw;
   EXPECT_NE(r.raw.find("--gpu-memory-limit"), std::string::npos) << r.raw;
+  // In the request's terms, the field as param: no start-up flag stands for it.
+  EXPECT_EQ(r.body["error"]["param"], "kv_tokens") << r.raw;
+  EXPECT_NE(r.raw.find("kv_tokens 65536"), std::string::npos) << r.raw;
+  for (const char* flag : {"--kv-tokens", "-c/", "--moe-cache-slots"})
+    EXPECT_EQ(r.raw.find(flag), std::string::npos) << flag << " in " << r.raw;
+  EXPECT_EQ(stats(c)["memory"], before);
+  // All 32 experts cached: over the limit too, refused naming expert_slots and how many fit.
+  const Reply slots = resize(c, {{"expert_slots", 32}});
+  EXPECT_EQ(slots.status, 400) << slots.raw;
+  EXPECT_EQ(slots.body["error"]["code"], "memory_limit_exceeded") << slots.raw;
+  EXPECT_EQ(slots.body["error"]["param"], "expert_slots") << slots.raw;
+  EXPECT_NE(slots.raw.find("expert_slots 32"), std::string::npos) << slots.raw;
+  for (const char* flag : {"--kv-tokens", "-c/", "--moe-cache-slots"})
+    EXPECT_EQ(slots.raw.find(flag), std::string::npos) << flag << " in " << slots.raw;
   EXPECT_EQ(stats(c)["memory"], before);
   EXPECT_EQ(s.engine().memory_plan().kv_tokens, 512);
   EXPECT_EQ(s.engine().memory_plan().moe->cache.n_slots, 16);
   const Reply ok = post(c, "/v1/completions", completion_body(false), kAuth);
   EXPECT_EQ(ok.status, 200) << ok.raw;
+  // What the refusals say fits does: the most KV tokens beside the 16 slots (one page more does not),
+  // then the most slots beside that KV.
+  std::smatch m;
+  const std::string kv_said = r.body["error"]["message"], slots_said = slots.body["error"]["message"];
+  ASSERT_TRUE(std::regex_search(kv_said, m, std::regex("kv_tokens (\\d+) or less"))) << kv_said;
+  const int64_t kv_fit = std::stoll(m[1]);
+  EXPECT_GT(kv_fit, 512) << kv_said;
+  EXPECT_EQ(resize(c, {{"kv_tokens", kv_fit + s.engine().options().page_size}}).status, 400);
+  const Reply kv_ok = resize(c, {{"kv_tokens", kv_fit}});
+  ASSERT_EQ(kv_ok.status, 200) << kv_ok.raw;
+  ASSERT_TRUE(std::regex_search(slots_said, m, std::regex("holds at most (\\d+) expert slots"))) << slots_said;
+  ASSERT_EQ(resize(c, {{"kv_tokens", 512}}).status, 200);
+  const int64_t slots_fit = std::stoll(m[1]);
+  EXPECT_GT(slots_fit, 16) << slots_said;
+  EXPECT_LT(slots_fit, 32) << slots_said;
+  EXPECT_EQ(resize(c, {{"expert_slots", slots_fit + 1}}).status, 400);
+  const Reply slots_ok = resize(c, {{"expert_slots", slots_fit}});
+  EXPECT_EQ(slots_ok.status, 200) << slots_ok.raw;
+  EXPECT_EQ(slots_ok.body["expert_slots"], slots_fit) << slots_ok.raw;
 }
 
 TEST(AdminCache, FusedHasNoExpertCacheToSize) {
