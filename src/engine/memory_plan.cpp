@@ -448,7 +448,8 @@ MadeMoePlan moe_plan(const MemoryPlanInputs& in) {
 }
 
 /** Experts the plan runs on the GPU (resident or through the cache) must be of a dtype the CUDA
- *  kernels read; --moe-fetch-cap counts a layer's distinct misses per step (all tokens of a batch
+ *  kernels read; a cache size (--moe-cache-slots, --moe-cache-rate) needs a cache layer that
+ *  --moe-cpu-layers left (kInvalidArgument naming both); --moe-fetch-cap counts a layer's distinct misses per step (all tokens of a batch
  *  together), so above a layer's expert count it can never apply. Throws kUnsupported naming the
  *  layer, the type and the CPU alternatives; kInvalidArgument for the cap. */
 void check_moe_plan(const MemoryPlanInputs& in, const MoePlan& plan, const GpuMemoryBudget& b) {
@@ -464,6 +465,19 @@ void check_moe_plan(const MemoryPlanInputs& in, const MoePlan& plan, const GpuMe
              "them on the CPU, or run with --device cpu",
              l, dtype_name(t), cuda_weight_kernel_types());
   }
+  // A cache size with no cache layer left would be ignored: --moe-cpu-layers took every MoE layer.
+  const MoeOptions& mo = in.options.moe;
+  int64_t moe_layers = 0;
+  for (const ExpertBank& bank : host) moe_layers += bank.n_expert() > 0 ? 1 : 0;
+  if (mo.cache.mode != CacheSizeMode::kAuto && !mo.cpu_layers.empty() && moe_layers > 0 &&
+      plan.count(MoeLayerMode::kCpu) == moe_layers && plan.strategy != MoeStrategy::kCpu)
+    fail(ErrorCode::kInvalidArgument,
+         "{} sizes the expert cache, but --moe-cpu-layers {} puts every MoE layer ({}) on the CPU, so there is no "
+         "expert cache: drop {}, or leave a MoE layer out of --moe-cpu-layers",
+         mo.cache.mode == CacheSizeMode::kSlots ? fmt::format("--moe-cache-slots {}", mo.cache.slots)
+                                                : fmt::format("--moe-cache-rate {:g}", mo.cache.rate),
+         mo.cpu_layers, moe_layers,
+         mo.cache.mode == CacheSizeMode::kSlots ? "--moe-cache-slots" : "--moe-cache-rate");
   const int32_t max_experts = b.experts_per_layer;
   if (in.options.moe.fetch_cap > max_experts)
     fail(ErrorCode::kInvalidArgument,

@@ -405,6 +405,29 @@ TEST(MoeAuto, BadFlagsFailAtLoad) {
   EXPECT_EQ(code_of(dense, small_engine_options()), ErrorCode::kInternal);  // auto on a dense model loads
 }
 
+TEST(MoeAuto, CacheSizeWithEveryMoeLayerOnTheCpuIsRefused) {
+  // --moe-cpu-layers covering both MoE layers of qwen3_moe leaves no expert cache: a cache size given
+  // with it would be ignored, so the load refuses it naming both flags.
+  const std::string dir = shared_dir() + "/fixtures/hf/qwen3_moe";
+  EngineOptions o = moe_options(MoeStrategy::kOffload, 64);
+  o.moe.cpu_layers = "0,1";
+  try {
+    Engine::load(dir, o);
+    ADD_FAILURE() << "--moe-cache-slots 64 with every MoE layer on the CPU loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    for (const char* s : {"--moe-cache-slots 64", "--moe-cpu-layers 0,1", "every MoE layer (2)"})
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << s << " in " << e.what();
+  }
+  o.moe.cache = {CacheSizeMode::kRate, 0, 0.5};
+  EXPECT_THROW(Engine::load(dir, o), Error);
+  o.moe.cache = {};  // the default (auto) sizes nothing here: loads
+  EXPECT_EQ(Engine::load(dir, o)->moe_plan()->count(MoeLayerMode::kCpu), 2);
+  o.moe.cpu_layers = "1";  // one cache layer left: the size applies
+  o.moe.cache = {CacheSizeMode::kSlots, 64, 0.0};
+  EXPECT_EQ(Engine::load(dir, o)->moe_plan()->count(MoeLayerMode::kCache), 1);
+}
+
 TEST(GpuMemoryLimit, DenseModelsAreHeldToIt) {
   // A model without experts gets the same check as a MoE plan: weights + KV + buffers within the
   // limit, or an error naming the sizes and how many KV tokens would fit.
