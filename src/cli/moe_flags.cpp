@@ -122,9 +122,9 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
                   "fp32, bit for bit the CPU backend's",
                   g);
   add_on_off_flag(cmd, "--moe-preload", o.preload,
-                  "on: fill the expert cache at start with a share of every layer's experts (read over PCIe once, counted "
-                  "as prefetched), so the first decode steps hit and a first prompt copies from the cache the share "
-                  "its staging regions do not drop first; off: it starts empty",
+                  "on: fill the expert cache at start (its slots outside the two staging regions of prefill) with a "
+                  "share of every layer's experts, read over PCIe once and counted as prefetched, so the first decode "
+                  "steps hit and a first prompt copies that share from the cache; off: it starts empty",
                   g);
   cmd->add_option_function<std::string>(
          "--moe-bank-format",

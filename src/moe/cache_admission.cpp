@@ -91,7 +91,7 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
 }
 
 void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes,
-                            int32_t* src_slot) {
+                            int32_t* src_slot, int32_t keep_below) {
   const int32_t E = s.n_expert;
   if (layer < 0 || layer >= s.n_layers)
     fail(ErrorCode::kInvalidArgument, "expert cache: layer {} outside [0, {})", layer, s.n_layers);
@@ -110,8 +110,14 @@ void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t firs
   int32_t kept = 0;
   for (int32_t e = 0; e < n; ++e) {
     const int32_t old = map[e];
-    if (old >= 0 && old != first + e) empty(old);
     if (src_slot) src_slot[e] = old, kept += old >= 0;
+    if (old >= 0 && old != first + e) {
+      if (src_slot && old < keep_below) {  // copied into the region as scratch: the cache keeps it where it is
+        s.stamp[old] = tick;
+        continue;
+      }
+      empty(old);
+    }
     map[e] = first + e;
     s.owner[first + e] = layer * E + e;
     s.stamp[first + e] = tick;

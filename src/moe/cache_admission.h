@@ -61,12 +61,14 @@
 //   1. tick += 1;
 //   2. every slot of the region is emptied (its owner unmapped, owner -1, stamp 0), but slot
 //      first + e when it holds the layer's expert e already;
-//   3. each expert e < n of the layer: a slot it held elsewhere is emptied the same way, then it
-//      maps to slot first + e with stamp = tick (the copy puts its record there). With a src_slot
-//      array (the stream copies cached records device to device), src_slot[e] = the slot it held
-//      (first + e: in place, nothing to copy; another slot outside the region: its record is
-//      copied from there, not from the bank), else -1; without one every record comes from the
-//      bank;
+//   3. each expert e < n of the layer maps to slot first + e with stamp = tick (the copy puts its
+//      record there), a slot it held elsewhere emptied the same way. With a src_slot array (the
+//      stream copies cached records device to device), src_slot[e] = the slot it held, else -1;
+//      an expert held in another slot below keep_below (the staging regions' first slot: slots
+//      outside every region) keeps it (stamp = tick) and its copy in slot first + e is scratch for
+//      this step (the slot stays empty in the map), so a prefill leaves the cache's experts where
+//      they were; one held in another region moves into this one (that region is reclaimed next);
+//      first + e: in place, nothing to copy. Without src_slot every record comes from the bank;
 //   4. stats of layer l: hits += the experts found outside the region (with src_slot), misses += the
 //      others, bytes += misses * record bytes;
 //   5. tick += 2 * n_layers: the window of the victim order passes, so for the admissions after a
@@ -213,6 +215,6 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
  *  the region or -1. Throws ft::Error(kInvalidArgument) for a layer outside [0, n_layers), n outside
  *  [0, n_expert] or a region outside [0, n_slots). */
 void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes,
-                            int32_t* src_slot = nullptr);
+                            int32_t* src_slot = nullptr, int32_t keep_below = INT32_MAX);
 
 }  // namespace ft

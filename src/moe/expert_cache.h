@@ -43,10 +43,12 @@ class ExpertCache {
                 int32_t* slot_ids, int32_t* cpu_ids, bool prefetch = false, int32_t spare = 0);
 
   /** Maps `layer`'s n experts to the region of n_expert slots at `first` for a streamed layer (see
-   *  claim_region in cache_admission.h); src_slot [n] (may be null): each expert's cached slot
-   *  outside the region, or -1. Throws kInvalidArgument for arguments out of range. */
-  void claim_region(int32_t layer, int32_t first, int32_t n, int64_t record_bytes, int32_t* src_slot = nullptr) {
-    claim_region_reference(refs(), layer, first, n, record_bytes, src_slot);
+   *  claim_region in cache_admission.h); src_slot [n] (may be null): each expert's cached slot, or
+   *  -1; experts cached below slot keep_below stay there. Throws kInvalidArgument for arguments out
+   *  of range. */
+  void claim_region(int32_t layer, int32_t first, int32_t n, int64_t record_bytes, int32_t* src_slot = nullptr,
+                    int32_t keep_below = INT32_MAX) {
+    claim_region_reference(refs(), layer, first, n, record_bytes, src_slot, keep_below);
   }
 
   /** The last admission's misses, in fetch order. */

@@ -110,10 +110,12 @@ void ExpertSlots::build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n
                                 const SlotBiases& biases) {
   const int32_t E = src.max_experts();
   n_regions_ = n_slots / E >= 2 ? 2 : 0;  // two: the rest of the pool keeps its experts through a prefill
+  regions_first_ = n_slots - n_regions_ * E;
+  region_width_ = E;
   regions_.assign(static_cast<size_t>(n_regions_), SlotBanks{});
   for (int32_t r = 0; r < n_regions_; ++r)
-    regions_[static_cast<size_t>(r)].build(src, pool + static_cast<int64_t>(r) * E * src.slot_bytes(), E, device,
-                                           biases, r * E);
+    regions_[static_cast<size_t>(r)].build(src, pool + static_cast<int64_t>(region_first(r)) * src.slot_bytes(), E,
+                                           device, biases, region_first(r));
 }
 
 int32_t ExpertSlots::check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const {
@@ -122,7 +124,7 @@ int32_t ExpertSlots::check_stream_args(const ExpertBanks& src, int32_t layer, in
   if (region < 0 || region >= n_regions_)
     fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {}) ({} slots)", region, n_regions_,
          n_slots());
-  return region * src.max_experts();
+  return region_first(region);
 }
 
 const ExpertBank& ExpertSlots::region_bank(int32_t layer, int32_t region) const {
@@ -258,7 +260,7 @@ void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
   const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
   ledger_.take_all();
   stream_src_.resize(static_cast<size_t>(n));
-  cache_.claim_region(layer, first, n, banks_.record_bytes(layer), stream_src_.data());
+  cache_.claim_region(layer, first, n, banks_.record_bytes(layer), stream_src_.data(), region_first(0));
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   const int64_t sb = banks_.slot_bytes();
   for (int32_t e = 0; e < n; ++e) {

@@ -6,11 +6,13 @@
 // cached experts with slot ids exactly as it computes resident experts with expert ids (same
 // kernels: offload and fused give identical results).
 //
-// Prefill streaming: the first 2 * max_experts slots are also two staging regions of max_experts
-// consecutive slots (region r starts at slot r * max_experts). stream_layer(l, r) maps layer l's
+// Prefill streaming: the last 2 * max_experts slots are also two staging regions of max_experts
+// consecutive slots (region r starts at slot n_slots - (2 - r) * max_experts; the empty slots that
+// admissions and the preload fill first are the lowest). stream_layer(l, r) maps layer l's
 // experts to region r in the admission state (claim_region, cache_admission.h) and fills it in
-// expert order: an expert cached in another slot is copied from that slot (device to device), the
-// others from the host banks (CUDA: on a copy stream, after the work queued before it);
+// expert order: an expert cached in another slot is copied from that slot (device to device) and
+// stays cached there, the others come from the host banks (CUDA: on a copy stream, after the work
+// queued before it);
 // wait_region(r) makes later work wait for that copy; region_bank(l, r) views the region as layer
 // l's bank indexed by expert id, so Ops::moe_experts runs with the router's ids on the same kernels
 // as fused. While one layer computes from its region, the next layer streams into the other; the
@@ -176,10 +178,13 @@ class ExpertSlots {
   /** The pool as `layer`'s bank: n_slots experts with that layer's layout, on device(). */
   virtual const ExpertBank& slot_bank(int32_t layer) const = 0;
 
-  /** Staging regions for prefill streaming: 2 (slots [0, 2 max_experts)) when the pool holds that
-   *  many, else 0. Only two, so a prefill leaves the experts cached in the other slots in place and
-   *  streams past them (stream_layer copies a cached expert's slot rather than its host record). */
+  /** Staging regions for prefill streaming: 2 (the pool's last 2 max_experts slots) when the pool
+   *  holds that many, else 0. Only two, so a prefill leaves the experts cached in the other slots in
+   *  place and streams past them (stream_layer copies a cached expert's slot rather than its host
+   *  record). */
   virtual int32_t n_regions() const { return n_regions_; }
+  /** The first slot of region r (r < n_regions() of a single pool): n_slots - (2 - r) max_experts. */
+  int32_t region_first(int32_t r) const { return regions_first_ + r * region_width_; }
   /** Starts streaming `layer`'s records into region `region` (see the top of this file): in queue
    *  order after all work queued before, so slots other work still reads are not overwritten early;
    *  the region's slots then hold the layer's experts in the cache. Host: done on return. Throws
@@ -188,7 +193,7 @@ class ExpertSlots {
   /** Makes work queued after this call wait until the last stream_layer into `region` finished
    *  (host: nothing to wait for). */
   virtual void wait_region(int32_t region) = 0;
-  /** Region `region` as `layer`'s bank: max_experts experts, expert e in slot region * max_experts + e.
+  /** Region `region` as `layer`'s bank: max_experts experts, expert e in slot region_first(region) + e.
    *  Throws kInvalidArgument for a layer without experts or a bad region. */
   virtual const ExpertBank& region_bank(int32_t layer, int32_t region) const;
 
@@ -217,6 +222,8 @@ class ExpertSlots {
 
  private:
   int32_t n_regions_ = 0;
+  int32_t regions_first_ = 0;       // the first region's first slot
+  int32_t region_width_ = 0;        // max_experts
   std::vector<SlotBanks> regions_;  // [n_regions]
 };
 

@@ -88,15 +88,17 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
 }
 
 void OffloadedExperts::preload_cache() {
-  // The pools: one per slot class, or one over every cache layer.
+  // The pools: one per slot class, or one over every cache layer; each less its two staging regions
+  // (the last slots; the preload's empty victims are the lowest), which the first prefill reclaims.
+  const int32_t regions = slots_->n_regions() > 0 ? 2 : 0;
   std::vector<std::pair<std::vector<int64_t>, int64_t>> pools;
   for (const SlotClass& c : plan_.cache.classes)
-    if (!c.layers.empty()) pools.emplace_back(c.layers, c.n_slots);
+    if (!c.layers.empty()) pools.emplace_back(c.layers, c.n_slots - regions * c.max_experts);
   if (pools.empty()) {
     std::vector<int64_t> layers;
     for (size_t l = 0; l < plan_.layers.size(); ++l)
       if (plan_.layers[l] == MoeLayerMode::kCache) layers.push_back(static_cast<int64_t>(l));
-    pools.emplace_back(layers, plan_.cache.n_slots);
+    pools.emplace_back(layers, plan_.cache.n_slots - regions * banks_->max_experts());
   }
   const int64_t chunk = opt_.max_tokens * opt_.n_expert_used;  // a prefetch's most ids
   std::vector<int32_t> ids(static_cast<size_t>(chunk));
@@ -119,7 +121,8 @@ void OffloadedExperts::preload_cache() {
   }
   slots_->finish_prefetches();
   ops_.synchronize();
-  spdlog::info("moe: expert cache preloaded with {} experts ({} slots)", loaded, plan_.cache.n_slots);
+  spdlog::info("moe: expert cache preloaded with {} experts ({} slots; the two staging regions of prefill left empty)",
+               loaded, plan_.cache.n_slots);
 }
 
 OffloadedExperts::~OffloadedExperts() {

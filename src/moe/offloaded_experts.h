@@ -175,9 +175,10 @@ class OffloadedExperts final : public ExpertCompute {
  private:
   /** The dispatcher's handler: the executor on a request's staged inputs. */
   void serve(const ExchangeRequest& r);
-  /** Fills the empty cache: each cache layer gets its pool's slots divided by the pool's layers
-   *  (classes: per class), its experts 0, 1, ... fetched by prefetch admissions (counted as
-   *  prefetched in the stats), then the prefetches are finished. Synchronizes. */
+  /** Fills the empty cache: each cache layer gets its pool's slots (less the two staging regions)
+   *  divided by the pool's layers (classes: per class), its experts 0, 1, ... fetched by prefetch
+   *  admissions (counted as prefetched in the stats), then the prefetches are finished.
+   *  Synchronizes. */
   void preload_cache();
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,

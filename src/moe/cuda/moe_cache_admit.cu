@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
  *  their owners' map entries; the slots the layer's experts held elsewhere are outside the region
  *  once step 2 is done, and distinct. */
 __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32_t first, int32_t n,
-                                          int64_t record_bytes, int32_t* src_slot) {
+                                          int64_t record_bytes, int32_t* src_slot, int32_t keep_below) {
   const int32_t E = s.n_expert;
   __shared__ long long tick;
   __shared__ int kept;
@@ -160,10 +160,16 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
   int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
   for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += blockDim.x) {
     const int32_t old = map[e];
-    if (old >= 0 && old != first + e) s.owner[old] = -1, s.stamp[old] = 0;
     if (src_slot) {
       src_slot[e] = old;
       if (old >= 0) atomicAdd(&kept, 1);
+    }
+    if (old >= 0 && old != first + e) {
+      if (src_slot && old < keep_below) {  // copied into the region as scratch: the cache keeps it where it is
+        s.stamp[old] = tick;
+        continue;
+      }
+      s.owner[old] = -1, s.stamp[old] = 0;
     }
     map[e] = first + e;
     s.owner[first + e] = layer * E + e;
@@ -182,11 +188,11 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
 }  // namespace
 
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
-                               int64_t record_bytes, int32_t* src_slot, cudaStream_t stream) {
+                               int64_t record_bytes, int32_t* src_slot, int32_t keep_below, cudaStream_t stream) {
   if (layer < 0 || layer >= s.n_layers || n < 0 || n > s.n_expert || first < 0 || first > s.n_slots - s.n_expert)
     fail(ErrorCode::kInvalidArgument, "expert cache: region of {} experts at slot {} (layer {}) outside {} slots", n,
          first, layer, s.n_slots);
-  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes, src_slot);
+  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes, src_slot, keep_below);
   FT_CUDA_LAUNCH_CHECK();
 }
 

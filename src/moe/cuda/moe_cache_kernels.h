@@ -18,10 +18,10 @@ void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_
 
 /** claim_region (moe/cache_admission.h, bit for bit with claim_region_reference) in one block:
  *  maps `layer`'s n experts to the region of s.n_expert slots at `first`; src_slot [n] (device, may
- *  be null) receives each expert's cached slot outside the region or -1. Throws kInvalidArgument
- *  for arguments out of range. */
+ *  be null) receives each expert's cached slot or -1, and experts cached below slot keep_below stay
+ *  there. Throws kInvalidArgument for arguments out of range. */
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
-                               int64_t record_bytes, int32_t* src_slot, cudaStream_t stream);
+                               int64_t record_bytes, int32_t* src_slot, int32_t keep_below, cudaStream_t stream);
 
 /** Where a layer's EC12 records (moe/ec12.h, BankFormat::kEc12) put each coded matrix and where
  *  its decoded BF16 goes in a slot. Matrix j: 0 gate, 1 up, 2 down. */

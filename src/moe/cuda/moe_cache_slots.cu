@@ -269,7 +269,7 @@ class CudaExpertSlots final : public ExpertSlots {
     const int64_t rb = banks_.record_bytes(layer);
     cudaStream_t st = ops_.stream();
     int32_t* keep = stream_keep_ + static_cast<int64_t>(region) * banks_.max_experts();  // read by this region's copy only
-    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, keep, st);
+    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, keep, region_first(0), st);
     const cuda::SlotBiasLayer& bl = bias_layers_[static_cast<size_t>(layer)];
     for (int j = 0; j < 3; ++j)  // the layer's biases into the region's rows, device to device
       if (bl.src[j])
