@@ -21,6 +21,21 @@
 namespace ft::testing {
 namespace {
 
+/** The largest relative L2 between each decode step's logits of `dec` (after a prompt of `prompt`
+ *  tokens) and the same position's prompt logits of `cold`, one prefill of the prompt and the
+ *  tokens `dec` decoded; [V] rows. */
+double worst_step_vs_cold(const GenerateResult& dec, const GenerateResult& cold, int64_t V, size_t prompt) {
+  double worst = 0;
+  for (size_t r = 0; r < dec.tokens.size(); ++r) {
+    const auto row = [V](const std::vector<float>& v, size_t i) {
+      return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(i * V),
+                                v.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
+    };
+    worst = std::max(worst, max_row_rel_l2(row(dec.step_logits, r), row(cold.prompt_logits, prompt - 1 + r), V));
+  }
+  return worst;
+}
+
 TEST(DeepseekV4, ChunkedPrefillOverSmallPagesKeepsTheReferenceLogits) {
   const std::string dir = shared_dir() + "/fixtures/hf/deepseek_v4";
   const std::vector<RefCase> cases = read_reference(dir);
@@ -152,14 +167,7 @@ TEST(DeepseekV4, EntriesPersistAcrossDecodeStepsAndPrefixHits) {
   std::vector<int32_t> full = prompt;
   full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
   const auto cold = generate(*engine, {greedy_request(full, 1)})[0];
-  double worst = 0;
-  for (size_t r = 0; r < dec.tokens.size(); ++r) {
-    const std::vector<float> a(dec.step_logits.begin() + static_cast<std::ptrdiff_t>(r * V),
-                               dec.step_logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
-    const std::vector<float> b(cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((299 + r) * V),
-                               cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((300 + r) * V));
-    worst = std::max(worst, max_row_rel_l2(a, b, V));
-  }
+  const double worst = worst_step_vs_cold(dec, cold, V, 300);
   std::printf("[ fixture ] deepseek_v4 300-token prompt, 12 decode steps vs one cold prefill: max rel L2 %.3g\n", worst);
   EXPECT_LE(worst, 1e-5);
 
@@ -278,14 +286,7 @@ TEST(DeepseekV4Yarn, TheWindowPoolHoldsALongContextInItsWindows) {
   full.insert(full.end(), dec.tokens.begin(), dec.tokens.end() - 1);
   const auto cold = generate(*ref, {greedy_request(full, 1)})[0];
   const int64_t V = engine->config().n_vocab;
-  double worst = 0;
-  for (size_t r = 0; r < dec.tokens.size(); ++r) {
-    const std::vector<float> a(dec.step_logits.begin() + static_cast<std::ptrdiff_t>(r * V),
-                               dec.step_logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
-    const std::vector<float> b(cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((299 + r) * V),
-                               cold.prompt_logits.begin() + static_cast<std::ptrdiff_t>((300 + r) * V));
-    worst = std::max(worst, max_row_rel_l2(a, b, V));
-  }
+  const double worst = worst_step_vs_cold(dec, cold, V, 300);
   std::printf("[ fixture ] deepseek_v4_yarn 300 tokens through a 56-token window pool, 12 steps vs a cold "
               "prefill: max rel L2 %.3g\n", worst);
   EXPECT_LE(worst, 1e-5);
