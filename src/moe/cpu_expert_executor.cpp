@@ -7,8 +7,10 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/expert_ffn.h"
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/q8_rows.h"
 #include "backend/op_checks.h"
+#include "tensor/half.h"
 #include "backend/cpu/simd.h"
 #include "moe/ec12.h"
 #include "util/error.h"
@@ -114,7 +116,8 @@ bool CpuExpertExecutor::bf16_weight(const Tensor& w) {
 CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations, bool bf16_activations)
     : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us),
       int8_(int8_activations),
-      bf16_(bf16_activations) {
+      bf16_(bf16_activations),
+      amx_(bf16_activations && cpu::has_amx_bf16()) {
   wbuf_.resize(static_cast<size_t>(pool_.size()));
   wbuf16_.resize(static_cast<size_t>(pool_.size()));
   gu_.resize(static_cast<size_t>(pool_.size()));
@@ -177,6 +180,13 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     return bf16(bank.gate[static_cast<size_t>(g.expert)]) && bf16(bank.up[static_cast<size_t>(g.expert)]);
   };
   auto d16 = [&](const Group& g) { return bf16(bank.down[static_cast<size_t>(g.expert)]); };
+  // On AMX (amx_) the BF16 blocks of weights with whole 32-value chunks a row run as AMX tiles, every
+  // input count alike, over the group's x and h rows packed in B-tile order (xp16_, hp16_).
+  auto amx_w = [&](const Tensor& w) { return amx_ && bf16(w) && w.dim(1) % 32 == 0; };
+  auto gu_amx = [&](const Group& g) {
+    return gu16(g) && amx_w(bank.gate[static_cast<size_t>(g.expert)]) && amx_w(bank.up[static_cast<size_t>(g.expert)]);
+  };
+  auto d_amx = [&](const Group& g) { return d16(g) && amx_w(bank.down[static_cast<size_t>(g.expert)]); };
   auto blocked_gate_up = [&](const Group& g) {
     const auto e = static_cast<size_t>(g.expert);
     return g.n > 1 && !gu16(g) && (!int8(bank.gate[e]) || !int8(bank.up[e]));
@@ -278,6 +288,27 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
                       static_cast<size_t>(H) * 2);
   }
   if (any_h16 && static_cast<int64_t>(h16_.size()) < n_pairs * max_ff) h16_.resize(static_cast<size_t>(n_pairs * max_ff));
+  // AMX: each such group's x rows packed once (from xg16_), its h rows written packed by its gate/up tasks.
+  xp_at_.assign(groups.size(), -1);
+  hp_at_.assign(groups.size(), -1);
+  int64_t xp_elems = 0, hp_elems = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (gu_amx(groups[g])) xp_at_[g] = xp_elems, xp_elems += cpu::amx_packed_elems(groups[g].n, H);
+    if (d_amx(groups[g])) hp_at_[g] = hp_elems, hp_elems += cpu::amx_packed_elems(groups[g].n, groups[g].F);
+  }
+  if (static_cast<int64_t>(xp16_.size()) < xp_elems) xp16_.resize(static_cast<size_t>(xp_elems));
+  if (static_cast<int64_t>(hp16_.size()) < hp_elems) hp16_.resize(static_cast<size_t>(hp_elems));
+  if (xp_elems > 0) {
+    auto pack = [&](size_t g) {
+      if (xp_at_[g] >= 0)
+        cpu::amx_pack_bf16(xg16_.data() + groups[g].begin * H, H, groups[g].n, H, xp16_.data() + xp_at_[g]);
+    };
+    if (rows16 < 64) {  // as the gathers above: a few rows on the calling thread
+      for (size_t g = 0; g < groups.size(); ++g) pack(g);
+    } else {
+      pool_.run(static_cast<int64_t>(groups.size()), [&](int64_t gi, int) { pack(static_cast<size_t>(gi)); });
+    }
+  }
   const int64_t wbuf16_need = 2 * kRowTile * std::max(H, max_ff);  // EC12 rows decoded to BF16 (gate and up)
   for (auto& b : wbuf16_)
     if (static_cast<int64_t>(b.size()) < wbuf16_need) b.resize(static_cast<size_t>(wbuf16_need));
@@ -319,7 +350,11 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const float* xg = gathered ? xg_.data() + G.begin * H : nullptr;
     if (wg && gathered) cpu::gemm_nt(xg, H, G.n, wg, H, nr, H, gall, kRowTile);
     if (wu && gathered) cpu::gemm_nt(xg, H, G.n, wu, H, nr, H, uall, kRowTile);
-    if (b16) {
+    if (b16 && xp_at_[static_cast<size_t>(task.group)] >= 0) {
+      const uint16_t* xp = xp16_.data() + xp_at_[static_cast<size_t>(task.group)];
+      cpu::gemm_nt_amx_bf16(xp, G.n, rows_bf16(gate, task.row0, nr, bf, 0), H, nr, H, gall, kRowTile);
+      cpu::gemm_nt_amx_bf16(xp, G.n, rows_bf16(up, task.row0, nr, bf, kRowTile * H), H, nr, H, uall, kRowTile);
+    } else if (b16) {
       const uint16_t* x16 = xg16_.data() + G.begin * H;
       bf16_block(x16, H, G.n, gate, task.row0, nr, bf, 0, gall, kRowTile);
       bf16_block(x16, H, G.n, up, task.row0, nr, bf, kRowTile * H, uall, kRowTile);
@@ -349,8 +384,13 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     // The biases and the GLU as CpuOps::moe_experts (cpu::expert_glu), into h by group position.
     float* h = h_.data() + G.begin * max_ff + task.row0;
     cpu::expert_glu(bank, G.expert, F, task.row0, nr, G.n, gall, kRowTile, uall, kRowTile, h, max_ff);
-    if (d16(G))
+    if (const int64_t hp = hp_at_[static_cast<size_t>(task.group)]; hp >= 0) {
+      for (int64_t r = 0; r < G.n; ++r)
+        for (int64_t j = 0; j < nr; ++j)
+          hp16_[static_cast<size_t>(hp + cpu::amx_packed_index(r, task.row0 + j, F))] = f32_to_bf16(h[r * max_ff + j]);
+    } else if (d16(G)) {
       for (int64_t r = 0; r < G.n; ++r) cpu::to_bf16(h + r * max_ff, h16_.data() + (G.begin + r) * max_ff + task.row0, nr);
+    }
   };
   auto down = [&](const Task& task, int worker) {
     const Group& G = groups[static_cast<size_t>(task.group)];
@@ -362,7 +402,10 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     const float* wd = b16 || d8 || fused(dw, G.n) ? nullptr : rows_f32(dw, task.row0, nr, wbuf_[static_cast<size_t>(worker)], 0, bf);
     // An fp32 (or BF16) tile meets the expert's h rows (contiguous by group position) as one GEMM block.
     if (wd) cpu::gemm_nt(h_.data() + G.begin * max_ff, max_ff, G.n, wd, G.F, nr, G.F, y_.data() + G.begin * H + task.row0, H);
-    if (b16)
+    if (const int64_t hp = hp_at_[static_cast<size_t>(task.group)]; hp >= 0)
+      cpu::gemm_nt_amx_bf16(hp16_.data() + hp, G.n, rows_bf16(dw, task.row0, nr, bf, 0), G.F, nr, G.F,
+                            y_.data() + G.begin * H + task.row0, H);
+    else if (b16)
       bf16_block(h16_.data() + G.begin * max_ff, max_ff, G.n, dw, task.row0, nr, bf, 0, y_.data() + G.begin * H + task.row0, H);
     if (d8 && G.n > 1)
       cpu::gemm_q8(dw.dtype, h8_rows_.data() + G.begin, G.n, dw.bytes_ptr() + task.row0 * dw.row_bytes(), dw.row_bytes(),

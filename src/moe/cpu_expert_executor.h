@@ -52,11 +52,16 @@ class CpuExpertExecutor {
    *  through cpu::gemm_nt_bf16 (AVX-512 BF16), every input alike, as a GEMM block per 16-row tile:
    *  2-2.5x the fp32 blocks' throughput on the development machine, no decoded fp32 tile, a pair's
    *  result still independent of the batch; within bf16 tolerance of the fp32 result (~1e-3
-   *  relative), not bit-identical to the CPU backend. Only where has_bf16_dot(); else fp32. */
+   *  relative), not bit-identical to the CPU backend. Only where has_bf16_dot(); else fp32. On a CPU
+   *  with AMX-BF16 (cpu::has_amx_bf16) the blocks of weights whose rows are whole 32-value chunks run
+   *  as AMX tiles (cpu::gemm_nt_amx_bf16) for every input count, one input included, so a pair's result
+   *  still does not depend on the batch (but differs from the AVX-512 blocks' in the last bits). */
   explicit CpuExpertExecutor(int n_threads = 0, int spin_us = 0, bool int8_activations = false,
                              bool bf16_activations = false);
   bool int8_activations() const { return int8_; }
   bool bf16_activations() const { return bf16_; }
+  /** Whether the BF16 GEMM blocks run on AMX tiles (bf16 activations on a CPU with AMX-BF16). */
+  bool amx() const { return amx_; }
   /** Whether weight `w` meets bf16 activations when they are on: BF16 or EC12, on a CPU with
    *  AVX-512 BF16 (cpu::has_bf16_dot). */
   static bool bf16_weight(const Tensor& w);
@@ -95,8 +100,11 @@ class CpuExpertExecutor {
   std::vector<Task> tasks_;
   std::vector<int32_t> pending_;  // per group: gate/up tasks not yet finished, + 1 while h8 is pending (atomic_ref)
   std::vector<int32_t> h8_stage_;  // per group: 1 if its down GEMV takes h's int8 form
-  bool int8_ = false, bf16_ = false;
+  bool int8_ = false, bf16_ = false, amx_ = false;
   std::vector<uint16_t> x16_, xg16_, h16_;  // BF16 forms: x [T, H], x gathered [pairs, H], h [pairs, F]
+  // AMX B-tile forms (cpu::amx_pack_bf16) of a group's x and h rows, at xp_at_ / hp_at_ per group.
+  std::vector<uint16_t> xp16_, hp16_;
+  std::vector<int64_t> xp_at_, hp_at_;
   std::vector<uint8_t> x8_, h8_;  // int8 forms: T rows of H, pairs of F (cpu::q8_row_bytes each)
   std::vector<cpu::Q8Row> x8_rows_, h8_rows_, xg8_rows_;  // per token, per pair and per pair (x's, by group position)
   std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] and [pairs, H] by group position

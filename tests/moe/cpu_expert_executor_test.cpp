@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/q8_rows.h"
 #include "backend/cpu/simd.h"
 #include "moe/cpu_expert_executor.h"
@@ -334,6 +335,51 @@ TEST(CpuExpertExecutor, Bf16ActivationsStayWithinBf16ToleranceOfTheCpuBackend) {
     three.run({}, tx, ti, tw, m.banks[0], Tensor(got.data(), DType::F32, {3, 128}));
     EXPECT_NE(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
     EXPECT_LT(rel(got, want), 1e-2);
+  }
+}
+
+TEST(CpuExpertExecutor, AmxTilesStayWithinBf16ToleranceAndKeepEveryTokensBits) {
+  // On a CPU with AMX-BF16 (the GPU hosts' Xeons; skipped elsewhere) bf16 activations run the blocks
+  // of weights with whole 32-value rows as AMX tiles, every input count alike: within bf16 tolerance of
+  // the fp32 CPU backend, the same bits at any thread count and for a token alone or in its batch
+  // (1, 3, 16, 33, 70 tokens), and the EC12 bank of the same weights gives the BF16 bank's bits.
+  if (!cpu::has_amx_bf16() || !cpu::has_bf16_dot()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  const int32_t E = 8;
+  const int64_t F = 128, H = 256, k = 4;
+  SyntheticExperts s;
+  s.add_layer(E, F, H, DType::BF16, DType::BF16, 61);
+  CpuOps ops(1);
+  CpuExpertExecutor one(1, 0, false, true), three(3, 0, false, true);
+  EXPECT_TRUE(three.amx());
+  EXPECT_FALSE(CpuExpertExecutor(1).amx());
+  auto alloc = make_host_allocator();
+  ExpertBanks ec12(s.banks, *alloc, 2, {}, false, BankFormat::kEc12);
+  ASSERT_EQ(ec12.bank(0).gate[0].dtype, DType::EC12);
+  for (int64_t T : {1, 3, 16, 33, 70}) {
+    SCOPED_TRACE(T);
+    std::mt19937 rng(static_cast<uint32_t>(T) + 300);
+    std::vector<int32_t> ids = random_routes(T, k, E, 0.0, rng);
+    std::vector<float> w = random_floats(ids.size(), 62, 0.0f, 1.0f), x = random_floats(T * H, 63);
+    std::vector<float> want(T * H), got1(T * H), got3(T * H), got_e(T * H);
+    Tensor tx(x.data(), DType::F32, {T, H}), ti(ids.data(), DType::I32, {T, k}), tw(w.data(), DType::F32, {T, k});
+    ops.moe_experts({}, tx, ti, tw, s.banks[0], Tensor(want.data(), DType::F32, {T, H}));
+    one.run({}, tx, ti, tw, s.banks[0], Tensor(got1.data(), DType::F32, {T, H}));
+    three.run({}, tx, ti, tw, s.banks[0], Tensor(got3.data(), DType::F32, {T, H}));
+    three.run({}, tx, ti, tw, ec12.bank(0), Tensor(got_e.data(), DType::F32, {T, H}));
+    EXPECT_EQ(std::memcmp(got1.data(), got3.data(), got1.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(got_e.data(), got3.data(), got3.size() * 4), 0) << "EC12";
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) num += std::pow(got1[i] - want[i], 2), den += std::pow(want[i], 2);
+    ASSERT_GT(den, 0);
+    EXPECT_LT(std::sqrt(num / den), 1e-2);
+    EXPECT_NE(std::memcmp(got1.data(), want.data(), want.size() * 4), 0) << "the bf16 path did not run";
+    for (int64_t t : {int64_t{0}, T - 1}) {  // a token alone: the bits it has in the batch
+      std::vector<float> xl(x.begin() + t * H, x.begin() + (t + 1) * H), wl(w.begin() + t * k, w.begin() + (t + 1) * k), solo(H);
+      std::vector<int32_t> il(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+      three.run({}, Tensor(xl.data(), DType::F32, {1, H}), Tensor(il.data(), DType::I32, {1, k}),
+                Tensor(wl.data(), DType::F32, {1, k}), s.banks[0], Tensor(solo.data(), DType::F32, {1, H}));
+      EXPECT_EQ(std::memcmp(solo.data(), got3.data() + t * H, H * 4), 0) << "token " << t << " alone differs";
+    }
   }
 }
 
