@@ -24,6 +24,7 @@
 // With bf16 activations (the constructor's option) BF16 and EC12 rows meet BF16 forms of x and h
 // (cpu::gemm_nt_bf16, AVX-512 BF16) for every input, as GEMM blocks straight from the stored (or
 // EC12-decoded) BF16 tile: 2x the fp32 blocks' prefill throughput, ~3e-3 relative from fp32.
+// On AMX CPUs an expert with 4 inputs or more runs those blocks as AMX tiles (cpu::gemm_nt_amx_bf16).
 // EC12 weights (expert banks in BankFormat::kEc12) give the same bits as the BF16 bank they code: a
 // single input meets them in ec12::dot_rows (decoded in registers with AVX-512), more inputs in BF16
 // tiles decoded by ec12::decode_rows.
@@ -53,9 +54,11 @@ class CpuExpertExecutor {
    *  2-2.5x the fp32 blocks' throughput on the development machine, no decoded fp32 tile, a pair's
    *  result still independent of the batch; within bf16 tolerance of the fp32 result (~1e-3
    *  relative), not bit-identical to the CPU backend. Only where has_bf16_dot(); else fp32. On a CPU
-   *  with AMX-BF16 (cpu::has_amx_bf16) the blocks of weights whose rows are whole 32-value chunks run
-   *  as AMX tiles (cpu::gemm_nt_amx_bf16) for every input count, one input included, so a pair's result
-   *  still does not depend on the batch (but differs from the AVX-512 blocks' in the last bits). */
+   *  with AMX-BF16 (cpu::has_amx_bf16) an expert with 4 inputs or more (prefill) runs its blocks of
+   *  weights whose rows are whole 32-value chunks as AMX tiles (cpu::gemm_nt_amx_bf16; ~3x the
+   *  AVX-512 blocks' prefill throughput on the H100 host): a pair's bits then depend on whether its
+   *  expert had fewer than 4 inputs in the step (AVX-512) or not (AMX), both within fp32 rounding
+   *  of the exact sum of the BF16 products; within each side they do not depend on the batch. */
   explicit CpuExpertExecutor(int n_threads = 0, int spin_us = 0, bool int8_activations = false,
                              bool bf16_activations = false);
   bool int8_activations() const { return int8_; }

@@ -61,7 +61,8 @@ struct MoeOptions {
   /** --moe-cpu-int8: the CPU expert executor's int8 activations (CpuExpertExecutor). */
   bool cpu_int8 = true;
   /** --moe-cpu-bf16: the CPU expert executor's bf16 activations for BF16/EC12 experts (CpuExpertExecutor).
-   *  Off by default: on, the CPU's experts are within bf16 tolerance of the GPU's, no longer bit for bit. */
+   *  Off here: on, the CPU's experts are within bf16 tolerance of the GPU's, no longer bit for bit. The
+   *  CLI's default (auto) turns it on where the CPU has AMX-BF16 (cpu::has_amx_bf16). */
   bool cpu_bf16 = false;
   /** --moe-preload: fill the expert cache at start with a share of every cache layer's experts
    *  (OffloadedExperts::preload_cache), read over PCIe once while the server starts. */

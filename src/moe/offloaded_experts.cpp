@@ -63,7 +63,10 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
                  "bf16 activations for BF16 experts {}",
                  cpu_->n_threads(), physical_core_count(), cpu::simd_level(),
                  !opt_.cpu_int8 ? "off" : cpu::has_q8_dot(DType::Q4_K) ? "on" : "on but unavailable (no AVX-512 VNNI)",
-                 !opt_.cpu_bf16 ? "off" : cpu::has_bf16_dot() ? "on" : "on but unavailable (no AVX-512 BF16)");
+                 !opt_.cpu_bf16      ? "off"
+                 : cpu_->amx()       ? "on (AMX tiles for an expert with 4 tokens or more)"
+                 : cpu::has_bf16_dot() ? "on"
+                                       : "on but unavailable (no AVX-512 BF16)");
     int64_t H = 0;
     for (int64_t l = 0; l < banks_->n_layers(); ++l)
       if (banks_->n_expert(l) > 0) H = std::max(H, banks_->layout(l).n_embd);

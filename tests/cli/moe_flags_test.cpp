@@ -52,6 +52,7 @@ TEST(RunMoeFlags, EveryStrategyPrintsTheSameTokens) {
                             "--moe-strategy offload --moe-cache-slots 128 --moe-prefetch on",
                             "--moe-strategy hybrid --moe-fetch-cap 1 --moe-prefetch on", "--moe-strategy hybrid",
                             "--moe-strategy cpu --moe-cpu-int8 off", "--moe-strategy cpu --moe-cpu-bf16 on",
+                            "--moe-strategy cpu --moe-cpu-bf16 auto",
                             "--moe-strategy offload --embed-weights host",
                             "--moe-strategy cpu --moe-bank-format stored"}) {
     SCOPED_TRACE(flags);
@@ -217,7 +218,7 @@ TEST(RunMoeFlags, BadCombinationsExitWithAMessage) {
       {"--moe-strategy hybrid --moe-cpu-cost 1 --moe-calibrate", 2, "--moe-calibrate with --moe-cpu-cost"},
       {"--embed-weights pinned", 2, "--embed-weights"},
       {"--moe-strategy cpu --moe-cpu-int8 yes", 2, "--moe-cpu-int8 yes must be on or off"},
-      {"--moe-strategy cpu --moe-cpu-bf16 1", 2, "--moe-cpu-bf16 1 must be on or off"},
+      {"--moe-strategy cpu --moe-cpu-bf16 1", 2, "--moe-cpu-bf16 1 must be auto, on or off"},
       {"--moe-bank-format zip", 2, "--moe-bank-format 'zip' must be auto, stored or ec12"},
       {"--moe-strategy fused --moe-bank-format ec12", 2, "--moe-bank-format ec12 needs expert banks"},
       {"--moe-strategy cpu --moe-bank-format ec12", 2, "but layer 0's expert matrices are [48, 128], not multiples"},

@@ -1,7 +1,10 @@
 // gemm_nt_amx_bf16: BF16 x BF16 -> fp32 GEMM blocks on AMX tiles (gemm_amx.h). Tiles: tmm0-3 hold
 // the fp32 results of up to 4 blocks of 16 tokens, tmm4 the 16 x 32 BF16 weight tile (A), tmm5-7 the
-// packed activation tiles (B). Each thread loads the one tile configuration (every tile 16 rows of
-// 64 bytes) once and keeps it.
+// packed activation tiles (B). Every call of the tile kernel loads the one tile configuration (every
+// tile 16 rows of 64 bytes) and releases the tiles before it returns: while tile data is live, a call
+// through the PLT that the dynamic linker resolves lazily saves the whole register state, tiles
+// included, on a stack area sized without them (a glibc issue with AMX state; seen here: a segfault on the
+// first memcpy after a tile kernel), so no tile state outlives the asm-only kernel.
 #include "backend/cpu/gemm_amx.h"
 
 #include <cpuid.h>
@@ -33,21 +36,19 @@ struct TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-/** Loads this thread's tile configuration once: tiles 0-7 of 16 rows x 64 bytes. */
-__attribute__((target("amx-tile"))) void configure_thread() {
-  thread_local bool configured = false;
-  if (configured) return;
+/** Tiles 0-7 of 16 rows x 64 bytes. */
+const TileConfig kConfig = [] {
   TileConfig c;
   for (int i = 0; i < 8; ++i) c.rows[i] = 16, c.colsb[i] = 64;
-  _tile_loadconfig(&c);
-  configured = true;
-}
+  return c;
+}();
 
 /** c[b * 256 + r * 16 + t] = sum over the chunks of a's row r (16 rows, lda_bytes apart, 32 BF16
  *  values a chunk) times token t of packed block b (blocks `blk` elements apart), b < NB. */
 template <int NB>
 __attribute__((target("amx-tile,amx-bf16"))) void tile_rows16(const uint16_t* xp, int64_t blk, const uint16_t* a,
                                                               int64_t lda_bytes, int64_t chunks, float* c) {
+  _tile_loadconfig(&kConfig);
   _tile_zero(0);
   if constexpr (NB > 1) _tile_zero(1);
   if constexpr (NB > 2) _tile_zero(2);
@@ -74,6 +75,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_rows16(const uint16_t* xp
   if constexpr (NB > 1) _tile_stored(1, c + 256, 64);
   if constexpr (NB > 2) _tile_stored(2, c + 512, 64);
   if constexpr (NB > 3) _tile_stored(3, c + 768, 64);
+  _tile_release();
   // The tile instructions are asm statements the compiler sees no memory effect of: the caller's reads
   // of c must not move above the stores.
   asm volatile("" ::: "memory");
@@ -126,7 +128,6 @@ void gemm_nt_amx_bf16(const uint16_t* xp, int64_t tokens, const uint16_t* w, int
   if (!has_amx_bf16()) fail(ErrorCode::kUnsupported, "gemm_nt_amx_bf16: this CPU (or process) has no AMX-BF16");
   if (n % 32 != 0) fail(ErrorCode::kInvalidArgument, "gemm_nt_amx_bf16: {} values a row is not a multiple of 32", n);
   if (rows <= 0 || tokens <= 0) return;
-  configure_thread();
   const int64_t chunks = n / 32, blk = chunks * 512, blocks = (tokens + 15) / 16;
   thread_local std::vector<uint16_t> pad;  // a last tile of fewer than 16 rows, zero-filled to 16
   alignas(64) float c[4 * 256];
