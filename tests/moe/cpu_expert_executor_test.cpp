@@ -380,9 +380,13 @@ TEST(CpuExpertExecutor, AmxTilesForExpertsWithSeveralInputsStayWithinBf16Toleran
   for (size_t i = 0; i < want.size(); ++i) num += std::pow(got1[i] - want[i], 2), den += std::pow(want[i], 2);
   ASSERT_GT(den, 0);
   EXPECT_LT(std::sqrt(num / den), 1e-2);
-  // Tokens 20-35 as a batch of 16 (every expert 16 inputs): their bits in the batch of 70.
-  const std::vector<float> part = run(three, 20, 16, s.banks[0]);
-  EXPECT_EQ(std::memcmp(part.data(), got3.data() + 20 * H, part.size() * 4), 0) << "a sub-batch differs";
+  // Tokens from 20 as batches of 16, 20 and 40 (every expert that many inputs: 1, 2 and 3 blocks of
+  // 16 tokens per weight tile, so each of tile_rows16<1..3> runs; the batch of 70 ran 4 + 1): their
+  // bits in the batch of 70.
+  for (int64_t n : {16, 20, 40}) {
+    const std::vector<float> part = run(three, 20, n, s.banks[0]);
+    EXPECT_EQ(std::memcmp(part.data(), got3.data() + 20 * H, part.size() * 4), 0) << "a sub-batch of " << n << " differs";
+  }
   // Tokens 0-2 (experts with 3 inputs: AVX-512 blocks): other last bits, within fp32 rounding.
   const std::vector<float> avx = run(three, 0, 3, s.banks[0]);
   EXPECT_NE(std::memcmp(avx.data(), got3.data(), avx.size() * 4), 0) << "the AMX path did not run";

@@ -16,8 +16,9 @@
 namespace ft::cpu {
 
 /** Whether the AMX kernels run here: CPUID reports AMX-TILE and AMX-BF16, the kernel grants this
- *  process the tile data state (arch_prctl XTILEDATA), and FT_CPU_SIMD does not cap the SIMD level
- *  below AVX-512. Checked once. */
+ *  process the tile data state (arch_prctl XTILEDATA), FT_CPU_SIMD does not cap the SIMD level
+ *  below AVX-512, and FT_CPU_AMX is not "off" (which keeps the AVX-512 BF16 blocks). Checked once
+ *  (thread-safe; the environment is read at the first call). */
 bool has_amx_bf16();
 
 /** Elements (uint16) amx_pack_bf16 writes for `tokens` rows of `n` values: ceil(tokens / 16) blocks
