@@ -6,22 +6,22 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/simd.h"
 #include "tensor/half.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace ft::testing {
 namespace {
 
+/** n BF16 values of random_floats (test_util.h). */
 std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  const std::vector<float> f = random_floats(n, seed);
   std::vector<uint16_t> v(n);
-  for (uint16_t& h : v) h = f32_to_bf16(d(rng));
+  cpu::to_bf16(f.data(), v.data(), static_cast<int64_t>(n));
   return v;
 }
 
@@ -43,15 +43,16 @@ TEST(AmxPack, EveryValueLandsAtItsPackedIndexAndThePaddingIsZero) {
   // Token 5's values 2 and 3 (one pair) sit side by side in tile row 1, column 5.
   EXPECT_EQ(cpu::amx_packed_index(5, 2, n), 1 * 32 + 5 * 2);
   EXPECT_EQ(cpu::amx_packed_index(5, 3, n), 1 * 32 + 5 * 2 + 1);
-  for (size_t j = 0; j < xp.size(); ++j)
+  for (size_t j = 0; j < xp.size(); ++j) {
     if (!hit[j]) EXPECT_EQ(xp[j], 0) << "padding at " << j;
+  }
   EXPECT_THROW(cpu::amx_pack_bf16(x.data(), ldx, tokens, 48, xp.data()), Error);
 }
 
 TEST(GemmAmx, BlocksMatchTheReferenceAndEachTokenAlone) {
   if (!cpu::has_amx_bf16()) GTEST_SKIP() << "no AMX-BF16 on this machine";
   for (int64_t n : {32, 96, 2048}) {
-    for (int64_t tokens : {1, 15, 16, 17, 70}) {
+    for (int64_t tokens : {1, 15, 16, 17, 40, 70}) {  // 1 to 4 token blocks a weight tile, and 5
       const int64_t R = 37, ldx = n + 8, ldw = n + 32, ldy = R + 3;
       SCOPED_TRACE(::testing::Message() << "n " << n << " tokens " << tokens);
       const std::vector<uint16_t> x = random_bf16(static_cast<size_t>(tokens * ldx), 5);

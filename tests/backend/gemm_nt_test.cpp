@@ -5,22 +5,14 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "backend/cpu/simd.h"
 #include "tensor/half.h"
+#include "test_util.h"
 
 namespace ft::testing {
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
 
 TEST(GemmNt, EveryElementHasItsSingleDotBits) {
   for (int64_t n : {1, 17, 100, 768}) {
