@@ -117,12 +117,12 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
                   "with an int8 form of the activations (AVX-512 VNNI; faster, ~1e-4 relative from fp32); off: fp32, "
                   "bit for bit the CPU backend's",
                   g);
-  o.cpu_bf16 = cpu::has_amx_bf16();  // auto, until the flag says otherwise
+  o.cpu_bf16 = cpu::cpu_reports_amx_bf16();  // auto, until the flag says otherwise
   cmd->add_option_function<std::string>(
          "--moe-cpu-bf16",
          [&o](const std::string& v) {
            if (v != "on" && v != "off" && v != "auto") refuse_flag_value("--moe-cpu-bf16 {} must be auto, on or off", v);
-           o.cpu_bf16 = v == "on" || (v == "auto" && cpu::has_amx_bf16());
+           o.cpu_bf16 = v == "on" || (v == "auto" && cpu::cpu_reports_amx_bf16());
          },
          "on: experts computed on the CPU (hybrid, cpu, --moe-cpu-layers) dot their BF16 weights with a bf16 form "
          "of the activations (AVX-512 BF16, and AMX tiles for an expert with 4 tokens or more: a cpu-strategy "

@@ -84,22 +84,27 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_rows16(const uint16_t* xp
 using RowsFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*);
 const RowsFn kRows[4] = {tile_rows16<1>, tile_rows16<2>, tile_rows16<3>, tile_rows16<4>};
 
-bool amx_granted() {
+/** CPUID.(EAX=7,ECX=0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE). */
+bool cpuid_amx_bf16() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;  // CPUID.(EAX=7,ECX=0):EDX[22], [24]
-  if (!amx_bf16 || !amx_tile) return false;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return ((d >> 22) & 1) && ((d >> 24) & 1);
 }
 
 }  // namespace
 
-bool has_amx_bf16() {
+bool cpu_reports_amx_bf16() {
   static const bool yes = [] {
     const char* env = std::getenv("FT_CPU_AMX");
     if (env && std::strcmp(env, "off") == 0) return false;
-    return simd_level_id() == SimdLevel::kAvx512 && amx_granted();
+    return simd_level_id() == SimdLevel::kAvx512 && cpuid_amx_bf16();
   }();
+  return yes;
+}
+
+bool has_amx_bf16() {
+  static const bool yes =
+      cpu_reports_amx_bf16() && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return yes;
 }
 

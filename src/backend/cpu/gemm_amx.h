@@ -15,10 +15,15 @@
 
 namespace ft::cpu {
 
-/** Whether the AMX kernels run here: CPUID reports AMX-TILE and AMX-BF16, the kernel grants this
- *  process the tile data state (arch_prctl XTILEDATA), FT_CPU_SIMD does not cap the SIMD level
- *  below AVX-512, and FT_CPU_AMX is not "off" (which keeps the AVX-512 BF16 blocks). Checked once
- *  (thread-safe; the environment is read at the first call). */
+/** Whether this CPU has AMX-TILE and AMX-BF16 (CPUID), FT_CPU_SIMD does not cap the SIMD level below
+ *  AVX-512, and FT_CPU_AMX is not "off" (which keeps the AVX-512 BF16 blocks). Asks the kernel for
+ *  nothing. Checked once (thread-safe; the environment is read at the first call). */
+bool cpu_reports_amx_bf16();
+
+/** Whether the AMX kernels run here: cpu_reports_amx_bf16() and the kernel grants this process the
+ *  tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA; from then on its signal frames are
+ *  sized for the 8 KiB of tiles). Requested at the first call only (thread-safe): the code that will
+ *  run the kernels calls it, not a command that only parses flags. */
 bool has_amx_bf16();
 
 /** Elements (uint16) amx_pack_bf16 writes for `tokens` rows of `n` values: ceil(tokens / 16) blocks
