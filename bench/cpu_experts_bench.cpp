@@ -8,7 +8,8 @@
 // of the 128 experts drawn uniformly (~32 tokens an expert), and report tokens per second; bf16act:
 // --moe-cpu-bf16 on; ec12: the bank coded as EC12 (the banks' default form for BF16 experts).
 // fp8 / nvfp4: FP8 block-scaled (F8_E4M3_B32) and ModelOpt NVFP4 (NVFP4_G64) checkpoints' experts as
-// stored, decoded in SIMD registers (block_rows.cpp).
+// stored, decoded in SIMD registers (block_rows.cpp); mxfp4: gpt-oss's MXFP4 experts (at these shapes), fp32
+// and int8 activations (issue 34's CPU share).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -128,6 +129,13 @@ void q4_k_int8_layer(benchmark::State& state) {
   if (!cpu::has_q8_dot(DType::Q4_K)) return state.SkipWithError("no AVX-512 VNNI on this machine");
   run_layer(state, DType::Q4_K, true);
 }
+/** gpt-oss's MXFP4 experts (at this bench's shapes) with int8 activations (cpu::dot_rows_q8; AVX-512
+ *  VNNI only) and fp32: the CPU's share of a hybrid gpt-oss decode step (issue 34). */
+void mxfp4_int8_layer(benchmark::State& state) {
+  if (!cpu::has_q8_dot(DType::MXFP4)) return state.SkipWithError("no AVX-512 VNNI on this machine");
+  run_layer(state, DType::MXFP4, true);
+}
+void mxfp4_layer(benchmark::State& state) { run_layer(state, DType::MXFP4); }
 
 /** One prefill layer: state.range(0) tokens, each routed to 8 distinct experts drawn uniformly
  *  (a fixed pseudo-random sequence), threads state.range(1) (0: one per physical core). Reports
@@ -168,6 +176,10 @@ void bf16_prefill(benchmark::State& state) { run_prefill(state, DType::BF16); }
 void q4_k_prefill(benchmark::State& state) { run_prefill(state, DType::Q4_K); }
 void fp8_prefill(benchmark::State& state) { run_prefill(state, DType::F8_E4M3_B32); }
 void nvfp4_prefill(benchmark::State& state) { run_prefill(state, DType::NVFP4_G64); }
+void mxfp4_int8_prefill(benchmark::State& state) {
+  if (!cpu::has_q8_dot(DType::MXFP4)) return state.SkipWithError("no AVX-512 VNNI on this machine");
+  run_prefill(state, DType::MXFP4, true);
+}
 void bf16_bf16act_prefill(benchmark::State& state) {
   if (!cpu::has_bf16_dot()) return state.SkipWithError("no AVX-512 BF16 on this machine");
   run_prefill(state, DType::BF16, false, true);
@@ -191,6 +203,8 @@ BENCHMARK(q4_k_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)
 BENCHMARK(q4_k_int8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(fp8_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(nvfp4_layer)->ArgsProduct({{8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(mxfp4_layer)->ArgsProduct({{4, 8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(mxfp4_int8_layer)->ArgsProduct({{4, 8}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 // Args: {tokens, threads (0: one per physical core)}.
 BENCHMARK(bf16_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bf16_bf16act_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -200,6 +214,7 @@ BENCHMARK(q4_k_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond
 BENCHMARK(q4_k_int8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(fp8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(nvfp4_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(mxfp4_int8_prefill)->ArgsProduct({{512}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
