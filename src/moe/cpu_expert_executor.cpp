@@ -9,10 +9,10 @@
 #include "backend/cpu/expert_ffn.h"
 #include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/q8_rows.h"
-#include "backend/op_checks.h"
-#include "tensor/half.h"
 #include "backend/cpu/simd.h"
+#include "backend/op_checks.h"
 #include "moe/ec12.h"
+#include "tensor/half.h"
 #include "util/error.h"
 
 namespace ft {
@@ -289,13 +289,14 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
     }
     if (static_cast<int64_t>(xg16_.size()) < n_pairs * H) xg16_.resize(static_cast<size_t>(n_pairs * H));
     for (const Group& g : groups)
-      if (gu16(g))
+      if (gu16(g) && !gu_amx(g))  // AMX groups pack their rows straight from x16 below
         for (int64_t r = 0; r < g.n; ++r)
           std::memcpy(xg16_.data() + (g.begin + r) * H, x16 + (pairs_.pair(g.begin + r) / k) * H,
                       static_cast<size_t>(H) * 2);
   }
   if (any_h16 && static_cast<int64_t>(h16_.size()) < n_pairs * max_ff) h16_.resize(static_cast<size_t>(n_pairs * max_ff));
-  // AMX: each such group's x rows packed once (from xg16_), its h rows written packed by its gate/up tasks.
+  // AMX: each such group's x rows packed once, gathered from x16 by token (xp_row_ by group position),
+  // its h rows written packed by its gate/up tasks.
   xp_at_.assign(groups.size(), -1);
   hp_at_.assign(groups.size(), -1);
   int64_t xp_elems = 0, hp_elems = 0;
@@ -306,9 +307,12 @@ void CpuExpertExecutor::run(const MoeExpertsParams& p, const Tensor& x, const Te
   if (static_cast<int64_t>(xp16_.size()) < xp_elems) xp16_.resize(static_cast<size_t>(xp_elems));
   if (static_cast<int64_t>(hp16_.size()) < hp_elems) hp16_.resize(static_cast<size_t>(hp_elems));
   if (xp_elems > 0) {
+    const uint16_t* x16 = x.dtype == DType::BF16 ? static_cast<const uint16_t*>(x.data) : x16_.data();
+    xp_row_.resize(static_cast<size_t>(n_pairs));
+    for (int64_t i = 0; i < n_pairs; ++i) xp_row_[static_cast<size_t>(i)] = static_cast<int32_t>(pairs_.pair(i) / k);
     auto pack = [&](size_t g) {
       if (xp_at_[g] >= 0)
-        cpu::amx_pack_bf16(xg16_.data() + groups[g].begin * H, H, groups[g].n, H, xp16_.data() + xp_at_[g]);
+        cpu::amx_pack_bf16(x16, H, groups[g].n, H, xp16_.data() + xp_at_[g], xp_row_.data() + groups[g].begin);
     };
     if (rows16 < 64) {  // as the gathers above: a few rows on the calling thread
       for (size_t g = 0; g < groups.size(); ++g) pack(g);

@@ -108,6 +108,7 @@ class CpuExpertExecutor {
   // AMX B-tile forms (cpu::amx_pack_bf16) of a group's x and h rows, at xp_at_ / hp_at_ per group.
   std::vector<uint16_t> xp16_, hp16_;
   std::vector<int64_t> xp_at_, hp_at_;
+  std::vector<int32_t> xp_row_;  // by group position: the pair's token (its row of x)
   std::vector<uint8_t> x8_, h8_;  // int8 forms: T rows of H, pairs of F (cpu::q8_row_bytes each)
   std::vector<cpu::Q8Row> x8_rows_, h8_rows_, xg8_rows_;  // per token, per pair and per pair (x's, by group position)
   std::vector<float> x_f32_, h_, y_;  // [T, H], [pairs, F] and [pairs, H] by group position

@@ -47,6 +47,15 @@ TEST(AmxPack, EveryValueLandsAtItsPackedIndexAndThePaddingIsZero) {
     if (!hit[j]) EXPECT_EQ(xp[j], 0) << "padding at " << j;
   }
   EXPECT_THROW(cpu::amx_pack_bf16(x.data(), ldx, tokens, 48, xp.data()), Error);
+  // A gather: token t is x's row `row[t]` (an expert's tokens in the step's activations).
+  const std::vector<int32_t> row = {18, 3, 3, 0, 7};
+  std::vector<uint16_t> gp(static_cast<size_t>(cpu::amx_packed_elems(5, n)), 0xffff);
+  cpu::amx_pack_bf16(x.data(), ldx, 5, n, gp.data(), row.data());
+  for (int64_t t = 0; t < 5; ++t)
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(gp[static_cast<size_t>(cpu::amx_packed_index(t, i, n))], x[static_cast<size_t>(row[static_cast<size_t>(t)] * ldx + i)])
+          << t << ", " << i;
+  EXPECT_EQ(gp[static_cast<size_t>(cpu::amx_packed_index(5, 0, n))], 0) << "the token past the last";
 }
 
 TEST(GemmAmx, BlocksMatchTheReferenceAndEachTokenAlone) {

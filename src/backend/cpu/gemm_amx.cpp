@@ -108,7 +108,7 @@ bool has_amx_bf16() {
   return yes;
 }
 
-void amx_pack_bf16(const uint16_t* x, int64_t ldx, int64_t tokens, int64_t n, uint16_t* xp) {
+void amx_pack_bf16(const uint16_t* x, int64_t ldx, int64_t tokens, int64_t n, uint16_t* xp, const int32_t* row) {
   if (n % 32 != 0) fail(ErrorCode::kInvalidArgument, "amx_pack_bf16: {} values a row is not a multiple of 32", n);
   const int64_t chunks = n / 32, blocks = (tokens + 15) / 16;
   for (int64_t b = 0; b < blocks; ++b)
@@ -122,7 +122,7 @@ void amx_pack_bf16(const uint16_t* x, int64_t ldx, int64_t tokens, int64_t n, ui
           continue;
         }
         uint32_t src[16];
-        std::memcpy(src, x + token * ldx + kc * 32, sizeof(src));
+        std::memcpy(src, x + (row ? row[token] : token) * ldx + kc * 32, sizeof(src));
         for (int p = 0; p < 16; ++p) tile[p * 16 + t] = src[p];
       }
     }

@@ -36,10 +36,12 @@ inline int64_t amx_packed_index(int64_t t, int64_t i, int64_t n) {
   return ((t / 16 * (n / 32) + i / 32) * 16 + (i % 32) / 2) * 32 + (t % 16) * 2 + (i % 2);
 }
 
-/** Packs x [tokens, n] BF16 (row stride ldx elements) into AMX B-tile order (amx_packed_index) in
- *  xp (amx_packed_elems(tokens, n) elements); the columns of tokens past the last are zero. Throws
- *  kInvalidArgument when n is not a multiple of 32. */
-void amx_pack_bf16(const uint16_t* x, int64_t ldx, int64_t tokens, int64_t n, uint16_t* xp);
+/** Packs `tokens` rows of x (BF16, row stride ldx elements, n values a row) into AMX B-tile order
+ *  (amx_packed_index) in xp (amx_packed_elems(tokens, n) elements): token t is x's row t, or row[t]
+ *  when `row` is given (a gather: an expert's tokens straight from the step's activations). The
+ *  columns of tokens past the last are zero. Throws kInvalidArgument when n is not a multiple of 32. */
+void amx_pack_bf16(const uint16_t* x, int64_t ldx, int64_t tokens, int64_t n, uint16_t* xp,
+                   const int32_t* row = nullptr);
 
 /** y[t * ldy + r] = sum_i x[t, i] * w[r * ldw + i] for t < tokens, r < rows: x given packed by
  *  amx_pack_bf16 (xp), w [rows, n] BF16 with row stride ldw, y fp32. Any rows and tokens >= 0; n a
