@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -135,6 +136,23 @@ void add_moe_flags(CLI::App* cmd, EngineOptions& eo, CompatFlags& compat) {
                   "share of every layer's experts, read over PCIe once and counted as prefetched, so the first decode "
                   "steps hit and a first prompt copies that share from the cache; off: it starts empty",
                   g);
+  cmd->add_option_function<std::string>(
+         "--moe-prefill-cpu",
+         [&o](const std::string& v) {
+           if (v == "auto") {
+             o.prefill_cpu_share = -1.0;
+             return;
+           }
+           char* end = nullptr;
+           const double f = std::strtod(v.c_str(), &end);
+           if (v.empty() || *end != '\0' || !(f >= 0.0 && f <= 1.0))
+             refuse_flag_value("--moe-prefill-cpu '{}' must be auto or a share in [0, 1]", v);
+           o.prefill_cpu_share = f;
+         },
+         "hybrid: the share of a prefill layer's uncached experts that the CPU computes while the rest stream over "
+         "PCIe (0: every one streams); auto: from the planner's costs at the prompt's tokens per expert")
+      ->default_str("auto")
+      ->group(g);
   cmd->add_option_function<std::string>(
          "--moe-bank-format",
          [&o](const std::string& v) {

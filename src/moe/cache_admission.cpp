@@ -91,13 +91,16 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
 }
 
 void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes,
-                            int32_t* src_slot, int32_t keep_below) {
+                            int32_t* src_slot, int32_t keep_below, int32_t cpu_share_q16) {
   const int32_t E = s.n_expert;
   if (layer < 0 || layer >= s.n_layers)
     fail(ErrorCode::kInvalidArgument, "expert cache: layer {} outside [0, {})", layer, s.n_layers);
   if (n < 0 || n > E || first < 0 || first > s.n_slots - E)
     fail(ErrorCode::kInvalidArgument, "expert cache: region of {} experts at slot {} outside {} slots ({} per region)",
          n, first, s.n_slots, E);
+  if (cpu_share_q16 < 0 || cpu_share_q16 > 65536 || (cpu_share_q16 > 0 && !src_slot))
+    fail(ErrorCode::kInvalidArgument, "expert cache: a streamed layer's CPU share {} / 65536 (needs src_slot)",
+         cpu_share_q16);
   const int64_t tick = ++*s.tick;
   auto empty = [&](int32_t slot) {
     if (s.owner[slot] >= 0) s.slot_of[s.owner[slot]] = -1;
@@ -107,9 +110,14 @@ void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t firs
   int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
   for (int32_t slot = first; slot < first + E; ++slot)
     if (slot - first >= n || map[slot - first] != slot) empty(slot);  // an expert already in place stays
-  int32_t kept = 0;
+  int32_t kept = 0, on_cpu = 0;
   for (int32_t e = 0; e < n; ++e) {
     const int32_t old = map[e];
+    if (old < 0 && stream_cpu_pick(layer, e) < cpu_share_q16) {  // the CPU's share: not copied, not mapped
+      src_slot[e] = kStreamOnCpu;
+      ++on_cpu;
+      continue;
+    }
     if (src_slot) src_slot[e] = old, kept += old >= 0;
     if (old >= 0 && old != first + e) {
       if (src_slot && old < keep_below) {  // copied into the region as scratch: the cache keeps it where it is
@@ -124,8 +132,8 @@ void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t firs
   }
   int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
   st[kCacheHits] += kept;
-  st[kCacheMisses] += n - kept;
-  st[kCacheBytes] += static_cast<int64_t>(n - kept) * record_bytes;
+  st[kCacheMisses] += n - kept - on_cpu;
+  st[kCacheBytes] += static_cast<int64_t>(n - kept - on_cpu) * record_bytes;
   *s.tick += 2 * static_cast<int64_t>(s.n_layers);  // 5. the victim order's window passes
 }
 

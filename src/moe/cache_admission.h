@@ -69,8 +69,13 @@
 //      this step (the slot stays empty in the map), so a prefill leaves the cache's experts where
 //      they were; one held in another region moves into this one (that region is reclaimed next);
 //      first + e: in place, nothing to copy. Without src_slot every record comes from the bank;
+//      With a CPU share q (cpu_share_q16 > 0, in 1/65536; needs src_slot): an expert cached nowhere
+//      whose pick stream_cpu_pick(layer, e) < q is left to the CPU instead (issue 37: a prefill's
+//      uncached experts split between the copy path and the CPU): src_slot[e] = kStreamOnCpu, its
+//      map entry stays -1 and slot first + e stays empty, nothing is copied for it;
 //   4. stats of layer l: hits += the experts found outside the region (with src_slot), misses += the
-//      others, bytes += misses * record bytes;
+//      others the stream copies from the banks, bytes += misses * record bytes (the CPU's share
+//      counts in neither: the CPU executor counts what it computes);
 //   5. tick += 2 * n_layers: the window of the victim order passes, so for the admissions after a
 //      prefill every slot counts as old and victims go least recently used first (a prefill touches
 //      every slot within a few ticks, which would otherwise look like a decode step outgrowing the
@@ -87,6 +92,15 @@ namespace ft {
 #else
 #define FT_ADMIT_HD
 #endif
+
+/** claim_region's src_slot for an expert the CPU computes this step (not copied, not mapped). */
+inline constexpr int32_t kStreamOnCpu = -2;
+
+/** claim_region's CPU pick of (layer, expert) in [0, 65536): a golden-ratio sequence over the
+ *  experts (offset per layer), so any share q takes ~q / 65536 of any run of uncached experts. */
+FT_ADMIT_HD inline int32_t stream_cpu_pick(int32_t layer, int32_t expert) {
+  return static_cast<int32_t>((static_cast<uint32_t>(expert) * 40503u + static_cast<uint32_t>(layer) * 25033u) & 0xffffu);
+}
 
 /** Cost unit of FetchPolicy: the copy of one expert's record over PCIe is kFetchCostUnit. */
 inline constexpr int32_t kFetchCostUnit = 1024;
@@ -212,9 +226,10 @@ int32_t admit_reference(const CacheStateRefs& s, const AdmitArgs& a, int32_t* sc
 
 /** claim_region above on host arrays: the region is slots [first, first + n_expert), n (<= n_expert)
  *  the layer's expert count; src_slot [n] (may be null) receives each expert's cached slot outside
- *  the region or -1. Throws ft::Error(kInvalidArgument) for a layer outside [0, n_layers), n outside
- *  [0, n_expert] or a region outside [0, n_slots). */
+ *  the region, -1, or kStreamOnCpu for the CPU's share `cpu_share_q16` (0..65536, 1/65536 of the
+ *  uncached experts). Throws ft::Error(kInvalidArgument) for a layer outside [0, n_layers), n outside
+ *  [0, n_expert], a region outside [0, n_slots), or a CPU share outside [0, 65536] or without src_slot. */
 void claim_region_reference(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n, int64_t record_bytes,
-                            int32_t* src_slot = nullptr, int32_t keep_below = INT32_MAX);
+                            int32_t* src_slot = nullptr, int32_t keep_below = INT32_MAX, int32_t cpu_share_q16 = 0);
 
 }  // namespace ft

@@ -71,7 +71,7 @@ void ClassedExpertSlots::finish_prefetches() {
   for (Class& k : classes_) k.slots->finish_prefetches();
 }
 
-void ClassedExpertSlots::stream_layer(int32_t layer, int32_t region) {
+void ClassedExpertSlots::stream_layer(int32_t layer, int32_t region, int32_t cpu_share_q16) {
   if (region < 0 || region >= n_regions_)
     fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {}) ({} slots)", region, n_regions_,
          n_slots_);
@@ -79,8 +79,16 @@ void ClassedExpertSlots::stream_layer(int32_t layer, int32_t region) {
   Class& k = classes_[static_cast<size_t>(class_of(layer))];
   const int32_t r = k.cursor;
   k.cursor = (k.cursor + 1) % s.n_regions();
-  s.stream_layer(layer, r);
+  s.stream_layer(layer, r, cpu_share_q16);
   regions_[static_cast<size_t>(region)] = {class_of(layer), r};
+}
+
+void ClassedExpertSlots::split_streamed(int32_t region, const Tensor& ids, Tensor gpu_ids, Tensor cpu_ids) {
+  if (region < 0 || region >= n_regions_)
+    fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {})", region, n_regions_);
+  const Region& g = regions_[static_cast<size_t>(region)];
+  if (g.cls < 0) fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} streamed no layer yet", region);
+  classes_[static_cast<size_t>(g.cls)].slots->split_streamed(g.region, ids, gpu_ids, cpu_ids);
 }
 
 void ClassedExpertSlots::wait_region(int32_t region) {

@@ -36,7 +36,8 @@ class ClassedExpertSlots final : public ExpertSlots {
   void finish_prefetches() override;
   const ExpertBank& slot_bank(int32_t layer) const override { return cache_of(layer).slot_bank(layer); }
   int32_t n_regions() const override { return n_regions_; }
-  void stream_layer(int32_t layer, int32_t region) override;
+  void stream_layer(int32_t layer, int32_t region, int32_t cpu_share_q16 = 0) override;
+  void split_streamed(int32_t region, const Tensor& ids, Tensor gpu_ids, Tensor cpu_ids) override;
   void wait_region(int32_t region) override;
   const ExpertBank& region_bank(int32_t layer, int32_t region) const override;
   void check() override;

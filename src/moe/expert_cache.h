@@ -44,11 +44,11 @@ class ExpertCache {
 
   /** Maps `layer`'s n experts to the region of n_expert slots at `first` for a streamed layer (see
    *  claim_region in cache_admission.h); src_slot [n] (may be null): each expert's cached slot, or
-   *  -1; experts cached below slot keep_below stay there. Throws kInvalidArgument for arguments out
-   *  of range. */
+   *  -1 (kStreamOnCpu: the CPU's share cpu_share_q16 / 65536 of the uncached experts); experts cached
+   *  below slot keep_below stay there. Throws kInvalidArgument for arguments out of range. */
   void claim_region(int32_t layer, int32_t first, int32_t n, int64_t record_bytes, int32_t* src_slot = nullptr,
-                    int32_t keep_below = INT32_MAX) {
-    claim_region_reference(refs(), layer, first, n, record_bytes, src_slot, keep_below);
+                    int32_t keep_below = INT32_MAX, int32_t cpu_share_q16 = 0) {
+    claim_region_reference(refs(), layer, first, n, record_bytes, src_slot, keep_below, cpu_share_q16);
   }
 
   /** The last admission's misses, in fetch order. */

@@ -118,13 +118,32 @@ void ExpertSlots::build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n
                                            device, biases, region_first(r));
 }
 
-int32_t ExpertSlots::check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const {
+int32_t ExpertSlots::check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region,
+                                       int32_t cpu_share_q16) const {
   if (layer < 0 || layer >= src.n_layers() || src.n_expert(layer) == 0)
     fail(ErrorCode::kInvalidArgument, "expert slots: layer {} has no routed experts", layer);
   if (region < 0 || region >= n_regions_)
     fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {}) ({} slots)", region, n_regions_,
          n_slots());
+  if (cpu_share_q16 < 0 || cpu_share_q16 > 65536)
+    fail(ErrorCode::kInvalidArgument, "expert slots: a streamed layer's CPU share {} / 65536 outside [0, 65536]",
+         cpu_share_q16);
   return region_first(region);
+}
+
+void ExpertSlots::check_split_args(Device device, int32_t region, const Tensor& ids, const Tensor& gpu_ids,
+                                   const Tensor& cpu_ids) const {
+  if (region < 0 || region >= n_regions_)
+    fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} outside [0, {})", region, n_regions_);
+  if (ids.dtype != DType::I32 || ids.ndim != 2 || ids.device != device)
+    fail(ErrorCode::kInvalidArgument, "expert slots: ids {} on {} must be I32 [T, k] on {}", ids.str(),
+         device_name(ids.device), device_name(device));
+  const char* names[2] = {"gpu_ids", "cpu_ids"};
+  const Tensor* outs[2] = {&gpu_ids, &cpu_ids};
+  for (int i = 0; i < 2; ++i)
+    if (outs[i]->dtype != DType::I32 || !outs[i]->has_shape({ids.dim(0), ids.dim(1)}) || outs[i]->device != device)
+      fail(ErrorCode::kInvalidArgument, "expert slots: {} {} must be I32 {} on {}", names[i], outs[i]->str(),
+           ids.shape_str(), device_name(device));
 }
 
 const ExpertBank& ExpertSlots::region_bank(int32_t layer, int32_t region) const {
@@ -256,20 +275,41 @@ void HostExpertSlots::gather_misses() {  // the gather's twin: one copy (or deco
   }
 }
 
-void HostExpertSlots::stream_layer(int32_t layer, int32_t region) {
-  const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
+void HostExpertSlots::stream_layer(int32_t layer, int32_t region, int32_t cpu_share_q16) {
+  const int32_t first = check_stream_args(banks_, layer, region, cpu_share_q16), n = banks_.n_expert(layer);
   ledger_.take_all();
-  stream_src_.resize(static_cast<size_t>(n));
-  cache_.claim_region(layer, first, n, banks_.record_bytes(layer), stream_src_.data(), region_first(0));
+  const int32_t E = banks_.max_experts();
+  stream_src_.resize(static_cast<size_t>(n_regions()) * static_cast<size_t>(E));
+  int32_t* claim = stream_src_.data() + static_cast<int64_t>(region) * E;
+  std::fill(claim + n, claim + E, -1);
+  cache_.claim_region(layer, first, n, banks_.record_bytes(layer), claim, region_first(0), cpu_share_q16);
   uint8_t* pool = static_cast<uint8_t*>(pool_.data());
   const int64_t sb = banks_.slot_bytes();
   for (int32_t e = 0; e < n; ++e) {
-    const int32_t src = stream_src_[static_cast<size_t>(e)];
+    const int32_t src = claim[e];
+    if (src == kStreamOnCpu) continue;  // the CPU computes it this step: the slot stays empty
     if (src < 0)
       banks_.copy_record(layer, e, pool + static_cast<int64_t>(first + e) * sb);
     else if (src != first + e)  // cached elsewhere: that slot holds the decoded record (first + e: in place)
       std::memcpy(pool + static_cast<int64_t>(first + e) * sb, pool + static_cast<int64_t>(src) * sb, static_cast<size_t>(sb));
     copy_biases(layer, e, first + e);
+  }
+}
+
+void HostExpertSlots::split_streamed(int32_t region, const Tensor& ids, Tensor gpu_ids, Tensor cpu_ids) {
+  check_split_args(Device::kCpu, region, ids, gpu_ids, cpu_ids);
+  const int32_t E = banks_.max_experts();
+  if (stream_src_.empty())
+    fail(ErrorCode::kInvalidArgument, "expert slots: staging region {} streamed no layer yet", region);
+  const int32_t* claim = stream_src_.data() + static_cast<int64_t>(region) * E;
+  const int32_t* in = ids.ptr<int32_t>();
+  int32_t* g = gpu_ids.ptr<int32_t>();
+  int32_t* c = cpu_ids.ptr<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {  // as moe_stream_split.cu
+    const int32_t e = in[i];
+    const bool valid = e >= 0 && e < E, on_cpu = valid && claim[e] == kStreamOnCpu;
+    g[i] = valid && !on_cpu ? e : -1;
+    c[i] = on_cpu ? e : -1;
   }
 }
 

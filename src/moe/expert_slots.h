@@ -187,9 +187,18 @@ class ExpertSlots {
   int32_t region_first(int32_t r) const { return regions_first_ + r * region_width_; }
   /** Starts streaming `layer`'s records into region `region` (see the top of this file): in queue
    *  order after all work queued before, so slots other work still reads are not overwritten early;
-   *  the region's slots then hold the layer's experts in the cache. Host: done on return. Throws
-   *  kInvalidArgument for a layer without experts or a region outside [0, n_regions()). */
-  virtual void stream_layer(int32_t layer, int32_t region) = 0;
+   *  the region's slots then hold the layer's experts in the cache. With `cpu_share_q16` > 0 the
+   *  claim leaves that share (1/65536) of the uncached experts to the CPU (claim_region,
+   *  cache_admission.h): not copied, not cached; split_streamed tells their routes apart. Host: done
+   *  on return. Throws kInvalidArgument for a layer without experts, a region outside
+   *  [0, n_regions()) or a share outside [0, 65536]. */
+  virtual void stream_layer(int32_t layer, int32_t region, int32_t cpu_share_q16 = 0) = 0;
+  /** After stream_layer(layer, region, share): routes `ids` [T, k] I32 on device() into gpu_ids (the
+   *  id, for region_bank; -1 where the CPU computes it) and cpu_ids (the id where the region's claim
+   *  left the expert to the CPU, else -1), both [T, k] I32 on device(); in queue order, so it reads
+   *  the claim of the last stream_layer into `region` queued before it. Throws kInvalidArgument for
+   *  a bad region or tensors of other shapes, types or devices. */
+  virtual void split_streamed(int32_t region, const Tensor& ids, Tensor gpu_ids, Tensor cpu_ids) = 0;
   /** Makes work queued after this call wait until the last stream_layer into `region` finished
    *  (host: nothing to wait for). */
   virtual void wait_region(int32_t region) = 0;
@@ -218,7 +227,10 @@ class ExpertSlots {
   void build_regions(const ExpertBanks& src, uint8_t* pool, int32_t n_slots, Device device,
                      const SlotBiases& biases = {});
   /** Checks stream_layer's arguments; returns the region's first slot. */
-  int32_t check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region) const;
+  int32_t check_stream_args(const ExpertBanks& src, int32_t layer, int32_t region, int32_t cpu_share_q16 = 0) const;
+  /** Checks split_streamed's arguments (on `device`). */
+  void check_split_args(Device device, int32_t region, const Tensor& ids, const Tensor& gpu_ids,
+                        const Tensor& cpu_ids) const;
 
  private:
   int32_t n_regions_ = 0;
@@ -241,7 +253,8 @@ class HostExpertSlots final : public ExpertSlots {
   void gather_misses() override;
   void prefetch(int32_t layer, const Tensor& ids, FetchPolicy policy) override;
   void finish_prefetches() override { ledger_.take_all(); }
-  void stream_layer(int32_t layer, int32_t region) override;
+  void stream_layer(int32_t layer, int32_t region, int32_t cpu_share_q16 = 0) override;
+  void split_streamed(int32_t region, const Tensor& ids, Tensor gpu_ids, Tensor cpu_ids) override;
   void wait_region(int32_t) override {}
   const ExpertBank& slot_bank(int32_t layer) const override { return slot_banks_.at(layer); }
   std::vector<CacheLayerStats> stats() override;
@@ -264,7 +277,7 @@ class HostExpertSlots final : public ExpertSlots {
   SlotBiases biases_;
   SlotBanks slot_banks_;
   std::vector<int32_t> prefetch_slots_;  // [max_pairs] the prefetch admission's slot ids (unused)
-  std::vector<int32_t> stream_src_;      // stream_layer's claim: each expert's cached slot or -1
+  std::vector<int32_t> stream_src_;      // [2][max_experts] each region's claim: cached slot, -1 or kStreamOnCpu
   PrefetchLedger ledger_;                // spare counts, as the CUDA slots keep them
 };
 

@@ -67,6 +67,10 @@ struct MoeOptions {
   /** --moe-preload: fill the expert cache at start with a share of every cache layer's experts
    *  (OffloadedExperts::preload_cache), read over PCIe once while the server starts. */
   bool preload = true;
+  /** --moe-prefill-cpu: the share of a streamed (prefill) layer's uncached experts the CPU computes
+   *  instead of the copy path, in [0, 1]; < 0 (auto): from the planner's costs (hybrid's FetchPolicy
+   *  at the step's tokens per expert), none for offload or a plain fetch cap. */
+  double prefill_cpu_share = -1.0;
   /** --moe-bank-format: how the expert banks hold their records; unset (auto): kEc12 where
    *  ec12_bankable (BF16 experts), else kStored. */
   std::optional<BankFormat> bank_format;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -209,24 +210,50 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   if (shares) exchange_->collect(out, true);
 }
 
+int32_t OffloadedExperts::stream_cpu_share(int32_t layer, int64_t T) const {
+  if (!exchange_) return 0;
+  if (opt_.prefill_cpu_share >= 0)
+    return static_cast<int32_t>(std::lround(std::min(opt_.prefill_cpu_share, 1.0) * 65536.0));
+  const FetchPolicy p = plan_.fetch_policy(static_cast<size_t>(layer));
+  if (p.fetches_all() || p.cpu_cost <= 0) return 0;
+  const double m = static_cast<double>(T) * static_cast<double>(opt_.n_expert_used) /
+                   static_cast<double>(std::max<int64_t>(1, banks_->n_expert(layer)));
+  const double cost = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
+  return static_cast<int32_t>(std::lround(65536.0 / (1.0 + cost)));
+}
+
 void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
                                     Tensor out, const ActQ8* x_q8) {
   const auto l = static_cast<int32_t>(layer);
+  const int64_t T = x.rows();
   int32_t r = pending_region_;
   if (pending_layer_ != l) {  // the first streamed layer of a step: nothing was prefetched for it
     drain_streams();
     r = take_region();
-    slots_->stream_layer(l, r);
+    region_share_[r] = stream_cpu_share(l, T);
+    slots_->stream_layer(l, r, region_share_[r]);
   }
   pending_layer_ = -1;
   const int32_t next = next_cache_layer_[static_cast<size_t>(layer)];
   if (next >= 0) {  // the next layer's copy runs while this one computes
     pending_region_ = take_region();
-    slots_->stream_layer(next, pending_region_);
+    region_share_[pending_region_] = stream_cpu_share(next, T);
+    slots_->stream_layer(next, pending_region_, region_share_[pending_region_]);
     pending_layer_ = next;
   }
+  if (region_share_[r] == 0) {
+    slots_->wait_region(r);
+    return ops_.moe_experts({false}, x, ids, weights, slots_->region_bank(l, r), out, x_q8);
+  }
+  // The CPU's share (issue 37): its routes go to the host before the wait for the region's copy, so
+  // the CPU computes them while the link still brings the GPU's.
+  const int64_t k = ids.cols();
+  Tensor gid = head(slot_ids_, T, k), cid = head(cpu_ids_, T, k);
+  slots_->split_streamed(r, ids, gid, cid);
+  exchange_->post(l, x, cid, weights);
   slots_->wait_region(r);
-  ops_.moe_experts({false}, x, ids, weights, slots_->region_bank(l, r), out, x_q8);
+  ops_.moe_experts({false}, x, gid, weights, slots_->region_bank(l, r), out, x_q8);
+  exchange_->collect(out, true);
 }
 
 void OffloadedExperts::drain_streams() {

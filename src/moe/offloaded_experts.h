@@ -74,6 +74,10 @@ struct MoeRuntimeOptions {
   /** --moe-preload: the constructor fills the empty expert cache (preload_cache), so the first
    *  prompt's streamed layers copy that share from device memory and the first decode steps hit. */
   bool preload = false;
+  /** --moe-prefill-cpu (MoeOptions::prefill_cpu_share): a streamed layer's CPU share of its uncached
+   *  experts, [0, 1], or < 0: from the layer's FetchPolicy (stream_cpu_share). Needs the exchange
+   *  (the hybrid strategy or CPU layers); without it nothing goes to the CPU. */
+  double prefill_cpu_share = -1.0;
 };
 
 /** Per-layer counters of the MoE runtime. */
@@ -180,6 +184,12 @@ class OffloadedExperts final : public ExpertCompute {
    *  admissions (counted as prefetched in the stats), then the prefetches are finished.
    *  Synchronizes. */
   void preload_cache();
+  /** The share (1/65536) of `layer`'s uncached experts that a streamed step of T tokens leaves to
+   *  the CPU: MoeRuntimeOptions::prefill_cpu_share when given, else the split that ends both paths
+   *  together under the layer's FetchPolicy costs (an expert with m = T k / E tokens costs the CPU
+   *  c + (m - 1) t fetches, so a share 1 / (1 + cost) of them balances the link): 0 without the
+   *  exchange, for offload's policy and for a plain cap. */
+  int32_t stream_cpu_share(int32_t layer, int64_t T) const;
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
                     const ActQ8* x_q8);
@@ -212,6 +222,7 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t pending_layer_ = -1;             // the layer streaming ahead of its compute, or -1
   int32_t pending_region_ = 0;             // ... into this staging region
   int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
+  int32_t region_share_[2] = {0, 0};       // the CPU share each region's last stream_layer claimed
   int32_t first_cache_layer_ = -1;
   int depth_ = 0;                          // prefetch_depth()
   std::string depth_note_;                 // prefetch_depth_note()

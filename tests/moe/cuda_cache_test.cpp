@@ -107,9 +107,19 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
     }
     if (step % 9 == 8) {  // a streamed layer empties a staging region on both sides
       ASSERT_EQ(dslots->n_regions(), 2);
-      dslots->stream_layer(layer, step % 2);
+      const int32_t share = step % 18 == 17 ? 40000 : 0;  // every other one leaves a CPU share
+      dslots->stream_layer(layer, step % 2, share);
       dslots->wait_region(step % 2);
-      hslots.stream_layer(layer, step % 2);
+      hslots.stream_layer(layer, step % 2, share);
+      // The same routes split alike: the CPU's share by the claim, the rest to the region.
+      std::vector<int32_t> hg(T * k), hc(T * k);
+      Tensor dg(d_sid.data, DType::I32, {T, k}, Device::kCuda), dcc(d_cid.data, DType::I32, {T, k}, Device::kCuda);
+      dslots->split_streamed(step % 2, di, dg, dcc);
+      hslots.split_streamed(step % 2, Tensor(ids.data(), DType::I32, {T, k}), Tensor(hg.data(), DType::I32, {T, k}),
+                            Tensor(hc.data(), DType::I32, {T, k}));
+      ASSERT_EQ(read_i32(dg), hg) << "step " << step;
+      ASSERT_EQ(read_i32(dcc), hc) << "step " << step;
+      if (share == 0) EXPECT_EQ(hc, std::vector<int32_t>(hc.size(), -1));
     }
     if (step % 10 == 9) {
       dslots->copy_state_to(dstate);

@@ -388,6 +388,50 @@ TEST(ExpertCache, ClaimRegionNamesTheSlotsOfExpertsCachedElsewhere) {
   EXPECT_EQ(cache.slot_of(1, 2), 2 * E + 2);
 }
 
+// Issue 37's prefill split: a share of the uncached experts is left to the CPU (not copied, not
+// cached); experts cached anywhere never are, and the stats count only the stream's copies.
+TEST(ExpertCache, ClaimRegionLeavesACpuShareOfTheUncachedExperts) {
+  const int32_t E = 64;
+  ExpertCache cache(2, E, 4 * E, 16);
+  std::vector<int32_t> some(16), slots(16);
+  for (int32_t i = 0; i < 16; ++i) some[static_cast<size_t>(i)] = 4 * i;  // (1, 0), (1, 4), ... cached
+  cache.admit(1, some.data(), 16, -1, 10, slots.data(), nullptr);
+  std::vector<int32_t> src(E, 9);
+  cache.claim_region(1, 2 * E, E, 10, src.data(), 2 * E, 32768);  // half of the 48 uncached ones
+  cache.check_integrity();
+  int32_t on_cpu = 0;
+  for (int32_t e = 0; e < E; ++e) {
+    const int32_t s = src[static_cast<size_t>(e)];
+    if (e % 4 == 0) {
+      EXPECT_GE(s, 0) << e;  // cached: copied from its slot, never the CPU's
+      continue;
+    }
+    EXPECT_EQ(s == kStreamOnCpu, stream_cpu_pick(1, e) < 32768) << e;
+    if (s == kStreamOnCpu) {
+      ++on_cpu;
+      EXPECT_EQ(cache.slot_of(1, e), -1) << e;  // not cached, its region slot empty
+      EXPECT_EQ(cache.owner(2 * E + e), -1) << e;
+    } else {
+      EXPECT_EQ(s, -1) << e;
+      EXPECT_EQ(cache.slot_of(1, e), 2 * E + e) << e;
+    }
+  }
+  EXPECT_GE(on_cpu, 20);  // the golden-ratio picks spread: ~24 of 48
+  EXPECT_LE(on_cpu, 28);
+  EXPECT_EQ(cache.stats(1).hits, 16);
+  EXPECT_EQ(cache.stats(1).misses, 16 + (48 - on_cpu));  // admitted 16, streamed the GPU's share
+  EXPECT_EQ(cache.stats(1).bytes, (16 + 48 - on_cpu) * 10);
+  // Share 65536: every uncached expert; 0: none. A share needs src_slot and stays in [0, 65536].
+  cache.claim_region(0, 0, E, 10, src.data(), 2 * E, 65536);
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[static_cast<size_t>(e)], kStreamOnCpu) << e;
+  EXPECT_EQ(cache.stats(0).misses, 0);
+  cache.claim_region(0, 0, E, 10, src.data(), 2 * E, 0);
+  for (int32_t e = 0; e < E; ++e) EXPECT_EQ(src[static_cast<size_t>(e)], -1) << e;
+  EXPECT_THROW(cache.claim_region(0, 0, E, 10, nullptr, 2 * E, 100), Error);
+  EXPECT_THROW(cache.claim_region(0, 0, E, 10, src.data(), 2 * E, 65537), Error);
+  EXPECT_THROW(cache.claim_region(0, 0, E, 10, src.data(), 2 * E, -1), Error);
+}
+
 TEST(ExpertCache, PrefetchSparesThePreviousAdmissionAndCountsApart) {
   ExpertCache cache(2, 2, 3, 4);
   int32_t slots[2], cpu[2] = {7, 7};

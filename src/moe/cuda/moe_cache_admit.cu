@@ -144,11 +144,12 @@ __global__ void __launch_bounds__(kAdmitThreads) cache_admit_kernel(CacheStateRe
  *  their owners' map entries; the slots the layer's experts held elsewhere are outside the region
  *  once step 2 is done, and distinct. */
 __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32_t first, int32_t n,
-                                          int64_t record_bytes, int32_t* src_slot, int32_t keep_below) {
+                                          int64_t record_bytes, int32_t* src_slot, int32_t keep_below,
+                                          int32_t cpu_share_q16) {
   const int32_t E = s.n_expert;
   __shared__ long long tick;
-  __shared__ int kept;
-  if (threadIdx.x == 0) tick = static_cast<long long>(++*s.tick), kept = 0;
+  __shared__ int kept, on_cpu;
+  if (threadIdx.x == 0) tick = static_cast<long long>(++*s.tick), kept = 0, on_cpu = 0;
   for (int32_t slot = first + static_cast<int32_t>(threadIdx.x); slot < first + E; slot += blockDim.x) {
     const int32_t key = s.owner[slot];
     if (slot - first < n && key == layer * E + (slot - first)) continue;  // the layer's expert already in place
@@ -160,6 +161,11 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
   int32_t* map = s.slot_of + static_cast<int64_t>(layer) * E;
   for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += blockDim.x) {
     const int32_t old = map[e];
+    if (old < 0 && stream_cpu_pick(layer, e) < cpu_share_q16) {  // the CPU's share: not copied, not mapped
+      src_slot[e] = kStreamOnCpu;
+      atomicAdd(&on_cpu, 1);
+      continue;
+    }
     if (src_slot) {
       src_slot[e] = old;
       if (old >= 0) atomicAdd(&kept, 1);
@@ -179,8 +185,8 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
   if (threadIdx.x == 0) {
     int64_t* st = s.stats + static_cast<int64_t>(layer) * kCacheStatCount;
     st[kCacheHits] += kept;
-    st[kCacheMisses] += n - kept;
-    st[kCacheBytes] += static_cast<int64_t>(n - kept) * record_bytes;
+    st[kCacheMisses] += n - kept - on_cpu;
+    st[kCacheBytes] += static_cast<int64_t>(n - kept - on_cpu) * record_bytes;
     *s.tick += 2 * static_cast<int64_t>(s.n_layers);  // 5. the victim order's window passes
   }
 }
@@ -188,11 +194,16 @@ __global__ void cache_claim_region_kernel(CacheStateRefs s, int32_t layer, int32
 }  // namespace
 
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
-                               int64_t record_bytes, int32_t* src_slot, int32_t keep_below, cudaStream_t stream) {
+                               int64_t record_bytes, int32_t* src_slot, int32_t keep_below, cudaStream_t stream,
+                               int32_t cpu_share_q16) {
   if (layer < 0 || layer >= s.n_layers || n < 0 || n > s.n_expert || first < 0 || first > s.n_slots - s.n_expert)
     fail(ErrorCode::kInvalidArgument, "expert cache: region of {} experts at slot {} (layer {}) outside {} slots", n,
          first, layer, s.n_slots);
-  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes, src_slot, keep_below);
+  if (cpu_share_q16 < 0 || cpu_share_q16 > 65536 || (cpu_share_q16 > 0 && !src_slot))
+    fail(ErrorCode::kInvalidArgument, "expert cache: a streamed layer's CPU share {} / 65536 (needs src_slot)",
+         cpu_share_q16);
+  cache_claim_region_kernel<<<1, 256, 0, stream>>>(s, layer, first, n, record_bytes, src_slot, keep_below,
+                                                   cpu_share_q16);
   FT_CUDA_LAUNCH_CHECK();
 }
 

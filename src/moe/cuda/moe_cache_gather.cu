@@ -21,7 +21,7 @@ constexpr int kUnroll = 4;
 /** Copies records into slots, work items (record, 64 KiB chunk). Record i is a.misses[i] (i <
  *  *a.n_misses) from the banks, or with stream_n > 0 (prefill streaming) expert i of stream_layer
  *  into slot stream_first + i (i < stream_n), read from slot keep[i] of the pool when keep is set
- *  and keep[i] >= 0 (cached elsewhere: device to device), else from the banks. */
+ *  and keep[i] >= 0 (cached elsewhere: device to device), none for kStreamOnCpu, else from the banks. */
 __global__ void __launch_bounds__(kGatherThreads)
     cache_gather_kernel(GatherArgs a, int32_t stream_layer, int32_t stream_first, int32_t stream_n,
                         const int32_t* keep) {
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kGatherThreads)
     if (begin >= bytes) continue;
     const int64_t end = begin + kChunkBytes < bytes ? begin + kChunkBytes : bytes;
     const int32_t from = stream_n > 0 && keep ? keep[mi] : -1;
-    if (from == m.slot) continue;  // already in place
+    if (from == m.slot || from == kStreamOnCpu) continue;  // already in place, or the CPU's this step
     const uint4* src = reinterpret_cast<const uint4*>(
         from >= 0 ? a.pool + static_cast<int64_t>(from) * a.slot_bytes + begin
                   : reinterpret_cast<const uint8_t*>(a.host_base[m.layer] + static_cast<uint64_t>(m.expert) * bytes + begin));
@@ -107,7 +107,7 @@ __device__ __forceinline__ Ec12Item ec12_item(const GatherArgs& a, int64_t item,
   it.src = base + static_cast<int64_t>(m.expert) * a.record_bytes[m.layer] + L.record_offset[mat];
   it.dst = reinterpret_cast<uint16_t*>(a.pool + static_cast<int64_t>(m.slot) * a.slot_bytes + L.slot_offset[mat]);
   const int32_t from = stream_n > 0 && keep ? keep[mi] : -1;
-  if (from == m.slot) {  // already in place: nothing to copy
+  if (from == m.slot || from == kStreamOnCpu) {  // already in place or the CPU's: nothing to copy
     it.valid = false;
     return it;
   }

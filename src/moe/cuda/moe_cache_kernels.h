@@ -18,10 +18,19 @@ void launch_cache_admit(const CacheStateRefs& s, const AdmitArgs& a, cudaStream_
 
 /** claim_region (moe/cache_admission.h, bit for bit with claim_region_reference) in one block:
  *  maps `layer`'s n experts to the region of s.n_expert slots at `first`; src_slot [n] (device, may
- *  be null) receives each expert's cached slot or -1, and experts cached below slot keep_below stay
+ *  be null) receives each expert's cached slot, -1, or kStreamOnCpu for the CPU's share
+ *  cpu_share_q16 / 65536 of the uncached experts, and experts cached below slot keep_below stay
  *  there. Throws kInvalidArgument for arguments out of range. */
 void launch_cache_claim_region(const CacheStateRefs& s, int32_t layer, int32_t first, int32_t n,
-                               int64_t record_bytes, int32_t* src_slot, int32_t keep_below, cudaStream_t stream);
+                               int64_t record_bytes, int32_t* src_slot, int32_t keep_below, cudaStream_t stream,
+                               int32_t cpu_share_q16 = 0);
+
+/** Splits a streamed layer's routes between the GPU and the CPU by its region's claim (`keep`,
+ *  device [n_expert], claim_region's src_slot): for each of the n routed ids, gpu_ids = the id and
+ *  cpu_ids = -1, or gpu_ids = -1 and cpu_ids = the id where keep[id] == kStreamOnCpu; ids outside
+ *  [0, n_expert) go to neither (-1, -1). ids, gpu_ids, cpu_ids I32 [n] on the device. */
+void launch_stream_split(const int32_t* ids, const int32_t* keep, int32_t n_expert, int64_t n, int32_t* gpu_ids,
+                         int32_t* cpu_ids, cudaStream_t stream);
 
 /** Where a layer's EC12 records (moe/ec12.h, BankFormat::kEc12) put each coded matrix and where
  *  its decoded BF16 goes in a slot. Matrix j: 0 gate, 1 up, 2 down. */
@@ -63,13 +72,14 @@ void launch_cache_gather(const GatherArgs& a, int blocks, cudaStream_t stream);
  *  engines cannot decode), or, with `src` (device memory), n records laid back to back there
  *  (record_bytes[layer] apart; the copy-engine prefetch's staging, one record at a time). With
  *  `keep` ([n] device, claim_region's src_slot), expert e with keep[e] >= 0 is copied from that
- *  slot of the pool (already decoded) instead. Throws kInvalidArgument without a.ec12. */
+ *  slot of the pool (already decoded) instead, and one with kStreamOnCpu is skipped. Throws kInvalidArgument without a.ec12. */
 void launch_cache_stream_ec12(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, int blocks,
                               cudaStream_t stream, const uint8_t* src = nullptr, const int32_t* keep = nullptr);
 
 /** Prefill streaming of stored (not EC12) records: `layer`'s experts 0..n-1 into slots
  *  first..first+n-1, expert e from slot keep[e] of the pool when keep (device [n], may be null) says
- *  it is cached there (device to device), else from the banks over UVA (PCIe reads by the SMs);
+ *  it is cached there (device to device), none for kStreamOnCpu (the CPU computes it), else from
+ *  the banks over UVA (PCIe reads by the SMs);
  *  `blocks` blocks on `stream`. Throws kInvalidArgument for EC12 banks. */
 void launch_cache_stream(const GatherArgs& a, int32_t layer, int32_t first, int32_t n, const int32_t* keep, int blocks,
                          cudaStream_t stream);

@@ -262,14 +262,14 @@ class CudaExpertSlots final : public ExpertSlots {
     last_pf_ = tag;
   }
 
-  void stream_layer(int32_t layer, int32_t region) override {
-    const int32_t first = check_stream_args(banks_, layer, region), n = banks_.n_expert(layer);
+  void stream_layer(int32_t layer, int32_t region, int32_t cpu_share_q16 = 0) override {
+    const int32_t first = check_stream_args(banks_, layer, region, cpu_share_q16), n = banks_.n_expert(layer);
     join_prefetches();
     last_was_prefetch_ = false;
     const int64_t rb = banks_.record_bytes(layer);
     cudaStream_t st = ops_.stream();
     int32_t* keep = stream_keep_ + static_cast<int64_t>(region) * banks_.max_experts();  // read by this region's copy only
-    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, keep, region_first(0), st);
+    cuda::launch_cache_claim_region(dev_, layer, first, n, rb, keep, region_first(0), st, cpu_share_q16);
     const cuda::SlotBiasLayer& bl = bias_layers_[static_cast<size_t>(layer)];
     for (int j = 0; j < 3; ++j)  // the layer's biases into the region's rows, device to device
       if (bl.src[j])
@@ -293,6 +293,13 @@ class CudaExpertSlots final : public ExpertSlots {
   }
 
   void finish_prefetches() override { join_prefetches(); }
+
+  void split_streamed(int32_t region, const Tensor& ids, Tensor gpu_ids, Tensor cpu_ids) override {
+    check_split_args(Device::kCuda, region, ids, gpu_ids, cpu_ids);
+    const int32_t* keep = stream_keep_ + static_cast<int64_t>(region) * banks_.max_experts();
+    cuda::launch_stream_split(ids.ptr<int32_t>(), keep, banks_.max_experts(), ids.numel(), gpu_ids.ptr<int32_t>(),
+                              cpu_ids.ptr<int32_t>(), ops_.stream());
+  }
 
   void wait_region(int32_t region) override {
     if (region < 0 || region >= n_regions())
@@ -479,7 +486,7 @@ class CudaExpertSlots final : public ExpertSlots {
   bool last_was_prefetch_ = false;                     // last_misses() reports the prefetch's list
   std::unique_ptr<cuda::DmaPrefetch> dma_;             // offload's prefetch copies, or null (after staging_)
   cudaStream_t copy_stream_ = nullptr;                 // prefill streaming copies
-  int32_t* stream_keep_ = nullptr;                     // [2][max_experts] each region's claim: cached slot or -1
+  int32_t* stream_keep_ = nullptr;                     // [2][max_experts] each region's claim: cached slot, -1 or kStreamOnCpu
   cudaEvent_t queued_ = nullptr;                       // the work queued before a stream_layer
   std::vector<cudaEvent_t> copied_;                    // per region: its last copy done
 };
