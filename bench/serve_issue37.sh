@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 37's targets through `ft serve` with default flags, on a GPU host, in one call: writes the
-# qwen3-30b-a3b preset (BF16, dummy weights, router skew SKEW) as a GGUF file, serves it with only
+# qwen3-30b-a3b preset (WEIGHT, default bf16; dummy weights, router skew SKEW) as a GGUF file, serves it with only
 # --gpu-memory-limit LIMIT, and runs bench/serve_load.py against it:
 #   bs1      1 stream, 512-token prompt, 128 tokens, 2 rounds: time to first token of 512 tokens
 #            (round 0 right after start, round 1 warm) and the bs1 decode rate
@@ -10,20 +10,22 @@
 # in RAM next to the server's pinned expert banks, so a disk folder is the default).
 #
 #   FT=.gpu/ft SKEW=0 bench/serve_issue37.sh            (SKEW=1: Zipf-1.0 routing; CASES="bs1" to pick)
+#   FT=.gpu/ft WEIGHT=q4_k LIMIT= CASES=streams bench/serve_issue37.sh   (the resident Q4_K 16-stream case)
 # WRITE_ARGS adds `ft bench` arguments to the model's (a smoke test on a CPU machine:
 # FT=build/ft WRITE_ARGS="--dummy-layers 1" LIMIT= CASES=bs1 bench/serve_issue37.sh; LIMIT empty: no limit).
 set -uo pipefail
 FT=${FT:-build/ft}
 DIR=${DIR:-/tmp/ft-serve37}
 SKEW=${SKEW:-0}
+WEIGHT=${WEIGHT:-bf16}
 LIMIT=${LIMIT:-24}
 PORT=${PORT:-18437}
 CASES=${CASES:-bs1 streams 8k}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$DIR"
-M=$DIR/qwen3-30b-a3b-bf16-skew$SKEW.gguf
+M=$DIR/qwen3-30b-a3b-$WEIGHT-skew$SKEW.gguf
 t0=$(date +%s)
-"$FT" bench --model-preset qwen3-30b-a3b --dummy-weights --weight-type bf16 --dummy-router-skew "$SKEW" \
+"$FT" bench --model-preset qwen3-30b-a3b --dummy-weights --weight-type "$WEIGHT" --dummy-router-skew "$SKEW" \
   ${WRITE_ARGS:-} --write-gguf "$M" > "$DIR/write.log" 2>&1 || { tail -3 "$DIR/write.log"; exit 1; }
 echo "wrote $M ($(du -h "$M" | cut -f1)) in $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
