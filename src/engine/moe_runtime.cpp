@@ -149,10 +149,11 @@ std::vector<MoeRuntime::FetchCandidate> MoeRuntime::fetch_candidates() const {
   if (!calibrate_ || !offloaded_) return out;
   // Ascending CPU cost: each fetches more than the one before, so ties keep the fewer fetches. At
   // one token a step (every expert one pair) cost c fetches about m * c / (1 + c) of m misses: from
-  // ~20% to ~80% of them, the range the fixed caps 1..k covered at top-k 8. Steps of sqrt(2) between
-  // 0.5 and 2, where the best split of a uniform route lies: gpt-oss-120b at 24 GiB on the H100
-  // (session 42) timed 22.3 / 18.1 / 22.6 ms a step at 0.5 / 1 / 2, a minimum between the points.
-  for (double c : {0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0}) {
+  // ~10% to ~80% of them, the range the fixed caps 1..k covered at top-k 8. Steps of sqrt(2) from
+  // 0.125 to 2, where the best split of a uniform route lies: gpt-oss-120b at 24 GiB on the H100
+  // (session 42) timed 22.3 / 18.1 / 22.6 ms a step at 0.5 / 1 / 2; qwen3-30b-a3b bf16 (H100,
+  // session 46) 20.3 / 23.1 / 26.9 at 0.25 / 0.5 / 0.7, its best at the lowest point then.
+  for (double c : {0.125, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0}) {
     FetchPolicy p;
     p.cpu_cost = static_cast<int32_t>(std::lround(c * kFetchCostUnit));
     p.cpu_token_cost = static_cast<int32_t>(std::lround(c * token_share_ * kFetchCostUnit));

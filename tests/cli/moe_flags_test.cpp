@@ -106,9 +106,9 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   const Result hybrid = run_moe("--moe-strategy hybrid --moe-calibrate");  // timed, whatever a file holds
   EXPECT_NE(hybrid.err.find("next-layer prefetch"), std::string::npos) << hybrid.err;  // and for hybrid
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
-  // Hybrid without --moe-fetch-cap times the planner's seven CPU costs at start (offload is auto's
+  // Hybrid without --moe-fetch-cap times the planner's ten CPU costs at start (offload is auto's
   // candidate only).
-  EXPECT_NE(hybrid.err.find("calibrated (misses split between PCIe and the CPU; ms per decode step, cpu 0.25: "),
+  EXPECT_NE(hybrid.err.find("calibrated (misses split between PCIe and the CPU; ms per decode step, cpu 0.125: "),
             std::string::npos) << hybrid.err;
   EXPECT_NE(hybrid.err.find(", cpu 4: "), std::string::npos) << hybrid.err;
   EXPECT_EQ(hybrid.err.find("offload: "), std::string::npos) << hybrid.err;
@@ -160,7 +160,7 @@ TEST(RunMoeFlags, TheCalibrationIsKeptPerMachineModelAndPlan) {
   const std::string file = files()[0];
   const auto kept = nlohmann::json::parse(testing::read_file(file));
   const std::string choice = kept.at("choice").get<std::string>();
-  EXPECT_EQ(kept.at("ms_per_step").size(), 7u) << kept.dump();  // cpu 0.25 .. cpu 4
+  EXPECT_EQ(kept.at("ms_per_step").size(), 10u) << kept.dump();  // cpu 0.125 .. cpu 4
   EXPECT_NE(kept.at("key").get<std::string>().find("qwen3_moe"), std::string::npos) << kept.dump();
 
   const Result again = run_moe("--moe-strategy hybrid", env);

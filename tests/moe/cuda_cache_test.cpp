@@ -114,7 +114,7 @@ TEST_F(CudaExpertCache, AdmissionKernelMatchesTheCpuReference) {
       // The same routes split alike: the CPU's share by the claim, the rest to the region.
       std::vector<int32_t> hg(T * k), hc(T * k);
       Tensor dg(d_sid.data, DType::I32, {T, k}, Device::kCuda), dcc(d_cid.data, DType::I32, {T, k}, Device::kCuda);
-      dslots->split_streamed(step % 2, di, dg, dcc);
+      dslots->split_streamed(step % 2, put(d_ids, DType::I32, ids, {T, k}), dg, dcc);  // a prefetch reused d_ids
       hslots.split_streamed(step % 2, Tensor(ids.data(), DType::I32, {T, k}), Tensor(hg.data(), DType::I32, {T, k}),
                             Tensor(hc.data(), DType::I32, {T, k}));
       ASSERT_EQ(read_i32(dg), hg) << "step " << step;
