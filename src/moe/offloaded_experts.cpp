@@ -88,6 +88,13 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   for (size_t l = 0; l < host.size() && first_cache_layer_ < 0; ++l)
     if (plan.layers[l] == MoeLayerMode::kCache) first_cache_layer_ = static_cast<int32_t>(l);
   choose_prefetch_depth();
+  if (slots_) {  // the slots outside the staging regions, over the cache layers' experts
+    int64_t experts = 0;
+    for (size_t l = 0; l < host.size(); ++l)
+      if (plan.layers[l] == MoeLayerMode::kCache) experts += banks_->n_expert(static_cast<int64_t>(l));
+    const int64_t outside = slots_->n_slots() - int64_t{slots_->n_regions()} * banks_->max_experts();
+    if (experts > 0) uncached_share_ = std::clamp(1.0 - static_cast<double>(outside) / static_cast<double>(experts), 0.0, 1.0);
+  }
   if (opt_.preload && slots_) preload_cache();
 }
 
@@ -210,16 +217,20 @@ void OffloadedExperts::compute(int64_t layer, const Tensor& x, const Tensor& ids
   if (shares) exchange_->collect(out, true);
 }
 
-int32_t OffloadedExperts::stream_cpu_share(int32_t layer, int64_t T) const {
+int32_t OffloadedExperts::stream_cpu_share(int32_t layer, int64_t T, int64_t H) const {
   if (!exchange_) return 0;
   if (opt_.prefill_cpu_share >= 0)
     return static_cast<int32_t>(std::lround(std::min(opt_.prefill_cpu_share, 1.0) * 65536.0));
   const FetchPolicy p = plan_.fetch_policy(static_cast<size_t>(layer));
   if (p.fetches_all() || p.cpu_cost <= 0) return 0;
-  const double m = static_cast<double>(T) * static_cast<double>(opt_.n_expert_used) /
-                   static_cast<double>(std::max<int64_t>(1, banks_->n_expert(layer)));
-  const double cost = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
-  return static_cast<int32_t>(std::lround(65536.0 / (1.0 + cost)));
+  const auto E = static_cast<double>(std::max<int64_t>(1, banks_->n_expert(layer)));
+  const double m = static_cast<double>(T) * static_cast<double>(opt_.n_expert_used) / E;
+  const double c = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
+  const double U = std::max(1.0, E * uncached_share_);
+  const double o = static_cast<double>(T * H * 4) / static_cast<double>(banks_->record_bytes(layer));
+  const double s = std::min(1.0, (U + o) / (U * (1.0 + c)));
+  if (s * U * c >= U) return 0;  // the CPU's share would end after the link's whole layer
+  return static_cast<int32_t>(std::lround(65536.0 * s));
 }
 
 void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -230,14 +241,14 @@ void OffloadedExperts::run_streamed(int64_t layer, const Tensor& x, const Tensor
   if (pending_layer_ != l) {  // the first streamed layer of a step: nothing was prefetched for it
     drain_streams();
     r = take_region();
-    region_share_[r] = stream_cpu_share(l, T);
+    region_share_[r] = stream_cpu_share(l, T, x.cols());
     slots_->stream_layer(l, r, region_share_[r]);
   }
   pending_layer_ = -1;
   const int32_t next = next_cache_layer_[static_cast<size_t>(layer)];
   if (next >= 0) {  // the next layer's copy runs while this one computes
     pending_region_ = take_region();
-    region_share_[pending_region_] = stream_cpu_share(next, T);
+    region_share_[pending_region_] = stream_cpu_share(next, T, x.cols());
     slots_->stream_layer(next, pending_region_, region_share_[pending_region_]);
     pending_layer_ = next;
   }

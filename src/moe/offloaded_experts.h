@@ -184,12 +184,15 @@ class OffloadedExperts final : public ExpertCompute {
    *  admissions (counted as prefetched in the stats), then the prefetches are finished.
    *  Synchronizes. */
   void preload_cache();
-  /** The share (1/65536) of `layer`'s uncached experts that a streamed step of T tokens leaves to
-   *  the CPU: MoeRuntimeOptions::prefill_cpu_share when given, else the split that ends both paths
-   *  together under the layer's FetchPolicy costs (an expert with m = T k / E tokens costs the CPU
-   *  c + (m - 1) t fetches, so a share 1 / (1 + cost) of them balances the link): 0 without the
-   *  exchange, for offload's policy and for a plain cap. */
-  int32_t stream_cpu_share(int32_t layer, int64_t T) const;
+  /** The share (1/65536) of `layer`'s uncached experts that a streamed step of T tokens of width H
+   *  leaves to the CPU: MoeRuntimeOptions::prefill_cpu_share when given, else the split that ends
+   *  both paths together under the layer's FetchPolicy costs, in fetches: U uncached experts
+   *  (estimated from the cache's share of the experts), an expert with m = T k / E tokens costs the
+   *  CPU c = cpu_cost + (m - 1) cpu_token_cost, and the exchange returns T x H fp32 over the same
+   *  link (o fetches): share s = (U + o) / (U (1 + c)), kept only where the CPU's s U c beats the
+   *  link's U alone (long prompts: many tokens per expert and large outputs stream as offload).
+   *  0 without the exchange, for offload's policy and for a plain cap. */
+  int32_t stream_cpu_share(int32_t layer, int64_t T, int64_t H) const;
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
                     const ActQ8* x_q8);
@@ -224,6 +227,7 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t region_cursor_ = 0;              // the staging region the next stream_layer takes
   int32_t region_share_[2] = {0, 0};       // the CPU share each region's last stream_layer claimed
   int32_t first_cache_layer_ = -1;
+  double uncached_share_ = 1.0;            // estimated share of a cache layer's experts not in the cache
   int depth_ = 0;                          // prefetch_depth()
   std::string depth_note_;                 // prefetch_depth_note()
   PrefetchTargets hints_;                  // predicted routes waiting for the next compute()
