@@ -125,8 +125,14 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
     offloaded_->time_cpu_expert(n, 1);  // wakes the workers and warms the caches
     const double t1 = offloaded_->time_cpu_expert(1, 3), tn = n > 1 ? offloaded_->time_cpu_expert(n, 3) : t1;
     token_share_ = n > 1 && t1 > 0 ? std::clamp((tn / t1 - 1.0) / static_cast<double>(n - 1), 0.0, 1.0) : 0.0;
-    spdlog::info("moe: a CPU expert takes {:.3f} ms for 1 token, {:.3f} ms for {} (a further token {:.1f}% of the first)",
-                 1e3 * t1, 1e3 * tn, n, 100.0 * token_share_);
+    // And a prefill's expert (64 tokens), for the share of a streamed layer the CPU takes: AMX tiles
+    // make its further tokens far cheaper than a decode batch's.
+    const int64_t np = 64;
+    const double tp = config.max_tokens >= np && n > 1 ? offloaded_->time_cpu_expert(np, 3) : 0.0;
+    if (tp > 0) offloaded_->set_cpu_time_curve({{1, t1}, {n, tn}, {np, tp}});
+    spdlog::info("moe: a CPU expert takes {:.3f} ms for 1 token, {:.3f} ms for {} (a further token {:.1f}% of the "
+                 "first){}", 1e3 * t1, 1e3 * tn, n, 100.0 * token_share_,
+                 tp > 0 ? fmt::format(", {:.3f} ms for {}", 1e3 * tp, np) : std::string());
   }
   if (config.moe.bank_format && !offloaded_)
     spdlog::warn("--moe-bank-format: the {} strategy keeps every expert on the device, so there are no expert banks "

@@ -225,7 +225,15 @@ int32_t OffloadedExperts::stream_cpu_share(int32_t layer, int64_t T, int64_t H) 
   if (p.fetches_all() || p.cpu_cost <= 0) return 0;
   const auto E = static_cast<double>(std::max<int64_t>(1, banks_->n_expert(layer)));
   const double m = static_cast<double>(T) * static_cast<double>(opt_.n_expert_used) / E;
-  const double c = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
+  double c = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
+  if (cpu_curve_.size() >= 2) {  // the measured curve: the segment holding m, or the last one's slope
+    size_t i = 1;
+    while (i + 1 < cpu_curve_.size() && static_cast<double>(cpu_curve_[i].first) < m) ++i;
+    const auto [n0, t0] = cpu_curve_[i - 1];
+    const auto [n1, t1] = cpu_curve_[i];
+    const double t = t0 + (t1 - t0) * (m - static_cast<double>(n0)) / static_cast<double>(n1 - n0);
+    c = p.cpu_cost / static_cast<double>(kFetchCostUnit) * std::max(t, cpu_curve_[0].second) / cpu_curve_[0].second;
+  }
   const double U = std::max(1.0, E * uncached_share_);
   const double o = static_cast<double>(T * H * 4) / static_cast<double>(banks_->record_bytes(layer));
   const double s = std::min(1.0, (U + o) / (U * (1.0 + c)));
@@ -289,6 +297,15 @@ void OffloadedExperts::set_fetch_policy(const FetchPolicy& policy) {
   plan_.cpu_cost = policy.cpu_cost;
   plan_.cpu_token_cost = policy.cpu_token_cost;
   choose_prefetch_depth();  // fetching every miss prefetches as deep as offload
+}
+
+void OffloadedExperts::set_cpu_time_curve(std::vector<std::pair<int64_t, double>> points) {
+  for (size_t i = 0; i < points.size(); ++i)
+    if ((i == 0 && points[i].first != 1) || (i > 0 && points[i].first <= points[i - 1].first) ||
+        !(points[i].second > 0.0))
+      fail(ErrorCode::kInvalidArgument, "moe runtime: CPU time curve point {} ({} tokens, {} s) must ascend from 1 token "
+           "with a time > 0", i, points[i].first, points[i].second);
+  cpu_curve_ = std::move(points);
 }
 
 double OffloadedExperts::time_cpu_expert(int64_t n_tokens, int reps) {

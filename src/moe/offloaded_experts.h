@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moe/cpu_expert_executor.h"
@@ -164,6 +165,23 @@ class OffloadedExperts final : public ExpertCompute {
    *  between steps. Throws kInvalidArgument without the executor or for n_tokens outside
    *  [1, max_tokens], reps < 1. */
   double time_cpu_expert(int64_t n_tokens, int reps);
+  /** The share (1/65536) of `layer`'s uncached experts that a streamed step of T tokens of width H
+   *  leaves to the CPU: MoeRuntimeOptions::prefill_cpu_share when given, else the split that ends
+   *  both paths together under the layer's FetchPolicy costs, in fetches: U uncached experts
+   *  (estimated from the cache's share of the experts), an expert with m = T k / E tokens costs the
+   *  CPU c = cpu_cost x t(m) / t(1) on the measured curve (set_cpu_time_curve; without one
+   *  cpu_cost + (m - 1) cpu_token_cost), and the exchange returns T x H fp32 over the same
+   *  link (o fetches): share s = (U + o) / (U (1 + c)), kept only where the CPU's s U c beats the
+   *  link's U alone (long prompts: many tokens per expert and large outputs stream as offload).
+   *  0 without the exchange, for offload's policy and for a plain cap. */
+  int32_t stream_cpu_share(int32_t layer, int64_t T, int64_t H) const;
+  /** The CPU executor's measured time of one expert against its token count (time_cpu_expert's
+   *  points, ascending tokens, the first at 1 token): stream_cpu_share scales the planner's 1-token
+   *  cost by it (piecewise linear, the last slope beyond the last point) instead of the linear
+   *  per-token cost, which a prefill's AMX tiles beat (H100 host: 0.09 ms at 1 token, 0.21 at 16,
+   *  about as much at 32). Throws kInvalidArgument for points not ascending from 1 token or times
+   *  not > 0. */
+  void set_cpu_time_curve(std::vector<std::pair<int64_t, double>> points);
 
   /** Workers of the CPU expert executor (0: no layer computes on the CPU). */
   int cpu_threads() const { return cpu_ ? cpu_->n_threads() : 0; }
@@ -184,15 +202,6 @@ class OffloadedExperts final : public ExpertCompute {
    *  admissions (counted as prefetched in the stats), then the prefetches are finished.
    *  Synchronizes. */
   void preload_cache();
-  /** The share (1/65536) of `layer`'s uncached experts that a streamed step of T tokens of width H
-   *  leaves to the CPU: MoeRuntimeOptions::prefill_cpu_share when given, else the split that ends
-   *  both paths together under the layer's FetchPolicy costs, in fetches: U uncached experts
-   *  (estimated from the cache's share of the experts), an expert with m = T k / E tokens costs the
-   *  CPU c = cpu_cost + (m - 1) cpu_token_cost, and the exchange returns T x H fp32 over the same
-   *  link (o fetches): share s = (U + o) / (U (1 + c)), kept only where the CPU's s U c beats the
-   *  link's U alone (long prompts: many tokens per expert and large outputs stream as offload).
-   *  0 without the exchange, for offload's policy and for a plain cap. */
-  int32_t stream_cpu_share(int32_t layer, int64_t T, int64_t H) const;
   /** The streaming path of compute() for a cache layer. */
   void run_streamed(int64_t layer, const Tensor& x, const Tensor& ids, const Tensor& weights, Tensor out,
                     const ActQ8* x_q8);
@@ -228,6 +237,7 @@ class OffloadedExperts final : public ExpertCompute {
   int32_t region_share_[2] = {0, 0};       // the CPU share each region's last stream_layer claimed
   int32_t first_cache_layer_ = -1;
   double uncached_share_ = 1.0;            // estimated share of a cache layer's experts not in the cache
+  std::vector<std::pair<int64_t, double>> cpu_curve_;  // set_cpu_time_curve's points (empty: none)
   int depth_ = 0;                          // prefetch_depth()
   std::string depth_note_;                 // prefetch_depth_note()
   PrefetchTargets hints_;                  // predicted routes waiting for the next compute()

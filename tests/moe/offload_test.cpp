@@ -214,6 +214,52 @@ void expect_variants_equal_fused(const HostExpertBanks& banks, int32_t E, int64_
   }
 }
 
+// The CPU's share of a streamed layer's uncached experts (issue 37's prefill split), from the
+// planner's costs: half at a cost of one fetch, more where the measured curve makes further tokens
+// cheap, none for a long step (many tokens per expert, a large output to send back) or without costs.
+TEST(OffloadedExperts, StreamCpuShareFollowsThePlannersCosts) {
+  const int32_t E = 64;
+  const int64_t H = 256;
+  SyntheticExperts s;
+  s.add_layer(E, 128, H, DType::BF16, DType::BF16, 4);
+  s.add_dense_layer();
+  s.add_layer(E, 128, H, DType::BF16, DType::BF16, 5);
+  s.add_layer(E, 128, H, DType::BF16, DType::BF16, 6);
+  CpuOps ops(1);
+  MoeRuntimeOptions ro;
+  ro.max_tokens = 64, ro.n_expert_used = 4, ro.cpu_threads = 1;
+  auto share = [&](MoePlan plan, int64_t T, double given = -1.0) {
+    ro.prefill_cpu_share = given;
+    OffloadedExperts off(ops, s.banks, plan, ro);
+    return off.stream_cpu_share(2, T, H) / 65536.0;
+  };
+  MoePlan offload = make_plan(s.banks, MoeStrategy::kOffload, 4 * E);
+  EXPECT_EQ(share(offload, 16), 0.0);  // no exchange: nothing can go to the CPU
+  EXPECT_EQ(share(offload, 16, 0.5), 0.0);
+  MoePlan capped = make_plan(s.banks, MoeStrategy::kHybrid, 4 * E, 1);
+  EXPECT_EQ(share(capped, 16), 0.0);  // a plain cap has no costs to split by
+  EXPECT_NEAR(share(capped, 16, 0.3), 0.3, 1e-4);
+  MoePlan planned = capped;
+  planned.fetch_cap.assign(planned.fetch_cap.size(), -1);
+  planned.cpu_cost = kFetchCostUnit;  // a CPU expert with one token costs one fetch
+  const double half = share(planned, 16);  // 1 token per expert: half, a little more for the output
+  EXPECT_GE(half, 0.5);
+  EXPECT_LT(half, 0.6);
+  planned.cpu_token_cost = kFetchCostUnit / 4;  // 16 tokens per expert: c = 4.75
+  const double linear = share(planned, 256);
+  EXPECT_GT(linear, 0.15);
+  EXPECT_LT(linear, 0.25);
+  {
+    ro.prefill_cpu_share = -1.0;
+    OffloadedExperts off(ops, s.banks, planned, ro);
+    off.set_cpu_time_curve({{1, 1e-4}, {16, 1.5e-4}, {64, 2e-4}});  // AMX-like: 16 tokens cost 1.5 tokens' time
+    EXPECT_GT(off.stream_cpu_share(2, 256, H), 65536.0 * 0.35);
+    EXPECT_EQ(off.stream_cpu_share(2, 64 * 64, H), 0);  // 64 x 64 tokens: the CPU would end last
+    EXPECT_THROW(off.set_cpu_time_curve({{2, 1e-4}}), Error);
+    EXPECT_THROW(off.set_cpu_time_curve({{1, 1e-4}, {1, 2e-4}}), Error);
+  }
+}
+
 /** MoE layers 0, 2 and 3 of E BF16 experts ([H] in, H / 2 wide), layer 1 dense: EC12-bankable. */
 SyntheticExperts bf16_layers(int32_t E, int64_t H) {
   SyntheticExperts s;
