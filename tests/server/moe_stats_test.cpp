@@ -6,7 +6,9 @@
 // the block is null and /metrics has no moe lines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -249,14 +251,16 @@ TEST(MoeStats, HybridReportsItsPlannedSplit) {
   // The calibration that chose it: timed at this start (the engine keeps no file by default).
   const nlohmann::json& cal = m["calibration"];
   ASSERT_TRUE(cal.is_object()) << m.dump();
-  EXPECT_EQ(cal["ms_per_step"].size(), 5u) << m.dump();
+  EXPECT_EQ(cal["ms_per_step"].size(), 10u) << m.dump();
   EXPECT_TRUE(cal["ms_per_step"].contains(cal["choice"].get<std::string>())) << m.dump();
   EXPECT_EQ(cal["cached"], false);
   EXPECT_TRUE(cal["file"].is_null()) << m.dump();
   ASSERT_TRUE(cal["ms_per_step"][cal["choice"].get<std::string>()].is_number()) << m.dump();
   ASSERT_TRUE(m["cpu_cost_fetches"].is_number()) << m.dump();
   const double cost = m["cpu_cost_fetches"].get<double>();
-  EXPECT_TRUE(cost == 0.25 || cost == 0.5 || cost == 1.0 || cost == 2.0 || cost == 4.0) << cost;
+  const double grid[] = {0.125, 0.18, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0};  // the calibration's candidates
+  EXPECT_NE(std::find_if(std::begin(grid), std::end(grid), [&](double g) { return std::abs(cost - g) < 1e-3; }),
+            std::end(grid)) << cost;
   EXPECT_GE(m["cpu_token_cost_fetches"].get<double>(), 0.0);
   EXPECT_LE(m["cpu_token_cost_fetches"].get<double>(), cost);
   // The predicted step: the calibration's time of its choice, timed at batch 1.
