@@ -60,12 +60,25 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
     cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us, opt_.cpu_int8, opt_.cpu_bf16);
+    // What the flags change for this model's experts: a form of the activations no expert meets is
+    // said to be unused, not "on".
+    bool int8_weights = false, bf16_weights = false;
+    for (const ExpertBank& b : host)
+      for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
+        if (!v->empty()) {
+          int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
+          bf16_weights = bf16_weights || CpuExpertExecutor::bf16_weight(v->front());
+        }
     spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}, int8 activations for Q4_K/Q6_K/MXFP4 {}, "
                  "bf16 activations for BF16 experts {}",
                  cpu_->n_threads(), physical_core_count(), cpu::simd_level(),
-                 !opt_.cpu_int8 ? "off" : cpu::has_q8_dot(DType::Q4_K) ? "on" : "on but unavailable (no AVX-512 VNNI)",
-                 !opt_.cpu_bf16      ? "off"
-                 : cpu_->amx()       ? "on (AMX tiles for an expert with 4 tokens or more)"
+                 !opt_.cpu_int8                  ? "off"
+                 : !int8_weights                 ? "unused (no such experts)"
+                 : cpu::has_q8_dot(DType::Q4_K)  ? "on"
+                                                 : "on but unavailable (no AVX-512 VNNI)",
+                 !opt_.cpu_bf16        ? "off"
+                 : !bf16_weights       ? "unused (no such experts)"
+                 : cpu_->amx()         ? "on (AMX tiles for an expert with 4 tokens or more)"
                  : cpu::has_bf16_dot() ? "on"
                                        : "on but unavailable (no AVX-512 BF16)");
     int64_t H = 0;

@@ -105,6 +105,9 @@ TEST(RunMoeFlags, DecodeLogInterval) {
   EXPECT_EQ(run_moe("--moe-strategy offload --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
   const Result hybrid = run_moe("--moe-strategy hybrid --moe-calibrate");  // timed, whatever a file holds
   EXPECT_NE(hybrid.err.find("next-layer prefetch"), std::string::npos) << hybrid.err;  // and for hybrid
+  // The fixture's experts are not Q4_K/Q6_K/MXFP4: --moe-cpu-int8 (on by default) changes nothing here.
+  EXPECT_NE(hybrid.err.find("int8 activations for Q4_K/Q6_K/MXFP4 unused (no such experts)"), std::string::npos)
+      << hybrid.err;
   EXPECT_EQ(run_moe("--moe-strategy hybrid --moe-prefetch off").err.find("next-layer prefetch"), std::string::npos);
   // Hybrid without --moe-fetch-cap times the planner's ten CPU costs at start (offload is auto's
   // candidate only).
