@@ -106,17 +106,11 @@ MoeRuntime::MoeRuntime(Ops& ops, const Model& model, const MoeRuntimeConfig& con
   plan_.prefetch = offloaded_ && offloaded_->prefetches();
   plan_.prefetch_depth = plan_.prefetch ? offloaded_->prefetch_depth() : 0;
   if (plan_.prefetch) plan_.prefetch_note = offloaded_->prefetch_depth_note();
-  // What runs, so the bench's moe_plan records it: on, and some expert's weights take the int8 path.
-  bool int8_weights = false;
-  for (const ExpertBank& b : host)
-    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
-      if (!v->empty()) int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
-  plan_.cpu_int8 = ro.cpu_int8 && int8_weights;
-  bool bf16_weights = false;  // likewise for bf16 activations (the host banks hold BF16; EC12 codes them)
-  for (const ExpertBank& b : host)
-    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
-      if (!v->empty()) bf16_weights = bf16_weights || CpuExpertExecutor::bf16_weight(v->front());
-  plan_.cpu_bf16 = ro.cpu_bf16 && bf16_weights;
+  // What runs, so the bench's moe_plan records it: on, and some expert's weights take that path
+  // (bf16: the host banks hold BF16; EC12 codes them).
+  const CpuExpertExecutor::WeightForms forms = CpuExpertExecutor::weight_forms(host);
+  plan_.cpu_int8 = ro.cpu_int8 && forms.int8;
+  plan_.cpu_bf16 = ro.cpu_bf16 && forms.bf16;
   if (offloaded_) plan_.bank_format = offloaded_->banks().format();
   if (calibrate_ && offloaded_) {
     // The planner's per-token CPU cost: one expert with 1 and with 16 tokens on this machine's

@@ -114,6 +114,17 @@ bool CpuExpertExecutor::bf16_weight(const Tensor& w) {
   return (w.dtype == DType::BF16 || w.dtype == DType::EC12) && cpu::has_bf16_dot();
 }
 
+CpuExpertExecutor::WeightForms CpuExpertExecutor::weight_forms(const std::vector<ExpertBank>& banks) {
+  WeightForms f;
+  for (const ExpertBank& b : banks)
+    for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
+      if (!v->empty()) {
+        f.int8 = f.int8 || int8_weight(v->front());
+        f.bf16 = f.bf16 || bf16_weight(v->front());
+      }
+  return f;
+}
+
 CpuExpertExecutor::CpuExpertExecutor(int n_threads, int spin_us, bool int8_activations, bool bf16_activations)
     : pool_(n_threads > 0 ? n_threads : physical_core_count(), spin_us),
       int8_(int8_activations),

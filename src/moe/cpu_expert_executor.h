@@ -71,6 +71,12 @@ class CpuExpertExecutor {
   /** Whether weight `w` [N, K] meets int8 activations when they are on: a type cpu::dot_rows_q8
    *  takes on this CPU, K a whole number of its 256-element blocks. */
   static bool int8_weight(const Tensor& w);
+  /** Which activation forms some expert of `banks` meets when they are on: int8 (int8_weight) and
+   *  bf16 (bf16_weight) of any bank's first gate, up or down matrix. */
+  struct WeightForms {
+    bool int8 = false, bf16 = false;
+  };
+  static WeightForms weight_forms(const std::vector<ExpertBank>& banks);
 
   int n_threads() const { return pool_.size(); }
 

@@ -60,27 +60,21 @@ OffloadedExperts::OffloadedExperts(Ops& ops, const HostExpertBanks& host, const 
   const bool needs_cpu = plan.count(MoeLayerMode::kCpu) > 0 || plan.strategy == MoeStrategy::kHybrid;
   if (needs_cpu) {
     cpu_ = std::make_unique<CpuExpertExecutor>(opt_.cpu_threads, opt_.cpu_spin_us, opt_.cpu_int8, opt_.cpu_bf16);
-    // What the flags change for this model's experts: a form of the activations no expert meets is
-    // said to be unused, not "on".
-    bool int8_weights = false, bf16_weights = false;
-    for (const ExpertBank& b : host)
-      for (const std::vector<Tensor>* v : {&b.gate, &b.up, &b.down})
-        if (!v->empty()) {
-          int8_weights = int8_weights || CpuExpertExecutor::int8_weight(v->front());
-          bf16_weights = bf16_weights || CpuExpertExecutor::bf16_weight(v->front());
-        }
+    // What the flags change for this model's experts: a form of the activations the CPU has but no
+    // expert meets is said to be unused, not "on" (weight_forms asks the CPU too, so it comes after).
+    const CpuExpertExecutor::WeightForms forms = CpuExpertExecutor::weight_forms(host);
     spdlog::info("moe: CPU experts on {} threads (of {} physical cores), SIMD {}, int8 activations for Q4_K/Q6_K/MXFP4 {}, "
                  "bf16 activations for BF16 experts {}",
                  cpu_->n_threads(), physical_core_count(), cpu::simd_level(),
                  !opt_.cpu_int8                  ? "off"
-                 : !int8_weights                 ? "unused (no such experts)"
-                 : cpu::has_q8_dot(DType::Q4_K)  ? "on"
-                                                 : "on but unavailable (no AVX-512 VNNI)",
-                 !opt_.cpu_bf16        ? "off"
-                 : !bf16_weights       ? "unused (no such experts)"
-                 : cpu_->amx()         ? "on (AMX tiles for an expert with 4 tokens or more)"
-                 : cpu::has_bf16_dot() ? "on"
-                                       : "on but unavailable (no AVX-512 BF16)");
+                 : !cpu::has_q8_dot(DType::Q4_K) ? "on but unavailable (no AVX-512 VNNI)"
+                 : !forms.int8                   ? "unused (no such experts)"
+                                                 : "on",
+                 !opt_.cpu_bf16          ? "off"
+                 : !cpu::has_bf16_dot()  ? "on but unavailable (no AVX-512 BF16)"
+                 : !forms.bf16           ? "unused (no such experts)"
+                 : cpu_->amx()           ? "on (AMX tiles for an expert with 4 tokens or more)"
+                                         : "on");
     int64_t H = 0;
     for (int64_t l = 0; l < banks_->n_layers(); ++l)
       if (banks_->n_expert(l) > 0) H = std::max(H, banks_->layout(l).n_embd);
@@ -238,7 +232,7 @@ int32_t OffloadedExperts::stream_cpu_share(int32_t layer, int64_t T, int64_t H) 
   if (p.fetches_all() || p.cpu_cost <= 0) return 0;
   const auto E = static_cast<double>(std::max<int64_t>(1, banks_->n_expert(layer)));
   const double m = static_cast<double>(T) * static_cast<double>(opt_.n_expert_used) / E;
-  double c = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
+  double c = 0.0;  // an expert's CPU time in fetches
   if (cpu_curve_.size() >= 2) {  // the measured curve: the segment holding m, or the last one's slope
     size_t i = 1;
     while (i + 1 < cpu_curve_.size() && static_cast<double>(cpu_curve_[i].first) < m) ++i;
@@ -246,6 +240,8 @@ int32_t OffloadedExperts::stream_cpu_share(int32_t layer, int64_t T, int64_t H) 
     const auto [n1, t1] = cpu_curve_[i];
     const double t = t0 + (t1 - t0) * (m - static_cast<double>(n0)) / static_cast<double>(n1 - n0);
     c = p.cpu_cost / static_cast<double>(kFetchCostUnit) * std::max(t, cpu_curve_[0].second) / cpu_curve_[0].second;
+  } else {
+    c = (p.cpu_cost + std::max(0.0, m - 1.0) * p.cpu_token_cost) / kFetchCostUnit;
   }
   const double U = std::max(1.0, E * uncached_share_);
   const double o = static_cast<double>(T * H * 4) / static_cast<double>(banks_->record_bytes(layer));
