@@ -26,15 +26,43 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-void ThreadPool::work(int worker) {
-  for (int64_t t = next_++; t < n_tasks_; t = next_++) {
-    try {
-      call_(ctx_, t, worker);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!error_) error_ = std::current_exception();
-      next_ = n_tasks_;
+void ThreadPool::finish(int64_t n) {
+  const int64_t total = n_tasks_;  // read before the count: once it completes, the next job may start
+  if (done_.fetch_add(n, std::memory_order_acq_rel) + n == total) {
+    // Under mu_: a caller that saw the job unfinished under the lock is already waiting, so this wakes it.
+    std::lock_guard<std::mutex> lock(mu_);
+    done_cv_.notify_one();
+  }
+}
+
+void ThreadPool::work(int worker, uint64_t job) {
+  constexpr uint64_t kMask = (uint64_t{1} << kTaskBits) - 1;
+  job &= (uint64_t{1} << kJobBits) - 1;
+  for (;;) {
+    uint64_t c = claim_.load(std::memory_order_acquire);
+    int64_t t = 0, n = 0;
+    for (;;) {
+      if ((c >> (2 * kTaskBits)) != job) return;  // a later job: the loop's next wait picks it up
+      n = static_cast<int64_t>((c >> kTaskBits) & kMask);
+      t = static_cast<int64_t>(c & kMask);
+      if (t >= n) return;
+      if (claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
     }
+    try {
+      call_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), t, worker);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      // Skip the tasks nobody has taken: the word jumps to the end, and they count as done.
+      uint64_t s = claim_.load(std::memory_order_acquire);
+      while ((s >> (2 * kTaskBits)) == job && static_cast<int64_t>(s & kMask) < n &&
+             !claim_.compare_exchange_weak(s, pack(job, n, n), std::memory_order_acq_rel, std::memory_order_acquire)) {
+      }
+      if ((s >> (2 * kTaskBits)) == job && static_cast<int64_t>(s & kMask) < n) finish(n - static_cast<int64_t>(s & kMask));
+    }
+    finish(1);
   }
 }
 
@@ -61,12 +89,7 @@ void ThreadPool::loop(int worker) {
       seen = generation_.load();
       if (stop_) return;
     }
-    work(worker);
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Under mu_: a caller that saw busy_ > 0 under the lock is already waiting, so this wakes it.
-      std::lock_guard<std::mutex> lock(mu_);
-      done_cv_.notify_one();
-    }
+    work(worker, seen);
   }
 }
 
@@ -76,18 +99,43 @@ void ThreadPool::run_erased(int64_t n_tasks, Call call, void* ctx) {
     for (int64_t t = 0; t < n_tasks; ++t) call(ctx, t, 0);
     return;
   }
+  // Consecutive jobs of at most kMaxJobTasks: tasks still start in index order, each job's after
+  // the previous job's have ended.
+  for (int64_t first = 0; first < n_tasks; first += kMaxJobTasks) {
+    const int64_t n = std::min(kMaxJobTasks, n_tasks - first);
+    if (first == 0) {
+      run_job(n, call, ctx);
+      continue;
+    }
+    struct Offset {
+      Call call;
+      void* ctx;
+      int64_t first;
+    } off{call, ctx, first};
+    run_job(
+        n, [](void* c, int64_t t, int w) { auto* o = static_cast<Offset*>(c); o->call(o->ctx, o->first + t, w); },
+        &off);
+  }
+}
+
+void ThreadPool::run_job(int64_t n_tasks, Call call, void* ctx) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    call_ = call, ctx_ = ctx, n_tasks_ = n_tasks, error_ = nullptr;
-    next_ = 0;
-    busy_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    call_.store(call, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    n_tasks_ = n_tasks, error_ = nullptr;
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+    // The job number is the generation's low 24 bits: never the previous job's, so a worker late for
+    // that job finds the word changed.
+    claim_.store(pack(gen & ((uint64_t{1} << kJobBits) - 1), n_tasks, 0), std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
   }
   start_cv_.notify_all();
-  work(0);
-  poll([&] { return busy_.load(std::memory_order_acquire) == 0; });
+  work(0, generation_.load(std::memory_order_relaxed));
+  poll([&] { return done_.load(std::memory_order_acquire) == n_tasks; });
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return busy_.load(std::memory_order_acquire) == 0; });
+  done_cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == n_tasks; });
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -5,7 +5,10 @@
 // job's end, for that long, before sleeping: a futex wake-up costs tens of microseconds per job
 // (development machine, 2 threads: 68-76 us per job sleeping, 0.7-0.8 us polling), which the short
 // gaps between MoE layers would pay once per layer. One job at a time; tasks are handed out
-// dynamically from an atomic counter.
+// dynamically from an atomic word holding the job's number, its task count and the next task, and
+// a job ends when its tasks are done, not when every worker has looked at it: a worker the OS has
+// descheduled (a core shared with the engine's or the server's threads) delays only the task it
+// holds, never a job it has not started (which used to wait a whole time slice for it).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -75,23 +78,42 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   /** Calls fn(task, worker) for every task in [0, n_tasks) across the workers (worker in
-   *  [0, size())) and returns when all are done. The first exception a task throws is rethrown
-   *  here (remaining tasks are skipped). Not reentrant: one caller at a time. */
+   *  [0, size()); no two calls with one worker index at a time) and returns when all are done,
+   *  whether or not every worker took part. Tasks are started in index order. The first exception
+   *  a task throws is rethrown here (tasks not yet started are skipped). Not reentrant: one caller
+   *  at a time. More than kMaxJobTasks tasks run as consecutive jobs of that many. */
   template <typename F>
   void run(int64_t n_tasks, F&& fn) {
     run_erased(n_tasks, [](void* ctx, int64_t task, int worker) { (*static_cast<F*>(ctx))(task, worker); },
                static_cast<void*>(&fn));
   }
 
+  /** Tasks one job holds (the claim word's 20-bit count). */
+  static constexpr int64_t kMaxJobTasks = (int64_t{1} << 20) - 1;
+
  private:
   using Call = void (*)(void*, int64_t, int);
   void run_erased(int64_t n_tasks, Call call, void* ctx);
-  void work(int worker);
+  /** One job of n_tasks <= kMaxJobTasks tasks. */
+  void run_job(int64_t n_tasks, Call call, void* ctx);
+  /** Takes and runs tasks of job `job` (the low 24 bits of its generation) until none is left. */
+  void work(int worker, uint64_t job);
   void loop(int worker);
+  /** Counts `n` tasks of the current job done (or skipped); the one that completes it wakes the caller. */
+  void finish(int64_t n);
 
   /** Polls `done` (a pause each) for up to spin_us_ microseconds; true when it held. */
   template <typename Done>
   bool poll(Done done) const;
+
+  // The claim word: job number (24 bits), task count (20 bits), next task (20 bits). A worker takes
+  // task t of job j by a compare-and-swap from (j, n, t) to (j, n, t + 1) with t < n, so one that
+  // read a finished job's word never takes a task of the next job; the job cannot end while a task
+  // of it is taken and unfinished, so call_ and ctx_ read after the swap are that job's.
+  static constexpr int kTaskBits = 20, kJobBits = 24;
+  static uint64_t pack(uint64_t job, int64_t n, int64_t next) {
+    return (job << (2 * kTaskBits)) | (static_cast<uint64_t>(n) << kTaskBits) | static_cast<uint64_t>(next);
+  }
 
   int n_threads_, spin_us_;
   std::vector<std::thread> threads_;
@@ -99,13 +121,13 @@ class ThreadPool {
   std::condition_variable start_cv_, done_cv_;
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
-  std::atomic<int> busy_{0};  // workers still in the current job (the last one notifies under mu_)
   // The current job.
-  Call call_ = nullptr;
-  void* ctx_ = nullptr;
-  int64_t n_tasks_ = 0;
-  std::atomic<int64_t> next_{0};
-  std::exception_ptr error_;
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> done_{0};  // tasks of the current job finished or skipped
+  int64_t n_tasks_ = 0;           // the caller's copy of the job's task count
+  std::atomic<Call> call_{nullptr};
+  std::atomic<void*> ctx_{nullptr};
+  std::exception_ptr error_;  // under mu_
 };
 
 /** Physical cores this process may use: online CPUs (affinity mask) divided by the hardware

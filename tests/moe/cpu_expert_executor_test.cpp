@@ -1,6 +1,6 @@
 // CpuExpertExecutor against the CPU backend's moe_experts on the same inputs: bit-identical for
 // plain and GGUF weight types, batch sizes, skipped pairs, accumulation, BF16 activations, any
-// thread count and gpt-oss's clamped SwiGLU with biases; the thread pool on its own, sleeping or polling between jobs; argument errors.
+// thread count and gpt-oss's clamped SwiGLU with biases; argument errors.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -439,49 +439,6 @@ TEST(CpuExpertExecutor, RejectsBadArguments) {
                       s.banks[0], Tensor(out.data(), DType::F32, {2, 32})),
                Error);  // H does not match the experts
 }
-
-class ThreadPoolTest : public ::testing::TestWithParam<int> {};  // the spin time in us
-
-TEST_P(ThreadPoolTest, RunsEveryTaskOnceAndPropagatesErrors) {
-  ThreadPool pool(3, GetParam());
-  for (int64_t n : {0, 1, 2, 7, 1000}) {
-    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-    std::atomic<int> bad_worker{0};
-    pool.run(n, [&](int64_t t, int w) {
-      hits[static_cast<size_t>(t)]++;
-      if (w < 0 || w >= 3) bad_worker++;
-    });
-    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
-    EXPECT_EQ(bad_worker.load(), 0);
-  }
-  EXPECT_THROW(pool.run(50, [](int64_t t, int) {
-    if (t == 17) fail(ErrorCode::kInternal, "task {}", t);
-  }),
-               Error);
-  std::atomic<int> after{0};
-  pool.run(10, [&](int64_t, int) { after++; });  // still usable
-  EXPECT_EQ(after.load(), 10);
-  EXPECT_GE(physical_core_count(), 1);
-  EXPECT_THROW(ThreadPool(0), Error);
-  EXPECT_THROW(ThreadPool(2, -1), Error);
-}
-
-TEST_P(ThreadPoolTest, JobsAfterAPauseLongerThanTheSpinStillRun) {
-  // Workers that polled past their spin time sleep; the next job must wake them (no lost wake-up),
-  // and a job whose last worker ends while the caller polls, or after it went to sleep, returns.
-  ThreadPool pool(4, GetParam());
-  for (int round = 0; round < 20; ++round) {
-    if (round % 5 == 4) std::this_thread::sleep_for(std::chrono::microseconds(GetParam() + 3000));
-    std::atomic<int64_t> sum{0};
-    pool.run(64, [&](int64_t t, int) {
-      if (t % 16 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // a straggler task
-      sum += t;
-    });
-    EXPECT_EQ(sum.load(), 64 * 63 / 2) << "round " << round;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Spin, ThreadPoolTest, ::testing::Values(0, 500));
 
 }  // namespace
 }  // namespace ft::testing
