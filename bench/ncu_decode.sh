@@ -9,17 +9,18 @@
 #   bench/ncu_decode.sh [PRESET] [TYPE] [OUT_DIR]     e.g. bench/ncu_decode.sh qwen3-30b-a3b q4_k /tmp
 #
 # FT selects the binary (default: build/ft), NCU the profiler (default: ncu on PATH, else
-# /usr/local/cuda/bin/ncu). Divide the totals by 5 steps x 4 layers for one layer's kernels.
+# /usr/local/cuda/bin/ncu), BATCH the decode batch (default 1; 16: the 16-stream step). Divide the totals by 5 steps x 4 layers for one layer's kernels.
 set -euo pipefail
 preset=${1:-qwen3-30b-a3b} type=${2:-q4_k} out=${3:-.}
 FT=${FT:-build/ft}
+BATCH=${BATCH:-1}
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
-log="$out/ncu_${preset}_${type}.txt"
+log="$out/ncu_${preset}_${type}_b${BATCH}.txt"
 "$NCU" --cache-control none --clock-control none --launch-skip 700 --launch-count 460 \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
   --print-summary per-kernel \
   "$FT" bench --model-preset "$preset" --dummy-weights --dummy-layers 4 --device cuda --weight-type "$type" \
-  --prompt-tokens 512 --gen-tokens 40 --batch 1 --cuda-graph-max-bs 0 > "$log" 2>&1
+  --prompt-tokens 512 --gen-tokens 40 --batch "$BATCH" --cuda-graph-max-bs 0 > "$log" 2>&1
 python3 - "$log" <<'PY'
 import re, sys
 txt = open(sys.argv[1]).read()
