@@ -45,6 +45,10 @@
 namespace ft::cli {
 namespace {
 
+/** Prompt tokens a step where the memory plan streams routed experts at prefill and
+ *  --max-prefill-tokens is not given (vLLM's and SGLang's default step budget). */
+constexpr int64_t kStreamedPrefillTokens = 8192;
+
 namespace fs = std::filesystem;
 
 /** What `ft serve` parses: the options of the server, the scheduler and the engine (its flags bound
@@ -121,6 +125,11 @@ int run_serve(ServeArgs& f) {
   eo.max_seqs = max_running;
   eo.max_logit_rows = max_running;
   eo.max_step_tokens = int64_t{f.scheduler.max_prefill_tokens} + max_running;
+  // Without --max-prefill-tokens, a plan that streams routed experts at prefill takes a prompt of up
+  // to kStreamedPrefillTokens in one forward (EngineOptions::streamed_step_tokens): each forward
+  // streams the experts the cache lacks once.
+  const bool prefill_given = f.cmd->count("--max-prefill-tokens") > 0;
+  if (!prefill_given) eo.streamed_step_tokens = kStreamedPrefillTokens + max_running;
   finish_engine_options(*f.cmd, eo, f.compat);
   ProgressReporter progress;  // the load's phases on stderr
   eo.progress = &progress;
@@ -185,6 +194,8 @@ int run_serve(ServeArgs& f) {
   ModelRunner& runner = loaded->runner();
   ServiceConfig sc;
   sc.scheduler = f.scheduler;
+  if (!prefill_given && engine->options().max_step_tokens > eo.max_step_tokens)
+    sc.scheduler.max_prefill_tokens = static_cast<int32_t>(engine->options().max_step_tokens - max_running);
   // The context limit: --max-seq-len, at most the model's context length (4096 when the checkpoint
   // does not say), and at most what the KV cache holds (the scheduler's clamp); warned when it cuts.
   sc.scheduler.max_seq_len = f.max_seq_len > 0 ? f.max_seq_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
@@ -283,7 +294,7 @@ int run_serve(ServeArgs& f) {
   if (plan.moe) std::printf("  %s\n", plan.moe->summary().c_str());
   std::printf("  limits    context %lld tokens (model %lld), %d running, %d waiting, %d prefill tokens/step, body %g MiB\n",
               static_cast<long long>(service.context_limit()), static_cast<long long>(mc.n_ctx_train), max_running,
-              f.scheduler.max_waiting, f.scheduler.max_prefill_tokens, so.max_body_mb);
+              f.scheduler.max_waiting, sc.scheduler.max_prefill_tokens, so.max_body_mb);
   std::printf("  loaded in %.2f s; auth %s\n", load_s, so.api_key.empty() ? "off" : "on (API key required)");
   // A wildcard address is where the server listens, not an address to open: the banner gives this
   // machine's loopback address for that.
@@ -439,7 +450,8 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(at_least(1, "a KV cache size in tokens; leave the flag out for the default, min(context, 8192)"))
       ->group(memory);
   cmd->add_option("--max-prefill-tokens,--max-prefill-length", f->scheduler.max_prefill_tokens,
-                  "Prompt tokens per step (chunked prefill)")
+                  "Prompt tokens per step (chunked prefill); without the flag, 8192 where the plan streams routed "
+                  "experts from host memory at prefill (offload, hybrid: each step streams them once)")
       ->capture_default_str()
       ->check(at_least(1))
       ->group(memory);

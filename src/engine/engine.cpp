@@ -51,6 +51,10 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
                                                    options_.max_step_tokens, options_.max_logit_rows);
   if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
   plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+  // A forward never holds more tokens than the KV cache and one decode token a sequence.
+  if (std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs) > options_.max_step_tokens &&
+      plan_.moe && plan_.moe->count(MoeLayerMode::kCache) > 0)
+    plan_streamed_steps(graphs);
   if (plan_.moe_inputs) build_moe();
   if (moe_ && !ep_ranges_.empty()) wrap_expert_parallel();
   if (plan_.host_mapped_bytes > 0)
@@ -70,6 +74,34 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   }
   options_.progress = nullptr;  // the caller's, for the construction only
   if (plan_.moe_inputs) plan_.moe_inputs->progress = nullptr;
+}
+
+void Engine::plan_streamed_steps(bool graphs) {
+  const int64_t before = options_.max_step_tokens;
+  auto size_steps = [&](int64_t tokens) {
+    options_.max_step_tokens = tokens;
+    state_.reset();
+    storage_.clear();
+    state_ = std::make_unique<ForwardState>(*ops_, model_->config(), tokens);
+    make_step_buffers();
+    const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs, tokens,
+                                                     options_.max_logit_rows);
+    if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
+  };
+  const int64_t tokens = std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs);
+  size_steps(tokens);
+  try {
+    plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kOutOfMemory) throw;
+    spdlog::warn("engine: forwards of {} tokens do not fit beside the streamed experts ({}); a forward keeps {} "
+                 "tokens, so a longer prompt streams them once a piece", tokens, e.what(), before);
+    size_steps(before);
+    plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+    return;
+  }
+  spdlog::info("engine: the plan streams routed experts at prefill, so a forward takes up to {} tokens (not {}): a "
+               "prompt's forward streams each layer's uncached experts once", options_.max_step_tokens, before);
 }
 
 void Engine::check_options() const {

@@ -127,6 +127,10 @@ class Engine {
    *  and a --prompt-cache-dir that cannot be made or written (DiskPageStore::check_folder), before the
    *  weights load. */
   void check_options() const;
+  /** The constructor's second plan with options_.streamed_step_tokens tokens a forward (the first one
+   *  streams routed experts at prefill): step buffers and the workspace made again for them, or for
+   *  the first size when that plan does not fit (kOutOfMemory, warned). */
+  void plan_streamed_steps(bool graphs);
   /** Allocates the KV cache of `config`; kOutOfMemory names the flags that size it. */
   void make_kv_cache(const KvCacheConfig& config);
   /** Allocates the planned device step inputs, the logits and their host copy. */
