@@ -4,7 +4,8 @@
 # --gpu-memory-limit LIMIT, and runs bench/serve_load.py against it:
 #   bs1      1 stream, 512-token prompt, 128 tokens, 2 rounds: time to first token of 512 tokens
 #            (round 0 right after start, round 1 warm) and the bs1 decode rate
-#   streams  16 concurrent streams, 200-token prompts, 256 tokens each: the aggregate rate
+#   streams  16 concurrent streams, 200-token prompts, 256 tokens each, 2 rounds: the aggregate rate
+#            (round 0 meets the fresh server's first prefill shapes)
 #   8k       1 stream, an 8000-token prompt, 8 tokens: time to first token of 8k tokens (the default
 #            context, 8192 tokens, holds it)
 # then stops the server and deletes the file (~57 GiB: DIR needs the room; /dev/shm would hold it
@@ -41,7 +42,7 @@ echo "serving after $(( $(date +%s) - t0 )) s: $(grep -m1 -o 'moe: strategy [^,]
 for c in $CASES; do
   case $c in
     bs1) python3 "$HERE/serve_load.py" --port "$PORT" --streams 1 --prompt-tokens 512 --max-tokens 128 --rounds 2 ;;
-    streams) python3 "$HERE/serve_load.py" --port "$PORT" --streams 16 --prompt-tokens 200 --max-tokens 256 ;;
+    streams) python3 "$HERE/serve_load.py" --port "$PORT" --streams 16 --prompt-tokens 200 --max-tokens 256 --rounds 2 ;;
     8k) python3 "$HERE/serve_load.py" --port "$PORT" --streams 1 --prompt-tokens 8000 --max-tokens 8 ;;
     *) echo "unknown case '$c' (bs1, streams, 8k)"; exit 2 ;;
   esac
