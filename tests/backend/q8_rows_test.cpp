@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -127,19 +129,30 @@ TEST(Q8Rows, Q4KAndQ6KDotsEqualTheDequantizedSum) {
 }
 
 TEST(Q8Rows, GemmBlocksHaveEachDotsBits) {
-  // gemm_q8: any token and row count (Q4_K rows unpacked once per block for up to 4 tokens; Q6_K
-  // token by token), every element dot_rows_q8's bits for its token and row, written at t * ldo + r.
+  // gemm_q8: any token and row count (Q4_K and MXFP4 rows unpacked once per block for up to 4
+  // tokens; Q6_K token by token), every element dot_rows_q8's bits for its token and row, written at
+  // t * ldo + r. MXFP4 also with rows ending in a partial chunk of 4 blocks (K 480: 3 blocks).
   if (!cpu::has_q8_dot(DType::Q4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this machine";
-  const int64_t K = 512, rows = 7, T = 6, ldo = 9;
-  for (DType type : {DType::Q4_K, DType::Q6_K}) {
-    SCOPED_TRACE(dtype_name(type));
+  const int64_t rows = 7, T = 6, ldo = 9;
+  for (auto [type, K] : {std::pair{DType::Q4_K, int64_t{512}}, std::pair{DType::Q6_K, int64_t{512}},
+                         std::pair{DType::MXFP4, int64_t{512}}, std::pair{DType::MXFP4, int64_t{480}}}) {
+    SCOPED_TRACE(std::string(dtype_name(type)) + " K " + std::to_string(K));
     const int64_t rb = dtype_bytes(type, K);
     std::vector<uint8_t> w(static_cast<size_t>(rows * rb));
     std::mt19937 rng(9);
     std::vector<float> wf = random_floats(rows * K, 12, 0.05f);
     for (int64_t r = 0; r < rows; ++r) {
-      if (type == DType::Q6_K) random_q6_k(rng, w.data() + r * rb, K / 256, 0.05f);
-      else quantize_row(type, wf.data() + r * K, w.data() + r * rb, K);
+      if (type == DType::Q6_K) {
+        random_q6_k(rng, w.data() + r * rb, K / 256, 0.05f);
+      } else if (type == DType::MXFP4) {  // quant/ has no MXFP4 quantizer: random codes, scales 2^-9 .. 2^2
+        for (int64_t b = 0; b < K / 32; ++b) {
+          uint8_t* blk = w.data() + r * rb + b * 17;
+          blk[0] = static_cast<uint8_t>(118 + rng() % 12);
+          for (int i = 1; i < 17; ++i) blk[i] = static_cast<uint8_t>(rng());
+        }
+      } else {
+        quantize_row(type, wf.data() + r * K, w.data() + r * rb, K);
+      }
     }
     std::vector<float> x = random_floats(T * K, 13, 1.0f);
     std::vector<uint8_t> buf(static_cast<size_t>(T * cpu::q8_row_bytes(K)));

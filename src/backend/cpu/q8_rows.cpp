@@ -181,13 +181,18 @@ struct Mxfp4Vnni {
       xh[t] = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1));
     }
   }
-  /** acc += the chunk of blocks at `blk` (4, or nblk < 4 when !kFull: the others read as zeros)
-   *  dotted with xl, xh, scaled by dx * e8m0_half(e_k). */
+  /** A chunk of blocks decoded: magnitudes of the low and high nibbles, their sign bits, and the
+   *  blocks' scales e8m0_half(e_k) in lanes 0..3. */
+  struct Weights {
+    __m512i wl, wh;
+    __mmask64 neg_lo, neg_hi;
+    __m128 half;
+  };
+  /** The chunk of blocks at `blk` (4, or nblk < 4 when !kFull: the others read as zeros), decoded. */
   template <bool kFull>
-  FT_VNNI_TARGET static void chunk(const uint8_t* blk, int64_t nblk, const __m512i (&xl)[2], const __m512i (&xh)[2],
-                                   __m128 dx, __m512& acc) {
+  FT_VNNI_TARGET static Weights weights(const uint8_t* blk, int64_t nblk) {
     const __m512i mag = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
-    const __m512i low = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+    const __m512i low = _mm512_set1_epi8(0x0f);
     const auto q = [&](int k) {
       return kFull || k < nblk ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + k * kBytes + 1)) : _mm_setzero_si128();
     };
@@ -195,24 +200,48 @@ struct Mxfp4Vnni {
     const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q(0)), q(1), 1)),
                                          _mm256_inserti128_si256(_mm256_castsi128_si256(q(2)), q(3), 1), 1);
     const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-    const __mmask64 neg_lo = _mm512_test_epi8_mask(v, _mm512_set1_epi8(0x08));
-    const __mmask64 neg_hi = _mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(0x80)));
-    const __m512i wl = _mm512_shuffle_epi8(mag, lo), wh = _mm512_shuffle_epi8(mag, hi);
-    __m512i a[2];
-    for (int t = 0; t < 2; ++t) {
-      const __m512i sl = _mm512_mask_sub_epi8(xl[t], neg_lo, zero, xl[t]);
-      const __m512i sh = _mm512_mask_sub_epi8(xh[t], neg_hi, zero, xh[t]);
-      a[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, wl, sl), wh, sh);
-    }
+    Weights w;
+    w.neg_lo = _mm512_test_epi8_mask(v, _mm512_set1_epi8(0x08));
+    w.neg_hi = _mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+    w.wl = _mm512_shuffle_epi8(mag, lo), w.wh = _mm512_shuffle_epi8(mag, hi);
     // e8m0_half of the 4 scale bytes: e < 2 -> 0x00200000 << e, else (e - 1) << 23.
     const __m128i ev = _mm_setr_epi32(e(0), e(1), e(2), e(3));
     const __m128i big = _mm_slli_epi32(_mm_sub_epi32(ev, _mm_set1_epi32(1)), 23);
     const __m128i small = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), ev);
-    const __m128i half = _mm_blendv_epi8(small, big, _mm_cmpgt_epi32(ev, _mm_set1_epi32(1)));
+    w.half = _mm_castsi128_ps(_mm_blendv_epi8(small, big, _mm_cmpgt_epi32(ev, _mm_set1_epi32(1))));
+    return w;
+  }
+  /** acc += the decoded chunk dotted with xl, xh, scaled by dx * e8m0_half(e_k). */
+  FT_VNNI_TARGET static void apply(const Weights& w, const __m512i (&xl)[2], const __m512i (&xh)[2], __m128 dx,
+                                   __m512& acc) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i a[2];
+    for (int t = 0; t < 2; ++t) {
+      const __m512i sl = _mm512_mask_sub_epi8(xl[t], w.neg_lo, zero, xl[t]);
+      const __m512i sh = _mm512_mask_sub_epi8(xh[t], w.neg_hi, zero, xh[t]);
+      a[t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, w.wl, sl), w.wh, sh);
+    }
     const __m512i lane_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512 sv = _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(_mm_mul_ps(dx, _mm_castsi128_ps(half))));
+    const __m512 sv = _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(_mm_mul_ps(dx, w.half)));
     const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[1]), _mm512_set1_ps(1.0f / 254.0f), _mm512_cvtepi32_ps(a[0]));
     acc = _mm512_fmadd_ps(f, sv, acc);
+  }
+  /** acc += the chunk of blocks at `blk` (weights) dotted with xl, xh (apply). */
+  template <bool kFull>
+  FT_VNNI_TARGET static void chunk(const uint8_t* blk, int64_t nblk, const __m512i (&xl)[2], const __m512i (&xh)[2],
+                                   __m128 dx, __m512& acc) {
+    apply(weights<kFull>(blk, nblk), xl, xh, dx, acc);
+  }
+  /** One chunk of a row against TT tokens: decoded once, each token's activations loaded and applied. */
+  template <bool kFull, int TT>
+  FT_VNNI_TARGET static void chunk_tokens(const uint8_t* blk, const Q8Row* xs, int64_t base, int64_t nblk,
+                                          __m512 (&acc)[TT]) {
+    const Weights w = weights<kFull>(blk, nblk);
+    for (int t = 0; t < TT; ++t) {
+      __m512i xl[2], xh[2];
+      activations(xs[t], base, nblk, xl, xh);
+      apply(w, xl, xh, _mm_set1_ps(xs[t].d[base / kBlock]), acc[t]);
+    }
   }
 };
 
@@ -239,6 +268,26 @@ FT_VNNI_TARGET void dot_mxfp4_vnni(const Q8Row& x, const uint8_t* w, int64_t rb,
     for (int r = 0; r < RR; ++r) K::chunk<false>(w + r * rb + off, nblk, xl, xh, dx, acc[r]);
   }
   for (int r = 0; r < RR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/** One MXFP4 row against TT int8 rows xs[0 .. TT): dot_mxfp4_vnni<1>'s arithmetic for each token (the
+ *  same instructions on the same values, so the same bits), each chunk of the row decoded once for all
+ *  TT tokens. out[t * ldo] for t < TT. */
+template <int TT>
+FT_VNNI_TARGET void dot_mxfp4_tokens(const Q8Row* xs, const uint8_t* w, float* out, int64_t ldo) {
+  using K = Mxfp4Vnni;
+  __m512 acc[TT];
+  for (int t = 0; t < TT; ++t) acc[t] = _mm512_setzero_ps();
+  const int64_t n = xs[0].n, full = n / K::kChunk;
+  for (int64_t c = 0; c < full; ++c) {
+    const int64_t base = c * K::kChunk;
+    K::chunk_tokens<true, TT>(w + (base / kSub) * K::kBytes, xs, base, 4, acc);
+  }
+  if (const int64_t nblk = (n - full * K::kChunk) / kSub; nblk > 0) {  // 1 to 3 blocks
+    const int64_t base = full * K::kChunk;
+    K::chunk_tokens<false, TT>(w + (base / kSub) * K::kBytes, xs, base, nblk, acc);
+  }
+  for (int t = 0; t < TT; ++t) out[t * ldo] = _mm512_reduce_add_ps(acc[t]);
 }
 
 /** One Q4_K row against TT int8 rows xs[0 .. TT): dot_vnni<Q4KVnni, 1>'s arithmetic for each token
@@ -278,8 +327,10 @@ FT_VNNI_TARGET void dot_q4k_tokens(const Q8Row* xs, const uint8_t* w, float* out
   for (int t = 0; t < TT; ++t) out[t * ldo] = _mm512_reduce_add_ps(acc[t]) - _mm512_reduce_add_ps(accm[t]);
 }
 
-using Q4KTokensFn = void (*)(const Q8Row*, const uint8_t*, float*, int64_t);
-const Q4KTokensFn kQ4KTokens[4] = {dot_q4k_tokens<1>, dot_q4k_tokens<2>, dot_q4k_tokens<3>, dot_q4k_tokens<4>};
+using TokensFn = void (*)(const Q8Row*, const uint8_t*, float*, int64_t);
+const TokensFn kQ4KTokens[4] = {dot_q4k_tokens<1>, dot_q4k_tokens<2>, dot_q4k_tokens<3>, dot_q4k_tokens<4>};
+const TokensFn kMxfp4Tokens[4] = {dot_mxfp4_tokens<1>, dot_mxfp4_tokens<2>, dot_mxfp4_tokens<3>,
+                                     dot_mxfp4_tokens<4>};
 
 using Q8DotFn = void (*)(const Q8Row&, const uint8_t*, int64_t, float*);
 #define FT_VNNI_DOTS(K) {dot_vnni<K, 1>, dot_vnni<K, 2>, dot_vnni<K, 3>, dot_vnni<K, 4>}
@@ -427,7 +478,7 @@ void gemm_q8(DType type, const Q8Row* xs, int64_t tokens, const void* w, int64_t
   for (int64_t t = 0; t < tokens; ++t) FT_CHECK(xs[t].n == xs[0].n);
   FT_CHECK(has_q8_dot(type, xs[0].n) && row_bytes >= dtype_bytes(type, xs[0].n));
   const auto* wb = static_cast<const uint8_t*>(w);
-  if (type != DType::Q4_K) {  // one token at a time (the same kernels, so the same bits)
+  if (type == DType::Q6_K) {  // one token at a time (the same kernels, so the same bits)
     float y[4];
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t r = 0; r < rows; r += 4) {
@@ -439,7 +490,8 @@ void gemm_q8(DType type, const Q8Row* xs, int64_t tokens, const void* w, int64_t
   }
   for (int64_t t = 0; t < tokens; t += 4) {
     const int nt = static_cast<int>(std::min<int64_t>(4, tokens - t));
-    for (int64_t r = 0; r < rows; ++r) kQ4KTokens[nt - 1](xs + t, wb + r * row_bytes, out + t * ldo + r, ldo);
+    const TokensFn fn = (type == DType::Q4_K ? kQ4KTokens : kMxfp4Tokens)[nt - 1];
+    for (int64_t r = 0; r < rows; ++r) fn(xs + t, wb + r * row_bytes, out + t * ldo + r, ldo);
   }
 }
 

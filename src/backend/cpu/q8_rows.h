@@ -64,8 +64,8 @@ bool has_q8_dot(DType type, int64_t n);
 void dot_rows_q8(DType type, const Q8Row& x, const void* w, int64_t row_bytes, int rows, float* out);
 
 /** out[t * ldo + r] = dot_rows_q8's result for x = xs[t] and row r, for t < tokens and r < rows (any
- *  counts), the same bits: a GEMM block on int8 activations. Q4_K rows are unpacked once per block
- *  for up to 4 tokens at a time; Q6_K and MXFP4 run token by token. Throws as dot_rows_q8; every
+ *  counts), the same bits: a GEMM block on int8 activations. Q4_K and MXFP4 rows are unpacked once
+ *  per block (MXFP4: per 4 blocks) for up to 4 tokens at a time; Q6_K runs token by token. Throws as dot_rows_q8; every
  *  xs[t] must have the same n. */
 void gemm_q8(DType type, const Q8Row* xs, int64_t tokens, const void* w, int64_t row_bytes, int64_t rows, float* out,
              int64_t ldo);
