@@ -47,9 +47,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
          ops_->name(), ops_->max_sample_row());
   state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
   make_step_buffers();
-  const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs,
-                                                   options_.max_step_tokens, options_.max_logit_rows);
-  if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
+  reserve_graph_inputs(graphs);
   plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
   // A forward never holds more tokens than the KV cache and one decode token a sequence.
   if (std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs) > options_.max_step_tokens &&
@@ -84,9 +82,7 @@ void Engine::plan_streamed_steps(bool graphs) {
     storage_.clear();
     state_ = std::make_unique<ForwardState>(*ops_, model_->config(), tokens);
     make_step_buffers();
-    const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs, tokens,
-                                                     options_.max_logit_rows);
-    if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
+    reserve_graph_inputs(graphs);
   };
   const int64_t tokens = std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs);
   size_steps(tokens);
@@ -102,6 +98,12 @@ void Engine::plan_streamed_steps(bool graphs) {
   }
   spdlog::info("engine: the plan streams routed experts at prefill, so a forward takes up to {} tokens (not {}): a "
                "prompt's forward streams each layer's uncached experts once", options_.max_step_tokens, before);
+}
+
+void Engine::reserve_graph_inputs(bool graphs) {
+  const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs,
+                                                   options_.max_step_tokens, options_.max_logit_rows);
+  if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
 }
 
 void Engine::check_options() const {

@@ -131,6 +131,8 @@ class Engine {
    *  streams routed experts at prefill): step buffers and the workspace made again for them, or for
    *  the first size when that plan does not fit (kOutOfMemory, warned). */
   void plan_streamed_steps(bool graphs);
+  /** The decode graphs' input buffers for the step size and sequences of options_ (none without graphs). */
+  void reserve_graph_inputs(bool graphs);
   /** Allocates the KV cache of `config`; kOutOfMemory names the flags that size it. */
   void make_kv_cache(const KvCacheConfig& config);
   /** Allocates the planned device step inputs, the logits and their host copy. */

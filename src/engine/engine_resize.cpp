@@ -143,9 +143,7 @@ bool Engine::rebuild_caches(bool force_kv) {
     make_kv_cache(plan_kv_cache(options_, c, *ops_, /*spare_page=*/graphs));
     make_step_buffers();  // the block tables' width is the pool's pages
   }
-  const int64_t graph_max = GraphRunner::max_batch(graphs, options_.cuda_graph_max_bs, options_.max_seqs,
-                                                   options_.max_step_tokens, options_.max_logit_rows);
-  if (graph_max > 0) graphs_.reserve_inputs(*ops_, graph_max, max_blocks_, kv_->swa_pool() != nullptr);
+  reserve_graph_inputs(graphs);
   MemoryPlanInputs in{options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()};
   in.previous = &plan_;  // the limits the start measured, not what is free with the old banks and slots held
   MemoryPlan p = plan_memory(in);
