@@ -49,9 +49,11 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   make_step_buffers();
   reserve_graph_inputs(graphs);
   plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
-  // A forward never holds more tokens than the KV cache and one decode token a sequence.
+  // A forward never holds more tokens than the KV cache and one decode token a sequence. A rank group
+  // keeps its first plan: each rank would decide alone (its own memory), and rank 0's scheduler
+  // sends every rank the same steps.
   if (std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs) > options_.max_step_tokens &&
-      plan_.moe && plan_.moe->count(MoeLayerMode::kCache) > 0)
+      plan_.moe && plan_.moe->count(MoeLayerMode::kCache) > 0 && !comm_)
     plan_streamed_steps(graphs);
   if (plan_.moe_inputs) build_moe();
   if (moe_ && !ep_ranges_.empty()) wrap_expert_parallel();
@@ -80,13 +82,18 @@ void Engine::plan_streamed_steps(bool graphs) {
     options_.max_step_tokens = tokens;
     state_.reset();
     storage_.clear();
+    // The sliding-window pool holds a step's tokens beside the windows (plan_kv_cache).
+    if (!kv_ || kv_->swa_pool()) {  // null: a remake that failed (out of memory) before the fallback
+      kv_.reset();
+      make_kv_cache(plan_kv_cache(options_, model_->config(), *ops_, /*spare_page=*/graphs));
+    }
     state_ = std::make_unique<ForwardState>(*ops_, model_->config(), tokens);
     make_step_buffers();
     reserve_graph_inputs(graphs);
   };
   const int64_t tokens = std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs);
-  size_steps(tokens);
   try {
+    size_steps(tokens);
     plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kOutOfMemory) throw;
@@ -512,7 +519,7 @@ Engine::StepStart Engine::begin_step(const std::vector<StepItem>& items,
     batch.block_tables = upload(h_.tables, d_tables_, {S, mb});
     if (kv_->state_pool()) batch.state_slots = upload(h_.slots, d_slots_, {S});
     BatchInfo swa_batch = batch;
-    if (kv_->swa_pool()) {
+    if (!kv_ || kv_->swa_pool()) {  // null: a remake that failed (out of memory) before the fallback
       stage_swa_tables(items, S, mb, /*pad_page=*/0, h_.swa_tables);
       swa_batch.block_tables = upload(h_.swa_tables, d_swa_tables_, {S, mb});
     }

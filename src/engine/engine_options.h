@@ -64,9 +64,11 @@ struct EngineOptions {
    *  so a prompt cut into forwards of max_step_tokens streams them once a piece (an 8000-token prompt
    *  in forwards of 528 tokens: 8.5 s to its first token against 1.1 s in one, qwen3-30b-a3b bf16 at
    *  24 GiB, H100). Above max_step_tokens, the engine plans again with this many tokens a forward
-   *  when the first plan streams (the expert cache gives up the bigger workspace's bytes) and keeps
-   *  the first plan when the bigger one does not fit; 0 or not above max_step_tokens: no second
-   *  plan. `ft serve` sets it when --max-prefill-tokens is not given. */
+   *  (at most kv_tokens + max_seqs) when the first plan streams (the expert cache gives up the bigger
+   *  workspace's bytes), and plans once more with max_step_tokens when the bigger plan does not fit
+   *  (an embedding table that plan moved to host memory stays there); 0 or not above
+   *  max_step_tokens: no second plan; a rank group (tensor parallel) keeps its first plan. `ft serve`
+   *  sets it when --max-prefill-tokens is not given. */
   int64_t streamed_step_tokens = 0;
   int64_t max_logit_rows = 256;      // most logit rows one forward returns
   int32_t max_seqs = 16;             // most sequences in one forward
