@@ -48,7 +48,7 @@ Engine::Engine(std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Ops> ops, const
   state_ = std::make_unique<ForwardState>(*ops_, c, options_.max_step_tokens);
   make_step_buffers();
   reserve_graph_inputs(graphs);
-  plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+  plan_ = plan_memory(plan_inputs());
   // A forward never holds more tokens than the KV cache and one decode token a sequence. A rank group
   // keeps its first plan: each rank would decide alone (its own memory), and rank 0's scheduler
   // sends every rank the same steps.
@@ -94,13 +94,13 @@ void Engine::plan_streamed_steps(bool graphs) {
   const int64_t tokens = std::min(options_.streamed_step_tokens, options_.kv_tokens + options_.max_seqs);
   try {
     size_steps(tokens);
-    plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+    plan_ = plan_memory(plan_inputs());
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kOutOfMemory) throw;
     spdlog::warn("engine: forwards of {} tokens do not fit beside the streamed experts ({}); a forward keeps {} "
                  "tokens, so a longer prompt streams them once a piece", tokens, e.what(), before);
     size_steps(before);
-    plan_ = plan_memory({options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()});
+    plan_ = plan_memory(plan_inputs());
     return;
   }
   spdlog::info("engine: the plan streams routed experts at prefill, so a forward takes up to {} tokens (not {}): a "
@@ -169,6 +169,10 @@ void Engine::make_step_buffers() {
   reserve_host_logits(std::min<int64_t>(R, options_.max_seqs) * model_->config().n_vocab * 4);  // a decode step's: never regrown
 }
 
+MemoryPlanInputs Engine::plan_inputs() {
+  return {options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()};
+}
+
 int64_t Engine::step_buffer_bytes() const {
   int64_t bytes = graphs_.device_bytes();
   for (const Buffer& b : storage_) bytes += b.bytes();
@@ -198,7 +202,7 @@ void Engine::build_moe() {
         throw with_embed_weights_hint(
             Error(ErrorCode::kOutOfMemory, fmt::format("{} (not planned again: {})", e.what(), why)), *model_);
       const int64_t room = options_.host_memory_probe ? options_.host_memory_probe() : host_memory_room();
-      MemoryPlanInputs in{options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()};
+      MemoryPlanInputs in = plan_inputs();
       in.previous = &plan_;  // the device limit the start measured
       in.remeasured_host_limit = std::max<int64_t>(room - kHostMemoryMargin, 0);
       MemoryPlan p;

@@ -139,6 +139,8 @@ class Engine {
   void make_step_buffers();
   /** Bytes of the device step and forward buffers (the graphs' input block included). */
   int64_t step_buffer_bytes() const;
+  /** plan_memory's inputs for this engine as it stands (options, KV cache, step buffers, workspace). */
+  MemoryPlanInputs plan_inputs();
   /** Builds the MoE runtime as plan_ planned it (moe, budget, moe_inputs) and records in plan_.moe
    *  what it runs (prefetch, the provisional fetch cap). When the banks' fill finds host memory
    *  shrunk (HostMemoryShrunk), plans again with the host memory measured now (more layers resident

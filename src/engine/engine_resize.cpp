@@ -144,7 +144,7 @@ bool Engine::rebuild_caches(bool force_kv) {
     make_step_buffers();  // the block tables' width is the pool's pages
   }
   reserve_graph_inputs(graphs);
-  MemoryPlanInputs in{options_, *ops_, *ckpt_, *model_, *kv_, step_buffer_bytes(), workspace_shape()};
+  MemoryPlanInputs in = plan_inputs();
   in.previous = &plan_;  // the limits the start measured, not what is free with the old banks and slots held
   MemoryPlan p = plan_memory(in);
   if (p.moe_inputs) {
